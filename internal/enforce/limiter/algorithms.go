@@ -1,0 +1,363 @@
+package limiter
+
+// Result is one rule's verdict on one check. Durations are µs.
+type Result struct {
+	// Allowed is the rule's own verdict (for a shadow rule: what it would
+	// have decided).
+	Allowed bool
+	// Remaining whole units after this check (before it, when denied);
+	// floored, never negative.
+	Remaining int64
+	// ResetAfterUS is the time until the rule is fully replenished; -1 when
+	// it never will be (a token bucket with limit 0).
+	ResetAfterUS int64
+	// RetryAfterUS is 0 when allowed; when denied, the time until the same
+	// request can pass, or -1 when it never can.
+	RetryAfterUS int64
+	// DelayUS is how long a shaping leaky bucket asks the caller to hold the
+	// request; 0 otherwise.
+	DelayUS int64
+}
+
+// state is one rule's stored state in the memory store. Which fields mean
+// something depends on the algorithm; the Redis script keeps the same
+// values under the same names.
+type state struct {
+	tat    int64   // gcra, leaky_bucket: theoretical arrival time
+	tokens int64   // token_bucket: available, in µs of refill (units × T)
+	stamp  int64   // token_bucket: when tokens was measured
+	window int64   // fixed_window: window start; sliding_window_counter: window index
+	count  int64   // windows: units in the current window
+	prev   int64   // sliding_window_counter: units in the previous window
+	log    []int64 // sliding_window_log: admission time of each unit, ascending
+}
+
+// decision is what evaluating one rule produced: the result, and the state
+// to store with its time to live (µs; 0 = keep forever) when the check as a
+// whole is admitted.
+type decision struct {
+	Result
+	next *state
+	ttl  int64
+}
+
+// evaluate applies p to the stored state st (nil when absent) at now for
+// cost units. It is pure: the same inputs give the same decision, as in
+// the Lua script.
+func evaluate(p Params, st *state, now, cost int64) decision {
+	switch p.Algorithm {
+	case GCRA, LeakyBucket:
+		return evalGCRA(p, st, now, cost)
+	case TokenBucket:
+		return evalTokenBucket(p, st, now, cost)
+	case FixedWindow:
+		return evalFixedWindow(p, st, now, cost)
+	case SlidingWindowLog:
+		return evalSlidingLog(p, st, now, cost)
+	case SlidingWindowCounter:
+		return evalSlidingCounter(p, st, now, cost)
+	}
+	return decision{Result: Result{RetryAfterUS: -1}}
+}
+
+// evalGCRA is the generic cell rate algorithm; a leaky bucket is the same
+// meter (its level is tat − now), and in shape mode answers the delay until
+// the request reaches the head of the queue.
+func evalGCRA(p Params, st *state, now, cost int64) decision {
+	interval := p.EmissionInterval()
+	tolerance := interval * p.EffectiveBurst()
+	tat := now
+	if st != nil && st.tat > now {
+		tat = st.tat
+	}
+	newTAT := tat + interval*cost
+	allowAt := newTAT - tolerance
+	if now < allowAt {
+		retry := allowAt - now
+		if interval*cost > tolerance {
+			retry = -1
+		}
+		return decision{Result: Result{
+			Remaining:    max(0, (tolerance-(tat-now))/interval),
+			ResetAfterUS: tat - now,
+			RetryAfterUS: retry,
+		}}
+	}
+	d := decision{Result: Result{
+		Allowed:      true,
+		Remaining:    (tolerance - (newTAT - now)) / interval,
+		ResetAfterUS: newTAT - now,
+	}}
+	if p.Shape {
+		d.DelayUS = tat - now
+	}
+	if cost > 0 {
+		d.next = &state{tat: newTAT}
+		d.ttl = newTAT - now
+	}
+	return d
+}
+
+// evalTokenBucket keeps tokens measured in µs of refill time so that it
+// decides exactly as GCRA does with the same parameters. With limit 0 it
+// never refills: tokens are whole units, a one-time allowance.
+func evalTokenBucket(p Params, st *state, now, cost int64) decision {
+	interval := p.EmissionInterval()
+	refills := interval > 0
+	unit := interval
+	if !refills {
+		unit = 1
+	}
+	capacity := unit * p.EffectiveBurst()
+	available := capacity
+	if st != nil {
+		available = st.tokens
+		if refills && now > st.stamp {
+			available = min(capacity, available+(now-st.stamp))
+		}
+	}
+	need := unit * cost
+	resetAfter := func(left int64) int64 {
+		switch {
+		case left >= capacity:
+			return 0
+		case !refills:
+			return -1
+		}
+		return capacity - left
+	}
+	if need > available {
+		retry := need - available
+		if need > capacity || !refills {
+			retry = -1
+		}
+		return decision{Result: Result{
+			Remaining:    available / unit,
+			ResetAfterUS: resetAfter(available),
+			RetryAfterUS: retry,
+		}}
+	}
+	left := available - need
+	d := decision{Result: Result{Allowed: true, Remaining: left / unit, ResetAfterUS: resetAfter(left)}}
+	if cost > 0 {
+		d.next = &state{tokens: left, stamp: now}
+		if refills {
+			d.ttl = capacity - left
+		}
+	}
+	return d
+}
+
+// windowBounds returns the fixed window [start, end) that holds now.
+func windowBounds(p Params, now int64) (start, end int64) {
+	switch p.Calendar {
+	case CalendarDay:
+		start = floorDiv(now, Day) * Day
+		return start, start + Day
+	case CalendarMonth:
+		days := floorDiv(now, Day)
+		y, m, _ := civilFromDays(days)
+		start = daysFromCivil(y, m, 1) * Day
+		if m == 12 {
+			y, m = y+1, 1
+		} else {
+			m++
+		}
+		return start, daysFromCivil(y, m, 1) * Day
+	}
+	start = floorDiv(now, p.PeriodUS) * p.PeriodUS
+	return start, start + p.PeriodUS
+}
+
+func evalFixedWindow(p Params, st *state, now, cost int64) decision {
+	var start, end, count int64
+	if p.AnchorFirstRequest {
+		start, end = now, now+p.PeriodUS
+		if st != nil && now < st.window+p.PeriodUS {
+			start, end, count = st.window, st.window+p.PeriodUS, st.count
+		}
+	} else {
+		start, end = windowBounds(p, now)
+		if st != nil && st.window == start {
+			count = st.count
+		}
+	}
+	resetAfter := func(c int64) int64 {
+		if c == 0 {
+			return 0
+		}
+		return end - now
+	}
+	if count+cost > p.Limit {
+		retry := end - now
+		if cost > p.Limit {
+			retry = -1
+		}
+		return decision{Result: Result{
+			Remaining:    max(0, p.Limit-count),
+			ResetAfterUS: resetAfter(count),
+			RetryAfterUS: retry,
+		}}
+	}
+	d := decision{Result: Result{Allowed: true, Remaining: p.Limit - count - cost, ResetAfterUS: resetAfter(count + cost)}}
+	if cost > 0 {
+		d.next = &state{window: start, count: count + cost}
+		d.ttl = end - now
+	}
+	return d
+}
+
+// evalSlidingLog keeps one entry per admitted unit; entries older than
+// period leave the window (an entry at t counts while now − period < t).
+func evalSlidingLog(p Params, st *state, now, cost int64) decision {
+	var live []int64
+	if st != nil {
+		cut := 0
+		for cut < len(st.log) && st.log[cut] <= now-p.PeriodUS {
+			cut++
+		}
+		live = st.log[cut:]
+	}
+	count := int64(len(live))
+	resetAfter := func(newest int64, n int64) int64 {
+		if n == 0 {
+			return 0
+		}
+		return newest + p.PeriodUS - now
+	}
+	if count+cost > p.Limit {
+		retry := int64(-1)
+		if cost <= p.Limit {
+			// The (count+cost−limit)-th oldest entry must leave.
+			retry = live[count+cost-p.Limit-1] + p.PeriodUS - now
+		}
+		newest := int64(0)
+		if count > 0 {
+			newest = live[count-1]
+		}
+		return decision{Result: Result{
+			Remaining:    max(0, p.Limit-count),
+			ResetAfterUS: resetAfter(newest, count),
+			RetryAfterUS: retry,
+		}}
+	}
+	d := decision{Result: Result{Allowed: true, Remaining: p.Limit - count - cost}}
+	if cost == 0 {
+		newest := int64(0)
+		if count > 0 {
+			newest = live[count-1]
+		}
+		d.ResetAfterUS = resetAfter(newest, count)
+		return d
+	}
+	next := make([]int64, 0, count+cost)
+	next = append(next, live...)
+	for range cost {
+		next = append(next, now)
+	}
+	d.ResetAfterUS = p.PeriodUS
+	d.next = &state{log: next}
+	d.ttl = p.PeriodUS
+	return d
+}
+
+// evalSlidingCounter weighs the previous epoch-aligned window by how much
+// of it the sliding window still overlaps. All comparisons are cross
+// multiplied by period so no division happens before the final floor.
+func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
+	period := p.PeriodUS
+	index := floorDiv(now, period)
+	elapsed := now - index*period
+	var curr, prev int64
+	if st != nil {
+		switch st.window {
+		case index:
+			curr, prev = st.count, st.prev
+		case index - 1:
+			prev = st.count
+		}
+	}
+	weighted := prev*(period-elapsed) + curr*period // estimate × period
+	budget := p.Limit * period
+	resetAfter := func(c int64) int64 {
+		switch {
+		case c > 0:
+			return 2*period - elapsed
+		case prev > 0:
+			return period - elapsed
+		}
+		return 0
+	}
+	if weighted+cost*period > budget {
+		return decision{Result: Result{
+			Remaining:    max(0, floorDiv(budget-weighted, period)),
+			ResetAfterUS: resetAfter(curr),
+			RetryAfterUS: slidingCounterRetry(p.Limit, period, elapsed, prev, curr, cost),
+		}}
+	}
+	d := decision{Result: Result{
+		Allowed:      true,
+		Remaining:    floorDiv(budget-weighted-cost*period, period),
+		ResetAfterUS: resetAfter(curr + cost),
+	}}
+	if cost > 0 {
+		d.next = &state{window: index, count: curr + cost, prev: prev}
+		d.ttl = 2*period - elapsed
+	}
+	return d
+}
+
+// slidingCounterRetry returns the µs until cost units fit, or -1 never.
+func slidingCounterRetry(limit, period, elapsed, prev, curr, cost int64) int64 {
+	if cost > limit {
+		return -1
+	}
+	// Still in this window: prev × (period − e) ≤ (limit − curr − cost) × period.
+	if room := limit - curr - cost; room >= 0 && prev > 0 {
+		earliest := period - room*period/prev
+		if earliest < period {
+			return max(1, earliest-elapsed)
+		}
+	}
+	// In the next window the current count becomes the previous one.
+	earliest := int64(0)
+	if curr > 0 {
+		earliest = period - (limit-cost)*period/curr
+	}
+	return period - elapsed + max(0, earliest)
+}
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
+// date (Howard Hinnant's algorithm, all integer).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := floorDiv(y, 400)
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+// civilFromDays is the inverse of daysFromCivil.
+func civilFromDays(z int64) (y, m, d int64) {
+	z += 719468
+	era := floorDiv(z, 146097)
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	if mp < 10 {
+		m = mp + 3
+	} else {
+		m = mp - 9
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}

@@ -1,0 +1,190 @@
+// Package limiter implements Tollgate's limiting algorithms over two stores
+// that decide identically: Redis (one Lua script call per check) and memory
+// (one process). Time is integer microseconds throughout; see
+// design/algorithms.md in the repository docs for the exact semantics.
+package limiter
+
+import (
+	"fmt"
+
+)
+
+// Algorithm names a limiting algorithm.
+type Algorithm string
+
+// The algorithms. GCRA is the default.
+const (
+	GCRA                 Algorithm = "gcra"
+	TokenBucket          Algorithm = "token_bucket"
+	LeakyBucket          Algorithm = "leaky_bucket"
+	FixedWindow          Algorithm = "fixed_window"
+	SlidingWindowLog     Algorithm = "sliding_window_log"
+	SlidingWindowCounter Algorithm = "sliding_window_counter"
+)
+
+// Algorithms lists every algorithm in documentation order.
+var Algorithms = []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
+
+// code is the algorithm's number in the Lua script's argument list.
+func (a Algorithm) code() int {
+	for i, x := range Algorithms {
+		if x == a {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Valid reports whether a is a known algorithm.
+func (a Algorithm) Valid() bool { return a.code() != 0 }
+
+// Calendar aligns fixed windows to UTC calendar units instead of the epoch.
+type Calendar string
+
+// Calendar alignments.
+const (
+	CalendarNone  Calendar = ""
+	CalendarDay   Calendar = "day"
+	CalendarMonth Calendar = "month"
+)
+
+// Microseconds in common periods.
+const (
+	Second int64 = 1_000_000
+	Minute       = 60 * Second
+	Hour         = 60 * Minute
+	Day          = 24 * Hour
+)
+
+// maxExact is the largest integer a Lua (double) number holds exactly; every
+// intermediate product in the scripts stays at or below it.
+const maxExact = 1 << 53
+
+// Params are one rule's limiter parameters.
+type Params struct {
+	Algorithm Algorithm
+	// Limit units are allowed per Period.
+	Limit int64
+	// PeriodUS is the period in microseconds. For calendar windows it is
+	// ignored in favour of the calendar unit.
+	PeriodUS int64
+	// Burst is the units allowed at once (GCRA), the bucket capacity (token
+	// and leaky bucket). Zero means Limit.
+	Burst int64
+	// Shape makes a leaky bucket delay requests (answering DelayUS) instead
+	// of admitting them at once ("police").
+	Shape bool
+	// Calendar aligns a fixed window to UTC days or months.
+	Calendar Calendar
+	// AnchorFirstRequest starts a fixed window at its first request instead
+	// of aligning it to the epoch.
+	AnchorFirstRequest bool
+}
+
+// EffectiveBurst returns Burst, or Limit when Burst is zero.
+func (p Params) EffectiveBurst() int64 {
+	if p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
+}
+
+// EmissionInterval returns period/limit in whole µs, rounded up: the time
+// one unit takes to replenish. It is 0 when Limit is 0 (no refill).
+func (p Params) EmissionInterval() int64 {
+	if p.Limit <= 0 {
+		return 0
+	}
+	return ceilDiv(p.PeriodUS, p.Limit)
+}
+
+// Validate returns field → problem for every invalid parameter; empty when
+// p is valid. Field names are the JSON names of plan rules.
+func (p Params) Validate() map[string]string {
+	f := map[string]string{}
+	if !p.Algorithm.Valid() {
+		f["algorithm"] = fmt.Sprintf("must be one of %v", Algorithms)
+		return f
+	}
+	if p.Limit < 0 {
+		f["limit"] = "must be ≥ 0"
+	}
+	if p.Limit == 0 && p.Algorithm != TokenBucket {
+		f["limit"] = "must be ≥ 1 (only token_bucket takes 0: a one-time allowance of burst units)"
+	}
+	if p.PeriodUS <= 0 && p.Calendar == CalendarNone {
+		f["period"] = "must be > 0"
+	}
+	if p.Burst < 0 {
+		f["burst"] = "must be ≥ 1"
+	}
+	if p.Limit == 0 && p.Burst < 1 {
+		f["burst"] = "must be ≥ 1 when limit is 0"
+	}
+	if p.Shape && p.Algorithm != LeakyBucket {
+		f["mode"] = "shape applies to leaky_bucket only"
+	}
+	if p.Calendar != CalendarNone {
+		if p.Algorithm != FixedWindow {
+			f["calendar"] = "applies to fixed_window only"
+		} else if p.Calendar != CalendarDay && p.Calendar != CalendarMonth {
+			f["calendar"] = "must be day or month"
+		}
+		if p.AnchorFirstRequest {
+			f["anchor"] = "cannot be combined with calendar"
+		}
+	}
+	if p.AnchorFirstRequest && p.Algorithm != FixedWindow {
+		f["anchor"] = "applies to fixed_window only"
+	}
+	if len(f) > 0 {
+		return f
+	}
+	// Keep every intermediate value exact in Lua's doubles.
+	period := p.windowForBounds()
+	burst := p.EffectiveBurst()
+	switch p.Algorithm {
+	case GCRA, TokenBucket, LeakyBucket:
+		if t := p.EmissionInterval(); t > 0 && mulOverflows(t, burst) {
+			f["burst"] = "burst × period/limit is too large"
+		}
+	case SlidingWindowCounter:
+		if mulOverflows(p.Limit, period) {
+			f["limit"] = "limit × period (µs) must stay below 2^53"
+		}
+	}
+	if period > 100*366*Day {
+		f["period"] = "must be at most 100 years"
+	}
+	return f
+}
+
+func (p Params) windowForBounds() int64 {
+	switch p.Calendar {
+	case CalendarDay:
+		return Day
+	case CalendarMonth:
+		return 31 * Day
+	}
+	return p.PeriodUS
+}
+
+func mulOverflows(a, b int64) bool {
+	if a == 0 || b == 0 {
+		return false
+	}
+	return a > maxExact/b
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv returns ⌊a/b⌋ for b > 0 and any a.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && (a < 0) {
+		q--
+	}
+	return q
+}
+

@@ -1,0 +1,164 @@
+// Package httpx holds the JSON and problem+json helpers shared by Tollgate's
+// HTTP servers.
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+)
+
+// statusByCode is the one table from error code to HTTP status.
+var statusByCode = map[string]int{
+	tollgate.EINVALID:      http.StatusUnprocessableEntity,
+	tollgate.ENOTFOUND:     http.StatusNotFound,
+	tollgate.ECONFLICT:     http.StatusConflict,
+	tollgate.EUNAUTHORIZED: http.StatusUnauthorized,
+	tollgate.EFORBIDDEN:    http.StatusForbidden,
+	tollgate.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	tollgate.ERATELIMITED:  http.StatusTooManyRequests,
+	tollgate.EINTERNAL:     http.StatusInternalServerError,
+}
+
+// Status returns the HTTP status for err's code.
+func Status(err error) int {
+	if s, ok := statusByCode[tollgate.ErrorCode(err)]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Problem is an RFC 9457 problem details body. Errors lists field-level
+// problems of invalid input.
+type Problem struct {
+	Type   string            `json:"type"`
+	Title  string            `json:"title"`
+	Status int               `json:"status"`
+	Detail string            `json:"detail,omitempty"`
+	Code   string            `json:"code"`
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+// Error writes err as application/problem+json. Internal errors are logged
+// with their detail and shown to the caller as a generic message.
+func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	code := tollgate.ErrorCode(err)
+	status := Status(err)
+	if code == tollgate.EINTERNAL && log != nil {
+		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	p := Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: tollgate.ErrorMessage(err),
+		Code:   code,
+	}
+	var e *tollgate.Error
+	if errors.As(err, &e) {
+		p.Errors = e.Fields
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// JSON writes v as a JSON response with the given status.
+func JSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Validator is implemented by request types that check their own fields.
+type Validator interface {
+	Validate() error
+}
+
+// Decode reads one JSON value of at most maxBytes from r's body into v,
+// rejecting unknown fields and trailing data, then runs v's Validate method
+// if it has one. Errors are *tollgate.Error: EINVALID for malformed JSON
+// (with the field when known), ETOOLARGE for an oversized body.
+func Decode(r *http.Request, maxBytes int64, v any) error {
+	if err := DecodeBody(r, maxBytes, v); err != nil {
+		return err
+	}
+	if val, ok := v.(Validator); ok {
+		return val.Validate()
+	}
+	return nil
+}
+
+// ErrMalformed marks decoding errors that are a 400 rather than a 422.
+const malformedCode = "malformed"
+
+// DecodeBody is Decode without validation.
+func DecodeBody(r *http.Request, maxBytes int64, v any) error {
+	body := http.MaxBytesReader(nil, r.Body, maxBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
+		if err != nil {
+			return decodeError(err)
+		}
+		return Malformed("body", "the body must hold exactly one JSON value")
+	}
+	return nil
+}
+
+// Malformed returns a 400-class error about field.
+func Malformed(field, msg string) error {
+	return &tollgate.Error{Code: malformedCode, Message: "malformed request body", Fields: map[string]string{field: msg}}
+}
+
+func init() { statusByCode[malformedCode] = http.StatusBadRequest }
+
+func decodeError(err error) error {
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &maxErr):
+		return tollgate.Errorf(tollgate.ETOOLARGE, "the body is larger than %d bytes", maxErr.Limit)
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return Malformed(field, "must be a JSON "+jsonKind(typeErr.Type.Kind().String()))
+	case errors.As(err, &syntaxErr):
+		return Malformed("body", "invalid JSON: "+syntaxErr.Error())
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return Malformed("body", "the body is empty or truncated")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return Malformed(name, "unknown field")
+	default:
+		return Malformed("body", "invalid JSON")
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "integer"
+	case "float32", "float64":
+		return "number"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "map", "struct":
+		return "object"
+	}
+	return goKind
+}

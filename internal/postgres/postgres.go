@@ -1,0 +1,185 @@
+// Package postgres opens Tollgate's connection pool, runs the embedded
+// migrations and checks that the schema is the one a binary expects.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tollgate/tollgate/migrations"
+)
+
+// Open connects to url and verifies the connection.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse TOLLGATE_DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s: %w", redactURL(url), err)
+	}
+	return pool, nil
+}
+
+// redactURL drops the password from a connection URL for messages.
+func redactURL(url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "the database"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// Tx runs fn in a transaction: committed when fn returns nil, rolled back
+// otherwise.
+func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion is the migration version this build expects: the highest
+// numbered file in migrations/.
+func SchemaVersion() uint {
+	entries, _ := fs.ReadDir(migrations.FS, ".")
+	var max uint
+	for _, e := range entries {
+		n, err := strconv.ParseUint(strings.SplitN(e.Name(), "_", 2)[0], 10, 32)
+		if err == nil && uint(n) > max {
+			max = uint(n)
+		}
+	}
+	return max
+}
+
+func newMigrate(pool *pgxpool.Pool) (*migrate.Migrate, func(), error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: migrations: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{})
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("postgres: migrate driver: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return m, func() { m.Close() }, nil
+}
+
+// MigrateUp applies every pending migration.
+func MigrateUp(pool *pgxpool.Pool) error {
+	m, done, err := newMigrate(pool)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("postgres: migrate up: %w", err)
+	}
+	return nil
+}
+
+// MigrateDown rolls back steps migrations (all of them when steps <= 0).
+func MigrateDown(pool *pgxpool.Pool, steps int) error {
+	m, done, err := newMigrate(pool)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if steps <= 0 {
+		err = m.Down()
+	} else {
+		err = m.Steps(-steps)
+	}
+	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("postgres: migrate down: %w", err)
+	}
+	return nil
+}
+
+// Version reports the database's schema version (0 when none applied) and
+// whether a migration failed half-way.
+func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, false, fmt.Errorf("postgres: schema version: %w", err)
+	}
+	if !exists {
+		return 0, false, nil
+	}
+	var v int64
+	err = pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations LIMIT 1`).Scan(&v, &dirty)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: schema version: %w", err)
+	}
+	return uint(v), dirty, nil
+}
+
+// CheckSchema returns an error that says what to run unless the database is
+// exactly at SchemaVersion and clean.
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	v, dirty, err := Version(ctx, pool)
+	if err != nil {
+		return err
+	}
+	want := SchemaVersion()
+	switch {
+	case dirty:
+		return fmt.Errorf("database schema version %d is dirty (a migration failed half-way): fix it by hand, then run `tollgate-admin migrate force`-style repair; see README 'Operations'", v)
+	case v < want:
+		return fmt.Errorf("database schema is at version %d but this binary expects %d: run `admin migrate up`", v, want)
+	case v > want:
+		return fmt.Errorf("database schema is at version %d, newer than this binary's %d: upgrade the binary, or run `admin migrate down` with the matching older binary", v, want)
+	}
+	return nil
+}
+
+// MigrationVersions lists the versions embedded in this build, ascending.
+func MigrationVersions() []uint {
+	entries, _ := fs.ReadDir(migrations.FS, ".")
+	seen := map[uint]bool{}
+	var out []uint
+	for _, e := range entries {
+		n, err := strconv.ParseUint(strings.SplitN(e.Name(), "_", 2)[0], 10, 32)
+		if err == nil && !seen[uint(n)] {
+			seen[uint(n)] = true
+			out = append(out, uint(n))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

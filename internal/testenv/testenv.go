@@ -1,0 +1,193 @@
+// Package testenv gives tests their own real Postgres database and Redis key
+// space on the servers `make test` starts (scripts/services.sh). A test
+// never shares state with another: each gets a fresh migrated database and
+// a unique Redis key prefix, removed in t.Cleanup.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+func need(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: run the tests with `make test`, which starts Postgres and Redis", name)
+	}
+	return v
+}
+
+var (
+	templateOnce sync.Once
+	templateErr  error
+)
+
+const templateDB = "tollgate_template"
+
+// DatabaseURL creates a fresh database migrated to the current schema and
+// returns its URL. The database is dropped when the test ends.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	base := need(t, "TOLLGATE_TEST_DATABASE_URL")
+	ctx := context.Background()
+	templateOnce.Do(func() { templateErr = makeTemplate(ctx, base) })
+	if templateErr != nil {
+		t.Fatalf("testenv: template database: %v", templateErr)
+	}
+	name := "t_" + RandomID(8)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+templateDB); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return withDatabase(base, name)
+}
+
+// DB returns a pool on a fresh migrated database (see DatabaseURL).
+func DB(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := DatabaseURL(t)
+	pool, err := postgres.Open(context.Background(), url)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func makeTemplate(ctx context.Context, base string) error {
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	// Several test binaries run at once; only one may build the template.
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(727274)"); err != nil {
+		return err
+	}
+	defer admin.Exec(ctx, "SELECT pg_advisory_unlock(727274)") //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", templateDB).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		pool, err := postgres.Open(ctx, withDatabase(base, templateDB))
+		if err != nil {
+			return err
+		}
+		v, dirty, err := postgres.Version(ctx, pool)
+		pool.Close()
+		if err == nil && !dirty && v == postgres.SchemaVersion() {
+			return nil
+		}
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+templateDB+" WITH (FORCE)"); err != nil {
+			return err
+		}
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+templateDB); err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, withDatabase(base, templateDB))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return postgres.MigrateUp(pool)
+}
+
+func withDatabase(url, name string) string {
+	i := strings.LastIndex(url, "/")
+	q := ""
+	if j := strings.Index(url[i:], "?"); j >= 0 {
+		q = url[i+j:]
+	}
+	return url[:i+1] + name + q
+}
+
+// RandomID returns n random bytes as lowercase hex.
+func RandomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// RedisAddr returns the single Redis server's address.
+func RedisAddr(t testing.TB) string { t.Helper(); return need(t, "TOLLGATE_TEST_REDIS_ADDR") }
+
+// RedisClusterAddrs returns the seed addresses of the 3-master test cluster.
+func RedisClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	return strings.Split(need(t, "TOLLGATE_TEST_REDIS_CLUSTER_ADDRS"), ",")
+}
+
+// Redis returns a client of the single test Redis and a key prefix unique
+// to the test; keys under the prefix are deleted when the test ends.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
+	prefix := "t" + RandomID(6) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		deleteByPrefix(ctx, c, prefix)
+		c.Close()
+	})
+	return c, prefix
+}
+
+// RedisCluster returns a client of the test cluster and a unique prefix.
+func RedisCluster(t testing.TB) (*redis.ClusterClient, string) {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(t)})
+	prefix := "t" + RandomID(6) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			deleteByPrefix(ctx, m, prefix)
+			return nil
+		})
+		c.Close()
+	})
+	return c, prefix
+}
+
+func deleteByPrefix(ctx context.Context, c *redis.Client, prefix string) {
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+}
+
+// Must fails the test on err.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(fmt.Sprint(err))
+	}
+}

@@ -1,0 +1,9 @@
+DROP TABLE IF EXISTS service_tokens;
+DROP TABLE IF EXISTS signing_keys;
+DROP TABLE IF EXISTS api_keys;
+DROP TABLE IF EXISTS tenant_plan_changes;
+DROP TABLE IF EXISTS tenants;
+DROP TABLE IF EXISTS plan_rules;
+DROP TABLE IF EXISTS plan_price_tiers;
+DROP TABLE IF EXISTS plans;
+DROP FUNCTION IF EXISTS tollgate_notify_change();

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# services.sh starts the stores Tollgate needs on loopback and runs a command
+# against them.
+#
+#   scripts/services.sh test -- CMD...   throwaway Postgres, Redis and a
+#                                         3-master Redis Cluster on free ports
+#                                         in a temporary directory; runs CMD
+#                                         with TOLLGATE_TEST_* set; stops them
+#                                         by PID and removes the directory.
+#   scripts/services.sh run -- CMD...     persistent Postgres and Redis in
+#                                         .local/ (git-ignored) on fixed ports
+#                                         (TOLLGATE_DEV_PG_PORT, default 55432;
+#                                         TOLLGATE_DEV_REDIS_PORT, default
+#                                         56379); runs CMD with TOLLGATE_* set.
+#
+# Postgres refuses to run as root, so as root the servers run as the
+# "postgres" user (created when missing). Redis comes from Debian's
+# redis-server package, installed with apt-get when missing and we are root.
+set -euo pipefail
+
+mode=${1:?usage: services.sh test|run -- CMD...}
+shift
+[ "${1:-}" = "--" ] && shift
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+find_pg_bin() {
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(command -v initdb)"
+    return
+  fi
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return; }
+  done
+  log "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found."
+  log "Install them, e.g. 'apt-get install postgresql' (Debian) or 'brew install postgresql@15' (macOS)."
+  exit 1
+}
+
+ensure_redis() {
+  if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+    return
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing redis-server with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq redis-server >/dev/null
+    # The package may start a system instance; ours runs on its own port.
+    return
+  fi
+  log "redis-server and redis-cli not found."
+  log "Install them, e.g. 'sudo apt-get install redis-server' (Debian) or 'brew install redis' (macOS)."
+  exit 1
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+  # A port that is free, and whose +10000 (Redis Cluster bus) is free too.
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 30000))
+    if port_free "$p" && port_free $((p + 10000)); then
+      echo "$p"
+      return
+    fi
+  done
+  log "no free port found"
+  exit 1
+}
+
+as_pg_user() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u "$PG_USER" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+wait_for() { # wait_for SECONDS CMD...
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
+
+PG_BIN=$(find_pg_bin)
+ensure_redis
+PG_USER=postgres
+if [ "$(id -u)" = 0 ] && ! id "$PG_USER" >/dev/null 2>&1; then
+  useradd --system --no-create-home "$PG_USER"
+fi
+
+PIDS=()
+PGDATA_DIR=""
+cleanup() {
+  local rc=$?
+  if [ -n "$PGDATA_DIR" ] && [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+    as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$mode" = test ] && [ -n "${WORK:-}" ]; then rm -rf "$WORK"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_postgres() { # start_postgres DIR PORT
+  local dir=$1 port=$2
+  PGDATA_DIR=$dir/pg
+  if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
+    mkdir -p "$PGDATA_DIR"
+    if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$PGDATA_DIR"; fi
+    as_pg_user "$PG_BIN/initdb" -D "$PGDATA_DIR" -U tollgate --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
+      || { cat "$dir/initdb.log" >&2; exit 1; }
+  fi
+  # Socket and log live in a directory the server's user owns.
+  mkdir -p "$dir/pgrun"
+  if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$dir/pgrun"; fi
+  as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$dir/pgrun/postgres.log" -w -t 60 \
+    -o "-p $port -h 127.0.0.1 -k $dir/pgrun -c fsync=${TOLLGATE_PG_FSYNC:-on} -c max_connections=300" start >/dev/null \
+    || { cat "$dir/pgrun/postgres.log" >&2; exit 1; }
+  psql -h 127.0.0.1 -p "$port" -U tollgate -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='tollgate'" | grep -q 1 \
+    || psql -h 127.0.0.1 -p "$port" -U tollgate -d postgres -qc "CREATE DATABASE tollgate" >/dev/null
+}
+
+start_redis() { # start_redis DIR PORT [extra args...]
+  local dir=$1 port=$2
+  shift 2
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
+    --save "" --appendonly no --logfile "$dir/redis.log" "$@" &
+  PIDS+=($!)
+  wait_for 20 redis-cli -p "$port" ping || { cat "$dir/redis.log" >&2; exit 1; }
+}
+
+case "$mode" in
+test)
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
+  chmod 755 "$WORK"
+  pg_port=$(free_port)
+  start_postgres "$WORK" "$pg_port"
+  redis_port=$(free_port)
+  start_redis "$WORK/redis" "$redis_port"
+  cluster_ports=()
+  for i in 1 2 3; do
+    p=$(free_port)
+    while [[ " ${cluster_ports[*]} $redis_port $pg_port " == *" $p "* ]]; do p=$(free_port); done
+    cluster_ports+=("$p")
+    start_redis "$WORK/cluster$i" "$p" --cluster-enabled yes --cluster-config-file "$WORK/cluster$i/nodes.conf" --cluster-node-timeout 5000
+  done
+  addrs=()
+  for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$WORK/cluster-create.log" 2>&1 \
+    || { cat "$WORK/cluster-create.log" >&2; exit 1; }
+  cluster_ok() { for p in "${cluster_ports[@]}"; do redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok' || return 1; done; }
+  wait_for 30 cluster_ok || { log "redis cluster did not become ready"; exit 1; }
+  export TOLLGATE_TEST_DATABASE_URL="postgres://tollgate@127.0.0.1:$pg_port/tollgate?sslmode=disable"
+  export TOLLGATE_TEST_REDIS_ADDR="127.0.0.1:$redis_port"
+  export TOLLGATE_TEST_REDIS_CLUSTER_ADDRS
+  TOLLGATE_TEST_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${addrs[*]}")
+  export TOLLGATE_TEST_PG_DATA="$PGDATA_DIR" TOLLGATE_TEST_PG_BIN="$PG_BIN" TOLLGATE_TEST_WORK="$WORK"
+  log "postgres 127.0.0.1:$pg_port, redis 127.0.0.1:$redis_port, cluster $TOLLGATE_TEST_REDIS_CLUSTER_ADDRS"
+  ;;
+run)
+  WORK=$(pwd)/.local
+  mkdir -p "$WORK"
+  chmod 755 "$WORK"
+  pg_port=${TOLLGATE_DEV_PG_PORT:-55432}
+  redis_port=${TOLLGATE_DEV_REDIS_PORT:-56379}
+  port_free "$pg_port" || { log "port $pg_port is taken (set TOLLGATE_DEV_PG_PORT)"; exit 1; }
+  port_free "$redis_port" || { log "port $redis_port is taken (set TOLLGATE_DEV_REDIS_PORT)"; exit 1; }
+  start_postgres "$WORK" "$pg_port"
+  start_redis "$WORK/redis" "$redis_port"
+  export TOLLGATE_DATABASE_URL="postgres://tollgate@127.0.0.1:$pg_port/tollgate?sslmode=disable"
+  export TOLLGATE_REDIS_ADDR="127.0.0.1:$redis_port"
+  log "postgres 127.0.0.1:$pg_port (data in .local/pg), redis 127.0.0.1:$redis_port"
+  ;;
+*)
+  log "unknown mode $mode (want test or run)"
+  exit 2
+  ;;
+esac
+
+"$@" &
+child=$!
+PIDS=("$child" "${PIDS[@]}")
+set +e
+wait "$child"
+rc=$?
+PIDS=("${PIDS[@]:1}")
+exit $rc

@@ -1,0 +1,33 @@
+# Tollgate: `make run` brings the whole system up locally; `make test` runs
+# every test against throwaway Postgres, Redis and Redis Cluster servers.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+
+.PHONY: run test build bench loadgen vet fmt clean
+
+build:
+	$(GO) build -o $(BIN)/api ./cmd/api
+	$(GO) build -o $(BIN)/admin ./cmd/admin
+	$(GO) build -o $(BIN)/loadgen ./cmd/loadgen
+
+# Local Postgres and Redis in .local/, migrated and seeded; api on :8080,
+# admin on :8081. Ctrl-C stops everything.
+run: build
+	@scripts/services.sh run -- scripts/run-local.sh
+
+test:
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
+
+# Benchmarks of one check through the handler against real Redis.
+bench:
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/enforce/...
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

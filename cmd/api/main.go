@@ -1,0 +1,201 @@
+// Command api is Tollgate's hot-path check server: POST /v1/check decides
+// whether a caller may proceed, from an in-memory snapshot of plans and keys
+// and one limiter-store call.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+// Config is cmd/api's configuration, read from TOLLGATE_* variables.
+type Config struct {
+	Addr            string
+	DatabaseURL     string
+	Store           string // redis | memory
+	RedisAddr       string
+	RedisCluster    []string
+	RedisPassword   string
+	RedisTimeout    time.Duration
+	RedisPoolSize   int
+	KeyPrefix       string
+	ReloadInterval  time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+}
+
+func loadConfig(getenv func(string) string) (Config, error) {
+	e := config.New(getenv)
+	c := Config{
+		Addr:            e.String("TOLLGATE_API_ADDR", ":8080"),
+		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
+		Store:           e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory"),
+		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
+		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
+		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		RedisTimeout:    e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
+		RedisPoolSize:   e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
+		KeyPrefix:       e.String("TOLLGATE_KEY_PREFIX", "tg:"),
+		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
+		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		LogFormat:       e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json"),
+	}
+	for _, ch := range c.KeyPrefix {
+		if ch == '{' || ch == '}' {
+			e.Fail("TOLLGATE_KEY_PREFIX", "must not contain { or } (they would break Redis Cluster hash tags)")
+		}
+	}
+	return c, e.Err()
+}
+
+// NewLogger returns the slog logger the settings ask for.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
+// ready is not nil, the listening address is sent on it once serving.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: api\n\nServes the check API. Configuration is by environment variables; see the README.")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	db, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := postgres.CheckSchema(ctx, db); err != nil {
+		return err
+	}
+
+	var store limiter.Store
+	var ping func(context.Context) error
+	switch cfg.Store {
+	case "memory":
+		log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
+		store = limiter.NewMemoryStore(nil)
+		ping = func(context.Context) error { return nil }
+	default:
+		rc := newRedis(cfg)
+		defer rc.Close()
+		if err := limiter.LoadScript(ctx, rc); err != nil {
+			// Not fatal: checks fail by their rules' failure modes until
+			// Redis is back, and the script is loaded on first use.
+			log.Warn("redis not reachable at start", "err", err)
+		}
+		store = limiter.NewRedisStore(rc)
+		ping = func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	}
+
+	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
+	if err := holder.Reload(ctx); err != nil {
+		return err
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	defer stopSync()
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); holder.Sync(syncCtx, db, cfg.ReloadInterval) }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := enforce.NewMetrics(reg, holder)
+	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
+		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.RedisTimeout, Metrics: metrics, Log: log,
+	})
+
+	srv := &http.Server{
+		Handler:           routes(log, holder, checker, reg, db, ping),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_API_ADDR=%s: %w", cfg.Addr, err)
+	}
+	log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	// Stop accepting, finish in-flight checks, then stop the syncer; the
+	// deferred closes release Redis and Postgres last.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	stopSync()
+	<-syncDone
+	log.Info("api stopped")
+	return err
+}
+
+func newRedis(cfg Config) redis.UniversalClient {
+	if len(cfg.RedisCluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: cfg.RedisCluster, Password: cfg.RedisPassword, PoolSize: cfg.RedisPoolSize,
+			ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout,
+		})
+	}
+	return redis.NewClient(&redis.Options{
+		Addr: cfg.RedisAddr, Password: cfg.RedisPassword, PoolSize: cfg.RedisPoolSize,
+		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout,
+	})
+}

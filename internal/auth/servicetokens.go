@@ -1,0 +1,189 @@
+// Package auth issues and verifies the credentials of Tollgate's own
+// callers: service tokens for the check API (JWTs signed with Ed25519,
+// algorithm pinned to EdDSA).
+package auth
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Claims of service tokens.
+const (
+	Issuer        = "tollgate"
+	CheckAudience = "tollgate-check"
+)
+
+// ServiceToken is the record of a token issued to a check-API caller.
+type ServiceToken struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	KID       string     `json:"kid"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Store keeps signing keys and service tokens in Postgres.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a Store on db.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// signingKey returns the newest unretired key, creating one when none
+// exists.
+func (s *Store) signingKey(ctx context.Context) (kid string, priv ed25519.PrivateKey, err error) {
+	var raw []byte
+	err = s.db.QueryRow(ctx, `SELECT kid, private_key FROM signing_keys WHERE retired_at IS NULL
+		ORDER BY created_at DESC LIMIT 1`).Scan(&kid, &raw)
+	if err == nil {
+		return kid, ed25519.PrivateKey(raw), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, fmt.Errorf("auth: signing key: %w", err)
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", nil, fmt.Errorf("auth: generate signing key: %w", err)
+	}
+	idBytes := make([]byte, 9)
+	_, _ = rand.Read(idBytes)
+	kid = base64.RawURLEncoding.EncodeToString(idBytes)
+	if _, err := s.db.Exec(ctx, `INSERT INTO signing_keys (kid, public_key, private_key) VALUES ($1, $2, $3)`,
+		kid, []byte(pub), []byte(priv)); err != nil {
+		return "", nil, fmt.Errorf("auth: store signing key: %w", err)
+	}
+	return kid, priv, nil
+}
+
+// IssueServiceToken records a token named name valid for ttl (0 = one
+// year) and returns it signed. The token is shown once; only its record is
+// kept.
+func (s *Store) IssueServiceToken(ctx context.Context, name string, ttl time.Duration) (string, ServiceToken, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 200 {
+		return "", ServiceToken{}, tollgate.Invalid(map[string]string{"name": "must be 1–200 characters"})
+	}
+	if ttl <= 0 {
+		ttl = 365 * 24 * time.Hour
+	}
+	kid, priv, err := s.signingKey(ctx)
+	if err != nil {
+		return "", ServiceToken{}, err
+	}
+	var st ServiceToken
+	now := time.Now().UTC().Truncate(time.Second)
+	exp := now.Add(ttl)
+	err = s.db.QueryRow(ctx, `INSERT INTO service_tokens (name, kid, created_at, expires_at) VALUES ($1, $2, $3, $4)
+		RETURNING id, name, kid, created_at, expires_at, revoked_at`, name, kid, now, exp).
+		Scan(&st.ID, &st.Name, &st.KID, &st.CreatedAt, &st.ExpiresAt, &st.RevokedAt)
+	if err != nil {
+		return "", ServiceToken{}, fmt.Errorf("auth: issue service token: %w", err)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{
+		Issuer:    Issuer,
+		Subject:   "service:" + name,
+		Audience:  jwt.ClaimStrings{CheckAudience},
+		ID:        st.ID,
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(exp),
+	})
+	tok.Header["kid"] = kid
+	signed, err := tok.SignedString(priv)
+	if err != nil {
+		return "", ServiceToken{}, fmt.Errorf("auth: sign service token: %w", err)
+	}
+	return signed, st, nil
+}
+
+// RevokeServiceToken revokes the token with id.
+func (s *Store) RevokeServiceToken(ctx context.Context, id string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id::text = $1`, id)
+	if err != nil {
+		return fmt.Errorf("auth: revoke service token: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return tollgate.Errorf(tollgate.ENOTFOUND, "service token %s not found", id)
+	}
+	return nil
+}
+
+// ListServiceTokens returns every service token record, newest first.
+func (s *Store) ListServiceTokens(ctx context.Context) ([]ServiceToken, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, name, kid, created_at, expires_at, revoked_at
+		FROM service_tokens ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("auth: list service tokens: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ServiceToken, error) {
+		var st ServiceToken
+		err := r.Scan(&st.ID, &st.Name, &st.KID, &st.CreatedAt, &st.ExpiresAt, &st.RevokedAt)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: list service tokens: %w", err)
+	}
+	return list, nil
+}
+
+// PublicKeys returns the public half of every signing key by kid.
+func (s *Store) PublicKeys(ctx context.Context) (map[string]ed25519.PublicKey, error) {
+	rows, err := s.db.Query(ctx, `SELECT kid, public_key FROM signing_keys`)
+	if err != nil {
+		return nil, fmt.Errorf("auth: public keys: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]ed25519.PublicKey{}
+	for rows.Next() {
+		var kid string
+		var pub []byte
+		if err := rows.Scan(&kid, &pub); err != nil {
+			return nil, fmt.Errorf("auth: public keys: %w", err)
+		}
+		out[kid] = ed25519.PublicKey(pub)
+	}
+	return out, rows.Err()
+}
+
+// ErrBadToken is returned for any token that does not verify; callers get
+// no detail on why.
+var ErrBadToken = tollgate.Errorf(tollgate.EUNAUTHORIZED, "missing or invalid service token")
+
+// VerifyServiceToken checks the token's signature (EdDSA only, key chosen
+// by kid among keys), issuer, audience and expiry at now, and returns its
+// ID (jti) and expiry.
+func VerifyServiceToken(token string, keys map[string]ed25519.PublicKey, now time.Time) (id string, expires time.Time, err error) {
+	var claims jwt.RegisteredClaims
+	parsed, err := jwt.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		key, ok := keys[kid]
+		if !ok {
+			return nil, errors.New("unknown kid")
+		}
+		return key, nil
+	},
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+		jwt.WithIssuer(Issuer),
+		jwt.WithAudience(CheckAudience),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+	)
+	if err != nil || !parsed.Valid || claims.ID == "" {
+		return "", time.Time{}, ErrBadToken
+	}
+	return claims.ID, claims.ExpiresAt.Time, nil
+}

@@ -1,0 +1,398 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// Reasons a decision gives.
+const (
+	ReasonOK              = "ok"
+	ReasonRateLimited     = "rate_limited"
+	ReasonInvalidKey      = "invalid_key"
+	ReasonKeyRevoked      = "key_revoked"
+	ReasonKeyExpired      = "key_expired"
+	ReasonTenantSuspended = "tenant_suspended"
+	ReasonUnavailable     = "unavailable"
+	// ReasonKeyRequired: an anonymous caller, and no active anonymous plan.
+	ReasonKeyRequired = "key_required"
+)
+
+// Tiers.
+const (
+	TierAuthenticated = "authenticated"
+	TierAnonymous     = "anonymous"
+)
+
+// Request is one check, validated.
+type Request struct {
+	Key      string
+	IP       string
+	Resource string
+	Cost     int64
+	DryRun   bool
+}
+
+// RuleResult is one rule's part of a decision. Durations are ms, rounded
+// up so that a caller never retries too early.
+type RuleResult struct {
+	Name         string            `json:"name"`
+	Algorithm    limiter.Algorithm `json:"algorithm"`
+	Mode         plans.Mode        `json:"mode"`
+	Limit        int64             `json:"limit"`
+	WindowS      int64             `json:"window_s"`
+	Allowed      bool              `json:"allowed"`
+	Remaining    int64             `json:"remaining"`
+	ResetAfterMS int64             `json:"reset_after_ms"`
+	RetryAfterMS int64             `json:"retry_after_ms"`
+	DelayMS      int64             `json:"delay_ms,omitempty"`
+	WouldDeny    bool              `json:"would_deny,omitempty"`
+	Degraded     bool              `json:"degraded,omitempty"`
+}
+
+// Decision is the answer to a check (the body of a 200 from /v1/check).
+// Limit, Remaining, ResetAfterMS and Policy describe the governing rule
+// and are absent when no rule applied.
+type Decision struct {
+	Allowed      bool         `json:"allowed"`
+	Reason       string       `json:"reason"`
+	Tier         string       `json:"tier"`
+	TenantID     string       `json:"tenant_id,omitempty"`
+	KeyID        string       `json:"key_id,omitempty"`
+	Plan         string       `json:"plan,omitempty"`
+	Limit        *int64       `json:"limit,omitempty"`
+	Remaining    *int64       `json:"remaining,omitempty"`
+	ResetAfterMS *int64       `json:"reset_after_ms,omitempty"`
+	RetryAfterMS int64        `json:"retry_after_ms"`
+	DelayMS      int64        `json:"delay_ms,omitempty"`
+	Policy       string       `json:"policy,omitempty"`
+	Degraded     bool         `json:"degraded"`
+	Rules        []RuleResult `json:"rules"`
+
+	// NowUS is when the decision was made (the store's clock).
+	NowUS int64 `json:"-"`
+	// governing indexes Rules; -1 when no rule applied.
+	governing int
+}
+
+// Governing returns the rule the top-level fields describe, if any.
+func (d *Decision) Governing() (RuleResult, bool) {
+	if d.governing < 0 || d.governing >= len(d.Rules) {
+		return RuleResult{}, false
+	}
+	return d.Rules[d.governing], true
+}
+
+// UsageEvent is one decision as the usage pipeline counts it.
+type UsageEvent struct {
+	AtUS     int64
+	TenantID string
+	KeyID    string
+	Tier     string
+	IP       string
+	Resource string
+	Cost     int64
+	Allowed  bool
+	Reason   string
+	// Rules names the rules that applied; Denied the ones that denied.
+	Rules  []string
+	Denied []string
+}
+
+// Recorder counts decisions. Record must not block: the hot path calls it
+// for every check that is not a dry run.
+type Recorder interface {
+	Record(UsageEvent)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Record(UsageEvent) {}
+
+// Checker decides checks. It is safe for concurrent use.
+type Checker struct {
+	holder   *Holder
+	store    limiter.Store
+	prefix   string
+	timeout  time.Duration
+	recorder Recorder
+	metrics  *Metrics
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+// CheckerConfig configures a Checker.
+type CheckerConfig struct {
+	// Prefix starts every limiter state key (default "tg:").
+	Prefix string
+	// StoreTimeout bounds one store call (default 250ms); past it the
+	// rules' failure modes decide.
+	StoreTimeout time.Duration
+	Recorder     Recorder
+	Metrics      *Metrics
+	Log          *slog.Logger
+}
+
+// NewChecker returns a Checker on the holder's snapshots and store.
+func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker {
+	c := &Checker{holder: holder, store: store, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now}
+	if c.prefix == "" {
+		c.prefix = "tg:"
+	}
+	if c.timeout <= 0 {
+		c.timeout = 250 * time.Millisecond
+	}
+	if c.recorder == nil {
+		c.recorder = nopRecorder{}
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// ErrNotReady is returned before the first snapshot has loaded.
+var ErrNotReady = errors.New("enforce: snapshot not loaded")
+
+// Check decides r. Errors are for requests that cannot be decided at all
+// (no snapshot yet, or an ip-scoped rule and no ip); a store outage is a
+// degraded decision, not an error.
+func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
+	s := c.holder.Current()
+	if s == nil {
+		return Decision{}, ErrNotReady
+	}
+	d := Decision{Tier: TierAnonymous, Rules: []RuleResult{}, governing: -1}
+	var plan *planView
+	var tag, keyID, tenantID string
+	if r.Key != "" {
+		d.Tier = TierAuthenticated
+		if !tenants.WellFormed(r.Key) {
+			return c.finish(d, r, ReasonInvalidKey), nil
+		}
+		k := c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
+		if k == nil {
+			return c.finish(d, r, ReasonInvalidKey), nil
+		}
+		d.TenantID, d.KeyID = k.tenant.id, k.id
+		if k.tenant.plan != nil {
+			d.Plan = k.tenant.plan.name
+		}
+		now := c.now()
+		switch {
+		case k.revokedAt != nil && !k.revokedAt.After(now):
+			return c.finish(d, r, ReasonKeyRevoked), nil
+		case k.expiresAt != nil && !k.expiresAt.After(now):
+			return c.finish(d, r, ReasonKeyExpired), nil
+		case k.tenant.status != tenants.StatusActive:
+			return c.finish(d, r, ReasonTenantSuspended), nil
+		}
+		plan, tag, keyID, tenantID = k.tenant.plan, k.tenant.id, k.id, k.tenant.id
+	} else {
+		if s.anonymous == nil {
+			return c.finish(d, r, ReasonKeyRequired), nil
+		}
+		plan, tag = s.anonymous, "a:"+r.IP
+		d.Plan = plan.name
+	}
+	if plan == nil {
+		return c.finish(d, r, ReasonOK), nil
+	}
+
+	var matched []*compiledRule
+	for i := range plan.rules {
+		if plans.MatchResource(plan.rules[i].Resource, r.Resource) {
+			matched = append(matched, &plan.rules[i])
+		}
+	}
+	if len(matched) == 0 {
+		return c.finish(d, r, ReasonOK), nil
+	}
+	reqs := make([]limiter.Request, len(matched))
+	for i, rule := range matched {
+		var scopeID string
+		switch rule.Scope {
+		case plans.ScopeKey:
+			scopeID = "k:" + keyID
+			if keyID == "" { // anonymous callers are their IP
+				scopeID = "i:" + r.IP
+			}
+		case plans.ScopeTenant:
+			scopeID = "t:" + tenantID
+			if tenantID == "" {
+				scopeID = "i:" + r.IP
+			}
+		case plans.ScopeIP:
+			if r.IP == "" {
+				return Decision{}, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
+			}
+			scopeID = "i:" + r.IP
+		}
+		reqs[i] = limiter.Request{
+			Key:    c.prefix + "{" + tag + "}:" + rule.keyPart + ":" + scopeID,
+			Params: rule.params,
+			Shadow: rule.Mode == plans.ModeShadow,
+		}
+	}
+
+	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun})
+	cancel()
+	if err != nil {
+		c.metrics.storeError()
+		c.log.WarnContext(ctx, "limiter store unavailable; failure modes decide", "err", err)
+		return c.degraded(d, r, matched), nil
+	}
+	d.NowUS = out.NowUS
+	d.Allowed = out.Admitted
+	for i, rule := range matched {
+		res := out.Results[i]
+		rr := ruleResult(rule, res)
+		if rule.Mode == plans.ModeShadow && !res.Allowed {
+			rr.Allowed, rr.WouldDeny = true, true
+			rr.RetryAfterMS = 0
+			c.metrics.wouldDeny(rule.Name)
+		}
+		d.Rules = append(d.Rules, rr)
+	}
+	d.governing = governing(d.Rules, d.Allowed)
+	reason := ReasonOK
+	if !d.Allowed {
+		reason = ReasonRateLimited
+	}
+	return c.finish(d, r, reason), nil
+}
+
+func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
+	return RuleResult{
+		Name:         rule.Name,
+		Algorithm:    rule.Algorithm,
+		Mode:         rule.Mode,
+		Limit:        rule.Limit,
+		WindowS:      rule.windowS,
+		Allowed:      res.Allowed,
+		Remaining:    res.Remaining,
+		ResetAfterMS: msCeil(res.ResetAfterUS),
+		RetryAfterMS: msCeil(res.RetryAfterUS),
+		DelayMS:      msCeil(res.DelayUS),
+	}
+}
+
+// degraded decides by failure modes: any closed enforce rule denies.
+func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decision {
+	d.Degraded = true
+	d.Allowed = true
+	for _, rule := range matched {
+		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
+			WindowS: rule.windowS, Allowed: true, Degraded: true}
+		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
+			rr.Allowed = false
+			d.Allowed = false
+		}
+		d.Rules = append(d.Rules, rr)
+	}
+	d.NowUS = c.now().UnixMicro()
+	reason := ReasonOK
+	if !d.Allowed {
+		reason = ReasonUnavailable
+		for i, rr := range d.Rules {
+			if !rr.Allowed {
+				d.governing = i
+				break
+			}
+		}
+	}
+	return c.finish(d, r, reason)
+}
+
+// governing picks the rule the top-level fields describe: on a denial the
+// denying rule with the longest retry (never = longest), otherwise the
+// rule with the least remaining. Enforce rules win over shadow ones.
+func governing(rules []RuleResult, allowed bool) int {
+	best := -1
+	for i, rr := range rules {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := rules[best]
+		if !allowed {
+			if rr.Allowed {
+				continue
+			}
+			if b.Allowed || longerRetry(rr.RetryAfterMS, b.RetryAfterMS) {
+				best = i
+			}
+			continue
+		}
+		if (b.Mode == plans.ModeShadow && rr.Mode == plans.ModeEnforce) ||
+			(b.Mode == rr.Mode && rr.Remaining < b.Remaining) {
+			best = i
+		}
+	}
+	return best
+}
+
+func longerRetry(a, b int64) bool {
+	if b < 0 {
+		return false
+	}
+	return a < 0 || a > b
+}
+
+func (c *Checker) finish(d Decision, r Request, reason string) Decision {
+	d.Reason = reason
+	if d.NowUS == 0 {
+		d.NowUS = c.now().UnixMicro()
+	}
+	if g, ok := d.Governing(); ok {
+		d.Limit, d.Remaining, d.ResetAfterMS = &g.Limit, &g.Remaining, &g.ResetAfterMS
+		d.Policy = g.Name
+		if !d.Allowed {
+			d.RetryAfterMS = g.RetryAfterMS
+		}
+	}
+	for _, rr := range d.Rules {
+		d.DelayMS = max(d.DelayMS, rr.DelayMS)
+	}
+	c.metrics.decision(d.Allowed, reason)
+	if !r.DryRun {
+		ev := UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
+			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}
+		for _, rr := range d.Rules {
+			ev.Rules = append(ev.Rules, rr.Name)
+			if !rr.Allowed {
+				ev.Denied = append(ev.Denied, rr.Name)
+			}
+		}
+		c.recorder.Record(ev)
+	}
+	return d
+}
+
+func msCeil(us int64) int64 {
+	if us <= 0 {
+		return us
+	}
+	return (us + 999) / 1000
+}
+
+// NormalizeIP returns the canonical text of an IP address (IPv4-mapped
+// IPv6 addresses become IPv4), or false.
+func NormalizeIP(s string) (string, bool) {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return "", false
+	}
+	return a.Unmap().WithZone("").String(), true
+}

@@ -1,0 +1,262 @@
+// Package plans holds plans: the rules (limits) they grant and their
+// pricing. Money is integer minor units of the plan's currency.
+package plans
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+)
+
+// AnonymousPlan is the built-in plan of callers without a key.
+const AnonymousPlan = "anonymous"
+
+// Scope says whose allowance a rule counts against.
+type Scope string
+
+// Scopes.
+const (
+	ScopeKey    Scope = "key"
+	ScopeTenant Scope = "tenant"
+	ScopeIP     Scope = "ip"
+)
+
+// Mode says whether a rule denies (enforce) or only reports (shadow).
+type Mode string
+
+// Modes.
+const (
+	ModeEnforce Mode = "enforce"
+	ModeShadow  Mode = "shadow"
+)
+
+// FailureMode decides a rule's verdict when its store cannot be reached.
+type FailureMode string
+
+// Failure modes.
+const (
+	FailOpen   FailureMode = "open"
+	FailClosed FailureMode = "closed"
+)
+
+// Options are algorithm-specific rule settings.
+type Options struct {
+	// LeakyMode is "police" (default) or "shape" for leaky_bucket.
+	LeakyMode string `json:"leaky_mode,omitempty"`
+	// Calendar aligns fixed_window to UTC "day" or "month".
+	Calendar string `json:"calendar,omitempty"`
+	// Anchor "first_request" starts a fixed window at its first request.
+	Anchor string `json:"anchor,omitempty"`
+}
+
+// Rule is one limit of a plan.
+type Rule struct {
+	ID          int64             `json:"id"`
+	Name        string            `json:"name"`
+	Algorithm   limiter.Algorithm `json:"algorithm"`
+	Limit       int64             `json:"limit"`
+	PeriodUS    int64             `json:"period_us"`
+	Burst       int64             `json:"burst"`
+	Resource    string            `json:"resource"`
+	Scope       Scope             `json:"scope"`
+	Mode        Mode              `json:"mode"`
+	FailureMode FailureMode       `json:"failure_mode"`
+	Options     Options           `json:"options"`
+}
+
+// Params returns the rule's limiter parameters.
+func (r Rule) Params() limiter.Params {
+	return limiter.Params{
+		Algorithm:          r.Algorithm,
+		Limit:              r.Limit,
+		PeriodUS:           r.PeriodUS,
+		Burst:              r.Burst,
+		Shape:              r.Options.LeakyMode == "shape",
+		Calendar:           limiter.Calendar(r.Options.Calendar),
+		AnchorFirstRequest: r.Options.Anchor == "first_request",
+	}
+}
+
+// WithDefaults fills unset fields: burst = limit, resource "*", scope key,
+// mode enforce, failure mode open.
+func (r Rule) WithDefaults() Rule {
+	if r.Algorithm == "" {
+		r.Algorithm = limiter.GCRA
+	}
+	if r.Burst == 0 {
+		r.Burst = r.Limit
+	}
+	if r.Resource == "" {
+		r.Resource = "*"
+	}
+	if r.Scope == "" {
+		r.Scope = ScopeKey
+	}
+	if r.Mode == "" {
+		r.Mode = ModeEnforce
+	}
+	if r.FailureMode == "" {
+		r.FailureMode = FailOpen
+	}
+	return r
+}
+
+var ruleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// Validate returns field → problem for every invalid field (prefix is
+// prepended to field names, e.g. "rules[0].").
+func (r Rule) Validate(prefix string, f map[string]string) {
+	if !ruleName.MatchString(r.Name) {
+		f[prefix+"name"] = "must be 1–63 letters, digits, '_', '.', '-', starting with a letter or digit"
+	}
+	if r.Burst < 1 && r.Limit > 0 {
+		f[prefix+"burst"] = "must be ≥ 1"
+	}
+	for k, v := range r.Params().Validate() {
+		if k == "mode" {
+			k = "options.leaky_mode"
+		}
+		if k == "calendar" || k == "anchor" {
+			k = "options." + k
+		}
+		f[prefix+k] = v
+	}
+	if m := r.Options.LeakyMode; m != "" && m != "police" && m != "shape" {
+		f[prefix+"options.leaky_mode"] = "must be police or shape"
+	}
+	if a := r.Options.Anchor; a != "" && a != "first_request" {
+		f[prefix+"options.anchor"] = "must be first_request"
+	}
+	if err := ValidatePattern(r.Resource); err != "" {
+		f[prefix+"resource"] = err
+	}
+	switch r.Scope {
+	case ScopeKey, ScopeTenant, ScopeIP:
+	default:
+		f[prefix+"scope"] = "must be key, tenant or ip"
+	}
+	switch r.Mode {
+	case ModeEnforce, ModeShadow:
+	default:
+		f[prefix+"mode"] = "must be enforce or shadow"
+	}
+	switch r.FailureMode {
+	case FailOpen, FailClosed:
+	default:
+		f[prefix+"failure_mode"] = "must be open or closed"
+	}
+}
+
+var (
+	methodPattern = regexp.MustCompile(`^(\*|[A-Z]{1,16})$`)
+	pathPattern   = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()+,;=:@%/{}-]*\*?$`)
+)
+
+// ValidatePattern returns a problem with a resource pattern, or "". A
+// pattern is "*" (everything), or "METHOD PATH" where METHOD is an
+// upper-case HTTP method or "*", and PATH starts with "/" and may end with
+// "*" to match every path with that prefix.
+func ValidatePattern(p string) string {
+	if p == "*" {
+		return ""
+	}
+	method, path, ok := strings.Cut(p, " ")
+	if !ok || !methodPattern.MatchString(method) || !pathPattern.MatchString(path) {
+		return `must be "*" or "METHOD /path" (METHOD upper-case or "*"; a trailing "*" matches a prefix)`
+	}
+	return ""
+}
+
+// MatchResource reports whether resource matches pattern (see
+// ValidatePattern).
+func MatchResource(pattern, resource string) bool {
+	if pattern == "*" {
+		return true
+	}
+	pm, pp, _ := strings.Cut(pattern, " ")
+	rm, rp, ok := strings.Cut(resource, " ")
+	if !ok {
+		rm, rp = "", resource
+	}
+	if pm != "*" && pm != rm {
+		return false
+	}
+	if prefix, ok := strings.CutSuffix(pp, "*"); ok {
+		return strings.HasPrefix(rp, prefix)
+	}
+	return pp == rp
+}
+
+// PriceTier prices overage units up to UpTo (nil: and beyond) at
+// UnitMinor each.
+type PriceTier struct {
+	UpTo      *int64 `json:"up_to"`
+	UnitMinor int64  `json:"unit_minor"`
+}
+
+// Plan is a named tier with rules and pricing.
+type Plan struct {
+	ID               int64       `json:"id"`
+	Name             string      `json:"name"`
+	DisplayName      string      `json:"display_name"`
+	Currency         string      `json:"currency"`
+	BaseFeeMinor     int64       `json:"base_fee_minor"`
+	IncludedUnits    int64       `json:"included_units"`
+	OverageUnitMinor int64       `json:"overage_unit_minor"`
+	Tiers            []PriceTier `json:"tiers"`
+	Rules            []Rule      `json:"rules"`
+	ArchivedAt       *time.Time  `json:"archived_at,omitempty"`
+	CreatedAt        time.Time   `json:"created_at"`
+	UpdatedAt        time.Time   `json:"updated_at"`
+}
+
+var planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate checks the plan's fields and rules, naming each bad field.
+func (p *Plan) Validate() error {
+	f := map[string]string{}
+	if !planName.MatchString(p.Name) {
+		f["name"] = "must be 1–63 lower-case letters, digits, '_' or '-'"
+	}
+	if p.Currency == "" {
+		p.Currency = "USD"
+	}
+	if !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(p.Currency) {
+		f["currency"] = "must be an ISO 4217 code such as USD"
+	}
+	for name, v := range map[string]int64{"base_fee_minor": p.BaseFeeMinor, "included_units": p.IncludedUnits, "overage_unit_minor": p.OverageUnitMinor} {
+		if v < 0 {
+			f[name] = "must be a non-negative integer"
+		}
+	}
+	var last int64
+	for i, t := range p.Tiers {
+		k := fmt.Sprintf("tiers[%d].", i)
+		if t.UnitMinor < 0 {
+			f[k+"unit_minor"] = "must be a non-negative integer"
+		}
+		switch {
+		case t.UpTo == nil && i != len(p.Tiers)-1:
+			f[k+"up_to"] = "only the last tier may be open-ended"
+		case t.UpTo != nil && *t.UpTo <= last:
+			f[k+"up_to"] = "must be greater than the previous tier's"
+		case t.UpTo != nil:
+			last = *t.UpTo
+		}
+	}
+	seen := map[string]bool{}
+	for i := range p.Rules {
+		p.Rules[i] = p.Rules[i].WithDefaults()
+		k := fmt.Sprintf("rules[%d].", i)
+		p.Rules[i].Validate(k, f)
+		if seen[p.Rules[i].Name] {
+			f[k+"name"] = "must be unique within the plan"
+		}
+		seen[p.Rules[i].Name] = true
+	}
+	return tollgate.Invalid(f)
+}

@@ -1,0 +1,187 @@
+package plans
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// Store keeps plans in Postgres. It is safe for concurrent use.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a Store on db.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+const planColumns = `id, name, display_name, currency, base_fee_minor, included_units,
+	overage_unit_minor, archived_at, created_at, updated_at`
+
+func scanPlan(row pgx.Row) (Plan, error) {
+	var p Plan
+	err := row.Scan(&p.ID, &p.Name, &p.DisplayName, &p.Currency, &p.BaseFeeMinor, &p.IncludedUnits,
+		&p.OverageUnitMinor, &p.ArchivedAt, &p.CreatedAt, &p.UpdatedAt)
+	return p, err
+}
+
+// List returns every plan (archived ones too) with rules and tiers,
+// ordered by name.
+func (s *Store) List(ctx context.Context) ([]Plan, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+planColumns+` FROM plans ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("plans: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Plan, error) { return scanPlan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("plans: list: %w", err)
+	}
+	byID := map[int64]*Plan{}
+	for i := range list {
+		list[i].Rules, list[i].Tiers = []Rule{}, []PriceTier{}
+		byID[list[i].ID] = &list[i]
+	}
+	if err := s.loadChildren(ctx, s.db, byID); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+
+func (s *Store) loadChildren(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, byID map[int64]*Plan) error {
+	ids := make([]int64, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	rows, err := q.Query(ctx, `SELECT id, plan_id, name, algorithm, limit_count, period_us, burst,
+		resource, scope, mode, failure_mode, options FROM plan_rules WHERE plan_id = ANY($1)
+		ORDER BY plan_id, position, id`, ids)
+	if err != nil {
+		return fmt.Errorf("plans: load rules: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Rule
+		var planID int64
+		var opts []byte
+		if err := rows.Scan(&r.ID, &planID, &r.Name, &r.Algorithm, &r.Limit, &r.PeriodUS, &r.Burst,
+			&r.Resource, &r.Scope, &r.Mode, &r.FailureMode, &opts); err != nil {
+			return fmt.Errorf("plans: scan rule: %w", err)
+		}
+		if err := json.Unmarshal(opts, &r.Options); err != nil {
+			return fmt.Errorf("plans: rule %d options: %w", r.ID, err)
+		}
+		byID[planID].Rules = append(byID[planID].Rules, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("plans: load rules: %w", err)
+	}
+	trows, err := q.Query(ctx, `SELECT plan_id, up_to, unit_minor FROM plan_price_tiers
+		WHERE plan_id = ANY($1) ORDER BY plan_id, position`, ids)
+	if err != nil {
+		return fmt.Errorf("plans: load tiers: %w", err)
+	}
+	defer trows.Close()
+	for trows.Next() {
+		var t PriceTier
+		var planID int64
+		if err := trows.Scan(&planID, &t.UpTo, &t.UnitMinor); err != nil {
+			return fmt.Errorf("plans: scan tier: %w", err)
+		}
+		byID[planID].Tiers = append(byID[planID].Tiers, t)
+	}
+	return trows.Err()
+}
+
+// Get returns the plan with id, or ENOTFOUND.
+func (s *Store) Get(ctx context.Context, id int64) (Plan, error) {
+	return s.getWhere(ctx, "id = $1", id)
+}
+
+// GetByName returns the plan named name, or ENOTFOUND.
+func (s *Store) GetByName(ctx context.Context, name string) (Plan, error) {
+	return s.getWhere(ctx, "name = $1", name)
+}
+
+func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, error) {
+	p, err := scanPlan(s.db.QueryRow(ctx, `SELECT `+planColumns+` FROM plans WHERE `+where, arg))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Plan{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %v not found", arg)
+	}
+	if err != nil {
+		return Plan{}, fmt.Errorf("plans: get: %w", err)
+	}
+	p.Rules, p.Tiers = []Rule{}, []PriceTier{}
+	if err := s.loadChildren(ctx, s.db, map[int64]*Plan{p.ID: &p}); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// Put creates the plan, or replaces the plan of the same name: its pricing,
+// rules and tiers. Rules keep their identity by name, so limiter state
+// carries over a change of limits. It returns the stored plan.
+func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	var id int64
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
+			included_units, overage_unit_minor) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name,
+			currency = EXCLUDED.currency, base_fee_minor = EXCLUDED.base_fee_minor,
+			included_units = EXCLUDED.included_units, overage_unit_minor = EXCLUDED.overage_unit_minor,
+			updated_at = now() RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor).Scan(&id)
+		if err != nil {
+			return fmt.Errorf("plans: put: %w", err)
+		}
+		return replaceChildren(ctx, tx, id, p)
+	})
+	if err != nil {
+		return Plan{}, err
+	}
+	return s.Get(ctx, id)
+}
+
+func replaceChildren(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
+	names := make([]string, len(p.Rules))
+	for i, r := range p.Rules {
+		names[i] = r.Name
+		opts, _ := json.Marshal(r.Options)
+		_, err := tx.Exec(ctx, `INSERT INTO plan_rules (plan_id, name, algorithm, limit_count, period_us,
+			burst, resource, scope, mode, failure_mode, options, position)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+			ON CONFLICT (plan_id, name) DO UPDATE SET algorithm = EXCLUDED.algorithm,
+			limit_count = EXCLUDED.limit_count, period_us = EXCLUDED.period_us, burst = EXCLUDED.burst,
+			resource = EXCLUDED.resource, scope = EXCLUDED.scope, mode = EXCLUDED.mode,
+			failure_mode = EXCLUDED.failure_mode, options = EXCLUDED.options, position = EXCLUDED.position`,
+			id, r.Name, r.Algorithm, r.Limit, r.PeriodUS, r.Burst, r.Resource, r.Scope, r.Mode,
+			r.FailureMode, opts, i)
+		if err != nil {
+			return fmt.Errorf("plans: put rule %s: %w", r.Name, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM plan_rules WHERE plan_id = $1 AND NOT (name = ANY($2))`, id, names); err != nil {
+		return fmt.Errorf("plans: prune rules: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM plan_price_tiers WHERE plan_id = $1`, id); err != nil {
+		return fmt.Errorf("plans: replace tiers: %w", err)
+	}
+	for i, t := range p.Tiers {
+		if _, err := tx.Exec(ctx, `INSERT INTO plan_price_tiers (plan_id, up_to, unit_minor, position)
+			VALUES ($1, $2, $3, $4)`, id, t.UpTo, t.UnitMinor, i); err != nil {
+			return fmt.Errorf("plans: put tier: %w", err)
+		}
+	}
+	return nil
+}

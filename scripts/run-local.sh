@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# run-local.sh: run by `make run` inside scripts/services.sh with
+# TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_ADDR set. Migrates, seeds the
+# demo, starts api and admin, prints a working curl example, and waits.
+set -euo pipefail
+bin=./bin
+"$bin/admin" migrate up
+seed=$("$bin/admin" seed demo --json)
+field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | head -1; }
+token=$(field service_token)
+pro=$(field pro)
+free=$(field free)
+api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
+admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
+export TOLLGATE_API_ADDR=$api_addr TOLLGATE_ADMIN_ADDR=$admin_addr
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT
+trap 'exit 0' INT TERM
+"$bin/api" & pids+=($!)
+"$bin/admin" serve & pids+=($!)
+for _ in $(seq 1 100); do
+  curl -fsS "http://$api_addr/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+cat <<MSG
+
+Tollgate is running: check API http://$api_addr, admin http://$admin_addr
+Demo keys (shown once): pro $pro
+                        free $free
+
+Try a check:
+
+  curl -i http://$api_addr/v1/check \\
+    -H 'Authorization: Bearer $token' \\
+    -H 'Content-Type: application/json' \\
+    -d '{"key": "$pro", "resource": "GET /repos"}'
+
+Anonymous (60/hour per IP):
+
+  curl -i http://$api_addr/v1/check -H 'Authorization: Bearer $token' -d '{"ip": "203.0.113.7"}'
+
+Ctrl-C stops everything; data stays in .local/.
+MSG
+wait -n "${pids[@]}"

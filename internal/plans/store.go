@@ -53,7 +53,6 @@ func (s *Store) List(ctx context.Context) ([]Plan, error) {
 	return list, nil
 }
 
-
 func (s *Store) loadChildren(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, byID map[int64]*Plan) error {

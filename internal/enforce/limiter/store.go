@@ -226,4 +226,3 @@ func (s *MemoryStore) Len() int {
 	defer s.mu.Unlock()
 	return len(s.entries)
 }
-

@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// fixture is a database with the demo plans, one tenant per paid plan with
+// a key each, and a service token.
+type fixture struct {
+	dbURL   string
+	db      *pgxpool.Pool
+	token   string
+	keys    map[string]string // plan → secret
+	keyIDs  map[string]string // plan → key ID
+	tenants map[string]tenants.Tenant
+	prefix  string // Redis key prefix of this test
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{dbURL: testenv.DatabaseURL(t), keys: map[string]string{}, keyIDs: map[string]string{}, tenants: map[string]tenants.Tenant{}}
+	var err error
+	f.db, err = pgxpool.New(ctx, f.dbURL)
+	testenv.Must(t, err)
+	t.Cleanup(f.db.Close)
+	ps, ts := plans.NewStore(f.db), tenants.NewStore(f.db)
+	ids := map[string]int64{}
+	for _, p := range plans.DemoPlans() {
+		stored, err := ps.Put(ctx, p)
+		testenv.Must(t, err)
+		ids[p.Name] = stored.ID
+	}
+	for _, tier := range []string{"free", "pro", "enterprise"} {
+		tn, err := ts.Create(ctx, "t-"+tier, ids[tier])
+		testenv.Must(t, err)
+		secret, k, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+		testenv.Must(t, err)
+		f.keys[tier], f.keyIDs[tier], f.tenants[tier] = secret, k.ID, tn
+	}
+	f.token, _, err = auth.NewStore(f.db).IssueServiceToken(ctx, "test-gateway", time.Hour)
+	testenv.Must(t, err)
+	_, f.prefix = testenv.Redis(t)
+	return f
+}
+
+// startAPI runs cmd/api's run() on a free port and returns its base URL.
+// extra overrides environment variables.
+func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
+	t.Helper()
+	env := map[string]string{
+		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
+		"TOLLGATE_DATABASE_URL":    f.dbURL,
+		"TOLLGATE_REDIS_ADDR":      testenv.RedisAddr(t),
+		"TOLLGATE_KEY_PREFIX":      f.prefix,
+		"TOLLGATE_SNAPSHOT_RELOAD": "30s",
+		"TOLLGATE_LOG_LEVEL":       "error",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
+	}()
+	select {
+	case addr := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("api run: %v", err)
+			}
+		})
+		return "http://" + addr
+	case err := <-done:
+		cancel()
+		t.Fatalf("api did not start: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("api did not start within 20s")
+	}
+	return ""
+}
+
+type checkResponse struct {
+	status  int
+	header  http.Header
+	body    map[string]any
+	problem map[string]any
+}
+
+func post(t *testing.T, base, token, body string) checkResponse {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/check", strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/check: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := checkResponse{status: resp.StatusCode, header: resp.Header}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("response %d is not JSON: %q", resp.StatusCode, raw)
+	}
+	if resp.StatusCode == http.StatusOK {
+		out.body = m
+	} else {
+		out.problem = m
+		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("error %d has Content-Type %q, want application/problem+json", resp.StatusCode, ct)
+		}
+	}
+	return out
+}
+
+func checkBody(key, ip, resource string) string {
+	m := map[string]any{}
+	if key != "" {
+		m["key"] = key
+	}
+	if ip != "" {
+		m["ip"] = ip
+	}
+	if resource != "" {
+		m["resource"] = resource
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func TestCheckAuthentication(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	ctx := context.Background()
+	as := auth.NewStore(f.db)
+	revoked, st, err := as.IssueServiceToken(ctx, "revoked", time.Hour)
+	testenv.Must(t, err)
+	testenv.Must(t, as.RevokeServiceToken(ctx, st.ID))
+	// Signed with HMAC using the public key bytes as secret: the classic
+	// algorithm-confusion attack must fail because EdDSA is pinned.
+	keys, err := as.PublicKeys(ctx)
+	testenv.Must(t, err)
+	var kid string
+	var pub []byte
+	for k, v := range keys {
+		kid, pub = k, v
+	}
+	hs := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{Issuer: auth.Issuer,
+		Audience: jwt.ClaimStrings{auth.CheckAudience}, ID: st.ID, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))})
+	hs.Header["kid"] = kid
+	confused, _ := hs.SignedString(pub)
+	none := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.RegisteredClaims{Issuer: auth.Issuer,
+		Audience: jwt.ClaimStrings{auth.CheckAudience}, ID: st.ID, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))})
+	unsigned, _ := none.SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	cases := []struct {
+		name  string
+		token string
+	}{
+		{"missing", ""},
+		{"garbage", "not-a-jwt"},
+		{"tampered", f.token[:len(f.token)-4] + "AAAA"},
+		{"hs256 confusion", confused},
+		{"alg none", unsigned},
+		{"revoked", revoked},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			waitFor(t, func() bool { return post(t, base, c.token, checkBody(f.keys["pro"], "", "")).status == http.StatusUnauthorized })
+			r := post(t, base, c.token, checkBody(f.keys["pro"], "", ""))
+			if r.problem["code"] != "unauthorized" {
+				t.Errorf("problem code = %v, want unauthorized", r.problem["code"])
+			}
+		})
+	}
+	if r := post(t, base, f.token, checkBody(f.keys["pro"], "", "")); r.status != http.StatusOK {
+		t.Fatalf("valid token: status %d, want 200", r.status)
+	}
+}
+
+// waitFor polls cond for up to a second: the longest the contract lets a
+// change take to reach the API.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 1s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var (
+	policyHeader = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";q=\d+;w=\d+$`)
+	limitHeader  = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";r=\d+;t=\d+$`)
+	digits       = regexp.MustCompile(`^\d+$`)
+)
+
+func checkHeaders(t *testing.T, r checkResponse, denied bool) {
+	t.Helper()
+	if h := r.header.Get("RateLimit-Policy"); !policyHeader.MatchString(h) {
+		t.Errorf("RateLimit-Policy = %q, malformed", h)
+	}
+	if h := r.header.Get("RateLimit"); !limitHeader.MatchString(h) {
+		t.Errorf("RateLimit = %q, malformed", h)
+	}
+	for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Used", "X-RateLimit-Reset"} {
+		if h := r.header.Get(name); !digits.MatchString(h) {
+			t.Errorf("%s = %q, want an integer", name, h)
+		}
+	}
+	reset, _ := strconv.ParseInt(r.header.Get("X-RateLimit-Reset"), 10, 64)
+	if now := time.Now().Unix(); reset < now || reset > now+3600+5 {
+		t.Errorf("X-RateLimit-Reset = %d, want epoch seconds within the hour after %d", reset, now)
+	}
+	ra := r.header.Get("Retry-After")
+	if denied && !digits.MatchString(ra) {
+		t.Errorf("denied: Retry-After = %q, want delay-seconds", ra)
+	}
+	if !denied && ra != "" {
+		t.Errorf("allowed: Retry-After = %q, want none", ra)
+	}
+}
+
+func TestCheckReasons(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	ctx := context.Background()
+	ts := tenants.NewStore(f.db)
+
+	revokedKey, rk, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
+	testenv.Must(t, err)
+	testenv.Must(t, ts.RevokeKey(ctx, rk.ID))
+	past := time.Now().Add(-time.Minute)
+	expiredKey, _, err := ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
+	testenv.Must(t, err)
+	suspendedKey, _, err := ts.IssueKey(ctx, f.tenants["enterprise"].ID, "suspended", nil)
+	testenv.Must(t, err)
+	testenv.Must(t, ts.SetStatus(ctx, f.tenants["enterprise"].ID, tenants.StatusSuspended))
+	unknown, _, _ := tenants.GenerateKey()
+
+	cases := []struct {
+		name, body, reason, tier string
+		allowed                  bool
+	}{
+		{"ok", checkBody(f.keys["free"], "", "GET /repos"), enforce.ReasonOK, "authenticated", true},
+		{"malformed key", checkBody("tg_not-a-key", "", ""), enforce.ReasonInvalidKey, "authenticated", false},
+		{"unknown key", checkBody(unknown, "", ""), enforce.ReasonInvalidKey, "authenticated", false},
+		{"revoked", checkBody(revokedKey, "", ""), enforce.ReasonKeyRevoked, "authenticated", false},
+		{"expired", checkBody(expiredKey, "", ""), enforce.ReasonKeyExpired, "authenticated", false},
+		{"suspended", checkBody(suspendedKey, "", ""), enforce.ReasonTenantSuspended, "authenticated", false},
+		{"anonymous", checkBody("", "198.51.100.1", ""), enforce.ReasonOK, "anonymous", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r checkResponse
+			waitFor(t, func() bool { r = post(t, base, f.token, c.body); return r.body["reason"] == c.reason })
+			if r.body["allowed"] != c.allowed || r.body["tier"] != c.tier {
+				t.Errorf("got allowed=%v tier=%v, want %v %v (%v)", r.body["allowed"], r.body["tier"], c.allowed, c.tier, r.body)
+			}
+			if c.allowed {
+				checkHeaders(t, r, false)
+			}
+		})
+	}
+
+	t.Run("rate_limited", func(t *testing.T) {
+		// pro's search rule: token bucket 10/s, burst 10.
+		var last checkResponse
+		for range 11 {
+			last = post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))
+		}
+		if last.body["allowed"] != false || last.body["reason"] != enforce.ReasonRateLimited || last.body["policy"] != "search" {
+			t.Fatalf("11th search: %v, want denied by search", last.body)
+		}
+		if got := last.body["retry_after_ms"].(float64); got <= 0 || got > 100 {
+			t.Errorf("retry_after_ms = %v, want in (0, 100]", got)
+		}
+		checkHeaders(t, last, true)
+	})
+}
+
+func TestCheckBadInput(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		field  string
+	}{
+		{"malformed json", `{"key":`, 400, "body"},
+		{"unknown field", `{"ip":"1.2.3.4","colour":"red"}`, 400, "colour"},
+		{"wrong type", `{"ip":"1.2.3.4","cost":"one"}`, 400, "cost"},
+		{"two values", `{"ip":"1.2.3.4"}{}`, 400, "body"},
+		{"negative cost", `{"ip":"1.2.3.4","cost":-1}`, 422, "cost"},
+		{"bad ip", `{"ip":"999.1.1.1"}`, 422, "ip"},
+		{"neither key nor ip", `{"resource":"GET /"}`, 422, "ip"},
+		{"empty key", `{"key":""}`, 422, "key"},
+		{"too large", `{"ip":"1.2.3.4","resource":"` + strings.Repeat("a", 17<<10) + `"}`, 413, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := post(t, base, f.token, c.body)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d (%v)", r.status, c.status, r.problem)
+			}
+			if c.field != "" {
+				errs, _ := r.problem["errors"].(map[string]any)
+				if _, ok := errs[c.field]; !ok {
+					t.Errorf("problem %v does not name field %q", r.problem, c.field)
+				}
+			}
+		})
+	}
+}
+
+func TestAnonymousTier(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	for i := 1; i <= 60; i++ {
+		r := post(t, base, f.token, checkBody("", "203.0.113.9", "GET /"))
+		if r.body["allowed"] != true {
+			t.Fatalf("request %d denied: %v", i, r.body)
+		}
+	}
+	r := post(t, base, f.token, checkBody("", "203.0.113.9", "GET /"))
+	if r.body["allowed"] != false || r.body["tier"] != "anonymous" || r.body["reason"] != "rate_limited" {
+		t.Fatalf("61st: %v, want denied anonymous rate_limited", r.body)
+	}
+	checkHeaders(t, r, true)
+	// 60/hour: one more unit after 60 s.
+	if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 59 || ra > 60 {
+		t.Errorf("Retry-After = %d, want 60", ra)
+	}
+	// Another IP has its own allowance.
+	if r := post(t, base, f.token, checkBody("", "203.0.113.10", "GET /")); r.body["allowed"] != true {
+		t.Errorf("other IP denied: %v", r.body)
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	hourlyRemaining := func(r checkResponse) float64 {
+		for _, rule := range r.body["rules"].([]any) {
+			m := rule.(map[string]any)
+			if m["name"] == "hourly" {
+				return m["remaining"].(float64)
+			}
+		}
+		t.Fatalf("no hourly rule in %v", r.body)
+		return 0
+	}
+	for range 10 {
+		post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))
+	}
+	before := hourlyRemaining(post(t, base, f.token, `{"key":"`+f.keys["pro"]+`","cost":0}`))
+	for range 5 {
+		r := post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))
+		if r.body["allowed"] != false {
+			t.Fatalf("search after burst allowed: %v", r.body)
+		}
+	}
+	after := hourlyRemaining(post(t, base, f.token, `{"key":"`+f.keys["pro"]+`","cost":0}`))
+	if after != before {
+		t.Errorf("hourly remaining %v after denied searches, want unchanged %v", after, before)
+	}
+	if before != 4990 {
+		t.Errorf("hourly remaining after 10 searches = %v, want 4990", before)
+	}
+}
+
+// TestExactnessAcrossServers: three API processes share one Redis; 200
+// concurrent checks on one anonymous IP (60/hour) admit exactly 60.
+func TestExactnessAcrossServers(t *testing.T) {
+	f := newFixture(t)
+	bases := []string{f.startAPI(t, nil), f.startAPI(t, nil), f.startAPI(t, nil)}
+	var allowed, denied atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := post(t, bases[i%3], f.token, checkBody("", "192.0.2.77", "GET /"))
+			if r.body["allowed"] == true {
+				allowed.Add(1)
+			} else {
+				denied.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if allowed.Load() != 60 || denied.Load() != 140 {
+		t.Errorf("allowed %d, denied %d; want exactly 60 and 140", allowed.Load(), denied.Load())
+	}
+}
+
+func TestRevocationReachesAPI(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	ctx := context.Background()
+	ts := tenants.NewStore(f.db)
+	if r := post(t, base, f.token, checkBody(f.keys["free"], "", "")); r.body["allowed"] != true {
+		t.Fatalf("before revocation: %v", r.body)
+	}
+	testenv.Must(t, ts.RevokeKey(ctx, f.keyIDs["free"]))
+	revokedAt := time.Now()
+	waitFor(t, func() bool {
+		return post(t, base, f.token, checkBody(f.keys["free"], "", "")).body["reason"] == enforce.ReasonKeyRevoked
+	})
+	t.Logf("revocation seen after %v", time.Since(revokedAt))
+
+	// A key issued after the snapshot works at once.
+	secret, _, err := ts.IssueKey(ctx, f.tenants["free"].ID, "new", nil)
+	testenv.Must(t, err)
+	if r := post(t, base, f.token, checkBody(secret, "", "")); r.body["allowed"] != true {
+		t.Errorf("new key: %v, want allowed", r.body)
+	}
+}
+
+// TestStoreOutage: with Redis unreachable, fail-open rules allow with
+// degraded=true and fail-closed rules deny with reason unavailable.
+func TestStoreOutage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ps := plans.NewStore(f.db)
+	closed, err := ps.Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly", Algorithm: limiter.GCRA,
+		Limit: 100, PeriodUS: limiter.Hour, FailureMode: plans.FailClosed}}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(f.db)
+	tn, err := ts.Create(ctx, "strict-co", closed.ID)
+	testenv.Must(t, err)
+	strictKey, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+	testenv.Must(t, err)
+	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_ADDR": "127.0.0.1:1", "TOLLGATE_REDIS_TIMEOUT": "100ms"})
+
+	r := post(t, base, f.token, checkBody(f.keys["pro"], "", ""))
+	if r.body["allowed"] != true || r.body["degraded"] != true {
+		t.Errorf("fail-open: %v, want allowed and degraded", r.body)
+	}
+	r = post(t, base, f.token, checkBody(strictKey, "", ""))
+	if r.body["allowed"] != false || r.body["degraded"] != true || r.body["reason"] != enforce.ReasonUnavailable {
+		t.Errorf("fail-closed: %v, want denied, degraded, unavailable", r.body)
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	post(t, base, f.token, checkBody(f.keys["pro"], "", ""))
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/nope": 404} {
+		resp, err := http.Get(base + path)
+		testenv.Must(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+		if path == "/metrics" {
+			for _, m := range []string{`tollgate_checks_total{decision="allowed",reason="ok"} 1`,
+				"tollgate_check_duration_seconds_bucket", "tollgate_store_errors_total 0", "tollgate_snapshot_age_seconds"} {
+				if !bytes.Contains(body, []byte(m)) {
+					t.Errorf("/metrics lacks %q", m)
+				}
+			}
+		}
+	}
+}
+
+func TestConfigErrorsNameTheSetting(t *testing.T) {
+	for name, val := range map[string]string{
+		"TOLLGATE_STORE": "etcd", "TOLLGATE_REDIS_TIMEOUT": "soon", "TOLLGATE_KEY_PREFIX": "{x}",
+	} {
+		err := run(context.Background(), nil, func(k string) string {
+			if k == name {
+				return val
+			}
+			return ""
+		}, io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: error %v does not name the setting", name, val, err)
+		}
+	}
+}
+

@@ -194,7 +194,9 @@ func TestCheckAuthentication(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			waitFor(t, func() bool { return post(t, base, c.token, checkBody(f.keys["pro"], "", "")).status == http.StatusUnauthorized })
+			waitFor(t, func() bool {
+				return post(t, base, c.token, checkBody(f.keys["pro"], "", "")).status == http.StatusUnauthorized
+			})
 			r := post(t, base, c.token, checkBody(f.keys["pro"], "", ""))
 			if r.problem["code"] != "unauthorized" {
 				t.Errorf("problem code = %v, want unauthorized", r.problem["code"])
@@ -515,4 +517,3 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		}
 	}
 }
-

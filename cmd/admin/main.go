@@ -279,9 +279,13 @@ func keysIssueCommand() command {
 			name := fs.String("name", "", "a name for the key")
 			ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
 			asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
+			count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
 			return func(ctx context.Context, e *env) error {
 				if *tenant == "" {
 					return errors.New("keys issue: --tenant is required")
+				}
+				if *count < 1 || *count > 100_000 {
+					return errors.New("keys issue: --count must be from 1 to 100000")
 				}
 				ts := tenants.NewStore(e.db)
 				t, err := ts.Find(ctx, *tenant)
@@ -292,6 +296,13 @@ func keysIssueCommand() command {
 				if *ttl > 0 {
 					at := time.Now().Add(*ttl)
 					exp = &at
+				}
+				for range *count - 1 {
+					secret, _, err := ts.IssueKey(ctx, t.ID, *name, exp)
+					if err != nil {
+						return fmt.Errorf("keys issue: %w", err)
+					}
+					fmt.Fprintln(e.stdout, secret)
 				}
 				secret, k, err := ts.IssueKey(ctx, t.ID, *name, exp)
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -128,6 +129,30 @@ type Checker struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	now      func() time.Time
+
+	outageLog throttledLog
+}
+
+// throttledLog logs a store outage at most once a second, with the number
+// of failed calls since the last line, so an outage cannot flood the log.
+type throttledLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (t *throttledLog) warn(ctx context.Context, log *slog.Logger, err error) {
+	t.mu.Lock()
+	now := time.Now()
+	if now.Sub(t.last) < time.Second {
+		t.dropped++
+		t.mu.Unlock()
+		return
+	}
+	dropped := t.dropped
+	t.last, t.dropped = now, 0
+	t.mu.Unlock()
+	log.WarnContext(ctx, "limiter store unavailable; rules' failure modes decide", "err", err, "failures_since_last_log", dropped+1)
 }
 
 // CheckerConfig configures a Checker.
@@ -249,8 +274,11 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun})
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err() // the caller went away; nothing to decide
+		}
 		c.metrics.storeError()
-		c.log.WarnContext(ctx, "limiter store unavailable; failure modes decide", "err", err)
+		c.outageLog.warn(ctx, c.log, err)
 		return c.degraded(d, r, matched), nil
 	}
 	d.NowUS = out.NowUS

@@ -82,6 +82,9 @@ func HandleCheck(checker *Checker, log *slog.Logger) http.Handler {
 		}
 		d, err := checker.Check(r.Context(), body.toRequest())
 		if err != nil {
+			if r.Context().Err() != nil {
+				return // the caller went away
+			}
 			if err == ErrNotReady {
 				err = tollgate.Errorf(tollgate.EINTERNAL, "not ready")
 				w.Header().Set("Retry-After", "1")

@@ -517,3 +517,40 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestStoresBehindTheAPI runs the anonymous-tier check through the API on
+// Redis Cluster and on the in-memory store (single-node mode).
+func TestStoresBehindTheAPI(t *testing.T) {
+	for name, env := range map[string]func(t *testing.T) map[string]string{
+		"cluster": func(t *testing.T) map[string]string {
+			_, prefix := testenv.RedisCluster(t)
+			return map[string]string{"TOLLGATE_REDIS_CLUSTER_ADDRS": strings.Join(testenv.RedisClusterAddrs(t), ","),
+				"TOLLGATE_KEY_PREFIX": prefix}
+		},
+		"memory": func(t *testing.T) map[string]string {
+			return map[string]string{"TOLLGATE_STORE": "memory", "TOLLGATE_REDIS_ADDR": "127.0.0.1:1"}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			base := f.startAPI(t, env(t))
+			for i := 1; i <= 61; i++ {
+				r := post(t, base, f.token, checkBody("", "203.0.113.50", "GET /"))
+				if got, want := r.body["allowed"], i <= 60; got != want {
+					t.Fatalf("request %d: allowed=%v, want %v (%v)", i, got, want, r.body)
+				}
+			}
+			// A multi-rule check (pro: hourly + search) on one call.
+			r := post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))
+			if r.body["allowed"] != true || len(r.body["rules"].([]any)) != 2 {
+				t.Errorf("pro search: %v, want allowed with two rules", r.body)
+			}
+			resp, err := http.Get(base + "/readyz")
+			testenv.Must(t, err)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("/readyz = %d, want 200", resp.StatusCode)
+			}
+		})
+	}
+}

@@ -1,0 +1,64 @@
+package plans
+
+import (
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+)
+
+func TestMatchResource(t *testing.T) {
+	cases := []struct {
+		pattern, resource string
+		want              bool
+	}{
+		{"*", "GET /anything", true},
+		{"*", "*", true},
+		{"POST /v1/search", "POST /v1/search", true},
+		{"POST /v1/search", "GET /v1/search", false},
+		{"POST /v1/search", "POST /v1/search/x", false},
+		{"* /v1/search", "GET /v1/search", true},
+		{"GET /repos/*", "GET /repos/a/b", true},
+		{"GET /repos/*", "GET /repo", false},
+		{"GET /repos/*", "*", false},
+	}
+	for _, c := range cases {
+		if got := MatchResource(c.pattern, c.resource); got != c.want {
+			t.Errorf("MatchResource(%q, %q) = %v, want %v", c.pattern, c.resource, got, c.want)
+		}
+	}
+}
+
+func TestPlanValidateNamesFields(t *testing.T) {
+	upTo := int64(10)
+	p := Plan{
+		Name: "Bad Name", Currency: "usd", BaseFeeMinor: -1,
+		Tiers: []PriceTier{{UnitMinor: 1}, {UpTo: &upTo, UnitMinor: -2}},
+		Rules: []Rule{
+			{Name: "hourly", Algorithm: "magic", Limit: 10, PeriodUS: limiter.Hour},
+			{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: 0, Resource: "search"},
+			{Name: "q", Algorithm: limiter.FixedWindow, Limit: 10, PeriodUS: limiter.Day, Scope: "planet",
+				Options: Options{Calendar: "week"}},
+		},
+	}
+	err := p.Validate()
+	e, ok := err.(*tollgate.Error)
+	if !ok || e.Code != tollgate.EINVALID {
+		t.Fatalf("Validate = %v, want an invalid error", err)
+	}
+	for _, field := range []string{"name", "currency", "base_fee_minor", "tiers[0].up_to", "tiers[1].unit_minor",
+		"rules[0].algorithm", "rules[1].name", "rules[1].period", "rules[1].resource", "rules[2].scope",
+		"rules[2].options.calendar"} {
+		if _, ok := e.Fields[field]; !ok {
+			t.Errorf("no problem reported for %s (got %v)", field, e.Fields)
+		}
+	}
+}
+
+func TestDemoPlansAreValid(t *testing.T) {
+	for _, p := range DemoPlans() {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+	}
+}

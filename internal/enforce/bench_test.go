@@ -75,6 +75,14 @@ func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {
 			c, prefix := testenv.Redis(b)
 			return limiter.NewRedisStore(c), prefix
 		},
+		"redis-autopipeline": func() (limiter.Store, string) {
+			c, prefix := testenv.Redis(b)
+			ap, err := c.AutoPipeline()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return limiter.NewRedisStore(ap), prefix
+		},
 	}
 }
 
@@ -82,7 +90,7 @@ func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {
 // middleware and the handler: JSON in, one store call, JSON and headers
 // out. Keys are spread over 1000 API keys so that few checks are denied.
 func BenchmarkCheck(b *testing.B) {
-	for _, name := range []string{"memory", "redis"} {
+	for _, name := range []string{"memory", "redis", "redis-autopipeline"} {
 		for _, parallel := range []bool{false, true} {
 			label := name + "/serial"
 			if parallel {

@@ -6,7 +6,6 @@ package limiter
 
 import (
 	"fmt"
-
 )
 
 // Algorithm names a limiting algorithm.
@@ -187,4 +186,3 @@ func floorDiv(a, b int64) int64 {
 	}
 	return q
 }
-

@@ -23,7 +23,7 @@ type openStore struct {
 	// keys of a test land in one Redis Cluster slot.
 	ns string
 	// rdb reads raw keys (DUMP, PEXPIRETIME); nil for the memory store.
-	rdb redis.Cmdable
+	rdb redis.UniversalClient
 }
 
 // epoch is an arbitrary, realistic start time for injected clocks.

@@ -30,11 +30,13 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(sc.name, func(b *testing.B) {
 			store := sc.open(b)
 			for _, rc := range benchRules {
+				// -count repeats a sub-benchmark on the same key: the
+				// clock must keep running across repetitions.
+				now := epoch
 				b.Run(rc.name, func(b *testing.B) {
 					reqs := single(store.ns+rc.name, rc.p)
 					window, _ := scale(rc.p)
 					step := window / rc.p.Limit * 10 / 9
-					now := epoch
 					for b.Loop() {
 						now += step
 						out, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: now})
@@ -55,13 +57,13 @@ func BenchmarkCheck(b *testing.B) {
 // hourly plus token bucket per second) on each store.
 func BenchmarkCheckBatch(b *testing.B) {
 	for _, sc := range stores() {
+		now := epoch // runs on across -count repetitions
 		b.Run(sc.name, func(b *testing.B) {
 			store := sc.open(b)
 			reqs := []Request{
 				{Key: store.ns + "hourly", Params: Params{Algorithm: GCRA, Limit: 5000, PeriodUS: Hour, Burst: 100}},
 				{Key: store.ns + "search", Params: Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second}},
 			}
-			now := epoch
 			for b.Loop() {
 				now += Second // within both limits
 				if _, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: now}); err != nil {

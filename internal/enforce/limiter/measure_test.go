@@ -75,7 +75,7 @@ func TestMeasure(t *testing.T) {
 		p := Params{Algorithm: SlidingWindowLog, Limit: limit, PeriodUS: Second}
 		var cpu, usage, goBytes []float64
 		for range runs {
-			u, m := measureRedisFull(t, c, p)
+			u, m := measureRedisFull(t, c, p, checks)
 			cpu, usage = append(cpu, u), append(usage, m)
 			goBytes = append(goBytes, measureGo(t, p, int(2*limit), max(100, int(1_000_000/limit))))
 		}
@@ -126,9 +126,10 @@ func measureRedis(t *testing.T, c *redis.Client, p Params, n int, denied bool) (
 	return evalshaUsecPerCall(t, c), memoryUsage(t, c, measureKey)
 }
 
-// measureRedisFull fills a sliding log to exactly limit entries (checks at
-// exactly the limit's rate) and returns the CPU per call and MEMORY USAGE.
-func measureRedisFull(t *testing.T, c *redis.Client, p Params) (usecPerCall, usage float64) {
+// measureRedisFull runs n (at least 2 × limit) checks of a sliding log at
+// exactly the limit's rate, which keeps the log full (limit entries), and
+// returns the CPU per call and MEMORY USAGE.
+func measureRedisFull(t *testing.T, c *redis.Client, p Params, n int64) (usecPerCall, usage float64) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.FlushAll(ctx).Err(); err != nil {
@@ -141,7 +142,7 @@ func measureRedisFull(t *testing.T, c *redis.Client, p Params) (usecPerCall, usa
 		t.Fatal(err)
 	}
 	now := epoch
-	for range 2 * p.Limit {
+	for range max(n, 2*p.Limit) {
 		now += p.PeriodUS / p.Limit
 		if out, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1, NowUS: now}); err != nil || !out.Admitted {
 			t.Fatalf("filling the log: %+v, %v", out, err)

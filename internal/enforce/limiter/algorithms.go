@@ -1,5 +1,7 @@
 package limiter
 
+import "slices"
+
 // Result is one rule's verdict on one check. Durations are µs.
 type Result struct {
 	// Allowed is the rule's own verdict (for a shadow rule: what it would
@@ -65,23 +67,27 @@ func evaluate(p Params, st *state, now, cost int64) decision {
 // the request reaches the head of the queue.
 func evalGCRA(p Params, st *state, now, cost int64) decision {
 	interval := p.EmissionInterval()
-	tolerance := interval * p.EffectiveBurst()
+	burst := p.EffectiveBurst()
+	tolerance := interval * burst
 	tat := now
 	if st != nil && st.tat > now {
 		tat = st.tat
 	}
-	newTAT := tat + interval*cost
-	allowAt := newTAT - tolerance
-	if now < allowAt {
-		retry := allowAt - now
-		if interval*cost > tolerance {
-			retry = -1
-		}
+	denied := func(retry int64) decision {
 		return decision{Result: Result{
-			Remaining:    max(0, (tolerance-(tat-now))/interval),
+			Remaining:    max(0, floorDiv(tolerance-(tat-now), interval)),
 			ResetAfterUS: tat - now,
 			RetryAfterUS: retry,
 		}}
+	}
+	// Decided before any arithmetic on cost, which could overflow.
+	if cost > burst {
+		return denied(-1)
+	}
+	newTAT := tat + interval*cost
+	allowAt := newTAT - tolerance
+	if now < allowAt {
+		return denied(allowAt - now)
 	}
 	d := decision{Result: Result{
 		Allowed:      true,
@@ -99,8 +105,11 @@ func evalGCRA(p Params, st *state, now, cost int64) decision {
 }
 
 // evalTokenBucket keeps tokens measured in µs of refill time so that it
-// decides exactly as GCRA does with the same parameters. With limit 0 it
-// never refills: tokens are whole units, a one-time allowance.
+// decides exactly as GCRA does with the same parameters, for any sequence
+// of checks: a check dated before the stored stamp (a clock that stepped
+// back) sees the bucket correspondingly emptier, as GCRA sees its TAT
+// further ahead. With limit 0 it never refills: tokens are whole units, a
+// one-time allowance.
 func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 	interval := p.EmissionInterval()
 	refills := interval > 0
@@ -108,15 +117,15 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 	if !refills {
 		unit = 1
 	}
-	capacity := unit * p.EffectiveBurst()
+	burst := p.EffectiveBurst()
+	capacity := unit * burst
 	available := capacity
 	if st != nil {
 		available = st.tokens
-		if refills && now > st.stamp {
+		if refills {
 			available = min(capacity, available+(now-st.stamp))
 		}
 	}
-	need := unit * cost
 	resetAfter := func(left int64) int64 {
 		switch {
 		case left >= capacity:
@@ -126,16 +135,23 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 		}
 		return capacity - left
 	}
-	if need > available {
-		retry := need - available
-		if need > capacity || !refills {
-			retry = -1
-		}
+	denied := func(retry int64) decision {
 		return decision{Result: Result{
-			Remaining:    available / unit,
+			Remaining:    max(0, floorDiv(available, unit)),
 			ResetAfterUS: resetAfter(available),
 			RetryAfterUS: retry,
 		}}
+	}
+	// Decided before any arithmetic on cost, which could overflow.
+	if cost > burst {
+		return denied(-1)
+	}
+	need := unit * cost
+	if need > available {
+		if !refills {
+			return denied(-1)
+		}
+		return denied(need - available)
 	}
 	left := available - need
 	d := decision{Result: Result{Allowed: true, Remaining: left / unit, ResetAfterUS: resetAfter(left)}}
@@ -169,6 +185,8 @@ func windowBounds(p Params, now int64) (start, end int64) {
 	return start, start + p.PeriodUS
 }
 
+// evalFixedWindow counts units per window: epoch-aligned, calendar-aligned
+// or opened by the first admitted request.
 func evalFixedWindow(p Params, st *state, now, cost int64) decision {
 	var start, end, count int64
 	if p.AnchorFirstRequest {
@@ -188,16 +206,19 @@ func evalFixedWindow(p Params, st *state, now, cost int64) decision {
 		}
 		return end - now
 	}
-	if count+cost > p.Limit {
-		retry := end - now
-		if cost > p.Limit {
-			retry = -1
-		}
+	denied := func(retry int64) decision {
 		return decision{Result: Result{
 			Remaining:    max(0, p.Limit-count),
 			ResetAfterUS: resetAfter(count),
 			RetryAfterUS: retry,
 		}}
+	}
+	// Decided before any arithmetic on cost, which could overflow.
+	if cost > p.Limit {
+		return denied(-1)
+	}
+	if count+cost > p.Limit {
+		return denied(end - now)
 	}
 	d := decision{Result: Result{Allowed: true, Remaining: p.Limit - count - cost, ResetAfterUS: resetAfter(count + cost)}}
 	if cost > 0 {
@@ -207,57 +228,59 @@ func evalFixedWindow(p Params, st *state, now, cost int64) decision {
 	return d
 }
 
-// evalSlidingLog keeps one entry per admitted unit; entries older than
-// period leave the window (an entry at t counts while now − period < t).
+// evalSlidingLog keeps one entry per admitted unit, sorted by time;
+// entries older than period leave the window (an entry at t counts while
+// now − period < t). Entries that left are dropped only when the log is
+// written, as in the Redis script, so a check that admits nothing changes
+// nothing even for a clock that later steps back.
 func evalSlidingLog(p Params, st *state, now, cost int64) decision {
 	var live []int64
 	if st != nil {
-		cut := 0
-		for cut < len(st.log) && st.log[cut] <= now-p.PeriodUS {
-			cut++
-		}
+		cut, _ := slices.BinarySearch(st.log, now-p.PeriodUS+1)
 		live = st.log[cut:]
 	}
 	count := int64(len(live))
-	resetAfter := func(newest int64, n int64) int64 {
+	newest := int64(0)
+	if count > 0 {
+		newest = live[count-1]
+	}
+	resetAfter := func(n, latest int64) int64 {
 		if n == 0 {
 			return 0
 		}
-		return newest + p.PeriodUS - now
+		return latest + p.PeriodUS - now
 	}
-	if count+cost > p.Limit {
-		retry := int64(-1)
-		if cost <= p.Limit {
-			// The (count+cost−limit)-th oldest entry must leave.
-			retry = live[count+cost-p.Limit-1] + p.PeriodUS - now
-		}
-		newest := int64(0)
-		if count > 0 {
-			newest = live[count-1]
-		}
+	denied := func(retry int64) decision {
 		return decision{Result: Result{
 			Remaining:    max(0, p.Limit-count),
-			ResetAfterUS: resetAfter(newest, count),
+			ResetAfterUS: resetAfter(count, newest),
 			RetryAfterUS: retry,
 		}}
 	}
+	// Decided before any arithmetic on cost, which could overflow.
+	if cost > p.Limit {
+		return denied(-1)
+	}
+	if count+cost > p.Limit {
+		// The (count+cost−limit)-th oldest entry must leave.
+		return denied(live[count+cost-p.Limit-1] + p.PeriodUS - now)
+	}
 	d := decision{Result: Result{Allowed: true, Remaining: p.Limit - count - cost}}
 	if cost == 0 {
-		newest := int64(0)
-		if count > 0 {
-			newest = live[count-1]
-		}
-		d.ResetAfterUS = resetAfter(newest, count)
+		d.ResetAfterUS = resetAfter(count, newest)
 		return d
 	}
+	// Insert after the entries at or before now, keeping the log sorted.
+	at, _ := slices.BinarySearch(live, now+1)
 	next := make([]int64, 0, count+cost)
-	next = append(next, live...)
+	next = append(next, live[:at]...)
 	for range cost {
 		next = append(next, now)
 	}
-	d.ResetAfterUS = p.PeriodUS
+	next = append(next, live[at:]...)
+	d.ResetAfterUS = resetAfter(1, max(newest, now))
 	d.next = &state{log: next}
-	d.ttl = p.PeriodUS
+	d.ttl = d.ResetAfterUS
 	return d
 }
 
@@ -288,12 +311,19 @@ func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 		}
 		return 0
 	}
-	if weighted+cost*period > budget {
+	denied := func(retry int64) decision {
 		return decision{Result: Result{
 			Remaining:    max(0, floorDiv(budget-weighted, period)),
 			ResetAfterUS: resetAfter(curr),
-			RetryAfterUS: slidingCounterRetry(p.Limit, period, elapsed, prev, curr, cost),
+			RetryAfterUS: retry,
 		}}
+	}
+	// Decided before any arithmetic on cost, which could overflow.
+	if cost > p.Limit {
+		return denied(-1)
+	}
+	if weighted+cost*period > budget {
+		return denied(slidingCounterRetry(p.Limit, period, elapsed, prev, curr, cost))
 	}
 	d := decision{Result: Result{
 		Allowed:      true,
@@ -307,11 +337,8 @@ func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 	return d
 }
 
-// slidingCounterRetry returns the µs until cost units fit, or -1 never.
+// slidingCounterRetry returns the µs until cost (≤ limit) units fit.
 func slidingCounterRetry(limit, period, elapsed, prev, curr, cost int64) int64 {
-	if cost > limit {
-		return -1
-	}
 	// Still in this window: prev × (period − e) ≤ (limit − curr − cost) × period.
 	if room := limit - curr - cost; room >= 0 && prev > 0 {
 		earliest := period - room*period/prev

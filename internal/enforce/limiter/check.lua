@@ -59,13 +59,14 @@ local function gcra(key, p, now, cost)
   local interval = ceildiv(p.period, p.limit)
   local tolerance = interval * p.burst
   local tat = max(num(redis.call('GET', key)) or now, now)
-  local new_tat = tat + interval * cost
-  local allow_at = new_tat - tolerance
-  if now < allow_at then
-    local retry = allow_at - now
-    if interval * cost > tolerance then retry = -1 end
+  local function denied(retry)
     return 0, max(0, idiv(tolerance - (tat - now), interval)), tat - now, retry, 0, nil
   end
+  -- Decided before any arithmetic on cost, which could lose precision.
+  if cost > p.burst then return denied(-1) end
+  local new_tat = tat + interval * cost
+  local allow_at = new_tat - tolerance
+  if now < allow_at then return denied(allow_at - now) end
   local delay = 0
   if p.shape then delay = tat - now end
   local write = nil
@@ -84,19 +85,24 @@ local function token_bucket(key, p, now, cost)
   local st = redis.call('HMGET', key, 'tokens', 'stamp')
   if st[1] then
     available = tonumber(st[1])
-    local stamp = tonumber(st[2])
-    if refills and now > stamp then available = min(capacity, available + (now - stamp)) end
+    -- Also when now is before stamp (a clock stepped back): the bucket then
+    -- holds less, exactly as GCRA's TAT lies further ahead.
+    if refills then available = min(capacity, available + (now - tonumber(st[2]))) end
   end
   local function reset_after(left)
     if left >= capacity then return 0 end
     if not refills then return -1 end
     return capacity - left
   end
+  local function denied(retry)
+    return 0, max(0, idiv(available, unit)), reset_after(available), retry, 0, nil
+  end
+  -- Decided before any arithmetic on cost, which could lose precision.
+  if cost > p.burst then return denied(-1) end
   local need = unit * cost
   if need > available then
-    local retry = need - available
-    if need > capacity or not refills then retry = -1 end
-    return 0, idiv(available, unit), reset_after(available), retry, 0, nil
+    if refills then return denied(need - available) end
+    return denied(-1)
   end
   local left = available - need
   local write = nil
@@ -141,11 +147,12 @@ local function fixed_window(key, p, now, cost)
     if st[1] and tonumber(st[1]) == start then count = tonumber(st[2]) end
   end
   local function reset_after(c) if c == 0 then return 0 end return finish - now end
-  if count + cost > p.limit then
-    local retry = finish - now
-    if cost > p.limit then retry = -1 end
+  local function denied(retry)
     return 0, max(0, p.limit - count), reset_after(count), retry, 0, nil
   end
+  -- Decided before any arithmetic on cost, which could lose precision.
+  if cost > p.limit then return denied(-1) end
+  if count + cost > p.limit then return denied(finish - now) end
   local write = nil
   if cost > 0 then
     write = function(extra)
@@ -157,37 +164,47 @@ local function fixed_window(key, p, now, cost)
 end
 
 local function sliding_log(key, p, now, cost)
-  -- Dropping entries that left the window changes no decision.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - p.period)
-  local count = redis.call('ZCARD', key)
+  -- Entries at or before now - period have left the window. They are
+  -- dropped only when the log is written, so that a check that admits
+  -- nothing changes nothing (even for a clock that later steps back).
+  local after = string.format('(%d', now - p.period)
+  local count = redis.call('ZCOUNT', key, after, '+inf')
   local newest = 0
   if count > 0 then
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
   local function reset_after(n, latest) if n == 0 then return 0 end return latest + p.period - now end
-  if count + cost > p.limit then
-    local retry = -1
-    if cost <= p.limit then
-      local k = count + cost - p.limit - 1
-      retry = tonumber(redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2]) + p.period - now
-    end
+  local function denied(retry)
     return 0, max(0, p.limit - count), reset_after(count, newest), retry, 0, nil
+  end
+  -- Decided before any arithmetic on cost, which could lose precision.
+  if cost > p.limit then return denied(-1) end
+  if count + cost > p.limit then
+    -- The (count+cost-limit)-th oldest entry must leave.
+    local k = count + cost - p.limit - 1
+    local entry = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
+    return denied(tonumber(entry[2]) + p.period - now)
   end
   if cost == 0 then
     return 1, p.limit - count, reset_after(count, newest), 0, 0, nil
   end
+  local reset = reset_after(1, max(newest, now))
   local write = function(extra)
-    -- Members are unique: at a given now, count only grows.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p.period))
+    -- The members scored now are now:1 .. now:n (they only ever leave
+    -- together), so now:n+1 .. are new.
+    local at = string.format('%d', now)
+    local n = redis.call('ZCOUNT', key, at, at)
     local args = {}
     for i = 1, cost do
-      args[#args + 1] = now
-      args[#args + 1] = string.format('%d:%d', now, count + i)
+      args[#args + 1] = at
+      args[#args + 1] = string.format('%d:%d', now, n + i)
       if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
     end
     if #args > 0 then redis.call('ZADD', key, unpack(args)) end
-    redis.call('PEXPIRE', key, ceildiv(p.period, 1000) + extra)
+    redis.call('PEXPIRE', key, ceildiv(reset, 1000) + extra)
   end
-  return 1, p.limit - count - cost, p.period, 0, 0, write
+  return 1, p.limit - count - cost, reset, 0, 0, write
 end
 
 local function sliding_counter(key, p, now, cost)
@@ -208,21 +225,21 @@ local function sliding_counter(key, p, now, cost)
     if prev > 0 then return period - elapsed end
     return 0
   end
-  if weighted + cost * period > budget then
-    local retry
-    if cost > p.limit then
-      retry = -1
-    else
-      local room = p.limit - curr - cost
-      if room >= 0 and prev > 0 and period - idiv(room * period, prev) < period then
-        retry = max(1, period - idiv(room * period, prev) - elapsed)
-      else
-        local earliest = 0
-        if curr > 0 then earliest = period - idiv((p.limit - cost) * period, curr) end
-        retry = period - elapsed + max(0, earliest)
-      end
-    end
+  local function denied(retry)
     return 0, max(0, idiv(budget - weighted, period)), reset_after(curr), retry, 0, nil
+  end
+  -- Decided before any arithmetic on cost, which could lose precision.
+  if cost > p.limit then return denied(-1) end
+  if weighted + cost * period > budget then
+    -- Still in this window: prev * (period - e) <= (limit - curr - cost) * period.
+    local room = p.limit - curr - cost
+    if room >= 0 and prev > 0 and period - idiv(room * period, prev) < period then
+      return denied(max(1, period - idiv(room * period, prev) - elapsed))
+    end
+    -- In the next window the current count becomes the previous one.
+    local earliest = 0
+    if curr > 0 then earliest = period - idiv((p.limit - cost) * period, curr) end
+    return denied(period - elapsed + max(0, earliest))
   end
   local write = nil
   if cost > 0 then

@@ -5,57 +5,95 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// storeCase names a store under test and makes a fresh key prefix for it.
+// storeCase names a store under test and opens a fresh instance of it.
 type storeCase struct {
 	name string
-	// open returns the store and a unique key namespace with a hash tag.
-	open func(t *testing.T) (Store, string)
+	open func(t testing.TB) openStore
+}
+
+// openStore is a store under test with a key namespace of its own.
+type openStore struct {
+	Store
+	// ns prefixes every key of the test; it ends in a hash tag, so all the
+	// keys of a test land in one Redis Cluster slot.
+	ns string
+	// rdb reads raw keys (DUMP, PEXPIRETIME); nil for the memory store.
+	rdb redis.UniversalClient
 }
 
 // epoch is an arbitrary, realistic start time for injected clocks.
 const epoch int64 = 1_767_225_600_000_000 // 2026-01-01T00:00:00Z
 
+// stores returns the memory store, a single Redis and a 3-master Redis
+// Cluster. Redis stores keep keys a minute longer than the injected clock
+// asks, so that real time passing during the test expires nothing.
 func stores() []storeCase {
-	return []storeCase{
-		{"memory", func(t *testing.T) (Store, string) {
-			return NewMemoryStore(func() int64 { panic("tests inject time") }), "{m}:"
-		}},
-		{"redis", func(t *testing.T) (Store, string) {
-			c, prefix := testenv.Redis(t)
-			s := NewRedisStore(c)
-			s.ExtraTTL = time.Minute
-			return s, prefix + "{r}:"
-		}},
-		{"cluster", func(t *testing.T) (Store, string) {
-			c, prefix := testenv.RedisCluster(t)
-			s := NewRedisStore(c)
-			s.ExtraTTL = time.Minute
-			return s, prefix + "{c}:"
-		}},
-	}
+	return []storeCase{memoryStoreCase(), redisStoreCase(), clusterStoreCase()}
 }
 
-// step is one row of a vector table: at t (µs after epoch) a check of cost
-// expects the result.
+// redisStores returns the two Redis stores only.
+func redisStores() []storeCase {
+	return []storeCase{redisStoreCase(), clusterStoreCase()}
+}
+
+func memoryStoreCase() storeCase {
+	return storeCase{"memory", func(t testing.TB) openStore {
+		return openStore{Store: NewMemoryStore(func() int64 { panic("tests inject time") }), ns: "{m}:"}
+	}}
+}
+
+func redisStoreCase() storeCase {
+	return storeCase{"redis", func(t testing.TB) openStore {
+		c, prefix := testenv.Redis(t)
+		s := NewRedisStore(c)
+		s.ExtraTTL = time.Minute
+		return openStore{Store: s, ns: prefix + "{r}:", rdb: c}
+	}}
+}
+
+func clusterStoreCase() storeCase {
+	return storeCase{"cluster", func(t testing.TB) openStore {
+		c, prefix := testenv.RedisCluster(t)
+		s := NewRedisStore(c)
+		s.ExtraTTL = time.Minute
+		return openStore{Store: s, ns: prefix + "{c}:", rdb: c}
+	}}
+}
+
+// step is one row of a vector table: at t (µs after the table's start) a
+// check of cost expects the result.
 type step struct {
 	t    int64
 	cost int64
 	want Result
 }
 
+// runVector runs steps against every store, starting at epoch.
 func runVector(t *testing.T, p Params, steps []step) {
 	t.Helper()
+	runVectorAt(t, epoch, p, steps)
+}
+
+// runVectorAt runs steps against every store, with times relative to start
+// (µs since the Unix epoch).
+func runVectorAt(t *testing.T, start int64, p Params, steps []step) {
+	t.Helper()
+	if problems := p.Validate(); len(problems) > 0 {
+		t.Fatalf("invalid params %+v: %v", p, problems)
+	}
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
-			store, ns := sc.open(t)
+			store := sc.open(t)
 			for i, s := range steps {
 				out, err := store.Check(context.Background(), Batch{
-					Requests: []Request{{Key: ns + "k", Params: p}},
+					Requests: []Request{{Key: store.ns + "k", Params: p}},
 					Cost:     s.cost,
-					NowUS:    epoch + s.t,
+					NowUS:    start + s.t,
 				})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
@@ -75,6 +113,11 @@ const ms = int64(1000)
 
 func allow(remaining, resetAfter int64) Result {
 	return Result{Allowed: true, Remaining: remaining, ResetAfterUS: resetAfter}
+}
+
+// delayed is an admitted shaping request held for delay µs.
+func delayed(remaining, resetAfter, delay int64) Result {
+	return Result{Allowed: true, Remaining: remaining, ResetAfterUS: resetAfter, DelayUS: delay}
 }
 
 func deny(remaining, retryAfter, resetAfter int64) Result {

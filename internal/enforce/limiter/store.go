@@ -24,7 +24,8 @@ type Request struct {
 // Batch is one check: every matching rule, decided all-or-nothing.
 type Batch struct {
 	Requests []Request
-	// Cost is the units the check consumes; 0 peeks.
+	// Cost is the units the check consumes; 0 peeks. A cost above a rule's
+	// capacity is denied with RetryAfterUS -1; a negative cost is an error.
 	Cost int64
 	// DryRun evaluates without consuming.
 	DryRun bool
@@ -96,10 +97,25 @@ func NewRedisStore(client redis.Scripter) *RedisStore {
 // ErrEmptyBatch is returned for a batch without requests.
 var ErrEmptyBatch = errors.New("limiter: empty batch")
 
-// Check runs the batch in one script call: one round trip.
+// ErrNegativeCost is returned for a batch whose cost is below zero: it
+// would hand units back instead of consuming them.
+var ErrNegativeCost = errors.New("limiter: negative cost")
+
+func validateBatch(b Batch) error {
+	switch {
+	case len(b.Requests) == 0:
+		return ErrEmptyBatch
+	case b.Cost < 0:
+		return ErrNegativeCost
+	}
+	return nil
+}
+
+// Check runs the batch in one script call: one round trip. It returns
+// ErrEmptyBatch or ErrNegativeCost for such batches.
 func (s *RedisStore) Check(ctx context.Context, b Batch) (Outcome, error) {
-	if len(b.Requests) == 0 {
-		return Outcome{}, ErrEmptyBatch
+	if err := validateBatch(b); err != nil {
+		return Outcome{}, err
 	}
 	keys := make([]string, len(b.Requests))
 	args := make([]any, 0, 4+6*len(b.Requests))
@@ -165,10 +181,11 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	return &MemoryStore{entries: map[string]*memoryEntry{}, now: now}
 }
 
-// Check decides the batch under the store's lock.
+// Check decides the batch under the store's lock. It returns
+// ErrEmptyBatch or ErrNegativeCost for such batches.
 func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
-	if len(b.Requests) == 0 {
-		return Outcome{}, ErrEmptyBatch
+	if err := validateBatch(b); err != nil {
+		return Outcome{}, err
 	}
 	now := b.NowUS
 	if now <= 0 {

@@ -1,0 +1,226 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// Classic limiter behaviours, each a named test on every store.
+
+func TestCapacity3Refilled1PerSecondAdmits3DeniesFourth(t *testing.T) {
+	p := Params{Algorithm: TokenBucket, Limit: 1, PeriodUS: Second, Burst: 3}
+	runVector(t, p, []step{
+		{0, 1, allow(2, 1*Second)},
+		{0, 1, allow(1, 2*Second)},
+		{0, 1, allow(0, 3*Second)},
+		{0, 1, deny(0, 1*Second, 3*Second)},
+		{1 * Second, 1, allow(0, 3*Second)},
+	})
+}
+
+func TestCapacity1Refilled10PerSecondAdmitsAgain100msLater(t *testing.T) {
+	p := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second, Burst: 1}
+	runVector(t, p, []step{
+		{0, 1, allow(0, 100*ms)},
+		{0, 1, deny(0, 100*ms, 100*ms)},
+		{100*ms - 1, 1, deny(0, 1, 1)},
+		{100 * ms, 1, allow(0, 100*ms)},
+	})
+}
+
+func TestCost5OnCapacity10AdmitsTwo(t *testing.T) {
+	tests := []struct {
+		p    Params
+		want [3]Result
+	}{
+		{Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
+		{Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
+		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
+		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: Second, Shape: true},
+			[3]Result{delayed(5, 500*ms, 0), delayed(0, 1000*ms, 500*ms), deny(0, 500*ms, 1000*ms)}},
+		{Params{Algorithm: FixedWindow, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
+		{Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: Second},
+			[3]Result{allow(5, 2000*ms), allow(0, 2000*ms), deny(0, 1500*ms, 2000*ms)}},
+	}
+	for _, tt := range tests {
+		name := string(tt.p.Algorithm)
+		if tt.p.Shape {
+			name += "-shape"
+		}
+		t.Run(name, func(t *testing.T) {
+			runVector(t, tt.p, []step{{0, 5, tt.want[0]}, {0, 5, tt.want[1]}, {0, 5, tt.want[2]}})
+		})
+	}
+}
+
+func TestShaping5SimultaneousAt2PerSecond(t *testing.T) {
+	p := Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: Second, Burst: 5, Shape: true}
+	runVector(t, p, []step{
+		{0, 1, delayed(4, 500*ms, 0)},
+		{0, 1, delayed(3, 1000*ms, 500*ms)},
+		{0, 1, delayed(2, 1500*ms, 1000*ms)},
+		{0, 1, delayed(1, 2000*ms, 1500*ms)},
+		{0, 1, delayed(0, 2500*ms, 2000*ms)},
+	})
+}
+
+func TestShapingQueueOf2At1PerSecondTakesTwoOfThree(t *testing.T) {
+	p := Params{Algorithm: LeakyBucket, Limit: 1, PeriodUS: Second, Burst: 2, Shape: true}
+	runVector(t, p, []step{
+		{0, 1, delayed(1, 1000*ms, 0)},
+		{0, 1, delayed(0, 2000*ms, 1000*ms)},
+		{0, 1, deny(0, 1000*ms, 2000*ms)},
+	})
+}
+
+// TestFixedWindowAdmitsTwiceLimitAroundBoundary documents the known
+// property of fixed windows: a full window's worth just before a boundary
+// and another just after pass within 1 µs. The sliding algorithms refuse
+// the second burst.
+func TestFixedWindowAdmitsTwiceLimitAroundBoundary(t *testing.T) {
+	tests := []struct {
+		p      Params
+		second Result
+	}{
+		{Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: Second}, allow(0, Second)},
+		{Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: Second}, deny(0, Second-1, Second-1)},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 5, PeriodUS: Second}, deny(0, Second, Second)},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.p.Algorithm), func(t *testing.T) {
+			runVector(t, tt.p, []step{
+				{Second - 1, 5, allow(0, resetAfterFirst(tt.p))},
+				{Second, 5, tt.second},
+			})
+		})
+	}
+}
+
+func resetAfterFirst(p Params) int64 {
+	switch p.Algorithm {
+	case FixedWindow:
+		return 1
+	case SlidingWindowCounter:
+		return Second + 1
+	}
+	return Second
+}
+
+// TestProPlanSearchBurstDeniesWithoutChargingHourly is the example plan of
+// design/algorithms.md: hourly GCRA 5000/hour burst 100 plus search-burst
+// token bucket 10/second, in one check. When search-burst denies, hourly
+// is not charged.
+func TestProPlanSearchBurstDeniesWithoutChargingHourly(t *testing.T) {
+	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: Hour, Burst: 100}
+	search := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second}
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			store := sc.open(t)
+			ctx := context.Background()
+			batch := Batch{Requests: []Request{
+				{Key: store.ns + "hourly", Params: hourly},
+				{Key: store.ns + "search-burst", Params: search},
+			}, Cost: 1, NowUS: epoch}
+			for i := range 10 {
+				out, err := store.Check(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !out.Admitted {
+					t.Fatalf("search %d: got denied, want admitted", i+1)
+				}
+			}
+			out, err := store.Check(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Admitted || out.Results[1].Allowed || !out.Results[0].Allowed {
+				t.Fatalf("11th search: got %+v, want denied by search-burst only", out)
+			}
+			peek, err := store.Check(ctx, Batch{Requests: batch.Requests[:1], NowUS: epoch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := peek.Results[0].Remaining, int64(90); got != want {
+				t.Errorf("hourly remaining after 10 admitted and 1 denied search: got %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestOneTimeAllowanceOf50UnderConcurrency sends real concurrent requests
+// at a token bucket of capacity 50 that never refills: 50 concurrent
+// requests are all admitted, each seeing a different remaining count, and
+// then nothing more is; a fresh bucket hit by 200 at once admits exactly
+// 50. Redis stores take the time from TIME, as in production.
+func TestOneTimeAllowanceOf50UnderConcurrency(t *testing.T) {
+	p := Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: Second, Burst: 50}
+	cases := []storeCase{
+		{"memory", func(testing.TB) openStore { return openStore{Store: NewMemoryStore(nil), ns: "{m}:"} }},
+		redisStoreCase(), clusterStoreCase(),
+	}
+	for _, sc := range cases {
+		t.Run(sc.name, func(t *testing.T) {
+			store := sc.open(t)
+			burst := func(key string, n int) []Outcome {
+				t.Helper()
+				outs := make([]Outcome, n)
+				errs := make([]error, n)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						outs[i], errs[i] = store.Check(context.Background(), Batch{
+							Requests: []Request{{Key: key, Params: p}}, Cost: 1,
+						})
+					}()
+				}
+				close(start)
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				return outs
+			}
+
+			first := burst(store.ns+"a", 50)
+			seen := map[int64]bool{}
+			for _, out := range first {
+				if !out.Admitted {
+					t.Fatalf("first 50: got a denial %+v, want all admitted", out.Results[0])
+				}
+				seen[out.Results[0].Remaining] = true
+			}
+			if got, want := len(seen), 50; got != want {
+				t.Errorf("distinct remaining counts: got %d, want %d (checks were not serialized)", got, want)
+			}
+			for _, out := range burst(store.ns+"a", 50) {
+				if got, want := out.Results[0], deny(0, -1, -1); got != want {
+					t.Fatalf("after the allowance: got %+v, want %+v", got, want)
+				}
+			}
+
+			admitted := 0
+			for _, out := range burst(store.ns+"b", 200) {
+				if out.Admitted {
+					admitted++
+				}
+			}
+			if admitted != 50 {
+				t.Errorf("200 concurrent on a fresh bucket: got %d admitted, want 50", admitted)
+			}
+		})
+	}
+}

@@ -1,0 +1,241 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestMeasure is a measurement tool, not a test: it is skipped unless
+// TOLLGATE_MEASURE=1. It starts a redis-server of its own, so that
+// INFO commandstats counts only its calls, and prints Markdown tables of
+//
+//   - Redis CPU per check: cmdstat_evalsha usec_per_call, for checks that
+//     are admitted (and write) and checks that are denied;
+//   - state bytes per key: Redis MEMORY USAGE, and Go heap per key in
+//     the memory store;
+//   - the sliding window log's state and CPU as its limit grows.
+//
+// Every figure is the median of TOLLGATE_MEASURE_RUNS runs (default 5).
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/enforce/limiter/ -run TestMeasure -v -count=1
+func TestMeasure(t *testing.T) {
+	if os.Getenv("TOLLGATE_MEASURE") != "1" {
+		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
+	}
+	runs := 5
+	if v := os.Getenv("TOLLGATE_MEASURE_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_MEASURE_RUNS=%q: want a positive integer", v)
+		}
+		runs = n
+	}
+	srv := startRedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	if err := LoadScript(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	version, err := infoField(ctx, c, "server", "redis_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const checks = 5000
+	t.Logf("redis %s, %s %s, %d CPUs, median of %d runs, %d checks per run, key %q (%d bytes)",
+		version, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runs, checks, measureKey, len(measureKey))
+
+	t.Log("")
+	t.Log("| rule (100/s) | Redis CPU µs/check admitted | denied | Redis MEMORY USAGE bytes | Go heap bytes/key |")
+	t.Log("| --- | --- | --- | --- | --- |")
+	for _, rc := range benchRules {
+		var admitted, denied, usage, goBytes []float64
+		for range runs {
+			a, u := measureRedis(t, c, rc.p, checks, false)
+			d, _ := measureRedis(t, c, rc.p, checks, true)
+			admitted, denied, usage = append(admitted, a), append(denied, d), append(usage, u)
+			goBytes = append(goBytes, measureGo(t, rc.p, checks, 100_000))
+		}
+		t.Logf("| %s | %.2f | %.2f | %.0f | %.0f |", rc.name, median(admitted), median(denied), median(usage), median(goBytes))
+	}
+
+	t.Log("")
+	t.Log("| sliding_window_log limit (per s, full log) | Redis CPU µs/check | Redis MEMORY USAGE bytes | bytes/entry | Go heap bytes/key | Go bytes/entry |")
+	t.Log("| --- | --- | --- | --- | --- | --- |")
+	for _, limit := range []int64{10, 100, 1000, 10000} {
+		p := Params{Algorithm: SlidingWindowLog, Limit: limit, PeriodUS: Second}
+		var cpu, usage, goBytes []float64
+		for range runs {
+			u, m := measureRedisFull(t, c, p, checks)
+			cpu, usage = append(cpu, u), append(usage, m)
+			goBytes = append(goBytes, measureGo(t, p, int(2*limit), max(100, int(1_000_000/limit))))
+		}
+		t.Logf("| %d | %.2f | %.0f | %.1f | %.0f | %.1f |", limit, median(cpu), median(usage), median(usage)/float64(limit),
+			median(goBytes), median(goBytes)/float64(limit))
+	}
+}
+
+// measureKey is shaped like a production state key: a tenant hash tag, the
+// API key and the rule.
+const measureKey = "{t:0f8fad5b}:k:7c9e6679:r:hourly"
+
+// measureRedis runs n checks of p on a fresh key and returns the Redis CPU
+// µs per call and the key's MEMORY USAGE afterwards. Admitted checks come
+// at 90% of the limit; denied ones at one instant after spending the whole
+// capacity.
+func measureRedis(t *testing.T, c *redis.Client, p Params, n int, denied bool) (usecPerCall, usage float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := NewRedisStore(c)
+	store.ExtraTTL = time.Hour
+	reqs := single(measureKey, p)
+	window, _ := scale(p)
+	step := window / p.Limit * 10 / 9
+	now := epoch
+	if denied {
+		if _, err := store.Check(ctx, Batch{Requests: reqs, Cost: capacity(p), NowUS: now}); err != nil {
+			t.Fatal(err)
+		}
+		step = 0
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		now += step
+		out, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1, NowUS: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Admitted == denied {
+			t.Fatalf("%+v: got admitted %v, want %v", p, out.Admitted, !denied)
+		}
+	}
+	return evalshaUsecPerCall(t, c), memoryUsage(t, c, measureKey)
+}
+
+// measureRedisFull runs n (at least 2 × limit) checks of a sliding log at
+// exactly the limit's rate, which keeps the log full (limit entries), and
+// returns the CPU per call and MEMORY USAGE.
+func measureRedisFull(t *testing.T, c *redis.Client, p Params, n int64) (usecPerCall, usage float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := NewRedisStore(c)
+	store.ExtraTTL = time.Hour
+	reqs := single(measureKey, p)
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := epoch
+	for range max(n, 2*p.Limit) {
+		now += p.PeriodUS / p.Limit
+		if out, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1, NowUS: now}); err != nil || !out.Admitted {
+			t.Fatalf("filling the log: %+v, %v", out, err)
+		}
+	}
+	if n, err := c.ZCard(ctx, measureKey).Result(); err != nil || n != p.Limit {
+		t.Fatalf("log holds %d entries (%v), want %d", n, err, p.Limit)
+	}
+	return evalshaUsecPerCall(t, c), memoryUsage(t, c, measureKey)
+}
+
+// measureGo returns the Go heap bytes per key of a memory store holding
+// keys copies of the state n checks of p leave (as measureRedis admits
+// them), map and key strings included.
+func measureGo(t *testing.T, p Params, n, keys int) float64 {
+	t.Helper()
+	s := NewMemoryStore(func() int64 { panic("injected") })
+	reqs := single(measureKey, p)
+	window, _ := scale(p)
+	step := window / p.Limit * 10 / 9
+	if p.Algorithm == SlidingWindowLog {
+		step = p.PeriodUS / p.Limit // a full log, as measureRedisFull
+	}
+	now := epoch
+	for range n {
+		now += step
+		if _, err := s.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	template := *s.entries[measureKey]
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	entries := make(map[string]*memoryEntry)
+	for i := range keys {
+		e := template
+		e.st.log = slices.Clone(template.st.log)
+		entries[fmt.Sprintf("{t:%08x}:k:7c9e6679:r:hourly", i)] = &e
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(entries)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(keys)
+}
+
+func evalshaUsecPerCall(t *testing.T, c *redis.Client) float64 {
+	t.Helper()
+	stat, err := infoField(context.Background(), c, "commandstats", "cmdstat_evalsha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(stat, ",") {
+		if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no usec_per_call in %q", stat)
+	return 0
+}
+
+func memoryUsage(t *testing.T, c *redis.Client, key string) float64 {
+	t.Helper()
+	n, err := c.MemoryUsage(context.Background(), key, 0).Result()
+	if err != nil {
+		t.Fatalf("MEMORY USAGE %s: %v", key, err)
+	}
+	return float64(n)
+}
+
+// infoField returns one field of an INFO section.
+func infoField(ctx context.Context, c *redis.Client, section, field string) (string, error) {
+	info, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO %s has no %s", section, field)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

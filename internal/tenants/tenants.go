@@ -42,9 +42,9 @@ type Key struct {
 	Prefix     string            `json:"prefix"`
 	Metadata   map[string]string `json:"metadata"`
 	CreatedAt  time.Time         `json:"created_at"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	RevokedAt  *time.Time        `json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time        `json:"last_used_at,omitempty"`
 }
 
 // Store keeps tenants and keys in Postgres. Safe for concurrent use.

@@ -112,6 +112,17 @@ func Diff(before, after any) (json.RawMessage, json.RawMessage, error) {
 		return nil, nil, err
 	}
 	if b != nil && a != nil {
+		// A field one side omits (omitempty) is null there.
+		for k := range a {
+			if _, ok := b[k]; !ok {
+				b[k] = json.RawMessage("null")
+			}
+		}
+		for k := range b {
+			if _, ok := a[k]; !ok {
+				a[k] = json.RawMessage("null")
+			}
+		}
 		for k, bv := range b {
 			if av, ok := a[k]; ok && bytes.Equal(bv, av) {
 				delete(a, k)

@@ -25,6 +25,7 @@ func TestDiff(t *testing.T) {
 		{"delete", obj{"a", 1, nil}, nil, `{"labels":null,"limit":1,"name":"a"}`, ""},
 		{"change", obj{"a", 1, map[string]string{"x": "1"}}, obj{"a", 2, map[string]string{"x": "1"}}, `{"limit":1}`, `{"limit":2}`},
 		{"no change", obj{"a", 1, nil}, obj{"a", 1, nil}, `{}`, `{}`},
+		{"field only after", map[string]any{"a": 1}, map[string]any{"a": 1, "revoked_at": "t"}, `{"revoked_at":null}`, `{"revoked_at":"t"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

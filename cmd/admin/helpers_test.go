@@ -140,6 +140,12 @@ func (r response) decode(t *testing.T, v any) {
 // call sends a request with an optional JSON body and bearer token.
 func call(t *testing.T, method, url, token string, body any) response {
 	t.Helper()
+	return callWith(t, http.DefaultClient, method, url, token, body)
+}
+
+// callWith is call through client.
+func callWith(t *testing.T, client *http.Client, method, url, token string, body any) response {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		raw, err := json.Marshal(body)
@@ -154,12 +160,17 @@ func call(t *testing.T, method, url, token string, body any) response {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return send(t, req)
+	return sendWith(t, client, req)
 }
 
 func send(t *testing.T, req *http.Request) response {
 	t.Helper()
-	res, err := http.DefaultClient.Do(req)
+	return sendWith(t, http.DefaultClient, req)
+}
+
+func sendWith(t *testing.T, client *http.Client, req *http.Request) response {
+	t.Helper()
+	res, err := client.Do(req)
 	testenv.Must(t, err)
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)

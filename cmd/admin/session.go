@@ -106,7 +106,7 @@ func secureRequest(r *http.Request) bool {
 func setSessionCookie(w http.ResponseWriter, r *http.Request, token string, expires time.Time, now time.Time) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: token, Path: "/",
-		Expires: expires, MaxAge: int(expires.Sub(now).Seconds()),
+		Expires: expires, MaxAge: int((expires.Sub(now) + time.Second - 1) / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r),
 	})
 }

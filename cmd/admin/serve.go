@@ -35,6 +35,7 @@ type serverConfig struct {
 	RedisAddr       string
 	RedisCluster    []string
 	RedisPassword   string
+	RedisTimeout    time.Duration
 	KeyPrefix       string
 	ShutdownTimeout time.Duration
 	LogLevel        string
@@ -51,6 +52,7 @@ func loadServerConfig(getenv func(string) string) (serverConfig, error) {
 		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", ""),
 		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
 		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		RedisTimeout:    e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
 		KeyPrefix:       e.String("TOLLGATE_KEY_PREFIX", "tg:"),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
@@ -111,10 +113,14 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	switch {
 	case len(cfg.RedisCluster) > 0 || cfg.RedisAddr != "":
 		var rc redis.UniversalClient
+		// Short timeouts: when Redis is down, logins fail open quickly
+		// rather than hang.
 		if len(cfg.RedisCluster) > 0 {
-			rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisCluster, Password: cfg.RedisPassword})
+			rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisCluster, Password: cfg.RedisPassword,
+				DialTimeout: 2 * cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 		} else {
-			rc = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, Password: cfg.RedisPassword})
+			rc = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, Password: cfg.RedisPassword,
+				DialTimeout: 2 * cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 		}
 		defer rc.Close()
 		store = limiter.NewRedisStore(rc)

@@ -10,6 +10,9 @@ field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | hea
 token=$(field service_token)
 pro=$(field pro)
 free=$(field free)
+# The first email/password pair in the seed output is the demo operator's.
+op_email=$(field email)
+op_password=$(field password)
 api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
 admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
 export TOLLGATE_API_ADDR=$api_addr TOLLGATE_ADMIN_ADDR=$admin_addr
@@ -38,6 +41,12 @@ Try a check:
 Anonymous (60/hour per IP):
 
   curl -i http://$api_addr/v1/check -H 'Authorization: Bearer $token' -d '{"ip": "203.0.113.7"}'
+
+Admin API: log in as the demo operator, then issue a key for demo-pro:
+
+  token=\$(curl -s http://$admin_addr/api/v1/login -d '{"email": "$op_email", "password": "$op_password"}' | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+  tenant=\$(curl -s -H "Authorization: Bearer \$token" 'http://$admin_addr/api/v1/tenants?q=demo-pro' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  curl -s -H "Authorization: Bearer \$token" http://$admin_addr/api/v1/tenants/\$tenant/keys -d '{"name": "my key"}'
 
 Ctrl-C stops everything; data stays in .local/.
 MSG

@@ -22,7 +22,7 @@ func admin(t *testing.T, dbURL string, args ...string) (string, error) {
 			return dbURL
 		}
 		return ""
-	}, &stdout, &stderr)
+	}, strings.NewReader(""), &stdout, &stderr, nil)
 	return stdout.String(), err
 }
 

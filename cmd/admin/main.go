@@ -17,8 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -27,7 +30,7 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "admin:", err)
 		os.Exit(1)
 	}
@@ -46,10 +49,13 @@ type command struct {
 // env is what every command runs with.
 type env struct {
 	getenv func(string) string
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	args   []string // positional arguments after flags
 	db     *pgxpool.Pool
+	// ready, when not nil, receives the address a server listens on.
+	ready chan<- string
 }
 
 func commands() []command {
@@ -60,6 +66,7 @@ func commands() []command {
 		keysIssueCommand(),
 		keysRevokeCommand(),
 		tokensIssueCommand(),
+		usersCreateCommand(),
 		serveCommand(),
 	}
 }
@@ -75,8 +82,10 @@ func usage(w io.Writer) {
 }
 
 // run dispatches args to a subcommand. Commands are one or two words
-// ("migrate", "tenants create").
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// ("migrate", "tenants create"). When ready is not nil, serve sends the
+// address it listens on to it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer,
+	ready chan<- string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(args) == 0 || args[0] == "help" || args[0] == "--help" || args[0] == "-h" {
@@ -113,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return err
 	}
-	e := &env{getenv: getenv, stdout: stdout, stderr: stderr, args: fs.Args()}
+	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
 	cfg := config.New(getenv)
 	url := cfg.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable")
 	db, err := postgres.Open(ctx, url)
@@ -181,7 +190,7 @@ func seedCommand() command {
 		name:    "seed demo",
 		summary: "create the demo plans and tenant (idempotent); issue fresh demo keys and a service token and print them",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}}`)
+			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}}}`)
 			return func(ctx context.Context, e *env) error {
 				out, err := seedDemo(ctx, e.db)
 				if err != nil {
@@ -194,6 +203,11 @@ func seedCommand() command {
 				for _, name := range []string{"free", "pro", "enterprise"} {
 					fmt.Fprintf(e.stdout, "  %-10s %s\n", name, out.Keys[name])
 				}
+				fmt.Fprintf(e.stdout, "\nadmin users (passwords shown once):\n")
+				for _, role := range []string{"operator", "tenant_admin"} {
+					u := out.Users[role]
+					fmt.Fprintf(e.stdout, "  %-12s %s  %s\n", role, u.Email, u.Password)
+				}
 				return nil
 			}
 		},
@@ -202,15 +216,50 @@ func seedCommand() command {
 
 // seedResult is what `seed demo --json` prints.
 type seedResult struct {
-	ServiceToken string            `json:"service_token"`
-	Keys         map[string]string `json:"keys"`
+	ServiceToken string              `json:"service_token"`
+	Keys         map[string]string   `json:"keys"`
+	Users        map[string]seedUser `json:"users"`
 }
 
-// seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys
-// and a fresh service token.
+// seedUser is a demo admin user and its fresh password.
+type seedUser struct {
+	Email    string    `json:"email"`
+	Password string    `json:"password"`
+	Role     auth.Role `json:"role"`
+	Tenant   string    `json:"tenant,omitempty"`
+}
+
+// Demo admin users: an operator, and a tenant admin of demo-pro.
+const (
+	demoOperatorEmail    = "operator@example.com"
+	demoTenantAdminEmail = "admin@demo-pro.example.com"
+	demoAdminTenant      = "demo-pro"
+)
+
+// seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys,
+// a fresh service token and the demo admin users with fresh passwords, and
+// records that in the audit log.
 func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
+	var res seedResult
+	err := changer{db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+		var err error
+		res, err = seedDemoOn(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		users := map[string]string{}
+		for role, u := range res.Users {
+			users[role] = u.Email
+		}
+		return one(audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
+			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}), nil
+	})
+	return res, err
+}
+
+func seedDemoOn(ctx context.Context, db postgres.Conn) (seedResult, error) {
 	ps, ts, as := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db)
-	res := seedResult{Keys: map[string]string{}}
+	res := seedResult{Keys: map[string]string{}, Users: map[string]seedUser{}}
 	ids := map[string]int64{}
 	for _, p := range plans.DemoPlans() {
 		stored, err := ps.Put(ctx, p)
@@ -242,7 +291,39 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
 		return res, err
 	}
 	res.ServiceToken = token
+	demoPro, err := ts.GetByName(ctx, demoAdminTenant)
+	if err != nil {
+		return res, err
+	}
+	for _, u := range []seedUser{
+		{Email: demoOperatorEmail, Role: auth.RoleOperator},
+		{Email: demoTenantAdminEmail, Role: auth.RoleTenantAdmin, Tenant: demoAdminTenant},
+	} {
+		tenantID := ""
+		if u.Tenant != "" {
+			tenantID = demoPro.ID
+		}
+		if u.Password, err = resetUser(ctx, as, u.Email, u.Role, tenantID); err != nil {
+			return res, fmt.Errorf("seed: user %s: %w", u.Email, err)
+		}
+		res.Users[string(u.Role)] = u
+	}
 	return res, nil
+}
+
+// resetUser creates the user, or gives the existing one a new password,
+// and returns the password.
+func resetUser(ctx context.Context, as *auth.Store, email string, role auth.Role, tenantID string) (string, error) {
+	password := auth.GeneratePassword()
+	u, err := as.GetUserByEmail(ctx, email)
+	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+		_, err = as.CreateUser(ctx, auth.NewUser{Email: email, Password: password, Role: role, TenantID: tenantID})
+		return password, err
+	}
+	if err != nil {
+		return "", err
+	}
+	return password, as.SetPassword(ctx, u.ID, password)
 }
 
 func tenantsCreateCommand() command {
@@ -260,7 +341,15 @@ func tenantsCreateCommand() command {
 				if err != nil {
 					return fmt.Errorf("tenants create: --plan: %w", err)
 				}
-				t, err := tenants.NewStore(e.db).Create(ctx, *name, p.ID)
+				var t tenants.Tenant
+				err = changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					var err error
+					if t, err = tenants.NewStore(tx).Create(ctx, *name, p.ID); err != nil {
+						return nil, err
+					}
+					return one(audit.Change{Action: "tenant.create", TargetType: "tenant", TargetID: t.ID,
+						TenantID: t.ID, After: t}), nil
+				})
 				if err != nil {
 					return fmt.Errorf("tenants create: %w", err)
 				}
@@ -297,14 +386,21 @@ func keysIssueCommand() command {
 					at := time.Now().Add(*ttl)
 					exp = &at
 				}
-				for range *count - 1 {
-					secret, _, err := ts.IssueKey(ctx, t.ID, *name, exp)
-					if err != nil {
-						return fmt.Errorf("keys issue: %w", err)
+				var secret string
+				var k tenants.Key
+				for i := range *count {
+					err = changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+						var err error
+						if secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp); err != nil {
+							return nil, err
+						}
+						return one(keyChange("key.create", nil, &k)), nil
+					})
+					if err != nil || i == *count-1 {
+						break
 					}
 					fmt.Fprintln(e.stdout, secret)
 				}
-				secret, k, err := ts.IssueKey(ctx, t.ID, *name, exp)
 				if err != nil {
 					return fmt.Errorf("keys issue: %w", err)
 				}
@@ -329,7 +425,18 @@ func keysRevokeCommand() command {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				return tenants.NewStore(e.db).RevokeKey(ctx, *id)
+				return changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					ts := tenants.NewStore(tx)
+					before, err := ts.KeyByID(ctx, *id)
+					if err != nil {
+						return nil, err
+					}
+					after, err := ts.RevokeTenantKey(ctx, before.TenantID, before.ID)
+					if err != nil {
+						return nil, err
+					}
+					return one(keyChange("key.revoke", &before, &after)), nil
+				})
 			}
 		},
 	}
@@ -346,7 +453,16 @@ func tokensIssueCommand() command {
 				if *name == "" {
 					return errors.New("tokens issue: --name is required")
 				}
-				token, st, err := auth.NewStore(e.db).IssueServiceToken(ctx, *name, *ttl)
+				var token string
+				var st auth.ServiceToken
+				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					var err error
+					if token, st, err = auth.NewStore(tx).IssueServiceToken(ctx, *name, *ttl); err != nil {
+						return nil, err
+					}
+					return one(audit.Change{Action: "service_token.create", TargetType: "service_token",
+						TargetID: st.ID, After: st}), nil
+				})
 				if err != nil {
 					return fmt.Errorf("tokens issue: %w", err)
 				}

@@ -267,7 +267,8 @@ func TestCheckReasons(t *testing.T) {
 	testenv.Must(t, err)
 	suspendedKey, _, err := ts.IssueKey(ctx, f.tenants["enterprise"].ID, "suspended", nil)
 	testenv.Must(t, err)
-	testenv.Must(t, ts.SetStatus(ctx, f.tenants["enterprise"].ID, tenants.StatusSuspended))
+	_, err = ts.SetStatus(ctx, f.tenants["enterprise"].ID, tenants.StatusSuspended)
+	testenv.Must(t, err)
 	unknown, _, _ := tenants.GenerateKey()
 
 	cases := []struct {

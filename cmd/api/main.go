@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 func main() {
@@ -46,6 +47,7 @@ type Config struct {
 	RedisPoolSize   int
 	KeyPrefix       string
 	ReloadInterval  time.Duration
+	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
@@ -64,6 +66,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		RedisPoolSize:   e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
 		KeyPrefix:       e.String("TOLLGATE_KEY_PREFIX", "tg:"),
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
+		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:       e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json"),
@@ -149,8 +152,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := enforce.NewMetrics(reg, holder)
+	// Keys' last-used times are written in the background, never on the
+	// hot path.
+	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
+	lastUsedCtx, stopLastUsed := context.WithCancel(context.WithoutCancel(ctx))
+	lastUsedDone := make(chan struct{})
+	go func() { defer close(lastUsedDone); lastUsed.Run(lastUsedCtx, cfg.LastUsedFlush) }()
+	// Runs after the server has stopped and before the pool closes: the
+	// last flush still has Postgres.
+	defer func() { stopLastUsed(); <-lastUsedDone }()
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.RedisTimeout, Metrics: metrics, Log: log,
+		Recorder: lastUsed,
 	})
 
 	srv := &http.Server{

@@ -15,9 +15,10 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Claims of service tokens.
@@ -38,11 +39,11 @@ type ServiceToken struct {
 
 // Store keeps signing keys and service tokens in Postgres.
 type Store struct {
-	db *pgxpool.Pool
+	db postgres.Conn
 }
 
-// NewStore returns a Store on db.
-func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+// NewStore returns a Store on db: a pool, or a transaction.
+func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 // signingKey returns the newest unretired key, creating one when none
 // exists.
@@ -186,4 +187,52 @@ func VerifyServiceToken(token string, keys map[string]ed25519.PublicKey, now tim
 		return "", time.Time{}, ErrBadToken
 	}
 	return claims.ID, claims.ExpiresAt.Time, nil
+}
+
+const serviceTokenColumns = `id, name, kid, created_at, expires_at, revoked_at`
+
+func scanServiceToken(row pgx.Row) (ServiceToken, error) {
+	var st ServiceToken
+	err := row.Scan(&st.ID, &st.Name, &st.KID, &st.CreatedAt, &st.ExpiresAt, &st.RevokedAt)
+	return st, err
+}
+
+// GetServiceToken returns the record of the token with id, or ENOTFOUND.
+func (s *Store) GetServiceToken(ctx context.Context, id string) (ServiceToken, error) {
+	st, err := scanServiceToken(s.db.QueryRow(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
+		WHERE id::text = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ServiceToken{}, tollgate.Errorf(tollgate.ENOTFOUND, "service token %s not found", id)
+	}
+	if err != nil {
+		return ServiceToken{}, fmt.Errorf("auth: get service token: %w", err)
+	}
+	return st, nil
+}
+
+// ListServiceTokensPage returns one page of service token records, newest
+// first.
+func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (page.Page[ServiceToken], error) {
+	var after struct {
+		CreatedAt time.Time `json:"t"`
+		ID        string    `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[ServiceToken]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
+		WHERE NOT $1 OR (created_at, id::text) < ($2, $3)
+		ORDER BY created_at DESC, id::text DESC LIMIT $4`, have, after.CreatedAt, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[ServiceToken]{}, fmt.Errorf("auth: list service tokens: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ServiceToken, error) { return scanServiceToken(r) })
+	if err != nil {
+		return page.Page[ServiceToken]{}, fmt.Errorf("auth: list service tokens: %w", err)
+	}
+	return page.Make(pr, list, func(st ServiceToken) any {
+		after.CreatedAt, after.ID = st.CreatedAt, st.ID
+		return after
+	}), nil
 }

@@ -63,8 +63,11 @@ type Snapshot struct {
 
 // Data is what a snapshot is built from.
 type Data struct {
-	Plans         []plans.Plan
-	Tenants       []tenants.Tenant
+	Plans   []plans.Plan
+	Tenants []tenants.Tenant
+	// Overrides are tenants' own rules by tenant ID: each replaces the plan
+	// rule of the same name or adds to the plan's rules (plans.MergeRules).
+	Overrides     map[string][]plans.Rule
 	Keys          []tenants.Key
 	SigningKeys   map[string]ed25519.PublicKey
 	ServiceTokens []auth.ServiceToken
@@ -101,15 +104,26 @@ func NewSnapshot(d Data, now time.Time) *Snapshot {
 		loadedAt:    now,
 	}
 	byID := map[int64]*planView{}
+	planByID := map[int64]plans.Plan{}
 	for _, p := range d.Plans {
 		v := compilePlan(p)
 		byID[p.ID] = v
+		planByID[p.ID] = p
 		if p.Name == plans.AnonymousPlan && p.ArchivedAt == nil {
 			s.anonymous = v
 		}
 	}
 	for _, t := range d.Tenants {
-		s.tenants[t.ID] = &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: byID[t.PlanID]}
+		plan := byID[t.PlanID]
+		if over := d.Overrides[t.ID]; len(over) > 0 && plan != nil {
+			// A tenant with overrides gets a plan view of its own. Its rules
+			// keep the plan's state keys by name, so an override of a plan
+			// rule continues from the usage counted so far.
+			p := planByID[t.PlanID]
+			p.Rules = plans.MergeRules(p.Rules, over)
+			plan = compilePlan(p)
+		}
+		s.tenants[t.ID] = &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: plan}
 	}
 	for _, k := range d.Keys {
 		s.addKey(k)
@@ -152,7 +166,8 @@ func NewPostgresSource(db *pgxpool.Pool) *PostgresSource {
 	return &PostgresSource{Plans: plans.NewStore(db), Tenants: tenants.NewStore(db), Auth: auth.NewStore(db)}
 }
 
-// LoadSnapshot reads every plan, tenant, key and service token.
+// LoadSnapshot reads every plan, tenant, rule override, key and service
+// token.
 func (p *PostgresSource) LoadSnapshot(ctx context.Context) (Data, error) {
 	var d Data
 	var err error
@@ -160,6 +175,9 @@ func (p *PostgresSource) LoadSnapshot(ctx context.Context) (Data, error) {
 		return d, err
 	}
 	if d.Tenants, err = p.Tenants.List(ctx); err != nil {
+		return d, err
+	}
+	if d.Overrides, err = p.Tenants.AllOverrides(ctx); err != nil {
 		return d, err
 	}
 	if d.Keys, err = p.Tenants.ListKeys(ctx, ""); err != nil {

@@ -117,11 +117,14 @@ func (r Rule) Validate(prefix string, f map[string]string) {
 		f[prefix+"burst"] = "must be ≥ 1"
 	}
 	for k, v := range r.Params().Validate() {
-		if k == "mode" {
+		// Params names its fields; rules name them as in their JSON.
+		switch k {
+		case "mode":
 			k = "options.leaky_mode"
-		}
-		if k == "calendar" || k == "anchor" {
+		case "calendar", "anchor":
 			k = "options." + k
+		case "period":
+			k = "period_us"
 		}
 		f[prefix+k] = v
 	}
@@ -191,6 +194,50 @@ func MatchResource(pattern, resource string) bool {
 	return pp == rp
 }
 
+// MergeRules returns the rules a tenant with overrides gets: the plan's
+// rules in their order, each replaced by the override of the same name if
+// there is one, followed by the overrides that name no plan rule. Neither
+// argument is modified.
+func MergeRules(planRules, overrides []Rule) []Rule {
+	if len(overrides) == 0 {
+		return planRules
+	}
+	byName := make(map[string]Rule, len(overrides))
+	for _, o := range overrides {
+		byName[o.Name] = o
+	}
+	out := make([]Rule, 0, len(planRules)+len(overrides))
+	used := map[string]bool{}
+	for _, r := range planRules {
+		if o, ok := byName[r.Name]; ok {
+			r = o
+			used[r.Name] = true
+		}
+		out = append(out, r)
+	}
+	for _, o := range overrides {
+		if !used[o.Name] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// ValidateRules fills the rules' defaults and validates them, naming each
+// bad field under prefix (e.g. "rules"): names must be unique.
+func ValidateRules(prefix string, rules []Rule, f map[string]string) {
+	seen := map[string]bool{}
+	for i := range rules {
+		rules[i] = rules[i].WithDefaults()
+		k := fmt.Sprintf("%s[%d].", prefix, i)
+		rules[i].Validate(k, f)
+		if seen[rules[i].Name] {
+			f[k+"name"] = "must be unique"
+		}
+		seen[rules[i].Name] = true
+	}
+}
+
 // PriceTier prices overage units up to UpTo (nil: and beyond) at
 // UnitMinor each.
 type PriceTier struct {
@@ -222,6 +269,9 @@ func (p *Plan) Validate() error {
 	if !planName.MatchString(p.Name) {
 		f["name"] = "must be 1–63 lower-case letters, digits, '_' or '-'"
 	}
+	if len(p.DisplayName) > 200 {
+		f["display_name"] = "must be at most 200 characters"
+	}
 	if p.Currency == "" {
 		p.Currency = "USD"
 	}
@@ -248,15 +298,6 @@ func (p *Plan) Validate() error {
 			last = *t.UpTo
 		}
 	}
-	seen := map[string]bool{}
-	for i := range p.Rules {
-		p.Rules[i] = p.Rules[i].WithDefaults()
-		k := fmt.Sprintf("rules[%d].", i)
-		p.Rules[i].Validate(k, f)
-		if seen[p.Rules[i].Name] {
-			f[k+"name"] = "must be unique within the plan"
-		}
-		seen[p.Rules[i].Name] = true
-	}
+	ValidateRules("rules", p.Rules, f)
 	return tollgate.Invalid(f)
 }

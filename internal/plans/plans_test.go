@@ -47,7 +47,7 @@ func TestPlanValidateNamesFields(t *testing.T) {
 		t.Fatalf("Validate = %v, want an invalid error", err)
 	}
 	for _, field := range []string{"name", "currency", "base_fee_minor", "tiers[0].up_to", "tiers[1].unit_minor",
-		"rules[0].algorithm", "rules[1].name", "rules[1].period", "rules[1].resource", "rules[2].scope",
+		"rules[0].algorithm", "rules[1].name", "rules[1].period_us", "rules[1].resource", "rules[2].scope",
 		"rules[2].options.calendar"} {
 		if _, ok := e.Fields[field]; !ok {
 			t.Errorf("no problem reported for %s (got %v)", field, e.Fields)

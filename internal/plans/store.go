@@ -7,19 +7,20 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Store keeps plans in Postgres. It is safe for concurrent use.
 type Store struct {
-	db *pgxpool.Pool
+	db postgres.Conn
 }
 
-// NewStore returns a Store on db.
-func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+// NewStore returns a Store on db: a pool, or a transaction.
+func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 const planColumns = `id, name, display_name, currency, base_fee_minor, included_units,
 	overage_unit_minor, archived_at, created_at, updated_at`
@@ -183,4 +184,143 @@ func replaceChildren(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
 		}
 	}
 	return nil
+}
+
+// translate maps constraint violations to caller errors.
+func translate(err error, op string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a plan with this name exists",
+			Fields: map[string]string{"name": "is taken by another plan"}}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Create stores a new plan. A taken name is ECONFLICT naming "name".
+func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	var id int64
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
+			included_units, overage_unit_minor) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor).Scan(&id)
+		if err != nil {
+			return translate(err, "plans: create")
+		}
+		return replaceChildren(ctx, tx, id, p)
+	})
+	if err != nil {
+		return Plan{}, err
+	}
+	return s.Get(ctx, id)
+}
+
+// Update replaces the plan with id: name, pricing, tiers and rules. Rules
+// keep their identity (and limiter state) by name. It returns the stored
+// plan; an unknown id is ENOTFOUND, a taken name ECONFLICT.
+func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
+			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, updated_at = now()
+			WHERE id = $1`,
+			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor)
+		if err != nil {
+			return translate(err, "plans: update")
+		}
+		if tag.RowsAffected() == 0 {
+			return tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+		}
+		return replaceChildren(ctx, tx, id, p)
+	})
+	if err != nil {
+		return Plan{}, err
+	}
+	return s.Get(ctx, id)
+}
+
+// SetArchived archives the plan (archived true) or restores it. An archived
+// plan keeps its tenants but cannot be assigned to more. Archiving twice
+// keeps the first time.
+func (s *Store) SetArchived(ctx context.Context, id int64, archived bool) (Plan, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE plans SET archived_at = CASE WHEN $2 THEN coalesce(archived_at, now()) END,
+		updated_at = now() WHERE id = $1`, id, archived)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plans: archive: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Plan{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+	}
+	return s.Get(ctx, id)
+}
+
+// Delete removes a plan that no tenant is on or ever was (its history is
+// billing record). Otherwise it is ECONFLICT: archive the plan instead.
+func (s *Store) Delete(ctx context.Context, id int64) error {
+	var inUse, inHistory bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenants WHERE plan_id = $1),
+		EXISTS (SELECT 1 FROM tenant_plan_changes WHERE plan_id = $1)`, id).Scan(&inUse, &inHistory)
+	if err != nil {
+		return fmt.Errorf("plans: delete: %w", err)
+	}
+	switch {
+	case inUse:
+		return tollgate.Errorf(tollgate.ECONFLICT, "plan %d is in use by a tenant: archive it instead", id)
+	case inHistory:
+		return tollgate.Errorf(tollgate.ECONFLICT, "plan %d is in a tenant's plan history: archive it instead", id)
+	}
+	tag, err := s.db.Exec(ctx, `DELETE FROM plans WHERE id = $1`, id)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // a tenant took it meanwhile
+		return tollgate.Errorf(tollgate.ECONFLICT, "plan %d is in use: archive it instead", id)
+	}
+	if err != nil {
+		return fmt.Errorf("plans: delete: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+	}
+	return nil
+}
+
+// Filter narrows a plan listing.
+type Filter struct {
+	// Archived, when set, keeps only archived (true) or active (false) plans.
+	Archived *bool
+}
+
+// ListPage returns one page of plans matching f, ordered by name.
+func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.Page[Plan], error) {
+	var after struct {
+		Name string `json:"n"`
+	}
+	if _, err := pr.After(&after); err != nil {
+		return page.Page[Plan]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+planColumns+` FROM plans
+		WHERE name > $1 AND ($2::boolean IS NULL OR (archived_at IS NOT NULL) = $2)
+		ORDER BY name LIMIT $3`, after.Name, f.Archived, pr.Fetch())
+	if err != nil {
+		return page.Page[Plan]{}, fmt.Errorf("plans: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Plan, error) { return scanPlan(r) })
+	if err != nil {
+		return page.Page[Plan]{}, fmt.Errorf("plans: list: %w", err)
+	}
+	byID := map[int64]*Plan{}
+	for i := range list {
+		list[i].Rules, list[i].Tiers = []Rule{}, []PriceTier{}
+		byID[list[i].ID] = &list[i]
+	}
+	if err := s.loadChildren(ctx, s.db, byID); err != nil {
+		return page.Page[Plan]{}, err
+	}
+	return page.Make(pr, list, func(p Plan) any {
+		after.Name = p.Name
+		return after
+	}), nil
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// TestMigrationsUpDownUp applies every migration, rolls all back, and
+// TestMigrateAllDownAndSchemaGuard applies every migration, rolls all back, and
 // applies them again: each down file must undo its up file completely.
-func TestMigrationsUpDownUp(t *testing.T) {
+func TestMigrateAllDownAndSchemaGuard(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
 	want := postgres.SchemaVersion()

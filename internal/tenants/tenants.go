@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -35,24 +35,25 @@ type Tenant struct {
 
 // Key is an API key's record; the secret itself is never stored.
 type Key struct {
-	ID         string     `json:"id"`
-	TenantID   string     `json:"tenant_id"`
-	Name       string     `json:"name"`
-	Hash       KeyHash    `json:"-"`
-	Prefix     string     `json:"prefix"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	ID         string            `json:"id"`
+	TenantID   string            `json:"tenant_id"`
+	Name       string            `json:"name"`
+	Hash       KeyHash           `json:"-"`
+	Prefix     string            `json:"prefix"`
+	Metadata   map[string]string `json:"metadata"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	RevokedAt  *time.Time        `json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time        `json:"last_used_at,omitempty"`
 }
 
 // Store keeps tenants and keys in Postgres. Safe for concurrent use.
 type Store struct {
-	db *pgxpool.Pool
+	db postgres.Conn
 }
 
-// NewStore returns a Store on db.
-func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+// NewStore returns a Store on db: a pool, or a transaction.
+func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 const tenantColumns = `id, name, plan_id, status, created_at, updated_at`
 
@@ -91,12 +92,19 @@ func (s *Store) Create(ctx context.Context, name string, planID int64) (Tenant, 
 func translate(err error, op string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "23505":
+		switch {
+		case pgErr.ConstraintName == "tenants_name_key":
+			return &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a tenant with this name exists",
+				Fields: map[string]string{"name": "is taken by another tenant"}}
+		case pgErr.ConstraintName == "tenants_plan_not_archived":
+			return tollgate.Invalid(map[string]string{"plan_id": "is archived: archived plans cannot be assigned"})
+		case pgErr.ConstraintName == "tenants_plan_id_fkey":
+			return tollgate.Invalid(map[string]string{"plan_id": "no such plan"})
+		case pgErr.Code == "23505":
 			return tollgate.Errorf(tollgate.ECONFLICT, "already exists")
-		case "23503":
+		case pgErr.Code == "23503":
 			return tollgate.Errorf(tollgate.EINVALID, "refers to something that does not exist")
-		case "22P02":
+		case pgErr.Code == "22P02":
 			return tollgate.Errorf(tollgate.ENOTFOUND, "not found")
 		}
 	}
@@ -150,57 +158,151 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 }
 
 // SetPlan moves the tenant to planID from effective on, recording the
-// change in the plan history.
+// change in the plan history. The history only moves forward: effective
+// must not be before the tenant's latest change (EINVALID naming
+// "effective_at"). Moving to the current plan is EINVALID naming
+// "plan_id", and so is an archived or unknown plan.
 func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective time.Time) error {
 	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id::text = $1`, id, planID)
-		if err != nil {
-			return translate(err, "tenants: set plan")
-		}
-		if tag.RowsAffected() == 0 {
+		var current int64
+		var latest *time.Time
+		err := tx.QueryRow(ctx, `SELECT t.plan_id, (SELECT max(effective_at) FROM tenant_plan_changes c
+			WHERE c.tenant_id = t.id) FROM tenants t WHERE t.id::text = $1 FOR UPDATE`, id).Scan(&current, &latest)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
+		}
+		if err != nil {
+			return fmt.Errorf("tenants: set plan: %w", err)
+		}
+		if current == planID {
+			return tollgate.Invalid(map[string]string{"plan_id": "is the tenant's plan already"})
+		}
+		if latest != nil && effective.Before(*latest) {
+			return tollgate.Invalid(map[string]string{"effective_at": "must not be before the tenant's latest plan change (" +
+				latest.UTC().Format(time.RFC3339) + ")"})
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id::text = $1`, id, planID); err != nil {
+			return translate(err, "tenants: set plan")
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO tenant_plan_changes (tenant_id, plan_id, effective_at)
 			VALUES ($1, $2, $3)`, id, planID, effective)
-		return translate(err, "tenants: record plan change")
+		if err != nil {
+			return translate(err, "tenants: record plan change")
+		}
+		return nil
 	})
 }
 
-// SetStatus suspends or resumes a tenant.
-func (s *Store) SetStatus(ctx context.Context, id, status string) error {
+// SetStatus suspends or resumes a tenant and returns it.
+func (s *Store) SetStatus(ctx context.Context, id, status string) (Tenant, error) {
 	if status != StatusActive && status != StatusSuspended {
-		return tollgate.Invalid(map[string]string{"status": "must be active or suspended"})
+		return Tenant{}, tollgate.Invalid(map[string]string{"status": "must be active or suspended"})
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE tenants SET status = $2, updated_at = now() WHERE id::text = $1`, id, status)
+	t, err := scanTenant(s.db.QueryRow(ctx, `UPDATE tenants SET status = $2, updated_at = now()
+		WHERE id::text = $1 RETURNING `+tenantColumns, id, status))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
+	}
 	if err != nil {
-		return fmt.Errorf("tenants: set status: %w", err)
+		return Tenant{}, fmt.Errorf("tenants: set status: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
-	}
-	return nil
+	return t, nil
 }
 
-const keyColumns = `id, tenant_id, name, hash, prefix, created_at, expires_at, revoked_at, last_used_at`
+// Filter narrows a tenant listing.
+type Filter struct {
+	// Query matches a tenant's ID exactly or part of its name, ignoring case.
+	Query string
+	// Status keeps only tenants with this status when set.
+	Status string
+	// PlanID keeps only tenants on this plan when not 0.
+	PlanID int64
+}
+
+// ListPage returns one page of tenants matching f, ordered by name.
+func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.Page[Tenant], error) {
+	var after struct {
+		Name string `json:"n"`
+	}
+	if _, err := pr.After(&after); err != nil {
+		return page.Page[Tenant]{}, err
+	}
+	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Query) + "%"
+	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
+		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id::text = lower($2))
+		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
+		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch())
+	if err != nil {
+		return page.Page[Tenant]{}, fmt.Errorf("tenants: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tenant, error) { return scanTenant(r) })
+	if err != nil {
+		return page.Page[Tenant]{}, fmt.Errorf("tenants: list: %w", err)
+	}
+	return page.Make(pr, list, func(t Tenant) any {
+		after.Name = t.Name
+		return after
+	}), nil
+}
+
+// PlanChange is one entry of a tenant's plan history.
+type PlanChange struct {
+	ID          int64     `json:"id"`
+	TenantID    string    `json:"tenant_id"`
+	PlanID      int64     `json:"plan_id"`
+	PlanName    string    `json:"plan_name"`
+	EffectiveAt time.Time `json:"effective_at"`
+	RecordedAt  time.Time `json:"recorded_at"`
+}
+
+// PlanHistory returns one page of the tenant's plan changes, newest first.
+func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Request) (page.Page[PlanChange], error) {
+	var after struct {
+		EffectiveAt time.Time `json:"t"`
+		ID          int64     `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[PlanChange]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
+		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
+		WHERE c.tenant_id::text = $1 AND (NOT $2 OR (c.effective_at, c.id) < ($3, $4))
+		ORDER BY c.effective_at DESC, c.id DESC LIMIT $5`, tenantID, have, after.EffectiveAt, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[PlanChange]{}, fmt.Errorf("tenants: plan history: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanChange, error) {
+		var c PlanChange
+		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
+		return c, err
+	})
+	if err != nil {
+		return page.Page[PlanChange]{}, fmt.Errorf("tenants: plan history: %w", err)
+	}
+	return page.Make(pr, list, func(c PlanChange) any {
+		after.EffectiveAt, after.ID = c.EffectiveAt, c.ID
+		return after
+	}), nil
+}
+
+const keyColumns = `id, tenant_id, name, hash, prefix, metadata, created_at, expires_at, revoked_at, last_used_at`
 
 func scanKey(row pgx.Row) (Key, error) {
 	var k Key
 	var hash []byte
-	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &hash, &k.Prefix, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt)
+	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &hash, &k.Prefix, &k.Metadata, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt)
 	copy(k.Hash[:], hash)
+	if k.Metadata == nil {
+		k.Metadata = map[string]string{}
+	}
 	return k, err
 }
 
 // IssueKey creates a key for the tenant and returns its secret, which is
 // not stored and cannot be shown again.
 func (s *Store) IssueKey(ctx context.Context, tenantID, name string, expiresAt *time.Time) (secret string, k Key, err error) {
-	secret, hash, prefix := GenerateKey()
-	k, err = scanKey(s.db.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, name, hash, prefix, expires_at)
-		VALUES ($1, $2, $3, $4, $5) RETURNING `+keyColumns, tenantID, name, hash[:], prefix, expiresAt))
-	if err != nil {
-		return "", Key{}, translate(err, "tenants: issue key")
-	}
-	return secret, k, nil
+	return s.CreateKey(ctx, tenantID, KeySpec{Name: name, ExpiresAt: expiresAt})
 }
 
 // RevokeKey revokes the key at once. Revoking twice keeps the first time.

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// Keys live under their tenant: /tenants/{tenantID}/keys/{keyID}. Every
+// lookup is by both IDs, so a key is only ever reached through its own
+// tenant. Responses carry the key's record (display prefix, never the hash);
+// the secret appears once, in the answer to the request that made it.
+
+// handleKeyList serves GET /tenants/{tenantID}/keys, newest first.
+func handleKeyList(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pr, err := page.FromQuery(r.URL.Query())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		id := chi.URLParam(r, "tenantID")
+		if _, err := ts.Get(r.Context(), id); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		pg, err := ts.ListKeysPage(r.Context(), id, pr)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, pg)
+	})
+}
+
+type keyCreateRequest struct {
+	Name      string            `json:"name"`
+	Metadata  map[string]string `json:"metadata"`
+	ExpiresAt *time.Time        `json:"expires_at"`
+
+	now time.Time
+}
+
+func (k *keyCreateRequest) spec() tenants.KeySpec {
+	return tenants.KeySpec{Name: k.Name, Metadata: k.Metadata, ExpiresAt: k.ExpiresAt}
+}
+
+func (k *keyCreateRequest) Validate() error {
+	f := map[string]string{}
+	tenants.ValidateKeyName("name", k.Name, f)
+	tenants.ValidateMetadata("metadata", k.Metadata, f)
+	if k.ExpiresAt != nil && !k.ExpiresAt.After(k.now) {
+		f["expires_at"] = "must be in the future"
+	}
+	return tollgate.Invalid(f)
+}
+
+// keySecretResponse answers requests that make a key: the only time its
+// secret is shown.
+type keySecretResponse struct {
+	Key    tenants.Key `json:"key"`
+	Secret string      `json:"secret"`
+	// Previous is the rotated key, now expiring (rotation only).
+	Previous *tenants.Key `json:"previous,omitempty"`
+}
+
+// handleKeyCreate serves POST /tenants/{tenantID}/keys.
+func handleKeyCreate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req := keyCreateRequest{now: now()}
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var secret string
+		var k tenants.Key
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			var err error
+			secret, k, err = tenants.NewStore(tx).CreateKey(r.Context(), chi.URLParam(r, "tenantID"), req.spec())
+			if err != nil {
+				return nil, err
+			}
+			return one(keyChange("key.create", nil, &k)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.Header().Set("Location", "/api/v1/tenants/"+k.TenantID+"/keys/"+k.ID)
+		httpx.JSON(w, http.StatusCreated, keySecretResponse{Key: k, Secret: secret})
+	})
+}
+
+// handleKeyGet serves GET /tenants/{tenantID}/keys/{keyID}.
+func handleKeyGet(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, err := ts.GetKey(r.Context(), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, k)
+	})
+}
+
+// keyUpdateRequest is the body of PATCH /tenants/{tenantID}/keys/{keyID}:
+// absent fields stay as they are; "expires_at": null removes the expiry.
+type keyUpdateRequest struct {
+	Name      *string            `json:"name"`
+	Metadata  *map[string]string `json:"metadata"`
+	ExpiresAt nullableTime       `json:"expires_at"`
+}
+
+func (k *keyUpdateRequest) change() tenants.KeyChange {
+	c := tenants.KeyChange{Name: k.Name, Metadata: k.Metadata}
+	if k.ExpiresAt.Set {
+		c.ExpiresAt = &k.ExpiresAt.Time
+	}
+	return c
+}
+
+func (k *keyUpdateRequest) Validate() error {
+	if k.Name == nil && k.Metadata == nil && !k.ExpiresAt.Set {
+		return tollgate.Invalid(map[string]string{"body": "set at least one of name, metadata, expires_at"})
+	}
+	return k.change().Validate()
+}
+
+// handleKeyUpdate serves PATCH /tenants/{tenantID}/keys/{keyID}: name,
+// metadata and expiry. An expiry in the past ends the key at once.
+func handleKeyUpdate(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req keyUpdateRequest
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
+		var after tenants.Key
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.GetKey(r.Context(), tenantID, keyID)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ts.UpdateKey(r.Context(), tenantID, keyID, req.change()); err != nil {
+				return nil, err
+			}
+			return one(keyChange("key.update", &before, &after)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// handleKeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke:
+// checks with the key are denied (key_revoked) within a second.
+func handleKeyRevoke(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
+		var after tenants.Key
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.GetKey(r.Context(), tenantID, keyID)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ts.RevokeTenantKey(r.Context(), tenantID, keyID); err != nil {
+				return nil, err
+			}
+			return one(keyChange("key.revoke", &before, &after)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// defaultRotationGrace is how long a rotated key keeps working when the
+// request does not say: a day to roll the new key out.
+const defaultRotationGrace = 24 * time.Hour
+
+type keyRotateRequest struct {
+	// GracePeriodS is how long the old key keeps working, in seconds.
+	GracePeriodS *int64 `json:"grace_period_s"`
+}
+
+func (k *keyRotateRequest) grace() time.Duration {
+	if k.GracePeriodS == nil {
+		return defaultRotationGrace
+	}
+	return time.Duration(*k.GracePeriodS) * time.Second
+}
+
+func (k *keyRotateRequest) Validate() error {
+	if g := k.GracePeriodS; g != nil && (*g < 0 || time.Duration(*g)*time.Second > tenants.MaxRotationGrace) {
+		return tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
+	}
+	return nil
+}
+
+// handleKeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a
+// new key with the same name and metadata; the old one keeps working for
+// the grace period (its expires_at becomes now + grace).
+func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req keyRotateRequest
+		if err := decodeOptional(r, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
+		var res keySecretResponse
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.GetKey(r.Context(), tenantID, keyID)
+			if err != nil {
+				return nil, err
+			}
+			secret, fresh, old, err := ts.RotateKey(r.Context(), tenantID, keyID, req.grace(), now())
+			if err != nil {
+				return nil, err
+			}
+			res = keySecretResponse{Key: fresh, Secret: secret, Previous: &old}
+			rotated := keyChange("key.rotate", &before, &old)
+			return []audit.Change{keyChange("key.create", nil, &fresh), rotated}, nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.Header().Set("Location", "/api/v1/tenants/"+res.Key.TenantID+"/keys/"+res.Key.ID)
+		httpx.JSON(w, http.StatusCreated, res)
+	})
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+)
+
+// planRequest is the body of POST /plans and PUT /plans/{planID}: the whole
+// plan. Rules' ids are read-only and ignored.
+type planRequest struct {
+	Name             string            `json:"name"`
+	DisplayName      string            `json:"display_name"`
+	Currency         string            `json:"currency"`
+	BaseFeeMinor     int64             `json:"base_fee_minor"`
+	IncludedUnits    int64             `json:"included_units"`
+	OverageUnitMinor int64             `json:"overage_unit_minor"`
+	Tiers            []plans.PriceTier `json:"tiers"`
+	Rules            []plans.Rule      `json:"rules"`
+}
+
+func (p *planRequest) plan() plans.Plan {
+	return plans.Plan{Name: p.Name, DisplayName: p.DisplayName, Currency: p.Currency, BaseFeeMinor: p.BaseFeeMinor,
+		IncludedUnits: p.IncludedUnits, OverageUnitMinor: p.OverageUnitMinor, Tiers: p.Tiers, Rules: p.Rules}
+}
+
+// Validate checks every field: known algorithm, period > 0, burst ≥ 1,
+// resource pattern syntax, non-negative integer money.
+func (p *planRequest) Validate() error {
+	pl := p.plan()
+	return pl.Validate()
+}
+
+func planChange(action string, before, after *plans.Plan) audit.Change {
+	p := after
+	if p == nil {
+		p = before
+	}
+	return audit.Change{Action: action, TargetType: "plan", TargetID: strconv.FormatInt(p.ID, 10),
+		Before: before, After: after}
+}
+
+// handlePlanList serves GET /plans[?archived=true|false].
+func handlePlanList(log *slog.Logger, ps *plans.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pr, err := page.FromQuery(r.URL.Query())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var f plans.Filter
+		if s := r.URL.Query().Get("archived"); s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				httpx.Error(w, r, log, tollgate.Invalid(map[string]string{"archived": "must be true or false"}))
+				return
+			}
+			f.Archived = &b
+		}
+		pg, err := ps.ListPage(r.Context(), f, pr)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, pg)
+	})
+}
+
+// handlePlanCreate serves POST /plans.
+func handlePlanCreate(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req planRequest
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var p plans.Plan
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			var err error
+			if p, err = plans.NewStore(tx).Create(r.Context(), req.plan()); err != nil {
+				return nil, err
+			}
+			return one(planChange("plan.create", nil, &p)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.Header().Set("Location", "/api/v1/plans/"+strconv.FormatInt(p.ID, 10))
+		httpx.JSON(w, http.StatusCreated, p)
+	})
+}
+
+// handlePlanGet serves GET /plans/{planID}.
+func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		p, err := ps.Get(r.Context(), id)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, p)
+	})
+}
+
+// handlePlanUpdate serves PUT /plans/{planID}: the plan is replaced as a
+// whole. Checks see the change within a second.
+func handlePlanUpdate(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var req planRequest
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var after plans.Plan
+		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ps := plans.NewStore(tx)
+			before, err := ps.Get(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ps.Update(r.Context(), id, req.plan()); err != nil {
+				return nil, err
+			}
+			return one(planChange("plan.update", &before, &after)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// handlePlanArchive serves POST /plans/{planID}/archive (archived true) and
+// POST /plans/{planID}/unarchive.
+func handlePlanArchive(log *slog.Logger, ch changer, archived bool) http.Handler {
+	action := "plan.unarchive"
+	if archived {
+		action = "plan.archive"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var after plans.Plan
+		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ps := plans.NewStore(tx)
+			before, err := ps.Get(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ps.SetArchived(r.Context(), id, archived); err != nil {
+				return nil, err
+			}
+			return one(planChange(action, &before, &after)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// handlePlanDelete serves DELETE /plans/{planID}: only a plan no tenant is
+// or was ever on; otherwise 409 (archive it instead).
+func handlePlanDelete(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ps := plans.NewStore(tx)
+			before, err := ps.Get(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if err := ps.Delete(r.Context(), id); err != nil {
+				return nil, err
+			}
+			return one(planChange("plan.delete", &before, nil)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+func tenantChange(action string, before, after any, tenantID string) audit.Change {
+	return audit.Change{Action: action, TargetType: "tenant", TargetID: tenantID, TenantID: tenantID,
+		Before: before, After: after}
+}
+
+// handleTenantList serves GET /tenants[?q=…&status=…&plan_id=…]: q matches
+// a tenant's ID or part of its name.
+func handleTenantList(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		pr, err := page.FromQuery(q)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		f := tenants.Filter{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status")}
+		problems := map[string]string{}
+		if f.Status != "" && f.Status != tenants.StatusActive && f.Status != tenants.StatusSuspended {
+			problems["status"] = "must be active or suspended"
+		}
+		if s := q.Get("plan_id"); s != "" {
+			if f.PlanID, err = strconv.ParseInt(s, 10, 64); err != nil || f.PlanID <= 0 {
+				problems["plan_id"] = "must be a plan ID"
+			}
+		}
+		if len(f.Query) > 200 {
+			problems["q"] = "must be at most 200 characters"
+		}
+		if err := tollgate.Invalid(problems); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		pg, err := ts.ListPage(r.Context(), f, pr)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, pg)
+	})
+}
+
+type tenantCreateRequest struct {
+	Name   string `json:"name"`
+	PlanID int64  `json:"plan_id"`
+}
+
+func (t *tenantCreateRequest) Validate() error {
+	f := map[string]string{}
+	t.Name = strings.TrimSpace(t.Name)
+	if t.Name == "" || len(t.Name) > 200 {
+		f["name"] = "must be 1–200 characters"
+	}
+	if t.PlanID <= 0 {
+		f["plan_id"] = "is required"
+	}
+	return tollgate.Invalid(f)
+}
+
+// handleTenantCreate serves POST /tenants. The plan must exist and not be
+// archived.
+func handleTenantCreate(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req tenantCreateRequest
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var t tenants.Tenant
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			var err error
+			if t, err = tenants.NewStore(tx).Create(r.Context(), req.Name, req.PlanID); err != nil {
+				return nil, err
+			}
+			return one(tenantChange("tenant.create", nil, t, t.ID)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.Header().Set("Location", "/api/v1/tenants/"+t.ID)
+		httpx.JSON(w, http.StatusCreated, t)
+	})
+}
+
+// handleTenantGet serves GET /tenants/{tenantID}.
+func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := ts.Get(r.Context(), chi.URLParam(r, "tenantID"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, t)
+	})
+}
+
+// planChangeRequest is the body of POST /tenants/{tenantID}/plan.
+type planChangeRequest struct {
+	PlanID int64 `json:"plan_id"`
+	// EffectiveAt is when the new plan starts counting for billing; now
+	// when absent. It may lie in the past (after the latest change), not
+	// in the future: the limits change at once.
+	EffectiveAt *time.Time `json:"effective_at"`
+
+	now time.Time
+}
+
+// maxClockSkew is how far in the future effective_at may be, for clients
+// whose clocks run a little ahead.
+const maxClockSkew = time.Minute
+
+func (p *planChangeRequest) Validate() error {
+	f := map[string]string{}
+	if p.PlanID <= 0 {
+		f["plan_id"] = "is required"
+	}
+	if p.EffectiveAt != nil && p.EffectiveAt.After(p.now.Add(maxClockSkew)) {
+		f["effective_at"] = "must not be in the future: a plan change takes effect at once"
+	}
+	return tollgate.Invalid(f)
+}
+
+// handleTenantSetPlan serves POST /tenants/{tenantID}/plan: the tenant
+// moves to another plan, recorded in its plan history.
+func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req := planChangeRequest{now: now()}
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		effective := req.now
+		if req.EffectiveAt != nil {
+			effective = *req.EffectiveAt
+		}
+		id := chi.URLParam(r, "tenantID")
+		var after tenants.Tenant
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.Get(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if err := ts.SetPlan(r.Context(), id, req.PlanID, effective); err != nil {
+				return nil, err
+			}
+			if after, err = ts.Get(r.Context(), id); err != nil {
+				return nil, err
+			}
+			return one(tenantChange("tenant.plan_change",
+				map[string]any{"plan_id": before.PlanID},
+				map[string]any{"plan_id": after.PlanID, "effective_at": effective.UTC()}, id)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// handleTenantPlanHistory serves GET /tenants/{tenantID}/plan-changes,
+// newest first.
+func handleTenantPlanHistory(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pr, err := page.FromQuery(r.URL.Query())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		id := chi.URLParam(r, "tenantID")
+		if _, err := ts.Get(r.Context(), id); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		pg, err := ts.PlanHistory(r.Context(), id, pr)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, pg)
+	})
+}
+
+// handleTenantStatus serves POST /tenants/{tenantID}/suspend and /resume:
+// a suspended tenant's checks are denied (tenant_suspended) within a
+// second.
+func handleTenantStatus(log *slog.Logger, ch changer, status string) http.Handler {
+	action := "tenant.resume"
+	if status == tenants.StatusSuspended {
+		action = "tenant.suspend"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "tenantID")
+		var after tenants.Tenant
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.Get(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ts.SetStatus(r.Context(), id, status); err != nil {
+				return nil, err
+			}
+			return one(tenantChange(action, before, after, id)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}
+
+// overridesBody is the body of GET and PUT /tenants/{tenantID}/overrides.
+type overridesBody struct {
+	Rules []plans.Rule `json:"rules"`
+}
+
+func (o *overridesBody) Validate() error {
+	if o.Rules == nil {
+		return tollgate.Invalid(map[string]string{"rules": "is required (an empty list removes every override)"})
+	}
+	return tenants.ValidateOverrides(o.Rules)
+}
+
+// handleOverridesGet serves GET /tenants/{tenantID}/overrides.
+func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rules, err := ts.Overrides(r.Context(), chi.URLParam(r, "tenantID"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, overridesBody{Rules: rules})
+	})
+}
+
+// handleOverridesPut serves PUT /tenants/{tenantID}/overrides: the
+// tenant's override rules are replaced as a whole. Each replaces the plan
+// rule of its name for this tenant, or adds a rule.
+func handleOverridesPut(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req overridesBody
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		id := chi.URLParam(r, "tenantID")
+		var after []plans.Rule
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			ts := tenants.NewStore(tx)
+			before, err := ts.Overrides(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if after, err = ts.SetOverrides(r.Context(), id, req.Rules); err != nil {
+				return nil, err
+			}
+			return one(tenantChange("tenant.overrides_set", overridesBody{Rules: before}, overridesBody{Rules: after}, id)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, overridesBody{Rules: after})
+	})
+}

@@ -1,0 +1,504 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// operatorSetup starts a server with one operator and returns its token.
+func operatorSetup(t *testing.T, settings map[string]string) (*adminServer, string) {
+	t.Helper()
+	srv := startAdmin(t, testenv.DatabaseURL(t), settings)
+	u := createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	return srv, sessionFor(t, srv.DB, u)
+}
+
+func problemOf(t *testing.T, res response) httpx.Problem {
+	t.Helper()
+	if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json (%s)", ct, res.Body)
+	}
+	var p httpx.Problem
+	res.decode(t, &p)
+	return p
+}
+
+// wantFields fails unless res is a 422 naming every field.
+func wantFields(t *testing.T, res response, fields ...string) {
+	t.Helper()
+	want(t, res, http.StatusUnprocessableEntity)
+	p := problemOf(t, res)
+	for _, f := range fields {
+		if p.Errors[f] == "" {
+			t.Errorf("problem %v does not name %s", p.Errors, f)
+		}
+	}
+}
+
+func TestLoginCookieAndLogout(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), nil)
+	u := createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	login := func(password string, header http.Header) response {
+		raw, _ := json.Marshal(map[string]string{"email": "OPS@example.com", "password": password})
+		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/login", strings.NewReader(string(raw)))
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		return send(t, req)
+	}
+	res := login("wrong password!", nil)
+	want(t, res, http.StatusUnauthorized)
+	if p := problemOf(t, res); p.Code != "unauthorized" {
+		t.Errorf("code = %q", p.Code)
+	}
+
+	res = login("password-ops@example.com", nil)
+	want(t, res, http.StatusOK)
+	var lr loginResponse
+	res.decode(t, &lr)
+	if lr.Token == "" || lr.TokenType != "Bearer" || lr.User.ID != u.ID || lr.User.Role != auth.RoleOperator {
+		t.Fatalf("login response = %+v", lr)
+	}
+	cookies := res.Cookies()
+	if len(cookies) != 1 || cookies[0].Name != sessionCookie || cookies[0].Value != lr.Token ||
+		!cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode || cookies[0].Secure {
+		t.Fatalf("cookie = %+v; want HttpOnly, SameSite=Lax, not Secure over plain HTTP", cookies)
+	}
+	if raw := string(res.Body); strings.Contains(raw, "password") {
+		t.Errorf("login response mentions the password: %s", raw)
+	}
+	behindTLS := login("password-ops@example.com", http.Header{"X-Forwarded-Proto": {"https"}})
+	if c := behindTLS.Cookies(); len(c) != 1 || !c[0].Secure {
+		t.Errorf("cookie behind a TLS proxy = %+v, want Secure", c)
+	}
+
+	// The cookie alone authenticates the browser.
+	me, _ := http.NewRequest("GET", srv.URL+"/api/v1/me", nil)
+	me.AddCookie(cookies[0])
+	res = send(t, me)
+	want(t, res, http.StatusOK)
+	var mr meResponse
+	res.decode(t, &mr)
+	if mr.User.Email != "ops@example.com" {
+		t.Errorf("me = %+v", mr)
+	}
+
+	// A cookie-authenticated change from another site is refused.
+	evil, _ := http.NewRequest("POST", srv.URL+"/api/v1/plans", strings.NewReader(`{"name":"x"}`))
+	evil.AddCookie(cookies[0])
+	evil.Header.Set("Origin", "https://evil.example")
+	evil.Header.Set("Sec-Fetch-Site", "cross-site")
+	want(t, send(t, evil), http.StatusForbidden)
+
+	// Logout ends the session: the token stops working, the cookie goes.
+	out, _ := http.NewRequest("POST", srv.URL+"/api/v1/logout", nil)
+	out.AddCookie(cookies[0])
+	res = send(t, out)
+	want(t, res, http.StatusNoContent)
+	if c := res.Cookies(); len(c) != 1 || c[0].Name != sessionCookie || c[0].MaxAge >= 0 {
+		t.Errorf("logout cookie = %+v, want it cleared", c)
+	}
+	res = call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil)
+	want(t, res, http.StatusUnauthorized)
+	if res.Header.Get("WWW-Authenticate") == "" {
+		t.Error("401 without WWW-Authenticate")
+	}
+	// The other session is untouched.
+	var other loginResponse
+	behindTLS.decode(t, &other)
+	want(t, call(t, "GET", srv.URL+"/api/v1/me", other.Token, nil), http.StatusOK)
+}
+
+func TestLoginIsRateLimited(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_ADMIN_LOGIN_LIMIT": "5"})
+	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	for i := range 5 {
+		res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": fmt.Sprintf("guess%d@example.com", i), "password": "guess"})
+		want(t, res, http.StatusUnauthorized)
+	}
+	// Even the right password is refused now: the IP has used its attempts.
+	res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"})
+	want(t, res, http.StatusTooManyRequests)
+	if p := problemOf(t, res); p.Code != "rate_limited" {
+		t.Errorf("code = %q, want rate_limited", p.Code)
+	}
+	if ra := res.Header.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("Retry-After = %q, want whole seconds ≥ 1", ra)
+	}
+}
+
+// TestLoginLimiter limits per IP and per email, against memory and Redis.
+func TestLoginLimiter(t *testing.T) {
+	stores := map[string]func(t *testing.T) (limiter.Store, string){
+		"memory": func(*testing.T) (limiter.Store, string) { return limiter.NewMemoryStore(nil), "tg:" },
+		"redis": func(t *testing.T) (limiter.Store, string) {
+			c, prefix := testenv.Redis(t)
+			return limiter.NewRedisStore(c), prefix
+		},
+		"cluster": func(t *testing.T) (limiter.Store, string) {
+			c, prefix := testenv.RedisCluster(t)
+			return limiter.NewRedisStore(c), prefix
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store, prefix := open(t)
+			l := &loginLimiter{store: store, prefix: prefix, perMinute: 3}
+			// One IP, many emails.
+			for i := range 3 {
+				if ok, _ := l.allow(ctx, "10.0.0.1", fmt.Sprintf("u%d@example.com", i)); !ok {
+					t.Fatalf("attempt %d from one IP refused", i+1)
+				}
+			}
+			ok, retry := l.allow(ctx, "10.0.0.1", "fresh@example.com")
+			if ok || retry <= 0 || retry > 20*time.Second {
+				t.Fatalf("4th attempt from one IP: ok %v retry %v; want refused, retry ≤ 20s", ok, retry)
+			}
+			// One email, many IPs.
+			for i := range 3 {
+				if ok, _ := l.allow(ctx, fmt.Sprintf("10.0.1.%d", i), "target@example.com"); !ok {
+					t.Fatalf("attempt %d on one email refused", i+1)
+				}
+			}
+			if ok, _ := l.allow(ctx, "10.0.2.1", "target@example.com"); ok {
+				t.Fatal("4th attempt on one email allowed")
+			}
+			// A refused attempt used up nothing: another email from that
+			// last IP still passes.
+			if ok, _ := l.allow(ctx, "10.0.2.1", "someone@example.com"); !ok {
+				t.Error("a refused attempt consumed the IP's allowance")
+			}
+		})
+	}
+}
+
+func TestPlansAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	base := srv.URL + "/api/v1/plans"
+
+	res := call(t, "POST", base, op, map[string]any{
+		"name": "Bad Name", "base_fee_minor": -1,
+		"tiers": []map[string]any{{"up_to": 10, "unit_minor": -5}},
+		"rules": []map[string]any{
+			{"name": "a", "algorithm": "magic", "limit": 1, "period_us": 1},
+			{"name": "b", "limit": 1, "period_us": 0},
+			{"name": "c", "limit": 1, "period_us": 1, "burst": -1},
+			{"name": "d", "limit": 1, "period_us": 1, "resource": "get /x"},
+		},
+	})
+	wantFields(t, res, "name", "base_fee_minor", "tiers[0].unit_minor", "rules[0].algorithm",
+		"rules[1].period_us", "rules[2].burst", "rules[3].resource")
+	res = call(t, "POST", base, op, map[string]any{"name": "x", "base_fee_minor": 1.5})
+	want(t, res, http.StatusBadRequest)
+	if p := problemOf(t, res); p.Errors["base_fee_minor"] == "" {
+		t.Errorf("a fractional amount: %v, want base_fee_minor named", p.Errors)
+	}
+	res = call(t, "POST", base, op, map[string]any{"name": "x", "surprise": true})
+	want(t, res, http.StatusBadRequest)
+
+	plan := map[string]any{"name": "gold", "display_name": "Gold", "base_fee_minor": 9900,
+		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.Hour}}}
+	res = call(t, "POST", base, op, plan)
+	want(t, res, http.StatusCreated)
+	var gold plans.Plan
+	res.decode(t, &gold)
+	if gold.Rules[0].Burst != 100 || res.Header.Get("Location") != fmt.Sprintf("/api/v1/plans/%d", gold.ID) {
+		t.Errorf("created %+v at %s", gold, res.Header.Get("Location"))
+	}
+	want(t, call(t, "POST", base, op, plan), http.StatusConflict)
+
+	plan["rules"] = []map[string]any{{"name": "hourly", "limit": 200, "period_us": limiter.Hour}}
+	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, gold.ID), op, plan)
+	want(t, res, http.StatusOK)
+	res.decode(t, &gold)
+	if gold.Rules[0].Limit != 200 {
+		t.Errorf("updated limit = %d", gold.Rules[0].Limit)
+	}
+	want(t, call(t, "GET", base+"/999999", op, nil), http.StatusNotFound)
+	want(t, call(t, "GET", base+"/not-a-number", op, nil), http.StatusNotFound)
+
+	// In use: 409 on delete; archive instead; archived plans are not assignable.
+	res = call(t, "POST", srv.URL+"/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": gold.ID})
+	want(t, res, http.StatusCreated)
+	var acme tenants.Tenant
+	res.decode(t, &acme)
+	res = call(t, "DELETE", fmt.Sprintf("%s/%d", base, gold.ID), op, nil)
+	want(t, res, http.StatusConflict)
+	if p := problemOf(t, res); !strings.Contains(p.Detail, "archive") {
+		t.Errorf("409 detail = %q, want advice to archive", p.Detail)
+	}
+	res = call(t, "POST", fmt.Sprintf("%s/%d/archive", base, gold.ID), op, nil)
+	want(t, res, http.StatusOK)
+	res.decode(t, &gold)
+	if gold.ArchivedAt == nil {
+		t.Fatal("archive did not set archived_at")
+	}
+	wantFields(t, call(t, "POST", srv.URL+"/api/v1/tenants", op, map[string]any{"name": "late", "plan_id": gold.ID}), "plan_id")
+	silver := call(t, "POST", base, op, map[string]any{"name": "silver"})
+	want(t, silver, http.StatusCreated)
+	var sp plans.Plan
+	silver.decode(t, &sp)
+	want(t, call(t, "POST", srv.URL+"/api/v1/tenants/"+acme.ID+"/plan", op, map[string]any{"plan_id": sp.ID}), http.StatusOK)
+	wantFields(t, call(t, "POST", srv.URL+"/api/v1/tenants/"+acme.ID+"/plan", op, map[string]any{"plan_id": gold.ID}), "plan_id")
+
+	// Listing pages through every plan; archived=false hides gold.
+	res = call(t, "GET", base+"?limit=1", op, nil)
+	want(t, res, http.StatusOK)
+	var pg struct {
+		Items      []plans.Plan `json:"items"`
+		NextCursor *string      `json:"next_cursor"`
+	}
+	res.decode(t, &pg)
+	if len(pg.Items) != 1 || pg.Items[0].Name != "gold" || pg.NextCursor == nil {
+		t.Fatalf("page 1 = %+v", pg)
+	}
+	res = call(t, "GET", base+"?limit=1&cursor="+url.QueryEscape(*pg.NextCursor), op, nil)
+	res.decode(t, &pg)
+	if len(pg.Items) != 1 || pg.Items[0].Name != "silver" || pg.NextCursor != nil {
+		t.Fatalf("page 2 = %+v", pg)
+	}
+	res = call(t, "GET", base+"?archived=false", op, nil)
+	res.decode(t, &pg)
+	if len(pg.Items) != 1 || pg.Items[0].Name != "silver" {
+		t.Errorf("archived=false lists %+v", pg.Items)
+	}
+	wantFields(t, call(t, "GET", base+"?limit=0", op, nil), "limit")
+	wantFields(t, call(t, "GET", base+"?cursor=garbage", op, nil), "cursor")
+	wantFields(t, call(t, "GET", base+"?archived=maybe", op, nil), "archived")
+}
+
+func TestTenantsAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
+	testenv.Must(t, err)
+	pro, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "pro"})
+	testenv.Must(t, err)
+	base := srv.URL + "/api/v1/tenants"
+
+	wantFields(t, call(t, "POST", base, op, map[string]any{"name": " "}), "name", "plan_id")
+	wantFields(t, call(t, "POST", base, op, map[string]any{"name": "x", "plan_id": 999999}), "plan_id")
+	var acme tenants.Tenant
+	res := call(t, "POST", base, op, map[string]any{"name": "Acme Corp", "plan_id": free.ID})
+	want(t, res, http.StatusCreated)
+	res.decode(t, &acme)
+	want(t, call(t, "POST", base, op, map[string]any{"name": "Acme Corp", "plan_id": free.ID}), http.StatusConflict)
+	want(t, call(t, "POST", base, op, map[string]any{"name": "Globex", "plan_id": free.ID}), http.StatusCreated)
+
+	var list struct {
+		Items []tenants.Tenant `json:"items"`
+	}
+	call(t, "GET", base+"?q=ACME", op, nil).decode(t, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != acme.ID {
+		t.Errorf("?q=ACME = %+v", list.Items)
+	}
+	call(t, "GET", base+"?q="+acme.ID, op, nil).decode(t, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != acme.ID {
+		t.Errorf("?q=<id> = %+v", list.Items)
+	}
+	wantFields(t, call(t, "GET", base+"?status=gone", op, nil), "status")
+
+	// Plan changes: recorded with their effective time, kept as history.
+	tenantURL := base + "/" + acme.ID
+	wantFields(t, call(t, "POST", tenantURL+"/plan", op, map[string]any{"plan_id": pro.ID, "effective_at": time.Now().Add(time.Hour)}), "effective_at")
+	wantFields(t, call(t, "POST", tenantURL+"/plan", op, map[string]any{"plan_id": pro.ID, "effective_at": acme.CreatedAt.Add(-time.Hour)}), "effective_at")
+	past := acme.CreatedAt.Add(time.Millisecond) // backdated, but not before the tenant's latest change
+	res = call(t, "POST", tenantURL+"/plan", op, map[string]any{"plan_id": pro.ID, "effective_at": past})
+	want(t, res, http.StatusOK)
+	var moved tenants.Tenant
+	res.decode(t, &moved)
+	if moved.PlanID != pro.ID {
+		t.Errorf("plan_id = %d, want %d", moved.PlanID, pro.ID)
+	}
+	var history struct {
+		Items []tenants.PlanChange `json:"items"`
+	}
+	call(t, "GET", tenantURL+"/plan-changes", op, nil).decode(t, &history)
+	if len(history.Items) != 2 || history.Items[0].PlanName != "pro" || !history.Items[0].EffectiveAt.Equal(past) ||
+		history.Items[1].PlanName != "free" {
+		t.Errorf("history = %+v", history.Items)
+	}
+
+	// Suspend and resume.
+	res = call(t, "POST", tenantURL+"/suspend", op, nil)
+	want(t, res, http.StatusOK)
+	res.decode(t, &moved)
+	if moved.Status != tenants.StatusSuspended {
+		t.Errorf("status = %s", moved.Status)
+	}
+	call(t, "POST", tenantURL+"/resume", op, nil).decode(t, &moved)
+	if moved.Status != tenants.StatusActive {
+		t.Errorf("status = %s", moved.Status)
+	}
+
+	// Overrides: validated per field; replaced as a whole; readable back.
+	wantFields(t, call(t, "PUT", tenantURL+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "hourly", "algorithm": "nope", "limit": 1, "period_us": 1}}}), "rules[0].algorithm")
+	wantFields(t, call(t, "PUT", tenantURL+"/overrides", op, map[string]any{}), "rules")
+	res = call(t, "PUT", tenantURL+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": 7, "period_us": limiter.Hour}}})
+	want(t, res, http.StatusOK)
+	var ov overridesBody
+	call(t, "GET", tenantURL+"/overrides", op, nil).decode(t, &ov)
+	if len(ov.Rules) != 1 || ov.Rules[0].Limit != 7 || ov.Rules[0].Burst != 7 {
+		t.Errorf("overrides = %+v", ov.Rules)
+	}
+	want(t, call(t, "GET", base+"/00000000-0000-0000-0000-000000000000", op, nil), http.StatusNotFound)
+}
+
+func TestKeysAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	admin := createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
+	tok := sessionFor(t, srv.DB, admin) // a tenant admin manages its own keys
+	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
+
+	wantFields(t, call(t, "POST", keys, tok, map[string]any{"expires_at": time.Now().Add(-time.Hour)}), "expires_at")
+	wantFields(t, call(t, "POST", keys, tok, map[string]any{"name": strings.Repeat("n", 201)}), "name")
+	res := call(t, "POST", keys, tok, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"}})
+	want(t, res, http.StatusCreated)
+	var made keySecretResponse
+	res.decode(t, &made)
+	if !tenants.WellFormed(made.Secret) || made.Key.Prefix != tenants.DisplayPrefix(made.Secret) || made.Key.Metadata["team"] != "build" {
+		t.Fatalf("issued %+v", made)
+	}
+
+	// Listed and read with the display prefix only: never the secret or its hash.
+	for _, path := range []string{keys, keys + "/" + made.Key.ID} {
+		res := call(t, "GET", path, tok, nil)
+		want(t, res, http.StatusOK)
+		body := string(res.Body)
+		if strings.Contains(body, made.Secret) || strings.Contains(body, `"secret"`) || strings.Contains(body, `"hash"`) {
+			t.Errorf("GET %s shows the secret or the hash: %s", path, body)
+		}
+		if !strings.Contains(body, made.Key.Prefix) {
+			t.Errorf("GET %s lacks the display prefix: %s", path, body)
+		}
+	}
+
+	keyURL := keys + "/" + made.Key.ID
+	exp := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
+	var k tenants.Key
+	call(t, "PATCH", keyURL, tok, map[string]any{"expires_at": exp, "name": "deploy"}).decode(t, &k)
+	if k.ExpiresAt == nil || !k.ExpiresAt.Equal(exp) || k.Name != "deploy" || k.Metadata["team"] != "build" {
+		t.Errorf("patched %+v", k)
+	}
+	k = tenants.Key{}
+	call(t, "PATCH", keyURL, tok, map[string]any{"expires_at": nil}).decode(t, &k)
+	if k.ExpiresAt != nil || k.Name != "deploy" {
+		t.Errorf("clearing the expiry: %+v", k)
+	}
+	wantFields(t, call(t, "PATCH", keyURL, tok, map[string]any{}), "body")
+
+	// Rotation: a new secret; the old key works for the grace period.
+	wantFields(t, call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": -1}), "grace_period_s")
+	before := time.Now()
+	res = call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": 3600})
+	want(t, res, http.StatusCreated)
+	var rotated keySecretResponse
+	res.decode(t, &rotated)
+	if rotated.Secret == made.Secret || rotated.Key.ID == made.Key.ID || rotated.Key.Name != "deploy" || rotated.Previous == nil {
+		t.Fatalf("rotated %+v", rotated)
+	}
+	if e := rotated.Previous.ExpiresAt; e == nil || e.Before(before.Add(time.Hour-time.Second)) || e.After(time.Now().Add(time.Hour)) {
+		t.Errorf("old key expires %v, want now+1h", e)
+	}
+	// Without a body: the default grace of a day.
+	res = call(t, "POST", keys+"/"+rotated.Key.ID+"/rotate", tok, nil)
+	want(t, res, http.StatusCreated)
+	var again keySecretResponse
+	res.decode(t, &again)
+	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(defaultRotationGrace-time.Minute)) {
+		t.Errorf("default grace: old key expires %v", e)
+	}
+
+	res = call(t, "POST", keyURL+"/revoke", tok, nil)
+	want(t, res, http.StatusOK)
+	res.decode(t, &k)
+	if k.RevokedAt == nil {
+		t.Error("revoked_at not set")
+	}
+	want(t, call(t, "POST", keyURL+"/rotate", tok, nil), http.StatusConflict)
+	want(t, call(t, "GET", keys+"/00000000-0000-0000-0000-000000000000", tok, nil), http.StatusNotFound)
+	var all struct {
+		Items []tenants.Key `json:"items"`
+	}
+	call(t, "GET", keys, op, nil).decode(t, &all) // operators see every tenant's keys
+	if len(all.Items) != 3 {
+		t.Errorf("operator lists %d keys, want 3", len(all.Items))
+	}
+}
+
+func TestServiceTokensAndAuditAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	base := srv.URL + "/api/v1/service-tokens"
+	wantFields(t, call(t, "POST", base, op, map[string]any{"name": "", "ttl_s": 1}), "name", "ttl_s")
+	res := call(t, "POST", base, op, map[string]any{"name": "edge", "ttl_s": 3600})
+	want(t, res, http.StatusCreated)
+	var made serviceTokenResponse
+	res.decode(t, &made)
+	if strings.Count(made.Token, ".") != 2 || made.ServiceToken.Name != "edge" {
+		t.Fatalf("issued %+v", made)
+	}
+	var list struct {
+		Items []auth.ServiceToken `json:"items"`
+	}
+	res = call(t, "GET", base, op, nil)
+	res.decode(t, &list)
+	if len(list.Items) != 1 || strings.Contains(string(res.Body), made.Token) {
+		t.Errorf("list = %s", res.Body)
+	}
+	res = call(t, "POST", base+"/"+made.ServiceToken.ID+"/revoke", op, nil)
+	want(t, res, http.StatusOK)
+	var st auth.ServiceToken
+	res.decode(t, &st)
+	if st.RevokedAt == nil {
+		t.Error("revoked_at not set")
+	}
+	want(t, call(t, "POST", base+"/00000000-0000-0000-0000-000000000000/revoke", op, nil), http.StatusNotFound)
+
+	var entries struct {
+		Items []struct {
+			Action, Actor, TargetType, TargetID string
+			ActorID                             string          `json:"actor_id"`
+			Before                              json.RawMessage `json:"before"`
+			After                               json.RawMessage `json:"after"`
+		} `json:"items"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	call(t, "GET", srv.URL+"/api/v1/audit?actor=ops@example.com&action=service_token.*", op, nil).decode(t, &entries)
+	if len(entries.Items) != 2 || entries.Items[0].Action != "service_token.revoke" || entries.Items[1].Action != "service_token.create" {
+		t.Fatalf("audit = %+v", entries.Items)
+	}
+	rev := entries.Items[0]
+	if string(rev.Before) != `{"revoked_at":null}` || !strings.Contains(string(rev.After), "revoked_at") {
+		t.Errorf("revoke diff = %s → %s", rev.Before, rev.After)
+	}
+	call(t, "GET", srv.URL+"/api/v1/audit?target=service_token:"+made.ServiceToken.ID+"&limit=1", op, nil).decode(t, &entries)
+	if len(entries.Items) != 1 || entries.NextCursor == nil {
+		t.Errorf("target filter, limit 1: %+v", entries)
+	}
+	from := url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))
+	call(t, "GET", srv.URL+"/api/v1/audit?from="+from, op, nil).decode(t, &entries)
+	if len(entries.Items) != 0 {
+		t.Errorf("from the future: %d entries", len(entries.Items))
+	}
+	wantFields(t, call(t, "GET", srv.URL+"/api/v1/audit?from=yesterday", op, nil), "from")
+	wantFields(t, call(t, "GET", srv.URL+"/api/v1/audit?from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z", op, nil), "to")
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/page"
+)
+
+// Service tokens are the check API's callers' credentials (gateways). Only
+// operators see or make them.
+
+func serviceTokenChange(action string, before, after *auth.ServiceToken) audit.Change {
+	st := after
+	if st == nil {
+		st = before
+	}
+	return audit.Change{Action: action, TargetType: "service_token", TargetID: st.ID, Before: before, After: after}
+}
+
+// handleServiceTokenList serves GET /service-tokens, newest first.
+func handleServiceTokenList(log *slog.Logger, as *auth.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pr, err := page.FromQuery(r.URL.Query())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		pg, err := as.ListServiceTokensPage(r.Context(), pr)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, pg)
+	})
+}
+
+// Service token lifetimes.
+const (
+	minServiceTokenTTL     = time.Minute
+	maxServiceTokenTTL     = 10 * 365 * 24 * time.Hour
+	defaultServiceTokenTTL = 365 * 24 * time.Hour
+)
+
+type serviceTokenRequest struct {
+	Name string `json:"name"`
+	// TTLS is the token's lifetime in seconds (default one year).
+	TTLS *int64 `json:"ttl_s"`
+}
+
+func (s *serviceTokenRequest) ttl() time.Duration {
+	if s.TTLS == nil {
+		return defaultServiceTokenTTL
+	}
+	return time.Duration(*s.TTLS) * time.Second
+}
+
+func (s *serviceTokenRequest) Validate() error {
+	f := map[string]string{}
+	s.Name = strings.TrimSpace(s.Name)
+	if s.Name == "" || len(s.Name) > 200 {
+		f["name"] = "must be 1–200 characters"
+	}
+	if s.TTLS != nil && (*s.TTLS < int64(minServiceTokenTTL/time.Second) || *s.TTLS > int64(maxServiceTokenTTL/time.Second)) {
+		f["ttl_s"] = "must be from 60 to 315360000 (10 years)"
+	}
+	return tollgate.Invalid(f)
+}
+
+type serviceTokenResponse struct {
+	ServiceToken auth.ServiceToken `json:"service_token"`
+	// Token is the signed JWT, shown this once.
+	Token string `json:"token"`
+}
+
+// handleServiceTokenCreate serves POST /service-tokens.
+func handleServiceTokenCreate(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req serviceTokenRequest
+		if err := httpx.Decode(r, maxBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		var res serviceTokenResponse
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			var err error
+			if res.Token, res.ServiceToken, err = auth.NewStore(tx).IssueServiceToken(r.Context(), req.Name, req.ttl()); err != nil {
+				return nil, err
+			}
+			return one(serviceTokenChange("service_token.create", nil, &res.ServiceToken)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		w.Header().Set("Location", "/api/v1/service-tokens/"+res.ServiceToken.ID)
+		httpx.JSON(w, http.StatusCreated, res)
+	})
+}
+
+// handleServiceTokenRevoke serves POST /service-tokens/{tokenID}/revoke:
+// the check API refuses the token (401) within a second.
+func handleServiceTokenRevoke(log *slog.Logger, ch changer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "tokenID")
+		var after auth.ServiceToken
+		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			as := auth.NewStore(tx)
+			before, err := as.GetServiceToken(r.Context(), id)
+			if err != nil {
+				return nil, err
+			}
+			if err := as.RevokeServiceToken(r.Context(), id); err != nil {
+				return nil, err
+			}
+			if after, err = as.GetServiceToken(r.Context(), id); err != nil {
+				return nil, err
+			}
+			return one(serviceTokenChange("service_token.revoke", &before, &after)), nil
+		})
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, after)
+	})
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// The isolation matrix: every route of the admin server × every role ×
+// own/foreign tenant, with the status each must get. A tenant user must
+// never read or change another tenant's data (404, exactly as if it did
+// not exist) nor operator-only data (403); a viewer changes nothing (403);
+// without a session only login, logout and the health checks answer
+// (401 otherwise). Denied requests must change nothing (no audit entry);
+// allowed changes must leave one; and no answer to a tenant user may
+// mention the other tenant.
+
+type role string
+
+const (
+	roleOperator    role = "operator"
+	roleTenantAdmin role = "tenant_admin"
+	roleViewer      role = "tenant_viewer"
+	roleAnonymous   role = "anonymous"
+)
+
+var roles = []role{roleOperator, roleTenantAdmin, roleViewer, roleAnonymous}
+
+// owner says whose resources a request's path names: the requesting tenant
+// user's own tenant, the foreign one, or (foreignKey) the own tenant with
+// a key of the foreign tenant.
+type owner string
+
+const (
+	ownerNone       owner = "-"
+	ownerOwn        owner = "own"
+	ownerForeign    owner = "foreign"
+	ownerForeignKey owner = "own-tenant/foreign-key"
+)
+
+// access classes of routes (see access.go and routes.go).
+type accessClass string
+
+const (
+	accessPublic     accessClass = "public"
+	accessSignedIn   accessClass = "signedIn"
+	accessOperator   accessClass = "operator"
+	accessTenantRead accessClass = "tenantRead"
+	accessTenantKeys accessClass = "tenantKeys"
+	accessTenantOps  accessClass = "tenantOps"
+)
+
+type matrixFixture struct {
+	srv          *adminServer
+	users        map[role]auth.User
+	own, foreign tenants.Tenant
+	free, pro    plans.Plan
+	probe        auth.User // logs in through the login endpoint
+	n            int
+	// foreignIDs are IDs of the foreign tenant's resources: no answer to
+	// a tenant user of the own tenant may contain one.
+	foreignIDs []string
+}
+
+func (fx *matrixFixture) unique(prefix string) string {
+	fx.n++
+	return fmt.Sprintf("%s-%d", prefix, fx.n)
+}
+
+// target is where a request's path points.
+type target struct {
+	tenant    tenants.Tenant
+	keyTenant tenants.Tenant
+}
+
+type endpoint struct {
+	method, pattern string
+	access          accessClass
+	status          int
+	// prepare makes fresh resources for one request and returns the path
+	// parameters and the body.
+	prepare func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any)
+}
+
+func (e endpoint) owners() []owner {
+	switch {
+	case strings.Contains(e.pattern, "{keyID}"):
+		return []owner{ownerOwn, ownerForeign, ownerForeignKey}
+	case strings.Contains(e.pattern, "{tenantID}"):
+		return []owner{ownerOwn, ownerForeign}
+	}
+	return []owner{ownerNone}
+}
+
+// expected is the status role must get from e for resources of o.
+func (e endpoint) expected(r role, o owner) int {
+	if e.access == accessPublic {
+		return e.status
+	}
+	if r == roleAnonymous {
+		return http.StatusUnauthorized
+	}
+	switch e.access {
+	case accessSignedIn:
+		return e.status
+	case accessOperator:
+		if r == roleOperator {
+			return e.status
+		}
+		return http.StatusForbidden
+	}
+	// Tenant routes.
+	if r != roleOperator && o == ownerForeign {
+		return http.StatusNotFound
+	}
+	switch {
+	case e.access == accessTenantKeys && r == roleViewer,
+		e.access == accessTenantOps && r != roleOperator:
+		return http.StatusForbidden
+	case o == ownerForeignKey:
+		return http.StatusNotFound
+	}
+	return e.status
+}
+
+func noParams(*testing.T, *matrixFixture, target) (map[string]string, any) { return nil, nil }
+
+func tenantParams(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+	return map[string]string{"tenantID": tg.tenant.ID}, nil
+}
+
+func freshPlan(t *testing.T, fx *matrixFixture) plans.Plan {
+	t.Helper()
+	p, err := plans.NewStore(fx.srv.DB).Create(context.Background(), plans.Plan{Name: fx.unique("plan"),
+		Rules: []plans.Rule{{Name: "hourly", Limit: 10, PeriodUS: limiter.Hour}}})
+	testenv.Must(t, err)
+	return p
+}
+
+func planParams(t *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+	return map[string]string{"planID": fmt.Sprint(freshPlan(t, fx).ID)}, nil
+}
+
+// keyParams makes a fresh key in the target's key tenant.
+func keyParams(t *testing.T, fx *matrixFixture, tg target) map[string]string {
+	t.Helper()
+	_, k, err := tenants.NewStore(fx.srv.DB).CreateKey(context.Background(), tg.keyTenant.ID, tenants.KeySpec{Name: "k"})
+	testenv.Must(t, err)
+	if tg.keyTenant.ID == fx.foreign.ID {
+		fx.foreignIDs = append(fx.foreignIDs, k.ID)
+	}
+	return map[string]string{"tenantID": tg.tenant.ID, "keyID": k.ID}
+}
+
+func endpoints() []endpoint {
+	return []endpoint{
+		{"GET", "/healthz", accessPublic, 200, noParams},
+		{"GET", "/readyz", accessPublic, 200, noParams},
+		{"POST", "/api/v1/login", accessPublic, 200, func(_ *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+			return nil, map[string]string{"email": fx.probe.Email, "password": "password-" + fx.probe.Email}
+		}},
+		{"POST", "/api/v1/logout", accessPublic, 204, noParams},
+		{"GET", "/api/v1/me", accessSignedIn, 200, noParams},
+
+		{"GET", "/api/v1/plans", accessOperator, 200, noParams},
+		{"POST", "/api/v1/plans", accessOperator, 201, func(_ *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+			return nil, map[string]any{"name": fx.unique("new"), "rules": []map[string]any{{"name": "hourly", "limit": 5, "period_us": limiter.Hour}}}
+		}},
+		{"GET", "/api/v1/plans/{planID}", accessOperator, 200, planParams},
+		{"PUT", "/api/v1/plans/{planID}", accessOperator, 200, func(t *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+			p := freshPlan(t, fx)
+			return map[string]string{"planID": fmt.Sprint(p.ID)},
+				map[string]any{"name": p.Name, "rules": []map[string]any{{"name": "hourly", "limit": 20, "period_us": limiter.Hour}}}
+		}},
+		{"DELETE", "/api/v1/plans/{planID}", accessOperator, 204, planParams},
+		{"POST", "/api/v1/plans/{planID}/archive", accessOperator, 200, planParams},
+		{"POST", "/api/v1/plans/{planID}/unarchive", accessOperator, 200, planParams},
+
+		{"GET", "/api/v1/tenants", accessOperator, 200, noParams},
+		{"POST", "/api/v1/tenants", accessOperator, 201, func(_ *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+			return nil, map[string]any{"name": fx.unique("tenant"), "plan_id": fx.free.ID}
+		}},
+		{"GET", "/api/v1/tenants/{tenantID}", accessTenantRead, 200, tenantParams},
+		{"POST", "/api/v1/tenants/{tenantID}/plan", accessTenantOps, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			cur, err := tenants.NewStore(fx.srv.DB).Get(context.Background(), tg.tenant.ID)
+			testenv.Must(t, err)
+			next := fx.pro.ID
+			if cur.PlanID == fx.pro.ID {
+				next = fx.free.ID
+			}
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"plan_id": next}
+		}},
+		{"GET", "/api/v1/tenants/{tenantID}/plan-changes", accessTenantRead, 200, tenantParams},
+		{"POST", "/api/v1/tenants/{tenantID}/suspend", accessTenantOps, 200, tenantParams},
+		{"POST", "/api/v1/tenants/{tenantID}/resume", accessTenantOps, 200, tenantParams},
+		{"GET", "/api/v1/tenants/{tenantID}/overrides", accessTenantRead, 200, tenantParams},
+		{"PUT", "/api/v1/tenants/{tenantID}/overrides", accessTenantOps, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID},
+				map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": fx.n + 1, "period_us": limiter.Hour}}}
+		}},
+
+		{"GET", "/api/v1/tenants/{tenantID}/keys", accessTenantRead, 200, tenantParams},
+		{"POST", "/api/v1/tenants/{tenantID}/keys", accessTenantKeys, 201, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"name": "new key"}
+		}},
+		{"GET", "/api/v1/tenants/{tenantID}/keys/{keyID}", accessTenantRead, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return keyParams(t, fx, tg), nil
+		}},
+		{"PATCH", "/api/v1/tenants/{tenantID}/keys/{keyID}", accessTenantKeys, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return keyParams(t, fx, tg), map[string]any{"name": "renamed", "expires_at": time.Now().Add(time.Hour)}
+		}},
+		{"POST", "/api/v1/tenants/{tenantID}/keys/{keyID}/revoke", accessTenantKeys, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return keyParams(t, fx, tg), nil
+		}},
+		{"POST", "/api/v1/tenants/{tenantID}/keys/{keyID}/rotate", accessTenantKeys, 201, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return keyParams(t, fx, tg), map[string]any{"grace_period_s": 60}
+		}},
+
+		{"GET", "/api/v1/service-tokens", accessOperator, 200, noParams},
+		{"POST", "/api/v1/service-tokens", accessOperator, 201, func(*testing.T, *matrixFixture, target) (map[string]string, any) {
+			return nil, map[string]any{"name": "gateway"}
+		}},
+		{"POST", "/api/v1/service-tokens/{tokenID}/revoke", accessOperator, 200, func(t *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
+			_, st, err := auth.NewStore(fx.srv.DB).IssueServiceToken(context.Background(), "gw", time.Hour)
+			testenv.Must(t, err)
+			return map[string]string{"tokenID": st.ID}, nil
+		}},
+
+		{"GET", "/api/v1/audit", accessOperator, 200, noParams},
+	}
+}
+
+func newMatrixFixture(t *testing.T) *matrixFixture {
+	t.Helper()
+	ctx := context.Background()
+	srv := startAdmin(t, testenv.DatabaseURL(t), nil)
+	fx := &matrixFixture{srv: srv, users: map[role]auth.User{}}
+	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
+	var err error
+	fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
+	testenv.Must(t, err)
+	fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.Hour}}})
+	testenv.Must(t, err)
+	fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID)
+	testenv.Must(t, err)
+	fx.foreign, err = ts.Create(ctx, "foreign-tenant", fx.pro.ID)
+	testenv.Must(t, err)
+	fx.foreignIDs = append(fx.foreignIDs, fx.foreign.ID)
+	fx.users[roleOperator] = createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	fx.users[roleTenantAdmin] = createUser(t, srv.DB, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
+	fx.users[roleViewer] = createUser(t, srv.DB, "viewer@own.example.com", auth.RoleTenantViewer, fx.own.ID)
+	fx.probe = createUser(t, srv.DB, "probe@own.example.com", auth.RoleTenantViewer, fx.own.ID)
+	// The foreign tenant has data of its own to leak: a key, an override,
+	// a user, history.
+	_, k, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
+	testenv.Must(t, err)
+	fx.foreignIDs = append(fx.foreignIDs, k.ID)
+	_, err = ts.SetOverrides(ctx, fx.foreign.ID, []plans.Rule{{Name: "hourly", Limit: 1, PeriodUS: limiter.Hour}})
+	testenv.Must(t, err)
+	fu := createUser(t, srv.DB, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
+	fx.foreignIDs = append(fx.foreignIDs, fu.ID)
+	return fx
+}
+
+func auditCount(t *testing.T, fx *matrixFixture) int {
+	t.Helper()
+	var n int
+	testenv.Must(t, fx.srv.DB.QueryRow(context.Background(), `SELECT count(*) FROM audit_log`).Scan(&n))
+	return n
+}
+
+func TestIsolationMatrix(t *testing.T) {
+	fx := newMatrixFixture(t)
+	eps := endpoints()
+
+	// The table must cover every route the server has, and nothing else.
+	router := routes(slog.New(slog.DiscardHandler), fx.srv.DB, &sessionAuth{now: time.Now}, &loginLimiter{})
+	var served, listed []string
+	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served = append(served, method+" "+route)
+		return nil
+	}))
+	for _, e := range eps {
+		listed = append(listed, e.method+" "+e.pattern)
+	}
+	sort.Strings(served)
+	sort.Strings(listed)
+	if strings.Join(served, "\n") != strings.Join(listed, "\n") {
+		t.Fatalf("the matrix does not list exactly the server's routes:\nserved:\n%s\n\nlisted:\n%s",
+			strings.Join(served, "\n"), strings.Join(listed, "\n"))
+	}
+
+	for _, e := range eps {
+		for _, o := range e.owners() {
+			for _, r := range roles {
+				name := fmt.Sprintf("%s %s/%s/%s", e.method, e.pattern, r, o)
+				t.Run(name, func(t *testing.T) {
+					tg := target{tenant: fx.own, keyTenant: fx.own}
+					switch o {
+					case ownerForeign:
+						tg = target{tenant: fx.foreign, keyTenant: fx.foreign}
+					case ownerForeignKey:
+						tg.keyTenant = fx.foreign
+					}
+					params, body := e.prepare(t, fx, tg)
+					path := e.pattern
+					for k, v := range params {
+						path = strings.ReplaceAll(path, "{"+k+"}", v)
+					}
+					if strings.Contains(path, "{") {
+						t.Fatalf("unfilled parameter in %s", path)
+					}
+					token := ""
+					if r != roleAnonymous {
+						token = sessionFor(t, fx.srv.DB, fx.users[r])
+					}
+					before := auditCount(t, fx)
+					res := call(t, e.method, fx.srv.URL+path, token, body)
+					after := auditCount(t, fx)
+
+					wantStatus := e.expected(r, o)
+					if res.StatusCode != wantStatus {
+						t.Fatalf("%s %s as %s = %d %s, want %d", e.method, path, r, res.StatusCode, res.Body, wantStatus)
+					}
+					ok := res.StatusCode < 300
+					// Logging out without a session has nothing to end.
+					nothingToChange := e.pattern == "/api/v1/logout" && r == roleAnonymous
+					switch {
+					case !ok && after != before:
+						t.Errorf("a refused request left %d audit entries: it changed something", after-before)
+					case ok && e.method != "GET" && !nothingToChange && after == before:
+						t.Errorf("an accepted change left no audit entry")
+					case ok && e.method == "GET" && after != before:
+						t.Errorf("a read left %d audit entries", after-before)
+					}
+					if !ok && !strings.HasPrefix(res.Header.Get("Content-Type"), "application/problem+json") {
+						t.Errorf("refusal Content-Type = %q, want application/problem+json", res.Header.Get("Content-Type"))
+					}
+					if ok && (r == roleTenantAdmin || r == roleViewer) {
+						for _, id := range fx.foreignIDs {
+							if strings.Contains(string(res.Body), id) {
+								t.Errorf("answer to a tenant user mentions foreign resource %s: %s", id, res.Body)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}

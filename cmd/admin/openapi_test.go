@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// The OpenAPI document at the repository root must describe both servers
+// as they really answer. TestOpenAPI drives a real admin server and a real
+// check API through a scenario that calls every documented operation,
+// records every exchange, and validates each response (status, headers,
+// body) against the document — and each request that succeeded, so that
+// the document's request schemas accept what the servers accept.
+
+const specPath = "../../openapi.yaml"
+
+func loadSpec(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(specPath)
+	if err != nil {
+		t.Fatalf("load %s: %v", specPath, err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("%s is not a valid OpenAPI document: %v", specPath, err)
+	}
+	return doc
+}
+
+// closeObjects forbids properties the document does not list, in every
+// object schema that does not say otherwise: the document lets clients
+// expect additions, but the servers must not add anything undocumented.
+func closeObjects(s *openapi3.Schema, seen map[*openapi3.Schema]bool) {
+	if s == nil || seen[s] {
+		return
+	}
+	seen[s] = true
+	if len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+		no := false
+		s.AdditionalProperties.Has = &no
+	}
+	for _, p := range s.Properties {
+		closeObjects(p.Value, seen)
+	}
+	if s.Items != nil {
+		closeObjects(s.Items.Value, seen)
+	}
+	if s.AdditionalProperties.Schema != nil {
+		closeObjects(s.AdditionalProperties.Schema.Value, seen)
+	}
+	for _, list := range [][]*openapi3.SchemaRef{s.AllOf, s.AnyOf, s.OneOf} {
+		for _, x := range list {
+			closeObjects(x.Value, seen)
+		}
+	}
+}
+
+// exchange is one request and its response, both bodies kept.
+type exchange struct {
+	req     *http.Request
+	reqBody []byte
+	res     *http.Response
+	resBody []byte
+}
+
+// recorder is a RoundTripper that keeps every exchange.
+type recorder struct {
+	mu        sync.Mutex
+	exchanges []exchange
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	var reqBody []byte
+	if req.Body != nil {
+		reqBody, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(reqBody))
+	}
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resBody, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	res.Body = io.NopCloser(bytes.NewReader(resBody))
+	r.mu.Lock()
+	r.exchanges = append(r.exchanges, exchange{req: req, reqBody: reqBody, res: res, resBody: resBody})
+	r.mu.Unlock()
+	return res, nil
+}
+
+func TestOpenAPI(t *testing.T) {
+	doc := loadSpec(t)
+
+	// The document lists exactly the admin server's routes (the check
+	// API's are checked by being called below).
+	var served []string
+	router := routes(slog.New(slog.DiscardHandler), nil, &sessionAuth{now: time.Now}, &loginLimiter{})
+	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served = append(served, method+" "+route)
+		return nil
+	}))
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented[method+" "+path] = true
+		}
+	}
+	for _, r := range served {
+		if !documented[r] {
+			t.Errorf("route %s is not in %s", r, specPath)
+		}
+	}
+
+	rec := &recorder{}
+	client := &http.Client{Transport: rec}
+	scenario(t, client)
+	if t.Failed() {
+		return
+	}
+
+	// Validate every exchange, wherever the document's servers say it goes.
+	doc.Servers = nil
+	for _, item := range doc.Paths.Map() {
+		item.Servers = nil
+	}
+	seen := map[*openapi3.Schema]bool{}
+	for _, s := range doc.Components.Schemas {
+		closeObjects(s.Value, seen)
+	}
+	finder, err := gorillamux.NewRouter(doc)
+	testenv.Must(t, err)
+	called := map[string]map[int]bool{}
+	for _, ex := range rec.exchanges {
+		name := fmt.Sprintf("%s %s → %d", ex.req.Method, ex.req.URL.Path, ex.res.StatusCode)
+		route, params, err := finder.FindRoute(ex.req)
+		if err != nil {
+			t.Errorf("%s: not in the document: %v", name, err)
+			continue
+		}
+		if called[route.Operation.OperationID] == nil {
+			called[route.Operation.OperationID] = map[int]bool{}
+		}
+		called[route.Operation.OperationID][ex.res.StatusCode] = true
+		validateExchange(t, name, ex, route, params)
+	}
+	var missing []string
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if len(called[op.OperationID]) == 0 {
+				missing = append(missing, method+" "+path)
+			}
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("the scenario never called:\n%s", strings.Join(missing, "\n"))
+	}
+	t.Logf("validated %d exchanges over %d operations", len(rec.exchanges), len(called))
+}
+
+func validateExchange(t *testing.T, name string, ex exchange, route *routers.Route, params map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	req := ex.req.Clone(ctx)
+	req.Body = io.NopCloser(bytes.NewReader(ex.reqBody))
+	in := &openapi3filter.RequestValidationInput{
+		Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
+	}
+	// Requests the server accepted must be ones the document allows; the
+	// refused ones are refused on purpose.
+	if ex.res.StatusCode < 300 {
+		if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
+			t.Errorf("%s: request does not match the document: %v\nbody: %s", name, err, ex.reqBody)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 ex.res.StatusCode,
+		Header:                 ex.res.Header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	out.SetBodyBytes(ex.resBody)
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		t.Errorf("%s: response does not match the document: %v\nbody: %s", name, err, ex.resBody)
+	}
+}
+
+// scenario calls every operation of both servers, answering with each
+// status worth documenting.
+func scenario(t *testing.T, client *http.Client) {
+	dbURL := testenv.DatabaseURL(t)
+	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_ADMIN_LOGIN_LIMIT": "3"})
+	createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
+	do := func(method, path, token string, body any, status int) response {
+		t.Helper()
+		res := callWith(t, client, method, admin.URL+path, token, body)
+		if res.StatusCode != status {
+			t.Fatalf("%s %s = %d %s, want %d", method, path, res.StatusCode, res.Body, status)
+		}
+		return res
+	}
+	raw := func(method, path, token, body string, status int) {
+		t.Helper()
+		req, _ := http.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if res := sendWith(t, client, req); res.StatusCode != status {
+			t.Fatalf("%s %s = %d %s, want %d", method, path, res.StatusCode, res.Body, status)
+		}
+	}
+
+	do("GET", "/healthz", "", nil, 200)
+	do("GET", "/readyz", "", nil, 200)
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong password"}, 401)
+	do("POST", "/api/v1/login", "", map[string]string{"email": "", "password": ""}, 422)
+	raw("POST", admin.URL+"/api/v1/login", "", `{"email":`, 400)
+	var lr loginResponse
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 200).decode(t, &lr)
+	op := lr.Token
+	do("GET", "/api/v1/me", op, nil, 200)
+	do("GET", "/api/v1/me", "", nil, 401)
+
+	// Plans.
+	ruleSet := func(limit int64) []map[string]any {
+		return []map[string]any{
+			{"name": "hourly", "limit": limit, "period_us": limiter.Hour},
+			{"name": "search", "algorithm": "leaky_bucket", "limit": 10, "period_us": limiter.Second, "burst": 5,
+				"resource": "POST /v1/search", "scope": "tenant", "mode": "shadow", "failure_mode": "closed",
+				"options": map[string]any{"leaky_mode": "shape"}},
+		}
+	}
+	plan := map[string]any{"name": "pro", "display_name": "Pro", "currency": "EUR", "base_fee_minor": 4900,
+		"included_units": 1000, "overage_unit_minor": 2,
+		"tiers": []map[string]any{{"up_to": 1000, "unit_minor": 2}, {"up_to": nil, "unit_minor": 1}},
+		"rules": ruleSet(2)}
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "Bad", "rules": []map[string]any{{"name": "x", "limit": 1}}}, 422)
+	raw("POST", admin.URL+"/api/v1/plans", op, `{"name": "x", "nope": 1}`, 400)
+	raw("POST", admin.URL+"/api/v1/plans", op, `{"name": "`+strings.Repeat("x", maxBody)+`"}`, 413)
+	var pro struct {
+		ID int64 `json:"id"`
+	}
+	do("POST", "/api/v1/plans", op, plan, 201).decode(t, &pro)
+	do("POST", "/api/v1/plans", op, plan, 409)
+	do("GET", "/api/v1/plans?limit=1", op, nil, 200)
+	do("GET", "/api/v1/plans?limit=1000", op, nil, 422)
+	planPath := fmt.Sprintf("/api/v1/plans/%d", pro.ID)
+	do("GET", planPath, op, nil, 200)
+	do("GET", "/api/v1/plans/999999", op, nil, 404)
+	do("PUT", planPath, op, plan, 200)
+	do("PUT", "/api/v1/plans/999999", op, plan, 404)
+	do("PUT", planPath, op, map[string]any{"name": "pro", "base_fee_minor": -1}, 422)
+	do("POST", planPath+"/archive", op, nil, 200)
+	do("POST", planPath+"/unarchive", op, nil, 200)
+	do("POST", "/api/v1/plans/999999/archive", op, nil, 404)
+	do("POST", "/api/v1/plans/999999/unarchive", op, nil, 404)
+	var free struct {
+		ID int64 `json:"id"`
+	}
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "free"}, 201).decode(t, &free)
+	var spare struct {
+		ID int64 `json:"id"`
+	}
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "spare"}, 201).decode(t, &spare)
+	do("DELETE", fmt.Sprintf("/api/v1/plans/%d", spare.ID), op, nil, 204)
+	do("DELETE", "/api/v1/plans/999999", op, nil, 404)
+
+	// Tenants.
+	var acme struct {
+		ID string `json:"id"`
+	}
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": free.ID}, 201).decode(t, &acme)
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": free.ID}, 409)
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": ""}, 422)
+	do("DELETE", fmt.Sprintf("/api/v1/plans/%d", free.ID), op, nil, 409)
+	viewer := sessionFor(t, admin.DB, createUser(t, admin.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID))
+	do("GET", "/api/v1/plans", viewer, nil, 403)
+	do("GET", "/api/v1/tenants?q=acm&status=active", op, nil, 200)
+	do("GET", "/api/v1/tenants?status=odd", op, nil, 422)
+	tenant := "/api/v1/tenants/" + acme.ID
+	unknown := "/api/v1/tenants/00000000-0000-0000-0000-000000000000"
+	do("GET", tenant, viewer, nil, 200)
+	do("GET", unknown, op, nil, 404)
+	do("POST", tenant+"/plan", op, map[string]any{"plan_id": pro.ID}, 200)
+	do("POST", tenant+"/plan", op, map[string]any{"plan_id": pro.ID}, 422)
+	do("POST", tenant+"/plan", viewer, map[string]any{"plan_id": free.ID}, 403)
+	do("GET", tenant+"/plan-changes?limit=1", viewer, nil, 200)
+	do("GET", unknown+"/plan-changes", op, nil, 404)
+	do("POST", tenant+"/suspend", op, nil, 200)
+	do("POST", tenant+"/resume", op, nil, 200)
+	do("POST", unknown+"/resume", op, nil, 404)
+	do("PUT", tenant+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "daily", "algorithm": "fixed_window",
+		"limit": 1000, "period_us": limiter.Day, "options": map[string]any{"calendar": "day"}}}}, 200)
+	do("PUT", tenant+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "x", "limit": -1}}}, 422)
+	do("GET", tenant+"/overrides", viewer, nil, 200)
+
+	// Keys.
+	var key keySecretResponse
+	do("POST", tenant+"/keys", op, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"},
+		"expires_at": time.Now().Add(time.Hour)}, 201).decode(t, &key)
+	do("POST", tenant+"/keys", viewer, map[string]any{"name": "nope"}, 403)
+	do("POST", tenant+"/keys", op, map[string]any{"expires_at": time.Now().Add(-time.Hour)}, 422)
+	do("GET", tenant+"/keys", viewer, nil, 200)
+	keyPath := tenant + "/keys/" + key.Key.ID
+	do("GET", keyPath, viewer, nil, 200)
+	do("GET", tenant+"/keys/00000000-0000-0000-0000-000000000000", op, nil, 404)
+	do("PATCH", keyPath, op, map[string]any{"name": "ci-2", "expires_at": nil, "metadata": map[string]string{}}, 200)
+	do("PATCH", keyPath, op, map[string]any{}, 422)
+	var rotated keySecretResponse
+	do("POST", keyPath+"/rotate", op, nil, 201).decode(t, &rotated)
+	do("POST", keyPath+"/rotate", op, map[string]any{"grace_period_s": -5}, 422)
+	do("POST", keyPath+"/revoke", op, nil, 200)
+	do("POST", keyPath+"/rotate", op, nil, 409)
+
+	// Service tokens.
+	var gw, spareToken serviceTokenResponse
+	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "gateway", "ttl_s": 3600}, 201).decode(t, &gw)
+	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "spare"}, 201).decode(t, &spareToken)
+	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": ""}, 422)
+	do("GET", "/api/v1/service-tokens", op, nil, 200)
+	do("POST", "/api/v1/service-tokens/"+spareToken.ServiceToken.ID+"/revoke", op, nil, 200)
+	do("POST", "/api/v1/service-tokens/00000000-0000-0000-0000-000000000000/revoke", op, nil, 404)
+
+	do("GET", "/api/v1/audit?limit=5&action=key.*&from=2020-01-01T00:00:00Z", op, nil, 200)
+	do("GET", "/api/v1/audit?from=soon", op, nil, 422)
+	do("POST", "/api/v1/logout", op, nil, 204)
+	// The third and fourth attempts from this address: limited.
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong again"}, 401)
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 429)
+
+	// The check API.
+	apiURL := startAPI(t, dbURL)
+	check := func(token string, body any, status int) response {
+		t.Helper()
+		res := callWith(t, client, "POST", apiURL+"/v1/check", token, body)
+		if res.StatusCode != status {
+			t.Fatalf("check %v = %d %s, want %d", body, res.StatusCode, res.Body, status)
+		}
+		return res
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if res := callWith(t, client, "GET", apiURL+path, "", nil); res.StatusCode != 200 {
+			t.Fatalf("GET %s = %d", path, res.StatusCode)
+		}
+	}
+	check(gw.Token, map[string]any{"key": rotated.Secret, "resource": "GET /repos"}, 200)
+	check(gw.Token, map[string]any{"key": rotated.Secret, "resource": "POST /v1/search", "cost": 1}, 200)
+	res := check(gw.Token, map[string]any{"key": rotated.Secret}, 200) // the hourly limit of 2 is spent
+	if res.Header.Get("Retry-After") == "" || !strings.Contains(string(res.Body), `"rate_limited"`) {
+		t.Fatalf("third check: %s %v", res.Body, res.Header)
+	}
+	check(gw.Token, map[string]any{"key": key.Secret, "dry_run": true}, 200) // revoked
+	check(gw.Token, map[string]any{"ip": "203.0.113.7"}, 200)                // no anonymous plan
+	check(gw.Token, map[string]any{"key": "tg_nope"}, 200)                   // invalid key
+	check(gw.Token, map[string]any{"cost": -1, "ip": "nope"}, 422)
+	check(gw.Token, map[string]any{"surprise": 1}, 400)
+	check(spareToken.Token, map[string]any{"ip": "203.0.113.7"}, 401)
+	check("", map[string]any{"ip": "203.0.113.7"}, 401)
+	check(gw.Token, map[string]any{"ip": "203.0.113.7", "resource": strings.Repeat("x", 17<<10)}, 413)
+}

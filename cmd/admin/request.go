@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+// maxBody is the largest admin request body: room for a plan with many
+// rules and tiers, small enough to refuse junk early.
+const maxBody = 64 << 10
+
+// decodeOptional is httpx.Decode for endpoints whose body may be omitted:
+// an empty body counts as {}.
+func decodeOptional(r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err != nil {
+		return tollgate.Errorf(tollgate.ETOOLARGE, "the body is larger than %d bytes", maxBody)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return httpx.Decode(r, maxBody, v)
+}
+
+// pathPlanID returns the {planID} path parameter; one that is not a
+// number names no plan.
+func pathPlanID(r *http.Request) (int64, error) {
+	s := chi.URLParam(r, "planID")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
+	}
+	return id, nil
+}
+
+// nullableTime is a JSON field that distinguishes absent (Set false) from
+// null (Set true, Time nil).
+type nullableTime struct {
+	Set  bool
+	Time *time.Time
+}
+
+func (n *nullableTime) UnmarshalJSON(b []byte) error {
+	n.Set = true
+	if string(b) == "null" {
+		n.Time = nil
+		return nil
+	}
+	var t time.Time
+	if err := json.Unmarshal(b, &t); err != nil {
+		return err
+	}
+	n.Time = &t
+	return nil
+}
+
+// queryTime parses an RFC 3339 query parameter into f's problems.
+func queryTime(q url.Values, name string, f map[string]string) time.Time {
+	s := q.Get(name)
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		f[name] = "must be an RFC 3339 time such as 2026-01-31T00:00:00Z"
+	}
+	return t
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+func usersCreateCommand() command {
+	return command{
+		name: "users create",
+		summary: "create an admin user (bootstraps the first operator); the password is read from stdin " +
+			"with --password-stdin, or generated and printed once",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			email := fs.String("email", "", "the user's email, used to log in (required)")
+			role := fs.String("role", "", "operator, tenant_admin or tenant_viewer (required)")
+			tenant := fs.String("tenant", "", "tenant ID or name (required for tenant_admin and tenant_viewer)")
+			fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
+			asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
+			return func(ctx context.Context, e *env) error {
+				if *email == "" || *role == "" {
+					return errors.New("users create: --email and --role are required")
+				}
+				nu := auth.NewUser{Email: *email, Role: auth.Role(*role)}
+				if *tenant != "" {
+					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+					if err != nil {
+						return fmt.Errorf("users create: --tenant: %w", err)
+					}
+					nu.TenantID = t.ID
+				}
+				generated := !*fromStdin
+				if generated {
+					nu.Password = auth.GeneratePassword()
+				} else {
+					line, err := bufio.NewReader(e.stdin).ReadString('\n')
+					if err != nil && line == "" {
+						return errors.New("users create: --password-stdin: no password on stdin")
+					}
+					nu.Password = strings.TrimRight(line, "\r\n")
+				}
+				var u auth.User
+				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					var err error
+					if u, err = auth.NewStore(tx).CreateUser(ctx, nu); err != nil {
+						return nil, err
+					}
+					return one(userChange("user.create", nil, &u)), nil
+				})
+				if err != nil {
+					return fmt.Errorf("users create: %w", err)
+				}
+				if *asJSON {
+					out := map[string]any{"user": u}
+					if generated {
+						out["password"] = nu.Password
+					}
+					return printJSON(e.stdout, out)
+				}
+				if generated {
+					fmt.Fprintln(e.stdout, nu.Password)
+					fmt.Fprintf(e.stderr, "%s %s created (id %s); the password above is not shown again\n", u.Role, u.Email, u.ID)
+				} else {
+					fmt.Fprintf(e.stderr, "%s %s created (id %s)\n", u.Role, u.Email, u.ID)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// userChange describes a change to an admin user (never its password).
+func userChange(action string, before, after *auth.User) audit.Change {
+	u := after
+	if u == nil {
+		u = before
+	}
+	return audit.Change{Action: action, TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
+		Before: before, After: after}
+}

@@ -1,0 +1,197 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Role is what an admin user may do.
+type Role string
+
+// Roles. Operators are the provider's staff and may do everything; tenant
+// users belong to one tenant and see nothing of any other.
+const (
+	// RoleOperator manages plans, tenants, keys, tokens and reads the audit.
+	RoleOperator Role = "operator"
+	// RoleTenantAdmin manages its own tenant's keys and reads its usage
+	// and statements.
+	RoleTenantAdmin Role = "tenant_admin"
+	// RoleTenantViewer reads its own tenant's data and changes nothing.
+	RoleTenantViewer Role = "tenant_viewer"
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool {
+	return r == RoleOperator || r == RoleTenantAdmin || r == RoleTenantViewer
+}
+
+// TenantScoped reports whether users with r belong to one tenant.
+func (r Role) TenantScoped() bool { return r == RoleTenantAdmin || r == RoleTenantViewer }
+
+// User is an admin user. The password hash never leaves the store.
+type User struct {
+	ID    string `json:"id"`
+	Email string `json:"email"`
+	Role  Role   `json:"role"`
+	// TenantID is the tenant of a tenant-scoped user; "" for operators.
+	TenantID   string     `json:"tenant_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+}
+
+// NewUser describes a user to create.
+type NewUser struct {
+	Email    string
+	Password string
+	Role     Role
+	// TenantID is required for tenant roles and must be empty for operators.
+	TenantID string
+}
+
+// NormalizeEmail returns email trimmed and lower-cased.
+func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+
+// ValidateEmail returns a problem with a normalized email, or "".
+func ValidateEmail(email string) string {
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Address != email || len(email) > 254 {
+		return "must be an email address such as ops@example.com"
+	}
+	return ""
+}
+
+// Validate normalizes the email and names each invalid field.
+func (u *NewUser) Validate() error {
+	u.Email = NormalizeEmail(u.Email)
+	f := map[string]string{}
+	if p := ValidateEmail(u.Email); p != "" {
+		f["email"] = p
+	}
+	if p := ValidatePassword(u.Password); p != "" {
+		f["password"] = p
+	}
+	switch {
+	case !u.Role.Valid():
+		f["role"] = "must be operator, tenant_admin or tenant_viewer"
+	case u.Role.TenantScoped() && u.TenantID == "":
+		f["tenant_id"] = "is required for role " + string(u.Role)
+	case !u.Role.TenantScoped() && u.TenantID != "":
+		f["tenant_id"] = "must be empty for operators"
+	}
+	return tollgate.Invalid(f)
+}
+
+const userColumns = `id, email, role, coalesce(tenant_id::text, ''), created_at, updated_at, disabled_at`
+
+func scanUser(row pgx.Row) (User, error) {
+	var u User
+	err := row.Scan(&u.ID, &u.Email, &u.Role, &u.TenantID, &u.CreatedAt, &u.UpdatedAt, &u.DisabledAt)
+	return u, err
+}
+
+// CreateUser stores a new user with the password hashed. A taken email is
+// ECONFLICT naming "email"; an unknown tenant is EINVALID naming
+// "tenant_id".
+func (s *Store) CreateUser(ctx context.Context, nu NewUser) (User, error) {
+	if err := nu.Validate(); err != nil {
+		return User{}, err
+	}
+	hash, err := HashPassword(nu.Password)
+	if err != nil {
+		return User{}, err
+	}
+	var tenantID *string
+	if nu.TenantID != "" {
+		tenantID = &nu.TenantID
+	}
+	u, err := scanUser(s.db.QueryRow(ctx, `INSERT INTO users (email, password_hash, role, tenant_id)
+		VALUES ($1, $2, $3, $4) RETURNING `+userColumns, nu.Email, hash, nu.Role, tenantID))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505":
+			return User{}, &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a user with this email exists",
+				Fields: map[string]string{"email": "is taken"}}
+		case "23503", "22P02":
+			return User{}, tollgate.Invalid(map[string]string{"tenant_id": "no such tenant"})
+		}
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("auth: create user: %w", err)
+	}
+	return u, nil
+}
+
+// SetPassword replaces the user's password.
+func (s *Store) SetPassword(ctx context.Context, userID, password string) error {
+	if p := ValidatePassword(password); p != "" {
+		return tollgate.Invalid(map[string]string{"password": p})
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return err
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id::text = $1`, userID, hash)
+	if err != nil {
+		return fmt.Errorf("auth: set password: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return tollgate.Errorf(tollgate.ENOTFOUND, "user %s not found", userID)
+	}
+	return nil
+}
+
+// GetUser returns the user with id, or ENOTFOUND.
+func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
+	return s.userWhere(ctx, "id::text = $1", id)
+}
+
+// GetUserByEmail returns the user with email (any case), or ENOTFOUND.
+func (s *Store) GetUserByEmail(ctx context.Context, email string) (User, error) {
+	return s.userWhere(ctx, "email = $1", NormalizeEmail(email))
+}
+
+func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
+	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, arg))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return User{}, tollgate.Errorf(tollgate.ENOTFOUND, "user not found")
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("auth: get user: %w", err)
+	}
+	return u, nil
+}
+
+// ErrBadLogin is the one answer to a failed login, whatever failed.
+var ErrBadLogin = tollgate.Errorf(tollgate.EUNAUTHORIZED, "wrong email or password")
+
+// Authenticate returns the enabled user with email and password, or
+// ErrBadLogin. An unknown email costs as much time as a wrong password.
+func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	var hash string
+	var u User
+	err := s.db.QueryRow(ctx, `SELECT `+userColumns+`, password_hash FROM users WHERE email = $1`,
+		NormalizeEmail(email)).Scan(&u.ID, &u.Email, &u.Role, &u.TenantID, &u.CreatedAt, &u.UpdatedAt,
+		&u.DisabledAt, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		CheckPassword(dummyHash(), password)
+		return User{}, ErrBadLogin
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("auth: authenticate: %w", err)
+	}
+	if !CheckPassword(hash, password) || u.DisabledAt != nil {
+		return User{}, ErrBadLogin
+	}
+	return u, nil
+}

@@ -1,0 +1,66 @@
+package page
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+)
+
+func TestFromQuery(t *testing.T) {
+	tests := []struct {
+		query   string
+		limit   int
+		invalid bool
+	}{
+		{"", DefaultLimit, false},
+		{"limit=1", 1, false},
+		{"limit=200", 200, false},
+		{"limit=0", 0, true},
+		{"limit=201", 0, true},
+		{"limit=ten", 0, true},
+	}
+	for _, tt := range tests {
+		q, _ := url.ParseQuery(tt.query)
+		r, err := FromQuery(q)
+		if tt.invalid {
+			if e, ok := err.(*tollgate.Error); !ok || e.Fields["limit"] == "" {
+				t.Errorf("%q: err = %v, want a problem with limit", tt.query, err)
+			}
+			continue
+		}
+		if err != nil || r.Limit != tt.limit {
+			t.Errorf("%q: limit %d, err %v; want %d", tt.query, r.Limit, err, tt.limit)
+		}
+	}
+}
+
+func TestMakeAndAfter(t *testing.T) {
+	type key struct {
+		N int `json:"n"`
+	}
+	r := Request{Limit: 2}
+	rows := []int{1, 2, 3} // read with r.Fetch() = 3: one more page follows
+	p := Make(r, rows, func(n int) any { return key{n} })
+	if len(p.Items) != 2 || p.NextCursor == nil {
+		t.Fatalf("page = %+v", p)
+	}
+	var k key
+	ok, err := Request{Limit: 2, Cursor: *p.NextCursor}.After(&k)
+	if !ok || err != nil || k.N != 2 {
+		t.Errorf("After = %v %v %+v, want the last item kept (2)", ok, err, k)
+	}
+	last := Make(r, rows[:2], func(n int) any { return key{n} })
+	if last.NextCursor != nil {
+		t.Error("a short page has a cursor")
+	}
+	if empty := Make[int](r, nil, nil); empty.Items == nil {
+		t.Error("an empty page's items are null, want []")
+	}
+	if ok, err := (Request{}).After(&k); ok || err != nil {
+		t.Errorf("no cursor: %v %v", ok, err)
+	}
+	if _, err := (Request{Cursor: "%%%"}).After(&k); err == nil {
+		t.Error("a garbage cursor decoded")
+	}
+}

@@ -1,0 +1,173 @@
+package plans_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+func hourly(limit int64) plans.Rule {
+	return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.Hour}
+}
+
+func fields(err error) map[string]string {
+	if e, ok := err.(*tollgate.Error); ok {
+		return e.Fields
+	}
+	return nil
+}
+
+func TestValidateNamesFields(t *testing.T) {
+	tests := []struct {
+		name  string
+		plan  plans.Plan
+		field string
+	}{
+		{"bad name", plans.Plan{Name: "Not OK"}, "name"},
+		{"negative fee", plans.Plan{Name: "p", BaseFeeMinor: -1}, "base_fee_minor"},
+		{"negative tier price", plans.Plan{Name: "p", Tiers: []plans.PriceTier{{UnitMinor: -1}}}, "tiers[0].unit_minor"},
+		{"unknown algorithm", plans.Plan{Name: "p", Rules: []plans.Rule{{Name: "r", Algorithm: "magic", Limit: 1, PeriodUS: 1}}}, "rules[0].algorithm"},
+		{"zero period", plans.Plan{Name: "p", Rules: []plans.Rule{{Name: "r", Limit: 1}}}, "rules[0].period_us"},
+		{"negative burst", plans.Plan{Name: "p", Rules: []plans.Rule{{Name: "r", Limit: 1, PeriodUS: 1, Burst: -1}}}, "rules[0].burst"},
+		{"bad pattern", plans.Plan{Name: "p", Rules: []plans.Rule{{Name: "r", Limit: 1, PeriodUS: 1, Resource: "get /x"}}}, "rules[0].resource"},
+		{"duplicate rule", plans.Plan{Name: "p", Rules: []plans.Rule{hourly(1), hourly(2)}}, "rules[1].name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.plan.Validate()
+			if _, ok := fields(err)[tt.field]; !ok {
+				t.Fatalf("Validate() = %v, want a problem with %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestMergeRules(t *testing.T) {
+	plan := []plans.Rule{hourly(100), {Name: "search", Limit: 10}}
+	over := []plans.Rule{{Name: "extra", Limit: 1}, {Name: "hourly", Limit: 5}}
+	got := plans.MergeRules(plan, over)
+	want := []plans.Rule{{Name: "hourly", Limit: 5}, {Name: "search", Limit: 10}, {Name: "extra", Limit: 1}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d rules, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Name != want[i].Name || got[i].Limit != want[i].Limit {
+			t.Errorf("rule %d = %s/%d, want %s/%d", i, got[i].Name, got[i].Limit, want[i].Name, want[i].Limit)
+		}
+	}
+	if plan[0].Limit != 100 {
+		t.Error("MergeRules modified the plan's rules")
+	}
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	ps := plans.NewStore(db)
+
+	p, err := ps.Create(ctx, plans.Plan{Name: "basic", BaseFeeMinor: 900, Rules: []plans.Rule{hourly(100)}})
+	testenv.Must(t, err)
+	if p.Rules[0].Burst != 100 || p.Rules[0].Scope != plans.ScopeKey {
+		t.Errorf("defaults not filled: %+v", p.Rules[0])
+	}
+	if _, err := ps.Create(ctx, plans.Plan{Name: "basic"}); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Fatalf("second Create = %v, want conflict", err)
+	}
+
+	p.Rules = append(p.Rules, plans.Rule{Name: "burst", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.Second})
+	p.Rules[0].Limit = 200
+	up, err := ps.Update(ctx, p.ID, p)
+	testenv.Must(t, err)
+	if len(up.Rules) != 2 || up.Rules[0].Limit != 200 || up.Rules[0].ID != p.Rules[0].ID {
+		t.Errorf("Update rules = %+v; want hourly kept by name with limit 200, plus burst", up.Rules)
+	}
+	if _, err := ps.Update(ctx, 999999, p); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
+		t.Errorf("Update(unknown) = %v, want not_found", err)
+	}
+
+	// In use: cannot be deleted, may be archived; archived cannot be assigned.
+	ts := tenants.NewStore(db)
+	_, err = ts.Create(ctx, "acme", p.ID)
+	testenv.Must(t, err)
+	if err := ps.Delete(ctx, p.ID); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Fatalf("Delete(in use) = %v, want conflict", err)
+	}
+	arch, err := ps.SetArchived(ctx, p.ID, true)
+	testenv.Must(t, err)
+	if arch.ArchivedAt == nil {
+		t.Fatal("archived_at not set")
+	}
+	_, err = ts.Create(ctx, "newcomer", p.ID)
+	if _, ok := fields(err)["plan_id"]; !ok {
+		t.Fatalf("Create on an archived plan = %v, want a problem with plan_id", err)
+	}
+	restored, err := ps.SetArchived(ctx, p.ID, false)
+	testenv.Must(t, err)
+	if restored.ArchivedAt != nil {
+		t.Fatal("archived_at still set after restore")
+	}
+
+	unused, err := ps.Create(ctx, plans.Plan{Name: "unused"})
+	testenv.Must(t, err)
+	testenv.Must(t, ps.Delete(ctx, unused.ID))
+	if _, err := ps.Get(ctx, unused.ID); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
+		t.Errorf("Get(deleted) = %v, want not_found", err)
+	}
+}
+
+func TestListPage(t *testing.T) {
+	ctx := context.Background()
+	ps := plans.NewStore(testenv.DB(t))
+	for _, name := range []string{"e", "a", "d", "c", "b"} {
+		_, err := ps.Create(ctx, plans.Plan{Name: name, Rules: []plans.Rule{hourly(1)}})
+		testenv.Must(t, err)
+	}
+	_, err := ps.SetArchived(ctx, mustGet(t, ps, "c").ID, true)
+	testenv.Must(t, err)
+
+	var names []string
+	pr := page.Request{Limit: 2}
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("pagination does not end")
+		}
+		pg, err := ps.ListPage(ctx, plans.Filter{}, pr)
+		testenv.Must(t, err)
+		for _, p := range pg.Items {
+			names = append(names, p.Name)
+			if len(p.Rules) != 1 {
+				t.Errorf("plan %s has %d rules, want 1", p.Name, len(p.Rules))
+			}
+		}
+		if pg.NextCursor == nil {
+			break
+		}
+		pr.Cursor = *pg.NextCursor
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("pages = %v, want %v", names, want)
+	}
+	archived := true
+	pg, err := ps.ListPage(ctx, plans.Filter{Archived: &archived}, page.First(10))
+	testenv.Must(t, err)
+	if len(pg.Items) != 1 || pg.Items[0].Name != "c" {
+		t.Errorf("archived = %v, want only c", pg.Items)
+	}
+	if _, err := ps.ListPage(ctx, plans.Filter{}, page.Request{Limit: 2, Cursor: "!!"}); fields(err)["cursor"] == "" {
+		t.Errorf("bad cursor = %v, want a problem with cursor", err)
+	}
+}
+
+func mustGet(t *testing.T, ps *plans.Store, name string) plans.Plan {
+	t.Helper()
+	p, err := ps.GetByName(context.Background(), name)
+	testenv.Must(t, err)
+	return p
+}

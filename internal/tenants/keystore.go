@@ -1,0 +1,280 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// Metadata limits: enough to tag a key with an owner or a purpose, small
+// enough that nobody stores documents in it.
+const (
+	MaxMetadataKeys     = 50
+	MaxMetadataKeyLen   = 40
+	MaxMetadataValueLen = 500
+	MaxKeyNameLen       = 200
+)
+
+// KeySpec describes a key to issue.
+type KeySpec struct {
+	Name      string
+	Metadata  map[string]string
+	ExpiresAt *time.Time
+}
+
+// ValidateKeyName adds a problem with name to f under field.
+func ValidateKeyName(field, name string, f map[string]string) {
+	if utf8.RuneCountInString(name) > MaxKeyNameLen {
+		f[field] = fmt.Sprintf("must be at most %d characters", MaxKeyNameLen)
+	}
+}
+
+// ValidateMetadata adds a problem with m to f under field.
+func ValidateMetadata(field string, m map[string]string, f map[string]string) {
+	if len(m) > MaxMetadataKeys {
+		f[field] = fmt.Sprintf("must have at most %d keys", MaxMetadataKeys)
+		return
+	}
+	for k, v := range m {
+		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen {
+			f[field] = fmt.Sprintf("keys must be 1–%d characters", MaxMetadataKeyLen)
+			return
+		}
+		if utf8.RuneCountInString(v) > MaxMetadataValueLen {
+			f[field+"."+k] = fmt.Sprintf("must be at most %d characters", MaxMetadataValueLen)
+		}
+	}
+}
+
+// Validate names each invalid field of s.
+func (s KeySpec) Validate() error {
+	f := map[string]string{}
+	ValidateKeyName("name", s.Name, f)
+	ValidateMetadata("metadata", s.Metadata, f)
+	return tollgate.Invalid(f)
+}
+
+// CreateKey issues a key for the tenant and returns its secret, which is
+// not stored and cannot be shown again. An unknown tenant is ENOTFOUND.
+func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (secret string, k Key, err error) {
+	if err := spec.Validate(); err != nil {
+		return "", Key{}, err
+	}
+	if spec.Metadata == nil {
+		spec.Metadata = map[string]string{}
+	}
+	secret, hash, prefix := GenerateKey()
+	k, err = scanKey(s.db.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, name, hash, prefix, metadata, expires_at)
+		SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id::text = $1 RETURNING `+keyColumns,
+		tenantID, spec.Name, hash[:], prefix, spec.Metadata, spec.ExpiresAt))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenantID)
+	}
+	if err != nil {
+		return "", Key{}, translate(err, "tenants: issue key")
+	}
+	return secret, k, nil
+}
+
+// GetKey returns the tenant's key with id. A key of another tenant is
+// ENOTFOUND, exactly like a key that does not exist.
+func (s *Store) GetKey(ctx context.Context, tenantID, id string) (Key, error) {
+	return s.keyWhere(ctx, "", tenantID, id)
+}
+
+func (s *Store) keyWhere(ctx context.Context, lock, tenantID, id string) (Key, error) {
+	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys
+		WHERE tenant_id::text = $1 AND id::text = $2`+lock, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("tenants: get key: %w", err)
+	}
+	return k, nil
+}
+
+// ListKeysPage returns one page of the tenant's keys, newest first.
+func (s *Store) ListKeysPage(ctx context.Context, tenantID string, pr page.Request) (page.Page[Key], error) {
+	var after struct {
+		CreatedAt time.Time `json:"t"`
+		ID        string    `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[Key]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
+		WHERE tenant_id::text = $1 AND (NOT $2 OR (created_at, id::text) < ($3, $4))
+		ORDER BY created_at DESC, id::text DESC LIMIT $5`, tenantID, have, after.CreatedAt, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[Key]{}, fmt.Errorf("tenants: list keys: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
+	if err != nil {
+		return page.Page[Key]{}, fmt.Errorf("tenants: list keys: %w", err)
+	}
+	return page.Make(pr, list, func(k Key) any {
+		after.CreatedAt, after.ID = k.CreatedAt, k.ID
+		return after
+	}), nil
+}
+
+// KeyChange is a change to a key's name, metadata or expiry; nil fields
+// are left as they are.
+type KeyChange struct {
+	Name     *string
+	Metadata *map[string]string
+	// ExpiresAt, when set, replaces the expiry; a nil *time.Time inside
+	// removes it.
+	ExpiresAt **time.Time
+}
+
+// Validate names each invalid field of c.
+func (c KeyChange) Validate() error {
+	f := map[string]string{}
+	if c.Name != nil {
+		ValidateKeyName("name", *c.Name, f)
+	}
+	if c.Metadata != nil {
+		ValidateMetadata("metadata", *c.Metadata, f)
+	}
+	return tollgate.Invalid(f)
+}
+
+// UpdateKey applies c to the tenant's key with id and returns the key.
+func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange) (Key, error) {
+	if err := c.Validate(); err != nil {
+		return Key{}, err
+	}
+	var k Key
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		k, err = NewStore(tx).keyWhere(ctx, " FOR UPDATE", tenantID, id)
+		if err != nil {
+			return err
+		}
+		if c.Name != nil {
+			k.Name = *c.Name
+		}
+		if c.Metadata != nil {
+			k.Metadata = *c.Metadata
+			if k.Metadata == nil {
+				k.Metadata = map[string]string{}
+			}
+		}
+		if c.ExpiresAt != nil {
+			k.ExpiresAt = *c.ExpiresAt
+		}
+		k, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET name = $2, metadata = $3, expires_at = $4
+			WHERE id = $1 RETURNING `+keyColumns, k.ID, k.Name, k.Metadata, k.ExpiresAt))
+		if err != nil {
+			return fmt.Errorf("tenants: update key: %w", err)
+		}
+		return nil
+	})
+	return k, err
+}
+
+// RevokeTenantKey revokes the tenant's key with id at once and returns it.
+// Revoking twice keeps the first time.
+func (s *Store) RevokeTenantKey(ctx context.Context, tenantID, id string) (Key, error) {
+	k, err := scanKey(s.db.QueryRow(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+		WHERE tenant_id::text = $1 AND id::text = $2 RETURNING `+keyColumns, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("tenants: revoke key: %w", err)
+	}
+	return k, nil
+}
+
+// MaxRotationGrace bounds how long a rotated key keeps working.
+const MaxRotationGrace = 30 * 24 * time.Hour
+
+// RotateKey replaces the tenant's key with id by a new key of the same name
+// and metadata, and lets the old one work until now+grace (or its earlier
+// expiry). It returns the new key's secret, the new key and the old key as
+// changed. Rotating a revoked or expired key is ECONFLICT.
+func (s *Store) RotateKey(ctx context.Context, tenantID, id string, grace time.Duration, now time.Time) (secret string, fresh, old Key, err error) {
+	if grace < 0 || grace > MaxRotationGrace {
+		return "", Key{}, Key{}, tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
+	}
+	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		ts := NewStore(tx)
+		var err error
+		old, err = ts.keyWhere(ctx, " FOR UPDATE", tenantID, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case old.RevokedAt != nil:
+			return tollgate.Errorf(tollgate.ECONFLICT, "key %s is revoked: issue a new key instead", id)
+		case old.ExpiresAt != nil && !old.ExpiresAt.After(now):
+			return tollgate.Errorf(tollgate.ECONFLICT, "key %s has expired: issue a new key instead", id)
+		}
+		secret, fresh, err = ts.CreateKey(ctx, tenantID, KeySpec{Name: old.Name, Metadata: old.Metadata})
+		if err != nil {
+			return err
+		}
+		until := now.Add(grace)
+		if old.ExpiresAt != nil && old.ExpiresAt.Before(until) {
+			until = *old.ExpiresAt
+		}
+		old, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET expires_at = $2 WHERE id = $1 RETURNING `+keyColumns,
+			old.ID, until))
+		if err != nil {
+			return fmt.Errorf("tenants: rotate key: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", Key{}, Key{}, err
+	}
+	return secret, fresh, old, nil
+}
+
+// TouchKeys records when keys were last used: usedAt maps key IDs to a
+// time of use. A key's last_used_at only moves forward. It is one
+// statement however many keys there are, and it does not wake the check
+// API's snapshot reload (only changes that matter to checks do).
+func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) error {
+	if len(usedAt) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(usedAt))
+	ats := make([]time.Time, 0, len(usedAt))
+	for id, at := range usedAt {
+		ids = append(ids, id)
+		ats = append(ats, at)
+	}
+	_, err := s.db.Exec(ctx, `UPDATE api_keys k SET last_used_at = u.at
+		FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, at)
+		WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)`, ids, ats)
+	if err != nil {
+		return fmt.Errorf("tenants: touch keys: %w", err)
+	}
+	return nil
+}
+
+// KeyByID returns the key with id, whatever its tenant, or ENOTFOUND. It
+// is for operators' tools; tenant-facing code uses GetKey.
+func (s *Store) KeyByID(ctx context.Context, id string) (Key, error) {
+	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id::text = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("tenants: get key: %w", err)
+	}
+	return k, nil
+}

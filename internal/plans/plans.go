@@ -208,6 +208,7 @@ type Plan struct {
 	IncludedUnits    int64       `json:"included_units"`
 	OverageUnitMinor int64       `json:"overage_unit_minor"`
 	Tiers            []PriceTier `json:"tiers"`
+	QuotaMode        QuotaMode   `json:"quota_mode"` // see QuotaRule
 	Rules            []Rule      `json:"rules"`
 	ArchivedAt       *time.Time  `json:"archived_at,omitempty"`
 	CreatedAt        time.Time   `json:"created_at"`
@@ -248,11 +249,26 @@ func (p *Plan) Validate() error {
 			last = *t.UpTo
 		}
 	}
+	if p.QuotaMode == "" {
+		p.QuotaMode = QuotaNone
+	}
+	switch p.QuotaMode {
+	case QuotaNone:
+	case QuotaHard, QuotaOverage:
+		if p.IncludedUnits < 1 {
+			f["included_units"] = "must be ≥ 1 when quota_mode is hard or overage (it is the monthly quota)"
+		}
+	default:
+		f["quota_mode"] = "must be none, hard or overage"
+	}
 	seen := map[string]bool{}
 	for i := range p.Rules {
 		p.Rules[i] = p.Rules[i].WithDefaults()
 		k := fmt.Sprintf("rules[%d].", i)
 		p.Rules[i].Validate(k, f)
+		if p.Rules[i].Name == QuotaRuleName {
+			f[k+"name"] = QuotaRuleName + " is reserved for the plan's monthly quota (quota_mode)"
+		}
 		if seen[p.Rules[i].Name] {
 			f[k+"name"] = "must be unique within the plan"
 		}

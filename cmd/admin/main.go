@@ -61,6 +61,9 @@ func commands() []command {
 		keysRevokeCommand(),
 		tokensIssueCommand(),
 		serveCommand(),
+		workerCommand(),
+		reportCommand(),
+		closeCommand(),
 	}
 }
 

@@ -24,6 +24,14 @@ func serveCommand() command {
 					return err
 				}
 				log := slog.New(slog.NewTextHandler(e.stderr, nil))
+
+				// Usage worker (cmd/admin/usage.go): off with TOLLGATE_SERVE_WORKER=false.
+				stopWorker, err := startServeWorker(ctx, e, log)
+				if err != nil {
+					return err
+				}
+				defer stopWorker()
+
 				srv := &http.Server{Handler: adminRoutes(log, e), ReadHeaderTimeout: 5 * time.Second}
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {

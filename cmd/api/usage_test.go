@@ -369,10 +369,17 @@ func TestUsageExactlyOnceWhenTheWorkerDiesBeforeAck(t *testing.T) {
 	crashed := errors.New("simulated crash after commit, before XACK")
 	doomed := r.worker("doomed")
 	doomed.AfterApply = func(usage.Message) error { return crashed }
-	stopDoomed := runWorker(doomed)
+	doomedDone := make(chan error, 1)
+	go func() { doomedDone <- doomed.Run(context.Background()) }()
 	saw, _ := r.drive(t, []*api{a, b}, 600, 1)
-	if err := stopDoomed(); !errors.Is(err, crashed) {
-		t.Fatalf("the doomed worker ended with %v, want the simulated crash", err)
+	// It dies on its own with the first batch the apis publish.
+	select {
+	case err := <-doomedDone:
+		if !errors.Is(err, crashed) {
+			t.Fatalf("the doomed worker ended with %v, want the simulated crash", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the doomed worker never got a batch")
 	}
 	if s := doomed.Stats(); s.Applied != 1 {
 		t.Fatalf("the doomed worker applied %d batches, want 1", s.Applied)

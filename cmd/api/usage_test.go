@@ -436,3 +436,16 @@ func TestUsageSurvivesAPostgresOutage(t *testing.T) {
 	}
 	r.requireReconciled(t, saw)
 }
+
+func TestUsageInMemoryModeGoesStraightToPostgres(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	r.env["TOLLGATE_STORE"] = "memory" // no Redis at all: usage is applied by the api itself
+	r.env["TOLLGATE_REDIS_ADDR"] = "127.0.0.1:1"
+	a := r.startAPI(t)
+	saw, _ := r.drive(t, []*api{a}, 300, 6)
+	testenv.Must(t, a.stop())
+	r.requireReconciled(t, saw)
+	if n, _ := r.redis.Exists(context.Background(), r.stream).Result(); n != 0 {
+		t.Error("memory mode wrote to the usage stream")
+	}
+}

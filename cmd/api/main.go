@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -164,6 +165,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	recorder, closeUsage := startUsage(cfg, db, reg, log)
+	defer func() { // on early returns; a no-op after the flush below
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		closeUsage(ctx)
+	}()
 
 	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
 	if err := holder.Reload(ctx); err != nil {
@@ -199,7 +205,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	select {
 	case err := <-serveErr:
-		closeUsage(context.Background())
 		return err
 	case <-ctx.Done():
 	}
@@ -220,7 +225,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // startUsage starts counting decisions for cfg.UsageSink and returns the
 // recorder for the checker and a function that publishes what is left
-// (retrying until its context ends) and releases what startUsage opened.
+// (retrying until its context ends) and releases what startUsage opened;
+// calls after the first do nothing.
 func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (enforce.Recorder, func(context.Context)) {
 	var producer usage.Producer
 	release := func() {}
@@ -251,12 +257,15 @@ func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *sl
 	})
 	agg.Start()
 	log.Info("counting usage", "sink", cfg.UsageSink, "producer", agg.ProducerID(), "flush", cfg.UsageFlush)
+	var once sync.Once
 	return agg, func(ctx context.Context) {
-		if err := agg.Close(ctx); err != nil {
-			log.Error("usage not fully published", "err", err)
-		}
-		stopMaintenance()
-		release()
+		once.Do(func() {
+			if err := agg.Close(ctx); err != nil {
+				log.Error("usage not fully published", "err", err)
+			}
+			stopMaintenance()
+			release()
+		})
 	}
 }
 

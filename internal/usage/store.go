@@ -88,56 +88,96 @@ type ApplyResult struct {
 // closed months' statements do not change. Minute rows older than the
 // retention only go to the rollups.
 func (s *Store) Apply(ctx context.Context, b Batch) (ApplyResult, error) {
-	cutoff := s.minuteCutoff()
-	var months []time.Time
-	for _, r := range b.Rows {
-		months = append(months, monthOf(time.Unix(r.Minute, 0)))
-	}
-	for _, r := range b.IPs {
-		months = append(months, monthOf(time.Unix(r.Minute, 0)))
-	}
-	if err := s.ensurePartitions(ctx, months, cutoff); err != nil {
+	res, err := s.ApplyAll(ctx, []Batch{b})
+	if err != nil {
 		return ApplyResult{}, err
 	}
-	minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
-	var decisions int64
-	for _, r := range b.Rows {
-		at := time.Unix(r.Minute, 0).UTC()
-		k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: r.Resource,
-			reason: r.Reason, deniedBy: r.DeniedBy}
-		if !at.Before(cutoff) {
-			minute.add(at, k, r.Counts)
-		}
-		hour.add(at.Truncate(time.Hour), k, r.Counts)
-		day.add(time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), k, r.Counts)
-		month.add(monthOf(at), k, r.Counts)
-		decisions += r.Decisions()
+	return res[0], nil
+}
+
+// ApplyAll applies batches as Apply does, in one transaction: rows of
+// many batches merge before they are written, which is what lets a worker
+// catch up quickly after an outage. Each batch is still applied exactly
+// once (a batch listed twice is a duplicate the second time). Results
+// are in the order of batches.
+func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, error) {
+	results := make([]ApplyResult, len(batches))
+	if len(batches) == 0 {
+		return results, nil
 	}
-	ips := map[ipKey]Counts{}
-	for _, r := range b.IPs {
-		at := time.Unix(r.Minute, 0).UTC()
-		if at.Before(cutoff) {
+	cutoff := s.minuteCutoff()
+	var months []time.Time
+	for _, b := range batches {
+		for _, r := range b.Rows {
+			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+		}
+		for _, r := range b.IPs {
+			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+		}
+	}
+	if err := s.ensurePartitions(ctx, months, cutoff); err != nil {
+		return nil, err
+	}
+	// The first occurrence of each ID is the candidate; the transaction
+	// finds out which candidates were never applied.
+	first := map[string]int{}
+	var ids []string
+	var rowCounts []int32
+	var decisions []int64
+	for i, b := range batches {
+		if _, seen := first[b.ID]; seen {
+			results[i].Duplicate = true
 			continue
 		}
-		k := ipKey{at, r.IP}
-		c := ips[k]
-		c.Add(r.Counts)
-		ips[k] = c
+		first[b.ID] = i
+		ids, rowCounts, decisions = append(ids, b.ID), append(rowCounts, int32(len(b.Rows))), append(decisions, b.Decisions())
 	}
-
-	var res ApplyResult
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, closeLock); err != nil {
 			return fmt.Errorf("usage: apply: lock: %w", err)
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO usage_batches (batch_id, row_count, decisions) VALUES ($1, $2, $3)
-			ON CONFLICT (batch_id) DO NOTHING`, b.ID, len(b.Rows), decisions)
+		rows, err := tx.Query(ctx, `INSERT INTO usage_batches (batch_id, row_count, decisions)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::int8[])
+			ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id`, ids, rowCounts, decisions)
 		if err != nil {
-			return fmt.Errorf("usage: apply: record batch: %w", err)
+			return fmt.Errorf("usage: apply: record batches: %w", err)
 		}
-		if tag.RowsAffected() == 0 {
-			res.Duplicate = true
-			return nil
+		fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("usage: apply: record batches: %w", err)
+		}
+		isFresh := map[string]bool{}
+		for _, id := range fresh {
+			isFresh[id] = true
+		}
+		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
+		ips := map[ipKey]Counts{}
+		var apply []int
+		for i, b := range batches {
+			if first[b.ID] != i || !isFresh[b.ID] {
+				results[i] = ApplyResult{Duplicate: true}
+				continue
+			}
+			results[i] = ApplyResult{}
+			apply = append(apply, i)
+			for _, r := range b.Rows {
+				at := time.Unix(r.Minute, 0).UTC()
+				k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: r.Resource,
+					reason: r.Reason, deniedBy: r.DeniedBy}
+				if !at.Before(cutoff) {
+					minute.add(at, k, r.Counts)
+				}
+				hour.add(at.Truncate(time.Hour), k, r.Counts)
+				day.add(time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), k, r.Counts)
+				month.add(monthOf(at), k, r.Counts)
+			}
+			for _, r := range b.IPs {
+				if at := time.Unix(r.Minute, 0).UTC(); !at.Before(cutoff) {
+					c := ips[ipKey{at, r.IP}]
+					c.Add(r.Counts)
+					ips[ipKey{at, r.IP}] = c
+				}
+			}
 		}
 		for _, t := range []struct {
 			table string
@@ -150,17 +190,25 @@ func (s *Store) Apply(ctx context.Context, b Batch) (ApplyResult, error) {
 		if err := upsertIPs(ctx, tx, ips); err != nil {
 			return err
 		}
-		res.LateRows, err = recordLate(ctx, tx, b, month)
-		return err
+		closed, err := closedMonths(ctx, tx, month)
+		if err != nil || len(closed) == 0 {
+			return err
+		}
+		for _, i := range apply {
+			if results[i].LateRows, err = recordLate(ctx, tx, batches[i], closed); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23514" { // no partition for a row
 			s.forgetPartitions()
 		}
-		return ApplyResult{}, fmt.Errorf("usage: apply batch %s: %w", b.ID, err)
+		return nil, fmt.Errorf("usage: apply %d batches from %s: %w", len(batches), batches[0].ID, err)
 	}
-	return res, nil
+	return results, nil
 }
 
 func orNil(id string) string {
@@ -294,8 +342,9 @@ func upsertIPs(ctx context.Context, tx pgx.Tx, ips map[ipKey]Counts) error {
 	return nil
 }
 
-// recordLate lists the batch's tenant rows that fall in closed months.
-func recordLate(ctx context.Context, tx pgx.Tx, b Batch, months rollup) (int, error) {
+// closedMonths returns which of the months tenant rows touch are closed
+// ("2006-01" → true).
+func closedMonths(ctx context.Context, tx pgx.Tx, months rollup) (map[string]bool, error) {
 	var touched []time.Time
 	seen := map[time.Time]bool{}
 	for k := range months {
@@ -305,27 +354,29 @@ func recordLate(ctx context.Context, tx pgx.Tx, b Batch, months rollup) (int, er
 		}
 	}
 	if len(touched) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	rows, err := tx.Query(ctx, `SELECT month FROM usage_closed_months WHERE month = ANY($1::date[])`, touched)
 	if err != nil {
-		return 0, fmt.Errorf("usage: apply: closed months: %w", err)
+		return nil, fmt.Errorf("usage: apply: closed months: %w", err)
 	}
-	closed, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	list, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
 	if err != nil {
-		return 0, fmt.Errorf("usage: apply: closed months: %w", err)
+		return nil, fmt.Errorf("usage: apply: closed months: %w", err)
 	}
-	if len(closed) == 0 {
-		return 0, nil
+	closed := map[string]bool{}
+	for _, m := range list {
+		closed[m.Format("2006-01")] = true
 	}
-	isClosed := map[string]bool{}
-	for _, m := range closed {
-		isClosed[m.Format("2006-01")] = true
-	}
+	return closed, nil
+}
+
+// recordLate lists the batch's tenant rows that fall in closed months.
+func recordLate(ctx context.Context, tx pgx.Tx, b Batch, closed map[string]bool) (int, error) {
 	n := 0
 	for _, r := range b.Rows {
 		at := time.Unix(r.Minute, 0).UTC()
-		if r.TenantID == "" || !isClosed[at.Format("2006-01")] {
+		if r.TenantID == "" || !closed[at.Format("2006-01")] {
 			continue
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO usage_late (batch_id, month, tenant_id, key_id, resource,

@@ -108,6 +108,30 @@ func TestApplyIsExactlyOnceAndRollsUp(t *testing.T) {
 	}
 }
 
+func TestApplyAllMergesBatchesAndSkipsDuplicates(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	mk := func(id string, n int64) Batch {
+		return Batch{Version: 1, ID: id, Rows: []Row{row(at(t, "2026-11-20T10:00"), tA, kA, "GET /a", Counts{Allowed: n, AllowedUnits: 2 * n})}}
+	}
+	if _, err := s.Apply(ctx, mk("b1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyAll(ctx, []Batch{mk("b1", 1), mk("b2", 10), mk("b2", 10), mk("b3", 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(res); got != "[{true 0} {false 0} {true 0} {false 0}]" {
+		t.Errorf("results %s, want b1 and the second b2 duplicates", got)
+	}
+	if got := sums(t, db, "usage_minute")[tA+"/"+kA]; got != (Counts{Allowed: 111, AllowedUnits: 222}) {
+		t.Errorf("totals %+v, want 111 allowed", got)
+	}
+	if res, err := s.ApplyAll(ctx, nil); err != nil || len(res) != 0 {
+		t.Errorf("no batches: %v, %v", res, err)
+	}
+}
+
 func TestApplyConcurrentWorkersCountEachBatchOnce(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	other := NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})
@@ -240,5 +264,53 @@ func TestMigrationUpDownUp(t *testing.T) {
 	s = NewStore(db, StoreConfig{})
 	if _, err := s.Apply(ctx, Batch{Version: 1, ID: "x", Rows: []Row{row(time.Now().Unix()/60*60, tA, kA, "*", Counts{Allowed: 1})}}); err != nil {
 		t.Fatalf("apply after up-down-up: %v", err)
+	}
+}
+
+// BenchmarkApply applies batches of 200 rows (a second of traffic from
+// 50 keys on 4 resources) — the worker's cost per batch.
+func BenchmarkApply(b *testing.B) {
+	db := testenv.DB(b)
+	s := NewStore(db, StoreConfig{})
+	minute := time.Now().Unix() / 60 * 60
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		batch := Batch{Version: 1, ID: fmt.Sprintf("bench:%d", i)}
+		for k := range 50 {
+			for r := range 4 {
+				batch.Rows = append(batch.Rows, Row{Minute: minute + int64(i%5)*60, TenantID: testID(k % 7), KeyID: testID(100 + k),
+					Tier: "authenticated", Resource: fmt.Sprintf("GET /r%d", r), Reason: "ok", Counts: Counts{Allowed: 3, AllowedUnits: 3}})
+			}
+		}
+		if _, err := s.Apply(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkApplyAll applies 64 such batches per transaction, as a worker
+// catching up does: their rows merge before they are written.
+func BenchmarkApplyAll(b *testing.B) {
+	db := testenv.DB(b)
+	s := NewStore(db, StoreConfig{})
+	minute := time.Now().Unix() / 60 * 60
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		var batches []Batch
+		for j := range 64 {
+			batch := Batch{Version: 1, ID: fmt.Sprintf("bench:%d:%d", i, j)}
+			for k := range 50 {
+				for r := range 4 {
+					batch.Rows = append(batch.Rows, Row{Minute: minute + int64(j%5)*60, TenantID: testID(k % 7), KeyID: testID(100 + k),
+						Tier: "authenticated", Resource: fmt.Sprintf("GET /r%d", r), Reason: "ok", Counts: Counts{Allowed: 3, AllowedUnits: 3}})
+				}
+			}
+			batches = append(batches, batch)
+		}
+		if _, err := s.ApplyAll(ctx, batches); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

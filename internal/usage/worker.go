@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Worker moves batches from a Consumer into the Store: apply (exactly
-// once, see Store.Apply), then acknowledge. It also runs the store's
+// Worker moves batches from a Consumer into the Store: apply what one
+// fetch returned in one transaction (exactly once per batch, see
+// Store.ApplyAll), then acknowledge. It also runs the store's
 // maintenance (partitions, retention) at start and every
 // MaintenanceInterval. Several workers may run at once, in one process or
 // many.
@@ -19,16 +20,18 @@ type Worker struct {
 	Consumer Consumer
 	Store    *Store
 	Log      *slog.Logger
-	// FetchCount is the most batches fetched at once (default 64).
+	// FetchCount is the most batches fetched, and applied in one
+	// transaction, at once (default 64).
 	FetchCount int
 	// MaintenanceInterval (default 1h).
 	MaintenanceInterval time.Duration
 	// RetryMax bounds the wait between retries while Postgres or Redis
 	// fail (default 5s; retries start at 50ms and double).
 	RetryMax time.Duration
-	// AfterApply, when set, runs after a batch's transaction committed and
-	// before it is acknowledged; an error stops Run with that error. Tests
-	// use it to simulate a crash between the commit and the XACK.
+	// AfterApply, when set, runs for each message after its transaction
+	// committed and before it is acknowledged; an error stops Run with
+	// that error, acknowledging nothing of that fetch. Tests use it to
+	// simulate a crash between the commit and the XACK.
 	AfterApply func(m Message) error
 
 	applied, duplicates, late, setAside, failures atomic.Int64
@@ -103,23 +106,21 @@ func (w *Worker) Run(ctx context.Context) error {
 			retry.wait(ctx)
 			continue
 		}
-		for _, m := range msgs {
-			for {
-				err := w.process(ctx, m)
-				if err == nil {
-					retry.reset()
-					break
-				}
-				if stop, ok := err.(stopError); ok {
-					return stop.err
-				}
-				if ctx.Err() != nil {
-					return nil
-				}
-				w.failures.Add(1)
-				log.Warn("usage: batch not applied; retrying", "entry", m.ID, "batch", m.Batch.ID, "err", err)
-				retry.wait(ctx)
+		for len(msgs) > 0 {
+			err := w.process(ctx, msgs)
+			if err == nil {
+				retry.reset()
+				break
 			}
+			if stop, ok := err.(stopError); ok {
+				return stop.err
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.failures.Add(1)
+			log.Warn("usage: batches not applied; retrying", "entries", len(msgs), "first", msgs[0].ID, "err", err)
+			retry.wait(ctx)
 		}
 	}
 	return nil
@@ -130,17 +131,26 @@ type stopError struct{ err error }
 
 func (e stopError) Error() string { return e.err.Error() }
 
-func (w *Worker) process(ctx context.Context, m Message) error {
-	if m.Err != nil {
-		if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
-			return err
+// process applies the fetched messages in one transaction, then
+// acknowledges them. On error nothing is acknowledged and the caller
+// retries them all: the batches already applied are skipped as
+// duplicates.
+func (w *Worker) process(ctx context.Context, msgs []Message) error {
+	var batches []Batch
+	for _, m := range msgs {
+		if m.Err != nil {
+			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+				return err
+			}
+			continue
 		}
-		w.setAside.Add(1)
-	} else {
-		res, err := w.Store.Apply(ctx, m.Batch)
-		if err != nil {
-			return err
-		}
+		batches = append(batches, m.Batch)
+	}
+	results, err := w.Store.ApplyAll(ctx, batches)
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
 		if res.Duplicate {
 			w.duplicates.Add(1)
 		} else {
@@ -148,14 +158,21 @@ func (w *Worker) process(ctx context.Context, m Message) error {
 			w.late.Add(int64(res.LateRows))
 		}
 	}
-	if w.AfterApply != nil {
-		if err := w.AfterApply(m); err != nil {
-			return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		if m.Err != nil {
+			w.setAside.Add(1)
 		}
+		if w.AfterApply != nil {
+			if err := w.AfterApply(m); err != nil {
+				return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
+			}
+		}
+		ids[i] = m.ID
 	}
-	// If the ack fails the entry is delivered again later and skipped as
-	// a duplicate.
-	return w.Consumer.Ack(ctx, m.ID)
+	// If the ack fails the entries are delivered again later and skipped
+	// as duplicates.
+	return w.Consumer.Ack(ctx, ids...)
 }
 
 type backoff struct {

@@ -42,6 +42,9 @@ func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
 	if host == "" {
 		host = "worker"
 	}
+	// Single-process mode (TOLLGATE_STORE=memory) has no stream: the api
+	// applies usage itself.
+	memory := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory") == "memory"
 	c := usageConfig{
 		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
 		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
@@ -51,7 +54,7 @@ func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
 		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
 		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
 		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
-		ServeWorker:     e.Bool("TOLLGATE_SERVE_WORKER", true),
+		ServeWorker:     e.Bool("TOLLGATE_SERVE_WORKER", !memory),
 	}
 	return c, e.Err()
 }

@@ -116,6 +116,33 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("granularity week: %d, want 422", code)
 	}
 
+	// Ranges widen to whole minutes, then read the coarsest table that
+	// answers exactly.
+	for _, c := range []struct {
+		from, to string
+		g        Granularity
+		wantTo   string
+	}{
+		{"2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z", GranularityMonth, "2026-11-01T00:00:00Z"},
+		{"2026-10-02T00:00:00Z", "2026-10-05T00:00:00Z", GranularityDay, "2026-10-05T00:00:00Z"},
+		{"2026-10-02T03:00:00Z", "2026-10-05T00:00:00Z", GranularityHour, "2026-10-05T00:00:00Z"},
+		{"2026-10-02T03:00:10Z", "2026-10-02T03:30:01Z", GranularityMinute, "2026-10-02T03:31:00Z"},
+		{"2026-10-02T03:00:00Z", "2026-10-02T03:59:01Z", GranularityHour, "2026-10-02T04:00:00Z"},
+	} {
+		g, r := Range{mustTime(t, c.from), mustTime(t, c.to)}.coarsest()
+		if g != c.g || !r.To.Equal(mustTime(t, c.wantTo)) {
+			t.Errorf("%s–%s: %s to %s, want %s to %s", c.from, c.to, g, r.To, c.g, c.wantTo)
+		}
+	}
+	var topHour struct {
+		Keys []KeyUsage `json:"keys"`
+	}
+	// 09:00:30–10:59:59 on 10 October widens to 09:00–11:00: two hours.
+	tenant.getJSON(base+"/top-keys?from=2026-10-10T09:00:30Z&to=2026-10-10T10:59:59Z", &topHour)
+	if len(topHour.Keys) != 2 || topHour.Keys[0].AllowedUnits != 300 {
+		t.Errorf("top keys over two hours %+v, want key 1 with 2 × 150 units", topHour.Keys)
+	}
+
 	october := "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z"
 	var top struct {
 		Keys      []KeyUsage      `json:"keys"`

@@ -66,10 +66,11 @@ const maxPoints = 10_000
 // on, after widening r to whole minutes: the cheapest table that answers
 // exactly.
 func (r Range) coarsest() (Granularity, Range) {
-	r = Range{GranularityMinute.floor(r.From), GranularityMinute.floor(r.To)}
-	if !GranularityMinute.floor(r.To).Equal(r.To) {
-		r.To = GranularityMinute.next(r.To)
+	to := GranularityMinute.floor(r.To)
+	if !to.Equal(r.To) {
+		to = GranularityMinute.next(to)
 	}
+	r = Range{GranularityMinute.floor(r.From), to}
 	for _, g := range []Granularity{GranularityMonth, GranularityDay, GranularityHour} {
 		if g.floor(r.From).Equal(r.From) && g.floor(r.To).Equal(r.To) {
 			return g, r

@@ -80,3 +80,21 @@ func allowTenant(u auth.User, tenantID string, level tenantAccess) error {
 		return errOperatorsOnly
 	}
 }
+
+// authorizeUsage decides who may read usage and statements (the
+// usage.Authorize of the usage handlers): operators anything, including
+// the operator-wide views (tenantID ""); tenant users their own tenant's
+// only — another tenant is 404, as everywhere.
+func authorizeUsage(r *http.Request, tenantID string) error {
+	s, ok := sessionFrom(r.Context())
+	if !ok {
+		return auth.ErrNoSession
+	}
+	if tenantID == "" {
+		if s.User.Role != auth.RoleOperator {
+			return errOperatorsOnly
+		}
+		return nil
+	}
+	return allowTenant(s.User, tenantID, readTenant)
+}

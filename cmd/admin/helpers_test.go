@@ -51,6 +51,7 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 		"TOLLGATE_ADMIN_JWT_SECRET":  testJWTSecret,
 		"TOLLGATE_ADMIN_LOGIN_LIMIT": "1000",
 		"TOLLGATE_LOG_LEVEL":         "warn",
+		"TOLLGATE_SERVE_WORKER":      "false",
 	}
 	for k, v := range settings {
 		env[k] = v

@@ -68,6 +68,9 @@ func commands() []command {
 		tokensIssueCommand(),
 		usersCreateCommand(),
 		serveCommand(),
+		workerCommand(),
+		reportCommand(),
+		closeCommand(),
 	}
 }
 

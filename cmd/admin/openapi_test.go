@@ -116,7 +116,7 @@ func TestOpenAPI(t *testing.T) {
 	// The document lists exactly the admin server's routes (the check
 	// API's are checked by being called below).
 	var served []string
-	router := routes(slog.New(slog.DiscardHandler), nil, &sessionAuth{now: time.Now}, &loginLimiter{})
+	router := routes(slog.New(slog.DiscardHandler), nil, &sessionAuth{now: time.Now}, &loginLimiter{}, nil)
 	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)
 		return nil

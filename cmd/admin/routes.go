@@ -14,13 +14,14 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // routes lists every route of the admin server. Each API route names who
 // may call it (see access.go): public, signedIn (any role), operator, or
 // for routes under /tenants/{tenantID}: tenantRead (the tenant's users),
 // tenantKeys (its tenant_admins) and tenantOps (operators only).
-func routes(log *slog.Logger, db *pgxpool.Pool, sessions *sessionAuth, logins *loginLimiter) http.Handler {
+func routes(log *slog.Logger, db *pgxpool.Pool, sessions *sessionAuth, logins *loginLimiter, us *usagepkg.Store) http.Handler {
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 	ch := changer{db: db}
 	now := sessions.now
@@ -84,6 +85,19 @@ func routes(log *slog.Logger, db *pgxpool.Pool, sessions *sessionAuth, logins *l
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, ch))
 
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
+
+		// Usage and statements: each handler asks authorizeUsage, which
+		// lets tenant users read their own tenant's and operators
+		// everyone's (and the operator-wide views).
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/series", usagepkg.HandleSeries(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-keys", usagepkg.HandleTopKeys(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-resources", usagepkg.HandleTopResources(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/rejections", usagepkg.HandleRejections(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/totals", usagepkg.HandleTotals(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/anonymous/top-ips", usagepkg.HandleTopIPs(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements", usagepkg.HandleStatements(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements/late", usagepkg.HandleLate(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements/{tenantID}/{month}", usagepkg.HandleStatement(us, authorizeUsage, log))
 	})
 	return r
 }

@@ -127,11 +127,24 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	default:
 		store = limiter.NewMemoryStore(nil)
 	}
+	// The usage worker (usage.go) runs inside the server unless
+	// TOLLGATE_SERVE_WORKER=false.
+	usageCfg, err := loadUsageConfig(e.getenv)
+	if err != nil {
+		return err
+	}
+	usageStore := usageCfg.store(e)
+	stopWorker, err := startServeWorker(ctx, e, log)
+	if err != nil {
+		return err
+	}
+	defer stopWorker()
+
 	logins := &loginLimiter{store: store, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
 	sessions := &sessionAuth{store: auth.NewStore(e.db), secret: cfg.JWTSecret, ttl: cfg.SessionTTL, now: time.Now}
 
 	srv := &http.Server{
-		Handler:           routes(log, e.db, sessions, logins),
+		Handler:           routes(log, e.db, sessions, logins, usageStore),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

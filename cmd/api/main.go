@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -26,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 func main() {
@@ -51,14 +54,29 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
+
+	// Usage counting: where batches go (stream | postgres | none), how
+	// often, and the memory bounds; see internal/usage.
+	UsageSink            string
+	UsageStream          string
+	UsageFlush           time.Duration
+	UsageMaxRows         int
+	UsageTopIPs          int
+	UsageMinuteRetention int
 }
 
 func loadConfig(getenv func(string) string) (Config, error) {
 	e := config.New(getenv)
+	store := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory")
+	// Single-process mode has no Redis: usage goes straight to Postgres.
+	defaultSink := "stream"
+	if store == "memory" {
+		defaultSink = "postgres"
+	}
 	c := Config{
 		Addr:            e.String("TOLLGATE_API_ADDR", ":8080"),
 		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
-		Store:           e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory"),
+		Store:           store,
 		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
 		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
 		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
@@ -70,6 +88,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:       e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json"),
+
+		UsageSink:            e.OneOf("TOLLGATE_USAGE_SINK", defaultSink, "stream", "postgres", "none"),
+		UsageStream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
+		UsageFlush:           e.Duration("TOLLGATE_USAGE_FLUSH", time.Second),
+		UsageMaxRows:         e.Int("TOLLGATE_USAGE_MAX_ROWS", 50_000, 100),
+		UsageTopIPs:          e.Int("TOLLGATE_USAGE_TOP_IPS", 100, 1),
+		UsageMinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
 	}
 	for _, ch := range c.KeyPrefix {
 		if ch == '{' || ch == '}' {
@@ -140,6 +165,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ping = func(ctx context.Context) error { return rc.Ping(ctx).Err() }
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	recorder, closeUsage := startUsage(cfg, db, reg, log)
+	defer func() { // on early returns; a no-op after the flush below
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		closeUsage(ctx)
+	}()
+
 	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
 	if err := holder.Reload(ctx); err != nil {
 		return err
@@ -149,8 +183,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	syncDone := make(chan struct{})
 	go func() { defer close(syncDone); holder.Sync(syncCtx, db, cfg.ReloadInterval) }()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := enforce.NewMetrics(reg, holder)
 	// Keys' last-used times are written in the background, never on the
 	// hot path.
@@ -161,9 +193,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Runs after the server has stopped and before the pool closes: the
 	// last flush still has Postgres.
 	defer func() { stopLastUsed(); <-lastUsedDone }()
+	recorders := enforce.Recorders{lastUsed}
+	if recorder != nil {
+		recorders = append(recorders, recorder)
+	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.RedisTimeout, Metrics: metrics, Log: log,
-		Recorder: lastUsed,
+		Recorder: recorders,
 	})
 
 	srv := &http.Server{
@@ -189,15 +225,65 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case <-ctx.Done():
 	}
-	// Stop accepting, finish in-flight checks, then stop the syncer; the
-	// deferred closes release Redis and Postgres last.
+	// Stop accepting, finish in-flight checks, publish the usage they
+	// recorded, then stop the syncer; the deferred closes release Redis
+	// and Postgres last.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	err = srv.Shutdown(shutdownCtx)
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelFlush()
+	closeUsage(flushCtx)
 	stopSync()
 	<-syncDone
 	log.Info("api stopped")
 	return err
+}
+
+// startUsage starts counting decisions for cfg.UsageSink and returns the
+// recorder for the checker and a function that publishes what is left
+// (retrying until its context ends) and releases what startUsage opened;
+// calls after the first do nothing.
+func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (enforce.Recorder, func(context.Context)) {
+	var producer usage.Producer
+	release := func() {}
+	stopMaintenance := func() {}
+	switch cfg.UsageSink {
+	case "none":
+		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
+		return nil, func(context.Context) {}
+	case "postgres":
+		store := usage.NewStore(db, usage.StoreConfig{MinuteRetention: cfg.UsageMinuteRetention})
+		producer = usage.StoreProducer{Store: store}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); store.MaintainEvery(ctx, time.Hour, log) }()
+		stopMaintenance = func() { cancel(); <-done }
+	default:
+		// Its own client: publishing must not take connections from the
+		// checks, and may take longer than one check's timeout.
+		uc := cfg
+		uc.RedisTimeout = max(cfg.RedisTimeout, 5*time.Second)
+		client := newRedis(uc)
+		producer = usage.NewRedisProducer(client, cfg.UsageStream)
+		release = func() { client.Close() }
+	}
+	agg := usage.NewAggregator(usage.AggregatorConfig{
+		Producer: producer, FlushInterval: cfg.UsageFlush, MaxRows: cfg.UsageMaxRows,
+		TopIPs: cfg.UsageTopIPs, Registerer: reg, Log: log,
+	})
+	agg.Start()
+	log.Info("counting usage", "sink", cfg.UsageSink, "producer", agg.ProducerID(), "flush", cfg.UsageFlush)
+	var once sync.Once
+	return agg, func(ctx context.Context) {
+		once.Do(func() {
+			if err := agg.Close(ctx); err != nil {
+				log.Error("usage not fully published", "err", err)
+			}
+			stopMaintenance()
+			release()
+		})
+	}
 }
 
 func newRedis(cfg Config) redis.UniversalClient {

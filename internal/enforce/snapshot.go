@@ -75,7 +75,11 @@ type Data struct {
 
 func compilePlan(p plans.Plan) *planView {
 	v := &planView{id: p.ID, name: p.Name}
-	for _, r := range p.Rules {
+	rules := p.Rules
+	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
+		rules = append(rules[:len(rules):len(rules)], quota)
+	}
+	for _, r := range rules {
 		params := r.Params()
 		window := params.PeriodUS
 		switch params.Calendar {

@@ -231,6 +231,9 @@ func ValidateRules(prefix string, rules []Rule, f map[string]string) {
 		rules[i] = rules[i].WithDefaults()
 		k := fmt.Sprintf("%s[%d].", prefix, i)
 		rules[i].Validate(k, f)
+		if rules[i].Name == QuotaRuleName {
+			f[k+"name"] = QuotaRuleName + " is reserved for the plan's monthly quota (quota_mode)"
+		}
 		if seen[rules[i].Name] {
 			f[k+"name"] = "must be unique"
 		}
@@ -255,6 +258,7 @@ type Plan struct {
 	IncludedUnits    int64       `json:"included_units"`
 	OverageUnitMinor int64       `json:"overage_unit_minor"`
 	Tiers            []PriceTier `json:"tiers"`
+	QuotaMode        QuotaMode   `json:"quota_mode"` // see QuotaRule
 	Rules            []Rule      `json:"rules"`
 	ArchivedAt       *time.Time  `json:"archived_at,omitempty"`
 	CreatedAt        time.Time   `json:"created_at"`
@@ -297,6 +301,18 @@ func (p *Plan) Validate() error {
 		case t.UpTo != nil:
 			last = *t.UpTo
 		}
+	}
+	if p.QuotaMode == "" {
+		p.QuotaMode = QuotaNone
+	}
+	switch p.QuotaMode {
+	case QuotaNone:
+	case QuotaHard, QuotaOverage:
+		if p.IncludedUnits < 1 {
+			f["included_units"] = "must be ≥ 1 when quota_mode is hard or overage (it is the monthly quota)"
+		}
+	default:
+		f["quota_mode"] = "must be none, hard or overage"
 	}
 	ValidateRules("rules", p.Rules, f)
 	return tollgate.Invalid(f)

@@ -23,12 +23,12 @@ type Store struct {
 func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 const planColumns = `id, name, display_name, currency, base_fee_minor, included_units,
-	overage_unit_minor, archived_at, created_at, updated_at`
+	overage_unit_minor, quota_mode, archived_at, created_at, updated_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	err := row.Scan(&p.ID, &p.Name, &p.DisplayName, &p.Currency, &p.BaseFeeMinor, &p.IncludedUnits,
-		&p.OverageUnitMinor, &p.ArchivedAt, &p.CreatedAt, &p.UpdatedAt)
+		&p.OverageUnitMinor, &p.QuotaMode, &p.ArchivedAt, &p.CreatedAt, &p.UpdatedAt)
 	return p, err
 }
 
@@ -136,12 +136,12 @@ func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 	var id int64
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
-			included_units, overage_unit_minor) VALUES ($1, $2, $3, $4, $5, $6)
+			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name,
 			currency = EXCLUDED.currency, base_fee_minor = EXCLUDED.base_fee_minor,
 			included_units = EXCLUDED.included_units, overage_unit_minor = EXCLUDED.overage_unit_minor,
-			updated_at = now() RETURNING id`,
-			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor).Scan(&id)
+			quota_mode = EXCLUDED.quota_mode, updated_at = now() RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
 		if err != nil {
 			return fmt.Errorf("plans: put: %w", err)
 		}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/tenants"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
+)
+
+// usageConfig is the usage worker's configuration, read from TOLLGATE_*
+// variables.
+type usageConfig struct {
+	RedisAddr       string
+	RedisCluster    []string
+	RedisPassword   string
+	Stream          string
+	Group           string
+	Consumer        string
+	ClaimIdle       time.Duration
+	MinuteRetention int
+	// ServeWorker runs a worker inside `admin serve`.
+	ServeWorker bool
+}
+
+func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
+	e := config.New(getenv)
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "worker"
+	}
+	// Single-process mode (TOLLGATE_STORE=memory) has no stream: the api
+	// applies usage itself.
+	memory := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory") == "memory"
+	c := usageConfig{
+		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
+		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
+		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		Stream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
+		Group:           e.String("TOLLGATE_USAGE_GROUP", "tollgate-usage"),
+		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
+		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
+		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
+		ServeWorker:     e.Bool("TOLLGATE_SERVE_WORKER", !memory),
+	}
+	return c, e.Err()
+}
+
+func (c usageConfig) redis() redis.UniversalClient {
+	if len(c.RedisCluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster, Password: c.RedisPassword})
+	}
+	return redis.NewClient(&redis.Options{Addr: c.RedisAddr, Password: c.RedisPassword})
+}
+
+func (c usageConfig) store(e *env) *usagepkg.Store {
+	return usagepkg.NewStore(e.db, usagepkg.StoreConfig{MinuteRetention: c.MinuteRetention})
+}
+
+// newWorker returns a usage worker on the stream and a function that
+// releases its Redis client.
+func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func()) {
+	client := c.redis()
+	w := &usagepkg.Worker{
+		Consumer: usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
+			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
+		}),
+		Store: c.store(e),
+		Log:   log,
+	}
+	return w, func() { client.Close() }
+}
+
+func workerCommand() command {
+	return command{
+		name:    "worker",
+		summary: "apply the usage stream to Postgres, exactly once, until interrupted (also runs inside serve)",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
+			return func(ctx context.Context, e *env) error {
+				c, err := loadUsageConfig(e.getenv)
+				if err != nil {
+					return err
+				}
+				log := slog.New(slog.NewTextHandler(e.stderr, nil))
+				w, release := newWorker(c, e, log)
+				defer release()
+				if *metricsAddr != "" {
+					reg := prometheus.NewRegistry()
+					w.Register(reg)
+					ln, err := net.Listen("tcp", *metricsAddr)
+					if err != nil {
+						return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
+					}
+					srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+					go srv.Serve(ln) //nolint:errcheck // closed below
+					defer srv.Close()
+				}
+				log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
+				err = w.Run(ctx)
+				s := w.Stats()
+				log.Info("usage worker stopped", "applied", s.Applied, "duplicates", s.Duplicates, "set_aside", s.SetAside)
+				return err
+			}
+		},
+	}
+}
+
+// startServeWorker runs a usage worker beside the admin server unless
+// TOLLGATE_SERVE_WORKER=false; stop ends it and waits.
+func startServeWorker(ctx context.Context, e *env, log *slog.Logger) (stop func(), err error) {
+	c, err := loadUsageConfig(e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	if !c.ServeWorker {
+		return func() {}, nil
+	}
+	w, release := newWorker(c, e, log)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			log.Error("usage worker stopped", "err", err)
+		}
+	}()
+	log.Info("usage worker running", "stream", c.Stream, "consumer", c.Consumer)
+	return func() { cancel(); <-done; release() }, nil
+}
+
+func reportCommand() command {
+	return command{
+		name:    "report",
+		summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
+			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+			format := fs.String("format", "json", "json or csv")
+			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
+			return func(ctx context.Context, e *env) error {
+				m, err := usagepkg.ParseMonth(*month)
+				if err != nil {
+					return fmt.Errorf("report: --month: must be a month such as 2026-10")
+				}
+				if *format != "json" && *format != "csv" {
+					return fmt.Errorf("report: --format: must be json or csv")
+				}
+				c, err := loadUsageConfig(e.getenv)
+				if err != nil {
+					return err
+				}
+				store := c.store(e)
+				tenantID := ""
+				if *tenant != "" {
+					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+					if err != nil {
+						return fmt.Errorf("report: --tenant: %w", err)
+					}
+					tenantID = t.ID
+				}
+				if *late {
+					rows, err := store.Late(ctx, m, tenantID)
+					if err != nil {
+						return err
+					}
+					return printJSON(e.stdout, map[string]any{"month": m.String(), "late_usage": rows})
+				}
+				var list []usagepkg.Statement
+				if tenantID != "" {
+					st, err := store.Statement(ctx, tenantID, m)
+					if err != nil {
+						return err
+					}
+					list = []usagepkg.Statement{st}
+				} else if list, err = store.Statements(ctx, m, progress(e, "statements for "+m.String())); err != nil {
+					return err
+				}
+				if *format == "csv" {
+					return usagepkg.WriteCSV(e.stdout, list)
+				}
+				if tenantID != "" {
+					return printJSON(e.stdout, list[0])
+				}
+				return printJSON(e.stdout, map[string]any{"month": m.String(), "statements": list})
+			}
+		},
+	}
+}
+
+func closeCommand() command {
+	return command{
+		name:    "close",
+		summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
+			asJSON := fs.Bool("json", false, "print the result as JSON")
+			return func(ctx context.Context, e *env) error {
+				m, err := usagepkg.ParseMonth(*month)
+				if err != nil {
+					return errors.New("close: --month: must be a month such as 2026-10")
+				}
+				c, err := loadUsageConfig(e.getenv)
+				if err != nil {
+					return err
+				}
+				res, err := c.store(e).CloseMonth(ctx, m, progress(e, "closing "+m.String()))
+				if err != nil {
+					return fmt.Errorf("close: %w", err)
+				}
+				if *asJSON {
+					return printJSON(e.stdout, res)
+				}
+				if res.AlreadyClosed {
+					fmt.Fprintf(e.stdout, "%s was already closed at %s; nothing changed.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
+				} else {
+					fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
+				}
+				fmt.Fprintf(e.stdout, "statements: %d; totals (minor units): %v\n", res.Statements, res.TotalMinor)
+				if res.Late.Decisions() > 0 {
+					fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
+						res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// progress reports progress on stderr, only when stdout is a terminal (a
+// person is watching, and piped output stays clean).
+func progress(e *env, label string) usagepkg.Progress {
+	if !isTerminal(e.stdout) {
+		return nil
+	}
+	return func(done, total int) {
+		fmt.Fprintf(e.stderr, "\r%s: %d/%d tenants", label, done, total)
+		if done == total {
+			fmt.Fprintln(e.stderr)
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

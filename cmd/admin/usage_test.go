@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
+)
+
+// demo seeds the demo (plans on since September 2026) and applies
+// 120,000 allowed units of demo-pro traffic in October 2026.
+func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID string) {
+	t.Helper()
+	ctx := context.Background()
+	url = testenv.DatabaseURL(t)
+	db, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := seedDemo(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
+		t.Fatal(err)
+	}
+	ts := tenants.NewStore(db)
+	if pro, err = ts.GetByName(ctx, "demo-pro"); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ts.ListKeys(ctx, pro.ID)
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys: %v", err)
+	}
+	keyID = keys[0].ID
+	minute := time.Date(2026, 10, 15, 9, 30, 0, 0, time.UTC).Unix()
+	_, err = usagepkg.NewStore(db, usagepkg.StoreConfig{}).Apply(ctx, usagepkg.Batch{Version: 1, ID: "cli:1", Rows: []usagepkg.Row{{
+		Minute: minute, TenantID: pro.ID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos", Reason: "ok",
+		Counts: usagepkg.Counts{Allowed: 120_000, AllowedUnits: 120_000},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, db, pro, keyID
+}
+
+func adminCLI(t *testing.T, url string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		if k == "TOLLGATE_DATABASE_URL" {
+			return url
+		}
+		return ""
+	}
+	err = run(context.Background(), args, getenv, strings.NewReader(""), &out, &errOut, nil)
+	return out.String(), errOut.String(), err
+}
+
+func TestReportAndCloseCommands(t *testing.T) {
+	url, db, pro, keyID := demo(t)
+
+	out, _, err := adminCLI(t, url, "report", "--month", "2026-10", "--tenant", "demo-pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st usagepkg.Statement
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("report JSON: %v\n%s", err, out)
+	}
+	// 120,000 units on pro: 100,000 included, 20,000 × 1 overage + 4,900.
+	if st.TenantName != "demo-pro" || st.Status != "open" || st.OverageMinor != 20_000 || st.TotalMinor != 24_900 {
+		t.Errorf("report: %s status %s overage %d total %d", st.TenantName, st.Status, st.OverageMinor, st.TotalMinor)
+	}
+
+	out, stderr, err := adminCLI(t, url, "report", "--month", "2026-10", "--format", "csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if lines[0] != strings.Join(usagepkg.CSVHeader, ",") {
+		t.Errorf("CSV header %q", lines[0])
+	}
+	totals := map[string]string{}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if f[5] == "total" {
+			totals[f[1]] = f[len(f)-1]
+		}
+	}
+	if want := map[string]string{"demo-enterprise": "49900", "demo-free": "0", "demo-pro": "24900"}; len(totals) != 3 ||
+		totals["demo-pro"] != want["demo-pro"] || totals["demo-enterprise"] != want["demo-enterprise"] || totals["demo-free"] != "0" {
+		t.Errorf("CSV totals %v, want %v", totals, want)
+	}
+	if strings.Contains(stderr, "tenants") {
+		t.Errorf("progress shown with stdout not a terminal: %q", stderr)
+	}
+
+	if _, _, err := adminCLI(t, url, "report", "--month", "october"); err == nil {
+		t.Error("report --month october: no error")
+	}
+	current := time.Now().UTC().Format("2006-01")
+	if _, _, err := adminCLI(t, url, "close", "--month", current); err == nil || !strings.Contains(err.Error(), "not ended") {
+		t.Errorf("closing the current month: %v", err)
+	}
+
+	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
+	if err != nil || !strings.Contains(out, "closed 2026-10") || !strings.Contains(out, "statements: 3") {
+		t.Fatalf("close: %v\n%s", err, out)
+	}
+	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
+	if err != nil || !strings.Contains(out, "already closed") || !strings.Contains(out, "nothing changed") {
+		t.Errorf("close again: %v\n%s", err, out)
+	}
+
+	// Late usage after the close is listed, and the statement stays.
+	ctx := context.Background()
+	_, err = usagepkg.NewStore(db, usagepkg.StoreConfig{}).Apply(ctx, usagepkg.Batch{Version: 1, ID: "cli:late", Rows: []usagepkg.Row{{
+		Minute: time.Date(2026, 10, 31, 23, 59, 0, 0, time.UTC).Unix(), TenantID: pro.ID, KeyID: keyID,
+		Tier: "authenticated", Resource: "GET /repos", Reason: "ok", Counts: usagepkg.Counts{Allowed: 9, AllowedUnits: 9},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
+	if err != nil || !strings.Contains(out, "late usage since closing (not billed): 9 decisions") {
+		t.Errorf("close with late usage: %v\n%s", err, out)
+	}
+	out, _, err = adminCLI(t, url, "report", "--month", "2026-10", "--late")
+	if err != nil || !strings.Contains(out, `"batch_id": "cli:late"`) {
+		t.Errorf("report --late: %v\n%s", err, out)
+	}
+	out, _, err = adminCLI(t, url, "report", "--month", "2026-10", "--tenant", pro.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = usagepkg.Statement{}
+	_ = json.Unmarshal([]byte(out), &st)
+	if st.Status != "closed" || st.TotalMinor != 24_900 || st.Late == nil || st.Late.AllowedUnits != 9 {
+		t.Errorf("closed statement: status %s total %d late %+v", st.Status, st.TotalMinor, st.Late)
+	}
+}
+
+// TestUsageRoutesFollowRoles: operators read every tenant's usage and
+// statements and the operator-wide views; a tenant's users read their own
+// tenant's only (another tenant is 404, the operator-wide views 403); no
+// session is 401.
+func TestUsageRoutesFollowRoles(t *testing.T) {
+	url, _, pro, _ := demo(t)
+	srv := startAdmin(t, url, map[string]string{"TOLLGATE_SERVE_WORKER": "false"})
+	ctx := context.Background()
+	free, err := tenants.NewStore(srv.DB).GetByName(ctx, "demo-free")
+	testenv.Must(t, err)
+	operator := sessionFor(t, srv.DB, createUser(t, srv.DB, "ops@usage.example", auth.RoleOperator, ""))
+	proViewer := sessionFor(t, srv.DB, createUser(t, srv.DB, "viewer@pro.example", auth.RoleTenantViewer, pro.ID))
+	october := "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z"
+	tenantPaths := func(id string) []string {
+		return []string{
+			"/api/v1/usage/tenants/" + id + "/series?granularity=day&" + october,
+			"/api/v1/usage/tenants/" + id + "/top-keys?" + october,
+			"/api/v1/usage/tenants/" + id + "/top-resources?" + october,
+			"/api/v1/usage/tenants/" + id + "/rejections?" + october,
+			"/api/v1/statements/" + id + "/2026-10",
+		}
+	}
+	operatorPaths := []string{
+		"/api/v1/usage/totals?" + october,
+		"/api/v1/usage/anonymous/top-ips",
+		"/api/v1/statements?month=2026-10",
+		"/api/v1/statements/late?month=2026-10",
+	}
+	for _, p := range append(tenantPaths(pro.ID), operatorPaths...) {
+		want(t, call(t, "GET", srv.URL+p, "", nil), http.StatusUnauthorized)
+		want(t, call(t, "GET", srv.URL+p, operator, nil), http.StatusOK)
+	}
+	for _, p := range tenantPaths(pro.ID) {
+		want(t, call(t, "GET", srv.URL+p, proViewer, nil), http.StatusOK)
+	}
+	for _, p := range tenantPaths(free.ID) {
+		res := call(t, "GET", srv.URL+p, proViewer, nil)
+		want(t, res, http.StatusNotFound)
+		if strings.Contains(string(res.Body), "demo-free") {
+			t.Errorf("GET %s as pro's viewer names the other tenant: %s", p, res.Body)
+		}
+	}
+	for _, p := range operatorPaths {
+		want(t, call(t, "GET", srv.URL+p, proViewer, nil), http.StatusForbidden)
+	}
+	res := call(t, "GET", srv.URL+"/api/v1/statements/"+pro.ID+"/2026-10?format=csv", proViewer, nil)
+	want(t, res, http.StatusOK)
+	if !strings.Contains(string(res.Body), ",total,,,,,,,,,,,,24900") {
+		t.Errorf("CSV statement:\n%s", res.Body)
+	}
+}
+
+func TestWorkerCommandAppliesTheStream(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	client, prefix := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"worker"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
+	}()
+	b := usagepkg.Batch{Version: 1, ID: "cli-worker:1", Rows: []usagepkg.Row{{
+		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
+		Counts: usagepkg.Counts{Allowed: 3, AllowedUnits: 3},
+	}}}
+	if err := usagepkg.NewRedisProducer(client, prefix+"usage").Publish(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	db, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker command did not apply the batch")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker command did not stop")
+	}
+}
+
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	url, _, _, _ := demo(t)
+	// /dev/null is a character device, as a terminal is: it stands in
+	// for one here.
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer devNull.Close()
+	var stderr bytes.Buffer
+	getenv := func(k string) string { return map[string]string{"TOLLGATE_DATABASE_URL": url}[k] }
+	if err := run(context.Background(), []string{"report", "--month", "2026-10"}, getenv, strings.NewReader(""), devNull, &stderr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); !strings.Contains(got, "\rstatements for 2026-10: 3/3 tenants\n") {
+		t.Errorf("progress on stderr: %q", got)
+	}
+}

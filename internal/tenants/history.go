@@ -1,0 +1,31 @@
+package tenants
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PlanChanges returns the tenant's whole plan history ("" = every
+// tenant's), ordered by tenant, effective time and ID, for billing: from a
+// change's EffectiveAt on (until the next change) the tenant is on its
+// PlanID; of two changes with the same EffectiveAt the later recorded
+// (higher ID) wins. PlanHistory is the paged, newest-first view for people.
+func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange, error) {
+	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
+		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
+		WHERE $1 = '' OR c.tenant_id::text = $1 ORDER BY c.tenant_id, c.effective_at, c.id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: plan changes: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanChange, error) {
+		var c PlanChange
+		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenants: plan changes: %w", err)
+	}
+	return list, nil
+}

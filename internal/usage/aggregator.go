@@ -1,0 +1,423 @@
+package usage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/enforce"
+)
+
+// Producer publishes batches to the workers. Publishing the same batch
+// more than once must be harmless (the consumer side applies a batch ID
+// once), so a Publish that failed or timed out may simply be retried.
+type Producer interface {
+	Publish(ctx context.Context, b Batch) error
+}
+
+// AggregatorConfig configures an Aggregator. Zero values take the defaults
+// noted.
+type AggregatorConfig struct {
+	Producer Producer
+	// ProducerID starts every batch ID; it must be unique among all
+	// processes that ever publish to the same stream (default: 16 random
+	// hex digits, new for every process).
+	ProducerID string
+	// FlushInterval is how often a batch is cut and published (default 1s).
+	FlushInterval time.Duration
+	// PublishTimeout bounds one publish (default 5s).
+	PublishTimeout time.Duration
+	// MaxRows bounds the distinct rows held in memory (default 50,000).
+	// Past it, new rows lose their resource (OtherResource); past
+	// MaxRows × 5/4, decisions are dropped and counted.
+	MaxRows int
+	// MaxIPs bounds the distinct anonymous IP addresses held in memory
+	// (default 10,000); more go to OtherIP.
+	MaxIPs int
+	// TopIPs is how many addresses per minute a batch names (default 100);
+	// the rest are summed as OtherIP.
+	TopIPs int
+	// Registerer receives the aggregator's metrics when not nil.
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+	// Now is the clock for batch creation times (default time.Now).
+	Now func() time.Time
+}
+
+// Aggregator counts decisions in memory and publishes them in batches. It
+// implements enforce.Recorder: Record takes one short mutex and never
+// waits for I/O. Safe for concurrent use.
+//
+// While publishing fails, the batch that failed is kept and retried with
+// the same ID, and new decisions keep summing into memory (bounded by
+// MaxRows), so an outage costs memory proportional to distinct rows, not
+// to decisions.
+type Aggregator struct {
+	cfg AggregatorConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	rows    map[rowKey]*Counts
+	ips     map[int64]map[string]*Counts // minute → ip → counts
+	ipCount int
+	held    int64 // decisions in rows
+	stats   Stats
+
+	flushMu sync.Mutex // serialises cut+publish
+	seq     uint64
+	unsent  *Batch // cut but not yet published; retried as is
+	// unsentDecisions mirrors unsent.Decisions() for lock-free reads.
+	unsentDecisions atomic.Int64
+
+	wake    chan struct{}
+	stopRun context.CancelFunc
+	runDone chan struct{}
+}
+
+type rowKey struct {
+	minute                                            int64
+	tenantID, keyID, tier, resource, reason, deniedBy string
+}
+
+// Stats are an aggregator's counters since it started.
+type Stats struct {
+	// Recorded decisions; Dropped ones were lost (memory bound reached, or
+	// undelivered at Close); Folded ones lost their resource detail.
+	Recorded, Dropped, Folded int64
+	// Published batches and decisions; PublishErrors failed attempts.
+	Published, PublishedDecisions, PublishErrors int64
+}
+
+// NewAggregator returns an aggregator publishing through cfg.Producer.
+// Call Start to flush periodically, and Close to flush at shutdown.
+func NewAggregator(cfg AggregatorConfig) *Aggregator {
+	if cfg.ProducerID == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		cfg.ProducerID = hex.EncodeToString(b)
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = time.Second
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 5 * time.Second
+	}
+	if cfg.MaxRows <= 0 {
+		cfg.MaxRows = 50_000
+	}
+	if cfg.MaxIPs <= 0 {
+		cfg.MaxIPs = 10_000
+	}
+	if cfg.TopIPs <= 0 {
+		cfg.TopIPs = 100
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Aggregator{cfg: cfg, log: cfg.Log, rows: map[rowKey]*Counts{}, ips: map[int64]map[string]*Counts{},
+		wake: make(chan struct{}, 1)}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer != nil {
+		registerAggregatorMetrics(cfg.Registerer, a)
+	}
+	return a
+}
+
+// ProducerID returns the prefix of this aggregator's batch IDs.
+func (a *Aggregator) ProducerID() string { return a.cfg.ProducerID }
+
+// Record counts one decision. It never blocks on I/O.
+func (a *Aggregator) Record(ev enforce.UsageEvent) {
+	minute := floorDiv(ev.AtUS, 60_000_000) * 60
+	var c Counts
+	if ev.Allowed {
+		c.Allowed, c.AllowedUnits = 1, ev.Cost
+	} else {
+		c.Denied, c.DeniedUnits = 1, ev.Cost
+	}
+	k := rowKey{minute: minute, tenantID: ev.TenantID, keyID: ev.KeyID, tier: ev.Tier,
+		resource: ev.Resource, reason: ev.Reason, deniedBy: joinRules(ev.Denied)}
+	if k.resource == "" {
+		k.resource = "*"
+	}
+	wake := false
+	a.mu.Lock()
+	a.stats.Recorded++
+	a.held++
+	if cur, ok := a.rows[k]; ok {
+		cur.Add(c)
+	} else if len(a.rows) < a.cfg.MaxRows {
+		a.rows[k] = &c
+		wake = len(a.rows) == a.cfg.MaxRows/2
+	} else {
+		wake = true
+		k.resource = OtherResource
+		if cur, ok := a.rows[k]; ok {
+			cur.Add(c)
+			a.stats.Folded++
+		} else if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/4 {
+			a.rows[k] = &c
+			a.stats.Folded++
+		} else {
+			a.stats.Dropped++
+			a.held--
+			a.mu.Unlock()
+			return
+		}
+	}
+	if ev.Tier == enforce.TierAnonymous && ev.IP != "" {
+		a.addIP(minute, ev.IP, c)
+	}
+	a.mu.Unlock()
+	if wake {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// addIP counts c for ip; a.mu is held.
+func (a *Aggregator) addIP(minute int64, ip string, c Counts) {
+	m := a.ips[minute]
+	if m == nil {
+		m = map[string]*Counts{}
+		a.ips[minute] = m
+	}
+	if cur, ok := m[ip]; ok {
+		cur.Add(c)
+		return
+	}
+	if a.ipCount >= a.cfg.MaxIPs {
+		ip = OtherIP
+		if cur, ok := m[ip]; ok {
+			cur.Add(c)
+			return
+		}
+	}
+	m[ip] = &c
+	a.ipCount++
+}
+
+// Start flushes every FlushInterval (and early when many rows are held)
+// until Close.
+func (a *Aggregator) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stopRun = cancel
+	a.runDone = make(chan struct{})
+	go func() {
+		defer close(a.runDone)
+		a.run(ctx)
+	}()
+}
+
+func (a *Aggregator) run(ctx context.Context) {
+	t := time.NewTicker(a.cfg.FlushInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.wake:
+			if failing {
+				continue // wait for the next tick rather than hammer a failing store
+			}
+		}
+		fctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
+		err := a.Flush(fctx)
+		cancel()
+		switch {
+		case err != nil && !failing:
+			a.log.Warn("usage: publish failed; keeping counts in memory and retrying", "err", err)
+		case err == nil && failing:
+			a.log.Info("usage: publishing again")
+		}
+		failing = err != nil
+	}
+}
+
+// Flush publishes the batch that failed before, if any, then cuts and
+// publishes everything recorded so far. On error the unpublished batch is
+// kept for the next Flush; nothing is lost.
+func (a *Aggregator) Flush(ctx context.Context) error {
+	a.flushMu.Lock()
+	defer a.flushMu.Unlock()
+	for range 2 {
+		if a.unsent == nil {
+			a.unsent = a.cut()
+			if a.unsent == nil {
+				return nil
+			}
+		}
+		if err := a.cfg.Producer.Publish(ctx, *a.unsent); err != nil {
+			a.mu.Lock()
+			a.stats.PublishErrors++
+			a.mu.Unlock()
+			return fmt.Errorf("usage: publish batch %s: %w", a.unsent.ID, err)
+		}
+		a.mu.Lock()
+		a.stats.Published++
+		a.stats.PublishedDecisions += a.unsent.Decisions()
+		a.mu.Unlock()
+		a.unsent = nil
+		a.unsentDecisions.Store(0)
+	}
+	return nil
+}
+
+// Close stops the periodic flush and publishes what is left, retrying
+// until ctx ends. Decisions still unpublished then are counted as dropped
+// and reported in the error.
+func (a *Aggregator) Close(ctx context.Context) error {
+	if a.stopRun != nil {
+		a.stopRun()
+		<-a.runDone
+	}
+	var err error
+	for {
+		if err = a.Flush(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			lost := a.pendingDecisions()
+			a.mu.Lock()
+			a.stats.Dropped += lost
+			a.mu.Unlock()
+			return fmt.Errorf("usage: %d decisions not published at shutdown: %w", lost, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// pendingDecisions counts decisions held in memory, not yet published.
+func (a *Aggregator) pendingDecisions() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held + a.unsentDecisions.Load()
+}
+
+// Stats returns the aggregator's counters.
+func (a *Aggregator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// cut takes everything recorded so far as a new batch, or nil when there
+// is nothing. flushMu is held.
+func (a *Aggregator) cut() *Batch {
+	a.mu.Lock()
+	rows, ips := a.rows, a.ips
+	if len(rows) == 0 && len(ips) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	a.rows = make(map[rowKey]*Counts, len(rows))
+	a.ips = map[int64]map[string]*Counts{}
+	a.ipCount = 0
+	// The cut batch's decisions move to unsentDecisions before mu is
+	// released, so pendingDecisions never misses them.
+	a.unsentDecisions.Store(a.held)
+	a.held = 0
+	a.mu.Unlock()
+
+	a.seq++
+	b := &Batch{Version: 1, ID: a.cfg.ProducerID + ":" + strconv.FormatUint(a.seq, 10),
+		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows))}
+	for k, c := range rows {
+		b.Rows = append(b.Rows, Row{Minute: k.minute, TenantID: k.tenantID, KeyID: k.keyID, Tier: k.tier,
+			Resource: k.resource, Reason: k.reason, DeniedBy: k.deniedBy, Counts: *c})
+	}
+	minutes := make([]int64, 0, len(ips))
+	for m := range ips {
+		minutes = append(minutes, m)
+	}
+	sort.Slice(minutes, func(i, j int) bool { return minutes[i] < minutes[j] })
+	for _, m := range minutes {
+		b.IPs = append(b.IPs, topIPs(m, ips[m], a.cfg.TopIPs)...)
+	}
+	return b
+}
+
+// topIPs returns the n addresses with the most decisions in one minute
+// (ties by address) and one OtherIP row summing the rest.
+func topIPs(minute int64, m map[string]*Counts, n int) []IPRow {
+	list := make([]IPRow, 0, len(m))
+	var other Counts
+	hasOther := false
+	for ip, c := range m {
+		if ip == OtherIP {
+			other.Add(*c)
+			hasOther = true
+			continue
+		}
+		list = append(list, IPRow{Minute: minute, IP: ip, Counts: *c})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if a, b := list[i].Decisions(), list[j].Decisions(); a != b {
+			return a > b
+		}
+		return list[i].IP < list[j].IP
+	})
+	if len(list) > n {
+		for _, r := range list[n:] {
+			other.Add(r.Counts)
+		}
+		list, hasOther = list[:n], true
+	}
+	if hasOther {
+		list = append(list, IPRow{Minute: minute, IP: OtherIP, Counts: other})
+	}
+	return list
+}
+
+// floorDiv returns ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func registerAggregatorMetrics(reg prometheus.Registerer, a *Aggregator) {
+	stat := func(f func(Stats) int64) func() float64 {
+		return func() float64 { return float64(f(a.Stats())) }
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_recorded_total", Help: "Decisions counted by the usage aggregator.",
+		}, stat(func(s Stats) int64 { return s.Recorded })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_dropped_total",
+			Help: "Decisions lost by the usage aggregator: memory bound reached, or not published by shutdown.",
+		}, stat(func(s Stats) int64 { return s.Dropped })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_folded_total",
+			Help: "Decisions counted without their resource (row bound reached); totals stay exact.",
+		}, stat(func(s Stats) int64 { return s.Folded })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_batches_published_total", Help: "Usage batches published.",
+		}, stat(func(s Stats) int64 { return s.Published })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_publish_errors_total", Help: "Failed attempts to publish a usage batch (retried).",
+		}, stat(func(s Stats) int64 { return s.PublishErrors })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_usage_unpublished_decisions", Help: "Decisions held in memory, not yet published.",
+		}, func() float64 { return float64(a.pendingDecisions()) }),
+	)
+}

@@ -1,0 +1,295 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/enforce"
+)
+
+// memProducer keeps published batches; it fails while failing > 0.
+type memProducer struct {
+	mu      sync.Mutex
+	batches []Batch
+	failing int
+	calls   []string // batch IDs of every attempt
+}
+
+func (p *memProducer) Publish(_ context.Context, b Batch) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, b.ID)
+	if p.failing > 0 {
+		p.failing--
+		return errors.New("store down")
+	}
+	// Round-trip the wire form, as a real producer does.
+	data, err := b.Encode()
+	if err != nil {
+		return err
+	}
+	decoded, err := DecodeBatch(data)
+	if err != nil {
+		return err
+	}
+	p.batches = append(p.batches, decoded)
+	return nil
+}
+
+// totals sums published rows by tenant/key.
+func (p *memProducer) totals() map[string]Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]Counts{}
+	for _, b := range p.batches {
+		for _, r := range b.Rows {
+			c := out[r.TenantID+"/"+r.KeyID]
+			c.Add(r.Counts)
+			out[r.TenantID+"/"+r.KeyID] = c
+		}
+	}
+	return out
+}
+
+const t0 = int64(1_790_812_800_000_000) // 2026-10-01T00:00:00Z in µs
+
+// testID returns a UUID that reads as n.
+func testID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+
+var (
+	tA, tB     = testID(1), testID(2)
+	kA, kB, kC = testID(11), testID(12), testID(13)
+)
+
+func event(atUS int64, tenant, key, resource string, allowed bool, cost int64, denied ...string) enforce.UsageEvent {
+	ev := enforce.UsageEvent{AtUS: atUS, TenantID: tenant, KeyID: key, Tier: enforce.TierAuthenticated,
+		Resource: resource, Cost: cost, Allowed: allowed, Reason: enforce.ReasonOK, Denied: denied}
+	if !allowed {
+		ev.Reason = enforce.ReasonRateLimited
+	}
+	return ev
+}
+
+func TestAggregatorSumsByMinuteAndDimensions(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p1"})
+	a.Record(event(t0, tA, kA, "GET /a", true, 2))
+	a.Record(event(t0+59_999_999, tA, kA, "GET /a", true, 3)) // same minute
+	a.Record(event(t0+60_000_000, tA, kA, "GET /a", true, 1)) // next minute
+	a.Record(event(t0, tA, kA, "GET /a", false, 5, "hourly"))
+	a.Record(event(t0, tA, kA, "GET /a", false, 1, "hourly", "search"))
+	a.Record(event(t0, tA, kB, "GET /b", true, 0))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.batches) != 1 {
+		t.Fatalf("got %d batches, want 1", len(p.batches))
+	}
+	b := p.batches[0]
+	if b.ID != "p1:1" {
+		t.Errorf("batch ID %q, want p1:1", b.ID)
+	}
+	got := map[string]Counts{}
+	for _, r := range b.Rows {
+		got[fmt.Sprintf("%d %s %s %s %s %s", r.Minute, map[string]string{kA: "k1", kB: "k2"}[r.KeyID], r.Resource, r.Reason, r.DeniedBy, r.Tier)] = r.Counts
+	}
+	m0, m1 := t0/1_000_000, t0/1_000_000+60
+	want := map[string]Counts{
+		fmt.Sprintf("%d k1 GET /a ok  authenticated", m0):                        {Allowed: 2, AllowedUnits: 5},
+		fmt.Sprintf("%d k1 GET /a ok  authenticated", m1):                        {Allowed: 1, AllowedUnits: 1},
+		fmt.Sprintf("%d k1 GET /a rate_limited hourly authenticated", m0):        {Denied: 1, DeniedUnits: 5},
+		fmt.Sprintf("%d k1 GET /a rate_limited hourly,search authenticated", m0): {Denied: 1, DeniedUnits: 1},
+		fmt.Sprintf("%d k2 GET /b ok  authenticated", m0):                        {Allowed: 1},
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d rows, want %d: %v", len(got), len(want), got)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("row %q: got %+v, want %+v", k, got[k], w)
+		}
+	}
+	// Nothing recorded since: no empty batch.
+	if err := a.Flush(context.Background()); err != nil || len(p.batches) != 1 {
+		t.Errorf("empty flush: err %v, %d batches; want nil, 1", err, len(p.batches))
+	}
+}
+
+func TestAggregatorRetriesFailedBatchWithSameID(t *testing.T) {
+	p := &memProducer{failing: 3}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p"})
+	ctx := context.Background()
+	want := Counts{}
+	for i := range 4 {
+		for j := range 10 {
+			allowed := j%3 != 0
+			ev := event(t0+int64(i)*61_000_000, tA, kA, "*", allowed, int64(j))
+			a.Record(ev)
+			if allowed {
+				want.Add(Counts{Allowed: 1, AllowedUnits: int64(j)})
+			} else {
+				want.Add(Counts{Denied: 1, DeniedUnits: int64(j)})
+			}
+		}
+		_ = a.Flush(ctx) // fails three times, then publishes the old batch and a new one
+	}
+	if got := p.totals()[tA+"/"+kA]; got != want {
+		t.Errorf("published %+v, want %+v", got, want)
+	}
+	// The failed batch was retried under its own ID; then one new batch.
+	wantCalls := []string{"p:1", "p:1", "p:1", "p:1", "p:2"}
+	if fmt.Sprint(p.calls) != fmt.Sprint(wantCalls) {
+		t.Errorf("publish attempts %v, want %v", p.calls, wantCalls)
+	}
+	s := a.Stats()
+	if s.Recorded != 40 || s.PublishedDecisions != 40 || s.PublishErrors != 3 || s.Dropped != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if n := a.pendingDecisions(); n != 0 {
+		t.Errorf("pending %d, want 0", n)
+	}
+}
+
+func TestAggregatorBoundsMemory(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, MaxRows: 8})
+	for i := range 100 {
+		a.Record(event(t0, tA, kA, fmt.Sprintf("GET /%d", i), true, 1))
+	}
+	// A new key past the bound: folded into its (other) row.
+	for i := range 100 {
+		a.Record(event(t0, tA, testID(100+i), "GET /x", true, 1))
+	}
+	s := a.Stats()
+	// 8 rows hold distinct resources of kA, a 9th the other 92 as
+	// (other); the first new key takes the 10th and last row (8 × 5/4),
+	// the other 99 are dropped.
+	if s.Recorded != 200 {
+		t.Errorf("recorded %d, want 200", s.Recorded)
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var published int64
+	rows := 0
+	for _, b := range p.batches {
+		rows += len(b.Rows)
+		for _, r := range b.Rows {
+			published += r.Decisions()
+		}
+	}
+	if rows > 10 {
+		t.Errorf("%d rows held, want at most 10", rows)
+	}
+	s = a.Stats()
+	if published+s.Dropped != 200 {
+		t.Errorf("published %d + dropped %d, want 200", published, s.Dropped)
+	}
+	if s.Dropped != 99 || s.Folded != 93 {
+		t.Errorf("dropped %d, folded %d; want 99, 93", s.Dropped, s.Folded)
+	}
+	if got := p.totals()[tA+"/"+kA]; got.Allowed != 100 {
+		t.Errorf("key k: %d allowed, want all 100 (resource folded, count exact)", got.Allowed)
+	}
+}
+
+func TestAggregatorTopIPs(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, TopIPs: 2, MaxIPs: 4})
+	anon := func(ip string, n int) {
+		for range n {
+			a.Record(enforce.UsageEvent{AtUS: t0, Tier: enforce.TierAnonymous, IP: ip, Resource: "*", Cost: 1,
+				Allowed: true, Reason: enforce.ReasonOK})
+		}
+	}
+	anon("10.0.0.1", 5)
+	anon("10.0.0.2", 7)
+	anon("10.0.0.3", 1)
+	anon("10.0.0.4", 3)
+	anon("10.0.0.5", 2) // past MaxIPs: straight to other
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(p.batches[0].IPs)
+	m := t0 / 1_000_000
+	want := fmt.Sprint([]IPRow{
+		{Minute: m, IP: "10.0.0.2", Counts: Counts{Allowed: 7, AllowedUnits: 7}},
+		{Minute: m, IP: "10.0.0.1", Counts: Counts{Allowed: 5, AllowedUnits: 5}},
+		{Minute: m, IP: OtherIP, Counts: Counts{Allowed: 6, AllowedUnits: 6}},
+	})
+	if got != want {
+		t.Errorf("ip rows\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestAggregatorCloseCountsWhatItCouldNotPublish(t *testing.T) {
+	p := &memProducer{failing: 1 << 30}
+	a := NewAggregator(AggregatorConfig{Producer: p, FlushInterval: time.Hour})
+	a.Start()
+	for range 7 {
+		a.Record(event(t0, tA, kA, "*", true, 1))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	err := a.Close(ctx)
+	if err == nil {
+		t.Fatal("Close succeeded with the producer down")
+	}
+	if s := a.Stats(); s.Dropped != 7 {
+		t.Errorf("dropped %d, want 7", s.Dropped)
+	}
+}
+
+func TestAggregatorFlushesPeriodicallyAndOnClose(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, FlushInterval: 10 * time.Millisecond})
+	a.Start()
+	a.Record(event(t0, tA, kA, "*", true, 1))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(p.totals()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p.totals()[tA+"/"+kA].Allowed != 1 {
+		t.Fatal("the periodic flush did not publish")
+	}
+	a.Record(event(t0, tA, kA, "*", true, 1))
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.totals()[tA+"/"+kA].Allowed; got != 2 {
+		t.Errorf("after Close: %d allowed published, want 2", got)
+	}
+}
+
+func TestDecodeBatchRejectsInvalid(t *testing.T) {
+	for name, payload := range map[string]string{
+		"not json":   `{`,
+		"no version": `{"id":"x","rows":[]}`,
+		"bad tenant": `{"v":1,"id":"x","rows":[{"minute":1790812800,"tenant_id":"nope","tier":"authenticated","resource":"*","reason":"ok"}]}`,
+		"bad minute": `{"v":1,"id":"x","rows":[{"minute":1790812801,"tier":"authenticated","resource":"*","reason":"ok"}]}`,
+		"negative":   `{"v":1,"id":"x","rows":[{"minute":1790812800,"tier":"authenticated","resource":"*","reason":"ok","allowed":-1}]}`,
+		"missing id": `{"v":1,"rows":[]}`,
+		"ip no addr": `{"v":1,"id":"x","ips":[{"minute":1790812800}]}`,
+	} {
+		if _, err := DecodeBatch([]byte(payload)); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	a := NewAggregator(AggregatorConfig{Producer: &memProducer{}})
+	resources := []string{"GET /repos", "POST /v1/search", "GET /users", "*"}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			a.Record(event(t0+int64(i%600)*1_000_000, "8a3c6f1e-0000-4000-8000-000000000001",
+				"8a3c6f1e-0000-4000-8000-00000000000"+fmt.Sprint(i%8), resources[i%4], i%5 != 0, 1))
+		}
+	})
+}

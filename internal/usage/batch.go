@@ -1,0 +1,202 @@
+// Package usage counts every check decision and turns the counts into
+// monthly statements.
+//
+// The pipeline: an Aggregator in each API process (it satisfies
+// enforce.Recorder) sums decisions in memory by minute and dimensions and
+// publishes one Batch per flush interval through a Producer (a Redis
+// Stream, or Postgres directly in single-process mode). A Worker reads
+// batches through a Consumer and applies each one exactly once to Postgres
+// (Store.Apply): the batch's ID is inserted in the same transaction as the
+// counts, so a redelivered batch changes nothing. Minute rows roll up to
+// hours, days and months in that same transaction. Statements price a
+// tenant's month from the rollups; closing a month freezes them.
+//
+// docs/usage.md describes the guarantees and the rules for rounding and
+// proration.
+package usage
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Batch is what one producer flush publishes: counts of decisions by
+// minute and dimensions. ID is unique per batch (producer ID and sequence)
+// and is what makes applying it idempotent.
+type Batch struct {
+	// Version of the wire format; 1.
+	Version int    `json:"v"`
+	ID      string `json:"id"`
+	// CreatedUS is when the batch was cut (µs since the epoch, producer's
+	// clock; informational).
+	CreatedUS int64   `json:"created_us"`
+	Rows      []Row   `json:"rows"`
+	IPs       []IPRow `json:"ips,omitempty"`
+}
+
+// Row counts decisions of one minute with the same dimensions.
+type Row struct {
+	// Minute is the minute's start, in seconds since the epoch (a multiple
+	// of 60).
+	Minute   int64  `json:"minute"`
+	TenantID string `json:"tenant_id,omitempty"` // "" when none (anonymous, unknown key)
+	KeyID    string `json:"key_id,omitempty"`    // "" when none
+	Tier     string `json:"tier"`
+	Resource string `json:"resource"`
+	Reason   string `json:"reason"`
+	// DeniedBy names the rules that denied, comma-separated; "" when
+	// allowed.
+	DeniedBy string `json:"denied_by,omitempty"`
+	Counts
+}
+
+// IPRow counts anonymous decisions of one minute from one IP address, or
+// from every address outside that minute's top list (IP OtherIP).
+type IPRow struct {
+	Minute int64  `json:"minute"`
+	IP     string `json:"ip"`
+	Counts
+}
+
+// OtherIP is the IP of the row that sums the addresses outside a minute's
+// top list.
+const OtherIP = "other"
+
+// OtherResource replaces the resource of decisions recorded while the
+// aggregator was at its row limit: their counts stay exact per tenant and
+// key, only the resource detail is lost.
+const OtherResource = "(other)"
+
+// Counts are decisions and units, split by outcome. Units are the checks'
+// costs: allowed units are what gets billed.
+type Counts struct {
+	Allowed      int64 `json:"allowed"`
+	Denied       int64 `json:"denied"`
+	AllowedUnits int64 `json:"allowed_units"`
+	DeniedUnits  int64 `json:"denied_units"`
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Allowed += o.Allowed
+	c.Denied += o.Denied
+	c.AllowedUnits += o.AllowedUnits
+	c.DeniedUnits += o.DeniedUnits
+}
+
+// Decisions returns allowed + denied.
+func (c Counts) Decisions() int64 { return c.Allowed + c.Denied }
+
+// Decisions returns the number of decisions the batch counts.
+func (b *Batch) Decisions() int64 {
+	var n int64
+	for _, r := range b.Rows {
+		n += r.Decisions()
+	}
+	return n
+}
+
+// Encode returns the batch's wire form (JSON).
+func (b *Batch) Encode() ([]byte, error) {
+	b.Version = 1
+	return json.Marshal(b)
+}
+
+// DecodeBatch parses and validates a batch's wire form. A batch that fails
+// here can never be applied.
+func DecodeBatch(data []byte) (Batch, error) {
+	var b Batch
+	if err := json.Unmarshal(data, &b); err != nil {
+		return Batch{}, fmt.Errorf("usage: decode batch: %w", err)
+	}
+	if err := b.validate(); err != nil {
+		return Batch{}, fmt.Errorf("usage: batch %q: %w", b.ID, err)
+	}
+	return b, nil
+}
+
+func (b *Batch) validate() error {
+	if b.Version != 1 {
+		return fmt.Errorf("unknown version %d", b.Version)
+	}
+	if b.ID == "" || len(b.ID) > 200 {
+		return fmt.Errorf("batch ID must be 1–200 characters")
+	}
+	for i, r := range b.Rows {
+		if err := validMinute(r.Minute); err != nil {
+			return fmt.Errorf("rows[%d]: %w", i, err)
+		}
+		for name, id := range map[string]string{"tenant": r.TenantID, "key": r.KeyID} {
+			if id != "" && !isUUID(id) {
+				return fmt.Errorf("rows[%d]: %s ID %q is not a UUID", i, name, id)
+			}
+		}
+		if r.Tier == "" || r.Reason == "" || r.Resource == "" {
+			return fmt.Errorf("rows[%d]: tier, reason and resource are required", i)
+		}
+		if err := validCounts(r.Counts); err != nil {
+			return fmt.Errorf("rows[%d]: %w", i, err)
+		}
+	}
+	for i, r := range b.IPs {
+		if err := validMinute(r.Minute); err != nil {
+			return fmt.Errorf("ips[%d]: %w", i, err)
+		}
+		if r.IP == "" {
+			return fmt.Errorf("ips[%d]: ip is required", i)
+		}
+		if err := validCounts(r.Counts); err != nil {
+			return fmt.Errorf("ips[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func validMinute(m int64) error {
+	// Between 2000 and 2200: anything else is a broken producer clock.
+	if m%60 != 0 || m < 946_684_800 || m > 7_258_118_400 {
+		return fmt.Errorf("minute %d is not a minute start between 2000 and 2200", m)
+	}
+	return nil
+}
+
+func validCounts(c Counts) error {
+	if c.Allowed < 0 || c.Denied < 0 || c.AllowedUnits < 0 || c.DeniedUnits < 0 {
+		return fmt.Errorf("negative counts")
+	}
+	return nil
+}
+
+// joinRules joins rule names for Row.DeniedBy without allocating in the
+// common cases (none or one).
+func joinRules(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names, ",")
+}
+
+// isUUID reports whether s is a UUID in its canonical text form.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}

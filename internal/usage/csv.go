@@ -1,0 +1,81 @@
+package usage
+
+import (
+	"encoding/csv"
+	"io"
+	"strconv"
+	"time"
+)
+
+// CSVHeader names the columns WriteCSV writes.
+var CSVHeader = []string{"tenant_id", "tenant", "month", "status", "currency", "line", "plan", "from", "to",
+	"key_id", "key_prefix", "resource", "allowed", "denied", "units", "denied_units", "unit_minor", "amount_minor"}
+
+// WriteCSV writes statements as CSV for spreadsheets: a header, then per
+// statement one "usage" line per key and resource, per plan span a
+// "base_fee", an "included" (units included), a "used" (units used) and
+// one "overage" line per price tier, then a "total" line. Amounts are
+// integer minor units; empty cells do not apply to the line.
+func WriteCSV(w io.Writer, statements []Statement) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
+	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	for _, st := range statements {
+		line := func(kind string, cells map[string]string) error {
+			row := make([]string, len(CSVHeader))
+			base := map[string]string{"tenant_id": st.TenantID, "tenant": st.TenantName, "month": st.Month,
+				"status": st.Status, "currency": st.Currency, "line": kind}
+			for i, col := range CSVHeader {
+				if v, ok := cells[col]; ok {
+					row[i] = v
+				} else {
+					row[i] = base[col]
+				}
+			}
+			return cw.Write(row)
+		}
+		for _, l := range st.Lines {
+			if err := line("usage", map[string]string{"key_id": l.KeyID, "key_prefix": l.KeyPrefix,
+				"resource": l.Resource, "allowed": i64(l.Allowed), "denied": i64(l.Denied),
+				"units": i64(l.AllowedUnits), "denied_units": i64(l.DeniedUnits)}); err != nil {
+				return err
+			}
+		}
+		for _, p := range st.Plans {
+			span := map[string]string{"plan": p.Plan, "from": ts(p.From), "to": ts(p.To)}
+			with := func(extra map[string]string) map[string]string {
+				out := map[string]string{}
+				for k, v := range span {
+					out[k] = v
+				}
+				for k, v := range extra {
+					out[k] = v
+				}
+				return out
+			}
+			if err := line("base_fee", with(map[string]string{"amount_minor": i64(p.BaseFeeMinor)})); err != nil {
+				return err
+			}
+			if err := line("included", with(map[string]string{"units": i64(p.IncludedUnits)})); err != nil {
+				return err
+			}
+			if err := line("used", with(map[string]string{"units": i64(p.UsedUnits)})); err != nil {
+				return err
+			}
+			for _, o := range p.Overage {
+				if err := line("overage", with(map[string]string{"units": i64(o.Units),
+					"unit_minor": i64(o.UnitMinor), "amount_minor": i64(o.AmountMinor)})); err != nil {
+					return err
+				}
+			}
+		}
+		if err := line("total", map[string]string{"amount_minor": i64(st.TotalMinor)}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,319 @@
+package usage
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+// Authorize decides whether r may read a tenant's usage and statements.
+// tenantID "" asks for operator-wide data (every tenant), which only
+// operators may read. It refuses with a *tollgate.Error of code
+// EUNAUTHORIZED or EFORBIDDEN. The admin server supplies it, so that roles
+// and tenant-scoped logins stay out of this package.
+type Authorize func(r *http.Request, tenantID string) error
+
+// The handlers below take path values by name ("tenant", "month"): mount
+// them on patterns that define those, e.g.
+//
+//	GET /api/v1/usage/tenants/{tenantID}/series
+//	GET /api/v1/statements/{tenantID}/{month}
+
+// HandleSeries serves a tenant's usage over time:
+// ?granularity=minute|hour|day|month (default hour), &from=…&to=… (RFC
+// 3339; default the last 24 hours), widened to whole buckets.
+func HandleSeries(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	type response struct {
+		TenantID    string      `json:"tenant_id"`
+		Granularity Granularity `json:"granularity"`
+		From        time.Time   `json:"from"`
+		To          time.Time   `json:"to"`
+		Points      []Point     `json:"points"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.PathValue("tenantID")
+		if err := authorize(r, tenant); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		rng, err := parseRange(r, store.cfg.Now())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		g := Granularity(r.URL.Query().Get("granularity"))
+		if g == "" {
+			g = GranularityHour
+		}
+		points, err := store.Series(r.Context(), tenant, g, rng)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		resp := response{TenantID: tenant, Granularity: g, From: rng.From, To: rng.To, Points: points}
+		if len(points) > 0 {
+			resp.From, resp.To = points[0].At, g.next(points[len(points)-1].At)
+		}
+		httpx.JSON(w, http.StatusOK, resp)
+	})
+}
+
+// HandleTopKeys serves a tenant's keys with the most allowed units:
+// ?from=…&to=…&limit=N (default 10).
+func HandleTopKeys(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, limit int) (any, error) {
+		keys, err := store.TopKeys(r.Context(), tenant, rng, limit)
+		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "keys": keys}, err
+	})
+}
+
+// HandleTopResources serves a tenant's resources with the most allowed
+// units: ?from=…&to=…&limit=N (default 10).
+func HandleTopResources(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, limit int) (any, error) {
+		res, err := store.TopResources(r.Context(), tenant, rng, limit)
+		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "resources": res}, err
+	})
+}
+
+// HandleRejections serves a tenant's rejection rate, with denials by
+// reason and by rule: ?from=…&to=….
+func HandleRejections(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, _ int) (any, error) {
+		rej, err := store.Rejections(r.Context(), tenant, rng)
+		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "rejections": rej}, err
+	})
+}
+
+func handleTop(store *Store, authorize Authorize, log *slog.Logger,
+	query func(r *http.Request, tenant string, rng Range, limit int) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.PathValue("tenantID")
+		if err := authorize(r, tenant); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		rng, err := parseRange(r, store.cfg.Now())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		limit, err := parseLimit(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		out, err := query(r, tenant, rng, limit)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, out)
+	})
+}
+
+// HandleTotals serves operator-wide usage by tenant and by tier:
+// ?from=…&to=….
+func HandleTotals(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := authorize(r, ""); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		rng, err := parseRange(r, store.cfg.Now())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		totals, err := store.Totals(r.Context(), rng)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, map[string]any{"from": rng.From, "to": rng.To, "totals": totals})
+	})
+}
+
+// HandleTopIPs serves the anonymous addresses with the most decisions
+// (operators only): ?from=…&to=…&limit=N.
+func HandleTopIPs(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := authorize(r, ""); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		rng, err := parseRange(r, store.cfg.Now())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		limit, err := parseLimit(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		top, err := store.TopIPs(r.Context(), rng, limit)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, map[string]any{"from": rng.From, "to": rng.To, "ips": top})
+	})
+}
+
+// HandleStatement serves a tenant's statement for a month (path values
+// tenant and month, e.g. 2026-10) as JSON, or as CSV with ?format=csv or
+// "Accept: text/csv".
+func HandleStatement(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.PathValue("tenantID")
+		if err := authorize(r, tenant); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		m, err := ParseMonth(r.PathValue("month"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		csvOut, err := wantCSV(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		if !isUUID(tenant) {
+			httpx.Error(w, r, log, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenant))
+			return
+		}
+		st, err := store.Statement(r.Context(), tenant, m)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		writeStatements(w, r, log, csvOut, "statement-"+tenant+"-"+m.String(), []Statement{st}, st)
+	})
+}
+
+// HandleStatements serves every tenant's statement for ?month=2006-01
+// (operators only), as JSON or CSV like HandleStatement.
+func HandleStatements(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := authorize(r, ""); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		m, err := ParseMonth(r.URL.Query().Get("month"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		csvOut, err := wantCSV(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		list, err := store.Statements(r.Context(), m, nil)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		writeStatements(w, r, log, csvOut, "statements-"+m.String(), list,
+			map[string]any{"month": m.String(), "statements": list})
+	})
+}
+
+// HandleLate lists usage that arrived after ?month= was closed; with
+// &tenant=ID only that tenant's (which the tenant may read), otherwise
+// every tenant's (operators only).
+func HandleLate(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.URL.Query().Get("tenant")
+		if err := authorize(r, tenant); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		m, err := ParseMonth(r.URL.Query().Get("month"))
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		if tenant != "" && !isUUID(tenant) {
+			httpx.Error(w, r, log, tollgate.Invalid(map[string]string{"tenant": "must be a tenant ID"}))
+			return
+		}
+		late, err := store.Late(r.Context(), m, tenant)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, map[string]any{"month": m.String(), "late_usage": late})
+	})
+}
+
+func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, csvOut bool, name string,
+	list []Statement, jsonBody any) {
+	if !csvOut {
+		httpx.JSON(w, http.StatusOK, jsonBody)
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
+	if err := WriteCSV(w, list); err != nil {
+		log.WarnContext(r.Context(), "usage: write CSV", "err", err)
+	}
+}
+
+func wantCSV(r *http.Request) (bool, error) {
+	switch r.URL.Query().Get("format") {
+	case "csv":
+		return true, nil
+	case "json":
+		return false, nil
+	case "":
+		return strings.Contains(r.Header.Get("Accept"), "text/csv"), nil
+	}
+	return false, tollgate.Invalid(map[string]string{"format": "must be json or csv"})
+}
+
+// parseRange reads ?from= and ?to= (RFC 3339); to defaults to now, from
+// to 24 hours before to.
+func parseRange(r *http.Request, now time.Time) (Range, error) {
+	f := map[string]string{}
+	rng := Range{To: now.UTC()}
+	if v := r.URL.Query().Get("to"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			f["to"] = "must be an RFC 3339 time such as 2026-10-01T00:00:00Z"
+		}
+		rng.To = t.UTC()
+	}
+	rng.From = rng.To.Add(-24 * time.Hour)
+	if v := r.URL.Query().Get("from"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			f["from"] = "must be an RFC 3339 time such as 2026-10-01T00:00:00Z"
+		}
+		rng.From = t.UTC()
+	}
+	if len(f) == 0 && !rng.From.Before(rng.To) {
+		f["from"] = "must be before to"
+	}
+	return rng, tollgate.Invalid(f)
+}
+
+func parseLimit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 10, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, tollgate.Invalid(map[string]string{"limit": "must be an integer from 1 to 1000"})
+	}
+	return n, nil
+}

@@ -1,0 +1,382 @@
+package usage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// Granularity is the bucket size of a time series.
+type Granularity string
+
+// Granularities, each served from its own table.
+const (
+	GranularityMinute Granularity = "minute"
+	GranularityHour   Granularity = "hour"
+	GranularityDay    Granularity = "day"
+	GranularityMonth  Granularity = "month"
+)
+
+var granularityTable = map[Granularity]string{
+	GranularityMinute: "usage_minute", GranularityHour: "usage_hour",
+	GranularityDay: "usage_day", GranularityMonth: "usage_month",
+}
+
+// floor returns the start of the bucket t falls in.
+func (g Granularity) floor(t time.Time) time.Time {
+	t = t.UTC()
+	switch g {
+	case GranularityMinute:
+		return t.Truncate(time.Minute)
+	case GranularityHour:
+		return t.Truncate(time.Hour)
+	case GranularityDay:
+		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	}
+	return monthOf(t)
+}
+
+// next returns the start of the bucket after the one starting at t.
+func (g Granularity) next(t time.Time) time.Time {
+	switch g {
+	case GranularityMinute:
+		return t.Add(time.Minute)
+	case GranularityHour:
+		return t.Add(time.Hour)
+	case GranularityDay:
+		return t.AddDate(0, 0, 1)
+	}
+	return t.AddDate(0, 1, 0)
+}
+
+// Range is a time range [From, To). Queries widen it to whole buckets.
+type Range struct {
+	From, To time.Time
+}
+
+// maxPoints bounds a series' length.
+const maxPoints = 10_000
+
+// coarsest returns the coarsest granularity whose buckets r's ends fall
+// on, after widening r to whole minutes: the cheapest table that answers
+// exactly.
+func (r Range) coarsest() (Granularity, Range) {
+	to := GranularityMinute.floor(r.To)
+	if !to.Equal(r.To) {
+		to = GranularityMinute.next(to)
+	}
+	r = Range{GranularityMinute.floor(r.From), to}
+	for _, g := range []Granularity{GranularityMonth, GranularityDay, GranularityHour} {
+		if g.floor(r.From).Equal(r.From) && g.floor(r.To).Equal(r.To) {
+			return g, r
+		}
+	}
+	return GranularityMinute, r
+}
+
+func (s *Store) checkRange(g Granularity, r Range) error {
+	if !r.From.Before(r.To) {
+		return tollgate.Invalid(map[string]string{"from": "must be before to"})
+	}
+	if g == GranularityMinute && r.From.Before(s.minuteCutoff()) {
+		return tollgate.Invalid(map[string]string{"from": fmt.Sprintf(
+			"minute data is kept for %d months; use whole hours, days or months for older ranges", s.cfg.MinuteRetention)})
+	}
+	return nil
+}
+
+// Point is one bucket of a series.
+type Point struct {
+	At time.Time `json:"at"`
+	Counts
+}
+
+// Series returns the tenant's counts per bucket of g over r (widened to
+// whole buckets), one point per bucket, zeros included. At most 10,000
+// points (EINVALID beyond).
+func (s *Store) Series(ctx context.Context, tenantID string, g Granularity, r Range) ([]Point, error) {
+	table, ok := granularityTable[g]
+	if !ok {
+		return nil, tollgate.Invalid(map[string]string{"granularity": "must be minute, hour, day or month"})
+	}
+	from, to := g.floor(r.From), g.floor(r.To)
+	if !to.Equal(r.To.UTC()) {
+		to = g.next(to)
+	}
+	if err := s.checkRange(g, Range{from, to}); err != nil {
+		return nil, err
+	}
+	var points []Point
+	for t := from; t.Before(to); t = g.next(t) {
+		if len(points) == maxPoints {
+			return nil, tollgate.Invalid(map[string]string{"from": fmt.Sprintf("the range holds more than %d %ss", maxPoints, g)})
+		}
+		points = append(points, Point{At: t})
+	}
+	if !isUUID(tenantID) {
+		return points, nil // no usage can match
+	}
+	rows, err := s.db.Query(ctx, `SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+table+` WHERE tenant_id = $1 AND bucket_start >= $2 AND bucket_start < $3
+		GROUP BY bucket_start ORDER BY bucket_start`, tenantID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage: series: %w", err)
+	}
+	i := 0
+	var at time.Time
+	var c Counts
+	_, err = pgx.ForEachRow(rows, []any{&at, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		for i < len(points) && points[i].At.Before(at) {
+			i++
+		}
+		if i < len(points) && points[i].At.Equal(at) {
+			points[i].Counts = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage: series: %w", err)
+	}
+	return points, nil
+}
+
+// KeyUsage is one key's usage; KeyID "" counts decisions without a key.
+type KeyUsage struct {
+	KeyID string `json:"key_id"`
+	Counts
+}
+
+// ResourceUsage is one resource's usage.
+type ResourceUsage struct {
+	Resource string `json:"resource"`
+	Counts
+}
+
+func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, limit int,
+	scan func(group string, c Counts)) error {
+	g, r := r.coarsest()
+	if err := s.checkRange(g, r); err != nil {
+		return err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 10
+	}
+	if !isUUID(tenantID) {
+		return nil
+	}
+	// column and table come from constants.
+	rows, err := s.db.Query(ctx, `SELECT `+column+`::text, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+granularityTable[g]+` WHERE tenant_id = $1 AND bucket_start >= $2 AND bucket_start < $3
+		GROUP BY 1 ORDER BY 4 DESC, 2 + 3 DESC, 1 LIMIT $4`, tenantID, r.From, r.To, limit)
+	if err != nil {
+		return fmt.Errorf("usage: top %s: %w", column, err)
+	}
+	var group string
+	var c Counts
+	_, err = pgx.ForEachRow(rows, []any{&group, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		scan(group, c)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("usage: top %s: %w", column, err)
+	}
+	return nil
+}
+
+// TopKeys returns the tenant's keys with the most allowed units in r
+// (then most decisions), at most limit (default 10, at most 1000).
+func (s *Store) TopKeys(ctx context.Context, tenantID string, r Range, limit int) ([]KeyUsage, error) {
+	out := []KeyUsage{}
+	err := s.grouped(ctx, tenantID, "key_id", r, limit, func(k string, c Counts) {
+		if k == nilUUID {
+			k = ""
+		}
+		out = append(out, KeyUsage{KeyID: k, Counts: c})
+	})
+	return out, err
+}
+
+// TopResources returns the tenant's resources with the most allowed
+// units in r, like TopKeys.
+func (s *Store) TopResources(ctx context.Context, tenantID string, r Range, limit int) ([]ResourceUsage, error) {
+	out := []ResourceUsage{}
+	err := s.grouped(ctx, tenantID, "resource", r, limit, func(res string, c Counts) {
+		out = append(out, ResourceUsage{Resource: res, Counts: c})
+	})
+	return out, err
+}
+
+// Rejections are a tenant's denials in a range.
+type Rejections struct {
+	Counts
+	// Rate is denied / (allowed + denied); 0 without decisions.
+	Rate     float64          `json:"rejection_rate"`
+	ByReason map[string]int64 `json:"denied_by_reason"`
+	// ByRule counts denials by the rules that denied (comma-separated
+	// when several did); decisions denied before any rule ran (unknown
+	// key, suspended tenant…) are under "".
+	ByRule map[string]int64 `json:"denied_by_rule"`
+}
+
+// Rejections returns the tenant's rejection rate in r, with denials by
+// reason and by rule.
+func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejections, error) {
+	out := Rejections{ByReason: map[string]int64{}, ByRule: map[string]int64{}}
+	g, r := r.coarsest()
+	if err := s.checkRange(g, r); err != nil {
+		return out, err
+	}
+	if !isUUID(tenantID) {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT reason, denied_by, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+granularityTable[g]+` WHERE tenant_id = $1 AND bucket_start >= $2 AND bucket_start < $3
+		GROUP BY reason, denied_by`, tenantID, r.From, r.To)
+	if err != nil {
+		return out, fmt.Errorf("usage: rejections: %w", err)
+	}
+	var reason, deniedBy string
+	var c Counts
+	_, err = pgx.ForEachRow(rows, []any{&reason, &deniedBy, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		out.Add(c)
+		if c.Denied > 0 {
+			out.ByReason[reason] += c.Denied
+			out.ByRule[deniedBy] += c.Denied
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("usage: rejections: %w", err)
+	}
+	if n := out.Decisions(); n > 0 {
+		out.Rate = float64(out.Denied) / float64(n)
+	}
+	return out, nil
+}
+
+// TenantTotal is one tenant's usage; TenantID "" sums decisions without a
+// tenant (anonymous callers, unknown keys).
+type TenantTotal struct {
+	TenantID   string `json:"tenant_id"`
+	TenantName string `json:"tenant_name,omitempty"`
+	Counts
+}
+
+// Totals are operator-wide usage in a range.
+type Totals struct {
+	Counts
+	ByTenant []TenantTotal     `json:"by_tenant"`
+	ByTier   map[string]Counts `json:"by_tier"`
+}
+
+// Totals returns every tenant's and every tier's usage in r.
+func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
+	out := Totals{ByTenant: []TenantTotal{}, ByTier: map[string]Counts{}}
+	g, r := r.coarsest()
+	if err := s.checkRange(g, r); err != nil {
+		return out, err
+	}
+	names := map[string]string{}
+	list, err := s.tenants.List(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, t := range list {
+		names[t.ID] = t.Name
+	}
+	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, tier, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+granularityTable[g]+` WHERE bucket_start >= $1 AND bucket_start < $2
+		GROUP BY tenant_id, tier ORDER BY sum(allowed_units) DESC, tenant_id, tier`, r.From, r.To)
+	if err != nil {
+		return out, fmt.Errorf("usage: totals: %w", err)
+	}
+	index := map[string]int{}
+	var tenantID, tier string
+	var c Counts
+	_, err = pgx.ForEachRow(rows, []any{&tenantID, &tier, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		if tenantID == nilUUID {
+			tenantID = ""
+		}
+		out.Add(c)
+		t := out.ByTier[tier]
+		t.Add(c)
+		out.ByTier[tier] = t
+		i, ok := index[tenantID]
+		if !ok {
+			i = len(out.ByTenant)
+			index[tenantID] = i
+			out.ByTenant = append(out.ByTenant, TenantTotal{TenantID: tenantID, TenantName: names[tenantID]})
+		}
+		out.ByTenant[i].Add(c)
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("usage: totals: %w", err)
+	}
+	return out, nil
+}
+
+// IPUsage is one anonymous address's usage.
+type IPUsage struct {
+	IP string `json:"ip"`
+	Counts
+}
+
+// TopIPs are the anonymous addresses with the most decisions in a range.
+type TopIPs struct {
+	Top []IPUsage `json:"top"`
+	// Other sums every other address, including those each batch already
+	// folded into OtherIP; Top plus Other is all anonymous traffic.
+	Other Counts `json:"other"`
+}
+
+// TopIPs returns the anonymous addresses with the most decisions in r
+// (widened to whole minutes; minute retention applies), at most limit
+// (default 10, at most 1000). An address ranks by the decisions the
+// batches counted for it by name: one that was outside a batch's top list
+// for a minute is undercounted there (its decisions are in Other).
+func (s *Store) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error) {
+	out := TopIPs{Top: []IPUsage{}}
+	_, r = r.coarsest()
+	if err := s.checkRange(GranularityMinute, r); err != nil {
+		return out, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 10
+	}
+	err := postgres.ReadTx(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT coalesce(sum(allowed), 0), coalesce(sum(denied), 0),
+				coalesce(sum(allowed_units), 0), coalesce(sum(denied_units), 0)
+			FROM usage_anon_ip_minute WHERE bucket_start >= $1 AND bucket_start < $2`, r.From, r.To).
+			Scan(&out.Other.Allowed, &out.Other.Denied, &out.Other.AllowedUnits, &out.Other.DeniedUnits)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT ip, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+			FROM usage_anon_ip_minute WHERE bucket_start >= $1 AND bucket_start < $2 AND ip <> $3
+			GROUP BY ip ORDER BY sum(allowed) + sum(denied) DESC, ip LIMIT $4`, r.From, r.To, OtherIP, limit)
+		if err != nil {
+			return err
+		}
+		var ip string
+		var c Counts
+		_, err = pgx.ForEachRow(rows, []any{&ip, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+			out.Top = append(out.Top, IPUsage{IP: ip, Counts: c})
+			out.Other.Allowed -= c.Allowed
+			out.Other.Denied -= c.Denied
+			out.Other.AllowedUnits -= c.AllowedUnits
+			out.Other.DeniedUnits -= c.DeniedUnits
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("usage: top IPs: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,314 @@
+package usage
+
+import (
+	"math/big"
+	"sort"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// Month is a calendar month in UTC.
+type Month struct {
+	start time.Time
+}
+
+// ParseMonth parses "2006-01".
+func ParseMonth(s string) (Month, error) {
+	t, err := time.Parse("2006-01", s)
+	if err != nil {
+		return Month{}, tollgate.Invalid(map[string]string{"month": "must be a month such as 2026-10"})
+	}
+	return Month{t.UTC()}, nil
+}
+
+// MonthOf returns the UTC month t falls in.
+func MonthOf(t time.Time) Month { return Month{monthOf(t)} }
+
+// Start is the month's first instant.
+func (m Month) Start() time.Time { return m.start }
+
+// End is the next month's first instant (the month is [Start, End)).
+func (m Month) End() time.Time { return m.start.AddDate(0, 1, 0) }
+
+func (m Month) String() string { return m.start.Format("2006-01") }
+
+// RulesText states how statements are computed; every statement carries
+// it.
+const RulesText = "Money is integer minor units of the plan's currency. " +
+	"The month is [first instant, first instant of the next month) in UTC, measured in microseconds. " +
+	"Each span of the month on one plan (from the tenant's plan history) is charged base_fee × span / month " +
+	"and granted included_units × span / month, each rounded half-up to a whole minor unit or unit. " +
+	"An hour's allowed units count on the plan in effect at the hour's start (on the first plan, " +
+	"for hours before the tenant's first plan began). " +
+	"Overage = max(0, units used in the span − units included in the span), priced per span on that plan: " +
+	"flat at overage_unit_minor per unit, or, when the plan has tiers, graduated: each tier prices the " +
+	"overage units up to its up_to at its unit_minor, and units beyond the last tier are priced at the last " +
+	"tier's unit_minor. Tier bounds are not prorated. Denied checks are never billed."
+
+// Statement is a tenant's month: usage, base fees, overage and total.
+type Statement struct {
+	TenantID    string    `json:"tenant_id"`
+	TenantName  string    `json:"tenant_name"`
+	Month       string    `json:"month"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	Currency    string    `json:"currency"`
+	// Status is "open" (computed from current usage; may still change) or
+	// "closed" (frozen by `admin close`).
+	Status   string     `json:"status"`
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
+	// Usage sums Lines.
+	Usage        Counts        `json:"usage"`
+	Lines        []UsageLine   `json:"usage_by_key_and_resource"`
+	Plans        []PlanCharges `json:"plan_periods"`
+	BaseFeeMinor int64         `json:"base_fee_minor"`
+	OverageMinor int64         `json:"overage_minor"`
+	TotalMinor   int64         `json:"total_minor"`
+	Rules        string        `json:"rules"`
+	// Late sums usage that arrived after the month was closed; it is not
+	// part of the total. Filled when a closed statement is read.
+	Late *Counts `json:"late_usage,omitempty"`
+}
+
+// UsageLine is a month's usage by one key of one resource. KeyID is ""
+// for decisions without a key.
+type UsageLine struct {
+	KeyID     string `json:"key_id"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+	KeyName   string `json:"key_name,omitempty"`
+	Resource  string `json:"resource"`
+	Counts
+}
+
+// PlanCharges are the charges of one span of the month on one plan.
+type PlanCharges struct {
+	Plan   string    `json:"plan"`
+	PlanID int64     `json:"plan_id"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	// SpanUS and MonthUS are the proration fraction's numerator and
+	// denominator.
+	SpanUS            int64         `json:"span_us"`
+	MonthUS           int64         `json:"month_us"`
+	PlanBaseFeeMinor  int64         `json:"plan_base_fee_minor"`
+	BaseFeeMinor      int64         `json:"base_fee_minor"`
+	PlanIncludedUnits int64         `json:"plan_included_units"`
+	IncludedUnits     int64         `json:"included_units"`
+	UsedUnits         int64         `json:"used_units"`
+	OverageUnits      int64         `json:"overage_units"`
+	Overage           []OverageLine `json:"overage"`
+	OverageMinor      int64         `json:"overage_minor"`
+	TotalMinor        int64         `json:"total_minor"`
+}
+
+// OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive)
+// at UnitMinor each.
+type OverageLine struct {
+	FromUnit    int64 `json:"from_unit"`
+	ToUnit      int64 `json:"to_unit"`
+	Units       int64 `json:"units"`
+	UnitMinor   int64 `json:"unit_minor"`
+	AmountMinor int64 `json:"amount_minor"`
+}
+
+// HourUnits are the allowed units of one hour.
+type HourUnits struct {
+	Start        time.Time
+	AllowedUnits int64
+}
+
+// StatementInput is everything a statement is computed from.
+type StatementInput struct {
+	Tenant tenants.Tenant
+	Month  Month
+	// History is the tenant's plan history (any order, any span).
+	History []tenants.PlanChange
+	Plans   map[int64]plans.Plan
+	// Hours are the month's allowed units by hour.
+	Hours []HourUnits
+	// Lines are the month's usage by key and resource.
+	Lines []UsageLine
+}
+
+// BuildStatement prices a tenant's month by RulesText. It is a pure
+// function of its input. Errors are EINVALID for a history naming an
+// unknown plan or plans of different currencies in one month, and for
+// amounts beyond int64.
+func BuildStatement(in StatementInput) (Statement, error) {
+	m := in.Month
+	st := Statement{
+		TenantID: in.Tenant.ID, TenantName: in.Tenant.Name, Month: m.String(),
+		PeriodStart: m.Start(), PeriodEnd: m.End(), Status: "open", Rules: RulesText,
+		Lines: append([]UsageLine{}, in.Lines...), Plans: []PlanCharges{},
+	}
+	sort.Slice(st.Lines, func(i, j int) bool {
+		if st.Lines[i].KeyID != st.Lines[j].KeyID {
+			return st.Lines[i].KeyID < st.Lines[j].KeyID
+		}
+		return st.Lines[i].Resource < st.Lines[j].Resource
+	})
+	for _, l := range st.Lines {
+		st.Usage.Add(l.Counts)
+	}
+	spans, err := planSpans(in.History, in.Plans, m)
+	if err != nil {
+		return Statement{}, err
+	}
+	if len(spans) == 0 {
+		return st, nil
+	}
+	for _, h := range in.Hours {
+		i := sort.Search(len(spans), func(i int) bool { return spans[i].From.After(h.Start) }) - 1
+		if i < 0 {
+			i = 0
+		}
+		spans[i].UsedUnits += h.AllowedUnits
+	}
+	monthUS := m.End().Sub(m.Start()).Microseconds()
+	for i := range spans {
+		c := &spans[i]
+		p := in.Plans[c.PlanID]
+		if st.Currency == "" {
+			st.Currency = p.Currency
+		} else if st.Currency != p.Currency {
+			return Statement{}, tollgate.Errorf(tollgate.EINVALID,
+				"tenant %s changed between plans of different currencies in %s", in.Tenant.Name, m)
+		}
+		c.SpanUS, c.MonthUS = c.To.Sub(c.From).Microseconds(), monthUS
+		c.PlanBaseFeeMinor, c.PlanIncludedUnits = p.BaseFeeMinor, p.IncludedUnits
+		c.BaseFeeMinor = prorate(p.BaseFeeMinor, c.SpanUS, monthUS)
+		c.IncludedUnits = prorate(p.IncludedUnits, c.SpanUS, monthUS)
+		c.OverageUnits = max(0, c.UsedUnits-c.IncludedUnits)
+		if c.Overage, c.OverageMinor, err = priceOverage(p, c.OverageUnits); err != nil {
+			return Statement{}, err
+		}
+		if c.TotalMinor, err = addChecked(c.BaseFeeMinor, c.OverageMinor); err != nil {
+			return Statement{}, err
+		}
+		st.BaseFeeMinor += c.BaseFeeMinor
+		if st.OverageMinor, err = addChecked(st.OverageMinor, c.OverageMinor); err != nil {
+			return Statement{}, err
+		}
+	}
+	st.Plans = spans
+	if st.TotalMinor, err = addChecked(st.BaseFeeMinor, st.OverageMinor); err != nil {
+		return Statement{}, err
+	}
+	return st, nil
+}
+
+// planSpans cuts the month into spans on one plan each, in time order.
+func planSpans(history []tenants.PlanChange, byID map[int64]plans.Plan, m Month) ([]PlanCharges, error) {
+	h := append([]tenants.PlanChange{}, history...)
+	sort.Slice(h, func(i, j int) bool {
+		if !h[i].EffectiveAt.Equal(h[j].EffectiveAt) {
+			return h[i].EffectiveAt.Before(h[j].EffectiveAt)
+		}
+		return h[i].ID < h[j].ID
+	})
+	var spans []PlanCharges
+	for i, c := range h {
+		from, to := c.EffectiveAt.UTC(), m.End()
+		if i+1 < len(h) {
+			to = h[i+1].EffectiveAt.UTC()
+		}
+		from, to = maxTime(from, m.Start()), minTime(to, m.End())
+		if !from.Before(to) {
+			continue
+		}
+		p, ok := byID[c.PlanID]
+		if !ok {
+			return nil, tollgate.Errorf(tollgate.EINVALID, "plan %d in the plan history does not exist", c.PlanID)
+		}
+		if n := len(spans); n > 0 && spans[n-1].PlanID == p.ID && spans[n-1].To.Equal(from) {
+			spans[n-1].To = to // a change to the same plan changes nothing
+			continue
+		}
+		spans = append(spans, PlanCharges{Plan: p.Name, PlanID: p.ID, From: from, To: to, Overage: []OverageLine{}})
+	}
+	return spans, nil
+}
+
+// prorate returns amount × num / den rounded half-up (all non-negative),
+// computed exactly.
+func prorate(amount, num, den int64) int64 {
+	if num == den {
+		return amount
+	}
+	// (2·amount·num + den) / (2·den), in big integers: amount·num can
+	// exceed int64 (a month is 2.6e12 µs).
+	n := new(big.Int).Mul(big.NewInt(amount), big.NewInt(num))
+	n.Mul(n, big.NewInt(2))
+	n.Add(n, big.NewInt(den))
+	n.Quo(n, new(big.Int).Mul(big.NewInt(den), big.NewInt(2)))
+	return n.Int64()
+}
+
+// priceOverage prices units of overage on plan p (see RulesText).
+func priceOverage(p plans.Plan, units int64) ([]OverageLine, int64, error) {
+	lines := []OverageLine{}
+	if units <= 0 {
+		return lines, 0, nil
+	}
+	tiers := p.Tiers
+	if len(tiers) == 0 {
+		tiers = []plans.PriceTier{{UnitMinor: p.OverageUnitMinor}}
+	}
+	var total, done int64
+	for i, t := range tiers {
+		upTo := units
+		if t.UpTo != nil && i < len(tiers)-1 {
+			upTo = min(*t.UpTo, units)
+		}
+		if upTo <= done {
+			continue
+		}
+		n := upTo - done
+		amount, err := mulChecked(n, t.UnitMinor)
+		if err != nil {
+			return nil, 0, err
+		}
+		if total, err = addChecked(total, amount); err != nil {
+			return nil, 0, err
+		}
+		lines = append(lines, OverageLine{FromUnit: done + 1, ToUnit: upTo, Units: n, UnitMinor: t.UnitMinor, AmountMinor: amount})
+		done = upTo
+		if done >= units {
+			break
+		}
+	}
+	return lines, total, nil
+}
+
+var errOverflow = tollgate.Errorf(tollgate.EINVALID, "an amount exceeds the largest representable value")
+
+func mulChecked(a, b int64) (int64, error) {
+	if a != 0 && b != 0 && a > (1<<63-1)/b {
+		return 0, errOverflow
+	}
+	return a * b, nil
+}
+
+func addChecked(a, b int64) (int64, error) {
+	if a > (1<<63-1)-b {
+		return 0, errOverflow
+	}
+	return a + b, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

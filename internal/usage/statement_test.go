@@ -1,0 +1,408 @@
+package usage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+func october(t *testing.T) Month {
+	m, err := ParseMonth("2026-10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestProrateRoundsHalfUp(t *testing.T) {
+	month := int64(31 * 24 * time.Hour / time.Microsecond)
+	for _, c := range []struct {
+		amount, num, den, want int64
+	}{
+		{3, 1, 2, 2}, // 1.5 → 2
+		{1, 1, 2, 1}, // 0.5 → 1
+		{5, 1, 4, 1}, // 1.25 → 1
+		{7, 3, 4, 5}, // 5.25 → 5
+		{7, 5, 8, 4}, // 4.375 → 4
+		{9, 5, 6, 8}, // 7.5 → 8
+		{0, 1, 3, 0}, // nothing to prorate
+		{4900, month, month, 4900},
+		{4900, month / 2, month, 2450}, // 15.5 days of 31: exactly half
+		{4900, 10 * 24 * 3600 * 1_000_000, month, 1581},     // 1580.645…
+		{100_000, 10 * 24 * 3600 * 1_000_000, month, 32258}, // 32258.06…
+		{1 << 40, month - 1, month, 1 << 40},                // 2^40 − 0.41: amount × span exceeds int64
+		{1 << 40, month / 2, month, 1 << 39},
+	} {
+		if got := prorate(c.amount, c.num, c.den); got != c.want {
+			t.Errorf("prorate(%d, %d, %d) = %d, want %d", c.amount, c.num, c.den, got, c.want)
+		}
+	}
+}
+
+func TestPriceOverage(t *testing.T) {
+	graduated := plans.Plan{Tiers: []plans.PriceTier{{UpTo: ptr(int64(10)), UnitMinor: 3}, {UpTo: ptr(int64(50)), UnitMinor: 2}, {UnitMinor: 1}}}
+	bounded := plans.Plan{Tiers: []plans.PriceTier{{UpTo: ptr(int64(10)), UnitMinor: 5}, {UpTo: ptr(int64(20)), UnitMinor: 4}}}
+	for _, c := range []struct {
+		name  string
+		plan  plans.Plan
+		units int64
+		want  int64
+		lines string
+	}{
+		{"flat", plans.Plan{OverageUnitMinor: 7}, 12, 84, "[{1 12 12 7 84}]"},
+		{"none", plans.Plan{OverageUnitMinor: 7}, 0, 0, "[]"},
+		{"first tier only", graduated, 4, 12, "[{1 4 4 3 12}]"},
+		{"tier edge", graduated, 10, 30, "[{1 10 10 3 30}]"},
+		{"second tier", graduated, 11, 32, "[{1 10 10 3 30} {11 11 1 2 2}]"},
+		{"all tiers", graduated, 66, 30 + 80 + 16, "[{1 10 10 3 30} {11 50 40 2 80} {51 66 16 1 16}]"},
+		{"beyond the last bounded tier", bounded, 25, 50 + 4*15, "[{1 10 10 5 50} {11 25 15 4 60}]"},
+	} {
+		lines, total, err := priceOverage(c.plan, c.units)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(lines)
+		if total != c.want || got != c.lines {
+			t.Errorf("%s: total %d lines %s; want %d %s", c.name, total, got, c.want, c.lines)
+		}
+	}
+	if _, _, err := priceOverage(plans.Plan{OverageUnitMinor: 1 << 40}, 1<<40); tollgate.ErrorCode(err) != tollgate.EINVALID {
+		t.Errorf("overflow: err %v, want EINVALID", err)
+	}
+}
+
+var (
+	proPlan = plans.Plan{ID: 1, Name: "pro", Currency: "USD", BaseFeeMinor: 4900, IncludedUnits: 100_000,
+		OverageUnitMinor: 1}
+	scalePlan = plans.Plan{ID: 2, Name: "scale", Currency: "USD", BaseFeeMinor: 10_000, IncludedUnits: 50_000,
+		Tiers: []plans.PriceTier{{UpTo: ptr(int64(10_000)), UnitMinor: 3}, {UpTo: ptr(int64(50_000)), UnitMinor: 2}, {UnitMinor: 1}}}
+	euroPlan = plans.Plan{ID: 3, Name: "euro", Currency: "EUR", BaseFeeMinor: 100}
+	byID     = map[int64]plans.Plan{1: proPlan, 2: scalePlan, 3: euroPlan}
+)
+
+func TestBuildStatementProratesAPlanChange(t *testing.T) {
+	m := october(t)
+	var hours []HourUnits
+	for d := 1; d <= 10; d++ { // 4,000 units a day on pro
+		hours = append(hours, HourUnits{time.Date(2026, 10, d, 12, 0, 0, 0, time.UTC), 4000})
+	}
+	hours = append(hours,
+		HourUnits{mustTime(t, "2026-10-10T23:00:00Z"), 1}, // last hour on pro
+		HourUnits{mustTime(t, "2026-10-11T00:00:00Z"), 1}, // first hour on scale
+		HourUnits{mustTime(t, "2026-10-20T12:00:00Z"), 100_000},
+	)
+	st, err := BuildStatement(StatementInput{
+		Tenant: tenants.Tenant{ID: tA, Name: "acme"}, Month: m, Plans: byID, Hours: hours,
+		History: []tenants.PlanChange{
+			{ID: 7, PlanID: 2, EffectiveAt: mustTime(t, "2026-10-11T00:00:00Z")},
+			{ID: 3, PlanID: 1, EffectiveAt: mustTime(t, "2026-08-01T00:00:00Z")},
+			{ID: 9, PlanID: 2, EffectiveAt: mustTime(t, "2026-11-05T00:00:00Z")}, // after the month
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Plans) != 2 {
+		t.Fatalf("%d plan periods, want 2: %+v", len(st.Plans), st.Plans)
+	}
+	pro, scale := st.Plans[0], st.Plans[1]
+	// pro for 10 of 31 days: base 4900 × 10/31 = 1580.645… → 1581; included
+	// 100,000 × 10/31 = 32,258.06… → 32,258; used 40,001 → 7,743 × 1.
+	check := func(name string, got, want int64) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	check("pro base", pro.BaseFeeMinor, 1581)
+	check("pro included", pro.IncludedUnits, 32_258)
+	check("pro used", pro.UsedUnits, 40_001)
+	check("pro overage units", pro.OverageUnits, 7_743)
+	check("pro overage", pro.OverageMinor, 7_743)
+	check("pro span", pro.SpanUS, 10*24*3600*1_000_000)
+	// scale for 21 of 31 days: base 10,000 × 21/31 = 6,774.19… → 6,774;
+	// included 50,000 × 21/31 = 33,870.97… → 33,871; used 100,001 → 66,130
+	// overage: 10,000 × 3 + 40,000 × 2 + 16,130 × 1 = 126,130.
+	check("scale base", scale.BaseFeeMinor, 6774)
+	check("scale included", scale.IncludedUnits, 33_871)
+	check("scale used", scale.UsedUnits, 100_001)
+	check("scale overage units", scale.OverageUnits, 66_130)
+	check("scale overage", scale.OverageMinor, 126_130)
+	if got := fmt.Sprint(scale.Overage); got != "[{1 10000 10000 3 30000} {10001 50000 40000 2 80000} {50001 66130 16130 1 16130}]" {
+		t.Errorf("scale overage lines %s", got)
+	}
+	check("base fees", st.BaseFeeMinor, 1581+6774)
+	check("overage", st.OverageMinor, 7743+126_130)
+	check("total", st.TotalMinor, 1581+6774+7743+126_130)
+	if st.Currency != "USD" || st.Status != "open" || st.Rules != RulesText {
+		t.Errorf("currency %q status %q", st.Currency, st.Status)
+	}
+}
+
+func TestBuildStatementTenantStartingMidMonth(t *testing.T) {
+	st, err := BuildStatement(StatementInput{
+		Tenant: tenants.Tenant{ID: tA, Name: "new"}, Month: october(t), Plans: byID,
+		History: []tenants.PlanChange{{ID: 1, PlanID: 1, EffectiveAt: mustTime(t, "2026-10-15T12:00:00Z")}},
+		// The creation hour started before the plan: it counts on it.
+		Hours: []HourUnits{{mustTime(t, "2026-10-15T12:00:00Z").Add(-time.Hour + 0), 60_000}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16.5 of 31 days: 4,900 × 16.5/31 = 2,608.06… → 2,608; included
+	// 100,000 × 16.5/31 = 53,225.8… → 53,226; overage 6,774.
+	p := st.Plans[0]
+	if p.BaseFeeMinor != 2608 || p.IncludedUnits != 53_226 || p.OverageUnits != 6774 || st.TotalMinor != 2608+6774 {
+		t.Errorf("got base %d included %d overage %d total %d", p.BaseFeeMinor, p.IncludedUnits, p.OverageUnits, st.TotalMinor)
+	}
+}
+
+func TestBuildStatementRefusesMixedCurrencies(t *testing.T) {
+	_, err := BuildStatement(StatementInput{
+		Tenant: tenants.Tenant{ID: tA, Name: "x"}, Month: october(t), Plans: byID,
+		History: []tenants.PlanChange{
+			{ID: 1, PlanID: 1, EffectiveAt: mustTime(t, "2026-09-01T00:00:00Z")},
+			{ID: 2, PlanID: 3, EffectiveAt: mustTime(t, "2026-10-20T00:00:00Z")},
+		},
+	})
+	if tollgate.ErrorCode(err) != tollgate.EINVALID {
+		t.Errorf("err %v, want EINVALID", err)
+	}
+}
+
+// seedDemoPro creates the demo plans and a demo-pro tenant on pro since
+// September 2026 with two keys, and a demo-free tenant.
+func seedDemoPro(t *testing.T, s *Store) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
+	t.Helper()
+	ctx := context.Background()
+	ids := map[string]int64{}
+	for _, p := range plans.DemoPlans() {
+		stored, err := s.plans.Put(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[p.Name] = stored.ID
+	}
+	var err error
+	if pro, err = s.tenants.Create(ctx, "demo-pro", ids["pro"]); err != nil {
+		t.Fatal(err)
+	}
+	if free, err = s.tenants.Create(ctx, "demo-free", ids["free"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, key1, err = s.tenants.IssueKey(ctx, pro.ID, "web", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, key2, err = s.tenants.IssueKey(ctx, pro.ID, "batch", nil); err != nil {
+		t.Fatal(err)
+	}
+	return pro, free, key1, key2
+}
+
+// monthOfTraffic applies one batch per day of October 2026: every hour,
+// key1 makes 150 allowed and 10 denied GET /repos checks of cost 1, key2
+// 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
+// anonymous callers add traffic that must not show on demo-pro's
+// statement, as do September and November.
+func monthOfTraffic(t *testing.T, s *Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
+	t.Helper()
+	ctx := context.Background()
+	for day := 1; day <= 31; day++ {
+		b := Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
+		for hour := range 24 {
+			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
+			b.Rows = append(b.Rows,
+				row(m, pro.ID, key1.ID, "GET /repos", Counts{Allowed: 150, AllowedUnits: 150}),
+				row(m, pro.ID, key1.ID, "GET /repos", Counts{Denied: 10, DeniedUnits: 10}),
+				row(m, pro.ID, key2.ID, "POST /v1/search", Counts{Allowed: 15, AllowedUnits: 30}),
+				Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
+					Reason: "rate_limited", DeniedBy: "search", Counts: Counts{Denied: 5, DeniedUnits: 10}},
+				row(m, free.ID, testID(99), "GET /repos", Counts{Allowed: 7, AllowedUnits: 7}),
+				Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: Counts{Allowed: 3, AllowedUnits: 3}},
+			)
+		}
+		if _, err := s.Apply(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.Apply(ctx, Batch{Version: 1, ID: "demo:edges", Rows: []Row{
+		row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1000, AllowedUnits: 1000}),
+		row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1000, AllowedUnits: 1000}),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDemoProStatementForAMonthOfTraffic(t *testing.T) {
+	s, _ := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	pro, free, key1, key2 := seedDemoPro(t, s)
+	monthOfTraffic(t, s, pro, free, key1, key2)
+
+	st, err := s.Statement(ctx, pro.ID, october(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 31 days × 24 hours × (150 + 30) units = 133,920 allowed units; pro
+	// includes 100,000, so 33,920 overage units at 1 cent; base fee 4,900
+	// for the whole month.
+	want := Statement{
+		TenantID: pro.ID, TenantName: "demo-pro", Month: "2026-10", Currency: "USD", Status: "open",
+		PeriodStart: mustTime(t, "2026-10-01T00:00:00Z"), PeriodEnd: mustTime(t, "2026-11-01T00:00:00Z"),
+		Usage:        Counts{Allowed: 31 * 24 * 165, Denied: 31 * 24 * 15, AllowedUnits: 133_920, DeniedUnits: 31 * 24 * 20},
+		BaseFeeMinor: 4900, OverageMinor: 33_920, TotalMinor: 38_820, Rules: RulesText,
+	}
+	lines := []UsageLine{
+		{KeyID: key1.ID, KeyPrefix: key1.Prefix, KeyName: "web", Resource: "GET /repos",
+			Counts: Counts{Allowed: 111_600, Denied: 7_440, AllowedUnits: 111_600, DeniedUnits: 7_440}},
+		{KeyID: key2.ID, KeyPrefix: key2.Prefix, KeyName: "batch", Resource: "POST /v1/search",
+			Counts: Counts{Allowed: 11_160, Denied: 3_720, AllowedUnits: 22_320, DeniedUnits: 7_440}},
+	}
+	if key2.ID < key1.ID {
+		lines[0], lines[1] = lines[1], lines[0]
+	}
+	proPlanID := st.Plans[0].PlanID
+	want.Lines = lines
+	want.Plans = []PlanCharges{{
+		Plan: "pro", PlanID: proPlanID, From: want.PeriodStart, To: want.PeriodEnd,
+		SpanUS: 31 * 24 * 3600 * 1_000_000, MonthUS: 31 * 24 * 3600 * 1_000_000,
+		PlanBaseFeeMinor: 4900, BaseFeeMinor: 4900, PlanIncludedUnits: 100_000, IncludedUnits: 100_000,
+		UsedUnits: 133_920, OverageUnits: 33_920,
+		Overage:      []OverageLine{{FromUnit: 1, ToUnit: 33_920, Units: 33_920, UnitMinor: 1, AmountMinor: 33_920}},
+		OverageMinor: 33_920, TotalMinor: 38_820,
+	}}
+	gotJSON, _ := json.MarshalIndent(st, "", "  ")
+	wantJSON, _ := json.MarshalIndent(want, "", "  ")
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Errorf("statement\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+	// The JSON names finance reads.
+	var doc map[string]any
+	_ = json.Unmarshal(gotJSON, &doc)
+	for _, field := range []string{"tenant_id", "month", "currency", "usage_by_key_and_resource", "plan_periods",
+		"base_fee_minor", "overage_minor", "total_minor", "rules"} {
+		if _, ok := doc[field]; !ok {
+			t.Errorf("statement JSON has no %q", field)
+		}
+	}
+
+	var csvOut strings.Builder
+	if err := WriteCSV(&csvOut, []Statement{st}); err != nil {
+		t.Fatal(err)
+	}
+	head := pro.ID + ",demo-pro,2026-10,open,USD,"
+	span := "pro,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,"
+	usage := func(l UsageLine) string {
+		return fmt.Sprintf("%susage,,,,%s,%s,%s,%d,%d,%d,%d,,\n", head, l.KeyID, l.KeyPrefix, l.Resource,
+			l.Allowed, l.Denied, l.AllowedUnits, l.DeniedUnits)
+	}
+	wantCSV := strings.Join(CSVHeader, ",") + "\n" +
+		usage(lines[0]) + usage(lines[1]) +
+		head + "base_fee," + span + ",,,,,,,,4900\n" +
+		head + "included," + span + ",,,,,100000,,,\n" +
+		head + "used," + span + ",,,,,133920,,,\n" +
+		head + "overage," + span + ",,,,,33920,,1,33920\n" +
+		head + "total,,,,,,,,,,,,38820\n"
+	if csvOut.String() != wantCSV {
+		t.Errorf("CSV\n got:\n%s\nwant:\n%s", csvOut.String(), wantCSV)
+	}
+
+	// demo-free: 31 × 24 × 7 = 5,208 units; 1,000 included, no overage price.
+	fst, err := s.Statement(ctx, free.ID, october(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fst.Usage.AllowedUnits != 5208 || fst.TotalMinor != 0 || fst.Plans[0].OverageUnits != 4208 {
+		t.Errorf("demo-free: units %d overage %d total %d", fst.Usage.AllowedUnits, fst.Plans[0].OverageUnits, fst.TotalMinor)
+	}
+}
+
+func TestCloseMonthFreezesStatements(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	pro, free, key1, key2 := seedDemoPro(t, s)
+	monthOfTraffic(t, s, pro, free, key1, key2)
+	m := october(t)
+
+	if _, err := s.CloseMonth(ctx, MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
+		t.Errorf("closing the current month: err %v, want EINVALID", err)
+	}
+	var progress []string
+	res, err := s.CloseMonth(ctx, m, func(done, total int) { progress = append(progress, fmt.Sprintf("%d/%d", done, total)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AlreadyClosed || res.Statements != 2 || res.TotalMinor["USD"] != 38_820 {
+		t.Errorf("close: %+v", res)
+	}
+	if got := strings.Join(progress, " "); got != "0/2 1/2 2/2" {
+		t.Errorf("progress %q", got)
+	}
+	again, err := s.CloseMonth(ctx, m, nil)
+	if err != nil || !again.AlreadyClosed || again.Statements != 2 || again.TotalMinor["USD"] != 38_820 ||
+		!again.ClosedAt.Equal(res.ClosedAt) {
+		t.Errorf("closing again: %+v, %v; want a no-op", again, err)
+	}
+
+	// Late usage: counted in the usage tables and listed, not billed.
+	late, err := s.Apply(ctx, Batch{Version: 1, ID: "late:1", Rows: []Row{
+		row(at(t, "2026-10-31T23:59"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 500, AllowedUnits: 500}),
+		row(at(t, "2026-11-02T10:00"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1, AllowedUnits: 1}),
+	}})
+	if err != nil || late.LateRows != 1 {
+		t.Fatalf("late apply: %+v, %v; want 1 late row", late, err)
+	}
+	st, err := s.Statement(ctx, pro.ID, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "closed" || st.ClosedAt == nil || st.TotalMinor != 38_820 || st.Usage.AllowedUnits != 133_920 {
+		t.Errorf("closed statement changed: status %s total %d units %d", st.Status, st.TotalMinor, st.Usage.AllowedUnits)
+	}
+	if st.Late == nil || st.Late.AllowedUnits != 500 {
+		t.Errorf("late usage on the statement: %+v, want 500 units", st.Late)
+	}
+	rows, err := s.Late(ctx, m, pro.ID)
+	if err != nil || len(rows) != 1 || rows[0].BatchID != "late:1" || rows[0].AllowedUnits != 500 || rows[0].KeyID != key1.ID {
+		t.Errorf("late rows %+v, %v", rows, err)
+	}
+	all, err := s.Statements(ctx, m, nil)
+	if err != nil || len(all) != 2 || all[0].TenantName != "demo-free" || all[1].Late == nil {
+		t.Errorf("closed statements: %d, %v", len(all), err)
+	}
+	// Frozen in the database too.
+	if _, err := db.Exec(ctx, `UPDATE statements SET total_minor = 0`); err == nil {
+		t.Error("a closed statement could be updated")
+	}
+	// A tenant without a statement in a closed month.
+	newcomer, err := s.tenants.Create(ctx, "newcomer", st.Plans[0].PlanID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Statement(ctx, newcomer.ID, m); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
+		t.Errorf("newcomer's closed October: err %v, want ENOTFOUND", err)
+	}
+}

@@ -1,0 +1,572 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// nilUUID stands for "no tenant" and "no key" in the usage tables.
+const nilUUID = "00000000-0000-0000-0000-000000000000"
+
+// Advisory lock keys. Applying a batch holds closeLock shared, closing a
+// month holds it exclusively: a batch is either in a month's statements or
+// reported as late, never half of each.
+const (
+	closeLock     int64 = 7_274_001
+	partitionLock int64 = 7_274_002
+)
+
+// StoreConfig configures a Store. Zero values take the defaults noted.
+type StoreConfig struct {
+	// MinuteRetention is how many whole months of minute rows are kept
+	// before the current month (default 3; TOLLGATE_USAGE_MINUTE_RETENTION).
+	// Older monthly partitions are dropped by Maintain; hours, days and
+	// months are kept.
+	MinuteRetention int
+	// BatchIDRetention is how long applied batch IDs are remembered to
+	// reject duplicates (default 30 days). A batch redelivered after that
+	// would count twice; redeliveries happen within minutes.
+	BatchIDRetention time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Store keeps usage, closed months and statements in Postgres. Safe for
+// concurrent use.
+type Store struct {
+	db      *pgxpool.Pool
+	plans   *plans.Store
+	tenants *tenants.Store
+	cfg     StoreConfig
+
+	mu         sync.Mutex
+	partitions map[string]bool // minute partitions known to exist
+}
+
+// NewStore returns a Store on db.
+func NewStore(db *pgxpool.Pool, cfg StoreConfig) *Store {
+	if cfg.MinuteRetention <= 0 {
+		cfg.MinuteRetention = 3
+	}
+	if cfg.BatchIDRetention <= 0 {
+		cfg.BatchIDRetention = 30 * 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{db: db, plans: plans.NewStore(db), tenants: tenants.NewStore(db), cfg: cfg,
+		partitions: map[string]bool{}}
+}
+
+// ApplyResult says what Apply did.
+type ApplyResult struct {
+	// Duplicate is true when the batch had been applied before: nothing
+	// changed.
+	Duplicate bool
+	// LateRows counts rows of the batch that fell in closed months.
+	LateRows int
+}
+
+// Apply adds the batch's counts to the minute rows and the hour, day and
+// month rollups, exactly once: the batch ID is recorded in the same
+// transaction, and a batch whose ID is already recorded changes nothing.
+// Rows in closed months are counted and also listed in usage_late; the
+// closed months' statements do not change. Minute rows older than the
+// retention only go to the rollups.
+func (s *Store) Apply(ctx context.Context, b Batch) (ApplyResult, error) {
+	res, err := s.ApplyAll(ctx, []Batch{b})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res[0], nil
+}
+
+// ApplyAll applies batches as Apply does, in one transaction: rows of
+// many batches merge before they are written, which is what lets a worker
+// catch up quickly after an outage. Each batch is still applied exactly
+// once (a batch listed twice is a duplicate the second time). Results
+// are in the order of batches.
+func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, error) {
+	results := make([]ApplyResult, len(batches))
+	if len(batches) == 0 {
+		return results, nil
+	}
+	cutoff := s.minuteCutoff()
+	var months []time.Time
+	for _, b := range batches {
+		for _, r := range b.Rows {
+			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+		}
+		for _, r := range b.IPs {
+			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+		}
+	}
+	if err := s.ensurePartitions(ctx, months, cutoff); err != nil {
+		return nil, err
+	}
+	// The first occurrence of each ID is the candidate; the transaction
+	// finds out which candidates were never applied.
+	first := map[string]int{}
+	var ids []string
+	var rowCounts []int32
+	var decisions []int64
+	for i, b := range batches {
+		if _, seen := first[b.ID]; seen {
+			results[i].Duplicate = true
+			continue
+		}
+		first[b.ID] = i
+		ids, rowCounts, decisions = append(ids, b.ID), append(rowCounts, int32(len(b.Rows))), append(decisions, b.Decisions())
+	}
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, closeLock); err != nil {
+			return fmt.Errorf("usage: apply: lock: %w", err)
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO usage_batches (batch_id, row_count, decisions)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::int8[])
+			ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id`, ids, rowCounts, decisions)
+		if err != nil {
+			return fmt.Errorf("usage: apply: record batches: %w", err)
+		}
+		fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("usage: apply: record batches: %w", err)
+		}
+		isFresh := map[string]bool{}
+		for _, id := range fresh {
+			isFresh[id] = true
+		}
+		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
+		ips := map[ipKey]Counts{}
+		var apply []int
+		for i, b := range batches {
+			if first[b.ID] != i || !isFresh[b.ID] {
+				results[i] = ApplyResult{Duplicate: true}
+				continue
+			}
+			results[i] = ApplyResult{}
+			apply = append(apply, i)
+			for _, r := range b.Rows {
+				at := time.Unix(r.Minute, 0).UTC()
+				k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: r.Resource,
+					reason: r.Reason, deniedBy: r.DeniedBy}
+				if !at.Before(cutoff) {
+					minute.add(at, k, r.Counts)
+				}
+				hour.add(at.Truncate(time.Hour), k, r.Counts)
+				day.add(time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), k, r.Counts)
+				month.add(monthOf(at), k, r.Counts)
+			}
+			for _, r := range b.IPs {
+				if at := time.Unix(r.Minute, 0).UTC(); !at.Before(cutoff) {
+					c := ips[ipKey{at, r.IP}]
+					c.Add(r.Counts)
+					ips[ipKey{at, r.IP}] = c
+				}
+			}
+		}
+		for _, t := range []struct {
+			table string
+			r     rollup
+		}{{"usage_minute", minute}, {"usage_hour", hour}, {"usage_day", day}, {"usage_month", month}} {
+			if err := upsertRollup(ctx, tx, t.table, t.r); err != nil {
+				return err
+			}
+		}
+		if err := upsertIPs(ctx, tx, ips); err != nil {
+			return err
+		}
+		closed, err := closedMonths(ctx, tx, month)
+		if err != nil || len(closed) == 0 {
+			return err
+		}
+		for _, i := range apply {
+			if results[i].LateRows, err = recordLate(ctx, tx, batches[i], closed); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23514" { // no partition for a row
+			s.forgetPartitions()
+		}
+		return nil, fmt.Errorf("usage: apply %d batches from %s: %w", len(batches), batches[0].ID, err)
+	}
+	return results, nil
+}
+
+func orNil(id string) string {
+	if id == "" {
+		return nilUUID
+	}
+	return id
+}
+
+// dims are a usage row's dimensions besides its time bucket.
+type dims struct {
+	tenantID, keyID, tier, resource, reason, deniedBy string
+}
+
+type bucketKey struct {
+	at time.Time
+	dims
+}
+
+type rollup map[bucketKey]Counts
+
+func newRollup() rollup { return rollup{} }
+
+func (r rollup) add(at time.Time, d dims, c Counts) {
+	k := bucketKey{at, d}
+	cur := r[k]
+	cur.Add(c)
+	r[k] = cur
+}
+
+// sortedKeys orders keys as the primary key does, so that concurrent
+// transactions lock rows in one order and cannot deadlock.
+func (r rollup) sortedKeys() []bucketKey {
+	keys := make([]bucketKey, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		switch {
+		case a.tenantID != b.tenantID:
+			return a.tenantID < b.tenantID
+		case !a.at.Equal(b.at):
+			return a.at.Before(b.at)
+		case a.keyID != b.keyID:
+			return a.keyID < b.keyID
+		case a.tier != b.tier:
+			return a.tier < b.tier
+		case a.resource != b.resource:
+			return a.resource < b.resource
+		case a.reason != b.reason:
+			return a.reason < b.reason
+		}
+		return a.deniedBy < b.deniedBy
+	})
+	return keys
+}
+
+func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error {
+	if len(r) == 0 {
+		return nil
+	}
+	n := len(r)
+	var (
+		tenant, key, tier, resource, reason, deniedBy = make([]string, 0, n), make([]string, 0, n),
+			make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		at                   = make([]time.Time, 0, n)
+		a, d, aUnits, dUnits = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	)
+	for _, k := range r.sortedKeys() {
+		c := r[k]
+		tenant, at, key = append(tenant, k.tenantID), append(at, k.at), append(key, k.keyID)
+		tier, resource, reason, deniedBy = append(tier, k.tier), append(resource, k.resource),
+			append(reason, k.reason), append(deniedBy, k.deniedBy)
+		a, d, aUnits, dUnits = append(a, c.Allowed), append(d, c.Denied), append(aUnits, c.AllowedUnits),
+			append(dUnits, c.DeniedUnits)
+	}
+	// table is one of four constants.
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` AS u (tenant_id, bucket_start, key_id, tier, resource,
+			reason, denied_by, allowed, denied, allowed_units, denied_units)
+		SELECT t::uuid, b, k::uuid, tr, rs, rn, db, a, d, au, du
+		FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
+			$7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])
+			AS x(t, b, k, tr, rs, rn, db, a, d, au, du)
+		ON CONFLICT (tenant_id, bucket_start, key_id, tier, resource, reason, denied_by) DO UPDATE SET
+			allowed = u.allowed + EXCLUDED.allowed, denied = u.denied + EXCLUDED.denied,
+			allowed_units = u.allowed_units + EXCLUDED.allowed_units,
+			denied_units = u.denied_units + EXCLUDED.denied_units`,
+		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits)
+	if err != nil {
+		return fmt.Errorf("usage: apply: %s: %w", table, err)
+	}
+	return nil
+}
+
+type ipKey struct {
+	at time.Time
+	ip string
+}
+
+func upsertIPs(ctx context.Context, tx pgx.Tx, ips map[ipKey]Counts) error {
+	if len(ips) == 0 {
+		return nil
+	}
+	keys := make([]ipKey, 0, len(ips))
+	for k := range ips {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if !keys[i].at.Equal(keys[j].at) {
+			return keys[i].at.Before(keys[j].at)
+		}
+		return keys[i].ip < keys[j].ip
+	})
+	at, ip := make([]time.Time, len(keys)), make([]string, len(keys))
+	a, d, aUnits, dUnits := make([]int64, len(keys)), make([]int64, len(keys)), make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		c := ips[k]
+		at[i], ip[i], a[i], d[i], aUnits[i], dUnits[i] = k.at, k.ip, c.Allowed, c.Denied, c.AllowedUnits, c.DeniedUnits
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO usage_anon_ip_minute AS u (bucket_start, ip, allowed, denied,
+			allowed_units, denied_units)
+		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[])
+		ON CONFLICT (bucket_start, ip) DO UPDATE SET
+			allowed = u.allowed + EXCLUDED.allowed, denied = u.denied + EXCLUDED.denied,
+			allowed_units = u.allowed_units + EXCLUDED.allowed_units,
+			denied_units = u.denied_units + EXCLUDED.denied_units`, at, ip, a, d, aUnits, dUnits)
+	if err != nil {
+		return fmt.Errorf("usage: apply: anonymous IPs: %w", err)
+	}
+	return nil
+}
+
+// closedMonths returns which of the months tenant rows touch are closed
+// ("2006-01" → true).
+func closedMonths(ctx context.Context, tx pgx.Tx, months rollup) (map[string]bool, error) {
+	var touched []time.Time
+	seen := map[time.Time]bool{}
+	for k := range months {
+		if k.tenantID != nilUUID && !seen[k.at] {
+			seen[k.at] = true
+			touched = append(touched, k.at)
+		}
+	}
+	if len(touched) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT month FROM usage_closed_months WHERE month = ANY($1::date[])`, touched)
+	if err != nil {
+		return nil, fmt.Errorf("usage: apply: closed months: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("usage: apply: closed months: %w", err)
+	}
+	closed := map[string]bool{}
+	for _, m := range list {
+		closed[m.Format("2006-01")] = true
+	}
+	return closed, nil
+}
+
+// recordLate lists the batch's tenant rows that fall in closed months.
+func recordLate(ctx context.Context, tx pgx.Tx, b Batch, closed map[string]bool) (int, error) {
+	n := 0
+	for _, r := range b.Rows {
+		at := time.Unix(r.Minute, 0).UTC()
+		if r.TenantID == "" || !closed[at.Format("2006-01")] {
+			continue
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO usage_late (batch_id, month, tenant_id, key_id, resource,
+			bucket_start, allowed, denied, allowed_units, denied_units)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			b.ID, monthOf(at), r.TenantID, orNil(r.KeyID), r.Resource, at,
+			r.Allowed, r.Denied, r.AllowedUnits, r.DeniedUnits)
+		if err != nil {
+			return 0, fmt.Errorf("usage: apply: record late usage: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// monthOf returns the first instant of t's UTC month.
+func monthOf(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// minuteCutoff is the start of the oldest month whose minute rows are
+// kept.
+func (s *Store) minuteCutoff() time.Time {
+	return monthOf(s.cfg.Now()).AddDate(0, -s.cfg.MinuteRetention, 0)
+}
+
+// partitioned are the tables split into monthly partitions.
+var partitioned = []string{"usage_minute", "usage_anon_ip_minute"}
+
+func partitionName(table string, month time.Time) string {
+	return table + "_" + month.Format("200601")
+}
+
+// ensurePartitions creates the monthly partitions the given months need,
+// skipping months before cutoff. It runs outside the apply transaction,
+// so that the DDL's locks are held only for a moment.
+func (s *Store) ensurePartitions(ctx context.Context, months []time.Time, cutoff time.Time) error {
+	s.mu.Lock()
+	var missing []time.Time
+	seen := map[time.Time]bool{}
+	for _, m := range months {
+		if m.Before(cutoff) || seen[m] || s.partitions[partitionName(partitioned[0], m)] {
+			continue
+		}
+		seen[m] = true
+		missing = append(missing, m)
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLock); err != nil {
+			return err
+		}
+		for _, m := range missing {
+			for _, table := range partitioned {
+				name := partitionName(table, m)
+				var exists bool
+				if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+					return err
+				}
+				if exists {
+					continue
+				}
+				// Names and bounds come from time.Format: no injection.
+				_, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+					name, table, m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339)))
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("usage: create partitions: %w", err)
+	}
+	s.mu.Lock()
+	for _, m := range missing {
+		s.partitions[partitionName(partitioned[0], m)] = true
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) forgetPartitions() {
+	s.mu.Lock()
+	s.partitions = map[string]bool{}
+	s.mu.Unlock()
+}
+
+// MaintenanceResult says what Maintain did.
+type MaintenanceResult struct {
+	Dropped       []string // partitions dropped
+	PurgedBatches int64    // batch IDs forgotten
+}
+
+// Maintain creates the minute partitions of the current and the next two
+// months, drops those older than the retention, and forgets batch IDs
+// older than BatchIDRetention. Safe to run from several workers at once.
+func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
+	var res MaintenanceResult
+	now := s.cfg.Now()
+	cur := monthOf(now)
+	cutoff := s.minuteCutoff()
+	if err := s.ensurePartitions(ctx, []time.Time{cur, cur.AddDate(0, 1, 0), cur.AddDate(0, 2, 0)}, cutoff); err != nil {
+		return res, err
+	}
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLock); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_inherits i
+			JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+			WHERE p.relname = ANY($1) ORDER BY c.relname`, partitioned)
+		if err != nil {
+			return err
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			suffix := name[strings.LastIndexByte(name, '_')+1:]
+			m, err := time.Parse("200601", suffix)
+			if err != nil || !m.Before(cutoff) {
+				continue
+			}
+			if _, err := tx.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+				return err
+			}
+			res.Dropped = append(res.Dropped, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("usage: drop old partitions: %w", err)
+	}
+	if len(res.Dropped) > 0 {
+		s.forgetPartitions()
+	}
+	for {
+		tag, err := s.db.Exec(ctx, `DELETE FROM usage_batches WHERE batch_id IN (
+			SELECT batch_id FROM usage_batches WHERE applied_at < $1 LIMIT 10000)`, now.Add(-s.cfg.BatchIDRetention))
+		if err != nil {
+			return res, fmt.Errorf("usage: forget old batch IDs: %w", err)
+		}
+		res.PurgedBatches += tag.RowsAffected()
+		if tag.RowsAffected() < 10000 {
+			return res, nil
+		}
+	}
+}
+
+// SetAside records a stream entry that is not a valid batch, so that it
+// stops blocking the stream and can be inspected.
+func (s *Store) SetAside(ctx context.Context, entryID string, payload []byte, reason error) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO usage_bad_batches (entry_id, payload, error) VALUES ($1, $2, $3)
+		ON CONFLICT (entry_id) DO NOTHING`, entryID, strings.ToValidUTF8(string(payload), "?"), reason.Error())
+	if err != nil {
+		return fmt.Errorf("usage: set aside bad batch: %w", err)
+	}
+	return nil
+}
+
+// StoreProducer applies batches straight to Postgres: the producer of
+// single-process mode (TOLLGATE_STORE=memory), where there is no stream
+// and no worker. A failed Apply is retried by the aggregator with the same
+// batch, so it too is exactly-once.
+type StoreProducer struct{ Store *Store }
+
+// Publish applies b.
+func (p StoreProducer) Publish(ctx context.Context, b Batch) error {
+	_, err := p.Store.Apply(ctx, b)
+	return err
+}
+
+// MaintainEvery runs Maintain now and then every interval until ctx ends,
+// logging failures: for processes that apply batches without a Worker.
+func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
+	for {
+		if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("usage: maintenance failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package usage
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Worker moves batches from a Consumer into the Store: apply what one
+// fetch returned in one transaction (exactly once per batch, see
+// Store.ApplyAll), then acknowledge. It also runs the store's
+// maintenance (partitions, retention) at start and every
+// MaintenanceInterval. Several workers may run at once, in one process or
+// many.
+type Worker struct {
+	Consumer Consumer
+	Store    *Store
+	Log      *slog.Logger
+	// FetchCount is the most batches fetched, and applied in one
+	// transaction, at once (default 64).
+	FetchCount int
+	// MaintenanceInterval (default 1h).
+	MaintenanceInterval time.Duration
+	// RetryMax bounds the wait between retries while Postgres or Redis
+	// fail (default 5s; retries start at 50ms and double).
+	RetryMax time.Duration
+	// AfterApply, when set, runs for each message after its transaction
+	// committed and before it is acknowledged; an error stops Run with
+	// that error, acknowledging nothing of that fetch. Tests use it to
+	// simulate a crash between the commit and the XACK.
+	AfterApply func(m Message) error
+
+	applied, duplicates, late, setAside, failures atomic.Int64
+}
+
+// WorkerStats are a worker's counters since it started.
+type WorkerStats struct {
+	// Applied batches; Duplicates were applied before and skipped;
+	// SetAside could not be decoded; LateRows fell in closed months.
+	Applied, Duplicates, SetAside, LateRows, Errors int64
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() WorkerStats {
+	return WorkerStats{Applied: w.applied.Load(), Duplicates: w.duplicates.Load(), SetAside: w.setAside.Load(),
+		LateRows: w.late.Load(), Errors: w.failures.Load()}
+}
+
+// Register adds the worker's metrics to reg.
+func (w *Worker) Register(reg prometheus.Registerer) {
+	c := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	reg.MustRegister(
+		c("tollgate_usage_batches_applied_total", "Usage batches applied to Postgres.", &w.applied),
+		c("tollgate_usage_batches_duplicate_total", "Usage batches delivered again after being applied (skipped).", &w.duplicates),
+		c("tollgate_usage_batches_set_aside_total", "Stream entries that were not valid batches (see usage_bad_batches).", &w.setAside),
+		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
+		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
+	)
+}
+
+// Run consumes until ctx ends (returning nil) or AfterApply fails
+// (returning its error). Postgres and Redis failures are retried: while
+// Postgres is down, batches stay unacknowledged in the stream and are
+// applied, exactly once, when it is back.
+func (w *Worker) Run(ctx context.Context) error {
+	log := w.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	count := w.FetchCount
+	if count <= 0 {
+		count = 64
+	}
+	every := w.MaintenanceInterval
+	if every <= 0 {
+		every = time.Hour
+	}
+	var nextMaintenance time.Time
+	retry := w.newBackoff()
+	for ctx.Err() == nil {
+		if now := time.Now(); !now.Before(nextMaintenance) {
+			if res, err := w.Store.Maintain(ctx); err != nil {
+				log.Warn("usage: maintenance failed; retrying later", "err", err)
+				nextMaintenance = now.Add(time.Minute)
+			} else {
+				if len(res.Dropped) > 0 || res.PurgedBatches > 0 {
+					log.Info("usage: maintenance", "dropped_partitions", res.Dropped, "forgotten_batch_ids", res.PurgedBatches)
+				}
+				nextMaintenance = now.Add(every)
+			}
+		}
+		msgs, err := w.Consumer.Fetch(ctx, count)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.failures.Add(1)
+			log.Warn("usage: fetch failed; retrying", "err", err)
+			retry.wait(ctx)
+			continue
+		}
+		for len(msgs) > 0 {
+			err := w.process(ctx, msgs)
+			if err == nil {
+				retry.reset()
+				break
+			}
+			if stop, ok := err.(stopError); ok {
+				return stop.err
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.failures.Add(1)
+			log.Warn("usage: batches not applied; retrying", "entries", len(msgs), "first", msgs[0].ID, "err", err)
+			retry.wait(ctx)
+		}
+	}
+	return nil
+}
+
+// stopError carries AfterApply's error out of Run.
+type stopError struct{ err error }
+
+func (e stopError) Error() string { return e.err.Error() }
+
+// process applies the fetched messages in one transaction, then
+// acknowledges them. On error nothing is acknowledged and the caller
+// retries them all: the batches already applied are skipped as
+// duplicates.
+func (w *Worker) process(ctx context.Context, msgs []Message) error {
+	var batches []Batch
+	for _, m := range msgs {
+		if m.Err != nil {
+			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+				return err
+			}
+			continue
+		}
+		batches = append(batches, m.Batch)
+	}
+	results, err := w.Store.ApplyAll(ctx, batches)
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
+		if res.Duplicate {
+			w.duplicates.Add(1)
+		} else {
+			w.applied.Add(1)
+			w.late.Add(int64(res.LateRows))
+		}
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		if m.Err != nil {
+			w.setAside.Add(1)
+		}
+		if w.AfterApply != nil {
+			if err := w.AfterApply(m); err != nil {
+				return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
+			}
+		}
+		ids[i] = m.ID
+	}
+	// If the ack fails the entries are delivered again later and skipped
+	// as duplicates.
+	return w.Consumer.Ack(ctx, ids...)
+}
+
+type backoff struct {
+	next, max time.Duration
+}
+
+func (w *Worker) newBackoff() *backoff {
+	max := w.RetryMax
+	if max <= 0 {
+		max = 5 * time.Second
+	}
+	return &backoff{next: 50 * time.Millisecond, max: max}
+}
+
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	b.next = min(2*b.next, b.max)
+}
+
+func (b *backoff) reset() { b.next = 50 * time.Millisecond }

@@ -1,0 +1,198 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// publishBatches publishes n batches of known counts and returns their
+// total for tenant tA / key kA.
+func publishBatches(t *testing.T, p Producer, n int) Counts {
+	t.Helper()
+	var total Counts
+	for i := range n {
+		c := Counts{Allowed: int64(i%5 + 1), Denied: int64(i % 3), AllowedUnits: int64(2 * (i%5 + 1)), DeniedUnits: int64(i % 3)}
+		total.Add(c)
+		b := Batch{Version: 1, ID: fmt.Sprintf("prod:%d", i), Rows: []Row{
+			row(at(t, "2026-11-20T10:00")+int64(i%7)*60, tA, kA, "GET /a", c),
+		}}
+		if err := p.Publish(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return total
+}
+
+// waitDrained polls until every entry of the stream has been applied and
+// acknowledged.
+func waitDrained(t *testing.T, c *RedisConsumer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		entries, pending, err := c.Backlog(context.Background())
+		if err == nil && entries == 0 && pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream not drained: %d entries, %d pending, err %v", entries, pending, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type workerRig struct {
+	client redis.UniversalClient
+	stream string
+	db     *pgxpool.Pool
+	store  *Store
+}
+
+func newWorkerRig(t *testing.T) *workerRig {
+	client, prefix := testenv.Redis(t)
+	db := testenv.DB(t)
+	return &workerRig{client: client, stream: prefix + "usage", db: db,
+		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+}
+
+func (r *workerRig) worker(consumer string, claimIdle time.Duration) *Worker {
+	return &Worker{
+		Consumer: NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: consumer,
+			ClaimIdle: claimIdle, Block: 50 * time.Millisecond}),
+		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond,
+	}
+}
+
+// runWorkers runs workers until the stream is drained, then stops them.
+func (r *workerRig) runWorkers(t *testing.T, workers ...*Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		}()
+	}
+	waitDrained(t, NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g"}))
+	cancel()
+	wg.Wait()
+}
+
+var errCrash = errors.New("simulated crash")
+
+// crashAfter returns an AfterApply hook that fails on the n-th batch: the
+// worker stops after that batch's commit and before its XACK.
+func crashAfter(n int) func(Message) error {
+	seen := 0
+	return func(Message) error {
+		seen++
+		if seen == n {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+func TestWorkerCrashBetweenCommitAndAckCountsOnce(t *testing.T) {
+	r := newWorkerRig(t)
+	p := NewRedisProducer(r.client, r.stream)
+	want := publishBatches(t, p, 30)
+	// A publish retried after a timeout that had in fact succeeded.
+	dup := Batch{Version: 1, ID: "prod:4", Rows: []Row{row(at(t, "2026-11-20T10:04"), tA, kA, "GET /a", Counts{Allowed: 5, AllowedUnits: 10})}}
+	if err := p.Publish(context.Background(), dup); err != nil {
+		t.Fatal(err)
+	}
+
+	first := r.worker("w1", time.Hour)
+	first.AfterApply = crashAfter(7)
+	if err := first.Run(context.Background()); !errors.Is(err, errCrash) {
+		t.Fatalf("first worker: %v, want the simulated crash", err)
+	}
+	// It fetched 8 entries and applied them in one transaction; the
+	// crash came before any XACK.
+	if s := first.Stats(); s.Applied != 8 {
+		t.Fatalf("first worker applied %d, want 8", s.Applied)
+	}
+	// Two new workers take over w1's unacknowledged entries (XAUTOCLAIM
+	// once idle) and the rest of the stream.
+	second, third := r.worker("w2", 100*time.Millisecond), r.worker("w3", 100*time.Millisecond)
+	r.runWorkers(t, second, third)
+
+	got := sums(t, r.db, "usage_minute")[tA+"/"+kA]
+	if got != want {
+		t.Errorf("minute totals %+v, want %+v", got, want)
+	}
+	if m := sums(t, r.db, "usage_month")[tA+"/"+kA]; m != want {
+		t.Errorf("month totals %+v, want %+v", m, want)
+	}
+	s2, s3 := second.Stats(), third.Stats()
+	if s2.Applied+s3.Applied != 22 || s2.Duplicates+s3.Duplicates != 9 {
+		t.Errorf("after the crash: applied %d, duplicates %d; want 22 and 9 (the 8 unacknowledged, the re-published one)",
+			s2.Applied+s3.Applied, s2.Duplicates+s3.Duplicates)
+	}
+}
+
+func TestWorkerRestartTakesBackItsOwnEntries(t *testing.T) {
+	r := newWorkerRig(t)
+	want := publishBatches(t, NewRedisProducer(r.client, r.stream), 12)
+	w := r.worker("w", time.Hour)
+	w.AfterApply = crashAfter(3)
+	if err := w.Run(context.Background()); !errors.Is(err, errCrash) {
+		t.Fatalf("worker: %v", err)
+	}
+	// Same name, claim idle of an hour: only reading its own pending
+	// entries first lets the restarted worker finish now.
+	restarted := r.worker("w", time.Hour)
+	r.runWorkers(t, restarted)
+	if got := sums(t, r.db, "usage_hour")[tA+"/"+kA]; got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+	if s := restarted.Stats(); s.Applied != 4 || s.Duplicates != 8 {
+		t.Errorf("restarted worker %+v, want 4 applied and 8 duplicates (its first fetch)", s)
+	}
+}
+
+func TestWorkerSetsAsideEntriesThatAreNotBatches(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	if err := r.client.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, Values: []any{"batch", "{not json"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := publishBatches(t, NewRedisProducer(r.client, r.stream), 2)
+	w := r.worker("w", time.Hour)
+	r.runWorkers(t, w)
+	if got := sums(t, r.db, "usage_minute")[tA+"/"+kA]; got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+	var n int
+	if err := r.db.QueryRow(ctx, `SELECT count(*) FROM usage_bad_batches WHERE payload = '{not json'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("bad batches %d (err %v), want 1", n, err)
+	}
+	if s := w.Stats(); s.SetAside != 1 || s.Applied != 2 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestStreamOnRedisCluster(t *testing.T) {
+	client, prefix := testenv.RedisCluster(t)
+	db := testenv.DB(t)
+	r := &workerRig{client: client, stream: prefix + "usage", db: db,
+		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+	want := publishBatches(t, NewRedisProducer(client, r.stream), 5)
+	r.runWorkers(t, r.worker("w", time.Hour))
+	if got := sums(t, db, "usage_day")[tA+"/"+kA]; got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,12 @@
+DROP TABLE IF EXISTS usage_bad_batches;
+DROP TABLE IF EXISTS usage_late;
+DROP TABLE IF EXISTS statements;
+DROP FUNCTION IF EXISTS tollgate_statements_immutable();
+DROP TABLE IF EXISTS usage_closed_months;
+DROP TABLE IF EXISTS usage_anon_ip_minute;
+DROP TABLE IF EXISTS usage_month;
+DROP TABLE IF EXISTS usage_day;
+DROP TABLE IF EXISTS usage_hour;
+DROP TABLE IF EXISTS usage_minute;
+DROP TABLE IF EXISTS usage_batches;
+ALTER TABLE plans DROP COLUMN IF EXISTS quota_mode;

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -22,13 +23,15 @@ func checkOnce(t testing.TB, store Store, reqs []Request, cost, now int64) Resul
 func scriptCached(t testing.TB, rdb redis.UniversalClient) bool {
 	t.Helper()
 	ctx := context.Background()
-	cached := true
+	var missing atomic.Bool // ForEachMaster calls each concurrently
 	each := func(ctx context.Context, c *redis.Client) error {
 		exists, err := c.ScriptExists(ctx, checkScript.Hash()).Result()
 		if err != nil {
 			return err
 		}
-		cached = cached && exists[0]
+		if !exists[0] {
+			missing.Store(true)
+		}
 		return nil
 	}
 	var err error
@@ -40,7 +43,7 @@ func scriptCached(t testing.TB, rdb redis.UniversalClient) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cached
+	return !missing.Load()
 }
 
 // TestLoadScriptLoadsEveryMaster: LoadScript caches the script on every

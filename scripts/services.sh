@@ -109,7 +109,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start_postgres() { # start_postgres DIR PORT
+start_postgres() { # start_postgres DIR PORT: returns non-zero when the server did not start
   local dir=$1 port=$2
   PGDATA_DIR=$dir/pg
   if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
@@ -123,35 +123,79 @@ start_postgres() { # start_postgres DIR PORT
   if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$dir/pgrun"; fi
   as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$dir/pgrun/postgres.log" -w -t 60 \
     -o "-p $port -h 127.0.0.1 -k $dir/pgrun -c fsync=${TOLLGATE_PG_FSYNC:-on} -c max_connections=300" start >/dev/null \
-    || { cat "$dir/pgrun/postgres.log" >&2; exit 1; }
+    || return 1
   psql -h 127.0.0.1 -p "$port" -U tollgate -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='tollgate'" | grep -q 1 \
     || psql -h 127.0.0.1 -p "$port" -U tollgate -d postgres -qc "CREATE DATABASE tollgate" >/dev/null
 }
 
-start_redis() { # start_redis DIR PORT [extra args...]
-  local dir=$1 port=$2
+TAKEN=()
+STARTED_PORT=""
+
+# start_postgres_free DIR: Postgres on a free port (another process may
+# take a "free" port first: then try another). Sets STARTED_PORT.
+start_postgres_free() {
+  local port
+  for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    if start_postgres "$1" "$port"; then
+      TAKEN+=("$port")
+      STARTED_PORT=$port
+      return
+    fi
+  done
+  cat "$1/pgrun/postgres.log" >&2
+  exit 1
+}
+
+start_redis() { # start_redis DIR PORT [extra args...]: non-zero when it did not start
+  local dir=$1 port=$2 pid
   shift 2
   mkdir -p "$dir"
+  rm -f "$dir/nodes.conf"
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
     --save "" --appendonly no --logfile "$dir/redis.log" "$@" &
-  PIDS+=($!)
-  wait_for 20 redis-cli -p "$port" ping || { cat "$dir/redis.log" >&2; exit 1; }
+  pid=$!
+  # Ready when our process answers; a dead process means the port was taken.
+  for _ in $(seq 1 200); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 1; }
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+      PIDS+=("$pid")
+      return 0
+    fi
+    sleep 0.1
+  done
+  kill "$pid" 2>/dev/null
+  return 1
+}
+
+start_redis_free() { # start_redis_free DIR [extra args...]: sets STARTED_PORT
+  local dir=$1 port
+  shift
+  for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    [[ " ${TAKEN[*]} " == *" $port "* ]] && continue
+    if start_redis "$dir" "$port" "$@"; then
+      TAKEN+=("$port")
+      STARTED_PORT=$port
+      return
+    fi
+  done
+  cat "$dir/redis.log" >&2
+  exit 1
 }
 
 case "$mode" in
 test)
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
   chmod 755 "$WORK"
-  pg_port=$(free_port)
-  start_postgres "$WORK" "$pg_port"
-  redis_port=$(free_port)
-  start_redis "$WORK/redis" "$redis_port"
+  start_postgres_free "$WORK"
+  pg_port=$STARTED_PORT
+  start_redis_free "$WORK/redis"
+  redis_port=$STARTED_PORT
   cluster_ports=()
   for i in 1 2 3; do
-    p=$(free_port)
-    while [[ " ${cluster_ports[*]} $redis_port $pg_port " == *" $p "* ]]; do p=$(free_port); done
-    cluster_ports+=("$p")
-    start_redis "$WORK/cluster$i" "$p" --cluster-enabled yes --cluster-config-file "$WORK/cluster$i/nodes.conf" --cluster-node-timeout 5000
+    start_redis_free "$WORK/cluster$i" --cluster-enabled yes --cluster-config-file "$WORK/cluster$i/nodes.conf" --cluster-node-timeout 5000
+    cluster_ports+=("$STARTED_PORT")
   done
   addrs=()
   for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
@@ -174,8 +218,8 @@ run)
   redis_port=${TOLLGATE_DEV_REDIS_PORT:-56379}
   port_free "$pg_port" || { log "port $pg_port is taken (set TOLLGATE_DEV_PG_PORT)"; exit 1; }
   port_free "$redis_port" || { log "port $redis_port is taken (set TOLLGATE_DEV_REDIS_PORT)"; exit 1; }
-  start_postgres "$WORK" "$pg_port"
-  start_redis "$WORK/redis" "$redis_port"
+  start_postgres "$WORK" "$pg_port" || { cat "$WORK/pgrun/postgres.log" >&2; exit 1; }
+  start_redis "$WORK/redis" "$redis_port" || { cat "$WORK/redis/redis.log" >&2; exit 1; }
   export TOLLGATE_DATABASE_URL="postgres://tollgate@127.0.0.1:$pg_port/tollgate?sslmode=disable"
   export TOLLGATE_REDIS_ADDR="127.0.0.1:$redis_port"
   log "postgres 127.0.0.1:$pg_port (data in .local/pg), redis 127.0.0.1:$redis_port"

@@ -23,13 +23,15 @@ type planRequest struct {
 	BaseFeeMinor     int64             `json:"base_fee_minor"`
 	IncludedUnits    int64             `json:"included_units"`
 	OverageUnitMinor int64             `json:"overage_unit_minor"`
+	QuotaMode        plans.QuotaMode   `json:"quota_mode"`
 	Tiers            []plans.PriceTier `json:"tiers"`
 	Rules            []plans.Rule      `json:"rules"`
 }
 
 func (p *planRequest) plan() plans.Plan {
 	return plans.Plan{Name: p.Name, DisplayName: p.DisplayName, Currency: p.Currency, BaseFeeMinor: p.BaseFeeMinor,
-		IncludedUnits: p.IncludedUnits, OverageUnitMinor: p.OverageUnitMinor, Tiers: p.Tiers, Rules: p.Rules}
+		IncludedUnits: p.IncludedUnits, OverageUnitMinor: p.OverageUnitMinor, QuotaMode: p.QuotaMode,
+		Tiers: p.Tiers, Rules: p.Rules}
 }
 
 // Validate checks every field: known algorithm, period > 0, burst ≥ 1,

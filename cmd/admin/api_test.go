@@ -186,6 +186,33 @@ func TestLoginLimiter(t *testing.T) {
 	}
 }
 
+// TestPlanQuotaModeAPI: a plan's monthly quota mode is taken on create
+// and on update, and validated.
+func TestPlanQuotaModeAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	base := srv.URL + "/api/v1/plans"
+	// The monthly quota mode is taken on create and on update.
+	quota := map[string]any{"name": "metered", "included_units": 1000, "quota_mode": "hard",
+		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.Hour}}}
+	res := call(t, "POST", base, op, quota)
+	want(t, res, http.StatusCreated)
+	var metered plans.Plan
+	res.decode(t, &metered)
+	if metered.QuotaMode != plans.QuotaHard {
+		t.Errorf("created quota_mode = %q, want hard", metered.QuotaMode)
+	}
+	quota["quota_mode"] = "overage"
+	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, metered.ID), op, quota)
+	want(t, res, http.StatusOK)
+	res.decode(t, &metered)
+	if metered.QuotaMode != plans.QuotaOverage {
+		t.Errorf("updated quota_mode = %q, want overage", metered.QuotaMode)
+	}
+	quota["included_units"] = 0
+	wantFields(t, call(t, "PUT", fmt.Sprintf("%s/%d", base, metered.ID), op, quota), "included_units")
+
+}
+
 func TestPlansAPI(t *testing.T) {
 	srv, op := operatorSetup(t, nil)
 	base := srv.URL + "/api/v1/plans"

@@ -18,10 +18,12 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 	"github.com/tollgate/tollgate/internal/testenv"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // The OpenAPI document at the repository root must describe both servers
@@ -345,6 +347,72 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/service-tokens/"+spareToken.ServiceToken.ID+"/revoke", op, nil, 200)
 	do("POST", "/api/v1/service-tokens/00000000-0000-0000-0000-000000000000/revoke", op, nil, 404)
 
+	// Usage and statements, on real usage (seedUsage): globex has been on
+	// pro since the start of last month, which is closed and has late
+	// usage; this month is open. acme's viewer reads its own tenant only.
+	var globex struct {
+		ID string `json:"id"`
+	}
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "globex", "plan_id": pro.ID}, 201).decode(t, &globex)
+	var web keySecretResponse
+	do("POST", "/api/v1/tenants/"+globex.ID+"/keys", op, map[string]any{"name": "web"}, 201).decode(t, &web)
+	last, this := seedUsage(t, admin.DB, globex.ID, web.Key.ID)
+	globexAdmin := sessionFor(t, admin.DB, createUser(t, admin.DB, "admin@globex.example", auth.RoleTenantAdmin, globex.ID))
+	lastMonth := "from=" + last.Start().Format(time.RFC3339) + "&to=" + last.End().Format(time.RFC3339)
+	usage := "/api/v1/usage/tenants/" + globex.ID
+	do("GET", usage+"/series?granularity=day&"+lastMonth, op, nil, 200)
+	do("GET", usage+"/series", globexAdmin, nil, 200)
+	do("GET", usage+"/series?granularity=week", op, nil, 422)
+	do("GET", usage+"/series", viewer, nil, 404)
+	do("GET", usage+"/series", "", nil, 401)
+	do("GET", usage+"/top-keys?limit=5&"+lastMonth, op, nil, 200)
+	do("GET", usage+"/top-keys?limit=0", op, nil, 422)
+	do("GET", usage+"/top-keys", viewer, nil, 404)
+	do("GET", usage+"/top-resources?"+lastMonth, globexAdmin, nil, 200)
+	do("GET", usage+"/top-resources?from=soon", op, nil, 422)
+	do("GET", usage+"/top-resources", viewer, nil, 404)
+	do("GET", usage+"/rejections?"+lastMonth, op, nil, 200)
+	do("GET", "/api/v1/usage/tenants/"+acme.ID+"/rejections", viewer, nil, 200)
+	do("GET", usage+"/rejections?from=2026-10-02T00:00:00Z&to=2026-10-01T00:00:00Z", op, nil, 422)
+	do("GET", usage+"/rejections", viewer, nil, 404)
+	do("GET", "/api/v1/usage/totals?"+lastMonth, op, nil, 200)
+	do("GET", "/api/v1/usage/totals?to=later", op, nil, 422)
+	do("GET", "/api/v1/usage/totals", viewer, nil, 403)
+	do("GET", "/api/v1/usage/totals", "", nil, 401)
+	do("GET", "/api/v1/usage/anonymous/top-ips?limit=2&"+lastMonth, op, nil, 200)
+	do("GET", "/api/v1/usage/anonymous/top-ips?limit=5000", op, nil, 422)
+	do("GET", "/api/v1/usage/anonymous/top-ips", viewer, nil, 403)
+
+	do("GET", "/api/v1/statements?month="+last.String(), op, nil, 200)
+	if res := do("GET", "/api/v1/statements?format=csv&month="+last.String(), op, nil, 200); !strings.Contains(string(res.Body), ",total,,,,,,,,,,,,7400") {
+		t.Errorf("CSV statements of %s:\n%s", last, res.Body)
+	}
+	do("GET", "/api/v1/statements?month=2026-13", op, nil, 422)
+	do("GET", "/api/v1/statements?month="+last.String()+"&format=xml", op, nil, 422)
+	do("GET", "/api/v1/statements?month="+last.String(), viewer, nil, 403)
+	do("GET", "/api/v1/statements?month="+last.String(), "", nil, 401)
+	do("GET", "/api/v1/statements/late?month="+last.String(), op, nil, 200)
+	do("GET", "/api/v1/statements/late?month="+last.String()+"&tenant="+globex.ID, globexAdmin, nil, 200)
+	do("GET", "/api/v1/statements/late?month="+last.String()+"&tenant=nope", op, nil, 422)
+	do("GET", "/api/v1/statements/late?month=soon", op, nil, 422)
+	do("GET", "/api/v1/statements/late?month="+last.String()+"&tenant="+globex.ID, viewer, nil, 404)
+	do("GET", "/api/v1/statements/late?month="+last.String(), viewer, nil, 403)
+	statement := "/api/v1/statements/" + globex.ID + "/"
+	do("GET", statement+last.String(), op, nil, 200)
+	do("GET", statement+this.String(), globexAdmin, nil, 200)
+	do("GET", statement+this.String()+"?format=csv", globexAdmin, nil, 200)
+	req, _ := http.NewRequest("GET", admin.URL+statement+last.String(), nil)
+	req.Header.Set("Accept", "text/csv")
+	req.Header.Set("Authorization", "Bearer "+op)
+	if res := sendWith(t, client, req); res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/csv") {
+		t.Fatalf("GET %s with Accept: text/csv = %d %s %s", req.URL.Path, res.StatusCode, res.Header.Get("Content-Type"), res.Body)
+	}
+	do("GET", statement+"2026-13", op, nil, 422)
+	do("GET", statement+this.String()+"?format=xml", op, nil, 422)
+	do("GET", statement+this.String(), viewer, nil, 404)
+	do("GET", "/api/v1/statements/00000000-0000-0000-0000-000000000000/"+this.String(), op, nil, 404)
+	do("GET", statement+this.String(), "", nil, 401)
+
 	do("GET", "/api/v1/audit?limit=5&action=key.*&from=2020-01-01T00:00:00Z", op, nil, 200)
 	do("GET", "/api/v1/audit?from=soon", op, nil, 422)
 	do("POST", "/api/v1/logout", op, nil, 204)
@@ -381,4 +449,55 @@ func scenario(t *testing.T, client *http.Client) {
 	check(spareToken.Token, map[string]any{"ip": "203.0.113.7"}, 401)
 	check("", map[string]any{"ip": "203.0.113.7"}, 401)
 	check(gw.Token, map[string]any{"ip": "203.0.113.7", "resource": strings.Repeat("x", 17<<10)}, 413)
+}
+
+// seedUsage gives tenantID (on a plan, with key keyID) real usage through
+// the usage store: its plan history is moved to the start of last month;
+// last month has 2,500 allowed units (1,500 over pro's 1,000 included),
+// denials and anonymous traffic from named addresses, and is closed, then
+// receives late usage; this month has a little usage and stays open.
+func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, this usagepkg.Month) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	this = usagepkg.MonthOf(now)
+	last = usagepkg.MonthOf(this.Start().Add(-time.Hour))
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = $2 WHERE tenant_id = $1`, tenantID, last.Start())
+	testenv.Must(t, err)
+	store := usagepkg.NewStore(db, usagepkg.StoreConfig{})
+	apply := func(b usagepkg.Batch) {
+		t.Helper()
+		b.Version = 1
+		_, err := store.Apply(ctx, b)
+		testenv.Must(t, err)
+	}
+	minute := last.Start().Add(9*24*time.Hour + 9*time.Hour + 30*time.Minute).Unix()
+	apply(usagepkg.Batch{ID: "openapi:1", Rows: []usagepkg.Row{
+		{Minute: minute, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos", Reason: "ok",
+			Counts: usagepkg.Counts{Allowed: 1_200, AllowedUnits: 2_400}},
+		{Minute: minute, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "POST /v1/search", Reason: "ok",
+			Counts: usagepkg.Counts{Allowed: 100, AllowedUnits: 100}},
+		{Minute: minute + 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "POST /v1/search",
+			Reason: "rate_limited", DeniedBy: "search", Counts: usagepkg.Counts{Denied: 7, DeniedUnits: 7}},
+		{Minute: minute + 60, TenantID: tenantID, Tier: "authenticated", Resource: "GET /repos",
+			Reason: "tenant_suspended", Counts: usagepkg.Counts{Denied: 2, DeniedUnits: 2}},
+		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "ok", Counts: usagepkg.Counts{Allowed: 40, AllowedUnits: 40}},
+		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "key_required", Counts: usagepkg.Counts{Denied: 3, DeniedUnits: 3}},
+	}, IPs: []usagepkg.IPRow{
+		{Minute: minute, IP: "203.0.113.7", Counts: usagepkg.Counts{Allowed: 30, AllowedUnits: 30}},
+		{Minute: minute, IP: "2001:db8::1", Counts: usagepkg.Counts{Allowed: 9, Denied: 3, AllowedUnits: 9, DeniedUnits: 3}},
+		{Minute: minute, IP: usagepkg.OtherIP, Counts: usagepkg.Counts{Allowed: 1, AllowedUnits: 1}},
+	}})
+	apply(usagepkg.Batch{ID: "openapi:2", Rows: []usagepkg.Row{
+		{Minute: now.Unix() / 60 * 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
+			Reason: "ok", Counts: usagepkg.Counts{Allowed: 3, AllowedUnits: 3}},
+	}})
+	if _, err := store.CloseMonth(ctx, last, nil); err != nil {
+		t.Fatalf("close %s: %v", last, err)
+	}
+	apply(usagepkg.Batch{ID: "openapi:late", Rows: []usagepkg.Row{
+		{Minute: last.End().Unix() - 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
+			Reason: "ok", Counts: usagepkg.Counts{Allowed: 5, AllowedUnits: 5}},
+	}})
+	return last, this
 }

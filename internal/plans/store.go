@@ -204,8 +204,8 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 	var id int64
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
-			included_units, overage_unit_minor) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor).Scan(&id)
+			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
 		if err != nil {
 			return translate(err, "plans: create")
 		}
@@ -226,9 +226,9 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	}
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
-			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, updated_at = now()
-			WHERE id = $1`,
-			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor)
+			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, quota_mode = $8,
+			updated_at = now() WHERE id = $1`,
+			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode)
 		if err != nil {
 			return translate(err, "plans: update")
 		}

@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
@@ -32,31 +30,23 @@ type serverConfig struct {
 	LoginPerMinute int
 	// Redis, when an address is set, holds the login limiter's state so
 	// that every admin process shares it; otherwise it is in memory.
-	RedisAddr       string
-	RedisCluster    []string
-	RedisPassword   string
-	RedisTimeout    time.Duration
+	Redis           config.Redis
 	KeyPrefix       string
 	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
+	Log             *slog.Logger
 }
 
-func loadServerConfig(getenv func(string) string) (serverConfig, error) {
+func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfig, error) {
 	e := config.New(getenv)
 	c := serverConfig{
 		Addr:            e.String("TOLLGATE_ADMIN_ADDR", ":8081"),
 		JWTSecret:       []byte(e.String("TOLLGATE_ADMIN_JWT_SECRET", "")),
 		SessionTTL:      e.Duration("TOLLGATE_ADMIN_SESSION_TTL", 12*time.Hour),
 		LoginPerMinute:  e.Int("TOLLGATE_ADMIN_LOGIN_LIMIT", 5, 1),
-		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", ""),
-		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
-		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
-		RedisTimeout:    e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
-		KeyPrefix:       e.String("TOLLGATE_KEY_PREFIX", "tg:"),
+		Redis:           e.Redis(""),
+		KeyPrefix:       e.KeyPrefix(),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
-		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
-		LogFormat:       e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json"),
+		Log:             e.Logger(stderr),
 	}
 	switch n := len(c.JWTSecret); {
 	case n == 0:
@@ -69,22 +59,7 @@ func loadServerConfig(getenv func(string) string) (serverConfig, error) {
 	if c.SessionTTL > 30*24*time.Hour {
 		e.Fail("TOLLGATE_ADMIN_SESSION_TTL", "must be at most 720h")
 	}
-	for _, ch := range c.KeyPrefix {
-		if ch == '{' || ch == '}' {
-			e.Fail("TOLLGATE_KEY_PREFIX", "must not contain { or } (they would break Redis Cluster hash tags)")
-		}
-	}
 	return c, e.Err()
-}
-
-func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 func serveCommand() command {
@@ -93,7 +68,7 @@ func serveCommand() command {
 		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the admin REST API under /api/v1",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
-				cfg, err := loadServerConfig(e.getenv)
+				cfg, err := loadServerConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
 				}
@@ -105,23 +80,16 @@ func serveCommand() command {
 
 // serve runs the admin server until ctx ends.
 func serve(ctx context.Context, e *env, cfg serverConfig) error {
-	log := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
+	log := cfg.Log
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
 	var store limiter.Store
 	switch {
-	case len(cfg.RedisCluster) > 0 || cfg.RedisAddr != "":
-		var rc redis.UniversalClient
-		// Short timeouts: when Redis is down, logins fail open quickly
-		// rather than hang.
-		if len(cfg.RedisCluster) > 0 {
-			rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisCluster, Password: cfg.RedisPassword,
-				DialTimeout: 2 * cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
-		} else {
-			rc = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, Password: cfg.RedisPassword,
-				DialTimeout: 2 * cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
-		}
+	case cfg.Redis.Configured():
+		// Short timeouts (TOLLGATE_REDIS_TIMEOUT): when Redis is down,
+		// logins fail open quickly rather than hang.
+		rc := cfg.Redis.Client()
 		defer rc.Close()
 		store = limiter.NewRedisStore(rc)
 	default:

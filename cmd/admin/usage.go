@@ -24,9 +24,7 @@ import (
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
 // variables.
 type usageConfig struct {
-	RedisAddr       string
-	RedisCluster    []string
-	RedisPassword   string
+	Redis           config.Redis
 	Stream          string
 	Group           string
 	Consumer        string
@@ -46,9 +44,7 @@ func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
 	// applies usage itself.
 	memory := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory") == "memory"
 	c := usageConfig{
-		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
-		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
-		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		Redis:           e.Redis("127.0.0.1:6379"),
 		Stream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
 		Group:           e.String("TOLLGATE_USAGE_GROUP", "tollgate-usage"),
 		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
@@ -59,11 +55,12 @@ func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
 	return c, e.Err()
 }
 
+// redis returns a client for the worker: go-redis's default timeouts,
+// since the worker's reads block on the stream.
 func (c usageConfig) redis() redis.UniversalClient {
-	if len(c.RedisCluster) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster, Password: c.RedisPassword})
-	}
-	return redis.NewClient(&redis.Options{Addr: c.RedisAddr, Password: c.RedisPassword})
+	r := c.Redis
+	r.Timeout = 0
+	return r.Client()
 }
 
 func (c usageConfig) store(e *env) *usagepkg.Store {

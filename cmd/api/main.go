@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
@@ -43,17 +42,12 @@ type Config struct {
 	Addr            string
 	DatabaseURL     string
 	Store           string // redis | memory
-	RedisAddr       string
-	RedisCluster    []string
-	RedisPassword   string
-	RedisTimeout    time.Duration
-	RedisPoolSize   int
+	Redis           config.Redis
 	KeyPrefix       string
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
+	Log             *slog.Logger
 
 	// Usage counting: where batches go (stream | postgres | none), how
 	// often, and the memory bounds; see internal/usage.
@@ -65,7 +59,7 @@ type Config struct {
 	UsageMinuteRetention int
 }
 
-func loadConfig(getenv func(string) string) (Config, error) {
+func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	e := config.New(getenv)
 	store := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory")
 	// Single-process mode has no Redis: usage goes straight to Postgres.
@@ -77,17 +71,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		Addr:            e.String("TOLLGATE_API_ADDR", ":8080"),
 		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
 		Store:           store,
-		RedisAddr:       e.String("TOLLGATE_REDIS_ADDR", "127.0.0.1:6379"),
-		RedisCluster:    e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
-		RedisPassword:   e.String("TOLLGATE_REDIS_PASSWORD", ""),
-		RedisTimeout:    e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
-		RedisPoolSize:   e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
-		KeyPrefix:       e.String("TOLLGATE_KEY_PREFIX", "tg:"),
+		Redis:           e.Redis("127.0.0.1:6379"),
+		KeyPrefix:       e.KeyPrefix(),
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
-		LogLevel:        e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
-		LogFormat:       e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json"),
+		Log:             e.Logger(stderr),
 
 		UsageSink:            e.OneOf("TOLLGATE_USAGE_SINK", defaultSink, "stream", "postgres", "none"),
 		UsageStream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
@@ -96,23 +85,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		UsageTopIPs:          e.Int("TOLLGATE_USAGE_TOP_IPS", 100, 1),
 		UsageMinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
 	}
-	for _, ch := range c.KeyPrefix {
-		if ch == '{' || ch == '}' {
-			e.Fail("TOLLGATE_KEY_PREFIX", "must not contain { or } (they would break Redis Cluster hash tags)")
-		}
-	}
 	return c, e.Err()
-}
-
-// NewLogger returns the slog logger the settings ask for.
-func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
@@ -129,11 +102,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return err
 	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := loadConfig(getenv, stderr)
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	log := cfg.Log
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -154,7 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		store = limiter.NewMemoryStore(nil)
 		ping = func(context.Context) error { return nil }
 	default:
-		rc := newRedis(cfg)
+		rc := cfg.Redis.Client()
 		defer rc.Close()
 		if err := limiter.LoadScript(ctx, rc); err != nil {
 			// Not fatal: checks fail by their rules' failure modes until
@@ -198,7 +171,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		recorders = append(recorders, recorder)
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
-		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.RedisTimeout, Metrics: metrics, Log: log,
+		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: metrics, Log: log,
 		Recorder: recorders,
 	})
 
@@ -262,9 +235,9 @@ func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *sl
 	default:
 		// Its own client: publishing must not take connections from the
 		// checks, and may take longer than one check's timeout.
-		uc := cfg
-		uc.RedisTimeout = max(cfg.RedisTimeout, 5*time.Second)
-		client := newRedis(uc)
+		rs := cfg.Redis
+		rs.Timeout = max(rs.Timeout, 5*time.Second)
+		client := rs.Client()
 		producer = usage.NewRedisProducer(client, cfg.UsageStream)
 		release = func() { client.Close() }
 	}
@@ -284,17 +257,4 @@ func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *sl
 			release()
 		})
 	}
-}
-
-func newRedis(cfg Config) redis.UniversalClient {
-	if len(cfg.RedisCluster) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cfg.RedisCluster, Password: cfg.RedisPassword, PoolSize: cfg.RedisPoolSize,
-			ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout,
-		})
-	}
-	return redis.NewClient(&redis.Options{
-		Addr: cfg.RedisAddr, Password: cfg.RedisPassword, PoolSize: cfg.RedisPoolSize,
-		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout,
-	})
 }

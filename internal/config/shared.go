@@ -1,0 +1,73 @@
+package config
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a Redis connection's settings (TOLLGATE_REDIS_*): one server,
+// or a Cluster when Cluster lists seed nodes.
+type Redis struct {
+	Addr     string
+	Cluster  []string
+	Password string
+	// Timeout bounds each read and write (dial: twice it); 0 keeps
+	// go-redis's defaults.
+	Timeout  time.Duration
+	PoolSize int
+}
+
+// Redis reads TOLLGATE_REDIS_ADDR (default defaultAddr; "" means none),
+// TOLLGATE_REDIS_CLUSTER_ADDRS, TOLLGATE_REDIS_PASSWORD,
+// TOLLGATE_REDIS_TIMEOUT (default 250ms) and TOLLGATE_REDIS_POOL_SIZE.
+func (e *Env) Redis(defaultAddr string) Redis {
+	return Redis{
+		Addr:     e.String("TOLLGATE_REDIS_ADDR", defaultAddr),
+		Cluster:  e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
+		Password: e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		Timeout:  e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
+		PoolSize: e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
+	}
+}
+
+// Configured reports whether a server or cluster is set.
+func (r Redis) Configured() bool { return r.Addr != "" || len(r.Cluster) > 0 }
+
+// Client returns a client of the server or cluster.
+func (r Redis) Client() redis.UniversalClient {
+	if len(r.Cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Cluster, Password: r.Password,
+			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+	}
+	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password,
+		PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+}
+
+// KeyPrefix reads TOLLGATE_KEY_PREFIX (default "tg:"), the start of every
+// limiter key; braces would break Redis Cluster hash tags.
+func (e *Env) KeyPrefix() string {
+	p := e.String("TOLLGATE_KEY_PREFIX", "tg:")
+	if strings.ContainsAny(p, "{}") {
+		e.Fail("TOLLGATE_KEY_PREFIX", "must not contain { or } (they would break Redis Cluster hash tags)")
+	}
+	return p
+}
+
+// Logger reads TOLLGATE_LOG_LEVEL (debug|info|warn|error, default info)
+// and TOLLGATE_LOG_FORMAT (text|json, default text) and returns a logger
+// writing to w.
+func (e *Env) Logger(w io.Writer) *slog.Logger {
+	level := e.OneOf("TOLLGATE_LOG_LEVEL", "info", "debug", "info", "warn", "error")
+	format := e.OneOf("TOLLGATE_LOG_FORMAT", "text", "text", "json")
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -229,6 +229,13 @@ var (
 
 func checkHeaders(t *testing.T, r checkResponse, denied bool) {
 	t.Helper()
+	checkHeadersWithin(t, r, denied, time.Hour)
+}
+
+// checkHeadersWithin checks the rate-limit headers of r, whose rule resets
+// within horizon.
+func checkHeadersWithin(t *testing.T, r checkResponse, denied bool, horizon time.Duration) {
+	t.Helper()
 	if h := r.header.Get("RateLimit-Policy"); !policyHeader.MatchString(h) {
 		t.Errorf("RateLimit-Policy = %q, malformed", h)
 	}
@@ -241,8 +248,8 @@ func checkHeaders(t *testing.T, r checkResponse, denied bool) {
 		}
 	}
 	reset, _ := strconv.ParseInt(r.header.Get("X-RateLimit-Reset"), 10, 64)
-	if now := time.Now().Unix(); reset < now || reset > now+3600+5 {
-		t.Errorf("X-RateLimit-Reset = %d, want epoch seconds within the hour after %d", reset, now)
+	if now := time.Now().Unix(); reset < now || reset > now+int64(horizon.Seconds())+5 {
+		t.Errorf("X-RateLimit-Reset = %d, want epoch seconds within %v after %d", reset, horizon, now)
 	}
 	ra := r.header.Get("Retry-After")
 	if denied && !digits.MatchString(ra) {
@@ -551,6 +558,82 @@ func TestStoresBehindTheAPI(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				t.Errorf("/readyz = %d, want 200", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// TestEveryAlgorithmThroughTheCheckAPI: a plan with one rule per algorithm
+// (each on its own resource) is enforced through POST /v1/check: each
+// admits exactly its allowance, then denies with a retry, and a shaping
+// leaky bucket answers delay_ms.
+func TestEveryAlgorithmThroughTheCheckAPI(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rule := func(name string, alg limiter.Algorithm, limit int64, opts plans.Options) plans.Rule {
+		return plans.Rule{Name: name, Algorithm: alg, Limit: limit, PeriodUS: limiter.Hour, Burst: limit,
+			Resource: "GET /" + name, Options: opts}
+	}
+	zoo, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "zoo", Rules: []plans.Rule{
+		rule("gcra", limiter.GCRA, 3, plans.Options{}),
+		rule("bucket", limiter.TokenBucket, 3, plans.Options{}),
+		rule("police", limiter.LeakyBucket, 3, plans.Options{}),
+		rule("shape", limiter.LeakyBucket, 3, plans.Options{LeakyMode: "shape"}),
+		rule("window", limiter.FixedWindow, 3, plans.Options{}),
+		rule("month", limiter.FixedWindow, 3, plans.Options{Calendar: "month"}),
+		rule("anchored", limiter.FixedWindow, 3, plans.Options{Anchor: "first_request"}),
+		rule("log", limiter.SlidingWindowLog, 3, plans.Options{}),
+		rule("counter", limiter.SlidingWindowCounter, 3, plans.Options{}),
+	}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(f.db)
+	tn, err := ts.Create(ctx, "zoo-keeper", zoo.ID)
+	testenv.Must(t, err)
+	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+	testenv.Must(t, err)
+	base := f.startAPI(t, nil)
+
+	for _, r := range zoo.Rules {
+		t.Run(r.Name, func(t *testing.T) {
+			var delays []float64
+			for i := 1; i <= 4; i++ {
+				res := post(t, base, f.token, checkBody(key, "", "GET /"+r.Name))
+				rules := res.body["rules"].([]any)
+				if len(rules) != 1 || rules[0].(map[string]any)["algorithm"] != string(r.Algorithm) {
+					t.Fatalf("check %d: rules %v, want only %s (%s)", i, rules, r.Name, r.Algorithm)
+				}
+				if got, want := res.body["allowed"], i <= 3; got != want {
+					t.Fatalf("check %d: allowed=%v, want %v (%v)", i, got, want, res.body)
+				}
+				if i <= 3 {
+					d, _ := res.body["delay_ms"].(float64)
+					delays = append(delays, d)
+					continue
+				}
+				if retry := res.body["retry_after_ms"].(float64); retry <= 0 {
+					t.Errorf("denied with retry_after_ms %v, want > 0", retry)
+				}
+				horizon := time.Hour
+				switch r.Name {
+				case "month":
+					horizon = 31 * 24 * time.Hour
+				case "counter": // the current and the next window
+					horizon = 2 * time.Hour
+				}
+				checkHeadersWithin(t, res, true, horizon)
+			}
+			wantDelays := []float64{0, 0, 0}
+			if r.Name == "shape" {
+				// 3 per hour: one every 20 minutes.
+				wantDelays = []float64{0, 1_200_000, 2_400_000}
+			}
+			// Real time passes between the checks: a delay may be short by
+			// that much, never longer.
+			for i := range delays {
+				if delays[i] > wantDelays[i] || delays[i] < wantDelays[i]-5000 {
+					t.Errorf("delays %v, want %v (less at most the test's own run time)", delays, wantDelays)
+					break
+				}
 			}
 		})
 	}

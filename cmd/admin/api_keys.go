@@ -206,8 +206,14 @@ func (k *keyRotateRequest) grace() time.Duration {
 	return time.Duration(*k.GracePeriodS) * time.Second
 }
 
+// maxGracePeriodS is tenants.MaxRotationGrace in whole seconds. Requests
+// are compared in seconds: converting a huge grace_period_s to a
+// time.Duration first would overflow and wrap to a small, valid-looking
+// value.
+const maxGracePeriodS = int64(tenants.MaxRotationGrace / time.Second)
+
 func (k *keyRotateRequest) Validate() error {
-	if g := k.GracePeriodS; g != nil && (*g < 0 || time.Duration(*g)*time.Second > tenants.MaxRotationGrace) {
+	if g := k.GracePeriodS; g != nil && (*g < 0 || *g > maxGracePeriodS) {
 		return tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
 	}
 	return nil

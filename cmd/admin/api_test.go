@@ -435,6 +435,8 @@ func TestKeysAPI(t *testing.T) {
 
 	// Rotation: a new secret; the old key works for the grace period.
 	wantFields(t, call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": -1}), "grace_period_s")
+	// 18446744074 s overflows time.Duration and would wrap to 0.29 s.
+	wantFields(t, call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": int64(18446744074)}), "grace_period_s")
 	before := time.Now()
 	res = call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": 3600})
 	want(t, res, http.StatusCreated)

@@ -336,6 +336,9 @@ func TestCheckBadInput(t *testing.T) {
 		{"bad ip", `{"ip":"999.1.1.1"}`, 422, "ip"},
 		{"neither key nor ip", `{"resource":"GET /"}`, 422, "ip"},
 		{"empty key", `{"key":""}`, 422, "key"},
+		{"NUL in resource", `{"ip":"1.2.3.4","resource":"GET /x\u0000"}`, 422, "resource"},
+		{"control character in resource", `{"ip":"1.2.3.4","resource":"GET /x\n"}`, 422, "resource"},
+		{"long resource", `{"ip":"1.2.3.4","resource":"` + strings.Repeat("a", 1025) + `"}`, 422, "resource"},
 		{"too large", `{"ip":"1.2.3.4","resource":"` + strings.Repeat("a", 17<<10) + `"}`, 413, ""},
 	}
 	for _, c := range cases {

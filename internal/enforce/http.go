@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
@@ -45,13 +47,32 @@ func (c *checkRequest) Validate() error {
 	if c.Key == nil && c.IP == nil {
 		f["ip"] = "is required when key is absent"
 	}
-	if c.Resource != nil && (len(*c.Resource) == 0 || len(*c.Resource) > 1024) {
-		f["resource"] = "must be 1–1024 characters"
+	if c.Resource != nil {
+		switch {
+		case len(*c.Resource) == 0 || len(*c.Resource) > 1024:
+			f["resource"] = "must be 1–1024 characters"
+		case !printable(*c.Resource):
+			f["resource"] = "must be valid UTF-8 without control characters"
+		}
 	}
 	if c.Cost != nil && (*c.Cost < 0 || *c.Cost > maxCost) {
 		f["cost"] = "must be an integer from 0 to 1000000000"
 	}
 	return tollgate.Invalid(f)
+}
+
+// printable reports whether s is valid UTF-8 without control characters
+// (which no resource name needs, and which the usage store cannot keep).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *checkRequest) toRequest() Request {

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tollgate/tollgate"
 )
 
@@ -47,6 +49,12 @@ type Problem struct {
 // Error writes err as application/problem+json. Internal errors are logged
 // with their detail and shown to the caller as a generic message.
 func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	// A value Postgres refuses (SQLSTATE class 22: a NUL character, bad
+	// UTF-8, a number out of range) is the caller's input, not our fault.
+	var pgErr *pgconn.PgError
+	if tollgate.ErrorCode(err) == tollgate.EINTERNAL && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		err = tollgate.Errorf(tollgate.EINVALID, "a value in the request cannot be stored (e.g. a NUL character, invalid UTF-8 or a number out of range)")
+	}
 	code := tollgate.ErrorCode(err)
 	status := Status(err)
 	if code == tollgate.EINTERNAL && log != nil {

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Batch is what one producer flush publishes: counts of decisions by
@@ -135,6 +136,11 @@ func (b *Batch) validate() error {
 		if r.Tier == "" || r.Reason == "" || r.Resource == "" {
 			return fmt.Errorf("rows[%d]: tier, reason and resource are required", i)
 		}
+		for name, v := range map[string]string{"tier": r.Tier, "reason": r.Reason, "resource": r.Resource, "denied_by": r.DeniedBy} {
+			if !storableText(v) {
+				return fmt.Errorf("rows[%d]: %s is not valid UTF-8 text without NUL", i, name)
+			}
+		}
 		if err := validCounts(r.Counts); err != nil {
 			return fmt.Errorf("rows[%d]: %w", i, err)
 		}
@@ -143,8 +149,8 @@ func (b *Batch) validate() error {
 		if err := validMinute(r.Minute); err != nil {
 			return fmt.Errorf("ips[%d]: %w", i, err)
 		}
-		if r.IP == "" {
-			return fmt.Errorf("ips[%d]: ip is required", i)
+		if r.IP == "" || !storableText(r.IP) {
+			return fmt.Errorf("ips[%d]: ip is required, as text without NUL", i)
 		}
 		if err := validCounts(r.Counts); err != nil {
 			return fmt.Errorf("ips[%d]: %w", i, err)
@@ -161,9 +167,17 @@ func validMinute(m int64) error {
 	return nil
 }
 
+// maxRowCount bounds each count of one row: far above any real minute
+// (2^40 ≈ 10^12), and low enough that sums over millions of batches
+// cannot overflow int64.
+const maxRowCount = 1 << 40
+
 func validCounts(c Counts) error {
 	if c.Allowed < 0 || c.Denied < 0 || c.AllowedUnits < 0 || c.DeniedUnits < 0 {
 		return fmt.Errorf("negative counts")
+	}
+	if c.Allowed > maxRowCount || c.Denied > maxRowCount || c.AllowedUnits > maxRowCount || c.DeniedUnits > maxRowCount {
+		return fmt.Errorf("counts above %d in one row", int64(maxRowCount))
 	}
 	return nil
 }
@@ -178,6 +192,12 @@ func joinRules(names []string) string {
 		return names[0]
 	}
 	return strings.Join(names, ",")
+}
+
+// storableText reports whether Postgres can store s as text: valid UTF-8
+// without NUL characters.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // isUUID reports whether s is a UUID in its canonical text form.

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,7 +27,7 @@ func WriteCSV(w io.Writer, statements []Statement) error {
 	for _, st := range statements {
 		line := func(kind string, cells map[string]string) error {
 			row := make([]string, len(CSVHeader))
-			base := map[string]string{"tenant_id": st.TenantID, "tenant": st.TenantName, "month": st.Month,
+			base := map[string]string{"tenant_id": st.TenantID, "tenant": safeCell(st.TenantName), "month": st.Month,
 				"status": st.Status, "currency": st.Currency, "line": kind}
 			for i, col := range CSVHeader {
 				if v, ok := cells[col]; ok {
@@ -39,13 +40,13 @@ func WriteCSV(w io.Writer, statements []Statement) error {
 		}
 		for _, l := range st.Lines {
 			if err := line("usage", map[string]string{"key_id": l.KeyID, "key_prefix": l.KeyPrefix,
-				"resource": l.Resource, "allowed": i64(l.Allowed), "denied": i64(l.Denied),
+				"resource": safeCell(l.Resource), "allowed": i64(l.Allowed), "denied": i64(l.Denied),
 				"units": i64(l.AllowedUnits), "denied_units": i64(l.DeniedUnits)}); err != nil {
 				return err
 			}
 		}
 		for _, p := range st.Plans {
-			span := map[string]string{"plan": p.Plan, "from": ts(p.From), "to": ts(p.To)}
+			span := map[string]string{"plan": safeCell(p.Plan), "from": ts(p.From), "to": ts(p.To)}
 			with := func(extra map[string]string) map[string]string {
 				out := map[string]string{}
 				for k, v := range span {
@@ -78,4 +79,15 @@ func WriteCSV(w io.Writer, statements []Statement) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// safeCell keeps a text cell from being read as a formula by spreadsheet
+// programs (CSV injection): a value starting with =, +, -, @, tab or CR
+// gets a leading apostrophe. Tenant names and resources come from
+// outside, so they are treated this way; numbers are written as they are.
+func safeCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }

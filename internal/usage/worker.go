@@ -2,11 +2,14 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -147,6 +150,12 @@ func (w *Worker) process(ctx context.Context, msgs []Message) error {
 		batches = append(batches, m.Batch)
 	}
 	results, err := w.Store.ApplyAll(ctx, batches)
+	if isDataError(err) {
+		// Postgres refuses the data of some batch: apply the batches one
+		// at a time and set aside the refused ones, so that one bad batch
+		// cannot stop everyone's usage.
+		results, err = w.applyEach(ctx, msgs)
+	}
 	if err != nil {
 		return err
 	}
@@ -173,6 +182,38 @@ func (w *Worker) process(ctx context.Context, msgs []Message) error {
 	// If the ack fails the entries are delivered again later and skipped
 	// as duplicates.
 	return w.Consumer.Ack(ctx, ids...)
+}
+
+// applyEach applies the decodable messages' batches one by one, setting
+// aside (and marking with Err) those whose data Postgres refuses.
+func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, error) {
+	var results []ApplyResult
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Err != nil {
+			continue
+		}
+		res, err := w.Store.ApplyAll(ctx, []Batch{m.Batch})
+		switch {
+		case isDataError(err):
+			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
+			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, err
+		default:
+			results = append(results, res...)
+		}
+	}
+	return results, nil
+}
+
+// isDataError reports whether err is Postgres refusing a value (SQLSTATE
+// class 22, data exception): retrying cannot help.
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 type backoff struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,54 @@ func TestStreamOnRedisCluster(t *testing.T) {
 	r.runWorkers(t, r.worker("w", time.Hour))
 	if got := sums(t, db, "usage_day")[tA+"/"+kA]; got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
+	}
+}
+
+// TestWorkerSetsAsideBatchesPostgresRefuses: a batch that decodes but
+// whose data Postgres refuses with a data exception (simulated by a
+// trigger) is set aside; the batches fetched with it are applied, and the
+// stream keeps moving.
+func TestWorkerSetsAsideBatchesPostgresRefuses(t *testing.T) {
+	r := newWorkerRig(t)
+	p := NewRedisProducer(r.client, r.stream)
+	ctx := context.Background()
+	_, err := r.db.Exec(ctx, `CREATE FUNCTION poison() RETURNS trigger AS $$
+		BEGIN
+			IF NEW.resource = 'GET /poison' THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = '22023';
+			END IF;
+			RETURN NEW;
+		END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER poison BEFORE INSERT ON usage_minute FOR EACH ROW EXECUTE FUNCTION poison();`)
+	testenv.Must(t, err)
+	testenv.Must(t, p.Publish(ctx, Batch{Version: 1, ID: "poison:1",
+		Rows: []Row{row(at(t, "2026-11-20T10:00"), tB, kB, "GET /poison", Counts{Allowed: 1, AllowedUnits: 1})}}))
+	want := publishBatches(t, p, 3)
+	w := r.worker("w", time.Hour)
+	r.runWorkers(t, w)
+	if got := sums(t, r.db, "usage_minute")[tA+"/"+kA]; got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+	var n int
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM usage_bad_batches WHERE error LIKE '%refused%'`).Scan(&n))
+	if n != 1 {
+		t.Errorf("%d batches set aside as refused, want 1", n)
+	}
+	if s := w.Stats(); s.SetAside != 1 || s.Applied != 3 {
+		t.Errorf("stats %+v, want 1 set aside and 3 applied", s)
+	}
+}
+
+func TestDecodeRejectsTextPostgresCannotStore(t *testing.T) {
+	minute := int64(1_795_000_020)
+	for name, b := range map[string]Batch{
+		"NUL in resource":  {Version: 1, ID: "x", Rows: []Row{row(minute, tA, kA, "GET /\x00", Counts{Allowed: 1})}},
+		"bad UTF-8 reason": {Version: 1, ID: "x", Rows: []Row{{Minute: minute, Tier: "anonymous", Resource: "*", Reason: "\xff", Counts: Counts{Allowed: 1}}}},
+		"NUL in IP":        {Version: 1, ID: "x", IPs: []IPRow{{Minute: minute, IP: "1.2.3.4\x00", Counts: Counts{Allowed: 1}}}},
+		"huge count":       {Version: 1, ID: "x", Rows: []Row{row(minute, tA, kA, "GET /", Counts{Allowed: math.MaxInt64})}},
+	} {
+		if err := b.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

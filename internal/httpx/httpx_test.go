@@ -1,0 +1,76 @@
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tollgate/tollgate"
+)
+
+func TestErrorStatuses(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		detail string
+	}{
+		{"invalid", tollgate.Invalid(map[string]string{"cost": "must be ≥ 0"}), 422, "the request has invalid fields"},
+		{"not found", tollgate.Errorf(tollgate.ENOTFOUND, "tenant x not found"), 404, "tenant x not found"},
+		{"internal detail hidden", errors.New("pq: password=hunter2"), 500, "internal error"},
+		{"refused value", fmt.Errorf("tenants: create: %w", &pgconn.PgError{Code: "22021"}), 422, "cannot be stored"},
+		{"other database error", fmt.Errorf("x: %w", &pgconn.PgError{Code: "40001"}), 500, "internal error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			Error(w, httptest.NewRequest(http.MethodGet, "/", nil), nil, c.err)
+			var p Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatal(err)
+			}
+			if w.Code != c.status || p.Status != c.status || !strings.Contains(p.Detail, c.detail) {
+				t.Errorf("got %d %+v, want %d with detail %q", w.Code, p, c.status, c.detail)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+}
+
+func TestDecodeNamesTheField(t *testing.T) {
+	type body struct {
+		Cost int64 `json:"cost"`
+	}
+	cases := map[string]struct {
+		in     string
+		status int
+		field  string
+	}{
+		"wrong type":    {`{"cost":"x"}`, 400, "cost"},
+		"unknown field": {`{"colour":1}`, 400, "colour"},
+		"syntax":        {`{"cost":`, 400, "body"},
+		"trailing":      {`{"cost":1} {}`, 400, "body"},
+		"too large":     {`{"cost":` + strings.Repeat("1", 100) + `}`, 413, ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.in))
+			err := Decode(r, 64, &body{})
+			if got := Status(err); got != c.status {
+				t.Fatalf("status %d, want %d (%v)", got, c.status, err)
+			}
+			var e *tollgate.Error
+			if c.field != "" && (!errors.As(err, &e) || e.Fields[c.field] == "") {
+				t.Errorf("error %v does not name %s", err, c.field)
+			}
+		})
+	}
+}

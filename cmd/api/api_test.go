@@ -357,6 +357,31 @@ func TestCheckBadInput(t *testing.T) {
 	}
 }
 
+// TestResourceWithoutRules: a resource no rule of the plan matches is
+// allowed, unlimited, and says so.
+func TestResourceWithoutRules(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	narrow, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "narrow", Rules: []plans.Rule{{Name: "search",
+		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.Hour, Resource: "POST /v1/search"}}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(f.db)
+	tn, err := ts.Create(ctx, "narrow-co", narrow.ID)
+	testenv.Must(t, err)
+	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+	testenv.Must(t, err)
+	base := f.startAPI(t, nil)
+	for range 3 {
+		r := post(t, base, f.token, checkBody(key, "", "GET /repos"))
+		if r.body["allowed"] != true || r.body["reason"] != enforce.ReasonOK || len(r.body["rules"].([]any)) != 0 {
+			t.Fatalf("unlimited resource: %v, want allowed ok with no rules", r.body)
+		}
+		if h := r.header.Get("RateLimit"); h != "" {
+			t.Errorf("RateLimit %q without a rule", h)
+		}
+	}
+}
+
 func TestAnonymousTier(t *testing.T) {
 	f := newFixture(t)
 	base := f.startAPI(t, nil)
@@ -487,6 +512,9 @@ func TestStoreOutage(t *testing.T) {
 	r = post(t, base, f.token, checkBody(strictKey, "", ""))
 	if r.body["allowed"] != false || r.body["degraded"] != true || r.body["reason"] != enforce.ReasonUnavailable {
 		t.Errorf("fail-closed: %v, want denied, degraded, unavailable", r.body)
+	}
+	if ra := r.header.Get("Retry-After"); ra != "1" || r.body["retry_after_ms"] != float64(1000) {
+		t.Errorf("fail-closed: Retry-After %q, retry_after_ms %v; want 1 and 1000", ra, r.body["retry_after_ms"])
 	}
 }
 

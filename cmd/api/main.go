@@ -127,7 +127,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		store = limiter.NewMemoryStore(nil)
 		ping = func(context.Context) error { return nil }
 	default:
-		rc := cfg.Redis.Client()
+		limiterRedis := cfg.Redis
+		limiterRedis.NoRetries = true
+		rc := limiterRedis.Client()
 		defer rc.Close()
 		if err := limiter.LoadScript(ctx, rc); err != nil {
 			// Not fatal: checks fail by their rules' failure modes until

@@ -19,6 +19,10 @@ type Redis struct {
 	// go-redis's defaults.
 	Timeout  time.Duration
 	PoolSize int
+	// NoRetries stops go-redis from resending a command after a network
+	// error: a limiter script that reached Redis before the connection
+	// broke must not run twice and charge a check twice.
+	NoRetries bool
 }
 
 // Redis reads TOLLGATE_REDIS_ADDR (default defaultAddr; "" means none),
@@ -39,12 +43,18 @@ func (r Redis) Configured() bool { return r.Addr != "" || len(r.Cluster) > 0 }
 
 // Client returns a client of the server or cluster.
 func (r Redis) Client() redis.UniversalClient {
+	retries := 0 // go-redis's default
+	if r.NoRetries {
+		retries = -1
+	}
 	if len(r.Cluster) > 0 {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Cluster, Password: r.Password,
-			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+			MaxRetries: retries})
 	}
 	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password,
-		PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+		PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+		MaxRetries: retries})
 }
 
 // KeyPrefix reads TOLLGATE_KEY_PREFIX (default "tg:"), the start of every

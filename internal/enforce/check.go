@@ -58,6 +58,23 @@ type RuleResult struct {
 	DelayMS      int64             `json:"delay_ms,omitempty"`
 	WouldDeny    bool              `json:"would_deny,omitempty"`
 	Degraded     bool              `json:"degraded,omitempty"`
+
+	// capacity is what Remaining counts down from: the burst of the
+	// bucket algorithms, the limit of the windows.
+	capacity int64
+}
+
+// outageRetryMS is the retry a fail-closed rule asks for while its store
+// is unreachable.
+const outageRetryMS = 1000
+
+// capacity returns the units the rule admits at once when untouched.
+func (r *compiledRule) capacity() int64 {
+	switch r.Algorithm {
+	case limiter.GCRA, limiter.TokenBucket, limiter.LeakyBucket:
+		return r.params.EffectiveBurst()
+	}
+	return r.Limit
 }
 
 // Decision is the answer to a check (the body of a 200 from /v1/check).
@@ -231,7 +248,11 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		d.Plan = plan.name
 	}
 	if plan == nil {
-		return c.finish(d, r, ReasonOK), nil
+		// Cannot happen with a consistent snapshot (every tenant has a
+		// plan); if it does, fail closed rather than admit unlimited.
+		d.Degraded = true
+		c.log.ErrorContext(ctx, "tenant without a plan in the snapshot", "tenant_id", d.TenantID)
+		return c.finish(d, r, ReasonUnavailable), nil
 	}
 
 	var matched []*compiledRule
@@ -241,6 +262,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		}
 	}
 	if len(matched) == 0 {
+		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, ReasonOK), nil
 	}
 	reqs := make([]limiter.Request, len(matched))
@@ -313,6 +335,7 @@ func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 		ResetAfterMS: msCeil(res.ResetAfterUS),
 		RetryAfterMS: msCeil(res.RetryAfterUS),
 		DelayMS:      msCeil(res.DelayUS),
+		capacity:     rule.capacity(),
 	}
 }
 
@@ -322,9 +345,11 @@ func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decis
 	d.Allowed = true
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
-			WindowS: rule.windowS, Allowed: true, Degraded: true}
+			WindowS: rule.windowS, Allowed: true, Degraded: true, capacity: rule.capacity()}
 		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
 			rr.Allowed = false
+			// Unknown when the store is back: ask for a retry in a second.
+			rr.RetryAfterMS = outageRetryMS
 			d.Allowed = false
 		}
 		d.Rules = append(d.Rules, rr)

@@ -137,7 +137,9 @@ func SetHeaders(h http.Header, d *Decision) {
 	h.Set("RateLimit", rl)
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(g.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(g.Remaining, 10))
-	h.Set("X-RateLimit-Used", strconv.FormatInt(max(0, g.Limit-g.Remaining), 10))
+	// Used counts down from what the rule admits at once (a GCRA rule's
+	// burst), the same base Remaining counts from.
+	h.Set("X-RateLimit-Used", strconv.FormatInt(max(0, g.capacity-g.Remaining), 10))
 	if g.ResetAfterMS >= 0 {
 		resetAt := ceilDiv(d.NowUS+g.ResetAfterMS*1000, 1_000_000)
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetAt, 10))

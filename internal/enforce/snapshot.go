@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -160,45 +162,44 @@ type Source interface {
 
 // PostgresSource reads snapshot data through the feature stores.
 type PostgresSource struct {
-	Plans   *plans.Store
-	Tenants *tenants.Store
-	Auth    *auth.Store
+	db *pgxpool.Pool
 }
 
 // NewPostgresSource returns a Source on db.
-func NewPostgresSource(db *pgxpool.Pool) *PostgresSource {
-	return &PostgresSource{Plans: plans.NewStore(db), Tenants: tenants.NewStore(db), Auth: auth.NewStore(db)}
-}
+func NewPostgresSource(db *pgxpool.Pool) *PostgresSource { return &PostgresSource{db: db} }
 
 // LoadSnapshot reads every plan, tenant, rule override, key and service
-// token.
+// token in one read-only, repeatable-read transaction, so the snapshot is
+// consistent: no tenant without its plan, no key without its tenant.
 func (p *PostgresSource) LoadSnapshot(ctx context.Context) (Data, error) {
 	var d Data
-	var err error
-	if d.Plans, err = p.Plans.List(ctx); err != nil {
-		return d, err
-	}
-	if d.Tenants, err = p.Tenants.List(ctx); err != nil {
-		return d, err
-	}
-	if d.Overrides, err = p.Tenants.AllOverrides(ctx); err != nil {
-		return d, err
-	}
-	if d.Keys, err = p.Tenants.ListKeys(ctx, ""); err != nil {
-		return d, err
-	}
-	if d.SigningKeys, err = p.Auth.PublicKeys(ctx); err != nil {
-		return d, err
-	}
-	if d.ServiceTokens, err = p.Auth.ListServiceTokens(ctx); err != nil {
-		return d, err
-	}
-	return d, nil
+	err := postgres.ReadTx(ctx, p.db, func(tx pgx.Tx) error {
+		ps, ts, as := plans.NewStore(tx), tenants.NewStore(tx), auth.NewStore(tx)
+		var err error
+		if d.Plans, err = ps.List(ctx); err != nil {
+			return err
+		}
+		if d.Tenants, err = ts.List(ctx); err != nil {
+			return err
+		}
+		if d.Overrides, err = ts.AllOverrides(ctx); err != nil {
+			return err
+		}
+		if d.Keys, err = ts.ListKeys(ctx, ""); err != nil {
+			return err
+		}
+		if d.SigningKeys, err = as.PublicKeys(ctx); err != nil {
+			return err
+		}
+		d.ServiceTokens, err = as.ListServiceTokens(ctx)
+		return err
+	})
+	return d, err
 }
 
 // FindKey looks up one key by hash.
 func (p *PostgresSource) FindKey(ctx context.Context, hash tenants.KeyHash) (tenants.Key, error) {
-	return p.Tenants.FindKeyByHash(ctx, hash)
+	return tenants.NewStore(p.db).FindKeyByHash(ctx, hash)
 }
 
 // Holder keeps the current snapshot and swaps in new ones. Keys found
@@ -222,6 +223,9 @@ type Holder struct {
 
 // NewHolder returns a Holder that loads from source.
 func NewHolder(source Source, log *slog.Logger) *Holder {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Holder{source: source, log: log, now: time.Now, extra: map[tenants.KeyHash]*keyView{},
 		missLimiter: limiter.NewMemoryStore(nil)}
 }
@@ -264,23 +268,36 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 	if err != nil || !out.Admitted {
 		return nil
 	}
-	k, err := h.source.FindKey(ctx, hash)
+	// A hung Postgres must not hang checks with unknown keys.
+	lookupCtx, cancel := context.WithTimeout(ctx, missLookupTimeout)
+	k, err := h.source.FindKey(lookupCtx, hash)
+	cancel()
 	if err != nil {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.current.Load() != s {
-		return nil // a reload raced us; the next check sees the new snapshot
-	}
-	t := s.tenants[k.TenantID]
+	// A reload may have landed meanwhile: attach the key to the newest
+	// snapshot, and remember it only beside that one.
+	cur := h.current.Load()
+	t := cur.tenants[k.TenantID]
 	if t == nil {
 		return nil
 	}
 	v = &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
-	h.extra[hash] = v
+	if _, loaded := cur.keys[hash]; !loaded {
+		h.extra[hash] = v
+	}
 	return v
 }
+
+// missLookupTimeout bounds the Postgres lookup of a key not in the
+// snapshot yet.
+const missLookupTimeout = 100 * time.Millisecond
+
+// coalesceWindow is how long a reload waits, after the first notification
+// of a burst, for more to arrive; never longer, however many keep coming.
+const coalesceWindow = 50 * time.Millisecond
 
 // Sync keeps the holder fresh until ctx ends: it LISTENs on
 // tollgate_changes and reloads at once on a notification, and reloads
@@ -318,8 +335,11 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		return err
 	}
 	pg := conn.Conn()
+	lastReload := h.now()
 	for {
-		wait, cancel := context.WithTimeout(ctx, interval)
+		// Wait for a notification, but no longer than until the next
+		// periodic reload is due.
+		wait, cancel := context.WithTimeout(ctx, max(interval-h.now().Sub(lastReload), time.Millisecond))
 		_, err := pg.WaitForNotification(wait)
 		cancel()
 		if ctx.Err() != nil {
@@ -328,20 +348,24 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		if err != nil && wait.Err() == nil {
 			return err // the connection failed
 		}
-		// Coalesce a burst of notifications into one reload.
-		for {
-			drain, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-			_, err := pg.WaitForNotification(drain)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil && drain.Err() == nil {
-					return err
+		if err == nil {
+			// Coalesce a burst of notifications into one reload, within
+			// a fixed window so a steady stream cannot postpone it.
+			window, cancel := context.WithTimeout(ctx, coalesceWindow)
+			for {
+				if _, err := pg.WaitForNotification(window); err != nil {
+					if ctx.Err() == nil && window.Err() == nil {
+						cancel()
+						return err
+					}
+					break
 				}
-				break
 			}
+			cancel()
 		}
 		if err := h.Reload(ctx); err != nil {
 			h.log.Warn("snapshot reload failed", "err", err)
 		}
+		lastReload = h.now()
 	}
 }

@@ -55,6 +55,10 @@ const (
 	Day          = 24 * Hour
 )
 
+// MaxSlidingLogLimit bounds a sliding_window_log rule's limit: about 1.2 MB
+// of Redis memory per key at the bound (see docs/algorithms.md).
+const MaxSlidingLogLimit = 10_000
+
 // maxExact is the largest integer a Lua (double) number holds exactly; every
 // intermediate product in the scripts stays at or below it.
 const maxExact = 1 << 53
@@ -150,6 +154,12 @@ func (p Params) Validate() map[string]string {
 	case SlidingWindowCounter:
 		if mulOverflows(p.Limit, period) {
 			f["limit"] = "limit × period (µs) must stay below 2^53"
+		}
+	case SlidingWindowLog:
+		// One log entry per admitted unit: the state, and the script's
+		// work for one check, grow with the limit.
+		if p.Limit > MaxSlidingLogLimit {
+			f["limit"] = fmt.Sprintf("must be at most %d for sliding_window_log (it keeps one entry per unit; use sliding_window_counter or gcra for larger limits)", MaxSlidingLogLimit)
 		}
 	}
 	if period > 100*366*Day {

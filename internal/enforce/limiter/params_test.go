@@ -1,0 +1,34 @@
+package limiter
+
+import "testing"
+
+func TestValidateNamesBadParameters(t *testing.T) {
+	cases := []struct {
+		name  string
+		p     Params
+		field string
+	}{
+		{"unknown algorithm", Params{Algorithm: "magic", Limit: 1, PeriodUS: Second}, "algorithm"},
+		{"zero period", Params{Algorithm: GCRA, Limit: 1}, "period"},
+		{"zero limit", Params{Algorithm: GCRA, PeriodUS: Second}, "limit"},
+		{"shape on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: Second, Shape: true}, "mode"},
+		{"calendar on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: Second, Calendar: CalendarMonth}, "calendar"},
+		{"huge sliding log", Params{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit + 1, PeriodUS: Second}, "limit"},
+		{"counter overflow", Params{Algorithm: SlidingWindowCounter, Limit: 1 << 40, PeriodUS: Hour}, "limit"},
+	}
+	for _, c := range cases {
+		if f := c.p.Validate(); f[c.field] == "" {
+			t.Errorf("%s: problems %v do not name %s", c.name, f, c.field)
+		}
+	}
+	ok := []Params{
+		{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit, PeriodUS: Hour},
+		{Algorithm: TokenBucket, Limit: 0, Burst: 50, PeriodUS: Hour},
+		{Algorithm: FixedWindow, Limit: 100_000, Calendar: CalendarMonth},
+	}
+	for _, p := range ok {
+		if f := p.Validate(); len(f) != 0 {
+			t.Errorf("%+v: unexpected problems %v", p, f)
+		}
+	}
+}

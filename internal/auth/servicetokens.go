@@ -113,14 +113,21 @@ func (s *Store) IssueServiceToken(ctx context.Context, name string, ttl time.Dur
 
 // RevokeServiceToken revokes the token with id.
 func (s *Store) RevokeServiceToken(ctx context.Context, id string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id::text = $1`, id)
+	if !validID(id) {
+		return errServiceTokenNotFound(id)
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
 	if err != nil {
 		return fmt.Errorf("auth: revoke service token: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return tollgate.Errorf(tollgate.ENOTFOUND, "service token %s not found", id)
+		return errServiceTokenNotFound(id)
 	}
 	return nil
+}
+
+func errServiceTokenNotFound(id string) error {
+	return tollgate.Errorf(tollgate.ENOTFOUND, "service token %s not found", id)
 }
 
 // ListServiceTokens returns every service token record, newest first.
@@ -199,10 +206,13 @@ func scanServiceToken(row pgx.Row) (ServiceToken, error) {
 
 // GetServiceToken returns the record of the token with id, or ENOTFOUND.
 func (s *Store) GetServiceToken(ctx context.Context, id string) (ServiceToken, error) {
+	if !validID(id) {
+		return ServiceToken{}, errServiceTokenNotFound(id)
+	}
 	st, err := scanServiceToken(s.db.QueryRow(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
-		WHERE id::text = $1`, id))
+		WHERE id = $1::uuid`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ServiceToken{}, tollgate.Errorf(tollgate.ENOTFOUND, "service token %s not found", id)
+		return ServiceToken{}, errServiceTokenNotFound(id)
 	}
 	if err != nil {
 		return ServiceToken{}, fmt.Errorf("auth: get service token: %w", err)
@@ -221,9 +231,16 @@ func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (pag
 	if err != nil {
 		return page.Page[ServiceToken]{}, err
 	}
+	var afterID *string
+	if have {
+		if !validID(after.ID) {
+			return page.Page[ServiceToken]{}, tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
+		}
+		afterID = &after.ID
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
-		WHERE NOT $1 OR (created_at, id::text) < ($2, $3)
-		ORDER BY created_at DESC, id::text DESC LIMIT $4`, have, after.CreatedAt, after.ID, pr.Fetch())
+		WHERE NOT $1 OR (created_at, id) < ($2, $3::uuid)
+		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, afterID, pr.Fetch())
 	if err != nil {
 		return page.Page[ServiceToken]{}, fmt.Errorf("auth: list service tokens: %w", err)
 	}

@@ -93,13 +93,16 @@ func (s *Store) VerifySession(ctx context.Context, token string, secret []byte, 
 	if err != nil {
 		return Session{}, err
 	}
+	if !validID(userID) || !validID(sessionID) {
+		return Session{}, ErrNoSession
+	}
 	var sess Session
 	var revoked *time.Time
 	u := &sess.User
 	err = s.db.QueryRow(ctx, `SELECT s.id, s.expires_at, s.revoked_at, u.id, u.email, u.role,
 		coalesce(u.tenant_id::text, ''), u.created_at, u.updated_at, u.disabled_at
 		FROM admin_sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.id::text = $1 AND u.id::text = $2`, sessionID, userID).
+		WHERE s.id = $1::uuid AND u.id = $2::uuid`, sessionID, userID).
 		Scan(&sess.ID, &sess.ExpiresAt, &revoked, &u.ID, &u.Email, &u.Role, &u.TenantID, &u.CreatedAt,
 			&u.UpdatedAt, &u.DisabledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -114,10 +117,14 @@ func (s *Store) VerifySession(ctx context.Context, token string, secret []byte, 
 	return sess, nil
 }
 
-// EndSession revokes the session with id; ending it twice is not an error.
+// EndSession revokes the session with id; ending it twice, or ending a
+// session that does not exist, is not an error.
 func (s *Store) EndSession(ctx context.Context, id string) error {
+	if !validID(id) {
+		return nil
+	}
 	if _, err := s.db.Exec(ctx, `UPDATE admin_sessions SET revoked_at = coalesce(revoked_at, now())
-		WHERE id::text = $1`, id); err != nil {
+		WHERE id = $1::uuid`, id); err != nil {
 		return fmt.Errorf("auth: end session: %w", err)
 	}
 	return nil

@@ -87,6 +87,8 @@ func (u *NewUser) Validate() error {
 		f["tenant_id"] = "is required for role " + string(u.Role)
 	case !u.Role.TenantScoped() && u.TenantID != "":
 		f["tenant_id"] = "must be empty for operators"
+	case u.TenantID != "" && !validID(u.TenantID):
+		f["tenant_id"] = "no such tenant"
 	}
 	return tollgate.Invalid(f)
 }
@@ -137,23 +139,29 @@ func (s *Store) SetPassword(ctx context.Context, userID, password string) error 
 	if p := ValidatePassword(password); p != "" {
 		return tollgate.Invalid(map[string]string{"password": p})
 	}
+	if !validID(userID) {
+		return errUserNotFound
+	}
 	hash, err := HashPassword(password)
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id::text = $1`, userID, hash)
+	tag, err := s.db.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1::uuid`, userID, hash)
 	if err != nil {
 		return fmt.Errorf("auth: set password: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return tollgate.Errorf(tollgate.ENOTFOUND, "user %s not found", userID)
+		return errUserNotFound
 	}
 	return nil
 }
 
 // GetUser returns the user with id, or ENOTFOUND.
 func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
-	return s.userWhere(ctx, "id::text = $1", id)
+	if !validID(id) {
+		return User{}, errUserNotFound
+	}
+	return s.userWhere(ctx, "id = $1::uuid", id)
 }
 
 // GetUserByEmail returns the user with email (any case), or ENOTFOUND.
@@ -164,13 +172,15 @@ func (s *Store) GetUserByEmail(ctx context.Context, email string) (User, error) 
 func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
 	u, err := scanUser(s.db.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, arg))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return User{}, tollgate.Errorf(tollgate.ENOTFOUND, "user not found")
+		return User{}, errUserNotFound
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("auth: get user: %w", err)
 	}
 	return u, nil
 }
+
+var errUserNotFound = tollgate.Errorf(tollgate.ENOTFOUND, "user not found")
 
 // ErrBadLogin is the one answer to a failed login, whatever failed.
 var ErrBadLogin = tollgate.Errorf(tollgate.EUNAUTHORIZED, "wrong email or password")

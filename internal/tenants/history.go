@@ -12,10 +12,14 @@ import (
 // change's EffectiveAt on (until the next change) the tenant is on its
 // PlanID; of two changes with the same EffectiveAt the later recorded
 // (higher ID) wins. PlanHistory is the paged, newest-first view for people.
+// A malformed tenant ID has no history.
 func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange, error) {
+	if tenantID != "" && !validID(tenantID) {
+		return []PlanChange{}, nil
+	}
 	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
 		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
-		WHERE $1 = '' OR c.tenant_id::text = $1 ORDER BY c.tenant_id, c.effective_at, c.id`, tenantID)
+		WHERE $1::uuid IS NULL OR c.tenant_id = $1::uuid ORDER BY c.tenant_id, c.effective_at, c.id`, optionalID(tenantID))
 	if err != nil {
 		return nil, fmt.Errorf("tenants: plan changes: %w", err)
 	}

@@ -71,12 +71,15 @@ func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (s
 	if spec.Metadata == nil {
 		spec.Metadata = map[string]string{}
 	}
+	if !validID(tenantID) {
+		return "", Key{}, errTenantNotFound(tenantID)
+	}
 	secret, hash, prefix := GenerateKey()
 	k, err = scanKey(s.db.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, name, hash, prefix, metadata, expires_at)
-		SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id::text = $1 RETURNING `+keyColumns,
+		SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1::uuid RETURNING `+keyColumns,
 		tenantID, spec.Name, hash[:], prefix, spec.Metadata, spec.ExpiresAt))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenantID)
+		return "", Key{}, errTenantNotFound(tenantID)
 	}
 	if err != nil {
 		return "", Key{}, translate(err, "tenants: issue key")
@@ -91,15 +94,22 @@ func (s *Store) GetKey(ctx context.Context, tenantID, id string) (Key, error) {
 }
 
 func (s *Store) keyWhere(ctx context.Context, lock, tenantID, id string) (Key, error) {
+	if !validID(tenantID) || !validID(id) {
+		return Key{}, errKeyNotFound(id)
+	}
 	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE tenant_id::text = $1 AND id::text = $2`+lock, tenantID, id))
+		WHERE tenant_id = $1::uuid AND id = $2::uuid`+lock, tenantID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+		return Key{}, errKeyNotFound(id)
 	}
 	if err != nil {
 		return Key{}, fmt.Errorf("tenants: get key: %w", err)
 	}
 	return k, nil
+}
+
+func errKeyNotFound(id string) error {
+	return tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
 }
 
 // ListKeysPage returns one page of the tenant's keys, newest first.
@@ -112,9 +122,15 @@ func (s *Store) ListKeysPage(ctx context.Context, tenantID string, pr page.Reque
 	if err != nil {
 		return page.Page[Key]{}, err
 	}
+	if have && !validID(after.ID) {
+		return page.Page[Key]{}, errBadCursor
+	}
+	if !validID(tenantID) {
+		return page.Page[Key]{}, errTenantNotFound(tenantID)
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE tenant_id::text = $1 AND (NOT $2 OR (created_at, id::text) < ($3, $4))
-		ORDER BY created_at DESC, id::text DESC LIMIT $5`, tenantID, have, after.CreatedAt, after.ID, pr.Fetch())
+		WHERE tenant_id = $1::uuid AND (NOT $2 OR (created_at, id) < ($3, $4::uuid))
+		ORDER BY created_at DESC, id DESC LIMIT $5`, tenantID, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
 	if err != nil {
 		return page.Page[Key]{}, fmt.Errorf("tenants: list keys: %w", err)
 	}
@@ -155,6 +171,9 @@ func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange)
 	if err := c.Validate(); err != nil {
 		return Key{}, err
 	}
+	if !validID(tenantID) || !validID(id) {
+		return Key{}, errKeyNotFound(id)
+	}
 	var k Key
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
@@ -187,10 +206,13 @@ func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange)
 // RevokeTenantKey revokes the tenant's key with id at once and returns it.
 // Revoking twice keeps the first time.
 func (s *Store) RevokeTenantKey(ctx context.Context, tenantID, id string) (Key, error) {
+	if !validID(tenantID) || !validID(id) {
+		return Key{}, errKeyNotFound(id)
+	}
 	k, err := scanKey(s.db.QueryRow(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-		WHERE tenant_id::text = $1 AND id::text = $2 RETURNING `+keyColumns, tenantID, id))
+		WHERE tenant_id = $1::uuid AND id = $2::uuid RETURNING `+keyColumns, tenantID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+		return Key{}, errKeyNotFound(id)
 	}
 	if err != nil {
 		return Key{}, fmt.Errorf("tenants: revoke key: %w", err)
@@ -208,6 +230,9 @@ const MaxRotationGrace = 30 * 24 * time.Hour
 func (s *Store) RotateKey(ctx context.Context, tenantID, id string, grace time.Duration, now time.Time) (secret string, fresh, old Key, err error) {
 	if grace < 0 || grace > MaxRotationGrace {
 		return "", Key{}, Key{}, tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
+	}
+	if !validID(tenantID) || !validID(id) {
+		return "", Key{}, Key{}, errKeyNotFound(id)
 	}
 	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		ts := NewStore(tx)
@@ -254,6 +279,9 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 	ids := make([]string, 0, len(usedAt))
 	ats := make([]time.Time, 0, len(usedAt))
 	for id, at := range usedAt {
+		if !validID(id) {
+			continue // names no key, and would fail the whole statement
+		}
 		ids = append(ids, id)
 		ats = append(ats, at)
 	}
@@ -269,9 +297,12 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 // KeyByID returns the key with id, whatever its tenant, or ENOTFOUND. It
 // is for operators' tools; tenant-facing code uses GetKey.
 func (s *Store) KeyByID(ctx context.Context, id string) (Key, error) {
-	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id::text = $1`, id))
+	if !validID(id) {
+		return Key{}, errKeyNotFound(id)
+	}
+	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+		return Key{}, errKeyNotFound(id)
 	}
 	if err != nil {
 		return Key{}, fmt.Errorf("tenants: get key: %w", err)

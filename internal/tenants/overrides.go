@@ -40,7 +40,7 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) ([]plans.Rule, e
 	if _, err := s.Get(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	all, err := s.overridesWhere(ctx, "WHERE tenant_id::text = $1", tenantID)
+	all, err := s.overridesWhere(ctx, "WHERE tenant_id = $1::uuid", tenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +94,14 @@ func (s *Store) SetOverrides(ctx context.Context, tenantID string, rules []plans
 	if err := ValidateOverrides(rules); err != nil {
 		return nil, err
 	}
+	if !validID(tenantID) {
+		return nil, errTenantNotFound(tenantID)
+	}
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		var id string
-		err := tx.QueryRow(ctx, `SELECT id FROM tenants WHERE id::text = $1 FOR UPDATE`, tenantID).Scan(&id)
+		err := tx.QueryRow(ctx, `SELECT id FROM tenants WHERE id = $1::uuid FOR UPDATE`, tenantID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenantID)
+			return errTenantNotFound(tenantID)
 		}
 		if err != nil {
 			return fmt.Errorf("tenants: set overrides: %w", err)

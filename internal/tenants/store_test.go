@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 	"github.com/tollgate/tollgate/internal/page"
@@ -21,6 +23,7 @@ func fields(err error) map[string]string {
 }
 
 type fixture struct {
+	db          *pgxpool.Pool
 	ts          *tenants.Store
 	free, pro   plans.Plan
 	acme, other tenants.Tenant
@@ -31,7 +34,7 @@ func setup(t *testing.T) fixture {
 	ctx := context.Background()
 	db := testenv.DB(t)
 	ps := plans.NewStore(db)
-	var f fixture
+	f := fixture{db: db}
 	var err error
 	f.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
 	testenv.Must(t, err)

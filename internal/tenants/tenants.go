@@ -113,14 +113,21 @@ func translate(err error, op string) error {
 
 // Get returns the tenant with id, or ENOTFOUND.
 func (s *Store) Get(ctx context.Context, id string) (Tenant, error) {
-	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id::text = $1`, id))
+	if !validID(id) {
+		return Tenant{}, errTenantNotFound(id)
+	}
+	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
+		return Tenant{}, errTenantNotFound(id)
 	}
 	if err != nil {
 		return Tenant{}, fmt.Errorf("tenants: get: %w", err)
 	}
 	return t, nil
+}
+
+func errTenantNotFound(id string) error {
+	return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
 }
 
 // GetByName returns the tenant named name, or ENOTFOUND.
@@ -163,13 +170,16 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 // "effective_at"). Moving to the current plan is EINVALID naming
 // "plan_id", and so is an archived or unknown plan.
 func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective time.Time) error {
+	if !validID(id) {
+		return errTenantNotFound(id)
+	}
 	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		var current int64
 		var latest *time.Time
 		err := tx.QueryRow(ctx, `SELECT t.plan_id, (SELECT max(effective_at) FROM tenant_plan_changes c
-			WHERE c.tenant_id = t.id) FROM tenants t WHERE t.id::text = $1 FOR UPDATE`, id).Scan(&current, &latest)
+			WHERE c.tenant_id = t.id) FROM tenants t WHERE t.id = $1::uuid FOR UPDATE`, id).Scan(&current, &latest)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
+			return errTenantNotFound(id)
 		}
 		if err != nil {
 			return fmt.Errorf("tenants: set plan: %w", err)
@@ -181,11 +191,11 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 			return tollgate.Invalid(map[string]string{"effective_at": "must not be before the tenant's latest plan change (" +
 				latest.UTC().Format(time.RFC3339) + ")"})
 		}
-		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id::text = $1`, id, planID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id = $1::uuid`, id, planID); err != nil {
 			return translate(err, "tenants: set plan")
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO tenant_plan_changes (tenant_id, plan_id, effective_at)
-			VALUES ($1, $2, $3)`, id, planID, effective)
+			VALUES ($1::uuid, $2, $3)`, id, planID, effective)
 		if err != nil {
 			return translate(err, "tenants: record plan change")
 		}
@@ -198,10 +208,13 @@ func (s *Store) SetStatus(ctx context.Context, id, status string) (Tenant, error
 	if status != StatusActive && status != StatusSuspended {
 		return Tenant{}, tollgate.Invalid(map[string]string{"status": "must be active or suspended"})
 	}
+	if !validID(id) {
+		return Tenant{}, errTenantNotFound(id)
+	}
 	t, err := scanTenant(s.db.QueryRow(ctx, `UPDATE tenants SET status = $2, updated_at = now()
-		WHERE id::text = $1 RETURNING `+tenantColumns, id, status))
+		WHERE id = $1::uuid RETURNING `+tenantColumns, id, status))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", id)
+		return Tenant{}, errTenantNotFound(id)
 	}
 	if err != nil {
 		return Tenant{}, fmt.Errorf("tenants: set status: %w", err)
@@ -228,10 +241,14 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 		return page.Page[Tenant]{}, err
 	}
 	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Query) + "%"
+	var queryID *string // the query, when it is a tenant ID
+	if q := strings.ToLower(f.Query); validID(q) {
+		queryID = &q
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
-		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id::text = lower($2))
+		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id = $7::uuid)
 		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
-		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch())
+		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch(), queryID)
 	if err != nil {
 		return page.Page[Tenant]{}, fmt.Errorf("tenants: list: %w", err)
 	}
@@ -265,9 +282,12 @@ func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Reques
 	if err != nil {
 		return page.Page[PlanChange]{}, err
 	}
+	if !validID(tenantID) {
+		return page.Page[PlanChange]{}, errTenantNotFound(tenantID)
+	}
 	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
 		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
-		WHERE c.tenant_id::text = $1 AND (NOT $2 OR (c.effective_at, c.id) < ($3, $4))
+		WHERE c.tenant_id = $1::uuid AND (NOT $2 OR (c.effective_at, c.id) < ($3, $4))
 		ORDER BY c.effective_at DESC, c.id DESC LIMIT $5`, tenantID, have, after.EffectiveAt, after.ID, pr.Fetch())
 	if err != nil {
 		return page.Page[PlanChange]{}, fmt.Errorf("tenants: plan history: %w", err)
@@ -307,12 +327,15 @@ func (s *Store) IssueKey(ctx context.Context, tenantID, name string, expiresAt *
 
 // RevokeKey revokes the key at once. Revoking twice keeps the first time.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id::text = $1`, id)
+	if !validID(id) {
+		return errKeyNotFound(id)
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
 	if err != nil {
 		return fmt.Errorf("tenants: revoke key: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return tollgate.Errorf(tollgate.ENOTFOUND, "key %s not found", id)
+		return errKeyNotFound(id)
 	}
 	return nil
 }
@@ -330,9 +353,13 @@ func (s *Store) FindKeyByHash(ctx context.Context, hash KeyHash) (Key, error) {
 }
 
 // ListKeys returns the tenant's keys, newest first ("" = every tenant's).
+// A malformed tenant ID has no keys.
 func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]Key, error) {
+	if tenantID != "" && !validID(tenantID) {
+		return []Key{}, nil
+	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE $1 = '' OR tenant_id::text = $1 ORDER BY created_at DESC, id`, tenantID)
+		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, optionalID(tenantID))
 	if err != nil {
 		return nil, fmt.Errorf("tenants: list keys: %w", err)
 	}

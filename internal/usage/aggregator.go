@@ -38,7 +38,8 @@ type AggregatorConfig struct {
 	PublishTimeout time.Duration
 	// MaxRows bounds the distinct rows held in memory (default 50,000).
 	// Past it, new rows lose their resource (OtherResource); past
-	// MaxRows × 5/4, decisions are dropped and counted.
+	// MaxRows × 5/4 they are counted per tenant and hour only (billing
+	// stays exact); past MaxRows × 3/2, decisions are dropped and counted.
 	MaxRows int
 	// MaxIPs bounds the distinct anonymous IP addresses held in memory
 	// (default 10,000); more go to OtherIP.
@@ -160,21 +161,14 @@ func (a *Aggregator) Record(ev enforce.UsageEvent) {
 	} else if len(a.rows) < a.cfg.MaxRows {
 		a.rows[k] = &c
 		wake = len(a.rows) == a.cfg.MaxRows/2
+	} else if !a.fold(k, c) {
+		wake = true
+		a.stats.Dropped++
+		a.held--
+		a.mu.Unlock()
+		return
 	} else {
 		wake = true
-		k.resource = OtherResource
-		if cur, ok := a.rows[k]; ok {
-			cur.Add(c)
-			a.stats.Folded++
-		} else if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/4 {
-			a.rows[k] = &c
-			a.stats.Folded++
-		} else {
-			a.stats.Dropped++
-			a.held--
-			a.mu.Unlock()
-			return
-		}
 	}
 	if ev.Tier == enforce.TierAnonymous && ev.IP != "" {
 		a.addIP(minute, ev.IP, c)
@@ -186,6 +180,38 @@ func (a *Aggregator) Record(ev enforce.UsageEvent) {
 		default:
 		}
 	}
+}
+
+// fold counts c in a coarser row once MaxRows distinct rows are held
+// (Redis down, or very diverse traffic): first without its resource; past
+// 5/4 of the bound, per tenant and hour without key and resource — billing
+// stays exact, only detail is lost; past 3/2 of the bound it reports
+// false and the decision is dropped (and counted). a.mu is held.
+func (a *Aggregator) fold(k rowKey, c Counts) bool {
+	k.resource = OtherResource
+	if cur, ok := a.rows[k]; ok {
+		cur.Add(c)
+		a.stats.Folded++
+		return true
+	}
+	if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/4 {
+		a.rows[k] = &c
+		a.stats.Folded++
+		return true
+	}
+	k.minute = floorDiv(k.minute, 3600) * 3600
+	k.keyID = ""
+	if cur, ok := a.rows[k]; ok {
+		cur.Add(c)
+		a.stats.Folded++
+		return true
+	}
+	if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/2 {
+		a.rows[k] = &c
+		a.stats.Folded++
+		return true
+	}
+	return false
 }
 
 // addIP counts c for ip; a.mu is held.

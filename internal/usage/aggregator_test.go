@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,16 +161,20 @@ func TestAggregatorBoundsMemory(t *testing.T) {
 	for i := range 100 {
 		a.Record(event(t0, tA, kA, fmt.Sprintf("GET /%d", i), true, 1))
 	}
-	// A new key past the bound: folded into its (other) row.
+	// New keys past the bound: the first gets a row without its resource
+	// (the 10th, 8 × 5/4); the rest fold into one row of the tenant's hour
+	// without key or resource (the 11th).
 	for i := range 100 {
 		a.Record(event(t0, tA, testID(100+i), "GET /x", true, 1))
 	}
+	// New tenants past that: the first takes the last row (8 × 3/2), the
+	// other 99 are dropped.
+	for i := range 100 {
+		a.Record(event(t0, testID(300+i), testID(400+i), "GET /x", true, 1))
+	}
 	s := a.Stats()
-	// 8 rows hold distinct resources of kA, a 9th the other 92 as
-	// (other); the first new key takes the 10th and last row (8 × 5/4),
-	// the other 99 are dropped.
-	if s.Recorded != 200 {
-		t.Errorf("recorded %d, want 200", s.Recorded)
+	if s.Recorded != 300 {
+		t.Errorf("recorded %d, want 300", s.Recorded)
 	}
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -182,18 +187,28 @@ func TestAggregatorBoundsMemory(t *testing.T) {
 			published += r.Decisions()
 		}
 	}
-	if rows > 10 {
-		t.Errorf("%d rows held, want at most 10", rows)
+	if rows != 12 {
+		t.Errorf("%d rows held, want 12", rows)
 	}
 	s = a.Stats()
-	if published+s.Dropped != 200 {
-		t.Errorf("published %d + dropped %d, want 200", published, s.Dropped)
+	if published+s.Dropped != 300 {
+		t.Errorf("published %d + dropped %d, want 300", published, s.Dropped)
 	}
-	if s.Dropped != 99 || s.Folded != 93 {
-		t.Errorf("dropped %d, folded %d; want 99, 93", s.Dropped, s.Folded)
+	if s.Dropped != 99 || s.Folded != 193 {
+		t.Errorf("dropped %d, folded %d; want 99, 193", s.Dropped, s.Folded)
 	}
-	if got := p.totals()[tA+"/"+kA]; got.Allowed != 100 {
-		t.Errorf("key k: %d allowed, want all 100 (resource folded, count exact)", got.Allowed)
+	totals := p.totals()
+	if got := totals[tA+"/"+kA]; got.Allowed != 100 {
+		t.Errorf("key kA: %d allowed, want all 100 (resource folded, count exact)", got.Allowed)
+	}
+	var tenantA int64
+	for k, c := range totals {
+		if strings.HasPrefix(k, tA+"/") {
+			tenantA += c.Allowed
+		}
+	}
+	if tenantA != 200 {
+		t.Errorf("tenant A: %d allowed, want all 200 (detail folded, billing exact)", tenantA)
 	}
 }
 

@@ -219,9 +219,22 @@ func (k *keyRotateRequest) Validate() error {
 	return nil
 }
 
+// rotatedKey is a key as the audit log records its rotation: with when it
+// was rotated and what replaced it, which the API's key record leaves out.
+type rotatedKey struct {
+	tenants.Key
+	RotatedAt  *time.Time `json:"rotated_at"`
+	ReplacedBy string     `json:"replaced_by"`
+}
+
+func asRotated(k tenants.Key) rotatedKey {
+	return rotatedKey{Key: k, RotatedAt: k.RotatedAt, ReplacedBy: k.ReplacedBy}
+}
+
 // handleKeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a
 // new key with the same name and metadata; the old one keeps working for
-// the grace period (its expires_at becomes now + grace).
+// the grace period (its expires_at becomes now + grace). A key is rotated
+// at most once: 409 for a key rotated before, revoked or expired.
 func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req keyRotateRequest
@@ -237,12 +250,14 @@ func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 			if err != nil {
 				return nil, err
 			}
-			secret, fresh, old, err := ts.RotateKey(r.Context(), tenantID, keyID, req.grace(), now())
+			secret, fresh, old, err := ts.RotateKey(r.Context(), tenantID, keyID,
+				tenants.Rotation{Grace: req.grace(), Now: now()})
 			if err != nil {
 				return nil, err
 			}
 			res = keySecretResponse{Key: fresh, Secret: secret, Previous: &old}
 			rotated := keyChange("key.rotate", &before, &old)
+			rotated.Before, rotated.After = asRotated(before), asRotated(old)
 			return []audit.Change{keyChange("key.create", nil, &fresh), rotated}, nil
 		})
 		if err != nil {

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // fieldsOf returns the fields a validation error names.
@@ -41,5 +47,46 @@ func TestKeyRotateRequestValidate(t *testing.T) {
 		if err != nil && fieldsOf(err)["grace_period_s"] == "" {
 			t.Errorf("grace_period_s %d: %v does not name grace_period_s", g, err)
 		}
+	}
+}
+
+// TestConcurrentKeyRotations: of many rotations of one key at once, one
+// makes a new key; the others are 409. The audit log links the rotated
+// key to its replacement.
+func TestConcurrentKeyRotations(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	_, k, err := tenants.NewStore(srv.DB).CreateKey(ctx, acme.ID, tenants.KeySpec{Name: "ci"})
+	testenv.Must(t, err)
+	keyURL := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys/" + k.ID
+
+	const n = 8
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { statuses[i] = call(t, "POST", keyURL+"/rotate", op, nil).StatusCode })
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusCreated] != 1 || count[http.StatusConflict] != n-1 {
+		t.Errorf("statuses of %d concurrent rotations: %v; want one 201 and the rest 409", n, count)
+	}
+	keys, err := tenants.NewStore(srv.DB).ListKeys(ctx, acme.ID)
+	testenv.Must(t, err)
+	if len(keys) != 2 {
+		t.Fatalf("%d keys after the rotations, want 2", len(keys))
+	}
+	var after string
+	testenv.Must(t, srv.DB.QueryRow(ctx, `SELECT after->>'replaced_by' FROM audit_log WHERE action = 'key.rotate' AND target_id = $1`,
+		k.ID).Scan(&after))
+	if after != keys[0].ID {
+		t.Errorf("audit of the rotation: replaced_by %q, want the new key %s", after, keys[0].ID)
 	}
 }

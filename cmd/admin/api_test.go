@@ -448,6 +448,12 @@ func TestKeysAPI(t *testing.T) {
 	if e := rotated.Previous.ExpiresAt; e == nil || e.Before(before.Add(time.Hour-time.Second)) || e.After(time.Now().Add(time.Hour)) {
 		t.Errorf("old key expires %v, want now+1h", e)
 	}
+	// A key is rotated once: a second rotation would be one more live key.
+	res = call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": 3600})
+	want(t, res, http.StatusConflict)
+	if p := problemOf(t, res); !strings.Contains(p.Detail, "rotated") {
+		t.Errorf("409 detail = %q, want it to say the key was rotated", p.Detail)
+	}
 	// Without a body: the default grace of a day.
 	res = call(t, "POST", keys+"/"+rotated.Key.ID+"/rotate", tok, nil)
 	want(t, res, http.StatusCreated)

@@ -73,7 +73,7 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 		calls["RevokeKey"] = ts.RevokeKey(ctx, id)
 		_, _, calls["CreateKey"] = ts.CreateKey(ctx, id, tenants.KeySpec{})
 		_, calls["UpdateKey"] = ts.UpdateKey(ctx, good, id, tenants.KeyChange{})
-		_, _, _, calls["RotateKey"] = ts.RotateKey(ctx, good, id, time.Hour, time.Now())
+		_, _, _, calls["RotateKey"] = ts.RotateKey(ctx, good, id, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
 		_, calls["ListKeysPage"] = ts.ListKeysPage(ctx, id, page.First(10))
 		_, calls["PlanHistory"] = ts.PlanHistory(ctx, id, page.First(10))
 		_, calls["SetStatus"] = ts.SetStatus(ctx, id, tenants.StatusSuspended)

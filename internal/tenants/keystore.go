@@ -223,11 +223,22 @@ func (s *Store) RevokeTenantKey(ctx context.Context, tenantID, id string) (Key, 
 // MaxRotationGrace bounds how long a rotated key keeps working.
 const MaxRotationGrace = 30 * 24 * time.Hour
 
+// Rotation says how to rotate a key.
+type Rotation struct {
+	// Grace is how long the old key keeps working: 0 to MaxRotationGrace.
+	Grace time.Duration
+	// Now is when the rotation happens.
+	Now time.Time
+}
+
 // RotateKey replaces the tenant's key with id by a new key of the same name
-// and metadata, and lets the old one work until now+grace (or its earlier
-// expiry). It returns the new key's secret, the new key and the old key as
-// changed. Rotating a revoked or expired key is ECONFLICT.
-func (s *Store) RotateKey(ctx context.Context, tenantID, id string, grace time.Duration, now time.Time) (secret string, fresh, old Key, err error) {
+// and metadata, and lets the old one work until r.Now+r.Grace (or its
+// earlier expiry). It returns the new key's secret, the new key and the old
+// key as changed. A key is rotated at most once: rotating it again, or
+// rotating a revoked or expired key, is ECONFLICT. Of concurrent rotations
+// of one key exactly one succeeds.
+func (s *Store) RotateKey(ctx context.Context, tenantID, id string, r Rotation) (secret string, fresh, old Key, err error) {
+	grace, now := r.Grace, r.Now
 	if grace < 0 || grace > MaxRotationGrace {
 		return "", Key{}, Key{}, tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
 	}
@@ -246,6 +257,8 @@ func (s *Store) RotateKey(ctx context.Context, tenantID, id string, grace time.D
 			return tollgate.Errorf(tollgate.ECONFLICT, "key %s is revoked: issue a new key instead", id)
 		case old.ExpiresAt != nil && !old.ExpiresAt.After(now):
 			return tollgate.Errorf(tollgate.ECONFLICT, "key %s has expired: issue a new key instead", id)
+		case old.RotatedAt != nil:
+			return errRotated(old)
 		}
 		secret, fresh, err = ts.CreateKey(ctx, tenantID, KeySpec{Name: old.Name, Metadata: old.Metadata})
 		if err != nil {
@@ -255,17 +268,28 @@ func (s *Store) RotateKey(ctx context.Context, tenantID, id string, grace time.D
 		if old.ExpiresAt != nil && old.ExpiresAt.Before(until) {
 			until = *old.ExpiresAt
 		}
-		old, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET expires_at = $2 WHERE id = $1 RETURNING `+keyColumns,
-			old.ID, until))
+		// The row is locked, so the condition holds; it is what makes a
+		// second rotation impossible whatever led up to this statement.
+		rotated, err := scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET expires_at = $2, rotated_at = $3, replaced_by = $4
+			WHERE id = $1 AND rotated_at IS NULL AND revoked_at IS NULL RETURNING `+keyColumns,
+			old.ID, until, now, fresh.ID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errRotated(old)
+		}
 		if err != nil {
 			return fmt.Errorf("tenants: rotate key: %w", err)
 		}
+		old = rotated
 		return nil
 	})
 	if err != nil {
 		return "", Key{}, Key{}, err
 	}
 	return secret, fresh, old, nil
+}
+
+func errRotated(k Key) error {
+	return tollgate.Errorf(tollgate.ECONFLICT, "key %s has been rotated already: rotate the key that replaced it instead", k.ID)
 }
 
 // TouchKeys records when keys were last used: usedAt maps key IDs to a

@@ -180,7 +180,7 @@ func TestKeys(t *testing.T) {
 	}
 
 	now := time.Now()
-	newSecret, fresh, old, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, time.Hour, now)
+	newSecret, fresh, old, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
 	testenv.Must(t, err)
 	if newSecret == secret || fresh.ID == k.ID || fresh.Name != "deploy" || fresh.Metadata["team"] != "build" {
 		t.Errorf("rotated key = %+v", fresh)
@@ -191,7 +191,7 @@ func TestKeys(t *testing.T) {
 	if _, err := f.ts.RevokeTenantKey(ctx, f.acme.ID, old.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, old.ID, time.Hour, now); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, old.ID, tenants.Rotation{Grace: time.Hour, Now: now}); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
 		t.Errorf("RotateKey(revoked) = %v, want conflict", err)
 	}
 

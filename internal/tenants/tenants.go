@@ -45,6 +45,11 @@ type Key struct {
 	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
 	RevokedAt  *time.Time        `json:"revoked_at,omitempty"`
 	LastUsedAt *time.Time        `json:"last_used_at,omitempty"`
+	// RotatedAt is when the key was rotated (a key is rotated at most
+	// once), and ReplacedBy the ID of the key that replaced it ("" when
+	// that key has been deleted). Not part of the API's key record.
+	RotatedAt  *time.Time `json:"-"`
+	ReplacedBy string     `json:"-"`
 }
 
 // Store keeps tenants and keys in Postgres. Safe for concurrent use.
@@ -306,12 +311,14 @@ func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Reques
 	}), nil
 }
 
-const keyColumns = `id, tenant_id, name, hash, prefix, metadata, created_at, expires_at, revoked_at, last_used_at`
+const keyColumns = `id, tenant_id, name, hash, prefix, metadata, created_at, expires_at, revoked_at, last_used_at,
+	rotated_at, coalesce(replaced_by::text, '')`
 
 func scanKey(row pgx.Row) (Key, error) {
 	var k Key
 	var hash []byte
-	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &hash, &k.Prefix, &k.Metadata, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt)
+	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &hash, &k.Prefix, &k.Metadata, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt,
+		&k.RotatedAt, &k.ReplacedBy)
 	copy(k.Hash[:], hash)
 	if k.Metadata == nil {
 		k.Metadata = map[string]string{}

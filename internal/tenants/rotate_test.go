@@ -1,0 +1,83 @@
+package tenants_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestRotateKeyOnce: a key is rotated once; its replacement may be rotated
+// in turn.
+func TestRotateKeyOnce(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
+	testenv.Must(t, err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	_, fresh, old, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
+	testenv.Must(t, err)
+	if old.RotatedAt == nil || !old.RotatedAt.Equal(now) || old.ReplacedBy != fresh.ID {
+		t.Errorf("rotated key: rotated_at %v, replaced_by %q; want %v, %q", old.RotatedAt, old.ReplacedBy, now, fresh.ID)
+	}
+	if fresh.RotatedAt != nil || fresh.ReplacedBy != "" {
+		t.Errorf("new key: rotated_at %v, replaced_by %q; want neither", fresh.RotatedAt, fresh.ReplacedBy)
+	}
+	_, _, _, err = f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now.Add(time.Second)})
+	if tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Errorf("second rotation = %v, want conflict", err)
+	}
+	got, err := f.ts.GetKey(ctx, f.acme.ID, k.ID)
+	testenv.Must(t, err)
+	if !got.ExpiresAt.Equal(*old.ExpiresAt) || got.ReplacedBy != fresh.ID {
+		t.Errorf("after a refused rotation: %+v, want it as the first rotation left it", got)
+	}
+	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, fresh.ID, tenants.Rotation{Grace: time.Hour, Now: now}); err != nil {
+		t.Errorf("rotating the replacement: %v", err)
+	}
+	keys, err := f.ts.ListKeys(ctx, f.acme.ID)
+	testenv.Must(t, err)
+	if len(keys) != 3 {
+		t.Errorf("%d keys, want 3 (the key, its replacement, and that one's)", len(keys))
+	}
+}
+
+// TestConcurrentRotationsOneWins: of many rotations of one key at once,
+// one makes a new key and the others are conflicts.
+func TestConcurrentRotationsOneWins(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
+	testenv.Must(t, err)
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, _, _, errs[i] = f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		switch tollgate.ErrorCode(err) {
+		case "":
+			won++
+		case tollgate.ECONFLICT:
+		default:
+			t.Errorf("rotation: %v", err)
+		}
+	}
+	keys, err := f.ts.ListKeys(ctx, f.acme.ID)
+	testenv.Must(t, err)
+	if won != 1 || len(keys) != 2 {
+		t.Errorf("%d rotations succeeded and left %d keys; want 1 and 2", won, len(keys))
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE api_keys DROP COLUMN IF EXISTS replaced_by, DROP COLUMN IF EXISTS rotated_at;

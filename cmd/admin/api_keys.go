@@ -51,7 +51,7 @@ type keyCreateRequest struct {
 }
 
 func (k *keyCreateRequest) spec() tenants.KeySpec {
-	return tenants.KeySpec{Name: k.Name, Metadata: k.Metadata, ExpiresAt: k.ExpiresAt}
+	return tenants.KeySpec{Name: k.Name, Metadata: k.Metadata, ExpiresAt: k.ExpiresAt, MaxLive: tenants.MaxLiveKeys}
 }
 
 func (k *keyCreateRequest) Validate() error {
@@ -73,7 +73,8 @@ type keySecretResponse struct {
 	Previous *tenants.Key `json:"previous,omitempty"`
 }
 
-// handleKeyCreate serves POST /tenants/{tenantID}/keys.
+// handleKeyCreate serves POST /tenants/{tenantID}/keys: 409 when the
+// tenant has tenants.MaxLiveKeys live keys already.
 func handleKeyCreate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := keyCreateRequest{now: now()}
@@ -234,7 +235,8 @@ func asRotated(k tenants.Key) rotatedKey {
 // handleKeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a
 // new key with the same name and metadata; the old one keeps working for
 // the grace period (its expires_at becomes now + grace). A key is rotated
-// at most once: 409 for a key rotated before, revoked or expired.
+// at most once: 409 for a key rotated before, revoked or expired, and when
+// the tenant has tenants.MaxLiveKeys live keys already.
 func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req keyRotateRequest
@@ -251,7 +253,7 @@ func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 				return nil, err
 			}
 			secret, fresh, old, err := ts.RotateKey(r.Context(), tenantID, keyID,
-				tenants.Rotation{Grace: req.grace(), Now: now()})
+				tenants.Rotation{Grace: req.grace(), Now: now(), MaxLive: tenants.MaxLiveKeys})
 			if err != nil {
 				return nil, err
 			}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -89,4 +91,52 @@ func TestConcurrentKeyRotations(t *testing.T) {
 	if after != keys[0].ID {
 		t.Errorf("audit of the rotation: replaced_by %q, want the new key %s", after, keys[0].ID)
 	}
+}
+
+// TestLiveKeyLimitAPI: a tenant with tenants.MaxLiveKeys live keys gets no
+// more through the API (409), not even by rotation, until it revokes one;
+// operators' CLI is not limited.
+func TestLiveKeyLimitAPI(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	admin := sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
+	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
+	var first keySecretResponse
+	call(t, "POST", keys, admin, map[string]any{"name": "first"}).decode(t, &first)
+	// The rest straight into the table, plus some that do not count.
+	_, err = srv.DB.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix, expires_at, revoked_at)
+		SELECT $1, sha256(convert_to('k' || g, 'UTF8')), 'tg_test', CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' END,
+			CASE WHEN g % 2 = 1 THEN now() END
+		FROM generate_series(1, 30) g`, acme.ID)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix)
+		SELECT $1, sha256(convert_to('live' || g, 'UTF8')), 'tg_test' FROM generate_series(2, $2) g`, acme.ID, tenants.MaxLiveKeys)
+	testenv.Must(t, err)
+
+	for _, tok := range []string{admin, op} {
+		res := call(t, "POST", keys, tok, map[string]any{"name": "one too many"})
+		want(t, res, http.StatusConflict)
+		if p := problemOf(t, res); !strings.Contains(p.Detail, "live keys") {
+			t.Errorf("409 detail = %q, want it to name the live keys", p.Detail)
+		}
+		want(t, call(t, "POST", keys+"/"+first.Key.ID+"/rotate", tok, nil), http.StatusConflict)
+	}
+	// Rotation without grace ends the old key at once: no more live keys.
+	want(t, call(t, "POST", keys+"/"+first.Key.ID+"/rotate", admin, map[string]any{"grace_period_s": 0}), http.StatusCreated)
+	if _, err := runAdmin(t, srv.DBURL, "", "keys", "issue", "--tenant", acme.ID); err != nil {
+		t.Errorf("keys issue over the API's limit: %v", err)
+	}
+	var page struct {
+		Items []tenants.Key `json:"items"`
+	}
+	call(t, "GET", keys+"?limit=1", admin, nil).decode(t, &page)
+	want(t, call(t, "POST", keys+"/"+page.Items[0].ID+"/revoke", admin, nil), http.StatusOK)
+	want(t, call(t, "POST", keys, admin, map[string]any{"name": "room again"}), http.StatusConflict) // the CLI went one over
+	call(t, "GET", keys+"?limit=2", admin, nil).decode(t, &page)
+	want(t, call(t, "POST", keys+"/"+page.Items[1].ID+"/revoke", admin, nil), http.StatusOK)
+	want(t, call(t, "POST", keys, admin, map[string]any{"name": "room again"}), http.StatusCreated)
 }

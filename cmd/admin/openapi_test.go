@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
@@ -337,6 +338,16 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", keyPath+"/rotate", op, map[string]any{"grace_period_s": -5}, 422)
 	do("POST", keyPath+"/revoke", op, nil, 200)
 	do("POST", keyPath+"/rotate", op, nil, 409)
+	var crowded struct {
+		ID string `json:"id"`
+	}
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "crowded", "plan_id": free.ID}, 201).decode(t, &crowded)
+	if _, err := admin.DB.Exec(context.Background(), `INSERT INTO api_keys (tenant_id, hash, prefix)
+		SELECT $1, sha256(convert_to('crowded' || g, 'UTF8')), 'tg_test' FROM generate_series(1, $2) g`,
+		crowded.ID, tenants.MaxLiveKeys); err != nil {
+		t.Fatal(err)
+	}
+	do("POST", "/api/v1/tenants/"+crowded.ID+"/keys", op, map[string]any{"name": "one too many"}, 409)
 
 	// Service tokens.
 	var gw, spareToken serviceTokenResponse

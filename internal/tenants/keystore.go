@@ -28,7 +28,16 @@ type KeySpec struct {
 	Name      string
 	Metadata  map[string]string
 	ExpiresAt *time.Time
+	// MaxLive, when above 0, refuses the key (ECONFLICT) if the tenant
+	// has this many live keys already; 0 sets no limit.
+	MaxLive int
 }
+
+// MaxLiveKeys is the most live keys (neither revoked nor expired) a tenant
+// may have when it makes another through the admin API. Every check API
+// node keeps every live key in its snapshot, so no tenant may grow that
+// without bound. Operators' tools (the CLI) are not held to it.
+const MaxLiveKeys = 1000
 
 // ValidateKeyName adds a problem with name to f under field.
 func ValidateKeyName(field, name string, f map[string]string) {
@@ -63,7 +72,8 @@ func (s KeySpec) Validate() error {
 }
 
 // CreateKey issues a key for the tenant and returns its secret, which is
-// not stored and cannot be shown again. An unknown tenant is ENOTFOUND.
+// not stored and cannot be shown again. An unknown tenant is ENOTFOUND; a
+// tenant with spec.MaxLive live keys already is ECONFLICT.
 func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (secret string, k Key, err error) {
 	if err := spec.Validate(); err != nil {
 		return "", Key{}, err
@@ -73,6 +83,18 @@ func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (s
 	}
 	if !validID(tenantID) {
 		return "", Key{}, errTenantNotFound(tenantID)
+	}
+	if spec.MaxLive > 0 {
+		err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+			if err := ensureRoom(ctx, tx, tenantID, spec.MaxLive, ""); err != nil {
+				return err
+			}
+			unlimited := spec
+			unlimited.MaxLive = 0
+			secret, k, err = NewStore(tx).CreateKey(ctx, tenantID, unlimited)
+			return err
+		})
+		return secret, k, err
 	}
 	secret, hash, prefix := GenerateKey()
 	k, err = scanKey(s.db.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, name, hash, prefix, metadata, expires_at)
@@ -85,6 +107,34 @@ func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (s
 		return "", Key{}, translate(err, "tenants: issue key")
 	}
 	return secret, k, nil
+}
+
+// ensureRoom returns ECONFLICT if the tenant has max live keys or more,
+// not counting the key with id except (when not ""). It locks the tenant's
+// row until tx ends, so that concurrent key creations are counted one
+// after another and cannot together pass max.
+func ensureRoom(ctx context.Context, tx pgx.Tx, tenantID string, max int, except string) error {
+	// Lock, then count in a statement of its own: one that waited for the
+	// lock would count with the snapshot it started with, missing the keys
+	// of the transaction it waited for.
+	err := tx.QueryRow(ctx, `SELECT id FROM tenants WHERE id = $1::uuid FOR NO KEY UPDATE`, tenantID).Scan(new(string))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errTenantNotFound(tenantID)
+	}
+	if err != nil {
+		return fmt.Errorf("tenants: lock tenant: %w", err)
+	}
+	var live int
+	err = tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1::uuid
+		AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		AND ($2::uuid IS NULL OR id <> $2::uuid)`, tenantID, optionalID(except)).Scan(&live)
+	if err != nil {
+		return fmt.Errorf("tenants: count live keys: %w", err)
+	}
+	if live >= max {
+		return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has %d live keys, the most allowed: revoke keys it no longer uses first", live)
+	}
+	return nil
 }
 
 // GetKey returns the tenant's key with id. A key of another tenant is
@@ -229,6 +279,10 @@ type Rotation struct {
 	Grace time.Duration
 	// Now is when the rotation happens.
 	Now time.Time
+	// MaxLive, when above 0, refuses the rotation (ECONFLICT) if the
+	// tenant has this many live keys already, the old key among them
+	// unless Grace is 0; 0 sets no limit.
+	MaxLive int
 }
 
 // RotateKey replaces the tenant's key with id by a new key of the same name
@@ -259,6 +313,15 @@ func (s *Store) RotateKey(ctx context.Context, tenantID, id string, r Rotation) 
 			return tollgate.Errorf(tollgate.ECONFLICT, "key %s has expired: issue a new key instead", id)
 		case old.RotatedAt != nil:
 			return errRotated(old)
+		}
+		if r.MaxLive > 0 {
+			except := ""
+			if grace == 0 {
+				except = old.ID // it stops working now
+			}
+			if err := ensureRoom(ctx, tx, tenantID, r.MaxLive, except); err != nil {
+				return err
+			}
 		}
 		secret, fresh, err = ts.CreateKey(ctx, tenantID, KeySpec{Name: old.Name, Metadata: old.Metadata})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -114,7 +115,8 @@ func handleKeyGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 }
 
 // keyUpdateRequest is the body of PATCH /tenants/{tenantID}/keys/{keyID}:
-// absent fields stay as they are; "expires_at": null removes the expiry.
+// absent fields stay as they are; "expires_at": null removes the expiry
+// (operators only).
 type keyUpdateRequest struct {
 	Name      *string            `json:"name"`
 	Metadata  *map[string]string `json:"metadata"`
@@ -137,8 +139,11 @@ func (k *keyUpdateRequest) Validate() error {
 }
 
 // handleKeyUpdate serves PATCH /tenants/{tenantID}/keys/{keyID}: name,
-// metadata and expiry. An expiry in the past ends the key at once.
-func handleKeyUpdate(log *slog.Logger, ch changer) http.Handler {
+// metadata and expiry. An expiry in the past ends the key at once. Only
+// operators may clear or extend an expiry, or change an expired key's
+// (403 for tenant admins): that could undo a rotation's grace period or an
+// operator's expiry, or bring a key back.
+func handleKeyUpdate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req keyUpdateRequest
 		if err := httpx.Decode(r, maxBody, &req); err != nil {
@@ -146,6 +151,9 @@ func handleKeyUpdate(log *slog.Logger, ch changer) http.Handler {
 			return
 		}
 		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
+		c := req.change()
+		s, _ := sessionFrom(r.Context())
+		c.ShortenOnly = s.User.Role != auth.RoleOperator
 		var after tenants.Key
 		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
@@ -153,7 +161,7 @@ func handleKeyUpdate(log *slog.Logger, ch changer) http.Handler {
 			if err != nil {
 				return nil, err
 			}
-			if after, err = ts.UpdateKey(r.Context(), tenantID, keyID, req.change()); err != nil {
+			if after, err = ts.UpdateKey(r.Context(), tenantID, keyID, c, now()); err != nil {
 				return nil, err
 			}
 			return one(keyChange("key.update", &before, &after)), nil

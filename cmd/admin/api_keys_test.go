@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
@@ -139,4 +140,72 @@ func TestLiveKeyLimitAPI(t *testing.T) {
 	call(t, "GET", keys+"?limit=2", admin, nil).decode(t, &page)
 	want(t, call(t, "POST", keys+"/"+page.Items[1].ID+"/revoke", admin, nil), http.StatusOK)
 	want(t, call(t, "POST", keys, admin, map[string]any{"name": "room again"}), http.StatusCreated)
+}
+
+// TestKeyExpiryRules: a tenant admin may set an expiry on a key without
+// one, or bring it forward; clearing or extending it, or touching an
+// expired key's, is for operators (403 otherwise) — so a tenant admin
+// cannot undo a rotation's grace period or an operator's expiry.
+func TestKeyExpiryRules(t *testing.T) {
+	srv, op := operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	admin := sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
+	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
+	newKey := func(body map[string]any) string {
+		t.Helper()
+		var made keySecretResponse
+		res := call(t, "POST", keys, op, body)
+		want(t, res, http.StatusCreated)
+		res.decode(t, &made)
+		return keys + "/" + made.Key.ID
+	}
+	forbidden := func(url string, body map[string]any) {
+		t.Helper()
+		res := call(t, "PATCH", url, admin, body)
+		want(t, res, http.StatusForbidden)
+		if p := problemOf(t, res); p.Code != "forbidden" || !strings.Contains(p.Detail, "operators") {
+			t.Errorf("403 problem = %+v", p)
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+
+	// An operator's expiry: neither cleared nor extended by the tenant.
+	limited := newKey(map[string]any{"expires_at": now.Add(2 * time.Hour)})
+	forbidden(limited, map[string]any{"expires_at": nil})
+	forbidden(limited, map[string]any{"expires_at": now.Add(3 * time.Hour)})
+	forbidden(limited, map[string]any{"expires_at": now.Add(3 * time.Hour), "name": "renamed"})
+	var k tenants.Key
+	call(t, "GET", limited, admin, nil).decode(t, &k)
+	if k.ExpiresAt == nil || !k.ExpiresAt.Equal(now.Add(2*time.Hour)) || k.Name != "" {
+		t.Errorf("after refused changes: %+v", k)
+	}
+	res := call(t, "PATCH", limited, admin, map[string]any{"expires_at": now.Add(time.Hour)})
+	want(t, res, http.StatusOK)
+	want(t, call(t, "PATCH", limited, admin, map[string]any{"name": "still mine"}), http.StatusOK)
+
+	// A key without an expiry: the tenant may set one.
+	open := newKey(map[string]any{})
+	want(t, call(t, "PATCH", open, admin, map[string]any{"expires_at": now.Add(time.Hour)}), http.StatusOK)
+	want(t, call(t, "PATCH", open, admin, map[string]any{"expires_at": nil}), http.StatusForbidden)
+
+	// A rotated key's grace period cannot be undone.
+	res = call(t, "POST", open+"/rotate", admin, map[string]any{"grace_period_s": 60})
+	want(t, res, http.StatusCreated)
+	forbidden(open, map[string]any{"expires_at": nil})
+	forbidden(open, map[string]any{"expires_at": now.Add(24 * time.Hour)})
+
+	// An expired key stays expired.
+	expired := newKey(map[string]any{"expires_at": now.Add(time.Hour)})
+	want(t, call(t, "PATCH", expired, op, map[string]any{"expires_at": now.Add(-time.Hour)}), http.StatusOK)
+	forbidden(expired, map[string]any{"expires_at": now.Add(time.Hour)})
+	forbidden(expired, map[string]any{"expires_at": nil})
+
+	// Operators may do all of it.
+	for _, url := range []string{limited, open, expired} {
+		want(t, call(t, "PATCH", url, op, map[string]any{"expires_at": nil}), http.StatusOK)
+	}
 }

@@ -76,7 +76,7 @@ func routes(log *slog.Logger, db *pgxpool.Pool, sessions *sessionAuth, logins *l
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, ch, now))
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys/{keyID}", handleKeyGet(log, ts))
-		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, ch))
+		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, ch, now))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", handleKeyRevoke(log, ch))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, ch, now))
 

@@ -72,7 +72,7 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 		_, calls["RevokeTenantKey(bad key)"] = ts.RevokeTenantKey(ctx, good, id)
 		calls["RevokeKey"] = ts.RevokeKey(ctx, id)
 		_, _, calls["CreateKey"] = ts.CreateKey(ctx, id, tenants.KeySpec{})
-		_, calls["UpdateKey"] = ts.UpdateKey(ctx, good, id, tenants.KeyChange{})
+		_, calls["UpdateKey"] = ts.UpdateKey(ctx, good, id, tenants.KeyChange{}, time.Now())
 		_, _, _, calls["RotateKey"] = ts.RotateKey(ctx, good, id, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
 		_, calls["ListKeysPage"] = ts.ListKeysPage(ctx, id, page.First(10))
 		_, calls["PlanHistory"] = ts.PlanHistory(ctx, id, page.First(10))

@@ -202,6 +202,31 @@ type KeyChange struct {
 	// ExpiresAt, when set, replaces the expiry; a nil *time.Time inside
 	// removes it.
 	ExpiresAt **time.Time
+	// ShortenOnly limits ExpiresAt to what a tenant's own admins may do:
+	// set an expiry on a key that has none, or bring an expiry forward.
+	// Clearing or extending an expiry, or changing an expired key's, is
+	// then EFORBIDDEN: it could undo a rotation's grace period or an
+	// operator's expiry, or bring an expired key back.
+	ShortenOnly bool
+}
+
+// errExpiryOperatorsOnly answers an expiry change ShortenOnly forbids.
+var errExpiryOperatorsOnly = tollgate.Errorf(tollgate.EFORBIDDEN,
+	"only operators may clear or extend a key's expiry, or change an expired key's: you may set an expiry on a key without one, or bring it forward")
+
+// shortens reports whether moving an expiry from current to next (nil:
+// never) at now is within ShortenOnly.
+func shortens(current, next *time.Time, now time.Time) bool {
+	switch {
+	case current != nil && !current.After(now):
+		return false // expired: any change could bring it back
+	case next == nil:
+		return current == nil
+	case current == nil:
+		return true
+	default:
+		return !next.After(*current)
+	}
 }
 
 // Validate names each invalid field of c.
@@ -216,8 +241,10 @@ func (c KeyChange) Validate() error {
 	return tollgate.Invalid(f)
 }
 
-// UpdateKey applies c to the tenant's key with id and returns the key.
-func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange) (Key, error) {
+// UpdateKey applies c to the tenant's key with id at now and returns the
+// key. A change of expiry c.ShortenOnly forbids is EFORBIDDEN, and changes
+// nothing.
+func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange, now time.Time) (Key, error) {
 	if err := c.Validate(); err != nil {
 		return Key{}, err
 	}
@@ -241,6 +268,9 @@ func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange)
 			}
 		}
 		if c.ExpiresAt != nil {
+			if c.ShortenOnly && !shortens(k.ExpiresAt, *c.ExpiresAt, now) {
+				return errExpiryOperatorsOnly
+			}
 			k.ExpiresAt = *c.ExpiresAt
 		}
 		k, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET name = $2, metadata = $3, expires_at = $4

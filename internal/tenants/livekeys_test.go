@@ -50,7 +50,7 @@ func TestMaxLiveKeys(t *testing.T) {
 	testenv.Must(t, err)
 	past := time.Now().Add(-time.Minute)
 	pastPtr := &past
-	_, err = f.ts.UpdateKey(ctx, f.acme.ID, keys[2].ID, tenants.KeyChange{ExpiresAt: &pastPtr})
+	_, err = f.ts.UpdateKey(ctx, f.acme.ID, keys[2].ID, tenants.KeyChange{ExpiresAt: &pastPtr}, time.Now())
 	testenv.Must(t, err)
 	for range 2 {
 		if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{MaxLive: 4}); err != nil {

@@ -167,13 +167,13 @@ func TestKeys(t *testing.T) {
 	exp := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Microsecond)
 	name := "deploy"
 	expPtr := &exp
-	up, err := f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{Name: &name, ExpiresAt: &expPtr})
+	up, err := f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{Name: &name, ExpiresAt: &expPtr}, time.Now())
 	testenv.Must(t, err)
 	if up.Name != "deploy" || up.ExpiresAt == nil || !up.ExpiresAt.Equal(exp) || up.Metadata["team"] != "build" {
 		t.Errorf("UpdateKey = %+v", up)
 	}
 	var never *time.Time
-	up, err = f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{ExpiresAt: &never})
+	up, err = f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{ExpiresAt: &never}, time.Now())
 	testenv.Must(t, err)
 	if up.ExpiresAt != nil || up.Name != "deploy" {
 		t.Errorf("UpdateKey(clear expiry) = %+v", up)

@@ -118,8 +118,9 @@ func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 type planChangeRequest struct {
 	PlanID int64 `json:"plan_id"`
 	// EffectiveAt is when the new plan starts counting for billing; now
-	// when absent. It may lie in the past (after the latest change), not
-	// in the future: the limits change at once.
+	// when absent. It may lie in the past (after the latest change, and
+	// after the latest month closed for billing), not in the future: the
+	// limits change at once.
 	EffectiveAt *time.Time `json:"effective_at"`
 
 	now time.Time
@@ -141,7 +142,8 @@ func (p *planChangeRequest) Validate() error {
 }
 
 // handleTenantSetPlan serves POST /tenants/{tenantID}/plan: the tenant
-// moves to another plan, recorded in its plan history.
+// moves to another plan, recorded in its plan history. 409 naming
+// effective_at when it falls in or before a closed month.
 func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := planChangeRequest{now: now()}

@@ -383,6 +383,17 @@ func TestTenantsAPI(t *testing.T) {
 		t.Errorf("overrides = %+v", ov.Rules)
 	}
 	want(t, call(t, "GET", base+"/00000000-0000-0000-0000-000000000000", op, nil), http.StatusNotFound)
+
+	// No plan change in a month closed for billing: its statements are
+	// frozen. (Closing this very month cannot happen, but makes the point.)
+	thisMonth := time.Now().UTC().Format("2006-01") + "-01"
+	_, err = srv.DB.Exec(ctx, `INSERT INTO usage_closed_months (month, statements) VALUES ($1, 0)`, thisMonth)
+	testenv.Must(t, err)
+	res = call(t, "POST", tenantURL+"/plan", op, map[string]any{"plan_id": free.ID})
+	want(t, res, http.StatusConflict)
+	if p := problemOf(t, res); p.Errors["effective_at"] == "" {
+		t.Errorf("409 problem %+v does not name effective_at", p)
+	}
 }
 
 func TestKeysAPI(t *testing.T) {

@@ -368,6 +368,8 @@ func scenario(t *testing.T, client *http.Client) {
 	var web keySecretResponse
 	do("POST", "/api/v1/tenants/"+globex.ID+"/keys", op, map[string]any{"name": "web"}, 201).decode(t, &web)
 	last, this := seedUsage(t, admin.DB, globex.ID, web.Key.ID)
+	do("POST", "/api/v1/tenants/"+globex.ID+"/plan", op, map[string]any{"plan_id": free.ID,
+		"effective_at": last.Start().Add(24 * time.Hour)}, 409) // last month is closed
 	globexAdmin := sessionFor(t, admin.DB, createUser(t, admin.DB, "admin@globex.example", auth.RoleTenantAdmin, globex.ID))
 	lastMonth := "from=" + last.Start().Format(time.RFC3339) + "&to=" + last.End().Format(time.RFC3339)
 	usage := "/api/v1/usage/tenants/" + globex.ID

@@ -172,8 +172,9 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 // SetPlan moves the tenant to planID from effective on, recording the
 // change in the plan history. The history only moves forward: effective
 // must not be before the tenant's latest change (EINVALID naming
-// "effective_at"). Moving to the current plan is EINVALID naming
-// "plan_id", and so is an archived or unknown plan.
+// "effective_at"), nor in or before the latest month closed for billing
+// (ECONFLICT naming "effective_at"). Moving to the current plan is EINVALID
+// naming "plan_id", and so is an archived or unknown plan.
 func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective time.Time) error {
 	if !validID(id) {
 		return errTenantNotFound(id)
@@ -195,6 +196,20 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 		if latest != nil && effective.Before(*latest) {
 			return tollgate.Invalid(map[string]string{"effective_at": "must not be before the tenant's latest plan change (" +
 				latest.UTC().Format(time.RFC3339) + ")"})
+		}
+		// A change effective in (or before) a closed month would change
+		// the plan of a month whose statements are frozen. Closed months
+		// are UTC calendar months.
+		var closed *time.Time // the start of the latest closed month
+		if err := tx.QueryRow(ctx, `SELECT max(month)::timestamp AT TIME ZONE 'UTC' FROM usage_closed_months`).
+			Scan(&closed); err != nil {
+			return fmt.Errorf("tenants: set plan: closed months: %w", err)
+		}
+		if closed != nil && effective.Before(closed.AddDate(0, 1, 0)) {
+			month := closed.UTC().Format("2006-01")
+			return &tollgate.Error{Code: tollgate.ECONFLICT,
+				Message: "month " + month + " is closed and its statements are frozen: a plan change cannot take effect in it or before it",
+				Fields:  map[string]string{"effective_at": "must be after the latest closed month (" + month + ")"}}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id = $1::uuid`, id, planID); err != nil {
 			return translate(err, "tenants: set plan")

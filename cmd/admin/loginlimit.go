@@ -5,17 +5,34 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/enforce/limiter"
 )
 
-// loginLimiter protects the login endpoint with Tollgate's own limiter:
-// GCRA, perMinute attempts a minute (all at once at most) per client IP
-// and, separately, per email — so that neither one address trying many
-// accounts nor many addresses trying one account get far. Both are decided
-// in one all-or-nothing batch: an attempt refused by one limit does not
-// use up the other. Every attempt counts, successful or not.
+// Login limits, as multiples of TOLLGATE_ADMIN_LOGIN_LIMIT (perMinute).
+const (
+	// networkFactor: attempts a minute from one client network, whatever
+	// the email. Looser than the per-(network, email) limit so that
+	// several people behind one NAT can still log in.
+	networkFactor = 4
+	// emailFailureFactor: failed attempts a minute on one email, from
+	// anywhere.
+	emailFailureFactor = 5
+)
+
+// loginLimiter protects the login endpoint with Tollgate's own limiter
+// (GCRA, each limit a minute's worth at once at most). Every attempt
+// counts against its client network (an IPv4 address or an IPv6 /64:
+// see clientNetwork), networkFactor × perMinute a minute, and against its
+// (network, email) pair, perMinute a minute. Only failed attempts count
+// against the email itself, emailFailureFactor × perMinute a minute from
+// all networks together: that bounds guessing one password from many
+// addresses, while someone who does not know the password cannot lock the
+// user out from one or a few addresses, and logging in successfully uses
+// up nothing of it. An attempt refused by one limit uses up none of the
+// others. Safe for concurrent use.
 type loginLimiter struct {
 	store     limiter.Store
 	prefix    string
@@ -23,33 +40,106 @@ type loginLimiter struct {
 	log       *slog.Logger
 }
 
-// allow decides an attempt from ip for email. When it is refused, retry is
-// how long until the same attempt could pass. If the limiter store cannot
-// be reached the attempt is allowed (failing open keeps operators able to
-// log in while Redis is down; the password hash's cost still slows
-// guessing) and a warning is logged.
+func (l *loginLimiter) params(factor int64) limiter.Params {
+	n := factor * l.perMinute
+	return limiter.Params{Algorithm: limiter.GCRA, Limit: n, PeriodUS: limiter.Minute, Burst: n}
+}
+
+// hashed returns parts hashed (separated by a zero byte), so that no email
+// sits in Redis in clear.
+func hashed(parts ...string) string {
+	h := sha256.New()
+	for i, p := range parts {
+		if i > 0 {
+			h.Write([]byte{0})
+		}
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Keys: one hash tag for all of them, so that each batch runs in one
+// script call on Redis Cluster.
+func (l *loginLimiter) networkKey(network string) string {
+	return l.prefix + "{admin-login}:net:" + network
+}
+
+func (l *loginLimiter) networkEmailKey(network, email string) string {
+	return l.prefix + "{admin-login}:net-email:" + hashed(network, email)
+}
+
+func (l *loginLimiter) emailFailuresKey(email string) string {
+	return l.prefix + "{admin-login}:email-failures:" + hashed(email)
+}
+
+// allow decides an attempt from ip for email (normalized), before the
+// password is checked, and counts it against the network limits. When it
+// is refused, retry is how long until the same attempt could pass. If the
+// limiter store cannot be reached the attempt is allowed (failing open
+// keeps operators able to log in while Redis is down; the password hash's
+// cost still slows guessing) and a warning is logged.
 func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, retry time.Duration) {
-	params := limiter.Params{Algorithm: limiter.GCRA, Limit: l.perMinute, PeriodUS: limiter.Minute, Burst: l.perMinute}
-	// One hash tag for both keys: the batch runs in one script call on
-	// Redis Cluster. Emails are hashed so that none sits in Redis in clear.
-	sum := sha256.Sum256([]byte(email))
-	tag := l.prefix + "{admin-login}:"
-	out, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
-		{Key: tag + "ip:" + ip, Params: params},
-		{Key: tag + "email:" + hex.EncodeToString(sum[:16]), Params: params},
+	// The email's failures are only looked at here (a dry run): failed
+	// adds to them once the password turned out wrong.
+	out, err := l.store.Check(ctx, limiter.Batch{Cost: 1, DryRun: true, Requests: []limiter.Request{
+		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
 	}})
 	if err != nil {
 		l.log.WarnContext(ctx, "login limiter unavailable; allowing the attempt", "err", err)
 		return true, 0
 	}
-	if out.Admitted {
+	if !out.Admitted {
+		return false, retryAfter(out)
+	}
+	network := clientNetwork(ip)
+	out, err = l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
+		{Key: l.networkKey(network), Params: l.params(networkFactor)},
+		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
+	}})
+	if err != nil {
+		l.log.WarnContext(ctx, "login limiter unavailable; allowing the attempt", "err", err)
 		return true, 0
 	}
+	if !out.Admitted {
+		return false, retryAfter(out)
+	}
+	return true, 0
+}
+
+// failed counts a failed attempt (wrong email or password) against email.
+func (l *loginLimiter) failed(ctx context.Context, email string) {
+	_, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
+		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
+	}})
+	if err != nil {
+		l.log.WarnContext(ctx, "login limiter unavailable; a failed login was not counted", "err", err)
+	}
+}
+
+// retryAfter is the longest wait any refusing rule of out asks for.
+func retryAfter(out limiter.Outcome) time.Duration {
 	var us int64
 	for _, r := range out.Results {
 		if !r.Allowed && r.RetryAfterUS > us {
 			us = r.RetryAfterUS
 		}
 	}
-	return false, time.Duration(us) * time.Microsecond
+	return time.Duration(us) * time.Microsecond
+}
+
+// clientNetwork is what the per-client login limits count by: an IPv4
+// address (IPv4-mapped IPv6 included) as it is, an IPv6 address by its
+// /64 — one subscriber usually has a whole /64 and could otherwise step
+// through its addresses to escape the limits. Anything else (not an IP)
+// is used as it is.
+func clientNetwork(ip string) string {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	addr = addr.WithZone("").Unmap()
+	if addr.Is4() {
+		return addr.String()
+	}
+	return netip.PrefixFrom(addr, 64).Masked().String()
 }

@@ -26,7 +26,8 @@ type serverConfig struct {
 	JWTSecret          []byte
 	JWTSecretGenerated bool
 	SessionTTL         time.Duration
-	// LoginPerMinute bounds login attempts per client IP and per email.
+	// LoginPerMinute bounds login attempts a minute per client network and
+	// email; loginLimiter derives its other limits from it.
 	LoginPerMinute int
 	// Redis, when an address is set, holds the login limiter's state so
 	// that every admin process shares it; otherwise it is in memory.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -155,7 +156,8 @@ type loginResponse struct {
 
 // handleLogin serves POST /api/v1/login: email and password in, a session
 // token out — in the body for API clients and in an HttpOnly cookie for
-// browsers. Attempts are limited per client IP and per email.
+// browsers. Attempts are limited per client network and (network, email),
+// and failed ones per email (see loginLimiter).
 func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch changer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req loginRequest
@@ -163,8 +165,8 @@ func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch chan
 			httpx.Error(w, r, log, err)
 			return
 		}
-		ip := clientIP(r)
-		if ok, retry := logins.allow(r.Context(), ip, auth.NormalizeEmail(req.Email)); !ok {
+		ip, email := clientIP(r), auth.NormalizeEmail(req.Email)
+		if ok, retry := logins.allow(r.Context(), ip, email); !ok {
 			secs := int64((retry + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 			httpx.Error(w, r, log, tollgate.Errorf(tollgate.ERATELIMITED, "too many login attempts: try again in %d s", max(secs, 1)))
@@ -172,6 +174,9 @@ func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch chan
 		}
 		u, err := a.store.Authenticate(r.Context(), req.Email, req.Password)
 		if err != nil {
+			if errors.Is(err, auth.ErrBadLogin) {
+				logins.failed(r.Context(), email)
+			}
 			httpx.Error(w, r, log, err)
 			return
 		}

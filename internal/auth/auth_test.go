@@ -17,22 +17,23 @@ import (
 )
 
 func TestPasswordHash(t *testing.T) {
-	h, err := auth.HashPassword("correct horse battery")
+	ctx := context.Background()
+	h, err := auth.HashPassword(ctx, "correct horse battery")
 	testenv.Must(t, err)
 	if !strings.HasPrefix(h, "$argon2id$v=19$m=19456,t=2,p=1$") {
 		t.Errorf("hash %q is not a PHC argon2id string with the expected parameters", h)
 	}
-	if !auth.CheckPassword(h, "correct horse battery") {
-		t.Error("CheckPassword(right) = false")
+	if ok, err := auth.CheckPassword(ctx, h, "correct horse battery"); !ok || err != nil {
+		t.Errorf("CheckPassword(right) = %v, %v", ok, err)
 	}
-	if auth.CheckPassword(h, "correct horse batterY") {
-		t.Error("CheckPassword(wrong) = true")
+	if ok, err := auth.CheckPassword(ctx, h, "correct horse batterY"); ok || err != nil {
+		t.Errorf("CheckPassword(wrong) = %v, %v", ok, err)
 	}
-	h2, _ := auth.HashPassword("correct horse battery")
+	h2, _ := auth.HashPassword(ctx, "correct horse battery")
 	if h == h2 {
 		t.Error("two hashes of one password are equal: the salt is not random")
 	}
-	if auth.CheckPassword("$2a$10$notargon", "x") {
+	if ok, _ := auth.CheckPassword(ctx, "$2a$10$notargon", "x"); ok {
 		t.Error("CheckPassword accepted a foreign hash")
 	}
 }

@@ -1,11 +1,13 @@
 package auth
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -42,9 +44,42 @@ func ValidatePassword(password string) string {
 	return ""
 }
 
+// hashSlots bounds the Argon2id computations running at once to the
+// number of CPUs. Each takes 19 MiB and a core for tens of milliseconds:
+// more at once would only queue for the CPUs while holding their memory,
+// so a burst of logins could exhaust it. It belongs to the process, as the
+// CPUs and the memory do (stores are made per transaction and cannot own
+// it).
+var hashSlots = make(chan struct{}, runtime.NumCPU())
+
+// withHashSlot runs fn in a free slot of hashSlots, waiting for one as
+// long as ctx allows; when ctx ends first it returns ctx's error and does
+// not run fn.
+func withHashSlot(ctx context.Context, fn func()) error {
+	select {
+	case hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("auth: waiting to hash a password: %w", ctx.Err())
+	}
+	defer func() { <-hashSlots }()
+	fn()
+	return nil
+}
+
 // HashPassword returns the PHC-encoded Argon2id hash of password with a
-// fresh random salt.
-func HashPassword(password string) (string, error) {
+// fresh random salt. At most runtime.NumCPU() hashes and checks run at
+// once; it waits for its turn as long as ctx allows and returns ctx's
+// error when that ends first.
+func HashPassword(ctx context.Context, password string) (string, error) {
+	var hash string
+	var err error
+	if slotErr := withHashSlot(ctx, func() { hash, err = hashPassword(password) }); slotErr != nil {
+		return "", slotErr
+	}
+	return hash, err
+}
+
+func hashPassword(password string) (string, error) {
 	salt := make([]byte, argonSaltLen)
 	if _, err := rand.Read(salt); err != nil {
 		return "", fmt.Errorf("auth: salt: %w", err)
@@ -58,10 +93,13 @@ func HashPassword(password string) (string, error) {
 var errBadHash = errors.New("auth: not an argon2id hash")
 
 // CheckPassword reports whether password matches the PHC-encoded hash, in
-// time that does not depend on where they differ.
-func CheckPassword(encoded, password string) bool {
-	ok, _ := checkPassword(encoded, password)
-	return ok
+// time that does not depend on where they differ. Like HashPassword it
+// waits for its turn as long as ctx allows, and returns ctx's error when
+// that ends first; a hash it cannot read matches nothing.
+func CheckPassword(ctx context.Context, encoded, password string) (bool, error) {
+	var ok bool
+	err := withHashSlot(ctx, func() { ok, _ = checkPassword(encoded, password) })
+	return ok, err
 }
 
 func checkPassword(encoded, password string) (bool, error) {
@@ -94,9 +132,10 @@ func checkPassword(encoded, password string) (bool, error) {
 
 // dummyHash is checked against when a login names no known user, so that
 // an unknown email costs as much time as a wrong password. It is made on
-// first use: binaries that never log anyone in do not pay for it.
+// first use: binaries that never log anyone in do not pay for it (nor does
+// it take a slot of hashSlots: it is made once).
 var dummyHash = sync.OnceValue(func() string {
-	h, _ := HashPassword("tollgate-dummy-password")
+	h, _ := hashPassword("tollgate-dummy-password")
 	return h
 })
 

@@ -108,7 +108,7 @@ func (s *Store) CreateUser(ctx context.Context, nu NewUser) (User, error) {
 	if err := nu.Validate(); err != nil {
 		return User{}, err
 	}
-	hash, err := HashPassword(nu.Password)
+	hash, err := HashPassword(ctx, nu.Password)
 	if err != nil {
 		return User{}, err
 	}
@@ -142,7 +142,7 @@ func (s *Store) SetPassword(ctx context.Context, userID, password string) error 
 	if !validID(userID) {
 		return errUserNotFound
 	}
-	hash, err := HashPassword(password)
+	hash, err := HashPassword(ctx, password)
 	if err != nil {
 		return err
 	}
@@ -187,6 +187,7 @@ var ErrBadLogin = tollgate.Errorf(tollgate.EUNAUTHORIZED, "wrong email or passwo
 
 // Authenticate returns the enabled user with email and password, or
 // ErrBadLogin. An unknown email costs as much time as a wrong password.
+// Waiting to check the password (see HashPassword) ends with ctx.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
 	var hash string
 	var u User
@@ -194,13 +195,19 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 		NormalizeEmail(email)).Scan(&u.ID, &u.Email, &u.Role, &u.TenantID, &u.CreatedAt, &u.UpdatedAt,
 		&u.DisabledAt, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		CheckPassword(dummyHash(), password)
+		if _, err := CheckPassword(ctx, dummyHash(), password); err != nil {
+			return User{}, err
+		}
 		return User{}, ErrBadLogin
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("auth: authenticate: %w", err)
 	}
-	if !CheckPassword(hash, password) || u.DisabledAt != nil {
+	ok, err := CheckPassword(ctx, hash, password)
+	if err != nil {
+		return User{}, err
+	}
+	if !ok || u.DisabledAt != nil {
 		return User{}, ErrBadLogin
 	}
 	return u, nil

@@ -67,6 +67,8 @@ func commands() []command {
 		keysRevokeCommand(),
 		tokensIssueCommand(),
 		usersCreateCommand(),
+		usersDisableCommand(),
+		usersSessionsRevokeCommand(),
 		serveCommand(),
 		workerCommand(),
 		reportCommand(),
@@ -79,7 +81,7 @@ func usage(w io.Writer) {
 	cmds := commands()
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-16s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-22s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun `admin <command> --help` for a command's flags. The database is TOLLGATE_DATABASE_URL.")
 }

@@ -78,6 +78,78 @@ func usersCreateCommand() command {
 	}
 }
 
+func usersDisableCommand() command {
+	return command{
+		name:    "users disable",
+		summary: "disable an admin user: it can no longer log in, and its sessions end at once",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			email := fs.String("email", "", "the user's email (required)")
+			return func(ctx context.Context, e *env) error {
+				if *email == "" {
+					return errors.New("users disable: --email is required")
+				}
+				var after auth.User
+				var ended int64
+				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					as := auth.NewStore(tx)
+					before, err := as.GetUserByEmail(ctx, *email)
+					if err != nil {
+						return nil, err
+					}
+					if after, ended, err = as.DisableUser(ctx, before.ID); err != nil {
+						return nil, err
+					}
+					return []audit.Change{userChange("user.disable", &before, &after), sessionsEnded(after, ended)}, nil
+				})
+				if err != nil {
+					return fmt.Errorf("users disable: %w", err)
+				}
+				fmt.Fprintf(e.stderr, "%s disabled; %d sessions ended\n", after.Email, ended)
+				return printJSON(e.stdout, after)
+			}
+		},
+	}
+}
+
+func usersSessionsRevokeCommand() command {
+	return command{
+		name:    "users sessions revoke",
+		summary: "end every session of an admin user at once (the user may log in again)",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			email := fs.String("email", "", "the user's email (required)")
+			return func(ctx context.Context, e *env) error {
+				if *email == "" {
+					return errors.New("users sessions revoke: --email is required")
+				}
+				var u auth.User
+				var ended int64
+				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					as := auth.NewStore(tx)
+					var err error
+					if u, err = as.GetUserByEmail(ctx, *email); err != nil {
+						return nil, err
+					}
+					if ended, err = as.EndUserSessions(ctx, u.ID); err != nil {
+						return nil, err
+					}
+					return one(sessionsEnded(u, ended)), nil
+				})
+				if err != nil {
+					return fmt.Errorf("users sessions revoke: %w", err)
+				}
+				fmt.Fprintf(e.stdout, "%d sessions of %s ended\n", ended, u.Email)
+				return nil
+			}
+		},
+	}
+}
+
+// sessionsEnded records that n sessions of u were ended.
+func sessionsEnded(u auth.User, n int64) audit.Change {
+	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
+		After: map[string]int64{"sessions_ended": n}}
+}
+
 // userChange describes a change to an admin user (never its password).
 func userChange(action string, before, after *auth.User) audit.Change {
 	u := after

@@ -27,7 +27,8 @@ const MinSessionSecretLen = 32
 // the service-token signing keys, whose public halves every API node
 // loads, to their one purpose. The algorithm is pinned on verification.
 // Each token names a row of admin_sessions (jti), checked on every
-// request: logout, a disabled user or a deleted user end it at once.
+// request: logout, a password change, a disabled user or a deleted user
+// end it at once.
 
 // Session is a verified admin session.
 type Session struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Role is what an admin user may do.
@@ -134,7 +135,9 @@ func (s *Store) CreateUser(ctx context.Context, nu NewUser) (User, error) {
 	return u, nil
 }
 
-// SetPassword replaces the user's password.
+// SetPassword replaces the user's password and ends the user's sessions:
+// whoever logged in with the old password does not stay logged in. An
+// unknown user is ENOTFOUND.
 func (s *Store) SetPassword(ctx context.Context, userID, password string) error {
 	if p := ValidatePassword(password); p != "" {
 		return tollgate.Invalid(map[string]string{"password": p})
@@ -146,14 +149,60 @@ func (s *Store) SetPassword(ctx context.Context, userID, password string) error 
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1::uuid`, userID, hash)
+	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1::uuid`, userID, hash)
+		if err != nil {
+			return fmt.Errorf("auth: set password: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errUserNotFound
+		}
+		_, err = NewStore(tx).EndUserSessions(ctx, userID)
+		return err
+	})
+}
+
+// DisableUser disables the user, who can no longer log in, and ends its
+// sessions. It returns the user as changed and how many sessions it
+// ended. Disabling twice keeps the first time. An unknown user is
+// ENOTFOUND.
+func (s *Store) DisableUser(ctx context.Context, userID string) (u User, sessionsEnded int64, err error) {
+	if !validID(userID) {
+		return User{}, 0, errUserNotFound
+	}
+	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `UPDATE users SET disabled_at = coalesce(disabled_at, now()),
+			updated_at = CASE WHEN disabled_at IS NULL THEN now() ELSE updated_at END
+			WHERE id = $1::uuid RETURNING `+userColumns, userID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errUserNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("auth: disable user: %w", err)
+		}
+		sessionsEnded, err = NewStore(tx).EndUserSessions(ctx, userID)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("auth: set password: %w", err)
+		return User{}, 0, err
 	}
-	if tag.RowsAffected() == 0 {
-		return errUserNotFound
+	return u, sessionsEnded, nil
+}
+
+// EndUserSessions ends every live session of the user at once and returns
+// how many it ended; the user may log in again. A user that does not
+// exist has no sessions.
+func (s *Store) EndUserSessions(ctx context.Context, userID string) (int64, error) {
+	if !validID(userID) {
+		return 0, nil
 	}
-	return nil
+	tag, err := s.db.Exec(ctx, `UPDATE admin_sessions SET revoked_at = now()
+		WHERE user_id = $1::uuid AND revoked_at IS NULL AND expires_at > now()`, userID)
+	if err != nil {
+		return 0, fmt.Errorf("auth: end sessions: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // GetUser returns the user with id, or ENOTFOUND.

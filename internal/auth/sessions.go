@@ -68,9 +68,17 @@ func (s *Store) StartSession(ctx context.Context, u User, secret []byte, ttl tim
 // callers get no detail on why.
 var ErrNoSession = tollgate.Errorf(tollgate.EUNAUTHORIZED, "missing, invalid or expired session")
 
+// SessionClockSkew is how far apart the clocks of admin processes may be:
+// a token issued by a process whose clock runs ahead has its iat and nbf
+// in the future of the others, and is accepted that far ahead. The token's
+// exp is given the same leeway, but VerifySession also checks the
+// session's expiry as stored, without any, so a session ends on time.
+const SessionClockSkew = 30 * time.Second
+
 // ParseSessionToken checks the token's signature (HS256 only), issuer,
-// audience, expiry and not-before at now, and returns its subject (the
-// user ID) and ID (the session ID).
+// audience, expiry, not-before and issued-at at now (the times with
+// SessionClockSkew of leeway), and returns its subject (the user ID) and
+// ID (the session ID).
 func ParseSessionToken(token string, secret []byte, now time.Time) (userID, sessionID string, err error) {
 	var claims jwt.RegisteredClaims
 	parsed, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return secret, nil },
@@ -79,6 +87,7 @@ func ParseSessionToken(token string, secret []byte, now time.Time) (userID, sess
 		jwt.WithAudience(AdminAudience),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
+		jwt.WithLeeway(SessionClockSkew),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 	)
 	if err != nil || !parsed.Valid || claims.ID == "" || claims.Subject == "" {
@@ -88,7 +97,8 @@ func ParseSessionToken(token string, secret []byte, now time.Time) (userID, sess
 }
 
 // VerifySession parses the token and returns its session if the session
-// is neither revoked nor expired at now and its user is enabled.
+// is neither revoked nor expired at now (exactly: the stored expiry has no
+// leeway) and its user is enabled.
 func (s *Store) VerifySession(ctx context.Context, token string, secret []byte, now time.Time) (Session, error) {
 	userID, sessionID, err := ParseSessionToken(token, secret, now)
 	if err != nil {

@@ -90,7 +90,9 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	case cfg.Redis.Configured():
 		// Short timeouts (TOLLGATE_REDIS_TIMEOUT): when Redis is down,
 		// logins fail open quickly rather than hang.
-		rc := cfg.Redis.Client()
+		limiterRedis := cfg.Redis
+		limiterRedis.NoRetries = true // an attempt must not be counted twice
+		rc := limiterRedis.Client()
 		defer rc.Close()
 		store = limiter.NewRedisStore(rc)
 	default:

@@ -201,6 +201,12 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 		// the plan of a month whose statements are frozen. Closed months
 		// are UTC calendar months.
 		var closed *time.Time // the start of the latest closed month
+		// SHARE conflicts with the insert of a month being closed: wait
+		// for a close in progress to commit, and keep one from starting
+		// until this change has committed (the close then bills it).
+		if _, err := tx.Exec(ctx, `LOCK TABLE usage_closed_months IN SHARE MODE`); err != nil {
+			return fmt.Errorf("tenants: set plan: lock closed months: %w", err)
+		}
 		if err := tx.QueryRow(ctx, `SELECT max(month)::timestamp AT TIME ZONE 'UTC' FROM usage_closed_months`).
 			Scan(&closed); err != nil {
 			return fmt.Errorf("tenants: set plan: closed months: %w", err)

@@ -33,22 +33,28 @@ type billing struct {
 }
 
 func (s *Store) loadBilling(ctx context.Context, tenantID string) (billing, error) {
+	return loadBilling(ctx, s.plans, s.tenants, tenantID)
+}
+
+// loadBilling reads what statements are computed from through ps and ts
+// (on the pool, or on a transaction).
+func loadBilling(ctx context.Context, ps *plans.Store, ts *tenants.Store, tenantID string) (billing, error) {
 	b := billing{plans: map[int64]plans.Plan{}, keys: map[string]tenants.Key{}, history: map[string][]tenants.PlanChange{}}
-	ps, err := s.plans.List(ctx)
+	planList, err := ps.List(ctx)
 	if err != nil {
 		return b, err
 	}
-	for _, p := range ps {
+	for _, p := range planList {
 		b.plans[p.ID] = p
 	}
-	keys, err := s.tenants.ListKeys(ctx, tenantID)
+	keys, err := ts.ListKeys(ctx, tenantID)
 	if err != nil {
 		return b, err
 	}
 	for _, k := range keys {
 		b.keys[k.ID] = k
 	}
-	hist, err := s.tenants.PlanChanges(ctx, tenantID)
+	hist, err := ts.PlanChanges(ctx, tenantID)
 	if err != nil {
 		return b, err
 	}
@@ -266,15 +272,7 @@ func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (Clo
 	if now.Before(m.End()) {
 		return res, tollgate.Errorf(tollgate.EINVALID, "month %s has not ended yet", m)
 	}
-	b, err := s.loadBilling(ctx, "")
-	if err != nil {
-		return res, err
-	}
-	list, err := s.tenants.List(ctx)
-	if err != nil {
-		return res, err
-	}
-	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		// Wait for batches being applied; block new ones until committed.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, closeLock); err != nil {
 			return fmt.Errorf("usage: close: lock: %w", err)
@@ -291,6 +289,19 @@ func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (Clo
 		if _, err := tx.Exec(ctx, `INSERT INTO usage_closed_months (month, closed_at, statements) VALUES ($1, $2, 0)`,
 			m.Start(), res.ClosedAt); err != nil {
 			return fmt.Errorf("usage: close: %w", err)
+		}
+		// Read plans, keys and plan history only now: a plan change that
+		// checks for closed months (tenants.SetPlan locks the table) has
+		// either committed before the insert above, or waits for this
+		// transaction and then sees the month closed.
+		ps, ts := plans.NewStore(tx), tenants.NewStore(tx)
+		b, err := loadBilling(ctx, ps, ts, "")
+		if err != nil {
+			return err
+		}
+		list, err := ts.List(ctx)
+		if err != nil {
+			return err
 		}
 		sts, err := statementsOf(ctx, tx, list, m, b, progress)
 		if err != nil {

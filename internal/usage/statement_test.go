@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -404,5 +405,38 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	}
 	if _, err := s.Statement(ctx, newcomer.ID, m); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
 		t.Errorf("newcomer's closed October: err %v, want ENOTFOUND", err)
+	}
+}
+
+// TestCloseMonthWaitsForAPlanChangeInFlight: a plan change whose
+// transaction has checked the closed months but not committed holds the
+// close back; the close then bills the change, so the frozen statement
+// and the plan history agree.
+func TestCloseMonthWaitsForAPlanChangeInFlight(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	pro, free, key1, key2 := seedDemoPro(t, s)
+	monthOfTraffic(t, s, pro, free, key1, key2)
+	ent, err := s.plans.GetByName(ctx, "enterprise")
+	testenv.Must(t, err)
+
+	tx, err := db.Begin(ctx)
+	testenv.Must(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	testenv.Must(t, tenants.NewStore(tx).SetPlan(ctx, pro.ID, ent.ID, mustTime(t, "2026-10-16T00:00:00Z")))
+
+	closed := make(chan error, 1)
+	go func() { _, err := s.CloseMonth(ctx, october(t), nil); closed <- err }()
+	select {
+	case err := <-closed:
+		t.Fatalf("the close finished (%v) while a plan change for the month was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	testenv.Must(t, tx.Commit(ctx))
+	testenv.Must(t, <-closed)
+	st, err := s.Statement(ctx, pro.ID, october(t))
+	testenv.Must(t, err)
+	if len(st.Plans) != 2 || st.Plans[1].Plan != "enterprise" {
+		t.Errorf("frozen statement spans %+v, want pro then enterprise", st.Plans)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Store) IssueServiceToken(ctx context.Context, name string, ttl time.Dur
 
 // RevokeServiceToken revokes the token with id.
 func (s *Store) RevokeServiceToken(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return errServiceTokenNotFound(id)
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
@@ -206,7 +206,7 @@ func scanServiceToken(row pgx.Row) (ServiceToken, error) {
 
 // GetServiceToken returns the record of the token with id, or ENOTFOUND.
 func (s *Store) GetServiceToken(ctx context.Context, id string) (ServiceToken, error) {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return ServiceToken{}, errServiceTokenNotFound(id)
 	}
 	st, err := scanServiceToken(s.db.QueryRow(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
@@ -233,7 +233,7 @@ func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (pag
 	}
 	var afterID *string
 	if have {
-		if !validID(after.ID) {
+		if !postgres.IsUUID(after.ID) {
 			return page.Page[ServiceToken]{}, tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
 		}
 		afterID = &after.ID

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // AdminAudience is the audience of admin session tokens. Service tokens
@@ -104,7 +105,7 @@ func (s *Store) VerifySession(ctx context.Context, token string, secret []byte, 
 	if err != nil {
 		return Session{}, err
 	}
-	if !validID(userID) || !validID(sessionID) {
+	if !postgres.IsUUID(userID) || !postgres.IsUUID(sessionID) {
 		return Session{}, ErrNoSession
 	}
 	var sess Session
@@ -131,7 +132,7 @@ func (s *Store) VerifySession(ctx context.Context, token string, secret []byte, 
 // EndSession revokes the session with id; ending it twice, or ending a
 // session that does not exist, is not an error.
 func (s *Store) EndSession(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return nil
 	}
 	if _, err := s.db.Exec(ctx, `UPDATE admin_sessions SET revoked_at = coalesce(revoked_at, now())

@@ -88,7 +88,7 @@ func (u *NewUser) Validate() error {
 		f["tenant_id"] = "is required for role " + string(u.Role)
 	case !u.Role.TenantScoped() && u.TenantID != "":
 		f["tenant_id"] = "must be empty for operators"
-	case u.TenantID != "" && !validID(u.TenantID):
+	case u.TenantID != "" && !postgres.IsUUID(u.TenantID):
 		f["tenant_id"] = "no such tenant"
 	}
 	return tollgate.Invalid(f)
@@ -142,7 +142,7 @@ func (s *Store) SetPassword(ctx context.Context, userID, password string) error 
 	if p := ValidatePassword(password); p != "" {
 		return tollgate.Invalid(map[string]string{"password": p})
 	}
-	if !validID(userID) {
+	if !postgres.IsUUID(userID) {
 		return errUserNotFound
 	}
 	hash, err := HashPassword(ctx, password)
@@ -167,7 +167,7 @@ func (s *Store) SetPassword(ctx context.Context, userID, password string) error 
 // ended. Disabling twice keeps the first time. An unknown user is
 // ENOTFOUND.
 func (s *Store) DisableUser(ctx context.Context, userID string) (u User, sessionsEnded int64, err error) {
-	if !validID(userID) {
+	if !postgres.IsUUID(userID) {
 		return User{}, 0, errUserNotFound
 	}
 	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
@@ -194,7 +194,7 @@ func (s *Store) DisableUser(ctx context.Context, userID string) (u User, session
 // how many it ended; the user may log in again. A user that does not
 // exist has no sessions.
 func (s *Store) EndUserSessions(ctx context.Context, userID string) (int64, error) {
-	if !validID(userID) {
+	if !postgres.IsUUID(userID) {
 		return 0, nil
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE admin_sessions SET revoked_at = now()
@@ -207,7 +207,7 @@ func (s *Store) EndUserSessions(ctx context.Context, userID string) (int64, erro
 
 // GetUser returns the user with id, or ENOTFOUND.
 func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return User{}, errUserNotFound
 	}
 	return s.userWhere(ctx, "id = $1::uuid", id)

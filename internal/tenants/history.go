@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // PlanChanges returns the tenant's whole plan history ("" = every
@@ -14,7 +16,7 @@ import (
 // (higher ID) wins. PlanHistory is the paged, newest-first view for people.
 // A malformed tenant ID has no history.
 func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange, error) {
-	if tenantID != "" && !validID(tenantID) {
+	if tenantID != "" && !postgres.IsUUID(tenantID) {
 		return []PlanChange{}, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at

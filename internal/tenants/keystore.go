@@ -81,7 +81,7 @@ func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (s
 	if spec.Metadata == nil {
 		spec.Metadata = map[string]string{}
 	}
-	if !validID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return "", Key{}, errTenantNotFound(tenantID)
 	}
 	if spec.MaxLive > 0 {
@@ -144,7 +144,7 @@ func (s *Store) GetKey(ctx context.Context, tenantID, id string) (Key, error) {
 }
 
 func (s *Store) keyWhere(ctx context.Context, lock, tenantID, id string) (Key, error) {
-	if !validID(tenantID) || !validID(id) {
+	if !postgres.IsUUID(tenantID) || !postgres.IsUUID(id) {
 		return Key{}, errKeyNotFound(id)
 	}
 	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys
@@ -172,10 +172,10 @@ func (s *Store) ListKeysPage(ctx context.Context, tenantID string, pr page.Reque
 	if err != nil {
 		return page.Page[Key]{}, err
 	}
-	if have && !validID(after.ID) {
+	if have && !postgres.IsUUID(after.ID) {
 		return page.Page[Key]{}, errBadCursor
 	}
-	if !validID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return page.Page[Key]{}, errTenantNotFound(tenantID)
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
@@ -248,7 +248,7 @@ func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange,
 	if err := c.Validate(); err != nil {
 		return Key{}, err
 	}
-	if !validID(tenantID) || !validID(id) {
+	if !postgres.IsUUID(tenantID) || !postgres.IsUUID(id) {
 		return Key{}, errKeyNotFound(id)
 	}
 	var k Key
@@ -286,7 +286,7 @@ func (s *Store) UpdateKey(ctx context.Context, tenantID, id string, c KeyChange,
 // RevokeTenantKey revokes the tenant's key with id at once and returns it.
 // Revoking twice keeps the first time.
 func (s *Store) RevokeTenantKey(ctx context.Context, tenantID, id string) (Key, error) {
-	if !validID(tenantID) || !validID(id) {
+	if !postgres.IsUUID(tenantID) || !postgres.IsUUID(id) {
 		return Key{}, errKeyNotFound(id)
 	}
 	k, err := scanKey(s.db.QueryRow(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
@@ -326,7 +326,7 @@ func (s *Store) RotateKey(ctx context.Context, tenantID, id string, r Rotation) 
 	if grace < 0 || grace > MaxRotationGrace {
 		return "", Key{}, Key{}, tollgate.Invalid(map[string]string{"grace_period_s": "must be from 0 to 2592000 (30 days)"})
 	}
-	if !validID(tenantID) || !validID(id) {
+	if !postgres.IsUUID(tenantID) || !postgres.IsUUID(id) {
 		return "", Key{}, Key{}, errKeyNotFound(id)
 	}
 	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
@@ -396,7 +396,7 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 	ids := make([]string, 0, len(usedAt))
 	ats := make([]time.Time, 0, len(usedAt))
 	for id, at := range usedAt {
-		if !validID(id) {
+		if !postgres.IsUUID(id) {
 			continue // names no key, and would fail the whole statement
 		}
 		ids = append(ids, id)
@@ -414,7 +414,7 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 // KeyByID returns the key with id, whatever its tenant, or ENOTFOUND. It
 // is for operators' tools; tenant-facing code uses GetKey.
 func (s *Store) KeyByID(ctx context.Context, id string) (Key, error) {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return Key{}, errKeyNotFound(id)
 	}
 	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id))

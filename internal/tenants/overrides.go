@@ -94,7 +94,7 @@ func (s *Store) SetOverrides(ctx context.Context, tenantID string, rules []plans
 	if err := ValidateOverrides(rules); err != nil {
 		return nil, err
 	}
-	if !validID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return nil, errTenantNotFound(tenantID)
 	}
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {

@@ -118,7 +118,7 @@ func translate(err error, op string) error {
 
 // Get returns the tenant with id, or ENOTFOUND.
 func (s *Store) Get(ctx context.Context, id string) (Tenant, error) {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return Tenant{}, errTenantNotFound(id)
 	}
 	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id))
@@ -176,7 +176,7 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 // (ECONFLICT naming "effective_at"). Moving to the current plan is EINVALID
 // naming "plan_id", and so is an archived or unknown plan.
 func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective time.Time) error {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return errTenantNotFound(id)
 	}
 	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
@@ -234,7 +234,7 @@ func (s *Store) SetStatus(ctx context.Context, id, status string) (Tenant, error
 	if status != StatusActive && status != StatusSuspended {
 		return Tenant{}, tollgate.Invalid(map[string]string{"status": "must be active or suspended"})
 	}
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return Tenant{}, errTenantNotFound(id)
 	}
 	t, err := scanTenant(s.db.QueryRow(ctx, `UPDATE tenants SET status = $2, updated_at = now()
@@ -268,7 +268,7 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 	}
 	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Query) + "%"
 	var queryID *string // the query, when it is a tenant ID
-	if q := strings.ToLower(f.Query); validID(q) {
+	if q := strings.ToLower(f.Query); postgres.IsUUID(q) {
 		queryID = &q
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
@@ -308,7 +308,7 @@ func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Reques
 	if err != nil {
 		return page.Page[PlanChange]{}, err
 	}
-	if !validID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return page.Page[PlanChange]{}, errTenantNotFound(tenantID)
 	}
 	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
@@ -355,7 +355,7 @@ func (s *Store) IssueKey(ctx context.Context, tenantID, name string, expiresAt *
 
 // RevokeKey revokes the key at once. Revoking twice keeps the first time.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !postgres.IsUUID(id) {
 		return errKeyNotFound(id)
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
@@ -383,7 +383,7 @@ func (s *Store) FindKeyByHash(ctx context.Context, hash KeyHash) (Key, error) {
 // ListKeys returns the tenant's keys, newest first ("" = every tenant's).
 // A malformed tenant ID has no keys.
 func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]Key, error) {
-	if tenantID != "" && !validID(tenantID) {
+	if tenantID != "" && !postgres.IsUUID(tenantID) {
 		return []Key{}, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Batch is what one producer flush publishes: counts of decisions by
@@ -129,7 +131,7 @@ func (b *Batch) validate() error {
 			return fmt.Errorf("rows[%d]: %w", i, err)
 		}
 		for name, id := range map[string]string{"tenant": r.TenantID, "key": r.KeyID} {
-			if id != "" && !isUUID(id) {
+			if id != "" && !postgres.IsUUID(id) {
 				return fmt.Errorf("rows[%d]: %s ID %q is not a UUID", i, name, id)
 			}
 		}
@@ -198,25 +200,4 @@ func joinRules(names []string) string {
 // without NUL characters.
 func storableText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
-}
-
-// isUUID reports whether s is a UUID in its canonical text form.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Authorize decides whether r may read a tenant's usage and statements.
@@ -186,7 +187,7 @@ func HandleStatement(store *Store, authorize Authorize, log *slog.Logger) http.H
 			httpx.Error(w, r, log, err)
 			return
 		}
-		if !isUUID(tenant) {
+		if !postgres.IsUUID(tenant) {
 			httpx.Error(w, r, log, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenant))
 			return
 		}
@@ -242,7 +243,7 @@ func HandleLate(store *Store, authorize Authorize, log *slog.Logger) http.Handle
 			httpx.Error(w, r, log, err)
 			return
 		}
-		if tenant != "" && !isUUID(tenant) {
+		if tenant != "" && !postgres.IsUUID(tenant) {
 			httpx.Error(w, r, log, tollgate.Invalid(map[string]string{"tenant": "must be a tenant ID"}))
 			return
 		}

@@ -118,7 +118,7 @@ func (s *Store) Series(ctx context.Context, tenantID string, g Granularity, r Ra
 		}
 		points = append(points, Point{At: t})
 	}
-	if !isUUID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return points, nil // no usage can match
 	}
 	rows, err := s.db.Query(ctx, `SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
@@ -166,7 +166,7 @@ func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, l
 	if limit <= 0 || limit > 1000 {
 		limit = 10
 	}
-	if !isUUID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return nil
 	}
 	// column and table come from constants.
@@ -231,7 +231,7 @@ func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejec
 	if err := s.checkRange(g, r); err != nil {
 		return out, err
 	}
-	if !isUUID(tenantID) {
+	if !postgres.IsUUID(tenantID) {
 		return out, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT reason, denied_by, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)

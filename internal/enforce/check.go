@@ -121,8 +121,7 @@ type UsageEvent struct {
 	Cost     int64
 	Allowed  bool
 	Reason   string
-	// Rules names the rules that applied; Denied the ones that denied.
-	Rules  []string
+	// Denied names the rules that denied (none when allowed).
 	Denied []string
 }
 
@@ -423,7 +422,6 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 		ev := UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}
 		for _, rr := range d.Rules {
-			ev.Rules = append(ev.Rules, rr.Name)
 			if !rr.Allowed {
 				ev.Denied = append(ev.Denied, rr.Name)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -23,6 +24,13 @@ import (
 
 // handleKeyList serves GET /tenants/{tenantID}/keys, newest first.
 func handleKeyList(log *slog.Logger, ts *tenants.Store) http.Handler {
+	return handleTenantPage(log, ts, ts.ListKeysPage)
+}
+
+// handleTenantPage serves one page of a list below /tenants/{tenantID}:
+// 404 for a tenant that does not exist, else a page of list.
+func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
+	list func(ctx context.Context, tenantID string, pr page.Request) (page.Page[T], error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, err := page.FromQuery(r.URL.Query())
 		if err != nil {
@@ -34,7 +42,7 @@ func handleKeyList(log *slog.Logger, ts *tenants.Store) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		pg, err := ts.ListKeysPage(r.Context(), id, pr)
+		pg, err := list(r.Context(), id, pr)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

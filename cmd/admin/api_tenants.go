@@ -184,24 +184,7 @@ func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) htt
 // handleTenantPlanHistory serves GET /tenants/{tenantID}/plan-changes,
 // newest first.
 func handleTenantPlanHistory(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := page.FromQuery(r.URL.Query())
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		id := chi.URLParam(r, "tenantID")
-		if _, err := ts.Get(r.Context(), id); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		pg, err := ts.PlanHistory(r.Context(), id, pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
-	})
+	return handleTenantPage(log, ts, ts.PlanHistory)
 }
 
 // handleTenantStatus serves POST /tenants/{tenantID}/suspend and /resume:

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
+
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -231,7 +233,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		changed := time.Now()
 		eventually(t, changed, "key_revoked", func() (bool, string) {
 			_, d := checks.check(t, k.Secret)
-			return !d.Allowed && d.Reason == enforce.ReasonKeyRevoked, d.Reason
+			return !d.Allowed && d.Reason == tollgate.ReasonKeyRevoked, d.Reason
 		})
 	})
 	t.Run("tenant suspended", func(t *testing.T) {
@@ -239,7 +241,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		changed := time.Now()
 		eventually(t, changed, "tenant_suspended", func() (bool, string) {
 			_, d := checks.check(t, globexKey)
-			return !d.Allowed && d.Reason == enforce.ReasonTenantSuspended, d.Reason
+			return !d.Allowed && d.Reason == tollgate.ReasonTenantSuspended, d.Reason
 		})
 	})
 	t.Run("last used", func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // Login limits, as multiples of TOLLGATE_ADMIN_LOGIN_LIMIT (perMinute).

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -37,11 +38,11 @@ func TestLoginLimiter(t *testing.T) {
 		"memory": func(*testing.T) (limiter.Store, string) { return limiter.NewMemoryStore(nil), "tg:" },
 		"redis": func(t *testing.T) (limiter.Store, string) {
 			c, prefix := testenv.Redis(t)
-			return limiter.NewRedisStore(c), prefix
+			return redisstore.New(c), prefix
 		},
 		"cluster": func(t *testing.T) (limiter.Store, string) {
 			c, prefix := testenv.RedisCluster(t)
-			return limiter.NewRedisStore(c), prefix
+			return redisstore.New(c), prefix
 		},
 	}
 	for name, open := range stores {

@@ -13,7 +13,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // serverConfig is the admin server's configuration, read from TOLLGATE_*
@@ -94,7 +95,7 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		store = limiter.NewRedisStore(rc)
+		store = redisstore.New(rc)
 	default:
 		store = limiter.NewMemoryStore(nil)
 	}

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
+
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -282,13 +283,13 @@ func TestCheckReasons(t *testing.T) {
 		name, body, reason, tier string
 		allowed                  bool
 	}{
-		{"ok", checkBody(f.keys["free"], "", "GET /repos"), enforce.ReasonOK, "authenticated", true},
-		{"malformed key", checkBody("tg_not-a-key", "", ""), enforce.ReasonInvalidKey, "authenticated", false},
-		{"unknown key", checkBody(unknown, "", ""), enforce.ReasonInvalidKey, "authenticated", false},
-		{"revoked", checkBody(revokedKey, "", ""), enforce.ReasonKeyRevoked, "authenticated", false},
-		{"expired", checkBody(expiredKey, "", ""), enforce.ReasonKeyExpired, "authenticated", false},
-		{"suspended", checkBody(suspendedKey, "", ""), enforce.ReasonTenantSuspended, "authenticated", false},
-		{"anonymous", checkBody("", "198.51.100.1", ""), enforce.ReasonOK, "anonymous", true},
+		{"ok", checkBody(f.keys["free"], "", "GET /repos"), tollgate.ReasonOK, "authenticated", true},
+		{"malformed key", checkBody("tg_not-a-key", "", ""), tollgate.ReasonInvalidKey, "authenticated", false},
+		{"unknown key", checkBody(unknown, "", ""), tollgate.ReasonInvalidKey, "authenticated", false},
+		{"revoked", checkBody(revokedKey, "", ""), tollgate.ReasonKeyRevoked, "authenticated", false},
+		{"expired", checkBody(expiredKey, "", ""), tollgate.ReasonKeyExpired, "authenticated", false},
+		{"suspended", checkBody(suspendedKey, "", ""), tollgate.ReasonTenantSuspended, "authenticated", false},
+		{"anonymous", checkBody("", "198.51.100.1", ""), tollgate.ReasonOK, "anonymous", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -309,7 +310,7 @@ func TestCheckReasons(t *testing.T) {
 		for range 11 {
 			last = post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))
 		}
-		if last.body["allowed"] != false || last.body["reason"] != enforce.ReasonRateLimited || last.body["policy"] != "search" {
+		if last.body["allowed"] != false || last.body["reason"] != tollgate.ReasonRateLimited || last.body["policy"] != "search" {
 			t.Fatalf("11th search: %v, want denied by search", last.body)
 		}
 		if got := last.body["retry_after_ms"].(float64); got <= 0 || got > 100 {
@@ -373,7 +374,7 @@ func TestResourceWithoutRules(t *testing.T) {
 	base := f.startAPI(t, nil)
 	for range 3 {
 		r := post(t, base, f.token, checkBody(key, "", "GET /repos"))
-		if r.body["allowed"] != true || r.body["reason"] != enforce.ReasonOK || len(r.body["rules"].([]any)) != 0 {
+		if r.body["allowed"] != true || r.body["reason"] != tollgate.ReasonOK || len(r.body["rules"].([]any)) != 0 {
 			t.Fatalf("unlimited resource: %v, want allowed ok with no rules", r.body)
 		}
 		if h := r.header.Get("RateLimit"); h != "" {
@@ -477,7 +478,7 @@ func TestRevocationReachesAPI(t *testing.T) {
 	testenv.Must(t, ts.RevokeKey(ctx, f.keyIDs["free"]))
 	revokedAt := time.Now()
 	waitFor(t, func() bool {
-		return post(t, base, f.token, checkBody(f.keys["free"], "", "")).body["reason"] == enforce.ReasonKeyRevoked
+		return post(t, base, f.token, checkBody(f.keys["free"], "", "")).body["reason"] == tollgate.ReasonKeyRevoked
 	})
 	t.Logf("revocation seen after %v", time.Since(revokedAt))
 
@@ -510,7 +511,7 @@ func TestStoreOutage(t *testing.T) {
 		t.Errorf("fail-open: %v, want allowed and degraded", r.body)
 	}
 	r = post(t, base, f.token, checkBody(strictKey, "", ""))
-	if r.body["allowed"] != false || r.body["degraded"] != true || r.body["reason"] != enforce.ReasonUnavailable {
+	if r.body["allowed"] != false || r.body["degraded"] != true || r.body["reason"] != tollgate.ReasonUnavailable {
 		t.Errorf("fail-closed: %v, want denied, degraded, unavailable", r.body)
 	}
 	if ra := r.header.Get("Retry-After"); ra != "1" || r.body["retry_after_ms"] != float64(1000) {

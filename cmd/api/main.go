@@ -24,7 +24,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -131,12 +132,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		limiterRedis.NoRetries = true
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		if err := limiter.LoadScript(ctx, rc); err != nil {
+		if err := redisstore.LoadScript(ctx, rc); err != nil {
 			// Not fatal: checks fail by their rules' failure modes until
 			// Redis is back, and the script is loaded on first use.
 			log.Warn("redis not reachable at start", "err", err)
 		}
-		store = limiter.NewRedisStore(rc)
+		store = redisstore.New(rc)
 		ping = func(ctx context.Context) error { return rc.Ping(ctx).Err() }
 	}
 

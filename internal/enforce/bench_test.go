@@ -15,7 +15,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -73,7 +74,7 @@ func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {
 		"memory": func() (limiter.Store, string) { return limiter.NewMemoryStore(nil), "bench:" },
 		"redis": func() (limiter.Store, string) {
 			c, prefix := testenv.Redis(b)
-			return limiter.NewRedisStore(c), prefix
+			return redisstore.New(c), prefix
 		},
 		"redis-autopipeline": func() (limiter.Store, string) {
 			c, prefix := testenv.Redis(b)
@@ -81,7 +82,7 @@ func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return limiter.NewRedisStore(ap), prefix
+			return redisstore.New(ap), prefix
 		},
 	}
 }

@@ -10,28 +10,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
-)
-
-// Reasons a decision gives.
-const (
-	ReasonOK              = "ok"
-	ReasonRateLimited     = "rate_limited"
-	ReasonInvalidKey      = "invalid_key"
-	ReasonKeyRevoked      = "key_revoked"
-	ReasonKeyExpired      = "key_expired"
-	ReasonTenantSuspended = "tenant_suspended"
-	ReasonUnavailable     = "unavailable"
-	// ReasonKeyRequired: an anonymous caller, and no active anonymous plan.
-	ReasonKeyRequired = "key_required"
-)
-
-// Tiers.
-const (
-	TierAuthenticated = "authenticated"
-	TierAnonymous     = "anonymous"
 )
 
 // Request is one check, validated.
@@ -110,30 +91,15 @@ func (d *Decision) Governing() (RuleResult, bool) {
 	return d.Rules[d.governing], true
 }
 
-// UsageEvent is one decision as the usage pipeline counts it.
-type UsageEvent struct {
-	AtUS     int64
-	TenantID string
-	KeyID    string
-	Tier     string
-	IP       string
-	Resource string
-	Cost     int64
-	Allowed  bool
-	Reason   string
-	// Denied names the rules that denied (none when allowed).
-	Denied []string
-}
-
 // Recorder counts decisions. Record must not block: the hot path calls it
 // for every check that is not a dry run.
 type Recorder interface {
-	Record(UsageEvent)
+	Record(tollgate.UsageEvent)
 }
 
 type nopRecorder struct{}
 
-func (nopRecorder) Record(UsageEvent) {}
+func (nopRecorder) Record(tollgate.UsageEvent) {}
 
 // Checker decides checks. It is safe for concurrent use.
 type Checker struct {
@@ -213,17 +179,17 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if s == nil {
 		return Decision{}, ErrNotReady
 	}
-	d := Decision{Tier: TierAnonymous, Rules: []RuleResult{}, governing: -1}
+	d := Decision{Tier: tollgate.TierAnonymous, Rules: []RuleResult{}, governing: -1}
 	var plan *planView
 	var tag, keyID, tenantID string
 	if r.Key != "" {
-		d.Tier = TierAuthenticated
+		d.Tier = tollgate.TierAuthenticated
 		if !tenants.WellFormed(r.Key) {
-			return c.finish(d, r, ReasonInvalidKey), nil
+			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
 		k := c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
 		if k == nil {
-			return c.finish(d, r, ReasonInvalidKey), nil
+			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
 		d.TenantID, d.KeyID = k.tenant.id, k.id
 		if k.tenant.plan != nil {
@@ -232,16 +198,16 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		now := c.now()
 		switch {
 		case k.revokedAt != nil && !k.revokedAt.After(now):
-			return c.finish(d, r, ReasonKeyRevoked), nil
+			return c.finish(d, r, tollgate.ReasonKeyRevoked), nil
 		case k.expiresAt != nil && !k.expiresAt.After(now):
-			return c.finish(d, r, ReasonKeyExpired), nil
+			return c.finish(d, r, tollgate.ReasonKeyExpired), nil
 		case k.tenant.status != tenants.StatusActive:
-			return c.finish(d, r, ReasonTenantSuspended), nil
+			return c.finish(d, r, tollgate.ReasonTenantSuspended), nil
 		}
 		plan, tag, keyID, tenantID = k.tenant.plan, k.tenant.id, k.id, k.tenant.id
 	} else {
 		if s.anonymous == nil {
-			return c.finish(d, r, ReasonKeyRequired), nil
+			return c.finish(d, r, tollgate.ReasonKeyRequired), nil
 		}
 		plan, tag = s.anonymous, "a:"+r.IP
 		d.Plan = plan.name
@@ -251,7 +217,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		// plan); if it does, fail closed rather than admit unlimited.
 		d.Degraded = true
 		c.log.ErrorContext(ctx, "tenant without a plan in the snapshot", "tenant_id", d.TenantID)
-		return c.finish(d, r, ReasonUnavailable), nil
+		return c.finish(d, r, tollgate.ReasonUnavailable), nil
 	}
 
 	var matched []*compiledRule
@@ -262,7 +228,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	}
 	if len(matched) == 0 {
 		d.Allowed = true // no rule limits this resource
-		return c.finish(d, r, ReasonOK), nil
+		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
 	reqs := make([]limiter.Request, len(matched))
 	for i, rule := range matched {
@@ -315,9 +281,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		d.Rules = append(d.Rules, rr)
 	}
 	d.governing = governing(d.Rules, d.Allowed)
-	reason := ReasonOK
+	reason := tollgate.ReasonOK
 	if !d.Allowed {
-		reason = ReasonRateLimited
+		reason = tollgate.ReasonRateLimited
 	}
 	return c.finish(d, r, reason), nil
 }
@@ -354,9 +320,9 @@ func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decis
 		d.Rules = append(d.Rules, rr)
 	}
 	d.NowUS = c.now().UnixMicro()
-	reason := ReasonOK
+	reason := tollgate.ReasonOK
 	if !d.Allowed {
-		reason = ReasonUnavailable
+		reason = tollgate.ReasonUnavailable
 		for i, rr := range d.Rules {
 			if !rr.Allowed {
 				d.governing = i
@@ -419,7 +385,7 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	}
 	c.metrics.decision(d.Allowed, reason)
 	if !r.DryRun {
-		ev := UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
+		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}
 		for _, rr := range d.Rules {
 			if !rr.Allowed {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate"
 )
 
 // KeyToucher stores when keys were last used; *tenants.Store is one.
@@ -36,7 +38,7 @@ func NewLastUsed(store KeyToucher, log *slog.Logger) *LastUsed {
 
 // Record notes the key of a decision, if it named one — whether or not the
 // check was allowed: a revoked key still in use is worth seeing.
-func (l *LastUsed) Record(ev UsageEvent) {
+func (l *LastUsed) Record(ev tollgate.UsageEvent) {
 	if ev.KeyID == "" {
 		return
 	}
@@ -107,7 +109,7 @@ func (l *LastUsed) Run(ctx context.Context, interval time.Duration) {
 type Recorders []Recorder
 
 // Record implements Recorder.
-func (rs Recorders) Record(ev UsageEvent) {
+func (rs Recorders) Record(ev tollgate.UsageEvent) {
 	for _, r := range rs {
 		r.Record(ev)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
+
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -27,7 +29,7 @@ func TestLastUsedBatchesAndRetries(t *testing.T) {
 	store := &fakeToucher{}
 	l := enforce.NewLastUsed(store, nil)
 	base := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-	for _, ev := range []enforce.UsageEvent{
+	for _, ev := range []tollgate.UsageEvent{
 		{KeyID: "a", AtUS: base + 5},
 		{KeyID: "a", AtUS: base + 3}, // out of order: the latest use wins
 		{KeyID: "b", AtUS: base + 1},
@@ -49,7 +51,7 @@ func TestLastUsedBatchesAndRetries(t *testing.T) {
 	}
 
 	store.err = errors.New("postgres down")
-	l.Record(enforce.UsageEvent{KeyID: "c", AtUS: base + 7})
+	l.Record(tollgate.UsageEvent{KeyID: "c", AtUS: base + 7})
 	if err := l.Flush(ctx); err == nil {
 		t.Fatal("Flush hid the store error")
 	}
@@ -81,7 +83,7 @@ func TestLastUsedRunFlushesAtShutdown(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(runCtx, time.Hour) }()
 	used := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	l.Record(enforce.UsageEvent{KeyID: k.ID, AtUS: used.UnixMicro()})
+	l.Record(tollgate.UsageEvent{KeyID: k.ID, AtUS: used.UnixMicro()})
 	stop()
 	<-done
 

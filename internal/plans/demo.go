@@ -1,6 +1,6 @@
 package plans
 
-import "github.com/tollgate/tollgate/internal/enforce/limiter"
+import "github.com/tollgate/tollgate/internal/limiter"
 
 // DemoPlans are the plans `admin seed demo` creates: GitHub-style hourly
 // limits per tier and a search burst limit on pro. Prices are in cents.

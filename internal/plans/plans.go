@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // AnonymousPlan is the built-in plan of callers without a key.

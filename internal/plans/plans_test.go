@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 func TestMatchResource(t *testing.T) {

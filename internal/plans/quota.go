@@ -1,6 +1,6 @@
 package plans
 
-import "github.com/tollgate/tollgate/internal/enforce/limiter"
+import "github.com/tollgate/tollgate/internal/limiter"
 
 // QuotaMode says what a plan's included units mean on the check path.
 type QuotaMode string

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tollgate/tollgate"
 
-	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Producer publishes batches to the workers. Publishing the same batch
@@ -139,7 +139,7 @@ func NewAggregator(cfg AggregatorConfig) *Aggregator {
 func (a *Aggregator) ProducerID() string { return a.cfg.ProducerID }
 
 // Record counts one decision. It never blocks on I/O.
-func (a *Aggregator) Record(ev enforce.UsageEvent) {
+func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	minute := floorDiv(ev.AtUS, 60_000_000) * 60
 	var c Counts
 	if ev.Allowed {
@@ -170,7 +170,7 @@ func (a *Aggregator) Record(ev enforce.UsageEvent) {
 	} else {
 		wake = true
 	}
-	if ev.Tier == enforce.TierAnonymous && ev.IP != "" {
+	if ev.Tier == tollgate.TierAnonymous && ev.IP != "" {
 		a.addIP(minute, ev.IP, c)
 	}
 	a.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate"
 )
 
 // memProducer keeps published batches; it fails while failing > 0.
@@ -66,11 +66,11 @@ var (
 	kA, kB, kC = testID(11), testID(12), testID(13)
 )
 
-func event(atUS int64, tenant, key, resource string, allowed bool, cost int64, denied ...string) enforce.UsageEvent {
-	ev := enforce.UsageEvent{AtUS: atUS, TenantID: tenant, KeyID: key, Tier: enforce.TierAuthenticated,
-		Resource: resource, Cost: cost, Allowed: allowed, Reason: enforce.ReasonOK, Denied: denied}
+func event(atUS int64, tenant, key, resource string, allowed bool, cost int64, denied ...string) tollgate.UsageEvent {
+	ev := tollgate.UsageEvent{AtUS: atUS, TenantID: tenant, KeyID: key, Tier: tollgate.TierAuthenticated,
+		Resource: resource, Cost: cost, Allowed: allowed, Reason: tollgate.ReasonOK, Denied: denied}
 	if !allowed {
-		ev.Reason = enforce.ReasonRateLimited
+		ev.Reason = tollgate.ReasonRateLimited
 	}
 	return ev
 }
@@ -217,8 +217,8 @@ func TestAggregatorTopIPs(t *testing.T) {
 	a := NewAggregator(AggregatorConfig{Producer: p, TopIPs: 2, MaxIPs: 4})
 	anon := func(ip string, n int) {
 		for range n {
-			a.Record(enforce.UsageEvent{AtUS: t0, Tier: enforce.TierAnonymous, IP: ip, Resource: "*", Cost: 1,
-				Allowed: true, Reason: enforce.ReasonOK})
+			a.Record(tollgate.UsageEvent{AtUS: t0, Tier: tollgate.TierAnonymous, IP: ip, Resource: "*", Cost: 1,
+				Allowed: true, Reason: tollgate.ReasonOK})
 		}
 	}
 	anon("10.0.0.1", 5)

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/tollgate/tollgate"
+
 	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -68,7 +70,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 		if want := i <= 5; d.Allowed != want {
 			t.Errorf("capped check %d: allowed %v, want %v", i, d.Allowed, want)
 		}
-		if i > 5 && (d.Reason != enforce.ReasonRateLimited || d.Policy != plans.QuotaRuleName || d.RetryAfterMS <= 0) {
+		if i > 5 && (d.Reason != tollgate.ReasonRateLimited || d.Policy != plans.QuotaRuleName || d.RetryAfterMS <= 0) {
 			t.Errorf("capped check %d: reason %s policy %s retry %d; want rate_limited by %s until November",
 				i, d.Reason, d.Policy, d.RetryAfterMS, plans.QuotaRuleName)
 		}
@@ -111,7 +113,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rej.ByRule[plans.QuotaRuleName] != 3 || rej.ByReason[enforce.ReasonRateLimited] != 3 {
+	if rej.ByRule[plans.QuotaRuleName] != 3 || rej.ByReason[tollgate.ReasonRateLimited] != 3 {
 		t.Errorf("capped rejections %+v, want 3 by %s", rej, plans.QuotaRuleName)
 	}
 }

@@ -28,7 +28,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tollgate/tollgate/internal/enforce/limiter"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 func main() {

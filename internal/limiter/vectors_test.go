@@ -1,8 +1,10 @@
-package limiter
+package limiter_test
 
 import (
 	"testing"
 	"time"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // Vector tables for every algorithm and mode, in the style of the GCRA

@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // Properties over seeded random check sequences (math/rand/v2 with fixed
@@ -345,7 +347,7 @@ func TestSlidingWindowCounterFollowsItsEstimate(t *testing.T) {
 				perWindow := map[int64]int64{}
 				// weighted returns estimate × period at now.
 				weighted := func(now int64) int64 {
-					index := floorDiv(now, period)
+					index := FloorDiv(now, period)
 					return perWindow[index-1]*(period-(now-index*period)) + perWindow[index]*period
 				}
 				fits := func(now, cost int64) bool { return weighted(now)+cost*period <= p.Limit*period }
@@ -364,11 +366,11 @@ func TestSlidingWindowCounterFollowsItsEstimate(t *testing.T) {
 					want := Result{Allowed: c.cost <= p.Limit && fits(c.at, c.cost)}
 					switch {
 					case want.Allowed:
-						want.Remaining = floorDiv(p.Limit*period-weighted(c.at)-c.cost*period, period)
+						want.Remaining = FloorDiv(p.Limit*period-weighted(c.at)-c.cost*period, period)
 					case c.cost > p.Limit:
-						want.Remaining, want.RetryAfterUS = max(0, floorDiv(p.Limit*period-weighted(c.at), period)), -1
+						want.Remaining, want.RetryAfterUS = max(0, FloorDiv(p.Limit*period-weighted(c.at), period)), -1
 					default:
-						want.Remaining = max(0, floorDiv(p.Limit*period-weighted(c.at), period))
+						want.Remaining = max(0, FloorDiv(p.Limit*period-weighted(c.at), period))
 						// The estimate never grows without admissions: search.
 						lo, hi := int64(1), 2*period
 						for lo < hi {
@@ -383,7 +385,7 @@ func TestSlidingWindowCounterFollowsItsEstimate(t *testing.T) {
 					}
 					// reset_after describes the state as if this check was taken
 					// (a dry run reports what it would have done).
-					index := floorDiv(c.at, period)
+					index := FloorDiv(c.at, period)
 					taken := int64(0)
 					if want.Allowed {
 						taken = c.cost
@@ -490,35 +492,35 @@ func TestResultsAreExact(t *testing.T) {
 		t.Run(rc.name, func(t *testing.T) {
 			for seed := range uint64(propertySeeds) {
 				checks := genChecks(seeded(rc.name+"/exact", seed), p, 500, false)
-				var st *state
+				var st *State
 				for i, c := range checks {
-					d := evaluate(p, st, c.at, c.cost)
+					d := Evaluate(p, st, c.at, c.cost)
 					fail := func(format string, args ...any) {
 						t.Fatalf("seed %d, check %d %+v → %+v: %s", seed, i, c, d.Result, fmt.Sprintf(format, args...))
 					}
 					after := st
-					if d.Allowed && d.next != nil {
-						after = d.next
+					if d.Allowed && d.Next() != nil {
+						after = d.Next()
 					}
 					if retry := d.RetryAfterUS; !d.Allowed && retry > 0 {
-						if !evaluate(p, st, c.at+retry, c.cost).Allowed {
+						if !Evaluate(p, st, c.at+retry, c.cost).Allowed {
 							fail("denied at now + retry")
 						}
-						if evaluate(p, st, c.at+retry-1, c.cost).Allowed {
+						if Evaluate(p, st, c.at+retry-1, c.cost).Allowed {
 							fail("allowed 1 µs before now + retry")
 						}
 					}
-					if r := d.Remaining; !evaluate(p, after, c.at, r).Allowed || evaluate(p, after, c.at, r+1).Allowed {
+					if r := d.Remaining; !Evaluate(p, after, c.at, r).Allowed || Evaluate(p, after, c.at, r+1).Allowed {
 						fail("remaining %d is not the number of units that fit now", r)
 					}
 					if reset := d.ResetAfterUS; reset >= 0 {
 						at := c.at + reset
 						for _, cost := range []int64{0, 1, capacity(p)} {
-							if got, fresh := evaluate(p, after, at, cost).Result, evaluate(p, nil, at, cost).Result; got != fresh {
+							if got, fresh := Evaluate(p, after, at, cost).Result, Evaluate(p, nil, at, cost).Result; got != fresh {
 								fail("not empty at now + reset (cost %d): %+v, empty %+v", cost, got, fresh)
 							}
 						}
-						if reset > 0 && evaluate(p, after, at-1, 0).Remaining == evaluate(p, nil, at-1, 0).Remaining {
+						if reset > 0 && Evaluate(p, after, at-1, 0).Remaining == Evaluate(p, nil, at-1, 0).Remaining {
 							fail("already empty 1 µs before now + reset")
 						}
 					}

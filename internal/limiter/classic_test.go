@@ -1,9 +1,11 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
 	"sync"
 	"testing"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // Classic limiter behaviours, each a named test on every store.

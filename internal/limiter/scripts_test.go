@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // checkOnce runs one single-rule check and fails the test on error.
@@ -25,7 +28,7 @@ func scriptCached(t testing.TB, rdb redis.UniversalClient) bool {
 	ctx := context.Background()
 	var missing atomic.Bool // ForEachMaster calls each concurrently
 	each := func(ctx context.Context, c *redis.Client) error {
-		exists, err := c.ScriptExists(ctx, checkScript.Hash()).Result()
+		exists, err := c.ScriptExists(ctx, redisstore.ScriptHash()).Result()
 		if err != nil {
 			return err
 		}
@@ -55,7 +58,7 @@ func TestLoadScriptLoadsEveryMaster(t *testing.T) {
 			if err := store.rdb.ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := LoadScript(context.Background(), store.rdb); err != nil {
+			if err := redisstore.LoadScript(context.Background(), store.rdb); err != nil {
 				t.Fatal(err)
 			}
 			if !scriptCached(t, store.rdb) {
@@ -99,8 +102,8 @@ func TestCheckSurvivesRedisRestart(t *testing.T) {
 	srv := startRedisServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
-	store := NewRedisStore(c)
-	if err := LoadScript(context.Background(), c); err != nil {
+	store := redisstore.New(c)
+	if err := redisstore.LoadScript(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	// One unit per hour, burst 3: nothing refills during the test.

@@ -1,6 +1,10 @@
-package limiter
+package limiter_test
 
-import "testing"
+import (
+	"testing"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
+)
 
 func TestValidateNamesBadParameters(t *testing.T) {
 	cases := []struct {

@@ -1,8 +1,10 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
 	"testing"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // benchRules is one rule per algorithm and mode, all 100 per second (burst
@@ -24,7 +26,7 @@ var benchRules = []ruleConfig{
 // entries). At exactly the limit the sliding window counter would deny
 // some checks: its estimate then sits right at the limit.
 //
-//	scripts/services.sh test -- go test ./internal/enforce/limiter/ -run '^$' -bench Check
+//	scripts/services.sh test -- go test ./internal/limiter/ -run '^$' -bench Check
 func BenchmarkCheck(b *testing.B) {
 	for _, sc := range stores() {
 		b.Run(sc.name, func(b *testing.B) {

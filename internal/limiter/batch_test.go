@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // genBatch returns 2–4 rules of random algorithms on keys under ns (one

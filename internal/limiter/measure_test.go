@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // TestMeasure is a measurement tool, not a test: it is skipped unless
@@ -26,7 +29,7 @@ import (
 //
 // Every figure is the median of TOLLGATE_MEASURE_RUNS runs (default 5).
 //
-//	TOLLGATE_MEASURE=1 go test ./internal/enforce/limiter/ -run TestMeasure -v -count=1
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/ -run TestMeasure -v -count=1
 func TestMeasure(t *testing.T) {
 	if os.Getenv("TOLLGATE_MEASURE") != "1" {
 		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
@@ -43,7 +46,7 @@ func TestMeasure(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	ctx := context.Background()
-	if err := LoadScript(ctx, c); err != nil {
+	if err := redisstore.LoadScript(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	version, err := infoField(ctx, c, "server", "redis_version")
@@ -98,7 +101,7 @@ func measureRedis(t *testing.T, c *redis.Client, p Params, n int, denied bool) (
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	store := NewRedisStore(c)
+	store := redisstore.New(c)
 	store.ExtraTTL = time.Hour
 	reqs := single(measureKey, p)
 	window, _ := scale(p)
@@ -135,7 +138,7 @@ func measureRedisFull(t *testing.T, c *redis.Client, p Params, n int64) (usecPer
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	store := NewRedisStore(c)
+	store := redisstore.New(c)
 	store.ExtraTTL = time.Hour
 	reqs := single(measureKey, p)
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
@@ -173,16 +176,10 @@ func measureGo(t *testing.T, p Params, n, keys int) float64 {
 			t.Fatal(err)
 		}
 	}
-	template := *s.entries[measureKey]
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	entries := make(map[string]*memoryEntry)
-	for i := range keys {
-		e := template
-		e.st.log = slices.Clone(template.st.log)
-		entries[fmt.Sprintf("{t:%08x}:k:7c9e6679:r:hourly", i)] = &e
-	}
+	entries := CopyEntry(s, measureKey, keys)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(entries)

@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/testenv"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // storeCase names a store under test and opens a fresh instance of it.
@@ -50,7 +53,7 @@ func memoryStoreCase() storeCase {
 func redisStoreCase() storeCase {
 	return storeCase{"redis", func(t testing.TB) openStore {
 		c, prefix := testenv.Redis(t)
-		s := NewRedisStore(c)
+		s := redisstore.New(c)
 		s.ExtraTTL = time.Minute
 		return openStore{Store: s, ns: prefix + "{r}:", rdb: c}
 	}}
@@ -59,7 +62,7 @@ func redisStoreCase() storeCase {
 func clusterStoreCase() storeCase {
 	return storeCase{"cluster", func(t testing.TB) openStore {
 		c, prefix := testenv.RedisCluster(t)
-		s := NewRedisStore(c)
+		s := redisstore.New(c)
 		s.ExtraTTL = time.Minute
 		return openStore{Store: s, ns: prefix + "{c}:", rdb: c}
 	}}

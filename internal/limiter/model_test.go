@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
@@ -10,15 +10,17 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
 )
 
 // model is the reference every store is held to: evaluate applied to
 // states kept in a map, with the all-or-nothing and shadow rules of a
 // batch. It never forgets state, so unlike a store with expiring keys it
 // is defined for clocks that step backwards too.
-type model struct{ states map[string]state }
+type model struct{ states map[string]State }
 
-func newModel() *model { return &model{states: map[string]state{}} }
+func newModel() *model { return &model{states: map[string]State{}} }
 
 // Check decides b as design/algorithms.md says a check is decided: every
 // rule is evaluated; the check is admitted when every non-shadow rule
@@ -29,13 +31,13 @@ func (m *model) Check(_ context.Context, b Batch) (Outcome, error) {
 		return Outcome{}, ErrEmptyBatch
 	}
 	out := Outcome{NowUS: b.NowUS, Admitted: true, Results: make([]Result, len(b.Requests))}
-	decisions := make([]decision, len(b.Requests))
+	decisions := make([]Decision, len(b.Requests))
 	for i, r := range b.Requests {
-		var st *state
+		var st *State
 		if s, ok := m.states[r.Key]; ok {
 			st = &s
 		}
-		decisions[i] = evaluate(r.Params, st, b.NowUS, b.Cost)
+		decisions[i] = Evaluate(r.Params, st, b.NowUS, b.Cost)
 		out.Results[i] = decisions[i].Result
 		if !decisions[i].Allowed && !r.Shadow {
 			out.Admitted = false
@@ -43,8 +45,8 @@ func (m *model) Check(_ context.Context, b Batch) (Outcome, error) {
 	}
 	if out.Admitted && !b.DryRun {
 		for i, d := range decisions {
-			if d.Allowed && d.next != nil {
-				m.states[b.Requests[i].Key] = *d.next
+			if d.Allowed && d.Next() != nil {
+				m.states[b.Requests[i].Key] = *d.Next()
 			}
 		}
 	}
@@ -138,7 +140,7 @@ func genChecksScaled(r *rand.Rand, window, interval, capacity int64, n int, back
 		case x < 94:
 			gap = r.Int64N(3*window + 1)
 		default: // right at the next epoch-aligned boundary, ±1 µs
-			gap = (floorDiv(now, window)+1)*window - now + r.Int64N(3) - 1
+			gap = (FloorDiv(now, window)+1)*window - now + r.Int64N(3) - 1
 		}
 		if backwards && r.IntN(10) == 0 {
 			gap = -r.Int64N(window + 1)

@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"context"

@@ -24,8 +24,9 @@ const (
 // Algorithms lists every algorithm in documentation order.
 var Algorithms = []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
-// code is the algorithm's number in the Lua script's argument list.
-func (a Algorithm) code() int {
+// Code is the algorithm's number in the Lua script's argument list (1…6;
+// 0 for an unknown algorithm).
+func (a Algorithm) Code() int {
 	for i, x := range Algorithms {
 		if x == a {
 			return i + 1
@@ -35,7 +36,7 @@ func (a Algorithm) code() int {
 }
 
 // Valid reports whether a is a known algorithm.
-func (a Algorithm) Valid() bool { return a.code() != 0 }
+func (a Algorithm) Valid() bool { return a.Code() != 0 }
 
 // Calendar aligns fixed windows to UTC calendar units instead of the epoch.
 type Calendar string

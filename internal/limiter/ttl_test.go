@@ -1,10 +1,13 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // redisTime returns the clock (µs) of the Redis server that holds key.
@@ -41,7 +44,7 @@ func TestTTLNeverExpiresStateEarly(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			store := sc.open(t)
-			store.Store.(*RedisStore).ExtraTTL = 0
+			store.Store.(*redisstore.Store).ExtraTTL = 0
 			for _, rc := range ruleConfigs {
 				for _, clock := range []string{"script", "injected"} {
 					key := store.ns + rc.name + "/" + clock

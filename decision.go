@@ -1,0 +1,38 @@
+package tollgate
+
+// Reasons a check decision gives (the check API's "reason").
+const (
+	ReasonOK              = "ok"
+	ReasonRateLimited     = "rate_limited"
+	ReasonInvalidKey      = "invalid_key"
+	ReasonKeyRevoked      = "key_revoked"
+	ReasonKeyExpired      = "key_expired"
+	ReasonTenantSuspended = "tenant_suspended"
+	ReasonUnavailable     = "unavailable"
+	// ReasonKeyRequired: an anonymous caller, and no active anonymous plan.
+	ReasonKeyRequired = "key_required"
+)
+
+// Tiers of callers: with an API key, or anonymous (limited per IP).
+const (
+	TierAuthenticated = "authenticated"
+	TierAnonymous     = "anonymous"
+)
+
+// UsageEvent is one check decision as the usage pipeline counts it. The
+// check path (internal/enforce) produces it and internal/usage consumes it;
+// it lives here so that neither imports the other. AtUS is µs since the
+// epoch, on the limiter store's clock.
+type UsageEvent struct {
+	AtUS     int64
+	TenantID string
+	KeyID    string
+	Tier     string
+	IP       string
+	Resource string
+	Cost     int64
+	Allowed  bool
+	Reason   string
+	// Denied names the rules that denied (none when allowed).
+	Denied []string
+}

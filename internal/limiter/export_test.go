@@ -1,0 +1,37 @@
+package limiter
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Internals the conformance suite (package limiter_test, which also
+// imports redisstore) holds every store to.
+
+// State is a rule's stored state.
+type State = state
+
+// Decision is what evaluating one rule produced.
+type Decision = decision
+
+// Evaluate is the pure algorithm step every store applies.
+func Evaluate(p Params, st *State, now, cost int64) Decision { return evaluate(p, st, now, cost) }
+
+// Next is the state the decision stores when its check is admitted.
+func (d decision) Next() *State { return d.next }
+
+// FloorDiv rounds a/b towards −∞.
+func FloorDiv(a, b int64) int64 { return floorDiv(a, b) }
+
+// CopyEntry returns n copies of the store's entry for key under other
+// keys, so that a test can measure their heap.
+func CopyEntry(s *MemoryStore, key string, n int) map[string]*memoryEntry {
+	template := *s.entries[key]
+	entries := make(map[string]*memoryEntry)
+	for i := range n {
+		e := template
+		e.st.log = slices.Clone(template.st.log)
+		entries[fmt.Sprintf("{t:%08x}:k:7c9e6679:r:hourly", i)] = &e
+	}
+	return entries
+}

@@ -1,0 +1,65 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+)
+
+// Request asks one rule to decide on a check.
+type Request struct {
+	// Key is the rule's state key. All keys of one Batch must share a hash
+	// tag ({…}) so that the batch runs in one call on Redis Cluster.
+	Key    string
+	Params Params
+	// Shadow rules are evaluated and reported but never deny.
+	Shadow bool
+}
+
+// Batch is one check: every matching rule, decided all-or-nothing.
+type Batch struct {
+	Requests []Request
+	// Cost is the units the check consumes; 0 peeks. A cost above a rule's
+	// capacity is denied with RetryAfterUS -1; a negative cost is an error.
+	Cost int64
+	// DryRun evaluates without consuming.
+	DryRun bool
+	// NowUS overrides the store's clock (µs since the epoch) when > 0.
+	// Production leaves it 0: Redis takes the time from TIME.
+	NowUS int64
+}
+
+// Outcome is a store's answer to a Batch.
+type Outcome struct {
+	// NowUS is the time the store decided at.
+	NowUS int64
+	// Admitted is true when every non-shadow rule allowed the check; only
+	// then was anything consumed.
+	Admitted bool
+	// Results holds one result per request, in order.
+	Results []Result
+}
+
+// Store decides batches atomically. Implementations are safe for
+// concurrent use.
+type Store interface {
+	Check(ctx context.Context, b Batch) (Outcome, error)
+}
+
+// ErrEmptyBatch is returned for a batch without requests.
+var ErrEmptyBatch = errors.New("limiter: empty batch")
+
+// ErrNegativeCost is returned for a batch whose cost is below zero: it
+// would hand units back instead of consuming them.
+var ErrNegativeCost = errors.New("limiter: negative cost")
+
+// Validate returns ErrEmptyBatch or ErrNegativeCost for a batch no store
+// can decide, and nil otherwise.
+func (b Batch) Validate() error {
+	switch {
+	case len(b.Requests) == 0:
+		return ErrEmptyBatch
+	case b.Cost < 0:
+		return ErrNegativeCost
+	}
+	return nil
+}

@@ -9,14 +9,17 @@ import (
 
 // Error codes. Each maps to one HTTP status in internal/httpx.
 const (
-	EINVALID      = "invalid"
-	ENOTFOUND     = "not_found"
-	ECONFLICT     = "conflict"
-	EUNAUTHORIZED = "unauthorized"
-	EFORBIDDEN    = "forbidden"
-	ETOOLARGE     = "too_large"
-	ERATELIMITED  = "rate_limited"
-	EINTERNAL     = "internal"
+	EMALFORMED    = "malformed"          // 400: the body is not the JSON asked for
+	EUNAUTHORIZED = "unauthorized"       // 401
+	EFORBIDDEN    = "forbidden"          // 403
+	ENOTFOUND     = "not_found"          // 404: also what another tenant's data looks like
+	EMETHOD       = "method_not_allowed" // 405
+	ECONFLICT     = "conflict"           // 409
+	ETOOLARGE     = "too_large"          // 413
+	EINVALID      = "invalid"            // 422: values that break the rules, by field
+	ERATELIMITED  = "rate_limited"       // 429
+	EINTERNAL     = "internal"           // 500: logged with detail, shown as a generic message
+	EUNAVAILABLE  = "unavailable"        // 503: not ready yet, or a store is down
 )
 
 // Error is an error a caller may see. Message is safe to show; Fields names

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -67,13 +68,13 @@ func TestLoginCookieAndLogout(t *testing.T) {
 
 	res = login("password-ops@example.com", nil)
 	want(t, res, http.StatusOK)
-	var lr loginResponse
+	var lr adminapi.LoginResponse
 	res.decode(t, &lr)
 	if lr.Token == "" || lr.TokenType != "Bearer" || lr.User.ID != u.ID || lr.User.Role != auth.RoleOperator {
 		t.Fatalf("login response = %+v", lr)
 	}
 	cookies := res.Cookies()
-	if len(cookies) != 1 || cookies[0].Name != sessionCookie || cookies[0].Value != lr.Token ||
+	if len(cookies) != 1 || cookies[0].Name != adminapi.SessionCookie || cookies[0].Value != lr.Token ||
 		!cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode || cookies[0].Secure {
 		t.Fatalf("cookie = %+v; want HttpOnly, SameSite=Lax, not Secure over plain HTTP", cookies)
 	}
@@ -90,7 +91,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	me.AddCookie(cookies[0])
 	res = send(t, me)
 	want(t, res, http.StatusOK)
-	var mr meResponse
+	var mr adminapi.MeResponse
 	res.decode(t, &mr)
 	if mr.User.Email != "ops@example.com" {
 		t.Errorf("me = %+v", mr)
@@ -108,7 +109,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	out.AddCookie(cookies[0])
 	res = send(t, out)
 	want(t, res, http.StatusNoContent)
-	if c := res.Cookies(); len(c) != 1 || c[0].Name != sessionCookie || c[0].MaxAge >= 0 {
+	if c := res.Cookies(); len(c) != 1 || c[0].Name != adminapi.SessionCookie || c[0].MaxAge >= 0 {
 		t.Errorf("logout cookie = %+v, want it cleared", c)
 	}
 	res = call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil)
@@ -117,7 +118,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 		t.Error("401 without WWW-Authenticate")
 	}
 	// The other session is untouched.
-	var other loginResponse
+	var other adminapi.LoginResponse
 	behindTLS.decode(t, &other)
 	want(t, call(t, "GET", srv.URL+"/api/v1/me", other.Token, nil), http.StatusOK)
 }
@@ -129,7 +130,7 @@ func TestPlanQuotaModeAPI(t *testing.T) {
 	base := srv.URL + "/api/v1/plans"
 	// The monthly quota mode is taken on create and on update.
 	quota := map[string]any{"name": "metered", "included_units": 1000, "quota_mode": "hard",
-		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.Hour}}}
+		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.HourUS}}}
 	res := call(t, "POST", base, op, quota)
 	want(t, res, http.StatusCreated)
 	var metered plans.Plan
@@ -174,7 +175,7 @@ func TestPlansAPI(t *testing.T) {
 	want(t, res, http.StatusBadRequest)
 
 	plan := map[string]any{"name": "gold", "display_name": "Gold", "base_fee_minor": 9900,
-		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.Hour}}}
+		"rules": []map[string]any{{"name": "hourly", "limit": 100, "period_us": limiter.HourUS}}}
 	res = call(t, "POST", base, op, plan)
 	want(t, res, http.StatusCreated)
 	var gold plans.Plan
@@ -184,7 +185,7 @@ func TestPlansAPI(t *testing.T) {
 	}
 	want(t, call(t, "POST", base, op, plan), http.StatusConflict)
 
-	plan["rules"] = []map[string]any{{"name": "hourly", "limit": 200, "period_us": limiter.Hour}}
+	plan["rules"] = []map[string]any{{"name": "hourly", "limit": 200, "period_us": limiter.HourUS}}
 	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, gold.ID), op, plan)
 	want(t, res, http.StatusOK)
 	res.decode(t, &gold)
@@ -247,7 +248,7 @@ func TestPlansAPI(t *testing.T) {
 func TestTenantsAPI(t *testing.T) {
 	srv, op := operatorSetup(t, nil)
 	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
 	pro, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "pro"})
 	testenv.Must(t, err)
@@ -311,9 +312,11 @@ func TestTenantsAPI(t *testing.T) {
 	// Overrides: validated per field; replaced as a whole; readable back.
 	wantFields(t, call(t, "PUT", tenantURL+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "hourly", "algorithm": "nope", "limit": 1, "period_us": 1}}}), "rules[0].algorithm")
 	wantFields(t, call(t, "PUT", tenantURL+"/overrides", op, map[string]any{}), "rules")
-	res = call(t, "PUT", tenantURL+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": 7, "period_us": limiter.Hour}}})
+	res = call(t, "PUT", tenantURL+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": 7, "period_us": limiter.HourUS}}})
 	want(t, res, http.StatusOK)
-	var ov overridesBody
+	var ov struct {
+		Rules []plans.Rule `json:"rules"`
+	}
 	call(t, "GET", tenantURL+"/overrides", op, nil).decode(t, &ov)
 	if len(ov.Rules) != 1 || ov.Rules[0].Limit != 7 || ov.Rules[0].Burst != 7 {
 		t.Errorf("overrides = %+v", ov.Rules)
@@ -347,7 +350,7 @@ func TestKeysAPI(t *testing.T) {
 	wantFields(t, call(t, "POST", keys, tok, map[string]any{"name": strings.Repeat("n", 201)}), "name")
 	res := call(t, "POST", keys, tok, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"}})
 	want(t, res, http.StatusCreated)
-	var made keySecretResponse
+	var made adminapi.KeySecretResponse
 	res.decode(t, &made)
 	if !tenants.WellFormed(made.Secret) || made.Key.Prefix != tenants.DisplayPrefix(made.Secret) || made.Key.Metadata["team"] != "build" {
 		t.Fatalf("issued %+v", made)
@@ -392,7 +395,7 @@ func TestKeysAPI(t *testing.T) {
 	before := time.Now()
 	res = call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": 3600})
 	want(t, res, http.StatusCreated)
-	var rotated keySecretResponse
+	var rotated adminapi.KeySecretResponse
 	res.decode(t, &rotated)
 	if rotated.Secret == made.Secret || rotated.Key.ID == made.Key.ID || rotated.Key.Name != "deploy" || rotated.Previous == nil {
 		t.Fatalf("rotated %+v", rotated)
@@ -409,9 +412,9 @@ func TestKeysAPI(t *testing.T) {
 	// Without a body: the default grace of a day.
 	res = call(t, "POST", keys+"/"+rotated.Key.ID+"/rotate", tok, nil)
 	want(t, res, http.StatusCreated)
-	var again keySecretResponse
+	var again adminapi.KeySecretResponse
 	res.decode(t, &again)
-	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(defaultRotationGrace-time.Minute)) {
+	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(adminapi.DefaultRotationGrace-time.Minute)) {
 		t.Errorf("default grace: old key expires %v", e)
 	}
 
@@ -438,7 +441,7 @@ func TestServiceTokensAndAuditAPI(t *testing.T) {
 	wantFields(t, call(t, "POST", base, op, map[string]any{"name": "", "ttl_s": 1}), "name", "ttl_s")
 	res := call(t, "POST", base, op, map[string]any{"name": "edge", "ttl_s": 3600})
 	want(t, res, http.StatusCreated)
-	var made serviceTokenResponse
+	var made adminapi.ServiceTokenResponse
 	res.decode(t, &made)
 	if strings.Count(made.Token, ".") != 2 || made.ServiceToken.Name != "edge" {
 		t.Fatalf("issued %+v", made)

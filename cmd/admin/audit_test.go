@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -83,14 +84,14 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 		for role, u := range seeded.Users {
 			res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": u.Email, "password": u.Password})
 			want(t, res, http.StatusOK)
-			var lr loginResponse
+			var lr adminapi.LoginResponse
 			res.decode(t, &lr)
 			if string(lr.User.Role) != role {
 				t.Errorf("%s logs in as %s", role, lr.User.Role)
 			}
 			if role == "tenant_admin" {
 				// The demo tenant admin manages demo-pro, and only it.
-				var me meResponse
+				var me adminapi.MeResponse
 				call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil).decode(t, &me)
 				want(t, call(t, "GET", srv.URL+"/api/v1/tenants/"+me.User.TenantID+"/keys", lr.Token, nil), http.StatusOK)
 				want(t, call(t, "GET", srv.URL+"/api/v1/tenants", lr.Token, nil), http.StatusForbidden)
@@ -142,30 +143,30 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 	login := func(email, password string) string {
 		res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": email, "password": password})
 		want(t, res, http.StatusOK)
-		var lr loginResponse
+		var lr adminapi.LoginResponse
 		res.decode(t, &lr)
 		secrets = append(secrets, lr.Token)
 		return lr.Token
 	}
 	op := login("ops@example.com", opPassword)
 	ta := login("admin@acme.example", made.Password)
-	var me meResponse
+	var me adminapi.MeResponse
 	call(t, "GET", srv.URL+"/api/v1/me", ta, nil).decode(t, &me)
 	keys := srv.URL + "/api/v1/tenants/" + me.User.TenantID + "/keys"
 	res := call(t, "POST", keys, ta, map[string]any{"name": "api key", "metadata": map[string]string{"owner": "ci"}})
 	want(t, res, http.StatusCreated)
-	var k keySecretResponse
+	var k adminapi.KeySecretResponse
 	res.decode(t, &k)
 	secrets = append(secrets, k.Secret)
 	res = call(t, "POST", keys+"/"+k.Key.ID+"/rotate", ta, nil)
 	want(t, res, http.StatusCreated)
-	var rotated keySecretResponse
+	var rotated adminapi.KeySecretResponse
 	res.decode(t, &rotated)
 	secrets = append(secrets, rotated.Secret)
 	want(t, call(t, "POST", keys+"/"+rotated.Key.ID+"/revoke", ta, nil), http.StatusOK)
 	res = call(t, "POST", srv.URL+"/api/v1/service-tokens", op, map[string]any{"name": "edge"})
 	want(t, res, http.StatusCreated)
-	var st serviceTokenResponse
+	var st adminapi.ServiceTokenResponse
 	res.decode(t, &st)
 	secrets = append(secrets, st.Token)
 	want(t, call(t, "POST", srv.URL+"/api/v1/logout", ta, nil), http.StatusNoContent)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -173,7 +174,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 
 	var plan plans.Plan
 	res := call(t, "POST", api+"/plans", op, map[string]any{"name": "pro",
-		"rules": []map[string]any{{"name": "hourly", "limit": 1000, "period_us": limiter.Hour}}})
+		"rules": []map[string]any{{"name": "hourly", "limit": 1000, "period_us": limiter.HourUS}}})
 	want(t, res, http.StatusCreated)
 	res.decode(t, &plan)
 	newTenant := func(name string) (tenants.Tenant, string) {
@@ -181,7 +182,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		res := call(t, "POST", api+"/tenants", op, map[string]any{"name": name, "plan_id": plan.ID})
 		want(t, res, http.StatusCreated)
 		res.decode(t, &tn)
-		var k keySecretResponse
+		var k adminapi.KeySecretResponse
 		res = call(t, "POST", api+"/tenants/"+tn.ID+"/keys", op, map[string]any{"name": "k"})
 		want(t, res, http.StatusCreated)
 		res.decode(t, &k)
@@ -189,11 +190,11 @@ func TestChangesReachRunningAPI(t *testing.T) {
 	}
 	acme, acmeKey := newTenant("acme")
 	globex, globexKey := newTenant("globex")
-	var k keySecretResponse
+	var k adminapi.KeySecretResponse
 	res = call(t, "POST", api+"/tenants/"+acme.ID+"/keys", op, map[string]any{"name": "to revoke"})
 	want(t, res, http.StatusCreated)
 	res.decode(t, &k)
-	var st serviceTokenResponse
+	var st adminapi.ServiceTokenResponse
 	res = call(t, "POST", api+"/service-tokens", op, map[string]any{"name": "gateway"})
 	want(t, res, http.StatusCreated)
 	res.decode(t, &st)
@@ -207,7 +208,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 
 	t.Run("plan limit", func(t *testing.T) {
 		res := call(t, "PUT", fmt.Sprintf("%s/plans/%d", api, plan.ID), op, map[string]any{"name": "pro",
-			"rules": []map[string]any{{"name": "hourly", "limit": 3, "period_us": limiter.Hour}}})
+			"rules": []map[string]any{{"name": "hourly", "limit": 3, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
 		changed := time.Now()
 		eventually(t, changed, "new plan limit", func() (bool, string) {
@@ -217,7 +218,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 	})
 	t.Run("tenant override", func(t *testing.T) {
 		res := call(t, "PUT", api+"/tenants/"+acme.ID+"/overrides", op, map[string]any{
-			"rules": []map[string]any{{"name": "hourly", "limit": 42, "period_us": limiter.Hour}}})
+			"rules": []map[string]any{{"name": "hourly", "limit": 42, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
 		changed := time.Now()
 		eventually(t, changed, "override limit", func() (bool, string) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -145,7 +146,7 @@ func tenantParams(t *testing.T, fx *matrixFixture, tg target) (map[string]string
 func freshPlan(t *testing.T, fx *matrixFixture) plans.Plan {
 	t.Helper()
 	p, err := plans.NewStore(fx.srv.DB).Create(context.Background(), plans.Plan{Name: fx.unique("plan"),
-		Rules: []plans.Rule{{Name: "hourly", Limit: 10, PeriodUS: limiter.Hour}}})
+		Rules: []plans.Rule{{Name: "hourly", Limit: 10, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
 	return p
 }
@@ -177,13 +178,13 @@ func endpoints() []endpoint {
 
 		{"GET", "/api/v1/plans", accessOperator, 200, noParams},
 		{"POST", "/api/v1/plans", accessOperator, 201, func(_ *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
-			return nil, map[string]any{"name": fx.unique("new"), "rules": []map[string]any{{"name": "hourly", "limit": 5, "period_us": limiter.Hour}}}
+			return nil, map[string]any{"name": fx.unique("new"), "rules": []map[string]any{{"name": "hourly", "limit": 5, "period_us": limiter.HourUS}}}
 		}},
 		{"GET", "/api/v1/plans/{planID}", accessOperator, 200, planParams},
 		{"PUT", "/api/v1/plans/{planID}", accessOperator, 200, func(t *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
 			p := freshPlan(t, fx)
 			return map[string]string{"planID": fmt.Sprint(p.ID)},
-				map[string]any{"name": p.Name, "rules": []map[string]any{{"name": "hourly", "limit": 20, "period_us": limiter.Hour}}}
+				map[string]any{"name": p.Name, "rules": []map[string]any{{"name": "hourly", "limit": 20, "period_us": limiter.HourUS}}}
 		}},
 		{"DELETE", "/api/v1/plans/{planID}", accessOperator, 204, planParams},
 		{"POST", "/api/v1/plans/{planID}/archive", accessOperator, 200, planParams},
@@ -209,7 +210,7 @@ func endpoints() []endpoint {
 		{"GET", "/api/v1/tenants/{tenantID}/overrides", accessTenantRead, 200, tenantParams},
 		{"PUT", "/api/v1/tenants/{tenantID}/overrides", accessTenantOps, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
 			return map[string]string{"tenantID": tg.tenant.ID},
-				map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": fx.n + 1, "period_us": limiter.Hour}}}
+				map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": fx.n + 1, "period_us": limiter.HourUS}}}
 		}},
 
 		{"GET", "/api/v1/tenants/{tenantID}/keys", accessTenantRead, 200, tenantParams},
@@ -264,9 +265,9 @@ func newMatrixFixture(t *testing.T) *matrixFixture {
 	fx := &matrixFixture{srv: srv, users: map[role]auth.User{}}
 	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
 	var err error
-	fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
+	fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
-	fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.Hour}}})
+	fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
 	fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID)
 	testenv.Must(t, err)
@@ -282,7 +283,7 @@ func newMatrixFixture(t *testing.T) *matrixFixture {
 	_, k, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
 	testenv.Must(t, err)
 	fx.foreignIDs = append(fx.foreignIDs, k.ID)
-	_, err = ts.SetOverrides(ctx, fx.foreign.ID, []plans.Rule{{Name: "hourly", Limit: 1, PeriodUS: limiter.Hour}})
+	_, err = ts.SetOverrides(ctx, fx.foreign.ID, []plans.Rule{{Name: "hourly", Limit: 1, PeriodUS: limiter.HourUS}})
 	testenv.Must(t, err)
 	fu := createUser(t, srv.DB, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
 	fx.foreignIDs = append(fx.foreignIDs, fu.ID)
@@ -301,7 +302,7 @@ func TestIsolationMatrix(t *testing.T) {
 	eps := endpoints()
 
 	// The table must cover every route the server has, and nothing else.
-	router := routes(slog.New(slog.DiscardHandler), fx.srv.DB, &sessionAuth{now: time.Now}, &loginLimiter{}, nil)
+	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
 	var served, listed []string
 	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)

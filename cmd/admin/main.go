@@ -246,7 +246,7 @@ const (
 // records that in the audit log.
 func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
 	var res seedResult
-	err := changer{db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+	err := audit.Apply(ctx, db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 		var err error
 		res, err = seedDemoOn(ctx, tx)
 		if err != nil {
@@ -256,7 +256,7 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
 		for role, u := range res.Users {
 			users[role] = u.Email
 		}
-		return one(audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
+		return audit.One(audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
 			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}), nil
 	})
 	return res, err
@@ -347,12 +347,12 @@ func tenantsCreateCommand() command {
 					return fmt.Errorf("tenants create: --plan: %w", err)
 				}
 				var t tenants.Tenant
-				err = changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					var err error
 					if t, err = tenants.NewStore(tx).Create(ctx, *name, p.ID); err != nil {
 						return nil, err
 					}
-					return one(audit.Change{Action: "tenant.create", TargetType: "tenant", TargetID: t.ID,
+					return audit.One(audit.Change{Action: "tenant.create", TargetType: "tenant", TargetID: t.ID,
 						TenantID: t.ID, After: t}), nil
 				})
 				if err != nil {
@@ -394,12 +394,12 @@ func keysIssueCommand() command {
 				var secret string
 				var k tenants.Key
 				for i := range *count {
-					err = changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 						var err error
 						if secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp); err != nil {
 							return nil, err
 						}
-						return one(keyChange("key.create", nil, &k)), nil
+						return audit.One(tenants.KeyAudit("key.create", nil, &k)), nil
 					})
 					if err != nil || i == *count-1 {
 						break
@@ -430,7 +430,7 @@ func keysRevokeCommand() command {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				return changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				return audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					ts := tenants.NewStore(tx)
 					before, err := ts.KeyByID(ctx, *id)
 					if err != nil {
@@ -440,7 +440,7 @@ func keysRevokeCommand() command {
 					if err != nil {
 						return nil, err
 					}
-					return one(keyChange("key.revoke", &before, &after)), nil
+					return audit.One(tenants.KeyAudit("key.revoke", &before, &after)), nil
 				})
 			}
 		},
@@ -460,12 +460,12 @@ func tokensIssueCommand() command {
 				}
 				var token string
 				var st auth.ServiceToken
-				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					var err error
 					if token, st, err = auth.NewStore(tx).IssueServiceToken(ctx, *name, *ttl); err != nil {
 						return nil, err
 					}
-					return one(audit.Change{Action: "service_token.create", TargetType: "service_token",
+					return audit.One(audit.Change{Action: "service_token.create", TargetType: "service_token",
 						TargetID: st.ID, After: st}), nil
 				})
 				if err != nil {

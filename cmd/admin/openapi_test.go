@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -119,7 +120,7 @@ func TestOpenAPI(t *testing.T) {
 	// The document lists exactly the admin server's routes (the check
 	// API's are checked by being called below).
 	var served []string
-	router := routes(slog.New(slog.DiscardHandler), nil, &sessionAuth{now: time.Now}, &loginLimiter{}, nil)
+	router := adminapi.NewHandler(adminapi.Config{Log: slog.New(slog.DiscardHandler)})
 	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)
 		return nil
@@ -242,7 +243,7 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong password"}, 401)
 	do("POST", "/api/v1/login", "", map[string]string{"email": "", "password": ""}, 422)
 	raw("POST", admin.URL+"/api/v1/login", "", `{"email":`, 400)
-	var lr loginResponse
+	var lr adminapi.LoginResponse
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 200).decode(t, &lr)
 	op := lr.Token
 	do("GET", "/api/v1/me", op, nil, 200)
@@ -251,8 +252,8 @@ func scenario(t *testing.T, client *http.Client) {
 	// Plans.
 	ruleSet := func(limit int64) []map[string]any {
 		return []map[string]any{
-			{"name": "hourly", "limit": limit, "period_us": limiter.Hour},
-			{"name": "search", "algorithm": "leaky_bucket", "limit": 10, "period_us": limiter.Second, "burst": 5,
+			{"name": "hourly", "limit": limit, "period_us": limiter.HourUS},
+			{"name": "search", "algorithm": "leaky_bucket", "limit": 10, "period_us": limiter.SecondUS, "burst": 5,
 				"resource": "POST /v1/search", "scope": "tenant", "mode": "shadow", "failure_mode": "closed",
 				"options": map[string]any{"leaky_mode": "shape"}},
 		}
@@ -263,7 +264,7 @@ func scenario(t *testing.T, client *http.Client) {
 		"rules": ruleSet(2)}
 	do("POST", "/api/v1/plans", op, map[string]any{"name": "Bad", "rules": []map[string]any{{"name": "x", "limit": 1}}}, 422)
 	raw("POST", admin.URL+"/api/v1/plans", op, `{"name": "x", "nope": 1}`, 400)
-	raw("POST", admin.URL+"/api/v1/plans", op, `{"name": "`+strings.Repeat("x", maxBody)+`"}`, 413)
+	raw("POST", admin.URL+"/api/v1/plans", op, `{"name": "`+strings.Repeat("x", adminapi.MaxBody)+`"}`, 413)
 	var pro struct {
 		ID int64 `json:"id"`
 	}
@@ -317,12 +318,12 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", tenant+"/resume", op, nil, 200)
 	do("POST", unknown+"/resume", op, nil, 404)
 	do("PUT", tenant+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "daily", "algorithm": "fixed_window",
-		"limit": 1000, "period_us": limiter.Day, "options": map[string]any{"calendar": "day"}}}}, 200)
+		"limit": 1000, "period_us": limiter.DayUS, "options": map[string]any{"calendar": "day"}}}}, 200)
 	do("PUT", tenant+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "x", "limit": -1}}}, 422)
 	do("GET", tenant+"/overrides", viewer, nil, 200)
 
 	// Keys.
-	var key keySecretResponse
+	var key adminapi.KeySecretResponse
 	do("POST", tenant+"/keys", op, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"},
 		"expires_at": time.Now().Add(time.Hour)}, 201).decode(t, &key)
 	do("POST", tenant+"/keys", viewer, map[string]any{"name": "nope"}, 403)
@@ -333,7 +334,7 @@ func scenario(t *testing.T, client *http.Client) {
 	do("GET", tenant+"/keys/00000000-0000-0000-0000-000000000000", op, nil, 404)
 	do("PATCH", keyPath, op, map[string]any{"name": "ci-2", "expires_at": nil, "metadata": map[string]string{}}, 200)
 	do("PATCH", keyPath, op, map[string]any{}, 422)
-	var rotated keySecretResponse
+	var rotated adminapi.KeySecretResponse
 	do("POST", keyPath+"/rotate", op, nil, 201).decode(t, &rotated)
 	do("POST", keyPath+"/rotate", op, map[string]any{"grace_period_s": -5}, 422)
 	do("POST", keyPath+"/revoke", op, nil, 200)
@@ -350,7 +351,7 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/tenants/"+crowded.ID+"/keys", op, map[string]any{"name": "one too many"}, 409)
 
 	// Service tokens.
-	var gw, spareToken serviceTokenResponse
+	var gw, spareToken adminapi.ServiceTokenResponse
 	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "gateway", "ttl_s": 3600}, 201).decode(t, &gw)
 	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "spare"}, 201).decode(t, &spareToken)
 	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": ""}, 422)
@@ -365,7 +366,7 @@ func scenario(t *testing.T, client *http.Client) {
 		ID string `json:"id"`
 	}
 	do("POST", "/api/v1/tenants", op, map[string]any{"name": "globex", "plan_id": pro.ID}, 201).decode(t, &globex)
-	var web keySecretResponse
+	var web adminapi.KeySecretResponse
 	do("POST", "/api/v1/tenants/"+globex.ID+"/keys", op, map[string]any{"name": "web"}, 201).decode(t, &web)
 	last, this := seedUsage(t, admin.DB, globex.ID, web.Key.ID)
 	do("POST", "/api/v1/tenants/"+globex.ID+"/plan", op, map[string]any{"plan_id": free.ID,

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
@@ -86,37 +88,34 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
-	var store limiter.Store
-	switch {
-	case cfg.Redis.Configured():
+	var logins limiter.Store
+	if cfg.Redis.Configured() {
 		// Short timeouts (TOLLGATE_REDIS_TIMEOUT): when Redis is down,
 		// logins fail open quickly rather than hang.
 		limiterRedis := cfg.Redis
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		store = redisstore.New(rc)
-	default:
-		store = limiter.NewMemoryStore(nil)
+		logins = redisstore.New(rc)
 	}
 	// The usage worker (usage.go) runs inside the server unless
 	// TOLLGATE_SERVE_WORKER=false.
-	usageCfg, err := loadUsageConfig(e.getenv)
+	usageCfg, err := loadUsageConfig(e.getenv, e.stderr)
 	if err != nil {
 		return err
 	}
-	usageStore := usageCfg.store(e)
-	stopWorker, err := startServeWorker(ctx, e, log)
+	stopWorker, err := startServeWorker(ctx, e, usageCfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopWorker()
 
-	logins := &loginLimiter{store: store, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
-	sessions := &sessionAuth{store: auth.NewStore(e.db), secret: cfg.JWTSecret, ttl: cfg.SessionTTL, now: time.Now}
-
 	srv := &http.Server{
-		Handler:           routes(log, e.db, sessions, logins, usageStore),
+		Handler: adminapi.NewHandler(adminapi.Config{
+			DB: e.db, Usage: usageCfg.store(e), Log: log,
+			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
+			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -130,16 +129,7 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if e.ready != nil {
 		e.ready <- ln.Addr().String()
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(shutdown)
+	err = httpx.Serve(ctx, srv, ln, cfg.ShutdownTimeout, log)
 	log.Info("admin stopped")
 	return err
 }

@@ -24,33 +24,23 @@ import (
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
 // variables.
 type usageConfig struct {
-	Redis           config.Redis
-	Stream          string
-	Group           string
-	Consumer        string
-	ClaimIdle       time.Duration
-	MinuteRetention int
+	Redis config.Redis
+	config.Usage
 	// ServeWorker runs a worker inside `admin serve`.
 	ServeWorker bool
+	Log         *slog.Logger
 }
 
-func loadUsageConfig(getenv func(string) string) (usageConfig, error) {
+func loadUsageConfig(getenv func(string) string, stderr io.Writer) (usageConfig, error) {
 	e := config.New(getenv)
-	host, _ := os.Hostname()
-	if host == "" {
-		host = "worker"
-	}
 	// Single-process mode (TOLLGATE_STORE=memory) has no stream: the api
 	// applies usage itself.
-	memory := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory") == "memory"
+	store := e.Store()
 	c := usageConfig{
-		Redis:           e.Redis("127.0.0.1:6379"),
-		Stream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
-		Group:           e.String("TOLLGATE_USAGE_GROUP", "tollgate-usage"),
-		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
-		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
-		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
-		ServeWorker:     e.Bool("TOLLGATE_SERVE_WORKER", !memory),
+		Redis:       e.Redis("127.0.0.1:6379"),
+		Usage:       e.Usage(store),
+		ServeWorker: e.Bool("TOLLGATE_SERVE_WORKER", store != "memory"),
+		Log:         e.Logger(stderr),
 	}
 	return c, e.Err()
 }
@@ -88,11 +78,11 @@ func workerCommand() command {
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
 			return func(ctx context.Context, e *env) error {
-				c, err := loadUsageConfig(e.getenv)
+				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
 				}
-				log := slog.New(slog.NewTextHandler(e.stderr, nil))
+				log := c.Log
 				w, release := newWorker(c, e, log)
 				defer release()
 				if *metricsAddr != "" {
@@ -118,11 +108,7 @@ func workerCommand() command {
 
 // startServeWorker runs a usage worker beside the admin server unless
 // TOLLGATE_SERVE_WORKER=false; stop ends it and waits.
-func startServeWorker(ctx context.Context, e *env, log *slog.Logger) (stop func(), err error) {
-	c, err := loadUsageConfig(e.getenv)
-	if err != nil {
-		return nil, err
-	}
+func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
@@ -156,7 +142,7 @@ func reportCommand() command {
 				if *format != "json" && *format != "csv" {
 					return fmt.Errorf("report: --format: must be json or csv")
 				}
-				c, err := loadUsageConfig(e.getenv)
+				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
 				}
@@ -210,7 +196,7 @@ func closeCommand() command {
 				if err != nil {
 					return errors.New("close: --month: must be a month such as 2026-10")
 				}
-				c, err := loadUsageConfig(e.getenv)
+				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
 				}

@@ -49,12 +49,12 @@ func usersCreateCommand() command {
 					nu.Password = strings.TrimRight(line, "\r\n")
 				}
 				var u auth.User
-				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					var err error
 					if u, err = auth.NewStore(tx).CreateUser(ctx, nu); err != nil {
 						return nil, err
 					}
-					return one(userChange("user.create", nil, &u)), nil
+					return audit.One(userChange("user.create", nil, &u)), nil
 				})
 				if err != nil {
 					return fmt.Errorf("users create: %w", err)
@@ -90,7 +90,7 @@ func usersDisableCommand() command {
 				}
 				var after auth.User
 				var ended int64
-				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					as := auth.NewStore(tx)
 					before, err := as.GetUserByEmail(ctx, *email)
 					if err != nil {
@@ -123,7 +123,7 @@ func usersSessionsRevokeCommand() command {
 				}
 				var u auth.User
 				var ended int64
-				err := changer{e.db}.change(ctx, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 					as := auth.NewStore(tx)
 					var err error
 					if u, err = as.GetUserByEmail(ctx, *email); err != nil {
@@ -132,7 +132,7 @@ func usersSessionsRevokeCommand() command {
 					if ended, err = as.EndUserSessions(ctx, u.ID); err != nil {
 						return nil, err
 					}
-					return one(sessionsEnded(u, ended)), nil
+					return audit.One(sessionsEnded(u, ended)), nil
 				})
 				if err != nil {
 					return fmt.Errorf("users sessions revoke: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -33,7 +34,7 @@ func TestUsersSessionsRevokeAndDisableCLI(t *testing.T) {
 	// The user may log in again.
 	res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": u.Email, "password": "password-" + u.Email})
 	want(t, res, http.StatusOK)
-	var lr loginResponse
+	var lr adminapi.LoginResponse
 	res.decode(t, &lr)
 
 	out, err = runAdmin(t, dbURL, "", "users", "disable", "--email", "ops@example.com")

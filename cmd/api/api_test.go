@@ -364,7 +364,7 @@ func TestResourceWithoutRules(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	narrow, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "narrow", Rules: []plans.Rule{{Name: "search",
-		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.Hour, Resource: "POST /v1/search"}}})
+		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS, Resource: "POST /v1/search"}}})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(f.db)
 	tn, err := ts.Create(ctx, "narrow-co", narrow.ID)
@@ -497,7 +497,7 @@ func TestStoreOutage(t *testing.T) {
 	ctx := context.Background()
 	ps := plans.NewStore(f.db)
 	closed, err := ps.Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly", Algorithm: limiter.GCRA,
-		Limit: 100, PeriodUS: limiter.Hour, FailureMode: plans.FailClosed}}})
+		Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(f.db)
 	tn, err := ts.Create(ctx, "strict-co", closed.ID)
@@ -603,7 +603,7 @@ func TestEveryAlgorithmThroughTheCheckAPI(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	rule := func(name string, alg limiter.Algorithm, limit int64, opts plans.Options) plans.Rule {
-		return plans.Rule{Name: name, Algorithm: alg, Limit: limit, PeriodUS: limiter.Hour, Burst: limit,
+		return plans.Rule{Name: name, Algorithm: alg, Limit: limit, PeriodUS: limiter.HourUS, Burst: limit,
 			Resource: "GET /" + name, Options: opts}
 	}
 	zoo, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "zoo", Rules: []plans.Rule{

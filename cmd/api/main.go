@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -48,26 +49,13 @@ type Config struct {
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
+	Usage           config.Usage
 	Log             *slog.Logger
-
-	// Usage counting: where batches go (stream | postgres | none), how
-	// often, and the memory bounds; see internal/usage.
-	UsageSink            string
-	UsageStream          string
-	UsageFlush           time.Duration
-	UsageMaxRows         int
-	UsageTopIPs          int
-	UsageMinuteRetention int
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	e := config.New(getenv)
-	store := e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory")
-	// Single-process mode has no Redis: usage goes straight to Postgres.
-	defaultSink := "stream"
-	if store == "memory" {
-		defaultSink = "postgres"
-	}
+	store := e.Store()
 	c := Config{
 		Addr:            e.String("TOLLGATE_API_ADDR", ":8080"),
 		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
@@ -77,14 +65,8 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		Usage:           e.Usage(store),
 		Log:             e.Logger(stderr),
-
-		UsageSink:            e.OneOf("TOLLGATE_USAGE_SINK", defaultSink, "stream", "postgres", "none"),
-		UsageStream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
-		UsageFlush:           e.Duration("TOLLGATE_USAGE_FLUSH", time.Second),
-		UsageMaxRows:         e.Int("TOLLGATE_USAGE_MAX_ROWS", 50_000, 100),
-		UsageTopIPs:          e.Int("TOLLGATE_USAGE_TOP_IPS", 100, 1),
-		UsageMinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
 	}
 	return c, e.Err()
 }
@@ -107,157 +89,169 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	log := cfg.Log
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	db, err := postgres.Open(ctx, cfg.DatabaseURL)
+	srv, err := load(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer srv.close()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_API_ADDR=%s: %w", cfg.Addr, err)
+	}
+	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
+	cfg.Log.Info("api stopped")
+	return err
+}
+
+// server is a loaded check server: its handler and everything that runs
+// behind it.
+type server struct {
+	cfg  Config
+	http *http.Server
+	// closers release what load started, last started first.
+	closers []func()
+}
+
+// load opens the stores, loads the first snapshot and starts the
+// background work (snapshot sync, last-used writer, usage counting). On
+// an error it releases what it had started.
+func load(ctx context.Context, cfg Config) (s *server, err error) {
+	s = &server{cfg: cfg}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	log := cfg.Log
+	db, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(db.Close)
 	if err := postgres.CheckSchema(ctx, db); err != nil {
-		return err
+		return nil, err
 	}
 
-	var store limiter.Store
-	var ping func(context.Context) error
-	switch cfg.Store {
-	case "memory":
-		log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
-		store = limiter.NewMemoryStore(nil)
-		ping = func(context.Context) error { return nil }
-	default:
-		limiterRedis := cfg.Redis
-		limiterRedis.NoRetries = true
-		rc := limiterRedis.Client()
-		defer rc.Close()
-		if err := redisstore.LoadScript(ctx, rc); err != nil {
-			// Not fatal: checks fail by their rules' failure modes until
-			// Redis is back, and the script is loaded on first use.
-			log.Warn("redis not reachable at start", "err", err)
-		}
-		store = redisstore.New(rc)
-		ping = func(ctx context.Context) error { return rc.Ping(ctx).Err() }
-	}
+	store, pingStore := s.limiterStore(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	recorder, closeUsage := startUsage(cfg, db, reg, log)
-	defer func() { // on early returns; a no-op after the flush below
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		closeUsage(ctx)
-	}()
 
+	// Deferred before the usage flush below, so it runs after it: the
+	// syncer stops once the last usage is published.
 	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
 	if err := holder.Reload(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	syncCtx, stopSync := context.WithCancel(ctx)
-	defer stopSync()
-	syncDone := make(chan struct{})
-	go func() { defer close(syncDone); holder.Sync(syncCtx, db, cfg.ReloadInterval) }()
+	s.background(func(ctx context.Context) { holder.Sync(ctx, db, cfg.ReloadInterval) })
 
-	metrics := enforce.NewMetrics(reg, holder)
 	// Keys' last-used times are written in the background, never on the
-	// hot path.
+	// hot path; the last flush still has Postgres.
 	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
-	lastUsedCtx, stopLastUsed := context.WithCancel(context.WithoutCancel(ctx))
-	lastUsedDone := make(chan struct{})
-	go func() { defer close(lastUsedDone); lastUsed.Run(lastUsedCtx, cfg.LastUsedFlush) }()
-	// Runs after the server has stopped and before the pool closes: the
-	// last flush still has Postgres.
-	defer func() { stopLastUsed(); <-lastUsedDone }()
+	s.background(func(ctx context.Context) { lastUsed.Run(ctx, cfg.LastUsedFlush) })
+
 	recorders := enforce.Recorders{lastUsed}
-	if recorder != nil {
+	if recorder := s.startUsage(db, reg); recorder != nil {
 		recorders = append(recorders, recorder)
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
-		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: metrics, Log: log,
+		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
 		Recorder: recorders,
 	})
-
-	srv := &http.Server{
-		Handler:           routes(log, holder, checker, reg, db, ping),
+	s.http = &http.Server{
+		Handler: checkapi.NewHandler(checkapi.Deps{
+			Log: log, Holder: holder, Checker: checker, Registry: reg,
+			PingPostgres: db.Ping, PingStore: pingStore,
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("TOLLGATE_API_ADDR=%s: %w", cfg.Addr, err)
-	}
-	log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
-	if ready != nil {
-		ready <- ln.Addr().String()
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-
-	select {
-	case err := <-serveErr:
-		return err
-	case <-ctx.Done():
-	}
-	// Stop accepting, finish in-flight checks, publish the usage they
-	// recorded, then stop the syncer; the deferred closes release Redis
-	// and Postgres last.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
-	flushCtx, cancelFlush := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancelFlush()
-	closeUsage(flushCtx)
-	stopSync()
-	<-syncDone
-	log.Info("api stopped")
-	return err
+	return s, nil
 }
 
-// startUsage starts counting decisions for cfg.UsageSink and returns the
-// recorder for the checker and a function that publishes what is left
-// (retrying until its context ends) and releases what startUsage opened;
-// calls after the first do nothing.
-func startUsage(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (enforce.Recorder, func(context.Context)) {
+// limiterStore returns the limiter store cfg.Store names and how to ping it.
+func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.Context) error) {
+	if s.cfg.Store == "memory" {
+		s.cfg.Log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
+		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }
+	}
+	limiterRedis := s.cfg.Redis
+	limiterRedis.NoRetries = true
+	rc := limiterRedis.Client()
+	s.onClose(func() { rc.Close() })
+	if err := redisstore.LoadScript(ctx, rc); err != nil {
+		// Not fatal: checks fail by their rules' failure modes until
+		// Redis is back, and the script is loaded on first use.
+		s.cfg.Log.Warn("redis not reachable at start", "err", err)
+	}
+	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+}
+
+// startUsage starts counting decisions for cfg.Usage.Sink and returns the
+// recorder for the checker (nil when usage is not counted). Closing the
+// server publishes what is left, retrying until ShutdownTimeout.
+func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce.Recorder {
+	cfg, log := s.cfg, s.cfg.Log
 	var producer usage.Producer
-	release := func() {}
-	stopMaintenance := func() {}
-	switch cfg.UsageSink {
+	switch cfg.Usage.Sink {
 	case "none":
 		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
-		return nil, func(context.Context) {}
+		return nil
 	case "postgres":
-		store := usage.NewStore(db, usage.StoreConfig{MinuteRetention: cfg.UsageMinuteRetention})
+		store := usage.NewStore(db, usage.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention})
 		producer = usage.StoreProducer{Store: store}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); store.MaintainEvery(ctx, time.Hour, log) }()
-		stopMaintenance = func() { cancel(); <-done }
+		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:
 		// Its own client: publishing must not take connections from the
 		// checks, and may take longer than one check's timeout.
 		rs := cfg.Redis
 		rs.Timeout = max(rs.Timeout, 5*time.Second)
 		client := rs.Client()
-		producer = usage.NewRedisProducer(client, cfg.UsageStream)
-		release = func() { client.Close() }
+		s.onClose(func() { client.Close() })
+		producer = usage.NewRedisProducer(client, cfg.Usage.Stream)
 	}
 	agg := usage.NewAggregator(usage.AggregatorConfig{
-		Producer: producer, FlushInterval: cfg.UsageFlush, MaxRows: cfg.UsageMaxRows,
-		TopIPs: cfg.UsageTopIPs, Registerer: reg, Log: log,
+		Producer: producer, FlushInterval: cfg.Usage.Flush, MaxRows: cfg.Usage.MaxRows,
+		TopIPs: cfg.Usage.TopIPs, Registerer: reg, Log: log,
 	})
 	agg.Start()
-	log.Info("counting usage", "sink", cfg.UsageSink, "producer", agg.ProducerID(), "flush", cfg.UsageFlush)
-	var once sync.Once
-	return agg, func(ctx context.Context) {
-		once.Do(func() {
-			if err := agg.Close(ctx); err != nil {
-				log.Error("usage not fully published", "err", err)
-			}
-			stopMaintenance()
-			release()
-		})
+	log.Info("counting usage", "sink", cfg.Usage.Sink, "producer", agg.ProducerID(), "flush", cfg.Usage.Flush)
+	s.onClose(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := agg.Close(ctx); err != nil {
+			log.Error("usage not fully published", "err", err)
+		}
+	})
+	return agg
+}
+
+// onClose registers f to run when the server closes, before everything
+// registered earlier.
+func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
+
+// background runs f until the server closes, and waits for it then.
+func (s *server) background(f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f(ctx) }()
+	s.onClose(func() { cancel(); <-done })
+}
+
+// close releases everything load started, in reverse order: the usage is
+// published, the background work stops, then Redis and Postgres close.
+func (s *server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
 	}
+	s.closers = nil
 }

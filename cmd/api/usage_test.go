@@ -66,14 +66,14 @@ func newRig(t *testing.T, dbURL string) *rig {
 	// Small allowances, so that many checks are denied.
 	ps, ts := plans.NewStore(db), tenants.NewStore(db)
 	hourly := func(limit int64, scope plans.Scope) plans.Rule {
-		return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.Hour, Scope: scope}
+		return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.HourUS, Scope: scope}
 	}
 	if _, err := ps.Put(ctx, plans.Plan{Name: plans.AnonymousPlan, Rules: []plans.Rule{hourly(4, plans.ScopeIP)}}); err != nil {
 		t.Fatal(err)
 	}
 	tiny, err := ps.Put(ctx, plans.Plan{Name: "tiny", IncludedUnits: 100, Rules: []plans.Rule{
 		hourly(30, plans.ScopeKey),
-		{Name: "search", Algorithm: limiter.FixedWindow, Limit: 6, PeriodUS: limiter.Hour, Resource: "POST /search"},
+		{Name: "search", Algorithm: limiter.FixedWindow, Limit: 6, PeriodUS: limiter.HourUS, Resource: "POST /search"},
 	}})
 	if err != nil {
 		t.Fatal(err)

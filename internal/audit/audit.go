@@ -286,3 +286,45 @@ func ValidateFilter(f Filter) error {
 	}
 	return tollgate.Invalid(m)
 }
+
+// Apply makes an audited change: it runs fn in one transaction and records
+// the changes fn returns, by actor, in the same transaction, so that no
+// change is ever without its record (and no record without its change).
+// fn builds its stores on tx.
+func Apply(ctx context.Context, db postgres.Conn, actor Actor, fn func(tx pgx.Tx) ([]Change, error)) error {
+	return postgres.Tx(ctx, db, func(tx pgx.Tx) error {
+		changes, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		for _, ch := range changes {
+			if _, err := Record(ctx, tx, actor, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Update is the common audited change to one record: get reads it, set
+// changes it, and describe says what happened; all in one transaction.
+// It returns the record after the change.
+func Update[T any](ctx context.Context, db postgres.Conn, actor Actor,
+	get func(tx pgx.Tx) (T, error), set func(tx pgx.Tx, before T) (T, error),
+	describe func(before, after *T) Change) (T, error) {
+	var after T
+	err := Apply(ctx, db, actor, func(tx pgx.Tx) ([]Change, error) {
+		before, err := get(tx)
+		if err != nil {
+			return nil, err
+		}
+		if after, err = set(tx, before); err != nil {
+			return nil, err
+		}
+		return []Change{describe(&before, &after)}, nil
+	})
+	return after, err
+}
+
+// One is the common case of a change that records a single entry.
+func One(c Change) []Change { return []Change{c} }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -119,13 +118,12 @@ func (s *Store) CreateUser(ctx context.Context, nu NewUser) (User, error) {
 	}
 	u, err := scanUser(s.db.QueryRow(ctx, `INSERT INTO users (email, password_hash, role, tenant_id)
 		VALUES ($1, $2, $3, $4) RETURNING `+userColumns, nu.Email, hash, nu.Role, tenantID))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr, ok := postgres.PgError(err); ok {
 		switch pgErr.Code {
-		case "23505":
+		case postgres.UniqueViolation:
 			return User{}, &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a user with this email exists",
 				Fields: map[string]string{"email": "is taken"}}
-		case "23503", "22P02":
+		case postgres.ForeignKeyViolation, postgres.InvalidTextRepresentation:
 			return User{}, tollgate.Invalid(map[string]string{"tenant_id": "no such tenant"})
 		}
 	}

@@ -40,9 +40,9 @@ type RuleResult struct {
 	WouldDeny    bool              `json:"would_deny,omitempty"`
 	Degraded     bool              `json:"degraded,omitempty"`
 
-	// capacity is what Remaining counts down from: the burst of the
+	// Capacity is what Remaining counts down from: the burst of the
 	// bucket algorithms, the limit of the windows.
-	capacity int64
+	Capacity int64 `json:"-"`
 }
 
 // outageRetryMS is the retry a fail-closed rule asks for while its store
@@ -167,6 +167,10 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	}
 	return c
 }
+
+// Observe records how long serving one check took, from reading its body
+// to writing its answer.
+func (c *Checker) Observe(d time.Duration) { c.metrics.observe(d) }
 
 // ErrNotReady is returned before the first snapshot has loaded.
 var ErrNotReady = errors.New("enforce: snapshot not loaded")
@@ -300,7 +304,7 @@ func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 		ResetAfterMS: msCeil(res.ResetAfterUS),
 		RetryAfterMS: msCeil(res.RetryAfterUS),
 		DelayMS:      msCeil(res.DelayUS),
-		capacity:     rule.capacity(),
+		Capacity:     rule.capacity(),
 	}
 }
 
@@ -310,7 +314,7 @@ func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decis
 	d.Allowed = true
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
-			WindowS: rule.windowS, Allowed: true, Degraded: true, capacity: rule.capacity()}
+			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity()}
 		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
 			rr.Allowed = false
 			// Unknown when the store is back: ask for a retry in a second.

@@ -19,7 +19,7 @@ func TestOverridesApplyToChecks(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
 	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{
-		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.Hour},
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS},
 	}})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(db)
@@ -32,8 +32,8 @@ func TestOverridesApplyToChecks(t *testing.T) {
 	plainKey, _, err := ts.IssueKey(ctx, plain.ID, "", nil)
 	testenv.Must(t, err)
 	_, err = ts.SetOverrides(ctx, small.ID, []plans.Rule{
-		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 2, PeriodUS: limiter.Hour},
-		{Name: "search", Algorithm: limiter.TokenBucket, Limit: 1, PeriodUS: limiter.Minute, Resource: "POST /v1/search"},
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 2, PeriodUS: limiter.HourUS},
+		{Name: "search", Algorithm: limiter.TokenBucket, Limit: 1, PeriodUS: limiter.MinuteUS, Resource: "POST /v1/search"},
 	})
 	testenv.Must(t, err)
 
@@ -60,7 +60,7 @@ func TestOverridesApplyToChecks(t *testing.T) {
 	// An override with a new name adds a rule for its resource, next to the
 	// plan's rules; the plan's rules keep their state.
 	_, err = ts.SetOverrides(ctx, plain.ID, []plans.Rule{
-		{Name: "search", Algorithm: limiter.TokenBucket, Limit: 1, PeriodUS: limiter.Minute, Resource: "POST /v1/search"},
+		{Name: "search", Algorithm: limiter.TokenBucket, Limit: 1, PeriodUS: limiter.MinuteUS, Resource: "POST /v1/search"},
 	})
 	testenv.Must(t, err)
 	testenv.Must(t, holder.Reload(ctx))

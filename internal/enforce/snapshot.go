@@ -86,15 +86,15 @@ func compilePlan(p plans.Plan) *planView {
 		window := params.PeriodUS
 		switch params.Calendar {
 		case limiter.CalendarDay:
-			window = limiter.Day
+			window = limiter.DayUS
 		case limiter.CalendarMonth:
-			window = 30 * limiter.Day
+			window = 30 * limiter.DayUS
 		}
 		v.rules = append(v.rules, compiledRule{
 			Rule:    r,
 			params:  params,
 			keyPart: strconv.FormatInt(p.ID, 10) + ":" + r.Name + ":" + string(r.Algorithm),
-			windowS: (window + limiter.Second - 1) / limiter.Second,
+			windowS: (window + limiter.SecondUS - 1) / limiter.SecondUS,
 		})
 	}
 	return v
@@ -263,7 +263,7 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 		return v
 	}
 	out, err := h.missLimiter.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{{
-		Key: "miss", Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 50, PeriodUS: limiter.Second, Burst: 50},
+		Key: "miss", Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 50, PeriodUS: limiter.SecondUS, Burst: 50},
 	}}})
 	if err != nil || !out.Admitted {
 		return nil

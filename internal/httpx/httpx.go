@@ -10,21 +10,25 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // statusByCode is the one table from error code to HTTP status.
 var statusByCode = map[string]int{
-	tollgate.EINVALID:      http.StatusUnprocessableEntity,
-	tollgate.ENOTFOUND:     http.StatusNotFound,
-	tollgate.ECONFLICT:     http.StatusConflict,
+	tollgate.EMALFORMED:    http.StatusBadRequest,
 	tollgate.EUNAUTHORIZED: http.StatusUnauthorized,
 	tollgate.EFORBIDDEN:    http.StatusForbidden,
+	tollgate.ENOTFOUND:     http.StatusNotFound,
+	tollgate.EMETHOD:       http.StatusMethodNotAllowed,
+	tollgate.ECONFLICT:     http.StatusConflict,
 	tollgate.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	tollgate.EINVALID:      http.StatusUnprocessableEntity,
 	tollgate.ERATELIMITED:  http.StatusTooManyRequests,
 	tollgate.EINTERNAL:     http.StatusInternalServerError,
+	tollgate.EUNAVAILABLE:  http.StatusServiceUnavailable,
 }
 
 // Status returns the HTTP status for err's code.
@@ -49,12 +53,8 @@ type Problem struct {
 // Error writes err as application/problem+json. Internal errors are logged
 // with their detail and shown to the caller as a generic message.
 func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	// A value Postgres refuses (SQLSTATE class 22: a NUL character, bad
-	// UTF-8, a number out of range) is the caller's input, not our fault.
-	var pgErr *pgconn.PgError
-	if tollgate.ErrorCode(err) == tollgate.EINTERNAL && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
-		err = tollgate.Errorf(tollgate.EINVALID, "a value in the request cannot be stored (e.g. a NUL character, invalid UTF-8 or a number out of range)")
-	}
+	// A value Postgres refuses is the caller's input, not our fault.
+	err = postgres.Translate(err)
 	code := tollgate.ErrorCode(err)
 	status := Status(err)
 	if code == tollgate.EINTERNAL && log != nil {
@@ -103,9 +103,6 @@ func Decode(r *http.Request, maxBytes int64, v any) error {
 	return nil
 }
 
-// ErrMalformed marks decoding errors that are a 400 rather than a 422.
-const malformedCode = "malformed"
-
 // DecodeBody is Decode without validation.
 func DecodeBody(r *http.Request, maxBytes int64, v any) error {
 	body := http.MaxBytesReader(nil, r.Body, maxBytes)
@@ -123,12 +120,10 @@ func DecodeBody(r *http.Request, maxBytes int64, v any) error {
 	return nil
 }
 
-// Malformed returns a 400-class error about field.
+// Malformed returns an EMALFORMED error (400) about field.
 func Malformed(field, msg string) error {
-	return &tollgate.Error{Code: malformedCode, Message: "malformed request body", Fields: map[string]string{field: msg}}
+	return &tollgate.Error{Code: tollgate.EMALFORMED, Message: "malformed request body", Fields: map[string]string{field: msg}}
 }
-
-func init() { statusByCode[malformedCode] = http.StatusBadRequest }
 
 func decodeError(err error) error {
 	var maxErr *http.MaxBytesError
@@ -169,4 +164,32 @@ func jsonKind(goKind string) string {
 		return "object"
 	}
 	return goKind
+}
+
+// Healthz answers 200 while the process runs.
+func Healthz(w http.ResponseWriter, _ *http.Request) {
+	JSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// NotFound answers every unknown path with a 404 problem.
+func NotFound(log *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		Error(w, r, log, tollgate.Errorf(tollgate.ENOTFOUND, "no such endpoint"))
+	}
+}
+
+// MethodNotAllowed answers a known path asked with another method: a 405
+// problem with the Allow header listing the methods the router has for
+// the path.
+func MethodNotAllowed(routes chi.Routes) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if routes.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allowed = append(allowed, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		Error(w, r, nil, tollgate.Errorf(tollgate.EMETHOD, "%s is not allowed on this endpoint", r.Method))
+	}
 }

@@ -75,7 +75,7 @@ func evalGCRA(p Params, st *state, now, cost int64) decision {
 	}
 	denied := func(retry int64) decision {
 		return decision{Result: Result{
-			Remaining:    max(0, floorDiv(tolerance-(tat-now), interval)),
+			Remaining:    max(0, FloorDiv(tolerance-(tat-now), interval)),
 			ResetAfterUS: tat - now,
 			RetryAfterUS: retry,
 		}}
@@ -137,7 +137,7 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 	}
 	denied := func(retry int64) decision {
 		return decision{Result: Result{
-			Remaining:    max(0, floorDiv(available, unit)),
+			Remaining:    max(0, FloorDiv(available, unit)),
 			ResetAfterUS: resetAfter(available),
 			RetryAfterUS: retry,
 		}}
@@ -168,20 +168,20 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 func windowBounds(p Params, now int64) (start, end int64) {
 	switch p.Calendar {
 	case CalendarDay:
-		start = floorDiv(now, Day) * Day
-		return start, start + Day
+		start = FloorDiv(now, DayUS) * DayUS
+		return start, start + DayUS
 	case CalendarMonth:
-		days := floorDiv(now, Day)
+		days := FloorDiv(now, DayUS)
 		y, m, _ := civilFromDays(days)
-		start = daysFromCivil(y, m, 1) * Day
+		start = daysFromCivil(y, m, 1) * DayUS
 		if m == 12 {
 			y, m = y+1, 1
 		} else {
 			m++
 		}
-		return start, daysFromCivil(y, m, 1) * Day
+		return start, daysFromCivil(y, m, 1) * DayUS
 	}
-	start = floorDiv(now, p.PeriodUS) * p.PeriodUS
+	start = FloorDiv(now, p.PeriodUS) * p.PeriodUS
 	return start, start + p.PeriodUS
 }
 
@@ -289,7 +289,7 @@ func evalSlidingLog(p Params, st *state, now, cost int64) decision {
 // multiplied by period so no division happens before the final floor.
 func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 	period := p.PeriodUS
-	index := floorDiv(now, period)
+	index := FloorDiv(now, period)
 	elapsed := now - index*period
 	var curr, prev int64
 	if st != nil {
@@ -313,7 +313,7 @@ func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 	}
 	denied := func(retry int64) decision {
 		return decision{Result: Result{
-			Remaining:    max(0, floorDiv(budget-weighted, period)),
+			Remaining:    max(0, FloorDiv(budget-weighted, period)),
 			ResetAfterUS: resetAfter(curr),
 			RetryAfterUS: retry,
 		}}
@@ -327,7 +327,7 @@ func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 	}
 	d := decision{Result: Result{
 		Allowed:      true,
-		Remaining:    floorDiv(budget-weighted-cost*period, period),
+		Remaining:    FloorDiv(budget-weighted-cost*period, period),
 		ResetAfterUS: resetAfter(curr + cost),
 	}}
 	if cost > 0 {
@@ -360,7 +360,7 @@ func daysFromCivil(y, m, d int64) int64 {
 	if m <= 2 {
 		y--
 	}
-	era := floorDiv(y, 400)
+	era := FloorDiv(y, 400)
 	yoe := y - era*400
 	mp := (m + 9) % 12
 	doy := (153*mp+2)/5 + d - 1
@@ -371,7 +371,7 @@ func daysFromCivil(y, m, d int64) int64 {
 // civilFromDays is the inverse of daysFromCivil.
 func civilFromDays(z int64) (y, m, d int64) {
 	z += 719468
-	era := floorDiv(z, 146097)
+	era := FloorDiv(z, 146097)
 	doe := z - era*146097
 	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
 	y = yoe + era*400

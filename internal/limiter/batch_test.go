@@ -25,7 +25,7 @@ func genBatch(r *rand.Rand, ns string, seed uint64) []Request {
 // batchScale returns the generator scale of a batch: its shortest window
 // and interval, and its smallest capacity.
 func batchScale(reqs []Request) (window, interval, capy int64) {
-	window, interval, capy = Day*31, Day, int64(1)<<40
+	window, interval, capy = DayUS*31, DayUS, int64(1)<<40
 	for _, r := range reqs {
 		w, i := scale(r.Params)
 		window, interval, capy = min(window, w), min(interval, i), min(capy, capacity(r.Params))
@@ -81,10 +81,10 @@ func TestDenyingRuleLeavesOtherRulesUntouched(t *testing.T) {
 			store := sc.open(t)
 			ctx := context.Background()
 			reqs := []Request{
-				{Key: store.ns + "gcra", Params: Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second}},
-				{Key: store.ns + "log", Params: Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: Second}},
-				{Key: store.ns + "bucket", Params: Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second}, Shadow: true},
-				{Key: store.ns + "window", Params: Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: Minute}},
+				{Key: store.ns + "gcra", Params: Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS}},
+				{Key: store.ns + "log", Params: Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: SecondUS}},
+				{Key: store.ns + "bucket", Params: Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS}, Shadow: true},
+				{Key: store.ns + "window", Params: Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: MinuteUS}},
 			}
 			check := func(b Batch) Outcome {
 				t.Helper()
@@ -129,8 +129,8 @@ func TestDenyingRuleLeavesOtherRulesUntouched(t *testing.T) {
 // denies; its own state advances only when the whole check is admitted
 // and it allowed.
 func TestShadowRules(t *testing.T) {
-	enforce := Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: Minute}
-	shadow := Params{Algorithm: GCRA, Limit: 1, PeriodUS: Minute, Burst: 3}
+	enforce := Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: MinuteUS}
+	shadow := Params{Algorithm: GCRA, Limit: 1, PeriodUS: MinuteUS, Burst: 3}
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
@@ -146,12 +146,12 @@ func TestShadowRules(t *testing.T) {
 				shadow       Result
 			}{
 				// Both allow: both advance (shadow remaining 3 → 1).
-				{"both allow", 2, true, true, allow(1, 2*Minute)},
+				{"both allow", 2, true, true, allow(1, 2*MinuteUS)},
 				// The enforcing rule denies: the shadow rule allowed but
 				// must not advance.
-				{"enforcing rule denies", 1, false, false, allow(0, 3*Minute)},
+				{"enforcing rule denies", 1, false, false, allow(0, 3*MinuteUS)},
 				// Still 1 left in the shadow rule.
-				{"shadow peek", 0, true, true, allow(1, 2*Minute)},
+				{"shadow peek", 0, true, true, allow(1, 2*MinuteUS)},
 			}
 			for _, s := range steps {
 				out, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: s.cost, NowUS: epoch})
@@ -179,7 +179,7 @@ func TestShadowRules(t *testing.T) {
 // TestCheckRejectsInvalidBatches: an empty batch and a negative cost are
 // errors on every store.
 func TestCheckRejectsInvalidBatches(t *testing.T) {
-	p := Params{Algorithm: GCRA, Limit: 1, PeriodUS: Second}
+	p := Params{Algorithm: GCRA, Limit: 1, PeriodUS: SecondUS}
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
@@ -206,7 +206,7 @@ func TestCheckRejectsInvalidBatches(t *testing.T) {
 func TestClusterRefusesKeysWithoutCommonHashTag(t *testing.T) {
 	store := clusterStoreCase().open(t)
 	prefix := strings.TrimSuffix(store.ns, "{c}:")
-	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second}
+	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS}
 	split := []Request{{Key: prefix + "{tenant-a}:x", Params: p}, {Key: prefix + "{tenant-b}:x", Params: p}}
 	if _, err := store.Check(context.Background(), Batch{Requests: split, Cost: 1, NowUS: epoch}); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Errorf("keys in two slots: got %v, want a CROSSSLOT error", err)

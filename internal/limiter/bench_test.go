@@ -10,14 +10,14 @@ import (
 // benchRules is one rule per algorithm and mode, all 100 per second (burst
 // and bucket 100), as used by the benchmarks and measurements.
 var benchRules = []ruleConfig{
-	{"gcra", Params{Algorithm: GCRA, Limit: 100, PeriodUS: Second}},
-	{"token_bucket", Params{Algorithm: TokenBucket, Limit: 100, PeriodUS: Second}},
-	{"leaky_bucket_police", Params{Algorithm: LeakyBucket, Limit: 100, PeriodUS: Second}},
-	{"leaky_bucket_shape", Params{Algorithm: LeakyBucket, Limit: 100, PeriodUS: Second, Shape: true}},
-	{"fixed_window", Params{Algorithm: FixedWindow, Limit: 100, PeriodUS: Second}},
+	{"gcra", Params{Algorithm: GCRA, Limit: 100, PeriodUS: SecondUS}},
+	{"token_bucket", Params{Algorithm: TokenBucket, Limit: 100, PeriodUS: SecondUS}},
+	{"leaky_bucket_police", Params{Algorithm: LeakyBucket, Limit: 100, PeriodUS: SecondUS}},
+	{"leaky_bucket_shape", Params{Algorithm: LeakyBucket, Limit: 100, PeriodUS: SecondUS, Shape: true}},
+	{"fixed_window", Params{Algorithm: FixedWindow, Limit: 100, PeriodUS: SecondUS}},
 	{"fixed_window_month", Params{Algorithm: FixedWindow, Limit: 100_000_000, Calendar: CalendarMonth}},
-	{"sliding_window_log", Params{Algorithm: SlidingWindowLog, Limit: 100, PeriodUS: Second}},
-	{"sliding_window_counter", Params{Algorithm: SlidingWindowCounter, Limit: 100, PeriodUS: Second}},
+	{"sliding_window_log", Params{Algorithm: SlidingWindowLog, Limit: 100, PeriodUS: SecondUS}},
+	{"sliding_window_counter", Params{Algorithm: SlidingWindowCounter, Limit: 100, PeriodUS: SecondUS}},
 }
 
 // BenchmarkCheck measures one single-rule check per algorithm on each
@@ -63,11 +63,11 @@ func BenchmarkCheckBatch(b *testing.B) {
 		b.Run(sc.name, func(b *testing.B) {
 			store := sc.open(b)
 			reqs := []Request{
-				{Key: store.ns + "hourly", Params: Params{Algorithm: GCRA, Limit: 5000, PeriodUS: Hour, Burst: 100}},
-				{Key: store.ns + "search", Params: Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second}},
+				{Key: store.ns + "hourly", Params: Params{Algorithm: GCRA, Limit: 5000, PeriodUS: HourUS, Burst: 100}},
+				{Key: store.ns + "search", Params: Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS}},
 			}
 			for b.Loop() {
-				now += Second // within both limits
+				now += SecondUS // within both limits
 				if _, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: now}); err != nil {
 					b.Fatal(err)
 				}

@@ -11,18 +11,18 @@ import (
 // Classic limiter behaviours, each a named test on every store.
 
 func TestCapacity3Refilled1PerSecondAdmits3DeniesFourth(t *testing.T) {
-	p := Params{Algorithm: TokenBucket, Limit: 1, PeriodUS: Second, Burst: 3}
+	p := Params{Algorithm: TokenBucket, Limit: 1, PeriodUS: SecondUS, Burst: 3}
 	runVector(t, p, []step{
-		{0, 1, allow(2, 1*Second)},
-		{0, 1, allow(1, 2*Second)},
-		{0, 1, allow(0, 3*Second)},
-		{0, 1, deny(0, 1*Second, 3*Second)},
-		{1 * Second, 1, allow(0, 3*Second)},
+		{0, 1, allow(2, 1*SecondUS)},
+		{0, 1, allow(1, 2*SecondUS)},
+		{0, 1, allow(0, 3*SecondUS)},
+		{0, 1, deny(0, 1*SecondUS, 3*SecondUS)},
+		{1 * SecondUS, 1, allow(0, 3*SecondUS)},
 	})
 }
 
 func TestCapacity1Refilled10PerSecondAdmitsAgain100msLater(t *testing.T) {
-	p := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second, Burst: 1}
+	p := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 1}
 	runVector(t, p, []step{
 		{0, 1, allow(0, 100*ms)},
 		{0, 1, deny(0, 100*ms, 100*ms)},
@@ -36,19 +36,19 @@ func TestCost5OnCapacity10AdmitsTwo(t *testing.T) {
 		p    Params
 		want [3]Result
 	}{
-		{Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: Second, Shape: true},
+		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: SecondUS, Shape: true},
 			[3]Result{delayed(5, 500*ms, 0), delayed(0, 1000*ms, 500*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: FixedWindow, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: FixedWindow, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
-		{Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
-		{Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: Second},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 2000*ms), allow(0, 2000*ms), deny(0, 1500*ms, 2000*ms)}},
 	}
 	for _, tt := range tests {
@@ -63,7 +63,7 @@ func TestCost5OnCapacity10AdmitsTwo(t *testing.T) {
 }
 
 func TestShaping5SimultaneousAt2PerSecond(t *testing.T) {
-	p := Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: Second, Burst: 5, Shape: true}
+	p := Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: SecondUS, Burst: 5, Shape: true}
 	runVector(t, p, []step{
 		{0, 1, delayed(4, 500*ms, 0)},
 		{0, 1, delayed(3, 1000*ms, 500*ms)},
@@ -74,7 +74,7 @@ func TestShaping5SimultaneousAt2PerSecond(t *testing.T) {
 }
 
 func TestShapingQueueOf2At1PerSecondTakesTwoOfThree(t *testing.T) {
-	p := Params{Algorithm: LeakyBucket, Limit: 1, PeriodUS: Second, Burst: 2, Shape: true}
+	p := Params{Algorithm: LeakyBucket, Limit: 1, PeriodUS: SecondUS, Burst: 2, Shape: true}
 	runVector(t, p, []step{
 		{0, 1, delayed(1, 1000*ms, 0)},
 		{0, 1, delayed(0, 2000*ms, 1000*ms)},
@@ -91,15 +91,15 @@ func TestFixedWindowAdmitsTwiceLimitAroundBoundary(t *testing.T) {
 		p      Params
 		second Result
 	}{
-		{Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: Second}, allow(0, Second)},
-		{Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: Second}, deny(0, Second-1, Second-1)},
-		{Params{Algorithm: SlidingWindowCounter, Limit: 5, PeriodUS: Second}, deny(0, Second, Second)},
+		{Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: SecondUS}, allow(0, SecondUS)},
+		{Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: SecondUS}, deny(0, SecondUS-1, SecondUS-1)},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 5, PeriodUS: SecondUS}, deny(0, SecondUS, SecondUS)},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.p.Algorithm), func(t *testing.T) {
 			runVector(t, tt.p, []step{
-				{Second - 1, 5, allow(0, resetAfterFirst(tt.p))},
-				{Second, 5, tt.second},
+				{SecondUS - 1, 5, allow(0, resetAfterFirst(tt.p))},
+				{SecondUS, 5, tt.second},
 			})
 		})
 	}
@@ -110,9 +110,9 @@ func resetAfterFirst(p Params) int64 {
 	case FixedWindow:
 		return 1
 	case SlidingWindowCounter:
-		return Second + 1
+		return SecondUS + 1
 	}
-	return Second
+	return SecondUS
 }
 
 // TestProPlanSearchBurstDeniesWithoutChargingHourly is the example plan of
@@ -120,8 +120,8 @@ func resetAfterFirst(p Params) int64 {
 // token bucket 10/second, in one check. When search-burst denies, hourly
 // is not charged.
 func TestProPlanSearchBurstDeniesWithoutChargingHourly(t *testing.T) {
-	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: Hour, Burst: 100}
-	search := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second}
+	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: HourUS, Burst: 100}
+	search := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS}
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
@@ -163,7 +163,7 @@ func TestProPlanSearchBurstDeniesWithoutChargingHourly(t *testing.T) {
 // then nothing more is; a fresh bucket hit by 200 at once admits exactly
 // 50. Redis stores take the time from TIME, as in production.
 func TestOneTimeAllowanceOf50UnderConcurrency(t *testing.T) {
-	p := Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: Second, Burst: 50}
+	p := Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: SecondUS, Burst: 50}
 	cases := []storeCase{
 		{"memory", func(testing.TB) openStore { return openStore{Store: NewMemoryStore(nil), ns: "{m}:"} }},
 		redisStoreCase(), clusterStoreCase(),

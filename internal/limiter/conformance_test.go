@@ -129,7 +129,7 @@ func deny(remaining, retryAfter, resetAfter int64) Result {
 
 // TestGCRAVectors is the table of design/algorithms.md: 10/s, burst 5.
 func TestGCRAVectors(t *testing.T) {
-	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second, Burst: 5}
+	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 5}
 	runVector(t, p, []step{
 		{0, 1, allow(4, 100*ms)},
 		{0, 1, allow(3, 200*ms)},

@@ -20,9 +20,6 @@ func Evaluate(p Params, st *State, now, cost int64) Decision { return evaluate(p
 // Next is the state the decision stores when its check is admitted.
 func (d decision) Next() *State { return d.next }
 
-// FloorDiv rounds a/b towards −∞.
-func FloorDiv(a, b int64) int64 { return floorDiv(a, b) }
-
 // CopyEntry returns n copies of the store's entry for key under other
 // keys, so that a test can measure their heap.
 func CopyEntry(s *MemoryStore, key string, n int) map[string]*memoryEntry {

@@ -75,7 +75,7 @@ func TestMeasure(t *testing.T) {
 	t.Log("| sliding_window_log limit (per s, full log) | Redis CPU µs/check | Redis MEMORY USAGE bytes | bytes/entry | Go heap bytes/key | Go bytes/entry |")
 	t.Log("| --- | --- | --- | --- | --- | --- |")
 	for _, limit := range []int64{10, 100, 1000, 10000} {
-		p := Params{Algorithm: SlidingWindowLog, Limit: limit, PeriodUS: Second}
+		p := Params{Algorithm: SlidingWindowLog, Limit: limit, PeriodUS: SecondUS}
 		var cpu, usage, goBytes []float64
 		for range runs {
 			u, m := measureRedisFull(t, c, p, checks)

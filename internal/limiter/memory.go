@@ -65,7 +65,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 			e := &memoryEntry{st: *d.next}
 			if d.ttl > 0 {
 				// Like Redis: the TTL is whole milliseconds, rounded up.
-				e.expireAt = now + ceilDiv(d.ttl, 1000)*1000
+				e.expireAt = now + CeilDiv(d.ttl, 1000)*1000
 			}
 			s.entries[b.Requests[i].Key] = e
 		}
@@ -75,7 +75,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 
 // sweep drops expired entries at most once a second.
 func (s *MemoryStore) sweep(now int64) {
-	if now-s.lastSweep < Second {
+	if now-s.lastSweep < SecondUS {
 		return
 	}
 	s.lastSweep = now

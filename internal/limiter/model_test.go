@@ -63,22 +63,22 @@ type ruleConfig struct {
 // evenly and periods that do not (emission intervals rounded up, windows
 // not aligned to the test clock's start).
 var ruleConfigs = []ruleConfig{
-	{"gcra/10-per-s-burst-5", Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second, Burst: 5}},
-	{"gcra/7-per-s", Params{Algorithm: GCRA, Limit: 7, PeriodUS: Second}},
-	{"gcra/3-per-min-burst-1", Params{Algorithm: GCRA, Limit: 3, PeriodUS: Minute, Burst: 1}},
-	{"token_bucket/10-per-s-burst-5", Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second, Burst: 5}},
-	{"token_bucket/7-per-s", Params{Algorithm: TokenBucket, Limit: 7, PeriodUS: Second}},
-	{"token_bucket/limit-0-burst-5", Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: Second, Burst: 5}},
-	{"leaky_bucket/police-5-per-s-burst-3", Params{Algorithm: LeakyBucket, Limit: 5, PeriodUS: Second, Burst: 3}},
-	{"leaky_bucket/shape-2-per-s-burst-5", Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: Second, Burst: 5, Shape: true}},
-	{"fixed_window/5-per-s", Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: Second}},
-	{"fixed_window/3-per-11s", Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: 11 * Second}},
+	{"gcra/10-per-s-burst-5", Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 5}},
+	{"gcra/7-per-s", Params{Algorithm: GCRA, Limit: 7, PeriodUS: SecondUS}},
+	{"gcra/3-per-min-burst-1", Params{Algorithm: GCRA, Limit: 3, PeriodUS: MinuteUS, Burst: 1}},
+	{"token_bucket/10-per-s-burst-5", Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 5}},
+	{"token_bucket/7-per-s", Params{Algorithm: TokenBucket, Limit: 7, PeriodUS: SecondUS}},
+	{"token_bucket/limit-0-burst-5", Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: SecondUS, Burst: 5}},
+	{"leaky_bucket/police-5-per-s-burst-3", Params{Algorithm: LeakyBucket, Limit: 5, PeriodUS: SecondUS, Burst: 3}},
+	{"leaky_bucket/shape-2-per-s-burst-5", Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: SecondUS, Burst: 5, Shape: true}},
+	{"fixed_window/5-per-s", Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: SecondUS}},
+	{"fixed_window/3-per-11s", Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: 11 * SecondUS}},
 	{"fixed_window/day-40", Params{Algorithm: FixedWindow, Limit: 40, Calendar: CalendarDay}},
 	{"fixed_window/month-60", Params{Algorithm: FixedWindow, Limit: 60, Calendar: CalendarMonth}},
-	{"fixed_window/anchor-4-per-s", Params{Algorithm: FixedWindow, Limit: 4, PeriodUS: Second, AnchorFirstRequest: true}},
-	{"sliding_window_log/5-per-s", Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: Second}},
+	{"fixed_window/anchor-4-per-s", Params{Algorithm: FixedWindow, Limit: 4, PeriodUS: SecondUS, AnchorFirstRequest: true}},
+	{"sliding_window_log/5-per-s", Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: SecondUS}},
 	{"sliding_window_log/10-per-700ms", Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: 700 * ms}},
-	{"sliding_window_counter/5-per-s", Params{Algorithm: SlidingWindowCounter, Limit: 5, PeriodUS: Second}},
+	{"sliding_window_counter/5-per-s", Params{Algorithm: SlidingWindowCounter, Limit: 5, PeriodUS: SecondUS}},
 	{"sliding_window_counter/7-per-900ms", Params{Algorithm: SlidingWindowCounter, Limit: 7, PeriodUS: 900 * ms}},
 }
 
@@ -96,9 +96,9 @@ func scale(p Params) (window, interval int64) {
 	window = p.PeriodUS
 	switch p.Calendar {
 	case CalendarDay:
-		window = Day
+		window = DayUS
 	case CalendarMonth:
-		window = 30 * Day
+		window = 30 * DayUS
 	}
 	return window, max(1, window/max(1, p.Limit, capacity(p)))
 }

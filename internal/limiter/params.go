@@ -48,12 +48,13 @@ const (
 	CalendarMonth Calendar = "month"
 )
 
-// Microseconds in common periods.
+// Microseconds in common periods: limiter time is integer µs, so these
+// are not time.Duration values (which count nanoseconds).
 const (
-	Second int64 = 1_000_000
-	Minute       = 60 * Second
-	Hour         = 60 * Minute
-	Day          = 24 * Hour
+	SecondUS int64 = 1_000_000
+	MinuteUS       = 60 * SecondUS
+	HourUS         = 60 * MinuteUS
+	DayUS          = 24 * HourUS
 )
 
 // MaxSlidingLogLimit bounds a sliding_window_log rule's limit: about 1.2 MB
@@ -99,7 +100,7 @@ func (p Params) EmissionInterval() int64 {
 	if p.Limit <= 0 {
 		return 0
 	}
-	return ceilDiv(p.PeriodUS, p.Limit)
+	return CeilDiv(p.PeriodUS, p.Limit)
 }
 
 // Validate returns field → problem for every invalid parameter; empty when
@@ -163,7 +164,7 @@ func (p Params) Validate() map[string]string {
 			f["limit"] = fmt.Sprintf("must be at most %d for sliding_window_log (it keeps one entry per unit; use sliding_window_counter or gcra for larger limits)", MaxSlidingLogLimit)
 		}
 	}
-	if period > 100*366*Day {
+	if period > 100*366*DayUS {
 		f["period"] = "must be at most 100 years"
 	}
 	return f
@@ -172,9 +173,9 @@ func (p Params) Validate() map[string]string {
 func (p Params) windowForBounds() int64 {
 	switch p.Calendar {
 	case CalendarDay:
-		return Day
+		return DayUS
 	case CalendarMonth:
-		return 31 * Day
+		return 31 * DayUS
 	}
 	return p.PeriodUS
 }
@@ -186,11 +187,17 @@ func mulOverflows(a, b int64) bool {
 	return a > maxExact/b
 }
 
-// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+// CeilDiv returns ⌈a/b⌉ for b > 0 and any a.
+func CeilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a > 0 {
+		q++
+	}
+	return q
+}
 
-// floorDiv returns ⌊a/b⌋ for b > 0 and any a.
-func floorDiv(a, b int64) int64 {
+// FloorDiv returns ⌊a/b⌋ for b > 0 and any a.
+func FloorDiv(a, b int64) int64 {
 	q := a / b
 	if (a%b != 0) && (a < 0) {
 		q--

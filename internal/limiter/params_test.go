@@ -12,13 +12,13 @@ func TestValidateNamesBadParameters(t *testing.T) {
 		p     Params
 		field string
 	}{
-		{"unknown algorithm", Params{Algorithm: "magic", Limit: 1, PeriodUS: Second}, "algorithm"},
+		{"unknown algorithm", Params{Algorithm: "magic", Limit: 1, PeriodUS: SecondUS}, "algorithm"},
 		{"zero period", Params{Algorithm: GCRA, Limit: 1}, "period"},
-		{"zero limit", Params{Algorithm: GCRA, PeriodUS: Second}, "limit"},
-		{"shape on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: Second, Shape: true}, "mode"},
-		{"calendar on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: Second, Calendar: CalendarMonth}, "calendar"},
-		{"huge sliding log", Params{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit + 1, PeriodUS: Second}, "limit"},
-		{"counter overflow", Params{Algorithm: SlidingWindowCounter, Limit: 1 << 40, PeriodUS: Hour}, "limit"},
+		{"zero limit", Params{Algorithm: GCRA, PeriodUS: SecondUS}, "limit"},
+		{"shape on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: SecondUS, Shape: true}, "mode"},
+		{"calendar on gcra", Params{Algorithm: GCRA, Limit: 1, PeriodUS: SecondUS, Calendar: CalendarMonth}, "calendar"},
+		{"huge sliding log", Params{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit + 1, PeriodUS: SecondUS}, "limit"},
+		{"counter overflow", Params{Algorithm: SlidingWindowCounter, Limit: 1 << 40, PeriodUS: HourUS}, "limit"},
 	}
 	for _, c := range cases {
 		if f := c.p.Validate(); f[c.field] == "" {
@@ -26,8 +26,8 @@ func TestValidateNamesBadParameters(t *testing.T) {
 		}
 	}
 	ok := []Params{
-		{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit, PeriodUS: Hour},
-		{Algorithm: TokenBucket, Limit: 0, Burst: 50, PeriodUS: Hour},
+		{Algorithm: SlidingWindowLog, Limit: MaxSlidingLogLimit, PeriodUS: HourUS},
+		{Algorithm: TokenBucket, Limit: 0, Burst: 50, PeriodUS: HourUS},
 		{Algorithm: FixedWindow, Limit: 100_000, Calendar: CalendarMonth},
 	}
 	for _, p := range ok {

@@ -72,7 +72,7 @@ func TestLoadScriptLoadsEveryMaster(t *testing.T) {
 // next check still works (EVALSHA fails with NOSCRIPT and falls back to
 // EVAL) and sees the state written before.
 func TestCheckSurvivesScriptFlush(t *testing.T) {
-	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: Second, Burst: 3}
+	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 3}
 	for _, sc := range redisStores() {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
@@ -107,7 +107,7 @@ func TestCheckSurvivesRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One unit per hour, burst 3: nothing refills during the test.
-	reqs := single("{restart}:k", Params{Algorithm: GCRA, Limit: 1, PeriodUS: Hour, Burst: 3})
+	reqs := single("{restart}:k", Params{Algorithm: GCRA, Limit: 1, PeriodUS: HourUS, Burst: 3})
 	for want := int64(2); want >= 1; want-- {
 		if got := checkOnce(t, store, reqs, 1, 0); !got.Allowed || got.Remaining != want {
 			t.Fatalf("before restart: got %+v, want allowed with %d remaining", got, want)

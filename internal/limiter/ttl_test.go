@@ -76,7 +76,7 @@ func TestTTLNeverExpiresStateEarly(t *testing.T) {
 						case reset > 0 && (raw.expireAt+1)*1000 < emptyAt:
 							t.Fatalf("%s %s, check %d: key expires at %d ms, %dµs before its state is empty (now %d, reset_after %d)",
 								rc.name, clock, i, raw.expireAt, emptyAt-(raw.expireAt+1)*1000, out.NowUS, reset)
-						case reset > 0 && raw.expireAt*1000 > emptyAt+Second:
+						case reset > 0 && raw.expireAt*1000 > emptyAt+SecondUS:
 							t.Fatalf("%s %s, check %d: key expires at %d ms, %dµs after its state is empty", rc.name, clock, i, raw.expireAt, raw.expireAt*1000-emptyAt)
 						}
 					}

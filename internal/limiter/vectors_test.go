@@ -28,7 +28,7 @@ func TestTokenBucketVectors(t *testing.T) {
 		{
 			// The GCRA table's parameters decide the GCRA table's answers.
 			name: "design-table-10-per-s-burst-5",
-			p:    Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: Second, Burst: 5},
+			p:    Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 5},
 			steps: []step{
 				{0, 1, allow(4, 100*ms)},
 				{0, 1, allow(3, 200*ms)},
@@ -46,7 +46,7 @@ func TestTokenBucketVectors(t *testing.T) {
 		},
 		{
 			name: "4-per-s-capacity-2",
-			p:    Params{Algorithm: TokenBucket, Limit: 4, PeriodUS: Second, Burst: 2},
+			p:    Params{Algorithm: TokenBucket, Limit: 4, PeriodUS: SecondUS, Burst: 2},
 			steps: []step{
 				{0, 1, allow(1, 250*ms)},
 				{0, 1, allow(0, 500*ms)},
@@ -63,7 +63,7 @@ func TestTokenBucketVectors(t *testing.T) {
 		{
 			// period/limit = 333 333.3 µs is rounded up to 333 334 µs.
 			name: "3-per-s-interval-rounded-up",
-			p:    Params{Algorithm: TokenBucket, Limit: 3, PeriodUS: Second},
+			p:    Params{Algorithm: TokenBucket, Limit: 3, PeriodUS: SecondUS},
 			steps: []step{
 				{0, 3, allow(0, 1_000_002)},
 				{333_333, 1, deny(0, 1, 666_669)},
@@ -73,15 +73,15 @@ func TestTokenBucketVectors(t *testing.T) {
 		{
 			// Limit 0 never refills: a one-time allowance of burst units.
 			name: "limit-0-one-time-allowance-3",
-			p:    Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: Second, Burst: 3},
+			p:    Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: SecondUS, Burst: 3},
 			steps: []step{
 				{0, 4, deny(3, -1, 0)},
 				{0, 0, allow(3, 0)},
 				{0, 1, allow(2, -1)},
-				{10 * Second, 2, allow(0, -1)},
-				{Day, 1, deny(0, -1, -1)},
-				{Day, 0, allow(0, -1)},
-				{365 * Day, 1, deny(0, -1, -1)},
+				{10 * SecondUS, 2, allow(0, -1)},
+				{DayUS, 1, deny(0, -1, -1)},
+				{DayUS, 0, allow(0, -1)},
+				{365 * DayUS, 1, deny(0, -1, -1)},
 			},
 		},
 	}
@@ -100,7 +100,7 @@ func TestLeakyBucketVectors(t *testing.T) {
 			// Police: a bucket of 3 leaking 2/s; overflow is rejected, the
 			// rest passes at once (no delay).
 			name: "police-2-per-s-bucket-3",
-			p:    Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: Second, Burst: 3},
+			p:    Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: SecondUS, Burst: 3},
 			steps: []step{
 				{0, 1, allow(2, 500*ms)},
 				{0, 1, allow(1, 1000*ms)},
@@ -116,7 +116,7 @@ func TestLeakyBucketVectors(t *testing.T) {
 			// Shape: a queue of 5 draining 2/s; each admitted request is
 			// held until its slot.
 			name: "shape-2-per-s-queue-5",
-			p:    Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: Second, Burst: 5, Shape: true},
+			p:    Params{Algorithm: LeakyBucket, Limit: 2, PeriodUS: SecondUS, Burst: 5, Shape: true},
 			steps: []step{
 				{0, 1, delayed(4, 500*ms, 0)},
 				{0, 1, delayed(3, 1000*ms, 500*ms)},
@@ -135,7 +135,7 @@ func TestLeakyBucketVectors(t *testing.T) {
 			// simultaneous requests: delays 0 and 1000 ms, the third
 			// rejected.
 			name: "shape-design-example",
-			p:    Params{Algorithm: LeakyBucket, Limit: 1, PeriodUS: Second, Burst: 2, Shape: true},
+			p:    Params{Algorithm: LeakyBucket, Limit: 1, PeriodUS: SecondUS, Burst: 2, Shape: true},
 			steps: []step{
 				{0, 1, delayed(1, 1000*ms, 0)},
 				{0, 1, delayed(0, 2000*ms, 1000*ms)},
@@ -159,7 +159,7 @@ func TestFixedWindowVectors(t *testing.T) {
 		{
 			name:  "epoch-3-per-s",
 			start: epoch,
-			p:     Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: Second},
+			p:     Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: SecondUS},
 			steps: []step{
 				{0, 1, allow(2, 1000*ms)},
 				{400 * ms, 2, allow(0, 600*ms)},
@@ -177,12 +177,12 @@ func TestFixedWindowVectors(t *testing.T) {
 			// 2026-01-01T00:00:00Z is 8 s into an 11 s window.
 			name:  "epoch-aligned-2-per-11s",
 			start: epoch,
-			p:     Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: 11 * Second},
+			p:     Params{Algorithm: FixedWindow, Limit: 2, PeriodUS: 11 * SecondUS},
 			steps: []step{
-				{0, 2, allow(0, 3*Second)},
-				{3*Second - 1, 1, deny(0, 1, 1)},
-				{3 * Second, 1, allow(1, 11*Second)},
-				{3 * Second, 3, deny(1, -1, 11*Second)},
+				{0, 2, allow(0, 3*SecondUS)},
+				{3*SecondUS - 1, 1, deny(0, 1, 1)},
+				{3 * SecondUS, 1, allow(1, 11*SecondUS)},
+				{3 * SecondUS, 3, deny(1, -1, 11*SecondUS)},
 			},
 		},
 		{
@@ -190,14 +190,14 @@ func TestFixedWindowVectors(t *testing.T) {
 			start: utc(2026, time.January, 1, 0),
 			p:     Params{Algorithm: FixedWindow, Limit: 5, Calendar: CalendarDay},
 			steps: []step{
-				{0, 5, allow(0, Day)},
-				{Day - 1, 1, deny(0, 1, 1)},
-				{Day, 1, allow(4, Day)},
-				{30 * Hour, 0, allow(4, 18*Hour)},
-				{30 * Hour, 6, deny(4, -1, 18*Hour)},
-				{30 * Hour, 4, allow(0, 18*Hour)},
-				{47 * Hour, 1, deny(0, Hour, Hour)},
-				{48 * Hour, 0, allow(5, 0)},
+				{0, 5, allow(0, DayUS)},
+				{DayUS - 1, 1, deny(0, 1, 1)},
+				{DayUS, 1, allow(4, DayUS)},
+				{30 * HourUS, 0, allow(4, 18*HourUS)},
+				{30 * HourUS, 6, deny(4, -1, 18*HourUS)},
+				{30 * HourUS, 4, allow(0, 18*HourUS)},
+				{47 * HourUS, 1, deny(0, HourUS, HourUS)},
+				{48 * HourUS, 0, allow(5, 0)},
 			},
 		},
 		{
@@ -206,14 +206,14 @@ func TestFixedWindowVectors(t *testing.T) {
 			start: utc(2026, time.January, 1, 0),
 			p:     Params{Algorithm: FixedWindow, Limit: 100, Calendar: CalendarMonth},
 			steps: []step{
-				{0, 60, allow(40, 31*Day)},
-				{31*Day - 1, 41, deny(40, 1, 1)},
-				{31*Day - 1, 40, allow(0, 1)},
-				{31 * Day, 1, allow(99, 28*Day)},
-				{59*Day - 1, 100, deny(99, 1, 1)},
-				{59 * Day, 100, allow(0, 31*Day)},
-				{59 * Day, 101, deny(0, -1, 31*Day)},
-				{59*Day + 12*Hour, 0, allow(0, 31*Day-12*Hour)},
+				{0, 60, allow(40, 31*DayUS)},
+				{31*DayUS - 1, 41, deny(40, 1, 1)},
+				{31*DayUS - 1, 40, allow(0, 1)},
+				{31 * DayUS, 1, allow(99, 28*DayUS)},
+				{59*DayUS - 1, 100, deny(99, 1, 1)},
+				{59 * DayUS, 100, allow(0, 31*DayUS)},
+				{59 * DayUS, 101, deny(0, -1, 31*DayUS)},
+				{59*DayUS + 12*HourUS, 0, allow(0, 31*DayUS-12*HourUS)},
 			},
 		},
 		{
@@ -221,9 +221,9 @@ func TestFixedWindowVectors(t *testing.T) {
 			start: utc(2028, time.February, 1, 0),
 			p:     Params{Algorithm: FixedWindow, Limit: 100, Calendar: CalendarMonth},
 			steps: []step{
-				{0, 1, allow(99, 29*Day)},
-				{29*Day - 1, 99, allow(0, 1)},
-				{29 * Day, 100, allow(0, 31*Day)},
+				{0, 1, allow(99, 29*DayUS)},
+				{29*DayUS - 1, 99, allow(0, 1)},
+				{29 * DayUS, 100, allow(0, 31*DayUS)},
 			},
 		},
 		{
@@ -231,9 +231,9 @@ func TestFixedWindowVectors(t *testing.T) {
 			start: utc(2026, time.December, 31, 23),
 			p:     Params{Algorithm: FixedWindow, Limit: 100, Calendar: CalendarMonth},
 			steps: []step{
-				{0, 100, allow(0, Hour)},
-				{Hour - 1, 1, deny(0, 1, 1)},
-				{Hour, 1, allow(99, 31*Day)},
+				{0, 100, allow(0, HourUS)},
+				{HourUS - 1, 1, deny(0, 1, 1)},
+				{HourUS, 1, allow(99, 31*DayUS)},
 			},
 		},
 		{
@@ -242,17 +242,17 @@ func TestFixedWindowVectors(t *testing.T) {
 			// later. A peek or a request that can never fit starts none.
 			name:  "anchor-first-request-3-per-10s",
 			start: epoch,
-			p:     Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: 10 * Second, AnchorFirstRequest: true},
+			p:     Params{Algorithm: FixedWindow, Limit: 3, PeriodUS: 10 * SecondUS, AnchorFirstRequest: true},
 			steps: []step{
-				{5 * Second, 1, allow(2, 10*Second)},
-				{9 * Second, 2, allow(0, 6*Second)},
-				{15*Second - 1, 1, deny(0, 1, 1)},
-				{15 * Second, 1, allow(2, 10*Second)},
-				{40 * Second, 0, allow(3, 0)},
-				{41 * Second, 4, deny(3, -1, 0)},
-				{42 * Second, 3, allow(0, 10*Second)},
-				{51 * Second, 1, deny(0, Second, Second)},
-				{52 * Second, 3, allow(0, 10*Second)},
+				{5 * SecondUS, 1, allow(2, 10*SecondUS)},
+				{9 * SecondUS, 2, allow(0, 6*SecondUS)},
+				{15*SecondUS - 1, 1, deny(0, 1, 1)},
+				{15 * SecondUS, 1, allow(2, 10*SecondUS)},
+				{40 * SecondUS, 0, allow(3, 0)},
+				{41 * SecondUS, 4, deny(3, -1, 0)},
+				{42 * SecondUS, 3, allow(0, 10*SecondUS)},
+				{51 * SecondUS, 1, deny(0, SecondUS, SecondUS)},
+				{52 * SecondUS, 3, allow(0, 10*SecondUS)},
 			},
 		},
 	}
@@ -263,7 +263,7 @@ func TestFixedWindowVectors(t *testing.T) {
 
 func TestSlidingWindowLogVectors(t *testing.T) {
 	// An entry admitted at t counts while now − period < t.
-	p := Params{Algorithm: SlidingWindowLog, Limit: 3, PeriodUS: Second}
+	p := Params{Algorithm: SlidingWindowLog, Limit: 3, PeriodUS: SecondUS}
 	runVector(t, p, []step{
 		{0, 1, allow(2, 1000*ms)},
 		{300 * ms, 1, allow(1, 1000*ms)},
@@ -281,7 +281,7 @@ func TestSlidingWindowLogVectors(t *testing.T) {
 
 func TestSlidingWindowCounterVectors(t *testing.T) {
 	// estimate = prev × (period − elapsed)/period + curr, 10 per second.
-	p := Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: Second}
+	p := Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: SecondUS}
 	runVector(t, p, []step{
 		{0, 4, allow(6, 2000*ms)},
 		{500 * ms, 6, allow(0, 1500*ms)},

@@ -6,7 +6,7 @@ import "github.com/tollgate/tollgate/internal/limiter"
 // limits per tier and a search burst limit on pro. Prices are in cents.
 func DemoPlans() []Plan {
 	hourly := func(limit int64, scope Scope) Rule {
-		return Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.Hour,
+		return Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.HourUS,
 			Burst: limit, Resource: "*", Scope: scope, Mode: ModeEnforce, FailureMode: FailOpen}
 	}
 	return []Plan{
@@ -18,7 +18,7 @@ func DemoPlans() []Plan {
 			OverageUnitMinor: 1,
 			Rules: []Rule{
 				hourly(5000, ScopeKey),
-				{Name: "search", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.Second, Burst: 10,
+				{Name: "search", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS, Burst: 10,
 					Resource: "POST /v1/search", Scope: ScopeKey, Mode: ModeEnforce, FailureMode: FailOpen},
 			}},
 		{Name: "enterprise", DisplayName: "Enterprise", Currency: "USD", BaseFeeMinor: 49900,

@@ -35,9 +35,9 @@ func TestPlanValidateNamesFields(t *testing.T) {
 		Name: "Bad Name", Currency: "usd", BaseFeeMinor: -1,
 		Tiers: []PriceTier{{UnitMinor: 1}, {UpTo: &upTo, UnitMinor: -2}},
 		Rules: []Rule{
-			{Name: "hourly", Algorithm: "magic", Limit: 10, PeriodUS: limiter.Hour},
+			{Name: "hourly", Algorithm: "magic", Limit: 10, PeriodUS: limiter.HourUS},
 			{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: 0, Resource: "search"},
-			{Name: "q", Algorithm: limiter.FixedWindow, Limit: 10, PeriodUS: limiter.Day, Scope: "planet",
+			{Name: "q", Algorithm: limiter.FixedWindow, Limit: 10, PeriodUS: limiter.DayUS, Scope: "planet",
 				Options: Options{Calendar: "week"}},
 		},
 	}

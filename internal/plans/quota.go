@@ -45,7 +45,7 @@ func (p Plan) QuotaRule() (r Rule, ok bool) {
 		Name:        QuotaRuleName,
 		Algorithm:   limiter.FixedWindow,
 		Limit:       p.IncludedUnits,
-		PeriodUS:    31 * limiter.Day,
+		PeriodUS:    31 * limiter.DayUS,
 		Burst:       p.IncludedUnits,
 		Resource:    "*",
 		Scope:       ScopeTenant,

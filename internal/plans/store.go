@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
@@ -188,8 +187,7 @@ func replaceChildren(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
 
 // translate maps constraint violations to caller errors.
 func translate(err error, op string) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+	if postgres.Is(err, postgres.UniqueViolation) {
 		return &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a plan with this name exists",
 			Fields: map[string]string{"name": "is taken by another plan"}}
 	}
@@ -274,8 +272,7 @@ func (s *Store) Delete(ctx context.Context, id int64) error {
 		return tollgate.Errorf(tollgate.ECONFLICT, "plan %d is in a tenant's plan history: archive it instead", id)
 	}
 	tag, err := s.db.Exec(ctx, `DELETE FROM plans WHERE id = $1`, id)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // a tenant took it meanwhile
+	if postgres.Is(err, postgres.ForeignKeyViolation) { // a tenant took it meanwhile
 		return tollgate.Errorf(tollgate.ECONFLICT, "plan %d is in use: archive it instead", id)
 	}
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 func hourly(limit int64) plans.Rule {
-	return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.Hour}
+	return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.HourUS}
 }
 
 func fields(err error) map[string]string {
@@ -81,7 +81,7 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Fatalf("second Create = %v, want conflict", err)
 	}
 
-	p.Rules = append(p.Rules, plans.Rule{Name: "burst", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.Second})
+	p.Rules = append(p.Rules, plans.Rule{Name: "burst", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS})
 	p.Rules[0].Limit = 200
 	up, err := ps.Update(ctx, p.ID, p)
 	testenv.Must(t, err)

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"hash/crc32"
 	"strings"
+
+	"github.com/tollgate/tollgate/internal/audit"
 )
 
 // API keys look like tg_<30 base62 random characters><6 base62 checksum
@@ -77,4 +79,15 @@ func checksum(body string) string {
 		n /= 62
 	}
 	return string(out)
+}
+
+// KeyAudit describes a change to an API key for the audit log: the record
+// only, never the secret or its hash.
+func KeyAudit(action string, before, after *Key) audit.Change {
+	k := after
+	if k == nil {
+		k = before
+	}
+	return audit.Change{Action: action, TargetType: "key", TargetID: k.ID, TenantID: k.TenantID,
+		Before: before, After: after}
 }

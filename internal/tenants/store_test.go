@@ -36,9 +36,9 @@ func setup(t *testing.T) fixture {
 	ps := plans.NewStore(db)
 	f := fixture{db: db}
 	var err error
-	f.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.Hour}}})
+	f.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
-	f.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.Hour}}})
+	f.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.HourUS}}})
 	testenv.Must(t, err)
 	f.ts = tenants.NewStore(db)
 	f.acme, err = f.ts.Create(ctx, "Acme Corp", f.free.ID)
@@ -117,8 +117,8 @@ func TestOverrides(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
 	rules, err := f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{
-		{Name: "hourly", Limit: 7, PeriodUS: limiter.Hour},
-		{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 1000, PeriodUS: limiter.Day},
+		{Name: "hourly", Limit: 7, PeriodUS: limiter.HourUS},
+		{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 1000, PeriodUS: limiter.DayUS},
 	})
 	testenv.Must(t, err)
 	if len(rules) != 2 || rules[0].Burst != 7 || rules[1].Algorithm != limiter.FixedWindow {
@@ -127,7 +127,7 @@ func TestOverrides(t *testing.T) {
 	if _, err := f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "x", Limit: 1}}); fields(err)["rules[0].period_us"] == "" {
 		t.Errorf("invalid override = %v, want a problem with rules[0].period_us", err)
 	}
-	rules, err = f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 5, PeriodUS: limiter.Day}})
+	rules, err = f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 5, PeriodUS: limiter.DayUS}})
 	testenv.Must(t, err)
 	all, err := f.ts.AllOverrides(ctx)
 	testenv.Must(t, err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
@@ -95,8 +94,7 @@ func (s *Store) Create(ctx context.Context, name string, planID int64) (Tenant, 
 
 // translate maps constraint violations to caller errors.
 func translate(err error, op string) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr, ok := postgres.PgError(err); ok {
 		switch {
 		case pgErr.ConstraintName == "tenants_name_key":
 			return &tollgate.Error{Code: tollgate.ECONFLICT, Message: "a tenant with this name exists",
@@ -105,11 +103,11 @@ func translate(err error, op string) error {
 			return tollgate.Invalid(map[string]string{"plan_id": "is archived: archived plans cannot be assigned"})
 		case pgErr.ConstraintName == "tenants_plan_id_fkey":
 			return tollgate.Invalid(map[string]string{"plan_id": "no such plan"})
-		case pgErr.Code == "23505":
+		case pgErr.Code == postgres.UniqueViolation:
 			return tollgate.Errorf(tollgate.ECONFLICT, "already exists")
-		case pgErr.Code == "23503":
+		case pgErr.Code == postgres.ForeignKeyViolation:
 			return tollgate.Errorf(tollgate.EINVALID, "refers to something that does not exist")
-		case pgErr.Code == "22P02":
+		case pgErr.Code == postgres.InvalidTextRepresentation:
 			return tollgate.Errorf(tollgate.ENOTFOUND, "not found")
 		}
 	}

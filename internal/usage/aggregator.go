@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/limiter"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -140,7 +141,7 @@ func (a *Aggregator) ProducerID() string { return a.cfg.ProducerID }
 
 // Record counts one decision. It never blocks on I/O.
 func (a *Aggregator) Record(ev tollgate.UsageEvent) {
-	minute := floorDiv(ev.AtUS, 60_000_000) * 60
+	minute := limiter.FloorDiv(ev.AtUS, 60_000_000) * 60
 	var c Counts
 	if ev.Allowed {
 		c.Allowed, c.AllowedUnits = 1, ev.Cost
@@ -199,7 +200,7 @@ func (a *Aggregator) fold(k rowKey, c Counts) bool {
 		a.stats.Folded++
 		return true
 	}
-	k.minute = floorDiv(k.minute, 3600) * 3600
+	k.minute = limiter.FloorDiv(k.minute, 3600) * 3600
 	k.keyID = ""
 	if cur, ok := a.rows[k]; ok {
 		cur.Add(c)
@@ -409,15 +410,6 @@ func topIPs(minute int64, m map[string]*Counts, n int) []IPRow {
 		list = append(list, IPRow{Minute: minute, IP: OtherIP, Counts: other})
 	}
 	return list
-}
-
-// floorDiv returns ⌊a/b⌋ for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 func registerAggregatorMetrics(reg prometheus.Registerer, a *Aggregator) {

@@ -42,7 +42,8 @@ func (g Granularity) floor(t time.Time) time.Time {
 }
 
 // next returns the start of the bucket after the one starting at t.
-func (g Granularity) next(t time.Time) time.Time {
+// Next returns the start of the bucket after the one starting at t.
+func (g Granularity) Next(t time.Time) time.Time {
 	switch g {
 	case GranularityMinute:
 		return t.Add(time.Minute)
@@ -68,7 +69,7 @@ const maxPoints = 10_000
 func (r Range) coarsest() (Granularity, Range) {
 	to := GranularityMinute.floor(r.To)
 	if !to.Equal(r.To) {
-		to = GranularityMinute.next(to)
+		to = GranularityMinute.Next(to)
 	}
 	r = Range{GranularityMinute.floor(r.From), to}
 	for _, g := range []Granularity{GranularityMonth, GranularityDay, GranularityHour} {
@@ -106,13 +107,13 @@ func (s *Store) Series(ctx context.Context, tenantID string, g Granularity, r Ra
 	}
 	from, to := g.floor(r.From), g.floor(r.To)
 	if !to.Equal(r.To.UTC()) {
-		to = g.next(to)
+		to = g.Next(to)
 	}
 	if err := s.checkRange(g, Range{from, to}); err != nil {
 		return nil, err
 	}
 	var points []Point
-	for t := from; t.Before(to); t = g.next(t) {
+	for t := from; t.Before(to); t = g.Next(t) {
 		if len(points) == maxPoints {
 			return nil, tollgate.Invalid(map[string]string{"from": fmt.Sprintf("the range holds more than %d %ss", maxPoints, g)})
 		}

@@ -19,7 +19,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
 	ps := plans.NewStore(db)
-	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.Hour}
+	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
 	capped, err := ps.Put(ctx, plans.Plan{Name: "capped", BaseFeeMinor: 1000, IncludedUnits: 5,
 		OverageUnitMinor: 7, QuotaMode: plans.QuotaHard, Rules: []plans.Rule{hourly}})
 	if err != nil {

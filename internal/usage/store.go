@@ -2,7 +2,6 @@ package usage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/plans"
@@ -202,8 +200,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 		return nil
 	})
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23514" { // no partition for a row
+		if postgres.Is(err, postgres.CheckViolation) { // no partition for a row
 			s.forgetPartitions()
 		}
 		return nil, fmt.Errorf("usage: apply %d batches from %s: %w", len(batches), batches[0].ID, err)
@@ -570,3 +567,6 @@ func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slo
 		}
 	}
 }
+
+// Now returns the store's current time (its configured clock).
+func (s *Store) Now() time.Time { return s.cfg.Now() }

@@ -2,15 +2,14 @@ package usage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Worker moves batches from a Consumer into the Store: apply what one
@@ -150,7 +149,7 @@ func (w *Worker) process(ctx context.Context, msgs []Message) error {
 		batches = append(batches, m.Batch)
 	}
 	results, err := w.Store.ApplyAll(ctx, batches)
-	if isDataError(err) {
+	if postgres.IsDataException(err) {
 		// Postgres refuses the data of some batch: apply the batches one
 		// at a time and set aside the refused ones, so that one bad batch
 		// cannot stop everyone's usage.
@@ -195,7 +194,7 @@ func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, 
 		}
 		res, err := w.Store.ApplyAll(ctx, []Batch{m.Batch})
 		switch {
-		case isDataError(err):
+		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
 			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
 				return nil, err
@@ -207,13 +206,6 @@ func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, 
 		}
 	}
 	return results, nil
-}
-
-// isDataError reports whether err is Postgres refusing a value (SQLSTATE
-// class 22, data exception): retrying cannot help.
-func isDataError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 type backoff struct {

@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 // Trace shape: 60 s of background traffic below the limit, with bursts.
 const (
 	traceSeed   = 2026
-	traceLength = 60 * limiter.Second
+	traceLength = 60 * limiter.SecondUS
 	rateLimit   = 10 // per second, for every algorithm
 )
 
@@ -95,13 +95,13 @@ func generateTrace() []request {
 	r := rand.New(rand.NewPCG(traceSeed, 1))
 	var trace []request
 	for t := int64(0); ; {
-		t += int64(r.ExpFloat64() * float64(limiter.Second) / 6)
+		t += int64(r.ExpFloat64() * float64(limiter.SecondUS) / 6)
 		if t >= traceLength {
 			break
 		}
 		trace = append(trace, request{at: t, cost: 1})
 	}
-	for start := int64(2 * limiter.Second); start < traceLength-limiter.Second; start += 3*limiter.Second + r.Int64N(6*limiter.Second) {
+	for start := int64(2 * limiter.SecondUS); start < traceLength-limiter.SecondUS; start += 3*limiter.SecondUS + r.Int64N(6*limiter.SecondUS) {
 		n, spread := 15+r.IntN(46), 50_000+r.Int64N(750_000)
 		for range n {
 			trace = append(trace, request{at: start + r.Int64N(spread), cost: 1})
@@ -166,13 +166,13 @@ type rule struct {
 }
 
 var rules = []rule{
-	{"gcra", limiter.Params{Algorithm: limiter.GCRA, Limit: rateLimit, PeriodUS: limiter.Second}},
-	{"token_bucket", limiter.Params{Algorithm: limiter.TokenBucket, Limit: rateLimit, PeriodUS: limiter.Second}},
-	{"leaky_bucket (police)", limiter.Params{Algorithm: limiter.LeakyBucket, Limit: rateLimit, PeriodUS: limiter.Second}},
-	{"leaky_bucket (shape)", limiter.Params{Algorithm: limiter.LeakyBucket, Limit: rateLimit, PeriodUS: limiter.Second, Shape: true}},
-	{"fixed_window", limiter.Params{Algorithm: limiter.FixedWindow, Limit: rateLimit, PeriodUS: limiter.Second}},
-	{"sliding_window_log", limiter.Params{Algorithm: limiter.SlidingWindowLog, Limit: rateLimit, PeriodUS: limiter.Second}},
-	{"sliding_window_counter", limiter.Params{Algorithm: limiter.SlidingWindowCounter, Limit: rateLimit, PeriodUS: limiter.Second}},
+	{"gcra", limiter.Params{Algorithm: limiter.GCRA, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
+	{"token_bucket", limiter.Params{Algorithm: limiter.TokenBucket, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
+	{"leaky_bucket (police)", limiter.Params{Algorithm: limiter.LeakyBucket, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
+	{"leaky_bucket (shape)", limiter.Params{Algorithm: limiter.LeakyBucket, Limit: rateLimit, PeriodUS: limiter.SecondUS, Shape: true}},
+	{"fixed_window", limiter.Params{Algorithm: limiter.FixedWindow, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
+	{"sliding_window_log", limiter.Params{Algorithm: limiter.SlidingWindowLog, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
+	{"sliding_window_counter", limiter.Params{Algorithm: limiter.SlidingWindowCounter, Limit: rateLimit, PeriodUS: limiter.SecondUS}},
 }
 
 // traceStart is where the trace is placed on the clock: 2026-01-01T00:00Z,
@@ -250,7 +250,7 @@ func measureCounter(trace []request, log, counter []limiter.Result) counterError
 			}
 		}
 		cut := 0
-		for cut < len(window) && window[cut].at <= q.at-limiter.Second {
+		for cut < len(window) && window[cut].at <= q.at-limiter.SecondUS {
 			cut++
 		}
 		window = window[cut:]
@@ -276,7 +276,7 @@ func measureCounter(trace []request, log, counter []limiter.Result) counterError
 func pct(n, of int) float64 { return 100 * float64(n) / float64(of) }
 
 func report(w io.Writer, trace []request, replays []replay) error {
-	fmt.Fprintf(w, "trace: %d requests over %d s, limit %d per second for every algorithm\n\n", len(trace), traceLength/limiter.Second, rateLimit)
+	fmt.Fprintf(w, "trace: %d requests over %d s, limit %d per second for every algorithm\n\n", len(trace), traceLength/limiter.SecondUS, rateLimit)
 	fmt.Fprintln(w, "| algorithm | admitted | rejected | most let through in any 1 s |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
 	byName := map[string][]limiter.Result{}
@@ -288,7 +288,7 @@ func report(w io.Writer, trace []request, replays []replay) error {
 			}
 		}
 		byName[r.rule.name] = r.results
-		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", r.rule.name, admitted, len(trace)-admitted, maxInWindow(trace, r.results, limiter.Second))
+		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", r.rule.name, admitted, len(trace)-admitted, maxInWindow(trace, r.results, limiter.SecondUS))
 	}
 	log := byName["sliding_window_log"]
 	// The measure itself, applied to the exact log, must find no error.

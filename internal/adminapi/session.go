@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -18,9 +19,9 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 )
 
-// sessionCookie holds the session token for browsers (the web UI). API
+// SessionCookie holds the session token for browsers (the web UI). API
 // clients send the same token as "Authorization: Bearer …".
-const sessionCookie = "tollgate_session"
+const SessionCookie = "tollgate_session"
 
 // sessionAuth issues and verifies admin sessions.
 type sessionAuth struct {
@@ -53,7 +54,7 @@ func sessionToken(r *http.Request) string {
 		token, _ := strings.CutPrefix(h, "Bearer ")
 		return strings.TrimSpace(token)
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
+	if c, err := r.Cookie(SessionCookie); err == nil {
 		return c.Value
 	}
 	return ""
@@ -106,7 +107,7 @@ func secureRequest(r *http.Request) bool {
 
 func setSessionCookie(w http.ResponseWriter, r *http.Request, token string, expires time.Time, now time.Time) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: token, Path: "/",
+		Name: SessionCookie, Value: token, Path: "/",
 		Expires: expires, MaxAge: int((expires.Sub(now) + time.Second - 1) / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r),
 	})
@@ -114,7 +115,7 @@ func setSessionCookie(w http.ResponseWriter, r *http.Request, token string, expi
 
 func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
+		Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r),
 	})
 }
@@ -147,7 +148,8 @@ func (l *loginRequest) Validate() error {
 	return tollgate.Invalid(f)
 }
 
-type loginResponse struct {
+// LoginResponse answers a successful POST /login.
+type LoginResponse struct {
 	Token     string    `json:"token"`
 	TokenType string    `json:"token_type"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -158,10 +160,10 @@ type loginResponse struct {
 // token out — in the body for API clients and in an HttpOnly cookie for
 // browsers. Attempts are limited per client network and (network, email),
 // and failed ones per email (see loginLimiter).
-func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch changer) http.Handler {
+func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req loginRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
@@ -183,12 +185,12 @@ func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch chan
 		now := a.now()
 		var token string
 		var s auth.Session
-		err = ch.change(r.Context(), audit.Actor{ID: u.ID, Name: u.Email}, func(tx pgx.Tx) ([]audit.Change, error) {
+		err = audit.Apply(r.Context(), db, audit.Actor{ID: u.ID, Name: u.Email}, func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
 			if token, s, err = auth.NewStore(tx).StartSession(r.Context(), u, a.secret, a.ttl, now); err != nil {
 				return nil, err
 			}
-			return one(audit.Change{Action: "user.login", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
+			return audit.One(audit.Change{Action: "user.login", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
 				After: map[string]string{"ip": ip, "session_id": s.ID}}), nil
 		})
 		if err != nil {
@@ -196,20 +198,20 @@ func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, ch chan
 			return
 		}
 		setSessionCookie(w, r, token, s.ExpiresAt, now)
-		httpx.JSON(w, http.StatusOK, loginResponse{Token: token, TokenType: "Bearer", ExpiresAt: s.ExpiresAt, User: u})
+		httpx.JSON(w, http.StatusOK, LoginResponse{Token: token, TokenType: "Bearer", ExpiresAt: s.ExpiresAt, User: u})
 	})
 }
 
 // handleLogout serves POST /api/v1/logout: it ends the request's session,
 // if it has one, and clears the cookie. It always succeeds.
-func handleLogout(log *slog.Logger, ch changer) http.Handler {
+func handleLogout(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s, ok := sessionFrom(r.Context()); ok {
-			err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+			err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 				if err := auth.NewStore(tx).EndSession(r.Context(), s.ID); err != nil {
 					return nil, err
 				}
-				return one(audit.Change{Action: "user.logout", TargetType: "user", TargetID: s.User.ID,
+				return audit.One(audit.Change{Action: "user.logout", TargetType: "user", TargetID: s.User.ID,
 					TenantID: s.User.TenantID, After: map[string]string{"session_id": s.ID}}), nil
 			})
 			if err != nil {
@@ -222,7 +224,8 @@ func handleLogout(log *slog.Logger, ch changer) http.Handler {
 	})
 }
 
-type meResponse struct {
+// MeResponse answers GET /me.
+type MeResponse struct {
 	User             auth.User `json:"user"`
 	SessionExpiresAt time.Time `json:"session_expires_at"`
 }
@@ -231,6 +234,6 @@ type meResponse struct {
 func handleMe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, _ := sessionFrom(r.Context())
-		httpx.JSON(w, http.StatusOK, meResponse{User: s.User, SessionExpiresAt: s.ExpiresAt})
+		httpx.JSON(w, http.StatusOK, MeResponse{User: s.User, SessionExpiresAt: s.ExpiresAt})
 	})
 }

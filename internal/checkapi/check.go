@@ -1,19 +1,22 @@
-package enforce
+// Package checkapi is the HTTP face of the check server (cmd/api):
+// POST /v1/check, the health and readiness probes and the metrics, all
+// listed in routes.go. Deciding a check is internal/enforce's work; this
+// package decodes, authenticates and writes the answer.
+package checkapi
 
 import (
-	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // MaxCheckBody is the largest /v1/check body accepted.
@@ -38,7 +41,7 @@ func (c *checkRequest) Validate() error {
 		f["key"] = "must not be empty; omit it for anonymous callers"
 	}
 	if c.IP != nil {
-		if ip, ok := NormalizeIP(*c.IP); ok {
+		if ip, ok := enforce.NormalizeIP(*c.IP); ok {
 			*c.IP = ip
 		} else {
 			f["ip"] = "must be an IPv4 or IPv6 address"
@@ -75,8 +78,8 @@ func printable(s string) bool {
 	return true
 }
 
-func (c *checkRequest) toRequest() Request {
-	r := Request{Resource: "*", Cost: 1, DryRun: c.DryRun}
+func (c *checkRequest) toRequest() enforce.Request {
+	r := enforce.Request{Resource: "*", Cost: 1, DryRun: c.DryRun}
 	if c.Key != nil {
 		r.Key = *c.Key
 	}
@@ -93,7 +96,7 @@ func (c *checkRequest) toRequest() Request {
 }
 
 // HandleCheck serves POST /v1/check.
-func HandleCheck(checker *Checker, log *slog.Logger) http.Handler {
+func HandleCheck(checker *enforce.Checker, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started := time.Now()
 		var body checkRequest
@@ -106,8 +109,8 @@ func HandleCheck(checker *Checker, log *slog.Logger) http.Handler {
 			if r.Context().Err() != nil {
 				return // the caller went away
 			}
-			if err == ErrNotReady {
-				err = tollgate.Errorf(tollgate.EINTERNAL, "not ready")
+			if errors.Is(err, enforce.ErrNotReady) {
+				err = tollgate.Errorf(tollgate.EUNAVAILABLE, "not ready: the snapshot of plans and keys has not loaded yet")
 				w.Header().Set("Retry-After", "1")
 			}
 			httpx.Error(w, r, log, err)
@@ -115,19 +118,19 @@ func HandleCheck(checker *Checker, log *slog.Logger) http.Handler {
 		}
 		SetHeaders(w.Header(), &d)
 		httpx.JSON(w, http.StatusOK, &d)
-		checker.metrics.observe(time.Since(started))
+		checker.Observe(time.Since(started))
 	})
 }
 
 // SetHeaders writes the rate-limit headers of d's governing rule:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
 // GitHub's X-RateLimit-*, and Retry-After on a denial.
-func SetHeaders(h http.Header, d *Decision) {
+func SetHeaders(h http.Header, d *enforce.Decision) {
 	g, ok := d.Governing()
 	if !ok {
 		return
 	}
-	resetS := ceilDiv(g.ResetAfterMS, 1000)
+	resetS := limiter.CeilDiv(g.ResetAfterMS, 1000)
 	name := strconv.Quote(g.Name)
 	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(g.Limit, 10)+";w="+strconv.FormatInt(g.WindowS, 10))
 	rl := name + ";r=" + strconv.FormatInt(g.Remaining, 10)
@@ -139,98 +142,12 @@ func SetHeaders(h http.Header, d *Decision) {
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(g.Remaining, 10))
 	// Used counts down from what the rule admits at once (a GCRA rule's
 	// burst), the same base Remaining counts from.
-	h.Set("X-RateLimit-Used", strconv.FormatInt(max(0, g.capacity-g.Remaining), 10))
+	h.Set("X-RateLimit-Used", strconv.FormatInt(max(0, g.Capacity-g.Remaining), 10))
 	if g.ResetAfterMS >= 0 {
-		resetAt := ceilDiv(d.NowUS+g.ResetAfterMS*1000, 1_000_000)
+		resetAt := limiter.CeilDiv(d.NowUS+g.ResetAfterMS*1000, 1_000_000)
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetAt, 10))
 	}
 	if !d.Allowed && d.RetryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt(ceilDiv(d.RetryAfterMS, 1000), 10))
+		h.Set("Retry-After", strconv.FormatInt(limiter.CeilDiv(d.RetryAfterMS, 1000), 10))
 	}
-}
-
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
-		return 0
-	}
-	return (a + b - 1) / b
-}
-
-// tokenCache remembers tokens whose signature verified, so the hot path
-// pays for Ed25519 once per token. Revocation is still checked on every
-// request against the snapshot.
-type tokenCache struct {
-	mu      sync.Mutex
-	entries map[string]cachedToken
-}
-
-type cachedToken struct {
-	id      string
-	expires time.Time
-}
-
-const tokenCacheSize = 10_000
-
-func (c *tokenCache) get(token string) (cachedToken, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[token]
-	return e, ok
-}
-
-func (c *tokenCache) put(token string, e cachedToken) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.entries) >= tokenCacheSize {
-		clear(c.entries)
-	}
-	c.entries[token] = e
-}
-
-type ctxKey int
-
-const serviceTokenKey ctxKey = 0
-
-// ServiceTokenID returns the verified service token's ID from ctx.
-func ServiceTokenID(ctx context.Context) string {
-	id, _ := ctx.Value(serviceTokenKey).(string)
-	return id
-}
-
-// RequireServiceToken lets a request through only with a valid, unexpired
-// and unrevoked service token in "Authorization: Bearer …".
-func RequireServiceToken(holder *Holder, log *slog.Logger) func(http.Handler) http.Handler {
-	cache := &tokenCache{entries: map[string]cachedToken{}}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			s := holder.Current()
-			if !ok || token == "" || s == nil {
-				unauthorized(w, r, log)
-				return
-			}
-			now := time.Now()
-			e, hit := cache.get(token)
-			if !hit {
-				id, exp, err := auth.VerifyServiceToken(token, s.signingKeys, now)
-				if err != nil {
-					unauthorized(w, r, log)
-					return
-				}
-				e = cachedToken{id: id, expires: exp}
-				cache.put(token, e)
-			}
-			st, known := s.tokens[e.id]
-			if !now.Before(e.expires) || !known || (st.RevokedAt != nil && !st.RevokedAt.After(now)) {
-				unauthorized(w, r, log)
-				return
-			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceTokenKey, e.id)))
-		})
-	}
-}
-
-func unauthorized(w http.ResponseWriter, r *http.Request, log *slog.Logger) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-check"`)
-	httpx.Error(w, r, log, auth.ErrBadToken)
 }

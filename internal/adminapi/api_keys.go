@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -73,9 +74,9 @@ func (k *keyCreateRequest) Validate() error {
 	return tollgate.Invalid(f)
 }
 
-// keySecretResponse answers requests that make a key: the only time its
+// KeySecretResponse answers requests that make a key: the only time its
 // secret is shown.
-type keySecretResponse struct {
+type KeySecretResponse struct {
 	Key    tenants.Key `json:"key"`
 	Secret string      `json:"secret"`
 	// Previous is the rotated key, now expiring (rotation only).
@@ -84,29 +85,29 @@ type keySecretResponse struct {
 
 // handleKeyCreate serves POST /tenants/{tenantID}/keys: 409 when the
 // tenant has tenants.MaxLiveKeys live keys already.
-func handleKeyCreate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+func handleKeyCreate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := keyCreateRequest{now: now()}
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		var secret string
 		var k tenants.Key
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
 			secret, k, err = tenants.NewStore(tx).CreateKey(r.Context(), chi.URLParam(r, "tenantID"), req.spec())
 			if err != nil {
 				return nil, err
 			}
-			return one(keyChange("key.create", nil, &k)), nil
+			return audit.One(tenants.KeyAudit("key.create", nil, &k)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		w.Header().Set("Location", "/api/v1/tenants/"+k.TenantID+"/keys/"+k.ID)
-		httpx.JSON(w, http.StatusCreated, keySecretResponse{Key: k, Secret: secret})
+		httpx.JSON(w, http.StatusCreated, KeySecretResponse{Key: k, Secret: secret})
 	})
 }
 
@@ -151,10 +152,10 @@ func (k *keyUpdateRequest) Validate() error {
 // operators may clear or extend an expiry, or change an expired key's
 // (403 for tenant admins): that could undo a rotation's grace period or an
 // operator's expiry, or bring a key back.
-func handleKeyUpdate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+func handleKeyUpdate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req keyUpdateRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
@@ -163,7 +164,7 @@ func handleKeyUpdate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 		s, _ := sessionFrom(r.Context())
 		c.ShortenOnly = s.User.Role != auth.RoleOperator
 		var after tenants.Key
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.GetKey(r.Context(), tenantID, keyID)
 			if err != nil {
@@ -172,7 +173,7 @@ func handleKeyUpdate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 			if after, err = ts.UpdateKey(r.Context(), tenantID, keyID, c, now()); err != nil {
 				return nil, err
 			}
-			return one(keyChange("key.update", &before, &after)), nil
+			return audit.One(tenants.KeyAudit("key.update", &before, &after)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -184,11 +185,11 @@ func handleKeyUpdate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 
 // handleKeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke:
 // checks with the key are denied (key_revoked) within a second.
-func handleKeyRevoke(log *slog.Logger, ch changer) http.Handler {
+func handleKeyRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
 		var after tenants.Key
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.GetKey(r.Context(), tenantID, keyID)
 			if err != nil {
@@ -197,7 +198,7 @@ func handleKeyRevoke(log *slog.Logger, ch changer) http.Handler {
 			if after, err = ts.RevokeTenantKey(r.Context(), tenantID, keyID); err != nil {
 				return nil, err
 			}
-			return one(keyChange("key.revoke", &before, &after)), nil
+			return audit.One(tenants.KeyAudit("key.revoke", &before, &after)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -207,9 +208,9 @@ func handleKeyRevoke(log *slog.Logger, ch changer) http.Handler {
 	})
 }
 
-// defaultRotationGrace is how long a rotated key keeps working when the
+// DefaultRotationGrace is how long a rotated key keeps working when the
 // request does not say: a day to roll the new key out.
-const defaultRotationGrace = 24 * time.Hour
+const DefaultRotationGrace = 24 * time.Hour
 
 type keyRotateRequest struct {
 	// GracePeriodS is how long the old key keeps working, in seconds.
@@ -218,7 +219,7 @@ type keyRotateRequest struct {
 
 func (k *keyRotateRequest) grace() time.Duration {
 	if k.GracePeriodS == nil {
-		return defaultRotationGrace
+		return DefaultRotationGrace
 	}
 	return time.Duration(*k.GracePeriodS) * time.Second
 }
@@ -253,7 +254,7 @@ func asRotated(k tenants.Key) rotatedKey {
 // the grace period (its expires_at becomes now + grace). A key is rotated
 // at most once: 409 for a key rotated before, revoked or expired, and when
 // the tenant has tenants.MaxLiveKeys live keys already.
-func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+func handleKeyRotate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req keyRotateRequest
 		if err := decodeOptional(r, &req); err != nil {
@@ -261,8 +262,8 @@ func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 			return
 		}
 		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
-		var res keySecretResponse
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		var res KeySecretResponse
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.GetKey(r.Context(), tenantID, keyID)
 			if err != nil {
@@ -273,10 +274,10 @@ func handleKeyRotate(log *slog.Logger, ch changer, now func() time.Time) http.Ha
 			if err != nil {
 				return nil, err
 			}
-			res = keySecretResponse{Key: fresh, Secret: secret, Previous: &old}
-			rotated := keyChange("key.rotate", &before, &old)
+			res = KeySecretResponse{Key: fresh, Secret: secret, Previous: &old}
+			rotated := tenants.KeyAudit("key.rotate", &before, &old)
 			rotated.Before, rotated.After = asRotated(before), asRotated(old)
-			return []audit.Change{keyChange("key.create", nil, &fresh), rotated}, nil
+			return []audit.Change{tenants.KeyAudit("key.create", nil, &fresh), rotated}, nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)

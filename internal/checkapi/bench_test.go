@@ -1,4 +1,4 @@
-package enforce
+package checkapi
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -24,9 +25,9 @@ import (
 
 // staticSource serves fixed snapshot data: benchmarks exercise the check
 // path, not Postgres.
-type staticSource struct{ data Data }
+type staticSource struct{ data enforce.Data }
 
-func (s staticSource) LoadSnapshot(context.Context) (Data, error) { return s.data, nil }
+func (s staticSource) LoadSnapshot(context.Context) (enforce.Data, error) { return s.data, nil }
 func (s staticSource) FindKey(context.Context, tenants.KeyHash) (tenants.Key, error) {
 	return tenants.Key{}, fmt.Errorf("not found")
 }
@@ -43,7 +44,7 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 		}
 	}
 	pro.ID = 1
-	d := Data{
+	d := enforce.Data{
 		Plans:         []plans.Plan{pro},
 		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
 		SigningKeys:   map[string]ed25519.PublicKey{"k1": pub},
@@ -61,12 +62,12 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 	token, _ := tok.SignedString(priv)
 
 	log := slog.New(slog.DiscardHandler)
-	holder := NewHolder(staticSource{d}, log)
+	holder := enforce.NewHolder(staticSource{d}, log)
 	if err := holder.Reload(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	checker := NewChecker(holder, store, CheckerConfig{Prefix: prefix, StoreTimeout: time.Second, Log: log})
-	return RequireServiceToken(holder, log)(HandleCheck(checker, log)), token, secrets
+	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{Prefix: prefix, StoreTimeout: time.Second, Log: log})
+	return RequireServiceToken(enforce.NewTokenVerifier(holder), log)(HandleCheck(checker, log)), token, secrets
 }
 
 func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {

@@ -1,15 +1,18 @@
-package enforce
+package checkapi
 
 import (
 	"net/http"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/enforce"
 )
 
 // TestHeadersOfABurstLimitedRule: with burst below the limit, Remaining
-// counts down from the burst, and so does Used.
+// counts down from the burst, and so does Used. (A Decision built by
+// hand is governed by its first rule.)
 func TestHeadersOfABurstLimitedRule(t *testing.T) {
-	d := &Decision{Allowed: true, NowUS: 1_800_000_000_000_000, governing: 0, Rules: []RuleResult{{
-		Name: "hourly", Limit: 5000, WindowS: 3600, Allowed: true, Remaining: 99, ResetAfterMS: 720, capacity: 100,
+	d := &enforce.Decision{Allowed: true, NowUS: 1_800_000_000_000_000, Rules: []enforce.RuleResult{{
+		Name: "hourly", Limit: 5000, WindowS: 3600, Allowed: true, Remaining: 99, ResetAfterMS: 720, Capacity: 100,
 	}}}
 	h := http.Header{}
 	SetHeaders(h, d)

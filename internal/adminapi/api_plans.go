@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"log/slog"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -77,20 +78,20 @@ func handlePlanList(log *slog.Logger, ps *plans.Store) http.Handler {
 }
 
 // handlePlanCreate serves POST /plans.
-func handlePlanCreate(log *slog.Logger, ch changer) http.Handler {
+func handlePlanCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req planRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		var p plans.Plan
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
 			if p, err = plans.NewStore(tx).Create(r.Context(), req.plan()); err != nil {
 				return nil, err
 			}
-			return one(planChange("plan.create", nil, &p)), nil
+			return audit.One(planChange("plan.create", nil, &p)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -120,7 +121,7 @@ func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
 
 // handlePlanUpdate serves PUT /plans/{planID}: the plan is replaced as a
 // whole. Checks see the change within a second.
-func handlePlanUpdate(log *slog.Logger, ch changer) http.Handler {
+func handlePlanUpdate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathPlanID(r)
 		if err != nil {
@@ -128,12 +129,12 @@ func handlePlanUpdate(log *slog.Logger, ch changer) http.Handler {
 			return
 		}
 		var req planRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		var after plans.Plan
-		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ps := plans.NewStore(tx)
 			before, err := ps.Get(r.Context(), id)
 			if err != nil {
@@ -142,7 +143,7 @@ func handlePlanUpdate(log *slog.Logger, ch changer) http.Handler {
 			if after, err = ps.Update(r.Context(), id, req.plan()); err != nil {
 				return nil, err
 			}
-			return one(planChange("plan.update", &before, &after)), nil
+			return audit.One(planChange("plan.update", &before, &after)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -154,7 +155,7 @@ func handlePlanUpdate(log *slog.Logger, ch changer) http.Handler {
 
 // handlePlanArchive serves POST /plans/{planID}/archive (archived true) and
 // POST /plans/{planID}/unarchive.
-func handlePlanArchive(log *slog.Logger, ch changer, archived bool) http.Handler {
+func handlePlanArchive(log *slog.Logger, db *pgxpool.Pool, archived bool) http.Handler {
 	action := "plan.unarchive"
 	if archived {
 		action = "plan.archive"
@@ -166,7 +167,7 @@ func handlePlanArchive(log *slog.Logger, ch changer, archived bool) http.Handler
 			return
 		}
 		var after plans.Plan
-		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ps := plans.NewStore(tx)
 			before, err := ps.Get(r.Context(), id)
 			if err != nil {
@@ -175,7 +176,7 @@ func handlePlanArchive(log *slog.Logger, ch changer, archived bool) http.Handler
 			if after, err = ps.SetArchived(r.Context(), id, archived); err != nil {
 				return nil, err
 			}
-			return one(planChange(action, &before, &after)), nil
+			return audit.One(planChange(action, &before, &after)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -187,14 +188,14 @@ func handlePlanArchive(log *slog.Logger, ch changer, archived bool) http.Handler
 
 // handlePlanDelete serves DELETE /plans/{planID}: only a plan no tenant is
 // or was ever on; otherwise 409 (archive it instead).
-func handlePlanDelete(log *slog.Logger, ch changer) http.Handler {
+func handlePlanDelete(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathPlanID(r)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		err = ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ps := plans.NewStore(tx)
 			before, err := ps.Get(r.Context(), id)
 			if err != nil {
@@ -203,7 +204,7 @@ func handlePlanDelete(log *slog.Logger, ch changer) http.Handler {
 			if err := ps.Delete(r.Context(), id); err != nil {
 				return nil, err
 			}
-			return one(planChange("plan.delete", &before, nil)), nil
+			return audit.One(planChange("plan.delete", &before, nil)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)

@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type loginLimiter struct {
 
 func (l *loginLimiter) params(factor int64) limiter.Params {
 	n := factor * l.perMinute
-	return limiter.Params{Algorithm: limiter.GCRA, Limit: n, PeriodUS: limiter.Minute, Burst: n}
+	return limiter.Params{Algorithm: limiter.GCRA, Limit: n, PeriodUS: limiter.MinuteUS, Burst: n}
 }
 
 // hashed returns parts hashed (separated by a zero byte), so that no email

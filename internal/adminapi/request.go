@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"bytes"
@@ -15,22 +15,22 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 )
 
-// maxBody is the largest admin request body: room for a plan with many
+// MaxBody is the largest admin request body: room for a plan with many
 // rules and tiers, small enough to refuse junk early.
-const maxBody = 64 << 10
+const MaxBody = 64 << 10
 
 // decodeOptional is httpx.Decode for endpoints whose body may be omitted:
 // an empty body counts as {}.
 func decodeOptional(r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
 	if err != nil {
-		return tollgate.Errorf(tollgate.ETOOLARGE, "the body is larger than %d bytes", maxBody)
+		return tollgate.Errorf(tollgate.ETOOLARGE, "the body is larger than %d bytes", MaxBody)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return httpx.Decode(r, maxBody, v)
+	return httpx.Decode(r, MaxBody, v)
 }
 
 // pathPlanID returns the {planID} path parameter; one that is not a

@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"log/slog"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -76,27 +77,29 @@ func (s *serviceTokenRequest) Validate() error {
 	return tollgate.Invalid(f)
 }
 
-type serviceTokenResponse struct {
+// ServiceTokenResponse answers POST /service-tokens: the only time the
+// token is shown.
+type ServiceTokenResponse struct {
 	ServiceToken auth.ServiceToken `json:"service_token"`
 	// Token is the signed JWT, shown this once.
 	Token string `json:"token"`
 }
 
 // handleServiceTokenCreate serves POST /service-tokens.
-func handleServiceTokenCreate(log *slog.Logger, ch changer) http.Handler {
+func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req serviceTokenRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var res serviceTokenResponse
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		var res ServiceTokenResponse
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
 			if res.Token, res.ServiceToken, err = auth.NewStore(tx).IssueServiceToken(r.Context(), req.Name, req.ttl()); err != nil {
 				return nil, err
 			}
-			return one(serviceTokenChange("service_token.create", nil, &res.ServiceToken)), nil
+			return audit.One(serviceTokenChange("service_token.create", nil, &res.ServiceToken)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -109,11 +112,11 @@ func handleServiceTokenCreate(log *slog.Logger, ch changer) http.Handler {
 
 // handleServiceTokenRevoke serves POST /service-tokens/{tokenID}/revoke:
 // the check API refuses the token (401) within a second.
-func handleServiceTokenRevoke(log *slog.Logger, ch changer) http.Handler {
+func handleServiceTokenRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "tokenID")
 		var after auth.ServiceToken
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			as := auth.NewStore(tx)
 			before, err := as.GetServiceToken(r.Context(), id)
 			if err != nil {
@@ -125,7 +128,7 @@ func handleServiceTokenRevoke(log *slog.Logger, ch changer) http.Handler {
 			if after, err = as.GetServiceToken(r.Context(), id); err != nil {
 				return nil, err
 			}
-			return one(serviceTokenChange("service_token.revoke", &before, &after)), nil
+			return audit.One(serviceTokenChange("service_token.revoke", &before, &after)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)

@@ -1,4 +1,4 @@
-package main
+package adminapi
 
 import (
 	"log/slog"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -78,20 +79,20 @@ func (t *tenantCreateRequest) Validate() error {
 
 // handleTenantCreate serves POST /tenants. The plan must exist and not be
 // archived.
-func handleTenantCreate(log *slog.Logger, ch changer) http.Handler {
+func handleTenantCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req tenantCreateRequest
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		var t tenants.Tenant
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
 			if t, err = tenants.NewStore(tx).Create(r.Context(), req.Name, req.PlanID); err != nil {
 				return nil, err
 			}
-			return one(tenantChange("tenant.create", nil, t, t.ID)), nil
+			return audit.One(tenantChange("tenant.create", nil, t, t.ID)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -144,10 +145,10 @@ func (p *planChangeRequest) Validate() error {
 // handleTenantSetPlan serves POST /tenants/{tenantID}/plan: the tenant
 // moves to another plan, recorded in its plan history. 409 naming
 // effective_at when it falls in or before a closed month.
-func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) http.Handler {
+func handleTenantSetPlan(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := planChangeRequest{now: now()}
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
@@ -157,7 +158,7 @@ func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) htt
 		}
 		id := chi.URLParam(r, "tenantID")
 		var after tenants.Tenant
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.Get(r.Context(), id)
 			if err != nil {
@@ -169,7 +170,7 @@ func handleTenantSetPlan(log *slog.Logger, ch changer, now func() time.Time) htt
 			if after, err = ts.Get(r.Context(), id); err != nil {
 				return nil, err
 			}
-			return one(tenantChange("tenant.plan_change",
+			return audit.One(tenantChange("tenant.plan_change",
 				map[string]any{"plan_id": before.PlanID},
 				map[string]any{"plan_id": after.PlanID, "effective_at": effective.UTC()}, id)), nil
 		})
@@ -190,7 +191,7 @@ func handleTenantPlanHistory(log *slog.Logger, ts *tenants.Store) http.Handler {
 // handleTenantStatus serves POST /tenants/{tenantID}/suspend and /resume:
 // a suspended tenant's checks are denied (tenant_suspended) within a
 // second.
-func handleTenantStatus(log *slog.Logger, ch changer, status string) http.Handler {
+func handleTenantStatus(log *slog.Logger, db *pgxpool.Pool, status string) http.Handler {
 	action := "tenant.resume"
 	if status == tenants.StatusSuspended {
 		action = "tenant.suspend"
@@ -198,7 +199,7 @@ func handleTenantStatus(log *slog.Logger, ch changer, status string) http.Handle
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "tenantID")
 		var after tenants.Tenant
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.Get(r.Context(), id)
 			if err != nil {
@@ -207,7 +208,7 @@ func handleTenantStatus(log *slog.Logger, ch changer, status string) http.Handle
 			if after, err = ts.SetStatus(r.Context(), id, status); err != nil {
 				return nil, err
 			}
-			return one(tenantChange(action, before, after, id)), nil
+			return audit.One(tenantChange(action, before, after, id)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
@@ -244,16 +245,16 @@ func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 // handleOverridesPut serves PUT /tenants/{tenantID}/overrides: the
 // tenant's override rules are replaced as a whole. Each replaces the plan
 // rule of its name for this tenant, or adds a rule.
-func handleOverridesPut(log *slog.Logger, ch changer) http.Handler {
+func handleOverridesPut(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req overridesBody
-		if err := httpx.Decode(r, maxBody, &req); err != nil {
+		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
 		id := chi.URLParam(r, "tenantID")
 		var after []plans.Rule
-		err := ch.change(r.Context(), actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
+		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			ts := tenants.NewStore(tx)
 			before, err := ts.Overrides(r.Context(), id)
 			if err != nil {
@@ -262,7 +263,7 @@ func handleOverridesPut(log *slog.Logger, ch changer) http.Handler {
 			if after, err = ts.SetOverrides(r.Context(), id, req.Rules); err != nil {
 				return nil, err
 			}
-			return one(tenantChange("tenant.overrides_set", overridesBody{Rules: before}, overridesBody{Rules: after}, id)), nil
+			return audit.One(tenantChange("tenant.overrides_set", overridesBody{Rules: before}, overridesBody{Rules: after}, id)), nil
 		})
 		if err != nil {
 			httpx.Error(w, r, log, err)

@@ -1,4 +1,4 @@
-package usage
+package adminapi
 
 import (
 	"log/slog"
@@ -7,49 +7,46 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Authorize decides whether r may read a tenant's usage and statements.
 // tenantID "" asks for operator-wide data (every tenant), which only
 // operators may read. It refuses with a *tollgate.Error of code
-// EUNAUTHORIZED or EFORBIDDEN. The admin server supplies it, so that roles
-// and tenant-scoped logins stay out of this package.
+// EUNAUTHORIZED or EFORBIDDEN. The routes use authorizeUsage (access.go);
+// tests may pass their own.
 type Authorize func(r *http.Request, tenantID string) error
 
-// The handlers below take path values by name ("tenant", "month"): mount
-// them on patterns that define those, e.g.
-//
-//	GET /api/v1/usage/tenants/{tenantID}/series
-//	GET /api/v1/statements/{tenantID}/{month}
-
-// HandleSeries serves a tenant's usage over time:
+// handleUsageSeries serves a tenant's usage over time:
 // ?granularity=minute|hour|day|month (default hour), &from=…&to=… (RFC
 // 3339; default the last 24 hours), widened to whole buckets.
-func HandleSeries(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageSeries(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	type response struct {
-		TenantID    string      `json:"tenant_id"`
-		Granularity Granularity `json:"granularity"`
-		From        time.Time   `json:"from"`
-		To          time.Time   `json:"to"`
-		Points      []Point     `json:"points"`
+		TenantID    string            `json:"tenant_id"`
+		Granularity usage.Granularity `json:"granularity"`
+		From        time.Time         `json:"from"`
+		To          time.Time         `json:"to"`
+		Points      []usage.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := r.PathValue("tenantID")
+		tenant := chi.URLParam(r, "tenantID")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		rng, err := parseRange(r, store.cfg.Now())
+		rng, err := parseRange(r, store.Now())
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		g := Granularity(r.URL.Query().Get("granularity"))
+		g := usage.Granularity(r.URL.Query().Get("granularity"))
 		if g == "" {
-			g = GranularityHour
+			g = usage.GranularityHour
 		}
 		points, err := store.Series(r.Context(), tenant, g, rng)
 		if err != nil {
@@ -58,48 +55,48 @@ func HandleSeries(store *Store, authorize Authorize, log *slog.Logger) http.Hand
 		}
 		resp := response{TenantID: tenant, Granularity: g, From: rng.From, To: rng.To, Points: points}
 		if len(points) > 0 {
-			resp.From, resp.To = points[0].At, g.next(points[len(points)-1].At)
+			resp.From, resp.To = points[0].At, g.Next(points[len(points)-1].At)
 		}
 		httpx.JSON(w, http.StatusOK, resp)
 	})
 }
 
-// HandleTopKeys serves a tenant's keys with the most allowed units:
+// handleUsageTopKeys serves a tenant's keys with the most allowed units:
 // ?from=…&to=…&limit=N (default 10).
-func HandleTopKeys(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, limit int) (any, error) {
+func handleUsageTopKeys(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		keys, err := store.TopKeys(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "keys": keys}, err
 	})
 }
 
-// HandleTopResources serves a tenant's resources with the most allowed
+// handleUsageTopResources serves a tenant's resources with the most allowed
 // units: ?from=…&to=…&limit=N (default 10).
-func HandleTopResources(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, limit int) (any, error) {
+func handleUsageTopResources(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		res, err := store.TopResources(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "resources": res}, err
 	})
 }
 
-// HandleRejections serves a tenant's rejection rate, with denials by
+// handleUsageRejections serves a tenant's rejection rate, with denials by
 // reason and by rule: ?from=…&to=….
-func HandleRejections(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng Range, _ int) (any, error) {
+func handleUsageRejections(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, _ int) (any, error) {
 		rej, err := store.Rejections(r.Context(), tenant, rng)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "rejections": rej}, err
 	})
 }
 
-func handleTop(store *Store, authorize Authorize, log *slog.Logger,
-	query func(r *http.Request, tenant string, rng Range, limit int) (any, error)) http.Handler {
+func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
+	query func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := r.PathValue("tenantID")
+		tenant := chi.URLParam(r, "tenantID")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		rng, err := parseRange(r, store.cfg.Now())
+		rng, err := parseRange(r, store.Now())
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -118,15 +115,15 @@ func handleTop(store *Store, authorize Authorize, log *slog.Logger,
 	})
 }
 
-// HandleTotals serves operator-wide usage by tenant and by tier:
+// handleUsageTotals serves operator-wide usage by tenant and by tier:
 // ?from=…&to=….
-func HandleTotals(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := authorize(r, ""); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		rng, err := parseRange(r, store.cfg.Now())
+		rng, err := parseRange(r, store.Now())
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -140,15 +137,15 @@ func HandleTotals(store *Store, authorize Authorize, log *slog.Logger) http.Hand
 	})
 }
 
-// HandleTopIPs serves the anonymous addresses with the most decisions
+// handleUsageTopIPs serves the anonymous addresses with the most decisions
 // (operators only): ?from=…&to=…&limit=N.
-func HandleTopIPs(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageTopIPs(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := authorize(r, ""); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		rng, err := parseRange(r, store.cfg.Now())
+		rng, err := parseRange(r, store.Now())
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -167,17 +164,17 @@ func HandleTopIPs(store *Store, authorize Authorize, log *slog.Logger) http.Hand
 	})
 }
 
-// HandleStatement serves a tenant's statement for a month (path values
+// handleUsageStatement serves a tenant's statement for a month (path values
 // tenant and month, e.g. 2026-10) as JSON, or as CSV with ?format=csv or
 // "Accept: text/csv".
-func HandleStatement(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageStatement(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := r.PathValue("tenantID")
+		tenant := chi.URLParam(r, "tenantID")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := ParseMonth(r.PathValue("month"))
+		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -196,19 +193,19 @@ func HandleStatement(store *Store, authorize Authorize, log *slog.Logger) http.H
 			httpx.Error(w, r, log, err)
 			return
 		}
-		writeStatements(w, r, log, csvOut, "statement-"+tenant+"-"+m.String(), []Statement{st}, st)
+		writeStatements(w, r, log, csvOut, "statement-"+tenant+"-"+m.String(), []usage.Statement{st}, st)
 	})
 }
 
-// HandleStatements serves every tenant's statement for ?month=2006-01
+// handleUsageStatements serves every tenant's statement for ?month=2006-01
 // (operators only), as JSON or CSV like HandleStatement.
-func HandleStatements(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageStatements(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := authorize(r, ""); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := ParseMonth(r.URL.Query().Get("month"))
+		m, err := usage.ParseMonth(r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -228,17 +225,17 @@ func HandleStatements(store *Store, authorize Authorize, log *slog.Logger) http.
 	})
 }
 
-// HandleLate lists usage that arrived after ?month= was closed; with
+// handleUsageLate lists usage that arrived after ?month= was closed; with
 // &tenant=ID only that tenant's (which the tenant may read), otherwise
 // every tenant's (operators only).
-func HandleLate(store *Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageLate(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := r.URL.Query().Get("tenant")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := ParseMonth(r.URL.Query().Get("month"))
+		m, err := usage.ParseMonth(r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -257,14 +254,14 @@ func HandleLate(store *Store, authorize Authorize, log *slog.Logger) http.Handle
 }
 
 func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, csvOut bool, name string,
-	list []Statement, jsonBody any) {
+	list []usage.Statement, jsonBody any) {
 	if !csvOut {
 		httpx.JSON(w, http.StatusOK, jsonBody)
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
-	if err := WriteCSV(w, list); err != nil {
+	if err := usage.WriteCSV(w, list); err != nil {
 		log.WarnContext(r.Context(), "usage: write CSV", "err", err)
 	}
 }
@@ -283,9 +280,9 @@ func wantCSV(r *http.Request) (bool, error) {
 
 // parseRange reads ?from= and ?to= (RFC 3339); to defaults to now, from
 // to 24 hours before to.
-func parseRange(r *http.Request, now time.Time) (Range, error) {
+func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
 	f := map[string]string{}
-	rng := Range{To: now.UTC()}
+	rng := usage.Range{To: now.UTC()}
 	if v := r.URL.Query().Get("to"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {

@@ -1,0 +1,308 @@
+package adminapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// testAuthorize lets "X-Operator: yes" read everything and "X-Tenant: id"
+// read that tenant's data only.
+func testAuthorize(r *http.Request, tenantID string) error {
+	if r.Header.Get("X-Operator") == "yes" {
+		return nil
+	}
+	if t := r.Header.Get("X-Tenant"); t != "" {
+		if tenantID != "" && t == tenantID {
+			return nil
+		}
+		return tollgate.Errorf(tollgate.EFORBIDDEN, "not yours")
+	}
+	return tollgate.Errorf(tollgate.EUNAUTHORIZED, "log in")
+}
+
+func testRoutes(s *usage.Store) http.Handler {
+	log := slog.New(slog.DiscardHandler)
+	mux := chi.NewRouter()
+	mux.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(s, testAuthorize, log))
+	mux.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(s, testAuthorize, log))
+	mux.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(s, testAuthorize, log))
+	mux.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(s, testAuthorize, log))
+	mux.Method("GET", "/usage/totals", handleUsageTotals(s, testAuthorize, log))
+	mux.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(s, testAuthorize, log))
+	mux.Method("GET", "/statements", handleUsageStatements(s, testAuthorize, log))
+	mux.Method("GET", "/statements/late", handleUsageLate(s, testAuthorize, log))
+	mux.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(s, testAuthorize, log))
+	return mux
+}
+
+type caller struct {
+	t       *testing.T
+	h       http.Handler
+	headers map[string]string
+}
+
+func (c caller) get(path string) (int, string, http.Header) {
+	c.t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	c.h.ServeHTTP(rec, req)
+	body, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(body), rec.Header()
+}
+
+func (c caller) getJSON(path string, v any) {
+	c.t.Helper()
+	code, body, _ := c.get(path)
+	if code != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+func TestUsageHandlers(t *testing.T) {
+	s, db := newUsageStore(t, "2026-11-22T12:00:00Z")
+	pro, free, key1, key2 := seedDemoPro(t, db)
+	monthOfTraffic(t, s, pro, free, key1, key2)
+	_, err := s.Apply(context.Background(), usage.Batch{Version: 1, ID: "ips", IPs: []usage.IPRow{
+		{Minute: at(t, "2026-11-20T10:00"), IP: "198.51.100.7", Counts: usage.Counts{Allowed: 60, Denied: 40, AllowedUnits: 60, DeniedUnits: 40}},
+		{Minute: at(t, "2026-11-20T10:01"), IP: "198.51.100.7", Counts: usage.Counts{Allowed: 0, Denied: 10, DeniedUnits: 10}},
+		{Minute: at(t, "2026-11-20T10:00"), IP: "203.0.113.9", Counts: usage.Counts{Allowed: 5, AllowedUnits: 5}},
+		{Minute: at(t, "2026-11-20T10:00"), IP: usage.OtherIP, Counts: usage.Counts{Allowed: 3, AllowedUnits: 3}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := testRoutes(s)
+	operator := caller{t, h, map[string]string{"X-Operator": "yes"}}
+	tenant := caller{t, h, map[string]string{"X-Tenant": pro.ID}}
+	anonymous := caller{t, h, nil}
+	base := "/usage/tenants/" + pro.ID
+
+	var series struct {
+		Granularity string        `json:"granularity"`
+		Points      []usage.Point `json:"points"`
+	}
+	tenant.getJSON(base+"/series?granularity=hour&from=2026-10-10T00:00:00Z&to=2026-10-11T00:00:00Z", &series)
+	if len(series.Points) != 24 || series.Granularity != "hour" {
+		t.Fatalf("%d points of %s, want 24 hours", len(series.Points), series.Granularity)
+	}
+	for _, p := range series.Points {
+		if p.AllowedUnits != 180 || p.Allowed != 165 || p.Denied != 15 {
+			t.Errorf("hour %s: %+v, want 165 allowed (180 units), 15 denied", p.At, p.Counts)
+		}
+	}
+	tenant.getJSON(base+"/series?granularity=day&from=2026-09-30T00:00:00Z&to=2026-10-02T00:00:00Z", &series)
+	if len(series.Points) != 2 || series.Points[0].AllowedUnits != 1000 || series.Points[1].AllowedUnits != 24*180 {
+		t.Errorf("days: %+v", series.Points)
+	}
+	// Minute rows are kept 3 months (August to November here).
+	if code, body, _ := tenant.get(base + "/series?granularity=minute&from=2026-07-01T00:00:00Z&to=2026-07-01T01:00:00Z"); code != http.StatusUnprocessableEntity {
+		t.Errorf("minutes before retention: %d %s, want 422", code, body)
+	}
+	if code, _, _ := tenant.get(base + "/series?granularity=week"); code != http.StatusUnprocessableEntity {
+		t.Errorf("granularity week: %d, want 422", code)
+	}
+
+	var topHour struct {
+		Keys []usage.KeyUsage `json:"keys"`
+	}
+	// 09:00:30–10:59:59 on 10 October widens to 09:00–11:00: two hours.
+	tenant.getJSON(base+"/top-keys?from=2026-10-10T09:00:30Z&to=2026-10-10T10:59:59Z", &topHour)
+	if len(topHour.Keys) != 2 || topHour.Keys[0].AllowedUnits != 300 {
+		t.Errorf("top keys over two hours %+v, want key 1 with 2 × 150 units", topHour.Keys)
+	}
+
+	october := "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z"
+	var top struct {
+		Keys      []usage.KeyUsage      `json:"keys"`
+		Resources []usage.ResourceUsage `json:"resources"`
+	}
+	tenant.getJSON(base+"/top-keys?"+october, &top)
+	if len(top.Keys) != 2 || top.Keys[0].KeyID != key1.ID || top.Keys[0].AllowedUnits != 111_600 {
+		t.Errorf("top keys %+v", top.Keys)
+	}
+	tenant.getJSON(base+"/top-resources?limit=1&"+october, &top)
+	if len(top.Resources) != 1 || top.Resources[0].Resource != "GET /repos" {
+		t.Errorf("top resources %+v", top.Resources)
+	}
+	var rej struct {
+		Rejections usage.Rejections `json:"rejections"`
+	}
+	tenant.getJSON(base+"/rejections?"+october, &rej)
+	if r := rej.Rejections; r.Denied != 31*24*15 || r.Rate != 15.0/180 || r.ByRule["hourly"] != 31*24*10 || r.ByRule["search"] != 31*24*5 {
+		t.Errorf("rejections %+v", r)
+	}
+
+	// Operator-wide data and other tenants' data are refused to tenants.
+	for _, path := range []string{"/usage/totals", "/usage/anonymous/top-ips", "/statements?month=2026-10",
+		"/usage/tenants/" + free.ID + "/series", "/statements/" + free.ID + "/2026-10", "/statements/late?month=2026-10"} {
+		if code, body, _ := tenant.get(path); code != http.StatusForbidden {
+			t.Errorf("tenant GET %s: %d %s, want 403", path, code, body)
+		}
+		if code, _, _ := anonymous.get(path); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET %s: %d, want 401", path, code)
+		}
+	}
+	var totals struct {
+		Totals usage.Totals `json:"totals"`
+	}
+	operator.getJSON("/usage/totals?"+october, &totals)
+	if tt := totals.Totals; tt.AllowedUnits != 133_920+5208+31*24*3 || tt.ByTier["anonymous"].Allowed != 31*24*3 ||
+		len(tt.ByTenant) != 3 || tt.ByTenant[0].TenantName != "demo-pro" {
+		t.Errorf("totals %+v", tt)
+	}
+	var ips struct {
+		IPs usage.TopIPs `json:"ips"`
+	}
+	operator.getJSON("/usage/anonymous/top-ips?limit=1&from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z", &ips)
+	if len(ips.IPs.Top) != 1 || ips.IPs.Top[0].IP != "198.51.100.7" || ips.IPs.Top[0].Denied != 50 || ips.IPs.Other.Allowed != 8 {
+		t.Errorf("top IPs %+v", ips.IPs)
+	}
+
+	var st usage.Statement
+	tenant.getJSON("/statements/"+pro.ID+"/2026-10", &st)
+	if st.TotalMinor != 38_820 || st.Status != "open" {
+		t.Errorf("statement total %d status %s", st.TotalMinor, st.Status)
+	}
+	code, body, hdr := tenant.get("/statements/" + pro.ID + "/2026-10?format=csv")
+	if code != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "text/csv") ||
+		!strings.HasPrefix(body, strings.Join(usage.CSVHeader, ",")+"\n") || !strings.Contains(body, ",total,,,,,,,,,,,,38820\n") {
+		t.Errorf("CSV statement: %d %s\n%s", code, hdr.Get("Content-Type"), body)
+	}
+	c := caller{t, h, map[string]string{"X-Tenant": pro.ID, "Accept": "text/csv"}}
+	if _, body, _ := c.get("/statements/" + pro.ID + "/2026-10"); !strings.Contains(body, ",total,") {
+		t.Errorf("Accept: text/csv did not give CSV: %s", body)
+	}
+	if code, _, _ := tenant.get("/statements/" + pro.ID + "/2026-13"); code != http.StatusUnprocessableEntity {
+		t.Errorf("month 2026-13: %d, want 422", code)
+	}
+	var all struct {
+		Statements []usage.Statement `json:"statements"`
+	}
+	operator.getJSON("/statements?month=2026-10", &all)
+	if len(all.Statements) != 2 {
+		t.Errorf("%d statements, want 2", len(all.Statements))
+	}
+	var late struct {
+		Late []usage.LateRow `json:"late_usage"`
+	}
+	operator.getJSON("/statements/late?month=2026-10", &late)
+	if len(late.Late) != 0 {
+		t.Errorf("late usage in an open month: %+v", late.Late)
+	}
+}
+
+// The fixtures below build, through the stores' exported API, the month
+// of demo traffic that internal/usage's statement tests use.
+
+func newUsageStore(t *testing.T, now string) (*usage.Store, *pgxpool.Pool) {
+	t.Helper()
+	db := testenv.DB(t)
+	clock := mustTime(t, now)
+	return usage.NewStore(db, usage.StoreConfig{Now: func() time.Time { return clock }}), db
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339, s)
+	testenv.Must(t, err)
+	return tm
+}
+
+// at is a minute given as 2006-01-02T15:04, in Unix seconds.
+func at(t *testing.T, s string) int64 {
+	t.Helper()
+	tm, err := time.Parse("2006-01-02T15:04", s)
+	testenv.Must(t, err)
+	return tm.Unix()
+}
+
+func usageRow(minute int64, tenant, key, resource string, c usage.Counts) usage.Row {
+	reason, deniedBy := "ok", ""
+	if c.Denied > 0 {
+		reason, deniedBy = "rate_limited", "hourly"
+	}
+	return usage.Row{Minute: minute, TenantID: tenant, KeyID: key, Tier: "authenticated", Resource: resource,
+		Reason: reason, DeniedBy: deniedBy, Counts: c}
+}
+
+// seedDemoPro creates the demo plans and a demo-pro tenant on pro since
+// September 2026 with two keys, and a demo-free tenant.
+func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
+	t.Helper()
+	ctx := context.Background()
+	ids := map[string]int64{}
+	for _, p := range plans.DemoPlans() {
+		stored, err := plans.NewStore(db).Put(ctx, p)
+		testenv.Must(t, err)
+		ids[p.Name] = stored.ID
+	}
+	ts := tenants.NewStore(db)
+	var err error
+	pro, err = ts.Create(ctx, "demo-pro", ids["pro"])
+	testenv.Must(t, err)
+	free, err = ts.Create(ctx, "demo-free", ids["free"])
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, key1, err = ts.IssueKey(ctx, pro.ID, "web", nil)
+	testenv.Must(t, err)
+	_, key2, err = ts.IssueKey(ctx, pro.ID, "batch", nil)
+	testenv.Must(t, err)
+	return pro, free, key1, key2
+}
+
+// monthOfTraffic applies one batch per day of October 2026: every hour,
+// key1 makes 150 allowed and 10 denied GET /repos checks of cost 1, key2
+// 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
+// anonymous callers add traffic of their own, as do September and
+// November.
+func monthOfTraffic(t *testing.T, s *usage.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
+	t.Helper()
+	ctx := context.Background()
+	freeKey := "00000000-0000-4000-8000-000000000099"
+	for day := 1; day <= 31; day++ {
+		b := usage.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
+		for hour := range 24 {
+			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
+			b.Rows = append(b.Rows,
+				usageRow(m, pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 150, AllowedUnits: 150}),
+				usageRow(m, pro.ID, key1.ID, "GET /repos", usage.Counts{Denied: 10, DeniedUnits: 10}),
+				usageRow(m, pro.ID, key2.ID, "POST /v1/search", usage.Counts{Allowed: 15, AllowedUnits: 30}),
+				usage.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
+					Reason: "rate_limited", DeniedBy: "search", Counts: usage.Counts{Denied: 5, DeniedUnits: 10}},
+				usageRow(m, free.ID, freeKey, "GET /repos", usage.Counts{Allowed: 7, AllowedUnits: 7}),
+				usage.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: usage.Counts{Allowed: 3, AllowedUnits: 3}},
+			)
+		}
+		_, err := s.Apply(ctx, b)
+		testenv.Must(t, err)
+	}
+	_, err := s.Apply(ctx, usage.Batch{Version: 1, ID: "demo:edges", Rows: []usage.Row{
+		usageRow(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		usageRow(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 1000, AllowedUnits: 1000}),
+	}})
+	testenv.Must(t, err)
+}

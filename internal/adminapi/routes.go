@@ -1,0 +1,147 @@
+package adminapi
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// Config is what the admin API needs.
+type Config struct {
+	DB    *pgxpool.Pool
+	Usage *usage.Store
+	Log   *slog.Logger
+	// SessionSecret signs session JWTs (HS256, at least
+	// auth.MinSessionSecretLen bytes); SessionTTL is their lifetime.
+	SessionSecret []byte
+	SessionTTL    time.Duration
+	// LoginStore keeps the login limiter's state: Redis, so that every
+	// admin process shares it, or a limiter.MemoryStore. LoginPerMinute is
+	// the per-(network, email) limit the others derive from; KeyPrefix
+	// starts its keys.
+	LoginStore     limiter.Store
+	LoginPerMinute int
+	KeyPrefix      string
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// NewHandler returns the admin server's routes, every one of them listed
+// here. Each API route names who may call it (see access.go): public,
+// signedIn (any role), operator, or for routes under /tenants/{tenantID}:
+// tenantRead (the tenant's users), tenantKeys (its tenant_admins) and
+// tenantOps (operators only).
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LoginStore == nil {
+		cfg.LoginStore = limiter.NewMemoryStore(nil)
+	}
+	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
+	sessions := &sessionAuth{store: auth.NewStore(db), secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now}
+	logins := &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
+	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
+
+	r := chi.NewRouter()
+	r.NotFound(httpx.NotFound(log))
+	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
+	r.Get("/healthz", httpx.Healthz)
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := db.Ping(r.Context()); err != nil {
+			httpx.JSON(w, http.StatusServiceUnavailable, map[string]string{"postgres": "unreachable"})
+			return
+		}
+		httpx.JSON(w, http.StatusOK, map[string]string{"postgres": "ok"})
+	})
+
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Use(noStore, crossOriginProtection(log), sessions.identify(log))
+		public := r
+		signedIn := r.With(requireSession(log))
+		operator := signedIn.With(operatorOnly(log))
+		tenantRead := signedIn.With(tenant(log, readTenant))
+		tenantKeys := signedIn.With(tenant(log, manageKeys))
+		tenantOps := signedIn.With(tenant(log, operateTenant))
+
+		public.Method("POST", "/login", handleLogin(log, sessions, logins, db))
+		public.Method("POST", "/logout", handleLogout(log, db))
+		signedIn.Method("GET", "/me", handleMe())
+
+		operator.Method("GET", "/plans", handlePlanList(log, ps))
+		operator.Method("POST", "/plans", handlePlanCreate(log, db))
+		operator.Method("GET", "/plans/{planID}", handlePlanGet(log, ps))
+		operator.Method("PUT", "/plans/{planID}", handlePlanUpdate(log, db))
+		operator.Method("DELETE", "/plans/{planID}", handlePlanDelete(log, db))
+		operator.Method("POST", "/plans/{planID}/archive", handlePlanArchive(log, db, true))
+		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, db, false))
+
+		operator.Method("GET", "/tenants", handleTenantList(log, ts))
+		operator.Method("POST", "/tenants", handleTenantCreate(log, db))
+		tenantRead.Method("GET", "/tenants/{tenantID}", handleTenantGet(log, ts))
+		tenantOps.Method("POST", "/tenants/{tenantID}/plan", handleTenantSetPlan(log, db, now))
+		tenantRead.Method("GET", "/tenants/{tenantID}/plan-changes", handleTenantPlanHistory(log, ts))
+		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", handleTenantStatus(log, db, tenants.StatusSuspended))
+		tenantOps.Method("POST", "/tenants/{tenantID}/resume", handleTenantStatus(log, db, tenants.StatusActive))
+		tenantRead.Method("GET", "/tenants/{tenantID}/overrides", handleOverridesGet(log, ts))
+		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleOverridesPut(log, db))
+
+		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, db, now))
+		tenantRead.Method("GET", "/tenants/{tenantID}/keys/{keyID}", handleKeyGet(log, ts))
+		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, db, now))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", handleKeyRevoke(log, db))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, db, now))
+
+		operator.Method("GET", "/service-tokens", handleServiceTokenList(log, as))
+		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db))
+		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
+
+		operator.Method("GET", "/audit", handleAuditList(log, audits))
+
+		// Usage and statements: each handler asks authorizeUsage, which
+		// lets tenant users read their own tenant's and operators
+		// everyone's (and the operator-wide views).
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/totals", handleUsageTotals(us, authorizeUsage, log))
+		signedIn.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements", handleUsageStatements(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements/late", handleUsageLate(us, authorizeUsage, log))
+		signedIn.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorizeUsage, log))
+	})
+	return r
+}
+
+// noStore keeps API answers, which hold tenants' data, out of caches.
+func noStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossOriginProtection refuses state-changing requests a browser sends
+// from another origin (CSRF through the session cookie). API clients that
+// send no Origin or Sec-Fetch-Site header are not affected.
+func crossOriginProtection(log *slog.Logger) func(http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpx.Error(w, r, log, tollgate.Errorf(tollgate.EFORBIDDEN, "cross-origin request refused"))
+	}))
+	return cop.Handler
+}

@@ -1,0 +1,48 @@
+package checkapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+type ctxKey int
+
+const serviceTokenKey ctxKey = 0
+
+// ServiceTokenID returns the verified service token's ID from ctx.
+func ServiceTokenID(ctx context.Context) string {
+	id, _ := ctx.Value(serviceTokenKey).(string)
+	return id
+}
+
+// RequireServiceToken lets a request through only with a valid, unexpired
+// and unrevoked service token in "Authorization: Bearer …".
+func RequireServiceToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok {
+				unauthorized(w, r, log)
+				return
+			}
+			id, err := tokens.Verify(token, time.Now())
+			if err != nil {
+				unauthorized(w, r, log)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceTokenKey, id)))
+		})
+	}
+}
+
+func unauthorized(w http.ResponseWriter, r *http.Request, log *slog.Logger) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-check"`)
+	httpx.Error(w, r, log, auth.ErrBadToken)
+}

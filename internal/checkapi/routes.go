@@ -1,0 +1,71 @@
+package checkapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+// Deps is what the check server's handlers use.
+type Deps struct {
+	Log     *slog.Logger
+	Holder  *enforce.Holder
+	Checker *enforce.Checker
+	// Registry serves /metrics.
+	Registry *prometheus.Registry
+	// PingPostgres and PingStore report whether Postgres and the limiter
+	// store answer, for /readyz.
+	PingPostgres func(context.Context) error
+	PingStore    func(context.Context) error
+}
+
+// NewHandler returns the check server's routes, every one of them listed
+// here.
+func NewHandler(d Deps) http.Handler {
+	tokens := enforce.NewTokenVerifier(d.Holder)
+	r := chi.NewRouter()
+	r.NotFound(httpx.NotFound(d.Log))
+	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
+	r.Get("/healthz", httpx.Healthz)
+	r.Get("/readyz", handleReady(d))
+	r.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/check", HandleCheck(d.Checker, d.Log).ServeHTTP)
+	return r
+}
+
+// handleReady answers 200 when the snapshot is loaded and the limiter
+// store answers, 503 otherwise, naming what is wrong. Postgres is reported
+// but does not make the process unready: checks are served from the
+// snapshot, so a Postgres outage must not take every API node out of its
+// load balancer.
+func handleReady(d Deps) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		checks := map[string]string{"snapshot": "ok", "postgres": "ok", "limiter_store": "ok"}
+		ok := true
+		if d.Holder.Current() == nil {
+			checks["snapshot"], ok = "not loaded", false
+		}
+		if err := d.PingPostgres(ctx); err != nil {
+			checks["postgres"] = "unreachable (serving from the last snapshot)"
+		}
+		if err := d.PingStore(ctx); err != nil {
+			checks["limiter_store"], ok = "unreachable", false
+		}
+		status := http.StatusOK
+		if !ok {
+			status = http.StatusServiceUnavailable
+			d.Log.Warn("not ready", "checks", checks)
+		}
+		httpx.JSON(w, status, checks)
+	}
+}

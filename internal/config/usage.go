@@ -1,0 +1,59 @@
+package config
+
+import (
+	"os"
+	"time"
+)
+
+// Store reads TOLLGATE_STORE: "redis" (the default: limiter state and the
+// usage stream in Redis) or "memory" (one process, no Redis).
+func (e *Env) Store() string {
+	return e.OneOf("TOLLGATE_STORE", "redis", "redis", "memory")
+}
+
+// Usage is the usage pipeline's settings (TOLLGATE_USAGE_*), shared by the
+// API processes that count decisions and the worker that applies them.
+type Usage struct {
+	// Sink is where an API process sends its batches: stream (Redis),
+	// postgres (single-process mode) or none.
+	Sink   string
+	Stream string
+	// Flush is how often an API process publishes; MaxRows and TopIPs
+	// bound its memory.
+	Flush   time.Duration
+	MaxRows int
+	TopIPs  int
+	// Group and Consumer name the worker in the stream's consumer group;
+	// ClaimIdle is how long a batch may sit unacknowledged with another
+	// consumer before this one takes it over.
+	Group     string
+	Consumer  string
+	ClaimIdle time.Duration
+	// MinuteRetention is how many months of minute rows are kept.
+	MinuteRetention int
+}
+
+// Usage reads the usage settings for a process whose TOLLGATE_STORE is
+// store: single-process mode (memory) has no Redis, so usage goes straight
+// to Postgres by default.
+func (e *Env) Usage(store string) Usage {
+	defaultSink := "stream"
+	if store == "memory" {
+		defaultSink = "postgres"
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "worker"
+	}
+	return Usage{
+		Sink:            e.OneOf("TOLLGATE_USAGE_SINK", defaultSink, "stream", "postgres", "none"),
+		Stream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
+		Flush:           e.Duration("TOLLGATE_USAGE_FLUSH", time.Second),
+		MaxRows:         e.Int("TOLLGATE_USAGE_MAX_ROWS", 50_000, 100),
+		TopIPs:          e.Int("TOLLGATE_USAGE_TOP_IPS", 100, 1),
+		Group:           e.String("TOLLGATE_USAGE_GROUP", "tollgate-usage"),
+		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
+		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
+		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
@@ -72,5 +73,32 @@ func TestDecodeNamesTheField(t *testing.T) {
 				t.Errorf("error %v does not name %s", err, c.field)
 			}
 		})
+	}
+}
+
+// TestMethodNotAllowed: a known path asked with another method is a 405
+// problem naming the methods the path has in Allow.
+func TestMethodNotAllowed(t *testing.T) {
+	r := chi.NewRouter()
+	r.MethodNotAllowed(MethodNotAllowed(r))
+	r.NotFound(NotFound(nil))
+	r.Get("/things/{id}", func(http.ResponseWriter, *http.Request) {})
+	r.Delete("/things/{id}", func(http.ResponseWriter, *http.Request) {})
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"POST", "/things/7", http.StatusMethodNotAllowed, "GET, DELETE"},
+		{"GET", "/nothing", http.StatusNotFound, ""},
+	} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+		if rec.Code != c.status || rec.Header().Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d, Allow %q; want %d, Allow %q", c.method, c.path, rec.Code, rec.Header().Get("Allow"), c.status, c.allow)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%s %s: Content-Type %q, want application/problem+json", c.method, c.path, ct)
+		}
 	}
 }

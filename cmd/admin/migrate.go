@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+func migrateCommand() command {
+	return command{
+		name:          "migrate",
+		summary:       "migrate up | down [N] | version: apply, roll back (N steps, default all) or show the schema version",
+		noSchemaCheck: true,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			return func(ctx context.Context, e *env) error {
+				if len(e.args) == 0 {
+					return errors.New("migrate: want up, down [N] or version")
+				}
+				switch e.args[0] {
+				case "up":
+					if err := postgres.MigrateUp(e.db); err != nil {
+						return err
+					}
+				case "down":
+					steps := 0
+					if len(e.args) > 1 {
+						if _, err := fmt.Sscan(e.args[1], &steps); err != nil || steps < 1 {
+							return fmt.Errorf("migrate down: N must be a positive integer, got %q", e.args[1])
+						}
+					}
+					if err := postgres.MigrateDown(e.db, steps); err != nil {
+						return err
+					}
+				case "version":
+				default:
+					return fmt.Errorf("migrate: unknown action %q (want up, down or version)", e.args[0])
+				}
+				v, dirty, err := postgres.Version(ctx, e.db)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "schema version %d (dirty=%v); this binary expects %d\n", v, dirty, postgres.SchemaVersion())
+				return nil
+			}
+		},
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+func tenantsCreateCommand() command {
+	return command{
+		name:    "tenants create",
+		summary: "create a tenant on a plan",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			name := fs.String("name", "", "tenant name (required)")
+			plan := fs.String("plan", "free", "plan name")
+			return func(ctx context.Context, e *env) error {
+				if *name == "" {
+					return errors.New("tenants create: --name is required")
+				}
+				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+				if err != nil {
+					return fmt.Errorf("tenants create: --plan: %w", err)
+				}
+				var t tenants.Tenant
+				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					var err error
+					if t, err = tenants.NewStore(tx).Create(ctx, *name, p.ID); err != nil {
+						return nil, err
+					}
+					return audit.One(audit.Change{Action: "tenant.create", TargetType: "tenant", TargetID: t.ID,
+						TenantID: t.ID, After: t}), nil
+				})
+				if err != nil {
+					return fmt.Errorf("tenants create: %w", err)
+				}
+				return printJSON(e.stdout, t)
+			}
+		},
+	}
+}

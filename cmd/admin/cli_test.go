@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -129,6 +131,28 @@ func TestMigrateVersionAndSchemaGuard(t *testing.T) {
 	}
 	if _, err := admin(t, url, "migrate", "up"); err != nil {
 		t.Fatal(err)
+	}
+
+	// A migration that failed half-way leaves the schema dirty: binaries
+	// refuse it and say how to repair; `migrate force` records the
+	// version the schema matches once it was finished or undone by hand
+	// (here: finished).
+	want := postgres.SchemaVersion()
+	pool := openPool(t, url)
+	_, err = pool.Exec(context.Background(), `UPDATE schema_migrations SET dirty = true`)
+	testenv.Must(t, err)
+	_, err = admin(t, url, "seed", "demo")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("migrate force %d", want)) || !strings.Contains(err.Error(), fmt.Sprintf("migrate force %d", want-1)) {
+		t.Errorf("seed on a dirty schema: %v, want advice to run migrate force %d or %d", err, want, want-1)
+	}
+	if _, err := admin(t, url, "migrate", "force", "-1"); err == nil {
+		t.Error("migrate force -1 succeeded")
+	}
+	if _, err := admin(t, url, "migrate", "force", fmt.Sprint(want)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := admin(t, url, "migrate", "version"); err != nil || !strings.Contains(out, fmt.Sprintf("schema version %d (dirty=false)", want)) {
+		t.Errorf("after force: %q %v", out, err)
 	}
 }
 

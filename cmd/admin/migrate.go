@@ -12,12 +12,12 @@ import (
 func migrateCommand() command {
 	return command{
 		name:          "migrate",
-		summary:       "migrate up | down [N] | version: apply, roll back (N steps, default all) or show the schema version",
+		summary:       "migrate up | down [N] | force V | version: apply, roll back (N steps, default all), record version V after a failed migration was repaired by hand, or show the schema version",
 		noSchemaCheck: true,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				if len(e.args) == 0 {
-					return errors.New("migrate: want up, down [N] or version")
+					return errors.New("migrate: want up, down [N], force V or version")
 				}
 				switch e.args[0] {
 				case "up":
@@ -34,9 +34,20 @@ func migrateCommand() command {
 					if err := postgres.MigrateDown(e.db, steps); err != nil {
 						return err
 					}
+				case "force":
+					var version int
+					if len(e.args) != 2 {
+						return errors.New("migrate force: want the version to record, e.g. migrate force 3")
+					}
+					if _, err := fmt.Sscan(e.args[1], &version); err != nil || version < 0 {
+						return fmt.Errorf("migrate force: the version must be an integer ≥ 0, got %q", e.args[1])
+					}
+					if err := postgres.MigrateForce(e.db, version); err != nil {
+						return err
+					}
 				case "version":
 				default:
-					return fmt.Errorf("migrate: unknown action %q (want up, down or version)", e.args[0])
+					return fmt.Errorf("migrate: unknown action %q (want up, down, force or version)", e.args[0])
 				}
 				v, dirty, err := postgres.Version(ctx, e.db)
 				if err != nil {

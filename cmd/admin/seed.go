@@ -103,11 +103,14 @@ func seedDemoOn(ctx context.Context, db postgres.Conn) (seedResult, error) {
 	for _, tier := range []string{"free", "pro", "enterprise"} {
 		name := "demo-" + tier
 		t, err := ts.GetByName(ctx, name)
-		if err != nil {
+		switch {
+		case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
 			if t, err = ts.Create(ctx, name, ids[tier]); err != nil {
 				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
 			}
-		} else if t.PlanID != ids[tier] {
+		case err != nil:
+			return res, fmt.Errorf("seed: tenant %s: %w", name, err)
+		case t.PlanID != ids[tier]:
 			if err := ts.SetPlan(ctx, t.ID, ids[tier], time.Now()); err != nil {
 				return res, err
 			}

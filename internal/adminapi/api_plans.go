@@ -38,8 +38,7 @@ func (p *planRequest) plan() plans.Plan {
 // Validate checks every field: known algorithm, period > 0, burst ≥ 1,
 // resource pattern syntax, non-negative integer money.
 func (p *planRequest) Validate() error {
-	pl := p.plan()
-	return pl.Validate()
+	return p.plan().WithDefaults().Validate()
 }
 
 func planChange(action string, before, after *plans.Plan) audit.Change {

@@ -116,7 +116,7 @@ func resetAfterFirst(p Params) int64 {
 }
 
 // TestProPlanSearchBurstDeniesWithoutChargingHourly is the example plan of
-// design/algorithms.md: hourly GCRA 5000/hour burst 100 plus search-burst
+// docs/algorithms.md: hourly GCRA 5000/hour burst 100 plus search-burst
 // token bucket 10/second, in one check. When search-burst denies, hourly
 // is not charged.
 func TestProPlanSearchBurstDeniesWithoutChargingHourly(t *testing.T) {

@@ -127,7 +127,7 @@ func deny(remaining, retryAfter, resetAfter int64) Result {
 	return Result{Remaining: remaining, RetryAfterUS: retryAfter, ResetAfterUS: resetAfter}
 }
 
-// TestGCRAVectors is the table of design/algorithms.md: 10/s, burst 5.
+// TestGCRAVectors is the table of docs/algorithms.md: 10/s, burst 5.
 func TestGCRAVectors(t *testing.T) {
 	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 5}
 	runVector(t, p, []step{

@@ -22,7 +22,7 @@ type model struct{ states map[string]State }
 
 func newModel() *model { return &model{states: map[string]State{}} }
 
-// Check decides b as design/algorithms.md says a check is decided: every
+// Check decides b as docs/algorithms.md says a check is decided: every
 // rule is evaluated; the check is admitted when every non-shadow rule
 // allows it; only then (and not on a dry run) does every rule that allowed
 // it, shadow or not, store its new state.

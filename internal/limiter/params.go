@@ -1,7 +1,7 @@
 // Package limiter implements Tollgate's limiting algorithms over two stores
 // that decide identically: Redis (one Lua script call per check) and memory
-// (one process). Time is integer microseconds throughout; see
-// design/algorithms.md in the repository docs for the exact semantics.
+// (one process). Time is integer microseconds throughout; docs/algorithms.md
+// gives the exact semantics.
 package limiter
 
 import (

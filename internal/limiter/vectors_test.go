@@ -8,7 +8,7 @@ import (
 )
 
 // Vector tables for every algorithm and mode, in the style of the GCRA
-// table of design/algorithms.md. Each runs against the memory store, a
+// table of docs/algorithms.md. Each runs against the memory store, a
 // single Redis and a Redis Cluster with injected time; every field of every
 // result must match.
 
@@ -131,7 +131,7 @@ func TestLeakyBucketVectors(t *testing.T) {
 			},
 		},
 		{
-			// design/algorithms.md: burst 2, 1 per second, three
+			// docs/algorithms.md: burst 2, 1 per second, three
 			// simultaneous requests: delays 0 and 1000 ms, the third
 			// rejected.
 			name: "shape-design-example",

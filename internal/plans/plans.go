@@ -265,10 +265,26 @@ type Plan struct {
 	UpdatedAt        time.Time   `json:"updated_at"`
 }
 
-var planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var (
+	planName     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
+)
 
-// Validate checks the plan's fields and rules, naming each bad field.
-func (p *Plan) Validate() error {
+// WithDefaults fills unset plan fields: currency USD, quota_mode none.
+// (Rules fill theirs when stored: see Rule.WithDefaults.)
+func (p Plan) WithDefaults() Plan {
+	if p.Currency == "" {
+		p.Currency = "USD"
+	}
+	if p.QuotaMode == "" {
+		p.QuotaMode = QuotaNone
+	}
+	return p
+}
+
+// Validate checks the plan's fields and rules, naming each bad field. It
+// changes nothing: call WithDefaults first for a plan from a request.
+func (p Plan) Validate() error {
 	f := map[string]string{}
 	if !planName.MatchString(p.Name) {
 		f["name"] = "must be 1–63 lower-case letters, digits, '_' or '-'"
@@ -276,10 +292,7 @@ func (p *Plan) Validate() error {
 	if len(p.DisplayName) > 200 {
 		f["display_name"] = "must be at most 200 characters"
 	}
-	if p.Currency == "" {
-		p.Currency = "USD"
-	}
-	if !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(p.Currency) {
+	if !currencyCode.MatchString(p.Currency) {
 		f["currency"] = "must be an ISO 4217 code such as USD"
 	}
 	for name, v := range map[string]int64{"base_fee_minor": p.BaseFeeMinor, "included_units": p.IncludedUnits, "overage_unit_minor": p.OverageUnitMinor} {
@@ -301,9 +314,6 @@ func (p *Plan) Validate() error {
 		case t.UpTo != nil:
 			last = *t.UpTo
 		}
-	}
-	if p.QuotaMode == "" {
-		p.QuotaMode = QuotaNone
 	}
 	switch p.QuotaMode {
 	case QuotaNone:

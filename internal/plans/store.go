@@ -129,6 +129,7 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 // rules and tiers. Rules keep their identity by name, so limiter state
 // carries over a change of limits. It returns the stored plan.
 func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
+	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
@@ -196,6 +197,7 @@ func translate(err error, op string) error {
 
 // Create stores a new plan. A taken name is ECONFLICT naming "name".
 func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
+	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
@@ -219,6 +221,7 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 // keep their identity (and limiter state) by name. It returns the stored
 // plan; an unknown id is ENOTFOUND, a taken name ECONFLICT.
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
+	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}

@@ -138,6 +138,25 @@ func MigrateDown(pool *pgxpool.Pool, steps int) error {
 	return nil
 }
 
+// MigrateForce records version as the schema's version and clears the
+// dirty flag, running nothing: for after a failed migration was undone by
+// hand. Version 0 means "no migration applied".
+func MigrateForce(pool *pgxpool.Pool, version int) error {
+	m, done, err := newMigrate(pool)
+	if err != nil {
+		return err
+	}
+	defer done()
+	v := version
+	if v == 0 {
+		v = -1 // golang-migrate's "no version"
+	}
+	if err := m.Force(v); err != nil {
+		return fmt.Errorf("postgres: migrate force %d: %w", version, err)
+	}
+	return nil
+}
+
 // Version reports the database's schema version (0 when none applied) and
 // whether a migration failed half-way.
 func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
@@ -169,7 +188,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	want := SchemaVersion()
 	switch {
 	case dirty:
-		return fmt.Errorf("database schema version %d is dirty (a migration failed half-way): fix it by hand, then run `tollgate-admin migrate force`-style repair; see README 'Operations'", v)
+		return fmt.Errorf("database schema version %d is dirty (a migration failed half-way): finish or undo it by hand, then record the version the schema now matches: `admin migrate force %d` if finished, `admin migrate force %d` if undone (then migrate up); see the README, Operations", v, v, int(v)-1)
 	case v < want:
 		return fmt.Errorf("database schema is at version %d but this binary expects %d: run `admin migrate up`", v, want)
 	case v > want:

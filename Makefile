@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 
-.PHONY: run test build bench loadgen vet fmt clean
+.PHONY: run test build bench bench-http loadgen vet fmt clean
 
 build:
 	$(GO) build -o $(BIN)/api ./cmd/api
@@ -22,6 +22,12 @@ test:
 # Benchmarks of one check through the handler against real Redis.
 bench:
 	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/enforce/...
+
+# Checks over HTTP with wrk against one api and a no-op floor server:
+# checks/s, p50, p99, ratio to the floor, Redis CPU and memory per key
+# (scripts/bench-http.sh lists the settings).
+bench-http:
+	@scripts/bench-http.sh
 
 vet:
 	$(GO) vet ./...

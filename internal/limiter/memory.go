@@ -57,6 +57,16 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 			out.Admitted = false
 		}
 	}
+	if !out.Admitted && b.ReportState {
+		out.States = make([]RuleState, len(b.Requests))
+		for i, r := range b.Requests {
+			var st *state
+			if e, ok := s.entries[r.Key]; ok && (e.expireAt == 0 || now < e.expireAt) {
+				st = &e.st
+			}
+			out.States[i] = observe(r.Params, st, now)
+		}
+	}
 	if !out.Admitted || b.DryRun {
 		return out, nil
 	}

@@ -26,6 +26,10 @@ type Batch struct {
 	// NowUS overrides the store's clock (µs since the epoch) when > 0.
 	// Production leaves it 0: Redis takes the time from TIME.
 	NowUS int64
+	// ReportState asks for the state each rule was decided on when the
+	// check is not admitted (Outcome.States), so that the caller can deny
+	// the same rule and key locally until that state could admit again.
+	ReportState bool
 }
 
 // Outcome is a store's answer to a Batch.
@@ -37,6 +41,9 @@ type Outcome struct {
 	Admitted bool
 	// Results holds one result per request, in order.
 	Results []Result
+	// States holds, when the batch asked (ReportState) and the check was
+	// not admitted, the state each request was decided on; nil otherwise.
+	States []RuleState
 }
 
 // Store decides batches atomically. Implementations are safe for

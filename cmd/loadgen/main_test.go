@@ -74,7 +74,9 @@ func TestFloorAnswersJSON(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-floor", "127.0.0.1:0"}, func(string) string { return "" }, out, io.Discard) }()
+	go func() {
+		done <- run(ctx, []string{"-floor", "127.0.0.1:0"}, func(string) string { return "" }, out, io.Discard)
+	}()
 	var addr string
 	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); {
 		if s, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "floor listening on "); ok {

@@ -220,7 +220,10 @@ func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	// Concurrent checks share script calls: a lone check goes out at
+	// once, the ones that arrive while a call is under way go together in
+	// the next.
+	return redisstore.NewBatching(rc, redisstore.BatchConfig{}), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

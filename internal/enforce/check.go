@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,27 @@ type RuleResult struct {
 	// Capacity is what Remaining counts down from: the burst of the
 	// bucket algorithms, the limit of the windows.
 	Capacity int64 `json:"-"`
+
+	// rule is the rule the result is of; nil in results built by hand.
+	rule *compiledRule
+}
+
+// QuotedName returns the rule's name as a structured-field string (for
+// the RateLimit headers).
+func (rr *RuleResult) QuotedName() string {
+	if rr.rule != nil {
+		return rr.rule.quoted
+	}
+	return strconv.Quote(rr.Name)
+}
+
+// PolicyHeader returns the rule's RateLimit-Policy header value, e.g.
+// "hourly";q=5000;w=3600.
+func (rr *RuleResult) PolicyHeader() string {
+	if rr.rule != nil {
+		return rr.rule.policy
+	}
+	return rr.QuotedName() + ";q=" + strconv.FormatInt(rr.Limit, 10) + ";w=" + strconv.FormatInt(rr.WindowS, 10)
 }
 
 // outageRetryMS is the retry a fail-closed rule asks for while its store
@@ -111,6 +133,9 @@ type Checker struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	now      func() time.Time
+	// denials answers checks the store would deny without asking it (nil
+	// when off).
+	denials *denials
 
 	outageLog throttledLog
 }
@@ -147,6 +172,10 @@ type CheckerConfig struct {
 	Recorder     Recorder
 	Metrics      *Metrics
 	Log          *slog.Logger
+	// NoLocalDenials makes every check ask the store, even one the store
+	// denied on a state that cannot have admitted anything since (see
+	// denials.go).
+	NoLocalDenials bool
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store.
@@ -164,6 +193,9 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	if !cfg.NoLocalDenials {
+		c.denials = newDenials(time.Now)
 	}
 	return c
 }
@@ -183,15 +215,16 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if s == nil {
 		return Decision{}, ErrNotReady
 	}
-	d := Decision{Tier: tollgate.TierAnonymous, Rules: []RuleResult{}, governing: -1}
+	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
 	var plan *planView
-	var tag, keyID, tenantID string
+	var key *keyView // nil for an anonymous caller
 	if r.Key != "" {
 		d.Tier = tollgate.TierAuthenticated
 		if !tenants.WellFormed(r.Key) {
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
 		k := c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
+		key = k
 		if k == nil {
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
@@ -208,12 +241,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		case k.tenant.status != tenants.StatusActive:
 			return c.finish(d, r, tollgate.ReasonTenantSuspended), nil
 		}
-		plan, tag, keyID, tenantID = k.tenant.plan, k.tenant.id, k.id, k.tenant.id
+		plan = k.tenant.plan
 	} else {
 		if s.anonymous == nil {
 			return c.finish(d, r, tollgate.ReasonKeyRequired), nil
 		}
-		plan, tag = s.anonymous, "a:"+r.IP
+		plan = s.anonymous
 		d.Plan = plan.name
 	}
 	if plan == nil {
@@ -224,7 +257,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return c.finish(d, r, tollgate.ReasonUnavailable), nil
 	}
 
-	var matched []*compiledRule
+	var matchedBuf [8]*compiledRule
+	matched := matchedBuf[:0]
 	for i := range plan.rules {
 		if plans.MatchResource(plan.rules[i].Resource, r.Resource) {
 			matched = append(matched, &plan.rules[i])
@@ -234,44 +268,28 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
-	reqs := make([]limiter.Request, len(matched))
-	for i, rule := range matched {
-		var scopeID string
-		switch rule.Scope {
-		case plans.ScopeKey:
-			scopeID = "k:" + keyID
-			if keyID == "" { // anonymous callers are their IP
-				scopeID = "i:" + r.IP
-			}
-		case plans.ScopeTenant:
-			scopeID = "t:" + tenantID
-			if tenantID == "" {
-				scopeID = "i:" + r.IP
-			}
-		case plans.ScopeIP:
-			if r.IP == "" {
-				return Decision{}, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
-			}
-			scopeID = "i:" + r.IP
-		}
-		reqs[i] = limiter.Request{
-			Key:    c.prefix + "{" + tag + "}:" + rule.keyPart + ":" + scopeID,
-			Params: rule.params,
-			Shadow: rule.Mode == plans.ModeShadow,
-		}
-	}
-
-	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun})
-	cancel()
+	reqs, err := c.requests(matched, key, r.IP)
 	if err != nil {
-		if ctx.Err() != nil {
-			return Decision{}, ctx.Err() // the caller went away; nothing to decide
-		}
-		c.metrics.storeError()
-		c.outageLog.warn(ctx, c.log, err)
-		return c.degraded(d, r, matched), nil
+		return Decision{}, err
 	}
+	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
+	out, local := c.denials.decide(batch)
+	if !local {
+		sent := c.denials.sent()
+		storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+		out, err = c.store.Check(storeCtx, batch)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Decision{}, ctx.Err() // the caller went away; nothing to decide
+			}
+			c.metrics.storeError()
+			c.outageLog.warn(ctx, c.log, err)
+			return c.degraded(d, r, matched), nil
+		}
+		c.denials.observe(batch, out, sent)
+	}
+	d.Rules = make([]RuleResult, 0, len(matched))
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
 	for i, rule := range matched {
@@ -292,6 +310,56 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	return c.finish(d, r, reason), nil
 }
 
+// requests returns the limiter requests of the matched rules for the
+// caller (key, or nil for an anonymous caller from ip), their state keys
+// laid out as statekeys.go describes, all in one string.
+func (c *Checker) requests(matched []*compiledRule, key *keyView, ip string) ([]limiter.Request, error) {
+	var addr [16]byte
+	var addrLen int
+	if ip != "" {
+		var ok bool
+		if addr, addrLen, ok = ipBytes(ip); !ok {
+			addrLen = copy(addr[:], ip) // not an address: its text, cut
+		}
+	}
+	var stack [256]byte
+	b := stack[:0]
+	var endStack [8]int
+	ends := endStack[:0]
+	for _, rule := range matched {
+		b = append(b, c.prefix...)
+		if key == nil {
+			b = append(b, '{', ipTag(addr[:addrLen]), '}')
+			b = append(b, rule.stateID[:]...)
+			b = append(b, addr[:addrLen]...)
+		} else {
+			b = append(b, '{', key.tenant.tag, '}')
+			b = append(b, rule.stateID[:]...)
+			switch rule.Scope {
+			case plans.ScopeKey:
+				b = append(b, key.short[:]...)
+			case plans.ScopeTenant:
+				b = append(b, key.tenant.short[:]...)
+			case plans.ScopeIP:
+				if ip == "" {
+					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
+				}
+				b = append(b, key.tenant.short[:]...)
+				b = append(b, addr[:addrLen]...)
+			}
+		}
+		ends = append(ends, len(b))
+	}
+	keys := string(b)
+	reqs := make([]limiter.Request, len(matched))
+	from := 0
+	for i, rule := range matched {
+		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.params, Shadow: rule.Mode == plans.ModeShadow}
+		from = ends[i]
+	}
+	return reqs, nil
+}
+
 func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 	return RuleResult{
 		Name:         rule.Name,
@@ -305,6 +373,7 @@ func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 		RetryAfterMS: msCeil(res.RetryAfterUS),
 		DelayMS:      msCeil(res.DelayUS),
 		Capacity:     rule.capacity(),
+		rule:         rule,
 	}
 }
 
@@ -314,7 +383,7 @@ func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decis
 	d.Allowed = true
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
-			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity()}
+			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity(), rule: rule}
 		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
 			rr.Allowed = false
 			// Unknown when the store is back: ask for a retry in a second.
@@ -374,6 +443,9 @@ func longerRetry(a, b int64) bool {
 
 func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	d.Reason = reason
+	if d.Rules == nil {
+		d.Rules = []RuleResult{}
+	}
 	if d.NowUS == 0 {
 		d.NowUS = c.now().UnixMicro()
 	}

@@ -27,10 +27,14 @@ import (
 type compiledRule struct {
 	plans.Rule
 	params limiter.Params
-	// keyPart identifies the rule's state: plan, rule name and algorithm
-	// (a new algorithm under the same name starts from fresh state).
-	keyPart string
+	// stateID names the rule's state in its keys (statekeys.go): from the
+	// plan, rule name and algorithm (a new algorithm under the same name
+	// starts from fresh state).
+	stateID [3]byte
 	windowS int64
+	// policy is the rule's RateLimit-Policy header value, quoted its name
+	// as a structured-field string.
+	policy, quoted string
 }
 
 type planView struct {
@@ -44,6 +48,9 @@ type tenantView struct {
 	name   string
 	status string
 	plan   *planView
+	// tag and short are the tenant's part of its state keys.
+	tag   byte
+	short shortID
 }
 
 type keyView struct {
@@ -51,6 +58,7 @@ type keyView struct {
 	tenant    *tenantView
 	expiresAt *time.Time
 	revokedAt *time.Time
+	short     shortID // the key's part of its state keys
 }
 
 // Snapshot is an immutable view of everything a check needs.
@@ -75,12 +83,16 @@ type Data struct {
 	ServiceTokens []auth.ServiceToken
 }
 
-func compilePlan(p plans.Plan) *planView {
+// compilePlan compiles p's rules. A tenant's own view of its plan (with
+// overrides) passes the plan's view as base, so that its rules keep the
+// plan's state IDs by name and algorithm.
+func compilePlan(p plans.Plan, base *planView) *planView {
 	v := &planView{id: p.ID, name: p.Name}
 	rules := p.Rules
 	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
 		rules = append(rules[:len(rules):len(rules)], quota)
 	}
+	taken := map[[3]byte]bool{}
 	for _, r := range rules {
 		params := r.Params()
 		window := params.PeriodUS
@@ -90,11 +102,27 @@ func compilePlan(p plans.Plan) *planView {
 		case limiter.CalendarMonth:
 			window = 30 * limiter.DayUS
 		}
+		id, found := [3]byte{}, false
+		if base != nil {
+			for _, b := range base.rules {
+				if b.Name == r.Name && b.Algorithm == r.Algorithm {
+					id, found = b.stateID, true
+				}
+			}
+		}
+		for salt := 0; !found || taken[id]; salt++ {
+			id, found = ruleStateID(p.ID, r.Name, r.Algorithm, salt), true
+		}
+		taken[id] = true
+		windowS := (window + limiter.SecondUS - 1) / limiter.SecondUS
+		quoted := strconv.Quote(r.Name)
 		v.rules = append(v.rules, compiledRule{
 			Rule:    r,
 			params:  params,
-			keyPart: strconv.FormatInt(p.ID, 10) + ":" + r.Name + ":" + string(r.Algorithm),
-			windowS: (window + limiter.SecondUS - 1) / limiter.SecondUS,
+			stateID: id,
+			windowS: windowS,
+			quoted:  quoted,
+			policy:  quoted + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(windowS, 10),
 		})
 	}
 	return v
@@ -112,7 +140,7 @@ func NewSnapshot(d Data, now time.Time) *Snapshot {
 	byID := map[int64]*planView{}
 	planByID := map[int64]plans.Plan{}
 	for _, p := range d.Plans {
-		v := compilePlan(p)
+		v := compilePlan(p, nil)
 		byID[p.ID] = v
 		planByID[p.ID] = p
 		if p.Name == plans.AnonymousPlan && p.ArchivedAt == nil {
@@ -127,9 +155,11 @@ func NewSnapshot(d Data, now time.Time) *Snapshot {
 			// rule continues from the usage counted so far.
 			p := planByID[t.PlanID]
 			p.Rules = plans.MergeRules(p.Rules, over)
-			plan = compilePlan(p)
+			plan = compilePlan(p, plan)
 		}
-		s.tenants[t.ID] = &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: plan}
+		tv := &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: plan}
+		tv.tag, tv.short = compactID(t.ID)
+		s.tenants[t.ID] = tv
 	}
 	for _, k := range d.Keys {
 		s.addKey(k)
@@ -145,8 +175,14 @@ func (s *Snapshot) addKey(k tenants.Key) *keyView {
 	if t == nil {
 		return nil
 	}
-	v := &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
+	v := newKeyView(k, t)
 	s.keys[k.Hash] = v
+	return v
+}
+
+func newKeyView(k tenants.Key, t *tenantView) *keyView {
+	v := &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
+	_, v.short = compactID(k.ID)
 	return v
 }
 
@@ -284,7 +320,7 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 	if t == nil {
 		return nil
 	}
-	v = &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
+	v = newKeyView(k, t)
 	if _, loaded := cur.keys[hash]; !loaded {
 		h.extra[hash] = v
 	}

@@ -22,7 +22,8 @@
 # Settings: DURATION (10s), CONNECTIONS (64), THREADS (2), REPEAT (3),
 # SCENARIOS (all four), PROFILE=1 (a 10 s CPU profile of the api during
 # the first allowed-keys run, written to $PROFILE_OUT, default
-# bench-http.pprof), BENCH_PORT (18080: api; +1 floor; +2 api debug).
+# bench-http.pprof), BENCH_PORT (default: a free port; the api listens
+# there, the floor on +1, the api's pprof on +2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +46,17 @@ CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 REPEAT=${REPEAT:-3}
 SCENARIOS=${SCENARIOS:-allowed-keys allowed-ips denied-ip search-2rules}
-PORT=${BENCH_PORT:-18080}
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_ports() { # three consecutive free ports
+  local p
+  for _ in $(seq 1 100); do
+    p=$((20000 + RANDOM % 30000))
+    port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)) && { echo "$p"; return; }
+  done
+  echo "bench-http: no free ports" >&2
+  exit 1
+}
+PORT=${BENCH_PORT:-$(free_ports)}
 API=http://127.0.0.1:$PORT
 FLOOR=http://127.0.0.1:$((PORT + 1))
 DEBUG_ADDR=127.0.0.1:$((PORT + 2))
@@ -64,7 +75,9 @@ api=$!
 bin/loadgen -floor 127.0.0.1:$((PORT + 1)) >/dev/null &
 floor=$!
 trap 'kill $api $floor 2>/dev/null; wait $api $floor 2>/dev/null' EXIT
-for _ in $(seq 1 100); do curl -fs "$API/readyz" >/dev/null && curl -fs -o /dev/null -X POST "$FLOOR/" && break; sleep 0.1; done
+ready() { kill -0 $api && kill -0 $floor && curl -fs "$API/readyz" >/dev/null && curl -fs -o /dev/null -X POST "$FLOOR/"; }
+for _ in $(seq 1 100); do ready 2>/dev/null && break; sleep 0.1; done
+ready || { echo "bench-http: the api or the floor server did not start" >&2; exit 1; }
 
 # A caller over its limit: the anonymous plan allows 60 an hour.
 for _ in $(seq 1 61); do
@@ -128,11 +141,25 @@ for round in $(seq 1 "$REPEAT"); do
   done
 done
 
-# Redis memory per state key: MEMORY USAGE of a sample of each kind.
-mem_usage() { # mem_usage PATTERN
-  rcli --scan --pattern "$1" | head -n 200 | while read -r k; do rcli memory usage "$k" samples 0; done |
-    awk '{ s += $1; n++ } END { if (n) printf "%.0f (%d keys)", s / n, n; else printf "n/a" }'
-}
+# Redis memory per state key: MEMORY USAGE of every limiter key (up to
+# 200 000), averaged by type and name length (key names are binary).
+MEMORY_LUA='
+local cursor, sums, counts, seen = "0", {}, {}, 0
+repeat
+  local r = redis.call("SCAN", cursor, "MATCH", ARGV[1], "COUNT", 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local kind = redis.call("TYPE", k)["ok"] .. " key of " .. #k .. " bytes"
+    sums[kind] = (sums[kind] or 0) + redis.call("MEMORY", "USAGE", k, "SAMPLES", 0)
+    counts[kind] = (counts[kind] or 0) + 1
+    seen = seen + 1
+  end
+until cursor == "0" or seen >= 200000
+local out = {}
+for kind, sum in pairs(sums) do
+  out[#out + 1] = string.format("%s: %d B (%d keys)", kind, math.floor(sum / counts[kind] + 0.5), counts[kind])
+end
+return out'
 
 echo
 echo "== medians of $REPEAT rounds: $CONNECTIONS connections, $THREADS wrk threads, $DURATION each; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -161,5 +188,5 @@ if [ -n "$ips_line" ]; then
   echo "allowed-ips, first round: $(get new_keys "$ips_line") new keys, $(get new_mem "$ips_line") bytes of used_memory:" \
     "$(( $(get new_mem "$ips_line") / ( $(get new_keys "$ips_line") > 0 ? $(get new_keys "$ips_line") : 1 ) )) B per key"
 fi
-echo "MEMORY USAGE, anonymous GCRA keys: $(mem_usage "${TOLLGATE_KEY_PREFIX:-tg:}{a*")"
-echo "MEMORY USAGE, API-key state keys: $(mem_usage "${TOLLGATE_KEY_PREFIX:-tg:}{[^a]*")"
+echo "MEMORY USAGE by key type and name length:"
+rcli eval "$MEMORY_LUA" 0 "${TOLLGATE_KEY_PREFIX:-tg:}*" | sed 's/^/  /'

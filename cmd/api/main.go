@@ -223,7 +223,8 @@ func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.
-	return redisstore.NewBatching(rc, redisstore.BatchConfig{}), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	store := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
+	return store, func(ctx context.Context) error { return rc.Ping(ctx).Err() }
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

@@ -136,6 +136,9 @@ type Checker struct {
 	// denials answers checks the store would deny without asking it (nil
 	// when off).
 	denials *denials
+	// selfTimed: the store bounds each check's wait within timeout by
+	// itself (limiter.SelfTimed), so no deadline is set per check.
+	selfTimed bool
 
 	outageLog throttledLog
 }
@@ -196,6 +199,10 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	}
 	if !cfg.NoLocalDenials {
 		c.denials = newDenials(time.Now)
+	}
+	if st, ok := store.(limiter.SelfTimed); ok {
+		d, bounded := st.CheckTimeout()
+		c.selfTimed = bounded && d <= c.timeout
 	}
 	return c
 }
@@ -276,9 +283,13 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	out, local := c.denials.decide(batch)
 	if !local {
 		sent := c.denials.sent()
-		storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-		out, err = c.store.Check(storeCtx, batch)
-		cancel()
+		if c.selfTimed {
+			out, err = c.store.Check(ctx, batch)
+		} else {
+			storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+			out, err = c.store.Check(storeCtx, batch)
+			cancel()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return Decision{}, ctx.Err() // the caller went away; nothing to decide
@@ -449,7 +460,8 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	if d.NowUS == 0 {
 		d.NowUS = c.now().UnixMicro()
 	}
-	if g, ok := d.Governing(); ok {
+	if d.governing >= 0 && d.governing < len(d.Rules) {
+		g := &d.Rules[d.governing]
 		d.Limit, d.Remaining, d.ResetAfterMS = &g.Limit, &g.Remaining, &g.ResetAfterMS
 		d.Policy = g.Name
 		if !d.Allowed {

@@ -67,7 +67,7 @@ func tagByte(v uint64) byte {
 // storageKind is the Redis type an algorithm keeps its state in.
 func storageKind(a limiter.Algorithm) uint32 {
 	switch a {
-	case limiter.GCRA, limiter.LeakyBucket:
+	case limiter.GCRA, limiter.LeakyBucket, limiter.TokenBucket:
 		return 0 // string
 	case limiter.SlidingWindowLog:
 		return 2 // sorted set

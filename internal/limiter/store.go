@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Request asks one rule to decide on a check.
@@ -50,6 +51,16 @@ type Outcome struct {
 // concurrent use.
 type Store interface {
 	Check(ctx context.Context, b Batch) (Outcome, error)
+}
+
+// SelfTimed is a Store that bounds by itself how long each check waits for
+// its answer, from when the check arrives, so that a caller need not give
+// every check a context with a deadline (a timer per check).
+type SelfTimed interface {
+	Store
+	// CheckTimeout is the longest a check waits for its answer; ok is
+	// false when the store does not bound it (the caller's context must).
+	CheckTimeout() (d time.Duration, ok bool)
 }
 
 // ErrEmptyBatch is returned for a batch without requests.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/limiter"
 )
@@ -15,9 +16,10 @@ import (
 // that call in its own goroutine, so no goroutine is started per call and
 // the one that led the last call is free to answer its own request.
 type batcher struct {
-	store *Store
-	max   int // checks per call
-	lanes int // calls under way at most
+	store   *Store
+	max     int           // checks per call
+	lanes   int           // calls under way at most
+	timeout time.Duration // a check's wait at most; 0: its context's deadline
 
 	mu    sync.Mutex
 	queue []*pending
@@ -32,6 +34,11 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	p := pendingPool.Get().(*pending)
 	p.batch = batch
 	p.deadline, _ = ctx.Deadline()
+	if b.timeout > 0 {
+		if own := time.Now().Add(b.timeout); p.deadline.IsZero() || own.Before(p.deadline) {
+			p.deadline = own
+		}
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	var run []*pending

@@ -22,7 +22,7 @@
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed, remaining, reset_after, retry_after, delay; and, for a check
 -- not admitted when report_state is 1, per rule the state it was decided
--- on (gcra: tat; bucket: tokens, stamp; fixed: window, count; counter:
+-- on (gcra: tat; bucket: tokens, when; fixed: window, count; counter:
 -- window, count, prev; log: nothing), three numbers each. Numbers are
 -- integers below 2^53 (exact in doubles).
 --
@@ -140,17 +140,23 @@ while i <= total do
       end
 
     elseif a == 2 then
+      -- A refilling bucket keeps one number, the time it was (or would
+      -- have been) empty: tokens + stamp is tokens at stamp, now - empty
+      -- at now, so that GET and SET replace HMGET, HSET and PEXPIRE. A
+      -- bucket that never refills keeps its whole tokens, without expiry.
       local unit, burst, refills = pa[d], pb[d], pc[d] == 1
       local capacity = unit * burst
       local available = capacity
-      local st = redis.call('HMGET', key, 'tokens', 'stamp')
-      if st[1] then
-        available = tonumber(st[1])
-        -- Also when now is before stamp (a clock stepped back): the bucket
-        -- then holds less, exactly as GCRA's TAT lies further ahead.
+      local v = redis.call('GET', key)
+      if v then
+        -- Also when now is before the stored time (a clock stepped back):
+        -- the bucket then holds less, exactly as GCRA's TAT lies further
+        -- ahead.
         if refills then
-          available = available + (now - tonumber(st[2]))
+          available = now - tonumber(v)
           if available > capacity then available = capacity end
+        else
+          available = tonumber(v)
         end
       end
       x1, x2 = available, now
@@ -165,8 +171,11 @@ while i <= total do
         left = available - need
         remaining = idiv(left, unit)
         if cost > 0 then
-          write, v1, v2 = true, left, now
-          if refills then ttl = -idiv(left - capacity, 1000) else ttl = -1 end
+          if refills then
+            write, v1, ttl = true, now - left, -idiv(left - capacity, 1000)
+          else
+            write, v1, ttl = true, left, -1
+          end
         end
       end
       if left >= capacity then reset = 0 elseif not refills then reset = -1 else reset = capacity - left end
@@ -313,8 +322,7 @@ while i <= total do
       if a == 1 or a == 3 then
         redis.call('SET', key, w1[w], 'PX', wttl[w] + extra)
       elseif a == 2 then
-        redis.call('HSET', key, 'tokens', w1[w], 'stamp', w2[w])
-        if wttl[w] >= 0 then redis.call('PEXPIRE', key, wttl[w] + extra) else redis.call('PERSIST', key) end
+        if wttl[w] >= 0 then redis.call('SET', key, w1[w], 'PX', wttl[w] + extra) else redis.call('SET', key, w1[w]) end
       elseif a == 4 then
         redis.call('HSET', key, 'window', w1[w], 'count', w2[w])
         redis.call('PEXPIRE', key, wttl[w] + extra)

@@ -60,6 +60,10 @@ type BatchConfig struct {
 	// With 1, checks reach Redis strictly in arrival order; more overlap
 	// round trips but may reorder checks of different calls.
 	MaxInFlight int
+	// Timeout, when > 0, bounds how long a check waits from its arrival,
+	// queueing included (the context's deadline when earlier): the store
+	// is then a limiter.SelfTimed.
+	Timeout time.Duration
 }
 
 // NewBatching returns a store on client that coalesces concurrent checks:
@@ -76,8 +80,17 @@ func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1
 	}
-	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight}
+	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout}
 	return s
+}
+
+// CheckTimeout returns BatchConfig.Timeout of a batching store that has
+// one; ok is false for other stores, which rely on the context.
+func (s *Store) CheckTimeout() (d time.Duration, ok bool) {
+	if s.batcher == nil || s.batcher.timeout <= 0 {
+		return 0, false
+	}
+	return s.batcher.timeout, true
 }
 
 // Check decides the batch: in a script call of its own, or, on a batching

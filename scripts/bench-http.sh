@@ -20,9 +20,9 @@
 # and script calls per check; then Redis memory per state key.
 #
 # Settings: DURATION (10s), CONNECTIONS (64), THREADS (2), REPEAT (3),
-# SCENARIOS (all four), PROFILE=1 (a 10 s CPU profile of the api during
-# the first allowed-keys run, written to $PROFILE_OUT, default
-# bench-http.pprof), BENCH_PORT (default: a free port; the api listens
+# SCENARIOS (all four), PROFILE=1 (an 8 s CPU profile of the api during
+# the first run of $PROFILE_SCENARIO, default allowed-keys, written to
+# $PROFILE_OUT, default bench-http.pprof), BENCH_PORT (default: a free port; the api listens
 # there, the floor on +1, the api's pprof on +2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -123,7 +123,7 @@ for round in $(seq 1 "$REPEAT"); do
     read -r a0 d0 <<<"$(decisions)"
     keys0=$(rcli dbsize)
     mem0=$(info memory | field used_memory)
-    if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = allowed-keys ]; then
+    if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = "${PROFILE_SCENARIO:-allowed-keys}" ]; then
       curl -fs -o "${PROFILE_OUT:-bench-http.pprof}" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=8" &
       prof=$!
     fi

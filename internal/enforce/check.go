@@ -224,31 +224,34 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	}
 	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
 	var plan *planView
-	var key *keyView // nil for an anonymous caller
+	var key *keyView       // nil for an anonymous caller
+	var tenant *tenantView // the key's
 	if r.Key != "" {
 		d.Tier = tollgate.TierAuthenticated
 		if !tenants.WellFormed(r.Key) {
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
-		k := c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
-		key = k
-		if k == nil {
+		key = c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
+		if key != nil {
+			tenant = key.tenant.view.Load()
+		}
+		if tenant == nil { // unknown, or its tenant is gone
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
-		d.TenantID, d.KeyID = k.tenant.id, k.id
-		if k.tenant.plan != nil {
-			d.Plan = k.tenant.plan.name
+		d.TenantID, d.KeyID = tenant.id, key.id
+		if tenant.plan != nil {
+			d.Plan = tenant.plan.name
 		}
-		now := c.now()
+		nowUS := c.now().UnixMicro()
 		switch {
-		case k.revokedAt != nil && !k.revokedAt.After(now):
+		case key.revokedAtUS != 0 && key.revokedAtUS <= nowUS:
 			return c.finish(d, r, tollgate.ReasonKeyRevoked), nil
-		case k.expiresAt != nil && !k.expiresAt.After(now):
+		case key.expiresAtUS != 0 && key.expiresAtUS <= nowUS:
 			return c.finish(d, r, tollgate.ReasonKeyExpired), nil
-		case k.tenant.status != tenants.StatusActive:
+		case tenant.status != tenants.StatusActive:
 			return c.finish(d, r, tollgate.ReasonTenantSuspended), nil
 		}
-		plan = k.tenant.plan
+		plan = tenant.plan
 	} else {
 		if s.anonymous == nil {
 			return c.finish(d, r, tollgate.ReasonKeyRequired), nil
@@ -275,7 +278,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
-	reqs, err := c.requests(matched, key, r.IP)
+	reqs, err := c.requests(matched, key, tenant, r.IP)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -322,9 +325,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 }
 
 // requests returns the limiter requests of the matched rules for the
-// caller (key, or nil for an anonymous caller from ip), their state keys
-// laid out as statekeys.go describes, all in one string.
-func (c *Checker) requests(matched []*compiledRule, key *keyView, ip string) ([]limiter.Request, error) {
+// caller (key of tenant, or nil for an anonymous caller from ip), their
+// state keys laid out as statekeys.go describes, all in one string.
+func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenantView, ip string) ([]limiter.Request, error) {
 	var addr [16]byte
 	var addrLen int
 	if ip != "" {
@@ -344,18 +347,18 @@ func (c *Checker) requests(matched []*compiledRule, key *keyView, ip string) ([]
 			b = append(b, rule.stateID[:]...)
 			b = append(b, addr[:addrLen]...)
 		} else {
-			b = append(b, '{', key.tenant.tag, '}')
+			b = append(b, '{', tenant.tag, '}')
 			b = append(b, rule.stateID[:]...)
 			switch rule.Scope {
 			case plans.ScopeKey:
 				b = append(b, key.short[:]...)
 			case plans.ScopeTenant:
-				b = append(b, key.tenant.short[:]...)
+				b = append(b, tenant.short[:]...)
 			case plans.ScopeIP:
 				if ip == "" {
 					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
 				}
-				b = append(b, key.tenant.short[:]...)
+				b = append(b, tenant.short[:]...)
 				b = append(b, addr[:addrLen]...)
 			}
 		}

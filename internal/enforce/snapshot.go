@@ -54,17 +54,21 @@ type tenantView struct {
 }
 
 type keyView struct {
-	id        string
-	tenant    *tenantView
-	expiresAt *time.Time
-	revokedAt *time.Time
-	short     shortID // the key's part of its state keys
+	id     string
+	tenant *tenantRef
+	// expiresAtUS and revokedAtUS are µs since the epoch, 0 for none.
+	expiresAtUS, revokedAtUS int64
+	short                    shortID // the key's part of its state keys
 }
 
-// Snapshot is an immutable view of everything a check needs.
+// Snapshot is an immutable view of everything a check needs (but for
+// tenants, which partial reloads swap in place: see tenantRef).
 type Snapshot struct {
+	// keys were read by the last full load; changed holds the keys
+	// changed since (nil for a key removed), see snapshotdelta.go.
 	keys        map[tenants.KeyHash]*keyView
-	tenants     map[string]*tenantView
+	changed     map[tenants.KeyHash]*keyView
+	tenants     map[[16]byte]*tenantRef // by tenantKey of the tenant ID
 	anonymous   *planView
 	signingKeys map[string]ed25519.PublicKey
 	tokens      map[string]auth.ServiceToken
@@ -130,60 +134,43 @@ func compilePlan(p plans.Plan, base *planView) *planView {
 
 // NewSnapshot indexes d.
 func NewSnapshot(d Data, now time.Time) *Snapshot {
-	s := &Snapshot{
-		keys:        make(map[tenants.KeyHash]*keyView, len(d.Keys)),
-		tenants:     make(map[string]*tenantView, len(d.Tenants)),
-		signingKeys: d.SigningKeys,
-		tokens:      make(map[string]auth.ServiceToken, len(d.ServiceTokens)),
-		loadedAt:    now,
-	}
-	byID := map[int64]*planView{}
-	planByID := map[int64]plans.Plan{}
-	for _, p := range d.Plans {
-		v := compilePlan(p, nil)
-		byID[p.ID] = v
-		planByID[p.ID] = p
-		if p.Name == plans.AnonymousPlan && p.ArchivedAt == nil {
-			s.anonymous = v
-		}
-	}
-	for _, t := range d.Tenants {
-		plan := byID[t.PlanID]
-		if over := d.Overrides[t.ID]; len(over) > 0 && plan != nil {
-			// A tenant with overrides gets a plan view of its own. Its rules
-			// keep the plan's state keys by name, so an override of a plan
-			// rule continues from the usage counted so far.
-			p := planByID[t.PlanID]
-			p.Rules = plans.MergeRules(p.Rules, over)
-			plan = compilePlan(p, plan)
-		}
-		tv := &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: plan}
-		tv.tag, tv.short = compactID(t.ID)
-		s.tenants[t.ID] = tv
-	}
+	s := newMeta(d, nil, now)
+	s.keys = make(map[tenants.KeyHash]*keyView, len(d.Keys))
 	for _, k := range d.Keys {
-		s.addKey(k)
-	}
-	for _, st := range d.ServiceTokens {
-		s.tokens[st.ID] = st
+		s.addKey(snapshotKey(k))
 	}
 	return s
 }
 
-func (s *Snapshot) addKey(k tenants.Key) *keyView {
-	t := s.tenants[k.TenantID]
-	if t == nil {
-		return nil
+// addKey indexes k among the snapshot's keys; a key of an unknown tenant
+// is left out.
+func (s *Snapshot) addKey(k tenants.SnapshotKey) *keyView {
+	v := s.newKeyView(k)
+	if v != nil {
+		s.keys[k.Hash] = v
 	}
-	v := newKeyView(k, t)
-	s.keys[k.Hash] = v
 	return v
 }
 
-func newKeyView(k tenants.Key, t *tenantView) *keyView {
-	v := &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
+func (s *Snapshot) newKeyView(k tenants.SnapshotKey) *keyView {
+	t := s.tenants[k.TenantUUID]
+	if t == nil {
+		return nil
+	}
+	v := &keyView{id: k.ID, tenant: t, expiresAtUS: k.ExpiresAtUS, revokedAtUS: k.RevokedAtUS}
 	_, v.short = compactID(k.ID)
 	return v
+}
+
+func snapshotKey(k tenants.Key) tenants.SnapshotKey {
+	sk := tenants.SnapshotKey{ID: k.ID, Hash: k.Hash, TenantUUID: tenantKey(k.TenantID)}
+	if k.ExpiresAt != nil {
+		sk.ExpiresAtUS = k.ExpiresAt.UnixMicro()
+	}
+	if k.RevokedAt != nil {
+		sk.RevokedAtUS = k.RevokedAt.UnixMicro()
+	}
+	return sk
 }
 
 // LoadedAt is when the snapshot's data was read.
@@ -255,6 +242,8 @@ type Holder struct {
 
 	reloads      atomic.Int64
 	reloadErrors atomic.Int64
+	// fullReloads and partialReloads split reloads (snapshotdelta.go).
+	fullReloads, partialReloads atomic.Int64
 }
 
 // NewHolder returns a Holder that loads from source.
@@ -272,23 +261,51 @@ func (h *Holder) Current() *Snapshot { return h.current.Load() }
 // Reload reads a fresh snapshot and swaps it in.
 func (h *Holder) Reload(ctx context.Context) error {
 	started := h.now()
-	d, err := h.source.LoadSnapshot(ctx)
+	s, err := h.load(ctx, started)
 	if err != nil {
 		h.reloadErrors.Add(1)
 		return fmt.Errorf("enforce: reload snapshot: %w", err)
 	}
-	s := NewSnapshot(d, started)
 	h.mu.Lock()
 	h.current.Store(s)
 	h.extra = map[tenants.KeyHash]*keyView{}
 	h.mu.Unlock()
 	h.reloads.Add(1)
+	h.fullReloads.Add(1)
 	return nil
+}
+
+// load reads everything; keys one by one from a StreamingSource.
+func (h *Holder) load(ctx context.Context, started time.Time) (*Snapshot, error) {
+	src, ok := h.source.(StreamingSource)
+	if !ok {
+		d, err := h.source.LoadSnapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return NewSnapshot(d, started), nil
+	}
+	size := 0
+	if cur := h.Current(); cur != nil {
+		size = len(cur.keys) + len(cur.changed)
+	}
+	var s *Snapshot
+	err := src.LoadSnapshotStream(ctx, func(d Data) {
+		s = newMeta(d, nil, started)
+		s.keys = make(map[tenants.KeyHash]*keyView, size)
+	}, func(k tenants.SnapshotKey) error {
+		s.addKey(k)
+		return nil
+	})
+	return s, err
 }
 
 // lookupKey finds a key by hash in the snapshot, then among keys found
 // since, then (bounded to 50 lookups a second per process) in the source.
 func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHash) *keyView {
+	if v, changed := s.changed[hash]; changed {
+		return v // nil: removed
+	}
 	if v := s.keys[hash]; v != nil {
 		return v
 	}
@@ -316,12 +333,11 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 	// A reload may have landed meanwhile: attach the key to the newest
 	// snapshot, and remember it only beside that one.
 	cur := h.current.Load()
-	t := cur.tenants[k.TenantID]
-	if t == nil {
+	v = cur.newKeyView(snapshotKey(k))
+	if v == nil {
 		return nil
 	}
-	v = newKeyView(k, t)
-	if _, loaded := cur.keys[hash]; !loaded {
+	if cur.key(hash) == nil {
 		h.extra[hash] = v
 	}
 	return v
@@ -336,8 +352,9 @@ const missLookupTimeout = 100 * time.Millisecond
 const coalesceWindow = 50 * time.Millisecond
 
 // Sync keeps the holder fresh until ctx ends: it LISTENs on
-// tollgate_changes and reloads at once on a notification, and reloads
-// every interval anyway in case a notification was lost.
+// tollgate_changes and on a notification reloads at once what changed
+// (snapshotdelta.go), and reloads everything every interval anyway in
+// case a notification was lost.
 func (h *Holder) Sync(ctx context.Context, db *pgxpool.Pool, interval time.Duration) {
 	for ctx.Err() == nil {
 		err := h.listen(ctx, db, interval)
@@ -376,7 +393,7 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		// Wait for a notification, but no longer than until the next
 		// periodic reload is due.
 		wait, cancel := context.WithTimeout(ctx, max(interval-h.now().Sub(lastReload), time.Millisecond))
-		_, err := pg.WaitForNotification(wait)
+		n, err := pg.WaitForNotification(wait)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -384,22 +401,30 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		if err != nil && wait.Err() == nil {
 			return err // the connection failed
 		}
+		var payloads []string // what changed; nil: reload everything
 		if err == nil {
+			payloads = append(payloads, n.Payload)
 			// Coalesce a burst of notifications into one reload, within
 			// a fixed window so a steady stream cannot postpone it.
 			window, cancel := context.WithTimeout(ctx, coalesceWindow)
 			for {
-				if _, err := pg.WaitForNotification(window); err != nil {
+				n, err := pg.WaitForNotification(window)
+				if err != nil {
 					if ctx.Err() == nil && window.Err() == nil {
 						cancel()
 						return err
 					}
 					break
 				}
+				payloads = append(payloads, n.Payload)
 			}
 			cancel()
 		}
-		if err := h.Reload(ctx); err != nil {
+		reload := h.Reload
+		if payloads != nil {
+			reload = func(ctx context.Context) error { return h.applyChanges(ctx, payloads) }
+		}
+		if err := reload(ctx); err != nil {
 			h.log.Warn("snapshot reload failed", "err", err)
 		}
 		lastReload = h.now()

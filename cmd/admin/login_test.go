@@ -42,3 +42,27 @@ func TestLoginLockoutResistance(t *testing.T) {
 	want(t, callWith(t, attacker, "POST", login, "", map[string]string{"email": "guess@example.com", "password": "guess"}),
 		http.StatusTooManyRequests)
 }
+
+// TestLoginSurvivesDistributedGuessing: 25 wrong passwords from five
+// addresses in a minute spend the email's failure budget, which refuses
+// those addresses but never the user at an address that has not failed.
+func TestLoginSurvivesDistributedGuessing(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_ADMIN_LOGIN_LIMIT": "5"})
+	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	login := srv.URL + "/api/v1/login"
+	from := func(last byte) *http.Client {
+		return &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+			LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}}).DialContext}}
+	}
+	wrong := map[string]string{"email": "ops@example.com", "password": "a wrong guess"}
+	right := map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}
+	for a := byte(2); a <= 6; a++ {
+		for range 5 {
+			want(t, callWith(t, from(a), "POST", login, "", wrong), http.StatusUnauthorized)
+		}
+	}
+	// An attacker address that failed is refused even with the right password.
+	want(t, callWith(t, from(2), "POST", login, "", right), http.StatusTooManyRequests)
+	// The user, at an address that has not failed, logs in.
+	want(t, callWith(t, from(1), "POST", login, "", right), http.StatusOK)
+}

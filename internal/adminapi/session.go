@@ -177,7 +177,7 @@ func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, db *pgx
 		u, err := a.store.Authenticate(r.Context(), req.Email, req.Password)
 		if err != nil {
 			if errors.Is(err, auth.ErrBadLogin) {
-				logins.failed(r.Context(), email)
+				logins.failed(r.Context(), ip, email)
 			}
 			httpx.Error(w, r, log, err)
 			return

@@ -76,8 +76,8 @@ func (s *Store) overridesWhere(ctx context.Context, where string, args ...any) (
 	return out, nil
 }
 
-// ValidateOverrides fills the rules' defaults and names each invalid field
-// ("rules[i].field").
+// ValidateOverrides names each invalid field ("rules[i].field") of rules
+// as they will be stored, with their defaults.
 func ValidateOverrides(rules []plans.Rule) error {
 	f := map[string]string{}
 	if len(rules) > MaxOverrides {
@@ -91,6 +91,7 @@ func ValidateOverrides(rules []plans.Rule) error {
 // removes them all) and returns them as stored. Like plan rules, an
 // override keeps its identity by name.
 func (s *Store) SetOverrides(ctx context.Context, tenantID string, rules []plans.Rule) ([]plans.Rule, error) {
+	rules = plans.RulesWithDefaults(rules)
 	if err := ValidateOverrides(rules); err != nil {
 		return nil, err
 	}

@@ -81,3 +81,19 @@ func TestConcurrentRotationsOneWins(t *testing.T) {
 		t.Errorf("%d rotations succeeded and left %d keys; want 1 and 2", won, len(keys))
 	}
 }
+
+// TestRotationKeepsTheExpiry: the replacement of a key with an expiry
+// expires when the old key would have.
+func TestRotationKeepsTheExpiry(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	expires := now.Add(72 * time.Hour)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci", ExpiresAt: &expires})
+	testenv.Must(t, err)
+	_, fresh, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
+	testenv.Must(t, err)
+	if fresh.ExpiresAt == nil || !fresh.ExpiresAt.Equal(expires) {
+		t.Errorf("replacement expires at %v, want %v (the old key's expiry)", fresh.ExpiresAt, expires)
+	}
+}

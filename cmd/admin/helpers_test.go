@@ -25,7 +25,7 @@ const testJWTSecret = "test-secret-0123456789abcdef0123"
 func runAdmin(t *testing.T, dbURL, stdin string, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL}
+	env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_SECRET_KEY": testenv.SecretKey}
 	err := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &stdout, &stderr, nil)
 	if err != nil {
 		t.Logf("admin %s: stderr: %s", strings.Join(args, " "), stderr.String())
@@ -47,6 +47,7 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_DATABASE_URL":      dbURL,
+		"TOLLGATE_SECRET_KEY":        testenv.SecretKey,
 		"TOLLGATE_ADMIN_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_ADMIN_JWT_SECRET":  testJWTSecret,
 		"TOLLGATE_ADMIN_LOGIN_LIMIT": "1000",

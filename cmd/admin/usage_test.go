@@ -31,7 +31,7 @@ func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := seedDemo(ctx, db); err != nil {
+	if _, err := seedDemo(ctx, db, testenv.SecretKeys(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
@@ -211,7 +211,7 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	client, prefix := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
 	done := make(chan error, 1)
 	go func() {

@@ -60,7 +60,7 @@ func newFixture(t *testing.T) *fixture {
 		testenv.Must(t, err)
 		f.keys[tier], f.keyIDs[tier], f.tenants[tier] = secret, k.ID, tn
 	}
-	f.token, _, err = auth.NewStore(f.db).IssueServiceToken(ctx, "test-gateway", time.Hour)
+	f.token, _, err = auth.NewStore(f.db).WithSecretKeys(testenv.SecretKeys(t)).IssueServiceToken(ctx, "test-gateway", time.Hour)
 	testenv.Must(t, err)
 	_, f.prefix = testenv.Redis(t)
 	return f
@@ -161,7 +161,7 @@ func TestCheckAuthentication(t *testing.T) {
 	f := newFixture(t)
 	base := f.startAPI(t, nil)
 	ctx := context.Background()
-	as := auth.NewStore(f.db)
+	as := auth.NewStore(f.db).WithSecretKeys(testenv.SecretKeys(t))
 	revoked, st, err := as.IssueServiceToken(ctx, "revoked", time.Hour)
 	testenv.Must(t, err)
 	testenv.Must(t, as.RevokeServiceToken(ctx, st.ID))

@@ -104,7 +104,7 @@ func newRig(t *testing.T, dbURL string) *rig {
 	}
 	bogus, _, _ := tenants.GenerateKey() // well-formed, unknown
 	r.callers = append(r.callers, caller{key: bogus})
-	if r.token, _, err = auth.NewStore(db).IssueServiceToken(ctx, "test", 0); err != nil {
+	if r.token, _, err = auth.NewStore(db).WithSecretKeys(testenv.SecretKeys(t)).IssueServiceToken(ctx, "test", 0); err != nil {
 		t.Fatal(err)
 	}
 	return r

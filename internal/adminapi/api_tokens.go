@@ -86,7 +86,7 @@ type ServiceTokenResponse struct {
 }
 
 // handleServiceTokenCreate serves POST /service-tokens.
-func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool, keys *auth.SecretKeys) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req serviceTokenRequest
 		if err := httpx.Decode(r, MaxBody, &req); err != nil {
@@ -96,7 +96,7 @@ func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 		var res ServiceTokenResponse
 		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
 			var err error
-			if res.Token, res.ServiceToken, err = auth.NewStore(tx).IssueServiceToken(r.Context(), req.Name, req.ttl()); err != nil {
+			if res.Token, res.ServiceToken, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(r.Context(), req.Name, req.ttl()); err != nil {
 				return nil, err
 			}
 			return audit.One(serviceTokenChange("service_token.create", nil, &res.ServiceToken)), nil

@@ -34,6 +34,9 @@ type Config struct {
 	LoginStore     limiter.Store
 	LoginPerMinute int
 	KeyPrefix      string
+	// SecretKeys seal the service-token signing keys; without them tokens
+	// cannot be issued.
+	SecretKeys *auth.SecretKeys
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -106,7 +109,7 @@ func NewHandler(cfg Config) http.Handler {
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, db, now))
 
 		operator.Method("GET", "/service-tokens", handleServiceTokenList(log, as))
-		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db))
+		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db, cfg.SecretKeys))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
 
 		operator.Method("GET", "/audit", handleAuditList(log, audits))

@@ -86,7 +86,7 @@ func TestIDLookupsUseIndexes(t *testing.T) {
 	db := testenv.DB(t)
 	u, err := auth.NewStore(db).CreateUser(ctx, auth.NewUser{Email: "ops@example.com", Password: "long enough pw", Role: auth.RoleOperator})
 	testenv.Must(t, err)
-	_, st, err := auth.NewStore(db).IssueServiceToken(ctx, "edge", time.Hour)
+	_, st, err := auth.NewStore(db).WithSecretKeys(testenv.SecretKeys(t)).IssueServiceToken(ctx, "edge", time.Hour)
 	testenv.Must(t, err)
 	now := time.Now()
 	token, sess, err := auth.NewStore(db).StartSession(ctx, u, secret, time.Hour, now)

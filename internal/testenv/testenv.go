@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -190,4 +191,16 @@ func Must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(fmt.Sprint(err))
 	}
+}
+
+// SecretKey is the TOLLGATE_SECRET_KEY tests run with (32 bytes, base64):
+// it seals the signing keys of the test databases.
+const SecretKey = "dG9sbGdhdGUtdGVzdC1zZWNyZXQta2V5LTMyYnl0ZXM="
+
+// SecretKeys are the keys of SecretKey.
+func SecretKeys(t testing.TB) *auth.SecretKeys {
+	t.Helper()
+	keys, err := auth.ParseSecretKeys(SecretKey)
+	Must(t, err)
+	return keys
 }

@@ -57,8 +57,25 @@ func TestPlanValidateNamesFields(t *testing.T) {
 
 func TestDemoPlansAreValid(t *testing.T) {
 	for _, p := range DemoPlans() {
-		if err := p.Validate(); err != nil {
+		if err := p.WithDefaults().Validate(); err != nil {
 			t.Errorf("%s: %v", p.Name, err)
 		}
+	}
+}
+
+// TestValidateChangesNothing: validating a plan from a request leaves it
+// as it was; WithDefaults returns the filled copy.
+func TestValidateChangesNothing(t *testing.T) {
+	p := Plan{Name: "p", Rules: []Rule{{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 5, Options: Options{Calendar: "day"}}}}
+	_ = p.Validate()
+	if p.Currency != "" || p.QuotaMode != "" || p.Rules[0].Burst != 0 || p.Rules[0].PeriodUS != 0 {
+		t.Errorf("Validate changed the plan: %+v", p)
+	}
+	d := p.WithDefaults()
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Currency != "USD" || d.QuotaMode != QuotaNone || d.Rules[0].Burst != 5 || d.Rules[0].PeriodUS != limiter.DayUS || p.Rules[0].Burst != 0 {
+		t.Errorf("WithDefaults: %+v (original %+v)", d, p)
 	}
 }

@@ -2,7 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -73,7 +72,7 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 		}
 		_, err := s.CreateUser(ctx, auth.NewUser{Email: "v@example.com", Password: "a long enough password",
 			Role: auth.RoleTenantViewer, TenantID: id})
-		if fields(err)["tenant_id"] == "" {
+		if testenv.Fields(err)["tenant_id"] == "" {
 			t.Errorf("CreateUser(tenant %q) = %v, want a problem with tenant_id", id, err)
 		}
 	}
@@ -117,13 +116,4 @@ func TestIDLookupsUseIndexes(t *testing.T) {
 	if len(scans) > 0 {
 		t.Errorf("lookups by ID scanned tables: %v", scans)
 	}
-}
-
-// fields returns the fields a validation error names.
-func fields(err error) map[string]string {
-	var e *tollgate.Error
-	if errors.As(err, &e) {
-		return e.Fields
-	}
-	return nil
 }

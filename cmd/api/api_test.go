@@ -81,29 +81,15 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
-	}()
-	select {
-	case addr := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("api run: %v", err)
-			}
-		})
-		return "http://" + addr
-	case err := <-done:
-		cancel()
-		t.Fatalf("api did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("api did not start within 20s")
-	}
-	return ""
+	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("api run: %v", err)
+		}
+	})
+	return "http://" + addr
 }
 
 type checkResponse struct {

@@ -118,29 +118,12 @@ type api struct {
 
 func (r *rig) startAPI(t *testing.T) *api {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	errc := make(chan error, 1)
 	getenv := func(k string) string { return r.env[k] }
-	go func() { errc <- run(ctx, nil, getenv, io.Discard, io.Discard, ready) }()
-	select {
-	case addr := <-ready:
-		var once sync.Once
-		var err error
-		a := &api{addr: addr, stop: func() error {
-			once.Do(func() { cancel(); err = <-errc })
-			return err
-		}}
-		t.Cleanup(func() { _ = a.stop() })
-		return a
-	case err := <-errc:
-		cancel()
-		t.Fatalf("api: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("api did not start")
-	}
-	return nil
+	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, nil, getenv, io.Discard, io.Discard, ready)
+	})
+	t.Cleanup(func() { _ = stop() })
+	return &api{addr: addr, stop: stop}
 }
 
 // tally is what the client saw, by tenant/key/tier.

@@ -57,30 +57,18 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	for k, v := range settings {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
 	logs := &syncBuffer{}
-	go func() {
-		done <- run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs, ready)
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("admin serve stopped before listening: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("admin serve did not start within 30s")
-	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("admin serve: %v", err)
-		}
 		if t.Failed() {
 			t.Logf("admin server log:\n%s", logs.String())
+		}
+	})
+	addr, stop := testenv.Start(t, "admin serve", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs, ready)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("admin serve: %v", err)
 		}
 	})
 	db, err := postgres.Open(context.Background(), dbURL)

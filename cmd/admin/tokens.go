@@ -29,15 +29,11 @@ func tokensIssueCommand() command {
 					return err
 				}
 				var token string
-				var st auth.ServiceToken
-				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(ctx, *name, *ttl); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "service_token.create", TargetType: "service_token",
-						TargetID: st.ID, After: st}), nil
-				})
+				st, err := audit.Create(ctx, e.db, audit.CLI, "service_token.create", auth.ServiceTokenAudit,
+					func(tx pgx.Tx) (st auth.ServiceToken, err error) {
+						token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(ctx, *name, *ttl)
+						return st, err
+					})
 				if err != nil {
 					return fmt.Errorf("tokens issue: %w", err)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -31,7 +32,7 @@ func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := seedDemo(ctx, db, testenv.SecretKeys(t)); err != nil {
+	if _, err := seedDemo(ctx, db, testkeys.SecretKeys(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // TestSigningKeysAreSealedAtRest: the private key in the database is not
@@ -19,7 +20,7 @@ import (
 func TestSigningKeysAreSealedAtRest(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	keys := testenv.SecretKeys(t)
+	keys := testkeys.SecretKeys(t)
 	token, _, err := auth.NewStore(db).WithSecretKeys(keys).IssueServiceToken(ctx, "edge", time.Hour)
 	testenv.Must(t, err)
 
@@ -58,7 +59,7 @@ func TestResealAfterRotation(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
 	oldKey, newKey := testenv.SecretKey, auth.GenerateSecretKey()
-	old := testenv.SecretKeys(t)
+	old := testkeys.SecretKeys(t)
 	_, _, err := auth.NewStore(db).WithSecretKeys(old).IssueServiceToken(ctx, "before", time.Hour)
 	testenv.Must(t, err)
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestMatchResource(t *testing.T) {
@@ -42,15 +43,14 @@ func TestPlanValidateNamesFields(t *testing.T) {
 		},
 	}
 	err := p.Validate()
-	e, ok := err.(*tollgate.Error)
-	if !ok || e.Code != tollgate.EINVALID {
+	if tollgate.ErrorCode(err) != tollgate.EINVALID {
 		t.Fatalf("Validate = %v, want an invalid error", err)
 	}
 	for _, field := range []string{"name", "currency", "base_fee_minor", "tiers[0].up_to", "tiers[1].unit_minor",
 		"rules[0].algorithm", "rules[1].name", "rules[1].period_us", "rules[1].resource", "rules[2].scope",
 		"rules[2].options.calendar"} {
-		if _, ok := e.Fields[field]; !ok {
-			t.Errorf("no problem reported for %s (got %v)", field, e.Fields)
+		if _, ok := testenv.Fields(err)[field]; !ok {
+			t.Errorf("no problem reported for %s (got %v)", field, testenv.Fields(err))
 		}
 	}
 }

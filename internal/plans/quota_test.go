@@ -3,7 +3,7 @@ package plans
 import (
 	"testing"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestQuotaModeValidation(t *testing.T) {
@@ -20,20 +20,13 @@ func TestQuotaModeValidation(t *testing.T) {
 		{"reserved rule name", Plan{Name: "p", Rules: []Rule{{Name: QuotaRuleName, Limit: 1, PeriodUS: 1}}}, "rules[0].name"},
 	} {
 		err := c.plan.WithDefaults().Validate()
-		var e *tollgate.Error
 		switch {
 		case c.field == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.field != "" && (err == nil || !asError(err, &e) || e.Fields[c.field] == ""):
+		case c.field != "" && testenv.Fields(err)[c.field] == "":
 			t.Errorf("%s: err %v, want a problem with %s", c.name, err, c.field)
 		}
 	}
-}
-
-func asError(err error, e **tollgate.Error) bool {
-	var ok bool
-	*e, ok = err.(*tollgate.Error)
-	return ok
 }
 
 func TestQuotaRule(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -19,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -197,10 +198,12 @@ func Must(t testing.TB, err error) {
 // it seals the signing keys of the test databases.
 const SecretKey = "dG9sbGdhdGUtdGVzdC1zZWNyZXQta2V5LTMyYnl0ZXM="
 
-// SecretKeys are the keys of SecretKey.
-func SecretKeys(t testing.TB) *auth.SecretKeys {
-	t.Helper()
-	keys, err := auth.ParseSecretKeys(SecretKey)
-	Must(t, err)
-	return keys
+// Fields returns the fields a validation error names: err's
+// *tollgate.Error's Fields, nil for any other error.
+func Fields(err error) map[string]string {
+	var e *tollgate.Error
+	if errors.As(err, &e) {
+		return e.Fields
+	}
+	return nil
 }

@@ -27,6 +27,7 @@ const (
 	FailClosed
 )
 
+// String returns "open" or "closed".
 func (m FailMode) String() string {
 	if m == FailClosed {
 		return "closed"

@@ -21,7 +21,9 @@ type MiddlewareOptions struct {
 	KeyFunc func(*http.Request) string
 	// IPFunc returns the caller's address. Default: the host of
 	// RemoteAddr. No header is trusted unless you say so: behind a proxy,
-	// use ForwardedFor with the proxy's addresses.
+	// use ForwardedFor with the proxy's addresses. Without a key the
+	// check API needs a valid address: a request it refuses goes to
+	// OnError.
 	IPFunc func(*http.Request) string
 	// ResourceFunc returns what is accessed, matched against the rules'
 	// resource patterns. Default: the method, a space and the path as
@@ -187,18 +189,18 @@ func ForwardedFor(trusted ...netip.Prefix) func(*http.Request) string {
 		for _, v := range r.Header.Values("X-Forwarded-For") {
 			hops = append(hops, strings.Split(v, ",")...)
 		}
-		client := remote
+		caller := remote
 		for i := len(hops) - 1; i >= 0; i-- {
 			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
 			if err != nil {
-				return client // garbage: stop at the last address a trusted proxy vouched for
+				return caller // garbage: stop at the last address a trusted proxy vouched for
 			}
-			client = hop.String()
+			caller = hop.String()
 			if !isTrusted(hop) {
-				return client
+				return caller
 			}
 		}
-		return client
+		return caller
 	}
 }
 

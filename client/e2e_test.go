@@ -304,7 +304,7 @@ func buildPrograms(t *testing.T) string {
 }
 
 // programCommand returns a command running path with the environment of
-// the test minus its TOLLGATE_* settings, plus env.
+// the test minus its TOLLGATE_* settings, plus the test secret key and env.
 func programCommand(path string, args []string, env map[string]string) *exec.Cmd {
 	cmd := exec.Command(path, args...)
 	for _, kv := range os.Environ() {
@@ -312,6 +312,7 @@ func programCommand(path string, args []string, env map[string]string) *exec.Cmd
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, "TOLLGATE_SECRET_KEY="+testenv.SecretKey)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -47,6 +47,15 @@ func (c Bars) WriteSVG(w io.Writer) error { return writeSVG(w, c) }
 // SVG returns the chart as an <svg> element for html/template.
 func (c Bars) SVG() template.HTML { return svgHTML(c) }
 
+// valueFormat formats values: Y.Format, or formatValue (Y.Time is
+// ignored).
+func (c Bars) valueFormat() func(float64) string {
+	if c.Y.Format != nil {
+		return c.Y.Format
+	}
+	return formatValue
+}
+
 func (c Bars) categories() int {
 	n := len(c.Categories)
 	if n == 0 {
@@ -70,7 +79,7 @@ func (c Bars) category(i int) string {
 // value returns series s's value in category i, and whether there is one.
 func (c Bars) value(s, i int) (float64, bool) {
 	vs := c.Series[s].Values
-	if i >= len(vs) || !usable(vs[i]) || math.IsInf(vs[i], 0) {
+	if i >= len(vs) || !usable(vs[i]) {
 		return 0, false
 	}
 	return vs[i], true
@@ -112,7 +121,7 @@ func (c Bars) render(standalone bool) []byte {
 		}
 	}
 	for _, r := range c.Rules {
-		if usable(r.Value) && !math.IsInf(r.Value, 0) {
+		if usable(r.Value) {
 			lo, hi = min(lo, r.Value), max(hi, r.Value)
 		}
 	}
@@ -158,10 +167,7 @@ func (c Bars) render(standalone bool) []byte {
 		groups = 1
 	}
 	barW := band * 0.8 / float64(groups)
-	format := formatValue
-	if c.Y.Format != nil {
-		format = c.Y.Format
-	}
+	format := c.valueFormat()
 	unit := ""
 	if c.Y.Label != "" {
 		unit = " " + c.Y.Label
@@ -212,7 +218,7 @@ func (c Bars) render(standalone bool) []byte {
 		s.raw("</g>\n")
 	}
 	for _, r := range c.Rules {
-		if !usable(r.Value) || math.IsInf(r.Value, 0) || r.Value < y.d0 || r.Value > y.d1 {
+		if !usable(r.Value) || r.Value < y.d0 || r.Value > y.d1 {
 			continue
 		}
 		s.raw(`<path class="chart-rule" d="M`)
@@ -262,10 +268,7 @@ func (c Bars) description(n int, empty bool) string {
 	if empty {
 		return "No data."
 	}
-	format := formatValue
-	if c.Y.Format != nil {
-		format = c.Y.Format
-	}
+	format := c.valueFormat()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Bars for %d categories", n)
 	if c.XLabel != "" {
@@ -332,10 +335,7 @@ func (c Bars) Table() Table {
 	if total {
 		t.Header = append(t.Header, "total")
 	}
-	format := formatValue
-	if c.Y.Format != nil {
-		format = c.Y.Format
-	}
+	format := c.valueFormat()
 	n := len(c.Categories)
 	if n == 0 {
 		for _, s := range c.Series {

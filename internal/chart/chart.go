@@ -176,17 +176,32 @@ type Axis struct {
 	// cut off (on the y axis, marked where they are). Otherwise the range
 	// fits the data, and a y range always includes zero.
 	Min, Max float64
-	// Format, if set, formats tick labels and table values. Otherwise
-	// ticks use 1, 2 or 5 × 10ⁿ steps, whole numbers when all data are
-	// whole, with k, M, G, T for large values.
+	// Format, if set, formats tick labels, table values and the numbers
+	// in descriptions (on a time axis it is given Unix seconds; ticks stay
+	// on whole UTC units). Otherwise ticks use 1, 2 or 5 × 10ⁿ steps,
+	// whole numbers when all data are whole, with k, M, G, T for large
+	// values, and tables use "12,345" or a UTC "2006-01-02 15:04:05".
 	Format func(v float64) string
+}
+
+// formatter returns the format of the axis's values in tables and
+// descriptions: Format, or for time a UTC date and time, or formatValue.
+func (a Axis) formatter() func(float64) string {
+	switch {
+	case a.Format != nil:
+		return a.Format
+	case a.Time:
+		return formatTime
+	}
+	return formatValue
 }
 
 func (a Axis) fixed() bool { return a.Min < a.Max && usable(a.Min) && usable(a.Max) }
 
 // usable reports whether v is a value to draw: finite and within ±1e300,
 // so that differences of two values stay finite.
-func usable(v float64) bool { return !math.IsNaN(v) && math.Abs(v) <= 1e300 }
+// NaN fails the comparison.
+func usable(v float64) bool { return math.Abs(v) <= 1e300 }
 
 // Default sizes, in SVG user units (CSS pixels).
 const (

@@ -147,7 +147,7 @@ func (p Plot) prepare() *plotData {
 		pts := make([]Point, 0, len(s.Points))
 		sorted := true
 		for _, q := range s.Points {
-			if !usable(q.X) || !usable(q.Y) || math.IsInf(q.X, 0) || math.IsInf(q.Y, 0) {
+			if !usable(q.X) || !usable(q.Y) {
 				continue
 			}
 			if n := len(pts); n > 0 && q.X < pts[n-1].X {
@@ -187,7 +187,7 @@ func (p Plot) prepare() *plotData {
 		d.series = append(d.series, sd)
 	}
 	for _, r := range p.Rules {
-		if usable(r.Value) && !math.IsInf(r.Value, 0) {
+		if usable(r.Value) {
 			d.ylo, d.yhi = min(d.ylo, r.Value), max(d.yhi, r.Value)
 		}
 	}
@@ -270,9 +270,14 @@ func (p Plot) layout(d *plotData, width, height float64, o plotOpts) plotLayout 
 	switch {
 	case d.empty && !p.X.fixed():
 		// No data, no range: no x ticks.
-	case p.X.Time && p.X.Format == nil:
+	case p.X.Time:
 		if timeRange(xlo, xhi) {
 			l.xticks = timeTicks(xlo, xhi, xcount, plotW)
+		}
+		if p.X.Format != nil {
+			for i := range l.xticks {
+				l.xticks[i].label = p.X.Format(l.xticks[i].value)
+			}
 		}
 	default:
 		for ; xcount >= 1; xcount-- {
@@ -303,6 +308,8 @@ func b2f(b bool) float64 {
 // yAxis returns the scale and ticks of a y axis for data from lo to hi
 // drawn between top and bottom, and the width of the widest tick label.
 func yAxis(a Axis, lo, hi float64, integer bool, top, bottom float64) (linear, []tick, float64) {
+	// Stacks of huge values may add up beyond what ranges can hold.
+	lo, hi = max(lo, -1e300), min(hi, 1e300)
 	count := max(2, int((bottom-top)/25))
 	var vals []float64
 	var step float64
@@ -392,7 +399,7 @@ func (p Plot) draw(s *svg, id string, d *plotData, l plotLayout, o plotOpts) {
 	}
 	s.raw("</g>\n")
 	for _, r := range p.Rules {
-		if !usable(r.Value) || math.IsInf(r.Value, 0) || r.Value < l.y.d0 || r.Value > l.y.d1 {
+		if !usable(r.Value) || r.Value < l.y.d0 || r.Value > l.y.d1 {
 			continue
 		}
 		y := l.y.at(r.Value)
@@ -405,7 +412,7 @@ func (p Plot) draw(s *svg, id string, d *plotData, l plotLayout, o plotOpts) {
 		s.raw(`" stroke="currentColor" stroke-opacity="0.8" stroke-dasharray="4 3">`)
 		if r.Label != "" {
 			s.raw("<title>")
-			s.text(r.Label + ": " + formatValue(r.Value))
+			s.text(r.Label + ": " + p.Y.formatter()(r.Value))
 			s.raw("</title>")
 		}
 		s.raw("</path>\n")
@@ -700,16 +707,7 @@ func (p Plot) description(d *plotData) string {
 		return "No data."
 	}
 	var b strings.Builder
-	formatX := formatValue
-	if p.X.Time {
-		formatX = formatTime
-	} else if p.X.Format != nil {
-		formatX = p.X.Format
-	}
-	formatY := formatValue
-	if p.Y.Format != nil {
-		formatY = p.Y.Format
-	}
+	formatX, formatY := p.X.formatter(), p.Y.formatter()
 	unit := ""
 	if p.Y.Label != "" {
 		unit = " " + p.Y.Label
@@ -789,17 +787,7 @@ func (p Plot) Table() Table {
 		t.Header = append(t.Header, name)
 	}
 	xs := d.xs()
-	formatX := formatValue
-	if p.X.Format != nil {
-		formatX = p.X.Format
-	}
-	if p.X.Time {
-		formatX = formatTime
-	}
-	formatY := formatValue
-	if p.Y.Format != nil {
-		formatY = p.Y.Format
-	}
+	formatX, formatY := p.X.formatter(), p.Y.formatter()
 	t.Rows = make([][]string, len(xs))
 	for i, x := range xs {
 		t.Rows[i] = make([]string, len(d.series)+1)

@@ -36,7 +36,7 @@ func (c Progress) WriteSVG(w io.Writer) error { return writeSVG(w, c) }
 func (c Progress) SVG() template.HTML { return svgHTML(c) }
 
 func nonNegative(v float64) float64 {
-	if !usable(v) || math.IsInf(v, 0) || v < 0 {
+	if !usable(v) || v < 0 {
 		return 0
 	}
 	return v

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"strconv"
 )
 
@@ -44,7 +43,7 @@ func (c Sparkline) render(standalone bool) []byte {
 	var xs, ys []float64
 	lo, hi := 0.0, 0.0
 	for _, v := range c.Values {
-		if usable(v) && !math.IsInf(v, 0) {
+		if usable(v) {
 			lo, hi = min(lo, v), max(hi, v)
 		}
 	}
@@ -57,7 +56,7 @@ func (c Sparkline) render(standalone bool) []byte {
 	}
 	y := linear{lo, hi, height - pad, pad}
 	for i, v := range c.Values {
-		if usable(v) && !math.IsInf(v, 0) {
+		if usable(v) {
 			xs, ys = append(xs, x.at(float64(i))), append(ys, y.at(v))
 		}
 	}
@@ -117,7 +116,7 @@ func (c Sparkline) description() string {
 	var first, last, lo, hi float64
 	n := 0
 	for _, v := range c.Values {
-		if !usable(v) || math.IsInf(v, 0) {
+		if !usable(v) {
 			continue
 		}
 		if n == 0 {
@@ -145,7 +144,7 @@ func (c Sparkline) Table() Table {
 			name = c.Labels[i]
 		}
 		cell := ""
-		if usable(v) && !math.IsInf(v, 0) {
+		if usable(v) {
 			cell = formatValue(v)
 		}
 		t.Rows = append(t.Rows, []string{name, cell})

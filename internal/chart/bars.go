@@ -87,9 +87,9 @@ func (c Bars) value(s, i int) (float64, bool) {
 
 func (c Bars) render(standalone bool) []byte {
 	width, height := size(c.Width, defaultWidth, 60), size(c.Height, defaultHeight, 40)
-	seed := []string{"bars", c.Title, c.XLabel, c.Y.Label}
+	seed := []any{"bars", c.Title, c.XLabel, c.Y.Label, c.Y.Min, c.Y.Max, c.Width, c.Height, c.Categories}
 	for _, s := range c.Series {
-		seed = append(seed, s.Name)
+		seed = append(seed, s.Name, s.Values)
 	}
 	id := chartID(c.ID, seed...)
 	n := c.categories()
@@ -157,7 +157,7 @@ func (c Bars) render(standalone bool) []byte {
 
 	drawLegend(&s, legend)
 	if c.Y.Label != "" {
-		s.textAt(4, top-8, "", "chart-unit", clip(c.Y.Label, int((width-8)/charWidth)))
+		s.textAt(4, top-8, "", "chart-unit", fit(c.Y.Label, width-8))
 	}
 	drawYAxis(&s, yticks, y, left, right)
 	baseline := y.at(max(y.d0, min(y.d1, 0)))
@@ -235,14 +235,17 @@ func (c Bars) render(standalone bool) []byte {
 		s.raw(`" stroke="#fff" stroke-width="2" stroke-dasharray="3 2"/>` + "\n")
 	}
 
-	// Category labels, every k-th when they would not fit, shortened when
-	// even one per label would not fit.
+	// Category labels, every k-th when they would not fit side by side,
+	// shortened when they are long.
 	var longest float64
 	for i := range n {
 		longest = max(longest, textWidth(c.category(i)))
 	}
-	every := max(1, int(math.Ceil((min(longest, 12*charWidth)+6)/band)))
-	runes := int((band*float64(every) - 6) / charWidth)
+	// A label is centred under its bar, so the first may only be twice as
+	// wide as the room left of its centre.
+	labelWidth := min(longest, 12*charWidth, 2*(left+band/2-2))
+	every := max(1, int(math.Ceil((labelWidth+6)/band)))
+	runes := int(min(band*float64(every)-6, 2*(left+band/2-2)) / charWidth)
 	var ticks []tick
 	for i := 0; i < n; i += every {
 		if i < len(c.Categories) {
@@ -252,7 +255,7 @@ func (c Bars) render(standalone bool) []byte {
 	axis := linear{-0.5, float64(n) - 0.5, left, right}
 	drawXAxis(&s, ticks, axis, left, right, bottom, baseline)
 	if c.XLabel != "" {
-		s.textAt((left+right)/2, bottom+32, "middle", "chart-axis-label", clip(c.XLabel, int(width/charWidth)))
+		s.textAt((left+right)/2, bottom+32, "middle", "chart-axis-label", fit(c.XLabel, width))
 	}
 	if empty {
 		s.textAt((left+right)/2, (top+bottom)/2+4, "middle", "chart-empty", "No data")

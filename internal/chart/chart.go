@@ -36,6 +36,7 @@ package chart
 
 import (
 	"bytes"
+	"fmt"
 	"hash/fnv"
 	"html/template"
 	"io"
@@ -223,16 +224,16 @@ func size(v, def, least int) float64 {
 }
 
 // chartID returns id made safe for an XML id and an url(#…) reference, or,
-// when id is empty, one derived from the chart's text, so that two
-// different charts on one page get different ids.
-func chartID(id string, seed ...string) string {
+// when id is empty, one derived from seed: the chart's text, size and a
+// sample of its data, so that different charts on one page get different
+// ids.
+func chartID(id string, seed ...any) string {
 	if id == "" {
-		h := fnv.New32a()
+		h := fnv.New64a()
 		for _, s := range seed {
-			h.Write([]byte(s))
-			h.Write([]byte{0})
+			fmt.Fprintf(h, "%v\x00", s)
 		}
-		return "chart-" + strconv.FormatUint(uint64(h.Sum32()), 36)
+		return "chart-" + strconv.FormatUint(h.Sum64(), 36)
 	}
 	var b strings.Builder
 	for _, r := range id {
@@ -294,14 +295,19 @@ func clip(s string, n int) string {
 	return s[:i] + "…"
 }
 
-// Text metrics: an estimate of the width of 11-unit sans-serif text, good
-// enough to lay out labels without measuring fonts.
+// Text metrics, estimated rather than measured: charWidth is a generous
+// width of a character of 11-unit sans-serif, to keep labels apart;
+// textCharWidth an average one, to shorten running text only where it
+// would surely not fit.
 const (
-	fontSize  = 11
-	charWidth = 6.2
+	charWidth     = 6.2
+	textCharWidth = 5.6
 )
 
 func textWidth(s string) float64 { return float64(utf8.RuneCountInString(s)) * charWidth }
+
+// fit returns text shortened, if need be, to fit width.
+func fit(text string, width float64) string { return clip(text, int(width/textCharWidth)) }
 
 // svg builds a chart's markup.
 type svg struct {

@@ -281,8 +281,9 @@ func TestTemplateInsertsChartsAsMarkup(t *testing.T) {
 }
 
 func TestIDs(t *testing.T) {
-	a := Plot{Title: "A"}.SVG()
-	b := Plot{Title: "B"}.SVG()
+	// The same title, other data: two keys' charts on one page.
+	a := Plot{Title: "Checks", Series: []Series{{Points: []Point{{0, 1}, {1, 2}}}}}.SVG()
+	b := Plot{Title: "Checks", Series: []Series{{Points: []Point{{0, 1}, {1, 3}}}}}.SVG()
 	idOf := regexp.MustCompile(`aria-labelledby="([^"]+)-title"`)
 	ida, idb := idOf.FindStringSubmatch(string(a)), idOf.FindStringSubmatch(string(b))
 	if ida == nil || idb == nil || ida[1] == idb[1] {

@@ -67,8 +67,13 @@ func drawLegend(s *svg, rows []legendRow) {
 				s.raw(` width="12" height="10" fill="currentColor"/>`)
 			case swatchLine, swatchDot, swatchRule:
 				var d pathBuilder
-				d.cmd('M', it.x, mid)
-				d.cmd('h', 12)
+				if it.swatch == swatchDot {
+					d.cmd('M', it.x+6, mid)
+					d.cmd('h', 0)
+				} else {
+					d.cmd('M', it.x, mid)
+					d.cmd('h', 12)
+				}
 				s.raw("<path")
 				switch it.swatch {
 				case swatchRule:
@@ -82,7 +87,7 @@ func drawLegend(s *svg, rows []legendRow) {
 				case swatchLine:
 					s.raw(`" stroke="currentColor" stroke-width="2"/>`)
 				case swatchDot:
-					s.raw(`" stroke="currentColor" stroke-width="5" stroke-linecap="round" stroke-dasharray="0 6"/>`)
+					s.raw(`" stroke="currentColor" stroke-width="6" stroke-linecap="round"/>`)
 				case swatchRule:
 					s.raw(`" stroke="currentColor" stroke-dasharray="4 3"/>`)
 				}

@@ -33,9 +33,9 @@ func (c Panels) SVG() template.HTML { return svgHTML(c) }
 
 func (c Panels) render(standalone bool) []byte {
 	width := size(c.Width, defaultWidth, 60)
-	seed := []string{"panels", c.Title}
+	seed := []any{"panels", c.Title, c.Width}
 	for _, p := range c.Plots {
-		seed = append(seed, p.Title)
+		seed = append(seed, p.id())
 	}
 	id := chartID(c.ID, seed...)
 
@@ -85,11 +85,11 @@ func (c Panels) render(standalone bool) []byte {
 	var s svg
 	s.open("panels", id, width, height, c.Title, c.description(data), standalone)
 	if c.Title != "" {
-		s.headingAt(left, 18, "14", "chart-title", clip(c.Title, int((width-left)/charWidth/1.3)))
+		s.headingAt(left, 18, "14", "chart-title", fit(c.Title, (width-left)/1.3))
 	}
 	drawLegend(&s, legend)
 	if c.Note != "" {
-		s.textAt(left, noteY, "", "chart-note", clip(c.Note, int((width-left)/charWidth)))
+		s.textAt(left, noteY, "", "chart-note", fit(c.Note, width-left))
 	}
 	for i, p := range c.Plots {
 		opts[i].left = left
@@ -112,7 +112,7 @@ func (c Panels) description(data []*plotData) string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(len(c.Plots)) + " panels.")
 	if c.Note != "" {
-		b.WriteString(" " + c.Note)
+		b.WriteString(" " + strings.TrimRight(c.Note, ".") + ".")
 	}
 	for i, p := range c.Plots {
 		b.WriteString(" " + p.Title + ": " + p.description(data[i]))

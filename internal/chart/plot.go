@@ -73,8 +73,9 @@ type Plot struct {
 	// its own heading. Desc describes it for screen readers; empty, it is
 	// a summary of the data.
 	Title, Desc string
-	// ID prefixes the ids inside the SVG. Ids must be unique on a page;
-	// empty, one is derived from the title and the series names.
+	// ID prefixes the ids inside the SVG, which must be unique on a page.
+	// Empty, it is derived from the title, size and a sample of the data:
+	// set it where a page may show two charts that are alike in those.
 	ID string
 	// Width and Height default to 640 × 240.
 	Width, Height int
@@ -94,9 +95,13 @@ func (p Plot) WriteSVG(w io.Writer) error { return writeSVG(w, p) }
 func (p Plot) SVG() template.HTML { return svgHTML(p) }
 
 func (p Plot) id() string {
-	seed := []string{"plot", p.Title, p.X.Label, p.Y.Label}
+	// Not Axis as a whole: a Format func prints as its address.
+	seed := []any{"plot", p.Title, p.X.Label, p.X.Time, p.X.Min, p.X.Max, p.Y.Label, p.Y.Min, p.Y.Max, p.Width, p.Height}
 	for _, s := range p.Series {
-		seed = append(seed, s.Name)
+		seed = append(seed, s.Name, s.Kind, len(s.Points))
+		if n := len(s.Points); n > 0 {
+			seed = append(seed, s.Points[0], s.Points[n/2], s.Points[n-1])
+		}
 	}
 	return chartID(p.ID, seed...)
 }
@@ -243,7 +248,7 @@ func (p Plot) layout(d *plotData, width, height float64, o plotOpts) plotLayout 
 		}
 	}
 	l.xLabel = p.X.Label
-	if l.xLabel == "" && p.X.Time && timeRange(xlo, xhi) {
+	if l.xLabel == "" && p.X.Time && timeRange(xlo, xhi) && (!d.empty || p.X.fixed()) {
 		l.xLabel = timeAxisLabel(xlo, xhi)
 	}
 	bottom := height - 20
@@ -365,10 +370,10 @@ func (p Plot) legendEntries() []legendEntry {
 func (p Plot) draw(s *svg, id string, d *plotData, l plotLayout, o plotOpts) {
 	drawLegend(s, l.legend)
 	if o.heading != "" {
-		s.headingAt(l.left, 8+12+16*float64(len(l.legend)), "", "chart-heading", clip(o.heading, int((l.width-l.left)/charWidth)))
+		s.headingAt(l.left, 8+12+16*float64(len(l.legend)), "", "chart-heading", fit(o.heading, l.width-l.left))
 	}
 	if p.Y.Label != "" {
-		s.textAt(4, l.top-8, "", "chart-unit", clip(p.Y.Label, int((l.width-8)/charWidth)))
+		s.textAt(4, l.top-8, "", "chart-unit", fit(p.Y.Label, l.width-8))
 	}
 	drawYAxis(s, l.yticks, l.y, l.left, l.right)
 	baseline := l.y.at(max(l.y.d0, min(l.y.d1, 0)))
@@ -423,7 +428,7 @@ func (p Plot) draw(s *svg, id string, d *plotData, l plotLayout, o plotOpts) {
 		}
 	}
 	if l.xLabel != "" {
-		s.textAt((l.left+l.right)/2, l.bottom+32, "middle", "chart-axis-label", clip(l.xLabel, int(l.width/charWidth)))
+		s.textAt((l.left+l.right)/2, l.bottom+32, "middle", "chart-axis-label", fit(l.xLabel, l.width))
 	}
 	if d.empty {
 		s.textAt((l.left+l.right)/2, (l.top+l.bottom)/2+4, "middle", "chart-empty", "No data")
@@ -658,24 +663,26 @@ func seriesTitle(s *svg, name string) {
 // beyond a fixed y range.
 func drawClipped(s *svg, sd seriesData, l plotLayout) {
 	var marks pathBuilder
+	mark := func(x0, x1 float64) { // within the plot area only
+		if x0, x1 = max(x0, l.left), min(x1, l.right); x0 < x1 {
+			marks.cmd('M', x0, l.top+1)
+			marks.cmd('H', x1)
+		}
+	}
 	from, to := visible(sd.Points, l.x.d0, l.x.d1)
 	openX := math.NaN() // start of the current run of clipped steps
 	for i := from; i < to; i++ {
 		over := sd.top(i) > l.y.d1
 		x := l.x.at(sd.Points[i].X)
-		if !sd.Kind.stepped() {
-			if over {
-				marks.cmd('M', x-2, l.top+1)
-				marks.cmd('h', 4)
-			}
-			continue
-		}
 		switch {
+		case !sd.Kind.stepped():
+			if over {
+				mark(x-2, x+2)
+			}
 		case over && math.IsNaN(openX):
 			openX = x
 		case !over && !math.IsNaN(openX):
-			marks.cmd('M', openX, l.top+1)
-			marks.cmd('H', x)
+			mark(openX, x)
 			openX = math.NaN()
 		}
 	}
@@ -684,8 +691,7 @@ func drawClipped(s *svg, sd seriesData, l plotLayout) {
 		if to < len(sd.Points) {
 			end = l.x.at(sd.Points[to-1].X)
 		}
-		marks.cmd('M', openX, l.top+1)
-		marks.cmd('H', min(end, l.right))
+		mark(openX, end)
 	}
 	if marks.empty() {
 		return
@@ -735,12 +741,16 @@ func (p Plot) description(d *plotData) string {
 			fmt.Fprintf(&b, " %s: no data.", name)
 			continue
 		}
-		lo, hi := sd.Points[0].Y, sd.Points[0].Y
+		lo, hi, sum := sd.Points[0].Y, sd.Points[0].Y, 0.0
 		for _, q := range sd.Points {
-			lo, hi = min(lo, q.Y), max(hi, q.Y)
+			lo, hi, sum = min(lo, q.Y), max(hi, q.Y), sum+q.Y
 		}
-		fmt.Fprintf(&b, " %s (%s): %d points from %s to %s, values %s to %s%s.", name, sd.Kind, len(sd.Points),
+		fmt.Fprintf(&b, " %s (%s): %d points from %s to %s, values %s to %s%s", name, sd.Kind, len(sd.Points),
 			formatX(sd.Points[0].X), formatX(sd.Points[len(sd.Points)-1].X), formatY(lo), formatY(hi), unit)
+		if d.integer { // counts: their total says most
+			fmt.Fprintf(&b, ", total %s", formatY(sum))
+		}
+		b.WriteString(".")
 	}
 	for _, r := range p.Rules {
 		if r.Label != "" && usable(r.Value) {

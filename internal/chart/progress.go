@@ -17,7 +17,7 @@ type Progress struct {
 	// is the line of text.
 	Title, Desc string
 	ID          string
-	// Width and Height default to 320 × 36.
+	// Width and Height default to 360 × 36.
 	Width, Height int
 	// Used, Included and Projected are in Unit. Negative, NaN and infinite
 	// values count as zero; Included 0 means nothing is included (pay as
@@ -78,8 +78,8 @@ func (c Progress) text() string {
 }
 
 func (c Progress) render(standalone bool) []byte {
-	width, height := size(c.Width, 320, 20), size(c.Height, 36, 12)
-	id := chartID(c.ID, "progress", c.Title, c.Unit)
+	width, height := size(c.Width, 360, 20), size(c.Height, 36, 12)
+	id := chartID(c.ID, "progress", c.Title, c.Unit, c.Width, c.Height, c.Used, c.Included, c.Projected)
 	desc := c.Desc
 	if desc == "" {
 		desc = c.text() + "."
@@ -91,11 +91,13 @@ func (c Progress) render(standalone bool) []byte {
 	if full == 0 {
 		full = 1
 	}
-	const barY, barH = 4.0, 12.0
-	x := linear{0, full, 1, width - 1}
-	s.raw(`<rect class="chart-track" x="1"`)
+	// The bar leaves room on both sides for the projection's marker.
+	const barY, barH, pad = 4.0, 12.0, 4.0
+	x := linear{0, full, pad, width - pad}
+	s.raw(`<rect class="chart-track"`)
+	s.numAttr("x", pad)
 	s.numAttr("y", barY)
-	s.numAttr("width", width-2)
+	s.numAttr("width", width-2*pad)
 	s.numAttr("height", barH)
 	s.raw(` fill="currentColor" fill-opacity="0.12"/>` + "\n")
 	within := used
@@ -105,9 +107,9 @@ func (c Progress) render(standalone bool) []byte {
 	if within > 0 {
 		s.raw("<rect")
 		s.seriesAttrs(0, Palette, "chart-used")
-		s.raw(` x="1"`)
+		s.numAttr("x", pad)
 		s.numAttr("y", barY)
-		s.numAttr("width", x.at(within)-1)
+		s.numAttr("width", x.at(within)-pad)
 		s.numAttr("height", barH)
 		s.raw(` fill="currentColor"/>` + "\n")
 	}
@@ -152,7 +154,7 @@ func (c Progress) render(standalone bool) []byte {
 		s.raw("</title></path>\n")
 	}
 	if height >= barY+barH+14 {
-		s.textAt(1, barY+barH+14, "", "chart-figures", clip(c.text(), int((width-2)/charWidth)))
+		s.textAt(pad, barY+barH+14, "", "chart-figures", fit(c.text(), width-pad))
 	}
 	s.close()
 	return s.b

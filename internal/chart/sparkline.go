@@ -35,7 +35,11 @@ func (c Sparkline) SVG() template.HTML { return svgHTML(c) }
 
 func (c Sparkline) render(standalone bool) []byte {
 	width, height := size(c.Width, 100, 8), size(c.Height, 20, 6)
-	id := chartID(c.ID, "sparkline", c.Title, strconv.Itoa(len(c.Values)))
+	seed := []any{"sparkline", c.Title, c.Width, c.Height, len(c.Values)}
+	if n := len(c.Values); n > 0 {
+		seed = append(seed, c.Values[0], c.Values[n/2], c.Values[n-1])
+	}
+	id := chartID(c.ID, seed...)
 	var s svg
 	s.open("sparkline", id, width, height, c.Title, c.description(), standalone)
 	// Padding of the dot's radius, so that it stays inside.

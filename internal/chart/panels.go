@@ -39,47 +39,37 @@ func (c Panels) render(standalone bool) []byte {
 	}
 	id := chartID(c.ID, seed...)
 
-	// The heading, the legend and the note, then the panels.
-	var entries []legendEntry
-	if len(c.Plots) > 0 {
-		entries = c.Plots[0].legendEntries()
-	}
-	y := 0.0
-	if c.Title != "" {
-		y = 24
-	}
-	noteY := 0.0
-	var legend []legendRow
-	if len(entries) > 0 {
-		// Placed at x 0 for now, moved to the panels' left edge below.
-		legend = layoutLegend(entries, 0, y+14, width-4)
-		y += 16 * float64(len(legend))
-	}
-	if c.Note != "" {
-		noteY = y + 12
-		y += 16
-	}
-	y += 4
-
-	// Lay out every panel, then again with the widest left margin, so
-	// that the panels line up.
+	// The panels' layouts in their own coordinates, for the widest left
+	// margin, so that the panels line up.
 	data := make([]*plotData, len(c.Plots))
 	heights := make([]float64, len(c.Plots))
 	opts := make([]plotOpts, len(c.Plots))
 	left := 0.0
-	height := y
 	for i, p := range c.Plots {
 		data[i] = p.prepare()
 		heights[i] = size(p.Height, 160, 40)
 		opts[i] = plotOpts{heading: p.Title}
 		left = max(left, p.layout(data[i], width, heights[i], opts[i]).left)
-		height += heights[i]
 	}
-	height += 4
-	for i := range legend {
-		for j := range legend[i].items {
-			legend[i].items[j].x += left
-		}
+
+	// The heading, the legend and the note above the panels.
+	y := 0.0
+	if c.Title != "" {
+		y = 24
+	}
+	var legend []legendRow
+	if len(c.Plots) > 0 {
+		legend = layoutLegend(c.Plots[0].legendEntries(), left, y+14, width-4)
+		y += 16 * float64(len(legend))
+	}
+	noteY := y + 12
+	if c.Note != "" {
+		y += 16
+	}
+	y += 4
+	height := y + 4
+	for _, h := range heights {
+		height += h
 	}
 
 	var s svg

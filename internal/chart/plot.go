@@ -773,7 +773,8 @@ func (d *plotData) xs() []float64 {
 }
 
 // Table returns one row per distinct x (time or number) and one column per
-// series, the values as given (not stacked).
+// series, the values as given (not stacked). It is not downsampled: for a
+// month of minutes, give the page's table hourly or daily sums instead.
 func (p Plot) Table() Table {
 	d := p.prepare()
 	t := Table{Caption: p.Title}

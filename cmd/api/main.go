@@ -162,6 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Keys' last-used times are written in the background, never on the
 	// hot path.
 	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
+	reg.MustRegister(lastUsed.Collectors()...)
 	lastUsedCtx, stopLastUsed := context.WithCancel(context.WithoutCancel(ctx))
 	lastUsedDone := make(chan struct{})
 	go func() { defer close(lastUsedDone); lastUsed.Run(lastUsedCtx, cfg.LastUsedFlush) }()

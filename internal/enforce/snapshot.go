@@ -334,10 +334,7 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 		switch {
 		case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
 			h.lookups.notFound.Add(1)
-			if len(h.misses) >= maxMisses {
-				clear(h.misses)
-			}
-			h.misses[hash] = now
+			h.rememberMiss(hash, now)
 		case ctx.Err() == nil: // not the caller going away: Postgres failing
 			h.lookups.failed.Add(1)
 			h.lookupsPausedUntil = h.now().Add(lookupPause)
@@ -357,6 +354,14 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 		h.extra[hash] = v
 	}
 	return v
+}
+
+// rememberMiss notes that hash was not found at now; h.mu must be held.
+func (h *Holder) rememberMiss(hash tenants.KeyHash, now time.Time) {
+	if len(h.misses) >= maxMisses {
+		clear(h.misses)
+	}
+	h.misses[hash] = now
 }
 
 // coalesceWindow is how long a reload waits, after the first notification

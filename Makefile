@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 
-.PHONY: run test build bench loadgen vet fmt clean
+.PHONY: run test test-faults build bench loadgen vet fmt clean
 
 build:
 	$(GO) build -o $(BIN)/api ./cmd/api
@@ -31,3 +31,9 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+# The fault suite (test/faults): three api processes, the worker, and a
+# Postgres and Redis of its own, under load while each fails in turn.
+# TOLLGATE_FAULTS_REPORT=file keeps its report (latencies, counts).
+test-faults:
+	@TOLLGATE_FAULTS=1 scripts/services.sh test -- $(GO) test -count=1 -v -timeout 10m -run TestFaults ./test/faults/

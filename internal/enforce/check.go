@@ -329,7 +329,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 			return Decision{}, ctx.Err() // the caller went away; nothing to decide
 		}
 		c.metrics.storeError()
-		if !errors.Is(err, ErrCircuitOpen) {
+		if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
+			// Once the circuit is open the breaker logs the outage.
 			c.outageLog.warn(ctx, c.log, err)
 		}
 		return c.degraded(d, r, matched), nil

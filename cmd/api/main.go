@@ -120,7 +120,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var store limiter.Store
-	var ping func(context.Context) error
+	var ping, breakerPing func(context.Context) error
 	switch cfg.Store {
 	case "memory":
 		log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
@@ -138,6 +138,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		store = limiter.NewRedisStore(rc)
 		ping = func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+		if len(cfg.Redis.Cluster) > 0 {
+			breakerPing = enforce.RedisPing(cfg.Redis.Cluster...)
+		} else {
+			breakerPing = enforce.RedisPing(cfg.Redis.Addr)
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -175,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: metrics, Log: log,
-		Recorder: recorders,
+		Recorder: recorders, Breaker: enforce.BreakerConfig{Ping: breakerPing},
 	})
 
 	srv := &http.Server{

@@ -1,9 +1,12 @@
 package enforce
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +29,12 @@ type BreakerConfig struct {
 	// store is back while the circuit is open. Make it a dry run: it must
 	// change nothing.
 	Probe limiter.Batch
+	// Ping, when set, runs first at each probe, and Probe only once it
+	// succeeds. Give one that connects afresh rather than through the
+	// store's client: a go-redis client whose dials failed PoolSize times
+	// in its life dials again only once a second, so probes through it
+	// would delay noticing that Redis is back by up to a second.
+	Ping func(ctx context.Context) error
 	// ProbeTimeout bounds one probe (default 250ms).
 	ProbeTimeout time.Duration
 	// ProbeBackoff spaces the probes (default 25ms doubling to 250ms, with
@@ -185,7 +194,13 @@ func (b *Breaker) probe() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(b.life, b.cfg.ProbeTimeout)
-		_, err := b.store.Check(ctx, b.cfg.Probe)
+		var err error
+		if b.cfg.Ping != nil {
+			err = b.cfg.Ping(ctx)
+		}
+		if err == nil {
+			_, err = b.store.Check(ctx, b.cfg.Probe)
+		}
 		cancel()
 		if b.life.Err() != nil {
 			return
@@ -228,4 +243,46 @@ func (b *Breaker) Close() {
 	b.stopLife()
 	b.mu.Unlock()
 	b.probing.Wait()
+}
+
+// RedisPing returns a BreakerConfig.Ping for the Redis servers at addrs
+// (host:port; one is enough, as for a Cluster's seed nodes): it connects
+// afresh, sends PING and takes any reply, even an error such as NOAUTH, as
+// the server answering. It uses no client library, so it adds nothing to
+// a client's failed dials and logs nothing.
+func RedisPing(addrs ...string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, addr := range addrs {
+			err := redisPing(ctx, addr)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func redisPing(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if reply == "" || (reply[0] != '+' && reply[0] != '-') {
+		return fmt.Errorf("enforce: %s answered PING with %q", addr, reply)
+	}
+	return nil
 }

@@ -344,3 +344,29 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestBreakerPingsAfreshBeforeProbingTheStore: with a Ping, failed probes
+// never touch the store's client (whose pool would start dialling only
+// once a second); once Redis answers PING, the store's probe closes the
+// circuit.
+func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	store := redisStore(t, r)
+	b := NewBreaker(store, BreakerConfig{Failures: 1, Probe: probeBatch(), Ping: RedisPing("127.0.0.1:1", r.Addr())})
+	t.Cleanup(b.Close)
+	r.kill()
+	b.Check(ctx, oneCheck()) //nolint:errcheck
+	waitFor(t, "three failed probes", func() bool { return b.Stats().FailedProbes >= 3 })
+	if n := store.probes.Load(); n != 0 {
+		t.Errorf("%d probes reached the store while Redis did not answer PING", n)
+	}
+	r.start()
+	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+	if n := store.probes.Load(); n != 1 {
+		t.Errorf("%d probes of the store, want the one that closed the circuit", n)
+	}
+	if err := RedisPing("127.0.0.1:1")(ctx); err == nil {
+		t.Error("PING of a closed port succeeded")
+	}
+}

@@ -154,7 +154,7 @@ func TestFaults(t *testing.T) {
 	s.checkAnswers(results, marks, load.skipped.Load())
 	s.checkUsage(results, marks, killed, unpublished)
 	s.redis.p.terminate(t, 30*time.Second) //nolint:errcheck // its exit status is its own business
-	s.db.Close() // a smart shutdown waits for every session to end
+	s.db.Close()                           // a smart shutdown waits for every session to end
 	s.pg.terminate(t)
 	s.say("whole run: %v", time.Since(began).Round(100*time.Millisecond))
 	if path := os.Getenv("TOLLGATE_FAULTS_REPORT"); path != "" {

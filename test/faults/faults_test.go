@@ -102,19 +102,23 @@ func TestFaults(t *testing.T) {
 	time.Sleep(settle)
 
 	// 1. Redis: kill -9, and start again on the same port and data.
+	redisLines := s.logLines()
 	marks["redis killed"] = time.Now()
 	s.redis.p.kill()
 	time.Sleep(redisOutage)
 	marks["redis restarted"] = time.Now()
 	marks["redis answers"] = s.redis.start(t)
 	time.Sleep(settle)
+	s.checkRedisOutageLogs(redisLines, s.logLines())
 
 	// 2. Postgres: stop -m immediate, and start again.
 	linesBefore := s.logLines()
+	workerLines := s.worker.logLines()
 	marks["postgres stopped"] = time.Now()
 	s.pg.stopImmediate(t)
 	time.Sleep(pgOutage)
 	linesDuring := s.logLines()
+	s.say("worker: %d log lines during the Postgres outage", s.worker.logLines()-workerLines)
 	reloadsBefore := s.scrapeAll("tollgate_snapshot_reloads_total")
 	marks["postgres started"] = time.Now()
 	s.pg.start(t)
@@ -330,6 +334,23 @@ func (s *suite) waitAll(what, metric string, want float64) {
 			s.t.Fatalf("%s: %s not %v on every node within 30s", what, metric, want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkRedisOutageLogs bounds each API process's log lines from the kill
+// of Redis to a few seconds after it is back: lines saying so, and
+// go-redis's own line for each failed dial before the circuit opened.
+func (s *suite) checkRedisOutageLogs(before, after []int) {
+	for i, p := range s.apis {
+		n := after[i] - before[i]
+		s.say("redis outage (%v, kill -9): %s logged %d lines from the kill to %v after Redis was back", redisOutage, p.name, n, settle)
+		if n > maxOutageLogs {
+			s.t.Errorf("%s logged %d lines during a %v Redis outage, want at most %d:\n%s", p.name, n, redisOutage,
+				maxOutageLogs, strings.Join(p.logSince(before[i])[:n], "\n"))
+		}
+	}
+	for _, l := range s.apis[0].logSince(before[0])[:after[0]-before[0]] {
+		s.say("    api-0: %s", l)
 	}
 }
 

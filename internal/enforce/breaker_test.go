@@ -370,3 +370,24 @@ func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 		t.Error("PING of a closed port succeeded")
 	}
 }
+
+// BenchmarkBreakerOverhead measures what the breaker adds to a store
+// call, on the memory store (no network), one goroutine per CPU.
+func BenchmarkBreakerOverhead(b *testing.B) {
+	for name, wrap := range map[string]func(limiter.Store) limiter.Store{
+		"bare":    func(s limiter.Store) limiter.Store { return s },
+		"breaker": func(s limiter.Store) limiter.Store { return NewBreaker(s, BreakerConfig{Probe: probeBatch()}) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			store := wrap(limiter.NewMemoryStore(nil))
+			batch := oneCheck()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					store.Check(ctx, batch) //nolint:errcheck
+				}
+			})
+		})
+	}
+}

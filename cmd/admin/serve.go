@@ -34,8 +34,11 @@ type serverConfig struct {
 	LoginPerMinute int
 	// Redis, when an address is set, holds the login limiter's state so
 	// that every admin process shares it; otherwise it is in memory.
-	Redis           config.Redis
-	KeyPrefix       string
+	Redis     config.Redis
+	KeyPrefix string
+	// TrustedProxies are the proxies in front of the server whose
+	// X-Forwarded-For names the client (for the login limits and audit).
+	TrustedProxies  httpx.TrustedProxies
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
 }
@@ -49,6 +52,7 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 		LoginPerMinute:  e.Int("TOLLGATE_ADMIN_LOGIN_LIMIT", 5, 1),
 		Redis:           e.Redis(""),
 		KeyPrefix:       e.KeyPrefix(),
+		TrustedProxies:  e.TrustedProxies(),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		Log:             e.Logger(stderr),
 	}
@@ -111,11 +115,12 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	defer stopWorker()
 
 	srv := &http.Server{
-		Handler: adminapi.NewHandler(adminapi.Config{
+		// Every route sees the client behind the trusted proxies.
+		Handler: cfg.TrustedProxies.Middleware(adminapi.NewHandler(adminapi.Config{
 			DB: e.db, Usage: usageCfg.store(e), Log: log,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
-		}),
+		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

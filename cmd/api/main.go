@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,7 +51,11 @@ type Config struct {
 	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
 	Usage           config.Usage
-	Log             *slog.Logger
+	// TrustedProxies are hops in front of the gateways (forward-auth).
+	TrustedProxies []netip.Prefix
+	Forward        config.Forward
+	Envoy          config.Envoy
+	Log            *slog.Logger
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -66,6 +71,9 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		Usage:           e.Usage(store),
+		TrustedProxies:  e.TrustedProxies(),
+		Forward:         e.Forward(),
+		Envoy:           e.Envoy(),
 		Log:             e.Logger(stderr),
 	}
 	return c, e.Err()
@@ -169,6 +177,8 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
 			PingPostgres: db.Ping, PingStore: pingStore,
+			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
+				TrustedProxies: cfg.TrustedProxies},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,

@@ -120,7 +120,9 @@ func through(t *testing.T, c *http.Client, method, url string, headers map[strin
 	return gatewayResponse{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
-func (g gatewayResponse) check() checkResponse { return checkResponse{status: g.status, header: g.header} }
+func (g gatewayResponse) check() checkResponse {
+	return checkResponse{status: g.status, header: g.header}
+}
 
 // TestNginxForwardAuth puts real nginx (auth_request, with the recipe in
 // deploy/nginx) in front of an upstream, asking the real check server.

@@ -70,6 +70,14 @@ func newFixture(t *testing.T) *fixture {
 // extra overrides environment variables.
 func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	t.Helper()
+	return f.startAPIAddrs(t, extra)[0]
+}
+
+// startAPIAddrs is startAPI returning every address run() reports: the
+// check API's base URL, then the Envoy gRPC service's address when
+// TOLLGATE_ENVOY_GRPC_ADDR is set.
+func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string {
+	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_DATABASE_URL":    f.dbURL,
@@ -82,7 +90,7 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 		env[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan string, 2)
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
@@ -95,7 +103,11 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 				t.Errorf("api run: %v", err)
 			}
 		})
-		return "http://" + addr
+		addrs := []string{"http://" + addr}
+		if env["TOLLGATE_ENVOY_GRPC_ADDR"] != "" {
+			addrs = append(addrs, <-ready)
+		}
+		return addrs
 	case err := <-done:
 		cancel()
 		t.Fatalf("api did not start: %v", err)
@@ -103,7 +115,7 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 		cancel()
 		t.Fatal("api did not start within 20s")
 	}
-	return ""
+	return nil
 }
 
 type checkResponse struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tollgate/tollgate/internal/checkapi"
+	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
@@ -80,7 +81,9 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 }
 
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
-// ready is not nil, the listening address is sent on it once serving.
+// ready is not nil, the check API's listening address is sent on it once
+// serving, then, when TOLLGATE_ENVOY_GRPC_ADDR is set, the Envoy
+// rate-limit service's.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -112,6 +115,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
 	if ready != nil {
 		ready <- ln.Addr().String()
+		if srv.envoyAddr != "" {
+			ready <- srv.envoyAddr
+		}
 	}
 	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
 	cfg.Log.Info("api stopped")
@@ -123,6 +129,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type server struct {
 	cfg  Config
 	http *http.Server
+	// envoyAddr is where the Envoy rate-limit service listens ("": off).
+	envoyAddr string
 	// closers release what load started, last started first.
 	closers []func()
 }
@@ -185,7 +193,47 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	if cfg.Envoy.Addr != "" {
+		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startEnvoy serves Envoy's rate-limit service (gRPC) on
+// TOLLGATE_ENVOY_GRPC_ADDR. Closing the server stops it first: calls in
+// flight finish (for at most ShutdownTimeout) while usage and the stores
+// are still there.
+func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Envoy.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_ENVOY_GRPC_ADDR=%s: %w", cfg.Envoy.Addr, err)
+	}
+	g := envoyrls.NewServer(checker, tokens, envoyrls.Config{KeyEntry: cfg.Envoy.KeyEntry, IPEntry: cfg.Envoy.IPEntry,
+		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies}, cfg.Log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(ln); err != nil {
+			cfg.Log.Error("envoy rate-limit service stopped", "err", err)
+		}
+	}()
+	s.envoyAddr = ln.Addr().String()
+	cfg.Log.Info("envoy rate-limit service listening", "addr", s.envoyAddr)
+	s.onClose(func() {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(cfg.ShutdownTimeout):
+			cfg.Log.Warn("envoy rate-limit service did not drain in time", "drain", cfg.ShutdownTimeout)
+			g.Stop()
+		}
+		<-done
+	})
+	return nil
 }
 
 // limiterStore returns the limiter store cfg.Store names and how to ping it.

@@ -245,8 +245,8 @@ func readForwarded(r *http.Request, cfg ForwardConfig) (forwarded, error) {
 	if err != nil {
 		return f, err
 	}
-	rawPath, rawQuery, _ := strings.Cut(uri, "?")
-	f.request = enforce.Request{Resource: method + " " + cleanPath(rawPath), Cost: 1}
+	_, rawQuery, _ := strings.Cut(uri, "?")
+	f.request = enforce.Request{Resource: Resource(method, uri), Cost: 1}
 	if v := strings.TrimSpace(r.Header.Get(HeaderCost)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || n > maxCost {
@@ -308,6 +308,14 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+// Resource returns the resource rules match for an HTTP request: "METHOD
+// /path" with the request URI's path cleaned (see cleanPath) and its query
+// dropped. method must be upper case.
+func Resource(method, requestURI string) string {
+	rawPath, _, _ := strings.Cut(requestURI, "?")
+	return method + " " + cleanPath(rawPath)
 }
 
 // cleanPath returns the path rules are matched against: decoded, with dot

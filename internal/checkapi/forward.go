@@ -106,7 +106,8 @@ func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(h
 // revoked or expired key or a suspended tenant; 503 when a fail-closed
 // rule could not be evaluated (Retry-After: 1). Every answer carries the
 // rate-limit headers of SetHeaders and X-Tollgate-Reason; a 200 also
-// X-Tollgate-Tenant, -Key-Id and -Plan for the upstream.
+// X-Tollgate-Tenant, -Key-Id and -Plan for the upstream (empty for an
+// anonymous caller, whose plan is the anonymous one).
 func HandleForwardAuth(checker *enforce.Checker, cfg ForwardConfig, log *slog.Logger) http.Handler {
 	if len(cfg.KeyHeaders) == 0 {
 		cfg.KeyHeaders = DefaultKeyHeaders
@@ -140,9 +141,12 @@ func HandleForwardAuth(checker *enforce.Checker, cfg ForwardConfig, log *slog.Lo
 		}
 		if d.Allowed {
 			h.Set(HeaderReason, d.Reason)
-			setIfAny(h, HeaderTenant, d.TenantID)
-			setIfAny(h, HeaderKeyID, d.KeyID)
-			setIfAny(h, HeaderPlan, d.Plan)
+			// Always sent, empty for an anonymous caller: a gateway that
+			// copies them to the upstream request then replaces whatever a
+			// client sent under these names.
+			h.Set(HeaderTenant, d.TenantID)
+			h.Set(HeaderKeyID, d.KeyID)
+			h.Set(HeaderPlan, d.Plan)
 			if d.DelayMS > 0 {
 				h.Set(HeaderDelay, strconv.FormatInt(d.DelayMS, 10))
 			}
@@ -210,12 +214,6 @@ func writeDenial(w http.ResponseWriter, denyStatus, status int, reason, detail s
 	p := httpx.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail,
 		Code: codeByStatus[status]}
 	_ = json.NewEncoder(w).Encode(p)
-}
-
-func setIfAny(h http.Header, name, value string) {
-	if value != "" {
-		h.Set(name, value)
-	}
 }
 
 // forwarded is what a forward-auth request asks.

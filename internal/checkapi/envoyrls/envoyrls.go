@@ -221,14 +221,10 @@ func (s *Service) answer(resp *rlsv3.RateLimitResponse, d *enforce.Decision) {
 	}
 	resp.ResponseHeadersToAdd = headerValues(h)
 	if d.Allowed {
-		up := http.Header{}
-		for name, v := range map[string]string{checkapi.HeaderTenant: d.TenantID, checkapi.HeaderKeyID: d.KeyID,
-			checkapi.HeaderPlan: d.Plan} {
-			if v != "" {
-				up.Set(name, v)
-			}
-		}
-		resp.RequestHeadersToAdd = headerValues(up)
+		// All three, empty for an anonymous caller, so that they replace
+		// what a client may have sent under these names.
+		resp.RequestHeadersToAdd = headerValues(http.Header{checkapi.HeaderTenant: {d.TenantID},
+			checkapi.HeaderKeyID: {d.KeyID}, checkapi.HeaderPlan: {d.Plan}})
 		return
 	}
 	body, _ := json.Marshal(httpx.Problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests),
@@ -246,7 +242,7 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 	slices.Sort(names)
 	out := make([]*corev3.HeaderValue, 0, len(names))
 	for _, name := range names {
-		out = append(out, &corev3.HeaderValue{Key: strings.ToLower(name), Value: h.Get(name)})
+		out = append(out, &corev3.HeaderValue{Key: strings.ToLower(name), Value: strings.Join(h[name], ", ")})
 	}
 	return out
 }

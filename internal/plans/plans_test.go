@@ -57,7 +57,7 @@ func TestPlanValidateNamesFields(t *testing.T) {
 
 func TestDemoPlansAreValid(t *testing.T) {
 	for _, p := range DemoPlans() {
-		if err := p.Validate(); err != nil {
+		if err := p.WithDefaults().Validate(); err != nil {
 			t.Errorf("%s: %v", p.Name, err)
 		}
 	}

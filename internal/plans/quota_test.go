@@ -19,7 +19,7 @@ func TestQuotaModeValidation(t *testing.T) {
 		{"hard without units", Plan{Name: "p", QuotaMode: QuotaHard}, "included_units"},
 		{"reserved rule name", Plan{Name: "p", Rules: []Rule{{Name: QuotaRuleName, Limit: 1, PeriodUS: 1}}}, "rules[0].name"},
 	} {
-		err := c.plan.Validate()
+		err := c.plan.WithDefaults().Validate()
 		var e *tollgate.Error
 		switch {
 		case c.field == "" && err != nil:

@@ -557,6 +557,8 @@ func TestHealthAndMetrics(t *testing.T) {
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	for name, val := range map[string]string{
 		"TOLLGATE_STORE": "etcd", "TOLLGATE_REDIS_TIMEOUT": "soon", "TOLLGATE_KEY_PREFIX": "{x}",
+		"TOLLGATE_TRUSTED_PROXIES": "proxy.internal", "TOLLGATE_FORWARD_KEY_HEADERS": "X-API-Key,Bad Header",
+		"TOLLGATE_FORWARD_KEY_QUERY": "a=b",
 	} {
 		err := run(context.Background(), nil, func(k string) string {
 			if k == name {

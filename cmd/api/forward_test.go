@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -176,5 +177,16 @@ func TestForwardAuthDegraded(t *testing.T) {
 	r = forwardAuth(t, base, "GET", "/x", gateway(f.token, "203.0.113.9", map[string]string{"X-API-Key": strictKey, "X-Tollgate-Deny-Status": "403"}))
 	if r.status != http.StatusForbidden || r.header.Get("X-Tollgate-Status") != "503" {
 		t.Errorf("fail-closed, nginx mode: %d status %q, want 403 carrying 503", r.status, r.header.Get("X-Tollgate-Status"))
+	}
+	// The metrics the alerts watch count them.
+	resp, err := http.Get(base + "/metrics")
+	testenv.Must(t, err)
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`tollgate_checks_degraded_total{decision="allowed"} 1`, `tollgate_checks_degraded_total{decision="denied"} 2`,
+		"tollgate_store_errors_total 3"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -139,9 +139,13 @@ func TestWorkerCrashBetweenCommitAndAckCountsOnce(t *testing.T) {
 	if m := sums(t, r.db, "usage_month")[tA+"/"+kA]; m != want {
 		t.Errorf("month totals %+v, want %+v", m, want)
 	}
+	// At least the 8 unacknowledged and the re-published one are
+	// duplicates; on a slow machine a batch may outlast the claim idle
+	// time and be claimed by the other worker too, which the totals above
+	// show costs nothing.
 	s2, s3 := second.Stats(), third.Stats()
-	if s2.Applied+s3.Applied != 22 || s2.Duplicates+s3.Duplicates != 9 {
-		t.Errorf("after the crash: applied %d, duplicates %d; want 22 and 9 (the 8 unacknowledged, the re-published one)",
+	if s2.Applied+s3.Applied != 22 || s2.Duplicates+s3.Duplicates < 9 {
+		t.Errorf("after the crash: applied %d, duplicates %d; want 22 and at least 9 (the 8 unacknowledged, the re-published one)",
 			s2.Applied+s3.Applied, s2.Duplicates+s3.Duplicates)
 	}
 }

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 
-.PHONY: run test build bench bench-http loadgen vet fmt clean
+.PHONY: run test test-faults build bench bench-http loadgen vet fmt clean
 
 build:
 	$(GO) build -o $(BIN)/api ./cmd/api
@@ -16,8 +16,10 @@ build:
 run: build
 	@scripts/services.sh run -- scripts/run-local.sh
 
+# TOLLGATE_FAULTS=1 includes the fault suite (test/faults, about a minute
+# and a half); plain `go test ./...` skips it.
 test:
-	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
+	@TOLLGATE_FAULTS=1 TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
 
 # Benchmarks of one check through the handler against real Redis.
 bench:
@@ -37,3 +39,10 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+# The fault suite alone, with its report (counts, latencies; see
+# docs/reliability.md): three api processes, the worker, and a Postgres and
+# Redis of its own, under load while each fails in turn.
+# TOLLGATE_FAULTS_REPORT=file keeps the report in a file too.
+test-faults:
+	@TOLLGATE_FAULTS=1 scripts/services.sh test -- $(GO) test -count=1 -v -timeout 10m -run TestFaults ./test/faults/

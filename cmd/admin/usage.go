@@ -107,12 +107,16 @@ func workerCommand() command {
 }
 
 // startServeWorker runs a usage worker beside the admin server unless
-// TOLLGATE_SERVE_WORKER=false; stop ends it and waits.
-func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger) (stop func(), err error) {
+// TOLLGATE_SERVE_WORKER=false, its metrics on reg when not nil; stop ends
+// it and waits.
+func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
 	w, release := newWorker(c, e, log)
+	if reg != nil {
+		w.Register(reg)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // fixture is a database with the demo plans, one tenant per paid plan with
@@ -60,7 +61,7 @@ func newFixture(t *testing.T) *fixture {
 		testenv.Must(t, err)
 		f.keys[tier], f.keyIDs[tier], f.tenants[tier] = secret, k.ID, tn
 	}
-	f.token, _, err = auth.NewStore(f.db).IssueServiceToken(ctx, "test-gateway", time.Hour)
+	f.token, _, err = auth.NewStore(f.db).WithSecretKeys(testkeys.SecretKeys(t)).IssueServiceToken(ctx, "test-gateway", time.Hour)
 	testenv.Must(t, err)
 	_, f.prefix = testenv.Redis(t)
 	return f
@@ -69,6 +70,14 @@ func newFixture(t *testing.T) *fixture {
 // startAPI runs cmd/api's run() on a free port and returns its base URL.
 // extra overrides environment variables.
 func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
+	t.Helper()
+	return f.startAPIAddrs(t, extra)[0]
+}
+
+// startAPIAddrs is startAPI returning every address run() reports: the
+// check API's base URL, then the Envoy gRPC service's address when
+// TOLLGATE_ENVOY_GRPC_ADDR is set.
+func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string {
 	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
@@ -81,29 +90,20 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
-	}()
-	select {
-	case addr := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("api run: %v", err)
-			}
-		})
-		return "http://" + addr
-	case err := <-done:
-		cancel()
-		t.Fatalf("api did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("api did not start within 20s")
+	n := 1
+	if env["TOLLGATE_ENVOY_GRPC_ADDR"] != "" {
+		n = 2 // the gRPC listener's address follows the HTTP one
 	}
-	return ""
+	addrs, stop := testenv.StartN(t, "api", n, func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("api run: %v", err)
+		}
+	})
+	addrs[0] = "http://" + addrs[0]
+	return addrs
 }
 
 type checkResponse struct {
@@ -161,7 +161,7 @@ func TestCheckAuthentication(t *testing.T) {
 	f := newFixture(t)
 	base := f.startAPI(t, nil)
 	ctx := context.Background()
-	as := auth.NewStore(f.db)
+	as := auth.NewStore(f.db).WithSecretKeys(testkeys.SecretKeys(t))
 	revoked, st, err := as.IssueServiceToken(ctx, "revoked", time.Hour)
 	testenv.Must(t, err)
 	testenv.Must(t, as.RevokeServiceToken(ctx, st.ID))
@@ -545,6 +545,8 @@ func TestHealthAndMetrics(t *testing.T) {
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	for name, val := range map[string]string{
 		"TOLLGATE_STORE": "etcd", "TOLLGATE_REDIS_TIMEOUT": "soon", "TOLLGATE_KEY_PREFIX": "{x}",
+		"TOLLGATE_TRUSTED_PROXIES": "proxy.internal", "TOLLGATE_FORWARD_KEY_HEADERS": "X-API-Key,Bad Header",
+		"TOLLGATE_FORWARD_KEY_QUERY": "a=b",
 	} {
 		err := run(context.Background(), nil, func(k string) string {
 			if k == name {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tollgate/tollgate/internal/checkapi"
+	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
@@ -53,8 +55,13 @@ type Config struct {
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
+	IPv6Prefix      int
 	Usage           config.Usage
-	Log             *slog.Logger
+	// TrustedProxies are hops in front of the gateways (forward-auth).
+	TrustedProxies []netip.Prefix
+	Forward        config.Forward
+	Envoy          config.Envoy
+	Log            *slog.Logger
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -70,14 +77,23 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		IPv6Prefix:      e.Int("TOLLGATE_IPV6_PREFIX", 64, 1),
 		Usage:           e.Usage(store),
+		TrustedProxies:  e.TrustedProxies(),
+		Forward:         e.Forward(),
+		Envoy:           e.Envoy(),
 		Log:             e.Logger(stderr),
+	}
+	if c.IPv6Prefix > 128 {
+		e.Fail("TOLLGATE_IPV6_PREFIX", "must be from 1 to 128")
 	}
 	return c, e.Err()
 }
 
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
-// ready is not nil, the listening address is sent on it once serving.
+// ready is not nil, the check API's listening address is sent on it once
+// serving, then, when TOLLGATE_ENVOY_GRPC_ADDR is set, the Envoy
+// rate-limit service's.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -120,6 +136,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
 	if ready != nil {
 		ready <- ln.Addr().String()
+		if srv.envoyAddr != "" {
+			ready <- srv.envoyAddr
+		}
 	}
 	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
 	cfg.Log.Info("api stopped")
@@ -142,6 +161,8 @@ func debugHandler() http.Handler {
 type server struct {
 	cfg  Config
 	http *http.Server
+	// envoyAddr is where the Envoy rate-limit service listens ("": off).
+	envoyAddr string
 	// closers release what load started, last started first.
 	closers []func()
 }
@@ -166,7 +187,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		return nil, err
 	}
 
-	store, pingStore := s.limiterStore(ctx)
+	store, pingStore, breakerPing := s.limiterStore(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -182,6 +203,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	// Keys' last-used times are written in the background, never on the
 	// hot path; the last flush still has Postgres.
 	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
+	reg.MustRegister(lastUsed.Collectors()...)
 	s.background(func(ctx context.Context) { lastUsed.Run(ctx, cfg.LastUsedFlush) })
 
 	recorders := enforce.Recorders{lastUsed}
@@ -190,26 +212,71 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders,
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
 	})
+	s.onClose(checker.Close) // the breaker's background probing
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
 			PingPostgres: db.Ping, PingStore: pingStore,
+			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
+				TrustedProxies: cfg.TrustedProxies},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	if cfg.Envoy.Addr != "" {
+		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-// limiterStore returns the limiter store cfg.Store names and how to ping it.
-func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.Context) error) {
+// startEnvoy serves Envoy's rate-limit service (gRPC) on
+// TOLLGATE_ENVOY_GRPC_ADDR. Closing the server stops it first: calls in
+// flight finish (for at most ShutdownTimeout) while usage and the stores
+// are still there.
+func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Envoy.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_ENVOY_GRPC_ADDR=%s: %w", cfg.Envoy.Addr, err)
+	}
+	g := envoyrls.NewServer(checker, tokens, envoyrls.Config{KeyEntry: cfg.Envoy.KeyEntry, IPEntry: cfg.Envoy.IPEntry,
+		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies}, cfg.Log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(ln); err != nil {
+			cfg.Log.Error("envoy rate-limit service stopped", "err", err)
+		}
+	}()
+	s.envoyAddr = ln.Addr().String()
+	cfg.Log.Info("envoy rate-limit service listening", "addr", s.envoyAddr)
+	s.onClose(func() {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(cfg.ShutdownTimeout):
+			cfg.Log.Warn("envoy rate-limit service did not drain in time", "drain", cfg.ShutdownTimeout)
+			g.Stop()
+		}
+		<-done
+	})
+	return nil
+}
+
+// limiterStore returns the limiter store cfg.Store names, how to ping it
+// for /readyz, and how the circuit breaker pings Redis on a fresh
+// connection (nil for the memory store).
+func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, breakerPing func(context.Context) error) {
 	if s.cfg.Store == "memory" {
 		s.cfg.Log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
-		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }
+		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }, nil
 	}
 	limiterRedis := s.cfg.Redis
 	limiterRedis.NoRetries = true
@@ -220,11 +287,15 @@ func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
+	breakerPing = enforce.RedisPing(s.cfg.Redis.Addr)
+	if len(s.cfg.Redis.Cluster) > 0 {
+		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
+	}
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.
-	store := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
-	return store, func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	store = redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
+	return store, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"net/netip"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -26,13 +26,14 @@ const (
 // (GCRA, each limit a minute's worth at once at most). Every attempt
 // counts against its client network (an IPv4 address or an IPv6 /64:
 // see clientNetwork), networkFactor × perMinute a minute, and against its
-// (network, email) pair, perMinute a minute. Only failed attempts count
+// (network, email) pair, perMinute a minute. Failed attempts also count
 // against the email itself, emailFailureFactor × perMinute a minute from
-// all networks together: that bounds guessing one password from many
-// addresses, while someone who does not know the password cannot lock the
-// user out from one or a few addresses, and logging in successfully uses
-// up nothing of it. An attempt refused by one limit uses up none of the
-// others. Safe for concurrent use.
+// all networks together; once that is spent, only networks that failed on
+// the email in the last failureMemory are refused. So guessing one
+// password from many addresses is bounded, while a user who types the
+// right password from an address that has not failed always gets in:
+// nobody can lock a user out. An attempt refused by one limit uses up none
+// of the others. Safe for concurrent use.
 type loginLimiter struct {
 	store     limiter.Store
 	prefix    string
@@ -72,6 +73,18 @@ func (l *loginLimiter) emailFailuresKey(email string) string {
 	return l.prefix + "{admin-login}:email-failures:" + hashed(email)
 }
 
+func (l *loginLimiter) networkEmailFailedKey(network, email string) string {
+	return l.prefix + "{admin-login}:net-email-failed:" + hashed(network, email)
+}
+
+// failureMemory is how long a network that failed on an email counts as
+// having failed on it (each failure adds as much, up to a day).
+const failureMemory = 15 * time.Minute
+
+// failedParams meter a network's failures on an email: the state stays
+// until failureMemory after the last one, which ResetAfterUS tells.
+var failedParams = limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: int64(failureMemory / time.Microsecond), Burst: 96}
+
 // allow decides an attempt from ip for email (normalized), before the
 // password is checked, and counts it against the network limits. When it
 // is refused, retry is how long until the same attempt could pass. If the
@@ -79,8 +92,10 @@ func (l *loginLimiter) emailFailuresKey(email string) string {
 // keeps operators able to log in while Redis is down; the password hash's
 // cost still slows guessing) and a warning is logged.
 func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, retry time.Duration) {
-	// The email's failures are only looked at here (a dry run): failed
-	// adds to them once the password turned out wrong.
+	network := clientNetwork(ip)
+	// Looked at only (dry runs): failed adds to them once the password
+	// turned out wrong. The email's spent failure budget refuses only a
+	// network that has failed on it.
 	out, err := l.store.Check(ctx, limiter.Batch{Cost: 1, DryRun: true, Requests: []limiter.Request{
 		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
 	}})
@@ -89,9 +104,13 @@ func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, re
 		return true, 0
 	}
 	if !out.Admitted {
-		return false, retryAfter(out)
+		failed, err := l.store.Check(ctx, limiter.Batch{Cost: 0, DryRun: true, Requests: []limiter.Request{
+			{Key: l.networkEmailFailedKey(network, email), Params: failedParams},
+		}})
+		if err != nil || failed.Results[0].ResetAfterUS > 0 {
+			return false, retryAfter(out)
+		}
 	}
-	network := clientNetwork(ip)
 	out, err = l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
 		{Key: l.networkKey(network), Params: l.params(networkFactor)},
 		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
@@ -106,13 +125,18 @@ func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, re
 	return true, 0
 }
 
-// failed counts a failed attempt (wrong email or password) against email.
-func (l *loginLimiter) failed(ctx context.Context, email string) {
-	_, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
+// failed counts a failed attempt (wrong email or password) from ip against
+// email, and remembers that ip's network failed on it.
+func (l *loginLimiter) failed(ctx context.Context, ip, email string) {
+	for _, r := range []limiter.Request{
 		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
-	}})
-	if err != nil {
-		l.log.WarnContext(ctx, "login limiter unavailable; a failed login was not counted", "err", err)
+		{Key: l.networkEmailFailedKey(clientNetwork(ip), email), Params: failedParams},
+	} {
+		// Separately: a spent budget must not stop the other from counting.
+		if _, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{r}}); err != nil {
+			l.log.WarnContext(ctx, "login limiter unavailable; a failed login was not counted", "err", err)
+			return
+		}
 	}
 }
 
@@ -132,14 +156,4 @@ func retryAfter(out limiter.Outcome) time.Duration {
 // /64 — one subscriber usually has a whole /64 and could otherwise step
 // through its addresses to escape the limits. Anything else (not an IP)
 // is used as it is.
-func clientNetwork(ip string) string {
-	addr, err := netip.ParseAddr(ip)
-	if err != nil {
-		return ip
-	}
-	addr = addr.WithZone("").Unmap()
-	if addr.Is4() {
-		return addr.String()
-	}
-	return netip.PrefixFrom(addr, 64).Masked().String()
-}
+func clientNetwork(ip string) string { return enforce.Network(ip, 64) }

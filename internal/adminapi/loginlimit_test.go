@@ -62,7 +62,7 @@ func TestLoginLimiter(t *testing.T) {
 				if !allowed("10.0.0.1", "victim@example.com") {
 					t.Fatalf("attempt %d refused", i+1)
 				}
-				l.failed(ctx, "victim@example.com")
+				l.failed(ctx, "10.0.0.1", "victim@example.com")
 			}
 			if allowed("10.0.0.1", "victim@example.com") {
 				t.Fatal("attempt beyond the (network, email) limit allowed")
@@ -111,14 +111,21 @@ func TestLoginLimiter(t *testing.T) {
 				if !allowed(fmt.Sprintf("10.2.0.%d", i), "target@example.com") {
 					t.Fatalf("failed attempt %d on one email refused", i+1)
 				}
-				l.failed(ctx, "target@example.com")
+				l.failed(ctx, fmt.Sprintf("10.2.0.%d", i), "target@example.com")
 			}
-			if allowed("10.3.0.1", "target@example.com") {
-				t.Error("attempt beyond the email's failures allowed")
+			// The budget is spent: a network that failed on the email is
+			// refused, even before its own pair limit ...
+			if allowed("10.2.0.0", "target@example.com") {
+				t.Error("attempt beyond the email's failures allowed from a failing network")
 			}
-			// That refusal cost the network nothing.
-			for i := range networkFactor * perMinute {
-				if !allowed("10.3.0.1", fmt.Sprintf("w%d@example.com", i)) {
+			// ... but a network that has not failed still gets in: the
+			// user cannot be locked out.
+			if !allowed("10.3.0.1", "target@example.com") {
+				t.Error("a network without failures was refused: the email is locked out")
+			}
+			// The refusal cost the failing network nothing elsewhere.
+			for i := range networkFactor*perMinute - 1 {
+				if !allowed("10.2.0.0", fmt.Sprintf("w%d@example.com", i)) {
 					t.Fatalf("attempt %d from the refused network refused", i+1)
 				}
 			}

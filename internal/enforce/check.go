@@ -125,14 +125,16 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 
 // Checker decides checks. It is safe for concurrent use.
 type Checker struct {
-	holder   *Holder
-	store    limiter.Store
-	prefix   string
-	timeout  time.Duration
-	recorder Recorder
-	metrics  *Metrics
-	log      *slog.Logger
-	now      func() time.Time
+	holder     *Holder
+	store      limiter.Store
+	breaker    *Breaker
+	prefix     string
+	timeout    time.Duration
+	recorder   Recorder
+	metrics    *Metrics
+	log        *slog.Logger
+	now        func() time.Time
+	ipv6Prefix int
 	// denials answers checks the store would deny without asking it (nil
 	// when off).
 	denials *denials
@@ -143,8 +145,9 @@ type Checker struct {
 	outageLog throttledLog
 }
 
-// throttledLog logs a store outage at most once a second, with the number
-// of failed calls since the last line, so an outage cannot flood the log.
+// throttledLog logs failed store calls at most once a second, with the
+// number of failed calls since the last line. An outage, once the circuit
+// is open, is logged by the breaker instead.
 type throttledLog struct {
 	mu      sync.Mutex
 	last    time.Time
@@ -177,14 +180,29 @@ type CheckerConfig struct {
 	Log          *slog.Logger
 	// NoLocalDenials makes every check ask the store, even one the store
 	// denied on a state that cannot have admitted anything since (see
-	// denials.go).
+	// denials.go). A memory store is always asked.
 	NoLocalDenials bool
+	// IPv6Prefix groups IPv6 callers by network for per-IP limits and
+	// usage (default 64: one subscriber usually holds a whole /64 and
+	// could otherwise step through 2^64 fresh allowances); 128 counts
+	// every address alone. IPv4 addresses count alone.
+	IPv6Prefix int
+	// Breaker configures the circuit breaker the checker puts around its
+	// store (see Breaker); its Probe, ProbeTimeout and Log default to a
+	// dry run on a key under Prefix, StoreTimeout and Log.
+	Breaker BreakerConfig
 }
 
-// NewChecker returns a Checker on the holder's snapshots and store.
+// NewChecker returns a Checker on the holder's snapshots and store. The
+// store is called through a circuit breaker: while it is down, checks are
+// decided by the rules' failure modes at once. Close stops the breaker's
+// background probing.
 func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker {
-	c := &Checker{holder: holder, store: store, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
-		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now}
+	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
+	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
+		c.ipv6Prefix = 64
+	}
 	if c.prefix == "" {
 		c.prefix = "tg:"
 	}
@@ -197,19 +215,42 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	if !cfg.NoLocalDenials {
+	// A store in this process is as cheap to ask as the denials, and its
+	// clock is whatever its owner makes it (tests jump it by weeks).
+	if _, inProcess := store.(*limiter.MemoryStore); !inProcess && !cfg.NoLocalDenials {
 		c.denials = newDenials(time.Now)
 	}
 	if st, ok := store.(limiter.SelfTimed); ok {
 		d, bounded := st.CheckTimeout()
 		c.selfTimed = bounded && d <= c.timeout
 	}
+	bc := cfg.Breaker
+	if len(bc.Probe.Requests) == 0 {
+		// Peeks at a key no check uses: it changes nothing, and runs the
+		// check script, so a probe that succeeds means checks will too.
+		bc.Probe = limiter.Batch{DryRun: true, Requests: []limiter.Request{{
+			Key:    c.prefix + "{tollgate}:probe",
+			Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.SecondUS},
+		}}}
+	}
+	if bc.ProbeTimeout <= 0 {
+		bc.ProbeTimeout = c.timeout
+	}
+	if bc.Log == nil {
+		bc.Log = c.log
+	}
+	c.breaker = NewBreaker(store, bc)
+	c.store = c.breaker
+	c.metrics.watchBreaker(c.breaker)
 	return c
 }
 
 // Observe records how long serving one check took, from reading its body
 // to writing its answer.
 func (c *Checker) Observe(d time.Duration) { c.metrics.observe(d) }
+
+// Close stops the background probing of the store's circuit breaker.
+func (c *Checker) Close() { c.breaker.Close() }
 
 // ErrNotReady is returned before the first snapshot has loaded.
 var ErrNotReady = errors.New("enforce: snapshot not loaded")
@@ -223,6 +264,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, ErrNotReady
 	}
 	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
+	r.IP = Network(r.IP, c.ipv6Prefix)
 	var plan *planView
 	var key *keyView       // nil for an anonymous caller
 	var tenant *tenantView // the key's
@@ -298,7 +340,10 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 				return Decision{}, ctx.Err() // the caller went away; nothing to decide
 			}
 			c.metrics.storeError()
-			c.outageLog.warn(ctx, c.log, err)
+			if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
+				// Once the circuit is open the breaker logs the outage.
+				c.outageLog.warn(ctx, c.log, err)
+			}
 			return c.degraded(d, r, matched), nil
 		}
 		c.denials.observe(batch, out, sent)
@@ -328,14 +373,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 // caller (key of tenant, or nil for an anonymous caller from ip), their
 // state keys laid out as statekeys.go describes, all in one string.
 func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenantView, ip string) ([]limiter.Request, error) {
-	var addr [16]byte
-	var addrLen int
-	if ip != "" {
-		var ok bool
-		if addr, addrLen, ok = ipBytes(ip); !ok {
-			addrLen = copy(addr[:], ip) // not an address: its text, cut
-		}
-	}
+	var addrBuf [24]byte
+	addr := appendAddr(addrBuf[:0], ip)
 	var stack [256]byte
 	b := stack[:0]
 	var endStack [8]int
@@ -343,9 +382,9 @@ func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenant
 	for _, rule := range matched {
 		b = append(b, c.prefix...)
 		if key == nil {
-			b = append(b, '{', ipTag(addr[:addrLen]), '}')
+			b = append(b, '{', ipTag(addr), '}')
 			b = append(b, rule.stateID[:]...)
-			b = append(b, addr[:addrLen]...)
+			b = append(b, addr...)
 		} else {
 			b = append(b, '{', tenant.tag, '}')
 			b = append(b, rule.stateID[:]...)
@@ -359,7 +398,7 @@ func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenant
 					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
 				}
 				b = append(b, tenant.short[:]...)
-				b = append(b, addr[:addrLen]...)
+				b = append(b, addr...)
 			}
 		}
 		ends = append(ends, len(b))
@@ -475,6 +514,9 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 		d.DelayMS = max(d.DelayMS, rr.DelayMS)
 	}
 	c.metrics.decision(d.Allowed, reason)
+	if d.Degraded {
+		c.metrics.degradedDecision(d.Allowed)
+	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}
@@ -493,6 +535,26 @@ func msCeil(us int64) int64 {
 		return us
 	}
 	return (us + 999) / 1000
+}
+
+// Network returns what per-IP limits count ip as: an IPv4 address (or an
+// IPv4-mapped IPv6 one) as it is, an IPv6 address as its network of
+// ipv6Bits bits ("2001:db8:1:2::/64"; the address itself at 128).
+// Anything that is not an IP address is returned as it is.
+func Network(ip string, ipv6Bits int) string {
+	if !strings.Contains(ip, ":") {
+		return ip
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	addr = addr.WithZone("").Unmap()
+	if addr.Is4() || ipv6Bits >= 128 {
+		return addr.String()
+	}
+	p, _ := addr.Prefix(ipv6Bits)
+	return p.String()
 }
 
 // NormalizeIP returns the canonical text of an IP address (IPv4-mapped

@@ -239,13 +239,13 @@ func TestDenialEntryNeverOutlivesItsState(t *testing.T) {
 	}
 }
 
-// countingStore counts the checks that reach the store.
-type countingStore struct {
+// storeCallCounter counts the checks that reach the store.
+type storeCallCounter struct {
 	limiter.Store
 	calls atomic.Int64
 }
 
-func (s *countingStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+func (s *storeCallCounter) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
 	s.calls.Add(1)
 	return s.Store.Check(ctx, b)
 }
@@ -273,7 +273,7 @@ func (s *fixedSource) FindKey(context.Context, tenants.KeyHash) (tenants.Key, er
 func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	store := &countingStore{Store: limiter.NewMemoryStore(clock.US)}
+	store := &storeCallCounter{Store: limiter.NewMemoryStore(clock.US)}
 	hourly := func(limit int64) []plans.Rule {
 		return []plans.Rule{{Name: "hourly", Algorithm: limiter.FixedWindow, Limit: limit, PeriodUS: limiter.HourUS,
 			Resource: "*", Scope: plans.ScopeKey, Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}}

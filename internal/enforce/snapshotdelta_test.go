@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
+func waitWithin(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
@@ -48,7 +48,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "first load", 5*time.Second, func() bool { return h.fullReloads.Load() >= 1 })
+	waitWithin(t, "first load", 5*time.Second, func() bool { return h.fullReloads.Load() >= 1 })
 	full := h.fullReloads.Load()
 	key := func(secret string) *keyView { return h.Current().key(tenants.HashKey(secret)) }
 	if key(secret1) == nil {
@@ -56,20 +56,20 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	}
 
 	testenv.Must(t, ts.RevokeKey(ctx, key1.ID))
-	waitFor(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.revokedAtUS != 0 })
+	waitWithin(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.revokedAtUS != 0 })
 
 	secret2, key2, err := ts.IssueKey(ctx, tn.ID, "two", nil)
 	testenv.Must(t, err)
-	waitFor(t, "new key", time.Second, func() bool { return key(secret2) != nil })
+	waitWithin(t, "new key", time.Second, func() bool { return key(secret2) != nil })
 
 	soon := time.Now().Add(time.Hour)
 	_, err = ts.UpdateKey(ctx, tn.ID, key2.ID, tenants.KeyChange{ExpiresAt: func() **time.Time { p := &soon; return &p }()}, time.Now())
 	testenv.Must(t, err)
-	waitFor(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.expiresAtUS == soon.UnixMicro() })
+	waitWithin(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.expiresAtUS == soon.UnixMicro() })
 
 	_, err = db.Exec(ctx, `DELETE FROM api_keys WHERE id = $1`, key2.ID)
 	testenv.Must(t, err)
-	waitFor(t, "deletion", time.Second, func() bool { return key(secret2) == nil })
+	waitWithin(t, "deletion", time.Second, func() bool { return key(secret2) == nil })
 
 	// Last-used times change no column the snapshot reads: no reload.
 	partial := h.partialReloads.Load()
@@ -77,7 +77,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 
 	_, err = ts.SetStatus(ctx, tn.ID, tenants.StatusSuspended)
 	testenv.Must(t, err)
-	waitFor(t, "suspension", time.Second, func() bool {
+	waitWithin(t, "suspension", time.Second, func() bool {
 		k := key(secret1)
 		return k != nil && k.tenant.view.Load().status == tenants.StatusSuspended
 	})
@@ -92,7 +92,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	_, err = db.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix)
 		SELECT $1::uuid, sha256(('bulk' || g)::bytea), 'tg_bulk' FROM generate_series(1, 150) g`, tn.ID)
 	testenv.Must(t, err)
-	waitFor(t, "full load after a bulk insert", 2*time.Second, func() bool { return h.fullReloads.Load() > full })
+	waitWithin(t, "full load after a bulk insert", 2*time.Second, func() bool { return h.fullReloads.Load() > full })
 	if k := key(secret1); k == nil || k.revokedAtUS == 0 {
 		t.Errorf("after the full load: key one %+v, want it revoked", k)
 	}
@@ -152,7 +152,7 @@ func TestSnapshotAtScale(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "first load", time.Minute, func() bool { return h.fullReloads.Load() >= 1 })
+	waitWithin(t, "first load", time.Minute, func() bool { return h.fullReloads.Load() >= 1 })
 	var id string
 	var hash []byte
 	testenv.Must(t, db.QueryRow(ctx, `SELECT id::text, hash FROM api_keys WHERE revoked_at IS NULL LIMIT 1`).Scan(&id, &hash))
@@ -162,11 +162,11 @@ func TestSnapshotAtScale(t *testing.T) {
 		start := time.Now()
 		_, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, id)
 		testenv.Must(t, err)
-		took := waitFor(t, "revocation", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS != 0 })
+		took := waitWithin(t, "revocation", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS != 0 })
 		t.Logf("revocation %d seen after %v (from the UPDATE's start: %v)", i+1, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		_, err = db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, id)
 		testenv.Must(t, err)
-		waitFor(t, "reinstated", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS == 0 })
+		waitWithin(t, "reinstated", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS == 0 })
 	}
 	t.Logf("full loads %d, partial %d", h.fullReloads.Load(), h.partialReloads.Load())
 	fmt.Fprint(os.Stderr)

@@ -24,9 +24,8 @@ import (
 //     name and algorithm; distinct within every plan (compilePlan).
 //   - scope: per API key five bytes (40 bits of a hash of the key ID); per
 //     tenant five bytes of the tenant ID's; per IP address within a tenant
-//     those five bytes and the address's 4 or 16 bytes. An anonymous
-//     caller's keys end after the rule: the tag's caller is the scope,
-//     and the address follows the rule (4 or 16 bytes).
+//     those five bytes and the address (appendAddr: 4 bytes for IPv4, 17
+//     for an IPv6 /64). An anonymous caller's scope is its address alone.
 //
 // With the default prefix "tg:" a per-key or per-tenant state key is 14
 // bytes, an anonymous IPv4 one 13. Hashes of random UUIDs make two keys of
@@ -86,20 +85,25 @@ func ruleStateID(planID int64, name string, alg limiter.Algorithm, salt int) [3]
 	return [3]byte{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
-// ipBytes returns the 4 or 16 bytes of a normalised IP address, or false.
-func ipBytes(ip string) ([16]byte, int, bool) {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return [16]byte{}, 0, false
+// appendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
+// IPv6, 17 for an IPv6 network (Network groups IPv6 callers by prefix:
+// its 16 bytes and the prefix length); anything else as its text.
+func appendAddr(b []byte, ip string) []byte {
+	if a, err := netip.ParseAddr(ip); err == nil {
+		a = a.Unmap()
+		if a.Is4() {
+			v4 := a.As4()
+			return append(b, v4[:]...)
+		}
+		v6 := a.As16()
+		return append(b, v6[:]...)
 	}
-	a = a.Unmap()
-	if a.Is4() {
-		v4 := a.As4()
-		var b [16]byte
-		copy(b[:], v4[:])
-		return b, 4, true
+	if p, err := netip.ParsePrefix(ip); err == nil {
+		p = p.Masked()
+		v6 := p.Addr().Unmap().As16()
+		return append(append(b, v6[:]...), byte(p.Bits()))
 	}
-	return a.As16(), 16, true
+	return append(b, ip...)
 }
 
 // ipTag returns the hash tag byte of an anonymous caller's address.

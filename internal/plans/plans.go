@@ -5,10 +5,12 @@ package plans
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -82,8 +84,18 @@ func (r Rule) Params() limiter.Params {
 }
 
 // WithDefaults fills unset fields: burst = limit, resource "*", scope key,
-// mode enforce, failure mode open.
+// mode enforce, failure mode open, and for a calendar window without a
+// period the calendar unit's (a day; a month counts as 31 days), which
+// the limiter ignores in favour of the calendar.
 func (r Rule) WithDefaults() Rule {
+	if r.PeriodUS == 0 {
+		switch limiter.Calendar(r.Options.Calendar) {
+		case limiter.CalendarDay:
+			r.PeriodUS = limiter.DayUS
+		case limiter.CalendarMonth:
+			r.PeriodUS = 31 * limiter.DayUS
+		}
+	}
 	if r.Algorithm == "" {
 		r.Algorithm = limiter.GCRA
 	}
@@ -223,21 +235,34 @@ func MergeRules(planRules, overrides []Rule) []Rule {
 	return out
 }
 
-// ValidateRules fills the rules' defaults and validates them, naming each
-// bad field under prefix (e.g. "rules"): names must be unique.
+// RulesWithDefaults returns a copy of rules with their defaults filled.
+func RulesWithDefaults(rules []Rule) []Rule {
+	if rules == nil {
+		return nil
+	}
+	out := make([]Rule, len(rules))
+	for i, r := range rules {
+		out[i] = r.WithDefaults()
+	}
+	return out
+}
+
+// ValidateRules validates the rules as they will be stored (with their
+// defaults), naming each bad field under prefix (e.g. "rules"): names must
+// be unique. It changes nothing.
 func ValidateRules(prefix string, rules []Rule, f map[string]string) {
 	seen := map[string]bool{}
 	for i := range rules {
-		rules[i] = rules[i].WithDefaults()
+		r := rules[i].WithDefaults()
 		k := fmt.Sprintf("%s[%d].", prefix, i)
-		rules[i].Validate(k, f)
-		if rules[i].Name == QuotaRuleName {
+		r.Validate(k, f)
+		if r.Name == QuotaRuleName {
 			f[k+"name"] = QuotaRuleName + " is reserved for the plan's monthly quota (quota_mode)"
 		}
-		if seen[rules[i].Name] {
+		if seen[r.Name] {
 			f[k+"name"] = "must be unique"
 		}
-		seen[rules[i].Name] = true
+		seen[r.Name] = true
 	}
 }
 
@@ -265,14 +290,22 @@ type Plan struct {
 	UpdatedAt        time.Time   `json:"updated_at"`
 }
 
+// PlanAudit describes a change to a plan for the audit log.
+func PlanAudit(action string, before, after *Plan) audit.Change {
+	p := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "plan", TargetID: strconv.FormatInt(p.ID, 10),
+		Before: before, After: after}
+}
+
 var (
 	planName     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
 )
 
-// WithDefaults fills unset plan fields: currency USD, quota_mode none.
-// (Rules fill theirs when stored: see Rule.WithDefaults.)
+// WithDefaults returns the plan with unset fields filled: currency USD,
+// quota_mode none, and each rule's (Rule.WithDefaults), in a new slice.
 func (p Plan) WithDefaults() Plan {
+	p.Rules = RulesWithDefaults(p.Rules)
 	if p.Currency == "" {
 		p.Currency = "USD"
 	}

@@ -89,6 +89,9 @@ func ruleStateID(planID int64, name string, alg limiter.Algorithm, salt int) [3]
 // IPv6, 17 for an IPv6 network (Network groups IPv6 callers by prefix:
 // its 16 bytes and the prefix length); anything else as its text.
 func appendAddr(b []byte, ip string) []byte {
+	if ip == "" {
+		return b
+	}
 	if a, err := netip.ParseAddr(ip); err == nil {
 		a = a.Unmap()
 		if a.Is4() {

@@ -17,7 +17,10 @@
 # It prints, per scenario, the medians over the rounds of checks/s, p50,
 # p99 and the ratio to the floor, the decisions the api counted, and Redis
 # CPU (INFO commandstats: time in scripts; INFO cpu: the whole process)
-# and script calls per check; then Redis memory per state key.
+# and script calls per check; then Redis memory per state key; then the
+# latency of allowed-keys checks offered by cmd/loadgen at a constant rate,
+# RATE_FRACTION (default 0.5) of the api's median allowed-keys checks/s,
+# against the api and the floor (LATENCY=0 skips it).
 #
 # Settings: DURATION (10s), CONNECTIONS (64), THREADS (2), REPEAT (3),
 # SCENARIOS (all four), PROFILE=1 (an 8 s CPU profile of the api during
@@ -65,6 +68,8 @@ REDIS_PORT=${TOLLGATE_TEST_REDIS_ADDR##*:}
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 export TOLLGATE_DATABASE_URL=$TOLLGATE_TEST_DATABASE_URL TOLLGATE_REDIS_ADDR=$TOLLGATE_TEST_REDIS_ADDR
+TOLLGATE_SECRET_KEY=$(bin/admin secrets generate) # a throwaway one, for the throwaway database
+export TOLLGATE_SECRET_KEY
 bin/admin migrate up >/dev/null
 token=$(bin/admin seed demo --json | sed -n 's/.*"service_token": "\([^"]*\)".*/\1/p')
 bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000.txt"
@@ -190,3 +195,19 @@ if [ -n "$ips_line" ]; then
 fi
 echo "MEMORY USAGE by key type and name length:"
 rcli eval "$MEMORY_LUA" 0 "${TOLLGATE_KEY_PREFIX:-tg:}*" | sed 's/^/  /'
+
+if [ "${LATENCY:-1}" = 1 ] && grep -q '^allowed-keys ' "$results"; then
+  max=$(grep '^allowed-keys ' "$results" | sed 's/.* rps=\([0-9]*\).*/\1/' | sort -n |
+    awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+  rate=$(awk -v m="$max" -v f="${RATE_FRACTION:-0.5}" 'BEGIN { printf "%d", m * f }')
+  echo
+  echo "== latency at a constant $rate checks/s (${RATE_FRACTION:-0.5} of the median $max), allowed-keys, cmd/loadgen, $DURATION"
+  keys=$(paste -sd, "$WORK/keys1000.txt")
+  for target in floor api; do
+    url=$API
+    [ $target = floor ] && url=$FLOOR
+    printf '%-6s ' $target
+    bin/loadgen -url "$url" -token "$token" -keys "$keys" -c "$CONNECTIONS" -rate "$rate" -d "$DURATION" | tr '\n' ' '
+    echo
+  done
+fi

@@ -71,7 +71,7 @@ func WellFormed(s string) bool {
 		return false
 	}
 	for i := len(keyPrefix); i < keyLen; i++ {
-		if strings.IndexByte(base62, s[i]) < 0 {
+		if !isBase62[s[i]] {
 			return false
 		}
 	}
@@ -79,6 +79,14 @@ func WellFormed(s string) bool {
 	sum := checksum(body)
 	return s[keyLen-keyChecksumLen:] == string(sum[:])
 }
+
+// isBase62 tells the characters of base62 (WellFormed runs on every check).
+var isBase62 = func() (t [256]bool) {
+	for i := 0; i < len(base62); i++ {
+		t[base62[i]] = true
+	}
+	return t
+}()
 
 // checksum returns the base62 CRC-32 (IEEE) of body. The CRC is computed
 // byte by byte, from the string, so that checking a key allocates nothing.

@@ -325,9 +325,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
-	out, local := c.denials.decide(batch)
+	sent := c.denials.sent()
+	out, local := c.denials.decideAt(batch, sent)
 	if !local {
-		sent := c.denials.sent()
 		if c.selfTimed {
 			out, err = c.store.Check(ctx, batch)
 		} else {

@@ -98,12 +98,17 @@ func (d *denials) shard(key string) *denialShard {
 // decide denies b here when the remembered states of all its rules deny
 // it; ok is false when the store must decide.
 func (d *denials) decide(b limiter.Batch) (out limiter.Outcome, ok bool) {
+	return d.decideAt(b, d.sent())
+}
+
+// decideAt is decide at local time localUS (from sent).
+func (d *denials) decideAt(b limiter.Batch, localUS int64) (out limiter.Outcome, ok bool) {
 	if d == nil || b.Cost == 0 || len(b.Requests) == 0 {
 		return limiter.Outcome{}, false
 	}
 	var stack [4]denial
 	entries := stack[:0]
-	nowUS := d.localUS() + d.offsetUS.Load()
+	nowUS := localUS + d.offsetUS.Load()
 	for _, r := range b.Requests {
 		sh := d.shard(r.Key)
 		sh.mu.Lock()

@@ -75,6 +75,32 @@ for d = 1, batch[3] do
   i = i + 5
 end
 
+-- One MGET reads every key kept as a single number (gcra, leaky bucket,
+-- token bucket) for the whole batch, instead of a GET per rule; writes
+-- update this cache, so a later check of the batch on the same key sees
+-- the earlier one's state. false: the key does not exist.
+local cache = {}
+do
+  local mkeys, j, kk = {}, i, 0
+  local total = #batch
+  while j <= total do
+    local nrules = batch[j + 3]
+    j = j + 4
+    for _ = 1, nrules do
+      kk = kk + 1
+      local a = alg[floor(batch[j] / 2)]
+      if a == 1 or a == 2 or a == 3 then mkeys[#mkeys + 1] = KEYS[kk] end
+      j = j + 1
+    end
+  end
+  if #mkeys == 1 then
+    cache[mkeys[1]] = redis.call('GET', mkeys[1])
+  elseif #mkeys > 1 then
+    local vals = redis.call('MGET', unpack(mkeys))
+    for x = 1, #mkeys do cache[mkeys[x]] = vals[x] end
+  end
+end
+
 local out, n, k = {}, 0, 0
 local clock
 -- The current check's writes (applied once every rule allowed) and the
@@ -112,7 +138,7 @@ while i <= total do
     if a == 1 or a == 3 then
       local interval, burst, tolerance = pa[d], pb[d], pc[d]
       local tat = now
-      local v = redis.call('GET', key)
+      local v = cache[key]
       if v then
         v = tonumber(v)
         if v > now then tat = v end
@@ -147,7 +173,7 @@ while i <= total do
       local unit, burst, refills = pa[d], pb[d], pc[d] == 1
       local capacity = unit * burst
       local available = capacity
-      local v = redis.call('GET', key)
+      local v = cache[key]
       if v then
         -- Also when now is before the stored time (a clock stepped back):
         -- the bucket then holds less, exactly as GCRA's TAT lies further
@@ -321,8 +347,10 @@ while i <= total do
       local a = alg[d]
       if a == 1 or a == 3 then
         redis.call('SET', key, w1[w], 'PX', wttl[w] + extra)
+        cache[key] = w1[w]
       elseif a == 2 then
         if wttl[w] >= 0 then redis.call('SET', key, w1[w], 'PX', wttl[w] + extra) else redis.call('SET', key, w1[w]) end
+        cache[key] = w1[w]
       elseif a == 4 then
         redis.call('HSET', key, 'window', w1[w], 'count', w2[w])
         redis.call('PEXPIRE', key, wttl[w] + extra)

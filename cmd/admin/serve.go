@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // serverConfig is the admin server's configuration, read from TOLLGATE_*
@@ -69,7 +70,7 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 func serveCommand() command {
 	return command{
 		name:    "serve",
-		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the admin REST API under /api/v1",
+		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at / and the admin REST API under /api/v1",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				cfg, err := loadServerConfig(e.getenv, e.stderr)
@@ -109,12 +110,23 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 		return err
 	}
 	defer stopWorker()
+	// The console's overview shows the stream's backlog when the server
+	// has a Redis to read it from (it runs the worker, or one is set).
+	var pipeline func(context.Context) (usagepkg.Pipeline, error)
+	if usageCfg.ServeWorker || cfg.Redis.Configured() {
+		rc := usageCfg.Redis.Client()
+		defer rc.Close()
+		pipeline = func(ctx context.Context) (usagepkg.Pipeline, error) {
+			return usagepkg.ReadPipeline(ctx, rc, usageCfg.Stream, usageCfg.Group)
+		}
+	}
 
 	srv := &http.Server{
 		Handler: adminapi.NewHandler(adminapi.Config{
 			DB: e.db, Usage: usageCfg.store(e), Log: log,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+			Pipeline: pipeline,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

@@ -1,8 +1,10 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -15,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/ui"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -34,15 +37,20 @@ type Config struct {
 	LoginStore     limiter.Store
 	LoginPerMinute int
 	KeyPrefix      string
+	// Pipeline reports the usage stream's backlog on the console's
+	// overview; nil when the server has no Redis.
+	Pipeline func(ctx context.Context) (usage.Pipeline, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
-// here. Each API route names who may call it (see access.go): public,
-// signedIn (any role), operator, or for routes under /tenants/{tenantID}:
-// tenantRead (the tenant's users), tenantKeys (its tenant_admins) and
-// tenantOps (operators only).
+// here: the admin API under /api/v1 and the web console (internal/ui) at /.
+// Each route names who may call it (see access.go): public, signedIn (any
+// role), operator, or for routes under /tenants/{tenantID}: tenantRead
+// (the tenant's users), tenantKeys (its tenant_admins) and tenantOps
+// (operators only). The console's routes pass the same checks, answering
+// with HTML pages instead of problem+json.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -56,7 +64,15 @@ func NewHandler(cfg Config) http.Handler {
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 
 	r := chi.NewRouter()
-	r.NotFound(httpx.NotFound(log))
+	console := ui.New(ui.Config{DB: db, Usage: us, Pipeline: cfg.Pipeline, Log: log, Secret: cfg.SessionSecret,
+		API: r, Now: now})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			httpx.NotFound(log)(w, r)
+			return
+		}
+		console.Headers(http.HandlerFunc(console.NotFound)).ServeHTTP(w, r)
+	})
 	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
 	r.Get("/healthz", httpx.Healthz)
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -68,13 +84,14 @@ func NewHandler(cfg Config) http.Handler {
 	})
 
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Use(noStore, crossOriginProtection(log), sessions.identify(log))
+		fail := apiError(log)
+		r.Use(noStore, crossOriginProtection(log), sessions.identify(fail))
 		public := r
-		signedIn := r.With(requireSession(log))
-		operator := signedIn.With(operatorOnly(log))
-		tenantRead := signedIn.With(tenant(log, readTenant))
-		tenantKeys := signedIn.With(tenant(log, manageKeys))
-		tenantOps := signedIn.With(tenant(log, operateTenant))
+		signedIn := r.With(requireSession(fail))
+		operator := signedIn.With(operatorOnly(fail))
+		tenantRead := signedIn.With(tenant(fail, readTenant))
+		tenantKeys := signedIn.With(tenant(fail, manageKeys))
+		tenantOps := signedIn.With(tenant(fail, operateTenant))
 
 		public.Method("POST", "/login", handleLogin(log, sessions, logins, db))
 		public.Method("POST", "/logout", handleLogout(log, db))
@@ -123,6 +140,27 @@ func NewHandler(cfg Config) http.Handler {
 		signedIn.Method("GET", "/statements", handleUsageStatements(us, authorizeUsage, log))
 		signedIn.Method("GET", "/statements/late", handleUsageLate(us, authorizeUsage, log))
 		signedIn.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorizeUsage, log))
+	})
+
+	// The web console: pages for people, on the same session cookie and
+	// the same access checks as the API. Every change it makes is a call
+	// to the API above, in-process (see internal/ui).
+	r.Group(func(r chi.Router) {
+		fail := console.Error
+		r.Use(console.Headers, sessions.identify(fail), console.CSRF)
+		public := r
+		signedIn := r.With(requireSession(fail))
+		operator := signedIn.With(operatorOnly(fail))
+		tenantRead := signedIn.With(tenant(fail, readTenant))
+		tenantKeys := signedIn.With(tenant(fail, manageKeys))
+		tenantOps := signedIn.With(tenant(fail, operateTenant))
+		_, _, _, _ = operator, tenantRead, tenantKeys, tenantOps
+
+		public.Method("GET", "/static/*", console.Static())
+		public.Method("GET", "/login", console.LoginPage())
+		public.Method("POST", "/login", console.Login())
+		signedIn.Method("POST", "/logout", console.Logout())
+		signedIn.Method("GET", "/", console.Home())
 	})
 	return r
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,4 +245,48 @@ func (c *RedisConsumer) Backlog(ctx context.Context) (entries, pending int64, er
 		return 0, 0, fmt.Errorf("usage: xpending: %w", err)
 	}
 	return entries, p.Count, nil
+}
+
+// Pipeline is the state of the usage stream: the batches published and
+// not yet applied to Postgres.
+type Pipeline struct {
+	// Backlog counts the batches in the stream (applied ones are deleted).
+	Backlog int64 `json:"backlog"`
+	// Pending counts those delivered to a worker and not yet acknowledged.
+	Pending int64 `json:"pending"`
+	// Oldest is when the oldest batch not yet applied was published (its
+	// stream entry ID's time); zero when the backlog is empty. Now minus
+	// Oldest is how far behind the usage tables are.
+	Oldest time.Time `json:"oldest"`
+}
+
+// ReadPipeline reads the state of the usage stream of the consumer group
+// (a stream or group that does not exist yet has an empty backlog).
+func ReadPipeline(ctx context.Context, client redis.UniversalClient, stream, group string) (Pipeline, error) {
+	var p Pipeline
+	var err error
+	if p.Backlog, err = client.XLen(ctx, stream).Result(); err != nil {
+		return p, fmt.Errorf("usage: xlen: %w", err)
+	}
+	if p.Backlog == 0 {
+		return p, nil
+	}
+	pending, err := client.XPending(ctx, stream, group).Result()
+	switch {
+	case err != nil && !strings.Contains(err.Error(), "NOGROUP"):
+		return p, fmt.Errorf("usage: xpending: %w", err)
+	case err == nil:
+		p.Pending = pending.Count
+	}
+	first, err := client.XRangeN(ctx, stream, "-", "+", 1).Result()
+	if err != nil {
+		return p, fmt.Errorf("usage: xrange: %w", err)
+	}
+	if len(first) > 0 {
+		ms, _, _ := strings.Cut(first[0].ID, "-")
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			p.Oldest = time.UnixMilli(n).UTC()
+		}
+	}
+	return p, nil
 }

@@ -54,7 +54,7 @@ func usersCreateCommand() command {
 					if u, err = auth.NewStore(tx).CreateUser(ctx, nu); err != nil {
 						return nil, err
 					}
-					return audit.One(userChange("user.create", nil, &u)), nil
+					return audit.One(auth.UserAudit("user.create", nil, &u)), nil
 				})
 				if err != nil {
 					return fmt.Errorf("users create: %w", err)
@@ -99,7 +99,7 @@ func usersDisableCommand() command {
 					if after, ended, err = as.DisableUser(ctx, before.ID); err != nil {
 						return nil, err
 					}
-					return []audit.Change{userChange("user.disable", &before, &after), sessionsEnded(after, ended)}, nil
+					return []audit.Change{auth.UserAudit("user.disable", &before, &after), auth.SessionsEndedAudit(after, ended)}, nil
 				})
 				if err != nil {
 					return fmt.Errorf("users disable: %w", err)
@@ -132,7 +132,7 @@ func usersSessionsRevokeCommand() command {
 					if ended, err = as.EndUserSessions(ctx, u.ID); err != nil {
 						return nil, err
 					}
-					return audit.One(sessionsEnded(u, ended)), nil
+					return audit.One(auth.SessionsEndedAudit(u, ended)), nil
 				})
 				if err != nil {
 					return fmt.Errorf("users sessions revoke: %w", err)
@@ -142,20 +142,4 @@ func usersSessionsRevokeCommand() command {
 			}
 		},
 	}
-}
-
-// sessionsEnded records that n sessions of u were ended.
-func sessionsEnded(u auth.User, n int64) audit.Change {
-	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		After: map[string]int64{"sessions_ended": n}}
-}
-
-// userChange describes a change to an admin user (never its password).
-func userChange(action string, before, after *auth.User) audit.Change {
-	u := after
-	if u == nil {
-		u = before
-	}
-	return audit.Change{Action: action, TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		Before: before, After: after}
 }

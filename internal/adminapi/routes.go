@@ -126,6 +126,11 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
 
+		operator.Method("GET", "/users", handleUserList(log, as))
+		operator.Method("POST", "/users", handleUserCreate(log, db))
+		operator.Method("POST", "/users/{userID}/disable", handleUserDisable(log, db))
+		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, db))
+
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
 
 		// Usage and statements: each handler asks authorizeUsage, which
@@ -140,6 +145,7 @@ func NewHandler(cfg Config) http.Handler {
 		signedIn.Method("GET", "/statements", handleUsageStatements(us, authorizeUsage, log))
 		signedIn.Method("GET", "/statements/late", handleUsageLate(us, authorizeUsage, log))
 		signedIn.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorizeUsage, log))
+		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, us))
 	})
 
 	// The web console: pages for people, on the same session cookie and

@@ -267,6 +267,15 @@ type CloseResult struct {
 // the month is closed is counted when it arrives and listed as late
 // usage; close a month once the worker has caught up.
 func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (CloseResult, error) {
+	return s.CloseMonthAndRecord(ctx, m, progress, nil)
+}
+
+// CloseMonthAndRecord is CloseMonth that, when it closes the month, also
+// calls record in the closing transaction: the admin API records the
+// close in the audit log with it, so that there is no close without its
+// record.
+func (s *Store) CloseMonthAndRecord(ctx context.Context, m Month, progress Progress,
+	record func(tx pgx.Tx, res CloseResult) error) (CloseResult, error) {
 	now := s.cfg.Now()
 	res := CloseResult{Month: m.String(), TotalMinor: map[string]int64{}}
 	if now.Before(m.End()) {
@@ -320,8 +329,13 @@ func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (Clo
 			res.TotalMinor[st.Currency] += st.TotalMinor
 		}
 		res.Statements = len(sts)
-		_, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts))
-		return err
+		if _, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts)); err != nil {
+			return err
+		}
+		if record != nil {
+			return record(tx, res)
+		}
+		return nil
 	})
 	if err != nil {
 		return CloseResult{}, err

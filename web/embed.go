@@ -6,7 +6,7 @@ package web
 
 import "embed"
 
-// Templates holds templates/*.html: layout.html, the partials (_*.html)
+// Templates holds templates/: layout.html, the partials (partials/*.html)
 // and one file per page.
 //
 //go:embed templates

@@ -160,13 +160,43 @@ func NewHandler(cfg Config) http.Handler {
 		tenantRead := signedIn.With(tenant(fail, readTenant))
 		tenantKeys := signedIn.With(tenant(fail, manageKeys))
 		tenantOps := signedIn.With(tenant(fail, operateTenant))
-		_, _, _, _ = operator, tenantRead, tenantKeys, tenantOps
 
 		public.Method("GET", "/static/*", console.Static())
 		public.Method("GET", "/login", console.LoginPage())
 		public.Method("POST", "/login", console.Login())
 		signedIn.Method("POST", "/logout", console.Logout())
-		signedIn.Method("GET", "/", console.Home())
+		signedIn.Method("GET", "/", console.Home()) // operators' overview; tenant users go to their tenant
+
+		operator.Method("GET", "/plans", console.PlanList())
+		operator.Method("GET", "/plans/new", console.PlanNew())
+		operator.Method("POST", "/plans", console.PlanSave(true))
+		operator.Method("GET", "/plans/{planID}", console.PlanView())
+		operator.Method("GET", "/plans/{planID}/edit", console.PlanEdit())
+		operator.Method("POST", "/plans/{planID}", console.PlanSave(false))
+		operator.Method("POST", "/plans/{planID}/archive", console.PlanArchive(true))
+		operator.Method("POST", "/plans/{planID}/unarchive", console.PlanArchive(false))
+
+		operator.Method("GET", "/tenants", console.TenantList())
+		operator.Method("POST", "/tenants", console.TenantCreate())
+		tenantRead.Method("GET", "/tenants/{tenantID}", console.TenantView())
+		tenantOps.Method("POST", "/tenants/{tenantID}/plan", console.TenantSetPlan())
+		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", console.TenantStatus(true))
+		tenantOps.Method("POST", "/tenants/{tenantID}/resume", console.TenantStatus(false))
+
+		operator.Method("GET", "/keys", console.AllKeys())
+		tenantRead.Method("GET", "/tenants/{tenantID}/keys", console.KeyList())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", console.KeyIssue())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", console.KeyRotate())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", console.KeyRevoke())
+
+		operator.Method("GET", "/service-tokens", console.TokenList())
+		operator.Method("POST", "/service-tokens", console.TokenIssue())
+		operator.Method("POST", "/service-tokens/{tokenID}/revoke", console.TokenRevoke())
+		operator.Method("GET", "/users", console.UserList())
+		operator.Method("POST", "/users", console.UserCreate())
+		operator.Method("POST", "/users/{userID}/disable", console.UserAction(true))
+		operator.Method("POST", "/users/{userID}/sessions/revoke", console.UserAction(false))
+		operator.Method("GET", "/audit", console.AuditList())
 	})
 	return r
 }

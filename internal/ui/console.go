@@ -26,7 +26,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -118,30 +117,22 @@ func staticVersion(files fs.FS) string {
 }
 
 // parsePages parses one template set per page: the layout, the partials
-// (files starting with "_") and the page's own file, which defines
-// "title" and "content".
+// (templates/partials/) and the page's own file, which defines "title"
+// and "content".
 func parsePages(funcs template.FuncMap) map[string]*template.Template {
 	entries, err := fs.ReadDir(web.Templates, "templates")
 	if err != nil {
 		panic(err)
 	}
-	var partials, pageFiles []string
+	pages := map[string]*template.Template{}
 	for _, e := range entries {
 		name := e.Name()
-		switch {
-		case name == "layout.html":
-		case strings.HasPrefix(name, "_"):
-			partials = append(partials, "templates/"+name)
-		default:
-			pageFiles = append(pageFiles, "templates/"+name)
+		if e.IsDir() || name == "layout.html" {
+			continue
 		}
-	}
-	pages := map[string]*template.Template{}
-	for _, p := range pageFiles {
-		files := append([]string{"templates/layout.html"}, partials...)
-		files = append(files, p)
-		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(web.Templates, files...))
-		pages[strings.TrimSuffix(path.Base(p), ".html")] = t
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(web.Templates,
+			"templates/layout.html", "templates/partials/*.html", "templates/"+name))
+		pages[strings.TrimSuffix(name, ".html")] = t
 	}
 	return pages
 }

@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -30,9 +31,9 @@ type formErrors map[string]string
 
 func (f formErrors) err() error { return tollgate.Invalid(f) }
 
-// int64 parses the form field name as an integer; "" is def.
-func (f formErrors) int64(r *http.Request, name string, def int64) int64 {
-	s := strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get(name), ",", ""))
+// int64 parses the field name of v as an integer; "" is def.
+func (f formErrors) int64(v url.Values, name string, def int64) int64 {
+	s := strings.TrimSpace(strings.ReplaceAll(v.Get(name), ",", ""))
 	if s == "" {
 		return def
 	}
@@ -44,18 +45,18 @@ func (f formErrors) int64(r *http.Request, name string, def int64) int64 {
 }
 
 // optInt64 parses an optional integer field: nil when empty.
-func (f formErrors) optInt64(r *http.Request, name string) *int64 {
-	if strings.TrimSpace(r.PostForm.Get(name)) == "" {
+func (f formErrors) optInt64(v url.Values, name string) *int64 {
+	if strings.TrimSpace(v.Get(name)) == "" {
 		return nil
 	}
-	n := f.int64(r, name, 0)
+	n := f.int64(v, name, 0)
 	return &n
 }
 
 // dateTime parses an <input type="datetime-local"> or date value as UTC;
 // nil when empty.
-func (f formErrors) dateTime(r *http.Request, name string) *time.Time {
-	s := strings.TrimSpace(r.PostForm.Get(name))
+func (f formErrors) dateTime(v url.Values, name string) *time.Time {
+	s := strings.TrimSpace(v.Get(name))
 	if s == "" {
 		return nil
 	}

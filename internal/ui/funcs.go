@@ -25,12 +25,19 @@ func (c *Console) funcs() template.FuncMap {
 		"ago":      func(t time.Time) string { return ago(c.now(), t) },
 		"until":    func(t time.Time) string { return until(c.now(), t) },
 		"deref":    derefTime,
-		"dict":     dict,
-		"query":    func(v url.Values) template.URL { return template.URL(v.Encode()) },
-		"add":      func(a, b int) int { return a + b },
-		"join":     strings.Join,
-		"static":   func(name string) string { return "/static/" + name + "?v=" + c.version },
-		"localdt":  func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") },
+		"deref64": func(p *int64) int64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		},
+		"dict":    dict,
+		"query":   func(v url.Values) template.URL { return template.URL(v.Encode()) },
+		"add":     func(a, b int) int { return a + b },
+		"list":    func(v ...string) []string { return v },
+		"join":    strings.Join,
+		"static":  func(name string) string { return "/static/" + name + "?v=" + c.version },
+		"localdt": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") },
 	}
 }
 

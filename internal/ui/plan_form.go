@@ -44,7 +44,7 @@ type tierForm struct {
 }
 
 type ruleForm struct {
-	Name, Algorithm, Limit, Period, PeriodUnit, Burst string
+	Name, Algorithm, Limit, Period, PeriodUnit, Burst   string
 	LeakyMode, Calendar, Resource, Scope, Mode, Failure string
 	Anchor                                              bool
 	// Preview of the saved rule; nil for a new one.

@@ -35,7 +35,7 @@ type preview struct {
 }
 
 type previewTick struct {
-	AtUS               int64
+	AtUS              int64
 	Offered, Admitted int64
 }
 

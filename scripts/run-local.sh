@@ -4,6 +4,14 @@
 # demo, starts api and admin, prints a working curl example, and waits.
 set -euo pipefail
 bin=./bin
+# The demo's secret key (it seals the service-token signing keys) is made
+# once and kept beside the demo data in the git-ignored .local/.
+if [ -z "${TOLLGATE_SECRET_KEY:-}" ]; then
+  mkdir -p .local
+  [ -s .local/secret_key ] || (umask 077; "$bin/admin" secrets generate > .local/secret_key)
+  TOLLGATE_SECRET_KEY=$(cat .local/secret_key)
+  export TOLLGATE_SECRET_KEY
+fi
 "$bin/admin" migrate up
 seed=$("$bin/admin" seed demo --json)
 field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | head -1; }

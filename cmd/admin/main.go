@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -37,6 +38,8 @@ type command struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, env *env) error
 	// noSchemaCheck lets migrate run on any schema version.
 	noSchemaCheck bool
+	// noDatabase runs the command without connecting to Postgres.
+	noDatabase bool
 }
 
 // env is what every command runs with.
@@ -51,6 +54,20 @@ type env struct {
 	ready chan<- string
 }
 
+// secretKeys reads the keys that seal the service-token signing keys. The
+// commands that sign or serve refuse to run without them.
+func (e *env) secretKeys() (*auth.SecretKeys, error) {
+	current, previous := config.New(e.getenv).SecretKey()
+	if current == "" {
+		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run and docker-compose.yml set a demo key)")
+	}
+	keys, err := auth.ParseSecretKeys(current, previous...)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY or TOLLGATE_SECRET_KEY_PREVIOUS: %w", err)
+	}
+	return keys, nil
+}
+
 func commands() []command {
 	return []command{
 		migrateCommand(),
@@ -59,6 +76,8 @@ func commands() []command {
 		keysIssueCommand(),
 		keysRevokeCommand(),
 		tokensIssueCommand(),
+		secretsGenerateCommand(),
+		secretsResealCommand(),
 		usersCreateCommand(),
 		usersDisableCommand(),
 		usersSessionsRevokeCommand(),
@@ -121,6 +140,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
+	if cmd.noDatabase {
+		return action(ctx, e)
+	}
 	cfg := config.New(getenv)
 	url := cfg.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable")
 	db, err := postgres.Open(ctx, url)

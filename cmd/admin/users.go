@@ -48,14 +48,8 @@ func usersCreateCommand() command {
 					}
 					nu.Password = strings.TrimRight(line, "\r\n")
 				}
-				var u auth.User
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if u, err = auth.NewStore(tx).CreateUser(ctx, nu); err != nil {
-						return nil, err
-					}
-					return audit.One(auth.UserAudit("user.create", nil, &u)), nil
-				})
+				u, err := audit.Create(ctx, e.db, audit.CLI, "user.create", auth.UserAudit,
+					func(tx pgx.Tx) (auth.User, error) { return auth.NewStore(tx).CreateUser(ctx, nu) })
 				if err != nil {
 					return fmt.Errorf("users create: %w", err)
 				}

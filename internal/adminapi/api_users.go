@@ -91,13 +91,9 @@ func handleUserCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			nu.Password = auth.GeneratePassword()
 			res.Password = nu.Password
 		}
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			if res.User, err = auth.NewStore(tx).CreateUser(r.Context(), nu); err != nil {
-				return nil, err
-			}
-			return audit.One(auth.UserAudit("user.create", nil, &res.User)), nil
-		})
+		var err error
+		res.User, err = audit.Create(r.Context(), db, actorOf(r), "user.create", auth.UserAudit,
+			func(tx pgx.Tx) (auth.User, error) { return auth.NewStore(tx).CreateUser(r.Context(), nu) })
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

@@ -37,6 +37,9 @@ type Config struct {
 	LoginStore     limiter.Store
 	LoginPerMinute int
 	KeyPrefix      string
+	// SecretKeys seal the service-token signing keys; without them tokens
+	// cannot be issued.
+	SecretKeys *auth.SecretKeys
 	// Pipeline reports the usage stream's backlog on the console's
 	// overview; nil when the server has no Redis.
 	Pipeline func(ctx context.Context) (usage.Pipeline, error)
@@ -123,7 +126,7 @@ func NewHandler(cfg Config) http.Handler {
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, db, now))
 
 		operator.Method("GET", "/service-tokens", handleServiceTokenList(log, as))
-		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db))
+		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db, cfg.SecretKeys))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
 
 		operator.Method("GET", "/users", handleUserList(log, as))
@@ -136,15 +139,7 @@ func NewHandler(cfg Config) http.Handler {
 		// Usage and statements: each handler asks authorizeUsage, which
 		// lets tenant users read their own tenant's and operators
 		// everyone's (and the operator-wide views).
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/totals", handleUsageTotals(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements", handleUsageStatements(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements/late", handleUsageLate(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorizeUsage, log))
+		usageRoutes(signedIn, us, authorizeUsage, log)
 		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, us))
 	})
 
@@ -199,6 +194,20 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("GET", "/audit", console.AuditList())
 	})
 	return r
+}
+
+// usageRoutes are the usage and statement routes, each asking authorize
+// who may read what (authorizeUsage; tests pass their own).
+func usageRoutes(r chi.Router, us *usage.Store, authorize Authorize, log *slog.Logger) {
+	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorize, log))
+	r.Method("GET", "/usage/totals", handleUsageTotals(us, authorize, log))
+	r.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorize, log))
+	r.Method("GET", "/statements", handleUsageStatements(us, authorize, log))
+	r.Method("GET", "/statements/late", handleUsageLate(us, authorize, log))
+	r.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorize, log))
 }
 
 // noStore keeps API answers, which hold tenants' data, out of caches.

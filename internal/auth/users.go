@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -302,21 +301,4 @@ func (s *Store) ListUsersPage(ctx context.Context, f UserFilter, pr page.Request
 		after.Email = u.Email
 		return after
 	}), nil
-}
-
-// UserAudit describes a change to an admin user for the audit log (never
-// its password).
-func UserAudit(action string, before, after *User) audit.Change {
-	u := after
-	if u == nil {
-		u = before
-	}
-	return audit.Change{Action: action, TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		Before: before, After: after}
-}
-
-// SessionsEndedAudit records that n sessions of u were ended.
-func SessionsEndedAudit(u User, n int64) audit.Change {
-	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		After: map[string]int64{"sessions_ended": n}}
 }

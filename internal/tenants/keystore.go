@@ -353,7 +353,9 @@ func (s *Store) RotateKey(ctx context.Context, tenantID, id string, r Rotation) 
 				return err
 			}
 		}
-		secret, fresh, err = ts.CreateKey(ctx, tenantID, KeySpec{Name: old.Name, Metadata: old.Metadata})
+		// The replacement inherits the old key's expiry: rotating must not
+		// undo an expiry an operator set.
+		secret, fresh, err = ts.CreateKey(ctx, tenantID, KeySpec{Name: old.Name, Metadata: old.Metadata, ExpiresAt: old.ExpiresAt})
 		if err != nil {
 			return err
 		}

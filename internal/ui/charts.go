@@ -2,100 +2,143 @@ package ui
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/chart"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
-// chartHTML is a chart ready to put in a page: an SVG figure with its
-// data as a text table.
+// The console's charts, drawn by internal/chart as inline SVG (styled by
+// classes from /static/chart.css, so that the CSP's style-src 'self'
+// holds), each with its data as a table behind a disclosure for screen
+// readers and for reading exact figures.
+
+// chartHTML is a chart ready to put in a page.
 type chartHTML = template.HTML
 
-// bar is one bar of a bar chart.
-type bar struct {
-	Label, Href     string
-	Allowed, Denied int64
-}
-
-// table is a chart's data, as an accessible table.
-type table struct {
-	Caption string
-	Head    []string
-	Rows    [][]string
-}
-
-var figure = template.Must(template.New("figure").Parse(`<figure class="chart">
-<div class="chart-placeholder" role="img" aria-label="{{.Caption}}">{{.Caption}}</div>
-<details><summary>Data table</summary><table class="compact"><caption class="sr-only">{{.Caption}}</caption>
-<thead><tr>{{range .Head}}<th scope="col">{{.}}</th>{{end}}</tr></thead>
-<tbody>{{range .Rows}}<tr>{{range $i, $c := .}}{{if eq $i 0}}<th scope="row">{{$c}}</th>{{else}}<td class="num">{{$c}}</td>{{end}}{{end}}</tr>{{end}}</tbody>
-</table></details></figure>`))
-
-func render(t table) chartHTML {
+// figure puts a chart and its data table in a <figure>.
+func figure(c chart.Chart) chartHTML {
 	var b bytes.Buffer
-	if err := figure.Execute(&b, t); err != nil {
-		return ""
-	}
+	b.WriteString(`<figure class="chart-figure">`)
+	b.WriteString(string(c.SVG()))
+	b.WriteString(`<details class="chart-data"><summary>Data table</summary>`)
+	b.WriteString(string(c.Table().HTML()))
+	b.WriteString(`</details></figure>`)
 	return chartHTML(b.String())
 }
 
-// bucketLabel formats a bucket's start for g.
-func bucketLabel(t time.Time, g usage.Granularity) string {
+// bar is one category of a bar chart of checks.
+type bar struct {
+	Label           string
+	Allowed, Denied int64
+}
+
+// perBucket names the unit of a series of buckets of g.
+func perBucket(g usage.Granularity) string {
 	switch g {
 	case usage.GranularityMinute:
-		return t.UTC().Format("15:04")
+		return "checks per minute"
 	case usage.GranularityHour:
-		return t.UTC().Format("Jan 2 15:04")
+		return "checks per hour"
 	case usage.GranularityDay:
-		return t.UTC().Format("Jan 2")
+		return "checks per day"
 	}
-	return t.UTC().Format("2006-01")
+	return "checks per month"
 }
 
-// usageChart draws allowed and rejected checks per bucket.
-func usageChart(title string, points []usage.Point, g usage.Granularity) chartHTML {
-	t := table{Caption: title, Head: []string{"Time (UTC)", "Allowed", "Rejected"}}
+// usageChart draws allowed and rejected checks per bucket, stacked.
+func usageChart(id, title string, points []usage.Point, g usage.Granularity) chartHTML {
+	var allowed, denied []chart.Point
 	for _, p := range points {
-		t.Rows = append(t.Rows, []string{bucketLabel(p.At, g), formatInt(p.Allowed), formatInt(p.Denied)})
+		allowed = append(allowed, chart.At(p.At, float64(p.Allowed)))
+		denied = append(denied, chart.At(p.At, float64(p.Denied)))
 	}
-	return render(t)
+	return figure(chart.Plot{
+		Title: title, ID: id, Width: 640, Height: 220,
+		X:       chart.Axis{Time: true},
+		Y:       chart.Axis{Label: perBucket(g)},
+		Stacked: true,
+		Series: []chart.Series{
+			{Name: "allowed", Kind: chart.StepArea, Tone: chart.Good, Points: allowed},
+			{Name: "rejected", Kind: chart.StepArea, Tone: chart.Bad, Points: denied},
+		},
+	})
 }
 
-// barsChart draws allowed and rejected checks per label.
-func barsChart(title string, bars []bar) chartHTML {
-	t := table{Caption: title, Head: []string{"", "Allowed", "Rejected"}}
+// barsChart draws allowed and rejected checks per category, stacked.
+func barsChart(id, title, category string, bars []bar) chartHTML {
+	c := chart.Bars{Title: title, ID: id, Width: 640, Height: 220, XLabel: category, Stacked: true,
+		Y: chart.Axis{Label: "checks"},
+		Series: []chart.BarSeries{{Name: "allowed", Tone: chart.Good}, {Name: "rejected", Tone: chart.Bad}}}
 	for _, b := range bars {
-		t.Rows = append(t.Rows, []string{b.Label, formatInt(b.Allowed), formatInt(b.Denied)})
+		c.Categories = append(c.Categories, b.Label)
+		c.Series[0].Values = append(c.Series[0].Values, float64(b.Allowed))
+		c.Series[1].Values = append(c.Series[1].Values, float64(b.Denied))
 	}
-	return render(t)
+	return figure(c)
 }
 
 // consumptionChart draws the month's units against the included ones,
 // with the projection to the month's end.
 func consumptionChart(p usage.Projection) chartHTML {
-	return render(table{Caption: "Units this month against the included units", Head: []string{"", "Units"},
-		Rows: [][]string{{"Used so far", formatInt(p.UsedUnits)}, {"Included", formatInt(p.IncludedUnits)},
-			{"Projected at the month's end", formatInt(p.ProjectedUnits)}}})
+	return figure(chart.Progress{Title: "Units this month against the included units", ID: "consumption",
+		Width: 560, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
+		Projected: float64(p.ProjectedUnits), Unit: "units"})
 }
 
-// sparkline draws a key's checks per hour over the last 24 hours.
-func sparkline(hours [24]int64) chartHTML {
-	var total int64
-	for _, n := range hours {
-		total += n
+// sparkline draws a key's checks per hour over the last 24 hours; id
+// must be unique on the page.
+func sparkline(id string, hours [24]int64, now time.Time) chartHTML {
+	s := chart.Sparkline{Title: "Checks per hour, last 24 hours", ID: id, Width: 120, Height: 24, Fill: true}
+	first := now.UTC().Truncate(time.Hour).Add(-23 * time.Hour)
+	for i, n := range hours {
+		s.Values = append(s.Values, float64(n))
+		s.Labels = append(s.Labels, first.Add(time.Duration(i)*time.Hour).Format("15:04"))
 	}
-	return template.HTML(`<span class="muted small">` + template.HTMLEscapeString(formatInt(total)) + `</span>`)
+	return s.SVG()
+}
+
+// previewUnit is the time unit a preview's axis counts in.
+func previewUnit(horizonUS int64) (int64, string) {
+	switch {
+	case horizonUS <= 2*limiter.SecondUS:
+		return 1000, "ms"
+	case horizonUS <= 3*limiter.MinuteUS:
+		return limiter.SecondUS, "s"
+	case horizonUS <= 3*limiter.HourUS:
+		return limiter.MinuteUS, "min"
+	case horizonUS <= 3*limiter.DayUS:
+		return limiter.HourUS, "h"
+	}
+	return limiter.DayUS, "days"
 }
 
 // burstChart draws a rule's preview: the requests offered and admitted
-// at each instant.
+// so far, against time. The burst is the first step; the slope after it
+// is the rate the rule lets through.
 func burstChart(r plans.Rule, p preview) chartHTML {
-	t := table{Caption: "What " + r.Name + " admits of a burst of " + formatInt(p.Burst) + " then " +
-		formatInt(p.Sustained) + " every " + formatPeriod(p.TickUS), Head: []string{"Time since the burst", "Offered", "Admitted"}}
-	for _, tick := range p.Ticks {
-		t.Rows = append(t.Rows, []string{formatPeriod(max(tick.AtUS, 1)), formatInt(tick.Offered), formatInt(tick.Admitted)})
+	unit, name := previewUnit(p.HorizonUS)
+	var offered, admitted []chart.Point
+	var o, a int64
+	for _, t := range p.Ticks {
+		o, a = o+t.Offered, a+t.Admitted
+		x := float64(t.AtUS) / float64(unit)
+		offered = append(offered, chart.Point{X: x, Y: float64(o)})
+		admitted = append(admitted, chart.Point{X: x, Y: float64(a)})
 	}
-	return render(t)
+	return figure(chart.Plot{
+		Title: fmt.Sprintf("%s: requests offered and admitted so far, for a burst of %s then %s every %s", r.Name,
+			formatInt(p.Burst), formatInt(p.Sustained), formatPeriod(p.TickUS)),
+		ID: "preview-" + r.Name, Width: 520, Height: 200,
+		X: chart.Axis{Label: "time since the burst (" + name + ")"},
+		Y: chart.Axis{Label: "requests so far"},
+		Series: []chart.Series{
+			{Name: "offered", Kind: chart.Step, Tone: chart.Neutral, Points: offered},
+			{Name: "admitted", Kind: chart.StepArea, Tone: chart.Good, Points: admitted},
+		},
+	})
 }

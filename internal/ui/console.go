@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -35,6 +36,7 @@ import (
 	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -113,6 +115,7 @@ func staticVersion(files fs.FS) string {
 		h.Write(b)
 		return err
 	})
+	h.Write([]byte(chart.CSS))
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
@@ -137,11 +140,17 @@ func parsePages(funcs template.FuncMap) map[string]*template.Template {
 	return pages
 }
 
-// Static serves web/static under /static/. The files are immutable for a
-// given version (?v=… in their URLs).
+// Static serves web/static under /static/, and the charts' stylesheet
+// (chart.CSS) as /static/chart.css. The files are immutable for a given
+// version (?v=… in their URLs).
 func (c *Console) Static() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=86400")
+		if r.URL.Path == "/static/chart.css" {
+			w.Header().Set("Content-Type", "text/css; charset=utf-8")
+			_, _ = io.WriteString(w, chart.CSS)
+			return
+		}
 		c.static.ServeHTTP(w, r)
 	})
 }

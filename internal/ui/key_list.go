@@ -169,7 +169,7 @@ func (c *Console) keyList(w http.ResponseWriter, r *http.Request, status int, fo
 		for _, n := range hours {
 			row.Checks24h += n
 		}
-		row.Sparkline = sparkline(hours)
+		row.Sparkline = sparkline("spark-"+k.ID, hours, now)
 		p.Rows = append(p.Rows, row)
 	}
 	p.Next = nextPage(r, pg.NextCursor)

@@ -177,12 +177,20 @@ func NewHandler(cfg Config) http.Handler {
 		tenantOps.Method("POST", "/tenants/{tenantID}/plan", console.TenantSetPlan())
 		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", console.TenantStatus(true))
 		tenantOps.Method("POST", "/tenants/{tenantID}/resume", console.TenantStatus(false))
+		tenantOps.Method("GET", "/tenants/{tenantID}/overrides", console.OverridesEdit())
+		tenantOps.Method("POST", "/tenants/{tenantID}/overrides", console.OverridesSave())
 
 		operator.Method("GET", "/keys", console.AllKeys())
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", console.KeyList())
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", console.KeyIssue())
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", console.KeyRotate())
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", console.KeyRevoke())
+
+		operator.Method("GET", "/usage", console.Usage())
+		operator.Method("POST", "/months/{month}/close", console.MonthClose())
+		tenantRead.Method("GET", "/tenants/{tenantID}/usage", console.TenantUsage())
+		tenantRead.Method("GET", "/tenants/{tenantID}/statements", console.StatementList())
+		tenantRead.Method("GET", "/tenants/{tenantID}/statements/{month}", console.StatementView())
 
 		operator.Method("GET", "/service-tokens", console.TokenList())
 		operator.Method("POST", "/service-tokens", console.TokenIssue())

@@ -2,11 +2,183 @@ package ui
 
 import (
 	"net/http"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
-// Overview serves the operator's overview (GET / for operators).
+// overviewPage is the data of the operator's overview.
+type overviewPage struct {
+	// ChecksPerSecond is the rate over the last five whole minutes.
+	ChecksPerSecond float64
+	Hour, Day, Month periodCounts
+	PerMinute        chartHTML
+	PerHour          chartHTML
+	TopTenants       chartHTML
+	Tenants          []tenantUsageRow
+	DeniedKeys       []deniedKeyRow
+	Rules            []countRow
+	IPs              usage.TopIPs
+	Census           tenants.Census
+	Pipeline         pipelineState
+}
+
+// periodCounts are a period's checks and its rejection rate.
+type periodCounts struct {
+	usage.Counts
+	Rate float64
+}
+
+func countsOf(c usage.Counts) periodCounts {
+	p := periodCounts{Counts: c}
+	if n := c.Decisions(); n > 0 {
+		p.Rate = float64(c.Denied) / float64(n)
+	}
+	return p
+}
+
+type deniedKeyRow struct {
+	usage.DeniedKey
+	Prefix, Name, TenantName string
+}
+
+// pipelineState is how far behind the usage pipeline is.
+type pipelineState struct {
+	Known bool // false: no Redis to ask
+	Err   string
+	usage.Pipeline
+	// Lag is the age of the oldest batch not applied yet; 0 when none.
+	Lag         time.Duration
+	LastApplied time.Time
+}
+
+// Overview serves the operator's overview (GET / for operators): the
+// check rate, allowed and rejected checks over the last hour, day and
+// month, who uses and who is denied most, and how far behind the usage
+// pipeline is. The figures come from the usage tables, a few seconds
+// behind the check API.
 func (c *Console) Overview() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.render(w, r, http.StatusOK, "overview", "overview", nil)
+		p, err := c.overview(r, c.now().UTC())
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		c.render(w, r, http.StatusOK, "overview", "overview", p)
 	})
+}
+
+func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error) {
+	ctx := r.Context()
+	var p overviewPage
+	minute := now.Truncate(time.Minute)
+	hour := usage.Range{From: minute.Add(-time.Hour), To: minute}
+	day := usage.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: now}
+	counts := func(rng usage.Range) (periodCounts, error) {
+		c, err := c.usage.Overall(ctx, rng)
+		return countsOf(c), err
+	}
+	last5, err := counts(usage.Range{From: minute.Add(-5 * time.Minute), To: minute})
+	if err != nil {
+		return p, err
+	}
+	p.ChecksPerSecond = float64(last5.Decisions()) / 300
+	if p.Hour, err = counts(hour); err != nil {
+		return p, err
+	}
+	if p.Day, err = counts(day); err != nil {
+		return p, err
+	}
+	if p.Month, err = counts(monthRange(usage.MonthOf(now), now)); err != nil {
+		return p, err
+	}
+	perMinute, err := c.usage.OverallSeries(ctx, usage.GranularityMinute, hour)
+	if err != nil {
+		return p, err
+	}
+	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, usage.GranularityMinute)
+	perHour, err := c.usage.OverallSeries(ctx, usage.GranularityHour, day)
+	if err != nil {
+		return p, err
+	}
+	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, usage.GranularityHour)
+
+	top, err := c.usage.TopTenants(ctx, day, 8)
+	if err != nil {
+		return p, err
+	}
+	denied, err := c.usage.TopDeniedKeys(ctx, day, 8)
+	if err != nil {
+		return p, err
+	}
+	var tenantIDs, keyIDs []string
+	for _, t := range top {
+		tenantIDs = append(tenantIDs, t.TenantID)
+	}
+	for _, k := range denied {
+		tenantIDs, keyIDs = append(tenantIDs, k.TenantID), append(keyIDs, k.KeyID)
+	}
+	names, err := c.tenants.Names(ctx, tenantIDs)
+	if err != nil {
+		return p, err
+	}
+	keys, err := c.tenants.KeysByID(ctx, keyIDs)
+	if err != nil {
+		return p, err
+	}
+	var bars []bar
+	for _, t := range top {
+		p.Tenants = append(p.Tenants, tenantUsageRow{TenantTotal: t, Name: names[t.TenantID]})
+		bars = append(bars, bar{Label: names[t.TenantID], Allowed: t.Allowed, Denied: t.Denied})
+	}
+	p.TopTenants = barsChart("overview-tenants", "Checks by tenant, last 24 hours", "tenant", bars)
+	for _, k := range denied {
+		p.DeniedKeys = append(p.DeniedKeys, deniedKeyRow{DeniedKey: k, Prefix: keys[k.KeyID].Prefix,
+			Name: keys[k.KeyID].Name, TenantName: names[k.TenantID]})
+	}
+	rules, err := c.usage.TopDenyingRules(ctx, day, 8)
+	if err != nil {
+		return p, err
+	}
+	for _, rd := range rules {
+		name := rd.Rule
+		if name == "" {
+			name = "before any rule (key, tenant)"
+		}
+		p.Rules = append(p.Rules, countRow{Name: name, Count: rd.Denied})
+	}
+	if p.IPs, err = c.usage.TopIPs(ctx, day, 8); err != nil {
+		return p, err
+	}
+	if p.Census, err = c.tenants.Count(ctx, now, now.Add(-24*time.Hour)); err != nil {
+		return p, err
+	}
+	p.Pipeline = c.pipeline(r, now)
+	return p, nil
+}
+
+// pipeline reads the usage stream's backlog (when the server has a Redis)
+// and when a batch was last applied. A stream that cannot be read is
+// reported on the page, not as an error of the page.
+func (c *Console) pipeline(r *http.Request, now time.Time) pipelineState {
+	var s pipelineState
+	if at, err := c.usage.LastApplied(r.Context()); err == nil {
+		s.LastApplied = at
+	}
+	if c.cfg.Pipeline == nil {
+		return s
+	}
+	s.Known = true
+	p, err := c.cfg.Pipeline(r.Context())
+	if err != nil {
+		c.log.WarnContext(r.Context(), "console: usage stream", "err", err)
+		s.Err = "the usage stream cannot be read"
+		return s
+	}
+	s.Pipeline = p
+	if !p.Oldest.IsZero() {
+		s.Lag = now.Sub(p.Oldest).Round(time.Second)
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package ui
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -167,9 +168,24 @@ func readPlanForm(r *http.Request) (planForm, map[string]any, formErrors, map[st
 	} else {
 		body["overage_unit_minor"] = fe.int64(r.PostForm, "overage_unit_minor", 0)
 	}
+	var rules []map[string]any
+	f.Rules, rules = readRules(pf, fe, index)
+	body["rules"] = rules
+	return f, body, fe, index
+}
+
+// readRules reads the rule rows of a posted form (rule_count rows,
+// rules[i].…): the rows to show again (removed and blank ones left out),
+// the API's rules they make, problems with their values in fe (named by
+// the rows shown again), and in index the row of each of the API's
+// rules[k].
+func readRules(pf url.Values, fe formErrors, index map[string]int) ([]ruleForm, []map[string]any) {
+	var forms []ruleForm
+	local := formErrors{}
 	rules := []map[string]any{}
 	rawToRow := map[int]int{} // the posted row → the row shown again
-	for i := range rows("rule_count") {
+	n, _ := strconv.Atoi(pf.Get("rule_count"))
+	for i := range min(max(n, 0), 100) {
 		k := fmt.Sprintf("rules[%d].", i)
 		rf := ruleForm{Name: strings.TrimSpace(pf.Get(k + "name")), Algorithm: pf.Get(k + "algorithm"),
 			Limit: strings.TrimSpace(pf.Get(k + "limit")), Period: strings.TrimSpace(pf.Get(k + "period")),
@@ -180,11 +196,11 @@ func readPlanForm(r *http.Request) (planForm, map[string]any, formErrors, map[st
 		if pf.Get(k+"remove") == "yes" || (rf.Name == "" && rf.Limit == "") {
 			continue // removed, or a blank row
 		}
-		f.Rules = append(f.Rules, rf)
-		row := len(f.Rules) - 1
+		forms = append(forms, rf)
+		row := len(forms) - 1
 		rawToRow[i] = row
 		index[fmt.Sprintf("rules[%d]", len(rules))] = row
-		rule := map[string]any{"name": rf.Name, "algorithm": rf.Algorithm, "limit": fe.int64(r.PostForm, k+"limit", 0),
+		rule := map[string]any{"name": rf.Name, "algorithm": rf.Algorithm, "limit": local.int64(pf, k+"limit", 0),
 			"resource": rf.Resource, "scope": rf.Scope, "mode": rf.Mode, "failure_mode": rf.Failure}
 		opts := map[string]any{}
 		if rf.Algorithm == string(limiter.FixedWindow) {
@@ -200,10 +216,10 @@ func readPlanForm(r *http.Request) (planForm, map[string]any, formErrors, map[st
 		}
 		rule["options"] = opts
 		if usesBurst(rf.Algorithm) {
-			rule["burst"] = fe.int64(r.PostForm, k+"burst", 0)
+			rule["burst"] = local.int64(pf, k+"burst", 0)
 		}
 		if rf.Period != "" || rf.Calendar == "" || rf.Algorithm != string(limiter.FixedWindow) {
-			n := fe.int64(r.PostForm, k+"period", 0)
+			n := local.int64(pf, k+"period", 0)
 			unit := int64(0)
 			for _, u := range periodUnits {
 				if u.Name == rf.PeriodUnit {
@@ -211,23 +227,21 @@ func readPlanForm(r *http.Request) (planForm, map[string]any, formErrors, map[st
 				}
 			}
 			if unit == 0 {
-				fe[k+"period"] = "choose a unit"
+				local[k+"period"] = "choose a unit"
 			}
 			rule["period_us"] = n * unit
 		}
 		rules = append(rules, rule)
 	}
-	body["rules"] = rules
 	// Problems found here name the posted rows: name the rows shown again.
-	shown := formErrors{}
-	for k, v := range fe {
-		if m := indexed.FindStringSubmatch(k); m != nil && m[1] == "rules" {
+	for k, v := range local {
+		if m := indexed.FindStringSubmatch(k); m != nil {
 			raw, _ := strconv.Atoi(m[2])
 			k = fmt.Sprintf("rules[%d].%s", rawToRow[raw], m[3])
 		}
-		shown[k] = v
+		fe[k] = v
 	}
-	return f, body, shown, index
+	return forms, rules
 }
 
 // formErrorsOf moves the API's field errors onto the form's rows: the

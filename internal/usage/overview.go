@@ -288,3 +288,28 @@ func (s *Store) ClosedAt(ctx context.Context, m Month) (*time.Time, error) {
 	}
 	return &at, nil
 }
+
+// TopTenants returns the tenants with the most allowed units in r (then
+// the most decisions), at most limit. Names are the caller's to look up.
+func (s *Store) TopTenants(ctx context.Context, r Range, limit int) ([]TenantTotal, error) {
+	out := []TenantTotal{}
+	g, r := r.coarsest()
+	if err := s.checkRange(g, r); err != nil {
+		return out, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+granularityTable[g]+` WHERE bucket_start >= $1 AND bucket_start < $2 AND tenant_id <> $3
+		GROUP BY tenant_id ORDER BY 4 DESC, 2 + 3 DESC, 1 LIMIT $4`, r.From, r.To, nilUUID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("usage: top tenants: %w", err)
+	}
+	var t TenantTotal
+	_, err = pgx.ForEachRow(rows, []any{&t.TenantID, &t.Allowed, &t.Denied, &t.AllowedUnits, &t.DeniedUnits}, func() error {
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage: top tenants: %w", err)
+	}
+	return out, nil
+}

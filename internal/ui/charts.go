@@ -72,7 +72,7 @@ func usageChart(id, title string, points []usage.Point, g usage.Granularity) cha
 // barsChart draws allowed and rejected checks per category, stacked.
 func barsChart(id, title, category string, bars []bar) chartHTML {
 	c := chart.Bars{Title: title, ID: id, Width: 640, Height: 220, XLabel: category, Stacked: true,
-		Y: chart.Axis{Label: "checks"},
+		Y:      chart.Axis{Label: "checks"},
 		Series: []chart.BarSeries{{Name: "allowed", Tone: chart.Good}, {Name: "rejected", Tone: chart.Bad}}}
 	for _, b := range bars {
 		c.Categories = append(c.Categories, b.Label)

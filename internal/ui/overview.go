@@ -11,7 +11,7 @@ import (
 // overviewPage is the data of the operator's overview.
 type overviewPage struct {
 	// ChecksPerSecond is the rate over the last five whole minutes.
-	ChecksPerSecond float64
+	ChecksPerSecond  float64
 	Hour, Day, Month periodCounts
 	PerMinute        chartHTML
 	PerHour          chartHTML

@@ -88,7 +88,9 @@ func sortedCounts(m map[string]int64, empty string) []countRow {
 		}
 		out = append(out, countRow{k, v})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Count > out[j].Count || out[i].Count == out[j].Count && out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Count > out[j].Count || out[i].Count == out[j].Count && out[i].Name < out[j].Name
+	})
 	return out
 }
 

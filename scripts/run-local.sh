@@ -14,13 +14,18 @@ if [ -z "${TOLLGATE_SECRET_KEY:-}" ]; then
 fi
 "$bin/admin" migrate up
 seed=$("$bin/admin" seed demo --json)
-field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | head -1; }
+# field NAME [N]: the Nth (default first) value of "NAME": "…" in the seed output.
+field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | sed -n "${2:-1}p"; }
 token=$(field service_token)
 pro=$(field pro)
 free=$(field free)
-# The first email/password pair in the seed output is the demo operator's.
-op_email=$(field email)
-op_password=$(field password)
+# The demo users come in the order operator, tenant_admin, tenant_viewer.
+op_email=$(field email 1)
+op_password=$(field password 1)
+ta_email=$(field email 2)
+ta_password=$(field password 2)
+tv_email=$(field email 3)
+tv_password=$(field password 3)
 api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
 admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
 export TOLLGATE_API_ADDR=$api_addr TOLLGATE_ADMIN_ADDR=$admin_addr
@@ -36,6 +41,13 @@ done
 cat <<MSG
 
 Tollgate is running: check API http://$api_addr, admin http://$admin_addr
+
+Web console: http://$admin_addr/  — sign in with a demo login (passwords are new each run):
+
+  operator      $op_email  $op_password
+  tenant admin  $ta_email  $ta_password   (demo-pro only)
+  tenant viewer $tv_email  $tv_password   (demo-pro, read-only)
+
 Demo keys (shown once): pro $pro
                         free $free
 

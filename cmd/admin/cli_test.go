@@ -58,12 +58,17 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	if runs[0].Keys["pro"] == runs[1].Keys["pro"] || runs[0].ServiceToken == runs[1].ServiceToken {
 		t.Error("second seed reused secrets; want fresh ones")
 	}
+	// A month of demo usage, once: the second seed adds at most the hour
+	// that began in between.
+	if runs[0].UsageHours < 3*30*24 || runs[1].UsageHours > 3 {
+		t.Errorf("demo usage: %d tenant-hours, then %d more; want a month, then none", runs[0].UsageHours, runs[1].UsageHours)
+	}
 	pool := openPool(t, url)
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	if plans != 4 || tenantsN != 3 || keys != 6 {
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 6", plans, tenantsN, keys)
+	if plans != 4 || tenantsN != 3 || keys != 15 { // 3 made with each tenant, 1 a seed
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 15", plans, tenantsN, keys)
 	}
 }
 

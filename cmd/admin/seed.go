@@ -15,12 +15,13 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func seedCommand() command {
 	return command{
 		name:    "seed demo",
-		summary: "create the demo plans and tenant (idempotent); issue fresh demo keys and a service token and print them",
+		summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}}}`)
 			return func(ctx context.Context, e *env) error {
@@ -40,7 +41,7 @@ func seedCommand() command {
 					fmt.Fprintf(e.stdout, "  %-10s %s\n", name, out.Keys[name])
 				}
 				fmt.Fprintf(e.stdout, "\nadmin users (passwords shown once):\n")
-				for _, role := range []string{"operator", "tenant_admin"} {
+				for _, role := range []string{"operator", "tenant_admin", "tenant_viewer"} {
 					u := out.Users[role]
 					fmt.Fprintf(e.stdout, "  %-12s %s  %s\n", role, u.Email, u.Password)
 				}
@@ -55,6 +56,8 @@ type seedResult struct {
 	ServiceToken string              `json:"service_token"`
 	Keys         map[string]string   `json:"keys"`
 	Users        map[string]seedUser `json:"users"`
+	// UsageHours counts the tenant-hours of demo usage added.
+	UsageHours int `json:"usage_hours"`
 }
 
 // seedUser is a demo admin user and its fresh password.
@@ -65,12 +68,21 @@ type seedUser struct {
 	Tenant   string    `json:"tenant,omitempty"`
 }
 
-// Demo admin users: an operator, and a tenant admin of demo-pro.
+// Demo admin users: an operator, and a tenant admin and a tenant viewer
+// of demo-pro.
 const (
-	demoOperatorEmail    = "operator@example.com"
-	demoTenantAdminEmail = "admin@demo-pro.example.com"
-	demoAdminTenant      = "demo-pro"
+	demoOperatorEmail     = "operator@example.com"
+	demoTenantAdminEmail  = "admin@demo-pro.example.com"
+	demoTenantViewerEmail = "viewer@demo-pro.example.com"
+	demoAdminTenant       = "demo-pro"
 )
+
+// demoSince is when the demo tenants became customers: the start of the
+// month before now's.
+func demoSince(now time.Time) time.Time {
+	this := usagepkg.MonthOf(now)
+	return usagepkg.MonthOf(this.Start().Add(-time.Hour)).Start()
+}
 
 // seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys,
 // a fresh service token and the demo admin users with fresh passwords, and
@@ -90,7 +102,61 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (see
 		return audit.One(audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
 			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}), nil
 	})
+	if err != nil {
+		return res, err
+	}
+	res.UsageHours, err = seedDemoUsage(ctx, db, time.Now())
 	return res, err
+}
+
+// demoUsage is the made-up traffic of each demo tenant: hourly checks at
+// the daily peak, what it calls, and which of its plan's rules denies now
+// and then.
+var demoUsage = map[string]usagepkg.DemoTenant{
+	"demo-free":       {Resources: []string{"GET /repos", "GET /users"}, PerHour: 25, DenyRule: "hourly", DenyRate: 0.03},
+	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 340, DenyRule: "search", DenyRate: 0.01},
+	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
+}
+
+// seedDemoUsage fills the demo tenants' last 30 days with made-up usage
+// (usage.SeedDemo), made by their first three keys, and returns how many
+// hours it added: none for hours that have usage already.
+func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error) {
+	ts := tenants.NewStore(db)
+	var list []usagepkg.DemoTenant
+	for _, name := range []string{"demo-free", "demo-pro", "demo-enterprise"} {
+		t, err := ts.GetByName(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("seed: demo usage: %w", err)
+		}
+		keys, err := ts.ListKeys(ctx, t.ID) // newest first
+		if err != nil {
+			return 0, fmt.Errorf("seed: demo usage: %w", err)
+		}
+		d := demoUsage[name]
+		d.TenantID = t.ID
+		for i := len(keys) - 1; i >= 0 && len(d.KeyIDs) < 3; i-- {
+			d.KeyIDs = append(d.KeyIDs, keys[i].ID)
+		}
+		list = append(list, d)
+	}
+	anon := usagepkg.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
+		PerHour: 45, DenyRule: "hourly"}
+	n, err := usagepkg.NewStore(db, usagepkg.StoreConfig{}).SeedDemo(ctx, list, anon, now)
+	if err != nil {
+		return 0, fmt.Errorf("seed: demo usage: %w", err)
+	}
+	// The keys that made it were used: the console counts them so.
+	used := map[string]time.Time{}
+	for _, d := range list {
+		for _, k := range d.KeyIDs {
+			used[k] = now
+		}
+	}
+	if err := ts.TouchKeys(ctx, used); err != nil {
+		return 0, fmt.Errorf("seed: demo usage: %w", err)
+	}
+	return n, nil
 }
 
 func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (seedResult, error) {
@@ -111,6 +177,17 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 		case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
 			if t, err = ts.Create(ctx, name, ids[tier]); err != nil {
 				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
+			}
+			// A customer since the start of last month: the demo usage
+			// (below) then has statements that bill it.
+			if err := ts.SetStart(ctx, t.ID, demoSince(time.Now())); err != nil {
+				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
+			}
+			// Keys a customer would have; nobody knows their secrets.
+			for _, key := range []string{"production", "staging", "ci"} {
+				if _, _, err := ts.IssueKey(ctx, t.ID, key, nil); err != nil {
+					return res, fmt.Errorf("seed: tenant %s: %w", name, err)
+				}
 			}
 		case err != nil:
 			return res, fmt.Errorf("seed: tenant %s: %w", name, err)
@@ -137,6 +214,7 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 	for _, u := range []seedUser{
 		{Email: demoOperatorEmail, Role: auth.RoleOperator},
 		{Email: demoTenantAdminEmail, Role: auth.RoleTenantAdmin, Tenant: demoAdminTenant},
+		{Email: demoTenantViewerEmail, Role: auth.RoleTenantViewer, Tenant: demoAdminTenant},
 	} {
 		tenantID := ""
 		if u.Tenant != "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -183,4 +184,30 @@ func (s *Store) CountByPlan(ctx context.Context) (map[int64]int64, error) {
 		return nil, fmt.Errorf("tenants: count by plan: %w", err)
 	}
 	return out, nil
+}
+
+// SetStart moves a tenant's creation and its first plan's start back to
+// at, for a tenant with a single plan change (demo and imported tenants
+// whose history starts before they were entered); otherwise ECONFLICT.
+func (s *Store) SetStart(ctx context.Context, tenantID string, at time.Time) error {
+	if !postgres.IsUUID(tenantID) {
+		return errTenantNotFound(tenantID)
+	}
+	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		var changes int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM tenant_plan_changes WHERE tenant_id = $1::uuid`, tenantID).
+			Scan(&changes); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		if changes != 1 {
+			return tollgate.Errorf(tollgate.ECONFLICT, "tenant %s has %d plan changes: only a single one can be moved", tenantID, changes)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = $2 WHERE tenant_id = $1::uuid`, tenantID, at); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET created_at = least(created_at, $2) WHERE id = $1::uuid`, tenantID, at); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		return nil
+	})
 }

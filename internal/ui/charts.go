@@ -50,15 +50,23 @@ func perBucket(g usage.Granularity) string {
 	return "checks per month"
 }
 
-// usageChart draws allowed and rejected checks per bucket, stacked.
-func usageChart(id, title string, points []usage.Point, g usage.Granularity) chartHTML {
+// Chart widths: for a full-width card and for a half-width one, so that
+// the text of charts keeps about the same size.
+const (
+	wide   = 1120
+	narrow = 560
+)
+
+// usageChart draws allowed and rejected checks per bucket, stacked, width
+// wide or narrow.
+func usageChart(id, title string, points []usage.Point, g usage.Granularity, width int) chartHTML {
 	var allowed, denied []chart.Point
 	for _, p := range points {
 		allowed = append(allowed, chart.At(p.At, float64(p.Allowed)))
 		denied = append(denied, chart.At(p.At, float64(p.Denied)))
 	}
 	return figure(chart.Plot{
-		Title: title, ID: id, Width: 640, Height: 220,
+		Title: title, ID: id, Width: width, Height: 220,
 		X:       chart.Axis{Time: true},
 		Y:       chart.Axis{Label: perBucket(g)},
 		Stacked: true,
@@ -71,7 +79,7 @@ func usageChart(id, title string, points []usage.Point, g usage.Granularity) cha
 
 // barsChart draws allowed and rejected checks per category, stacked.
 func barsChart(id, title, category string, bars []bar) chartHTML {
-	c := chart.Bars{Title: title, ID: id, Width: 640, Height: 220, XLabel: category, Stacked: true,
+	c := chart.Bars{Title: title, ID: id, Width: narrow, Height: 220, XLabel: category, Stacked: true,
 		Y:      chart.Axis{Label: "checks"},
 		Series: []chart.BarSeries{{Name: "allowed", Tone: chart.Good}, {Name: "rejected", Tone: chart.Bad}}}
 	for _, b := range bars {
@@ -86,7 +94,7 @@ func barsChart(id, title, category string, bars []bar) chartHTML {
 // with the projection to the month's end.
 func consumptionChart(p usage.Projection) chartHTML {
 	return figure(chart.Progress{Title: "Units this month against the included units", ID: "consumption",
-		Width: 560, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
+		Width: narrow, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
 		Projected: float64(p.ProjectedUnits), Unit: "units"})
 }
 

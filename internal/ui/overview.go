@@ -74,7 +74,9 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	var p overviewPage
 	minute := now.Truncate(time.Minute)
 	hour := usage.Range{From: minute.Add(-time.Hour), To: minute}
-	day := usage.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: now}
+	// The day and the month end with the hour under way: whole hours
+	// read the hour rollups rather than a day of minutes.
+	day := usage.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: hourEnd(now)}
 	counts := func(rng usage.Range) (periodCounts, error) {
 		c, err := c.usage.Overall(ctx, rng)
 		return countsOf(c), err
@@ -97,12 +99,12 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	if err != nil {
 		return p, err
 	}
-	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, usage.GranularityMinute)
+	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, usage.GranularityMinute, narrow)
 	perHour, err := c.usage.OverallSeries(ctx, usage.GranularityHour, day)
 	if err != nil {
 		return p, err
 	}
-	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, usage.GranularityHour)
+	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, usage.GranularityHour, narrow)
 
 	top, err := c.usage.TopTenants(ctx, day, 8)
 	if err != nil {

@@ -39,17 +39,18 @@ func navOf(m usage.Month, now time.Time) monthNav {
 		HasNext: m.Start().Before(this.Start()), Current: m.Start().Equal(this.Start())}
 }
 
-// monthRange is the part of m that has happened by now.
+// monthRange is the part of m that has begun by now, in whole hours:
+// the queries then read the hour and day rollups, not a month of minutes.
 func monthRange(m usage.Month, now time.Time) usage.Range {
-	to := m.End()
-	if now.Before(to) {
-		to = now
-	}
-	if !to.After(m.Start()) {
-		to = m.Start().Add(time.Minute)
+	to := hourEnd(now)
+	if m.End().Before(to) {
+		to = m.End()
 	}
 	return usage.Range{From: m.Start(), To: to}
 }
+
+// hourEnd is the end of the hour under way at now.
+func hourEnd(now time.Time) time.Time { return now.UTC().Truncate(time.Hour).Add(time.Hour) }
 
 // tenantUsagePage is the data of a tenant's usage page.
 type tenantUsagePage struct {
@@ -175,7 +176,7 @@ func (c *Console) TenantUsage() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, usage.GranularityDay)
+		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, usage.GranularityDay, wide)
 		if p.Nav.Current {
 			hourly, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityHour,
 				usage.Range{From: now.Truncate(time.Hour).Add(-47 * time.Hour), To: now})
@@ -183,7 +184,7 @@ func (c *Console) TenantUsage() http.Handler {
 				c.Error(w, r, err)
 				return
 			}
-			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, usage.GranularityHour)
+			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, usage.GranularityHour, wide)
 		}
 		p.ByKey = barsChart("usage-keys", "Checks by key in "+m.String(), "key", keyBars)
 		p.ByResource = barsChart("usage-resources", "Checks by resource in "+m.String(), "resource", resBars)
@@ -325,7 +326,7 @@ func (c *Console) Usage() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, usage.GranularityDay)
+		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, usage.GranularityDay, wide)
 		top, n, err := c.usage.MonthTenants(ctx, m, 20)
 		if err != nil {
 			c.Error(w, r, err)

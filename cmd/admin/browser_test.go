@@ -111,11 +111,18 @@ func (b *browser) open(path string) {
 	b.do("open "+path, chromedp.Navigate(b.base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 }
 
-// fill sets the form fields (CSS selector → value).
+// fill sets the form fields (CSS selector → value), as typing would:
+// with input and change events, so that the page's script sees them.
 func (b *browser) fill(fields map[string]string) {
 	b.t.Helper()
 	for sel, v := range fields {
-		b.do("fill "+sel, chromedp.SetValue(chromedp.CSS(sel), v))
+		b.do("find "+sel, chromedp.WaitReady(chromedp.CSS(sel)))
+		ok := eval[bool](b, fmt.Sprintf(`(el => { if (!el) return false; el.value = %q;
+			el.dispatchEvent(new Event("input", {bubbles: true})); el.dispatchEvent(new Event("change", {bubbles: true}));
+			return el.value === %q; })(document.querySelector(%q))`, v, v, sel))
+		if !ok {
+			b.t.Fatalf("fill %s with %q: the field does not take it\n%s", sel, v, b.pageText())
+		}
 	}
 }
 
@@ -125,6 +132,12 @@ func (b *browser) click(sel, waitFor string) {
 	b.t.Helper()
 	b.do("click "+sel, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(waitFor)))
+}
+
+// press clicks sel and waits for nothing.
+func (b *browser) press(sel string) {
+	b.t.Helper()
+	b.do("click "+sel, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
 }
 
 // text returns the text of the first element matching sel.

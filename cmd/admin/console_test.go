@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // The web console, driven through a real browser against a real admin
@@ -405,5 +407,215 @@ func TestConsoleCSRF(t *testing.T) {
 	}
 	if n := b.count("script:not([src]), [style]"); n != 0 {
 		t.Errorf("%d inline scripts or style attributes", n)
+	}
+}
+
+// TestConsoleUsageMatchesChecks drives known traffic through a real
+// check API, lets the admin server's usage worker apply it, and finds on
+// the tenant's usage page exactly what the client saw: allowed and
+// rejected checks, in all, by resource and by key.
+func TestConsoleUsageMatchesChecks(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	_, prefix := testenv.Redis(t)
+	stream := prefix + "usage"
+	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true",
+		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test"})
+	ctx := context.Background()
+	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 100,
+		Rules: []plans.Rule{{Name: "hourly", Limit: 5, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(admin.DB)
+	acme, err := ts.Create(ctx, "acme", p.ID)
+	testenv.Must(t, err)
+	webSecret, web, err := ts.IssueKey(ctx, acme.ID, "web", nil)
+	testenv.Must(t, err)
+	searchSecret, search, err := ts.IssueKey(ctx, acme.ID, "search", nil)
+	testenv.Must(t, err)
+	op := sessionFor(t, admin.DB, createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, ""))
+	var st struct {
+		Token string `json:"token"`
+	}
+	res := call(t, "POST", admin.URL+"/api/v1/service-tokens", op, map[string]any{"name": "gateway"})
+	want(t, res, http.StatusCreated)
+	res.decode(t, &st)
+	api := startAPIWith(t, dbURL, []string{"TOLLGATE_USAGE_STREAM=" + stream, "TOLLGATE_USAGE_FLUSH=100ms"})
+
+	// What the client sees, by key and resource.
+	type seen struct{ allowed, rejected int64 }
+	byKey, byResource := map[string]*seen{}, map[string]*seen{}
+	var total seen
+	traffic := []struct {
+		key      tenants.Key
+		secret   string
+		resource string
+		n        int
+	}{{web, webSecret, "GET /repos", 8}, {search, searchSecret, "POST /v1/search", 2}}
+	for _, tr := range traffic {
+		for range tr.n {
+			res := call(t, "POST", api+"/v1/check", st.Token, map[string]any{"key": tr.secret, "resource": tr.resource})
+			want(t, res, http.StatusOK)
+			var d struct {
+				Allowed bool `json:"allowed"`
+			}
+			res.decode(t, &d)
+			for _, s := range []*seen{&total, entry(byKey, tr.key.Prefix), entry(byResource, tr.resource)} {
+				if d.Allowed {
+					s.allowed++
+				} else {
+					s.rejected++
+				}
+			}
+		}
+	}
+	if total.allowed != 7 || total.rejected != 3 {
+		t.Fatalf("the client saw %d allowed and %d rejected, want 7 and 3", total.allowed, total.rejected)
+	}
+
+	b := newBrowser(t, admin.URL)
+	b.signIn("ops@example.com", "password-ops@example.com")
+	usage := "/tenants/" + acme.ID + "/usage"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b.open(usage)
+		if b.number("#allowed") == total.allowed && b.number("#rejected") == total.rejected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the page shows %d allowed and %d rejected; the client saw %d and %d",
+				b.number("#allowed"), b.number("#rejected"), total.allowed, total.rejected)
+		}
+		time.Sleep(200 * time.Millisecond) // the worker applies batches every second or so
+	}
+	table := func(section string) map[string][2]int64 {
+		rows := eval[[][]string](b, `Array.from(document.querySelectorAll("`+section+` table.chart-table tbody tr"))
+			.map(tr => Array.from(tr.children).map(c => c.textContent))`)
+		out := map[string][2]int64{}
+		for _, r := range rows {
+			a, _ := strconv.ParseInt(strings.ReplaceAll(r[1], ",", ""), 10, 64)
+			d, _ := strconv.ParseInt(strings.ReplaceAll(r[2], ",", ""), 10, 64)
+			out[r[0]] = [2]int64{a, d}
+		}
+		return out
+	}
+	resources := table("#by-resource")
+	for res, s := range byResource {
+		if got := resources[res]; got != [2]int64{s.allowed, s.rejected} {
+			t.Errorf("%s: the page shows %v (allowed, rejected), the client saw %d, %d", res, got, s.allowed, s.rejected)
+		}
+	}
+	keys := table("#by-key")
+	for prefix, s := range byKey {
+		var found bool
+		for label, got := range keys {
+			if strings.HasPrefix(label, prefix) {
+				found = true
+				if got != [2]int64{s.allowed, s.rejected} {
+					t.Errorf("key %s: the page shows %v, the client saw %d, %d", prefix, got, s.allowed, s.rejected)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("key %s is not on the page: %v", prefix, keys)
+		}
+	}
+	b.screenshot("usage")
+}
+
+// entry returns m[k], made when missing.
+func entry[K comparable, V any](m map[K]*V, k K) *V {
+	if m[k] == nil {
+		m[k] = new(V)
+	}
+	return m[k]
+}
+
+// TestConsolePagesWithDemoData seeds the demo (`admin seed demo`), then
+// visits every page of the console as the demo operator and as the demo
+// tenant admin, in light and dark mode: each answers 200 with its page,
+// not an error. With TOLLGATE_SCREENSHOTS=docs/screenshots it refreshes
+// the README's screenshots.
+func TestConsolePagesWithDemoData(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
+	testenv.Must(t, err)
+	var seeded seedResult
+	if err := json.Unmarshal([]byte(out), &seeded); err != nil {
+		t.Fatal(err)
+	}
+	admin := startAdmin(t, dbURL, nil)
+	ctx := context.Background()
+	pro, err := tenants.NewStore(admin.DB).GetByName(ctx, "demo-pro")
+	testenv.Must(t, err)
+	proPlan, err := plans.NewStore(admin.DB).GetByName(ctx, "pro")
+	testenv.Must(t, err)
+	now := time.Now().UTC()
+	month := now.Format("2006-01")
+	tenantPages := []struct{ name, path string }{
+		{"portal", "/tenants/" + pro.ID},
+		{"tenant-keys", "/tenants/" + pro.ID + "/keys"},
+		{"tenant-usage", "/tenants/" + pro.ID + "/usage"},
+		{"statements", "/tenants/" + pro.ID + "/statements"},
+		{"statement", "/tenants/" + pro.ID + "/statements/" + month},
+	}
+	visit := func(b *browser, name, path string, shoot bool) {
+		t.Helper()
+		if status := b.status("GET", path, ""); status != http.StatusOK {
+			t.Errorf("GET %s = %d", path, status)
+			return
+		}
+		b.open(path)
+		if h := b.text("h1"); strings.Contains(h, "Not found") || strings.Contains(h, "went wrong") || strings.Contains(h, "Not allowed") {
+			t.Errorf("%s: %q", path, h)
+		}
+		if shoot {
+			b.screenshot(name)
+		}
+	}
+
+	op := seeded.Users["operator"]
+	b := newBrowser(t, admin.URL)
+	b.signIn(op.Email, op.Password)
+	operatorPages := []struct{ name, path string }{
+		{"overview", "/"},
+		{"plans", "/plans"},
+		{"plan-demo", fmt.Sprintf("/plans/%d", proPlan.ID)},
+		{"plan-edit", fmt.Sprintf("/plans/%d/edit", proPlan.ID)},
+		{"plan-new", "/plans/new"},
+		{"tenants", "/tenants"},
+		{"tenant", "/tenants/" + pro.ID},
+		{"overrides", "/tenants/" + pro.ID + "/overrides"},
+		{"all-keys", "/keys"},
+		{"usage-all", "/usage"},
+		{"usage-last-month", "/usage?month=" + usagepkg.MonthOf(now.AddDate(0, -1, 0)).String()},
+		{"service-tokens", "/service-tokens"},
+		{"users", "/users"},
+		{"audit", "/audit"},
+	}
+	for _, dark := range []bool{false, true} {
+		b.darkMode(dark)
+		for _, p := range operatorPages {
+			name := p.name
+			if dark {
+				name += "-dark"
+			}
+			visit(b, name, p.path, !dark || p.name == "overview" || p.name == "plan-demo")
+		}
+		for _, p := range tenantPages[1:] {
+			visit(b, p.name+"-operator", p.path, false)
+		}
+	}
+
+	ta := seeded.Users["tenant_admin"]
+	portal := newBrowser(t, admin.URL)
+	portal.signIn(ta.Email, ta.Password)
+	for _, dark := range []bool{false, true} {
+		portal.darkMode(dark)
+		for _, p := range tenantPages {
+			name := p.name
+			if dark {
+				name += "-dark"
+			}
+			visit(portal, name, p.path, !dark || p.name == "portal")
+		}
 	}
 }

@@ -67,8 +67,8 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	if plans != 4 || tenantsN != 3 || keys != 15 { // 3 made with each tenant, 1 a seed
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 15", plans, tenantsN, keys)
+	if plans != 4 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 27", plans, tenantsN, keys)
 	}
 }
 

@@ -114,7 +114,7 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (see
 // and then.
 var demoUsage = map[string]usagepkg.DemoTenant{
 	"demo-free":       {Resources: []string{"GET /repos", "GET /users"}, PerHour: 25, DenyRule: "hourly", DenyRate: 0.03},
-	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 340, DenyRule: "search", DenyRate: 0.01},
+	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 200, DenyRule: "search", DenyRate: 0.01},
 	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
 }
 
@@ -129,14 +129,24 @@ func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, e
 		if err != nil {
 			return 0, fmt.Errorf("seed: demo usage: %w", err)
 		}
-		keys, err := ts.ListKeys(ctx, t.ID) // newest first
+		keys, err := ts.ListKeys(ctx, t.ID)
 		if err != nil {
 			return 0, fmt.Errorf("seed: demo usage: %w", err)
 		}
 		d := demoUsage[name]
 		d.TenantID = t.ID
-		for i := len(keys) - 1; i >= 0 && len(d.KeyIDs) < 3; i-- {
-			d.KeyIDs = append(d.KeyIDs, keys[i].ID)
+		for _, want := range demoKeyNames {
+			for _, k := range keys {
+				if k.Name == want && k.RevokedAt == nil {
+					d.KeyIDs = append(d.KeyIDs, k.ID)
+					break
+				}
+			}
+		}
+		if len(d.KeyIDs) == 0 { // a demo tenant from before the demo keys
+			for i := 0; i < len(keys) && i < 3; i++ {
+				d.KeyIDs = append(d.KeyIDs, keys[i].ID)
+			}
 		}
 		list = append(list, d)
 	}
@@ -183,11 +193,8 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 			if err := ts.SetStart(ctx, t.ID, demoSince(time.Now())); err != nil {
 				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
 			}
-			// Keys a customer would have; nobody knows their secrets.
-			for _, key := range []string{"production", "staging", "ci"} {
-				if _, _, err := ts.IssueKey(ctx, t.ID, key, nil); err != nil {
-					return res, fmt.Errorf("seed: tenant %s: %w", name, err)
-				}
+			if err := seedDemoKeys(ctx, ts, t.ID); err != nil {
+				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
 			}
 		case err != nil:
 			return res, fmt.Errorf("seed: tenant %s: %w", name, err)
@@ -226,6 +233,38 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 		res.Users[string(u.Role)] = u
 	}
 	return res, nil
+}
+
+// demoKeyNames are the keys a demo customer has (nobody knows their
+// secrets); they make the demo usage.
+var demoKeyNames = []string{"production", "staging", "ci"}
+
+// seedDemoKeys gives a new demo tenant the keys a customer would have:
+// demoKeyNames, a key that expires in a few days, one rotated a while ago
+// and still in its grace period, and one revoked.
+func seedDemoKeys(ctx context.Context, ts *tenants.Store, tenantID string) error {
+	now := time.Now()
+	for _, name := range demoKeyNames {
+		if _, _, err := ts.IssueKey(ctx, tenantID, name, nil); err != nil {
+			return err
+		}
+	}
+	soon := now.Add(4 * 24 * time.Hour)
+	if _, _, err := ts.IssueKey(ctx, tenantID, "trial partner", &soon); err != nil {
+		return err
+	}
+	_, old, err := ts.IssueKey(ctx, tenantID, "mobile app", nil)
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := ts.RotateKey(ctx, tenantID, old.ID, tenants.Rotation{Grace: 7 * 24 * time.Hour, Now: now}); err != nil {
+		return err
+	}
+	_, leaked, err := ts.IssueKey(ctx, tenantID, "leaked in a gist", nil)
+	if err != nil {
+		return err
+	}
+	return ts.RevokeKey(ctx, leaked.ID)
 }
 
 // resetUser creates the user, or gives the existing one a new password,

@@ -94,7 +94,7 @@ func barsChart(id, title, category string, bars []bar) chartHTML {
 // with the projection to the month's end.
 func consumptionChart(p usage.Projection) chartHTML {
 	return figure(chart.Progress{Title: "Units this month against the included units", ID: "consumption",
-		Width: narrow, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
+		Width: wide, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
 		Projected: float64(p.ProjectedUnits), Unit: "units"})
 }
 

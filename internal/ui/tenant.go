@@ -114,7 +114,7 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int,
 		c.Error(w, r, err)
 		return
 	}
-	p.Usage = usageChart("tenant-30d", "Checks per day, last 30 days", points, day, narrow)
+	p.Usage = usageChart("tenant-30d", "Checks per day, last 30 days", points, day, wide)
 	nav := ""
 	if !p.CanOperate {
 		nav = "overview"

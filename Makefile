@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 
-.PHONY: run test build bench loadgen vet fmt clean
+.PHONY: run test build bench bench-console loadgen vet fmt clean
 
 build:
 	$(GO) build -o $(BIN)/api ./cmd/api
@@ -22,6 +22,11 @@ test:
 # Benchmarks of one check through the handler against real Redis.
 bench:
 	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/enforce/...
+
+# Every console page rendered at scale: 10,000 tenants, 100,000 keys, a
+# month of minute usage of a busy tenant (docs/benchmarks.md, "Console").
+bench-console:
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench Console -benchtime 20x -timeout 30m ./internal/ui/
 
 vet:
 	$(GO) vet ./...

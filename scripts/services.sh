@@ -15,7 +15,9 @@
 #
 # Postgres refuses to run as root, so as root the servers run as the
 # "postgres" user (created when missing). Redis comes from Debian's
-# redis-server package, installed with apt-get when missing and we are root.
+# redis-server package, installed with apt-get when missing and we are root;
+# so does chromium for the console's browser tests (test mode only; the
+# tests skip without it, except in CI).
 set -euo pipefail
 
 mode=${1:?usage: services.sh test|run -- CMD...}
@@ -52,6 +54,23 @@ ensure_redis() {
   log "redis-server and redis-cli not found."
   log "Install them, e.g. 'sudo apt-get install redis-server' (Debian) or 'brew install redis' (macOS)."
   exit 1
+}
+
+ensure_chromium() {
+  local name
+  for name in chromium chromium-browser google-chrome google-chrome-stable headless-shell; do
+    command -v "$name" >/dev/null 2>&1 && return
+  done
+  [ -n "${TOLLGATE_CHROMIUM:-}" ] && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium with apt-get (for the console's browser tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium >/dev/null
+    return
+  fi
+  log "chromium not found: the console's browser tests will skip (and fail in CI)."
+  log "Install it, e.g. 'sudo apt-get install chromium' (Debian), or set TOLLGATE_CHROMIUM."
 }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -186,6 +205,7 @@ start_redis_free() { # start_redis_free DIR [extra args...]: sets STARTED_PORT
 
 case "$mode" in
 test)
+  ensure_chromium
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
   chmod 755 "$WORK"
   start_postgres_free "$WORK"

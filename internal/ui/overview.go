@@ -1,7 +1,9 @@
 package ui
 
 import (
+	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -74,46 +76,47 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	var p overviewPage
 	minute := now.Truncate(time.Minute)
 	hour := usage.Range{From: minute.Add(-time.Hour), To: minute}
-	// The day and the month end with the hour under way: whole hours
-	// read the hour rollups rather than a day of minutes.
+	// The day ends with the hour under way, in whole hours (the hour
+	// rollups); the month is the month rollup, which holds it so far; who
+	// uses and who is denied most is read from the day rollups of
+	// yesterday and today (UTC).
 	day := usage.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: hourEnd(now)}
-	counts := func(rng usage.Range) (periodCounts, error) {
-		c, err := c.usage.Overall(ctx, rng)
-		return countsOf(c), err
-	}
-	last5, err := counts(usage.Range{From: minute.Add(-5 * time.Minute), To: minute})
+	recent := usage.Range{From: dayEnd(now).Add(-48 * time.Hour), To: dayEnd(now)}
+	var (
+		last5, month       usage.Counts
+		perMinute, perHour []usage.Point
+		top                []usage.TenantTotal
+		denied             []usage.DeniedKey
+		rules              []usage.RuleDenials
+	)
+	// The reads are independent: run them at once, each on its own
+	// connection, so that the page takes as long as the slowest.
+	err := gather(
+		func() (err error) {
+			last5, err = c.usage.Overall(ctx, usage.Range{From: minute.Add(-5 * time.Minute), To: minute})
+			return err
+		},
+		func() (err error) {
+			perMinute, err = c.usage.OverallSeries(ctx, usage.GranularityMinute, hour)
+			return err
+		},
+		func() (err error) { perHour, err = c.usage.OverallSeries(ctx, usage.GranularityHour, day); return err },
+		func() (err error) { month, err = c.usage.Overall(ctx, monthRange(usage.MonthOf(now))); return err },
+		func() (err error) { top, err = c.usage.TopTenants(ctx, recent, 8); return err },
+		func() (err error) { denied, err = c.usage.TopDeniedKeys(ctx, recent, 8); return err },
+		func() (err error) { rules, err = c.usage.TopDenyingRules(ctx, recent, 8); return err },
+		func() (err error) { p.IPs, err = c.usage.TopIPs(ctx, day, 8); return err },
+		func() (err error) { p.Census, err = c.tenants.Count(ctx, now, now.Add(-24*time.Hour)); return err },
+		func() error { p.Pipeline = c.pipeline(r, now); return nil },
+	)
 	if err != nil {
 		return p, err
 	}
 	p.ChecksPerSecond = float64(last5.Decisions()) / 300
-	if p.Hour, err = counts(hour); err != nil {
-		return p, err
-	}
-	if p.Day, err = counts(day); err != nil {
-		return p, err
-	}
-	if p.Month, err = counts(monthRange(usage.MonthOf(now), now)); err != nil {
-		return p, err
-	}
-	perMinute, err := c.usage.OverallSeries(ctx, usage.GranularityMinute, hour)
-	if err != nil {
-		return p, err
-	}
+	p.Hour, p.Day, p.Month = countsOf(sum(perMinute)), countsOf(sum(perHour)), countsOf(month)
 	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, usage.GranularityMinute, narrow)
-	perHour, err := c.usage.OverallSeries(ctx, usage.GranularityHour, day)
-	if err != nil {
-		return p, err
-	}
 	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, usage.GranularityHour, narrow)
 
-	top, err := c.usage.TopTenants(ctx, day, 8)
-	if err != nil {
-		return p, err
-	}
-	denied, err := c.usage.TopDeniedKeys(ctx, day, 8)
-	if err != nil {
-		return p, err
-	}
 	var tenantIDs, keyIDs []string
 	for _, t := range top {
 		tenantIDs = append(tenantIDs, t.TenantID)
@@ -134,14 +137,10 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 		p.Tenants = append(p.Tenants, tenantUsageRow{TenantTotal: t, Name: names[t.TenantID]})
 		bars = append(bars, bar{Label: names[t.TenantID], Allowed: t.Allowed, Denied: t.Denied})
 	}
-	p.TopTenants = barsChart("overview-tenants", "Checks by tenant, last 24 hours", "tenant", bars)
+	p.TopTenants = barsChart("overview-tenants", "Checks by tenant, yesterday and today (UTC)", "tenant", bars)
 	for _, k := range denied {
 		p.DeniedKeys = append(p.DeniedKeys, deniedKeyRow{DeniedKey: k, Prefix: keys[k.KeyID].Prefix,
 			Name: keys[k.KeyID].Name, TenantName: names[k.TenantID]})
-	}
-	rules, err := c.usage.TopDenyingRules(ctx, day, 8)
-	if err != nil {
-		return p, err
 	}
 	for _, rd := range rules {
 		name := rd.Rule
@@ -150,14 +149,18 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 		}
 		p.Rules = append(p.Rules, countRow{Name: name, Count: rd.Denied})
 	}
-	if p.IPs, err = c.usage.TopIPs(ctx, day, 8); err != nil {
-		return p, err
-	}
-	if p.Census, err = c.tenants.Count(ctx, now, now.Add(-24*time.Hour)); err != nil {
-		return p, err
-	}
-	p.Pipeline = c.pipeline(r, now)
 	return p, nil
+}
+
+// gather runs fns at once and returns the first error.
+func gather(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // pipeline reads the usage stream's backlog (when the server has a Redis)
@@ -183,4 +186,13 @@ func (c *Console) pipeline(r *http.Request, now time.Time) pipelineState {
 		s.Lag = now.Sub(p.Oldest).Round(time.Second)
 	}
 	return s
+}
+
+// sum adds up a series.
+func sum(points []usage.Point) usage.Counts {
+	var c usage.Counts
+	for _, p := range points {
+		c.Add(p.Counts)
+	}
+	return c
 }

@@ -39,15 +39,22 @@ func navOf(m usage.Month, now time.Time) monthNav {
 		HasNext: m.Start().Before(this.Start()), Current: m.Start().Equal(this.Start())}
 }
 
-// monthRange is the part of m that has begun by now, in whole hours:
-// the queries then read the hour and day rollups, not a month of minutes.
-func monthRange(m usage.Month, now time.Time) usage.Range {
-	to := hourEnd(now)
+// monthRange is the whole of m: its totals come from the month rollup,
+// which holds the month so far.
+func monthRange(m usage.Month) usage.Range { return usage.Range{From: m.Start(), To: m.End()} }
+
+// daysSoFar is m up to the end of the day under way at now (or the whole
+// month once it is over): whole days, read from the day rollups.
+func daysSoFar(m usage.Month, now time.Time) usage.Range {
+	to := dayEnd(now)
 	if m.End().Before(to) {
 		to = m.End()
 	}
 	return usage.Range{From: m.Start(), To: to}
 }
+
+// dayEnd is the end of the UTC day under way at now.
+func dayEnd(now time.Time) time.Time { return now.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour) }
 
 // hourEnd is the end of the hour under way at now.
 func hourEnd(now time.Time) time.Time { return now.UTC().Truncate(time.Hour).Add(time.Hour) }
@@ -117,7 +124,7 @@ func (c *Console) TenantUsage() http.Handler {
 		if p.KeyID != "" && p.KeyID != "none" && !postgres.IsUUID(p.KeyID) {
 			p.KeyID = ""
 		}
-		rng := monthRange(m, now)
+		rng := monthRange(m)
 		pl, err := c.plans.Get(ctx, t.PlanID)
 		if err != nil {
 			c.Error(w, r, err)
@@ -171,7 +178,7 @@ func (c *Console) TenantUsage() http.Handler {
 		if p.KeyID == "none" {
 			d.KeyID = usage.NoKey
 		}
-		daily, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityDay, rng)
+		daily, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return
@@ -315,13 +322,13 @@ func (c *Console) Usage() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		rng := monthRange(m, now)
+		rng := monthRange(m)
 		p := usagePage{Nav: navOf(m, now), CSV: "/api/v1/statements?month=" + m.String() + "&format=csv"}
 		if p.Totals, err = c.usage.Overall(ctx, rng); err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		daily, err := c.usage.OverallSeries(ctx, usage.GranularityDay, rng)
+		daily, err := c.usage.OverallSeries(ctx, usage.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return

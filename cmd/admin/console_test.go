@@ -542,7 +542,9 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 		t.Fatal(err)
 	}
-	admin := startAdmin(t, dbURL, nil)
+	_, prefix := testenv.Redis(t)
+	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true", "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "pages"})
 	ctx := context.Background()
 	pro, err := tenants.NewStore(admin.DB).GetByName(ctx, "demo-pro")
 	testenv.Must(t, err)

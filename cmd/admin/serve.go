@@ -69,7 +69,15 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 func serveCommand() command {
 	return command{
 		name:    "serve",
-		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the admin REST API under /api/v1",
+		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the admin REST API under /api/v1, and the usage worker",
+		help: `
+Serves until SIGINT or SIGTERM: /api/v1 (the admin REST API), /healthz,
+/readyz and /metrics. Unless TOLLGATE_SERVE_WORKER=false it also runs a
+usage worker (see "admin worker --help"). Configuration is by environment
+variables: TOLLGATE_ADMIN_ADDR, TOLLGATE_ADMIN_JWT_SECRET,
+TOLLGATE_ADMIN_SESSION_TTL, TOLLGATE_ADMIN_LOGIN_LIMIT, TOLLGATE_REDIS_*,
+TOLLGATE_USAGE_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
+lists them all.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				cfg, err := loadServerConfig(e.getenv, e.stderr)
@@ -132,4 +140,19 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	err = httpx.Serve(ctx, srv, ln, cfg.ShutdownTimeout, log)
 	log.Info("admin stopped")
 	return err
+}
+
+func healthcheckCommand() command {
+	return command{
+		name:       "healthcheck",
+		summary:    "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)",
+		noDatabase: true,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+			return func(ctx context.Context, e *env) error {
+				addr := config.New(e.getenv).String("TOLLGATE_ADMIN_ADDR", ":8081")
+				return httpx.Healthcheck(ctx, addr, *timeout)
+			}
+		},
+	}
 }

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +78,11 @@ func workerCommand() command {
 	return command{
 		name:    "worker",
 		summary: "apply the usage stream to Postgres, exactly once, until interrupted (also runs inside serve)",
+		help: `
+Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
+TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
+restarts: a worker takes back its own unacknowledged batches at once,
+another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
 			return func(ctx context.Context, e *env) error {
@@ -212,7 +220,7 @@ func closeCommand() command {
 				} else {
 					fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
 				}
-				fmt.Fprintf(e.stdout, "statements: %d; totals (minor units): %v\n", res.Statements, res.TotalMinor)
+				fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
 				if res.Late.Decisions() > 0 {
 					fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
 						res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
@@ -221,6 +229,20 @@ func closeCommand() command {
 			}
 		},
 	}
+}
+
+// formatTotals formats totals by currency, e.g. "38820 USD, 900 EUR
+// (minor units)", or "0" when there are none.
+func formatTotals(totals map[string]int64) string {
+	if len(totals) == 0 {
+		return "0"
+	}
+	currencies := slices.Sorted(maps.Keys(totals))
+	parts := make([]string, len(currencies))
+	for i, c := range currencies {
+		parts[i] = fmt.Sprintf("%d %s", totals[c], c)
+	}
+	return strings.Join(parts, ", ") + " (minor units)"
 }
 
 // progress reports progress on stderr, only when stdout is a terminal (a

@@ -112,7 +112,8 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if err != nil {
 		return err
 	}
-	stopWorker, err := startServeWorker(ctx, e, usageCfg, log)
+	metrics := newRegistry()
+	stopWorker, err := startServeWorker(ctx, e, usageCfg, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -123,6 +124,7 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 			DB: e.db, Usage: usageCfg.store(e), Log: log,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+			Metrics: metrics,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/tenants"
 	usagepkg "github.com/tollgate/tollgate/internal/usage"
@@ -61,17 +63,28 @@ func (c usageConfig) store(e *env) *usagepkg.Store {
 }
 
 // newWorker returns a usage worker on the stream and a function that
-// releases its Redis client.
-func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func()) {
+// releases its Redis client. register adds the worker's metrics and the
+// stream's backlog to a registry.
+func newWorker(c usageConfig, e *env, log *slog.Logger) (w *usagepkg.Worker, register func(prometheus.Registerer), release func()) {
 	client := c.redis()
-	w := &usagepkg.Worker{
-		Consumer: usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
-			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
-		}),
-		Store: c.store(e),
-		Log:   log,
+	consumer := usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
+		Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
+	})
+	w = &usagepkg.Worker{Consumer: consumer, Store: c.store(e), Log: log}
+	register = func(reg prometheus.Registerer) {
+		w.Register(reg)
+		reg.MustRegister(usagepkg.NewBacklogCollector(consumer, 2*time.Second, log))
 	}
-	return w, func() { client.Close() }
+	return w, register, func() { client.Close() }
+}
+
+// newRegistry returns a metrics registry with the Go runtime's and the
+// process's metrics and tollgate_build_info.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector())
+	return reg
 }
 
 func workerCommand() command {
@@ -91,11 +104,11 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 					return err
 				}
 				log := c.Log
-				w, release := newWorker(c, e, log)
+				w, register, release := newWorker(c, e, log)
 				defer release()
 				if *metricsAddr != "" {
-					reg := prometheus.NewRegistry()
-					w.Register(reg)
+					reg := newRegistry()
+					register(reg)
 					ln, err := net.Listen("tcp", *metricsAddr)
 					if err != nil {
 						return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
@@ -115,12 +128,14 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 }
 
 // startServeWorker runs a usage worker beside the admin server unless
-// TOLLGATE_SERVE_WORKER=false; stop ends it and waits.
-func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger) (stop func(), err error) {
+// TOLLGATE_SERVE_WORKER=false, with its metrics in reg; stop ends it and
+// waits.
+func startServeWorker(ctx context.Context, e *env, c usageConfig, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
-	w, release := newWorker(c, e, log)
+	w, register, release := newWorker(c, e, log)
+	register(reg)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -75,9 +75,9 @@ func entryTime(id string) (time.Time, error) {
 // backlogCollector reports a RedisConsumer's BacklogStats on every
 // scrape.
 type backlogCollector struct {
-	consumer *RedisConsumer
-	timeout  time.Duration
-	log      *slog.Logger
+	consumer                  *RedisConsumer
+	timeout                   time.Duration
+	log                       *slog.Logger
 	entries, pending, age, up *prometheus.Desc
 }
 

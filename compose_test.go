@@ -1,6 +1,7 @@
 package tollgate_test
 
 import (
+	"encoding/base64"
 	"os"
 	"regexp"
 	"slices"
@@ -135,11 +136,16 @@ func TestDockerCompose(t *testing.T) {
 	}
 
 	// The admin server: a set session secret (sessions survive restarts),
-	// long enough to be accepted; a stable worker name (a restarted worker
+	// long enough to be accepted; the secret key it needs to start; a
+	// stable worker name (a restarted worker
 	// takes back its own batches at once).
 	adminEnv := svc["admin"].Environment
 	if secret := expand(adminEnv["TOLLGATE_ADMIN_JWT_SECRET"]); len(secret) < 32 {
 		t.Errorf("admin TOLLGATE_ADMIN_JWT_SECRET %q: want one set, of at least 32 bytes", secret)
+	}
+	if key, err := base64.StdEncoding.DecodeString(expand(adminEnv["TOLLGATE_SECRET_KEY"])); err != nil || len(key) != 32 {
+		t.Errorf("admin TOLLGATE_SECRET_KEY %q: want one set, 32 bytes in base64 (serve refuses to start without it)",
+			adminEnv["TOLLGATE_SECRET_KEY"])
 	}
 	if c := adminEnv["TOLLGATE_USAGE_CONSUMER"]; c == "" || strings.Contains(c, "$") {
 		t.Errorf("admin TOLLGATE_USAGE_CONSUMER %q: want a fixed name", c)

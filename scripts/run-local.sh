@@ -9,6 +9,14 @@
 # services.sh then stops Redis and Postgres.
 set -euo pipefail
 bin=./bin
+# The demo's secret key (it seals the service-token signing keys) is made
+# once and kept beside the demo data in the git-ignored .local/.
+if [ -z "${TOLLGATE_SECRET_KEY:-}" ]; then
+  mkdir -p .local
+  [ -s .local/secret_key ] || (umask 077; "$bin/admin" secrets generate > .local/secret_key)
+  TOLLGATE_SECRET_KEY=$(cat .local/secret_key)
+  export TOLLGATE_SECRET_KEY
+fi
 "$bin/admin" migrate up
 seed=$("$bin/admin" seed demo --json)
 field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
@@ -118,7 +126,7 @@ Admin API: log in as the demo operator, then issue a key for demo-pro:
 
 The CLI in another shell (or: eval "\$(make -s env)"):
 
-  export TOLLGATE_DATABASE_URL='$TOLLGATE_DATABASE_URL' TOLLGATE_REDIS_ADDR='$TOLLGATE_REDIS_ADDR'
+  $(scripts/services.sh env)
   bin/admin tenants list
   bin/admin report --month $month --tenant demo-pro     # usage applies within about a second
 

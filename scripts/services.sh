@@ -18,7 +18,8 @@
 #                                         (it gets SIGTERM and is waited
 #                                         for), then Redis, then Postgres.
 #   scripts/services.sh env               print the export line that points
-#                                         the CLI at the stores of `run`.
+#                                         the CLI at the stores of `run` (and
+#                                         its secret key, once made).
 #
 # Postgres refuses to run as root, so as root the servers run as the
 # "postgres" user (created when missing). Redis comes from Debian's
@@ -36,7 +37,11 @@ dev_redis_port=${TOLLGATE_DEV_REDIS_PORT:-16379}
 dev_database_url="postgres://tollgate@127.0.0.1:$dev_pg_port/tollgate?sslmode=disable"
 dev_redis_addr="127.0.0.1:$dev_redis_port"
 if [ "$mode" = env ]; then
-  printf "export TOLLGATE_DATABASE_URL='%s' TOLLGATE_REDIS_ADDR='%s'\n" "$dev_database_url" "$dev_redis_addr"
+  line="export TOLLGATE_DATABASE_URL='$dev_database_url' TOLLGATE_REDIS_ADDR='$dev_redis_addr'"
+  # The demo's secret key, which `make run` keeps in .local/ (tokens issue
+  # and seed need it).
+  if [ -s .local/secret_key ]; then line="$line TOLLGATE_SECRET_KEY='$(cat .local/secret_key)'"; fi
+  printf '%s\n' "$line"
   exit 0
 fi
 

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
-	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -19,12 +17,8 @@ import (
 // makes a new key; the others are 409. The audit log links the rotated
 // key to its replacement.
 func TestConcurrentKeyRotations(t *testing.T) {
-	srv, op := operatorSetup(t, nil)
+	srv, op, acme, _ := acmeSetup(t)
 	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
-	testenv.Must(t, err)
 	_, k, err := tenants.NewStore(srv.DB).CreateKey(ctx, acme.ID, tenants.KeySpec{Name: "ci"})
 	testenv.Must(t, err)
 	keyURL := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys/" + k.ID
@@ -60,18 +54,13 @@ func TestConcurrentKeyRotations(t *testing.T) {
 // more through the API (409), not even by rotation, until it revokes one;
 // operators' CLI is not limited.
 func TestLiveKeyLimitAPI(t *testing.T) {
-	srv, op := operatorSetup(t, nil)
+	srv, op, acme, admin := acmeSetup(t)
 	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
-	testenv.Must(t, err)
-	admin := sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
 	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
 	var first adminapi.KeySecretResponse
 	call(t, "POST", keys, admin, map[string]any{"name": "first"}).decode(t, &first)
 	// The rest straight into the table, plus some that do not count.
-	_, err = srv.DB.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix, expires_at, revoked_at)
+	_, err := srv.DB.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix, expires_at, revoked_at)
 		SELECT $1, sha256(convert_to('k' || g, 'UTF8')), 'tg_test', CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' END,
 			CASE WHEN g % 2 = 1 THEN now() END
 		FROM generate_series(1, 30) g`, acme.ID)
@@ -109,13 +98,7 @@ func TestLiveKeyLimitAPI(t *testing.T) {
 // expired key's, is for operators (403 otherwise) — so a tenant admin
 // cannot undo a rotation's grace period or an operator's expiry.
 func TestKeyExpiryRules(t *testing.T) {
-	srv, op := operatorSetup(t, nil)
-	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
-	testenv.Must(t, err)
-	admin := sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
+	srv, op, acme, admin := acmeSetup(t)
 	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
 	newKey := func(body map[string]any) string {
 		t.Helper()

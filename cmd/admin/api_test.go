@@ -27,6 +27,20 @@ func operatorSetup(t *testing.T, settings map[string]string) (*adminServer, stri
 	return srv, sessionFor(t, srv.DB, u)
 }
 
+// acmeSetup is operatorSetup with a tenant "acme" on a plan "free" and a
+// session of acme's tenant admin.
+func acmeSetup(t *testing.T) (srv *adminServer, op string, acme tenants.Tenant, admin string) {
+	t.Helper()
+	srv, op = operatorSetup(t, nil)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err = tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	admin = sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
+	return srv, op, acme, admin
+}
+
 func problemOf(t *testing.T, res response) httpx.Problem {
 	t.Helper()
 	if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
@@ -336,14 +350,7 @@ func TestTenantsAPI(t *testing.T) {
 }
 
 func TestKeysAPI(t *testing.T) {
-	srv, op := operatorSetup(t, nil)
-	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	acme, err := tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
-	testenv.Must(t, err)
-	admin := createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
-	tok := sessionFor(t, srv.DB, admin) // a tenant admin manages its own keys
+	srv, op, acme, tok := acmeSetup(t) // a tenant admin manages its own keys
 	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
 
 	wantFields(t, call(t, "POST", keys, tok, map[string]any{"expires_at": time.Now().Add(-time.Hour)}), "expires_at")

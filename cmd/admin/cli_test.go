@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -23,8 +24,11 @@ func admin(t *testing.T, dbURL string, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), args, func(k string) string {
-		if k == "TOLLGATE_DATABASE_URL" {
+		switch k {
+		case "TOLLGATE_DATABASE_URL":
 			return dbURL
+		case "TOLLGATE_SECRET_KEY":
+			return testenv.SecretKey
 		}
 		return ""
 	}, strings.NewReader(""), &stdout, &stderr, nil)
@@ -336,4 +340,28 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	testenv.Must(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// TestSecretKeyCommands: secrets generate prints a usable key; serve,
+// tokens issue and seed refuse to run without one, naming the setting.
+func TestSecretKeyCommands(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"secrets", "generate"}, func(string) string { return "" },
+		strings.NewReader(""), &out, io.Discard, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.ParseSecretKeys(strings.TrimSpace(out.String())); err != nil {
+		t.Errorf("generated key %q: %v", out.String(), err)
+	}
+	url := testenv.DatabaseURL(t)
+	for _, args := range [][]string{{"serve"}, {"tokens", "issue", "--name", "x"}, {"seed", "demo"}} {
+		env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"}
+		err := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SECRET_KEY") {
+			t.Errorf("admin %s without a secret key: %v, want a refusal naming TOLLGATE_SECRET_KEY", strings.Join(args, " "), err)
+		}
+	}
+	if out, err := admin(t, url, "secrets", "reseal"); err != nil || !strings.Contains(out, "resealed") {
+		t.Errorf("secrets reseal: %q %v", out, err)
+	}
 }

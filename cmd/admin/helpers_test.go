@@ -25,7 +25,7 @@ const testJWTSecret = "test-secret-0123456789abcdef0123"
 func runAdmin(t *testing.T, dbURL, stdin string, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL}
+	env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_SECRET_KEY": testenv.SecretKey}
 	err := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &stdout, &stderr, nil)
 	if err != nil {
 		t.Logf("admin %s: stderr: %s", strings.Join(args, " "), stderr.String())
@@ -47,6 +47,7 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_DATABASE_URL":      dbURL,
+		"TOLLGATE_SECRET_KEY":        testenv.SecretKey,
 		"TOLLGATE_ADMIN_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_ADMIN_JWT_SECRET":  testJWTSecret,
 		"TOLLGATE_ADMIN_LOGIN_LIMIT": "1000",
@@ -56,30 +57,18 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	for k, v := range settings {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
 	logs := &syncBuffer{}
-	go func() {
-		done <- run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs, ready)
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("admin serve stopped before listening: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("admin serve did not start within 30s")
-	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("admin serve: %v", err)
-		}
 		if t.Failed() {
 			t.Logf("admin server log:\n%s", logs.String())
+		}
+	})
+	addr, stop := testenv.Start(t, "admin serve", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs, ready)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("admin serve: %v", err)
 		}
 	})
 	db, err := postgres.Open(context.Background(), dbURL)

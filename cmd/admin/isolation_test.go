@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // The isolation matrix: every route of the admin server × every role ×
@@ -235,7 +236,7 @@ func endpoints() []endpoint {
 			return nil, map[string]any{"name": "gateway"}
 		}},
 		{"POST", "/api/v1/service-tokens/{tokenID}/revoke", accessOperator, 200, func(t *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
-			_, st, err := auth.NewStore(fx.srv.DB).IssueServiceToken(context.Background(), "gw", time.Hour)
+			_, st, err := auth.NewStore(fx.srv.DB).WithSecretKeys(testkeys.SecretKeys(t)).IssueServiceToken(context.Background(), "gw", time.Hour)
 			testenv.Must(t, err)
 			return map[string]string{"tokenID": st.ID}, nil
 		}},

@@ -43,13 +43,11 @@ func keysIssueCommand() command {
 				var secret string
 				var k tenants.Key
 				for i := range *count {
-					err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-						var err error
-						if secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp); err != nil {
-							return nil, err
-						}
-						return audit.One(tenants.KeyAudit("key.create", nil, &k)), nil
-					})
+					k, err = audit.Create(ctx, e.db, audit.CLI, "key.create", tenants.KeyAudit,
+						func(tx pgx.Tx) (k tenants.Key, err error) {
+							secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp)
+							return k, err
+						})
 					if err != nil || i == *count-1 {
 						break
 					}
@@ -80,19 +78,11 @@ func keysRevokeCommand() command {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				var after tenants.Key
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					ts := tenants.NewStore(tx)
-					before, err := ts.KeyByID(ctx, *id)
-					if err != nil {
-						return nil, err
-					}
-					after, err = ts.RevokeTenantKey(ctx, before.TenantID, before.ID)
-					if err != nil {
-						return nil, err
-					}
-					return audit.One(tenants.KeyAudit("key.revoke", &before, &after)), nil
-				})
+				after, err := audit.Update(ctx, e.db, audit.CLI, "key.revoke", tenants.KeyAudit,
+					func(tx pgx.Tx) (tenants.Key, error) { return tenants.NewStore(tx).KeyByID(ctx, *id) },
+					func(tx pgx.Tx, before tenants.Key) (tenants.Key, error) {
+						return tenants.NewStore(tx).RevokeTenantKey(ctx, before.TenantID, before.ID)
+					})
 				if err != nil {
 					return fmt.Errorf("keys revoke: %w", err)
 				}

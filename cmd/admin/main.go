@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -46,7 +47,7 @@ type command struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, env *env) error
 	// noSchemaCheck lets migrate run on any schema version.
 	noSchemaCheck bool
-	// noDatabase runs the command without opening the database.
+	// noDatabase runs the command without connecting to Postgres.
 	noDatabase bool
 }
 
@@ -62,6 +63,20 @@ type env struct {
 	ready chan<- string
 }
 
+// secretKeys reads the keys that seal the service-token signing keys. The
+// commands that sign or serve refuse to run without them.
+func (e *env) secretKeys() (*auth.SecretKeys, error) {
+	current, previous := config.New(e.getenv).SecretKey()
+	if current == "" {
+		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run and docker-compose.yml set a demo key)")
+	}
+	keys, err := auth.ParseSecretKeys(current, previous...)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY or TOLLGATE_SECRET_KEY_PREVIOUS: %w", err)
+	}
+	return keys, nil
+}
+
 func commands() []command {
 	return []command{
 		migrateCommand(),
@@ -75,6 +90,8 @@ func commands() []command {
 		tokensIssueCommand(),
 		tokensListCommand(),
 		tokensRevokeCommand(),
+		secretsGenerateCommand(),
+		secretsResealCommand(),
 		usersCreateCommand(),
 		usersDisableCommand(),
 		usersSessionsRevokeCommand(),

@@ -24,7 +24,11 @@ func seedCommand() command {
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}}}`)
 			return func(ctx context.Context, e *env) error {
-				out, err := seedDemo(ctx, e.db)
+				keys, err := e.secretKeys()
+				if err != nil {
+					return err
+				}
+				out, err := seedDemo(ctx, e.db, keys)
 				if err != nil {
 					return err
 				}
@@ -71,11 +75,11 @@ const (
 // seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys,
 // a fresh service token and the demo admin users with fresh passwords, and
 // records that in the audit log.
-func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
+func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (seedResult, error) {
 	var res seedResult
 	err := audit.Apply(ctx, db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
 		var err error
-		res, err = seedDemoOn(ctx, tx)
+		res, err = seedDemoOn(ctx, tx, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -89,8 +93,8 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool) (seedResult, error) {
 	return res, err
 }
 
-func seedDemoOn(ctx context.Context, db postgres.Conn) (seedResult, error) {
-	ps, ts, as := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db)
+func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (seedResult, error) {
+	ps, ts, as := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db).WithSecretKeys(keys)
 	res := seedResult{Keys: map[string]string{}, Users: map[string]seedUser{}}
 	ids := map[string]int64{}
 	for _, p := range plans.DemoPlans() {

@@ -93,6 +93,10 @@ lists them all.`,
 // serve runs the admin server until ctx ends.
 func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	log := cfg.Log
+	keys, err := e.secretKeys()
+	if err != nil {
+		return err
+	}
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
@@ -121,7 +125,7 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 
 	srv := &http.Server{
 		Handler: adminapi.NewHandler(adminapi.Config{
-			DB: e.db, Usage: usageCfg.store(e), Log: log,
+			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics,

@@ -28,15 +28,8 @@ func tenantsCreateCommand() command {
 				if err != nil {
 					return fmt.Errorf("tenants create: --plan: %w", err)
 				}
-				var t tenants.Tenant
-				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if t, err = tenants.NewStore(tx).Create(ctx, *name, p.ID); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "tenant.create", TargetType: "tenant", TargetID: t.ID,
-						TenantID: t.ID, After: t}), nil
-				})
+				t, err := audit.Create(ctx, e.db, audit.CLI, "tenant.create", tenants.TenantAudit,
+					func(tx pgx.Tx) (tenants.Tenant, error) { return tenants.NewStore(tx).Create(ctx, *name, p.ID) })
 				if err != nil {
 					return fmt.Errorf("tenants create: %w", err)
 				}

@@ -24,16 +24,16 @@ func tokensIssueCommand() command {
 				if *name == "" {
 					return errors.New("tokens issue: --name is required")
 				}
+				keys, err := e.secretKeys()
+				if err != nil {
+					return err
+				}
 				var token string
-				var st auth.ServiceToken
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if token, st, err = auth.NewStore(tx).IssueServiceToken(ctx, *name, *ttl); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "service_token.create", TargetType: "service_token",
-						TargetID: st.ID, After: st}), nil
-				})
+				st, err := audit.Create(ctx, e.db, audit.CLI, "service_token.create", auth.ServiceTokenAudit,
+					func(tx pgx.Tx) (st auth.ServiceToken, err error) {
+						token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(ctx, *name, *ttl)
+						return st, err
+					})
 				if err != nil {
 					return fmt.Errorf("tokens issue: %w", err)
 				}
@@ -88,22 +88,15 @@ func tokensRevokeCommand() command {
 				if *id == "" {
 					return errors.New("tokens revoke: --id is required")
 				}
-				var after auth.ServiceToken
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					as := auth.NewStore(tx)
-					before, err := as.GetServiceToken(ctx, *id)
-					if err != nil {
-						return nil, err
-					}
-					if err := as.RevokeServiceToken(ctx, *id); err != nil {
-						return nil, err
-					}
-					if after, err = as.GetServiceToken(ctx, *id); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "service_token.revoke", TargetType: "service_token",
-						TargetID: after.ID, Before: &before, After: &after}), nil
-				})
+				after, err := audit.Update(ctx, e.db, audit.CLI, "service_token.revoke", auth.ServiceTokenAudit,
+					func(tx pgx.Tx) (auth.ServiceToken, error) { return auth.NewStore(tx).GetServiceToken(ctx, *id) },
+					func(tx pgx.Tx, _ auth.ServiceToken) (auth.ServiceToken, error) {
+						as := auth.NewStore(tx)
+						if err := as.RevokeServiceToken(ctx, *id); err != nil {
+							return auth.ServiceToken{}, err
+						}
+						return as.GetServiceToken(ctx, *id)
+					})
 				if err != nil {
 					return fmt.Errorf("tokens revoke: %w", err)
 				}
@@ -113,6 +106,50 @@ func tokensRevokeCommand() command {
 				fmt.Fprintf(e.stdout, "service token %s (%s) revoked at %s; the check API refuses it within a second\n",
 					after.ID, after.Name, timeCell(after.RevokedAt))
 				return nil
+			}
+		},
+	}
+}
+
+func secretsGenerateCommand() command {
+	return command{
+		name:       "secrets generate",
+		summary:    "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)",
+		noDatabase: true,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			return func(_ context.Context, e *env) error {
+				_, err := fmt.Fprintln(e.stdout, auth.GenerateSecretKey())
+				return err
+			}
+		},
+	}
+}
+
+func secretsResealCommand() command {
+	return command{
+		name: "secrets reseal",
+		summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it " +
+			"(the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			return func(ctx context.Context, e *env) error {
+				keys, err := e.secretKeys()
+				if err != nil {
+					return err
+				}
+				var n int
+				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+					var err error
+					if n, err = auth.NewStore(tx).WithSecretKeys(keys).ResealSigningKeys(ctx); err != nil {
+						return nil, err
+					}
+					return audit.One(audit.Change{Action: "signing_keys.reseal", TargetType: "signing_keys", TargetID: "all",
+						After: map[string]int{"resealed": n}}), nil
+				})
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(e.stdout, "resealed %d signing keys with the current secret key\n", n)
+				return err
 			}
 		},
 	}

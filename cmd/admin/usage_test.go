@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -31,7 +32,7 @@ func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := seedDemo(ctx, db); err != nil {
+	if _, err := seedDemo(ctx, db, testkeys.SecretKeys(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
@@ -211,7 +212,7 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	client, prefix := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
 	done := make(chan error, 1)
 	go func() {

@@ -48,14 +48,8 @@ func usersCreateCommand() command {
 					}
 					nu.Password = strings.TrimRight(line, "\r\n")
 				}
-				var u auth.User
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if u, err = auth.NewStore(tx).CreateUser(ctx, nu); err != nil {
-						return nil, err
-					}
-					return audit.One(userChange("user.create", nil, &u)), nil
-				})
+				u, err := audit.Create(ctx, e.db, audit.CLI, "user.create", auth.UserAudit,
+					func(tx pgx.Tx) (auth.User, error) { return auth.NewStore(tx).CreateUser(ctx, nu) })
 				if err != nil {
 					return fmt.Errorf("users create: %w", err)
 				}
@@ -99,7 +93,7 @@ func usersDisableCommand() command {
 					if after, ended, err = as.DisableUser(ctx, before.ID); err != nil {
 						return nil, err
 					}
-					return []audit.Change{userChange("user.disable", &before, &after), sessionsEnded(after, ended)}, nil
+					return []audit.Change{auth.UserAudit("user.disable", &before, &after), sessionsEnded(after, ended)}, nil
 				})
 				if err != nil {
 					return fmt.Errorf("users disable: %w", err)
@@ -148,14 +142,4 @@ func usersSessionsRevokeCommand() command {
 func sessionsEnded(u auth.User, n int64) audit.Change {
 	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
 		After: map[string]int64{"sessions_ended": n}}
-}
-
-// userChange describes a change to an admin user (never its password).
-func userChange(action string, before, after *auth.User) audit.Change {
-	u := after
-	if u == nil {
-		u = before
-	}
-	return audit.Change{Action: action, TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		Before: before, After: after}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // fixture is a database with the demo plans, one tenant per paid plan with
@@ -63,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 		testenv.Must(t, err)
 		f.keys[tier], f.keyIDs[tier], f.tenants[tier] = secret, k.ID, tn
 	}
-	f.token, _, err = auth.NewStore(f.db).IssueServiceToken(ctx, "test-gateway", time.Hour)
+	f.token, _, err = auth.NewStore(f.db).WithSecretKeys(testkeys.SecretKeys(t)).IssueServiceToken(ctx, "test-gateway", time.Hour)
 	testenv.Must(t, err)
 	_, f.prefix = testenv.Redis(t)
 	return f
@@ -84,29 +85,15 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
-	}()
-	select {
-	case addr := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("api run: %v", err)
-			}
-		})
-		return "http://" + addr
-	case err := <-done:
-		cancel()
-		t.Fatalf("api did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("api did not start within 20s")
-	}
-	return ""
+	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("api run: %v", err)
+		}
+	})
+	return "http://" + addr
 }
 
 type checkResponse struct {
@@ -164,7 +151,7 @@ func TestCheckAuthentication(t *testing.T) {
 	f := newFixture(t)
 	base := f.startAPI(t, nil)
 	ctx := context.Background()
-	as := auth.NewStore(f.db)
+	as := auth.NewStore(f.db).WithSecretKeys(testkeys.SecretKeys(t))
 	revoked, st, err := as.IssueServiceToken(ctx, "revoked", time.Hour)
 	testenv.Must(t, err)
 	testenv.Must(t, as.RevokeServiceToken(ctx, st.ID))

@@ -51,6 +51,7 @@ type Config struct {
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
 	ShutdownTimeout time.Duration
+	IPv6Prefix      int
 	Usage           config.Usage
 	Log             *slog.Logger
 }
@@ -67,8 +68,12 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		IPv6Prefix:      e.Int("TOLLGATE_IPV6_PREFIX", 64, 1),
 		Usage:           e.Usage(store),
 		Log:             e.Logger(stderr),
+	}
+	if c.IPv6Prefix > 128 {
+		e.Fail("TOLLGATE_IPV6_PREFIX", "must be from 1 to 128")
 	}
 	return c, e.Err()
 }
@@ -213,7 +218,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders,
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix,
 	})
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -104,7 +105,7 @@ func newRig(t *testing.T, dbURL string) *rig {
 	}
 	bogus, _, _ := tenants.GenerateKey() // well-formed, unknown
 	r.callers = append(r.callers, caller{key: bogus})
-	if r.token, _, err = auth.NewStore(db).IssueServiceToken(ctx, "test", 0); err != nil {
+	if r.token, _, err = auth.NewStore(db).WithSecretKeys(testkeys.SecretKeys(t)).IssueServiceToken(ctx, "test", 0); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -118,29 +119,12 @@ type api struct {
 
 func (r *rig) startAPI(t *testing.T) *api {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	errc := make(chan error, 1)
 	getenv := func(k string) string { return r.env[k] }
-	go func() { errc <- run(ctx, nil, getenv, io.Discard, io.Discard, ready) }()
-	select {
-	case addr := <-ready:
-		var once sync.Once
-		var err error
-		a := &api{addr: addr, stop: func() error {
-			once.Do(func() { cancel(); err = <-errc })
-			return err
-		}}
-		t.Cleanup(func() { _ = a.stop() })
-		return a
-	case err := <-errc:
-		cancel()
-		t.Fatalf("api: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("api did not start")
-	}
-	return nil
+	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+		return run(ctx, nil, getenv, io.Discard, io.Discard, ready)
+	})
+	t.Cleanup(func() { _ = stop() })
+	return &api{addr: addr, stop: stop}
 }
 
 // tally is what the client saw, by tenant/key/tier.

@@ -52,6 +52,11 @@ func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
 	})
 }
 
+// keyIn reads the key tenantID/keyID on a change's transaction.
+func keyIn(ctx context.Context, tenantID, keyID string) func(pgx.Tx) (tenants.Key, error) {
+	return func(tx pgx.Tx) (tenants.Key, error) { return tenants.NewStore(tx).GetKey(ctx, tenantID, keyID) }
+}
+
 type keyCreateRequest struct {
 	Name      string            `json:"name"`
 	Metadata  map[string]string `json:"metadata"`
@@ -93,15 +98,11 @@ func handleKeyCreate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) h
 			return
 		}
 		var secret string
-		var k tenants.Key
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			secret, k, err = tenants.NewStore(tx).CreateKey(r.Context(), chi.URLParam(r, "tenantID"), req.spec())
-			if err != nil {
-				return nil, err
-			}
-			return audit.One(tenants.KeyAudit("key.create", nil, &k)), nil
-		})
+		k, err := audit.Create(r.Context(), db, actorOf(r), "key.create", tenants.KeyAudit,
+			func(tx pgx.Tx) (k tenants.Key, err error) {
+				secret, k, err = tenants.NewStore(tx).CreateKey(r.Context(), chi.URLParam(r, "tenantID"), req.spec())
+				return k, err
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -163,18 +164,11 @@ func handleKeyUpdate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) h
 		c := req.change()
 		s, _ := sessionFrom(r.Context())
 		c.ShortenOnly = s.User.Role != auth.RoleOperator
-		var after tenants.Key
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ts := tenants.NewStore(tx)
-			before, err := ts.GetKey(r.Context(), tenantID, keyID)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ts.UpdateKey(r.Context(), tenantID, keyID, c, now()); err != nil {
-				return nil, err
-			}
-			return audit.One(tenants.KeyAudit("key.update", &before, &after)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), "key.update", tenants.KeyAudit,
+			keyIn(r.Context(), tenantID, keyID),
+			func(tx pgx.Tx, _ tenants.Key) (tenants.Key, error) {
+				return tenants.NewStore(tx).UpdateKey(r.Context(), tenantID, keyID, c, now())
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -188,18 +182,11 @@ func handleKeyUpdate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) h
 func handleKeyRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
-		var after tenants.Key
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ts := tenants.NewStore(tx)
-			before, err := ts.GetKey(r.Context(), tenantID, keyID)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ts.RevokeTenantKey(r.Context(), tenantID, keyID); err != nil {
-				return nil, err
-			}
-			return audit.One(tenants.KeyAudit("key.revoke", &before, &after)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), "key.revoke", tenants.KeyAudit,
+			keyIn(r.Context(), tenantID, keyID),
+			func(tx pgx.Tx, _ tenants.Key) (tenants.Key, error) {
+				return tenants.NewStore(tx).RevokeTenantKey(r.Context(), tenantID, keyID)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

@@ -1,20 +1,10 @@
 package adminapi
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
-
-// fieldsOf returns the fields a validation error names.
-func fieldsOf(err error) map[string]string {
-	var e *tollgate.Error
-	if errors.As(err, &e) {
-		return e.Fields
-	}
-	return nil
-}
 
 func TestKeyRotateRequestValidate(t *testing.T) {
 	tests := []struct {
@@ -38,7 +28,7 @@ func TestKeyRotateRequestValidate(t *testing.T) {
 			t.Errorf("grace_period_s %d: Validate() = %v, want ok %v", g, err, tt.ok)
 			continue
 		}
-		if err != nil && fieldsOf(err)["grace_period_s"] == "" {
+		if err != nil && testenv.Fields(err)["grace_period_s"] == "" {
 			t.Errorf("grace_period_s %d: %v does not name grace_period_s", g, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -41,13 +42,9 @@ func (p *planRequest) Validate() error {
 	return p.plan().WithDefaults().Validate()
 }
 
-func planChange(action string, before, after *plans.Plan) audit.Change {
-	p := after
-	if p == nil {
-		p = before
-	}
-	return audit.Change{Action: action, TargetType: "plan", TargetID: strconv.FormatInt(p.ID, 10),
-		Before: before, After: after}
+// planIn reads plan id on a change's transaction.
+func planIn(ctx context.Context, id int64) func(pgx.Tx) (plans.Plan, error) {
+	return func(tx pgx.Tx) (plans.Plan, error) { return plans.NewStore(tx).Get(ctx, id) }
 }
 
 // handlePlanList serves GET /plans[?archived=true|false].
@@ -84,14 +81,8 @@ func handlePlanCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var p plans.Plan
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			if p, err = plans.NewStore(tx).Create(r.Context(), req.plan()); err != nil {
-				return nil, err
-			}
-			return audit.One(planChange("plan.create", nil, &p)), nil
-		})
+		p, err := audit.Create(r.Context(), db, actorOf(r), "plan.create", plans.PlanAudit,
+			func(tx pgx.Tx) (plans.Plan, error) { return plans.NewStore(tx).Create(r.Context(), req.plan()) })
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -132,18 +123,10 @@ func handlePlanUpdate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var after plans.Plan
-		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ps := plans.NewStore(tx)
-			before, err := ps.Get(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ps.Update(r.Context(), id, req.plan()); err != nil {
-				return nil, err
-			}
-			return audit.One(planChange("plan.update", &before, &after)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), "plan.update", plans.PlanAudit, planIn(r.Context(), id),
+			func(tx pgx.Tx, _ plans.Plan) (plans.Plan, error) {
+				return plans.NewStore(tx).Update(r.Context(), id, req.plan())
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -165,18 +148,10 @@ func handlePlanArchive(log *slog.Logger, db *pgxpool.Pool, archived bool) http.H
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var after plans.Plan
-		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ps := plans.NewStore(tx)
-			before, err := ps.Get(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ps.SetArchived(r.Context(), id, archived); err != nil {
-				return nil, err
-			}
-			return audit.One(planChange(action, &before, &after)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), action, plans.PlanAudit, planIn(r.Context(), id),
+			func(tx pgx.Tx, _ plans.Plan) (plans.Plan, error) {
+				return plans.NewStore(tx).SetArchived(r.Context(), id, archived)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -194,17 +169,8 @@ func handlePlanDelete(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		err = audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ps := plans.NewStore(tx)
-			before, err := ps.Get(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if err := ps.Delete(r.Context(), id); err != nil {
-				return nil, err
-			}
-			return audit.One(planChange("plan.delete", &before, nil)), nil
-		})
+		err = audit.Delete(r.Context(), db, actorOf(r), "plan.delete", plans.PlanAudit, planIn(r.Context(), id),
+			func(tx pgx.Tx, _ plans.Plan) error { return plans.NewStore(tx).Delete(r.Context(), id) })
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -19,9 +20,9 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-func tenantChange(action string, before, after any, tenantID string) audit.Change {
-	return audit.Change{Action: action, TargetType: "tenant", TargetID: tenantID, TenantID: tenantID,
-		Before: before, After: after}
+// tenantIn reads tenant id on a change's transaction.
+func tenantIn(ctx context.Context, id string) func(pgx.Tx) (tenants.Tenant, error) {
+	return func(tx pgx.Tx) (tenants.Tenant, error) { return tenants.NewStore(tx).Get(ctx, id) }
 }
 
 // handleTenantList serves GET /tenants[?q=…&status=…&plan_id=…]: q matches
@@ -86,14 +87,10 @@ func handleTenantCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var t tenants.Tenant
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			if t, err = tenants.NewStore(tx).Create(r.Context(), req.Name, req.PlanID); err != nil {
-				return nil, err
-			}
-			return audit.One(tenantChange("tenant.create", nil, t, t.ID)), nil
-		})
+		t, err := audit.Create(r.Context(), db, actorOf(r), "tenant.create", tenants.TenantAudit,
+			func(tx pgx.Tx) (tenants.Tenant, error) {
+				return tenants.NewStore(tx).Create(r.Context(), req.Name, req.PlanID)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -157,23 +154,21 @@ func handleTenantSetPlan(log *slog.Logger, db *pgxpool.Pool, now func() time.Tim
 			effective = *req.EffectiveAt
 		}
 		id := chi.URLParam(r, "tenantID")
-		var after tenants.Tenant
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ts := tenants.NewStore(tx)
-			before, err := ts.Get(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if err := ts.SetPlan(r.Context(), id, req.PlanID, effective); err != nil {
-				return nil, err
-			}
-			if after, err = ts.Get(r.Context(), id); err != nil {
-				return nil, err
-			}
-			return audit.One(tenantChange("tenant.plan_change",
-				map[string]any{"plan_id": before.PlanID},
-				map[string]any{"plan_id": after.PlanID, "effective_at": effective.UTC()}, id)), nil
-		})
+		// The entry holds the plan and when it took effect, not the record.
+		describe := func(action string, before, after *tenants.Tenant) audit.Change {
+			c := tenants.TenantAudit(action, before, after)
+			c.Before = map[string]any{"plan_id": before.PlanID}
+			c.After = map[string]any{"plan_id": after.PlanID, "effective_at": effective.UTC()}
+			return c
+		}
+		after, err := audit.Update(r.Context(), db, actorOf(r), "tenant.plan_change", describe, tenantIn(r.Context(), id),
+			func(tx pgx.Tx, _ tenants.Tenant) (tenants.Tenant, error) {
+				ts := tenants.NewStore(tx)
+				if err := ts.SetPlan(r.Context(), id, req.PlanID, effective); err != nil {
+					return tenants.Tenant{}, err
+				}
+				return ts.Get(r.Context(), id)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -198,18 +193,10 @@ func handleTenantStatus(log *slog.Logger, db *pgxpool.Pool, status string) http.
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "tenantID")
-		var after tenants.Tenant
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ts := tenants.NewStore(tx)
-			before, err := ts.Get(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ts.SetStatus(r.Context(), id, status); err != nil {
-				return nil, err
-			}
-			return audit.One(tenantChange(action, before, after, id)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), action, tenants.TenantAudit, tenantIn(r.Context(), id),
+			func(tx pgx.Tx, _ tenants.Tenant) (tenants.Tenant, error) {
+				return tenants.NewStore(tx).SetStatus(r.Context(), id, status)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -228,6 +215,15 @@ func (o *overridesBody) Validate() error {
 		return tollgate.Invalid(map[string]string{"rules": "is required (an empty list removes every override)"})
 	}
 	return tenants.ValidateOverrides(o.Rules)
+}
+
+// overridesAudit describes a change to tenant id's override rules for the
+// audit log: a change to the tenant.
+func overridesAudit(id string) func(action string, before, after *[]plans.Rule) audit.Change {
+	return func(action string, before, after *[]plans.Rule) audit.Change {
+		return audit.Change{Action: action, TargetType: "tenant", TargetID: id, TenantID: id,
+			Before: overridesBody{Rules: *before}, After: overridesBody{Rules: *after}}
+	}
 }
 
 // handleOverridesGet serves GET /tenants/{tenantID}/overrides.
@@ -253,18 +249,11 @@ func handleOverridesPut(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			return
 		}
 		id := chi.URLParam(r, "tenantID")
-		var after []plans.Rule
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			ts := tenants.NewStore(tx)
-			before, err := ts.Overrides(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if after, err = ts.SetOverrides(r.Context(), id, req.Rules); err != nil {
-				return nil, err
-			}
-			return audit.One(tenantChange("tenant.overrides_set", overridesBody{Rules: before}, overridesBody{Rules: after}, id)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), "tenant.overrides_set", overridesAudit(id),
+			func(tx pgx.Tx) ([]plans.Rule, error) { return tenants.NewStore(tx).Overrides(r.Context(), id) },
+			func(tx pgx.Tx, _ []plans.Rule) ([]plans.Rule, error) {
+				return tenants.NewStore(tx).SetOverrides(r.Context(), id, req.Rules)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

@@ -20,14 +20,6 @@ import (
 // Service tokens are the check API's callers' credentials (gateways). Only
 // operators see or make them.
 
-func serviceTokenChange(action string, before, after *auth.ServiceToken) audit.Change {
-	st := after
-	if st == nil {
-		st = before
-	}
-	return audit.Change{Action: action, TargetType: "service_token", TargetID: st.ID, Before: before, After: after}
-}
-
 // handleServiceTokenList serves GET /service-tokens, newest first.
 func handleServiceTokenList(log *slog.Logger, as *auth.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,27 +78,25 @@ type ServiceTokenResponse struct {
 }
 
 // handleServiceTokenCreate serves POST /service-tokens.
-func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool, keys *auth.SecretKeys) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req serviceTokenRequest
 		if err := httpx.Decode(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		var res ServiceTokenResponse
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			if res.Token, res.ServiceToken, err = auth.NewStore(tx).IssueServiceToken(r.Context(), req.Name, req.ttl()); err != nil {
-				return nil, err
-			}
-			return audit.One(serviceTokenChange("service_token.create", nil, &res.ServiceToken)), nil
-		})
+		var token string
+		st, err := audit.Create(r.Context(), db, actorOf(r), "service_token.create", auth.ServiceTokenAudit,
+			func(tx pgx.Tx) (st auth.ServiceToken, err error) {
+				token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(r.Context(), req.Name, req.ttl())
+				return st, err
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		w.Header().Set("Location", "/api/v1/service-tokens/"+res.ServiceToken.ID)
-		httpx.JSON(w, http.StatusCreated, res)
+		w.Header().Set("Location", "/api/v1/service-tokens/"+st.ID)
+		httpx.JSON(w, http.StatusCreated, ServiceTokenResponse{ServiceToken: st, Token: token})
 	})
 }
 
@@ -115,21 +105,15 @@ func handleServiceTokenCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 func handleServiceTokenRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "tokenID")
-		var after auth.ServiceToken
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			as := auth.NewStore(tx)
-			before, err := as.GetServiceToken(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if err := as.RevokeServiceToken(r.Context(), id); err != nil {
-				return nil, err
-			}
-			if after, err = as.GetServiceToken(r.Context(), id); err != nil {
-				return nil, err
-			}
-			return audit.One(serviceTokenChange("service_token.revoke", &before, &after)), nil
-		})
+		after, err := audit.Update(r.Context(), db, actorOf(r), "service_token.revoke", auth.ServiceTokenAudit,
+			func(tx pgx.Tx) (auth.ServiceToken, error) { return auth.NewStore(tx).GetServiceToken(r.Context(), id) },
+			func(tx pgx.Tx, _ auth.ServiceToken) (auth.ServiceToken, error) {
+				as := auth.NewStore(tx)
+				if err := as.RevokeServiceToken(r.Context(), id); err != nil {
+					return auth.ServiceToken{}, err
+				}
+				return as.GetServiceToken(r.Context(), id)
+			})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return

@@ -34,12 +34,7 @@ func handleUsageSeries(store *usage.Store, authorize Authorize, log *slog.Logger
 		Points      []usage.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := chi.URLParam(r, "tenantID")
-		if err := authorize(r, tenant); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		rng, err := parseRange(r, store.Now())
+		tenant, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -88,15 +83,13 @@ func handleUsageRejections(store *usage.Store, authorize Authorize, log *slog.Lo
 	})
 }
 
+// handleTop serves a read of usage over ?from=…&to=…, of at most
+// ?limit=N (default 10) rows, for the path's {tenantID} ("" on
+// operator-wide routes, which authorize lets only operators read).
 func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
 	query func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := chi.URLParam(r, "tenantID")
-		if err := authorize(r, tenant); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		rng, err := parseRange(r, store.Now())
+		tenant, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -119,11 +112,7 @@ func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
 // ?from=…&to=….
 func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := authorize(r, ""); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		rng, err := parseRange(r, store.Now())
+		_, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -140,27 +129,9 @@ func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger
 // handleUsageTopIPs serves the anonymous addresses with the most decisions
 // (operators only): ?from=…&to=…&limit=N.
 func handleUsageTopIPs(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := authorize(r, ""); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		rng, err := parseRange(r, store.Now())
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		limit, err := parseLimit(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
+	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng usage.Range, limit int) (any, error) {
 		top, err := store.TopIPs(r.Context(), rng, limit)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, map[string]any{"from": rng.From, "to": rng.To, "ips": top})
+		return map[string]any{"from": rng.From, "to": rng.To, "ips": top}, err
 	})
 }
 
@@ -264,6 +235,17 @@ func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, c
 	if err := usage.WriteCSV(w, list); err != nil {
 		log.WarnContext(r.Context(), "usage: write CSV", "err", err)
 	}
+}
+
+// rangeRequest authorizes r to read usage of the path's {tenantID} (""
+// on operator-wide routes) and parses its range (see parseRange).
+func rangeRequest(r *http.Request, store *usage.Store, authorize Authorize) (tenant string, rng usage.Range, err error) {
+	tenant = chi.URLParam(r, "tenantID")
+	if err := authorize(r, tenant); err != nil {
+		return "", usage.Range{}, err
+	}
+	rng, err = parseRange(r, store.Now())
+	return tenant, rng, err
 }
 
 func wantCSV(r *http.Request) (bool, error) {

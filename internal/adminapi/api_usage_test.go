@@ -38,17 +38,8 @@ func testAuthorize(r *http.Request, tenantID string) error {
 }
 
 func testRoutes(s *usage.Store) http.Handler {
-	log := slog.New(slog.DiscardHandler)
 	mux := chi.NewRouter()
-	mux.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(s, testAuthorize, log))
-	mux.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(s, testAuthorize, log))
-	mux.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(s, testAuthorize, log))
-	mux.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(s, testAuthorize, log))
-	mux.Method("GET", "/usage/totals", handleUsageTotals(s, testAuthorize, log))
-	mux.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(s, testAuthorize, log))
-	mux.Method("GET", "/statements", handleUsageStatements(s, testAuthorize, log))
-	mux.Method("GET", "/statements/late", handleUsageLate(s, testAuthorize, log))
-	mux.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(s, testAuthorize, log))
+	usageRoutes(mux, s, testAuthorize, slog.New(slog.DiscardHandler))
 	return mux
 }
 

@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"net/netip"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -156,14 +156,4 @@ func retryAfter(out limiter.Outcome) time.Duration {
 // /64 — one subscriber usually has a whole /64 and could otherwise step
 // through its addresses to escape the limits. Anything else (not an IP)
 // is used as it is.
-func clientNetwork(ip string) string {
-	addr, err := netip.ParseAddr(ip)
-	if err != nil {
-		return ip
-	}
-	addr = addr.WithZone("").Unmap()
-	if addr.Is4() {
-		return addr.String()
-	}
-	return netip.PrefixFrom(addr, 64).Masked().String()
-}
+func clientNetwork(ip string) string { return enforce.Network(ip, 64) }

@@ -36,6 +36,9 @@ type Config struct {
 	LoginStore     limiter.Store
 	LoginPerMinute int
 	KeyPrefix      string
+	// SecretKeys seal the service-token signing keys; without them tokens
+	// cannot be issued.
+	SecretKeys *auth.SecretKeys
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Metrics is served at /metrics (an empty registry when nil).
@@ -114,7 +117,7 @@ func NewHandler(cfg Config) http.Handler {
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, db, now))
 
 		operator.Method("GET", "/service-tokens", handleServiceTokenList(log, as))
-		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db))
+		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db, cfg.SecretKeys))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
 
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
@@ -122,17 +125,23 @@ func NewHandler(cfg Config) http.Handler {
 		// Usage and statements: each handler asks authorizeUsage, which
 		// lets tenant users read their own tenant's and operators
 		// everyone's (and the operator-wide views).
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/totals", handleUsageTotals(us, authorizeUsage, log))
-		signedIn.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements", handleUsageStatements(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements/late", handleUsageLate(us, authorizeUsage, log))
-		signedIn.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorizeUsage, log))
+		usageRoutes(signedIn, us, authorizeUsage, log)
 	})
 	return r
+}
+
+// usageRoutes are the usage and statement routes, each asking authorize
+// who may read what (authorizeUsage; tests pass their own).
+func usageRoutes(r chi.Router, us *usage.Store, authorize Authorize, log *slog.Logger) {
+	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorize, log))
+	r.Method("GET", "/usage/totals", handleUsageTotals(us, authorize, log))
+	r.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorize, log))
+	r.Method("GET", "/statements", handleUsageStatements(us, authorize, log))
+	r.Method("GET", "/statements/late", handleUsageLate(us, authorize, log))
+	r.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorize, log))
 }
 
 // noStore keeps API answers, which hold tenants' data, out of caches.

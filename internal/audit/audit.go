@@ -306,24 +306,77 @@ func Apply(ctx context.Context, db postgres.Conn, actor Actor, fn func(tx pgx.Tx
 	})
 }
 
-// Update is the common audited change to one record: get reads it, set
-// changes it, and describe says what happened; all in one transaction.
-// It returns the record after the change.
-func Update[T any](ctx context.Context, db postgres.Conn, actor Actor,
-	get func(tx pgx.Tx) (T, error), set func(tx pgx.Tx, before T) (T, error),
-	describe func(before, after *T) Change) (T, error) {
+// The audited change to one record of type T: Create, Update and Delete
+// run it in one transaction and record describe(action, before, after),
+// where before is nil for a record the change made and after nil for one
+// it removed. describe is the record's own description, such as
+// tenants.KeyAudit; it names the target and never a secret.
+
+// Create makes a record with create and records its creation. It returns
+// the record made.
+func Create[T any](ctx context.Context, db postgres.Conn, actor Actor, action string,
+	describe func(action string, before, after *T) Change, create func(tx pgx.Tx) (T, error)) (T, error) {
+	var made T
+	err := one(ctx, db, actor, action, describe, func(tx pgx.Tx) (*T, *T, error) {
+		var err error
+		made, err = create(tx)
+		return nil, &made, err
+	})
+	return made, err
+}
+
+// Update reads a record with get, changes it with set (which returns it as
+// it now is) and records the change. It returns the record after the
+// change; get's error (ENOTFOUND) ends it before set runs.
+func Update[T any](ctx context.Context, db postgres.Conn, actor Actor, action string,
+	describe func(action string, before, after *T) Change,
+	get func(tx pgx.Tx) (T, error), set func(tx pgx.Tx, before T) (T, error)) (T, error) {
 	var after T
-	err := Apply(ctx, db, actor, func(tx pgx.Tx) ([]Change, error) {
+	err := one(ctx, db, actor, action, describe, func(tx pgx.Tx) (*T, *T, error) {
 		before, err := get(tx)
+		if err != nil {
+			return nil, nil, err
+		}
+		after, err = set(tx, before)
+		return &before, &after, err
+	})
+	return after, err
+}
+
+// Delete reads a record with get, removes it with remove and records the
+// removal.
+func Delete[T any](ctx context.Context, db postgres.Conn, actor Actor, action string,
+	describe func(action string, before, after *T) Change,
+	get func(tx pgx.Tx) (T, error), remove func(tx pgx.Tx, before T) error) error {
+	return one(ctx, db, actor, action, describe, func(tx pgx.Tx) (*T, *T, error) {
+		before, err := get(tx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &before, nil, remove(tx, before)
+	})
+}
+
+// one applies change and records describe of the before and after it
+// returns, unless it fails.
+func one[T any](ctx context.Context, db postgres.Conn, actor Actor, action string,
+	describe func(action string, before, after *T) Change, change func(tx pgx.Tx) (before, after *T, err error)) error {
+	return Apply(ctx, db, actor, func(tx pgx.Tx) ([]Change, error) {
+		before, after, err := change(tx)
 		if err != nil {
 			return nil, err
 		}
-		if after, err = set(tx, before); err != nil {
-			return nil, err
-		}
-		return []Change{describe(&before, &after)}, nil
+		return One(describe(action, before, after)), nil
 	})
-	return after, err
+}
+
+// Subject returns the record a change is about: after, or before when the
+// change removed it.
+func Subject[T any](before, after *T) *T {
+	if after != nil {
+		return after
+	}
+	return before
 }
 
 // One is the common case of a change that records a single entry.

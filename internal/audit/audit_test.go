@@ -2,8 +2,11 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/page"
@@ -112,5 +115,69 @@ func TestRecordAndList(t *testing.T) {
 	last := pg.Items[0]
 	if string(last.Before) != "null" || string(last.After) != `{"limit": 1}` || last.Actor != "alice@example.com" {
 		t.Errorf("entry = %+v", last)
+	}
+}
+
+// TestCreateUpdateDelete: each records one entry with the record before
+// and after; a failed change records nothing, and a failed read ends it
+// before the change.
+func TestCreateUpdateDelete(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	type record struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	describe := func(action string, before, after *record) audit.Change {
+		return audit.Change{Action: action, TargetType: "record", TargetID: audit.Subject(before, after).ID,
+			Before: before, After: after}
+	}
+	stored := record{ID: "r1", Name: "a"}
+	get := func(pgx.Tx) (record, error) { return stored, nil }
+	boom := errors.New("boom")
+
+	made, err := audit.Create(ctx, db, audit.CLI, "record.create", describe, func(pgx.Tx) (record, error) { return stored, nil })
+	if err != nil || made != stored {
+		t.Fatalf("Create = %+v, %v", made, err)
+	}
+	after, err := audit.Update(ctx, db, audit.CLI, "record.update", describe, get,
+		func(_ pgx.Tx, before record) (record, error) {
+			before.Name = "b"
+			return before, nil
+		})
+	if err != nil || after.Name != "b" {
+		t.Fatalf("Update = %+v, %v", after, err)
+	}
+	testenv.Must(t, audit.Delete(ctx, db, audit.CLI, "record.delete", describe, get, func(pgx.Tx, record) error { return nil }))
+
+	if _, err := audit.Update(ctx, db, audit.CLI, "record.fail", describe, get,
+		func(pgx.Tx, record) (record, error) { return record{}, boom }); !errors.Is(err, boom) {
+		t.Errorf("Update with a failing set = %v, want boom", err)
+	}
+	err = audit.Delete(ctx, db, audit.CLI, "record.fail", describe, func(pgx.Tx) (record, error) { return record{}, boom },
+		func(pgx.Tx, record) error {
+			t.Error("Delete removed a record it could not read")
+			return nil
+		})
+	if !errors.Is(err, boom) {
+		t.Errorf("Delete with a failing get = %v, want boom", err)
+	}
+
+	pg, err := audit.NewStore(db).List(ctx, audit.Filter{TargetType: "record"}, page.First(10))
+	testenv.Must(t, err)
+	want := []struct{ action, before, after string }{
+		{"record.delete", `{"id": "r1", "name": "a"}`, "null"},
+		{"record.update", `{"name": "a"}`, `{"name": "b"}`},
+		{"record.create", "null", `{"id": "r1", "name": "a"}`},
+	}
+	if len(pg.Items) != len(want) {
+		t.Fatalf("got %d entries, want %d: %+v", len(pg.Items), len(want), pg.Items)
+	}
+	for i, w := range want {
+		e := pg.Items[i]
+		if e.Action != w.action || string(e.Before) != w.before || string(e.After) != w.after || e.TargetID != "r1" {
+			t.Errorf("entry %d = %s %s → %s (target %q); want %s %s → %s", i, e.Action, e.Before, e.After, e.TargetID,
+				w.action, w.before, w.after)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -62,8 +61,7 @@ func TestUsersAndSessions(t *testing.T) {
 	}
 	for _, tt := range invalid {
 		_, err := s.CreateUser(ctx, tt.nu)
-		var e *tollgate.Error
-		if !errors.As(err, &e) || e.Fields[tt.field] == "" {
+		if testenv.Fields(err)[tt.field] == "" {
 			t.Errorf("CreateUser(%+v) = %v, want a problem with %s", tt.nu, err, tt.field)
 		}
 	}

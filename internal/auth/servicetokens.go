@@ -37,22 +37,49 @@ type ServiceToken struct {
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
 
-// Store keeps signing keys and service tokens in Postgres.
+// Store keeps signing keys, service tokens and admin users in Postgres.
 type Store struct {
-	db postgres.Conn
+	db      postgres.Conn
+	secrets *SecretKeys
 }
 
-// NewStore returns a Store on db: a pool, or a transaction.
+// NewStore returns a Store on db: a pool, or a transaction. Issuing
+// service tokens also needs WithSecretKeys.
 func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
+// WithSecretKeys returns the store sealing and opening signing keys with
+// keys.
+func (s *Store) WithSecretKeys(keys *SecretKeys) *Store {
+	c := *s
+	c.secrets = keys
+	return &c
+}
+
+// signingKeyAAD binds a sealed signing key to its row.
+func signingKeyAAD(kid string) []byte { return []byte("tollgate signing key " + kid) }
+
 // signingKey returns the newest unretired key, creating one when none
-// exists.
+// exists. Private keys are stored sealed with the secret keys; one stored
+// in the clear by an earlier version is sealed on first use.
 func (s *Store) signingKey(ctx context.Context) (kid string, priv ed25519.PrivateKey, err error) {
+	if s.secrets == nil {
+		return "", nil, ErrNoSecretKey
+	}
 	var raw []byte
 	err = s.db.QueryRow(ctx, `SELECT kid, private_key FROM signing_keys WHERE retired_at IS NULL
 		ORDER BY created_at DESC LIMIT 1`).Scan(&kid, &raw)
 	if err == nil {
-		return kid, ed25519.PrivateKey(raw), nil
+		if !isSealed(raw) {
+			if err := s.sealSigningKey(ctx, kid, raw); err != nil {
+				return "", nil, err
+			}
+			return kid, ed25519.PrivateKey(raw), nil
+		}
+		plain, _, err := s.secrets.open(raw, signingKeyAAD(kid))
+		if err != nil {
+			return "", nil, fmt.Errorf("auth: signing key %s: %w", kid, err)
+		}
+		return kid, ed25519.PrivateKey(plain), nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, fmt.Errorf("auth: signing key: %w", err)
@@ -64,11 +91,70 @@ func (s *Store) signingKey(ctx context.Context) (kid string, priv ed25519.Privat
 	idBytes := make([]byte, 9)
 	_, _ = rand.Read(idBytes)
 	kid = base64.RawURLEncoding.EncodeToString(idBytes)
+	sealed, err := s.secrets.seal(priv, signingKeyAAD(kid))
+	if err != nil {
+		return "", nil, err
+	}
 	if _, err := s.db.Exec(ctx, `INSERT INTO signing_keys (kid, public_key, private_key) VALUES ($1, $2, $3)`,
-		kid, []byte(pub), []byte(priv)); err != nil {
+		kid, []byte(pub), sealed); err != nil {
 		return "", nil, fmt.Errorf("auth: store signing key: %w", err)
 	}
 	return kid, priv, nil
+}
+
+func (s *Store) sealSigningKey(ctx context.Context, kid string, plain []byte) error {
+	sealed, err := s.secrets.seal(plain, signingKeyAAD(kid))
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE signing_keys SET private_key = $2 WHERE kid = $1`, kid, sealed); err != nil {
+		return fmt.Errorf("auth: seal signing key %s: %w", kid, err)
+	}
+	return nil
+}
+
+// ResealSigningKeys seals every stored signing key with the current
+// secret key: after TOLLGATE_SECRET_KEY changed (the old one moved to
+// TOLLGATE_SECRET_KEY_PREVIOUS), and for keys stored in the clear by an
+// earlier version. It returns how many it rewrote; the rest were sealed
+// with the current key already.
+func (s *Store) ResealSigningKeys(ctx context.Context) (int, error) {
+	if s.secrets == nil {
+		return 0, ErrNoSecretKey
+	}
+	rows, err := s.db.Query(ctx, `SELECT kid, private_key FROM signing_keys ORDER BY kid FOR UPDATE`)
+	if err != nil {
+		return 0, fmt.Errorf("auth: read signing keys: %w", err)
+	}
+	type stored struct {
+		kid string
+		raw []byte
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
+		var st stored
+		return st, r.Scan(&st.kid, &st.raw)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("auth: read signing keys: %w", err)
+	}
+	n := 0
+	for _, st := range all {
+		plain := st.raw
+		if isSealed(st.raw) {
+			var current bool
+			if plain, current, err = s.secrets.open(st.raw, signingKeyAAD(st.kid)); err != nil {
+				return n, fmt.Errorf("auth: signing key %s: %w", st.kid, err)
+			}
+			if current {
+				continue
+			}
+		}
+		if err := s.sealSigningKey(ctx, st.kid, plain); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // IssueServiceToken records a token named name valid for ttl (0 = one

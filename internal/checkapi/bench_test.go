@@ -23,15 +23,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// staticSource serves fixed snapshot data: benchmarks exercise the check
-// path, not Postgres.
-type staticSource struct{ data enforce.Data }
-
-func (s staticSource) LoadSnapshot(context.Context) (enforce.Data, error) { return s.data, nil }
-func (s staticSource) FindKey(context.Context, tenants.KeyHash) (tenants.Key, error) {
-	return tenants.Key{}, fmt.Errorf("not found")
-}
-
 // benchSetup returns a handler chain (service-token auth + check) on store,
 // a valid service token, and n API keys of a tenant on the demo pro plan.
 func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.Handler, string, []string) {
@@ -62,7 +53,7 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 	token, _ := tok.SignedString(priv)
 
 	log := slog.New(slog.DiscardHandler)
-	holder := enforce.NewHolder(staticSource{d}, log)
+	holder := enforce.NewHolder(enforce.StaticSource{Data: d}, log)
 	if err := holder.Reload(context.Background()); err != nil {
 		b.Fatal(err)
 	}

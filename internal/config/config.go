@@ -107,3 +107,11 @@ func (e *Env) Err() error {
 	}
 	return fmt.Errorf("invalid configuration: %w", errors.Join(e.errs...))
 }
+
+// SecretKey reads TOLLGATE_SECRET_KEY, the key that seals secrets at rest
+// (32 bytes, base64), and TOLLGATE_SECRET_KEY_PREVIOUS, earlier keys that
+// still open what they sealed (comma-separated). Both are "" / nil when
+// unset; the caller decides whether it needs them.
+func (e *Env) SecretKey() (current string, previous []string) {
+	return e.String("TOLLGATE_SECRET_KEY", ""), e.List("TOLLGATE_SECRET_KEY_PREVIOUS")
+}

@@ -103,14 +103,15 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 
 // Checker decides checks. It is safe for concurrent use.
 type Checker struct {
-	holder   *Holder
-	store    limiter.Store
-	prefix   string
-	timeout  time.Duration
-	recorder Recorder
-	metrics  *Metrics
-	log      *slog.Logger
-	now      func() time.Time
+	holder     *Holder
+	store      limiter.Store
+	prefix     string
+	timeout    time.Duration
+	recorder   Recorder
+	metrics    *Metrics
+	log        *slog.Logger
+	now        func() time.Time
+	ipv6Prefix int
 
 	outageLog throttledLog
 }
@@ -147,12 +148,20 @@ type CheckerConfig struct {
 	Recorder     Recorder
 	Metrics      *Metrics
 	Log          *slog.Logger
+	// IPv6Prefix groups IPv6 callers by network for per-IP limits and
+	// usage (default 64: one subscriber usually holds a whole /64 and
+	// could otherwise step through 2^64 fresh allowances); 128 counts
+	// every address alone. IPv4 addresses count alone.
+	IPv6Prefix int
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store.
 func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, store: store, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
-		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now}
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
+	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
+		c.ipv6Prefix = 64
+	}
 	if c.prefix == "" {
 		c.prefix = "tg:"
 	}
@@ -184,6 +193,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, ErrNotReady
 	}
 	d := Decision{Tier: tollgate.TierAnonymous, Rules: []RuleResult{}, governing: -1}
+	r.IP = Network(r.IP, c.ipv6Prefix)
 	var plan *planView
 	var tag, keyID, tenantID string
 	if r.Key != "" {
@@ -406,6 +416,26 @@ func msCeil(us int64) int64 {
 		return us
 	}
 	return (us + 999) / 1000
+}
+
+// Network returns what per-IP limits count ip as: an IPv4 address (or an
+// IPv4-mapped IPv6 one) as it is, an IPv6 address as its network of
+// ipv6Bits bits ("2001:db8:1:2::/64"; the address itself at 128).
+// Anything that is not an IP address is returned as it is.
+func Network(ip string, ipv6Bits int) string {
+	if !strings.Contains(ip, ":") {
+		return ip
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	addr = addr.WithZone("").Unmap()
+	if addr.Is4() || ipv6Bits >= 128 {
+		return addr.String()
+	}
+	p, _ := addr.Prefix(ipv6Bits)
+	return p.String()
 }
 
 // NormalizeIP returns the canonical text of an IP address (IPv4-mapped

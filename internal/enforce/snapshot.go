@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -158,6 +159,18 @@ type Source interface {
 	LoadSnapshot(ctx context.Context) (Data, error)
 	// FindKey looks up one key that is not in the snapshot yet.
 	FindKey(ctx context.Context, hash tenants.KeyHash) (tenants.Key, error)
+}
+
+// StaticSource serves fixed snapshot data and finds no key outside it:
+// for tests and benchmarks of the check path without Postgres.
+type StaticSource struct{ Data Data }
+
+// LoadSnapshot returns the data.
+func (s StaticSource) LoadSnapshot(context.Context) (Data, error) { return s.Data, nil }
+
+// FindKey finds nothing: every key is in the data or unknown.
+func (s StaticSource) FindKey(_ context.Context, hash tenants.KeyHash) (tenants.Key, error) {
+	return tenants.Key{}, tollgate.Errorf(tollgate.ENOTFOUND, "key not found")
 }
 
 // PostgresSource reads snapshot data through the feature stores.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestErrorStatuses(t *testing.T) {
@@ -68,8 +69,7 @@ func TestDecodeNamesTheField(t *testing.T) {
 			if got := Status(err); got != c.status {
 				t.Fatalf("status %d, want %d (%v)", got, c.status, err)
 			}
-			var e *tollgate.Error
-			if c.field != "" && (!errors.As(err, &e) || e.Fields[c.field] == "") {
+			if c.field != "" && testenv.Fields(err)[c.field] == "" {
 				t.Errorf("error %v does not name %s", err, c.field)
 			}
 		})

@@ -98,11 +98,7 @@ const measureKey = "{t:0f8fad5b}:k:7c9e6679:r:hourly"
 func measureRedis(t *testing.T, c *redis.Client, p Params, n int, denied bool) (usecPerCall, usage float64) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	store := redisstore.New(c)
-	store.ExtraTTL = time.Hour
+	store := flushedStore(t, c)
 	reqs := single(measureKey, p)
 	window, _ := scale(p)
 	step := window / p.Limit * 10 / 9
@@ -129,17 +125,25 @@ func measureRedis(t *testing.T, c *redis.Client, p Params, n int, denied bool) (
 	return evalshaUsecPerCall(t, c), memoryUsage(t, c, measureKey)
 }
 
+// flushedStore empties Redis and returns a store on it whose keys live an
+// hour longer, so that none expires in real time while measured.
+func flushedStore(t *testing.T, c *redis.Client) *redisstore.Store {
+	t.Helper()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.New(c)
+	store.ExtraTTL = time.Hour
+	return store
+}
+
 // measureRedisFull runs n (at least 2 × limit) checks of a sliding log at
 // exactly the limit's rate, which keeps the log full (limit entries), and
 // returns the CPU per call and MEMORY USAGE.
 func measureRedisFull(t *testing.T, c *redis.Client, p Params, n int64) (usecPerCall, usage float64) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	store := redisstore.New(c)
-	store.ExtraTTL = time.Hour
+	store := flushedStore(t, c)
 	reqs := single(measureKey, p)
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)

@@ -19,24 +19,7 @@ import (
 // store, a single Redis and a Redis Cluster: every outcome, field by field,
 // must equal the model's.
 func TestStoresAgreeWithModel(t *testing.T) {
-	for _, rc := range ruleConfigs {
-		t.Run(rc.name, func(t *testing.T) {
-			t.Parallel()
-			for _, sc := range stores() {
-				store := sc.open(t)
-				for seed := range uint64(3) {
-					checks := genChecks(seeded(rc.name, seed), rc.p, 200, false)
-					key := fmt.Sprintf("k%d", seed)
-					want := replay(t, newModel(), single(key, rc.p), checks)
-					assertInvariants(t, rc.p, checks, want)
-					got := replay(t, store, single(store.ns+key, rc.p), checks)
-					if err := sameOutcomes(got, want, checks); err != nil {
-						t.Errorf("%s, seed %d: %v", sc.name, seed, err)
-					}
-				}
-			}
-		})
-	}
+	agreeWithModel(t, stores(), 3, "", false)
 }
 
 // TestRedisAgreesWithModelWhenClockStepsBack is the differential test with
@@ -45,21 +28,36 @@ func TestStoresAgreeWithModel(t *testing.T) {
 // exactly as the Go code does. The memory store is left out: it forgets
 // expired state, which is only sound for a clock that does not go back.
 func TestRedisAgreesWithModelWhenClockStepsBack(t *testing.T) {
+	agreeWithModel(t, redisStores(), 2, "/backwards", true)
+}
+
+// agreeWithModel replays seeds sequences of each rule config (seeded by
+// its name and label; with a clock that steps back when backwards)
+// through each of stores and the model: the outcomes must be equal and
+// satisfy assertInvariants.
+func agreeWithModel(t *testing.T, stores []storeCase, seeds uint64, label string, backwards bool) {
+	forEachStore(t, stores, func(t *testing.T, rc ruleConfig, sc storeCase, store openStore) {
+		for seed := range seeds {
+			checks := genChecks(seeded(rc.name+label, seed), rc.p, 200, backwards)
+			key := fmt.Sprintf("k%d", seed)
+			want := replay(t, newModel(), single(key, rc.p), checks)
+			assertInvariants(t, rc.p, checks, want)
+			got := replay(t, store, single(store.ns+key, rc.p), checks)
+			if err := sameOutcomes(got, want, checks); err != nil {
+				t.Errorf("%s, seed %d: %v", sc.name, seed, err)
+			}
+		}
+	})
+}
+
+// forEachStore runs f on each rule config, in parallel, with each of
+// stores freshly opened in turn.
+func forEachStore(t *testing.T, stores []storeCase, f func(t *testing.T, rc ruleConfig, sc storeCase, store openStore)) {
 	for _, rc := range ruleConfigs {
 		t.Run(rc.name, func(t *testing.T) {
 			t.Parallel()
-			for _, sc := range redisStores() {
-				store := sc.open(t)
-				for seed := range uint64(2) {
-					checks := genChecks(seeded(rc.name+"/backwards", seed), rc.p, 200, true)
-					key := fmt.Sprintf("k%d", seed)
-					want := replay(t, newModel(), single(key, rc.p), checks)
-					assertInvariants(t, rc.p, checks, want)
-					got := replay(t, store, single(store.ns+key, rc.p), checks)
-					if err := sameOutcomes(got, want, checks); err != nil {
-						t.Errorf("%s, seed %d: %v", sc.name, seed, err)
-					}
-				}
+			for _, sc := range stores {
+				f(t, rc, sc, sc.open(t))
 			}
 		})
 	}
@@ -253,21 +251,7 @@ func TestFixedWindowCountsPerWindow(t *testing.T) {
 				counts := map[int64]int64{}
 				for i, c := range checks {
 					start, end := bounds(c.at)
-					count := counts[start]
-					want := Result{Allowed: c.cost <= p.Limit && count+c.cost <= p.Limit}
-					after := count
-					switch {
-					case want.Allowed:
-						want.Remaining = p.Limit - count - c.cost
-						after += c.cost
-					case c.cost > p.Limit:
-						want.Remaining, want.RetryAfterUS = max(0, p.Limit-count), -1
-					default:
-						want.Remaining, want.RetryAfterUS = max(0, p.Limit-count), end-c.at
-					}
-					if after > 0 {
-						want.ResetAfterUS = end - c.at
-					}
+					want := fixedWindowAnswer(p, c, counts[start], end)
 					if got := outs[i].Results[0]; got != want {
 						t.Fatalf("check %d %+v: got %+v, want %+v", i, c, got, want)
 					}
@@ -281,6 +265,26 @@ func TestFixedWindowCountsPerWindow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// fixedWindowAnswer is the reference answer to c of p's window that holds
+// count units and ends at end.
+func fixedWindowAnswer(p Params, c check, count, end int64) Result {
+	want := Result{Allowed: c.cost <= p.Limit && count+c.cost <= p.Limit}
+	after := count
+	switch {
+	case want.Allowed:
+		want.Remaining = p.Limit - count - c.cost
+		after += c.cost
+	case c.cost > p.Limit:
+		want.Remaining, want.RetryAfterUS = max(0, p.Limit-count), -1
+	default:
+		want.Remaining, want.RetryAfterUS = max(0, p.Limit-count), end-c.at
+	}
+	if after > 0 {
+		want.ResetAfterUS = end - c.at
+	}
+	return want
 }
 
 // TestFixedWindowAnchoredAtFirstRequest compares an anchored window with a
@@ -302,20 +306,7 @@ func TestFixedWindowAnchoredAtFirstRequest(t *testing.T) {
 					if live {
 						current, end = count, start+p.PeriodUS
 					}
-					want := Result{Allowed: c.cost <= p.Limit && current+c.cost <= p.Limit}
-					after := current
-					switch {
-					case want.Allowed:
-						want.Remaining = p.Limit - current - c.cost
-						after += c.cost
-					case c.cost > p.Limit:
-						want.Remaining, want.RetryAfterUS = max(0, p.Limit-current), -1
-					default:
-						want.Remaining, want.RetryAfterUS = max(0, p.Limit-current), end-c.at
-					}
-					if after > 0 {
-						want.ResetAfterUS = end - c.at
-					}
+					want := fixedWindowAnswer(p, c, current, end)
 					if got := outs[i].Results[0]; got != want {
 						t.Fatalf("check %d %+v: got %+v, want %+v", i, c, got, want)
 					}
@@ -543,41 +534,35 @@ func overCapacity(p Params) []int64 {
 // would overflow): always denied with retry -1, and nothing consumed, so
 // the sequence's own checks decide as they do without the probes.
 func TestCostAboveCapacityNeverPasses(t *testing.T) {
-	for _, rc := range ruleConfigs {
-		t.Run(rc.name, func(t *testing.T) {
-			t.Parallel()
-			for _, sc := range stores() {
-				store := sc.open(t)
-				r := seeded(rc.name+"/over", 0)
-				checks := genChecks(r, rc.p, 60, false)
-				want := replay(t, newModel(), single("k", rc.p), checks)
-				var probed []check
-				original := map[int]int{} // index in probed → index in checks
-				for i, c := range checks {
-					original[len(probed)] = i
-					probed = append(probed, c)
-					for _, cost := range overCapacity(rc.p) {
-						if r.IntN(3) == 0 {
-							probed = append(probed, check{at: c.at, cost: cost})
-						}
-					}
-				}
-				got := replayWatching(t, store, single(store.ns+"k", rc.p), probed)
-				for i, c := range probed {
-					j, ok := original[i]
-					if !ok {
-						if res := got[i].Results[0]; res.Allowed || res.RetryAfterUS != -1 {
-							t.Fatalf("%s: cost %d at %+dµs: got %+v, want denied with retry -1", sc.name, c.cost, c.at-checks[0].at, res)
-						}
-						continue
-					}
-					if err := sameOutcomes(got[i:i+1], want[j:j+1], checks[j:j+1]); err != nil {
-						t.Fatalf("%s: check %d among the probes: %v", sc.name, j, err)
-					}
+	forEachStore(t, stores(), func(t *testing.T, rc ruleConfig, sc storeCase, store openStore) {
+		r := seeded(rc.name+"/over", 0)
+		checks := genChecks(r, rc.p, 60, false)
+		want := replay(t, newModel(), single("k", rc.p), checks)
+		var probed []check
+		original := map[int]int{} // index in probed → index in checks
+		for i, c := range checks {
+			original[len(probed)] = i
+			probed = append(probed, c)
+			for _, cost := range overCapacity(rc.p) {
+				if r.IntN(3) == 0 {
+					probed = append(probed, check{at: c.at, cost: cost})
 				}
 			}
-		})
-	}
+		}
+		got := replayWatching(t, store, single(store.ns+"k", rc.p), probed)
+		for i, c := range probed {
+			j, ok := original[i]
+			if !ok {
+				if res := got[i].Results[0]; res.Allowed || res.RetryAfterUS != -1 {
+					t.Fatalf("%s: cost %d at %+dµs: got %+v, want denied with retry -1", sc.name, c.cost, c.at-checks[0].at, res)
+				}
+				continue
+			}
+			if err := sameOutcomes(got[i:i+1], want[j:j+1], checks[j:j+1]); err != nil {
+				t.Fatalf("%s: check %d among the probes: %v", sc.name, j, err)
+			}
+		}
+	})
 }
 
 // TestRejectedAndPeekingChecksConsumeNothing: removing every check that
@@ -585,45 +570,39 @@ func TestCostAboveCapacityNeverPasses(t *testing.T) {
 // outcome; on Redis each of those checks leaves every key byte for byte
 // as it was, expiry included.
 func TestRejectedAndPeekingChecksConsumeNothing(t *testing.T) {
-	for _, rc := range ruleConfigs {
-		t.Run(rc.name, func(t *testing.T) {
-			t.Parallel()
-			for _, sc := range stores() {
-				store := sc.open(t)
-				checks := genChecks(seeded(rc.name+"/nothing", 0), rc.p, 150, false)
-				// Probe between checks with peeks and dry runs of any cost.
-				r := seeded(rc.name+"/probes", 0)
-				var probed []check
-				for i, c := range checks {
-					probed = append(probed, c)
-					if r.IntN(2) == 0 {
-						at := c.at
-						if i+1 < len(checks) {
-							at += r.Int64N(checks[i+1].at - c.at + 1)
-						}
-						probe := check{at: at, cost: 0}
-						if r.IntN(2) == 0 {
-							probe = check{at: at, cost: 1 + r.Int64N(capacity(rc.p)+1), dry: true}
-						}
-						probed = append(probed, probe)
-					}
+	forEachStore(t, stores(), func(t *testing.T, rc ruleConfig, sc storeCase, store openStore) {
+		checks := genChecks(seeded(rc.name+"/nothing", 0), rc.p, 150, false)
+		// Probe between checks with peeks and dry runs of any cost.
+		r := seeded(rc.name+"/probes", 0)
+		var probed []check
+		for i, c := range checks {
+			probed = append(probed, c)
+			if r.IntN(2) == 0 {
+				at := c.at
+				if i+1 < len(checks) {
+					at += r.Int64N(checks[i+1].at - c.at + 1)
 				}
-				all := replayWatching(t, store, single(store.ns+"a", rc.p), probed)
-				var kept []check
-				var keptOuts []Outcome
-				for i, c := range probed {
-					if all[i].Admitted && !c.dry && c.cost > 0 {
-						kept = append(kept, c)
-						keptOuts = append(keptOuts, all[i])
-					}
+				probe := check{at: at, cost: 0}
+				if r.IntN(2) == 0 {
+					probe = check{at: at, cost: 1 + r.Int64N(capacity(rc.p)+1), dry: true}
 				}
-				got := replay(t, store, single(store.ns+"b", rc.p), kept)
-				if err := sameOutcomes(got, keptOuts, kept); err != nil {
-					t.Errorf("%s: without the checks that consume nothing: %v", sc.name, err)
-				}
+				probed = append(probed, probe)
 			}
-		})
-	}
+		}
+		all := replayWatching(t, store, single(store.ns+"a", rc.p), probed)
+		var kept []check
+		var keptOuts []Outcome
+		for i, c := range probed {
+			if consumed(c, all[i]) {
+				kept = append(kept, c)
+				keptOuts = append(keptOuts, all[i])
+			}
+		}
+		got := replay(t, store, single(store.ns+"b", rc.p), kept)
+		if err := sameOutcomes(got, keptOuts, kept); err != nil {
+			t.Errorf("%s: without the checks that consume nothing: %v", sc.name, err)
+		}
+	})
 }
 
 // replayWatching is replay that, on Redis, reads every key of the batch
@@ -643,7 +622,7 @@ func replayWatching(t testing.TB, store openStore, reqs []Request, checks []chec
 			t.Fatalf("check %d: %v", i, err)
 		}
 		outs[i] = out
-		if out.Admitted && !c.dry && c.cost > 0 {
+		if consumed(c, out) {
 			continue
 		}
 		if after := rawKeys(t, store.rdb, keys); !slices.Equal(after, before) {

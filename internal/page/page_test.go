@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestFromQuery(t *testing.T) {
@@ -24,7 +24,7 @@ func TestFromQuery(t *testing.T) {
 		q, _ := url.ParseQuery(tt.query)
 		r, err := FromQuery(q)
 		if tt.invalid {
-			if e, ok := err.(*tollgate.Error); !ok || e.Fields["limit"] == "" {
+			if testenv.Fields(err)["limit"] == "" {
 				t.Errorf("%q: err = %v, want a problem with limit", tt.query, err)
 			}
 			continue

@@ -5,10 +5,12 @@ package plans
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -286,6 +288,13 @@ type Plan struct {
 	ArchivedAt       *time.Time  `json:"archived_at,omitempty"`
 	CreatedAt        time.Time   `json:"created_at"`
 	UpdatedAt        time.Time   `json:"updated_at"`
+}
+
+// PlanAudit describes a change to a plan for the audit log.
+func PlanAudit(action string, before, after *Plan) audit.Change {
+	p := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "plan", TargetID: strconv.FormatInt(p.ID, 10),
+		Before: before, After: after}
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestMatchResource(t *testing.T) {
@@ -42,23 +43,39 @@ func TestPlanValidateNamesFields(t *testing.T) {
 		},
 	}
 	err := p.Validate()
-	e, ok := err.(*tollgate.Error)
-	if !ok || e.Code != tollgate.EINVALID {
+	if tollgate.ErrorCode(err) != tollgate.EINVALID {
 		t.Fatalf("Validate = %v, want an invalid error", err)
 	}
 	for _, field := range []string{"name", "currency", "base_fee_minor", "tiers[0].up_to", "tiers[1].unit_minor",
 		"rules[0].algorithm", "rules[1].name", "rules[1].period_us", "rules[1].resource", "rules[2].scope",
 		"rules[2].options.calendar"} {
-		if _, ok := e.Fields[field]; !ok {
-			t.Errorf("no problem reported for %s (got %v)", field, e.Fields)
+		if _, ok := testenv.Fields(err)[field]; !ok {
+			t.Errorf("no problem reported for %s (got %v)", field, testenv.Fields(err))
 		}
 	}
 }
 
 func TestDemoPlansAreValid(t *testing.T) {
 	for _, p := range DemoPlans() {
-		if err := p.Validate(); err != nil {
+		if err := p.WithDefaults().Validate(); err != nil {
 			t.Errorf("%s: %v", p.Name, err)
 		}
+	}
+}
+
+// TestValidateChangesNothing: validating a plan from a request leaves it
+// as it was; WithDefaults returns the filled copy.
+func TestValidateChangesNothing(t *testing.T) {
+	p := Plan{Name: "p", Rules: []Rule{{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 5, Options: Options{Calendar: "day"}}}}
+	_ = p.Validate()
+	if p.Currency != "" || p.QuotaMode != "" || p.Rules[0].Burst != 0 || p.Rules[0].PeriodUS != 0 {
+		t.Errorf("Validate changed the plan: %+v", p)
+	}
+	d := p.WithDefaults()
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Currency != "USD" || d.QuotaMode != QuotaNone || d.Rules[0].Burst != 5 || d.Rules[0].PeriodUS != limiter.DayUS || p.Rules[0].Burst != 0 {
+		t.Errorf("WithDefaults: %+v (original %+v)", d, p)
 	}
 }

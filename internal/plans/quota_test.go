@@ -3,7 +3,7 @@ package plans
 import (
 	"testing"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestQuotaModeValidation(t *testing.T) {
@@ -19,21 +19,14 @@ func TestQuotaModeValidation(t *testing.T) {
 		{"hard without units", Plan{Name: "p", QuotaMode: QuotaHard}, "included_units"},
 		{"reserved rule name", Plan{Name: "p", Rules: []Rule{{Name: QuotaRuleName, Limit: 1, PeriodUS: 1}}}, "rules[0].name"},
 	} {
-		err := c.plan.Validate()
-		var e *tollgate.Error
+		err := c.plan.WithDefaults().Validate()
 		switch {
 		case c.field == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.field != "" && (err == nil || !asError(err, &e) || e.Fields[c.field] == ""):
+		case c.field != "" && testenv.Fields(err)[c.field] == "":
 			t.Errorf("%s: err %v, want a problem with %s", c.name, err, c.field)
 		}
 	}
-}
-
-func asError(err error, e **tollgate.Error) bool {
-	var ok bool
-	*e, ok = err.(*tollgate.Error)
-	return ok
 }
 
 func TestQuotaRule(t *testing.T) {

@@ -2,7 +2,6 @@ package plans
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -34,7 +33,13 @@ func scanPlan(row pgx.Row) (Plan, error) {
 // List returns every plan (archived ones too) with rules and tiers,
 // ordered by name.
 func (s *Store) List(ctx context.Context) ([]Plan, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+planColumns+` FROM plans ORDER BY name`)
+	return s.query(ctx, `SELECT `+planColumns+` FROM plans ORDER BY name`)
+}
+
+// query returns the plans sql selects (planColumns), with their rules and
+// tiers.
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]Plan, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("plans: list: %w", err)
 	}
@@ -42,62 +47,43 @@ func (s *Store) List(ctx context.Context) ([]Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plans: list: %w", err)
 	}
-	byID := map[int64]*Plan{}
-	for i := range list {
-		list[i].Rules, list[i].Tiers = []Rule{}, []PriceTier{}
-		byID[list[i].ID] = &list[i]
-	}
-	if err := s.loadChildren(ctx, s.db, byID); err != nil {
+	if err := s.loadChildren(ctx, list); err != nil {
 		return nil, err
 	}
 	return list, nil
 }
 
-func (s *Store) loadChildren(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, byID map[int64]*Plan) error {
-	ids := make([]int64, 0, len(byID))
-	for id := range byID {
-		ids = append(ids, id)
+// loadChildren fills in the rules and tiers of list's plans.
+func (s *Store) loadChildren(ctx context.Context, list []Plan) error {
+	ids := make([]int64, len(list))
+	byID := make(map[int64]*Plan, len(list))
+	for i := range list {
+		p := &list[i]
+		p.Rules, p.Tiers = []Rule{}, []PriceTier{}
+		ids[i], byID[p.ID] = p.ID, p
 	}
-	rows, err := q.Query(ctx, `SELECT id, plan_id, name, algorithm, limit_count, period_us, burst,
-		resource, scope, mode, failure_mode, options FROM plan_rules WHERE plan_id = ANY($1)
-		ORDER BY plan_id, position, id`, ids)
+	rules, err := LoadRules[int64](ctx, s.db, planRules, "plan_id = ANY($1)", ids)
 	if err != nil {
-		return fmt.Errorf("plans: load rules: %w", err)
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r Rule
-		var planID int64
-		var opts []byte
-		if err := rows.Scan(&r.ID, &planID, &r.Name, &r.Algorithm, &r.Limit, &r.PeriodUS, &r.Burst,
-			&r.Resource, &r.Scope, &r.Mode, &r.FailureMode, &opts); err != nil {
-			return fmt.Errorf("plans: scan rule: %w", err)
-		}
-		if err := json.Unmarshal(opts, &r.Options); err != nil {
-			return fmt.Errorf("plans: rule %d options: %w", r.ID, err)
-		}
-		byID[planID].Rules = append(byID[planID].Rules, r)
+	for id, r := range rules {
+		byID[id].Rules = r
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("plans: load rules: %w", err)
-	}
-	trows, err := q.Query(ctx, `SELECT plan_id, up_to, unit_minor FROM plan_price_tiers
+	rows, err := s.db.Query(ctx, `SELECT plan_id, up_to, unit_minor FROM plan_price_tiers
 		WHERE plan_id = ANY($1) ORDER BY plan_id, position`, ids)
 	if err != nil {
 		return fmt.Errorf("plans: load tiers: %w", err)
 	}
-	defer trows.Close()
-	for trows.Next() {
+	defer rows.Close()
+	for rows.Next() {
 		var t PriceTier
 		var planID int64
-		if err := trows.Scan(&planID, &t.UpTo, &t.UnitMinor); err != nil {
+		if err := rows.Scan(&planID, &t.UpTo, &t.UnitMinor); err != nil {
 			return fmt.Errorf("plans: scan tier: %w", err)
 		}
 		byID[planID].Tiers = append(byID[planID].Tiers, t)
 	}
-	return trows.Err()
+	return rows.Err()
 }
 
 // Get returns the plan with id, or ENOTFOUND.
@@ -118,11 +104,11 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 	if err != nil {
 		return Plan{}, fmt.Errorf("plans: get: %w", err)
 	}
-	p.Rules, p.Tiers = []Rule{}, []PriceTier{}
-	if err := s.loadChildren(ctx, s.db, map[int64]*Plan{p.ID: &p}); err != nil {
+	list := []Plan{p}
+	if err := s.loadChildren(ctx, list); err != nil {
 		return Plan{}, err
 	}
-	return p, nil
+	return list[0], nil
 }
 
 // Put creates the plan, or replaces the plan of the same name: its pricing,
@@ -154,25 +140,8 @@ func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 }
 
 func replaceChildren(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
-	names := make([]string, len(p.Rules))
-	for i, r := range p.Rules {
-		names[i] = r.Name
-		opts, _ := json.Marshal(r.Options)
-		_, err := tx.Exec(ctx, `INSERT INTO plan_rules (plan_id, name, algorithm, limit_count, period_us,
-			burst, resource, scope, mode, failure_mode, options, position)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-			ON CONFLICT (plan_id, name) DO UPDATE SET algorithm = EXCLUDED.algorithm,
-			limit_count = EXCLUDED.limit_count, period_us = EXCLUDED.period_us, burst = EXCLUDED.burst,
-			resource = EXCLUDED.resource, scope = EXCLUDED.scope, mode = EXCLUDED.mode,
-			failure_mode = EXCLUDED.failure_mode, options = EXCLUDED.options, position = EXCLUDED.position`,
-			id, r.Name, r.Algorithm, r.Limit, r.PeriodUS, r.Burst, r.Resource, r.Scope, r.Mode,
-			r.FailureMode, opts, i)
-		if err != nil {
-			return fmt.Errorf("plans: put rule %s: %w", r.Name, err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM plan_rules WHERE plan_id = $1 AND NOT (name = ANY($2))`, id, names); err != nil {
-		return fmt.Errorf("plans: prune rules: %w", err)
+	if err := PutRules(ctx, tx, planRules, id, p.Rules); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM plan_price_tiers WHERE plan_id = $1`, id); err != nil {
 		return fmt.Errorf("plans: replace tiers: %w", err)
@@ -301,22 +270,10 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 	if _, err := pr.After(&after); err != nil {
 		return page.Page[Plan]{}, err
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+planColumns+` FROM plans
+	list, err := s.query(ctx, `SELECT `+planColumns+` FROM plans
 		WHERE name > $1 AND ($2::boolean IS NULL OR (archived_at IS NOT NULL) = $2)
 		ORDER BY name LIMIT $3`, after.Name, f.Archived, pr.Fetch())
 	if err != nil {
-		return page.Page[Plan]{}, fmt.Errorf("plans: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Plan, error) { return scanPlan(r) })
-	if err != nil {
-		return page.Page[Plan]{}, fmt.Errorf("plans: list: %w", err)
-	}
-	byID := map[int64]*Plan{}
-	for i := range list {
-		list[i].Rules, list[i].Tiers = []Rule{}, []PriceTier{}
-		byID[list[i].ID] = &list[i]
-	}
-	if err := s.loadChildren(ctx, s.db, byID); err != nil {
 		return page.Page[Plan]{}, err
 	}
 	return page.Make(pr, list, func(p Plan) any {

@@ -17,13 +17,6 @@ func hourly(limit int64) plans.Rule {
 	return plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: limit, PeriodUS: limiter.HourUS}
 }
 
-func fields(err error) map[string]string {
-	if e, ok := err.(*tollgate.Error); ok {
-		return e.Fields
-	}
-	return nil
-}
-
 func TestValidateNamesFields(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -42,7 +35,7 @@ func TestValidateNamesFields(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.plan.Validate()
-			if _, ok := fields(err)[tt.field]; !ok {
+			if _, ok := testenv.Fields(err)[tt.field]; !ok {
 				t.Fatalf("Validate() = %v, want a problem with %s", err, tt.field)
 			}
 		})
@@ -105,7 +98,7 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Fatal("archived_at not set")
 	}
 	_, err = ts.Create(ctx, "newcomer", p.ID)
-	if _, ok := fields(err)["plan_id"]; !ok {
+	if _, ok := testenv.Fields(err)["plan_id"]; !ok {
 		t.Fatalf("Create on an archived plan = %v, want a problem with plan_id", err)
 	}
 	restored, err := ps.SetArchived(ctx, p.ID, false)
@@ -160,7 +153,7 @@ func TestListPage(t *testing.T) {
 	if len(pg.Items) != 1 || pg.Items[0].Name != "c" {
 		t.Errorf("archived = %v, want only c", pg.Items)
 	}
-	if _, err := ps.ListPage(ctx, plans.Filter{}, page.Request{Limit: 2, Cursor: "!!"}); fields(err)["cursor"] == "" {
+	if _, err := ps.ListPage(ctx, plans.Filter{}, page.Request{Limit: 2, Cursor: "!!"}); testenv.Fields(err)["cursor"] == "" {
 		t.Errorf("bad cursor = %v, want a problem with cursor", err)
 	}
 }

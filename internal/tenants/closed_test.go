@@ -27,7 +27,7 @@ func TestSetPlanNotInAClosedMonth(t *testing.T) {
 		time.Date(2026, 4, 1, 1, 59, 59, 0, time.FixedZone("CEST", 2*3600)), // still March in UTC
 	} {
 		err := f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, at)
-		if tollgate.ErrorCode(err) != tollgate.ECONFLICT || fields(err)["effective_at"] == "" {
+		if tollgate.ErrorCode(err) != tollgate.ECONFLICT || testenv.Fields(err)["effective_at"] == "" {
 			t.Errorf("SetPlan effective %v = %v, want a conflict naming effective_at", at, err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
@@ -15,54 +14,13 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// noQueries is a database that fails the test if it is asked anything.
-type noQueries struct{ t *testing.T }
-
-func (n noQueries) fail(sql string) {
-	n.t.Helper()
-	n.t.Errorf("unexpected query: %s", sql)
-}
-
-func (n noQueries) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
-	n.fail(sql)
-	return pgconn.CommandTag{}, pgx.ErrTxClosed
-}
-
-func (n noQueries) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
-	n.fail(sql)
-	return nil, pgx.ErrTxClosed
-}
-
-func (n noQueries) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
-	n.fail(sql)
-	return errRow{}
-}
-
-func (n noQueries) Begin(context.Context) (pgx.Tx, error) {
-	n.t.Error("unexpected transaction")
-	return nil, pgx.ErrTxClosed
-}
-
-type errRow struct{}
-
-func (errRow) Scan(...any) error { return pgx.ErrTxClosed }
-
 // TestMalformedIDsAreNotFoundWithoutAQuery: an ID that is not a UUID names
 // nothing; the store says so without asking the database.
 func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 	ctx := context.Background()
-	ts := tenants.NewStore(noQueries{t})
-	const good = "0b9f3d5e-8a44-4c1e-9d3a-5f6e7a8b9c0d"
-	bad := []string{
-		"",
-		"nope",
-		"0B9F3D5E-8A44-4C1E-9D3A-5F6E7A8B9C0D", // not as Postgres prints it
-		"0b9f3d5e8a444c1e9d3a5f6e7a8b9c0d",
-		"0b9f3d5e-8a44-4c1e-9d3a-5f6e7a8b9c0g",
-		"0b9f3d5e-8a44-4c1e-9d3a-5f6e7a8b9c0d'--",
-		"{0b9f3d5e-8a44-4c1e-9d3a-5f6e7a8b9c0d}",
-	}
-	for _, id := range bad {
+	ts := tenants.NewStore(testenv.NoQueries(t))
+	const good = testenv.GoodID
+	for _, id := range testenv.MalformedIDs {
 		calls := map[string]error{}
 		_, calls["Get"] = ts.Get(ctx, id)
 		_, calls["GetKey(bad tenant)"] = ts.GetKey(ctx, id, good)
@@ -104,33 +62,23 @@ func TestIDLookupsUseIndexes(t *testing.T) {
 	f := setup(t)
 	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k"})
 	testenv.Must(t, err)
-	tx, err := f.db.Begin(ctx)
-	testenv.Must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
-	testenv.Must(t, err)
-	ts := tenants.NewStore(tx)
-	_, err = ts.Get(ctx, f.acme.ID)
-	testenv.Must(t, err)
-	_, err = ts.GetKey(ctx, f.acme.ID, k.ID)
-	testenv.Must(t, err)
-	_, err = ts.KeyByID(ctx, k.ID)
-	testenv.Must(t, err)
-	_, err = ts.ListKeysPage(ctx, f.acme.ID, page.First(10))
-	testenv.Must(t, err)
-	_, err = ts.PlanHistory(ctx, f.acme.ID, page.First(10))
-	testenv.Must(t, err)
-	_, err = ts.Overrides(ctx, f.acme.ID)
-	testenv.Must(t, err)
-	_, err = ts.RevokeTenantKey(ctx, f.acme.ID, k.ID)
-	testenv.Must(t, err)
-	_, err = ts.SetStatus(ctx, f.acme.ID, tenants.StatusSuspended)
-	testenv.Must(t, err)
-	rows, err := tx.Query(ctx, `SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0`)
-	testenv.Must(t, err)
-	scans, err := pgx.CollectRows(rows, pgx.RowToMap)
-	testenv.Must(t, err)
-	if len(scans) > 0 {
-		t.Errorf("lookups by ID scanned tables: %v", scans)
-	}
+	testenv.NoSeqScans(t, f.db, func(tx pgx.Tx) {
+		ts := tenants.NewStore(tx)
+		_, err := ts.Get(ctx, f.acme.ID)
+		testenv.Must(t, err)
+		_, err = ts.GetKey(ctx, f.acme.ID, k.ID)
+		testenv.Must(t, err)
+		_, err = ts.KeyByID(ctx, k.ID)
+		testenv.Must(t, err)
+		_, err = ts.ListKeysPage(ctx, f.acme.ID, page.First(10))
+		testenv.Must(t, err)
+		_, err = ts.PlanHistory(ctx, f.acme.ID, page.First(10))
+		testenv.Must(t, err)
+		_, err = ts.Overrides(ctx, f.acme.ID)
+		testenv.Must(t, err)
+		_, err = ts.RevokeTenantKey(ctx, f.acme.ID, k.ID)
+		testenv.Must(t, err)
+		_, err = ts.SetStatus(ctx, f.acme.ID, tenants.StatusSuspended)
+		testenv.Must(t, err)
+	})
 }

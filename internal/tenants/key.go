@@ -84,10 +84,7 @@ func checksum(body string) string {
 // KeyAudit describes a change to an API key for the audit log: the record
 // only, never the secret or its hash.
 func KeyAudit(action string, before, after *Key) audit.Change {
-	k := after
-	if k == nil {
-		k = before
-	}
+	k := audit.Subject(before, after)
 	return audit.Change{Action: action, TargetType: "key", TargetID: k.ID, TenantID: k.TenantID,
 		Before: before, After: after}
 }

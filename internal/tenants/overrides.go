@@ -2,7 +2,6 @@ package tenants
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -21,18 +20,8 @@ import (
 // MaxOverrides bounds a tenant's override rules.
 const MaxOverrides = 50
 
-const overrideColumns = `id, tenant_id, name, algorithm, limit_count, period_us, burst,
-	resource, scope, mode, failure_mode, options`
-
-func scanOverride(row pgx.Row) (tenantID string, r plans.Rule, err error) {
-	var opts []byte
-	err = row.Scan(&r.ID, &tenantID, &r.Name, &r.Algorithm, &r.Limit, &r.PeriodUS, &r.Burst,
-		&r.Resource, &r.Scope, &r.Mode, &r.FailureMode, &opts)
-	if err == nil {
-		err = json.Unmarshal(opts, &r.Options)
-	}
-	return tenantID, r, err
-}
+// overrideRules are tenants' override rules: rule rows like a plan's.
+var overrideRules = plans.RuleTable{Table: "tenant_rule_overrides", Owner: "tenant_id"}
 
 // Overrides returns the tenant's override rules in their order. An unknown
 // tenant is ENOTFOUND.
@@ -40,9 +29,9 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) ([]plans.Rule, e
 	if _, err := s.Get(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	all, err := s.overridesWhere(ctx, "WHERE tenant_id = $1::uuid", tenantID)
+	all, err := plans.LoadRules[string](ctx, s.db, overrideRules, "tenant_id = $1::uuid", tenantID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tenants: overrides: %w", err)
 	}
 	if all[tenantID] == nil {
 		return []plans.Rule{}, nil
@@ -52,28 +41,11 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) ([]plans.Rule, e
 
 // AllOverrides returns every tenant's override rules by tenant ID.
 func (s *Store) AllOverrides(ctx context.Context) (map[string][]plans.Rule, error) {
-	return s.overridesWhere(ctx, "")
-}
-
-func (s *Store) overridesWhere(ctx context.Context, where string, args ...any) (map[string][]plans.Rule, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+overrideColumns+` FROM tenant_rule_overrides `+where+`
-		ORDER BY tenant_id, position, id`, args...)
+	all, err := plans.LoadRules[string](ctx, s.db, overrideRules, "true")
 	if err != nil {
 		return nil, fmt.Errorf("tenants: overrides: %w", err)
 	}
-	defer rows.Close()
-	out := map[string][]plans.Rule{}
-	for rows.Next() {
-		tenantID, r, err := scanOverride(rows)
-		if err != nil {
-			return nil, fmt.Errorf("tenants: scan override: %w", err)
-		}
-		out[tenantID] = append(out[tenantID], r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tenants: overrides: %w", err)
-	}
-	return out, nil
+	return all, nil
 }
 
 // ValidateOverrides names each invalid field ("rules[i].field") of rules
@@ -107,26 +79,8 @@ func (s *Store) SetOverrides(ctx context.Context, tenantID string, rules []plans
 		if err != nil {
 			return fmt.Errorf("tenants: set overrides: %w", err)
 		}
-		names := make([]string, len(rules))
-		for i, r := range rules {
-			names[i] = r.Name
-			opts, _ := json.Marshal(r.Options)
-			_, err := tx.Exec(ctx, `INSERT INTO tenant_rule_overrides (tenant_id, name, algorithm, limit_count,
-				period_us, burst, resource, scope, mode, failure_mode, options, position)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-				ON CONFLICT (tenant_id, name) DO UPDATE SET algorithm = EXCLUDED.algorithm,
-				limit_count = EXCLUDED.limit_count, period_us = EXCLUDED.period_us, burst = EXCLUDED.burst,
-				resource = EXCLUDED.resource, scope = EXCLUDED.scope, mode = EXCLUDED.mode,
-				failure_mode = EXCLUDED.failure_mode, options = EXCLUDED.options, position = EXCLUDED.position`,
-				id, r.Name, r.Algorithm, r.Limit, r.PeriodUS, r.Burst, r.Resource, r.Scope, r.Mode,
-				r.FailureMode, opts, i)
-			if err != nil {
-				return fmt.Errorf("tenants: put override %s: %w", r.Name, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM tenant_rule_overrides WHERE tenant_id = $1 AND NOT (name = ANY($2))`,
-			id, names); err != nil {
-			return fmt.Errorf("tenants: prune overrides: %w", err)
+		if err := plans.PutRules(ctx, tx, overrideRules, id, rules); err != nil {
+			return fmt.Errorf("tenants: set overrides: %w", err)
 		}
 		return nil
 	})

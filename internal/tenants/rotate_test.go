@@ -2,7 +2,6 @@ package tenants_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,28 +52,10 @@ func TestConcurrentRotationsOneWins(t *testing.T) {
 	f := setup(t)
 	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
 	testenv.Must(t, err)
-	const n = 8
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			_, _, _, errs[i] = f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
-		})
-	}
-	close(start)
-	wg.Wait()
-	won := 0
-	for _, err := range errs {
-		switch tollgate.ErrorCode(err) {
-		case "":
-			won++
-		case tollgate.ECONFLICT:
-		default:
-			t.Errorf("rotation: %v", err)
-		}
-	}
+	won := atOnce(t, 8, func() error {
+		_, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
+		return err
+	})
 	keys, err := f.ts.ListKeys(ctx, f.acme.ID)
 	testenv.Must(t, err)
 	if won != 1 || len(keys) != 2 {

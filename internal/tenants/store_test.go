@@ -15,13 +15,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-func fields(err error) map[string]string {
-	if e, ok := err.(*tollgate.Error); ok {
-		return e.Fields
-	}
-	return nil
-}
-
 type fixture struct {
 	db          *pgxpool.Pool
 	ts          *tenants.Store
@@ -89,16 +82,16 @@ func TestSetPlanHistory(t *testing.T) {
 	f := setup(t)
 	at := time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)
 	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, at))
-	if err := f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, at); fields(err)["plan_id"] == "" {
+	if err := f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, at); testenv.Fields(err)["plan_id"] == "" {
 		t.Errorf("SetPlan to the current plan = %v, want a problem with plan_id", err)
 	}
-	if err := f.ts.SetPlan(ctx, f.acme.ID, f.free.ID, at.Add(-time.Hour)); fields(err)["effective_at"] == "" {
+	if err := f.ts.SetPlan(ctx, f.acme.ID, f.free.ID, at.Add(-time.Hour)); testenv.Fields(err)["effective_at"] == "" {
 		t.Errorf("SetPlan before the latest change = %v, want a problem with effective_at", err)
 	}
 	if err := f.ts.SetPlan(ctx, "no-such-tenant", f.free.ID, at); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
 		t.Errorf("SetPlan(unknown tenant) = %v, want not_found", err)
 	}
-	if err := f.ts.SetPlan(ctx, f.acme.ID, 999999, at); fields(err)["plan_id"] == "" {
+	if err := f.ts.SetPlan(ctx, f.acme.ID, 999999, at); testenv.Fields(err)["plan_id"] == "" {
 		t.Errorf("SetPlan(unknown plan) = %v, want a problem with plan_id", err)
 	}
 	h, err := f.ts.PlanHistory(ctx, f.acme.ID, page.First(10))
@@ -124,7 +117,7 @@ func TestOverrides(t *testing.T) {
 	if len(rules) != 2 || rules[0].Burst != 7 || rules[1].Algorithm != limiter.FixedWindow {
 		t.Fatalf("stored overrides = %+v", rules)
 	}
-	if _, err := f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "x", Limit: 1}}); fields(err)["rules[0].period_us"] == "" {
+	if _, err := f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "x", Limit: 1}}); testenv.Fields(err)["rules[0].period_us"] == "" {
 		t.Errorf("invalid override = %v, want a problem with rules[0].period_us", err)
 	}
 	rules, err = f.ts.SetOverrides(ctx, f.acme.ID, []plans.Rule{{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 5, PeriodUS: limiter.DayUS}})
@@ -152,7 +145,7 @@ func TestKeys(t *testing.T) {
 	if _, _, err := f.ts.CreateKey(ctx, "nope", tenants.KeySpec{}); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
 		t.Errorf("CreateKey(unknown tenant) = %v, want not_found", err)
 	}
-	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Metadata: map[string]string{"": "x"}}); fields(err)["metadata"] == "" {
+	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Metadata: map[string]string{"": "x"}}); testenv.Fields(err)["metadata"] == "" {
 		t.Errorf("empty metadata key = %v, want a problem with metadata", err)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -58,6 +59,13 @@ type Store struct {
 
 // NewStore returns a Store on db: a pool, or a transaction.
 func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
+
+// TenantAudit describes a change to a tenant's record for the audit log.
+func TenantAudit(action string, before, after *Tenant) audit.Change {
+	t := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "tenant", TargetID: t.ID, TenantID: t.ID,
+		Before: before, After: after}
+}
 
 const tenantColumns = `id, name, plan_id, status, created_at, updated_at`
 

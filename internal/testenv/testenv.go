@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -190,4 +192,18 @@ func Must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(fmt.Sprint(err))
 	}
+}
+
+// SecretKey is the TOLLGATE_SECRET_KEY tests run with (32 bytes, base64):
+// it seals the signing keys of the test databases.
+const SecretKey = "dG9sbGdhdGUtdGVzdC1zZWNyZXQta2V5LTMyYnl0ZXM="
+
+// Fields returns the fields a validation error names: err's
+// *tollgate.Error's Fields, nil for any other error.
+func Fields(err error) map[string]string {
+	var e *tollgate.Error
+	if errors.As(err, &e) {
+		return e.Fields
+	}
+	return nil
 }

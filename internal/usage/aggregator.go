@@ -190,29 +190,26 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 // false and the decision is dropped (and counted). a.mu is held.
 func (a *Aggregator) fold(k rowKey, c Counts) bool {
 	k.resource = OtherResource
-	if cur, ok := a.rows[k]; ok {
-		cur.Add(c)
-		a.stats.Folded++
-		return true
-	}
-	if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/4 {
-		a.rows[k] = &c
-		a.stats.Folded++
+	if a.addFolded(k, c, a.cfg.MaxRows+a.cfg.MaxRows/4) {
 		return true
 	}
 	k.minute = limiter.FloorDiv(k.minute, 3600) * 3600
 	k.keyID = ""
+	return a.addFolded(k, c, a.cfg.MaxRows+a.cfg.MaxRows/2)
+}
+
+// addFolded counts c in k's row, made if fewer than bound rows are held,
+// and reports whether it did. a.mu is held.
+func (a *Aggregator) addFolded(k rowKey, c Counts, bound int) bool {
 	if cur, ok := a.rows[k]; ok {
 		cur.Add(c)
-		a.stats.Folded++
-		return true
-	}
-	if len(a.rows) < a.cfg.MaxRows+a.cfg.MaxRows/2 {
+	} else if len(a.rows) < bound {
 		a.rows[k] = &c
-		a.stats.Folded++
-		return true
+	} else {
+		return false
 	}
-	return false
+	a.stats.Folded++
+	return true
 }
 
 // addIP counts c for ip; a.mu is held.

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -68,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfg.svgPath, []byte(chart(trace, replays)), 0o644); err != nil {
+	if err := os.WriteFile(cfg.svgPath, []byte(drawChart(trace, replays)), 0o644); err != nil {
 		return fmt.Errorf("write chart: %w", err)
 	}
 	return report(stdout, trace, replays)
@@ -308,11 +309,7 @@ func report(w io.Writer, trace []request, replays []replay) error {
 // Chart geometry (SVG user units).
 const (
 	chartWidth  = 960
-	marginLeft  = 40
-	marginRight = 12
-	panelHeight = 92
-	panelGap    = 34
-	headerH     = 44
+	panelHeight = 126     // per algorithm: its name, the plot and the time axis
 	binUS       = 250_000 // 250 ms bins
 )
 
@@ -320,66 +317,52 @@ const (
 // bursts) are clipped so that admitted traffic stays readable.
 const chartTop = 15
 
-// chart draws one panel per replay: per 250 ms, admitted requests (green;
-// for shaping, at the time they are released) stacked under rejected ones
-// (red, clipped at chartTop), with the limit's rate as a dashed line.
-func chart(trace []request, replays []replay) string {
+// drawChart draws one panel per replay: per 250 ms, admitted requests
+// (for shaping, at the time they are released) stacked under rejected
+// ones, clipped at chartTop, with the limit's rate as a dashed line.
+func drawChart(trace []request, replays []replay) string {
 	bins := int(traceLength / binUS)
-	type counts struct{ admitted, rejected []int }
-	all := make([]counts, len(replays))
+	binSeconds := float64(binUS) / float64(limiter.SecondUS)
+	seconds := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + " s" }
+	limitPerBin := float64(rateLimit) * binSeconds
+	panels := make([]chart.Plot, len(replays))
 	for i, r := range replays {
-		c := counts{make([]int, bins+1), make([]int, bins+1)}
+		admitted, rejected := make([]int, bins+1), make([]int, bins+1)
 		for j, q := range trace {
 			res := r.results[j]
 			if res.Allowed {
-				c.admitted[min(bins, int((q.at+res.DelayUS)/binUS))]++
+				admitted[min(bins, int((q.at+res.DelayUS)/binUS))]++
 			} else {
-				c.rejected[min(bins, int(q.at/binUS))]++
+				rejected[min(bins, int(q.at/binUS))]++
 			}
 		}
-		all[i] = c
-	}
-	plotW := float64(chartWidth - marginLeft - marginRight)
-	barW := plotW / float64(bins)
-	height := headerH + len(replays)*(panelHeight+panelGap) + 10
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n",
-		chartWidth, height, chartWidth, height)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", chartWidth, height)
-	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14" font-weight="bold">The same bursty trace (%d requests, 60 s) through each algorithm at %d per second</text>`+"\n",
-		marginLeft, len(trace), rateLimit)
-	fmt.Fprintf(&b, `<text x="%d" y="34"><tspan fill="#2e7d32">■ admitted</tspan>  <tspan fill="#c62828">■ rejected</tspan>  per 250 ms (bars clipped at %d);  <tspan fill="#555">- - limit rate (2.5 per 250 ms)</tspan>;  shaping: admitted shown when released</text>`+"\n", marginLeft, chartTop)
-	for i, r := range replays {
-		y0 := float64(headerH + i*(panelHeight+panelGap) + 16)
-		scaleY := float64(panelHeight) / chartTop
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold">%s</text>`+"\n", marginLeft, y0-4, r.rule.name)
-		fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%.1f" height="%d" fill="#fafafa" stroke="#ddd"/>`+"\n", marginLeft, y0, plotW, panelHeight)
+		// The last bin holds what shaping releases after the trace's end:
+		// beyond the chart, as before.
+		a, rej := make([]chart.Point, bins), make([]chart.Point, bins)
 		for bin := range bins {
-			x := float64(marginLeft) + float64(bin)*barW
-			a, rej := all[i].admitted[bin], all[i].rejected[bin]
-			base := y0 + float64(panelHeight)
-			if a > 0 {
-				h := float64(a) * scaleY
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#2e7d32"/>`+"\n", x, base-h, barW*0.9, h)
-				base -= h
-			}
-			if rej > 0 {
-				h := min(float64(rej)*scaleY, base-y0)
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#c62828"/>`+"\n", x, base-h, barW*0.9, h)
-				if a+rej > chartTop { // clipped: mark the top
-					fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="2" fill="#ffcdd2"/>`+"\n", x, y0+2, barW*0.9)
-				}
-			}
+			x := float64(bin) * binSeconds
+			a[bin] = chart.Point{X: x, Y: float64(admitted[bin])}
+			rej[bin] = chart.Point{X: x, Y: float64(rejected[bin])}
 		}
-		limitY := y0 + float64(panelHeight) - 2.5*scaleY
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 3"/>`+"\n", marginLeft, limitY, float64(marginLeft)+plotW, limitY)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%d</text>`+"\n", marginLeft-4, y0+8, chartTop)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">0</text>`+"\n", marginLeft-4, y0+float64(panelHeight))
-		for s := 0; s <= 60; s += 10 {
-			x := float64(marginLeft) + plotW*float64(s)/60
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%d s</text>`+"\n", x, y0+float64(panelHeight)+12, s)
+		panels[i] = chart.Plot{
+			Title:   r.rule.name,
+			Height:  panelHeight,
+			X:       chart.Axis{Min: 0, Max: float64(traceLength / limiter.SecondUS), Format: seconds},
+			Y:       chart.Axis{Min: 0, Max: chartTop},
+			Stacked: true,
+			Series: []chart.Series{
+				{Name: "admitted", Kind: chart.StepArea, Tone: chart.Good, Points: a},
+				{Name: "rejected", Kind: chart.StepArea, Tone: chart.Bad, Points: rej},
+			},
+			Rules: []chart.Rule{{Value: limitPerBin, Label: fmt.Sprintf("limit rate (%g per 250 ms)", limitPerBin)}},
 		}
 	}
-	b.WriteString("</svg>\n")
+	var b strings.Builder // never fails to write
+	_ = chart.Standalone(&b, chart.Panels{
+		Title: fmt.Sprintf("The same bursty trace (%d requests, 60 s) through each algorithm at %d per second", len(trace), rateLimit),
+		Note:  fmt.Sprintf("Requests per 250 ms, admitted under rejected; bars clipped at %d (dashed where cut); shaping: admitted shown when released", chartTop),
+		Width: chartWidth,
+		Plots: panels,
+	})
 	return b.String()
 }

@@ -1,0 +1,497 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultAdminTimeout bounds one admin API call unless
+// AdminOptions.Timeout says otherwise.
+const DefaultAdminTimeout = 30 * time.Second
+
+// AdminOptions configures an AdminClient. The zero value is ready to use.
+type AdminOptions struct {
+	// Token is a session token from an earlier login, if you have one;
+	// otherwise call Login.
+	Token string
+	// Timeout bounds one call (default DefaultAdminTimeout).
+	Timeout time.Duration
+	// HTTPClient sends the calls (default: a client of its own).
+	HTTPClient *http.Client
+}
+
+// AdminClient is a client of the admin API (cmd/admin serve, under
+// /api/v1). It is safe for concurrent use. Errors of the server are
+// *ProblemError (a 404 is also another tenant's resource), wrapped with
+// the call that failed.
+type AdminClient struct {
+	base    string
+	http    *http.Client
+	timeout time.Duration
+
+	mu    sync.RWMutex
+	token string
+}
+
+// NewAdmin returns a client of the admin server at baseURL (e.g.
+// "http://tollgate-admin:8081"). It fails when baseURL is not an http(s)
+// URL.
+func NewAdmin(baseURL string, opts AdminOptions) (*AdminClient, error) {
+	u, err := parseBaseURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	a := &AdminClient{base: u + "/api/v1", http: opts.HTTPClient, timeout: opts.Timeout, token: opts.Token}
+	if a.http == nil {
+		a.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: noRedirects}
+	}
+	if a.timeout <= 0 {
+		a.timeout = DefaultAdminTimeout
+	}
+	return a, nil
+}
+
+// Token returns the session token the client sends ("" before Login).
+func (a *AdminClient) Token() string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.token
+}
+
+// SetToken makes the client send token, a session token from POST
+// /api/v1/login (Login does this itself).
+func (a *AdminClient) SetToken(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.token = token
+}
+
+// Login logs in with email and password and makes the client use the
+// session it gets. Failed attempts are limited by the server: a 429
+// *ProblemError has RetryAfter set.
+func (a *AdminClient) Login(ctx context.Context, email, password string) (*LoginResponse, error) {
+	var out LoginResponse
+	in := struct {
+		Email    string `json:"email"`
+		Password string `json:"password"`
+	}{email, password}
+	if err := a.do(ctx, http.MethodPost, "/login", nil, in, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: login: %w", err)
+	}
+	a.SetToken(out.Token)
+	return &out, nil
+}
+
+// ListOptions pages a list: Limit 1–200 (0: the server's default, 50) and
+// Cursor, the NextCursor of the previous page ("" for the first).
+type ListOptions struct {
+	Limit  int
+	Cursor string
+}
+
+func (o ListOptions) query() url.Values {
+	q := url.Values{}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	return q
+}
+
+// Page is one page of a list. NextCursor is "" on the last page.
+type Page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// ListPlans lists plans by name (operators only).
+func (a *AdminClient) ListPlans(ctx context.Context, opts ListOptions) (*Page[Plan], error) {
+	var out Page[Plan]
+	if err := a.do(ctx, http.MethodGet, "/plans", opts.query(), nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: list plans: %w", err)
+	}
+	return &out, nil
+}
+
+// GetPlan reads a plan (operators only).
+func (a *AdminClient) GetPlan(ctx context.Context, id int64) (*Plan, error) {
+	var out Plan
+	if err := a.do(ctx, http.MethodGet, "/plans/"+strconv.FormatInt(id, 10), nil, nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: get plan %d: %w", id, err)
+	}
+	return &out, nil
+}
+
+// TenantQuery filters ListTenants; zero fields do not filter.
+type TenantQuery struct {
+	ListOptions
+	// Search is a tenant's ID or part of its name (any case).
+	Search string
+	// Status is "active" or "suspended".
+	Status string
+	PlanID int64
+}
+
+// ListTenants lists or searches tenants by name (operators only).
+func (a *AdminClient) ListTenants(ctx context.Context, query TenantQuery) (*Page[Tenant], error) {
+	q := query.query()
+	if query.Search != "" {
+		q.Set("q", query.Search)
+	}
+	if query.Status != "" {
+		q.Set("status", query.Status)
+	}
+	if query.PlanID != 0 {
+		q.Set("plan_id", strconv.FormatInt(query.PlanID, 10))
+	}
+	var out Page[Tenant]
+	if err := a.do(ctx, http.MethodGet, "/tenants", q, nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: list tenants: %w", err)
+	}
+	return &out, nil
+}
+
+// CreateTenant creates a tenant named name on the plan planID (operators
+// only). A taken name is a 409.
+func (a *AdminClient) CreateTenant(ctx context.Context, name string, planID int64) (*Tenant, error) {
+	in := struct {
+		Name   string `json:"name"`
+		PlanID int64  `json:"plan_id"`
+	}{name, planID}
+	var out Tenant
+	if err := a.do(ctx, http.MethodPost, "/tenants", nil, in, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: create tenant %q: %w", name, err)
+	}
+	return &out, nil
+}
+
+// KeyInput describes a key to issue. Every field is optional.
+type KeyInput struct {
+	Name string `json:"name,omitempty"`
+	// Metadata holds up to 50 string pairs.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// ExpiresAt, in the future; zero for no expiry.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// IssueKey issues an API key of the tenant (operators and the tenant's
+// admins). The secret is in the answer only: it is never stored.
+func (a *AdminClient) IssueKey(ctx context.Context, tenantID string, in KeyInput) (*KeySecret, error) {
+	var out KeySecret
+	if err := a.do(ctx, http.MethodPost, "/tenants/"+url.PathEscape(tenantID)+"/keys", nil, in, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: issue key for tenant %s: %w", tenantID, err)
+	}
+	return &out, nil
+}
+
+// ListKeys lists the tenant's keys, newest first, by display prefix.
+func (a *AdminClient) ListKeys(ctx context.Context, tenantID string, opts ListOptions) (*Page[Key], error) {
+	var out Page[Key]
+	if err := a.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(tenantID)+"/keys", opts.query(), nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: list keys of tenant %s: %w", tenantID, err)
+	}
+	return &out, nil
+}
+
+// RevokeKey revokes a key at once (operators and the tenant's admins);
+// checks with it are denied with ReasonKeyRevoked within a second.
+func (a *AdminClient) RevokeKey(ctx context.Context, tenantID, keyID string) (*Key, error) {
+	var out Key
+	path := "/tenants/" + url.PathEscape(tenantID) + "/keys/" + url.PathEscape(keyID) + "/revoke"
+	if err := a.do(ctx, http.MethodPost, path, nil, nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: revoke key %s: %w", keyID, err)
+	}
+	return &out, nil
+}
+
+// UsageTotals returns every tenant's and tier's usage in [from, to)
+// (operators only), widened to whole minutes. A zero from is 24 hours
+// before to; a zero to is now.
+func (a *AdminClient) UsageTotals(ctx context.Context, from, to time.Time) (*UsageTotals, error) {
+	q := url.Values{}
+	if !from.IsZero() {
+		q.Set("from", from.Format(time.RFC3339Nano))
+	}
+	if !to.IsZero() {
+		q.Set("to", to.Format(time.RFC3339Nano))
+	}
+	var out UsageTotals
+	if err := a.do(ctx, http.MethodGet, "/usage/totals", q, nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: usage totals: %w", err)
+	}
+	return &out, nil
+}
+
+// GetStatement returns the tenant's statement for month ("2026-10", UTC):
+// frozen when the month is closed, otherwise computed from current usage
+// (Status "open").
+func (a *AdminClient) GetStatement(ctx context.Context, tenantID, month string) (*Statement, error) {
+	var out Statement
+	path := "/statements/" + url.PathEscape(tenantID) + "/" + url.PathEscape(month)
+	if err := a.do(ctx, http.MethodGet, path, url.Values{"format": {"json"}}, nil, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: statement of tenant %s for %s: %w", tenantID, month, err)
+	}
+	return &out, nil
+}
+
+// maxAdminBody bounds an answer read; statements of busy tenants are the
+// largest.
+const maxAdminBody = 64 << 20
+
+// do sends one call with the session token and decodes a 2xx answer into
+// out (when not nil). Errors: *ProblemError for other statuses, or a
+// transport or decoding error.
+func (a *AdminClient) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	target := a.base + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if token := a.Token(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainAndClose(resp.Body)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return readProblem(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAdminBody)).Decode(out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}
+
+// The types below mirror the schemas of the same names in openapi.yaml.
+// Optional times are zero when absent.
+
+// LoginResponse is a session: send Token as "Authorization: Bearer".
+type LoginResponse struct {
+	Token     string    `json:"token"`
+	TokenType string    `json:"token_type"`
+	ExpiresAt time.Time `json:"expires_at"`
+	User      User      `json:"user"`
+}
+
+// User is an admin user.
+type User struct {
+	ID    string `json:"id"`
+	Email string `json:"email"`
+	// Role is operator, tenant_admin or tenant_viewer.
+	Role string `json:"role"`
+	// TenantID is the tenant of tenant users.
+	TenantID   string    `json:"tenant_id,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	DisabledAt time.Time `json:"disabled_at,omitzero"`
+}
+
+// Plan is what a tenant's callers are granted and what they pay. Money is
+// integer minor units of Currency.
+type Plan struct {
+	ID               int64       `json:"id"`
+	Name             string      `json:"name"`
+	DisplayName      string      `json:"display_name"`
+	Currency         string      `json:"currency"`
+	BaseFeeMinor     int64       `json:"base_fee_minor"`
+	IncludedUnits    int64       `json:"included_units"`
+	OverageUnitMinor int64       `json:"overage_unit_minor"`
+	Tiers            []PriceTier `json:"tiers"`
+	// QuotaMode is none, hard or overage.
+	QuotaMode  string    `json:"quota_mode"`
+	Rules      []Rule    `json:"rules"`
+	ArchivedAt time.Time `json:"archived_at,omitzero"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// PriceTier prices overage units up to and including UpTo at UnitMinor
+// each; UpTo is 0 for "and beyond" (null in JSON; last tier only).
+type PriceTier struct {
+	UpTo      int64 `json:"up_to"`
+	UnitMinor int64 `json:"unit_minor"`
+}
+
+// Rule is one limit of a plan.
+type Rule struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	// Algorithm is gcra, token_bucket, leaky_bucket, fixed_window,
+	// sliding_window_log or sliding_window_counter.
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	PeriodUS  int64  `json:"period_us"`
+	Burst     int64  `json:"burst"`
+	// Resource is "*" or "METHOD /path", a trailing * matching a prefix.
+	Resource string `json:"resource"`
+	// Scope is key, tenant or ip.
+	Scope string `json:"scope"`
+	// Mode is enforce or shadow.
+	Mode string `json:"mode"`
+	// FailureMode is open or closed.
+	FailureMode string      `json:"failure_mode"`
+	Options     RuleOptions `json:"options"`
+}
+
+// RuleOptions are the options of some algorithms.
+type RuleOptions struct {
+	LeakyMode string `json:"leaky_mode,omitempty"`
+	Calendar  string `json:"calendar,omitempty"`
+	Anchor    string `json:"anchor,omitempty"`
+}
+
+// Tenant is a customer; its API keys share its plan.
+type Tenant struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	PlanID int64  `json:"plan_id"`
+	// Status is active or suspended.
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Key is an API key's record; the secret is never stored.
+type Key struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Name     string `json:"name"`
+	// Prefix is the secret's first 11 characters, for display.
+	Prefix     string            `json:"prefix"`
+	Metadata   map[string]string `json:"metadata"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
+	RevokedAt  time.Time         `json:"revoked_at,omitzero"`
+	LastUsedAt time.Time         `json:"last_used_at,omitzero"`
+}
+
+// KeySecret is an issued key and its secret, shown this once.
+type KeySecret struct {
+	Key    Key    `json:"key"`
+	Secret string `json:"secret"`
+	// Previous is the key a rotation replaced.
+	Previous *Key `json:"previous,omitempty"`
+}
+
+// Counts are decisions and units (the checks' costs) by outcome. Allowed
+// units are what gets billed.
+type Counts struct {
+	Allowed      int64 `json:"allowed"`
+	Denied       int64 `json:"denied"`
+	AllowedUnits int64 `json:"allowed_units"`
+	DeniedUnits  int64 `json:"denied_units"`
+}
+
+// UsageTotals is every decision's Counts in [From, To).
+type UsageTotals struct {
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Totals Totals    `json:"totals"`
+}
+
+// Totals are Counts overall, by tenant (most allowed units first) and by
+// tier (authenticated, anonymous).
+type Totals struct {
+	Counts
+	ByTenant []TenantTotal     `json:"by_tenant"`
+	ByTier   map[string]Counts `json:"by_tier"`
+}
+
+// TenantTotal is one tenant's Counts; TenantID is "" for decisions without
+// a tenant (anonymous callers, unknown keys).
+type TenantTotal struct {
+	TenantID   string `json:"tenant_id"`
+	TenantName string `json:"tenant_name,omitempty"`
+	Counts
+}
+
+// Statement is a tenant's month (UTC), priced. Money is integer minor
+// units of Currency.
+type Statement struct {
+	TenantID    string    `json:"tenant_id"`
+	TenantName  string    `json:"tenant_name"`
+	Month       string    `json:"month"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	Currency    string    `json:"currency"`
+	// Status is open (may still change) or closed (frozen).
+	Status                string       `json:"status"`
+	ClosedAt              time.Time    `json:"closed_at,omitzero"`
+	Usage                 Counts       `json:"usage"`
+	UsageByKeyAndResource []UsageLine  `json:"usage_by_key_and_resource"`
+	PlanPeriods           []PlanPeriod `json:"plan_periods"`
+	BaseFeeMinor          int64        `json:"base_fee_minor"`
+	OverageMinor          int64        `json:"overage_minor"`
+	TotalMinor            int64        `json:"total_minor"`
+	Rules                 string       `json:"rules"`
+	LateUsage             *Counts      `json:"late_usage,omitempty"`
+}
+
+// UsageLine is a month's usage by one key of one resource.
+type UsageLine struct {
+	KeyID     string `json:"key_id"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+	KeyName   string `json:"key_name,omitempty"`
+	Resource  string `json:"resource"`
+	Counts
+}
+
+// PlanPeriod is the charge of one span of the month on one plan.
+type PlanPeriod struct {
+	Plan              string        `json:"plan"`
+	PlanID            int64         `json:"plan_id"`
+	From              time.Time     `json:"from"`
+	To                time.Time     `json:"to"`
+	SpanUS            int64         `json:"span_us"`
+	MonthUS           int64         `json:"month_us"`
+	PlanBaseFeeMinor  int64         `json:"plan_base_fee_minor"`
+	BaseFeeMinor      int64         `json:"base_fee_minor"`
+	PlanIncludedUnits int64         `json:"plan_included_units"`
+	IncludedUnits     int64         `json:"included_units"`
+	UsedUnits         int64         `json:"used_units"`
+	OverageUnits      int64         `json:"overage_units"`
+	Overage           []OverageLine `json:"overage"`
+	OverageMinor      int64         `json:"overage_minor"`
+	TotalMinor        int64         `json:"total_minor"`
+}
+
+// OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive).
+type OverageLine struct {
+	FromUnit    int64 `json:"from_unit"`
+	ToUnit      int64 `json:"to_unit"`
+	Units       int64 `json:"units"`
+	UnitMinor   int64 `json:"unit_minor"`
+	AmountMinor int64 `json:"amount_minor"`
+}

@@ -1,0 +1,240 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// FailMode says what a Client decides when it cannot ask the check API.
+type FailMode int
+
+const (
+	// FailOpen allows the request (the default, like the server's rules):
+	// an outage of the rate limiter does not become an outage of the
+	// service.
+	FailOpen FailMode = iota
+	// FailClosed denies the request with ReasonUnavailable and a one
+	// second Retry-After.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// Defaults of Options.
+const (
+	DefaultTimeout    = 500 * time.Millisecond
+	DefaultMemorySize = 10_000
+)
+
+// Options configures a Client. The zero value is ready to use.
+type Options struct {
+	// Timeout bounds one check, connecting included (default
+	// DefaultTimeout). Past it, FailMode decides.
+	Timeout time.Duration
+	// FailMode decides when the check API cannot be reached, times out or
+	// answers 5xx (default FailOpen).
+	FailMode FailMode
+	// MemorySize bounds the denials remembered to answer repeated requests
+	// locally (default DefaultMemorySize); negative turns remembering off.
+	MemorySize int
+	// HTTPClient sends the checks. By default the Client makes its own,
+	// with one transport tuned for many concurrent checks to one host.
+	HTTPClient *http.Client
+	// Now is the clock of remembered denials (default time.Now).
+	Now func() time.Time
+}
+
+// Client is a client of the check API. It is safe for concurrent use;
+// create one per process and share it, so checks reuse connections.
+type Client struct {
+	checkURL string
+	token    string
+	http     *http.Client
+	timeout  time.Duration
+	failMode FailMode
+	memory   *denials // nil when remembering is off
+	now      func() time.Time
+}
+
+// New returns a Client of the check API at baseURL (e.g.
+// "http://tollgate:8080") that authenticates with serviceToken, a service
+// token issued with `admin tokens issue` or the admin API. It fails when
+// baseURL is not an http(s) URL or the token is empty.
+func New(baseURL, serviceToken string, opts Options) (*Client, error) {
+	u, err := parseBaseURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(serviceToken) == "" {
+		return nil, errors.New("tollgate: the service token is empty")
+	}
+	c := &Client{
+		checkURL: u + "/v1/check",
+		token:    serviceToken,
+		http:     opts.HTTPClient,
+		timeout:  opts.Timeout,
+		failMode: opts.FailMode,
+		now:      opts.Now,
+	}
+	if c.http == nil {
+		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	switch size := opts.MemorySize; {
+	case size == 0:
+		c.memory = newDenials(DefaultMemorySize)
+	case size > 0:
+		c.memory = newDenials(size)
+	}
+	return c, nil
+}
+
+// parseBaseURL checks that s is an absolute http(s) URL and returns it
+// without a trailing slash.
+func parseBaseURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("tollgate: base URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("tollgate: base URL %q: want http://host[:port] or https://host[:port]", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("tollgate: base URL %q: must have no query or fragment", s)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// newTransport returns a transport for many concurrent requests to one
+// host. The default keeps 2 idle connections per host, so under load most
+// checks would open a new connection and leave it in TIME_WAIT.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   2 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 2 * time.Second,
+	}
+}
+
+// noRedirects stops a client from following redirects: a Tollgate server
+// never sends one, and following it would send the request elsewhere.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// CloseIdleConnections closes the connections the Client keeps open.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Check asks whether req may proceed now. Every answer of the server is a
+// Decision with a nil error, and so is an outage (decided by the FailMode,
+// with Degraded set). The error is non-nil only when the server refused
+// the request — a *ProblemError: 400, 401 (bad service token), 413 or 422
+// (invalid values; Errors names them) — or when ctx ended first.
+//
+// A request denied earlier with a positive retry_after_ms is denied again
+// without a round trip until that wait has passed (Decision.Remembered).
+func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error) {
+	var key denialKey
+	if c.memory != nil {
+		key = newDenialKey(req)
+		if d, ok := c.memory.lookup(key, c.now()); ok {
+			return d, nil
+		}
+	}
+	askedAt := c.now()
+	d, err := c.post(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("tollgate: check: %w", ctx.Err())
+		}
+		var p *ProblemError
+		if errors.As(err, &p) && p.Status < 500 {
+			return nil, err
+		}
+		return c.fail(err), nil
+	}
+	if c.memory != nil && !d.Allowed && d.RetryAfterMS > 0 {
+		c.memory.remember(key, d, askedAt)
+	}
+	return d, nil
+}
+
+// maxDecisionBody bounds the decision read; real ones are a few hundred
+// bytes per rule.
+const maxDecisionBody = 1 << 20
+
+// post sends one check. Errors: a *ProblemError for a non-200 answer, or
+// a wrapped transport or decoding error.
+func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: check: encode: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.checkURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: check: %w", err)
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.token)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: check: %w", err)
+	}
+	defer drainAndClose(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tollgate: check: %w", readProblem(resp))
+	}
+	var d Decision
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&d); err != nil {
+		return nil, fmt.Errorf("tollgate: check: decode decision: %w", err)
+	}
+	d.Header = pickRateLimitHeaders(resp.Header)
+	return &d, nil
+}
+
+// fail returns the decision of the FailMode for a check that could not be
+// asked because of err.
+func (c *Client) fail(err error) *Decision {
+	if c.failMode == FailClosed {
+		return &Decision{
+			Allowed: false, Reason: ReasonUnavailable, RetryAfterMS: 1000, Degraded: true,
+			Header: http.Header{"Retry-After": {"1"}}, Err: err,
+		}
+	}
+	return &Decision{Allowed: true, Reason: ReasonOK, Degraded: true, Header: http.Header{}, Err: err}
+}
+
+// drainAndClose reads what is left of a body (a little) so that the
+// connection can be reused, then closes it.
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	_ = body.Close()
+}

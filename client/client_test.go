@@ -1,0 +1,488 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+)
+
+// clock is a clock a test moves by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// answer returns a handler that answers every check with status, headers
+// and body, and counts the checks in calls.
+func answer(calls *atomic.Int64, status int, header map[string]string, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if calls != nil {
+			calls.Add(1)
+		}
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
+}
+
+func newClient(t *testing.T, url string, opts client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(url, "service-token", opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// downURL returns the URL of a server that no longer listens.
+func downURL() string {
+	s := httptest.NewServer(http.NotFoundHandler())
+	s.Close()
+	return s.URL
+}
+
+func TestNewRefusesBadSettings(t *testing.T) {
+	cases := []struct {
+		name, url, token, want string
+	}{
+		{"no scheme", "tollgate:8080", "t", "base URL"},
+		{"ftp", "ftp://tollgate", "t", "base URL"},
+		{"no host", "http://", "t", "base URL"},
+		{"query", "http://tollgate:8080/?x=1", "t", "no query"},
+		{"empty token", "http://tollgate:8080", " ", "service token is empty"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := client.New(c.url, c.token, client.Options{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("New(%q) error = %v, want one containing %q", c.url, err, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckSendsTheRequest(t *testing.T) {
+	cases := []struct {
+		name string
+		req  client.CheckRequest
+		want map[string]any
+	}{
+		{"key", client.CheckRequest{Key: "tg_k"}, map[string]any{"key": "tg_k", "cost": 1.0}},
+		{"anonymous", client.CheckRequest{IP: "203.0.113.7", Resource: "GET /repos", Cost: 5},
+			map[string]any{"ip": "203.0.113.7", "resource": "GET /repos", "cost": 5.0}},
+		{"peek", client.CheckRequest{IP: "203.0.113.7", Cost: 5, Peek: true}, map[string]any{"ip": "203.0.113.7", "cost": 0.0}},
+		{"dry run", client.CheckRequest{Key: "tg_k", IP: "2001:db8::1", DryRun: true},
+			map[string]any{"key": "tg_k", "ip": "2001:db8::1", "cost": 1.0, "dry_run": true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got map[string]any
+			var header http.Header
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				header = r.Header
+				if r.Method != http.MethodPost || r.URL.Path != "/v1/check" {
+					t.Errorf("request %s %s, want POST /v1/check", r.Method, r.URL.Path)
+				}
+				_ = json.NewDecoder(r.Body).Decode(&got)
+				answer(nil, 200, nil, `{"allowed":true,"reason":"ok","tier":"anonymous","retry_after_ms":0,"degraded":false,"rules":[]}`)(w, r)
+			}))
+			defer srv.Close()
+			if _, err := newClient(t, srv.URL+"/", client.Options{}).Check(context.Background(), c.req); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("body = %v, want %v", got, c.want)
+			}
+			if h := header.Get("Authorization"); h != "Bearer service-token" {
+				t.Errorf("Authorization = %q, want the service token", h)
+			}
+			if h := header.Get("Content-Type"); h != "application/json" {
+				t.Errorf("Content-Type = %q, want application/json", h)
+			}
+		})
+	}
+}
+
+// contractDecision is the example of the contract (check-api.md).
+const contractDecision = `{
+  "allowed": false, "reason": "rate_limited", "tier": "authenticated",
+  "tenant_id": "t-1", "key_id": "k-1", "plan": "pro",
+  "limit": 5000, "remaining": 0, "reset_after_ms": 1200, "retry_after_ms": 720,
+  "policy": "hourly", "degraded": false, "some_future_field": {"ignored": true},
+  "rules": [
+    {"name": "hourly", "algorithm": "gcra", "mode": "enforce", "limit": 5000, "window_s": 3600,
+     "allowed": false, "remaining": 0, "reset_after_ms": 1200, "retry_after_ms": 720},
+    {"name": "shape", "algorithm": "leaky_bucket", "mode": "shadow", "limit": 10, "window_s": 1,
+     "allowed": true, "remaining": 3, "reset_after_ms": 700, "retry_after_ms": 0, "delay_ms": 40, "would_deny": true, "degraded": true}
+  ]
+}`
+
+func TestCheckDecodesTheDecision(t *testing.T) {
+	srv := httptest.NewServer(answer(nil, 200, map[string]string{
+		"RateLimit-Policy": `"hourly";q=5000;w=3600`, "RateLimit": `"hourly";r=0;t=2`,
+		"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Used": "5000",
+		"X-RateLimit-Reset": "1795352110", "Retry-After": "1", "Set-Cookie": "a=b", "X-Other": "x",
+	}, contractDecision))
+	defer srv.Close()
+	d, err := newClient(t, srv.URL, client.Options{}).Check(context.Background(), client.CheckRequest{Key: "tg_k"})
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	wantHeader := http.Header{
+		"Ratelimit-Policy": {`"hourly";q=5000;w=3600`}, "Ratelimit": {`"hourly";r=0;t=2`},
+		"X-Ratelimit-Limit": {"5000"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Used": {"5000"},
+		"X-Ratelimit-Reset": {"1795352110"}, "Retry-After": {"1"},
+	}
+	want := &client.Decision{
+		Allowed: false, Reason: client.ReasonRateLimited, Tier: client.TierAuthenticated,
+		TenantID: "t-1", KeyID: "k-1", Plan: "pro", Limit: 5000, Remaining: 0, ResetAfterMS: 1200,
+		RetryAfterMS: 720, Policy: "hourly",
+		Rules: []client.RuleResult{
+			{Name: "hourly", Algorithm: "gcra", Mode: "enforce", Limit: 5000, WindowS: 3600, ResetAfterMS: 1200, RetryAfterMS: 720},
+			{Name: "shape", Algorithm: "leaky_bucket", Mode: "shadow", Limit: 10, WindowS: 1, Allowed: true, Remaining: 3,
+				ResetAfterMS: 700, DelayMS: 40, WouldDeny: true, Degraded: true},
+		},
+		Header: wantHeader,
+	}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("decision =\n%+v\nwant\n%+v", d, want)
+	}
+	if got := d.RetryAfter(); got != 720*time.Millisecond {
+		t.Errorf("RetryAfter() = %v, want 720ms", got)
+	}
+}
+
+func TestFailModes(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	servers := []struct {
+		name    string
+		handler http.HandlerFunc // nil: nothing listens
+	}{
+		{"connection refused", nil},
+		{"500 not ready", answer(nil, 500, map[string]string{"Content-Type": "application/problem+json", "Retry-After": "1"},
+			`{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"not ready","code":"internal"}`)},
+		{"502 from a proxy", answer(nil, 502, map[string]string{"Content-Type": "text/html"}, "<h1>Bad Gateway</h1>")},
+		{"timeout", func(w http.ResponseWriter, r *http.Request) {
+			// Read the body, so the server notices the client hanging up.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-block:
+			}
+		}},
+		{"200 that is not a decision", answer(nil, 200, nil, "<html>")},
+	}
+	for _, s := range servers {
+		for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
+			t.Run(s.name+"/fail "+mode.String(), func(t *testing.T) {
+				url := downURL()
+				var calls atomic.Int64
+				if s.handler != nil {
+					srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						calls.Add(1)
+						s.handler(w, r)
+					}))
+					defer srv.Close()
+					url = srv.URL
+				}
+				c := newClient(t, url, client.Options{FailMode: mode, Timeout: 50 * time.Millisecond})
+				for i := range 2 {
+					d, err := c.Check(context.Background(), client.CheckRequest{IP: "203.0.113.7"})
+					if err != nil {
+						t.Fatalf("Check error = %v, want a decision", err)
+					}
+					wantAllowed, wantReason := mode == client.FailOpen, client.ReasonOK
+					if mode == client.FailClosed {
+						wantReason = client.ReasonUnavailable
+					}
+					if d.Allowed != wantAllowed || d.Reason != wantReason || !d.Degraded || d.Err == nil {
+						t.Errorf("decision = allowed %v, reason %q, degraded %v, err %v; want allowed %v, reason %q, degraded, a cause",
+							d.Allowed, d.Reason, d.Degraded, d.Err, wantAllowed, wantReason)
+					}
+					if wantRetry := map[bool]string{true: "", false: "1"}[wantAllowed]; d.Header.Get("Retry-After") != wantRetry {
+						t.Errorf("Retry-After = %q, want %q", d.Header.Get("Retry-After"), wantRetry)
+					}
+					// A decision of the client's own is never remembered.
+					if s.handler != nil && calls.Load() != int64(i+1) {
+						t.Errorf("after %d checks the server saw %d", i+1, calls.Load())
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestCheckProblems(t *testing.T) {
+	problem := map[string]string{"Content-Type": "application/problem+json"}
+	cases := []struct {
+		name    string
+		status  int
+		header  map[string]string
+		body    string
+		want    client.ProblemError
+		wantMsg string
+	}{
+		{"bad service token", 401, problem,
+			`{"type":"about:blank","title":"Unauthorized","status":401,"detail":"a valid service token is required","code":"unauthorized"}`,
+			client.ProblemError{Status: 401, Type: "about:blank", Title: "Unauthorized", Detail: "a valid service token is required", Code: "unauthorized"},
+			"tollgate: check: 401 unauthorized: a valid service token is required"},
+		{"malformed", 400, problem,
+			`{"type":"about:blank","title":"Bad Request","status":400,"detail":"malformed request body","code":"malformed","errors":{"cost":"must be a JSON integer"}}`,
+			client.ProblemError{Status: 400, Type: "about:blank", Title: "Bad Request", Detail: "malformed request body", Code: "malformed",
+				Errors: map[string]string{"cost": "must be a JSON integer"}},
+			"tollgate: check: 400 malformed: malformed request body: cost must be a JSON integer"},
+		{"invalid fields, in order", 422, problem,
+			`{"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"the request has invalid fields","code":"invalid",
+			  "errors":{"resource":"must be 1–1024 characters","ip":"must be an IPv4 or IPv6 address"}}`,
+			client.ProblemError{Status: 422, Type: "about:blank", Title: "Unprocessable Entity", Detail: "the request has invalid fields", Code: "invalid",
+				Errors: map[string]string{"ip": "must be an IPv4 or IPv6 address", "resource": "must be 1–1024 characters"}},
+			"tollgate: check: 422 invalid: the request has invalid fields: ip must be an IPv4 or IPv6 address, resource must be 1–1024 characters"},
+		{"too large", 413, problem,
+			`{"type":"about:blank","title":"Request Entity Too Large","status":413,"detail":"the body is larger than 16384 bytes","code":"too_large"}`,
+			client.ProblemError{Status: 413, Type: "about:blank", Title: "Request Entity Too Large", Detail: "the body is larger than 16384 bytes", Code: "too_large"},
+			"tollgate: check: 413 too_large: the body is larger than 16384 bytes"},
+		{"not problem JSON", 404, map[string]string{"Content-Type": "text/plain"}, "404 page not found\n",
+			client.ProblemError{Status: 404, Title: "Not Found", Detail: "404 page not found"},
+			"tollgate: check: 404 Not Found: 404 page not found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(answer(nil, c.status, c.header, c.body))
+			defer srv.Close()
+			d, err := newClient(t, srv.URL, client.Options{FailMode: client.FailOpen}).Check(context.Background(), client.CheckRequest{IP: "203.0.113.7"})
+			if d != nil {
+				t.Errorf("decision = %+v, want none", d)
+			}
+			var p *client.ProblemError
+			if !errors.As(err, &p) {
+				t.Fatalf("error = %v, want a *ProblemError", err)
+			}
+			if !reflect.DeepEqual(*p, c.want) {
+				t.Errorf("problem = %+v, want %+v", *p, c.want)
+			}
+			if err.Error() != c.wantMsg {
+				t.Errorf("message = %q, want %q", err.Error(), c.wantMsg)
+			}
+		})
+	}
+}
+
+func TestCheckEndsWithTheCallersContext(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the check was sent after its context ended")
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, err := newClient(t, srv.URL, client.Options{FailMode: client.FailOpen}).Check(ctx, client.CheckRequest{IP: "203.0.113.7"})
+	if !errors.Is(err, context.Canceled) || d != nil {
+		t.Errorf("Check = %v, %v; want no decision and context.Canceled", d, err)
+	}
+}
+
+// denier answers every check with a denial of retry_after_ms *wait and
+// counts the checks; latency moves clk while the check is in flight.
+type denier struct {
+	clk     *clock
+	wait    atomic.Int64
+	latency time.Duration
+	allow   atomic.Bool
+	calls   atomic.Int64
+}
+
+func (s *denier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.calls.Add(1)
+	s.clk.Advance(s.latency)
+	if s.allow.Load() {
+		answer(nil, 200, nil, `{"allowed":true,"reason":"ok","tier":"anonymous","retry_after_ms":0,"degraded":false,"rules":[]}`)(w, r)
+		return
+	}
+	wait := s.wait.Load()
+	body, _ := json.Marshal(map[string]any{
+		"allowed": false, "reason": "rate_limited", "tier": "anonymous", "limit": 60, "remaining": 0,
+		"reset_after_ms": wait + 500, "retry_after_ms": wait, "policy": "hourly", "degraded": false,
+		"rules": []any{map[string]any{"name": "hourly", "algorithm": "gcra", "mode": "enforce", "limit": 60, "window_s": 3600,
+			"allowed": false, "remaining": 0, "reset_after_ms": wait + 500, "retry_after_ms": wait}},
+	})
+	answer(nil, 200, map[string]string{
+		"RateLimit-Policy": `"hourly";q=60;w=3600`, "RateLimit": `"hourly";r=0;t=9`, "Retry-After": "9",
+	}, string(body))(w, r)
+}
+
+func TestRememberedDenials(t *testing.T) {
+	clk := newClock()
+	s := &denier{clk: clk}
+	s.wait.Store(1500)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.Options{Now: clk.Now})
+	ctx := context.Background()
+	req := client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}
+
+	steps := []struct {
+		advance        time.Duration
+		req            client.CheckRequest
+		wantCalls      int64
+		wantRemembered bool
+		wantRetryMS    int64
+		wantRetryAfter string
+		wantRateLimit  string
+	}{
+		{0, req, 1, false, 1500, "9", `"hourly";r=0;t=9`},
+		{1000 * time.Millisecond, req, 1, true, 500, "1", `"hourly";r=0;t=1`},
+		{499 * time.Millisecond, req, 1, true, 1, "1", `"hourly";r=0;t=1`},
+		// Another resource, cost, key or address is another request.
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /other", Cost: 2}, 2, false, 1500, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 1}, 3, false, 1500, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k2", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}, 4, false, 1500, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.8", Resource: "GET /repos", Cost: 2}, 5, false, 1500, "9", `"hourly";r=0;t=9`},
+		// The wait has passed: ask again (and be told again).
+		{time.Millisecond, req, 6, false, 1500, "9", `"hourly";r=0;t=9`},
+	}
+	for i, st := range steps {
+		clk.Advance(st.advance)
+		d, err := c.Check(ctx, st.req)
+		if err != nil {
+			t.Fatalf("step %d: Check: %v", i, err)
+		}
+		if got := s.calls.Load(); got != st.wantCalls {
+			t.Errorf("step %d: server saw %d checks, want %d", i, got, st.wantCalls)
+		}
+		if d.Allowed || d.Remembered != st.wantRemembered || d.RetryAfterMS != st.wantRetryMS {
+			t.Errorf("step %d: allowed %v, remembered %v, retry %d ms; want denied, remembered %v, retry %d ms",
+				i, d.Allowed, d.Remembered, d.RetryAfterMS, st.wantRemembered, st.wantRetryMS)
+		}
+		if got := d.Header.Get("Retry-After"); got != st.wantRetryAfter {
+			t.Errorf("step %d: Retry-After = %q, want %q", i, got, st.wantRetryAfter)
+		}
+		if got := d.Header.Get("RateLimit"); got != st.wantRateLimit {
+			t.Errorf("step %d: RateLimit = %q, want %q", i, got, st.wantRateLimit)
+		}
+		if st.wantRemembered && (d.Reason != client.ReasonRateLimited || d.Policy != "hourly" || d.Rules[0].RetryAfterMS != st.wantRetryMS) {
+			t.Errorf("step %d: remembered decision %+v lost the original's fields", i, d)
+		}
+	}
+}
+
+func TestRememberedDenialNeverOutlastsTheWait(t *testing.T) {
+	// The answer arrives 300 ms after the request left: the wait counts
+	// from the sending, as the server's did (at the latest).
+	clk := newClock()
+	s := &denier{clk: clk, latency: 300 * time.Millisecond}
+	s.wait.Store(1000)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.Options{Now: clk.Now})
+	req := client.CheckRequest{IP: "203.0.113.7"}
+	ctx := context.Background()
+
+	if _, err := c.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(699 * time.Millisecond) // 999 ms after sending
+	if d, _ := c.Check(ctx, req); !d.Remembered || d.RetryAfterMS != 1 {
+		t.Errorf("999 ms after sending: remembered %v, retry %d ms; want remembered with 1 ms left", d.Remembered, d.RetryAfterMS)
+	}
+	clk.Advance(time.Millisecond)
+	if d, _ := c.Check(ctx, req); d.Remembered || s.calls.Load() != 2 {
+		t.Errorf("1000 ms after sending: remembered %v, server saw %d checks; want a fresh check", d.Remembered, s.calls.Load())
+	}
+}
+
+func TestNotRemembered(t *testing.T) {
+	cases := []struct {
+		name  string
+		wait  int64
+		allow bool
+		opts  client.Options
+	}{
+		{"allowed", 0, true, client.Options{}},
+		{"never (-1)", -1, false, client.Options{}},
+		{"remembering off", 5000, false, client.Options{MemorySize: -1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newClock()
+			s := &denier{clk: clk}
+			s.wait.Store(c.wait)
+			s.allow.Store(c.allow)
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			c.opts.Now = clk.Now
+			cl := newClient(t, srv.URL, c.opts)
+			for range 3 {
+				if d, err := cl.Check(context.Background(), client.CheckRequest{IP: "203.0.113.7"}); err != nil || d.Remembered {
+					t.Fatalf("Check = %+v, %v; want a fresh decision", d, err)
+				}
+			}
+			if got := s.calls.Load(); got != 3 {
+				t.Errorf("server saw %d checks, want 3", got)
+			}
+		})
+	}
+}
+
+func TestRememberedDenialsAreBounded(t *testing.T) {
+	clk := newClock()
+	s := &denier{clk: clk}
+	s.wait.Store(60_000)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.Options{Now: clk.Now, MemorySize: 2})
+	ctx := context.Background()
+	check := func(ip string) bool {
+		t.Helper()
+		d, err := c.Check(ctx, client.CheckRequest{IP: ip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remembered
+	}
+	a, b, cc := "192.0.2.1", "192.0.2.2", "192.0.2.3"
+	check(a)
+	check(b)
+	if !check(a) { // a is now the most recently used, b the least
+		t.Fatal("a not remembered")
+	}
+	check(cc) // evicts b
+	for _, step := range []struct {
+		ip   string
+		want bool
+	}{{a, true}, {cc, true}, {b, false}} {
+		if got := check(step.ip); got != step.want {
+			t.Errorf("%s remembered = %v, want %v", step.ip, got, step.want)
+		}
+	}
+}

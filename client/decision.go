@@ -1,0 +1,166 @@
+package client
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Reasons a decision gives. The check API may add reasons: treat an
+// unknown one by Decision.Allowed.
+const (
+	ReasonOK              = "ok"
+	ReasonRateLimited     = "rate_limited"
+	ReasonInvalidKey      = "invalid_key"
+	ReasonKeyRevoked      = "key_revoked"
+	ReasonKeyExpired      = "key_expired"
+	ReasonTenantSuspended = "tenant_suspended"
+	// ReasonUnavailable: a fail-closed rule could not be evaluated, or the
+	// client could not reach the check API and its FailMode is FailClosed.
+	ReasonUnavailable = "unavailable"
+	// ReasonKeyRequired: the caller is anonymous and anonymous callers
+	// have no plan.
+	ReasonKeyRequired = "key_required"
+)
+
+// Tiers of a decision.
+const (
+	TierAuthenticated = "authenticated"
+	TierAnonymous     = "anonymous"
+)
+
+// CheckRequest is one question to the check API: may this caller make this
+// request now? The zero value of each field is the server's default.
+type CheckRequest struct {
+	// Key is the end caller's API key; empty for an anonymous caller.
+	Key string
+	// IP is the end caller's address (IPv4 or IPv6). Required without Key;
+	// with a Key it feeds the plan's per-address rules.
+	IP string
+	// Resource is what is accessed, e.g. "GET /repos"; empty means "*".
+	Resource string
+	// Cost is the units the request consumes; 0 means 1, the server's
+	// default. Set Peek to consume nothing.
+	Cost int64
+	// Peek evaluates with cost 0: the decision says whether a request
+	// could pass and consumes nothing (usage is still recorded).
+	Peek bool
+	// DryRun evaluates, consumes nothing and records no usage.
+	DryRun bool
+}
+
+// effectiveCost is the cost the server is asked to charge.
+func (r CheckRequest) effectiveCost() int64 {
+	switch {
+	case r.Peek:
+		return 0
+	case r.Cost == 0:
+		return 1
+	}
+	return r.Cost
+}
+
+// MarshalJSON encodes r as the body of POST /v1/check.
+func (r CheckRequest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Key      string `json:"key,omitempty"`
+		IP       string `json:"ip,omitempty"`
+		Resource string `json:"resource,omitempty"`
+		Cost     int64  `json:"cost"`
+		DryRun   bool   `json:"dry_run,omitempty"`
+	}{r.Key, r.IP, r.Resource, r.effectiveCost(), r.DryRun})
+}
+
+// Decision is the check API's answer (the body of a 200 from /v1/check),
+// or one the client made itself: see Remembered and Degraded.
+//
+// Limit, Remaining, ResetAfterMS and Policy describe the governing rule (on
+// a denial the denying rule with the longest wait, otherwise the rule with
+// the least remaining); they are zero when no rule applied (Policy "").
+// Durations are milliseconds, rounded up by the server.
+type Decision struct {
+	Allowed  bool   `json:"allowed"`
+	Reason   string `json:"reason"`
+	Tier     string `json:"tier"`
+	TenantID string `json:"tenant_id,omitempty"`
+	KeyID    string `json:"key_id,omitempty"`
+	Plan     string `json:"plan,omitempty"`
+
+	Limit        int64 `json:"limit,omitempty"`
+	Remaining    int64 `json:"remaining,omitempty"`
+	ResetAfterMS int64 `json:"reset_after_ms,omitempty"`
+	// RetryAfterMS is 0 when allowed; when denied, the wait until the same
+	// request can succeed, or -1 when it never can (its cost is above the
+	// rule's capacity).
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	// DelayMS, on an allowed decision of a shaping rule, is how long the
+	// caller should hold the request; the middleware waits it out.
+	DelayMS int64  `json:"delay_ms,omitempty"`
+	Policy  string `json:"policy,omitempty"`
+	// Degraded is true when a rule could not be evaluated and its failure
+	// mode decided, or when the client could not ask and its FailMode
+	// decided (then Err says why).
+	Degraded bool         `json:"degraded"`
+	Rules    []RuleResult `json:"rules"`
+
+	// Header holds the rate-limit headers of the answer (RateLimit-Policy,
+	// RateLimit, X-RateLimit-*, Retry-After), ready to copy to a response.
+	// It is never nil.
+	Header http.Header `json:"-"`
+	// Remembered is true when the client denied the request itself, from
+	// an earlier denial whose wait has not passed, without asking.
+	Remembered bool `json:"-"`
+	// Err is why the client could not ask the check API when its FailMode
+	// decided; nil otherwise.
+	Err error `json:"-"`
+}
+
+// RetryAfter returns RetryAfterMS as a duration: 0 when allowed, negative
+// when the request can never succeed.
+func (d *Decision) RetryAfter() time.Duration {
+	if d.RetryAfterMS < 0 {
+		return -1
+	}
+	return time.Duration(d.RetryAfterMS) * time.Millisecond
+}
+
+// Delay returns DelayMS as a duration.
+func (d *Decision) Delay() time.Duration { return time.Duration(d.DelayMS) * time.Millisecond }
+
+// RuleResult is one rule's part of a decision.
+type RuleResult struct {
+	Name string `json:"name"`
+	// Algorithm is gcra, token_bucket, leaky_bucket, fixed_window,
+	// sliding_window_log or sliding_window_counter.
+	Algorithm string `json:"algorithm"`
+	// Mode is enforce or shadow (evaluated and reported, never denies).
+	Mode         string `json:"mode"`
+	Limit        int64  `json:"limit"`
+	WindowS      int64  `json:"window_s"`
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	DelayMS      int64  `json:"delay_ms,omitempty"`
+	// WouldDeny marks a shadow rule that would have denied.
+	WouldDeny bool `json:"would_deny,omitempty"`
+	Degraded  bool `json:"degraded,omitempty"`
+}
+
+// rateLimitHeaders are the headers of a decision worth passing on.
+var rateLimitHeaders = []string{
+	"RateLimit-Policy", "RateLimit",
+	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Used", "X-RateLimit-Reset",
+	"Retry-After",
+}
+
+// pickRateLimitHeaders returns the rate-limit headers of h.
+func pickRateLimitHeaders(h http.Header) http.Header {
+	out := make(http.Header, len(rateLimitHeaders))
+	for _, name := range rateLimitHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			out[http.CanonicalHeaderKey(name)] = append([]string(nil), v...)
+		}
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+// Package client is Tollgate's Go SDK: a typed client of the check API
+// (POST /v1/check), net/http middleware that protects a service with it,
+// and a small client of the admin API. It uses the standard library only.
+//
+// # Checking a request
+//
+// A [Client] asks the check API whether a caller may make a request now:
+//
+//	tg, err := client.New("http://tollgate:8080", serviceToken, client.Options{})
+//	...
+//	d, err := tg.Check(ctx, client.CheckRequest{Key: apiKey, IP: ip, Resource: "GET /repos"})
+//
+// Every answer of the server, allowed or not, is a [Decision]; err is
+// non-nil only when the request itself is wrong (a [*ProblemError]: a bad
+// service token, an invalid IP…) or ctx ended. A Client is safe for
+// concurrent use and holds one tuned [http.Transport], so checks reuse
+// connections: create one per process and share it.
+//
+// # Failure modes
+//
+// When the check API cannot be reached, times out (Options.Timeout, 500 ms
+// by default), answers 5xx or answers something that is not a decision,
+// the client decides by its [FailMode]: [FailOpen] (the default, like the
+// server's rules) allows, [FailClosed] denies with reason
+// [ReasonUnavailable]. Either way the decision says Degraded and carries
+// the cause in Decision.Err; Check never panics and never returns an error
+// for an outage.
+//
+// # Remembered denials
+//
+// A denial whose retry_after_ms is positive means the same request cannot
+// succeed before that time. The client remembers it, keyed by the exact
+// (key, ip, resource, cost) of the request, and denies that request again
+// locally, without a round trip, until the time has passed; it never
+// denies longer than it was told, since the wait is counted from before
+// the request was sent. Memory is bounded (Options.MemorySize entries,
+// least recently used first out) and holds digests, not API keys. Such a
+// decision has Remembered set and its Retry-After counts down.
+//
+// # Protecting a service
+//
+// [Client.Middleware] wraps an [http.Handler] in the spirit of
+// express-rate-limit: every request is checked with the caller's API key
+// (Authorization: Bearer, then X-API-Key), its address (RemoteAddr; see
+// [ForwardedFor] for proxies) and "METHOD /path" as the resource. The
+// rate-limit headers of the decision (RateLimit-Policy, RateLimit,
+// X-RateLimit-*, Retry-After) are copied to the response, the decision is
+// put in the request's context ([DecisionFrom]), and a denial is answered
+// with application/problem+json by [WriteDenied] or your OnLimited:
+//
+//	reason                            status
+//	rate_limited                      429 Too Many Requests, with Retry-After
+//	invalid_key, key_required         401 Unauthorized, with WWW-Authenticate
+//	key_revoked, key_expired,
+//	tenant_suspended                  403 Forbidden
+//	unavailable                       503 Service Unavailable, with Retry-After
+//	any other                         429 with a positive retry_after_ms, else 403
+//
+// # The admin API
+//
+// [AdminClient] covers what a service or a script needs from the admin API:
+// logging in (email and password, or a session token you already have),
+// plans, tenants, API keys, usage totals and statements. It is written by
+// hand on the types of openapi.yaml rather than generated: a generator
+// would add a build step and a runtime dependency to a package that needs
+// neither, the surface is small (a dozen calls), and hand-written code
+// reads like Go — context first, time.Time and plain strings instead of
+// pointer-heavy structs, one [*ProblemError] naming the invalid fields for
+// errors.As. For the rest of the admin API, send the session token
+// ([AdminClient.Token]) yourself; openapi.yaml describes every route.
+package client

@@ -1,0 +1,412 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestEndToEnd drives the SDK against the real programs: cmd/api and
+// cmd/admin are built, the demo is seeded with `admin seed demo --json` in
+// a fresh database, and a service protected by the middleware is called
+// the way its callers would.
+func TestEndToEnd(t *testing.T) {
+	for _, name := range []string{"TOLLGATE_TEST_DATABASE_URL", "TOLLGATE_TEST_REDIS_ADDR"} {
+		if os.Getenv(name) == "" {
+			t.Skipf("%s is unset: this end-to-end test needs the Postgres and Redis that `make test` (scripts/services.sh test) starts", name)
+		}
+	}
+	ctx := context.Background()
+	bin := buildPrograms(t)
+	dbURL := testenv.DatabaseURL(t)
+	_, prefix := testenv.Redis(t)
+
+	var seed struct {
+		ServiceToken string            `json:"service_token"`
+		Keys         map[string]string `json:"keys"`
+		Users        map[string]struct {
+			Email, Password string
+		} `json:"users"`
+	}
+	out, err := programCommand(filepath.Join(bin, "admin"), []string{"seed", "demo", "--json"},
+		map[string]string{"TOLLGATE_DATABASE_URL": dbURL}).Output()
+	if err != nil {
+		t.Fatalf("admin seed demo: %v", exitDetail(err))
+	}
+	if err := json.Unmarshal(out, &seed); err != nil || seed.ServiceToken == "" || seed.Keys["pro"] == "" {
+		t.Fatalf("admin seed demo --json printed %q (%v)", out, err)
+	}
+
+	apiURL := startProgram(t, filepath.Join(bin, "api"), nil, "api listening", map[string]string{
+		"TOLLGATE_API_ADDR":     "127.0.0.1:0",
+		"TOLLGATE_DATABASE_URL": dbURL,
+		"TOLLGATE_REDIS_ADDR":   testenv.RedisAddr(t),
+		"TOLLGATE_KEY_PREFIX":   prefix,
+		// Usage straight to Postgres, often, so the admin API sees it soon.
+		"TOLLGATE_USAGE_SINK":  "postgres",
+		"TOLLGATE_USAGE_FLUSH": "100ms",
+	})
+	adminURL := startProgram(t, filepath.Join(bin, "admin"), []string{"serve"}, "admin listening", map[string]string{
+		"TOLLGATE_ADMIN_ADDR":   "127.0.0.1:0",
+		"TOLLGATE_DATABASE_URL": dbURL,
+		"TOLLGATE_KEY_PREFIX":   prefix,
+		"TOLLGATE_SERVE_WORKER": "false",
+	})
+
+	// The protected service. Round trips to the check API are counted to
+	// see denials answered from memory.
+	var roundTrips atomic.Int64
+	tg, err := client.New(apiURL, seed.ServiceToken, client.Options{
+		HTTPClient: &http.Client{Transport: countingTransport{&roundTrips, http.DefaultTransport}},
+	})
+	testenv.Must(t, err)
+	service := httptest.NewServer(tg.Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := client.DecisionFrom(r.Context())
+		if !ok {
+			t.Error("handler: no decision in the request's context")
+			return
+		}
+		fmt.Fprintf(w, "%s %s %d", d.Tier, d.Plan, d.Remaining)
+	})))
+	defer service.Close()
+	get := func(t *testing.T, header ...string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", service.URL+"/v1/repos", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+
+	t.Run("anonymous callers: 60 an hour per address, then 429", func(t *testing.T) {
+		for i := 1; i <= 60; i++ {
+			resp := get(t)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("anonymous request %d: status %d, want 200", i, resp.StatusCode)
+			}
+			if i == 1 {
+				wantHeaders(t, resp.Header, map[string]string{
+					"RateLimit-Policy": `"hourly";q=60;w=3600`, "X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59",
+					"X-RateLimit-Used": "1", "Retry-After": "",
+				})
+			}
+		}
+		resp := get(t)
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("61st anonymous request: status %d, want 429", resp.StatusCode)
+		}
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil || retry < 1 || retry > 60 {
+			t.Errorf("Retry-After = %q, want 1–60 seconds (60/hour refills one a minute)", resp.Header.Get("Retry-After"))
+		}
+		wantHeaders(t, resp.Header, map[string]string{
+			"Content-Type": "application/problem+json", "RateLimit-Policy": `"hourly";q=60;w=3600`,
+			"X-RateLimit-Remaining": "0",
+		})
+		if got := roundTrips.Load(); got != 61 {
+			t.Errorf("round trips after 61 requests = %d, want 61", got)
+		}
+
+		// Told to wait: denied again without asking.
+		again := get(t)
+		if again.StatusCode != http.StatusTooManyRequests || roundTrips.Load() != 61 {
+			t.Errorf("62nd request: status %d after %d round trips, want 429 without a round trip", again.StatusCode, roundTrips.Load())
+		}
+		if r, _ := strconv.Atoi(again.Header.Get("Retry-After")); r < 1 || r > retry {
+			t.Errorf("62nd request: Retry-After %q, want 1–%d", again.Header.Get("Retry-After"), retry)
+		}
+	})
+
+	t.Run("a pro key passes with its plan's headers", func(t *testing.T) {
+		resp := get(t, "Authorization", "Bearer "+seed.Keys["pro"])
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+		wantHeaders(t, resp.Header, map[string]string{
+			"RateLimit-Policy": `"hourly";q=5000;w=3600`, "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999",
+			"RateLimit": `"hourly";r=4999;t=1`,
+		})
+		d, err := tg.Check(ctx, client.CheckRequest{Key: seed.Keys["pro"], Resource: "POST /v1/search", DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Tier != client.TierAuthenticated || d.Plan != "pro" || d.TenantID == "" || d.KeyID == "" || len(d.Rules) != 2 {
+			t.Errorf("dry-run decision = %+v, want pro's two rules", d)
+		}
+	})
+
+	t.Run("an unknown key is a 401", func(t *testing.T) {
+		resp := get(t, "X-API-Key", "tg_000000000000000000000000000000000000")
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("status %d (%s), want 401 problem+json", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	})
+
+	t.Run("refusals of the check API are problems naming the fields", func(t *testing.T) {
+		_, err := tg.Check(ctx, client.CheckRequest{Resource: "GET /"})
+		var p *client.ProblemError
+		if !errors.As(err, &p) || p.Status != 422 || p.Errors["ip"] == "" {
+			t.Errorf("no key and no ip: %v, want a 422 naming ip", err)
+		}
+		bad, err := client.New(apiURL, "not-a-token", client.Options{})
+		testenv.Must(t, err)
+		if _, err := bad.Check(ctx, client.CheckRequest{IP: "203.0.113.7"}); !errors.As(err, &p) || p.Status != 401 || p.Code != "unauthorized" {
+			t.Errorf("bad service token: %v, want a 401 unauthorized", err)
+		}
+	})
+
+	t.Run("admin API: a new tenant's key works until revoked", func(t *testing.T) {
+		admin, err := client.NewAdmin(adminURL, client.AdminOptions{})
+		testenv.Must(t, err)
+		op := seed.Users["operator"]
+		if _, err := admin.Login(ctx, op.Email, op.Password); err != nil {
+			t.Fatalf("login: %v", err)
+		}
+		plans, err := admin.ListPlans(ctx, client.ListOptions{Limit: 200})
+		testenv.Must(t, err)
+		var proID int64
+		for _, p := range plans.Items {
+			if p.Name == "pro" {
+				proID = p.ID
+			}
+		}
+		pro, err := admin.GetPlan(ctx, proID)
+		testenv.Must(t, err)
+		if len(pro.Rules) != 2 || pro.Rules[0].Limit == 0 || pro.Currency != "USD" {
+			t.Errorf("pro plan = %+v", pro)
+		}
+		tenant, err := admin.CreateTenant(ctx, "sdk-e2e", proID)
+		testenv.Must(t, err)
+		found, err := admin.ListTenants(ctx, client.TenantQuery{Search: "sdk-e2e"})
+		testenv.Must(t, err)
+		if len(found.Items) != 1 || found.Items[0].ID != tenant.ID || found.Items[0].Status != "active" {
+			t.Errorf("tenants named sdk-e2e = %+v, want the new one", found.Items)
+		}
+		if _, err := admin.CreateTenant(ctx, "sdk-e2e", proID); !isProblem(err, http.StatusConflict) {
+			t.Errorf("a taken name: %v, want a 409", err)
+		}
+		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk", Metadata: map[string]string{"by": "e2e"}})
+		testenv.Must(t, err)
+		if !strings.HasPrefix(issued.Secret, issued.Key.Prefix) || issued.Key.Metadata["by"] != "e2e" {
+			t.Errorf("issued key = %+v", issued)
+		}
+		waitStatus(t, func() int { return get(t, "X-API-Key", issued.Secret).StatusCode }, http.StatusOK)
+
+		if _, err := admin.RevokeKey(ctx, tenant.ID, issued.Key.ID); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		waitStatus(t, func() int { return get(t, "X-API-Key", issued.Secret).StatusCode }, http.StatusForbidden)
+		keys, err := admin.ListKeys(ctx, tenant.ID, client.ListOptions{})
+		testenv.Must(t, err)
+		if len(keys.Items) != 1 || keys.Items[0].RevokedAt.IsZero() {
+			t.Errorf("keys = %+v, want the revoked one", keys.Items)
+		}
+
+		month := time.Now().UTC().Format("2006-01")
+		st, err := admin.GetStatement(ctx, tenant.ID, month)
+		testenv.Must(t, err)
+		if st.Status != "open" || st.TenantName != "sdk-e2e" || st.Currency != "USD" || len(st.PlanPeriods) != 1 || st.PlanPeriods[0].Plan != "pro" {
+			t.Errorf("statement = %+v", st)
+		}
+		if _, err := admin.GetStatement(ctx, "00000000-0000-4000-8000-000000000000", month); !isProblem(err, http.StatusNotFound) {
+			t.Errorf("statement of no tenant: %v, want a 404", err)
+		}
+
+		// Every anonymous decision the service asked for is counted: 60
+		// allowed and the one denial; the denial answered from memory is
+		// not.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			u, err := admin.UsageTotals(ctx, time.Time{}, time.Time{})
+			testenv.Must(t, err)
+			anon := u.Totals.ByTier[client.TierAnonymous]
+			if anon.Allowed == 60 && anon.Denied == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("anonymous usage = %+v after 10s, want 60 allowed and 1 denied", anon)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// countingTransport counts the requests it sends.
+type countingTransport struct {
+	n    *atomic.Int64
+	next http.RoundTripper
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+func wantHeaders(t *testing.T, h http.Header, want map[string]string) {
+	t.Helper()
+	for name, v := range want {
+		if got := h.Get(name); got != v {
+			t.Errorf("%s = %q, want %q", name, got, v)
+		}
+	}
+}
+
+// waitStatus polls status until it returns want, for up to 2 s: a key
+// issued or revoked reaches the check API within a second.
+func waitStatus(t *testing.T, status func() int, want int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := status()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %d after 2s, want %d", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// buildPrograms builds cmd/api and cmd/admin into a temporary directory
+// (the go command caches the work across runs).
+func buildPrograms(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/tollgate/tollgate/cmd/api", "github.com/tollgate/tollgate/cmd/admin")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// programCommand returns a command running path with the environment of
+// the test minus its TOLLGATE_* settings, plus the test secret key and env.
+func programCommand(path string, args []string, env map[string]string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TOLLGATE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "TOLLGATE_SECRET_KEY="+testenv.SecretKey)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+func exitDetail(err error) error {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return fmt.Errorf("%w: %s", err, exit.Stderr)
+	}
+	return err
+}
+
+// startProgram runs a server program with JSON logs and returns its base
+// URL once it logs listening (a line with msg and the address). It is
+// stopped with SIGTERM when the test ends; its log is shown if the test
+// failed.
+func startProgram(t *testing.T, path string, args []string, listening string, env map[string]string) string {
+	t.Helper()
+	env["TOLLGATE_LOG_FORMAT"] = "json"
+	env["TOLLGATE_LOG_LEVEL"] = "info"
+	logs := &programLog{listening: listening, addr: make(chan string, 1)}
+	cmd := programCommand(path, args, env)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	name := filepath.Base(path)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("%s exited with %v", name, err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("%s did not stop within 15s of SIGTERM", name)
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, logs.String())
+		}
+	})
+	select {
+	case addr := <-logs.addr:
+		return "http://" + addr
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("%s exited before listening: %v\n%s", name, err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not listen within 30s\n%s", name, logs.String())
+	}
+	return ""
+}
+
+// programLog keeps a program's output and reports the address of its
+// listening line.
+type programLog struct {
+	listening string
+	addr      chan string
+
+	mu      sync.Mutex
+	all     bytes.Buffer
+	partial []byte
+}
+
+func (l *programLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all.Write(p)
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		var line struct{ Msg, Addr string }
+		if json.Unmarshal(l.partial[:i], &line) == nil && line.Msg == l.listening && line.Addr != "" {
+			select {
+			case l.addr <- line.Addr:
+			default:
+			}
+		}
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *programLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all.String()
+}

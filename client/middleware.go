@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MiddlewareOptions configures Client.Middleware. Every field is optional.
+type MiddlewareOptions struct {
+	// KeyFunc returns the caller's API key, "" for an anonymous caller.
+	// Default: the token of "Authorization: Bearer <key>", else the
+	// X-API-Key header. If your service uses bearer tokens for something
+	// else, set KeyFunc.
+	KeyFunc func(*http.Request) string
+	// IPFunc returns the caller's address. Default: the host of
+	// RemoteAddr. No header is trusted unless you say so: behind a proxy,
+	// use ForwardedFor with the proxy's addresses. Without a key the
+	// check API needs a valid address: a request it refuses goes to
+	// OnError.
+	IPFunc func(*http.Request) string
+	// ResourceFunc returns what is accessed, matched against the rules'
+	// resource patterns. Default: the method, a space and the path as
+	// sent (percent-encoded), e.g. "GET /repos/acme", at most 1024 bytes.
+	ResourceFunc func(*http.Request) string
+	// Cost returns the units the request consumes (0 means 1). Default 1.
+	Cost func(*http.Request) int64
+	// Skip returns true for requests that are not checked at all (no
+	// decision is put in their context), e.g. health probes.
+	Skip func(*http.Request) bool
+	// OnLimited answers a denied request. The rate-limit headers are
+	// already set and the decision is in r's context. It is called for
+	// every denial, whatever the reason (d.Reason says which); delegate
+	// to WriteDenied for the ones you do not customise. Default:
+	// WriteDenied.
+	OnLimited func(w http.ResponseWriter, r *http.Request, d *Decision)
+	// OnError answers a request whose check failed with an error (see
+	// Client.Check: the server refused the check, e.g. a bad service token
+	// or an IP it cannot parse). Outages are not errors: the FailMode
+	// decides them. Default: a 500 application/problem+json, or nothing
+	// when the caller has gone away.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+type decisionKey struct{}
+
+// DecisionFrom returns the decision the middleware put in ctx, if any.
+func DecisionFrom(ctx context.Context) (*Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*Decision)
+	return d, ok
+}
+
+// Middleware returns middleware that checks every request with c before
+// the handler runs. It copies the decision's rate-limit headers to the
+// response, puts the decision in the request's context (DecisionFrom),
+// holds the request for the decision's delay if a shaping rule asks for
+// one, and answers denials with opts.OnLimited.
+func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
+	keyFunc := opts.KeyFunc
+	if keyFunc == nil {
+		keyFunc = APIKey
+	}
+	ipFunc := opts.IPFunc
+	if ipFunc == nil {
+		ipFunc = RemoteIP
+	}
+	resourceFunc := opts.ResourceFunc
+	if resourceFunc == nil {
+		resourceFunc = MethodAndPath
+	}
+	onLimited := opts.OnLimited
+	if onLimited == nil {
+		onLimited = WriteDenied
+	}
+	onError := opts.OnError
+	if onError == nil {
+		onError = writeCheckError
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if opts.Skip != nil && opts.Skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			req := CheckRequest{Key: keyFunc(r), IP: ipFunc(r), Resource: resourceFunc(r)}
+			if opts.Cost != nil {
+				req.Cost = opts.Cost(r)
+			}
+			d, err := c.Check(r.Context(), req)
+			if err != nil {
+				onError(w, r, err)
+				return
+			}
+			h := w.Header()
+			for name, values := range d.Header {
+				h[name] = append([]string(nil), values...)
+			}
+			r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, d))
+			if !d.Allowed {
+				onLimited(w, r, d)
+				return
+			}
+			if d.DelayMS > 0 && !hold(r.Context(), d.Delay()) {
+				return // the caller went away while held
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// hold waits for delay, or until ctx ends (then it returns false).
+func hold(ctx context.Context, delay time.Duration) bool {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// APIKey returns the API key of r: the token of "Authorization: Bearer
+// <key>" (any case of "Bearer"), else the X-API-Key header, else "". It is
+// the middleware's default KeyFunc.
+func APIKey(r *http.Request) string {
+	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		if token = strings.TrimSpace(token); token != "" {
+			return token
+		}
+	}
+	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+}
+
+// RemoteIP returns the host part of r.RemoteAddr, the address of the peer
+// that connected. It is the middleware's default IPFunc.
+func RemoteIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// maxResource is the longest resource the check API accepts.
+const maxResource = 1024
+
+// MethodAndPath returns r's method, a space and its path as sent
+// (percent-encoded, so never a control character), cut to 1024 bytes. It
+// is the middleware's default ResourceFunc.
+func MethodAndPath(r *http.Request) string {
+	s := r.Method + " " + r.URL.EscapedPath()
+	if len(s) > maxResource {
+		s = s[:maxResource]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// ForwardedFor returns an IPFunc for a service behind proxies: when a
+// request comes from one of the trusted prefixes, the caller is the
+// right-most address of X-Forwarded-For that is not trusted (each proxy
+// appends the address it saw, so addresses left of it may be forged);
+// otherwise the caller is RemoteAddr and the header is ignored.
+func ForwardedFor(trusted ...netip.Prefix) func(*http.Request) string {
+	isTrusted := func(a netip.Addr) bool {
+		a = a.Unmap()
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) string {
+		remote := RemoteIP(r)
+		addr, err := netip.ParseAddr(remote)
+		if err != nil || !isTrusted(addr) {
+			return remote
+		}
+		var hops []string
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			hops = append(hops, strings.Split(v, ",")...)
+		}
+		caller := remote
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				return caller // garbage: stop at the last address a trusted proxy vouched for
+			}
+			caller = hop.String()
+			if !isTrusted(hop) {
+				return caller
+			}
+		}
+		return caller
+	}
+}
+
+// problem is the application/problem+json body of the middleware's own
+// answers.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
+}
+
+// WriteDenied answers a denied request with application/problem+json whose
+// code is the decision's reason: 429 for rate_limited, 401 for invalid_key
+// and key_required, 403 for key_revoked, key_expired and tenant_suspended,
+// 503 for unavailable; an unknown reason is a 429 when it has a wait, a
+// 403 otherwise. It is the middleware's default OnLimited.
+func WriteDenied(w http.ResponseWriter, r *http.Request, d *Decision) {
+	status, detail := http.StatusForbidden, "the request is not allowed"
+	switch d.Reason {
+	case ReasonRateLimited:
+		status, detail = http.StatusTooManyRequests, "rate limit exceeded"
+		if d.RetryAfterMS < 0 {
+			detail = "the request exceeds what the rate limit can ever allow"
+		}
+	case ReasonInvalidKey:
+		status, detail = http.StatusUnauthorized, "the API key is not valid"
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	case ReasonKeyRequired:
+		status, detail = http.StatusUnauthorized, "an API key is required"
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	case ReasonKeyRevoked:
+		detail = "the API key has been revoked"
+	case ReasonKeyExpired:
+		detail = "the API key has expired"
+	case ReasonTenantSuspended:
+		detail = "the account is suspended"
+	case ReasonUnavailable:
+		status, detail = http.StatusServiceUnavailable, "rate limiting is unavailable"
+	default:
+		if d.RetryAfterMS > 0 {
+			status = http.StatusTooManyRequests
+		}
+	}
+	if d.RetryAfterMS > 0 {
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", strconv.FormatInt(ceilDiv(d.RetryAfterMS, 1000), 10))
+		}
+		detail += "; retry after " + w.Header().Get("Retry-After") + " s"
+	}
+	writeProblem(w, status, d.Reason, detail)
+}
+
+// writeCheckError is the default OnError.
+func writeCheckError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away; nobody reads an answer
+	}
+	writeProblem(w, http.StatusInternalServerError, "internal", "the rate limit check failed")
+}

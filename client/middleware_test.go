@@ -1,0 +1,321 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/client"
+)
+
+// decide returns a check handler answering with a decision of reason;
+// allowed decisions carry a pro plan's headers.
+func decide(allowed bool, reason string, retryAfterMS, delayMS int64) http.HandlerFunc {
+	body, _ := json.Marshal(map[string]any{
+		"allowed": allowed, "reason": reason, "tier": "authenticated", "plan": "pro",
+		"limit": 5000, "remaining": 4321, "reset_after_ms": 720, "retry_after_ms": retryAfterMS,
+		"delay_ms": delayMS, "policy": "hourly", "degraded": false, "rules": []any{},
+	})
+	header := map[string]string{
+		"RateLimit-Policy": `"hourly";q=5000;w=3600`, "RateLimit": `"hourly";r=4321;t=1`,
+		"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4321", "X-RateLimit-Used": "679",
+		"X-RateLimit-Reset": "1795352110",
+	}
+	if retryAfterMS > 0 {
+		header["Retry-After"] = fmt.Sprint((retryAfterMS + 999) / 1000)
+	}
+	return answer(nil, 200, header, string(body))
+}
+
+var proHeaders = map[string]string{
+	"RateLimit-Policy": `"hourly";q=5000;w=3600`, "RateLimit": `"hourly";r=4321;t=1`,
+	"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4321", "X-RateLimit-Used": "679",
+	"X-RateLimit-Reset": "1795352110",
+}
+
+func with(h map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range h {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+func TestMiddleware(t *testing.T) {
+	ok := decide(true, "ok", 0, 0)
+	cases := []struct {
+		name     string
+		check    http.HandlerFunc // nil: the check API is down
+		failMode client.FailMode
+		opts     client.MiddlewareOptions
+		request  func(r *http.Request)
+
+		wantStatus  int
+		wantHandler bool
+		wantCode    string            // the problem's code, when not the handler's answer
+		wantHeader  map[string]string // "" means absent
+		wantSent    map[string]any    // fields of the check
+		skipped     bool              // no check is sent, no decision is in the context
+	}{
+		{name: "allowed: headers passed on, decision in context", check: ok,
+			wantStatus: 200, wantHandler: true, wantHeader: with(proHeaders, "Retry-After", ""),
+			wantSent: map[string]any{"ip": "192.0.2.1", "resource": "GET /repos/acme", "cost": 1.0}},
+		{name: "rate limited", check: decide(false, "rate_limited", 30_000, 0),
+			wantStatus: 429, wantCode: "rate_limited", wantHeader: with(proHeaders, "Retry-After", "30", "Content-Type", "application/problem+json")},
+		{name: "rate limited beyond capacity", check: decide(false, "rate_limited", -1, 0),
+			wantStatus: 429, wantCode: "rate_limited", wantHeader: with(proHeaders, "Retry-After", "")},
+		{name: "invalid key", check: decide(false, "invalid_key", 0, 0),
+			wantStatus: 401, wantCode: "invalid_key", wantHeader: map[string]string{"WWW-Authenticate": `Bearer error="invalid_token"`, "Content-Type": "application/problem+json"}},
+		{name: "key required", check: decide(false, "key_required", 0, 0),
+			wantStatus: 401, wantCode: "key_required", wantHeader: map[string]string{"WWW-Authenticate": "Bearer"}},
+		{name: "revoked key", check: decide(false, "key_revoked", 0, 0), wantStatus: 403, wantCode: "key_revoked"},
+		{name: "expired key", check: decide(false, "key_expired", 0, 0), wantStatus: 403, wantCode: "key_expired"},
+		{name: "suspended tenant", check: decide(false, "tenant_suspended", 0, 0), wantStatus: 403, wantCode: "tenant_suspended"},
+		{name: "a fail-closed rule could not be evaluated", check: decide(false, "unavailable", 1000, 0),
+			wantStatus: 503, wantCode: "unavailable", wantHeader: map[string]string{"Retry-After": "1"}},
+		{name: "unknown reason with a wait", check: decide(false, "quota_exhausted", 5000, 0),
+			wantStatus: 429, wantCode: "quota_exhausted", wantHeader: map[string]string{"Retry-After": "5"}},
+		{name: "unknown reason without a wait", check: decide(false, "geo_blocked", 0, 0),
+			wantStatus: 403, wantCode: "geo_blocked"},
+		{name: "OnLimited answers denials", check: decide(false, "rate_limited", 2500, 0),
+			opts: client.MiddlewareOptions{OnLimited: func(w http.ResponseWriter, r *http.Request, d *client.Decision) {
+				if c, _ := client.DecisionFrom(r.Context()); c != d {
+					t.Error("OnLimited: the decision is not in the request's context")
+				}
+				w.WriteHeader(http.StatusTeapot)
+				io.WriteString(w, d.Reason)
+			}},
+			wantStatus: 418, wantHeader: with(proHeaders, "Retry-After", "3")},
+		{name: "Skip: no check, no decision", check: ok,
+			opts:       client.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }},
+			request:    func(r *http.Request) { r.URL.Path = "/healthz" },
+			wantStatus: 200, wantHandler: true, wantHeader: map[string]string{"RateLimit": ""}, skipped: true},
+		{name: "Skip false: checked", check: ok,
+			opts:       client.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }},
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"resource": "GET /repos/acme"}},
+		{name: "key from Authorization: Bearer, before X-API-Key", check: ok,
+			request: func(r *http.Request) {
+				r.Header.Set("Authorization", "bearer tg_fromBearer")
+				r.Header.Set("X-API-Key", "tg_fromHeader")
+			},
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": "tg_fromBearer", "ip": "192.0.2.1"}},
+		{name: "key from X-API-Key when Authorization is not Bearer", check: ok,
+			request: func(r *http.Request) {
+				r.Header.Set("Authorization", "Basic dXNlcjpwYXNz")
+				r.Header.Set("X-API-Key", "tg_fromHeader")
+			},
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": "tg_fromHeader"}},
+		{name: "no key: anonymous", check: ok,
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": nil, "ip": "192.0.2.1"}},
+		{name: "forwarding headers are not trusted by default", check: ok,
+			request: func(r *http.Request) {
+				r.Header.Set("X-Forwarded-For", "203.0.113.99")
+				r.Header.Set("X-Real-IP", "203.0.113.98")
+			},
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"ip": "192.0.2.1"}},
+		{name: "IPv6 remote address", check: ok,
+			request:    func(r *http.Request) { r.RemoteAddr = "[2001:db8::7]:4000" },
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"ip": "2001:db8::7"}},
+		{name: "the resource is the path as sent", check: ok,
+			request:    func(r *http.Request) { *r = *httptest.NewRequest("DELETE", "/files/a%2Fb%00c?x=1", nil) },
+			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"resource": "DELETE /files/a%2Fb%00c"}},
+		{name: "KeyFunc, IPFunc, ResourceFunc and Cost", check: ok,
+			opts: client.MiddlewareOptions{
+				KeyFunc:      func(r *http.Request) string { return r.URL.Query().Get("api_key") },
+				IPFunc:       func(*http.Request) string { return "198.51.100.4" },
+				ResourceFunc: func(*http.Request) string { return "search" },
+				Cost:         func(*http.Request) int64 { return 7 },
+			},
+			request:    func(r *http.Request) { r.URL.RawQuery = "api_key=tg_q" },
+			wantStatus: 200, wantHandler: true,
+			wantSent: map[string]any{"key": "tg_q", "ip": "198.51.100.4", "resource": "search", "cost": 7.0}},
+		{name: "shaping delay, then the handler", check: decide(true, "ok", 0, 2),
+			wantStatus: 200, wantHandler: true, wantHeader: proHeaders},
+		{name: "fail open: the handler runs", check: nil, failMode: client.FailOpen,
+			wantStatus: 200, wantHandler: true},
+		{name: "fail closed: 503", check: nil, failMode: client.FailClosed,
+			wantStatus: 503, wantCode: "unavailable", wantHeader: map[string]string{"Retry-After": "1"}},
+		{name: "the check API refuses the service token: 500", check: answer(nil, 401,
+			map[string]string{"Content-Type": "application/problem+json"}, `{"status":401,"code":"unauthorized","title":"Unauthorized"}`),
+			wantStatus: 500, wantCode: "internal"},
+		{name: "OnError", check: answer(nil, 422, map[string]string{"Content-Type": "application/problem+json"},
+			`{"status":422,"code":"invalid","errors":{"ip":"must be an IPv4 or IPv6 address"}}`),
+			opts: client.MiddlewareOptions{
+				IPFunc: func(*http.Request) string { return "not an address" },
+				OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+					var p *client.ProblemError
+					if !errors.As(err, &p) || p.Errors["ip"] == "" {
+						t.Errorf("OnError got %v, want the 422 naming ip", err)
+					}
+					w.WriteHeader(http.StatusBadRequest)
+				},
+			},
+			wantStatus: 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var sent map[string]any
+			url := downURL()
+			if c.check != nil {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					_ = json.NewDecoder(r.Body).Decode(&sent)
+					mu.Unlock()
+					c.check(w, r)
+				}))
+				defer srv.Close()
+				url = srv.URL
+			}
+			tg := newClient(t, url, client.Options{FailMode: c.failMode})
+			handlerRan := false
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				handlerRan = true
+				d, ok := client.DecisionFrom(r.Context())
+				if c.skipped {
+					if ok {
+						t.Error("a skipped request has a decision in its context")
+					}
+				} else if !ok || !d.Allowed {
+					t.Errorf("handler: decision %+v, %v; want an allowed one", d, ok)
+				}
+				io.WriteString(w, "handled")
+			})
+			r := httptest.NewRequest("GET", "/repos/acme", nil)
+			if c.request != nil {
+				c.request(r)
+			}
+			w := httptest.NewRecorder()
+			tg.Middleware(c.opts)(handler).ServeHTTP(w, r)
+
+			if w.Code != c.wantStatus {
+				t.Errorf("status = %d, want %d (body %s)", w.Code, c.wantStatus, w.Body)
+			}
+			if handlerRan != c.wantHandler {
+				t.Errorf("handler ran = %v, want %v", handlerRan, c.wantHandler)
+			}
+			for name, want := range c.wantHeader {
+				if got := w.Header().Get(name); got != want {
+					t.Errorf("header %s = %q, want %q", name, got, want)
+				}
+			}
+			if c.wantCode != "" {
+				var p struct {
+					Type, Title, Detail, Code string
+					Status                    int
+				}
+				if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+					t.Errorf("Content-Type = %q, want application/problem+json", ct)
+				}
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+					t.Fatalf("body %q: %v", w.Body, err)
+				}
+				if p.Code != c.wantCode || p.Status != c.wantStatus || p.Title != http.StatusText(c.wantStatus) || p.Detail == "" {
+					t.Errorf("problem = %+v, want code %q, status %d with its title and a detail", p, c.wantCode, c.wantStatus)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if c.skipped && sent != nil {
+				t.Errorf("check sent for a skipped request: %v", sent)
+			}
+			for field, want := range c.wantSent {
+				if got := sent[field]; got != want {
+					t.Errorf("check field %s = %v, want %v (sent %v)", field, got, want, sent)
+				}
+			}
+		})
+	}
+}
+
+func TestDecisionFromWithoutMiddleware(t *testing.T) {
+	if d, ok := client.DecisionFrom(context.Background()); ok || d != nil {
+		t.Errorf("DecisionFrom = %v, %v; want none", d, ok)
+	}
+}
+
+func TestMethodAndPathIsCutToWhatTheServerAccepts(t *testing.T) {
+	// 2-byte runes straddle byte 1024: the cut must not split one.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.URL.Path = "/" + strings.Repeat("é", 600)
+	r.URL.RawPath = ""
+	got := client.MethodAndPath(r)
+	if len(got) > 1024 || !utf8.ValidString(got) || !strings.HasPrefix(got, "GET /%C3%A9") {
+		t.Errorf("MethodAndPath = %d bytes, valid UTF-8 %v, %.20q…; want at most 1024 valid bytes", len(got), utf8.ValidString(got), got)
+	}
+	r.URL.Path = "/é" + strings.Repeat("a", 2000)
+	r.URL.RawPath = "/é" + strings.Repeat("a", 2000) // not a valid encoding: Go re-encodes
+	if got := client.MethodAndPath(r); len(got) > 1024 || !utf8.ValidString(got) {
+		t.Errorf("MethodAndPath = %d bytes, valid %v; want at most 1024 valid bytes", len(got), utf8.ValidString(got))
+	}
+}
+
+func TestForwardedFor(t *testing.T) {
+	ip := client.ForwardedFor(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"))
+	cases := []struct {
+		name   string
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"direct caller: header ignored", "198.51.100.9:1", []string{"203.0.113.7"}, "198.51.100.9"},
+		{"one trusted proxy", "10.0.0.1:1", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"forged entries left of the proxy's are ignored", "10.0.0.1:1", []string{"1.1.1.1, 203.0.113.7"}, "203.0.113.7"},
+		{"two trusted proxies", "10.0.0.1:1", []string{"203.0.113.7, 10.0.0.2"}, "203.0.113.7"},
+		{"several header lines", "10.0.0.1:1", []string{"1.1.1.1", "203.0.113.7, 10.9.9.9"}, "203.0.113.7"},
+		{"trusted IPv6 proxy", "[fd00::1]:1", []string{"2001:db8::7"}, "2001:db8::7"},
+		{"IPv4-mapped proxy address", "[::ffff:10.0.0.1]:1", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"no header", "10.0.0.1:1", nil, "10.0.0.1"},
+		{"only proxies", "10.0.0.1:1", []string{"10.0.0.3, 10.0.0.2"}, "10.0.0.3"},
+		{"garbage stops the walk", "10.0.0.1:1", []string{"203.0.113.7, garbage, 10.0.0.2"}, "10.0.0.2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = c.remote
+			for _, v := range c.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			if got := ip(r); got != c.want {
+				t.Errorf("ip = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	cases := []struct {
+		auth, apiKey, want string
+	}{
+		{"Bearer tg_a", "", "tg_a"},
+		{"BEARER  tg_a ", "", "tg_a"},
+		{"Bearer ", "tg_b", "tg_b"},
+		{"Basic xyz", "tg_b", "tg_b"},
+		{"", " tg_b ", "tg_b"},
+		{"", "", ""},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest("GET", "/", nil)
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		if c.apiKey != "" {
+			r.Header.Set("X-API-Key", c.apiKey)
+		}
+		if got := client.APIKey(r); got != c.want {
+			t.Errorf("APIKey(Authorization %q, X-API-Key %q) = %q, want %q", c.auth, c.apiKey, got, c.want)
+		}
+	}
+}

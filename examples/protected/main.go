@@ -1,0 +1,86 @@
+// Command protected is a small service whose every request is checked by
+// Tollgate's check API before its handler runs: a caller over its plan's
+// limits gets a 429 with Retry-After, an unknown or revoked API key a
+// 401/403, and every answer carries the RateLimit headers.
+//
+//	TOLLGATE_URL=http://127.0.0.1:8080 TOLLGATE_SERVICE_TOKEN=<token> go run ./examples/protected
+//	curl -i localhost:8090/hello -H 'Authorization: Bearer <API key>'
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+)
+
+func main() {
+	if err := run(context.Background(), os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "protected:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until SIGINT or SIGTERM. Settings: TOLLGATE_URL (the check
+// API), TOLLGATE_SERVICE_TOKEN, and ADDR (default :8090).
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	for _, name := range []string{"TOLLGATE_URL", "TOLLGATE_SERVICE_TOKEN"} {
+		if getenv(name) == "" {
+			return fmt.Errorf("%s is not set", name)
+		}
+	}
+	tg, err := client.New(getenv("TOLLGATE_URL"), getenv("TOLLGATE_SERVICE_TOKEN"), client.Options{})
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_URL: %w", err)
+	}
+	srv := &http.Server{Addr: cmp.Or(getenv("ADDR"), ":8090"), Handler: routes(tg), ReadHeaderTimeout: 5 * time.Second}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	fmt.Fprintf(stderr, "protected: listening on %s, checking with %s\n", srv.Addr, getenv("TOLLGATE_URL"))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// routes is the service: every route behind the middleware, except the
+// health probe.
+func routes(tg *client.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", hello)
+	mux.HandleFunc("GET /healthz", healthz)
+	return tg.Middleware(client.MiddlewareOptions{
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+	})(mux)
+}
+
+// hello greets the caller with what the check decided.
+func hello(w http.ResponseWriter, r *http.Request) {
+	d, _ := client.DecisionFrom(r.Context())
+	who := "anonymous caller"
+	if d.Tier == client.TierAuthenticated {
+		who = "caller on the " + d.Plan + " plan"
+	}
+	fmt.Fprintf(w, "hello, %s: %d of %d left (%s)\n", who, d.Remaining, d.Limit, d.Policy)
+}
+
+// healthz answers load balancers' probes, which are not checked.
+func healthz(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }

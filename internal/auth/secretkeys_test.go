@@ -1,0 +1,99 @@
+package auth_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+)
+
+// TestSigningKeysAreSealedAtRest: the private key in the database is not
+// the key; a token signed with it verifies; a store without the secret key
+// cannot sign; a wrong secret key cannot open it.
+func TestSigningKeysAreSealedAtRest(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	keys := testkeys.SecretKeys(t)
+	token, _, err := auth.NewStore(db).WithSecretKeys(keys).IssueServiceToken(ctx, "edge", time.Hour)
+	testenv.Must(t, err)
+
+	var kid string
+	var pub, stored []byte
+	testenv.Must(t, db.QueryRow(ctx, `SELECT kid, public_key, private_key FROM signing_keys`).Scan(&kid, &pub, &stored))
+	if len(stored) == ed25519.PrivateKeySize || bytes.Contains(stored, pub) {
+		t.Fatalf("private_key is stored in the clear (%d bytes)", len(stored))
+	}
+	public, err := auth.NewStore(db).PublicKeys(ctx)
+	testenv.Must(t, err)
+	if _, _, err := auth.VerifyServiceToken(token, public, time.Now()); err != nil {
+		t.Fatalf("token signed with the sealed key does not verify: %v", err)
+	}
+
+	if _, _, err := auth.NewStore(db).IssueServiceToken(ctx, "nokey", time.Hour); !errors.Is(err, auth.ErrNoSecretKey) {
+		t.Errorf("issuing without a secret key: %v, want ErrNoSecretKey", err)
+	}
+	wrong, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
+	testenv.Must(t, err)
+	if _, _, err := auth.NewStore(db).WithSecretKeys(wrong).IssueServiceToken(ctx, "wrong", time.Hour); err == nil {
+		t.Error("a wrong secret key opened the signing key")
+	}
+	for _, bad := range []string{"", "short", "dG9vIHNob3J0"} {
+		if _, err := auth.ParseSecretKeys(bad); err == nil {
+			t.Errorf("ParseSecretKeys(%q) accepted a bad key", bad)
+		}
+	}
+}
+
+// TestResealAfterRotation: after the secret key rotates (the old one kept
+// as previous), tokens still issue; resealing moves every signing key to
+// the new key, after which the old key is no longer needed. A key an
+// earlier version stored in the clear is sealed on first use.
+func TestResealAfterRotation(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	oldKey, newKey := testenv.SecretKey, auth.GenerateSecretKey()
+	old := testkeys.SecretKeys(t)
+	_, _, err := auth.NewStore(db).WithSecretKeys(old).IssueServiceToken(ctx, "before", time.Hour)
+	testenv.Must(t, err)
+
+	rotated, err := auth.ParseSecretKeys(newKey, oldKey)
+	testenv.Must(t, err)
+	s := auth.NewStore(db).WithSecretKeys(rotated)
+	_, _, err = s.IssueServiceToken(ctx, "during", time.Hour)
+	testenv.Must(t, err)
+	n, err := s.ResealSigningKeys(ctx)
+	testenv.Must(t, err)
+	if n != 1 {
+		t.Errorf("resealed %d keys, want 1", n)
+	}
+	if n, err := s.ResealSigningKeys(ctx); err != nil || n != 0 {
+		t.Errorf("second reseal: %d, %v; want 0 (all sealed with the current key)", n, err)
+	}
+	onlyNew, err := auth.ParseSecretKeys(newKey)
+	testenv.Must(t, err)
+	if _, _, err := auth.NewStore(db).WithSecretKeys(onlyNew).IssueServiceToken(ctx, "after", time.Hour); err != nil {
+		t.Errorf("after resealing, the new key alone cannot sign: %v", err)
+	}
+
+	// A signing key in the clear, as an earlier version stored it.
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `UPDATE signing_keys SET retired_at = now()`)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO signing_keys (kid, public_key, private_key) VALUES ('legacy', $1, $2)`, []byte(pub), []byte(priv))
+	testenv.Must(t, err)
+	_, st, err := auth.NewStore(db).WithSecretKeys(onlyNew).IssueServiceToken(ctx, "legacy", time.Hour)
+	testenv.Must(t, err)
+	var stored []byte
+	testenv.Must(t, db.QueryRow(ctx, `SELECT private_key FROM signing_keys WHERE kid = 'legacy'`).Scan(&stored))
+	if st.KID != "legacy" || bytes.Equal(stored, priv) {
+		t.Errorf("legacy key: signed with %q, stored %d bytes; want it used and sealed", st.KID, len(stored))
+	}
+}

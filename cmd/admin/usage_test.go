@@ -276,7 +276,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 // the CLI and the API, and closing it says so plainly.
 func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
 	url := testenv.DatabaseURL(t)
-	if _, _, err := adminCLI(t, url, "seed", "demo"); err != nil {
+	if _, err := admin(t, url, "seed", "demo"); err != nil {
 		t.Fatal(err)
 	}
 	srv := startAdmin(t, url, nil)

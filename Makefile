@@ -8,7 +8,7 @@ BIN := bin
 VERSION ?= dev
 LDFLAGS := -X github.com/tollgate/tollgate/internal/buildinfo.Version=$(VERSION)
 
-.PHONY: run env test build bench loadgen vet fmt clean
+.PHONY: run env test test-faults build bench loadgen vet fmt clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/api ./cmd/api
@@ -26,8 +26,10 @@ run: build
 env:
 	@scripts/services.sh env
 
+# TOLLGATE_FAULTS=1 includes the fault suite (test/faults, about a minute
+# and a half); plain `go test ./...` skips it.
 test:
-	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
+	@TOLLGATE_FAULTS=1 TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
 
 # Benchmarks of one check through the handler against real Redis.
 bench:
@@ -41,3 +43,10 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+# The fault suite alone, with its report (counts, latencies; see
+# docs/reliability.md): three api processes, the worker, and a Postgres and
+# Redis of its own, under load while each fails in turn.
+# TOLLGATE_FAULTS_REPORT=file keeps the report in a file too.
+test-faults:
+	@TOLLGATE_FAULTS=1 scripts/services.sh test -- $(GO) test -count=1 -v -timeout 10m -run TestFaults ./test/faults/

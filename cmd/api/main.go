@@ -193,7 +193,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		return nil, err
 	}
 
-	store, pingStore := s.limiterStore(ctx)
+	store, pingStore, breakerPing := s.limiterStore(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -210,6 +210,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	// Keys' last-used times are written in the background, never on the
 	// hot path; the last flush still has Postgres.
 	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
+	reg.MustRegister(lastUsed.Collectors()...)
 	s.background(func(ctx context.Context) { lastUsed.Run(ctx, cfg.LastUsedFlush) })
 
 	recorders := enforce.Recorders{lastUsed}
@@ -218,7 +219,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix,
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
 	})
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
@@ -233,11 +234,13 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	return s, nil
 }
 
-// limiterStore returns the limiter store cfg.Store names and how to ping it.
-func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.Context) error) {
+// limiterStore returns the limiter store cfg.Store names, how to ping it
+// for /readyz, and how the circuit breaker pings Redis on a fresh
+// connection (nil for the memory store).
+func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, breakerPing func(context.Context) error) {
 	if s.cfg.Store == "memory" {
 		s.cfg.Log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
-		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }
+		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }, nil
 	}
 	limiterRedis := s.cfg.Redis
 	limiterRedis.NoRetries = true
@@ -248,7 +251,11 @@ func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	breakerPing = enforce.RedisPing(s.cfg.Redis.Addr)
+	if len(s.cfg.Redis.Cluster) > 0 {
+		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
+	}
+	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

@@ -169,6 +169,11 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	if out := help("help", "keys", "issue"); !strings.HasPrefix(out, "usage: admin keys issue [flags]") {
 		t.Errorf("admin help keys issue:\n%s", out)
 	}
+	// Help after an argument still explains rather than runs (the
+	// database here is unreachable).
+	if out := help("migrate", "up", "--help"); !strings.HasPrefix(out, "usage: admin migrate up | down") {
+		t.Errorf("admin migrate up --help:\n%s", out)
+	}
 	if out := help("--version"); !strings.HasPrefix(out, "admin "+buildinfo.Version+" (revision ") {
 		t.Errorf("admin --version = %q", out)
 	}

@@ -141,15 +141,15 @@ func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
 // isHelp reports whether arg asks for help.
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
-// helpRequested reports whether args ask for help before any positional
-// argument.
+// helpRequested reports whether args ask for help anywhere before "--":
+// `admin migrate up --help` must explain, not migrate.
 func helpRequested(args []string) bool {
 	for _, a := range args {
-		switch {
-		case isHelp(a):
-			return true
-		case a == "--" || !strings.HasPrefix(a, "-"):
+		if a == "--" {
 			return false
+		}
+		if isHelp(a) {
+			return true
 		}
 	}
 	return false

@@ -545,8 +545,10 @@ func TestVersionHelpAndHealthcheck(t *testing.T) {
 	if out, err := cli(nil, "--version"); err != nil || out != "api "+buildinfo.Read().String()+"\n" {
 		t.Errorf("--version: %q, %v", out, err)
 	}
-	if out, err := cli(nil, "--help"); err != nil || !strings.Contains(out, "api healthcheck") || !strings.Contains(out, "-version") {
-		t.Errorf("--help: %q, %v", out, err)
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"healthcheck", "--help"}} {
+		if out, err := cli(nil, args...); err != nil || !strings.Contains(out, "api healthcheck") || !strings.Contains(out, "-version") {
+			t.Errorf("%v: %q, %v", args, out, err)
+		}
 	}
 	if _, err := cli(nil, "frobnicate"); err == nil || !strings.Contains(err.Error(), "frobnicate") {
 		t.Errorf("an unknown command: %v", err)

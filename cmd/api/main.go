@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -91,15 +90,15 @@ and exits 0 when it answers, 1 otherwise (for container health checks).
 flags:
 `
 
-// helpRequested reports whether args ask for help before any positional
-// argument.
+// helpRequested reports whether args ask for help anywhere before "--"
+// (`api healthcheck --help` explains, it does not probe).
 func helpRequested(args []string) bool {
 	for _, a := range args {
-		switch {
-		case a == "-h" || a == "-help" || a == "--help":
-			return true
-		case a == "--" || !strings.HasPrefix(a, "-"):
+		if a == "--" {
 			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
 		}
 	}
 	return false
@@ -110,19 +109,19 @@ func helpRequested(args []string) bool {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	// Help that was asked for goes to stdout; after a mistake, to stderr.
 	fs.SetOutput(stderr)
-	if helpRequested(args) {
-		fs.SetOutput(stdout)
-	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
 	}
+	if helpRequested(args) {
+		// Help that was asked for goes to stdout; after a mistake, to
+		// stderr.
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
+	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if *showVersion {

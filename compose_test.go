@@ -2,33 +2,34 @@ package tollgate_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	// The YAML parser kin-openapi already brings (a fork of yaml.v3, merge
-	// keys included): no new module for one test.
-	yaml "github.com/oasdiff/yaml3"
+	// kin-openapi's YAML parser (over a fork of yaml.v3, merge keys
+	// included), as the deploy/ tests use.
+	"github.com/oasdiff/yaml"
 )
 
 // composeService is the part of a docker-compose service the test reads.
 type composeService struct {
-	Image       string            `yaml:"image"`
-	Build       any               `yaml:"build"`
-	Entrypoint  []string          `yaml:"entrypoint"`
-	Command     []string          `yaml:"command"`
-	Restart     string            `yaml:"restart"`
-	Environment map[string]string `yaml:"environment"`
-	Ports       []string          `yaml:"ports"`
-	Volumes     []string          `yaml:"volumes"`
+	Image       string            `json:"image"`
+	Build       any               `json:"build"`
+	Entrypoint  []string          `json:"entrypoint"`
+	Command     []string          `json:"command"`
+	Restart     string            `json:"restart"`
+	Environment map[string]string `json:"environment"`
+	Ports       []string          `json:"ports"`
+	Volumes     []string          `json:"volumes"`
 	Healthcheck *struct {
-		Test []string `yaml:"test"`
-	} `yaml:"healthcheck"`
+		Test []string `json:"test"`
+	} `json:"healthcheck"`
 	DependsOn map[string]struct {
-		Condition string `yaml:"condition"`
-	} `yaml:"depends_on"`
+		Condition string `json:"condition"`
+	} `json:"depends_on"`
 }
 
 // interpolation is compose's ${NAME} and ${NAME:-default}.
@@ -52,10 +53,14 @@ func TestDockerCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	var file struct {
-		Services map[string]composeService `yaml:"services"`
-		Volumes  map[string]any            `yaml:"volumes"`
+		Services map[string]composeService `json:"services"`
+		Volumes  map[string]any            `json:"volumes"`
 	}
-	if err := yaml.Unmarshal(raw, &file); err != nil {
+	doc, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	if err := json.Unmarshal(doc, &file); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	svc := file.Services

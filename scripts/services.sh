@@ -4,7 +4,9 @@
 #
 #   scripts/services.sh test -- CMD...   throwaway Postgres, Redis and a
 #                                         3-master Redis Cluster on free ports
-#                                         in a temporary directory; runs CMD
+#                                         in a temporary directory (and
+#                                         installs nginx-light for the gateway
+#                                         tests when missing); runs CMD
 #                                         with TOLLGATE_TEST_* set; stops them
 #                                         by PID and removes the directory.
 #   scripts/services.sh run -- CMD...     persistent Postgres and Redis (with
@@ -73,6 +75,32 @@ ensure_redis() {
   log "redis-server and redis-cli not found."
   log "Install them, e.g. 'sudo apt-get install redis-server' (Debian) or 'brew install redis' (macOS)."
   exit 1
+}
+
+# ensure_nginx installs Debian's nginx-light for the gateway tests (real
+# nginx in front of the check API) when it is missing and we are root.
+# Without it those tests skip, except in CI (CI=true), where they fail.
+ensure_nginx() {
+  if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+    return
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing nginx-light with apt-get (for the gateway tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    # The package would start a system nginx on port 80; ours run on their
+    # own ports. policy-rc.d tells the package scripts not to start it.
+    local policy=/usr/sbin/policy-rc.d created=""
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      created=1
+    fi
+    apt-get update -qq >/dev/null && apt-get install -y -qq nginx-light >/dev/null \
+      || log "could not install nginx-light: the gateway tests will say so"
+    if [ -n "$created" ]; then rm -f "$policy"; fi
+    return
+  fi
+  log "nginx not found: the gateway tests will be skipped (install nginx-light, e.g. 'sudo apt-get install nginx-light')"
 }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -219,6 +247,7 @@ start_redis_free() { # start_redis_free DIR [extra args...]: sets STARTED_PORT
 
 case "$mode" in
 test)
+  ensure_nginx
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
   chmod 755 "$WORK"
   start_postgres_free "$WORK"

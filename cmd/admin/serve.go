@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
@@ -34,8 +36,14 @@ type serverConfig struct {
 	LoginPerMinute int
 	// Redis, when an address is set, holds the login limiter's state so
 	// that every admin process shares it; otherwise it is in memory.
-	Redis           config.Redis
-	KeyPrefix       string
+	Redis     config.Redis
+	KeyPrefix string
+	// TrustedProxies are the proxies in front of the server whose
+	// X-Forwarded-For names the client (for the login limits and audit).
+	TrustedProxies httpx.TrustedProxies
+	// MetricsAddr, when set, serves Prometheus metrics (the usage worker's
+	// and the process's) at /metrics on its own listener.
+	MetricsAddr     string
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
 }
@@ -49,6 +57,8 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 		LoginPerMinute:  e.Int("TOLLGATE_ADMIN_LOGIN_LIMIT", 5, 1),
 		Redis:           e.Redis(""),
 		KeyPrefix:       e.KeyPrefix(),
+		TrustedProxies:  e.TrustedProxies(),
+		MetricsAddr:     e.String("TOLLGATE_ADMIN_METRICS_ADDR", ""),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		Log:             e.Logger(stderr),
 	}
@@ -116,20 +126,33 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if err != nil {
 		return err
 	}
+	// One registry: /metrics of the admin server and, when
+	// TOLLGATE_ADMIN_METRICS_ADDR is set, of a listener of its own.
 	metrics := newRegistry()
-	stopWorker, err := startServeWorker(ctx, e, usageCfg, metrics, log)
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("TOLLGATE_ADMIN_METRICS_ADDR=%s: %w", cfg.MetricsAddr, err)
+		}
+		msrv := &http.Server{Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics}), ReadHeaderTimeout: 5 * time.Second}
+		go msrv.Serve(mln) //nolint:errcheck // closed below
+		defer msrv.Close()
+		log.Info("admin metrics listening", "addr", mln.Addr().String())
+	}
+	stopWorker, err := startServeWorker(ctx, e, usageCfg, log, metrics)
 	if err != nil {
 		return err
 	}
 	defer stopWorker()
 
 	srv := &http.Server{
-		Handler: adminapi.NewHandler(adminapi.Config{
+		// Every route sees the client behind the trusted proxies.
+		Handler: cfg.TrustedProxies.Middleware(adminapi.NewHandler(adminapi.Config{
 			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics,
-		}),
+		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

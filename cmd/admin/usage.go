@@ -63,19 +63,17 @@ func (c usageConfig) store(e *env) *usagepkg.Store {
 }
 
 // newWorker returns a usage worker on the stream and a function that
-// releases its Redis client. register adds the worker's metrics and the
-// stream's backlog to a registry.
-func newWorker(c usageConfig, e *env, log *slog.Logger) (w *usagepkg.Worker, register func(prometheus.Registerer), release func()) {
+// releases its Redis client.
+func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func()) {
 	client := c.redis()
-	consumer := usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
-		Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
-	})
-	w = &usagepkg.Worker{Consumer: consumer, Store: c.store(e), Log: log}
-	register = func(reg prometheus.Registerer) {
-		w.Register(reg)
-		reg.MustRegister(usagepkg.NewBacklogCollector(consumer, 2*time.Second, log))
+	w := &usagepkg.Worker{
+		Consumer: usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
+			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
+		}),
+		Store: c.store(e),
+		Log:   log,
 	}
-	return w, register, func() { client.Close() }
+	return w, func() { client.Close() }
 }
 
 // newRegistry returns a metrics registry with the Go runtime's and the
@@ -104,11 +102,11 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 					return err
 				}
 				log := c.Log
-				w, register, release := newWorker(c, e, log)
+				w, release := newWorker(c, e, log)
 				defer release()
 				if *metricsAddr != "" {
 					reg := newRegistry()
-					register(reg)
+					w.Register(reg)
 					ln, err := net.Listen("tcp", *metricsAddr)
 					if err != nil {
 						return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
@@ -128,14 +126,16 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 }
 
 // startServeWorker runs a usage worker beside the admin server unless
-// TOLLGATE_SERVE_WORKER=false, with its metrics in reg; stop ends it and
-// waits.
-func startServeWorker(ctx context.Context, e *env, c usageConfig, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+// TOLLGATE_SERVE_WORKER=false, its metrics on reg when not nil; stop ends
+// it and waits.
+func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
-	w, register, release := newWorker(c, e, log)
-	register(reg)
+	w, release := newWorker(c, e, log)
+	if reg != nil {
+		w.Register(reg)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

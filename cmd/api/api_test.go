@@ -74,6 +74,14 @@ func newFixture(t *testing.T) *fixture {
 // extra overrides environment variables.
 func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	t.Helper()
+	return f.startAPIAddrs(t, extra)[0]
+}
+
+// startAPIAddrs is startAPI returning every address run() reports: the
+// check API's base URL, then the Envoy gRPC service's address when
+// TOLLGATE_ENVOY_GRPC_ADDR is set.
+func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string {
+	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_DATABASE_URL":    f.dbURL,
@@ -85,7 +93,11 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	for k, v := range extra {
 		env[k] = v
 	}
-	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+	n := 1
+	if env["TOLLGATE_ENVOY_GRPC_ADDR"] != "" {
+		n = 2 // the gRPC listener's address follows the HTTP one
+	}
+	addrs, stop := testenv.StartN(t, "api", n, func(ctx context.Context, ready chan<- string) error {
 		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
 	})
 	t.Cleanup(func() {
@@ -93,7 +105,8 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 			t.Errorf("api run: %v", err)
 		}
 	})
-	return "http://" + addr
+	addrs[0] = "http://" + addrs[0]
+	return addrs
 }
 
 type checkResponse struct {
@@ -571,6 +584,8 @@ func TestVersionHelpAndHealthcheck(t *testing.T) {
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	for name, val := range map[string]string{
 		"TOLLGATE_STORE": "etcd", "TOLLGATE_REDIS_TIMEOUT": "soon", "TOLLGATE_KEY_PREFIX": "{x}",
+		"TOLLGATE_TRUSTED_PROXIES": "proxy.internal", "TOLLGATE_FORWARD_KEY_HEADERS": "X-API-Key,Bad Header",
+		"TOLLGATE_FORWARD_KEY_QUERY": "a=b",
 	} {
 		err := run(context.Background(), nil, func(k string) string {
 			if k == name {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/checkapi"
+	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
@@ -52,7 +54,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	IPv6Prefix      int
 	Usage           config.Usage
-	Log             *slog.Logger
+	// TrustedProxies are hops in front of the gateways (forward-auth).
+	TrustedProxies []netip.Prefix
+	Forward        config.Forward
+	Envoy          config.Envoy
+	Log            *slog.Logger
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -69,6 +75,9 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		IPv6Prefix:      e.Int("TOLLGATE_IPV6_PREFIX", 64, 1),
 		Usage:           e.Usage(store),
+		TrustedProxies:  e.TrustedProxies(),
+		Forward:         e.Forward(),
+		Envoy:           e.Envoy(),
 		Log:             e.Logger(stderr),
 	}
 	if c.IPv6Prefix > 128 {
@@ -105,7 +114,9 @@ func helpRequested(args []string) bool {
 }
 
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
-// ready is not nil, the listening address is sent on it once serving.
+// ready is not nil, the check API's listening address is sent on it once
+// serving, then, when TOLLGATE_ENVOY_GRPC_ADDR is set, the Envoy
+// rate-limit service's.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -157,6 +168,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
 	if ready != nil {
 		ready <- ln.Addr().String()
+		if srv.envoyAddr != "" {
+			ready <- srv.envoyAddr
+		}
 	}
 	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
 	cfg.Log.Info("api stopped")
@@ -168,6 +182,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type server struct {
 	cfg  Config
 	http *http.Server
+	// envoyAddr is where the Envoy rate-limit service listens ("": off).
+	envoyAddr string
 	// closers release what load started, last started first.
 	closers []func()
 }
@@ -220,17 +236,60 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
 		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
 	})
+	s.onClose(checker.Close) // the breaker's background probing
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
 			PingPostgres: db.Ping, PingStore: pingStore,
+			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
+				TrustedProxies: cfg.TrustedProxies},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	if cfg.Envoy.Addr != "" {
+		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startEnvoy serves Envoy's rate-limit service (gRPC) on
+// TOLLGATE_ENVOY_GRPC_ADDR. Closing the server stops it first: calls in
+// flight finish (for at most ShutdownTimeout) while usage and the stores
+// are still there.
+func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Envoy.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_ENVOY_GRPC_ADDR=%s: %w", cfg.Envoy.Addr, err)
+	}
+	g := envoyrls.NewServer(checker, tokens, envoyrls.Config{KeyEntry: cfg.Envoy.KeyEntry, IPEntry: cfg.Envoy.IPEntry,
+		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies}, cfg.Log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(ln); err != nil {
+			cfg.Log.Error("envoy rate-limit service stopped", "err", err)
+		}
+	}()
+	s.envoyAddr = ln.Addr().String()
+	cfg.Log.Info("envoy rate-limit service listening", "addr", s.envoyAddr)
+	s.onClose(func() {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(cfg.ShutdownTimeout):
+			cfg.Log.Warn("envoy rate-limit service did not drain in time", "drain", cfg.ShutdownTimeout)
+			g.Stop()
+		}
+		<-done
+	})
+	return nil
 }
 
 // limiterStore returns the limiter store cfg.Store names, how to ping it

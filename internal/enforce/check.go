@@ -431,6 +431,9 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 		d.DelayMS = max(d.DelayMS, rr.DelayMS)
 	}
 	c.metrics.decision(d.Allowed, reason)
+	if d.Degraded {
+		c.metrics.degradedDecision(d.Allowed)
+	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}

@@ -15,6 +15,7 @@ type Metrics struct {
 	checks     *prometheus.CounterVec
 	latency    prometheus.Histogram
 	storeErrs  prometheus.Counter
+	degraded   *prometheus.CounterVec
 	wouldDenyC *prometheus.CounterVec
 	// breaker is the circuit breaker of the checker these metrics are
 	// given to (NewChecker sets it).
@@ -37,11 +38,18 @@ func NewMetrics(reg prometheus.Registerer, holder *Holder) *Metrics {
 		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_store_errors_total", Help: "Checks whose limiter store (Redis) call failed, or was not made because the circuit was open; failure modes decided them.",
 		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_checks_degraded_total",
+			Help: "Checks decided by their rules' failure modes because the limiter store failed, by decision (fail-open rules allow, fail-closed ones deny).",
+		}, []string{"decision"}),
 		wouldDenyC: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_shadow_would_deny_total", Help: "Checks a shadow-mode rule would have denied, by rule name.",
 		}, []string{"rule"}),
 	}
-	reg.MustRegister(m.checks, m.latency, m.storeErrs, m.wouldDenyC,
+	// Both series exist from the start, so that rate() sees the first one.
+	m.degraded.WithLabelValues("allowed")
+	m.degraded.WithLabelValues("denied")
+	reg.MustRegister(m.checks, m.latency, m.storeErrs, m.degraded, m.wouldDenyC,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tollgate_snapshot_age_seconds", Help: "Age of the plans/keys snapshot the checks are served from.",
 		}, func() float64 {
@@ -119,6 +127,17 @@ func (m *Metrics) decision(allowed bool, reason string) {
 		d = "allowed"
 	}
 	m.checks.WithLabelValues(d, reason).Inc()
+}
+
+func (m *Metrics) degradedDecision(allowed bool) {
+	if m == nil {
+		return
+	}
+	d := "denied"
+	if allowed {
+		d = "allowed"
+	}
+	m.degraded.WithLabelValues(d).Inc()
 }
 
 func (m *Metrics) observe(d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,4 +245,33 @@ func (c *RedisConsumer) Backlog(ctx context.Context) (entries, pending int64, er
 		return 0, 0, fmt.Errorf("usage: xpending: %w", err)
 	}
 	return entries, p.Count, nil
+}
+
+// Lag is how far the worker is behind the API processes.
+type Lag struct {
+	// Batches published and not yet applied and acknowledged.
+	Batches int64
+	// OldestAge is how long the oldest of them has waited (0 when none).
+	OldestAge time.Duration
+}
+
+// Lag reads the stream's backlog: acknowledged entries are deleted, so
+// the first entry is the oldest batch not applied yet, and its ID holds
+// the Redis time it was added, compared here with Redis's clock.
+func (c *RedisConsumer) Lag(ctx context.Context) (Lag, error) {
+	pipe := c.client.Pipeline()
+	length := pipe.XLen(ctx, c.cfg.Stream)
+	first := pipe.XRangeN(ctx, c.cfg.Stream, "-", "+", 1)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Lag{}, fmt.Errorf("usage: lag: %w", err)
+	}
+	lag := Lag{Batches: length.Val()}
+	if entries := first.Val(); len(entries) > 0 {
+		ms, _, _ := strings.Cut(entries[0].ID, "-")
+		if addedMS, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			lag.OldestAge = max(0, now.Val().Sub(time.UnixMilli(addedMS)))
+		}
+	}
+	return lag, nil
 }

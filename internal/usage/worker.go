@@ -92,6 +92,40 @@ func (w *Worker) Register(reg prometheus.Registerer) {
 		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
 		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
 	)
+	if l, ok := w.Consumer.(lagger); ok {
+		reg.MustRegister(lagCollector{consumer: l,
+			batches: prometheus.NewDesc("tollgate_usage_backlog_batches",
+				"Usage batches published and not yet applied (read from the stream at each scrape).", nil, nil),
+			age: prometheus.NewDesc("tollgate_usage_backlog_age_seconds",
+				"How long the oldest usage batch not yet applied has waited; 0 when the worker has caught up.", nil, nil),
+		})
+	}
+}
+
+// lagger is a Consumer that can tell how far behind it is (RedisConsumer).
+type lagger interface {
+	Lag(ctx context.Context) (Lag, error)
+}
+
+// lagCollector reports the consumer's lag at each scrape. While the
+// stream cannot be read it reports nothing, and an alert on the metric's
+// absence fires.
+type lagCollector struct {
+	consumer     lagger
+	batches, age *prometheus.Desc
+}
+
+func (l lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- l.batches; ch <- l.age }
+
+func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lag, err := l.consumer.Lag(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(l.batches, prometheus.GaugeValue, float64(lag.Batches))
+	ch <- prometheus.MustNewConstMetric(l.age, prometheus.GaugeValue, lag.OldestAge.Seconds())
 }
 
 // Run consumes until ctx ends (returning nil) or AfterApply fails

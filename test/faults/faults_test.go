@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // Settings of the run. The rate is what three API processes, a worker,
@@ -264,7 +265,7 @@ func (s *suite) seed() {
 			body: body(map[string]any{"key": unknown})})
 	}
 	var err error
-	if s.token, _, err = auth.NewStore(s.db).IssueServiceToken(ctx, "faults", 0); err != nil {
+	if s.token, _, err = auth.NewStore(s.db).WithSecretKeys(testkeys.SecretKeys(s.t)).IssueServiceToken(ctx, "faults", 0); err != nil {
 		t.Fatal(err)
 	}
 }

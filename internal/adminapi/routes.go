@@ -7,6 +7,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -39,6 +41,8 @@ type Config struct {
 	SecretKeys *auth.SecretKeys
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Metrics is served at /metrics (an empty registry when nil).
+	Metrics *prometheus.Registry
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
@@ -52,6 +56,9 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	if cfg.LoginStore == nil {
 		cfg.LoginStore = limiter.NewMemoryStore(nil)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
 	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	sessions := &sessionAuth{store: auth.NewStore(db), secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now}
@@ -69,6 +76,7 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		httpx.JSON(w, http.StatusOK, map[string]string{"postgres": "ok"})
 	})
+	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Use(noStore, crossOriginProtection(log), sessions.identify(log))

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
@@ -110,15 +111,23 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
-	var logins limiter.Store
+	var logins *enforce.Breaker
 	if cfg.Redis.Configured() {
-		// Short timeouts (TOLLGATE_REDIS_TIMEOUT): when Redis is down,
-		// logins fail open quickly rather than hang.
+		// Short timeouts (TOLLGATE_REDIS_TIMEOUT) and a circuit breaker:
+		// when Redis is down, logins fail open at once rather than hang,
+		// and the outage is logged once, not per attempt.
 		limiterRedis := cfg.Redis
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		logins = redisstore.New(rc)
+		ping := enforce.RedisPing(cfg.Redis.Addr)
+		if len(cfg.Redis.Cluster) > 0 {
+			ping = enforce.RedisPing(cfg.Redis.Cluster...)
+		}
+		logins = enforce.NewBreaker(redisstore.New(rc), enforce.BreakerConfig{
+			Component: "login_limiter", Log: log, Ping: ping, Probe: adminapi.LoginProbe(cfg.KeyPrefix),
+		})
+		defer logins.Close()
 	}
 	// The usage worker (usage.go) runs inside the server unless
 	// TOLLGATE_SERVE_WORKER=false.
@@ -129,6 +138,11 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	// One registry: /metrics of the admin server and, when
 	// TOLLGATE_ADMIN_METRICS_ADDR is set, of a listener of its own.
 	metrics := newRegistry()
+	var loginStore limiter.Store // nil: in memory
+	if logins != nil {
+		loginStore = logins
+		metrics.MustRegister(logins.Collectors()...)
+	}
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -150,7 +164,7 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 		Handler: cfg.TrustedProxies.Middleware(adminapi.NewHandler(adminapi.Config{
 			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
-			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics,
 		})),
 		ReadHeaderTimeout: 5 * time.Second,

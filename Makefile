@@ -3,21 +3,33 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
+# VERSION is what --version and tollgate_build_info report, e.g.
+# make build VERSION=v1.4.0
+VERSION ?= dev
+LDFLAGS := -X github.com/tollgate/tollgate/internal/buildinfo.Version=$(VERSION)
 
-.PHONY: run test build bench bench-console loadgen vet fmt clean
+.PHONY: run env test test-faults build bench bench-console loadgen vet fmt clean
 
 build:
-	$(GO) build -o $(BIN)/api ./cmd/api
-	$(GO) build -o $(BIN)/admin ./cmd/admin
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/api ./cmd/api
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/admin ./cmd/admin
 	$(GO) build -o $(BIN)/loadgen ./cmd/loadgen
 
-# Local Postgres and Redis in .local/, migrated and seeded; api on :8080,
-# admin on :8081. Ctrl-C stops everything.
+# Local Postgres (:15432) and Redis (:16379, append-only) in .local/,
+# migrated and seeded; api on :8080, admin on :8081. Ctrl-C stops the api,
+# then admin once the usage is applied, then Redis and Postgres.
 run: build
 	@scripts/services.sh run -- scripts/run-local.sh
 
+# The export line that points the CLI at `make run`'s stores:
+#   eval "$$(make -s env)"
+env:
+	@scripts/services.sh env
+
+# TOLLGATE_FAULTS=1 includes the fault suite (test/faults, about a minute
+# and a half); plain `go test ./...` skips it.
 test:
-	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
+	@TOLLGATE_FAULTS=1 TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
 
 # Benchmarks of one check through the handler against real Redis.
 bench:
@@ -36,3 +48,10 @@ fmt:
 
 clean:
 	rm -rf $(BIN)
+
+# The fault suite alone, with its report (counts, latencies; see
+# docs/reliability.md): three api processes, the worker, and a Postgres and
+# Redis of its own, under load while each fails in turn.
+# TOLLGATE_FAULTS_REPORT=file keeps the report in a file too.
+test-faults:
+	@TOLLGATE_FAULTS=1 scripts/services.sh test -- $(GO) test -count=1 -v -timeout 10m -run TestFaults ./test/faults/

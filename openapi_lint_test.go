@@ -28,6 +28,9 @@ const openAPIFile = "openapi.yaml"
 // `security: []`, every other operation names its security.
 var publicOperations = map[string]bool{"healthz": true, "readyz": true, "metrics": true, "login": true}
 
+// anyMethod are the operations whose path answers every method.
+var anyMethod = map[string]bool{"metrics": true, "forwardAuth": true}
+
 // notProblemJSON are the error responses that are not problem details:
 // operationId and status → why.
 var notProblemJSON = map[string]string{
@@ -359,8 +362,10 @@ func lintResponses(o *openapi3.Operation, method, path string, credentials bool,
 
 	// What the servers answer, and so what must be documented.
 	need := map[string]string{}
-	if o.OperationID != "metrics" {
-		need["405"] = "Allow" // both routers, on a known path asked with another method
+	// Both routers answer 405 on a known path asked with another method;
+	// metrics and forward-auth accept every method.
+	if !anyMethod[o.OperationID] {
+		need["405"] = "Allow"
 	}
 	if o.RequestBody != nil {
 		need["400"], need["413"], need["422"] = "", "", "" // every body is decoded with a size limit, then validated

@@ -18,7 +18,7 @@ import (
 // consoleRoute reports whether a route of the admin server is the web
 // console's: everything but the API and the health checks.
 func consoleRoute(route string) bool {
-	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz"
+	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz" && route != "/metrics"
 }
 
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)

@@ -171,6 +171,7 @@ func endpoints() []endpoint {
 	return []endpoint{
 		{"GET", "/healthz", accessPublic, 200, noParams},
 		{"GET", "/readyz", accessPublic, 200, noParams},
+		{"GET", "/metrics", accessPublic, 200, noParams},
 		{"POST", "/api/v1/login", accessPublic, 200, func(_ *testing.T, fx *matrixFixture, _ target) (map[string]string, any) {
 			return nil, map[string]string{"email": fx.probe.Email, "password": "password-" + fx.probe.Email}
 		}},

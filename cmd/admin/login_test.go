@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/auth"
@@ -65,4 +66,81 @@ func TestLoginSurvivesDistributedGuessing(t *testing.T) {
 	want(t, callWith(t, from(2), "POST", login, "", right), http.StatusTooManyRequests)
 	// The user, at an address that has not failed, logs in.
 	want(t, callWith(t, from(1), "POST", login, "", right), http.StatusOK)
+}
+
+// TestLoginLimitsBehindTrustedProxy: behind a proxy listed in
+// TOLLGATE_TRUSTED_PROXIES the login limits apply per client that the
+// proxy names in X-Forwarded-For, not to the proxy's own address; a
+// client that is not a trusted proxy cannot choose its address with the
+// header.
+func TestLoginLimitsBehindTrustedProxy(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{
+		"TOLLGATE_ADMIN_LOGIN_LIMIT": "5", "TOLLGATE_TRUSTED_PROXIES": "127.0.0.1/32"})
+	login := srv.URL + "/api/v1/login"
+	from := func(client *http.Client, xff string, i int) int {
+		t.Helper()
+		body := fmt.Sprintf(`{"email": "guess%d@example.com", "password": "guess"}`, i)
+		req, err := http.NewRequest("POST", login, strings.NewReader(body))
+		testenv.Must(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		return sendWith(t, client, req).StatusCode
+	}
+	const networkLimit = 4 * 5
+	proxy := http.DefaultClient // connects from 127.0.0.1, the trusted proxy
+	for i := range networkLimit {
+		if got := from(proxy, "198.51.100.1", i); got != http.StatusUnauthorized {
+			t.Fatalf("attempt %d for 198.51.100.1: %d, want 401", i+1, got)
+		}
+	}
+	if got := from(proxy, "198.51.100.1", 99); got != http.StatusTooManyRequests {
+		t.Errorf("198.51.100.1 over its limit: %d, want 429", got)
+	}
+	// Addresses a client wrote left of the one the proxy appended change
+	// nothing.
+	if got := from(proxy, "203.0.113.5, 198.51.100.1", 100); got != http.StatusTooManyRequests {
+		t.Errorf("198.51.100.1 with a spoofed entry: %d, want 429", got)
+	}
+	// Another client behind the same proxy has its own allowance.
+	if got := from(proxy, "198.51.100.2", 0); got != http.StatusUnauthorized {
+		t.Errorf("198.51.100.2 behind the same proxy: %d, want 401", got)
+	}
+
+	// A client connecting directly is its own address whatever it claims.
+	direct := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	for i := range networkLimit {
+		if got := from(direct, fmt.Sprintf("192.0.2.%d", i+1), i); got != http.StatusUnauthorized {
+			t.Fatalf("direct attempt %d: %d, want 401", i+1, got)
+		}
+	}
+	if got := from(direct, "192.0.2.200", 99); got != http.StatusTooManyRequests {
+		t.Errorf("direct client with a fresh X-Forwarded-For: %d, want 429 (the header is not trusted from it)", got)
+	}
+}
+
+// TestLoginWhileRedisIsDown: with the login limiter's Redis unreachable,
+// logins fail open at once, the outage is logged a bounded number of
+// times rather than once per attempt, and /metrics says it is down.
+func TestLoginWhileRedisIsDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err)
+	deadRedis := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_REDIS_ADDR": deadRedis})
+	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	right := map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}
+	for range 20 {
+		want(t, call(t, "POST", srv.URL+"/api/v1/login", "", right), http.StatusOK)
+	}
+	if n := strings.Count(srv.Logs.String(), "login limiter unavailable"); n > 6 {
+		t.Errorf("%d warnings for 20 logins while Redis is down, want at most 6 (until the circuit opens)", n)
+	}
+	res := call(t, "GET", srv.URL+"/metrics", "", nil)
+	want(t, res, http.StatusOK)
+	if !strings.Contains(string(res.Body), `tollgate_dependency_up{component="login_limiter",dependency="redis"} 0`) {
+		t.Errorf("/metrics does not say the login limiter's Redis is down:\n%s", res.Body)
+	}
 }

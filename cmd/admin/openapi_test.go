@@ -123,7 +123,7 @@ func TestOpenAPI(t *testing.T) {
 	var served []string
 	router := adminapi.NewHandler(adminapi.Config{Log: slog.New(slog.DiscardHandler)})
 	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		if strings.HasPrefix(route, "/api/") || route == "/healthz" || route == "/readyz" {
+		if !consoleRoute(route) {
 			served = append(served, method+" "+route)
 		}
 		return nil
@@ -457,7 +457,13 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong again"}, 401)
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 429)
 
-	// The check API.
+	// The check API (and a tenant with a key for forward-auth, in its
+	// first snapshot).
+	ts := tenants.NewStore(admin.DB)
+	gatewayCo, err := ts.Create(context.Background(), "gateway-co", free.ID)
+	testenv.Must(t, err)
+	fresh, _, err := ts.IssueKey(context.Background(), gatewayCo.ID, "k", nil)
+	testenv.Must(t, err)
 	apiURL := startAPI(t, dbURL)
 	check := func(token string, body any, status int) response {
 		t.Helper()
@@ -486,6 +492,31 @@ func scenario(t *testing.T, client *http.Client) {
 	check(spareToken.Token, map[string]any{"ip": "203.0.113.7"}, 401)
 	check("", map[string]any{"ip": "203.0.113.7"}, 401)
 	check(gw.Token, map[string]any{"ip": "203.0.113.7", "resource": strings.Repeat("x", 17<<10)}, 413)
+
+	// Forward-auth, as nginx asks it.
+	forward := func(token string, headers map[string]string, status int) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", apiURL+"/v1/forward-auth", nil)
+		req.Header.Set("X-Original-Method", "GET")
+		req.Header.Set("X-Original-URI", "/repos?page=2")
+		req.Header.Set("X-Forwarded-For", "203.0.113.8")
+		if token != "" {
+			req.Header.Set("X-Tollgate-Service-Token", token)
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		if res := sendWith(t, client, req); res.StatusCode != status {
+			t.Fatalf("forward-auth %v = %d %s, want %d", headers, res.StatusCode, res.Body, status)
+		}
+	}
+	forward(gw.Token, map[string]string{"X-API-Key": fresh, "X-Tollgate-Cost": "1"}, 200)
+	forward(gw.Token, map[string]string{"Authorization": "Bearer " + rotated.Secret}, 429) // spent above
+	forward(gw.Token, map[string]string{"X-API-Key": rotated.Secret, "X-Tollgate-Deny-Status": "403"}, 403)
+	forward(gw.Token, map[string]string{"X-API-Key": key.Secret}, 403) // revoked
+	forward(gw.Token, nil, 401)                                        // no anonymous plan
+	forward("", map[string]string{"X-API-Key": fresh}, 401)
+	forward(gw.Token, map[string]string{"X-API-Key": fresh, "X-Tollgate-Cost": "lots"}, 400)
 }
 
 // seedUsage gives tenantID (on a plan, with key keyID) real usage through

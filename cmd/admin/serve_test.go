@@ -1,9 +1,18 @@
 package main
 
 import (
+	"context"
 	"io"
+	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/buildinfo"
+	"github.com/tollgate/tollgate/internal/testenv"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func TestServerConfig(t *testing.T) {
@@ -21,6 +30,7 @@ func TestServerConfig(t *testing.T) {
 		"TOLLGATE_ADMIN_LOGIN_LIMIT": "0",
 		"TOLLGATE_ADMIN_SESSION_TTL": "9999h",
 		"TOLLGATE_KEY_PREFIX":        "{x}",
+		"TOLLGATE_TRUSTED_PROXIES":   "10.0.0.0/99",
 	} {
 		_, err := loadServerConfig(env(map[string]string{name: value}), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), name) {
@@ -30,5 +40,78 @@ func TestServerConfig(t *testing.T) {
 	c, err = loadServerConfig(env(map[string]string{"TOLLGATE_ADMIN_JWT_SECRET": testJWTSecret}), io.Discard)
 	if err != nil || c.JWTSecretGenerated || string(c.JWTSecret) != testJWTSecret {
 		t.Errorf("a given secret: %+v, %v", c, err)
+	}
+}
+
+// TestAdminMetricsAndHealthcheck: admin serve's /metrics has the build,
+// the usage worker's counters and the stream's backlog; `admin
+// healthcheck` answers 0 while the server runs.
+func TestAdminMetricsAndHealthcheck(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	client, prefix := testenv.Redis(t)
+	srv := startAdmin(t, url, map[string]string{
+		"TOLLGATE_SERVE_WORKER": "true", "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "metrics-test",
+	})
+	ctx := context.Background()
+	b := usagepkg.Batch{Version: 1, ID: "metrics:1", Rows: []usagepkg.Row{{
+		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
+		Counts: usagepkg.Counts{Allowed: 2, AllowedUnits: 2},
+	}}}
+	testenv.Must(t, usagepkg.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
+
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	// Applied, then acknowledged (and so deleted from the stream).
+	for !strings.Contains(body, "tollgate_usage_batches_applied_total 1\n") || !strings.Contains(body, "tollgate_usage_backlog_batches 0\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch was not applied; /metrics:\n%s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+		res := call(t, "GET", srv.URL+"/metrics", "", nil)
+		want(t, res, http.StatusOK)
+		body = string(res.Body)
+	}
+	for _, m := range []string{
+		`tollgate_build_info{go_version="` + runtime.Version() + `",revision="`, `",version="` + buildinfo.Version + `"} 1`,
+		"tollgate_usage_worker_errors_total 0\n", "tollgate_usage_backlog_age_seconds 0\n", "go_goroutines ",
+	} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	getenv := func(k string) string { return map[string]string{"TOLLGATE_ADMIN_ADDR": addr}[k] }
+	if err := run(ctx, []string{"healthcheck"}, getenv, strings.NewReader(""), io.Discard, io.Discard, nil); err != nil {
+		t.Errorf("admin healthcheck of a running server: %v", err)
+	}
+	getenv = func(k string) string { return map[string]string{"TOLLGATE_ADMIN_ADDR": "127.0.0.1:1"}[k] }
+	if err := run(ctx, []string{"healthcheck"}, getenv, strings.NewReader(""), io.Discard, io.Discard, nil); err == nil {
+		t.Error("admin healthcheck of a port nobody listens on succeeded")
+	}
+}
+
+// TestServeMetrics: with TOLLGATE_ADMIN_METRICS_ADDR the admin server
+// exports the usage worker's metrics, backlog included, on that address.
+func TestServeMetrics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	_, prefix := testenv.Redis(t)
+	startAdmin(t, testenv.DatabaseURL(t), map[string]string{
+		"TOLLGATE_ADMIN_METRICS_ADDR": addr, "TOLLGATE_SERVE_WORKER": "true",
+		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": prefix + "usage",
+	})
+	res, err := http.Get("http://" + addr + "/metrics")
+	testenv.Must(t, err)
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	for _, want := range []string{"tollgate_usage_backlog_batches 0", "tollgate_usage_backlog_age_seconds 0",
+		"tollgate_usage_batches_applied_total", "process_resident_memory_bytes"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -71,6 +74,14 @@ func newFixture(t *testing.T) *fixture {
 // extra overrides environment variables.
 func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	t.Helper()
+	return f.startAPIAddrs(t, extra)[0]
+}
+
+// startAPIAddrs is startAPI returning every address run() reports: the
+// check API's base URL, then the Envoy gRPC service's address when
+// TOLLGATE_ENVOY_GRPC_ADDR is set.
+func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string {
+	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_DATABASE_URL":    f.dbURL,
@@ -82,7 +93,11 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 	for k, v := range extra {
 		env[k] = v
 	}
-	addr, stop := testenv.Start(t, "api", func(ctx context.Context, ready chan<- string) error {
+	n := 1
+	if env["TOLLGATE_ENVOY_GRPC_ADDR"] != "" {
+		n = 2 // the gRPC listener's address follows the HTTP one
+	}
+	addrs, stop := testenv.StartN(t, "api", n, func(ctx context.Context, ready chan<- string) error {
 		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
 	})
 	t.Cleanup(func() {
@@ -90,7 +105,8 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 			t.Errorf("api run: %v", err)
 		}
 	})
-	return "http://" + addr
+	addrs[0] = "http://" + addrs[0]
+	return addrs
 }
 
 type checkResponse struct {
@@ -520,7 +536,8 @@ func TestHealthAndMetrics(t *testing.T) {
 		}
 		if path == "/metrics" {
 			for _, m := range []string{`tollgate_checks_total{decision="allowed",reason="ok"} 1`,
-				"tollgate_check_duration_seconds_bucket", "tollgate_store_errors_total 0", "tollgate_snapshot_age_seconds"} {
+				"tollgate_check_duration_seconds_bucket", "tollgate_store_errors_total 0", "tollgate_snapshot_age_seconds",
+				`tollgate_build_info{go_version="` + runtime.Version() + `",revision="`, `",version="` + buildinfo.Version + `"} 1`} {
 				if !bytes.Contains(body, []byte(m)) {
 					t.Errorf("/metrics lacks %q", m)
 				}
@@ -529,9 +546,46 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 }
 
+// TestVersionHelpAndHealthcheck: --version, --help on stdout, and the
+// healthcheck subcommand that container health checks run: 0 while the
+// server on TOLLGATE_API_ADDR answers, an error otherwise.
+func TestVersionHelpAndHealthcheck(t *testing.T) {
+	cli := func(env map[string]string, args ...string) (string, error) {
+		var stdout bytes.Buffer
+		err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, io.Discard, nil)
+		return stdout.String(), err
+	}
+	if out, err := cli(nil, "--version"); err != nil || out != "api "+buildinfo.Read().String()+"\n" {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"healthcheck", "--help"}} {
+		if out, err := cli(nil, args...); err != nil || !strings.Contains(out, "api healthcheck") || !strings.Contains(out, "-version") {
+			t.Errorf("%v: %q, %v", args, out, err)
+		}
+	}
+	if _, err := cli(nil, "frobnicate"); err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Errorf("an unknown command: %v", err)
+	}
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	addr := strings.TrimPrefix(base, "http://")
+	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": addr}, "healthcheck"); err != nil {
+		t.Errorf("healthcheck of a running server: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err)
+	closed := ln.Addr().String()
+	ln.Close()
+	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": closed}, "healthcheck"); err == nil {
+		t.Error("healthcheck of a port nobody listens on succeeded")
+	}
+}
+
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	for name, val := range map[string]string{
 		"TOLLGATE_STORE": "etcd", "TOLLGATE_REDIS_TIMEOUT": "soon", "TOLLGATE_KEY_PREFIX": "{x}",
+		"TOLLGATE_TRUSTED_PROXIES": "proxy.internal", "TOLLGATE_FORWARD_KEY_HEADERS": "X-API-Key,Bad Header",
+		"TOLLGATE_FORWARD_KEY_QUERY": "a=b",
 	} {
 		err := run(context.Background(), nil, func(k string) string {
 			if k == name {

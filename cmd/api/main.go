@@ -5,15 +5,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/checkapi"
+	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
@@ -51,7 +54,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	IPv6Prefix      int
 	Usage           config.Usage
-	Log             *slog.Logger
+	// TrustedProxies are hops in front of the gateways (forward-auth).
+	TrustedProxies []netip.Prefix
+	Forward        config.Forward
+	Envoy          config.Envoy
+	Log            *slog.Logger
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -68,6 +75,9 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		IPv6Prefix:      e.Int("TOLLGATE_IPV6_PREFIX", 64, 1),
 		Usage:           e.Usage(store),
+		TrustedProxies:  e.TrustedProxies(),
+		Forward:         e.Forward(),
+		Envoy:           e.Envoy(),
 		Log:             e.Logger(stderr),
 	}
 	if c.IPv6Prefix > 128 {
@@ -76,19 +86,68 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	return c, e.Err()
 }
 
+const usageText = `usage: api [flags]
+       api healthcheck
+
+Without a command, serves the check API (POST /v1/check, /healthz, /readyz,
+/metrics) on TOLLGATE_API_ADDR until SIGINT or SIGTERM. Configuration is by
+TOLLGATE_* environment variables; see the README.
+
+healthcheck asks the server on TOLLGATE_API_ADDR for /healthz over loopback
+and exits 0 when it answers, 1 otherwise (for container health checks).
+
+flags:
+`
+
+// helpRequested reports whether args ask for help anywhere before "--"
+// (`api healthcheck --help` explains, it does not probe).
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
-// ready is not nil, the listening address is sent on it once serving.
+// ready is not nil, the check API's listening address is sent on it once
+// serving, then, when TOLLGATE_ENVOY_GRPC_ADDR is set, the Envoy
+// rate-limit service's.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: api\n\nServes the check API. Configuration is by environment variables; see the README.")
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	if helpRequested(args) {
+		// Help that was asked for goes to stdout; after a mistake, to
+		// stderr.
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "api", buildinfo.Read())
+		return nil
+	}
+	switch fs.Arg(0) {
+	case "":
+	case "healthcheck":
+		addr := config.New(getenv).String("TOLLGATE_API_ADDR", ":8080")
+		return httpx.Healthcheck(ctx, addr, 3*time.Second)
+	default:
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", strings.Join(fs.Args(), " "))
 	}
 	cfg, err := loadConfig(getenv, stderr)
 	if err != nil {
@@ -109,6 +168,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
 	if ready != nil {
 		ready <- ln.Addr().String()
+		if srv.envoyAddr != "" {
+			ready <- srv.envoyAddr
+		}
 	}
 	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
 	cfg.Log.Info("api stopped")
@@ -120,6 +182,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type server struct {
 	cfg  Config
 	http *http.Server
+	// envoyAddr is where the Envoy rate-limit service listens ("": off).
+	envoyAddr string
 	// closers release what load started, last started first.
 	closers []func()
 }
@@ -144,10 +208,11 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		return nil, err
 	}
 
-	store, pingStore := s.limiterStore(ctx)
+	store, pingStore, breakerPing := s.limiterStore(ctx)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector())
 
 	// Deferred before the usage flush below, so it runs after it: the
 	// syncer stops once the last usage is published.
@@ -160,6 +225,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	// Keys' last-used times are written in the background, never on the
 	// hot path; the last flush still has Postgres.
 	lastUsed := enforce.NewLastUsed(tenants.NewStore(db), log)
+	reg.MustRegister(lastUsed.Collectors()...)
 	s.background(func(ctx context.Context) { lastUsed.Run(ctx, cfg.LastUsedFlush) })
 
 	recorders := enforce.Recorders{lastUsed}
@@ -168,26 +234,71 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix,
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
 	})
+	s.onClose(checker.Close) // the breaker's background probing
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
 			PingPostgres: db.Ping, PingStore: pingStore,
+			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
+				TrustedProxies: cfg.TrustedProxies},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	if cfg.Envoy.Addr != "" {
+		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-// limiterStore returns the limiter store cfg.Store names and how to ping it.
-func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.Context) error) {
+// startEnvoy serves Envoy's rate-limit service (gRPC) on
+// TOLLGATE_ENVOY_GRPC_ADDR. Closing the server stops it first: calls in
+// flight finish (for at most ShutdownTimeout) while usage and the stores
+// are still there.
+func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Envoy.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_ENVOY_GRPC_ADDR=%s: %w", cfg.Envoy.Addr, err)
+	}
+	g := envoyrls.NewServer(checker, tokens, envoyrls.Config{KeyEntry: cfg.Envoy.KeyEntry, IPEntry: cfg.Envoy.IPEntry,
+		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies}, cfg.Log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(ln); err != nil {
+			cfg.Log.Error("envoy rate-limit service stopped", "err", err)
+		}
+	}()
+	s.envoyAddr = ln.Addr().String()
+	cfg.Log.Info("envoy rate-limit service listening", "addr", s.envoyAddr)
+	s.onClose(func() {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(cfg.ShutdownTimeout):
+			cfg.Log.Warn("envoy rate-limit service did not drain in time", "drain", cfg.ShutdownTimeout)
+			g.Stop()
+		}
+		<-done
+	})
+	return nil
+}
+
+// limiterStore returns the limiter store cfg.Store names, how to ping it
+// for /readyz, and how the circuit breaker pings Redis on a fresh
+// connection (nil for the memory store).
+func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, breakerPing func(context.Context) error) {
 	if s.cfg.Store == "memory" {
 		s.cfg.Log.Warn("TOLLGATE_STORE=memory: limiter state lives in this process only; run exactly one api process")
-		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }
+		return limiter.NewMemoryStore(nil), func(context.Context) error { return nil }, nil
 	}
 	limiterRedis := s.cfg.Redis
 	limiterRedis.NoRetries = true
@@ -198,7 +309,11 @@ func (s *server) limiterStore(ctx context.Context) (limiter.Store, func(context.
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }
+	breakerPing = enforce.RedisPing(s.cfg.Redis.Addr)
+	if len(s.cfg.Redis.Cluster) > 0 {
+		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
+	}
+	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

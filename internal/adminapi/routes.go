@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -40,11 +42,13 @@ type Config struct {
 	// SecretKeys seal the service-token signing keys; without them tokens
 	// cannot be issued.
 	SecretKeys *auth.SecretKeys
-	// Pipeline reports the usage stream's backlog on the console's
-	// overview; nil when the server has no Redis.
-	Pipeline func(ctx context.Context) (usage.Pipeline, error)
+	// UsageLag reports how far behind the usage worker is, on the
+	// console's overview; nil when the server has no Redis.
+	UsageLag func(ctx context.Context) (usage.Lag, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Metrics is served at /metrics (an empty registry when nil).
+	Metrics *prometheus.Registry
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
@@ -61,13 +65,16 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.LoginStore == nil {
 		cfg.LoginStore = limiter.NewMemoryStore(nil)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	sessions := &sessionAuth{store: auth.NewStore(db), secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now}
 	logins := &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 
 	r := chi.NewRouter()
-	console := ui.New(ui.Config{DB: db, Usage: us, Pipeline: cfg.Pipeline, Log: log, Secret: cfg.SessionSecret,
+	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
 		API: r, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -85,6 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		httpx.JSON(w, http.StatusOK, map[string]string{"postgres": "ok"})
 	})
+	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		fail := apiError(log)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -113,15 +112,12 @@ func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// clientIP is the address the request came from. X-Forwarded-For is not
-// trusted: anyone could send one to escape the login limits.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
+// clientIP is the address the request came from: the peer address, or,
+// behind a proxy listed in TOLLGATE_TRUSTED_PROXIES (the server wraps its
+// handler in httpx.TrustedProxies.Middleware), the client that proxy
+// names in X-Forwarded-For. Headers from anyone else are ignored: a
+// client could send one to escape the login limits.
+func clientIP(r *http.Request) string { return httpx.ClientIP(r) }
 
 type loginRequest struct {
 	Email    string `json:"email"`

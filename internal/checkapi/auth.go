@@ -25,15 +25,27 @@ func ServiceTokenID(ctx context.Context) string {
 // RequireServiceToken lets a request through only with a valid, unexpired
 // and unrevoked service token in "Authorization: Bearer …".
 func RequireServiceToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(http.Handler) http.Handler {
+	return serviceToken(tokens, log, func(r *http.Request) (string, bool) {
+		return strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}, nil)
+}
+
+// serviceToken is the service-token middleware reading the token with
+// find; refused, when not nil, adds to the 401's headers.
+func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*http.Request) (string, bool),
+	refused func(http.ResponseWriter)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok {
-				unauthorized(w, r, log)
-				return
+			token, ok := find(r)
+			var id string
+			var err error
+			if ok {
+				id, err = tokens.Verify(token, time.Now())
 			}
-			id, err := tokens.Verify(token, time.Now())
-			if err != nil {
+			if !ok || err != nil {
+				if refused != nil {
+					refused(w)
+				}
 				unauthorized(w, r, log)
 				return
 			}

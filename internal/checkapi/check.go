@@ -1,6 +1,7 @@
 // Package checkapi is the HTTP face of the check server (cmd/api):
-// POST /v1/check, the health and readiness probes and the metrics, all
-// listed in routes.go. Deciding a check is internal/enforce's work; this
+// POST /v1/check, the forward-auth endpoint for gateways (forward.go),
+// the health and readiness probes and the metrics, all listed in
+// routes.go. Deciding a check is internal/enforce's work; this
 // package decodes, authenticates and writes the answer.
 package checkapi
 

@@ -25,6 +25,8 @@ type Deps struct {
 	// store answer, for /readyz.
 	PingPostgres func(context.Context) error
 	PingStore    func(context.Context) error
+	// Forward configures the forward-auth endpoint.
+	Forward ForwardConfig
 }
 
 // NewHandler returns the check server's routes, every one of them listed
@@ -38,6 +40,11 @@ func NewHandler(d Deps) http.Handler {
 	r.Get("/readyz", handleReady(d))
 	r.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/check", HandleCheck(d.Checker, d.Log).ServeHTTP)
+	// Forward-auth answers every method, on its path and below it (Envoy
+	// appends the original path).
+	forward := RequireGatewayToken(tokens, d.Log)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
+	r.Handle(ForwardAuthPath, forward)
+	r.Handle(ForwardAuthPath+"/*", forward)
 	return r
 }
 

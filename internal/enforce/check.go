@@ -105,6 +105,7 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 type Checker struct {
 	holder     *Holder
 	store      limiter.Store
+	breaker    *Breaker
 	prefix     string
 	timeout    time.Duration
 	recorder   Recorder
@@ -116,8 +117,9 @@ type Checker struct {
 	outageLog throttledLog
 }
 
-// throttledLog logs a store outage at most once a second, with the number
-// of failed calls since the last line, so an outage cannot flood the log.
+// throttledLog logs failed store calls at most once a second, with the
+// number of failed calls since the last line. An outage, once the circuit
+// is open, is logged by the breaker instead.
 type throttledLog struct {
 	mu      sync.Mutex
 	last    time.Time
@@ -153,11 +155,18 @@ type CheckerConfig struct {
 	// could otherwise step through 2^64 fresh allowances); 128 counts
 	// every address alone. IPv4 addresses count alone.
 	IPv6Prefix int
+	// Breaker configures the circuit breaker the checker puts around its
+	// store (see Breaker); its Probe, ProbeTimeout and Log default to a
+	// dry run on a key under Prefix, StoreTimeout and Log.
+	Breaker BreakerConfig
 }
 
-// NewChecker returns a Checker on the holder's snapshots and store.
+// NewChecker returns a Checker on the holder's snapshots and store. The
+// store is called through a circuit breaker: while it is down, checks are
+// decided by the rules' failure modes at once. Close stops the breaker's
+// background probing.
 func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker {
-	c := &Checker{holder: holder, store: store, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
+	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
 		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
 		c.ipv6Prefix = 64
@@ -174,12 +183,33 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	bc := cfg.Breaker
+	if len(bc.Probe.Requests) == 0 {
+		// Peeks at a key no check uses: it changes nothing, and runs the
+		// check script, so a probe that succeeds means checks will too.
+		bc.Probe = limiter.Batch{DryRun: true, Requests: []limiter.Request{{
+			Key:    c.prefix + "{tollgate}:probe",
+			Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.SecondUS},
+		}}}
+	}
+	if bc.ProbeTimeout <= 0 {
+		bc.ProbeTimeout = c.timeout
+	}
+	if bc.Log == nil {
+		bc.Log = c.log
+	}
+	c.breaker = NewBreaker(store, bc)
+	c.store = c.breaker
+	c.metrics.watchBreaker(c.breaker)
 	return c
 }
 
 // Observe records how long serving one check took, from reading its body
 // to writing its answer.
 func (c *Checker) Observe(d time.Duration) { c.metrics.observe(d) }
+
+// Close stops the background probing of the store's circuit breaker.
+func (c *Checker) Close() { c.breaker.Close() }
 
 // ErrNotReady is returned before the first snapshot has loaded.
 var ErrNotReady = errors.New("enforce: snapshot not loaded")
@@ -279,7 +309,10 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 			return Decision{}, ctx.Err() // the caller went away; nothing to decide
 		}
 		c.metrics.storeError()
-		c.outageLog.warn(ctx, c.log, err)
+		if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
+			// Once the circuit is open the breaker logs the outage.
+			c.outageLog.warn(ctx, c.log, err)
+		}
 		return c.degraded(d, r, matched), nil
 	}
 	d.NowUS = out.NowUS
@@ -398,6 +431,9 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 		d.DelayMS = max(d.DelayMS, rr.DelayMS)
 	}
 	c.metrics.decision(d.Allowed, reason)
+	if d.Degraded {
+		c.metrics.degradedDecision(d.Allowed)
+	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}

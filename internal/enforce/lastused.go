@@ -6,6 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/backoff"
+
 	"github.com/tollgate/tollgate"
 )
 
@@ -18,11 +22,12 @@ type KeyToucher interface {
 // to the source of truth in the background (Run), so that the hot path
 // never waits for Postgres: a check only sets a map entry under a mutex.
 // At most one write per flush interval goes out, whatever the traffic; a
-// failed write is retried with the next one. It is a Recorder and safe for
-// concurrent use.
+// failed write is retried later, backing off while Postgres is down. It is
+// a Recorder and safe for concurrent use.
 type LastUsed struct {
-	store KeyToucher
-	log   *slog.Logger
+	store   KeyToucher
+	log     *slog.Logger
+	monitor *backoff.Monitor
 
 	mu   sync.Mutex
 	seen map[string]int64 // key ID → µs since the epoch of its latest use
@@ -33,8 +38,13 @@ func NewLastUsed(store KeyToucher, log *slog.Logger) *LastUsed {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LastUsed{store: store, log: log, seen: map[string]int64{}}
+	return &LastUsed{store: store, log: log, seen: map[string]int64{},
+		monitor: backoff.NewMonitor(backoff.MonitorConfig{Component: "last_used_writer", Dependency: "postgres", Log: log})}
 }
+
+// Collectors returns the writer's metrics: whether its last write
+// reached Postgres, failed writes and outages (see backoff.Collectors).
+func (l *LastUsed) Collectors() []prometheus.Collector { return l.monitor.Collectors() }
 
 // Record notes the key of a decision, if it named one — whether or not the
 // check was allowed: a revoked key still in use is worth seeing.
@@ -59,18 +69,24 @@ func (l *LastUsed) Pending() int {
 // Flush writes the keys noted since the last flush. On failure they are
 // kept for the next one.
 func (l *LastUsed) Flush(ctx context.Context) error {
+	_, err := l.flush(ctx)
+	return err
+}
+
+// flush is Flush that also says whether there was anything to write.
+func (l *LastUsed) flush(ctx context.Context) (wrote bool, err error) {
 	l.mu.Lock()
 	batch := l.seen
 	l.seen = make(map[string]int64, len(batch))
 	l.mu.Unlock()
 	if len(batch) == 0 {
-		return nil
+		return false, nil
 	}
 	usedAt := make(map[string]time.Time, len(batch))
 	for id, us := range batch {
 		usedAt[id] = time.UnixMicro(us).UTC()
 	}
-	err := l.store.TouchKeys(ctx, usedAt)
+	err = l.store.TouchKeys(ctx, usedAt)
 	if err != nil {
 		l.mu.Lock()
 		for id, us := range batch {
@@ -80,14 +96,22 @@ func (l *LastUsed) Flush(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 	}
-	return err
+	return true, err
 }
 
+// lastUsedWriteTimeout bounds one write, so that a hung Postgres is
+// retried like a refusing one.
+const lastUsedWriteTimeout = 10 * time.Second
+
 // Run flushes every interval until ctx ends, then flushes once more (for
-// at most five seconds) so that a graceful shutdown loses nothing.
+// at most five seconds) so that a graceful shutdown loses nothing. While
+// writes fail it waits longer between them — doubling from interval to
+// 30s (or interval, if longer), with jitter — and logs the outage once
+// when it starts, every 10s while it lasts and once when it ends.
 func (l *LastUsed) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	retry := backoff.New(backoff.Policy{Initial: interval, Max: max(interval, 30*time.Second)})
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,11 +121,21 @@ func (l *LastUsed) Run(ctx context.Context, interval time.Duration) {
 				l.log.Warn("last-used times not written at shutdown", "keys", l.Pending(), "err", err)
 			}
 			return
-		case <-tick.C:
-			if err := l.Flush(ctx); err != nil && ctx.Err() == nil {
-				l.log.Warn("writing last-used times failed; retrying at the next flush", "err", err)
-			}
+		case <-timer.C:
 		}
+		writeCtx, cancel := context.WithTimeout(ctx, lastUsedWriteTimeout)
+		wrote, err := l.flush(writeCtx)
+		cancel()
+		next := interval
+		switch {
+		case err != nil && ctx.Err() == nil:
+			l.monitor.Failure(err)
+			next = retry.Next()
+		case wrote:
+			l.monitor.Success()
+			retry.Reset()
+		}
+		timer.Reset(next)
 	}
 }
 

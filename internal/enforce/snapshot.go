@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -216,31 +217,72 @@ func (p *PostgresSource) FindKey(ctx context.Context, hash tenants.KeyHash) (ten
 }
 
 // Holder keeps the current snapshot and swaps in new ones. Keys found
-// after the snapshot was loaded are kept beside it until the next reload.
+// after the snapshot was loaded are kept beside it until the next reload,
+// and so are keys looked up and not found (a bounded number of them).
 type Holder struct {
 	current atomic.Pointer[Snapshot]
 	source  Source
 	log     *slog.Logger
 	now     func() time.Time
 
-	mu    sync.Mutex
-	extra map[tenants.KeyHash]*keyView
+	mu     sync.Mutex
+	extra  map[tenants.KeyHash]*keyView
+	misses map[tenants.KeyHash]time.Time // when the key was not found
+	// lookupsPausedUntil: after a failed lookup, none until then.
+	lookupsPausedUntil time.Time
 
 	// missLimiter bounds how many unknown well-formed keys per second may
 	// be looked up in Postgres, so random keys cannot load it.
 	missLimiter *limiter.MemoryStore
 
+	// postgres follows the LISTEN connection: while it is down, Postgres
+	// is known to be down and unknown keys are not looked up.
+	postgres *backoff.Monitor
+	// listenBackoff spaces the reconnections of the LISTEN connection.
+	listenBackoff backoff.Policy
+
 	reloads      atomic.Int64
 	reloadErrors atomic.Int64
+	lookups      lookupCounts
 }
+
+// lookupCounts counts what became of keys not in the snapshot.
+type lookupCounts struct {
+	found, notFound, failed atomic.Int64
+	// cachedMiss: not found lately, not looked up again; skipped:
+	// Postgres known down; limited: over the lookups-per-second bound.
+	cachedMiss, skipped, limited atomic.Int64
+}
+
+// Bounds of the lookups of keys not in the snapshot.
+const (
+	// missLookupTimeout bounds one Postgres lookup: a hung Postgres must
+	// not hang checks with unknown keys.
+	missLookupTimeout = 100 * time.Millisecond
+	// missTTL is how long a key not found is answered as unknown without
+	// another lookup. Reloads forget every miss sooner: a key issued since
+	// is in the new snapshot.
+	missTTL = 10 * time.Second
+	// maxMisses bounds the keys remembered as not found; past it they are
+	// all forgotten (random keys are bounded by the lookup rate anyway).
+	maxMisses = 10_000
+	// lookupPause is how long lookups stop after one failed (not "not
+	// found": failed), while Postgres is unreachable but the LISTEN
+	// connection has not noticed yet.
+	lookupPause = time.Second
+)
 
 // NewHolder returns a Holder that loads from source.
 func NewHolder(source Source, log *slog.Logger) *Holder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Holder{source: source, log: log, now: time.Now, extra: map[tenants.KeyHash]*keyView{},
-		missLimiter: limiter.NewMemoryStore(nil)}
+	return &Holder{source: source, log: log, now: time.Now,
+		extra: map[tenants.KeyHash]*keyView{}, misses: map[tenants.KeyHash]time.Time{},
+		missLimiter: limiter.NewMemoryStore(nil),
+		postgres: backoff.NewMonitor(backoff.MonitorConfig{Component: "snapshot_listener", Dependency: "postgres",
+			Log: log}),
+		listenBackoff: backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}}
 }
 
 // Current returns the current snapshot, or nil before the first load.
@@ -258,38 +300,60 @@ func (h *Holder) Reload(ctx context.Context) error {
 	h.mu.Lock()
 	h.current.Store(s)
 	h.extra = map[tenants.KeyHash]*keyView{}
+	clear(h.misses)
 	h.mu.Unlock()
 	h.reloads.Add(1)
 	return nil
 }
 
 // lookupKey finds a key by hash in the snapshot, then among keys found
-// since, then (bounded to 50 lookups a second per process) in the source.
+// since, then in the source — unless it was not found there lately, or
+// Postgres is known to be down, or more than 50 lookups a second per
+// process were asked for.
 func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHash) *keyView {
 	if v := s.keys[hash]; v != nil {
 		return v
 	}
+	now := h.now()
 	h.mu.Lock()
 	v, seen := h.extra[hash]
+	missedAt, missed := h.misses[hash]
+	paused := now.Before(h.lookupsPausedUntil)
 	h.mu.Unlock()
-	if seen {
+	switch {
+	case seen:
 		return v
+	case missed && now.Sub(missedAt) < missTTL:
+		h.lookups.cachedMiss.Add(1)
+		return nil
+	case paused || h.postgres.Down():
+		h.lookups.skipped.Add(1)
+		return nil
 	}
 	out, err := h.missLimiter.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{{
 		Key: "miss", Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 50, PeriodUS: limiter.SecondUS, Burst: 50},
 	}}})
 	if err != nil || !out.Admitted {
+		h.lookups.limited.Add(1)
 		return nil
 	}
-	// A hung Postgres must not hang checks with unknown keys.
 	lookupCtx, cancel := context.WithTimeout(ctx, missLookupTimeout)
 	k, err := h.source.FindKey(lookupCtx, hash)
 	cancel()
-	if err != nil {
-		return nil
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err != nil {
+		switch {
+		case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
+			h.lookups.notFound.Add(1)
+			h.rememberMiss(hash, now)
+		case ctx.Err() == nil: // not the caller going away: Postgres failing
+			h.lookups.failed.Add(1)
+			h.lookupsPausedUntil = h.now().Add(lookupPause)
+		}
+		return nil
+	}
+	h.lookups.found.Add(1)
 	// A reload may have landed meanwhile: attach the key to the newest
 	// snapshot, and remember it only beside that one.
 	cur := h.current.Load()
@@ -304,80 +368,113 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 	return v
 }
 
-// missLookupTimeout bounds the Postgres lookup of a key not in the
-// snapshot yet.
-const missLookupTimeout = 100 * time.Millisecond
+// rememberMiss notes that hash was not found at now; h.mu must be held.
+func (h *Holder) rememberMiss(hash tenants.KeyHash, now time.Time) {
+	if len(h.misses) >= maxMisses {
+		clear(h.misses)
+	}
+	h.misses[hash] = now
+}
 
 // coalesceWindow is how long a reload waits, after the first notification
 // of a burst, for more to arrive; never longer, however many keep coming.
 const coalesceWindow = 50 * time.Millisecond
 
+// listenAcquireTimeout bounds connecting for LISTEN, so that an
+// unreachable (rather than refusing) Postgres is retried too.
+const listenAcquireTimeout = 10 * time.Second
+
 // Sync keeps the holder fresh until ctx ends: it LISTENs on
 // tollgate_changes and reloads at once on a notification, and reloads
 // every interval anyway in case a notification was lost.
+//
+// When the LISTEN connection fails (Postgres stopped, restarted or
+// unreachable) Sync connects again after a wait that doubles from 100ms
+// to 2s, with jitter, logging the outage once when it starts, every 10s
+// while it lasts and once when it ends; as soon as LISTEN is back it
+// reloads, so that no change made meanwhile is missed, and changes arrive
+// by notification again. Checks go on from the last snapshot throughout.
 func (h *Holder) Sync(ctx context.Context, db *pgxpool.Pool, interval time.Duration) {
-	for ctx.Err() == nil {
-		err := h.listen(ctx, db, interval)
+	retry := backoff.New(h.listenBackoff)
+	for {
+		err := h.listen(ctx, db, interval, retry.Reset)
 		if ctx.Err() != nil {
 			return
 		}
-		h.log.Warn("snapshot listener stopped; retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		h.postgres.Failure(err)
+		if retry.Wait(ctx) != nil {
 			return
-		case <-time.After(time.Second):
-		}
-		if err := h.Reload(ctx); err != nil {
-			h.log.Warn("snapshot reload failed", "err", err)
 		}
 	}
 }
 
-func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Duration) error {
-	conn, err := db.Acquire(ctx)
+// listen holds one LISTEN connection until it fails or ctx ends, and
+// returns why. It calls listening once LISTEN is set up and the snapshot
+// reloaded.
+func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Duration, listening func()) error {
+	acquireCtx, cancel := context.WithTimeout(ctx, listenAcquireTimeout)
+	conn, err := db.Acquire(acquireCtx)
+	cancel()
 	if err != nil {
-		return err
+		return fmt.Errorf("enforce: connect for LISTEN: %w", err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN tollgate_changes"); err != nil {
-		return err
+	// The connection is this loop's alone and closed when it ends: a
+	// connection that LISTENs must not go back to the pool.
+	pg := conn.Hijack()
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		pg.Close(closeCtx) //nolint:errcheck // closing a connection that may be dead
+	}()
+	if _, err := pg.Exec(ctx, "LISTEN tollgate_changes"); err != nil {
+		return fmt.Errorf("enforce: LISTEN: %w", err)
 	}
-	defer conn.Exec(context.Background(), "UNLISTEN *") //nolint:errcheck
 	// Changes made between the last load and LISTEN would be missed.
 	if err := h.Reload(ctx); err != nil {
 		return err
 	}
-	pg := conn.Conn()
+	h.postgres.Success()
+	listening()
 	lastReload := h.now()
 	for {
 		// Wait for a notification, but no longer than until the next
 		// periodic reload is due.
 		wait, cancel := context.WithTimeout(ctx, max(interval-h.now().Sub(lastReload), time.Millisecond))
 		_, err := pg.WaitForNotification(wait)
+		timedOut := wait.Err() != nil // read before cancel, which sets it
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil && wait.Err() == nil {
-			return err // the connection failed
+		if err != nil && (!timedOut || pg.IsClosed()) {
+			return fmt.Errorf("enforce: wait for notification: %w", err) // the connection failed
 		}
 		if err == nil {
 			// Coalesce a burst of notifications into one reload, within
 			// a fixed window so a steady stream cannot postpone it.
 			window, cancel := context.WithTimeout(ctx, coalesceWindow)
 			for {
-				if _, err := pg.WaitForNotification(window); err != nil {
-					if ctx.Err() == nil && window.Err() == nil {
-						cancel()
-						return err
-					}
-					break
+				_, err := pg.WaitForNotification(window)
+				if err == nil {
+					continue
 				}
+				closedEarly := window.Err() == nil || pg.IsClosed()
+				cancel()
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if closedEarly {
+					return fmt.Errorf("enforce: wait for notification: %w", err)
+				}
+				break
 			}
-			cancel()
 		}
+		// A failed reload with LISTEN still up is retried at the next
+		// notification or interval; the monitor keeps the log short.
 		if err := h.Reload(ctx); err != nil {
-			h.log.Warn("snapshot reload failed", "err", err)
+			h.postgres.Failure(err)
+		} else {
+			h.postgres.Success()
 		}
 		lastReload = h.now()
 	}

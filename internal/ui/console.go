@@ -48,9 +48,10 @@ import (
 type Config struct {
 	DB    *pgxpool.Pool
 	Usage *usage.Store
-	// Pipeline reports the usage stream's backlog for the overview; nil
-	// when the admin server has no Redis (the overview then says so).
-	Pipeline func(ctx context.Context) (usage.Pipeline, error)
+	// UsageLag reports how far behind the usage worker is, for the
+	// overview; nil when the admin server has no Redis (the overview then
+	// says so).
+	UsageLag func(ctx context.Context) (usage.Lag, error)
 	Log      *slog.Logger
 	// Secret keys the console's CSRF tokens (HMAC-SHA256); the session
 	// secret, under a label of its own.

@@ -49,9 +49,9 @@ type deniedKeyRow struct {
 type pipelineState struct {
 	Known bool // false: no Redis to ask
 	Err   string
-	usage.Pipeline
-	// Lag is the age of the oldest batch not applied yet; 0 when none.
-	Lag         time.Duration
+	usage.Lag
+	// Oldest is when the oldest batch not applied yet was published.
+	Oldest      time.Time
 	LastApplied time.Time
 }
 
@@ -163,27 +163,28 @@ func gather(fns ...func() error) error {
 	return errors.Join(errs...)
 }
 
-// pipeline reads the usage stream's backlog (when the server has a Redis)
-// and when a batch was last applied. A stream that cannot be read is
-// reported on the page, not as an error of the page.
+// pipeline reads how far behind the usage worker is (when the server
+// has a Redis) and when a batch was last applied. A stream that cannot be
+// read is reported on the page, not as an error of the page.
 func (c *Console) pipeline(r *http.Request, now time.Time) pipelineState {
 	var s pipelineState
 	if at, err := c.usage.LastApplied(r.Context()); err == nil {
 		s.LastApplied = at
 	}
-	if c.cfg.Pipeline == nil {
+	if c.cfg.UsageLag == nil {
 		return s
 	}
 	s.Known = true
-	p, err := c.cfg.Pipeline(r.Context())
+	lag, err := c.cfg.UsageLag(r.Context())
 	if err != nil {
 		c.log.WarnContext(r.Context(), "console: usage stream", "err", err)
 		s.Err = "the usage stream cannot be read"
 		return s
 	}
-	s.Pipeline = p
-	if !p.Oldest.IsZero() {
-		s.Lag = now.Sub(p.Oldest).Round(time.Second)
+	s.Lag = lag
+	s.OldestAge = s.OldestAge.Round(time.Second)
+	if lag.Batches > 0 {
+		s.Oldest = now.Add(-lag.OldestAge)
 	}
 	return s
 }

@@ -128,8 +128,9 @@ func closedAt(ctx context.Context, q interface {
 
 // Statement returns the tenant's statement for m: the frozen one when m is
 // closed (with any late usage in Late), otherwise computed from current
-// usage with status "open". ENOTFOUND when there is no such tenant, or
-// it had no statement in a closed month.
+// usage with status "open". A tenant that was on no plan in m has a zero
+// statement, open or closed alike. ENOTFOUND when there is no such
+// tenant.
 func (s *Store) Statement(ctx context.Context, tenantID string, m Month) (Statement, error) {
 	t, err := s.tenants.Get(ctx, tenantID)
 	if err != nil {
@@ -145,7 +146,11 @@ func (s *Store) Statement(ctx context.Context, tenantID string, m Month) (Statem
 			return Statement{}, err
 		}
 		if len(list) == 0 {
-			return Statement{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s has no statement for %s", t.Name, m)
+			// Not billable in m (it joined later), so nothing was frozen:
+			// the zero statement an open month shows, closed.
+			st, err := BuildStatement(StatementInput{Tenant: t, Month: m})
+			st.Status, st.ClosedAt = "closed", closed
+			return st, err
 		}
 		return list[0], nil
 	}

@@ -247,46 +247,31 @@ func (c *RedisConsumer) Backlog(ctx context.Context) (entries, pending int64, er
 	return entries, p.Count, nil
 }
 
-// Pipeline is the state of the usage stream: the batches published and
-// not yet applied to Postgres.
-type Pipeline struct {
-	// Backlog counts the batches in the stream (applied ones are deleted).
-	Backlog int64 `json:"backlog"`
-	// Pending counts those delivered to a worker and not yet acknowledged.
-	Pending int64 `json:"pending"`
-	// Oldest is when the oldest batch not yet applied was published (its
-	// stream entry ID's time); zero when the backlog is empty. Now minus
-	// Oldest is how far behind the usage tables are.
-	Oldest time.Time `json:"oldest"`
+// Lag is how far the worker is behind the API processes.
+type Lag struct {
+	// Batches published and not yet applied and acknowledged.
+	Batches int64
+	// OldestAge is how long the oldest of them has waited (0 when none).
+	OldestAge time.Duration
 }
 
-// ReadPipeline reads the state of the usage stream of the consumer group
-// (a stream or group that does not exist yet has an empty backlog).
-func ReadPipeline(ctx context.Context, client redis.UniversalClient, stream, group string) (Pipeline, error) {
-	var p Pipeline
-	var err error
-	if p.Backlog, err = client.XLen(ctx, stream).Result(); err != nil {
-		return p, fmt.Errorf("usage: xlen: %w", err)
+// Lag reads the stream's backlog: acknowledged entries are deleted, so
+// the first entry is the oldest batch not applied yet, and its ID holds
+// the Redis time it was added, compared here with Redis's clock.
+func (c *RedisConsumer) Lag(ctx context.Context) (Lag, error) {
+	pipe := c.client.Pipeline()
+	length := pipe.XLen(ctx, c.cfg.Stream)
+	first := pipe.XRangeN(ctx, c.cfg.Stream, "-", "+", 1)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Lag{}, fmt.Errorf("usage: lag: %w", err)
 	}
-	if p.Backlog == 0 {
-		return p, nil
-	}
-	pending, err := client.XPending(ctx, stream, group).Result()
-	switch {
-	case err != nil && !strings.Contains(err.Error(), "NOGROUP"):
-		return p, fmt.Errorf("usage: xpending: %w", err)
-	case err == nil:
-		p.Pending = pending.Count
-	}
-	first, err := client.XRangeN(ctx, stream, "-", "+", 1).Result()
-	if err != nil {
-		return p, fmt.Errorf("usage: xrange: %w", err)
-	}
-	if len(first) > 0 {
-		ms, _, _ := strings.Cut(first[0].ID, "-")
-		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			p.Oldest = time.UnixMilli(n).UTC()
+	lag := Lag{Batches: length.Val()}
+	if entries := first.Val(); len(entries) > 0 {
+		ms, _, _ := strings.Cut(entries[0].ID, "-")
+		if addedMS, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			lag.OldestAge = max(0, now.Val().Sub(time.UnixMilli(addedMS)))
 		}
 	}
-	return p, nil
+	return lag, nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -28,7 +30,9 @@ type Worker struct {
 	// MaintenanceInterval (default 1h).
 	MaintenanceInterval time.Duration
 	// RetryMax bounds the wait between retries while Postgres or Redis
-	// fail (default 5s; retries start at 50ms and double).
+	// fail (default 5s; retries start at 50ms and double, with jitter).
+	// An outage is logged when it starts, every 10s while it lasts and
+	// when it ends, not at every retry.
 	RetryMax time.Duration
 	// AfterApply, when set, runs for each message after its transaction
 	// committed and before it is acknowledged; an error stops Run with
@@ -37,7 +41,26 @@ type Worker struct {
 	AfterApply func(m Message) error
 
 	applied, duplicates, late, setAside, failures atomic.Int64
+
+	monitorsOnce sync.Once
+	// stream follows Redis (fetch, ack), store Postgres (apply).
+	stream, store *backoff.Monitor
 }
+
+// monitors returns the worker's outage monitors, made on first use.
+func (w *Worker) monitors() (stream, store *backoff.Monitor) {
+	w.monitorsOnce.Do(func() {
+		w.stream = backoff.NewMonitor(backoff.MonitorConfig{Component: "usage_worker", Dependency: "redis", Log: w.Log})
+		w.store = backoff.NewMonitor(backoff.MonitorConfig{Component: "usage_worker", Dependency: "postgres", Log: w.Log})
+	})
+	return w.stream, w.store
+}
+
+// faultAfterApply, when set, is the AfterApply of workers that have none.
+// Only binaries built with the "faults" tag set it (faulthook.go): the
+// fault suite (test/faults) stops a worker there to kill it between a
+// commit and its acknowledgement.
+var faultAfterApply func(m Message) error
 
 // WorkerStats are a worker's counters since it started.
 type WorkerStats struct {
@@ -52,8 +75,12 @@ func (w *Worker) Stats() WorkerStats {
 		LateRows: w.late.Load(), Errors: w.failures.Load()}
 }
 
-// Register adds the worker's metrics to reg.
+// Register adds the worker's metrics to reg, with the dependency metrics
+// of its view of Redis and Postgres (see backoff.Collectors).
 func (w *Worker) Register(reg prometheus.Registerer) {
+	stream, store := w.monitors()
+	reg.MustRegister(stream.Collectors()...)
+	reg.MustRegister(store.Collectors()...)
 	c := func(name, help string, v *atomic.Int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
@@ -65,6 +92,40 @@ func (w *Worker) Register(reg prometheus.Registerer) {
 		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
 		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
 	)
+	if l, ok := w.Consumer.(lagger); ok {
+		reg.MustRegister(lagCollector{consumer: l,
+			batches: prometheus.NewDesc("tollgate_usage_backlog_batches",
+				"Usage batches published and not yet applied (read from the stream at each scrape).", nil, nil),
+			age: prometheus.NewDesc("tollgate_usage_backlog_age_seconds",
+				"How long the oldest usage batch not yet applied has waited; 0 when the worker has caught up.", nil, nil),
+		})
+	}
+}
+
+// lagger is a Consumer that can tell how far behind it is (RedisConsumer).
+type lagger interface {
+	Lag(ctx context.Context) (Lag, error)
+}
+
+// lagCollector reports the consumer's lag at each scrape. While the
+// stream cannot be read it reports nothing, and an alert on the metric's
+// absence fires.
+type lagCollector struct {
+	consumer     lagger
+	batches, age *prometheus.Desc
+}
+
+func (l lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- l.batches; ch <- l.age }
+
+func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lag, err := l.consumer.Lag(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(l.batches, prometheus.GaugeValue, float64(lag.Batches))
+	ch <- prometheus.MustNewConstMetric(l.age, prometheus.GaugeValue, lag.OldestAge.Seconds())
 }
 
 // Run consumes until ctx ends (returning nil) or AfterApply fails
@@ -85,7 +146,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		every = time.Hour
 	}
 	var nextMaintenance time.Time
-	retry := w.newBackoff()
+	retryMax := w.RetryMax
+	if retryMax <= 0 {
+		retryMax = 5 * time.Second
+	}
+	retry := backoff.New(backoff.Policy{Initial: 50 * time.Millisecond, Max: retryMax})
+	stream, store := w.monitors()
+	afterApply := w.AfterApply
+	if afterApply == nil {
+		afterApply = faultAfterApply
+	}
 	for ctx.Err() == nil {
 		if now := time.Now(); !now.Before(nextMaintenance) {
 			if res, err := w.Store.Maintain(ctx); err != nil {
@@ -104,14 +174,19 @@ func (w *Worker) Run(ctx context.Context) error {
 				return nil
 			}
 			w.failures.Add(1)
-			log.Warn("usage: fetch failed; retrying", "err", err)
-			retry.wait(ctx)
+			stream.Failure(fmt.Errorf("usage: fetch: %w", err))
+			retry.Wait(ctx) //nolint:errcheck // the loop checks ctx
 			continue
 		}
+		if len(msgs) == 0 {
+			stream.Success()
+		}
 		for len(msgs) > 0 {
-			err := w.process(ctx, msgs)
+			err := w.process(ctx, msgs, afterApply)
 			if err == nil {
-				retry.reset()
+				stream.Success()
+				store.Success()
+				retry.Reset()
 				break
 			}
 			if stop, ok := err.(stopError); ok {
@@ -121,12 +196,21 @@ func (w *Worker) Run(ctx context.Context) error {
 				return nil
 			}
 			w.failures.Add(1)
-			log.Warn("usage: batches not applied; retrying", "entries", len(msgs), "first", msgs[0].ID, "err", err)
-			retry.wait(ctx)
+			if ack, ok := err.(ackError); ok {
+				stream.Failure(ack.err)
+			} else {
+				store.Failure(fmt.Errorf("usage: %d entries from %s not applied: %w", len(msgs), msgs[0].ID, err))
+			}
+			retry.Wait(ctx) //nolint:errcheck // the loop checks ctx
 		}
 	}
 	return nil
 }
+
+// ackError is a failed acknowledgement: Redis's failure, not Postgres's.
+type ackError struct{ err error }
+
+func (e ackError) Error() string { return e.err.Error() }
 
 // stopError carries AfterApply's error out of Run.
 type stopError struct{ err error }
@@ -137,7 +221,7 @@ func (e stopError) Error() string { return e.err.Error() }
 // acknowledges them. On error nothing is acknowledged and the caller
 // retries them all: the batches already applied are skipped as
 // duplicates.
-func (w *Worker) process(ctx context.Context, msgs []Message) error {
+func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Message) error) error {
 	var batches []Batch
 	for _, m := range msgs {
 		if m.Err != nil {
@@ -171,8 +255,8 @@ func (w *Worker) process(ctx context.Context, msgs []Message) error {
 		if m.Err != nil {
 			w.setAside.Add(1)
 		}
-		if w.AfterApply != nil {
-			if err := w.AfterApply(m); err != nil {
+		if afterApply != nil {
+			if err := afterApply(m); err != nil {
 				return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
 			}
 		}
@@ -180,7 +264,10 @@ func (w *Worker) process(ctx context.Context, msgs []Message) error {
 	}
 	// If the ack fails the entries are delivered again later and skipped
 	// as duplicates.
-	return w.Consumer.Ack(ctx, ids...)
+	if err := w.Consumer.Ack(ctx, ids...); err != nil {
+		return ackError{fmt.Errorf("usage: ack: %w", err)}
+	}
+	return nil
 }
 
 // applyEach applies the decodable messages' batches one by one, setting
@@ -207,27 +294,3 @@ func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, 
 	}
 	return results, nil
 }
-
-type backoff struct {
-	next, max time.Duration
-}
-
-func (w *Worker) newBackoff() *backoff {
-	max := w.RetryMax
-	if max <= 0 {
-		max = 5 * time.Second
-	}
-	return &backoff{next: 50 * time.Millisecond, max: max}
-}
-
-func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	b.next = min(2*b.next, b.max)
-}
-
-func (b *backoff) reset() { b.next = 50 * time.Millisecond }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -138,9 +139,13 @@ func TestWorkerCrashBetweenCommitAndAckCountsOnce(t *testing.T) {
 	if m := sums(t, r.db, "usage_month")[tA+"/"+kA]; m != want {
 		t.Errorf("month totals %+v, want %+v", m, want)
 	}
+	// At least the 8 unacknowledged and the re-published one are
+	// duplicates; on a slow machine a batch may outlast the claim idle
+	// time and be claimed by the other worker too, which the totals above
+	// show costs nothing.
 	s2, s3 := second.Stats(), third.Stats()
-	if s2.Applied+s3.Applied != 22 || s2.Duplicates+s3.Duplicates != 9 {
-		t.Errorf("after the crash: applied %d, duplicates %d; want 22 and 9 (the 8 unacknowledged, the re-published one)",
+	if s2.Applied+s3.Applied != 22 || s2.Duplicates+s3.Duplicates < 9 {
+		t.Errorf("after the crash: applied %d, duplicates %d; want 22 and at least 9 (the 8 unacknowledged, the re-published one)",
 			s2.Applied+s3.Applied, s2.Duplicates+s3.Duplicates)
 	}
 }
@@ -244,5 +249,43 @@ func TestDecodeRejectsTextPostgresCannotStore(t *testing.T) {
 		if err := b.validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestWorkerLagMetrics: the backlog gauges count the batches not yet
+// applied and the age of the oldest, and fall to 0 once the worker has
+// caught up.
+func TestWorkerLagMetrics(t *testing.T) {
+	r := newWorkerRig(t)
+	w := r.worker("c1", time.Minute)
+	reg := prometheus.NewRegistry()
+	w.Register(reg)
+	gauge := func(name string) (float64, bool) {
+		t.Helper()
+		families, err := reg.Gather()
+		testenv.Must(t, err)
+		for _, f := range families {
+			if f.GetName() == name {
+				return f.GetMetric()[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	if v, ok := gauge("tollgate_usage_backlog_batches"); !ok || v != 0 {
+		t.Fatalf("empty stream: backlog %v (reported %v), want 0", v, ok)
+	}
+	publishBatches(t, NewRedisProducer(r.client, r.stream), 3)
+	if v, _ := gauge("tollgate_usage_backlog_batches"); v != 3 {
+		t.Errorf("backlog %v, want 3", v)
+	}
+	if age, ok := gauge("tollgate_usage_backlog_age_seconds"); !ok || age < 0 || age > 60 {
+		t.Errorf("backlog age %v (reported %v), want a few seconds at most", age, ok)
+	}
+	r.runWorkers(t, w)
+	if v, _ := gauge("tollgate_usage_backlog_batches"); v != 0 {
+		t.Errorf("after the worker: backlog %v, want 0", v)
+	}
+	if age, _ := gauge("tollgate_usage_backlog_age_seconds"); age != 0 {
+		t.Errorf("after the worker: age %v, want 0", age)
 	}
 }

@@ -1,0 +1,41 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTrustedProxies(t *testing.T) {
+	env := func(v string) *Env {
+		return New(func(k string) string {
+			if k == "TOLLGATE_TRUSTED_PROXIES" {
+				return v
+			}
+			return ""
+		})
+	}
+	e := env(" 10.0.0.0/8, 192.0.2.7 ,2001:db8::/32, ::1, 172.16.5.9/12, ::ffff:192.0.2.0/120")
+	got := e.TrustedProxies()
+	if err := e.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32", "::1/128", "172.16.0.0/12", "192.0.2.0/24"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("entry %d: got %s, want %s", i, got[i], want[i])
+		}
+	}
+	if got := env("").TrustedProxies(); got != nil {
+		t.Errorf("unset: %v, want none", got)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "proxy.example", "10.0.0.1/8/2"} {
+		e := env(bad)
+		e.TrustedProxies()
+		if err := e.Err(); err == nil || !strings.Contains(err.Error(), "TOLLGATE_TRUSTED_PROXIES") {
+			t.Errorf("%q: error %v does not name the setting", bad, err)
+		}
+	}
+}

@@ -1,0 +1,395 @@
+package enforce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// countingStore counts the calls that reach the store, probes apart.
+type countingStore struct {
+	limiter.Store
+	calls, probes atomic.Int64
+}
+
+func (s *countingStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+	if len(b.Requests) == 1 && strings.HasSuffix(b.Requests[0].Key, "probe") {
+		s.probes.Add(1)
+	} else {
+		s.calls.Add(1)
+	}
+	return s.Store.Check(ctx, b)
+}
+
+// redisStore returns a limiter store on r through a client set up as
+// cmd/api sets up its own: no retries, short timeouts.
+func redisStore(t *testing.T, r *ownRedis) *countingStore {
+	t.Helper()
+	c := config.Redis{Addr: r.Addr(), Timeout: 250 * time.Millisecond, NoRetries: true}.Client()
+	t.Cleanup(func() { c.Close() })
+	return &countingStore{Store: redisstore.New(c)}
+}
+
+func probeBatch() limiter.Batch {
+	return limiter.Batch{DryRun: true, Requests: []limiter.Request{{Key: "t:{x}:probe",
+		Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.SecondUS}}}}
+}
+
+func oneCheck() limiter.Batch {
+	return limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: "t:{x}:k",
+		Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.SecondUS}}}}
+}
+
+// waitFor polls cond until it holds; it fails the test after 10s. It
+// waits for servers and background goroutines, and asserts no speed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers kills a real
+// Redis: after Failures failed calls in a row no call reaches it, and the
+// background probe closes the circuit once it is back.
+func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	store := redisStore(t, r)
+	var logs bytes.Buffer
+	b := NewBreaker(store, BreakerConfig{Failures: 3, Probe: probeBatch(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(b.Close)
+
+	if _, err := b.Check(ctx, oneCheck()); err != nil {
+		t.Fatal(err)
+	}
+	r.kill()
+	for i := range 3 {
+		_, err := b.Check(ctx, oneCheck())
+		if err == nil || errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("call %d with Redis down: %v, want the store's error", i+1, err)
+		}
+		if open := b.Open(); open != (i == 2) {
+			t.Fatalf("after %d failures open = %v", i+1, open)
+		}
+	}
+	reached := store.calls.Load()
+	for range 1000 {
+		if _, err := b.Check(ctx, oneCheck()); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("circuit open: %v, want ErrCircuitOpen", err)
+		}
+	}
+	if n := store.calls.Load() - reached; n != 0 {
+		t.Errorf("%d calls reached the store while the circuit was open, want 0", n)
+	}
+	waitFor(t, "a failed probe", func() bool { return b.Stats().FailedProbes > 0 })
+
+	r.start()
+	waitFor(t, "circuit closed after Redis is back", func() bool { return !b.Open() })
+	if _, err := b.Check(ctx, oneCheck()); err != nil {
+		t.Errorf("after the circuit closed: %v", err)
+	}
+	s := b.Stats()
+	if s.Opened != 1 || s.Rejected != 1000 || s.Open {
+		t.Errorf("stats %+v, want opened once, 1000 rejected, closed", s)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "redis unavailable") || !strings.Contains(lines[1], "redis back") ||
+		!strings.Contains(lines[1], "checks_decided_by_failure_modes=1000") {
+		t.Errorf("log, want one line when it opened and one when it closed:\n%s", logs.String())
+	}
+}
+
+// TestBreakerNeedsFailuresInARow: a success between failures starts the
+// count again.
+func TestBreakerNeedsFailuresInARow(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	b := NewBreaker(redisStore(t, r), BreakerConfig{Failures: 3, Probe: probeBatch()})
+	t.Cleanup(b.Close)
+	for round := range 3 {
+		r.kill()
+		for range 2 {
+			if _, err := b.Check(ctx, oneCheck()); err == nil {
+				t.Fatal("Redis is down and the call succeeded")
+			}
+		}
+		r.start()
+		if _, err := b.Check(ctx, oneCheck()); err != nil {
+			t.Fatalf("round %d: Redis is back, and %v", round, err)
+		}
+	}
+	if s := b.Stats(); s.Opened != 0 {
+		t.Errorf("opened %d times on two failures in a row at most", s.Opened)
+	}
+}
+
+// stuckStore answers batches whose key ends in "slow" only when their
+// context ends, fails the others while failing is set, and succeeds
+// otherwise: it stands for a Redis that hangs some calls.
+type stuckStore struct{ failing atomic.Bool }
+
+func (s *stuckStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+	if strings.HasSuffix(b.Requests[0].Key, "slow") {
+		<-ctx.Done()
+		return limiter.Outcome{}, ctx.Err()
+	}
+	if s.failing.Load() {
+		return limiter.Outcome{}, errors.New("connection refused")
+	}
+	return limiter.Outcome{Admitted: true, Results: make([]limiter.Result, len(b.Requests))}, nil
+}
+
+// TestBreakerCutsCallsInFlightWhenItOpens: calls waiting on a hung store
+// are answered as soon as the circuit opens, not at their timeout.
+func TestBreakerCutsCallsInFlightWhenItOpens(t *testing.T) {
+	store := &stuckStore{}
+	store.failing.Store(true)
+	b := NewBreaker(store, BreakerConfig{Failures: 3, Probe: probeBatch()})
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	slow := limiter.Batch{Requests: []limiter.Request{{Key: "t:{x}:slow"}}}
+	errs := make(chan error, 5)
+	var started sync.WaitGroup
+	for range 5 {
+		started.Add(1)
+		go func() {
+			started.Done()
+			_, err := b.Check(ctx, slow)
+			errs <- err
+		}()
+	}
+	started.Wait()
+	for range 3 {
+		b.Check(ctx, oneCheck()) //nolint:errcheck
+	}
+	for range 5 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrCircuitOpen) {
+				t.Errorf("call in flight ended with %v, want ErrCircuitOpen", err)
+			}
+		case <-time.After(10 * time.Second): // they would wait an hour
+			t.Fatal("calls in flight still waiting after the circuit opened")
+		}
+	}
+	store.failing.Store(false)
+	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+}
+
+// TestBreakerProbesBackOffToTheCap injects the wait between probes: the
+// waits double from 25ms to 250ms, with jitter, and the first probe after
+// Redis answers again closes the circuit.
+func TestBreakerProbesBackOffToTheCap(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	var mu sync.Mutex
+	var waits []time.Duration
+	resume := make(chan struct{})
+	b := NewBreaker(redisStore(t, r), BreakerConfig{Failures: 1, Probe: probeBatch(),
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			waits = append(waits, d)
+			n := len(waits)
+			mu.Unlock()
+			if n > 8 {
+				select {
+				case <-resume:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}})
+	t.Cleanup(b.Close)
+	r.kill()
+	b.Check(ctx, oneCheck()) //nolint:errcheck
+	waitFor(t, "eight failed probes", func() bool { return b.Stats().FailedProbes >= 8 })
+	r.start()
+	close(resume)
+	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+
+	mu.Lock()
+	defer mu.Unlock()
+	ceiling := 25 * time.Millisecond
+	for i, w := range waits {
+		if w > ceiling || w < ceiling/2 {
+			t.Errorf("wait %d = %v, want within [%v, %v]", i, w, ceiling/2, ceiling)
+		}
+		ceiling = min(2*ceiling, 250*time.Millisecond)
+	}
+	if s := b.Stats(); s.FailedProbes != 8 {
+		t.Errorf("%d failed probes, want 8 (the ninth, after Redis was back, closed the circuit)", s.FailedProbes)
+	}
+}
+
+// staticData is one plan per failure mode and one key on each.
+func staticData(t *testing.T) (Data, map[plans.FailureMode]string) {
+	t.Helper()
+	d := Data{}
+	keys := map[plans.FailureMode]string{}
+	for i, mode := range []plans.FailureMode{plans.FailOpen, plans.FailClosed} {
+		id := int64(i + 1)
+		tenantID := "tenant-" + string(mode)
+		d.Plans = append(d.Plans, plans.Plan{ID: id, Name: "fail-" + string(mode), Rules: []plans.Rule{
+			plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS, FailureMode: mode}.WithDefaults(),
+		}})
+		d.Tenants = append(d.Tenants, tenants.Tenant{ID: tenantID, Name: tenantID, PlanID: id, Status: tenants.StatusActive})
+		secret, hash, prefix := tenants.GenerateKey()
+		d.Keys = append(d.Keys, tenants.Key{ID: "key-" + string(mode), TenantID: tenantID, Hash: hash, Prefix: prefix})
+		keys[mode] = secret
+	}
+	return d, keys
+}
+
+// TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen: with Redis
+// killed, every check is a 200-worthy decision by its rule's failure
+// mode, marked degraded, and none reaches Redis once the circuit is open;
+// the metrics say so; once Redis is back checks are exact again.
+func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	store := redisStore(t, r)
+	data, keys := staticData(t)
+	holder := NewHolder(StaticSource{Data: data}, nil)
+	if err := holder.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg, holder)
+	checker := NewChecker(holder, store, CheckerConfig{Prefix: "t:", Metrics: metrics})
+	t.Cleanup(checker.Close)
+	check := func(mode plans.FailureMode) Decision {
+		t.Helper()
+		d, err := checker.Check(ctx, Request{Key: keys[mode], Resource: "GET /", Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
+		t.Fatalf("Redis up: %+v", d)
+	}
+
+	r.kill()
+	for range 3 {
+		check(plans.FailOpen)
+	}
+	if !checker.breaker.Open() {
+		t.Fatal("circuit still closed after three failed calls")
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 1 {
+		t.Errorf("tollgate_limiter_circuit_open = %v, want 1", got)
+	}
+	reached := store.calls.Load()
+	for range 100 {
+		if d := check(plans.FailOpen); !d.Allowed || !d.Degraded || d.Reason != "ok" {
+			t.Fatalf("fail-open rule, circuit open: allowed %v degraded %v reason %s", d.Allowed, d.Degraded, d.Reason)
+		}
+		if d := check(plans.FailClosed); d.Allowed || !d.Degraded || d.Reason != tollgate.ReasonUnavailable || d.RetryAfterMS != outageRetryMS {
+			t.Fatalf("fail-closed rule, circuit open: allowed %v degraded %v reason %s retry %d", d.Allowed, d.Degraded, d.Reason, d.RetryAfterMS)
+		}
+	}
+	if n := store.calls.Load() - reached; n != 0 {
+		t.Errorf("%d checks reached Redis while the circuit was open", n)
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_rejected_total"); got != 200 {
+		t.Errorf("tollgate_limiter_circuit_rejected_total = %v, want 200", got)
+	}
+
+	r.start()
+	waitFor(t, "circuit closed", func() bool { return !checker.breaker.Open() })
+	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
+		t.Errorf("Redis back: allowed %v degraded %v", d.Allowed, d.Degraded)
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 0 {
+		t.Errorf("tollgate_limiter_circuit_open = %v after recovery, want 0", got)
+	}
+}
+
+// gauge returns the value of an unlabelled metric, or of the first series.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			m := f.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestBreakerPingsAfreshBeforeProbingTheStore: with a Ping, failed probes
+// never touch the store's client (whose pool would start dialling only
+// once a second); once Redis answers PING, the store's probe closes the
+// circuit.
+func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
+	ctx := context.Background()
+	r := startOwnRedis(t)
+	store := redisStore(t, r)
+	b := NewBreaker(store, BreakerConfig{Failures: 1, Probe: probeBatch(), Ping: RedisPing("127.0.0.1:1", r.Addr())})
+	t.Cleanup(b.Close)
+	r.kill()
+	b.Check(ctx, oneCheck()) //nolint:errcheck
+	waitFor(t, "three failed probes", func() bool { return b.Stats().FailedProbes >= 3 })
+	if n := store.probes.Load(); n != 0 {
+		t.Errorf("%d probes reached the store while Redis did not answer PING", n)
+	}
+	r.start()
+	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+	if n := store.probes.Load(); n != 1 {
+		t.Errorf("%d probes of the store, want the one that closed the circuit", n)
+	}
+	if err := RedisPing("127.0.0.1:1")(ctx); err == nil {
+		t.Error("PING of a closed port succeeded")
+	}
+}
+
+// BenchmarkBreakerOverhead measures what the breaker adds to a store
+// call, on the memory store (no network), one goroutine per CPU.
+func BenchmarkBreakerOverhead(b *testing.B) {
+	for name, wrap := range map[string]func(limiter.Store) limiter.Store{
+		"bare":    func(s limiter.Store) limiter.Store { return s },
+		"breaker": func(s limiter.Store) limiter.Store { return NewBreaker(s, BreakerConfig{Probe: probeBatch()}) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			store := wrap(limiter.NewMemoryStore(nil))
+			batch := oneCheck()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					store.Check(ctx, batch) //nolint:errcheck
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,84 @@
+package enforce_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce"
+)
+
+// flakyToucher fails while failing is set and counts its calls.
+type flakyToucher struct {
+	calls   atomic.Int64
+	failing atomic.Bool
+}
+
+func (f *flakyToucher) TouchKeys(context.Context, map[string]time.Time) error {
+	f.calls.Add(1)
+	if f.failing.Load() {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLastUsedBacksOffWhilePostgresIsDown: with writes failing, the
+// writer waits longer and longer between them instead of trying every
+// interval, logs the outage once, and says when writes succeed again.
+func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
+	store := &flakyToucher{}
+	store.failing.Store(true)
+	logs := &lockedBuffer{}
+	l := enforce.NewLastUsed(store, slog.New(slog.NewTextHandler(logs, nil)))
+	l.Record(tollgate.UsageEvent{KeyID: "a", AtUS: 1})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	const interval = 10 * time.Millisecond
+	go func() { defer close(done); l.Run(ctx, interval) }()
+
+	// A window to count attempts in: every 10ms would be 80.
+	time.Sleep(800 * time.Millisecond)
+	if n := store.calls.Load(); n < 2 || n > 12 {
+		t.Errorf("%d writes in 800ms of failures at a 10ms interval, want a few (backing off)", n)
+	}
+	if got := strings.Count(logs.String(), "\n"); got != 1 {
+		t.Errorf("%d log lines, want 1:\n%s", got, logs.String())
+	}
+	if l.Pending() != 1 {
+		t.Errorf("pending = %d, want the key kept for the retry", l.Pending())
+	}
+	store.failing.Store(false)
+	deadline := time.Now().Add(time.Minute)
+	for l.Pending() != 0 || !strings.Contains(logs.String(), "postgres back") {
+		if time.Now().After(deadline) {
+			t.Fatalf("never written once Postgres was back:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+}

@@ -1,0 +1,208 @@
+package enforce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// syncBuffer is a log sink safe to read while loggers write to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) lines() int { return strings.Count(b.String(), "\n") }
+
+// TestSyncBacksOffWhilePostgresIsDownAndListensAgain stops a Postgres of
+// the test's own under a running Sync. While it is down the listener
+// retries a handful of times, not thousands, and logs the outage once;
+// when it is back the listener reloads once, LISTENs again, and a
+// revocation arrives by notification (the periodic reload is an hour
+// away).
+func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
+	ctx := context.Background()
+	pg := testenv.OwnPostgres(t)
+	db, err := postgres.Open(ctx, pg.URL)
+	testenv.Must(t, err)
+	t.Cleanup(db.Close)
+	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(db)
+	tenant, err := ts.Create(ctx, "acme", plan.ID)
+	testenv.Must(t, err)
+	secret, key, err := ts.IssueKey(ctx, tenant.ID, "", nil)
+	testenv.Must(t, err)
+
+	logs := &syncBuffer{}
+	h := NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(logs, nil)))
+	syncCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
+	t.Cleanup(func() { stop(); <-done })
+	waitFor(t, "first load", func() bool { return h.reloads.Load() >= 1 })
+
+	pg.Stop()
+	waitFor(t, "the listener noticing", h.postgres.Down)
+	// A window to count in, not a speed: the listener spun thousands of
+	// times a second here before it backed off.
+	time.Sleep(3 * time.Second)
+	if n := h.postgres.Stats().Failures; n > 15 {
+		t.Errorf("%d attempts in 3 s of outage, want a handful (backoff from 100ms to 2s)", n)
+	}
+	if n := logs.lines(); n > 2 {
+		t.Errorf("%d log lines in 3 s of outage, want 1 (down), 2 at most:\n%s", n, logs.String())
+	}
+
+	pg.Start()
+	waitFor(t, "LISTEN again", func() bool { return !h.postgres.Down() })
+	reloads := h.reloads.Load()
+	time.Sleep(time.Second) // again a window to count in
+	if n := h.reloads.Load() - reloads; n > 1 {
+		t.Errorf("%d reloads in the second after recovery, want none (reloads come from notifications and the hourly interval)", n)
+	}
+	if !strings.Contains(logs.String(), "postgres back") {
+		t.Errorf("no line saying Postgres is back:\n%s", logs.String())
+	}
+
+	testenv.Must(t, ts.RevokeKey(ctx, key.ID))
+	hash := tenants.HashKey(secret)
+	waitFor(t, "the revocation by notification", func() bool {
+		k := h.Current().keys[hash]
+		return k != nil && k.revokedAt != nil
+	})
+}
+
+// findSource counts FindKey calls and fails them while failing is set.
+type findSource struct {
+	Source
+	finds   atomic.Int64
+	failing atomic.Bool
+}
+
+func (s *findSource) FindKey(ctx context.Context, hash tenants.KeyHash) (tenants.Key, error) {
+	s.finds.Add(1)
+	if s.failing.Load() {
+		return tenants.Key{}, errors.New("connection refused")
+	}
+	return s.Source.FindKey(ctx, hash)
+}
+
+// TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage: a key not found is
+// remembered until the next reload; no lookup is made while Postgres is
+// known to be down, nor for a second after a lookup failed.
+func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(db)
+	tenant, err := ts.Create(ctx, "acme", plan.ID)
+	testenv.Must(t, err)
+	source := &findSource{Source: NewPostgresSource(db)}
+	h := NewHolder(source, nil)
+	clock := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	h.now = func() time.Time { return clock }
+	testenv.Must(t, h.Reload(ctx))
+
+	unknown, _, _ := tenants.GenerateKey()
+	lookup := func(secret string) *keyView {
+		t.Helper()
+		return h.lookupKey(ctx, h.Current(), tenants.HashKey(secret))
+	}
+	wantFinds := func(step string, want int64) {
+		t.Helper()
+		if got := source.finds.Load(); got != want {
+			t.Fatalf("%s: %d lookups in Postgres, want %d", step, got, want)
+		}
+	}
+	for range 5 {
+		if lookup(unknown) != nil {
+			t.Fatal("an unknown key was found")
+		}
+	}
+	wantFinds("the same unknown key five times", 1)
+	clock = clock.Add(missTTL)
+	lookup(unknown)
+	wantFinds("after the miss expired", 2)
+
+	// A key issued after its miss was remembered is found after the
+	// reload its notification causes.
+	late, _, err := ts.IssueKey(ctx, tenant.ID, "", nil)
+	testenv.Must(t, err)
+	testenv.Must(t, h.Reload(ctx))
+	lookup(late) // in the snapshot now: no lookup
+	wantFinds("a key in the snapshot", 2)
+	newer, _, err := ts.IssueKey(ctx, tenant.ID, "", nil)
+	testenv.Must(t, err)
+	if lookup(newer) == nil {
+		t.Fatal("a key issued after the snapshot was not found")
+	}
+	wantFinds("a key issued after the snapshot", 3)
+
+	// Postgres known down (the LISTEN connection failed): no lookups.
+	h.postgres.Failure(errors.New("connection refused"))
+	other, _, _ := tenants.GenerateKey()
+	for range 5 {
+		lookup(other)
+	}
+	wantFinds("while Postgres is known down", 3)
+	h.postgres.Success()
+
+	// A failed lookup pauses lookups for a second.
+	source.failing.Store(true)
+	for range 5 {
+		lookup(other)
+	}
+	wantFinds("after a failed lookup", 4)
+	source.failing.Store(false)
+	clock = clock.Add(lookupPause)
+	lookup(other)
+	wantFinds("a second after the failed lookup", 5)
+
+	c := &h.lookups
+	if c.found.Load() != 1 || c.notFound.Load() != 3 || c.failed.Load() != 1 || c.cachedMiss.Load() != 4 || c.skipped.Load() != 9 {
+		t.Errorf("counts found %d not_found %d failed %d cached_miss %d skipped %d; want 1, 3, 1, 4, 9",
+			c.found.Load(), c.notFound.Load(), c.failed.Load(), c.cachedMiss.Load(), c.skipped.Load())
+	}
+}
+
+// TestMissesAreBounded: past maxMisses remembered keys, they are all
+// forgotten rather than kept growing.
+func TestMissesAreBounded(t *testing.T) {
+	h := NewHolder(StaticSource{}, nil)
+	now := time.Now()
+	for i := range 3 * maxMisses {
+		var hash tenants.KeyHash
+		hash[0], hash[1], hash[2] = byte(i), byte(i>>8), byte(i>>16)
+		h.rememberMiss(hash, now)
+		if len(h.misses) > maxMisses {
+			t.Fatalf("%d misses remembered, want at most %d", len(h.misses), maxMisses)
+		}
+	}
+}

@@ -201,8 +201,9 @@ func TestConsolePlanFormErrors(t *testing.T) {
 	b.screenshot("plan-form-errors")
 
 	// A value that is no number at all is caught before the API.
-	b.fill(map[string]string{`input[name="name"]`: "fine", `input[name="rules[0].limit"]`: "ten", `input[name="rules[0].burst"]`: "",
-		`input[name="rules[0].resource"]`: "*"})
+	b.open("/plans/new")
+	b.fill(map[string]string{`input[name="name"]`: "fine", `input[name="rules[0].name"]`: "hourly",
+		`input[name="rules[0].limit"]`: "ten", `input[name="rules[0].period"]`: "1"})
 	b.click(`button[value="save"]`, ".alert")
 	if got := fieldError("rules[0].limit"); got != "must be a whole number" {
 		t.Errorf("limit \"ten\": %q", got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,7 @@ func seedCommand() command {
 		summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}, "tenant_viewer": {…}}, "usage_hours": …}`)
-			withUsage := fs.Bool("usage", true, "make up the demo tenants' usage of the last 30 days, in the hours that have none")
+			withUsage := fs.Bool("usage", true, "make up the demo tenants' keys (in every state) and their usage of the last 30 days, in the hours that have none")
 			return func(ctx context.Context, e *env) error {
 				keys, err := e.secretKeys()
 				if err != nil {
@@ -120,9 +121,10 @@ var demoUsage = map[string]usagepkg.DemoTenant{
 	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
 }
 
-// seedDemoUsage fills the demo tenants' last 30 days with made-up usage
-// (usage.SeedDemo), made by their first three keys, and returns how many
-// hours it added: none for hours that have usage already.
+// seedDemoUsage gives the demo tenants the keys a customer would have
+// (seedDemoKeys, once) and fills their last 30 days with made-up usage
+// (usage.SeedDemo) made by three of those keys, and returns how many hours
+// it added: none for hours that have usage already.
 func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error) {
 	ts := tenants.NewStore(db)
 	var list []usagepkg.DemoTenant
@@ -134,6 +136,14 @@ func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, e
 		keys, err := ts.ListKeys(ctx, t.ID)
 		if err != nil {
 			return 0, fmt.Errorf("seed: demo usage: %w", err)
+		}
+		if !slices.ContainsFunc(keys, func(k tenants.Key) bool { return k.Name == demoKeyNames[0] }) {
+			if err := seedDemoKeys(ctx, ts, t.ID); err != nil {
+				return 0, fmt.Errorf("seed: demo keys of %s: %w", name, err)
+			}
+			if keys, err = ts.ListKeys(ctx, t.ID); err != nil {
+				return 0, fmt.Errorf("seed: demo usage: %w", err)
+			}
 		}
 		d := demoUsage[name]
 		d.TenantID = t.ID
@@ -193,9 +203,6 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 			// A customer since the start of last month: the demo usage
 			// (below) then has statements that bill it.
 			if err := ts.SetStart(ctx, t.ID, demoSince(time.Now())); err != nil {
-				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
-			}
-			if err := seedDemoKeys(ctx, ts, t.ID); err != nil {
 				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
 			}
 		case err != nil:

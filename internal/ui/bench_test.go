@@ -156,6 +156,10 @@ func benchData(b *testing.B, ctx context.Context, db *pgxpool.Pool, now time.Tim
 		{"months", `INSERT INTO usage_month SELECT tenant_id, date_trunc('month', bucket_start), key_id, tier, resource,
 				reason, denied_by, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
 			FROM usage_day GROUP BY 1, 2, 3, 4, 5, 6, 7`, nil},
+		{"minute totals", `INSERT INTO usage_total_minute SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units),
+				sum(denied_units) FROM usage_minute GROUP BY 1`, nil},
+		{"hour totals", `INSERT INTO usage_total_hour SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units),
+				sum(denied_units) FROM usage_hour GROUP BY 1`, nil},
 		{"anonymous addresses", `INSERT INTO usage_anon_ip_minute (bucket_start, ip, allowed, denied, allowed_units, denied_units)
 			SELECT $1::timestamptz - (m || ' minutes')::interval, '203.0.113.' || ip, 5, ip % 2, 5, ip % 2
 			FROM generate_series(1, 1440) m, generate_series(1, 20) ip`, []any{minute}},

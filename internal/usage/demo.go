@@ -250,6 +250,9 @@ func writeDemo(ctx context.Context, tx pgx.Tx, minutes, hours []Row, ips []IPRow
 			return fmt.Errorf("usage: demo: %w", err)
 		}
 	}
+	if err := upsertTotals(ctx, tx, minute, hour); err != nil {
+		return fmt.Errorf("usage: demo: %w", err)
+	}
 	byIP := map[ipKey]Counts{}
 	for _, r := range ips {
 		k := ipKey{at: time.Unix(r.Minute, 0).UTC(), ip: r.IP}

@@ -43,6 +43,15 @@ func TestSeedDemo(t *testing.T) {
 	if minutes != hours || minutes.Allowed == 0 || minutes.Denied == 0 {
 		t.Errorf("the last hours: minutes %+v, hours %+v", minutes, hours)
 	}
+	// The totals of every tenant by minute and by hour agree with the rows.
+	for _, tables := range [][2]string{{"usage_total_minute", "usage_minute"}, {"usage_total_hour", "usage_hour"}} {
+		var total, rows Counts
+		testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM `+tables[0]).Scan(&total.Allowed, &total.Denied))
+		testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM `+tables[1]).Scan(&rows.Allowed, &rows.Denied))
+		if total != rows || total.Allowed == 0 {
+			t.Errorf("%s %+v, %s %+v", tables[0], total, tables[1], rows)
+		}
+	}
 	ips, err := s.TopIPs(ctx, Range{From: now.Add(-24 * time.Hour), To: now}, 10)
 	testenv.Must(t, err)
 	if len(ips.Top) != 2 {

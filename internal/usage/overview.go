@@ -17,16 +17,21 @@ import (
 // range exactly (see Range.coarsest).
 
 // Overall returns the counts of every decision in r (widened to whole
-// minutes), of all tenants and anonymous callers.
+// minutes), of all tenants and anonymous callers, from the totals by
+// minute or, for whole hours, by hour.
 func (s *Store) Overall(ctx context.Context, r Range) (Counts, error) {
 	var c Counts
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
 		return c, err
 	}
+	table := "usage_total_hour"
+	if g == GranularityMinute {
+		table = "usage_total_minute"
+	}
 	err := s.db.QueryRow(ctx, `SELECT coalesce(sum(allowed), 0), coalesce(sum(denied), 0),
 			coalesce(sum(allowed_units), 0), coalesce(sum(denied_units), 0)
-		FROM `+granularityTable[g]+` WHERE bucket_start >= $1 AND bucket_start < $2`, r.From, r.To).
+		FROM `+table+` WHERE bucket_start >= $1 AND bucket_start < $2`, r.From, r.To).
 		Scan(&c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits)
 	if err != nil {
 		return c, fmt.Errorf("usage: overall: %w", err)
@@ -36,9 +41,40 @@ func (s *Store) Overall(ctx context.Context, r Range) (Counts, error) {
 
 // OverallSeries returns every decision's counts per bucket of g over r
 // (widened to whole buckets), zeros included, like Series for all
-// tenants together.
+// tenants together: from the totals by minute, or by hour for hours,
+// days and months.
 func (s *Store) OverallSeries(ctx context.Context, g Granularity, r Range) ([]Point, error) {
-	return s.series(ctx, g, r, "", Dimensions{})
+	points, from, to, err := s.buckets(g, r)
+	if err != nil {
+		return nil, err
+	}
+	table, unit := "usage_total_hour", string(g)
+	if g == GranularityMinute {
+		table = "usage_total_minute"
+	}
+	// unit is a granularity's name: minute, hour, day or month.
+	rows, err := s.db.Query(ctx, `SELECT date_trunc('`+unit+`', bucket_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+			sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM `+table+` WHERE bucket_start >= $1 AND bucket_start < $2 GROUP BY 1 ORDER BY 1`, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage: overall series: %w", err)
+	}
+	i := 0
+	var at time.Time
+	var c Counts
+	_, err = pgx.ForEachRow(rows, []any{&at, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		for i < len(points) && points[i].At.Before(at) {
+			i++
+		}
+		if i < len(points) && points[i].At.Equal(at) {
+			points[i].Counts = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage: overall series: %w", err)
+	}
+	return points, nil
 }
 
 // DeniedKey is a key's denials.

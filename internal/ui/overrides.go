@@ -75,7 +75,7 @@ func (c *Console) OverridesSave() http.Handler {
 		if err := c.call(w, r, http.MethodPut, "/api/v1"+path+"/overrides", map[string]any{"rules": rules}, nil); err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				p.Errors = formErrorsOf(errs, index)
-				p.Message = tollgate.ErrorMessage(err) + ": nothing was saved. Each problem is shown beside its field."
+				p.Message = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
 				c.render(w, r, statusOf(err), "overrides", "tenants", p)
 				return
 			}

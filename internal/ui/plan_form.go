@@ -335,7 +335,7 @@ func (c *Console) PlanSave(create bool) http.Handler {
 		if err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				page.Errors = formErrorsOf(errs, index)
-				page.Message = tollgate.ErrorMessage(err) + ": nothing was saved. Each problem is shown beside its field."
+				page.Message = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
 				c.render(w, r, statusOf(err), "plan_form", "plans", page)
 				return
 			}

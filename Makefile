@@ -3,18 +3,28 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
+# VERSION is what --version and tollgate_build_info report, e.g.
+# make build VERSION=v1.4.0
+VERSION ?= dev
+LDFLAGS := -X github.com/tollgate/tollgate/internal/buildinfo.Version=$(VERSION)
 
-.PHONY: run test test-faults build bench bench-http loadgen vet fmt clean
+.PHONY: run env test test-faults build bench bench-http bench-console loadgen vet fmt clean
 
 build:
-	$(GO) build -o $(BIN)/api ./cmd/api
-	$(GO) build -o $(BIN)/admin ./cmd/admin
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/api ./cmd/api
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/admin ./cmd/admin
 	$(GO) build -o $(BIN)/loadgen ./cmd/loadgen
 
-# Local Postgres and Redis in .local/, migrated and seeded; api on :8080,
-# admin on :8081. Ctrl-C stops everything.
+# Local Postgres (:15432) and Redis (:16379, append-only) in .local/,
+# migrated and seeded; api on :8080, admin on :8081. Ctrl-C stops the api,
+# then admin once the usage is applied, then Redis and Postgres.
 run: build
 	@scripts/services.sh run -- scripts/run-local.sh
+
+# The export line that points the CLI at `make run`'s stores:
+#   eval "$$(make -s env)"
+env:
+	@scripts/services.sh env
 
 # TOLLGATE_FAULTS=1 includes the fault suite (test/faults, about a minute
 # and a half); plain `go test ./...` skips it.
@@ -31,6 +41,11 @@ bench:
 # (scripts/bench-http.sh lists the settings).
 bench-http:
 	@scripts/bench-http.sh
+
+# Every console page rendered at scale: 10,000 tenants, 100,000 keys, a
+# month of minute usage of a busy tenant (docs/benchmarks.md, "Console").
+bench-console:
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench Console -benchtime 20x -timeout 30m ./internal/ui/
 
 vet:
 	$(GO) vet ./...

@@ -24,9 +24,10 @@ import (
 )
 
 // TestEndToEnd drives the SDK against the real programs: cmd/api and
-// cmd/admin are built, the demo is seeded with `admin seed demo --json` in
-// a fresh database, and a service protected by the middleware is called
-// the way its callers would.
+// cmd/admin are built, the demo is seeded with `admin seed demo --json
+// --usage=false` (the test counts usage of its own) in a fresh database,
+// and a service protected by the middleware is called the way its callers
+// would.
 func TestEndToEnd(t *testing.T) {
 	for _, name := range []string{"TOLLGATE_TEST_DATABASE_URL", "TOLLGATE_TEST_REDIS_ADDR"} {
 		if os.Getenv(name) == "" {
@@ -45,7 +46,7 @@ func TestEndToEnd(t *testing.T) {
 			Email, Password string
 		} `json:"users"`
 	}
-	out, err := programCommand(filepath.Join(bin, "admin"), []string{"seed", "demo", "--json"},
+	out, err := programCommand(filepath.Join(bin, "admin"), []string{"seed", "demo", "--json", "--usage=false"},
 		map[string]string{"TOLLGATE_DATABASE_URL": dbURL}).Output()
 	if err != nil {
 		t.Fatalf("admin seed demo: %v", exitDetail(err))

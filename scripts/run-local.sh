@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # run-local.sh: run by `make run` inside scripts/services.sh with
 # TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_ADDR set. Migrates, seeds the
-# demo, starts api and admin, prints a working curl example, and waits.
+# demo, starts api and admin, prints how to use them, and waits.
+#
+# On Ctrl-C (or SIGTERM) it stops them in order, so that no check is lost:
+# the api first (it publishes its last usage batch as it stops), then,
+# once the usage worker inside admin has applied the stream, admin.
+# services.sh then stops Redis and Postgres.
 set -euo pipefail
 bin=./bin
 # The demo's secret key (it seals the service-token signing keys) is made
@@ -14,28 +19,96 @@ if [ -z "${TOLLGATE_SECRET_KEY:-}" ]; then
 fi
 "$bin/admin" migrate up
 seed=$("$bin/admin" seed demo --json)
-field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" | head -1; }
+field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
 token=$(field service_token)
 pro=$(field pro)
 free=$(field free)
-# The first email/password pair in the seed output is the demo operator's.
-op_email=$(field email)
-op_password=$(field password)
+# The seed prints users by role: operator, tenant_admin, tenant_viewer.
+op_email=$(field email | sed -n 1p)
+op_password=$(field password | sed -n 1p)
+ta_email=$(field email | sed -n 2p)
+ta_password=$(field password | sed -n 2p)
+tv_email=$(field email | sed -n 3p)
+tv_password=$(field password | sed -n 3p)
 api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
 admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
 export TOLLGATE_API_ADDR=$api_addr TOLLGATE_ADMIN_ADDR=$admin_addr
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT
-trap 'exit 0' INT TERM
-"$bin/api" & pids+=($!)
-"$bin/admin" serve & pids+=($!)
+# One session secret for every run, kept in .local/: logins survive a
+# restart. (Set TOLLGATE_ADMIN_JWT_SECRET to use another.)
+if [ -z "${TOLLGATE_ADMIN_JWT_SECRET:-}" ]; then
+  secret_file=.local/admin-jwt-secret
+  if [ ! -s "$secret_file" ]; then
+    (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n' >"$secret_file")
+  fi
+  TOLLGATE_ADMIN_JWT_SECRET=$(cat "$secret_file")
+  export TOLLGATE_ADMIN_JWT_SECRET
+fi
+stream=${TOLLGATE_USAGE_STREAM:-tollgate:usage}
+redis_host=${TOLLGATE_REDIS_ADDR%:*}
+redis_port=${TOLLGATE_REDIS_ADDR##*:}
+
+api_pid=""
+admin_pid=""
+
+# stop_process PID: SIGTERM, then wait until it has exited (a second
+# signal to this script must not cut the wait short).
+stop_process() {
+  [ -n "$1" ] || return 0
+  kill -TERM "$1" 2>/dev/null || true
+  while kill -0 "$1" 2>/dev/null; do wait "$1" 2>/dev/null || true; done
+}
+
+# backlog prints how many usage batches wait in the stream (applied ones
+# are deleted from it).
+backlog() { redis-cli -h "$redis_host" -p "$redis_port" XLEN "$stream" 2>/dev/null || echo "?"; }
+
+stopping=""
+shutdown() {
+  [ -z "$stopping" ] || return 0
+  stopping=1
+  trap '' INT TERM
+  echo
+  echo "stopping: api (publishing its last usage)…"
+  stop_process "$api_pid"
+  if [ -n "$admin_pid" ] && kill -0 "$admin_pid" 2>/dev/null && [ "${TOLLGATE_SERVE_WORKER:-true}" != false ]; then
+    echo "stopping: admin, once the usage worker has applied the stream…"
+    for _ in $(seq 1 100); do
+      [ "$(backlog)" = 0 ] && break
+      sleep 0.1
+    done
+  fi
+  stop_process "$admin_pid"
+  left=$(backlog)
+  if [ "$left" != 0 ]; then
+    echo "  $left usage batches not applied yet: they stay in Redis (.local/redis) and are applied on the next run"
+  fi
+}
+trap 'shutdown; exit 0' INT TERM
+trap shutdown EXIT
+
+# api and admin run in their own process groups (set -m): Ctrl-C reaches
+# only the scripts, and shutdown stops the servers in order.
+set -m
+"$bin/api" &
+api_pid=$!
+"$bin/admin" serve &
+admin_pid=$!
+set +m
+
 for _ in $(seq 1 100); do
-  curl -fsS "http://$api_addr/readyz" >/dev/null 2>&1 && break
+  curl -fsS "http://$api_addr/readyz" >/dev/null 2>&1 && curl -fsS "http://$admin_addr/healthz" >/dev/null 2>&1 && break
   sleep 0.1
 done
+month=$(date -u +%Y-%m)
 cat <<MSG
 
 Tollgate is running: check API http://$api_addr, admin http://$admin_addr
+Console: http://$admin_addr/
+  operator              $op_email  $op_password
+  tenant admin (pro)    $ta_email  $ta_password
+  tenant viewer (pro)   $tv_email  $tv_password
+  (fresh passwords each run; tenant users see their own tenant only)
+
 Demo keys (shown once): pro $pro
                         free $free
 
@@ -56,6 +129,16 @@ Admin API: log in as the demo operator, then issue a key for demo-pro:
   tenant=\$(curl -s -H "Authorization: Bearer \$token" 'http://$admin_addr/api/v1/tenants?q=demo-pro' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
   curl -s -H "Authorization: Bearer \$token" http://$admin_addr/api/v1/tenants/\$tenant/keys -d '{"name": "my key"}'
 
-Ctrl-C stops everything; data stays in .local/.
+The CLI in another shell (or: eval "\$(make -s env)"):
+
+  $(scripts/services.sh env)
+  bin/admin tenants list
+  bin/admin report --month $month --tenant demo-pro     # usage applies within about a second
+
+Ctrl-C stops everything, usage flushed first; data stays in .local/.
 MSG
-wait -n "${pids[@]}"
+set +e
+wait -n "$api_pid" "$admin_pid"
+rc=$?
+echo "a server stopped (exit status $rc); stopping the other"
+exit "$rc"

@@ -9,22 +9,45 @@
 #                                         tests when missing); runs CMD
 #                                         with TOLLGATE_TEST_* set; stops them
 #                                         by PID and removes the directory.
-#   scripts/services.sh run -- CMD...     persistent Postgres and Redis in
-#                                         .local/ (git-ignored) on fixed ports
-#                                         (TOLLGATE_DEV_PG_PORT, default 55432;
+#   scripts/services.sh run -- CMD...     persistent Postgres and Redis (with
+#                                         an append-only file) in .local/
+#                                         (git-ignored) on fixed ports
+#                                         (TOLLGATE_DEV_PG_PORT, default 15432;
 #                                         TOLLGATE_DEV_REDIS_PORT, default
-#                                         56379); runs CMD with TOLLGATE_* set.
+#                                         16379: outside the ephemeral range);
+#                                         runs CMD with TOLLGATE_* set. On
+#                                         SIGINT or SIGTERM, CMD stops first
+#                                         (it gets SIGTERM and is waited
+#                                         for), then Redis, then Postgres.
+#   scripts/services.sh env               print the export line that points
+#                                         the CLI at the stores of `run` (and
+#                                         its secret key, once made).
 #
 # Postgres refuses to run as root, so as root the servers run as the
 # "postgres" user (created when missing). Redis comes from Debian's
-# redis-server package, installed with apt-get when missing and we are root.
+# redis-server package, installed with apt-get when missing and we are root;
+# so does chromium for the console's browser tests (test mode only; the
+# tests skip without it, except in CI).
 set -euo pipefail
 
-mode=${1:?usage: services.sh test|run -- CMD...}
+mode=${1:?usage: services.sh test|run|env -- CMD...}
 shift
 [ "${1:-}" = "--" ] && shift
 
 log() { printf 'services: %s\n' "$*" >&2; }
+
+dev_pg_port=${TOLLGATE_DEV_PG_PORT:-15432}
+dev_redis_port=${TOLLGATE_DEV_REDIS_PORT:-16379}
+dev_database_url="postgres://tollgate@127.0.0.1:$dev_pg_port/tollgate?sslmode=disable"
+dev_redis_addr="127.0.0.1:$dev_redis_port"
+if [ "$mode" = env ]; then
+  line="export TOLLGATE_DATABASE_URL='$dev_database_url' TOLLGATE_REDIS_ADDR='$dev_redis_addr'"
+  # The demo's secret key, which `make run` keeps in .local/ (tokens issue
+  # and seed need it).
+  if [ -s .local/secret_key ]; then line="$line TOLLGATE_SECRET_KEY='$(cat .local/secret_key)'"; fi
+  printf '%s\n' "$line"
+  exit 0
+fi
 
 find_pg_bin() {
   if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
@@ -54,6 +77,23 @@ ensure_redis() {
   log "redis-server and redis-cli not found."
   log "Install them, e.g. 'sudo apt-get install redis-server' (Debian) or 'brew install redis' (macOS)."
   exit 1
+}
+
+ensure_chromium() {
+  local name
+  for name in chromium chromium-browser google-chrome google-chrome-stable headless-shell; do
+    command -v "$name" >/dev/null 2>&1 && return
+  done
+  [ -n "${TOLLGATE_CHROMIUM:-}" ] && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium with apt-get (for the console's browser tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium >/dev/null
+    return
+  fi
+  log "chromium not found: the console's browser tests will skip (and fail in CI)."
+  log "Install it, e.g. 'sudo apt-get install chromium' (Debian), or set TOLLGATE_CHROMIUM."
 }
 
 # ensure_nginx installs Debian's nginx-light for the gateway tests (real
@@ -124,13 +164,21 @@ fi
 
 PIDS=()
 PGDATA_DIR=""
+child=""
+# cleanup stops what we started: the command first (it may still be
+# flushing usage into Redis and Postgres), then Redis, then Postgres.
 cleanup() {
   local rc=$?
-  if [ -n "$PGDATA_DIR" ] && [ -f "$PGDATA_DIR/postmaster.pid" ]; then
-    as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 || true
+  trap '' INT TERM
+  if [ -n "$child" ]; then
+    kill -TERM "$child" 2>/dev/null || true
+    while kill -0 "$child" 2>/dev/null; do wait "$child" 2>/dev/null || true; done
   fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$PGDATA_DIR" ] && [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+    as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 || true
+  fi
   if [ "$mode" = test ] && [ -n "${WORK:-}" ]; then rm -rf "$WORK"; fi
   exit $rc
 }
@@ -180,9 +228,13 @@ start_redis() { # start_redis DIR PORT [extra args...]: non-zero when it did not
   shift 2
   mkdir -p "$dir"
   rm -f "$dir/nodes.conf"
+  # In its own process group (set -m), so that Ctrl-C reaches only the
+  # scripts, which stop the servers in order.
+  set -m
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
     --save "" --appendonly no --logfile "$dir/redis.log" "$@" &
   pid=$!
+  set +m
   # Ready when our process answers; a dead process means the port was taken.
   for _ in $(seq 1 200); do
     kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 1; }
@@ -214,6 +266,7 @@ start_redis_free() { # start_redis_free DIR [extra args...]: sets STARTED_PORT
 
 case "$mode" in
 test)
+  ensure_chromium
   ensure_nginx
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
   chmod 755 "$WORK"
@@ -243,27 +296,29 @@ run)
   WORK=$(pwd)/.local
   mkdir -p "$WORK"
   chmod 755 "$WORK"
-  pg_port=${TOLLGATE_DEV_PG_PORT:-55432}
-  redis_port=${TOLLGATE_DEV_REDIS_PORT:-56379}
+  pg_port=$dev_pg_port
+  redis_port=$dev_redis_port
   port_free "$pg_port" || { log "port $pg_port is taken (set TOLLGATE_DEV_PG_PORT)"; exit 1; }
   port_free "$redis_port" || { log "port $redis_port is taken (set TOLLGATE_DEV_REDIS_PORT)"; exit 1; }
   start_postgres "$WORK" "$pg_port" || { cat "$WORK/pgrun/postgres.log" >&2; exit 1; }
-  start_redis "$WORK/redis" "$redis_port" || { cat "$WORK/redis/redis.log" >&2; exit 1; }
-  export TOLLGATE_DATABASE_URL="postgres://tollgate@127.0.0.1:$pg_port/tollgate?sslmode=disable"
-  export TOLLGATE_REDIS_ADDR="127.0.0.1:$redis_port"
-  log "postgres 127.0.0.1:$pg_port (data in .local/pg), redis 127.0.0.1:$redis_port"
+  # The usage stream holds billable usage until the worker has applied
+  # it: an append-only file (synced every second) keeps it across runs.
+  start_redis "$WORK/redis" "$redis_port" --appendonly yes --appendfsync everysec \
+    || { cat "$WORK/redis/redis.log" >&2; exit 1; }
+  export TOLLGATE_DATABASE_URL=$dev_database_url
+  export TOLLGATE_REDIS_ADDR=$dev_redis_addr
+  log "postgres 127.0.0.1:$pg_port (data in .local/pg), redis 127.0.0.1:$redis_port (data in .local/redis)"
   ;;
 *)
-  log "unknown mode $mode (want test or run)"
+  log "unknown mode $mode (want test, run or env)"
   exit 2
   ;;
 esac
 
 "$@" &
 child=$!
-PIDS=("$child" "${PIDS[@]}")
 set +e
 wait "$child"
 rc=$?
-PIDS=("${PIDS[@]:1}")
+child=""
 exit $rc

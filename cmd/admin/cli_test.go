@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/buildinfo"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -58,12 +60,17 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	if runs[0].Keys["pro"] == runs[1].Keys["pro"] || runs[0].ServiceToken == runs[1].ServiceToken {
 		t.Error("second seed reused secrets; want fresh ones")
 	}
+	// A month of demo usage, once: the second seed adds at most the hour
+	// that began in between.
+	if runs[0].UsageHours < 3*30*24 || runs[1].UsageHours > 3 {
+		t.Errorf("demo usage: %d tenant-hours, then %d more; want a month, then none", runs[0].UsageHours, runs[1].UsageHours)
+	}
 	pool := openPool(t, url)
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	if plans != 4 || tenantsN != 3 || keys != 6 {
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 6", plans, tenantsN, keys)
+	if plans != 4 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 27", plans, tenantsN, keys)
 	}
 }
 
@@ -110,15 +117,191 @@ func TestKeysAndTokensCommands(t *testing.T) {
 	}
 }
 
+// TestEveryCommandHasHelp runs --help (and -h) of every command and of
+// every group of commands ("keys", "users sessions"), without a database:
+// each answers on stdout with a usage line naming it, and a flags section
+// only when there are flags to list.
 func TestEveryCommandHasHelp(t *testing.T) {
+	help := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, func(string) string { return "postgres://unused" },
+			strings.NewReader(""), &stdout, &stderr, nil)
+		if err != nil {
+			t.Errorf("admin %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		return stdout.String()
+	}
+	groups := map[string][]string{}
 	for _, c := range commands() {
-		args := append(strings.Fields(c.name), "--help")
-		if _, err := admin(t, "postgres://unused", args...); err != nil {
-			t.Errorf("admin %s --help: %v", c.name, err)
+		words := strings.Fields(c.name)
+		for n := 1; n < len(words); n++ {
+			g := strings.Join(words[:n], " ")
+			groups[g] = append(groups[g], c.name)
+		}
+		for _, flag := range []string{"--help", "-h"} {
+			out := help(append(words, flag)...)
+			if !strings.HasPrefix(out, "usage: admin "+c.name) || !strings.Contains(out, c.summary) {
+				t.Errorf("admin %s %s:\n%s\nwant the usage line and the summary", c.name, flag, out)
+			}
+			if _, flags, ok := strings.Cut(out, "\nflags:\n"); ok && !strings.HasPrefix(flags, "  -") {
+				t.Errorf("admin %s %s: an empty flags section:\n%s", c.name, flag, out)
+			}
 		}
 	}
-	if _, err := admin(t, "postgres://unused", "frobnicate"); err == nil {
-		t.Error("unknown command succeeded")
+	for g, members := range groups {
+		for _, args := range [][]string{append(strings.Fields(g), "--help"), append([]string{"help"}, strings.Fields(g)...)} {
+			out := help(args...)
+			for _, m := range members {
+				if !strings.Contains(out, "  "+m+" ") {
+					t.Errorf("admin %s: does not list %q:\n%s", strings.Join(args, " "), m, out)
+				}
+			}
+		}
+		if _, err := admin(t, "postgres://unused", strings.Fields(g)...); err == nil || !strings.Contains(err.Error(), "want a subcommand") {
+			t.Errorf("admin %s: %v, want an error asking for a subcommand", g, err)
+		}
+	}
+	if len(groups) < 5 {
+		t.Errorf("found %d command groups; want keys, tenants, tokens, users, users sessions, …", len(groups))
+	}
+	all := help("--help")
+	for _, c := range commands() {
+		if !strings.Contains(all, "  "+c.name+" ") {
+			t.Errorf("admin --help does not list %q", c.name)
+		}
+	}
+	if out := help("help", "keys", "issue"); !strings.HasPrefix(out, "usage: admin keys issue [flags]") {
+		t.Errorf("admin help keys issue:\n%s", out)
+	}
+	// Help after an argument still explains rather than runs (the
+	// database here is unreachable).
+	if out := help("migrate", "up", "--help"); !strings.HasPrefix(out, "usage: admin migrate up | down") {
+		t.Errorf("admin migrate up --help:\n%s", out)
+	}
+	if out := help("--version"); !strings.HasPrefix(out, "admin "+buildinfo.Version+" (revision ") {
+		t.Errorf("admin --version = %q", out)
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"keys", "frobnicate"}, {"keys", "issue", "--frob"}, {}} {
+		if _, err := admin(t, "postgres://unused", args...); err == nil {
+			t.Errorf("admin %s succeeded", strings.Join(args, " "))
+		}
+	}
+}
+
+// TestListCommands lists tenants, keys, plans and service tokens as
+// tables and as JSON, and revokes a key and a token.
+func TestListCommands(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	if _, err := admin(t, url, "seed", "demo", "--usage=false"); err != nil { // one key per tenant
+		t.Fatal(err)
+	}
+	jsonOf := func(v any, args ...string) {
+		t.Helper()
+		out, err := admin(t, url, append(args, "--json")...)
+		if err != nil {
+			t.Fatalf("admin %s --json: %v", strings.Join(args, " "), err)
+		}
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Fatalf("admin %s --json: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	table := func(args ...string) []string {
+		t.Helper()
+		out, err := admin(t, url, args...)
+		if err != nil {
+			t.Fatalf("admin %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Split(strings.TrimSpace(out), "\n")
+	}
+
+	var ts []tenants.Tenant
+	jsonOf(&ts, "tenants", "list")
+	if len(ts) != 3 || ts[0].Name != "demo-enterprise" || ts[2].Name != "demo-pro" {
+		t.Errorf("tenants list --json: %+v", ts)
+	}
+	if rows := table("tenants", "list"); len(rows) != 4 || !strings.HasPrefix(rows[0], "ID ") ||
+		!strings.Contains(rows[3], "demo-pro") || !strings.Contains(rows[3], " pro ") || !strings.Contains(rows[3], "active") {
+		t.Errorf("tenants list:\n%s", strings.Join(rows, "\n"))
+	}
+
+	var ps []plans.Plan
+	jsonOf(&ps, "plans", "list")
+	if len(ps) != 4 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
+		t.Errorf("plans list --json: %+v", ps)
+	}
+	if rows := table("plans", "list"); len(rows) != 5 || !strings.Contains(rows[4], " pro ") || !strings.Contains(rows[4], "hourly,search") {
+		t.Errorf("plans list:\n%s", strings.Join(rows, "\n"))
+	}
+
+	var keys []tenants.Key
+	jsonOf(&keys, "keys", "list")
+	if len(keys) != 3 {
+		t.Errorf("keys list --json: %d keys, want 3", len(keys))
+	}
+	jsonOf(&keys, "keys", "list", "--tenant", "demo-pro")
+	if len(keys) != 1 {
+		t.Fatalf("keys list --tenant demo-pro --json: %+v", keys)
+	}
+	out, err := admin(t, url, "keys", "revoke", "--id", keys[0].ID)
+	if err != nil || !strings.Contains(out, "key "+keys[0].ID+" ("+keys[0].Prefix+"…) revoked at ") {
+		t.Errorf("keys revoke: %q, %v", out, err)
+	}
+	if rows := table("keys", "list", "--tenant", "demo-pro"); len(rows) != 2 || !strings.Contains(rows[1], "revoked") ||
+		!strings.Contains(rows[1], "demo-pro") {
+		t.Errorf("keys list after revoke:\n%s", strings.Join(rows, "\n"))
+	}
+	if _, err := admin(t, url, "keys", "list", "--tenant", "nobody"); err == nil || !strings.Contains(err.Error(), "--tenant") {
+		t.Errorf("keys list --tenant nobody: %v, want an error naming --tenant", err)
+	}
+	jsonOf(&keys, "keys", "list", "--tenant", "demo-free")
+	if len(keys) != 1 || keys[0].RevokedAt != nil {
+		t.Errorf("demo-free's keys: %+v", keys)
+	}
+
+	if _, err := admin(t, url, "tokens", "issue", "--name", "edge"); err != nil {
+		t.Fatal(err)
+	}
+	var toks []auth.ServiceToken
+	jsonOf(&toks, "tokens", "list")
+	var edge auth.ServiceToken
+	for _, st := range toks {
+		if st.Name == "edge" {
+			edge = st
+		}
+	}
+	if len(toks) != 2 || edge.ID == "" || edge.RevokedAt != nil {
+		t.Fatalf("tokens list --json: %+v", toks)
+	}
+	var revoked auth.ServiceToken
+	jsonOf(&revoked, "tokens", "revoke", "--id", edge.ID)
+	if revoked.ID != edge.ID || revoked.RevokedAt == nil {
+		t.Errorf("tokens revoke --json: %+v", revoked)
+	}
+	rows := table("tokens", "list")
+	if len(rows) != 3 {
+		t.Errorf("tokens list:\n%s", strings.Join(rows, "\n"))
+	}
+	for _, r := range rows[1:] {
+		if strings.Contains(r, "edge") != strings.Contains(r, "revoked") || strings.Contains(r, "demo-gateway") != strings.Contains(r, "active") {
+			t.Errorf("tokens list: row %q", r)
+		}
+	}
+	if _, err := admin(t, url, "tokens", "revoke"); err == nil || !strings.Contains(err.Error(), "--id") {
+		t.Errorf("tokens revoke without --id: %v", err)
+	}
+	pool := openPool(t, url)
+	var audited int
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM audit_log
+		WHERE action IN ('key.revoke', 'service_token.revoke')`).Scan(&audited))
+	if audited != 2 {
+		t.Errorf("audit records of the revocations: %d, want 2", audited)
+	}
+
+	// An empty list is an empty JSON array, not null.
+	empty := testenv.DatabaseURL(t)
+	if out, err := admin(t, empty, "tenants", "list", "--json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("tenants list --json on an empty database: %q, %v", out, err)
 	}
 }
 

@@ -76,6 +76,12 @@ func freePort(t *testing.T) string {
 // once it is ready.
 func startAPI(t *testing.T, dbURL string) string {
 	t.Helper()
+	return startAPIWith(t, dbURL, nil)
+}
+
+// startAPIWith is startAPI with more settings ("NAME=value").
+func startAPIWith(t *testing.T, dbURL string, settings []string) string {
+	t.Helper()
 	bin := apiBinary(t)
 	_, prefix := testenv.Redis(t)
 	addr := freePort(t)
@@ -88,6 +94,7 @@ func startAPI(t *testing.T, dbURL string) string {
 		"TOLLGATE_LOG_LEVEL=warn",
 		"TOLLGATE_LAST_USED_FLUSH=100ms",
 	}
+	cmd.Env = append(cmd.Env, settings...)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	testenv.Must(t, cmd.Start())

@@ -39,6 +39,9 @@ type adminServer struct {
 	URL   string
 	DBURL string
 	DB    *pgxpool.Pool
+	// Logs is what the server logged (at TOLLGATE_LOG_LEVEL, warn unless
+	// the settings say otherwise).
+	Logs *syncBuffer
 }
 
 // startAdmin starts `admin serve` on 127.0.0.1:0 against dbURL with the
@@ -74,7 +77,7 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	db, err := postgres.Open(context.Background(), dbURL)
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
-	return &adminServer{URL: "http://" + addr, DBURL: dbURL, DB: db}
+	return &adminServer{URL: "http://" + addr, DBURL: dbURL, DB: db, Logs: logs}
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent writes.

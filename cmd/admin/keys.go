@@ -73,17 +73,87 @@ func keysRevokeCommand() command {
 		summary: "revoke an API key by ID; checks with it are denied within a second",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			id := fs.String("id", "", "key ID (required)")
+			asJSON := fs.Bool("json", false, "print the revoked key's record as JSON")
 			return func(ctx context.Context, e *env) error {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				_, err := audit.Update(ctx, e.db, audit.CLI, "key.revoke", tenants.KeyAudit,
+				after, err := audit.Update(ctx, e.db, audit.CLI, "key.revoke", tenants.KeyAudit,
 					func(tx pgx.Tx) (tenants.Key, error) { return tenants.NewStore(tx).KeyByID(ctx, *id) },
 					func(tx pgx.Tx, before tenants.Key) (tenants.Key, error) {
 						return tenants.NewStore(tx).RevokeTenantKey(ctx, before.TenantID, before.ID)
 					})
-				return err
+				if err != nil {
+					return fmt.Errorf("keys revoke: %w", err)
+				}
+				return printRevokedKey(e, after, *asJSON)
 			}
 		},
 	}
+}
+
+// printRevokedKey says that k is revoked, or prints its record as JSON.
+func printRevokedKey(e *env, k tenants.Key, asJSON bool) error {
+	if asJSON {
+		return printJSON(e.stdout, k)
+	}
+	fmt.Fprintf(e.stdout, "key %s (%s…) revoked at %s; checks with it are denied within a second\n",
+		k.ID, k.Prefix, timeCell(k.RevokedAt))
+	return nil
+}
+
+func keysListCommand() command {
+	return command{
+		name:    "keys list",
+		summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+			asJSON := fs.Bool("json", false, "print the key records as a JSON array")
+			return func(ctx context.Context, e *env) error {
+				ts := tenants.NewStore(e.db)
+				tenantID := ""
+				if *tenant != "" {
+					t, err := ts.Find(ctx, *tenant)
+					if err != nil {
+						return fmt.Errorf("keys list: --tenant: %w", err)
+					}
+					tenantID = t.ID
+				}
+				list, err := ts.ListKeys(ctx, tenantID)
+				if err != nil {
+					return fmt.Errorf("keys list: %w", err)
+				}
+				if *asJSON {
+					return printJSON(e.stdout, list)
+				}
+				all, err := ts.List(ctx)
+				if err != nil {
+					return fmt.Errorf("keys list: %w", err)
+				}
+				names := make(map[string]string, len(all))
+				for _, t := range all {
+					names[t.ID] = t.Name
+				}
+				now := time.Now()
+				rows := make([][]string, len(list))
+				for i, k := range list {
+					rows[i] = []string{k.ID, k.Prefix + "…", names[k.TenantID], k.Name, keyStatus(k, now),
+						timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
+				}
+				return printTable(e.stdout, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED", "EXPIRES",
+					"LAST USED"}, rows)
+			}
+		},
+	}
+}
+
+// keyStatus is "revoked", "expired" or "active" at now.
+func keyStatus(k tenants.Key, now time.Time) string {
+	switch {
+	case k.RevokedAt != nil && !k.RevokedAt.After(now):
+		return "revoked"
+	case k.ExpiresAt != nil && !k.ExpiresAt.After(now):
+		return "expired"
+	}
+	return "active"
 }

@@ -120,3 +120,27 @@ func TestLoginLimitsBehindTrustedProxy(t *testing.T) {
 		t.Errorf("direct client with a fresh X-Forwarded-For: %d, want 429 (the header is not trusted from it)", got)
 	}
 }
+
+// TestLoginWhileRedisIsDown: with the login limiter's Redis unreachable,
+// logins fail open at once, the outage is logged a bounded number of
+// times rather than once per attempt, and /metrics says it is down.
+func TestLoginWhileRedisIsDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err)
+	deadRedis := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_REDIS_ADDR": deadRedis})
+	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	right := map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}
+	for range 20 {
+		want(t, call(t, "POST", srv.URL+"/api/v1/login", "", right), http.StatusOK)
+	}
+	if n := strings.Count(srv.Logs.String(), "login limiter unavailable"); n > 6 {
+		t.Errorf("%d warnings for 20 logins while Redis is down, want at most 6 (until the circuit opens)", n)
+	}
+	res := call(t, "GET", srv.URL+"/metrics", "", nil)
+	want(t, res, http.StatusOK)
+	if !strings.Contains(string(res.Body), `tollgate_dependency_up{component="login_limiter",dependency="redis"} 0`) {
+		t.Errorf("/metrics does not say the login limiter's Redis is down:\n%s", res.Body)
+	}
+}

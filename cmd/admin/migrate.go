@@ -11,8 +11,15 @@ import (
 
 func migrateCommand() command {
 	return command{
-		name:          "migrate",
-		summary:       "migrate up | down [N] | force V | version: apply, roll back (N steps, default all), record version V after a failed migration was repaired by hand, or show the schema version",
+		name:    "migrate",
+		summary: "apply or roll back schema migrations, or show the schema version",
+		args:    "up | down [N] | force V | version",
+		help: `
+  up         apply every migration this binary has
+  down [N]   roll back N steps (default: all) with this binary's migrations
+  force V    record version V after a failed migration was finished or
+             undone by hand (the schema is "dirty" until then)
+  version    show the schema version and the one this binary expects`,
 		noSchemaCheck: true,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,14 +16,16 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func seedCommand() command {
 	return command{
 		name:    "seed demo",
-		summary: "create the demo plans and tenant (idempotent); issue fresh demo keys and a service token and print them",
+		summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}}}`)
+			asJSON := fs.Bool("json", false, `print {"service_token": …, "keys": {"free": …, "pro": …, "enterprise": …}, "users": {"operator": {…}, "tenant_admin": {…}, "tenant_viewer": {…}}, "usage_hours": …}`)
+			withUsage := fs.Bool("usage", true, "make up the demo tenants' keys (in every state) and their usage of the last 30 days, in the hours that have none")
 			return func(ctx context.Context, e *env) error {
 				keys, err := e.secretKeys()
 				if err != nil {
@@ -32,6 +35,11 @@ func seedCommand() command {
 				if err != nil {
 					return err
 				}
+				if *withUsage {
+					if out.UsageHours, err = seedDemoUsage(ctx, e.db, time.Now()); err != nil {
+						return err
+					}
+				}
 				if *asJSON {
 					return printJSON(e.stdout, out)
 				}
@@ -40,7 +48,7 @@ func seedCommand() command {
 					fmt.Fprintf(e.stdout, "  %-10s %s\n", name, out.Keys[name])
 				}
 				fmt.Fprintf(e.stdout, "\nadmin users (passwords shown once):\n")
-				for _, role := range []string{"operator", "tenant_admin"} {
+				for _, role := range []string{"operator", "tenant_admin", "tenant_viewer"} {
 					u := out.Users[role]
 					fmt.Fprintf(e.stdout, "  %-12s %s  %s\n", role, u.Email, u.Password)
 				}
@@ -55,6 +63,8 @@ type seedResult struct {
 	ServiceToken string              `json:"service_token"`
 	Keys         map[string]string   `json:"keys"`
 	Users        map[string]seedUser `json:"users"`
+	// UsageHours counts the tenant-hours of demo usage added.
+	UsageHours int `json:"usage_hours"`
 }
 
 // seedUser is a demo admin user and its fresh password.
@@ -65,12 +75,21 @@ type seedUser struct {
 	Tenant   string    `json:"tenant,omitempty"`
 }
 
-// Demo admin users: an operator, and a tenant admin of demo-pro.
+// Demo admin users: an operator, and a tenant admin and a tenant viewer
+// of demo-pro.
 const (
-	demoOperatorEmail    = "operator@example.com"
-	demoTenantAdminEmail = "admin@demo-pro.example.com"
-	demoAdminTenant      = "demo-pro"
+	demoOperatorEmail     = "operator@example.com"
+	demoTenantAdminEmail  = "admin@demo-pro.example.com"
+	demoTenantViewerEmail = "viewer@demo-pro.example.com"
+	demoAdminTenant       = "demo-pro"
 )
+
+// demoSince is when the demo tenants became customers: the start of the
+// month before now's.
+func demoSince(now time.Time) time.Time {
+	this := usagepkg.MonthOf(now)
+	return usagepkg.MonthOf(this.Start().Add(-time.Hour)).Start()
+}
 
 // seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys,
 // a fresh service token and the demo admin users with fresh passwords, and
@@ -93,6 +112,75 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (see
 	return res, err
 }
 
+// demoUsage is the made-up traffic of each demo tenant: hourly checks at
+// the daily peak, what it calls, and which of its plan's rules denies now
+// and then.
+var demoUsage = map[string]usagepkg.DemoTenant{
+	"demo-free":       {Resources: []string{"GET /repos", "GET /users"}, PerHour: 25, DenyRule: "hourly", DenyRate: 0.03},
+	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 200, DenyRule: "search", DenyRate: 0.01},
+	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
+}
+
+// seedDemoUsage gives the demo tenants the keys a customer would have
+// (seedDemoKeys, once) and fills their last 30 days with made-up usage
+// (usage.SeedDemo) made by three of those keys, and returns how many hours
+// it added: none for hours that have usage already.
+func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error) {
+	ts := tenants.NewStore(db)
+	var list []usagepkg.DemoTenant
+	for _, name := range []string{"demo-free", "demo-pro", "demo-enterprise"} {
+		t, err := ts.GetByName(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("seed: demo usage: %w", err)
+		}
+		keys, err := ts.ListKeys(ctx, t.ID)
+		if err != nil {
+			return 0, fmt.Errorf("seed: demo usage: %w", err)
+		}
+		if !slices.ContainsFunc(keys, func(k tenants.Key) bool { return k.Name == demoKeyNames[0] }) {
+			if err := seedDemoKeys(ctx, ts, t.ID); err != nil {
+				return 0, fmt.Errorf("seed: demo keys of %s: %w", name, err)
+			}
+			if keys, err = ts.ListKeys(ctx, t.ID); err != nil {
+				return 0, fmt.Errorf("seed: demo usage: %w", err)
+			}
+		}
+		d := demoUsage[name]
+		d.TenantID = t.ID
+		for _, want := range demoKeyNames {
+			for _, k := range keys {
+				if k.Name == want && k.RevokedAt == nil {
+					d.KeyIDs = append(d.KeyIDs, k.ID)
+					break
+				}
+			}
+		}
+		if len(d.KeyIDs) == 0 { // a demo tenant from before the demo keys
+			for i := 0; i < len(keys) && i < 3; i++ {
+				d.KeyIDs = append(d.KeyIDs, keys[i].ID)
+			}
+		}
+		list = append(list, d)
+	}
+	anon := usagepkg.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
+		PerHour: 45, DenyRule: "hourly"}
+	n, err := usagepkg.NewStore(db, usagepkg.StoreConfig{}).SeedDemo(ctx, list, anon, now)
+	if err != nil {
+		return 0, fmt.Errorf("seed: demo usage: %w", err)
+	}
+	// The keys that made it were used: the console counts them so.
+	used := map[string]time.Time{}
+	for _, d := range list {
+		for _, k := range d.KeyIDs {
+			used[k] = now
+		}
+	}
+	if err := ts.TouchKeys(ctx, used); err != nil {
+		return 0, fmt.Errorf("seed: demo usage: %w", err)
+	}
+	return n, nil
+}
+
 func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (seedResult, error) {
 	ps, ts, as := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db).WithSecretKeys(keys)
 	res := seedResult{Keys: map[string]string{}, Users: map[string]seedUser{}}
@@ -110,6 +198,11 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 		switch {
 		case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
 			if t, err = ts.Create(ctx, name, ids[tier]); err != nil {
+				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
+			}
+			// A customer since the start of last month: the demo usage
+			// (below) then has statements that bill it.
+			if err := ts.SetStart(ctx, t.ID, demoSince(time.Now())); err != nil {
 				return res, fmt.Errorf("seed: tenant %s: %w", name, err)
 			}
 		case err != nil:
@@ -137,6 +230,7 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 	for _, u := range []seedUser{
 		{Email: demoOperatorEmail, Role: auth.RoleOperator},
 		{Email: demoTenantAdminEmail, Role: auth.RoleTenantAdmin, Tenant: demoAdminTenant},
+		{Email: demoTenantViewerEmail, Role: auth.RoleTenantViewer, Tenant: demoAdminTenant},
 	} {
 		tenantID := ""
 		if u.Tenant != "" {
@@ -148,6 +242,38 @@ func seedDemoOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (s
 		res.Users[string(u.Role)] = u
 	}
 	return res, nil
+}
+
+// demoKeyNames are the keys a demo customer has (nobody knows their
+// secrets); they make the demo usage.
+var demoKeyNames = []string{"production", "staging", "ci"}
+
+// seedDemoKeys gives a new demo tenant the keys a customer would have:
+// demoKeyNames, a key that expires in a few days, one rotated a while ago
+// and still in its grace period, and one revoked.
+func seedDemoKeys(ctx context.Context, ts *tenants.Store, tenantID string) error {
+	now := time.Now()
+	for _, name := range demoKeyNames {
+		if _, _, err := ts.IssueKey(ctx, tenantID, name, nil); err != nil {
+			return err
+		}
+	}
+	soon := now.Add(4 * 24 * time.Hour)
+	if _, _, err := ts.IssueKey(ctx, tenantID, "trial partner", &soon); err != nil {
+		return err
+	}
+	_, old, err := ts.IssueKey(ctx, tenantID, "mobile app", nil)
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := ts.RotateKey(ctx, tenantID, old.ID, tenants.Rotation{Grace: 7 * 24 * time.Hour, Now: now}); err != nil {
+		return err
+	}
+	_, leaked, err := ts.IssueKey(ctx, tenantID, "leaked in a gist", nil)
+	if err != nil {
+		return err
+	}
+	return ts.RevokeKey(ctx, leaked.ID)
 }
 
 // resetUser creates the user, or gives the existing one a new password,

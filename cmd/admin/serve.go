@@ -11,16 +11,16 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // serverConfig is the admin server's configuration, read from TOLLGATE_*
@@ -81,7 +81,15 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 func serveCommand() command {
 	return command{
 		name:    "serve",
-		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the admin REST API under /api/v1",
+		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at /, the admin REST API under /api/v1, and the usage worker",
+		help: `
+Serves until SIGINT or SIGTERM: the web console at /, /api/v1 (the admin
+REST API), /healthz, /readyz and /metrics. Unless TOLLGATE_SERVE_WORKER=false it also runs a
+usage worker (see "admin worker --help"). Configuration is by environment
+variables: TOLLGATE_ADMIN_ADDR, TOLLGATE_ADMIN_JWT_SECRET,
+TOLLGATE_ADMIN_SESSION_TTL, TOLLGATE_ADMIN_LOGIN_LIMIT, TOLLGATE_REDIS_*,
+TOLLGATE_USAGE_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
+lists them all.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				cfg, err := loadServerConfig(e.getenv, e.stderr)
@@ -104,15 +112,23 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
-	var logins limiter.Store
+	var logins *enforce.Breaker
 	if cfg.Redis.Configured() {
-		// Short timeouts (TOLLGATE_REDIS_TIMEOUT): when Redis is down,
-		// logins fail open quickly rather than hang.
+		// Short timeouts (TOLLGATE_REDIS_TIMEOUT) and a circuit breaker:
+		// when Redis is down, logins fail open at once rather than hang,
+		// and the outage is logged once, not per attempt.
 		limiterRedis := cfg.Redis
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		logins = redisstore.New(rc)
+		ping := enforce.RedisPing(cfg.Redis.Addr)
+		if len(cfg.Redis.Cluster) > 0 {
+			ping = enforce.RedisPing(cfg.Redis.Cluster...)
+		}
+		logins = enforce.NewBreaker(redisstore.New(rc), enforce.BreakerConfig{
+			Component: "login_limiter", Log: log, Ping: ping, Probe: adminapi.LoginProbe(cfg.KeyPrefix),
+		})
+		defer logins.Close()
 	}
 	// The usage worker (usage.go) runs inside the server unless
 	// TOLLGATE_SERVE_WORKER=false.
@@ -120,31 +136,45 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	if err != nil {
 		return err
 	}
-	var reg *prometheus.Registry
+	// One registry: /metrics of the admin server and, when
+	// TOLLGATE_ADMIN_METRICS_ADDR is set, of a listener of its own.
+	metrics := newRegistry()
+	var loginStore limiter.Store // nil: in memory
+	if logins != nil {
+		loginStore = logins
+		metrics.MustRegister(logins.Collectors()...)
+	}
 	if cfg.MetricsAddr != "" {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("TOLLGATE_ADMIN_METRICS_ADDR=%s: %w", cfg.MetricsAddr, err)
 		}
-		msrv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ReadHeaderTimeout: 5 * time.Second}
+		msrv := &http.Server{Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics}), ReadHeaderTimeout: 5 * time.Second}
 		go msrv.Serve(mln) //nolint:errcheck // closed below
 		defer msrv.Close()
 		log.Info("admin metrics listening", "addr", mln.Addr().String())
 	}
-	stopWorker, err := startServeWorker(ctx, e, usageCfg, log, registerer(reg))
+	stopWorker, err := startServeWorker(ctx, e, usageCfg, log, metrics)
 	if err != nil {
 		return err
 	}
 	defer stopWorker()
+	// The console's overview shows how far behind the usage worker is,
+	// when the server has a Redis to read the stream from.
+	var usageLag func(context.Context) (usagepkg.Lag, error)
+	if usageCfg.ServeWorker || cfg.Redis.Configured() {
+		rc := usageCfg.Redis.Client()
+		defer rc.Close()
+		usageLag = usagepkg.NewRedisConsumer(rc, usagepkg.RedisConsumerConfig{Stream: usageCfg.Stream, Group: usageCfg.Group}).Lag
+	}
 
 	srv := &http.Server{
 		// Every route sees the client behind the trusted proxies.
 		Handler: cfg.TrustedProxies.Middleware(adminapi.NewHandler(adminapi.Config{
 			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
-			LoginStore: logins, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
+			Metrics: metrics, UsageLag: usageLag,
 		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -164,10 +194,17 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	return err
 }
 
-// registerer returns reg as a Registerer, nil when reg is nil.
-func registerer(reg *prometheus.Registry) prometheus.Registerer {
-	if reg == nil {
-		return nil
+func healthcheckCommand() command {
+	return command{
+		name:       "healthcheck",
+		summary:    "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)",
+		noDatabase: true,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+			return func(ctx context.Context, e *env) error {
+				addr := config.New(e.getenv).String("TOLLGATE_ADMIN_ADDR", ":8081")
+				return httpx.Healthcheck(ctx, addr, *timeout)
+			}
+		},
 	}
-	return reg
 }

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/testenv"
+	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func TestServerConfig(t *testing.T) {
@@ -35,6 +40,55 @@ func TestServerConfig(t *testing.T) {
 	c, err = loadServerConfig(env(map[string]string{"TOLLGATE_ADMIN_JWT_SECRET": testJWTSecret}), io.Discard)
 	if err != nil || c.JWTSecretGenerated || string(c.JWTSecret) != testJWTSecret {
 		t.Errorf("a given secret: %+v, %v", c, err)
+	}
+}
+
+// TestAdminMetricsAndHealthcheck: admin serve's /metrics has the build,
+// the usage worker's counters and the stream's backlog; `admin
+// healthcheck` answers 0 while the server runs.
+func TestAdminMetricsAndHealthcheck(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	client, prefix := testenv.Redis(t)
+	srv := startAdmin(t, url, map[string]string{
+		"TOLLGATE_SERVE_WORKER": "true", "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "metrics-test",
+	})
+	ctx := context.Background()
+	b := usagepkg.Batch{Version: 1, ID: "metrics:1", Rows: []usagepkg.Row{{
+		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
+		Counts: usagepkg.Counts{Allowed: 2, AllowedUnits: 2},
+	}}}
+	testenv.Must(t, usagepkg.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
+
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	// Applied, then acknowledged (and so deleted from the stream).
+	for !strings.Contains(body, "tollgate_usage_batches_applied_total 1\n") || !strings.Contains(body, "tollgate_usage_backlog_batches 0\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch was not applied; /metrics:\n%s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+		res := call(t, "GET", srv.URL+"/metrics", "", nil)
+		want(t, res, http.StatusOK)
+		body = string(res.Body)
+	}
+	for _, m := range []string{
+		`tollgate_build_info{go_version="` + runtime.Version() + `",revision="`, `",version="` + buildinfo.Version + `"} 1`,
+		"tollgate_usage_worker_errors_total 0\n", "tollgate_usage_backlog_age_seconds 0\n", "go_goroutines ",
+	} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	getenv := func(k string) string { return map[string]string{"TOLLGATE_ADMIN_ADDR": addr}[k] }
+	if err := run(ctx, []string{"healthcheck"}, getenv, strings.NewReader(""), io.Discard, io.Discard, nil); err != nil {
+		t.Errorf("admin healthcheck of a running server: %v", err)
+	}
+	getenv = func(k string) string { return map[string]string{"TOLLGATE_ADMIN_ADDR": "127.0.0.1:1"}[k] }
+	if err := run(ctx, []string{"healthcheck"}, getenv, strings.NewReader(""), io.Discard, io.Discard, nil); err == nil {
+		t.Error("admin healthcheck of a port nobody listens on succeeded")
 	}
 }
 

@@ -38,3 +38,31 @@ func tenantsCreateCommand() command {
 		},
 	}
 }
+
+func tenantsListCommand() command {
+	return command{
+		name:    "tenants list",
+		summary: "list tenants with their plan and status, by name",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			asJSON := fs.Bool("json", false, "print the tenant records as a JSON array")
+			return func(ctx context.Context, e *env) error {
+				list, err := tenants.NewStore(e.db).List(ctx)
+				if err != nil {
+					return fmt.Errorf("tenants list: %w", err)
+				}
+				if *asJSON {
+					return printJSON(e.stdout, list)
+				}
+				planNames, err := planNamesByID(ctx, e)
+				if err != nil {
+					return fmt.Errorf("tenants list: %w", err)
+				}
+				rows := make([][]string, len(list))
+				for i, t := range list {
+					rows[i] = []string{t.ID, t.Name, planNames[t.PlanID], t.Status, timeCell(&t.CreatedAt)}
+				}
+				return printTable(e.stdout, []string{"ID", "NAME", "PLAN", "STATUS", "CREATED"}, rows)
+			}
+		},
+	}
+}

@@ -45,6 +45,72 @@ func tokensIssueCommand() command {
 	}
 }
 
+func tokensListCommand() command {
+	return command{
+		name:    "tokens list",
+		summary: "list service tokens (never the tokens themselves), newest first",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			asJSON := fs.Bool("json", false, "print the service token records as a JSON array")
+			return func(ctx context.Context, e *env) error {
+				list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
+				if err != nil {
+					return fmt.Errorf("tokens list: %w", err)
+				}
+				if *asJSON {
+					return printJSON(e.stdout, list)
+				}
+				now := time.Now()
+				rows := make([][]string, len(list))
+				for i, st := range list {
+					status := "active"
+					switch {
+					case st.RevokedAt != nil:
+						status = "revoked"
+					case st.ExpiresAt != nil && !st.ExpiresAt.After(now):
+						status = "expired"
+					}
+					rows[i] = []string{st.ID, st.Name, status, timeCell(&st.CreatedAt), timeCell(st.ExpiresAt)}
+				}
+				return printTable(e.stdout, []string{"ID", "NAME", "STATUS", "CREATED", "EXPIRES"}, rows)
+			}
+		},
+	}
+}
+
+func tokensRevokeCommand() command {
+	return command{
+		name:    "tokens revoke",
+		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+			id := fs.String("id", "", "service token ID, as `tokens list` shows it (required)")
+			asJSON := fs.Bool("json", false, "print the revoked token's record as JSON")
+			return func(ctx context.Context, e *env) error {
+				if *id == "" {
+					return errors.New("tokens revoke: --id is required")
+				}
+				after, err := audit.Update(ctx, e.db, audit.CLI, "service_token.revoke", auth.ServiceTokenAudit,
+					func(tx pgx.Tx) (auth.ServiceToken, error) { return auth.NewStore(tx).GetServiceToken(ctx, *id) },
+					func(tx pgx.Tx, _ auth.ServiceToken) (auth.ServiceToken, error) {
+						as := auth.NewStore(tx)
+						if err := as.RevokeServiceToken(ctx, *id); err != nil {
+							return auth.ServiceToken{}, err
+						}
+						return as.GetServiceToken(ctx, *id)
+					})
+				if err != nil {
+					return fmt.Errorf("tokens revoke: %w", err)
+				}
+				if *asJSON {
+					return printJSON(e.stdout, after)
+				}
+				fmt.Fprintf(e.stdout, "service token %s (%s) revoked at %s; the check API refuses it within a second\n",
+					after.ID, after.Name, timeCell(after.RevokedAt))
+				return nil
+			}
+		},
+	}
+}
+
 func secretsGenerateCommand() command {
 	return command{
 		name:       "secrets generate",

@@ -7,15 +7,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/tenants"
 	usagepkg "github.com/tollgate/tollgate/internal/usage"
@@ -71,10 +76,24 @@ func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func(
 	return w, func() { client.Close() }
 }
 
+// newRegistry returns a metrics registry with the Go runtime's and the
+// process's metrics and tollgate_build_info.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector())
+	return reg
+}
+
 func workerCommand() command {
 	return command{
 		name:    "worker",
 		summary: "apply the usage stream to Postgres, exactly once, until interrupted (also runs inside serve)",
+		help: `
+Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
+TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
+restarts: a worker takes back its own unacknowledged batches at once,
+another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
 			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
 			return func(ctx context.Context, e *env) error {
@@ -86,7 +105,7 @@ func workerCommand() command {
 				w, release := newWorker(c, e, log)
 				defer release()
 				if *metricsAddr != "" {
-					reg := prometheus.NewRegistry()
+					reg := newRegistry()
 					w.Register(reg)
 					ln, err := net.Listen("tcp", *metricsAddr)
 					if err != nil {
@@ -216,7 +235,7 @@ func closeCommand() command {
 				} else {
 					fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
 				}
-				fmt.Fprintf(e.stdout, "statements: %d; totals (minor units): %v\n", res.Statements, res.TotalMinor)
+				fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
 				if res.Late.Decisions() > 0 {
 					fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
 						res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
@@ -225,6 +244,20 @@ func closeCommand() command {
 			}
 		},
 	}
+}
+
+// formatTotals formats totals by currency, e.g. "38820 USD, 900 EUR
+// (minor units)", or "0" when there are none.
+func formatTotals(totals map[string]int64) string {
+	if len(totals) == 0 {
+		return "0"
+	}
+	currencies := slices.Sorted(maps.Keys(totals))
+	parts := make([]string, len(currencies))
+	for i, c := range currencies {
+		parts[i] = fmt.Sprintf("%d %s", totals[c], c)
+	}
+	return strings.Join(parts, ", ") + " (minor units)"
 }
 
 // progress reports progress on stderr, only when stdout is a terminal (a

@@ -270,3 +270,65 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 		t.Errorf("progress on stderr: %q", got)
 	}
 }
+
+// TestClosedMonthWithoutUsageHasAZeroStatement: a month before the
+// tenants existed has the same zero statement open and closed, through
+// the CLI and the API, and closing it says so plainly.
+func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	if _, err := admin(t, url, "seed", "demo"); err != nil {
+		t.Fatal(err)
+	}
+	srv := startAdmin(t, url, nil)
+	pro, err := tenants.NewStore(srv.DB).GetByName(context.Background(), "demo-pro")
+	testenv.Must(t, err)
+	operator := sessionFor(t, srv.DB, createUser(t, srv.DB, "ops@zero.example", auth.RoleOperator, ""))
+	const month = "2020-01" // long before the demo was seeded
+	statements := func() (cli, api usagepkg.Statement) {
+		t.Helper()
+		out, _, err := adminCLI(t, url, "report", "--month", month, "--tenant", "demo-pro")
+		if err != nil {
+			t.Fatalf("report: %v", err)
+		}
+		if err := json.Unmarshal([]byte(out), &cli); err != nil {
+			t.Fatalf("report: %v\n%s", err, out)
+		}
+		res := call(t, "GET", srv.URL+"/api/v1/statements/"+pro.ID+"/"+month, operator, nil)
+		want(t, res, http.StatusOK)
+		res.decode(t, &api)
+		return cli, api
+	}
+	zero := func(what string, st usagepkg.Statement, status string) {
+		t.Helper()
+		if st.Status != status || st.TenantID != pro.ID || st.Month != month || st.TotalMinor != 0 ||
+			st.Usage != (usagepkg.Counts{}) || len(st.Lines) != 0 || len(st.Plans) != 0 {
+			t.Errorf("%s: %+v, want a zero %s statement", what, st, status)
+		}
+	}
+	openCLI, openAPI := statements()
+	zero("open, CLI", openCLI, "open")
+	zero("open, API", openAPI, "open")
+
+	out, _, err := adminCLI(t, url, "close", "--month", month)
+	if err != nil || !strings.Contains(out, "statements: 0; total: 0\n") || strings.Contains(out, "map[") {
+		t.Errorf("close: %v\n%s", err, out)
+	}
+	closedCLI, closedAPI := statements()
+	zero("closed, CLI", closedCLI, "closed")
+	zero("closed, API", closedAPI, "closed")
+	if closedAPI.ClosedAt == nil {
+		t.Error("the closed statement has no closed_at")
+	}
+	// Apart from its status, the closed statement is the open one.
+	closedAPI.Status, closedAPI.ClosedAt = openAPI.Status, openAPI.ClosedAt
+	a, _ := json.Marshal(openAPI)
+	b, _ := json.Marshal(closedAPI)
+	if !bytes.Equal(a, b) {
+		t.Errorf("open and closed zero statements differ:\n%s\n%s", a, b)
+	}
+	res := call(t, "GET", srv.URL+"/api/v1/statements/"+pro.ID+"/"+month+"?format=csv", operator, nil)
+	want(t, res, http.StatusOK)
+	if !strings.Contains(string(res.Body), ",total,,,,,,,,,,,,0") {
+		t.Errorf("CSV of the zero statement:\n%s", res.Body)
+	}
+}

@@ -93,7 +93,7 @@ func usersDisableCommand() command {
 					if after, ended, err = as.DisableUser(ctx, before.ID); err != nil {
 						return nil, err
 					}
-					return []audit.Change{auth.UserAudit("user.disable", &before, &after), sessionsEnded(after, ended)}, nil
+					return []audit.Change{auth.UserAudit("user.disable", &before, &after), auth.SessionsEndedAudit(after, ended)}, nil
 				})
 				if err != nil {
 					return fmt.Errorf("users disable: %w", err)
@@ -126,7 +126,7 @@ func usersSessionsRevokeCommand() command {
 					if ended, err = as.EndUserSessions(ctx, u.ID); err != nil {
 						return nil, err
 					}
-					return audit.One(sessionsEnded(u, ended)), nil
+					return audit.One(auth.SessionsEndedAudit(u, ended)), nil
 				})
 				if err != nil {
 					return fmt.Errorf("users sessions revoke: %w", err)
@@ -136,10 +136,4 @@ func usersSessionsRevokeCommand() command {
 			}
 		},
 	}
-}
-
-// sessionsEnded records that n sessions of u were ended.
-func sessionsEnded(u auth.User, n int64) audit.Change {
-	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-		After: map[string]int64{"sessions_ended": n}}
 }

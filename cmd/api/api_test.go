@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -533,12 +536,48 @@ func TestHealthAndMetrics(t *testing.T) {
 		}
 		if path == "/metrics" {
 			for _, m := range []string{`tollgate_checks_total{decision="allowed",reason="ok"} 1`,
-				"tollgate_check_duration_seconds_bucket", "tollgate_store_errors_total 0", "tollgate_snapshot_age_seconds"} {
+				"tollgate_check_duration_seconds_bucket", "tollgate_store_errors_total 0", "tollgate_snapshot_age_seconds",
+				`tollgate_build_info{go_version="` + runtime.Version() + `",revision="`, `",version="` + buildinfo.Version + `"} 1`} {
 				if !bytes.Contains(body, []byte(m)) {
 					t.Errorf("/metrics lacks %q", m)
 				}
 			}
 		}
+	}
+}
+
+// TestVersionHelpAndHealthcheck: --version, --help on stdout, and the
+// healthcheck subcommand that container health checks run: 0 while the
+// server on TOLLGATE_API_ADDR answers, an error otherwise.
+func TestVersionHelpAndHealthcheck(t *testing.T) {
+	cli := func(env map[string]string, args ...string) (string, error) {
+		var stdout bytes.Buffer
+		err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, io.Discard, nil)
+		return stdout.String(), err
+	}
+	if out, err := cli(nil, "--version"); err != nil || out != "api "+buildinfo.Read().String()+"\n" {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"healthcheck", "--help"}} {
+		if out, err := cli(nil, args...); err != nil || !strings.Contains(out, "api healthcheck") || !strings.Contains(out, "-version") {
+			t.Errorf("%v: %q, %v", args, out, err)
+		}
+	}
+	if _, err := cli(nil, "frobnicate"); err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Errorf("an unknown command: %v", err)
+	}
+	f := newFixture(t)
+	base := f.startAPI(t, nil)
+	addr := strings.TrimPrefix(base, "http://")
+	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": addr}, "healthcheck"); err != nil {
+		t.Errorf("healthcheck of a running server: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err)
+	closed := ln.Addr().String()
+	ln.Close()
+	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": closed}, "healthcheck"); err == nil {
+		t.Error("healthcheck of a port nobody listens on succeeded")
 	}
 }
 

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
@@ -90,21 +91,68 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	return c, e.Err()
 }
 
+const usageText = `usage: api [flags]
+       api healthcheck
+
+Without a command, serves the check API (POST /v1/check, /healthz, /readyz,
+/metrics) on TOLLGATE_API_ADDR until SIGINT or SIGTERM. Configuration is by
+TOLLGATE_* environment variables; see the README.
+
+healthcheck asks the server on TOLLGATE_API_ADDR for /healthz over loopback
+and exits 0 when it answers, 1 otherwise (for container health checks).
+
+flags:
+`
+
+// helpRequested reports whether args ask for help anywhere before "--"
+// (`api healthcheck --help` explains, it does not probe).
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
 // run starts the server and blocks until ctx ends or SIGINT/SIGTERM. When
 // ready is not nil, the check API's listening address is sent on it once
 // serving, then, when TOLLGATE_ENVOY_GRPC_ADDR is set, the Envoy
 // rate-limit service's.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: api\n\nServes the check API. Configuration is by environment variables; see the README.")
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	if helpRequested(args) {
+		// Help that was asked for goes to stdout; after a mistake, to
+		// stderr.
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "api", buildinfo.Read())
+		return nil
+	}
+	switch fs.Arg(0) {
+	case "":
+	case "healthcheck":
+		addr := config.New(getenv).String("TOLLGATE_API_ADDR", ":8080")
+		return httpx.Healthcheck(ctx, addr, 3*time.Second)
+	default:
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", strings.Join(fs.Args(), " "))
 	}
 	cfg, err := loadConfig(getenv, stderr)
 	if err != nil {
@@ -190,7 +238,8 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	store, pingStore, breakerPing := s.limiterStore(ctx)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector())
 
 	// Deferred before the usage flush below, so it runs after it: the
 	// syncer stops once the last usage is published.

@@ -6,13 +6,13 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
 )
 
-// Who may do what. Every route but login, logout and the health checks
-// needs a session, and then one of these:
+// Who may do what. Every route but login, logout, the health checks and
+// the console's sign-in page needs a session, and then one of these:
 //
 //   - operatorOnly: operators. Tenant users get 403.
 //   - a tenant access level, for routes under /tenants/{tenantID}:
@@ -21,27 +21,34 @@ import (
 //     exist, so that tenant users learn nothing about other tenants. Within
 //     its own tenant a user lacking the level gets 403.
 //
-// Resources below a tenant (keys) are looked up within the tenant of the
-// path, so another tenant's key ID is 404 under one's own tenant too.
-type tenantAccess int
+// The rules themselves are internal/access's, which the console also asks
+// to decide which buttons a page shows. Resources below a tenant (keys)
+// are looked up within the tenant of the path, so another tenant's key ID
+// is 404 under one's own tenant too.
+type tenantAccess = access.Level
 
 const (
-	// readTenant: the tenant's operators and all its users.
-	readTenant tenantAccess = iota
-	// manageKeys: operators and the tenant's tenant_admins.
-	manageKeys
-	// operateTenant: operators only (plans, suspension, overrides).
-	operateTenant
+	readTenant    = access.ReadTenant
+	manageKeys    = access.ManageKeys
+	operateTenant = access.OperateTenant
 )
 
-var errOperatorsOnly = tollgate.Errorf(tollgate.EFORBIDDEN, "only operators may do this")
+// errorWriter answers a request with err: problem+json for the API, an
+// HTML page (or the sign-in page) for the console.
+type errorWriter func(w http.ResponseWriter, r *http.Request, err error)
+
+// apiError writes API errors as problem+json.
+func apiError(log *slog.Logger) errorWriter {
+	return func(w http.ResponseWriter, r *http.Request, err error) { httpx.Error(w, r, log, err) }
+}
 
 // operatorOnly lets only operators through.
-func operatorOnly(log *slog.Logger) func(http.Handler) http.Handler {
+func operatorOnly(fail errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if s, _ := sessionFrom(r.Context()); s.User.Role != auth.RoleOperator {
-				httpx.Error(w, r, log, errOperatorsOnly)
+			s, _ := sessionFrom(r.Context())
+			if err := access.Operator(s.User); err != nil {
+				fail(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -50,12 +57,12 @@ func operatorOnly(log *slog.Logger) func(http.Handler) http.Handler {
 }
 
 // tenant lets a request for the path's {tenantID} through at level.
-func tenant(log *slog.Logger, level tenantAccess) func(http.Handler) http.Handler {
+func tenant(fail errorWriter, level tenantAccess) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, _ := sessionFrom(r.Context())
 			if err := allowTenant(s.User, chi.URLParam(r, "tenantID"), level); err != nil {
-				httpx.Error(w, r, log, err)
+				fail(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -65,20 +72,7 @@ func tenant(log *slog.Logger, level tenantAccess) func(http.Handler) http.Handle
 
 // allowTenant decides whether u may act on tenantID at level.
 func allowTenant(u auth.User, tenantID string, level tenantAccess) error {
-	switch {
-	case u.Role == auth.RoleOperator:
-		return nil
-	case !u.Role.TenantScoped() || u.TenantID == "" || u.TenantID != tenantID:
-		return tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenantID)
-	case level == readTenant:
-		return nil
-	case level == manageKeys && u.Role == auth.RoleTenantAdmin:
-		return nil
-	case level == manageKeys:
-		return tollgate.Errorf(tollgate.EFORBIDDEN, "your role (%s) may only read this tenant", u.Role)
-	default:
-		return errOperatorsOnly
-	}
+	return access.Tenant(u, tenantID, level)
 }
 
 // authorizeUsage decides who may read usage and statements (the
@@ -86,15 +80,5 @@ func allowTenant(u auth.User, tenantID string, level tenantAccess) error {
 // the operator-wide views (tenantID ""); tenant users their own tenant's
 // only — another tenant is 404, as everywhere.
 func authorizeUsage(r *http.Request, tenantID string) error {
-	s, ok := sessionFrom(r.Context())
-	if !ok {
-		return auth.ErrNoSession
-	}
-	if tenantID == "" {
-		if s.User.Role != auth.RoleOperator {
-			return errOperatorsOnly
-		}
-		return nil
-	}
-	return allowTenant(s.User, tenantID, readTenant)
+	return access.Usage(r.Context(), tenantID)
 }

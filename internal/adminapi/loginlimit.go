@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -100,7 +101,7 @@ func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, re
 		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
 	}})
 	if err != nil {
-		l.log.WarnContext(ctx, "login limiter unavailable; allowing the attempt", "err", err)
+		l.unavailable(ctx, "login limiter unavailable; allowing the attempt", err)
 		return true, 0
 	}
 	if !out.Admitted {
@@ -116,7 +117,7 @@ func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, re
 		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
 	}})
 	if err != nil {
-		l.log.WarnContext(ctx, "login limiter unavailable; allowing the attempt", "err", err)
+		l.unavailable(ctx, "login limiter unavailable; allowing the attempt", err)
 		return true, 0
 	}
 	if !out.Admitted {
@@ -134,10 +135,26 @@ func (l *loginLimiter) failed(ctx context.Context, ip, email string) {
 	} {
 		// Separately: a spent budget must not stop the other from counting.
 		if _, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{r}}); err != nil {
-			l.log.WarnContext(ctx, "login limiter unavailable; a failed login was not counted", "err", err)
+			l.unavailable(ctx, "login limiter unavailable; a failed login was not counted", err)
 			return
 		}
 	}
+}
+
+// unavailable logs a store error, unless it is the circuit breaker's: an
+// open circuit was logged once when it opened.
+func (l *loginLimiter) unavailable(ctx context.Context, msg string, err error) {
+	if !errors.Is(err, enforce.ErrCircuitOpen) {
+		l.log.WarnContext(ctx, msg, "err", err)
+	}
+}
+
+// LoginProbe is the dry run a circuit breaker around the login limiter's
+// store sends to learn whether the store is back: it changes nothing.
+func LoginProbe(prefix string) limiter.Batch {
+	return limiter.Batch{DryRun: true, Cost: 1, Requests: []limiter.Request{
+		{Key: prefix + "{admin-login}:probe", Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.SecondUS}},
+	}}
 }
 
 // retryAfter is the longest wait any refusing rule of out asks for.

@@ -1,12 +1,16 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -15,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/ui"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -37,15 +42,22 @@ type Config struct {
 	// SecretKeys seal the service-token signing keys; without them tokens
 	// cannot be issued.
 	SecretKeys *auth.SecretKeys
+	// UsageLag reports how far behind the usage worker is, on the
+	// console's overview; nil when the server has no Redis.
+	UsageLag func(ctx context.Context) (usage.Lag, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Metrics is served at /metrics (an empty registry when nil).
+	Metrics *prometheus.Registry
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
-// here. Each API route names who may call it (see access.go): public,
-// signedIn (any role), operator, or for routes under /tenants/{tenantID}:
-// tenantRead (the tenant's users), tenantKeys (its tenant_admins) and
-// tenantOps (operators only).
+// here: the admin API under /api/v1 and the web console (internal/ui) at /.
+// Each route names who may call it (see access.go): public, signedIn (any
+// role), operator, or for routes under /tenants/{tenantID}: tenantRead
+// (the tenant's users), tenantKeys (its tenant_admins) and tenantOps
+// (operators only). The console's routes pass the same checks, answering
+// with HTML pages instead of problem+json.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -53,13 +65,24 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.LoginStore == nil {
 		cfg.LoginStore = limiter.NewMemoryStore(nil)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	sessions := &sessionAuth{store: auth.NewStore(db), secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now}
 	logins := &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 
 	r := chi.NewRouter()
-	r.NotFound(httpx.NotFound(log))
+	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
+		API: r, Now: now})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			httpx.NotFound(log)(w, r)
+			return
+		}
+		console.Headers(http.HandlerFunc(console.NotFound)).ServeHTTP(w, r)
+	})
 	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
 	r.Get("/healthz", httpx.Healthz)
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -69,15 +92,17 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		httpx.JSON(w, http.StatusOK, map[string]string{"postgres": "ok"})
 	})
+	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Use(noStore, crossOriginProtection(log), sessions.identify(log))
+		fail := apiError(log)
+		r.Use(noStore, crossOriginProtection(log), sessions.identify(fail))
 		public := r
-		signedIn := r.With(requireSession(log))
-		operator := signedIn.With(operatorOnly(log))
-		tenantRead := signedIn.With(tenant(log, readTenant))
-		tenantKeys := signedIn.With(tenant(log, manageKeys))
-		tenantOps := signedIn.With(tenant(log, operateTenant))
+		signedIn := r.With(requireSession(fail))
+		operator := signedIn.With(operatorOnly(fail))
+		tenantRead := signedIn.With(tenant(fail, readTenant))
+		tenantKeys := signedIn.With(tenant(fail, manageKeys))
+		tenantOps := signedIn.With(tenant(fail, operateTenant))
 
 		public.Method("POST", "/login", handleLogin(log, sessions, logins, db))
 		public.Method("POST", "/logout", handleLogout(log, db))
@@ -112,12 +137,77 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db, cfg.SecretKeys))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
 
+		operator.Method("GET", "/users", handleUserList(log, as))
+		operator.Method("POST", "/users", handleUserCreate(log, db))
+		operator.Method("POST", "/users/{userID}/disable", handleUserDisable(log, db))
+		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, db))
+
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
 
 		// Usage and statements: each handler asks authorizeUsage, which
 		// lets tenant users read their own tenant's and operators
 		// everyone's (and the operator-wide views).
 		usageRoutes(signedIn, us, authorizeUsage, log)
+		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, us))
+	})
+
+	// The web console: pages for people, on the same session cookie and
+	// the same access checks as the API. Every change it makes is a call
+	// to the API above, in-process (see internal/ui).
+	r.Group(func(r chi.Router) {
+		fail := console.Error
+		r.Use(console.Headers, sessions.identify(fail), console.CSRF)
+		public := r
+		signedIn := r.With(requireSession(fail))
+		operator := signedIn.With(operatorOnly(fail))
+		tenantRead := signedIn.With(tenant(fail, readTenant))
+		tenantKeys := signedIn.With(tenant(fail, manageKeys))
+		tenantOps := signedIn.With(tenant(fail, operateTenant))
+
+		public.Method("GET", "/static/*", console.Static())
+		public.Method("GET", "/login", console.LoginPage())
+		public.Method("POST", "/login", console.Login())
+		signedIn.Method("POST", "/logout", console.Logout())
+		signedIn.Method("GET", "/", console.Home()) // operators' overview; tenant users go to their tenant
+
+		operator.Method("GET", "/plans", console.PlanList())
+		operator.Method("GET", "/plans/new", console.PlanNew())
+		operator.Method("POST", "/plans", console.PlanSave(true))
+		operator.Method("GET", "/plans/{planID}", console.PlanView())
+		operator.Method("GET", "/plans/{planID}/edit", console.PlanEdit())
+		operator.Method("POST", "/plans/{planID}", console.PlanSave(false))
+		operator.Method("POST", "/plans/{planID}/archive", console.PlanArchive(true))
+		operator.Method("POST", "/plans/{planID}/unarchive", console.PlanArchive(false))
+
+		operator.Method("GET", "/tenants", console.TenantList())
+		operator.Method("POST", "/tenants", console.TenantCreate())
+		tenantRead.Method("GET", "/tenants/{tenantID}", console.TenantView())
+		tenantOps.Method("POST", "/tenants/{tenantID}/plan", console.TenantSetPlan())
+		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", console.TenantStatus(true))
+		tenantOps.Method("POST", "/tenants/{tenantID}/resume", console.TenantStatus(false))
+		tenantOps.Method("GET", "/tenants/{tenantID}/overrides", console.OverridesEdit())
+		tenantOps.Method("POST", "/tenants/{tenantID}/overrides", console.OverridesSave())
+
+		operator.Method("GET", "/keys", console.AllKeys())
+		tenantRead.Method("GET", "/tenants/{tenantID}/keys", console.KeyList())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", console.KeyIssue())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", console.KeyRotate())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", console.KeyRevoke())
+
+		operator.Method("GET", "/usage", console.Usage())
+		operator.Method("POST", "/months/{month}/close", console.MonthClose())
+		tenantRead.Method("GET", "/tenants/{tenantID}/usage", console.TenantUsage())
+		tenantRead.Method("GET", "/tenants/{tenantID}/statements", console.StatementList())
+		tenantRead.Method("GET", "/tenants/{tenantID}/statements/{month}", console.StatementView())
+
+		operator.Method("GET", "/service-tokens", console.TokenList())
+		operator.Method("POST", "/service-tokens", console.TokenIssue())
+		operator.Method("POST", "/service-tokens/{tokenID}/revoke", console.TokenRevoke())
+		operator.Method("GET", "/users", console.UserList())
+		operator.Method("POST", "/users", console.UserCreate())
+		operator.Method("POST", "/users/{userID}/disable", console.UserAction(true))
+		operator.Method("POST", "/users/{userID}/sessions/revoke", console.UserAction(false))
+		operator.Method("GET", "/audit", console.AuditList())
 	})
 	return r
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
@@ -30,21 +31,11 @@ type sessionAuth struct {
 	now    func() time.Time
 }
 
-type ctxKey int
-
-const sessionKey ctxKey = 0
-
 // sessionFrom returns the request's verified session.
-func sessionFrom(ctx context.Context) (auth.Session, bool) {
-	s, ok := ctx.Value(sessionKey).(auth.Session)
-	return s, ok
-}
+func sessionFrom(ctx context.Context) (auth.Session, bool) { return access.SessionFrom(ctx) }
 
 // actorOf returns who makes the request's changes.
-func actorOf(r *http.Request) audit.Actor {
-	s, _ := sessionFrom(r.Context())
-	return audit.Actor{ID: s.User.ID, Name: s.User.Email}
-}
+func actorOf(r *http.Request) audit.Actor { return access.Actor(r.Context()) }
 
 // sessionToken returns the token of the request: the bearer token if there
 // is one, else the session cookie's.
@@ -60,8 +51,10 @@ func sessionToken(r *http.Request) string {
 }
 
 // identify puts the request's session, if it has a valid one, in its
-// context. It rejects nothing: requireSession does.
-func (a *sessionAuth) identify(log *slog.Logger) func(http.Handler) http.Handler {
+// context. It rejects nothing: requireSession does. A request that
+// carries no token keeps the session its context has: the console calls
+// the API in-process on behalf of its signed-in user.
+func (a *sessionAuth) identify(fail errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			token := sessionToken(r)
@@ -72,10 +65,10 @@ func (a *sessionAuth) identify(log *slog.Logger) func(http.Handler) http.Handler
 			s, err := a.store.VerifySession(r.Context(), token, a.secret, a.now())
 			switch tollgate.ErrorCode(err) {
 			case "":
-				r = r.WithContext(context.WithValue(r.Context(), sessionKey, s))
+				r = r.WithContext(access.WithSession(r.Context(), s))
 			case tollgate.EUNAUTHORIZED:
 			default:
-				httpx.Error(w, r, log, err)
+				fail(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -84,12 +77,12 @@ func (a *sessionAuth) identify(log *slog.Logger) func(http.Handler) http.Handler
 }
 
 // requireSession answers 401 to requests without a valid session.
-func requireSession(log *slog.Logger) func(http.Handler) http.Handler {
+func requireSession(fail errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, ok := sessionFrom(r.Context()); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-				httpx.Error(w, r, log, auth.ErrNoSession)
+				fail(w, r, auth.ErrNoSession)
 				return
 			}
 			next.ServeHTTP(w, r)

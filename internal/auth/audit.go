@@ -16,3 +16,9 @@ func ServiceTokenAudit(action string, before, after *ServiceToken) audit.Change 
 	st := audit.Subject(before, after)
 	return audit.Change{Action: action, TargetType: "service_token", TargetID: st.ID, Before: before, After: after}
 }
+
+// SessionsEndedAudit records that n sessions of u were ended.
+func SessionsEndedAudit(u User, n int64) audit.Change {
+	return audit.Change{Action: "user.sessions_revoke", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
+		After: map[string]int64{"sessions_ended": n}}
+}

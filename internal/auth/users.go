@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -258,4 +259,46 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 		return User{}, ErrBadLogin
 	}
 	return u, nil
+}
+
+// UserFilter narrows a user listing; zero fields match every user.
+type UserFilter struct {
+	// Query matches part of the email, ignoring case.
+	Query string
+	Role  Role
+	// TenantID keeps only the tenant's users.
+	TenantID string
+}
+
+// ListUsersPage returns one page of the users matching f, by email.
+func (s *Store) ListUsersPage(ctx context.Context, f UserFilter, pr page.Request) (page.Page[User], error) {
+	var after struct {
+		Email string `json:"e"`
+	}
+	if _, err := pr.After(&after); err != nil {
+		return page.Page[User]{}, err
+	}
+	if f.TenantID != "" && !postgres.IsUUID(f.TenantID) {
+		return page.Make(pr, []User{}, func(User) any { return after }), nil
+	}
+	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(strings.ToLower(f.Query)) + "%"
+	var tenantID *string
+	if f.TenantID != "" {
+		tenantID = &f.TenantID
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+userColumns+` FROM users
+		WHERE email > $1 AND ($2 = '' OR email LIKE $3) AND ($4 = '' OR role = $4)
+		AND ($5::uuid IS NULL OR tenant_id = $5::uuid)
+		ORDER BY email LIMIT $6`, after.Email, f.Query, like, string(f.Role), tenantID, pr.Fetch())
+	if err != nil {
+		return page.Page[User]{}, fmt.Errorf("auth: list users: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+	if err != nil {
+		return page.Page[User]{}, fmt.Errorf("auth: list users: %w", err)
+	}
+	return page.Make(pr, list, func(u User) any {
+		after.Email = u.Email
+		return after
+	}), nil
 }

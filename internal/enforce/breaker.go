@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
@@ -251,6 +253,13 @@ func (b *Breaker) Stats() BreakerStats {
 	return BreakerStats{Open: b.Open(), Opened: opened, Rejected: b.rejected.Load(),
 		// The monitor counts the failure that opened the circuit too.
 		FailedProbes: b.monitor.Stats().Failures - opened}
+}
+
+// Collectors returns the breaker's outage metrics (backoff.Collectors,
+// labelled with its component): for a breaker that no checker watches,
+// such as the login limiter's.
+func (b *Breaker) Collectors() []prometheus.Collector {
+	return backoff.Collectors(b.cfg.Component, "redis", b.monitor.Stats)
 }
 
 // Close stops probing and waits for the probe in progress, if any. The

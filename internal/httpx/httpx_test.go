@@ -102,3 +102,23 @@ func TestMethodNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+func TestHealthzURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		":8080":          "http://127.0.0.1:8080/healthz",
+		"0.0.0.0:8081":   "http://127.0.0.1:8081/healthz",
+		"[::]:8081":      "http://127.0.0.1:8081/healthz",
+		"localhost:9000": "http://127.0.0.1:9000/healthz",
+		"10.0.0.5:8080":  "http://10.0.0.5:8080/healthz",
+		"[::1]:8080":     "http://[::1]:8080/healthz",
+	} {
+		if got, err := healthzURL(addr); err != nil || got != want {
+			t.Errorf("healthzURL(%q) = %q, %v; want %q", addr, got, err, want)
+		}
+	}
+	for _, addr := range []string{"8080", ":0", "127.0.0.1:"} {
+		if _, err := healthzURL(addr); err == nil {
+			t.Errorf("healthzURL(%q) succeeded; want an error", addr)
+		}
+	}
+}

@@ -101,30 +101,70 @@ type Point struct {
 // whole buckets), one point per bucket, zeros included. At most 10,000
 // points (EINVALID beyond).
 func (s *Store) Series(ctx context.Context, tenantID string, g Granularity, r Range) ([]Point, error) {
-	table, ok := granularityTable[g]
-	if !ok {
-		return nil, tollgate.Invalid(map[string]string{"granularity": "must be minute, hour, day or month"})
+	return s.SeriesOf(ctx, tenantID, Dimensions{}, g, r)
+}
+
+// Dimensions narrow a series to one key or one resource; zero fields
+// match everything.
+type Dimensions struct {
+	// KeyID is a key's ID; NoKey for decisions without a key.
+	KeyID    string
+	Resource string
+}
+
+// NoKey is the KeyID of Dimensions that selects decisions without a key.
+const NoKey = nilUUID
+
+// SeriesOf is Series narrowed to d.
+func (s *Store) SeriesOf(ctx context.Context, tenantID string, d Dimensions, g Granularity, r Range) ([]Point, error) {
+	if !postgres.IsUUID(tenantID) || (d.KeyID != "" && !postgres.IsUUID(d.KeyID)) {
+		points, _, _, err := s.buckets(g, r) // no usage can match
+		return points, err
 	}
-	from, to := g.floor(r.From), g.floor(r.To)
+	return s.series(ctx, g, r, tenantID, d)
+}
+
+// buckets returns r's buckets of g, with zero counts, and the range they
+// cover.
+func (s *Store) buckets(g Granularity, r Range) (points []Point, from, to time.Time, err error) {
+	if _, ok := granularityTable[g]; !ok {
+		return nil, from, to, tollgate.Invalid(map[string]string{"granularity": "must be minute, hour, day or month"})
+	}
+	from, to = g.floor(r.From), g.floor(r.To)
 	if !to.Equal(r.To.UTC()) {
 		to = g.Next(to)
 	}
 	if err := s.checkRange(g, Range{from, to}); err != nil {
-		return nil, err
+		return nil, from, to, err
 	}
-	var points []Point
 	for t := from; t.Before(to); t = g.Next(t) {
 		if len(points) == maxPoints {
-			return nil, tollgate.Invalid(map[string]string{"from": fmt.Sprintf("the range holds more than %d %ss", maxPoints, g)})
+			return nil, from, to, tollgate.Invalid(map[string]string{"from": fmt.Sprintf("the range holds more than %d %ss", maxPoints, g)})
 		}
 		points = append(points, Point{At: t})
 	}
-	if !postgres.IsUUID(tenantID) {
-		return points, nil // no usage can match
+	return points, from, to, nil
+}
+
+// series returns the counts per bucket of the tenant's decisions ("" for
+// every tenant's) matching d.
+func (s *Store) series(ctx context.Context, g Granularity, r Range, tenantID string, d Dimensions) ([]Point, error) {
+	points, from, to, err := s.buckets(g, r)
+	if err != nil {
+		return nil, err
+	}
+	table := granularityTable[g]
+	var tenant, key *string
+	if tenantID != "" {
+		tenant = &tenantID
+	}
+	if d.KeyID != "" {
+		key = &d.KeyID
 	}
 	rows, err := s.db.Query(ctx, `SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
-		FROM `+table+` WHERE tenant_id = $1 AND bucket_start >= $2 AND bucket_start < $3
-		GROUP BY bucket_start ORDER BY bucket_start`, tenantID, from, to)
+		FROM `+table+` WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND bucket_start >= $2 AND bucket_start < $3
+		AND ($4::uuid IS NULL OR key_id = $4::uuid) AND ($5 = '' OR resource = $5)
+		GROUP BY bucket_start ORDER BY bucket_start`, tenant, from, to, key, d.Resource)
 	if err != nil {
 		return nil, fmt.Errorf("usage: series: %w", err)
 	}

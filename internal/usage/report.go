@@ -128,8 +128,9 @@ func closedAt(ctx context.Context, q interface {
 
 // Statement returns the tenant's statement for m: the frozen one when m is
 // closed (with any late usage in Late), otherwise computed from current
-// usage with status "open". ENOTFOUND when there is no such tenant, or
-// it had no statement in a closed month.
+// usage with status "open". A tenant that was on no plan in m has a zero
+// statement, open or closed alike. ENOTFOUND when there is no such
+// tenant.
 func (s *Store) Statement(ctx context.Context, tenantID string, m Month) (Statement, error) {
 	t, err := s.tenants.Get(ctx, tenantID)
 	if err != nil {
@@ -145,7 +146,11 @@ func (s *Store) Statement(ctx context.Context, tenantID string, m Month) (Statem
 			return Statement{}, err
 		}
 		if len(list) == 0 {
-			return Statement{}, tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s has no statement for %s", t.Name, m)
+			// Not billable in m (it joined later), so nothing was frozen:
+			// the zero statement an open month shows, closed.
+			st, err := BuildStatement(StatementInput{Tenant: t, Month: m})
+			st.Status, st.ClosedAt = "closed", closed
+			return st, err
 		}
 		return list[0], nil
 	}
@@ -267,6 +272,15 @@ type CloseResult struct {
 // the month is closed is counted when it arrives and listed as late
 // usage; close a month once the worker has caught up.
 func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (CloseResult, error) {
+	return s.CloseMonthAndRecord(ctx, m, progress, nil)
+}
+
+// CloseMonthAndRecord is CloseMonth that, when it closes the month, also
+// calls record in the closing transaction: the admin API records the
+// close in the audit log with it, so that there is no close without its
+// record.
+func (s *Store) CloseMonthAndRecord(ctx context.Context, m Month, progress Progress,
+	record func(tx pgx.Tx, res CloseResult) error) (CloseResult, error) {
 	now := s.cfg.Now()
 	res := CloseResult{Month: m.String(), TotalMinor: map[string]int64{}}
 	if now.Before(m.End()) {
@@ -320,8 +334,13 @@ func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (Clo
 			res.TotalMinor[st.Currency] += st.TotalMinor
 		}
 		res.Statements = len(sts)
-		_, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts))
-		return err
+		if _, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts)); err != nil {
+			return err
+		}
+		if record != nil {
+			return record(tx, res)
+		}
+		return nil
 	})
 	if err != nil {
 		return CloseResult{}, err

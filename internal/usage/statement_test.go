@@ -398,13 +398,20 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	if _, err := db.Exec(ctx, `UPDATE statements SET total_minor = 0`); err == nil {
 		t.Error("a closed statement could be updated")
 	}
-	// A tenant without a statement in a closed month.
+	// A tenant without a statement in a closed month (it joined later)
+	// has the zero statement it had while the month was open, closed.
 	newcomer, err := s.tenants.Create(ctx, "newcomer", st.Plans[0].PlanID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Statement(ctx, newcomer.ID, m); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
-		t.Errorf("newcomer's closed October: err %v, want ENOTFOUND", err)
+	zero, err := s.Statement(ctx, newcomer.ID, m)
+	if err != nil {
+		t.Fatalf("newcomer's closed October: %v", err)
+	}
+	if zero.Status != "closed" || zero.ClosedAt == nil || !zero.ClosedAt.Equal(res.ClosedAt) || zero.TotalMinor != 0 ||
+		zero.Usage != (Counts{}) || len(zero.Lines) != 0 || len(zero.Plans) != 0 || zero.TenantName != "newcomer" ||
+		zero.Month != "2026-10" {
+		t.Errorf("newcomer's closed October: %+v, want a zero closed statement", zero)
 	}
 }
 

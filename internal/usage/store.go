@@ -188,6 +188,9 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 		if err := upsertIPs(ctx, tx, ips); err != nil {
 			return err
 		}
+		if err := upsertTotals(ctx, tx, minute, hour); err != nil {
+			return err
+		}
 		closed, err := closedMonths(ctx, tx, month)
 		if err != nil || len(closed) == 0 {
 			return err
@@ -297,6 +300,47 @@ func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error 
 		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits)
 	if err != nil {
 		return fmt.Errorf("usage: apply: %s: %w", table, err)
+	}
+	return nil
+}
+
+// upsertTotals adds the rollups' counts, all tenants and callers
+// together, to the minute and hour totals (usage_total_minute,
+// usage_total_hour), in the order of their keys.
+func upsertTotals(ctx context.Context, tx pgx.Tx, minute, hour rollup) error {
+	for _, t := range []struct {
+		table string
+		r     rollup
+	}{{"usage_total_minute", minute}, {"usage_total_hour", hour}} {
+		if len(t.r) == 0 {
+			continue
+		}
+		sums := map[time.Time]Counts{}
+		for k, c := range t.r {
+			s := sums[k.at]
+			s.Add(c)
+			sums[k.at] = s
+		}
+		at := make([]time.Time, 0, len(sums))
+		for b := range sums {
+			at = append(at, b)
+		}
+		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+		a, d, au, du := make([]int64, len(at)), make([]int64, len(at)), make([]int64, len(at)), make([]int64, len(at))
+		for i, b := range at {
+			c := sums[b]
+			a[i], d[i], au[i], du[i] = c.Allowed, c.Denied, c.AllowedUnits, c.DeniedUnits
+		}
+		// table is one of two constants.
+		_, err := tx.Exec(ctx, `INSERT INTO `+t.table+` AS u (bucket_start, allowed, denied, allowed_units, denied_units)
+			SELECT * FROM unnest($1::timestamptz[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])
+			ON CONFLICT (bucket_start) DO UPDATE SET
+				allowed = u.allowed + EXCLUDED.allowed, denied = u.denied + EXCLUDED.denied,
+				allowed_units = u.allowed_units + EXCLUDED.allowed_units,
+				denied_units = u.denied_units + EXCLUDED.denied_units`, at, a, d, au, du)
+		if err != nil {
+			return fmt.Errorf("usage: apply: %s: %w", t.table, err)
+		}
 	}
 	return nil
 }
@@ -516,6 +560,10 @@ func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	}
 	if len(res.Dropped) > 0 {
 		s.forgetPartitions()
+	}
+	// The minute totals are kept as long as the minute rows.
+	if _, err := s.db.Exec(ctx, `DELETE FROM usage_total_minute WHERE bucket_start < $1`, cutoff); err != nil {
+		return res, fmt.Errorf("usage: drop old minute totals: %w", err)
 	}
 	for {
 		tag, err := s.db.Exec(ctx, `DELETE FROM usage_batches WHERE batch_id IN (

@@ -1,4 +1,4 @@
--- Schema v5: a change to api_keys names the keys it changed, so that API
+-- Schema v6: a change to api_keys names the keys it changed, so that API
 -- processes reload those keys rather than every key (a million keys take
 -- seconds to load). The payload on tollgate_changes is "api_keys:" and a
 -- comma-separated list of the IDs of keys inserted or changed in a column

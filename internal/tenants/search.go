@@ -1,0 +1,213 @@
+package tenants
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// KeyFilter narrows a key search; zero fields match every key.
+type KeyFilter struct {
+	// TenantID keeps only the tenant's keys.
+	TenantID string
+	// Prefix keeps keys whose display prefix starts with it ("tg_4fT9").
+	Prefix string
+}
+
+// SearchKeys returns one page of the keys matching f, of every tenant
+// unless f names one, newest first.
+func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (page.Page[Key], error) {
+	var after struct {
+		CreatedAt time.Time `json:"t"`
+		ID        string    `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[Key]{}, err
+	}
+	if have && !postgres.IsUUID(after.ID) {
+		return page.Page[Key]{}, errBadCursor
+	}
+	if f.TenantID != "" && !postgres.IsUUID(f.TenantID) {
+		return page.Make(pr, []Key{}, func(Key) any { return after }), nil
+	}
+	prefix := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Prefix) + "%"
+	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
+		WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND ($2 = '' OR prefix LIKE $3)
+		AND (NOT $4 OR (created_at, id) < ($5, $6::uuid))
+		ORDER BY created_at DESC, id DESC LIMIT $7`,
+		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
+	if err != nil {
+		return page.Page[Key]{}, fmt.Errorf("tenants: search keys: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
+	if err != nil {
+		return page.Page[Key]{}, fmt.Errorf("tenants: search keys: %w", err)
+	}
+	return page.Make(pr, list, func(k Key) any {
+		after.CreatedAt, after.ID = k.CreatedAt, k.ID
+		return after
+	}), nil
+}
+
+// KeyCount counts a tenant's keys.
+type KeyCount struct {
+	// Live keys are neither revoked nor expired.
+	Live  int64
+	Total int64
+}
+
+// KeyCounts returns the key counts of the tenants (at now), by tenant ID;
+// a tenant without keys is absent.
+func (s *Store) KeyCounts(ctx context.Context, tenantIDs []string, now time.Time) (map[string]KeyCount, error) {
+	out := map[string]KeyCount{}
+	ids := validIDs(tenantIDs)
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, count(*) FILTER (WHERE revoked_at IS NULL
+			AND (expires_at IS NULL OR expires_at > $2)), count(*)
+		FROM api_keys WHERE tenant_id = ANY($1::uuid[]) GROUP BY tenant_id`, ids, now)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: key counts: %w", err)
+	}
+	var id string
+	var c KeyCount
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.Live, &c.Total}, func() error {
+		out[id] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenants: key counts: %w", err)
+	}
+	return out, nil
+}
+
+// Census counts tenants and keys.
+type Census struct {
+	Tenants, SuspendedTenants int64
+	// LiveKeys are neither revoked nor expired; UsedKeys were used since
+	// the time asked about.
+	LiveKeys, UsedKeys int64
+}
+
+// Count returns how many tenants and live keys there are at now, and how
+// many keys were used since usedSince (last-used times are written every
+// few seconds by the API processes).
+func (s *Store) Count(ctx context.Context, now, usedSince time.Time) (Census, error) {
+	var c Census
+	err := s.db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM tenants), (SELECT count(*) FROM tenants WHERE status = 'suspended'),
+		(SELECT count(*) FROM api_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1)),
+		(SELECT count(*) FROM api_keys WHERE last_used_at >= $2)`, now, usedSince).
+		Scan(&c.Tenants, &c.SuspendedTenants, &c.LiveKeys, &c.UsedKeys)
+	if err != nil {
+		return c, fmt.Errorf("tenants: count: %w", err)
+	}
+	return c, nil
+}
+
+// Names returns the names of the tenants with ids, by ID; unknown IDs
+// are absent.
+func (s *Store) Names(ctx context.Context, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	valid := validIDs(ids)
+	if len(valid) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[])`, valid)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: names: %w", err)
+	}
+	var id, name string
+	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		out[id] = name
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenants: names: %w", err)
+	}
+	return out, nil
+}
+
+// KeysByID returns the keys with ids (of any tenant), by ID.
+func (s *Store) KeysByID(ctx context.Context, ids []string) (map[string]Key, error) {
+	out := map[string]Key{}
+	valid := validIDs(ids)
+	if len(valid) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ANY($1::uuid[])`, valid)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: keys by id: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
+	if err != nil {
+		return nil, fmt.Errorf("tenants: keys by id: %w", err)
+	}
+	for _, k := range list {
+		out[k.ID] = k
+	}
+	return out, nil
+}
+
+func validIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if postgres.IsUUID(id) {
+			out = append(out, strings.ToLower(id))
+		}
+	}
+	return out
+}
+
+// CountByPlan returns how many tenants are on each plan, by plan ID.
+func (s *Store) CountByPlan(ctx context.Context) (map[int64]int64, error) {
+	out := map[int64]int64{}
+	rows, err := s.db.Query(ctx, `SELECT plan_id, count(*) FROM tenants GROUP BY plan_id`)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: count by plan: %w", err)
+	}
+	var id, n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		out[id] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenants: count by plan: %w", err)
+	}
+	return out, nil
+}
+
+// SetStart moves a tenant's creation and its first plan's start back to
+// at, for a tenant with a single plan change (demo and imported tenants
+// whose history starts before they were entered); otherwise ECONFLICT.
+func (s *Store) SetStart(ctx context.Context, tenantID string, at time.Time) error {
+	if !postgres.IsUUID(tenantID) {
+		return errTenantNotFound(tenantID)
+	}
+	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		var changes int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM tenant_plan_changes WHERE tenant_id = $1::uuid`, tenantID).
+			Scan(&changes); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		if changes != 1 {
+			return tollgate.Errorf(tollgate.ECONFLICT, "tenant %s has %d plan changes: only a single one can be moved", tenantID, changes)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = $2 WHERE tenant_id = $1::uuid`, tenantID, at); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET created_at = least(created_at, $2) WHERE id = $1::uuid`, tenantID, at); err != nil {
+			return fmt.Errorf("tenants: set start: %w", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,262 @@
+// Package ui is the web console: the operator's admin UI and the tenants'
+// portal, served by `admin serve` at / beside the admin API (/api/v1).
+//
+// Pages are server-rendered with html/template from web/ (embedded), with
+// charts drawn server-side as SVG (internal/chart); a small script in
+// web/static only enhances them (copy buttons, confirmation dialogs,
+// showing the fields of the chosen algorithm): every form works without it.
+//
+// The console shares the API's session cookie and its access rules: its
+// routes are listed in internal/adminapi/routes.go beside the API's, behind
+// the same middleware, and pages ask internal/access which buttons to
+// show. Every change the console makes is a request to the admin API,
+// made in-process on behalf of the signed-in user (Console.call): the
+// API's validation, access checks and audit records apply unchanged, and
+// a form shows the field errors of the API's problem+json beside its
+// fields. Pages read through the feature stores.
+package ui
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/access"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/chart"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/web"
+)
+
+// Config is what the console needs.
+type Config struct {
+	DB    *pgxpool.Pool
+	Usage *usage.Store
+	// UsageLag reports how far behind the usage worker is, for the
+	// overview; nil when the admin server has no Redis (the overview then
+	// says so).
+	UsageLag func(ctx context.Context) (usage.Lag, error)
+	Log      *slog.Logger
+	// Secret keys the console's CSRF tokens (HMAC-SHA256); the session
+	// secret, under a label of its own.
+	Secret []byte
+	// API is the admin API's handler: every change the console makes is
+	// a request to it (see Console.call).
+	API http.Handler
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Console serves the web console's pages. Safe for concurrent use.
+type Console struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	pages   map[string]*template.Template
+	static  http.Handler
+	version string // of the static files, for cache-busting URLs
+
+	plans   *plans.Store
+	tenants *tenants.Store
+	auth    *auth.Store
+	audit   *audit.Store
+	usage   *usage.Store
+}
+
+// New returns the console. It panics if the embedded templates do not
+// parse: they are part of the program.
+func New(cfg Config) *Console {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	c := &Console{cfg: cfg, log: cfg.Log, now: cfg.Now}
+	if cfg.DB != nil {
+		c.plans, c.tenants, c.auth, c.audit = plans.NewStore(cfg.DB), tenants.NewStore(cfg.DB), auth.NewStore(cfg.DB), audit.NewStore(cfg.DB)
+	}
+	c.usage = cfg.Usage
+	static, err := fs.Sub(web.Static, "static")
+	if err != nil {
+		panic(err)
+	}
+	c.version = staticVersion(static)
+	c.static = http.StripPrefix("/static/", http.FileServerFS(static))
+	c.pages = parsePages(c.funcs())
+	return c
+}
+
+// staticVersion hashes the static files: their URLs carry it, so that
+// browsers may cache them for long and still get a new version at once.
+func staticVersion(files fs.FS) string {
+	h := sha256.New()
+	_ = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, p)
+		h.Write([]byte(p))
+		h.Write(b)
+		return err
+	})
+	h.Write([]byte(chart.CSS))
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// parsePages parses one template set per page: the layout, the partials
+// (templates/partials/) and the page's own file, which defines "title"
+// and "content".
+func parsePages(funcs template.FuncMap) map[string]*template.Template {
+	entries, err := fs.ReadDir(web.Templates, "templates")
+	if err != nil {
+		panic(err)
+	}
+	pages := map[string]*template.Template{}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || name == "layout.html" {
+			continue
+		}
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(web.Templates,
+			"templates/layout.html", "templates/partials/*.html", "templates/"+name))
+		pages[strings.TrimSuffix(name, ".html")] = t
+	}
+	return pages
+}
+
+// Static serves web/static under /static/, and the charts' stylesheet
+// (chart.CSS) as /static/chart.css. The files are immutable for a given
+// version (?v=… in their URLs).
+func (c *Console) Static() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		if r.URL.Path == "/static/chart.css" {
+			w.Header().Set("Content-Type", "text/css; charset=utf-8")
+			_, _ = io.WriteString(w, chart.CSS)
+			return
+		}
+		c.static.ServeHTTP(w, r)
+	})
+}
+
+// view is what every page template gets.
+type view struct {
+	Title string
+	// Nav names the navigation entry to highlight.
+	Nav  string
+	User auth.User
+	// Tenant is the tenant a tenant user belongs to (the portal's nav).
+	TenantID string
+	CSRF     string
+	Flash    string
+	Version  string
+	// Data is the page's own.
+	Data any
+}
+
+// render writes the page with status. Pages hold tenants' data: no cache
+// keeps them.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, nav string, data any) {
+	t, ok := c.pages[name]
+	if !ok {
+		c.log.ErrorContext(r.Context(), "console: no such page", "page", name)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	v := view{Nav: nav, CSRF: c.csrfToken(r), Version: c.version, Data: data, Flash: takeFlash(w, r)}
+	if s, ok := access.SessionFrom(r.Context()); ok {
+		v.User = s.User
+		v.TenantID = s.User.TenantID
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
+		c.log.ErrorContext(r.Context(), "console: render", "page", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorPage is the data of the error page.
+type errorPage struct {
+	Status  int
+	Heading string
+	Message string
+}
+
+// Error answers a console request with err: the sign-in page for a
+// request without a session, else an error page with err's status — a
+// tenant user asking for another tenant sees "not found", as from the
+// API. Internal errors are logged and shown as a generic message.
+func (c *Console) Error(w http.ResponseWriter, r *http.Request, err error) {
+	code := tollgate.ErrorCode(err)
+	if code == tollgate.EUNAUTHORIZED && r.Method == http.MethodGet {
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		return
+	}
+	p := errorPage{Status: httpx.Status(err), Message: tollgate.ErrorMessage(err)}
+	switch code {
+	case tollgate.ENOTFOUND:
+		p.Heading = "Not found"
+	case tollgate.EFORBIDDEN:
+		p.Heading = "Not allowed"
+	case tollgate.EUNAUTHORIZED:
+		p.Heading = "Signed out"
+		p.Message = "Your session has ended. Sign in again."
+	case tollgate.EINTERNAL:
+		c.log.ErrorContext(r.Context(), "console: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		p.Heading = "Something went wrong"
+	default:
+		p.Heading = "Could not do that"
+	}
+	c.render(w, r, p.Status, "error", "", p)
+}
+
+// NotFound answers a path the console does not serve.
+func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
+	c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "There is no page at %s.", r.URL.Path))
+}
+
+// session returns the request's session; the routes that need one are
+// behind requireSession.
+func session(r *http.Request) auth.Session {
+	s, _ := access.SessionFrom(r.Context())
+	return s
+}
+
+// Headers sets the console's security headers: a Content-Security-Policy
+// that allows scripts, styles and images from this origin only (no
+// inline script or style: charts are SVG styled by classes), no framing,
+// no MIME sniffing and no referrer to other sites.
+func (c *Console) Headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,97 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+// fieldErrors returns err's field errors (the API's problem+json
+// "errors"): field name → problem. Forms show each beside its field.
+func fieldErrors(err error) map[string]string {
+	var e *tollgate.Error
+	if errors.As(err, &e) && e.Fields != nil {
+		return e.Fields
+	}
+	return map[string]string{}
+}
+
+// statusOf is the HTTP status of err, for a page that shows it.
+func statusOf(err error) int { return httpx.Status(err) }
+
+// formErrors collects problems with a form's values before anything is
+// sent to the API: a number that is not one, a time that does not parse.
+type formErrors map[string]string
+
+func (f formErrors) err() error { return tollgate.Invalid(f) }
+
+// int64 parses the field name of v as an integer; "" is def.
+func (f formErrors) int64(v url.Values, name string, def int64) int64 {
+	s := strings.TrimSpace(strings.ReplaceAll(v.Get(name), ",", ""))
+	if s == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f[name] = "must be a whole number"
+	}
+	return n
+}
+
+// optInt64 parses an optional integer field: nil when empty.
+func (f formErrors) optInt64(v url.Values, name string) *int64 {
+	if strings.TrimSpace(v.Get(name)) == "" {
+		return nil
+	}
+	n := f.int64(v, name, 0)
+	return &n
+}
+
+// dateTime parses an <input type="datetime-local"> or date value as UTC;
+// nil when empty.
+func (f formErrors) dateTime(v url.Values, name string) *time.Time {
+	s := strings.TrimSpace(v.Get(name))
+	if s == "" {
+		return nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02", time.RFC3339} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return &t
+		}
+	}
+	f[name] = "must be a date and time such as 2026-10-31T18:00 (UTC)"
+	return nil
+}
+
+// confirmed reports whether a destructive form was confirmed: by the
+// script's dialog, or on the confirmation page a plain form leads to.
+func confirmed(r *http.Request) bool { return r.PostForm.Get("confirmed") == "yes" }
+
+// confirmPage is the data of the page that asks to confirm an action
+// when the browser ran no script.
+type confirmPage struct {
+	Heading string
+	Message string
+	Action  string // the form's path
+	Button  string
+	Fields  map[string]string // the original form's fields, sent again
+	Back    string
+}
+
+// askConfirmation renders the confirmation page for the request's form.
+func (c *Console) askConfirmation(w http.ResponseWriter, r *http.Request, nav string, p confirmPage) {
+	p.Action = r.URL.Path
+	p.Fields = map[string]string{}
+	for k, v := range r.PostForm {
+		if k != csrfField && k != "confirmed" && len(v) > 0 {
+			p.Fields[k] = v[0]
+		}
+	}
+	c.render(w, r, http.StatusOK, "confirm", nav, p)
+}

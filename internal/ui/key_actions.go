@@ -1,0 +1,135 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// keySecretPage shows a key's secret, the only time it is shown: the
+// answer to the form that made the key, never a page one can come back
+// to. Previous is the rotated key (rotation only).
+type keySecretPage struct {
+	Tenant   tenants.Tenant
+	Key      tenants.Key
+	Secret   string
+	Previous *tenants.Key
+}
+
+// keySecret is the API's answer to a request that makes a key.
+type keySecret struct {
+	Key      tenants.Key  `json:"key"`
+	Secret   string       `json:"secret"`
+	Previous *tenants.Key `json:"previous"`
+}
+
+func keysPath(tenantID string) string { return "/tenants/" + url.PathEscape(tenantID) + "/keys" }
+
+// showSecret renders the page with the secret, kept out of every cache
+// and history: it must not be shown again.
+func (c *Console) showSecret(w http.ResponseWriter, r *http.Request, p keySecretPage) {
+	w.Header().Set("Cache-Control", "no-store")
+	c.render(w, r, http.StatusCreated, "key_secret", "keys", p)
+}
+
+// KeyIssue serves POST /tenants/{tenantID}/keys: the API issues the key,
+// and the page shows its secret once.
+func (c *Console) KeyIssue() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := c.tenantOf(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		fe := formErrors{}
+		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
+		body := map[string]any{"name": form.Name}
+		if at := fe.dateTime(r.PostForm, "expires_at"); at != nil {
+			body["expires_at"] = at.UTC().Format(time.RFC3339)
+		}
+		if err := fe.err(); err != nil {
+			c.keyList(w, r, statusOf(err), form, fieldErrors(err))
+			return
+		}
+		var res keySecret
+		if err := c.call(w, r, http.MethodPost, "/api/v1"+keysPath(t.ID), body, &res); err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				c.keyList(w, r, statusOf(err), form, errs)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		c.showSecret(w, r, keySecretPage{Tenant: t, Key: res.Key, Secret: res.Secret})
+	})
+}
+
+// KeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a new key
+// replaces the old one, which keeps working for the chosen grace period.
+func (c *Console) KeyRotate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := c.tenantOf(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		fe := formErrors{}
+		body := map[string]any{}
+		if g := fe.optInt64(r.PostForm, "grace_period_s"); g != nil {
+			body["grace_period_s"] = *g
+		}
+		if err := fe.err(); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		var res keySecret
+		path := "/api/v1" + keysPath(t.ID) + "/" + url.PathEscape(chi.URLParam(r, "keyID")) + "/rotate"
+		if err := c.call(w, r, http.MethodPost, path, body, &res); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		c.showSecret(w, r, keySecretPage{Tenant: t, Key: res.Key, Secret: res.Secret, Previous: res.Previous})
+	})
+}
+
+// KeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke, after
+// confirmation: checks with the key are denied within a second.
+func (c *Console) KeyRevoke() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tenantID, keyID := chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID")
+		k, err := c.tenants.GetKey(ctx, tenantID, keyID)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		back := safeNext(r.PostForm.Get("back"))
+		if back == "/" {
+			back = keysPath(tenantID)
+		}
+		if !confirmed(r) {
+			c.askConfirmation(w, r, "keys", confirmPage{Heading: "Revoke key " + k.Prefix + "…?",
+				Message: "Every check with " + keyLabel(k) + " will be denied (key_revoked) within a second. This cannot be undone.",
+				Button:  "Revoke key", Back: back})
+			return
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1"+keysPath(tenantID)+"/"+url.PathEscape(keyID)+"/revoke", nil, nil); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, back, "Key "+k.Prefix+"… revoked: checks with it are denied.")
+	})
+}
+
+// keyLabel names a key for people: its name and display prefix.
+func keyLabel(k tenants.Key) string {
+	if k.Name == "" {
+		return "key " + k.Prefix + "…"
+	}
+	return "key " + k.Prefix + "… (" + k.Name + ")"
+}

@@ -1,0 +1,87 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// overridesPage is the data of a tenant's rule overrides form: rules that
+// replace the plan's rule of the same name for this tenant, or add one.
+type overridesPage struct {
+	Tenant  tenants.Tenant
+	Plan    plans.Plan
+	Rules   []ruleForm
+	Errors  map[string]string
+	Message string
+	Options formOptions
+}
+
+// OverridesEdit serves GET /tenants/{tenantID}/overrides.
+func (c *Console) OverridesEdit() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := c.overridesPage(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		rules, err := c.tenants.Overrides(r.Context(), p.Tenant.ID)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		p.Rules = append(rulesForm(rules), blankRule())
+		c.render(w, r, http.StatusOK, "overrides", "tenants", p)
+	})
+}
+
+func (c *Console) overridesPage(r *http.Request) (overridesPage, error) {
+	t, err := c.tenantOf(r)
+	if err != nil {
+		return overridesPage{}, err
+	}
+	pl, err := c.plans.Get(r.Context(), t.PlanID)
+	return overridesPage{Tenant: t, Plan: pl, Options: options, Errors: map[string]string{}}, err
+}
+
+// OverridesSave serves POST /tenants/{tenantID}/overrides: the API's PUT
+// replaces the tenant's overrides as a whole (rows left blank or marked
+// for removal are left out). With action=add-rule the form comes back one
+// row longer, unsaved.
+func (c *Console) OverridesSave() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := c.overridesPage(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		fe, index := formErrors{}, map[string]int{}
+		var rules []map[string]any
+		p.Rules, rules = readRules(r.PostForm, fe, index)
+		if r.PostForm.Get("action") == "add-rule" {
+			p.Rules = append(p.Rules, blankRule())
+			c.render(w, r, http.StatusOK, "overrides", "tenants", p)
+			return
+		}
+		if len(fe) > 0 {
+			p.Errors, p.Message = fe, "Some values are not numbers: nothing was saved."
+			c.render(w, r, http.StatusUnprocessableEntity, "overrides", "tenants", p)
+			return
+		}
+		path := "/tenants/" + url.PathEscape(p.Tenant.ID)
+		if err := c.call(w, r, http.MethodPut, "/api/v1"+path+"/overrides", map[string]any{"rules": rules}, nil); err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				p.Errors = formErrorsOf(errs, index)
+				p.Message = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
+				c.render(w, r, statusOf(err), "overrides", "tenants", p)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, path, "Overrides saved: checks use them within a second.")
+	})
+}

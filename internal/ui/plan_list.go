@@ -1,0 +1,138 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/plans"
+)
+
+// planListPage is the data of the plans page.
+type planListPage struct {
+	Rows     []planRow
+	Archived bool
+}
+
+type planRow struct {
+	plans.Plan
+	Tenants int64
+}
+
+// PlanList serves GET /plans[?archived=true]: the plans in use, or the
+// archived ones.
+func (c *Console) PlanList() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		archived := r.URL.Query().Get("archived") == "true"
+		list, err := c.plans.List(r.Context())
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		counts, err := c.tenants.CountByPlan(r.Context())
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		p := planListPage{Archived: archived}
+		for _, pl := range list {
+			if (pl.ArchivedAt != nil) == archived {
+				p.Rows = append(p.Rows, planRow{Plan: pl, Tenants: counts[pl.ID]})
+			}
+		}
+		c.render(w, r, http.StatusOK, "plan_list", "plans", p)
+	})
+}
+
+// planViewPage is the data of a plan's page.
+type planViewPage struct {
+	Plan    plans.Plan
+	Tenants int64
+	Rules   []ruleView
+	// Quota is the rule that the plan's quota mode adds, if any.
+	Quota *ruleView
+}
+
+// ruleView is a rule with its preview.
+type ruleView struct {
+	plans.Rule
+	Preview preview
+	Chart   chartHTML
+}
+
+func viewRule(r plans.Rule) ruleView {
+	p := simulate(r)
+	return ruleView{Rule: r, Preview: p, Chart: burstChart(r, p)}
+}
+
+// pathPlanID returns the {planID} path parameter.
+func pathPlanID(r *http.Request) (int64, error) {
+	s := chi.URLParam(r, "planID")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
+	}
+	return id, nil
+}
+
+// PlanView serves GET /plans/{planID}: pricing, and each rule with a
+// preview of what it admits.
+func (c *Console) PlanView() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		pl, err := c.plans.Get(r.Context(), id)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		counts, err := c.tenants.CountByPlan(r.Context())
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		p := planViewPage{Plan: pl, Tenants: counts[pl.ID]}
+		for _, rule := range pl.Rules {
+			p.Rules = append(p.Rules, viewRule(rule))
+		}
+		if q, ok := pl.QuotaRule(); ok {
+			v := viewRule(q)
+			p.Quota = &v
+		}
+		c.render(w, r, http.StatusOK, "plan_view", "plans", p)
+	})
+}
+
+// PlanArchive serves POST /plans/{planID}/archive (archived true) and
+// /unarchive: an archived plan keeps its tenants and takes no new ones.
+func (c *Console) PlanArchive(archived bool) http.Handler {
+	verb, done := "unarchive", "Plan restored: tenants can be put on it again."
+	if archived {
+		verb, done = "archive", "Plan archived: its tenants keep it; no new tenant can be put on it."
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		path := "/plans/" + strconv.FormatInt(id, 10)
+		if archived && !confirmed(r) {
+			c.askConfirmation(w, r, "plans", confirmPage{Heading: "Archive this plan?",
+				Message: "Tenants on it keep it, but no tenant can be put on it until it is restored.",
+				Button:  "Archive plan", Back: path})
+			return
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1"+path+"/"+url.PathEscape(verb), nil, nil); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, path, done)
+	})
+}

@@ -1,0 +1,195 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/access"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// tenantPage is the data of a tenant's page: the operator's detail view,
+// and the tenant users' portal home.
+type tenantPage struct {
+	Tenant    tenants.Tenant
+	Plan      plans.Plan
+	Plans     []plans.Plan // plans it may move to
+	History   []tenants.PlanChange
+	Overrides []plans.Rule
+	Keys      tenants.KeyCount
+	Month     usage.Month
+	// Consumption is the month's units against the included ones.
+	Consumption consumption
+	// Usage is the last 30 days, by day.
+	Usage chartHTML
+	// What the user may do here.
+	CanOperate, CanManageKeys bool
+	Form                      planChangeForm
+	Errors                    map[string]string
+}
+
+type planChangeForm struct {
+	PlanID      int64
+	EffectiveAt string
+}
+
+// consumption is the month's units against the included ones, with the
+// projection to the month's end.
+type consumption struct {
+	usage.Projection
+	Chart chartHTML
+}
+
+// tenantOf loads the path's tenant (the route has checked access).
+func (c *Console) tenantOf(r *http.Request) (tenants.Tenant, error) {
+	return c.tenants.Get(r.Context(), chi.URLParam(r, "tenantID"))
+}
+
+// TenantView serves GET /tenants/{tenantID}.
+func (c *Console) TenantView() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.tenantView(w, r, http.StatusOK, planChangeForm{EffectiveAt: c.now().UTC().Format("2006-01-02T15:04")}, nil)
+	})
+}
+
+func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int, form planChangeForm, errs map[string]string) {
+	ctx := r.Context()
+	t, err := c.tenantOf(r)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	u := session(r).User
+	now := c.now()
+	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: usage.MonthOf(now),
+		CanOperate:    access.Tenant(u, t.ID, access.OperateTenant) == nil,
+		CanManageKeys: access.Tenant(u, t.ID, access.ManageKeys) == nil}
+	if p.Plan, err = c.plans.Get(ctx, t.PlanID); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	if p.CanOperate {
+		_, list, err := c.planNames(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		for _, pl := range list {
+			if pl.ArchivedAt == nil && pl.ID != t.PlanID && pl.Name != plans.AnonymousPlan {
+				p.Plans = append(p.Plans, pl)
+			}
+		}
+	}
+	hist, err := c.tenants.PlanHistory(ctx, t.ID, page.First(10))
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.History = hist.Items
+	if p.Overrides, err = c.tenants.Overrides(ctx, t.ID); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	counts, err := c.tenants.KeyCounts(ctx, []string{t.ID}, now)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.Keys = counts[t.ID]
+	if p.Consumption, err = c.consumption(r, t, p.Plan, p.Month); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	day := usage.GranularityDay
+	rng := usage.Range{From: now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -29), To: now}
+	points, err := c.usage.Series(ctx, t.ID, day, rng)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.Usage = usageChart("tenant-30d", "Checks per day, last 30 days", points, day, wide)
+	nav := ""
+	if !p.CanOperate {
+		nav = "overview"
+	} else {
+		nav = "tenants"
+	}
+	c.render(w, r, status, "tenant", nav, p)
+}
+
+// consumption computes the tenant's month so far against its included
+// units, and where it is heading.
+func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m usage.Month) (consumption, error) {
+	st, err := c.usage.Statement(r.Context(), t.ID, m)
+	if err != nil {
+		return consumption{}, err
+	}
+	pr := usage.Project(st, p, c.now())
+	return consumption{Projection: pr, Chart: consumptionChart(pr)}, nil
+}
+
+// TenantSetPlan serves POST /tenants/{tenantID}/plan: the API's plan
+// change, effective at the form's time (UTC; now when empty).
+func (c *Console) TenantSetPlan() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "tenantID")
+		fe := formErrors{}
+		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
+		body := map[string]any{"plan_id": form.PlanID}
+		if at := fe.dateTime(r.PostForm, "effective_at"); at != nil {
+			body["effective_at"] = at
+		}
+		if err := fe.err(); err != nil {
+			c.tenantView(w, r, statusOf(err), form, fieldErrors(err))
+			return
+		}
+		var t tenants.Tenant
+		if err := c.call(w, r, http.MethodPost, "/api/v1/tenants/"+url.PathEscape(id)+"/plan", body, &t); err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				c.tenantView(w, r, statusOf(err), form, errs)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, "/tenants/"+url.PathEscape(id), "Plan changed.")
+	})
+}
+
+// TenantStatus serves POST /tenants/{tenantID}/suspend and /resume, after
+// confirmation: a suspended tenant's checks are denied within a second.
+func (c *Console) TenantStatus(suspend bool) http.Handler {
+	verb, done := "resume", "Tenant resumed: its checks are allowed again."
+	if suspend {
+		verb, done = "suspend", "Tenant suspended: its checks are denied."
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := c.tenantOf(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		back := "/tenants/" + url.PathEscape(t.ID)
+		if !confirmed(r) {
+			msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."
+			if suspend {
+				msg = "Every check with " + t.Name + "'s keys will be denied (tenant_suspended) within a second, until you resume it."
+			}
+			c.askConfirmation(w, r, "tenants", confirmPage{Heading: strings.ToUpper(verb[:1]) + verb[1:] + " " + t.Name + "?",
+				Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back})
+			return
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1/tenants/"+url.PathEscape(t.ID)+"/"+verb, nil, nil); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, back, done)
+	})
+}

@@ -1,0 +1,136 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// tenantListPage is the data of the tenants page.
+type tenantListPage struct {
+	Query  string
+	Status string
+	PlanID int64
+	Plans  []plans.Plan
+	Rows   []tenantRow
+	Next   string
+	// The form that creates a tenant: its values and errors.
+	Form   tenantForm
+	Errors map[string]string
+	Open   bool // the create form is open (it has errors)
+}
+
+type tenantRow struct {
+	tenants.Tenant
+	PlanName string
+	Keys     tenants.KeyCount
+}
+
+type tenantForm struct {
+	Name   string
+	PlanID int64
+}
+
+// nextPage returns the URL of the page after the request's: the same
+// query with the cursor of the page.
+func nextPage(r *http.Request, cursor *string) string {
+	if cursor == nil {
+		return ""
+	}
+	q := r.URL.Query()
+	q.Set("cursor", *cursor)
+	return r.URL.Path + "?" + q.Encode()
+}
+
+// planNames returns every plan by ID, for naming tenants' plans.
+func (c *Console) planNames(r *http.Request) (map[int64]plans.Plan, []plans.Plan, error) {
+	list, err := c.plans.List(r.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[int64]plans.Plan, len(list))
+	for _, p := range list {
+		byID[p.ID] = p
+	}
+	return byID, list, nil
+}
+
+// TenantList serves GET /tenants: search by name or ID, filter by status
+// and plan, and the form that creates a tenant.
+func (c *Console) TenantList() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.tenantList(w, r, http.StatusOK, tenantForm{}, nil)
+	})
+}
+
+func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int, form tenantForm, errs map[string]string) {
+	q := r.URL.Query()
+	pr, err := page.FromQuery(q)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p := tenantListPage{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status"), Form: form, Errors: errs, Open: len(errs) > 0}
+	if s := q.Get("plan"); s != "" {
+		p.PlanID, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if p.Status != tenants.StatusActive && p.Status != tenants.StatusSuspended {
+		p.Status = ""
+	}
+	if len(p.Query) > 200 {
+		p.Query = p.Query[:200]
+	}
+	byID, list, err := c.planNames(r)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.Plans = list
+	pg, err := c.tenants.ListPage(r.Context(), tenants.Filter{Query: p.Query, Status: p.Status, PlanID: p.PlanID}, pr)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	ids := make([]string, len(pg.Items))
+	for i, t := range pg.Items {
+		ids[i] = t.ID
+	}
+	counts, err := c.tenants.KeyCounts(r.Context(), ids, c.now())
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	for _, t := range pg.Items {
+		p.Rows = append(p.Rows, tenantRow{Tenant: t, PlanName: byID[t.PlanID].Name, Keys: counts[t.ID]})
+	}
+	p.Next = nextPage(r, pg.NextCursor)
+	c.render(w, r, status, "tenant_list", "tenants", p)
+}
+
+// TenantCreate serves POST /tenants: the API's POST /api/v1/tenants.
+func (c *Console) TenantCreate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fe := formErrors{}
+		form := tenantForm{Name: strings.TrimSpace(r.PostForm.Get("name")), PlanID: fe.int64(r.PostForm, "plan_id", 0)}
+		if err := fe.err(); err != nil {
+			c.tenantList(w, r, statusOf(err), form, fieldErrors(err))
+			return
+		}
+		var t tenants.Tenant
+		err := c.call(w, r, http.MethodPost, "/api/v1/tenants", map[string]any{"name": form.Name, "plan_id": form.PlanID}, &t)
+		if err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				c.tenantList(w, r, statusOf(err), form, errs)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, "/tenants/"+url.PathEscape(t.ID), "Tenant "+t.Name+" created.")
+	})
+}

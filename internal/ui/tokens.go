@@ -1,0 +1,132 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/page"
+)
+
+// tokenListPage is the data of the service tokens page.
+type tokenListPage struct {
+	Rows   []tokenRow
+	Next   string
+	Form   tokenForm
+	Errors map[string]string
+	TTLs   []ttlChoice
+}
+
+type tokenRow struct {
+	auth.ServiceToken
+	Badge badge
+}
+
+type tokenForm struct {
+	Name string
+	TTLS int64
+}
+
+type ttlChoice struct {
+	Seconds int64
+	Label   string
+}
+
+var ttls = []ttlChoice{{30 * 86400, "30 days"}, {90 * 86400, "90 days"}, {365 * 86400, "1 year"}, {2 * 365 * 86400, "2 years"}}
+
+// tokenSecretPage shows a new service token, once.
+type tokenSecretPage struct {
+	Token auth.ServiceToken
+	JWT   string
+}
+
+// TokenList serves GET /service-tokens: the check API's callers'
+// credentials, and the form that issues one.
+func (c *Console) TokenList() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.tokenList(w, r, http.StatusOK, tokenForm{TTLS: 365 * 86400}, nil)
+	})
+}
+
+func (c *Console) tokenList(w http.ResponseWriter, r *http.Request, status int, form tokenForm, errs map[string]string) {
+	pr, err := page.FromQuery(r.URL.Query())
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	pg, err := c.auth.ListServiceTokensPage(r.Context(), pr)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p := tokenListPage{Form: form, Errors: errs, TTLs: ttls, Next: nextPage(r, pg.NextCursor)}
+	now := c.now()
+	for _, t := range pg.Items {
+		row := tokenRow{ServiceToken: t, Badge: badge{"active", "ok", ""}}
+		switch {
+		case t.RevokedAt != nil:
+			row.Badge = badge{"revoked", "bad", "revoked " + formatDateTime(*t.RevokedAt)}
+		case t.ExpiresAt != nil && !t.ExpiresAt.After(now):
+			row.Badge = badge{"expired", "neutral", ""}
+		case t.ExpiresAt != nil && t.ExpiresAt.Sub(now) < 2*expiresSoon:
+			row.Badge = badge{"expires soon", "warn", "expires " + formatDateTime(*t.ExpiresAt)}
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	c.render(w, r, status, "token_list", "tokens", p)
+}
+
+// TokenIssue serves POST /service-tokens: the API issues the token, and
+// the page shows it once.
+func (c *Console) TokenIssue() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fe := formErrors{}
+		form := tokenForm{Name: strings.TrimSpace(r.PostForm.Get("name")), TTLS: fe.int64(r.PostForm, "ttl_s", 365*86400)}
+		if err := fe.err(); err != nil {
+			c.tokenList(w, r, statusOf(err), form, fieldErrors(err))
+			return
+		}
+		var res struct {
+			ServiceToken auth.ServiceToken `json:"service_token"`
+			Token        string            `json:"token"`
+		}
+		err := c.call(w, r, http.MethodPost, "/api/v1/service-tokens", map[string]any{"name": form.Name, "ttl_s": form.TTLS}, &res)
+		if err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				c.tokenList(w, r, statusOf(err), form, errs)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		c.render(w, r, http.StatusCreated, "token_secret", "tokens", tokenSecretPage{Token: res.ServiceToken, JWT: res.Token})
+	})
+}
+
+// TokenRevoke serves POST /service-tokens/{tokenID}/revoke, after
+// confirmation: the check API refuses the token within a second.
+func (c *Console) TokenRevoke() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "tokenID")
+		t, err := c.auth.GetServiceToken(r.Context(), id)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		if !confirmed(r) {
+			c.askConfirmation(w, r, "tokens", confirmPage{Heading: "Revoke service token " + t.Name + "?",
+				Message: "The check API refuses it (401) within a second: callers using it can no longer check.",
+				Button:  "Revoke token", Back: "/service-tokens"})
+			return
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1/service-tokens/"+url.PathEscape(id)+"/revoke", nil, nil); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, "/service-tokens", "Service token "+t.Name+" revoked.")
+	})
+}

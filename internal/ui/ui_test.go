@@ -1,0 +1,109 @@
+package ui
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// TestSimulate runs rule previews: what the burst gets is the rule's
+// capacity, and what follows its rate.
+func TestSimulate(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		rule               plans.Rule
+		atOnce             int64
+		minTotal, maxTotal int64
+		delays             bool
+	}{
+		{"gcra", plans.Rule{Name: "r", Limit: 10, PeriodUS: limiter.SecondUS, Burst: 10}, 10, 28, 31, false},
+		{"gcra small burst", plans.Rule{Name: "r", Limit: 10, PeriodUS: limiter.SecondUS, Burst: 2}, 2, 20, 23, false},
+		{"token bucket", plans.Rule{Name: "r", Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS, Burst: 20}, 20, 38, 41, false},
+		{"fixed window", plans.Rule{Name: "r", Algorithm: limiter.FixedWindow, Limit: 10, PeriodUS: limiter.SecondUS}, 10, 20, 20, false},
+		{"shaping leaky bucket", plans.Rule{Name: "r", Algorithm: limiter.LeakyBucket, Limit: 10, PeriodUS: limiter.SecondUS,
+			Burst: 5, Options: plans.Options{LeakyMode: "shape"}}, 5, 20, 26, true},
+		{"calendar month", plans.Rule{Name: "r", Algorithm: limiter.FixedWindow, Limit: 1000,
+			Options: plans.Options{Calendar: "month"}}, 1000, 2000, 3000, false}, // 62 days: January, February, and March begun
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := simulate(tc.rule)
+			if len(p.Ticks) != previewTicks || p.Burst <= p.AdmittedAtOnce {
+				t.Fatalf("preview %+v", p)
+			}
+			if p.AdmittedAtOnce != tc.atOnce || p.Admitted < tc.minTotal || p.Admitted > tc.maxTotal {
+				t.Errorf("admitted %d at once and %d in all, want %d and %d–%d", p.AdmittedAtOnce, p.Admitted, tc.atOnce, tc.minTotal, tc.maxTotal)
+			}
+			if (p.MaxDelayUS > 0) != tc.delays {
+				t.Errorf("longest delay %d µs", p.MaxDelayUS)
+			}
+		})
+	}
+}
+
+func TestSafeNext(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tenants?q=a": "/tenants?q=a", "": "/", "//evil.example": "/", "https://evil.example": "/",
+		"/\\evil.example": "/", "/api/v1/me": "/", "/x\r\nSet-Cookie: a": "/",
+	} {
+		if got := safeNext(in); got != want {
+			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFormErrorsOf puts the API's field errors, named by the request's
+// rules, on the form's rows, which may differ where rows were removed.
+func TestFormErrorsOf(t *testing.T) {
+	got := formErrorsOf(map[string]string{"rules[0].period_us": "p", "rules[1].options.calendar": "c", "name": "n",
+		"tiers[0].up_to": "u"}, map[string]int{"rules[0]": 2, "rules[1]": 3, "tiers[0]": 1})
+	want := map[string]string{"rules[2].period": "p", "rules[3].calendar": "c", "name": "n", "tiers[1].up_to": "u"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestKeyBadges(t *testing.T) {
+	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, tc := range []struct {
+		key    tenants.Key
+		active *usage.KeyActivity
+		want   []string
+		live   bool
+	}{
+		{tenants.Key{}, nil, []string{"active"}, true},
+		{tenants.Key{}, &usage.KeyActivity{RateLimited: true}, []string{"active", "rate-limited"}, true},
+		{tenants.Key{RevokedAt: at(-time.Hour)}, nil, []string{"revoked"}, false},
+		{tenants.Key{ExpiresAt: at(-time.Hour)}, nil, []string{"expired"}, false},
+		{tenants.Key{ExpiresAt: at(48 * time.Hour)}, nil, []string{"expires soon"}, true},
+		{tenants.Key{ExpiresAt: at(30 * 24 * time.Hour)}, nil, []string{"active"}, true},
+		{tenants.Key{ExpiresAt: at(time.Hour), RotatedAt: at(-time.Hour)}, nil, []string{"rotation grace"}, true},
+	} {
+		badges, live := keyBadges(tc.key, tc.active, now)
+		var got []string
+		for _, b := range badges {
+			got = append(got, b.Label)
+		}
+		if !reflect.DeepEqual(got, tc.want) || live != tc.live {
+			t.Errorf("%+v: badges %v live %v, want %v %v", tc.key, got, live, tc.want, tc.live)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for got, want := range map[string]string{
+		formatInt(1234567): "1,234,567", formatInt(-1000): "-1,000", formatInt(12): "12",
+		formatMoney(4900, "USD"): "$49.00", formatMoney(5, "EUR"): "€0.05", formatMoney(1500, "JPY"): "¥1,500",
+		formatMoney(123456, "CHF"): "CHF 1,234.56", formatPeriod(limiter.HourUS): "1 h", formatPeriod(2 * limiter.DayUS): "2 days",
+		formatPeriod(250_000): "250 ms", formatPeriod(90 * limiter.SecondUS): "90 s",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/page"
+)
+
+// userListPage is the data of the users page.
+type userListPage struct {
+	Query, Role string
+	Rows        []userRow
+	Next        string
+	Form        userForm
+	Errors      map[string]string
+	Me          string
+}
+
+type userRow struct {
+	auth.User
+	TenantName string
+}
+
+type userForm struct {
+	Email, Role, Tenant string
+}
+
+// userCreatedPage shows a new user's generated password, once.
+type userCreatedPage struct {
+	User       auth.User
+	TenantName string
+	Password   string
+}
+
+// UserList serves GET /users: operators and tenant users, and the form
+// that creates one.
+func (c *Console) UserList() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.userList(w, r, http.StatusOK, userForm{Role: "tenant_admin"}, nil)
+	})
+}
+
+func (c *Console) userList(w http.ResponseWriter, r *http.Request, status int, form userForm, errs map[string]string) {
+	q := r.URL.Query()
+	pr, err := page.FromQuery(q)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p := userListPage{Query: strings.TrimSpace(q.Get("q")), Role: q.Get("role"), Form: form, Errors: errs, Me: session(r).User.ID}
+	if !auth.Role(p.Role).Valid() {
+		p.Role = ""
+	}
+	pg, err := c.auth.ListUsersPage(r.Context(), auth.UserFilter{Query: p.Query, Role: auth.Role(p.Role)}, pr)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	ids := make([]string, 0, len(pg.Items))
+	for _, u := range pg.Items {
+		if u.TenantID != "" {
+			ids = append(ids, u.TenantID)
+		}
+	}
+	names, err := c.tenants.Names(r.Context(), ids)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	for _, u := range pg.Items {
+		p.Rows = append(p.Rows, userRow{User: u, TenantName: names[u.TenantID]})
+	}
+	p.Next = nextPage(r, pg.NextCursor)
+	c.render(w, r, status, "user_list", "users", p)
+}
+
+// UserCreate serves POST /users: the API creates the user with a
+// generated password, which the page shows once. The tenant may be given
+// by name or ID.
+func (c *Console) UserCreate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		form := userForm{Email: strings.TrimSpace(r.PostForm.Get("email")), Role: r.PostForm.Get("role"),
+			Tenant: strings.TrimSpace(r.PostForm.Get("tenant"))}
+		body := map[string]any{"email": form.Email, "role": form.Role}
+		tenantName := ""
+		if form.Role != string(auth.RoleOperator) && form.Tenant != "" {
+			t, err := c.tenants.Find(r.Context(), form.Tenant)
+			if err != nil {
+				c.userList(w, r, http.StatusUnprocessableEntity, form, map[string]string{"tenant_id": "no tenant has this name or ID"})
+				return
+			}
+			body["tenant_id"], tenantName = t.ID, t.Name
+		}
+		var res struct {
+			User     auth.User `json:"user"`
+			Password string    `json:"password"`
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1/users", body, &res); err != nil {
+			if errs := fieldErrors(err); len(errs) > 0 {
+				c.userList(w, r, statusOf(err), form, errs)
+				return
+			}
+			c.Error(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		c.render(w, r, http.StatusCreated, "user_created", "users", userCreatedPage{User: res.User, TenantName: tenantName, Password: res.Password})
+	})
+}
+
+// UserAction serves POST /users/{userID}/disable (disable true) and
+// POST /users/{userID}/sessions/revoke, after confirmation.
+func (c *Console) UserAction(disable bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "userID")
+		u, err := c.auth.GetUser(r.Context(), id)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		path, heading, msg, button, done := "/sessions/revoke", "Sign "+u.Email+" out everywhere?",
+			"Every session of "+u.Email+" ends at once; they may sign in again.", "End sessions", "Sessions of "+u.Email+" ended."
+		if disable {
+			path, heading, msg, button, done = "/disable", "Disable "+u.Email+"?",
+				u.Email+" can no longer sign in, and every session of theirs ends at once.", "Disable user", u.Email+" disabled."
+		}
+		if !confirmed(r) {
+			c.askConfirmation(w, r, "users", confirmPage{Heading: heading, Message: msg, Button: button, Back: "/users"})
+			return
+		}
+		if err := c.call(w, r, http.MethodPost, "/api/v1/users/"+url.PathEscape(id)+path, nil, nil); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		redirect(w, r, "/users", done)
+	})
+}

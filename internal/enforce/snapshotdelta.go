@@ -20,7 +20,7 @@ import (
 // change reloads only what changed:
 //
 //   - a change to api_keys names the keys (tollgate_notify_keys in
-//     migration 5: "api_keys:" then key IDs, and "-" and the hex hash of
+//     migration 6: "api_keys:" then key IDs, and "-" and the hex hash of
 //     each key removed); those keys are read and laid over the keys of the
 //     last full load (Snapshot.changed);
 //   - a change to any other table (plans, rules, tenants, overrides,

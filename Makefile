@@ -8,7 +8,7 @@ BIN := bin
 VERSION ?= dev
 LDFLAGS := -X github.com/tollgate/tollgate/internal/buildinfo.Version=$(VERSION)
 
-.PHONY: run env test test-faults build bench bench-console loadgen vet fmt clean
+.PHONY: run env test test-faults build bench bench-http bench-console loadgen vet fmt clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/api ./cmd/api
@@ -31,9 +31,16 @@ env:
 test:
 	@TOLLGATE_FAULTS=1 TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -count=1 -timeout 20m ./...
 
-# Benchmarks of one check through the handler against real Redis.
+# Benchmarks of one check through the handler (memory store, Redis, the
+# batching Redis store; allowed and denied), and of the circuit breaker.
 bench:
-	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/enforce/...
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/checkapi/ ./internal/enforce/
+
+# Checks over HTTP with wrk against one api and a no-op floor server:
+# checks/s, p50, p99, ratio to the floor, Redis CPU and memory per key
+# (scripts/bench-http.sh lists the settings).
+bench-http:
+	@scripts/bench-http.sh
 
 # Every console page rendered at scale: 10,000 tenants, 100,000 keys, a
 # month of minute usage of a busy tenant (docs/benchmarks.md, "Console").

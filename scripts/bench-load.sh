@@ -9,6 +9,8 @@ make -s build
 exec scripts/services.sh test -- bash -c '
 set -euo pipefail
 export TOLLGATE_DATABASE_URL=$TOLLGATE_TEST_DATABASE_URL TOLLGATE_REDIS_ADDR=$TOLLGATE_TEST_REDIS_ADDR
+TOLLGATE_SECRET_KEY=$(bin/admin secrets generate) # a throwaway one, for the throwaway database
+export TOLLGATE_SECRET_KEY
 bin/admin migrate up >/dev/null
 token=$(bin/admin seed demo --json | sed -n "s/.*\"service_token\": \"\([^\"]*\)\".*/\1/p")
 tenant=demo-pro

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -44,7 +45,10 @@ func main() {
 
 // Config is cmd/api's configuration, read from TOLLGATE_* variables.
 type Config struct {
-	Addr            string
+	Addr string
+	// DebugAddr, when set, serves net/http/pprof there (for profiling;
+	// keep it on loopback).
+	DebugAddr       string
 	DatabaseURL     string
 	Store           string // redis | memory
 	Redis           config.Redis
@@ -66,6 +70,7 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	store := e.Store()
 	c := Config{
 		Addr:            e.String("TOLLGATE_API_ADDR", ":8080"),
+		DebugAddr:       e.String("TOLLGATE_DEBUG_ADDR", ""),
 		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
 		Store:           store,
 		Redis:           e.Redis("127.0.0.1:6379"),
@@ -165,6 +170,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_API_ADDR=%s: %w", cfg.Addr, err)
 	}
+	if cfg.DebugAddr != "" {
+		dln, err := net.Listen("tcp", cfg.DebugAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("TOLLGATE_DEBUG_ADDR=%s: %w", cfg.DebugAddr, err)
+		}
+		debug := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go debug.Serve(dln) //nolint:errcheck // closed below
+		defer debug.Close()
+		cfg.Log.Info("debug listening", "addr", dln.Addr().String())
+	}
 	cfg.Log.Info("api listening", "addr", ln.Addr().String(), "store", cfg.Store)
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -175,6 +191,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = httpx.Serve(ctx, srv.http, ln, cfg.ShutdownTimeout, cfg.Log)
 	cfg.Log.Info("api stopped")
 	return err
+}
+
+// debugHandler serves the runtime profiles of net/http/pprof.
+func debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // server is a loaded check server: its handler and everything that runs
@@ -313,7 +340,11 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	if len(s.cfg.Redis.Cluster) > 0 {
 		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
 	}
-	return redisstore.New(rc), func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
+	// Concurrent checks share script calls: a lone check goes out at
+	// once, the ones that arrive while a call is under way go together in
+	// the next.
+	store = redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
+	return store, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,4 +48,71 @@ func TestRefusesRemoteTargets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("got %v, want a refusal naming loopback", err)
 	}
+}
+
+// TestRateModeSendsAtTheOfferedRate: at 200 checks per second, 40 checks
+// take about 200 ms, all of them answered.
+func TestRateModeSendsAtTheOfferedRate(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"allowed":true}`)
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-url", srv.URL, "-c", "4", "-d", "5s", "-n", "40", "-rate", "200"},
+		func(string) string { return "" }, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "requests=40 ") || !strings.Contains(out.String(), "allowed=40 ") {
+		t.Errorf("report %q: want 40 requests, all allowed", out.String())
+	}
+}
+
+// TestFloorAnswersJSON: the floor server reads any body and answers a
+// fixed JSON object.
+func TestFloorAnswersJSON(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-floor", "127.0.0.1:0"}, func(string) string { return "" }, out, io.Discard)
+	}()
+	var addr string
+	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "floor listening on "); ok {
+			addr = s
+		} else {
+			time.Sleep(10 * time.Millisecond) // polling a starting server
+		}
+	}
+	resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(`{"ip":"192.0.2.1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"allowed":true`) {
+		t.Errorf("floor: %d %q", resp.StatusCode, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("floor: %v", err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

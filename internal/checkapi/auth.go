@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
@@ -49,9 +50,22 @@ func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*ht
 				unauthorized(w, r, log)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceTokenKey, id)))
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceTokenKey, boxedID(id))))
 		})
 	}
+}
+
+// boxedIDs holds each verified token ID as an interface value, made once:
+// putting a string in a context otherwise allocates on every request.
+// Only IDs of validly signed tokens get here, so it stays small.
+var boxedIDs sync.Map
+
+func boxedID(id string) any {
+	if v, ok := boxedIDs.Load(id); ok {
+		return v
+	}
+	v, _ := boxedIDs.LoadOrStore(id, any(id))
+	return v
 }
 
 func unauthorized(w http.ResponseWriter, r *http.Request, log *slog.Logger) {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -17,7 +16,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
-	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // MaxCheckBody is the largest /v1/check body accepted.
@@ -96,16 +94,18 @@ func (c *checkRequest) toRequest() enforce.Request {
 	return r
 }
 
-// HandleCheck serves POST /v1/check.
+// HandleCheck serves POST /v1/check. The common request is read and the
+// answer written without reflection (request.go, response.go), exactly as
+// httpx.Decode and httpx.JSON would.
 func HandleCheck(checker *enforce.Checker, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started := time.Now()
-		var body checkRequest
-		if err := httpx.Decode(r, MaxCheckBody, &body); err != nil {
+		req, err := decodeCheck(r)
+		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		d, err := checker.Check(r.Context(), body.toRequest())
+		d, err := checker.Check(r.Context(), req)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the caller went away
@@ -117,8 +117,8 @@ func HandleCheck(checker *enforce.Checker, log *slog.Logger) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		SetHeaders(w.Header(), &d)
-		httpx.JSON(w, http.StatusOK, &d)
+		setHeaders(w.Header(), &d)
+		writeDecision(w, &d)
 		checker.Observe(time.Since(started))
 	})
 }
@@ -126,29 +126,4 @@ func HandleCheck(checker *enforce.Checker, log *slog.Logger) http.Handler {
 // SetHeaders writes the rate-limit headers of d's governing rule:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
 // GitHub's X-RateLimit-*, and Retry-After on a denial.
-func SetHeaders(h http.Header, d *enforce.Decision) {
-	g, ok := d.Governing()
-	if !ok {
-		return
-	}
-	resetS := limiter.CeilDiv(g.ResetAfterMS, 1000)
-	name := strconv.Quote(g.Name)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(g.Limit, 10)+";w="+strconv.FormatInt(g.WindowS, 10))
-	rl := name + ";r=" + strconv.FormatInt(g.Remaining, 10)
-	if g.ResetAfterMS >= 0 {
-		rl += ";t=" + strconv.FormatInt(resetS, 10)
-	}
-	h.Set("RateLimit", rl)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(g.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(g.Remaining, 10))
-	// Used counts down from what the rule admits at once (a GCRA rule's
-	// burst), the same base Remaining counts from.
-	h.Set("X-RateLimit-Used", strconv.FormatInt(max(0, g.Capacity-g.Remaining), 10))
-	if g.ResetAfterMS >= 0 {
-		resetAt := limiter.CeilDiv(d.NowUS+g.ResetAfterMS*1000, 1_000_000)
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetAt, 10))
-	}
-	if !d.Allowed && d.RetryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt(limiter.CeilDiv(d.RetryAfterMS, 1000), 10))
-	}
-}
+func SetHeaders(h http.Header, d *enforce.Decision) { setHeaders(h, d) }

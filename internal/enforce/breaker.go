@@ -59,9 +59,9 @@ type BreakerConfig struct {
 // Breaker is a circuit breaker around a limiter store. While the store
 // answers, calls pass through. After Failures failed calls in a row
 // (errors or timeouts — not callers going away) the circuit opens: calls
-// in flight are cancelled and every call fails at once with
-// ErrCircuitOpen, so the rules' failure modes decide without waiting for
-// a timeout. Meanwhile one goroutine probes the store with Probe, backing
+// in flight are cancelled (a limiter.SelfTimed store's end by its own
+// bound instead) and every call fails at once with ErrCircuitOpen, so the
+// rules' failure modes decide without waiting for a timeout. Meanwhile one goroutine probes the store with Probe, backing
 // off to ProbeBackoff's cap, and the first probe that succeeds closes the
 // circuit. The outage is logged once when the circuit opens, every Remind
 // while it stays open and once when it closes.
@@ -72,9 +72,12 @@ type BreakerConfig struct {
 // Breaker is a limiter.Store and safe for concurrent use. Close stops the
 // probing.
 type Breaker struct {
-	store   limiter.Store
-	cfg     BreakerConfig
-	monitor *backoff.Monitor
+	store limiter.Store
+	// selfTimed: the store bounds each call by itself (limiter.SelfTimed);
+	// calls in flight when the circuit opens then end by that bound.
+	selfTimed bool
+	cfg       BreakerConfig
+	monitor   *backoff.Monitor
 
 	circuit    atomic.Pointer[circuit]
 	inARow     atomic.Int64
@@ -125,6 +128,9 @@ func NewBreaker(store limiter.Store, cfg BreakerConfig) *Breaker {
 		cfg.Sleep = backoff.Sleep
 	}
 	b := &Breaker{store: store, cfg: cfg}
+	if st, ok := store.(limiter.SelfTimed); ok {
+		_, b.selfTimed = st.CheckTimeout()
+	}
 	b.monitor = backoff.NewMonitor(backoff.MonitorConfig{
 		Component: cfg.Component, Dependency: "redis", Log: cfg.Log, Remind: cfg.Remind, Now: cfg.Now,
 		Detail: func() []any {
@@ -143,12 +149,23 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 		b.rejected.Add(1)
 		return limiter.Outcome{}, ErrCircuitOpen
 	}
-	callCtx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.ctx, func() { cancel(ErrCircuitOpen) })
-	out, err := b.store.Check(callCtx, batch)
-	stop()
-	cut := errors.Is(context.Cause(callCtx), ErrCircuitOpen)
-	cancel(nil)
+	var out limiter.Outcome
+	var err error
+	var cut bool
+	if b.selfTimed {
+		// The store bounds the call by itself and does not stop for a
+		// cancelled context: nothing to cancel, and no context (with its
+		// allocations) to make per call.
+		out, err = b.store.Check(ctx, batch)
+		cut = err != nil && b.circuit.Load() != c
+	} else {
+		callCtx, cancel := context.WithCancelCause(ctx)
+		stop := context.AfterFunc(c.ctx, func() { cancel(ErrCircuitOpen) })
+		out, err = b.store.Check(callCtx, batch)
+		stop()
+		cut = errors.Is(context.Cause(callCtx), ErrCircuitOpen)
+		cancel(nil)
+	}
 	switch {
 	case err == nil:
 		if b.inARow.Load() != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,27 @@ type RuleResult struct {
 	// Capacity is what Remaining counts down from: the burst of the
 	// bucket algorithms, the limit of the windows.
 	Capacity int64 `json:"-"`
+
+	// rule is the rule the result is of; nil in results built by hand.
+	rule *compiledRule
+}
+
+// QuotedName returns the rule's name as a structured-field string (for
+// the RateLimit headers).
+func (rr *RuleResult) QuotedName() string {
+	if rr.rule != nil {
+		return rr.rule.quoted
+	}
+	return strconv.Quote(rr.Name)
+}
+
+// PolicyHeader returns the rule's RateLimit-Policy header value, e.g.
+// "hourly";q=5000;w=3600.
+func (rr *RuleResult) PolicyHeader() string {
+	if rr.rule != nil {
+		return rr.rule.policy
+	}
+	return rr.QuotedName() + ";q=" + strconv.FormatInt(rr.Limit, 10) + ";w=" + strconv.FormatInt(rr.WindowS, 10)
 }
 
 // outageRetryMS is the retry a fail-closed rule asks for while its store
@@ -113,6 +135,12 @@ type Checker struct {
 	log        *slog.Logger
 	now        func() time.Time
 	ipv6Prefix int
+	// denials answers checks the store would deny without asking it (nil
+	// when off).
+	denials *denials
+	// selfTimed: the store bounds each check's wait within timeout by
+	// itself (limiter.SelfTimed), so no deadline is set per check.
+	selfTimed bool
 
 	outageLog throttledLog
 }
@@ -150,6 +178,10 @@ type CheckerConfig struct {
 	Recorder     Recorder
 	Metrics      *Metrics
 	Log          *slog.Logger
+	// NoLocalDenials makes every check ask the store, even one the store
+	// denied on a state that cannot have admitted anything since (see
+	// denials.go). A memory store is always asked.
+	NoLocalDenials bool
 	// IPv6Prefix groups IPv6 callers by network for per-IP limits and
 	// usage (default 64: one subscriber usually holds a whole /64 and
 	// could otherwise step through 2^64 fresh allowances); 128 counts
@@ -182,6 +214,15 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	// A store in this process is as cheap to ask as the denials, and its
+	// clock is whatever its owner makes it (tests jump it by weeks).
+	if _, inProcess := store.(*limiter.MemoryStore); !inProcess && !cfg.NoLocalDenials {
+		c.denials = newDenials(time.Now)
+	}
+	if st, ok := store.(limiter.SelfTimed); ok {
+		d, bounded := st.CheckTimeout()
+		c.selfTimed = bounded && d <= c.timeout
 	}
 	bc := cfg.Breaker
 	if len(bc.Probe.Requests) == 0 {
@@ -222,38 +263,42 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if s == nil {
 		return Decision{}, ErrNotReady
 	}
-	d := Decision{Tier: tollgate.TierAnonymous, Rules: []RuleResult{}, governing: -1}
+	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
 	r.IP = Network(r.IP, c.ipv6Prefix)
 	var plan *planView
-	var tag, keyID, tenantID string
+	var key *keyView       // nil for an anonymous caller
+	var tenant *tenantView // the key's
 	if r.Key != "" {
 		d.Tier = tollgate.TierAuthenticated
 		if !tenants.WellFormed(r.Key) {
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
-		k := c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
-		if k == nil {
+		key = c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
+		if key != nil {
+			tenant = key.tenant.view.Load()
+		}
+		if tenant == nil { // unknown, or its tenant is gone
 			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
 		}
-		d.TenantID, d.KeyID = k.tenant.id, k.id
-		if k.tenant.plan != nil {
-			d.Plan = k.tenant.plan.name
+		d.TenantID, d.KeyID = tenant.id, key.id
+		if tenant.plan != nil {
+			d.Plan = tenant.plan.name
 		}
-		now := c.now()
+		nowUS := c.now().UnixMicro()
 		switch {
-		case k.revokedAt != nil && !k.revokedAt.After(now):
+		case key.revokedAtUS != 0 && key.revokedAtUS <= nowUS:
 			return c.finish(d, r, tollgate.ReasonKeyRevoked), nil
-		case k.expiresAt != nil && !k.expiresAt.After(now):
+		case key.expiresAtUS != 0 && key.expiresAtUS <= nowUS:
 			return c.finish(d, r, tollgate.ReasonKeyExpired), nil
-		case k.tenant.status != tenants.StatusActive:
+		case tenant.status != tenants.StatusActive:
 			return c.finish(d, r, tollgate.ReasonTenantSuspended), nil
 		}
-		plan, tag, keyID, tenantID = k.tenant.plan, k.tenant.id, k.id, k.tenant.id
+		plan = tenant.plan
 	} else {
 		if s.anonymous == nil {
 			return c.finish(d, r, tollgate.ReasonKeyRequired), nil
 		}
-		plan, tag = s.anonymous, "a:"+r.IP
+		plan = s.anonymous
 		d.Plan = plan.name
 	}
 	if plan == nil {
@@ -264,7 +309,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return c.finish(d, r, tollgate.ReasonUnavailable), nil
 	}
 
-	var matched []*compiledRule
+	var matchedBuf [8]*compiledRule
+	matched := matchedBuf[:0]
 	for i := range plan.rules {
 		if plans.MatchResource(plan.rules[i].Resource, r.Resource) {
 			matched = append(matched, &plan.rules[i])
@@ -274,47 +320,35 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
-	reqs := make([]limiter.Request, len(matched))
-	for i, rule := range matched {
-		var scopeID string
-		switch rule.Scope {
-		case plans.ScopeKey:
-			scopeID = "k:" + keyID
-			if keyID == "" { // anonymous callers are their IP
-				scopeID = "i:" + r.IP
-			}
-		case plans.ScopeTenant:
-			scopeID = "t:" + tenantID
-			if tenantID == "" {
-				scopeID = "i:" + r.IP
-			}
-		case plans.ScopeIP:
-			if r.IP == "" {
-				return Decision{}, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
-			}
-			scopeID = "i:" + r.IP
-		}
-		reqs[i] = limiter.Request{
-			Key:    c.prefix + "{" + tag + "}:" + rule.keyPart + ":" + scopeID,
-			Params: rule.params,
-			Shadow: rule.Mode == plans.ModeShadow,
-		}
-	}
-
-	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun})
-	cancel()
+	reqs, err := c.requests(matched, key, tenant, r.IP)
 	if err != nil {
-		if ctx.Err() != nil {
-			return Decision{}, ctx.Err() // the caller went away; nothing to decide
-		}
-		c.metrics.storeError()
-		if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
-			// Once the circuit is open the breaker logs the outage.
-			c.outageLog.warn(ctx, c.log, err)
-		}
-		return c.degraded(d, r, matched), nil
+		return Decision{}, err
 	}
+	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
+	sent := c.denials.sent()
+	out, local := c.denials.decideAt(batch, sent)
+	if !local {
+		if c.selfTimed {
+			out, err = c.store.Check(ctx, batch)
+		} else {
+			storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+			out, err = c.store.Check(storeCtx, batch)
+			cancel()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return Decision{}, ctx.Err() // the caller went away; nothing to decide
+			}
+			c.metrics.storeError()
+			if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
+				// Once the circuit is open the breaker logs the outage.
+				c.outageLog.warn(ctx, c.log, err)
+			}
+			return c.degraded(d, r, matched), nil
+		}
+		c.denials.observe(batch, out, sent)
+	}
+	d.Rules = make([]RuleResult, 0, len(matched))
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
 	for i, rule := range matched {
@@ -335,6 +369,50 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	return c.finish(d, r, reason), nil
 }
 
+// requests returns the limiter requests of the matched rules for the
+// caller (key of tenant, or nil for an anonymous caller from ip), their
+// state keys laid out as statekeys.go describes, all in one string.
+func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenantView, ip string) ([]limiter.Request, error) {
+	var addrBuf [24]byte
+	addr := appendAddr(addrBuf[:0], ip)
+	var stack [256]byte
+	b := stack[:0]
+	var endStack [8]int
+	ends := endStack[:0]
+	for _, rule := range matched {
+		b = append(b, c.prefix...)
+		if key == nil {
+			b = append(b, '{', ipTag(addr), '}')
+			b = append(b, rule.stateID[:]...)
+			b = append(b, addr...)
+		} else {
+			b = append(b, '{', tenant.tag, '}')
+			b = append(b, rule.stateID[:]...)
+			switch rule.Scope {
+			case plans.ScopeKey:
+				b = append(b, key.short[:]...)
+			case plans.ScopeTenant:
+				b = append(b, tenant.short[:]...)
+			case plans.ScopeIP:
+				if ip == "" {
+					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
+				}
+				b = append(b, tenant.short[:]...)
+				b = append(b, addr...)
+			}
+		}
+		ends = append(ends, len(b))
+	}
+	keys := string(b)
+	reqs := make([]limiter.Request, len(matched))
+	from := 0
+	for i, rule := range matched {
+		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.params, Shadow: rule.Mode == plans.ModeShadow}
+		from = ends[i]
+	}
+	return reqs, nil
+}
+
 func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 	return RuleResult{
 		Name:         rule.Name,
@@ -348,6 +426,7 @@ func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
 		RetryAfterMS: msCeil(res.RetryAfterUS),
 		DelayMS:      msCeil(res.DelayUS),
 		Capacity:     rule.capacity(),
+		rule:         rule,
 	}
 }
 
@@ -357,7 +436,7 @@ func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decis
 	d.Allowed = true
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
-			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity()}
+			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity(), rule: rule}
 		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
 			rr.Allowed = false
 			// Unknown when the store is back: ask for a retry in a second.
@@ -417,10 +496,14 @@ func longerRetry(a, b int64) bool {
 
 func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	d.Reason = reason
+	if d.Rules == nil {
+		d.Rules = []RuleResult{}
+	}
 	if d.NowUS == 0 {
 		d.NowUS = c.now().UnixMicro()
 	}
-	if g, ok := d.Governing(); ok {
+	if d.governing >= 0 && d.governing < len(d.Rules) {
+		g := &d.Rules[d.governing]
 		d.Limit, d.Remaining, d.ResetAfterMS = &g.Limit, &g.Remaining, &g.ResetAfterMS
 		d.Policy = g.Name
 		if !d.Allowed {

@@ -92,8 +92,8 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	testenv.Must(t, ts.RevokeKey(ctx, key.ID))
 	hash := tenants.HashKey(secret)
 	waitFor(t, "the revocation by notification", func() bool {
-		k := h.Current().keys[hash]
-		return k != nil && k.revokedAt != nil
+		k := h.Current().key(hash)
+		return k != nil && k.revokedAtUS != 0
 	})
 }
 

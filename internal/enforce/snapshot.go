@@ -29,10 +29,14 @@ import (
 type compiledRule struct {
 	plans.Rule
 	params limiter.Params
-	// keyPart identifies the rule's state: plan, rule name and algorithm
-	// (a new algorithm under the same name starts from fresh state).
-	keyPart string
+	// stateID names the rule's state in its keys (statekeys.go): from the
+	// plan, rule name and algorithm (a new algorithm under the same name
+	// starts from fresh state).
+	stateID [3]byte
 	windowS int64
+	// policy is the rule's RateLimit-Policy header value, quoted its name
+	// as a structured-field string.
+	policy, quoted string
 }
 
 type planView struct {
@@ -46,19 +50,27 @@ type tenantView struct {
 	name   string
 	status string
 	plan   *planView
+	// tag and short are the tenant's part of its state keys.
+	tag   byte
+	short shortID
 }
 
 type keyView struct {
-	id        string
-	tenant    *tenantView
-	expiresAt *time.Time
-	revokedAt *time.Time
+	id     string
+	tenant *tenantRef
+	// expiresAtUS and revokedAtUS are µs since the epoch, 0 for none.
+	expiresAtUS, revokedAtUS int64
+	short                    shortID // the key's part of its state keys
 }
 
-// Snapshot is an immutable view of everything a check needs.
+// Snapshot is an immutable view of everything a check needs (but for
+// tenants, which partial reloads swap in place: see tenantRef).
 type Snapshot struct {
+	// keys were read by the last full load; changed holds the keys
+	// changed since (nil for a key removed), see snapshotdelta.go.
 	keys        map[tenants.KeyHash]*keyView
-	tenants     map[string]*tenantView
+	changed     map[tenants.KeyHash]*keyView
+	tenants     map[[16]byte]*tenantRef // by tenantKey of the tenant ID
 	anonymous   *planView
 	signingKeys map[string]ed25519.PublicKey
 	tokens      map[string]auth.ServiceToken
@@ -77,12 +89,16 @@ type Data struct {
 	ServiceTokens []auth.ServiceToken
 }
 
-func compilePlan(p plans.Plan) *planView {
+// compilePlan compiles p's rules. A tenant's own view of its plan (with
+// overrides) passes the plan's view as base, so that its rules keep the
+// plan's state IDs by name and algorithm.
+func compilePlan(p plans.Plan, base *planView) *planView {
 	v := &planView{id: p.ID, name: p.Name}
 	rules := p.Rules
 	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
 		rules = append(rules[:len(rules):len(rules)], quota)
 	}
+	taken := map[[3]byte]bool{}
 	for _, r := range rules {
 		params := r.Params()
 		window := params.PeriodUS
@@ -92,11 +108,27 @@ func compilePlan(p plans.Plan) *planView {
 		case limiter.CalendarMonth:
 			window = 30 * limiter.DayUS
 		}
+		id, found := [3]byte{}, false
+		if base != nil {
+			for _, b := range base.rules {
+				if b.Name == r.Name && b.Algorithm == r.Algorithm {
+					id, found = b.stateID, true
+				}
+			}
+		}
+		for salt := 0; !found || taken[id]; salt++ {
+			id, found = ruleStateID(p.ID, r.Name, r.Algorithm, salt), true
+		}
+		taken[id] = true
+		windowS := (window + limiter.SecondUS - 1) / limiter.SecondUS
+		quoted := strconv.Quote(r.Name)
 		v.rules = append(v.rules, compiledRule{
 			Rule:    r,
 			params:  params,
-			keyPart: strconv.FormatInt(p.ID, 10) + ":" + r.Name + ":" + string(r.Algorithm),
-			windowS: (window + limiter.SecondUS - 1) / limiter.SecondUS,
+			stateID: id,
+			windowS: windowS,
+			quoted:  quoted,
+			policy:  quoted + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(windowS, 10),
 		})
 	}
 	return v
@@ -104,52 +136,43 @@ func compilePlan(p plans.Plan) *planView {
 
 // NewSnapshot indexes d.
 func NewSnapshot(d Data, now time.Time) *Snapshot {
-	s := &Snapshot{
-		keys:        make(map[tenants.KeyHash]*keyView, len(d.Keys)),
-		tenants:     make(map[string]*tenantView, len(d.Tenants)),
-		signingKeys: d.SigningKeys,
-		tokens:      make(map[string]auth.ServiceToken, len(d.ServiceTokens)),
-		loadedAt:    now,
-	}
-	byID := map[int64]*planView{}
-	planByID := map[int64]plans.Plan{}
-	for _, p := range d.Plans {
-		v := compilePlan(p)
-		byID[p.ID] = v
-		planByID[p.ID] = p
-		if p.Name == plans.AnonymousPlan && p.ArchivedAt == nil {
-			s.anonymous = v
-		}
-	}
-	for _, t := range d.Tenants {
-		plan := byID[t.PlanID]
-		if over := d.Overrides[t.ID]; len(over) > 0 && plan != nil {
-			// A tenant with overrides gets a plan view of its own. Its rules
-			// keep the plan's state keys by name, so an override of a plan
-			// rule continues from the usage counted so far.
-			p := planByID[t.PlanID]
-			p.Rules = plans.MergeRules(p.Rules, over)
-			plan = compilePlan(p)
-		}
-		s.tenants[t.ID] = &tenantView{id: t.ID, name: t.Name, status: t.Status, plan: plan}
-	}
+	s := newMeta(d, nil, now)
+	s.keys = make(map[tenants.KeyHash]*keyView, len(d.Keys))
 	for _, k := range d.Keys {
-		s.addKey(k)
-	}
-	for _, st := range d.ServiceTokens {
-		s.tokens[st.ID] = st
+		s.addKey(snapshotKey(k))
 	}
 	return s
 }
 
-func (s *Snapshot) addKey(k tenants.Key) *keyView {
-	t := s.tenants[k.TenantID]
+// addKey indexes k among the snapshot's keys; a key of an unknown tenant
+// is left out.
+func (s *Snapshot) addKey(k tenants.SnapshotKey) *keyView {
+	v := s.newKeyView(k)
+	if v != nil {
+		s.keys[k.Hash] = v
+	}
+	return v
+}
+
+func (s *Snapshot) newKeyView(k tenants.SnapshotKey) *keyView {
+	t := s.tenants[k.TenantUUID]
 	if t == nil {
 		return nil
 	}
-	v := &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
-	s.keys[k.Hash] = v
+	v := &keyView{id: k.ID, tenant: t, expiresAtUS: k.ExpiresAtUS, revokedAtUS: k.RevokedAtUS}
+	_, v.short = compactID(k.ID)
 	return v
+}
+
+func snapshotKey(k tenants.Key) tenants.SnapshotKey {
+	sk := tenants.SnapshotKey{ID: k.ID, Hash: k.Hash, TenantUUID: tenantKey(k.TenantID)}
+	if k.ExpiresAt != nil {
+		sk.ExpiresAtUS = k.ExpiresAt.UnixMicro()
+	}
+	if k.RevokedAt != nil {
+		sk.RevokedAtUS = k.RevokedAt.UnixMicro()
+	}
+	return sk
 }
 
 // LoadedAt is when the snapshot's data was read.
@@ -244,6 +267,8 @@ type Holder struct {
 	reloads      atomic.Int64
 	reloadErrors atomic.Int64
 	lookups      lookupCounts
+	// fullReloads and partialReloads split reloads (snapshotdelta.go).
+	fullReloads, partialReloads atomic.Int64
 }
 
 // lookupCounts counts what became of keys not in the snapshot.
@@ -291,19 +316,44 @@ func (h *Holder) Current() *Snapshot { return h.current.Load() }
 // Reload reads a fresh snapshot and swaps it in.
 func (h *Holder) Reload(ctx context.Context) error {
 	started := h.now()
-	d, err := h.source.LoadSnapshot(ctx)
+	s, err := h.load(ctx, started)
 	if err != nil {
 		h.reloadErrors.Add(1)
 		return fmt.Errorf("enforce: reload snapshot: %w", err)
 	}
-	s := NewSnapshot(d, started)
 	h.mu.Lock()
 	h.current.Store(s)
 	h.extra = map[tenants.KeyHash]*keyView{}
 	clear(h.misses)
 	h.mu.Unlock()
 	h.reloads.Add(1)
+	h.fullReloads.Add(1)
 	return nil
+}
+
+// load reads everything; keys one by one from a StreamingSource.
+func (h *Holder) load(ctx context.Context, started time.Time) (*Snapshot, error) {
+	src, ok := h.source.(StreamingSource)
+	if !ok {
+		d, err := h.source.LoadSnapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return NewSnapshot(d, started), nil
+	}
+	size := 0
+	if cur := h.Current(); cur != nil {
+		size = len(cur.keys) + len(cur.changed)
+	}
+	var s *Snapshot
+	err := src.LoadSnapshotStream(ctx, func(d Data) {
+		s = newMeta(d, nil, started)
+		s.keys = make(map[tenants.KeyHash]*keyView, size)
+	}, func(k tenants.SnapshotKey) error {
+		s.addKey(k)
+		return nil
+	})
+	return s, err
 }
 
 // lookupKey finds a key by hash in the snapshot, then among keys found
@@ -311,6 +361,9 @@ func (h *Holder) Reload(ctx context.Context) error {
 // Postgres is known to be down, or more than 50 lookups a second per
 // process were asked for.
 func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHash) *keyView {
+	if v, changed := s.changed[hash]; changed {
+		return v // nil: removed
+	}
 	if v := s.keys[hash]; v != nil {
 		return v
 	}
@@ -357,12 +410,11 @@ func (h *Holder) lookupKey(ctx context.Context, s *Snapshot, hash tenants.KeyHas
 	// A reload may have landed meanwhile: attach the key to the newest
 	// snapshot, and remember it only beside that one.
 	cur := h.current.Load()
-	t := cur.tenants[k.TenantID]
-	if t == nil {
+	v = cur.newKeyView(snapshotKey(k))
+	if v == nil {
 		return nil
 	}
-	v = &keyView{id: k.ID, tenant: t, expiresAt: k.ExpiresAt, revokedAt: k.RevokedAt}
-	if _, loaded := cur.keys[hash]; !loaded {
+	if cur.key(hash) == nil {
 		h.extra[hash] = v
 	}
 	return v
@@ -385,8 +437,9 @@ const coalesceWindow = 50 * time.Millisecond
 const listenAcquireTimeout = 10 * time.Second
 
 // Sync keeps the holder fresh until ctx ends: it LISTENs on
-// tollgate_changes and reloads at once on a notification, and reloads
-// every interval anyway in case a notification was lost.
+// tollgate_changes and on a notification reloads at once what changed
+// (snapshotdelta.go), and reloads everything every interval anyway in
+// case a notification was lost.
 //
 // When the LISTEN connection fails (Postgres stopped, restarted or
 // unreachable) Sync connects again after a wait that doubles from 100ms
@@ -440,7 +493,7 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		// Wait for a notification, but no longer than until the next
 		// periodic reload is due.
 		wait, cancel := context.WithTimeout(ctx, max(interval-h.now().Sub(lastReload), time.Millisecond))
-		_, err := pg.WaitForNotification(wait)
+		n, err := pg.WaitForNotification(wait)
 		timedOut := wait.Err() != nil // read before cancel, which sets it
 		cancel()
 		if ctx.Err() != nil {
@@ -449,13 +502,16 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 		if err != nil && (!timedOut || pg.IsClosed()) {
 			return fmt.Errorf("enforce: wait for notification: %w", err) // the connection failed
 		}
+		var payloads []string // what changed; nil: reload everything
 		if err == nil {
+			payloads = append(payloads, n.Payload)
 			// Coalesce a burst of notifications into one reload, within
 			// a fixed window so a steady stream cannot postpone it.
 			window, cancel := context.WithTimeout(ctx, coalesceWindow)
 			for {
-				_, err := pg.WaitForNotification(window)
+				n, err := pg.WaitForNotification(window)
 				if err == nil {
+					payloads = append(payloads, n.Payload)
 					continue
 				}
 				closedEarly := window.Err() == nil || pg.IsClosed()
@@ -469,9 +525,13 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 				break
 			}
 		}
+		reload := h.Reload
+		if payloads != nil {
+			reload = func(ctx context.Context) error { return h.applyChanges(ctx, payloads) }
+		}
 		// A failed reload with LISTEN still up is retried at the next
 		// notification or interval; the monitor keeps the log short.
-		if err := h.Reload(ctx); err != nil {
+		if err := reload(ctx); err != nil {
 			h.postgres.Failure(err)
 		} else {
 			h.postgres.Success()

@@ -33,15 +33,27 @@ type openStore struct {
 const epoch int64 = 1_767_225_600_000_000 // 2026-01-01T00:00:00Z
 
 // stores returns the memory store, a single Redis and a 3-master Redis
-// Cluster. Redis stores keep keys a minute longer than the injected clock
-// asks, so that real time passing during the test expires nothing.
+// Cluster, the Redis ones both calling once per check and batching.
+// Redis stores keep keys a minute longer than the injected clock asks, so
+// that real time passing during the test expires nothing.
 func stores() []storeCase {
-	return []storeCase{memoryStoreCase(), redisStoreCase(), clusterStoreCase()}
+	return append([]storeCase{memoryStoreCase()}, redisStores()...)
 }
 
-// redisStores returns the two Redis stores only.
+// redisStores returns the Redis stores only.
 func redisStores() []storeCase {
-	return []storeCase{redisStoreCase(), clusterStoreCase()}
+	return []storeCase{redisStoreCase(), clusterStoreCase(), batchingStoreCase(redisStoreCase()), batchingStoreCase(clusterStoreCase())}
+}
+
+// batchingStoreCase is sc's store coalescing concurrent checks.
+func batchingStoreCase(sc storeCase) storeCase {
+	return storeCase{sc.name + "-batching", func(t testing.TB) openStore {
+		s := sc.open(t)
+		b := redisstore.NewBatching(s.rdb, redisstore.BatchConfig{})
+		b.ExtraTTL = time.Minute
+		s.Store = b
+		return s
+	}}
 }
 
 func memoryStoreCase() storeCase {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,11 +86,76 @@ func TestMeasure(t *testing.T) {
 		t.Logf("| %d | %.2f | %.0f | %.1f | %.0f | %.1f |", limit, median(cpu), median(usage), median(usage)/float64(limit),
 			median(goBytes), median(goBytes)/float64(limit))
 	}
+
+	t.Log("")
+	t.Log("| batching store, concurrent callers | checks per script call | Redis CPU µs/check, one GCRA rule | two rules (pro search) |")
+	t.Log("| --- | --- | --- | --- |")
+	for _, callers := range []int{1, 4, 16, 64} {
+		var perCall, one, two []float64
+		for range runs {
+			n1, u1 := measureBatched(t, c, callers, checks, false)
+			_, u2 := measureBatched(t, c, callers, checks, true)
+			perCall, one, two = append(perCall, n1), append(one, u1), append(two, u2)
+		}
+		t.Logf("| %d | %.1f | %.2f | %.2f |", callers, median(perCall), median(one), median(two))
+	}
 }
 
-// measureKey is shaped like a production state key: a tenant hash tag, the
-// API key and the rule.
-const measureKey = "{t:0f8fad5b}:k:7c9e6679:r:hourly"
+// measureBatched runs n admitted checks from callers goroutines at once
+// (each on keys of its own, as many API keys would) through a batching
+// store, the pro plan's hourly GCRA alone or with its search bucket, and
+// returns the checks per script call and the Redis CPU µs per check.
+func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) (checksPerCall, usecPerCheck float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.NewBatching(c, redisstore.BatchConfig{})
+	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: HourUS, Burst: 5000}
+	bucket := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 10}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += callers {
+				key := fmt.Sprintf("tg:{%c}k%05d", 'a'+i%26, i%1000)
+				reqs := single(key, hourly)
+				if search {
+					reqs = append(reqs, Request{Key: key + "s", Params: bucket})
+				}
+				if _, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stat, err := infoField(ctx, c, "commandstats", "cmdstat_evalsha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, usec float64
+	for _, kv := range strings.Split(stat, ",") {
+		if v, ok := strings.CutPrefix(kv, "calls="); ok {
+			calls, _ = strconv.ParseFloat(v, 64)
+		}
+		if v, ok := strings.CutPrefix(kv, "usec="); ok {
+			usec, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return float64(n) / calls, usec / float64(n)
+}
+
+// measureKey is shaped like a production state key of a per-key rule
+// (internal/enforce/statekeys.go): the prefix, a one-byte hash tag, three
+// bytes of rule and five of API key, 14 bytes in all.
+const measureKey = "tg:{\x8a}\x01\x02\x03\xd4\x05\x96\x07\x38"
 
 // measureRedis runs n checks of p on a fresh key and returns the Redis CPU
 // µs per call and the key's MEMORY USAGE afterwards. Admitted checks come

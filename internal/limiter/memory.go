@@ -44,7 +44,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	defer s.mu.Unlock()
 	s.sweep(now)
 	out := Outcome{NowUS: now, Admitted: true, Results: make([]Result, len(b.Requests))}
-	decisions := make([]decision, len(b.Requests))
+	var stack [4]decision
+	decisions := stack[:0]
+	if len(b.Requests) > len(stack) {
+		decisions = make([]decision, 0, len(b.Requests))
+	}
+	decisions = decisions[:len(b.Requests)]
 	for i, r := range b.Requests {
 		var st *state
 		if e, ok := s.entries[r.Key]; ok && (e.expireAt == 0 || now < e.expireAt) {
@@ -57,17 +62,31 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 			out.Admitted = false
 		}
 	}
+	if !out.Admitted && b.ReportState {
+		out.States = make([]RuleState, len(b.Requests))
+		for i, r := range b.Requests {
+			var st *state
+			if e, ok := s.entries[r.Key]; ok && (e.expireAt == 0 || now < e.expireAt) {
+				st = &e.st
+			}
+			out.States[i] = observe(r.Params, st, now)
+		}
+	}
 	if !out.Admitted || b.DryRun {
 		return out, nil
 	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
-			e := &memoryEntry{st: *d.next}
+			e := s.entries[b.Requests[i].Key]
+			if e == nil {
+				e = &memoryEntry{}
+				s.entries[b.Requests[i].Key] = e
+			}
+			*e = memoryEntry{st: *d.next}
 			if d.ttl > 0 {
 				// Like Redis: the TTL is whole milliseconds, rounded up.
 				e.expireAt = now + CeilDiv(d.ttl, 1000)*1000
 			}
-			s.entries[b.Requests[i].Key] = e
 		}
 	}
 	return out, nil
@@ -85,6 +104,10 @@ func (s *MemoryStore) sweep(now int64) {
 		}
 	}
 }
+
+// CheckTimeout makes the store a SelfTimed one: a check never waits but
+// for the store's lock.
+func (s *MemoryStore) CheckTimeout() (time.Duration, bool) { return 0, true }
 
 // Len returns the number of live state entries (for tests and metrics).
 func (s *MemoryStore) Len() int {

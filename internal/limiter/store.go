@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Request asks one rule to decide on a check.
@@ -26,6 +27,10 @@ type Batch struct {
 	// NowUS overrides the store's clock (µs since the epoch) when > 0.
 	// Production leaves it 0: Redis takes the time from TIME.
 	NowUS int64
+	// ReportState asks for the state each rule was decided on when the
+	// check is not admitted (Outcome.States), so that the caller can deny
+	// the same rule and key locally until that state could admit again.
+	ReportState bool
 }
 
 // Outcome is a store's answer to a Batch.
@@ -37,12 +42,25 @@ type Outcome struct {
 	Admitted bool
 	// Results holds one result per request, in order.
 	Results []Result
+	// States holds, when the batch asked (ReportState) and the check was
+	// not admitted, the state each request was decided on; nil otherwise.
+	States []RuleState
 }
 
 // Store decides batches atomically. Implementations are safe for
 // concurrent use.
 type Store interface {
 	Check(ctx context.Context, b Batch) (Outcome, error)
+}
+
+// SelfTimed is a Store that bounds by itself how long each check waits for
+// its answer, from when the check arrives, so that a caller need not give
+// every check a context with a deadline (a timer per check).
+type SelfTimed interface {
+	Store
+	// CheckTimeout is the longest a check waits for its answer; ok is
+	// false when the store does not bound it (the caller's context must).
+	CheckTimeout() (d time.Duration, ok bool)
 }
 
 // ErrEmptyBatch is returned for a batch without requests.

@@ -26,7 +26,14 @@ const (
 type KeyHash [32]byte
 
 // HashKey returns the hash a key is stored and looked up by.
-func HashKey(secret string) KeyHash { return sha256.Sum256([]byte(secret)) }
+func HashKey(secret string) KeyHash {
+	// Hashed from the stack: every check hashes its key.
+	var buf [keyLen]byte
+	if len(secret) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], secret...))
+	}
+	return sha256.Sum256([]byte(secret))
+}
 
 // GenerateKey returns a new secret key, its hash and its display prefix.
 func GenerateKey() (secret string, hash KeyHash, prefix string) {
@@ -44,7 +51,8 @@ func GenerateKey() (secret string, hash KeyHash, prefix string) {
 		}
 	}
 	body := b.String()
-	secret = body + checksum(body)
+	sum := checksum(body)
+	secret = body + string(sum[:])
 	return secret, HashKey(secret), DisplayPrefix(secret)
 }
 
@@ -63,22 +71,37 @@ func WellFormed(s string) bool {
 		return false
 	}
 	for i := len(keyPrefix); i < keyLen; i++ {
-		if strings.IndexByte(base62, s[i]) < 0 {
+		if !isBase62[s[i]] {
 			return false
 		}
 	}
 	body := s[:keyLen-keyChecksumLen]
-	return s[keyLen-keyChecksumLen:] == checksum(body)
+	sum := checksum(body)
+	return s[keyLen-keyChecksumLen:] == string(sum[:])
 }
 
-func checksum(body string) string {
-	n := crc32.ChecksumIEEE([]byte(body))
-	out := make([]byte, keyChecksumLen)
+// isBase62 tells the characters of base62 (WellFormed runs on every check).
+var isBase62 = func() (t [256]bool) {
+	for i := 0; i < len(base62); i++ {
+		t[base62[i]] = true
+	}
+	return t
+}()
+
+// checksum returns the base62 CRC-32 (IEEE) of body. The CRC is computed
+// byte by byte, from the string, so that checking a key allocates nothing.
+func checksum(body string) [keyChecksumLen]byte {
+	crc := ^uint32(0)
+	for i := 0; i < len(body); i++ {
+		crc = crc32.IEEETable[byte(crc)^body[i]] ^ crc>>8
+	}
+	n := ^crc
+	var out [keyChecksumLen]byte
 	for i := keyChecksumLen - 1; i >= 0; i-- {
 		out[i] = base62[n%62]
 		n /= 62
 	}
-	return string(out)
+	return out
 }
 
 // KeyAudit describes a change to an API key for the audit log: the record

@@ -1,28 +1,43 @@
--- Tollgate: evaluate every rule of one check atomically, all-or-nothing.
+-- Tollgate: decide a batch of checks in arrival order, each one atomically
+-- and all-or-nothing over its rules. A batch of one is one check.
 --
--- KEYS[i]      state key of rule i (all share one hash tag)
--- ARGV[1]      now in µs, or 0 to take it from TIME
--- ARGV[2]      cost (units, ≥ 0)
--- ARGV[3]      1 = dry run (consume nothing)
--- ARGV[4]      extra TTL in ms added to every key (0 in production)
--- ARGV[5+6(i-1) ..] per rule: algorithm, limit, period µs, burst, flags, 0
---   algorithm: 1 gcra, 2 token_bucket, 3 leaky_bucket, 4 fixed_window,
---              5 sliding_window_log, 6 sliding_window_counter
---   flags: 1 shadow, 2 shape, 4 calendar day, 8 calendar month,
---          16 anchor first request
+-- KEYS     the state key of every rule of every check, in order
+-- ARGV[1]  the batch, a MessagePack array of integers:
+--            extra_ttl_ms, report_state, ndefs,
+--            ndefs × (algorithm, flags, a, b, c),
+--            nchecks × (now, cost, dry_run, nrules, nrules × ref)
+--   A def is one rule's parameters, shared by every check of the batch
+--   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
+--   algorithm  a                     b          c
+--   1 gcra     emission interval T   burst      T × burst   (µs)
+--   2 bucket   unit (T, 1 if no      burst      1 if it refills
+--              refill)
+--   3 leaky    as gcra
+--   4 fixed    limit                 period µs
+--   5 log      limit                 period µs
+--   6 counter  limit                 period µs
+--   flags: 2 shape, 4 calendar day, 8 calendar month, 16 anchor first
+--   request. now is µs, or 0 to take it from TIME (once per batch).
 --
--- Returns {now, admitted, then per rule: allowed, remaining, reset_after,
--- retry_after, delay}. Numbers are integers below 2^53 (exact in doubles).
+-- Returns a MessagePack array: per check now, admitted, then per rule
+-- allowed, remaining, reset_after, retry_after, delay; and, for a check
+-- not admitted when report_state is 1, per rule the state it was decided
+-- on (gcra: tat; bucket: tokens, when; fixed: window, count; counter:
+-- window, count, prev; log: nothing), three numbers each. Numbers are
+-- integers below 2^53 (exact in doubles).
+--
+-- Each algorithm is written out in the loop below: no closures, tables
+-- or dispatch per rule. docs/algorithms.md gives the semantics; the Go
+-- twin is internal/limiter/algorithms.go.
+
+local floor = math.floor
+local tonumber = tonumber
 
 local function idiv(a, b) -- floor(a / b) exactly, b > 0
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
-local function ceildiv(a, b) return -idiv(-a, b) end
-local function max(a, b) if a > b then return a end return b end
-local function min(a, b) if a < b then return a end return b end
-local function bit(flags, b) return idiv(flags, b) % 2 == 1 end
 
 local DAY = 86400000000
 
@@ -50,239 +65,325 @@ local function civil_from_days(z)
   return y, m
 end
 
-local function num(v) if v then return tonumber(v) end return nil end
-
--- Each evaluator returns: allowed, remaining, reset_after, retry_after,
--- delay, write (a function storing the new state, or nil).
-
-local function gcra(key, p, now, cost)
-  local interval = ceildiv(p.period, p.limit)
-  local tolerance = interval * p.burst
-  local tat = max(num(redis.call('GET', key)) or now, now)
-  local function denied(retry)
-    return 0, max(0, idiv(tolerance - (tat - now), interval)), tat - now, retry, 0, nil
-  end
-  -- Decided before any arithmetic on cost, which could lose precision.
-  if cost > p.burst then return denied(-1) end
-  local new_tat = tat + interval * cost
-  local allow_at = new_tat - tolerance
-  if now < allow_at then return denied(allow_at - now) end
-  local delay = 0
-  if p.shape then delay = tat - now end
-  local write = nil
-  if cost > 0 then
-    write = function(extra) redis.call('SET', key, new_tat, 'PX', ceildiv(new_tat - now, 1000) + extra) end
-  end
-  return 1, idiv(tolerance - (new_tat - now), interval), new_tat - now, 0, delay, write
+local batch = cmsgpack.unpack(ARGV[1])
+local extra = batch[1]
+local report = batch[2] == 1
+local alg, flg, pa, pb, pc = {}, {}, {}, {}, {}
+local i = 4
+for d = 1, batch[3] do
+  alg[d], flg[d], pa[d], pb[d], pc[d] = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
+  i = i + 5
 end
 
-local function token_bucket(key, p, now, cost)
-  local refills = p.limit > 0
-  local unit = 1
-  if refills then unit = ceildiv(p.period, p.limit) end
-  local capacity = unit * p.burst
-  local available = capacity
-  local st = redis.call('HMGET', key, 'tokens', 'stamp')
-  if st[1] then
-    available = tonumber(st[1])
-    -- Also when now is before stamp (a clock stepped back): the bucket then
-    -- holds less, exactly as GCRA's TAT lies further ahead.
-    if refills then available = min(capacity, available + (now - tonumber(st[2]))) end
+-- One MGET reads every key kept as a single number (gcra, leaky bucket,
+-- token bucket) for the whole batch, instead of a GET per rule; writes
+-- update this cache, so a later check of the batch on the same key sees
+-- the earlier one's state. false: the key does not exist.
+local cache = {}
+do
+  local mkeys, j, kk = {}, i, 0
+  local total = #batch
+  while j <= total do
+    local nrules = batch[j + 3]
+    j = j + 4
+    for _ = 1, nrules do
+      kk = kk + 1
+      local a = alg[floor(batch[j] / 2)]
+      if a == 1 or a == 2 or a == 3 then mkeys[#mkeys + 1] = KEYS[kk] end
+      j = j + 1
+    end
   end
-  local function reset_after(left)
-    if left >= capacity then return 0 end
-    if not refills then return -1 end
-    return capacity - left
+  if #mkeys == 1 then
+    cache[mkeys[1]] = redis.call('GET', mkeys[1])
+  elseif #mkeys > 1 then
+    local vals = redis.call('MGET', unpack(mkeys))
+    for x = 1, #mkeys do cache[mkeys[x]] = vals[x] end
   end
-  local function denied(retry)
-    return 0, max(0, idiv(available, unit)), reset_after(available), retry, 0, nil
+end
+
+local out, n, k = {}, 0, 0
+local clock
+-- The current check's writes (applied once every rule allowed) and the
+-- states its rules were decided on.
+local wkey, wdef, w1, w2, w3, wttl = {}, {}, {}, {}, {}, {}
+local s1, s2, s3 = {}, {}, {}
+
+local total = #batch
+while i <= total do
+  local now, cost, dry, nrules = batch[i], batch[i + 1], batch[i + 2] == 1, batch[i + 3]
+  i = i + 4
+  if now == 0 then
+    if not clock then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
   end
-  -- Decided before any arithmetic on cost, which could lose precision.
-  if cost > p.burst then return denied(-1) end
-  local need = unit * cost
-  if need > available then
-    if refills then return denied(need - available) end
-    return denied(-1)
-  end
-  local left = available - need
-  local write = nil
-  if cost > 0 then
-    write = function(extra)
-      redis.call('HSET', key, 'tokens', left, 'stamp', now)
-      if refills then
-        redis.call('PEXPIRE', key, ceildiv(capacity - left, 1000) + extra)
+  local head = n + 2
+  out[n + 1] = now
+  out[head] = 1
+  n = head
+  local admitted, nw = true, 0
+  for r = 1, nrules do
+    local ref = batch[i]
+    i = i + 1
+    local d = floor(ref / 2)
+    k = k + 1
+    local key = KEYS[k]
+    local a, flags = alg[d], flg[d]
+    local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
+    local x1, x2, x3 = 0, 0, 0
+    local write, v1, v2, v3, ttl = false, 0, 0, 0, 0
+
+    if a == 1 or a == 3 then
+      local interval, burst, tolerance = pa[d], pb[d], pc[d]
+      local tat = now
+      local v = cache[key]
+      if v then
+        v = tonumber(v)
+        if v > now then tat = v end
+      end
+      x1 = tat
+      local new_tat, allow_at = 0, 0
+      -- A cost above burst is decided before any arithmetic on it.
+      if cost <= burst then
+        new_tat = tat + interval * cost
+        allow_at = new_tat - tolerance
+      end
+      if cost > burst or now < allow_at then
+        remaining = idiv(tolerance - (tat - now), interval)
+        if remaining < 0 then remaining = 0 end
+        reset = tat - now
+        if cost > burst then retry = -1 else retry = allow_at - now end
       else
-        redis.call('PERSIST', key)
+        allowed = 1
+        remaining = idiv(tolerance - (new_tat - now), interval)
+        reset = new_tat - now
+        if flags % 4 >= 2 then delay = tat - now end
+        if cost > 0 then
+          write, v1, ttl = true, new_tat, -idiv(now - new_tat, 1000)
+        end
+      end
+
+    elseif a == 2 then
+      -- A refilling bucket keeps one number, the time it was (or would
+      -- have been) empty: tokens + stamp is tokens at stamp, now - empty
+      -- at now, so that GET and SET replace HMGET, HSET and PEXPIRE. A
+      -- bucket that never refills keeps its whole tokens, without expiry.
+      local unit, burst, refills = pa[d], pb[d], pc[d] == 1
+      local capacity = unit * burst
+      local available = capacity
+      local v = cache[key]
+      if v then
+        -- Also when now is before the stored time (a clock stepped back):
+        -- the bucket then holds less, exactly as GCRA's TAT lies further
+        -- ahead.
+        if refills then
+          available = now - tonumber(v)
+          if available > capacity then available = capacity end
+        else
+          available = tonumber(v)
+        end
+      end
+      x1, x2 = available, now
+      local left = available
+      local need = unit * cost
+      if cost > burst or need > available then
+        remaining = idiv(available, unit)
+        if remaining < 0 then remaining = 0 end
+        if cost > burst or not refills then retry = -1 else retry = need - available end
+      else
+        allowed = 1
+        left = available - need
+        remaining = idiv(left, unit)
+        if cost > 0 then
+          if refills then
+            write, v1, ttl = true, now - left, -idiv(left - capacity, 1000)
+          else
+            write, v1, ttl = true, left, -1
+          end
+        end
+      end
+      if left >= capacity then reset = 0 elseif not refills then reset = -1 else reset = capacity - left end
+
+    elseif a == 4 then
+      local limit, period = pa[d], pb[d]
+      local st = redis.call('HMGET', key, 'window', 'count')
+      local start, finish, count = 0, 0, 0
+      if flags % 32 >= 16 then
+        start, finish = now, now + period
+        if st[1] and now < tonumber(st[1]) + period then
+          start = tonumber(st[1])
+          finish = start + period
+          count = tonumber(st[2])
+        end
+      else
+        if flags % 8 >= 4 then
+          start = idiv(now, DAY) * DAY
+          finish = start + DAY
+        elseif flags % 16 >= 8 then
+          local y, m = civil_from_days(idiv(now, DAY))
+          start = days_from_civil(y, m, 1) * DAY
+          if m == 12 then y = y + 1; m = 1 else m = m + 1 end
+          finish = days_from_civil(y, m, 1) * DAY
+        else
+          start = idiv(now, period) * period
+          finish = start + period
+        end
+        if st[1] and tonumber(st[1]) == start then count = tonumber(st[2]) end
+      end
+      x1, x2 = start, count
+      local used = count
+      if cost > limit or count + cost > limit then
+        remaining = limit - count
+        if remaining < 0 then remaining = 0 end
+        if cost > limit then retry = -1 else retry = finish - now end
+      else
+        allowed = 1
+        used = count + cost
+        remaining = limit - used
+        if cost > 0 then
+          write, v1, v2, ttl = true, start, used, -idiv(now - finish, 1000)
+        end
+      end
+      if used == 0 then reset = 0 else reset = finish - now end
+
+    elseif a == 5 then
+      local limit, period = pa[d], pb[d]
+      -- Entries at or before now - period have left the window. They are
+      -- dropped only when the log is written, so that a check that admits
+      -- nothing changes nothing (even for a clock that later steps back).
+      local after = string.format('(%d', now - period)
+      local count = redis.call('ZCOUNT', key, after, '+inf')
+      local newest = 0
+      if count > 0 then
+        newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      end
+      if cost > limit or count + cost > limit then
+        remaining = limit - count
+        if remaining < 0 then remaining = 0 end
+        if count > 0 then reset = newest + period - now end
+        if cost > limit then
+          retry = -1
+        else
+          -- The (count+cost-limit)-th oldest entry must leave.
+          local entry = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
+          retry = tonumber(entry[2]) + period - now
+        end
+      else
+        allowed = 1
+        remaining = limit - count - cost
+        if cost == 0 then
+          if count > 0 then reset = newest + period - now end
+        else
+          if newest < now then newest = now end
+          reset = newest + period - now
+          write, v1, ttl = true, period, -idiv(-reset, 1000)
+        end
+      end
+
+    elseif a == 6 then
+      local limit, period = pa[d], pb[d]
+      local index = idiv(now, period)
+      local elapsed = now - index * period
+      local curr, prev = 0, 0
+      local st = redis.call('HMGET', key, 'window', 'count', 'prev')
+      if st[1] then
+        local w = tonumber(st[1])
+        if w == index then
+          curr = tonumber(st[2])
+          prev = tonumber(st[3])
+        elseif w == index - 1 then
+          prev = tonumber(st[2])
+        end
+      end
+      x1, x2, x3 = index, curr, prev
+      local weighted = prev * (period - elapsed) + curr * period
+      local budget = limit * period
+      local used = curr
+      if cost > limit or weighted + cost * period > budget then
+        remaining = idiv(budget - weighted, period)
+        if remaining < 0 then remaining = 0 end
+        if cost > limit then
+          retry = -1
+        else
+          -- Still in this window: prev * (period - e) <= (limit - curr - cost) * period.
+          local room = limit - curr - cost
+          if room >= 0 and prev > 0 and period - idiv(room * period, prev) < period then
+            retry = period - idiv(room * period, prev) - elapsed
+            if retry < 1 then retry = 1 end
+          else
+            -- In the next window the current count becomes the previous one.
+            local earliest = 0
+            if curr > 0 then earliest = period - idiv((limit - cost) * period, curr) end
+            if earliest < 0 then earliest = 0 end
+            retry = period - elapsed + earliest
+          end
+        end
+      else
+        allowed = 1
+        used = curr + cost
+        remaining = idiv(budget - weighted - cost * period, period)
+        if cost > 0 then
+          write, v1, v2, v3, ttl = true, index, used, prev, -idiv(elapsed - 2 * period, 1000)
+        end
+      end
+      if used > 0 then reset = 2 * period - elapsed elseif prev > 0 then reset = period - elapsed end
+    end
+
+    if allowed == 0 and ref % 2 == 0 then admitted = false end
+    if write and allowed == 1 then
+      nw = nw + 1
+      wkey[nw], wdef[nw], w1[nw], w2[nw], w3[nw], wttl[nw] = key, d, v1, v2, v3, ttl
+    end
+    s1[r], s2[r], s3[r] = x1, x2, x3
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
+    n = n + 5
+  end
+
+  if admitted and not dry then
+    for w = 1, nw do
+      local key, d = wkey[w], wdef[w]
+      local a = alg[d]
+      if a == 1 or a == 3 then
+        redis.call('SET', key, w1[w], 'PX', wttl[w] + extra)
+        cache[key] = w1[w]
+      elseif a == 2 then
+        if wttl[w] >= 0 then redis.call('SET', key, w1[w], 'PX', wttl[w] + extra) else redis.call('SET', key, w1[w]) end
+        cache[key] = w1[w]
+      elseif a == 4 then
+        redis.call('HSET', key, 'window', w1[w], 'count', w2[w])
+        redis.call('PEXPIRE', key, wttl[w] + extra)
+      elseif a == 5 then
+        local period = w1[w]
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - period))
+        -- The members scored now are now:1 .. now:n (they only ever leave
+        -- together), so now:n+1 .. are new.
+        local at = string.format('%d', now)
+        local m = redis.call('ZCOUNT', key, at, at)
+        local args = {}
+        for u = 1, cost do
+          args[#args + 1] = at
+          args[#args + 1] = string.format('%d:%d', now, m + u)
+          if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
+        end
+        if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+        redis.call('PEXPIRE', key, wttl[w] + extra)
+      elseif a == 6 then
+        redis.call('HSET', key, 'window', w1[w], 'count', w2[w], 'prev', w3[w])
+        redis.call('PEXPIRE', key, wttl[w] + extra)
       end
     end
   end
-  return 1, idiv(left, unit), reset_after(left), 0, 0, write
-end
-
-local function window_bounds(p, now)
-  if p.calendar_day then
-    local start = idiv(now, DAY) * DAY
-    return start, start + DAY
-  elseif p.calendar_month then
-    local y, m = civil_from_days(idiv(now, DAY))
-    local start = days_from_civil(y, m, 1) * DAY
-    if m == 12 then y = y + 1; m = 1 else m = m + 1 end
-    return start, days_from_civil(y, m, 1) * DAY
-  end
-  local start = idiv(now, p.period) * p.period
-  return start, start + p.period
-end
-
-local function fixed_window(key, p, now, cost)
-  local st = redis.call('HMGET', key, 'window', 'count')
-  local start, finish, count
-  if p.anchor then
-    start, finish, count = now, now + p.period, 0
-    if st[1] and now < tonumber(st[1]) + p.period then
-      start = tonumber(st[1]); finish = start + p.period; count = tonumber(st[2])
-    end
-  else
-    start, finish = window_bounds(p, now)
-    count = 0
-    if st[1] and tonumber(st[1]) == start then count = tonumber(st[2]) end
-  end
-  local function reset_after(c) if c == 0 then return 0 end return finish - now end
-  local function denied(retry)
-    return 0, max(0, p.limit - count), reset_after(count), retry, 0, nil
-  end
-  -- Decided before any arithmetic on cost, which could lose precision.
-  if cost > p.limit then return denied(-1) end
-  if count + cost > p.limit then return denied(finish - now) end
-  local write = nil
-  if cost > 0 then
-    write = function(extra)
-      redis.call('HSET', key, 'window', start, 'count', count + cost)
-      redis.call('PEXPIRE', key, ceildiv(finish - now, 1000) + extra)
+  if not admitted then
+    out[head] = 0
+    if report then
+      for r = 1, nrules do
+        out[n + 1], out[n + 2], out[n + 3] = s1[r], s2[r], s3[r]
+        n = n + 3
+      end
     end
   end
-  return 1, p.limit - count - cost, reset_after(count + cost), 0, 0, write
 end
 
-local function sliding_log(key, p, now, cost)
-  -- Entries at or before now - period have left the window. They are
-  -- dropped only when the log is written, so that a check that admits
-  -- nothing changes nothing (even for a clock that later steps back).
-  local after = string.format('(%d', now - p.period)
-  local count = redis.call('ZCOUNT', key, after, '+inf')
-  local newest = 0
-  if count > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  end
-  local function reset_after(n, latest) if n == 0 then return 0 end return latest + p.period - now end
-  local function denied(retry)
-    return 0, max(0, p.limit - count), reset_after(count, newest), retry, 0, nil
-  end
-  -- Decided before any arithmetic on cost, which could lose precision.
-  if cost > p.limit then return denied(-1) end
-  if count + cost > p.limit then
-    -- The (count+cost-limit)-th oldest entry must leave.
-    local k = count + cost - p.limit - 1
-    local entry = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
-    return denied(tonumber(entry[2]) + p.period - now)
-  end
-  if cost == 0 then
-    return 1, p.limit - count, reset_after(count, newest), 0, 0, nil
-  end
-  local reset = reset_after(1, max(newest, now))
-  local write = function(extra)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p.period))
-    -- The members scored now are now:1 .. now:n (they only ever leave
-    -- together), so now:n+1 .. are new.
-    local at = string.format('%d', now)
-    local n = redis.call('ZCOUNT', key, at, at)
-    local args = {}
-    for i = 1, cost do
-      args[#args + 1] = at
-      args[#args + 1] = string.format('%d:%d', now, n + i)
-      if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
-    end
-    if #args > 0 then redis.call('ZADD', key, unpack(args)) end
-    redis.call('PEXPIRE', key, ceildiv(reset, 1000) + extra)
-  end
-  return 1, p.limit - count - cost, reset, 0, 0, write
-end
-
-local function sliding_counter(key, p, now, cost)
-  local period = p.period
-  local index = idiv(now, period)
-  local elapsed = now - index * period
-  local curr, prev = 0, 0
-  local st = redis.call('HMGET', key, 'window', 'count', 'prev')
-  if st[1] then
-    local w = tonumber(st[1])
-    if w == index then curr = tonumber(st[2]); prev = tonumber(st[3])
-    elseif w == index - 1 then prev = tonumber(st[2]) end
-  end
-  local weighted = prev * (period - elapsed) + curr * period
-  local budget = p.limit * period
-  local function reset_after(c)
-    if c > 0 then return 2 * period - elapsed end
-    if prev > 0 then return period - elapsed end
-    return 0
-  end
-  local function denied(retry)
-    return 0, max(0, idiv(budget - weighted, period)), reset_after(curr), retry, 0, nil
-  end
-  -- Decided before any arithmetic on cost, which could lose precision.
-  if cost > p.limit then return denied(-1) end
-  if weighted + cost * period > budget then
-    -- Still in this window: prev * (period - e) <= (limit - curr - cost) * period.
-    local room = p.limit - curr - cost
-    if room >= 0 and prev > 0 and period - idiv(room * period, prev) < period then
-      return denied(max(1, period - idiv(room * period, prev) - elapsed))
-    end
-    -- In the next window the current count becomes the previous one.
-    local earliest = 0
-    if curr > 0 then earliest = period - idiv((p.limit - cost) * period, curr) end
-    return denied(period - elapsed + max(0, earliest))
-  end
-  local write = nil
-  if cost > 0 then
-    write = function(extra)
-      redis.call('HSET', key, 'window', index, 'count', curr + cost, 'prev', prev)
-      redis.call('PEXPIRE', key, ceildiv(2 * period - elapsed, 1000) + extra)
-    end
-  end
-  return 1, idiv(budget - weighted - cost * period, period), reset_after(curr + cost), 0, 0, write
-end
-
-local evaluators = { gcra, token_bucket, gcra, fixed_window, sliding_log, sliding_counter }
-
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[2])
-local dry_run = ARGV[3] == '1'
-local extra = tonumber(ARGV[4])
-
-local out = { now, 1 }
-local writes = {}
-local admitted = true
-for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 6
-  local flags = tonumber(ARGV[a + 5])
-  local p = {
-    limit = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]),
-    shadow = bit(flags, 1), shape = bit(flags, 2), calendar_day = bit(flags, 4),
-    calendar_month = bit(flags, 8), anchor = bit(flags, 16),
-  }
-  local allowed, remaining, reset_after, retry_after, delay, write =
-    evaluators[tonumber(ARGV[a + 1])](KEYS[i], p, now, cost)
-  if allowed == 0 and not p.shadow then admitted = false end
-  if allowed == 1 and write then writes[#writes + 1] = write end
-  local n = #out
-  out[n + 1] = allowed; out[n + 2] = remaining; out[n + 3] = reset_after
-  out[n + 4] = retry_after; out[n + 5] = delay
-end
-if admitted and not dry_run then
-  for _, write in ipairs(writes) do write(extra) end
-end
-if not admitted then out[2] = 0 end
-return out
+return cmsgpack.pack(out)

@@ -1,12 +1,17 @@
 // Package redisstore keeps limiter state in Redis, a single server or a
-// Cluster: each check's rules run in one call of check.lua, the Lua twin of
-// the limiter package's algorithms, with time from Redis's TIME.
+// Cluster: check.lua, the Lua twin of the limiter package's algorithms,
+// decides checks with time from Redis's TIME. A Store from New runs each
+// check in its own script call; one from NewBatching coalesces concurrent
+// checks into one call (one per hash slot on a Cluster), still deciding
+// each check atomically and all-or-nothing, in arrival order.
 package redisstore
 
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,84 +19,351 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-func flags(r limiter.Request) int {
-	f := 0
-	if r.Shadow {
-		f |= 1
-	}
-	if r.Params.Shape {
-		f |= 2
-	}
-	switch r.Params.Calendar {
-	case limiter.CalendarDay:
-		f |= 4
-	case limiter.CalendarMonth:
-		f |= 8
-	}
-	if r.Params.AnchorFirstRequest {
-		f |= 16
-	}
-	return f
-}
-
 //go:embed check.lua
 var checkLua string
 
-// checkScript is loaded once per Redis server; go-redis falls back from
+// checkScript is loaded once per Redis server; calls fall back from
 // EVALSHA to EVAL on NOSCRIPT (after SCRIPT FLUSH or a restart).
 var checkScript = redis.NewScript(checkLua)
 
-// Store keeps limiter state in Redis (single server or Cluster).
+// Store keeps limiter state in Redis (single server or Cluster). It is
+// safe for concurrent use.
 type Store struct {
 	client redis.Scripter
+	// cluster is set when client is a Cluster client: a call may then
+	// only hold keys of one hash slot.
+	cluster *redis.ClusterClient
 	// ExtraTTL is added to every key's time to live. Tests that inject a
 	// clock running slower than Redis's set it so that keys do not expire
 	// in real time before they would in the test's time; production
 	// leaves it 0.
 	ExtraTTL time.Duration
+
+	batcher *batcher
 }
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
-// anything else that runs scripts).
+// anything else that runs scripts) that runs every check in a script call
+// of its own.
 func New(client redis.Scripter) *Store {
-	return &Store{client: client}
+	s := &Store{client: client}
+	s.cluster, _ = client.(*redis.ClusterClient)
+	return s
 }
 
-// Check runs the batch in one script call: one round trip. It returns
-// ErrEmptyBatch or ErrNegativeCost for such batches.
+// BatchConfig configures a batching store.
+type BatchConfig struct {
+	// MaxChecks bounds the checks of one script call (default 128), and so
+	// how long one call keeps Redis busy.
+	MaxChecks int
+	// MaxInFlight is how many calls may be under way at once (default 1).
+	// With 1, checks reach Redis strictly in arrival order; more overlap
+	// round trips but may reorder checks of different calls.
+	MaxInFlight int
+	// Timeout, when > 0, bounds how long a check waits from its arrival,
+	// queueing included (the context's deadline when earlier): the store
+	// is then a limiter.SelfTimed.
+	Timeout time.Duration
+}
+
+// NewBatching returns a store on client that coalesces concurrent checks:
+// a check that arrives while no call is under way goes out at once, alone;
+// checks that arrive while one is under way wait for it and go out
+// together in the next call (up to MaxChecks), in arrival order. On a
+// Cluster the call is one script call per hash slot, sent in one pipeline.
+// Each check is still decided atomically and all-or-nothing.
+func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
+	s := New(client)
+	if cfg.MaxChecks <= 0 {
+		cfg.MaxChecks = 128
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1
+	}
+	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout}
+	return s
+}
+
+// CheckTimeout returns BatchConfig.Timeout of a batching store that has
+// one; ok is false for other stores, which rely on the context.
+func (s *Store) CheckTimeout() (d time.Duration, ok bool) {
+	if s.batcher == nil || s.batcher.timeout <= 0 {
+		return 0, false
+	}
+	return s.batcher.timeout, true
+}
+
+// Check decides the batch: in a script call of its own, or, on a batching
+// store, in the next call that goes out. ctx's deadline bounds the wait.
+// It returns ErrEmptyBatch or ErrNegativeCost for such batches.
 func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
 	if err := b.Validate(); err != nil {
 		return limiter.Outcome{}, err
 	}
-	keys := make([]string, len(b.Requests))
-	args := make([]any, 0, 4+6*len(b.Requests))
-	dry := 0
-	if b.DryRun {
-		dry = 1
+	for _, r := range b.Requests {
+		if !r.Params.Algorithm.Valid() {
+			return limiter.Outcome{}, fmt.Errorf("redisstore: check: unknown algorithm %q", r.Params.Algorithm)
+		}
 	}
-	args = append(args, b.NowUS, b.Cost, dry, s.ExtraTTL.Milliseconds())
-	for i, r := range b.Requests {
-		keys[i] = r.Key
-		args = append(args, r.Params.Algorithm.Code(), r.Params.Limit, r.Params.PeriodUS,
-			r.Params.EffectiveBurst(), flags(r), 0)
+	if s.batcher != nil {
+		return s.batcher.check(ctx, b)
 	}
-	raw, err := checkScript.Run(ctx, s.client, keys, args...).Int64Slice()
-	if err != nil {
-		return limiter.Outcome{}, fmt.Errorf("redisstore: check: %w", err)
-	}
-	return decodeOutcome(raw, len(b.Requests))
+	p := pending{batch: b}
+	one := [1]*pending{&p}
+	s.run(ctx, one[:])
+	return p.out, p.err
 }
 
-func decodeOutcome(raw []int64, n int) (limiter.Outcome, error) {
-	if len(raw) != 2+5*n {
-		return limiter.Outcome{}, fmt.Errorf("redisstore: check: %d values for %d rules", len(raw), n)
+// pending is one check on its way through a call.
+type pending struct {
+	batch    limiter.Batch
+	deadline time.Time // zero: none
+	out      limiter.Outcome
+	err      error
+
+	// done is signalled once the check is decided, or when it is to
+	// lead the call in lead.
+	done chan struct{}
+	lead []*pending
+}
+
+// execute decides checks in as few script calls as the server allows,
+// bounded by the earliest deadline among them; checks past their deadline
+// are not sent.
+func (s *Store) execute(checks []*pending) {
+	now := time.Now()
+	var deadline time.Time
+	expired := false
+	for _, p := range checks {
+		switch {
+		case p.deadline.IsZero():
+		case !now.Before(p.deadline):
+			expired = true
+		case deadline.IsZero() || p.deadline.Before(deadline):
+			deadline = p.deadline
+		}
 	}
-	out := limiter.Outcome{NowUS: raw[0], Admitted: raw[1] == 1, Results: make([]limiter.Result, n)}
-	for i := range n {
-		v := raw[2+5*i:]
-		out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4]}
+	live := checks
+	if expired {
+		live = make([]*pending, 0, len(checks))
+		for _, p := range checks {
+			if !p.deadline.IsZero() && !now.Before(p.deadline) {
+				p.err = fmt.Errorf("redisstore: check: %w", context.DeadlineExceeded)
+				continue
+			}
+			live = append(live, p)
+		}
 	}
-	return out, nil
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if s.cluster == nil || len(live) == 1 {
+		s.run(ctx, live)
+		return
+	}
+	s.runBySlot(ctx, live)
+}
+
+// run decides checks in one script call.
+func (s *Store) run(ctx context.Context, checks []*pending) {
+	c := getCall()
+	defer putCall(c)
+	c.encode(checks, s.ExtraTTL.Milliseconds())
+	reply, err := checkScript.Run(ctx, s.client, c.keys, c.arg).Text()
+	c.decode(checks, reply, err)
+}
+
+// runBySlot decides checks on a Cluster: one script call per hash slot
+// (every key of one check shares a hash tag), all sent in one pipeline;
+// go-redis sends each node its calls at once.
+func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
+	groups := map[int][]*pending{}
+	var order []int
+	for _, p := range checks {
+		sl := slot(p.batch.Requests[0].Key)
+		if _, ok := groups[sl]; !ok {
+			order = append(order, sl)
+		}
+		groups[sl] = append(groups[sl], p)
+	}
+	if len(order) == 1 {
+		s.run(ctx, checks)
+		return
+	}
+	calls := make([]*call, len(order))
+	cmds := make([]*redis.Cmd, len(order))
+	_, _ = s.cluster.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, sl := range order {
+			calls[i] = getCall()
+			calls[i].encode(groups[sl], s.ExtraTTL.Milliseconds())
+			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].arg)
+		}
+		return nil
+	})
+	for i, sl := range order {
+		reply, err := cmds[i].Text()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, calls[i].arg).Text()
+		}
+		calls[i].decode(groups[sl], reply, err)
+		putCall(calls[i])
+	}
+}
+
+// call is one script call's arguments and reply, reused through callPool.
+type call struct {
+	keys []string
+	arg  []byte
+	defs []limiter.Params
+	refs []int64
+	ints []int64
+}
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+func getCall() *call { return callPool.Get().(*call) }
+
+func putCall(c *call) {
+	clear(c.keys) // let the keys go
+	c.keys, c.arg, c.defs, c.refs, c.ints = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0]
+	callPool.Put(c)
+}
+
+// def returns the number (from 1) of p among the call's rule parameters.
+func (c *call) def(p limiter.Params) int64 {
+	for i := range c.defs {
+		if c.defs[i] == p {
+			return int64(i + 1)
+		}
+	}
+	c.defs = append(c.defs, p)
+	return int64(len(c.defs))
+}
+
+// encode lays out checks as check.lua's KEYS and ARGV[1].
+func (c *call) encode(checks []*pending, extraTTLMS int64) {
+	report := int64(0)
+	for _, p := range checks {
+		if p.batch.ReportState {
+			report = 1
+		}
+		for _, r := range p.batch.Requests {
+			ref := c.def(r.Params) * 2
+			if r.Shadow {
+				ref++
+			}
+			c.refs = append(c.refs, ref)
+			c.keys = append(c.keys, r.Key)
+		}
+	}
+	n := 3 + 5*len(c.defs) + 4*len(checks) + len(c.refs)
+	b := appendArrayHeader(c.arg, n)
+	b = appendInt(b, extraTTLMS)
+	b = appendInt(b, report)
+	b = appendInt(b, int64(len(c.defs)))
+	for _, p := range c.defs {
+		var flags, a, bb, cc int64
+		if p.Shape {
+			flags |= 2
+		}
+		switch p.Calendar {
+		case limiter.CalendarDay:
+			flags |= 4
+		case limiter.CalendarMonth:
+			flags |= 8
+		}
+		if p.AnchorFirstRequest {
+			flags |= 16
+		}
+		switch p.Algorithm {
+		case limiter.GCRA, limiter.LeakyBucket:
+			a, bb = p.EmissionInterval(), p.EffectiveBurst()
+			cc = a * bb
+		case limiter.TokenBucket:
+			a, bb = p.EmissionInterval(), p.EffectiveBurst()
+			if a > 0 {
+				cc = 1
+			} else {
+				a = 1
+			}
+		default:
+			a, bb = p.Limit, p.PeriodUS
+		}
+		b = appendInt(b, int64(p.Algorithm.Code()))
+		b = appendInt(b, flags)
+		b = appendInt(b, a)
+		b = appendInt(b, bb)
+		b = appendInt(b, cc)
+	}
+	refs := c.refs
+	for _, p := range checks {
+		dry := int64(0)
+		if p.batch.DryRun {
+			dry = 1
+		}
+		b = appendInt(b, p.batch.NowUS)
+		b = appendInt(b, p.batch.Cost)
+		b = appendInt(b, dry)
+		b = appendInt(b, int64(len(p.batch.Requests)))
+		for range p.batch.Requests {
+			b = appendInt(b, refs[0])
+			refs = refs[1:]
+		}
+	}
+	c.arg = b
+}
+
+var errShortReply = errors.New("redisstore: check: reply too short")
+
+// decode hands every check its outcome from reply (or err).
+func (c *call) decode(checks []*pending, reply string, err error) {
+	if err == nil {
+		c.ints, err = decodeInts(c.ints[:0], reply)
+	}
+	if err != nil {
+		for _, p := range checks {
+			p.err = fmt.Errorf("redisstore: check: %w", err)
+		}
+		return
+	}
+	v := c.ints
+	report := false
+	for _, p := range checks {
+		report = report || p.batch.ReportState
+	}
+	for _, p := range checks {
+		n := len(p.batch.Requests)
+		if len(v) < 2+5*n {
+			p.err = errShortReply
+			continue
+		}
+		out := limiter.Outcome{NowUS: v[0], Admitted: v[1] == 1, Results: make([]limiter.Result, n)}
+		v = v[2:]
+		for i := range n {
+			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4]}
+			v = v[5:]
+		}
+		if !out.Admitted && report {
+			if len(v) < 3*n {
+				p.err = errShortReply
+				continue
+			}
+			if p.batch.ReportState {
+				out.States = make([]limiter.RuleState, n)
+				for i, r := range p.batch.Requests {
+					out.States[i] = limiter.NewRuleState(r.Params.Algorithm, v[3*i], v[3*i+1], v[3*i+2])
+				}
+			}
+			v = v[3*n:]
+		}
+		p.out = out
+	}
 }
 
 // LoadScript loads the check script into every server the client knows, so

@@ -1,0 +1,120 @@
+package enforce
+
+import (
+	"hash/fnv"
+	"net/netip"
+	"strconv"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+)
+
+// Limiter state keys are short and partly binary, because Redis keeps a
+// key's name with every key: a GCRA state key of at most 14 bytes costs 56
+// bytes (MEMORY USAGE), one of 15–30 bytes 72.
+//
+//	prefix "{" tag "}" rule scope
+//
+//   - tag: one byte (never "{" or "}"): the Redis Cluster hash tag, shared
+//     by every key of one check. For a caller with an API key it comes
+//     from the tenant, for an anonymous caller from the IP address, so
+//     tenants and IPs spread over 254 slots.
+//   - rule: three bytes naming the rule's state: two bits of storage kind
+//     (string, hash, sorted set, so that two rules can never meet on one
+//     key with different types) and 22 bits of a hash of plan ID, rule
+//     name and algorithm; distinct within every plan (compilePlan).
+//   - scope: per API key five bytes (40 bits of a hash of the key ID); per
+//     tenant five bytes of the tenant ID's; per IP address within a tenant
+//     those five bytes and the address (appendAddr: 4 bytes for IPv4, 17
+//     for an IPv6 /64). An anonymous caller's scope is its address alone.
+//
+// With the default prefix "tg:" a per-key or per-tenant state key is 14
+// bytes, an anonymous IPv4 one 13. Hashes of random UUIDs make two keys of
+// one tenant share a state with a chance of about 2^-41 per pair.
+
+// shortID is 40 bits of a hash of an ID: the scope part of a state key.
+type shortID [5]byte
+
+// idHash returns the stable FNV-1a hash of s (the same on every process).
+func idHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// compactID returns the hash tag byte and the short ID of a tenant or key
+// ID.
+func compactID(id string) (tag byte, short shortID) {
+	h := idHash(id)
+	for i := range short {
+		short[i] = byte(h >> (8 * i))
+	}
+	return tagByte(h >> 40), short
+}
+
+// tagByte maps v onto the 254 bytes that may stand in a hash tag.
+func tagByte(v uint64) byte {
+	b := byte(v % 254)
+	if b >= '{' {
+		b++
+	}
+	if b >= '}' {
+		b++
+	}
+	return b
+}
+
+// storageKind is the Redis type an algorithm keeps its state in.
+func storageKind(a limiter.Algorithm) uint32 {
+	switch a {
+	case limiter.GCRA, limiter.LeakyBucket, limiter.TokenBucket:
+		return 0 // string
+	case limiter.SlidingWindowLog:
+		return 2 // sorted set
+	}
+	return 1 // hash
+}
+
+// ruleStateID returns the three bytes that name a rule's state, salted
+// (salt > 0) when an earlier rule of the plan took the unsalted one.
+func ruleStateID(planID int64, name string, alg limiter.Algorithm, salt int) [3]byte {
+	s := strconv.FormatInt(planID, 10) + ":" + name + ":" + string(alg)
+	if salt > 0 {
+		s += "#" + strconv.Itoa(salt)
+	}
+	v := uint32(idHash(s))&(1<<22-1) | storageKind(alg)<<22
+	return [3]byte{byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+// appendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
+// IPv6, 17 for an IPv6 network (Network groups IPv6 callers by prefix:
+// its 16 bytes and the prefix length); anything else as its text.
+func appendAddr(b []byte, ip string) []byte {
+	if ip == "" {
+		return b
+	}
+	if a, err := netip.ParseAddr(ip); err == nil {
+		a = a.Unmap()
+		if a.Is4() {
+			v4 := a.As4()
+			return append(b, v4[:]...)
+		}
+		v6 := a.As16()
+		return append(b, v6[:]...)
+	}
+	if p, err := netip.ParsePrefix(ip); err == nil {
+		p = p.Masked()
+		v6 := p.Addr().Unmap().As16()
+		return append(append(b, v6[:]...), byte(p.Bits()))
+	}
+	return append(b, ip...)
+}
+
+// ipTag returns the hash tag byte of an anonymous caller's address.
+func ipTag(ip []byte) byte {
+	h := uint64(14695981039346656037)
+	for _, b := range ip {
+		h ^= uint64(b)
+		h *= 1099511628211
+	}
+	return tagByte(h >> 40)
+}

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# bench-http.sh: POST /v1/check over HTTP with wrk, against the api and
+# against a no-op floor server in the same run, so that figures from a
+# shared machine can be read as ratios.
+#
+# Starts throwaway Postgres and Redis (scripts/services.sh), seeds the demo,
+# issues API keys of the pro plan, starts one api and the floor server
+# (cmd/loadgen -floor), then for each of $REPEAT rounds (default 3) and
+# each scenario runs wrk with scripts/wrk-check.lua against the floor and
+# then the api:
+#
+#   allowed-keys   1000 pro keys, GET /repos: one GCRA rule, all allowed
+#   allowed-ips    50 000 fresh anonymous IPs a round: one GCRA rule each
+#   denied-ip      one anonymous IP already over its limit: all denied
+#   search-2rules  5000 pro keys, POST /v1/search: GCRA + token bucket
+#
+# It prints, per scenario, the medians over the rounds of checks/s, p50,
+# p99 and the ratio to the floor, the decisions the api counted, and Redis
+# CPU (INFO commandstats: time in scripts; INFO cpu: the whole process)
+# and script calls per check; then Redis memory per state key; then the
+# latency of allowed-keys checks offered by cmd/loadgen at a constant rate,
+# RATE_FRACTION (default 0.5) of the api's median allowed-keys checks/s,
+# against the api and the floor (LATENCY=0 skips it).
+#
+# Settings: DURATION (10s), CONNECTIONS (64), THREADS (2), REPEAT (3),
+# SCENARIOS (all four), PROFILE=1 (an 8 s CPU profile of the api during
+# the first run of $PROFILE_SCENARIO, default allowed-keys, written to
+# $PROFILE_OUT, default bench-http.pprof), BENCH_PORT (default: a free port; the api listens
+# there, the floor on +1, the api's pprof on +2), API_ENV (settings for
+# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" != "--inner" ]; then
+  if ! command -v wrk >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "bench-http: installing wrk with apt-get" >&2
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+    else
+      echo "bench-http: wrk not found; install it (e.g. 'sudo apt-get install wrk')" >&2
+      exit 1
+    fi
+  fi
+  make -s build
+  TOLLGATE_PG_FSYNC=off exec scripts/services.sh test -- "$0" --inner
+fi
+
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+REPEAT=${REPEAT:-3}
+SCENARIOS=${SCENARIOS:-allowed-keys allowed-ips denied-ip search-2rules}
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_ports() { # three consecutive free ports
+  local p
+  for _ in $(seq 1 100); do
+    p=$((20000 + RANDOM % 30000))
+    port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)) && { echo "$p"; return; }
+  done
+  echo "bench-http: no free ports" >&2
+  exit 1
+}
+PORT=${BENCH_PORT:-$(free_ports)}
+API=http://127.0.0.1:$PORT
+FLOOR=http://127.0.0.1:$((PORT + 1))
+DEBUG_ADDR=127.0.0.1:$((PORT + 2))
+WORK=$TOLLGATE_TEST_WORK
+REDIS_PORT=${TOLLGATE_TEST_REDIS_ADDR##*:}
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+
+export TOLLGATE_DATABASE_URL=$TOLLGATE_TEST_DATABASE_URL TOLLGATE_REDIS_ADDR=$TOLLGATE_TEST_REDIS_ADDR
+TOLLGATE_SECRET_KEY=$(bin/admin secrets generate) # a throwaway one, for the throwaway database
+export TOLLGATE_SECRET_KEY
+bin/admin migrate up >/dev/null
+token=$(bin/admin seed demo --json | sed -n 's/.*"service_token": "\([^"]*\)".*/\1/p')
+bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000.txt"
+head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
+
+# shellcheck disable=SC2086 # API_ENV holds NAME=value words
+env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} bin/api &
+api=$!
+bin/loadgen -floor 127.0.0.1:$((PORT + 1)) >/dev/null &
+floor=$!
+trap 'kill $api $floor 2>/dev/null; wait $api $floor 2>/dev/null' EXIT
+ready() { kill -0 $api && kill -0 $floor && curl -fs "$API/readyz" >/dev/null && curl -fs -o /dev/null -X POST "$FLOOR/"; }
+for _ in $(seq 1 100); do ready 2>/dev/null && break; sleep 0.1; done
+ready || { echo "bench-http: the api or the floor server did not start" >&2; exit 1; }
+
+# A caller over its limit: the anonymous plan allows 60 an hour.
+for _ in $(seq 1 61); do
+  curl -fs -o /dev/null -X POST -H "Authorization: Bearer $token" -d '{"ip":"192.0.2.77","resource":"GET /"}' "$API/v1/check"
+done
+
+info() { rcli info "$1" | tr -d '\r'; }
+field() { sed -n "s/^$1:\(.*\)$/\1/p"; }
+# script_stats: "calls usec" summed over EVAL and EVALSHA.
+script_stats() {
+  info commandstats | awk -F'[:,=]' '/^cmdstat_eval(sha)?:/ { calls += $3; usec += $5 } END { printf "%d %d\n", calls, usec }'
+}
+redis_cpu_us() { info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
+# decisions: "allowed denied" counted by the api.
+decisions() {
+  curl -fs "$API/metrics" | awk '/^tollgate_checks_total\{decision="allowed"/ { a += $NF } /^tollgate_checks_total\{decision="denied"/ { d += $NF } END { printf "%d %d\n", a, d }'
+}
+
+args_for() { # args_for SCENARIO ROUND: wrk script arguments
+  case $1 in
+  allowed-keys) echo "keys $WORK/keys1000.txt GET_/repos" ;;
+  allowed-ips) echo "ips 50000:$(($2 * 50000)) GET_/" ;;
+  denied-ip) echo "ip 192.0.2.77 GET_/" ;;
+  search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
+  *) echo "unknown scenario $1" >&2; exit 2 ;;
+  esac
+}
+
+run_wrk() { # run_wrk URL MODE ARG RESOURCE: prints the RESULT line's fields
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s scripts/wrk-check.lua "$1" -- "$token" "$2" "$3" "${4//_/ }" "$THREADS" \
+    | sed -n 's/^RESULT //p'
+}
+get() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+results=$WORK/results.txt
+: >"$results"
+for round in $(seq 1 "$REPEAT"); do
+  for sc in $SCENARIOS; do
+    read -r mode arg resource <<<"$(args_for "$sc" "$round")"
+    f=$(run_wrk "$FLOOR/v1/check" "$mode" "$arg" "$resource")
+    read -r calls0 usec0 <<<"$(script_stats)"
+    cpu0=$(redis_cpu_us)
+    read -r a0 d0 <<<"$(decisions)"
+    keys0=$(rcli dbsize)
+    mem0=$(info memory | field used_memory)
+    if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = "${PROFILE_SCENARIO:-allowed-keys}" ]; then
+      curl -fs -o "${PROFILE_OUT:-bench-http.pprof}" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=8" &
+      prof=$!
+    fi
+    t=$(run_wrk "$API/v1/check" "$mode" "$arg" "$resource")
+    [ -n "${prof:-}" ] && { wait "$prof"; prof=; }
+    read -r calls1 usec1 <<<"$(script_stats)"
+    cpu1=$(redis_cpu_us)
+    read -r a1 d1 <<<"$(decisions)"
+    keys1=$(rcli dbsize)
+    mem1=$(info memory | field used_memory)
+    checks=$(((a1 - a0) + (d1 - d0)))
+    echo "$sc round=$round floor_rps=$(get rps "$f") floor_p50=$(get p50_us "$f") floor_p99=$(get p99_us "$f") $t" \
+      "allowed=$((a1 - a0)) denied=$((d1 - d0)) checks=$checks script_calls=$((calls1 - calls0)) script_us=$((usec1 - usec0))" \
+      "redis_cpu_us=$((cpu1 - cpu0)) new_keys=$((keys1 - keys0)) new_mem=$((mem1 - mem0))" | tee -a "$results"
+  done
+done
+
+# Redis memory per state key: MEMORY USAGE of every limiter key (up to
+# 200 000), averaged by type and name length (key names are binary).
+MEMORY_LUA='
+local cursor, sums, counts, seen = "0", {}, {}, 0
+repeat
+  local r = redis.call("SCAN", cursor, "MATCH", ARGV[1], "COUNT", 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local kind = redis.call("TYPE", k)["ok"] .. " key of " .. #k .. " bytes"
+    sums[kind] = (sums[kind] or 0) + redis.call("MEMORY", "USAGE", k, "SAMPLES", 0)
+    counts[kind] = (counts[kind] or 0) + 1
+    seen = seen + 1
+  end
+until cursor == "0" or seen >= 200000
+local out = {}
+for kind, sum in pairs(sums) do
+  out[#out + 1] = string.format("%s: %d B (%d keys)", kind, math.floor(sum / counts[kind] + 0.5), counts[kind])
+end
+return out'
+
+echo
+echo "== medians of $REPEAT rounds: $CONNECTIONS connections, $THREADS wrk threads, $DURATION each; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-14s %10s %8s %8s %10s %8s %8s %7s %9s %9s %10s %10s %10s\n' scenario floor/s p50 p99 checks/s p50 p99 ratio allowed% denied% script-µs redis-µs calls/chk
+for sc in $SCENARIOS; do
+  grep "^$sc " "$results" | awk -v sc="$sc" '
+    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      n++; frps[n] = v["floor_rps"]; fp50[n] = v["floor_p50"]; fp99[n] = v["floor_p99"]
+      rps[n] = v["rps"]; p50[n] = v["p50_us"]; p99[n] = v["p99_us"]; ratio[n] = v["rps"] / v["floor_rps"]
+      c = v["checks"] > 0 ? v["checks"] : 1
+      al[n] = 100 * v["allowed"] / c; de[n] = 100 * v["denied"] / c
+      sus[n] = v["script_us"] / c; rus[n] = v["redis_cpu_us"] / c; calls[n] = v["script_calls"] / c }
+    END { printf "%-14s %10.0f %6.2fms %6.2fms %10.0f %6.2fms %6.2fms %7.2f %9.1f %9.1f %10.2f %10.2f %10.3f\n", sc,
+      med(frps, n), med(fp50, n) / 1000, med(fp99, n) / 1000, med(rps, n), med(p50, n) / 1000, med(p99, n) / 1000,
+      med(ratio, n), med(al, n), med(de, n), med(sus, n), med(rus, n), med(calls, n) }'
+done
+echo
+echo "script-µs: Redis time in scripts (INFO commandstats) per check; redis-µs: Redis process CPU (INFO cpu) per check;"
+echo "calls/chk: script calls per check. Ratio: api checks/s over floor checks/s in the same round."
+echo
+echo "== Redis memory"
+ips_line=$(grep '^allowed-ips ' "$results" | head -n 1 || true)
+if [ -n "$ips_line" ]; then
+  echo "allowed-ips, first round: $(get new_keys "$ips_line") new keys, $(get new_mem "$ips_line") bytes of used_memory:" \
+    "$(( $(get new_mem "$ips_line") / ( $(get new_keys "$ips_line") > 0 ? $(get new_keys "$ips_line") : 1 ) )) B per key"
+fi
+echo "MEMORY USAGE by key type and name length:"
+rcli eval "$MEMORY_LUA" 0 "${TOLLGATE_KEY_PREFIX:-tg:}*" | sed 's/^/  /'
+
+if [ "${LATENCY:-1}" = 1 ] && grep -q '^allowed-keys ' "$results"; then
+  max=$(grep '^allowed-keys ' "$results" | sed 's/.* rps=\([0-9]*\).*/\1/' | sort -n |
+    awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+  rate=$(awk -v m="$max" -v f="${RATE_FRACTION:-0.5}" 'BEGIN { printf "%d", m * f }')
+  echo
+  echo "== latency at a constant $rate checks/s (${RATE_FRACTION:-0.5} of the median $max), allowed-keys, cmd/loadgen, $DURATION"
+  keys=$(paste -sd, "$WORK/keys1000.txt")
+  for target in floor api; do
+    url=$API
+    [ $target = floor ] && url=$FLOOR
+    printf '%-6s ' $target
+    bin/loadgen -url "$url" -token "$token" -keys "$keys" -c "$CONNECTIONS" -rate "$rate" -d "$DURATION" | tr '\n' ' '
+    echo
+  done
+fi

@@ -1,0 +1,79 @@
+-- wrk-check.lua: POST /v1/check bodies for wrk, used by scripts/bench-http.sh
+-- against the api and against the no-op floor server alike.
+--
+--   wrk -t2 -c64 -d10s -s scripts/wrk-check.lua URL -- TOKEN MODE ARG RESOURCE THREADS
+--
+-- MODE keys: ARG is a file of API keys, one a line; every request names
+--            the next key.
+-- MODE ips:  ARG is "COUNT:OFFSET": anonymous callers 10.x.y.z numbered
+--            OFFSET … OFFSET+COUNT-1, one after the other.
+-- MODE ip:   ARG is one IP address; every request comes from it.
+-- THREADS is wrk's -t (default 2): with MODE ips each thread takes its
+-- own share of the IPs.
+--
+-- Requests are formatted once per thread, before the run. At the end one
+-- line starting with RESULT gives the figures in a form the script parses.
+
+local token, mode, arg, resource
+local requests = {}
+local counter = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+
+local function body_for_key(k)
+  return '{"key":"' .. k .. '","resource":"' .. resource .. '"}'
+end
+
+local function body_for_ip(ip)
+  return '{"ip":"' .. ip .. '","resource":"' .. resource .. '"}'
+end
+
+function init(args)
+  token, mode, arg, resource = args[1], args[2], args[3], args[4] or "GET /repos"
+  local headers = {
+    ["Authorization"] = "Bearer " .. token,
+    ["Content-Type"] = "application/json",
+  }
+  local bodies = {}
+  if mode == "keys" then
+    for line in io.lines(arg) do
+      if line ~= "" then table.insert(bodies, body_for_key(line)) end
+    end
+  elseif mode == "ips" then
+    local count, offset = arg:match("^(%d+):(%d+)$")
+    count, offset = tonumber(count), tonumber(offset)
+    -- Each thread takes its own share, so no IP is shared between threads.
+    local step = tonumber(args[5] or "2")
+    for i = offset + (id or 0), offset + count - 1, step do
+      local ip = string.format("10.%d.%d.%d", math.floor(i / 65536) % 256, math.floor(i / 256) % 256, i % 256)
+      table.insert(bodies, body_for_ip(ip))
+    end
+  elseif mode == "ip" then
+    table.insert(bodies, body_for_ip(arg))
+  else
+    error("unknown mode " .. tostring(mode))
+  end
+  for i, b in ipairs(bodies) do
+    requests[i] = wrk.format("POST", "/v1/check", headers, b)
+  end
+  counter = math.random(#requests)
+end
+
+function request()
+  counter = counter + 1
+  if counter > #requests then counter = 1 end
+  return requests[counter]
+end
+
+function done(summary, latency, requests)
+  local seconds = summary.duration / 1e6
+  local non2xx = summary.errors.status
+  local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RESULT requests=%d seconds=%.3f rps=%.0f p50_us=%d p90_us=%d p99_us=%d max_us=%d non2xx=%d errors=%d\n",
+    summary.requests, seconds, summary.requests / seconds, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.max, non2xx, errs))
+end

@@ -493,20 +493,27 @@ func TestRevocationReachesAPI(t *testing.T) {
 	}
 }
 
+// failClosedKey returns the secret of a key of a new tenant whose plan's
+// one rule (100 an hour) fails closed when the store is unreachable.
+func (f *fixture) failClosedKey(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	strict, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly",
+		Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(f.db)
+	tn, err := ts.Create(ctx, "strict-co", strict.ID)
+	testenv.Must(t, err)
+	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+	testenv.Must(t, err)
+	return key
+}
+
 // TestStoreOutage: with Redis unreachable, fail-open rules allow with
 // degraded=true and fail-closed rules deny with reason unavailable.
 func TestStoreOutage(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	ps := plans.NewStore(f.db)
-	closed, err := ps.Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly", Algorithm: limiter.GCRA,
-		Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "strict-co", closed.ID)
-	testenv.Must(t, err)
-	strictKey, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	strictKey := f.failClosedKey(t)
 	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_ADDR": "127.0.0.1:1", "TOLLGATE_REDIS_TIMEOUT": "100ms"})
 
 	r := post(t, base, f.token, checkBody(f.keys["pro"], "", ""))

@@ -18,8 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate/tollgate/internal/limiter"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -233,15 +231,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 // is a 429 and not its failure mode.
 func TestEnvoyRateLimitServiceDegraded(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	strict, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly",
-		Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "strict-co", strict.ID)
-	testenv.Must(t, err)
-	strictKey, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	strictKey := f.failClosedKey(t)
 	addrs := f.startAPIAddrs(t, map[string]string{"TOLLGATE_ENVOY_GRPC_ADDR": "127.0.0.1:0",
 		"TOLLGATE_REDIS_ADDR": "127.0.0.1:1", "TOLLGATE_REDIS_TIMEOUT": "100ms"})
 	envoy := dialEnvoy(t, addrs[1], f.token)

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/limiter"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -155,15 +153,7 @@ func TestForwardAuth(t *testing.T) {
 // fail-closed ones answer 503 with Retry-After: 1 (403 in nginx mode).
 func TestForwardAuthDegraded(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	strict, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly",
-		Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "strict-co", strict.ID)
-	testenv.Must(t, err)
-	strictKey, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	strictKey := f.failClosedKey(t)
 	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_ADDR": "127.0.0.1:1", "TOLLGATE_REDIS_TIMEOUT": "100ms"})
 
 	r := forwardAuth(t, base, "GET", "/x", gateway(f.token, "203.0.113.9", map[string]string{"X-API-Key": f.keys["pro"]}))

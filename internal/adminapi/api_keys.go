@@ -32,24 +32,11 @@ func handleKeyList(log *slog.Logger, ts *tenants.Store) http.Handler {
 // 404 for a tenant that does not exist, else a page of list.
 func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
 	list func(ctx context.Context, tenantID string, pr page.Request) (page.Page[T], error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := page.FromQuery(r.URL.Query())
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
+	return handlePage(log, func(r *http.Request) (string, error) {
 		id := chi.URLParam(r, "tenantID")
-		if _, err := ts.Get(r.Context(), id); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		pg, err := list(r.Context(), id, pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
-	})
+		_, err := ts.Get(r.Context(), id)
+		return id, err
+	}, list)
 }
 
 // keyIn reads the key tenantID/keyID on a change's transaction.
@@ -116,11 +103,7 @@ func handleKeyCreate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) h
 func handleKeyGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k, err := ts.GetKey(r.Context(), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, k)
+		writeResult(w, r, log, k, err)
 	})
 }
 
@@ -169,11 +152,7 @@ func handleKeyUpdate(log *slog.Logger, db *pgxpool.Pool, now func() time.Time) h
 			func(tx pgx.Tx, _ tenants.Key) (tenants.Key, error) {
 				return tenants.NewStore(tx).UpdateKey(r.Context(), tenantID, keyID, c, now())
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 
@@ -187,11 +166,7 @@ func handleKeyRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			func(tx pgx.Tx, _ tenants.Key) (tenants.Key, error) {
 				return tenants.NewStore(tx).RevokeTenantKey(r.Context(), tenantID, keyID)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 

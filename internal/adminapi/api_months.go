@@ -30,10 +30,6 @@ func handleMonthClose(log *slog.Logger, store *usage.Store) http.Handler {
 				TargetID: res.Month, After: map[string]any{"statements": res.Statements, "total_minor": res.TotalMinor}})
 			return err
 		})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, res)
+		writeResult(w, r, log, res, err)
 	})
 }

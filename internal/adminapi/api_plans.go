@@ -12,7 +12,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/httpx"
-	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -49,28 +48,17 @@ func planIn(ctx context.Context, id int64) func(pgx.Tx) (plans.Plan, error) {
 
 // handlePlanList serves GET /plans[?archived=true|false].
 func handlePlanList(log *slog.Logger, ps *plans.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := page.FromQuery(r.URL.Query())
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
+	return handlePage(log, func(r *http.Request) (plans.Filter, error) {
 		var f plans.Filter
 		if s := r.URL.Query().Get("archived"); s != "" {
 			b, err := strconv.ParseBool(s)
 			if err != nil {
-				httpx.Error(w, r, log, tollgate.Invalid(map[string]string{"archived": "must be true or false"}))
-				return
+				return f, tollgate.Invalid(map[string]string{"archived": "must be true or false"})
 			}
 			f.Archived = &b
 		}
-		pg, err := ps.ListPage(r.Context(), f, pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
-	})
+		return f, nil
+	}, ps.ListPage)
 }
 
 // handlePlanCreate serves POST /plans.
@@ -101,11 +89,7 @@ func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
 			return
 		}
 		p, err := ps.Get(r.Context(), id)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, p)
+		writeResult(w, r, log, p, err)
 	})
 }
 
@@ -127,11 +111,7 @@ func handlePlanUpdate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			func(tx pgx.Tx, _ plans.Plan) (plans.Plan, error) {
 				return plans.NewStore(tx).Update(r.Context(), id, req.plan())
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 
@@ -152,11 +132,7 @@ func handlePlanArchive(log *slog.Logger, db *pgxpool.Pool, archived bool) http.H
 			func(tx pgx.Tx, _ plans.Plan) (plans.Plan, error) {
 				return plans.NewStore(tx).SetArchived(r.Context(), id, archived)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/httpx"
-	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -28,19 +27,15 @@ func tenantIn(ctx context.Context, id string) func(pgx.Tx) (tenants.Tenant, erro
 // handleTenantList serves GET /tenants[?q=…&status=…&plan_id=…]: q matches
 // a tenant's ID or part of its name.
 func handleTenantList(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return handlePage(log, func(r *http.Request) (tenants.Filter, error) {
 		q := r.URL.Query()
-		pr, err := page.FromQuery(q)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
 		f := tenants.Filter{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status")}
 		problems := map[string]string{}
 		if f.Status != "" && f.Status != tenants.StatusActive && f.Status != tenants.StatusSuspended {
 			problems["status"] = "must be active or suspended"
 		}
 		if s := q.Get("plan_id"); s != "" {
+			var err error
 			if f.PlanID, err = strconv.ParseInt(s, 10, 64); err != nil || f.PlanID <= 0 {
 				problems["plan_id"] = "must be a plan ID"
 			}
@@ -48,17 +43,8 @@ func handleTenantList(log *slog.Logger, ts *tenants.Store) http.Handler {
 		if len(f.Query) > 200 {
 			problems["q"] = "must be at most 200 characters"
 		}
-		if err := tollgate.Invalid(problems); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		pg, err := ts.ListPage(r.Context(), f, pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
-	})
+		return f, tollgate.Invalid(problems)
+	}, ts.ListPage)
 }
 
 type tenantCreateRequest struct {
@@ -104,11 +90,7 @@ func handleTenantCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := ts.Get(r.Context(), chi.URLParam(r, "tenantID"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, t)
+		writeResult(w, r, log, t, err)
 	})
 }
 
@@ -169,11 +151,7 @@ func handleTenantSetPlan(log *slog.Logger, db *pgxpool.Pool, now func() time.Tim
 				}
 				return ts.Get(r.Context(), id)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 
@@ -197,11 +175,7 @@ func handleTenantStatus(log *slog.Logger, db *pgxpool.Pool, status string) http.
 			func(tx pgx.Tx, _ tenants.Tenant) (tenants.Tenant, error) {
 				return tenants.NewStore(tx).SetStatus(r.Context(), id, status)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }
 
@@ -230,11 +204,7 @@ func overridesAudit(id string) func(action string, before, after *[]plans.Rule) 
 func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rules, err := ts.Overrides(r.Context(), chi.URLParam(r, "tenantID"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, overridesBody{Rules: rules})
+		writeResult(w, r, log, overridesBody{Rules: rules}, err)
 	})
 }
 
@@ -254,10 +224,6 @@ func handleOverridesPut(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			func(tx pgx.Tx, _ []plans.Rule) ([]plans.Rule, error) {
 				return tenants.NewStore(tx).SetOverrides(r.Context(), id, req.Rules)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, overridesBody{Rules: after})
+		writeResult(w, r, log, overridesBody{Rules: after}, err)
 	})
 }

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -22,18 +23,8 @@ import (
 
 // handleServiceTokenList serves GET /service-tokens, newest first.
 func handleServiceTokenList(log *slog.Logger, as *auth.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := page.FromQuery(r.URL.Query())
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		pg, err := as.ListServiceTokensPage(r.Context(), pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
+	return handlePage(log, noFilter, func(ctx context.Context, _ struct{}, pr page.Request) (page.Page[auth.ServiceToken], error) {
+		return as.ListServiceTokensPage(ctx, pr)
 	})
 }
 
@@ -114,10 +105,6 @@ func handleServiceTokenRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 				}
 				return as.GetServiceToken(r.Context(), id)
 			})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, after)
+		writeResult(w, r, log, after, err)
 	})
 }

@@ -100,11 +100,7 @@ func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
 			return
 		}
 		out, err := query(r, tenant, rng, limit)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, out)
+		writeResult(w, r, log, out, err)
 	})
 }
 
@@ -118,11 +114,7 @@ func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger
 			return
 		}
 		totals, err := store.Totals(r.Context(), rng)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, map[string]any{"from": rng.From, "to": rng.To, "totals": totals})
+		writeResult(w, r, log, map[string]any{"from": rng.From, "to": rng.To, "totals": totals}, err)
 	})
 }
 
@@ -216,11 +208,7 @@ func handleUsageLate(store *usage.Store, authorize Authorize, log *slog.Logger) 
 			return
 		}
 		late, err := store.Late(r.Context(), m, tenant)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, map[string]any{"month": m.String(), "late_usage": late})
+		writeResult(w, r, log, map[string]any{"month": m.String(), "late_usage": late}, err)
 	})
 }
 

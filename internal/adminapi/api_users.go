@@ -13,7 +13,6 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
-	"github.com/tollgate/tollgate/internal/page"
 )
 
 // Admin users: operators create them, disable them and end their
@@ -22,25 +21,14 @@ import (
 
 // handleUserList serves GET /users[?q=…&role=…&tenant=…], by email.
 func handleUserList(log *slog.Logger, as *auth.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return handlePage(log, func(r *http.Request) (auth.UserFilter, error) {
 		q := r.URL.Query()
-		pr, err := page.FromQuery(q)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
 		f := auth.UserFilter{Query: strings.TrimSpace(q.Get("q")), Role: auth.Role(q.Get("role")), TenantID: q.Get("tenant")}
 		if f.Role != "" && !f.Role.Valid() {
-			httpx.Error(w, r, log, tollgate.Invalid(map[string]string{"role": "must be operator, tenant_admin or tenant_viewer"}))
-			return
+			return f, tollgate.Invalid(map[string]string{"role": "must be operator, tenant_admin or tenant_viewer"})
 		}
-		pg, err := as.ListUsersPage(r.Context(), f, pr)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, pg)
-	})
+		return f, nil
+	}, as.ListUsersPage)
 }
 
 // userCreateRequest is the body of POST /users. Without a password one is
@@ -133,11 +121,7 @@ func handleUserDisable(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			return []audit.Change{auth.UserAudit("user.disable", &before, &res.User),
 				auth.SessionsEndedAudit(res.User, res.SessionsEnded)}, nil
 		})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, res)
+		writeResult(w, r, log, res, err)
 	})
 }
 
@@ -158,10 +142,6 @@ func handleUserSessionsRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 			}
 			return audit.One(auth.SessionsEndedAudit(res.User, res.SessionsEnded)), nil
 		})
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, res)
+		writeResult(w, r, log, res, err)
 	})
 }

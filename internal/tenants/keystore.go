@@ -164,34 +164,7 @@ func errKeyNotFound(id string) error {
 
 // ListKeysPage returns one page of the tenant's keys, newest first.
 func (s *Store) ListKeysPage(ctx context.Context, tenantID string, pr page.Request) (page.Page[Key], error) {
-	var after struct {
-		CreatedAt time.Time `json:"t"`
-		ID        string    `json:"i"`
-	}
-	have, err := pr.After(&after)
-	if err != nil {
-		return page.Page[Key]{}, err
-	}
-	if have && !postgres.IsUUID(after.ID) {
-		return page.Page[Key]{}, errBadCursor
-	}
-	if !postgres.IsUUID(tenantID) {
-		return page.Page[Key]{}, errTenantNotFound(tenantID)
-	}
-	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE tenant_id = $1::uuid AND (NOT $2 OR (created_at, id) < ($3, $4::uuid))
-		ORDER BY created_at DESC, id DESC LIMIT $5`, tenantID, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
-	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: list keys: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
-	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: list keys: %w", err)
-	}
-	return page.Make(pr, list, func(k Key) any {
-		after.CreatedAt, after.ID = k.CreatedAt, k.ID
-		return after
-	}), nil
+	return s.keysPage(ctx, KeyFilter{TenantID: tenantID}, pr, "list keys", false)
 }
 
 // KeyChange is a change to a key's name, metadata or expiry; nil fields

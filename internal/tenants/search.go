@@ -24,6 +24,14 @@ type KeyFilter struct {
 // SearchKeys returns one page of the keys matching f, of every tenant
 // unless f names one, newest first.
 func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (page.Page[Key], error) {
+	return s.keysPage(ctx, f, pr, "search keys", true)
+}
+
+// keysPage returns one page of the keys matching f, newest first; op names
+// the call in errors. With anyTenant, f without a tenant matches every
+// tenant's keys and a tenant ID that cannot exist matches none; without
+// it, f must name a tenant and one that cannot exist is ENOTFOUND.
+func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op string, anyTenant bool) (page.Page[Key], error) {
 	var after struct {
 		CreatedAt time.Time `json:"t"`
 		ID        string    `json:"i"`
@@ -35,7 +43,10 @@ func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (p
 	if have && !postgres.IsUUID(after.ID) {
 		return page.Page[Key]{}, errBadCursor
 	}
-	if f.TenantID != "" && !postgres.IsUUID(f.TenantID) {
+	if (f.TenantID != "" || !anyTenant) && !postgres.IsUUID(f.TenantID) {
+		if !anyTenant {
+			return page.Page[Key]{}, errTenantNotFound(f.TenantID)
+		}
 		return page.Make(pr, []Key{}, func(Key) any { return after }), nil
 	}
 	prefix := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Prefix) + "%"
@@ -45,11 +56,11 @@ func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (p
 		ORDER BY created_at DESC, id DESC LIMIT $7`,
 		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
 	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: search keys: %w", err)
+		return page.Page[Key]{}, fmt.Errorf("tenants: %s: %w", op, err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
 	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: search keys: %w", err)
+		return page.Page[Key]{}, fmt.Errorf("tenants: %s: %w", op, err)
 	}
 	return page.Make(pr, list, func(k Key) any {
 		after.CreatedAt, after.ID = k.CreatedAt, k.ID

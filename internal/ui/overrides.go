@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -73,9 +72,7 @@ func (c *Console) OverridesSave() http.Handler {
 		}
 		path := "/tenants/" + url.PathEscape(p.Tenant.ID)
 		if err := c.call(w, r, http.MethodPut, "/api/v1"+path+"/overrides", map[string]any{"rules": rules}, nil); err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				p.Errors = formErrorsOf(errs, index)
-				p.Message = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
+			if showRuleErrors(err, index, &p.Errors, &p.Message) {
 				c.render(w, r, statusOf(err), "overrides", "tenants", p)
 				return
 			}

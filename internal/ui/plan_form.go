@@ -244,6 +244,19 @@ func readRules(pf url.Values, fe formErrors, index map[string]int) ([]ruleForm, 
 	return forms, rules
 }
 
+// showRuleErrors puts the API's field errors in err, if it has any, on
+// the rows of a rules form (see formErrorsOf) as *errs, sets *msg to say
+// that nothing was saved, and reports whether it did.
+func showRuleErrors(err error, index map[string]int, errs *map[string]string, msg *string) bool {
+	apiErrs := fieldErrors(err)
+	if len(apiErrs) == 0 {
+		return false
+	}
+	*errs = formErrorsOf(apiErrs, index)
+	*msg = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
+	return true
+}
+
 // formErrorsOf moves the API's field errors onto the form's rows: the
 // request's rules[2] may be the form's fourth row when rows were removed
 // or left blank. period_us is shown beside the period, options beside
@@ -333,9 +346,7 @@ func (c *Console) PlanSave(create bool) http.Handler {
 			err = c.call(w, r, http.MethodPut, "/api/v1/plans/"+strconv.FormatInt(id, 10), body, &saved)
 		}
 		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				page.Errors = formErrorsOf(errs, index)
-				page.Message = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
+			if showRuleErrors(err, index, &page.Errors, &page.Message) {
 				c.render(w, r, statusOf(err), "plan_form", "plans", page)
 				return
 			}

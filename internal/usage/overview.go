@@ -59,19 +59,7 @@ func (s *Store) OverallSeries(ctx context.Context, g Granularity, r Range) ([]Po
 	if err != nil {
 		return nil, fmt.Errorf("usage: overall series: %w", err)
 	}
-	i := 0
-	var at time.Time
-	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&at, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
-		for i < len(points) && points[i].At.Before(at) {
-			i++
-		}
-		if i < len(points) && points[i].At.Equal(at) {
-			points[i].Counts = c
-		}
-		return nil
-	})
-	if err != nil {
+	if err := fillPoints(rows, points); err != nil {
 		return nil, fmt.Errorf("usage: overall series: %w", err)
 	}
 	return points, nil
@@ -295,10 +283,9 @@ func (s *Store) MonthTenants(ctx context.Context, m Month, limit int) (top []Ten
 		if err != nil {
 			return err
 		}
-		var t TenantTotal
-		_, err = pgx.ForEachRow(rows, []any{&t.TenantID, &t.Allowed, &t.Denied, &t.AllowedUnits, &t.DeniedUnits}, func() error {
-			top = append(top, t)
-			return nil
+		var id string
+		err = forEachCounts(rows, []any{&id}, func(c Counts) {
+			top = append(top, TenantTotal{TenantID: id, Counts: c})
 		})
 		if err != nil {
 			return err
@@ -339,10 +326,9 @@ func (s *Store) TopTenants(ctx context.Context, r Range, limit int) ([]TenantTot
 	if err != nil {
 		return nil, fmt.Errorf("usage: top tenants: %w", err)
 	}
-	var t TenantTotal
-	_, err = pgx.ForEachRow(rows, []any{&t.TenantID, &t.Allowed, &t.Denied, &t.AllowedUnits, &t.DeniedUnits}, func() error {
-		out = append(out, t)
-		return nil
+	var id string
+	err = forEachCounts(rows, []any{&id}, func(c Counts) {
+		out = append(out, TenantTotal{TenantID: id, Counts: c})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("usage: top tenants: %w", err)

@@ -168,22 +168,38 @@ func (s *Store) series(ctx context.Context, g Granularity, r Range, tenantID str
 	if err != nil {
 		return nil, fmt.Errorf("usage: series: %w", err)
 	}
+	if err := fillPoints(rows, points); err != nil {
+		return nil, fmt.Errorf("usage: series: %w", err)
+	}
+	return points, nil
+}
+
+// forEachCounts calls each for every row of rows, whose columns are those
+// scanned into head followed by the sums of allowed, denied, allowed
+// units and denied units.
+func forEachCounts(rows pgx.Rows, head []any, each func(c Counts)) error {
+	var c Counts
+	_, err := pgx.ForEachRow(rows, append(head, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits), func() error {
+		each(c)
+		return nil
+	})
+	return err
+}
+
+// fillPoints sets the counts of points (in order of time) from rows of a
+// bucket's start and its counts, in the same order; buckets without a row
+// keep their zeros.
+func fillPoints(rows pgx.Rows, points []Point) error {
 	i := 0
 	var at time.Time
-	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&at, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+	return forEachCounts(rows, []any{&at}, func(c Counts) {
 		for i < len(points) && points[i].At.Before(at) {
 			i++
 		}
 		if i < len(points) && points[i].At.Equal(at) {
 			points[i].Counts = c
 		}
-		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("usage: series: %w", err)
-	}
-	return points, nil
 }
 
 // KeyUsage is one key's usage; KeyID "" counts decisions without a key.
@@ -218,10 +234,8 @@ func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, l
 		return fmt.Errorf("usage: top %s: %w", column, err)
 	}
 	var group string
-	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&group, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+	err = forEachCounts(rows, []any{&group}, func(c Counts) {
 		scan(group, c)
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("usage: top %s: %w", column, err)
@@ -282,14 +296,12 @@ func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejec
 		return out, fmt.Errorf("usage: rejections: %w", err)
 	}
 	var reason, deniedBy string
-	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&reason, &deniedBy, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+	err = forEachCounts(rows, []any{&reason, &deniedBy}, func(c Counts) {
 		out.Add(c)
 		if c.Denied > 0 {
 			out.ByReason[reason] += c.Denied
 			out.ByRule[deniedBy] += c.Denied
 		}
-		return nil
 	})
 	if err != nil {
 		return out, fmt.Errorf("usage: rejections: %w", err)
@@ -338,8 +350,7 @@ func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
 	}
 	index := map[string]int{}
 	var tenantID, tier string
-	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&tenantID, &tier, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+	err = forEachCounts(rows, []any{&tenantID, &tier}, func(c Counts) {
 		if tenantID == nilUUID {
 			tenantID = ""
 		}
@@ -354,7 +365,6 @@ func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
 			out.ByTenant = append(out.ByTenant, TenantTotal{TenantID: tenantID, TenantName: names[tenantID]})
 		}
 		out.ByTenant[i].Add(c)
-		return nil
 	})
 	if err != nil {
 		return out, fmt.Errorf("usage: totals: %w", err)
@@ -405,16 +415,13 @@ func (s *Store) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error) 
 			return err
 		}
 		var ip string
-		var c Counts
-		_, err = pgx.ForEachRow(rows, []any{&ip, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits}, func() error {
+		return forEachCounts(rows, []any{&ip}, func(c Counts) {
 			out.Top = append(out.Top, IPUsage{IP: ip, Counts: c})
 			out.Other.Allowed -= c.Allowed
 			out.Other.Denied -= c.Denied
 			out.Other.AllowedUnits -= c.AllowedUnits
 			out.Other.DeniedUnits -= c.DeniedUnits
-			return nil
 		})
-		return err
 	})
 	if err != nil {
 		return out, fmt.Errorf("usage: top IPs: %w", err)

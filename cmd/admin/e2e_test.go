@@ -95,7 +95,7 @@ func startAPIWith(t *testing.T, dbURL string, settings []string) string {
 		"TOLLGATE_LAST_USED_FLUSH=100ms",
 	}
 	cmd.Env = append(cmd.Env, settings...)
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	testenv.Must(t, cmd.Start())
 	exited := make(chan error, 1)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +40,7 @@ type adminServer struct {
 	DB    *pgxpool.Pool
 	// Logs is what the server logged (at TOLLGATE_LOG_LEVEL, warn unless
 	// the settings say otherwise).
-	Logs *syncBuffer
+	Logs *testenv.LogBuffer
 }
 
 // startAdmin starts `admin serve` on 127.0.0.1:0 against dbURL with the
@@ -60,7 +59,7 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	for k, v := range settings {
 		env[k] = v
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("admin server log:\n%s", logs.String())
@@ -78,24 +77,6 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
 	return &adminServer{URL: "http://" + addr, DBURL: dbURL, DB: db, Logs: logs}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // createUser stores a user with a known password.

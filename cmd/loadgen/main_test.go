@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestDriveCountsDecisions runs the load generator against a stub check
@@ -72,7 +73,7 @@ func TestRateModeSendsAtTheOfferedRate(t *testing.T) {
 // fixed JSON object.
 func TestFloorAnswersJSON(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-floor", "127.0.0.1:0"}, func(string) string { return "" }, out, io.Discard)
@@ -98,21 +99,4 @@ func TestFloorAnswersJSON(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("floor: %v", err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

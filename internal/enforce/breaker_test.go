@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // countingStore counts the calls that reach the store, probes apart.
@@ -38,7 +39,7 @@ func (s *countingStore) Check(ctx context.Context, b limiter.Batch) (limiter.Out
 
 // redisStore returns a limiter store on r through a client set up as
 // cmd/api sets up its own: no retries, short timeouts.
-func redisStore(t *testing.T, r *ownRedis) *countingStore {
+func redisStore(t *testing.T, r *testenv.RedisServer) *countingStore {
 	t.Helper()
 	c := config.Redis{Addr: r.Addr(), Timeout: 250 * time.Millisecond, NoRetries: true}.Client()
 	t.Cleanup(func() { c.Close() })
@@ -73,7 +74,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // background probe closes the circuit once it is back.
 func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	ctx := context.Background()
-	r := startOwnRedis(t)
+	r := testenv.StartRedisServer(t)
 	store := redisStore(t, r)
 	var logs bytes.Buffer
 	b := NewBreaker(store, BreakerConfig{Failures: 3, Probe: probeBatch(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -82,7 +83,7 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	if _, err := b.Check(ctx, oneCheck()); err != nil {
 		t.Fatal(err)
 	}
-	r.kill()
+	r.Kill()
 	for i := range 3 {
 		_, err := b.Check(ctx, oneCheck())
 		if err == nil || errors.Is(err, ErrCircuitOpen) {
@@ -103,7 +104,7 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	}
 	waitFor(t, "a failed probe", func() bool { return b.Stats().FailedProbes > 0 })
 
-	r.start()
+	r.Start()
 	waitFor(t, "circuit closed after Redis is back", func() bool { return !b.Open() })
 	if _, err := b.Check(ctx, oneCheck()); err != nil {
 		t.Errorf("after the circuit closed: %v", err)
@@ -123,17 +124,17 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 // count again.
 func TestBreakerNeedsFailuresInARow(t *testing.T) {
 	ctx := context.Background()
-	r := startOwnRedis(t)
+	r := testenv.StartRedisServer(t)
 	b := NewBreaker(redisStore(t, r), BreakerConfig{Failures: 3, Probe: probeBatch()})
 	t.Cleanup(b.Close)
 	for round := range 3 {
-		r.kill()
+		r.Kill()
 		for range 2 {
 			if _, err := b.Check(ctx, oneCheck()); err == nil {
 				t.Fatal("Redis is down and the call succeeded")
 			}
 		}
-		r.start()
+		r.Start()
 		if _, err := b.Check(ctx, oneCheck()); err != nil {
 			t.Fatalf("round %d: Redis is back, and %v", round, err)
 		}
@@ -202,7 +203,7 @@ func TestBreakerCutsCallsInFlightWhenItOpens(t *testing.T) {
 // Redis answers again closes the circuit.
 func TestBreakerProbesBackOffToTheCap(t *testing.T) {
 	ctx := context.Background()
-	r := startOwnRedis(t)
+	r := testenv.StartRedisServer(t)
 	var mu sync.Mutex
 	var waits []time.Duration
 	resume := make(chan struct{})
@@ -222,10 +223,10 @@ func TestBreakerProbesBackOffToTheCap(t *testing.T) {
 			return nil
 		}})
 	t.Cleanup(b.Close)
-	r.kill()
+	r.Kill()
 	b.Check(ctx, oneCheck()) //nolint:errcheck
 	waitFor(t, "eight failed probes", func() bool { return b.Stats().FailedProbes >= 8 })
-	r.start()
+	r.Start()
 	close(resume)
 	waitFor(t, "circuit closed", func() bool { return !b.Open() })
 
@@ -268,7 +269,7 @@ func staticData(t *testing.T) (Data, map[plans.FailureMode]string) {
 // the metrics say so; once Redis is back checks are exact again.
 func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 	ctx := context.Background()
-	r := startOwnRedis(t)
+	r := testenv.StartRedisServer(t)
 	store := redisStore(t, r)
 	data, keys := staticData(t)
 	holder := NewHolder(StaticSource{Data: data}, nil)
@@ -291,7 +292,7 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 		t.Fatalf("Redis up: %+v", d)
 	}
 
-	r.kill()
+	r.Kill()
 	for range 3 {
 		check(plans.FailOpen)
 	}
@@ -317,7 +318,7 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 		t.Errorf("tollgate_limiter_circuit_rejected_total = %v, want 200", got)
 	}
 
-	r.start()
+	r.Start()
 	waitFor(t, "circuit closed", func() bool { return !checker.breaker.Open() })
 	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
 		t.Errorf("Redis back: allowed %v degraded %v", d.Allowed, d.Degraded)
@@ -353,17 +354,17 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // circuit.
 func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 	ctx := context.Background()
-	r := startOwnRedis(t)
+	r := testenv.StartRedisServer(t)
 	store := redisStore(t, r)
 	b := NewBreaker(store, BreakerConfig{Failures: 1, Probe: probeBatch(), Ping: RedisPing("127.0.0.1:1", r.Addr())})
 	t.Cleanup(b.Close)
-	r.kill()
+	r.Kill()
 	b.Check(ctx, oneCheck()) //nolint:errcheck
 	waitFor(t, "three failed probes", func() bool { return b.Stats().FailedProbes >= 3 })
 	if n := store.probes.Load(); n != 0 {
 		t.Errorf("%d probes reached the store while Redis did not answer PING", n)
 	}
-	r.start()
+	r.Start()
 	waitFor(t, "circuit closed", func() bool { return !b.Open() })
 	if n := store.probes.Load(); n != 1 {
 		t.Errorf("%d probes of the store, want the one that closed the circuit", n)

@@ -1,18 +1,17 @@
 package enforce_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // flakyToucher fails while failing is set and counts its calls.
@@ -29,30 +28,13 @@ func (f *flakyToucher) TouchKeys(context.Context, map[string]time.Time) error {
 	return nil
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestLastUsedBacksOffWhilePostgresIsDown: with writes failing, the
 // writer waits longer and longer between them instead of trying every
 // interval, logs the outage once, and says when writes succeed again.
 func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
 	store := &flakyToucher{}
 	store.failing.Store(true)
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	l := enforce.NewLastUsed(store, slog.New(slog.NewTextHandler(logs, nil)))
 	l.Record(tollgate.UsageEvent{KeyID: "a", AtUS: 1})
 	ctx, stop := context.WithCancel(context.Background())

@@ -1,12 +1,10 @@
 package enforce
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,25 +16,8 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// syncBuffer is a log sink safe to read while loggers write to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) lines() int { return strings.Count(b.String(), "\n") }
+// lines counts what a logger wrote.
+func lines(b *testenv.LogBuffer) int { return strings.Count(b.String(), "\n") }
 
 // TestSyncBacksOffWhilePostgresIsDownAndListensAgain stops a Postgres of
 // the test's own under a running Sync. While it is down the listener
@@ -58,7 +39,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	secret, key, err := ts.IssueKey(ctx, tenant.ID, "", nil)
 	testenv.Must(t, err)
 
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	h := NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(logs, nil)))
 	syncCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -74,7 +55,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	if n := h.postgres.Stats().Failures; n > 15 {
 		t.Errorf("%d attempts in 3 s of outage, want a handful (backoff from 100ms to 2s)", n)
 	}
-	if n := logs.lines(); n > 2 {
+	if n := lines(logs); n > 2 {
 		t.Errorf("%d log lines in 3 s of outage, want 1 (down), 2 at most:\n%s", n, logs.String())
 	}
 

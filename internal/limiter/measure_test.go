@@ -16,6 +16,7 @@ import (
 
 	. "github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestMeasure is a measurement tool, not a test: it is skipped unless
@@ -43,7 +44,7 @@ func TestMeasure(t *testing.T) {
 		}
 		runs = n
 	}
-	srv := startRedisServer(t)
+	srv := testenv.StartRedisServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	ctx := context.Background()

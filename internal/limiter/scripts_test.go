@@ -9,6 +9,7 @@ import (
 
 	. "github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // checkOnce runs one single-rule check and fails the test on error.
@@ -99,7 +100,7 @@ func TestCheckSurvivesScriptFlush(t *testing.T) {
 // check works and the state persisted by Redis is still enforced. Time
 // comes from the server's TIME, as in production.
 func TestCheckSurvivesRedisRestart(t *testing.T) {
-	srv := startRedisServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := testenv.StartRedisServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	store := redisstore.New(c)
@@ -114,7 +115,7 @@ func TestCheckSurvivesRedisRestart(t *testing.T) {
 		}
 	}
 
-	srv.restart()
+	srv.Restart()
 
 	if scriptCached(t, c) {
 		t.Fatal("script cached right after a restart")

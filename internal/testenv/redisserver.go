@@ -1,0 +1,129 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisServer is a redis-server of one test's own, in its own directory,
+// which the test may kill, stop and start again on the same port and
+// data: the shared test server must stay up for the tests beside it.
+type RedisServer struct {
+	t    testing.TB
+	dir  string
+	port int
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedisServer starts redis-server on a free loopback port with data
+// in a fresh temporary directory, extra arguments appended, and stops it
+// when the test ends. The test is skipped when redis-server is not
+// installed.
+func StartRedisServer(t testing.TB, args ...string) *RedisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Must(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &RedisServer{t: t, dir: t.TempDir(), port: port, args: args}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr returns host:port.
+func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Start starts the server and waits until it answers PING.
+func (s *RedisServer) Start() {
+	s.t.Helper()
+	args := append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
+		"--daemonize", "no", "--save", "", "--logfile", filepath.Join(s.dir, "redis.log"),
+	}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.t.Fatalf("redis-server on %s did not answer PING:\n%s", s.Addr(), log)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a starting process, not waiting for time
+	}
+}
+
+// Kill sends SIGKILL to the server, as a crash would, and waits until it
+// is gone.
+func (s *RedisServer) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Stop sends SIGTERM (Redis shuts down cleanly, writing its append-only
+// file) and waits up to 10 s for it to exit, then kills it.
+func (s *RedisServer) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		s.cmd = nil
+	case <-time.After(10 * time.Second):
+		s.Kill()
+	}
+}
+
+// Restart stops the server and starts it again on the same port and data.
+func (s *RedisServer) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.Start()
+}
+
+// LogBuffer is a bytes.Buffer that loggers may write to while a test
+// reads it.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -20,7 +20,7 @@ const (
 )
 
 // UsageEvent is one check decision as the usage pipeline counts it. The
-// check path (internal/enforce) produces it and internal/usage consumes it;
+// check path (internal/enforce) produces it and internal/metering counts it;
 // it lives here so that neither imports the other. AtUS is µs since the
 // epoch, on the limiter store's clock.
 type UsageEvent struct {

@@ -13,32 +13,35 @@ const module = "github.com/tollgate/tollgate"
 // TestLayering keeps the import rule of docs/architecture.md: imports
 // point down, from the programs (cmd/) to the HTTP servers (checkapi,
 // adminapi, ui), to the features, to the limiter and the small shared
-// pieces.
+// pieces; the check server's side of usage (metering) and the admin
+// side's (billing) stay apart.
 func TestLayering(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Standard", "./...").Output()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	imports := map[string][]string{}
+	imports, deps := map[string][]string{}, map[string][]string{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for {
 		var p struct {
 			ImportPath string
 			Imports    []string
+			Deps       []string
 		}
 		if err := dec.Decode(&p); err == io.EOF {
 			break
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		imports[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = p.Imports
+		pkg := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		imports[pkg], deps[pkg] = p.Imports, p.Deps
 	}
 	if len(imports) < 10 {
 		t.Fatalf("go list found %d packages; is the test run from the module?", len(imports))
 	}
 
 	servers := []string{"internal/checkapi", "internal/adminapi", "internal/ui"}
-	features := []string{"internal/enforce", "internal/tenants", "internal/plans", "internal/usage", "internal/auth", "internal/audit"}
+	features := []string{"internal/enforce", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			own, ok := strings.CutPrefix(dep, module+"/")
@@ -55,9 +58,36 @@ func TestLayering(t *testing.T) {
 				t.Errorf("internal/limiter imports %s: it is a leaf", own)
 			case hasPrefix(pkg, features) && hasPrefix(own, servers):
 				t.Errorf("%s imports %s: a feature never imports a server package", pkg, own)
-			case pkg == "internal/usage" && own == "internal/enforce", pkg == "internal/enforce" && own == "internal/usage":
+			case hasPrefix(pkg, metering) && own == "internal/enforce", pkg == "internal/enforce" && hasPrefix(own, metering):
 				t.Errorf("%s imports %s: the check path and the usage pipeline meet only in the root package's UsageEvent", pkg, own)
 			}
+		}
+	}
+	checkAdminSideApart(t, deps)
+}
+
+// metering is the check server's side of usage; billing the admin side's.
+var metering, billing = []string{"internal/metering"}, []string{"internal/billing"}
+
+// checkAdminSideApart fails when the check server links the admin side of
+// usage, or package metering links Postgres code: the check server counts
+// decisions and hands them on, and only pgstore, beside metering, writes
+// them to Postgres. deps holds each package's transitive dependencies.
+func checkAdminSideApart(t *testing.T, deps map[string][]string) {
+	t.Helper()
+	for _, pkg := range []string{"cmd/api", "internal/checkapi", "internal/checkapi/envoyrls", "internal/enforce", "internal/metering", "internal/metering/pgstore"} {
+		if _, ok := deps[pkg]; !ok {
+			t.Errorf("go list found no %s: update TestLayering", pkg)
+		}
+		for _, dep := range deps[pkg] {
+			if own, ok := strings.CutPrefix(dep, module+"/"); ok && (hasPrefix(own, billing) || hasPrefix(own, []string{"internal/adminapi", "internal/ui"})) {
+				t.Errorf("%s links %s: the check server never links the admin side", pkg, own)
+			}
+		}
+	}
+	for _, dep := range deps["internal/metering"] {
+		if dep == module+"/internal/postgres" || strings.HasPrefix(dep, "github.com/jackc/") {
+			t.Errorf("internal/metering links %s: Postgres code is pgstore's", dep)
 		}
 	}
 }

@@ -22,10 +22,12 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // The OpenAPI document at the repository root must describe both servers
@@ -524,48 +526,48 @@ func scenario(t *testing.T, client *http.Client) {
 // last month has 2,500 allowed units (1,500 over pro's 1,000 included),
 // denials and anonymous traffic from named addresses, and is closed, then
 // receives late usage; this month has a little usage and stays open.
-func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, this usagepkg.Month) {
+func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, this billing.Month) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	this = usagepkg.MonthOf(now)
-	last = usagepkg.MonthOf(this.Start().Add(-time.Hour))
+	this = billing.MonthOf(now)
+	last = billing.MonthOf(this.Start().Add(-time.Hour))
 	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = $2 WHERE tenant_id = $1`, tenantID, last.Start())
 	testenv.Must(t, err)
-	store := usagepkg.NewStore(db, usagepkg.StoreConfig{})
-	apply := func(b usagepkg.Batch) {
+	store := billing.NewStore(db, pgstore.StoreConfig{})
+	apply := func(b metering.Batch) {
 		t.Helper()
 		b.Version = 1
-		_, err := store.Apply(ctx, b)
+		_, err := pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, b)
 		testenv.Must(t, err)
 	}
 	minute := last.Start().Add(9*24*time.Hour + 9*time.Hour + 30*time.Minute).Unix()
-	apply(usagepkg.Batch{ID: "openapi:1", Rows: []usagepkg.Row{
+	apply(metering.Batch{ID: "openapi:1", Rows: []metering.Row{
 		{Minute: minute, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos", Reason: "ok",
-			Counts: usagepkg.Counts{Allowed: 1_200, AllowedUnits: 2_400}},
+			Counts: metering.Counts{Allowed: 1_200, AllowedUnits: 2_400}},
 		{Minute: minute, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "POST /v1/search", Reason: "ok",
-			Counts: usagepkg.Counts{Allowed: 100, AllowedUnits: 100}},
+			Counts: metering.Counts{Allowed: 100, AllowedUnits: 100}},
 		{Minute: minute + 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "POST /v1/search",
-			Reason: "rate_limited", DeniedBy: "search", Counts: usagepkg.Counts{Denied: 7, DeniedUnits: 7}},
+			Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 7, DeniedUnits: 7}},
 		{Minute: minute + 60, TenantID: tenantID, Tier: "authenticated", Resource: "GET /repos",
-			Reason: "tenant_suspended", Counts: usagepkg.Counts{Denied: 2, DeniedUnits: 2}},
-		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "ok", Counts: usagepkg.Counts{Allowed: 40, AllowedUnits: 40}},
-		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "key_required", Counts: usagepkg.Counts{Denied: 3, DeniedUnits: 3}},
-	}, IPs: []usagepkg.IPRow{
-		{Minute: minute, IP: "203.0.113.7", Counts: usagepkg.Counts{Allowed: 30, AllowedUnits: 30}},
-		{Minute: minute, IP: "2001:db8::1", Counts: usagepkg.Counts{Allowed: 9, Denied: 3, AllowedUnits: 9, DeniedUnits: 3}},
-		{Minute: minute, IP: usagepkg.OtherIP, Counts: usagepkg.Counts{Allowed: 1, AllowedUnits: 1}},
+			Reason: "tenant_suspended", Counts: metering.Counts{Denied: 2, DeniedUnits: 2}},
+		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "ok", Counts: metering.Counts{Allowed: 40, AllowedUnits: 40}},
+		{Minute: minute, Tier: "anonymous", Resource: "GET /repos", Reason: "key_required", Counts: metering.Counts{Denied: 3, DeniedUnits: 3}},
+	}, IPs: []metering.IPRow{
+		{Minute: minute, IP: "203.0.113.7", Counts: metering.Counts{Allowed: 30, AllowedUnits: 30}},
+		{Minute: minute, IP: "2001:db8::1", Counts: metering.Counts{Allowed: 9, Denied: 3, AllowedUnits: 9, DeniedUnits: 3}},
+		{Minute: minute, IP: metering.OtherIP, Counts: metering.Counts{Allowed: 1, AllowedUnits: 1}},
 	}})
-	apply(usagepkg.Batch{ID: "openapi:2", Rows: []usagepkg.Row{
+	apply(metering.Batch{ID: "openapi:2", Rows: []metering.Row{
 		{Minute: now.Unix() / 60 * 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
-			Reason: "ok", Counts: usagepkg.Counts{Allowed: 3, AllowedUnits: 3}},
+			Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 	}})
 	if _, err := store.CloseMonth(ctx, last, nil); err != nil {
 		t.Fatalf("close %s: %v", last, err)
 	}
-	apply(usagepkg.Batch{ID: "openapi:late", Rows: []usagepkg.Row{
+	apply(metering.Batch{ID: "openapi:late", Rows: []metering.Row{
 		{Minute: last.End().Unix() - 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
-			Reason: "ok", Counts: usagepkg.Counts{Allowed: 5, AllowedUnits: 5}},
+			Reason: "ok", Counts: metering.Counts{Allowed: 5, AllowedUnits: 5}},
 	}})
 	return last, this
 }

@@ -13,10 +13,11 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func seedCommand() command {
@@ -87,8 +88,8 @@ const (
 // demoSince is when the demo tenants became customers: the start of the
 // month before now's.
 func demoSince(now time.Time) time.Time {
-	this := usagepkg.MonthOf(now)
-	return usagepkg.MonthOf(this.Start().Add(-time.Hour)).Start()
+	this := billing.MonthOf(now)
+	return billing.MonthOf(this.Start().Add(-time.Hour)).Start()
 }
 
 // seedDemo puts the demo plans, one demo tenant per paid tier, fresh keys,
@@ -115,7 +116,7 @@ func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (see
 // demoUsage is the made-up traffic of each demo tenant: hourly checks at
 // the daily peak, what it calls, and which of its plan's rules denies now
 // and then.
-var demoUsage = map[string]usagepkg.DemoTenant{
+var demoUsage = map[string]pgstore.DemoTenant{
 	"demo-free":       {Resources: []string{"GET /repos", "GET /users"}, PerHour: 25, DenyRule: "hourly", DenyRate: 0.03},
 	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 200, DenyRule: "search", DenyRate: 0.01},
 	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
@@ -123,11 +124,11 @@ var demoUsage = map[string]usagepkg.DemoTenant{
 
 // seedDemoUsage gives the demo tenants the keys a customer would have
 // (seedDemoKeys, once) and fills their last 30 days with made-up usage
-// (usage.SeedDemo) made by three of those keys, and returns how many hours
-// it added: none for hours that have usage already.
+// (pgstore.Store.SeedDemo) made by three of those keys, and returns how
+// many hours it added: none for hours that have usage already.
 func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error) {
 	ts := tenants.NewStore(db)
-	var list []usagepkg.DemoTenant
+	var list []pgstore.DemoTenant
 	for _, name := range []string{"demo-free", "demo-pro", "demo-enterprise"} {
 		t, err := ts.GetByName(ctx, name)
 		if err != nil {
@@ -162,9 +163,9 @@ func seedDemoUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, e
 		}
 		list = append(list, d)
 	}
-	anon := usagepkg.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
+	anon := pgstore.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
 		PerHour: 45, DenyRule: "hourly"}
-	n, err := usagepkg.NewStore(db, usagepkg.StoreConfig{}).SeedDemo(ctx, list, anon, now)
+	n, err := pgstore.NewStore(db, pgstore.StoreConfig{}).SeedDemo(ctx, list, anon, now)
 	if err != nil {
 		return 0, fmt.Errorf("seed: demo usage: %w", err)
 	}

@@ -15,12 +15,12 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // serverConfig is the admin server's configuration, read from TOLLGATE_*
@@ -161,11 +161,11 @@ func serve(ctx context.Context, e *env, cfg serverConfig) error {
 	defer stopWorker()
 	// The console's overview shows how far behind the usage worker is,
 	// when the server has a Redis to read the stream from.
-	var usageLag func(context.Context) (usagepkg.Lag, error)
+	var usageLag func(context.Context) (billing.Lag, error)
 	if usageCfg.ServeWorker || cfg.Redis.Configured() {
 		rc := usageCfg.Redis.Client()
 		defer rc.Close()
-		usageLag = usagepkg.NewRedisConsumer(rc, usagepkg.RedisConsumerConfig{Stream: usageCfg.Stream, Group: usageCfg.Group}).Lag
+		usageLag = billing.NewRedisConsumer(rc, billing.RedisConsumerConfig{Stream: usageCfg.Stream, Group: usageCfg.Group}).Lag
 	}
 
 	srv := &http.Server{

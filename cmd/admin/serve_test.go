@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/buildinfo"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/testenv"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 func TestServerConfig(t *testing.T) {
@@ -54,11 +54,11 @@ func TestAdminMetricsAndHealthcheck(t *testing.T) {
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "metrics-test",
 	})
 	ctx := context.Background()
-	b := usagepkg.Batch{Version: 1, ID: "metrics:1", Rows: []usagepkg.Row{{
+	b := metering.Batch{Version: 1, ID: "metrics:1", Rows: []metering.Row{{
 		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
-		Counts: usagepkg.Counts{Allowed: 2, AllowedUnits: 2},
+		Counts: metering.Counts{Allowed: 2, AllowedUnits: 2},
 	}}}
-	testenv.Must(t, usagepkg.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
+	testenv.Must(t, metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
 
 	var body string
 	deadline := time.Now().Add(30 * time.Second)

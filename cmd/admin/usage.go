@@ -20,10 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/tenants"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
@@ -58,19 +59,24 @@ func (c usageConfig) redis() redis.UniversalClient {
 	return r.Client()
 }
 
-func (c usageConfig) store(e *env) *usagepkg.Store {
-	return usagepkg.NewStore(e.db, usagepkg.StoreConfig{MinuteRetention: c.MinuteRetention})
+func (c usageConfig) store(e *env) *billing.Store {
+	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
+}
+
+// writer returns the store the usage worker applies batches with.
+func (c usageConfig) writer(e *env) *pgstore.Store {
+	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
 }
 
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
-func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func()) {
+func newWorker(c usageConfig, e *env, log *slog.Logger) (*billing.Worker, func()) {
 	client := c.redis()
-	w := &usagepkg.Worker{
-		Consumer: usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
+	w := &billing.Worker{
+		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{
 			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
 		}),
-		Store: c.store(e),
+		Store: c.writer(e),
 		Log:   log,
 	}
 	return w, func() { client.Close() }
@@ -158,7 +164,7 @@ func reportCommand() command {
 			format := fs.String("format", "json", "json or csv")
 			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
 			return func(ctx context.Context, e *env) error {
-				m, err := usagepkg.ParseMonth(*month)
+				m, err := billing.ParseMonth(*month)
 				if err != nil {
 					return fmt.Errorf("report: --month: must be a month such as 2026-10")
 				}
@@ -185,18 +191,18 @@ func reportCommand() command {
 					}
 					return printJSON(e.stdout, map[string]any{"month": m.String(), "late_usage": rows})
 				}
-				var list []usagepkg.Statement
+				var list []billing.Statement
 				if tenantID != "" {
 					st, err := store.Statement(ctx, tenantID, m)
 					if err != nil {
 						return err
 					}
-					list = []usagepkg.Statement{st}
+					list = []billing.Statement{st}
 				} else if list, err = store.Statements(ctx, m, progress(e, "statements for "+m.String())); err != nil {
 					return err
 				}
 				if *format == "csv" {
-					return usagepkg.WriteCSV(e.stdout, list)
+					return billing.WriteCSV(e.stdout, list)
 				}
 				if tenantID != "" {
 					return printJSON(e.stdout, list[0])
@@ -215,7 +221,7 @@ func closeCommand() command {
 			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
 			asJSON := fs.Bool("json", false, "print the result as JSON")
 			return func(ctx context.Context, e *env) error {
-				m, err := usagepkg.ParseMonth(*month)
+				m, err := billing.ParseMonth(*month)
 				if err != nil {
 					return errors.New("close: --month: must be a month such as 2026-10")
 				}
@@ -262,7 +268,7 @@ func formatTotals(totals map[string]int64) string {
 
 // progress reports progress on stderr, only when stdout is a terminal (a
 // person is watching, and piped output stays clean).
-func progress(e *env, label string) usagepkg.Progress {
+func progress(e *env, label string) billing.Progress {
 	if !isTerminal(e.stdout) {
 		return nil
 	}

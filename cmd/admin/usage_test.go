@@ -14,11 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
-	usagepkg "github.com/tollgate/tollgate/internal/usage"
 )
 
 // demo seeds the demo (plans on since September 2026) and applies
@@ -48,9 +50,9 @@ func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID
 	}
 	keyID = keys[0].ID
 	minute := time.Date(2026, 10, 15, 9, 30, 0, 0, time.UTC).Unix()
-	_, err = usagepkg.NewStore(db, usagepkg.StoreConfig{}).Apply(ctx, usagepkg.Batch{Version: 1, ID: "cli:1", Rows: []usagepkg.Row{{
+	_, err = pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:1", Rows: []metering.Row{{
 		Minute: minute, TenantID: pro.ID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos", Reason: "ok",
-		Counts: usagepkg.Counts{Allowed: 120_000, AllowedUnits: 120_000},
+		Counts: metering.Counts{Allowed: 120_000, AllowedUnits: 120_000},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +80,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st usagepkg.Statement
+	var st billing.Statement
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("report JSON: %v\n%s", err, out)
 	}
@@ -92,7 +94,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if lines[0] != strings.Join(usagepkg.CSVHeader, ",") {
+	if lines[0] != strings.Join(billing.CSVHeader, ",") {
 		t.Errorf("CSV header %q", lines[0])
 	}
 	totals := map[string]string{}
@@ -129,9 +131,9 @@ func TestReportAndCloseCommands(t *testing.T) {
 
 	// Late usage after the close is listed, and the statement stays.
 	ctx := context.Background()
-	_, err = usagepkg.NewStore(db, usagepkg.StoreConfig{}).Apply(ctx, usagepkg.Batch{Version: 1, ID: "cli:late", Rows: []usagepkg.Row{{
+	_, err = pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:late", Rows: []metering.Row{{
 		Minute: time.Date(2026, 10, 31, 23, 59, 0, 0, time.UTC).Unix(), TenantID: pro.ID, KeyID: keyID,
-		Tier: "authenticated", Resource: "GET /repos", Reason: "ok", Counts: usagepkg.Counts{Allowed: 9, AllowedUnits: 9},
+		Tier: "authenticated", Resource: "GET /repos", Reason: "ok", Counts: metering.Counts{Allowed: 9, AllowedUnits: 9},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +150,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st = usagepkg.Statement{}
+	st = billing.Statement{}
 	_ = json.Unmarshal([]byte(out), &st)
 	if st.Status != "closed" || st.TotalMinor != 24_900 || st.Late == nil || st.Late.AllowedUnits != 9 {
 		t.Errorf("closed statement: status %s total %d late %+v", st.Status, st.TotalMinor, st.Late)
@@ -218,11 +220,11 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"worker"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
 	}()
-	b := usagepkg.Batch{Version: 1, ID: "cli-worker:1", Rows: []usagepkg.Row{{
+	b := metering.Batch{Version: 1, ID: "cli-worker:1", Rows: []metering.Row{{
 		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
-		Counts: usagepkg.Counts{Allowed: 3, AllowedUnits: 3},
+		Counts: metering.Counts{Allowed: 3, AllowedUnits: 3},
 	}}}
-	if err := usagepkg.NewRedisProducer(client, prefix+"usage").Publish(ctx, b); err != nil {
+	if err := metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	db, err := postgres.Open(ctx, url)
@@ -284,7 +286,7 @@ func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
 	testenv.Must(t, err)
 	operator := sessionFor(t, srv.DB, createUser(t, srv.DB, "ops@zero.example", auth.RoleOperator, ""))
 	const month = "2020-01" // long before the demo was seeded
-	statements := func() (cli, api usagepkg.Statement) {
+	statements := func() (cli, api billing.Statement) {
 		t.Helper()
 		out, _, err := adminCLI(t, url, "report", "--month", month, "--tenant", "demo-pro")
 		if err != nil {
@@ -298,10 +300,10 @@ func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
 		res.decode(t, &api)
 		return cli, api
 	}
-	zero := func(what string, st usagepkg.Statement, status string) {
+	zero := func(what string, st billing.Statement, status string) {
 		t.Helper()
 		if st.Status != status || st.TenantID != pro.ID || st.Month != month || st.TotalMinor != 0 ||
-			st.Usage != (usagepkg.Counts{}) || len(st.Lines) != 0 || len(st.Plans) != 0 {
+			st.Usage != (metering.Counts{}) || len(st.Lines) != 0 || len(st.Plans) != 0 {
 			t.Errorf("%s: %+v, want a zero %s statement", what, st, status)
 		}
 	}

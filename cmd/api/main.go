@@ -31,9 +31,10 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 func main() {
@@ -352,14 +353,14 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 // server publishes what is left, retrying until ShutdownTimeout.
 func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce.Recorder {
 	cfg, log := s.cfg, s.cfg.Log
-	var producer usage.Producer
+	var producer metering.Producer
 	switch cfg.Usage.Sink {
 	case "none":
 		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
 		return nil
 	case "postgres":
-		store := usage.NewStore(db, usage.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention})
-		producer = usage.StoreProducer{Store: store}
+		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention})
+		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:
 		// Its own client: publishing must not take connections from the
@@ -368,9 +369,9 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		rs.Timeout = max(rs.Timeout, 5*time.Second)
 		client := rs.Client()
 		s.onClose(func() { client.Close() })
-		producer = usage.NewRedisProducer(client, cfg.Usage.Stream)
+		producer = metering.NewRedisProducer(client, cfg.Usage.Stream)
 	}
-	agg := usage.NewAggregator(usage.AggregatorConfig{
+	agg := metering.NewAggregator(metering.AggregatorConfig{
 		Producer: producer, FlushInterval: cfg.Usage.Flush, MaxRows: cfg.Usage.MaxRows,
 		TopIPs: cfg.Usage.TopIPs, Registerer: reg, Log: log,
 	})

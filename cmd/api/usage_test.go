@@ -19,13 +19,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // These tests drive checks through two real api processes (run() twice,
@@ -128,7 +130,7 @@ func (r *rig) startAPI(t *testing.T) *api {
 }
 
 // tally is what the client saw, by tenant/key/tier.
-type tally map[string]usage.Counts
+type tally map[string]metering.Counts
 
 func (t tally) add(o tally) {
 	for k, c := range o {
@@ -138,8 +140,8 @@ func (t tally) add(o tally) {
 	}
 }
 
-func (t tally) total() usage.Counts {
-	var c usage.Counts
+func (t tally) total() metering.Counts {
+	var c metering.Counts
 	for _, v := range t {
 		c.Add(v)
 	}
@@ -181,9 +183,9 @@ func (r *rig) drive(t *testing.T, apis []*api, n int, seed int) (tally, map[stri
 				mu.Lock()
 				sum := out[k]
 				if d.Allowed {
-					sum.Add(usage.Counts{Allowed: 1, AllowedUnits: cost})
+					sum.Add(metering.Counts{Allowed: 1, AllowedUnits: cost})
 				} else {
-					sum.Add(usage.Counts{Denied: 1, DeniedUnits: cost})
+					sum.Add(metering.Counts{Denied: 1, DeniedUnits: cost})
 				}
 				out[k] = sum
 				perAPI[a.addr]++
@@ -238,7 +240,7 @@ func stored(t *testing.T, db *pgxpool.Pool, table string) tally {
 	out := tally{}
 	for rows.Next() {
 		var k string
-		var c usage.Counts
+		var c metering.Counts
 		if err := rows.Scan(&k, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits); err != nil {
 			t.Fatal(err)
 		}
@@ -250,14 +252,14 @@ func stored(t *testing.T, db *pgxpool.Pool, table string) tally {
 // requireReconciled compares every usage table with what the client saw.
 func (r *rig) requireReconciled(t *testing.T, saw tally) {
 	t.Helper()
-	want := fmt.Sprint(map[string]usage.Counts(saw))
+	want := fmt.Sprint(map[string]metering.Counts(saw))
 	for _, table := range []string{"usage_minute", "usage_hour", "usage_day", "usage_month"} {
-		if got := fmt.Sprint(map[string]usage.Counts(stored(t, r.db, table))); got != want {
+		if got := fmt.Sprint(map[string]metering.Counts(stored(t, r.db, table))); got != want {
 			t.Errorf("%s:\n got %s\nwant %s", table, got, want)
 		}
 	}
 	// Anonymous traffic by IP sums to the anonymous tier.
-	var ips usage.Counts
+	var ips metering.Counts
 	err := r.db.QueryRow(context.Background(), `SELECT coalesce(sum(allowed), 0), coalesce(sum(denied), 0),
 		coalesce(sum(allowed_units), 0), coalesce(sum(denied_units), 0) FROM usage_anon_ip_minute`).
 		Scan(&ips.Allowed, &ips.Denied, &ips.AllowedUnits, &ips.DeniedUnits)
@@ -273,18 +275,18 @@ func (r *rig) requireReconciled(t *testing.T, saw tally) {
 	}
 }
 
-func (r *rig) consumer(name string) *usage.RedisConsumer {
-	return usage.NewRedisConsumer(r.redis, usage.RedisConsumerConfig{Stream: r.stream, Group: "usage",
+func (r *rig) consumer(name string) *billing.RedisConsumer {
+	return billing.NewRedisConsumer(r.redis, billing.RedisConsumerConfig{Stream: r.stream, Group: "usage",
 		Consumer: name, ClaimIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond})
 }
 
-func (r *rig) worker(name string) *usage.Worker {
-	return &usage.Worker{Consumer: r.consumer(name), Store: usage.NewStore(r.db, usage.StoreConfig{}),
+func (r *rig) worker(name string) *billing.Worker {
+	return &billing.Worker{Consumer: r.consumer(name), Store: pgstore.NewStore(r.db, pgstore.StoreConfig{}),
 		FetchCount: 16, RetryMax: 200 * time.Millisecond}
 }
 
 // runWorker runs w until stop is called; stop returns Run's error.
-func runWorker(w *usage.Worker) (stop func() error) {
+func runWorker(w *billing.Worker) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
@@ -352,7 +354,7 @@ func TestUsageExactlyOnceWhenTheWorkerDiesBeforeAck(t *testing.T) {
 	a, b := r.startAPI(t), r.startAPI(t)
 	crashed := errors.New("simulated crash after commit, before XACK")
 	doomed := r.worker("doomed")
-	doomed.AfterApply = func(usage.Message) error { return crashed }
+	doomed.AfterApply = func(billing.Message) error { return crashed }
 	doomedDone := make(chan error, 1)
 	go func() { doomedDone <- doomed.Run(context.Background()) }()
 	saw, _ := r.drive(t, []*api{a, b}, 600, 1)

@@ -10,9 +10,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/postgres"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Authorize decides whether r may read a tenant's usage and statements.
@@ -25,13 +25,13 @@ type Authorize func(r *http.Request, tenantID string) error
 // handleUsageSeries serves a tenant's usage over time:
 // ?granularity=minute|hour|day|month (default hour), &from=…&to=… (RFC
 // 3339; default the last 24 hours), widened to whole buckets.
-func handleUsageSeries(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageSeries(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	type response struct {
-		TenantID    string            `json:"tenant_id"`
-		Granularity usage.Granularity `json:"granularity"`
-		From        time.Time         `json:"from"`
-		To          time.Time         `json:"to"`
-		Points      []usage.Point     `json:"points"`
+		TenantID    string              `json:"tenant_id"`
+		Granularity billing.Granularity `json:"granularity"`
+		From        time.Time           `json:"from"`
+		To          time.Time           `json:"to"`
+		Points      []billing.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, rng, err := rangeRequest(r, store, authorize)
@@ -39,9 +39,9 @@ func handleUsageSeries(store *usage.Store, authorize Authorize, log *slog.Logger
 			httpx.Error(w, r, log, err)
 			return
 		}
-		g := usage.Granularity(r.URL.Query().Get("granularity"))
+		g := billing.Granularity(r.URL.Query().Get("granularity"))
 		if g == "" {
-			g = usage.GranularityHour
+			g = billing.GranularityHour
 		}
 		points, err := store.Series(r.Context(), tenant, g, rng)
 		if err != nil {
@@ -58,8 +58,8 @@ func handleUsageSeries(store *usage.Store, authorize Authorize, log *slog.Logger
 
 // handleUsageTopKeys serves a tenant's keys with the most allowed units:
 // ?from=…&to=…&limit=N (default 10).
-func handleUsageTopKeys(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
+func handleUsageTopKeys(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error) {
 		keys, err := store.TopKeys(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "keys": keys}, err
 	})
@@ -67,8 +67,8 @@ func handleUsageTopKeys(store *usage.Store, authorize Authorize, log *slog.Logge
 
 // handleUsageTopResources serves a tenant's resources with the most allowed
 // units: ?from=…&to=…&limit=N (default 10).
-func handleUsageTopResources(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
+func handleUsageTopResources(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error) {
 		res, err := store.TopResources(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "resources": res}, err
 	})
@@ -76,8 +76,8 @@ func handleUsageTopResources(store *usage.Store, authorize Authorize, log *slog.
 
 // handleUsageRejections serves a tenant's rejection rate, with denials by
 // reason and by rule: ?from=…&to=….
-func handleUsageRejections(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, _ int) (any, error) {
+func handleUsageRejections(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, _ int) (any, error) {
 		rej, err := store.Rejections(r.Context(), tenant, rng)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "rejections": rej}, err
 	})
@@ -86,8 +86,8 @@ func handleUsageRejections(store *usage.Store, authorize Authorize, log *slog.Lo
 // handleTop serves a read of usage over ?from=…&to=…, of at most
 // ?limit=N (default 10) rows, for the path's {tenantID} ("" on
 // operator-wide routes, which authorize lets only operators read).
-func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
-	query func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error)) http.Handler {
+func handleTop(store *billing.Store, authorize Authorize, log *slog.Logger,
+	query func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
@@ -106,7 +106,7 @@ func handleTop(store *usage.Store, authorize Authorize, log *slog.Logger,
 
 // handleUsageTotals serves operator-wide usage by tenant and by tier:
 // ?from=…&to=….
-func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageTotals(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
@@ -120,8 +120,8 @@ func handleUsageTotals(store *usage.Store, authorize Authorize, log *slog.Logger
 
 // handleUsageTopIPs serves the anonymous addresses with the most decisions
 // (operators only): ?from=…&to=…&limit=N.
-func handleUsageTopIPs(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng usage.Range, limit int) (any, error) {
+func handleUsageTopIPs(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng billing.Range, limit int) (any, error) {
 		top, err := store.TopIPs(r.Context(), rng, limit)
 		return map[string]any{"from": rng.From, "to": rng.To, "ips": top}, err
 	})
@@ -130,14 +130,14 @@ func handleUsageTopIPs(store *usage.Store, authorize Authorize, log *slog.Logger
 // handleUsageStatement serves a tenant's statement for a month (path values
 // tenant and month, e.g. 2026-10) as JSON, or as CSV with ?format=csv or
 // "Accept: text/csv".
-func handleUsageStatement(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageStatement(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := chi.URLParam(r, "tenantID")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
+		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -156,19 +156,19 @@ func handleUsageStatement(store *usage.Store, authorize Authorize, log *slog.Log
 			httpx.Error(w, r, log, err)
 			return
 		}
-		writeStatements(w, r, log, csvOut, "statement-"+tenant+"-"+m.String(), []usage.Statement{st}, st)
+		writeStatements(w, r, log, csvOut, "statement-"+tenant+"-"+m.String(), []billing.Statement{st}, st)
 	})
 }
 
 // handleUsageStatements serves every tenant's statement for ?month=2006-01
 // (operators only), as JSON or CSV like HandleStatement.
-func handleUsageStatements(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageStatements(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := authorize(r, ""); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := usage.ParseMonth(r.URL.Query().Get("month"))
+		m, err := billing.ParseMonth(r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -191,14 +191,14 @@ func handleUsageStatements(store *usage.Store, authorize Authorize, log *slog.Lo
 // handleUsageLate lists usage that arrived after ?month= was closed; with
 // &tenant=ID only that tenant's (which the tenant may read), otherwise
 // every tenant's (operators only).
-func handleUsageLate(store *usage.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageLate(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := r.URL.Query().Get("tenant")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := usage.ParseMonth(r.URL.Query().Get("month"))
+		m, err := billing.ParseMonth(r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -213,24 +213,24 @@ func handleUsageLate(store *usage.Store, authorize Authorize, log *slog.Logger) 
 }
 
 func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, csvOut bool, name string,
-	list []usage.Statement, jsonBody any) {
+	list []billing.Statement, jsonBody any) {
 	if !csvOut {
 		httpx.JSON(w, http.StatusOK, jsonBody)
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
-	if err := usage.WriteCSV(w, list); err != nil {
+	if err := billing.WriteCSV(w, list); err != nil {
 		log.WarnContext(r.Context(), "usage: write CSV", "err", err)
 	}
 }
 
 // rangeRequest authorizes r to read usage of the path's {tenantID} (""
 // on operator-wide routes) and parses its range (see parseRange).
-func rangeRequest(r *http.Request, store *usage.Store, authorize Authorize) (tenant string, rng usage.Range, err error) {
+func rangeRequest(r *http.Request, store *billing.Store, authorize Authorize) (tenant string, rng billing.Range, err error) {
 	tenant = chi.URLParam(r, "tenantID")
 	if err := authorize(r, tenant); err != nil {
-		return "", usage.Range{}, err
+		return "", billing.Range{}, err
 	}
 	rng, err = parseRange(r, store.Now())
 	return tenant, rng, err
@@ -250,9 +250,9 @@ func wantCSV(r *http.Request) (bool, error) {
 
 // parseRange reads ?from= and ?to= (RFC 3339); to defaults to now, from
 // to 24 hours before to.
-func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
+func parseRange(r *http.Request, now time.Time) (billing.Range, error) {
 	f := map[string]string{}
-	rng := usage.Range{To: now.UTC()}
+	rng := billing.Range{To: now.UTC()}
 	if v := r.URL.Query().Get("to"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {

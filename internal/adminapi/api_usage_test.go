@@ -16,10 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // testAuthorize lets "X-Operator: yes" read everything and "X-Tenant: id"
@@ -37,7 +39,7 @@ func testAuthorize(r *http.Request, tenantID string) error {
 	return tollgate.Errorf(tollgate.EUNAUTHORIZED, "log in")
 }
 
-func testRoutes(s *usage.Store) http.Handler {
+func testRoutes(s *billing.Store) http.Handler {
 	mux := chi.NewRouter()
 	usageRoutes(mux, s, testAuthorize, slog.New(slog.DiscardHandler))
 	return mux
@@ -73,14 +75,14 @@ func (c caller) getJSON(path string, v any) {
 }
 
 func TestUsageHandlers(t *testing.T) {
-	s, db := newUsageStore(t, "2026-11-22T12:00:00Z")
+	s, w, db := newUsageStore(t, "2026-11-22T12:00:00Z")
 	pro, free, key1, key2 := seedDemoPro(t, db)
-	monthOfTraffic(t, s, pro, free, key1, key2)
-	_, err := s.Apply(context.Background(), usage.Batch{Version: 1, ID: "ips", IPs: []usage.IPRow{
-		{Minute: at(t, "2026-11-20T10:00"), IP: "198.51.100.7", Counts: usage.Counts{Allowed: 60, Denied: 40, AllowedUnits: 60, DeniedUnits: 40}},
-		{Minute: at(t, "2026-11-20T10:01"), IP: "198.51.100.7", Counts: usage.Counts{Allowed: 0, Denied: 10, DeniedUnits: 10}},
-		{Minute: at(t, "2026-11-20T10:00"), IP: "203.0.113.9", Counts: usage.Counts{Allowed: 5, AllowedUnits: 5}},
-		{Minute: at(t, "2026-11-20T10:00"), IP: usage.OtherIP, Counts: usage.Counts{Allowed: 3, AllowedUnits: 3}},
+	monthOfTraffic(t, w, pro, free, key1, key2)
+	_, err := w.Apply(context.Background(), metering.Batch{Version: 1, ID: "ips", IPs: []metering.IPRow{
+		{Minute: at(t, "2026-11-20T10:00"), IP: "198.51.100.7", Counts: metering.Counts{Allowed: 60, Denied: 40, AllowedUnits: 60, DeniedUnits: 40}},
+		{Minute: at(t, "2026-11-20T10:01"), IP: "198.51.100.7", Counts: metering.Counts{Allowed: 0, Denied: 10, DeniedUnits: 10}},
+		{Minute: at(t, "2026-11-20T10:00"), IP: "203.0.113.9", Counts: metering.Counts{Allowed: 5, AllowedUnits: 5}},
+		{Minute: at(t, "2026-11-20T10:00"), IP: metering.OtherIP, Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +94,8 @@ func TestUsageHandlers(t *testing.T) {
 	base := "/usage/tenants/" + pro.ID
 
 	var series struct {
-		Granularity string        `json:"granularity"`
-		Points      []usage.Point `json:"points"`
+		Granularity string          `json:"granularity"`
+		Points      []billing.Point `json:"points"`
 	}
 	tenant.getJSON(base+"/series?granularity=hour&from=2026-10-10T00:00:00Z&to=2026-10-11T00:00:00Z", &series)
 	if len(series.Points) != 24 || series.Granularity != "hour" {
@@ -117,7 +119,7 @@ func TestUsageHandlers(t *testing.T) {
 	}
 
 	var topHour struct {
-		Keys []usage.KeyUsage `json:"keys"`
+		Keys []billing.KeyUsage `json:"keys"`
 	}
 	// 09:00:30–10:59:59 on 10 October widens to 09:00–11:00: two hours.
 	tenant.getJSON(base+"/top-keys?from=2026-10-10T09:00:30Z&to=2026-10-10T10:59:59Z", &topHour)
@@ -127,8 +129,8 @@ func TestUsageHandlers(t *testing.T) {
 
 	october := "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z"
 	var top struct {
-		Keys      []usage.KeyUsage      `json:"keys"`
-		Resources []usage.ResourceUsage `json:"resources"`
+		Keys      []billing.KeyUsage      `json:"keys"`
+		Resources []billing.ResourceUsage `json:"resources"`
 	}
 	tenant.getJSON(base+"/top-keys?"+october, &top)
 	if len(top.Keys) != 2 || top.Keys[0].KeyID != key1.ID || top.Keys[0].AllowedUnits != 111_600 {
@@ -139,7 +141,7 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("top resources %+v", top.Resources)
 	}
 	var rej struct {
-		Rejections usage.Rejections `json:"rejections"`
+		Rejections billing.Rejections `json:"rejections"`
 	}
 	tenant.getJSON(base+"/rejections?"+october, &rej)
 	if r := rej.Rejections; r.Denied != 31*24*15 || r.Rate != 15.0/180 || r.ByRule["hourly"] != 31*24*10 || r.ByRule["search"] != 31*24*5 {
@@ -157,7 +159,7 @@ func TestUsageHandlers(t *testing.T) {
 		}
 	}
 	var totals struct {
-		Totals usage.Totals `json:"totals"`
+		Totals billing.Totals `json:"totals"`
 	}
 	operator.getJSON("/usage/totals?"+october, &totals)
 	if tt := totals.Totals; tt.AllowedUnits != 133_920+5208+31*24*3 || tt.ByTier["anonymous"].Allowed != 31*24*3 ||
@@ -165,21 +167,21 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("totals %+v", tt)
 	}
 	var ips struct {
-		IPs usage.TopIPs `json:"ips"`
+		IPs billing.TopIPs `json:"ips"`
 	}
 	operator.getJSON("/usage/anonymous/top-ips?limit=1&from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z", &ips)
 	if len(ips.IPs.Top) != 1 || ips.IPs.Top[0].IP != "198.51.100.7" || ips.IPs.Top[0].Denied != 50 || ips.IPs.Other.Allowed != 8 {
 		t.Errorf("top IPs %+v", ips.IPs)
 	}
 
-	var st usage.Statement
+	var st billing.Statement
 	tenant.getJSON("/statements/"+pro.ID+"/2026-10", &st)
 	if st.TotalMinor != 38_820 || st.Status != "open" {
 		t.Errorf("statement total %d status %s", st.TotalMinor, st.Status)
 	}
 	code, body, hdr := tenant.get("/statements/" + pro.ID + "/2026-10?format=csv")
 	if code != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "text/csv") ||
-		!strings.HasPrefix(body, strings.Join(usage.CSVHeader, ",")+"\n") || !strings.Contains(body, ",total,,,,,,,,,,,,38820\n") {
+		!strings.HasPrefix(body, strings.Join(billing.CSVHeader, ",")+"\n") || !strings.Contains(body, ",total,,,,,,,,,,,,38820\n") {
 		t.Errorf("CSV statement: %d %s\n%s", code, hdr.Get("Content-Type"), body)
 	}
 	c := caller{t, h, map[string]string{"X-Tenant": pro.ID, "Accept": "text/csv"}}
@@ -190,14 +192,14 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("month 2026-13: %d, want 422", code)
 	}
 	var all struct {
-		Statements []usage.Statement `json:"statements"`
+		Statements []billing.Statement `json:"statements"`
 	}
 	operator.getJSON("/statements?month=2026-10", &all)
 	if len(all.Statements) != 2 {
 		t.Errorf("%d statements, want 2", len(all.Statements))
 	}
 	var late struct {
-		Late []usage.LateRow `json:"late_usage"`
+		Late []billing.LateRow `json:"late_usage"`
 	}
 	operator.getJSON("/statements/late?month=2026-10", &late)
 	if len(late.Late) != 0 {
@@ -206,13 +208,14 @@ func TestUsageHandlers(t *testing.T) {
 }
 
 // The fixtures below build, through the stores' exported API, the month
-// of demo traffic that internal/usage's statement tests use.
+// of demo traffic that internal/billing's statement tests use.
 
-func newUsageStore(t *testing.T, now string) (*usage.Store, *pgxpool.Pool) {
+func newUsageStore(t *testing.T, now string) (*billing.Store, *pgstore.Store, *pgxpool.Pool) {
 	t.Helper()
 	db := testenv.DB(t)
 	clock := mustTime(t, now)
-	return usage.NewStore(db, usage.StoreConfig{Now: func() time.Time { return clock }}), db
+	cfg := pgstore.StoreConfig{Now: func() time.Time { return clock }}
+	return billing.NewStore(db, cfg), pgstore.NewStore(db, cfg), db
 }
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -230,12 +233,12 @@ func at(t *testing.T, s string) int64 {
 	return tm.Unix()
 }
 
-func usageRow(minute int64, tenant, key, resource string, c usage.Counts) usage.Row {
+func usageRow(minute int64, tenant, key, resource string, c metering.Counts) metering.Row {
 	reason, deniedBy := "ok", ""
 	if c.Denied > 0 {
 		reason, deniedBy = "rate_limited", "hourly"
 	}
-	return usage.Row{Minute: minute, TenantID: tenant, KeyID: key, Tier: "authenticated", Resource: resource,
+	return metering.Row{Minute: minute, TenantID: tenant, KeyID: key, Tier: "authenticated", Resource: resource,
 		Reason: reason, DeniedBy: deniedBy, Counts: c}
 }
 
@@ -270,30 +273,30 @@ func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1
 // 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
 // anonymous callers add traffic of their own, as do September and
 // November.
-func monthOfTraffic(t *testing.T, s *usage.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
+func monthOfTraffic(t *testing.T, s *pgstore.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
 	t.Helper()
 	ctx := context.Background()
 	freeKey := "00000000-0000-4000-8000-000000000099"
 	for day := 1; day <= 31; day++ {
-		b := usage.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
+		b := metering.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
 		for hour := range 24 {
 			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
 			b.Rows = append(b.Rows,
-				usageRow(m, pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 150, AllowedUnits: 150}),
-				usageRow(m, pro.ID, key1.ID, "GET /repos", usage.Counts{Denied: 10, DeniedUnits: 10}),
-				usageRow(m, pro.ID, key2.ID, "POST /v1/search", usage.Counts{Allowed: 15, AllowedUnits: 30}),
-				usage.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
-					Reason: "rate_limited", DeniedBy: "search", Counts: usage.Counts{Denied: 5, DeniedUnits: 10}},
-				usageRow(m, free.ID, freeKey, "GET /repos", usage.Counts{Allowed: 7, AllowedUnits: 7}),
-				usage.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: usage.Counts{Allowed: 3, AllowedUnits: 3}},
+				usageRow(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
+				usageRow(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
+				usageRow(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
+				metering.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
+					Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 5, DeniedUnits: 10}},
+				usageRow(m, free.ID, freeKey, "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
+				metering.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 			)
 		}
 		_, err := s.Apply(ctx, b)
 		testenv.Must(t, err)
 	}
-	_, err := s.Apply(ctx, usage.Batch{Version: 1, ID: "demo:edges", Rows: []usage.Row{
-		usageRow(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 1000, AllowedUnits: 1000}),
-		usageRow(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", usage.Counts{Allowed: 1000, AllowedUnits: 1000}),
+	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "demo:edges", Rows: []metering.Row{
+		usageRow(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		usageRow(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
 	}})
 	testenv.Must(t, err)
 }

@@ -15,18 +15,18 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/ui"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Config is what the admin API needs.
 type Config struct {
 	DB    *pgxpool.Pool
-	Usage *usage.Store
+	Usage *billing.Store
 	Log   *slog.Logger
 	// SessionSecret signs session JWTs (HS256, at least
 	// auth.MinSessionSecretLen bytes); SessionTTL is their lifetime.
@@ -44,7 +44,7 @@ type Config struct {
 	SecretKeys *auth.SecretKeys
 	// UsageLag reports how far behind the usage worker is, on the
 	// console's overview; nil when the server has no Redis.
-	UsageLag func(ctx context.Context) (usage.Lag, error)
+	UsageLag func(ctx context.Context) (billing.Lag, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Metrics is served at /metrics (an empty registry when nil).
@@ -214,7 +214,7 @@ func NewHandler(cfg Config) http.Handler {
 
 // usageRoutes are the usage and statement routes, each asking authorize
 // who may read what (authorizeUsage; tests pass their own).
-func usageRoutes(r chi.Router, us *usage.Store, authorize Authorize, log *slog.Logger) {
+func usageRoutes(r chi.Router, us *billing.Store, authorize Authorize, log *slog.Logger) {
 	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorize, log))
 	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorize, log))
 	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorize, log))

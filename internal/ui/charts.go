@@ -6,10 +6,10 @@ import (
 	"html/template"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // The console's charts, drawn by internal/chart as inline SVG (styled by
@@ -38,13 +38,13 @@ type bar struct {
 }
 
 // perBucket names the unit of a series of buckets of g.
-func perBucket(g usage.Granularity) string {
+func perBucket(g billing.Granularity) string {
 	switch g {
-	case usage.GranularityMinute:
+	case billing.GranularityMinute:
 		return "checks per minute"
-	case usage.GranularityHour:
+	case billing.GranularityHour:
 		return "checks per hour"
-	case usage.GranularityDay:
+	case billing.GranularityDay:
 		return "checks per day"
 	}
 	return "checks per month"
@@ -59,7 +59,7 @@ const (
 
 // usageChart draws allowed and rejected checks per bucket, stacked, width
 // wide or narrow.
-func usageChart(id, title string, points []usage.Point, g usage.Granularity, width int) chartHTML {
+func usageChart(id, title string, points []billing.Point, g billing.Granularity, width int) chartHTML {
 	var allowed, denied []chart.Point
 	for _, p := range points {
 		allowed = append(allowed, chart.At(p.At, float64(p.Allowed)))
@@ -92,7 +92,7 @@ func barsChart(id, title, category string, bars []bar) chartHTML {
 
 // consumptionChart draws the month's units against the included ones,
 // with the projection to the month's end.
-func consumptionChart(p usage.Projection) chartHTML {
+func consumptionChart(p billing.Projection) chartHTML {
 	return figure(chart.Progress{Title: "Units this month against the included units", ID: "consumption",
 		Width: wide, Height: 40, Used: float64(p.UsedUnits), Included: float64(p.IncludedUnits),
 		Projected: float64(p.ProjectedUnits), Unit: "units"})

@@ -36,22 +36,22 @@ import (
 	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
-	"github.com/tollgate/tollgate/internal/usage"
 	"github.com/tollgate/tollgate/web"
 )
 
 // Config is what the console needs.
 type Config struct {
 	DB    *pgxpool.Pool
-	Usage *usage.Store
+	Usage *billing.Store
 	// UsageLag reports how far behind the usage worker is, for the
 	// overview; nil when the admin server has no Redis (the overview then
 	// says so).
-	UsageLag func(ctx context.Context) (usage.Lag, error)
+	UsageLag func(ctx context.Context) (billing.Lag, error)
 	Log      *slog.Logger
 	// Secret keys the console's CSRF tokens (HMAC-SHA256); the session
 	// secret, under a label of its own.
@@ -76,7 +76,7 @@ type Console struct {
 	tenants *tenants.Store
 	auth    *auth.Store
 	audit   *audit.Store
-	usage   *usage.Store
+	usage   *billing.Store
 }
 
 // New returns the console. It panics if the embedded templates do not

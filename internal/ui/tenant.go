@@ -9,10 +9,10 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/access"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // tenantPage is the data of a tenant's page: the operator's detail view,
@@ -24,7 +24,7 @@ type tenantPage struct {
 	History   []tenants.PlanChange
 	Overrides []plans.Rule
 	Keys      tenants.KeyCount
-	Month     usage.Month
+	Month     billing.Month
 	// Consumption is the month's units against the included ones.
 	Consumption consumption
 	// Usage is the last 30 days, by day.
@@ -43,7 +43,7 @@ type planChangeForm struct {
 // consumption is the month's units against the included ones, with the
 // projection to the month's end.
 type consumption struct {
-	usage.Projection
+	billing.Projection
 	Chart chartHTML
 }
 
@@ -68,7 +68,7 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int,
 	}
 	u := session(r).User
 	now := c.now()
-	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: usage.MonthOf(now),
+	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: billing.MonthOf(now),
 		CanOperate:    access.Tenant(u, t.ID, access.OperateTenant) == nil,
 		CanManageKeys: access.Tenant(u, t.ID, access.ManageKeys) == nil}
 	if p.Plan, err = c.plans.Get(ctx, t.PlanID); err != nil {
@@ -107,8 +107,8 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int,
 		c.Error(w, r, err)
 		return
 	}
-	day := usage.GranularityDay
-	rng := usage.Range{From: now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -29), To: now}
+	day := billing.GranularityDay
+	rng := billing.Range{From: now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -29), To: now}
 	points, err := c.usage.Series(ctx, t.ID, day, rng)
 	if err != nil {
 		c.Error(w, r, err)
@@ -126,12 +126,12 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int,
 
 // consumption computes the tenant's month so far against its included
 // units, and where it is heading.
-func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m usage.Month) (consumption, error) {
+func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m billing.Month) (consumption, error) {
 	st, err := c.usage.Statement(r.Context(), t.ID, m)
 	if err != nil {
 		return consumption{}, err
 	}
-	pr := usage.Project(st, p, c.now())
+	pr := billing.Project(st, p, c.now())
 	return consumption{Projection: pr, Chart: consumptionChart(pr)}, nil
 }
 

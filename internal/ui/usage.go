@@ -11,46 +11,47 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/access"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // monthParam reads ?month= (default the month of now); a month that does
 // not parse is EINVALID.
-func monthParam(r *http.Request, now time.Time) (usage.Month, error) {
+func monthParam(r *http.Request, now time.Time) (billing.Month, error) {
 	s := r.URL.Query().Get("month")
 	if s == "" {
-		return usage.MonthOf(now), nil
+		return billing.MonthOf(now), nil
 	}
-	return usage.ParseMonth(s)
+	return billing.ParseMonth(s)
 }
 
 // monthNav links a page to the months around the one it shows.
 type monthNav struct {
-	Month, Prev, Next usage.Month
+	Month, Prev, Next billing.Month
 	HasNext           bool
 	Current           bool
 }
 
-func navOf(m usage.Month, now time.Time) monthNav {
-	this := usage.MonthOf(now)
-	return monthNav{Month: m, Prev: usage.MonthOf(m.Start().Add(-time.Hour)), Next: usage.MonthOf(m.End()),
+func navOf(m billing.Month, now time.Time) monthNav {
+	this := billing.MonthOf(now)
+	return monthNav{Month: m, Prev: billing.MonthOf(m.Start().Add(-time.Hour)), Next: billing.MonthOf(m.End()),
 		HasNext: m.Start().Before(this.Start()), Current: m.Start().Equal(this.Start())}
 }
 
 // monthRange is the whole of m: its totals come from the month rollup,
 // which holds the month so far.
-func monthRange(m usage.Month) usage.Range { return usage.Range{From: m.Start(), To: m.End()} }
+func monthRange(m billing.Month) billing.Range { return billing.Range{From: m.Start(), To: m.End()} }
 
 // daysSoFar is m up to the end of the day under way at now (or the whole
 // month once it is over): whole days, read from the day rollups.
-func daysSoFar(m usage.Month, now time.Time) usage.Range {
+func daysSoFar(m billing.Month, now time.Time) billing.Range {
 	to := dayEnd(now)
 	if m.End().Before(to) {
 		to = m.End()
 	}
-	return usage.Range{From: m.Start(), To: to}
+	return billing.Range{From: m.Start(), To: to}
 }
 
 // dayEnd is the end of the UTC day under way at now.
@@ -69,8 +70,8 @@ type tenantUsagePage struct {
 	ByKey       chartHTML
 	ByResource  chartHTML
 	Keys        []keyUsageRow
-	Resources   []usage.ResourceUsage
-	Rejections  usage.Rejections
+	Resources   []billing.ResourceUsage
+	Rejections  billing.Rejections
 	Reasons     []countRow
 	Rules       []countRow
 	// The filter of the charts over time.
@@ -79,7 +80,7 @@ type tenantUsagePage struct {
 }
 
 type keyUsageRow struct {
-	usage.KeyUsage
+	billing.KeyUsage
 	Label string
 }
 
@@ -174,24 +175,24 @@ func (c *Console) TenantUsage() http.Handler {
 		if p.Resource != "" {
 			p.FilterLabel = strings.TrimSpace(p.FilterLabel + " resource " + p.Resource)
 		}
-		d := usage.Dimensions{KeyID: p.KeyID, Resource: p.Resource}
+		d := billing.Dimensions{KeyID: p.KeyID, Resource: p.Resource}
 		if p.KeyID == "none" {
-			d.KeyID = usage.NoKey
+			d.KeyID = billing.NoKey
 		}
-		daily, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityDay, daysSoFar(m, now))
+		daily, err := c.usage.SeriesOf(ctx, t.ID, d, billing.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, usage.GranularityDay, wide)
+		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, billing.GranularityDay, wide)
 		if p.Nav.Current {
-			hourly, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityHour,
-				usage.Range{From: now.Truncate(time.Hour).Add(-47 * time.Hour), To: now})
+			hourly, err := c.usage.SeriesOf(ctx, t.ID, d, billing.GranularityHour,
+				billing.Range{From: now.Truncate(time.Hour).Add(-47 * time.Hour), To: now})
 			if err != nil {
 				c.Error(w, r, err)
 				return
 			}
-			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, usage.GranularityHour, wide)
+			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, billing.GranularityHour, wide)
 		}
 		p.ByKey = barsChart("usage-keys", "Checks by key in "+m.String(), "key", keyBars)
 		p.ByResource = barsChart("usage-resources", "Checks by resource in "+m.String(), "resource", resBars)
@@ -217,8 +218,8 @@ func tenantNav(r *http.Request, own string) string {
 // statementListPage is the data of a tenant's statements page.
 type statementListPage struct {
 	Tenant tenants.Tenant
-	Months []usage.MonthUsage
-	Now    usage.Month
+	Months []billing.MonthUsage
+	Now    billing.Month
 }
 
 // StatementList serves GET /tenants/{tenantID}/statements: the months
@@ -235,9 +236,9 @@ func (c *Console) StatementList() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		now := usage.MonthOf(c.now())
+		now := billing.MonthOf(c.now())
 		if len(months) == 0 || !months[0].Month.Start().Equal(now.Start()) {
-			months = append([]usage.MonthUsage{{Month: now}}, months...)
+			months = append([]billing.MonthUsage{{Month: now}}, months...)
 		}
 		c.render(w, r, http.StatusOK, "statement_list", tenantNav(r, "statements"), statementListPage{Tenant: t, Months: months, Now: now})
 	})
@@ -246,13 +247,13 @@ func (c *Console) StatementList() http.Handler {
 // statementPage is the data of a statement's page.
 type statementPage struct {
 	Tenant    tenants.Tenant
-	Statement usage.Statement
+	Statement billing.Statement
 	Lines     []statementLine
 	CSV       string
 }
 
 type statementLine struct {
-	usage.UsageLine
+	billing.UsageLine
 	Key string
 }
 
@@ -266,7 +267,7 @@ func (c *Console) StatementView() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
+		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "no statement for %s", chi.URLParam(r, "month")))
 			return
@@ -295,7 +296,7 @@ func (c *Console) StatementView() http.Handler {
 // usagePage is the data of the operator's usage page.
 type usagePage struct {
 	Nav      monthNav
-	Totals   usage.Counts
+	Totals   metering.Counts
 	Daily    chartHTML
 	Top      []tenantUsageRow
 	Tenants  int64
@@ -306,7 +307,7 @@ type usagePage struct {
 }
 
 type tenantUsageRow struct {
-	usage.TenantTotal
+	billing.TenantTotal
 	Name string
 }
 
@@ -328,12 +329,12 @@ func (c *Console) Usage() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		daily, err := c.usage.OverallSeries(ctx, usage.GranularityDay, daysSoFar(m, now))
+		daily, err := c.usage.OverallSeries(ctx, billing.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, usage.GranularityDay, wide)
+		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, billing.GranularityDay, wide)
 		top, n, err := c.usage.MonthTenants(ctx, m, 20)
 		if err != nil {
 			c.Error(w, r, err)
@@ -365,7 +366,7 @@ func (c *Console) Usage() http.Handler {
 // confirmation: the API freezes every tenant's statement of the month.
 func (c *Console) MonthClose() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
+		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			c.Error(w, r, err)
 			return
@@ -377,7 +378,7 @@ func (c *Console) MonthClose() http.Handler {
 				Button:  "Close the month", Back: back})
 			return
 		}
-		var res usage.CloseResult
+		var res billing.CloseResult
 		if err := c.call(w, r, http.MethodPost, "/api/v1/months/"+m.String()+"/close", nil, &res); err != nil {
 			c.Error(w, r, err)
 			return

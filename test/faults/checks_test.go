@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/metering"
 )
 
 // checkAnswers asserts the client's view: every check answered 200, and
@@ -128,7 +128,7 @@ func maxTime(a, b time.Time) time.Time {
 // before the kill) plus what it answered after that reading.
 func (s *suite) checkUsage(rs []result, marks map[string]time.Time, killed int, unpublished float64) {
 	t := s.t
-	saw := map[string]usage.Counts{}
+	saw := map[string]metering.Counts{}
 	var lastWindow int64
 	keyedByKilled := map[string]bool{}
 	for _, r := range rs {
@@ -138,9 +138,9 @@ func (s *suite) checkUsage(rs []result, marks map[string]time.Time, killed int, 
 		k := orNil(r.tenantID) + "/" + orNil(r.keyID) + "/" + r.tier
 		c := saw[k]
 		if r.allowed {
-			c.Add(usage.Counts{Allowed: 1, AllowedUnits: 1})
+			c.Add(metering.Counts{Allowed: 1, AllowedUnits: 1})
 		} else {
-			c.Add(usage.Counts{Denied: 1, DeniedUnits: 1})
+			c.Add(metering.Counts{Denied: 1, DeniedUnits: 1})
 		}
 		saw[k] = c
 		if r.node == killed {
@@ -151,7 +151,7 @@ func (s *suite) checkUsage(rs []result, marks map[string]time.Time, killed int, 
 		}
 	}
 	bound := int64(unpublished) + lastWindow
-	stored := map[string]map[string]usage.Counts{}
+	stored := map[string]map[string]metering.Counts{}
 	for _, table := range []string{"usage_minute", "usage_hour", "usage_day", "usage_month"} {
 		stored[table] = s.usageTable(table)
 		if fmt.Sprint(stored[table]) != fmt.Sprint(stored["usage_minute"]) {
@@ -163,12 +163,12 @@ func (s *suite) checkUsage(rs []result, marks map[string]time.Time, killed int, 
 	for k, want := range saw {
 		g := got[k]
 		total += want.Allowed + want.Denied
-		d := usage.Counts{Allowed: want.Allowed - g.Allowed, Denied: want.Denied - g.Denied,
+		d := metering.Counts{Allowed: want.Allowed - g.Allowed, Denied: want.Denied - g.Denied,
 			AllowedUnits: want.AllowedUnits - g.AllowedUnits, DeniedUnits: want.DeniedUnits - g.DeniedUnits}
 		switch {
 		case d.Allowed < 0 || d.Denied < 0:
 			t.Errorf("usage of %s: stored %+v, more than the client saw %+v", k, g, want)
-		case d != (usage.Counts{}) && !keyedByKilled[k]:
+		case d != (metering.Counts{}) && !keyedByKilled[k]:
 			t.Errorf("usage of %s: stored %+v, the client saw %+v (the killed node never answered it)", k, g, want)
 		}
 		short += d.Allowed + d.Denied
@@ -194,17 +194,17 @@ func orNil(id string) string {
 }
 
 // usageTable reads a usage table's totals by tenant/key/tier.
-func (s *suite) usageTable(table string) map[string]usage.Counts {
+func (s *suite) usageTable(table string) map[string]metering.Counts {
 	rows, err := s.db.Query(context.Background(), `SELECT tenant_id::text || '/' || key_id::text || '/' || tier,
 		sum(allowed), sum(denied), sum(allowed_units), sum(denied_units) FROM `+table+` GROUP BY 1`)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[string]usage.Counts{}
+	out := map[string]metering.Counts{}
 	for rows.Next() {
 		var k string
-		var c usage.Counts
+		var c metering.Counts
 		if err := rows.Scan(&k, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits); err != nil {
 			s.t.Fatal(err)
 		}

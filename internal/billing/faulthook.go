@@ -1,6 +1,6 @@
 //go:build faults
 
-package usage
+package billing
 
 import (
 	"os"

@@ -1,4 +1,14 @@
-package usage
+// Package pgstore is where the usage counts land in Postgres: it applies
+// metering batches exactly once to the usage tables (minute rows and their
+// hour, day and month rollups, anonymous callers by IP), keeps the monthly
+// minute partitions, sets aside batches Postgres refuses, and writes the
+// demo usage of `admin seed demo`.
+//
+// Both sides write through it: the usage worker of the admin side, and the
+// check server itself in single-process mode (TOLLGATE_USAGE_SINK=postgres,
+// through StoreProducer). It imports nothing of the admin side; reading
+// usage, statements and closing months are package billing's.
+package pgstore
 
 import (
 	"context"
@@ -12,19 +22,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-// nilUUID stands for "no tenant" and "no key" in the usage tables.
-const nilUUID = "00000000-0000-0000-0000-000000000000"
+// NilUUID stands for "no tenant" and "no key" in the usage tables.
+const NilUUID = "00000000-0000-0000-0000-000000000000"
 
-// Advisory lock keys. Applying a batch holds closeLock shared, closing a
-// month holds it exclusively: a batch is either in a month's statements or
+// Advisory lock keys. Applying a batch holds CloseLock shared, closing a
+// month (package billing) holds it exclusively: a batch is either in a month's statements or
 // reported as late, never half of each.
 const (
-	closeLock     int64 = 7_274_001
+	CloseLock     int64 = 7_274_001
 	partitionLock int64 = 7_274_002
 )
 
@@ -43,13 +52,32 @@ type StoreConfig struct {
 	Now func() time.Time
 }
 
-// Store keeps usage, closed months and statements in Postgres. Safe for
+// WithDefaults returns c with its zero values replaced by the defaults
+// noted on the fields.
+func (c StoreConfig) WithDefaults() StoreConfig {
+	if c.MinuteRetention <= 0 {
+		c.MinuteRetention = 3
+	}
+	if c.BatchIDRetention <= 0 {
+		c.BatchIDRetention = 30 * 24 * time.Hour
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// MinuteCutoff is the start of the oldest month whose minute rows are
+// kept, at c.Now; c must have its defaults (WithDefaults).
+func (c StoreConfig) MinuteCutoff() time.Time {
+	return MonthStart(c.Now()).AddDate(0, -c.MinuteRetention, 0)
+}
+
+// Store writes usage to Postgres: batches, rollups, partitions. Safe for
 // concurrent use.
 type Store struct {
-	db      *pgxpool.Pool
-	plans   *plans.Store
-	tenants *tenants.Store
-	cfg     StoreConfig
+	db  *pgxpool.Pool
+	cfg StoreConfig
 
 	mu         sync.Mutex
 	partitions map[string]bool // minute partitions known to exist
@@ -57,17 +85,7 @@ type Store struct {
 
 // NewStore returns a Store on db.
 func NewStore(db *pgxpool.Pool, cfg StoreConfig) *Store {
-	if cfg.MinuteRetention <= 0 {
-		cfg.MinuteRetention = 3
-	}
-	if cfg.BatchIDRetention <= 0 {
-		cfg.BatchIDRetention = 30 * 24 * time.Hour
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Store{db: db, plans: plans.NewStore(db), tenants: tenants.NewStore(db), cfg: cfg,
-		partitions: map[string]bool{}}
+	return &Store{db: db, cfg: cfg.WithDefaults(), partitions: map[string]bool{}}
 }
 
 // ApplyResult says what Apply did.
@@ -85,8 +103,8 @@ type ApplyResult struct {
 // Rows in closed months are counted and also listed in usage_late; the
 // closed months' statements do not change. Minute rows older than the
 // retention only go to the rollups.
-func (s *Store) Apply(ctx context.Context, b Batch) (ApplyResult, error) {
-	res, err := s.ApplyAll(ctx, []Batch{b})
+func (s *Store) Apply(ctx context.Context, b metering.Batch) (ApplyResult, error) {
+	res, err := s.ApplyAll(ctx, []metering.Batch{b})
 	if err != nil {
 		return ApplyResult{}, err
 	}
@@ -98,7 +116,7 @@ func (s *Store) Apply(ctx context.Context, b Batch) (ApplyResult, error) {
 // catch up quickly after an outage. Each batch is still applied exactly
 // once (a batch listed twice is a duplicate the second time). Results
 // are in the order of batches.
-func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, error) {
+func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]ApplyResult, error) {
 	results := make([]ApplyResult, len(batches))
 	if len(batches) == 0 {
 		return results, nil
@@ -107,10 +125,10 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 	var months []time.Time
 	for _, b := range batches {
 		for _, r := range b.Rows {
-			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+			months = append(months, MonthStart(time.Unix(r.Minute, 0)))
 		}
 		for _, r := range b.IPs {
-			months = append(months, monthOf(time.Unix(r.Minute, 0)))
+			months = append(months, MonthStart(time.Unix(r.Minute, 0)))
 		}
 	}
 	if err := s.ensurePartitions(ctx, months, cutoff); err != nil {
@@ -131,7 +149,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 		ids, rowCounts, decisions = append(ids, b.ID), append(rowCounts, int32(len(b.Rows))), append(decisions, b.Decisions())
 	}
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, closeLock); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, CloseLock); err != nil {
 			return fmt.Errorf("usage: apply: lock: %w", err)
 		}
 		rows, err := tx.Query(ctx, `INSERT INTO usage_batches (batch_id, row_count, decisions)
@@ -149,7 +167,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 			isFresh[id] = true
 		}
 		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
-		ips := map[ipKey]Counts{}
+		ips := map[ipKey]metering.Counts{}
 		var apply []int
 		for i, b := range batches {
 			if first[b.ID] != i || !isFresh[b.ID] {
@@ -167,7 +185,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 				}
 				hour.add(at.Truncate(time.Hour), k, r.Counts)
 				day.add(time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), k, r.Counts)
-				month.add(monthOf(at), k, r.Counts)
+				month.add(MonthStart(at), k, r.Counts)
 			}
 			for _, r := range b.IPs {
 				if at := time.Unix(r.Minute, 0).UTC(); !at.Before(cutoff) {
@@ -213,7 +231,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []Batch) ([]ApplyResult, e
 
 func orNil(id string) string {
 	if id == "" {
-		return nilUUID
+		return NilUUID
 	}
 	return id
 }
@@ -228,11 +246,11 @@ type bucketKey struct {
 	dims
 }
 
-type rollup map[bucketKey]Counts
+type rollup map[bucketKey]metering.Counts
 
 func newRollup() rollup { return rollup{} }
 
-func (r rollup) add(at time.Time, d dims, c Counts) {
+func (r rollup) add(at time.Time, d dims, c metering.Counts) {
 	k := bucketKey{at, d}
 	cur := r[k]
 	cur.Add(c)
@@ -315,7 +333,7 @@ func upsertTotals(ctx context.Context, tx pgx.Tx, minute, hour rollup) error {
 		if len(t.r) == 0 {
 			continue
 		}
-		sums := map[time.Time]Counts{}
+		sums := map[time.Time]metering.Counts{}
 		for k, c := range t.r {
 			s := sums[k.at]
 			s.Add(c)
@@ -350,7 +368,7 @@ type ipKey struct {
 	ip string
 }
 
-func upsertIPs(ctx context.Context, tx pgx.Tx, ips map[ipKey]Counts) error {
+func upsertIPs(ctx context.Context, tx pgx.Tx, ips map[ipKey]metering.Counts) error {
 	if len(ips) == 0 {
 		return nil
 	}
@@ -389,7 +407,7 @@ func closedMonths(ctx context.Context, tx pgx.Tx, months rollup) (map[string]boo
 	var touched []time.Time
 	seen := map[time.Time]bool{}
 	for k := range months {
-		if k.tenantID != nilUUID && !seen[k.at] {
+		if k.tenantID != NilUUID && !seen[k.at] {
 			seen[k.at] = true
 			touched = append(touched, k.at)
 		}
@@ -413,7 +431,7 @@ func closedMonths(ctx context.Context, tx pgx.Tx, months rollup) (map[string]boo
 }
 
 // recordLate lists the batch's tenant rows that fall in closed months.
-func recordLate(ctx context.Context, tx pgx.Tx, b Batch, closed map[string]bool) (int, error) {
+func recordLate(ctx context.Context, tx pgx.Tx, b metering.Batch, closed map[string]bool) (int, error) {
 	n := 0
 	for _, r := range b.Rows {
 		at := time.Unix(r.Minute, 0).UTC()
@@ -423,7 +441,7 @@ func recordLate(ctx context.Context, tx pgx.Tx, b Batch, closed map[string]bool)
 		_, err := tx.Exec(ctx, `INSERT INTO usage_late (batch_id, month, tenant_id, key_id, resource,
 			bucket_start, allowed, denied, allowed_units, denied_units)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			b.ID, monthOf(at), r.TenantID, orNil(r.KeyID), r.Resource, at,
+			b.ID, MonthStart(at), r.TenantID, orNil(r.KeyID), r.Resource, at,
 			r.Allowed, r.Denied, r.AllowedUnits, r.DeniedUnits)
 		if err != nil {
 			return 0, fmt.Errorf("usage: apply: record late usage: %w", err)
@@ -433,17 +451,15 @@ func recordLate(ctx context.Context, tx pgx.Tx, b Batch, closed map[string]bool)
 	return n, nil
 }
 
-// monthOf returns the first instant of t's UTC month.
-func monthOf(t time.Time) time.Time {
+// MonthStart returns the first instant of t's UTC month.
+func MonthStart(t time.Time) time.Time {
 	t = t.UTC()
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
 // minuteCutoff is the start of the oldest month whose minute rows are
 // kept.
-func (s *Store) minuteCutoff() time.Time {
-	return monthOf(s.cfg.Now()).AddDate(0, -s.cfg.MinuteRetention, 0)
-}
+func (s *Store) minuteCutoff() time.Time { return s.cfg.MinuteCutoff() }
 
 // partitioned are the tables split into monthly partitions.
 var partitioned = []string{"usage_minute", "usage_anon_ip_minute"}
@@ -523,7 +539,7 @@ type MaintenanceResult struct {
 func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
 	now := s.cfg.Now()
-	cur := monthOf(now)
+	cur := MonthStart(now)
 	cutoff := s.minuteCutoff()
 	if err := s.ensurePartitions(ctx, []time.Time{cur, cur.AddDate(0, 1, 0), cur.AddDate(0, 2, 0)}, cutoff); err != nil {
 		return res, err
@@ -596,7 +612,7 @@ func (s *Store) SetAside(ctx context.Context, entryID string, payload []byte, re
 type StoreProducer struct{ Store *Store }
 
 // Publish applies b.
-func (p StoreProducer) Publish(ctx context.Context, b Batch) error {
+func (p StoreProducer) Publish(ctx context.Context, b metering.Batch) error {
 	_, err := p.Store.Apply(ctx, b)
 	return err
 }

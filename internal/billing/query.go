@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -94,7 +95,7 @@ func (s *Store) checkRange(g Granularity, r Range) error {
 // Point is one bucket of a series.
 type Point struct {
 	At time.Time `json:"at"`
-	Counts
+	metering.Counts
 }
 
 // Series returns the tenant's counts per bucket of g over r (widened to
@@ -177,8 +178,8 @@ func (s *Store) series(ctx context.Context, g Granularity, r Range, tenantID str
 // forEachCounts calls each for every row of rows, whose columns are those
 // scanned into head followed by the sums of allowed, denied, allowed
 // units and denied units.
-func forEachCounts(rows pgx.Rows, head []any, each func(c Counts)) error {
-	var c Counts
+func forEachCounts(rows pgx.Rows, head []any, each func(c metering.Counts)) error {
+	var c metering.Counts
 	_, err := pgx.ForEachRow(rows, append(head, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits), func() error {
 		each(c)
 		return nil
@@ -192,7 +193,7 @@ func forEachCounts(rows pgx.Rows, head []any, each func(c Counts)) error {
 func fillPoints(rows pgx.Rows, points []Point) error {
 	i := 0
 	var at time.Time
-	return forEachCounts(rows, []any{&at}, func(c Counts) {
+	return forEachCounts(rows, []any{&at}, func(c metering.Counts) {
 		for i < len(points) && points[i].At.Before(at) {
 			i++
 		}
@@ -205,17 +206,17 @@ func fillPoints(rows pgx.Rows, points []Point) error {
 // KeyUsage is one key's usage; KeyID "" counts decisions without a key.
 type KeyUsage struct {
 	KeyID string `json:"key_id"`
-	Counts
+	metering.Counts
 }
 
 // ResourceUsage is one resource's usage.
 type ResourceUsage struct {
 	Resource string `json:"resource"`
-	Counts
+	metering.Counts
 }
 
 func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, limit int,
-	scan func(group string, c Counts)) error {
+	scan func(group string, c metering.Counts)) error {
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
 		return err
@@ -234,7 +235,7 @@ func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, l
 		return fmt.Errorf("usage: top %s: %w", column, err)
 	}
 	var group string
-	err = forEachCounts(rows, []any{&group}, func(c Counts) {
+	err = forEachCounts(rows, []any{&group}, func(c metering.Counts) {
 		scan(group, c)
 	})
 	if err != nil {
@@ -247,7 +248,7 @@ func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, l
 // (then most decisions), at most limit (default 10, at most 1000).
 func (s *Store) TopKeys(ctx context.Context, tenantID string, r Range, limit int) ([]KeyUsage, error) {
 	out := []KeyUsage{}
-	err := s.grouped(ctx, tenantID, "key_id", r, limit, func(k string, c Counts) {
+	err := s.grouped(ctx, tenantID, "key_id", r, limit, func(k string, c metering.Counts) {
 		if k == nilUUID {
 			k = ""
 		}
@@ -260,7 +261,7 @@ func (s *Store) TopKeys(ctx context.Context, tenantID string, r Range, limit int
 // units in r, like TopKeys.
 func (s *Store) TopResources(ctx context.Context, tenantID string, r Range, limit int) ([]ResourceUsage, error) {
 	out := []ResourceUsage{}
-	err := s.grouped(ctx, tenantID, "resource", r, limit, func(res string, c Counts) {
+	err := s.grouped(ctx, tenantID, "resource", r, limit, func(res string, c metering.Counts) {
 		out = append(out, ResourceUsage{Resource: res, Counts: c})
 	})
 	return out, err
@@ -268,7 +269,7 @@ func (s *Store) TopResources(ctx context.Context, tenantID string, r Range, limi
 
 // Rejections are a tenant's denials in a range.
 type Rejections struct {
-	Counts
+	metering.Counts
 	// Rate is denied / (allowed + denied); 0 without decisions.
 	Rate     float64          `json:"rejection_rate"`
 	ByReason map[string]int64 `json:"denied_by_reason"`
@@ -296,7 +297,7 @@ func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejec
 		return out, fmt.Errorf("usage: rejections: %w", err)
 	}
 	var reason, deniedBy string
-	err = forEachCounts(rows, []any{&reason, &deniedBy}, func(c Counts) {
+	err = forEachCounts(rows, []any{&reason, &deniedBy}, func(c metering.Counts) {
 		out.Add(c)
 		if c.Denied > 0 {
 			out.ByReason[reason] += c.Denied
@@ -317,19 +318,19 @@ func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejec
 type TenantTotal struct {
 	TenantID   string `json:"tenant_id"`
 	TenantName string `json:"tenant_name,omitempty"`
-	Counts
+	metering.Counts
 }
 
 // Totals are operator-wide usage in a range.
 type Totals struct {
-	Counts
-	ByTenant []TenantTotal     `json:"by_tenant"`
-	ByTier   map[string]Counts `json:"by_tier"`
+	metering.Counts
+	ByTenant []TenantTotal              `json:"by_tenant"`
+	ByTier   map[string]metering.Counts `json:"by_tier"`
 }
 
 // Totals returns every tenant's and every tier's usage in r.
 func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
-	out := Totals{ByTenant: []TenantTotal{}, ByTier: map[string]Counts{}}
+	out := Totals{ByTenant: []TenantTotal{}, ByTier: map[string]metering.Counts{}}
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
 		return out, err
@@ -350,7 +351,7 @@ func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
 	}
 	index := map[string]int{}
 	var tenantID, tier string
-	err = forEachCounts(rows, []any{&tenantID, &tier}, func(c Counts) {
+	err = forEachCounts(rows, []any{&tenantID, &tier}, func(c metering.Counts) {
 		if tenantID == nilUUID {
 			tenantID = ""
 		}
@@ -375,7 +376,7 @@ func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
 // IPUsage is one anonymous address's usage.
 type IPUsage struct {
 	IP string `json:"ip"`
-	Counts
+	metering.Counts
 }
 
 // TopIPs are the anonymous addresses with the most decisions in a range.
@@ -383,7 +384,7 @@ type TopIPs struct {
 	Top []IPUsage `json:"top"`
 	// Other sums every other address, including those each batch already
 	// folded into OtherIP; Top plus Other is all anonymous traffic.
-	Other Counts `json:"other"`
+	Other metering.Counts `json:"other"`
 }
 
 // TopIPs returns the anonymous addresses with the most decisions in r
@@ -410,12 +411,12 @@ func (s *Store) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error) 
 		}
 		rows, err := tx.Query(ctx, `SELECT ip, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
 			FROM usage_anon_ip_minute WHERE bucket_start >= $1 AND bucket_start < $2 AND ip <> $3
-			GROUP BY ip ORDER BY sum(allowed) + sum(denied) DESC, ip LIMIT $4`, r.From, r.To, OtherIP, limit)
+			GROUP BY ip ORDER BY sum(allowed) + sum(denied) DESC, ip LIMIT $4`, r.From, r.To, metering.OtherIP, limit)
 		if err != nil {
 			return err
 		}
 		var ip string
-		return forEachCounts(rows, []any{&ip}, func(c Counts) {
+		return forEachCounts(rows, []any{&ip}, func(c metering.Counts) {
 			out.Top = append(out.Top, IPUsage{IP: ip, Counts: c})
 			out.Other.Allowed -= c.Allowed
 			out.Other.Denied -= c.Denied

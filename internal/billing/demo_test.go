@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -19,12 +21,12 @@ func TestSeedDemo(t *testing.T) {
 	s, db := newStore(t, now.Format(time.RFC3339))
 	tenant := "0aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f"
 	keys := []string{"1aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f", "2aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f"}
-	demo := []DemoTenant{{TenantID: tenant, KeyIDs: keys, Resources: []string{"GET /a", "POST /b"}, PerHour: 600,
+	demo := []pgstore.DemoTenant{{TenantID: tenant, KeyIDs: keys, Resources: []string{"GET /a", "POST /b"}, PerHour: 600,
 		DenyRule: "hourly", DenyRate: 0.05}}
-	anon := DemoAnonymous{IPs: []string{"203.0.113.7", "2001:db8::5"}, PerHour: 30, DenyRule: "hourly"}
+	anon := pgstore.DemoAnonymous{IPs: []string{"203.0.113.7", "2001:db8::5"}, PerHour: 30, DenyRule: "hourly"}
 	n, err := s.SeedDemo(ctx, demo, anon, now)
 	testenv.Must(t, err)
-	if want := demoDays*24 + 1; n != want { // 30 days back from the current hour, which is under way
+	if want := 30*24 + 1; n != want { // 30 days back from the current hour, which is under way
 		t.Errorf("first run added %d hours, want %d", n, want)
 	}
 	hour, day, month := sums(t, db, "usage_hour"), sums(t, db, "usage_day"), sums(t, db, "usage_month")
@@ -34,8 +36,8 @@ func TestSeedDemo(t *testing.T) {
 	if len(hour) != 3 { // two keys and the anonymous callers
 		t.Errorf("usage of %d tenant/key pairs, want 3: %v", len(hour), hour)
 	}
-	var minutes, hours Counts
-	from := now.Truncate(time.Hour).Add(-demoMinutes + time.Hour)
+	var minutes, hours metering.Counts
+	from := now.Truncate(time.Hour).Add(-3*time.Hour + time.Hour) // minute rows cover the last three hours
 	testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM usage_minute WHERE bucket_start >= $1`, from).
 		Scan(&minutes.Allowed, &minutes.Denied))
 	testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM usage_hour WHERE bucket_start >= $1`, from).
@@ -45,7 +47,7 @@ func TestSeedDemo(t *testing.T) {
 	}
 	// The totals of every tenant by minute and by hour agree with the rows.
 	for _, tables := range [][2]string{{"usage_total_minute", "usage_minute"}, {"usage_total_hour", "usage_hour"}} {
-		var total, rows Counts
+		var total, rows metering.Counts
 		testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM `+tables[0]).Scan(&total.Allowed, &total.Denied))
 		testenv.Must(t, db.QueryRow(ctx, `SELECT sum(allowed), sum(denied) FROM `+tables[1]).Scan(&rows.Allowed, &rows.Denied))
 		if total != rows || total.Allowed == 0 {

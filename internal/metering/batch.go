@@ -1,19 +1,18 @@
-// Package usage counts every check decision and turns the counts into
-// monthly statements.
+// Package metering is the check server's side of usage: it counts every
+// check decision and hands the counts on, without touching Postgres.
 //
-// The pipeline: an Aggregator in each API process (it satisfies
-// enforce.Recorder) sums decisions in memory by minute and dimensions and
-// publishes one Batch per flush interval through a Producer (a Redis
-// Stream, or Postgres directly in single-process mode). A Worker reads
-// batches through a Consumer and applies each one exactly once to Postgres
-// (Store.Apply): the batch's ID is inserted in the same transaction as the
-// counts, so a redelivered batch changes nothing. Minute rows roll up to
-// hours, days and months in that same transaction. Statements price a
-// tenant's month from the rollups; closing a month freezes them.
+// An Aggregator in each API process (it satisfies enforce.Recorder) sums
+// decisions in memory by minute and dimensions and publishes one Batch per
+// flush interval through a Producer: a RedisProducer appending to a Redis
+// Stream, or, in single-process mode, pgstore.StoreProducer writing to
+// Postgres directly. Batch, with its rows and Counts, is the wire type
+// both sides share: the admin side (package billing) reads the stream and
+// applies each batch exactly once through pgstore, then prices and closes
+// months from what was applied.
 //
 // docs/usage.md describes the guarantees and the rules for rounding and
 // proration.
-package usage
+package metering
 
 import (
 	"encoding/json"
@@ -21,7 +20,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate"
 )
 
 // Batch is what one producer flush publishes: counts of decisions by
@@ -131,7 +130,7 @@ func (b *Batch) validate() error {
 			return fmt.Errorf("rows[%d]: %w", i, err)
 		}
 		for name, id := range map[string]string{"tenant": r.TenantID, "key": r.KeyID} {
-			if id != "" && !postgres.IsUUID(id) {
+			if id != "" && !tollgate.IsUUID(id) {
 				return fmt.Errorf("rows[%d]: %s ID %q is not a UUID", i, name, id)
 			}
 		}

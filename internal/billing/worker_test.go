@@ -1,10 +1,9 @@
-package usage
+package billing
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -13,18 +12,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // publishBatches publishes n batches of known counts and returns their
 // total for tenant tA / key kA.
-func publishBatches(t *testing.T, p Producer, n int) Counts {
+func publishBatches(t *testing.T, p metering.Producer, n int) metering.Counts {
 	t.Helper()
-	var total Counts
+	var total metering.Counts
 	for i := range n {
-		c := Counts{Allowed: int64(i%5 + 1), Denied: int64(i % 3), AllowedUnits: int64(2 * (i%5 + 1)), DeniedUnits: int64(i % 3)}
+		c := metering.Counts{Allowed: int64(i%5 + 1), Denied: int64(i % 3), AllowedUnits: int64(2 * (i%5 + 1)), DeniedUnits: int64(i % 3)}
 		total.Add(c)
-		b := Batch{Version: 1, ID: fmt.Sprintf("prod:%d", i), Rows: []Row{
+		b := metering.Batch{Version: 1, ID: fmt.Sprintf("prod:%d", i), Rows: []metering.Row{
 			row(at(t, "2026-11-20T10:00")+int64(i%7)*60, tA, kA, "GET /a", c),
 		}}
 		if err := p.Publish(context.Background(), b); err != nil {
@@ -55,14 +56,14 @@ type workerRig struct {
 	client redis.UniversalClient
 	stream string
 	db     *pgxpool.Pool
-	store  *Store
+	store  *pgstore.Store
 }
 
 func newWorkerRig(t *testing.T) *workerRig {
 	client, prefix := testenv.Redis(t)
 	db := testenv.DB(t)
 	return &workerRig{client: client, stream: prefix + "usage", db: db,
-		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+		store: pgstore.NewStore(db, pgstore.StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
 }
 
 func (r *workerRig) worker(consumer string, claimIdle time.Duration) *Worker {
@@ -109,10 +110,10 @@ func crashAfter(n int) func(Message) error {
 
 func TestWorkerCrashBetweenCommitAndAckCountsOnce(t *testing.T) {
 	r := newWorkerRig(t)
-	p := NewRedisProducer(r.client, r.stream)
+	p := metering.NewRedisProducer(r.client, r.stream)
 	want := publishBatches(t, p, 30)
 	// A publish retried after a timeout that had in fact succeeded.
-	dup := Batch{Version: 1, ID: "prod:4", Rows: []Row{row(at(t, "2026-11-20T10:04"), tA, kA, "GET /a", Counts{Allowed: 5, AllowedUnits: 10})}}
+	dup := metering.Batch{Version: 1, ID: "prod:4", Rows: []metering.Row{row(at(t, "2026-11-20T10:04"), tA, kA, "GET /a", metering.Counts{Allowed: 5, AllowedUnits: 10})}}
 	if err := p.Publish(context.Background(), dup); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestWorkerCrashBetweenCommitAndAckCountsOnce(t *testing.T) {
 
 func TestWorkerRestartTakesBackItsOwnEntries(t *testing.T) {
 	r := newWorkerRig(t)
-	want := publishBatches(t, NewRedisProducer(r.client, r.stream), 12)
+	want := publishBatches(t, metering.NewRedisProducer(r.client, r.stream), 12)
 	w := r.worker("w", time.Hour)
 	w.AfterApply = crashAfter(3)
 	if err := w.Run(context.Background()); !errors.Is(err, errCrash) {
@@ -176,7 +177,7 @@ func TestWorkerSetsAsideEntriesThatAreNotBatches(t *testing.T) {
 	if err := r.client.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, Values: []any{"batch", "{not json"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	want := publishBatches(t, NewRedisProducer(r.client, r.stream), 2)
+	want := publishBatches(t, metering.NewRedisProducer(r.client, r.stream), 2)
 	w := r.worker("w", time.Hour)
 	r.runWorkers(t, w)
 	if got := sums(t, r.db, "usage_minute")[tA+"/"+kA]; got != want {
@@ -195,8 +196,8 @@ func TestStreamOnRedisCluster(t *testing.T) {
 	client, prefix := testenv.RedisCluster(t)
 	db := testenv.DB(t)
 	r := &workerRig{client: client, stream: prefix + "usage", db: db,
-		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
-	want := publishBatches(t, NewRedisProducer(client, r.stream), 5)
+		store: pgstore.NewStore(db, pgstore.StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+	want := publishBatches(t, metering.NewRedisProducer(client, r.stream), 5)
 	r.runWorkers(t, r.worker("w", time.Hour))
 	if got := sums(t, db, "usage_day")[tA+"/"+kA]; got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
@@ -209,7 +210,7 @@ func TestStreamOnRedisCluster(t *testing.T) {
 // stream keeps moving.
 func TestWorkerSetsAsideBatchesPostgresRefuses(t *testing.T) {
 	r := newWorkerRig(t)
-	p := NewRedisProducer(r.client, r.stream)
+	p := metering.NewRedisProducer(r.client, r.stream)
 	ctx := context.Background()
 	_, err := r.db.Exec(ctx, `CREATE FUNCTION poison() RETURNS trigger AS $$
 		BEGIN
@@ -220,8 +221,8 @@ func TestWorkerSetsAsideBatchesPostgresRefuses(t *testing.T) {
 		END $$ LANGUAGE plpgsql;
 		CREATE TRIGGER poison BEFORE INSERT ON usage_minute FOR EACH ROW EXECUTE FUNCTION poison();`)
 	testenv.Must(t, err)
-	testenv.Must(t, p.Publish(ctx, Batch{Version: 1, ID: "poison:1",
-		Rows: []Row{row(at(t, "2026-11-20T10:00"), tB, kB, "GET /poison", Counts{Allowed: 1, AllowedUnits: 1})}}))
+	testenv.Must(t, p.Publish(ctx, metering.Batch{Version: 1, ID: "poison:1",
+		Rows: []metering.Row{row(at(t, "2026-11-20T10:00"), tB, kB, "GET /poison", metering.Counts{Allowed: 1, AllowedUnits: 1})}}))
 	want := publishBatches(t, p, 3)
 	w := r.worker("w", time.Hour)
 	r.runWorkers(t, w)
@@ -235,20 +236,6 @@ func TestWorkerSetsAsideBatchesPostgresRefuses(t *testing.T) {
 	}
 	if s := w.Stats(); s.SetAside != 1 || s.Applied != 3 {
 		t.Errorf("stats %+v, want 1 set aside and 3 applied", s)
-	}
-}
-
-func TestDecodeRejectsTextPostgresCannotStore(t *testing.T) {
-	minute := int64(1_795_000_020)
-	for name, b := range map[string]Batch{
-		"NUL in resource":  {Version: 1, ID: "x", Rows: []Row{row(minute, tA, kA, "GET /\x00", Counts{Allowed: 1})}},
-		"bad UTF-8 reason": {Version: 1, ID: "x", Rows: []Row{{Minute: minute, Tier: "anonymous", Resource: "*", Reason: "\xff", Counts: Counts{Allowed: 1}}}},
-		"NUL in IP":        {Version: 1, ID: "x", IPs: []IPRow{{Minute: minute, IP: "1.2.3.4\x00", Counts: Counts{Allowed: 1}}}},
-		"huge count":       {Version: 1, ID: "x", Rows: []Row{row(minute, tA, kA, "GET /", Counts{Allowed: math.MaxInt64})}},
-	} {
-		if err := b.validate(); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
 	}
 }
 
@@ -274,7 +261,7 @@ func TestWorkerLagMetrics(t *testing.T) {
 	if v, ok := gauge("tollgate_usage_backlog_batches"); !ok || v != 0 {
 		t.Fatalf("empty stream: backlog %v (reported %v), want 0", v, ok)
 	}
-	publishBatches(t, NewRedisProducer(r.client, r.stream), 3)
+	publishBatches(t, metering.NewRedisProducer(r.client, r.stream), 3)
 	if v, _ := gauge("tollgate_usage_backlog_batches"); v != 3 {
 		t.Errorf("backlog %v, want 3", v)
 	}

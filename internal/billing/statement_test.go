@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -192,7 +193,7 @@ func TestBuildStatementRefusesMixedCurrencies(t *testing.T) {
 
 // seedDemoPro creates the demo plans and a demo-pro tenant on pro since
 // September 2026 with two keys, and a demo-free tenant.
-func seedDemoPro(t *testing.T, s *Store) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
+func seedDemoPro(t *testing.T, s *stores) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
 	t.Helper()
 	ctx := context.Background()
 	ids := map[string]int64{}
@@ -227,30 +228,30 @@ func seedDemoPro(t *testing.T, s *Store) (pro, free tenants.Tenant, key1, key2 t
 // 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
 // anonymous callers add traffic that must not show on demo-pro's
 // statement, as do September and November.
-func monthOfTraffic(t *testing.T, s *Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
+func monthOfTraffic(t *testing.T, s *stores, pro, free tenants.Tenant, key1, key2 tenants.Key) {
 	t.Helper()
 	ctx := context.Background()
 	for day := 1; day <= 31; day++ {
-		b := Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
+		b := metering.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
 		for hour := range 24 {
 			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
 			b.Rows = append(b.Rows,
-				row(m, pro.ID, key1.ID, "GET /repos", Counts{Allowed: 150, AllowedUnits: 150}),
-				row(m, pro.ID, key1.ID, "GET /repos", Counts{Denied: 10, DeniedUnits: 10}),
-				row(m, pro.ID, key2.ID, "POST /v1/search", Counts{Allowed: 15, AllowedUnits: 30}),
-				Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
-					Reason: "rate_limited", DeniedBy: "search", Counts: Counts{Denied: 5, DeniedUnits: 10}},
-				row(m, free.ID, testID(99), "GET /repos", Counts{Allowed: 7, AllowedUnits: 7}),
-				Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: Counts{Allowed: 3, AllowedUnits: 3}},
+				row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
+				row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
+				row(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
+				metering.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
+					Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 5, DeniedUnits: 10}},
+				row(m, free.ID, testID(99), "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
+				metering.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 			)
 		}
 		if _, err := s.Apply(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := s.Apply(ctx, Batch{Version: 1, ID: "demo:edges", Rows: []Row{
-		row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1000, AllowedUnits: 1000}),
-		row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1000, AllowedUnits: 1000}),
+	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "demo:edges", Rows: []metering.Row{
+		row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -273,14 +274,14 @@ func TestDemoProStatementForAMonthOfTraffic(t *testing.T) {
 	want := Statement{
 		TenantID: pro.ID, TenantName: "demo-pro", Month: "2026-10", Currency: "USD", Status: "open",
 		PeriodStart: mustTime(t, "2026-10-01T00:00:00Z"), PeriodEnd: mustTime(t, "2026-11-01T00:00:00Z"),
-		Usage:        Counts{Allowed: 31 * 24 * 165, Denied: 31 * 24 * 15, AllowedUnits: 133_920, DeniedUnits: 31 * 24 * 20},
+		Usage:        metering.Counts{Allowed: 31 * 24 * 165, Denied: 31 * 24 * 15, AllowedUnits: 133_920, DeniedUnits: 31 * 24 * 20},
 		BaseFeeMinor: 4900, OverageMinor: 33_920, TotalMinor: 38_820, Rules: RulesText,
 	}
 	lines := []UsageLine{
 		{KeyID: key1.ID, KeyPrefix: key1.Prefix, KeyName: "web", Resource: "GET /repos",
-			Counts: Counts{Allowed: 111_600, Denied: 7_440, AllowedUnits: 111_600, DeniedUnits: 7_440}},
+			Counts: metering.Counts{Allowed: 111_600, Denied: 7_440, AllowedUnits: 111_600, DeniedUnits: 7_440}},
 		{KeyID: key2.ID, KeyPrefix: key2.Prefix, KeyName: "batch", Resource: "POST /v1/search",
-			Counts: Counts{Allowed: 11_160, Denied: 3_720, AllowedUnits: 22_320, DeniedUnits: 7_440}},
+			Counts: metering.Counts{Allowed: 11_160, Denied: 3_720, AllowedUnits: 22_320, DeniedUnits: 7_440}},
 	}
 	if key2.ID < key1.ID {
 		lines[0], lines[1] = lines[1], lines[0]
@@ -369,9 +370,9 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	}
 
 	// Late usage: counted in the usage tables and listed, not billed.
-	late, err := s.Apply(ctx, Batch{Version: 1, ID: "late:1", Rows: []Row{
-		row(at(t, "2026-10-31T23:59"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 500, AllowedUnits: 500}),
-		row(at(t, "2026-11-02T10:00"), pro.ID, key1.ID, "GET /repos", Counts{Allowed: 1, AllowedUnits: 1}),
+	late, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "late:1", Rows: []metering.Row{
+		row(at(t, "2026-10-31T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 500, AllowedUnits: 500}),
+		row(at(t, "2026-11-02T10:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1, AllowedUnits: 1}),
 	}})
 	if err != nil || late.LateRows != 1 {
 		t.Fatalf("late apply: %+v, %v; want 1 late row", late, err)
@@ -409,7 +410,7 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 		t.Fatalf("newcomer's closed October: %v", err)
 	}
 	if zero.Status != "closed" || zero.ClosedAt == nil || !zero.ClosedAt.Equal(res.ClosedAt) || zero.TotalMinor != 0 ||
-		zero.Usage != (Counts{}) || len(zero.Lines) != 0 || len(zero.Plans) != 0 || zero.TenantName != "newcomer" ||
+		zero.Usage != (metering.Counts{}) || len(zero.Lines) != 0 || len(zero.Plans) != 0 || zero.TenantName != "newcomer" ||
 		zero.Month != "2026-10" {
 		t.Errorf("newcomer's closed October: %+v, want a zero closed statement", zero)
 	}

@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -52,7 +54,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	if err := holder.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agg := NewAggregator(AggregatorConfig{Producer: StoreProducer{Store: s}})
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: pgstore.StoreProducer{Store: s.writer}})
 	checker := enforce.NewChecker(holder, limiter.NewMemoryStore(func() int64 { return clock }),
 		enforce.CheckerConfig{Recorder: agg})
 	check := func(secret string) enforce.Decision {

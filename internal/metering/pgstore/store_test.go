@@ -1,4 +1,4 @@
-package usage
+package pgstore
 
 import (
 	"context"
@@ -9,27 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
-
-// at returns the Unix minute of a UTC time given as "2006-01-02T15:04".
-func at(t *testing.T, s string) int64 {
-	t.Helper()
-	tm, err := time.Parse("2006-01-02T15:04", s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm.Unix()
-}
-
-func fixedNow(s string) func() time.Time {
-	tm, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		panic(err)
-	}
-	return func() time.Time { return tm }
-}
 
 func newStore(t *testing.T, now string) (*Store, *pgxpool.Pool) {
 	t.Helper()
@@ -37,45 +20,15 @@ func newStore(t *testing.T, now string) (*Store, *pgxpool.Pool) {
 	return NewStore(db, StoreConfig{Now: fixedNow(now)}), db
 }
 
-// sums reads a usage table's totals by tenant/key.
-func sums(t *testing.T, db *pgxpool.Pool, table string) map[string]Counts {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT tenant_id::text || '/' || key_id::text,
-		sum(allowed), sum(denied), sum(allowed_units), sum(denied_units) FROM `+table+` GROUP BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]Counts{}
-	for rows.Next() {
-		var k string
-		var c Counts
-		if err := rows.Scan(&k, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = c
-	}
-	return out
-}
-
-func row(minute int64, tenant, key, resource string, c Counts) Row {
-	reason, deniedBy := "ok", ""
-	if c.Denied > 0 {
-		reason, deniedBy = "rate_limited", "hourly"
-	}
-	return Row{Minute: minute, TenantID: tenant, KeyID: key, Tier: "authenticated", Resource: resource,
-		Reason: reason, DeniedBy: deniedBy, Counts: c}
-}
-
 func TestApplyIsExactlyOnceAndRollsUp(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	b := Batch{Version: 1, ID: "p:1", Rows: []Row{
-		row(at(t, "2026-10-31T23:58"), tA, kA, "GET /a", Counts{Allowed: 3, AllowedUnits: 5}),
-		row(at(t, "2026-10-31T23:59"), tA, kA, "GET /a", Counts{Allowed: 1, AllowedUnits: 1}),
-		row(at(t, "2026-11-01T00:00"), tA, kA, "GET /a", Counts{Allowed: 2, AllowedUnits: 2}),
-		row(at(t, "2026-11-01T00:00"), tA, kA, "GET /a", Counts{Denied: 4, DeniedUnits: 8}),
-		row(at(t, "2026-11-01T00:00"), "", "", "*", Counts{Allowed: 1, AllowedUnits: 1}),
+	b := metering.Batch{Version: 1, ID: "p:1", Rows: []metering.Row{
+		row(at(t, "2026-10-31T23:58"), tA, kA, "GET /a", metering.Counts{Allowed: 3, AllowedUnits: 5}),
+		row(at(t, "2026-10-31T23:59"), tA, kA, "GET /a", metering.Counts{Allowed: 1, AllowedUnits: 1}),
+		row(at(t, "2026-11-01T00:00"), tA, kA, "GET /a", metering.Counts{Allowed: 2, AllowedUnits: 2}),
+		row(at(t, "2026-11-01T00:00"), tA, kA, "GET /a", metering.Counts{Denied: 4, DeniedUnits: 8}),
+		row(at(t, "2026-11-01T00:00"), "", "", "*", metering.Counts{Allowed: 1, AllowedUnits: 1}),
 	}}
 	res, err := s.Apply(ctx, b)
 	if err != nil || res.Duplicate {
@@ -85,9 +38,9 @@ func TestApplyIsExactlyOnceAndRollsUp(t *testing.T) {
 	if err != nil || !res.Duplicate {
 		t.Fatalf("second apply: %+v, %v; want a duplicate", res, err)
 	}
-	want := map[string]Counts{
+	want := map[string]metering.Counts{
 		tA + "/" + kA:           {Allowed: 6, Denied: 4, AllowedUnits: 8, DeniedUnits: 8},
-		nilUUID + "/" + nilUUID: {Allowed: 1, AllowedUnits: 1},
+		NilUUID + "/" + NilUUID: {Allowed: 1, AllowedUnits: 1},
 	}
 	for _, table := range []string{"usage_minute", "usage_hour", "usage_day", "usage_month"} {
 		got := sums(t, db, table)
@@ -111,20 +64,20 @@ func TestApplyIsExactlyOnceAndRollsUp(t *testing.T) {
 func TestApplyAllMergesBatchesAndSkipsDuplicates(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	mk := func(id string, n int64) Batch {
-		return Batch{Version: 1, ID: id, Rows: []Row{row(at(t, "2026-11-20T10:00"), tA, kA, "GET /a", Counts{Allowed: n, AllowedUnits: 2 * n})}}
+	mk := func(id string, n int64) metering.Batch {
+		return metering.Batch{Version: 1, ID: id, Rows: []metering.Row{row(at(t, "2026-11-20T10:00"), tA, kA, "GET /a", metering.Counts{Allowed: n, AllowedUnits: 2 * n})}}
 	}
 	if _, err := s.Apply(ctx, mk("b1", 1)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyAll(ctx, []Batch{mk("b1", 1), mk("b2", 10), mk("b2", 10), mk("b3", 100)})
+	res, err := s.ApplyAll(ctx, []metering.Batch{mk("b1", 1), mk("b2", 10), mk("b2", 10), mk("b3", 100)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(res); got != "[{true 0} {false 0} {true 0} {false 0}]" {
 		t.Errorf("results %s, want b1 and the second b2 duplicates", got)
 	}
-	if got := sums(t, db, "usage_minute")[tA+"/"+kA]; got != (Counts{Allowed: 111, AllowedUnits: 222}) {
+	if got := sums(t, db, "usage_minute")[tA+"/"+kA]; got != (metering.Counts{Allowed: 111, AllowedUnits: 222}) {
 		t.Errorf("totals %+v, want 111 allowed", got)
 	}
 	if res, err := s.ApplyAll(ctx, nil); err != nil || len(res) != 0 {
@@ -135,14 +88,14 @@ func TestApplyAllMergesBatchesAndSkipsDuplicates(t *testing.T) {
 func TestApplyConcurrentWorkersCountEachBatchOnce(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	other := NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})
-	var batches []Batch
-	want := Counts{}
+	var batches []metering.Batch
+	want := metering.Counts{}
 	for i := range 40 {
-		c := Counts{Allowed: int64(i % 3), Denied: 1, AllowedUnits: int64(i), DeniedUnits: 2}
+		c := metering.Counts{Allowed: int64(i % 3), Denied: 1, AllowedUnits: int64(i), DeniedUnits: 2}
 		want.Add(c)
-		batches = append(batches, Batch{Version: 1, ID: fmt.Sprintf("p:%d", i), Rows: []Row{
+		batches = append(batches, metering.Batch{Version: 1, ID: fmt.Sprintf("p:%d", i), Rows: []metering.Row{
 			row(at(t, "2026-11-20T10:00")+int64(i%4)*60, tA, kA, "GET /a", c),
-			row(at(t, "2026-11-20T10:00"), tA, kB, "GET /b", Counts{Allowed: 1, AllowedUnits: 1}),
+			row(at(t, "2026-11-20T10:00"), tA, kB, "GET /b", metering.Counts{Allowed: 1, AllowedUnits: 1}),
 		}})
 	}
 	var wg sync.WaitGroup
@@ -164,7 +117,7 @@ func TestApplyConcurrentWorkersCountEachBatchOnce(t *testing.T) {
 		t.Error(err)
 	}
 	got := sums(t, db, "usage_minute")
-	if got[tA+"/"+kA] != want || got[tA+"/"+kB] != (Counts{Allowed: 40, AllowedUnits: 40}) {
+	if got[tA+"/"+kA] != want || got[tA+"/"+kB] != (metering.Counts{Allowed: 40, AllowedUnits: 40}) {
 		t.Errorf("got %v, want %v for key A and 40 for key B", got, want)
 	}
 	if got := sums(t, db, "usage_month"); got[tA+"/"+kA] != want {
@@ -177,9 +130,9 @@ func TestMaintainKeepsPartitionsAheadAndDropsOld(t *testing.T) {
 	ctx := context.Background()
 	// A row from July (older than 3 months before November) goes to the
 	// rollups only; an August row gets a partition.
-	_, err := s.Apply(ctx, Batch{Version: 1, ID: "p:1", Rows: []Row{
-		row(at(t, "2026-07-15T10:00"), tA, kA, "*", Counts{Allowed: 1, AllowedUnits: 1}),
-		row(at(t, "2026-08-15T10:00"), tA, kA, "*", Counts{Allowed: 2, AllowedUnits: 2}),
+	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "p:1", Rows: []metering.Row{
+		row(at(t, "2026-07-15T10:00"), tA, kA, "*", metering.Counts{Allowed: 1, AllowedUnits: 1}),
+		row(at(t, "2026-08-15T10:00"), tA, kA, "*", metering.Counts{Allowed: 2, AllowedUnits: 2}),
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +216,7 @@ func TestMigrationUpDownUp(t *testing.T) {
 		t.Fatalf("version %d dirty %v err %v", v, dirty, err)
 	}
 	s = NewStore(db, StoreConfig{})
-	if _, err := s.Apply(ctx, Batch{Version: 1, ID: "x", Rows: []Row{row(time.Now().Unix()/60*60, tA, kA, "*", Counts{Allowed: 1})}}); err != nil {
+	if _, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "x", Rows: []metering.Row{row(time.Now().Unix()/60*60, tA, kA, "*", metering.Counts{Allowed: 1})}}); err != nil {
 		t.Fatalf("apply after up-down-up: %v", err)
 	}
 }
@@ -285,12 +238,12 @@ func BenchmarkApply(b *testing.B) {
 
 // benchBatch is a batch of 200 rows of minute: a second of traffic from
 // 50 keys of 7 tenants on 4 resources.
-func benchBatch(id string, minute int64) Batch {
-	batch := Batch{Version: 1, ID: id}
+func benchBatch(id string, minute int64) metering.Batch {
+	batch := metering.Batch{Version: 1, ID: id}
 	for k := range 50 {
 		for r := range 4 {
-			batch.Rows = append(batch.Rows, Row{Minute: minute, TenantID: testID(k % 7), KeyID: testID(100 + k),
-				Tier: "authenticated", Resource: fmt.Sprintf("GET /r%d", r), Reason: "ok", Counts: Counts{Allowed: 3, AllowedUnits: 3}})
+			batch.Rows = append(batch.Rows, metering.Row{Minute: minute, TenantID: testID(k % 7), KeyID: testID(100 + k),
+				Tier: "authenticated", Resource: fmt.Sprintf("GET /r%d", r), Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}})
 		}
 	}
 	return batch
@@ -305,33 +258,12 @@ func BenchmarkApplyAll(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
-		var batches []Batch
+		var batches []metering.Batch
 		for j := range 64 {
 			batches = append(batches, benchBatch(fmt.Sprintf("bench:%d:%d", i, j), minute+int64(j%5)*60))
 		}
 		if _, err := s.ApplyAll(ctx, batches); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// TestRangesWidenToTheCoarsestTable: ranges widen to whole minutes, then
-// read the coarsest table that answers exactly.
-func TestRangesWidenToTheCoarsestTable(t *testing.T) {
-	for _, c := range []struct {
-		from, to string
-		g        Granularity
-		wantTo   string
-	}{
-		{"2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z", GranularityMonth, "2026-11-01T00:00:00Z"},
-		{"2026-10-02T00:00:00Z", "2026-10-05T00:00:00Z", GranularityDay, "2026-10-05T00:00:00Z"},
-		{"2026-10-02T03:00:00Z", "2026-10-05T00:00:00Z", GranularityHour, "2026-10-05T00:00:00Z"},
-		{"2026-10-02T03:00:10Z", "2026-10-02T03:30:01Z", GranularityMinute, "2026-10-02T03:31:00Z"},
-		{"2026-10-02T03:00:00Z", "2026-10-02T03:59:01Z", GranularityHour, "2026-10-02T04:00:00Z"},
-	} {
-		g, r := Range{mustTime(t, c.from), mustTime(t, c.to)}.coarsest()
-		if g != c.g || !r.To.Equal(mustTime(t, c.wantTo)) {
-			t.Errorf("%s–%s: %s to %s, want %s to %s", c.from, c.to, g, r.To, c.g, c.wantTo)
 		}
 	}
 }

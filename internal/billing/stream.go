@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/metering"
 )
 
 // Consumer delivers published batches to a worker, at least once: a
@@ -33,42 +35,11 @@ type Consumer interface {
 type Message struct {
 	// ID is the transport's ID (the stream entry ID), used to Ack.
 	ID      string
-	Batch   Batch
+	Batch   metering.Batch
 	Payload []byte
 	// Err is set when the payload is not a valid batch: it can never be
 	// applied, and is set aside (usage_bad_batches) and acknowledged.
 	Err error
-}
-
-// Stream entry fields.
-const (
-	fieldBatchID = "id"
-	fieldBatch   = "batch"
-)
-
-// RedisProducer publishes batches with XADD to a Redis Stream: one entry
-// per batch, fields "id" (the batch ID) and "batch" (its JSON).
-type RedisProducer struct {
-	client redis.UniversalClient
-	stream string
-}
-
-// NewRedisProducer returns a producer appending to stream.
-func NewRedisProducer(client redis.UniversalClient, stream string) *RedisProducer {
-	return &RedisProducer{client: client, stream: stream}
-}
-
-// Publish appends b to the stream (one round trip).
-func (p *RedisProducer) Publish(ctx context.Context, b Batch) error {
-	data, err := b.Encode()
-	if err != nil {
-		return fmt.Errorf("usage: encode batch: %w", err)
-	}
-	err = p.client.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{fieldBatchID, b.ID, fieldBatch, data}}).Err()
-	if err != nil {
-		return fmt.Errorf("usage: xadd %s: %w", p.stream, err)
-	}
-	return nil
 }
 
 // RedisConsumerConfig configures a RedisConsumer.
@@ -201,9 +172,9 @@ func (c *RedisConsumer) messages(ctx context.Context, entries []redis.XMessage) 
 			gone = append(gone, e.ID)
 			continue
 		}
-		payload, _ := e.Values[fieldBatch].(string)
+		payload, _ := e.Values[metering.StreamFieldBatch].(string)
 		m := Message{ID: e.ID, Payload: []byte(payload)}
-		m.Batch, m.Err = DecodeBatch(m.Payload)
+		m.Batch, m.Err = metering.DecodeBatch(m.Payload)
 		out = append(out, m)
 	}
 	if len(gone) > 0 {

@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"math/big"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -61,16 +62,16 @@ type Statement struct {
 	Status   string     `json:"status"`
 	ClosedAt *time.Time `json:"closed_at,omitempty"`
 	// Usage sums Lines.
-	Usage        Counts        `json:"usage"`
-	Lines        []UsageLine   `json:"usage_by_key_and_resource"`
-	Plans        []PlanCharges `json:"plan_periods"`
-	BaseFeeMinor int64         `json:"base_fee_minor"`
-	OverageMinor int64         `json:"overage_minor"`
-	TotalMinor   int64         `json:"total_minor"`
-	Rules        string        `json:"rules"`
+	Usage        metering.Counts `json:"usage"`
+	Lines        []UsageLine     `json:"usage_by_key_and_resource"`
+	Plans        []PlanCharges   `json:"plan_periods"`
+	BaseFeeMinor int64           `json:"base_fee_minor"`
+	OverageMinor int64           `json:"overage_minor"`
+	TotalMinor   int64           `json:"total_minor"`
+	Rules        string          `json:"rules"`
 	// Late sums usage that arrived after the month was closed; it is not
 	// part of the total. Filled when a closed statement is read.
-	Late *Counts `json:"late_usage,omitempty"`
+	Late *metering.Counts `json:"late_usage,omitempty"`
 }
 
 // UsageLine is a month's usage by one key of one resource. KeyID is ""
@@ -80,7 +81,7 @@ type UsageLine struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 	KeyName   string `json:"key_name,omitempty"`
 	Resource  string `json:"resource"`
-	Counts
+	metering.Counts
 }
 
 // PlanCharges are the charges of one span of the month on one plan.

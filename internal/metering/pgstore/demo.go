@@ -1,4 +1,4 @@
-package usage
+package pgstore
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -60,13 +61,13 @@ func (s *Store) SeedDemo(ctx context.Context, list []DemoTenant, anon DemoAnonym
 	end := now.Truncate(time.Minute)
 	start := end.Truncate(time.Hour).Add(-demoDays * 24 * time.Hour)
 	minuteFrom := end.Truncate(time.Hour).Add(-demoMinutes + time.Hour)
-	if err := s.ensurePartitions(ctx, []time.Time{monthOf(minuteFrom), monthOf(end)}, s.minuteCutoff()); err != nil {
+	if err := s.ensurePartitions(ctx, []time.Time{MonthStart(minuteFrom), MonthStart(end)}, s.minuteCutoff()); err != nil {
 		return 0, err
 	}
 	hours := 0
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		var minutes, hourRows []Row
-		var ips []IPRow
+		var minutes, hourRows []metering.Row
+		var ips []metering.IPRow
 		for _, d := range list {
 			if !postgres.IsUUID(d.TenantID) || len(d.KeyIDs) == 0 || len(d.Resources) == 0 {
 				return tollgate.Errorf(tollgate.EINVALID, "demo tenant %q needs keys and resources", d.TenantID)
@@ -87,7 +88,7 @@ func (s *Store) SeedDemo(ctx context.Context, list []DemoTenant, anon DemoAnonym
 			}
 		}
 		if len(anon.IPs) > 0 {
-			from, err := demoFrom(ctx, tx, nilUUID, start)
+			from, err := demoFrom(ctx, tx, NilUUID, start)
 			if err != nil {
 				return err
 			}
@@ -153,11 +154,11 @@ func demoRound(r *rand.Rand, x float64) int64 {
 }
 
 // demoRows makes up one bucket (an hour or a minute) of a tenant's usage.
-func demoRows(d DemoTenant, at time.Time, bucket time.Duration) []Row {
+func demoRows(d DemoTenant, at time.Time, bucket time.Duration) []metering.Row {
 	r := demoRand(d.TenantID, at.Format(time.RFC3339))
 	scale := float64(d.PerHour) * float64(bucket) / float64(time.Hour) * demoShape(at)
 	burst := r.Float64() < 0.04 // now and then a burst that the rules deny
-	var rows []Row
+	var rows []metering.Row
 	for ki, key := range d.KeyIDs {
 		for ri, res := range d.Resources {
 			share := 1 / float64((ki+1)*(ri+1))
@@ -165,15 +166,15 @@ func demoRows(d DemoTenant, at time.Time, bucket time.Duration) []Row {
 			if n <= 0 {
 				continue
 			}
-			rows = append(rows, Row{Minute: at.Unix(), TenantID: d.TenantID, KeyID: key, Tier: "authenticated",
-				Resource: res, Reason: "ok", Counts: Counts{Allowed: n, AllowedUnits: n}})
+			rows = append(rows, metering.Row{Minute: at.Unix(), TenantID: d.TenantID, KeyID: key, Tier: "authenticated",
+				Resource: res, Reason: "ok", Counts: metering.Counts{Allowed: n, AllowedUnits: n}})
 			rate := d.DenyRate * (0.5 + r.Float64())
 			if burst && ki == 0 {
 				rate *= 12
 			}
 			if denied := demoRound(r, float64(n)*rate); denied > 0 && d.DenyRule != "" {
-				rows = append(rows, Row{Minute: at.Unix(), TenantID: d.TenantID, KeyID: key, Tier: "authenticated",
-					Resource: res, Reason: "rate_limited", DeniedBy: d.DenyRule, Counts: Counts{Denied: denied, DeniedUnits: denied}})
+				rows = append(rows, metering.Row{Minute: at.Unix(), TenantID: d.TenantID, KeyID: key, Tier: "authenticated",
+					Resource: res, Reason: "rate_limited", DeniedBy: d.DenyRule, Counts: metering.Counts{Denied: denied, DeniedUnits: denied}})
 			}
 		}
 	}
@@ -183,9 +184,9 @@ func demoRows(d DemoTenant, at time.Time, bucket time.Duration) []Row {
 // demoAnonymous makes up an hour of anonymous usage from hour on (minute
 // by minute up to end when not hourly), with its top addresses by minute
 // for the last day.
-func demoAnonymous(a DemoAnonymous, hour, end time.Time, hourly bool) ([]Row, []IPRow) {
-	var rows []Row
-	var ips []IPRow
+func demoAnonymous(a DemoAnonymous, hour, end time.Time, hourly bool) ([]metering.Row, []metering.IPRow) {
+	var rows []metering.Row
+	var ips []metering.IPRow
 	step, n := time.Minute, 60
 	if hourly {
 		step, n = time.Hour, 1
@@ -205,17 +206,17 @@ func demoAnonymous(a DemoAnonymous, hour, end time.Time, hourly bool) ([]Row, []
 			}
 			total, denied = total+c, denied+d
 			if end.Sub(at) <= 24*time.Hour && c > 0 {
-				ips = append(ips, IPRow{Minute: at.Unix(), IP: ip, Counts: Counts{Allowed: c - d, Denied: d, AllowedUnits: c - d, DeniedUnits: d}})
+				ips = append(ips, metering.IPRow{Minute: at.Unix(), IP: ip, Counts: metering.Counts{Allowed: c - d, Denied: d, AllowedUnits: c - d, DeniedUnits: d}})
 			}
 		}
 		if total == 0 {
 			continue
 		}
-		rows = append(rows, Row{Minute: at.Unix(), Tier: "anonymous", Resource: "GET /repos", Reason: "ok",
-			Counts: Counts{Allowed: total - denied, AllowedUnits: total - denied}})
+		rows = append(rows, metering.Row{Minute: at.Unix(), Tier: "anonymous", Resource: "GET /repos", Reason: "ok",
+			Counts: metering.Counts{Allowed: total - denied, AllowedUnits: total - denied}})
 		if denied > 0 {
-			rows = append(rows, Row{Minute: at.Unix(), Tier: "anonymous", Resource: "GET /repos", Reason: "rate_limited",
-				DeniedBy: a.DenyRule, Counts: Counts{Denied: denied, DeniedUnits: denied}})
+			rows = append(rows, metering.Row{Minute: at.Unix(), Tier: "anonymous", Resource: "GET /repos", Reason: "rate_limited",
+				DeniedBy: a.DenyRule, Counts: metering.Counts{Denied: denied, DeniedUnits: denied}})
 		}
 	}
 	return rows, ips
@@ -223,9 +224,9 @@ func demoAnonymous(a DemoAnonymous, hour, end time.Time, hourly bool) ([]Row, []
 
 // writeDemo stores minute rows (rolled up to hours, days and months, as
 // Apply does) and hour rows (rolled up to days and months).
-func writeDemo(ctx context.Context, tx pgx.Tx, minutes, hours []Row, ips []IPRow) error {
+func writeDemo(ctx context.Context, tx pgx.Tx, minutes, hours []metering.Row, ips []metering.IPRow) error {
 	minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
-	add := func(r Row, withMinute bool) {
+	add := func(r metering.Row, withMinute bool) {
 		at := time.Unix(r.Minute, 0).UTC()
 		k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: r.Resource,
 			reason: r.Reason, deniedBy: r.DeniedBy}
@@ -234,7 +235,7 @@ func writeDemo(ctx context.Context, tx pgx.Tx, minutes, hours []Row, ips []IPRow
 		}
 		hour.add(at.Truncate(time.Hour), k, r.Counts)
 		day.add(time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), k, r.Counts)
-		month.add(monthOf(at), k, r.Counts)
+		month.add(MonthStart(at), k, r.Counts)
 	}
 	for _, r := range minutes {
 		add(r, true)
@@ -253,7 +254,7 @@ func writeDemo(ctx context.Context, tx pgx.Tx, minutes, hours []Row, ips []IPRow
 	if err := upsertTotals(ctx, tx, minute, hour); err != nil {
 		return fmt.Errorf("usage: demo: %w", err)
 	}
-	byIP := map[ipKey]Counts{}
+	byIP := map[ipKey]metering.Counts{}
 	for _, r := range ips {
 		k := ipKey{at: time.Unix(r.Minute, 0).UTC(), ip: r.IP}
 		c := byIP[k]

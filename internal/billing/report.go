@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -239,7 +240,7 @@ func (s *Store) frozen(ctx context.Context, m Month, tenantID string) ([]Stateme
 			return Statement{}, err
 		}
 		if a != nil {
-			st.Late = &Counts{Allowed: *a, Denied: *d, AllowedUnits: *au, DeniedUnits: *du}
+			st.Late = &metering.Counts{Allowed: *a, Denied: *d, AllowedUnits: *au, DeniedUnits: *du}
 		}
 		return st, nil
 	})
@@ -260,7 +261,7 @@ type CloseResult struct {
 	// TotalMinor sums the statements' totals by currency.
 	TotalMinor map[string]int64 `json:"total_minor"`
 	// Late sums usage that arrived after the close.
-	Late Counts `json:"late_usage"`
+	Late metering.Counts `json:"late_usage"`
 }
 
 // CloseMonth freezes m: every billable tenant's statement is computed and
@@ -381,7 +382,7 @@ type LateRow struct {
 	Resource   string    `json:"resource"`
 	Minute     time.Time `json:"minute"`
 	RecordedAt time.Time `json:"recorded_at"`
-	Counts
+	metering.Counts
 }
 
 // Late lists usage that arrived after m was closed (one tenant's, or

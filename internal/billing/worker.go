@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -22,7 +24,7 @@ import (
 // many.
 type Worker struct {
 	Consumer Consumer
-	Store    *Store
+	Store    *pgstore.Store
 	Log      *slog.Logger
 	// FetchCount is the most batches fetched, and applied in one
 	// transaction, at once (default 64).
@@ -222,7 +224,7 @@ func (e stopError) Error() string { return e.err.Error() }
 // retries them all: the batches already applied are skipped as
 // duplicates.
 func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Message) error) error {
-	var batches []Batch
+	var batches []metering.Batch
 	for _, m := range msgs {
 		if m.Err != nil {
 			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
@@ -272,14 +274,14 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 
 // applyEach applies the decodable messages' batches one by one, setting
 // aside (and marking with Err) those whose data Postgres refuses.
-func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, error) {
-	var results []ApplyResult
+func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]pgstore.ApplyResult, error) {
+	var results []pgstore.ApplyResult
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Err != nil {
 			continue
 		}
-		res, err := w.Store.ApplyAll(ctx, []Batch{m.Batch})
+		res, err := w.Store.ApplyAll(ctx, []metering.Batch{m.Batch})
 		switch {
 		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)

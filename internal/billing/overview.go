@@ -1,4 +1,4 @@
-package usage
+package billing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -19,8 +20,8 @@ import (
 // Overall returns the counts of every decision in r (widened to whole
 // minutes), of all tenants and anonymous callers, from the totals by
 // minute or, for whole hours, by hour.
-func (s *Store) Overall(ctx context.Context, r Range) (Counts, error) {
-	var c Counts
+func (s *Store) Overall(ctx context.Context, r Range) (metering.Counts, error) {
+	var c metering.Counts
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
 		return c, err
@@ -231,7 +232,7 @@ func (s *Store) KeysActivity(ctx context.Context, keys []KeyRef, now time.Time) 
 // MonthUsage is a tenant's usage in one month, and its statement's state.
 type MonthUsage struct {
 	Month Month
-	Counts
+	metering.Counts
 	// ClosedAt is when the month was closed; nil while it is open.
 	ClosedAt *time.Time
 	// TotalMinor and Currency are the frozen statement's, once closed.
@@ -284,7 +285,7 @@ func (s *Store) MonthTenants(ctx context.Context, m Month, limit int) (top []Ten
 			return err
 		}
 		var id string
-		err = forEachCounts(rows, []any{&id}, func(c Counts) {
+		err = forEachCounts(rows, []any{&id}, func(c metering.Counts) {
 			top = append(top, TenantTotal{TenantID: id, Counts: c})
 		})
 		if err != nil {
@@ -327,7 +328,7 @@ func (s *Store) TopTenants(ctx context.Context, r Range, limit int) ([]TenantTot
 		return nil, fmt.Errorf("usage: top tenants: %w", err)
 	}
 	var id string
-	err = forEachCounts(rows, []any{&id}, func(c Counts) {
+	err = forEachCounts(rows, []any{&id}, func(c metering.Counts) {
 		out = append(out, TenantTotal{TenantID: id, Counts: c})
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 // Worker moves batches from a Consumer into the Store: apply what one
 // fetch returned in one transaction (exactly once per batch, see
-// Store.ApplyAll), then acknowledge. It also runs the store's
+// pgstore.Store.ApplyAll), then acknowledge. It also runs the store's
 // maintenance (partitions, retention) at start and every
 // MaintenanceInterval. Several workers may run at once, in one process or
 // many.

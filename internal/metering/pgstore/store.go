@@ -618,7 +618,8 @@ func (p StoreProducer) Publish(ctx context.Context, b metering.Batch) error {
 }
 
 // MaintainEvery runs Maintain now and then every interval until ctx ends,
-// logging failures: for processes that apply batches without a Worker.
+// logging failures: for processes that apply batches without a
+// billing.Worker.
 func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
 	for {
 		if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {

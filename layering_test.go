@@ -20,7 +20,7 @@ func TestLayering(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	imports, deps := map[string][]string{}, map[string][]string{}
+	imports, linked := map[string][]string{}, map[string][]string{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for {
 		var p struct {
@@ -34,7 +34,7 @@ func TestLayering(t *testing.T) {
 			t.Fatal(err)
 		}
 		pkg := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-		imports[pkg], deps[pkg] = p.Imports, p.Deps
+		imports[pkg], linked[pkg] = p.Imports, p.Deps
 	}
 	if len(imports) < 10 {
 		t.Fatalf("go list found %d packages; is the test run from the module?", len(imports))
@@ -63,7 +63,7 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
-	checkAdminSideApart(t, deps)
+	checkAdminSideApart(t, linked)
 }
 
 // metering is the check server's side of usage; billing the admin side's.
@@ -72,20 +72,20 @@ var metering, billing = []string{"internal/metering"}, []string{"internal/billin
 // checkAdminSideApart fails when the check server links the admin side of
 // usage, or package metering links Postgres code: the check server counts
 // decisions and hands them on, and only pgstore, beside metering, writes
-// them to Postgres. deps holds each package's transitive dependencies.
-func checkAdminSideApart(t *testing.T, deps map[string][]string) {
+// them to Postgres. linked holds each package's transitive dependencies.
+func checkAdminSideApart(t *testing.T, linked map[string][]string) {
 	t.Helper()
 	for _, pkg := range []string{"cmd/api", "internal/checkapi", "internal/checkapi/envoyrls", "internal/enforce", "internal/metering", "internal/metering/pgstore"} {
-		if _, ok := deps[pkg]; !ok {
+		if _, ok := linked[pkg]; !ok {
 			t.Errorf("go list found no %s: update TestLayering", pkg)
 		}
-		for _, dep := range deps[pkg] {
+		for _, dep := range linked[pkg] {
 			if own, ok := strings.CutPrefix(dep, module+"/"); ok && (hasPrefix(own, billing) || hasPrefix(own, []string{"internal/adminapi", "internal/ui"})) {
 				t.Errorf("%s links %s: the check server never links the admin side", pkg, own)
 			}
 		}
 	}
-	for _, dep := range deps["internal/metering"] {
+	for _, dep := range linked["internal/metering"] {
 		if dep == module+"/internal/postgres" || strings.HasPrefix(dep, "github.com/jackc/") {
 			t.Errorf("internal/metering links %s: Postgres code is pgstore's", dep)
 		}

@@ -632,6 +632,3 @@ func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slo
 		}
 	}
 }
-
-// Now returns the store's current time (its configured clock).
-func (s *Store) Now() time.Time { return s.cfg.Now() }

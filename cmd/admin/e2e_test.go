@@ -156,17 +156,8 @@ const propagationLimit = time.Second
 // than propagationLimit from since.
 func eventually(t *testing.T, since time.Time, what string, ok func() (bool, string)) {
 	t.Helper()
-	for {
-		done, state := ok()
-		if done {
-			t.Logf("%s after %v", what, time.Since(since).Round(time.Millisecond))
-			return
-		}
-		if time.Since(since) > propagationLimit {
-			t.Fatalf("%s: not seen within %v; last seen: %s", what, propagationLimit, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, since, propagationLimit, what, ok)
+	t.Logf("%s after %v", what, time.Since(since).Round(time.Millisecond))
 }
 
 // TestChangesReachRunningAPI makes changes through the admin API while a

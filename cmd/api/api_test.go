@@ -216,13 +216,7 @@ func TestCheckAuthentication(t *testing.T) {
 // change take to reach the API.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 1s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, time.Second, "condition", cond)
 }
 
 var (

@@ -10,8 +10,8 @@ import (
 )
 
 // Bars is a bar chart of values per category (usage per key, consumption
-// per month), one bar per series in each category, side by side or
-// stacked.
+// per month), the series stacked in each category: positive values
+// upwards, negative ones downwards.
 type Bars struct {
 	// Title, Desc, ID, Width and Height are as for Plot.
 	Title, Desc   string
@@ -25,9 +25,6 @@ type Bars struct {
 	// XLabel names the categories ("API key", "month").
 	XLabel string
 	Series []BarSeries
-	// Stacked stacks the series in each category: positive values upwards,
-	// negative ones downwards.
-	Stacked bool
 	// Y is the value axis; Time is ignored.
 	Y     Axis
 	Rules []Rule
@@ -108,16 +105,12 @@ func (c Bars) render(standalone bool) []byte {
 			if v != math.Trunc(v) {
 				integer = false
 			}
-			if c.Stacked {
-				if v >= 0 {
-					up += v
-				} else {
-					down += v
-				}
-				lo, hi = min(lo, down), max(hi, up)
-				continue
+			if v >= 0 {
+				up += v
+			} else {
+				down += v
 			}
-			lo, hi = min(lo, v), max(hi, v)
+			lo, hi = min(lo, down), max(hi, up)
 		}
 	}
 	for _, r := range c.Rules {
@@ -162,11 +155,7 @@ func (c Bars) render(standalone bool) []byte {
 	drawYAxis(&s, yticks, y, left, right)
 	baseline := y.at(max(y.d0, min(y.d1, 0)))
 	band := (right - left) / float64(max(n, 1))
-	groups := max(len(c.Series), 1)
-	if c.Stacked {
-		groups = 1
-	}
-	barW := band * 0.8 / float64(groups)
+	barW := band * 0.8
 	format := c.valueFormat()
 	unit := ""
 	if c.Y.Label != "" {
@@ -185,17 +174,13 @@ func (c Bars) render(standalone bool) []byte {
 				continue
 			}
 			x := left + band*float64(i) + band*0.1
-			from, to := 0.0, v
-			if c.Stacked {
-				if v > 0 {
-					from, to = up[i], up[i]+v
-					up[i] = to
-				} else {
-					from, to = down[i], down[i]+v
-					down[i] = to
-				}
+			var from, to float64
+			if v > 0 {
+				from, to = up[i], up[i]+v
+				up[i] = to
 			} else {
-				x += barW * float64(si)
+				from, to = down[i], down[i]+v
+				down[i] = to
 			}
 			y0, y1 := clamp(from), clamp(to)
 			if to > y.d1 {
@@ -277,11 +262,7 @@ func (c Bars) description(n int, empty bool) string {
 	if c.XLabel != "" {
 		b.WriteString(" (" + c.XLabel + ")")
 	}
-	fmt.Fprintf(&b, ", %d series", len(c.Series))
-	if c.Stacked {
-		b.WriteString(", stacked")
-	}
-	b.WriteString(".")
+	fmt.Fprintf(&b, ", %d series, stacked.", len(c.Series))
 	unit := ""
 	if c.Y.Label != "" {
 		unit = " " + c.Y.Label
@@ -316,7 +297,7 @@ func (c Bars) description(n int, empty bool) string {
 }
 
 // Table returns a row per category and a column per series, with a total
-// column when the chart is stacked.
+// column when there are two series or more.
 func (c Bars) Table() Table {
 	t := Table{Caption: c.Title}
 	if c.Y.Label != "" {
@@ -334,7 +315,7 @@ func (c Bars) Table() Table {
 		}
 		t.Header = append(t.Header, name)
 	}
-	total := c.Stacked && len(c.Series) > 1
+	total := len(c.Series) > 1
 	if total {
 		t.Header = append(t.Header, "total")
 	}

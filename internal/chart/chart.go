@@ -1,8 +1,7 @@
 // Package chart draws small server-side SVG charts for the web console and
-// for the documentation: time-series and XY plots (line, area, step,
-// scatter; optionally stacked), bar charts (grouped or stacked), sparklines,
-// consumption bars with a projection marker, and panels of plots that share
-// a legend.
+// for the documentation: time-series and XY plots of steps and step areas
+// (optionally stacked), stacked bar charts, sparklines, consumption bars
+// with a projection marker, and panels of plots that share a legend.
 //
 // Every chart is a plain struct. Its SVG method returns a template.HTML that
 // html/template inserts as is; WriteSVG writes the same bytes to an

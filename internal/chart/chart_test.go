@@ -40,15 +40,14 @@ func examples() map[string]Chart {
 	rejected := minutes(60, func(i int) float64 { return float64(max(0, i%20-14)) })
 	return map[string]Chart{
 		"plot time series": Plot{Title: "Checks per minute", X: Axis{Time: true}, Y: Axis{Label: "checks per minute"},
-			Series: []Series{{Name: "allowed", Tone: Good, Points: allowed}, {Name: "rejected", Kind: Area, Tone: Bad, Points: rejected}},
+			Series: []Series{{Name: "allowed", Tone: Good, Points: allowed}, {Name: "rejected", Kind: StepArea, Tone: Bad, Points: rejected}},
 			Rules:  []Rule{{Value: 130, Label: "limit"}}},
 		"plot stacked steps": Plot{Title: "Stacked", X: Axis{Time: true}, Stacked: true,
 			Series: []Series{{Name: "allowed", Kind: StepArea, Points: allowed}, {Name: "rejected", Kind: StepArea, Points: rejected}}},
-		"plot stacked areas, other x": Plot{Title: "Stacked", Stacked: true,
-			Series: []Series{{Name: "a", Kind: Area, Points: []Point{{0, 1}, {1, 2}}}, {Name: "b", Kind: Area, Points: []Point{{0.5, 1}, {2, 2}}}}},
-		"plot scatter and step": Plot{Title: "Burst", X: Axis{Label: "time (s)"},
-			Series: []Series{{Name: "admitted", Kind: Scatter, Points: []Point{{0, 1}, {0.1, 1}, {0.2, 1}}},
-				{Name: "denied", Kind: Scatter, Points: []Point{{0.15, 0}, {0.25, 0}}},
+		"plot stacked step areas, other x": Plot{Title: "Stacked", Stacked: true,
+			Series: []Series{{Name: "a", Kind: StepArea, Points: []Point{{0, 1}, {1, 2}}}, {Name: "b", Kind: StepArea, Points: []Point{{0.5, 1}, {2, 2}}}}},
+		"plot step and step area": Plot{Title: "Burst", X: Axis{Label: "time (s)"},
+			Series: []Series{{Name: "admitted", Kind: StepArea, Points: []Point{{0, 1}, {0.1, 2}, {0.2, 3}}},
 				{Name: "tokens", Kind: Step, Points: []Point{{0, 3}, {0.1, 2}, {0.2, 1}}}}},
 		"plot clipped": Plot{Title: "Clipped", Y: Axis{Max: 5}, X: Axis{Min: 1, Max: 3},
 			Series: []Series{{Name: "a", Kind: StepArea, Points: []Point{{0, 9}, {1, 2}, {2, 9}, {3, 1}, {4, 9}}}, {Name: "b", Points: []Point{{1, 7}, {2, 1}}}}},
@@ -59,15 +58,15 @@ func examples() map[string]Chart {
 		"plot one time point":    Plot{Title: "One", X: Axis{Time: true}, Series: []Series{{Name: "a", Kind: StepArea, Points: []Point{At(day0, 3)}}}},
 		"plot all zeros":         Plot{Title: "Zeros", Series: []Series{{Name: "a", Points: []Point{{0, 0}, {1, 0}, {2, 0}}}}},
 		"plot huge":              Plot{Title: "Huge", Series: []Series{{Name: "a", Points: []Point{{0, 1e12}, {1, 3e12}, {2, 2e12}}}}},
-		"plot negative":          Plot{Title: "Negative", Series: []Series{{Name: "a", Kind: Area, Points: []Point{{0, -5}, {1, 3}, {2, -2.5}}}}},
+		"plot negative":          Plot{Title: "Negative", Series: []Series{{Name: "a", Kind: StepArea, Points: []Point{{0, -5}, {1, 3}, {2, -2.5}}}}},
 		"plot unsorted":          Plot{Title: "Unsorted", Series: []Series{{Name: "a", Points: []Point{{3, 1}, {1, 2}, {2, 3}}}}},
 		"plot far times":         Plot{Title: "Far", X: Axis{Time: true}, Series: []Series{{Name: "a", Points: []Point{{-1e15, 1}, {1e15, 2}}}}},
 		"plot tiny":              Plot{Title: "Tiny", Width: 1, Height: 1, Series: []Series{{Name: "a", Points: []Point{{0, 1}, {1, 2}}}}},
 		"plot inverted range":    Plot{Title: "Inverted", X: Axis{Min: 5, Max: 1}, Y: Axis{Min: 3, Max: 3}, Series: []Series{{Points: []Point{{0, 1}, {1, 2}}}}},
 		"plot rule only":         Plot{Title: "Rule", Rules: []Rule{{Value: 10, Label: "limit"}, {Value: nan}}},
 		"plot unknown kind":      Plot{Title: "Kind", Series: []Series{{Kind: Kind(99), Points: []Point{{0, 1}, {1, 2}}}}},
-		"bars grouped":           Bars{Title: "Usage per key", Categories: []string{"alpha", "beta", "gamma"}, Y: Axis{Label: "calls"}, Series: []BarSeries{{Name: "March", Values: []float64{10, 20, 30}}, {Name: "April", Values: []float64{15, -5, 25}}}, Rules: []Rule{{Value: 25, Label: "quota"}}},
-		"bars stacked":           Bars{Title: "Monthly", Stacked: true, Categories: []string{"Jan", "Feb", "Mar"}, Series: []BarSeries{{Name: "checks", Values: []float64{1e6, 2e6, 3e6}}, {Name: "overage", Tone: Bad, Values: []float64{0, 5e5, -1e5}}}},
+		"bars per key":           Bars{Title: "Usage per key", Categories: []string{"alpha", "beta", "gamma"}, Y: Axis{Label: "calls"}, Series: []BarSeries{{Name: "March", Values: []float64{10, 20, 30}}, {Name: "April", Values: []float64{15, -5, 25}}}, Rules: []Rule{{Value: 25, Label: "quota"}}},
+		"bars millions":          Bars{Title: "Monthly", Categories: []string{"Jan", "Feb", "Mar"}, Series: []BarSeries{{Name: "checks", Values: []float64{1e6, 2e6, 3e6}}, {Name: "overage", Tone: Bad, Values: []float64{0, 5e5, -1e5}}}},
 		"bars no categories":     Bars{Title: "Bare", Series: []BarSeries{{Values: []float64{1, 2, 3}}}},
 		"bars empty":             Bars{Title: "Empty"},
 		"bars NaN and missing":   Bars{Title: "Gaps", Categories: []string{"a", "b", "c"}, Series: []BarSeries{{Name: "x", Values: []float64{nan, inf}}}},
@@ -333,13 +332,13 @@ func TestIntegerDataGetWholeTicks(t *testing.T) {
 
 func TestStacking(t *testing.T) {
 	p := Plot{Stacked: true, Series: []Series{
-		{Kind: Area, Points: []Point{{0, 1}, {1, 2}}},
-		{Kind: Line, Points: []Point{{0, 10}, {1, 10}}}, // not stacked
+		{Kind: StepArea, Points: []Point{{0, 1}, {1, 2}}},
+		{Kind: Step, Points: []Point{{0, 10}, {1, 10}}}, // not stacked
 		{Kind: StepArea, Points: []Point{{0, 3}, {2, 4}, {1, 5}}},
 	}}
 	d := p.prepare()
 	if d.series[1].base != nil {
-		t.Errorf("a line was stacked")
+		t.Errorf("a step was stacked")
 	}
 	// Sorted by x: (0,3) on 1, (1,5) on 2, (2,4) on nothing.
 	if got, want := d.series[2].base, []float64{1, 2, 0}; !slices.Equal(got, want) {
@@ -351,6 +350,19 @@ func TestStacking(t *testing.T) {
 	// The last step is as long as the one before it.
 	if d.series[2].end != 3 || d.xhi != 3 {
 		t.Errorf("last step ends at %g, x extent to %g; want 3", d.series[2].end, d.xhi)
+	}
+}
+
+// TestZeroKindIsStep: a series without a Kind is drawn as steps.
+func TestZeroKindIsStep(t *testing.T) {
+	pts := []Point{{0, 1}, {1, 3}, {2, 2}}
+	zero := Plot{Title: "k", Series: []Series{{Name: "a", Points: pts}}}.SVG()
+	step := Plot{Title: "k", Series: []Series{{Name: "a", Kind: Step, Points: pts}}}.SVG()
+	if zero != step {
+		t.Errorf("zero Kind:\n%s\nStep:\n%s", zero, step)
+	}
+	if !strings.Contains(string(zero), `d="M`) || !strings.Contains(string(zero), "(step)") {
+		t.Errorf("want a step series in\n%s", zero)
 	}
 }
 
@@ -396,7 +408,7 @@ func monthOfMinutes() Plot {
 	})
 	rejected := minutes(43200, func(i int) float64 { return max(0, allowed[i].Y-1500) })
 	return Plot{Title: "Checks per minute, March", X: Axis{Time: true}, Y: Axis{Label: "checks per minute"},
-		Series: []Series{{Name: "allowed", Kind: Line, Tone: Good, Points: allowed}, {Name: "rejected", Kind: Area, Tone: Bad, Points: rejected}},
+		Series: []Series{{Name: "allowed", Kind: Step, Tone: Good, Points: allowed}, {Name: "rejected", Kind: StepArea, Tone: Bad, Points: rejected}},
 		Rules:  []Rule{{Value: 1500, Label: "limit"}}}
 }
 
@@ -421,7 +433,7 @@ func TestTables(t *testing.T) {
 				Rows: [][]string{{"1", "2.5", ""}, {"2", "1", "3"}, {"4", "", "1,234"}}}},
 		{"plot on time", Plot{Title: "T", X: Axis{Time: true}, Series: []Series{{Name: "a", Points: []Point{At(day0.Add(90*time.Second), 1)}}}},
 			Table{Caption: "T", Header: []string{"time (UTC)", "a"}, Rows: [][]string{{"2026-03-01 00:01:30", "1"}}}},
-		{"stacked bars with a total", Bars{Title: "B", XLabel: "key", Stacked: true, Categories: []string{"k1", "k2"},
+		{"bars with a total", Bars{Title: "B", XLabel: "key", Categories: []string{"k1", "k2"},
 			Series: []BarSeries{{Name: "a", Values: []float64{1, 2}}, {Name: "b", Values: []float64{3}}}},
 			Table{Caption: "B", Header: []string{"key", "a", "b", "total"}, Rows: [][]string{{"k1", "1", "3", "4"}, {"k2", "2", "", "2"}}}},
 		{"sparkline with labels", Sparkline{Title: "S", Values: []float64{1, nan}, Labels: []string{"00:00"}},
@@ -493,7 +505,7 @@ func TestCSS(t *testing.T) {
 // TestGolden compares a few charts with files in testdata; run with
 // -update after a deliberate change and review the diff.
 func TestGolden(t *testing.T) {
-	for _, name := range []string{"plot time series", "plot stacked steps", "bars grouped", "sparkline", "progress over", "panels"} {
+	for _, name := range []string{"plot time series", "plot stacked steps", "bars per key", "sparkline", "progress over", "panels"} {
 		t.Run(name, func(t *testing.T) {
 			got := examples()[name].SVG()
 			path := filepath.Join("testdata", strings.ReplaceAll(name, " ", "-")+".svg")

@@ -45,12 +45,13 @@ func Example_page() {
 			Quota  chart.Progress
 		}{
 			Checks: chart.Plot{
-				Title: "Checks per minute, last hour",
-				X:     chart.Axis{Time: true},
-				Y:     chart.Axis{Label: "checks per minute"},
+				Title:   "Checks per minute, last hour",
+				X:       chart.Axis{Time: true},
+				Y:       chart.Axis{Label: "checks per minute"},
+				Stacked: true,
 				Series: []chart.Series{
-					{Name: "allowed", Kind: chart.Line, Tone: chart.Good, Points: allowed},
-					{Name: "rejected", Kind: chart.Area, Tone: chart.Bad, Points: rejected},
+					{Name: "allowed", Kind: chart.StepArea, Tone: chart.Good, Points: allowed},
+					{Name: "rejected", Kind: chart.StepArea, Tone: chart.Bad, Points: rejected},
 				},
 				Rules: []chart.Rule{{Value: 1000, Label: "limit"}},
 			},

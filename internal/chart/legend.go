@@ -4,9 +4,8 @@ package chart
 type swatch int
 
 const (
-	swatchBox  swatch = iota // areas and bars
-	swatchLine               // lines and steps
-	swatchDot                // scatter
+	swatchBox  swatch = iota // step areas and bars
+	swatchLine               // steps
 	swatchRule               // a dashed reference line
 )
 
@@ -58,6 +57,9 @@ func drawLegend(s *svg, rows []legendRow) {
 	for _, row := range rows {
 		mid := row.y - 4
 		for _, it := range row.items {
+			var stroke pathBuilder // of a step or a rule
+			stroke.cmd('M', it.x, mid)
+			stroke.cmd('h', 12)
 			switch it.swatch {
 			case swatchBox:
 				s.raw("<rect")
@@ -65,32 +67,12 @@ func drawLegend(s *svg, rows []legendRow) {
 				s.numAttr("x", it.x)
 				s.numAttr("y", mid-5)
 				s.raw(` width="12" height="10" fill="currentColor"/>`)
-			case swatchLine, swatchDot, swatchRule:
-				var d pathBuilder
-				if it.swatch == swatchDot {
-					d.cmd('M', it.x+6, mid)
-					d.cmd('h', 0)
-				} else {
-					d.cmd('M', it.x, mid)
-					d.cmd('h', 12)
-				}
+			case swatchLine:
 				s.raw("<path")
-				switch it.swatch {
-				case swatchRule:
-					s.raw(` class="chart-rule"`)
-				default:
-					s.seriesAttrs(it.index, it.tone, "")
-				}
-				s.raw(` d="`)
-				s.raw(string(d.b))
-				switch it.swatch {
-				case swatchLine:
-					s.raw(`" stroke="currentColor" stroke-width="2"/>`)
-				case swatchDot:
-					s.raw(`" stroke="currentColor" stroke-width="6" stroke-linecap="round"/>`)
-				case swatchRule:
-					s.raw(`" stroke="currentColor" stroke-dasharray="4 3"/>`)
-				}
+				s.seriesAttrs(it.index, it.tone, "")
+				s.raw(` d="` + string(stroke.b) + `" stroke="currentColor" stroke-width="2"/>`)
+			case swatchRule:
+				s.raw(`<path class="chart-rule" d="` + string(stroke.b) + `" stroke="currentColor" stroke-dasharray="4 3"/>`)
 			}
 			s.textAt(it.x+18, row.y, "", "", it.label)
 		}

@@ -16,36 +16,21 @@ type Kind int
 
 // Kinds of series.
 const (
-	// Line joins the points with straight lines.
-	Line Kind = iota
-	// Area is a line filled down to zero, or, when the plot is Stacked,
-	// down to the stacked series before it.
-	Area
-	// Step holds each value until the next point: the last one for as
-	// long as the step before it (for counts per bucket, a point per
-	// bucket start).
-	Step
-	// StepArea is Step filled as Area: a histogram.
+	// Step, the zero value, holds each value until the next point: the
+	// last one for as long as the step before it (for counts per bucket,
+	// a point per bucket start).
+	Step Kind = iota
+	// StepArea is Step filled down to zero, or, when the plot is Stacked,
+	// down to the stacked series before it: a histogram.
 	StepArea
-	// Scatter draws a dot per point and no line.
-	Scatter
 )
-
-func (k Kind) filled() bool  { return k == Area || k == StepArea }
-func (k Kind) stepped() bool { return k == Step || k == StepArea }
 
 func (k Kind) String() string {
 	switch k {
-	case Line:
-		return "line"
-	case Area:
-		return "area"
 	case Step:
 		return "step"
 	case StepArea:
 		return "step area"
-	case Scatter:
-		return "scatter"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -58,6 +43,7 @@ type Point struct{ X, Y float64 }
 type Series struct {
 	// Name labels the series in the legend, tooltips and the table.
 	Name string
+	// Kind is Step unless set; a Kind other than StepArea draws as Step.
 	Kind Kind
 	// Tone, if set, colours the series by meaning instead of position.
 	Tone Tone
@@ -81,9 +67,9 @@ type Plot struct {
 	Width, Height int
 	X, Y          Axis
 	Series        []Series
-	// Stacked stacks the Area and StepArea series, in order, on each
-	// other: a point is added to the earlier stacked points at the same X.
-	// Other kinds are drawn on top, unstacked.
+	// Stacked stacks the StepArea series, in order, on each other: a
+	// point is added to the earlier stacked points at the same X. Step
+	// series are drawn on top, unstacked.
 	Stacked bool
 	Rules   []Rule
 }
@@ -133,7 +119,7 @@ type seriesData struct {
 	Series
 	index int       // position in Plot.Series, for its colour
 	base  []float64 // stacked series: the value under each point
-	end   float64   // stepped series: where the last step ends
+	end   float64   // where the last step ends
 }
 
 func (d seriesData) top(i int) float64 {
@@ -165,7 +151,7 @@ func (p Plot) prepare() *plotData {
 		}
 		sd := seriesData{Series: s, index: i}
 		sd.Points = pts
-		if p.Stacked && s.Kind.filled() {
+		if p.Stacked && s.Kind == StepArea {
 			sd.base = make([]float64, len(pts))
 			for j, q := range pts {
 				sd.base[j] = stacks[q.X]
@@ -177,7 +163,7 @@ func (p Plot) prepare() *plotData {
 			d.xlo = min(d.xlo, pts[0].X)
 			d.xhi = max(d.xhi, pts[n-1].X)
 			sd.end = pts[n-1].X
-			if s.Kind.stepped() && n > 1 {
+			if n > 1 {
 				sd.end += pts[n-1].X - pts[n-2].X
 				d.xhi = max(d.xhi, sd.end)
 			}
@@ -349,12 +335,9 @@ func (p Plot) legendEntries() []legendEntry {
 		if s.Name == "" {
 			continue
 		}
-		swatch := swatchBox
-		switch s.Kind {
-		case Line, Step:
-			swatch = swatchLine
-		case Scatter:
-			swatch = swatchDot
+		swatch := swatchLine
+		if s.Kind == StepArea {
+			swatch = swatchBox
 		}
 		entries = append(entries, legendEntry{swatch, i, s.Tone, s.Name})
 	}
@@ -394,9 +377,9 @@ func (p Plot) draw(s *svg, id string, d *plotData, l plotLayout, o plotOpts) {
 	s.raw("/></clipPath>\n<g")
 	s.attr("clip-path", "url(#"+clipID+")")
 	s.raw(">\n")
-	for pass := range 2 { // filled series under lines and dots
+	for pass := range 2 { // step areas under steps
 		for _, sd := range d.series {
-			if sd.Kind.filled() != (pass == 0) || len(sd.Points) == 0 {
+			if (sd.Kind == StepArea) != (pass == 0) || len(sd.Points) == 0 {
 				continue
 			}
 			drawSeries(s, sd, l, baseline, p.Stacked)
@@ -563,31 +546,29 @@ func drawSeries(s *svg, sd seriesData, l plotLayout, baseline float64, stacked b
 	}
 	idx := downsample(xs, tops, l.right-l.left)
 	// Steps need every point; downsampled, a step is a line.
-	stepped := sd.Kind.stepped() && len(idx) == len(pts)
+	stepped := len(idx) == len(pts)
 	end := l.x.at(sd.end)
 	if to < len(sd.Points) { // the last step is beyond the plot
 		end = xs[len(xs)-1]
 	}
 
 	var line pathBuilder
-	if sd.Kind != Scatter {
-		for n, i := range idx {
-			switch {
-			case n == 0:
-				line.cmd('M', xs[i], tops[i])
-			case stepped:
-				line.cmd('H', xs[i])
-				line.cmd('V', tops[i])
-			default:
-				line.cmd('L', xs[i], tops[i])
-			}
-		}
-		if stepped {
-			line.cmd('H', end)
+	for n, i := range idx {
+		switch {
+		case n == 0:
+			line.cmd('M', xs[i], tops[i])
+		case stepped:
+			line.cmd('H', xs[i])
+			line.cmd('V', tops[i])
+		default:
+			line.cmd('L', xs[i], tops[i])
 		}
 	}
+	if stepped {
+		line.cmd('H', end)
+	}
 
-	if sd.Kind.filled() {
+	if sd.Kind == StepArea {
 		area := pathBuilder{b: slices.Clone(line.b)}
 		last, first := idx[len(idx)-1], idx[0]
 		lastX := xs[last]
@@ -627,16 +608,14 @@ func drawSeries(s *svg, sd seriesData, l plotLayout, baseline float64, stacked b
 			return
 		}
 	}
-	if len(idx) == 1 || sd.Kind == Scatter {
-		var dots pathBuilder
-		for _, i := range idx {
-			dots.cmd('M', xs[i], tops[i])
-			dots.cmd('h', 0)
-		}
+	if len(idx) == 1 { // one point: a dot
+		var dot pathBuilder
+		dot.cmd('M', xs[idx[0]], tops[idx[0]])
+		dot.cmd('h', 0)
 		s.raw("<path")
 		s.seriesAttrs(sd.index, sd.Tone, "chart-dots")
 		s.raw(` d="`)
-		s.raw(string(dots.b))
+		s.raw(string(dot.b))
 		s.raw(`" fill="none" stroke="currentColor" stroke-width="5" stroke-linecap="round">`)
 		seriesTitle(s, sd.Name)
 		s.raw("</path>\n")
@@ -675,10 +654,6 @@ func drawClipped(s *svg, sd seriesData, l plotLayout) {
 		over := sd.top(i) > l.y.d1
 		x := l.x.at(sd.Points[i].X)
 		switch {
-		case !sd.Kind.stepped():
-			if over {
-				mark(x-2, x+2)
-			}
 		case over && math.IsNaN(openX):
 			openX = x
 		case !over && !math.IsNaN(openX):

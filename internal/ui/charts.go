@@ -79,7 +79,7 @@ func usageChart(id, title string, points []billing.Point, g billing.Granularity,
 
 // barsChart draws allowed and rejected checks per category, stacked.
 func barsChart(id, title, category string, bars []bar) chartHTML {
-	c := chart.Bars{Title: title, ID: id, Width: narrow, Height: 220, XLabel: category, Stacked: true,
+	c := chart.Bars{Title: title, ID: id, Width: narrow, Height: 220, XLabel: category,
 		Y:      chart.Axis{Label: "checks"},
 		Series: []chart.BarSeries{{Name: "allowed", Tone: chart.Good}, {Name: "rejected", Tone: chart.Bad}}}
 	for _, b := range bars {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,7 +59,7 @@ type Config struct {
 	IPv6Prefix      int
 	Usage           config.Usage
 	// TrustedProxies are hops in front of the gateways (forward-auth).
-	TrustedProxies []netip.Prefix
+	TrustedProxies httpx.TrustedProxies
 	Forward        config.Forward
 	Envoy          config.Envoy
 	Log            *slog.Logger

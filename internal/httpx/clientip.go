@@ -8,16 +8,25 @@ import (
 	"strings"
 )
 
-// TrustedProxies lists the networks whose forwarding headers
-// (X-Forwarded-For, X-Real-IP) are believed: load balancers and gateways
-// in front of a server. The zero value trusts nobody, so the client is
-// always the peer address.
-type TrustedProxies []netip.Prefix
+// TrustedProxies says whose forwarding headers are believed, and which
+// header names the client: load balancers and gateways in front of a
+// server. The zero value trusts nobody, so the client is always the peer
+// address.
+type TrustedProxies struct {
+	// Networks are the proxies' addresses.
+	Networks []netip.Prefix
+	// RealIP says the proxies write the client to X-Real-IP, overwriting
+	// whatever the client sent, rather than append it to
+	// X-Forwarded-For: a trusted peer's X-Real-IP is then the client and
+	// X-Forwarded-For, which such a proxy passes on as the client wrote
+	// it, is not read at all.
+	RealIP bool
+}
 
 // Contains reports whether a belongs to a trusted network.
 func (t TrustedProxies) Contains(a netip.Addr) bool {
 	a = a.Unmap()
-	for _, p := range t {
+	for _, p := range t.Networks {
 		if p.Contains(a) {
 			return true
 		}
@@ -37,19 +46,33 @@ func (t TrustedProxies) ClientIP(r *http.Request) string {
 
 // ClientAddr resolves the client behind a request that came from peer
 // with headers h. When the peer is not trusted (peerTrusted false) the
-// client is the peer, whatever the headers say. When it is, the client is
-// the rightmost address of X-Forwarded-For that is not a trusted proxy:
-// every hop appends the address it saw, so everything to the left of the
-// first untrusted hop could have been written by the client itself. If
-// every address in X-Forwarded-For is trusted, the leftmost is the client;
-// without X-Forwarded-For, X-Real-IP is (set by a proxy that overwrites
-// rather than appends). Unparsable entries end the walk: the last trusted
-// address seen before one is the client.
+// client is the peer, whatever the headers say. When it is and RealIP is
+// set, the client is the peer's X-Real-IP (the peer when that is missing
+// or unparsable). Otherwise it is ForwardedClient's answer.
 func (t TrustedProxies) ClientAddr(peer netip.Addr, h http.Header, peerTrusted bool) netip.Addr {
 	peer = peer.Unmap().WithZone("")
 	if !peerTrusted {
 		return peer
 	}
+	if t.RealIP {
+		if a, ok := parseHop(h.Get("X-Real-IP")); ok {
+			return a
+		}
+		return peer
+	}
+	return t.ForwardedClient(peer, h)
+}
+
+// ForwardedClient is the client a trusted peer names in h's
+// X-Forwarded-For: the rightmost address that is not a trusted proxy.
+// Every hop appends the address it saw, so everything to the left of the
+// first untrusted hop could have been written by the client itself. If
+// every address is trusted, the leftmost is the client; without
+// X-Forwarded-For, X-Real-IP is (set by a proxy that overwrites rather
+// than appends), else the peer. Unparsable entries end the walk: the last
+// trusted address seen before one is the client.
+func (t TrustedProxies) ForwardedClient(peer netip.Addr, h http.Header) netip.Addr {
+	peer = peer.Unmap().WithZone("")
 	hops := forwardedFor(h)
 	if len(hops) == 0 {
 		if a, ok := parseHop(h.Get("X-Real-IP")); ok {
@@ -131,5 +154,5 @@ func ClientIP(r *http.Request) string {
 	if ip, ok := r.Context().Value(clientIPKey{}).(string); ok {
 		return ip
 	}
-	return TrustedProxies(nil).ClientIP(r)
+	return TrustedProxies{}.ClientIP(r)
 }

@@ -8,8 +8,10 @@ import (
 )
 
 func TestClientIP(t *testing.T) {
-	trusted := TrustedProxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48"),
-		netip.MustParsePrefix("127.0.0.1/32")}
+	trusted := TrustedProxies{Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("2001:db8:ffff::/48"), netip.MustParsePrefix("127.0.0.1/32")}}
+	realIP := trusted
+	realIP.RealIP = true
 	cases := []struct {
 		name    string
 		proxies TrustedProxies
@@ -21,7 +23,7 @@ func TestClientIP(t *testing.T) {
 		{"direct client", trusted, "203.0.113.7:5000", nil, "", "203.0.113.7"},
 		{"untrusted peer's X-Forwarded-For is ignored", trusted, "203.0.113.7:5000", []string{"198.51.100.1"}, "", "203.0.113.7"},
 		{"untrusted peer's X-Real-IP is ignored", trusted, "203.0.113.7:5000", nil, "198.51.100.1", "203.0.113.7"},
-		{"nobody trusted by default", nil, "10.0.0.1:5000", []string{"198.51.100.1"}, "", "10.0.0.1"},
+		{"nobody trusted by default", TrustedProxies{}, "10.0.0.1:5000", []string{"198.51.100.1"}, "", "10.0.0.1"},
 		{"one trusted proxy", trusted, "10.0.0.1:5000", []string{"198.51.100.1"}, "", "198.51.100.1"},
 		{"spoofed entries left of the real client", trusted, "10.0.0.1:5000",
 			[]string{"1.1.1.1, 2.2.2.2, 198.51.100.1"}, "", "198.51.100.1"},
@@ -37,6 +39,10 @@ func TestClientIP(t *testing.T) {
 		{"garbage as the only entry: the peer", trusted, "10.0.0.1:5000", []string{"<script>"}, "", "10.0.0.1"},
 		{"X-Real-IP from a trusted proxy", trusted, "10.0.0.1:5000", nil, "198.51.100.1", "198.51.100.1"},
 		{"X-Forwarded-For wins over X-Real-IP", trusted, "10.0.0.1:5000", []string{"198.51.100.2"}, "198.51.100.1", "198.51.100.2"},
+		{"a trusted X-Real-IP proxy's X-Real-IP is not overridden by a client's X-Forwarded-For", realIP, "10.0.0.1:5000",
+			[]string{"6.6.6.6"}, "198.51.100.1", "198.51.100.1"},
+		{"X-Real-IP mode: an untrusted peer's X-Real-IP is ignored", realIP, "203.0.113.7:5000", nil, "198.51.100.1", "203.0.113.7"},
+		{"X-Real-IP mode without X-Real-IP: the peer", realIP, "10.0.0.1:5000", []string{"6.6.6.6"}, "", "10.0.0.1"},
 		{"bad X-Real-IP: the peer", trusted, "10.0.0.1:5000", nil, "nope", "10.0.0.1"},
 		{"entries with ports", trusted, "10.0.0.1:5000", []string{"198.51.100.1:4711"}, "", "198.51.100.1"},
 		{"IPv6 with port", trusted, "10.0.0.1:5000", []string{"[2001:db8::7]:4711"}, "", "2001:db8::7"},
@@ -67,17 +73,17 @@ func TestClientAddrTrustedPeer(t *testing.T) {
 	h := http.Header{}
 	h.Set("X-Forwarded-For", "6.6.6.6, 198.51.100.1")
 	gateway := netip.MustParseAddr("192.0.2.10")
-	if got := TrustedProxies(nil).ClientAddr(gateway, h, true); got.String() != "198.51.100.1" {
+	if got := (TrustedProxies{}).ClientAddr(gateway, h, true); got.String() != "198.51.100.1" {
 		t.Errorf("got %s, want 198.51.100.1", got)
 	}
-	if got := TrustedProxies(nil).ClientAddr(gateway, h, false); got != gateway {
+	if got := (TrustedProxies{}).ClientAddr(gateway, h, false); got != gateway {
 		t.Errorf("untrusted: got %s, want the peer", got)
 	}
 }
 
 func TestClientIPMiddleware(t *testing.T) {
 	var got string
-	h := TrustedProxies{netip.MustParsePrefix("127.0.0.1/32")}.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := TrustedProxies{Networks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = ClientIP(r)
 	}))
 	r := httptest.NewRequest(http.MethodGet, "/", nil)

@@ -316,7 +316,7 @@ func (s *Service) request(desc *ratelimitv3.RateLimitDescriptor, cost int64) (en
 		// remote_address is one address; a request_headers action on
 		// x-forwarded-for gives the list.
 		h := http.Header{"X-Forwarded-For": {v}}
-		ip := s.cfg.TrustedProxies.ClientAddr(netip.Addr{}, h, true)
+		ip := s.cfg.TrustedProxies.ForwardedClient(netip.Addr{}, h)
 		if ip.IsValid() {
 			r.IP = ip.String()
 		}

@@ -136,11 +136,17 @@ func (g gatewayResponse) check() checkResponse {
 
 // TestNginxForwardAuth puts real nginx (auth_request, with the recipe in
 // deploy/nginx) in front of an upstream, asking the real check server.
-func TestNginxForwardAuth(t *testing.T) {
+func TestNginxForwardAuth(t *testing.T) { testGatewayForwardAuth(t, startNginx) }
+
+// testGatewayForwardAuth puts a real gateway in front of an upstream,
+// asking the real check server: limits are enforced with their headers at
+// the client, the upstream learns who is calling from Tollgate only, and
+// nothing a client sends (X-Forwarded-For, X-Tollgate-*) helps it.
+func testGatewayForwardAuth(t *testing.T, start startGateway) {
 	f := newFixture(t)
 	api := f.startAPI(t, nil)
 	app := newUpstream(t)
-	gw := startNginx(t, api, app.URL, f.token)
+	gw := start(t, api, app.URL, f.token)
 
 	t.Run("the 61st anonymous request from one address is a 429 at the client", func(t *testing.T) {
 		client := clientFrom("127.0.0.2")

@@ -126,7 +126,7 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 	addrs, stop = f.startAPIStoppable(t, env)
 	stopped = false
 	upAt := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2 * time.Second)
 	close(done)
 	loadWG.Wait()
 	wg.Wait()
@@ -198,4 +198,5 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// TestNginxOutage: the recipe in deploy/nginx when the check API stops.
 func TestNginxOutage(t *testing.T) { testGatewayOutage(t, startNginx) }

@@ -95,9 +95,11 @@ func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(h
 // X-Original-URI (nginx), by X-Forwarded-Method and X-Forwarded-Uri
 // (Traefik), or is the request itself below ForwardAuthPath (Envoy); a
 // request naming it both ways is refused, as one of them came from the
-// client. Its path, decoded and cleaned, is the resource rules match, as
-// "METHOD /path". The key comes from cfg's headers or query parameter,
-// the client's address from X-Forwarded-For (see ForwardConfig).
+// client. Resource names it as rules match it, "METHOD /path" (HEAD as
+// GET, the path decoded and cleaned, no query), as /v1/check's resource
+// is named (NormalizeResource). The key comes from cfg's headers or query
+// parameter, the client's address from X-Forwarded-For (see
+// ForwardConfig).
 //
 // Answers: 200 when allowed; 429 rate limited (with Retry-After); 401 no
 // key where the plan requires one, or a key that is not valid; 403 a

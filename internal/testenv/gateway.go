@@ -1,13 +1,11 @@
 package testenv
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -42,7 +40,7 @@ func startListening(t testing.TB, name string, command func(addr string) *exec.C
 	t.Helper()
 	for range 5 {
 		addr := freeLoopbackAddr(t)
-		var out syncWriter
+		var out LogBuffer
 		cmd := command(addr)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		Must(t, cmd.Start())
@@ -112,22 +110,4 @@ func waitListening(addr string, exited <-chan struct{}, timeout time.Duration) b
 		time.Sleep(20 * time.Millisecond)
 	}
 	return false
-}
-
-// syncWriter is a buffer safe for a process's stdout and stderr at once.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

@@ -155,7 +155,8 @@ func testGatewayForwardAuth(t *testing.T, start startGateway) {
 		spoof := func(i int) map[string]string {
 			return map[string]string{
 				"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", i+1), "X-Real-IP": "198.51.100.250",
-				"X-Tollgate-Cost": "0", "X-Forwarded-Uri": "/elsewhere", "X-Tollgate-Tenant": "forged",
+				"X-Tollgate-Cost": "0", "X-Forwarded-Uri": "/elsewhere", "X-Original-URI": "/elsewhere",
+				"X-Tollgate-Tenant": "forged", "X-Tollgate-Deny-Status": "403",
 			}
 		}
 		for i := range 60 {

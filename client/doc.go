@@ -42,7 +42,12 @@
 // [Client.Middleware] wraps an [http.Handler] in the spirit of
 // express-rate-limit: every request is checked with the caller's API key
 // (Authorization: Bearer, then X-API-Key), its address (RemoteAddr; see
-// [ForwardedFor] for proxies) and "METHOD /path" as the resource. The
+// [ForwardedFor] for proxies) and "METHOD /path" as the resource
+// ([RouteResource]): the pattern of the route that will serve it (give the
+// middleware your mux in MiddlewareOptions.Mux, or wrap the handlers you
+// register), else its path decoded and cleaned, and HEAD counted as GET,
+// so that neither /v1/%73earch, /v1//search nor a HEAD escapes the rule
+// of the handler that serves it. The
 // rate-limit headers of the decision (RateLimit-Policy, RateLimit,
 // X-RateLimit-*, Retry-After) are copied to the response, the decision is
 // put in the request's context ([DecisionFrom]), and a denial is answered

@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -26,9 +29,17 @@ type MiddlewareOptions struct {
 	// OnError.
 	IPFunc func(*http.Request) string
 	// ResourceFunc returns what is accessed, matched against the rules'
-	// resource patterns. Default: the method, a space and the path as
-	// sent (percent-encoded), e.g. "GET /repos/acme", at most 1024 bytes.
+	// resource patterns. Default: RouteResource(Mux), the method (HEAD
+	// counted as GET) and the pattern of the route that will serve the
+	// request, else its cleaned, decoded path: however a client spells a
+	// path, it cannot escape the rule of the handler that serves it.
 	ResourceFunc func(*http.Request) string
+	// Mux is the ServeMux the middleware wraps, if it wraps one: the
+	// default ResourceFunc names a request by the pattern of the route mux
+	// picks for it (mux.Handler), e.g. "GET /repos/{owner}". Not needed
+	// when the middleware wraps a handler registered in a mux, whose
+	// requests already carry their pattern (Request.Pattern).
+	Mux *http.ServeMux
 	// Cost returns the units the request consumes (0 means 1). Default 1.
 	Cost func(*http.Request) int64
 	// Skip returns true for requests that are not checked at all (no
@@ -72,7 +83,7 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 	}
 	resourceFunc := opts.ResourceFunc
 	if resourceFunc == nil {
-		resourceFunc = MethodAndPath
+		resourceFunc = RouteResource(opts.Mux)
 	}
 	onLimited := opts.OnLimited
 	if onLimited == nil {
@@ -151,10 +162,71 @@ func RemoteIP(r *http.Request) string {
 const maxResource = 1024
 
 // MethodAndPath returns r's method, a space and its path as sent
-// (percent-encoded, so never a control character), cut to 1024 bytes. It
-// is the middleware's default ResourceFunc.
+// (percent-encoded, so never a control character), cut to 1024 bytes.
+// The middleware's default is RouteResource, which a client cannot dodge
+// by spelling a path differently; MethodAndPath suits a ResourceFunc that
+// must tell spellings apart.
 func MethodAndPath(r *http.Request) string {
-	s := r.Method + " " + r.URL.EscapedPath()
+	return cutResource(r.Method + " " + r.URL.EscapedPath())
+}
+
+// RouteResource returns a ResourceFunc naming a request as the check API
+// names a forwarded one: the method upper case, HEAD counted as GET (a
+// route for GET serves HEAD too), a space, then the path of the pattern
+// of the route that will serve it (without its host and without a
+// trailing "{$}"), e.g. "GET /repos/{owner}". The pattern is mux's
+// (mux.Handler) when mux is not nil, else Request.Pattern, which a
+// ServeMux sets before it calls a handler. A request no route matches is
+// named by its path, decoded and cleaned ("//", "/./", "..", a trailing
+// slash), still escaped if it decodes to control characters or invalid
+// UTF-8. The query is never part of it. The result is cut to 1024 bytes.
+func RouteResource(mux *http.ServeMux) func(*http.Request) string {
+	return func(r *http.Request) string {
+		pattern := r.Pattern
+		if mux != nil {
+			_, pattern = mux.Handler(r)
+		}
+		p, ok := patternPath(pattern)
+		if !ok {
+			p = cleanRequestPath(r.URL)
+		}
+		return cutResource(canonicalMethod(r.Method) + " " + p)
+	}
+}
+
+// patternPath returns the path of a ServeMux pattern ("[METHOD ][HOST]/
+// [PATH]"), without a trailing "{$}"; ok is false for "".
+func patternPath(pattern string) (string, bool) {
+	i := strings.IndexByte(pattern, '/')
+	if i < 0 {
+		return "", false
+	}
+	p := strings.TrimSuffix(pattern[i:], "{$}")
+	return p, true
+}
+
+// cleanRequestPath returns u's path decoded (as Go's ServeMux matches
+// it) and cleaned, or its escaped form cleaned when the decoded one holds
+// control characters or invalid UTF-8.
+func cleanRequestPath(u *url.URL) string {
+	p := u.Path
+	if !utf8.ValidString(p) || strings.IndexFunc(p, unicode.IsControl) >= 0 {
+		p = u.EscapedPath()
+	}
+	return path.Clean("/" + p)
+}
+
+// canonicalMethod returns method upper case, with HEAD as GET.
+func canonicalMethod(method string) string {
+	if m := strings.ToUpper(method); m != http.MethodHead {
+		return m
+	}
+	return http.MethodGet
+}
+
+// cutResource cuts s to the longest resource the check API accepts, on a
+// character boundary.
+func cutResource(s string) string {
 	if len(s) > maxResource {
 		s = s[:maxResource]
 		for !utf8.ValidString(s) {

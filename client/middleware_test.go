@@ -319,3 +319,81 @@ func TestAPIKey(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteResourceCannotBeDodged: however a client spells the path of a
+// route, and with HEAD for GET, the middleware checks the route's
+// resource, whether it knows the mux, reads the request's pattern inside
+// it, or knows neither and cleans the path.
+func TestRouteResourceCannotBeDodged(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	checks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Resource string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		seen = append(seen, req.Resource)
+		mu.Unlock()
+		decide(true, "ok", 0, 0)(w, r)
+	}))
+	t.Cleanup(checks.Close)
+	tg := newClient(t, checks.URL, client.Options{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	newMux := func(wrap func(http.Handler) http.Handler) *http.ServeMux {
+		mux := http.NewServeMux()
+		mux.Handle("GET /v1/search", wrap(handler))
+		mux.Handle("POST /v1/search", wrap(handler))
+		mux.Handle("GET /repos/{owner}/{$}", wrap(handler))
+		return mux
+	}
+	plain := tg.Middleware(client.MiddlewareOptions{})
+	withMux := newMux(func(h http.Handler) http.Handler { return h })
+	setups := map[string]http.Handler{
+		"Mux option":              tg.Middleware(client.MiddlewareOptions{Mux: withMux})(withMux),
+		"inside the mux":          newMux(plain),
+		"no mux: the path, clean": plain(handler),
+	}
+	cases := []struct{ method, target, want, wantNoMux string }{
+		{"POST", "/v1/search", "POST /v1/search", ""},
+		{"POST", "/v1/%73earch", "POST /v1/search", ""},
+		{"POST", "/v1//search", "POST /v1/search", ""},
+		{"POST", "/v1/./search", "POST /v1/search", ""},
+		{"POST", "/v1/x/../search?x=1", "POST /v1/search", ""},
+		{"GET", "/v1/search", "GET /v1/search", ""},
+		{"HEAD", "/v1/search", "GET /v1/search", ""},
+		{"HEAD", "/v1/%73earch", "GET /v1/search", ""},
+		{"GET", "/repos/acme/", "GET /repos/{owner}/", "GET /repos/acme"},
+	}
+	for name, h := range setups {
+		t.Run(name, func(t *testing.T) {
+			for _, c := range cases {
+				mu.Lock()
+				seen = nil
+				mu.Unlock()
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(c.method, c.target, nil))
+				want := c.want
+				if name == "no mux: the path, clean" && c.wantNoMux != "" {
+					want = c.wantNoMux
+				}
+				mu.Lock()
+				got := seen
+				mu.Unlock()
+				// Inside the mux, a path the mux redirects to its clean
+				// form reaches no handler, so nothing is checked.
+				if name == "inside the mux" && len(got) == 0 && w.Code/100 == 3 {
+					continue
+				}
+				if len(got) != 1 || got[0] != want {
+					t.Errorf("%s %s: checked %q, want %q", c.method, c.target, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestRouteResourceFallsBackToTheEscapedPath(t *testing.T) {
+	r := httptest.NewRequest("GET", "/a%00b//c", nil)
+	if got := client.RouteResource(nil)(r); got != "GET /a%00b/c" {
+		t.Errorf("RouteResource = %q, want GET /a%%00b/c", got)
+	}
+}

@@ -5,8 +5,9 @@
 #   scripts/services.sh test -- CMD...   throwaway Postgres, Redis and a
 #                                         3-master Redis Cluster on free ports
 #                                         in a temporary directory (and
-#                                         installs nginx-light for the gateway
-#                                         tests when missing); runs CMD
+#                                         installs nginx-light and caddy for
+#                                         the gateway tests when missing);
+#                                         runs CMD
 #                                         with TOLLGATE_TEST_* set; stops them
 #                                         by PID and removes the directory.
 #   scripts/services.sh run -- CMD...     persistent Postgres and Redis (with
@@ -96,30 +97,32 @@ ensure_chromium() {
   log "Install it, e.g. 'sudo apt-get install chromium' (Debian), or set TOLLGATE_CHROMIUM."
 }
 
-# ensure_nginx installs Debian's nginx-light for the gateway tests (real
-# nginx in front of the check API) when it is missing and we are root.
-# Without it those tests skip, except in CI (CI=true), where they fail.
-ensure_nginx() {
-  if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+# ensure_gateway COMMAND PATH PACKAGE installs Debian's PACKAGE for the
+# gateway tests (real nginx and caddy in front of the check API) when
+# COMMAND is neither on PATH nor at PATH and we are root. Without it those
+# tests skip, except in CI (CI=true), where they fail.
+ensure_gateway() {
+  local command=$1 path=$2 package=$3
+  if command -v "$command" >/dev/null 2>&1 || [ -x "$path" ]; then
     return
   fi
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    log "installing nginx-light with apt-get (for the gateway tests)"
+    log "installing $package with apt-get (for the gateway tests)"
     export DEBIAN_FRONTEND=noninteractive
-    # The package would start a system nginx on port 80; ours run on their
-    # own ports. policy-rc.d tells the package scripts not to start it.
+    # The package would start a system service on port 80; ours run on
+    # their own ports. policy-rc.d tells the package scripts not to start it.
     local policy=/usr/sbin/policy-rc.d created=""
     if [ ! -e "$policy" ]; then
       printf '#!/bin/sh\nexit 101\n' >"$policy"
       chmod 755 "$policy"
       created=1
     fi
-    apt-get update -qq >/dev/null && apt-get install -y -qq nginx-light >/dev/null \
-      || log "could not install nginx-light: the gateway tests will say so"
+    apt-get update -qq >/dev/null && apt-get install -y -qq "$package" >/dev/null \
+      || log "could not install $package: the gateway tests will say so"
     if [ -n "$created" ]; then rm -f "$policy"; fi
     return
   fi
-  log "nginx not found: the gateway tests will be skipped (install nginx-light, e.g. 'sudo apt-get install nginx-light')"
+  log "$command not found: the gateway tests will be skipped (install $package, e.g. 'sudo apt-get install $package')"
 }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -267,7 +270,8 @@ start_redis_free() { # start_redis_free DIR [extra args...]: sets STARTED_PORT
 case "$mode" in
 test)
   ensure_chromium
-  ensure_nginx
+  ensure_gateway nginx /usr/sbin/nginx nginx-light
+  ensure_gateway caddy /usr/bin/caddy caddy
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-test.XXXXXX")
   chmod 755 "$WORK"
   start_postgres_free "$WORK"

@@ -82,6 +82,20 @@ func (f *fixture) startAPI(t *testing.T, extra map[string]string) string {
 // TOLLGATE_ENVOY_GRPC_ADDR is set.
 func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string {
 	t.Helper()
+	addrs, stop := f.startAPIStoppable(t, extra)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("api run: %v", err)
+		}
+	})
+	return addrs
+}
+
+// startAPIStoppable is startAPIAddrs returning the function that stops the
+// server (and returns run's error) instead of stopping it when the test
+// ends.
+func (f *fixture) startAPIStoppable(t *testing.T, extra map[string]string) ([]string, func() error) {
+	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_API_ADDR":        "127.0.0.1:0",
 		"TOLLGATE_DATABASE_URL":    f.dbURL,
@@ -100,13 +114,8 @@ func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string 
 	addrs, stop := testenv.StartN(t, "api", n, func(ctx context.Context, ready chan<- string) error {
 		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
 	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("api run: %v", err)
-		}
-	})
 	addrs[0] = "http://" + addrs[0]
-	return addrs
+	return addrs, stop
 }
 
 type checkResponse struct {

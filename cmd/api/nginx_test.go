@@ -20,7 +20,8 @@ import (
 )
 
 // upstream is the application behind a gateway: it answers 200 and keeps
-// the headers of every request it saw.
+// the headers of every request it saw; its answer says in X-Seen-Degraded
+// what X-Tollgate-Degraded it got, if any.
 type upstream struct {
 	*httptest.Server
 	mu   sync.Mutex
@@ -34,6 +35,9 @@ func newUpstream(t *testing.T) *upstream {
 		u.seen = append(u.seen, r.Header.Clone())
 		u.mu.Unlock()
 		w.Header().Set("Content-Type", "text/plain")
+		if v := r.Header.Get("X-Tollgate-Degraded"); v != "" {
+			w.Header().Set("X-Seen-Degraded", v) // for tests that see only responses
+		}
 		io.WriteString(w, "hello from the upstream\n")
 	}))
 	t.Cleanup(u.Close)
@@ -58,14 +62,15 @@ func (u *upstream) count() int {
 
 // startNginx runs nginx in front of app with the recipe shipped in
 // deploy/nginx (copied unchanged), asking the check API at api with the
-// service token, and returns nginx's base URL.
+// service token, and returns nginx's base URL. Its locations fail closed,
+// except those below failOpenPath's first segment, which fail open.
 func startNginx(t *testing.T, api, app, token string) string {
 	t.Helper()
 	dir := t.TempDir()
 	recipes, err := filepath.Glob("../../deploy/nginx/tollgate-*.conf")
 	testenv.Must(t, err)
-	if len(recipes) != 3 {
-		t.Fatalf("deploy/nginx has %d tollgate-*.conf files, want 3", len(recipes))
+	if len(recipes) != 6 {
+		t.Fatalf("deploy/nginx has %d tollgate-*.conf files, want 6", len(recipes))
 	}
 	for _, p := range recipes {
 		b, err := os.ReadFile(p)
@@ -82,10 +87,15 @@ func startNginx(t *testing.T, api, app, token string) string {
         listen %s;
         include tollgate-auth.conf;
         location / {
-            include tollgate-protect.conf;
+            include tollgate-protect-closed.conf;
             proxy_pass http://app;
         }
-    }`, strings.TrimPrefix(api, "http://"), strings.TrimPrefix(app, "http://"), listen)
+        location %s/ {
+            include tollgate-protect-open.conf;
+            proxy_pass http://app;
+        }
+    }`, strings.TrimPrefix(api, "http://"), strings.TrimPrefix(app, "http://"), listen,
+			strings.TrimSuffix(failOpenPath, failClosedPath))
 	})
 	return "http://" + addr
 }
@@ -126,11 +136,17 @@ func (g gatewayResponse) check() checkResponse {
 
 // TestNginxForwardAuth puts real nginx (auth_request, with the recipe in
 // deploy/nginx) in front of an upstream, asking the real check server.
-func TestNginxForwardAuth(t *testing.T) {
+func TestNginxForwardAuth(t *testing.T) { testGatewayForwardAuth(t, startNginx) }
+
+// testGatewayForwardAuth puts a real gateway in front of an upstream,
+// asking the real check server: limits are enforced with their headers at
+// the client, the upstream learns who is calling from Tollgate only, and
+// nothing a client sends (X-Forwarded-For, X-Tollgate-*) helps it.
+func testGatewayForwardAuth(t *testing.T, start startGateway) {
 	f := newFixture(t)
 	api := f.startAPI(t, nil)
 	app := newUpstream(t)
-	gw := startNginx(t, api, app.URL, f.token)
+	gw := start(t, api, app.URL, f.token)
 
 	t.Run("the 61st anonymous request from one address is a 429 at the client", func(t *testing.T) {
 		client := clientFrom("127.0.0.2")
@@ -139,7 +155,8 @@ func TestNginxForwardAuth(t *testing.T) {
 		spoof := func(i int) map[string]string {
 			return map[string]string{
 				"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", i+1), "X-Real-IP": "198.51.100.250",
-				"X-Tollgate-Cost": "0", "X-Forwarded-Uri": "/elsewhere", "X-Tollgate-Tenant": "forged",
+				"X-Tollgate-Cost": "0", "X-Forwarded-Uri": "/elsewhere", "X-Original-URI": "/elsewhere",
+				"X-Tollgate-Tenant": "forged", "X-Tollgate-Deny-Status": "403",
 			}
 		}
 		for i := range 60 {

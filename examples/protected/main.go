@@ -68,6 +68,9 @@ func routes(tg *client.Client) http.Handler {
 	mux.HandleFunc("GET /hello", hello)
 	mux.HandleFunc("GET /healthz", healthz)
 	return tg.Middleware(client.MiddlewareOptions{
+		// Requests are named by the route that serves them ("GET
+		// /hello"), however the path is spelled.
+		Mux:  mux,
 		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 	})(mux)
 }

@@ -6,11 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
@@ -97,9 +95,11 @@ func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(h
 // X-Original-URI (nginx), by X-Forwarded-Method and X-Forwarded-Uri
 // (Traefik), or is the request itself below ForwardAuthPath (Envoy); a
 // request naming it both ways is refused, as one of them came from the
-// client. Its path, decoded and cleaned, is the resource rules match, as
-// "METHOD /path". The key comes from cfg's headers or query parameter,
-// the client's address from X-Forwarded-For (see ForwardConfig).
+// client. Resource names it as rules match it, "METHOD /path" (HEAD as
+// GET, the path decoded and cleaned, no query), as /v1/check's resource
+// is named (NormalizeResource). The key comes from cfg's headers or query
+// parameter, the client's address from X-Forwarded-For (see
+// ForwardConfig).
 //
 // Answers: 200 when allowed; 429 rate limited (with Retry-After); 401 no
 // key where the plan requires one, or a key that is not valid; 403 a
@@ -306,38 +306,6 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
-}
-
-// Resource returns the resource rules match for an HTTP request: "METHOD
-// /path" with the request URI's path cleaned (see cleanPath) and its query
-// dropped. method must be upper case.
-func Resource(method, requestURI string) string {
-	rawPath, _, _ := strings.Cut(requestURI, "?")
-	return method + " " + cleanPath(rawPath)
-}
-
-// cleanPath returns the path rules are matched against: decoded, with dot
-// segments resolved and repeated and trailing slashes removed, so that
-// /v1//search/, /v1/./search and /v1/%73earch all count as /v1/search
-// (spelling a path differently must not escape its rule). A path that
-// decodes to control characters or invalid UTF-8 stays escaped; one
-// longer than 1024 bytes is cut there.
-func cleanPath(raw string) string {
-	p, err := url.PathUnescape(raw)
-	if err != nil || !printable(p) {
-		p = raw
-		if !printable(p) {
-			p = url.PathEscape(p)
-		}
-	}
-	p = path.Clean("/" + p)
-	if len(p) > maxResource-40 { // leaves room for the method
-		p = p[:maxResource-40]
-		for !utf8.ValidString(p) {
-			p = p[:len(p)-1]
-		}
-	}
-	return p
 }
 
 // key returns the caller's API key from the configured headers or query

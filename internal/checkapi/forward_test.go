@@ -7,34 +7,6 @@ import (
 	"testing"
 )
 
-func TestCleanPath(t *testing.T) {
-	cases := map[string]string{
-		"/v1/search":                   "/v1/search",
-		"/v1//search/":                 "/v1/search",
-		"/v1/./search":                 "/v1/search",
-		"/v1/x/../search":              "/v1/search",
-		"/v1/%73earch":                 "/v1/search",
-		"/../../etc/passwd":            "/etc/passwd",
-		"":                             "/",
-		"/":                            "/",
-		"/caf%C3%A9":                   "/café",
-		"/a%00b":                       "/a%00b",
-		"/a%0Ab":                       "/a%0Ab",
-		"/%ff":                         "/%ff",
-		"/bad%zzescape":                "/bad%zzescape",
-		"/a b":                         "/a b",
-		"/" + strings.Repeat("é", 600): "/" + strings.Repeat("é", 491),
-	}
-	for in, want := range cases {
-		if got := cleanPath(in); got != want {
-			t.Errorf("cleanPath(%q) = %q, want %q", in, got, want)
-		}
-		if got := cleanPath(in); len(got) > maxResource-40 || !printable(got) {
-			t.Errorf("cleanPath(%q) = %q: not a valid resource path", in, got)
-		}
-	}
-}
-
 func TestOriginalRequest(t *testing.T) {
 	cases := []struct {
 		name, method, target string

@@ -21,8 +21,16 @@ import (
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// decodeCheck reads r's check request.
+// decodeCheck reads r's check request, its resource normalised
+// (NormalizeResource) as every doorway's is.
 func decodeCheck(r *http.Request) (enforce.Request, error) {
+	req, err := decodeCheckBody(r)
+	req.Resource = NormalizeResource(req.Resource)
+	return req, err
+}
+
+// decodeCheckBody reads r's check request as sent.
+func decodeCheckBody(r *http.Request) (enforce.Request, error) {
 	bp := bodyPool.Get().(*[]byte)
 	defer bodyPool.Put(bp)
 	body, complete := readBody(r.Body, (*bp)[:0])

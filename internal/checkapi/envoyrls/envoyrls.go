@@ -50,9 +50,12 @@ type Config struct {
 	// anonymous and limited per address. Default "remote_address".
 	IPEntry string
 	// ResourceEntries' values name the resource (e.g. "POST /v1/search"),
-	// the first present wins. Without any, entries "method" and "path"
-	// (request_headers actions on :method and :path) give "METHOD /path"
-	// as forward-auth does, and without those the resource is "*".
+	// the first present wins, normalised as /v1/check normalises its
+	// resource (checkapi.NormalizeResource). Without any, entries "method"
+	// and "path" (request_headers actions on :method and :path) give
+	// "METHOD /path" as forward-auth does (checkapi.Resource: HEAD counts
+	// as GET, the path decoded and cleaned, no query), and without those
+	// the resource is "*".
 	// Default: resource, header_match, generic_key.
 	ResourceEntries []string
 	// TrustedProxies: in an IPEntry value holding an X-Forwarded-For list,
@@ -326,7 +329,7 @@ func (s *Service) request(desc *ratelimitv3.RateLimitDescriptor, cost int64) (en
 	}
 	for _, name := range s.cfg.ResourceEntries {
 		if v := strings.TrimSpace(entries[name]); v != "" {
-			r.Resource = truncate(v, 1024)
+			r.Resource = checkapi.NormalizeResource(truncate(v, 1024))
 			return r, true
 		}
 	}

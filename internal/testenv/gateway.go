@@ -1,0 +1,113 @@
+package testenv
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gatewayBinary returns the path of a gateway's program: name on PATH, else
+// fallback if it exists. Without one the test is skipped with hint, except
+// in CI (CI=true), where a missing gateway fails it: `make test` installs
+// the gateways when it runs as root.
+func gatewayBinary(t testing.TB, name, fallback, hint string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat(fallback); err == nil {
+		return fallback
+	}
+	msg := name + " not found: " + hint
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// startListening starts the process command returns for a free loopback
+// address ("127.0.0.1:port") and waits until it listens there, trying
+// another address when the port was taken in between (its output or
+// logs() then say "address already in use"). The process is stopped by
+// its PID when the test ends (stop, then SIGKILL after 5 s), and its
+// output and logs() are shown if the test failed.
+func startListening(t testing.TB, name string, command func(addr string) *exec.Cmd, stop os.Signal, logs func() string) string {
+	t.Helper()
+	for range 5 {
+		addr := freeLoopbackAddr(t)
+		var out LogBuffer
+		cmd := command(addr)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		Must(t, cmd.Start())
+		exited := make(chan struct{}) // closed when the process has exited
+		go func() { _ = cmd.Wait(); close(exited) }()
+		if waitListening(addr, exited, 10*time.Second) {
+			t.Cleanup(func() {
+				_ = cmd.Process.Signal(stop)
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+				if t.Failed() {
+					t.Logf("%s output and logs:\n%s%s", name, out.String(), logs())
+				}
+			})
+			return addr
+		}
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		text := out.String() + logs()
+		if !strings.Contains(strings.ToLower(text), "address already in use") {
+			t.Fatalf("%s did not start:\n%s", name, text)
+		}
+	}
+	t.Fatalf("%s: no free port after 5 tries", name)
+	return ""
+}
+
+// fileText returns the contents of a log file, or "" if there is none.
+func fileText(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// freeLoopbackAddr returns a loopback address whose port was free a
+// moment ago.
+func freeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Must(t, err)
+	addr := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	return "127.0.0.1:" + strconv.Itoa(addr.Port)
+}
+
+// waitListening waits until addr accepts connections, the process exits
+// or the timeout passes.
+func waitListening(addr string, exited <-chan struct{}, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}

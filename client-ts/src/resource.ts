@@ -14,6 +14,7 @@ const maxPath = maxResource - 40;
  */
 export interface ExpressLike {
   originalUrl?: string;
+  path?: string;
   baseUrl?: string;
   route?: { path?: unknown };
   ip?: string;

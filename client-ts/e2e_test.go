@@ -50,13 +50,19 @@ func TestTypeScript(t *testing.T) {
 // lookTools returns the paths of node and npm.
 func lookTools(t *testing.T) (node, npm string) {
 	t.Helper()
-	node, errNode := exec.LookPath("node")
-	npm, errNPM := exec.LookPath("npm")
-	if err := errors.Join(errNode, errNPM); err != nil {
+	var missing []string
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing = append(missing, "node")
+	}
+	if npm, err = exec.LookPath("npm"); err != nil {
+		missing = append(missing, "npm")
+	}
+	if len(missing) > 0 {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("the TypeScript SDK's tests need node and npm (CI=true): %v", err)
+			t.Fatalf("the TypeScript SDK's tests need %s, not found on PATH (CI=true)", strings.Join(missing, " and "))
 		}
-		t.Skipf("node or npm is not installed: the TypeScript SDK's tests are skipped (%v)", err)
+		t.Skipf("the TypeScript SDK's tests are skipped: %s not found on PATH", strings.Join(missing, " and "))
 	}
 	return node, npm
 }

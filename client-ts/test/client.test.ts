@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { ProblemError, TollgateClient, type ClientOptions } from "../src/index.js";
-import { allowed, close, hourlyHeaders, listen, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import { allowed, close, hourlyHeaders, listen, patientMs, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 const token = "service-token";
 
@@ -22,7 +22,7 @@ describe("check", () => {
     fake = await startFakeCheckAPI();
   });
   after(async () => fake.close());
-  const client = (opts: Partial<ClientOptions> = {}) => new TollgateClient({ baseUrl: fake.url + "/", serviceToken: token, ...opts });
+  const client = (opts: Partial<ClientOptions> = {}) => new TollgateClient({ baseUrl: fake.url + "/", serviceToken: token, timeoutMs: patientMs, ...opts });
 
   test("sends the check with the service token and reads the decision and its headers", async () => {
     fake.answer = () => ({ headers: { ...hourlyHeaders, "X-Other": "no" }, body: allowed });

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { middleware, ProblemError, TollgateClient } from "../src/index.js";
-import { close, send, serve, type Answer } from "./servers.js";
+import { close, patientMs, send, serve, type Answer } from "./servers.js";
 
 const apiUrl = process.env.TOLLGATE_E2E_API_URL ?? "";
 const adminUrl = process.env.TOLLGATE_E2E_ADMIN_URL ?? "";
@@ -31,7 +31,7 @@ describe("end to end", { skip }, () => {
   let service: { url: string; server: import("node:http").Server };
   let tollgate: TollgateClient;
   before(async () => {
-    tollgate = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, fetch: counting, timeoutMs: 5000 });
+    tollgate = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, fetch: counting, timeoutMs: patientMs });
     service = await serve(middleware(tollgate, { cost: (req) => Number(req.headers["x-cost"] ?? 1) }));
   });
   after(async () => close(service.server));
@@ -115,7 +115,7 @@ describe("end to end", { skip }, () => {
   test("refusals of the check API are ProblemErrors naming the fields", async () => {
     const noCaller = await tollgate.check({ resource: "GET /" }).catch((e: unknown) => e);
     assert.ok(noCaller instanceof ProblemError && noCaller.status === 422 && noCaller.errors.ip, String(noCaller));
-    const bad = new TollgateClient({ baseUrl: apiUrl, serviceToken: "not-a-token" });
+    const bad = new TollgateClient({ baseUrl: apiUrl, serviceToken: "not-a-token", timeoutMs: patientMs });
     const unauthorized = await bad.check({ ip: "203.0.113.7" }).catch((e: unknown) => e);
     assert.ok(unauthorized instanceof ProblemError && unauthorized.status === 401 && unauthorized.code === "unauthorized", String(unauthorized));
   });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { decisionOf, middleware, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike } from "../src/index.js";
-import { allowed, close, hourlyHeaders, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import { allowed, close, hourlyHeaders, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 /** limited is the check API's answer to a rate-limited request. */
 const limited = {
@@ -21,7 +21,7 @@ describe("middleware", () => {
   });
   after(async () => fake.close());
   beforeEach(() => {
-    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t" });
+    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs });
     fake.checks.length = 0;
     fake.answer = () => ({ headers: hourlyHeaders, body: allowed });
   });
@@ -93,7 +93,7 @@ describe("middleware", () => {
 
   test("fail closed when the check API answers 500: a 503 with Retry-After", async () => {
     fake.answer = () => ({ status: 500, body: "boom" });
-    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", failMode: "closed" });
+    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, failMode: "closed" });
     const { answer } = await through({}, "GET", "/");
     assert.equal(answer.status, 503);
     assert.equal(answer.headers["retry-after"], "1");

@@ -4,6 +4,13 @@ import { createServer, request, type IncomingMessage, type RequestListener, type
 import type { AddressInfo } from "node:net";
 import type { WireCheckRequest, WireDecision } from "../src/index.js";
 
+/**
+ * patientMs is the timeoutMs of the tests' clients that expect an answer:
+ * the default 500 ms can pass on a busy machine, and the fail mode would
+ * decide instead.
+ */
+export const patientMs = 10_000;
+
 /** listen starts server on a free loopback port and returns its base URL. */
 export async function listen(server: Server): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

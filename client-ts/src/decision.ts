@@ -1,0 +1,128 @@
+import type { components } from "./openapi.js";
+
+/** WireDecision is the body of a 200 from POST /v1/check. */
+export type WireDecision = components["schemas"]["Decision"];
+/** RuleResult is one rule's part of a decision. */
+export type RuleResult = components["schemas"]["RuleResult"];
+/** WireCheckRequest is the body of POST /v1/check. */
+export type WireCheckRequest = components["schemas"]["CheckRequest"];
+
+/**
+ * Reasons a decision gives. The check API may add reasons: treat an
+ * unknown one by `allowed`.
+ */
+export const Reason = {
+  OK: "ok",
+  RateLimited: "rate_limited",
+  InvalidKey: "invalid_key",
+  KeyRevoked: "key_revoked",
+  KeyExpired: "key_expired",
+  TenantSuspended: "tenant_suspended",
+  /** A fail-closed rule could not be evaluated, or the client could not reach the check API and fails closed. */
+  Unavailable: "unavailable",
+  /** The caller is anonymous and anonymous callers have no plan. */
+  KeyRequired: "key_required",
+} as const;
+
+/**
+ * CheckRequest is one question to the check API: may this caller make
+ * this request now? Every field is optional; each one's absence is the
+ * server's default.
+ */
+export interface CheckRequest {
+  /** The end caller's API key; absent for an anonymous caller. */
+  key?: string;
+  /**
+   * The end caller's address (IPv4 or IPv6). Required without `key`;
+   * with a key it feeds the plan's per-address rules.
+   */
+  ip?: string;
+  /**
+   * What is accessed: a path such as "/repos" when `method` is given,
+   * else the whole resource, e.g. "GET /repos"; absent means "*".
+   */
+  resource?: string;
+  /** The HTTP method; when given, the resource sent is `${method} ${resource}`. */
+  method?: string;
+  /** The units the request consumes; absent or 0 means 1, the server's default. Set `peek` to consume nothing. */
+  cost?: number;
+  /** Evaluate with cost 0: the decision says whether a request could pass and consumes nothing. */
+  peek?: boolean;
+  /** Evaluate, consume nothing and record no usage. */
+  dryRun?: boolean;
+  /** Ends the check early; the check then rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Decision is the check API's answer, or one the client made itself (see
+ * `remembered` and `degraded`). Its wire fields keep their names
+ * (`retry_after_ms`…); durations are milliseconds, rounded up by the
+ * server. `limit`, `remaining`, `reset_after_ms` and `policy` describe the
+ * governing rule and are absent when no rule applied.
+ */
+export interface Decision extends Omit<WireDecision, "tier"> {
+  /** "authenticated" or "anonymous"; absent on a decision the client made because it could not ask. */
+  tier?: WireDecision["tier"];
+  /**
+   * The rate-limit headers of the answer (RateLimit-Policy, RateLimit,
+   * X-RateLimit-*, Retry-After) by their canonical names, values exactly
+   * as the check API sent them, ready to copy to a response.
+   */
+  headers: Record<string, string>;
+  /** True when the client denied the request itself, from an earlier denial whose wait has not passed, without asking. */
+  remembered: boolean;
+  /** Why the client could not ask the check API, when its fail mode decided; absent otherwise. */
+  cause?: Error;
+}
+
+/** rateLimitHeaders are the headers of a decision worth passing on, by their canonical names. */
+export const rateLimitHeaders = [
+  "RateLimit-Policy",
+  "RateLimit",
+  "X-RateLimit-Limit",
+  "X-RateLimit-Remaining",
+  "X-RateLimit-Used",
+  "X-RateLimit-Reset",
+  "Retry-After",
+] as const;
+
+/** pickRateLimitHeaders returns the rate-limit headers of h. */
+export function pickRateLimitHeaders(h: Headers): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of rateLimitHeaders) {
+    const v = h.get(name);
+    if (v !== null) {
+      out[name] = v;
+    }
+  }
+  return out;
+}
+
+/** effectiveCost is the cost the server is asked to charge for r. */
+export function effectiveCost(r: CheckRequest): number {
+  if (r.peek) {
+    return 0;
+  }
+  return r.cost === undefined || r.cost === 0 ? 1 : r.cost;
+}
+
+/** wireResource is the resource sent for r ("*" when it names none). */
+export function wireResource(r: CheckRequest): string {
+  const resource = r.resource ?? "";
+  if (r.method) {
+    return `${r.method.toUpperCase()} ${resource || "/"}`;
+  }
+  return resource || "*";
+}
+
+/** toWire returns the body of POST /v1/check for r. */
+export function toWire(r: CheckRequest): WireCheckRequest {
+  const body: WireCheckRequest = { cost: effectiveCost(r) };
+  if (r.key) body.key = r.key;
+  if (r.ip) body.ip = r.ip;
+  const resource = wireResource(r);
+  if (resource !== "*") body.resource = resource;
+  if (r.dryRun) body.dry_run = true;
+  return body;
+}

@@ -1,0 +1,17 @@
+// Tollgate's TypeScript SDK: a client of the check API (POST /v1/check)
+// with fail modes and remembered denials, Connect/Express middleware that
+// protects a service with it, and verification of Tollgate's webhooks.
+// It has no runtime dependencies.
+export { TollgateClient, defaultMemorySize, defaultTimeoutMs, type ClientOptions, type FailMode } from "./client.js";
+export {
+  Reason, rateLimitHeaders,
+  type CheckRequest, type Decision, type RuleResult, type WireCheckRequest, type WireDecision,
+} from "./decision.js";
+export { ProblemError, type Problem } from "./problem.js";
+export {
+  apiKey, decisionOf, middleware, remoteAddress, writeDenied,
+  type Middleware, type MiddlewareOptions, type Next,
+} from "./middleware.js";
+export { cleanPath, requestResource, type ExpressLike } from "./resource.js";
+export { verifyWebhook, WebhookVerificationError, type VerifiedWebhook, type WebhookHeaders, type WebhookOptions } from "./webhook.js";
+export type { components } from "./openapi.js";

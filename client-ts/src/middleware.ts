@@ -1,0 +1,225 @@
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from "node:http";
+import type { TollgateClient } from "./client.js";
+import { Reason, type CheckRequest, type Decision } from "./decision.js";
+import { ceilDiv } from "./memory.js";
+import { requestResource, type ExpressLike } from "./resource.js";
+
+/** Next is Connect's and Express's `next`: called with nothing to go on, with an error to fail. */
+export type Next = (err?: unknown) => void;
+
+/** Middleware has Connect's signature, which Express and plain node:http handlers can call. */
+export type Middleware<Req, Res> = (req: Req, res: Res, next: Next) => void;
+
+/**
+ * MiddlewareOptions configures the middleware. Every field is optional;
+ * each callback may return a promise.
+ */
+export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
+  /**
+   * Returns the caller's API key, "" or undefined for an anonymous
+   * caller. Default: apiKey — the token of "Authorization: Bearer <key>",
+   * else the X-API-Key header.
+   */
+  keyGenerator?: (req: Req) => string | undefined | Promise<string | undefined>;
+  /**
+   * Returns the caller's address. Default: remoteAddress — Express's
+   * `req.ip` when present (it follows the app's "trust proxy" setting),
+   * else the socket's peer. No header is trusted otherwise.
+   */
+  ip?: (req: Req) => string | undefined;
+  /** Returns what is accessed, matched against the rules' resource patterns. Default: requestResource. */
+  resource?: (req: Req) => string | Promise<string>;
+  /** Returns the units the request consumes (0 means 1). Default 1. */
+  cost?: (req: Req) => number | Promise<number>;
+  /** Returns true for requests that are not checked at all (e.g. health probes). */
+  skip?: (req: Req) => boolean | Promise<boolean>;
+  /**
+   * Answers a denied request, whatever the reason (decision.reason says
+   * which). The rate-limit headers are already set. Delegate to
+   * writeDenied for the reasons you do not customise. Default:
+   * writeDenied.
+   */
+  onLimitReached?: (req: Req, res: Res, decision: Decision) => void | Promise<void>;
+  /**
+   * Answers a request whose check failed with an error: the server
+   * refused the check (a ProblemError: a bad service token, an address
+   * it cannot parse), or one of the callbacks above threw. Outages are
+   * not errors: the client's fail mode decides them. Default: a 500
+   * application/problem+json, nothing when the response has already
+   * started. With Express, `(req, res, err, next) => next(err)` hands it
+   * to the app's error handler.
+   */
+  onError?: (req: Req, res: Res, err: unknown, next: Next) => void;
+}
+
+const decisions = new WeakMap<object, Decision>();
+
+/** decisionOf returns the decision the middleware made for req, if it checked it. */
+export function decisionOf(req: object): Decision | undefined {
+  return decisions.get(req);
+}
+
+/**
+ * middleware returns Connect/Express middleware that checks every request
+ * with client before the next handler runs. It copies the decision's
+ * rate-limit headers to the response (allowed or not), remembers the
+ * decision for decisionOf, holds the request for the decision's delay if
+ * a shaping rule asks for one, and answers denials with onLimitReached.
+ *
+ *     app.use(middleware(tollgate, { skip: (req) => req.path === "/healthz" }));
+ */
+export function middleware<Req extends IncomingMessage = IncomingMessage & ExpressLike, Res extends ServerResponse = ServerResponse>(
+  client: TollgateClient,
+  opts: MiddlewareOptions<Req, Res> = {},
+): Middleware<Req, Res> {
+  const onLimitReached = opts.onLimitReached ?? writeDenied;
+  const onError = opts.onError ?? writeCheckError;
+  const guard = async (req: Req, res: Res, next: Next): Promise<void> => {
+    if (opts.skip !== undefined && (await opts.skip(req))) {
+      next();
+      return;
+    }
+    const d = await client.check(await checkRequest(req, opts));
+    for (const [name, value] of Object.entries(d.headers)) {
+      res.setHeader(name, value);
+    }
+    decisions.set(req, d);
+    if (!d.allowed) {
+      await onLimitReached(req, res, d);
+      return;
+    }
+    if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await hold(res, d.delay_ms))) {
+      return; // the caller went away while held
+    }
+    next();
+  };
+  return (req, res, next) => {
+    guard(req, res, next).catch((err: unknown) => onError(req, res, err, next));
+  };
+}
+
+/** checkRequest builds the check of req from the options, or their defaults. */
+async function checkRequest<Req extends IncomingMessage>(req: Req, opts: MiddlewareOptions<Req, never>): Promise<CheckRequest> {
+  const key = opts.keyGenerator ? await opts.keyGenerator(req) : apiKey(req);
+  const ip = opts.ip ? opts.ip(req) : remoteAddress(req);
+  const resource = opts.resource ? await opts.resource(req) : requestResource(req);
+  const check: CheckRequest = { resource };
+  if (key) check.key = key;
+  if (ip) check.ip = ip;
+  if (opts.cost) check.cost = await opts.cost(req);
+  return check;
+}
+
+/** hold waits ms milliseconds, or until the response closes (then it resolves false). */
+function hold(res: ServerResponse, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const closed = () => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      res.off("close", closed);
+      resolve(true);
+    }, ms);
+    res.once("close", closed);
+  });
+}
+
+/**
+ * apiKey returns the API key of req: the token of "Authorization: Bearer
+ * <key>" (any case of "Bearer"), else the X-API-Key header, else "". It
+ * is the middleware's default keyGenerator, the same headers the Go SDK's
+ * middleware reads.
+ */
+export function apiKey(req: IncomingMessage): string {
+  const auth = req.headers.authorization ?? "";
+  const space = auth.indexOf(" ");
+  if (space > 0 && auth.slice(0, space).toLowerCase() === "bearer") {
+    const token = auth.slice(space + 1).trim();
+    if (token !== "") {
+      return token;
+    }
+  }
+  const header = req.headers["x-api-key"];
+  return (Array.isArray(header) ? header[0] ?? "" : header ?? "").trim();
+}
+
+/**
+ * remoteAddress returns the caller's address: Express's `req.ip` when it
+ * is set, else the socket's peer address. It is the middleware's default
+ * `ip`.
+ */
+export function remoteAddress(req: IncomingMessage & ExpressLike): string | undefined {
+  return req.ip || req.socket?.remoteAddress;
+}
+
+/**
+ * writeDenied answers a denied request with application/problem+json
+ * whose code is the decision's reason: 429 for rate_limited, 401 for
+ * invalid_key and key_required (with WWW-Authenticate), 403 for
+ * key_revoked, key_expired and tenant_suspended, 503 for unavailable; an
+ * unknown reason is a 429 when it has a wait, a 403 otherwise. It is the
+ * middleware's default onLimitReached, and answers as the Go SDK's
+ * middleware does.
+ */
+export function writeDenied(_req: IncomingMessage, res: ServerResponse, d: Decision): void {
+  let status = 403;
+  let detail = "the request is not allowed";
+  switch (d.reason) {
+    case Reason.RateLimited:
+      status = 429;
+      detail = d.retry_after_ms < 0 ? "the request exceeds what the rate limit can ever allow" : "rate limit exceeded";
+      break;
+    case Reason.InvalidKey:
+      status = 401;
+      detail = "the API key is not valid";
+      res.setHeader("WWW-Authenticate", 'Bearer error="invalid_token"');
+      break;
+    case Reason.KeyRequired:
+      status = 401;
+      detail = "an API key is required";
+      res.setHeader("WWW-Authenticate", "Bearer");
+      break;
+    case Reason.KeyRevoked:
+      detail = "the API key has been revoked";
+      break;
+    case Reason.KeyExpired:
+      detail = "the API key has expired";
+      break;
+    case Reason.TenantSuspended:
+      detail = "the account is suspended";
+      break;
+    case Reason.Unavailable:
+      status = 503;
+      detail = "rate limiting is unavailable";
+      break;
+    default:
+      if (d.retry_after_ms > 0) {
+        status = 429;
+      }
+  }
+  if (d.retry_after_ms > 0) {
+    if (!res.hasHeader("Retry-After")) {
+      res.setHeader("Retry-After", String(ceilDiv(d.retry_after_ms, 1000)));
+    }
+    detail += `; retry after ${String(res.getHeader("Retry-After"))} s`;
+  }
+  writeProblem(res, status, d.reason, detail);
+}
+
+/** writeCheckError is the default onError. */
+function writeCheckError(_req: IncomingMessage, res: ServerResponse): void {
+  if (res.headersSent || res.destroyed) {
+    return; // the answer has started, or nobody reads it
+  }
+  writeProblem(res, 500, "internal", "the rate limit check failed");
+}
+
+/** writeProblem answers with an application/problem+json body. */
+function writeProblem(res: ServerResponse, status: number, code: string, detail: string): void {
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Cache-Control", "no-store");
+  const body = { type: "about:blank", title: STATUS_CODES[status] ?? "", status, detail, code };
+  res.end(JSON.stringify(body) + "\n");
+}

@@ -1,0 +1,119 @@
+import type { IncomingMessage } from "node:http";
+import { posix } from "node:path";
+
+/** maxResource is the longest resource the check API accepts, in bytes. */
+const maxResource = 1024;
+
+/** maxPath leaves room for the method in front of a cleaned path. */
+const maxPath = maxResource - 40;
+
+/**
+ * ExpressLike is what Express (or a router like it) adds to a request and
+ * the middleware reads when present: the URL before mounting, the mount
+ * path, the matched route, the caller's address as the app trusts it.
+ */
+export interface ExpressLike {
+  originalUrl?: string;
+  path?: string;
+  baseUrl?: string;
+  route?: { path?: unknown };
+  ip?: string;
+}
+
+/**
+ * requestResource returns what a request accesses, as the check API's
+ * rules match it: the method (HEAD counted as GET, since it reads what
+ * GET reads), a space, and the matched Express route pattern
+ * (`req.baseUrl + req.route.path`, e.g. "GET /repos/:id") when it is
+ * known, else the path cleaned by cleanPath. It is the middleware's
+ * default `resource`.
+ */
+export function requestResource(req: IncomingMessage & ExpressLike): string {
+  let method = (req.method ?? "GET").toUpperCase();
+  if (method === "HEAD") {
+    method = "GET";
+  }
+  const pattern = routePattern(req);
+  if (pattern !== undefined) {
+    return `${method} ${pattern}`;
+  }
+  const url = req.originalUrl ?? req.url ?? "/";
+  return `${method} ${cleanPath(url.split("?", 1)[0] ?? "/")}`;
+}
+
+/** routePattern returns the Express route pattern that matched req, when there is one and it is a string. */
+function routePattern(req: ExpressLike): string | undefined {
+  const path = req.route?.path;
+  if (typeof path !== "string") {
+    return undefined;
+  }
+  let base = req.baseUrl ? cleanPath(req.baseUrl) : "";
+  if (base === "/") {
+    base = "";
+  }
+  const pattern = base + (path.startsWith("/") ? path : "/" + path);
+  return pattern.length > 1 ? pattern.replace(/\/+$/, "") || "/" : pattern;
+}
+
+/**
+ * cleanPath returns the path rules are matched against, as the check
+ * API's forward-auth endpoint cleans it: percent-decoded, with dot
+ * segments resolved and repeated and trailing slashes removed, so that
+ * /v1//search/, /v1/./search and /v1/%73earch all count as /v1/search
+ * (spelling a path differently must not escape its rule). A path that
+ * decodes to control characters or invalid UTF-8 stays escaped; one
+ * longer than 984 bytes is cut there, on a character boundary.
+ */
+export function cleanPath(raw: string): string {
+  let p = decoded(raw);
+  if (p === undefined) {
+    p = printable(raw) ? raw : encodeURIComponent(raw);
+  }
+  p = posix.normalize("/" + p);
+  if (p.length > 1 && p.endsWith("/")) {
+    p = p.slice(0, -1);
+  }
+  return cutBytes(p, maxPath);
+}
+
+/** decoded percent-decodes raw, or returns undefined when it is not valid UTF-8 or decodes to a control character. */
+function decoded(raw: string): string | undefined {
+  try {
+    const p = decodeURIComponent(raw);
+    return printable(p) ? p : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const controlCharacter = /[\u0000-\u001f\u007f-\u009f]/;
+
+/** printable reports whether s has no control characters and no lone surrogates. */
+function printable(s: string): boolean {
+  if (controlCharacter.test(s)) {
+    return false;
+  }
+  try {
+    encodeURIComponent(s);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** cutBytes returns the longest start of s, in whole characters, whose UTF-8 form has at most max bytes. */
+function cutBytes(s: string, max: number): string {
+  if (Buffer.byteLength(s) <= max) {
+    return s;
+  }
+  let bytes = 0;
+  let end = 0;
+  for (const ch of s) {
+    bytes += Buffer.byteLength(ch);
+    if (bytes > max) {
+      break;
+    }
+    end += ch.length;
+  }
+  return s.slice(0, end);
+}

@@ -1,0 +1,200 @@
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { after, before, describe, test } from "node:test";
+import { ProblemError, TollgateClient, type ClientOptions } from "../src/index.js";
+import { allowed, close, hourlyHeaders, listen, patientMs, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+
+const token = "service-token";
+
+/** denied is a rate_limited answer with a 1.5 s wait. */
+const denied = {
+  headers: { ...hourlyHeaders, RateLimit: '"hourly";r=0;t=3', "X-RateLimit-Remaining": "0", "Retry-After": "2" },
+  body: {
+    ...allowed, allowed: false, reason: "rate_limited", remaining: 0, reset_after_ms: 3000, retry_after_ms: 1500,
+    rules: [{ name: "hourly", algorithm: "gcra" as const, mode: "enforce" as const, limit: 5000, window_s: 3600,
+      allowed: false, remaining: 0, reset_after_ms: 3000, retry_after_ms: 1500 }],
+  },
+};
+
+describe("check", () => {
+  let fake: FakeCheckAPI;
+  before(async () => {
+    fake = await startFakeCheckAPI();
+  });
+  after(async () => fake.close());
+  const client = (opts: Partial<ClientOptions> = {}) => new TollgateClient({ baseUrl: fake.url + "/", serviceToken: token, timeoutMs: patientMs, ...opts });
+
+  test("sends the check with the service token and reads the decision and its headers", async () => {
+    fake.answer = () => ({ headers: { ...hourlyHeaders, "X-Other": "no" }, body: allowed });
+    fake.checks.length = 0;
+    const d = await client().check({ key: "tg_k", ip: "203.0.113.7", method: "post", resource: "/v1/search", cost: 3, dryRun: true });
+    assert.deepEqual(fake.checks, [{ key: "tg_k", ip: "203.0.113.7", resource: "POST /v1/search", cost: 3, dry_run: true }]);
+    assert.equal(fake.authorizations.at(-1), "Bearer " + token);
+    assert.equal(d.allowed, true);
+    assert.equal(d.plan, "pro");
+    assert.equal(d.degraded, false);
+    assert.equal(d.remembered, false);
+    assert.deepEqual(d.headers, hourlyHeaders);
+  });
+
+  test("the server's defaults: cost 1, resource absent; peek is cost 0", async () => {
+    fake.answer = () => ({ body: allowed });
+    fake.checks.length = 0;
+    await client().check({ ip: "203.0.113.7" });
+    await client().check({ ip: "203.0.113.7", resource: "GET /repos", cost: 5, peek: true });
+    assert.deepEqual(fake.checks, [{ ip: "203.0.113.7", cost: 1 }, { ip: "203.0.113.7", resource: "GET /repos", cost: 0 }]);
+  });
+
+  test("a refused check is a ProblemError naming the fields", async () => {
+    fake.answer = () => ({
+      status: 422, headers: { "Content-Type": "application/problem+json" },
+      body: JSON.stringify({ type: "about:blank", title: "Unprocessable Entity", status: 422, code: "invalid",
+        detail: "the request has invalid fields", errors: { ip: "must be an IPv4 or IPv6 address" } }),
+    });
+    const err = await client().check({ ip: "nope" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ProblemError, String(err));
+    assert.equal(err.status, 422);
+    assert.equal(err.code, "invalid");
+    assert.deepEqual(err.errors, { ip: "must be an IPv4 or IPv6 address" });
+    assert.equal(err.message, "422 invalid: the request has invalid fields: ip must be an IPv4 or IPv6 address");
+  });
+
+  test("a bad service token is a 401 ProblemError, not a decision", async () => {
+    fake.answer = () => ({ status: 401, headers: { "Content-Type": "application/problem+json" },
+      body: JSON.stringify({ type: "about:blank", title: "Unauthorized", status: 401, code: "unauthorized" }) });
+    const err = await client({ failMode: "open" }).check({ ip: "203.0.113.7" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ProblemError && err.status === 401 && err.code === "unauthorized", String(err));
+  });
+
+  for (const [name, answer] of [
+    ["a 500", { status: 500, body: "upstream exploded" }],
+    ["a 503 problem", { status: 503, headers: { "Content-Type": "application/problem+json" }, body: '{"status":503,"code":"unavailable"}' }],
+    ["a 200 that is not a decision", { body: "<html>proxy</html>" }],
+  ] as const) {
+    test(`${name}: fail open allows, fail closed denies, both degraded`, async () => {
+      fake.answer = () => answer;
+      const open = await client().check({ ip: "203.0.113.7" });
+      assert.equal(open.allowed, true);
+      assert.equal(open.reason, "ok");
+      assert.equal(open.degraded, true);
+      assert.ok(open.cause instanceof Error);
+      assert.deepEqual(open.headers, {});
+      const closed = await client({ failMode: "closed" }).check({ ip: "203.0.113.7" });
+      assert.equal(closed.allowed, false);
+      assert.equal(closed.reason, "unavailable");
+      assert.equal(closed.retry_after_ms, 1000);
+      assert.equal(closed.degraded, true);
+      assert.deepEqual(closed.headers, { "Retry-After": "1" });
+      assert.ok(closed.cause instanceof Error);
+    });
+  }
+
+  test("remembers a denial's wait per request and answers locally until it passes", async () => {
+    let now = 1_000_000;
+    const c = client({ now: () => now });
+    fake.answer = (check) => (check.resource === "GET /repos" ? denied : { headers: hourlyHeaders, body: allowed });
+    fake.checks.length = 0;
+    const first = await c.check({ key: "tg_k", resource: "GET /repos" });
+    assert.equal(first.allowed, false);
+    assert.equal(first.remembered, false);
+    assert.equal(fake.checks.length, 1);
+
+    now += 400;
+    const again = await c.check({ key: "tg_k", resource: "GET /repos" });
+    assert.equal(fake.checks.length, 1, "the remembered denial must not be asked again");
+    assert.equal(again.remembered, true);
+    assert.equal(again.allowed, false);
+    assert.equal(again.retry_after_ms, 1100);
+    assert.equal(again.reset_after_ms, 2600);
+    assert.equal(again.rules[0]?.retry_after_ms, 1100);
+    assert.equal(again.headers["Retry-After"], "2");
+    assert.equal(again.headers["RateLimit"], '"hourly";r=0;t=3');
+    now += 700;
+    assert.equal((await c.check({ key: "tg_k", resource: "GET /repos" })).headers["Retry-After"], "1");
+    assert.equal(fake.checks.length, 1);
+
+    // Another key, resource or cost is another request.
+    await c.check({ key: "tg_other", resource: "GET /repos" });
+    await c.check({ key: "tg_k", resource: "GET /repos", cost: 2 });
+    await c.check({ key: "tg_k", resource: "GET /users" });
+    assert.equal(fake.checks.length, 4);
+
+    // Once the wait has passed, it asks again.
+    now += 400;
+    await c.check({ key: "tg_k", resource: "GET /repos" });
+    assert.equal(fake.checks.length, 5);
+  });
+
+  test("a wait of -1 (never) or a degraded closed denial is not remembered; memorySize -1 remembers nothing", async () => {
+    fake.answer = () => ({ body: { ...denied.body, retry_after_ms: -1 } });
+    fake.checks.length = 0;
+    const c = client();
+    await c.check({ key: "tg_k" });
+    await c.check({ key: "tg_k" });
+    assert.equal(fake.checks.length, 2);
+    fake.answer = () => denied;
+    const forgetful = client({ memorySize: -1 });
+    await forgetful.check({ key: "tg_k" });
+    await forgetful.check({ key: "tg_k" });
+    assert.equal(fake.checks.length, 4);
+  });
+
+  test("memory holds at most memorySize denials, the least recently used out first", async () => {
+    fake.answer = () => denied;
+    fake.checks.length = 0;
+    const c = client({ memorySize: 2 });
+    await c.check({ key: "a" });
+    await c.check({ key: "b" });
+    await c.check({ key: "a" }); // remembered: a is now the most recently used
+    await c.check({ key: "c" }); // b goes
+    assert.equal(fake.checks.length, 3);
+    await c.check({ key: "a" });
+    assert.equal(fake.checks.length, 3);
+    await c.check({ key: "b" });
+    assert.equal(fake.checks.length, 4);
+  });
+
+  test("an aborted signal rejects the check instead of deciding", async () => {
+    fake.answer = () => ({ body: allowed });
+    await assert.rejects(client().check({ ip: "203.0.113.7", signal: AbortSignal.abort() }), { name: "AbortError" });
+  });
+
+  test("options are checked", () => {
+    assert.throws(() => new TollgateClient({ baseUrl: "ftp://x", serviceToken: token }), /base URL/);
+    assert.throws(() => new TollgateClient({ baseUrl: "http://x/?a=1", serviceToken: token }), /no query/);
+    assert.throws(() => new TollgateClient({ baseUrl: "http://x", serviceToken: " " }), /service token/);
+    assert.throws(() => new TollgateClient({ baseUrl: "http://x", serviceToken: token, failMode: "ajar" as "open" }), /failMode/);
+  });
+});
+
+describe("outages", () => {
+  test("a check API that is down: fail open allows, fail closed denies", async () => {
+    const server = createServer();
+    const url = await listen(server);
+    await close(server); // nothing listens there now
+    const open = await new TollgateClient({ baseUrl: url, serviceToken: token }).check({ ip: "203.0.113.7" });
+    assert.equal(open.allowed, true);
+    assert.equal(open.degraded, true);
+    assert.ok(open.cause);
+    const closed = await new TollgateClient({ baseUrl: url, serviceToken: token, failMode: "closed" }).check({ ip: "203.0.113.7" });
+    assert.equal(closed.allowed, false);
+    assert.equal(closed.reason, "unavailable");
+    assert.equal(closed.degraded, true);
+  });
+
+  test("a check API that does not answer within timeoutMs: the fail mode decides", async () => {
+    const server = createServer(() => {}); // never answers
+    const url = await listen(server);
+    try {
+      const started = Date.now();
+      const d = await new TollgateClient({ baseUrl: url, serviceToken: token, timeoutMs: 100, failMode: "closed" })
+        .check({ ip: "203.0.113.7" });
+      assert.equal(d.allowed, false);
+      assert.equal(d.degraded, true);
+      assert.equal(d.cause?.name, "TimeoutError");
+      assert.ok(Date.now() - started < 5000);
+    } finally {
+      await close(server);
+    }
+  });
+});

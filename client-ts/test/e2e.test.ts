@@ -1,0 +1,151 @@
+// End-to-end tests against the real check API and admin server, seeded
+// with the demo. e2e_test.go (beside package.json) builds and starts them
+// and runs this with TOLLGATE_E2E_API_URL, TOLLGATE_E2E_ADMIN_URL and
+// TOLLGATE_E2E_SEED (what `admin seed demo --json` printed) set; without
+// them these tests are skipped.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { middleware, ProblemError, TollgateClient } from "../src/index.js";
+import { close, patientMs, send, serve, type Answer } from "./servers.js";
+
+const apiUrl = process.env.TOLLGATE_E2E_API_URL ?? "";
+const adminUrl = process.env.TOLLGATE_E2E_ADMIN_URL ?? "";
+const seedJSON = process.env.TOLLGATE_E2E_SEED ?? "";
+const skip = apiUrl === "" || adminUrl === "" || seedJSON === ""
+  ? "TOLLGATE_E2E_API_URL, TOLLGATE_E2E_ADMIN_URL and TOLLGATE_E2E_SEED are unset: run through e2e_test.go (make test)"
+  : false;
+
+interface Seed {
+  service_token: string;
+  keys: Record<string, string>;
+  users: Record<string, { email: string; password: string }>;
+}
+
+describe("end to end", { skip }, () => {
+  const seed = (skip ? { service_token: "", keys: {}, users: {} } : JSON.parse(seedJSON)) as Seed;
+  let roundTrips = 0;
+  const counting: typeof fetch = (input, init) => {
+    roundTrips++;
+    return fetch(input, init);
+  };
+  let service: { url: string; server: import("node:http").Server };
+  let tollgate: TollgateClient;
+  before(async () => {
+    tollgate = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, fetch: counting, timeoutMs: patientMs });
+    service = await serve(middleware(tollgate, { cost: (req) => Number(req.headers["x-cost"] ?? 1) }));
+  });
+  after(async () => close(service.server));
+
+  const get = (headers: Record<string, string> = {}) => send(service.url, "GET", "/v1/repos", headers);
+  const header = (a: Answer, name: string) => a.headers[name.toLowerCase()];
+
+  test("anonymous callers: 60 an hour per address, then 429, then denied without asking", async () => {
+    for (let i = 1; i <= 60; i++) {
+      const a = await get();
+      assert.equal(a.status, 200, `anonymous request ${i}`);
+      if (i === 1) {
+        assert.equal(header(a, "RateLimit-Policy"), '"hourly";q=60;w=3600');
+        assert.equal(header(a, "X-RateLimit-Limit"), "60");
+        assert.equal(header(a, "X-RateLimit-Remaining"), "59");
+        assert.equal(header(a, "X-RateLimit-Used"), "1");
+        assert.equal(header(a, "Retry-After"), undefined);
+      }
+    }
+    const denied = await get();
+    assert.equal(denied.status, 429);
+    assert.equal(header(denied, "Content-Type"), "application/problem+json");
+    assert.equal(header(denied, "RateLimit-Policy"), '"hourly";q=60;w=3600');
+    assert.equal(header(denied, "X-RateLimit-Remaining"), "0");
+    const retry = Number(header(denied, "Retry-After"));
+    assert.ok(retry >= 1 && retry <= 60, `Retry-After ${retry}, want 1–60 s (60 an hour refills one a minute)`);
+    assert.equal(JSON.parse(denied.body).code, "rate_limited");
+    assert.equal(roundTrips, 61);
+
+    const again = await get();
+    assert.equal(again.status, 429);
+    assert.equal(roundTrips, 61, "a remembered denial must not ask the check API");
+    const retryAgain = Number(header(again, "Retry-After"));
+    assert.ok(retryAgain >= 1 && retryAgain <= retry, `Retry-After ${retryAgain}, want 1–${retry}`);
+  });
+
+  test("a pro key passes with its plan's headers", async () => {
+    const a = await get({ Authorization: `Bearer ${seed.keys.pro}` });
+    assert.equal(a.status, 200);
+    assert.equal(header(a, "RateLimit-Policy"), '"hourly";q=5000;w=3600');
+    assert.equal(header(a, "RateLimit"), '"hourly";r=4999;t=1');
+    assert.equal(header(a, "X-RateLimit-Remaining"), "4999");
+    const d = await tollgate.check({ key: seed.keys.pro, method: "POST", resource: "/v1/search", dryRun: true });
+    assert.equal(d.allowed, true);
+    assert.equal(d.tier, "authenticated");
+    assert.equal(d.plan, "pro");
+    assert.equal(d.rules.length, 2);
+  });
+
+  test("a path spelled differently is still the rule's path", async () => {
+    // pro's search rule: a bucket of 10 that refills 10 a second. The
+    // first request takes all 10; the same path spelled otherwise must
+    // meet the empty bucket.
+    const key = { "X-API-Key": seed.keys.pro ?? "", "X-Cost": "10" };
+    const first = await send(service.url, "POST", "/v1/search", key);
+    assert.equal(first.status, 200);
+    const dodge = await send(service.url, "POST", "//v1/./%73earch/", key);
+    assert.equal(dodge.status, 429);
+    assert.equal(header(dodge, "RateLimit-Policy"), '"search";q=10;w=1');
+  });
+
+  test("an unknown key is a 401", async () => {
+    const a = await get({ "X-API-Key": "tg_000000000000000000000000000000000000" });
+    assert.equal(a.status, 401);
+    assert.equal(header(a, "Content-Type"), "application/problem+json");
+    assert.equal(JSON.parse(a.body).code, "invalid_key");
+  });
+
+  test("a revoked key is a 403", async () => {
+    const admin = await adminSession(seed);
+    const tenants = await admin<{ items: { id: string; name: string }[] }>("GET", "/api/v1/tenants?q=demo-pro");
+    const tenant = tenants.items.find((t) => t.name === "demo-pro");
+    assert.ok(tenant, "the demo-pro tenant");
+    const issued = await admin<{ secret: string; key: { id: string } }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name: "ts-e2e" });
+    await waitStatus(() => get({ "X-API-Key": issued.secret }), 200);
+    await admin("POST", `/api/v1/tenants/${tenant.id}/keys/${issued.key.id}/revoke`);
+    const revoked = await waitStatus(() => get({ "X-API-Key": issued.secret }), 403);
+    assert.equal(JSON.parse(revoked.body).code, "key_revoked");
+  });
+
+  test("refusals of the check API are ProblemErrors naming the fields", async () => {
+    const noCaller = await tollgate.check({ resource: "GET /" }).catch((e: unknown) => e);
+    assert.ok(noCaller instanceof ProblemError && noCaller.status === 422 && noCaller.errors.ip, String(noCaller));
+    const bad = new TollgateClient({ baseUrl: apiUrl, serviceToken: "not-a-token", timeoutMs: patientMs });
+    const unauthorized = await bad.check({ ip: "203.0.113.7" }).catch((e: unknown) => e);
+    assert.ok(unauthorized instanceof ProblemError && unauthorized.status === 401 && unauthorized.code === "unauthorized", String(unauthorized));
+  });
+});
+
+/** adminSession logs in to the admin API as the demo operator and returns a function that calls it. */
+async function adminSession(seed: Seed): Promise<<T = unknown>(method: string, path: string, body?: unknown) => Promise<T>> {
+  const call = async <T>(method: string, path: string, body?: unknown, token?: string): Promise<T> => {
+    const headers: Record<string, string> = { "Content-Type": "application/json" };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const resp = await fetch(adminUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await resp.text();
+    assert.ok(resp.ok, `${method} ${path}: ${resp.status} ${text}`);
+    return (text ? JSON.parse(text) : undefined) as T;
+  };
+  const operator = seed.users.operator;
+  assert.ok(operator, "the demo operator");
+  const { token } = await call<{ token: string }>("POST", "/api/v1/login", { email: operator.email, password: operator.password });
+  return (method, path, body) => call(method, path, body, token);
+}
+
+/** waitStatus asks until the answer has the status wanted, for up to 2 s: a key issued or revoked reaches the check API within a second. */
+async function waitStatus(ask: () => Promise<Answer>, want: number): Promise<Answer> {
+  const deadline = Date.now() + 2000;
+  for (;;) {
+    const a = await ask();
+    if (a.status === want || Date.now() > deadline) {
+      assert.equal(a.status, want);
+      return a;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

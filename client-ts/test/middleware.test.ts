@@ -1,0 +1,183 @@
+import assert from "node:assert/strict";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { after, before, beforeEach, describe, test } from "node:test";
+import { decisionOf, middleware, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike } from "../src/index.js";
+import { allowed, close, hourlyHeaders, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+
+/** limited is the check API's answer to a rate-limited request. */
+const limited = {
+  headers: {
+    "RateLimit-Policy": '"search";q=10;w=1', RateLimit: '"search";r=0;t=1', "X-RateLimit-Limit": "10",
+    "X-RateLimit-Remaining": "0", "X-RateLimit-Used": "10", "X-RateLimit-Reset": "1764000001", "Retry-After": "1",
+  },
+  body: { ...allowed, allowed: false, reason: "rate_limited", limit: 10, remaining: 0, retry_after_ms: 100, policy: "search" },
+};
+
+describe("middleware", () => {
+  let fake: FakeCheckAPI;
+  let client: TollgateClient;
+  before(async () => {
+    fake = await startFakeCheckAPI();
+  });
+  after(async () => fake.close());
+  beforeEach(() => {
+    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs });
+    fake.checks.length = 0;
+    fake.answer = () => ({ headers: hourlyHeaders, body: allowed });
+  });
+
+  /** through starts a service protected by the middleware with opts, sends one request, and stops the service. */
+  async function through(opts: Parameters<typeof middleware>[1], method: string, path: string, headers: Record<string, string> = {}) {
+    let seen: Decision | undefined;
+    const service = await serve(middleware(client, opts), (req, res) => {
+      seen = decisionOf(req);
+      res.end("hello");
+    });
+    try {
+      return { answer: await send(service.url, method, path, headers), seen };
+    } finally {
+      await close(service.server);
+    }
+  }
+
+  test("an allowed request reaches the handler with the rate-limit headers set", async () => {
+    const { answer, seen } = await through({}, "GET", "/v1/repos?page=2", { Authorization: "Bearer tg_key" });
+    assert.equal(answer.status, 200);
+    assert.equal(answer.body, "hello");
+    for (const [name, value] of Object.entries(hourlyHeaders)) {
+      assert.equal(answer.headers[name.toLowerCase()], value, name);
+    }
+    assert.equal(answer.headers["retry-after"], undefined);
+    assert.equal(seen?.plan, "pro");
+    assert.equal(fake.checks.length, 1);
+    assert.equal(fake.checks[0]?.key, "tg_key");
+    assert.equal(fake.checks[0]?.resource, "GET /v1/repos");
+    assert.match(fake.checks[0]?.ip ?? "", /127\.0\.0\.1/);
+  });
+
+  test("a rate-limited request is a 429 problem with the check API's headers, exactly", async () => {
+    fake.answer = () => limited;
+    const { answer, seen } = await through({}, "POST", "/v1/search", { "X-API-Key": "tg_key" });
+    assert.equal(seen, undefined, "the handler must not run");
+    assert.equal(answer.status, 429);
+    assert.equal(answer.headers["content-type"], "application/problem+json");
+    assert.equal(answer.headers["cache-control"], "no-store");
+    for (const [name, value] of Object.entries(limited.headers)) {
+      assert.equal(answer.headers[name.toLowerCase()], value, name);
+    }
+    assert.deepEqual(JSON.parse(answer.body), {
+      type: "about:blank", title: "Too Many Requests", status: 429, detail: "rate limit exceeded; retry after 1 s", code: "rate_limited",
+    });
+    assert.equal(fake.checks[0]?.key, "tg_key");
+  });
+
+  for (const [reason, status, authenticate] of [
+    ["invalid_key", 401, 'Bearer error="invalid_token"'],
+    ["key_required", 401, "Bearer"],
+    ["key_revoked", 403, undefined],
+    ["key_expired", 403, undefined],
+    ["tenant_suspended", 403, undefined],
+    ["unavailable", 503, undefined],
+    ["something_new", 403, undefined],
+  ] as const) {
+    test(`${reason} is a ${status}`, async () => {
+      fake.answer = () => ({ body: { ...allowed, allowed: false, reason, retry_after_ms: 0 } });
+      const { answer } = await through({}, "GET", "/", { "X-API-Key": "tg_key" });
+      assert.equal(answer.status, status);
+      assert.equal(answer.headers["www-authenticate"], authenticate);
+      const body = JSON.parse(answer.body) as { code: string; status: number };
+      assert.equal(body.code, reason);
+      assert.equal(body.status, status);
+    });
+  }
+
+  test("fail closed when the check API answers 500: a 503 with Retry-After", async () => {
+    fake.answer = () => ({ status: 500, body: "boom" });
+    client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, failMode: "closed" });
+    const { answer } = await through({}, "GET", "/");
+    assert.equal(answer.status, 503);
+    assert.equal(answer.headers["retry-after"], "1");
+  });
+
+  test("keyGenerator, ip, resource, cost and skip replace the defaults", async () => {
+    const opts = {
+      keyGenerator: (req: IncomingMessage) => String(req.headers["api-key"] ?? ""),
+      ip: () => "198.51.100.9",
+      resource: async () => "GET /custom",
+      cost: () => 7,
+      skip: (req: IncomingMessage) => req.url === "/healthz",
+    };
+    const probe = await through(opts, "GET", "/healthz");
+    assert.equal(probe.answer.status, 200);
+    assert.equal(fake.checks.length, 0, "a skipped request is not checked");
+    assert.equal(probe.seen, undefined);
+    await through(opts, "GET", "/x", { "api-key": "key1" });
+    assert.deepEqual(fake.checks, [{ key: "key1", ip: "198.51.100.9", resource: "GET /custom", cost: 7 }]);
+  });
+
+  test("onLimitReached answers denials, with the headers already set", async () => {
+    fake.answer = () => limited;
+    const { answer } = await through({
+      onLimitReached: (_req: IncomingMessage, res: ServerResponse, d: Decision) => {
+        if (d.reason !== "rate_limited") {
+          writeDenied(_req, res, d);
+          return;
+        }
+        res.statusCode = 429;
+        res.end(JSON.stringify({ error: "Too Many Requests", policy: d.policy }));
+      },
+    }, "GET", "/");
+    assert.equal(answer.status, 429);
+    assert.deepEqual(JSON.parse(answer.body), { error: "Too Many Requests", policy: "search" });
+    assert.equal(answer.headers["ratelimit-policy"], '"search";q=10;w=1');
+  });
+
+  test("a refused check goes to onError: by default a 500 problem", async () => {
+    fake.answer = () => ({ status: 401, headers: { "Content-Type": "application/problem+json" }, body: '{"status":401,"code":"unauthorized"}' });
+    const { answer } = await through({}, "GET", "/");
+    assert.equal(answer.status, 500);
+    assert.equal(JSON.parse(answer.body).code, "internal");
+    let seen: unknown;
+    const handed = await through({ onError: (_req, _res, err, next) => { seen = err; next(err); } }, "GET", "/");
+    assert.equal(handed.answer.status, 500);
+    assert.match(String(seen), /401 unauthorized/);
+  });
+
+  test("the path is cleaned before it is checked: spelling it differently does not dodge a rule", async () => {
+    for (const path of ["/v1/search", "//v1//search/", "/v1/./search", "/v1/x/../search", "/v1/%73earch", "/v1/search?q=1"]) {
+      await through({}, "POST", path);
+    }
+    assert.deepEqual(fake.checks.map((c) => c.resource), Array(6).fill("POST /v1/search"));
+  });
+});
+
+describe("requestResource", () => {
+  const req = (method: string, url: string, extra: ExpressLike = {}) => ({ method, url, ...extra }) as IncomingMessage & ExpressLike;
+  for (const [name, r, want] of [
+    ["method and path", req("GET", "/repos"), "GET /repos"],
+    ["HEAD counts as GET", req("HEAD", "/repos"), "GET /repos"],
+    ["query dropped", req("GET", "/repos?x=1&y=/../z"), "GET /repos"],
+    ["repeated and trailing slashes", req("GET", "//repos///acme/"), "GET /repos/acme"],
+    ["dot segments", req("GET", "/a/./b/../repos"), "GET /a/repos"],
+    ["dot segments above the root", req("GET", "/../../repos"), "GET /repos"],
+    ["percent-encoded letters", req("GET", "/%72%65pos"), "GET /repos"],
+    ["encoded slashes and dots", req("GET", "/x%2F%2E%2E%2Frepos"), "GET /repos"],
+    ["root", req("GET", ""), "GET /"],
+    ["bad escapes stay as sent", req("GET", "/a%zz/b"), "GET /a%zz/b"],
+    ["invalid UTF-8 stays escaped", req("GET", "/a%ff"), "GET /a%ff"],
+    ["control characters stay escaped", req("GET", "/a%0Ab"), "GET /a%0Ab"],
+    ["originalUrl before mounting", req("GET", "/acme", { originalUrl: "/repos/acme", baseUrl: "/repos" }), "GET /repos/acme"],
+    ["the Express route pattern", req("GET", "/acme", { originalUrl: "/repos/acme", baseUrl: "/repos", route: { path: "/:owner" } }), "GET /repos/:owner"],
+    ["a route at the root", req("DELETE", "/keys/1", { baseUrl: "", route: { path: "/keys/:id" } }), "DELETE /keys/:id"],
+    ["a mount's own route", req("GET", "/", { baseUrl: "/api", route: { path: "/" } }), "GET /api"],
+    ["a regular-expression route falls back to the path", req("GET", "/r1", { route: { path: /^\/r\d$/ } }), "GET /r1"],
+  ] as const) {
+    test(name, () => assert.equal(requestResource(r), want));
+  }
+
+  test("a long path is cut on a character boundary", () => {
+    const got = requestResource(req("GET", "/" + "é".repeat(600)));
+    assert.equal(Buffer.byteLength(got), "GET ".length + 983);
+    assert.ok(!got.includes("\ufffd"));
+  });
+});

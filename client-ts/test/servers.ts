@@ -1,0 +1,125 @@
+// Test servers: a fake check API whose answers each test scripts, and a
+// service protected by the middleware.
+import { createServer, request, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { WireCheckRequest, WireDecision } from "../src/index.js";
+
+/**
+ * patientMs is the timeoutMs of the tests' clients that expect an answer:
+ * the default 500 ms can pass on a busy machine, and the fail mode would
+ * decide instead.
+ */
+export const patientMs = 10_000;
+
+/** listen starts server on a free loopback port and returns its base URL. */
+export async function listen(server: Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/** close stops server, ending its idle connections. */
+export async function close(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/** An answer of the fake check API. */
+export interface FakeAnswer {
+  status?: number;
+  headers?: Record<string, string>;
+  /** A decision (sent as JSON) or a raw body. */
+  body: Partial<WireDecision> | string;
+}
+
+/** FakeCheckAPI records the checks it receives and answers each with answer(). */
+export interface FakeCheckAPI {
+  url: string;
+  checks: WireCheckRequest[];
+  authorizations: string[];
+  answer: (check: WireCheckRequest) => FakeAnswer;
+  close: () => Promise<void>;
+}
+
+/** allowed is a decision of the fake, the hourly rule allowing. */
+export const allowed: Partial<WireDecision> = {
+  allowed: true, reason: "ok", tier: "authenticated", plan: "pro", limit: 5000, remaining: 4999,
+  reset_after_ms: 720, retry_after_ms: 0, policy: "hourly", degraded: false, rules: [],
+};
+
+/** hourlyHeaders are the rate-limit headers of an allowed hourly decision. */
+export const hourlyHeaders = {
+  "RateLimit-Policy": '"hourly";q=5000;w=3600',
+  RateLimit: '"hourly";r=4999;t=1',
+  "X-RateLimit-Limit": "5000",
+  "X-RateLimit-Remaining": "4999",
+  "X-RateLimit-Used": "1",
+  "X-RateLimit-Reset": "1764000000",
+};
+
+/** startFakeCheckAPI starts a fake check API that allows everything until a test sets answer. */
+export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
+  const fake: FakeCheckAPI = {
+    url: "", checks: [], authorizations: [],
+    answer: () => ({ headers: hourlyHeaders, body: allowed }),
+    close: async () => close(server),
+  };
+  const server = createServer(async (req, res) => {
+    const check = JSON.parse(await readBody(req)) as WireCheckRequest;
+    fake.checks.push(check);
+    fake.authorizations.push(req.headers.authorization ?? "");
+    const a = fake.answer(check);
+    const json = typeof a.body !== "string";
+    res.writeHead(a.status ?? 200, { "Content-Type": json ? "application/json" : "text/plain", ...a.headers });
+    res.end(json ? JSON.stringify(a.body) : a.body);
+  });
+  fake.url = await listen(server);
+  return fake;
+}
+
+/** readBody reads a request's body as text. */
+export async function readBody(req: IncomingMessage): Promise<string> {
+  let body = "";
+  for await (const chunk of req) {
+    body += String(chunk);
+  }
+  return body;
+}
+
+/** A service answer as a test sees it. */
+export interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/**
+ * send sends a request to base with the raw path given (fetch would
+ * resolve dot segments before sending) and returns the answer.
+ */
+export function send(base: string, method: string, path: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(base + "/", { method, path, headers }, async (res) => {
+      resolve({ status: res.statusCode ?? 0, headers: res.headers, body: await readBody(res) });
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** serve starts a node:http server that runs guard, then handler, as Connect would. */
+export async function serve(
+  guard: (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void,
+  handler: RequestListener = (_req, res) => res.end("hello"),
+): Promise<{ url: string; server: Server }> {
+  const server = createServer((req, res) => {
+    guard(req, res, (err) => {
+      if (err !== undefined) {
+        res.statusCode = 500;
+        res.end(String(err));
+        return;
+      }
+      handler(req, res);
+    });
+  });
+  return { url: await listen(server), server };
+}

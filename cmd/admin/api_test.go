@@ -421,7 +421,7 @@ func TestKeysAPI(t *testing.T) {
 	want(t, res, http.StatusCreated)
 	var again adminapi.KeySecretResponse
 	res.decode(t, &again)
-	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(adminapi.DefaultRotationGrace-time.Minute)) {
+	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(tenants.DefaultRotationGrace-time.Minute)) {
 		t.Errorf("default grace: old key expires %v", e)
 	}
 

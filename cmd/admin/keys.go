@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -35,32 +33,28 @@ func keysIssueCommand() command {
 				if err != nil {
 					return fmt.Errorf("keys issue: --tenant: %w", err)
 				}
-				var exp *time.Time
+				in := tenants.CreateKeyInput{Name: *name, Unlimited: true}
 				if *ttl > 0 {
 					at := time.Now().Add(*ttl)
-					exp = &at
+					in.ExpiresAt = &at
 				}
-				var secret string
-				var k tenants.Key
+				ops := tenants.NewOps(e.db, nil)
+				var res tenants.IssuedKey
 				for i := range *count {
-					k, err = audit.Create(ctx, e.db, audit.CLI, "key.create", tenants.KeyAudit,
-						func(tx pgx.Tx) (k tenants.Key, err error) {
-							secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp)
-							return k, err
-						})
+					res, err = ops.CreateKey(ctx, audit.CLI, t.ID, in)
 					if err != nil || i == *count-1 {
 						break
 					}
-					fmt.Fprintln(e.stdout, secret)
+					fmt.Fprintln(e.stdout, res.Secret)
 				}
 				if err != nil {
 					return fmt.Errorf("keys issue: %w", err)
 				}
 				if *asJSON {
-					return printJSON(e.stdout, map[string]any{"secret": secret, "key": k})
+					return printJSON(e.stdout, map[string]any{"secret": res.Secret, "key": res.Key})
 				}
-				fmt.Fprintf(e.stdout, "%s\n", secret)
-				fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", k.ID, k.Prefix, t.Name)
+				fmt.Fprintf(e.stdout, "%s\n", res.Secret)
+				fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
 				return nil
 			}
 		},
@@ -78,11 +72,11 @@ func keysRevokeCommand() command {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				after, err := audit.Update(ctx, e.db, audit.CLI, "key.revoke", tenants.KeyAudit,
-					func(tx pgx.Tx) (tenants.Key, error) { return tenants.NewStore(tx).KeyByID(ctx, *id) },
-					func(tx pgx.Tx, before tenants.Key) (tenants.Key, error) {
-						return tenants.NewStore(tx).RevokeTenantKey(ctx, before.TenantID, before.ID)
-					})
+				k, err := tenants.NewStore(e.db).KeyByID(ctx, *id)
+				if err != nil {
+					return fmt.Errorf("keys revoke: %w", err)
+				}
+				after, err := tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
 				if err != nil {
 					return fmt.Errorf("keys revoke: %w", err)
 				}

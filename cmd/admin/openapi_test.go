@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -560,7 +561,7 @@ func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, th
 		{Minute: now.Unix() / 60 * 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
 			Reason: "ok", Counts: usagepkg.Counts{Allowed: 3, AllowedUnits: 3}},
 	}})
-	if _, err := store.CloseMonth(ctx, last, nil); err != nil {
+	if _, err := store.CloseMonth(ctx, audit.CLI, last, nil); err != nil {
 		t.Fatalf("close %s: %v", last, err)
 	}
 	apply(usagepkg.Batch{ID: "openapi:late", Rows: []usagepkg.Row{

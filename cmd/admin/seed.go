@@ -96,18 +96,18 @@ func demoSince(now time.Time) time.Time {
 // records that in the audit log.
 func seedDemo(ctx context.Context, db *pgxpool.Pool, keys *auth.SecretKeys) (seedResult, error) {
 	var res seedResult
-	err := audit.Apply(ctx, db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
+	err := audit.Apply(ctx, db, audit.CLI, func(tx pgx.Tx) (audit.Change, error) {
 		var err error
 		res, err = seedDemoOn(ctx, tx, keys)
 		if err != nil {
-			return nil, err
+			return audit.Change{}, err
 		}
 		users := map[string]string{}
 		for role, u := range res.Users {
 			users[role] = u.Email
 		}
-		return audit.One(audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
-			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}), nil
+		return audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
+			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}, nil
 	})
 	return res, err
 }

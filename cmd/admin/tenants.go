@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -28,8 +26,7 @@ func tenantsCreateCommand() command {
 				if err != nil {
 					return fmt.Errorf("tenants create: --plan: %w", err)
 				}
-				t, err := audit.Create(ctx, e.db, audit.CLI, "tenant.create", tenants.TenantAudit,
-					func(tx pgx.Tx) (tenants.Tenant, error) { return tenants.NewStore(tx).Create(ctx, *name, p.ID) })
+				t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
 				if err != nil {
 					return fmt.Errorf("tenants create: %w", err)
 				}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 )
@@ -28,16 +26,13 @@ func tokensIssueCommand() command {
 				if err != nil {
 					return err
 				}
-				var token string
-				st, err := audit.Create(ctx, e.db, audit.CLI, "service_token.create", auth.ServiceTokenAudit,
-					func(tx pgx.Tx) (st auth.ServiceToken, err error) {
-						token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(ctx, *name, *ttl)
-						return st, err
-					})
+				ttlS := int64(*ttl / time.Second)
+				res, err := auth.NewOps(e.db, keys).IssueServiceToken(ctx, audit.CLI, auth.IssueServiceTokenInput{Name: *name, TTLS: &ttlS})
 				if err != nil {
 					return fmt.Errorf("tokens issue: %w", err)
 				}
-				fmt.Fprintln(e.stdout, token)
+				st := res.ServiceToken
+				fmt.Fprintln(e.stdout, res.Token)
 				fmt.Fprintf(e.stderr, "service token %s for %s, expires %s\n", st.ID, st.Name, st.ExpiresAt.Format(time.RFC3339))
 				return nil
 			}
@@ -88,15 +83,7 @@ func tokensRevokeCommand() command {
 				if *id == "" {
 					return errors.New("tokens revoke: --id is required")
 				}
-				after, err := audit.Update(ctx, e.db, audit.CLI, "service_token.revoke", auth.ServiceTokenAudit,
-					func(tx pgx.Tx) (auth.ServiceToken, error) { return auth.NewStore(tx).GetServiceToken(ctx, *id) },
-					func(tx pgx.Tx, _ auth.ServiceToken) (auth.ServiceToken, error) {
-						as := auth.NewStore(tx)
-						if err := as.RevokeServiceToken(ctx, *id); err != nil {
-							return auth.ServiceToken{}, err
-						}
-						return as.GetServiceToken(ctx, *id)
-					})
+				after, err := auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, *id)
 				if err != nil {
 					return fmt.Errorf("tokens revoke: %w", err)
 				}
@@ -136,15 +123,7 @@ func secretsResealCommand() command {
 				if err != nil {
 					return err
 				}
-				var n int
-				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if n, err = auth.NewStore(tx).WithSecretKeys(keys).ResealSigningKeys(ctx); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "signing_keys.reseal", TargetType: "signing_keys", TargetID: "all",
-						After: map[string]int{"resealed": n}}), nil
-				})
+				n, err := auth.NewOps(e.db, keys).ResealSigningKeys(ctx, audit.CLI)
 				if err != nil {
 					return err
 				}

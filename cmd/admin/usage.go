@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -223,7 +224,7 @@ func closeCommand() command {
 				if err != nil {
 					return err
 				}
-				res, err := c.store(e).CloseMonth(ctx, m, progress(e, "closing "+m.String()))
+				res, err := c.store(e).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
 				if err != nil {
 					return fmt.Errorf("close: %w", err)
 				}

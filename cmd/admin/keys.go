@@ -14,14 +14,15 @@ import (
 func keysIssueCommand() command {
 	return command{
 		name:    "keys issue",
+		audited: "key.create",
 		summary: "issue an API key for a tenant; the secret is printed once and never stored",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			tenant := fs.String("tenant", "", "tenant ID or name (required)")
 			name := fs.String("name", "", "a name for the key")
 			ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
 			asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
 			count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *tenant == "" {
 					return errors.New("keys issue: --tenant is required")
 				}
@@ -64,11 +65,12 @@ func keysIssueCommand() command {
 func keysRevokeCommand() command {
 	return command{
 		name:    "keys revoke",
+		audited: "key.revoke",
 		summary: "revoke an API key by ID; checks with it are denied within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			id := fs.String("id", "", "key ID (required)")
 			asJSON := fs.Bool("json", false, "print the revoked key's record as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
@@ -87,7 +89,7 @@ func keysRevokeCommand() command {
 }
 
 // printRevokedKey says that k is revoked, or prints its record as JSON.
-func printRevokedKey(e *env, k tenants.Key, asJSON bool) error {
+func printRevokedKey(e *invocation, k tenants.Key, asJSON bool) error {
 	if asJSON {
 		return printJSON(e.stdout, k)
 	}
@@ -100,10 +102,10 @@ func keysListCommand() command {
 	return command{
 		name:    "keys list",
 		summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
 			asJSON := fs.Bool("json", false, "print the key records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				ts := tenants.NewStore(e.db)
 				tenantID := ""
 				if *tenant != "" {

@@ -14,11 +14,12 @@ import (
 func tenantsCreateCommand() command {
 	return command{
 		name:    "tenants create",
+		audited: "tenant.create",
 		summary: "create a tenant on a plan",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			name := fs.String("name", "", "tenant name (required)")
 			plan := fs.String("plan", "free", "plan name")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *name == "" {
 					return errors.New("tenants create: --name is required")
 				}
@@ -40,9 +41,9 @@ func tenantsListCommand() command {
 	return command{
 		name:    "tenants list",
 		summary: "list tenants with their plan and status, by name",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			asJSON := fs.Bool("json", false, "print the tenant records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				list, err := tenants.NewStore(e.db).List(ctx)
 				if err != nil {
 					return fmt.Errorf("tenants list: %w", err)

@@ -14,11 +14,12 @@ import (
 func tokensIssueCommand() command {
 	return command{
 		name:    "tokens issue",
+		audited: "service_token.create",
 		summary: "issue a service token for a caller of the check API; printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			name := fs.String("name", "", "who the token is for, e.g. edge-gateway (required)")
 			ttl := fs.Duration("ttl", 365*24*time.Hour, "validity")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *name == "" {
 					return errors.New("tokens issue: --name is required")
 				}
@@ -44,9 +45,9 @@ func tokensListCommand() command {
 	return command{
 		name:    "tokens list",
 		summary: "list service tokens (never the tokens themselves), newest first",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			asJSON := fs.Bool("json", false, "print the service token records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
 				if err != nil {
 					return fmt.Errorf("tokens list: %w", err)
@@ -75,11 +76,12 @@ func tokensListCommand() command {
 func tokensRevokeCommand() command {
 	return command{
 		name:    "tokens revoke",
+		audited: "service_token.revoke",
 		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			id := fs.String("id", "", "service token ID, as `tokens list` shows it (required)")
 			asJSON := fs.Bool("json", false, "print the revoked token's record as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *id == "" {
 					return errors.New("tokens revoke: --id is required")
 				}
@@ -103,8 +105,8 @@ func secretsGenerateCommand() command {
 		name:       "secrets generate",
 		summary:    "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)",
 		noDatabase: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(_ context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(_ context.Context, e *invocation) error {
 				_, err := fmt.Fprintln(e.stdout, auth.GenerateSecretKey())
 				return err
 			}
@@ -114,11 +116,12 @@ func secretsGenerateCommand() command {
 
 func secretsResealCommand() command {
 	return command{
-		name: "secrets reseal",
+		name:    "secrets reseal",
+		audited: "signing_keys.reseal",
 		summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it " +
 			"(the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(ctx context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(ctx context.Context, e *invocation) error {
 				keys, err := e.secretKeys()
 				if err != nil {
 					return err

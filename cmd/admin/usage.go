@@ -59,13 +59,13 @@ func (c usageConfig) redis() redis.UniversalClient {
 	return r.Client()
 }
 
-func (c usageConfig) store(e *env) *usagepkg.Store {
+func (c usageConfig) store(e *invocation) *usagepkg.Store {
 	return usagepkg.NewStore(e.db, usagepkg.StoreConfig{MinuteRetention: c.MinuteRetention})
 }
 
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
-func newWorker(c usageConfig, e *env, log *slog.Logger) (*usagepkg.Worker, func()) {
+func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*usagepkg.Worker, func()) {
 	client := c.redis()
 	w := &usagepkg.Worker{
 		Consumer: usagepkg.NewRedisConsumer(client, usagepkg.RedisConsumerConfig{
@@ -95,9 +95,9 @@ Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
 TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
 restarts: a worker takes back its own unacknowledged batches at once,
 another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
@@ -129,7 +129,7 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 // startServeWorker runs a usage worker beside the admin server unless
 // TOLLGATE_SERVE_WORKER=false, its metrics on reg when not nil; stop ends
 // it and waits.
-func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
+func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
@@ -153,12 +153,12 @@ func reportCommand() command {
 	return command{
 		name:    "report",
 		summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
 			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
 			format := fs.String("format", "json", "json or csv")
 			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				m, err := usagepkg.ParseMonth(*month)
 				if err != nil {
 					return fmt.Errorf("report: --month: must be a month such as 2026-10")
@@ -211,11 +211,12 @@ func reportCommand() command {
 func closeCommand() command {
 	return command{
 		name:    "close",
+		audited: "month.close",
 		summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
 			asJSON := fs.Bool("json", false, "print the result as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				m, err := usagepkg.ParseMonth(*month)
 				if err != nil {
 					return errors.New("close: --month: must be a month such as 2026-10")
@@ -263,7 +264,7 @@ func formatTotals(totals map[string]int64) string {
 
 // progress reports progress on stderr, only when stdout is a terminal (a
 // person is watching, and piped output stays clean).
-func progress(e *env, label string) usagepkg.Progress {
+func progress(e *invocation, label string) usagepkg.Progress {
 	if !isTerminal(e.stdout) {
 		return nil
 	}

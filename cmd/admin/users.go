@@ -15,16 +15,17 @@ import (
 
 func usersCreateCommand() command {
 	return command{
-		name: "users create",
+		name:    "users create",
+		audited: "user.create",
 		summary: "create an admin user (bootstraps the first operator); the password is read from stdin " +
 			"with --password-stdin, or generated and printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email, used to log in (required)")
 			role := fs.String("role", "", "operator, tenant_admin or tenant_viewer (required)")
 			tenant := fs.String("tenant", "", "tenant ID or name (required for tenant_admin and tenant_viewer)")
 			fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 			asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" || *role == "" {
 					return errors.New("users create: --email and --role are required")
 				}
@@ -72,10 +73,11 @@ func usersCreateCommand() command {
 func usersDisableCommand() command {
 	return command{
 		name:    "users disable",
+		audited: "user.disable",
 		summary: "disable an admin user: it can no longer log in, and its sessions end at once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" {
 					return errors.New("users disable: --email is required")
 				}
@@ -97,10 +99,11 @@ func usersDisableCommand() command {
 func usersSessionsRevokeCommand() command {
 	return command{
 		name:    "users sessions revoke",
+		audited: "user.sessions_revoke",
 		summary: "end every session of an admin user at once (the user may log in again)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" {
 					return errors.New("users sessions revoke: --email is required")
 				}

@@ -295,7 +295,7 @@ func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
 		}
 		res := call(t, "GET", srv.URL+"/api/v1/statements/"+pro.ID+"/"+month, operator, nil)
 		want(t, res, http.StatusOK)
-		res.decode(t, &api)
+		res.Decode(t, &api)
 		return cli, api
 	}
 	zero := func(what string, st usagepkg.Statement, status string) {

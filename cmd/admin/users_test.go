@@ -35,7 +35,7 @@ func TestUsersSessionsRevokeAndDisableCLI(t *testing.T) {
 	res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": u.Email, "password": "password-" + u.Email})
 	want(t, res, http.StatusOK)
 	var lr adminapi.LoginResponse
-	res.decode(t, &lr)
+	res.Decode(t, &lr)
 
 	out, err = runAdmin(t, dbURL, "", "users", "disable", "--email", "ops@example.com")
 	testenv.Must(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -71,9 +72,9 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 		out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
 		testenv.Must(t, err)
 		var seeded struct {
-			ServiceToken string              `json:"service_token"`
-			Keys         map[string]string   `json:"keys"`
-			Users        map[string]seedUser `json:"users"`
+			ServiceToken string               `json:"service_token"`
+			Keys         map[string]string    `json:"keys"`
+			Users        map[string]demo.User `json:"users"`
 		}
 		if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 			t.Fatalf("--json output: %v", err)
@@ -114,7 +115,7 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 	secrets = append(secrets, opPassword)
 	out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
 	testenv.Must(t, err)
-	var seeded seedResult
+	var seeded demo.Result
 	testenv.Must(t, json.Unmarshal([]byte(out), &seeded))
 	secrets = append(secrets, seeded.ServiceToken)
 	for _, k := range seeded.Keys {

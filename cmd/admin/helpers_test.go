@@ -45,18 +45,7 @@ type adminServer struct {
 // given extra settings, and stops it when the test ends.
 func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminServer {
 	t.Helper()
-	env := map[string]string{
-		"TOLLGATE_DATABASE_URL":      dbURL,
-		"TOLLGATE_SECRET_KEY":        testenv.SecretKey,
-		"TOLLGATE_ADMIN_ADDR":        "127.0.0.1:0",
-		"TOLLGATE_ADMIN_JWT_SECRET":  testJWTSecret,
-		"TOLLGATE_ADMIN_LOGIN_LIMIT": "1000",
-		"TOLLGATE_LOG_LEVEL":         "warn",
-		"TOLLGATE_SERVE_WORKER":      "false",
-	}
-	for k, v := range settings {
-		env[k] = v
-	}
+	env := admintest.Settings(dbURL, map[string]string{"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"}, settings)
 	logs := &testenv.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {

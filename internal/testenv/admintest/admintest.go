@@ -150,9 +150,9 @@ type Server struct {
 	DB    *pgxpool.Pool
 }
 
-// adminEnv is the environment of the admin programs on dbURL, with more
-// settings.
-func adminEnv(dbURL string, settings map[string]string) []string {
+// Settings are the admin programs' settings for tests on dbURL, and then
+// those of each of more in turn.
+func Settings(dbURL string, more ...map[string]string) map[string]string {
 	env := map[string]string{
 		"TOLLGATE_DATABASE_URL":      dbURL,
 		"TOLLGATE_SECRET_KEY":        testenv.SecretKey,
@@ -161,9 +161,16 @@ func adminEnv(dbURL string, settings map[string]string) []string {
 		"TOLLGATE_LOG_LEVEL":         "warn",
 		"TOLLGATE_SERVE_WORKER":      "false",
 	}
-	for k, v := range settings {
-		env[k] = v
+	for _, m := range more {
+		for k, v := range m {
+			env[k] = v
+		}
 	}
+	return env
+}
+
+// environ is env as a process's environment.
+func environ(env map[string]string) []string {
 	var out []string
 	for k, v := range env {
 		out = append(out, k+"="+v)
@@ -176,22 +183,12 @@ func adminEnv(dbURL string, settings map[string]string) []string {
 func StartAdmin(t testing.TB, dbURL string, settings map[string]string) *Server {
 	t.Helper()
 	addr := FreePort(t)
-	settings = mergeSettings(settings, map[string]string{"TOLLGATE_ADMIN_ADDR": addr})
-	startProcess(t, "admin serve", Binary(t, "cmd/admin"), []string{"serve"}, adminEnv(dbURL, settings), "http://"+addr)
+	env := environ(Settings(dbURL, settings, map[string]string{"TOLLGATE_ADMIN_ADDR": addr}))
+	startProcess(t, "admin serve", Binary(t, "cmd/admin"), []string{"serve"}, env, "http://"+addr)
 	db, err := postgres.Open(context.Background(), dbURL)
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
 	return &Server{URL: "http://" + addr, DBURL: dbURL, DB: db}
-}
-
-func mergeSettings(a, b map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, m := range []map[string]string{a, b} {
-		for k, v := range m {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // RunAdmin runs the admin CLI (cmd/admin) with args against dbURL and
@@ -199,7 +196,7 @@ func mergeSettings(a, b map[string]string) map[string]string {
 func RunAdmin(t testing.TB, dbURL string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(Binary(t, "cmd/admin"), args...)
-	cmd.Env = adminEnv(dbURL, nil)
+	cmd.Env = environ(Settings(dbURL))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -58,7 +58,7 @@ func TestLiveKeyLimitAPI(t *testing.T) {
 	ctx := context.Background()
 	keys := srv.URL + "/api/v1/tenants/" + acme.ID + "/keys"
 	var first adminapi.KeySecretResponse
-	call(t, "POST", keys, admin, map[string]any{"name": "first"}).decode(t, &first)
+	call(t, "POST", keys, admin, map[string]any{"name": "first"}).Decode(t, &first)
 	// The rest straight into the table, plus some that do not count.
 	_, err := srv.DB.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix, expires_at, revoked_at)
 		SELECT $1, sha256(convert_to('k' || g, 'UTF8')), 'tg_test', CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' END,
@@ -85,10 +85,10 @@ func TestLiveKeyLimitAPI(t *testing.T) {
 	var page struct {
 		Items []tenants.Key `json:"items"`
 	}
-	call(t, "GET", keys+"?limit=1", admin, nil).decode(t, &page)
+	call(t, "GET", keys+"?limit=1", admin, nil).Decode(t, &page)
 	want(t, call(t, "POST", keys+"/"+page.Items[0].ID+"/revoke", admin, nil), http.StatusOK)
 	want(t, call(t, "POST", keys, admin, map[string]any{"name": "room again"}), http.StatusConflict) // the CLI went one over
-	call(t, "GET", keys+"?limit=2", admin, nil).decode(t, &page)
+	call(t, "GET", keys+"?limit=2", admin, nil).Decode(t, &page)
 	want(t, call(t, "POST", keys+"/"+page.Items[1].ID+"/revoke", admin, nil), http.StatusOK)
 	want(t, call(t, "POST", keys, admin, map[string]any{"name": "room again"}), http.StatusCreated)
 }
@@ -105,7 +105,7 @@ func TestKeyExpiryRules(t *testing.T) {
 		var made adminapi.KeySecretResponse
 		res := call(t, "POST", keys, op, body)
 		want(t, res, http.StatusCreated)
-		res.decode(t, &made)
+		res.Decode(t, &made)
 		return keys + "/" + made.Key.ID
 	}
 	forbidden := func(url string, body map[string]any) {
@@ -124,7 +124,7 @@ func TestKeyExpiryRules(t *testing.T) {
 	forbidden(limited, map[string]any{"expires_at": now.Add(3 * time.Hour)})
 	forbidden(limited, map[string]any{"expires_at": now.Add(3 * time.Hour), "name": "renamed"})
 	var k tenants.Key
-	call(t, "GET", limited, admin, nil).decode(t, &k)
+	call(t, "GET", limited, admin, nil).Decode(t, &k)
 	if k.ExpiresAt == nil || !k.ExpiresAt.Equal(now.Add(2*time.Hour)) || k.Name != "" {
 		t.Errorf("after refused changes: %+v", k)
 	}

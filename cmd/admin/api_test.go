@@ -47,7 +47,7 @@ func problemOf(t *testing.T, res response) httpx.Problem {
 		t.Fatalf("Content-Type = %q, want application/problem+json (%s)", ct, res.Body)
 	}
 	var p httpx.Problem
-	res.decode(t, &p)
+	res.Decode(t, &p)
 	return p
 }
 
@@ -83,7 +83,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	res = login("password-ops@example.com", nil)
 	want(t, res, http.StatusOK)
 	var lr adminapi.LoginResponse
-	res.decode(t, &lr)
+	res.Decode(t, &lr)
 	if lr.Token == "" || lr.TokenType != "Bearer" || lr.User.ID != u.ID || lr.User.Role != auth.RoleOperator {
 		t.Fatalf("login response = %+v", lr)
 	}
@@ -106,7 +106,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	res = send(t, me)
 	want(t, res, http.StatusOK)
 	var mr adminapi.MeResponse
-	res.decode(t, &mr)
+	res.Decode(t, &mr)
 	if mr.User.Email != "ops@example.com" {
 		t.Errorf("me = %+v", mr)
 	}
@@ -133,7 +133,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	}
 	// The other session is untouched.
 	var other adminapi.LoginResponse
-	behindTLS.decode(t, &other)
+	behindTLS.Decode(t, &other)
 	want(t, call(t, "GET", srv.URL+"/api/v1/me", other.Token, nil), http.StatusOK)
 }
 
@@ -148,14 +148,14 @@ func TestPlanQuotaModeAPI(t *testing.T) {
 	res := call(t, "POST", base, op, quota)
 	want(t, res, http.StatusCreated)
 	var metered plans.Plan
-	res.decode(t, &metered)
+	res.Decode(t, &metered)
 	if metered.QuotaMode != plans.QuotaHard {
 		t.Errorf("created quota_mode = %q, want hard", metered.QuotaMode)
 	}
 	quota["quota_mode"] = "overage"
 	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, metered.ID), op, quota)
 	want(t, res, http.StatusOK)
-	res.decode(t, &metered)
+	res.Decode(t, &metered)
 	if metered.QuotaMode != plans.QuotaOverage {
 		t.Errorf("updated quota_mode = %q, want overage", metered.QuotaMode)
 	}
@@ -193,7 +193,7 @@ func TestPlansAPI(t *testing.T) {
 	res = call(t, "POST", base, op, plan)
 	want(t, res, http.StatusCreated)
 	var gold plans.Plan
-	res.decode(t, &gold)
+	res.Decode(t, &gold)
 	if gold.Rules[0].Burst != 100 || res.Header.Get("Location") != fmt.Sprintf("/api/v1/plans/%d", gold.ID) {
 		t.Errorf("created %+v at %s", gold, res.Header.Get("Location"))
 	}
@@ -202,7 +202,7 @@ func TestPlansAPI(t *testing.T) {
 	plan["rules"] = []map[string]any{{"name": "hourly", "limit": 200, "period_us": limiter.HourUS}}
 	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, gold.ID), op, plan)
 	want(t, res, http.StatusOK)
-	res.decode(t, &gold)
+	res.Decode(t, &gold)
 	if gold.Rules[0].Limit != 200 {
 		t.Errorf("updated limit = %d", gold.Rules[0].Limit)
 	}
@@ -213,7 +213,7 @@ func TestPlansAPI(t *testing.T) {
 	res = call(t, "POST", srv.URL+"/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": gold.ID})
 	want(t, res, http.StatusCreated)
 	var acme tenants.Tenant
-	res.decode(t, &acme)
+	res.Decode(t, &acme)
 	res = call(t, "DELETE", fmt.Sprintf("%s/%d", base, gold.ID), op, nil)
 	want(t, res, http.StatusConflict)
 	if p := problemOf(t, res); !strings.Contains(p.Detail, "archive") {
@@ -221,7 +221,7 @@ func TestPlansAPI(t *testing.T) {
 	}
 	res = call(t, "POST", fmt.Sprintf("%s/%d/archive", base, gold.ID), op, nil)
 	want(t, res, http.StatusOK)
-	res.decode(t, &gold)
+	res.Decode(t, &gold)
 	if gold.ArchivedAt == nil {
 		t.Fatal("archive did not set archived_at")
 	}
@@ -229,7 +229,7 @@ func TestPlansAPI(t *testing.T) {
 	silver := call(t, "POST", base, op, map[string]any{"name": "silver"})
 	want(t, silver, http.StatusCreated)
 	var sp plans.Plan
-	silver.decode(t, &sp)
+	silver.Decode(t, &sp)
 	want(t, call(t, "POST", srv.URL+"/api/v1/tenants/"+acme.ID+"/plan", op, map[string]any{"plan_id": sp.ID}), http.StatusOK)
 	wantFields(t, call(t, "POST", srv.URL+"/api/v1/tenants/"+acme.ID+"/plan", op, map[string]any{"plan_id": gold.ID}), "plan_id")
 
@@ -240,17 +240,17 @@ func TestPlansAPI(t *testing.T) {
 		Items      []plans.Plan `json:"items"`
 		NextCursor *string      `json:"next_cursor"`
 	}
-	res.decode(t, &pg)
+	res.Decode(t, &pg)
 	if len(pg.Items) != 1 || pg.Items[0].Name != "gold" || pg.NextCursor == nil {
 		t.Fatalf("page 1 = %+v", pg)
 	}
 	res = call(t, "GET", base+"?limit=1&cursor="+url.QueryEscape(*pg.NextCursor), op, nil)
-	res.decode(t, &pg)
+	res.Decode(t, &pg)
 	if len(pg.Items) != 1 || pg.Items[0].Name != "silver" || pg.NextCursor != nil {
 		t.Fatalf("page 2 = %+v", pg)
 	}
 	res = call(t, "GET", base+"?archived=false", op, nil)
-	res.decode(t, &pg)
+	res.Decode(t, &pg)
 	if len(pg.Items) != 1 || pg.Items[0].Name != "silver" {
 		t.Errorf("archived=false lists %+v", pg.Items)
 	}
@@ -273,18 +273,18 @@ func TestTenantsAPI(t *testing.T) {
 	var acme tenants.Tenant
 	res := call(t, "POST", base, op, map[string]any{"name": "Acme Corp", "plan_id": free.ID})
 	want(t, res, http.StatusCreated)
-	res.decode(t, &acme)
+	res.Decode(t, &acme)
 	want(t, call(t, "POST", base, op, map[string]any{"name": "Acme Corp", "plan_id": free.ID}), http.StatusConflict)
 	want(t, call(t, "POST", base, op, map[string]any{"name": "Globex", "plan_id": free.ID}), http.StatusCreated)
 
 	var list struct {
 		Items []tenants.Tenant `json:"items"`
 	}
-	call(t, "GET", base+"?q=ACME", op, nil).decode(t, &list)
+	call(t, "GET", base+"?q=ACME", op, nil).Decode(t, &list)
 	if len(list.Items) != 1 || list.Items[0].ID != acme.ID {
 		t.Errorf("?q=ACME = %+v", list.Items)
 	}
-	call(t, "GET", base+"?q="+acme.ID, op, nil).decode(t, &list)
+	call(t, "GET", base+"?q="+acme.ID, op, nil).Decode(t, &list)
 	if len(list.Items) != 1 || list.Items[0].ID != acme.ID {
 		t.Errorf("?q=<id> = %+v", list.Items)
 	}
@@ -298,14 +298,14 @@ func TestTenantsAPI(t *testing.T) {
 	res = call(t, "POST", tenantURL+"/plan", op, map[string]any{"plan_id": pro.ID, "effective_at": past})
 	want(t, res, http.StatusOK)
 	var moved tenants.Tenant
-	res.decode(t, &moved)
+	res.Decode(t, &moved)
 	if moved.PlanID != pro.ID {
 		t.Errorf("plan_id = %d, want %d", moved.PlanID, pro.ID)
 	}
 	var history struct {
 		Items []tenants.PlanChange `json:"items"`
 	}
-	call(t, "GET", tenantURL+"/plan-changes", op, nil).decode(t, &history)
+	call(t, "GET", tenantURL+"/plan-changes", op, nil).Decode(t, &history)
 	if len(history.Items) != 2 || history.Items[0].PlanName != "pro" || !history.Items[0].EffectiveAt.Equal(past) ||
 		history.Items[1].PlanName != "free" {
 		t.Errorf("history = %+v", history.Items)
@@ -314,11 +314,11 @@ func TestTenantsAPI(t *testing.T) {
 	// Suspend and resume.
 	res = call(t, "POST", tenantURL+"/suspend", op, nil)
 	want(t, res, http.StatusOK)
-	res.decode(t, &moved)
+	res.Decode(t, &moved)
 	if moved.Status != tenants.StatusSuspended {
 		t.Errorf("status = %s", moved.Status)
 	}
-	call(t, "POST", tenantURL+"/resume", op, nil).decode(t, &moved)
+	call(t, "POST", tenantURL+"/resume", op, nil).Decode(t, &moved)
 	if moved.Status != tenants.StatusActive {
 		t.Errorf("status = %s", moved.Status)
 	}
@@ -331,7 +331,7 @@ func TestTenantsAPI(t *testing.T) {
 	var ov struct {
 		Rules []plans.Rule `json:"rules"`
 	}
-	call(t, "GET", tenantURL+"/overrides", op, nil).decode(t, &ov)
+	call(t, "GET", tenantURL+"/overrides", op, nil).Decode(t, &ov)
 	if len(ov.Rules) != 1 || ov.Rules[0].Limit != 7 || ov.Rules[0].Burst != 7 {
 		t.Errorf("overrides = %+v", ov.Rules)
 	}
@@ -358,7 +358,7 @@ func TestKeysAPI(t *testing.T) {
 	res := call(t, "POST", keys, tok, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"}})
 	want(t, res, http.StatusCreated)
 	var made adminapi.KeySecretResponse
-	res.decode(t, &made)
+	res.Decode(t, &made)
 	if !tenants.WellFormed(made.Secret) || made.Key.Prefix != tenants.DisplayPrefix(made.Secret) || made.Key.Metadata["team"] != "build" {
 		t.Fatalf("issued %+v", made)
 	}
@@ -379,7 +379,7 @@ func TestKeysAPI(t *testing.T) {
 	keyURL := keys + "/" + made.Key.ID
 	exp := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
 	var k tenants.Key
-	call(t, "PATCH", keyURL, tok, map[string]any{"expires_at": exp, "name": "deploy"}).decode(t, &k)
+	call(t, "PATCH", keyURL, tok, map[string]any{"expires_at": exp, "name": "deploy"}).Decode(t, &k)
 	if k.ExpiresAt == nil || !k.ExpiresAt.Equal(exp) || k.Name != "deploy" || k.Metadata["team"] != "build" {
 		t.Errorf("patched %+v", k)
 	}
@@ -389,7 +389,7 @@ func TestKeysAPI(t *testing.T) {
 	want(t, res, http.StatusForbidden)
 	problemOf(t, res)
 	k = tenants.Key{}
-	call(t, "PATCH", keyURL, op, map[string]any{"expires_at": nil}).decode(t, &k)
+	call(t, "PATCH", keyURL, op, map[string]any{"expires_at": nil}).Decode(t, &k)
 	if k.ExpiresAt != nil || k.Name != "deploy" {
 		t.Errorf("clearing the expiry: %+v", k)
 	}
@@ -403,7 +403,7 @@ func TestKeysAPI(t *testing.T) {
 	res = call(t, "POST", keyURL+"/rotate", tok, map[string]any{"grace_period_s": 3600})
 	want(t, res, http.StatusCreated)
 	var rotated adminapi.KeySecretResponse
-	res.decode(t, &rotated)
+	res.Decode(t, &rotated)
 	if rotated.Secret == made.Secret || rotated.Key.ID == made.Key.ID || rotated.Key.Name != "deploy" || rotated.Previous == nil {
 		t.Fatalf("rotated %+v", rotated)
 	}
@@ -420,14 +420,14 @@ func TestKeysAPI(t *testing.T) {
 	res = call(t, "POST", keys+"/"+rotated.Key.ID+"/rotate", tok, nil)
 	want(t, res, http.StatusCreated)
 	var again adminapi.KeySecretResponse
-	res.decode(t, &again)
-	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(adminapi.DefaultRotationGrace-time.Minute)) {
+	res.Decode(t, &again)
+	if e := again.Previous.ExpiresAt; e == nil || e.Before(before.Add(tenants.DefaultRotationGrace-time.Minute)) {
 		t.Errorf("default grace: old key expires %v", e)
 	}
 
 	res = call(t, "POST", keyURL+"/revoke", tok, nil)
 	want(t, res, http.StatusOK)
-	res.decode(t, &k)
+	res.Decode(t, &k)
 	if k.RevokedAt == nil {
 		t.Error("revoked_at not set")
 	}
@@ -436,7 +436,7 @@ func TestKeysAPI(t *testing.T) {
 	var all struct {
 		Items []tenants.Key `json:"items"`
 	}
-	call(t, "GET", keys, op, nil).decode(t, &all) // operators see every tenant's keys
+	call(t, "GET", keys, op, nil).Decode(t, &all) // operators see every tenant's keys
 	if len(all.Items) != 3 {
 		t.Errorf("operator lists %d keys, want 3", len(all.Items))
 	}
@@ -449,7 +449,7 @@ func TestServiceTokensAndAuditAPI(t *testing.T) {
 	res := call(t, "POST", base, op, map[string]any{"name": "edge", "ttl_s": 3600})
 	want(t, res, http.StatusCreated)
 	var made adminapi.ServiceTokenResponse
-	res.decode(t, &made)
+	res.Decode(t, &made)
 	if strings.Count(made.Token, ".") != 2 || made.ServiceToken.Name != "edge" {
 		t.Fatalf("issued %+v", made)
 	}
@@ -457,14 +457,14 @@ func TestServiceTokensAndAuditAPI(t *testing.T) {
 		Items []auth.ServiceToken `json:"items"`
 	}
 	res = call(t, "GET", base, op, nil)
-	res.decode(t, &list)
+	res.Decode(t, &list)
 	if len(list.Items) != 1 || strings.Contains(string(res.Body), made.Token) {
 		t.Errorf("list = %s", res.Body)
 	}
 	res = call(t, "POST", base+"/"+made.ServiceToken.ID+"/revoke", op, nil)
 	want(t, res, http.StatusOK)
 	var st auth.ServiceToken
-	res.decode(t, &st)
+	res.Decode(t, &st)
 	if st.RevokedAt == nil {
 		t.Error("revoked_at not set")
 	}
@@ -479,7 +479,7 @@ func TestServiceTokensAndAuditAPI(t *testing.T) {
 		} `json:"items"`
 		NextCursor *string `json:"next_cursor"`
 	}
-	call(t, "GET", srv.URL+"/api/v1/audit?actor=ops@example.com&action=service_token.*", op, nil).decode(t, &entries)
+	call(t, "GET", srv.URL+"/api/v1/audit?actor=ops@example.com&action=service_token.*", op, nil).Decode(t, &entries)
 	if len(entries.Items) != 2 || entries.Items[0].Action != "service_token.revoke" || entries.Items[1].Action != "service_token.create" {
 		t.Fatalf("audit = %+v", entries.Items)
 	}
@@ -487,12 +487,12 @@ func TestServiceTokensAndAuditAPI(t *testing.T) {
 	if string(rev.Before) != `{"revoked_at":null}` || !strings.Contains(string(rev.After), "revoked_at") {
 		t.Errorf("revoke diff = %s → %s", rev.Before, rev.After)
 	}
-	call(t, "GET", srv.URL+"/api/v1/audit?target=service_token:"+made.ServiceToken.ID+"&limit=1", op, nil).decode(t, &entries)
+	call(t, "GET", srv.URL+"/api/v1/audit?target=service_token:"+made.ServiceToken.ID+"&limit=1", op, nil).Decode(t, &entries)
 	if len(entries.Items) != 1 || entries.NextCursor == nil {
 		t.Errorf("target filter, limit 1: %+v", entries)
 	}
 	from := url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))
-	call(t, "GET", srv.URL+"/api/v1/audit?from="+from, op, nil).decode(t, &entries)
+	call(t, "GET", srv.URL+"/api/v1/audit?from="+from, op, nil).Decode(t, &entries)
 	if len(entries.Items) != 0 {
 		t.Errorf("from the future: %d entries", len(entries.Items))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -71,9 +72,9 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 		out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
 		testenv.Must(t, err)
 		var seeded struct {
-			ServiceToken string              `json:"service_token"`
-			Keys         map[string]string   `json:"keys"`
-			Users        map[string]seedUser `json:"users"`
+			ServiceToken string               `json:"service_token"`
+			Keys         map[string]string    `json:"keys"`
+			Users        map[string]demo.User `json:"users"`
 		}
 		if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 			t.Fatalf("--json output: %v", err)
@@ -85,14 +86,14 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 			res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": u.Email, "password": u.Password})
 			want(t, res, http.StatusOK)
 			var lr adminapi.LoginResponse
-			res.decode(t, &lr)
+			res.Decode(t, &lr)
 			if string(lr.User.Role) != role {
 				t.Errorf("%s logs in as %s", role, lr.User.Role)
 			}
 			if role == "tenant_admin" {
 				// The demo tenant admin manages demo-pro, and only it.
 				var me adminapi.MeResponse
-				call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil).decode(t, &me)
+				call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil).Decode(t, &me)
 				want(t, call(t, "GET", srv.URL+"/api/v1/tenants/"+me.User.TenantID+"/keys", lr.Token, nil), http.StatusOK)
 				want(t, call(t, "GET", srv.URL+"/api/v1/tenants", lr.Token, nil), http.StatusForbidden)
 			}
@@ -114,7 +115,7 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 	secrets = append(secrets, opPassword)
 	out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
 	testenv.Must(t, err)
-	var seeded seedResult
+	var seeded demo.Result
 	testenv.Must(t, json.Unmarshal([]byte(out), &seeded))
 	secrets = append(secrets, seeded.ServiceToken)
 	for _, k := range seeded.Keys {
@@ -144,30 +145,30 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 		res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": email, "password": password})
 		want(t, res, http.StatusOK)
 		var lr adminapi.LoginResponse
-		res.decode(t, &lr)
+		res.Decode(t, &lr)
 		secrets = append(secrets, lr.Token)
 		return lr.Token
 	}
 	op := login("ops@example.com", opPassword)
 	ta := login("admin@acme.example", made.Password)
 	var me adminapi.MeResponse
-	call(t, "GET", srv.URL+"/api/v1/me", ta, nil).decode(t, &me)
+	call(t, "GET", srv.URL+"/api/v1/me", ta, nil).Decode(t, &me)
 	keys := srv.URL + "/api/v1/tenants/" + me.User.TenantID + "/keys"
 	res := call(t, "POST", keys, ta, map[string]any{"name": "api key", "metadata": map[string]string{"owner": "ci"}})
 	want(t, res, http.StatusCreated)
 	var k adminapi.KeySecretResponse
-	res.decode(t, &k)
+	res.Decode(t, &k)
 	secrets = append(secrets, k.Secret)
 	res = call(t, "POST", keys+"/"+k.Key.ID+"/rotate", ta, nil)
 	want(t, res, http.StatusCreated)
 	var rotated adminapi.KeySecretResponse
-	res.decode(t, &rotated)
+	res.Decode(t, &rotated)
 	secrets = append(secrets, rotated.Secret)
 	want(t, call(t, "POST", keys+"/"+rotated.Key.ID+"/revoke", ta, nil), http.StatusOK)
 	res = call(t, "POST", srv.URL+"/api/v1/service-tokens", op, map[string]any{"name": "edge"})
 	want(t, res, http.StatusCreated)
 	var st adminapi.ServiceTokenResponse
-	res.decode(t, &st)
+	res.Decode(t, &st)
 	secrets = append(secrets, st.Token)
 	want(t, call(t, "POST", srv.URL+"/api/v1/logout", ta, nil), http.StatusNoContent)
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/buildinfo"
+	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -37,13 +38,13 @@ func admin(t *testing.T, dbURL string, args ...string) (string, error) {
 
 func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	url := testenv.DatabaseURL(t)
-	var runs []seedResult
+	var runs []demo.Result
 	for range 2 {
 		out, err := admin(t, url, "seed", "demo", "--json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r seedResult
+		var r demo.Result
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("seed --json output %q: %v", out, err)
 		}

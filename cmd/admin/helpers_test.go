@@ -3,22 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
 // testJWTSecret signs sessions in tests (32 bytes).
-const testJWTSecret = "test-secret-0123456789abcdef0123"
+const testJWTSecret = admintest.JWTSecret
 
 // runAdmin runs the admin CLI through run() and returns its stdout.
 func runAdmin(t *testing.T, dbURL, stdin string, args ...string) (string, error) {
@@ -47,18 +45,7 @@ type adminServer struct {
 // given extra settings, and stops it when the test ends.
 func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminServer {
 	t.Helper()
-	env := map[string]string{
-		"TOLLGATE_DATABASE_URL":      dbURL,
-		"TOLLGATE_SECRET_KEY":        testenv.SecretKey,
-		"TOLLGATE_ADMIN_ADDR":        "127.0.0.1:0",
-		"TOLLGATE_ADMIN_JWT_SECRET":  testJWTSecret,
-		"TOLLGATE_ADMIN_LOGIN_LIMIT": "1000",
-		"TOLLGATE_LOG_LEVEL":         "warn",
-		"TOLLGATE_SERVE_WORKER":      "false",
-	}
-	for k, v := range settings {
-		env[k] = v
-	}
+	env := admintest.Settings(dbURL, map[string]string{"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"}, settings)
 	logs := &testenv.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -79,83 +66,26 @@ func startAdmin(t *testing.T, dbURL string, settings map[string]string) *adminSe
 	return &adminServer{URL: "http://" + addr, DBURL: dbURL, DB: db, Logs: logs}
 }
 
-// createUser stores a user with a known password.
-func createUser(t *testing.T, db *pgxpool.Pool, email string, role auth.Role, tenantID string) auth.User {
-	t.Helper()
-	u, err := auth.NewStore(db).CreateUser(context.Background(), auth.NewUser{
-		Email: email, Password: "password-" + email, Role: role, TenantID: tenantID})
-	testenv.Must(t, err)
-	return u
-}
-
-// sessionFor starts a session for u directly in the store, as a login
-// would, and returns its bearer token.
-func sessionFor(t *testing.T, db *pgxpool.Pool, u auth.User) string {
-	t.Helper()
-	token, _, err := auth.NewStore(db).StartSession(context.Background(), u, []byte(testJWTSecret), time.Hour, time.Now())
-	testenv.Must(t, err)
-	return token
-}
+// The helpers shared with the console's tests (internal/ui).
+var (
+	createUser = admintest.CreateUser
+	sessionFor = admintest.SessionFor
+	call       = admintest.Call
+	callWith   = admintest.CallWith
+	sendWith   = admintest.SendWith
+	want       = admintest.Want
+)
 
 // response is an HTTP answer read whole.
-type response struct {
-	*http.Response
-	Body []byte
-}
-
-// decode unmarshals the body into v.
-func (r response) decode(t *testing.T, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.Body, v); err != nil {
-		t.Fatalf("%s %s: decoding %q: %v", r.Request.Method, r.Request.URL.Path, r.Body, err)
-	}
-}
-
-// call sends a request with an optional JSON body and bearer token.
-func call(t *testing.T, method, url, token string, body any) response {
-	t.Helper()
-	return callWith(t, http.DefaultClient, method, url, token, body)
-}
-
-// callWith is call through client.
-func callWith(t *testing.T, client *http.Client, method, url, token string, body any) response {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		testenv.Must(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	testenv.Must(t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	return sendWith(t, client, req)
-}
+type response = admintest.Response
 
 func send(t *testing.T, req *http.Request) response {
 	t.Helper()
 	return sendWith(t, http.DefaultClient, req)
 }
 
-func sendWith(t *testing.T, client *http.Client, req *http.Request) response {
-	t.Helper()
-	res, err := client.Do(req)
-	testenv.Must(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	testenv.Must(t, err)
-	return response{Response: res, Body: b}
-}
-
-// want fails the test unless res has status.
-func want(t *testing.T, res response, status int) {
-	t.Helper()
-	if res.StatusCode != status {
-		t.Fatalf("%s %s = %d %s, want %d", res.Request.Method, res.Request.URL.Path, res.StatusCode, res.Body, status)
-	}
+// consoleRoute reports whether a route of the admin server is the web
+// console's: everything but the API and the health checks.
+func consoleRoute(route string) bool {
+	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz" && route != "/metrics"
 }

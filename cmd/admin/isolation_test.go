@@ -321,7 +321,8 @@ func TestIsolationMatrix(t *testing.T) {
 	eps := endpoints()
 
 	// The table must cover every API route the server has, and nothing
-	// else (the console's routes: TestConsoleRoutesIsolation).
+	// else (the console's routes: TestConsoleRoutesIsolation in
+	// internal/ui).
 	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
 	var served, listed []string
 	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -16,14 +14,15 @@ import (
 func keysIssueCommand() command {
 	return command{
 		name:    "keys issue",
+		audited: "key.create",
 		summary: "issue an API key for a tenant; the secret is printed once and never stored",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			tenant := fs.String("tenant", "", "tenant ID or name (required)")
 			name := fs.String("name", "", "a name for the key")
 			ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
 			asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
 			count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *tenant == "" {
 					return errors.New("keys issue: --tenant is required")
 				}
@@ -35,32 +34,28 @@ func keysIssueCommand() command {
 				if err != nil {
 					return fmt.Errorf("keys issue: --tenant: %w", err)
 				}
-				var exp *time.Time
+				in := tenants.CreateKeyInput{Name: *name, Unlimited: true}
 				if *ttl > 0 {
 					at := time.Now().Add(*ttl)
-					exp = &at
+					in.ExpiresAt = &at
 				}
-				var secret string
-				var k tenants.Key
+				ops := tenants.NewOps(e.db, nil)
+				var res tenants.IssuedKey
 				for i := range *count {
-					k, err = audit.Create(ctx, e.db, audit.CLI, "key.create", tenants.KeyAudit,
-						func(tx pgx.Tx) (k tenants.Key, err error) {
-							secret, k, err = tenants.NewStore(tx).IssueKey(ctx, t.ID, *name, exp)
-							return k, err
-						})
+					res, err = ops.CreateKey(ctx, audit.CLI, t.ID, in)
 					if err != nil || i == *count-1 {
 						break
 					}
-					fmt.Fprintln(e.stdout, secret)
+					fmt.Fprintln(e.stdout, res.Secret)
 				}
 				if err != nil {
 					return fmt.Errorf("keys issue: %w", err)
 				}
 				if *asJSON {
-					return printJSON(e.stdout, map[string]any{"secret": secret, "key": k})
+					return printJSON(e.stdout, map[string]any{"secret": res.Secret, "key": res.Key})
 				}
-				fmt.Fprintf(e.stdout, "%s\n", secret)
-				fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", k.ID, k.Prefix, t.Name)
+				fmt.Fprintf(e.stdout, "%s\n", res.Secret)
+				fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
 				return nil
 			}
 		},
@@ -70,19 +65,20 @@ func keysIssueCommand() command {
 func keysRevokeCommand() command {
 	return command{
 		name:    "keys revoke",
+		audited: "key.revoke",
 		summary: "revoke an API key by ID; checks with it are denied within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			id := fs.String("id", "", "key ID (required)")
 			asJSON := fs.Bool("json", false, "print the revoked key's record as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *id == "" {
 					return errors.New("keys revoke: --id is required")
 				}
-				after, err := audit.Update(ctx, e.db, audit.CLI, "key.revoke", tenants.KeyAudit,
-					func(tx pgx.Tx) (tenants.Key, error) { return tenants.NewStore(tx).KeyByID(ctx, *id) },
-					func(tx pgx.Tx, before tenants.Key) (tenants.Key, error) {
-						return tenants.NewStore(tx).RevokeTenantKey(ctx, before.TenantID, before.ID)
-					})
+				k, err := tenants.NewStore(e.db).KeyByID(ctx, *id)
+				if err != nil {
+					return fmt.Errorf("keys revoke: %w", err)
+				}
+				after, err := tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
 				if err != nil {
 					return fmt.Errorf("keys revoke: %w", err)
 				}
@@ -93,7 +89,7 @@ func keysRevokeCommand() command {
 }
 
 // printRevokedKey says that k is revoked, or prints its record as JSON.
-func printRevokedKey(e *env, k tenants.Key, asJSON bool) error {
+func printRevokedKey(e *invocation, k tenants.Key, asJSON bool) error {
 	if asJSON {
 		return printJSON(e.stdout, k)
 	}
@@ -106,10 +102,10 @@ func keysListCommand() command {
 	return command{
 		name:    "keys list",
 		summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
 			asJSON := fs.Bool("json", false, "print the key records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				ts := tenants.NewStore(e.db)
 				tenantID := ""
 				if *tenant != "" {

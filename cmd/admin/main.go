@@ -44,15 +44,23 @@ type command struct {
 	// help, when set, is printed after the summary by --help.
 	help string
 	// flags declares the command's flags and returns its action.
-	flags func(fs *flag.FlagSet) func(ctx context.Context, env *env) error
+	flags func(fs *flag.FlagSet) func(ctx context.Context, env *invocation) error
+	// audited is the audit action of the change the command makes, such
+	// as "key.revoke": the command makes it through its feature's
+	// operation (tenants.Ops…), which writes exactly that one entry. ""
+	// for a command that changes nothing the audit log tracks (lists,
+	// reports, migrate, serve). TestEveryChangeIsAudited runs every
+	// command that has one.
+	audited string
 	// noSchemaCheck lets migrate run on any schema version.
 	noSchemaCheck bool
 	// noDatabase runs the command without connecting to Postgres.
 	noDatabase bool
 }
 
-// env is what every command runs with.
-type env struct {
+// invocation is one run of a command: its streams, positional arguments,
+// settings and database.
+type invocation struct {
 	getenv func(string) string
 	stdin  io.Reader
 	stdout io.Writer
@@ -65,7 +73,7 @@ type env struct {
 
 // secretKeys reads the keys that seal the service-token signing keys. The
 // commands that sign or serve refuse to run without them.
-func (e *env) secretKeys() (*auth.SecretKeys, error) {
+func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 	current, previous := config.New(e.getenv).SecretKey()
 	if current == "" {
 		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run and docker-compose.yml set a demo key)")
@@ -218,7 +226,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := fs.Parse(rest); err != nil {
 		return err
 	}
-	e := &env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
+	e := &invocation{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
 	if cmd.noDatabase {
 		return action(ctx, e)
 	}

@@ -21,8 +21,8 @@ func migrateCommand() command {
              undone by hand (the schema is "dirty" until then)
   version    show the schema version and the one this binary expects`,
 		noSchemaCheck: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(ctx context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(ctx context.Context, e *invocation) error {
 				if len(e.args) == 0 {
 					return errors.New("migrate: want up, down [N], force V or version")
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -249,7 +250,7 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/login", "", map[string]string{"email": "", "password": ""}, 422)
 	raw("POST", admin.URL+"/api/v1/login", "", `{"email":`, 400)
 	var lr adminapi.LoginResponse
-	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 200).decode(t, &lr)
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 200).Decode(t, &lr)
 	op := lr.Token
 	do("GET", "/api/v1/me", op, nil, 200)
 	do("GET", "/api/v1/me", "", nil, 401)
@@ -273,7 +274,7 @@ func scenario(t *testing.T, client *http.Client) {
 	var pro struct {
 		ID int64 `json:"id"`
 	}
-	do("POST", "/api/v1/plans", op, plan, 201).decode(t, &pro)
+	do("POST", "/api/v1/plans", op, plan, 201).Decode(t, &pro)
 	do("POST", "/api/v1/plans", op, plan, 409)
 	do("GET", "/api/v1/plans?limit=1", op, nil, 200)
 	do("GET", "/api/v1/plans?limit=1000", op, nil, 422)
@@ -290,11 +291,11 @@ func scenario(t *testing.T, client *http.Client) {
 	var free struct {
 		ID int64 `json:"id"`
 	}
-	do("POST", "/api/v1/plans", op, map[string]any{"name": "free"}, 201).decode(t, &free)
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "free"}, 201).Decode(t, &free)
 	var spare struct {
 		ID int64 `json:"id"`
 	}
-	do("POST", "/api/v1/plans", op, map[string]any{"name": "spare"}, 201).decode(t, &spare)
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "spare"}, 201).Decode(t, &spare)
 	do("DELETE", fmt.Sprintf("/api/v1/plans/%d", spare.ID), op, nil, 204)
 	do("DELETE", "/api/v1/plans/999999", op, nil, 404)
 
@@ -302,7 +303,7 @@ func scenario(t *testing.T, client *http.Client) {
 	var acme struct {
 		ID string `json:"id"`
 	}
-	do("POST", "/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": free.ID}, 201).decode(t, &acme)
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": free.ID}, 201).Decode(t, &acme)
 	do("POST", "/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": free.ID}, 409)
 	do("POST", "/api/v1/tenants", op, map[string]any{"name": ""}, 422)
 	do("DELETE", fmt.Sprintf("/api/v1/plans/%d", free.ID), op, nil, 409)
@@ -330,7 +331,7 @@ func scenario(t *testing.T, client *http.Client) {
 	// Keys.
 	var key adminapi.KeySecretResponse
 	do("POST", tenant+"/keys", op, map[string]any{"name": "ci", "metadata": map[string]string{"team": "build"},
-		"expires_at": time.Now().Add(time.Hour)}, 201).decode(t, &key)
+		"expires_at": time.Now().Add(time.Hour)}, 201).Decode(t, &key)
 	do("POST", tenant+"/keys", viewer, map[string]any{"name": "nope"}, 403)
 	do("POST", tenant+"/keys", op, map[string]any{"expires_at": time.Now().Add(-time.Hour)}, 422)
 	do("GET", tenant+"/keys", viewer, nil, 200)
@@ -340,14 +341,14 @@ func scenario(t *testing.T, client *http.Client) {
 	do("PATCH", keyPath, op, map[string]any{"name": "ci-2", "expires_at": nil, "metadata": map[string]string{}}, 200)
 	do("PATCH", keyPath, op, map[string]any{}, 422)
 	var rotated adminapi.KeySecretResponse
-	do("POST", keyPath+"/rotate", op, nil, 201).decode(t, &rotated)
+	do("POST", keyPath+"/rotate", op, nil, 201).Decode(t, &rotated)
 	do("POST", keyPath+"/rotate", op, map[string]any{"grace_period_s": -5}, 422)
 	do("POST", keyPath+"/revoke", op, nil, 200)
 	do("POST", keyPath+"/rotate", op, nil, 409)
 	var crowded struct {
 		ID string `json:"id"`
 	}
-	do("POST", "/api/v1/tenants", op, map[string]any{"name": "crowded", "plan_id": free.ID}, 201).decode(t, &crowded)
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "crowded", "plan_id": free.ID}, 201).Decode(t, &crowded)
 	if _, err := admin.DB.Exec(context.Background(), `INSERT INTO api_keys (tenant_id, hash, prefix)
 		SELECT $1, sha256(convert_to('crowded' || g, 'UTF8')), 'tg_test' FROM generate_series(1, $2) g`,
 		crowded.ID, tenants.MaxLiveKeys); err != nil {
@@ -357,8 +358,8 @@ func scenario(t *testing.T, client *http.Client) {
 
 	// Service tokens.
 	var gw, spareToken adminapi.ServiceTokenResponse
-	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "gateway", "ttl_s": 3600}, 201).decode(t, &gw)
-	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "spare"}, 201).decode(t, &spareToken)
+	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "gateway", "ttl_s": 3600}, 201).Decode(t, &gw)
+	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": "spare"}, 201).Decode(t, &spareToken)
 	do("POST", "/api/v1/service-tokens", op, map[string]any{"name": ""}, 422)
 	do("GET", "/api/v1/service-tokens", op, nil, 200)
 	do("POST", "/api/v1/service-tokens/"+spareToken.ServiceToken.ID+"/revoke", op, nil, 200)
@@ -370,9 +371,9 @@ func scenario(t *testing.T, client *http.Client) {
 	var globex struct {
 		ID string `json:"id"`
 	}
-	do("POST", "/api/v1/tenants", op, map[string]any{"name": "globex", "plan_id": pro.ID}, 201).decode(t, &globex)
+	do("POST", "/api/v1/tenants", op, map[string]any{"name": "globex", "plan_id": pro.ID}, 201).Decode(t, &globex)
 	var web adminapi.KeySecretResponse
-	do("POST", "/api/v1/tenants/"+globex.ID+"/keys", op, map[string]any{"name": "web"}, 201).decode(t, &web)
+	do("POST", "/api/v1/tenants/"+globex.ID+"/keys", op, map[string]any{"name": "web"}, 201).Decode(t, &web)
 	last, this := seedUsage(t, admin.DB, globex.ID, web.Key.ID)
 	do("POST", "/api/v1/tenants/"+globex.ID+"/plan", op, map[string]any{"plan_id": free.ID,
 		"effective_at": last.Start().Add(24 * time.Hour)}, 409) // last month is closed
@@ -438,7 +439,7 @@ func scenario(t *testing.T, client *http.Client) {
 
 	// Users.
 	var created adminapi.UserCreateResponse
-	do("POST", "/api/v1/users", op, map[string]any{"email": "new@globex.example", "role": "tenant_viewer", "tenant_id": globex.ID}, 201).decode(t, &created)
+	do("POST", "/api/v1/users", op, map[string]any{"email": "new@globex.example", "role": "tenant_viewer", "tenant_id": globex.ID}, 201).Decode(t, &created)
 	do("POST", "/api/v1/users", op, map[string]any{"email": "ops2@example.com", "role": "operator", "password": "a long enough password"}, 201)
 	do("POST", "/api/v1/users", op, map[string]any{"email": "new@globex.example", "role": "tenant_viewer", "tenant_id": globex.ID}, 409)
 	do("POST", "/api/v1/users", op, map[string]any{"email": "nope", "role": "king"}, 422)
@@ -562,7 +563,7 @@ func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, th
 		{Minute: now.Unix() / 60 * 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
 			Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 	}})
-	if _, err := store.CloseMonth(ctx, last, nil); err != nil {
+	if _, err := store.CloseMonth(ctx, audit.CLI, last, nil); err != nil {
 		t.Fatalf("close %s: %v", last, err)
 	}
 	apply(metering.Batch{ID: "openapi:late", Rows: []metering.Row{

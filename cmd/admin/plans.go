@@ -13,9 +13,9 @@ func plansListCommand() command {
 	return command{
 		name:    "plans list",
 		summary: "list plans with their pricing and rules, by name (archived ones too)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			asJSON := fs.Bool("json", false, "print the plan records, with rules and tiers, as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				list, err := plans.NewStore(e.db).List(ctx)
 				if err != nil {
 					return fmt.Errorf("plans list: %w", err)
@@ -44,7 +44,7 @@ func plansListCommand() command {
 }
 
 // planNamesByID maps every plan's ID to its name.
-func planNamesByID(ctx context.Context, e *env) (map[int64]string, error) {
+func planNamesByID(ctx context.Context, e *invocation) (map[int64]string, error) {
 	list, err := plans.NewStore(e.db).List(ctx)
 	if err != nil {
 		return nil, err

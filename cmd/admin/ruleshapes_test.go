@@ -40,10 +40,10 @@ func TestEveryDocumentedRuleShapeSaves(t *testing.T) {
 	}
 	res := call(t, "POST", srv.URL+"/api/v1/plans", op, map[string]any{"name": "base", "rules": []any{}})
 	want(t, res, http.StatusCreated)
-	res.decode(t, &plan)
+	res.Decode(t, &plan)
 	res = call(t, "POST", srv.URL+"/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": plan.ID})
 	want(t, res, http.StatusCreated)
-	res.decode(t, &tenant)
+	res.Decode(t, &tenant)
 	for i, rule := range documentedRules {
 		t.Run(fmt.Sprint(rule["name"]), func(t *testing.T) {
 			res := call(t, "POST", srv.URL+"/api/v1/plans", op, map[string]any{"name": fmt.Sprintf("shape-%d", i), "rules": []any{rule}})
@@ -51,7 +51,7 @@ func TestEveryDocumentedRuleShapeSaves(t *testing.T) {
 			var saved struct {
 				Rules []map[string]any `json:"rules"`
 			}
-			res.decode(t, &saved)
+			res.Decode(t, &saved)
 			if len(saved.Rules) != 1 || saved.Rules[0]["name"] != rule["name"] {
 				t.Errorf("saved rules = %v", saved.Rules)
 			}
@@ -72,13 +72,13 @@ func TestRuleShapesNeverAnswer5xx(t *testing.T) {
 	}
 	res := call(t, "POST", srv.URL+"/api/v1/plans", op, map[string]any{"name": "base", "rules": []any{}})
 	want(t, res, http.StatusCreated)
-	res.decode(t, &plan)
+	res.Decode(t, &plan)
 	var tenant struct {
 		ID string `json:"id"`
 	}
 	res = call(t, "POST", srv.URL+"/api/v1/tenants", op, map[string]any{"name": "acme", "plan_id": plan.ID})
 	want(t, res, http.StatusCreated)
-	res.decode(t, &tenant)
+	res.Decode(t, &tenant)
 
 	// Each field's valid values, then invalid ones; absent (nil) is valid
 	// for every optional field.

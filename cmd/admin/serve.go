@@ -90,8 +90,8 @@ variables: TOLLGATE_ADMIN_ADDR, TOLLGATE_ADMIN_JWT_SECRET,
 TOLLGATE_ADMIN_SESSION_TTL, TOLLGATE_ADMIN_LOGIN_LIMIT, TOLLGATE_REDIS_*,
 TOLLGATE_USAGE_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
 lists them all.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(ctx context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(ctx context.Context, e *invocation) error {
 				cfg, err := loadServerConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
@@ -103,7 +103,7 @@ lists them all.`,
 }
 
 // serve runs the admin server until ctx ends.
-func serve(ctx context.Context, e *env, cfg serverConfig) error {
+func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	log := cfg.Log
 	keys, err := e.secretKeys()
 	if err != nil {
@@ -199,9 +199,9 @@ func healthcheckCommand() command {
 		name:       "healthcheck",
 		summary:    "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)",
 		noDatabase: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				addr := config.New(e.getenv).String("TOLLGATE_ADMIN_ADDR", ":8081")
 				return httpx.Healthcheck(ctx, addr, *timeout)
 			}

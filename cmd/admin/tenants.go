@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -16,11 +14,12 @@ import (
 func tenantsCreateCommand() command {
 	return command{
 		name:    "tenants create",
+		audited: "tenant.create",
 		summary: "create a tenant on a plan",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			name := fs.String("name", "", "tenant name (required)")
 			plan := fs.String("plan", "free", "plan name")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *name == "" {
 					return errors.New("tenants create: --name is required")
 				}
@@ -28,8 +27,7 @@ func tenantsCreateCommand() command {
 				if err != nil {
 					return fmt.Errorf("tenants create: --plan: %w", err)
 				}
-				t, err := audit.Create(ctx, e.db, audit.CLI, "tenant.create", tenants.TenantAudit,
-					func(tx pgx.Tx) (tenants.Tenant, error) { return tenants.NewStore(tx).Create(ctx, *name, p.ID) })
+				t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
 				if err != nil {
 					return fmt.Errorf("tenants create: %w", err)
 				}
@@ -43,9 +41,9 @@ func tenantsListCommand() command {
 	return command{
 		name:    "tenants list",
 		summary: "list tenants with their plan and status, by name",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			asJSON := fs.Bool("json", false, "print the tenant records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				list, err := tenants.NewStore(e.db).List(ctx)
 				if err != nil {
 					return fmt.Errorf("tenants list: %w", err)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 )
@@ -16,11 +14,12 @@ import (
 func tokensIssueCommand() command {
 	return command{
 		name:    "tokens issue",
+		audited: "service_token.create",
 		summary: "issue a service token for a caller of the check API; printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			name := fs.String("name", "", "who the token is for, e.g. edge-gateway (required)")
 			ttl := fs.Duration("ttl", 365*24*time.Hour, "validity")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *name == "" {
 					return errors.New("tokens issue: --name is required")
 				}
@@ -28,16 +27,13 @@ func tokensIssueCommand() command {
 				if err != nil {
 					return err
 				}
-				var token string
-				st, err := audit.Create(ctx, e.db, audit.CLI, "service_token.create", auth.ServiceTokenAudit,
-					func(tx pgx.Tx) (st auth.ServiceToken, err error) {
-						token, st, err = auth.NewStore(tx).WithSecretKeys(keys).IssueServiceToken(ctx, *name, *ttl)
-						return st, err
-					})
+				ttlS := int64(*ttl / time.Second)
+				res, err := auth.NewOps(e.db, keys).IssueServiceToken(ctx, audit.CLI, auth.IssueServiceTokenInput{Name: *name, TTLS: &ttlS})
 				if err != nil {
 					return fmt.Errorf("tokens issue: %w", err)
 				}
-				fmt.Fprintln(e.stdout, token)
+				st := res.ServiceToken
+				fmt.Fprintln(e.stdout, res.Token)
 				fmt.Fprintf(e.stderr, "service token %s for %s, expires %s\n", st.ID, st.Name, st.ExpiresAt.Format(time.RFC3339))
 				return nil
 			}
@@ -49,9 +45,9 @@ func tokensListCommand() command {
 	return command{
 		name:    "tokens list",
 		summary: "list service tokens (never the tokens themselves), newest first",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			asJSON := fs.Bool("json", false, "print the service token records as a JSON array")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
 				if err != nil {
 					return fmt.Errorf("tokens list: %w", err)
@@ -80,23 +76,16 @@ func tokensListCommand() command {
 func tokensRevokeCommand() command {
 	return command{
 		name:    "tokens revoke",
+		audited: "service_token.revoke",
 		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			id := fs.String("id", "", "service token ID, as `tokens list` shows it (required)")
 			asJSON := fs.Bool("json", false, "print the revoked token's record as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *id == "" {
 					return errors.New("tokens revoke: --id is required")
 				}
-				after, err := audit.Update(ctx, e.db, audit.CLI, "service_token.revoke", auth.ServiceTokenAudit,
-					func(tx pgx.Tx) (auth.ServiceToken, error) { return auth.NewStore(tx).GetServiceToken(ctx, *id) },
-					func(tx pgx.Tx, _ auth.ServiceToken) (auth.ServiceToken, error) {
-						as := auth.NewStore(tx)
-						if err := as.RevokeServiceToken(ctx, *id); err != nil {
-							return auth.ServiceToken{}, err
-						}
-						return as.GetServiceToken(ctx, *id)
-					})
+				after, err := auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, *id)
 				if err != nil {
 					return fmt.Errorf("tokens revoke: %w", err)
 				}
@@ -116,8 +105,8 @@ func secretsGenerateCommand() command {
 		name:       "secrets generate",
 		summary:    "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)",
 		noDatabase: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(_ context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(_ context.Context, e *invocation) error {
 				_, err := fmt.Fprintln(e.stdout, auth.GenerateSecretKey())
 				return err
 			}
@@ -127,24 +116,17 @@ func secretsGenerateCommand() command {
 
 func secretsResealCommand() command {
 	return command{
-		name: "secrets reseal",
+		name:    "secrets reseal",
+		audited: "signing_keys.reseal",
 		summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it " +
 			"(the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
-			return func(ctx context.Context, e *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			return func(ctx context.Context, e *invocation) error {
 				keys, err := e.secretKeys()
 				if err != nil {
 					return err
 				}
-				var n int
-				err = audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					var err error
-					if n, err = auth.NewStore(tx).WithSecretKeys(keys).ResealSigningKeys(ctx); err != nil {
-						return nil, err
-					}
-					return audit.One(audit.Change{Action: "signing_keys.reseal", TargetType: "signing_keys", TargetID: "all",
-						After: map[string]int{"resealed": n}}), nil
-				})
+				n, err := auth.NewOps(e.db, keys).ResealSigningKeys(ctx, audit.CLI)
 				if err != nil {
 					return err
 				}

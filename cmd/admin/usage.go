@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
@@ -59,18 +60,18 @@ func (c usageConfig) redis() redis.UniversalClient {
 	return r.Client()
 }
 
-func (c usageConfig) store(e *env) *billing.Store {
+func (c usageConfig) store(e *invocation) *billing.Store {
 	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
 }
 
 // writer returns the store the usage worker applies batches with.
-func (c usageConfig) writer(e *env) *pgstore.Store {
+func (c usageConfig) writer(e *invocation) *pgstore.Store {
 	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
 }
 
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
-func newWorker(c usageConfig, e *env, log *slog.Logger) (*billing.Worker, func()) {
+func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*billing.Worker, func()) {
 	client := c.redis()
 	w := &billing.Worker{
 		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{
@@ -100,9 +101,9 @@ Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
 TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
 restarts: a worker takes back its own unacknowledged batches at once,
 another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
 					return err
@@ -134,7 +135,7 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 // startServeWorker runs a usage worker beside the admin server unless
 // TOLLGATE_SERVE_WORKER=false, its metrics on reg when not nil; stop ends
 // it and waits.
-func startServeWorker(ctx context.Context, e *env, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
+func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
 	if !c.ServeWorker {
 		return func() {}, nil
 	}
@@ -158,12 +159,12 @@ func reportCommand() command {
 	return command{
 		name:    "report",
 		summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
 			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
 			format := fs.String("format", "json", "json or csv")
 			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				m, err := billing.ParseMonth(*month)
 				if err != nil {
 					return fmt.Errorf("report: --month: must be a month such as 2026-10")
@@ -216,11 +217,12 @@ func reportCommand() command {
 func closeCommand() command {
 	return command{
 		name:    "close",
+		audited: "month.close",
 		summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
 			asJSON := fs.Bool("json", false, "print the result as JSON")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				m, err := billing.ParseMonth(*month)
 				if err != nil {
 					return errors.New("close: --month: must be a month such as 2026-10")
@@ -229,7 +231,7 @@ func closeCommand() command {
 				if err != nil {
 					return err
 				}
-				res, err := c.store(e).CloseMonth(ctx, m, progress(e, "closing "+m.String()))
+				res, err := c.store(e).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
 				if err != nil {
 					return fmt.Errorf("close: %w", err)
 				}
@@ -268,7 +270,7 @@ func formatTotals(totals map[string]int64) string {
 
 // progress reports progress on stderr, only when stdout is a terminal (a
 // person is watching, and piped output stays clean).
-func progress(e *env, label string) billing.Progress {
+func progress(e *invocation, label string) billing.Progress {
 	if !isTerminal(e.stdout) {
 		return nil
 	}

@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -23,9 +25,9 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
-// demo seeds the demo (plans on since September 2026) and applies
+// seededDemo seeds the demo (plans on since September 2026) and applies
 // 120,000 allowed units of demo-pro traffic in October 2026.
-func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID string) {
+func seededDemo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID string) {
 	t.Helper()
 	ctx := context.Background()
 	url = testenv.DatabaseURL(t)
@@ -34,7 +36,7 @@ func demo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant, keyID
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := seedDemo(ctx, db, testkeys.SecretKeys(t)); err != nil {
+	if _, err := demo.Seed(ctx, db, audit.CLI, testkeys.SecretKeys(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
@@ -74,7 +76,7 @@ func adminCLI(t *testing.T, url string, args ...string) (stdout, stderr string, 
 }
 
 func TestReportAndCloseCommands(t *testing.T) {
-	url, db, pro, keyID := demo(t)
+	url, db, pro, keyID := seededDemo(t)
 
 	out, _, err := adminCLI(t, url, "report", "--month", "2026-10", "--tenant", "demo-pro")
 	if err != nil {
@@ -162,7 +164,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 // tenant's only (another tenant is 404, the operator-wide views 403); no
 // session is 401.
 func TestUsageRoutesFollowRoles(t *testing.T) {
-	url, _, pro, _ := demo(t)
+	url, _, pro, _ := seededDemo(t)
 	srv := startAdmin(t, url, map[string]string{"TOLLGATE_SERVE_WORKER": "false"})
 	ctx := context.Background()
 	free, err := tenants.NewStore(srv.DB).GetByName(ctx, "demo-free")
@@ -255,7 +257,7 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 }
 
 func TestProgressOnlyOnATerminal(t *testing.T) {
-	url, _, _, _ := demo(t)
+	url, _, _, _ := seededDemo(t)
 	// /dev/null is a character device, as a terminal is: it stands in
 	// for one here.
 	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
@@ -297,7 +299,7 @@ func TestClosedMonthWithoutUsageHasAZeroStatement(t *testing.T) {
 		}
 		res := call(t, "GET", srv.URL+"/api/v1/statements/"+pro.ID+"/"+month, operator, nil)
 		want(t, res, http.StatusOK)
-		res.decode(t, &api)
+		res.Decode(t, &api)
 		return cli, api
 	}
 	zero := func(what string, st billing.Statement, status string) {

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -17,51 +15,51 @@ import (
 
 func usersCreateCommand() command {
 	return command{
-		name: "users create",
+		name:    "users create",
+		audited: "user.create",
 		summary: "create an admin user (bootstraps the first operator); the password is read from stdin " +
 			"with --password-stdin, or generated and printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email, used to log in (required)")
 			role := fs.String("role", "", "operator, tenant_admin or tenant_viewer (required)")
 			tenant := fs.String("tenant", "", "tenant ID or name (required for tenant_admin and tenant_viewer)")
 			fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 			asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" || *role == "" {
 					return errors.New("users create: --email and --role are required")
 				}
-				nu := auth.NewUser{Email: *email, Role: auth.Role(*role)}
+				in := auth.CreateUserInput{Email: *email, Role: auth.Role(*role)}
 				if *tenant != "" {
 					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
 					if err != nil {
 						return fmt.Errorf("users create: --tenant: %w", err)
 					}
-					nu.TenantID = t.ID
+					in.TenantID = t.ID
 				}
 				generated := !*fromStdin
-				if generated {
-					nu.Password = auth.GeneratePassword()
-				} else {
+				if !generated {
 					line, err := bufio.NewReader(e.stdin).ReadString('\n')
 					if err != nil && line == "" {
 						return errors.New("users create: --password-stdin: no password on stdin")
 					}
-					nu.Password = strings.TrimRight(line, "\r\n")
+					password := strings.TrimRight(line, "\r\n")
+					in.Password = &password
 				}
-				u, err := audit.Create(ctx, e.db, audit.CLI, "user.create", auth.UserAudit,
-					func(tx pgx.Tx) (auth.User, error) { return auth.NewStore(tx).CreateUser(ctx, nu) })
+				res, err := auth.NewOps(e.db, nil).CreateUser(ctx, audit.CLI, in)
 				if err != nil {
 					return fmt.Errorf("users create: %w", err)
 				}
+				u := res.User
 				if *asJSON {
 					out := map[string]any{"user": u}
 					if generated {
-						out["password"] = nu.Password
+						out["password"] = res.Password
 					}
 					return printJSON(e.stdout, out)
 				}
 				if generated {
-					fmt.Fprintln(e.stdout, nu.Password)
+					fmt.Fprintln(e.stdout, res.Password)
 					fmt.Fprintf(e.stderr, "%s %s created (id %s); the password above is not shown again\n", u.Role, u.Email, u.ID)
 				} else {
 					fmt.Fprintf(e.stderr, "%s %s created (id %s)\n", u.Role, u.Email, u.ID)
@@ -75,31 +73,24 @@ func usersCreateCommand() command {
 func usersDisableCommand() command {
 	return command{
 		name:    "users disable",
+		audited: "user.disable",
 		summary: "disable an admin user: it can no longer log in, and its sessions end at once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" {
 					return errors.New("users disable: --email is required")
 				}
-				var after auth.User
-				var ended int64
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					as := auth.NewStore(tx)
-					before, err := as.GetUserByEmail(ctx, *email)
-					if err != nil {
-						return nil, err
-					}
-					if after, ended, err = as.DisableUser(ctx, before.ID); err != nil {
-						return nil, err
-					}
-					return []audit.Change{auth.UserAudit("user.disable", &before, &after), auth.SessionsEndedAudit(after, ended)}, nil
-				})
+				u, err := auth.NewStore(e.db).GetUserByEmail(ctx, *email)
 				if err != nil {
 					return fmt.Errorf("users disable: %w", err)
 				}
-				fmt.Fprintf(e.stderr, "%s disabled; %d sessions ended\n", after.Email, ended)
-				return printJSON(e.stdout, after)
+				res, err := auth.NewOps(e.db, nil).DisableUser(ctx, audit.CLI, u.ID)
+				if err != nil {
+					return fmt.Errorf("users disable: %w", err)
+				}
+				fmt.Fprintf(e.stderr, "%s disabled; %d sessions ended\n", res.User.Email, res.SessionsEnded)
+				return printJSON(e.stdout, res.User)
 			}
 		},
 	}
@@ -108,30 +99,23 @@ func usersDisableCommand() command {
 func usersSessionsRevokeCommand() command {
 	return command{
 		name:    "users sessions revoke",
+		audited: "user.sessions_revoke",
 		summary: "end every session of an admin user at once (the user may log in again)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *env) error {
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *env) error {
+			return func(ctx context.Context, e *invocation) error {
 				if *email == "" {
 					return errors.New("users sessions revoke: --email is required")
 				}
-				var u auth.User
-				var ended int64
-				err := audit.Apply(ctx, e.db, audit.CLI, func(tx pgx.Tx) ([]audit.Change, error) {
-					as := auth.NewStore(tx)
-					var err error
-					if u, err = as.GetUserByEmail(ctx, *email); err != nil {
-						return nil, err
-					}
-					if ended, err = as.EndUserSessions(ctx, u.ID); err != nil {
-						return nil, err
-					}
-					return audit.One(auth.SessionsEndedAudit(u, ended)), nil
-				})
+				u, err := auth.NewStore(e.db).GetUserByEmail(ctx, *email)
 				if err != nil {
 					return fmt.Errorf("users sessions revoke: %w", err)
 				}
-				fmt.Fprintf(e.stdout, "%d sessions of %s ended\n", ended, u.Email)
+				res, err := auth.NewOps(e.db, nil).EndUserSessions(ctx, audit.CLI, u.ID)
+				if err != nil {
+					return fmt.Errorf("users sessions revoke: %w", err)
+				}
+				fmt.Fprintf(e.stdout, "%d sessions of %s ended\n", res.SessionsEnded, res.User.Email)
 				return nil
 			}
 		},

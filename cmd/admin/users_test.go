@@ -35,7 +35,7 @@ func TestUsersSessionsRevokeAndDisableCLI(t *testing.T) {
 	res := call(t, "POST", srv.URL+"/api/v1/login", "", map[string]string{"email": u.Email, "password": "password-" + u.Email})
 	want(t, res, http.StatusOK)
 	var lr adminapi.LoginResponse
-	res.decode(t, &lr)
+	res.Decode(t, &lr)
 
 	out, err = runAdmin(t, dbURL, "", "users", "disable", "--email", "ops@example.com")
 	testenv.Must(t, err)
@@ -58,9 +58,11 @@ func TestUsersSessionsRevokeAndDisableCLI(t *testing.T) {
 		entries = append(entries, e)
 	}
 	testenv.Must(t, rows.Err())
-	if len(entries) != 3 || entries[0] != `user.sessions_revoke {"sessions_ended": 2}` ||
+	// Disabling is one change with one entry, which counts the sessions
+	// it ended.
+	if len(entries) != 2 || entries[0] != `user.sessions_revoke {"sessions_ended": 2}` ||
 		!strings.HasPrefix(entries[1], "user.disable ") || !strings.Contains(entries[1], "disabled_at") ||
-		entries[2] != `user.sessions_revoke {"sessions_ended": 1}` {
+		!strings.Contains(entries[1], `"sessions_ended": 1`) {
 		t.Errorf("audit entries = %q", entries)
 	}
 

@@ -40,16 +40,23 @@ func WithSession(ctx context.Context, s auth.Session) context.Context {
 	return context.WithValue(ctx, ctxKey{}, s)
 }
 
+// WithoutSession returns ctx carrying no session, whatever ctx carried:
+// a request is only ever signed in by the token it carries itself.
+func WithoutSession(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, nil)
+}
+
 // SessionFrom returns the verified session ctx carries, if any.
 func SessionFrom(ctx context.Context) (auth.Session, bool) {
 	s, ok := ctx.Value(ctxKey{}).(auth.Session)
 	return s, ok
 }
 
-// Actor returns who makes the changes of ctx's session.
+// Actor returns who makes the changes of ctx's session: the principal the
+// change operations (plans.Ops, tenants.Ops, auth.Ops…) take.
 func Actor(ctx context.Context) audit.Actor {
 	s, _ := SessionFrom(ctx)
-	return audit.Actor{ID: s.User.ID, Name: s.User.Email}
+	return audit.Actor{ID: s.User.ID, Name: s.User.Email, Operator: s.User.Role == auth.RoleOperator}
 }
 
 // Operator lets only operators through: tenant users get ErrOperatorsOnly.

@@ -6,11 +6,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/httpx"
 )
@@ -31,57 +28,19 @@ func handleUserList(log *slog.Logger, as *auth.Store) http.Handler {
 	}, as.ListUsersPage)
 }
 
-// userCreateRequest is the body of POST /users. Without a password one is
-// generated and returned once.
-type userCreateRequest struct {
-	Email    string    `json:"email"`
-	Role     auth.Role `json:"role"`
-	TenantID string    `json:"tenant_id"`
-	Password *string   `json:"password"`
-}
-
-func (u *userCreateRequest) newUser() auth.NewUser {
-	nu := auth.NewUser{Email: u.Email, Role: u.Role, TenantID: u.TenantID}
-	if u.Password != nil {
-		nu.Password = *u.Password
-	}
-	return nu
-}
-
-func (u *userCreateRequest) Validate() error {
-	nu := u.newUser()
-	if u.Password == nil {
-		nu.Password = auth.GeneratePassword()
-	}
-	return nu.Validate()
-}
-
 // UserCreateResponse answers POST /users.
-type UserCreateResponse struct {
-	User auth.User `json:"user"`
-	// Password is the generated password, shown this once; absent when
-	// the request gave one.
-	Password string `json:"password,omitempty"`
-}
+type UserCreateResponse = auth.CreatedUser
 
 // handleUserCreate serves POST /users: 409 naming "email" when it is
-// taken.
-func handleUserCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+// taken. Without a password one is generated and returned once.
+func handleUserCreate(log *slog.Logger, ops *auth.Ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req userCreateRequest
-		if err := httpx.Decode(r, MaxBody, &req); err != nil {
+		var in auth.CreateUserInput
+		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		nu := req.newUser()
-		var res UserCreateResponse
-		if req.Password == nil {
-			nu.Password = auth.GeneratePassword()
-			res.Password = nu.Password
-		}
-		var err error
-		res.User, err = audit.Create(r.Context(), db, actorOf(r), "user.create", auth.UserAudit,
-			func(tx pgx.Tx) (auth.User, error) { return auth.NewStore(tx).CreateUser(r.Context(), nu) })
+		res, err := ops.CreateUser(r.Context(), actorOf(r), in)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -92,56 +51,24 @@ func handleUserCreate(log *slog.Logger, db *pgxpool.Pool) http.Handler {
 }
 
 // UserSessionsResponse answers the requests that end a user's sessions.
-type UserSessionsResponse struct {
-	User          auth.User `json:"user"`
-	SessionsEnded int64     `json:"sessions_ended"`
-}
+type UserSessionsResponse = auth.UserSessions
 
 // handleUserDisable serves POST /users/{userID}/disable: the user can no
 // longer sign in and its sessions end at once. Operators cannot disable
 // themselves (409), so that the last operator is not locked out by
 // mistake.
-func handleUserDisable(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+func handleUserDisable(log *slog.Logger, ops *auth.Ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "userID")
-		if s, _ := sessionFrom(r.Context()); s.User.ID == id {
-			httpx.Error(w, r, log, tollgate.Errorf(tollgate.ECONFLICT, "you cannot disable yourself"))
-			return
-		}
-		var res UserSessionsResponse
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			as := auth.NewStore(tx)
-			before, err := as.GetUser(r.Context(), id)
-			if err != nil {
-				return nil, err
-			}
-			if res.User, res.SessionsEnded, err = as.DisableUser(r.Context(), id); err != nil {
-				return nil, err
-			}
-			return []audit.Change{auth.UserAudit("user.disable", &before, &res.User),
-				auth.SessionsEndedAudit(res.User, res.SessionsEnded)}, nil
-		})
+		res, err := ops.DisableUser(r.Context(), actorOf(r), chi.URLParam(r, "userID"))
 		writeResult(w, r, log, res, err)
 	})
 }
 
 // handleUserSessionsRevoke serves POST /users/{userID}/sessions/revoke:
 // every session of the user ends at once; the user may sign in again.
-func handleUserSessionsRevoke(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+func handleUserSessionsRevoke(log *slog.Logger, ops *auth.Ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "userID")
-		var res UserSessionsResponse
-		err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-			as := auth.NewStore(tx)
-			var err error
-			if res.User, err = as.GetUser(r.Context(), id); err != nil {
-				return nil, err
-			}
-			if res.SessionsEnded, err = as.EndUserSessions(r.Context(), id); err != nil {
-				return nil, err
-			}
-			return audit.One(auth.SessionsEndedAudit(res.User, res.SessionsEnded)), nil
-		})
+		res, err := ops.EndUserSessions(r.Context(), actorOf(r), chi.URLParam(r, "userID"))
 		writeResult(w, r, log, res, err)
 	})
 }

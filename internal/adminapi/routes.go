@@ -69,13 +69,14 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
-	sessions := &sessionAuth{store: auth.NewStore(db), secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now}
-	logins := &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
+	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
+	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
+		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
-		API: r, Now: now})
+		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			httpx.NotFound(log)(w, r)
@@ -104,43 +105,43 @@ func NewHandler(cfg Config) http.Handler {
 		tenantKeys := signedIn.With(tenant(fail, manageKeys))
 		tenantOps := signedIn.With(tenant(fail, operateTenant))
 
-		public.Method("POST", "/login", handleLogin(log, sessions, logins, db))
-		public.Method("POST", "/logout", handleLogout(log, db))
+		public.Method("POST", "/login", handleLogin(log, sessions))
+		public.Method("POST", "/logout", handleLogout(log, sessions))
 		signedIn.Method("GET", "/me", handleMe())
 
 		operator.Method("GET", "/plans", handlePlanList(log, ps))
-		operator.Method("POST", "/plans", handlePlanCreate(log, db))
+		operator.Method("POST", "/plans", handlePlanCreate(log, plansOps))
 		operator.Method("GET", "/plans/{planID}", handlePlanGet(log, ps))
-		operator.Method("PUT", "/plans/{planID}", handlePlanUpdate(log, db))
-		operator.Method("DELETE", "/plans/{planID}", handlePlanDelete(log, db))
-		operator.Method("POST", "/plans/{planID}/archive", handlePlanArchive(log, db, true))
-		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, db, false))
+		operator.Method("PUT", "/plans/{planID}", handlePlanUpdate(log, plansOps))
+		operator.Method("DELETE", "/plans/{planID}", handlePlanDelete(log, plansOps))
+		operator.Method("POST", "/plans/{planID}/archive", handlePlanArchive(log, plansOps, true))
+		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, plansOps, false))
 
 		operator.Method("GET", "/tenants", handleTenantList(log, ts))
-		operator.Method("POST", "/tenants", handleTenantCreate(log, db))
+		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
 		tenantRead.Method("GET", "/tenants/{tenantID}", handleTenantGet(log, ts))
-		tenantOps.Method("POST", "/tenants/{tenantID}/plan", handleTenantSetPlan(log, db, now))
+		tenantOps.Method("POST", "/tenants/{tenantID}/plan", handleTenantSetPlan(log, tenantsOps))
 		tenantRead.Method("GET", "/tenants/{tenantID}/plan-changes", handleTenantPlanHistory(log, ts))
-		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", handleTenantStatus(log, db, tenants.StatusSuspended))
-		tenantOps.Method("POST", "/tenants/{tenantID}/resume", handleTenantStatus(log, db, tenants.StatusActive))
+		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", handleTenantStatus(log, tenantsOps, true))
+		tenantOps.Method("POST", "/tenants/{tenantID}/resume", handleTenantStatus(log, tenantsOps, false))
 		tenantRead.Method("GET", "/tenants/{tenantID}/overrides", handleOverridesGet(log, ts))
-		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleOverridesPut(log, db))
+		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleOverridesPut(log, tenantsOps))
 
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
-		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, db, now))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys/{keyID}", handleKeyGet(log, ts))
-		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, db, now))
-		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", handleKeyRevoke(log, db))
-		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, db, now))
+		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, tenantsOps))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/revoke", handleKeyRevoke(log, tenantsOps))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/keys/{keyID}/rotate", handleKeyRotate(log, tenantsOps))
 
 		operator.Method("GET", "/service-tokens", handleServiceTokenList(log, as))
-		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, db, cfg.SecretKeys))
-		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, db))
+		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, authOps))
+		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, authOps))
 
 		operator.Method("GET", "/users", handleUserList(log, as))
-		operator.Method("POST", "/users", handleUserCreate(log, db))
-		operator.Method("POST", "/users/{userID}/disable", handleUserDisable(log, db))
-		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, db))
+		operator.Method("POST", "/users", handleUserCreate(log, authOps))
+		operator.Method("POST", "/users/{userID}/disable", handleUserDisable(log, authOps))
+		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, authOps))
 
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
 
@@ -152,8 +153,10 @@ func NewHandler(cfg Config) http.Handler {
 	})
 
 	// The web console: pages for people, on the same session cookie and
-	// the same access checks as the API. Every change it makes is a call
-	// to the API above, in-process (see internal/ui).
+	// the same access checks as the API. The route decides who may; every
+	// change it makes is then the same operation the API's handler calls
+	// (plans.Ops, tenants.Ops, auth.Ops, billing.Store.CloseMonth), and
+	// sign-in and sign-out go through the same sessionAuth.
 	r.Group(func(r chi.Router) {
 		fail := console.Error
 		r.Use(console.Headers, sessions.identify(fail), console.CSRF)

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -23,9 +20,13 @@ import (
 // clients send the same token as "Authorization: Bearer …".
 const SessionCookie = "tollgate_session"
 
-// sessionAuth issues and verifies admin sessions.
+// sessionAuth issues, verifies and ends admin sessions: the API's login
+// and logout and the console's sign-in and sign-out forms all go through
+// it (signIn, signOut).
 type sessionAuth struct {
 	store  *auth.Store
+	ops    *auth.Ops
+	logins *loginLimiter
 	secret []byte
 	ttl    time.Duration
 	now    func() time.Time
@@ -50,28 +51,26 @@ func sessionToken(r *http.Request) string {
 	return ""
 }
 
-// identify puts the request's session, if it has a valid one, in its
-// context. It rejects nothing: requireSession does. A request that
-// carries no token keeps the session its context has: the console calls
-// the API in-process on behalf of its signed-in user.
+// identify puts the request's session, if its token (bearer or cookie)
+// is a valid one, in its context; a request without a valid token has no
+// session, whatever its context held. It rejects nothing:
+// requireSession does.
 func (a *sessionAuth) identify(fail errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			token := sessionToken(r)
-			if token == "" {
-				next.ServeHTTP(w, r)
-				return
+			ctx := access.WithoutSession(r.Context())
+			if token := sessionToken(r); token != "" {
+				s, err := a.store.VerifySession(ctx, token, a.secret, a.now())
+				switch tollgate.ErrorCode(err) {
+				case "":
+					ctx = access.WithSession(ctx, s)
+				case tollgate.EUNAUTHORIZED:
+				default:
+					fail(w, r, err)
+					return
+				}
 			}
-			s, err := a.store.VerifySession(r.Context(), token, a.secret, a.now())
-			switch tollgate.ErrorCode(err) {
-			case "":
-				r = r.WithContext(access.WithSession(r.Context(), s))
-			case tollgate.EUNAUTHORIZED:
-			default:
-				fail(w, r, err)
-				return
-			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
 }
@@ -124,14 +123,14 @@ type loginRequest struct {
 	Password string `json:"password"`
 }
 
-func (l *loginRequest) Validate() error {
+func validateLogin(email, password string) error {
 	f := map[string]string{}
-	if strings.TrimSpace(l.Email) == "" {
+	if strings.TrimSpace(email) == "" {
 		f["email"] = "is required"
 	}
-	if l.Password == "" {
+	if password == "" {
 		f["password"] = "is required"
-	} else if len(l.Password) > auth.MaxPasswordLen {
+	} else if len(password) > auth.MaxPasswordLen {
 		f["password"] = "is too long"
 	}
 	return tollgate.Invalid(f)
@@ -145,70 +144,104 @@ type LoginResponse struct {
 	User      auth.User `json:"user"`
 }
 
+// loginThrottled refuses a login attempt over the login limits: an
+// ERATELIMITED error, and when to try again.
+type loginThrottled struct {
+	err   error
+	retry time.Duration
+}
+
+func (e *loginThrottled) Error() string { return e.err.Error() }
+func (e *loginThrottled) Unwrap() error { return e.err }
+
+// signIn signs a user in with email and password: the attempt is limited
+// per client network and (network, email), and failed ones per email (see
+// loginLimiter); the session is started (auth.Ops.StartSession, audited)
+// and its token set in an HttpOnly cookie on w. Over the limits the error
+// is a *loginThrottled.
+func (a *sessionAuth) signIn(w http.ResponseWriter, r *http.Request, email, password string) (LoginResponse, error) {
+	if err := validateLogin(email, password); err != nil {
+		return LoginResponse{}, err
+	}
+	ip := clientIP(r)
+	if ok, retry := a.logins.allow(r.Context(), ip, auth.NormalizeEmail(email)); !ok {
+		secs := max(int64((retry+time.Second-1)/time.Second), 1)
+		return LoginResponse{}, &loginThrottled{retry: time.Duration(secs) * time.Second,
+			err: tollgate.Errorf(tollgate.ERATELIMITED, "too many login attempts: try again in %d s", secs)}
+	}
+	u, err := a.store.Authenticate(r.Context(), email, password)
+	if err != nil {
+		if errors.Is(err, auth.ErrBadLogin) {
+			a.logins.failed(r.Context(), ip, auth.NormalizeEmail(email))
+		}
+		return LoginResponse{}, err
+	}
+	now := a.now()
+	token, s, err := a.ops.StartSession(r.Context(), u, ip, auth.SessionConfig{Secret: a.secret, TTL: a.ttl}, now)
+	if err != nil {
+		return LoginResponse{}, err
+	}
+	setSessionCookie(w, r, token, s.ExpiresAt, now)
+	return LoginResponse{Token: token, TokenType: "Bearer", ExpiresAt: s.ExpiresAt, User: u}, nil
+}
+
+// signOut ends the request's session, if it has one (auth.Ops.EndSession,
+// audited), and clears the cookie.
+func (a *sessionAuth) signOut(w http.ResponseWriter, r *http.Request) error {
+	if s, ok := sessionFrom(r.Context()); ok {
+		if err := a.ops.EndSession(r.Context(), actorOf(r), s); err != nil {
+			return err
+		}
+	}
+	clearSessionCookie(w, r)
+	return nil
+}
+
+// consoleSessions is sessionAuth as the console's sign-in and sign-out
+// forms use it (ui.Sessions).
+type consoleSessions struct{ a *sessionAuth }
+
+func (c consoleSessions) SignIn(w http.ResponseWriter, r *http.Request, email, password string) error {
+	_, err := c.a.signIn(w, r, email, password)
+	return err
+}
+
+func (c consoleSessions) SignOut(w http.ResponseWriter, r *http.Request) error {
+	return c.a.signOut(w, r)
+}
+
 // handleLogin serves POST /api/v1/login: email and password in, a session
 // token out — in the body for API clients and in an HttpOnly cookie for
-// browsers. Attempts are limited per client network and (network, email),
-// and failed ones per email (see loginLimiter).
-func handleLogin(log *slog.Logger, a *sessionAuth, logins *loginLimiter, db *pgxpool.Pool) http.Handler {
+// browsers (see signIn). Over the login limits it is 429 with
+// Retry-After.
+func handleLogin(log *slog.Logger, a *sessionAuth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req loginRequest
-		if err := httpx.Decode(r, MaxBody, &req); err != nil {
+		if err := httpx.DecodeBody(r, MaxBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		ip, email := clientIP(r), auth.NormalizeEmail(req.Email)
-		if ok, retry := logins.allow(r.Context(), ip, email); !ok {
-			secs := int64((retry + time.Second - 1) / time.Second)
-			w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-			httpx.Error(w, r, log, tollgate.Errorf(tollgate.ERATELIMITED, "too many login attempts: try again in %d s", max(secs, 1)))
-			return
+		res, err := a.signIn(w, r, req.Email, req.Password)
+		var throttled *loginThrottled
+		if errors.As(err, &throttled) {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(throttled.retry/time.Second), 10))
 		}
-		u, err := a.store.Authenticate(r.Context(), req.Email, req.Password)
-		if err != nil {
-			if errors.Is(err, auth.ErrBadLogin) {
-				logins.failed(r.Context(), ip, email)
-			}
-			httpx.Error(w, r, log, err)
-			return
-		}
-		now := a.now()
-		var token string
-		var s auth.Session
-		err = audit.Apply(r.Context(), db, audit.Actor{ID: u.ID, Name: u.Email}, func(tx pgx.Tx) ([]audit.Change, error) {
-			var err error
-			if token, s, err = auth.NewStore(tx).StartSession(r.Context(), u, a.secret, a.ttl, now); err != nil {
-				return nil, err
-			}
-			return audit.One(audit.Change{Action: "user.login", TargetType: "user", TargetID: u.ID, TenantID: u.TenantID,
-				After: map[string]string{"ip": ip, "session_id": s.ID}}), nil
-		})
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		setSessionCookie(w, r, token, s.ExpiresAt, now)
-		httpx.JSON(w, http.StatusOK, LoginResponse{Token: token, TokenType: "Bearer", ExpiresAt: s.ExpiresAt, User: u})
+		httpx.JSON(w, http.StatusOK, res)
 	})
 }
 
 // handleLogout serves POST /api/v1/logout: it ends the request's session,
 // if it has one, and clears the cookie. It always succeeds.
-func handleLogout(log *slog.Logger, db *pgxpool.Pool) http.Handler {
+func handleLogout(log *slog.Logger, a *sessionAuth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s, ok := sessionFrom(r.Context()); ok {
-			err := audit.Apply(r.Context(), db, actorOf(r), func(tx pgx.Tx) ([]audit.Change, error) {
-				if err := auth.NewStore(tx).EndSession(r.Context(), s.ID); err != nil {
-					return nil, err
-				}
-				return audit.One(audit.Change{Action: "user.logout", TargetType: "user", TargetID: s.User.ID,
-					TenantID: s.User.TenantID, After: map[string]string{"session_id": s.ID}}), nil
-			})
-			if err != nil {
-				httpx.Error(w, r, log, err)
-				return
-			}
+		if err := a.signOut(w, r); err != nil {
+			httpx.Error(w, r, log, err)
+			return
 		}
-		clearSessionCookie(w, r)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

@@ -21,16 +21,23 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
-// Actor is who made a change.
+// Actor is who makes a change: the principal every change operation takes.
+// ID and Name go into the change's entry; Operator is the one role fact
+// operations decide on (only operators may extend a key's expiry, for
+// example). Whether the actor may make the change at all is decided
+// before the operation is called (internal/access).
 type Actor struct {
 	// ID is the admin user's ID; "" for the CLI.
 	ID string
 	// Name is the user's email, or "cli" for the operator CLI.
 	Name string
+	// Operator is true for operators and the CLI, false for tenant users.
+	Operator bool
 }
 
-// CLI is the actor of changes made with the admin command line.
-var CLI = Actor{Name: "cli"}
+// CLI is the actor of changes made with the admin command line: an
+// operator.
+var CLI = Actor{Name: "cli", Operator: true}
 
 // Change is one change to record.
 type Change struct {
@@ -287,22 +294,20 @@ func ValidateFilter(f Filter) error {
 	return tollgate.Invalid(m)
 }
 
-// Apply makes an audited change: it runs fn in one transaction and records
-// the changes fn returns, by actor, in the same transaction, so that no
-// change is ever without its record (and no record without its change).
-// fn builds its stores on tx.
-func Apply(ctx context.Context, db postgres.Conn, actor Actor, fn func(tx pgx.Tx) ([]Change, error)) error {
+// Apply makes an audited change: the one transaction helper of every
+// change operation (plans.Ops, tenants.Ops, auth.Ops…). It runs fn in one
+// transaction and records the change fn returns, by actor, in the same
+// transaction: exactly one entry, so that no change is ever without its
+// record (and no record without its change). When fn fails, nothing is
+// written. fn builds its stores on tx.
+func Apply(ctx context.Context, db postgres.Conn, actor Actor, fn func(tx pgx.Tx) (Change, error)) error {
 	return postgres.Tx(ctx, db, func(tx pgx.Tx) error {
-		changes, err := fn(tx)
+		c, err := fn(tx)
 		if err != nil {
 			return err
 		}
-		for _, ch := range changes {
-			if _, err := Record(ctx, tx, actor, ch); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = Record(ctx, tx, actor, c)
+		return err
 	})
 }
 
@@ -361,12 +366,12 @@ func Delete[T any](ctx context.Context, db postgres.Conn, actor Actor, action st
 // returns, unless it fails.
 func one[T any](ctx context.Context, db postgres.Conn, actor Actor, action string,
 	describe func(action string, before, after *T) Change, change func(tx pgx.Tx) (before, after *T, err error)) error {
-	return Apply(ctx, db, actor, func(tx pgx.Tx) ([]Change, error) {
+	return Apply(ctx, db, actor, func(tx pgx.Tx) (Change, error) {
 		before, after, err := change(tx)
 		if err != nil {
-			return nil, err
+			return Change{}, err
 		}
-		return One(describe(action, before, after)), nil
+		return describe(action, before, after), nil
 	})
 }
 
@@ -378,6 +383,3 @@ func Subject[T any](before, after *T) *T {
 	}
 	return before
 }
-
-// One is the common case of a change that records a single entry.
-func One(c Change) []Change { return []Change{c} }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -264,24 +265,18 @@ type CloseResult struct {
 	Late metering.Counts `json:"late_usage"`
 }
 
-// CloseMonth freezes m: every billable tenant's statement is computed and
-// stored, and from then on Statement returns the stored one. Closing a
-// closed month changes nothing (AlreadyClosed). A month that has not ended
-// yet cannot be closed (EINVALID).
+// CloseMonth freezes m, by the actor by: every billable tenant's
+// statement is computed and stored, and from then on Statement returns
+// the stored one. It is the month-close operation of the admin API, the
+// console and the CLI, and records month.close in the audit log in the
+// closing transaction, so that there is no close without its record.
+// Closing a closed month changes nothing (AlreadyClosed) and records
+// nothing. A month that has not ended yet cannot be closed (EINVALID).
 //
 // Usage still in flight (buffered in API processes or the stream) when
 // the month is closed is counted when it arrives and listed as late
 // usage; close a month once the worker has caught up.
-func (s *Store) CloseMonth(ctx context.Context, m Month, progress Progress) (CloseResult, error) {
-	return s.CloseMonthAndRecord(ctx, m, progress, nil)
-}
-
-// CloseMonthAndRecord is CloseMonth that, when it closes the month, also
-// calls record in the closing transaction: the admin API records the
-// close in the audit log with it, so that there is no close without its
-// record.
-func (s *Store) CloseMonthAndRecord(ctx context.Context, m Month, progress Progress,
-	record func(tx pgx.Tx, res CloseResult) error) (CloseResult, error) {
+func (s *Store) CloseMonth(ctx context.Context, by audit.Actor, m Month, progress Progress) (CloseResult, error) {
 	now := s.cfg.Now()
 	res := CloseResult{Month: m.String(), TotalMinor: map[string]int64{}}
 	if now.Before(m.End()) {
@@ -338,10 +333,9 @@ func (s *Store) CloseMonthAndRecord(ctx context.Context, m Month, progress Progr
 		if _, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts)); err != nil {
 			return err
 		}
-		if record != nil {
-			return record(tx, res)
-		}
-		return nil
+		_, err = audit.Record(ctx, tx, by, audit.Change{Action: "month.close", TargetType: "month", TargetID: res.Month,
+			After: map[string]any{"statements": res.Statements, "total_minor": res.TotalMinor}})
+		return err
 	})
 	if err != nil {
 		return CloseResult{}, err

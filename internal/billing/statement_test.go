@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -349,11 +350,11 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	monthOfTraffic(t, s, pro, free, key1, key2)
 	m := october(t)
 
-	if _, err := s.CloseMonth(ctx, MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
+	if _, err := s.CloseMonth(ctx, audit.CLI, MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
 		t.Errorf("closing the current month: err %v, want EINVALID", err)
 	}
 	var progress []string
-	res, err := s.CloseMonth(ctx, m, func(done, total int) { progress = append(progress, fmt.Sprintf("%d/%d", done, total)) })
+	res, err := s.CloseMonth(ctx, audit.CLI, m, func(done, total int) { progress = append(progress, fmt.Sprintf("%d/%d", done, total)) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	if got := strings.Join(progress, " "); got != "0/2 1/2 2/2" {
 		t.Errorf("progress %q", got)
 	}
-	again, err := s.CloseMonth(ctx, m, nil)
+	again, err := s.CloseMonth(ctx, audit.CLI, m, nil)
 	if err != nil || !again.AlreadyClosed || again.Statements != 2 || again.TotalMinor["USD"] != 38_820 ||
 		!again.ClosedAt.Equal(res.ClosedAt) {
 		t.Errorf("closing again: %+v, %v; want a no-op", again, err)
@@ -434,7 +435,7 @@ func TestCloseMonthWaitsForAPlanChangeInFlight(t *testing.T) {
 	testenv.Must(t, tenants.NewStore(tx).SetPlan(ctx, pro.ID, ent.ID, mustTime(t, "2026-10-16T00:00:00Z")))
 
 	closed := make(chan error, 1)
-	go func() { _, err := s.CloseMonth(ctx, october(t), nil); closed <- err }()
+	go func() { _, err := s.CloseMonth(ctx, audit.CLI, october(t), nil); closed <- err }()
 	select {
 	case err := <-closed:
 		t.Fatalf("the close finished (%v) while a plan change for the month was in flight", err)

@@ -91,8 +91,9 @@ type Validator interface {
 
 // Decode reads one JSON value of at most maxBytes from r's body into v,
 // rejecting unknown fields and trailing data, then runs v's Validate method
-// if it has one. Errors are *tollgate.Error: EINVALID for malformed JSON
-// (with the field when known), ETOOLARGE for an oversized body.
+// if it has one. Errors are *tollgate.Error: EMALFORMED for malformed JSON
+// (with the field when known), ETOOLARGE for an oversized body, and
+// Validate's own (EINVALID naming the fields).
 func Decode(r *http.Request, maxBytes int64, v any) error {
 	if err := DecodeBody(r, maxBytes, v); err != nil {
 		return err

@@ -8,12 +8,15 @@
 //
 // The console shares the API's session cookie and its access rules: its
 // routes are listed in internal/adminapi/routes.go beside the API's, behind
-// the same middleware, and pages ask internal/access which buttons to
-// show. Every change the console makes is a request to the admin API,
-// made in-process on behalf of the signed-in user (Console.call): the
-// API's validation, access checks and audit records apply unchanged, and
-// a form shows the field errors of the API's problem+json beside its
-// fields. Pages read through the feature stores.
+// the same middleware, which decides who may use each (internal/access);
+// pages ask internal/access which buttons to show. Every change the
+// console makes is a call of the same operation the API's handler calls
+// (plans.Ops, tenants.Ops, auth.Ops, billing.Store.CloseMonth), with a
+// typed input and the signed-in user as the actor: the operation
+// validates, makes the change and writes its audit entry, and a form
+// shows the operation's field errors beside its fields. Sign-in and
+// sign-out are the API's own (Config.Sessions). Pages read through the
+// feature stores.
 package ui
 
 import (
@@ -56,11 +59,29 @@ type Config struct {
 	// Secret keys the console's CSRF tokens (HMAC-SHA256); the session
 	// secret, under a label of its own.
 	Secret []byte
-	// API is the admin API's handler: every change the console makes is
-	// a request to it (see Console.call).
-	API http.Handler
+	// Plans, Tenants and Auth make the console's changes, as they make
+	// the admin API's.
+	Plans   *plans.Ops
+	Tenants *tenants.Ops
+	Auth    *auth.Ops
+	// Sessions signs people in and out: the admin API's sessions, login
+	// limits and cookies.
+	Sessions Sessions
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+}
+
+// Sessions signs people in and out of the admin server; the admin API
+// provides it, so that the console's sign-in form and POST /api/v1/login
+// share one implementation.
+type Sessions interface {
+	// SignIn checks email and password under the login limits, starts a
+	// session and sets its cookie on w. Its errors are *tollgate.Error:
+	// EINVALID naming the fields, EUNAUTHORIZED for a wrong email or
+	// password, ERATELIMITED over the limits.
+	SignIn(w http.ResponseWriter, r *http.Request, email, password string) error
+	// SignOut ends r's session, if it has one, and clears the cookie.
+	SignOut(w http.ResponseWriter, r *http.Request) error
 }
 
 // Console serves the web console's pages. Safe for concurrent use.
@@ -236,6 +257,10 @@ func (c *Console) Error(w http.ResponseWriter, r *http.Request, err error) {
 func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
 	c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "There is no page at %s.", r.URL.Path))
 }
+
+// actor is who makes the request's changes: the signed-in user, whom the
+// route has let through.
+func actor(r *http.Request) audit.Actor { return access.Actor(r.Context()) }
 
 // session returns the request's session; the routes that need one are
 // behind requireSession.

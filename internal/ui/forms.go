@@ -12,8 +12,9 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 )
 
-// fieldErrors returns err's field errors (the API's problem+json
-// "errors"): field name → problem. Forms show each beside its field.
+// fieldErrors returns err's field errors (the *tollgate.Error of a change
+// operation's validation): field name → problem. Forms show each beside
+// its field.
 func fieldErrors(err error) map[string]string {
 	var e *tollgate.Error
 	if errors.As(err, &e) && e.Fields != nil {
@@ -25,21 +26,27 @@ func fieldErrors(err error) map[string]string {
 // statusOf is the HTTP status of err, for a page that shows it.
 func statusOf(err error) int { return httpx.Status(err) }
 
-// formErrors collects problems with a form's values before anything is
-// sent to the API: a number that is not one, a time that does not parse.
+// formErrors collects problems with a form's values before the change is
+// made: a number that is not one, a time that does not parse.
 type formErrors map[string]string
 
 func (f formErrors) err() error { return tollgate.Invalid(f) }
 
 // int64 parses the field name of v as an integer; "" is def.
 func (f formErrors) int64(v url.Values, name string, def int64) int64 {
-	s := strings.TrimSpace(strings.ReplaceAll(v.Get(name), ",", ""))
+	return f.number(v.Get(name), name, def)
+}
+
+// number parses s as an integer (thousands separated by commas or not),
+// naming field when it is not one; "" is def.
+func (f formErrors) number(s, field string, def int64) int64 {
+	s = strings.TrimSpace(strings.ReplaceAll(s, ",", ""))
 	if s == "" {
 		return def
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		f[name] = "must be a whole number"
+		f[field] = "must be a whole number"
 	}
 	return n
 }

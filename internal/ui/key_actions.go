@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -21,13 +20,6 @@ type keySecretPage struct {
 	Previous *tenants.Key
 }
 
-// keySecret is the API's answer to a request that makes a key.
-type keySecret struct {
-	Key      tenants.Key  `json:"key"`
-	Secret   string       `json:"secret"`
-	Previous *tenants.Key `json:"previous"`
-}
-
 func keysPath(tenantID string) string { return "/tenants/" + url.PathEscape(tenantID) + "/keys" }
 
 // showSecret renders the page with the secret, kept out of every cache
@@ -37,8 +29,8 @@ func (c *Console) showSecret(w http.ResponseWriter, r *http.Request, p keySecret
 	c.render(w, r, http.StatusCreated, "key_secret", "keys", p)
 }
 
-// KeyIssue serves POST /tenants/{tenantID}/keys: the API issues the key,
-// and the page shows its secret once.
+// KeyIssue serves POST /tenants/{tenantID}/keys: tenants.Ops.CreateKey
+// issues the key, and the page shows its secret once.
 func (c *Console) KeyIssue() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := c.tenantOf(r)
@@ -48,16 +40,13 @@ func (c *Console) KeyIssue() http.Handler {
 		}
 		fe := formErrors{}
 		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
-		body := map[string]any{"name": form.Name}
-		if at := fe.dateTime(r.PostForm, "expires_at"); at != nil {
-			body["expires_at"] = at.UTC().Format(time.RFC3339)
-		}
+		in := tenants.CreateKeyInput{Name: form.Name, ExpiresAt: fe.dateTime(r.PostForm, "expires_at")}
 		if err := fe.err(); err != nil {
 			c.keyList(w, r, statusOf(err), form, fieldErrors(err))
 			return
 		}
-		var res keySecret
-		if err := c.call(w, r, http.MethodPost, "/api/v1"+keysPath(t.ID), body, &res); err != nil {
+		res, err := c.cfg.Tenants.CreateKey(r.Context(), actor(r), t.ID, in)
+		if err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				c.keyList(w, r, statusOf(err), form, errs)
 				return
@@ -79,17 +68,13 @@ func (c *Console) KeyRotate() http.Handler {
 			return
 		}
 		fe := formErrors{}
-		body := map[string]any{}
-		if g := fe.optInt64(r.PostForm, "grace_period_s"); g != nil {
-			body["grace_period_s"] = *g
-		}
+		in := tenants.RotateKeyInput{GracePeriodS: fe.optInt64(r.PostForm, "grace_period_s")}
 		if err := fe.err(); err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		var res keySecret
-		path := "/api/v1" + keysPath(t.ID) + "/" + url.PathEscape(chi.URLParam(r, "keyID")) + "/rotate"
-		if err := c.call(w, r, http.MethodPost, path, body, &res); err != nil {
+		res, err := c.cfg.Tenants.RotateKey(r.Context(), actor(r), t.ID, chi.URLParam(r, "keyID"), in)
+		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
@@ -118,7 +103,7 @@ func (c *Console) KeyRevoke() http.Handler {
 				Button:  "Revoke key", Back: back})
 			return
 		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1"+keysPath(tenantID)+"/"+url.PathEscape(keyID)+"/revoke", nil, nil); err != nil {
+		if _, err := c.cfg.Tenants.RevokeKey(ctx, actor(r), tenantID, keyID); err != nil {
 			c.Error(w, r, err)
 			return
 		}

@@ -41,13 +41,12 @@ func (c *Console) LoginPage() http.Handler {
 	})
 }
 
-// Login serves POST /login: the admin API's login (POST /api/v1/login),
-// with its login limits, sets the session cookie.
+// Login serves POST /login: the admin API's sign-in (Config.Sessions, as
+// POST /api/v1/login), with its login limits, sets the session cookie.
 func (c *Console) Login() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		email, next := strings.TrimSpace(r.PostForm.Get("email")), safeNext(r.PostForm.Get("next"))
-		body := map[string]string{"email": email, "password": r.PostForm.Get("password")}
-		err := c.call(w, r, http.MethodPost, "/api/v1/login", body, nil)
+		err := c.cfg.Sessions.SignIn(w, r, email, r.PostForm.Get("password"))
 		if err == nil {
 			http.Redirect(w, r, next, http.StatusSeeOther)
 			return
@@ -68,11 +67,11 @@ func (c *Console) Login() http.Handler {
 	})
 }
 
-// Logout serves POST /logout: the API's logout ends the session and
-// clears the cookie.
+// Logout serves POST /logout: the API's sign-out (Config.Sessions) ends
+// the session and clears the cookie.
 func (c *Console) Logout() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := c.call(w, r, http.MethodPost, "/api/v1/logout", nil, nil); err != nil {
+		if err := c.cfg.Sessions.SignOut(w, r); err != nil {
 			c.Error(w, r, err)
 			return
 		}

@@ -46,8 +46,8 @@ func (c *Console) overridesPage(r *http.Request) (overridesPage, error) {
 	return overridesPage{Tenant: t, Plan: pl, Options: options, Errors: map[string]string{}}, err
 }
 
-// OverridesSave serves POST /tenants/{tenantID}/overrides: the API's PUT
-// replaces the tenant's overrides as a whole (rows left blank or marked
+// OverridesSave serves POST /tenants/{tenantID}/overrides:
+// tenants.Ops.SetOverrides replaces the tenant's overrides as a whole (rows left blank or marked
 // for removal are left out). With action=add-rule the form comes back one
 // row longer, unsaved.
 func (c *Console) OverridesSave() http.Handler {
@@ -57,9 +57,9 @@ func (c *Console) OverridesSave() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		fe, index := formErrors{}, map[string]int{}
-		var rules []map[string]any
-		p.Rules, rules = readRules(r.PostForm, fe, index)
+		fe := formErrors{}
+		var rules []plans.Rule
+		p.Rules, rules = readRules(r.PostForm, fe)
 		if r.PostForm.Get("action") == "add-rule" {
 			p.Rules = append(p.Rules, blankRule())
 			c.render(w, r, http.StatusOK, "overrides", "tenants", p)
@@ -71,8 +71,8 @@ func (c *Console) OverridesSave() http.Handler {
 			return
 		}
 		path := "/tenants/" + url.PathEscape(p.Tenant.ID)
-		if err := c.call(w, r, http.MethodPut, "/api/v1"+path+"/overrides", map[string]any{"rules": rules}, nil); err != nil {
-			if showRuleErrors(err, index, &p.Errors, &p.Message) {
+		if _, err := c.cfg.Tenants.SetOverrides(r.Context(), actor(r), p.Tenant.ID, tenants.Overrides{Rules: rules}); err != nil {
+			if showRuleErrors(err, nil, &p.Errors, &p.Message) {
 				c.render(w, r, statusOf(err), "overrides", "tenants", p)
 				return
 			}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -15,8 +14,8 @@ import (
 
 // The plan form edits a whole plan: its pricing (flat or graduated
 // tiers) and its rules, each with the fields its algorithm uses. Field
-// names are the API's JSON paths ("rules[1].burst"), so that the field
-// errors of the API's answer land beside their fields. "Add a rule" and
+// names are the plan's JSON paths ("rules[1].burst"), so that the field
+// errors of plans.Ops land beside their fields. "Add a rule" and
 // "Add a tier" post the form back to itself to grow it, without saving:
 // no script is needed.
 
@@ -130,62 +129,54 @@ func blankRule() ruleForm {
 	return ruleForm{Algorithm: string(limiter.GCRA), PeriodUnit: "h", Resource: "*", Scope: "key", Mode: "enforce", Failure: "open"}
 }
 
-var indexed = regexp.MustCompile(`^(rules|tiers)\[(\d+)\]\.(.+)$`)
-
 // readPlanForm reads the posted form: the values as typed (every row,
-// blank ones included) and the API request they make, with problems
-// found on the way (a number that is not one) named by field, and the
-// map from the request's rule and tier indexes to the form's.
-func readPlanForm(r *http.Request) (planForm, map[string]any, formErrors, map[string]int) {
+// blank ones included), the plan they make, problems found on the way (a
+// number that is not one) named by field, and the form row of each of
+// the plan's tiers (blank tier rows are shown again but are no tier).
+func readPlanForm(r *http.Request) (planForm, plans.PlanInput, formErrors, []int) {
 	pf := r.PostForm
 	f := planForm{Name: strings.TrimSpace(pf.Get("name")), DisplayName: strings.TrimSpace(pf.Get("display_name")),
 		Currency: strings.ToUpper(strings.TrimSpace(pf.Get("currency"))), BaseFeeMinor: pf.Get("base_fee_minor"),
 		IncludedUnits: pf.Get("included_units"), QuotaMode: pf.Get("quota_mode"), Pricing: pf.Get("pricing"),
 		OverageUnitMinor: pf.Get("overage_unit_minor")}
 	fe := formErrors{}
-	body := map[string]any{"name": f.Name, "display_name": f.DisplayName, "currency": f.Currency,
-		"base_fee_minor": fe.int64(r.PostForm, "base_fee_minor", 0), "included_units": fe.int64(r.PostForm, "included_units", 0),
-		"quota_mode": f.QuotaMode}
-	index := map[string]int{} // "rules[2]" in the request → form row
-	rows := func(name string) int {
-		n, _ := strconv.Atoi(pf.Get(name))
-		return min(max(n, 0), 100)
-	}
-	tiers := []map[string]any{}
-	for i := range rows("tier_count") {
+	in := plans.PlanInput{Name: f.Name, DisplayName: f.DisplayName, Currency: f.Currency,
+		BaseFeeMinor: fe.int64(pf, "base_fee_minor", 0), IncludedUnits: fe.int64(pf, "included_units", 0),
+		QuotaMode: plans.QuotaMode(f.QuotaMode), Tiers: []plans.PriceTier{}}
+	var tierRows []int
+	for i := range rowCount(pf, "tier_count") {
 		k := fmt.Sprintf("tiers[%d].", i)
 		t := tierForm{UpTo: strings.TrimSpace(pf.Get(k + "up_to")), UnitMinor: strings.TrimSpace(pf.Get(k + "unit_minor"))}
 		f.Tiers = append(f.Tiers, t)
 		if f.Pricing != "graduated" || (t.UpTo == "" && t.UnitMinor == "") {
 			continue
 		}
-		index[fmt.Sprintf("tiers[%d]", len(tiers))] = i
-		tiers = append(tiers, map[string]any{"up_to": fe.optInt64(r.PostForm, k+"up_to"), "unit_minor": fe.int64(r.PostForm, k+"unit_minor", 0)})
+		tierRows = append(tierRows, i)
+		in.Tiers = append(in.Tiers, plans.PriceTier{UpTo: fe.optInt64(pf, k+"up_to"), UnitMinor: fe.int64(pf, k+"unit_minor", 0)})
 	}
-	body["tiers"] = tiers
-	if f.Pricing == "graduated" {
-		body["overage_unit_minor"] = 0
-	} else {
-		body["overage_unit_minor"] = fe.int64(r.PostForm, "overage_unit_minor", 0)
+	if f.Pricing != "graduated" {
+		in.OverageUnitMinor = fe.int64(pf, "overage_unit_minor", 0)
 	}
-	var rules []map[string]any
-	f.Rules, rules = readRules(pf, fe, index)
-	body["rules"] = rules
-	return f, body, fe, index
+	f.Rules, in.Rules = readRules(pf, fe)
+	return f, in, fe, tierRows
+}
+
+// rowCount is the number of rows a form says it has in field name: 0 to
+// 100.
+func rowCount(pf url.Values, name string) int {
+	n, _ := strconv.Atoi(pf.Get(name))
+	return min(max(n, 0), 100)
 }
 
 // readRules reads the rule rows of a posted form (rule_count rows,
-// rules[i].…): the rows to show again (removed and blank ones left out),
-// the API's rules they make, problems with their values in fe (named by
-// the rows shown again), and in index the row of each of the API's
-// rules[k].
-func readRules(pf url.Values, fe formErrors, index map[string]int) ([]ruleForm, []map[string]any) {
+// rules[i].…): the rows to show again (removed and blank ones left out)
+// and the rules they make, one per row shown, in the same order — so that
+// rules[k] of a field error is row k. Problems with their values go in
+// fe, named by the rows shown again.
+func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 	var forms []ruleForm
-	local := formErrors{}
-	rules := []map[string]any{}
-	rawToRow := map[int]int{} // the posted row → the row shown again
-	n, _ := strconv.Atoi(pf.Get("rule_count"))
-	for i := range min(max(n, 0), 100) {
+	rules := []plans.Rule{}
+	for i := range rowCount(pf, "rule_count") {
 		k := fmt.Sprintf("rules[%d].", i)
 		rf := ruleForm{Name: strings.TrimSpace(pf.Get(k + "name")), Algorithm: pf.Get(k + "algorithm"),
 			Limit: strings.TrimSpace(pf.Get(k + "limit")), Period: strings.TrimSpace(pf.Get(k + "period")),
@@ -196,30 +187,24 @@ func readRules(pf url.Values, fe formErrors, index map[string]int) ([]ruleForm, 
 		if pf.Get(k+"remove") == "yes" || (rf.Name == "" && rf.Limit == "") {
 			continue // removed, or a blank row
 		}
+		row := fmt.Sprintf("rules[%d].", len(forms))
 		forms = append(forms, rf)
-		row := len(forms) - 1
-		rawToRow[i] = row
-		index[fmt.Sprintf("rules[%d]", len(rules))] = row
-		rule := map[string]any{"name": rf.Name, "algorithm": rf.Algorithm, "limit": local.int64(pf, k+"limit", 0),
-			"resource": rf.Resource, "scope": rf.Scope, "mode": rf.Mode, "failure_mode": rf.Failure}
-		opts := map[string]any{}
+		rule := plans.Rule{Name: rf.Name, Algorithm: limiter.Algorithm(rf.Algorithm), Limit: fe.number(rf.Limit, row+"limit", 0),
+			Resource: rf.Resource, Scope: plans.Scope(rf.Scope), Mode: plans.Mode(rf.Mode), FailureMode: plans.FailureMode(rf.Failure)}
 		if rf.Algorithm == string(limiter.FixedWindow) {
-			if rf.Calendar != "" {
-				opts["calendar"] = rf.Calendar
-			}
+			rule.Options.Calendar = rf.Calendar
 			if rf.Anchor {
-				opts["anchor"] = "first_request"
+				rule.Options.Anchor = "first_request"
 			}
 		}
-		if rf.Algorithm == string(limiter.LeakyBucket) && rf.LeakyMode != "" {
-			opts["leaky_mode"] = rf.LeakyMode
+		if rf.Algorithm == string(limiter.LeakyBucket) {
+			rule.Options.LeakyMode = rf.LeakyMode
 		}
-		rule["options"] = opts
 		if usesBurst(rf.Algorithm) {
-			rule["burst"] = local.int64(pf, k+"burst", 0)
+			rule.Burst = fe.number(rf.Burst, row+"burst", 0)
 		}
 		if rf.Period != "" || rf.Calendar == "" || rf.Algorithm != string(limiter.FixedWindow) {
-			n := local.int64(pf, k+"period", 0)
+			n := fe.number(rf.Period, row+"period", 0)
 			unit := int64(0)
 			for _, u := range periodUnits {
 				if u.Name == rf.PeriodUnit {
@@ -227,53 +212,44 @@ func readRules(pf url.Values, fe formErrors, index map[string]int) ([]ruleForm, 
 				}
 			}
 			if unit == 0 {
-				local[k+"period"] = "choose a unit"
+				fe[row+"period"] = "choose a unit"
 			}
-			rule["period_us"] = n * unit
+			rule.PeriodUS = n * unit
 		}
 		rules = append(rules, rule)
-	}
-	// Problems found here name the posted rows: name the rows shown again.
-	for k, v := range local {
-		if m := indexed.FindStringSubmatch(k); m != nil {
-			raw, _ := strconv.Atoi(m[2])
-			k = fmt.Sprintf("rules[%d].%s", rawToRow[raw], m[3])
-		}
-		fe[k] = v
 	}
 	return forms, rules
 }
 
-// showRuleErrors puts the API's field errors in err, if it has any, on
-// the rows of a rules form (see formErrorsOf) as *errs, sets *msg to say
-// that nothing was saved, and reports whether it did.
-func showRuleErrors(err error, index map[string]int, errs *map[string]string, msg *string) bool {
-	apiErrs := fieldErrors(err)
-	if len(apiErrs) == 0 {
+// showRuleErrors puts the field errors of err, if it has any, on the rows
+// of a rules form (see formFields) as *errs, sets *msg to say that
+// nothing was saved, and reports whether it did.
+func showRuleErrors(err error, tierRows []int, errs *map[string]string, msg *string) bool {
+	fields := fieldErrors(err)
+	if len(fields) == 0 {
 		return false
 	}
-	*errs = formErrorsOf(apiErrs, index)
+	*errs = formFields(fields, tierRows)
 	*msg = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
 	return true
 }
 
-// formErrorsOf moves the API's field errors onto the form's rows: the
-// request's rules[2] may be the form's fourth row when rows were removed
-// or left blank. period_us is shown beside the period, options beside
-// their fields.
-func formErrorsOf(apiErrs map[string]string, index map[string]int) map[string]string {
-	out := map[string]string{}
-	for k, v := range apiErrs {
-		if m := indexed.FindStringSubmatch(k); m != nil {
-			row, ok := index[m[1]+"["+m[2]+"]"]
-			if !ok {
-				row, _ = strconv.Atoi(m[2])
+// formFields names a plan's field errors ("rules[1].period_us",
+// "tiers[0].up_to") by the form's fields: a rule's period_us is shown
+// beside its period and its options beside their own fields; tiers[k] is
+// the form's tier row tierRows[k], as blank rows are no tiers.
+func formFields(fields map[string]string, tierRows []int) map[string]string {
+	out := make(map[string]string, len(fields))
+	for k, v := range fields {
+		if rest, ok := strings.CutPrefix(k, "tiers["); ok {
+			if n, field, ok := strings.Cut(rest, "]."); ok {
+				if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < len(tierRows) {
+					k = fmt.Sprintf("tiers[%d].%s", tierRows[i], field)
+				}
 			}
-			field := strings.TrimPrefix(m[3], "options.")
-			if field == "period_us" {
-				field = "period"
-			}
-			k = fmt.Sprintf("%s[%d].%s", m[1], row, field)
+		}
+		if strings.HasPrefix(k, "rules[") {
+			k = strings.Replace(strings.Replace(k, ".options.", ".", 1), ".period_us", ".period", 1)
 		}
 		out[k] = v
 	}
@@ -321,7 +297,7 @@ func (c *Console) PlanSave(create bool) http.Handler {
 				return
 			}
 		}
-		f, body, fe, index := readPlanForm(r)
+		f, in, fe, tierRows := readPlanForm(r)
 		page := planFormPage{ID: id, Form: f, Options: options, Errors: map[string]string{}}
 		switch r.PostForm.Get("action") {
 		case "add-rule":
@@ -341,12 +317,12 @@ func (c *Console) PlanSave(create bool) http.Handler {
 		var saved plans.Plan
 		var err error
 		if create {
-			err = c.call(w, r, http.MethodPost, "/api/v1/plans", body, &saved)
+			saved, err = c.cfg.Plans.Create(r.Context(), actor(r), in)
 		} else {
-			err = c.call(w, r, http.MethodPut, "/api/v1/plans/"+strconv.FormatInt(id, 10), body, &saved)
+			saved, err = c.cfg.Plans.Update(r.Context(), actor(r), id, in)
 		}
 		if err != nil {
-			if showRuleErrors(err, index, &page.Errors, &page.Message) {
+			if showRuleErrors(err, tierRows, &page.Errors, &page.Message) {
 				c.render(w, r, statusOf(err), "plan_form", "plans", page)
 				return
 			}

@@ -2,7 +2,6 @@ package ui
 
 import (
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/go-chi/chi/v5"
@@ -112,9 +111,9 @@ func (c *Console) PlanView() http.Handler {
 // PlanArchive serves POST /plans/{planID}/archive (archived true) and
 // /unarchive: an archived plan keeps its tenants and takes no new ones.
 func (c *Console) PlanArchive(archived bool) http.Handler {
-	verb, done := "unarchive", "Plan restored: tenants can be put on it again."
+	done := "Plan restored: tenants can be put on it again."
 	if archived {
-		verb, done = "archive", "Plan archived: its tenants keep it; no new tenant can be put on it."
+		done = "Plan archived: its tenants keep it; no new tenant can be put on it."
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathPlanID(r)
@@ -129,7 +128,7 @@ func (c *Console) PlanArchive(archived bool) http.Handler {
 				Button:  "Archive plan", Back: path})
 			return
 		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1"+path+"/"+url.PathEscape(verb), nil, nil); err != nil {
+		if _, err := c.cfg.Plans.SetArchived(r.Context(), actor(r), id, archived); err != nil {
 			c.Error(w, r, err)
 			return
 		}

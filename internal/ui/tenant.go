@@ -135,23 +135,19 @@ func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m
 	return consumption{Projection: pr, Chart: consumptionChart(pr)}, nil
 }
 
-// TenantSetPlan serves POST /tenants/{tenantID}/plan: the API's plan
-// change, effective at the form's time (UTC; now when empty).
+// TenantSetPlan serves POST /tenants/{tenantID}/plan: tenants.Ops.SetPlan,
+// effective at the form's time (UTC; now when empty).
 func (c *Console) TenantSetPlan() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "tenantID")
 		fe := formErrors{}
 		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
-		body := map[string]any{"plan_id": form.PlanID}
-		if at := fe.dateTime(r.PostForm, "effective_at"); at != nil {
-			body["effective_at"] = at
-		}
+		in := tenants.SetPlanInput{PlanID: form.PlanID, EffectiveAt: fe.dateTime(r.PostForm, "effective_at")}
 		if err := fe.err(); err != nil {
 			c.tenantView(w, r, statusOf(err), form, fieldErrors(err))
 			return
 		}
-		var t tenants.Tenant
-		if err := c.call(w, r, http.MethodPost, "/api/v1/tenants/"+url.PathEscape(id)+"/plan", body, &t); err != nil {
+		if _, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in); err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				c.tenantView(w, r, statusOf(err), form, errs)
 				return
@@ -166,9 +162,9 @@ func (c *Console) TenantSetPlan() http.Handler {
 // TenantStatus serves POST /tenants/{tenantID}/suspend and /resume, after
 // confirmation: a suspended tenant's checks are denied within a second.
 func (c *Console) TenantStatus(suspend bool) http.Handler {
-	verb, done := "resume", "Tenant resumed: its checks are allowed again."
+	verb, done, change := "resume", "Tenant resumed: its checks are allowed again.", c.cfg.Tenants.Resume
 	if suspend {
-		verb, done = "suspend", "Tenant suspended: its checks are denied."
+		verb, done, change = "suspend", "Tenant suspended: its checks are denied.", c.cfg.Tenants.Suspend
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := c.tenantOf(r)
@@ -186,7 +182,7 @@ func (c *Console) TenantStatus(suspend bool) http.Handler {
 				Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back})
 			return
 		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1/tenants/"+url.PathEscape(t.ID)+"/"+verb, nil, nil); err != nil {
+		if _, err := change(r.Context(), actor(r), t.ID); err != nil {
 			c.Error(w, r, err)
 			return
 		}

@@ -112,7 +112,7 @@ func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int,
 	c.render(w, r, status, "tenant_list", "tenants", p)
 }
 
-// TenantCreate serves POST /tenants: the API's POST /api/v1/tenants.
+// TenantCreate serves POST /tenants: tenants.Ops.Create.
 func (c *Console) TenantCreate() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fe := formErrors{}
@@ -121,8 +121,7 @@ func (c *Console) TenantCreate() http.Handler {
 			c.tenantList(w, r, statusOf(err), form, fieldErrors(err))
 			return
 		}
-		var t tenants.Tenant
-		err := c.call(w, r, http.MethodPost, "/api/v1/tenants", map[string]any{"name": form.Name, "plan_id": form.PlanID}, &t)
+		t, err := c.cfg.Tenants.Create(r.Context(), actor(r), tenants.CreateTenantInput{Name: form.Name, PlanID: form.PlanID})
 		if err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				c.tenantList(w, r, statusOf(err), form, errs)

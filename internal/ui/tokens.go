@@ -2,7 +2,6 @@ package ui
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -79,8 +78,8 @@ func (c *Console) tokenList(w http.ResponseWriter, r *http.Request, status int, 
 	c.render(w, r, status, "token_list", "tokens", p)
 }
 
-// TokenIssue serves POST /service-tokens: the API issues the token, and
-// the page shows it once.
+// TokenIssue serves POST /service-tokens: auth.Ops.IssueServiceToken
+// issues the token, and the page shows it once.
 func (c *Console) TokenIssue() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fe := formErrors{}
@@ -89,11 +88,7 @@ func (c *Console) TokenIssue() http.Handler {
 			c.tokenList(w, r, statusOf(err), form, fieldErrors(err))
 			return
 		}
-		var res struct {
-			ServiceToken auth.ServiceToken `json:"service_token"`
-			Token        string            `json:"token"`
-		}
-		err := c.call(w, r, http.MethodPost, "/api/v1/service-tokens", map[string]any{"name": form.Name, "ttl_s": form.TTLS}, &res)
+		res, err := c.cfg.Auth.IssueServiceToken(r.Context(), actor(r), auth.IssueServiceTokenInput{Name: form.Name, TTLS: &form.TTLS})
 		if err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				c.tokenList(w, r, statusOf(err), form, errs)
@@ -123,7 +118,7 @@ func (c *Console) TokenRevoke() http.Handler {
 				Button:  "Revoke token", Back: "/service-tokens"})
 			return
 		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1/service-tokens/"+url.PathEscape(id)+"/revoke", nil, nil); err != nil {
+		if _, err := c.cfg.Auth.RevokeServiceToken(r.Context(), actor(r), id); err != nil {
 			c.Error(w, r, err)
 			return
 		}

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"net/url"
 	"reflect"
 	"testing"
 	"time"
@@ -56,14 +57,34 @@ func TestSafeNext(t *testing.T) {
 	}
 }
 
-// TestFormErrorsOf puts the API's field errors, named by the request's
-// rules, on the form's rows, which may differ where rows were removed.
-func TestFormErrorsOf(t *testing.T) {
-	got := formErrorsOf(map[string]string{"rules[0].period_us": "p", "rules[1].options.calendar": "c", "name": "n",
-		"tiers[0].up_to": "u"}, map[string]int{"rules[0]": 2, "rules[1]": 3, "tiers[0]": 1})
+// TestFormFields puts a plan's field errors on the form's fields: a
+// rule's period_us and options beside their fields, a tier on its row,
+// which may differ where blank rows were left out.
+func TestFormFields(t *testing.T) {
+	got := formFields(map[string]string{"rules[2].period_us": "p", "rules[3].options.calendar": "c", "name": "n",
+		"tiers[0].up_to": "u"}, []int{1})
 	want := map[string]string{"rules[2].period": "p", "rules[3].calendar": "c", "name": "n", "tiers[1].up_to": "u"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestReadRulesRows: the rules a form makes are its rows shown again, in
+// order, where rows were removed or left blank, so that rules[k] of a
+// field error is row k; a number that is not one is named by that row.
+func TestReadRulesRows(t *testing.T) {
+	form := url.Values{"rule_count": {"4"},
+		"rules[0].name": {"gone"}, "rules[0].limit": {"1"}, "rules[0].remove": {"yes"},
+		"rules[2].name": {"hourly"}, "rules[2].limit": {"10"}, "rules[2].period": {"1"}, "rules[2].period_unit": {"h"},
+		"rules[3].name": {"daily"}, "rules[3].limit": {"ten"}, "rules[3].period": {"1"}, "rules[3].period_unit": {"day"}}
+	fe := formErrors{}
+	rows, rules := readRules(form, fe)
+	if len(rows) != 2 || len(rules) != 2 || rules[0].Name != "hourly" || rules[1].Name != "daily" ||
+		rules[0].PeriodUS != limiter.HourUS {
+		t.Fatalf("rows %+v, rules %+v", rows, rules)
+	}
+	if want := (formErrors{"rules[1].limit": "must be a whole number"}); !reflect.DeepEqual(fe, want) {
+		t.Errorf("form errors %v, want %v", fe, want)
 	}
 }
 

@@ -363,7 +363,8 @@ func (c *Console) Usage() http.Handler {
 }
 
 // MonthClose serves POST /months/{month}/close (operators), after
-// confirmation: the API freezes every tenant's statement of the month.
+// confirmation: billing.Store.CloseMonth freezes every tenant's statement of
+// the month.
 func (c *Console) MonthClose() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
@@ -378,8 +379,8 @@ func (c *Console) MonthClose() http.Handler {
 				Button:  "Close the month", Back: back})
 			return
 		}
-		var res billing.CloseResult
-		if err := c.call(w, r, http.MethodPost, "/api/v1/months/"+m.String()+"/close", nil, &res); err != nil {
+		res, err := c.usage.CloseMonth(r.Context(), actor(r), m, nil)
+		if err != nil {
 			c.Error(w, r, err)
 			return
 		}

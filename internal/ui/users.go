@@ -2,7 +2,6 @@ package ui
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -79,14 +78,14 @@ func (c *Console) userList(w http.ResponseWriter, r *http.Request, status int, f
 	c.render(w, r, status, "user_list", "users", p)
 }
 
-// UserCreate serves POST /users: the API creates the user with a
-// generated password, which the page shows once. The tenant may be given
-// by name or ID.
+// UserCreate serves POST /users: auth.Ops.CreateUser creates the user
+// with a generated password, which the page shows once. The tenant may be
+// given by name or ID.
 func (c *Console) UserCreate() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		form := userForm{Email: strings.TrimSpace(r.PostForm.Get("email")), Role: r.PostForm.Get("role"),
 			Tenant: strings.TrimSpace(r.PostForm.Get("tenant"))}
-		body := map[string]any{"email": form.Email, "role": form.Role}
+		in := auth.CreateUserInput{Email: form.Email, Role: auth.Role(form.Role)}
 		tenantName := ""
 		if form.Role != string(auth.RoleOperator) && form.Tenant != "" {
 			t, err := c.tenants.Find(r.Context(), form.Tenant)
@@ -94,13 +93,10 @@ func (c *Console) UserCreate() http.Handler {
 				c.userList(w, r, http.StatusUnprocessableEntity, form, map[string]string{"tenant_id": "no tenant has this name or ID"})
 				return
 			}
-			body["tenant_id"], tenantName = t.ID, t.Name
+			in.TenantID, tenantName = t.ID, t.Name
 		}
-		var res struct {
-			User     auth.User `json:"user"`
-			Password string    `json:"password"`
-		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1/users", body, &res); err != nil {
+		res, err := c.cfg.Auth.CreateUser(r.Context(), actor(r), in)
+		if err != nil {
 			if errs := fieldErrors(err); len(errs) > 0 {
 				c.userList(w, r, statusOf(err), form, errs)
 				return
@@ -123,17 +119,17 @@ func (c *Console) UserAction(disable bool) http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		path, heading, msg, button, done := "/sessions/revoke", "Sign "+u.Email+" out everywhere?",
+		change, heading, msg, button, done := c.cfg.Auth.EndUserSessions, "Sign "+u.Email+" out everywhere?",
 			"Every session of "+u.Email+" ends at once; they may sign in again.", "End sessions", "Sessions of "+u.Email+" ended."
 		if disable {
-			path, heading, msg, button, done = "/disable", "Disable "+u.Email+"?",
+			change, heading, msg, button, done = c.cfg.Auth.DisableUser, "Disable "+u.Email+"?",
 				u.Email+" can no longer sign in, and every session of theirs ends at once.", "Disable user", u.Email+" disabled."
 		}
 		if !confirmed(r) {
 			c.askConfirmation(w, r, "users", confirmPage{Heading: heading, Message: msg, Button: button, Back: "/users"})
 			return
 		}
-		if err := c.call(w, r, http.MethodPost, "/api/v1/users/"+url.PathEscape(id)+path, nil, nil); err != nil {
+		if _, err := change(r.Context(), actor(r), id); err != nil {
 			c.Error(w, r, err)
 			return
 		}

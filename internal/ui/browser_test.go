@@ -1,4 +1,4 @@
-package main
+package ui_test
 
 import (
 	"context"

@@ -1,10 +1,11 @@
-package main
+package ui_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,11 +19,18 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
 // The web console, driven through a real browser against a real admin
 // server (and, where checks matter, a real check API): what operators and
 // tenant users do, and what they must not be able to do.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	admintest.Cleanup()
+	os.Exit(code)
+}
 
 // signIn signs the browser in through the console's sign-in form.
 func (b *browser) signIn(email, password string) {
@@ -72,8 +80,8 @@ var planPath = regexp.MustCompile(`^/plans/(\d+)$`)
 // check is denied within a second.
 func TestConsoleOperatorFlow(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
-	admin := startAdmin(t, dbURL, nil)
-	createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
+	admin := admintest.StartAdmin(t, dbURL, nil)
+	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
 	b := newBrowser(t, admin.URL)
 	b.signIn("ops@example.com", "password-ops@example.com")
 
@@ -143,22 +151,22 @@ func TestConsoleOperatorFlow(t *testing.T) {
 		t.Fatalf("keys page: %s", b.text("tbody"))
 	}
 
-	checks := checkClient{url: startAPI(t, dbURL), token: token}
-	if status, d := checks.check(t, secret); status != http.StatusOK || !d.Allowed {
+	checks := admintest.CheckClient{URL: admintest.StartCheckAPI(t, dbURL, nil), Token: token}
+	if status, d := checks.Check(t, secret); status != http.StatusOK || !d.Allowed {
 		t.Fatalf("check with the new key: %d %+v", status, d)
 	}
 
 	// Revoke: the dialog says no, then yes.
 	b.confirmDialogs(false)
 	b.press(`tbody tr[data-key] form[action$="/revoke"] button`)
-	if status, d := checks.check(t, secret); status != http.StatusOK || !d.Allowed {
+	if status, d := checks.Check(t, secret); status != http.StatusOK || !d.Allowed {
 		t.Fatalf("the key was revoked although the dialog said no: %+v", d)
 	}
 	b.confirmDialogs(true)
 	b.click(`tbody tr[data-key] form[action$="/revoke"] button`, ".flash")
 	revoked := time.Now()
-	eventually(t, revoked, "key_revoked", func() (bool, string) {
-		_, d := checks.check(t, secret)
+	admintest.Eventually(t, revoked, "key_revoked", func() (bool, string) {
+		_, d := checks.Check(t, secret)
 		return !d.Allowed && d.Reason == tollgate.ReasonKeyRevoked, d.Reason
 	})
 	if !strings.Contains(b.text("tbody"), "revoked") {
@@ -170,8 +178,8 @@ func TestConsoleOperatorFlow(t *testing.T) {
 // TestConsolePlanFormErrors: a rule form with bad values shows each
 // problem beside its field and saves nothing.
 func TestConsolePlanFormErrors(t *testing.T) {
-	admin := startAdmin(t, testenv.DatabaseURL(t), nil)
-	createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
 	b := newBrowser(t, admin.URL)
 	b.signIn("ops@example.com", "password-ops@example.com")
 	countPlans := func() int {
@@ -215,7 +223,7 @@ func TestConsolePlanFormErrors(t *testing.T) {
 
 // tenantSetup makes two tenants on one plan, each with a key, and returns
 // them with their keys.
-func tenantSetup(t *testing.T, admin *adminServer) (acme, globex tenants.Tenant, acmeKey, globexKey tenants.Key) {
+func tenantSetup(t *testing.T, admin *admintest.Server) (acme, globex tenants.Tenant, acmeKey, globexKey tenants.Key) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "pro", IncludedUnits: 1000,
@@ -237,9 +245,9 @@ func tenantSetup(t *testing.T, admin *adminServer) (acme, globex tenants.Tenant,
 // usage and statements only, issues and revokes its own keys, and gets
 // "not found" for another tenant's pages.
 func TestConsoleTenantAdmin(t *testing.T) {
-	admin := startAdmin(t, testenv.DatabaseURL(t), nil)
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, globex, acmeKey, globexKey := tenantSetup(t, admin)
-	createUser(t, admin.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
+	admintest.CreateUser(t, admin.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
 	b := newBrowser(t, admin.URL)
 	b.signIn("admin@acme.example", "password-admin@acme.example")
 	if loc := b.location(); loc != "/tenants/"+acme.ID {
@@ -315,9 +323,9 @@ func TestConsoleTenantAdmin(t *testing.T) {
 // TestConsoleTenantViewer: a tenant viewer has no button that changes
 // anything, and a forged POST is refused.
 func TestConsoleTenantViewer(t *testing.T) {
-	admin := startAdmin(t, testenv.DatabaseURL(t), nil)
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, _, acmeKey, _ := tenantSetup(t, admin)
-	createUser(t, admin.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
+	admintest.CreateUser(t, admin.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
 	b := newBrowser(t, admin.URL)
 	b.signIn("viewer@acme.example", "password-viewer@acme.example")
 	home := "/tenants/" + acme.ID
@@ -358,9 +366,9 @@ func TestConsoleTenantViewer(t *testing.T) {
 // session's, is refused and changes nothing; pages carry the security
 // headers.
 func TestConsoleCSRF(t *testing.T) {
-	admin := startAdmin(t, testenv.DatabaseURL(t), nil)
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, _, acmeKey, _ := tenantSetup(t, admin)
-	createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
+	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
 	other := newBrowser(t, admin.URL)
 	other.signIn("ops@example.com", "password-ops@example.com")
 	stolen := other.csrf()
@@ -419,7 +427,7 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	_, prefix := testenv.Redis(t)
 	stream := prefix + "usage"
-	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true",
+	admin := admintest.StartAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true",
 		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test"})
 	ctx := context.Background()
 	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 100,
@@ -432,14 +440,14 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	testenv.Must(t, err)
 	searchSecret, search, err := ts.IssueKey(ctx, acme.ID, "search", nil)
 	testenv.Must(t, err)
-	op := sessionFor(t, admin.DB, createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, ""))
+	op := admintest.SessionFor(t, admin.DB, admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, ""))
 	var st struct {
 		Token string `json:"token"`
 	}
-	res := call(t, "POST", admin.URL+"/api/v1/service-tokens", op, map[string]any{"name": "gateway"})
-	want(t, res, http.StatusCreated)
-	res.decode(t, &st)
-	api := startAPIWith(t, dbURL, []string{"TOLLGATE_USAGE_STREAM=" + stream, "TOLLGATE_USAGE_FLUSH=100ms"})
+	res := admintest.Call(t, "POST", admin.URL+"/api/v1/service-tokens", op, map[string]any{"name": "gateway"})
+	admintest.Want(t, res, http.StatusCreated)
+	res.Decode(t, &st)
+	api := admintest.StartCheckAPI(t, dbURL, []string{"TOLLGATE_USAGE_STREAM=" + stream, "TOLLGATE_USAGE_FLUSH=100ms"})
 
 	// What the client sees, by key and resource.
 	type seen struct{ allowed, rejected int64 }
@@ -453,12 +461,12 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	}{{web, webSecret, "GET /repos", 8}, {search, searchSecret, "POST /v1/search", 2}}
 	for _, tr := range traffic {
 		for range tr.n {
-			res := call(t, "POST", api+"/v1/check", st.Token, map[string]any{"key": tr.secret, "resource": tr.resource})
-			want(t, res, http.StatusOK)
+			res := admintest.Call(t, "POST", api+"/v1/check", st.Token, map[string]any{"key": tr.secret, "resource": tr.resource})
+			admintest.Want(t, res, http.StatusOK)
 			var d struct {
 				Allowed bool `json:"allowed"`
 			}
-			res.decode(t, &d)
+			res.Decode(t, &d)
 			for _, s := range []*seen{&total, entry(byKey, tr.key.Prefix), entry(byResource, tr.resource)} {
 				if d.Allowed {
 					s.allowed++
@@ -537,14 +545,16 @@ func entry[K comparable, V any](m map[K]*V, k K) *V {
 // the README's screenshots.
 func TestConsolePagesWithDemoData(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
-	out, err := runAdmin(t, dbURL, "", "seed", "demo", "--json")
+	out, err := admintest.RunAdmin(t, dbURL, "seed", "demo", "--json")
 	testenv.Must(t, err)
-	var seeded seedResult
+	var seeded struct {
+		Users map[string]struct{ Email, Password string } `json:"users"`
+	}
 	if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 		t.Fatal(err)
 	}
 	_, prefix := testenv.Redis(t)
-	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true", "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
+	admin := admintest.StartAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true", "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "pages"})
 	ctx := context.Background()
 	pro, err := tenants.NewStore(admin.DB).GetByName(ctx, "demo-pro")

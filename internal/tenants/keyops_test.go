@@ -1,4 +1,4 @@
-package adminapi
+package tenants
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-func TestKeyRotateRequestValidate(t *testing.T) {
+func TestRotateKeyInputValidate(t *testing.T) {
 	tests := []struct {
 		graceS int64
 		ok     bool
@@ -22,7 +22,7 @@ func TestKeyRotateRequestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		g := tt.graceS
-		req := keyRotateRequest{GracePeriodS: &g}
+		req := RotateKeyInput{GracePeriodS: &g}
 		err := req.Validate()
 		if got := err == nil; got != tt.ok {
 			t.Errorf("grace_period_s %d: Validate() = %v, want ok %v", g, err, tt.ok)

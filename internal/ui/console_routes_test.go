@@ -1,6 +1,7 @@
-package main
+package ui_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,13 +13,66 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
 // consoleRoute reports whether a route of the admin server is the web
 // console's: everything but the API and the health checks.
 func consoleRoute(route string) bool {
 	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz" && route != "/metrics"
+}
+
+// routesFixture is an admin server with two tenants: "own", with a
+// tenant admin and a viewer, and "foreign", with a key, overrides and a
+// user of its own that no answer to own's users may show.
+type routesFixture struct {
+	srv                     *admintest.Server
+	free, pro               plans.Plan
+	own, foreign            tenants.Tenant
+	foreignKey              string
+	operator, admin, viewer auth.User
+}
+
+func newRoutesFixture(t *testing.T) *routesFixture {
+	t.Helper()
+	ctx := context.Background()
+	fx := &routesFixture{srv: admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)}
+	db := fx.srv.DB
+	ps, ts := plans.NewStore(db), tenants.NewStore(db)
+	rules := func(limit int64) []plans.Rule {
+		return []plans.Rule{{Name: "hourly", Limit: limit, PeriodUS: limiter.HourUS}}
+	}
+	var err error
+	if fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: rules(100)}); err == nil {
+		fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: rules(5000)})
+	}
+	testenv.Must(t, err)
+	if fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID); err == nil {
+		fx.foreign, err = ts.Create(ctx, "foreign-tenant", fx.pro.ID)
+	}
+	testenv.Must(t, err)
+	_, key, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
+	testenv.Must(t, err)
+	fx.foreignKey = key.ID
+	_, err = ts.SetOverrides(ctx, fx.foreign.ID, rules(1))
+	testenv.Must(t, err)
+	admintest.CreateUser(t, db, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
+	fx.operator = admintest.CreateUser(t, db, "ops@example.com", auth.RoleOperator, "")
+	fx.admin = admintest.CreateUser(t, db, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
+	fx.viewer = admintest.CreateUser(t, db, "viewer@own.example.com", auth.RoleTenantViewer, fx.own.ID)
+	return fx
+}
+
+func (fx *routesFixture) auditCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	testenv.Must(t, fx.srv.DB.QueryRow(context.Background(), `SELECT count(*) FROM audit_log`).Scan(&n))
+	return n
 }
 
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -28,8 +82,7 @@ var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // tenant is "not found", an operator's route is "not allowed", whatever
 // the method, with a valid CSRF token or without; and nothing changes.
 func TestConsoleRoutesIsolation(t *testing.T) {
-	fx := newMatrixFixture(t)
-	foreignKey := fx.foreignIDs[1]
+	fx := newRoutesFixture(t)
 	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
 	type route struct{ method, pattern string }
 	var routes []route
@@ -42,17 +95,18 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 	if len(routes) < 30 {
 		t.Fatalf("only %d console routes: %v", len(routes), routes)
 	}
-	params := strings.NewReplacer("{tenantID}", fx.foreign.ID, "{keyID}", foreignKey,
-		"{planID}", fmt.Sprint(fx.pro.ID), "{userID}", fx.users[roleOperator].ID, "{tokenID}", "00000000-0000-0000-0000-000000000000",
+	params := strings.NewReplacer("{tenantID}", fx.foreign.ID, "{keyID}", fx.foreignKey,
+		"{planID}", fmt.Sprint(fx.pro.ID), "{userID}", fx.operator.ID, "{tokenID}", "00000000-0000-0000-0000-000000000000",
 		"{month}", "2026-10", "*", "console.css")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	before := auditCount(t, fx)
-	for _, r := range []role{roleTenantAdmin, roleViewer} {
-		token := sessionFor(t, fx.srv.DB, fx.users[r])
-		get := func(path string) response {
+	before := fx.auditCount(t)
+	for _, u := range []auth.User{fx.admin, fx.viewer} {
+		r := u.Role
+		token := admintest.SessionFor(t, fx.srv.DB, u)
+		get := func(path string) admintest.Response {
 			req, _ := http.NewRequest("GET", fx.srv.URL+path, nil)
 			req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
-			return sendWith(t, client, req)
+			return admintest.SendWith(t, client, req)
 		}
 		m := csrfInput.FindSubmatch(get("/tenants/" + fx.own.ID).Body)
 		if m == nil {
@@ -78,7 +132,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 				continue
 			}
 			for _, withToken := range []bool{true, false} {
-				var res response
+				var res admintest.Response
 				if rt.method == "GET" {
 					res = get(path)
 				} else {
@@ -89,7 +143,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 					req, _ := http.NewRequest(rt.method, fx.srv.URL+path, strings.NewReader(form.Encode()))
 					req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 					req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
-					res = sendWith(t, client, req)
+					res = admintest.SendWith(t, client, req)
 				}
 				w := want
 				if rt.method != "GET" && !withToken {
@@ -109,7 +163,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 			}
 		}
 	}
-	if after := auditCount(t, fx); after != before {
+	if after := fx.auditCount(t); after != before {
 		t.Errorf("tenant users' requests to other tenants and operators' pages left %d audit entries", after-before)
 	}
 }

@@ -1,0 +1,495 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestEveryChangeIsAudited: every change the admin API, the console and
+// the CLI can make writes exactly one audit entry, naming who made it and
+// what it changed; a refused change (access denied, invalid input) writes
+// none. The routes come from the admin server's own router and the
+// commands from the CLI's own table, so a route or command added without
+// a case here fails the test.
+func TestEveryChangeIsAudited(t *testing.T) {
+	srv, op, acme, admin := acmeSetup(t)
+	viewer := sessionFor(t, srv.DB, createUser(t, srv.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID))
+	t.Run("api", func(t *testing.T) { testAPIChanges(t, srv, op, admin, viewer, acme) })
+	t.Run("console", func(t *testing.T) { testConsoleChanges(t, srv, op, admin, viewer, acme) })
+	t.Run("cli", func(t *testing.T) { testCLIChanges(t, srv, acme) })
+}
+
+// routeCase is one mutating route of the admin server made once.
+type routeCase struct {
+	route string // "POST /api/v1/plans", as the router lists it
+	as    string // the session token that makes the change
+	path  func() string
+	body  any // JSON for the API, url.Values for the console
+	// status is the success's; action and target the entry's.
+	status int
+	action string
+	target func(res response) string
+	// invalid, when not nil, is a body the operation refuses.
+	invalid any
+}
+
+// mutatingRoutes lists the admin server's routes that may change
+// something, from the router itself: the API's (console false) or the
+// console's. Sign-in and sign-out are left out: they change no object
+// (they are audited all the same, as user.login and user.logout, and
+// TestAuditHasNoSecrets sees them).
+func mutatingRoutes(t *testing.T, srv *adminServer, console bool) []string {
+	t.Helper()
+	h := adminapi.NewHandler(adminapi.Config{DB: srv.DB, SessionSecret: []byte(testJWTSecret)})
+	var routes []string
+	err := chi.Walk(h.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		switch {
+		case consoleRoute(route) != console:
+		case method == "GET" || method == "HEAD" || method == "OPTIONS":
+		case strings.HasSuffix(route, "/login") || strings.HasSuffix(route, "/logout"):
+		default:
+			routes = append(routes, method+" "+route)
+		}
+		return nil
+	})
+	testenv.Must(t, err)
+	return routes
+}
+
+// wantCases fails unless cases name exactly the routes.
+func wantCases(t *testing.T, routes []string, cases []routeCase) {
+	t.Helper()
+	var covered []string
+	for _, c := range cases {
+		covered = append(covered, c.route)
+	}
+	for _, r := range routes {
+		if !slices.Contains(covered, r) {
+			t.Errorf("%s changes something but has no case here: add one", r)
+		}
+		covered = slices.DeleteFunc(covered, func(c string) bool { return c == r })
+	}
+	if len(covered) > 0 {
+		t.Errorf("cases for routes the router does not have: %v", covered)
+	}
+}
+
+func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, acme tenants.Tenant) {
+	ctx := context.Background()
+	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
+	spare, err := ps.Create(ctx, plans.Plan{Name: "spare"})
+	testenv.Must(t, err)
+	doomed, err := ps.Create(ctx, plans.Plan{Name: "doomed"})
+	testenv.Must(t, err)
+	key := func(name string) string {
+		_, k, err := ts.CreateKey(ctx, acme.ID, tenants.KeySpec{Name: name})
+		testenv.Must(t, err)
+		return k.ID
+	}
+	updated, revoked, rotated := key("to update"), key("to revoke"), key("to rotate")
+	disabled := createUser(t, srv.DB, "leaver@example.com", auth.RoleOperator, "")
+	signedOut := createUser(t, srv.DB, "roamer@example.com", auth.RoleOperator, "")
+	var tokenID string
+
+	api := srv.URL + "/api/v1"
+	fixed := func(s string) func() string { return func() string { return s } }
+	id := func(s string) func(response) string { return func(response) string { return s } }
+	idOf := func(path ...string) func(response) string {
+		return func(res response) string { return jsonField(t, res.Body, path...) }
+	}
+	planPath := func(p plans.Plan, suffix string) func() string {
+		return fixed(api + "/plans/" + itoa(p.ID) + suffix)
+	}
+	tenantPath := api + "/tenants/" + acme.ID
+	cases := []routeCase{
+		{route: "POST /api/v1/plans", as: op, path: fixed(api + "/plans"), body: map[string]any{"name": "new"},
+			status: 201, action: "plan.create", target: idOf("id"), invalid: map[string]any{"name": "Not A Name"}},
+		{route: "PUT /api/v1/plans/{planID}", as: op, path: planPath(spare, ""), body: map[string]any{"name": "spare", "display_name": "Spare"},
+			status: 200, action: "plan.update", target: id(itoa(spare.ID)), invalid: map[string]any{"name": ""}},
+		{route: "POST /api/v1/plans/{planID}/archive", as: op, path: planPath(spare, "/archive"),
+			status: 200, action: "plan.archive", target: id(itoa(spare.ID))},
+		{route: "POST /api/v1/plans/{planID}/unarchive", as: op, path: planPath(spare, "/unarchive"),
+			status: 200, action: "plan.unarchive", target: id(itoa(spare.ID))},
+		{route: "DELETE /api/v1/plans/{planID}", as: op, path: planPath(doomed, ""),
+			status: 204, action: "plan.delete", target: id(itoa(doomed.ID))},
+		{route: "POST /api/v1/tenants", as: op, path: fixed(api + "/tenants"), body: map[string]any{"name": "globex", "plan_id": spare.ID},
+			status: 201, action: "tenant.create", target: idOf("id"), invalid: map[string]any{"name": " "}},
+		{route: "POST /api/v1/tenants/{tenantID}/plan", as: op, path: fixed(tenantPath + "/plan"), body: map[string]any{"plan_id": spare.ID},
+			status: 200, action: "tenant.plan_change", target: id(acme.ID), invalid: map[string]any{"plan_id": 0}},
+		{route: "POST /api/v1/tenants/{tenantID}/suspend", as: op, path: fixed(tenantPath + "/suspend"),
+			status: 200, action: "tenant.suspend", target: id(acme.ID)},
+		{route: "POST /api/v1/tenants/{tenantID}/resume", as: op, path: fixed(tenantPath + "/resume"),
+			status: 200, action: "tenant.resume", target: id(acme.ID)},
+		{route: "PUT /api/v1/tenants/{tenantID}/overrides", as: op, path: fixed(tenantPath + "/overrides"),
+			body: map[string]any{"rules": []any{}}, status: 200, action: "tenant.overrides_set", target: id(acme.ID),
+			invalid: map[string]any{}},
+		{route: "POST /api/v1/tenants/{tenantID}/keys", as: admin, path: fixed(tenantPath + "/keys"), body: map[string]any{"name": "new"},
+			status: 201, action: "key.create", target: idOf("key", "id"), invalid: map[string]any{"expires_at": "2000-01-01T00:00:00Z"}},
+		{route: "PATCH /api/v1/tenants/{tenantID}/keys/{keyID}", as: admin, path: fixed(tenantPath + "/keys/" + updated),
+			body: map[string]any{"name": "renamed"}, status: 200, action: "key.update", target: id(updated),
+			invalid: map[string]any{"name": strings.Repeat("n", tenants.MaxKeyNameLen+1)}},
+		{route: "POST /api/v1/tenants/{tenantID}/keys/{keyID}/revoke", as: admin, path: fixed(tenantPath + "/keys/" + revoked + "/revoke"),
+			status: 200, action: "key.revoke", target: id(revoked)},
+		{route: "POST /api/v1/tenants/{tenantID}/keys/{keyID}/rotate", as: admin, path: fixed(tenantPath + "/keys/" + rotated + "/rotate"),
+			status: 201, action: "key.rotate", target: id(rotated), invalid: map[string]any{"grace_period_s": -1}},
+		{route: "POST /api/v1/service-tokens", as: op, path: fixed(api + "/service-tokens"), body: map[string]any{"name": "edge"},
+			status: 201, action: "service_token.create", target: func(res response) string {
+				tokenID = idOf("service_token", "id")(res)
+				return tokenID
+			}, invalid: map[string]any{"name": "edge", "ttl_s": 1}},
+		{route: "POST /api/v1/service-tokens/{tokenID}/revoke", as: op, path: func() string { return api + "/service-tokens/" + tokenID + "/revoke" },
+			status: 200, action: "service_token.revoke", target: func(response) string { return tokenID }},
+		{route: "POST /api/v1/users", as: op, path: fixed(api + "/users"), body: map[string]any{"email": "new@example.com", "role": "operator"},
+			status: 201, action: "user.create", target: idOf("user", "id"), invalid: map[string]any{"email": "new@example.com", "role": "root"}},
+		{route: "POST /api/v1/users/{userID}/disable", as: op, path: fixed(api + "/users/" + disabled.ID + "/disable"),
+			status: 200, action: "user.disable", target: id(disabled.ID)},
+		{route: "POST /api/v1/users/{userID}/sessions/revoke", as: op, path: fixed(api + "/users/" + signedOut.ID + "/sessions/revoke"),
+			status: 200, action: "user.sessions_revoke", target: id(signedOut.ID)},
+		{route: "POST /api/v1/months/{month}/close", as: op, path: fixed(api + "/months/2020-01/close"),
+			status: 200, action: "month.close", target: id("2020-01")},
+	}
+
+	wantCases(t, mutatingRoutes(t, srv, false), cases)
+
+	makeCases(t, srv, cases, viewer, actorsOf(op, admin), func(c routeCase, token string, body any) response {
+		method, _, _ := strings.Cut(c.route, " ")
+		return call(t, method, c.path(), token, body)
+	})
+}
+
+// makeCases makes each change of cases, in order, after trying it as
+// viewer, who may change nothing, and with its invalid body: each refused
+// attempt must write no entry, and the change exactly one, by
+// actors[c.as] (the email of the token's user) and on c's target. send
+// sends c's request with a session token and a body.
+func makeCases(t *testing.T, srv *adminServer, cases []routeCase, viewer string, actors map[string]string,
+	send func(c routeCase, token string, body any) response) {
+	t.Helper()
+	for _, c := range cases {
+		last := lastAuditID(t, srv)
+		if res := send(c, viewer, c.body); res.StatusCode != 403 && res.StatusCode != 404 {
+			t.Errorf("%s as a tenant viewer = %d, want 403 or 404", c.route, res.StatusCode)
+		}
+		if c.invalid != nil {
+			if res := send(c, c.as, c.invalid); res.StatusCode < 400 || res.StatusCode >= 500 {
+				t.Errorf("%s with %v = %d, want it refused", c.route, c.invalid, res.StatusCode)
+			}
+		}
+		if got := auditSince(t, srv, last); len(got) != 0 {
+			t.Errorf("%s refused wrote %v, want no entry", c.route, got)
+		}
+		res := send(c, c.as, c.body)
+		if res.StatusCode != c.status {
+			t.Errorf("%s = %d %s, want %d", c.route, res.StatusCode, res.Body, c.status)
+			continue
+		}
+		wantEntry(t, c.route, auditSince(t, srv, last), actors[c.as], c.action, c.target(res))
+	}
+}
+
+// testConsoleChanges is testAPIChanges for the console's forms: posted
+// with the session cookie and the CSRF token, confirmed; c.body is the
+// form (url.Values).
+func testConsoleChanges(t *testing.T, srv *adminServer, op, admin, viewer string, acme tenants.Tenant) {
+	ctx := context.Background()
+	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
+	spare, err := ps.Create(ctx, plans.Plan{Name: "console-spare"})
+	testenv.Must(t, err)
+	_, rotated, err := ts.CreateKey(ctx, acme.ID, tenants.KeySpec{Name: "console rotate"})
+	testenv.Must(t, err)
+	_, revoked, err := ts.CreateKey(ctx, acme.ID, tenants.KeySpec{Name: "console revoke"})
+	testenv.Must(t, err)
+	disabled := createUser(t, srv.DB, "console-leaver@example.com", auth.RoleOperator, "")
+	signedOut := createUser(t, srv.DB, "console-roamer@example.com", auth.RoleOperator, "")
+	var tokenID string
+
+	fixed := func(s string) func() string { return func() string { return s } }
+	id := func(s string) func(response) string { return func(response) string { return s } }
+	located := func(prefix string) func(response) string {
+		return func(res response) string { return strings.TrimPrefix(res.Header.Get("Location"), prefix) }
+	}
+	named := func(query, name string) func(response) string {
+		return func(response) string {
+			var id string
+			testenv.Must(t, srv.DB.QueryRow(ctx, query, name).Scan(&id))
+			return id
+		}
+	}
+	rule := url.Values{"rule_count": {"1"}, "rules[0].name": {"hourly"}, "rules[0].algorithm": {"gcra"},
+		"rules[0].limit": {"10"}, "rules[0].period": {"1"}, "rules[0].period_unit": {"h"}, "rules[0].burst": {"1"},
+		"rules[0].resource": {"*"}, "rules[0].scope": {"key"}, "rules[0].mode": {"enforce"}, "rules[0].failure_mode": {"open"}}
+	plan := func(name string) url.Values {
+		v := url.Values{"name": {name}, "currency": {"USD"}, "pricing": {"flat"}, "quota_mode": {"none"}}
+		for k, vs := range rule {
+			v[k] = vs
+		}
+		return v
+	}
+	badRule := plan("console-bad")
+	badRule.Set("rules[0].limit", "ten")
+	planPath := "/plans/" + itoa(spare.ID)
+	tenantPath := "/tenants/" + acme.ID
+	cases := []routeCase{
+		{route: "POST /plans", as: op, path: fixed("/plans"), body: plan("console-new"),
+			status: 303, action: "plan.create", target: located("/plans/"), invalid: plan("Not A Name")},
+		{route: "POST /plans/{planID}", as: op, path: fixed(planPath), body: plan("console-spare"),
+			status: 303, action: "plan.update", target: id(itoa(spare.ID)), invalid: badRule},
+		{route: "POST /plans/{planID}/archive", as: op, path: fixed(planPath + "/archive"),
+			status: 303, action: "plan.archive", target: id(itoa(spare.ID))},
+		{route: "POST /plans/{planID}/unarchive", as: op, path: fixed(planPath + "/unarchive"),
+			status: 303, action: "plan.unarchive", target: id(itoa(spare.ID))},
+		{route: "POST /tenants", as: op, path: fixed("/tenants"), body: url.Values{"name": {"console-globex"}, "plan_id": {itoa(spare.ID)}},
+			status: 303, action: "tenant.create", target: located("/tenants/"), invalid: url.Values{"name": {" "}, "plan_id": {itoa(spare.ID)}}},
+		{route: "POST /tenants/{tenantID}/plan", as: op, path: fixed(tenantPath + "/plan"), body: url.Values{"plan_id": {itoa(spare.ID)}},
+			status: 303, action: "tenant.plan_change", target: id(acme.ID), invalid: url.Values{"plan_id": {"0"}}},
+		{route: "POST /tenants/{tenantID}/suspend", as: op, path: fixed(tenantPath + "/suspend"),
+			status: 303, action: "tenant.suspend", target: id(acme.ID)},
+		{route: "POST /tenants/{tenantID}/resume", as: op, path: fixed(tenantPath + "/resume"),
+			status: 303, action: "tenant.resume", target: id(acme.ID)},
+		{route: "POST /tenants/{tenantID}/overrides", as: op, path: fixed(tenantPath + "/overrides"), body: rule,
+			status: 303, action: "tenant.overrides_set", target: id(acme.ID), invalid: func() url.Values {
+				v := url.Values{}
+				for k, vs := range rule {
+					v[k] = vs
+				}
+				v.Set("rules[0].period_unit", "fortnight")
+				return v
+			}()},
+		{route: "POST /tenants/{tenantID}/keys", as: admin, path: fixed(tenantPath + "/keys"), body: url.Values{"name": {"console key"}},
+			status: 201, action: "key.create", target: named(`SELECT id FROM api_keys WHERE name = $1`, "console key"),
+			invalid: url.Values{"name": {"k"}, "expires_at": {"2000-01-01T00:00"}}},
+		{route: "POST /tenants/{tenantID}/keys/{keyID}/rotate", as: admin, path: fixed(tenantPath + "/keys/" + rotated.ID + "/rotate"),
+			status: 201, action: "key.rotate", target: id(rotated.ID), invalid: url.Values{"grace_period_s": {"-1"}}},
+		{route: "POST /tenants/{tenantID}/keys/{keyID}/revoke", as: admin, path: fixed(tenantPath + "/keys/" + revoked.ID + "/revoke"),
+			status: 303, action: "key.revoke", target: id(revoked.ID)},
+		{route: "POST /months/{month}/close", as: op, path: fixed("/months/2020-03/close"),
+			status: 303, action: "month.close", target: id("2020-03")},
+		{route: "POST /service-tokens", as: op, path: fixed("/service-tokens"), body: url.Values{"name": {"console-edge"}, "ttl_s": {"86400"}},
+			status: 201, action: "service_token.create", target: func(res response) string {
+				tokenID = named(`SELECT id FROM service_tokens WHERE name = $1`, "console-edge")(res)
+				return tokenID
+			}, invalid: url.Values{"name": {"console-edge"}, "ttl_s": {"1"}}},
+		{route: "POST /service-tokens/{tokenID}/revoke", as: op, path: func() string { return "/service-tokens/" + tokenID + "/revoke" },
+			status: 303, action: "service_token.revoke", target: func(response) string { return tokenID }},
+		{route: "POST /users", as: op, path: fixed("/users"), body: url.Values{"email": {"console-new@example.com"}, "role": {"operator"}},
+			status: 201, action: "user.create", target: named(`SELECT id FROM users WHERE email = $1`, "console-new@example.com"),
+			invalid: url.Values{"email": {"console-new@example.com"}, "role": {"root"}}},
+		{route: "POST /users/{userID}/disable", as: op, path: fixed("/users/" + disabled.ID + "/disable"),
+			status: 303, action: "user.disable", target: id(disabled.ID)},
+		{route: "POST /users/{userID}/sessions/revoke", as: op, path: fixed("/users/" + signedOut.ID + "/sessions/revoke"),
+			status: 303, action: "user.sessions_revoke", target: id(signedOut.ID)},
+	}
+	wantCases(t, mutatingRoutes(t, srv, true), cases)
+
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	csrf := map[string]string{}
+	for _, token := range []string{op, admin, viewer} {
+		req, err := http.NewRequest("GET", srv.URL+tenantPath, nil)
+		testenv.Must(t, err)
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(sendWith(t, client, req).Body)
+		if m == nil {
+			t.Fatal("no CSRF token on the tenant's page")
+		}
+		csrf[token] = string(m[1])
+	}
+	post := func(path, token string, form any) response {
+		v := url.Values{}
+		if form != nil {
+			for k, vs := range form.(url.Values) {
+				v[k] = vs
+			}
+		}
+		v.Set("csrf", csrf[token])
+		v.Set("confirmed", "yes")
+		req, err := http.NewRequest("POST", srv.URL+path, strings.NewReader(v.Encode()))
+		testenv.Must(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
+		return sendWith(t, client, req)
+	}
+	makeCases(t, srv, cases, viewer, actorsOf(op, admin), func(c routeCase, token string, body any) response {
+		return post(c.path(), token, body)
+	})
+}
+
+// cliCase is one change made with the CLI.
+type cliCase struct {
+	args   func() []string
+	target func(out string) string
+	// refused, when not nil, are arguments the command refuses.
+	refused []string
+}
+
+// notChanges are the CLI's commands that make no change the audit log
+// tracks, and why.
+var notChanges = map[string]string{
+	"migrate":          "changes the schema, not data",
+	"tenants list":     "reads",
+	"plans list":       "reads",
+	"keys list":        "reads",
+	"tokens list":      "reads",
+	"secrets generate": "prints a fresh key; touches no database",
+	"serve":            "serves the admin API and console, whose changes the api cases cover",
+	"worker":           "applies usage, which is counted, not audited",
+	"healthcheck":      "probes a server",
+	"report":           "reads",
+}
+
+func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
+	ctx := context.Background()
+	ts := tenants.NewStore(srv.DB)
+	_, revoked, err := ts.CreateKey(ctx, acme.ID, tenants.KeySpec{Name: "cli revoke"})
+	testenv.Must(t, err)
+	leaver := createUser(t, srv.DB, "cli-leaver@example.com", auth.RoleOperator, "")
+	roamer := createUser(t, srv.DB, "cli-roamer@example.com", auth.RoleOperator, "")
+	id := func(s string) func(string) string { return func(string) string { return s } }
+	jsonID := func(path ...string) func(string) string {
+		return func(out string) string { return jsonField(t, []byte(out), path...) }
+	}
+	argv := func(args ...string) func() []string { return func() []string { return args } }
+	var tokenID string // issued by tokens issue, revoked by tokens revoke
+	cases := map[string]cliCase{
+		"seed demo":      {args: argv("--usage=false"), target: id("demo")},
+		"tenants create": {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
+		"keys issue": {args: argv("--tenant", "acme", "--name", "cli", "--json"), target: jsonID("key", "id"),
+			refused: []string{"--tenant", "acme", "--name", strings.Repeat("n", tenants.MaxKeyNameLen+1)}},
+		"keys revoke": {args: argv("--id", revoked.ID), target: id(revoked.ID), refused: []string{"--id", "nope"}},
+		"tokens issue": {args: argv("--name", "cli-edge"), target: func(string) string {
+			testenv.Must(t, srv.DB.QueryRow(ctx, `SELECT id FROM service_tokens WHERE name = 'cli-edge'`).Scan(&tokenID))
+			return tokenID
+		}, refused: []string{"--name", " "}},
+		"tokens revoke":  {args: func() []string { return []string{"--id", tokenID} }, target: func(string) string { return tokenID }, refused: []string{"--id", "nope"}},
+		"secrets reseal": {target: id("all")},
+		"users create": {args: argv("--email", "cli-new@example.com", "--role", "operator", "--json"), target: jsonID("user", "id"),
+			refused: []string{"--email", "cli-new@example.com", "--role", "root"}},
+		"users disable":         {args: argv("--email", leaver.Email), target: id(leaver.ID), refused: []string{"--email", "nobody@example.com"}},
+		"users sessions revoke": {args: argv("--email", roamer.Email), target: id(roamer.ID), refused: []string{"--email", "nobody@example.com"}},
+		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
+	}
+	order := []string{"seed demo", "tenants create", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
+		"users create", "users disable", "users sessions revoke", "close"}
+	for _, cmd := range commands() {
+		_, hasCase := cases[cmd.name]
+		_, exempt := notChanges[cmd.name]
+		switch {
+		case cmd.audited != "" && !hasCase:
+			t.Errorf("admin %s makes %s changes but has no case here: add one", cmd.name, cmd.audited)
+		case cmd.audited == "" && !exempt:
+			t.Errorf("admin %s names no audit action and is not listed in notChanges: say which it is", cmd.name)
+		case cmd.audited == "" && hasCase:
+			t.Errorf("admin %s has a case but names no audit action", cmd.name)
+		}
+	}
+	if len(order) != len(cases) {
+		t.Fatalf("order lists %d commands, cases %d", len(order), len(cases))
+	}
+	audited := map[string]string{}
+	for _, cmd := range commands() {
+		audited[cmd.name] = cmd.audited
+	}
+	for _, name := range order {
+		c := cases[name]
+		words := strings.Fields(name)
+		last := lastAuditID(t, srv)
+		if c.refused != nil {
+			if _, err := runAdmin(t, srv.DBURL, "", append(words, c.refused...)...); err == nil {
+				t.Errorf("admin %s %v succeeded, want it refused", name, c.refused)
+			}
+			if got := auditSince(t, srv, last); len(got) != 0 {
+				t.Errorf("admin %s refused wrote %v, want no entry", name, got)
+			}
+		}
+		var args []string
+		if c.args != nil {
+			args = c.args()
+		}
+		out, err := runAdmin(t, srv.DBURL, "", append(words, args...)...)
+		if err != nil {
+			t.Errorf("admin %s: %v", name, err)
+			continue
+		}
+		wantEntry(t, "admin "+name, auditSince(t, srv, last), "cli", audited[name], c.target(out))
+	}
+}
+
+// actorsOf names the users of acmeSetup's operator and tenant admin
+// sessions.
+func actorsOf(op, admin string) map[string]string {
+	return map[string]string{op: "ops@example.com", admin: "admin@acme.example"}
+}
+
+// auditEntry is the part of an audit entry the test checks.
+type auditEntry struct {
+	Actor, Action, TargetID string
+}
+
+func lastAuditID(t *testing.T, srv *adminServer) int64 {
+	t.Helper()
+	var id int64
+	testenv.Must(t, srv.DB.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM audit_log`).Scan(&id))
+	return id
+}
+
+// auditSince returns the entries written after entry id.
+func auditSince(t *testing.T, srv *adminServer, id int64) []auditEntry {
+	t.Helper()
+	rows, err := srv.DB.Query(context.Background(), `SELECT actor, action, target_id FROM audit_log WHERE id > $1 ORDER BY id`, id)
+	testenv.Must(t, err)
+	defer rows.Close()
+	var out []auditEntry
+	for rows.Next() {
+		var e auditEntry
+		testenv.Must(t, rows.Scan(&e.Actor, &e.Action, &e.TargetID))
+		out = append(out, e)
+	}
+	testenv.Must(t, rows.Err())
+	return out
+}
+
+// wantEntry fails unless got is exactly one entry by actor, of action,
+// on target.
+func wantEntry(t *testing.T, what string, got []auditEntry, actor, action, target string) {
+	t.Helper()
+	want := auditEntry{Actor: actor, Action: action, TargetID: target}
+	if len(got) != 1 || got[0] != want || target == "" {
+		t.Errorf("%s wrote %+v, want exactly %+v", what, got, want)
+	}
+}
+
+// jsonField returns the field at path of a JSON object ("key", "id"), a
+// string or a number, as text.
+func jsonField(t *testing.T, body []byte, path ...string) string {
+	t.Helper()
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	testenv.Must(t, dec.Decode(&v))
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("no %v in %s", path, body)
+		}
+		v = m[p]
+	}
+	return fmt.Sprint(v)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

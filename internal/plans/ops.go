@@ -1,0 +1,93 @@
+package plans
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// Ops makes every change to plans. Each change is one method: a typed
+// input, the actor who makes it, validation that names the offending
+// fields (*tollgate.Error with Fields), and its own transaction
+// (audit.Apply) in which exactly one audit entry is written. The admin
+// API, the console and the CLI call these and nothing else to change a
+// plan; whether the actor may is decided before (internal/access). Safe
+// for concurrent use.
+type Ops struct {
+	db postgres.Conn
+}
+
+// NewOps returns the plan operations on db (a pool).
+func NewOps(db postgres.Conn) *Ops { return &Ops{db: db} }
+
+// PlanInput is a whole plan as a change gives it: the body of POST /plans
+// and PUT /plans/{planID}, and the console's plan form. Rules' ids are
+// read-only and ignored.
+type PlanInput struct {
+	Name             string      `json:"name"`
+	DisplayName      string      `json:"display_name"`
+	Currency         string      `json:"currency"`
+	BaseFeeMinor     int64       `json:"base_fee_minor"`
+	IncludedUnits    int64       `json:"included_units"`
+	OverageUnitMinor int64       `json:"overage_unit_minor"`
+	QuotaMode        QuotaMode   `json:"quota_mode"`
+	Tiers            []PriceTier `json:"tiers"`
+	Rules            []Rule      `json:"rules"`
+}
+
+// plan returns the plan in describes.
+func (in PlanInput) plan() Plan {
+	return Plan{Name: in.Name, DisplayName: in.DisplayName, Currency: in.Currency, BaseFeeMinor: in.BaseFeeMinor,
+		IncludedUnits: in.IncludedUnits, OverageUnitMinor: in.OverageUnitMinor, QuotaMode: in.QuotaMode,
+		Tiers: in.Tiers, Rules: in.Rules}
+}
+
+// Validate checks every field: known algorithm, period > 0, burst ≥ 1,
+// resource pattern syntax, non-negative integer money. Field names are
+// the JSON paths ("rules[1].burst").
+func (in PlanInput) Validate() error { return in.plan().WithDefaults().Validate() }
+
+// Create makes a plan (plan.create). A taken name is ECONFLICT.
+func (o *Ops) Create(ctx context.Context, by audit.Actor, in PlanInput) (Plan, error) {
+	if err := in.Validate(); err != nil {
+		return Plan{}, err
+	}
+	return audit.Create(ctx, o.db, by, "plan.create", PlanAudit,
+		func(tx pgx.Tx) (Plan, error) { return NewStore(tx).Create(ctx, in.plan()) })
+}
+
+// Update replaces plan id as a whole (plan.update): checks see the change
+// within a second. An unknown plan is ENOTFOUND.
+func (o *Ops) Update(ctx context.Context, by audit.Actor, id int64, in PlanInput) (Plan, error) {
+	if err := in.Validate(); err != nil {
+		return Plan{}, err
+	}
+	return audit.Update(ctx, o.db, by, "plan.update", PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).Update(ctx, id, in.plan()) })
+}
+
+// SetArchived archives plan id (plan.archive) or brings it back
+// (plan.unarchive).
+func (o *Ops) SetArchived(ctx context.Context, by audit.Actor, id int64, archived bool) (Plan, error) {
+	action := "plan.unarchive"
+	if archived {
+		action = "plan.archive"
+	}
+	return audit.Update(ctx, o.db, by, action, PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetArchived(ctx, id, archived) })
+}
+
+// Delete removes plan id (plan.delete): only a plan no tenant is or ever
+// was on; otherwise ECONFLICT (archive it instead).
+func (o *Ops) Delete(ctx context.Context, by audit.Actor, id int64) error {
+	return audit.Delete(ctx, o.db, by, "plan.delete", PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, _ Plan) error { return NewStore(tx).Delete(ctx, id) })
+}
+
+// get reads plan id on a change's transaction.
+func (o *Ops) get(ctx context.Context, id int64) func(pgx.Tx) (Plan, error) {
+	return func(tx pgx.Tx) (Plan, error) { return NewStore(tx).Get(ctx, id) }
+}

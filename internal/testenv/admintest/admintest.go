@@ -309,15 +309,6 @@ const PropagationLimit = time.Second
 // and, for the failure message, what it saw.
 func Eventually(t testing.TB, since time.Time, what string, ok func() (bool, string)) {
 	t.Helper()
-	for {
-		done, state := ok()
-		if done {
-			t.Logf("%s after %v", what, time.Since(since).Round(time.Millisecond))
-			return
-		}
-		if time.Since(since) > PropagationLimit {
-			t.Fatalf("%s: not seen within %v; last seen: %s", what, PropagationLimit, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, since, PropagationLimit, what, ok)
+	t.Logf("%s after %v", what, time.Since(since).Round(time.Millisecond))
 }

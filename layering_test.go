@@ -55,6 +55,8 @@ func TestLayering(t *testing.T) {
 				t.Errorf("internal/limiter imports %s: it is a leaf", own)
 			case hasPrefix(pkg, features) && hasPrefix(own, servers):
 				t.Errorf("%s imports %s: a feature never imports a server package", pkg, own)
+			case pkg == "internal/breaker" && own != "internal/limiter" && own != "internal/backoff":
+				t.Errorf("internal/breaker imports %s: it wraps a limiter.Store and needs only limiter and backoff", own)
 			case pkg == "internal/usage" && own == "internal/enforce", pkg == "internal/enforce" && own == "internal/usage":
 				t.Errorf("%s imports %s: the check path and the usage pipeline meet only in the root package's UsageEvent", pkg, own)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
@@ -261,7 +262,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
 	})
 	s.onClose(checker.Close) // the breaker's background probing
 	s.http = &http.Server{
@@ -336,9 +337,9 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	breakerPing = enforce.RedisPing(s.cfg.Redis.Addr)
+	breakerPing = redisstore.Ping(s.cfg.Redis.Addr)
 	if len(s.cfg.Redis.Cluster) > 0 {
-		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
+		breakerPing = redisstore.Ping(s.cfg.Redis.Cluster...)
 	}
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -127,7 +128,7 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 type Checker struct {
 	holder     *Holder
 	store      limiter.Store
-	breaker    *Breaker
+	breaker    *breaker.Breaker
 	prefix     string
 	timeout    time.Duration
 	recorder   Recorder
@@ -188,9 +189,9 @@ type CheckerConfig struct {
 	// every address alone. IPv4 addresses count alone.
 	IPv6Prefix int
 	// Breaker configures the circuit breaker the checker puts around its
-	// store (see Breaker); its Probe, ProbeTimeout and Log default to a
+	// store (see breaker.Breaker); its Probe, ProbeTimeout and Log default to a
 	// dry run on a key under Prefix, StoreTimeout and Log.
-	Breaker BreakerConfig
+	Breaker breaker.Config
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store. The
@@ -239,7 +240,7 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	if bc.Log == nil {
 		bc.Log = c.log
 	}
-	c.breaker = NewBreaker(store, bc)
+	c.breaker = breaker.New(store, bc)
 	c.store = c.breaker
 	c.metrics.watchBreaker(c.breaker)
 	return c
@@ -340,7 +341,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 				return Decision{}, ctx.Err() // the caller went away; nothing to decide
 			}
 			c.metrics.storeError()
-			if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
+			if !errors.Is(err, breaker.ErrOpen) && !c.breaker.Open() {
 				// Once the circuit is open the breaker logs the outage.
 				c.outageLog.warn(ctx, c.log, err)
 			}

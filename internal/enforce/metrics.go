@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/breaker"
 )
 
 // Metrics are the check path's Prometheus metrics. A nil *Metrics records
@@ -19,7 +20,7 @@ type Metrics struct {
 	wouldDenyC *prometheus.CounterVec
 	// breaker is the circuit breaker of the checker these metrics are
 	// given to (NewChecker sets it).
-	breaker atomic.Pointer[Breaker]
+	breaker atomic.Pointer[breaker.Breaker]
 }
 
 // NewMetrics registers on reg the metrics of the checks, of the holder's
@@ -84,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer, holder *Holder) *Metrics {
 	reg.MustRegister(holder.postgres.Collectors()...)
 	reg.MustRegister(backoff.Collectors("limiter_store", "redis", func() backoff.MonitorStats {
 		if b := m.breaker.Load(); b != nil {
-			return b.monitor.Stats()
+			return b.OutageStats()
 		}
 		return backoff.MonitorStats{}
 	})...)
@@ -112,7 +113,7 @@ func (c lookupCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Metrics) watchBreaker(b *Breaker) {
+func (m *Metrics) watchBreaker(b *breaker.Breaker) {
 	if m != nil {
 		m.breaker.Store(b)
 	}

@@ -45,10 +45,10 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
 	t.Cleanup(func() { stop(); <-done })
-	waitFor(t, "first load", func() bool { return h.reloads.Load() >= 1 })
+	waitWithin(t, "first load", 10*time.Second, func() bool { return h.reloads.Load() >= 1 })
 
 	pg.Stop()
-	waitFor(t, "the listener noticing", h.postgres.Down)
+	waitWithin(t, "the listener noticing", 10*time.Second, h.postgres.Down)
 	// A window to count in, not a speed: the listener spun thousands of
 	// times a second here before it backed off.
 	time.Sleep(3 * time.Second)
@@ -60,7 +60,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	}
 
 	pg.Start()
-	waitFor(t, "LISTEN again", func() bool { return !h.postgres.Down() })
+	waitWithin(t, "LISTEN again", 10*time.Second, func() bool { return !h.postgres.Down() })
 	reloads := h.reloads.Load()
 	time.Sleep(time.Second) // again a window to count in
 	if n := h.reloads.Load() - reloads; n > 1 {
@@ -72,7 +72,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 
 	testenv.Must(t, ts.RevokeKey(ctx, key.ID))
 	hash := tenants.HashKey(secret)
-	waitFor(t, "the revocation by notification", func() bool {
+	waitWithin(t, "the revocation by notification", 10*time.Second, func() bool {
 		k := h.Current().key(hash)
 		return k != nil && k.revokedAtUS != 0
 	})

@@ -38,7 +38,7 @@ func TestLayering(t *testing.T) {
 	}
 
 	servers := []string{"internal/checkapi", "internal/adminapi", "internal/ui"}
-	features := []string{"internal/enforce", "internal/tenants", "internal/plans", "internal/usage", "internal/auth", "internal/audit"}
+	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/usage", "internal/auth", "internal/audit"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			own, ok := strings.CutPrefix(dep, module+"/")
@@ -55,6 +55,10 @@ func TestLayering(t *testing.T) {
 				t.Errorf("internal/limiter imports %s: it is a leaf", own)
 			case hasPrefix(pkg, features) && hasPrefix(own, servers):
 				t.Errorf("%s imports %s: a feature never imports a server package", pkg, own)
+			case pkg == "internal/snapshot" && own == "internal/enforce":
+				t.Errorf("internal/snapshot imports internal/enforce: the check reads snapshots, never the other way")
+			case (pkg == "internal/statekey" || pkg == "internal/breaker") && hasPrefix(own, features):
+				t.Errorf("%s imports %s: it sits below the features", pkg, own)
 			case pkg == "internal/breaker" && own != "internal/limiter" && own != "internal/backoff":
 				t.Errorf("internal/breaker imports %s: it wraps a limiter.Store and needs only limiter and backoff", own)
 			case pkg == "internal/usage" && own == "internal/enforce", pkg == "internal/enforce" && own == "internal/usage":

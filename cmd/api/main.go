@@ -33,6 +33,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -244,7 +245,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 
 	// Deferred before the usage flush below, so it runs after it: the
 	// syncer stops once the last usage is published.
-	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
+	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db), log)
 	if err := holder.Reload(ctx); err != nil {
 		return nil, err
 	}

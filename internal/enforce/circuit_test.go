@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -40,9 +41,9 @@ func (s *storeCalls) Check(ctx context.Context, b limiter.Batch) (limiter.Outcom
 }
 
 // staticData is one plan per failure mode and one key on each.
-func staticData(t *testing.T) (Data, map[plans.FailureMode]string) {
+func staticData(t *testing.T) (snapshot.Data, map[plans.FailureMode]string) {
 	t.Helper()
-	d := Data{}
+	d := snapshot.Data{}
 	keys := map[plans.FailureMode]string{}
 	for i, mode := range []plans.FailureMode{plans.FailOpen, plans.FailClosed} {
 		id := int64(i + 1)
@@ -67,7 +68,7 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 	r := testenv.StartRedisServer(t)
 	store := newStoreCalls(t, r)
 	data, keys := staticData(t)
-	holder := NewHolder(StaticSource{Data: data}, nil)
+	holder := snapshot.NewHolder(snapshot.StaticSource(data), nil)
 	if err := holder.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,11 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 	}
 
 	r.Start()
-	waitWithin(t, "circuit closed", 10*time.Second, func() bool { return !checker.breaker.Open() })
+	for deadline := time.Now().Add(10 * time.Second); checker.breaker.Open(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("circuit still open 10s after Redis came back")
+		}
+	}
 	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
 		t.Errorf("Redis back: allowed %v degraded %v", d.Allowed, d.Degraded)
 	}

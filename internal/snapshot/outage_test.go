@@ -1,4 +1,4 @@
-package enforce
+package snapshot
 
 import (
 	"context"
@@ -24,7 +24,8 @@ func lines(b *testenv.LogBuffer) int { return strings.Count(b.String(), "\n") }
 // retries a handful of times, not thousands, and logs the outage once;
 // when it is back the listener reloads once, LISTENs again, and a
 // revocation arrives by notification (the periodic reload is an hour
-// away).
+// away), the only reload since. The listener's waits are virtual until
+// they add up to 3s.
 func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	ctx := context.Background()
 	pg := testenv.OwnPostgres(t)
@@ -41,6 +42,8 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 
 	logs := &testenv.LogBuffer{}
 	h := NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(logs, nil)))
+	sleep := testenv.NewVirtualSleep(3 * time.Second)
+	h.sleep = sleep.Sleep
 	syncCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
@@ -51,7 +54,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	waitWithin(t, "the listener noticing", 10*time.Second, h.postgres.Down)
 	// A window to count in, not a speed: the listener spun thousands of
 	// times a second here before it backed off.
-	time.Sleep(3 * time.Second)
+	sleep.WaitReached(t, 30*time.Second)
 	if n := h.postgres.Stats().Failures; n > 15 {
 		t.Errorf("%d attempts in 3 s of outage, want a handful (backoff from 100ms to 2s)", n)
 	}
@@ -60,12 +63,9 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	}
 
 	pg.Start()
+	sleep.Release()
 	waitWithin(t, "LISTEN again", 10*time.Second, func() bool { return !h.postgres.Down() })
 	reloads := h.reloads.Load()
-	time.Sleep(time.Second) // again a window to count in
-	if n := h.reloads.Load() - reloads; n > 1 {
-		t.Errorf("%d reloads in the second after recovery, want none (reloads come from notifications and the hourly interval)", n)
-	}
 	if !strings.Contains(logs.String(), "postgres back") {
 		t.Errorf("no line saying Postgres is back:\n%s", logs.String())
 	}
@@ -73,9 +73,12 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	testenv.Must(t, ts.RevokeKey(ctx, key.ID))
 	hash := tenants.HashKey(secret)
 	waitWithin(t, "the revocation by notification", 10*time.Second, func() bool {
-		k := h.Current().key(hash)
-		return k != nil && k.revokedAtUS != 0
+		k, _ := h.Current().key(hash)
+		return k != nil && k.RevokedAtUS != 0
 	})
+	if n := h.reloads.Load() - reloads; n > 1 {
+		t.Errorf("%d reloads since LISTEN is back, want 1, the revocation's (reloads come from notifications and the hourly interval)", n)
+	}
 }
 
 // findSource counts FindKey calls and fails them while failing is set.
@@ -112,9 +115,10 @@ func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 	testenv.Must(t, h.Reload(ctx))
 
 	unknown, _, _ := tenants.GenerateKey()
-	lookup := func(secret string) *keyView {
+	lookup := func(secret string) *Key {
 		t.Helper()
-		return h.lookupKey(ctx, h.Current(), tenants.HashKey(secret))
+		k, _ := h.FindKey(ctx, h.Current(), tenants.HashKey(secret))
+		return k
 	}
 	wantFinds := func(step string, want int64) {
 		t.Helper()
@@ -176,14 +180,14 @@ func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 // TestMissesAreBounded: past maxMisses remembered keys, they are all
 // forgotten rather than kept growing.
 func TestMissesAreBounded(t *testing.T) {
-	h := NewHolder(StaticSource{}, nil)
+	h := NewHolder(StaticSource(Data{}), nil)
 	now := time.Now()
 	for i := range 3 * maxMisses {
 		var hash tenants.KeyHash
 		hash[0], hash[1], hash[2] = byte(i), byte(i>>8), byte(i>>16)
 		h.rememberMiss(hash, now)
-		if len(h.misses) > maxMisses {
-			t.Fatalf("%d misses remembered, want at most %d", len(h.misses), maxMisses)
+		if len(h.lookedUp) > maxMisses {
+			t.Fatalf("%d misses remembered, want at most %d", len(h.lookedUp), maxMisses)
 		}
 	}
 }

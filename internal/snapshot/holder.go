@@ -39,8 +39,6 @@ type Holder struct {
 	// postgres follows the LISTEN connection: while it is down, Postgres
 	// is known to be down and unknown keys are not looked up.
 	postgres *backoff.Monitor
-	// listenBackoff spaces the reconnections of the LISTEN connection.
-	listenBackoff backoff.Policy
 	// sleep waits between reconnections (backoff.Sleep; tests replace it).
 	sleep func(ctx context.Context, d time.Duration) error
 
@@ -98,8 +96,7 @@ func NewHolder(source Source, log *slog.Logger) *Holder {
 		missLimiter: limiter.NewMemoryStore(nil),
 		postgres: backoff.NewMonitor(backoff.MonitorConfig{Component: "snapshot_listener", Dependency: "postgres",
 			Log: log}),
-		listenBackoff: backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second},
-		sleep:         backoff.Sleep}
+		sleep: backoff.Sleep}
 }
 
 // Current returns the current snapshot, or nil before the first load.
@@ -203,7 +200,7 @@ func (h *Holder) lookUp(ctx context.Context, hash tenants.KeyHash) *Key {
 		return nil
 	}
 	h.lookups.found.Add(1)
-	k := newKey(snapshotKey(found))
+	k := h.current.Load().newKey(snapshotKey(found))
 	// A reload may have landed meanwhile: remember the key only if the
 	// newest snapshot does not know it.
 	if _, known := h.current.Load().key(hash); !known {

@@ -14,6 +14,12 @@ import (
 // of a burst, for more to arrive; never longer, however many keep coming.
 const coalesceWindow = 50 * time.Millisecond
 
+// listenBackoff spaces the LISTEN connection's reconnections: capped at
+// 500ms (jitter takes at most a fifth off), so that once Postgres is back
+// the listener connects, reloads and sees changes within a second, and an
+// outage of a few seconds costs a handful of attempts, not thousands.
+var listenBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.2}
+
 // listenAcquireTimeout bounds connecting for LISTEN, so that an
 // unreachable (rather than refusing) Postgres is retried too.
 const listenAcquireTimeout = 10 * time.Second
@@ -25,12 +31,12 @@ const listenAcquireTimeout = 10 * time.Second
 //
 // When the LISTEN connection fails (Postgres stopped, restarted or
 // unreachable) Sync connects again after a wait that doubles from 100ms
-// to 2s, with jitter, logging the outage once when it starts, every 10s
-// while it lasts and once when it ends; as soon as LISTEN is back it
+// to 500ms (listenBackoff), logging the outage once when it starts, every
+// 10s while it lasts and once when it ends; as soon as LISTEN is back it
 // reloads, so that no change made meanwhile is missed, and changes arrive
 // by notification again. Checks go on from the last snapshot throughout.
 func (h *Holder) Sync(ctx context.Context, db *pgxpool.Pool, interval time.Duration) {
-	retry := backoff.New(h.listenBackoff)
+	retry := backoff.New(listenBackoff)
 	for {
 		err := h.listen(ctx, db, interval, retry.Reset)
 		if ctx.Err() != nil {

@@ -59,8 +59,9 @@ type Tenant struct {
 type Key struct {
 	ID string
 	// tenant is the bytes of the key's tenant ID (tenantIDBytes), looked
-	// up in the snapshot the key is read from.
-	tenant [16]byte
+	// up in the snapshot the key is read from; one copy per tenant
+	// (Snapshot.tenantIDs), so that a key costs a pointer, not 16 bytes.
+	tenant *[16]byte
 	// ExpiresAtUS and RevokedAtUS are µs since the epoch, 0 for none.
 	ExpiresAtUS, RevokedAtUS int64
 	Short                    statekey.Short // the key's part of its state keys
@@ -72,9 +73,12 @@ type Snapshot struct {
 	// keys were read by the last full load; changed holds the keys
 	// changed since (nil for a key removed), see changes.go. Only key
 	// reads them.
-	keys        map[tenants.KeyHash]*Key
-	changed     map[tenants.KeyHash]*Key
-	tenants     map[[16]byte]*Tenant // by tenantIDBytes
+	keys    map[tenants.KeyHash]*Key
+	changed map[tenants.KeyHash]*Key
+	tenants map[[16]byte]*Tenant // by tenantIDBytes
+	// tenantIDs holds one copy of each tenant's ID bytes for keys read
+	// into this snapshot to point to.
+	tenantIDs   map[[16]byte]*[16]byte
 	anonymous   *Plan
 	signingKeys map[string]ed25519.PublicKey
 	tokens      map[string]auth.ServiceToken
@@ -121,12 +125,13 @@ func (s *Snapshot) key(hash tenants.KeyHash) (k *Key, known bool) {
 }
 
 // tenantOf returns k's tenant in s, or nil when the tenant is gone.
-func (s *Snapshot) tenantOf(k *Key) *Tenant { return s.tenants[k.tenant] }
+func (s *Snapshot) tenantOf(k *Key) *Tenant { return s.tenants[*k.tenant] }
 
 // withMeta builds a snapshot of d without keys.
 func withMeta(d Data, now time.Time) *Snapshot {
 	s := &Snapshot{
 		tenants:     make(map[[16]byte]*Tenant, len(d.Tenants)),
+		tenantIDs:   make(map[[16]byte]*[16]byte, len(d.Tenants)),
 		signingKeys: d.SigningKeys,
 		tokens:      make(map[string]auth.ServiceToken, len(d.ServiceTokens)),
 		loadedAt:    now,
@@ -153,7 +158,9 @@ func withMeta(d Data, now time.Time) *Snapshot {
 		}
 		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan}
 		tv.Tag, tv.Short = statekey.Compact(t.ID)
-		s.tenants[tenantIDBytes(t.ID)] = tv
+		id := tenantIDBytes(t.ID)
+		s.tenants[id] = tv
+		s.tenantIDs[id] = &id
 	}
 	for _, st := range d.ServiceTokens {
 		s.tokens[st.ID] = st
@@ -208,11 +215,17 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 
 // addKey indexes k among the snapshot's keys while it is being built.
 func (s *Snapshot) addKey(k tenants.SnapshotKey) {
-	s.keys[k.Hash] = newKey(k)
+	s.keys[k.Hash] = s.newKey(k)
 }
 
-func newKey(k tenants.SnapshotKey) *Key {
-	v := &Key{ID: k.ID, tenant: k.TenantUUID, ExpiresAtUS: k.ExpiresAtUS, RevokedAtUS: k.RevokedAtUS}
+// newKey returns the Key of k, pointing to its tenant's ID bytes in
+// s.tenantIDs (or to a copy of its own for a tenant s does not know).
+func (s *Snapshot) newKey(k tenants.SnapshotKey) *Key {
+	tenant := s.tenantIDs[k.TenantUUID]
+	if tenant == nil {
+		tenant = &k.TenantUUID
+	}
+	v := &Key{ID: k.ID, tenant: tenant, ExpiresAtUS: k.ExpiresAtUS, RevokedAtUS: k.RevokedAtUS}
 	_, v.Short = statekey.Compact(k.ID)
 	return v
 }
@@ -260,7 +273,7 @@ func (s *Snapshot) withKeys(read []tenants.SnapshotKey, removed []tenants.KeyHas
 		next.changed[h] = nil
 	}
 	for _, k := range read {
-		next.changed[k.Hash] = newKey(k)
+		next.changed[k.Hash] = next.newKey(k)
 	}
 	return &next
 }

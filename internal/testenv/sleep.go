@@ -13,8 +13,9 @@ import (
 // that a test sees what the loop does in a span of time without waiting
 // for it: each Sleep returns at once, adding its wait to the time slept,
 // until the waits add up to the span; that Sleep closes Reached and blocks
-// until Release (or its context ends). After Release every Sleep waits
-// for real.
+// until Release (or its context ends), then waits its own d for real —
+// the worst case for what waits on the loop: its longest wait begins as
+// the test releases it. After Release every Sleep waits for real.
 type VirtualSleep struct {
 	span time.Duration
 
@@ -31,8 +32,8 @@ func NewVirtualSleep(span time.Duration) *VirtualSleep {
 	return &VirtualSleep{span: span, reached: make(chan struct{}), released: make(chan struct{})}
 }
 
-// Sleep has backoff.Sleep's signature: it waits d, virtually until the
-// span is reached, then not at all until Release, then for real.
+// Sleep has backoff.Sleep's signature: it waits d virtually until the
+// span is reached, then blocks until Release, then waits for real.
 func (v *VirtualSleep) Sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-v.released:
@@ -51,7 +52,7 @@ func (v *VirtualSleep) Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-v.released:
-		return nil
+		return backoff.Sleep(ctx, d)
 	}
 }
 
@@ -59,7 +60,7 @@ func (v *VirtualSleep) Sleep(ctx context.Context, d time.Duration) error {
 // then blocked in Sleep.
 func (v *VirtualSleep) Reached() <-chan struct{} { return v.reached }
 
-// Release lets the blocked Sleep return and later ones wait for real.
+// Release lets the blocked Sleep go on to wait for real, and later ones.
 func (v *VirtualSleep) Release() { v.release.Do(func() { close(v.released) }) }
 
 // WaitReached fails t unless the span is reached within limit (of real

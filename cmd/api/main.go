@@ -228,6 +228,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		}
 	}()
 	log := cfg.Log
+	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	db, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ test:
 # Benchmarks of one check through the handler (memory store, Redis, the
 # batching Redis store; allowed and denied), and of the circuit breaker.
 bench:
-	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/checkapi/ ./internal/enforce/
+	@TOLLGATE_PG_FSYNC=off scripts/services.sh test -- $(GO) test -run '^$$' -bench . -benchmem ./internal/checkapi/ ./internal/enforce/ ./internal/breaker/
 
 # Checks over HTTP with wrk against one api and a no-op floor server:
 # checks/s, p50, p99, ratio to the floor, Redis CPU and memory per key

@@ -41,7 +41,7 @@ func TestLayering(t *testing.T) {
 	}
 
 	servers := []string{"internal/checkapi", "internal/adminapi", "internal/ui"}
-	features := []string{"internal/enforce", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit"}
+	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit", "internal/demo"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			own, ok := strings.CutPrefix(dep, module+"/")
@@ -58,6 +58,12 @@ func TestLayering(t *testing.T) {
 				t.Errorf("internal/limiter imports %s: it is a leaf", own)
 			case hasPrefix(pkg, features) && hasPrefix(own, servers):
 				t.Errorf("%s imports %s: a feature never imports a server package", pkg, own)
+			case pkg == "internal/snapshot" && own == "internal/enforce":
+				t.Errorf("internal/snapshot imports internal/enforce: the check reads snapshots, never the other way")
+			case (pkg == "internal/statekey" || pkg == "internal/breaker") && hasPrefix(own, features):
+				t.Errorf("%s imports %s: it sits below the features", pkg, own)
+			case pkg == "internal/breaker" && own != "internal/limiter" && own != "internal/backoff":
+				t.Errorf("internal/breaker imports %s: it wraps a limiter.Store and needs only limiter and backoff", own)
 			case hasPrefix(pkg, metering) && own == "internal/enforce", pkg == "internal/enforce" && hasPrefix(own, metering):
 				t.Errorf("%s imports %s: the check path and the usage pipeline meet only in the root package's UsageEvent", pkg, own)
 			}

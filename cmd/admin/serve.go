@@ -16,8 +16,8 @@ import (
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/config"
-	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
@@ -112,7 +112,7 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	if cfg.JWTSecretGenerated {
 		log.Warn("TOLLGATE_ADMIN_JWT_SECRET is not set: using a random secret; sessions end when this process does and are not shared with other admin processes")
 	}
-	var logins *enforce.Breaker
+	var logins *breaker.Breaker
 	if cfg.Redis.Configured() {
 		// Short timeouts (TOLLGATE_REDIS_TIMEOUT) and a circuit breaker:
 		// when Redis is down, logins fail open at once rather than hang,
@@ -121,11 +121,11 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		ping := enforce.RedisPing(cfg.Redis.Addr)
+		ping := redisstore.Ping(cfg.Redis.Addr)
 		if len(cfg.Redis.Cluster) > 0 {
-			ping = enforce.RedisPing(cfg.Redis.Cluster...)
+			ping = redisstore.Ping(cfg.Redis.Cluster...)
 		}
-		logins = enforce.NewBreaker(redisstore.New(rc), enforce.BreakerConfig{
+		logins = breaker.New(redisstore.New(rc), breaker.Config{
 			Component: "login_limiter", Log: log, Ping: ping, Probe: adminapi.LoginProbe(cfg.KeyPrefix),
 		})
 		defer logins.Close()

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
@@ -33,6 +34,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -226,6 +228,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		}
 	}()
 	log := cfg.Log
+	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	db, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -243,7 +246,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 
 	// Deferred before the usage flush below, so it runs after it: the
 	// syncer stops once the last usage is published.
-	holder := enforce.NewHolder(enforce.NewPostgresSource(db), log)
+	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db), log)
 	if err := holder.Reload(ctx); err != nil {
 		return nil, err
 	}
@@ -261,7 +264,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
-		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: enforce.BreakerConfig{Ping: breakerPing},
+		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
 	})
 	s.onClose(checker.Close) // the breaker's background probing
 	s.http = &http.Server{
@@ -336,9 +339,9 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	breakerPing = enforce.RedisPing(s.cfg.Redis.Addr)
+	breakerPing = redisstore.Ping(s.cfg.Redis.Addr)
 	if len(s.cfg.Redis.Cluster) > 0 {
-		breakerPing = enforce.RedisPing(s.cfg.Redis.Cluster...)
+		breakerPing = redisstore.Ping(s.cfg.Redis.Cluster...)
 	}
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in

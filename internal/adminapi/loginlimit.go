@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
@@ -144,7 +145,7 @@ func (l *loginLimiter) failed(ctx context.Context, ip, email string) {
 // unavailable logs a store error, unless it is the circuit breaker's: an
 // open circuit was logged once when it opened.
 func (l *loginLimiter) unavailable(ctx context.Context, msg string, err error) {
-	if !errors.Is(err, enforce.ErrCircuitOpen) {
+	if !errors.Is(err, breaker.ErrOpen) {
 		l.log.WarnContext(ctx, msg, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
 // TestMonthlyQuotaThroughTheCheckPath drives checks through the real
@@ -50,7 +51,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	}
 
 	clock := mustTime(t, "2026-10-10T09:00:00Z").UnixMicro()
-	holder := enforce.NewHolder(enforce.NewPostgresSource(db), slog.New(slog.DiscardHandler))
+	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db), slog.New(slog.DiscardHandler))
 	if err := holder.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,27 +1,15 @@
 package checkapi
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 )
-
-type ctxKey int
-
-const serviceTokenKey ctxKey = 0
-
-// ServiceTokenID returns the verified service token's ID from ctx.
-func ServiceTokenID(ctx context.Context) string {
-	id, _ := ctx.Value(serviceTokenKey).(string)
-	return id
-}
 
 // RequireServiceToken lets a request through only with a valid, unexpired
 // and unrevoked service token in "Authorization: Bearer …".
@@ -38,10 +26,9 @@ func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*ht
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			token, ok := find(r)
-			var id string
 			var err error
 			if ok {
-				id, err = tokens.Verify(token, time.Now())
+				_, err = tokens.Verify(token, time.Now())
 			}
 			if !ok || err != nil {
 				if refused != nil {
@@ -50,22 +37,9 @@ func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*ht
 				unauthorized(w, r, log)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceTokenKey, boxedID(id))))
+			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// boxedIDs holds each verified token ID as an interface value, made once:
-// putting a string in a context otherwise allocates on every request.
-// Only IDs of validly signed tokens get here, so it stays small.
-var boxedIDs sync.Map
-
-func boxedID(id string) any {
-	if v, ok := boxedIDs.Load(id); ok {
-		return v
-	}
-	v, _ := boxedIDs.LoadOrStore(id, any(id))
-	return v
 }
 
 func unauthorized(w http.ResponseWriter, r *http.Request, log *slog.Logger) {

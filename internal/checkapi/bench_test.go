@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -39,7 +40,7 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 		}
 	}
 	pro.ID, anonymous.ID = 1, 2
-	d := enforce.Data{
+	d := snapshot.Data{
 		Plans:         []plans.Plan{pro, anonymous},
 		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
 		SigningKeys:   map[string]ed25519.PublicKey{"k1": pub},
@@ -57,7 +58,7 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 	token, _ := tok.SignedString(priv)
 
 	log := slog.New(slog.DiscardHandler)
-	holder := enforce.NewHolder(enforce.StaticSource{Data: d}, log)
+	holder := snapshot.NewHolder(snapshot.StaticSource(d), log)
 	if err := holder.Reload(context.Background()); err != nil {
 		b.Fatal(err)
 	}

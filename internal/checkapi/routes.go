@@ -12,12 +12,13 @@ import (
 
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
 // Deps is what the check server's handlers use.
 type Deps struct {
 	Log     *slog.Logger
-	Holder  *enforce.Holder
+	Holder  *snapshot.Holder
 	Checker *enforce.Checker
 	// Registry serves /metrics.
 	Registry *prometheus.Registry

@@ -1,3 +1,8 @@
+// Package enforce answers the hot-path question — may this caller make
+// this request now? — from the current snapshot of plans, tenants and keys
+// (package snapshot) and the limiter store, which decides the rules that
+// match in one call shared with other checks (checks are batched), unless
+// a recent denial answers it locally.
 package enforce
 
 import (
@@ -11,8 +16,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -46,14 +54,14 @@ type RuleResult struct {
 	Capacity int64 `json:"-"`
 
 	// rule is the rule the result is of; nil in results built by hand.
-	rule *compiledRule
+	rule *snapshot.Rule
 }
 
 // QuotedName returns the rule's name as a structured-field string (for
 // the RateLimit headers).
 func (rr *RuleResult) QuotedName() string {
 	if rr.rule != nil {
-		return rr.rule.quoted
+		return rr.rule.Quoted
 	}
 	return strconv.Quote(rr.Name)
 }
@@ -62,7 +70,7 @@ func (rr *RuleResult) QuotedName() string {
 // "hourly";q=5000;w=3600.
 func (rr *RuleResult) PolicyHeader() string {
 	if rr.rule != nil {
-		return rr.rule.policy
+		return rr.rule.Policy
 	}
 	return rr.QuotedName() + ";q=" + strconv.FormatInt(rr.Limit, 10) + ";w=" + strconv.FormatInt(rr.WindowS, 10)
 }
@@ -71,13 +79,13 @@ func (rr *RuleResult) PolicyHeader() string {
 // is unreachable.
 const outageRetryMS = 1000
 
-// capacity returns the units the rule admits at once when untouched.
-func (r *compiledRule) capacity() int64 {
-	switch r.Algorithm {
+// capacity returns the units rule admits at once when untouched.
+func capacity(rule *snapshot.Rule) int64 {
+	switch rule.Algorithm {
 	case limiter.GCRA, limiter.TokenBucket, limiter.LeakyBucket:
-		return r.params.EffectiveBurst()
+		return rule.Params.EffectiveBurst()
 	}
-	return r.Limit
+	return rule.Limit
 }
 
 // Decision is the answer to a check (the body of a 200 from /v1/check).
@@ -125,9 +133,9 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 
 // Checker decides checks. It is safe for concurrent use.
 type Checker struct {
-	holder     *Holder
+	holder     *snapshot.Holder
 	store      limiter.Store
-	breaker    *Breaker
+	breaker    *breaker.Breaker
 	prefix     string
 	timeout    time.Duration
 	recorder   Recorder
@@ -188,16 +196,16 @@ type CheckerConfig struct {
 	// every address alone. IPv4 addresses count alone.
 	IPv6Prefix int
 	// Breaker configures the circuit breaker the checker puts around its
-	// store (see Breaker); its Probe, ProbeTimeout and Log default to a
+	// store (see breaker.Breaker); its Probe, ProbeTimeout and Log default to a
 	// dry run on a key under Prefix, StoreTimeout and Log.
-	Breaker BreakerConfig
+	Breaker breaker.Config
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store. The
 // store is called through a circuit breaker: while it is down, checks are
 // decided by the rules' failure modes at once. Close stops the breaker's
 // background probing.
-func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker {
+func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
 		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
@@ -239,7 +247,7 @@ func NewChecker(holder *Holder, store limiter.Store, cfg CheckerConfig) *Checker
 	if bc.Log == nil {
 		bc.Log = c.log
 	}
-	c.breaker = NewBreaker(store, bc)
+	c.breaker = breaker.New(store, bc)
 	c.store = c.breaker
 	c.metrics.watchBreaker(c.breaker)
 	return c
@@ -263,91 +271,139 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if s == nil {
 		return Decision{}, ErrNotReady
 	}
-	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
 	r.IP = Network(r.IP, c.ipv6Prefix)
-	var plan *planView
-	var key *keyView       // nil for an anonymous caller
-	var tenant *tenantView // the key's
-	if r.Key != "" {
-		d.Tier = tollgate.TierAuthenticated
-		if !tenants.WellFormed(r.Key) {
-			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
-		}
-		key = c.holder.lookupKey(ctx, s, tenants.HashKey(r.Key))
-		if key != nil {
-			tenant = key.tenant.view.Load()
-		}
-		if tenant == nil { // unknown, or its tenant is gone
-			return c.finish(d, r, tollgate.ReasonInvalidKey), nil
-		}
-		d.TenantID, d.KeyID = tenant.id, key.id
-		if tenant.plan != nil {
-			d.Plan = tenant.plan.name
-		}
-		nowUS := c.now().UnixMicro()
-		switch {
-		case key.revokedAtUS != 0 && key.revokedAtUS <= nowUS:
-			return c.finish(d, r, tollgate.ReasonKeyRevoked), nil
-		case key.expiresAtUS != 0 && key.expiresAtUS <= nowUS:
-			return c.finish(d, r, tollgate.ReasonKeyExpired), nil
-		case tenant.status != tenants.StatusActive:
-			return c.finish(d, r, tollgate.ReasonTenantSuspended), nil
-		}
-		plan = tenant.plan
-	} else {
-		if s.anonymous == nil {
-			return c.finish(d, r, tollgate.ReasonKeyRequired), nil
-		}
-		plan = s.anonymous
-		d.Plan = plan.name
+	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
+	who, refused := c.identify(ctx, s, r, &d)
+	if refused != "" {
+		return c.finish(d, r, refused), nil
 	}
-	if plan == nil {
-		// Cannot happen with a consistent snapshot (every tenant has a
-		// plan); if it does, fail closed rather than admit unlimited.
-		d.Degraded = true
-		c.log.ErrorContext(ctx, "tenant without a plan in the snapshot", "tenant_id", d.TenantID)
-		return c.finish(d, r, tollgate.ReasonUnavailable), nil
-	}
-
-	var matchedBuf [8]*compiledRule
-	matched := matchedBuf[:0]
-	for i := range plan.rules {
-		if plans.MatchResource(plan.rules[i].Resource, r.Resource) {
-			matched = append(matched, &plan.rules[i])
-		}
-	}
+	var matchedBuf [8]*snapshot.Rule // most checks match few rules
+	matched := matchingRules(matchedBuf[:0], who.plan, r.Resource)
 	if len(matched) == 0 {
 		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
-	reqs, err := c.requests(matched, key, tenant, r.IP)
+	reqs, err := c.requests(matched, who, r.IP)
 	if err != nil {
 		return Decision{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
-	sent := c.denials.sent()
-	out, local := c.denials.decideAt(batch, sent)
-	if !local {
-		if c.selfTimed {
-			out, err = c.store.Check(ctx, batch)
-		} else {
-			storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-			out, err = c.store.Check(storeCtx, batch)
-			cancel()
+	out, err := c.decide(ctx, batch)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err() // the caller went away; nothing to decide
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return Decision{}, ctx.Err() // the caller went away; nothing to decide
-			}
-			c.metrics.storeError()
-			if !errors.Is(err, ErrCircuitOpen) && !c.breaker.Open() {
-				// Once the circuit is open the breaker logs the outage.
-				c.outageLog.warn(ctx, c.log, err)
-			}
-			return c.degraded(d, r, matched), nil
-		}
-		c.denials.observe(batch, out, sent)
+		c.storeFailed(ctx, err)
+		return c.degraded(d, r, matched), nil
 	}
+	return c.decided(d, r, matched, out), nil
+}
+
+// caller is who a check is for: a key of a tenant, or an anonymous caller
+// (key and tenant nil), and the plan that limits it.
+type caller struct {
+	key    *snapshot.Key
+	tenant *snapshot.Tenant
+	plan   *snapshot.Plan
+}
+
+// identify finds r's caller in s and fills in d's tier, tenant, key and
+// plan; refused is the reason when the check is refused before any rule
+// (an unknown, revoked or expired key, a suspended tenant, no key where
+// the anonymous plan is missing).
+func (c *Checker) identify(ctx context.Context, s *snapshot.Snapshot, r Request, d *Decision) (who caller, refused string) {
+	if r.Key == "" {
+		if s.Anonymous() == nil {
+			return caller{}, tollgate.ReasonKeyRequired
+		}
+		d.Plan = s.Anonymous().Name
+		return caller{plan: s.Anonymous()}, ""
+	}
+	d.Tier = tollgate.TierAuthenticated
+	if !tenants.WellFormed(r.Key) {
+		return caller{}, tollgate.ReasonInvalidKey
+	}
+	key, tenant := c.holder.FindKey(ctx, s, tenants.HashKey(r.Key))
+	if tenant == nil { // unknown, or its tenant is gone
+		return caller{}, tollgate.ReasonInvalidKey
+	}
+	d.TenantID, d.KeyID = tenant.ID, key.ID
+	if tenant.Plan != nil {
+		d.Plan = tenant.Plan.Name
+	}
+	if refused := c.refusal(key, tenant); refused != "" {
+		return caller{}, refused
+	}
+	if tenant.Plan == nil {
+		// Cannot happen with a consistent snapshot (every tenant has a
+		// plan); if it does, fail closed rather than admit unlimited.
+		d.Degraded = true
+		c.log.ErrorContext(ctx, "tenant without a plan in the snapshot", "tenant_id", d.TenantID)
+		return caller{}, tollgate.ReasonUnavailable
+	}
+	return caller{key: key, tenant: tenant, plan: tenant.Plan}, ""
+}
+
+// refusal returns why key of tenant may not be used now, or "".
+func (c *Checker) refusal(key *snapshot.Key, tenant *snapshot.Tenant) string {
+	nowUS := c.now().UnixMicro()
+	switch {
+	case key.RevokedAtUS != 0 && key.RevokedAtUS <= nowUS:
+		return tollgate.ReasonKeyRevoked
+	case key.ExpiresAtUS != 0 && key.ExpiresAtUS <= nowUS:
+		return tollgate.ReasonKeyExpired
+	case tenant.Status != tenants.StatusActive:
+		return tollgate.ReasonTenantSuspended
+	}
+	return ""
+}
+
+// matchingRules appends to matched the rules of plan whose resource
+// pattern matches resource.
+func matchingRules(matched []*snapshot.Rule, plan *snapshot.Plan, resource string) []*snapshot.Rule {
+	for i := range plan.Rules {
+		if plans.MatchResource(plan.Rules[i].Resource, resource) {
+			matched = append(matched, &plan.Rules[i])
+		}
+	}
+	return matched
+}
+
+// decide answers batch from the local denials when they can, else from
+// the store (through the breaker, within the store timeout), and tells
+// the denials what the store answered.
+func (c *Checker) decide(ctx context.Context, batch limiter.Batch) (limiter.Outcome, error) {
+	sentUS := c.denials.localNowUS()
+	if out, local := c.denials.decideAt(batch, sentUS); local {
+		return out, nil
+	}
+	var out limiter.Outcome
+	var err error
+	if c.selfTimed {
+		out, err = c.store.Check(ctx, batch)
+	} else {
+		storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+		out, err = c.store.Check(storeCtx, batch)
+		cancel()
+	}
+	if err != nil {
+		return out, err
+	}
+	c.denials.observe(batch, out, sentUS)
+	return out, nil
+}
+
+// storeFailed counts and logs a failed store call.
+func (c *Checker) storeFailed(ctx context.Context, err error) {
+	c.metrics.storeError()
+	if !errors.Is(err, breaker.ErrOpen) && !c.breaker.Open() {
+		// Once the circuit is open the breaker logs the outage.
+		c.outageLog.warn(ctx, c.log, err)
+	}
+}
+
+// decided completes d with the store's outcome for the matched rules.
+func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out limiter.Outcome) Decision {
 	d.Rules = make([]RuleResult, 0, len(matched))
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
@@ -366,38 +422,38 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if !d.Allowed {
 		reason = tollgate.ReasonRateLimited
 	}
-	return c.finish(d, r, reason), nil
+	return c.finish(d, r, reason)
 }
 
-// requests returns the limiter requests of the matched rules for the
-// caller (key of tenant, or nil for an anonymous caller from ip), their
-// state keys laid out as statekeys.go describes, all in one string.
-func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenantView, ip string) ([]limiter.Request, error) {
+// requests returns the limiter requests of the matched rules for who
+// (from ip), their state keys laid out as package statekey describes, all
+// in one string.
+func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]limiter.Request, error) {
 	var addrBuf [24]byte
-	addr := appendAddr(addrBuf[:0], ip)
+	addr := statekey.AppendAddr(addrBuf[:0], ip)
 	var stack [256]byte
 	b := stack[:0]
 	var endStack [8]int
 	ends := endStack[:0]
 	for _, rule := range matched {
 		b = append(b, c.prefix...)
-		if key == nil {
-			b = append(b, '{', ipTag(addr), '}')
-			b = append(b, rule.stateID[:]...)
+		if who.key == nil {
+			b = append(b, '{', statekey.IPTag(addr), '}')
+			b = append(b, rule.StateID[:]...)
 			b = append(b, addr...)
 		} else {
-			b = append(b, '{', tenant.tag, '}')
-			b = append(b, rule.stateID[:]...)
+			b = append(b, '{', who.tenant.Tag, '}')
+			b = append(b, rule.StateID[:]...)
 			switch rule.Scope {
 			case plans.ScopeKey:
-				b = append(b, key.short[:]...)
+				b = append(b, who.key.Short[:]...)
 			case plans.ScopeTenant:
-				b = append(b, tenant.short[:]...)
+				b = append(b, who.tenant.Short[:]...)
 			case plans.ScopeIP:
 				if ip == "" {
 					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
 				}
-				b = append(b, tenant.short[:]...)
+				b = append(b, who.tenant.Short[:]...)
 				b = append(b, addr...)
 			}
 		}
@@ -407,36 +463,36 @@ func (c *Checker) requests(matched []*compiledRule, key *keyView, tenant *tenant
 	reqs := make([]limiter.Request, len(matched))
 	from := 0
 	for i, rule := range matched {
-		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.params, Shadow: rule.Mode == plans.ModeShadow}
+		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.Params, Shadow: rule.Mode == plans.ModeShadow}
 		from = ends[i]
 	}
 	return reqs, nil
 }
 
-func ruleResult(rule *compiledRule, res limiter.Result) RuleResult {
+func ruleResult(rule *snapshot.Rule, res limiter.Result) RuleResult {
 	return RuleResult{
 		Name:         rule.Name,
 		Algorithm:    rule.Algorithm,
 		Mode:         rule.Mode,
 		Limit:        rule.Limit,
-		WindowS:      rule.windowS,
+		WindowS:      rule.WindowS,
 		Allowed:      res.Allowed,
 		Remaining:    res.Remaining,
 		ResetAfterMS: msCeil(res.ResetAfterUS),
 		RetryAfterMS: msCeil(res.RetryAfterUS),
 		DelayMS:      msCeil(res.DelayUS),
-		Capacity:     rule.capacity(),
+		Capacity:     capacity(rule),
 		rule:         rule,
 	}
 }
 
 // degraded decides by failure modes: any closed enforce rule denies.
-func (c *Checker) degraded(d Decision, r Request, matched []*compiledRule) Decision {
+func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule) Decision {
 	d.Degraded = true
 	d.Allowed = true
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
-			WindowS: rule.windowS, Allowed: true, Degraded: true, Capacity: rule.capacity(), rule: rule}
+			WindowS: rule.WindowS, Allowed: true, Degraded: true, Capacity: capacity(rule), rule: rule}
 		if rule.FailureMode == plans.FailClosed && rule.Mode == plans.ModeEnforce {
 			rr.Allowed = false
 			// Unknown when the store is back: ask for a retry in a second.

@@ -79,8 +79,10 @@ func newDenials(now func() time.Time) *denials {
 // localUS returns the local monotonic clock in µs.
 func (d *denials) localUS() int64 { return d.now().Sub(d.start).Microseconds() }
 
-// sent returns the local time to pass to observe when the store answers.
-func (d *denials) sent() int64 {
+// localNowUS returns the local monotonic clock in µs (0 on nil denials):
+// taken when a check is sent, it is the time decideAt decides at and
+// observe takes when the store answers.
+func (d *denials) localNowUS() int64 {
 	if d == nil {
 		return 0
 	}
@@ -98,10 +100,10 @@ func (d *denials) shard(key string) *denialShard {
 // decide denies b here when the remembered states of all its rules deny
 // it; ok is false when the store must decide.
 func (d *denials) decide(b limiter.Batch) (out limiter.Outcome, ok bool) {
-	return d.decideAt(b, d.sent())
+	return d.decideAt(b, d.localNowUS())
 }
 
-// decideAt is decide at local time localUS (from sent).
+// decideAt is decide at local time localUS (from localNowUS).
 func (d *denials) decideAt(b limiter.Batch, localUS int64) (out limiter.Outcome, ok bool) {
 	if d == nil || b.Cost == 0 || len(b.Requests) == 0 {
 		return limiter.Outcome{}, false

@@ -2,7 +2,6 @@ package enforce
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -123,7 +123,7 @@ func TestLocalDenialIsNeverGivenWhereTheStoreWouldAdmit(t *testing.T) {
 						continue
 					}
 					probe(cost)
-					sent := d.sent()
+					sent := d.localNowUS()
 					out := ask(cost, false)
 					d.observe(limiter.Batch{Requests: reqs, Cost: cost, ReportState: true}, out, sent)
 					if out.Admitted || out.Results[0].RetryAfterUS <= 0 {
@@ -176,7 +176,7 @@ func TestDenialEntryNeverOutlivesItsState(t *testing.T) {
 		if out, ok := d.decide(b); ok {
 			return out, true
 		}
-		sent := d.sent()
+		sent := d.localNowUS()
 		out, err := store.Check(context.Background(), b)
 		if err != nil {
 			t.Fatal(err)
@@ -250,20 +250,16 @@ func (s *storeCallCounter) Check(ctx context.Context, b limiter.Batch) (limiter.
 	return s.Store.Check(ctx, b)
 }
 
-// fixedSource serves snapshot data that the test changes between reloads.
+// fixedSource holds snapshot data that the test changes between reloads.
 type fixedSource struct {
 	mu   sync.Mutex
-	data Data
+	data snapshot.Data
 }
 
-func (s *fixedSource) LoadSnapshot(context.Context) (Data, error) {
+func (s *fixedSource) get() snapshot.Data {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.data, nil
-}
-
-func (s *fixedSource) FindKey(context.Context, tenants.KeyHash) (tenants.Key, error) {
-	return tenants.Key{}, fmt.Errorf("not found")
+	return s.data
 }
 
 // TestNoLocalDenialAfterAPlanOrKeyChange: a caller denied and denied again
@@ -280,13 +276,13 @@ func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 	}
 	secret1, hash1, _ := tenants.GenerateKey()
 	secret2, hash2, _ := tenants.GenerateKey()
-	src := &fixedSource{data: Data{
+	src := &fixedSource{data: snapshot.Data{
 		Plans:         []plans.Plan{{ID: 1, Name: "small", Rules: hourly(1)}, {ID: 2, Name: "other", Rules: hourly(1)}},
 		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "t", PlanID: 1, Status: tenants.StatusActive}},
 		Keys:          []tenants.Key{{ID: "key-1", TenantID: "tenant-1", Hash: hash1}, {ID: "key-2", TenantID: "tenant-1", Hash: hash2}},
 		ServiceTokens: []auth.ServiceToken{},
 	}}
-	holder := NewHolder(src, nil)
+	holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
 	testenv.Must(t, holder.Reload(ctx))
 	c := NewChecker(holder, store, CheckerConfig{})
 	c.now = clock.Now
@@ -314,7 +310,7 @@ func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 			t.Fatalf("again: allowed %v local %v reason %s; want denied locally", d.Allowed, local, d.Reason)
 		}
 	}
-	reload := func(change func(*Data)) {
+	reload := func(change func(*snapshot.Data)) {
 		t.Helper()
 		src.mu.Lock()
 		change(&src.data)
@@ -329,17 +325,17 @@ func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 	}
 
 	spend(secret1, 1)
-	reload(func(d *Data) { d.Plans[0].Rules = hourly(3) }) // the limit raised in place
+	reload(func(d *snapshot.Data) { d.Plans[0].Rules = hourly(3) }) // the limit raised in place
 	wantStoreAdmits("limit raised", secret1)
 	spend(secret1, 1)
-	reload(func(d *Data) { d.Tenants[0].PlanID = 2 }) // another plan
+	reload(func(d *snapshot.Data) { d.Tenants[0].PlanID = 2 }) // another plan
 	wantStoreAdmits("moved to another plan", secret1)
 	spend(secret1, 0)
-	reload(func(d *Data) { d.Overrides = map[string][]plans.Rule{"tenant-1": hourly(5)} }) // the same state, a new limit
+	reload(func(d *snapshot.Data) { d.Overrides = map[string][]plans.Rule{"tenant-1": hourly(5)} }) // the same state, a new limit
 	wantStoreAdmits("override", secret1)
 	spend(secret1, 3)
 	wantStoreAdmits("another key of the tenant", secret2)
-	reload(func(d *Data) { now := clock.Now(); d.Keys[0].RevokedAt = &now })
+	reload(func(d *snapshot.Data) { now := clock.Now(); d.Keys[0].RevokedAt = &now })
 	if d, _ := check(secret1); d.Reason != "key_revoked" {
 		t.Errorf("revoked key: reason %s, want key_revoked", d.Reason)
 	}

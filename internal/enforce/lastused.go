@@ -28,6 +28,8 @@ type LastUsed struct {
 	store   KeyToucher
 	log     *slog.Logger
 	monitor *backoff.Monitor
+	// sleep waits between writes (backoff.Sleep; tests replace it).
+	sleep func(ctx context.Context, d time.Duration) error
 
 	mu   sync.Mutex
 	seen map[string]int64 // key ID → µs since the epoch of its latest use
@@ -38,7 +40,7 @@ func NewLastUsed(store KeyToucher, log *slog.Logger) *LastUsed {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LastUsed{store: store, log: log, seen: map[string]int64{},
+	return &LastUsed{store: store, log: log, seen: map[string]int64{}, sleep: backoff.Sleep,
 		monitor: backoff.NewMonitor(backoff.MonitorConfig{Component: "last_used_writer", Dependency: "postgres", Log: log})}
 }
 
@@ -110,23 +112,20 @@ const lastUsedWriteTimeout = 10 * time.Second
 // when it starts, every 10s while it lasts and once when it ends.
 func (l *LastUsed) Run(ctx context.Context, interval time.Duration) {
 	retry := backoff.New(backoff.Policy{Initial: interval, Max: max(interval, 30*time.Second)})
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
+	next := interval
 	for {
-		select {
-		case <-ctx.Done():
+		if l.sleep(ctx, next) != nil {
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := l.Flush(final); err != nil {
 				l.log.Warn("last-used times not written at shutdown", "keys", l.Pending(), "err", err)
 			}
 			return
-		case <-timer.C:
 		}
 		writeCtx, cancel := context.WithTimeout(ctx, lastUsedWriteTimeout)
 		wrote, err := l.flush(writeCtx)
 		cancel()
-		next := interval
+		next = interval
 		switch {
 		case err != nil && ctx.Err() == nil:
 			l.monitor.Failure(err)
@@ -135,7 +134,6 @@ func (l *LastUsed) Run(ctx context.Context, interval time.Duration) {
 			l.monitor.Success()
 			retry.Reset()
 		}
-		timer.Reset(next)
 	}
 }
 

@@ -1,4 +1,4 @@
-package enforce_test
+package enforce
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -30,12 +29,15 @@ func (f *flakyToucher) TouchKeys(context.Context, map[string]time.Time) error {
 
 // TestLastUsedBacksOffWhilePostgresIsDown: with writes failing, the
 // writer waits longer and longer between them instead of trying every
-// interval, logs the outage once, and says when writes succeed again.
+// interval, logs the outage once, and says when writes succeed again. Its
+// waits are virtual until they add up to 800ms.
 func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
 	store := &flakyToucher{}
 	store.failing.Store(true)
 	logs := &testenv.LogBuffer{}
-	l := enforce.NewLastUsed(store, slog.New(slog.NewTextHandler(logs, nil)))
+	l := NewLastUsed(store, slog.New(slog.NewTextHandler(logs, nil)))
+	sleep := testenv.NewVirtualSleep(800 * time.Millisecond)
+	l.sleep = sleep.Sleep
 	l.Record(tollgate.UsageEvent{KeyID: "a", AtUS: 1})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -43,7 +45,7 @@ func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
 	go func() { defer close(done); l.Run(ctx, interval) }()
 
 	// A window to count attempts in: every 10ms would be 80.
-	time.Sleep(800 * time.Millisecond)
+	sleep.WaitReached(t, 10*time.Second)
 	if n := store.calls.Load(); n < 2 || n > 12 {
 		t.Errorf("%d writes in 800ms of failures at a 10ms interval, want a few (backing off)", n)
 	}
@@ -54,6 +56,7 @@ func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
 		t.Errorf("pending = %d, want the key kept for the retry", l.Pending())
 	}
 	store.failing.Store(false)
+	sleep.Release()
 	deadline := time.Now().Add(time.Minute)
 	for l.Pending() != 0 || !strings.Contains(logs.String(), "postgres back") {
 		if time.Now().After(deadline) {

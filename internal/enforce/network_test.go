@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -36,11 +37,11 @@ func TestNetwork(t *testing.T) {
 // setting counts every address alone.
 func TestAnonymousIPv6ByNetwork(t *testing.T) {
 	ctx := context.Background()
-	data := enforce.Data{Plans: []plans.Plan{{ID: 1, Name: plans.AnonymousPlan, Rules: []plans.Rule{
+	data := snapshot.Data{Plans: []plans.Plan{{ID: 1, Name: plans.AnonymousPlan, Rules: []plans.Rule{
 		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 3, PeriodUS: limiter.HourUS, Burst: 3, Scope: plans.ScopeIP,
 			Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen},
 	}}}}
-	holder := enforce.NewHolder(enforce.StaticSource{Data: data}, nil)
+	holder := snapshot.NewHolder(snapshot.StaticSource(data), nil)
 	testenv.Must(t, holder.Reload(ctx))
 	for _, c := range []struct {
 		prefix  int

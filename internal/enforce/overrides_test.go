@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -37,7 +38,7 @@ func TestOverridesApplyToChecks(t *testing.T) {
 	})
 	testenv.Must(t, err)
 
-	holder := enforce.NewHolder(enforce.NewPostgresSource(db), nil)
+	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db), nil)
 	testenv.Must(t, holder.Reload(ctx))
 	checker := enforce.NewChecker(holder, limiter.NewMemoryStore(nil), enforce.CheckerConfig{})
 	check := func(key, resource string) enforce.Decision {

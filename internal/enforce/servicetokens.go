@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
 // tokenCache remembers tokens whose signature verified, so the hot path
@@ -41,12 +42,12 @@ func (c *tokenCache) put(token string, e cachedToken) {
 // TokenVerifier checks the service tokens that callers of the check API
 // present. It is safe for concurrent use.
 type TokenVerifier struct {
-	holder *Holder
+	holder *snapshot.Holder
 	cache  tokenCache
 }
 
 // NewTokenVerifier returns a verifier against holder's current snapshot.
-func NewTokenVerifier(holder *Holder) *TokenVerifier {
+func NewTokenVerifier(holder *snapshot.Holder) *TokenVerifier {
 	return &TokenVerifier{holder: holder, cache: tokenCache{entries: map[string]cachedToken{}}}
 }
 
@@ -61,14 +62,14 @@ func (v *TokenVerifier) Verify(token string, now time.Time) (string, error) {
 	}
 	e, hit := v.cache.get(token)
 	if !hit {
-		id, exp, err := auth.VerifyServiceToken(token, s.signingKeys, now)
+		id, exp, err := auth.VerifyServiceToken(token, s.SigningKeys(), now)
 		if err != nil {
 			return "", auth.ErrBadToken
 		}
 		e = cachedToken{id: id, expires: exp}
 		v.cache.put(token, e)
 	}
-	st, known := s.tokens[e.id]
+	st, known := s.ServiceToken(e.id)
 	if !now.Before(e.expires) || !known || (st.RevokedAt != nil && !st.RevokedAt.After(now)) {
 		return "", auth.ErrBadToken
 	}

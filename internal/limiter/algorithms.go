@@ -22,8 +22,11 @@ type Result struct {
 }
 
 // state is one rule's stored state in the memory store. Which fields mean
-// something depends on the algorithm; the Redis script keeps the same
-// values under the same names.
+// something depends on the algorithm. The Redis script keeps the same
+// values, in its own layout: one number per key for gcra, leaky_bucket
+// (tat) and token_bucket (the time the bucket was empty, from which tokens
+// and stamp follow), a hash of window, count and prev for the windows,
+// and a sorted set of admission times for the log.
 type state struct {
 	tat    int64   // gcra, leaky_bucket: theoretical arrival time
 	tokens int64   // token_bucket: available, in µs of refill (units × T)

@@ -154,7 +154,7 @@ func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) 
 }
 
 // measureKey is shaped like a production state key of a per-key rule
-// (internal/enforce/statekeys.go): the prefix, a one-byte hash tag, three
+// (internal/statekey): the prefix, a one-byte hash tag, three
 // bytes of rule and five of API key, 14 bytes in all.
 const measureKey = "tg:{\x8a}\x01\x02\x03\xd4\x05\x96\x07\x38"
 

@@ -1,6 +1,6 @@
 // Package limiter implements Tollgate's limiting algorithms over two stores
-// that decide identically: Redis (one Lua script call per check) and memory
-// (one process). Time is integer microseconds throughout; docs/algorithms.md
+// that decide identically: Redis (a Lua script deciding a batch of checks
+// per call) and memory (one process). Time is integer microseconds throughout; docs/algorithms.md
 // gives the exact semantics.
 package limiter
 
@@ -21,22 +21,18 @@ const (
 	SlidingWindowCounter Algorithm = "sliding_window_counter"
 )
 
-// Algorithms lists every algorithm in documentation order.
+// Algorithms lists every algorithm in documentation order (for forms and
+// messages; the Redis store's wire codes do not depend on it).
 var Algorithms = []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
-// Code is the algorithm's number in the Lua script's argument list (1…6;
-// 0 for an unknown algorithm).
-func (a Algorithm) Code() int {
-	for i, x := range Algorithms {
-		if x == a {
-			return i + 1
-		}
-	}
-	return 0
-}
-
 // Valid reports whether a is a known algorithm.
-func (a Algorithm) Valid() bool { return a.Code() != 0 }
+func (a Algorithm) Valid() bool {
+	switch a {
+	case GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter:
+		return true
+	}
+	return false
+}
 
 // Calendar aligns fixed windows to UTC calendar units instead of the epoch.
 type Calendar string

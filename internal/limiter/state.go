@@ -10,33 +10,48 @@ type RuleState struct {
 	// Known is false when the algorithm's state is not reported (the
 	// sliding window log, whose state is every admitted unit).
 	Known bool
-	// A, B, C by algorithm: gcra and leaky_bucket: A the theoretical
-	// arrival time; token_bucket: A the tokens (µs of refill, or whole
-	// units without refill) measured at B; fixed_window: A the window
-	// start, B its count; sliding_window_counter: A the window index, B its
-	// count, C the previous window's count.
-	A, B, C int64
+	// TAT is the theoretical arrival time (µs) of gcra and leaky_bucket.
+	TAT int64
+	// Tokens are token_bucket's available tokens, in µs of refill (whole
+	// units for a bucket that never refills), measured at TokensAtUS.
+	Tokens, TokensAtUS int64
+	// Window is fixed_window's window start (µs) and
+	// sliding_window_counter's window index; Count the units counted in
+	// that window.
+	Window, Count int64
+	// Previous is sliding_window_counter's count of the previous window.
+	Previous int64
 }
 
 // NewRuleState returns the state of algorithm alg from the three numbers a
-// store reported.
-func NewRuleState(alg Algorithm, a, b, c int64) RuleState {
-	if alg == SlidingWindowLog || !alg.Valid() {
-		return RuleState{}
+// store reports for it, in this order: gcra and leaky_bucket the TAT;
+// token_bucket the tokens and when they were measured; fixed_window the
+// window start and count; sliding_window_counter the window index, count
+// and previous count. Numbers an algorithm does not use are ignored.
+func NewRuleState(alg Algorithm, first, second, third int64) RuleState {
+	switch alg {
+	case GCRA, LeakyBucket:
+		return RuleState{Known: true, TAT: first}
+	case TokenBucket:
+		return RuleState{Known: true, Tokens: first, TokensAtUS: second}
+	case FixedWindow:
+		return RuleState{Known: true, Window: first, Count: second}
+	case SlidingWindowCounter:
+		return RuleState{Known: true, Window: first, Count: second, Previous: third}
 	}
-	return RuleState{Known: true, A: a, B: b, C: c}
+	return RuleState{}
 }
 
 func (rs RuleState) state(alg Algorithm) *state {
 	switch alg {
 	case GCRA, LeakyBucket:
-		return &state{tat: rs.A}
+		return &state{tat: rs.TAT}
 	case TokenBucket:
-		return &state{tokens: rs.A, stamp: rs.B}
+		return &state{tokens: rs.Tokens, stamp: rs.TokensAtUS}
 	case FixedWindow:
-		return &state{window: rs.A, count: rs.B}
+		return &state{window: rs.Window, count: rs.Count}
 	case SlidingWindowCounter:
-		return &state{window: rs.A, count: rs.B, prev: rs.C}
+		return &state{window: rs.Window, count: rs.Count, prev: rs.Previous}
 	}
 	return nil
 }
@@ -50,7 +65,7 @@ func observe(p Params, st *state, now int64) RuleState {
 		if st != nil && st.tat > now {
 			tat = st.tat
 		}
-		return RuleState{Known: true, A: tat}
+		return RuleState{Known: true, TAT: tat}
 	case TokenBucket:
 		unit := p.EmissionInterval()
 		refills := unit > 0
@@ -65,7 +80,7 @@ func observe(p Params, st *state, now int64) RuleState {
 				available = min(capacity, available+(now-st.stamp))
 			}
 		}
-		return RuleState{Known: true, A: available, B: now}
+		return RuleState{Known: true, Tokens: available, TokensAtUS: now}
 	case FixedWindow:
 		var start, count int64
 		if p.AnchorFirstRequest {
@@ -79,7 +94,7 @@ func observe(p Params, st *state, now int64) RuleState {
 				count = st.count
 			}
 		}
-		return RuleState{Known: true, A: start, B: count}
+		return RuleState{Known: true, Window: start, Count: count}
 	case SlidingWindowCounter:
 		index := FloorDiv(now, p.PeriodUS)
 		var curr, prev int64
@@ -91,7 +106,7 @@ func observe(p Params, st *state, now int64) RuleState {
 				prev = st.count
 			}
 		}
-		return RuleState{Known: true, A: index, B: curr, C: prev}
+		return RuleState{Known: true, Window: index, Count: curr, Previous: prev}
 	}
 	return RuleState{}
 }

@@ -8,16 +8,15 @@
 --            nchecks × (now, cost, dry_run, nrules, nrules × ref)
 --   A def is one rule's parameters, shared by every check of the batch
 --   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
---   algorithm  a                     b          c
---   1 gcra     emission interval T   burst      T × burst   (µs)
---   2 bucket   unit (T, 1 if no      burst      1 if it refills
---              refill)
---   3 leaky    as gcra
---   4 fixed    limit                 period µs
---   5 log      limit                 period µs
---   6 counter  limit                 period µs
---   flags: 2 shape, 4 calendar day, 8 calendar month, 16 anchor first
---   request. now is µs, or 0 to take it from TIME (once per batch).
+--   algorithm (an alg* code below) and its three numbers a, b, c:
+--   algGCRA, algLeakyBucket   a emission interval T (µs), b burst,
+--                             c tolerance T × burst (µs)
+--   algTokenBucket            a unit (T, or 1 if it never refills),
+--                             b burst, c 1 if it refills
+--   algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter
+--                             a limit, b period (µs), c 0
+--   flags: the sum of the flag* values below that apply. now is µs, or 0
+--   to take it from TIME (once per batch).
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed, remaining, reset_after, retry_after, delay; and, for a check
@@ -30,8 +29,26 @@
 -- or dispatch per rule. docs/algorithms.md gives the semantics; the Go
 -- twin is internal/limiter/algorithms.go.
 
+-- Wire constants: the same names and values as wire.go beside this file
+-- (a test compares them).
+local algGCRA = 1
+local algTokenBucket = 2
+local algLeakyBucket = 3
+local algFixedWindow = 4
+local algSlidingWindowLog = 5
+local algSlidingWindowCounter = 6
+local flagShape = 2
+local flagCalendarDay = 4
+local flagCalendarMonth = 8
+local flagAnchorFirstRequest = 16
+
 local floor = math.floor
 local tonumber = tonumber
+
+-- has reports whether flags (a sum of distinct flag* values) include flag.
+local function has(flags, flag)
+  return flags % (2 * flag) >= flag
+end
 
 local function idiv(a, b) -- floor(a / b) exactly, b > 0
   local q = floor(a / b)
@@ -68,10 +85,24 @@ end
 local batch = cmsgpack.unpack(ARGV[1])
 local extra = batch[1]
 local report = batch[2] == 1
-local alg, flg, pa, pb, pc = {}, {}, {}, {}, {}
+-- Each def's algorithm, flags and parameters by name, as its algorithm
+-- reads them: def_interval (gcra, leaky: T; bucket: its unit), def_burst
+-- (gcra, leaky, bucket), def_tolerance (gcra, leaky), def_refills
+-- (bucket), def_limit and def_period (the windows).
+local alg, flg = {}, {}
+local def_interval, def_burst, def_tolerance, def_refills = {}, {}, {}, {}
+local def_limit, def_period = {}, {}
 local i = 4
 for d = 1, batch[3] do
-  alg[d], flg[d], pa[d], pb[d], pc[d] = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
+  local a = batch[i]
+  alg[d], flg[d] = a, batch[i + 1]
+  if a == algGCRA or a == algLeakyBucket then
+    def_interval[d], def_burst[d], def_tolerance[d] = batch[i + 2], batch[i + 3], batch[i + 4]
+  elseif a == algTokenBucket then
+    def_interval[d], def_burst[d], def_refills[d] = batch[i + 2], batch[i + 3], batch[i + 4] == 1
+  else
+    def_limit[d], def_period[d] = batch[i + 2], batch[i + 3]
+  end
   i = i + 5
 end
 
@@ -89,7 +120,7 @@ do
     for _ = 1, nrules do
       kk = kk + 1
       local a = alg[floor(batch[j] / 2)]
-      if a == 1 or a == 2 or a == 3 then mkeys[#mkeys + 1] = KEYS[kk] end
+      if a == algGCRA or a == algTokenBucket or a == algLeakyBucket then mkeys[#mkeys + 1] = KEYS[kk] end
       j = j + 1
     end
   end
@@ -103,9 +134,17 @@ end
 
 local out, n, k = {}, 0, 0
 local clock
--- The current check's writes (applied once every rule allowed) and the
--- states its rules were decided on.
-local wkey, wdef, w1, w2, w3, wttl = {}, {}, {}, {}, {}, {}
+-- The current check's writes, applied once every rule allowed: the key,
+-- its def, its time to live (ms, before extra) and what to store by
+-- algorithm: wnumber the key's one number (gcra, leaky: the new TAT;
+-- bucket: when it was empty, or its whole tokens if it never refills);
+-- wwindow and wcount a window (fixed: its start; counter: its index) and
+-- its count; wprev the counter's previous count; wperiod the log's period
+-- (older entries leave).
+local wkey, wdef, wttl = {}, {}, {}
+local wnumber, wwindow, wcount, wprev, wperiod = {}, {}, {}, {}, {}
+-- The states the current check's rules were decided on: per rule the
+-- three numbers the header lists.
 local s1, s2, s3 = {}, {}, {}
 
 local total = #batch
@@ -133,10 +172,12 @@ while i <= total do
     local a, flags = alg[d], flg[d]
     local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
     local x1, x2, x3 = 0, 0, 0
-    local write, v1, v2, v3, ttl = false, 0, 0, 0, 0
+    -- What to store when the check is admitted (see wnumber … wperiod).
+    local write, ttl = false, 0
+    local new_number, new_window, new_count, new_prev, new_period = 0, 0, 0, 0, 0
 
-    if a == 1 or a == 3 then
-      local interval, burst, tolerance = pa[d], pb[d], pc[d]
+    if a == algGCRA or a == algLeakyBucket then
+      local interval, burst, tolerance = def_interval[d], def_burst[d], def_tolerance[d]
       local tat = now
       local v = cache[key]
       if v then
@@ -159,18 +200,18 @@ while i <= total do
         allowed = 1
         remaining = idiv(tolerance - (new_tat - now), interval)
         reset = new_tat - now
-        if flags % 4 >= 2 then delay = tat - now end
+        if has(flags, flagShape) then delay = tat - now end
         if cost > 0 then
-          write, v1, ttl = true, new_tat, -idiv(now - new_tat, 1000)
+          write, new_number, ttl = true, new_tat, -idiv(now - new_tat, 1000)
         end
       end
 
-    elseif a == 2 then
+    elseif a == algTokenBucket then
       -- A refilling bucket keeps one number, the time it was (or would
       -- have been) empty: tokens + stamp is tokens at stamp, now - empty
       -- at now, so that GET and SET replace HMGET, HSET and PEXPIRE. A
       -- bucket that never refills keeps its whole tokens, without expiry.
-      local unit, burst, refills = pa[d], pb[d], pc[d] == 1
+      local unit, burst, refills = def_interval[d], def_burst[d], def_refills[d]
       local capacity = unit * burst
       local available = capacity
       local v = cache[key]
@@ -198,19 +239,19 @@ while i <= total do
         remaining = idiv(left, unit)
         if cost > 0 then
           if refills then
-            write, v1, ttl = true, now - left, -idiv(left - capacity, 1000)
+            write, new_number, ttl = true, now - left, -idiv(left - capacity, 1000)
           else
-            write, v1, ttl = true, left, -1
+            write, new_number, ttl = true, left, -1
           end
         end
       end
       if left >= capacity then reset = 0 elseif not refills then reset = -1 else reset = capacity - left end
 
-    elseif a == 4 then
-      local limit, period = pa[d], pb[d]
+    elseif a == algFixedWindow then
+      local limit, period = def_limit[d], def_period[d]
       local st = redis.call('HMGET', key, 'window', 'count')
       local start, finish, count = 0, 0, 0
-      if flags % 32 >= 16 then
+      if has(flags, flagAnchorFirstRequest) then
         start, finish = now, now + period
         if st[1] and now < tonumber(st[1]) + period then
           start = tonumber(st[1])
@@ -218,10 +259,10 @@ while i <= total do
           count = tonumber(st[2])
         end
       else
-        if flags % 8 >= 4 then
+        if has(flags, flagCalendarDay) then
           start = idiv(now, DAY) * DAY
           finish = start + DAY
-        elseif flags % 16 >= 8 then
+        elseif has(flags, flagCalendarMonth) then
           local y, m = civil_from_days(idiv(now, DAY))
           start = days_from_civil(y, m, 1) * DAY
           if m == 12 then y = y + 1; m = 1 else m = m + 1 end
@@ -243,13 +284,13 @@ while i <= total do
         used = count + cost
         remaining = limit - used
         if cost > 0 then
-          write, v1, v2, ttl = true, start, used, -idiv(now - finish, 1000)
+          write, new_window, new_count, ttl = true, start, used, -idiv(now - finish, 1000)
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
 
-    elseif a == 5 then
-      local limit, period = pa[d], pb[d]
+    elseif a == algSlidingWindowLog then
+      local limit, period = def_limit[d], def_period[d]
       -- Entries at or before now - period have left the window. They are
       -- dropped only when the log is written, so that a check that admits
       -- nothing changes nothing (even for a clock that later steps back).
@@ -278,12 +319,12 @@ while i <= total do
         else
           if newest < now then newest = now end
           reset = newest + period - now
-          write, v1, ttl = true, period, -idiv(-reset, 1000)
+          write, new_period, ttl = true, period, -idiv(-reset, 1000)
         end
       end
 
-    elseif a == 6 then
-      local limit, period = pa[d], pb[d]
+    elseif a == algSlidingWindowCounter then
+      local limit, period = def_limit[d], def_period[d]
       local index = idiv(now, period)
       local elapsed = now - index * period
       local curr, prev = 0, 0
@@ -325,7 +366,7 @@ while i <= total do
         used = curr + cost
         remaining = idiv(budget - weighted - cost * period, period)
         if cost > 0 then
-          write, v1, v2, v3, ttl = true, index, used, prev, -idiv(elapsed - 2 * period, 1000)
+          write, new_window, new_count, new_prev, ttl = true, index, used, prev, -idiv(elapsed - 2 * period, 1000)
         end
       end
       if used > 0 then reset = 2 * period - elapsed elseif prev > 0 then reset = period - elapsed end
@@ -334,7 +375,8 @@ while i <= total do
     if allowed == 0 and ref % 2 == 0 then admitted = false end
     if write and allowed == 1 then
       nw = nw + 1
-      wkey[nw], wdef[nw], w1[nw], w2[nw], w3[nw], wttl[nw] = key, d, v1, v2, v3, ttl
+      wkey[nw], wdef[nw], wttl[nw] = key, d, ttl
+      wnumber[nw], wwindow[nw], wcount[nw], wprev[nw], wperiod[nw] = new_number, new_window, new_count, new_prev, new_period
     end
     s1[r], s2[r], s3[r] = x1, x2, x3
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
@@ -345,17 +387,17 @@ while i <= total do
     for w = 1, nw do
       local key, d = wkey[w], wdef[w]
       local a = alg[d]
-      if a == 1 or a == 3 then
-        redis.call('SET', key, w1[w], 'PX', wttl[w] + extra)
-        cache[key] = w1[w]
-      elseif a == 2 then
-        if wttl[w] >= 0 then redis.call('SET', key, w1[w], 'PX', wttl[w] + extra) else redis.call('SET', key, w1[w]) end
-        cache[key] = w1[w]
-      elseif a == 4 then
-        redis.call('HSET', key, 'window', w1[w], 'count', w2[w])
+      if a == algGCRA or a == algLeakyBucket then
+        redis.call('SET', key, wnumber[w], 'PX', wttl[w] + extra)
+        cache[key] = wnumber[w]
+      elseif a == algTokenBucket then
+        if wttl[w] >= 0 then redis.call('SET', key, wnumber[w], 'PX', wttl[w] + extra) else redis.call('SET', key, wnumber[w]) end
+        cache[key] = wnumber[w]
+      elseif a == algFixedWindow then
+        redis.call('HSET', key, 'window', wwindow[w], 'count', wcount[w])
         redis.call('PEXPIRE', key, wttl[w] + extra)
-      elseif a == 5 then
-        local period = w1[w]
+      elseif a == algSlidingWindowLog then
+        local period = wperiod[w]
         redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - period))
         -- The members scored now are now:1 .. now:n (they only ever leave
         -- together), so now:n+1 .. are new.
@@ -369,8 +411,8 @@ while i <= total do
         end
         if #args > 0 then redis.call('ZADD', key, unpack(args)) end
         redis.call('PEXPIRE', key, wttl[w] + extra)
-      elseif a == 6 then
-        redis.call('HSET', key, 'window', w1[w], 'count', w2[w], 'prev', w3[w])
+      elseif a == algSlidingWindowCounter then
+        redis.call('HSET', key, 'window', wwindow[w], 'count', wcount[w], 'prev', wprev[w])
         redis.call('PEXPIRE', key, wttl[w] + extra)
       end
     end

@@ -268,38 +268,9 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 	b = appendInt(b, report)
 	b = appendInt(b, int64(len(c.defs)))
 	for _, p := range c.defs {
-		var flags, a, bb, cc int64
-		if p.Shape {
-			flags |= 2
-		}
-		switch p.Calendar {
-		case limiter.CalendarDay:
-			flags |= 4
-		case limiter.CalendarMonth:
-			flags |= 8
-		}
-		if p.AnchorFirstRequest {
-			flags |= 16
-		}
-		switch p.Algorithm {
-		case limiter.GCRA, limiter.LeakyBucket:
-			a, bb = p.EmissionInterval(), p.EffectiveBurst()
-			cc = a * bb
-		case limiter.TokenBucket:
-			a, bb = p.EmissionInterval(), p.EffectiveBurst()
-			if a > 0 {
-				cc = 1
-			} else {
-				a = 1
-			}
-		default:
-			a, bb = p.Limit, p.PeriodUS
-		}
-		b = appendInt(b, int64(p.Algorithm.Code()))
-		b = appendInt(b, flags)
-		b = appendInt(b, a)
-		b = appendInt(b, bb)
-		b = appendInt(b, cc)
+		b = appendInt(b, algorithmCode(p.Algorithm))
+		b = appendInt(b, flags(p))
+		b = appendDef(b, p)
 	}
 	refs := c.refs
 	for _, p := range checks {
@@ -317,6 +288,26 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		}
 	}
 	c.arg = b
+}
+
+// appendDef appends the three numbers check.lua reads of p, by algorithm:
+// gcra and leaky_bucket the emission interval T, the burst and T × burst
+// (the tolerance); token_bucket its unit (T, or 1 when it never refills),
+// the burst and 1 when it refills (else 0); the windows the limit, the
+// period (µs) and 0.
+func appendDef(b []byte, p limiter.Params) []byte {
+	switch p.Algorithm {
+	case limiter.GCRA, limiter.LeakyBucket:
+		interval, burst := p.EmissionInterval(), p.EffectiveBurst()
+		return appendInt(appendInt(appendInt(b, interval), burst), interval*burst)
+	case limiter.TokenBucket:
+		unit, refills := p.EmissionInterval(), int64(1)
+		if unit <= 0 {
+			unit, refills = 1, 0
+		}
+		return appendInt(appendInt(appendInt(b, unit), p.EffectiveBurst()), refills)
+	}
+	return appendInt(appendInt(appendInt(b, p.Limit), p.PeriodUS), 0)
 }
 
 var errShortReply = errors.New("redisstore: check: reply too short")

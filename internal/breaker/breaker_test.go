@@ -1,4 +1,4 @@
-package enforce
+package breaker
 
 import (
 	"bytes"
@@ -11,14 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
-	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -77,7 +72,7 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	r := testenv.StartRedisServer(t)
 	store := redisStore(t, r)
 	var logs bytes.Buffer
-	b := NewBreaker(store, BreakerConfig{Failures: 3, Probe: probeBatch(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	b := New(store, Config{Failures: 3, Probe: probeBatch(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	t.Cleanup(b.Close)
 
 	if _, err := b.Check(ctx, oneCheck()); err != nil {
@@ -86,7 +81,7 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	r.Kill()
 	for i := range 3 {
 		_, err := b.Check(ctx, oneCheck())
-		if err == nil || errors.Is(err, ErrCircuitOpen) {
+		if err == nil || errors.Is(err, ErrOpen) {
 			t.Fatalf("call %d with Redis down: %v, want the store's error", i+1, err)
 		}
 		if open := b.Open(); open != (i == 2) {
@@ -95,8 +90,8 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	}
 	reached := store.calls.Load()
 	for range 1000 {
-		if _, err := b.Check(ctx, oneCheck()); !errors.Is(err, ErrCircuitOpen) {
-			t.Fatalf("circuit open: %v, want ErrCircuitOpen", err)
+		if _, err := b.Check(ctx, oneCheck()); !errors.Is(err, ErrOpen) {
+			t.Fatalf("circuit open: %v, want ErrOpen", err)
 		}
 	}
 	if n := store.calls.Load() - reached; n != 0 {
@@ -125,7 +120,7 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 func TestBreakerNeedsFailuresInARow(t *testing.T) {
 	ctx := context.Background()
 	r := testenv.StartRedisServer(t)
-	b := NewBreaker(redisStore(t, r), BreakerConfig{Failures: 3, Probe: probeBatch()})
+	b := New(redisStore(t, r), Config{Failures: 3, Probe: probeBatch()})
 	t.Cleanup(b.Close)
 	for round := range 3 {
 		r.Kill()
@@ -165,7 +160,7 @@ func (s *stuckStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcom
 func TestBreakerCutsCallsInFlightWhenItOpens(t *testing.T) {
 	store := &stuckStore{}
 	store.failing.Store(true)
-	b := NewBreaker(store, BreakerConfig{Failures: 3, Probe: probeBatch()})
+	b := New(store, Config{Failures: 3, Probe: probeBatch()})
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -187,8 +182,8 @@ func TestBreakerCutsCallsInFlightWhenItOpens(t *testing.T) {
 	for range 5 {
 		select {
 		case err := <-errs:
-			if !errors.Is(err, ErrCircuitOpen) {
-				t.Errorf("call in flight ended with %v, want ErrCircuitOpen", err)
+			if !errors.Is(err, ErrOpen) {
+				t.Errorf("call in flight ended with %v, want ErrOpen", err)
 			}
 		case <-time.After(10 * time.Second): // they would wait an hour
 			t.Fatal("calls in flight still waiting after the circuit opened")
@@ -207,7 +202,7 @@ func TestBreakerProbesBackOffToTheCap(t *testing.T) {
 	var mu sync.Mutex
 	var waits []time.Duration
 	resume := make(chan struct{})
-	b := NewBreaker(redisStore(t, r), BreakerConfig{Failures: 1, Probe: probeBatch(),
+	b := New(redisStore(t, r), Config{Failures: 1, Probe: probeBatch(),
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			mu.Lock()
 			waits = append(waits, d)
@@ -244,110 +239,6 @@ func TestBreakerProbesBackOffToTheCap(t *testing.T) {
 	}
 }
 
-// staticData is one plan per failure mode and one key on each.
-func staticData(t *testing.T) (Data, map[plans.FailureMode]string) {
-	t.Helper()
-	d := Data{}
-	keys := map[plans.FailureMode]string{}
-	for i, mode := range []plans.FailureMode{plans.FailOpen, plans.FailClosed} {
-		id := int64(i + 1)
-		tenantID := "tenant-" + string(mode)
-		d.Plans = append(d.Plans, plans.Plan{ID: id, Name: "fail-" + string(mode), Rules: []plans.Rule{
-			plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS, FailureMode: mode}.WithDefaults(),
-		}})
-		d.Tenants = append(d.Tenants, tenants.Tenant{ID: tenantID, Name: tenantID, PlanID: id, Status: tenants.StatusActive})
-		secret, hash, prefix := tenants.GenerateKey()
-		d.Keys = append(d.Keys, tenants.Key{ID: "key-" + string(mode), TenantID: tenantID, Hash: hash, Prefix: prefix})
-		keys[mode] = secret
-	}
-	return d, keys
-}
-
-// TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen: with Redis
-// killed, every check is a 200-worthy decision by its rule's failure
-// mode, marked degraded, and none reaches Redis once the circuit is open;
-// the metrics say so; once Redis is back checks are exact again.
-func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
-	ctx := context.Background()
-	r := testenv.StartRedisServer(t)
-	store := redisStore(t, r)
-	data, keys := staticData(t)
-	holder := NewHolder(StaticSource{Data: data}, nil)
-	if err := holder.Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	metrics := NewMetrics(reg, holder)
-	checker := NewChecker(holder, store, CheckerConfig{Prefix: "t:", Metrics: metrics})
-	t.Cleanup(checker.Close)
-	check := func(mode plans.FailureMode) Decision {
-		t.Helper()
-		d, err := checker.Check(ctx, Request{Key: keys[mode], Resource: "GET /", Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
-		t.Fatalf("Redis up: %+v", d)
-	}
-
-	r.Kill()
-	for range 3 {
-		check(plans.FailOpen)
-	}
-	if !checker.breaker.Open() {
-		t.Fatal("circuit still closed after three failed calls")
-	}
-	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 1 {
-		t.Errorf("tollgate_limiter_circuit_open = %v, want 1", got)
-	}
-	reached := store.calls.Load()
-	for range 100 {
-		if d := check(plans.FailOpen); !d.Allowed || !d.Degraded || d.Reason != "ok" {
-			t.Fatalf("fail-open rule, circuit open: allowed %v degraded %v reason %s", d.Allowed, d.Degraded, d.Reason)
-		}
-		if d := check(plans.FailClosed); d.Allowed || !d.Degraded || d.Reason != tollgate.ReasonUnavailable || d.RetryAfterMS != outageRetryMS {
-			t.Fatalf("fail-closed rule, circuit open: allowed %v degraded %v reason %s retry %d", d.Allowed, d.Degraded, d.Reason, d.RetryAfterMS)
-		}
-	}
-	if n := store.calls.Load() - reached; n != 0 {
-		t.Errorf("%d checks reached Redis while the circuit was open", n)
-	}
-	if got := gauge(t, reg, "tollgate_limiter_circuit_rejected_total"); got != 200 {
-		t.Errorf("tollgate_limiter_circuit_rejected_total = %v, want 200", got)
-	}
-
-	r.Start()
-	waitFor(t, "circuit closed", func() bool { return !checker.breaker.Open() })
-	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
-		t.Errorf("Redis back: allowed %v degraded %v", d.Allowed, d.Degraded)
-	}
-	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 0 {
-		t.Errorf("tollgate_limiter_circuit_open = %v after recovery, want 0", got)
-	}
-}
-
-// gauge returns the value of an unlabelled metric, or of the first series.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			m := f.GetMetric()[0]
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
-}
-
 // TestBreakerPingsAfreshBeforeProbingTheStore: with a Ping, failed probes
 // never touch the store's client (whose pool would start dialling only
 // once a second); once Redis answers PING, the store's probe closes the
@@ -356,7 +247,7 @@ func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 	ctx := context.Background()
 	r := testenv.StartRedisServer(t)
 	store := redisStore(t, r)
-	b := NewBreaker(store, BreakerConfig{Failures: 1, Probe: probeBatch(), Ping: RedisPing("127.0.0.1:1", r.Addr())})
+	b := New(store, Config{Failures: 1, Probe: probeBatch(), Ping: redisstore.Ping("127.0.0.1:1", r.Addr())})
 	t.Cleanup(b.Close)
 	r.Kill()
 	b.Check(ctx, oneCheck()) //nolint:errcheck
@@ -369,7 +260,7 @@ func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 	if n := store.probes.Load(); n != 1 {
 		t.Errorf("%d probes of the store, want the one that closed the circuit", n)
 	}
-	if err := RedisPing("127.0.0.1:1")(ctx); err == nil {
+	if err := redisstore.Ping("127.0.0.1:1")(ctx); err == nil {
 		t.Error("PING of a closed port succeeded")
 	}
 }
@@ -379,7 +270,7 @@ func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 func BenchmarkBreakerOverhead(b *testing.B) {
 	for name, wrap := range map[string]func(limiter.Store) limiter.Store{
 		"bare":    func(s limiter.Store) limiter.Store { return s },
-		"breaker": func(s limiter.Store) limiter.Store { return NewBreaker(s, BreakerConfig{Probe: probeBatch()}) },
+		"breaker": func(s limiter.Store) limiter.Store { return New(s, Config{Probe: probeBatch()}) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			store := wrap(limiter.NewMemoryStore(nil))

@@ -1,12 +1,14 @@
-package enforce
+// Package breaker puts a circuit breaker around a limiter store: while the
+// store is known to be down, calls fail at once with ErrOpen instead of
+// waiting for a timeout, and a background probe closes the circuit as soon
+// as the store answers again. The check path and the admin server's login
+// limiter use it.
+package breaker
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,13 +19,13 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-// ErrCircuitOpen is returned by a Breaker while its store is known to be
-// down: the call was not made.
-var ErrCircuitOpen = errors.New("enforce: limiter store unavailable (circuit open)")
+// ErrOpen is returned by a Breaker while its store is known to be down:
+// the call was not made.
+var ErrOpen = errors.New("breaker: limiter store unavailable (circuit open)")
 
-// BreakerConfig configures a Breaker. The zero value is usable but probes
+// Config configures a Breaker. The zero value is usable but probes
 // with an empty batch, which a store refuses: set Probe.
-type BreakerConfig struct {
+type Config struct {
 	// Failures is how many calls in a row must fail to open the circuit
 	// (default 3).
 	Failures int
@@ -60,9 +62,10 @@ type BreakerConfig struct {
 // answers, calls pass through. After Failures failed calls in a row
 // (errors or timeouts — not callers going away) the circuit opens: calls
 // in flight are cancelled (a limiter.SelfTimed store's end by its own
-// bound instead) and every call fails at once with ErrCircuitOpen, so the
-// rules' failure modes decide without waiting for a timeout. Meanwhile one goroutine probes the store with Probe, backing
-// off to ProbeBackoff's cap, and the first probe that succeeds closes the
+// bound instead) and every call fails at once with ErrOpen, so the
+// rules' failure modes decide without waiting for a timeout. Meanwhile
+// one goroutine probes the store with Probe, backing off to
+// ProbeBackoff's cap, and the first probe that succeeds closes the
 // circuit. The outage is logged once when the circuit opens, every Remind
 // while it stays open and once when it closes.
 //
@@ -76,7 +79,7 @@ type Breaker struct {
 	// selfTimed: the store bounds each call by itself (limiter.SelfTimed);
 	// calls in flight when the circuit opens then end by that bound.
 	selfTimed bool
-	cfg       BreakerConfig
+	cfg       Config
 	monitor   *backoff.Monitor
 
 	circuit    atomic.Pointer[circuit]
@@ -104,8 +107,8 @@ func closedCircuit() *circuit {
 	return &circuit{ctx: ctx, cancel: cancel}
 }
 
-// NewBreaker returns a closed breaker around store.
-func NewBreaker(store limiter.Store, cfg BreakerConfig) *Breaker {
+// New returns a closed breaker around store.
+func New(store limiter.Store, cfg Config) *Breaker {
 	if cfg.Failures <= 0 {
 		cfg.Failures = 3
 	}
@@ -147,7 +150,7 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	c := b.circuit.Load()
 	if c.open {
 		b.rejected.Add(1)
-		return limiter.Outcome{}, ErrCircuitOpen
+		return limiter.Outcome{}, ErrOpen
 	}
 	var out limiter.Outcome
 	var err error
@@ -160,10 +163,10 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 		cut = err != nil && b.circuit.Load() != c
 	} else {
 		callCtx, cancel := context.WithCancelCause(ctx)
-		stop := context.AfterFunc(c.ctx, func() { cancel(ErrCircuitOpen) })
+		stop := context.AfterFunc(c.ctx, func() { cancel(ErrOpen) })
 		out, err = b.store.Check(callCtx, batch)
 		stop()
-		cut = errors.Is(context.Cause(callCtx), ErrCircuitOpen)
+		cut = errors.Is(context.Cause(callCtx), ErrOpen)
 		cancel(nil)
 	}
 	switch {
@@ -175,7 +178,7 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	case cut:
 		// The circuit opened while this call was in flight.
 		b.rejected.Add(1)
-		return limiter.Outcome{}, ErrCircuitOpen
+		return limiter.Outcome{}, ErrOpen
 	case errors.Is(ctx.Err(), context.Canceled),
 		errors.Is(err, limiter.ErrEmptyBatch), errors.Is(err, limiter.ErrNegativeCost):
 		// The caller went away, or the batch was bad: nothing about the
@@ -197,7 +200,7 @@ func (b *Breaker) trip(c *circuit, err error) {
 	}
 	b.rejectedAt.Store(b.rejected.Load())
 	b.circuit.Store(&circuit{open: true})
-	c.cancel(ErrCircuitOpen)
+	c.cancel(ErrOpen)
 	b.opened.Add(1)
 	b.monitor.Failure(err)
 	b.probing.Add(1)
@@ -239,21 +242,25 @@ func (b *Breaker) probe() {
 // Open reports whether the circuit is open: the store is known to be down.
 func (b *Breaker) Open() bool { return b.circuit.Load().open }
 
-// BreakerStats are a breaker's counters since it was made.
-type BreakerStats struct {
+// Stats are a breaker's counters since it was made.
+type Stats struct {
 	Open bool
 	// Opened counts the times the circuit opened; Rejected the calls
-	// answered with ErrCircuitOpen; FailedProbes the probes that failed.
+	// answered with ErrOpen; FailedProbes the probes that failed.
 	Opened, Rejected, FailedProbes int64
 }
 
 // Stats returns the breaker's counters.
-func (b *Breaker) Stats() BreakerStats {
+func (b *Breaker) Stats() Stats {
 	opened := b.opened.Load()
-	return BreakerStats{Open: b.Open(), Opened: opened, Rejected: b.rejected.Load(),
+	return Stats{Open: b.Open(), Opened: opened, Rejected: b.rejected.Load(),
 		// The monitor counts the failure that opened the circuit too.
 		FailedProbes: b.monitor.Stats().Failures - opened}
 }
+
+// OutageStats returns the counts of the breaker's outage monitor, as
+// backoff.Collectors exports them.
+func (b *Breaker) OutageStats() backoff.MonitorStats { return b.monitor.Stats() }
 
 // Collectors returns the breaker's outage metrics (backoff.Collectors,
 // labelled with its component): for a breaker that no checker watches,
@@ -269,46 +276,4 @@ func (b *Breaker) Close() {
 	b.stopLife()
 	b.mu.Unlock()
 	b.probing.Wait()
-}
-
-// RedisPing returns a BreakerConfig.Ping for the Redis servers at addrs
-// (host:port; one is enough, as for a Cluster's seed nodes): it connects
-// afresh, sends PING and takes any reply, even an error such as NOAUTH, as
-// the server answering. It uses no client library, so it adds nothing to
-// a client's failed dials and logs nothing.
-func RedisPing(addrs ...string) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		var errs []error
-		for _, addr := range addrs {
-			err := redisPing(ctx, addr)
-			if err == nil {
-				return nil
-			}
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
-	}
-}
-
-func redisPing(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
-	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	reply, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if reply == "" || (reply[0] != '+' && reply[0] != '-') {
-		return fmt.Errorf("enforce: %s answered PING with %q", addr, reply)
-	}
-	return nil
 }

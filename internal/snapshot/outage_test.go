@@ -1,4 +1,4 @@
-package enforce
+package snapshot
 
 import (
 	"context"
@@ -19,63 +19,106 @@ import (
 // lines counts what a logger wrote.
 func lines(b *testenv.LogBuffer) int { return strings.Count(b.String(), "\n") }
 
+// listening is a holder syncing from a Postgres of the test's own (the
+// periodic reload an hour away) that holds one key; the listener's waits
+// are virtual until they add up to span.
+type listening struct {
+	pg    *testenv.Postgres
+	ts    *tenants.Store
+	keyID string
+	hash  tenants.KeyHash
+	h     *Holder
+	sleep *testenv.VirtualSleep
+	logs  *testenv.LogBuffer
+}
+
+func startListening(t *testing.T, span time.Duration) *listening {
+	ctx := context.Background()
+	l := &listening{pg: testenv.OwnPostgres(t), logs: &testenv.LogBuffer{}, sleep: testenv.NewVirtualSleep(span)}
+	db, err := postgres.Open(ctx, l.pg.URL)
+	testenv.Must(t, err)
+	t.Cleanup(db.Close)
+	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	l.ts = tenants.NewStore(db)
+	tenant, err := l.ts.Create(ctx, "acme", plan.ID)
+	testenv.Must(t, err)
+	secret, key, err := l.ts.IssueKey(ctx, tenant.ID, "", nil)
+	testenv.Must(t, err)
+	l.keyID, l.hash = key.ID, tenants.HashKey(secret)
+
+	l.h = NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(l.logs, nil)))
+	l.h.sleep = l.sleep.Sleep
+	syncCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); l.h.Sync(syncCtx, db, time.Hour) }()
+	t.Cleanup(func() { stop(); <-done })
+	waitWithin(t, "first load", 10*time.Second, func() bool { return l.h.reloads.Load() >= 1 })
+	return l
+}
+
+// revoked reports whether the holder's snapshot has the key revoked.
+func (l *listening) revoked() bool {
+	k, _ := l.h.Current().key(l.hash)
+	return k != nil && k.RevokedAtUS != 0
+}
+
 // TestSyncBacksOffWhilePostgresIsDownAndListensAgain stops a Postgres of
 // the test's own under a running Sync. While it is down the listener
 // retries a handful of times, not thousands, and logs the outage once;
 // when it is back the listener reloads once, LISTENs again, and a
 // revocation arrives by notification (the periodic reload is an hour
-// away).
+// away), the only reload since. The listener's waits are virtual until
+// they add up to 3s.
 func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
-	ctx := context.Background()
-	pg := testenv.OwnPostgres(t)
-	db, err := postgres.Open(ctx, pg.URL)
-	testenv.Must(t, err)
-	t.Cleanup(db.Close)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(db)
-	tenant, err := ts.Create(ctx, "acme", plan.ID)
-	testenv.Must(t, err)
-	secret, key, err := ts.IssueKey(ctx, tenant.ID, "", nil)
-	testenv.Must(t, err)
+	l := startListening(t, 3*time.Second)
+	h, logs := l.h, l.logs
 
-	logs := &testenv.LogBuffer{}
-	h := NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(logs, nil)))
-	syncCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
-	t.Cleanup(func() { stop(); <-done })
-	waitFor(t, "first load", func() bool { return h.reloads.Load() >= 1 })
-
-	pg.Stop()
-	waitFor(t, "the listener noticing", h.postgres.Down)
+	l.pg.Stop()
+	waitWithin(t, "the listener noticing", 10*time.Second, h.postgres.Down)
 	// A window to count in, not a speed: the listener spun thousands of
 	// times a second here before it backed off.
-	time.Sleep(3 * time.Second)
+	l.sleep.WaitReached(t, 30*time.Second)
 	if n := h.postgres.Stats().Failures; n > 15 {
-		t.Errorf("%d attempts in 3 s of outage, want a handful (backoff from 100ms to 2s)", n)
+		t.Errorf("%d attempts in 3 s of outage, want a handful (backoff from 100ms to 500ms)", n)
 	}
 	if n := lines(logs); n > 2 {
 		t.Errorf("%d log lines in 3 s of outage, want 1 (down), 2 at most:\n%s", n, logs.String())
 	}
 
-	pg.Start()
-	waitFor(t, "LISTEN again", func() bool { return !h.postgres.Down() })
+	l.pg.Start()
+	l.sleep.Release()
+	waitWithin(t, "LISTEN again", 10*time.Second, func() bool { return !h.postgres.Down() })
 	reloads := h.reloads.Load()
-	time.Sleep(time.Second) // again a window to count in
-	if n := h.reloads.Load() - reloads; n > 1 {
-		t.Errorf("%d reloads in the second after recovery, want none (reloads come from notifications and the hourly interval)", n)
-	}
 	if !strings.Contains(logs.String(), "postgres back") {
 		t.Errorf("no line saying Postgres is back:\n%s", logs.String())
 	}
 
-	testenv.Must(t, ts.RevokeKey(ctx, key.ID))
-	hash := tenants.HashKey(secret)
-	waitFor(t, "the revocation by notification", func() bool {
-		k := h.Current().key(hash)
-		return k != nil && k.revokedAtUS != 0
-	})
+	testenv.Must(t, l.ts.RevokeKey(context.Background(), l.keyID))
+	waitWithin(t, "the revocation by notification", 10*time.Second, l.revoked)
+	if n := h.reloads.Load() - reloads; n > 1 {
+		t.Errorf("%d reloads since LISTEN is back, want 1, the revocation's (reloads come from notifications and the hourly interval)", n)
+	}
+}
+
+// TestRevocationWithinASecondOfPostgresReturning: after an outage long
+// enough for the listener's waits to reach their cap, a key revoked as
+// soon as Postgres is back is revoked in the snapshot within a second,
+// even when the listener's longest wait begins just as Postgres returns.
+func TestRevocationWithinASecondOfPostgresReturning(t *testing.T) {
+	l := startListening(t, 30*time.Second) // virtual: the waits at their cap long since
+	l.pg.Stop()
+	waitWithin(t, "the listener noticing", 10*time.Second, l.h.postgres.Down)
+	l.sleep.WaitReached(t, 30*time.Second)
+
+	l.pg.Start()
+	back := time.Now()
+	l.sleep.Release() // the wait under way is served in full
+	testenv.Must(t, l.ts.RevokeKey(context.Background(), l.keyID))
+	waitWithin(t, "the revocation", 5*time.Second, l.revoked)
+	if took := time.Since(back); took > time.Second {
+		t.Errorf("revocation reached the snapshot %v after Postgres was back, want within 1s", took.Round(time.Millisecond))
+	}
 }
 
 // findSource counts FindKey calls and fails them while failing is set.
@@ -112,9 +155,10 @@ func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 	testenv.Must(t, h.Reload(ctx))
 
 	unknown, _, _ := tenants.GenerateKey()
-	lookup := func(secret string) *keyView {
+	lookup := func(secret string) *Key {
 		t.Helper()
-		return h.lookupKey(ctx, h.Current(), tenants.HashKey(secret))
+		k, _ := h.FindKey(ctx, h.Current(), tenants.HashKey(secret))
+		return k
 	}
 	wantFinds := func(step string, want int64) {
 		t.Helper()
@@ -176,14 +220,14 @@ func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 // TestMissesAreBounded: past maxMisses remembered keys, they are all
 // forgotten rather than kept growing.
 func TestMissesAreBounded(t *testing.T) {
-	h := NewHolder(StaticSource{}, nil)
+	h := NewHolder(StaticSource(Data{}), nil)
 	now := time.Now()
 	for i := range 3 * maxMisses {
 		var hash tenants.KeyHash
 		hash[0], hash[1], hash[2] = byte(i), byte(i>>8), byte(i>>16)
 		h.rememberMiss(hash, now)
-		if len(h.misses) > maxMisses {
-			t.Fatalf("%d misses remembered, want at most %d", len(h.misses), maxMisses)
+		if len(h.lookedUp) > maxMisses {
+			t.Fatalf("%d misses remembered, want at most %d", len(h.lookedUp), maxMisses)
 		}
 	}
 }

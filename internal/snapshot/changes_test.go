@@ -1,4 +1,4 @@
-package enforce
+package snapshot
 
 import (
 	"context"
@@ -50,13 +50,13 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitWithin(t, "first load", 5*time.Second, func() bool { return h.fullReloads.Load() >= 1 })
 	full := h.fullReloads.Load()
-	key := func(secret string) *keyView { return h.Current().key(tenants.HashKey(secret)) }
+	key := func(secret string) *Key { k, _ := h.Current().key(tenants.HashKey(secret)); return k }
 	if key(secret1) == nil {
 		t.Fatal("key not in the first load")
 	}
 
 	testenv.Must(t, ts.RevokeKey(ctx, key1.ID))
-	waitWithin(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.revokedAtUS != 0 })
+	waitWithin(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.RevokedAtUS != 0 })
 
 	secret2, key2, err := ts.IssueKey(ctx, tn.ID, "two", nil)
 	testenv.Must(t, err)
@@ -65,7 +65,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	soon := time.Now().Add(time.Hour)
 	_, err = ts.UpdateKey(ctx, tn.ID, key2.ID, tenants.KeyChange{ExpiresAt: func() **time.Time { p := &soon; return &p }()}, time.Now())
 	testenv.Must(t, err)
-	waitWithin(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.expiresAtUS == soon.UnixMicro() })
+	waitWithin(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.ExpiresAtUS == soon.UnixMicro() })
 
 	_, err = db.Exec(ctx, `DELETE FROM api_keys WHERE id = $1`, key2.ID)
 	testenv.Must(t, err)
@@ -78,8 +78,9 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	_, err = ts.SetStatus(ctx, tn.ID, tenants.StatusSuspended)
 	testenv.Must(t, err)
 	waitWithin(t, "suspension", time.Second, func() bool {
-		k := key(secret1)
-		return k != nil && k.tenant.view.Load().status == tenants.StatusSuspended
+		s := h.Current()
+		k, _ := s.key(tenants.HashKey(secret1))
+		return k != nil && s.tenantOf(k).Status == tenants.StatusSuspended
 	})
 	if got := h.partialReloads.Load() - partial; got != 1 {
 		t.Errorf("%d partial reloads for a touch and a suspension, want 1 (the suspension)", got)
@@ -93,7 +94,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 		SELECT $1::uuid, sha256(('bulk' || g)::bytea), 'tg_bulk' FROM generate_series(1, 150) g`, tn.ID)
 	testenv.Must(t, err)
 	waitWithin(t, "full load after a bulk insert", 2*time.Second, func() bool { return h.fullReloads.Load() > full })
-	if k := key(secret1); k == nil || k.revokedAtUS == 0 {
+	if k := key(secret1); k == nil || k.RevokedAtUS == 0 {
 		t.Errorf("after the full load: key one %+v, want it revoked", k)
 	}
 }
@@ -103,7 +104,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 // reports how long a full load takes, the heap it keeps per key, and how
 // long a revocation takes to reach a listening holder.
 //
-//	TOLLGATE_MEASURE=1 scripts/services.sh test -- go test ./internal/enforce/ -run TestSnapshotAtScale -v -timeout 30m
+//	TOLLGATE_MEASURE=1 scripts/services.sh test -- go test ./internal/snapshot/ -run TestSnapshotAtScale -v -timeout 30m
 func TestSnapshotAtScale(t *testing.T) {
 	if os.Getenv("TOLLGATE_MEASURE") != "1" {
 		t.Skip("a measurement: set TOLLGATE_MEASURE=1 to run it")
@@ -162,11 +163,11 @@ func TestSnapshotAtScale(t *testing.T) {
 		start := time.Now()
 		_, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, id)
 		testenv.Must(t, err)
-		took := waitWithin(t, "revocation", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS != 0 })
+		took := waitWithin(t, "revocation", 10*time.Second, func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS != 0 })
 		t.Logf("revocation %d seen after %v (from the UPDATE's start: %v)", i+1, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		_, err = db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, id)
 		testenv.Must(t, err)
-		waitWithin(t, "reinstated", 10*time.Second, func() bool { k := h.Current().key(kh); return k != nil && k.revokedAtUS == 0 })
+		waitWithin(t, "reinstated", 10*time.Second, func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS == 0 })
 	}
 	t.Logf("full loads %d, partial %d", h.fullReloads.Load(), h.partialReloads.Load())
 	fmt.Fprint(os.Stderr)

@@ -1,4 +1,7 @@
-package enforce
+// Package statekey lays out the names of limiter state keys: the parts
+// that the snapshot computes once per plan, tenant and key, and the parts
+// that a check adds per caller.
+package statekey
 
 import (
 	"hash/fnv"
@@ -21,18 +24,18 @@ import (
 //   - rule: three bytes naming the rule's state: two bits of storage kind
 //     (string, hash, sorted set, so that two rules can never meet on one
 //     key with different types) and 22 bits of a hash of plan ID, rule
-//     name and algorithm; distinct within every plan (compilePlan).
+//     name and algorithm; distinct within every plan (the snapshot salts RuleID until it is).
 //   - scope: per API key five bytes (40 bits of a hash of the key ID); per
 //     tenant five bytes of the tenant ID's; per IP address within a tenant
-//     those five bytes and the address (appendAddr: 4 bytes for IPv4, 17
+//     those five bytes and the address (AppendAddr: 4 bytes for IPv4, 17
 //     for an IPv6 /64). An anonymous caller's scope is its address alone.
 //
 // With the default prefix "tg:" a per-key or per-tenant state key is 14
 // bytes, an anonymous IPv4 one 13. Hashes of random UUIDs make two keys of
 // one tenant share a state with a chance of about 2^-41 per pair.
 
-// shortID is 40 bits of a hash of an ID: the scope part of a state key.
-type shortID [5]byte
+// Short is 40 bits of a hash of an ID: the scope part of a state key.
+type Short [5]byte
 
 // idHash returns the stable FNV-1a hash of s (the same on every process).
 func idHash(s string) uint64 {
@@ -41,9 +44,9 @@ func idHash(s string) uint64 {
 	return h.Sum64()
 }
 
-// compactID returns the hash tag byte and the short ID of a tenant or key
+// Compact returns the hash tag byte and the short ID of a tenant or key
 // ID.
-func compactID(id string) (tag byte, short shortID) {
+func Compact(id string) (tag byte, short Short) {
 	h := idHash(id)
 	for i := range short {
 		short[i] = byte(h >> (8 * i))
@@ -74,9 +77,9 @@ func storageKind(a limiter.Algorithm) uint32 {
 	return 1 // hash
 }
 
-// ruleStateID returns the three bytes that name a rule's state, salted
+// RuleID returns the three bytes that name a rule's state, salted
 // (salt > 0) when an earlier rule of the plan took the unsalted one.
-func ruleStateID(planID int64, name string, alg limiter.Algorithm, salt int) [3]byte {
+func RuleID(planID int64, name string, alg limiter.Algorithm, salt int) [3]byte {
 	s := strconv.FormatInt(planID, 10) + ":" + name + ":" + string(alg)
 	if salt > 0 {
 		s += "#" + strconv.Itoa(salt)
@@ -85,10 +88,10 @@ func ruleStateID(planID int64, name string, alg limiter.Algorithm, salt int) [3]
 	return [3]byte{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
-// appendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
-// IPv6, 17 for an IPv6 network (Network groups IPv6 callers by prefix:
-// its 16 bytes and the prefix length); anything else as its text.
-func appendAddr(b []byte, ip string) []byte {
+// AppendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
+// IPv6, 17 for an IPv6 network (enforce.Network groups IPv6 callers by
+// prefix: its 16 bytes and the prefix length); anything else as its text.
+func AppendAddr(b []byte, ip string) []byte {
 	if ip == "" {
 		return b
 	}
@@ -109,8 +112,9 @@ func appendAddr(b []byte, ip string) []byte {
 	return append(b, ip...)
 }
 
-// ipTag returns the hash tag byte of an anonymous caller's address.
-func ipTag(ip []byte) byte {
+// IPTag returns the hash tag byte of an anonymous caller's address (as
+// AppendAddr lays it out).
+func IPTag(ip []byte) byte {
 	h := uint64(14695981039346656037)
 	for _, b := range ip {
 		h ^= uint64(b)

@@ -1,0 +1,149 @@
+package enforce
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// storeCalls counts the checks that reach a store on a real Redis set up
+// as cmd/api sets up its own (no retries, short timeouts); the breaker's
+// probes, on a key ending "probe", are not counted.
+type storeCalls struct {
+	limiter.Store
+	calls atomic.Int64
+}
+
+func newStoreCalls(t *testing.T, r *testenv.RedisServer) *storeCalls {
+	c := config.Redis{Addr: r.Addr(), Timeout: 250 * time.Millisecond, NoRetries: true}.Client()
+	t.Cleanup(func() { c.Close() })
+	return &storeCalls{Store: redisstore.New(c)}
+}
+
+func (s *storeCalls) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+	if !strings.HasSuffix(b.Requests[0].Key, "probe") {
+		s.calls.Add(1)
+	}
+	return s.Store.Check(ctx, b)
+}
+
+// staticData is one plan per failure mode and one key on each.
+func staticData(t *testing.T) (snapshot.Data, map[plans.FailureMode]string) {
+	t.Helper()
+	d := snapshot.Data{}
+	keys := map[plans.FailureMode]string{}
+	for i, mode := range []plans.FailureMode{plans.FailOpen, plans.FailClosed} {
+		id := int64(i + 1)
+		tenantID := "tenant-" + string(mode)
+		d.Plans = append(d.Plans, plans.Plan{ID: id, Name: "fail-" + string(mode), Rules: []plans.Rule{
+			plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS, FailureMode: mode}.WithDefaults(),
+		}})
+		d.Tenants = append(d.Tenants, tenants.Tenant{ID: tenantID, Name: tenantID, PlanID: id, Status: tenants.StatusActive})
+		secret, hash, prefix := tenants.GenerateKey()
+		d.Keys = append(d.Keys, tenants.Key{ID: "key-" + string(mode), TenantID: tenantID, Hash: hash, Prefix: prefix})
+		keys[mode] = secret
+	}
+	return d, keys
+}
+
+// TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen: with Redis
+// killed, every check is a 200-worthy decision by its rule's failure
+// mode, marked degraded, and none reaches Redis once the circuit is open;
+// the metrics say so; once Redis is back checks are exact again.
+func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.StartRedisServer(t)
+	store := newStoreCalls(t, r)
+	data, keys := staticData(t)
+	holder := snapshot.NewHolder(snapshot.StaticSource(data), nil)
+	if err := holder.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg, holder)
+	checker := NewChecker(holder, store, CheckerConfig{Prefix: "t:", Metrics: metrics})
+	t.Cleanup(checker.Close)
+	check := func(mode plans.FailureMode) Decision {
+		t.Helper()
+		d, err := checker.Check(ctx, Request{Key: keys[mode], Resource: "GET /", Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
+		t.Fatalf("Redis up: %+v", d)
+	}
+
+	r.Kill()
+	for range 3 {
+		check(plans.FailOpen)
+	}
+	if !checker.breaker.Open() {
+		t.Fatal("circuit still closed after three failed calls")
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 1 {
+		t.Errorf("tollgate_limiter_circuit_open = %v, want 1", got)
+	}
+	reached := store.calls.Load()
+	for range 100 {
+		if d := check(plans.FailOpen); !d.Allowed || !d.Degraded || d.Reason != "ok" {
+			t.Fatalf("fail-open rule, circuit open: allowed %v degraded %v reason %s", d.Allowed, d.Degraded, d.Reason)
+		}
+		if d := check(plans.FailClosed); d.Allowed || !d.Degraded || d.Reason != tollgate.ReasonUnavailable || d.RetryAfterMS != outageRetryMS {
+			t.Fatalf("fail-closed rule, circuit open: allowed %v degraded %v reason %s retry %d", d.Allowed, d.Degraded, d.Reason, d.RetryAfterMS)
+		}
+	}
+	if n := store.calls.Load() - reached; n != 0 {
+		t.Errorf("%d checks reached Redis while the circuit was open", n)
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_rejected_total"); got != 200 {
+		t.Errorf("tollgate_limiter_circuit_rejected_total = %v, want 200", got)
+	}
+
+	r.Start()
+	for deadline := time.Now().Add(10 * time.Second); checker.breaker.Open(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("circuit still open 10s after Redis came back")
+		}
+	}
+	if d := check(plans.FailClosed); !d.Allowed || d.Degraded {
+		t.Errorf("Redis back: allowed %v degraded %v", d.Allowed, d.Degraded)
+	}
+	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 0 {
+		t.Errorf("tollgate_limiter_circuit_open = %v after recovery, want 0", got)
+	}
+}
+
+// gauge returns the value of an unlabelled metric, or of the first series.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			m := f.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -1,0 +1,63 @@
+package redisstore
+
+import "github.com/tollgate/tollgate/internal/limiter"
+
+// The wire protocol of check.lua: each rule definition in ARGV[1] carries
+// an algorithm code and flags. check.lua declares locals with these names
+// and values at its top; TestWireConstantsMatchScript keeps the two equal.
+// The codes are fixed: a new algorithm gets a new code, and no code is
+// ever reused.
+const (
+	algGCRA                 = 1
+	algTokenBucket          = 2
+	algLeakyBucket          = 3
+	algFixedWindow          = 4
+	algSlidingWindowLog     = 5
+	algSlidingWindowCounter = 6
+)
+
+// Flags of a rule definition, added together (each is a power of two;
+// Lua 5.1 has no bit operators, so check.lua tests them with modulo).
+const (
+	flagShape              = 2  // a leaky bucket answers a delay (Params.Shape)
+	flagCalendarDay        = 4  // a fixed window aligned to UTC days
+	flagCalendarMonth      = 8  // a fixed window aligned to UTC months
+	flagAnchorFirstRequest = 16 // a fixed window starting at its first request
+)
+
+// algorithmCode returns a's code on the wire, 0 for an unknown algorithm.
+func algorithmCode(a limiter.Algorithm) int64 {
+	switch a {
+	case limiter.GCRA:
+		return algGCRA
+	case limiter.TokenBucket:
+		return algTokenBucket
+	case limiter.LeakyBucket:
+		return algLeakyBucket
+	case limiter.FixedWindow:
+		return algFixedWindow
+	case limiter.SlidingWindowLog:
+		return algSlidingWindowLog
+	case limiter.SlidingWindowCounter:
+		return algSlidingWindowCounter
+	}
+	return 0
+}
+
+// flags returns p's flags on the wire.
+func flags(p limiter.Params) int64 {
+	var f int64
+	if p.Shape {
+		f |= flagShape
+	}
+	switch p.Calendar {
+	case limiter.CalendarDay:
+		f |= flagCalendarDay
+	case limiter.CalendarMonth:
+		f |= flagCalendarMonth
+	}
+	if p.AnchorFirstRequest {
+		f |= flagAnchorFirstRequest
+	}
+	return f
+}

@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+)
+
+// TestWireConstantsMatchScript: the algorithm codes and flags are declared
+// in check.lua with the same names and values as in wire.go, every
+// algorithm has a code of its own, and the script names no other.
+func TestWireConstantsMatchScript(t *testing.T) {
+	want := map[string]int64{
+		"algGCRA":                 algGCRA,
+		"algTokenBucket":          algTokenBucket,
+		"algLeakyBucket":          algLeakyBucket,
+		"algFixedWindow":          algFixedWindow,
+		"algSlidingWindowLog":     algSlidingWindowLog,
+		"algSlidingWindowCounter": algSlidingWindowCounter,
+		"flagShape":               flagShape,
+		"flagCalendarDay":         flagCalendarDay,
+		"flagCalendarMonth":       flagCalendarMonth,
+		"flagAnchorFirstRequest":  flagAnchorFirstRequest,
+	}
+	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
+	got := map[string]int64{}
+	for _, m := range decl.FindAllStringSubmatch(checkLua, -1) {
+		if _, dup := got[m[1]]; dup {
+			t.Errorf("check.lua declares %s twice", m[1])
+		}
+		v, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[m[1]] = v
+	}
+	for name, w := range want {
+		if g, ok := got[name]; !ok {
+			t.Errorf("check.lua does not declare %s", name)
+		} else if g != w {
+			t.Errorf("check.lua: %s = %d, want %d", name, g, w)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("check.lua declares %s, which the Go side does not know", name)
+		}
+	}
+
+	seen := map[int64]limiter.Algorithm{}
+	for _, a := range limiter.Algorithms {
+		code := algorithmCode(a)
+		if code == 0 {
+			t.Errorf("%s has no wire code", a)
+		}
+		if other, dup := seen[code]; dup {
+			t.Errorf("%s and %s share wire code %d", a, other, code)
+		}
+		seen[code] = a
+	}
+	if code := algorithmCode("nonsense"); code != 0 {
+		t.Errorf("unknown algorithm: code %d, want 0", code)
+	}
+}
+
+// TestFlagsArePowersOfTwo: flags add up without colliding.
+func TestFlagsArePowersOfTwo(t *testing.T) {
+	all := []int64{flagShape, flagCalendarDay, flagCalendarMonth, flagAnchorFirstRequest}
+	var sum int64
+	for _, f := range all {
+		if f <= 0 || f&(f-1) != 0 || sum&f != 0 {
+			t.Errorf("flag %d: not a power of two distinct from the others", f)
+		}
+		sum |= f
+	}
+}

@@ -1,0 +1,279 @@
+// Package snapshot keeps in memory everything a check needs from Postgres
+// — plans with their compiled rules, tenants, API keys, service tokens —
+// as immutable snapshots: it loads them, reloads only what changed when
+// Postgres notifies a change (LISTEN tollgate_changes), and finds keys
+// issued since the last load on demand.
+package snapshot
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// Rule is a plan rule compiled for checks.
+type Rule struct {
+	plans.Rule
+	Params limiter.Params
+	// StateID names the rule's state in its keys (package statekey): from
+	// the plan, rule name and algorithm (a new algorithm under the same
+	// name starts from fresh state).
+	StateID [3]byte
+	// WindowS is the rule's window in whole seconds, rounded up (a day for
+	// calendar days, 30 days for calendar months).
+	WindowS int64
+	// Quoted is the rule's name as a structured-field string; Policy its
+	// RateLimit-Policy header value, e.g. "hourly";q=5000;w=3600.
+	Quoted, Policy string
+}
+
+// Plan is a plan as checks see it: its rules compiled, a monthly quota
+// among them.
+type Plan struct {
+	ID    int64
+	Name  string
+	Rules []Rule
+}
+
+// Tenant is a tenant as checks see it.
+type Tenant struct {
+	ID     string
+	Name   string
+	Status string
+	// Plan is the tenant's plan, or its own view of it when the tenant
+	// overrides rules; nil only in an inconsistent snapshot.
+	Plan *Plan
+	// Tag and Short are the tenant's part of its state keys.
+	Tag   byte
+	Short statekey.Short
+}
+
+// Key is an API key as checks see it.
+type Key struct {
+	ID string
+	// tenant is the bytes of the key's tenant ID (tenantIDBytes), looked
+	// up in the snapshot the key is read from; one copy per tenant
+	// (Snapshot.tenantIDs), so that a key costs a pointer, not 16 bytes.
+	tenant *[16]byte
+	// ExpiresAtUS and RevokedAtUS are µs since the epoch, 0 for none.
+	ExpiresAtUS, RevokedAtUS int64
+	Short                    statekey.Short // the key's part of its state keys
+}
+
+// Snapshot is an immutable view of everything a check needs. A change
+// builds the next snapshot, sharing with this one what did not change.
+type Snapshot struct {
+	// keys were read by the last full load; changed holds the keys
+	// changed since (nil for a key removed), see changes.go. Only key
+	// reads them.
+	keys    map[tenants.KeyHash]*Key
+	changed map[tenants.KeyHash]*Key
+	tenants map[[16]byte]*Tenant // by tenantIDBytes
+	// tenantIDs holds one copy of each tenant's ID bytes for keys read
+	// into this snapshot to point to.
+	tenantIDs   map[[16]byte]*[16]byte
+	anonymous   *Plan
+	signingKeys map[string]ed25519.PublicKey
+	tokens      map[string]auth.ServiceToken
+	loadedAt    time.Time
+}
+
+// Data is what a snapshot is built from.
+type Data struct {
+	Plans   []plans.Plan
+	Tenants []tenants.Tenant
+	// Overrides are tenants' own rules by tenant ID: each replaces the plan
+	// rule of the same name or adds to the plan's rules (plans.MergeRules).
+	Overrides     map[string][]plans.Rule
+	Keys          []tenants.Key
+	SigningKeys   map[string]ed25519.PublicKey
+	ServiceTokens []auth.ServiceToken
+}
+
+// LoadedAt is when the snapshot's data was read.
+func (s *Snapshot) LoadedAt() time.Time { return s.loadedAt }
+
+// Anonymous returns the plan of callers without a key, or nil when there
+// is none (no unarchived plan named plans.AnonymousPlan).
+func (s *Snapshot) Anonymous() *Plan { return s.anonymous }
+
+// SigningKeys returns the public keys that sign service tokens, by key ID.
+// The map is shared: callers must not change it.
+func (s *Snapshot) SigningKeys() map[string]ed25519.PublicKey { return s.signingKeys }
+
+// ServiceToken returns the service token with id, if known.
+func (s *Snapshot) ServiceToken(id string) (auth.ServiceToken, bool) {
+	st, ok := s.tokens[id]
+	return st, ok
+}
+
+// key returns the key with hash, and whether the snapshot knows of it: a
+// key removed since the last full load is known, and nil.
+func (s *Snapshot) key(hash tenants.KeyHash) (k *Key, known bool) {
+	if k, ok := s.changed[hash]; ok {
+		return k, true
+	}
+	k = s.keys[hash]
+	return k, k != nil
+}
+
+// tenantOf returns k's tenant in s, or nil when the tenant is gone.
+func (s *Snapshot) tenantOf(k *Key) *Tenant { return s.tenants[*k.tenant] }
+
+// withMeta builds a snapshot of d without keys.
+func withMeta(d Data, now time.Time) *Snapshot {
+	s := &Snapshot{
+		tenants:     make(map[[16]byte]*Tenant, len(d.Tenants)),
+		tenantIDs:   make(map[[16]byte]*[16]byte, len(d.Tenants)),
+		signingKeys: d.SigningKeys,
+		tokens:      make(map[string]auth.ServiceToken, len(d.ServiceTokens)),
+		loadedAt:    now,
+	}
+	byID := map[int64]*Plan{}
+	planByID := map[int64]plans.Plan{}
+	for _, p := range d.Plans {
+		v := compilePlan(p, nil)
+		byID[p.ID] = v
+		planByID[p.ID] = p
+		if p.Name == plans.AnonymousPlan && p.ArchivedAt == nil {
+			s.anonymous = v
+		}
+	}
+	for _, t := range d.Tenants {
+		plan := byID[t.PlanID]
+		if over := d.Overrides[t.ID]; len(over) > 0 && plan != nil {
+			// A tenant with overrides gets a plan view of its own. Its rules
+			// keep the plan's state keys by name, so an override of a plan
+			// rule continues from the usage counted so far.
+			p := planByID[t.PlanID]
+			p.Rules = plans.MergeRules(p.Rules, over)
+			plan = compilePlan(p, plan)
+		}
+		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan}
+		tv.Tag, tv.Short = statekey.Compact(t.ID)
+		id := tenantIDBytes(t.ID)
+		s.tenants[id] = tv
+		s.tenantIDs[id] = &id
+	}
+	for _, st := range d.ServiceTokens {
+		s.tokens[st.ID] = st
+	}
+	return s
+}
+
+// compilePlan compiles p's rules. A tenant's own view of its plan (with
+// overrides) passes the plan's view as base, so that its rules keep the
+// plan's state IDs by name and algorithm.
+func compilePlan(p plans.Plan, base *Plan) *Plan {
+	v := &Plan{ID: p.ID, Name: p.Name}
+	rules := p.Rules
+	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
+		rules = append(rules[:len(rules):len(rules)], quota)
+	}
+	taken := map[[3]byte]bool{}
+	for _, r := range rules {
+		params := r.Params()
+		window := params.PeriodUS
+		switch params.Calendar {
+		case limiter.CalendarDay:
+			window = limiter.DayUS
+		case limiter.CalendarMonth:
+			window = 30 * limiter.DayUS
+		}
+		id, found := [3]byte{}, false
+		if base != nil {
+			for _, b := range base.Rules {
+				if b.Name == r.Name && b.Algorithm == r.Algorithm {
+					id, found = b.StateID, true
+				}
+			}
+		}
+		for salt := 0; !found || taken[id]; salt++ {
+			id, found = statekey.RuleID(p.ID, r.Name, r.Algorithm, salt), true
+		}
+		taken[id] = true
+		windowS := (window + limiter.SecondUS - 1) / limiter.SecondUS
+		quoted := strconv.Quote(r.Name)
+		v.Rules = append(v.Rules, Rule{
+			Rule:    r,
+			Params:  params,
+			StateID: id,
+			WindowS: windowS,
+			Quoted:  quoted,
+			Policy:  quoted + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(windowS, 10),
+		})
+	}
+	return v
+}
+
+// addKey indexes k among the snapshot's keys while it is being built.
+func (s *Snapshot) addKey(k tenants.SnapshotKey) {
+	s.keys[k.Hash] = s.newKey(k)
+}
+
+// newKey returns the Key of k, pointing to its tenant's ID bytes in
+// s.tenantIDs (or to a copy of its own for a tenant s does not know).
+func (s *Snapshot) newKey(k tenants.SnapshotKey) *Key {
+	tenant := s.tenantIDs[k.TenantUUID]
+	if tenant == nil {
+		tenant = &k.TenantUUID
+	}
+	v := &Key{ID: k.ID, tenant: tenant, ExpiresAtUS: k.ExpiresAtUS, RevokedAtUS: k.RevokedAtUS}
+	_, v.Short = statekey.Compact(k.ID)
+	return v
+}
+
+func snapshotKey(k tenants.Key) tenants.SnapshotKey {
+	sk := tenants.SnapshotKey{ID: k.ID, Hash: k.Hash, TenantUUID: tenantIDBytes(k.TenantID)}
+	if k.ExpiresAt != nil {
+		sk.ExpiresAtUS = k.ExpiresAt.UnixMicro()
+	}
+	if k.RevokedAt != nil {
+		sk.RevokedAtUS = k.RevokedAt.UnixMicro()
+	}
+	return sk
+}
+
+// tenantIDBytes returns the bytes of a tenant ID, a UUID; other IDs (as
+// tests use) are hashed into as many bytes.
+func tenantIDBytes(id string) [16]byte {
+	if u, ok := tenants.ParseUUID(id); ok {
+		return u
+	}
+	sum := sha256.Sum256([]byte(id))
+	return [16]byte(sum[:16])
+}
+
+// withMetaOf returns the snapshot of d's plans, tenants, signing keys and
+// service tokens with s's keys: the next snapshot after a change to
+// anything but keys.
+func (s *Snapshot) withMetaOf(d Data, now time.Time) *Snapshot {
+	next := withMeta(d, now)
+	next.keys, next.changed = s.keys, s.changed
+	return next
+}
+
+// withKeys returns the next snapshot after keys were read again and keys
+// removed: s's maps are shared, but for changed, copied with the changes.
+func (s *Snapshot) withKeys(read []tenants.SnapshotKey, removed []tenants.KeyHash, now time.Time) *Snapshot {
+	next := *s
+	next.loadedAt = now
+	next.changed = make(map[tenants.KeyHash]*Key, len(s.changed)+len(read)+len(removed))
+	for h, v := range s.changed {
+		next.changed[h] = v
+	}
+	for _, h := range removed {
+		next.changed[h] = nil
+	}
+	for _, k := range read {
+		next.changed[k.Hash] = next.newKey(k)
+	}
+	return &next
+}

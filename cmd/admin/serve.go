@@ -105,6 +105,7 @@ lists them all.`,
 // serve runs the admin server until ctx ends.
 func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	log := cfg.Log
+	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	keys, err := e.secretKeys()
 	if err != nil {
 		return err

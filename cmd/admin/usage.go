@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -72,6 +73,7 @@ func (c usageConfig) writer(e *invocation) *pgstore.Store {
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
 func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*billing.Worker, func()) {
+	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	client := c.redis()
 	w := &billing.Worker{
 		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{

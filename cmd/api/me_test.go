@@ -117,19 +117,27 @@ func TestMe(t *testing.T) {
 	}
 }
 
-// TestMeRefusals: a missing or unknown key is 401, a revoked or expired
-// one 403, a service token is not a key, and past the per-key limit the
-// endpoint answers 429 without asking the store.
-func TestMeRefusals(t *testing.T) {
-	f := newFixture(t)
+// deadKeys returns the secrets of two more keys of the free tenant: one
+// revoked, one expired a minute ago.
+func (f *fixture) deadKeys(t *testing.T) (revoked, expired string) {
+	t.Helper()
 	ctx := context.Background()
 	ts := tenants.NewStore(f.db)
 	revoked, rk, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
 	testenv.Must(t, err)
 	testenv.Must(t, ts.RevokeKey(ctx, rk.ID))
 	past := time.Now().Add(-time.Minute)
-	expired, _, err := ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
+	expired, _, err = ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
 	testenv.Must(t, err)
+	return revoked, expired
+}
+
+// TestMeRefusals: a missing or unknown key is 401, a revoked or expired
+// one 403, a service token is not a key, and past the per-key limit the
+// endpoint answers 429 without asking the store.
+func TestMeRefusals(t *testing.T) {
+	f := newFixture(t)
+	revoked, expired := f.deadKeys(t)
 	unknown, _, _ := tenants.GenerateKey()
 	base := f.startAPI(t, nil)
 

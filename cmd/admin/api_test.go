@@ -96,8 +96,8 @@ func TestLoginCookieAndLogout(t *testing.T) {
 		t.Errorf("login response mentions the password: %s", raw)
 	}
 	behindTLS := login("password-ops@example.com", http.Header{"X-Forwarded-Proto": {"https"}})
-	if c := behindTLS.Cookies(); len(c) != 1 || !c[0].Secure {
-		t.Errorf("cookie behind a TLS proxy = %+v, want Secure", c)
+	if c := behindTLS.Cookies(); len(c) != 1 || !c[0].Secure || c[0].Name != adminapi.SessionCookie {
+		t.Errorf("cookie behind a TLS proxy = %+v, want Secure; __Host- only when the proxy is trusted", c)
 	}
 
 	// The cookie alone authenticates the browser.
@@ -123,9 +123,7 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	out.AddCookie(cookies[0])
 	res = send(t, out)
 	want(t, res, http.StatusNoContent)
-	if c := res.Cookies(); len(c) != 1 || c[0].Name != adminapi.SessionCookie || c[0].MaxAge >= 0 {
-		t.Errorf("logout cookie = %+v, want it cleared", c)
-	}
+	wantCleared(t, res, adminapi.SessionCookie, adminapi.SecureSessionCookie)
 	res = call(t, "GET", srv.URL+"/api/v1/me", lr.Token, nil)
 	want(t, res, http.StatusUnauthorized)
 	if res.Header.Get("WWW-Authenticate") == "" {
@@ -135,6 +133,77 @@ func TestLoginCookieAndLogout(t *testing.T) {
 	var other adminapi.LoginResponse
 	behindTLS.Decode(t, &other)
 	want(t, call(t, "GET", srv.URL+"/api/v1/me", other.Token, nil), http.StatusOK)
+}
+
+// wantCleared fails unless res clears exactly the cookies called names.
+func wantCleared(t *testing.T, res response, names ...string) {
+	t.Helper()
+	cleared := map[string]bool{}
+	for _, c := range res.Cookies() {
+		if c.MaxAge >= 0 || c.Value != "" || c.Path != "/" {
+			t.Errorf("logout cookie = %+v, want it cleared", c)
+		}
+		cleared[c.Name] = true
+	}
+	for _, name := range names {
+		if !cleared[name] {
+			t.Errorf("logout cleared %v, not %s", res.Cookies(), name)
+		}
+	}
+	if len(cleared) != len(names) {
+		t.Errorf("logout cookies = %v, want %v cleared", res.Cookies(), names)
+	}
+}
+
+// TestHostPrefixedSessionCookie: over HTTPS (here a trusted proxy's
+// X-Forwarded-Proto) the session cookie is __Host-tollgate_session,
+// Secure, Path=/ and without Domain; a client that is not a trusted proxy
+// cannot ask for it, plain HTTP keeps tollgate_session, both names are
+// read, and signing out clears both.
+func TestHostPrefixedSessionCookie(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_TRUSTED_PROXIES": "127.0.0.1/32"})
+	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	login := func(header http.Header) *http.Cookie {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"})
+		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/login", strings.NewReader(string(raw)))
+		req.Header = header
+		res := send(t, req)
+		want(t, res, http.StatusOK)
+		if c := res.Cookies(); len(c) == 1 {
+			return c[0]
+		}
+		t.Fatalf("login cookies = %v, want one", res.Cookies())
+		return nil
+	}
+	secure := login(http.Header{"X-Forwarded-Proto": {"https"}})
+	if secure.Name != "__Host-tollgate_session" || !secure.Secure || secure.Path != "/" || secure.Domain != "" ||
+		!secure.HttpOnly || secure.SameSite != http.SameSiteLaxMode {
+		t.Errorf("cookie over HTTPS = %+v, want __Host-tollgate_session, Secure, Path=/, no Domain", secure)
+	}
+	plain := login(http.Header{})
+	if plain.Name != adminapi.SessionCookie || plain.Secure {
+		t.Errorf("cookie over plain HTTP = %+v, want tollgate_session, not Secure", plain)
+	}
+
+	for _, c := range []*http.Cookie{secure, plain} {
+		me, _ := http.NewRequest("GET", srv.URL+"/api/v1/me", nil)
+		me.AddCookie(c)
+		want(t, send(t, me), http.StatusOK)
+		out, _ := http.NewRequest("POST", srv.URL+"/api/v1/logout", nil)
+		out.AddCookie(c)
+		res := send(t, out)
+		want(t, res, http.StatusNoContent)
+		wantCleared(t, res, adminapi.SessionCookie, adminapi.SecureSessionCookie)
+		for _, k := range res.Cookies() {
+			if k.Name == adminapi.SecureSessionCookie && !k.Secure {
+				t.Errorf("clearing %+v without Secure: browsers ignore it", k)
+			}
+		}
+		me, _ = http.NewRequest("GET", srv.URL+"/api/v1/me", nil)
+		me.AddCookie(c)
+		want(t, send(t, me), http.StatusUnauthorized)
+	}
 }
 
 // TestPlanQuotaModeAPI: a plan's monthly quota mode is taken on create

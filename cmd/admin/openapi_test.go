@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
@@ -520,6 +521,21 @@ func scenario(t *testing.T, client *http.Client) {
 	forward(gw.Token, nil, 401)                                        // no anonymous plan
 	forward("", map[string]string{"X-API-Key": fresh}, 401)
 	forward(gw.Token, map[string]string{"X-API-Key": fresh, "X-Tollgate-Cost": "lots"}, 400)
+
+	// A key's own standing, with the key itself.
+	me := func(key string, status int) {
+		t.Helper()
+		if res := callWith(t, client, "GET", apiURL+"/v1/me", key, nil); res.StatusCode != status {
+			t.Fatalf("GET /v1/me = %d %s, want %d", res.StatusCode, res.Body, status)
+		}
+	}
+	me(key.Secret, 403) // revoked
+	me("tg_nope", 401)
+	me("", 401)
+	for range checkapi.MeBurst {
+		me(fresh, 200)
+	}
+	me(fresh, 429)
 }
 
 // seedUsage gives tenantID (on a plan, with key keyID) real usage through

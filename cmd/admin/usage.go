@@ -73,6 +73,7 @@ func (c usageConfig) writer(e *invocation) *pgstore.Store {
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
 func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*billing.Worker, func()) {
+	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	client := c.redis()
 	w := &billing.Worker{
 		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{

@@ -273,12 +273,7 @@ func TestCheckReasons(t *testing.T) {
 	ctx := context.Background()
 	ts := tenants.NewStore(f.db)
 
-	revokedKey, rk, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
-	testenv.Must(t, err)
-	testenv.Must(t, ts.RevokeKey(ctx, rk.ID))
-	past := time.Now().Add(-time.Minute)
-	expiredKey, _, err := ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
-	testenv.Must(t, err)
+	revokedKey, expiredKey := f.deadKeys(t)
 	suspendedKey, _, err := ts.IssueKey(ctx, f.tenants["enterprise"].ID, "suspended", nil)
 	testenv.Must(t, err)
 	_, err = ts.SetStatus(ctx, f.tenants["enterprise"].ID, tenants.StatusSuspended)

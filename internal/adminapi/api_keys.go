@@ -39,7 +39,8 @@ func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
 type KeySecretResponse = tenants.IssuedKey
 
 // handleKeyCreate serves POST /tenants/{tenantID}/keys: 409 when the
-// tenant has tenants.MaxLiveKeys live keys already.
+// tenant has tenants.MaxLiveKeys live keys, or HeldKeysPerLive times as
+// many in the snapshot, already.
 func handleKeyCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in tenants.CreateKeyInput
@@ -119,7 +120,8 @@ func handleKeyRevoke(log *slog.Logger, ops *tenants.Ops) http.Handler {
 // new key with the same name and metadata; the old one keeps working for
 // the grace period (its expires_at becomes now + grace). A key is rotated
 // at most once: 409 for a key rotated before, revoked or expired, and when
-// the tenant has tenants.MaxLiveKeys live keys already.
+// the tenant has tenants.MaxLiveKeys live keys (or HeldKeysPerLive times
+// as many in the snapshot) already.
 func handleKeyRotate(log *slog.Logger, ops *tenants.Ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in tenants.RotateKeyInput

@@ -16,9 +16,18 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 )
 
-// SessionCookie holds the session token for browsers (the web UI). API
-// clients send the same token as "Authorization: Bearer …".
+// SessionCookie holds the session token for browsers (the web UI) that
+// reach the admin server over plain HTTP. API clients send the same token
+// as "Authorization: Bearer …".
 const SessionCookie = "tollgate_session"
+
+// SecureSessionCookie holds it instead when the server is reached over
+// HTTPS (httpx.HTTPS: TLS, or a trusted proxy's X-Forwarded-Proto). The
+// __Host- prefix makes browsers keep it only when it is Secure, has Path=/
+// and no Domain, so neither a sibling subdomain nor a plain-HTTP page
+// can plant or overwrite it; browsers refuse it without Secure, so plain
+// HTTP keeps SessionCookie.
+const SecureSessionCookie = "__Host-" + SessionCookie
 
 // sessionAuth issues, verifies and ends admin sessions: the API's login
 // and logout and the console's sign-in and sign-out forms all go through
@@ -39,14 +48,17 @@ func sessionFrom(ctx context.Context) (auth.Session, bool) { return access.Sessi
 func actorOf(r *http.Request) audit.Actor { return access.Actor(r.Context()) }
 
 // sessionToken returns the token of the request: the bearer token if there
-// is one, else the session cookie's.
+// is one, else the session cookie's (SecureSessionCookie first, then
+// SessionCookie).
 func sessionToken(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, _ := strings.CutPrefix(h, "Bearer ")
 		return strings.TrimSpace(token)
 	}
-	if c, err := r.Cookie(SessionCookie); err == nil {
-		return c.Value
+	for _, name := range [...]string{SecureSessionCookie, SessionCookie} {
+		if c, err := r.Cookie(name); err == nil && c.Value != "" {
+			return c.Value
+		}
 	}
 	return ""
 }
@@ -89,25 +101,44 @@ func requireSession(fail errorWriter) func(http.Handler) http.Handler {
 	}
 }
 
-// secureRequest reports whether the client reached us over TLS, directly
-// or through a proxy that says so. Trusting X-Forwarded-Proto here is
-// safe: it can only make the cookie stricter.
+// secureRequest reports whether the client may have reached us over
+// TLS, directly or through a proxy that says so. Believing anyone's
+// X-Forwarded-Proto here is safe: it only makes the plain-HTTP cookie
+// stricter. The cookie's name follows httpx.HTTPS, which believes trusted
+// proxies only.
 func secureRequest(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-func setSessionCookie(w http.ResponseWriter, r *http.Request, token string, expires time.Time, now time.Time) {
-	http.SetCookie(w, &http.Cookie{
-		Name: SessionCookie, Value: token, Path: "/",
-		Expires: expires, MaxAge: int((expires.Sub(now) + time.Second - 1) / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r),
-	})
+// sessionCookie returns the session cookie for r without its value and
+// lifetime: SecureSessionCookie (Secure, Path=/, no Domain) over HTTPS,
+// else SessionCookie.
+func sessionCookie(r *http.Request) *http.Cookie {
+	if httpx.HTTPS(r) {
+		return &http.Cookie{Name: SecureSessionCookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: true}
+	}
+	return &http.Cookie{Name: SessionCookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r)}
 }
 
+// setSessionCookie sets the session cookie for r (sessionCookie).
+func setSessionCookie(w http.ResponseWriter, r *http.Request, token string, expires time.Time, now time.Time) {
+	c := sessionCookie(r)
+	c.Value, c.Expires, c.MaxAge = token, expires, int((expires.Sub(now)+time.Second-1)/time.Second)
+	http.SetCookie(w, c)
+}
+
+// clearSessionCookie clears both session cookies.
 func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
+	clearCookie(w, r, SecureSessionCookie)
+	clearCookie(w, r, SessionCookie)
+}
+
+// clearCookie expires the session cookie called name, with the
+// attributes a browser requires to replace it.
+func clearCookie(w http.ResponseWriter, r *http.Request, name string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secureRequest(r),
+		Name: name, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		Secure: name == SecureSessionCookie || secureRequest(r),
 	})
 }
 

@@ -46,6 +46,8 @@ func NewHandler(d Deps) http.Handler {
 	forward := RequireGatewayToken(tokens, d.Log)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
 	r.Handle(ForwardAuthPath, forward)
 	r.Handle(ForwardAuthPath+"/*", forward)
+	// The caller's own key, no service token: its limits and what is left.
+	r.Get(MePath, HandleMe(d.Checker, d.Forward, d.Log).ServeHTTP)
 	return r
 }
 

@@ -137,15 +137,31 @@ func PeerAddr(r *http.Request) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-type clientIPKey struct{}
+type (
+	clientIPKey struct{}
+	httpsKey    struct{}
+)
 
-// Middleware resolves each request's client address once (ClientIP) and
-// keeps it in the request's context for the package function ClientIP.
+// Middleware resolves each request's client address (ClientIP) and
+// whether it came over HTTPS (HTTPS) once, and keeps both in the
+// request's context for the package functions of the same names.
 func (t TrustedProxies) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := context.WithValue(r.Context(), clientIPKey{}, t.ClientIP(r))
+		ctx = context.WithValue(ctx, httpsKey{}, t.HTTPS(r))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// HTTPS reports whether the client reached us over HTTPS: r came over
+// TLS, or from a trusted proxy that says "X-Forwarded-Proto: https".
+// Anyone else's X-Forwarded-Proto is ignored.
+func (t TrustedProxies) HTTPS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	peer, ok := PeerAddr(r)
+	return ok && t.Contains(peer) && strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
 // ClientIP returns the client address that TrustedProxies.Middleware
@@ -155,4 +171,14 @@ func ClientIP(r *http.Request) string {
 		return ip
 	}
 	return TrustedProxies{}.ClientIP(r)
+}
+
+// HTTPS reports what TrustedProxies.Middleware found for r (see
+// TrustedProxies.HTTPS), or, when no middleware did, whether r came over
+// TLS.
+func HTTPS(r *http.Request) bool {
+	if https, ok := r.Context().Value(httpsKey{}).(bool); ok {
+		return https
+	}
+	return r.TLS != nil
 }

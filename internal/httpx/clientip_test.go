@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -95,5 +96,36 @@ func TestClientIPMiddleware(t *testing.T) {
 	}
 	if got := ClientIP(r); got != "127.0.0.1" {
 		t.Errorf("without the middleware: %s, want the peer 127.0.0.1", got)
+	}
+}
+
+// TestHTTPS believes X-Forwarded-Proto from trusted proxies only.
+func TestHTTPS(t *testing.T) {
+	proxies := TrustedProxies{Networks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	for _, tc := range []struct {
+		peer, proto string
+		tls, want   bool
+	}{
+		{"127.0.0.1:1234", "https", false, true},
+		{"127.0.0.1:1234", "HTTPS", false, true},
+		{"127.0.0.1:1234", "http", false, false},
+		{"127.0.0.1:1234", "", false, false},
+		{"192.0.2.1:1234", "https", false, false},
+		{"192.0.2.1:1234", "", true, true},
+	} {
+		var got bool
+		h := proxies.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = HTTPS(r) }))
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.peer
+		if tc.proto != "" {
+			r.Header.Set("X-Forwarded-Proto", tc.proto)
+		}
+		if tc.tls {
+			r.TLS = &tls.ConnectionState{}
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if got != tc.want {
+			t.Errorf("HTTPS from %s with X-Forwarded-Proto %q (TLS %v) = %v, want %v", tc.peer, tc.proto, tc.tls, got, tc.want)
+		}
 	}
 }

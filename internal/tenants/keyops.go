@@ -43,7 +43,9 @@ type IssuedKey struct {
 }
 
 // CreateKey issues a key for tenant tenantID (key.create): ECONFLICT when
-// the tenant has MaxLiveKeys live keys already, unless in.Unlimited.
+// the tenant has MaxLiveKeys live keys, or HeldKeysPerLive times as many
+// in the snapshot (live, or dead for less than DeadKeyGrace), already,
+// unless in.Unlimited.
 func (o *Ops) CreateKey(ctx context.Context, by audit.Actor, tenantID string, in CreateKeyInput) (IssuedKey, error) {
 	if err := in.validate(o.now()); err != nil {
 		return IssuedKey{}, err
@@ -129,7 +131,8 @@ type rotatedKey struct {
 // replaced_by and holds its record in new_key). The old key keeps working
 // for the grace period (its expires_at becomes now + grace). A key is
 // rotated at most once: ECONFLICT for a key rotated before, revoked or
-// expired, and when the tenant has MaxLiveKeys live keys already.
+// expired, and when the tenant has MaxLiveKeys live keys (or
+// HeldKeysPerLive times as many in the snapshot) already.
 func (o *Ops) RotateKey(ctx context.Context, by audit.Actor, tenantID, keyID string, in RotateKeyInput) (IssuedKey, error) {
 	if err := in.Validate(); err != nil {
 		return IssuedKey{}, err

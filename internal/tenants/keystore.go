@@ -29,7 +29,8 @@ type KeySpec struct {
 	Metadata  map[string]string
 	ExpiresAt *time.Time
 	// MaxLive, when above 0, refuses the key (ECONFLICT) if the tenant
-	// has this many live keys already; 0 sets no limit.
+	// has this many live keys, or HeldKeysPerLive times as many in the
+	// snapshot, already (ensureRoom); 0 sets no limit.
 	MaxLive int
 }
 
@@ -38,6 +39,25 @@ type KeySpec struct {
 // node keeps every live key in its snapshot, so no tenant may grow that
 // without bound. Operators' tools (the CLI) are not held to it.
 const MaxLiveKeys = 1000
+
+// DeadKeyGrace is how long a dead key (revoked or expired) stays in the
+// check API's snapshot: during it a check with the key answers
+// key_revoked or key_expired (403) from memory; after it the key is only
+// found in Postgres on demand (a check may then answer invalid_key, 401,
+// when Postgres is not asked: it is down or the lookups are limited).
+const DeadKeyGrace = 7 * 24 * time.Hour
+
+// HeldKeysPerLive bounds the keys a tenant has in the snapshot — live
+// keys and keys dead for less than DeadKeyGrace — to this many times its
+// live-key limit: with MaxLiveKeys, 2,000. A tenant admin who issues and
+// revokes keys in a loop reaches it and is refused (ECONFLICT) until
+// DeadKeyGrace has passed for the keys revoked first.
+const HeldKeysPerLive = 2
+
+// heldKeyCondition is true for a key the snapshot holds: live, or dead
+// for less than DeadKeyGrace ($1, seconds).
+const heldKeyCondition = `(revoked_at IS NULL OR revoked_at > now() - $1 * interval '1 second')
+	AND (expires_at IS NULL OR expires_at > now() - $1 * interval '1 second')`
 
 // ValidateKeyName adds a problem with name to f under field.
 func ValidateKeyName(field, name string, f map[string]string) {
@@ -110,9 +130,10 @@ func (s *Store) CreateKey(ctx context.Context, tenantID string, spec KeySpec) (s
 }
 
 // ensureRoom returns ECONFLICT if the tenant has max live keys or more,
-// not counting the key with id except (when not ""). It locks the tenant's
-// row until tx ends, so that concurrent key creations are counted one
-// after another and cannot together pass max.
+// or HeldKeysPerLive×max keys in the snapshot (live, or dead for less
+// than DeadKeyGrace), not counting the key with id except (when not "").
+// It locks the tenant's row until tx ends, so that concurrent key
+// creations are counted one after another and cannot together pass max.
 func ensureRoom(ctx context.Context, tx pgx.Tx, tenantID string, max int, except string) error {
 	// Lock, then count in a statement of its own: one that waited for the
 	// lock would count with the snapshot it started with, missing the keys
@@ -124,15 +145,19 @@ func ensureRoom(ctx context.Context, tx pgx.Tx, tenantID string, max int, except
 	if err != nil {
 		return fmt.Errorf("tenants: lock tenant: %w", err)
 	}
-	var live int
-	err = tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1::uuid
-		AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		AND ($2::uuid IS NULL OR id <> $2::uuid)`, tenantID, optionalID(except)).Scan(&live)
+	var live, held int
+	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
+		count(*) FROM api_keys WHERE tenant_id = $2::uuid AND `+heldKeyCondition+`
+		AND ($3::uuid IS NULL OR id <> $3::uuid)`, DeadKeyGrace.Seconds(), tenantID, optionalID(except)).Scan(&live, &held)
 	if err != nil {
 		return fmt.Errorf("tenants: count live keys: %w", err)
 	}
 	if live >= max {
 		return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has %d live keys, the most allowed: revoke keys it no longer uses first", live)
+	}
+	if held >= HeldKeysPerLive*max {
+		return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has %d keys that are live or were revoked or expired in the last %d days, "+
+			"the most allowed: try again when the oldest of them is %d days dead", held, DeadKeyGrace/(24*time.Hour), DeadKeyGrace/(24*time.Hour))
 	}
 	return nil
 }
@@ -283,8 +308,9 @@ type Rotation struct {
 	// Now is when the rotation happens.
 	Now time.Time
 	// MaxLive, when above 0, refuses the rotation (ECONFLICT) if the
-	// tenant has this many live keys already, the old key among them
-	// unless Grace is 0; 0 sets no limit.
+	// tenant has this many live keys (or HeldKeysPerLive times as many in
+	// the snapshot) already, the old key among them unless Grace is 0; 0
+	// sets no limit.
 	MaxLive int
 }
 

@@ -21,13 +21,14 @@ type SnapshotKey struct {
 	RevokedAtUS int64
 }
 
-// ScanSnapshotKeys calls fn for every key (ids nil) or for the keys with
-// the given IDs (malformed ones match nothing), in no particular order,
-// reading only the columns SnapshotKey holds: the check path's snapshot
-// streams a million keys without holding them twice.
+// ScanSnapshotKeys calls fn for every key the snapshot holds — live, or
+// dead (revoked or expired) for less than DeadKeyGrace — (ids nil) or for
+// those of them with the given IDs (malformed ones match nothing), in no
+// particular order, reading only the columns SnapshotKey holds: the check
+// path's snapshot streams a million keys without holding them twice.
 func (s *Store) ScanSnapshotKeys(ctx context.Context, ids []string, fn func(SnapshotKey) error) error {
-	sql := `SELECT id, tenant_id, hash, expires_at, revoked_at FROM api_keys`
-	var args []any
+	sql := `SELECT id, tenant_id, hash, expires_at, revoked_at FROM api_keys WHERE ` + heldKeyCondition
+	args := []any{DeadKeyGrace.Seconds()}
 	if ids != nil {
 		valid := make([]string, 0, len(ids))
 		for _, id := range ids {
@@ -38,7 +39,7 @@ func (s *Store) ScanSnapshotKeys(ctx context.Context, ids []string, fn func(Snap
 		if len(valid) == 0 {
 			return nil
 		}
-		sql += ` WHERE id = ANY($1::uuid[])`
+		sql += ` AND id = ANY($2::uuid[])`
 		args = append(args, valid)
 	}
 	rows, err := s.db.Query(ctx, sql, args...)

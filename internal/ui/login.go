@@ -2,6 +2,7 @@ package ui
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -17,14 +18,32 @@ type loginPage struct {
 	Errors map[string]string
 }
 
-// safeNext returns next when it is a path of this console, else "/": the
-// sign-in form must not become a redirector to other sites.
+// safeNext returns next when it is a clean path of this console, else
+// "/": the sign-in form and the confirmation pages must not become
+// redirectors to other sites. Browsers drop tabs and newlines from a
+// Location and read a backslash as a slash, so "/\t/evil.example" would
+// reach evil.example: any control character, backslash or
+// percent-encoded one of them is refused, as are absolute and
+// scheme-relative URLs and the API's paths.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.HasPrefix(next, "/api/") || strings.ContainsAny(next, "\r\n") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/api/") ||
+		strings.IndexFunc(next, unsafeInPath) >= 0 {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") || strings.HasPrefix(u.Path, "/api/") ||
+		strings.IndexFunc(u.Path, unsafeInPath) >= 0 {
 		return "/"
 	}
 	return next
+}
+
+// unsafeInPath reports whether r may not appear in a redirect's path:
+// control characters (which browsers drop or stop at), backslashes and
+// anything outside printable ASCII.
+func unsafeInPath(r rune) bool {
+	return r < 0x21 || r > 0x7e || r == '\\'
 }
 
 // LoginPage serves GET /login: the sign-in form, or, for a browser

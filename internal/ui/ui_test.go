@@ -46,13 +46,38 @@ func TestSimulate(t *testing.T) {
 	}
 }
 
+// TestSafeNext keeps only clean local paths: what a browser could read
+// as another host (after dropping tabs and newlines, or turning
+// backslashes into slashes) is "/".
 func TestSafeNext(t *testing.T) {
-	for in, want := range map[string]string{
-		"/tenants?q=a": "/tenants?q=a", "": "/", "//evil.example": "/", "https://evil.example": "/",
-		"/\\evil.example": "/", "/api/v1/me": "/", "/x\r\nSet-Cookie: a": "/",
+	for _, tc := range []struct{ in, want string }{
+		{"/tenants?q=a", "/tenants?q=a"},
+		{"/tenants/1/keys#new", "/tenants/1/keys#new"},
+		{"/tenants?q=a%20b", "/tenants?q=a%20b"},
+		{"", "/"},
+		{"tenants", "/"},
+		{"//evil.example", "/"},
+		{"///evil.example", "/"},
+		{"https://evil.example", "/"},
+		{"javascript:alert(1)", "/"},
+		{"/\\evil.example", "/"},
+		{"\\\\evil.example", "/"},
+		{"/\t/evil.example", "/"},
+		{"/\n/evil.example", "/"},
+		{"/\r/evil.example", "/"},
+		{"/\x00/evil.example", "/"},
+		{"/ /evil.example", "/"},
+		{"/\u00a0/evil.example", "/"},
+		{"/%09/evil.example", "/"},
+		{"/%2F/evil.example", "/"},
+		{"/%5Cevil.example", "/"},
+		{"/x\r\nSet-Cookie: a", "/"},
+		{"/api/v1/me", "/"},
+		{"/%61pi/v1/me", "/"},
+		{"/%zz", "/"},
 	} {
-		if got := safeNext(in); got != want {
-			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
+		if got := safeNext(tc.in); got != tc.want {
+			t.Errorf("safeNext(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -1,0 +1,134 @@
+package enforce
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// Standing is where an API key stands now with every rule of its plan,
+// whatever the resource: the answer of GET /v1/me.
+type Standing struct {
+	TenantID string         `json:"tenant_id"`
+	Tenant   string         `json:"tenant"`
+	KeyID    string         `json:"key_id"`
+	Plan     string         `json:"plan"`
+	Rules    []RuleStanding `json:"rules"`
+	// Quota is the month's units against the plan's included units when
+	// the plan has a monthly quota (plans.QuotaRule); nil otherwise.
+	Quota *QuotaStanding `json:"quota,omitempty"`
+}
+
+// RuleStanding is one rule and what it has left now. Durations are ms,
+// rounded up.
+type RuleStanding struct {
+	Name         string            `json:"name"`
+	Algorithm    limiter.Algorithm `json:"algorithm"`
+	Mode         plans.Mode        `json:"mode"`
+	Resource     string            `json:"resource"`
+	Scope        plans.Scope       `json:"scope"`
+	Limit        int64             `json:"limit"`
+	WindowS      int64             `json:"window_s"`
+	Remaining    int64             `json:"remaining"`
+	ResetAfterMS int64             `json:"reset_after_ms"`
+}
+
+// QuotaStanding is the month's units counted by the monthly quota rule
+// against the plan's included units. The rule only counts units it
+// admitted, so under an overage quota Used stops at IncludedUnits: the
+// units beyond are in the usage and the statement.
+type QuotaStanding struct {
+	Mode          plans.Mode `json:"mode"`
+	IncludedUnits int64      `json:"included_units"`
+	Used          int64      `json:"used"`
+	Remaining     int64      `json:"remaining"`
+	ResetAfterMS  int64      `json:"reset_after_ms"`
+}
+
+// Refused is the error of Look for a key that may not be used: Reason is
+// a check's reason (invalid_key, key_revoked, key_expired,
+// tenant_suspended).
+type Refused struct{ Reason string }
+
+func (e *Refused) Error() string { return "enforce: key refused: " + e.Reason }
+
+// Identity is an API key that may be used now, found by Identify.
+type Identity struct {
+	KeyID  string
+	key    *snapshot.Key
+	tenant *snapshot.Tenant
+}
+
+// Identify finds key in the snapshot (and among the keys looked up
+// already), never in Postgres, so that it costs no query however often it
+// is asked. Errors: ErrNotReady before the first snapshot, *Refused for a
+// key that is unknown or may not be used now.
+func (c *Checker) Identify(key string) (Identity, error) {
+	s := c.holder.Current()
+	if s == nil {
+		return Identity{}, ErrNotReady
+	}
+	if !tenants.WellFormed(key) {
+		return Identity{}, &Refused{tollgate.ReasonInvalidKey}
+	}
+	k, tenant := c.holder.KnownKey(s, tenants.HashKey(key))
+	if tenant == nil || tenant.Plan == nil {
+		return Identity{}, &Refused{tollgate.ReasonInvalidKey}
+	}
+	if refused := c.refusal(k, tenant); refused != "" {
+		return Identity{}, &Refused{refused}
+	}
+	return Identity{KeyID: k.ID, key: k, tenant: tenant}, nil
+}
+
+// Look returns who's standing now (who from Identify), read with one cost-0 dry run of all
+// its plan's rules: one store call (none when the plan has no rules),
+// which changes no state, records no usage and counts no decision. ip is
+// the caller's address, for the rules limited per address. A failed store
+// call (or an open circuit) is an error: there is no failure mode to
+// decide a look.
+func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, error) {
+	plan := who.tenant.Plan
+	st := Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
+		Rules: make([]RuleStanding, 0, len(plan.Rules))}
+	if len(plan.Rules) == 0 {
+		return st, nil
+	}
+	rules := make([]*snapshot.Rule, len(plan.Rules))
+	for i := range plan.Rules {
+		rules[i] = &plan.Rules[i]
+	}
+	reqs, err := c.requests(rules, caller{key: who.key, tenant: who.tenant, plan: plan}, Network(ip, c.ipv6Prefix))
+	if err != nil {
+		return Standing{}, err
+	}
+	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: 0, DryRun: true})
+	if err != nil {
+		return Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
+	}
+	for i, rule := range rules {
+		st.Rules = append(st.Rules, ruleStanding(rule, out.Results[i]))
+		if rule.Name == plans.QuotaRuleName {
+			st.Quota = quotaStanding(rule, out.Results[i])
+		}
+	}
+	return st, nil
+}
+
+func ruleStanding(rule *snapshot.Rule, res limiter.Result) RuleStanding {
+	return RuleStanding{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Resource: rule.Resource,
+		Scope: rule.Scope, Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
+		ResetAfterMS: msCeil(res.ResetAfterUS)}
+}
+
+func quotaStanding(rule *snapshot.Rule, res limiter.Result) *QuotaStanding {
+	return &QuotaStanding{Mode: rule.Mode, IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
+		Remaining: res.Remaining, ResetAfterMS: msCeil(res.ResetAfterUS)}
+}

@@ -41,20 +41,9 @@ type KeySecretResponse = tenants.IssuedKey
 // handleKeyCreate serves POST /tenants/{tenantID}/keys: 409 when the
 // tenant has tenants.MaxLiveKeys live keys already.
 func handleKeyCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.CreateKeyInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.CreateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/tenants/"+res.Key.TenantID+"/keys/"+res.Key.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in tenants.CreateKeyInput) (tenants.IssuedKey, error) {
+		return ops.CreateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
+	}, issuedKeyPath)
 }
 
 // handleKeyGet serves GET /tenants/{tenantID}/keys/{keyID}.
@@ -121,18 +110,12 @@ func handleKeyRevoke(log *slog.Logger, ops *tenants.Ops) http.Handler {
 // at most once: 409 for a key rotated before, revoked or expired, and when
 // the tenant has tenants.MaxLiveKeys live keys already.
 func handleKeyRotate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.RotateKeyInput
-		if err := decodeOptional(r, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.RotateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/tenants/"+res.Key.TenantID+"/keys/"+res.Key.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeOptional, func(r *http.Request, in tenants.RotateKeyInput) (tenants.IssuedKey, error) {
+		return ops.RotateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), in)
+	}, issuedKeyPath)
+}
+
+// issuedKeyPath is the path of a key just made, below its tenant.
+func issuedKeyPath(res tenants.IssuedKey) string {
+	return "/tenants/" + res.Key.TenantID + "/keys/" + res.Key.ID
 }

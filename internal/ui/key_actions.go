@@ -41,17 +41,12 @@ func (c *Console) KeyIssue() http.Handler {
 		fe := formErrors{}
 		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
 		in := tenants.CreateKeyInput{Name: form.Name, ExpiresAt: fe.dateTime(r.PostForm, "expires_at")}
-		if err := fe.err(); err != nil {
-			c.keyList(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.keyList(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
 		res, err := c.cfg.Tenants.CreateKey(r.Context(), actor(r), t.ID, in)
-		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.keyList(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		c.showSecret(w, r, keySecretPage{Tenant: t, Key: res.Key, Secret: res.Secret})

@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -69,12 +68,7 @@ func viewRule(r plans.Rule) ruleView {
 
 // pathPlanID returns the {planID} path parameter.
 func pathPlanID(r *http.Request) (int64, error) {
-	s := chi.URLParam(r, "planID")
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
-	}
-	return id, nil
+	return plans.ParseID(chi.URLParam(r, "planID"))
 }
 
 // PlanView serves GET /plans/{planID}: pricing, and each rule with a

@@ -143,16 +143,12 @@ func (c *Console) TenantSetPlan() http.Handler {
 		fe := formErrors{}
 		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
 		in := tenants.SetPlanInput{PlanID: form.PlanID, EffectiveAt: fe.dateTime(r.PostForm, "effective_at")}
-		if err := fe.err(); err != nil {
-			c.tenantView(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.tenantView(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
-		if _, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in); err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.tenantView(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		_, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(id), "Plan changed.")

@@ -32,12 +32,7 @@ func (c *Console) showSecret(w http.ResponseWriter, r *http.Request, p keySecret
 // KeyIssue serves POST /tenants/{tenantID}/keys: tenants.Ops.CreateKey
 // issues the key, and the page shows its secret once.
 func (c *Console) KeyIssue() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
 		in := tenants.CreateKeyInput{Name: form.Name, ExpiresAt: fe.dateTime(r.PostForm, "expires_at")}
@@ -56,12 +51,7 @@ func (c *Console) KeyIssue() http.Handler {
 // KeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a new key
 // replaces the old one, which keeps working for the chosen grace period.
 func (c *Console) KeyRotate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		in := tenants.RotateKeyInput{GracePeriodS: fe.optInt64(r.PostForm, "grace_period_s")}
 		if err := fe.err(); err != nil {

@@ -71,16 +71,20 @@ func pathPlanID(r *http.Request) (int64, error) {
 	return plans.ParseID(chi.URLParam(r, "planID"))
 }
 
+// planOf returns the plan {planID} names.
+func (c *Console) planOf(r *http.Request) (plans.Plan, error) {
+	id, err := pathPlanID(r)
+	if err != nil {
+		return plans.Plan{}, err
+	}
+	return c.plans.Get(r.Context(), id)
+}
+
 // PlanView serves GET /plans/{planID}: pricing, and each rule with a
 // preview of what it admits.
 func (c *Console) PlanView() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		pl, err := c.plans.Get(r.Context(), id)
+		pl, err := c.planOf(r)
 		if err != nil {
 			c.Error(w, r, err)
 			return

@@ -52,6 +52,19 @@ func (c *Console) tenantOf(r *http.Request) (tenants.Tenant, error) {
 	return c.tenants.Get(r.Context(), chi.URLParam(r, "tenantID"))
 }
 
+// tenantHandler serves a request about the tenant {tenantID}: the error
+// page when it cannot be read, else serve with it.
+func (c *Console) tenantHandler(serve func(w http.ResponseWriter, r *http.Request, t tenants.Tenant)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := c.tenantOf(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		serve(w, r, t)
+	})
+}
+
 // TenantView serves GET /tenants/{tenantID}.
 func (c *Console) TenantView() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -162,12 +175,7 @@ func (c *Console) TenantStatus(suspend bool) http.Handler {
 	if suspend {
 		verb, done, change = "suspend", "Tenant suspended: its checks are denied.", c.cfg.Tenants.Suspend
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		back := "/tenants/" + url.PathEscape(t.ID)
 		if !confirmed(r) {
 			msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."

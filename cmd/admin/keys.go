@@ -60,36 +60,20 @@ func keysIssueCommand() command {
 }
 
 func keysRevokeCommand() command {
-	return command{
+	return revokeCommand(command{
 		name:    "keys revoke",
 		audited: "key.revoke",
 		summary: "revoke an API key by ID; checks with it are denied within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			id := fs.String("id", "", "key ID (required)")
-			asJSON := fs.Bool("json", false, "print the revoked key's record as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				k, err := tenants.NewStore(e.db).KeyByID(ctx, *id)
-				if err != nil {
-					return fmt.Errorf("keys revoke: %w", err)
-				}
-				after, err := tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
-				if err != nil {
-					return fmt.Errorf("keys revoke: %w", err)
-				}
-				return printRevokedKey(e, after, *asJSON)
-			}
-		},
-	}
-}
-
-// printRevokedKey says that k is revoked, or prints its record as JSON.
-func printRevokedKey(e *invocation, k tenants.Key, asJSON bool) error {
-	if asJSON {
-		return printJSON(e.stdout, k)
-	}
-	fmt.Fprintf(e.stdout, "key %s (%s…) revoked at %s; checks with it are denied within a second\n",
-		k.ID, k.Prefix, timeCell(k.RevokedAt))
-	return nil
+	}, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
+		k, err := tenants.NewStore(e.db).KeyByID(ctx, id)
+		if err != nil {
+			return tenants.Key{}, err
+		}
+		return tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
+	}, func(k tenants.Key) string {
+		return fmt.Sprintf("key %s (%s…) revoked at %s; checks with it are denied within a second",
+			k.ID, k.Prefix, timeCell(k.RevokedAt))
+	})
 }
 
 func keysListCommand() command {

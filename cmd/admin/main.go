@@ -328,6 +328,30 @@ func listCommand[T any](c command, records string, header []string,
 	return c
 }
 
+// revokeCommand completes c, a command that revokes what --id names
+// (idUsage describes that ID for --help) through revoke. It prints the
+// revoked record as JSON with --json (whose, such as "key's", names the
+// record in that flag's help), else the sentence said returns.
+func revokeCommand[T any](c command, idUsage, whose string,
+	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) command {
+	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+		id := fs.String("id", "", idUsage+" (required)")
+		asJSON := fs.Bool("json", false, "print the revoked "+whose+" record as JSON")
+		return func(ctx context.Context, e *invocation) error {
+			after, err := revoke(ctx, e, *id)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			if *asJSON {
+				return printJSON(e.stdout, after)
+			}
+			_, err = fmt.Fprintln(e.stdout, said(after))
+			return err
+		}
+	}
+	return c
+}
+
 // timeCell formats an optional time for printTable: UTC, to the second,
 // "-" when nil.
 func timeCell(t *time.Time) string {

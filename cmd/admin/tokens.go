@@ -64,27 +64,17 @@ func serviceTokenRow(now time.Time) func(auth.ServiceToken) []string {
 }
 
 func tokensRevokeCommand() command {
-	return command{
+	return revokeCommand(command{
 		name:    "tokens revoke",
 		audited: "service_token.revoke",
 		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			id := fs.String("id", "", "service token ID, as `tokens list` shows it (required)")
-			asJSON := fs.Bool("json", false, "print the revoked token's record as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				after, err := auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, *id)
-				if err != nil {
-					return fmt.Errorf("tokens revoke: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, after)
-				}
-				fmt.Fprintf(e.stdout, "service token %s (%s) revoked at %s; the check API refuses it within a second\n",
-					after.ID, after.Name, timeCell(after.RevokedAt))
-				return nil
-			}
-		},
-	}
+	}, "service token ID, as `tokens list` shows it", "token's",
+		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, error) {
+			return auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
+		}, func(st auth.ServiceToken) string {
+			return fmt.Sprintf("service token %s (%s) revoked at %s; the check API refuses it within a second",
+				st.ID, st.Name, timeCell(st.RevokedAt))
+		})
 }
 
 func secretsGenerateCommand() command {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -18,11 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	admintest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { admintest.Main(m) }
 
 // startAPI runs cmd/api against dbURL and the test Redis until the test
 // ends, and returns its base URL once it is ready.

@@ -23,9 +23,6 @@ func keysIssueCommand() command {
 			asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
 			count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
 			return func(ctx context.Context, e *invocation) error {
-				if *tenant == "" {
-					return errors.New("keys issue: --tenant is required")
-				}
 				if *count < 1 || *count > 100_000 {
 					return errors.New("keys issue: --count must be from 1 to 100000")
 				}
@@ -63,39 +60,20 @@ func keysIssueCommand() command {
 }
 
 func keysRevokeCommand() command {
-	return command{
+	return revokeCommand(command{
 		name:    "keys revoke",
 		audited: "key.revoke",
 		summary: "revoke an API key by ID; checks with it are denied within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			id := fs.String("id", "", "key ID (required)")
-			asJSON := fs.Bool("json", false, "print the revoked key's record as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				if *id == "" {
-					return errors.New("keys revoke: --id is required")
-				}
-				k, err := tenants.NewStore(e.db).KeyByID(ctx, *id)
-				if err != nil {
-					return fmt.Errorf("keys revoke: %w", err)
-				}
-				after, err := tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
-				if err != nil {
-					return fmt.Errorf("keys revoke: %w", err)
-				}
-				return printRevokedKey(e, after, *asJSON)
-			}
-		},
-	}
-}
-
-// printRevokedKey says that k is revoked, or prints its record as JSON.
-func printRevokedKey(e *invocation, k tenants.Key, asJSON bool) error {
-	if asJSON {
-		return printJSON(e.stdout, k)
-	}
-	fmt.Fprintf(e.stdout, "key %s (%s…) revoked at %s; checks with it are denied within a second\n",
-		k.ID, k.Prefix, timeCell(k.RevokedAt))
-	return nil
+	}, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
+		k, err := tenants.NewStore(e.db).KeyByID(ctx, id)
+		if err != nil {
+			return tenants.Key{}, err
+		}
+		return tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
+	}, func(k tenants.Key) string {
+		return fmt.Sprintf("key %s (%s…) revoked at %s; checks with it are denied within a second",
+			k.ID, k.Prefix, timeCell(k.RevokedAt))
+	})
 }
 
 func keysListCommand() command {
@@ -107,20 +85,13 @@ func keysListCommand() command {
 			asJSON := fs.Bool("json", false, "print the key records as a JSON array")
 			return func(ctx context.Context, e *invocation) error {
 				ts := tenants.NewStore(e.db)
-				tenantID := ""
-				if *tenant != "" {
-					t, err := ts.Find(ctx, *tenant)
-					if err != nil {
-						return fmt.Errorf("keys list: --tenant: %w", err)
-					}
-					tenantID = t.ID
+				tenantID, err := optionalTenantID(ctx, e, *tenant)
+				if err != nil {
+					return fmt.Errorf("keys list: %w", err)
 				}
 				list, err := ts.ListKeys(ctx, tenantID)
 				if err != nil {
 					return fmt.Errorf("keys list: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, list)
 				}
 				all, err := ts.List(ctx)
 				if err != nil {
@@ -131,16 +102,27 @@ func keysListCommand() command {
 					names[t.ID] = t.Name
 				}
 				now := time.Now()
-				rows := make([][]string, len(list))
-				for i, k := range list {
-					rows[i] = []string{k.ID, k.Prefix + "…", names[k.TenantID], k.Name, keyStatus(k, now),
+				return printList(e.stdout, *asJSON, list, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED",
+					"EXPIRES", "LAST USED"}, func(k tenants.Key) []string {
+					return []string{k.ID, k.Prefix + "…", names[k.TenantID], k.Name, keyStatus(k, now),
 						timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
-				}
-				return printTable(e.stdout, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED", "EXPIRES",
-					"LAST USED"}, rows)
+				})
 			}
 		},
 	}
+}
+
+// optionalTenantID is the ID of the tenant that ref (the --tenant flag, an
+// ID or name) names, or "" (every tenant) when ref is empty.
+func optionalTenantID(ctx context.Context, e *invocation, ref string) (string, error) {
+	if ref == "" {
+		return "", nil
+	}
+	t, err := tenants.NewStore(e.db).Find(ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("--tenant: %w", err)
+	}
+	return t.ID, nil
 }
 
 // keyStatus is "revoked", "expired" or "active" at now.

@@ -43,7 +43,9 @@ type command struct {
 	args string
 	// help, when set, is printed after the summary by --help.
 	help string
-	// flags declares the command's flags and returns its action.
+	// flags declares the command's flags and returns its action. A flag
+	// whose usage ends in "(required)" must be given a value: run refuses
+	// the command without one (checkRequired), before the action.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, env *invocation) error
 	// audited is the audit action of the change the command makes, such
 	// as "key.revoke": the command makes it through its feature's
@@ -226,6 +228,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := fs.Parse(rest); err != nil {
 		return err
 	}
+	if err := checkRequired(cmd.name, fs); err != nil {
+		return err
+	}
 	e := &invocation{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
 	if cmd.noDatabase {
 		return action(ctx, e)
@@ -244,6 +249,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	e.db = db
 	return action(ctx, e)
+}
+
+// checkRequired fails when a flag of fs whose usage ends in "(required)"
+// is empty, naming every such flag: the rule --help shows is the one
+// enforced.
+func checkRequired(name string, fs *flag.FlagSet) error {
+	var missing []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasSuffix(f.Usage, "(required)") && f.Value.String() == "" {
+			missing = append(missing, "--"+f.Name)
+		}
+	})
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: %s is required", name, missing[0])
+	}
+	return fmt.Errorf("%s: %s are required", name, strings.Join(missing, " and "))
 }
 
 // flagsFrom returns args from the first flag on.
@@ -270,6 +294,62 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	return tw.Flush()
+}
+
+// printList prints list as a JSON array (asJSON), or as a table under
+// header with row's cells for each item.
+func printList[T any](w io.Writer, asJSON bool, list []T, header []string, row func(T) []string) error {
+	if asJSON {
+		return printJSON(w, list)
+	}
+	rows := make([][]string, len(list))
+	for i, v := range list {
+		rows[i] = row(v)
+	}
+	return printTable(w, header, rows)
+}
+
+// listCommand completes c, a command that lists records (records names
+// them for --help, e.g. "tenant records"): with --json as a JSON array,
+// else as a table under header. list returns them and the cells of each
+// one's row.
+func listCommand[T any](c command, records string, header []string,
+	list func(ctx context.Context, e *invocation) ([]T, func(T) []string, error)) command {
+	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+		asJSON := fs.Bool("json", false, "print the "+records+" as a JSON array")
+		return func(ctx context.Context, e *invocation) error {
+			items, row, err := list(ctx, e)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return printList(e.stdout, *asJSON, items, header, row)
+		}
+	}
+	return c
+}
+
+// revokeCommand completes c, a command that revokes what --id names
+// (idUsage describes that ID for --help) through revoke. It prints the
+// revoked record as JSON with --json (whose, such as "key's", names the
+// record in that flag's help), else the sentence said returns.
+func revokeCommand[T any](c command, idUsage, whose string,
+	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) command {
+	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+		id := fs.String("id", "", idUsage+" (required)")
+		asJSON := fs.Bool("json", false, "print the revoked "+whose+" record as JSON")
+		return func(ctx context.Context, e *invocation) error {
+			after, err := revoke(ctx, e, *id)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			if *asJSON {
+				return printJSON(e.stdout, after)
+			}
+			_, err = fmt.Fprintln(e.stdout, said(after))
+			return err
+		}
+	}
+	return c
 }
 
 // timeCell formats an optional time for printTable: UTC, to the second,

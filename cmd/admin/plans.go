@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 
@@ -10,37 +9,29 @@ import (
 )
 
 func plansListCommand() command {
-	return command{
+	return listCommand(command{
 		name:    "plans list",
 		summary: "list plans with their pricing and rules, by name (archived ones too)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			asJSON := fs.Bool("json", false, "print the plan records, with rules and tiers, as a JSON array")
-			return func(ctx context.Context, e *invocation) error {
-				list, err := plans.NewStore(e.db).List(ctx)
-				if err != nil {
-					return fmt.Errorf("plans list: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, list)
-				}
-				rows := make([][]string, len(list))
-				for i, p := range list {
-					rules := make([]string, len(p.Rules))
-					for j, r := range p.Rules {
-						rules[j] = r.Name
-					}
-					status := "active"
-					if p.ArchivedAt != nil {
-						status = "archived"
-					}
-					rows[i] = []string{fmt.Sprint(p.ID), p.Name, status, p.Currency, fmt.Sprint(p.BaseFeeMinor),
-						fmt.Sprint(p.IncludedUnits), string(p.QuotaMode), strings.Join(rules, ",")}
-				}
-				return printTable(e.stdout, []string{"ID", "NAME", "STATUS", "CURRENCY", "BASE FEE (MINOR)",
-					"INCLUDED UNITS", "QUOTA", "RULES"}, rows)
-			}
-		},
+	}, "plan records, with rules and tiers,", []string{"ID", "NAME", "STATUS", "CURRENCY", "BASE FEE (MINOR)",
+		"INCLUDED UNITS", "QUOTA", "RULES"},
+		func(ctx context.Context, e *invocation) ([]plans.Plan, func(plans.Plan) []string, error) {
+			list, err := plans.NewStore(e.db).List(ctx)
+			return list, planRow, err
+		})
+}
+
+// planRow is the table row of a plan.
+func planRow(p plans.Plan) []string {
+	rules := make([]string, len(p.Rules))
+	for j, r := range p.Rules {
+		rules[j] = r.Name
 	}
+	status := "active"
+	if p.ArchivedAt != nil {
+		status = "archived"
+	}
+	return []string{fmt.Sprint(p.ID), p.Name, status, p.Currency, fmt.Sprint(p.BaseFeeMinor),
+		fmt.Sprint(p.IncludedUnits), string(p.QuotaMode), strings.Join(rules, ",")}
 }
 
 // planNamesByID maps every plan's ID to its name.

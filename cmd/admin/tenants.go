@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 
@@ -20,9 +19,6 @@ func tenantsCreateCommand() command {
 			name := fs.String("name", "", "tenant name (required)")
 			plan := fs.String("plan", "free", "plan name")
 			return func(ctx context.Context, e *invocation) error {
-				if *name == "" {
-					return errors.New("tenants create: --name is required")
-				}
 				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
 				if err != nil {
 					return fmt.Errorf("tenants create: --plan: %w", err)
@@ -38,29 +34,18 @@ func tenantsCreateCommand() command {
 }
 
 func tenantsListCommand() command {
-	return command{
+	return listCommand(command{
 		name:    "tenants list",
 		summary: "list tenants with their plan and status, by name",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			asJSON := fs.Bool("json", false, "print the tenant records as a JSON array")
-			return func(ctx context.Context, e *invocation) error {
-				list, err := tenants.NewStore(e.db).List(ctx)
-				if err != nil {
-					return fmt.Errorf("tenants list: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, list)
-				}
-				planNames, err := planNamesByID(ctx, e)
-				if err != nil {
-					return fmt.Errorf("tenants list: %w", err)
-				}
-				rows := make([][]string, len(list))
-				for i, t := range list {
-					rows[i] = []string{t.ID, t.Name, planNames[t.PlanID], t.Status, timeCell(&t.CreatedAt)}
-				}
-				return printTable(e.stdout, []string{"ID", "NAME", "PLAN", "STATUS", "CREATED"}, rows)
+	}, "tenant records", []string{"ID", "NAME", "PLAN", "STATUS", "CREATED"},
+		func(ctx context.Context, e *invocation) ([]tenants.Tenant, func(tenants.Tenant) []string, error) {
+			list, err := tenants.NewStore(e.db).List(ctx)
+			if err != nil {
+				return nil, nil, err
 			}
-		},
-	}
+			planNames, err := planNamesByID(ctx, e)
+			return list, func(t tenants.Tenant) []string {
+				return []string{t.ID, t.Name, planNames[t.PlanID], t.Status, timeCell(&t.CreatedAt)}
+			}, err
+		})
 }

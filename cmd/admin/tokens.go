@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -20,9 +19,6 @@ func tokensIssueCommand() command {
 			name := fs.String("name", "", "who the token is for, e.g. edge-gateway (required)")
 			ttl := fs.Duration("ttl", 365*24*time.Hour, "validity")
 			return func(ctx context.Context, e *invocation) error {
-				if *name == "" {
-					return errors.New("tokens issue: --name is required")
-				}
 				keys, err := e.secretKeys()
 				if err != nil {
 					return err
@@ -42,62 +38,43 @@ func tokensIssueCommand() command {
 }
 
 func tokensListCommand() command {
-	return command{
+	return listCommand(command{
 		name:    "tokens list",
 		summary: "list service tokens (never the tokens themselves), newest first",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			asJSON := fs.Bool("json", false, "print the service token records as a JSON array")
-			return func(ctx context.Context, e *invocation) error {
-				list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
-				if err != nil {
-					return fmt.Errorf("tokens list: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, list)
-				}
-				now := time.Now()
-				rows := make([][]string, len(list))
-				for i, st := range list {
-					status := "active"
-					switch {
-					case st.RevokedAt != nil:
-						status = "revoked"
-					case st.ExpiresAt != nil && !st.ExpiresAt.After(now):
-						status = "expired"
-					}
-					rows[i] = []string{st.ID, st.Name, status, timeCell(&st.CreatedAt), timeCell(st.ExpiresAt)}
-				}
-				return printTable(e.stdout, []string{"ID", "NAME", "STATUS", "CREATED", "EXPIRES"}, rows)
-			}
-		},
+	}, "service token records", []string{"ID", "NAME", "STATUS", "CREATED", "EXPIRES"},
+		func(ctx context.Context, e *invocation) ([]auth.ServiceToken, func(auth.ServiceToken) []string, error) {
+			list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
+			return list, serviceTokenRow(time.Now()), err
+		})
+}
+
+// serviceTokenRow is the table row of a service token: its status is
+// "revoked", "expired" or "active" at now.
+func serviceTokenRow(now time.Time) func(auth.ServiceToken) []string {
+	return func(st auth.ServiceToken) []string {
+		status := "active"
+		switch {
+		case st.RevokedAt != nil:
+			status = "revoked"
+		case st.ExpiresAt != nil && !st.ExpiresAt.After(now):
+			status = "expired"
+		}
+		return []string{st.ID, st.Name, status, timeCell(&st.CreatedAt), timeCell(st.ExpiresAt)}
 	}
 }
 
 func tokensRevokeCommand() command {
-	return command{
+	return revokeCommand(command{
 		name:    "tokens revoke",
 		audited: "service_token.revoke",
 		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			id := fs.String("id", "", "service token ID, as `tokens list` shows it (required)")
-			asJSON := fs.Bool("json", false, "print the revoked token's record as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				if *id == "" {
-					return errors.New("tokens revoke: --id is required")
-				}
-				after, err := auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, *id)
-				if err != nil {
-					return fmt.Errorf("tokens revoke: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, after)
-				}
-				fmt.Fprintf(e.stdout, "service token %s (%s) revoked at %s; the check API refuses it within a second\n",
-					after.ID, after.Name, timeCell(after.RevokedAt))
-				return nil
-			}
-		},
-	}
+	}, "service token ID, as `tokens list` shows it", "token's",
+		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, error) {
+			return auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
+		}, func(st auth.ServiceToken) string {
+			return fmt.Sprintf("service token %s (%s) revoked at %s; the check API refuses it within a second",
+				st.ID, st.Name, timeCell(st.RevokedAt))
+		})
 }
 
 func secretsGenerateCommand() command {

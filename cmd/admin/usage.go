@@ -26,7 +26,6 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
@@ -180,13 +179,9 @@ func reportCommand() command {
 					return err
 				}
 				store := c.store(e)
-				tenantID := ""
-				if *tenant != "" {
-					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-					if err != nil {
-						return fmt.Errorf("report: --tenant: %w", err)
-					}
-					tenantID = t.ID
+				tenantID, err := optionalTenantID(ctx, e, *tenant)
+				if err != nil {
+					return fmt.Errorf("report: %w", err)
 				}
 				if *late {
 					rows, err := store.Late(ctx, m, tenantID)

@@ -26,9 +26,6 @@ func usersCreateCommand() command {
 			fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 			asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
 			return func(ctx context.Context, e *invocation) error {
-				if *email == "" || *role == "" {
-					return errors.New("users create: --email and --role are required")
-				}
 				in := auth.CreateUserInput{Email: *email, Role: auth.Role(*role)}
 				if *tenant != "" {
 					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
@@ -71,53 +68,45 @@ func usersCreateCommand() command {
 }
 
 func usersDisableCommand() command {
-	return command{
+	return userSessionsCommand(command{
 		name:    "users disable",
 		audited: "user.disable",
 		summary: "disable an admin user: it can no longer log in, and its sessions end at once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *invocation) error {
-				if *email == "" {
-					return errors.New("users disable: --email is required")
-				}
-				u, err := auth.NewStore(e.db).GetUserByEmail(ctx, *email)
-				if err != nil {
-					return fmt.Errorf("users disable: %w", err)
-				}
-				res, err := auth.NewOps(e.db, nil).DisableUser(ctx, audit.CLI, u.ID)
-				if err != nil {
-					return fmt.Errorf("users disable: %w", err)
-				}
-				fmt.Fprintf(e.stderr, "%s disabled; %d sessions ended\n", res.User.Email, res.SessionsEnded)
-				return printJSON(e.stdout, res.User)
-			}
-		},
-	}
+	}, (*auth.Ops).DisableUser, func(e *invocation, res auth.UserSessions) error {
+		fmt.Fprintf(e.stderr, "%s disabled; %d sessions ended\n", res.User.Email, res.SessionsEnded)
+		return printJSON(e.stdout, res.User)
+	})
 }
 
 func usersSessionsRevokeCommand() command {
-	return command{
+	return userSessionsCommand(command{
 		name:    "users sessions revoke",
 		audited: "user.sessions_revoke",
 		summary: "end every session of an admin user at once (the user may log in again)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			email := fs.String("email", "", "the user's email (required)")
-			return func(ctx context.Context, e *invocation) error {
-				if *email == "" {
-					return errors.New("users sessions revoke: --email is required")
-				}
-				u, err := auth.NewStore(e.db).GetUserByEmail(ctx, *email)
-				if err != nil {
-					return fmt.Errorf("users sessions revoke: %w", err)
-				}
-				res, err := auth.NewOps(e.db, nil).EndUserSessions(ctx, audit.CLI, u.ID)
-				if err != nil {
-					return fmt.Errorf("users sessions revoke: %w", err)
-				}
-				fmt.Fprintf(e.stdout, "%d sessions of %s ended\n", res.SessionsEnded, res.User.Email)
-				return nil
+	}, (*auth.Ops).EndUserSessions, func(e *invocation, res auth.UserSessions) error {
+		_, err := fmt.Fprintf(e.stdout, "%d sessions of %s ended\n", res.SessionsEnded, res.User.Email)
+		return err
+	})
+}
+
+// userSessionsCommand completes c, a command that ends the sessions of the
+// admin user --email names: change makes c's change to the user, and
+// report says what it did.
+func userSessionsCommand(c command, change func(*auth.Ops, context.Context, audit.Actor, string) (auth.UserSessions, error),
+	report func(e *invocation, res auth.UserSessions) error) command {
+	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+		email := fs.String("email", "", "the user's email (required)")
+		return func(ctx context.Context, e *invocation) error {
+			u, err := auth.NewStore(e.db).GetUserByEmail(ctx, *email)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
 			}
-		},
+			res, err := change(auth.NewOps(e.db, nil), ctx, audit.CLI, u.ID)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return report(e, res)
+		}
 	}
+	return c
 }

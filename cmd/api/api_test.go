@@ -363,15 +363,8 @@ func TestCheckBadInput(t *testing.T) {
 // allowed, unlimited, and says so.
 func TestResourceWithoutRules(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	narrow, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "narrow", Rules: []plans.Rule{{Name: "search",
-		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS, Resource: "POST /v1/search"}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "narrow-co", narrow.ID)
-	testenv.Must(t, err)
-	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	key := f.keyOnPlan(t, plans.Plan{Name: "narrow", Rules: []plans.Rule{{Name: "search",
+		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS, Resource: "POST /v1/search"}}}, "narrow-co")
 	base := f.startAPI(t, nil)
 	for range 3 {
 		r := post(t, base, f.token, checkBody(key, "", "GET /repos"))
@@ -493,14 +486,33 @@ func TestRevocationReachesAPI(t *testing.T) {
 
 // failClosedKey returns the secret of a key of a new tenant whose plan's
 // one rule (100 an hour) fails closed when the store is unreachable.
-func (f *fixture) failClosedKey(t *testing.T) string {
+// revokedKey issues a key of the tenant "free" and revokes it, returning
+// its secret.
+func (f *fixture) revokedKey(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
-	strict, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly",
-		Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}})
+	ts := tenants.NewStore(f.db)
+	secret, k, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
+	testenv.Must(t, err)
+	testenv.Must(t, ts.RevokeKey(ctx, k.ID))
+	return secret
+}
+
+func (f *fixture) failClosedKey(t *testing.T) string {
+	t.Helper()
+	return f.keyOnPlan(t, plans.Plan{Name: "strict", Rules: []plans.Rule{{Name: "hourly",
+		Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, FailureMode: plans.FailClosed}}}, "strict-co")
+}
+
+// keyOnPlan stores the plan p, makes a tenant named tenant on it and
+// issues that tenant a key, returning the key's secret.
+func (f *fixture) keyOnPlan(t *testing.T, p plans.Plan, tenant string) string {
+	t.Helper()
+	ctx := context.Background()
+	stored, err := plans.NewStore(f.db).Put(ctx, p)
 	testenv.Must(t, err)
 	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "strict-co", strict.ID)
+	tn, err := ts.Create(ctx, tenant, stored.ID)
 	testenv.Must(t, err)
 	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
 	testenv.Must(t, err)
@@ -647,12 +659,11 @@ func TestStoresBehindTheAPI(t *testing.T) {
 // leaky bucket answers delay_ms.
 func TestEveryAlgorithmThroughTheCheckAPI(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	rule := func(name string, alg limiter.Algorithm, limit int64, opts plans.Options) plans.Rule {
 		return plans.Rule{Name: name, Algorithm: alg, Limit: limit, PeriodUS: limiter.HourUS, Burst: limit,
 			Resource: "GET /" + name, Options: opts}
 	}
-	zoo, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "zoo", Rules: []plans.Rule{
+	zoo := plans.Plan{Name: "zoo", Rules: []plans.Rule{
 		rule("gcra", limiter.GCRA, 3, plans.Options{}),
 		rule("bucket", limiter.TokenBucket, 3, plans.Options{}),
 		rule("police", limiter.LeakyBucket, 3, plans.Options{}),
@@ -662,13 +673,8 @@ func TestEveryAlgorithmThroughTheCheckAPI(t *testing.T) {
 		rule("anchored", limiter.FixedWindow, 3, plans.Options{Anchor: "first_request"}),
 		rule("log", limiter.SlidingWindowLog, 3, plans.Options{}),
 		rule("counter", limiter.SlidingWindowCounter, 3, plans.Options{}),
-	}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "zoo-keeper", zoo.ID)
-	testenv.Must(t, err)
-	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	}}
+	key := f.keyOnPlan(t, zoo, "zoo-keeper")
 	base := f.startAPI(t, nil)
 
 	for _, r := range zoo.Rules {

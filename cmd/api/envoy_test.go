@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -207,11 +206,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	})
 
 	t.Run("a revoked key is OVER_LIMIT with its reason", func(t *testing.T) {
-		ctx := context.Background()
-		ts := tenants.NewStore(f.db)
-		revoked, k, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
-		testenv.Must(t, err)
-		testenv.Must(t, ts.RevokeKey(ctx, k.ID))
+		revoked := f.revokedKey(t)
 		waitFor(t, func() bool {
 			resp := envoy.must(t, rlRequest(descriptor("api_key", revoked)))
 			return resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && headerMap(resp.ResponseHeadersToAdd)["x-tollgate-reason"] == "key_revoked"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -121,11 +120,7 @@ func TestForwardAuth(t *testing.T) {
 	})
 
 	t.Run("key reasons", func(t *testing.T) {
-		ctx := context.Background()
-		ts := tenants.NewStore(f.db)
-		revoked, k, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
-		testenv.Must(t, err)
-		testenv.Must(t, ts.RevokeKey(ctx, k.ID))
+		revoked := f.revokedKey(t)
 		unknown, _, _ := tenants.GenerateKey()
 		for _, c := range []struct {
 			key, reason string

@@ -123,11 +123,9 @@ func (f *fixture) deadKeys(t *testing.T) (revoked, expired string) {
 	t.Helper()
 	ctx := context.Background()
 	ts := tenants.NewStore(f.db)
-	revoked, rk, err := ts.IssueKey(ctx, f.tenants["free"].ID, "revoked", nil)
-	testenv.Must(t, err)
-	testenv.Must(t, ts.RevokeKey(ctx, rk.ID))
+	revoked = f.revokedKey(t)
 	past := time.Now().Add(-time.Minute)
-	expired, _, err = ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
+	expired, _, err := ts.IssueKey(ctx, f.tenants["free"].ID, "expired", &past)
 	testenv.Must(t, err)
 	return revoked, expired
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -251,10 +250,7 @@ func testGatewayForwardAuth(t *testing.T, start startGateway) {
 	})
 
 	t.Run("a revoked key gets 403, an unknown one 401", func(t *testing.T) {
-		ts := tenants.NewStore(f.db)
-		revoked, k, err := ts.IssueKey(context.Background(), f.tenants["free"].ID, "revoked", nil)
-		testenv.Must(t, err)
-		testenv.Must(t, ts.RevokeKey(context.Background(), k.ID))
+		revoked := f.revokedKey(t)
 		var r gatewayResponse
 		waitFor(t, func() bool {
 			r = through(t, http.DefaultClient, "GET", gw+"/repos", map[string]string{"Authorization": "Bearer " + revoked})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -22,7 +21,6 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -31,15 +29,8 @@ import (
 func exportedMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	f := newFixture(t)
-	ctx := context.Background()
-	shadowy, err := plans.NewStore(f.db).Put(ctx, plans.Plan{Name: "shadowy", Rules: []plans.Rule{{Name: "trial",
-		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS, Mode: plans.ModeShadow}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, "shadowy-co", shadowy.ID)
-	testenv.Must(t, err)
-	shadowKey, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	shadowKey := f.keyOnPlan(t, plans.Plan{Name: "shadowy", Rules: []plans.Rule{{Name: "trial",
+		Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS, Mode: plans.ModeShadow}}}, "shadowy-co")
 	base := f.startAPI(t, nil)
 	// A decision of each kind, so that every labelled series exists.
 	post(t, base, f.token, checkBody(f.keys["pro"], "", "POST /v1/search"))

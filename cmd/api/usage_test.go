@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -231,22 +232,7 @@ func orNil(id string) string {
 // stored reads a usage table's totals by tenant/key/tier.
 func stored(t *testing.T, db *pgxpool.Pool, table string) tally {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT tenant_id::text || '/' || key_id::text || '/' || tier,
-		sum(allowed), sum(denied), sum(allowed_units), sum(denied_units) FROM `+table+` GROUP BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := tally{}
-	for rows.Next() {
-		var k string
-		var c metering.Counts
-		if err := rows.Scan(&k, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = c
-	}
-	return out
+	return meteringtest.SumsByTier(t, db, table)
 }
 
 // requireReconciled compares every usage table with what the client saw.

@@ -42,20 +42,9 @@ type KeySecretResponse = tenants.IssuedKey
 // tenant has tenants.MaxLiveKeys live keys, or HeldKeysPerLive times as
 // many in the snapshot, already.
 func handleKeyCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.CreateKeyInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.CreateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/tenants/"+res.Key.TenantID+"/keys/"+res.Key.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in tenants.CreateKeyInput) (tenants.IssuedKey, error) {
+		return ops.CreateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
+	}, issuedKeyPath)
 }
 
 // handleKeyGet serves GET /tenants/{tenantID}/keys/{keyID}.
@@ -123,18 +112,12 @@ func handleKeyRevoke(log *slog.Logger, ops *tenants.Ops) http.Handler {
 // the tenant has tenants.MaxLiveKeys live keys (or HeldKeysPerLive times
 // as many in the snapshot) already.
 func handleKeyRotate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.RotateKeyInput
-		if err := decodeOptional(r, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.RotateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/tenants/"+res.Key.TenantID+"/keys/"+res.Key.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeOptional, func(r *http.Request, in tenants.RotateKeyInput) (tenants.IssuedKey, error) {
+		return ops.RotateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), in)
+	}, issuedKeyPath)
+}
+
+// issuedKeyPath is the path of a key just made, below its tenant.
+func issuedKeyPath(res tenants.IssuedKey) string {
+	return "/tenants/" + res.Key.TenantID + "/keys/" + res.Key.ID
 }

@@ -27,65 +27,49 @@ func handlePlanList(log *slog.Logger, ps *plans.Store) http.Handler {
 
 // handlePlanCreate serves POST /plans.
 func handlePlanCreate(log *slog.Logger, ops *plans.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in plans.PlanInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		p, err := ops.Create(r.Context(), actorOf(r), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/plans/"+strconv.FormatInt(p.ID, 10))
-		httpx.JSON(w, http.StatusCreated, p)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in plans.PlanInput) (plans.Plan, error) {
+		return ops.Create(r.Context(), actorOf(r), in)
+	}, func(p plans.Plan) string { return "/plans/" + strconv.FormatInt(p.ID, 10) })
 }
 
-// handlePlanGet serves GET /plans/{planID}.
-func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
+// handlePlanID serves a request about the plan {planID}: 404 for an ID
+// that is not a number, else do's plan as JSON with 200 OK.
+func handlePlanID(log *slog.Logger, do func(r *http.Request, id int64) (plans.Plan, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathPlanID(r)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		p, err := ps.Get(r.Context(), id)
+		p, err := do(r, id)
 		writeResult(w, r, log, p, err)
+	})
+}
+
+// handlePlanGet serves GET /plans/{planID}.
+func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
+	return handlePlanID(log, func(r *http.Request, id int64) (plans.Plan, error) {
+		return ps.Get(r.Context(), id)
 	})
 }
 
 // handlePlanUpdate serves PUT /plans/{planID}: the plan is replaced as a
 // whole. Checks see the change within a second.
 func handlePlanUpdate(log *slog.Logger, ops *plans.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
+	return handlePlanID(log, func(r *http.Request, id int64) (plans.Plan, error) {
 		var in plans.PlanInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
+		if err := decodeBody(r, &in); err != nil {
+			return plans.Plan{}, err
 		}
-		p, err := ops.Update(r.Context(), actorOf(r), id, in)
-		writeResult(w, r, log, p, err)
+		return ops.Update(r.Context(), actorOf(r), id, in)
 	})
 }
 
 // handlePlanArchive serves POST /plans/{planID}/archive (archived true) and
 // POST /plans/{planID}/unarchive.
 func handlePlanArchive(log *slog.Logger, ops *plans.Ops, archived bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		p, err := ops.SetArchived(r.Context(), actorOf(r), id, archived)
-		writeResult(w, r, log, p, err)
+	return handlePlanID(log, func(r *http.Request, id int64) (plans.Plan, error) {
+		return ops.SetArchived(r.Context(), actorOf(r), id, archived)
 	})
 }
 

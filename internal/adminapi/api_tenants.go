@@ -9,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -39,20 +38,9 @@ func handleTenantList(log *slog.Logger, ts *tenants.Store) http.Handler {
 // handleTenantCreate serves POST /tenants. The plan must exist and not be
 // archived.
 func handleTenantCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.CreateTenantInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		t, err := ops.Create(r.Context(), actorOf(r), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/tenants/"+t.ID)
-		httpx.JSON(w, http.StatusCreated, t)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in tenants.CreateTenantInput) (tenants.Tenant, error) {
+		return ops.Create(r.Context(), actorOf(r), in)
+	}, func(t tenants.Tenant) string { return "/tenants/" + t.ID })
 }
 
 // handleTenantGet serves GET /tenants/{tenantID}.
@@ -67,14 +55,8 @@ func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 // moves to another plan, recorded in its plan history. 409 naming
 // effective_at when it falls in or before a closed month.
 func handleTenantSetPlan(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.SetPlanInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		t, err := ops.SetPlan(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-		writeResult(w, r, log, t, err)
+	return handleChange(log, func(r *http.Request, in tenants.SetPlanInput) (tenants.Tenant, error) {
+		return ops.SetPlan(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
 	})
 }
 
@@ -110,13 +92,7 @@ func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 // tenant's override rules are replaced as a whole. Each replaces the plan
 // rule of its name for this tenant, or adds a rule.
 func handleOverridesPut(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in tenants.Overrides
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		after, err := ops.SetOverrides(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-		writeResult(w, r, log, after, err)
+	return handleChange(log, func(r *http.Request, in tenants.Overrides) (tenants.Overrides, error) {
+		return ops.SetOverrides(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
 )
 
@@ -28,20 +27,9 @@ type ServiceTokenResponse = auth.IssuedServiceToken
 
 // handleServiceTokenCreate serves POST /service-tokens.
 func handleServiceTokenCreate(log *slog.Logger, ops *auth.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in auth.IssueServiceTokenInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.IssueServiceToken(r.Context(), actorOf(r), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/service-tokens/"+res.ServiceToken.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in auth.IssueServiceTokenInput) (auth.IssuedServiceToken, error) {
+		return ops.IssueServiceToken(r.Context(), actorOf(r), in)
+	}, func(res auth.IssuedServiceToken) string { return "/service-tokens/" + res.ServiceToken.ID })
 }
 
 // handleServiceTokenRevoke serves POST /service-tokens/{tokenID}/revoke:

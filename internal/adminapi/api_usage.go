@@ -133,16 +133,7 @@ func handleUsageTopIPs(store *billing.Store, authorize Authorize, log *slog.Logg
 func handleUsageStatement(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := chi.URLParam(r, "tenantID")
-		if err := authorize(r, tenant); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		csvOut, err := wantCSV(r)
+		m, csvOut, err := statementRequest(r, authorize, tenant, chi.URLParam(r, "month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -164,16 +155,7 @@ func handleUsageStatement(store *billing.Store, authorize Authorize, log *slog.L
 // (operators only), as JSON or CSV like HandleStatement.
 func handleUsageStatements(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := authorize(r, ""); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		m, err := billing.ParseMonth(r.URL.Query().Get("month"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		csvOut, err := wantCSV(r)
+		m, csvOut, err := statementRequest(r, authorize, "", r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -234,6 +216,21 @@ func rangeRequest(r *http.Request, store *billing.Store, authorize Authorize) (t
 	}
 	rng, err = parseRange(r, store.Now())
 	return tenant, rng, err
+}
+
+// statementRequest authorizes r to read tenant's statements ("" for every
+// tenant's), then reads the month (such as 2026-10) and whether the answer
+// is to be CSV.
+func statementRequest(r *http.Request, authorize Authorize, tenant, month string) (billing.Month, bool, error) {
+	if err := authorize(r, tenant); err != nil {
+		return billing.Month{}, false, err
+	}
+	m, err := billing.ParseMonth(month)
+	if err != nil {
+		return billing.Month{}, false, err
+	}
+	csvOut, err := wantCSV(r)
+	return m, csvOut, err
 }
 
 func wantCSV(r *http.Request) (bool, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -233,15 +234,6 @@ func at(t *testing.T, s string) int64 {
 	return tm.Unix()
 }
 
-func usageRow(minute int64, tenant, key, resource string, c metering.Counts) metering.Row {
-	reason, deniedBy := "ok", ""
-	if c.Denied > 0 {
-		reason, deniedBy = "rate_limited", "hourly"
-	}
-	return metering.Row{Minute: minute, TenantID: tenant, KeyID: key, Tier: "authenticated", Resource: resource,
-		Reason: reason, DeniedBy: deniedBy, Counts: c}
-}
-
 // seedDemoPro creates the demo plans and a demo-pro tenant on pro since
 // September 2026 with two keys, and a demo-free tenant.
 func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
@@ -282,12 +274,12 @@ func monthOfTraffic(t *testing.T, s *pgstore.Store, pro, free tenants.Tenant, ke
 		for hour := range 24 {
 			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
 			b.Rows = append(b.Rows,
-				usageRow(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
-				usageRow(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
-				usageRow(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
+				meteringtest.Row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
+				meteringtest.Row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
+				meteringtest.Row(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
 				metering.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
 					Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 5, DeniedUnits: 10}},
-				usageRow(m, free.ID, freeKey, "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
+				meteringtest.Row(m, free.ID, freeKey, "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
 				metering.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 			)
 		}
@@ -295,8 +287,8 @@ func monthOfTraffic(t *testing.T, s *pgstore.Store, pro, free tenants.Tenant, ke
 		testenv.Must(t, err)
 	}
 	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "demo:edges", Rows: []metering.Row{
-		usageRow(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
-		usageRow(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		meteringtest.Row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		meteringtest.Row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
 	}})
 	testenv.Must(t, err)
 }

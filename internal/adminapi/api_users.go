@@ -9,7 +9,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/httpx"
 )
 
 // Admin users: operators create them, disable them and end their
@@ -34,20 +33,9 @@ type UserCreateResponse = auth.CreatedUser
 // handleUserCreate serves POST /users: 409 naming "email" when it is
 // taken. Without a password one is generated and returned once.
 func handleUserCreate(log *slog.Logger, ops *auth.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in auth.CreateUserInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := ops.CreateUser(r.Context(), actorOf(r), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		w.Header().Set("Location", "/api/v1/users/"+res.User.ID)
-		httpx.JSON(w, http.StatusCreated, res)
-	})
+	return handleCreate(log, decodeBody, func(r *http.Request, in auth.CreateUserInput) (auth.CreatedUser, error) {
+		return ops.CreateUser(r.Context(), actorOf(r), in)
+	}, func(res auth.CreatedUser) string { return "/users/" + res.User.ID })
 }
 
 // UserSessionsResponse answers the requests that end a user's sessions.

@@ -41,3 +41,45 @@ func writeResult(w http.ResponseWriter, r *http.Request, log *slog.Logger, v any
 
 // noFilter is the filter of a list that has none.
 func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
+
+// decodeBody is httpx.DecodeBody with the admin API's MaxBody.
+func decodeBody(r *http.Request, v any) error { return httpx.DecodeBody(r, MaxBody, v) }
+
+// handleBody serves a request with a JSON body: the body decoded into an
+// In by decode, then apply; respond writes the result. An error at either
+// step is the answer.
+func handleBody[In, Out any](log *slog.Logger, decode func(r *http.Request, v any) error,
+	apply func(r *http.Request, in In) (Out, error), respond func(w http.ResponseWriter, v Out)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in In
+		if err := decode(r, &in); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		v, err := apply(r, in)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		respond(w, v)
+	})
+}
+
+// handleChange serves a request whose body (decodeBody) change applies:
+// the result as JSON with 200 OK.
+func handleChange[In, Out any](log *slog.Logger, change func(r *http.Request, in In) (Out, error)) http.Handler {
+	return handleBody(log, decodeBody, change, func(w http.ResponseWriter, v Out) {
+		httpx.JSON(w, http.StatusOK, v)
+	})
+}
+
+// handleCreate serves a request that makes something from its body
+// (decoded by decode): 201 Created with the result, and a Location header
+// of /api/v1 followed by location(result), the new thing's path.
+func handleCreate[In, Out any](log *slog.Logger, decode func(r *http.Request, v any) error,
+	create func(r *http.Request, in In) (Out, error), location func(Out) string) http.Handler {
+	return handleBody(log, decode, create, func(w http.ResponseWriter, v Out) {
+		w.Header().Set("Location", "/api/v1"+location(v))
+		httpx.JSON(w, http.StatusCreated, v)
+	})
+}

@@ -6,13 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/plans"
 )
 
 // MaxBody is the largest admin request body: room for a plan with many
@@ -36,12 +36,7 @@ func decodeOptional(r *http.Request, v any) error {
 // pathPlanID returns the {planID} path parameter; one that is not a
 // number names no plan.
 func pathPlanID(r *http.Request) (int64, error) {
-	s := chi.URLParam(r, "planID")
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
-	}
-	return id, nil
+	return plans.ParseID(chi.URLParam(r, "planID"))
 }
 
 // nullableTime is a JSON field that distinguishes absent (Set false) from

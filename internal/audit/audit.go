@@ -258,19 +258,16 @@ func (s *Store) List(ctx context.Context, f Filter, pr page.Request) (page.Page[
 		ORDER BY id DESC LIMIT $11`,
 		have, after.ID, f.Actor, action, prefix, f.TargetType, f.TargetID, strings.ToLower(f.TenantID),
 		from, to, pr.Fetch())
-	if err != nil {
-		return page.Page[Entry]{}, fmt.Errorf("audit: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
+	list, err := postgres.Collect(rows, err, func(r pgx.Row) (Entry, error) {
 		var e Entry
 		var before, after []byte
 		err := r.Scan(&e.ID, &e.At, &e.ActorID, &e.Actor, &e.Action, &e.TargetType, &e.TargetID, &e.TenantID,
 			&before, &after)
 		e.Before, e.After = rawOrNull(before), rawOrNull(after)
 		return e, err
-	})
+	}, "audit: list")
 	if err != nil {
-		return page.Page[Entry]{}, fmt.Errorf("audit: list: %w", err)
+		return page.Page[Entry]{}, err
 	}
 	return page.Make(pr, list, func(e Entry) any {
 		after.ID = e.ID

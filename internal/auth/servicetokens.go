@@ -220,18 +220,11 @@ func errServiceTokenNotFound(id string) error {
 func (s *Store) ListServiceTokens(ctx context.Context) ([]ServiceToken, error) {
 	rows, err := s.db.Query(ctx, `SELECT id, name, kid, created_at, expires_at, revoked_at
 		FROM service_tokens ORDER BY created_at DESC, id`)
-	if err != nil {
-		return nil, fmt.Errorf("auth: list service tokens: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ServiceToken, error) {
+	return postgres.Collect(rows, err, func(r pgx.Row) (ServiceToken, error) {
 		var st ServiceToken
 		err := r.Scan(&st.ID, &st.Name, &st.KID, &st.CreatedAt, &st.ExpiresAt, &st.RevokedAt)
 		return st, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("auth: list service tokens: %w", err)
-	}
-	return list, nil
+	}, "auth: list service tokens")
 }
 
 // PublicKeys returns the public half of every signing key by kid.
@@ -327,12 +320,9 @@ func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (pag
 	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
 		WHERE NOT $1 OR (created_at, id) < ($2, $3::uuid)
 		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, afterID, pr.Fetch())
+	list, err := postgres.Collect(rows, err, scanServiceToken, "auth: list service tokens")
 	if err != nil {
-		return page.Page[ServiceToken]{}, fmt.Errorf("auth: list service tokens: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ServiceToken, error) { return scanServiceToken(r) })
-	if err != nil {
-		return page.Page[ServiceToken]{}, fmt.Errorf("auth: list service tokens: %w", err)
+		return page.Page[ServiceToken]{}, err
 	}
 	return page.Make(pr, list, func(st ServiceToken) any {
 		after.CreatedAt, after.ID = st.CreatedAt, st.ID

@@ -290,12 +290,9 @@ func (s *Store) ListUsersPage(ctx context.Context, f UserFilter, pr page.Request
 		WHERE email > $1 AND ($2 = '' OR email LIKE $3) AND ($4 = '' OR role = $4)
 		AND ($5::uuid IS NULL OR tenant_id = $5::uuid)
 		ORDER BY email LIMIT $6`, after.Email, f.Query, like, string(f.Role), tenantID, pr.Fetch())
+	list, err := postgres.Collect(rows, err, scanUser, "auth: list users")
 	if err != nil {
-		return page.Page[User]{}, fmt.Errorf("auth: list users: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
-	if err != nil {
-		return page.Page[User]{}, fmt.Errorf("auth: list users: %w", err)
+		return page.Page[User]{}, err
 	}
 	return page.Make(pr, list, func(u User) any {
 		after.Email = u.Email

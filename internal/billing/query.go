@@ -42,7 +42,6 @@ func (g Granularity) floor(t time.Time) time.Time {
 	return monthOf(t)
 }
 
-// next returns the start of the bucket after the one starting at t.
 // Next returns the start of the bucket after the one starting at t.
 func (g Granularity) Next(t time.Time) time.Time {
 	switch g {

@@ -78,10 +78,7 @@ func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m Month, 
 	rows, err := q.Query(ctx, `SELECT key_id::text, resource, sum(allowed), sum(denied), sum(allowed_units),
 			sum(denied_units) FROM usage_month WHERE tenant_id = $1 AND bucket_start = $2
 		GROUP BY key_id, resource ORDER BY key_id, resource`, t.ID, m.Start())
-	if err != nil {
-		return Statement{}, fmt.Errorf("usage: statement usage: %w", err)
-	}
-	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UsageLine, error) {
+	lines, err := postgres.Collect(rows, err, func(r pgx.Row) (UsageLine, error) {
 		var l UsageLine
 		err := r.Scan(&l.KeyID, &l.Resource, &l.Allowed, &l.Denied, &l.AllowedUnits, &l.DeniedUnits)
 		if l.KeyID == nilUUID {
@@ -91,23 +88,20 @@ func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m Month, 
 			l.KeyPrefix, l.KeyName = k.Prefix, k.Name
 		}
 		return l, err
-	})
+	}, "usage: statement usage")
 	if err != nil {
-		return Statement{}, fmt.Errorf("usage: statement usage: %w", err)
+		return Statement{}, err
 	}
 	rows, err = q.Query(ctx, `SELECT bucket_start, sum(allowed_units) FROM usage_hour
 		WHERE tenant_id = $1 AND bucket_start >= $2 AND bucket_start < $3
 		GROUP BY bucket_start HAVING sum(allowed_units) > 0 ORDER BY bucket_start`, t.ID, m.Start(), m.End())
-	if err != nil {
-		return Statement{}, fmt.Errorf("usage: statement hours: %w", err)
-	}
-	hours, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourUnits, error) {
+	hours, err := postgres.Collect(rows, err, func(r pgx.Row) (HourUnits, error) {
 		var h HourUnits
 		err := r.Scan(&h.Start, &h.AllowedUnits)
 		return h, err
-	})
+	}, "usage: statement hours")
 	if err != nil {
-		return Statement{}, fmt.Errorf("usage: statement hours: %w", err)
+		return Statement{}, err
 	}
 	return BuildStatement(StatementInput{Tenant: t, Month: m, History: b.history[t.ID], Plans: b.plans,
 		Hours: hours, Lines: lines})
@@ -227,10 +221,7 @@ func (s *Store) frozen(ctx context.Context, m Month, tenantID string) ([]Stateme
 			FROM usage_late WHERE month = s.month AND tenant_id = s.tenant_id) l ON true
 		WHERE s.month = $1 AND ($2 = '' OR s.tenant_id::text = $2)
 		ORDER BY s.body->>'tenant_name'`, m.Start(), tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("usage: read statements: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Statement, error) {
+	return postgres.Collect(rows, err, func(r pgx.Row) (Statement, error) {
 		var body []byte
 		var a, d, au, du *int64
 		if err := r.Scan(&body, &a, &d, &au, &du); err != nil {
@@ -244,11 +235,7 @@ func (s *Store) frozen(ctx context.Context, m Month, tenantID string) ([]Stateme
 			st.Late = &metering.Counts{Allowed: *a, Denied: *d, AllowedUnits: *au, DeniedUnits: *du}
 		}
 		return st, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("usage: read statements: %w", err)
-	}
-	return list, nil
+	}, "usage: read statements")
 }
 
 // CloseResult says what CloseMonth did.
@@ -385,10 +372,7 @@ func (s *Store) Late(ctx context.Context, m Month, tenantID string) ([]LateRow, 
 	rows, err := s.db.Query(ctx, `SELECT batch_id, tenant_id::text, key_id::text, resource, bucket_start,
 			recorded_at, allowed, denied, allowed_units, denied_units
 		FROM usage_late WHERE month = $1 AND ($2 = '' OR tenant_id::text = $2) ORDER BY id`, m.Start(), tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("usage: late usage: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LateRow, error) {
+	return postgres.Collect(rows, err, func(r pgx.Row) (LateRow, error) {
 		var l LateRow
 		err := r.Scan(&l.BatchID, &l.TenantID, &l.KeyID, &l.Resource, &l.Minute, &l.RecordedAt,
 			&l.Allowed, &l.Denied, &l.AllowedUnits, &l.DeniedUnits)
@@ -396,9 +380,5 @@ func (s *Store) Late(ctx context.Context, m Month, tenantID string) ([]LateRow, 
 			l.KeyID = ""
 		}
 		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("usage: late usage: %w", err)
-	}
-	return list, nil
+	}, "usage: late usage")
 }

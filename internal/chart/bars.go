@@ -272,10 +272,7 @@ func (c Bars) description(n int, empty bool) string {
 			fmt.Fprintf(&b, " And %d more.", len(c.Series)-si)
 			break
 		}
-		name := bs.Name
-		if name == "" {
-			name = "series " + strconv.Itoa(si+1)
-		}
+		name := seriesName(bs.Name, si)
 		best, highest, sum := -1, 0.0, 0.0
 		for i := range n {
 			v, ok := c.value(si, i)
@@ -309,10 +306,7 @@ func (c Bars) Table() Table {
 	}
 	t.Header = []string{first}
 	for i, s := range c.Series {
-		name := s.Name
-		if name == "" {
-			name = "series " + strconv.Itoa(i+1)
-		}
+		name := seriesName(s.Name, i)
 		t.Header = append(t.Header, name)
 	}
 	total := len(c.Series) > 1

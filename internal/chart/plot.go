@@ -597,13 +597,7 @@ func drawSeries(s *svg, sd seriesData, l plotLayout, baseline float64, stacked b
 		if stacked {
 			opacity = "0.85"
 		}
-		s.raw("<path")
-		s.seriesAttrs(sd.index, sd.Tone, "chart-area")
-		s.raw(` d="`)
-		s.raw(string(area.b))
-		s.raw(`" fill="currentColor" fill-opacity="` + opacity + `">`)
-		seriesTitle(s, sd.Name)
-		s.raw("</path>\n")
+		seriesPath(s, sd, "chart-area", area.b, `fill="currentColor" fill-opacity="`+opacity+`"`)
 		if stacked {
 			return
 		}
@@ -612,20 +606,29 @@ func drawSeries(s *svg, sd seriesData, l plotLayout, baseline float64, stacked b
 		var dot pathBuilder
 		dot.cmd('M', xs[idx[0]], tops[idx[0]])
 		dot.cmd('h', 0)
-		s.raw("<path")
-		s.seriesAttrs(sd.index, sd.Tone, "chart-dots")
-		s.raw(` d="`)
-		s.raw(string(dot.b))
-		s.raw(`" fill="none" stroke="currentColor" stroke-width="5" stroke-linecap="round">`)
-		seriesTitle(s, sd.Name)
-		s.raw("</path>\n")
+		seriesPath(s, sd, "chart-dots", dot.b, `fill="none" stroke="currentColor" stroke-width="5" stroke-linecap="round"`)
 		return
 	}
+	seriesPath(s, sd, "chart-line", line.b, `fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"`)
+}
+
+// seriesName is a series' name for text: its own, or "series N" (N from
+// 1) for the i-th when it has none.
+func seriesName(name string, i int) string {
+	if name == "" {
+		return "series " + strconv.Itoa(i+1)
+	}
+	return name
+}
+
+// seriesPath draws the path d of series sd, styled by class and painted
+// by paint (fill and stroke attributes), titled with the series' name.
+func seriesPath(s *svg, sd seriesData, class string, d []byte, paint string) {
 	s.raw("<path")
-	s.seriesAttrs(sd.index, sd.Tone, "chart-line")
+	s.seriesAttrs(sd.index, sd.Tone, class)
 	s.raw(` d="`)
-	s.raw(string(line.b))
-	s.raw(`" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round">`)
+	s.raw(string(d))
+	s.raw(`" ` + paint + `>`)
 	seriesTitle(s, sd.Name)
 	s.raw("</path>\n")
 }
@@ -708,10 +711,7 @@ func (p Plot) description(d *plotData) string {
 			fmt.Fprintf(&b, " And %d more.", len(d.series)-i)
 			break
 		}
-		name := sd.Name
-		if name == "" {
-			name = "series " + strconv.Itoa(i+1)
-		}
+		name := seriesName(sd.Name, i)
 		if len(sd.Points) == 0 {
 			fmt.Fprintf(&b, " %s: no data.", name)
 			continue
@@ -766,10 +766,7 @@ func (p Plot) Table() Table {
 	}
 	t.Header = append(t.Header, first)
 	for i, sd := range d.series {
-		name := sd.Name
-		if name == "" {
-			name = "series " + strconv.Itoa(i+1)
-		}
+		name := seriesName(sd.Name, i)
 		t.Header = append(t.Header, name)
 	}
 	xs := d.xs()

@@ -14,6 +14,16 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
+// ParseID reads a plan ID as it appears in a path: a positive number. Any
+// other text names no plan: the error is tollgate.ENOTFOUND.
+func ParseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
+	}
+	return id, nil
+}
+
 // AnonymousPlan is the built-in plan of callers without a key.
 const AnonymousPlan = "anonymous"
 

@@ -40,12 +40,9 @@ func (s *Store) List(ctx context.Context) ([]Plan, error) {
 // tiers.
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]Plan, error) {
 	rows, err := s.db.Query(ctx, sql, args...)
+	list, err := postgres.Collect(rows, err, scanPlan, "plans: list")
 	if err != nil {
-		return nil, fmt.Errorf("plans: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Plan, error) { return scanPlan(r) })
-	if err != nil {
-		return nil, fmt.Errorf("plans: list: %w", err)
+		return nil, err
 	}
 	if err := s.loadChildren(ctx, list); err != nil {
 		return nil, err
@@ -115,13 +112,8 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 // rules and tiers. Rules keep their identity by name, so limiter state
 // carries over a change of limits. It returns the stored plan.
 func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
-	p = p.WithDefaults()
-	if err := p.Validate(); err != nil {
-		return Plan{}, err
-	}
-	var id int64
-	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
+		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
 			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name,
 			currency = EXCLUDED.currency, base_fee_minor = EXCLUDED.base_fee_minor,
@@ -129,7 +121,25 @@ func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 			quota_mode = EXCLUDED.quota_mode, updated_at = now() RETURNING id`,
 			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
 		if err != nil {
-			return fmt.Errorf("plans: put: %w", err)
+			return 0, fmt.Errorf("plans: put: %w", err)
+		}
+		return id, nil
+	})
+}
+
+// write stores p in one transaction, with its defaults and once valid: row
+// writes the plans row of p (so defaulted) and returns its ID, then p's
+// rules and tiers replace those stored. It returns the stored plan.
+func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (int64, error)) (Plan, error) {
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	var id int64
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		if id, err = row(tx, p); err != nil {
+			return err
 		}
 		return replaceChildren(ctx, tx, id, p)
 	})
@@ -166,51 +176,34 @@ func translate(err error, op string) error {
 
 // Create stores a new plan. A taken name is ECONFLICT naming "name".
 func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
-	p = p.WithDefaults()
-	if err := p.Validate(); err != nil {
-		return Plan{}, err
-	}
-	var id int64
-	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
+		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
 			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
 			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
 		if err != nil {
-			return translate(err, "plans: create")
+			return 0, translate(err, "plans: create")
 		}
-		return replaceChildren(ctx, tx, id, p)
+		return id, nil
 	})
-	if err != nil {
-		return Plan{}, err
-	}
-	return s.Get(ctx, id)
 }
 
 // Update replaces the plan with id: name, pricing, tiers and rules. Rules
 // keep their identity (and limiter state) by name. It returns the stored
 // plan; an unknown id is ENOTFOUND, a taken name ECONFLICT.
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
-	p = p.WithDefaults()
-	if err := p.Validate(); err != nil {
-		return Plan{}, err
-	}
-	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, error) {
 		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
 			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, quota_mode = $8,
 			updated_at = now() WHERE id = $1`,
 			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode)
 		if err != nil {
-			return translate(err, "plans: update")
+			return 0, translate(err, "plans: update")
 		}
 		if tag.RowsAffected() == 0 {
-			return tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+			return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
 		}
-		return replaceChildren(ctx, tx, id, p)
+		return id, nil
 	})
-	if err != nil {
-		return Plan{}, err
-	}
-	return s.Get(ctx, id)
 }
 
 // SetArchived archives the plan (archived true) or restores it. An archived

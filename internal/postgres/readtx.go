@@ -22,3 +22,21 @@ func ReadTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) erro
 	}
 	return tx.Commit(ctx)
 }
+
+// Collect returns every row of a query, each read by scan, closing rows;
+// err is the query's own error, so that a call reads
+//
+//	rows, err := db.Query(ctx, sql, args...)
+//	return postgres.Collect(rows, err, scanThing, "things: list")
+//
+// Either error is wrapped with op, which names the operation.
+func Collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (T, error), op string) ([]T, error) {
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) { return scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return list, nil
+}

@@ -2,7 +2,6 @@ package tenants
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,16 +21,9 @@ func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange,
 	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
 		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
 		WHERE $1::uuid IS NULL OR c.tenant_id = $1::uuid ORDER BY c.tenant_id, c.effective_at, c.id`, optionalID(tenantID))
-	if err != nil {
-		return nil, fmt.Errorf("tenants: plan changes: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanChange, error) {
+	return postgres.Collect(rows, err, func(r pgx.Row) (PlanChange, error) {
 		var c PlanChange
 		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
 		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tenants: plan changes: %w", err)
-	}
-	return list, nil
+	}, "tenants: plan changes")
 }

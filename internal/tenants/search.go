@@ -55,12 +55,9 @@ func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op s
 		AND (NOT $4 OR (created_at, id) < ($5, $6::uuid))
 		ORDER BY created_at DESC, id DESC LIMIT $7`,
 		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
+	list, err := postgres.Collect(rows, err, scanKey, "tenants: "+op)
 	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: %s: %w", op, err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
-	if err != nil {
-		return page.Page[Key]{}, fmt.Errorf("tenants: %s: %w", op, err)
+		return page.Page[Key]{}, err
 	}
 	return page.Make(pr, list, func(k Key) any {
 		after.CreatedAt, after.ID = k.CreatedAt, k.ID
@@ -156,12 +153,9 @@ func (s *Store) KeysByID(ctx context.Context, ids []string) (map[string]Key, err
 		return out, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ANY($1::uuid[])`, valid)
+	list, err := postgres.Collect(rows, err, scanKey, "tenants: keys by id")
 	if err != nil {
-		return nil, fmt.Errorf("tenants: keys by id: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
-	if err != nil {
-		return nil, fmt.Errorf("tenants: keys by id: %w", err)
+		return nil, err
 	}
 	for _, k := range list {
 		out[k.ID] = k

@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +218,259 @@ func TestTouchKeysOnlyMovesForward(t *testing.T) {
 	testenv.Must(t, err)
 	if got.LastUsedAt == nil || !got.LastUsedAt.Equal(t1) {
 		t.Errorf("last_used_at = %v, want %v", got.LastUsedAt, t1)
+	}
+}
+
+// TestSetPlanNotInAClosedMonth: a plan change cannot take effect in a
+// month closed for billing, nor before one.
+func TestSetPlanNotInAClosedMonth(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	// acme has been on free since 2026-01; February and March are closed.
+	_, err := f.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-01-01T00:00:00Z' WHERE tenant_id = $1`, f.acme.ID)
+	testenv.Must(t, err)
+	_, err = f.db.Exec(ctx, `INSERT INTO usage_closed_months (month, statements) VALUES ('2026-02-01', 0), ('2026-03-01', 0)`)
+	testenv.Must(t, err)
+	for _, at := range []time.Time{
+		time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC), // before a closed month
+		time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(2026, 4, 1, 1, 59, 59, 0, time.FixedZone("CEST", 2*3600)), // still March in UTC
+	} {
+		err := f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, at)
+		if tollgate.ErrorCode(err) != tollgate.ECONFLICT || testenv.Fields(err)["effective_at"] == "" {
+			t.Errorf("SetPlan effective %v = %v, want a conflict naming effective_at", at, err)
+		}
+	}
+	h, err := f.ts.PlanHistory(ctx, f.acme.ID, page.First(10))
+	testenv.Must(t, err)
+	if len(h.Items) != 1 {
+		t.Fatalf("refused changes were recorded: %+v", h.Items)
+	}
+	april := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, april))
+}
+
+// TestUpdateKeyShortenOnly: with ShortenOnly an expiry may be set on a key
+// without one, or brought forward; nothing else.
+func TestUpdateKeyShortenOnly(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	at := func(d time.Duration) *time.Time {
+		t := now.Add(d)
+		return &t
+	}
+	tests := []struct {
+		name          string
+		current, next *time.Time
+		ok            bool
+	}{
+		{"set on a key without one", nil, at(time.Hour), true},
+		{"set in the past on a key without one", nil, at(-time.Hour), true},
+		{"clear nothing", nil, nil, true},
+		{"bring forward", at(2 * time.Hour), at(time.Hour), true},
+		{"end now", at(2 * time.Hour), at(0), true},
+		{"keep", at(2 * time.Hour), at(2 * time.Hour), true},
+		{"clear", at(2 * time.Hour), nil, false},
+		{"extend", at(2 * time.Hour), at(3 * time.Hour), false},
+		{"revive an expired key", at(-time.Hour), at(time.Hour), false},
+		{"clear an expired key", at(-time.Hour), nil, false},
+		{"move an expired key's expiry back", at(-time.Hour), at(-2 * time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k", ExpiresAt: tt.current})
+			testenv.Must(t, err)
+			next := tt.next
+			got, err := f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{ExpiresAt: &next, ShortenOnly: true}, now)
+			if !tt.ok {
+				if tollgate.ErrorCode(err) != tollgate.EFORBIDDEN {
+					t.Fatalf("UpdateKey = %v, want forbidden", err)
+				}
+				got, err = f.ts.GetKey(ctx, f.acme.ID, k.ID)
+				testenv.Must(t, err)
+				if !sameTime(got.ExpiresAt, tt.current) {
+					t.Errorf("after a refused change expires_at = %v, want %v", got.ExpiresAt, tt.current)
+				}
+				return
+			}
+			testenv.Must(t, err)
+			if !sameTime(got.ExpiresAt, tt.next) {
+				t.Errorf("expires_at = %v, want %v", got.ExpiresAt, tt.next)
+			}
+			// Without ShortenOnly (operators), anything goes.
+			_, err = f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{ExpiresAt: &tt.current}, now)
+			testenv.Must(t, err)
+		})
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+func TestMaxLiveKeys(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	capped := tenants.KeySpec{Name: "k", MaxLive: 3}
+	var keys []tenants.Key
+	for range 3 {
+		_, k, err := f.ts.CreateKey(ctx, f.acme.ID, capped)
+		testenv.Must(t, err)
+		keys = append(keys, k)
+	}
+	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, capped); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Fatalf("a 4th key with MaxLive 3 = %v, want conflict", err)
+	}
+	if _, _, err := f.ts.CreateKey(ctx, f.other.ID, capped); err != nil {
+		t.Errorf("another tenant's key: %v", err)
+	}
+	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "cli"}); err != nil {
+		t.Errorf("a key without a limit: %v", err)
+	}
+	if _, _, err := f.ts.CreateKey(ctx, "0b9f3d5e-8a44-4c1e-9d3a-5f6e7a8b9c0d", capped); tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
+		t.Errorf("unknown tenant = %v, want not_found", err)
+	}
+
+	// Rotating makes one more live key, unless the old one stops at once.
+	now := time.Now()
+	rotation := tenants.Rotation{Grace: time.Hour, Now: now, MaxLive: 4}
+	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, keys[0].ID, rotation); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Errorf("rotation at the limit = %v, want conflict", err)
+	}
+	rotation.Grace = 0
+	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, keys[0].ID, rotation); err != nil {
+		t.Fatalf("rotation at the limit without grace: %v", err)
+	}
+
+	// Revoked and expired keys do not count.
+	_, err := f.ts.RevokeTenantKey(ctx, f.acme.ID, keys[1].ID)
+	testenv.Must(t, err)
+	past := time.Now().Add(-time.Minute)
+	pastPtr := &past
+	_, err = f.ts.UpdateKey(ctx, f.acme.ID, keys[2].ID, tenants.KeyChange{ExpiresAt: &pastPtr}, time.Now())
+	testenv.Must(t, err)
+	for range 2 {
+		if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{MaxLive: 4}); err != nil {
+			t.Fatalf("a key after revoking and expiring: %v", err)
+		}
+	}
+	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{MaxLive: 4}); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Errorf("a 5th live key with MaxLive 4 = %v, want conflict", err)
+	}
+}
+
+// TestMaxLiveKeysUnderConcurrency: keys made at the same time are counted
+// one after another.
+func TestMaxLiveKeysUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	const n, max = 12, 5
+	made := atOnce(t, n, func() error {
+		_, _, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{MaxLive: max})
+		return err
+	})
+	if made != max {
+		t.Errorf("%d of %d concurrent keys made with MaxLive %d, want %d", made, n, max, max)
+	}
+}
+
+// atOnce makes n calls of do at the same moment and returns how many
+// succeeded; an error other than a conflict fails the test.
+func atOnce(t *testing.T, n int, do func() error) (succeeded int) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = do()
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		switch tollgate.ErrorCode(err) {
+		case "":
+			succeeded++
+		case tollgate.ECONFLICT:
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	return succeeded
+}
+
+// TestRotateKeyOnce: a key is rotated once; its replacement may be rotated
+// in turn.
+func TestRotateKeyOnce(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
+	testenv.Must(t, err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	_, fresh, old, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
+	testenv.Must(t, err)
+	if old.RotatedAt == nil || !old.RotatedAt.Equal(now) || old.ReplacedBy != fresh.ID {
+		t.Errorf("rotated key: rotated_at %v, replaced_by %q; want %v, %q", old.RotatedAt, old.ReplacedBy, now, fresh.ID)
+	}
+	if fresh.RotatedAt != nil || fresh.ReplacedBy != "" {
+		t.Errorf("new key: rotated_at %v, replaced_by %q; want neither", fresh.RotatedAt, fresh.ReplacedBy)
+	}
+	_, _, _, err = f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now.Add(time.Second)})
+	if tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+		t.Errorf("second rotation = %v, want conflict", err)
+	}
+	got, err := f.ts.GetKey(ctx, f.acme.ID, k.ID)
+	testenv.Must(t, err)
+	if !got.ExpiresAt.Equal(*old.ExpiresAt) || got.ReplacedBy != fresh.ID {
+		t.Errorf("after a refused rotation: %+v, want it as the first rotation left it", got)
+	}
+	if _, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, fresh.ID, tenants.Rotation{Grace: time.Hour, Now: now}); err != nil {
+		t.Errorf("rotating the replacement: %v", err)
+	}
+	keys, err := f.ts.ListKeys(ctx, f.acme.ID)
+	testenv.Must(t, err)
+	if len(keys) != 3 {
+		t.Errorf("%d keys, want 3 (the key, its replacement, and that one's)", len(keys))
+	}
+}
+
+// TestConcurrentRotationsOneWins: of many rotations of one key at once,
+// one makes a new key and the others are conflicts.
+func TestConcurrentRotationsOneWins(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
+	testenv.Must(t, err)
+	won := atOnce(t, 8, func() error {
+		_, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
+		return err
+	})
+	keys, err := f.ts.ListKeys(ctx, f.acme.ID)
+	testenv.Must(t, err)
+	if won != 1 || len(keys) != 2 {
+		t.Errorf("%d rotations succeeded and left %d keys; want 1 and 2", won, len(keys))
+	}
+}
+
+// TestRotationKeepsTheExpiry: the replacement of a key with an expiry
+// expires when the old key would have.
+func TestRotationKeepsTheExpiry(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	expires := now.Add(72 * time.Hour)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci", ExpiresAt: &expires})
+	testenv.Must(t, err)
+	_, fresh, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
+	testenv.Must(t, err)
+	if fresh.ExpiresAt == nil || !fresh.ExpiresAt.Equal(expires) {
+		t.Errorf("replacement expires at %v, want %v (the old key's expiry)", fresh.ExpiresAt, expires)
 	}
 }

@@ -165,14 +165,7 @@ func (s *Store) Find(ctx context.Context, ref string) (Tenant, error) {
 // List returns every tenant ordered by name.
 func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("tenants: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tenant, error) { return scanTenant(r) })
-	if err != nil {
-		return nil, fmt.Errorf("tenants: list: %w", err)
-	}
-	return list, nil
+	return postgres.Collect(rows, err, scanTenant, "tenants: list")
 }
 
 // SetPlan moves the tenant to planID from effective on, recording the
@@ -281,12 +274,9 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id = $7::uuid)
 		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
 		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch(), queryID)
+	list, err := postgres.Collect(rows, err, scanTenant, "tenants: list")
 	if err != nil {
-		return page.Page[Tenant]{}, fmt.Errorf("tenants: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tenant, error) { return scanTenant(r) })
-	if err != nil {
-		return page.Page[Tenant]{}, fmt.Errorf("tenants: list: %w", err)
+		return page.Page[Tenant]{}, err
 	}
 	return page.Make(pr, list, func(t Tenant) any {
 		after.Name = t.Name
@@ -321,16 +311,13 @@ func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Reques
 		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
 		WHERE c.tenant_id = $1::uuid AND (NOT $2 OR (c.effective_at, c.id) < ($3, $4))
 		ORDER BY c.effective_at DESC, c.id DESC LIMIT $5`, tenantID, have, after.EffectiveAt, after.ID, pr.Fetch())
-	if err != nil {
-		return page.Page[PlanChange]{}, fmt.Errorf("tenants: plan history: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanChange, error) {
+	list, err := postgres.Collect(rows, err, func(r pgx.Row) (PlanChange, error) {
 		var c PlanChange
 		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
 		return c, err
-	})
+	}, "tenants: plan history")
 	if err != nil {
-		return page.Page[PlanChange]{}, fmt.Errorf("tenants: plan history: %w", err)
+		return page.Page[PlanChange]{}, err
 	}
 	return page.Make(pr, list, func(c PlanChange) any {
 		after.EffectiveAt, after.ID = c.EffectiveAt, c.ID
@@ -394,12 +381,5 @@ func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]Key, error) {
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
 		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, optionalID(tenantID))
-	if err != nil {
-		return nil, fmt.Errorf("tenants: list keys: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) { return scanKey(r) })
-	if err != nil {
-		return nil, fmt.Errorf("tenants: list keys: %w", err)
-	}
-	return list, nil
+	return postgres.Collect(rows, err, scanKey, "tenants: list keys")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,11 +25,7 @@ import (
 // server (and, where checks matter, a real check API): what operators and
 // tenant users do, and what they must not be able to do.
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	admintest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { admintest.Main(m) }
 
 // signIn signs the browser in through the console's sign-in form.
 func (b *browser) signIn(email, password string) {
@@ -38,6 +33,16 @@ func (b *browser) signIn(email, password string) {
 	b.open("/login")
 	b.fill(map[string]string{`input[name="email"]`: email, `input[name="password"]`: password})
 	b.click(`form[action="/login"] button[type="submit"]`, "nav.mainnav")
+}
+
+// signedInAs makes a user with role (of tenantID; "" for an operator)
+// and returns a browser signed in as that user.
+func signedInAs(t *testing.T, admin *admintest.Server, email string, role auth.Role, tenantID string) *browser {
+	t.Helper()
+	admintest.CreateUser(t, admin.DB, email, role, tenantID)
+	b := newBrowser(t, admin.URL)
+	b.signIn(email, "password-"+email)
+	return b
 }
 
 // confirmDialogs makes the page's confirmation dialogs answer yes (or
@@ -81,9 +86,7 @@ var planPath = regexp.MustCompile(`^/plans/(\d+)$`)
 func TestConsoleOperatorFlow(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	admin := admintest.StartAdmin(t, dbURL, nil)
-	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
-	b := newBrowser(t, admin.URL)
-	b.signIn("ops@example.com", "password-ops@example.com")
+	b := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
 
 	// A plan with two rules: the second added with "Add a rule".
 	b.open("/plans/new")
@@ -179,9 +182,7 @@ func TestConsoleOperatorFlow(t *testing.T) {
 // problem beside its field and saves nothing.
 func TestConsolePlanFormErrors(t *testing.T) {
 	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
-	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
-	b := newBrowser(t, admin.URL)
-	b.signIn("ops@example.com", "password-ops@example.com")
+	b := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
 	countPlans := func() int {
 		var n int
 		testenv.Must(t, admin.DB.QueryRow(context.Background(), `SELECT count(*) FROM plans`).Scan(&n))
@@ -247,9 +248,7 @@ func tenantSetup(t *testing.T, admin *admintest.Server) (acme, globex tenants.Te
 func TestConsoleTenantAdmin(t *testing.T) {
 	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, globex, acmeKey, globexKey := tenantSetup(t, admin)
-	admintest.CreateUser(t, admin.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
-	b := newBrowser(t, admin.URL)
-	b.signIn("admin@acme.example", "password-admin@acme.example")
+	b := signedInAs(t, admin, "admin@acme.example", auth.RoleTenantAdmin, acme.ID)
 	if loc := b.location(); loc != "/tenants/"+acme.ID {
 		t.Fatalf("a tenant admin lands on %s, want its tenant", loc)
 	}
@@ -325,9 +324,7 @@ func TestConsoleTenantAdmin(t *testing.T) {
 func TestConsoleTenantViewer(t *testing.T) {
 	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, _, acmeKey, _ := tenantSetup(t, admin)
-	admintest.CreateUser(t, admin.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
-	b := newBrowser(t, admin.URL)
-	b.signIn("viewer@acme.example", "password-viewer@acme.example")
+	b := signedInAs(t, admin, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
 	home := "/tenants/" + acme.ID
 	for _, path := range []string{home, home + "/keys", home + "/usage", home + "/statements"} {
 		b.open(path)
@@ -368,9 +365,7 @@ func TestConsoleTenantViewer(t *testing.T) {
 func TestConsoleCSRF(t *testing.T) {
 	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, _, acmeKey, _ := tenantSetup(t, admin)
-	admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
-	other := newBrowser(t, admin.URL)
-	other.signIn("ops@example.com", "password-ops@example.com")
+	other := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
 	stolen := other.csrf()
 
 	b := newBrowser(t, admin.URL)

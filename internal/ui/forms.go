@@ -26,6 +26,23 @@ func fieldErrors(err error) map[string]string {
 // statusOf is the HTTP status of err, for a page that shows it.
 func statusOf(err error) int { return httpx.Status(err) }
 
+// formFailed answers err, from checking or making a form's change, and
+// reports whether there was one: when err names fields, reshow shows the
+// form again with their problems and err's status; otherwise the error
+// page.
+func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, err error,
+	reshow func(status int, errs map[string]string)) bool {
+	if err == nil {
+		return false
+	}
+	if errs := fieldErrors(err); len(errs) > 0 {
+		reshow(statusOf(err), errs)
+		return true
+	}
+	c.Error(w, r, err)
+	return true
+}
+
 // formErrors collects problems with a form's values before the change is
 // made: a number that is not one, a time that does not parse.
 type formErrors map[string]string

@@ -32,26 +32,16 @@ func (c *Console) showSecret(w http.ResponseWriter, r *http.Request, p keySecret
 // KeyIssue serves POST /tenants/{tenantID}/keys: tenants.Ops.CreateKey
 // issues the key, and the page shows its secret once.
 func (c *Console) KeyIssue() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
 		in := tenants.CreateKeyInput{Name: form.Name, ExpiresAt: fe.dateTime(r.PostForm, "expires_at")}
-		if err := fe.err(); err != nil {
-			c.keyList(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.keyList(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
 		res, err := c.cfg.Tenants.CreateKey(r.Context(), actor(r), t.ID, in)
-		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.keyList(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		c.showSecret(w, r, keySecretPage{Tenant: t, Key: res.Key, Secret: res.Secret})
@@ -61,12 +51,7 @@ func (c *Console) KeyIssue() http.Handler {
 // KeyRotate serves POST /tenants/{tenantID}/keys/{keyID}/rotate: a new key
 // replaces the old one, which keeps working for the chosen grace period.
 func (c *Console) KeyRotate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		in := tenants.RotateKeyInput{GracePeriodS: fe.optInt64(r.PostForm, "grace_period_s")}
 		if err := fe.err(); err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -69,24 +68,23 @@ func viewRule(r plans.Rule) ruleView {
 
 // pathPlanID returns the {planID} path parameter.
 func pathPlanID(r *http.Request) (int64, error) {
-	s := chi.URLParam(r, "planID")
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %s not found", s)
+	return plans.ParseID(chi.URLParam(r, "planID"))
+}
+
+// planOf returns the plan {planID} names.
+func (c *Console) planOf(r *http.Request) (plans.Plan, error) {
+	id, err := pathPlanID(r)
+	if err != nil {
+		return plans.Plan{}, err
 	}
-	return id, nil
+	return c.plans.Get(r.Context(), id)
 }
 
 // PlanView serves GET /plans/{planID}: pricing, and each rule with a
 // preview of what it admits.
 func (c *Console) PlanView() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		pl, err := c.plans.Get(r.Context(), id)
+		pl, err := c.planOf(r)
 		if err != nil {
 			c.Error(w, r, err)
 			return

@@ -52,6 +52,19 @@ func (c *Console) tenantOf(r *http.Request) (tenants.Tenant, error) {
 	return c.tenants.Get(r.Context(), chi.URLParam(r, "tenantID"))
 }
 
+// tenantHandler serves a request about the tenant {tenantID}: the error
+// page when it cannot be read, else serve with it.
+func (c *Console) tenantHandler(serve func(w http.ResponseWriter, r *http.Request, t tenants.Tenant)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := c.tenantOf(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		serve(w, r, t)
+	})
+}
+
 // TenantView serves GET /tenants/{tenantID}.
 func (c *Console) TenantView() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,16 +156,12 @@ func (c *Console) TenantSetPlan() http.Handler {
 		fe := formErrors{}
 		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
 		in := tenants.SetPlanInput{PlanID: form.PlanID, EffectiveAt: fe.dateTime(r.PostForm, "effective_at")}
-		if err := fe.err(); err != nil {
-			c.tenantView(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.tenantView(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
-		if _, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in); err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.tenantView(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		_, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(id), "Plan changed.")
@@ -166,12 +175,7 @@ func (c *Console) TenantStatus(suspend bool) http.Handler {
 	if suspend {
 		verb, done, change = "suspend", "Tenant suspended: its checks are denied.", c.cfg.Tenants.Suspend
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		back := "/tenants/" + url.PathEscape(t.ID)
 		if !confirmed(r) {
 			msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."

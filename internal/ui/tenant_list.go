@@ -117,17 +117,12 @@ func (c *Console) TenantCreate() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fe := formErrors{}
 		form := tenantForm{Name: strings.TrimSpace(r.PostForm.Get("name")), PlanID: fe.int64(r.PostForm, "plan_id", 0)}
-		if err := fe.err(); err != nil {
-			c.tenantList(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.tenantList(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
 		t, err := c.cfg.Tenants.Create(r.Context(), actor(r), tenants.CreateTenantInput{Name: form.Name, PlanID: form.PlanID})
-		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.tenantList(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(t.ID), "Tenant "+t.Name+" created.")

@@ -84,17 +84,12 @@ func (c *Console) TokenIssue() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fe := formErrors{}
 		form := tokenForm{Name: strings.TrimSpace(r.PostForm.Get("name")), TTLS: fe.int64(r.PostForm, "ttl_s", 365*86400)}
-		if err := fe.err(); err != nil {
-			c.tokenList(w, r, statusOf(err), form, fieldErrors(err))
+		reshow := func(status int, errs map[string]string) { c.tokenList(w, r, status, form, errs) }
+		if c.formFailed(w, r, fe.err(), reshow) {
 			return
 		}
 		res, err := c.cfg.Auth.IssueServiceToken(r.Context(), actor(r), auth.IssueServiceTokenInput{Name: form.Name, TTLS: &form.TTLS})
-		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.tokenList(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		if c.formFailed(w, r, err, reshow) {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")

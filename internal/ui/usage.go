@@ -107,13 +107,8 @@ func sortedCounts(m map[string]int64, empty string) []countRow {
 // the month's checks over time (all, or one key's or resource's), by key
 // and by resource, the units against the included ones, and the denials.
 func (c *Console) TenantUsage() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		ctx := r.Context()
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
 		now := c.now()
 		m, err := monthParam(r, now)
 		if err != nil {
@@ -225,12 +220,7 @@ type statementListPage struct {
 // StatementList serves GET /tenants/{tenantID}/statements: the months
 // with usage or a statement, newest first.
 func (c *Console) StatementList() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		months, err := c.usage.TenantMonths(r.Context(), t.ID)
 		if err != nil {
 			c.Error(w, r, err)
@@ -261,12 +251,7 @@ type statementLine struct {
 // statement as the API serves it (open, or frozen once the month is
 // closed), with a link to its CSV.
 func (c *Console) StatementView() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "no statement for %s", chi.URLParam(r, "month")))

@@ -96,12 +96,7 @@ func (c *Console) UserCreate() http.Handler {
 			in.TenantID, tenantName = t.ID, t.Name
 		}
 		res, err := c.cfg.Auth.CreateUser(r.Context(), actor(r), in)
-		if err != nil {
-			if errs := fieldErrors(err); len(errs) > 0 {
-				c.userList(w, r, statusOf(err), form, errs)
-				return
-			}
-			c.Error(w, r, err)
+		if c.formFailed(w, r, err, func(status int, errs map[string]string) { c.userList(w, r, status, form, errs) }) {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")

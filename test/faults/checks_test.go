@@ -1,11 +1,11 @@
 package faults
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 )
 
 // checkAnswers asserts the client's view: every check answered 200, and
@@ -195,23 +195,5 @@ func orNil(id string) string {
 
 // usageTable reads a usage table's totals by tenant/key/tier.
 func (s *suite) usageTable(table string) map[string]metering.Counts {
-	rows, err := s.db.Query(context.Background(), `SELECT tenant_id::text || '/' || key_id::text || '/' || tier,
-		sum(allowed), sum(denied), sum(allowed_units), sum(denied_units) FROM `+table+` GROUP BY 1`)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]metering.Counts{}
-	for rows.Next() {
-		var k string
-		var c metering.Counts
-		if err := rows.Scan(&k, &c.Allowed, &c.Denied, &c.AllowedUnits, &c.DeniedUnits); err != nil {
-			s.t.Fatal(err)
-		}
-		out[k] = c
-	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	return out
+	return meteringtest.SumsByTier(s.t, s.db, table)
 }

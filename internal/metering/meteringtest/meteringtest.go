@@ -37,9 +37,21 @@ func FixedNow(s string) func() time.Time {
 }
 
 // Sums reads a usage table's totals by tenant/key.
-func Sums(t *testing.T, db *pgxpool.Pool, table string) map[string]metering.Counts {
+func Sums(t testing.TB, db *pgxpool.Pool, table string) map[string]metering.Counts {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT tenant_id::text || '/' || key_id::text,
+	return sums(t, db, table, `tenant_id::text || '/' || key_id::text`)
+}
+
+// SumsByTier reads a usage table's totals by tenant/key/tier.
+func SumsByTier(t testing.TB, db *pgxpool.Pool, table string) map[string]metering.Counts {
+	t.Helper()
+	return sums(t, db, table, `tenant_id::text || '/' || key_id::text || '/' || tier`)
+}
+
+// sums reads table's totals grouped by the SQL expression by.
+func sums(t testing.TB, db *pgxpool.Pool, table, by string) map[string]metering.Counts {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT `+by+`,
 		sum(allowed), sum(denied), sum(allowed_units), sum(denied_units) FROM `+table+` GROUP BY 1`)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +65,9 @@ func Sums(t *testing.T, db *pgxpool.Pool, table string) map[string]metering.Coun
 			t.Fatal(err)
 		}
 		out[k] = c
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

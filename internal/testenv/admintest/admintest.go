@@ -70,6 +70,15 @@ func Cleanup() {
 	}
 }
 
+// Main runs the tests of a package that starts programs Binary builds,
+// removes those programs, and exits with the tests' status: the package's
+// TestMain calls it.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
 // FreePort returns a loopback address no one listens on right now.
 func FreePort(t testing.TB) string {
 	t.Helper()

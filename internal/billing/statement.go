@@ -1,7 +1,6 @@
 package billing
 
 import (
-	"math/big"
 	"sort"
 	"time"
 
@@ -227,20 +226,8 @@ func planSpans(history []tenants.PlanChange, byID map[int64]plans.Plan, m Month)
 	return spans, nil
 }
 
-// prorate returns amount × num / den rounded half-up (all non-negative),
-// computed exactly.
-func prorate(amount, num, den int64) int64 {
-	if num == den {
-		return amount
-	}
-	// (2·amount·num + den) / (2·den), in big integers: amount·num can
-	// exceed int64 (a month is 2.6e12 µs).
-	n := new(big.Int).Mul(big.NewInt(amount), big.NewInt(num))
-	n.Mul(n, big.NewInt(2))
-	n.Add(n, big.NewInt(den))
-	n.Quo(n, new(big.Int).Mul(big.NewInt(den), big.NewInt(2)))
-	return n.Int64()
-}
+// prorate returns amount × num / den rounded half-up (plans.Prorate).
+var prorate = plans.Prorate
 
 // priceOverage prices units of overage on plan p (see RulesText): the
 // one pricing of overage, which spend caps use too.

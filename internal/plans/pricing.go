@@ -2,6 +2,7 @@ package plans
 
 import (
 	"math"
+	"math/big"
 
 	"github.com/tollgate/tollgate"
 )
@@ -112,4 +113,20 @@ func AddChecked(a, b int64) (int64, error) {
 		return 0, errOverflow
 	}
 	return a + b, nil
+}
+
+// Prorate returns amount × num / den rounded half-up (all non-negative),
+// computed exactly: how statements prorate base fees and included units
+// over the part of a month a plan was in force.
+func Prorate(amount, num, den int64) int64 {
+	if num == den {
+		return amount
+	}
+	// (2·amount·num + den) / (2·den), in big integers: amount·num can
+	// exceed int64 (a month is 2.6e12 µs).
+	n := new(big.Int).Mul(big.NewInt(amount), big.NewInt(num))
+	n.Mul(n, big.NewInt(2))
+	n.Add(n, big.NewInt(den))
+	n.Quo(n, new(big.Int).Mul(big.NewInt(den), big.NewInt(2)))
+	return n.Int64()
 }

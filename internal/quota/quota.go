@@ -14,6 +14,7 @@ package quota
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/plans"
 )
@@ -119,10 +120,14 @@ type Limits struct {
 	Capped             bool
 }
 
-// Resolve returns the limits of a tenant with settings ts on plan p with
-// settings ps: the tenant's thresholds or else the plan's; the tenant's cap
-// or else the plan's default or else its maximum, never above the maximum.
-func Resolve(p plans.Plan, ps PlanSettings, ts TenantSettings) Limits {
+// Resolve returns the limits at now of a tenant with settings ts on plan p
+// (in force since since) with settings ps: the tenant's thresholds or else
+// the plan's; the tenant's cap or else the plan's default or else its
+// maximum, never above the maximum. The cap's units count the included
+// units as the month's statement will (prorated when the plan came into
+// force after the month began), so that the statement's overage for the
+// plan never costs more than the cap.
+func Resolve(p plans.Plan, ps PlanSettings, ts TenantSettings, since, now time.Time) Limits {
 	thresholds := ps.Thresholds
 	if ts.Thresholds != nil {
 		thresholds = ts.Thresholds
@@ -142,6 +147,21 @@ func Resolve(p plans.Plan, ps PlanSettings, ts TenantSettings) Limits {
 	if !bounded || overage > 1<<62-p.IncludedUnits {
 		return l
 	}
-	l.CapMinor, l.CapUnits, l.Capped = *capMinor, p.IncludedUnits+overage, true
+	l.CapMinor, l.CapUnits, l.Capped = *capMinor, includedSince(p.IncludedUnits, since, now)+overage, true
 	return l
+}
+
+// includedSince returns the included units the statement of now's month
+// credits a plan in force since since with.
+func includedSince(included int64, since, now time.Time) int64 {
+	start := monthOf(now)
+	end := start.AddDate(0, 1, 0)
+	from := since.UTC()
+	if from.Before(start) {
+		from = start
+	}
+	if !from.Before(end) {
+		return 0
+	}
+	return plans.Prorate(included, end.Sub(from).Microseconds(), end.Sub(start).Microseconds())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -95,11 +96,13 @@ func (s *Store) putTenant(ctx context.Context, ts TenantSettings) error {
 type All struct {
 	Plans   map[int64]PlanSettings
 	Tenants map[string]TenantSettings
+	// PlanSince is when each tenant's current plan came into force.
+	PlanSince map[string]time.Time
 }
 
 // LoadAll reads every setting.
 func (s *Store) LoadAll(ctx context.Context) (All, error) {
-	all := All{Plans: map[int64]PlanSettings{}, Tenants: map[string]TenantSettings{}}
+	all := All{Plans: map[int64]PlanSettings{}, Tenants: map[string]TenantSettings{}, PlanSince: map[string]time.Time{}}
 	rows, err := s.db.Query(ctx, `SELECT plan_id, thresholds, spend_cap_default_minor, spend_cap_max_minor FROM quota_plan_settings`)
 	if err != nil {
 		return All{}, fmt.Errorf("quota: load plan settings: %w", err)
@@ -137,6 +140,20 @@ func (s *Store) LoadAll(ctx context.Context) (All, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return All{}, fmt.Errorf("quota: load tenant settings: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `SELECT tenant_id::text, max(effective_at) FROM tenant_plan_changes GROUP BY tenant_id`)
+	if err != nil {
+		return All{}, fmt.Errorf("quota: load plan changes: %w", err)
+	}
+	since, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		ID string
+		At time.Time
+	}])
+	if err != nil {
+		return All{}, fmt.Errorf("quota: load plan changes: %w", err)
+	}
+	for _, s := range since {
+		all.PlanSince[s.ID] = s.At
 	}
 	return all, nil
 }

@@ -156,7 +156,7 @@ func withMeta(d Data, now time.Time) *Snapshot {
 	}
 	for _, t := range d.Tenants {
 		plan := byID[t.PlanID]
-		limits := quota.Resolve(planByID[t.PlanID], d.Quota.Plans[t.PlanID], d.Quota.Tenants[t.ID])
+		limits := quota.Resolve(planByID[t.PlanID], d.Quota.Plans[t.PlanID], d.Quota.Tenants[t.ID], d.Quota.PlanSince[t.ID], now)
 		if over := d.Overrides[t.ID]; (len(over) > 0 || limits.Capped) && plan != nil {
 			// A tenant with overrides or a spend cap gets a plan view of its
 			// own. Its rules keep the plan's state keys by name, so an

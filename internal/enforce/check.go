@@ -444,7 +444,7 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 func crossed(rules []RuleResult, points []int64, cost int64) []int64 {
 	for i := range rules {
 		rr := &rules[i]
-		if rr.Name != plans.QuotaRuleName || rr.rule == nil || rr.WouldDeny || rr.Degraded {
+		if rr.Name != plans.QuotaRuleName || rr.WouldDeny || rr.Degraded {
 			continue
 		}
 		after := rr.Limit - rr.Remaining

@@ -116,7 +116,7 @@ func RecordDenials(ctx context.Context, tx pgx.Tx, ds []Denial) error {
 		if d.SpendCap {
 			kind, typ = kindSpendCap, EventSpendCapReached
 		}
-		if _, err := record(ctx, tx, d.TenantID, monthOf(at), kind, 0, at, SourceRollups, typ, map[string]any{}); err != nil {
+		if _, err := record(ctx, tx, d.TenantID, monthOf(at), kind, 0, at, SourceCheck, typ, map[string]any{}); err != nil {
 			return err
 		}
 	}

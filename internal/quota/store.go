@@ -3,11 +3,13 @@ package quota
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -20,14 +22,15 @@ type Store struct {
 func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 // PlanSettings returns plan planID's settings (none set: no thresholds,
-// no caps).
+// no caps); an unknown plan is ENOTFOUND.
 func (s *Store) PlanSettings(ctx context.Context, planID int64) (PlanSettings, error) {
 	ps := PlanSettings{PlanID: planID, Thresholds: []Threshold{}}
 	var raw []byte
-	err := s.db.QueryRow(ctx, `SELECT thresholds, spend_cap_default_minor, spend_cap_max_minor
-		FROM quota_plan_settings WHERE plan_id = $1`, planID).Scan(&raw, &ps.SpendCapDefaultMinor, &ps.SpendCapMaxMinor)
-	if err == pgx.ErrNoRows {
-		return ps, nil
+	err := s.db.QueryRow(ctx, `SELECT coalesce(q.thresholds, '[]'), q.spend_cap_default_minor, q.spend_cap_max_minor
+		FROM plans p LEFT JOIN quota_plan_settings q ON q.plan_id = p.id WHERE p.id = $1`, planID).
+		Scan(&raw, &ps.SpendCapDefaultMinor, &ps.SpendCapMaxMinor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PlanSettings{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", planID)
 	}
 	if err == nil {
 		err = json.Unmarshal(raw, &ps.Thresholds)
@@ -39,14 +42,18 @@ func (s *Store) PlanSettings(ctx context.Context, planID int64) (PlanSettings, e
 }
 
 // TenantSettings returns tenant tenantID's own settings (none set: the
-// plan's apply).
+// plan's apply); an unknown tenant is ENOTFOUND.
 func (s *Store) TenantSettings(ctx context.Context, tenantID string) (TenantSettings, error) {
+	notFound := tollgate.Errorf(tollgate.ENOTFOUND, "tenant %s not found", tenantID)
+	if !tollgate.IsUUID(tenantID) {
+		return TenantSettings{}, notFound
+	}
 	ts := TenantSettings{TenantID: tenantID}
 	var raw []byte
-	err := s.db.QueryRow(ctx, `SELECT thresholds, spend_cap_minor FROM quota_tenant_settings
-		WHERE tenant_id = $1::uuid`, tenantID).Scan(&raw, &ts.SpendCapMinor)
-	if err == pgx.ErrNoRows {
-		return ts, nil
+	err := s.db.QueryRow(ctx, `SELECT q.thresholds, q.spend_cap_minor FROM tenants t
+		LEFT JOIN quota_tenant_settings q ON q.tenant_id = t.id WHERE t.id = $1::uuid`, tenantID).Scan(&raw, &ts.SpendCapMinor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return TenantSettings{}, notFound
 	}
 	if err == nil && raw != nil {
 		err = json.Unmarshal(raw, &ts.Thresholds)

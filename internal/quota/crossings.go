@@ -1,10 +1,12 @@
 package quota
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,8 +88,17 @@ func record(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, ki
 // RecordCrossings records crossings the check path saw, in tx (the
 // transaction that applies the usage batch carrying them): each at most
 // once per tenant, month and threshold, however many processes saw it,
-// with one quota.threshold.crossed event when it is new.
+// with one quota.threshold.crossed event when it is new. They are written
+// in tenant and units order, so that two workers recording the same
+// crossings wait for each other rather than deadlock.
 func RecordCrossings(ctx context.Context, tx pgx.Tx, cs []Crossing) error {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b Crossing) int {
+		if c := strings.Compare(a.TenantID, b.TenantID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Units, b.Units)
+	})
 	for _, c := range cs {
 		at := time.UnixMicro(c.AtUS).UTC()
 		if _, err := record(ctx, tx, c.TenantID, monthOf(at), kindThreshold, c.Units, at, SourceCheck,
@@ -145,7 +156,7 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 		FROM tenants t JOIN plans p ON p.id = t.plan_id
 		LEFT JOIN quota_plan_settings ps ON ps.plan_id = t.plan_id
 		LEFT JOIN quota_tenant_settings ts ON ts.tenant_id = t.id
-		WHERE t.id = ANY($1::uuid[])`, tenantIDs, month)
+		WHERE t.id = ANY($1::uuid[]) ORDER BY t.id`, tenantIDs, month)
 	if err != nil {
 		return fmt.Errorf("quota: reconcile: %w", err)
 	}

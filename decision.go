@@ -2,8 +2,11 @@ package tollgate
 
 // Reasons a check decision gives (the check API's "reason").
 const (
-	ReasonOK              = "ok"
-	ReasonRateLimited     = "rate_limited"
+	ReasonOK          = "ok"
+	ReasonRateLimited = "rate_limited"
+	// ReasonSpendCap: the tenant's spend cap for the month is reached
+	// (the rule plans.SpendCapRuleName denied); retry when the month ends.
+	ReasonSpendCap        = "spend_cap"
 	ReasonInvalidKey      = "invalid_key"
 	ReasonKeyRevoked      = "key_revoked"
 	ReasonKeyExpired      = "key_expired"
@@ -35,4 +38,7 @@ type UsageEvent struct {
 	Reason   string
 	// Denied names the rules that denied (none when allowed).
 	Denied []string
+	// Crossed are the tenant's quota thresholds (month-to-date counts)
+	// this check took its monthly quota count past; nil for none.
+	Crossed []int64
 }

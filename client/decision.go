@@ -9,8 +9,11 @@ import (
 // Reasons a decision gives. The check API may add reasons: treat an
 // unknown one by Decision.Allowed.
 const (
-	ReasonOK              = "ok"
-	ReasonRateLimited     = "rate_limited"
+	ReasonOK          = "ok"
+	ReasonRateLimited = "rate_limited"
+	// ReasonSpendCap: the tenant's monthly spend cap is reached; retry
+	// after RetryAfterMS (the month's end).
+	ReasonSpendCap        = "spend_cap"
 	ReasonInvalidKey      = "invalid_key"
 	ReasonKeyRevoked      = "key_revoked"
 	ReasonKeyExpired      = "key_expired"

@@ -294,13 +294,15 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 }
 
 // WriteDenied answers a denied request with application/problem+json whose
-// code is the decision's reason: 429 for rate_limited, 401 for invalid_key
+// code is the decision's reason: 429 for rate_limited and spend_cap, 401 for invalid_key
 // and key_required, 403 for key_revoked, key_expired and tenant_suspended,
 // 503 for unavailable; an unknown reason is a 429 when it has a wait, a
 // 403 otherwise. It is the middleware's default OnLimited.
 func WriteDenied(w http.ResponseWriter, r *http.Request, d *Decision) {
 	status, detail := http.StatusForbidden, "the request is not allowed"
 	switch d.Reason {
+	case ReasonSpendCap:
+		status, detail = http.StatusTooManyRequests, "the monthly spend cap is reached"
 	case ReasonRateLimited:
 		status, detail = http.StatusTooManyRequests, "rate limit exceeded"
 		if d.RetryAfterMS < 0 {

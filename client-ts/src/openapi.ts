@@ -52,7 +52,9 @@ export interface components {
         Decision: {
             allowed: boolean;
             /**
-             * @description `ok`, `rate_limited`, `invalid_key`, `key_revoked`, `key_expired`,
+             * @description `ok`, `rate_limited`, `spend_cap` (the tenant's monthly spend cap
+             *     is reached; retry when the month ends), `invalid_key`,
+             *     `key_revoked`, `key_expired`,
              *     `tenant_suspended`, `unavailable` (a fail-closed rule could not be
              *     evaluated), `key_required` (an anonymous caller and no anonymous
              *     plan). New reasons may be added.

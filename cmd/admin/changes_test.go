@@ -129,6 +129,10 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 			status: 200, action: "plan.unarchive", target: id(itoa(spare.ID))},
 		{route: "DELETE /api/v1/plans/{planID}", as: op, path: planPath(doomed, ""),
 			status: 204, action: "plan.delete", target: id(itoa(doomed.ID))},
+		{route: "PUT /api/v1/plans/{planID}/quota", as: op, path: planPath(spare, "/quota"),
+			body:   map[string]any{"thresholds": []any{map[string]any{"percent": 80}}, "spend_cap_max_minor": 5000},
+			status: 200, action: "plan.quota", target: id(itoa(spare.ID)),
+			invalid: map[string]any{"thresholds": []any{map[string]any{"percent": 80, "units": 5}}}},
 		{route: "POST /api/v1/tenants", as: op, path: fixed(api + "/tenants"), body: map[string]any{"name": "globex", "plan_id": spare.ID},
 			status: 201, action: "tenant.create", target: idOf("id"), invalid: map[string]any{"name": " "}},
 		{route: "POST /api/v1/tenants/{tenantID}/plan", as: op, path: fixed(tenantPath + "/plan"), body: map[string]any{"plan_id": spare.ID},
@@ -140,6 +144,9 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 		{route: "PUT /api/v1/tenants/{tenantID}/overrides", as: op, path: fixed(tenantPath + "/overrides"),
 			body: map[string]any{"rules": []any{}}, status: 200, action: "tenant.overrides_set", target: id(acme.ID),
 			invalid: map[string]any{}},
+		{route: "PUT /api/v1/tenants/{tenantID}/quota", as: admin, path: fixed(tenantPath + "/quota"),
+			body:   map[string]any{"thresholds": []any{map[string]any{"remaining": 100}}, "spend_cap_minor": 0},
+			status: 200, action: "tenant.quota", target: id(acme.ID), invalid: map[string]any{"spend_cap_minor": -1}},
 		{route: "POST /api/v1/tenants/{tenantID}/keys", as: admin, path: fixed(tenantPath + "/keys"), body: map[string]any{"name": "new"},
 			status: 201, action: "key.create", target: idOf("key", "id"), invalid: map[string]any{"expires_at": "2000-01-01T00:00:00Z"}},
 		{route: "PATCH /api/v1/tenants/{tenantID}/keys/{keyID}", as: admin, path: fixed(tenantPath + "/keys/" + updated),
@@ -371,6 +378,10 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"tenants create": {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
 		"keys issue": {args: argv("--tenant", "acme", "--name", "cli", "--json"), target: jsonID("key", "id"),
 			refused: []string{"--tenant", "acme", "--name", strings.Repeat("n", tenants.MaxKeyNameLen+1)}},
+		"plans quota": {args: argv("--plan", "free", "--thresholds", "80%,remaining:10", "--spend-cap-max", "900"), target: jsonID("plan_id"),
+			refused: []string{"--plan", "free", "--thresholds", "eighty"}},
+		"tenants quota": {args: argv("--tenant", "acme", "--thresholds", "500", "--spend-cap", "100"), target: jsonID("tenant_id"),
+			refused: []string{"--tenant", "acme", "--spend-cap", "-1"}},
 		"keys revoke": {args: argv("--id", revoked.ID), target: id(revoked.ID), refused: []string{"--id", "nope"}},
 		"tokens issue": {args: argv("--name", "cli-edge"), target: func(string) string {
 			testenv.Must(t, srv.DB.QueryRow(ctx, `SELECT id FROM service_tokens WHERE name = 'cli-edge'`).Scan(&tokenID))
@@ -384,7 +395,7 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"users sessions revoke": {args: argv("--email", roamer.Email), target: id(roamer.ID), refused: []string{"--email", "nobody@example.com"}},
 		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
 	}
-	order := []string{"seed demo", "tenants create", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
+	order := []string{"seed demo", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]

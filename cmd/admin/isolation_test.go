@@ -188,6 +188,11 @@ func endpoints() []endpoint {
 			return map[string]string{"planID": fmt.Sprint(p.ID)},
 				map[string]any{"name": p.Name, "rules": []map[string]any{{"name": "hourly", "limit": 20, "period_us": limiter.HourUS}}}
 		}},
+		{"GET", "/api/v1/plans/{planID}/quota", accessOperator, 200, planParams},
+		{"PUT", "/api/v1/plans/{planID}/quota", accessOperator, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			params, _ := planParams(t, fx, tg)
+			return params, map[string]any{"thresholds": []map[string]any{{"percent": 90}}}
+		}},
 		{"DELETE", "/api/v1/plans/{planID}", accessOperator, 204, planParams},
 		{"POST", "/api/v1/plans/{planID}/archive", accessOperator, 200, planParams},
 		{"POST", "/api/v1/plans/{planID}/unarchive", accessOperator, 200, planParams},
@@ -213,6 +218,11 @@ func endpoints() []endpoint {
 		{"PUT", "/api/v1/tenants/{tenantID}/overrides", accessTenantOps, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
 			return map[string]string{"tenantID": tg.tenant.ID},
 				map[string]any{"rules": []map[string]any{{"name": "hourly", "limit": fx.n + 1, "period_us": limiter.HourUS}}}
+		}},
+
+		{"GET", "/api/v1/tenants/{tenantID}/quota", accessTenantRead, 200, tenantParams},
+		{"PUT", "/api/v1/tenants/{tenantID}/quota", accessTenantKeys, 200, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"thresholds": []map[string]any{{"remaining": 10}}}
 		}},
 
 		{"GET", "/api/v1/tenants/{tenantID}/keys", accessTenantRead, 200, tenantParams},

@@ -328,6 +328,14 @@ func scenario(t *testing.T, client *http.Client) {
 		"limit": 1000, "period_us": limiter.DayUS, "options": map[string]any{"calendar": "day"}}}}, 200)
 	do("PUT", tenant+"/overrides", op, map[string]any{"rules": []map[string]any{{"name": "x", "limit": -1}}}, 422)
 	do("GET", tenant+"/overrides", viewer, nil, 200)
+	do("PUT", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), op, map[string]any{"thresholds": []map[string]any{{"percent": 80}, {"remaining": 100}},
+		"spend_cap_default_minor": 1000, "spend_cap_max_minor": 5000}, 200)
+	do("PUT", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), op, map[string]any{"spend_cap_default_minor": -1}, 422)
+	do("GET", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), op, nil, 200)
+	do("PUT", tenant+"/quota", op, map[string]any{"thresholds": []map[string]any{{"units": 5000}}, "spend_cap_minor": 500}, 200)
+	do("PUT", tenant+"/quota", op, map[string]any{"spend_cap_minor": 6000}, 422)
+	do("GET", tenant+"/quota", viewer, nil, 200)
+	do("GET", unknown+"/quota", op, nil, 404)
 
 	// Keys.
 	var key adminapi.KeySecretResponse

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/ui"
 )
@@ -71,6 +72,7 @@ func NewHandler(cfg Config) http.Handler {
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
+	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
@@ -116,6 +118,8 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("DELETE", "/plans/{planID}", handlePlanDelete(log, plansOps))
 		operator.Method("POST", "/plans/{planID}/archive", handlePlanArchive(log, plansOps, true))
 		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, plansOps, false))
+		operator.Method("GET", "/plans/{planID}/quota", handlePlanQuotaGet(log, qs))
+		operator.Method("PUT", "/plans/{planID}/quota", handlePlanQuotaPut(log, quotaOps))
 
 		operator.Method("GET", "/tenants", handleTenantList(log, ts))
 		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
@@ -126,6 +130,10 @@ func NewHandler(cfg Config) http.Handler {
 		tenantOps.Method("POST", "/tenants/{tenantID}/resume", handleTenantStatus(log, tenantsOps, false))
 		tenantRead.Method("GET", "/tenants/{tenantID}/overrides", handleOverridesGet(log, ts))
 		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleOverridesPut(log, tenantsOps))
+		// A tenant's admins set its thresholds and may lower its spend cap
+		// (quota.Ops.SetTenant refuses them a higher one).
+		tenantRead.Method("GET", "/tenants/{tenantID}/quota", handleTenantQuotaGet(log, qs))
+		tenantKeys.Method("PUT", "/tenants/{tenantID}/quota", handleTenantQuotaPut(log, quotaOps))
 
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))

@@ -1,7 +1,6 @@
 package billing
 
 import (
-	"math/big"
 	"sort"
 	"time"
 
@@ -106,14 +105,8 @@ type PlanCharges struct {
 }
 
 // OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive)
-// at UnitMinor each.
-type OverageLine struct {
-	FromUnit    int64 `json:"from_unit"`
-	ToUnit      int64 `json:"to_unit"`
-	Units       int64 `json:"units"`
-	UnitMinor   int64 `json:"unit_minor"`
-	AmountMinor int64 `json:"amount_minor"`
-}
+// at UnitMinor each (plans.PriceOverage).
+type OverageLine = plans.OverageLine
 
 // HourUnits are the allowed units of one hour.
 type HourUnits struct {
@@ -233,72 +226,15 @@ func planSpans(history []tenants.PlanChange, byID map[int64]plans.Plan, m Month)
 	return spans, nil
 }
 
-// prorate returns amount × num / den rounded half-up (all non-negative),
-// computed exactly.
-func prorate(amount, num, den int64) int64 {
-	if num == den {
-		return amount
-	}
-	// (2·amount·num + den) / (2·den), in big integers: amount·num can
-	// exceed int64 (a month is 2.6e12 µs).
-	n := new(big.Int).Mul(big.NewInt(amount), big.NewInt(num))
-	n.Mul(n, big.NewInt(2))
-	n.Add(n, big.NewInt(den))
-	n.Quo(n, new(big.Int).Mul(big.NewInt(den), big.NewInt(2)))
-	return n.Int64()
-}
+// prorate returns amount × num / den rounded half-up (plans.Prorate).
+var prorate = plans.Prorate
 
-// priceOverage prices units of overage on plan p (see RulesText).
-func priceOverage(p plans.Plan, units int64) ([]OverageLine, int64, error) {
-	lines := []OverageLine{}
-	if units <= 0 {
-		return lines, 0, nil
-	}
-	tiers := p.Tiers
-	if len(tiers) == 0 {
-		tiers = []plans.PriceTier{{UnitMinor: p.OverageUnitMinor}}
-	}
-	var total, done int64
-	for i, t := range tiers {
-		upTo := units
-		if t.UpTo != nil && i < len(tiers)-1 {
-			upTo = min(*t.UpTo, units)
-		}
-		if upTo <= done {
-			continue
-		}
-		n := upTo - done
-		amount, err := mulChecked(n, t.UnitMinor)
-		if err != nil {
-			return nil, 0, err
-		}
-		if total, err = addChecked(total, amount); err != nil {
-			return nil, 0, err
-		}
-		lines = append(lines, OverageLine{FromUnit: done + 1, ToUnit: upTo, Units: n, UnitMinor: t.UnitMinor, AmountMinor: amount})
-		done = upTo
-		if done >= units {
-			break
-		}
-	}
-	return lines, total, nil
-}
+// priceOverage prices units of overage on plan p (see RulesText): the
+// one pricing of overage, which spend caps use too.
+var priceOverage = plans.PriceOverage
 
-var errOverflow = tollgate.Errorf(tollgate.EINVALID, "an amount exceeds the largest representable value")
-
-func mulChecked(a, b int64) (int64, error) {
-	if a != 0 && b != 0 && a > (1<<63-1)/b {
-		return 0, errOverflow
-	}
-	return a * b, nil
-}
-
-func addChecked(a, b int64) (int64, error) {
-	if a > (1<<63-1)-b {
-		return 0, errOverflow
-	}
-	return a + b, nil
-}
+// addChecked returns a + b, or an EINVALID error on overflow.
+var addChecked = plans.AddChecked
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

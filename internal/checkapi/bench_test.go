@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -45,6 +46,10 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
 		SigningKeys:   map[string]ed25519.PublicKey{"k1": pub},
 		ServiceTokens: []auth.ServiceToken{{ID: "st-1", Name: "bench"}},
+		// Thresholds on the monthly quota: each allowed check looks for
+		// crossings.
+		Quota: quota.All{Plans: map[int64]quota.PlanSettings{1: {PlanID: 1,
+			Thresholds: []quota.Threshold{{Percent: 50}, {Percent: 80}, {Remaining: 1000}, {Percent: 100}}}}},
 	}
 	var secrets []string
 	for i := range n {

@@ -171,6 +171,8 @@ func denial(d *enforce.Decision) (int, string) {
 			return http.StatusTooManyRequests, msg + "; the request costs more than the rule ever admits"
 		}
 		return http.StatusTooManyRequests, msg
+	case tollgate.ReasonSpendCap:
+		return http.StatusTooManyRequests, "the monthly spend cap is reached"
 	case tollgate.ReasonKeyRequired:
 		return http.StatusUnauthorized, "an API key is required"
 	case tollgate.ReasonInvalidKey:

@@ -109,6 +109,8 @@ type Decision struct {
 
 	// NowUS is when the decision was made (the store's clock).
 	NowUS int64 `json:"-"`
+	// crossed are the tenant's quota thresholds the check crossed.
+	crossed []int64
 	// governing indexes Rules; -1 when no rule applied.
 	governing int
 }
@@ -296,7 +298,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		c.storeFailed(ctx, err)
 		return c.degraded(d, r, matched), nil
 	}
-	return c.decided(d, r, matched, out), nil
+	return c.decided(d, r, matched, out, who.tenant), nil
 }
 
 // caller is who a check is for: a key of a tenant, or an anonymous caller
@@ -402,8 +404,9 @@ func (c *Checker) storeFailed(ctx context.Context, err error) {
 	}
 }
 
-// decided completes d with the store's outcome for the matched rules.
-func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out limiter.Outcome) Decision {
+// decided completes d with the store's outcome for the matched rules of
+// tenant (nil for an anonymous caller).
+func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out limiter.Outcome, tenant *snapshot.Tenant) Decision {
 	d.Rules = make([]RuleResult, 0, len(matched))
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
@@ -419,10 +422,42 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	}
 	d.governing = governing(d.Rules, d.Allowed)
 	reason := tollgate.ReasonOK
-	if !d.Allowed {
+	switch {
+	case !d.Allowed && d.Rules[d.governing].Name == plans.SpendCapRuleName:
+		reason = tollgate.ReasonSpendCap
+	case !d.Allowed:
 		reason = tollgate.ReasonRateLimited
+	case tenant != nil && len(tenant.Points) > 0 && !r.DryRun:
+		d.crossed = crossed(d.Rules, tenant.Points, r.Cost)
 	}
 	return c.finish(d, r, reason)
+}
+
+// crossed returns the points (month-to-date counts, ascending) that an
+// admitted check of cost units took the tenant's monthly quota count
+// past. The store admits checks one at a time, so the count after this
+// one (limit − remaining) is exact and no other check has it: before <
+// point ≤ after holds for exactly one check, however many API processes
+// share the store, and no store call or Postgres query is needed to
+// know it. Points above the quota's limit are never seen here (the quota
+// stops counting there); the usage worker finds them from the rollups.
+func crossed(rules []RuleResult, points []int64, cost int64) []int64 {
+	for i := range rules {
+		rr := &rules[i]
+		if rr.Name != plans.QuotaRuleName || rr.WouldDeny || rr.Degraded {
+			continue
+		}
+		after := rr.Limit - rr.Remaining
+		before := after - cost
+		var out []int64
+		for _, p := range points {
+			if before < p && p <= after {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // requests returns the limiter requests of the matched rules for who
@@ -575,7 +610,7 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
-			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason}
+			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed}
 		for _, rr := range d.Rules {
 			if !rr.Allowed {
 				ev.Denied = append(ev.Denied, rr.Name)

@@ -71,8 +71,11 @@ type Aggregator struct {
 	rows    map[rowKey]*Counts
 	ips     map[int64]map[string]*Counts // minute → ip → counts
 	ipCount int
-	held    int64 // decisions in rows
-	stats   Stats
+	// crossings are the quota thresholds crossed since the last cut; kept
+	// even when decisions are dropped (they are few and each is an event).
+	crossings []Crossing
+	held      int64 // decisions in rows
+	stats     Stats
 
 	flushMu sync.Mutex // serialises cut+publish
 	seq     uint64
@@ -155,6 +158,9 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	}
 	wake := false
 	a.mu.Lock()
+	for _, units := range ev.Crossed {
+		a.crossings = append(a.crossings, Crossing{TenantID: ev.TenantID, Units: units, AtUS: ev.AtUS})
+	}
 	a.stats.Recorded++
 	a.held++
 	if cur, ok := a.rows[k]; ok {
@@ -345,11 +351,12 @@ func (a *Aggregator) Stats() Stats {
 // is nothing. flushMu is held.
 func (a *Aggregator) cut() *Batch {
 	a.mu.Lock()
-	rows, ips := a.rows, a.ips
-	if len(rows) == 0 && len(ips) == 0 {
+	rows, ips, crossings := a.rows, a.ips, a.crossings
+	if len(rows) == 0 && len(ips) == 0 && len(crossings) == 0 {
 		a.mu.Unlock()
 		return nil
 	}
+	a.crossings = nil
 	a.rows = make(map[rowKey]*Counts, len(rows))
 	a.ips = map[int64]map[string]*Counts{}
 	a.ipCount = 0
@@ -361,7 +368,7 @@ func (a *Aggregator) cut() *Batch {
 
 	a.seq++
 	b := &Batch{Version: 1, ID: a.cfg.ProducerID + ":" + strconv.FormatUint(a.seq, 10),
-		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows))}
+		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows)), Crossings: crossings}
 	for k, c := range rows {
 		b.Rows = append(b.Rows, Row{Minute: k.minute, TenantID: k.tenantID, KeyID: k.keyID, Tier: k.tier,
 			Resource: k.resource, Reason: k.reason, DeniedBy: k.deniedBy, Counts: *c})

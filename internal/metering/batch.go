@@ -35,6 +35,18 @@ type Batch struct {
 	CreatedUS int64   `json:"created_us"`
 	Rows      []Row   `json:"rows"`
 	IPs       []IPRow `json:"ips,omitempty"`
+	// Crossings are the quota thresholds checks crossed since the last
+	// batch (tollgate.UsageEvent.Crossed); the worker records each once.
+	Crossings []Crossing `json:"crossings,omitempty"`
+}
+
+// Crossing is one quota threshold a check took a tenant's month-to-date
+// count past: Units is the threshold, AtUS the check's time (its UTC month
+// is the month crossed).
+type Crossing struct {
+	TenantID string `json:"tenant_id"`
+	Units    int64  `json:"units"`
+	AtUS     int64  `json:"at_us"`
 }
 
 // Row counts decisions of one minute with the same dimensions.
@@ -144,6 +156,14 @@ func (b *Batch) validate() error {
 		}
 		if err := validCounts(r.Counts); err != nil {
 			return fmt.Errorf("rows[%d]: %w", i, err)
+		}
+	}
+	for i, c := range b.Crossings {
+		if !tollgate.IsUUID(c.TenantID) || c.Units < 1 {
+			return fmt.Errorf("crossings[%d]: a tenant ID and units ≥ 1 are required", i)
+		}
+		if err := validMinute(c.AtUS / 60_000_000 * 60); err != nil {
+			return fmt.Errorf("crossings[%d]: %w", i, err)
 		}
 	}
 	for i, r := range b.IPs {

@@ -269,6 +269,9 @@ func ValidateRules(prefix string, rules []Rule, f map[string]string) {
 		if r.Name == QuotaRuleName {
 			f[k+"name"] = QuotaRuleName + " is reserved for the plan's monthly quota (quota_mode)"
 		}
+		if r.Name == SpendCapRuleName {
+			f[k+"name"] = SpendCapRuleName + " is reserved for the tenant's spend cap"
+		}
 		if seen[r.Name] {
 			f[k+"name"] = "must be unique"
 		}

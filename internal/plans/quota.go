@@ -28,9 +28,10 @@ const QuotaRuleName = "monthly-quota"
 // (failure mode open), like the demo plans' rules. ok is false when the
 // plan has no quota.
 //
-// The window's state belongs to the plan (as every rule's does), so a
-// tenant moved to another plan mid-month starts that plan's quota from
-// zero; the statement, which prorates included units, is what bills.
+// The window's state belongs to the tenant, not to the plan (the snapshot
+// names it the same on every plan): a tenant moved to another plan
+// mid-month keeps the month's count, and only the limit changes; the
+// statement, which prorates included units, is what bills.
 func (p Plan) QuotaRule() (r Rule, ok bool) {
 	var mode Mode
 	switch p.QuotaMode {
@@ -53,4 +54,28 @@ func (p Plan) QuotaRule() (r Rule, ok bool) {
 		FailureMode: FailOpen,
 		Options:     Options{Calendar: string(limiter.CalendarMonth)},
 	}, true
+}
+
+// SpendCapRuleName names the rule SpendCapRule returns; plans may not use
+// it.
+const SpendCapRuleName = "spend-cap"
+
+// SpendCapRule returns the rule that holds a tenant to its spend cap: a
+// fixed window aligned to UTC calendar months admitting at most units
+// (the included units and the overage units the cap pays for), counted per
+// tenant over every resource, failing closed (a cap is a promise about
+// money). Like the quota rule, its state belongs to the tenant.
+func SpendCapRule(units int64) Rule {
+	return Rule{
+		Name:        SpendCapRuleName,
+		Algorithm:   limiter.FixedWindow,
+		Limit:       units,
+		PeriodUS:    31 * limiter.DayUS,
+		Burst:       max(units, 1),
+		Resource:    "*",
+		Scope:       ScopeTenant,
+		Mode:        ModeEnforce,
+		FailureMode: FailClosed,
+		Options:     Options{Calendar: string(limiter.CalendarMonth)},
+	}
 }

@@ -8,12 +8,14 @@ package snapshot
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -53,6 +55,9 @@ type Tenant struct {
 	// Tag and Short are the tenant's part of its state keys.
 	Tag   byte
 	Short statekey.Short
+	// Points are the month-to-date counts at which the tenant's quota
+	// thresholds are crossed, ascending (package quota); nil for none.
+	Points []int64
 }
 
 // Key is an API key as checks see it.
@@ -91,8 +96,11 @@ type Data struct {
 	Tenants []tenants.Tenant
 	// Overrides are tenants' own rules by tenant ID: each replaces the plan
 	// rule of the same name or adds to the plan's rules (plans.MergeRules).
-	Overrides     map[string][]plans.Rule
-	Keys          []tenants.Key
+	Overrides map[string][]plans.Rule
+	Keys      []tenants.Key
+	// Quota is every plan's and tenant's quota settings: thresholds and
+	// spend caps (a capped tenant gets plans.SpendCapRule).
+	Quota         quota.All
 	SigningKeys   map[string]ed25519.PublicKey
 	ServiceTokens []auth.ServiceToken
 }
@@ -148,15 +156,20 @@ func withMeta(d Data, now time.Time) *Snapshot {
 	}
 	for _, t := range d.Tenants {
 		plan := byID[t.PlanID]
-		if over := d.Overrides[t.ID]; len(over) > 0 && plan != nil {
-			// A tenant with overrides gets a plan view of its own. Its rules
-			// keep the plan's state keys by name, so an override of a plan
-			// rule continues from the usage counted so far.
+		limits := quota.Resolve(planByID[t.PlanID], d.Quota.Plans[t.PlanID], d.Quota.Tenants[t.ID], d.Quota.PlanSince[t.ID], now)
+		if over := d.Overrides[t.ID]; (len(over) > 0 || limits.Capped) && plan != nil {
+			// A tenant with overrides or a spend cap gets a plan view of its
+			// own. Its rules keep the plan's state keys by name, so an
+			// override of a plan rule continues from the usage counted so
+			// far.
 			p := planByID[t.PlanID]
 			p.Rules = plans.MergeRules(p.Rules, over)
+			if limits.Capped {
+				p.Rules = append(p.Rules[:len(p.Rules):len(p.Rules)], plans.SpendCapRule(limits.CapUnits))
+			}
 			plan = compilePlan(p, plan)
 		}
-		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan}
+		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan, Points: limits.Points}
 		tv.Tag, tv.Short = statekey.Compact(t.ID)
 		id := tenantIDBytes(t.ID)
 		s.tenants[id] = tv
@@ -177,7 +190,12 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
 		rules = append(rules[:len(rules):len(rules)], quota)
 	}
+	// The rules that count a tenant's month have the same state ID on every
+	// plan: the count is the tenant's, and survives a change of plan.
 	taken := map[[3]byte]bool{}
+	for _, name := range tenantMonthRules {
+		taken[tenantMonthStateID(name)] = true
+	}
 	for _, r := range rules {
 		params := r.Params()
 		window := params.PeriodUS
@@ -188,14 +206,16 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 			window = 30 * limiter.DayUS
 		}
 		id, found := [3]byte{}, false
-		if base != nil {
+		if slices.Contains(tenantMonthRules, r.Name) {
+			id, found = tenantMonthStateID(r.Name), true
+		} else if base != nil {
 			for _, b := range base.Rules {
 				if b.Name == r.Name && b.Algorithm == r.Algorithm {
 					id, found = b.StateID, true
 				}
 			}
 		}
-		for salt := 0; !found || taken[id]; salt++ {
+		for salt := 0; !found || (taken[id] && !slices.Contains(tenantMonthRules, r.Name)); salt++ {
 			id, found = statekey.RuleID(p.ID, r.Name, r.Algorithm, salt), true
 		}
 		taken[id] = true
@@ -211,6 +231,16 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 		})
 	}
 	return v
+}
+
+// tenantMonthRules name the rules whose state is the tenant's month, not a
+// plan's: the monthly quota and the spend cap.
+var tenantMonthRules = []string{plans.QuotaRuleName, plans.SpendCapRuleName}
+
+// tenantMonthStateID returns the state ID of one of tenantMonthRules: the
+// same on every plan (plan ID 0, which no plan has).
+func tenantMonthStateID(name string) [3]byte {
+	return statekey.RuleID(0, name, limiter.FixedWindow, 0)
 }
 
 // addKey indexes k among the snapshot's keys while it is being built.

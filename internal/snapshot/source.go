@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -133,6 +134,9 @@ func loadMeta(ctx context.Context, tx pgx.Tx) (Data, error) {
 		return d, err
 	}
 	if d.Overrides, err = ts.AllOverrides(ctx); err != nil {
+		return d, err
+	}
+	if d.Quota, err = quota.NewStore(tx).LoadAll(ctx); err != nil {
 		return d, err
 	}
 	if d.SigningKeys, err = as.PublicKeys(ctx); err != nil {

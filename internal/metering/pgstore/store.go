@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,8 +23,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
 )
 
 // NilUUID stands for "no tenant" and "no key" in the usage tables.
@@ -209,6 +213,9 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		if err := upsertTotals(ctx, tx, minute, hour); err != nil {
 			return err
 		}
+		if err := applyQuota(ctx, tx, batches, apply, s.cfg.Now()); err != nil {
+			return err
+		}
 		closed, err := closedMonths(ctx, tx, month)
 		if err != nil || len(closed) == 0 {
 			return err
@@ -227,6 +234,44 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		return nil, fmt.Errorf("usage: apply %d batches from %s: %w", len(batches), batches[0].ID, err)
 	}
 	return results, nil
+}
+
+// applyQuota records, in the apply transaction, the quota thresholds the
+// applied batches' checks crossed, the first denials by a spend cap or a
+// hard quota, and whatever the rollups now show crossed that no check
+// handed on (quota.Reconcile): each exactly once.
+func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply []int, now time.Time) error {
+	var crossings []quota.Crossing
+	var denials []quota.Denial
+	seen := map[string]bool{}
+	var tenantIDs []string
+	for _, i := range apply {
+		for _, c := range batches[i].Crossings {
+			crossings = append(crossings, quota.Crossing{TenantID: c.TenantID, Units: c.Units, AtUS: c.AtUS})
+		}
+		for _, r := range batches[i].Rows {
+			if r.TenantID == "" {
+				continue
+			}
+			if !seen[r.TenantID] {
+				seen[r.TenantID] = true
+				tenantIDs = append(tenantIDs, r.TenantID)
+			}
+			switch {
+			case r.Reason == tollgate.ReasonSpendCap:
+				denials = append(denials, quota.Denial{TenantID: r.TenantID, SpendCap: true, AtUS: r.Minute * 1_000_000})
+			case r.Reason == tollgate.ReasonRateLimited && slices.Contains(strings.Split(r.DeniedBy, ","), plans.QuotaRuleName):
+				denials = append(denials, quota.Denial{TenantID: r.TenantID, AtUS: r.Minute * 1_000_000})
+			}
+		}
+	}
+	if err := quota.RecordCrossings(ctx, tx, crossings); err != nil {
+		return err
+	}
+	if err := quota.RecordDenials(ctx, tx, denials); err != nil {
+		return err
+	}
+	return quota.Reconcile(ctx, tx, tenantIDs, now)
 }
 
 func orNil(id string) string {

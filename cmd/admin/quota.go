@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included units), "5000"
+(units this month), "remaining:1000" (included units left). Spend caps are
+integer minor units of overage a month; "" sets none.`
+
+func plansQuotaCommand() command {
+	return command{
+		name:    "plans quota",
+		audited: "plan.quota",
+		summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)",
+		help:    thresholdsHelp,
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			plan := fs.String("plan", "", "plan name (required)")
+			thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
+			capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
+			capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
+			return func(ctx context.Context, e *invocation) error {
+				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+				if err != nil {
+					return fmt.Errorf("plans quota: --plan: %w", err)
+				}
+				in := quota.PlanSettingsInput{}
+				f := map[string]string{}
+				in.Thresholds = parseThresholds("thresholds", *thresholds, f)
+				in.SpendCapDefaultMinor = parseCap("spend-cap-default", *capDefault, f)
+				in.SpendCapMaxMinor = parseCap("spend-cap-max", *capMax, f)
+				if err := tollgate.Invalid(f); err != nil {
+					return fmt.Errorf("plans quota: %w", err)
+				}
+				ps, err := quota.NewOps(e.db).SetPlan(ctx, audit.CLI, p.ID, in)
+				if err != nil {
+					return fmt.Errorf("plans quota: %w", err)
+				}
+				return printJSON(e.stdout, ps)
+			}
+		},
+	}
+}
+
+func tenantsQuotaCommand() command {
+	return command{
+		name:    "tenants quota",
+		audited: "tenant.quota",
+		summary: "set a tenant's own quota thresholds and spend cap (none: the plan's)",
+		help:    thresholdsHelp,
+		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
+			tenant := fs.String("tenant", "", "tenant name or ID (required)")
+			thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
+			capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
+			return func(ctx context.Context, e *invocation) error {
+				t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+				if err != nil {
+					return fmt.Errorf("tenants quota: --tenant: %w", err)
+				}
+				f := map[string]string{}
+				in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
+					SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
+				if err := tollgate.Invalid(f); err != nil {
+					return fmt.Errorf("tenants quota: %w", err)
+				}
+				ts, err := quota.NewOps(e.db).SetTenant(ctx, audit.CLI, t.ID, in)
+				if err != nil {
+					return fmt.Errorf("tenants quota: %w", err)
+				}
+				return printJSON(e.stdout, ts)
+			}
+		},
+	}
+}
+
+// parseThresholds reads a --thresholds flag (see thresholdsHelp); nil for
+// "". A bad item is named in f under field.
+func parseThresholds(field, s string, f map[string]string) []quota.Threshold {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []quota.Threshold
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		var t quota.Threshold
+		var err error
+		if pct, ok := strings.CutSuffix(item, "%"); ok {
+			t.Percent, err = strconv.ParseInt(pct, 10, 64)
+		} else if left, ok := strings.CutPrefix(item, "remaining:"); ok {
+			t.Remaining, err = strconv.ParseInt(left, 10, 64)
+		} else {
+			t.Units, err = strconv.ParseInt(item, 10, 64)
+		}
+		if err != nil {
+			f[field] = fmt.Sprintf("%q is not N%%, N or remaining:N", item)
+			return nil
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// parseCap reads a spend cap flag: nil for "".
+func parseCap(field, s string, f map[string]string) *int64 {
+	if s == "" {
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f[field] = "must be an integer (minor units)"
+		return nil
+	}
+	return &v
+}

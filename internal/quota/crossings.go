@@ -1,0 +1,263 @@
+package quota
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/plans"
+)
+
+// Event types (docs/usage.md, "Quota events").
+const (
+	EventThresholdCrossed  = "quota.threshold.crossed"
+	EventThresholdResolved = "quota.threshold.resolved"
+	EventSpendCapReached   = "spend_cap.reached"
+	EventExhausted         = "quota.exhausted"
+)
+
+// Kinds of crossing rows (quota_crossings.kind).
+const (
+	kindThreshold = "threshold"
+	kindSpendCap  = "spend_cap"
+	kindExhausted = "exhausted"
+)
+
+// Sources of a crossing: a check that saw it, or the usage rollups.
+const (
+	SourceCheck   = "check"
+	SourceRollups = "rollups"
+)
+
+// Crossing is a threshold a tenant's month-to-date count went past: Units
+// is the threshold (a count), AtUS when (µs since the epoch; its UTC month
+// is the month crossed).
+type Crossing struct {
+	TenantID string
+	Units    int64
+	AtUS     int64
+}
+
+// emit writes one event in tx. It is the one place events of this package
+// leave it: events.Emit(ctx, tx, events.Event{Type: typ, TenantID:
+// tenantID, Data: data}) takes its place once the events outbox exists.
+func emit(ctx context.Context, tx pgx.Tx, typ, tenantID string, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("quota: event %s: %w", typ, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO quota_events_pending (type, tenant_id, data) VALUES ($1, $2::uuid, $3)`,
+		typ, tenantID, raw); err != nil {
+		return fmt.Errorf("quota: event %s for tenant %s: %w", typ, tenantID, err)
+	}
+	return nil
+}
+
+// monthOf returns the first day (UTC) of the month holding t.
+func monthOf(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// record inserts one crossing row unless the tenant, month, kind and units
+// already have one (or the tenant is gone), and emits typ with data when
+// it inserted. inserted reports whether it did.
+func record(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, kind string, units int64,
+	at time.Time, source, typ string, data map[string]any) (inserted bool, err error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO quota_crossings (tenant_id, month, kind, units, crossed_at, source)
+		SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1::uuid
+		ON CONFLICT (tenant_id, month, kind, units) DO NOTHING`, tenantID, month, kind, units, at, source)
+	if err != nil {
+		return false, fmt.Errorf("quota: record %s %d of tenant %s: %w", kind, units, tenantID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	data["month"] = month.Format("2006-01")
+	data["at"] = at.UTC().Format(time.RFC3339Nano)
+	data["source"] = source
+	return true, emit(ctx, tx, typ, tenantID, data)
+}
+
+// RecordCrossings records crossings the check path saw, in tx (the
+// transaction that applies the usage batch carrying them): each at most
+// once per tenant, month and threshold, however many processes saw it,
+// with one quota.threshold.crossed event when it is new. They are written
+// in tenant and units order, so that two workers recording the same
+// crossings wait for each other rather than deadlock.
+func RecordCrossings(ctx context.Context, tx pgx.Tx, cs []Crossing) error {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b Crossing) int {
+		if c := strings.Compare(a.TenantID, b.TenantID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Units, b.Units)
+	})
+	for _, c := range cs {
+		at := time.UnixMicro(c.AtUS).UTC()
+		if _, err := record(ctx, tx, c.TenantID, monthOf(at), kindThreshold, c.Units, at, SourceCheck,
+			EventThresholdCrossed, map[string]any{"threshold_units": c.Units}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Denial is the first denial of a month a check path counted: by the
+// spend cap, or by a hard monthly quota.
+type Denial struct {
+	TenantID string
+	SpendCap bool
+	AtUS     int64
+}
+
+// RecordDenials records, at most once per tenant and month each,
+// spend_cap.reached (the spend cap began denying) and quota.exhausted (a
+// hard quota began denying).
+func RecordDenials(ctx context.Context, tx pgx.Tx, ds []Denial) error {
+	for _, d := range ds {
+		at := time.UnixMicro(d.AtUS).UTC()
+		kind, typ := kindExhausted, EventExhausted
+		if d.SpendCap {
+			kind, typ = kindSpendCap, EventSpendCapReached
+		}
+		if _, err := record(ctx, tx, d.TenantID, monthOf(at), kind, 0, at, SourceCheck, typ, map[string]any{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reconcile brings the crossings of tenantIDs in line with the month
+// rollups as of now, in tx: every threshold at or below the month-to-date
+// count that has no crossing gets one (source rollups: a crossing the
+// check path could not hand on, or a tenant without a monthly quota
+// counter); every unresolved crossing of an earlier month, or of a
+// threshold no longer configured or now above the count (more included
+// units), is resolved with quota.threshold.resolved. Call it after the
+// rollups are written, in the same transaction.
+func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time) error {
+	if len(tenantIDs) == 0 {
+		return nil
+	}
+	month := monthOf(now)
+	rows, err := tx.Query(ctx, `SELECT t.id::text, p.included_units, p.quota_mode,
+			coalesce(ts.thresholds, ps.thresholds, '[]'::jsonb),
+			coalesce((SELECT sum(u.allowed_units) FROM usage_month u
+				WHERE u.tenant_id = t.id AND u.bucket_start = $2), 0)::bigint,
+			coalesce((SELECT array_agg(c.units) FROM quota_crossings c WHERE c.tenant_id = t.id
+				AND c.month = $2 AND c.kind = 'threshold' AND c.resolved_at IS NULL), '{}')
+		FROM tenants t JOIN plans p ON p.id = t.plan_id
+		LEFT JOIN quota_plan_settings ps ON ps.plan_id = t.plan_id
+		LEFT JOIN quota_tenant_settings ts ON ts.tenant_id = t.id
+		WHERE t.id = ANY($1::uuid[]) ORDER BY t.id`, tenantIDs, month)
+	if err != nil {
+		return fmt.Errorf("quota: reconcile: %w", err)
+	}
+	type state struct {
+		id       string
+		points   []int64
+		count    int64
+		unsolved []int64
+	}
+	var states []state
+	for rows.Next() {
+		var s state
+		var included int64
+		var mode plans.QuotaMode
+		var raw []byte
+		var ts []Threshold
+		if err := rows.Scan(&s.id, &included, &mode, &raw, &s.count, &s.unsolved); err != nil {
+			rows.Close()
+			return fmt.Errorf("quota: reconcile: %w", err)
+		}
+		if err := json.Unmarshal(raw, &ts); err != nil {
+			rows.Close()
+			return fmt.Errorf("quota: reconcile: thresholds of tenant %s: %w", s.id, err)
+		}
+		s.points = Points(ts, included)
+		states = append(states, s)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("quota: reconcile: %w", err)
+	}
+	for _, s := range states {
+		if err := reconcileTenant(ctx, tx, s.id, month, s.points, s.count, s.unsolved, now); err != nil {
+			return err
+		}
+	}
+	return resolveEarlier(ctx, tx, tenantIDs, month, now)
+}
+
+// reconcileTenant records the missing crossings of one tenant and resolves
+// those that no longer hold.
+func reconcileTenant(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, points []int64,
+	count int64, unresolved []int64, now time.Time) error {
+	for _, units := range points {
+		if units > count || slices.Contains(unresolved, units) {
+			continue
+		}
+		if _, err := record(ctx, tx, tenantID, month, kindThreshold, units, now, SourceRollups,
+			EventThresholdCrossed, map[string]any{"threshold_units": units}); err != nil {
+			return err
+		}
+	}
+	for _, units := range unresolved {
+		if slices.Contains(points, units) {
+			continue
+		}
+		if err := resolve(ctx, tx, tenantID, month, units, now, "threshold_changed"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolveEarlier resolves the unresolved threshold crossings of tenantIDs
+// in months before month: a new month starts every count from zero.
+func resolveEarlier(ctx context.Context, tx pgx.Tx, tenantIDs []string, month, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT tenant_id::text, month, units FROM quota_crossings
+		WHERE tenant_id = ANY($1::uuid[]) AND month < $2 AND kind = 'threshold' AND resolved_at IS NULL`, tenantIDs, month)
+	if err != nil {
+		return fmt.Errorf("quota: resolve earlier months: %w", err)
+	}
+	type old struct {
+		tenantID string
+		month    time.Time
+		units    int64
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (old, error) {
+		var o old
+		return o, r.Scan(&o.tenantID, &o.month, &o.units)
+	})
+	if err != nil {
+		return fmt.Errorf("quota: resolve earlier months: %w", err)
+	}
+	for _, o := range list {
+		if err := resolve(ctx, tx, o.tenantID, o.month, o.units, now, "new_month"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolve marks one threshold crossing resolved and emits
+// quota.threshold.resolved, once: a crossing already resolved is left.
+func resolve(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, units int64, now time.Time, why string) error {
+	tag, err := tx.Exec(ctx, `UPDATE quota_crossings SET resolved_at = $5 WHERE tenant_id = $1::uuid AND month = $2
+		AND kind = $3 AND units = $4 AND resolved_at IS NULL`, tenantID, month, kindThreshold, units, now)
+	if err != nil {
+		return fmt.Errorf("quota: resolve %d of tenant %s: %w", units, tenantID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	return emit(ctx, tx, EventThresholdResolved, tenantID, map[string]any{"threshold_units": units,
+		"month": month.Format("2006-01"), "reason": why, "at": now.UTC().Format(time.RFC3339Nano)})
+}

@@ -36,18 +36,19 @@ type PlanInput struct {
 	QuotaMode        QuotaMode   `json:"quota_mode"`
 	Tiers            []PriceTier `json:"tiers"`
 	Rules            []Rule      `json:"rules"`
+	Routes           []string    `json:"routes"`
 }
 
 // plan returns the plan in describes.
 func (in PlanInput) plan() Plan {
 	return Plan{Name: in.Name, DisplayName: in.DisplayName, Currency: in.Currency, BaseFeeMinor: in.BaseFeeMinor,
 		IncludedUnits: in.IncludedUnits, OverageUnitMinor: in.OverageUnitMinor, QuotaMode: in.QuotaMode,
-		Tiers: in.Tiers, Rules: in.Rules}
+		Tiers: in.Tiers, Rules: in.Rules, Routes: in.Routes}
 }
 
 // Validate checks every field: known algorithm, period > 0, burst ≥ 1,
-// resource pattern syntax, non-negative integer money. Field names are
-// the JSON paths ("rules[1].burst").
+// resource pattern syntax, route templates, non-negative integer money.
+// Field names are the JSON paths ("rules[1].burst", "routes[2]").
 func (in PlanInput) Validate() error { return in.plan().WithDefaults().Validate() }
 
 // Create makes a plan (plan.create). A taken name is ECONFLICT.

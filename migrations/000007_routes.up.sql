@@ -62,6 +62,7 @@ SELECT pg_temp.remap('usage_minute');
 SELECT pg_temp.remap('usage_hour');
 SELECT pg_temp.remap('usage_day');
 SELECT pg_temp.remap('usage_month');
+DROP FUNCTION pg_temp.remap(text);
 
 -- Late usage is a list, not a sum: its resources only lose their query.
 UPDATE usage_late SET resource = split_part(split_part(resource, '?', 1), '#', 1)

@@ -92,6 +92,7 @@ func commands() []command {
 		tenantsCreateCommand(),
 		tenantsListCommand(),
 		plansListCommand(),
+		plansRoutesCommand(),
 		keysIssueCommand(),
 		keysListCommand(),
 		keysRevokeCommand(),

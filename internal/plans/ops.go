@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -68,6 +69,23 @@ func (o *Ops) Update(ctx context.Context, by audit.Actor, id int64, in PlanInput
 	}
 	return audit.Update(ctx, o.db, by, "plan.update", PlanAudit, o.get(ctx, id),
 		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).Update(ctx, id, in.plan()) })
+}
+
+// SetRoutes replaces the route templates of plan id (plan.routes), in
+// their order, and nothing else: checks count usage under them within a
+// second. Bad templates are EINVALID naming "routes[k]"; an unknown plan
+// is ENOTFOUND.
+func (o *Ops) SetRoutes(ctx context.Context, by audit.Actor, id int64, routes []string) (Plan, error) {
+	if routes == nil {
+		routes = []string{}
+	}
+	f := map[string]string{}
+	ValidateRoutes("routes", routes, f)
+	if err := tollgate.Invalid(f); err != nil {
+		return Plan{}, err
+	}
+	return audit.Update(ctx, o.db, by, "plan.routes", PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetRoutes(ctx, id, routes) })
 }
 
 // SetArchived archives plan id (plan.archive) or brings it back

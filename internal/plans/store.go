@@ -213,6 +213,20 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	return s.Get(ctx, id)
 }
 
+// SetRoutes replaces the plan's route templates (valid ones: see
+// ValidateRoutes) and returns the stored plan; an unknown id is
+// ENOTFOUND.
+func (s *Store) SetRoutes(ctx context.Context, id int64, routes []string) (Plan, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE plans SET routes = $2, updated_at = now() WHERE id = $1`, id, routes)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plans: set routes: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Plan{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+	}
+	return s.Get(ctx, id)
+}
+
 // SetArchived archives the plan (archived true) or restores it. An archived
 // plan keeps its tenants but cannot be assigned to more. Archiving twice
 // keeps the first time.

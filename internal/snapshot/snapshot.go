@@ -170,9 +170,9 @@ func withMeta(d Data, now time.Time) *Snapshot {
 	return s
 }
 
-// compilePlan compiles p's rules and routes. A tenant's own view of its plan (with
-// overrides) passes the plan's view as base, so that its rules keep the
-// plan's state IDs by name and algorithm.
+// compilePlan compiles p's rules and routes. A tenant's own view of its
+// plan (with overrides) passes the plan's view as base, so that its rules
+// keep the plan's state IDs by name and algorithm.
 func compilePlan(p plans.Plan, base *Plan) *Plan {
 	v := &Plan{ID: p.ID, Name: p.Name, Routes: plans.CompileRoutes(p.Routes)}
 	rules := p.Rules

@@ -112,8 +112,8 @@ type ApplyResult struct {
 // transaction, and a batch whose ID is already recorded changes nothing.
 // Rows in closed months are counted and also listed in usage_late; the
 // closed months' statements do not change. A tenant's resources beyond
-// its monthly cap (ResourceCap) are recorded as metering.OtherResource. Minute rows older than the
-// retention only go to the rollups.
+// its monthly cap (ResourceCap) are recorded as metering.OtherResource.
+// Minute rows older than the retention only go to the rollups.
 func (s *Store) Apply(ctx context.Context, b metering.Batch) (ApplyResult, error) {
 	res, err := s.ApplyAll(ctx, []metering.Batch{b})
 	if err != nil {

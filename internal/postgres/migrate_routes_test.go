@@ -10,19 +10,24 @@ import (
 )
 
 // TestRoutesMigrationMapsUsageKeepingTotals writes usage by raw path at
-// schema v6 and migrates to v7: query strings are cut off, each tenant's
+// schema v6 and migrates up through v7: query strings are cut off, each tenant's
 // month keeps its 200 resources with the most units and folds the rest
 // into (other), and every total per tenant, key, tier, reason and bucket
 // stays what it was, in every rollup.
 func TestRoutesMigrationMapsUsageKeepingTotals(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	versions := postgres.MigrationVersions()
-	if versions[len(versions)-1] != 7 {
-		t.Skip("the routes migration is no longer the newest")
+	// Down to the version before the routes migration (7), whatever
+	// migrations came after it.
+	const routes = 7
+	steps := 0
+	for _, v := range postgres.MigrationVersions() {
+		if v >= routes {
+			steps++
+		}
 	}
-	testenv.Must(t, postgres.MigrateDown(db, 1))
-	wantVersion(t, db, 6)
+	testenv.Must(t, postgres.MigrateDown(db, steps))
+	wantVersion(t, db, routes-1)
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS usage_minute_202611 PARTITION OF usage_minute
 		FOR VALUES FROM ('2026-11-01T00:00:00Z') TO ('2026-12-01T00:00:00Z')`)
 	testenv.Must(t, err)
@@ -66,7 +71,6 @@ func TestRoutesMigrationMapsUsageKeepingTotals(t *testing.T) {
 	}
 
 	testenv.Must(t, postgres.MigrateUp(db))
-	wantVersion(t, db, 7)
 	for _, table := range tables {
 		if got := totals(table); got != before[table] {
 			t.Errorf("%s: totals changed:\n%s\nwant\n%s", table, got, before[table])
@@ -91,6 +95,6 @@ func TestRoutesMigrationMapsUsageKeepingTotals(t *testing.T) {
 		}
 	}
 	// And down and up again over the mapped data.
-	testenv.Must(t, postgres.MigrateDown(db, 1))
+	testenv.Must(t, postgres.MigrateDown(db, steps))
 	testenv.Must(t, postgres.MigrateUp(db))
 }

@@ -22,6 +22,16 @@ const (
 	TierAnonymous     = "anonymous"
 )
 
+// Resources that usage records besides a plan's route templates.
+const (
+	// ResourceOther is what usage records for a check that matched none of
+	// its plan's routes, and what a tenant's resources beyond its monthly
+	// cap are folded into.
+	ResourceOther = "(other)"
+	// ResourceAny is a check that named no resource.
+	ResourceAny = "*"
+)
+
 // UsageEvent is one check decision as the usage pipeline counts it. The
 // check path (internal/enforce) produces it and internal/metering counts it;
 // it lives here so that neither imports the other. AtUS is µs since the
@@ -32,6 +42,9 @@ type UsageEvent struct {
 	KeyID    string
 	Tier     string
 	IP       string
+	// Resource is the route the check matched (a template of the caller's
+	// plan, see plans.Routes), ResourceOther when it matched none, or
+	// ResourceAny when the check named no resource: never a raw path.
 	Resource string
 	Cost     int64
 	Allowed  bool

@@ -249,6 +249,12 @@ func TestPlansAPI(t *testing.T) {
 	})
 	wantFields(t, res, "name", "base_fee_minor", "tiers[0].unit_minor", "rules[0].algorithm",
 		"rules[1].period_us", "rules[2].burst", "rules[3].resource")
+	res = call(t, "POST", base, op, map[string]any{"name": "routed",
+		"routes": []string{"GET /repos/{owner}/{repo}", "GET /a/", "* /v1/*/x", "GET /repos/{owner}/{repo}"}})
+	wantFields(t, res, "routes[1]", "routes[2]", "routes[3]")
+	if p := problemOf(t, res); p.Errors["routes[0]"] != "" {
+		t.Errorf("a valid route refused: %v", p.Errors)
+	}
 	res = call(t, "POST", base, op, map[string]any{"name": "x", "base_fee_minor": 1.5})
 	want(t, res, http.StatusBadRequest)
 	if p := problemOf(t, res); p.Errors["base_fee_minor"] == "" {
@@ -274,6 +280,18 @@ func TestPlansAPI(t *testing.T) {
 	res.Decode(t, &gold)
 	if gold.Rules[0].Limit != 200 {
 		t.Errorf("updated limit = %d", gold.Rules[0].Limit)
+	}
+	if gold.Routes == nil || len(gold.Routes) != 0 {
+		t.Errorf("a plan without routes: routes %#v, want []", gold.Routes)
+	}
+	plan["routes"] = []string{"GET /repos/{owner}/{repo}", "POST /v1/search", "GET /static/*", "* /v1/admin/*"}
+	res = call(t, "PUT", fmt.Sprintf("%s/%d", base, gold.ID), op, plan)
+	want(t, res, http.StatusOK)
+	res = call(t, "GET", fmt.Sprintf("%s/%d", base, gold.ID), op, nil)
+	want(t, res, http.StatusOK)
+	res.Decode(t, &gold)
+	if fmt.Sprint(gold.Routes) != fmt.Sprint(plan["routes"]) {
+		t.Errorf("routes read back %v, want %v in the order declared", gold.Routes, plan["routes"])
 	}
 	want(t, call(t, "GET", base+"/999999", op, nil), http.StatusNotFound)
 	want(t, call(t, "GET", base+"/not-a-number", op, nil), http.StatusNotFound)

@@ -394,8 +394,10 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"users disable":         {args: argv("--email", leaver.Email), target: id(leaver.ID), refused: []string{"--email", "nobody@example.com"}},
 		"users sessions revoke": {args: argv("--email", roamer.Email), target: id(roamer.ID), refused: []string{"--email", "nobody@example.com"}},
 		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
+		"plans routes": {args: argv("--plan", "free", "GET /items/{id}", "* /static/*"), target: jsonID("id"),
+			refused: []string{"--plan", "free", "GET /items/", "get /x"}},
 	}
-	order := []string{"seed demo", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
+	order := []string{"seed demo", "plans routes", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]

@@ -96,6 +96,7 @@ func commands() []command {
 		tenantsQuotaCommand(),
 		plansListCommand(),
 		plansQuotaCommand(),
+		plansRoutesCommand(),
 		keysIssueCommand(),
 		keysListCommand(),
 		keysRevokeCommand(),

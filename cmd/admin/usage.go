@@ -61,12 +61,12 @@ func (c usageConfig) redis() redis.UniversalClient {
 }
 
 func (c usageConfig) store(e *invocation) *billing.Store {
-	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
+	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap})
 }
 
 // writer returns the store the usage worker applies batches with.
 func (c usageConfig) writer(e *invocation) *pgstore.Store {
-	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention})
+	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap})
 }
 
 // newWorker returns a usage worker on the stream and a function that

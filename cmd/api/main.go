@@ -361,7 +361,7 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
 		return nil
 	case "postgres":
-		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention})
+		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap})
 		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:

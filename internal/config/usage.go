@@ -31,6 +31,9 @@ type Usage struct {
 	ClaimIdle time.Duration
 	// MinuteRetention is how many months of minute rows are kept.
 	MinuteRetention int
+	// ResourceCap is how many distinct resources a tenant's usage may
+	// name in a month; more fold into "(other)" as batches are applied.
+	ResourceCap int
 }
 
 // Usage reads the usage settings for a process whose TOLLGATE_STORE is
@@ -55,5 +58,6 @@ func (e *Env) Usage(store string) Usage {
 		Consumer:        e.String("TOLLGATE_USAGE_CONSUMER", host),
 		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
 		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
+		ResourceCap:     e.Int("TOLLGATE_USAGE_RESOURCE_CAP", 200, 1),
 	}
 }

@@ -31,6 +31,10 @@ type Request struct {
 	Resource string
 	Cost     int64
 	DryRun   bool
+
+	// route is what usage records as the resource: the plan's route that
+	// Resource matched (see plans.Routes.Match).
+	route string
 }
 
 // RuleResult is one rule's part of a decision. Durations are ms, rounded
@@ -276,6 +280,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	r.IP = Network(r.IP, c.ipv6Prefix)
 	d := Decision{Tier: tollgate.TierAnonymous, governing: -1}
 	who, refused := c.identify(ctx, s, r, &d)
+	r.route = who.route(r.Resource)
 	if refused != "" {
 		return c.finish(d, r, refused), nil
 	}
@@ -309,10 +314,21 @@ type caller struct {
 	plan   *snapshot.Plan
 }
 
+// route returns what usage records a check of resource by who under: the
+// route of who's plan it matches, or tollgate.ResourceOther (or
+// tollgate.ResourceAny) when there is no plan or no route matches.
+func (who caller) route(resource string) string {
+	if who.plan == nil {
+		return plans.Routes{}.Match(resource)
+	}
+	return who.plan.Routes.Match(resource)
+}
+
 // identify finds r's caller in s and fills in d's tier, tenant, key and
 // plan; refused is the reason when the check is refused before any rule
 // (an unknown, revoked or expired key, a suspended tenant, no key where
-// the anonymous plan is missing).
+// the anonymous plan is missing). A refused caller has only its plan,
+// when known, for its usage to name the route.
 func (c *Checker) identify(ctx context.Context, s *snapshot.Snapshot, r Request, d *Decision) (who caller, refused string) {
 	if r.Key == "" {
 		if s.Anonymous() == nil {
@@ -334,7 +350,7 @@ func (c *Checker) identify(ctx context.Context, s *snapshot.Snapshot, r Request,
 		d.Plan = tenant.Plan.Name
 	}
 	if refused := c.refusal(key, tenant); refused != "" {
-		return caller{}, refused
+		return caller{plan: tenant.Plan}, refused
 	}
 	if tenant.Plan == nil {
 		// Cannot happen with a consistent snapshot (every tenant has a
@@ -610,7 +626,7 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
-			Resource: r.Resource, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed}
+			Resource: r.route, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed}
 		for _, rr := range d.Rules {
 			if !rr.Allowed {
 				ev.Denied = append(ev.Denied, rr.Name)

@@ -79,8 +79,10 @@ const OtherIP = "other"
 
 // OtherResource replaces the resource of decisions recorded while the
 // aggregator was at its row limit: their counts stay exact per tenant and
-// key, only the resource detail is lost.
-const OtherResource = "(other)"
+// key, only the resource detail is lost. It is the resource of checks
+// that matched none of their plan's routes, and what a tenant's resources
+// beyond its monthly cap are folded into (pgstore.StoreConfig.ResourceCap).
+const OtherResource = tollgate.ResourceOther
 
 // Counts are decisions and units, split by outcome. Units are the checks'
 // costs: allowed units are what gets billed.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -36,18 +37,19 @@ type PlanInput struct {
 	QuotaMode        QuotaMode   `json:"quota_mode"`
 	Tiers            []PriceTier `json:"tiers"`
 	Rules            []Rule      `json:"rules"`
+	Routes           []string    `json:"routes"`
 }
 
 // plan returns the plan in describes.
 func (in PlanInput) plan() Plan {
 	return Plan{Name: in.Name, DisplayName: in.DisplayName, Currency: in.Currency, BaseFeeMinor: in.BaseFeeMinor,
 		IncludedUnits: in.IncludedUnits, OverageUnitMinor: in.OverageUnitMinor, QuotaMode: in.QuotaMode,
-		Tiers: in.Tiers, Rules: in.Rules}
+		Tiers: in.Tiers, Rules: in.Rules, Routes: in.Routes}
 }
 
 // Validate checks every field: known algorithm, period > 0, burst ≥ 1,
-// resource pattern syntax, non-negative integer money. Field names are
-// the JSON paths ("rules[1].burst").
+// resource pattern syntax, route templates, non-negative integer money.
+// Field names are the JSON paths ("rules[1].burst", "routes[2]").
 func (in PlanInput) Validate() error { return in.plan().WithDefaults().Validate() }
 
 // Create makes a plan (plan.create). A taken name is ECONFLICT.
@@ -67,6 +69,23 @@ func (o *Ops) Update(ctx context.Context, by audit.Actor, id int64, in PlanInput
 	}
 	return audit.Update(ctx, o.db, by, "plan.update", PlanAudit, o.get(ctx, id),
 		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).Update(ctx, id, in.plan()) })
+}
+
+// SetRoutes replaces the route templates of plan id (plan.routes), in
+// their order, and nothing else: checks count usage under them within a
+// second. Bad templates are EINVALID naming "routes[k]"; an unknown plan
+// is ENOTFOUND.
+func (o *Ops) SetRoutes(ctx context.Context, by audit.Actor, id int64, routes []string) (Plan, error) {
+	if routes == nil {
+		routes = []string{}
+	}
+	f := map[string]string{}
+	ValidateRoutes("routes", routes, f)
+	if err := tollgate.Invalid(f); err != nil {
+		return Plan{}, err
+	}
+	return audit.Update(ctx, o.db, by, "plan.routes", PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetRoutes(ctx, id, routes) })
 }
 
 // SetArchived archives plan id (plan.archive) or brings it back

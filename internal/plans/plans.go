@@ -298,9 +298,12 @@ type Plan struct {
 	Tiers            []PriceTier `json:"tiers"`
 	QuotaMode        QuotaMode   `json:"quota_mode"` // see QuotaRule
 	Rules            []Rule      `json:"rules"`
-	ArchivedAt       *time.Time  `json:"archived_at,omitempty"`
-	CreatedAt        time.Time   `json:"created_at"`
-	UpdatedAt        time.Time   `json:"updated_at"`
+	// Routes are the route templates usage records checks under, in the
+	// order they are tried (see Routes); never nil in a stored plan.
+	Routes     []string   `json:"routes"`
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
 }
 
 // PlanAudit describes a change to a plan for the audit log.
@@ -316,9 +319,13 @@ var (
 )
 
 // WithDefaults returns the plan with unset fields filled: currency USD,
-// quota_mode none, and each rule's (Rule.WithDefaults), in a new slice.
+// quota_mode none, no routes, and each rule's (Rule.WithDefaults), in a
+// new slice.
 func (p Plan) WithDefaults() Plan {
 	p.Rules = RulesWithDefaults(p.Rules)
+	if p.Routes == nil {
+		p.Routes = []string{}
+	}
 	if p.Currency == "" {
 		p.Currency = "USD"
 	}
@@ -371,5 +378,6 @@ func (p Plan) Validate() error {
 		f["quota_mode"] = "must be none, hard or overage"
 	}
 	ValidateRules("rules", p.Rules, f)
+	ValidateRoutes("routes", p.Routes, f)
 	return tollgate.Invalid(f)
 }

@@ -21,12 +21,12 @@ type Store struct {
 func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 
 const planColumns = `id, name, display_name, currency, base_fee_minor, included_units,
-	overage_unit_minor, quota_mode, archived_at, created_at, updated_at`
+	overage_unit_minor, quota_mode, routes, archived_at, created_at, updated_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	err := row.Scan(&p.ID, &p.Name, &p.DisplayName, &p.Currency, &p.BaseFeeMinor, &p.IncludedUnits,
-		&p.OverageUnitMinor, &p.QuotaMode, &p.ArchivedAt, &p.CreatedAt, &p.UpdatedAt)
+		&p.OverageUnitMinor, &p.QuotaMode, &p.Routes, &p.ArchivedAt, &p.CreatedAt, &p.UpdatedAt)
 	return p, err
 }
 
@@ -114,12 +114,12 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
 		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
-			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7)
+			included_units, overage_unit_minor, quota_mode, routes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 			ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name,
 			currency = EXCLUDED.currency, base_fee_minor = EXCLUDED.base_fee_minor,
 			included_units = EXCLUDED.included_units, overage_unit_minor = EXCLUDED.overage_unit_minor,
-			quota_mode = EXCLUDED.quota_mode, updated_at = now() RETURNING id`,
-			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
+			quota_mode = EXCLUDED.quota_mode, routes = EXCLUDED.routes, updated_at = now() RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes).Scan(&id)
 		if err != nil {
 			return 0, fmt.Errorf("plans: put: %w", err)
 		}
@@ -178,8 +178,8 @@ func translate(err error, op string) error {
 func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
 		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
-			included_units, overage_unit_minor, quota_mode) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode).Scan(&id)
+			included_units, overage_unit_minor, quota_mode, routes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes).Scan(&id)
 		if err != nil {
 			return 0, translate(err, "plans: create")
 		}
@@ -194,8 +194,8 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, error) {
 		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
 			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, quota_mode = $8,
-			updated_at = now() WHERE id = $1`,
-			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode)
+			routes = $9, updated_at = now() WHERE id = $1`,
+			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes)
 		if err != nil {
 			return 0, translate(err, "plans: update")
 		}
@@ -204,6 +204,20 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 		}
 		return id, nil
 	})
+}
+
+// SetRoutes replaces the plan's route templates (valid ones: see
+// ValidateRoutes) and returns the stored plan; an unknown id is
+// ENOTFOUND.
+func (s *Store) SetRoutes(ctx context.Context, id int64, routes []string) (Plan, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE plans SET routes = $2, updated_at = now() WHERE id = $1`, id, routes)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plans: set routes: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Plan{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+	}
+	return s.Get(ctx, id)
 }
 
 // SetArchived archives the plan (archived true) or restores it. An archived

@@ -37,11 +37,13 @@ type Rule struct {
 }
 
 // Plan is a plan as checks see it: its rules compiled, a monthly quota
-// among them.
+// among them, and its routes compiled.
 type Plan struct {
 	ID    int64
 	Name  string
 	Rules []Rule
+	// Routes name what usage records a check of this plan under.
+	Routes plans.Routes
 }
 
 // Tenant is a tenant as checks see it.
@@ -181,11 +183,11 @@ func withMeta(d Data, now time.Time) *Snapshot {
 	return s
 }
 
-// compilePlan compiles p's rules. A tenant's own view of its plan (with
-// overrides) passes the plan's view as base, so that its rules keep the
-// plan's state IDs by name and algorithm.
+// compilePlan compiles p's rules and routes. A tenant's own view of its
+// plan (with overrides) passes the plan's view as base, so that its rules
+// keep the plan's state IDs by name and algorithm.
 func compilePlan(p plans.Plan, base *Plan) *Plan {
-	v := &Plan{ID: p.ID, Name: p.Name}
+	v := &Plan{ID: p.ID, Name: p.Name, Routes: plans.CompileRoutes(p.Routes)}
 	rules := p.Rules
 	if quota, ok := p.QuotaRule(); ok { // a monthly quota is one more rule
 		rules = append(rules[:len(rules):len(rules)], quota)

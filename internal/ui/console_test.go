@@ -220,6 +220,24 @@ func TestConsolePlanFormErrors(t *testing.T) {
 	if n := countPlans(); n != 0 {
 		t.Fatalf("%d plans stored from refused forms", n)
 	}
+
+	// Routes: one a line; a bad one is named beside the textarea, and the
+	// saved ones are listed on the plan's page in their order.
+	b.open("/plans/new")
+	b.fill(map[string]string{`input[name="name"]`: "routed", `textarea[name="routes"]`: "GET /items/{id}\n\nGET /items/"})
+	b.click(`button[value="save"]`, ".alert")
+	if got := fieldError("routes"); !strings.Contains(got, "route 2") {
+		t.Errorf("bad route: error %q, want route 2 named", got)
+	}
+	if n := countPlans(); n != 0 {
+		t.Fatalf("%d plans stored from a refused route", n)
+	}
+	b.fill(map[string]string{`textarea[name="routes"]`: "GET /items/{id}\n* /static/*"})
+	b.click(`button[value="save"]`, ".flash")
+	if got := b.text("#routes"); !strings.Contains(got, "GET /items/{id}") || !strings.Contains(got, "* /static/*") ||
+		strings.Index(got, "GET /items/{id}") > strings.Index(got, "* /static/*") {
+		t.Errorf("the plan page's routes: %q", got)
+	}
 }
 
 // tenantSetup makes two tenants on one plan, each with a key, and returns
@@ -417,7 +435,8 @@ func TestConsoleCSRF(t *testing.T) {
 // TestConsoleUsageMatchesChecks drives known traffic through a real
 // check API, lets the admin server's usage worker apply it, and finds on
 // the tenant's usage page exactly what the client saw: allowed and
-// rejected checks, in all, by resource and by key.
+// rejected checks, in all, by resource (the plan's route each path
+// matched) and by key.
 func TestConsoleUsageMatchesChecks(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	_, prefix := testenv.Redis(t)
@@ -426,7 +445,8 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test"})
 	ctx := context.Background()
 	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 100,
-		Rules: []plans.Rule{{Name: "hourly", Limit: 5, PeriodUS: limiter.HourUS}}})
+		Rules:  []plans.Rule{{Name: "hourly", Limit: 5, PeriodUS: limiter.HourUS}},
+		Routes: []string{"GET /repos/{id}", "POST /v1/search"}})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(admin.DB)
 	acme, err := ts.Create(ctx, "acme", p.ID)
@@ -453,10 +473,12 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 		secret   string
 		resource string
 		n        int
-	}{{web, webSecret, "GET /repos", 8}, {search, searchSecret, "POST /v1/search", 2}}
+	}{{web, webSecret, "GET /repos/{id}", 8}, {search, searchSecret, "POST /v1/search", 2}}
 	for _, tr := range traffic {
-		for range tr.n {
-			res := admintest.Call(t, "POST", api+"/v1/check", st.Token, map[string]any{"key": tr.secret, "resource": tr.resource})
+		for i := range tr.n {
+			// Each check names its own path; the page counts the route.
+			resource := strings.Replace(tr.resource, "{id}", strconv.Itoa(i), 1)
+			res := admintest.Call(t, "POST", api+"/v1/check", st.Token, map[string]any{"key": tr.secret, "resource": resource})
 			admintest.Want(t, res, http.StatusOK)
 			var d struct {
 				Allowed bool `json:"allowed"`

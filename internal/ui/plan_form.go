@@ -37,6 +37,8 @@ type planForm struct {
 	QuotaMode, Pricing, OverageUnitMinor string
 	Tiers                                []tierForm
 	Rules                                []ruleForm
+	// Routes are the plan's route templates, one a line.
+	Routes string
 }
 
 type tierForm struct {
@@ -102,7 +104,20 @@ func formOf(p plans.Plan) planForm {
 		f.Tiers = append(f.Tiers, tf)
 	}
 	f.Rules = rulesForm(p.Rules)
+	f.Routes = strings.Join(p.Routes, "\n")
 	return f
+}
+
+// readRoutes reads the routes textarea: one template a line, blank lines
+// left out, so that routes[k] of a field error is the k-th template.
+func readRoutes(text string) []string {
+	routes := []string{}
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line != "" {
+			routes = append(routes, line)
+		}
+	}
+	return routes
 }
 
 func rulesForm(rules []plans.Rule) []ruleForm {
@@ -138,11 +153,11 @@ func readPlanForm(r *http.Request) (planForm, plans.PlanInput, formErrors, []int
 	f := planForm{Name: strings.TrimSpace(pf.Get("name")), DisplayName: strings.TrimSpace(pf.Get("display_name")),
 		Currency: strings.ToUpper(strings.TrimSpace(pf.Get("currency"))), BaseFeeMinor: pf.Get("base_fee_minor"),
 		IncludedUnits: pf.Get("included_units"), QuotaMode: pf.Get("quota_mode"), Pricing: pf.Get("pricing"),
-		OverageUnitMinor: pf.Get("overage_unit_minor")}
+		OverageUnitMinor: pf.Get("overage_unit_minor"), Routes: pf.Get("routes")}
 	fe := formErrors{}
 	in := plans.PlanInput{Name: f.Name, DisplayName: f.DisplayName, Currency: f.Currency,
 		BaseFeeMinor: fe.int64(pf, "base_fee_minor", 0), IncludedUnits: fe.int64(pf, "included_units", 0),
-		QuotaMode: plans.QuotaMode(f.QuotaMode), Tiers: []plans.PriceTier{}}
+		QuotaMode: plans.QuotaMode(f.QuotaMode), Tiers: []plans.PriceTier{}, Routes: readRoutes(f.Routes)}
 	var tierRows []int
 	for i := range rowCount(pf, "tier_count") {
 		k := fmt.Sprintf("tiers[%d].", i)
@@ -253,7 +268,26 @@ func formFields(fields map[string]string, tierRows []int) map[string]string {
 		}
 		out[k] = v
 	}
+	if routes := routeErrors(fields); routes != "" {
+		out["routes"] = routes
+	}
 	return out
+}
+
+// routeErrors returns the problems with routes ("routes" and
+// "routes[k]", the k-th template of the textarea) as one text, in the
+// routes' order, or "".
+func routeErrors(fields map[string]string) string {
+	var lines []string
+	if v := fields["routes"]; v != "" {
+		lines = append(lines, v)
+	}
+	for k := range plans.MaxRoutes + 1 {
+		if v := fields[fmt.Sprintf("routes[%d]", k)]; v != "" {
+			lines = append(lines, fmt.Sprintf("route %d: %s", k+1, v))
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // PlanNew serves GET /plans/new.

@@ -52,6 +52,13 @@ type StoreConfig struct {
 	// reject duplicates (default 30 days). A batch redelivered after that
 	// would count twice; redeliveries happen within minutes.
 	BatchIDRetention time.Duration
+	// ResourceCap is how many distinct resources a tenant (and the
+	// anonymous callers together) may record in a month (default
+	// DefaultResourceCap; TOLLGATE_USAGE_RESOURCE_CAP). A batch's further
+	// resources are folded into metering.OtherResource as it is applied,
+	// so that a tenant's usage and statement stay bounded whatever paths
+	// its callers send; counts stay exact.
+	ResourceCap int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -64,6 +71,9 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 	}
 	if c.BatchIDRetention <= 0 {
 		c.BatchIDRetention = 30 * 24 * time.Hour
+	}
+	if c.ResourceCap <= 0 {
+		c.ResourceCap = DefaultResourceCap
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -105,8 +115,9 @@ type ApplyResult struct {
 // month rollups, exactly once: the batch ID is recorded in the same
 // transaction, and a batch whose ID is already recorded changes nothing.
 // Rows in closed months are counted and also listed in usage_late; the
-// closed months' statements do not change. Minute rows older than the
-// retention only go to the rollups.
+// closed months' statements do not change. A tenant's resources beyond
+// its monthly cap (ResourceCap) are recorded as metering.OtherResource.
+// Minute rows older than the retention only go to the rollups.
 func (s *Store) Apply(ctx context.Context, b metering.Batch) (ApplyResult, error) {
 	res, err := s.ApplyAll(ctx, []metering.Batch{b})
 	if err != nil {
@@ -162,17 +173,16 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		if err != nil {
 			return fmt.Errorf("usage: apply: record batches: %w", err)
 		}
-		fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return fmt.Errorf("usage: apply: record batches: %w", err)
 		}
 		isFresh := map[string]bool{}
-		for _, id := range fresh {
+		for _, id := range recorded {
 			isFresh[id] = true
 		}
-		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
-		ips := map[ipKey]metering.Counts{}
 		var apply []int
+		var fresh []metering.Row
 		for i, b := range batches {
 			if first[b.ID] != i || !isFresh[b.ID] {
 				results[i] = ApplyResult{Duplicate: true}
@@ -180,9 +190,19 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			}
 			results[i] = ApplyResult{}
 			apply = append(apply, i)
+			fresh = append(fresh, b.Rows...)
+		}
+		fold, err := foldResources(ctx, tx, s.cfg.ResourceCap, fresh)
+		if err != nil {
+			return err
+		}
+		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
+		ips := map[ipKey]metering.Counts{}
+		for _, i := range apply {
+			b := batches[i]
 			for _, r := range b.Rows {
 				at := time.Unix(r.Minute, 0).UTC()
-				k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: r.Resource,
+				k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: fold.resource(r),
 					reason: r.Reason, deniedBy: r.DeniedBy}
 				if !at.Before(cutoff) {
 					minute.add(at, k, r.Counts)
@@ -221,7 +241,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			return err
 		}
 		for _, i := range apply {
-			if results[i].LateRows, err = recordLate(ctx, tx, batches[i], closed); err != nil {
+			if results[i].LateRows, err = recordLate(ctx, tx, batches[i], closed, fold); err != nil {
 				return err
 			}
 		}
@@ -475,8 +495,9 @@ func closedMonths(ctx context.Context, tx pgx.Tx, months rollup) (map[string]boo
 	return closed, nil
 }
 
-// recordLate lists the batch's tenant rows that fall in closed months.
-func recordLate(ctx context.Context, tx pgx.Tx, b metering.Batch, closed map[string]bool) (int, error) {
+// recordLate lists the batch's tenant rows that fall in closed months,
+// under the resources they are recorded under (fold).
+func recordLate(ctx context.Context, tx pgx.Tx, b metering.Batch, closed map[string]bool, fold folded) (int, error) {
 	n := 0
 	for _, r := range b.Rows {
 		at := time.Unix(r.Minute, 0).UTC()
@@ -486,7 +507,7 @@ func recordLate(ctx context.Context, tx pgx.Tx, b metering.Batch, closed map[str
 		_, err := tx.Exec(ctx, `INSERT INTO usage_late (batch_id, month, tenant_id, key_id, resource,
 			bucket_start, allowed, denied, allowed_units, denied_units)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			b.ID, MonthStart(at), r.TenantID, orNil(r.KeyID), r.Resource, at,
+			b.ID, MonthStart(at), r.TenantID, orNil(r.KeyID), fold.resource(r), at,
 			r.Allowed, r.Denied, r.AllowedUnits, r.DeniedUnits)
 		if err != nil {
 			return 0, fmt.Errorf("usage: apply: record late usage: %w", err)

@@ -261,8 +261,11 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			c.refs = append(c.refs, ref)
 			c.keys = append(c.keys, r.Key)
 		}
+		if h := p.batch.Hold; h != nil {
+			c.keys = append(c.keys, h.Key)
+		}
 	}
-	n := 3 + 5*len(c.defs) + 4*len(checks) + len(c.refs)
+	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs)
 	b := appendArrayHeader(c.arg, n)
 	b = appendInt(b, extraTTLMS)
 	b = appendInt(b, report)
@@ -282,12 +285,26 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		b = appendInt(b, p.batch.Cost)
 		b = appendInt(b, dry)
 		b = appendInt(b, int64(len(p.batch.Requests)))
+		b = appendInt(b, holdField(p.batch.Hold))
 		for range p.batch.Requests {
 			b = appendInt(b, refs[0])
 			refs = refs[1:]
 		}
 	}
 	c.arg = b
+}
+
+// holdField returns check.lua's hold number of a check: 0 for none, else
+// the hold's time to live (µs) × 2, + 1 when it is charged on expiry.
+func holdField(h *limiter.Hold) int64 {
+	if h == nil {
+		return 0
+	}
+	f := h.TTLUS * 2
+	if h.ChargeOnExpiry {
+		f++
+	}
+	return f
 }
 
 // appendDef appends the three numbers check.lua reads of p, by algorithm:

@@ -12,6 +12,9 @@ import (
 // settlement needs: the estimate, when the hold expires, and for each rule
 // that consumed, its key, parameters and the hold's mark in its state.
 type Hold struct {
+	// ID names the hold to its owner; the store lists it, with Key, among
+	// the holds to expire (ExpireDue).
+	ID string
 	// Key is the hold record's key. It must share the batch's hash tag.
 	Key string
 	// TTLUS is how long the hold stays open (µs, > 0); past it, the
@@ -89,6 +92,16 @@ var (
 // the hold's record and the states it adjusts change together.
 type Settler interface {
 	Settle(ctx context.Context, s Settle) (Settlement, error)
+	// ExpireDue expires up to max holds past their expiry at the store's
+	// clock and returns those it changed (a hold already settled or
+	// expired by someone else is dropped from the list silently).
+	ExpireDue(ctx context.Context, max int) ([]Expired, error)
+}
+
+// Expired is a hold ExpireDue expired.
+type Expired struct {
+	ID string
+	Settlement
 }
 
 // Validate returns ErrSettleCost for a cost no store accepts.

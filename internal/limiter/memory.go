@@ -19,6 +19,7 @@ type MemoryStore struct {
 
 // memoryHold is a hold's record, as the Redis script keeps it in a hash.
 type memoryHold struct {
+	id                            string
 	estimate, expireAt, keepUntil int64 // µs
 	chargeOnExpiry                bool
 	status                        HoldStatus
@@ -126,6 +127,7 @@ func (s *MemoryStore) live(key string, now int64) *state {
 // held and the states are not yet written.
 func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64) {
 	h := &memoryHold{
+		id:             b.Hold.ID,
 		estimate:       b.Cost,
 		expireAt:       now + b.Hold.TTLUS,
 		keepUntil:      now + b.Hold.TTLUS + HoldRetentionUS,
@@ -174,6 +176,32 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	}
 	h.status, h.cost = status, cost
 	out.Cost, out.Status = cost, status
+	return out, nil
+}
+
+// ExpireDue expires up to max open holds past their expiry at the store's
+// clock.
+func (s *MemoryStore) ExpireDue(ctx context.Context, max int) ([]Expired, error) {
+	now := s.now()
+	s.mu.Lock()
+	var due []string
+	for k, h := range s.holds {
+		if h.status == HoldOpen && now >= h.expireAt && len(due) < max {
+			due = append(due, k)
+		}
+	}
+	s.mu.Unlock()
+	var out []Expired
+	for _, k := range due {
+		st, err := s.Settle(ctx, Settle{Key: k, Expire: true, NowUS: now})
+		if err != nil || st.Repeated {
+			continue
+		}
+		s.mu.Lock()
+		id := s.holds[k].id
+		s.mu.Unlock()
+		out = append(out, Expired{ID: id, Settlement: st})
+	}
 	return out, nil
 }
 

@@ -21,10 +21,14 @@
 --   expiry; the hold record's key then follows the check's rule keys in
 --   KEYS. An admitted hold writes its record (a hash): e estimate, x
 --   expiry, r retention end (µs), c charge on expiry, s status, v settled
---   cost, n rules, and per rule i that allowed, ki its key and pi its
+--   cost, i its ID, n rules, and per rule i that allowed, ki its key and pi its
 --   def's algorithm, flags, a, b, c, the hold's mark in its state
 --   (limiter.holdMark says what a mark is) and, for a fixed window, the
 --   window's end (settle.lua reads them).
+-- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
+--          or '' when the caller lists holds itself (on a Cluster, where
+--          the index lives in another slot)
+-- ARGV[3…] the ID of each hold the batch opens, in order
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed, remaining, reset_after, retry_after, delay; and, for a check
@@ -142,6 +146,8 @@ do
   end
 end
 
+local index = ARGV[2]
+local holds = 0
 local out, n, k = {}, 0, 0
 local clock
 -- The current check's writes, applied once every rule allowed: the key,
@@ -423,11 +429,12 @@ while i <= total do
   if hold > 0 then
     k = k + 1
     hkey = KEYS[k]
+    holds = holds + 1
   end
   if admitted and not dry then
     if hkey then
       local ttl = idiv(hold, 2)
-      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', hold % 2, 's', 0, 'v', 0, 'n', nrules}
+      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', hold % 2, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
       local first = k - nrules - 1
       for r = 1, nrules do
         if hmark[r] then
@@ -440,6 +447,7 @@ while i <= total do
       redis.call('DEL', hkey)
       redis.call('HSET', hkey, unpack(rec))
       redis.call('PEXPIRE', hkey, -idiv(-(ttl + holdRetention), 1000) + extra)
+      if index and index ~= '' then redis.call('ZADD', index, string.format('%d', now + ttl), hkey) end
     end
     for w = 1, nw do
       local key, d = wkey[w], wdef[w]

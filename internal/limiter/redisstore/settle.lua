@@ -6,7 +6,7 @@
 -- ARGV     cost, now (µs, 0: from TIME), expire (1: expire a due hold as
 --          its record says; cost is then ignored), extra_ttl_ms
 --
--- Returns code, now, estimate, cost, status, repeated: code 0 done, 1 no
+-- Returns code, now, estimate, cost, status, repeated, ID: code 0 done, 1 no
 -- such hold, 2 conflict (settled with another cost, or expired), 3 not
 -- yet due (expire). The Go twin is limiter.MemoryStore.Settle; the maths
 -- per algorithm is limiter.settleRule (see docs/algorithms.md).
@@ -36,26 +36,26 @@ if now == 0 then
 end
 
 local flat = redis.call('HGETALL', hkey)
-if #flat == 0 then return {1, now, 0, 0, 0, 0} end
+if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
 local rec = {}
 for x = 1, #flat, 2 do rec[flat[x]] = flat[x + 1] end
 local estimate, expires, keep = tonumber(rec.e), tonumber(rec.x), tonumber(rec.r)
 local status, settled = tonumber(rec.s), tonumber(rec.v)
-if now >= keep then return {1, now, 0, 0, 0, 0} end
+if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
 
 -- Where the hold goes (limiter.settleTarget).
 local target, to
 if status == 0 and now >= expires then
-  if not expire then return {2, now, estimate, settled, status, 0} end
+  if not expire then return {2, now, estimate, settled, status, 0, rec.i} end
   if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
 elseif status == 0 and expire then
-  return {3, now, estimate, settled, status, 0}
+  return {3, now, estimate, settled, status, 0, rec.i}
 elseif status == 0 then
   target, to = cost, 1
 elseif expire or (status == 1 and cost == settled) then
-  return {0, now, estimate, settled, status, 1}
+  return {0, now, estimate, settled, status, 1, rec.i}
 else
-  return {2, now, estimate, settled, status, 0}
+  return {2, now, estimate, settled, status, 0, rec.i}
 end
 
 local delta = target - estimate
@@ -184,4 +184,4 @@ for r = 1, tonumber(rec.n) do
 end
 
 redis.call('HSET', hkey, 's', to, 'v', target)
-return {0, now, estimate, target, to, 0}
+return {0, now, estimate, target, to, 0, rec.i}

@@ -38,6 +38,9 @@ type Store struct {
 	// in real time before they would in the test's time; production
 	// leaves it 0.
 	ExtraTTL time.Duration
+	// HoldIndex is the sorted set listing open holds by expiry, for
+	// ExpireDue (default "tg:holds"; one key, so on a Cluster one slot).
+	HoldIndex string
 
 	batcher *batcher
 }
@@ -105,13 +108,20 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 			return limiter.Outcome{}, fmt.Errorf("redisstore: check: unknown algorithm %q", r.Params.Algorithm)
 		}
 	}
+	var out limiter.Outcome
+	var err error
 	if s.batcher != nil {
-		return s.batcher.check(ctx, b)
+		out, err = s.batcher.check(ctx, b)
+	} else {
+		p := pending{batch: b}
+		one := [1]*pending{&p}
+		s.run(ctx, one[:])
+		out, err = p.out, p.err
 	}
-	p := pending{batch: b}
-	one := [1]*pending{&p}
-	s.run(ctx, one[:])
-	return p.out, p.err
+	if err == nil && b.Hold != nil && out.Admitted && s.cluster != nil {
+		err = s.indexHold(ctx, b.Hold, out.NowUS+b.Hold.TTLUS)
+	}
+	return out, err
 }
 
 // pending is one check on its way through a call.
@@ -175,8 +185,25 @@ func (s *Store) run(ctx context.Context, checks []*pending) {
 	c := getCall()
 	defer putCall(c)
 	c.encode(checks, s.ExtraTTL.Milliseconds())
-	reply, err := checkScript.Run(ctx, s.client, c.keys, c.arg).Text()
+	reply, err := checkScript.Run(ctx, s.client, c.keys, s.scriptArgs(c, checks)...).Text()
 	c.decode(checks, reply, err)
+}
+
+// scriptArgs returns check.lua's ARGV for c: the batch, the hold index
+// (none on a Cluster, where it lives in another slot: Check lists holds
+// after the call) and the IDs of the holds checks open.
+func (s *Store) scriptArgs(c *call, checks []*pending) []any {
+	index := s.holdIndex()
+	if s.cluster != nil {
+		index = ""
+	}
+	args := []any{c.arg, index}
+	for _, p := range checks {
+		if p.batch.Hold != nil {
+			args = append(args, p.batch.Hold.ID)
+		}
+	}
+	return args
 }
 
 // runBySlot decides checks on a Cluster: one script call per hash slot
@@ -202,14 +229,14 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 		for i, sl := range order {
 			calls[i] = getCall()
 			calls[i].encode(groups[sl], s.ExtraTTL.Milliseconds())
-			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].arg)
+			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...)
 		}
 		return nil
 	})
 	for i, sl := range order {
 		reply, err := cmds[i].Text()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, calls[i].arg).Text()
+			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...).Text()
 		}
 		calls[i].decode(groups[sl], reply, err)
 		putCall(calls[i])

@@ -236,3 +236,78 @@ func TestSettleAnswers(t *testing.T) {
 func (s openStore) Settle(ctx context.Context, req Settle) (Settlement, error) {
 	return s.Store.(Settler).Settle(ctx, req)
 }
+
+// holdStep is one row of a hold vector: at t (µs after the start) a check
+// of cost (with a hold when hold is set), or the settlement of the last
+// hold at cost when settle is set; want is the check's result.
+type holdStep struct {
+	t      int64
+	cost   int64
+	hold   bool
+	settle bool
+	want   Result
+}
+
+// TestHoldVectors are the examples of docs/algorithms.md ("Holds").
+func TestHoldVectors(t *testing.T) {
+	gcra := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 5}
+	fixed := Params{Algorithm: FixedWindow, Limit: 5, PeriodUS: SecondUS}
+	log := Params{Algorithm: SlidingWindowLog, Limit: 5, PeriodUS: SecondUS}
+	vectors := []struct {
+		name  string
+		p     Params
+		steps []holdStep
+	}{
+		{"gcra/refund", gcra, []holdStep{
+			{t: 0, cost: 4, hold: true, want: Result{Allowed: true, Remaining: 1, ResetAfterUS: 400 * ms}},
+			{t: 100 * ms, cost: 1, settle: true},
+			{t: 100 * ms, cost: 0, want: Result{Allowed: true, Remaining: 5}},
+		}},
+		{"gcra/beyond-the-estimate", gcra, []holdStep{
+			{t: 0, cost: 2, hold: true, want: Result{Allowed: true, Remaining: 3, ResetAfterUS: 200 * ms}},
+			{t: 50 * ms, cost: 7, settle: true},
+			{t: 50 * ms, cost: 1, want: Result{Remaining: 0, ResetAfterUS: 650 * ms, RetryAfterUS: 250 * ms}},
+			{t: 300 * ms, cost: 1, want: Result{Allowed: true, Remaining: 0, ResetAfterUS: 500 * ms}},
+		}},
+		{"fixed_window/window-passed", fixed, []holdStep{
+			{t: 900 * ms, cost: 3, hold: true, want: Result{Allowed: true, Remaining: 2, ResetAfterUS: 100 * ms}},
+			{t: 1200 * ms, cost: 5, settle: true},
+			{t: 1200 * ms, cost: 5, want: Result{Allowed: true, Remaining: 0, ResetAfterUS: 800 * ms}},
+		}},
+		{"fixed_window/same-window", fixed, []holdStep{
+			{t: 100 * ms, cost: 1, hold: true, want: Result{Allowed: true, Remaining: 4, ResetAfterUS: 900 * ms}},
+			{t: 200 * ms, cost: 4, settle: true},
+			{t: 200 * ms, cost: 1, want: Result{Allowed: true, Remaining: 0, ResetAfterUS: 800 * ms}},
+		}},
+		{"sliding_window_log/refund", log, []holdStep{
+			{t: 0, cost: 4, hold: true, want: Result{Allowed: true, Remaining: 1, ResetAfterUS: SecondUS}},
+			{t: 500 * ms, cost: 1, settle: true},
+			{t: 500 * ms, cost: 4, want: Result{Allowed: true, Remaining: 0, ResetAfterUS: SecondUS}},
+		}},
+	}
+	for _, v := range vectors {
+		t.Run(v.name, func(t *testing.T) {
+			for _, sc := range stores() {
+				store := sc.open(t)
+				reqs := single(store.ns+"k", v.p)
+				var hold string
+				for i, s := range v.steps {
+					if s.settle {
+						if _, err := store.Settle(context.Background(), Settle{Key: hold, Cost: s.cost, NowUS: epoch + s.t}); err != nil {
+							t.Fatalf("%s step %d: %v", sc.name, i, err)
+						}
+						continue
+					}
+					b := Batch{Requests: reqs, Cost: s.cost, NowUS: epoch + s.t}
+					if s.hold {
+						hold = fmt.Sprintf("%shold%d", store.ns, i)
+						b.Hold = &Hold{Key: hold, TTLUS: holdTTL}
+					}
+					if got := mustCheck(t, store, b).Results[0]; got != s.want {
+						t.Errorf("%s step %d: got %+v, want %+v", sc.name, i, got, s.want)
+					}
+				}
+			}
+		})
+	}
+}

@@ -197,13 +197,13 @@ func (s *Store) scriptArgs(c *call, checks []*pending) []any {
 	if s.cluster != nil {
 		index = ""
 	}
-	args := []any{c.arg, index}
+	c.args = append(c.args[:0], c.arg, index)
 	for _, p := range checks {
 		if p.batch.Hold != nil {
-			args = append(args, p.batch.Hold.ID)
+			c.args = append(c.args, p.batch.Hold.ID)
 		}
 	}
-	return args
+	return c.args
 }
 
 // runBySlot decides checks on a Cluster: one script call per hash slot
@@ -250,6 +250,7 @@ type call struct {
 	defs []limiter.Params
 	refs []int64
 	ints []int64
+	args []any
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -258,7 +259,8 @@ func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
 	clear(c.keys) // let the keys go
-	c.keys, c.arg, c.defs, c.refs, c.ints = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0]
+	clear(c.args)
+	c.keys, c.arg, c.defs, c.refs, c.ints, c.args = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0], c.args[:0]
 	callPool.Put(c)
 }
 

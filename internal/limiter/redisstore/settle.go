@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,7 +16,20 @@ import (
 //go:embed settle.lua
 var settleLua string
 
-var settleScript = redis.NewScript(settleLua)
+// settleScript is settle.lua after check.lua's wire constants and
+// helpers, so that both scripts declare them once.
+var settleScript = redis.NewScript(checkPrelude() + settleLua)
+
+// checkPrelude returns check.lua's lines from its first wire constant to
+// its calendar helpers: the constants, flags and arithmetic helpers.
+func checkPrelude() string {
+	start := strings.Index(checkLua, "local algGCRA")
+	end := strings.Index(checkLua, "local DAY")
+	if start < 0 || end < start {
+		panic("redisstore: check.lua lost its wire constants")
+	}
+	return checkLua[start:end]
+}
 
 // Reply codes of settle.lua.
 const (

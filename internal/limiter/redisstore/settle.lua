@@ -11,22 +11,10 @@
 -- yet due (expire). The Go twin is limiter.MemoryStore.Settle; the maths
 -- per algorithm is limiter.settleRule (see docs/algorithms.md).
 
-local algGCRA = 1
-local algTokenBucket = 2
-local algLeakyBucket = 3
-local algFixedWindow = 4
-local algSlidingWindowLog = 5
-local algSlidingWindowCounter = 6
+-- The wire constants (alg*), floor, tonumber and idiv are check.lua's:
+-- settle.go runs this script after check.lua's lines that declare them.
 
-local floor = math.floor
-local tonumber = tonumber
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
-
-local function idiv(a, b) -- floor(a / b) exactly, b > 0
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local hkey = KEYS[1]
 local cost, now, expire, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])

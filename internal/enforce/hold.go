@@ -140,7 +140,10 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	case errors.Is(err, limiter.ErrHoldConflict):
 		return Settlement{}, tollgate.Errorf(tollgate.ECONFLICT, "the hold was %s at cost %d", holdStatus(st.Status), st.Cost)
 	case err != nil:
-		return Settlement{}, fmt.Errorf("enforce: settle: %w", err)
+		// As for checks, a store outage is no server error: the caller
+		// may retry, and a repeated settlement is harmless.
+		c.storeFailed(ctx, err)
+		return Settlement{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the settlement")
 	}
 	if !st.Repeated {
 		c.recordSettled(ref, st)

@@ -319,7 +319,7 @@ while i <= total do
       else
         allowed = 1
         mark = start
-        hend[r] = finish
+        if hold > 0 then hend[r] = finish end
         used = count + cost
         remaining = limit - used
         if cost > 0 then
@@ -419,8 +419,10 @@ while i <= total do
       wnumber[nw], wwindow[nw], wcount[nw], wprev[nw], wperiod[nw] = new_number, new_window, new_count, new_prev, new_period
     end
     s1[r], s2[r], s3[r] = x1, x2, x3
-    hmark[r] = allowed == 1 and mark
-    if a ~= algFixedWindow then hend[r] = 0 end
+    if hold > 0 then
+      hmark[r] = allowed == 1 and mark
+      if a ~= algFixedWindow then hend[r] = 0 end
+    end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
     n = n + 5
   end

@@ -54,4 +54,19 @@ type UsageEvent struct {
 	// Crossed are the tenant's quota thresholds (month-to-date counts)
 	// this check took its monthly quota count past; nil for none.
 	Crossed []int64
+	// Hold is HoldOpened for an admitted check that opened a hold (a
+	// decision whose units count at settlement: Cost is the estimate),
+	// HoldSettled for a hold's settlement or expiry (units only, Cost the
+	// units the hold finally counts, no decision), HoldNone otherwise.
+	Hold int
+	// Expired is set on a HoldSettled event of a hold that expired
+	// unsettled.
+	Expired bool
 }
+
+// Kinds of UsageEvent.Hold.
+const (
+	HoldNone    = 0
+	HoldOpened  = 1
+	HoldSettled = 2
+)

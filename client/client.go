@@ -62,13 +62,14 @@ type Options struct {
 // Client is a client of the check API. It is safe for concurrent use;
 // create one per process and share it, so checks reuse connections.
 type Client struct {
-	checkURL string
-	token    string
-	http     *http.Client
-	timeout  time.Duration
-	failMode FailMode
-	memory   *denials // nil when remembering is off
-	now      func() time.Time
+	checkURL  string
+	settleURL string
+	token     string
+	http      *http.Client
+	timeout   time.Duration
+	failMode  FailMode
+	memory    *denials // nil when remembering is off
+	now       func() time.Time
 }
 
 // New returns a Client of the check API at baseURL (e.g.
@@ -84,12 +85,13 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 		return nil, errors.New("tollgate: the service token is empty")
 	}
 	c := &Client{
-		checkURL: u + "/v1/check",
-		token:    serviceToken,
-		http:     opts.HTTPClient,
-		timeout:  opts.Timeout,
-		failMode: opts.FailMode,
-		now:      opts.Now,
+		checkURL:  u + "/v1/check",
+		settleURL: u + "/v1/settle",
+		token:     serviceToken,
+		http:      opts.HTTPClient,
+		timeout:   opts.Timeout,
+		failMode:  opts.FailMode,
+		now:       opts.Now,
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
@@ -218,6 +220,40 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 	}
 	d.Header = pickRateLimitHeaders(resp.Header)
 	return &d, nil
+}
+
+// Settle sets the actual cost of the hold holdID that a check with Hold
+// opened: the difference to its estimate is given back (cost 0 gives
+// everything back) or taken, even past the limit. Settling again at the
+// same cost answers the same (Settlement.Repeated); the error is a
+// *ProblemError for another cost (409), an unknown or long expired hold
+// (404) or invalid values (422), else a transport error.
+func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
+	body, err := json.Marshal(map[string]any{"hold_id": holdID, "cost": cost})
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: settle: encode: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.settleURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: settle: %w", err)
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.token)
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: settle: %w", err)
+	}
+	defer drainAndClose(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tollgate: settle: %w", readProblem(resp))
+	}
+	var s Settlement
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&s); err != nil {
+		return nil, fmt.Errorf("tollgate: settle: decode: %w", err)
+	}
+	return &s, nil
 }
 
 // fail returns the decision of the FailMode for a check that could not be

@@ -50,6 +50,12 @@ type CheckRequest struct {
 	Peek bool
 	// DryRun evaluates, consumes nothing and records no usage.
 	DryRun bool
+	// Hold makes Cost an estimate: an admitted check opens a hold
+	// (Decision.HoldID) to settle at the actual cost with Client.Settle.
+	// HoldTTL is how long it stays open unsettled, in whole seconds; 0
+	// for the rules' default.
+	Hold    bool
+	HoldTTL time.Duration
 }
 
 // effectiveCost is the cost the server is asked to charge.
@@ -71,7 +77,9 @@ func (r CheckRequest) MarshalJSON() ([]byte, error) {
 		Resource string `json:"resource,omitempty"`
 		Cost     int64  `json:"cost"`
 		DryRun   bool   `json:"dry_run,omitempty"`
-	}{r.Key, r.IP, r.Resource, r.effectiveCost(), r.DryRun})
+		Hold     bool   `json:"hold,omitempty"`
+		HoldTTLS int64  `json:"hold_ttl_s,omitempty"`
+	}{r.Key, r.IP, r.Resource, r.effectiveCost(), r.DryRun, r.Hold, int64((r.HoldTTL + time.Second - 1) / time.Second)})
 }
 
 // Decision is the check API's answer (the body of a 200 from /v1/check),
@@ -105,6 +113,11 @@ type Decision struct {
 	// decided (then Err says why).
 	Degraded bool         `json:"degraded"`
 	Rules    []RuleResult `json:"rules"`
+	// HoldID names the hold an admitted check with Hold opened; empty
+	// when nothing was held (a denial, no rule matched, a degraded
+	// decision). HoldExpiresAt is when it expires unsettled.
+	HoldID        string    `json:"hold_id,omitempty"`
+	HoldExpiresAt time.Time `json:"hold_expires_at,omitempty"`
 
 	// Header holds the rate-limit headers of the answer (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After), ready to copy to a response.
@@ -166,4 +179,17 @@ func pickRateLimitHeaders(h http.Header) http.Header {
 		}
 	}
 	return out
+}
+
+// Settlement is the check API's answer to a settlement.
+type Settlement struct {
+	HoldID   string `json:"hold_id"`
+	Estimate int64  `json:"estimate"`
+	// Cost is the units the hold counts (and bills).
+	Cost int64 `json:"cost"`
+	// Status is "settled", or "refunded" / "charged" for a hold that
+	// expired unsettled.
+	Status string `json:"status"`
+	// Repeated is true when the settlement repeats an earlier one.
+	Repeated bool `json:"repeated"`
 }

@@ -8,8 +8,10 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -41,7 +43,19 @@ type MiddlewareOptions struct {
 	// requests already carry their pattern (Request.Pattern).
 	Mux *http.ServeMux
 	// Cost returns the units the request consumes (0 means 1). Default 1.
+	// With Hold, the estimate.
 	Cost func(*http.Request) int64
+	// Hold returns true for requests checked with a hold (for rules priced
+	// in tokens, say, with the option hold): Cost is then an estimate, and
+	// when the handler returns — for a streamed response, once its body
+	// has ended — the middleware settles the hold at the cost the handler
+	// reported with ReportCost or in a Tollgate-Cost response header
+	// (removed before the response is sent), else at the estimate.
+	Hold func(*http.Request) bool
+	// RefundOn lists the outcomes of a held request settled at 0 whatever
+	// the handler reported: "5xx" (a response status of 500 or more) and
+	// "timeout" (the request's context ended before the handler returned).
+	RefundOn []string
 	// Skip returns true for requests that are not checked at all (no
 	// decision is put in their context), e.g. health probes.
 	Skip func(*http.Request) bool
@@ -103,6 +117,7 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			if opts.Cost != nil {
 				req.Cost = opts.Cost(r)
 			}
+			req.Hold = opts.Hold != nil && opts.Hold(r)
 			d, err := c.Check(r.Context(), req)
 			if err != nil {
 				onError(w, r, err)
@@ -120,10 +135,99 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			if d.DelayMS > 0 && !hold(r.Context(), d.Delay()) {
 				return // the caller went away while held
 			}
-			next.ServeHTTP(w, r)
+			if d.HoldID == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			c.serveHeld(w, r, next, d, req.effectiveCost(), opts.RefundOn)
 		})
 	}
 }
+
+// CostHeader is the response header in which a handler behind the
+// middleware may report a held request's actual cost (ReportCost does the
+// same from code); the middleware removes it.
+const CostHeader = "Tollgate-Cost"
+
+type costKey struct{}
+
+// costReport is a held request's actual cost, as its handler reports it.
+type costReport struct {
+	cost     atomic.Int64
+	reported atomic.Bool
+}
+
+// ReportCost sets the actual cost of the held request whose context is
+// ctx; the middleware settles the hold at it when the handler returns. It
+// reports false when the request holds nothing.
+func ReportCost(ctx context.Context, cost int64) bool {
+	rep, ok := ctx.Value(costKey{}).(*costReport)
+	if ok {
+		rep.cost.Store(cost)
+		rep.reported.Store(true)
+	}
+	return ok
+}
+
+// serveHeld runs next for a request whose check opened hold d, then
+// settles it: at the reported cost, else the estimate; at 0 for the
+// outcomes refundOn lists.
+func (c *Client) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
+	rep := &costReport{}
+	rw := &costWriter{ResponseWriter: w, report: rep}
+	defer func() {
+		cost := estimate
+		if rep.reported.Load() {
+			cost = rep.cost.Load()
+		}
+		if rw.status >= 500 && slices.Contains(refundOn, "5xx") || r.Context().Err() != nil && slices.Contains(refundOn, "timeout") {
+			cost = 0
+		}
+		// The caller may be gone; the settlement must still happen.
+		_, _ = c.Settle(context.WithoutCancel(r.Context()), d.HoldID, cost)
+	}()
+	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), costKey{}, rep)))
+}
+
+// costWriter records a held response's status and takes the cost the
+// handler reports in CostHeader out of its headers.
+type costWriter struct {
+	http.ResponseWriter
+	report *costReport
+	status int
+}
+
+func (w *costWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+		if v := w.Header().Get(CostHeader); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				w.report.cost.Store(n)
+				w.report.reported.Store(true)
+			}
+			w.Header().Del(CostHeader)
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *costWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets a streaming handler flush through the middleware.
+func (w *costWriter) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush() // as http.Flusher: nothing to report
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *costWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hold waits for delay, or until ctx ends (then it returns false).
 func hold(ctx context.Context, delay time.Duration) bool {

@@ -13,6 +13,9 @@
 #   allowed-ips    50 000 fresh anonymous IPs a round: one GCRA rule each
 #   denied-ip      one anonymous IP already over its limit: all denied
 #   search-2rules  5000 pro keys, POST /v1/search: GCRA + token bucket
+#   hold-settle    1000 pro keys, GET /repos: every check holds 2 units and
+#                  the next request settles it at 1 (half checks, half
+#                  settlements; not in the default SCENARIOS)
 #
 # It prints, per scenario, the medians over the rounds of checks/s, p50,
 # p99 and the ratio to the floor, the decisions the api counted, and Redis
@@ -109,6 +112,7 @@ args_for() { # args_for SCENARIO ROUND: wrk script arguments
   allowed-ips) echo "ips 50000:$(($2 * 50000)) GET_/" ;;
   denied-ip) echo "ip 192.0.2.77 GET_/" ;;
   search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
+  hold-settle) echo "holds $WORK/keys1000.txt GET_/repos" ;;
   *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }

@@ -8,6 +8,10 @@
 -- MODE ips:  ARG is "COUNT:OFFSET": anonymous callers 10.x.y.z numbered
 --            OFFSET … OFFSET+COUNT-1, one after the other.
 -- MODE ip:   ARG is one IP address; every request comes from it.
+-- MODE holds: as keys, but every check opens a hold (estimate 2) and the
+--            next request of the thread settles one open hold at 1
+--            (POST /v1/settle): half the requests are checks, half
+--            settlements.
 -- THREADS is wrk's -t (default 2): with MODE ips each thread takes its
 -- own share of the IPs.
 --
@@ -28,6 +32,15 @@ local function body_for_key(k)
   return '{"key":"' .. k .. '","resource":"' .. resource .. '"}'
 end
 
+local function body_for_hold(k)
+  return '{"key":"' .. k .. '","resource":"' .. resource .. '","cost":2,"hold":true}'
+end
+
+-- Hold IDs this thread's checks opened, not yet settled; and the
+-- headers of a settlement.
+local open_holds = {}
+local settle_headers
+
 local function body_for_ip(ip)
   return '{"ip":"' .. ip .. '","resource":"' .. resource .. '"}'
 end
@@ -39,9 +52,20 @@ function init(args)
     ["Content-Type"] = "application/json",
   }
   local bodies = {}
-  if mode == "keys" then
+  if mode == "keys" or mode == "holds" then
+    local format = body_for_key
+    if mode == "holds" then
+      format = body_for_hold
+      settle_headers = headers
+      -- Defined only here: wrk reads every response of a script that
+      -- has one, which would slow the other modes.
+      response = function(status, headers, body)
+        local id = body:match('"hold_id":"([^"]+)"')
+        if id and not body:match('"status"') then table.insert(open_holds, id) end
+      end
+    end
     for line in io.lines(arg) do
-      if line ~= "" then table.insert(bodies, body_for_key(line)) end
+      if line ~= "" then table.insert(bodies, format(line)) end
     end
   elseif mode == "ips" then
     local count, offset = arg:match("^(%d+):(%d+)$")
@@ -64,6 +88,10 @@ function init(args)
 end
 
 function request()
+  if #open_holds > 0 then
+    local id = table.remove(open_holds)
+    return wrk.format("POST", "/v1/settle", settle_headers, '{"hold_id":"' .. id .. '","cost":1}')
+  end
   counter = counter + 1
   if counter > #requests then counter = 1 end
   return requests[counter]

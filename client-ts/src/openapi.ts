@@ -39,7 +39,7 @@ export interface components {
             resource?: string;
             /**
              * Format: int64
-             * @description Units this request consumes; 0 peeks.
+             * @description Units this request consumes; 0 peeks. With `hold`, an estimate.
              * @default 1
              */
             cost?: number;
@@ -48,6 +48,18 @@ export interface components {
              * @default false
              */
             dry_run?: boolean;
+            /**
+             * @description Take `cost` as an estimate and open a hold, settled later at the
+             *     actual cost (`POST /v1/settle`). Not with `dry_run`.
+             * @default false
+             */
+            hold?: boolean;
+            /**
+             * Format: int64
+             * @description How long the hold stays open unsettled; default the shortest
+             *     `hold_ttl_s` option of the matching rules, else 300.
+             */
+            hold_ttl_s?: number;
         };
         Decision: {
             allowed: boolean;
@@ -89,6 +101,13 @@ export interface components {
             /** @description A rule could not be evaluated and its failure mode decided. */
             degraded: boolean;
             rules: components["schemas"]["RuleResult"][];
+            /** @description The hold an admitted check with `hold` opened; absent when nothing was held. */
+            hold_id?: string;
+            /**
+             * Format: date-time
+             * @description When the hold expires unsettled (UTC).
+             */
+            hold_expires_at?: string;
         };
         RuleResult: {
             name: string;

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -476,6 +479,13 @@ func scenario(t *testing.T, client *http.Client) {
 	testenv.Must(t, err)
 	fresh, _, err := ts.IssueKey(context.Background(), gatewayCo.ID, "k", nil)
 	testenv.Must(t, err)
+	tokensPlan, err := plans.NewStore(admin.DB).Put(context.Background(), plans.Plan{Name: "tokens", Currency: "USD",
+		Rules: []plans.Rule{{Name: "tokens", Limit: 100, PeriodUS: 3_600_000_000, Options: plans.Options{Hold: true}}}})
+	testenv.Must(t, err)
+	holder, err := ts.Create(context.Background(), "holder-co", tokensPlan.ID)
+	testenv.Must(t, err)
+	holderKey, _, err := ts.IssueKey(context.Background(), holder.ID, "k", nil)
+	testenv.Must(t, err)
 	apiURL := startAPI(t, dbURL)
 	check := func(token string, body any, status int) response {
 		t.Helper()
@@ -504,6 +514,27 @@ func scenario(t *testing.T, client *http.Client) {
 	check(spareToken.Token, map[string]any{"ip": "203.0.113.7"}, 401)
 	check("", map[string]any{"ip": "203.0.113.7"}, 401)
 	check(gw.Token, map[string]any{"ip": "203.0.113.7", "resource": strings.Repeat("x", 17<<10)}, 413)
+
+	// A hold and its settlement (given all back: the state is as before).
+	held := check(gw.Token, map[string]any{"key": holderKey, "cost": 1, "hold": true, "hold_ttl_s": 60}, 200)
+	var hold struct {
+		HoldID string `json:"hold_id"`
+	}
+	testenv.Must(t, json.Unmarshal(held.Body, &hold))
+	settle := func(body any, status int) {
+		t.Helper()
+		if res := callWith(t, client, "POST", apiURL+"/v1/settle", gw.Token, body); res.StatusCode != status {
+			t.Fatalf("settle %v = %d %s, want %d", body, res.StatusCode, res.Body, status)
+		}
+	}
+	settle(map[string]any{"hold_id": hold.HoldID, "cost": 0}, 200)
+	settle(map[string]any{"hold_id": hold.HoldID, "cost": 0}, 200) // repeated
+	settle(map[string]any{"hold_id": hold.HoldID, "cost": 1}, 409)
+	unknownHold := base64.RawURLEncoding.EncodeToString([]byte(`{"g":65,"n":"00","v":"authenticated"}`))
+	settle(map[string]any{"hold_id": unknownHold, "cost": 1}, 404)
+	settle(map[string]any{"hold_id": "", "cost": -1}, 422)
+	settle(map[string]any{"hold_id": hold.HoldID, "cost": 1, "surprise": true}, 400)
+	check(gw.Token, map[string]any{"key": fresh, "hold": true, "dry_run": true}, 422)
 
 	// Forward-auth, as nginx asks it.
 	forward := func(token string, headers map[string]string, status int) {

@@ -267,6 +267,9 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
 	})
 	s.onClose(checker.Close) // the breaker's background probing
+	// Holds that expire unsettled give back (or keep) their estimate; any
+	// api process may expire any hold, each exactly once.
+	s.background(func(ctx context.Context) { checker.RunHoldExpiry(ctx, time.Second, log) })
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
@@ -346,8 +349,9 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.
-	store = redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
-	return store, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
+	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
+	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
+	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

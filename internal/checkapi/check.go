@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/plans"
 )
 
 // MaxCheckBody is the largest /v1/check body accepted.
@@ -28,6 +29,10 @@ type checkRequest struct {
 	Resource *string `json:"resource"`
 	Cost     *int64  `json:"cost"`
 	DryRun   bool    `json:"dry_run"`
+	// Hold makes cost an estimate, settled later (POST /v1/settle);
+	// HoldTTLS is how long the hold stays open unsettled.
+	Hold     bool  `json:"hold"`
+	HoldTTLS int64 `json:"hold_ttl_s"`
 }
 
 // maxCost bounds one check's cost; larger values are surely mistakes.
@@ -60,6 +65,12 @@ func (c *checkRequest) Validate() error {
 	if c.Cost != nil && (*c.Cost < 0 || *c.Cost > maxCost) {
 		f["cost"] = "must be an integer from 0 to 1000000000"
 	}
+	if c.HoldTTLS != 0 && (!c.Hold || c.HoldTTLS < 1 || c.HoldTTLS > plans.MaxHoldTTLS) {
+		f["hold_ttl_s"] = "must be from 1 to 86400, with hold"
+	}
+	if c.Hold && c.DryRun {
+		f["hold"] = "cannot be combined with dry_run"
+	}
 	return tollgate.Invalid(f)
 }
 
@@ -78,7 +89,7 @@ func printable(s string) bool {
 }
 
 func (c *checkRequest) toRequest() enforce.Request {
-	r := enforce.Request{Resource: "*", Cost: 1, DryRun: c.DryRun}
+	r := enforce.Request{Resource: "*", Cost: 1, DryRun: c.DryRun, Hold: c.Hold, HoldTTLS: c.HoldTTLS}
 	if c.Key != nil {
 		r.Key = *c.Key
 	}

@@ -87,6 +87,12 @@ func appendDecision(b []byte, d *enforce.Decision) []byte {
 		}
 		b = append(b, ']')
 	}
+	if d.HoldID != "" {
+		b = append(b, `,"hold_id":`...)
+		b = appendString(b, d.HoldID)
+		b = append(b, `,"hold_expires_at":`...)
+		b = appendString(b, d.HoldExpiresAt)
+	}
 	return append(b, "}\n"...)
 }
 

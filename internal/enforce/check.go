@@ -35,6 +35,11 @@ type Request struct {
 	// route is what usage records as the resource: the plan's route that
 	// Resource matched (see plans.Routes.Match).
 	route string
+	// Hold makes Cost an estimate: an admitted check opens a hold, to be
+	// settled at the actual cost (Checker.Settle). HoldTTLS is how long it
+	// stays open unsettled, 0 for the rules' (or the default).
+	Hold     bool
+	HoldTTLS int64
 }
 
 // RuleResult is one rule's part of a decision. Durations are ms, rounded
@@ -110,6 +115,12 @@ type Decision struct {
 	Policy       string       `json:"policy,omitempty"`
 	Degraded     bool         `json:"degraded"`
 	Rules        []RuleResult `json:"rules"`
+	// HoldID names the hold an admitted check with a hold opened;
+	// HoldExpiresAt is when it expires unsettled (RFC 3339, UTC, ms).
+	// Both are empty when nothing was held (a denial, no rule matched, or
+	// a degraded decision).
+	HoldID        string `json:"hold_id,omitempty"`
+	HoldExpiresAt string `json:"hold_expires_at,omitempty"`
 
 	// NowUS is when the decision was made (the store's clock).
 	NowUS int64 `json:"-"`
@@ -139,9 +150,12 @@ func (nopRecorder) Record(tollgate.UsageEvent) {}
 
 // Checker decides checks. It is safe for concurrent use.
 type Checker struct {
-	holder     *snapshot.Holder
-	store      limiter.Store
-	breaker    *breaker.Breaker
+	holder  *snapshot.Holder
+	store   limiter.Store
+	breaker *breaker.Breaker
+	// settler settles holds on the store itself (nil when it cannot):
+	// settlements are not decisions, so no breaker stands in for them.
+	settler    limiter.Settler
 	prefix     string
 	timeout    time.Duration
 	recorder   Recorder
@@ -253,6 +267,7 @@ func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig)
 	if bc.Log == nil {
 		bc.Log = c.log
 	}
+	c.settler, _ = store.(limiter.Settler)
 	c.breaker = breaker.New(store, bc)
 	c.store = c.breaker
 	c.metrics.watchBreaker(c.breaker)
@@ -295,6 +310,10 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
+	var holdID string
+	if r.Hold && !r.DryRun && c.settler != nil {
+		batch.Hold, holdID = c.holdFor(r, matched, reqs, &d)
+	}
 	out, err := c.decide(ctx, batch)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -302,6 +321,10 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		}
 		c.storeFailed(ctx, err)
 		return c.degraded(d, r, matched), nil
+	}
+	if out.Admitted && batch.Hold != nil {
+		expires := time.UnixMicro(out.NowUS + batch.Hold.TTLUS).UTC()
+		d.HoldID, d.HoldExpiresAt = holdID, expires.Format("2006-01-02T15:04:05.000Z07:00")
 	}
 	return c.decided(d, r, matched, out, who.tenant), nil
 }
@@ -627,6 +650,9 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
 			Resource: r.route, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed}
+		if d.HoldID != "" {
+			ev.Hold = tollgate.HoldOpened
+		}
 		for _, rr := range d.Rules {
 			if !rr.Allowed {
 				ev.Denied = append(ev.Denied, rr.Name)

@@ -51,6 +51,7 @@ func batchingStoreCase(sc storeCase) storeCase {
 		s := sc.open(t)
 		b := redisstore.NewBatching(s.rdb, redisstore.BatchConfig{})
 		b.ExtraTTL = time.Minute
+		b.HoldIndex = s.Store.(*redisstore.Store).HoldIndex
 		s.Store = b
 		return s
 	}}
@@ -67,6 +68,7 @@ func redisStoreCase() storeCase {
 		c, prefix := testenv.Redis(t)
 		s := redisstore.New(c)
 		s.ExtraTTL = time.Minute
+		s.HoldIndex = prefix + "holds"
 		return openStore{Store: s, ns: prefix + "{r}:", rdb: c}
 	}}
 }
@@ -76,6 +78,7 @@ func clusterStoreCase() storeCase {
 		c, prefix := testenv.RedisCluster(t)
 		s := redisstore.New(c)
 		s.ExtraTTL = time.Minute
+		s.HoldIndex = prefix + "holds"
 		return openStore{Store: s, ns: prefix + "{c}:", rdb: c}
 	}}
 }

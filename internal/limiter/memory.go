@@ -12,8 +12,26 @@ import (
 type MemoryStore struct {
 	mu        sync.Mutex
 	entries   map[string]*memoryEntry
+	holds     map[string]*memoryHold
 	now       func() int64
 	lastSweep int64
+}
+
+// memoryHold is a hold's record, as the Redis script keeps it in a hash.
+type memoryHold struct {
+	id                            string
+	estimate, expireAt, keepUntil int64 // µs
+	chargeOnExpiry                bool
+	status                        HoldStatus
+	cost                          int64
+	rules                         []heldRule
+}
+
+// heldRule is one rule a hold consumed from.
+type heldRule struct {
+	key    string
+	params Params
+	mark   int64
 }
 
 type memoryEntry struct {
@@ -27,7 +45,7 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
-	return &MemoryStore{entries: map[string]*memoryEntry{}, now: now}
+	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, now: now}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -51,11 +69,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	}
 	decisions = decisions[:len(b.Requests)]
 	for i, r := range b.Requests {
-		var st *state
-		if e, ok := s.entries[r.Key]; ok && (e.expireAt == 0 || now < e.expireAt) {
-			st = &e.st
-		}
-		d := evaluate(r.Params, st, now, b.Cost)
+		d := evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
 		decisions[i] = d
 		out.Results[i] = d.Result
 		if !d.Allowed && !r.Shadow {
@@ -65,31 +79,155 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if !out.Admitted && b.ReportState {
 		out.States = make([]RuleState, len(b.Requests))
 		for i, r := range b.Requests {
-			var st *state
-			if e, ok := s.entries[r.Key]; ok && (e.expireAt == 0 || now < e.expireAt) {
-				st = &e.st
-			}
-			out.States[i] = observe(r.Params, st, now)
+			out.States[i] = observe(r.Params, s.live(r.Key, now), now)
 		}
 	}
 	if !out.Admitted || b.DryRun {
 		return out, nil
 	}
+	if b.Hold != nil {
+		s.openHold(b, decisions, now)
+	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
-			e := s.entries[b.Requests[i].Key]
-			if e == nil {
-				e = &memoryEntry{}
-				s.entries[b.Requests[i].Key] = e
-			}
-			*e = memoryEntry{st: *d.next}
-			if d.ttl > 0 {
-				// Like Redis: the TTL is whole milliseconds, rounded up.
-				e.expireAt = now + CeilDiv(d.ttl, 1000)*1000
-			}
+			s.put(b.Requests[i].Key, d.next, d.ttl, now)
 		}
 	}
 	return out, nil
+}
+
+// put stores st under key with a time to live of ttl µs (0: forever; -1:
+// the entry's current one).
+func (s *MemoryStore) put(key string, st *state, ttl, now int64) {
+	e := s.entries[key]
+	if e == nil {
+		e = &memoryEntry{}
+		s.entries[key] = e
+	}
+	expireAt := e.expireAt
+	switch {
+	case ttl == 0:
+		expireAt = 0
+	case ttl > 0:
+		// Like Redis: the TTL is whole milliseconds, rounded up.
+		expireAt = now + CeilDiv(ttl, 1000)*1000
+	}
+	*e = memoryEntry{st: *st, expireAt: expireAt}
+}
+
+// live returns key's state at now, nil when absent or expired.
+func (s *MemoryStore) live(key string, now int64) *state {
+	if e, ok := s.entries[key]; ok && (e.expireAt == 0 || now < e.expireAt) {
+		return &e.st
+	}
+	return nil
+}
+
+// openHold records b's hold, admitted at now with decisions; s.mu is
+// held and the states are not yet written.
+func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64) {
+	h := &memoryHold{
+		id:             b.Hold.ID,
+		estimate:       b.Cost,
+		expireAt:       now + b.Hold.TTLUS,
+		keepUntil:      now + b.Hold.TTLUS + HoldRetentionUS,
+		chargeOnExpiry: b.Hold.ChargeOnExpiry,
+	}
+	for i, r := range b.Requests {
+		if decisions[i].Allowed {
+			mark := holdMark(r.Params, s.live(r.Key, now), now, decisions[i])
+			h.rules = append(h.rules, heldRule{key: r.Key, params: r.Params, mark: mark})
+		}
+	}
+	s.holds[b.Hold.Key] = h
+}
+
+// Settle sets a hold's actual cost, or expires it, under the store's
+// lock. See Settle and Settler for its errors.
+func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) {
+	if err := req.Validate(); err != nil {
+		return Settlement{}, err
+	}
+	now := req.NowUS
+	if now <= 0 {
+		now = s.now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.holds[req.Key]
+	if !ok || now >= h.keepUntil {
+		return Settlement{}, ErrHoldNotFound
+	}
+	out := Settlement{NowUS: now, Estimate: h.estimate, Cost: h.cost, Status: h.status}
+	cost, status, err := settleTarget(h.status, h.estimate, h.cost, h.expireAt, h.chargeOnExpiry, req, now)
+	if err != nil || status == h.status {
+		out.Repeated = err == nil
+		return out, err
+	}
+	for _, r := range h.rules {
+		next, ttl, changed := settleRule(r.params, s.live(r.key, now), r.mark, now, cost-h.estimate)
+		switch {
+		case !changed:
+		case next == nil:
+			delete(s.entries, r.key)
+		default:
+			s.put(r.key, next, ttl, now)
+		}
+	}
+	h.status, h.cost = status, cost
+	out.Cost, out.Status = cost, status
+	return out, nil
+}
+
+// ExpireDue expires up to max open holds past their expiry at the store's
+// clock.
+func (s *MemoryStore) ExpireDue(ctx context.Context, max int) ([]Expired, error) {
+	now := s.now()
+	s.mu.Lock()
+	var due []string
+	for k, h := range s.holds {
+		if h.status == HoldOpen && now >= h.expireAt && len(due) < max {
+			due = append(due, k)
+		}
+	}
+	s.mu.Unlock()
+	var out []Expired
+	for _, k := range due {
+		st, err := s.Settle(ctx, Settle{Key: k, Expire: true, NowUS: now})
+		if err != nil || st.Repeated {
+			continue
+		}
+		s.mu.Lock()
+		id := s.holds[k].id
+		s.mu.Unlock()
+		out = append(out, Expired{ID: id, Settlement: st})
+	}
+	return out, nil
+}
+
+// settleTarget returns the cost and status a hold (status, estimate, cost
+// so far, expiry) moves to for req at now, the current ones when the
+// request repeats an earlier settlement, or the error refusing it.
+func settleTarget(status HoldStatus, estimate, cost, expireAt int64, chargeOnExpiry bool, req Settle, now int64) (int64, HoldStatus, error) {
+	switch {
+	case status == HoldOpen && now >= expireAt && chargeOnExpiry:
+		if !req.Expire {
+			return 0, 0, ErrHoldConflict
+		}
+		return estimate, HoldCharged, nil
+	case status == HoldOpen && now >= expireAt:
+		if !req.Expire {
+			return 0, 0, ErrHoldConflict
+		}
+		return 0, HoldRefunded, nil
+	case status == HoldOpen && req.Expire:
+		return 0, 0, ErrHoldNotDue
+	case status == HoldOpen:
+		return req.Cost, HoldSettled, nil
+	case req.Expire || status == HoldSettled && req.Cost == cost:
+		return cost, status, nil
+	}
+	return 0, 0, ErrHoldConflict
 }
 
 // sweep drops expired entries at most once a second.
@@ -101,6 +239,11 @@ func (s *MemoryStore) sweep(now int64) {
 	for k, e := range s.entries {
 		if e.expireAt != 0 && now >= e.expireAt {
 			delete(s.entries, k)
+		}
+	}
+	for k, h := range s.holds {
+		if now >= h.keepUntil {
+			delete(s.holds, k)
 		}
 	}
 }

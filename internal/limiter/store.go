@@ -31,6 +31,9 @@ type Batch struct {
 	// check is not admitted (Outcome.States), so that the caller can deny
 	// the same rule and key locally until that state could admit again.
 	ReportState bool
+	// Hold, when set on a batch that is not a dry run, makes Cost an
+	// estimate: an admitted check also opens the hold (see Hold).
+	Hold *Hold
 }
 
 // Outcome is a store's answer to a Batch.
@@ -70,7 +73,11 @@ var ErrEmptyBatch = errors.New("limiter: empty batch")
 // would hand units back instead of consuming them.
 var ErrNegativeCost = errors.New("limiter: negative cost")
 
-// Validate returns ErrEmptyBatch or ErrNegativeCost for a batch no store
+// ErrBadHold is returned for a hold on a dry run, or without a key or a
+// positive time to live.
+var ErrBadHold = errors.New("limiter: hold needs a key, a positive TTL and no dry run")
+
+// Validate returns ErrEmptyBatch, ErrNegativeCost or ErrBadHold for a batch no store
 // can decide, and nil otherwise.
 func (b Batch) Validate() error {
 	switch {
@@ -78,6 +85,8 @@ func (b Batch) Validate() error {
 		return ErrEmptyBatch
 	case b.Cost < 0:
 		return ErrNegativeCost
+	case b.Hold != nil && (b.DryRun || b.Hold.TTLUS <= 0 || b.Hold.Key == ""):
+		return ErrBadHold
 	}
 	return nil
 }

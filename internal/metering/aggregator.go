@@ -146,9 +146,14 @@ func (a *Aggregator) ProducerID() string { return a.cfg.ProducerID }
 func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	minute := limiter.FloorDiv(ev.AtUS, 60_000_000) * 60
 	var c Counts
-	if ev.Allowed {
+	switch {
+	case ev.Hold == tollgate.HoldOpened:
+		c.Allowed = 1 // its units count when it is settled
+	case ev.Hold == tollgate.HoldSettled:
+		c.AllowedUnits = ev.Cost
+	case ev.Allowed:
 		c.Allowed, c.AllowedUnits = 1, ev.Cost
-	} else {
+	default:
 		c.Denied, c.DeniedUnits = 1, ev.Cost
 	}
 	k := rowKey{minute: minute, tenantID: ev.TenantID, keyID: ev.KeyID, tier: ev.Tier,

@@ -308,3 +308,30 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	})
 }
+
+// TestAggregatorCountsHoldsAtSettlement: a check that opens a hold counts
+// as a decision without units; its settlement (or expiry) adds the units
+// the hold finally counts, so usage sums settled units only.
+func TestAggregatorCountsHoldsAtSettlement(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p1"})
+	opened := event(t0, tA, kA, "POST /v1/complete", true, 500)
+	opened.Hold = tollgate.HoldOpened
+	a.Record(opened)
+	settled := event(t0+1, tA, kA, "POST /v1/complete", true, 320)
+	settled.Hold = tollgate.HoldSettled
+	a.Record(settled)
+	refunded := event(t0+2, tA, kA, "POST /v1/complete", true, 0)
+	refunded.Hold, refunded.Expired = tollgate.HoldSettled, true
+	a.Record(refunded)
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var sum Counts
+	for _, r := range p.batches[0].Rows {
+		sum.Add(r.Counts)
+	}
+	if want := (Counts{Allowed: 1, AllowedUnits: 320}); sum != want {
+		t.Errorf("counted %+v, want %+v", sum, want)
+	}
+}

@@ -63,7 +63,25 @@ type Options struct {
 	Calendar string `json:"calendar,omitempty"`
 	// Anchor "first_request" starts a fixed window at its first request.
 	Anchor string `json:"anchor,omitempty"`
+	// Hold asks callers to check with a hold (an estimate settled later):
+	// the SDK's middleware takes one per request when a rule says so.
+	Hold bool `json:"hold,omitempty"`
+	// HoldTTLS is how long a hold on this rule stays open unsettled, in
+	// seconds, 1 to 86 400; 0 means the default (300 s). A check matching
+	// several rules takes the shortest.
+	HoldTTLS int64 `json:"hold_ttl_s,omitempty"`
+	// HoldExpiry is what an unsettled hold does when it expires:
+	// "refund" (default) gives the estimate back, "charge" keeps it. A
+	// check matching several rules charges when any of them says so.
+	HoldExpiry string `json:"hold_expiry,omitempty"`
 }
+
+// MaxHoldTTLS is the longest a hold stays open (24 h); DefaultHoldTTLS
+// its default (5 min).
+const (
+	MaxHoldTTLS     = 86_400
+	DefaultHoldTTLS = 300
+)
 
 // Rule is one limit of a plan.
 type Rule struct {
@@ -155,6 +173,12 @@ func (r Rule) Validate(prefix string, f map[string]string) {
 	}
 	if a := r.Options.Anchor; a != "" && a != "first_request" {
 		f[prefix+"options.anchor"] = "must be first_request"
+	}
+	if t := r.Options.HoldTTLS; t < 0 || t > MaxHoldTTLS {
+		f[prefix+"options.hold_ttl_s"] = "must be between 1 and 86400 (0: the default, 300)"
+	}
+	if e := r.Options.HoldExpiry; e != "" && e != "refund" && e != "charge" {
+		f[prefix+"options.hold_expiry"] = "must be refund or charge"
 	}
 	if err := ValidatePattern(r.Resource); err != "" {
 		f[prefix+"resource"] = err

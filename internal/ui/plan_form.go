@@ -49,6 +49,9 @@ type ruleForm struct {
 	Name, Algorithm, Limit, Period, PeriodUnit, Burst   string
 	LeakyMode, Calendar, Resource, Scope, Mode, Failure string
 	Anchor                                              bool
+	// Hold, HoldTTL and HoldExpiry are the rule's hold options.
+	Hold                bool
+	HoldTTL, HoldExpiry string
 	// Preview of the saved rule; nil for a new one.
 	Preview chartHTML
 }
@@ -125,7 +128,11 @@ func rulesForm(rules []plans.Rule) []ruleForm {
 	for _, r := range rules {
 		rf := ruleForm{Name: r.Name, Algorithm: string(r.Algorithm), Limit: strconv.FormatInt(r.Limit, 10),
 			LeakyMode: r.Options.LeakyMode, Calendar: r.Options.Calendar, Anchor: r.Options.Anchor == "first_request",
-			Resource: r.Resource, Scope: string(r.Scope), Mode: string(r.Mode), Failure: string(r.FailureMode)}
+			Resource: r.Resource, Scope: string(r.Scope), Mode: string(r.Mode), Failure: string(r.FailureMode),
+			Hold: r.Options.Hold, HoldExpiry: r.Options.HoldExpiry}
+		if r.Options.HoldTTLS > 0 {
+			rf.HoldTTL = strconv.FormatInt(r.Options.HoldTTLS, 10)
+		}
 		rf.Period, rf.PeriodUnit = splitPeriod(r.PeriodUS)
 		if rf.Calendar != "" {
 			rf.Period = ""
@@ -198,7 +205,8 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 			PeriodUnit: pf.Get(k + "period_unit"), Burst: strings.TrimSpace(pf.Get(k + "burst")),
 			LeakyMode: pf.Get(k + "leaky_mode"), Calendar: pf.Get(k + "calendar"), Anchor: pf.Get(k+"anchor") == "first_request",
 			Resource: strings.TrimSpace(pf.Get(k + "resource")), Scope: pf.Get(k + "scope"), Mode: pf.Get(k + "mode"),
-			Failure: pf.Get(k + "failure_mode")}
+			Failure: pf.Get(k + "failure_mode"), Hold: pf.Get(k+"hold") == "yes",
+			HoldTTL: strings.TrimSpace(pf.Get(k + "hold_ttl_s")), HoldExpiry: pf.Get(k + "hold_expiry")}
 		if pf.Get(k+"remove") == "yes" || (rf.Name == "" && rf.Limit == "") {
 			continue // removed, or a blank row
 		}
@@ -214,6 +222,10 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 		}
 		if rf.Algorithm == string(limiter.LeakyBucket) {
 			rule.Options.LeakyMode = rf.LeakyMode
+		}
+		rule.Options.Hold, rule.Options.HoldExpiry = rf.Hold, rf.HoldExpiry
+		if rf.HoldTTL != "" {
+			rule.Options.HoldTTLS = fe.number(rf.HoldTTL, row+"options.hold_ttl_s", 0)
 		}
 		if usesBurst(rf.Algorithm) {
 			rule.Burst = fe.number(rf.Burst, row+"burst", 0)

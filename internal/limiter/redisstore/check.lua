@@ -5,7 +5,7 @@
 -- ARGV[1]  the batch, a MessagePack array of integers:
 --            extra_ttl_ms, report_state, ndefs,
 --            ndefs × (algorithm, flags, a, b, c),
---            nchecks × (now, cost, dry_run, nrules, nrules × ref)
+--            nchecks × (now, cost, dry_run, nrules, hold, nrules × ref)
 --   A def is one rule's parameters, shared by every check of the batch
 --   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
 --   algorithm (an alg* code below) and its three numbers a, b, c:
@@ -16,7 +16,19 @@
 --   algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter
 --                             a limit, b period (µs), c 0
 --   flags: the sum of the flag* values below that apply. now is µs, or 0
---   to take it from TIME (once per batch).
+--   to take it from TIME (once per batch). hold is 0, or for a check that
+--   opens a hold its time to live (µs) × 2, + 1 when it is charged on
+--   expiry; the hold record's key then follows the check's rule keys in
+--   KEYS. An admitted hold writes its record (a hash): e estimate, x
+--   expiry, r retention end (µs), c charge on expiry, s status, v settled
+--   cost, i its ID, n rules, and per rule i that allowed, ki its key and pi its
+--   def's algorithm, flags, a, b, c, the hold's mark in its state
+--   (limiter.holdMark says what a mark is) and, for a fixed window, the
+--   window's end (settle.lua reads them).
+-- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
+--          or '' when the caller lists holds itself (on a Cluster, where
+--          the index lives in another slot)
+-- ARGV[3…] the ID of each hold the batch opens, in order
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed, remaining, reset_after, retry_after, delay; and, for a check
@@ -41,6 +53,7 @@ local flagShape = 2
 local flagCalendarDay = 4
 local flagCalendarMonth = 8
 local flagAnchorFirstRequest = 16
+local holdRetention = 3600000000 -- µs, limiter.HoldRetentionUS
 
 local floor = math.floor
 local tonumber = tonumber
@@ -116,13 +129,14 @@ do
   local total = #batch
   while j <= total do
     local nrules = batch[j + 3]
-    j = j + 4
+    j = j + 5
     for _ = 1, nrules do
       kk = kk + 1
       local a = alg[floor(batch[j] / 2)]
       if a == algGCRA or a == algTokenBucket or a == algLeakyBucket then mkeys[#mkeys + 1] = KEYS[kk] end
       j = j + 1
     end
+    if batch[j - nrules - 1] > 0 then kk = kk + 1 end
   end
   if #mkeys == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -132,6 +146,8 @@ do
   end
 end
 
+local index = ARGV[2]
+local holds = 0
 local out, n, k = {}, 0, 0
 local clock
 -- The current check's writes, applied once every rule allowed: the key,
@@ -146,11 +162,29 @@ local wnumber, wwindow, wcount, wprev, wperiod = {}, {}, {}, {}, {}
 -- The states the current check's rules were decided on: per rule the
 -- three numbers the header lists.
 local s1, s2, s3 = {}, {}, {}
+-- The current check's hold marks per rule (false: the rule denied).
+local hmark, hend = {}, {}
+
+-- defstr returns def d's algorithm, flags and three numbers and mark, as
+-- a hold record keeps them.
+local function defstr(d, mark, finish)
+  local a = alg[d]
+  local x, y, z
+  if a == algGCRA or a == algLeakyBucket then
+    x, y, z = def_interval[d], def_burst[d], def_tolerance[d]
+  elseif a == algTokenBucket then
+    x, y, z = def_interval[d], def_burst[d], 0
+    if def_refills[d] then z = 1 end
+  else
+    x, y, z = def_limit[d], def_period[d], 0
+  end
+  return string.format('%d %d %d %d %d %d %d', a, flg[d], x, y, z, mark, finish)
+end
 
 local total = #batch
 while i <= total do
-  local now, cost, dry, nrules = batch[i], batch[i + 1], batch[i + 2] == 1, batch[i + 3]
-  i = i + 4
+  local now, cost, dry, nrules, hold = batch[i], batch[i + 1], batch[i + 2] == 1, batch[i + 3], batch[i + 4]
+  i = i + 5
   if now == 0 then
     if not clock then
       local t = redis.call('TIME')
@@ -172,6 +206,7 @@ while i <= total do
     local a, flags = alg[d], flg[d]
     local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
     local x1, x2, x3 = 0, 0, 0
+    local mark = now
     -- What to store when the check is admitted (see wnumber … wperiod).
     local write, ttl = false, 0
     local new_number, new_window, new_count, new_prev, new_period = 0, 0, 0, 0, 0
@@ -201,6 +236,7 @@ while i <= total do
         remaining = idiv(tolerance - (new_tat - now), interval)
         reset = new_tat - now
         if has(flags, flagShape) then delay = tat - now end
+        mark = new_tat
         if cost > 0 then
           write, new_number, ttl = true, new_tat, -idiv(now - new_tat, 1000)
         end
@@ -237,6 +273,7 @@ while i <= total do
         allowed = 1
         left = available - need
         remaining = idiv(left, unit)
+        if refills then mark = now - left + capacity else mark = 0 end
         if cost > 0 then
           if refills then
             write, new_number, ttl = true, now - left, -idiv(left - capacity, 1000)
@@ -281,6 +318,8 @@ while i <= total do
         if cost > limit then retry = -1 else retry = finish - now end
       else
         allowed = 1
+        mark = start
+        if hold > 0 then hend[r] = finish end
         used = count + cost
         remaining = limit - used
         if cost > 0 then
@@ -363,6 +402,7 @@ while i <= total do
         end
       else
         allowed = 1
+        mark = index
         used = curr + cost
         remaining = idiv(budget - weighted - cost * period, period)
         if cost > 0 then
@@ -379,11 +419,38 @@ while i <= total do
       wnumber[nw], wwindow[nw], wcount[nw], wprev[nw], wperiod[nw] = new_number, new_window, new_count, new_prev, new_period
     end
     s1[r], s2[r], s3[r] = x1, x2, x3
+    if hold > 0 then
+      hmark[r] = allowed == 1 and mark
+      if a ~= algFixedWindow then hend[r] = 0 end
+    end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
     n = n + 5
   end
 
+  local hkey
+  if hold > 0 then
+    k = k + 1
+    hkey = KEYS[k]
+    holds = holds + 1
+  end
   if admitted and not dry then
+    if hkey then
+      local ttl = idiv(hold, 2)
+      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', hold % 2, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
+      local first = k - nrules - 1
+      for r = 1, nrules do
+        if hmark[r] then
+          rec[#rec + 1] = 'k' .. r
+          rec[#rec + 1] = KEYS[first + r]
+          rec[#rec + 1] = 'p' .. r
+          rec[#rec + 1] = defstr(floor(batch[i - nrules - 1 + r] / 2), hmark[r], hend[r])
+        end
+      end
+      redis.call('DEL', hkey)
+      redis.call('HSET', hkey, unpack(rec))
+      redis.call('PEXPIRE', hkey, -idiv(-(ttl + holdRetention), 1000) + extra)
+      if index and index ~= '' then redis.call('ZADD', index, string.format('%d', now + ttl), hkey) end
+    end
     for w = 1, nw do
       local key, d = wkey[w], wdef[w]
       local a = alg[d]

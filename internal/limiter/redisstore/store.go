@@ -38,6 +38,9 @@ type Store struct {
 	// in real time before they would in the test's time; production
 	// leaves it 0.
 	ExtraTTL time.Duration
+	// HoldIndex is the sorted set listing open holds by expiry, for
+	// ExpireDue (default "tg:holds"; one key, so on a Cluster one slot).
+	HoldIndex string
 
 	batcher *batcher
 }
@@ -105,13 +108,20 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 			return limiter.Outcome{}, fmt.Errorf("redisstore: check: unknown algorithm %q", r.Params.Algorithm)
 		}
 	}
+	var out limiter.Outcome
+	var err error
 	if s.batcher != nil {
-		return s.batcher.check(ctx, b)
+		out, err = s.batcher.check(ctx, b)
+	} else {
+		p := pending{batch: b}
+		one := [1]*pending{&p}
+		s.run(ctx, one[:])
+		out, err = p.out, p.err
 	}
-	p := pending{batch: b}
-	one := [1]*pending{&p}
-	s.run(ctx, one[:])
-	return p.out, p.err
+	if err == nil && b.Hold != nil && out.Admitted && s.cluster != nil {
+		err = s.indexHold(ctx, b.Hold, out.NowUS+b.Hold.TTLUS)
+	}
+	return out, err
 }
 
 // pending is one check on its way through a call.
@@ -175,8 +185,25 @@ func (s *Store) run(ctx context.Context, checks []*pending) {
 	c := getCall()
 	defer putCall(c)
 	c.encode(checks, s.ExtraTTL.Milliseconds())
-	reply, err := checkScript.Run(ctx, s.client, c.keys, c.arg).Text()
+	reply, err := checkScript.Run(ctx, s.client, c.keys, s.scriptArgs(c, checks)...).Text()
 	c.decode(checks, reply, err)
+}
+
+// scriptArgs returns check.lua's ARGV for c: the batch, the hold index
+// (none on a Cluster, where it lives in another slot: Check lists holds
+// after the call) and the IDs of the holds checks open.
+func (s *Store) scriptArgs(c *call, checks []*pending) []any {
+	index := s.holdIndex()
+	if s.cluster != nil {
+		index = ""
+	}
+	c.args = append(c.args[:0], c.arg, index)
+	for _, p := range checks {
+		if p.batch.Hold != nil {
+			c.args = append(c.args, p.batch.Hold.ID)
+		}
+	}
+	return c.args
 }
 
 // runBySlot decides checks on a Cluster: one script call per hash slot
@@ -202,14 +229,14 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 		for i, sl := range order {
 			calls[i] = getCall()
 			calls[i].encode(groups[sl], s.ExtraTTL.Milliseconds())
-			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].arg)
+			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...)
 		}
 		return nil
 	})
 	for i, sl := range order {
 		reply, err := cmds[i].Text()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, calls[i].arg).Text()
+			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...).Text()
 		}
 		calls[i].decode(groups[sl], reply, err)
 		putCall(calls[i])
@@ -223,6 +250,7 @@ type call struct {
 	defs []limiter.Params
 	refs []int64
 	ints []int64
+	args []any
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -231,7 +259,8 @@ func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
 	clear(c.keys) // let the keys go
-	c.keys, c.arg, c.defs, c.refs, c.ints = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0]
+	clear(c.args)
+	c.keys, c.arg, c.defs, c.refs, c.ints, c.args = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0], c.args[:0]
 	callPool.Put(c)
 }
 
@@ -261,8 +290,11 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			c.refs = append(c.refs, ref)
 			c.keys = append(c.keys, r.Key)
 		}
+		if h := p.batch.Hold; h != nil {
+			c.keys = append(c.keys, h.Key)
+		}
 	}
-	n := 3 + 5*len(c.defs) + 4*len(checks) + len(c.refs)
+	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs)
 	b := appendArrayHeader(c.arg, n)
 	b = appendInt(b, extraTTLMS)
 	b = appendInt(b, report)
@@ -282,12 +314,26 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		b = appendInt(b, p.batch.Cost)
 		b = appendInt(b, dry)
 		b = appendInt(b, int64(len(p.batch.Requests)))
+		b = appendInt(b, holdField(p.batch.Hold))
 		for range p.batch.Requests {
 			b = appendInt(b, refs[0])
 			refs = refs[1:]
 		}
 	}
 	c.arg = b
+}
+
+// holdField returns check.lua's hold number of a check: 0 for none, else
+// the hold's time to live (µs) × 2, + 1 when it is charged on expiry.
+func holdField(h *limiter.Hold) int64 {
+	if h == nil {
+		return 0
+	}
+	f := h.TTLUS * 2
+	if h.ChargeOnExpiry {
+		f++
+	}
+	return f
 }
 
 // appendDef appends the three numbers check.lua reads of p, by algorithm:

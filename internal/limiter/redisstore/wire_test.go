@@ -76,3 +76,17 @@ func TestFlagsArePowersOfTwo(t *testing.T) {
 		sum |= f
 	}
 }
+
+// TestHoldConstantsMatchGo: the scripts' hold retention is the limiter's,
+// and settle.lua runs after the constants it uses.
+func TestHoldConstantsMatchGo(t *testing.T) {
+	if want := "local holdRetention = " + strconv.FormatInt(limiter.HoldRetentionUS, 10); !regexp.MustCompile(`(?m)^` + want + `\b`).MatchString(checkLua) {
+		t.Errorf("check.lua does not declare %q", want)
+	}
+	prelude := checkPrelude()
+	for _, name := range []string{"algGCRA", "algSlidingWindowCounter", "idiv", "floor", "tonumber"} {
+		if !regexp.MustCompile(`\blocal (function )?` + name + `\b`).MatchString(prelude) {
+			t.Errorf("settle.lua's prelude lacks %s", name)
+		}
+	}
+}

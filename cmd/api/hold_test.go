@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// planKey stores plan p, a tenant on it and a key, and returns the key.
+func (f *fixture) planKey(t *testing.T, p plans.Plan) string {
+	t.Helper()
+	ctx := context.Background()
+	stored, err := plans.NewStore(f.db).Put(ctx, p)
+	testenv.Must(t, err)
+	ts := tenants.NewStore(f.db)
+	tn, err := ts.Create(ctx, "t-"+p.Name, stored.ID)
+	testenv.Must(t, err)
+	secret, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
+	testenv.Must(t, err)
+	return secret
+}
+
+// tokenPlan is a plan of one hold-based rule: budget units per hour.
+func tokenPlan(name string, budget int64, opts plans.Options) plans.Plan {
+	opts.Hold = true
+	return plans.Plan{Name: name, DisplayName: name, Currency: "USD", Rules: []plans.Rule{{
+		Name: "tokens", Algorithm: limiter.GCRA, Limit: budget, PeriodUS: limiter.HourUS, Burst: budget,
+		Resource: "*", Scope: plans.ScopeKey, Mode: plans.ModeEnforce, FailureMode: plans.FailClosed, Options: opts,
+	}}}
+}
+
+// settle posts a settlement and returns the status and the decoded body.
+func settle(t *testing.T, base, token, holdID string, cost int64) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"hold_id": holdID, "cost": cost})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settle", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/settle: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("settle answer %d is not JSON: %q", resp.StatusCode, raw)
+	}
+	return resp.StatusCode, m
+}
+
+func remaining(t *testing.T, base, token, key string) float64 {
+	t.Helper()
+	r := post(t, base, token, `{"key":"`+key+`","cost":0}`)
+	return r.body["remaining"].(float64)
+}
+
+func TestHoldAndSettle(t *testing.T) {
+	f := newFixture(t)
+	key := f.planKey(t, tokenPlan("tokens", 100, plans.Options{}))
+	key2 := f.planKey(t, tokenPlan("refunds", 100, plans.Options{}))
+	base := f.startAPI(t, nil)
+
+	r := post(t, base, f.token, `{"key":"`+key+`","cost":60,"hold":true}`)
+	id, _ := r.body["hold_id"].(string)
+	if r.body["allowed"] != true || id == "" || r.body["hold_expires_at"] == nil || r.body["remaining"] != 40.0 {
+		t.Fatalf("hold of 60: %v", r.body)
+	}
+	code, st := settle(t, base, f.token, id, 10)
+	if code != 200 || st["estimate"] != 60.0 || st["cost"] != 10.0 || st["status"] != "settled" || st["repeated"] != false {
+		t.Fatalf("settle at 10: %d %v", code, st)
+	}
+	if got := remaining(t, base, f.token, key); got != 90 {
+		t.Errorf("remaining after settling 60 at 10 = %v, want 90", got)
+	}
+	if code, st := settle(t, base, f.token, id, 10); code != 200 || st["repeated"] != true || st["cost"] != 10.0 {
+		t.Errorf("repeated settle: %d %v", code, st)
+	}
+	if code, st := settle(t, base, f.token, id, 11); code != 409 {
+		t.Errorf("settle at another cost: %d %v, want 409", code, st)
+	}
+	if code, st := settle(t, base, f.token, "not a hold", 1); code != 422 || !strings.Contains(fmt.Sprint(st), "hold_id") {
+		t.Errorf("malformed hold ID: %d %v, want 422 naming hold_id", code, st)
+	}
+	if code, st := settle(t, base, f.token, id, -1); code != 422 || !strings.Contains(fmt.Sprint(st), "cost") {
+		t.Errorf("negative cost: %d %v, want 422 naming cost", code, st)
+	}
+
+	// Beyond the estimate, past the limit: the caller owes it.
+	r = post(t, base, f.token, `{"key":"`+key+`","cost":50,"hold":true}`)
+	if code, st := settle(t, base, f.token, r.body["hold_id"].(string), 130); code != 200 || st["cost"] != 130.0 {
+		t.Fatalf("settle 50 at 130: %d %v", code, st)
+	}
+	d := post(t, base, f.token, `{"key":"`+key+`","cost":1}`)
+	if d.body["allowed"] != false || d.body["remaining"] != 0.0 {
+		t.Errorf("check after overdrawing: %v, want denied", d.body)
+	}
+	// 10 + 130 units are charged: 40 over the budget of 100, so one unit
+	// passes after 41 emission intervals (36 s each).
+	if retry := d.body["retry_after_ms"].(float64); retry <= 40*36_000 || retry > 41*36_000 {
+		t.Errorf("retry after overdrawing by 40 = %v ms, want within (1 440 000, 1 476 000]", retry)
+	}
+
+	// A refund to 0 (a failed upstream call) gives everything back.
+	r = post(t, base, f.token, `{"key":"`+key2+`","cost":100,"hold":true}`)
+	settle(t, base, f.token, r.body["hold_id"].(string), 0)
+	if got := remaining(t, base, f.token, key2); got != 100 {
+		t.Errorf("remaining after a refund to 0 = %v, want 100", got)
+	}
+}
+
+// TestConcurrentHoldsNeverOverbook: 1,000 concurrent holds of one unit
+// against a budget of 100, through three api processes, reserve exactly
+// 100; settled at 0, they give everything back.
+func TestConcurrentHoldsNeverOverbook(t *testing.T) {
+	f := newFixture(t)
+	key := f.planKey(t, tokenPlan("budget", 100, plans.Options{}))
+	// A thousand requests at once on a shared machine: a slow answer
+	// must not be decided by the rule's failure mode.
+	slow := map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"}
+	bases := []string{f.startAPI(t, slow), f.startAPI(t, slow), f.startAPI(t, slow)}
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := post(t, bases[i%3], f.token, `{"key":"`+key+`","cost":1,"hold":true}`)
+			if id, ok := r.body["hold_id"].(string); ok && r.body["allowed"] == true {
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(ids) != 100 {
+		t.Fatalf("%d holds admitted, want exactly 100", len(ids))
+	}
+	for i, id := range ids {
+		if code, st := settle(t, bases[i%3], f.token, id, 0); code != 200 {
+			t.Fatalf("settle: %d %v", code, st)
+		}
+	}
+	if got := remaining(t, bases[0], f.token, key); got != 100 {
+		t.Errorf("remaining after settling every hold at 0 = %v, want 100", got)
+	}
+}
+
+// TestUnsettledHoldsExpire: 1,000 holds never settled give their units
+// back once their TTL passes; none stays listed.
+func TestUnsettledHoldsExpire(t *testing.T) {
+	f := newFixture(t)
+	key := f.planKey(t, tokenPlan("expiring", 1000, plans.Options{HoldTTLS: 1}))
+	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := post(t, base, f.token, `{"key":"`+key+`","cost":1,"hold":true}`); r.body["allowed"] == true {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 {
+		t.Fatalf("%d holds admitted, want 1000", admitted.Load())
+	}
+	if got := remaining(t, base, f.token, key); got != 0 {
+		t.Fatalf("remaining with 1000 open holds = %v, want 0", got)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := rdb.ZCard(context.Background(), f.prefix+"holds").Result()
+		testenv.Must(t, err)
+		if n == 0 && remaining(t, base, f.token, key) == 1000 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n, _ := rdb.ZCard(context.Background(), f.prefix+"holds").Result()
+	t.Errorf("after the TTL: %d holds listed, remaining %v; want 0 and 1000", n, remaining(t, base, f.token, key))
+}

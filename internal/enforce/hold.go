@@ -1,0 +1,201 @@
+package enforce
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+)
+
+// holdRef is what a hold ID carries: where its record is (the hash tag of
+// its states) and whom its usage counts for. The record's key is derived
+// from a hash of the whole ID, so an ID altered in any part names no hold.
+type holdRef struct {
+	Tag      byte   `json:"g"`
+	Nonce    string `json:"n"`
+	TenantID string `json:"t,omitempty"`
+	KeyID    string `json:"k,omitempty"`
+	Tier     string `json:"v"`
+	IP       string `json:"i,omitempty"`
+	Resource string `json:"r,omitempty"`
+}
+
+// newHoldID returns a fresh hold ID for a check of r by d's caller whose
+// states share hash tag tag.
+func newHoldID(tag byte, d *Decision, r Request) string {
+	nonce := make([]byte, 12)
+	_, _ = rand.Read(nonce)
+	ref := holdRef{Tag: tag, Nonce: hex.EncodeToString(nonce), TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, Resource: r.route}
+	if d.KeyID == "" {
+		ref.IP = r.IP
+	}
+	b, _ := json.Marshal(ref)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseHoldID returns the reference an ID carries.
+func parseHoldID(id string) (holdRef, bool) {
+	var ref holdRef
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || len(id) > 2048 || json.Unmarshal(b, &ref) != nil || ref.Nonce == "" {
+		return holdRef{}, false
+	}
+	return ref, true
+}
+
+// holdKey returns the key of hold id's record, beside its states.
+func (c *Checker) holdKey(tag byte, id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return c.prefix + "{" + string(tag) + "}h" + hex.EncodeToString(sum[:16])
+}
+
+// holdFor returns the limiter hold of a check of r over the matched rules
+// whose state keys are reqs: its TTL is r's, else the shortest of the
+// rules', else the default; it charges on expiry when a rule says so.
+func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Request, d *Decision) (*limiter.Hold, string) {
+	var ttlS int64
+	charge := false
+	for _, rule := range matched {
+		if t := rule.Options.HoldTTLS; t > 0 && (ttlS == 0 || t < ttlS) {
+			ttlS = t
+		}
+		charge = charge || rule.Options.HoldExpiry == "charge"
+	}
+	switch {
+	case r.HoldTTLS > 0:
+		ttlS = r.HoldTTLS
+	case ttlS == 0:
+		ttlS = plans.DefaultHoldTTLS
+	}
+	tag := reqs[0].Key[len(c.prefix)+1]
+	id := newHoldID(tag, d, r)
+	return &limiter.Hold{ID: id, Key: c.holdKey(tag, id), TTLUS: ttlS * limiter.SecondUS, ChargeOnExpiry: charge}, id
+}
+
+// Settlement is the answer to a settle (the body of a 200 from
+// /v1/settle).
+type Settlement struct {
+	HoldID   string `json:"hold_id"`
+	Estimate int64  `json:"estimate"`
+	// Cost is the units the hold counts: the settled cost, 0 once
+	// refunded on expiry, the estimate once charged on expiry.
+	Cost int64 `json:"cost"`
+	// Status is "settled", "refunded" or "charged" (the last two: expired
+	// unsettled).
+	Status string `json:"status"`
+	// Repeated is true when this settlement repeats an earlier one.
+	Repeated bool `json:"repeated"`
+}
+
+func holdStatus(s limiter.HoldStatus) string {
+	switch s {
+	case limiter.HoldSettled:
+		return "settled"
+	case limiter.HoldRefunded:
+		return "refunded"
+	case limiter.HoldCharged:
+		return "charged"
+	}
+	return "open"
+}
+
+// ErrNoHolds is returned by Settle when the store cannot hold.
+var ErrNoHolds = errors.New("enforce: the limiter store keeps no holds")
+
+// Settle sets the actual cost of hold id: the difference to its estimate
+// is given back or taken from every rule it took from, in one store call,
+// and counted as usage. Repeating a settlement answers the same; another
+// cost for a settled or expired hold is a conflict error, an unknown hold
+// not found, a malformed ID or cost invalid.
+func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement, error) {
+	ref, ok := parseHoldID(id)
+	if !ok {
+		return Settlement{}, tollgate.Invalid(map[string]string{"hold_id": "is not a hold ID"})
+	}
+	if cost < 0 || cost > limiter.MaxSettleCost {
+		return Settlement{}, tollgate.Invalid(map[string]string{"cost": fmt.Sprintf("must be between 0 and %d", limiter.MaxSettleCost)})
+	}
+	if c.settler == nil {
+		return Settlement{}, ErrNoHolds
+	}
+	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := c.settler.Settle(storeCtx, limiter.Settle{Key: c.holdKey(ref.Tag, id), Cost: cost})
+	switch {
+	case errors.Is(err, limiter.ErrHoldNotFound):
+		return Settlement{}, tollgate.Errorf(tollgate.ENOTFOUND, "no such hold (unknown, or settled or expired over an hour ago)")
+	case errors.Is(err, limiter.ErrHoldConflict) && st.Status == limiter.HoldOpen:
+		return Settlement{}, tollgate.Errorf(tollgate.ECONFLICT, "the hold has expired")
+	case errors.Is(err, limiter.ErrHoldConflict):
+		return Settlement{}, tollgate.Errorf(tollgate.ECONFLICT, "the hold was %s at cost %d", holdStatus(st.Status), st.Cost)
+	case err != nil:
+		// As for checks, a store outage is no server error: the caller
+		// may retry, and a repeated settlement is harmless.
+		c.storeFailed(ctx, err)
+		return Settlement{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the settlement")
+	}
+	if !st.Repeated {
+		c.recordSettled(ref, st)
+	}
+	return Settlement{HoldID: id, Estimate: st.Estimate, Cost: st.Cost, Status: holdStatus(st.Status), Repeated: st.Repeated}, nil
+}
+
+// recordSettled counts the units a hold finally counts, at its settlement.
+func (c *Checker) recordSettled(ref holdRef, st limiter.Settlement) {
+	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
+		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: tollgate.ReasonOK,
+		Hold: tollgate.HoldSettled, Expired: st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged})
+}
+
+// ExpireHolds expires the holds past their expiry, up to max, as each
+// says (refund or charge), and counts their usage; it returns how many it
+// expired.
+func (c *Checker) ExpireHolds(ctx context.Context, max int) (int, error) {
+	if c.settler == nil {
+		return 0, nil
+	}
+	expired, err := c.settler.ExpireDue(ctx, max)
+	for _, e := range expired {
+		if ref, ok := parseHoldID(e.ID); ok {
+			c.recordSettled(ref, e.Settlement)
+		}
+	}
+	if err != nil {
+		return len(expired), fmt.Errorf("enforce: expire holds: %w", err)
+	}
+	return len(expired), nil
+}
+
+// RunHoldExpiry expires due holds every interval until ctx ends, logging
+// failures; several processes may run it on one store.
+func (c *Checker) RunHoldExpiry(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := c.ExpireHolds(ctx, 100)
+			if err != nil {
+				log.WarnContext(ctx, "expiring holds", "err", err)
+			}
+			if err != nil || n < 100 {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+)
+
+//go:embed settle.lua
+var settleLua string
+
+// settleScript is settle.lua after check.lua's wire constants and
+// helpers, so that both scripts declare them once.
+var settleScript = redis.NewScript(checkPrelude() + settleLua)
+
+// checkPrelude returns check.lua's lines from its first wire constant to
+// its calendar helpers: the constants, flags and arithmetic helpers.
+func checkPrelude() string {
+	start := strings.Index(checkLua, "local algGCRA")
+	end := strings.Index(checkLua, "local DAY")
+	if start < 0 || end < start {
+		panic("redisstore: check.lua lost its wire constants")
+	}
+	return checkLua[start:end]
+}
+
+// Reply codes of settle.lua.
+const (
+	settleDone     = 0
+	settleNotFound = 1
+	settleConflict = 2
+	settleNotDue   = 3
+)
+
+// Settle sets a hold's actual cost, or expires it, in one script call
+// that changes the hold's record and the states it took from together.
+// It returns limiter.ErrHoldNotFound, ErrHoldConflict, ErrHoldNotDue or
+// ErrSettleCost as limiter.Settler says, and wrapped store errors.
+func (s *Store) Settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, error) {
+	if err := req.Validate(); err != nil {
+		return limiter.Settlement{}, err
+	}
+	out, _, err := s.settle(ctx, req)
+	return out, err
+}
+
+// settle is Settle, also returning the hold's ID.
+func (s *Store) settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, string, error) {
+	expire := "0"
+	if req.Expire {
+		expire = "1"
+	}
+	args := []any{strconv.FormatInt(req.Cost, 10), strconv.FormatInt(req.NowUS, 10), expire, strconv.FormatInt(s.ExtraTTL.Milliseconds(), 10)}
+	values, err := settleScript.Run(ctx, s.client, []string{req.Key}, args...).Slice()
+	if err != nil {
+		return limiter.Settlement{}, "", fmt.Errorf("redisstore: settle: %w", err)
+	}
+	var reply [6]int64
+	var id string
+	for i, v := range values {
+		switch v := v.(type) {
+		case int64:
+			if i < len(reply) {
+				reply[i] = v
+			}
+		case string:
+			id = v
+		}
+	}
+	if len(values) < 7 {
+		return limiter.Settlement{}, "", fmt.Errorf("redisstore: settle: reply of %d values", len(values))
+	}
+	out := limiter.Settlement{NowUS: reply[1], Estimate: reply[2], Cost: reply[3], Status: limiter.HoldStatus(reply[4]), Repeated: reply[5] == 1}
+	switch reply[0] {
+	case settleDone:
+		return out, id, nil
+	case settleNotFound:
+		return limiter.Settlement{}, "", limiter.ErrHoldNotFound
+	case settleConflict:
+		return out, id, limiter.ErrHoldConflict
+	case settleNotDue:
+		return out, id, limiter.ErrHoldNotDue
+	}
+	return limiter.Settlement{}, "", fmt.Errorf("redisstore: settle: reply code %d", reply[0])
+}
+
+// The hold index's scripts: each one call on the index's own key.
+var (
+	indexAddScript = redis.NewScript(`return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])`)
+	indexDueScript = redis.NewScript(`local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now), 'LIMIT', 0, tonumber(ARGV[1]))`)
+	indexRemoveScript = redis.NewScript(`return redis.call('ZREM', KEYS[1], ARGV[1])`)
+)
+
+func (s *Store) holdIndex() string {
+	if s.HoldIndex == "" {
+		return "tg:holds"
+	}
+	return s.HoldIndex
+}
+
+// indexHold lists hold h, expiring at expireUS, for ExpireDue. It is a
+// call of its own after the check's: if it fails, the check's error says
+// so and the hold, never expired, keeps its estimate until settled.
+func (s *Store) indexHold(ctx context.Context, h *limiter.Hold, expireUS int64) error {
+	member := h.Key
+	if err := indexAddScript.Run(ctx, s.client, []string{s.holdIndex()}, strconv.FormatInt(expireUS, 10), member).Err(); err != nil {
+		return fmt.Errorf("redisstore: index hold: %w", err)
+	}
+	return nil
+}
+
+// ExpireDue expires up to max holds past their expiry at Redis's clock,
+// each in its own settle.lua call, and drops them from the index.
+func (s *Store) ExpireDue(ctx context.Context, max int) ([]limiter.Expired, error) {
+	due, err := indexDueScript.Run(ctx, s.client, []string{s.holdIndex()}, max).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: due holds: %w", err)
+	}
+	var out []limiter.Expired
+	for _, member := range due {
+		st, id, err := s.settle(ctx, limiter.Settle{Key: member, Expire: true})
+		switch {
+		case errors.Is(err, limiter.ErrHoldNotDue):
+			continue // clocks of Redis calls a µs apart; next round
+		case err == nil && !st.Repeated:
+			out = append(out, limiter.Expired{ID: id, Settlement: st})
+		case err != nil && !errors.Is(err, limiter.ErrHoldNotFound) && !errors.Is(err, limiter.ErrHoldConflict):
+			return out, err
+		}
+		if err := indexRemoveScript.Run(ctx, s.client, []string{s.holdIndex()}, member).Err(); err != nil {
+			return out, fmt.Errorf("redisstore: unindex hold: %w", err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,175 @@
+-- Tollgate: settle a hold at its actual cost, or expire it, in one step:
+-- the hold's record (written by check.lua) and every state it adjusts.
+--
+-- KEYS[1]  the hold record's key; the state keys it lists share its hash
+--          tag (so one slot of a Cluster holds them all)
+-- ARGV     cost, now (µs, 0: from TIME), expire (1: expire a due hold as
+--          its record says; cost is then ignored), extra_ttl_ms
+--
+-- Returns code, now, estimate, cost, status, repeated, ID: code 0 done, 1 no
+-- such hold, 2 conflict (settled with another cost, or expired), 3 not
+-- yet due (expire). The Go twin is limiter.MemoryStore.Settle; the maths
+-- per algorithm is limiter.settleRule (see docs/algorithms.md).
+
+-- The wire constants (alg*), floor, tonumber and idiv are check.lua's:
+-- settle.go runs this script after check.lua's lines that declare them.
+
+local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
+
+local hkey = KEYS[1]
+local cost, now, expire, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local flat = redis.call('HGETALL', hkey)
+if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
+local rec = {}
+for x = 1, #flat, 2 do rec[flat[x]] = flat[x + 1] end
+local estimate, expires, keep = tonumber(rec.e), tonumber(rec.x), tonumber(rec.r)
+local status, settled = tonumber(rec.s), tonumber(rec.v)
+if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
+
+-- Where the hold goes (limiter.settleTarget).
+local target, to
+if status == 0 and now >= expires then
+  if not expire then return {2, now, estimate, settled, status, 0, rec.i} end
+  if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
+elseif status == 0 and expire then
+  return {3, now, estimate, settled, status, 0, rec.i}
+elseif status == 0 then
+  target, to = cost, 1
+elseif expire or (status == 1 and cost == settled) then
+  return {0, now, estimate, settled, status, 1, rec.i}
+else
+  return {2, now, estimate, settled, status, 0, rec.i}
+end
+
+local delta = target - estimate
+
+-- shift moves a TAT-like state (limiter.shiftTAT).
+local function shift(stored, mark, interval)
+  if stored < now then stored = now end
+  if delta < 0 then
+    local from = mark + interval * delta
+    if from < now then from = now end
+    local freed = mark - from
+    if freed < 0 then freed = 0 end
+    stored = stored - freed
+    if stored < now then stored = now end
+    return stored
+  end
+  local debt = interval * delta
+  if debt > maxDebt then debt = maxDebt end
+  local from = mark
+  if from < now then from = now end
+  local taken = mark + debt - from
+  if taken < 0 then taken = 0 end
+  return stored + taken
+end
+
+-- put stores a TAT-like number that expires at tat, or deletes the key
+-- when tat has passed.
+local function put(key, number, tat)
+  if tat <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%d', number), 'PX', -idiv(now - tat, 1000) + extra)
+  end
+end
+
+for r = 1, tonumber(rec.n) do
+  local key, def = rec['k' .. r], rec['p' .. r]
+  if key then
+    local a, _, x, y, z, mark, finish = string.match(def, '(%d+) (%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
+    a, x, y, z, mark, finish = tonumber(a), tonumber(x), tonumber(y), tonumber(z), tonumber(mark), tonumber(finish)
+    if a == algGCRA or a == algLeakyBucket then
+      local v = redis.call('GET', key)
+      local stored = now
+      if v then stored = tonumber(v) end
+      local tat = shift(stored, mark, x)
+      put(key, tat, tat)
+    elseif a == algTokenBucket then
+      local capacity = x * y
+      local v = redis.call('GET', key)
+      if z == 1 then
+        -- The stored number is when the bucket was empty: the TAT it
+        -- stands for is that plus the capacity.
+        local stored = now
+        if v then stored = tonumber(v) + capacity end
+        local tat = shift(stored, mark, x)
+        put(key, tat - capacity, tat)
+      else
+        local tokens = capacity
+        if v then tokens = tonumber(v) end
+        tokens = tokens - delta
+        if tokens > capacity then tokens = capacity end
+        redis.call('SET', key, string.format('%d', tokens))
+      end
+    elseif a == algFixedWindow then
+      local st = redis.call('HMGET', key, 'window', 'count')
+      if st[1] and tonumber(st[1]) == mark then
+        local count = tonumber(st[2]) + delta
+        if count < 0 then count = 0 end
+        redis.call('HSET', key, 'count', count)
+      elseif (not st[1] or tonumber(st[1]) < mark) and delta > 0 and finish > now then
+        -- A hold of 0 wrote nothing: its window starts now.
+        redis.call('HSET', key, 'window', mark, 'count', delta)
+        redis.call('PEXPIRE', key, -idiv(now - finish, 1000) + extra)
+      end
+    elseif a == algSlidingWindowCounter then
+      local period = y
+      local st = redis.call('HMGET', key, 'window', 'count', 'prev')
+      local w = -1
+      if st[1] then w = tonumber(st[1]) end
+      local field, n
+      if st[1] and w == mark then field, n = 'count', tonumber(st[2]) + delta
+      elseif st[1] and w == mark + 1 then field, n = 'prev', tonumber(st[3]) + delta end
+      if field then
+        if n < 0 then n = 0 end
+        redis.call('HSET', key, field, n)
+      elseif (not st[1] or w < mark) and delta > 0 and (mark + 2) * period > now then
+        -- A hold of 0 wrote nothing: its window starts now.
+        local prev = 0
+        if st[1] and w == mark - 1 then prev = tonumber(st[2]) end
+        redis.call('HSET', key, 'window', mark, 'count', delta, 'prev', prev)
+        redis.call('PEXPIRE', key, -idiv(now - (mark + 2) * period, 1000) + extra)
+      end
+    elseif a == algSlidingWindowLog then
+      local limit, period = x, y
+      local exists = redis.call('EXISTS', key) == 1
+      if mark > now - period and (exists or delta > 0) then
+        local at = string.format('%d', mark)
+        local n = redis.call('ZCOUNT', key, at, at)
+        local keepn
+        if delta < 0 then
+          keepn = n + delta
+          if keepn < 0 then keepn = 0 end
+        else
+          local add = delta
+          if add > limit then add = limit end
+          keepn = n + add
+        end
+        if keepn ~= n then
+          -- The members scored mark are mark:1 .. mark:n (check.lua).
+          redis.call('ZREMRANGEBYSCORE', key, at, at)
+          local args = {}
+          for u = 1, keepn do
+            args[#args + 1] = at
+            args[#args + 1] = string.format('%d:%d', mark, u)
+            if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
+          end
+          if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+        end
+        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        if newest[2] then
+          redis.call('PEXPIRE', key, -idiv(now - tonumber(newest[2]) - period, 1000) + extra)
+        end
+      end
+    end
+  end
+end
+
+redis.call('HSET', hkey, 's', to, 'v', target)
+return {0, now, estimate, target, to, 0, rec.i}

@@ -16,7 +16,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -165,6 +167,8 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 		{route: "POST /api/v1/months/{month}/close", as: op, path: fixed(api + "/months/2020-01/close"),
 			status: 200, action: "month.close", target: id("2020-01")},
 	}
+	cases = append(cases, webhookCases(t, srv, api, op, "", acme)...)
+	cases = append(cases, webhookCases(t, srv, tenantPath, admin, "/tenants/{tenantID}", acme)...)
 
 	wantCases(t, mutatingRoutes(t, srv, false), cases)
 
@@ -493,3 +497,41 @@ func jsonField(t *testing.T, body []byte, path ...string) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// webhookCases are the API's webhook changes at base (the API's root or
+// a tenant's path), routed at prefix, made as token: on endpoints of
+// their own, owned by acme on a tenant's path.
+func webhookCases(t *testing.T, srv *adminServer, base, token, prefix string, acme tenants.Tenant) []routeCase {
+	t.Helper()
+	owner := ""
+	if prefix != "" {
+		owner = acme.ID
+	}
+	ops := events.NewOps(srv.DB, nil, events.Guard{AllowPrivate: true})
+	endpoint := func() string {
+		e, err := ops.CreateEndpoint(context.Background(), audit.CLI, owner, events.EndpointInput{URL: "http://127.0.0.1:9/hook"})
+		testenv.Must(t, err)
+		return e.Endpoint.ID
+	}
+	route := "/api/v1" + prefix + "/webhooks/endpoints"
+	one := func(verb, id string) routeCase {
+		return routeCase{route: "POST " + route + "/{endpointID}/" + verb, as: token,
+			path: func() string { return base + "/webhooks/endpoints/" + id + "/" + verb }, status: 200,
+			action: "webhook_endpoint." + verb, target: func(response) string { return id }}
+	}
+	rotate, disable, enable, test, replay := one("rotate", endpoint()), one("disable", endpoint()),
+		one("enable", endpoint()), one("test", endpoint()), one("replay", endpoint())
+	rotate.status, test.status, replay.status = 201, 202, 202
+	replay.body = map[string]any{"from": "2020-01-01T00:00:00Z", "to": "2030-01-01T00:00:00Z"}
+	replay.invalid = map[string]any{"from": "2030-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"}
+	doomed := endpoint()
+	return []routeCase{
+		{route: "POST " + route, as: token, path: func() string { return base + "/webhooks/endpoints" },
+			body: map[string]any{"url": "http://127.0.0.1:9/new", "event_types": []string{"key.revoked"}}, status: 201,
+			action: "webhook_endpoint.create", target: func(res response) string { return jsonField(t, res.Body, "endpoint", "id") },
+			invalid: map[string]any{"url": "ftp://example.com/"}},
+		{route: "DELETE " + route + "/{endpointID}", as: token, path: func() string { return base + "/webhooks/endpoints/" + doomed },
+			status: 204, action: "webhook_endpoint.delete", target: func(response) string { return doomed }},
+		rotate, disable, enable, test, replay,
+	}
+}

@@ -290,6 +290,11 @@ func (d *Deliverer) record(ctx context.Context, c claimed, res result) error {
 	now := d.cfg.Now()
 	outcome := "delivered"
 	return postgres.Tx(ctx, d.cfg.DB, func(tx pgx.Tx) error {
+		// The endpoint first, as deleting it does (then its deliveries):
+		// the other order would deadlock with a deletion.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, c.endpoint); err != nil {
+			return fmt.Errorf("events: record attempt: %w", err)
+		}
 		state, next := "delivered", now
 		if !res.ok() {
 			wait, again := retryAfter(n, d.cfg.Random())

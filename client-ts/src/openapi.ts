@@ -28,6 +28,12 @@ export interface components {
             ip?: string;
             /**
              * @description What is accessed, e.g. `GET /repos`; matched against rules' resource patterns.
+             *     A resource of the form `METHOD /path` is normalised as forward-auth names a
+             *     request, so that no spelling of a request escapes its rule: the method upper
+             *     case with `HEAD` counted as `GET`, the path percent-decoded and cleaned (`//`,
+             *     `/./`, `..` and a trailing slash resolved) and the query and fragment dropped:
+             *     `head /v1//%73earch/?x=1` is `GET /v1/search`. A bare `/path` is cleaned the
+             *     same way; any other resource (`*`, a name of your own) is matched as sent.
              * @default *
              */
             resource?: string;

@@ -69,14 +69,22 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.events, err)
 		return
 	}
+	// Every type has a series, 0 until its first event.
+	counts := map[string]int64{}
+	for _, typ := range Types {
+		counts[typ] = 0
+	}
 	for rows.Next() {
 		var typ string
 		var n int64
 		if rows.Scan(&typ, &n) == nil {
-			ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(n), typ)
+			counts[typ] = n
 		}
 	}
 	rows.Close()
+	for typ, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(n), typ)
+	}
 	var pending int64
 	var age float64
 	err = c.db.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8

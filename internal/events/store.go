@@ -235,3 +235,17 @@ func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr pag
 		return after
 	}), nil
 }
+
+// EnsureEndpoint makes an endpoint to url for owner ("" an operator's),
+// receiving every event, unless owner has one to url already: the demo
+// seed's, which is idempotent.
+func (s *Store) EnsureEndpoint(ctx context.Context, owner, url, description string, now time.Time) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (owner_tenant_id, url, description, secret, created_at)
+		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (
+			SELECT 1 FROM webhook_endpoints WHERE owner_tenant_id IS NOT DISTINCT FROM $1::uuid AND url = $2)`,
+		optional(owner), url, description, NewSecret(), now)
+	if err != nil {
+		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
+	}
+	return nil
+}

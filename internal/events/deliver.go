@@ -84,7 +84,7 @@ func NewDeliverer(cfg DelivererConfig) *Deliverer {
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
 	}
-	return &Deliverer{cfg: cfg, lease: 2*cfg.Timeout + 30*time.Second, client: &http.Client{
+	return &Deliverer{cfg: cfg, lease: 2*cfg.Timeout + 5*time.Second, client: &http.Client{
 		Transport: transport,
 		Timeout:   cfg.Timeout,
 		// A redirect is an answer, not a place to follow.

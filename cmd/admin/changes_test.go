@@ -349,6 +349,7 @@ var notChanges = map[string]string{
 	"tenants list":     "reads",
 	"plans list":       "reads",
 	"keys list":        "reads",
+	"webhooks list":    "reads",
 	"tokens list":      "reads",
 	"secrets generate": "prints a fresh key; touches no database",
 	"serve":            "serves the admin API and console, whose changes the api cases cover",
@@ -369,7 +370,8 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		return func(out string) string { return jsonField(t, []byte(out), path...) }
 	}
 	argv := func(args ...string) func() []string { return func() []string { return args } }
-	var tokenID string // issued by tokens issue, revoked by tokens revoke
+	var tokenID string    // issued by tokens issue, revoked by tokens revoke
+	var endpointID string // made by webhooks create, replayed by webhooks replay
 	cases := map[string]cliCase{
 		"seed demo":      {args: argv("--usage=false"), target: id("demo")},
 		"tenants create": {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
@@ -387,9 +389,17 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"users disable":         {args: argv("--email", leaver.Email), target: id(leaver.ID), refused: []string{"--email", "nobody@example.com"}},
 		"users sessions revoke": {args: argv("--email", roamer.Email), target: id(roamer.ID), refused: []string{"--email", "nobody@example.com"}},
 		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
+		"webhooks create": {args: argv("--url", "https://hooks.example.com/cli", "--tenant", "acme", "--json"),
+			target: func(out string) string {
+				endpointID = jsonField(t, []byte(out), "endpoint", "id")
+				return endpointID
+			}, refused: []string{"--url", "http://127.0.0.1:9/", "--events", "no.such.type"}},
+		"webhooks replay": {args: func() []string {
+			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
+		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
 	}
 	order := []string{"seed demo", "tenants create", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
-		"users create", "users disable", "users sessions revoke", "close"}
+		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]
 		_, exempt := notChanges[cmd.name]

@@ -41,7 +41,7 @@ func TestLayering(t *testing.T) {
 	}
 
 	servers := []string{"internal/checkapi", "internal/adminapi", "internal/ui"}
-	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit", "internal/demo"}
+	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit", "internal/demo", "internal/quota", "internal/events"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			own, ok := strings.CutPrefix(dep, module+"/")

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -45,6 +46,33 @@ func TestTypeScript(t *testing.T) {
 	}
 	out := run(t, cmd)
 	t.Logf("node --test:\n%s", summary(out))
+	verifyGoSignature(t, node)
+}
+
+// verifyGoSignature: verifyWebhook accepts what the admin server's
+// deliverer signs (events.Signature, with two secrets as during a
+// rotation), and refuses it once the body changes.
+func verifyGoSignature(t *testing.T, node string) {
+	t.Helper()
+	body := []byte(`{"id":"evt_0000000000000000000000000","type":"key.revoked","created_at":"2026-03-01T12:00:00Z","tenant_id":null,"data":{"key_id":"k","note":"é ✓"}}`)
+	at := time.Now()
+	oldSecret, secret := events.NewSecret(), events.NewSecret()
+	sig, err := events.Signature("evt_0000000000000000000000000", at, body, secret, oldSecret)
+	testenv.Must(t, err)
+	input, err := json.Marshal(map[string]any{"secret": secret, "old": oldSecret, "body": string(body), "headers": map[string]string{
+		"webhook-id": "evt_0000000000000000000000000", "webhook-timestamp": fmt.Sprint(at.Unix()), "webhook-signature": sig}})
+	testenv.Must(t, err)
+	script := `import { verifyWebhook } from "./dist/src/index.js";
+const input = JSON.parse(process.argv[1]);
+for (const s of [input.secret, input.old]) verifyWebhook(s, input.headers, Buffer.from(input.body, "utf8"));
+let refused = false;
+try { verifyWebhook(input.secret, input.headers, input.body + " "); } catch { refused = true; }
+if (!refused) throw new Error("a changed body verified");
+console.log("verified");`
+	out := run(t, exec.Command(node, "--input-type=module", "-e", script, string(input)))
+	if !strings.Contains(string(out), "verified") {
+		t.Errorf("verifyWebhook on the Go sender's signature: %s", out)
+	}
 }
 
 // lookTools returns the paths of node and npm.

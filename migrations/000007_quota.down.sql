@@ -1,4 +1,3 @@
-DROP TABLE quota_events_pending;
 DROP TABLE quota_crossings;
 DROP TABLE quota_tenant_settings;
 DROP TABLE quota_plan_settings;

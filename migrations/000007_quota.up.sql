@@ -41,13 +41,3 @@ CREATE TABLE quota_crossings (
     PRIMARY KEY (tenant_id, month, kind, units)
 );
 CREATE INDEX quota_crossings_unresolved ON quota_crossings (month) WHERE resolved_at IS NULL;
-
--- Events about quotas, in the order they happened, until they are handed
--- to the events outbox.
-CREATE TABLE quota_events_pending (
-    id          bigserial PRIMARY KEY,
-    type        text NOT NULL,
-    tenant_id   uuid NOT NULL,
-    data        jsonb NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now()
-);

@@ -16,7 +16,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -172,6 +174,8 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 		{route: "POST /api/v1/months/{month}/close", as: op, path: fixed(api + "/months/2020-01/close"),
 			status: 200, action: "month.close", target: id("2020-01")},
 	}
+	cases = append(cases, webhookCases(t, srv, api, op, "", acme)...)
+	cases = append(cases, webhookCases(t, srv, tenantPath, admin, "/tenants/{tenantID}", acme)...)
 
 	wantCases(t, mutatingRoutes(t, srv, false), cases)
 
@@ -352,6 +356,7 @@ var notChanges = map[string]string{
 	"tenants list":     "reads",
 	"plans list":       "reads",
 	"keys list":        "reads",
+	"webhooks list":    "reads",
 	"tokens list":      "reads",
 	"secrets generate": "prints a fresh key; touches no database",
 	"serve":            "serves the admin API and console, whose changes the api cases cover",
@@ -372,7 +377,8 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		return func(out string) string { return jsonField(t, []byte(out), path...) }
 	}
 	argv := func(args ...string) func() []string { return func() []string { return args } }
-	var tokenID string // issued by tokens issue, revoked by tokens revoke
+	var tokenID string    // issued by tokens issue, revoked by tokens revoke
+	var endpointID string // made by webhooks create, replayed by webhooks replay
 	cases := map[string]cliCase{
 		"seed demo":      {args: argv("--usage=false"), target: id("demo")},
 		"tenants create": {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
@@ -396,9 +402,17 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
 		"plans routes": {args: argv("--plan", "free", "GET /items/{id}", "* /static/*"), target: jsonID("id"),
 			refused: []string{"--plan", "free", "GET /items/", "get /x"}},
+		"webhooks create": {args: argv("--url", "https://hooks.example.com/cli", "--tenant", "acme", "--json"),
+			target: func(out string) string {
+				endpointID = jsonField(t, []byte(out), "endpoint", "id")
+				return endpointID
+			}, refused: []string{"--url", "http://127.0.0.1:9/", "--events", "no.such.type"}},
+		"webhooks replay": {args: func() []string {
+			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
+		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
 	}
 	order := []string{"seed demo", "plans routes", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
-		"users create", "users disable", "users sessions revoke", "close"}
+		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]
 		_, exempt := notChanges[cmd.name]
@@ -506,3 +520,41 @@ func jsonField(t *testing.T, body []byte, path ...string) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// webhookCases are the API's webhook changes at base (the API's root or
+// a tenant's path), routed at prefix, made as token: on endpoints of
+// their own, owned by acme on a tenant's path.
+func webhookCases(t *testing.T, srv *adminServer, base, token, prefix string, acme tenants.Tenant) []routeCase {
+	t.Helper()
+	owner := ""
+	if prefix != "" {
+		owner = acme.ID
+	}
+	ops := events.NewOps(srv.DB, nil, events.Guard{AllowPrivate: true})
+	endpoint := func() string {
+		e, err := ops.CreateEndpoint(context.Background(), audit.CLI, owner, events.EndpointInput{URL: "http://127.0.0.1:9/hook"})
+		testenv.Must(t, err)
+		return e.Endpoint.ID
+	}
+	route := "/api/v1" + prefix + "/webhooks/endpoints"
+	one := func(verb, id string) routeCase {
+		return routeCase{route: "POST " + route + "/{endpointID}/" + verb, as: token,
+			path: func() string { return base + "/webhooks/endpoints/" + id + "/" + verb }, status: 200,
+			action: "webhook_endpoint." + verb, target: func(response) string { return id }}
+	}
+	rotate, disable, enable, test, replay := one("rotate", endpoint()), one("disable", endpoint()),
+		one("enable", endpoint()), one("test", endpoint()), one("replay", endpoint())
+	rotate.status, test.status, replay.status = 201, 202, 202
+	replay.body = map[string]any{"from": "2020-01-01T00:00:00Z", "to": "2030-01-01T00:00:00Z"}
+	replay.invalid = map[string]any{"from": "2030-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"}
+	doomed := endpoint()
+	return []routeCase{
+		{route: "POST " + route, as: token, path: func() string { return base + "/webhooks/endpoints" },
+			body: map[string]any{"url": "http://127.0.0.1:9/new", "event_types": []string{"key.revoked"}}, status: 201,
+			action: "webhook_endpoint.create", target: func(res response) string { return jsonField(t, res.Body, "endpoint", "id") },
+			invalid: map[string]any{"url": "ftp://example.com/"}},
+		{route: "DELETE " + route + "/{endpointID}", as: token, path: func() string { return base + "/webhooks/endpoints/" + doomed },
+			status: 204, action: "webhook_endpoint.delete", target: func(response) string { return doomed }},
+		rotate, disable, enable, test, replay,
+	}
+}

@@ -13,7 +13,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -99,7 +101,8 @@ type endpoint struct {
 
 func (e endpoint) owners() []owner {
 	switch {
-	case strings.Contains(e.pattern, "{keyID}"):
+	case strings.Contains(e.pattern, "{keyID}"),
+		strings.Contains(e.pattern, "{tenantID}") && strings.Contains(e.pattern, "{endpointID}"):
 		return []owner{ownerOwn, ownerForeign, ownerForeignKey}
 	case strings.Contains(e.pattern, "{tenantID}"):
 		return []owner{ownerOwn, ownerForeign}
@@ -168,7 +171,7 @@ func keyParams(t *testing.T, fx *matrixFixture, tg target) map[string]string {
 }
 
 func endpoints() []endpoint {
-	return []endpoint{
+	list := []endpoint{
 		{"GET", "/healthz", accessPublic, 200, noParams},
 		{"GET", "/readyz", accessPublic, 200, noParams},
 		{"GET", "/metrics", accessPublic, 200, noParams},
@@ -285,6 +288,58 @@ func endpoints() []endpoint {
 		{"GET", "/api/v1/statements", accessOperator, 422, noParams},
 		{"GET", "/api/v1/statements/late", accessOperator, 422, noParams},
 	}
+	return append(list, webhookEndpoints()...)
+}
+
+// webhookEndpoints are the webhook routes: the operators', then each
+// tenant's, whose {endpointID} is an endpoint of the target's key tenant
+// (another tenant's for own-tenant/foreign-key).
+func webhookEndpoints() []endpoint {
+	var list []endpoint
+	for _, scope := range []struct {
+		prefix       string
+		read, change accessClass
+	}{{"", accessOperator, accessOperator}, {"/tenants/{tenantID}", accessTenantRead, accessTenantKeys}} {
+		ep := "/api/v1" + scope.prefix + "/webhooks/endpoints"
+		params := func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return webhookParams(t, fx, tg, scope.prefix != ""), nil
+		}
+		list = append(list,
+			endpoint{"GET", "/api/v1" + scope.prefix + "/events", scope.read, 200, tenantParams},
+			endpoint{"GET", ep, scope.read, 200, tenantParams},
+			endpoint{"POST", ep, scope.change, 201, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+				return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"url": "http://127.0.0.1:9/hook"}
+			}},
+			endpoint{"GET", ep + "/{endpointID}", scope.read, 200, params},
+			endpoint{"DELETE", ep + "/{endpointID}", scope.change, 204, params},
+			endpoint{"POST", ep + "/{endpointID}/rotate", scope.change, 201, params},
+			endpoint{"POST", ep + "/{endpointID}/disable", scope.change, 200, params},
+			endpoint{"POST", ep + "/{endpointID}/enable", scope.change, 200, params},
+			endpoint{"POST", ep + "/{endpointID}/test", scope.change, 202, params},
+			endpoint{"POST", ep + "/{endpointID}/replay", scope.change, 202, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+				return webhookParams(t, fx, tg, scope.prefix != ""), map[string]any{"from": "2020-01-01T00:00:00Z", "to": "2030-01-01T00:00:00Z"}
+			}},
+			endpoint{"GET", ep + "/{endpointID}/deliveries", scope.read, 200, params},
+		)
+	}
+	return list
+}
+
+// webhookParams makes a fresh endpoint: the target's key tenant's on a
+// tenant's path (owned), an operator's otherwise.
+func webhookParams(t *testing.T, fx *matrixFixture, tg target, owned bool) map[string]string {
+	t.Helper()
+	owner := ""
+	if owned {
+		owner = tg.keyTenant.ID
+	}
+	e, err := events.NewOps(fx.srv.DB, nil, events.Guard{AllowPrivate: true}).CreateEndpoint(context.Background(), audit.CLI, owner,
+		events.EndpointInput{URL: "http://127.0.0.1:9/" + fx.unique("hook")})
+	testenv.Must(t, err)
+	if owner == fx.foreign.ID {
+		fx.foreignIDs = append(fx.foreignIDs, e.Endpoint.ID)
+	}
+	return map[string]string{"tenantID": tg.tenant.ID, "endpointID": e.Endpoint.ID}
 }
 
 func newMatrixFixture(t *testing.T) *matrixFixture {

@@ -467,6 +467,8 @@ func scenario(t *testing.T, client *http.Client) {
 
 	do("GET", "/api/v1/audit?limit=5&action=key.*&from=2020-01-01T00:00:00Z", op, nil, 200)
 	do("GET", "/api/v1/audit?from=soon", op, nil, 422)
+	webhookScenario(t, do, op, tenant, "/api/v1")
+	webhookScenario(t, do, op, tenant, tenant)
 	do("POST", "/api/v1/logout", op, nil, 204)
 	// The third and fourth attempts from this address: limited.
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong again"}, 401)
@@ -575,6 +577,45 @@ func scenario(t *testing.T, client *http.Client) {
 		me(fresh, 200)
 	}
 	me(fresh, 429)
+}
+
+// webhookScenario calls every webhook route at base (the operators' or a
+// tenant's) once or more.
+func webhookScenario(t *testing.T, do func(method, path, token string, body any, status int) response, op, tenant, base string) {
+	t.Helper()
+	// The key revoked above left an event: replay it.
+	var evs struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+	}
+	do("GET", base+"/events?type=key.revoked", op, nil, 200).Decode(t, &evs)
+	do("GET", base+"/events?type=nonsense", op, nil, 422)
+	do("GET", tenant+"/events", op, nil, 200)
+	ep := base + "/webhooks/endpoints"
+	do("POST", ep, op, map[string]any{"url": "ftp://example.com/"}, 422)
+	var issued struct {
+		Endpoint struct {
+			ID string `json:"id"`
+		} `json:"endpoint"`
+	}
+	do("POST", ep, op, map[string]any{"url": "http://127.0.0.1:9/hook", "description": "receiver-less"}, 201).Decode(t, &issued)
+	one := ep + "/" + issued.Endpoint.ID
+	do("GET", ep+"?limit=1", op, nil, 200)
+	do("GET", one, op, nil, 200)
+	do("GET", ep+"/00000000-0000-0000-0000-000000000000", op, nil, 404)
+	do("POST", one+"/rotate", op, nil, 201)
+	do("POST", one+"/test", op, nil, 202)
+	if len(evs.Items) > 0 {
+		do("POST", one+"/replay", op, map[string]any{"event_id": evs.Items[0].ID}, 202)
+	}
+	do("POST", one+"/replay", op, map[string]any{"from": "2020-01-01T00:00:00Z", "to": "2030-01-01T00:00:00Z"}, 202)
+	do("POST", one+"/replay", op, map[string]any{}, 422)
+	do("GET", one+"/deliveries", op, nil, 200)
+	do("POST", one+"/disable", op, nil, 200)
+	do("POST", one+"/test", op, nil, 409)
+	do("POST", one+"/enable", op, nil, 200)
+	do("DELETE", one, op, nil, 204)
 }
 
 // seedUsage gives tenantID (on a plan, with key keyID) real usage through

@@ -45,7 +45,9 @@ type serverConfig struct {
 	TrustedProxies httpx.TrustedProxies
 	// MetricsAddr, when set, serves Prometheus metrics (the usage worker's
 	// and the process's) at /metrics on its own listener.
-	MetricsAddr     string
+	MetricsAddr string
+	// Webhooks: the deliverers' settings (TOLLGATE_WEBHOOK_*).
+	Webhooks        webhookConfig
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
 }
@@ -61,6 +63,7 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 		KeyPrefix:       e.KeyPrefix(),
 		TrustedProxies:  e.TrustedProxies(),
 		MetricsAddr:     e.String("TOLLGATE_ADMIN_METRICS_ADDR", ""),
+		Webhooks:        loadWebhookConfig(e),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		Log:             e.Logger(stderr),
 	}
@@ -85,10 +88,11 @@ func serveCommand() command {
 		help: `
 Serves until SIGINT or SIGTERM: the web console at /, /api/v1 (the admin
 REST API), /healthz, /readyz and /metrics. Unless TOLLGATE_SERVE_WORKER=false it also runs a
-usage worker (see "admin worker --help"). Configuration is by environment
+usage worker (see "admin worker --help"), and unless TOLLGATE_WEBHOOK_DELIVER=false the
+webhook deliverers (any number of admin processes may run them at once). Configuration is by environment
 variables: TOLLGATE_ADMIN_ADDR, TOLLGATE_ADMIN_JWT_SECRET,
 TOLLGATE_ADMIN_SESSION_TTL, TOLLGATE_ADMIN_LOGIN_LIMIT, TOLLGATE_REDIS_*,
-TOLLGATE_USAGE_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
+TOLLGATE_USAGE_*, TOLLGATE_WEBHOOK_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
 lists them all.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
 			return func(ctx context.Context, e *invocation) error {
@@ -160,6 +164,8 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		return err
 	}
 	defer stopWorker()
+	stopDeliverers := startDeliverers(ctx, e, cfg.Webhooks, log, metrics)
+	defer stopDeliverers()
 	// The console's overview shows how far behind the usage worker is,
 	// when the server has a Redis to read the stream from.
 	var usageLag func(context.Context) (billing.Lag, error)
@@ -175,7 +181,7 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
-			Metrics: metrics, UsageLag: usageLag,
+			Metrics: metrics, UsageLag: usageLag, Webhooks: cfg.Webhooks.Guard,
 		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

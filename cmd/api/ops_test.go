@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -53,6 +54,8 @@ func exportedMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	w := &billing.Worker{Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{Stream: prefix + "usage"})}
 	reg := prometheus.NewRegistry()
 	w.Register(reg)
+	// The webhooks' metrics, as `admin serve` registers them.
+	reg.MustRegister(events.NewMetrics(f.db).Collectors()...)
 	gathered, err := reg.Gather()
 	testenv.Must(t, err)
 	for _, mf := range gathered {

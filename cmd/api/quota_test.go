@@ -116,7 +116,7 @@ func crossings(t *testing.T, r *rig, tenantID, kind, typ string) (map[int64]int,
 	}
 	rows.Close()
 	var events int
-	testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM quota_events_pending WHERE tenant_id = $1 AND type = $2`,
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND type = $2`,
 		tenantID, typ).Scan(&events))
 	return got, events
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -46,6 +47,9 @@ type Config struct {
 	// UsageLag reports how far behind the usage worker is, on the
 	// console's overview; nil when the server has no Redis.
 	UsageLag func(ctx context.Context) (billing.Lag, error)
+	// Webhooks checks webhook endpoints' URLs (private addresses refused
+	// unless it allows them).
+	Webhooks events.Guard
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Metrics is served at /metrics (an empty registry when nil).
@@ -73,6 +77,7 @@ func NewHandler(cfg Config) http.Handler {
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
+	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
@@ -152,6 +157,11 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, authOps))
 
 		operator.Method("GET", "/audit", handleAuditList(log, audits))
+
+		// Webhook endpoints and events: the operators' (everything), and
+		// each tenant's, whose admins manage its endpoints.
+		webhookRoutes(operator, operator, "", operatorScope, eventsOps, es, log)
+		webhookRoutes(tenantRead, tenantKeys, "/tenants/{tenantID}", tenantScope(ts), eventsOps, es, log)
 
 		// Usage and statements: each handler asks authorizeUsage, which
 		// lets tenant users read their own tenant's and operators

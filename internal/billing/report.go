@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -314,6 +315,10 @@ func (s *Store) CloseMonth(ctx context.Context, by audit.Actor, m Month, progres
 				VALUES ($1, $2, $3, $4, $5, $6)`, st.TenantID, m.Start(), st.Currency, st.TotalMinor, body, res.ClosedAt); err != nil {
 				return fmt.Errorf("usage: close: store statement of %s: %w", st.TenantName, err)
 			}
+			if _, err := events.Emit(ctx, tx, events.Event{Type: events.StatementClosed, TenantID: st.TenantID,
+				CreatedAt: res.ClosedAt, Data: closedData(st)}); err != nil {
+				return fmt.Errorf("usage: close: %w", err)
+			}
 			res.TotalMinor[st.Currency] += st.TotalMinor
 		}
 		res.Statements = len(sts)
@@ -381,4 +386,22 @@ func (s *Store) Late(ctx context.Context, m Month, tenantID string) ([]LateRow, 
 		}
 		return l, err
 	}, "usage: late usage")
+}
+
+// StatementClosedData is the payload of statement.closed: a tenant's
+// month, frozen, with its totals in minor units.
+type StatementClosedData struct {
+	TenantID     string          `json:"tenant_id"`
+	Month        string          `json:"month"`
+	Currency     string          `json:"currency"`
+	Usage        metering.Counts `json:"usage"`
+	BaseFeeMinor int64           `json:"base_fee_minor"`
+	OverageMinor int64           `json:"overage_minor"`
+	TotalMinor   int64           `json:"total_minor"`
+	ClosedAt     *time.Time      `json:"closed_at"`
+}
+
+func closedData(st Statement) StatementClosedData {
+	return StatementClosedData{TenantID: st.TenantID, Month: st.Month, Currency: st.Currency, Usage: st.Usage,
+		BaseFeeMinor: st.BaseFeeMinor, OverageMinor: st.OverageMinor, TotalMinor: st.TotalMinor, ClosedAt: st.ClosedAt}
 }

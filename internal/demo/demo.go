@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -79,6 +80,10 @@ func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.Secr
 	})
 	return res, err
 }
+
+// demoWebhookURL is where the demo's webhook endpoints point: a name
+// reserved for examples, which no receiver answers.
+const demoWebhookURL = "https://hooks.example.com/tollgate"
 
 // demoUsage is the made-up traffic of each demo tenant: hourly checks at
 // the daily peak, what it calls, and which of its plan's rules denies now
@@ -186,6 +191,12 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 		}
 		res.Keys[tier] = secret
 	}
+	// Endpoints without a receiver, so that the console's webhook pages
+	// have something to show: their deliveries fail and are retried.
+	es := events.NewStore(db)
+	if err := es.EnsureEndpoint(ctx, "", demoWebhookURL, "demo: every event (no receiver)", time.Now()); err != nil {
+		return res, err
+	}
 	token, _, err := as.IssueServiceToken(ctx, "demo-gateway", 0)
 	if err != nil {
 		return res, err
@@ -193,6 +204,9 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 	res.ServiceToken = token
 	demoPro, err := ts.GetByName(ctx, demoAdminTenant)
 	if err != nil {
+		return res, err
+	}
+	if err := es.EnsureEndpoint(ctx, demoPro.ID, demoWebhookURL+"/"+demoAdminTenant, "demo: the tenant's alerts (no receiver)", time.Now()); err != nil {
 		return res, err
 	}
 	for _, u := range []User{

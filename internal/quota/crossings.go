@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -44,17 +45,12 @@ type Crossing struct {
 	AtUS     int64
 }
 
-// emit writes one event in tx. It is the one place events of this package
-// leave it: events.Emit(ctx, tx, events.Event{Type: typ, TenantID:
-// tenantID, Data: data}) takes its place once the events outbox exists.
+// emit writes one event to the events outbox in tx (events.Emit), so it
+// commits with what it reports and is delivered after. It is the one place
+// events of this package leave it.
 func emit(ctx context.Context, tx pgx.Tx, typ, tenantID string, data any) error {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return fmt.Errorf("quota: event %s: %w", typ, err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO quota_events_pending (type, tenant_id, data) VALUES ($1, $2::uuid, $3)`,
-		typ, tenantID, raw); err != nil {
-		return fmt.Errorf("quota: event %s for tenant %s: %w", typ, tenantID, err)
+	if _, err := events.Emit(ctx, tx, events.Event{Type: typ, TenantID: tenantID, Data: data}); err != nil {
+		return fmt.Errorf("quota: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
 )
 
 // The key changes of Ops. Every key is reached through its tenant: a key
@@ -81,7 +82,14 @@ func (o *Ops) UpdateKey(ctx context.Context, by audit.Actor, tenantID, keyID str
 // (key_revoked) within a second. Revoking twice keeps the first time.
 func (o *Ops) RevokeKey(ctx context.Context, by audit.Actor, tenantID, keyID string) (Key, error) {
 	return audit.Update(ctx, o.db, by, "key.revoke", KeyAudit, o.key(ctx, tenantID, keyID),
-		func(tx pgx.Tx, _ Key) (Key, error) { return NewStore(tx).RevokeTenantKey(ctx, tenantID, keyID) })
+		func(tx pgx.Tx, before Key) (Key, error) {
+			k, err := NewStore(tx).RevokeTenantKey(ctx, tenantID, keyID)
+			if err != nil || before.RevokedAt != nil || k.RevokedAt == nil {
+				return k, err
+			}
+			return k, emit(ctx, tx, o.now(), events.KeyRevoked, tenantID,
+				KeyRevokedData{KeyID: k.ID, Name: k.Name, Prefix: k.Prefix, RevokedAt: *k.RevokedAt})
+		})
 }
 
 // DefaultRotationGrace is how long a rotated key keeps working when the
@@ -150,6 +158,10 @@ func (o *Ops) RotateKey(ctx context.Context, by audit.Actor, tenantID, keyID str
 			return audit.Change{}, err
 		}
 		res = IssuedKey{Key: fresh, Secret: secret, Previous: &old}
+		if err := emit(ctx, tx, o.now(), events.KeyRotated, tenantID, KeyRotatedData{KeyID: old.ID, NewKeyID: fresh.ID,
+			Name: old.Name, Prefix: old.Prefix, NewPrefix: fresh.Prefix, ExpiresAt: old.ExpiresAt}); err != nil {
+			return audit.Change{}, err
+		}
 		c := KeyAudit("key.rotate", &before, &old)
 		c.Before = rotatedKey{Key: before, RotatedAt: before.RotatedAt, ReplacedBy: before.ReplacedBy}
 		c.After = rotatedKey{Key: old, RotatedAt: old.RotatedAt, ReplacedBy: old.ReplacedBy, NewKey: &fresh}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -122,17 +123,24 @@ func (o *Ops) SetPlan(ctx context.Context, by audit.Actor, id string, in SetPlan
 // Suspend suspends tenant id (tenant.suspend): its checks are denied
 // (tenant_suspended) within a second.
 func (o *Ops) Suspend(ctx context.Context, by audit.Actor, id string) (Tenant, error) {
-	return o.setStatus(ctx, by, id, "tenant.suspend", StatusSuspended)
+	return o.setStatus(ctx, by, id, "tenant.suspend", StatusSuspended, events.TenantSuspended)
 }
 
 // Resume makes suspended tenant id active again (tenant.resume).
 func (o *Ops) Resume(ctx context.Context, by audit.Actor, id string) (Tenant, error) {
-	return o.setStatus(ctx, by, id, "tenant.resume", StatusActive)
+	return o.setStatus(ctx, by, id, "tenant.resume", StatusActive, events.TenantResumed)
 }
 
-func (o *Ops) setStatus(ctx context.Context, by audit.Actor, id, action, status string) (Tenant, error) {
+// setStatus sets tenant id's status, emitting event when it changes.
+func (o *Ops) setStatus(ctx context.Context, by audit.Actor, id, action, status, event string) (Tenant, error) {
 	return audit.Update(ctx, o.db, by, action, TenantAudit, o.tenant(ctx, id),
-		func(tx pgx.Tx, _ Tenant) (Tenant, error) { return NewStore(tx).SetStatus(ctx, id, status) })
+		func(tx pgx.Tx, before Tenant) (Tenant, error) {
+			t, err := NewStore(tx).SetStatus(ctx, id, status)
+			if err != nil || before.Status == t.Status {
+				return t, err
+			}
+			return t, emit(ctx, tx, o.now(), event, id, TenantStatusData{TenantID: id, Name: t.Name, Status: t.Status})
+		})
 }
 
 // Overrides is a tenant's override rules: the body of GET and PUT

@@ -1,0 +1,364 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// DelivererConfig configures a Deliverer; zero fields take the defaults.
+type DelivererConfig struct {
+	DB  *pgxpool.Pool
+	Log *slog.Logger
+	// Now is the clock of due times, leases and signatures (time.Now).
+	Now func() time.Time
+	// Guard refuses private addresses at connect time.
+	Guard Guard
+	// Timeout bounds one attempt, from dial to the response's first KiB
+	// (10s).
+	Timeout time.Duration
+	// Poll is how often due deliveries are looked for without a
+	// notification: retries come due this way (250ms).
+	Poll time.Duration
+	// Concurrency is how many attempts one deliverer makes at once (8).
+	Concurrency int
+	// Metrics, when set, counts attempts' outcomes.
+	Metrics *Metrics
+	// Random returns numbers in [0, 1) for the retries' jitter.
+	Random func() float64
+}
+
+// Deliverer sends due deliveries. Any number of deliverers, in any
+// number of processes, may run on one database: each leases the
+// deliveries it sends (FOR UPDATE SKIP LOCKED, then a lease longer than
+// an attempt), so that no two send the same attempt, and a crashed one's
+// deliveries are taken by another when the lease ends.
+type Deliverer struct {
+	cfg    DelivererConfig
+	client *http.Client
+	lease  time.Duration
+}
+
+// bodyKept is how much of a response's body an attempt keeps.
+const bodyKept = 1024
+
+// NewDeliverer returns a deliverer on cfg.
+func NewDeliverer(cfg DelivererConfig) *Deliverer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 250 * time.Millisecond
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if cfg.Random == nil {
+		cfg.Random = uniform
+	}
+	transport := &http.Transport{
+		Proxy:                 nil, // a proxy would connect where the guard cannot see
+		DialContext:           cfg.Guard.Dialer(cfg.Timeout).DialContext,
+		TLSHandshakeTimeout:   cfg.Timeout,
+		ResponseHeaderTimeout: cfg.Timeout,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	return &Deliverer{cfg: cfg, lease: 2*cfg.Timeout + 5*time.Second, client: &http.Client{
+		Transport: transport,
+		Timeout:   cfg.Timeout,
+		// A redirect is an answer, not a place to follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Run sends deliveries until ctx ends: when new ones are committed
+// (LISTEN tollgate_webhooks) and every Poll. It returns nil when ctx
+// ends.
+func (d *Deliverer) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	go d.listen(ctx, wake)
+	tick := time.NewTicker(d.cfg.Poll)
+	defer tick.Stop()
+	for {
+		for {
+			n, err := d.DeliverDue(ctx)
+			if err != nil && ctx.Err() == nil {
+				d.cfg.Log.Warn("webhooks: deliver", "err", err)
+			}
+			if n < d.cfg.Concurrency*4 || err != nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// listen signals wake on every notification of new deliveries, holding
+// one connection; on an error it waits a poll and listens again.
+func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := d.cfg.DB.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN tollgate_webhooks"); err != nil {
+				return err
+			}
+			defer conn.Conn().Close(context.Background()) //nolint:errcheck // a listening connection is not reused
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					return err
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		if ctx.Err() == nil {
+			d.cfg.Log.Warn("webhooks: listen", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(d.cfg.Poll):
+			}
+		}
+	}
+}
+
+// claimed is a delivery a deliverer holds the lease of, with what it
+// needs to send it.
+type claimed struct {
+	id       int64
+	token    string
+	attempts int
+	event    Event
+	endpoint string
+	url      string
+	secrets  []string
+}
+
+// DeliverDue makes one attempt at each due delivery it can lease, up to
+// 4×Concurrency, Concurrency at a time, and returns how many it made.
+func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
+	batch, err := d.claim(ctx, d.cfg.Concurrency*4)
+	if err != nil || len(batch) == 0 {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	errs := make([]error, len(batch))
+	for i, c := range batch {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = d.attempt(ctx, c)
+		}()
+	}
+	wg.Wait()
+	return len(batch), errors.Join(errs...)
+}
+
+// claim leases up to n due deliveries of enabled endpoints.
+func (d *Deliverer) claim(ctx context.Context, n int) ([]claimed, error) {
+	now := d.cfg.Now()
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	rows, err := d.cfg.DB.Query(ctx, `WITH due AS (
+			SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id
+			WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1)
+			AND w.disabled_at IS NULL
+			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE OF d SKIP LOCKED),
+		leased AS (
+			UPDATE webhook_deliveries d SET lease_until = $2, lease_token = $3::uuid FROM due WHERE d.id = due.id
+			RETURNING d.id, d.attempts, d.event_id, d.endpoint_id)
+		SELECT l.id, l.attempts, ev.id, ev.type, coalesce(ev.tenant_id::text, ''), ev.created_at, ev.data,
+			w.id::text, w.url, w.secret, CASE WHEN w.previous_secret_until > $1 THEN w.previous_secret ELSE '' END
+		FROM leased l JOIN events ev ON ev.id = l.event_id JOIN webhook_endpoints w ON w.id = l.endpoint_id`,
+		now, now.Add(d.lease), token, n)
+	if err != nil {
+		return nil, fmt.Errorf("events: claim deliveries: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+		c := claimed{token: token}
+		var data []byte
+		var secret, previous string
+		err := r.Scan(&c.id, &c.attempts, &c.event.ID, &c.event.Type, &c.event.TenantID, &c.event.CreatedAt, &data,
+			&c.endpoint, &c.url, &secret, &previous)
+		c.event.Data = json.RawMessage(data)
+		c.secrets = []string{secret}
+		if previous != "" {
+			c.secrets = append(c.secrets, previous)
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("events: claim deliveries: %w", err)
+	}
+	return list, nil
+}
+
+// result is what one attempt found.
+type result struct {
+	at      time.Time
+	status  int // 0: no response
+	latency time.Duration
+	body    string
+	err     string
+}
+
+func (r result) ok() bool { return r.status >= 200 && r.status < 300 }
+
+// attempt sends c once and records the attempt.
+func (d *Deliverer) attempt(ctx context.Context, c claimed) error {
+	res := d.send(ctx, c)
+	return d.record(ctx, c, res)
+}
+
+// send posts c's event, signed, to its endpoint.
+func (d *Deliverer) send(ctx context.Context, c claimed) result {
+	res := result{at: d.cfg.Now()}
+	body, err := json.Marshal(c.event)
+	if err != nil {
+		res.err = "encode: " + err.Error()
+		return res
+	}
+	sig, err := Signature(c.event.ID, res.at, body, c.secrets...)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Tollgate-Webhooks/1")
+	req.Header.Set("webhook-id", c.event.ID)
+	req.Header.Set("webhook-timestamp", fmt.Sprint(res.at.Unix()))
+	req.Header.Set("webhook-signature", sig)
+	start := time.Now()
+	resp, err := d.client.Do(req)
+	if err != nil {
+		res.latency, res.err = time.Since(start), err.Error()
+		return res
+	}
+	defer resp.Body.Close()
+	kept, _ := io.ReadAll(io.LimitReader(resp.Body, bodyKept))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+	res.latency, res.status, res.body = time.Since(start), resp.StatusCode, string(bytes.ToValidUTF8(kept, nil))
+	return res
+}
+
+// record writes c's attempt and what follows from it: the delivery
+// delivered, retried later or failed; the endpoint's failing time, and
+// the endpoint disabled (with webhook_endpoint.disabled) once it has
+// failed for DisableAfter. A deliverer that lost its lease records
+// nothing.
+func (d *Deliverer) record(ctx context.Context, c claimed, res result) error {
+	n := c.attempts + 1
+	now := d.cfg.Now()
+	outcome := "delivered"
+	return postgres.Tx(ctx, d.cfg.DB, func(tx pgx.Tx) error {
+		// The endpoint first, as deleting it does (then its deliveries):
+		// the other order would deadlock with a deletion.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, c.endpoint); err != nil {
+			return fmt.Errorf("events: record attempt: %w", err)
+		}
+		state, next := "delivered", now
+		if !res.ok() {
+			wait, again := retryAfter(n, d.cfg.Random())
+			state, next, outcome = "pending", now.Add(wait), "retrying"
+			if !again {
+				state, outcome = "failed", "failed"
+			}
+		}
+		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET attempts = $3, state = $4, next_attempt_at = $5,
+			lease_until = NULL, lease_token = NULL, finished_at = CASE WHEN $4 = 'pending' THEN NULL ELSE $6::timestamptz END
+			WHERE id = $1 AND lease_token = $2::uuid`, c.id, c.token, n, state, next, now)
+		if err != nil {
+			return fmt.Errorf("events: record attempt: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			d.cfg.Log.Warn("webhooks: lease lost before the attempt was recorded", "delivery", c.id)
+			return nil
+		}
+		var status *int
+		if res.status != 0 {
+			status = &res.status
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_us, response_body, error)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, c.id, n, res.at, status, res.latency.Microseconds(), res.body, res.err); err != nil {
+			return fmt.Errorf("events: record attempt: %w", err)
+		}
+		if err := d.endpointHealth(ctx, tx, c.endpoint, res.ok(), now); err != nil {
+			return err
+		}
+		d.cfg.Metrics.delivered(outcome)
+		return nil
+	})
+}
+
+// DisabledData is the payload of webhook_endpoint.disabled.
+type DisabledData struct {
+	EndpointID   string    `json:"endpoint_id"`
+	URL          string    `json:"url"`
+	FailingSince time.Time `json:"failing_since"`
+	Reason       string    `json:"reason"`
+}
+
+// endpointHealth notes an attempt's outcome on its endpoint, and disables
+// one that has failed for DisableAfter.
+func (d *Deliverer) endpointHealth(ctx context.Context, tx pgx.Tx, endpointID string, ok bool, now time.Time) error {
+	if ok {
+		_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, endpointID)
+		return err
+	}
+	var owner, url string
+	var since time.Time
+	err := tx.QueryRow(ctx, `UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'failing'
+		WHERE id = $1 AND disabled_at IS NULL AND coalesce(failing_since, $2) <= $3
+		RETURNING coalesce(owner_tenant_id::text, ''), url, failing_since`,
+		endpointID, now, now.Add(-DisableAfter)).Scan(&owner, &url, &since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL`, endpointID, now)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("events: disable failing endpoint: %w", err)
+	}
+	d.cfg.Log.Warn("webhooks: endpoint disabled after failing", "endpoint", endpointID, "failing_since", since)
+	_, err = Emit(ctx, tx, Event{Type: WebhookEndpointDisabled, TenantID: owner, CreatedAt: now,
+		Data: DisabledData{EndpointID: endpointID, URL: url, FailingSince: since, Reason: "failing"}})
+	return err
+}

@@ -1,0 +1,274 @@
+package events_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestReceiverDownThreeDays: a receiver that fails every request for 3
+// days, then comes back, gets every event — none lost — with the same
+// webhook-id on each redelivery, and the endpoint is not disabled.
+func TestReceiverDownThreeDays(t *testing.T) {
+	db, acme, _ := setup(t)
+	clk := newClock()
+	start := clk.Now()
+	up := start.Add(72 * time.Hour)
+	rcv := newReceiver(t, func() int {
+		if clk.Now().Before(up) {
+			return 503
+		}
+		return 200
+	})
+	ops := events.NewOps(db, clk.Now, allowPrivate)
+	ep := endpoint(t, ops, "", rcv.URL, events.EndpointInput{})
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, Timeout: 5 * time.Second})
+
+	var ids []string
+	for i := range 20 {
+		// Events keep coming during the outage.
+		at := start.Add(time.Duration(i) * 3 * time.Hour)
+		if at.After(clk.Now()) {
+			drain(t, db, d, clk, at)
+			clk.Set(at)
+		}
+		ids = append(ids, emit(t, db, events.KeyRevoked, acme.ID, clk.Now()).ID)
+	}
+	drain(t, db, d, clk, start.Add(10*24*time.Hour))
+
+	byID := map[string][]received{}
+	for _, r := range rcv.requests() {
+		byID[r.ID] = append(byID[r.ID], r)
+		if got := eventOf(t, r.Body)["id"]; got != r.ID {
+			t.Errorf("webhook-id %s carries event %v", r.ID, got)
+		}
+	}
+	for _, id := range ids {
+		if len(byID[id]) < 2 {
+			t.Errorf("event %s was sent %d times, want retries", id, len(byID[id]))
+		}
+	}
+	var delivered, other int
+	testenv.Must(t, db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'delivered'),
+		count(*) FILTER (WHERE state <> 'delivered') FROM webhook_deliveries`).Scan(&delivered, &other))
+	if delivered != len(ids) || other != 0 {
+		t.Errorf("deliveries: %d delivered, %d not, want %d and 0 (none lost)", delivered, other, len(ids))
+	}
+	got, err := events.NewStore(db).Endpoint(context.Background(), "", ep.Endpoint.ID)
+	testenv.Must(t, err)
+	if got.DisabledAt != nil || got.FailingSince != nil {
+		t.Errorf("endpoint after recovery: disabled %v, failing since %v; want enabled and healthy", got.DisabledAt, got.FailingSince)
+	}
+	// The first event's attempts follow the schedule: the last failed one
+	// at least 3 days after the event.
+	first := byID[ids[0]]
+	last := first[len(first)-1]
+	ts, _ := strconv.ParseInt(last.Timestamp, 10, 64)
+	if time.Unix(ts, 0).Before(up) {
+		t.Errorf("first event's last attempt at %v, before the receiver came back at %v", time.Unix(ts, 0).UTC(), up)
+	}
+	t.Logf("first event: %d attempts over %v", len(first), time.Unix(ts, 0).Sub(start))
+}
+
+// TestScheduleLastsThreeDays: even with the shortest jitter, the retries
+// span at least 3 days.
+func TestScheduleLastsThreeDays(t *testing.T) {
+	var total time.Duration
+	for _, s := range events.Schedule {
+		total += s - time.Duration(events.Jitter*float64(s))
+	}
+	if total < 72*time.Hour {
+		t.Errorf("retries span %v at the least, want at least 72h", total)
+	}
+}
+
+// TestEndpointDisabledAfterFiveDays: an endpoint that fails every attempt
+// for 5 days is disabled, and webhook_endpoint.disabled reaches the
+// operators' other endpoints.
+func TestEndpointDisabledAfterFiveDays(t *testing.T) {
+	db, acme, _ := setup(t)
+	clk := newClock()
+	down := newReceiver(t, func() int { return 500 })
+	watcher := newReceiver(t, nil)
+	ops := events.NewOps(db, clk.Now, allowPrivate)
+	ep := endpoint(t, ops, acme.ID, down.URL, events.EndpointInput{})
+	endpoint(t, ops, "", watcher.URL, events.EndpointInput{EventTypes: []string{events.WebhookEndpointDisabled}})
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate})
+	start := clk.Now()
+	for day := range 7 {
+		at := start.Add(time.Duration(day) * 24 * time.Hour)
+		drain(t, db, d, clk, at)
+		clk.Set(at)
+		emit(t, db, events.KeyRevoked, acme.ID, at)
+	}
+	drain(t, db, d, clk, start.Add(12*24*time.Hour))
+	got, err := events.NewStore(db).Endpoint(context.Background(), "", ep.Endpoint.ID)
+	testenv.Must(t, err)
+	if got.DisabledAt == nil || got.DisabledReason != "failing" {
+		t.Fatalf("endpoint failing for days: disabled_at %v reason %q, want disabled for failing", got.DisabledAt, got.DisabledReason)
+	}
+	if d := got.DisabledAt.Sub(*got.FailingSince); d < events.DisableAfter || d > events.DisableAfter+13*time.Hour {
+		t.Errorf("disabled %v after it began failing, want about %v", d, events.DisableAfter)
+	}
+	reqs := watcher.requests()
+	if len(reqs) != 1 || eventOf(t, reqs[0].Body)["type"] != events.WebhookEndpointDisabled {
+		t.Fatalf("the operators' endpoint got %d requests, want one webhook_endpoint.disabled", len(reqs))
+	}
+	if data := eventOf(t, reqs[0].Body)["data"].(map[string]any); data["endpoint_id"] != ep.Endpoint.ID {
+		t.Errorf("webhook_endpoint.disabled names %v, want %s", data["endpoint_id"], ep.Endpoint.ID)
+	}
+}
+
+// TestTwoDeliverersNeverSendTwice: deliverers sharing one database never
+// send one attempt twice, whether at the same time or one after the other.
+func TestTwoDeliverersNeverSendTwice(t *testing.T) {
+	db, acme, _ := setup(t)
+	var inFlight sync.Map
+	var overlaps atomic.Int64
+	rcv := newReceiver(t, nil)
+	slow := rcv.Config.Handler
+	rcv.Config.Handler = httpHandlerFunc(func(id string, serve func()) {
+		if _, busy := inFlight.LoadOrStore(id, true); busy {
+			overlaps.Add(1)
+		}
+		time.Sleep(5 * time.Millisecond) // hold the attempt open while the other deliverer looks
+		serve()
+		inFlight.Delete(id)
+	}, slow)
+	ops := events.NewOps(db, nil, allowPrivate)
+	endpoint(t, ops, "", rcv.URL, events.EndpointInput{})
+	const n = 300
+	for range n {
+		emit(t, db, events.TenantSuspended, acme.ID, time.Time{})
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 3 {
+		d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Concurrency: 4})
+		wg.Go(func() {
+			for {
+				k, err := d.DeliverDue(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if k == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	reqs := rcv.requests()
+	seen := map[string]int{}
+	for _, r := range reqs {
+		seen[r.ID]++
+	}
+	if len(reqs) != n || len(seen) != n {
+		t.Errorf("%d requests for %d events (%d distinct), want each sent once", len(reqs), n, len(seen))
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d attempts sent while the same one was in flight", overlaps.Load())
+	}
+}
+
+// TestSignatureVerifiedIndependently: what the deliverer signs verifies
+// with a from-scratch Standard Webhooks verifier and with openssl, with
+// both secrets during a rotation's overlap and the new one alone after.
+func TestSignatureVerifiedIndependently(t *testing.T) {
+	db, acme, _ := setup(t)
+	clk := newClock()
+	rcv := newReceiver(t, nil)
+	ops := events.NewOps(db, clk.Now, allowPrivate)
+	ep := endpoint(t, ops, acme.ID, rcv.URL, events.EndpointInput{})
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate})
+	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
+	drain(t, db, d, clk, clk.Now().Add(time.Hour))
+	rotated, err := ops.RotateSecret(context.Background(), audit.CLI, acme.ID, ep.Endpoint.ID)
+	testenv.Must(t, err)
+	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
+	drain(t, db, d, clk, clk.Now().Add(time.Hour))
+	clk.Set(clk.Now().Add(events.RotationOverlap + time.Minute))
+	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
+	drain(t, db, d, clk, clk.Now().Add(time.Hour))
+
+	reqs := rcv.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3", len(reqs))
+	}
+	want := []struct {
+		sigs    int
+		secrets []string
+	}{{1, []string{ep.Secret}}, {2, []string{ep.Secret, rotated.Secret}}, {1, []string{rotated.Secret}}}
+	for i, r := range reqs {
+		if got := len(strings.Fields(r.Signature)); got != want[i].sigs {
+			t.Errorf("request %d carries %d signatures, want %d", i, got, want[i].sigs)
+		}
+		for _, secret := range want[i].secrets {
+			if !verify(secret, r) {
+				t.Errorf("request %d does not verify with %.12s…", i, secret)
+			}
+			if !verifyOpenSSL(t, secret, r) {
+				t.Errorf("request %d does not verify with openssl and %.12s…", i, secret)
+			}
+		}
+	}
+	if verify(ep.Secret, reqs[2]) {
+		t.Error("the secret rotated out still verifies after the overlap")
+	}
+	tampered := reqs[0]
+	tampered.Body = append([]byte(nil), tampered.Body...)
+	tampered.Body[len(tampered.Body)-2] ^= 1
+	if verify(ep.Secret, tampered) {
+		t.Error("a changed body verifies")
+	}
+}
+
+// verify is a Standard Webhooks verifier written from the specification,
+// sharing no code with the sender.
+func verify(secret string, r received) bool {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%s.%s", r.ID, r.Timestamp, r.Body)
+	want := mac.Sum(nil)
+	for _, sig := range strings.Fields(r.Signature) {
+		v, b64, ok := strings.Cut(sig, ",")
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if ok && v == "v1" && err == nil && hmac.Equal(got, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// verifyOpenSSL computes the signature with the openssl command.
+func verifyOpenSSL(t *testing.T, secret string, r received) bool {
+	t.Helper()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl is not installed")
+	}
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	cmd := exec.Command(openssl, "dgst", "-sha256", "-mac", "HMAC", "-macopt", fmt.Sprintf("hexkey:%x", key), "-binary")
+	cmd.Stdin = strings.NewReader(r.ID + "." + r.Timestamp + "." + string(r.Body))
+	out, err := cmd.Output()
+	testenv.Must(t, err)
+	return slices.Contains(strings.Fields(r.Signature), "v1,"+base64.StdEncoding.EncodeToString(out))
+}

@@ -1,0 +1,170 @@
+package events_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestGuardRefusesPrivateURLs: URLs pointing to loopback, private or
+// link-local addresses are refused when an endpoint is made, unless the
+// guard allows them.
+func TestGuardRefusesPrivateURLs(t *testing.T) {
+	ctx := context.Background()
+	strict := events.Guard{}
+	for _, u := range []string{
+		"http://127.0.0.1/hook", "http://[::1]:8080/", "http://10.1.2.3/", "http://192.168.0.1/", "http://172.16.5.4/",
+		"http://169.254.169.254/latest/meta-data", "http://[fe80::1]/", "http://0.0.0.0/", "http://100.64.0.1/",
+		"http://[::ffff:127.0.0.1]/", "http://localhost:9000/", "http://api.localhost/",
+		"ftp://hooks.example.com/", "https://user:pw@hooks.example.com/", "not a url", "https:///path",
+	} {
+		if why := strict.CheckURL(ctx, u); why == "" {
+			t.Errorf("CheckURL(%q) accepted it", u)
+		}
+	}
+	for _, u := range []string{"https://hooks.example.com/tollgate", "https://8.8.8.8/hook"} {
+		if why := strict.CheckURL(ctx, u); why != "" {
+			t.Errorf("CheckURL(%q) = %q, want it accepted", u, why)
+		}
+	}
+	if why := (events.Guard{AllowPrivate: true}).CheckURL(ctx, "http://127.0.0.1:9/"); why != "" {
+		t.Errorf("AllowPrivate: CheckURL(loopback) = %q, want it accepted", why)
+	}
+
+	db, acme, _ := setup(t)
+	_, err := events.NewOps(db, nil, strict).CreateEndpoint(ctx, audit.CLI, acme.ID, events.EndpointInput{URL: "http://127.0.0.1:8080/"})
+	if testenv.Fields(err)["url"] == "" {
+		t.Errorf("CreateEndpoint(loopback) = %v, want the url field refused", err)
+	}
+}
+
+// TestGuardRefusesAtSendTime: an endpoint whose address turns private
+// after it was made (DNS rebinding) is refused when dialled; the attempt
+// records why and nothing reaches the receiver.
+func TestGuardRefusesAtSendTime(t *testing.T) {
+	db, acme, _ := setup(t)
+	rcv := newReceiver(t, nil)
+	// Made while private addresses were allowed, sent by a strict deliverer.
+	endpoint(t, events.NewOps(db, nil, allowPrivate), acme.ID, rcv.URL, events.EndpointInput{})
+	emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: events.Guard{}})
+	n, err := d.DeliverDue(context.Background())
+	testenv.Must(t, err)
+	if n != 1 || len(rcv.requests()) != 0 {
+		t.Fatalf("attempts %d, requests received %d; want 1 attempt refused before connecting", n, len(rcv.requests()))
+	}
+	var msg string
+	testenv.Must(t, db.QueryRow(context.Background(), `SELECT error FROM webhook_attempts`).Scan(&msg))
+	if !strings.Contains(msg, "refused to connect") {
+		t.Errorf("attempt error %q, want the refusal", msg)
+	}
+}
+
+// TestTenantEndpointsIsolated: a tenant's endpoint receives its own
+// tenant's events only; an operator's endpoint its chosen tenants'; a
+// tenant cannot replay another tenant's event, nor reach another's
+// endpoint.
+func TestTenantEndpointsIsolated(t *testing.T) {
+	db, acme, globex := setup(t)
+	ctx := context.Background()
+	clk := newClock()
+	acmeRcv, globexRcv, opRcv := newReceiver(t, nil), newReceiver(t, nil), newReceiver(t, nil)
+	ops := events.NewOps(db, clk.Now, allowPrivate)
+	acmeEP := endpoint(t, ops, acme.ID, acmeRcv.URL, events.EndpointInput{})
+	globexEP := endpoint(t, ops, globex.ID, globexRcv.URL, events.EndpointInput{})
+	endpoint(t, ops, "", opRcv.URL, events.EndpointInput{TenantIDs: []string{globex.ID}})
+	a := emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
+	g := emit(t, db, events.KeyRevoked, globex.ID, clk.Now())
+	emit(t, db, events.StatementClosed, "", clk.Now()) // global: to operators' all-tenant endpoints only
+	drain(t, db, events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate}), clk, clk.Now().Add(time.Hour))
+	ids := func(r *receiver) (out []string) {
+		for _, q := range r.requests() {
+			out = append(out, q.ID)
+		}
+		return out
+	}
+	if got := ids(acmeRcv); len(got) != 1 || got[0] != a.ID {
+		t.Errorf("acme's endpoint got %v, want [%s]", got, a.ID)
+	}
+	if got := ids(globexRcv); len(got) != 1 || got[0] != g.ID {
+		t.Errorf("globex's endpoint got %v, want [%s]", got, g.ID)
+	}
+	if got := ids(opRcv); len(got) != 1 || got[0] != g.ID {
+		t.Errorf("the operator's globex-only endpoint got %v, want [%s]", got, g.ID)
+	}
+	if _, err := ops.Replay(ctx, audit.CLI, acme.ID, acmeEP.Endpoint.ID, events.ReplayInput{EventID: g.ID}); err == nil {
+		t.Error("acme replayed globex's event to its endpoint")
+	}
+	if _, err := ops.Disable(ctx, audit.CLI, acme.ID, globexEP.Endpoint.ID); err == nil {
+		t.Error("acme's scope disabled globex's endpoint")
+	}
+	if _, err := events.NewStore(db).Deliveries(ctx, acme.ID, globexEP.Endpoint.ID, pageFirst()); err == nil {
+		t.Error("acme's scope read globex's deliveries")
+	}
+	page, err := events.NewStore(db).Events(ctx, acme.ID, "", pageFirst())
+	testenv.Must(t, err)
+	for _, e := range page.Items {
+		if e.TenantID != acme.ID {
+			t.Errorf("acme's events list holds %s of tenant %q", e.ID, e.TenantID)
+		}
+	}
+	res, err := ops.Replay(ctx, audit.CLI, acme.ID, acmeEP.Endpoint.ID,
+		events.ReplayInput{From: ptr(clk.Now().Add(-24 * time.Hour)), To: ptr(clk.Now().Add(24 * time.Hour))})
+	testenv.Must(t, err)
+	if res.Deliveries != 1 {
+		t.Errorf("replaying acme's day made %d deliveries, want 1", res.Deliveries)
+	}
+}
+
+// TestCommitToFirstAttempt measures, with a running deliverer woken by
+// notifications, the time from an event's commit to its first attempt
+// reaching the receiver, over many events; the 99th percentile must be
+// at most a second.
+func TestCommitToFirstAttempt(t *testing.T) {
+	db, acme, _ := setup(t)
+	rcv := newReceiver(t, nil)
+	endpoint(t, events.NewOps(db, nil, allowPrivate), acme.ID, rcv.URL, events.EndpointInput{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Poll: time.Second})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond) // let it LISTEN
+	const n = 400
+	committed := map[string]time.Time{}
+	for i := range n {
+		ev := emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
+		committed[ev.ID] = time.Now()
+		if i%20 == 0 {
+			time.Sleep(10 * time.Millisecond) // bursts, with pauses
+		}
+	}
+	testenv.Eventually(t, time.Now(), 30*time.Second, "every event delivered", func() (bool, string) {
+		got := len(rcv.requests())
+		return got >= n, strconv.Itoa(got)
+	})
+	cancel()
+	<-done
+	var lat []time.Duration
+	for _, r := range rcv.requests() {
+		lat = append(lat, r.At.Sub(committed[r.ID]))
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("commit to first attempt over %d events: p50 %v, p99 %v, max %v", len(lat), p50, p99, lat[len(lat)-1])
+	if p99 > time.Second {
+		t.Errorf("p99 from commit to first attempt %v, want ≤ 1s", p99)
+	}
+}
+
+func pageFirst() page.Request { return page.First(100) }
+
+func ptr[T any](v T) *T { return &v }

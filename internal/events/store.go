@@ -1,0 +1,251 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/postgres"
+)
+
+// Endpoint is a webhook endpoint as the API shows it; its secret is
+// shown once, when made or rotated (IssuedEndpoint), and never stored in
+// an audit entry.
+type Endpoint struct {
+	ID string `json:"id"`
+	// TenantID is the tenant whose admins made the endpoint: it receives
+	// that tenant's events only. "" (null) for an operator's endpoint.
+	TenantID    string `json:"tenant_id"`
+	URL         string `json:"url"`
+	Description string `json:"description"`
+	// EventTypes are the types it receives; empty: every type.
+	EventTypes []string `json:"event_types"`
+	// TenantIDs are the tenants whose events an operator's endpoint
+	// receives; empty: every tenant's, and global events.
+	TenantIDs []string `json:"tenant_ids"`
+	// DisabledAt is when it was disabled (null while enabled);
+	// DisabledReason is "manual" or "failing" (failed every attempt for
+	// DisableAfter).
+	DisabledAt     *time.Time `json:"disabled_at"`
+	DisabledReason string     `json:"disabled_reason,omitempty"`
+	// FailingSince is when its attempts began failing; null while the
+	// latest succeeded.
+	FailingSince *time.Time `json:"failing_since"`
+	// PreviousSecretUntil is when the secret before the latest rotation
+	// stops signing; null when there is none.
+	PreviousSecretUntil *time.Time `json:"previous_secret_until"`
+	CreatedAt           time.Time  `json:"created_at"`
+}
+
+// MarshalJSON writes tenant_id as null for an operator's endpoint.
+func (e Endpoint) MarshalJSON() ([]byte, error) {
+	type plain Endpoint
+	return json.Marshal(struct {
+		plain
+		TenantID *string `json:"tenant_id"`
+	}{plain(e), optional(e.TenantID)})
+}
+
+// EndpointAudit describes a change to an endpoint for the audit log.
+func EndpointAudit(action string, before, after *Endpoint) audit.Change {
+	e := audit.Subject(before, after)
+	c := audit.Change{Action: action, TargetType: "webhook_endpoint", TargetID: e.ID, TenantID: e.TenantID}
+	if before != nil {
+		c.Before = before
+	}
+	if after != nil {
+		c.After = after
+	}
+	return c
+}
+
+// Delivery is one event sent to one endpoint, with its attempts.
+type Delivery struct {
+	ID         int64  `json:"id"`
+	EventID    string `json:"event_id"`
+	EventType  string `json:"event_type"`
+	EndpointID string `json:"endpoint_id"`
+	// State is "pending" (attempts to come), "delivered" or "failed"
+	// (every attempt of the schedule failed).
+	State         string     `json:"state"`
+	Attempts      []Attempt  `json:"attempts"`
+	CreatedAt     time.Time  `json:"created_at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+}
+
+// Attempt is one try at a delivery.
+type Attempt struct {
+	N  int       `json:"attempt"`
+	At time.Time `json:"at"`
+	// Status is the response's HTTP status; null when none came (Error
+	// says why).
+	Status    *int  `json:"status"`
+	LatencyUS int64 `json:"latency_us"`
+	// ResponseBody is the first KiB of the response's body.
+	ResponseBody string `json:"response_body"`
+	Error        string `json:"error,omitempty"`
+}
+
+// Store reads events, endpoints and deliveries. Scope, in every method,
+// is "" for an operator (everything) or a tenant's ID: that tenant's
+// endpoints and events only — another tenant's are ENOTFOUND.
+type Store struct {
+	db postgres.Conn
+}
+
+// NewStore returns a Store on db.
+func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
+
+const endpointColumns = `id::text, coalesce(owner_tenant_id::text, ''), url, description, event_types,
+	tenant_ids::text[], disabled_at, disabled_reason, failing_since, previous_secret_until, created_at`
+
+func scanEndpoint(r pgx.Row) (Endpoint, error) {
+	var e Endpoint
+	err := r.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.TenantIDs, &e.DisabledAt,
+		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretUntil, &e.CreatedAt)
+	return e, err
+}
+
+// errEndpointNotFound answers an endpoint that does not exist, or is not
+// in the scope.
+func errEndpointNotFound(id string) error {
+	return tollgate.Errorf(tollgate.ENOTFOUND, "webhook endpoint %s not found", id)
+}
+
+// Endpoint returns endpoint id in scope; ENOTFOUND otherwise.
+func (s *Store) Endpoint(ctx context.Context, scope, id string) (Endpoint, error) {
+	if !tollgate.IsUUID(id) {
+		return Endpoint{}, errEndpointNotFound(id)
+	}
+	e, err := scanEndpoint(s.db.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE id = $1 AND ($2 = '' OR owner_tenant_id::text = $2)`, id, scope))
+	if err == pgx.ErrNoRows {
+		return Endpoint{}, errEndpointNotFound(id)
+	}
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("events: get endpoint: %w", err)
+	}
+	return e, nil
+}
+
+// Endpoints returns one page of the endpoints in scope, newest first. For
+// a tenant's scope that is the endpoints its admins made.
+func (s *Store) Endpoints(ctx context.Context, scope string, pr page.Request) (page.Page[Endpoint], error) {
+	var after struct {
+		At time.Time `json:"t"`
+		ID string    `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[Endpoint]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE ($1 = '' OR owner_tenant_id::text = $1) AND (NOT $2 OR (created_at, id::text) < ($3, $4))
+		ORDER BY created_at DESC, id::text DESC LIMIT $5`, scope, have, after.At, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[Endpoint]{}, fmt.Errorf("events: list endpoints: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
+	if err != nil {
+		return page.Page[Endpoint]{}, fmt.Errorf("events: list endpoints: %w", err)
+	}
+	return page.Make(pr, list, func(e Endpoint) any {
+		after.At, after.ID = e.CreatedAt, e.ID
+		return after
+	}), nil
+}
+
+// Events returns one page of the events in scope, newest first; typ, when
+// not "", keeps that type only.
+func (s *Store) Events(ctx context.Context, scope, typ string, pr page.Request) (page.Page[Event], error) {
+	var after struct {
+		ID string `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[Event]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, type, coalesce(tenant_id::text, ''), created_at, data FROM events
+		WHERE ($1 = '' OR tenant_id::text = $1) AND ($2 = '' OR type = $2) AND (NOT $3 OR id < $4)
+		ORDER BY id DESC LIMIT $5`, scope, typ, have, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[Event]{}, fmt.Errorf("events: list: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var data []byte
+		err := r.Scan(&e.ID, &e.Type, &e.TenantID, &e.CreatedAt, &data)
+		e.Data = json.RawMessage(data)
+		return e, err
+	})
+	if err != nil {
+		return page.Page[Event]{}, fmt.Errorf("events: list: %w", err)
+	}
+	return page.Make(pr, list, func(e Event) any {
+		after.ID = e.ID
+		return after
+	}), nil
+}
+
+// Deliveries returns one page of endpoint endpointID's deliveries (it
+// must be in scope), newest first, each with its attempts.
+func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr page.Request) (page.Page[Delivery], error) {
+	if _, err := s.Endpoint(ctx, scope, endpointID); err != nil {
+		return page.Page[Delivery]{}, err
+	}
+	var after struct {
+		ID int64 `json:"i"`
+	}
+	have, err := pr.After(&after)
+	if err != nil {
+		return page.Page[Delivery]{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT d.id, d.event_id, ev.type, d.endpoint_id::text, d.state, d.created_at,
+		CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.finished_at,
+		coalesce((SELECT json_agg(json_build_object('attempt', a.attempt, 'at', a.at, 'status', a.status,
+			'latency_us', a.latency_us, 'response_body', a.response_body, 'error', a.error) ORDER BY a.attempt)
+			FROM webhook_attempts a WHERE a.delivery_id = d.id), '[]')
+		FROM webhook_deliveries d JOIN events ev ON ev.id = d.event_id
+		WHERE d.endpoint_id = $1 AND (NOT $2 OR d.id < $3) ORDER BY d.id DESC LIMIT $4`,
+		endpointID, have, after.ID, pr.Fetch())
+	if err != nil {
+		return page.Page[Delivery]{}, fmt.Errorf("events: list deliveries: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		var attempts []byte
+		if err := r.Scan(&d.ID, &d.EventID, &d.EventType, &d.EndpointID, &d.State, &d.CreatedAt, &d.NextAttemptAt,
+			&d.FinishedAt, &attempts); err != nil {
+			return d, err
+		}
+		return d, json.Unmarshal(attempts, &d.Attempts)
+	})
+	if err != nil {
+		return page.Page[Delivery]{}, fmt.Errorf("events: list deliveries: %w", err)
+	}
+	return page.Make(pr, list, func(d Delivery) any {
+		after.ID = d.ID
+		return after
+	}), nil
+}
+
+// EnsureEndpoint makes an endpoint to url for owner ("" an operator's),
+// receiving every event, unless owner has one to url already: the demo
+// seed's, which is idempotent.
+func (s *Store) EnsureEndpoint(ctx context.Context, owner, url, description string, now time.Time) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (owner_tenant_id, url, description, secret, created_at)
+		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (
+			SELECT 1 FROM webhook_endpoints WHERE owner_tenant_id IS NOT DISTINCT FROM $1::uuid AND url = $2)`,
+		optional(owner), url, description, NewSecret(), now)
+	if err != nil {
+		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
+	}
+	return nil
+}

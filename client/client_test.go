@@ -312,6 +312,18 @@ func TestCheckEndsWithTheCallersContext(t *testing.T) {
 	}
 }
 
+// denierClient starts a denier of wait ms whose answers take latency on
+// a fresh clock, and returns it and a client of it with opts on that
+// clock. The server stops when the test ends.
+func denierClient(t *testing.T, wait int64, latency time.Duration, opts client.Options) (*denier, *client.Client) {
+	s := &denier{clk: newClock(), latency: latency}
+	s.wait.Store(wait)
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	opts.Now = s.clk.Now
+	return s, newClient(t, srv.URL, opts)
+}
+
 // denier answers every check with a denial of retry_after_ms *wait and
 // counts the checks; latency moves clk while the check is in flight.
 type denier struct {
@@ -342,12 +354,8 @@ func (s *denier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRememberedDenials(t *testing.T) {
-	clk := newClock()
-	s := &denier{clk: clk}
-	s.wait.Store(1500)
-	srv := httptest.NewServer(s)
-	defer srv.Close()
-	c := newClient(t, srv.URL, client.Options{Now: clk.Now})
+	s, c := denierClient(t, 1500, 0, client.Options{})
+	clk := s.clk
 	ctx := context.Background()
 	req := client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}
 
@@ -399,12 +407,8 @@ func TestRememberedDenials(t *testing.T) {
 func TestRememberedDenialNeverOutlastsTheWait(t *testing.T) {
 	// The answer arrives 300 ms after the request left: the wait counts
 	// from the sending, as the server's did (at the latest).
-	clk := newClock()
-	s := &denier{clk: clk, latency: 300 * time.Millisecond}
-	s.wait.Store(1000)
-	srv := httptest.NewServer(s)
-	defer srv.Close()
-	c := newClient(t, srv.URL, client.Options{Now: clk.Now})
+	s, c := denierClient(t, 1000, 300*time.Millisecond, client.Options{})
+	clk := s.clk
 	req := client.CheckRequest{IP: "203.0.113.7"}
 	ctx := context.Background()
 
@@ -434,14 +438,8 @@ func TestNotRemembered(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			clk := newClock()
-			s := &denier{clk: clk}
-			s.wait.Store(c.wait)
+			s, cl := denierClient(t, c.wait, 0, c.opts)
 			s.allow.Store(c.allow)
-			srv := httptest.NewServer(s)
-			defer srv.Close()
-			c.opts.Now = clk.Now
-			cl := newClient(t, srv.URL, c.opts)
 			for range 3 {
 				if d, err := cl.Check(context.Background(), client.CheckRequest{IP: "203.0.113.7"}); err != nil || d.Remembered {
 					t.Fatalf("Check = %+v, %v; want a fresh decision", d, err)
@@ -455,12 +453,7 @@ func TestNotRemembered(t *testing.T) {
 }
 
 func TestRememberedDenialsAreBounded(t *testing.T) {
-	clk := newClock()
-	s := &denier{clk: clk}
-	s.wait.Store(60_000)
-	srv := httptest.NewServer(s)
-	defer srv.Close()
-	c := newClient(t, srv.URL, client.Options{Now: clk.Now, MemorySize: 2})
+	_, c := denierClient(t, 60_000, 0, client.Options{MemorySize: 2})
 	ctx := context.Background()
 	check := func(ip string) bool {
 		t.Helper()

@@ -77,26 +77,14 @@ type DeniedKey struct {
 // TopDeniedKeys returns the keys with the most denied decisions in r, of
 // every tenant, at most limit.
 func (s *Store) TopDeniedKeys(ctx context.Context, r Range, limit int) ([]DeniedKey, error) {
-	out := []DeniedKey{}
-	g, r := r.coarsest()
-	if err := s.checkRange(g, r); err != nil {
-		return out, err
-	}
-	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, key_id::text, sum(denied), sum(allowed)
-		FROM `+granularityTable[g]+` WHERE bucket_start >= $1 AND bucket_start < $2 AND key_id <> $3
-		GROUP BY tenant_id, key_id HAVING sum(denied) > 0 ORDER BY 3 DESC, 2 LIMIT $4`, r.From, r.To, nilUUID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("usage: top denied keys: %w", err)
-	}
-	var k DeniedKey
-	_, err = pgx.ForEachRow(rows, []any{&k.TenantID, &k.KeyID, &k.Denied, &k.Allowed}, func() error {
-		out = append(out, k)
-		return nil
+	return topRows(ctx, s, r, "top denied keys", func(table string, r Range) (string, []any) {
+		return `SELECT tenant_id::text, key_id::text, sum(denied), sum(allowed)
+		FROM ` + table + ` WHERE bucket_start >= $1 AND bucket_start < $2 AND key_id <> $3
+		GROUP BY tenant_id, key_id HAVING sum(denied) > 0 ORDER BY 3 DESC, 2 LIMIT $4`, []any{r.From, r.To, nilUUID, limit}
+	}, func(row pgx.Row) (k DeniedKey, err error) {
+		err = row.Scan(&k.TenantID, &k.KeyID, &k.Denied, &k.Allowed)
+		return k, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("usage: top denied keys: %w", err)
-	}
-	return out, nil
 }
 
 // RuleDenials counts the denials of the rules named Rule (comma-separated
@@ -110,26 +98,29 @@ type RuleDenials struct {
 // TopDenyingRules returns the rules that denied most in r, of every plan,
 // at most limit.
 func (s *Store) TopDenyingRules(ctx context.Context, r Range, limit int) ([]RuleDenials, error) {
-	out := []RuleDenials{}
+	return topRows(ctx, s, r, "top denying rules", func(table string, r Range) (string, []any) {
+		return `SELECT denied_by, sum(denied) FROM ` + table + `
+		WHERE bucket_start >= $1 AND bucket_start < $2 AND denied > 0
+		GROUP BY denied_by ORDER BY 2 DESC, 1 LIMIT $3`, []any{r.From, r.To, limit}
+	}, func(row pgx.Row) (d RuleDenials, err error) {
+		err = row.Scan(&d.Rule, &d.Denied)
+		return d, err
+	})
+}
+
+// topRows runs the query that sql builds over the coarsest table that
+// covers r (with r widened to that table's buckets) and returns its rows,
+// each read by scan. A range the tables cannot answer is the empty list
+// and checkRange's error; what names the query in errors.
+func topRows[T any](ctx context.Context, s *Store, r Range, what string,
+	sql func(table string, r Range) (string, []any), scan func(pgx.Row) (T, error)) ([]T, error) {
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
-		return out, err
+		return []T{}, err
 	}
-	rows, err := s.db.Query(ctx, `SELECT denied_by, sum(denied) FROM `+granularityTable[g]+`
-		WHERE bucket_start >= $1 AND bucket_start < $2 AND denied > 0
-		GROUP BY denied_by ORDER BY 2 DESC, 1 LIMIT $3`, r.From, r.To, limit)
-	if err != nil {
-		return nil, fmt.Errorf("usage: top denying rules: %w", err)
-	}
-	var d RuleDenials
-	_, err = pgx.ForEachRow(rows, []any{&d.Rule, &d.Denied}, func() error {
-		out = append(out, d)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("usage: top denying rules: %w", err)
-	}
-	return out, nil
+	query, args := sql(granularityTable[g], r)
+	rows, err := s.db.Query(ctx, query, args...)
+	return postgres.Collect(rows, err, scan, "usage: "+what)
 }
 
 // LastApplied returns when the latest batch was applied; zero when none

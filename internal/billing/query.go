@@ -28,29 +28,25 @@ var granularityTable = map[Granularity]string{
 	GranularityDay: "usage_day", GranularityMonth: "usage_month",
 }
 
+// fixedSpans are the lengths of the buckets of fixed length; a month's
+// varies. The buckets are in UTC, where every day has 24 hours.
+var fixedSpans = map[Granularity]time.Duration{
+	GranularityMinute: time.Minute, GranularityHour: time.Hour, GranularityDay: 24 * time.Hour,
+}
+
 // floor returns the start of the bucket t falls in.
 func (g Granularity) floor(t time.Time) time.Time {
 	t = t.UTC()
-	switch g {
-	case GranularityMinute:
-		return t.Truncate(time.Minute)
-	case GranularityHour:
-		return t.Truncate(time.Hour)
-	case GranularityDay:
-		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	if span, ok := fixedSpans[g]; ok {
+		return t.Truncate(span) // the zero time is a UTC midnight
 	}
 	return monthOf(t)
 }
 
 // Next returns the start of the bucket after the one starting at t.
 func (g Granularity) Next(t time.Time) time.Time {
-	switch g {
-	case GranularityMinute:
-		return t.Add(time.Minute)
-	case GranularityHour:
-		return t.Add(time.Hour)
-	case GranularityDay:
-		return t.AddDate(0, 0, 1)
+	if span, ok := fixedSpans[g]; ok {
+		return t.Add(span)
 	}
 	return t.AddDate(0, 1, 0)
 }

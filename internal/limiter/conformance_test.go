@@ -64,22 +64,22 @@ func memoryStoreCase() storeCase {
 }
 
 func redisStoreCase() storeCase {
-	return storeCase{"redis", func(t testing.TB) openStore {
-		c, prefix := testenv.Redis(t)
-		s := redisstore.New(c)
-		s.ExtraTTL = time.Minute
-		s.HoldIndex = prefix + "holds"
-		return openStore{Store: s, ns: prefix + "{r}:", rdb: c}
-	}}
+	return redisServerCase("redis", "{r}:", func(t testing.TB) (redis.UniversalClient, string) { return testenv.Redis(t) })
 }
 
 func clusterStoreCase() storeCase {
-	return storeCase{"cluster", func(t testing.TB) openStore {
-		c, prefix := testenv.RedisCluster(t)
+	return redisServerCase("cluster", "{c}:", func(t testing.TB) (redis.UniversalClient, string) { return testenv.RedisCluster(t) })
+}
+
+// redisServerCase is the Redis store on the client that connect returns,
+// its keys under connect's test prefix and then tag.
+func redisServerCase(name, tag string, connect func(t testing.TB) (redis.UniversalClient, string)) storeCase {
+	return storeCase{name, func(t testing.TB) openStore {
+		c, prefix := connect(t)
 		s := redisstore.New(c)
 		s.ExtraTTL = time.Minute
 		s.HoldIndex = prefix + "holds"
-		return openStore{Store: s, ns: prefix + "{c}:", rdb: c}
+		return openStore{Store: s, ns: prefix + tag, rdb: c}
 	}}
 }
 

@@ -109,50 +109,41 @@ func newMigrate(pool *pgxpool.Pool) (*migrate.Migrate, func(), error) {
 
 // MigrateUp applies every pending migration.
 func MigrateUp(pool *pgxpool.Pool) error {
-	m, done, err := newMigrate(pool)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("postgres: migrate up: %w", err)
-	}
-	return nil
+	return withMigrate(pool, "up", func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // MigrateDown rolls back steps migrations (all of them when steps <= 0).
 func MigrateDown(pool *pgxpool.Pool, steps int) error {
-	m, done, err := newMigrate(pool)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if steps <= 0 {
-		err = m.Down()
-	} else {
-		err = m.Steps(-steps)
-	}
-	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("postgres: migrate down: %w", err)
-	}
-	return nil
+	return withMigrate(pool, "down", func(m *migrate.Migrate) error {
+		if steps <= 0 {
+			return m.Down()
+		}
+		return m.Steps(-steps)
+	})
 }
 
 // MigrateForce records version as the schema's version and clears the
 // dirty flag, running nothing: for after a failed migration was undone by
 // hand. Version 0 means "no migration applied".
 func MigrateForce(pool *pgxpool.Pool, version int) error {
+	v := version
+	if v == 0 {
+		v = -1 // golang-migrate's "no version"
+	}
+	return withMigrate(pool, fmt.Sprintf("force %d", version), func(m *migrate.Migrate) error { return m.Force(v) })
+}
+
+// withMigrate runs step on a migrator of pool's database and closes it.
+// Nothing to do (migrate.ErrNoChange) is no error; another error is
+// wrapped as "postgres: migrate <what>".
+func withMigrate(pool *pgxpool.Pool, what string, step func(*migrate.Migrate) error) error {
 	m, done, err := newMigrate(pool)
 	if err != nil {
 		return err
 	}
 	defer done()
-	v := version
-	if v == 0 {
-		v = -1 // golang-migrate's "no version"
-	}
-	if err := m.Force(v); err != nil {
-		return fmt.Errorf("postgres: migrate force %d: %w", version, err)
+	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("postgres: migrate %s: %w", what, err)
 	}
 	return nil
 }

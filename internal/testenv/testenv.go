@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -166,31 +167,35 @@ func RedisClusterAddrs(t testing.TB) []string {
 func Redis(t testing.TB) (*redis.Client, string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
-	prefix := "t" + RandomID(6) + ":"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	return c, cleanedPrefix(t, c, func(ctx context.Context, prefix string) {
 		deleteByPrefix(ctx, c, prefix)
-		c.Close()
 	})
-	return c, prefix
 }
 
 // RedisCluster returns a client of the test cluster and a unique prefix.
 func RedisCluster(t testing.TB) (*redis.ClusterClient, string) {
 	t.Helper()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(t)})
-	prefix := "t" + RandomID(6) + ":"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	return c, cleanedPrefix(t, c, func(ctx context.Context, prefix string) {
 		_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			deleteByPrefix(ctx, m, prefix)
 			return nil
 		})
+	})
+}
+
+// cleanedPrefix returns a key prefix unique to the test; when the test
+// ends, deleteAll removes the keys under it (within 5 seconds) and c is
+// closed.
+func cleanedPrefix(t testing.TB, c io.Closer, deleteAll func(ctx context.Context, prefix string)) string {
+	prefix := "t" + RandomID(6) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		deleteAll(ctx, prefix)
 		c.Close()
 	})
-	return c, prefix
+	return prefix
 }
 
 func deleteByPrefix(ctx context.Context, c *redis.Client, prefix string) {

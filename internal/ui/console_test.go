@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -601,6 +602,23 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 			b.screenshot(name)
 		}
 	}
+	// visitBothThemes visits pages in the light theme and then in the
+	// dark one (named name+"-dark"), shooting every light page and the
+	// dark ones named in darkShots; after runs after each theme's pages.
+	visitBothThemes := func(b *browser, pages []struct{ name, path string }, darkShots []string, after func()) {
+		t.Helper()
+		for _, dark := range []bool{false, true} {
+			b.darkMode(dark)
+			for _, p := range pages {
+				name := p.name
+				if dark {
+					name += "-dark"
+				}
+				visit(b, name, p.path, !dark || slices.Contains(darkShots, p.name))
+			}
+			after()
+		}
+	}
 
 	op := seeded.Users["operator"]
 	b := newBrowser(t, admin.URL)
@@ -621,31 +639,14 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 		{"users", "/users"},
 		{"audit", "/audit"},
 	}
-	for _, dark := range []bool{false, true} {
-		b.darkMode(dark)
-		for _, p := range operatorPages {
-			name := p.name
-			if dark {
-				name += "-dark"
-			}
-			visit(b, name, p.path, !dark || p.name == "overview" || p.name == "plan-demo")
-		}
+	visitBothThemes(b, operatorPages, []string{"overview", "plan-demo"}, func() {
 		for _, p := range tenantPages[1:] {
 			visit(b, p.name+"-operator", p.path, false)
 		}
-	}
+	})
 
 	ta := seeded.Users["tenant_admin"]
 	portal := newBrowser(t, admin.URL)
 	portal.signIn(ta.Email, ta.Password)
-	for _, dark := range []bool{false, true} {
-		portal.darkMode(dark)
-		for _, p := range tenantPages {
-			name := p.name
-			if dark {
-				name += "-dark"
-			}
-			visit(portal, name, p.path, !dark || p.name == "portal")
-		}
-	}
+	visitBothThemes(portal, tenantPages, []string{"portal"}, func() {})
 }

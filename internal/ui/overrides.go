@@ -21,12 +21,7 @@ type overridesPage struct {
 
 // OverridesEdit serves GET /tenants/{tenantID}/overrides.
 func (c *Console) OverridesEdit() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := c.overridesPage(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, c.overridesPage, func(w http.ResponseWriter, r *http.Request, p overridesPage) {
 		rules, err := c.tenants.Overrides(r.Context(), p.Tenant.ID)
 		if err != nil {
 			c.Error(w, r, err)
@@ -51,12 +46,7 @@ func (c *Console) overridesPage(r *http.Request) (overridesPage, error) {
 // for removal are left out). With action=add-rule the form comes back one
 // row longer, unsaved.
 func (c *Console) OverridesSave() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := c.overridesPage(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, c.overridesPage, func(w http.ResponseWriter, r *http.Request, p overridesPage) {
 		fe := formErrors{}
 		var rules []plans.Rule
 		p.Rules, rules = readRules(r.PostForm, fe)

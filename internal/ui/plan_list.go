@@ -83,12 +83,7 @@ func (c *Console) planOf(r *http.Request) (plans.Plan, error) {
 // PlanView serves GET /plans/{planID}: pricing, and each rule with a
 // preview of what it admits.
 func (c *Console) PlanView() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pl, err := c.planOf(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, c.planOf, func(w http.ResponseWriter, r *http.Request, pl plans.Plan) {
 		counts, err := c.tenants.CountByPlan(r.Context())
 		if err != nil {
 			c.Error(w, r, err)

@@ -55,13 +55,20 @@ func (c *Console) tenantOf(r *http.Request) (tenants.Tenant, error) {
 // tenantHandler serves a request about the tenant {tenantID}: the error
 // page when it cannot be read, else serve with it.
 func (c *Console) tenantHandler(serve func(w http.ResponseWriter, r *http.Request, t tenants.Tenant)) http.Handler {
+	return loadedHandler(c, c.tenantOf, serve)
+}
+
+// loadedHandler serves a request with what load reads for it (the
+// tenant, plan or page the request is about): the error page when load
+// fails, else serve with it.
+func loadedHandler[T any](c *Console, load func(r *http.Request) (T, error), serve func(w http.ResponseWriter, r *http.Request, v T)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := c.tenantOf(r)
+		v, err := load(r)
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		serve(w, r, t)
+		serve(w, r, v)
 	})
 }
 

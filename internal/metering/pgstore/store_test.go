@@ -224,16 +224,22 @@ func TestMigrationUpDownUp(t *testing.T) {
 // BenchmarkApply applies batches of 200 rows (a second of traffic from
 // 50 keys on 4 resources) — the worker's cost per batch.
 func BenchmarkApply(b *testing.B) {
-	db := testenv.DB(b)
-	s := NewStore(db, StoreConfig{})
-	minute := time.Now().Unix() / 60 * 60
+	s, minute := benchStore(b)
 	ctx := context.Background()
-	b.ResetTimer()
 	for i := range b.N {
 		if _, err := s.Apply(ctx, benchBatch(fmt.Sprintf("bench:%d", i), minute+int64(i%5)*60)); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchStore is a store on a fresh database and the current minute (Unix
+// seconds) for a benchmark's batches; the benchmark's timer starts after.
+func benchStore(b *testing.B) (*Store, int64) {
+	s := NewStore(testenv.DB(b), StoreConfig{})
+	minute := time.Now().Unix() / 60 * 60
+	b.ResetTimer()
+	return s, minute
 }
 
 // benchBatch is a batch of 200 rows of minute: a second of traffic from
@@ -252,11 +258,8 @@ func benchBatch(id string, minute int64) metering.Batch {
 // BenchmarkApplyAll applies 64 such batches per transaction, as a worker
 // catching up does: their rows merge before they are written.
 func BenchmarkApplyAll(b *testing.B) {
-	db := testenv.DB(b)
-	s := NewStore(db, StoreConfig{})
-	minute := time.Now().Unix() / 60 * 60
+	s, minute := benchStore(b)
 	ctx := context.Background()
-	b.ResetTimer()
 	for i := range b.N {
 		var batches []metering.Batch
 		for j := range 64 {

@@ -53,6 +53,17 @@ export const allowed: Partial<WireDecision> = {
   reset_after_ms: 720, retry_after_ms: 0, policy: "hourly", degraded: false, rules: [],
 };
 
+/** held is an allowed decision of the fake that opened the hold h1. */
+export const held: Partial<WireDecision> = { ...allowed, hold_id: "h1", hold_expires_at: "2026-11-25T15:00:00.000Z" };
+
+/** problem is an application/problem+json answer of the fake. */
+export function problem(status: number, code: string, detail: string, errors?: Record<string, string>): FakeAnswer {
+  return {
+    status, headers: { "Content-Type": "application/problem+json" },
+    body: JSON.stringify({ type: "about:blank", title: "", status, code, detail, errors }),
+  };
+}
+
 /** hourlyHeaders are the rate-limit headers of an allowed hourly decision. */
 export const hourlyHeaders = {
   "RateLimit-Policy": '"hourly";q=5000;w=3600',

@@ -37,8 +37,8 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
    * which. `cost` is then an estimate, and when the response has finished
    * (or closed) the middleware settles the hold at the cost the handler
    * reported with reportCost or in a Tollgate-Cost response header set
-   * before the headers are sent (removed from the response), else at the
-   * estimate. Default: no holds.
+   * with res.setHeader (removed from the response), else at the estimate.
+   * Default: no holds.
    */
   hold?: boolean | ((req: Req) => boolean | Promise<boolean>);
   /**

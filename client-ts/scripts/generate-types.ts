@@ -16,10 +16,11 @@ export const outputURL = new URL("../../src/openapi.ts", import.meta.url);
 
 /**
  * wireSchemas are the schemas the SDK sends and reads: the check API's
- * request and decision and the problem details of its errors. The admin
- * API's schemas are left out: this package does not call it.
+ * request and decision, the settlement of a hold, and the problem details
+ * of its errors. The admin API's schemas are left out: this package does
+ * not call it.
  */
-export const wireSchemas = ["CheckRequest", "Decision", "RuleResult", "Algorithm", "Problem"];
+export const wireSchemas = ["CheckRequest", "Decision", "RuleResult", "Algorithm", "SettleRequest", "Settlement", "Problem"];
 
 const preamble =
   "// The check API's schemas in openapi.yaml: " + wireSchemas.join(", ") + ".\n" +

@@ -1,4 +1,6 @@
-import { pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type WireDecision } from "./decision.js";
+import {
+  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type SettleRequest, type Settlement, type WireDecision,
+} from "./decision.js";
 import { Denials, denialKey } from "./memory.js";
 import { ProblemError, readProblem } from "./problem.js";
 
@@ -32,7 +34,7 @@ export interface ClientOptions {
   now?: () => number;
 }
 
-/** maxDecisionBody bounds the decision read, in characters; real ones are a few hundred per rule. */
+/** maxDecisionBody bounds the decision or settlement read, in characters; real decisions are a few hundred per rule. */
 const maxDecisionBody = 1 << 20;
 
 /**
@@ -42,6 +44,7 @@ const maxDecisionBody = 1 << 20;
  */
 export class TollgateClient {
   readonly #checkUrl: string;
+  readonly #settleUrl: string;
   readonly #token: string;
   readonly #timeoutMs: number;
   readonly #failMode: FailMode;
@@ -55,7 +58,9 @@ export class TollgateClient {
    * "closed".
    */
   constructor(opts: ClientOptions) {
-    this.#checkUrl = parseBaseUrl(opts.baseUrl) + "/v1/check";
+    const base = parseBaseUrl(opts.baseUrl);
+    this.#checkUrl = base + "/v1/check";
+    this.#settleUrl = base + "/v1/settle";
     if (!opts.serviceToken?.trim()) {
       throw new Error("tollgate: the service token is empty");
     }
@@ -83,6 +88,8 @@ export class TollgateClient {
    *
    * A request denied earlier with a positive retry_after_ms is denied
    * again without a round trip until that wait has passed (`remembered`).
+   * With `hold` it is the same request: a denial opens no hold, so the
+   * remembered one answers it too, as the Go SDK does.
    */
   async check(req: CheckRequest): Promise<Decision> {
     const key = this.#memory === undefined ? "" : denialKey(req);
@@ -107,29 +114,68 @@ export class TollgateClient {
     return d;
   }
 
+  /**
+   * settle sets the actual cost of the hold holdId that a check with
+   * `hold` opened: the difference to its estimate is given back (cost 0
+   * gives everything back) or taken, even past the limit. Settling again
+   * at the same cost answers the same settlement with `repeated` set.
+   *
+   * It rejects with a ProblemError when the server refused it — 404 for
+   * an unknown or long expired hold, 409 for another cost than an earlier
+   * settlement's, 422 for invalid values (`errors` names them), or any
+   * other error answer — and otherwise with the transport or decoding
+   * error, or signal's reason when it aborted. It is bounded by
+   * `timeoutMs`, like a check; there is no fail mode: an unsettled hold
+   * expires by its TTL.
+   */
+  async settle(holdId: string, cost: number, signal?: AbortSignal): Promise<Settlement> {
+    const body: SettleRequest = { hold_id: holdId, cost };
+    let text: string;
+    try {
+      ({ text } = await this.#send(this.#settleUrl, body, signal));
+    } catch (err) {
+      signal?.throwIfAborted();
+      if (err instanceof ProblemError) {
+        throw err;
+      }
+      throw new Error(`tollgate: settle: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    return parseSettlement(text);
+  }
+
   /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */
   async #post(req: CheckRequest): Promise<Decision> {
+    const { text, headers } = await this.#send(this.#checkUrl, toWire(req), req.signal);
+    return { ...parseDecision(text), headers: pickRateLimitHeaders(headers), remembered: false };
+  }
+
+  /**
+   * #send posts body to url with the service token, within timeoutMs, and
+   * returns the text and headers of a 200. It throws a ProblemError for
+   * any other status, else a transport error or one for an answer longer
+   * than maxDecisionBody.
+   */
+  async #send(url: string, body: object, signal: AbortSignal | undefined): Promise<{ text: string; headers: Headers }> {
     const timeout = AbortSignal.timeout(this.#timeoutMs);
-    const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
-    const resp = await this.#fetch(this.#checkUrl, {
+    const resp = await this.#fetch(url, {
       method: "POST",
       headers: {
         Authorization: `Bearer ${this.#token}`,
         "Content-Type": "application/json",
         Accept: "application/json",
       },
-      body: JSON.stringify(toWire(req)),
+      body: JSON.stringify(body),
       redirect: "manual",
-      signal,
+      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
     });
     if (resp.status !== 200) {
       throw await readProblem(resp);
     }
     const text = await resp.text();
     if (text.length > maxDecisionBody) {
-      throw new Error(`tollgate: check: the decision is longer than ${maxDecisionBody} characters`);
+      throw new Error(`tollgate: the answer is longer than ${maxDecisionBody} characters`);
     }
-    return { ...parseDecision(text), headers: pickRateLimitHeaders(resp.headers), remembered: false };
+    return { text, headers: resp.headers };
   }
 
   /** #fail returns the decision of the fail mode for a check that could not be asked because of err. */
@@ -179,4 +225,20 @@ function parseDecision(text: string): WireDecision {
     throw new Error("tollgate: check: the answer is not a decision (allowed, reason, retry_after_ms)");
   }
   return { ...d, degraded: d.degraded === true, rules: Array.isArray(d.rules) ? d.rules : [] } as WireDecision;
+}
+
+/** parseSettlement decodes a settlement, checking every field the check API always sends. */
+function parseSettlement(text: string): Settlement {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new Error("tollgate: settle: the answer is not JSON", { cause: err });
+  }
+  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Settlement>;
+  if (typeof s.hold_id !== "string" || typeof s.estimate !== "number" || typeof s.cost !== "number" ||
+    typeof s.status !== "string" || typeof s.repeated !== "boolean") {
+    throw new Error("tollgate: settle: the answer is not a settlement (hold_id, estimate, cost, status, repeated)");
+  }
+  return s as Settlement;
 }

@@ -6,6 +6,15 @@ export type WireDecision = components["schemas"]["Decision"];
 export type RuleResult = components["schemas"]["RuleResult"];
 /** WireCheckRequest is the body of POST /v1/check. */
 export type WireCheckRequest = components["schemas"]["CheckRequest"];
+/** SettleRequest is the body of POST /v1/settle. */
+export type SettleRequest = components["schemas"]["SettleRequest"];
+/**
+ * Settlement is the check API's answer to a settlement: `cost` is the
+ * units the hold counts (and bills); `status` is "settled", or
+ * "refunded" / "charged" for a hold that expired unsettled; `repeated`
+ * is true when it repeats an earlier settlement, which changed nothing.
+ */
+export type Settlement = components["schemas"]["Settlement"];
 
 /**
  * Reasons a decision gives. The check API may add reasons: treat an
@@ -50,6 +59,14 @@ export interface CheckRequest {
   peek?: boolean;
   /** Evaluate, consume nothing and record no usage. */
   dryRun?: boolean;
+  /**
+   * Take `cost` as an estimate: an admitted check opens a hold
+   * (`hold_id` of the decision) to settle at the actual cost with
+   * `TollgateClient.settle`. Not with `dryRun`.
+   */
+  hold?: boolean;
+  /** How long the hold stays open unsettled, in seconds (a fraction counts as a whole one); absent or 0 for the rules' default. */
+  holdTtlS?: number;
   /** Ends the check early; the check then rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -124,5 +141,7 @@ export function toWire(r: CheckRequest): WireCheckRequest {
   const resource = wireResource(r);
   if (resource !== "*") body.resource = resource;
   if (r.dryRun) body.dry_run = true;
+  if (r.hold) body.hold = true;
+  if (r.holdTtlS !== undefined && r.holdTtlS > 0) body.hold_ttl_s = Math.ceil(r.holdTtlS);
   return body;
 }

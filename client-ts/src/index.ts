@@ -5,12 +5,12 @@
 export { TollgateClient, defaultMemorySize, defaultTimeoutMs, type ClientOptions, type FailMode } from "./client.js";
 export {
   Reason, rateLimitHeaders,
-  type CheckRequest, type Decision, type RuleResult, type WireCheckRequest, type WireDecision,
+  type CheckRequest, type Decision, type RuleResult, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,
 } from "./decision.js";
 export { ProblemError, type Problem } from "./problem.js";
 export {
-  apiKey, decisionOf, middleware, remoteAddress, writeDenied,
-  type Middleware, type MiddlewareOptions, type Next,
+  apiKey, costHeader, decisionOf, middleware, remoteAddress, reportCost, writeDenied,
+  type Middleware, type MiddlewareOptions, type Next, type RefundOutcome,
 } from "./middleware.js";
 export { cleanPath, requestResource, type ExpressLike } from "./resource.js";
 export { verifyWebhook, WebhookVerificationError, type VerifiedWebhook, type WebhookHeaders, type WebhookOptions } from "./webhook.js";

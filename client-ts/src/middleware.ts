@@ -1,6 +1,6 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from "node:http";
 import type { TollgateClient } from "./client.js";
-import { Reason, type CheckRequest, type Decision } from "./decision.js";
+import { effectiveCost, Reason, type CheckRequest, type Decision } from "./decision.js";
 import { ceilDiv } from "./memory.js";
 import { requestResource, type ExpressLike } from "./resource.js";
 
@@ -29,8 +29,24 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   ip?: (req: Req) => string | undefined;
   /** Returns what is accessed, matched against the rules' resource patterns. Default: requestResource. */
   resource?: (req: Req) => string | Promise<string>;
-  /** Returns the units the request consumes (0 means 1). Default 1. */
+  /** Returns the units the request consumes (0 means 1). Default 1. With `hold`, the estimate. */
   cost?: (req: Req) => number | Promise<number>;
+  /**
+   * Checks requests with a hold (for rules priced in tokens, say, with
+   * the option hold): true for every request, or a function that says
+   * which. `cost` is then an estimate, and when the response has finished
+   * (or closed) the middleware settles the hold at the cost the handler
+   * reported with reportCost or in a Tollgate-Cost response header set
+   * with res.setHeader (removed from the response), else at the estimate.
+   * Default: no holds.
+   */
+  hold?: boolean | ((req: Req) => boolean | Promise<boolean>);
+  /**
+   * The outcomes of a held request settled at 0 whatever the handler
+   * reported: "5xx" (a response status of 500 or more) and "timeout" (the
+   * connection closed before the response finished). Default: none.
+   */
+  refundOn?: readonly RefundOutcome[];
   /** Returns true for requests that are not checked at all (e.g. health probes). */
   skip?: (req: Req) => boolean | Promise<boolean>;
   /**
@@ -52,7 +68,20 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   onError?: (req: Req, res: Res, err: unknown, next: Next) => void;
 }
 
+/** RefundOutcome is an outcome of a held request that refundOn may list. */
+export type RefundOutcome = "5xx" | "timeout";
+
+/**
+ * costHeader is the response header in which a handler behind the
+ * middleware may report a held request's actual cost (reportCost does the
+ * same from code); the middleware removes it before the headers are sent.
+ */
+export const costHeader = "Tollgate-Cost";
+
 const decisions = new WeakMap<object, Decision>();
+
+/** costReports holds the cost each held request's handler reported, undefined until it reports one. */
+const costReports = new WeakMap<object, { cost?: number }>();
 
 /** decisionOf returns the decision the middleware made for req, if it checked it. */
 export function decisionOf(req: object): Decision | undefined {
@@ -79,7 +108,8 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
       next();
       return;
     }
-    const d = await client.check(await checkRequest(req, opts));
+    const check = await checkRequest(req, opts);
+    const d = await client.check(check);
     for (const [name, value] of Object.entries(d.headers)) {
       res.setHeader(name, value);
     }
@@ -88,8 +118,11 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
       await onLimitReached(req, res, d);
       return;
     }
-    if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await hold(res, d.delay_ms))) {
+    if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await wait(res, d.delay_ms))) {
       return; // the caller went away while held
+    }
+    if (d.hold_id !== undefined && d.hold_id !== "") {
+      settleWhenDone(client, req, res, d.hold_id, effectiveCost(check), opts.refundOn ?? []);
     }
     next();
   };
@@ -107,11 +140,66 @@ async function checkRequest<Req extends IncomingMessage>(req: Req, opts: Middlew
   if (key) check.key = key;
   if (ip) check.ip = ip;
   if (opts.cost) check.cost = await opts.cost(req);
+  if (typeof opts.hold === "function" ? await opts.hold(req) : opts.hold === true) check.hold = true;
   return check;
 }
 
-/** hold waits ms milliseconds, or until the response closes (then it resolves false). */
-function hold(res: ServerResponse, ms: number): Promise<boolean> {
+/**
+ * reportCost sets the actual cost of the held request req; the middleware
+ * settles the hold at it when the response finishes. It returns false
+ * when req holds nothing (not held, skipped, or not checked).
+ */
+export function reportCost(req: object, cost: number): boolean {
+  const report = costReports.get(req);
+  if (report !== undefined) {
+    report.cost = cost;
+  }
+  return report !== undefined;
+}
+
+/**
+ * settleWhenDone settles the hold holdId of req once res has closed: at
+ * the reported cost, else the estimate; at 0 for the outcomes refundOn
+ * lists. A failed settlement is dropped: the hold then expires by its TTL.
+ */
+function settleWhenDone(client: TollgateClient, req: object, res: ServerResponse, holdId: string, estimate: number, refundOn: readonly RefundOutcome[]): void {
+  const report: { cost?: number } = {};
+  costReports.set(req, report);
+  takeCostHeader(res, report);
+  const settle = () => {
+    let cost = report.cost ?? estimate;
+    if ((res.statusCode >= 500 && refundOn.includes("5xx")) || (!res.writableFinished && refundOn.includes("timeout"))) {
+      cost = 0;
+    }
+    client.settle(holdId, cost).catch(() => undefined);
+  };
+  if (res.closed) {
+    settle(); // the caller went away during the check
+    return;
+  }
+  res.once("close", settle);
+}
+
+/**
+ * takeCostHeader makes res record a cost reported in costHeader into
+ * report and remove the header, just before its headers are sent.
+ */
+function takeCostHeader(res: ServerResponse, report: { cost?: number }): void {
+  const writeHead = res.writeHead;
+  res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
+    const v = res.getHeader(costHeader);
+    if (v !== undefined) {
+      if (/^[0-9]+$/.test(String(v)) && Number.isSafeInteger(Number(v))) {
+        report.cost = Number(v);
+      }
+      res.removeHeader(costHeader);
+    }
+    return writeHead.apply(this, args);
+  } as ServerResponse["writeHead"];
+}
+
+/** wait waits ms milliseconds, or until the response closes (then it resolves false). */
+function wait(res: ServerResponse, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
     const closed = () => {
       clearTimeout(timer);

@@ -3,7 +3,7 @@
  * Do not make direct changes to the file.
  */
 
-// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, Algorithm, Problem.
+// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, Algorithm, SettleRequest, Settlement, Problem.
 // Regenerate with `npm run generate` after changing openapi.yaml.
 
 export interface components {
@@ -60,6 +60,29 @@ export interface components {
              *     `hold_ttl_s` option of the matching rules, else 300.
              */
             hold_ttl_s?: number;
+        };
+        SettleRequest: {
+            /** @description The `hold_id` of the check. */
+            hold_id: string;
+            /**
+             * Format: int64
+             * @description The actual cost; 0 gives the whole estimate back.
+             */
+            cost: number;
+        };
+        Settlement: {
+            hold_id: string;
+            /** Format: int64 */
+            estimate: number;
+            /**
+             * Format: int64
+             * @description The units the hold counts (billed), as settled.
+             */
+            cost: number;
+            /** @enum {string} */
+            status: "settled" | "refunded" | "charged";
+            /** @description This settlement repeats an earlier one; nothing changed. */
+            repeated: boolean;
         };
         Decision: {
             allowed: boolean;

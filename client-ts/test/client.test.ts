@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { after, before, describe, test } from "node:test";
+import { after, before, beforeEach, describe, test } from "node:test";
 import { ProblemError, TollgateClient, type ClientOptions } from "../src/index.js";
-import { allowed, close, hourlyHeaders, listen, patientMs, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import { allowed, close, held, hourlyHeaders, listen, patientMs, problem, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 const token = "service-token";
 
@@ -157,6 +157,66 @@ describe("check", () => {
   test("an aborted signal rejects the check instead of deciding", async () => {
     fake.answer = () => ({ body: allowed });
     await assert.rejects(client().check({ ip: "203.0.113.7", signal: AbortSignal.abort() }), { name: "AbortError" });
+  });
+
+  describe("holds", () => {
+    beforeEach(() => {
+      fake.checks.length = 0;
+      fake.settles.length = 0;
+      fake.answer = () => ({ body: held });
+      fake.settleAnswer = (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } });
+    });
+
+    test("a check with hold sends hold and hold_ttl_s (whole seconds, rounded up) and reads the hold", async () => {
+      const d = await client().check({ key: "tg_x", cost: 10, hold: true, holdTtlS: 89.5 });
+      await client().check({ key: "tg_x", cost: 10, hold: true });
+      assert.deepEqual(fake.checks, [{ key: "tg_x", cost: 10, hold: true, hold_ttl_s: 90 }, { key: "tg_x", cost: 10, hold: true }]);
+      assert.equal(d.hold_id, "h1");
+      assert.equal(d.hold_expires_at, "2026-11-25T15:00:00.000Z");
+    });
+
+    test("settle posts the hold and the actual cost with the service token and returns the settlement", async () => {
+      const s = await client().settle("h1", 3);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 3 }]);
+      assert.equal(fake.authorizations.at(-1), "Bearer " + token);
+      assert.deepEqual(s, { hold_id: "h1", estimate: 100, cost: 3, status: "settled", repeated: false });
+    });
+
+    for (const [status, code, errors] of [
+      [404, "not_found", undefined],
+      [409, "conflict", undefined],
+      [422, "invalid", { cost: "must be at least 0" }],
+    ] as const) {
+      test(`a ${status} settlement is a ProblemError`, async () => {
+        fake.settleAnswer = () => problem(status, code, "refused", errors);
+        const err = await client().settle("h1", 3).catch((e: unknown) => e);
+        assert.ok(err instanceof ProblemError, String(err));
+        assert.equal(err.status, status);
+        assert.equal(err.code, code);
+        assert.deepEqual(err.errors, errors ?? {});
+      });
+    }
+
+    test("a settlement that is not one, or a check API that is down, rejects with an Error", async () => {
+      fake.settleAnswer = () => ({ body: "<html>proxy</html>" });
+      await assert.rejects(client().settle("h1", 3), /tollgate: settle: the answer is not JSON/);
+      fake.settleAnswer = () => ({ body: { ...allowed } as never });
+      await assert.rejects(client().settle("h1", 3), /not a settlement/);
+      const down = new TollgateClient({ baseUrl: "http://127.0.0.1:1", serviceToken: "t" });
+      await assert.rejects(down.settle("h1", 3), (err: unknown) => err instanceof Error && !(err instanceof ProblemError) && /^tollgate: settle:/.test(err.message));
+      await assert.rejects(client().settle("h1", 3, AbortSignal.abort()), { name: "AbortError" });
+    });
+
+    test("a remembered denial answers the same request with hold locally, as the Go SDK does", async () => {
+      fake.answer = () => ({ body: { ...allowed, allowed: false, reason: "rate_limited", remaining: 0, retry_after_ms: 60_000 } });
+      const c = client();
+      await c.check({ key: "tg_x", resource: "POST /v1/complete", cost: 100 });
+      const d = await c.check({ key: "tg_x", resource: "POST /v1/complete", cost: 100, hold: true });
+      assert.equal(fake.checks.length, 1);
+      assert.equal(d.remembered, true);
+      assert.equal(d.allowed, false);
+      assert.equal(d.hold_id, undefined);
+    });
   });
 
   test("options are checked", () => {

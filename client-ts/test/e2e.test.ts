@@ -112,6 +112,27 @@ describe("end to end", { skip }, () => {
     assert.equal(JSON.parse(revoked.body).code, "key_revoked");
   });
 
+  test("a hold round trip: check with hold, settle, repeat, conflict, unknown hold", async () => {
+    const d = await tollgate.check({ key: seed.keys.pro, method: "GET", resource: "/v1/holds", cost: 5, hold: true, holdTtlS: 60 });
+    assert.equal(d.allowed, true);
+    assert.ok(d.hold_id, "an admitted check with hold opens a hold");
+    const expires = Date.parse(d.hold_expires_at ?? "") - Date.now();
+    assert.ok(expires > 0 && expires <= 61_000, `the hold expires in ${expires} ms, want within 60 s`);
+
+    const settled = await tollgate.settle(d.hold_id, 2);
+    assert.deepEqual(settled, { hold_id: d.hold_id, estimate: 5, cost: 2, status: "settled", repeated: false });
+    assert.deepEqual(await tollgate.settle(d.hold_id, 2), { ...settled, repeated: true });
+
+    const conflict = await tollgate.settle(d.hold_id, 3).catch((e: unknown) => e);
+    assert.ok(conflict instanceof ProblemError && conflict.status === 409 && conflict.code === "conflict", String(conflict));
+    const ref = JSON.parse(Buffer.from(d.hold_id, "base64url").toString()) as Record<string, unknown>;
+    const unknownId = Buffer.from(JSON.stringify({ ...ref, n: "0".repeat(24) })).toString("base64url");
+    const unknown = await tollgate.settle(unknownId, 2).catch((e: unknown) => e);
+    assert.ok(unknown instanceof ProblemError && unknown.status === 404 && unknown.code === "not_found", String(unknown));
+    const invalid = await tollgate.settle(d.hold_id, -1).catch((e: unknown) => e);
+    assert.ok(invalid instanceof ProblemError && invalid.status === 422 && invalid.errors.cost, String(invalid));
+  });
+
   test("refusals of the check API are ProblemErrors naming the fields", async () => {
     const noCaller = await tollgate.check({ resource: "GET /" }).catch((e: unknown) => e);
     assert.ok(noCaller instanceof ProblemError && noCaller.status === 422 && noCaller.errors.ip, String(noCaller));

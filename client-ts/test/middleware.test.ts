@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
-import { decisionOf, middleware, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike } from "../src/index.js";
-import { allowed, close, hourlyHeaders, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import {
+  costHeader, decisionOf, middleware, reportCost, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike, type MiddlewareOptions,
+} from "../src/index.js";
+import { allowed, close, held, hourlyHeaders, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 /** limited is the check API's answer to a rate-limited request. */
 const limited = {
@@ -141,6 +143,104 @@ describe("middleware", () => {
     const handed = await through({ onError: (_req, _res, err, next) => { seen = err; next(err); } }, "GET", "/");
     assert.equal(handed.answer.status, 500);
     assert.match(String(seen), /401 unauthorized/);
+  });
+
+  describe("holds", () => {
+    beforeEach(() => {
+      fake.settles.length = 0;
+      fake.answer = (check) => ({ body: check.hold ? held : allowed });
+    });
+
+    /**
+     * settledAt serves one request through the middleware with opts and
+     * handler, and returns the answer and the cost the hold was settled at
+     * (undefined when nothing was settled within a second).
+     */
+    async function settledAt(opts: MiddlewareOptions, handler: (req: IncomingMessage, res: ServerResponse) => void, abort = false) {
+      const settled = new Promise<void>((resolve) => {
+        fake.onSettle = resolve;
+      });
+      const service = await serve(middleware(client, { cost: () => 100, ...opts }), handler);
+      try {
+        const answer = abort ? await sendAndHangUp(service.url) : await send(service.url, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+        const timer = new Promise<void>((resolve) => setTimeout(resolve, 1000));
+        await Promise.race([settled, timer]);
+        return { answer, cost: fake.settles.at(-1)?.cost };
+      } finally {
+        await close(service.server);
+      }
+    }
+
+    /** sendAndHangUp sends a request and closes the connection before the answer. */
+    async function sendAndHangUp(url: string) {
+      const ac = new AbortController();
+      const sent = fetch(url + "/v1/complete", { method: "POST", headers: { "X-API-Key": "tg_x" }, signal: ac.signal }).catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      ac.abort();
+      await sent;
+      return undefined;
+    }
+
+    test("a held request is checked with hold and the estimate and settled at the reported cost after a streamed body", async () => {
+      const { answer, cost } = await settledAt({ hold: true }, (req, res) => {
+        res.write("token ");
+        setTimeout(() => {
+          assert.equal(reportCost(req, 42), true);
+          res.end("done");
+        }, 20);
+      });
+      assert.equal(answer?.body, "token done");
+      assert.deepEqual(fake.checks[0], { key: "tg_x", ip: fake.checks[0]?.ip, resource: "POST /v1/complete", cost: 100, hold: true });
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 42 }]);
+      assert.equal(cost, 42);
+    });
+
+    test("a cost in the Tollgate-Cost header is taken and never reaches the caller", async () => {
+      const { answer, cost } = await settledAt({ hold: () => true }, (_req, res) => {
+        res.setHeader(costHeader, "17");
+        res.end("done");
+      });
+      assert.equal(cost, 17);
+      assert.equal(answer?.headers[costHeader.toLowerCase()], undefined);
+    });
+
+    test("unreported, the hold is settled at the estimate", async () => {
+      const { cost } = await settledAt({ hold: true }, (_req, res) => res.end("done"));
+      assert.equal(cost, 100);
+    });
+
+    test("refundOn 5xx settles a failed response at 0 whatever was reported; without it, at the report", async () => {
+      const failing = (req: IncomingMessage, res: ServerResponse) => {
+        reportCost(req, 42);
+        res.statusCode = 502;
+        res.end();
+      };
+      assert.equal((await settledAt({ hold: true, refundOn: ["5xx"] }, failing)).cost, 0);
+      assert.equal((await settledAt({ hold: true }, failing)).cost, 42);
+    });
+
+    test("refundOn timeout settles at 0 when the caller goes away before the response finishes", async () => {
+      const never = (req: IncomingMessage) => {
+        reportCost(req, 42);
+      };
+      assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, never, true)).cost, 0);
+      assert.equal((await settledAt({ hold: true }, never, true)).cost, 42);
+    });
+
+    test("a request not held, or a decision without a hold, settles nothing and reportCost says so", async () => {
+      let reported: boolean | undefined;
+      const report = (req: IncomingMessage, res: ServerResponse) => {
+        reported = reportCost(req, 5);
+        res.end("done");
+      };
+      await settledAt({ hold: (req) => req.url !== "/v1/complete" }, report);
+      assert.equal(fake.checks[0]?.hold, undefined);
+      assert.equal(reported, false);
+      fake.answer = () => ({ body: allowed }); // e.g. no rule matched
+      await settledAt({ hold: true }, report);
+      assert.equal(reported, false);
+      assert.deepEqual(fake.settles, []);
+    });
   });
 
   test("the path is cleaned before it is checked: spelling it differently does not dodge a rule", async () => {

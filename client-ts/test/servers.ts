@@ -2,7 +2,7 @@
 // service protected by the middleware.
 import { createServer, request, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { WireCheckRequest, WireDecision } from "../src/index.js";
+import type { SettleRequest, Settlement, WireCheckRequest, WireDecision } from "../src/index.js";
 
 /**
  * patientMs is the timeoutMs of the tests' clients that expect an answer:
@@ -27,16 +27,23 @@ export async function close(server: Server): Promise<void> {
 export interface FakeAnswer {
   status?: number;
   headers?: Record<string, string>;
-  /** A decision (sent as JSON) or a raw body. */
-  body: Partial<WireDecision> | string;
+  /** A decision or settlement (sent as JSON) or a raw body. */
+  body: Partial<WireDecision> | Settlement | string;
 }
 
-/** FakeCheckAPI records the checks it receives and answers each with answer(). */
+/**
+ * FakeCheckAPI records the checks and settlements it receives and answers
+ * each with answer() or settleAnswer().
+ */
 export interface FakeCheckAPI {
   url: string;
   checks: WireCheckRequest[];
+  settles: SettleRequest[];
   authorizations: string[];
   answer: (check: WireCheckRequest) => FakeAnswer;
+  settleAnswer: (settle: SettleRequest) => FakeAnswer;
+  /** Called after each settlement is answered. */
+  onSettle: () => void;
   close: () => Promise<void>;
 }
 
@@ -45,6 +52,17 @@ export const allowed: Partial<WireDecision> = {
   allowed: true, reason: "ok", tier: "authenticated", plan: "pro", limit: 5000, remaining: 4999,
   reset_after_ms: 720, retry_after_ms: 0, policy: "hourly", degraded: false, rules: [],
 };
+
+/** held is an allowed decision of the fake that opened the hold h1. */
+export const held: Partial<WireDecision> = { ...allowed, hold_id: "h1", hold_expires_at: "2026-11-25T15:00:00.000Z" };
+
+/** problem is an application/problem+json answer of the fake. */
+export function problem(status: number, code: string, detail: string, errors?: Record<string, string>): FakeAnswer {
+  return {
+    status, headers: { "Content-Type": "application/problem+json" },
+    body: JSON.stringify({ type: "about:blank", title: "", status, code, detail, errors }),
+  };
+}
 
 /** hourlyHeaders are the rate-limit headers of an allowed hourly decision. */
 export const hourlyHeaders = {
@@ -56,18 +74,31 @@ export const hourlyHeaders = {
   "X-RateLimit-Reset": "1764000000",
 };
 
-/** startFakeCheckAPI starts a fake check API that allows everything until a test sets answer. */
+/**
+ * startFakeCheckAPI starts a fake check API that allows everything and
+ * settles every hold at the cost asked until a test sets answer or
+ * settleAnswer.
+ */
 export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
   const fake: FakeCheckAPI = {
-    url: "", checks: [], authorizations: [],
+    url: "", checks: [], settles: [], authorizations: [],
     answer: () => ({ headers: hourlyHeaders, body: allowed }),
+    settleAnswer: (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } }),
+    onSettle: () => undefined,
     close: async () => close(server),
   };
   const server = createServer(async (req, res) => {
-    const check = JSON.parse(await readBody(req)) as WireCheckRequest;
-    fake.checks.push(check);
+    const body: unknown = JSON.parse(await readBody(req));
     fake.authorizations.push(req.headers.authorization ?? "");
-    const a = fake.answer(check);
+    let a: FakeAnswer;
+    if (req.url === "/v1/settle") {
+      fake.settles.push(body as SettleRequest);
+      a = fake.settleAnswer(body as SettleRequest);
+      res.once("finish", () => fake.onSettle());
+    } else {
+      fake.checks.push(body as WireCheckRequest);
+      a = fake.answer(body as WireCheckRequest);
+    }
     const json = typeof a.body !== "string";
     res.writeHead(a.status ?? 200, { "Content-Type": json ? "application/json" : "text/plain", ...a.headers });
     res.end(json ? JSON.stringify(a.body) : a.body);

@@ -320,12 +320,8 @@ func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (pag
 	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
 		WHERE NOT $1 OR (created_at, id) < ($2, $3::uuid)
 		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, afterID, pr.Fetch())
-	list, err := postgres.Collect(rows, err, scanServiceToken, "auth: list service tokens")
-	if err != nil {
-		return page.Page[ServiceToken]{}, err
-	}
-	return page.Make(pr, list, func(st ServiceToken) any {
+	return postgres.CollectPage(pr, rows, err, scanServiceToken, "auth: list service tokens", func(st ServiceToken) any {
 		after.CreatedAt, after.ID = st.CreatedAt, st.ID
 		return after
-	}), nil
+	})
 }

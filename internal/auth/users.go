@@ -281,7 +281,7 @@ func (s *Store) ListUsersPage(ctx context.Context, f UserFilter, pr page.Request
 	if f.TenantID != "" && !postgres.IsUUID(f.TenantID) {
 		return page.Make(pr, []User{}, func(User) any { return after }), nil
 	}
-	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(strings.ToLower(f.Query)) + "%"
+	like := "%" + postgres.LikeEscape(strings.ToLower(f.Query)) + "%"
 	var tenantID *string
 	if f.TenantID != "" {
 		tenantID = &f.TenantID
@@ -290,12 +290,8 @@ func (s *Store) ListUsersPage(ctx context.Context, f UserFilter, pr page.Request
 		WHERE email > $1 AND ($2 = '' OR email LIKE $3) AND ($4 = '' OR role = $4)
 		AND ($5::uuid IS NULL OR tenant_id = $5::uuid)
 		ORDER BY email LIMIT $6`, after.Email, f.Query, like, string(f.Role), tenantID, pr.Fetch())
-	list, err := postgres.Collect(rows, err, scanUser, "auth: list users")
-	if err != nil {
-		return page.Page[User]{}, err
-	}
-	return page.Make(pr, list, func(u User) any {
+	return postgres.CollectPage(pr, rows, err, scanUser, "auth: list users", func(u User) any {
 		after.Email = u.Email
 		return after
-	}), nil
+	})
 }

@@ -149,17 +149,10 @@ func (s *Store) Endpoints(ctx context.Context, scope string, pr page.Request) (p
 	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
 		WHERE ($1 = '' OR owner_tenant_id::text = $1) AND (NOT $2 OR (created_at, id::text) < ($3, $4))
 		ORDER BY created_at DESC, id::text DESC LIMIT $5`, scope, have, after.At, after.ID, pr.Fetch())
-	if err != nil {
-		return page.Page[Endpoint]{}, fmt.Errorf("events: list endpoints: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
-	if err != nil {
-		return page.Page[Endpoint]{}, fmt.Errorf("events: list endpoints: %w", err)
-	}
-	return page.Make(pr, list, func(e Endpoint) any {
+	return postgres.CollectPage(pr, rows, err, scanEndpoint, "events: list endpoints", func(e Endpoint) any {
 		after.At, after.ID = e.CreatedAt, e.ID
 		return after
-	}), nil
+	})
 }
 
 // Events returns one page of the events in scope, newest first; typ, when
@@ -175,23 +168,16 @@ func (s *Store) Events(ctx context.Context, scope, typ string, pr page.Request) 
 	rows, err := s.db.Query(ctx, `SELECT id, type, coalesce(tenant_id::text, ''), created_at, data FROM events
 		WHERE ($1 = '' OR tenant_id::text = $1) AND ($2 = '' OR type = $2) AND (NOT $3 OR id < $4)
 		ORDER BY id DESC LIMIT $5`, scope, typ, have, after.ID, pr.Fetch())
-	if err != nil {
-		return page.Page[Event]{}, fmt.Errorf("events: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+	return postgres.CollectPage(pr, rows, err, func(r pgx.Row) (Event, error) {
 		var e Event
 		var data []byte
 		err := r.Scan(&e.ID, &e.Type, &e.TenantID, &e.CreatedAt, &data)
 		e.Data = json.RawMessage(data)
 		return e, err
-	})
-	if err != nil {
-		return page.Page[Event]{}, fmt.Errorf("events: list: %w", err)
-	}
-	return page.Make(pr, list, func(e Event) any {
+	}, "events: list", func(e Event) any {
 		after.ID = e.ID
 		return after
-	}), nil
+	})
 }
 
 // Deliveries returns one page of endpoint endpointID's deliveries (it
@@ -215,10 +201,7 @@ func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr pag
 		FROM webhook_deliveries d JOIN events ev ON ev.id = d.event_id
 		WHERE d.endpoint_id = $1 AND (NOT $2 OR d.id < $3) ORDER BY d.id DESC LIMIT $4`,
 		endpointID, have, after.ID, pr.Fetch())
-	if err != nil {
-		return page.Page[Delivery]{}, fmt.Errorf("events: list deliveries: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+	return postgres.CollectPage(pr, rows, err, func(r pgx.Row) (Delivery, error) {
 		var d Delivery
 		var attempts []byte
 		if err := r.Scan(&d.ID, &d.EventID, &d.EventType, &d.EndpointID, &d.State, &d.CreatedAt, &d.NextAttemptAt,
@@ -226,14 +209,10 @@ func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr pag
 			return d, err
 		}
 		return d, json.Unmarshal(attempts, &d.Attempts)
-	})
-	if err != nil {
-		return page.Page[Delivery]{}, fmt.Errorf("events: list deliveries: %w", err)
-	}
-	return page.Make(pr, list, func(d Delivery) any {
+	}, "events: list deliveries", func(d Delivery) any {
 		after.ID = d.ID
 		return after
-	}), nil
+	})
 }
 
 // EnsureEndpoint makes an endpoint to url for owner ("" an operator's),

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/page"
 )
 
 // ReadTx runs fn in a read-only REPEATABLE READ transaction: every query
@@ -39,4 +41,16 @@ func Collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (T, error), op 
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return list, nil
+}
+
+// CollectPage returns the rows of a keyset page query, read as Collect
+// reads them, as pr's page; keyOf gives an item's cursor key. The query
+// must ask for pr.Fetch() rows, one more than the page holds, so that
+// the page knows whether another follows.
+func CollectPage[T any](pr page.Request, rows pgx.Rows, err error, scan func(pgx.Row) (T, error), op string, keyOf func(T) any) (page.Page[T], error) {
+	list, err := Collect(rows, err, scan, op)
+	if err != nil {
+		return page.Page[T]{}, err
+	}
+	return page.Make(pr, list, keyOf), nil
 }

@@ -18,12 +18,18 @@ func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange,
 	if tenantID != "" && !postgres.IsUUID(tenantID) {
 		return []PlanChange{}, nil
 	}
-	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
-		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
+	rows, err := s.db.Query(ctx, selectPlanChanges+`
 		WHERE $1::uuid IS NULL OR c.tenant_id = $1::uuid ORDER BY c.tenant_id, c.effective_at, c.id`, optionalID(tenantID))
-	return postgres.Collect(rows, err, func(r pgx.Row) (PlanChange, error) {
-		var c PlanChange
-		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
-		return c, err
-	}, "tenants: plan changes")
+	return postgres.Collect(rows, err, scanPlanChange, "tenants: plan changes")
+}
+
+// selectPlanChanges reads plan changes (c) with their plan's name (p), as
+// scanPlanChange scans them; callers add WHERE and ORDER BY.
+const selectPlanChanges = `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
+		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id`
+
+func scanPlanChange(r pgx.Row) (PlanChange, error) {
+	var c PlanChange
+	err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
+	return c, err
 }

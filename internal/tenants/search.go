@@ -49,20 +49,16 @@ func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op s
 		}
 		return page.Make(pr, []Key{}, func(Key) any { return after }), nil
 	}
-	prefix := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Prefix) + "%"
+	prefix := postgres.LikeEscape(f.Prefix) + "%"
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
 		WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND ($2 = '' OR prefix LIKE $3)
 		AND (NOT $4 OR (created_at, id) < ($5, $6::uuid))
 		ORDER BY created_at DESC, id DESC LIMIT $7`,
 		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
-	list, err := postgres.Collect(rows, err, scanKey, "tenants: "+op)
-	if err != nil {
-		return page.Page[Key]{}, err
-	}
-	return page.Make(pr, list, func(k Key) any {
+	return postgres.CollectPage(pr, rows, err, scanKey, "tenants: "+op, func(k Key) any {
 		after.CreatedAt, after.ID = k.CreatedAt, k.ID
 		return after
-	}), nil
+	})
 }
 
 // KeyCount counts a tenant's keys.

@@ -265,7 +265,7 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 	if _, err := pr.After(&after); err != nil {
 		return page.Page[Tenant]{}, err
 	}
-	like := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Query) + "%"
+	like := "%" + postgres.LikeEscape(f.Query) + "%"
 	var queryID *string // the query, when it is a tenant ID
 	if q := strings.ToLower(f.Query); postgres.IsUUID(q) {
 		queryID = &q
@@ -274,14 +274,10 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id = $7::uuid)
 		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
 		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch(), queryID)
-	list, err := postgres.Collect(rows, err, scanTenant, "tenants: list")
-	if err != nil {
-		return page.Page[Tenant]{}, err
-	}
-	return page.Make(pr, list, func(t Tenant) any {
+	return postgres.CollectPage(pr, rows, err, scanTenant, "tenants: list", func(t Tenant) any {
 		after.Name = t.Name
 		return after
-	}), nil
+	})
 }
 
 // PlanChange is one entry of a tenant's plan history.
@@ -307,22 +303,13 @@ func (s *Store) PlanHistory(ctx context.Context, tenantID string, pr page.Reques
 	if !postgres.IsUUID(tenantID) {
 		return page.Page[PlanChange]{}, errTenantNotFound(tenantID)
 	}
-	rows, err := s.db.Query(ctx, `SELECT c.id, c.tenant_id, c.plan_id, p.name, c.effective_at, c.recorded_at
-		FROM tenant_plan_changes c JOIN plans p ON p.id = c.plan_id
+	rows, err := s.db.Query(ctx, selectPlanChanges+`
 		WHERE c.tenant_id = $1::uuid AND (NOT $2 OR (c.effective_at, c.id) < ($3, $4))
 		ORDER BY c.effective_at DESC, c.id DESC LIMIT $5`, tenantID, have, after.EffectiveAt, after.ID, pr.Fetch())
-	list, err := postgres.Collect(rows, err, func(r pgx.Row) (PlanChange, error) {
-		var c PlanChange
-		err := r.Scan(&c.ID, &c.TenantID, &c.PlanID, &c.PlanName, &c.EffectiveAt, &c.RecordedAt)
-		return c, err
-	}, "tenants: plan history")
-	if err != nil {
-		return page.Page[PlanChange]{}, err
-	}
-	return page.Make(pr, list, func(c PlanChange) any {
+	return postgres.CollectPage(pr, rows, err, scanPlanChange, "tenants: plan history", func(c PlanChange) any {
 		after.EffectiveAt, after.ID = c.EffectiveAt, c.ID
 		return after
-	}), nil
+	})
 }
 
 const keyColumns = `id, tenant_id, name, hash, prefix, metadata, created_at, expires_at, revoked_at, last_used_at,

@@ -19,14 +19,15 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// storeCalls counts the checks that reach a store on a real Redis set up
-// as cmd/api sets up its own (no retries, short timeouts); the breaker's
+// storeCalls counts the checks that reach its store; the breaker's
 // probes, on a key ending "probe", are not counted.
 type storeCalls struct {
 	limiter.Store
 	calls atomic.Int64
 }
 
+// newStoreCalls counts the checks on a store on a real Redis set up as
+// cmd/api sets up its own (no retries, short timeouts).
 func newStoreCalls(t *testing.T, r *testenv.RedisServer) *storeCalls {
 	c := config.Redis{Addr: r.Addr(), Timeout: 250 * time.Millisecond, NoRetries: true}.Client()
 	t.Cleanup(func() { c.Close() })

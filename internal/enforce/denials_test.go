@@ -239,17 +239,6 @@ func TestDenialEntryNeverOutlivesItsState(t *testing.T) {
 	}
 }
 
-// storeCallCounter counts the checks that reach the store.
-type storeCallCounter struct {
-	limiter.Store
-	calls atomic.Int64
-}
-
-func (s *storeCallCounter) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
-	s.calls.Add(1)
-	return s.Store.Check(ctx, b)
-}
-
 // fixedSource holds snapshot data that the test changes between reloads.
 type fixedSource struct {
 	mu   sync.Mutex
@@ -269,7 +258,7 @@ func (s *fixedSource) get() snapshot.Data {
 func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	store := &storeCallCounter{Store: limiter.NewMemoryStore(clock.US)}
+	store := &storeCalls{Store: limiter.NewMemoryStore(clock.US)}
 	hourly := func(limit int64) []plans.Rule {
 		return []plans.Rule{{Name: "hourly", Algorithm: limiter.FixedWindow, Limit: limit, PeriodUS: limiter.HourUS,
 			Resource: "*", Scope: plans.ScopeKey, Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}}

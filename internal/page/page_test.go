@@ -1,9 +1,10 @@
-package page
+package page_test
 
 import (
 	"net/url"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -13,7 +14,7 @@ func TestFromQuery(t *testing.T) {
 		limit   int
 		invalid bool
 	}{
-		{"", DefaultLimit, false},
+		{"", page.DefaultLimit, false},
 		{"limit=1", 1, false},
 		{"limit=200", 200, false},
 		{"limit=0", 0, true},
@@ -22,7 +23,7 @@ func TestFromQuery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		q, _ := url.ParseQuery(tt.query)
-		r, err := FromQuery(q)
+		r, err := page.FromQuery(q)
 		if tt.invalid {
 			if testenv.Fields(err)["limit"] == "" {
 				t.Errorf("%q: err = %v, want a problem with limit", tt.query, err)
@@ -39,28 +40,28 @@ func TestMakeAndAfter(t *testing.T) {
 	type key struct {
 		N int `json:"n"`
 	}
-	r := Request{Limit: 2}
+	r := page.Request{Limit: 2}
 	rows := []int{1, 2, 3} // read with r.Fetch() = 3: one more page follows
-	p := Make(r, rows, func(n int) any { return key{n} })
+	p := page.Make(r, rows, func(n int) any { return key{n} })
 	if len(p.Items) != 2 || p.NextCursor == nil {
 		t.Fatalf("page = %+v", p)
 	}
 	var k key
-	ok, err := Request{Limit: 2, Cursor: *p.NextCursor}.After(&k)
+	ok, err := page.Request{Limit: 2, Cursor: *p.NextCursor}.After(&k)
 	if !ok || err != nil || k.N != 2 {
 		t.Errorf("After = %v %v %+v, want the last item kept (2)", ok, err, k)
 	}
-	last := Make(r, rows[:2], func(n int) any { return key{n} })
+	last := page.Make(r, rows[:2], func(n int) any { return key{n} })
 	if last.NextCursor != nil {
 		t.Error("a short page has a cursor")
 	}
-	if empty := Make[int](r, nil, nil); empty.Items == nil {
+	if empty := page.Make[int](r, nil, nil); empty.Items == nil {
 		t.Error("an empty page's items are null, want []")
 	}
-	if ok, err := (Request{}).After(&k); ok || err != nil {
+	if ok, err := (page.Request{}).After(&k); ok || err != nil {
 		t.Errorf("no cursor: %v %v", ok, err)
 	}
-	if _, err := (Request{Cursor: "%%%"}).After(&k); err == nil {
+	if _, err := (page.Request{Cursor: "%%%"}).After(&k); err == nil {
 		t.Error("a garbage cursor decoded")
 	}
 }

@@ -39,14 +39,9 @@ func plansQuotaCommand() command {
 				in.Thresholds = parseThresholds("thresholds", *thresholds, f)
 				in.SpendCapDefaultMinor = parseCap("spend-cap-default", *capDefault, f)
 				in.SpendCapMaxMinor = parseCap("spend-cap-max", *capMax, f)
-				if err := tollgate.Invalid(f); err != nil {
-					return fmt.Errorf("plans quota: %w", err)
-				}
-				ps, err := quota.NewOps(e.db).SetPlan(ctx, audit.CLI, p.ID, in)
-				if err != nil {
-					return fmt.Errorf("plans quota: %w", err)
-				}
-				return printJSON(e.stdout, ps)
+				return saveQuota(e, "plans quota", f, func(ops *quota.Ops) (quota.PlanSettings, error) {
+					return ops.SetPlan(ctx, audit.CLI, p.ID, in)
+				})
 			}
 		},
 	}
@@ -70,17 +65,27 @@ func tenantsQuotaCommand() command {
 				f := map[string]string{}
 				in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
 					SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
-				if err := tollgate.Invalid(f); err != nil {
-					return fmt.Errorf("tenants quota: %w", err)
-				}
-				ts, err := quota.NewOps(e.db).SetTenant(ctx, audit.CLI, t.ID, in)
-				if err != nil {
-					return fmt.Errorf("tenants quota: %w", err)
-				}
-				return printJSON(e.stdout, ts)
+				return saveQuota(e, "tenants quota", f, func(ops *quota.Ops) (quota.TenantSettings, error) {
+					return ops.SetTenant(ctx, audit.CLI, t.ID, in)
+				})
 			}
 		},
 	}
+}
+
+// saveQuota finishes the quota command called name: when f names invalid
+// flags it returns them as an invalid error; otherwise it saves the
+// settings with set and prints what set returns as JSON. Errors start
+// with name.
+func saveQuota[S any](e *invocation, name string, f map[string]string, set func(*quota.Ops) (S, error)) error {
+	if err := tollgate.Invalid(f); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	saved, err := set(quota.NewOps(e.db))
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return printJSON(e.stdout, saved)
 }
 
 // parseThresholds reads a --thresholds flag (see thresholdsHelp); nil for

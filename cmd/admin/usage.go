@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -167,9 +166,9 @@ func reportCommand() command {
 			format := fs.String("format", "json", "json or csv")
 			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
 			return func(ctx context.Context, e *invocation) error {
-				m, err := billing.ParseMonth(*month)
+				m, err := parseMonthFlag("report", *month)
 				if err != nil {
-					return fmt.Errorf("report: --month: must be a month such as 2026-10")
+					return err
 				}
 				if *format != "json" && *format != "csv" {
 					return fmt.Errorf("report: --format: must be json or csv")
@@ -221,9 +220,9 @@ func closeCommand() command {
 			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
 			asJSON := fs.Bool("json", false, "print the result as JSON")
 			return func(ctx context.Context, e *invocation) error {
-				m, err := billing.ParseMonth(*month)
+				m, err := parseMonthFlag("close", *month)
 				if err != nil {
-					return errors.New("close: --month: must be a month such as 2026-10")
+					return err
 				}
 				c, err := loadUsageConfig(e.getenv, e.stderr)
 				if err != nil {
@@ -250,6 +249,16 @@ func closeCommand() command {
 			}
 		},
 	}
+}
+
+// parseMonthFlag reads the --month flag of the command called name; its
+// error names the command and the flag.
+func parseMonthFlag(name, s string) (billing.Month, error) {
+	m, err := billing.ParseMonth(s)
+	if err != nil {
+		return billing.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", name)
+	}
+	return m, nil
 }
 
 // formatTotals formats totals by currency, e.g. "38820 USD, 900 EUR

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 func usersCreateCommand() command {
@@ -26,14 +25,11 @@ func usersCreateCommand() command {
 			fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 			asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
 			return func(ctx context.Context, e *invocation) error {
-				in := auth.CreateUserInput{Email: *email, Role: auth.Role(*role)}
-				if *tenant != "" {
-					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-					if err != nil {
-						return fmt.Errorf("users create: --tenant: %w", err)
-					}
-					in.TenantID = t.ID
+				tenantID, err := optionalTenantID(ctx, e, *tenant)
+				if err != nil {
+					return fmt.Errorf("users create: %w", err)
 				}
+				in := auth.CreateUserInput{Email: *email, Role: auth.Role(*role), TenantID: tenantID}
 				generated := !*fromStdin
 				if !generated {
 					line, err := bufio.NewReader(e.stdin).ReadString('\n')

@@ -14,7 +14,6 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/page"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 // webhookConfig is the webhook deliverers' configuration.
@@ -77,13 +76,9 @@ func webhooksCreateCommand() command {
 			tenant := fs.String("tenant", "", "tenant ID or name: the endpoint receives this tenant's events only")
 			asJSON := fs.Bool("json", false, "print the endpoint and secret as JSON")
 			return func(ctx context.Context, e *invocation) error {
-				owner := ""
-				if *tenant != "" {
-					t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-					if err != nil {
-						return fmt.Errorf("webhooks create: --tenant: %w", err)
-					}
-					owner = t.ID
+				owner, err := optionalTenantID(ctx, e, *tenant)
+				if err != nil {
+					return fmt.Errorf("webhooks create: %w", err)
 				}
 				cfg := loadWebhookConfig(config.New(e.getenv))
 				in := events.EndpointInput{URL: *url, Description: *description, EventTypes: splitList(*types)}

@@ -33,17 +33,9 @@ func handlePlanCreate(log *slog.Logger, ops *plans.Ops) http.Handler {
 }
 
 // handlePlanID serves a request about the plan {planID}: 404 for an ID
-// that is not a number, else do's plan as JSON with 200 OK.
-func handlePlanID(log *slog.Logger, do func(r *http.Request, id int64) (plans.Plan, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		p, err := do(r, id)
-		writeResult(w, r, log, p, err)
-	})
+// that is not a number, else do's result as JSON with 200 OK.
+func handlePlanID[T any](log *slog.Logger, do func(r *http.Request, id int64) (T, error)) http.Handler {
+	return handlePath(log, http.StatusOK, pathPlanID, do)
 }
 
 // handlePlanGet serves GET /plans/{planID}.

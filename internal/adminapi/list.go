@@ -39,6 +39,26 @@ func writeResult(w http.ResponseWriter, r *http.Request, log *slog.Logger, v any
 	httpx.JSON(w, http.StatusOK, v)
 }
 
+// handlePath serves a request about what its path names: parse reads
+// that from the request (an error is the answer, such as 404 for an
+// unknown tenant), then do's result is the answer, as JSON with status.
+func handlePath[P, T any](log *slog.Logger, status int, parse func(r *http.Request) (P, error),
+	do func(r *http.Request, p P) (T, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := parse(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		v, err := do(r, p)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, status, v)
+	})
+}
+
 // noFilter is the filter of a list that has none.
 func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 

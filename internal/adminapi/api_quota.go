@@ -29,10 +29,7 @@ func handlePlanQuotaPut(log *slog.Logger, ops *quota.Ops) http.Handler {
 
 // handleTenantQuotaGet serves GET /tenants/{tenantID}/quota.
 func handleTenantQuotaGet(log *slog.Logger, qs *quota.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ts, err := qs.TenantSettings(r.Context(), chi.URLParam(r, "tenantID"))
-		writeResult(w, r, log, ts, err)
-	})
+	return handleTenantRead(log, qs.TenantSettings)
 }
 
 // handleTenantQuotaPut serves PUT /tenants/{tenantID}/quota.

@@ -18,13 +18,7 @@ func handlePlanQuotaGet(log *slog.Logger, qs *quota.Store) http.Handler {
 
 // handlePlanQuotaPut serves PUT /plans/{planID}/quota.
 func handlePlanQuotaPut(log *slog.Logger, ops *quota.Ops) http.Handler {
-	return handlePlanID(log, func(r *http.Request, id int64) (quota.PlanSettings, error) {
-		var in quota.PlanSettingsInput
-		if err := decodeBody(r, &in); err != nil {
-			return quota.PlanSettings{}, err
-		}
-		return ops.SetPlan(r.Context(), actorOf(r), id, in)
-	})
+	return handlePlanPut(log, ops.SetPlan)
 }
 
 // handleTenantQuotaGet serves GET /tenants/{tenantID}/quota.

@@ -1,11 +1,13 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 )
@@ -33,17 +35,9 @@ func handlePlanCreate(log *slog.Logger, ops *plans.Ops) http.Handler {
 }
 
 // handlePlanID serves a request about the plan {planID}: 404 for an ID
-// that is not a number, else do's plan as JSON with 200 OK.
-func handlePlanID(log *slog.Logger, do func(r *http.Request, id int64) (plans.Plan, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		p, err := do(r, id)
-		writeResult(w, r, log, p, err)
-	})
+// that is not a number, else do's result as JSON with 200 OK.
+func handlePlanID[T any](log *slog.Logger, do func(r *http.Request, id int64) (T, error)) http.Handler {
+	return handlePath(log, http.StatusOK, pathPlanID, do)
 }
 
 // handlePlanGet serves GET /plans/{planID}.
@@ -56,12 +50,21 @@ func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
 // handlePlanUpdate serves PUT /plans/{planID}: the plan is replaced as a
 // whole. Checks see the change within a second.
 func handlePlanUpdate(log *slog.Logger, ops *plans.Ops) http.Handler {
-	return handlePlanID(log, func(r *http.Request, id int64) (plans.Plan, error) {
-		var in plans.PlanInput
+	return handlePlanPut(log, ops.Update)
+}
+
+// handlePlanPut serves a PUT to the plan {planID} (404 for an ID that is
+// not a number): the body decoded into an In, then put's result as JSON
+// with 200 OK.
+func handlePlanPut[In, T any](log *slog.Logger,
+	put func(ctx context.Context, by audit.Actor, id int64, in In) (T, error)) http.Handler {
+	return handlePlanID(log, func(r *http.Request, id int64) (T, error) {
+		var in In
 		if err := decodeBody(r, &in); err != nil {
-			return plans.Plan{}, err
+			var zero T
+			return zero, err
 		}
-		return ops.Update(r.Context(), actorOf(r), id, in)
+		return put(r.Context(), actorOf(r), id, in)
 	})
 }
 

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -43,12 +44,18 @@ func handleTenantCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
 	}, func(t tenants.Tenant) string { return "/tenants/" + t.ID })
 }
 
+// handleTenantRead serves a read about the tenant {tenantID} (the route
+// checked access to it): read's result as JSON with 200 OK.
+func handleTenantRead[T any](log *slog.Logger, read func(ctx context.Context, tenantID string) (T, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := read(r.Context(), chi.URLParam(r, "tenantID"))
+		writeResult(w, r, log, v, err)
+	})
+}
+
 // handleTenantGet serves GET /tenants/{tenantID}.
 func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := ts.Get(r.Context(), chi.URLParam(r, "tenantID"))
-		writeResult(w, r, log, t, err)
-	})
+	return handleTenantRead(log, ts.Get)
 }
 
 // handleTenantSetPlan serves POST /tenants/{tenantID}/plan: the tenant
@@ -82,9 +89,9 @@ func handleTenantStatus(log *slog.Logger, ops *tenants.Ops, suspend bool) http.H
 
 // handleOverridesGet serves GET /tenants/{tenantID}/overrides.
 func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rules, err := ts.Overrides(r.Context(), chi.URLParam(r, "tenantID"))
-		writeResult(w, r, log, tenants.Overrides{Rules: rules}, err)
+	return handleTenantRead(log, func(ctx context.Context, tenantID string) (tenants.Overrides, error) {
+		rules, err := ts.Overrides(ctx, tenantID)
+		return tenants.Overrides{Rules: rules}, err
 	})
 }
 

@@ -106,14 +106,8 @@ func handleEndpointCreate(log *slog.Logger, ops *events.Ops, scope webhookScope)
 
 // handleEndpointGet serves GET …/webhooks/endpoints/{endpointID}.
 func handleEndpointGet(log *slog.Logger, es *events.Store, scope webhookScope) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := scope(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		e, err := es.Endpoint(r.Context(), s, chi.URLParam(r, "endpointID"))
-		writeResult(w, r, log, e, err)
+	return handlePath(log, http.StatusOK, scope, func(r *http.Request, s string) (events.Endpoint, error) {
+		return es.Endpoint(r.Context(), s, chi.URLParam(r, "endpointID"))
 	})
 }
 
@@ -137,39 +131,18 @@ func handleEndpointDelete(log *slog.Logger, ops *events.Ops, scope webhookScope)
 // status.
 func handleEndpointChange[T any](log *slog.Logger, scope webhookScope, status int,
 	change func(ctx context.Context, by audit.Actor, scope, id string) (T, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := scope(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		res, err := change(r.Context(), actorOf(r), s, chi.URLParam(r, "endpointID"))
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, status, res)
+	return handlePath(log, status, scope, func(r *http.Request, s string) (T, error) {
+		return change(r.Context(), actorOf(r), s, chi.URLParam(r, "endpointID"))
 	})
 }
 
 // handleEndpointReplay serves POST …/webhooks/endpoints/{endpointID}/replay.
 func handleEndpointReplay(log *slog.Logger, ops *events.Ops, scope webhookScope) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := scope(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
+	return handlePath(log, http.StatusAccepted, scope, func(r *http.Request, s string) (events.Replayed, error) {
 		var in events.ReplayInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
+		if err := decodeBody(r, &in); err != nil {
+			return events.Replayed{}, err
 		}
-		res, err := ops.Replay(r.Context(), actorOf(r), s, chi.URLParam(r, "endpointID"), in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusAccepted, res)
+		return ops.Replay(r.Context(), actorOf(r), s, chi.URLParam(r, "endpointID"), in)
 	})
 }

@@ -39,6 +39,34 @@ func writeResult(w http.ResponseWriter, r *http.Request, log *slog.Logger, v any
 	httpx.JSON(w, http.StatusOK, v)
 }
 
+// handleSteps serves a request in two steps: read takes what the request
+// names or holds, then do acts on it; respond writes do's result. An error
+// at either step is the answer.
+func handleSteps[P, T any](log *slog.Logger, read func(r *http.Request) (P, error),
+	do func(r *http.Request, p P) (T, error), respond func(w http.ResponseWriter, v T)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := read(r)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		v, err := do(r, p)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		respond(w, v)
+	})
+}
+
+// handlePath serves a request about what its path names: parse reads
+// that from the request (an error is the answer, such as 404 for an
+// unknown tenant), then do's result is the answer, as JSON with status.
+func handlePath[P, T any](log *slog.Logger, status int, parse func(r *http.Request) (P, error),
+	do func(r *http.Request, p P) (T, error)) http.Handler {
+	return handleSteps(log, parse, do, func(w http.ResponseWriter, v T) { httpx.JSON(w, status, v) })
+}
+
 // noFilter is the filter of a list that has none.
 func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 
@@ -50,19 +78,11 @@ func decodeBody(r *http.Request, v any) error { return httpx.DecodeBody(r, MaxBo
 // step is the answer.
 func handleBody[In, Out any](log *slog.Logger, decode func(r *http.Request, v any) error,
 	apply func(r *http.Request, in In) (Out, error), respond func(w http.ResponseWriter, v Out)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return handleSteps(log, func(r *http.Request) (In, error) {
 		var in In
-		if err := decode(r, &in); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		v, err := apply(r, in)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		respond(w, v)
-	})
+		err := decode(r, &in)
+		return in, err
+	}, apply, respond)
 }
 
 // handleChange serves a request whose body (decodeBody) change applies:

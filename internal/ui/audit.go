@@ -66,11 +66,7 @@ func (c *Console) AuditList() http.Handler {
 			}
 		}
 		p.Errors = fe
-		ids := make([]string, 0, len(pg.Items))
-		for _, e := range pg.Items {
-			ids = append(ids, e.TenantID)
-		}
-		names, err := c.tenants.Names(r.Context(), ids)
+		names, err := tenantNames(r.Context(), c.tenants, pg.Items, func(e audit.Entry) string { return e.TenantID })
 		if err != nil {
 			c.Error(w, r, err)
 			return

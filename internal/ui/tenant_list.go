@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,6 +46,16 @@ func nextPage(r *http.Request, cursor *string) string {
 	q := r.URL.Query()
 	q.Set("cursor", *cursor)
 	return r.URL.Path + "?" + q.Encode()
+}
+
+// tenantNames returns the names of the tenants of items (tenantOf each),
+// by ID; an ID that names no tenant, such as "", has no name.
+func tenantNames[T any](ctx context.Context, ts *tenants.Store, items []T, tenantOf func(T) string) (map[string]string, error) {
+	ids := make([]string, len(items))
+	for i, item := range items {
+		ids[i] = tenantOf(item)
+	}
+	return ts.Names(ctx, ids)
 }
 
 // planNames returns every plan by ID, for naming tenants' plans.

@@ -326,11 +326,7 @@ func (c *Console) Usage() http.Handler {
 			return
 		}
 		p.Tenants = n
-		ids := make([]string, len(top))
-		for i, t := range top {
-			ids[i] = t.TenantID
-		}
-		names, err := c.tenants.Names(ctx, ids)
+		names, err := tenantNames(ctx, c.tenants, top, func(t billing.TenantTotal) string { return t.TenantID })
 		if err != nil {
 			c.Error(w, r, err)
 			return

@@ -60,13 +60,7 @@ func (c *Console) userList(w http.ResponseWriter, r *http.Request, status int, f
 		c.Error(w, r, err)
 		return
 	}
-	ids := make([]string, 0, len(pg.Items))
-	for _, u := range pg.Items {
-		if u.TenantID != "" {
-			ids = append(ids, u.TenantID)
-		}
-	}
-	names, err := c.tenants.Names(r.Context(), ids)
+	names, err := tenantNames(r.Context(), c.tenants, pg.Items, func(u auth.User) string { return u.TenantID })
 	if err != nil {
 		c.Error(w, r, err)
 		return

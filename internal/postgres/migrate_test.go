@@ -40,7 +40,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	versions := postgres.MigrationVersions()
 	latest := versions[len(versions)-1]
 	wantVersion(t, db, latest)
-	for _, table := range []string{"users", "admin_sessions", "tenant_rule_overrides", "audit_log"} {
+	for _, table := range []string{"users", "admin_sessions", "tenant_rule_overrides", "audit_log",
+		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries"} {
 		if !tableExists(t, db, table) {
 			t.Fatalf("table %s missing at version %d", table, latest)
 		}
@@ -51,7 +52,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 			wantVersion(t, db, versions[i-1])
 		}
 	}
-	for _, table := range []string{"plans", "tenants", "api_keys", "users", "audit_log"} {
+	for _, table := range []string{"plans", "tenants", "api_keys", "users", "audit_log",
+		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries"} {
 		if tableExists(t, db, table) {
 			t.Errorf("table %s survived migrating all the way down", table)
 		}

@@ -1,1 +1,2 @@
+DROP TABLE ratelimit_alerts;
 DROP TABLE quota_forecasts;

@@ -14,3 +14,17 @@ CREATE TABLE quota_forecasts (
     updated_at     timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, month, kind)
 );
+
+-- ratelimit_alerts: a key (key_id nil: a tenant's checks without one)
+-- denied by rate rules more than a set number of times within a window;
+-- at most one open alert per key (ratelimit.sustained when it opens,
+-- ratelimit.resolved when it closes).
+CREATE TABLE ratelimit_alerts (
+    id           bigserial PRIMARY KEY,
+    tenant_id    uuid NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    key_id       uuid NOT NULL,
+    started_at   timestamptz NOT NULL,
+    denials      bigint NOT NULL,
+    resolved_at  timestamptz
+);
+CREATE UNIQUE INDEX ratelimit_alerts_open ON ratelimit_alerts (tenant_id, key_id) WHERE resolved_at IS NULL;

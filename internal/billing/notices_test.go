@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
@@ -206,5 +207,93 @@ func TestForecastExceededOnceWithConcurrentWorkers(t *testing.T) {
 	wg.Wait()
 	if got := fieldOf(eventsOf(t, db, tenantID, quota.EventForecastExceeded), "projected_day"); fmt.Sprint(got) != "[2026-11-30]" {
 		t.Errorf("forecasts from 8 concurrent workers: %v, want one for 2026-11-30", got)
+	}
+}
+
+func TestRateLimitSustainedAndResolved(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	var c clock
+	a := newApplier(t, db, &c) // the default alert: more than 100 denials in 5 minutes
+	tenantID := meteredTenant(t, s, db, "hammered", "2026-11-01T00:00:00Z")
+	denied := func(minute, by string, n int64) metering.Row {
+		r := row(at(t, minute), tenantID, kA, "GET /x", metering.Counts{Denied: n, DeniedUnits: n})
+		r.Reason, r.DeniedBy = tollgate.ReasonRateLimited, by
+		return r
+	}
+	told := func() string {
+		var out []string
+		for _, typ := range []string{quota.EventRateLimitSustained, quota.EventRateLimitResolved} {
+			for _, e := range eventsOf(t, db, tenantID, typ) {
+				out = append(out, fmt.Sprintf("%s %v@%v", typ[len("ratelimit."):], e["denials"], e["at"]))
+			}
+		}
+		return fmt.Sprint(out)
+	}
+	sweep := func() { testenv.Must(t, a.store.SweepRateAlerts(context.Background())) }
+	steps := []struct {
+		now  string
+		rows []metering.Row // nil: the idle worker's sweep
+		want string
+	}{
+		// 60 by a rate rule; 500 by the monthly quota alone do not count.
+		{"2026-11-22T10:00:30Z", []metering.Row{denied("2026-11-22T10:00", "hourly", 60),
+			denied("2026-11-22T10:00", plans.QuotaRuleName, 500)}, "[]"},
+		// 41 more (by a rate rule and the quota): 101 > 100.
+		{"2026-11-22T10:00:40Z", []metering.Row{denied("2026-11-22T10:00", "hourly,"+plans.QuotaRuleName, 41)},
+			"[sustained 101@2026-11-22T10:00:40Z]"},
+		{"2026-11-22T10:01:10Z", []metering.Row{denied("2026-11-22T10:01", "hourly", 50)},
+			"[sustained 101@2026-11-22T10:00:40Z]"},
+		// Still within 5 minutes of 10:00.
+		{"2026-11-22T10:04:59Z", nil, "[sustained 101@2026-11-22T10:00:40Z]"},
+		// 10:01's 50 are at most half of 100: resolved, by the sweep.
+		{"2026-11-22T10:05:00Z", nil, "[sustained 101@2026-11-22T10:00:40Z resolved 50@2026-11-22T10:05:00Z]"},
+		{"2026-11-22T10:05:30Z", nil, "[sustained 101@2026-11-22T10:00:40Z resolved 50@2026-11-22T10:05:00Z]"},
+		// Again: 101 at 10:06, 60 at 10:07.
+		{"2026-11-22T10:07:10Z", []metering.Row{denied("2026-11-22T10:06", "hourly", 101), denied("2026-11-22T10:07", "hourly", 60)},
+			"[sustained 101@2026-11-22T10:00:40Z sustained 161@2026-11-22T10:07:10Z resolved 50@2026-11-22T10:05:00Z]"},
+		// 60 left in the window: between 50 and 100, no flapping.
+		{"2026-11-22T10:11:10Z", nil,
+			"[sustained 101@2026-11-22T10:00:40Z sustained 161@2026-11-22T10:07:10Z resolved 50@2026-11-22T10:05:00Z]"},
+		// Resolved by the next applied batch (of allowed checks).
+		{"2026-11-22T10:12:10Z", []metering.Row{row(at(t, "2026-11-22T10:12"), tenantID, kA, "GET /x", metering.Counts{Allowed: 1, AllowedUnits: 1})},
+			"[sustained 101@2026-11-22T10:00:40Z sustained 161@2026-11-22T10:07:10Z resolved 50@2026-11-22T10:05:00Z resolved 0@2026-11-22T10:12:10Z]"},
+	}
+	for i, st := range steps {
+		c.set(t, st.now)
+		if st.rows == nil {
+			sweep()
+		} else {
+			a.apply(st.rows...)
+		}
+		if got := told(); got != st.want {
+			t.Fatalf("step %d (%s): events %s, want %s", i, st.now, got, st.want)
+		}
+	}
+	ev := eventsOf(t, db, tenantID, quota.EventRateLimitSustained)[0]
+	if ev["key_id"] != kA || ev["window_seconds"] != float64(300) || ev["threshold_denials"] != float64(100) {
+		t.Errorf("sustained payload %v", ev)
+	}
+
+	// Eight workers applying 30 denials each at once: one alert.
+	c.set(t, "2026-11-22T11:00:10Z")
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := denied("2026-11-22T11:00", "hourly", 30)
+			r.KeyID = kB
+			b := metering.Batch{Version: 1, ID: fmt.Sprintf("hammer:%d", w), Rows: []metering.Row{r}}
+			if _, err := newApplier(t, db, &c).store.Apply(context.Background(), b); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var n int
+	testenv.Must(t, db.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE type = $1 AND data->>'key_id' = $2`,
+		quota.EventRateLimitSustained, kB).Scan(&n))
+	if n != 1 {
+		t.Errorf("%d ratelimit.sustained events for 8 concurrent batches, want 1", n)
 	}
 }

@@ -1,2 +1,3 @@
+DROP TABLE key_expiry_notices;
 DROP TABLE ratelimit_alerts;
 DROP TABLE quota_forecasts;

@@ -28,3 +28,14 @@ CREATE TABLE ratelimit_alerts (
     resolved_at  timestamptz
 );
 CREATE UNIQUE INDEX ratelimit_alerts_open ON ratelimit_alerts (tenant_id, key_id) WHERE resolved_at IS NULL;
+
+-- key_expiry_notices: key.expiring told for a key's expiry, 7 days and 1
+-- day ahead; one row per key, expiry and lead, so each is told once
+-- however many admin processes look, and a changed expiry is told anew.
+CREATE TABLE key_expiry_notices (
+    key_id       uuid NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
+    expires_at   timestamptz NOT NULL,
+    lead_days    int NOT NULL CHECK (lead_days IN (1, 7)),
+    notified_at  timestamptz NOT NULL,
+    PRIMARY KEY (key_id, expires_at, lead_days)
+);

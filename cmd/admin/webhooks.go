@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 // webhookConfig is the webhook deliverers' configuration.
@@ -61,6 +62,18 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, log *s
 		_ = d.Run(ctx)
 	}()
 	log.Info("webhook deliverer running", "concurrency", c.Concurrency)
+	return func() { cancel(); <-done }
+}
+
+// startKeyExpiry runs the job that emits key.expiring (safe in any
+// number of admin processes at once) until stop is called.
+func startKeyExpiry(ctx context.Context, e *invocation, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tenants.RunKeyExpiry(ctx, e.db, tenants.KeyExpiryInterval, time.Now, log)
+	}()
 	return func() { cancel(); <-done }
 }
 

@@ -39,3 +39,11 @@ CREATE TABLE key_expiry_notices (
     notified_at  timestamptz NOT NULL,
     PRIMARY KEY (key_id, expires_at, lead_days)
 );
+
+-- Webhook endpoint secrets are stored sealed with TOLLGATE_SECRET_KEY
+-- ("sealed:" and base64). A migration file cannot hold the key, so the
+-- rows an earlier version stored in the clear ("whsec_…") are sealed by
+-- `admin migrate up` right after this step when the key is set, and
+-- otherwise by `admin serve` as it starts; until then they keep working.
+COMMENT ON COLUMN webhook_endpoints.secret IS 'sealed:<base64> (TOLLGATE_SECRET_KEY), or whsec_… in the clear until sealed';
+COMMENT ON COLUMN webhook_endpoints.previous_secret IS 'as secret';

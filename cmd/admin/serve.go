@@ -164,7 +164,10 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		return err
 	}
 	defer stopWorker()
-	stopDeliverers := startDeliverers(ctx, e, cfg.Webhooks, log, metrics)
+	stopDeliverers, err := startDeliverers(ctx, e, cfg.Webhooks, keys, log, metrics)
+	if err != nil {
+		return err
+	}
 	defer stopDeliverers()
 	stopKeyExpiry := startKeyExpiry(ctx, e, log)
 	defer stopKeyExpiry()

@@ -193,7 +193,7 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 	}
 	// Endpoints without a receiver, so that the console's webhook pages
 	// have something to show: their deliveries fail and are retried.
-	es := events.NewStore(db)
+	es := events.NewStore(db).WithSecretKeys(keys)
 	if err := es.EnsureEndpoint(ctx, "", demoWebhookURL, "demo: every event (no receiver)", time.Now()); err != nil {
 		return res, err
 	}

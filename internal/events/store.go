@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -97,7 +98,16 @@ type Attempt struct {
 // is "" for an operator (everything) or a tenant's ID: that tenant's
 // endpoints and events only — another tenant's are ENOTFOUND.
 type Store struct {
-	db postgres.Conn
+	db   postgres.Conn
+	keys *auth.SecretKeys
+}
+
+// WithSecretKeys returns the store sealing the secrets of the endpoints
+// it makes (EnsureEndpoint) with keys.
+func (s *Store) WithSecretKeys(keys *auth.SecretKeys) *Store {
+	c := *s
+	c.keys = keys
+	return &c
 }
 
 // NewStore returns a Store on db.
@@ -219,10 +229,21 @@ func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr pag
 // receiving every event, unless owner has one to url already: the demo
 // seed's, which is idempotent.
 func (s *Store) EnsureEndpoint(ctx context.Context, owner, url, description string, now time.Time) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (owner_tenant_id, url, description, secret, created_at)
-		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (
+	var id string
+	if err := s.db.QueryRow(ctx, `SELECT gen_random_uuid()::text`).Scan(&id); err != nil {
+		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
+	}
+	secret := NewSecret()
+	if s.keys != nil {
+		var err error
+		if secret, err = sealSecret(s.keys, id, secret); err != nil {
+			return err
+		}
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (id, owner_tenant_id, url, description, secret, created_at)
+		SELECT $6::uuid, $1, $2, $3, $4, $5 WHERE NOT EXISTS (
 			SELECT 1 FROM webhook_endpoints WHERE owner_tenant_id IS NOT DISTINCT FROM $1::uuid AND url = $2)`,
-		optional(owner), url, description, NewSecret(), now)
+		optional(owner), url, description, secret, now, id)
 	if err != nil {
 		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
 	}

@@ -107,7 +107,7 @@ func TestScheduleLastsThreeDays(t *testing.T) {
 // for 5 days is disabled, and webhook_endpoint.disabled reaches the
 // operators' other endpoints.
 func TestEndpointDisabledAfterFiveDays(t *testing.T) {
-	db, acme, _ := setup(t)
+	db, acme, globex := setup(t)
 	clk := newClock()
 	down := newReceiver(t, func() int { return 500 })
 	watcher := newReceiver(t, nil)
@@ -116,17 +116,38 @@ func TestEndpointDisabledAfterFiveDays(t *testing.T) {
 	endpoint(t, ops, "", watcher.URL, events.EndpointInput{EventTypes: []string{events.WebhookEndpointDisabled}})
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate})
 	start := clk.Now()
+	es := events.NewStore(db)
+	troubled := func(scope string) []events.Endpoint {
+		t.Helper()
+		list, err := es.Troubled(context.Background(), scope)
+		testenv.Must(t, err)
+		return list
+	}
 	for day := range 7 {
 		at := start.Add(time.Duration(day) * 24 * time.Hour)
 		drain(t, db, d, clk, at)
 		clk.Set(at)
 		emit(t, db, events.KeyRevoked, acme.ID, at)
+		if day == 2 {
+			// Failing, not yet disabled: the notice says when it will be.
+			list := troubled(acme.ID)
+			if len(list) != 1 || list[0].DisabledAt != nil || list[0].DisablesAt == nil ||
+				!list[0].DisablesAt.Equal(list[0].FailingSince.Add(events.DisableAfter)) {
+				t.Fatalf("troubled endpoints on day 2: %+v, want the failing one with disables_at", list)
+			}
+		}
 	}
 	drain(t, db, d, clk, start.Add(12*24*time.Hour))
-	got, err := events.NewStore(db).Endpoint(context.Background(), "", ep.Endpoint.ID)
+	got, err := es.Endpoint(context.Background(), "", ep.Endpoint.ID)
 	testenv.Must(t, err)
 	if got.DisabledAt == nil || got.DisabledReason != "failing" {
 		t.Fatalf("endpoint failing for days: disabled_at %v reason %q, want disabled for failing", got.DisabledAt, got.DisabledReason)
+	}
+	if list := troubled(""); len(list) != 1 || list[0].ID != ep.Endpoint.ID || list[0].DisabledReason != "failing" || list[0].DisablesAt != nil {
+		t.Errorf("troubled endpoints after the disabling: %+v, want the disabled one", list)
+	}
+	if list := troubled(globex.ID); len(list) != 0 {
+		t.Errorf("another tenant's troubled endpoints: %+v, want none", list)
 	}
 	if d := got.DisabledAt.Sub(*got.FailingSince); d < events.DisableAfter || d > events.DisableAfter+13*time.Hour {
 		t.Errorf("disabled %v after it began failing, want about %v", d, events.DisableAfter)

@@ -38,6 +38,11 @@ type Endpoint struct {
 	// FailingSince is when its attempts began failing; null while the
 	// latest succeeded.
 	FailingSince *time.Time `json:"failing_since"`
+	// DisablesAt is when an enabled endpoint that is failing will be
+	// disabled if no attempt succeeds before (FailingSince +
+	// DisableAfter); null otherwise. With DisabledReason "failing" it is
+	// what the console's notices show (Store.Troubled).
+	DisablesAt *time.Time `json:"disables_at"`
 	// PreviousSecretUntil is when the secret before the latest rotation
 	// stops signing; null when there is none.
 	PreviousSecretUntil *time.Time `json:"previous_secret_until"`
@@ -120,7 +125,33 @@ func scanEndpoint(r pgx.Row) (Endpoint, error) {
 	var e Endpoint
 	err := r.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.TenantIDs, &e.DisabledAt,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretUntil, &e.CreatedAt)
+	if e.DisabledAt == nil && e.FailingSince != nil {
+		at := e.FailingSince.Add(DisableAfter)
+		e.DisablesAt = &at
+	}
 	return e, err
+}
+
+// troubledLimit bounds Troubled's list.
+const troubledLimit = 100
+
+// Troubled returns the endpoints in scope that need a notice: those
+// disabled for failing (DisabledReason "failing"), newest first, then
+// those enabled and failing (DisablesAt set), soonest to be disabled
+// first; at most 100. The console shows them above its webhook pages.
+func (s *Store) Troubled(ctx context.Context, scope string) ([]Endpoint, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE ($1 = '' OR owner_tenant_id::text = $1)
+			AND (disabled_reason = 'failing' AND disabled_at IS NOT NULL OR disabled_at IS NULL AND failing_since IS NOT NULL)
+		ORDER BY disabled_at DESC NULLS LAST, failing_since, id LIMIT $2`, scope, troubledLimit)
+	if err != nil {
+		return nil, fmt.Errorf("events: troubled endpoints: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
+	if err != nil {
+		return nil, fmt.Errorf("events: troubled endpoints: %w", err)
+	}
+	return list, nil
 }
 
 // errEndpointNotFound answers an endpoint that does not exist, or is not

@@ -49,6 +49,24 @@ func (a *applier) apply(rows ...metering.Row) {
 	}
 }
 
+// applyAtOnce applies eight batches of r, each under its own ID, from
+// eight workers (stores) at once.
+func applyAtOnce(t *testing.T, db *pgxpool.Pool, c *clock, name string, r metering.Row) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := metering.Batch{Version: 1, ID: fmt.Sprintf("%s:%d", name, w), Rows: []metering.Row{r}}
+			if _, err := newApplier(t, db, c).store.Apply(context.Background(), b); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // eventsOf returns the data of tenantID's events of typ, oldest first.
 func eventsOf(t *testing.T, db *pgxpool.Pool, tenantID, typ string) []map[string]any {
 	t.Helper()
@@ -191,20 +209,7 @@ func TestForecastExceededOnceWithConcurrentWorkers(t *testing.T) {
 	c.set(t, "2026-11-01T12:00:00Z")
 	newApplier(t, db, &c).apply(row(at(t, "2026-11-01T11:00"), tenantID, kA, "GET /x", metering.Counts{Allowed: 1, AllowedUnits: 1000}))
 	c.set(t, "2026-11-11T00:00:00Z")
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a := newApplier(t, db, &c)
-			b := metering.Batch{Version: 1, ID: fmt.Sprintf("crowd:%d", w), Rows: []metering.Row{
-				row(at(t, "2026-11-10T23:00"), tenantID, kA, "GET /x", metering.Counts{Allowed: 1, AllowedUnits: 1})}}
-			if _, err := a.store.Apply(context.Background(), b); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	applyAtOnce(t, db, &c, "crowd", row(at(t, "2026-11-10T23:00"), tenantID, kA, "GET /x", metering.Counts{Allowed: 1, AllowedUnits: 1}))
 	if got := fieldOf(eventsOf(t, db, tenantID, quota.EventForecastExceeded), "projected_day"); fmt.Sprint(got) != "[2026-11-30]" {
 		t.Errorf("forecasts from 8 concurrent workers: %v, want one for 2026-11-30", got)
 	}
@@ -276,20 +281,9 @@ func TestRateLimitSustainedAndResolved(t *testing.T) {
 
 	// Eight workers applying 30 denials each at once: one alert.
 	c.set(t, "2026-11-22T11:00:10Z")
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := denied("2026-11-22T11:00", "hourly", 30)
-			r.KeyID = kB
-			b := metering.Batch{Version: 1, ID: fmt.Sprintf("hammer:%d", w), Rows: []metering.Row{r}}
-			if _, err := newApplier(t, db, &c).store.Apply(context.Background(), b); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	r := denied("2026-11-22T11:00", "hourly", 30)
+	r.KeyID = kB
+	applyAtOnce(t, db, &c, "hammer", r)
 	var n int
 	testenv.Must(t, db.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE type = $1 AND data->>'key_id' = $2`,
 		quota.EventRateLimitSustained, kB).Scan(&n))

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -53,4 +54,39 @@ func CollectPage[T any](pr page.Request, rows pgx.Rows, err error, scan func(pgx
 		return page.Page[T]{}, err
 	}
 	return page.Make(pr, list, keyOf), nil
+}
+
+// ByID returns the row query selects by id (its $1, compared as uuid),
+// read by scan. A malformed id names no row, so it is notFound without a
+// query, and so is a missing row; another error is wrapped with op.
+func ByID[T any](ctx context.Context, db Conn, query, id string, scan func(pgx.Row) (T, error), notFound error, op string) (T, error) {
+	var zero T
+	if !IsUUID(id) {
+		return zero, notFound
+	}
+	v, err := scan(db.QueryRow(ctx, query, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, notFound
+	}
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	return v, nil
+}
+
+// ExecByID runs query, which changes the row id names (its $1, compared
+// as uuid). A malformed id, or no row changed, is notFound; another error
+// is wrapped with op.
+func ExecByID(ctx context.Context, db Conn, query, id string, notFound error, op string) error {
+	if !IsUUID(id) {
+		return notFound
+	}
+	tag, err := db.Exec(ctx, query, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound
+	}
+	return nil
 }

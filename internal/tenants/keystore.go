@@ -415,15 +415,6 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 // KeyByID returns the key with id, whatever its tenant, or ENOTFOUND. It
 // is for operators' tools; tenant-facing code uses GetKey.
 func (s *Store) KeyByID(ctx context.Context, id string) (Key, error) {
-	if !postgres.IsUUID(id) {
-		return Key{}, errKeyNotFound(id)
-	}
-	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, errKeyNotFound(id)
-	}
-	if err != nil {
-		return Key{}, fmt.Errorf("tenants: get key: %w", err)
-	}
-	return k, nil
+	return postgres.ByID(ctx, s.db, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id,
+		scanKey, errKeyNotFound(id), "tenants: get key")
 }

@@ -124,17 +124,8 @@ func translate(err error, op string) error {
 
 // Get returns the tenant with id, or ENOTFOUND.
 func (s *Store) Get(ctx context.Context, id string) (Tenant, error) {
-	if !postgres.IsUUID(id) {
-		return Tenant{}, errTenantNotFound(id)
-	}
-	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, errTenantNotFound(id)
-	}
-	if err != nil {
-		return Tenant{}, fmt.Errorf("tenants: get: %w", err)
-	}
-	return t, nil
+	return postgres.ByID(ctx, s.db, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id,
+		scanTenant, errTenantNotFound(id), "tenants: get")
 }
 
 func errTenantNotFound(id string) error {
@@ -335,17 +326,8 @@ func (s *Store) IssueKey(ctx context.Context, tenantID, name string, expiresAt *
 
 // RevokeKey revokes the key at once. Revoking twice keeps the first time.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	if !postgres.IsUUID(id) {
-		return errKeyNotFound(id)
-	}
-	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
-	if err != nil {
-		return fmt.Errorf("tenants: revoke key: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errKeyNotFound(id)
-	}
-	return nil
+	return postgres.ExecByID(ctx, s.db, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id,
+		errKeyNotFound(id), "tenants: revoke key")
 }
 
 // FindKeyByHash returns the key with hash, or ENOTFOUND.

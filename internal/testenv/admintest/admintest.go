@@ -112,13 +112,11 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 			t.Logf("%s log:\n%s", name, logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(base + "/readyz")
-		if err == nil {
+	testenv.Eventually(t, time.Now(), 30*time.Second, name+" ready", func() (bool, string) {
+		if res, err := http.Get(base + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				return true, ""
 			}
 		}
 		select {
@@ -126,11 +124,8 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 			t.Fatalf("%s exited before it was ready: %v\n%s", name, err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 30s\n%s", name, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "\n" + logs.String()
+	})
 }
 
 // StartCheckAPI runs cmd/api against dbURL and the test Redis (under a

@@ -95,23 +95,7 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	logs := &testenv.LogBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	testenv.Must(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, logs.String())
-		}
-	})
+	p := testenv.StartProcess(t, name, cmd, syscall.SIGTERM, 15*time.Second, nil)
 	testenv.Eventually(t, time.Now(), 30*time.Second, name+" ready", func() (bool, string) {
 		if res, err := http.Get(base + "/readyz"); err == nil {
 			res.Body.Close()
@@ -120,11 +104,11 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("%s exited before it was ready: %v\n%s", name, err, logs.String())
+		case <-p.Exited():
+			t.Fatalf("%s exited before it was ready: %v\n%s", name, p.Err(), p.Output())
 		default:
 		}
-		return false, "\n" + logs.String()
+		return false, "\n" + p.Output()
 	})
 }
 

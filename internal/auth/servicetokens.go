@@ -283,26 +283,15 @@ func (s *Store) GetServiceToken(ctx context.Context, id string) (ServiceToken, e
 // ListServiceTokensPage returns one page of service token records, newest
 // first.
 func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (page.Page[ServiceToken], error) {
-	var after struct {
-		CreatedAt time.Time `json:"t"`
-		ID        string    `json:"i"`
-	}
-	have, err := pr.After(&after)
+	var after postgres.NewestFirst
+	have, err := after.After(pr)
 	if err != nil {
 		return page.Page[ServiceToken]{}, err
 	}
-	var afterID *string
-	if have {
-		if !postgres.IsUUID(after.ID) {
-			return page.Page[ServiceToken]{}, tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
-		}
-		afterID = &after.ID
-	}
 	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
 		WHERE NOT $1 OR (created_at, id) < ($2, $3::uuid)
-		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, afterID, pr.Fetch())
+		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, postgres.OptionalID(after.ID), pr.Fetch())
 	return postgres.CollectPage(pr, rows, err, scanServiceToken, "auth: list service tokens", func(st ServiceToken) any {
-		after.CreatedAt, after.ID = st.CreatedAt, st.ID
-		return after
+		return postgres.NewestFirst{CreatedAt: st.CreatedAt, ID: st.ID}
 	})
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
 )
 
@@ -89,4 +91,22 @@ func ExecByID(ctx context.Context, db Conn, query, id string, notFound error, op
 		return notFound
 	}
 	return nil
+}
+
+// NewestFirst is the cursor key of a page ordered newest first by
+// (created_at, id): the last item's creation time and ID.
+type NewestFirst struct {
+	CreatedAt time.Time `json:"t"`
+	ID        string    `json:"i"`
+}
+
+// After decodes pr's cursor into k and reports whether there was one. A
+// cursor whose ID is not a UUID is EINVALID naming "cursor": no list
+// returned it.
+func (k *NewestFirst) After(pr page.Request) (bool, error) {
+	have, err := pr.After(k)
+	if err == nil && have && !IsUUID(k.ID) {
+		err = tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
+	}
+	return have, err
 }

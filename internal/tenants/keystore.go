@@ -148,7 +148,7 @@ func ensureRoom(ctx context.Context, tx pgx.Tx, tenantID string, max int, except
 	var live, held int
 	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
 		count(*) FROM api_keys WHERE tenant_id = $2::uuid AND `+heldKeyCondition+`
-		AND ($3::uuid IS NULL OR id <> $3::uuid)`, DeadKeyGrace.Seconds(), tenantID, optionalID(except)).Scan(&live, &held)
+		AND ($3::uuid IS NULL OR id <> $3::uuid)`, DeadKeyGrace.Seconds(), tenantID, postgres.OptionalID(except)).Scan(&live, &held)
 	if err != nil {
 		return fmt.Errorf("tenants: count live keys: %w", err)
 	}

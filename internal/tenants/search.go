@@ -32,16 +32,10 @@ func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (p
 // tenant's keys and a tenant ID that cannot exist matches none; without
 // it, f must name a tenant and one that cannot exist is ENOTFOUND.
 func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op string, anyTenant bool) (page.Page[Key], error) {
-	var after struct {
-		CreatedAt time.Time `json:"t"`
-		ID        string    `json:"i"`
-	}
-	have, err := pr.After(&after)
+	var after postgres.NewestFirst
+	have, err := after.After(pr)
 	if err != nil {
 		return page.Page[Key]{}, err
-	}
-	if have && !postgres.IsUUID(after.ID) {
-		return page.Page[Key]{}, errBadCursor
 	}
 	if (f.TenantID != "" || !anyTenant) && !postgres.IsUUID(f.TenantID) {
 		if !anyTenant {
@@ -54,10 +48,9 @@ func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op s
 		WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND ($2 = '' OR prefix LIKE $3)
 		AND (NOT $4 OR (created_at, id) < ($5, $6::uuid))
 		ORDER BY created_at DESC, id DESC LIMIT $7`,
-		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
+		postgres.OptionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, postgres.OptionalID(after.ID), pr.Fetch())
 	return postgres.CollectPage(pr, rows, err, scanKey, "tenants: "+op, func(k Key) any {
-		after.CreatedAt, after.ID = k.CreatedAt, k.ID
-		return after
+		return postgres.NewestFirst{CreatedAt: k.CreatedAt, ID: k.ID}
 	})
 }
 

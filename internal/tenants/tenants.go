@@ -349,6 +349,6 @@ func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]Key, error) {
 		return []Key{}, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, optionalID(tenantID))
+		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, postgres.OptionalID(tenantID))
 	return postgres.Collect(rows, err, scanKey, "tenants: list keys")
 }

@@ -3,7 +3,6 @@ package tenants
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,7 +119,7 @@ func byIDs[T any](ctx context.Context, db postgres.Conn, op string, ids []string
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if postgres.IsUUID(id) {
-			valid = append(valid, strings.ToLower(id))
+			valid = append(valid, id)
 		}
 	}
 	if len(valid) == 0 {

@@ -93,6 +93,11 @@ func ExecByID(ctx context.Context, db Conn, query, id string, notFound error, op
 	return nil
 }
 
+// ByName is the cursor key of a page ordered by name: the last item's.
+type ByName struct {
+	Name string `json:"n"`
+}
+
 // NewestFirst is the cursor key of a page ordered newest first by
 // (created_at, id): the last item's creation time and ID.
 type NewestFirst struct {

@@ -250,9 +250,7 @@ type Filter struct {
 
 // ListPage returns one page of tenants matching f, ordered by name.
 func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.Page[Tenant], error) {
-	var after struct {
-		Name string `json:"n"`
-	}
+	var after postgres.ByName
 	if _, err := pr.After(&after); err != nil {
 		return page.Page[Tenant]{}, err
 	}
@@ -265,10 +263,7 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id = $7::uuid)
 		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
 		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch(), queryID)
-	return postgres.CollectPage(pr, rows, err, scanTenant, "tenants: list", func(t Tenant) any {
-		after.Name = t.Name
-		return after
-	})
+	return postgres.CollectPage(pr, rows, err, scanTenant, "tenants: list", func(t Tenant) any { return postgres.ByName{Name: t.Name} })
 }
 
 // PlanChange is one entry of a tenant's plan history.

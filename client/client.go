@@ -62,14 +62,14 @@ type Options struct {
 // Client is a client of the check API. It is safe for concurrent use;
 // create one per process and share it, so checks reuse connections.
 type Client struct {
-	checkURL  string
-	settleURL string
-	token     string
-	http      *http.Client
-	timeout   time.Duration
-	failMode  FailMode
-	memory    *denials // nil when remembering is off
-	now       func() time.Time
+	checkURL string
+	baseURL  string
+	token    string
+	http     *http.Client
+	timeout  time.Duration
+	failMode FailMode
+	memory   *denials // nil when remembering is off
+	now      func() time.Time
 }
 
 // New returns a Client of the check API at baseURL (e.g.
@@ -85,13 +85,13 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 		return nil, errors.New("tollgate: the service token is empty")
 	}
 	c := &Client{
-		checkURL:  u + "/v1/check",
-		settleURL: u + "/v1/settle",
-		token:     serviceToken,
-		http:      opts.HTTPClient,
-		timeout:   opts.Timeout,
-		failMode:  opts.FailMode,
-		now:       opts.Now,
+		checkURL: u + "/v1/check",
+		baseURL:  u,
+		token:    serviceToken,
+		http:     opts.HTTPClient,
+		timeout:  opts.Timeout,
+		failMode: opts.FailMode,
+		now:      opts.Now,
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
@@ -210,11 +210,20 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 // (404) or invalid values (422), else a transport error.
 func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
 	var s Settlement
-	in := map[string]any{"hold_id": holdID, "cost": cost}
-	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.settleURL, c.token, in, &s, maxDecisionBody); err != nil {
-		return nil, fmt.Errorf("tollgate: settle: %w", err)
+	if err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s); err != nil {
+		return nil, err
 	}
 	return &s, nil
+}
+
+// call posts body to the check API's /v1/{op} with the service token and
+// decodes the answer into out; its errors start with "tollgate: {op}: ".
+func (c *Client) call(ctx context.Context, op string, body, out any) error {
+	_, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, body, out, maxDecisionBody)
+	if err != nil {
+		return fmt.Errorf("tollgate: %s: %w", op, err)
+	}
+	return nil
 }
 
 // fail returns the decision of the FailMode for a check that could not be

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 )
 
 // Standing is where an API key stands now with every rule of its plan:
@@ -56,8 +55,7 @@ type QuotaStanding struct {
 // error. Unlike Check, a failure is never decided by FailMode.
 func (c *Client) Me(ctx context.Context, apiKey string) (*Standing, error) {
 	var st Standing
-	meURL := strings.TrimSuffix(c.checkURL, "/v1/check") + "/v1/me"
-	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodGet, meURL, apiKey, nil, &st, maxDecisionBody); err != nil {
+	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodGet, c.baseURL+"/v1/me", apiKey, nil, &st, maxDecisionBody); err != nil {
 		return nil, fmt.Errorf("tollgate: me: %w", err)
 	}
 	return &st, nil

@@ -89,6 +89,22 @@ func TestMeasure(t *testing.T) {
 	}
 
 	t.Log("")
+	t.Log("| lone check, one connection (the pro plan's rules) | script calls | Redis script µs/check, check.lua | lean.lua | Redis process CPU µs/check, check.lua | lean.lua |")
+	t.Log("| --- | --- | --- | --- | --- | --- |")
+	for _, shape := range loneShapes {
+		var scriptGeneral, scriptLean, cpuGeneral, cpuLean []float64
+		for range runs {
+			// Interleaved, so that both see the same machine.
+			u, p := measureLone(t, c, shape.params, checks, true)
+			scriptGeneral, cpuGeneral = append(scriptGeneral, u), append(cpuGeneral, p)
+			u, p = measureLone(t, c, shape.params, checks, false)
+			scriptLean, cpuLean = append(scriptLean, u), append(cpuLean, p)
+		}
+		t.Logf("| %s | 1 | %.2f | %.2f | %.2f | %.2f |", shape.name, median(scriptGeneral), median(scriptLean),
+			median(cpuGeneral), median(cpuLean))
+	}
+
+	t.Log("")
 	t.Log("| batching store, concurrent callers | checks per script call | Redis CPU µs/check, one GCRA rule | two rules (pro search) |")
 	t.Log("| --- | --- | --- | --- |")
 	for _, callers := range []int{1, 4, 16, 64} {
@@ -151,6 +167,79 @@ func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) 
 		}
 	}
 	return float64(n) / calls, usec / float64(n)
+}
+
+// loneShapes are the common shapes of a check: the rules of the pro plan
+// that a GET matches (one GCRA rule) and that its search matches (GCRA and
+// a token bucket), each also with a monthly quota.
+var loneShapes = func() []struct {
+	name   string
+	params []Params
+} {
+	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: HourUS, Burst: 5000}
+	search := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 10}
+	quota := Params{Algorithm: FixedWindow, Limit: 100_000, PeriodUS: 31 * DayUS, Burst: 100_000, Calendar: CalendarMonth}
+	return []struct {
+		name   string
+		params []Params
+	}{
+		{"GCRA", []Params{hourly}},
+		{"GCRA + token bucket", []Params{hourly, search}},
+		{"GCRA + monthly quota", []Params{hourly, quota}},
+		{"GCRA + token bucket + monthly quota", []Params{hourly, search, quota}},
+	}
+}()
+
+// measureLone runs n admitted checks of the rules ps, one at a time on one
+// connection, over 1000 callers, with Redis's clock, through check.lua
+// alone (general) or the lean path, and returns the Redis script µs and
+// the Redis process CPU µs per check.
+func measureLone(t *testing.T, c *redis.Client, ps []Params, n int, general bool) (scriptUS, cpuUS float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.New(c)
+	store.NoLean = general
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cpu0 := redisCPU(t, c)
+	for i := range n {
+		tag := fmt.Sprintf("tg:{%03d}", i%1000)
+		reqs := make([]Request, len(ps))
+		for j, p := range ps {
+			reqs[j] = Request{Key: tag + strconv.Itoa(j), Params: p}
+		}
+		out, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1, ReportState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out.Admitted {
+			t.Fatalf("check %d denied: %+v", i, out)
+		}
+	}
+	cpu := redisCPU(t, c) - cpu0
+	return evalshaUsecPerCall(t, c), cpu / float64(n)
+}
+
+// redisCPU returns Redis's process CPU so far (INFO cpu: system + user), µs.
+func redisCPU(t *testing.T, c *redis.Client) float64 {
+	t.Helper()
+	var sum float64
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := infoField(context.Background(), c, "cpu", field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += f
+	}
+	return sum * 1e6
 }
 
 // measureKey is shaped like a production state key of a per-key rule

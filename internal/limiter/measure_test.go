@@ -36,17 +36,7 @@ func TestMeasure(t *testing.T) {
 	if os.Getenv("TOLLGATE_MEASURE") != "1" {
 		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
 	}
-	runs := 5
-	if v := os.Getenv("TOLLGATE_MEASURE_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TOLLGATE_MEASURE_RUNS=%q: want a positive integer", v)
-		}
-		runs = n
-	}
-	srv := testenv.StartRedisServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	c, runs := measureServer(t)
 	ctx := context.Background()
 	if err := redisstore.LoadScript(ctx, c); err != nil {
 		t.Fatal(err)
@@ -86,22 +76,6 @@ func TestMeasure(t *testing.T) {
 		}
 		t.Logf("| %d | %.2f | %.0f | %.1f | %.0f | %.1f |", limit, median(cpu), median(usage), median(usage)/float64(limit),
 			median(goBytes), median(goBytes)/float64(limit))
-	}
-
-	t.Log("")
-	t.Log("| lone check, one connection (the pro plan's rules) | script calls | Redis script µs/check, check.lua | lean.lua | Redis process CPU µs/check, check.lua | lean.lua |")
-	t.Log("| --- | --- | --- | --- | --- | --- |")
-	for _, shape := range loneShapes {
-		var scriptGeneral, scriptLean, cpuGeneral, cpuLean []float64
-		for range runs {
-			// Interleaved, so that both see the same machine.
-			u, p := measureLone(t, c, shape.params, checks, true)
-			scriptGeneral, cpuGeneral = append(scriptGeneral, u), append(cpuGeneral, p)
-			u, p = measureLone(t, c, shape.params, checks, false)
-			scriptLean, cpuLean = append(scriptLean, u), append(cpuLean, p)
-		}
-		t.Logf("| %s | 1 | %.2f | %.2f | %.2f | %.2f |", shape.name, median(scriptGeneral), median(scriptLean),
-			median(cpuGeneral), median(cpuLean))
 	}
 
 	t.Log("")
@@ -167,6 +141,67 @@ func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) 
 		}
 	}
 	return float64(n) / calls, usec / float64(n)
+}
+
+// TestMeasureLone, like TestMeasure a measurement tool (TOLLGATE_MEASURE=1;
+// TOLLGATE_MEASURE_RUNS), prints the Redis cost of a lone check of each
+// common shape through check.lua and through lean.lua, interleaved, on a
+// redis-server of its own:
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/ -run TestMeasureLone -v -count=1
+func TestMeasureLone(t *testing.T) {
+	if os.Getenv("TOLLGATE_MEASURE") != "1" {
+		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
+	}
+	c, runs := measureServer(t)
+	if err := redisstore.LoadScript(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	const checks = 5000
+	t.Logf("%d CPUs, median of %d runs, %d checks per run; load average %s", runtime.NumCPU(), runs, checks, loadAverage())
+	t.Log("| lone check, one connection (the pro plan's rules) | script calls | Redis script µs/check, check.lua | lean.lua | Redis process CPU µs/check, check.lua | lean.lua |")
+	t.Log("| --- | --- | --- | --- | --- | --- |")
+	for _, shape := range loneShapes {
+		var scriptGeneral, scriptLean, cpuGeneral, cpuLean []float64
+		for range runs {
+			// Interleaved, so that both see the same machine.
+			u, p := measureLone(t, c, shape.params, checks, true)
+			scriptGeneral, cpuGeneral = append(scriptGeneral, u), append(cpuGeneral, p)
+			u, p = measureLone(t, c, shape.params, checks, false)
+			scriptLean, cpuLean = append(scriptLean, u), append(cpuLean, p)
+		}
+		t.Logf("| %s | 1 | %.2f | %.2f | %.2f | %.2f |", shape.name, median(scriptGeneral), median(scriptLean),
+			median(cpuGeneral), median(cpuLean))
+	}
+
+}
+
+// measureServer starts a redis-server of the test's own and returns a
+// client of it and the runs to take the median of
+// (TOLLGATE_MEASURE_RUNS, default 5).
+func measureServer(t *testing.T) (*redis.Client, int) {
+	t.Helper()
+	runs := 5
+	if v := os.Getenv("TOLLGATE_MEASURE_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_MEASURE_RUNS=%q: want a positive integer", v)
+		}
+		runs = n
+	}
+	srv := testenv.StartRedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return c, runs
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // loneShapes are the common shapes of a check: the rules of the pro plan

@@ -15,19 +15,26 @@ import (
 // check.lua does (the same state, answers and reply), from plain numeric
 // arguments: a check that goes out alone costs Redis no MessagePack
 // decoding, no table per rule and no rule-parameter table. A call whose
-// checks are all of those shapes runs lean.lua; any other call runs
-// check.lua, which remains the one script for every shape.
+// checks are all of those shapes runs lean.lua (lean1.lua, its tightest
+// form, when it is one check of one GCRA or bucket rule); any other call
+// runs check.lua, which remains the one script for every shape.
 
 //go:embed lean.lua
 var leanLua string
 
-var leanScript = redis.NewScript(leanLua)
+//go:embed lean1.lua
+var lean1Lua string
+
+var leanScript, lean1Script = redis.NewScript(leanLua), redis.NewScript(lean1Lua)
 
 // prepare lays out checks as the arguments of the script that decides
 // them, and returns that script and its ARGV (KEYS are c.keys).
 func (s *Store) prepare(c *call, checks []*pending) (*redis.Script, []any) {
 	if !s.NoLean && leanChecks(checks) {
 		c.encodeLean(checks, s.ExtraTTL.Milliseconds())
+		if len(checks) == 1 && len(checks[0].batch.Requests) == 1 && checks[0].batch.Requests[0].Params.Algorithm != limiter.FixedWindow {
+			return lean1Script, c.args // the lone check of one rule
+		}
 		return leanScript, c.args
 	}
 	c.encode(checks, s.ExtraTTL.Milliseconds())

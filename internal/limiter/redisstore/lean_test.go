@@ -67,9 +67,16 @@ func TestLeanDecidesAsCheckLua(t *testing.T) {
 			}
 			var calls [2][]*pending
 			var keys []string
+			// A third of the calls are one check of one rule (lean1.lua's
+			// when it is not a fixed window).
+			lone := rng.IntN(3) == 0
 			for range 1 + rng.IntN(3) {
 				b := limiter.Batch{Cost: int64(rng.IntN(5)), DryRun: rng.IntN(8) == 0, ReportState: rng.IntN(2) == 0, NowUS: now}
-				for _, r := range rng.Perm(len(params))[:1+rng.IntN(3)] {
+				rules := 1 + rng.IntN(3)
+				if lone {
+					rules = 1
+				}
+				for _, r := range rng.Perm(len(params))[:rules] {
 					// Rules share keys between checks, as two plans' rules
 					// never do but a batch's checks of one caller do.
 					key := fmt.Sprintf(":%d", r)
@@ -86,6 +93,9 @@ func TestLeanDecidesAsCheckLua(t *testing.T) {
 						bb.Requests[j].Key = ns + side + bb.Requests[j].Key
 					}
 					calls[i] = append(calls[i], &pending{batch: bb})
+				}
+				if lone {
+					break
 				}
 			}
 			// Both calls in one transaction, between readings of Redis's
@@ -221,18 +231,22 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 	}
 	held := batch(gcra)
 	held.batch.Hold = &limiter.Hold{ID: "h", Key: "{t}h", TTLUS: limiter.SecondUS}
+	bucket := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS}
 	for _, tc := range []struct {
 		name   string
 		checks []*pending
-		lean   bool
+		want   *redis.Script
 	}{
-		{"one rule", []*pending{batch(gcra)}, true},
-		{"two rules and the quota", []*pending{batch(gcra, gcra, quota)}, true},
-		{"several checks", []*pending{batch(gcra), batch(quota, gcra)}, true},
-		{"a day window", []*pending{batch(gcra, day)}, false},
-		{"a sliding log", []*pending{batch(log)}, false},
-		{"a hold", []*pending{held}, false},
-		{"one check of another shape among lean ones", []*pending{batch(gcra), batch(log)}, false},
+		{"one GCRA rule", []*pending{batch(gcra)}, lean1Script},
+		{"one bucket", []*pending{batch(bucket)}, lean1Script},
+		{"the quota alone", []*pending{batch(quota)}, leanScript},
+		{"two rules and the quota", []*pending{batch(gcra, bucket, quota)}, leanScript},
+		{"several checks of one rule", []*pending{batch(gcra), batch(gcra)}, leanScript},
+		{"several checks", []*pending{batch(gcra), batch(quota, gcra)}, leanScript},
+		{"a day window", []*pending{batch(gcra, day)}, checkScript},
+		{"a sliding log", []*pending{batch(log)}, checkScript},
+		{"a hold", []*pending{held}, checkScript},
+		{"one check of another shape among lean ones", []*pending{batch(gcra), batch(log)}, checkScript},
 	} {
 		for _, noLean := range []bool{false, true} {
 			s := New(redis.NewClient(&redis.Options{}))
@@ -240,8 +254,12 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 			c := getCall()
 			script, _ := s.prepare(c, tc.checks)
 			putCall(c)
-			if got, want := script == leanScript, tc.lean && !noLean; got != want {
-				t.Errorf("%s (NoLean %v): lean.lua chosen %v, want %v", tc.name, noLean, got, want)
+			want := tc.want
+			if noLean {
+				want = checkScript
+			}
+			if script != want {
+				t.Errorf("%s (NoLean %v): script %s chosen, want %s", tc.name, noLean, script.Hash(), want.Hash())
 			}
 		}
 	}
@@ -268,16 +286,26 @@ func TestLeanKnowsEveryField(t *testing.T) {
 	}
 }
 
-// TestLeanWireConstantsMatchGo: the algorithm codes lean.lua declares are
-// wire.go's.
+// TestLeanWireConstantsMatchGo: the algorithm codes lean.lua and
+// lean1.lua declare are wire.go's.
 func TestLeanWireConstantsMatchGo(t *testing.T) {
-	want := map[string]int64{"algGCRA": algGCRA, "algTokenBucket": algTokenBucket, "algLeakyBucket": algLeakyBucket,
+	all := map[string]int64{"algGCRA": algGCRA, "algTokenBucket": algTokenBucket, "algLeakyBucket": algLeakyBucket,
 		"algFixedWindow": algFixedWindow}
-	got := map[string]int64{}
-	for _, m := range regexp.MustCompile(`(?m)^local (alg[A-Za-z]+) = (\d+)\s*$`).FindAllStringSubmatch(leanLua, -1) {
-		got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("lean.lua declares %v, want %v", got, want)
+	for _, script := range []struct {
+		name, src string
+		codes     int
+	}{{"lean.lua", leanLua, 4}, {"lean1.lua", lean1Lua, 3}} {
+		got := map[string]int64{}
+		for _, m := range regexp.MustCompile(`(?m)^local (alg[A-Za-z]+) = (\d+)\s*$`).FindAllStringSubmatch(script.src, -1) {
+			got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+		}
+		if len(got) != script.codes {
+			t.Errorf("%s declares %v, want %d codes", script.name, got, script.codes)
+		}
+		for name, v := range got {
+			if want, ok := all[name]; !ok || v != want {
+				t.Errorf("%s: %s = %d, want %d", script.name, name, v, want)
+			}
+		}
 	}
 }

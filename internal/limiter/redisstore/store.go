@@ -396,7 +396,7 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 // LoadScript loads the check script into every server the client knows, so
 // that the first checks do not pay for EVAL.
 func LoadScript(ctx context.Context, client redis.Scripter) error {
-	for _, script := range []*redis.Script{checkScript, leanScript} {
+	for _, script := range []*redis.Script{checkScript, leanScript, lean1Script} {
 		if err := script.Load(ctx, client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load script: %w", err)
 		}

@@ -42,7 +42,9 @@
 # the first run of $PROFILE_SCENARIO, default allowed-keys, written to
 # $PROFILE_OUT, default bench-http.pprof), BENCH_PORT (default: a free port; the api listens
 # there, the floor on +1, the api's pprof on +2), API_ENV (settings for
-# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory").
+# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory"), API_BIN
+# (default bin/api: another build of the api, e.g. an older commit's, to
+# compare the two on the same machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,7 +94,7 @@ bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000
 head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
 
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
-env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} bin/api &
+env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} "${API_BIN:-bin/api}" &
 api=$!
 bin/loadgen -floor 127.0.0.1:$((PORT + 1)) >/dev/null &
 floor=$!

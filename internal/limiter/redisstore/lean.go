@@ -14,10 +14,11 @@ import (
 // the monthly quota and the spend cap, without holds — exactly as
 // check.lua does (the same state, answers and reply), from plain numeric
 // arguments: a check that goes out alone costs Redis no MessagePack
-// decoding, no table per rule and no rule-parameter table. A call whose
-// checks are all of those shapes runs lean.lua (lean1.lua, its tightest
-// form, when it is one check of one GCRA or bucket rule); any other call
-// runs check.lua, which remains the one script for every shape.
+// decoding, no table per rule and no rule-parameter table. A call of at
+// most maxLeanChecks checks, all of those shapes, runs lean.lua (or
+// lean1.lua, its tightest form, for one check of one GCRA or bucket
+// rule); any other call runs check.lua, which remains the one script for
+// every shape.
 
 //go:embed lean.lua
 var leanLua string
@@ -30,7 +31,7 @@ var leanScript, lean1Script = redis.NewScript(leanLua), redis.NewScript(lean1Lua
 // prepare lays out checks as the arguments of the script that decides
 // them, and returns that script and its ARGV (KEYS are c.keys).
 func (s *Store) prepare(c *call, checks []*pending) (*redis.Script, []any) {
-	if !s.NoLean && leanChecks(checks) {
+	if !s.NoLean && len(checks) <= maxLeanChecks && leanChecks(checks) {
 		c.encodeLean(checks, s.ExtraTTL.Milliseconds())
 		if len(checks) == 1 && len(checks[0].batch.Requests) == 1 && checks[0].batch.Requests[0].Params.Algorithm != limiter.FixedWindow {
 			return lean1Script, c.args // the lone check of one rule
@@ -40,6 +41,12 @@ func (s *Store) prepare(c *call, checks []*pending) (*redis.Script, []any) {
 	c.encode(checks, s.ExtraTTL.Milliseconds())
 	return checkScript, s.scriptArgs(c, checks)
 }
+
+// maxLeanChecks bounds the checks of a call lean.lua decides. A larger
+// batch goes to check.lua, whose one MessagePack argument costs Redis
+// less than hundreds of arguments would, and the store no boxing of each
+// number: batching pays the per-call cost lean.lua saves.
+const maxLeanChecks = 4
 
 // leanChecks reports whether lean.lua can decide every one of checks.
 func leanChecks(checks []*pending) bool {

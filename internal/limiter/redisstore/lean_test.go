@@ -243,6 +243,7 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 		{"two rules and the quota", []*pending{batch(gcra, bucket, quota)}, leanScript},
 		{"several checks of one rule", []*pending{batch(gcra), batch(gcra)}, leanScript},
 		{"several checks", []*pending{batch(gcra), batch(quota, gcra)}, leanScript},
+		{"a batch larger than maxLeanChecks", slices.Repeat([]*pending{batch(gcra)}, maxLeanChecks+1), checkScript},
 		{"a day window", []*pending{batch(gcra, day)}, checkScript},
 		{"a sliding log", []*pending{batch(log)}, checkScript},
 		{"a hold", []*pending{held}, checkScript},

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	_ "embed"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,13 +21,27 @@ import (
 // rule); any other call runs check.lua, which remains the one script for
 // every shape.
 
-//go:embed lean.lua
-var leanLua string
+var (
+	//go:embed lean.lua
+	leanLua string
+	//go:embed lean1.lua
+	lean1Lua string
+	// rateLua decides one GCRA or bucket rule, for both scripts.
+	//go:embed rate.lua
+	rateLua string
 
-//go:embed lean1.lua
-var lean1Lua string
+	leanScript  = redis.NewScript(spliceRate(leanLua))
+	lean1Script = redis.NewScript(spliceRate(lean1Lua))
+)
 
-var leanScript, lean1Script = redis.NewScript(leanLua), redis.NewScript(lean1Lua)
+// spliceRate returns src with rate.lua in place of its --[[rate.lua]].
+func spliceRate(src string) string {
+	const mark = "--[[rate.lua]]"
+	if strings.Count(src, mark) != 1 {
+		panic("redisstore: a lean script must say " + mark + " once")
+	}
+	return strings.Replace(src, mark, rateLua, 1)
+}
 
 // prepare lays out checks as the arguments of the script that decides
 // them, and returns that script and its ARGV (KEYS are c.keys).

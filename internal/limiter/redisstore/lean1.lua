@@ -36,66 +36,7 @@ local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
 local x1, x2 = 0, 0
 local write, number, ttl = false, 0, 0
 
-if a == algGCRA or a == algLeakyBucket then -- pa interval, pb burst, pc tolerance
-  local tat = now
-  if v then
-    v = tonumber(v)
-    if v > now then tat = v end
-  end
-  x1 = tat
-  local new_tat, allow_at = 0, 0
-  if cost <= pb then
-    new_tat = tat + pa * cost
-    allow_at = new_tat - pc
-  end
-  if cost > pb or now < allow_at then
-    remaining = idiv(pc - (tat - now), pa)
-    if remaining < 0 then remaining = 0 end
-    reset = tat - now
-    if cost > pb then retry = -1 else retry = allow_at - now end
-  else
-    allowed = 1
-    remaining = idiv(pc - (new_tat - now), pa)
-    reset = new_tat - now
-    if kind % 4 >= 2 then delay = tat - now end
-    if cost > 0 then
-      write, number, ttl = true, new_tat, -idiv(now - new_tat, 1000)
-    end
-  end
-
-elseif a == algTokenBucket then -- pa unit, pb burst, pc 1 if it refills
-  local refills = pc == 1
-  local capacity = pa * pb
-  local available = capacity
-  if v then
-    if refills then
-      available = now - tonumber(v)
-      if available > capacity then available = capacity end
-    else
-      available = tonumber(v)
-    end
-  end
-  x1, x2 = available, now
-  local left = available
-  local need = pa * cost
-  if cost > pb or need > available then
-    remaining = idiv(available, pa)
-    if remaining < 0 then remaining = 0 end
-    if cost > pb or not refills then retry = -1 else retry = need - available end
-  else
-    allowed = 1
-    left = available - need
-    remaining = idiv(left, pa)
-    if cost > 0 then
-      if refills then
-        write, number, ttl = true, now - left, -idiv(left - capacity, 1000)
-      else
-        write, number, ttl = true, left, -1
-      end
-    end
-  end
-  if left >= capacity then reset = 0 elseif not refills then reset = -1 else reset = capacity - left end
-end
+--[[rate.lua]]
 
 if allowed == 1 then
   if write and ARGV[5] ~= '1' then

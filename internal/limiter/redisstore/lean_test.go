@@ -295,7 +295,7 @@ func TestLeanWireConstantsMatchGo(t *testing.T) {
 	for _, script := range []struct {
 		name, src string
 		codes     int
-	}{{"lean.lua", leanLua, 4}, {"lean1.lua", lean1Lua, 3}} {
+	}{{"lean.lua", leanLua, 4}, {"lean1.lua", lean1Lua, 3}, {"rate.lua", rateLua, 0}} {
 		got := map[string]int64{}
 		for _, m := range regexp.MustCompile(`(?m)^local (alg[A-Za-z]+) = (\d+)\s*$`).FindAllStringSubmatch(script.src, -1) {
 			got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)

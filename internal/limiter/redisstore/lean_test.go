@@ -310,3 +310,21 @@ func TestLeanWireConstantsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadScriptLoadsTheLeanScripts: LoadScript caches lean.lua and
+// lean1.lua beside check.lua, so that the first lone checks do not pay
+// for EVAL.
+func TestLoadScriptLoadsTheLeanScripts(t *testing.T) {
+	c, _ := testenv.Redis(t)
+	ctx := context.Background()
+	if err := LoadScript(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	exists, err := c.ScriptExists(ctx, checkScript.Hash(), leanScript.Hash(), lean1Script.Hash()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(exists, []bool{true, true, true}) {
+		t.Errorf("check.lua, lean.lua, lean1.lua cached: %v", exists)
+	}
+}

@@ -30,17 +30,24 @@ var (
 	//go:embed rate.lua
 	rateLua string
 
-	leanScript  = redis.NewScript(spliceRate(leanLua))
-	lean1Script = redis.NewScript(spliceRate(lean1Lua))
+	leanScript  = redis.NewScript(leanSource(leanLua))
+	lean1Script = redis.NewScript(leanSource(lean1Lua))
 )
 
-// spliceRate returns src with rate.lua in place of its --[[rate.lua]].
-func spliceRate(src string) string {
-	const mark = "--[[rate.lua]]"
-	if strings.Count(src, mark) != 1 {
-		panic("redisstore: a lean script must say " + mark + " once")
+// leanSource returns a lean script's source: src with check.lua's prelude
+// (its wire constants and helpers, as settle.lua has them) and rate.lua
+// in place of the marks that name them.
+func leanSource(src string) string {
+	for _, part := range []struct{ mark, text string }{
+		{"--[[check.lua prelude]]", checkPrelude()},
+		{"--[[rate.lua]]", rateLua},
+	} {
+		if strings.Count(src, part.mark) != 1 {
+			panic("redisstore: a lean script must say " + part.mark + " once")
+		}
+		src = strings.Replace(src, part.mark, part.text, 1)
 	}
-	return strings.Replace(src, mark, rateLua, 1)
+	return src
 }
 
 // prepare lays out checks as the arguments of the script that decides

@@ -22,21 +22,9 @@
 -- states the rules were decided on for a check not admitted when
 -- report_state is 1).
 
--- Wire constants: the same names and values as wire.go (a test compares
--- them).
-local algGCRA = 1
-local algTokenBucket = 2
-local algLeakyBucket = 3
-local algFixedWindow = 4
-
-local floor = math.floor
-local tonumber = tonumber
-
-local function idiv(a, b) -- floor(a / b) exactly, b > 0
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
+-- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
+-- puts them here):
+--[[check.lua prelude]]
 
 -- month returns the start and end (µs) of the UTC calendar month of now:
 -- check.lua's days_from_civil and civil_from_days.

@@ -8,20 +8,9 @@
 -- ARGV     extra_ttl_ms, report_state, now, cost, dry_run, 1 (rules),
 --          kind, a, b, c
 
--- Wire constants: the same names and values as wire.go (a test compares
--- them).
-local algGCRA = 1
-local algTokenBucket = 2
-local algLeakyBucket = 3
-
-local floor = math.floor
-local tonumber = tonumber
-
-local function idiv(a, b) -- floor(a / b) exactly, b > 0
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
+-- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
+-- puts them here):
+--[[check.lua prelude]]
 
 local key = KEYS[1]
 local now = tonumber(ARGV[3])

@@ -35,6 +35,9 @@ type state struct {
 	count  int64   // windows: units in the current window
 	prev   int64   // sliding_window_counter: units in the previous window
 	log    []int64 // sliding_window_log: admission time of each unit, ascending
+	// concurrency: each lease's expiry (µs) by its key; never changed in
+	// place (a write stores a new map)
+	leases map[string]int64
 }
 
 // decision is what evaluating one rule produced: the result, and the state
@@ -61,6 +64,8 @@ func evaluate(p Params, st *state, now, cost int64) decision {
 		return evalSlidingLog(p, st, now, cost)
 	case SlidingWindowCounter:
 		return evalSlidingCounter(p, st, now, cost)
+	case Concurrency:
+		return evalConcurrency(p, st, now, cost)
 	}
 	return decision{Result: Result{RetryAfterUS: -1}}
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,6 +14,7 @@ type MemoryStore struct {
 	mu        sync.Mutex
 	entries   map[string]*memoryEntry
 	holds     map[string]*memoryHold
+	leases    map[string]*memoryLease
 	now       func() int64
 	lastSweep int64
 }
@@ -22,6 +24,7 @@ type memoryHold struct {
 	id                            string
 	estimate, expireAt, keepUntil int64 // µs
 	chargeOnExpiry                bool
+	lease                         string // the lease the check took, released at settlement
 	status                        HoldStatus
 	cost                          int64
 	rules                         []heldRule
@@ -45,7 +48,7 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
-	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, now: now}
+	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{}, now: now}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -85,8 +88,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if !out.Admitted || b.DryRun {
 		return out, nil
 	}
+	leased := b.TakesLease() && s.takeLease(b, decisions, now)
 	if b.Hold != nil {
 		s.openHold(b, decisions, now)
+		if leased {
+			s.holds[b.Hold.Key].lease = b.Lease.Key
+		}
 	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
@@ -174,6 +181,9 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 			s.put(r.key, next, ttl, now)
 		}
 	}
+	if status == HoldSettled && h.lease != "" {
+		s.releaseLocked(h.lease, now)
+	}
 	h.status, h.cost = status, cost
 	out.Cost, out.Status = cost, status
 	return out, nil
@@ -244,6 +254,11 @@ func (s *MemoryStore) sweep(now int64) {
 	for k, h := range s.holds {
 		if now >= h.keepUntil {
 			delete(s.holds, k)
+		}
+	}
+	for k, l := range s.leases {
+		if exps, _ := s.leaseExpiries(l, k, now); slices.Max(exps) <= now {
+			delete(s.leases, k)
 		}
 	}
 }

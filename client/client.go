@@ -62,14 +62,14 @@ type Options struct {
 // Client is a client of the check API. It is safe for concurrent use;
 // create one per process and share it, so checks reuse connections.
 type Client struct {
-	checkURL  string
-	settleURL string
-	token     string
-	http      *http.Client
-	timeout   time.Duration
-	failMode  FailMode
-	memory    *denials // nil when remembering is off
-	now       func() time.Time
+	checkURL string
+	baseURL  string
+	token    string
+	http     *http.Client
+	timeout  time.Duration
+	failMode FailMode
+	memory   *denials // nil when remembering is off
+	now      func() time.Time
 }
 
 // New returns a Client of the check API at baseURL (e.g.
@@ -85,13 +85,13 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 		return nil, errors.New("tollgate: the service token is empty")
 	}
 	c := &Client{
-		checkURL:  u + "/v1/check",
-		settleURL: u + "/v1/settle",
-		token:     serviceToken,
-		http:      opts.HTTPClient,
-		timeout:   opts.Timeout,
-		failMode:  opts.FailMode,
-		now:       opts.Now,
+		checkURL: u + "/v1/check",
+		baseURL:  u,
+		token:    serviceToken,
+		http:     opts.HTTPClient,
+		timeout:  opts.Timeout,
+		failMode: opts.FailMode,
+		now:      opts.Now,
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
@@ -229,31 +229,74 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 // *ProblemError for another cost (409), an unknown or long expired hold
 // (404) or invalid values (422), else a transport error.
 func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
-	body, err := json.Marshal(map[string]any{"hold_id": holdID, "cost": cost})
+	var s Settlement
+	if err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Hold checks req with a hold: Cost is an estimate, and an admitted check
+// opens a hold (Decision.HoldID) to settle at the actual cost with
+// Settle. It is Check with req.Hold set.
+func (c *Client) Hold(ctx context.Context, req CheckRequest) (*Decision, error) {
+	req.Hold = true
+	return c.Check(ctx, req)
+}
+
+// Renew renews the lease leaseID that a check under concurrency rules took
+// (Decision.LeaseID): each slot it holds then expires its rule's lease TTL
+// from now. Renew well before Decision.LeaseExpiresAt. The error is a
+// *ProblemError 404 once the lease expired or was released (its slot may
+// be someone else's by now: the request should end), 422 for a malformed
+// ID, else a transport error.
+func (c *Client) Renew(ctx context.Context, leaseID string) (*Lease, error) {
+	var l Lease
+	if err := c.call(ctx, "renew", map[string]any{"lease_id": leaseID}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Release frees the slots of lease leaseID when its request ends;
+// Lease.Released is false when none was still held (released before, or
+// expired). Settling the check's hold releases its lease too.
+func (c *Client) Release(ctx context.Context, leaseID string) (*Lease, error) {
+	var l Lease
+	if err := c.call(ctx, "release", map[string]any{"lease_id": leaseID}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// call posts body to /v1/<op> and decodes the answer into out. Errors: a
+// *ProblemError for a non-200 answer, or a wrapped transport or decoding
+// error, each naming op.
+func (c *Client) call(ctx context.Context, op string, body, out any) error {
+	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: encode: %w", err)
+		return fmt.Errorf("tollgate: %s: encode: %w", op, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.settleURL, bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/"+op, bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: %w", err)
+		return fmt.Errorf("tollgate: %s: %w", op, err)
 	}
 	hr.Header.Set("Authorization", "Bearer "+c.token)
 	hr.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(hr)
 	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: %w", err)
+		return fmt.Errorf("tollgate: %s: %w", op, err)
 	}
 	defer drainAndClose(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tollgate: settle: %w", readProblem(resp))
+		return fmt.Errorf("tollgate: %s: %w", op, readProblem(resp))
 	}
-	var s Settlement
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&s); err != nil {
-		return nil, fmt.Errorf("tollgate: settle: decode: %w", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(out); err != nil {
+		return fmt.Errorf("tollgate: %s: decode: %w", op, err)
 	}
-	return &s, nil
+	return nil
 }
 
 // fail returns the decision of the FailMode for a check that could not be

@@ -97,6 +97,7 @@ func commands() []command {
 		plansListCommand(),
 		plansQuotaCommand(),
 		plansRoutesCommand(),
+		plansRuleCommand(),
 		keysIssueCommand(),
 		keysListCommand(),
 		keysRevokeCommand(),

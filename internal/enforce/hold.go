@@ -186,9 +186,14 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 
 // recordSettled counts the units a hold finally counts, at its settlement.
 func (c *Checker) recordSettled(ref holdRef, st limiter.Settlement) {
+	expired := st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged
+	reason := tollgate.ReasonOK
+	if expired {
+		reason = tollgate.ReasonHoldExpired
+	}
 	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
-		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: tollgate.ReasonOK,
-		Hold: tollgate.HoldSettled, Expired: st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged})
+		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: reason,
+		Hold: tollgate.HoldSettled, Expired: expired})
 }
 
 // ExpireHolds expires the holds past their expiry, up to max, as each

@@ -1,3 +1,8 @@
+ALTER TABLE usage_minute DROP COLUMN expired_holds;
+ALTER TABLE usage_hour DROP COLUMN expired_holds;
+ALTER TABLE usage_day DROP COLUMN expired_holds;
+ALTER TABLE usage_month DROP COLUMN expired_holds;
+
 -- The older schema knows no concurrency rules: they are removed.
 DELETE FROM plan_rules WHERE algorithm = 'concurrency';
 DELETE FROM tenant_rule_overrides WHERE algorithm = 'concurrency';

@@ -8,7 +8,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/testenv"
+
 	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
 // Renew and Release on the store under test, which every store is.
@@ -358,5 +363,62 @@ func TestConcurrentLeasesAdmitExactlyTheLimit(t *testing.T) {
 				t.Errorf("after 3 releases admitted %d, want 3", len(second))
 			}
 		})
+	}
+}
+
+// callCounter counts the commands a Redis client sends.
+type callCounter struct{ calls atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.calls.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.calls.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestOneRoundTripPerOperation: on a single Redis, a check that opens a
+// hold and takes a lease is one command, and so are its settlement, a
+// renewal and a release: a hold and its settlement are two round trips.
+func TestOneRoundTripPerOperation(t *testing.T) {
+	c, prefix := testenv.Redis(t)
+	store := redisstore.New(c)
+	store.HoldIndex = prefix + "holds"
+	counter := &callCounter{}
+	c.AddHook(counter)
+	ns := prefix + "{o}:"
+	reqs := []Request{{Key: ns + "inflight", Params: Params{Algorithm: Concurrency, Limit: 5, PeriodUS: MinuteUS}},
+		{Key: ns + "tokens", Params: Params{Algorithm: GCRA, Limit: 1000, PeriodUS: MinuteUS}}}
+	ctx := context.Background()
+	// Each script once first, so that no EVALSHA falls back to EVAL below.
+	for round := range 2 {
+		counter.calls.Store(0)
+		key := fmt.Sprintf("%s%d", ns, round)
+		out := mustCheck(t, store, Batch{Requests: reqs, Cost: 100, Hold: &Hold{Key: key + "h", TTLUS: MinuteUS}, Lease: &Lease{Key: key + "l"}})
+		if !out.Admitted {
+			t.Fatalf("check: %+v", out)
+		}
+		checkCalls := counter.calls.Load()
+		if _, err := store.Renew(ctx, LeaseRef{Key: key + "l"}); err != nil {
+			t.Fatal(err)
+		}
+		renewCalls := counter.calls.Load() - checkCalls
+		if _, err := store.Settle(ctx, Settle{Key: key + "h", Cost: 40}); err != nil {
+			t.Fatal(err)
+		}
+		settleCalls := counter.calls.Load() - checkCalls - renewCalls
+		if released, err := store.Release(ctx, LeaseRef{Key: key + "l"}); err != nil || released {
+			t.Fatalf("release after the settlement: %v, %v; want nothing left to release", released, err)
+		}
+		releaseCalls := counter.calls.Load() - checkCalls - renewCalls - settleCalls
+		if round == 1 && (checkCalls != 1 || renewCalls != 1 || settleCalls != 1 || releaseCalls != 1) {
+			t.Errorf("commands: check %d, renew %d, settle %d, release %d; want 1 each", checkCalls, renewCalls, settleCalls, releaseCalls)
+		}
 	}
 }

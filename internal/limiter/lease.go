@@ -206,10 +206,7 @@ func (s *MemoryStore) leaseExpiries(l *memoryLease, key string, now int64) (exps
 // Renew moves the lease's slots to expire their rules' lease TTL from
 // now, under the store's lock.
 func (s *MemoryStore) Renew(_ context.Context, ref LeaseRef) (LeaseState, error) {
-	now := ref.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(ref.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.leases[ref.Key]
@@ -231,10 +228,7 @@ func (s *MemoryStore) Renew(_ context.Context, ref LeaseRef) (LeaseState, error)
 
 // Release frees the lease's slots under the store's lock.
 func (s *MemoryStore) Release(_ context.Context, ref LeaseRef) (bool, error) {
-	now := ref.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(ref.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.releaseLocked(ref.Key, now), nil

@@ -57,10 +57,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if err := b.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	now := b.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(b.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
@@ -101,6 +98,14 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// at returns nowUS, or the store's clock when nowUS is not > 0.
+func (s *MemoryStore) at(nowUS int64) int64 {
+	if nowUS > 0 {
+		return nowUS
+	}
+	return s.now()
 }
 
 // put stores st under key with a time to live of ttl µs (0: forever; -1:
@@ -155,10 +160,7 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	if err := req.Validate(); err != nil {
 		return Settlement{}, err
 	}
-	now := req.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(req.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.holds[req.Key]

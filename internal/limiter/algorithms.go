@@ -35,9 +35,6 @@ type state struct {
 	count  int64   // windows: units in the current window
 	prev   int64   // sliding_window_counter: units in the previous window
 	log    []int64 // sliding_window_log: admission time of each unit, ascending
-	// concurrency: each lease's expiry (µs) by its key; never changed in
-	// place (a write stores a new map)
-	leases map[string]int64
 }
 
 // decision is what evaluating one rule produced: the result, and the state
@@ -50,7 +47,8 @@ type decision struct {
 }
 
 // evaluate applies p to the stored state st (nil when absent) at now for
-// cost units. It is pure: the same inputs give the same decision, as in
+// cost units; a concurrency rule is decided on its leases instead
+// (evalConcurrency). It is pure: the same inputs give the same decision, as in
 // the Lua script.
 func evaluate(p Params, st *state, now, cost int64) decision {
 	switch p.Algorithm {
@@ -64,8 +62,6 @@ func evaluate(p Params, st *state, now, cost int64) decision {
 		return evalSlidingLog(p, st, now, cost)
 	case SlidingWindowCounter:
 		return evalSlidingCounter(p, st, now, cost)
-	case Concurrency:
-		return evalConcurrency(p, st, now, cost)
 	}
 	return decision{Result: Result{RetryAfterUS: -1}}
 }

@@ -98,16 +98,15 @@ func LeaseTTL(reqs []Request) int64 {
 	return ttl
 }
 
-// evalConcurrency decides a concurrency rule on its leases' expiries st
-// (nil when none): a check that costs something needs one slot, free
-// while fewer than Limit leases are live (expiry after now); cost 0 peeks.
-func evalConcurrency(p Params, st *state, now, cost int64) decision {
+// evalConcurrency decides a concurrency rule on its leases' expiries by
+// lease (nil when none): a check that costs something needs one slot,
+// free while fewer than Limit leases are live (expiry after now); cost 0
+// peeks.
+func evalConcurrency(p Params, leases map[string]int64, now, cost int64) decision {
 	var live []int64
-	if st != nil {
-		for _, exp := range st.leases {
-			if exp > now {
-				live = append(live, exp)
-			}
+	for _, exp := range leases {
+		if exp > now {
+			live = append(live, exp)
 		}
 	}
 	n := int64(len(live))
@@ -132,6 +131,23 @@ func evalConcurrency(p Params, st *state, now, cost int64) decision {
 		res.ResetAfterUS = max(last, now+p.PeriodUS) - now
 	}
 	return decision{Result: res}
+}
+
+// memorySlots is a concurrency rule's state in the memory store: each
+// lease's expiry (µs) by its key, never changed in place (a write stores
+// a new map), and when the entry expires, after its last lease.
+type memorySlots struct {
+	leases   map[string]int64
+	expireAt int64
+}
+
+// liveSlots returns the leases of the concurrency state under key at now,
+// nil when there is none; s.mu is held.
+func (s *MemoryStore) liveSlots(key string, now int64) map[string]int64 {
+	if e, ok := s.slots[key]; ok && now < e.expireAt {
+		return e.leases
+	}
+	return nil
 }
 
 // memoryLease is a lease's record in the memory store: the rules' state
@@ -165,11 +181,9 @@ func (s *MemoryStore) takeLease(b Batch, decisions []decision, now int64) bool {
 // the script does when it writes; s.mu is held.
 func (s *MemoryStore) putSlot(key, lease string, expireAt, now int64) {
 	leases := map[string]int64{}
-	if st := s.live(key, now); st != nil {
-		for k, exp := range st.leases {
-			if exp > now {
-				leases[k] = exp
-			}
+	for k, exp := range s.liveSlots(key, now) {
+		if exp > now {
+			leases[k] = exp
 		}
 	}
 	if expireAt > 0 {
@@ -182,10 +196,11 @@ func (s *MemoryStore) putSlot(key, lease string, expireAt, now int64) {
 		last = max(last, exp)
 	}
 	if last <= now {
-		delete(s.entries, key)
+		delete(s.slots, key)
 		return
 	}
-	s.put(key, &state{leases: leases}, last-now, now)
+	// Like Redis: the TTL is whole milliseconds, rounded up.
+	s.slots[key] = memorySlots{leases: leases, expireAt: now + CeilDiv(last-now, 1000)*1000}
 }
 
 // leaseExpiries returns the expiry of each slot lease l holds (0 for one
@@ -193,9 +208,7 @@ func (s *MemoryStore) putSlot(key, lease string, expireAt, now int64) {
 func (s *MemoryStore) leaseExpiries(l *memoryLease, key string, now int64) (exps []int64, first int64) {
 	exps = make([]int64, len(l.keys))
 	for i, k := range l.keys {
-		if st := s.live(k, now); st != nil {
-			exps[i] = st.leases[key]
-		}
+		exps[i] = s.liveSlots(k, now)[key]
 		if i == 0 || exps[i] < first {
 			first = exps[i]
 		}

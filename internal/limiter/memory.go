@@ -15,6 +15,7 @@ type MemoryStore struct {
 	entries   map[string]*memoryEntry
 	holds     map[string]*memoryHold
 	leases    map[string]*memoryLease
+	slots     map[string]memorySlots
 	now       func() int64
 	lastSweep int64
 }
@@ -48,7 +49,8 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
-	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{}, now: now}
+	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{},
+		slots: map[string]memorySlots{}, now: now}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -69,7 +71,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	}
 	decisions = decisions[:len(b.Requests)]
 	for i, r := range b.Requests {
-		d := evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		var d decision
+		if r.Params.Algorithm == Concurrency {
+			d = evalConcurrency(r.Params, s.liveSlots(r.Key, now), now, b.Cost)
+		} else {
+			d = evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		}
 		decisions[i] = d
 		out.Results[i] = d.Result
 		if !d.Allowed && !r.Shadow {
@@ -256,6 +263,11 @@ func (s *MemoryStore) sweep(now int64) {
 	for k, h := range s.holds {
 		if now >= h.keepUntil {
 			delete(s.holds, k)
+		}
+	}
+	for k, e := range s.slots {
+		if now >= e.expireAt {
+			delete(s.slots, k)
 		}
 	}
 	for k, l := range s.leases {

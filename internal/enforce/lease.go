@@ -59,14 +59,14 @@ type Lease struct {
 // slots may be someone else's by now), a malformed ID invalid. One store
 // call, no Postgres.
 func (c *Checker) RenewLease(ctx context.Context, id string) (Lease, error) {
-	ref, err := c.leaseRef(id)
-	if err != nil {
-		return Lease{}, err
-	}
-	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	st, err := c.leaser.Renew(storeCtx, ref)
+	var st limiter.LeaseState
+	err := c.onLease(ctx, id, func(ctx context.Context, ref limiter.LeaseRef) (err error) {
+		st, err = c.leaser.Renew(ctx, ref)
+		return err
+	})
 	switch {
+	case tollgate.ErrorCode(err) == tollgate.EINVALID || tollgate.ErrorCode(err) == tollgate.EUNAVAILABLE:
+		return Lease{}, err
 	case errors.Is(err, limiter.ErrLeaseNotFound):
 		return Lease{}, tollgate.Errorf(tollgate.ENOTFOUND, "no such lease (unknown, released, or expired: its slot may be taken)")
 	case err != nil:
@@ -79,28 +79,33 @@ func (c *Checker) RenewLease(ctx context.Context, id string) (Lease, error) {
 // ReleaseLease frees the slots of lease id. Releasing again, or a lease
 // that expired, answers released false. One store call, no Postgres.
 func (c *Checker) ReleaseLease(ctx context.Context, id string) (Lease, error) {
-	ref, err := c.leaseRef(id)
-	if err != nil {
+	var released bool
+	err := c.onLease(ctx, id, func(ctx context.Context, ref limiter.LeaseRef) (err error) {
+		released, err = c.leaser.Release(ctx, ref)
+		return err
+	})
+	switch {
+	case tollgate.ErrorCode(err) == tollgate.EINVALID || tollgate.ErrorCode(err) == tollgate.EUNAVAILABLE:
 		return Lease{}, err
-	}
-	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	released, err := c.leaser.Release(storeCtx, ref)
-	if err != nil {
+	case err != nil:
 		c.storeFailed(ctx, err)
 		return Lease{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the release")
 	}
 	return Lease{LeaseID: id, Released: &released}, nil
 }
 
-// leaseRef returns the store's reference to lease id.
-func (c *Checker) leaseRef(id string) (limiter.LeaseRef, error) {
+// onLease runs op on the store's reference to lease id, within the store
+// timeout. A malformed ID is EINVALID and a store that keeps no leases
+// EUNAVAILABLE, without calling op; otherwise op's error is returned.
+func (c *Checker) onLease(ctx context.Context, id string, op func(context.Context, limiter.LeaseRef) error) error {
 	ref, ok := parseHoldID(id)
 	if !ok {
-		return limiter.LeaseRef{}, tollgate.Invalid(map[string]string{"lease_id": "is not a lease ID"})
+		return tollgate.Invalid(map[string]string{"lease_id": "is not a lease ID"})
 	}
 	if c.leaser == nil {
-		return limiter.LeaseRef{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "this limiter store keeps no leases")
+		return tollgate.Errorf(tollgate.EUNAVAILABLE, "this limiter store keeps no leases")
 	}
-	return limiter.LeaseRef{Key: c.leaseKey(ref.Tag, id)}, nil
+	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return op(storeCtx, limiter.LeaseRef{Key: c.leaseKey(ref.Tag, id)})
 }

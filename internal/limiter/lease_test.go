@@ -16,6 +16,13 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 )
 
+// onEveryStore runs f on a fresh instance of every store.
+func onEveryStore(t *testing.T, f func(t *testing.T, store openStore)) {
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) { f(t, sc.open(t)) })
+	}
+}
+
 // Renew and Release on the store under test, which every store is.
 func (s openStore) Renew(ctx context.Context, ref LeaseRef) (LeaseState, error) {
 	return s.Store.(Leaser).Renew(ctx, ref)
@@ -67,12 +74,9 @@ func TestConcurrencyVectors(t *testing.T) {
 	if problems := p.Validate(); len(problems) > 0 {
 		t.Fatalf("invalid params: %v", problems)
 	}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			runLeaseSteps(t, store, single(store.ns+"k", p), concurrencyTable)
-		})
-	}
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		runLeaseSteps(t, store, single(store.ns+"k", p), concurrencyTable)
+	})
 }
 
 func runLeaseSteps(t *testing.T, store openStore, reqs []Request, steps []leaseStep) {
@@ -111,39 +115,36 @@ func runLeaseSteps(t *testing.T, store openStore, reqs []Request, steps []leaseS
 func TestLeaseRenewsEverySlotByItsRule(t *testing.T) {
 	long := Params{Algorithm: Concurrency, Limit: 1, PeriodUS: 10 * s}
 	short := Params{Algorithm: Concurrency, Limit: 1, PeriodUS: 4 * s}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			ctx := context.Background()
-			both := []Request{{Key: store.ns + "long", Params: long}, {Key: store.ns + "short", Params: short}}
-			if got := LeaseTTL(both); got != 4*s {
-				t.Errorf("LeaseTTL: got %d, want %d", got, 4*s)
-			}
-			a := &Lease{Key: store.ns + "lease:a"}
-			if out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch, Lease: a}); !out.Admitted {
-				t.Fatalf("first check denied: %+v", out)
-			}
-			got, err := store.Renew(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 3*s})
-			if want := (LeaseState{NowUS: epoch + 3*s, ExpiresAtUS: epoch + 7*s}); err != nil || got != want {
-				t.Errorf("renew: got %+v, %v; want %+v", got, err, want)
-			}
-			// At 8 s the short slot (renewed to 7 s) is free, the long
-			// one (renewed to 13 s) still held.
-			out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch + 8*s, Lease: &Lease{Key: store.ns + "lease:b"}})
-			if out.Admitted || !out.Results[1].Allowed || out.Results[0].Allowed || out.Results[0].RetryAfterUS != 5*s {
-				t.Errorf("check at 8 s: got %+v, want denied by the long rule only, retry 5 s", out)
-			}
-			if _, err := store.Renew(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 8*s}); !errors.Is(err, ErrLeaseNotFound) {
-				t.Errorf("renew after the short slot expired: got %v, want ErrLeaseNotFound", err)
-			}
-			if released, err := store.Release(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 8*s}); err != nil || !released {
-				t.Errorf("release: got %v, %v; want true", released, err)
-			}
-			if out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch + 8*s, Lease: &Lease{Key: store.ns + "lease:c"}}); !out.Admitted {
-				t.Errorf("check after release: got %+v, want admitted", out)
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		ctx := context.Background()
+		both := []Request{{Key: store.ns + "long", Params: long}, {Key: store.ns + "short", Params: short}}
+		if got := LeaseTTL(both); got != 4*s {
+			t.Errorf("LeaseTTL: got %d, want %d", got, 4*s)
+		}
+		a := &Lease{Key: store.ns + "lease:a"}
+		if out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch, Lease: a}); !out.Admitted {
+			t.Fatalf("first check denied: %+v", out)
+		}
+		got, err := store.Renew(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 3*s})
+		if want := (LeaseState{NowUS: epoch + 3*s, ExpiresAtUS: epoch + 7*s}); err != nil || got != want {
+			t.Errorf("renew: got %+v, %v; want %+v", got, err, want)
+		}
+		// At 8 s the short slot (renewed to 7 s) is free, the long
+		// one (renewed to 13 s) still held.
+		out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch + 8*s, Lease: &Lease{Key: store.ns + "lease:b"}})
+		if out.Admitted || !out.Results[1].Allowed || out.Results[0].Allowed || out.Results[0].RetryAfterUS != 5*s {
+			t.Errorf("check at 8 s: got %+v, want denied by the long rule only, retry 5 s", out)
+		}
+		if _, err := store.Renew(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 8*s}); !errors.Is(err, ErrLeaseNotFound) {
+			t.Errorf("renew after the short slot expired: got %v, want ErrLeaseNotFound", err)
+		}
+		if released, err := store.Release(ctx, LeaseRef{Key: a.Key, NowUS: epoch + 8*s}); err != nil || !released {
+			t.Errorf("release: got %v, %v; want true", released, err)
+		}
+		if out := mustCheck(t, store, Batch{Requests: both, Cost: 1, NowUS: epoch + 8*s, Lease: &Lease{Key: store.ns + "lease:c"}}); !out.Admitted {
+			t.Errorf("check after release: got %+v, want admitted", out)
+		}
+	})
 }
 
 // TestConcurrencyDenialConsumesNothingElse: a check denied by a full
@@ -152,32 +153,29 @@ func TestLeaseRenewsEverySlotByItsRule(t *testing.T) {
 func TestConcurrencyDenialConsumesNothingElse(t *testing.T) {
 	inflight := Params{Algorithm: Concurrency, Limit: 1, PeriodUS: 10 * s}
 	tokens := Params{Algorithm: GCRA, Limit: 100, PeriodUS: s}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			reqs := []Request{{Key: store.ns + "inflight", Params: inflight}, {Key: store.ns + "tokens", Params: tokens}}
-			lease := func(n int) *Lease { return &Lease{Key: fmt.Sprintf("%slease:%d", store.ns, n)} }
-			mustCheck(t, store, Batch{Requests: reqs, Cost: 10, NowUS: epoch, Lease: lease(1)})
-			out := mustCheck(t, store, Batch{Requests: reqs, Cost: 10, NowUS: epoch, Lease: lease(2)})
-			if out.Admitted || out.Results[0].Allowed || !out.Results[1].Allowed {
-				t.Fatalf("second check: got %+v, want denied by concurrency only", out)
-			}
-			if got := mustCheck(t, store, Batch{Requests: reqs[1:], NowUS: epoch}).Results[0].Remaining; got != 90 {
-				t.Errorf("tokens after the denial: %d remaining, want 90", got)
-			}
-			if _, err := store.Release(context.Background(), LeaseRef{Key: lease(1).Key, NowUS: epoch}); err != nil {
-				t.Fatal(err)
-			}
-			// 90 tokens left: a cost of 95 is denied by the tokens rule
-			// and must leave the slot free.
-			if out := mustCheck(t, store, Batch{Requests: reqs, Cost: 95, NowUS: epoch, Lease: lease(3)}); out.Admitted {
-				t.Fatalf("cost 95: got %+v, want denied", out)
-			}
-			if got := mustCheck(t, store, Batch{Requests: reqs[:1], NowUS: epoch}).Results[0].Remaining; got != 1 {
-				t.Errorf("slots after the tokens denial: %d free, want 1", got)
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		reqs := []Request{{Key: store.ns + "inflight", Params: inflight}, {Key: store.ns + "tokens", Params: tokens}}
+		lease := func(n int) *Lease { return &Lease{Key: fmt.Sprintf("%slease:%d", store.ns, n)} }
+		mustCheck(t, store, Batch{Requests: reqs, Cost: 10, NowUS: epoch, Lease: lease(1)})
+		out := mustCheck(t, store, Batch{Requests: reqs, Cost: 10, NowUS: epoch, Lease: lease(2)})
+		if out.Admitted || out.Results[0].Allowed || !out.Results[1].Allowed {
+			t.Fatalf("second check: got %+v, want denied by concurrency only", out)
+		}
+		if got := mustCheck(t, store, Batch{Requests: reqs[1:], NowUS: epoch}).Results[0].Remaining; got != 90 {
+			t.Errorf("tokens after the denial: %d remaining, want 90", got)
+		}
+		if _, err := store.Release(context.Background(), LeaseRef{Key: lease(1).Key, NowUS: epoch}); err != nil {
+			t.Fatal(err)
+		}
+		// 90 tokens left: a cost of 95 is denied by the tokens rule
+		// and must leave the slot free.
+		if out := mustCheck(t, store, Batch{Requests: reqs, Cost: 95, NowUS: epoch, Lease: lease(3)}); out.Admitted {
+			t.Fatalf("cost 95: got %+v, want denied", out)
+		}
+		if got := mustCheck(t, store, Batch{Requests: reqs[:1], NowUS: epoch}).Results[0].Remaining; got != 1 {
+			t.Errorf("slots after the tokens denial: %d free, want 1", got)
+		}
+	})
 }
 
 // TestSettlementReleasesTheLease: settling a hold frees the slot its
@@ -185,54 +183,48 @@ func TestConcurrencyDenialConsumesNothingElse(t *testing.T) {
 // TTL.
 func TestSettlementReleasesTheLease(t *testing.T) {
 	inflight := Params{Algorithm: Concurrency, Limit: 1, PeriodUS: 60 * s}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			reqs := single(store.ns+"inflight", inflight)
-			held := func(name string, at int64) Outcome {
-				return mustCheck(t, store, Batch{Requests: reqs, Cost: 5, NowUS: epoch + at,
-					Hold: &Hold{Key: store.ns + "hold:" + name, TTLUS: 10 * s}, Lease: &Lease{Key: store.ns + "lease:" + name}})
-			}
-			if !held("a", 0).Admitted || held("b", 0).Admitted {
-				t.Fatal("want the first held check admitted, the second denied")
-			}
-			if _, err := store.Settle(context.Background(), Settle{Key: store.ns + "hold:a", Cost: 3, NowUS: epoch + s}); err != nil {
-				t.Fatal(err)
-			}
-			if !held("c", s).Admitted {
-				t.Fatal("after the settlement: want the slot free")
-			}
-			if _, err := store.Settle(context.Background(), Settle{Key: store.ns + "hold:c", Expire: true, NowUS: epoch + 11*s}); err != nil {
-				t.Fatal(err)
-			}
-			if held("d", 12*s).Admitted {
-				t.Error("after the hold expired: want the slot still leased")
-			}
-			if !held("e", 61*s).Admitted {
-				t.Error("after the lease expired: want the slot free")
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		reqs := single(store.ns+"inflight", inflight)
+		held := func(name string, at int64) Outcome {
+			return mustCheck(t, store, Batch{Requests: reqs, Cost: 5, NowUS: epoch + at,
+				Hold: &Hold{Key: store.ns + "hold:" + name, TTLUS: 10 * s}, Lease: &Lease{Key: store.ns + "lease:" + name}})
+		}
+		if !held("a", 0).Admitted || held("b", 0).Admitted {
+			t.Fatal("want the first held check admitted, the second denied")
+		}
+		if _, err := store.Settle(context.Background(), Settle{Key: store.ns + "hold:a", Cost: 3, NowUS: epoch + s}); err != nil {
+			t.Fatal(err)
+		}
+		if !held("c", s).Admitted {
+			t.Fatal("after the settlement: want the slot free")
+		}
+		if _, err := store.Settle(context.Background(), Settle{Key: store.ns + "hold:c", Expire: true, NowUS: epoch + 11*s}); err != nil {
+			t.Fatal(err)
+		}
+		if held("d", 12*s).Admitted {
+			t.Error("after the hold expired: want the slot still leased")
+		}
+		if !held("e", 61*s).Admitted {
+			t.Error("after the lease expired: want the slot free")
+		}
+	})
 }
 
 // TestLeaseRequiredAndPeeksTakeNone: a check that would take a slot
 // needs a lease; dry runs and peeks take none.
 func TestLeaseRequiredAndPeeksTakeNone(t *testing.T) {
 	inflight := Params{Algorithm: Concurrency, Limit: 1, PeriodUS: 10 * s}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			reqs := single(store.ns+"inflight", inflight)
-			if _, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: epoch}); !errors.Is(err, ErrBadLease) {
-				t.Errorf("no lease: got %v, want ErrBadLease", err)
-			}
-			mustCheck(t, store, Batch{Requests: reqs, Cost: 1, DryRun: true, NowUS: epoch})
-			mustCheck(t, store, Batch{Requests: reqs, Cost: 0, NowUS: epoch})
-			if out := mustCheck(t, store, Batch{Requests: reqs, Cost: 1, NowUS: epoch, Lease: &Lease{Key: store.ns + "l"}}); !out.Admitted {
-				t.Errorf("after a dry run and a peek: got %+v, want admitted", out)
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		reqs := single(store.ns+"inflight", inflight)
+		if _, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: epoch}); !errors.Is(err, ErrBadLease) {
+			t.Errorf("no lease: got %v, want ErrBadLease", err)
+		}
+		mustCheck(t, store, Batch{Requests: reqs, Cost: 1, DryRun: true, NowUS: epoch})
+		mustCheck(t, store, Batch{Requests: reqs, Cost: 0, NowUS: epoch})
+		if out := mustCheck(t, store, Batch{Requests: reqs, Cost: 1, NowUS: epoch, Lease: &Lease{Key: store.ns + "l"}}); !out.Admitted {
+			t.Errorf("after a dry run and a peek: got %+v, want admitted", out)
+		}
+	})
 }
 
 // TestStoresAgreeOnLeases replays random histories of checks (two
@@ -318,52 +310,49 @@ func TestStoresAgreeOnLeases(t *testing.T) {
 // releases, another 100 at once admit exactly 3.
 func TestConcurrentLeasesAdmitExactlyTheLimit(t *testing.T) {
 	p := Params{Algorithm: Concurrency, Limit: 10, PeriodUS: MaxLeaseTTLUS}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			reqs := single(store.ns+"inflight", p)
-			burst := func(round, n int) []string {
-				var mu sync.Mutex
-				var admitted []string
-				var wg sync.WaitGroup
-				var failed atomic.Int64
-				for i := range n {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						key := fmt.Sprintf("%slease:%d:%d", store.ns, round, i)
-						out, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: epoch, Lease: &Lease{Key: key}})
-						if err != nil {
-							failed.Add(1)
-							return
-						}
-						if out.Admitted {
-							mu.Lock()
-							admitted = append(admitted, key)
-							mu.Unlock()
-						}
-					}()
-				}
-				wg.Wait()
-				if failed.Load() > 0 {
-					t.Fatalf("%d checks failed", failed.Load())
-				}
-				return admitted
+	onEveryStore(t, func(t *testing.T, store openStore) {
+		reqs := single(store.ns+"inflight", p)
+		burst := func(round, n int) []string {
+			var mu sync.Mutex
+			var admitted []string
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := fmt.Sprintf("%slease:%d:%d", store.ns, round, i)
+					out, err := store.Check(context.Background(), Batch{Requests: reqs, Cost: 1, NowUS: epoch, Lease: &Lease{Key: key}})
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					if out.Admitted {
+						mu.Lock()
+						admitted = append(admitted, key)
+						mu.Unlock()
+					}
+				}()
 			}
-			first := burst(1, 200)
-			if len(first) != 10 {
-				t.Fatalf("first burst admitted %d, want 10", len(first))
+			wg.Wait()
+			if failed.Load() > 0 {
+				t.Fatalf("%d checks failed", failed.Load())
 			}
-			for _, key := range first[:3] {
-				if ok, err := store.Release(context.Background(), LeaseRef{Key: key, NowUS: epoch}); err != nil || !ok {
-					t.Fatalf("release %s: %v, %v", key, ok, err)
-				}
+			return admitted
+		}
+		first := burst(1, 200)
+		if len(first) != 10 {
+			t.Fatalf("first burst admitted %d, want 10", len(first))
+		}
+		for _, key := range first[:3] {
+			if ok, err := store.Release(context.Background(), LeaseRef{Key: key, NowUS: epoch}); err != nil || !ok {
+				t.Fatalf("release %s: %v, %v", key, ok, err)
 			}
-			if second := burst(2, 100); len(second) != 3 {
-				t.Errorf("after 3 releases admitted %d, want 3", len(second))
-			}
-		})
-	}
+		}
+		if second := burst(2, 100); len(second) != 3 {
+			t.Errorf("after 3 releases admitted %d, want 3", len(second))
+		}
+	})
 }
 
 // callCounter counts the commands a Redis client sends.

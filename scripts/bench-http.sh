@@ -16,6 +16,11 @@
 #   hold-settle    1000 pro keys, GET /repos: every check holds 2 units and
 #                  the next request settles it at 1 (half checks, half
 #                  settlements; not in the default SCENARIOS)
+#   lease-release  1000 keys of the demo plan llm, POST /v1/complete: a
+#                  concurrency rule (4 in flight per key) and a tokens
+#                  rule; every check takes a lease and the next request
+#                  releases it (half checks, half releases; not in the
+#                  default SCENARIOS)
 #
 # It prints, per scenario, the medians over the rounds of checks/s, p50,
 # p99 and the ratio to the floor, the decisions the api counted, Redis
@@ -107,6 +112,10 @@ if [ -n "${PRO_THRESHOLDS:-}" ]; then
   [ "$t" = none ] && t=
   bin/admin plans quota --plan pro --thresholds "$t" >/dev/null
 fi
+if [[ " ${SCENARIOS:-} " == *" lease-release "* ]]; then
+  bin/admin tenants create --name bench-llm --plan llm >/dev/null
+  bin/admin keys issue --tenant bench-llm --count 1000 2>/dev/null >"$WORK/llmkeys1000.txt"
+fi
 
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
 env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} "${API_BIN:-bin/api}" &
@@ -145,6 +154,7 @@ args_for() { # args_for SCENARIO ROUND: wrk script arguments
   denied-ip) echo "ip 192.0.2.77 GET_/" ;;
   search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
   hold-settle) echo "holds $WORK/keys1000.txt GET_/repos" ;;
+  lease-release) echo "leases $WORK/llmkeys1000.txt POST_/v1/complete" ;;
   *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }

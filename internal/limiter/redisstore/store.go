@@ -286,6 +286,7 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		if p.batch.ReportState {
 			report = 1
 		}
+		leased := false
 		for _, r := range p.batch.Requests {
 			ref := c.def(r.Params) * 2
 			if r.Shadow {
@@ -293,9 +294,13 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			}
 			c.refs = append(c.refs, ref)
 			c.keys = append(c.keys, r.Key)
+			leased = leased || r.Params.Algorithm == limiter.Concurrency
 		}
 		if h := p.batch.Hold; h != nil {
 			c.keys = append(c.keys, h.Key)
+		}
+		if leased {
+			c.keys = append(c.keys, leaseKey(p.batch))
 		}
 	}
 	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs)
@@ -325,6 +330,18 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		}
 	}
 	c.arg = b
+}
+
+// leaseKey returns the key check.lua finds after a check's rule keys (and
+// hold key) when it has a concurrency rule: its lease's, or for a check
+// that takes no lease (a dry run, a cost of 0), its first rule's key,
+// which the script then never writes as a lease but which keeps the
+// call's keys in one hash slot.
+func leaseKey(b limiter.Batch) string {
+	if b.Lease != nil && b.Lease.Key != "" {
+		return b.Lease.Key
+	}
+	return b.Requests[0].Key
 }
 
 // holdField returns check.lua's hold number of a check: 0 for none, else

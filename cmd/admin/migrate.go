@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -31,10 +30,8 @@ func migrate(fs *flag.FlagSet) action {
 			// sealed now when the key is at hand, else by `admin serve`
 			// at start.
 			if keys, err := e.secretKeys(); err == nil {
-				if n, err := events.SealSecrets(ctx, e.db, keys); err != nil {
+				if err := sealWebhookSecrets(ctx, e, keys); err != nil {
 					return err
-				} else if n > 0 {
-					fmt.Fprintf(e.stdout, "sealed the secrets of %d webhook endpoints\n", n)
 				}
 			}
 		case "down":

@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 )
 
 func tokensIssue(fs *flag.FlagSet) action {
@@ -80,7 +82,26 @@ func secretsReseal(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "resealed %d signing keys with the current secret key\n", n)
+		if _, err = fmt.Fprintf(e.stdout, "resealed %d signing keys with the current secret key\n", n); err != nil {
+			return err
+		}
+		return sealWebhookSecrets(ctx, e, keys)
+	}
+}
+
+// sealWebhookSecrets seals the webhook endpoints' secrets with the
+// current secret key (events.SealSecrets) and says what it did.
+func sealWebhookSecrets(ctx context.Context, e *invocation, keys *auth.SecretKeys) error {
+	n, unopened, err := events.SealSecrets(ctx, e.db, keys)
+	if err != nil {
 		return err
 	}
+	if n > 0 {
+		fmt.Fprintf(e.stdout, "sealed the secrets of %d webhook endpoints with the current secret key\n", n)
+	}
+	if len(unopened) > 0 {
+		fmt.Fprintf(e.stderr, "the secrets of %d webhook endpoints are sealed with a key that is not configured "+
+			"(TOLLGATE_SECRET_KEY_PREVIOUS): %s\n", len(unopened), strings.Join(unopened, ", "))
+	}
+	return nil
 }

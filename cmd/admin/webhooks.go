@@ -54,10 +54,16 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, keys *
 	reg.MustRegister(metrics.Collectors()...)
 	// Secrets stored in the clear by an earlier version, or sealed with a
 	// previous TOLLGATE_SECRET_KEY, are sealed with the current key.
-	if n, err := events.SealSecrets(ctx, e.db, keys); err != nil {
+	n, unopened, err := events.SealSecrets(ctx, e.db, keys)
+	if err != nil {
 		return nil, err
-	} else if n > 0 {
+	}
+	if n > 0 {
 		log.Info("sealed webhook endpoint secrets with the current secret key", "endpoints", n)
+	}
+	if len(unopened) > 0 {
+		log.Warn("webhook endpoint secrets sealed with a key that is not configured: their deliveries fail until it is (TOLLGATE_SECRET_KEY_PREVIOUS)",
+			"endpoints", unopened)
 	}
 	if !c.Deliver {
 		return func() {}, nil

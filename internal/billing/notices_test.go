@@ -291,3 +291,46 @@ func TestRateLimitSustainedAndResolved(t *testing.T) {
 		t.Errorf("%d ratelimit.sustained events for 8 concurrent batches, want 1", n)
 	}
 }
+
+// idleConsumer has nothing to fetch: its first Fetch says so on fetched,
+// and every Fetch waits for ctx.
+type idleConsumer struct{ fetched chan struct{} }
+
+func (c idleConsumer) Fetch(ctx context.Context, _ int) ([]Message, error) {
+	select {
+	case c.fetched <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, nil
+}
+
+func (idleConsumer) Ack(context.Context, ...string) error { return nil }
+
+// TestIdleWorkerResolvesRateAlerts: a worker with no batches to apply
+// still resolves an alert whose key's callers stopped, before it first
+// waits for batches.
+func TestIdleWorkerResolvesRateAlerts(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	var c clock
+	a := newApplier(t, db, &c)
+	tenantID := meteredTenant(t, s, db, "stopped", "2026-11-01T00:00:00Z")
+	r := row(at(t, "2026-11-22T10:00"), tenantID, kA, "GET /x", metering.Counts{Denied: 150, DeniedUnits: 150})
+	r.Reason, r.DeniedBy = tollgate.ReasonRateLimited, "hourly"
+	c.set(t, "2026-11-22T10:00:30Z")
+	a.apply(r)
+	if n := len(eventsOf(t, db, tenantID, quota.EventRateLimitSustained)); n != 1 {
+		t.Fatalf("%d ratelimit.sustained events, want 1", n)
+	}
+	c.set(t, "2026-11-22T10:06:00Z")
+	ctx, cancel := context.WithCancel(context.Background())
+	consumer := idleConsumer{fetched: make(chan struct{}, 1)}
+	done := make(chan error, 1)
+	go func() { done <- (&Worker{Consumer: consumer, Store: a.store}).Run(ctx) }()
+	<-consumer.fetched
+	cancel()
+	testenv.Must(t, <-done)
+	if got := eventsOf(t, db, tenantID, quota.EventRateLimitResolved); len(got) != 1 || got[0]["denials"] != float64(0) {
+		t.Errorf("ratelimit.resolved events %v, want one with no denials left in the window", got)
+	}
+}

@@ -397,10 +397,10 @@ func TestSecretsSealedAtRest(t *testing.T) {
 	deliverWith(oldKey)
 	seal := func(keys *auth.SecretKeys, want int) {
 		t.Helper()
-		n, err := events.SealSecrets(ctx, db, keys)
+		n, unopened, err := events.SealSecrets(ctx, db, keys)
 		testenv.Must(t, err)
-		if n != want {
-			t.Errorf("SealSecrets sealed %d endpoints, want %d", n, want)
+		if n != want || len(unopened) != 0 {
+			t.Errorf("SealSecrets sealed %d endpoints (%v unopened), want %d", n, unopened, want)
 		}
 		if got := storedSecrets(t, db, ep.Endpoint.ID)[0]; !strings.HasPrefix(got, "sealed:") {
 			t.Errorf("stored secret %.20s… after SealSecrets", got)
@@ -416,6 +416,11 @@ func TestSecretsSealedAtRest(t *testing.T) {
 	deliverWith(newKey)
 	onlyNew, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
 	testenv.Must(t, err)
+	// A key that opens nothing: the endpoint is left as it is and named.
+	if n, unopened, err := events.SealSecrets(ctx, db, onlyNew); err != nil || n != 0 ||
+		len(unopened) != 1 || unopened[0] != ep.Endpoint.ID {
+		t.Errorf("SealSecrets with a key that opens nothing: %d sealed, unopened %v, %v; want 0 and the endpoint", n, unopened, err)
+	}
 	before := len(rcv.requests())
 	emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: onlyNew})

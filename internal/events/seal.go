@@ -55,13 +55,17 @@ func openSecret(keys *auth.SecretKeys, endpointID, stored string) (secret string
 // start and `admin migrate up` after migrating: after an upgrade from a
 // version that stored secrets in the clear, and after TOLLGATE_SECRET_KEY
 // was rotated (the old key in TOLLGATE_SECRET_KEY_PREVIOUS). Safe to run
-// from several processes at once (rows are locked).
-func SealSecrets(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (int, error) {
+// from several processes at once (rows are locked). An endpoint whose
+// secret no configured key opens is left as it is and listed in
+// unopened (its deliveries fail until the key that sealed it is
+// configured again); err is for failures of the database.
+func SealSecrets(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (sealed int, unopened []string, err error) {
 	if keys == nil {
-		return 0, auth.ErrNoSecretKey
+		return 0, nil, auth.ErrNoSecretKey
 	}
 	n := 0
-	err := postgres.Tx(ctx, db, func(tx pgx.Tx) error {
+	err = postgres.Tx(ctx, db, func(tx pgx.Tx) error {
+		unopened = nil
 		rows, err := tx.Query(ctx, `SELECT id::text, secret, coalesce(previous_secret, '') FROM webhook_endpoints
 			ORDER BY id FOR UPDATE`)
 		if err != nil {
@@ -77,12 +81,10 @@ func SealSecrets(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (
 		}
 		for _, s := range all {
 			secret, cur, err := openSecret(keys, s.id, s.secret)
-			if err != nil {
-				return err
-			}
-			previous, prevCur, err := openSecret(keys, s.id, s.previous)
-			if err != nil {
-				return err
+			previous, prevCur, prevErr := openSecret(keys, s.id, s.previous)
+			if err != nil || prevErr != nil {
+				unopened = append(unopened, s.id)
+				continue
 			}
 			if cur && (s.previous == "" || prevCur) {
 				continue
@@ -107,7 +109,7 @@ func SealSecrets(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("events: seal endpoint secrets: %w", err)
+		return 0, nil, fmt.Errorf("events: seal endpoint secrets: %w", err)
 	}
-	return n, nil
+	return n, unopened, nil
 }

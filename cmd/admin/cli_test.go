@@ -70,8 +70,8 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	if plans != 4 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 27", plans, tenantsN, keys)
+	if plans != 5 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed; llm has no demo tenant
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 5, 3, 27", plans, tenantsN, keys)
 	}
 	// Thresholds on the paid plans, and endpoints without a receiver
 	// (an operator's, the admin tenant's), their secrets sealed.

@@ -165,7 +165,7 @@ func TestConsoleWebhooks(t *testing.T) {
 	if got := b.text(delivered + " pre.response"); got != receiverReply {
 		t.Errorf("the attempt's response %q, want %q", got, receiverReply)
 	}
-	b.screenshot("webhook")
+	b.screenshot("webhook-log")
 
 	// Replay the event: a second delivery with the same webhook-id.
 	b.submit(delivered+` form[action$="/replay"] button`, ".flash")
@@ -228,7 +228,7 @@ func TestConsoleWebhooks(t *testing.T) {
 		!strings.Contains(got, "acme") {
 		t.Errorf("the failing endpoint's row: %q", got)
 	}
-	b.screenshot("webhooks")
+	b.screenshot("webhooks-failing")
 	b.click(notice+" a", "h1.endpoint-url")
 
 	// Delete (confirmed): gone, with its log.
@@ -340,7 +340,7 @@ func TestConsoleAlerts(t *testing.T) {
 	if b.count("#endpoints tr[data-endpoint]") != 1 || !strings.Contains(b.text("#endpoints tbody"), "acme-hook") {
 		t.Errorf("its endpoints: %s", b.text("#endpoints tbody"))
 	}
-	b.screenshot("alerts")
+	b.screenshot("alerts-set")
 
 	// Nothing of globex: not on the page, not by ID, not by its path.
 	if html := b.html(); strings.Contains(html, "globex") || strings.Contains(html, theirs.Endpoint.ID) || strings.Contains(html, globexEvent.ID) {

@@ -27,13 +27,21 @@ func (s *Store) Health(ctx context.Context, ids []string) (map[string]Health, er
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.Query(ctx, `SELECT w.id::text,
-		(SELECT count(*) FROM webhook_deliveries p WHERE p.endpoint_id = w.id AND p.state = 'pending'),
-		a.attempt, a.at, a.status, a.latency_us, a.error
+	// The pending deliveries are counted in one pass over them (the due
+	// index holds only those). The latest attempts are looked for in each
+	// endpoint's latest deliveries through (endpoint_id, id DESC): the
+	// range on endpoint_id, not an equality, keeps the planner from
+	// walking every delivery backwards by ID instead, as it does when the
+	// statistics say one endpoint has nearly all of them.
+	rows, err := s.db.Query(ctx, `WITH pending AS (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries
+			WHERE state = 'pending' AND endpoint_id = ANY($1::uuid[]) GROUP BY endpoint_id)
+		SELECT w.id::text, coalesce(p.n, 0), a.attempt, a.at, a.status, a.latency_us, a.error
 		FROM unnest($1::uuid[]) AS w(id)
+		LEFT JOIN pending p ON p.endpoint_id = w.id
 		LEFT JOIN LATERAL (SELECT a.attempt, a.at, a.status, a.latency_us, a.error
-			FROM (SELECT d.id FROM webhook_deliveries d WHERE d.endpoint_id = w.id AND d.attempts > 0
-				ORDER BY d.id DESC LIMIT $2) d
+			FROM (SELECT d.id FROM webhook_deliveries d
+				WHERE d.endpoint_id >= w.id AND d.endpoint_id <= w.id AND d.attempts > 0
+				ORDER BY d.endpoint_id, d.id DESC LIMIT $2) d
 			JOIN webhook_attempts a ON a.delivery_id = d.id ORDER BY a.at DESC, a.id DESC LIMIT 1) a ON true`, ids, healthWindow)
 	if err != nil {
 		return nil, fmt.Errorf("events: endpoint health: %w", err)

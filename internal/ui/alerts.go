@@ -197,7 +197,12 @@ func (c *Console) alertsView(w http.ResponseWriter, r *http.Request, t tenants.T
 		c.Error(w, r, err)
 		return
 	}
-	if p.Endpoints, err = c.endpointsView(r, s, page.First(page.MaxLimit), forms.Endpoint, p.Errors); err != nil {
+	pr, err := page.FromQuery(r.URL.Query())
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	if p.Endpoints, err = c.endpointsView(r, s, pr, forms.Endpoint, p.Errors); err != nil {
 		c.Error(w, r, err)
 		return
 	}

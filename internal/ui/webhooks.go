@@ -129,7 +129,8 @@ func endpointBadges(e events.Endpoint) []badge {
 	case e.DisabledAt != nil:
 		return []badge{{"disabled", "neutral", "disabled " + formatDateTime(*e.DisabledAt)}}
 	case e.FailingSince != nil:
-		return []badge{{"enabled", "ok", ""}, {"failing", "warn", "every attempt has failed since " + formatDateTime(*e.FailingSince)}}
+		return []badge{{"enabled", "ok", ""}, {"failing", "warn", "every attempt has failed since " + formatDateTime(*e.FailingSince) +
+			"; disabled " + formatDateTime(derefTime(e.DisablesAt)) + " unless one succeeds first"}}
 	}
 	return []badge{{"enabled", "ok", ""}}
 }
@@ -178,8 +179,10 @@ type endpointForm struct {
 	Tenants string
 }
 
-// endpointsView is the endpoints part of a page: the list, the notice
-// of endpoints disabled for failing, and the form that makes one.
+// endpointsView is the endpoints part of a page: the list, the notices
+// of endpoints disabled for failing or failing now (Failing, from
+// events.Store.Troubled, whichever page of the list they are on), and the
+// form that makes one.
 type endpointsView struct {
 	Scope   hookScope
 	Rows    []endpointRow
@@ -206,10 +209,12 @@ func (c *Console) endpointsView(r *http.Request, s hookScope, pr page.Request, f
 	if v.Rows, err = c.endpointRows(r.Context(), s, pg.Items); err != nil {
 		return endpointsView{}, err
 	}
-	for _, row := range v.Rows {
-		if row.FailingDisabled {
-			v.Failing = append(v.Failing, row)
-		}
+	troubled, err := c.events.Troubled(r.Context(), s.id())
+	if err != nil {
+		return endpointsView{}, err
+	}
+	if v.Failing, err = c.endpointRows(r.Context(), s, troubled); err != nil {
+		return endpointsView{}, err
 	}
 	return v, nil
 }

@@ -219,7 +219,17 @@ func TestConsoleWebhooks(t *testing.T) {
 	_, err = admin.DB.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now() - interval '5 days',
 		disabled_at = now(), disabled_reason = 'failing' WHERE id = $1`, failing.Endpoint.ID)
 	testenv.Must(t, err)
+	// And one failing for a day, still enabled: when it will be disabled.
+	shaky, err := events.NewOps(admin.DB, nil, events.Guard{AllowPrivate: true}).CreateEndpoint(ctx, audit.CLI, "",
+		events.EndpointInput{URL: "http://127.0.0.1:9/shaky"})
+	testenv.Must(t, err)
+	_, err = admin.DB.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now() - interval '1 day' WHERE id = $1`, shaky.Endpoint.ID)
+	testenv.Must(t, err)
 	b.open("/webhooks")
+	if got := b.text(fmt.Sprintf(`.notice[data-failing=%q]`, shaky.Endpoint.ID)); !strings.Contains(got, "127.0.0.1:9/shaky") ||
+		!strings.Contains(got, "disables it on") {
+		t.Errorf("the failing endpoint's notice: %q", got)
+	}
 	notice := fmt.Sprintf(`.alert[data-failing=%q]`, failing.Endpoint.ID)
 	if b.count(notice) != 1 || !strings.Contains(b.text(notice), "127.0.0.1:9/down") {
 		t.Fatalf("no notice of the failing endpoint: %s", b.pageText())

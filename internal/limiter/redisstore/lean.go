@@ -82,7 +82,8 @@ func leanChecks(checks []*pending) bool {
 
 // leanBatch reports whether lean.lua can decide b: no hold, and every
 // rule a GCRA, leaky or token bucket, or a fixed window aligned to
-// calendar months. TestLeanKnowsEveryField fails when limiter.Batch,
+// calendar months. A batch's Lease matters only to concurrency rules,
+// which lean.lua does not decide, so it needs no test here. TestLeanKnowsEveryField fails when limiter.Batch,
 // Request or Params gain a field this function has not been taught.
 func leanBatch(b *limiter.Batch) bool {
 	if b.Hold != nil {

@@ -275,7 +275,7 @@ func TestLeanKnowsEveryField(t *testing.T) {
 		typ   reflect.Type
 		known []string
 	}{
-		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold"}},
+		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease"}},
 		{reflect.TypeFor[limiter.Request](), []string{"Key", "Params", "Shadow"}},
 		{reflect.TypeFor[limiter.Params](), []string{"Algorithm", "Limit", "PeriodUS", "Burst", "Shape", "Calendar", "AnchorFirstRequest"}},
 	} {

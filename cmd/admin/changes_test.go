@@ -309,7 +309,17 @@ func testConsoleChanges(t *testing.T, srv *adminServer, op, admin, viewer string
 			status: 303, action: "user.disable", target: id(disabled.ID)},
 		{route: "POST /users/{userID}/sessions/revoke", as: op, path: fixed("/users/" + signedOut.ID + "/sessions/revoke"),
 			status: 303, action: "user.sessions_revoke", target: id(signedOut.ID)},
+		{route: "POST /tenants/{tenantID}/alerts/thresholds", as: admin, path: fixed(tenantPath + "/alerts/thresholds"),
+			body:   url.Values{"thresholds[0].kind": {"percent"}, "thresholds[0].value": {"80"}},
+			status: 303, action: "tenant.quota", target: id(acme.ID),
+			invalid: url.Values{"thresholds[0].kind": {"percent"}, "thresholds[0].value": {"5000"}}},
+		// The API's case lowered acme's cap to 0: a tenant admin may keep it.
+		{route: "POST /tenants/{tenantID}/alerts/spend-cap", as: admin, path: fixed(tenantPath + "/alerts/spend-cap"),
+			body: url.Values{"spend_cap_minor": {"0"}}, status: 303, action: "tenant.quota", target: id(acme.ID),
+			invalid: url.Values{"spend_cap_minor": {"1"}}},
 	}
+	cases = append(cases, consoleWebhookCases(t, srv, op, "", "")...)
+	cases = append(cases, consoleWebhookCases(t, srv, admin, tenantPath, acme.ID)...)
 	wantCases(t, mutatingRoutes(t, srv, true), cases)
 
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -561,6 +571,44 @@ func webhookCases(t *testing.T, srv *adminServer, base, token, prefix string, ac
 		{route: "DELETE " + route + "/{endpointID}", as: token, path: func() string { return base + "/webhooks/endpoints/" + doomed },
 			status: 204, action: "webhook_endpoint.delete", target: func(response) string { return doomed }},
 		rotate, disable, enable, test, replay,
+	}
+}
+
+// consoleWebhookCases are the console's webhook forms at base ("" for the
+// operators' pages, a tenant's path), made as token: on endpoints of
+// their own, owned by owner ("" for an operator's).
+func consoleWebhookCases(t *testing.T, srv *adminServer, token, base, owner string) []routeCase {
+	t.Helper()
+	prefix := ""
+	if owner != "" {
+		prefix = "/tenants/{tenantID}"
+	}
+	ops := events.NewOps(srv.DB, nil, events.Guard{AllowPrivate: true})
+	endpoint := func() string {
+		e, err := ops.CreateEndpoint(context.Background(), audit.CLI, owner, events.EndpointInput{URL: "http://127.0.0.1:9/console-hook"})
+		testenv.Must(t, err)
+		return e.Endpoint.ID
+	}
+	one := func(verb string) routeCase {
+		id := endpoint()
+		return routeCase{route: "POST " + prefix + "/webhooks/{endpointID}/" + verb, as: token,
+			path: func() string { return base + "/webhooks/" + id + "/" + verb }, status: 303,
+			action: "webhook_endpoint." + verb, target: func(response) string { return id }}
+	}
+	rotate, disable, enable, test, replay, del := one("rotate"), one("disable"), one("enable"), one("test"), one("replay"), one("delete")
+	rotate.status = 201
+	replay.body = url.Values{"from": {"2020-01-01T00:00"}, "to": {"2030-01-01T00:00"}}
+	replay.invalid = url.Values{"from": {"2030-01-01T00:00"}, "to": {"2020-01-01T00:00"}}
+	made := "http://127.0.0.1:9/console-new" + strings.ReplaceAll(base, "/", "-")
+	return []routeCase{
+		{route: "POST " + prefix + "/webhooks", as: token, path: func() string { return base + "/webhooks" },
+			body: url.Values{"url": {made}, "event_types": {"key.revoked", "webhook.test"}}, status: 201,
+			action: "webhook_endpoint.create", target: func(response) string {
+				var id string
+				testenv.Must(t, srv.DB.QueryRow(context.Background(), `SELECT id::text FROM webhook_endpoints WHERE url = $1`, made).Scan(&id))
+				return id
+			}, invalid: url.Values{"url": {"ftp://example.com/"}}},
+		rotate, disable, enable, test, replay, del,
 	}
 }
 

@@ -83,7 +83,8 @@ func NewHandler(cfg Config) http.Handler {
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
-		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Sessions: consoleSessions{sessions}, Now: now})
+		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps,
+		Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			httpx.NotFound(log)(w, r)
@@ -229,8 +230,33 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/users/{userID}/disable", console.UserAction(true))
 		operator.Method("POST", "/users/{userID}/sessions/revoke", console.UserAction(false))
 		operator.Method("GET", "/audit", console.AuditList())
+
+		// Webhooks: the operators' page of every endpoint, and each
+		// tenant's alerts page with its own endpoints, whose admins set
+		// its thresholds and may lower its spend cap.
+		operator.Method("GET", "/webhooks", console.Webhooks())
+		consoleWebhookRoutes(operator, operator, "", console)
+		tenantRead.Method("GET", "/tenants/{tenantID}/alerts", console.Alerts())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/alerts/thresholds", console.AlertThresholds())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/alerts/spend-cap", console.AlertSpendCap())
+		consoleWebhookRoutes(tenantRead, tenantKeys, "/tenants/{tenantID}", console)
 	})
 	return r
+}
+
+// consoleWebhookRoutes lists the console's webhook endpoint routes at
+// prefix ("" or "/tenants/{tenantID}"): pages on read, forms on change.
+func consoleWebhookRoutes(read, change chi.Router, prefix string, console *ui.Console) {
+	ep := prefix + "/webhooks"
+	one := ep + "/{endpointID}"
+	change.Method("POST", ep, console.WebhookCreate())
+	read.Method("GET", one, console.WebhookView())
+	change.Method("POST", one+"/rotate", console.WebhookRotate())
+	change.Method("POST", one+"/disable", console.WebhookDisable(true))
+	change.Method("POST", one+"/enable", console.WebhookDisable(false))
+	change.Method("POST", one+"/test", console.WebhookTest())
+	change.Method("POST", one+"/replay", console.WebhookReplay())
+	change.Method("POST", one+"/delete", console.WebhookDelete())
 }
 
 // usageRoutes are the usage and statement routes, each asking authorize

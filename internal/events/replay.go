@@ -50,7 +50,9 @@ type Replayed struct {
 // Replay sends events to endpoint id again (webhook_endpoint.replay), as
 // new deliveries with the events' own IDs (the same webhook-id): one
 // event, or every event the endpoint receives from in.From up to in.To
-// (at most MaxReplay, oldest first). ENOTFOUND for an event the endpoint
+// (at most MaxReplay, oldest first). An event the endpoint was sent
+// before counts as one it receives, though its filters would not pick it
+// now (a test event; types changed since). ENOTFOUND for an event the endpoint
 // would not receive (another tenant's, for one); ECONFLICT for a disabled
 // endpoint.
 func (o *Ops) Replay(ctx context.Context, by audit.Actor, scope, id string, in ReplayInput) (Replayed, error) {
@@ -72,7 +74,8 @@ func (o *Ops) Replay(ctx context.Context, by audit.Actor, scope, id string, in R
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, created_at, next_attempt_at)
 			SELECT ev.id, w.id, $5, $5 FROM events ev JOIN webhook_endpoints w ON w.id = $1
-			WHERE `+wants+` AND (ev.id = $2 OR ($2 = '' AND ev.created_at >= $3 AND ev.created_at < $4))
+			WHERE (`+wants+` OR EXISTS (SELECT 1 FROM webhook_deliveries sent WHERE sent.event_id = ev.id AND sent.endpoint_id = w.id))
+			AND (ev.id = $2 OR ($2 = '' AND ev.created_at >= $3 AND ev.created_at < $4))
 			ORDER BY ev.id LIMIT $6`, id, in.EventID, from, to, o.now(), MaxReplay)
 		if err != nil {
 			return audit.Change{}, fmt.Errorf("events: replay: %w", err)

@@ -85,12 +85,28 @@ type TenantSettingsInput struct {
 // (by.Operator false) may only lower the cap in force. An unknown tenant
 // is ENOTFOUND.
 func (o *Ops) SetTenant(ctx context.Context, by audit.Actor, tenantID string, in TenantSettingsInput) (TenantSettings, error) {
-	f := map[string]string{}
-	validateThresholds("thresholds", in.Thresholds, f)
-	validCap("spend_cap_minor", in.SpendCapMinor, f)
-	if err := tollgate.Invalid(f); err != nil {
-		return TenantSettings{}, err
-	}
+	return o.setTenant(ctx, by, tenantID, func(TenantSettings) TenantSettingsInput { return in })
+}
+
+// SetTenantThresholds replaces tenant tenantID's own thresholds (nil: the
+// plan's apply) and keeps its spend cap (tenant.quota), as SetTenant.
+func (o *Ops) SetTenantThresholds(ctx context.Context, by audit.Actor, tenantID string, ts []Threshold) (TenantSettings, error) {
+	return o.setTenant(ctx, by, tenantID, func(before TenantSettings) TenantSettingsInput {
+		return TenantSettingsInput{Thresholds: ts, SpendCapMinor: before.SpendCapMinor}
+	})
+}
+
+// SetTenantSpendCap sets tenant tenantID's own spend cap (nil: the plan's
+// default) and keeps its thresholds (tenant.quota), as SetTenant.
+func (o *Ops) SetTenantSpendCap(ctx context.Context, by audit.Actor, tenantID string, capMinor *int64) (TenantSettings, error) {
+	return o.setTenant(ctx, by, tenantID, func(before TenantSettings) TenantSettingsInput {
+		return TenantSettingsInput{Thresholds: before.Thresholds, SpendCapMinor: capMinor}
+	})
+}
+
+// setTenant stores what change makes of the tenant's settings, read in
+// the change's own transaction.
+func (o *Ops) setTenant(ctx context.Context, by audit.Actor, tenantID string, change func(before TenantSettings) TenantSettingsInput) (TenantSettings, error) {
 	var plan PlanSettings
 	get := func(tx pgx.Tx) (TenantSettings, error) {
 		t, err := tenants.NewStore(tx).Get(ctx, tenantID)
@@ -103,6 +119,13 @@ func (o *Ops) SetTenant(ctx context.Context, by audit.Actor, tenantID string, in
 		return NewStore(tx).TenantSettings(ctx, tenantID)
 	}
 	return audit.Update(ctx, o.db, by, "tenant.quota", tenantAudit, get, func(tx pgx.Tx, before TenantSettings) (TenantSettings, error) {
+		in := change(before)
+		f := map[string]string{}
+		validateThresholds("thresholds", in.Thresholds, f)
+		validCap("spend_cap_minor", in.SpendCapMinor, f)
+		if err := tollgate.Invalid(f); err != nil {
+			return TenantSettings{}, err
+		}
 		if err := checkCap(by, plan, before, in.SpendCapMinor); err != nil {
 			return TenantSettings{}, err
 		}
@@ -127,7 +150,10 @@ func checkCap(by audit.Actor, plan PlanSettings, before TenantSettings, capMinor
 	if current == nil {
 		current = plan.SpendCapMaxMinor
 	}
-	if current != nil && (capMinor == nil || *capMinor > *current) {
+	// Keeping the plan's cap (no cap of its own before or after) raises
+	// nothing.
+	keeps := capMinor == nil && before.SpendCapMinor == nil
+	if current != nil && !keeps && (capMinor == nil || *capMinor > *current) {
 		return tollgate.Invalid(map[string]string{"spend_cap_minor": "may only be lowered (at most " + strconv.FormatInt(*current, 10) + ")"})
 	}
 	return nil

@@ -74,6 +74,9 @@ func BenchmarkConsole(b *testing.B) {
 		{"service-tokens", "/service-tokens"},
 		{"users", "/users"},
 		{"audit", "/audit"},
+		{"webhooks", "/webhooks"},
+		{"webhook", "/webhooks/" + benchEndpoint},
+		{"alerts", tenant + "/alerts"},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
@@ -88,6 +91,10 @@ func BenchmarkConsole(b *testing.B) {
 		})
 	}
 }
+
+// benchEndpoint is the busy tenant's webhook endpoint, with a delivery of
+// each of its events, three attempts each.
+const benchEndpoint = "00000000-0000-4000-a000-000000000001"
 
 // benchKeyID is the ID of the busy tenant's key i.
 func benchKeyID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1) }
@@ -167,6 +174,27 @@ func benchData(b *testing.B, ctx context.Context, db *pgxpool.Pool, now time.Tim
 		{"audit", `INSERT INTO audit_log (actor, action, target_type, target_id, tenant_id, after)
 			SELECT 'cli', 'key.create', 'key', gen_random_uuid()::text, t.id, '{"name": "k"}'
 			FROM tenants t`, nil},
+		// Webhooks: an endpoint of every tenth tenant's and of the busy
+		// one, 50 operators'; the busy tenant's 10,000 events, each
+		// delivered to its endpoint at the third attempt.
+		{"events", `INSERT INTO events (id, type, tenant_id, created_at, data)
+			SELECT 'evt_bench' || lpad(g::text, 22, '0'), 'quota.threshold.crossed', $1::uuid,
+				$2::timestamptz - (g || ' minutes')::interval, '{"threshold": {"percent": 80}}'
+			FROM generate_series(1, 10000) g`, []any{busy, now}},
+		{"webhook endpoints", `INSERT INTO webhook_endpoints (id, owner_tenant_id, url, secret, created_at)
+			SELECT CASE WHEN t.id = $1::uuid THEN $3::uuid ELSE gen_random_uuid() END, t.id,
+				'https://hooks.example.com/' || t.name, 'whsec_bench', $2::timestamptz
+			FROM tenants t WHERE t.name LIKE '%0' OR t.id = $1::uuid
+			UNION ALL
+			SELECT gen_random_uuid(), NULL, 'https://ops.example.com/' || g, 'whsec_bench', $2::timestamptz FROM generate_series(1, 50) g`,
+			[]any{busy, now, benchEndpoint}},
+		{"webhook deliveries", `INSERT INTO webhook_deliveries (event_id, endpoint_id, state, attempts, created_at, next_attempt_at, finished_at)
+			SELECT e.id, $1::uuid, 'delivered', 3, e.created_at, e.created_at, e.created_at + interval '3 minutes'
+			FROM events e`, []any{benchEndpoint}},
+		{"webhook attempts", `INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_us, response_body)
+			SELECT d.id, a, d.created_at + (a || ' minutes')::interval, CASE WHEN a < 3 THEN 503 ELSE 200 END, 1000 * a,
+				repeat('response ', 100)
+			FROM webhook_deliveries d, generate_series(1, 3) a`, nil},
 	}
 	for _, s := range steps {
 		if _, err := db.Exec(ctx, s.sql, s.args...); err != nil {

@@ -11,7 +11,8 @@
 // the same middleware, which decides who may use each (internal/access);
 // pages ask internal/access which buttons to show. Every change the
 // console makes is a call of the same operation the API's handler calls
-// (plans.Ops, tenants.Ops, auth.Ops, billing.Store.CloseMonth), with a
+// (plans.Ops, tenants.Ops, auth.Ops, events.Ops, quota.Ops,
+// billing.Store.CloseMonth), with a
 // typed input and the signed-in user as the actor: the operation
 // validates, makes the change and writes its audit entry, and a form
 // shows the operation's field errors beside its fields. Sign-in and
@@ -41,8 +42,10 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/chart"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/web"
 )
@@ -64,6 +67,9 @@ type Config struct {
 	Plans   *plans.Ops
 	Tenants *tenants.Ops
 	Auth    *auth.Ops
+	// Events and Quota make the webhook and alert pages' changes.
+	Events *events.Ops
+	Quota  *quota.Ops
 	// Sessions signs people in and out: the admin API's sessions, login
 	// limits and cookies.
 	Sessions Sessions
@@ -98,6 +104,8 @@ type Console struct {
 	auth    *auth.Store
 	audit   *audit.Store
 	usage   *billing.Store
+	events  *events.Store
+	quota   *quota.Store
 }
 
 // New returns the console. It panics if the embedded templates do not
@@ -112,6 +120,7 @@ func New(cfg Config) *Console {
 	c := &Console{cfg: cfg, log: cfg.Log, now: cfg.Now}
 	if cfg.DB != nil {
 		c.plans, c.tenants, c.auth, c.audit = plans.NewStore(cfg.DB), tenants.NewStore(cfg.DB), auth.NewStore(cfg.DB), audit.NewStore(cfg.DB)
+		c.events, c.quota = events.NewStore(cfg.DB), quota.NewStore(cfg.DB)
 	}
 	c.usage = cfg.Usage
 	static, err := fs.Sub(web.Static, "static")

@@ -13,7 +13,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -35,6 +37,7 @@ type routesFixture struct {
 	free, pro               plans.Plan
 	own, foreign            tenants.Tenant
 	foreignKey              string
+	foreignEndpoint         string // a webhook endpoint of foreign's own
 	operator, admin, viewer auth.User
 }
 
@@ -61,6 +64,10 @@ func newRoutesFixture(t *testing.T) *routesFixture {
 	fx.foreignKey = key.ID
 	_, err = ts.SetOverrides(ctx, fx.foreign.ID, rules(1))
 	testenv.Must(t, err)
+	e, err := events.NewOps(db, nil, events.Guard{AllowPrivate: true}).CreateEndpoint(ctx, audit.CLI, fx.foreign.ID,
+		events.EndpointInput{URL: "http://127.0.0.1:9/foreign-secret-hook"})
+	testenv.Must(t, err)
+	fx.foreignEndpoint = e.Endpoint.ID
 	admintest.CreateUser(t, db, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
 	fx.operator = admintest.CreateUser(t, db, "ops@example.com", auth.RoleOperator, "")
 	fx.admin = admintest.CreateUser(t, db, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
@@ -80,7 +87,9 @@ var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // TestConsoleRoutesIsolation walks every route of the console, as a tenant
 // admin and as a tenant viewer of one tenant: a route under another
 // tenant is "not found", an operator's route is "not allowed", whatever
-// the method, with a valid CSRF token or without; and nothing changes.
+// the method, with a valid CSRF token or without; a route under its own
+// tenant naming another tenant's webhook endpoint is "not found" too (or
+// "not allowed" for a viewer's change); and nothing changes.
 func TestConsoleRoutesIsolation(t *testing.T) {
 	fx := newRoutesFixture(t)
 	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
@@ -97,7 +106,9 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 	}
 	params := strings.NewReplacer("{tenantID}", fx.foreign.ID, "{keyID}", fx.foreignKey,
 		"{planID}", fmt.Sprint(fx.pro.ID), "{userID}", fx.operator.ID, "{tokenID}", "00000000-0000-0000-0000-000000000000",
-		"{month}", "2026-10", "*", "console.css")
+		"{month}", "2026-10", "{endpointID}", fx.foreignEndpoint, "*", "console.css")
+	// Own tenant, foreign endpoint.
+	ownTenant := strings.NewReplacer("{tenantID}", fx.own.ID, "{endpointID}", fx.foreignEndpoint)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	before := fx.auditCount(t)
 	for _, u := range []auth.User{fx.admin, fx.viewer} {
@@ -131,7 +142,24 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 			if rt.method == "POST" && (rt.pattern == "/login") {
 				continue
 			}
-			for _, withToken := range []bool{true, false} {
+			type try struct {
+				path      string
+				want      int
+				withToken bool
+			}
+			tries := []try{{path, want, true}}
+			if rt.method != "GET" {
+				tries = append(tries, try{path, http.StatusForbidden, false}) // the CSRF check comes first
+			}
+			if strings.Contains(rt.pattern, "{tenantID}") && strings.Contains(rt.pattern, "{endpointID}") {
+				w := http.StatusNotFound
+				if rt.method != "GET" && r == auth.RoleTenantViewer {
+					w = http.StatusForbidden
+				}
+				tries = append(tries, try{ownTenant.Replace(rt.pattern), w, true})
+			}
+			for _, tr := range tries {
+				path, withToken := tr.path, tr.withToken
 				var res admintest.Response
 				if rt.method == "GET" {
 					res = get(path)
@@ -145,20 +173,13 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 					req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
 					res = admintest.SendWith(t, client, req)
 				}
-				w := want
-				if rt.method != "GET" && !withToken {
-					w = http.StatusForbidden // the CSRF check comes first
+				if res.StatusCode != tr.want {
+					t.Errorf("%s %s as %s (token %v) = %d, want %d", rt.method, path, r, withToken, res.StatusCode, tr.want)
 				}
-				if res.StatusCode != w {
-					t.Errorf("%s %s as %s (token %v) = %d, want %d", rt.method, path, r, withToken, res.StatusCode, w)
-				}
-				for _, secret := range []string{fx.foreign.Name, "foreign secret project", "admin@foreign.example.com"} {
+				for _, secret := range []string{fx.foreign.Name, "foreign secret project", "admin@foreign.example.com", "foreign-secret-hook"} {
 					if strings.Contains(string(res.Body), secret) {
 						t.Errorf("%s %s as %s: the answer mentions %q", rt.method, path, r, secret)
 					}
-				}
-				if rt.method == "GET" {
-					break
 				}
 			}
 		}

@@ -346,7 +346,7 @@ func TestConsoleTenantViewer(t *testing.T) {
 	acme, _, acmeKey, _ := tenantSetup(t, admin)
 	b := signedInAs(t, admin, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
 	home := "/tenants/" + acme.ID
-	for _, path := range []string{home, home + "/keys", home + "/usage", home + "/statements"} {
+	for _, path := range []string{home, home + "/keys", home + "/usage", home + "/statements", home + "/alerts"} {
 		b.open(path)
 		// The one form that posts is signing out.
 		if n := b.count(`main form[method="post"]`); n != 0 {
@@ -366,6 +366,9 @@ func TestConsoleTenantViewer(t *testing.T) {
 		home + "/keys/" + acmeKey.ID + "/revoke": "confirmed=yes",
 		home + "/keys/" + acmeKey.ID + "/rotate": "grace_period_s=0",
 		home + "/suspend":                        "confirmed=yes",
+		home + "/alerts/spend-cap":               "spend_cap_minor=0",
+		home + "/alerts/thresholds":              "thresholds[0].kind=units&thresholds[0].value=5",
+		home + "/webhooks":                       "url=http://127.0.0.1:9/forged",
 		"/tenants":                               "name=forged",
 	} {
 		if got := b.status("POST", path, "csrf="+token+"&"+body); got != http.StatusForbidden {
@@ -588,6 +591,7 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 		{"tenant-usage", "/tenants/" + pro.ID + "/usage"},
 		{"statements", "/tenants/" + pro.ID + "/statements"},
 		{"statement", "/tenants/" + pro.ID + "/statements/" + month},
+		{"alerts", "/tenants/" + pro.ID + "/alerts"},
 	}
 	visit := func(b *browser, name, path string, shoot bool) {
 		t.Helper()
@@ -639,6 +643,8 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 		{"service-tokens", "/service-tokens"},
 		{"users", "/users"},
 		{"audit", "/audit"},
+		{"webhooks", "/webhooks"},
+		{"webhook", "/webhooks/" + demoEndpoint(t, admin)},
 	}
 	visitBothThemes(b, operatorPages, []string{"overview", "plan-demo"}, func() {
 		for _, p := range tenantPages[1:] {
@@ -650,6 +656,15 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 	portal := newBrowser(t, admin.URL)
 	portal.signIn(ta.Email, ta.Password)
 	visitBothThemes(portal, tenantPages, []string{"portal"}, func() {})
+}
+
+// demoEndpoint returns the ID of the demo's operator endpoint.
+func demoEndpoint(t *testing.T, admin *admintest.Server) string {
+	t.Helper()
+	var id string
+	testenv.Must(t, admin.DB.QueryRow(context.Background(),
+		`SELECT id::text FROM webhook_endpoints WHERE owner_tenant_id IS NULL ORDER BY created_at LIMIT 1`).Scan(&id))
+	return id
 }
 
 // TestConsolePlanFormConcurrencyAndHolds: the plan form makes a

@@ -30,7 +30,13 @@
 # the first run of $PROFILE_SCENARIO, default allowed-keys, written to
 # $PROFILE_OUT, default bench-http.pprof), BENCH_PORT (default: a free port; the api listens
 # there, the floor on +1, the api's pprof on +2), API_ENV (settings for
-# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory").
+# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory"),
+# PRO_QUOTA (e.g. overage: the pro plan's quota_mode, so that its checks
+# count the monthly quota on the check path, with 10^9 included units so
+# that the count never stops during the run), PRO_THRESHOLDS (the pro
+# plan's quota thresholds, e.g. 50%,80%,100%,remaining:1000, or none; the
+# demo's when unset). The pair measures what thresholds cost a check:
+#   PRO_QUOTA=overage PRO_THRESHOLDS=none  vs  PRO_QUOTA=overage PRO_THRESHOLDS=50%,80%,100%,remaining:1000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,6 +84,15 @@ bin/admin migrate up >/dev/null
 token=$(bin/admin seed demo --json | sed -n 's/.*"service_token": "\([^"]*\)".*/\1/p')
 bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000.txt"
 head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
+if [ -n "${PRO_QUOTA:-}" ]; then
+  psql -q "$TOLLGATE_DATABASE_URL" -v ON_ERROR_STOP=1 -v mode="$PRO_QUOTA" >/dev/null \
+    <<<"UPDATE plans SET quota_mode = :'mode', included_units = 1000000000 WHERE name = 'pro';"
+fi
+if [ -n "${PRO_THRESHOLDS:-}" ]; then
+  t=$PRO_THRESHOLDS
+  [ "$t" = none ] && t=
+  bin/admin plans quota --plan pro --thresholds "$t" >/dev/null
+fi
 
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
 env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} bin/api &

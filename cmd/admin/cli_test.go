@@ -73,6 +73,17 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	if plans != 4 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed
 		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 4, 3, 27", plans, tenantsN, keys)
 	}
+	// Thresholds on the paid plans, and endpoints without a receiver
+	// (an operator's, the admin tenant's), their secrets sealed.
+	var thresholds, endpoints, sealed int
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM quota_plan_settings q JOIN plans p ON p.id = q.plan_id
+			WHERE p.name IN ('pro', 'enterprise') AND jsonb_array_length(q.thresholds) > 0),
+		(SELECT count(*) FROM webhook_endpoints), (SELECT count(*) FROM webhook_endpoints WHERE secret LIKE 'sealed:%')`).
+		Scan(&thresholds, &endpoints, &sealed))
+	if thresholds != 2 || endpoints != 2 || sealed != 2 {
+		t.Errorf("after two seeds: %d plans with thresholds, %d endpoints (%d sealed); want 2, 2, 2", thresholds, endpoints, sealed)
+	}
 }
 
 func TestKeysAndTokensCommands(t *testing.T) {

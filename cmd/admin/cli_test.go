@@ -239,10 +239,11 @@ func TestListCommands(t *testing.T) {
 
 	var ps []plans.Plan
 	jsonOf(&ps, "plans", "list")
-	if len(ps) != 4 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
+	if len(ps) != 5 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
 		t.Errorf("plans list --json: %+v", ps)
 	}
-	if rows := table("plans", "list"); len(rows) != 5 || !strings.Contains(rows[4], " pro ") || !strings.Contains(rows[4], "hourly,search") {
+	if rows := table("plans", "list"); len(rows) != 6 || !strings.Contains(rows[5], " pro ") || !strings.Contains(rows[5], "hourly,search") ||
+		!strings.Contains(rows[4], " llm ") || !strings.Contains(rows[4], "tokens,inflight,hourly") {
 		t.Errorf("plans list:\n%s", strings.Join(rows, "\n"))
 	}
 

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,6 +14,8 @@ type MemoryStore struct {
 	mu        sync.Mutex
 	entries   map[string]*memoryEntry
 	holds     map[string]*memoryHold
+	leases    map[string]*memoryLease
+	slots     map[string]memorySlots
 	now       func() int64
 	lastSweep int64
 }
@@ -22,6 +25,7 @@ type memoryHold struct {
 	id                            string
 	estimate, expireAt, keepUntil int64 // µs
 	chargeOnExpiry                bool
+	lease                         string // the lease the check took, released at settlement
 	status                        HoldStatus
 	cost                          int64
 	rules                         []heldRule
@@ -45,7 +49,8 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
-	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, now: now}
+	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{},
+		slots: map[string]memorySlots{}, now: now}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -54,10 +59,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if err := b.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	now := b.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(b.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
@@ -69,7 +71,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	}
 	decisions = decisions[:len(b.Requests)]
 	for i, r := range b.Requests {
-		d := evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		var d decision
+		if r.Params.Algorithm == Concurrency {
+			d = evalConcurrency(r.Params, s.liveSlots(r.Key, now), now, b.Cost)
+		} else {
+			d = evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		}
 		decisions[i] = d
 		out.Results[i] = d.Result
 		if !d.Allowed && !r.Shadow {
@@ -85,8 +92,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if !out.Admitted || b.DryRun {
 		return out, nil
 	}
+	leased := b.TakesLease() && s.takeLease(b, decisions, now)
 	if b.Hold != nil {
 		s.openHold(b, decisions, now)
+		if leased {
+			s.holds[b.Hold.Key].lease = b.Lease.Key
+		}
 	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
@@ -94,6 +105,14 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// at returns nowUS, or the store's clock when nowUS is not > 0.
+func (s *MemoryStore) at(nowUS int64) int64 {
+	if nowUS > 0 {
+		return nowUS
+	}
+	return s.now()
 }
 
 // put stores st under key with a time to live of ttl µs (0: forever; -1:
@@ -148,10 +167,7 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	if err := req.Validate(); err != nil {
 		return Settlement{}, err
 	}
-	now := req.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(req.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.holds[req.Key]
@@ -173,6 +189,9 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		default:
 			s.put(r.key, next, ttl, now)
 		}
+	}
+	if status == HoldSettled && h.lease != "" {
+		s.releaseLocked(h.lease, now)
 	}
 	h.status, h.cost = status, cost
 	out.Cost, out.Status = cost, status
@@ -244,6 +263,16 @@ func (s *MemoryStore) sweep(now int64) {
 	for k, h := range s.holds {
 		if now >= h.keepUntil {
 			delete(s.holds, k)
+		}
+	}
+	for k, e := range s.slots {
+		if now >= e.expireAt {
+			delete(s.slots, k)
+		}
+	}
+	for k, l := range s.leases {
+		if exps, _ := s.leaseExpiries(l, k, now); slices.Max(exps) <= now {
+			delete(s.leases, k)
 		}
 	}
 }

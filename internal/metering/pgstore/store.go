@@ -381,6 +381,7 @@ func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error 
 			make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		at                   = make([]time.Time, 0, n)
 		a, d, aUnits, dUnits = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		expired              = make([]int64, 0, n)
 	)
 	for _, k := range r.sortedKeys() {
 		c := r[k]
@@ -389,19 +390,21 @@ func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error 
 			append(reason, k.reason), append(deniedBy, k.deniedBy)
 		a, d, aUnits, dUnits = append(a, c.Allowed), append(d, c.Denied), append(aUnits, c.AllowedUnits),
 			append(dUnits, c.DeniedUnits)
+		expired = append(expired, c.ExpiredHolds)
 	}
 	// table is one of four constants.
 	_, err := tx.Exec(ctx, `INSERT INTO `+table+` AS u (tenant_id, bucket_start, key_id, tier, resource,
-			reason, denied_by, allowed, denied, allowed_units, denied_units)
-		SELECT t::uuid, b, k::uuid, tr, rs, rn, db, a, d, au, du
+			reason, denied_by, allowed, denied, allowed_units, denied_units, expired_holds)
+		SELECT t::uuid, b, k::uuid, tr, rs, rn, db, a, d, au, du, eh
 		FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
-			$7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])
-			AS x(t, b, k, tr, rs, rn, db, a, d, au, du)
+			$7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[])
+			AS x(t, b, k, tr, rs, rn, db, a, d, au, du, eh)
 		ON CONFLICT (tenant_id, bucket_start, key_id, tier, resource, reason, denied_by) DO UPDATE SET
 			allowed = u.allowed + EXCLUDED.allowed, denied = u.denied + EXCLUDED.denied,
 			allowed_units = u.allowed_units + EXCLUDED.allowed_units,
-			denied_units = u.denied_units + EXCLUDED.denied_units`,
-		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits)
+			denied_units = u.denied_units + EXCLUDED.denied_units,
+			expired_holds = u.expired_holds + EXCLUDED.expired_holds`,
+		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits, expired)
 	if err != nil {
 		return fmt.Errorf("usage: apply: %s: %w", table, err)
 	}

@@ -6,10 +6,10 @@ const (
 	ReasonRateLimited = "rate_limited"
 	// ReasonSpendCap: the tenant's spend cap for the month is reached
 	// (the rule plans.SpendCapRuleName denied); retry when the month ends.
-	ReasonSpendCap        = "spend_cap"
+	ReasonSpendCap = "spend_cap"
 	// ReasonHoldExpired is the usage reason of a hold's expiry unsettled
 	// (refunded or charged): statements list such holds apart.
-	ReasonHoldExpired = "hold_expired"
+	ReasonHoldExpired     = "hold_expired"
 	ReasonInvalidKey      = "invalid_key"
 	ReasonKeyRevoked      = "key_revoked"
 	ReasonKeyExpired      = "key_expired"

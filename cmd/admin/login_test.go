@@ -157,10 +157,7 @@ func TestLoginLimitsBehindTrustedProxy(t *testing.T) {
 // logins fail open at once, the outage is logged a bounded number of
 // times rather than once per attempt, and /metrics says it is down.
 func TestLoginWhileRedisIsDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err)
-	deadRedis := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	deadRedis := testenv.FreeAddr(t) // nothing listens there now
 	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_REDIS_ADDR": deadRedis})
 	createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
 	right := map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}

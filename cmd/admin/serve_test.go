@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -92,10 +91,7 @@ func TestAdminMetricsAndHealthcheck(t *testing.T) {
 // TestServeMetrics: with TOLLGATE_ADMIN_METRICS_ADDR the admin server
 // exports the usage worker's metrics, backlog included, on that address.
 func TestServeMetrics(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddr(t)
 	_, prefix := testenv.Redis(t)
 	startAdmin(t, testenv.DatabaseURL(t), map[string]string{
 		"TOLLGATE_ADMIN_METRICS_ADDR": addr, "TOLLGATE_SERVE_WORKER": "true",

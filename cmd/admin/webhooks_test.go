@@ -57,7 +57,7 @@ func TestWebhookSurvivesKill(t *testing.T) {
 	testenv.Must(t, err)
 
 	start := func() *exec.Cmd {
-		addr := admintest.FreePort(t)
+		addr := testenv.FreeAddr(t)
 		cmd := exec.Command(admintest.Binary(t, "cmd/admin"), "serve")
 		for k, v := range admintest.Settings(dbURL, map[string]string{"TOLLGATE_ADMIN_ADDR": addr, "TOLLGATE_WEBHOOK_TIMEOUT": "1s"}) {
 			cmd.Env = append(cmd.Env, k+"="+v)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"runtime"
@@ -589,10 +588,7 @@ func TestVersionHelpAndHealthcheck(t *testing.T) {
 	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": addr}, "healthcheck"); err != nil {
 		t.Errorf("healthcheck of a running server: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err)
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := testenv.FreeAddr(t)
 	if _, err := cli(map[string]string{"TOLLGATE_API_ADDR": closed}, "healthcheck"); err == nil {
 		t.Error("healthcheck of a port nobody listens on succeeded")
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -45,7 +44,7 @@ type outageSample struct {
 // never reaches the upstream).
 func testGatewayOutage(t *testing.T, start startGateway) {
 	f := newFixture(t)
-	apiAddr := freeAddr(t)
+	apiAddr := testenv.FreeAddr(t)
 	env := map[string]string{"TOLLGATE_API_ADDR": apiAddr}
 	addrs, stop := f.startAPIStoppable(t, env)
 	stopped := false
@@ -187,15 +186,6 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 				name, before[i], down[i], after[i])
 		}
 	}
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestNginxOutage: the recipe in deploy/nginx when the check API stops.

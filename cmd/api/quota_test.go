@@ -186,7 +186,7 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	}
 	// An api process that never flushes in time: the check that crosses
 	// 100 is counted in Redis, and its batch dies with the process.
-	addr := admintest.FreePort(t)
+	addr := testenv.FreeAddr(t)
 	env := []string{}
 	for k, v := range r.env {
 		env = append(env, k+"="+v)

@@ -39,7 +39,7 @@ func gatewayBinary(t testing.TB, name, fallback, hint string) string {
 func startListening(t testing.TB, name string, command func(addr string) *exec.Cmd, stop os.Signal, logs func() string) string {
 	t.Helper()
 	for range 5 {
-		addr := freeLoopbackAddr(t)
+		addr := FreeAddr(t)
 		p := StartProcess(t, name, command(addr), stop, 5*time.Second, logs)
 		if waitListening(addr, p.Exited(), 10*time.Second) {
 			return addr
@@ -64,15 +64,19 @@ func fileText(path string) string {
 	return string(b)
 }
 
-// freeLoopbackAddr returns a loopback address whose port was free a
-// moment ago.
-func freeLoopbackAddr(t testing.TB) string {
+// FreePort returns a loopback port that no one listened on a moment ago.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	Must(t, err)
-	addr := ln.Addr().(*net.TCPAddr)
-	ln.Close()
-	return "127.0.0.1:" + strconv.Itoa(addr.Port)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// FreeAddr returns FreePort's address, "127.0.0.1:port".
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return "127.0.0.1:" + strconv.Itoa(FreePort(t))
 }
 
 // waitListening waits until addr accepts connections, the process exits

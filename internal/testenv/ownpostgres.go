@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -59,12 +58,7 @@ func OwnPostgres(t testing.TB) *Postgres {
 		"--auth=trust", "-E", "UTF8", "--no-locale").CombinedOutput(); err != nil {
 		t.Fatalf("testenv: initdb: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	p.port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	p.port = strconv.Itoa(FreePort(t))
 	p.Start()
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, "postgres://tollgate@127.0.0.1:"+p.port+"/postgres?sslmode=disable")

@@ -3,7 +3,6 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,11 +36,7 @@ func StartRedisServer(t testing.TB, args ...string) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not installed")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Must(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &RedisServer{t: t, dir: t.TempDir(), port: port, args: args}
+	s := &RedisServer{t: t, dir: t.TempDir(), port: FreePort(t), args: args}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s

@@ -271,7 +271,7 @@ func (s *suite) seed() {
 }
 
 func (s *suite) startAPI(i int) {
-	port := freePort(s.t)
+	port := testenv.FreePort(s.t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p := startProc(s.t, fmt.Sprintf("api-%d", i), filepath.Join(s.dir, fmt.Sprintf("api-%d.log", i)), s.env(
 		"TOLLGATE_API_ADDR="+addr,
@@ -290,7 +290,7 @@ func (s *suite) startWorker() {
 		s.t.Fatal(err)
 	}
 	if s.workerMetrics == "" {
-		s.workerMetrics = fmt.Sprintf("127.0.0.1:%d", freePort(s.t))
+		s.workerMetrics = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(s.t))
 	}
 	s.worker = startProc(s.t, "worker", filepath.Join(s.dir, "worker.log"), s.env(
 		"TOLLGATE_USAGE_CONSUMER=faults-worker", // a restarted worker takes back its own pending entries

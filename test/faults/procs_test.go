@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,17 +20,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/testenv"
 )
-
-// freePort returns a loopback port no one listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // buildBinaries builds cmd/api and cmd/admin (the latter with the
 // "faults" tag, for the worker's hold-after-commit hook) into dir.
@@ -170,7 +158,7 @@ func chownToServerUser(t *testing.T, path string) {
 
 func startPostgres(t *testing.T, dir string) *postgresServer {
 	t.Helper()
-	pg := &postgresServer{bin: pgBinDir(t), dir: dir, port: strconv.Itoa(freePort(t))}
+	pg := &postgresServer{bin: pgBinDir(t), dir: dir, port: strconv.Itoa(testenv.FreePort(t))}
 	for _, d := range []string{dir, pg.data(), filepath.Join(dir, "run")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -255,7 +243,7 @@ func startRedis(t *testing.T, dir string) *redisServer {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &redisServer{dir: dir, port: freePort(t)}
+	r := &redisServer{dir: dir, port: testenv.FreePort(t)}
 	r.start(t)
 	return r
 }

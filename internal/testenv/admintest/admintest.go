@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -79,16 +78,6 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// FreePort returns a loopback address no one listens on right now.
-func FreePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // startProcess runs bin with args and env until the test ends (SIGTERM,
 // then SIGKILL after 15 s), and returns once base+"/readyz" answers 200.
 func startProcess(t testing.TB, name, bin string, args, env []string, base string) {
@@ -118,7 +107,7 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 func StartCheckAPI(t testing.TB, dbURL string, settings []string) string {
 	t.Helper()
 	_, prefix := testenv.Redis(t)
-	addr := FreePort(t)
+	addr := testenv.FreeAddr(t)
 	env := append([]string{
 		"TOLLGATE_DATABASE_URL=" + dbURL,
 		"TOLLGATE_REDIS_ADDR=" + testenv.RedisAddr(t),
@@ -172,7 +161,7 @@ func environ(env map[string]string) []string {
 // extra settings until the test ends, and returns it once it is ready.
 func StartAdmin(t testing.TB, dbURL string, settings map[string]string) *Server {
 	t.Helper()
-	addr := FreePort(t)
+	addr := testenv.FreeAddr(t)
 	env := environ(Settings(dbURL, settings, map[string]string{"TOLLGATE_ADMIN_ADDR": addr}))
 	startProcess(t, "admin serve", Binary(t, "cmd/admin"), []string{"serve"}, env, "http://"+addr)
 	db, err := postgres.Open(context.Background(), dbURL)

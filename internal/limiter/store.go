@@ -34,6 +34,10 @@ type Batch struct {
 	// Hold, when set on a batch that is not a dry run, makes Cost an
 	// estimate: an admitted check also opens the hold (see Hold).
 	Hold *Hold
+	// Credits, when set, draws Cost on a prepaid balance, all-or-nothing
+	// with the rules (see Credits). A batch with credits may have no
+	// requests.
+	Credits *Credits
 }
 
 // Outcome is a store's answer to a Batch.
@@ -48,6 +52,9 @@ type Outcome struct {
 	// States holds, when the batch asked (ReportState) and the check was
 	// not admitted, the state each request was decided on; nil otherwise.
 	States []RuleState
+	// Credits is what the check did to its balance, when the batch drew
+	// on one (Batch.Credits).
+	Credits CreditResult
 }
 
 // Store decides batches atomically. Implementations are safe for
@@ -77,16 +84,17 @@ var ErrNegativeCost = errors.New("limiter: negative cost")
 // positive time to live.
 var ErrBadHold = errors.New("limiter: hold needs a key, a positive TTL and no dry run")
 
-// Validate returns ErrEmptyBatch, ErrNegativeCost or ErrBadHold for a batch no store
+// Validate returns ErrEmptyBatch, ErrNegativeCost, ErrBadHold or
+// ErrBadCredits for a batch no store
 // can decide, and nil otherwise.
 func (b Batch) Validate() error {
 	switch {
-	case len(b.Requests) == 0:
+	case len(b.Requests) == 0 && b.Credits == nil:
 		return ErrEmptyBatch
 	case b.Cost < 0:
 		return ErrNegativeCost
 	case b.Hold != nil && (b.DryRun || b.Hold.TTLUS <= 0 || b.Hold.Key == ""):
 		return ErrBadHold
 	}
-	return nil
+	return b.Credits.validate()
 }

@@ -129,6 +129,9 @@ func TestAppendDecisionIsEncodingJSON(t *testing.T) {
 					DelayMS: num(), WouldDeny: r.IntN(2) == 0, Degraded: r.IntN(2) == 0, Capacity: num()})
 			}
 		}
+		if r.IntN(3) == 0 {
+			d.Credits = &enforce.CreditsResult{Balance: num(), Drawn: num(), Overage: num()}
+		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(&d); err != nil {
 			t.Fatal(err)

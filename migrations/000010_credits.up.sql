@@ -73,9 +73,11 @@ CREATE TABLE credit_ledger (
     -- entry is the consumption log entry a consumption or refund row
     -- comes from: one entry is recorded once (per grant it drew on).
     entry      text,
-    at         timestamptz NOT NULL,
-    UNIQUE NULLS NOT DISTINCT (tenant_id, entry, grant_id)
+    at         timestamptz NOT NULL
 );
+-- One log entry is recorded once (per grant it drew on).
+CREATE UNIQUE INDEX credit_ledger_entry ON credit_ledger (tenant_id, entry, grant_id) NULLS NOT DISTINCT
+    WHERE entry IS NOT NULL;
 CREATE INDEX credit_ledger_tenant ON credit_ledger (tenant_id, id DESC);
 CREATE INDEX credit_ledger_month ON credit_ledger (tenant_id, at);
 

@@ -116,6 +116,11 @@ func commands() []command {
 		healthcheckCommand(),
 		reportCommand(),
 		closeCommand(),
+		creditsGrantCommand(),
+		creditsAdjustCommand(),
+		creditsListCommand(),
+		creditsLedgerCommand(),
+		plansCreditsCommand(),
 	}
 }
 

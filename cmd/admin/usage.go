@@ -95,7 +95,7 @@ func newRegistry() *prometheus.Registry {
 func workerCommand() command {
 	return command{
 		name:    "worker",
-		summary: "apply the usage stream to Postgres, exactly once, until interrupted (also runs inside serve)",
+		summary: "apply the usage stream and the credits' consumption logs to Postgres, exactly once, until interrupted (also runs inside serve)",
 		help: `
 Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
 TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
@@ -112,8 +112,9 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 				redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 				w, release := newWorker(c, e, log)
 				defer release()
+				var reg *prometheus.Registry
 				if *metricsAddr != "" {
-					reg := newRegistry()
+					reg = newRegistry()
 					w.Register(reg)
 					ln, err := net.Listen("tcp", *metricsAddr)
 					if err != nil {
@@ -123,6 +124,11 @@ another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
 					go srv.Serve(ln) //nolint:errcheck // closed below
 					defer srv.Close()
 				}
+				var registerer prometheus.Registerer
+				if reg != nil {
+					registerer = reg
+				}
+				defer startCreditsDrainer(ctx, e, c, log, registerer)()
 				log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
 				err = w.Run(ctx)
 				s := w.Stats()
@@ -144,6 +150,7 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 	if reg != nil {
 		w.Register(reg)
 	}
+	stopCredits := startCreditsDrainer(ctx, e, c, log, reg)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -153,7 +160,7 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 		}
 	}()
 	log.Info("usage worker running", "stream", c.Stream, "consumer", c.Consumer)
-	return func() { cancel(); <-done; release() }, nil
+	return func() { cancel(); <-done; release(); stopCredits() }, nil
 }
 
 func reportCommand() command {

@@ -89,7 +89,7 @@ type Entry struct {
 	Cause   string  `json:"cause"`
 	// LogEntry is the consumption log entry a consumption or refund row
 	// records.
-	LogEntry *string  `json:"log_entry"`
+	LogEntry *string   `json:"log_entry"`
 	At       time.Time `json:"at"`
 }
 

@@ -61,8 +61,9 @@ func (c *Checker) holdKey(tag byte, id string) string {
 }
 
 // holdFor returns the limiter hold of a check of r over the matched rules
-// whose state keys are reqs (or, with none, the balance's keys creditsKey): its TTL is r's, else the shortest of the
-// rules', else the default; it charges on expiry when a rule says so.
+// whose state keys are reqs (with none, the balance's keys creditsKey):
+// its TTL is r's, else the shortest of the rules', else the default; it
+// charges on expiry when a rule says so.
 func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Request, creditsKey string, d *Decision) (*limiter.Hold, string) {
 	var ttlS int64
 	charge := false

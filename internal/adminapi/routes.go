@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -78,6 +79,7 @@ func NewHandler(cfg Config) http.Handler {
 	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks)
+	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
@@ -125,6 +127,8 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, plansOps, false))
 		operator.Method("GET", "/plans/{planID}/quota", handlePlanQuotaGet(log, qs))
 		operator.Method("PUT", "/plans/{planID}/quota", handlePlanQuotaPut(log, quotaOps))
+		operator.Method("GET", "/plans/{planID}/credits", handlePlanCreditsGet(log, cs))
+		operator.Method("PUT", "/plans/{planID}/credits", handlePlanCreditsPut(log, creditsOps))
 
 		operator.Method("GET", "/tenants", handleTenantList(log, ts))
 		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
@@ -139,6 +143,12 @@ func NewHandler(cfg Config) http.Handler {
 		// (quota.Ops.SetTenant refuses them a higher one).
 		tenantRead.Method("GET", "/tenants/{tenantID}/quota", handleTenantQuotaGet(log, qs))
 		tenantKeys.Method("PUT", "/tenants/{tenantID}/quota", handleTenantQuotaPut(log, quotaOps))
+		// Prepaid credits: the tenant's users read them, operators grant
+		// and adjust.
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleCreditsGet(log, cs))
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, cs))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/grants", handleCreditsGrant(log, creditsOps))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleCreditsAdjust(log, creditsOps))
 
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))

@@ -313,3 +313,51 @@ func (s *Store) Tenants(ctx context.Context) ([]string, error) {
 		return id, r.Scan(&id)
 	}, "credits: tenants")
 }
+
+// Balance is a tenant's credits as operators and the tenant see them.
+type Balance struct {
+	TenantID string `json:"tenant_id"`
+	// Balance is the ledger's (line − consumed): what the drainer has
+	// recorded, up to a second behind the checks.
+	Balance  int64   `json:"balance"`
+	Line     int64   `json:"line"`
+	Consumed int64   `json:"consumed"`
+	Debt     int64   `json:"debt"`
+	Grants   []Grant `json:"grants"`
+	// Settings are the tenant's plan's credit settings; nil when its plan
+	// does not draw on credits.
+	Settings *PlanSettings `json:"settings"`
+}
+
+// Balance returns tenant tenantID's account, grants and plan settings;
+// ENOTFOUND for no such tenant.
+func (s *Store) Balance(ctx context.Context, tenantID string) (Balance, error) {
+	a, err := s.Account(ctx, tenantID)
+	if err != nil {
+		return Balance{}, err
+	}
+	b := Balance{TenantID: tenantID, Balance: a.Balance(), Line: a.Line, Consumed: a.Consumed, Debt: a.Debt}
+	if b.Grants, err = s.Grants(ctx, tenantID); err != nil {
+		return Balance{}, err
+	}
+	if b.Grants == nil {
+		b.Grants = []Grant{}
+	}
+	ps, err := s.TenantSettings(ctx, tenantID)
+	switch {
+	case err == nil:
+		b.Settings = &ps
+	case tollgate.ErrorCode(err) != tollgate.ENOTFOUND:
+		return Balance{}, err
+	}
+	return b, nil
+}
+
+// ValidateLedgerFilter names a bad kind.
+func ValidateLedgerFilter(f LedgerFilter) error {
+	switch f.Kind {
+	case "", KindGrant, KindConsumption, KindExpiry, KindRefund, KindAdjustment:
+		return nil
+	}
+	return tollgate.Invalid(map[string]string{"kind": "must be grant, consumption, expiry, refund or adjustment"})
+}

@@ -174,7 +174,7 @@ func denial(d *enforce.Decision) (int, string) {
 	case tollgate.ReasonSpendCap:
 		return http.StatusTooManyRequests, "the monthly spend cap is reached"
 	case tollgate.ReasonCreditsExhausted:
-		return http.StatusPaymentRequired, "the prepaid credits are exhausted"
+		return http.StatusTooManyRequests, "the prepaid credits are exhausted"
 	case tollgate.ReasonKeyRequired:
 		return http.StatusUnauthorized, "an API key is required"
 	case tollgate.ReasonInvalidKey:

@@ -85,7 +85,7 @@ func NewHandler(cfg Config) http.Handler {
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
-		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Sessions: consoleSessions{sessions}, Now: now})
+		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Credits: creditsOps, Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			httpx.NotFound(log)(w, r)
@@ -218,6 +218,8 @@ func NewHandler(cfg Config) http.Handler {
 		tenantOps.Method("POST", "/tenants/{tenantID}/resume", console.TenantStatus(false))
 		tenantOps.Method("GET", "/tenants/{tenantID}/overrides", console.OverridesEdit())
 		tenantOps.Method("POST", "/tenants/{tenantID}/overrides", console.OverridesSave())
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits", console.Credits())
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits", console.CreditsGrant())
 
 		operator.Method("GET", "/keys", console.AllKeys())
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", console.KeyList())

@@ -40,6 +40,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -64,6 +65,8 @@ type Config struct {
 	Plans   *plans.Ops
 	Tenants *tenants.Ops
 	Auth    *auth.Ops
+	// Credits grants prepaid credits (credits.Ops).
+	Credits *credits.Ops
 	// Sessions signs people in and out: the admin API's sessions, login
 	// limits and cookies.
 	Sessions Sessions

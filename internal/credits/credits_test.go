@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
@@ -20,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // rig is a tenant on a credit plan, checked through the real checker on
@@ -324,5 +326,66 @@ func TestHoldsReserveAndSettleOnTheBalance(t *testing.T) {
 	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM credit_ledger WHERE kind = 'refund' AND tenant_id = $1`, r.tenantID).Scan(&refunds))
 	if refunds != 15 {
 		t.Errorf("refunds %d, want 15", refunds)
+	}
+}
+
+// TestDemoHasCreditsAndALedger: the demo's prepaid tenant has grants (one
+// expired with units left, one expiring soon), a month of consumption and
+// an adjustment in its ledger, which adds up; the drainer builds the
+// hot-path counter from it without drift.
+func TestDemoHasCreditsAndALedger(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	rdb, prefix := testenv.Redis(t)
+	_, err := demo.Seed(ctx, db, audit.CLI, testkeys.SecretKeys(t))
+	testenv.Must(t, err)
+	tn, err := tenants.NewStore(db).GetByName(ctx, "demo-prepaid")
+	testenv.Must(t, err)
+	b, err := credits.NewStore(db).Balance(ctx, tn.ID)
+	testenv.Must(t, err)
+	var expired, expiring int
+	for _, g := range b.Grants {
+		switch {
+		case g.ExpiredAt != nil && g.Amount > 0:
+			expired++
+		case g.ExpiresAt != nil:
+			expiring++
+		}
+	}
+	if b.Settings == nil || b.Balance <= 0 || expired != 1 || expiring != 1 {
+		t.Fatalf("demo credits: %+v", b)
+	}
+	kinds := map[string]int{}
+	var sum int64
+	for _, e := range ledger(t, db, tn.ID) {
+		kinds[e.Kind]++
+		sum += e.Units
+	}
+	for _, g := range b.Grants {
+		if g.ExpiresAt != nil && g.ExpiredAt == nil && g.Remaining == 0 {
+			t.Errorf("the grant that expires soon has nothing left: %+v", g)
+		}
+	}
+	var expiredUnits int64
+	testenv.Must(t, db.QueryRow(ctx, `SELECT -coalesce(sum(units), 0) FROM credit_ledger WHERE tenant_id = $1 AND kind = 'expiry'`, tn.ID).Scan(&expiredUnits))
+	if expiredUnits <= 0 {
+		t.Errorf("the expired grant had no units left (%d)", expiredUnits)
+	}
+	if kinds[credits.KindGrant] != 3 || kinds[credits.KindExpiry] != 1 || kinds[credits.KindConsumption] < 20 || kinds[credits.KindAdjustment] != 1 || sum != b.Balance {
+		t.Errorf("demo ledger: %v rows adding up to %d, balance %d", kinds, sum, b.Balance)
+	}
+	d := credits.NewDrainer(db, redisstore.New(rdb), credits.DrainerConfig{Prefix: prefix})
+	rep, err := d.Drain(ctx)
+	testenv.Must(t, err)
+	if rep.Rebuilt != 1 || rep.Drift != 0 {
+		t.Errorf("first drain of the demo: %+v, want its counter rebuilt from the ledger", rep)
+	}
+	// Seeding again changes no credits.
+	_, err = demo.Seed(ctx, db, audit.CLI, testkeys.SecretKeys(t))
+	testenv.Must(t, err)
+	again, err := credits.NewStore(db).Balance(ctx, tn.ID)
+	testenv.Must(t, err)
+	if again.Balance != b.Balance || len(again.Grants) != len(b.Grants) {
+		t.Errorf("after seeding again: balance %d, %d grants; want %d, %d", again.Balance, len(again.Grants), b.Balance, len(b.Grants))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -252,5 +253,11 @@ func TestCreditsRebuiltAfterRedisLosesThem(t *testing.T) {
 	}
 	if acct := r.ledgerAgrees(t, tenantID); acct.Balance() != 0 {
 		t.Errorf("balance %d, want 0", acct.Balance())
+	}
+	// GET /v1/me shows the balance with the plan's rules.
+	var st enforce.Standing
+	if status, _, p := getMe(t, "http://"+apis[0], bearer(key), &st); status != http.StatusOK || st.Credits == nil ||
+		st.Credits.Balance != 0 || st.Credits.Mode != credits.ModeDeny {
+		t.Errorf("GET /v1/me: %d %v, credits %+v", status, p, st.Credits)
 	}
 }

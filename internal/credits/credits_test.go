@@ -11,11 +11,13 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
@@ -387,5 +389,39 @@ func TestDemoHasCreditsAndALedger(t *testing.T) {
 	testenv.Must(t, err)
 	if again.Balance != b.Balance || len(again.Grants) != len(b.Grants) {
 		t.Errorf("after seeding again: balance %d, %d grants; want %d, %d", again.Balance, len(again.Grants), b.Balance, len(b.Grants))
+	}
+}
+
+// TestStatementShowsCreditsAcrossTheMonthsClose: the statement shows the
+// month's credits granted, used and expired from the ledger; once the
+// month is closed its frozen statement keeps them, and the ledger and the
+// hot-path counter still agree.
+func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.grant(100, time.Hour, 0)
+	r.grant(50, 0, 0)
+	r.reload()
+	r.check(30)
+	r.drainAt = time.Now().Add(2 * time.Hour) // the 100 expires with 70 left
+	r.agree()
+	month := billing.MonthOf(time.Now())
+	st, err := billing.NewStore(r.db, pgstore.StoreConfig{}).Statement(ctx, r.tenantID, month)
+	testenv.Must(t, err)
+	if st.Credits == nil || st.Credits.Granted != 150 || st.Credits.Used != 30 || st.Credits.Expired != 70 || st.Credits.Closing != 50 {
+		t.Fatalf("statement credits %+v, want 150 granted, 30 used, 70 expired, 50 left", st.Credits)
+	}
+	// Close the month from its end: the frozen statement keeps its credits.
+	closer := billing.NewStore(r.db, pgstore.StoreConfig{Now: func() time.Time { return month.End().Add(time.Hour) }})
+	_, err = closer.CloseMonth(ctx, audit.CLI, month, nil)
+	testenv.Must(t, err)
+	frozen, err := closer.Statement(ctx, r.tenantID, month)
+	testenv.Must(t, err)
+	if frozen.Status != "closed" || frozen.Credits == nil || *frozen.Credits != *st.Credits {
+		t.Errorf("closed statement: %s, credits %+v; want %+v", frozen.Status, frozen.Credits, st.Credits)
+	}
+	r.check(5)
+	if acct := r.agree(); acct.Balance() != 45 {
+		t.Errorf("balance after the close %d, want 45", acct.Balance())
 	}
 }

@@ -283,7 +283,7 @@ func testConsoleChanges(t *testing.T, srv *adminServer, op, admin, viewer string
 		{route: "POST /tenants/{tenantID}/plan", as: op, path: fixed(tenantPath + "/plan"), body: url.Values{"plan_id": {itoa(spare.ID)}},
 			status: 303, action: "tenant.plan_change", target: id(acme.ID), invalid: url.Values{"plan_id": {"0"}}},
 		{route: "POST /tenants/{tenantID}/credits", as: op, path: fixed(tenantPath + "/credits"),
-			body: url.Values{"amount": {"250"}, "expires_at": {"2999-01-01T00:00"}, "cause": {"console top-up"}},
+			body:   url.Values{"amount": {"250"}, "expires_at": {"2999-01-01T00:00"}, "cause": {"console top-up"}},
 			status: 303, action: "credits.grant", target: named(`SELECT id::text FROM credit_grants WHERE cause = $1`, "console top-up"),
 			invalid: url.Values{"amount": {"-3"}, "cause": {"console top-up"}}},
 		{route: "POST /tenants/{tenantID}/suspend", as: op, path: fixed(tenantPath + "/suspend"),

@@ -159,6 +159,32 @@ func TestCreditsExactAcrossThreeAPIs(t *testing.T) {
 	t.Logf("a top-up reached all 3 api processes %v after its commit", time.Since(granted).Round(time.Millisecond))
 }
 
+// startAPIProcess starts the api as a program of its own (so that a test
+// can kill it with SIGKILL) that never flushes usage, waits until it is
+// ready and returns its address and process.
+func (r *rig) startAPIProcess(t *testing.T) (string, *exec.Cmd) {
+	t.Helper()
+	addr := admintest.FreePort(t)
+	env := []string{}
+	for k, v := range r.env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_USAGE_FLUSH=1h")
+	p := exec.Command(admintest.Binary(t, "cmd/api"))
+	p.Env = env
+	testenv.Must(t, p.Start())
+	t.Cleanup(func() { _ = p.Process.Kill(); _, _ = p.Process.Wait() })
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the api process is ready", func() (bool, string) {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
+	return addr, p
+}
+
 // TestCreditsOfAKilledAPI: an api process is killed (SIGKILL) while
 // checks draw on a balance through it. Its draws were recorded by the
 // script calls that made them, not by its memory: once the drainer has
@@ -168,26 +194,9 @@ func TestCreditsExactAcrossThreeAPIs(t *testing.T) {
 func TestCreditsOfAKilledAPI(t *testing.T) {
 	r := newRig(t, testenv.DatabaseURL(t))
 	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 100_000)
-	addr := admintest.FreePort(t)
-	env := []string{}
-	for k, v := range r.env {
-		env = append(env, k+"="+v)
-	}
 	// Usage is never flushed before the kill: nothing of the draws can
 	// reach Postgres through the process.
-	env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_USAGE_FLUSH=1h")
-	doomed := exec.Command(admintest.Binary(t, "cmd/api"))
-	doomed.Env = env
-	testenv.Must(t, doomed.Start())
-	t.Cleanup(func() { _ = doomed.Process.Kill(); _, _ = doomed.Process.Wait() })
-	testenv.Eventually(t, time.Now(), 30*time.Second, "the doomed api is ready", func() (bool, string) {
-		res, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, res.Status
-	})
+	addr, doomed := r.startAPIProcess(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	var admitted, failed atomic.Int64
 	var wg sync.WaitGroup

@@ -88,6 +88,21 @@ func (r *rig) grant(amount int64, expires time.Duration, priority int) credits.G
 	return g
 }
 
+// topUp grants amount units that never expire and reloads the snapshot.
+func (r *rig) topUp(amount int64) {
+	r.t.Helper()
+	r.grant(amount, 0, 0)
+	r.reload()
+}
+
+// events counts the tenant's events of typ.
+func (r *rig) events(typ string) int {
+	r.t.Helper()
+	var n int
+	testenv.Must(r.t, r.db.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE type = $1 AND tenant_id = $2`, typ, r.tenantID).Scan(&n))
+	return n
+}
+
 func (r *rig) check(cost int64) enforce.Decision {
 	r.t.Helper()
 	d, err := r.checker.Check(context.Background(), enforce.Request{Key: r.key, Cost: cost, Resource: "GET /x"})
@@ -186,9 +201,7 @@ func TestDrawsSoonestExpiringFirstAndExpires(t *testing.T) {
 		t.Errorf("check of 5 on 5: %+v", d)
 	}
 	r.agree()
-	var exhausted int
-	testenv.Must(t, r.db.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE type = 'credits.exhausted' AND tenant_id = $1`, r.tenantID).Scan(&exhausted))
-	if exhausted != 1 {
+	if exhausted := r.events(credits.EventExhausted); exhausted != 1 {
 		t.Errorf("%d credits.exhausted events, want 1", exhausted)
 	}
 }
@@ -212,8 +225,7 @@ func TestLineStopsCountingAtExpiryBeforeTheLedger(t *testing.T) {
 func TestCounterLostWithRedisIsRebuilt(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
-	r.grant(100, 0, 0)
-	r.reload()
+	r.topUp(100)
 	r.check(30)
 	r.agree()
 	counter, log := credits.Keys(r.prefix, r.tenantID)
@@ -272,8 +284,7 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 func TestOverageAndOverdraft(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeOverage, 3, 4)
-	r.grant(10, 0, 0)
-	r.reload()
+	r.topUp(10)
 	d := r.check(15)
 	if !d.Allowed || d.Credits.Drawn != 13 || d.Credits.Overage != 2 || d.Credits.Balance != -3 {
 		t.Fatalf("check of 15 on 10+3: %+v", d)
@@ -294,9 +305,7 @@ func TestOverageAndOverdraft(t *testing.T) {
 	if m != (credits.Month{Granted: 15, Used: 13, Overage: 2, Closing: 2}) {
 		t.Errorf("month %+v", m)
 	}
-	var low int
-	testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'credits.low' AND tenant_id = $1`, r.tenantID).Scan(&low))
-	if low != 1 {
+	if low := r.events(credits.EventLow); low != 1 {
 		t.Errorf("%d credits.low events, want 1", low)
 	}
 }
@@ -307,8 +316,7 @@ func TestOverageAndOverdraft(t *testing.T) {
 func TestHoldsReserveAndSettleOnTheBalance(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
-	r.grant(50, 0, 0)
-	r.reload()
+	r.topUp(50)
 	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 40, Resource: "GET /x", Hold: true})
 	testenv.Must(t, err)
 	if !d.Allowed || d.HoldID == "" || d.Credits.Balance != 10 {
@@ -400,8 +408,7 @@ func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
 	r.grant(100, time.Hour, 0)
-	r.grant(50, 0, 0)
-	r.reload()
+	r.topUp(50)
 	r.check(30)
 	r.drainAt = time.Now().Add(2 * time.Hour) // the 100 expires with 70 left
 	r.agree()

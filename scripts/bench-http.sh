@@ -16,6 +16,10 @@
 #   hold-settle    1000 pro keys, GET /repos: every check holds 2 units and
 #                  the next request settles it at 1 (half checks, half
 #                  settlements; not in the default SCENARIOS)
+#   allowed-credits 1000 keys of demo-prepaid (the pro plan's rules on a
+#                  prepaid balance), GET /repos: allowed-keys plus a draw
+#                  on the balance in the same script call (not in the
+#                  default SCENARIOS; compare it with allowed-keys)
 #
 # It prints, per scenario, the medians over the rounds of checks/s, p50,
 # p99 and the ratio to the floor, the decisions the api counted, and Redis
@@ -78,6 +82,9 @@ bin/admin migrate up >/dev/null
 token=$(bin/admin seed demo --json | sed -n 's/.*"service_token": "\([^"]*\)".*/\1/p')
 bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000.txt"
 head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
+# The prepaid tenant, with a balance no run spends.
+bin/admin keys issue --tenant demo-prepaid --count 1000 2>/dev/null >"$WORK/keyscredits.txt"
+bin/admin credits grant --tenant demo-prepaid --amount 1000000000000 --cause bench >/dev/null
 
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
 env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} bin/api &
@@ -113,6 +120,7 @@ args_for() { # args_for SCENARIO ROUND: wrk script arguments
   denied-ip) echo "ip 192.0.2.77 GET_/" ;;
   search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
   hold-settle) echo "holds $WORK/keys1000.txt GET_/repos" ;;
+  allowed-credits) echo "keys $WORK/keyscredits.txt GET_/repos" ;;
   *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }

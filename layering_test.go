@@ -1,6 +1,7 @@
 package tollgate_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"os/exec"
@@ -44,6 +45,10 @@ func TestLayering(t *testing.T) {
 	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit", "internal/demo", "internal/quota", "internal/events"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
+			if (pkg == "" || pkg == "client") && dep != module && strings.Contains(strings.SplitN(dep, "/", 2)[0], ".") {
+				t.Errorf("%s imports %s: the SDK and the root package it shares use the standard library only", cmp.Or(pkg, "the root package"), dep)
+				continue
+			}
 			own, ok := strings.CutPrefix(dep, module+"/")
 			if !ok {
 				if pkg == "internal/limiter" && strings.Contains(strings.SplitN(dep, "/", 2)[0], ".") {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/tollgate/tollgate/internal/testenv/apispec"
 )
 
 // openapi.yaml must stay clean under the recommended rules of the common
@@ -123,15 +125,7 @@ func loadOpenAPI(t *testing.T) (*openapi3.T, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromFile(openAPIFile)
-	if err != nil {
-		t.Fatalf("load %s: %v", openAPIFile, err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatalf("%s is not a valid OpenAPI document: %v", openAPIFile, err)
-	}
-	return doc, raw
+	return apispec.Load(t, openAPIFile), raw
 }
 
 // op returns the operation called id.

@@ -1,11 +1,8 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -252,46 +249,12 @@ const maxAdminBody = 64 << 20
 // out (when not nil). Errors: *ProblemError for other statuses, or a
 // transport or decoding error.
 func (a *AdminClient) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode: %w", err)
-		}
-		body = bytes.NewReader(b)
-	}
 	target := a.base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if token := a.Token(); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer drainAndClose(resp.Body)
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return readProblem(resp)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAdminBody)).Decode(out); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
-	}
-	return nil
+	_, err := roundTrip(ctx, a.http, a.timeout, method, target, a.Token(), in, out, maxAdminBody)
+	return err
 }
 
 // The types below mirror the schemas of the same names in openapi.yaml.

@@ -62,14 +62,14 @@ type Options struct {
 // Client is a client of the check API. It is safe for concurrent use;
 // create one per process and share it, so checks reuse connections.
 type Client struct {
-	checkURL  string
-	settleURL string
-	token     string
-	http      *http.Client
-	timeout   time.Duration
-	failMode  FailMode
-	memory    *denials // nil when remembering is off
-	now       func() time.Time
+	checkURL string
+	baseURL  string
+	token    string
+	http     *http.Client
+	timeout  time.Duration
+	failMode FailMode
+	memory   *denials // nil when remembering is off
+	now      func() time.Time
 }
 
 // New returns a Client of the check API at baseURL (e.g.
@@ -85,13 +85,13 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 		return nil, errors.New("tollgate: the service token is empty")
 	}
 	c := &Client{
-		checkURL:  u + "/v1/check",
-		settleURL: u + "/v1/settle",
-		token:     serviceToken,
-		http:      opts.HTTPClient,
-		timeout:   opts.Timeout,
-		failMode:  opts.FailMode,
-		now:       opts.Now,
+		checkURL: u + "/v1/check",
+		baseURL:  u,
+		token:    serviceToken,
+		http:     opts.HTTPClient,
+		timeout:  opts.Timeout,
+		failMode: opts.FailMode,
+		now:      opts.Now,
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
@@ -193,32 +193,12 @@ const maxDecisionBody = 1 << 20
 // post sends one check. Errors: a *ProblemError for a non-200 answer, or
 // a wrapped transport or decoding error.
 func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: check: encode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.checkURL, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: check: %w", err)
-	}
-	hr.Header.Set("Authorization", "Bearer "+c.token)
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: check: %w", err)
-	}
-	defer drainAndClose(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tollgate: check: %w", readProblem(resp))
-	}
 	var d Decision
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&d); err != nil {
-		return nil, fmt.Errorf("tollgate: check: decode decision: %w", err)
+	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, req, &d, maxDecisionBody)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: check: %w", err)
 	}
-	d.Header = pickRateLimitHeaders(resp.Header)
+	d.Header = pickRateLimitHeaders(header)
 	return &d, nil
 }
 
@@ -229,31 +209,21 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 // *ProblemError for another cost (409), an unknown or long expired hold
 // (404) or invalid values (422), else a transport error.
 func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
-	body, err := json.Marshal(map[string]any{"hold_id": holdID, "cost": cost})
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: encode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.settleURL, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: %w", err)
-	}
-	hr.Header.Set("Authorization", "Bearer "+c.token)
-	hr.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: settle: %w", err)
-	}
-	defer drainAndClose(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tollgate: settle: %w", readProblem(resp))
-	}
 	var s Settlement
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&s); err != nil {
-		return nil, fmt.Errorf("tollgate: settle: decode: %w", err)
+	if err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s); err != nil {
+		return nil, err
 	}
 	return &s, nil
+}
+
+// call posts body to the check API's /v1/{op} with the service token and
+// decodes the answer into out; its errors start with "tollgate: {op}: ".
+func (c *Client) call(ctx context.Context, op string, body, out any) error {
+	_, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, body, out, maxDecisionBody)
+	if err != nil {
+		return fmt.Errorf("tollgate: %s: %w", op, err)
+	}
+	return nil
 }
 
 // fail returns the decision of the FailMode for a check that could not be
@@ -266,6 +236,50 @@ func (c *Client) fail(err error) *Decision {
 		}
 	}
 	return &Decision{Allowed: true, Reason: ReasonOK, Degraded: true, Header: http.Header{}, Err: err}
+}
+
+// roundTrip sends one request to a Tollgate server within timeout: in,
+// when not nil, as its JSON body, and token, when not empty, as its
+// bearer token. It decodes a 2xx answer (at most limit bytes) into out,
+// when not nil, and returns the answer's header. Errors: a *ProblemError
+// for any other status, or an encoding, transport or decoding error.
+func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, method, target, token string,
+	in, out any, limit int64) (http.Header, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encode: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer drainAndClose(resp.Body)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, readProblem(resp)
+	}
+	if out != nil {
+		if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(out); err != nil {
+			return nil, fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return resp.Header, nil
 }
 
 // drainAndClose reads what is left of a body (a little) so that the

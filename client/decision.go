@@ -4,32 +4,35 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/tollgate/tollgate"
 )
 
-// Reasons a decision gives. The check API may add reasons: treat an
-// unknown one by Decision.Allowed.
+// Reasons a decision gives: the check API's own values. The check API may
+// add reasons: treat an unknown one by Decision.Allowed.
 const (
-	ReasonOK          = "ok"
-	ReasonRateLimited = "rate_limited"
-	// ReasonSpendCap: the tenant's monthly spend cap is reached; retry
-	// after RetryAfterMS (the month's end).
-	ReasonSpendCap        = "spend_cap"
-	ReasonInvalidKey      = "invalid_key"
-	ReasonKeyRevoked      = "key_revoked"
-	ReasonKeyExpired      = "key_expired"
-	ReasonTenantSuspended = "tenant_suspended"
-	// ReasonUnavailable: a fail-closed rule could not be evaluated, or the
-	// client could not reach the check API and its FailMode is FailClosed.
-	ReasonUnavailable = "unavailable"
-	// ReasonKeyRequired: the caller is anonymous and anonymous callers
-	// have no plan.
-	ReasonKeyRequired = "key_required"
+	ReasonOK          = tollgate.ReasonOK          // "ok"
+	ReasonRateLimited = tollgate.ReasonRateLimited // "rate_limited"
+	// ReasonSpendCap ("spend_cap"): the tenant's monthly spend cap is
+	// reached; retry after RetryAfterMS (the month's end).
+	ReasonSpendCap        = tollgate.ReasonSpendCap
+	ReasonInvalidKey      = tollgate.ReasonInvalidKey      // "invalid_key"
+	ReasonKeyRevoked      = tollgate.ReasonKeyRevoked      // "key_revoked"
+	ReasonKeyExpired      = tollgate.ReasonKeyExpired      // "key_expired"
+	ReasonTenantSuspended = tollgate.ReasonTenantSuspended // "tenant_suspended"
+	// ReasonUnavailable ("unavailable"): a fail-closed rule could not be
+	// evaluated, or the client could not reach the check API and its
+	// FailMode is FailClosed.
+	ReasonUnavailable = tollgate.ReasonUnavailable
+	// ReasonKeyRequired ("key_required"): the caller is anonymous and
+	// anonymous callers have no plan.
+	ReasonKeyRequired = tollgate.ReasonKeyRequired
 )
 
 // Tiers of a decision.
 const (
-	TierAuthenticated = "authenticated"
-	TierAnonymous     = "anonymous"
+	TierAuthenticated = tollgate.TierAuthenticated // "authenticated"
+	TierAnonymous     = tollgate.TierAnonymous     // "anonymous"
 )
 
 // CheckRequest is one question to the check API: may this caller make this

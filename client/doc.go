@@ -1,6 +1,8 @@
 // Package client is Tollgate's Go SDK: a typed client of the check API
 // (POST /v1/check), net/http middleware that protects a service with it,
-// and a small client of the admin API. It uses the standard library only.
+// and a small client of the admin API. It uses the standard library and,
+// for the check API's vocabulary (reasons, tiers), the root package
+// tollgate, which uses the standard library only; nothing internal.
 //
 // # Checking a request
 //

@@ -238,19 +238,12 @@ func TestEndToEnd(t *testing.T) {
 		// Every anonymous decision the service asked for is counted: 60
 		// allowed and the one denial; the denial answered from memory is
 		// not.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, time.Now(), 10*time.Second, "60 allowed and 1 denied anonymous checks in usage", func() (bool, string) {
 			u, err := admin.UsageTotals(ctx, time.Time{}, time.Time{})
 			testenv.Must(t, err)
 			anon := u.Totals.ByTier[client.TierAnonymous]
-			if anon.Allowed == 60 && anon.Denied == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("anonymous usage = %+v after 10s, want 60 allowed and 1 denied", anon)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return anon.Allowed == 60 && anon.Denied == 1, fmt.Sprintf("%+v", anon)
+		})
 	})
 }
 
@@ -278,17 +271,10 @@ func wantHeaders(t *testing.T, h http.Header, want map[string]string) {
 // issued or revoked reaches the check API within a second.
 func waitStatus(t *testing.T, status func() int, want int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	testenv.Eventually(t, time.Now(), 2*time.Second, fmt.Sprintf("status %d", want), func() (bool, string) {
 		got := status()
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status %d after 2s, want %d", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == want, fmt.Sprintf("status %d", got)
+	})
 }
 
 // buildPrograms builds cmd/api and cmd/admin into a temporary directory

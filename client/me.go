@@ -2,11 +2,8 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 )
 
 // Standing is where an API key stands now with every rule of its plan:
@@ -57,26 +54,9 @@ type QuotaStanding struct {
 // limiter store is unavailable), or a wrapped transport or decoding
 // error. Unlike Check, a failure is never decided by FailMode.
 func (c *Client) Me(ctx context.Context, apiKey string) (*Standing, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	meURL := strings.TrimSuffix(c.checkURL, "/v1/check") + "/v1/me"
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, meURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: me: %w", err)
-	}
-	hr.Header.Set("Authorization", "Bearer "+apiKey)
-	hr.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("tollgate: me: %w", err)
-	}
-	defer drainAndClose(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tollgate: me: %w", readProblem(resp))
-	}
 	var st Standing
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDecisionBody)).Decode(&st); err != nil {
-		return nil, fmt.Errorf("tollgate: me: decode: %w", err)
+	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodGet, c.baseURL+"/v1/me", apiKey, nil, &st, maxDecisionBody); err != nil {
+		return nil, fmt.Errorf("tollgate: me: %w", err)
 	}
 	return &st, nil
 }

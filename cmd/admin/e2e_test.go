@@ -127,8 +127,7 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		var keys struct {
 			Items []tenants.Key `json:"items"`
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, time.Now(), 10*time.Second, "1 key with last_used_at", func() (bool, string) {
 			call(t, "GET", api+"/tenants/"+acme.ID+"/keys", op, nil).Decode(t, &keys)
 			used := 0
 			for _, k := range keys.Items {
@@ -136,14 +135,8 @@ func TestChangesReachRunningAPI(t *testing.T) {
 					used++
 				}
 			}
-			if used == 1 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d keys with last_used_at after 10s, want 1: %+v", used, keys.Items)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return used == 1, fmt.Sprintf("%d: %+v", used, keys.Items)
+		})
 	})
 	t.Run("service token revoked", func(t *testing.T) {
 		want(t, call(t, "POST", api+"/service-tokens/"+st.ServiceToken.ID+"/revoke", op, nil), http.StatusOK)

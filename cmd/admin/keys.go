@@ -11,60 +11,49 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-func keysIssueCommand() command {
-	return command{
-		name:    "keys issue",
-		audited: "key.create",
-		summary: "issue an API key for a tenant; the secret is printed once and never stored",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			tenant := fs.String("tenant", "", "tenant ID or name (required)")
-			name := fs.String("name", "", "a name for the key")
-			ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
-			asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
-			count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
-			return func(ctx context.Context, e *invocation) error {
-				if *count < 1 || *count > 100_000 {
-					return errors.New("keys issue: --count must be from 1 to 100000")
-				}
-				ts := tenants.NewStore(e.db)
-				t, err := ts.Find(ctx, *tenant)
-				if err != nil {
-					return fmt.Errorf("keys issue: --tenant: %w", err)
-				}
-				in := tenants.CreateKeyInput{Name: *name, Unlimited: true}
-				if *ttl > 0 {
-					at := time.Now().Add(*ttl)
-					in.ExpiresAt = &at
-				}
-				ops := tenants.NewOps(e.db, nil)
-				var res tenants.IssuedKey
-				for i := range *count {
-					res, err = ops.CreateKey(ctx, audit.CLI, t.ID, in)
-					if err != nil || i == *count-1 {
-						break
-					}
-					fmt.Fprintln(e.stdout, res.Secret)
-				}
-				if err != nil {
-					return fmt.Errorf("keys issue: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, map[string]any{"secret": res.Secret, "key": res.Key})
-				}
-				fmt.Fprintf(e.stdout, "%s\n", res.Secret)
-				fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
-				return nil
+func keysIssue(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant ID or name (required)")
+	name := fs.String("name", "", "a name for the key")
+	ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
+	asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
+	count := fs.Int("count", 1, "issue this many keys, one secret per line (for load tests)")
+	return func(ctx context.Context, e *invocation) error {
+		if *count < 1 || *count > 100_000 {
+			return errors.New("keys issue: --count must be from 1 to 100000")
+		}
+		ts := tenants.NewStore(e.db)
+		t, err := ts.Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("keys issue: --tenant: %w", err)
+		}
+		in := tenants.CreateKeyInput{Name: *name, Unlimited: true}
+		if *ttl > 0 {
+			at := time.Now().Add(*ttl)
+			in.ExpiresAt = &at
+		}
+		ops := tenants.NewOps(e.db, nil)
+		var res tenants.IssuedKey
+		for i := range *count {
+			res, err = ops.CreateKey(ctx, audit.CLI, t.ID, in)
+			if err != nil || i == *count-1 {
+				break
 			}
-		},
+			fmt.Fprintln(e.stdout, res.Secret)
+		}
+		if err != nil {
+			return fmt.Errorf("keys issue: %w", err)
+		}
+		if *asJSON {
+			return printJSON(e.stdout, map[string]any{"secret": res.Secret, "key": res.Key})
+		}
+		fmt.Fprintf(e.stdout, "%s\n", res.Secret)
+		fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
+		return nil
 	}
 }
 
-func keysRevokeCommand() command {
-	return revokeCommand(command{
-		name:    "keys revoke",
-		audited: "key.revoke",
-		summary: "revoke an API key by ID; checks with it are denied within a second",
-	}, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
+func keysRevoke(fs *flag.FlagSet) action {
+	return revokeAction(fs, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
 		k, err := tenants.NewStore(e.db).KeyByID(ctx, id)
 		if err != nil {
 			return tenants.Key{}, err
@@ -76,39 +65,33 @@ func keysRevokeCommand() command {
 	})
 }
 
-func keysListCommand() command {
-	return command{
-		name:    "keys list",
-		summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
-			asJSON := fs.Bool("json", false, "print the key records as a JSON array")
-			return func(ctx context.Context, e *invocation) error {
-				ts := tenants.NewStore(e.db)
-				tenantID, err := optionalTenantID(ctx, e, *tenant)
-				if err != nil {
-					return fmt.Errorf("keys list: %w", err)
-				}
-				list, err := ts.ListKeys(ctx, tenantID)
-				if err != nil {
-					return fmt.Errorf("keys list: %w", err)
-				}
-				all, err := ts.List(ctx)
-				if err != nil {
-					return fmt.Errorf("keys list: %w", err)
-				}
-				names := make(map[string]string, len(all))
-				for _, t := range all {
-					names[t.ID] = t.Name
-				}
-				now := time.Now()
-				return printList(e.stdout, *asJSON, list, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED",
-					"EXPIRES", "LAST USED"}, func(k tenants.Key) []string {
-					return []string{k.ID, k.Prefix + "…", names[k.TenantID], k.Name, keyStatus(k, now),
-						timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
-				})
-			}
-		},
+func keysList(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+	asJSON := fs.Bool("json", false, "print the key records as a JSON array")
+	return func(ctx context.Context, e *invocation) error {
+		ts := tenants.NewStore(e.db)
+		tenantID, err := optionalTenantID(ctx, e, *tenant)
+		if err != nil {
+			return fmt.Errorf("keys list: %w", err)
+		}
+		list, err := ts.ListKeys(ctx, tenantID)
+		if err != nil {
+			return fmt.Errorf("keys list: %w", err)
+		}
+		all, err := ts.List(ctx)
+		if err != nil {
+			return fmt.Errorf("keys list: %w", err)
+		}
+		names := make(map[string]string, len(all))
+		for _, t := range all {
+			names[t.ID] = t.Name
+		}
+		now := time.Now()
+		return printList(e.stdout, *asJSON, list, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED",
+			"EXPIRES", "LAST USED"}, func(k tenants.Key) []string {
+			return []string{k.ID, k.Prefix + "…", names[k.TenantID], k.Name, keyStatus(k, now),
+				timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
+		})
 	}
 }
 

@@ -46,7 +46,7 @@ type command struct {
 	// flags declares the command's flags and returns its action. A flag
 	// whose usage ends in "(required)" must be given a value: run refuses
 	// the command without one (checkRequired), before the action.
-	flags func(fs *flag.FlagSet) func(ctx context.Context, env *invocation) error
+	flags func(fs *flag.FlagSet) action
 	// audited is the audit action of the change the command makes, such
 	// as "key.revoke": the command makes it through its feature's
 	// operation (tenants.Ops…), which writes exactly that one entry. ""
@@ -60,9 +60,13 @@ type command struct {
 	noDatabase bool
 }
 
-// invocation is one run of a command: its streams, positional arguments,
-// settings and database.
+// action is what a command does once its flags are parsed.
+type action = func(ctx context.Context, e *invocation) error
+
+// invocation is one run of a command: its name, streams, positional
+// arguments, settings and database.
 type invocation struct {
+	name   string // the command's, to start its error messages
 	getenv func(string) string
 	stdin  io.Reader
 	stdout io.Writer
@@ -87,40 +91,44 @@ func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 	return keys, nil
 }
 
+// commands is the CLI: every command, its audit action ("" for one that
+// changes nothing the audit log tracks) and what it does. Each command's
+// flags function, in the file of its group, declares its flags and
+// returns its action.
 func commands() []command {
 	return []command{
-		migrateCommand(),
-		seedCommand(),
-		tenantsCreateCommand(),
-		tenantsListCommand(),
-		tenantsQuotaCommand(),
-		plansListCommand(),
-		plansQuotaCommand(),
-		plansRoutesCommand(),
-		keysIssueCommand(),
-		keysListCommand(),
-		keysRevokeCommand(),
-		webhooksCreateCommand(),
-		webhooksListCommand(),
-		webhooksReplayCommand(),
-		tokensIssueCommand(),
-		tokensListCommand(),
-		tokensRevokeCommand(),
-		secretsGenerateCommand(),
-		secretsResealCommand(),
-		usersCreateCommand(),
-		usersDisableCommand(),
-		usersSessionsRevokeCommand(),
-		serveCommand(),
-		workerCommand(),
-		healthcheckCommand(),
-		reportCommand(),
-		closeCommand(),
-		creditsGrantCommand(),
-		creditsAdjustCommand(),
-		creditsListCommand(),
-		creditsLedgerCommand(),
-		plansCreditsCommand(),
+		{name: "migrate", summary: "apply or roll back schema migrations, or show the schema version", args: "up | down [N] | force V | version", help: migrateHelp, noSchemaCheck: true, flags: migrate},
+		{name: "seed demo", audited: "seed.demo", summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them", flags: seedDemo},
+		{name: "tenants create", audited: "tenant.create", summary: "create a tenant on a plan", flags: tenantsCreate},
+		{name: "tenants list", summary: "list tenants with their plan and status, by name", flags: tenantsList},
+		{name: "tenants quota", audited: "tenant.quota", summary: "set a tenant's own quota thresholds and spend cap (none: the plan's)", help: thresholdsHelp, flags: tenantsQuota},
+		{name: "plans list", summary: "list plans with their pricing and rules, by name (archived ones too)", flags: plansList},
+		{name: "plans quota", audited: "plan.quota", summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)", help: thresholdsHelp, flags: plansQuota},
+		{name: "plans routes", audited: "plan.routes", args: "TEMPLATE...", summary: "replace a plan's route templates, in the order they are tried", help: plansRoutesHelp, flags: plansRoutes},
+		{name: "keys issue", audited: "key.create", summary: "issue an API key for a tenant; the secret is printed once and never stored", flags: keysIssue},
+		{name: "keys list", summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's", flags: keysList},
+		{name: "keys revoke", audited: "key.revoke", summary: "revoke an API key by ID; checks with it are denied within a second", flags: keysRevoke},
+		{name: "webhooks create", audited: "webhook_endpoint.create", summary: "add a webhook endpoint (an operator's, or --tenant's); its secret is printed once", flags: webhooksCreate},
+		{name: "webhooks list", summary: "list webhook endpoints, newest first (the first 200)", flags: webhooksList},
+		{name: "webhooks replay", audited: "webhook_endpoint.replay", summary: "send an endpoint one event again (--event), or every event of a time range (--from, --to)", flags: webhooksReplay},
+		{name: "tokens issue", audited: "service_token.create", summary: "issue a service token for a caller of the check API; printed once", flags: tokensIssue},
+		{name: "tokens list", summary: "list service tokens (never the tokens themselves), newest first", flags: tokensList},
+		{name: "tokens revoke", audited: "service_token.revoke", summary: "revoke a service token by ID; the check API refuses it (401) within a second", flags: tokensRevoke},
+		{name: "secrets generate", summary: "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)", noDatabase: true, flags: secretsGenerate},
+		{name: "secrets reseal", audited: "signing_keys.reseal", summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it (the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear", flags: secretsReseal},
+		{name: "users create", audited: "user.create", summary: "create an admin user (bootstraps the first operator); the password is read from stdin with --password-stdin, or generated and printed once", flags: usersCreate},
+		{name: "users disable", audited: "user.disable", summary: "disable an admin user: it can no longer log in, and its sessions end at once", flags: usersDisable},
+		{name: "users sessions revoke", audited: "user.sessions_revoke", summary: "end every session of an admin user at once (the user may log in again)", flags: usersSessionsRevoke},
+		{name: "serve", summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at /, the admin REST API under /api/v1, and the usage worker", help: serveHelp, flags: serveAdmin},
+		{name: "worker", summary: "apply the usage stream and the credits' consumption logs to Postgres, exactly once, until interrupted (also runs inside serve)", help: workerHelp, flags: worker},
+		{name: "healthcheck", summary: "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)", noDatabase: true, flags: healthcheck},
+		{name: "report", summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage", flags: report},
+		{name: "close", audited: "month.close", summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)", flags: closeMonth},
+		{name: "plans credits", audited: "plan.credits", summary: "make a plan's tenants draw on prepaid credits (deny or overage past the balance), or stop (off)", flags: plansCredits},
+		{name: "credits grant", audited: "credits.grant", summary: "grant (top up) a tenant's prepaid credits, in its plan's units", flags: creditsGrant},
+		{name: "credits adjust", audited: "credits.adjust", summary: "correct a tenant's credit balance by ± units, with a cause", flags: creditsAdjust},
+		{name: "credits list", summary: "show a tenant's credit balance and grants", flags: creditsList},
+		{name: "credits ledger", summary: "print a tenant's credit ledger, newest first", flags: creditsLedger},
 	}
 }
 
@@ -242,7 +250,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err := checkRequired(cmd.name, fs); err != nil {
 		return err
 	}
-	e := &invocation{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
+	e := &invocation{name: cmd.name, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, args: fs.Args(), ready: ready}
 	if cmd.noDatabase {
 		return action(ctx, e)
 	}
@@ -320,47 +328,41 @@ func printList[T any](w io.Writer, asJSON bool, list []T, header []string, row f
 	return printTable(w, header, rows)
 }
 
-// listCommand completes c, a command that lists records (records names
-// them for --help, e.g. "tenant records"): with --json as a JSON array,
-// else as a table under header. list returns them and the cells of each
-// one's row.
-func listCommand[T any](c command, records string, header []string,
-	list func(ctx context.Context, e *invocation) ([]T, func(T) []string, error)) command {
-	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-		asJSON := fs.Bool("json", false, "print the "+records+" as a JSON array")
-		return func(ctx context.Context, e *invocation) error {
-			items, row, err := list(ctx, e)
-			if err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			return printList(e.stdout, *asJSON, items, header, row)
+// listAction is the action of a command that lists records (records
+// names them for --help, e.g. "tenant records"): with --json as a JSON
+// array, else as a table under header. list returns them and the cells of
+// each one's row.
+func listAction[T any](fs *flag.FlagSet, records string, header []string,
+	list func(ctx context.Context, e *invocation) ([]T, func(T) []string, error)) action {
+	asJSON := fs.Bool("json", false, "print the "+records+" as a JSON array")
+	return func(ctx context.Context, e *invocation) error {
+		items, row, err := list(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
 		}
+		return printList(e.stdout, *asJSON, items, header, row)
 	}
-	return c
 }
 
-// revokeCommand completes c, a command that revokes what --id names
+// revokeAction is the action of a command that revokes what --id names
 // (idUsage describes that ID for --help) through revoke. It prints the
 // revoked record as JSON with --json (whose, such as "key's", names the
 // record in that flag's help), else the sentence said returns.
-func revokeCommand[T any](c command, idUsage, whose string,
-	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) command {
-	c.flags = func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-		id := fs.String("id", "", idUsage+" (required)")
-		asJSON := fs.Bool("json", false, "print the revoked "+whose+" record as JSON")
-		return func(ctx context.Context, e *invocation) error {
-			after, err := revoke(ctx, e, *id)
-			if err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			if *asJSON {
-				return printJSON(e.stdout, after)
-			}
-			_, err = fmt.Fprintln(e.stdout, said(after))
-			return err
+func revokeAction[T any](fs *flag.FlagSet, idUsage, whose string,
+	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) action {
+	id := fs.String("id", "", idUsage+" (required)")
+	asJSON := fs.Bool("json", false, "print the revoked "+whose+" record as JSON")
+	return func(ctx context.Context, e *invocation) error {
+		after, err := revoke(ctx, e, *id)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
 		}
+		if *asJSON {
+			return printJSON(e.stdout, after)
+		}
+		_, err = fmt.Fprintln(e.stdout, said(after))
+		return err
 	}
-	return c
 }
 
 // timeCell formats an optional time for printTable: UTC, to the second,

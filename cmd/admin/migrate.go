@@ -9,60 +9,53 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
-func migrateCommand() command {
-	return command{
-		name:    "migrate",
-		summary: "apply or roll back schema migrations, or show the schema version",
-		args:    "up | down [N] | force V | version",
-		help: `
+const migrateHelp = `
   up         apply every migration this binary has
   down [N]   roll back N steps (default: all) with this binary's migrations
   force V    record version V after a failed migration was finished or
              undone by hand (the schema is "dirty" until then)
-  version    show the schema version and the one this binary expects`,
-		noSchemaCheck: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			return func(ctx context.Context, e *invocation) error {
-				if len(e.args) == 0 {
-					return errors.New("migrate: want up, down [N], force V or version")
-				}
-				switch e.args[0] {
-				case "up":
-					if err := postgres.MigrateUp(e.db); err != nil {
-						return err
-					}
-				case "down":
-					steps := 0
-					if len(e.args) > 1 {
-						if _, err := fmt.Sscan(e.args[1], &steps); err != nil || steps < 1 {
-							return fmt.Errorf("migrate down: N must be a positive integer, got %q", e.args[1])
-						}
-					}
-					if err := postgres.MigrateDown(e.db, steps); err != nil {
-						return err
-					}
-				case "force":
-					var version int
-					if len(e.args) != 2 {
-						return errors.New("migrate force: want the version to record, e.g. migrate force 3")
-					}
-					if _, err := fmt.Sscan(e.args[1], &version); err != nil || version < 0 {
-						return fmt.Errorf("migrate force: the version must be an integer ≥ 0, got %q", e.args[1])
-					}
-					if err := postgres.MigrateForce(e.db, version); err != nil {
-						return err
-					}
-				case "version":
-				default:
-					return fmt.Errorf("migrate: unknown action %q (want up, down, force or version)", e.args[0])
-				}
-				v, dirty, err := postgres.Version(ctx, e.db)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stdout, "schema version %d (dirty=%v); this binary expects %d\n", v, dirty, postgres.SchemaVersion())
-				return nil
+  version    show the schema version and the one this binary expects`
+
+func migrate(fs *flag.FlagSet) action {
+	return func(ctx context.Context, e *invocation) error {
+		if len(e.args) == 0 {
+			return errors.New("migrate: want up, down [N], force V or version")
+		}
+		switch e.args[0] {
+		case "up":
+			if err := postgres.MigrateUp(e.db); err != nil {
+				return err
 			}
-		},
+		case "down":
+			steps := 0
+			if len(e.args) > 1 {
+				if _, err := fmt.Sscan(e.args[1], &steps); err != nil || steps < 1 {
+					return fmt.Errorf("migrate down: N must be a positive integer, got %q", e.args[1])
+				}
+			}
+			if err := postgres.MigrateDown(e.db, steps); err != nil {
+				return err
+			}
+		case "force":
+			var version int
+			if len(e.args) != 2 {
+				return errors.New("migrate force: want the version to record, e.g. migrate force 3")
+			}
+			if _, err := fmt.Sscan(e.args[1], &version); err != nil || version < 0 {
+				return fmt.Errorf("migrate force: the version must be an integer ≥ 0, got %q", e.args[1])
+			}
+			if err := postgres.MigrateForce(e.db, version); err != nil {
+				return err
+			}
+		case "version":
+		default:
+			return fmt.Errorf("migrate: unknown action %q (want up, down, force or version)", e.args[0])
+		}
+		v, dirty, err := postgres.Version(ctx, e.db)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "schema version %d (dirty=%v); this binary expects %d\n", v, dirty, postgres.SchemaVersion())
+		return nil
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/apispec"
 )
 
 // The OpenAPI document at the repository root must describe both servers
@@ -43,19 +44,6 @@ import (
 // the document's request schemas accept what the servers accept.
 
 const specPath = "../../openapi.yaml"
-
-func loadSpec(t *testing.T) *openapi3.T {
-	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromFile(specPath)
-	if err != nil {
-		t.Fatalf("load %s: %v", specPath, err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatalf("%s is not a valid OpenAPI document: %v", specPath, err)
-	}
-	return doc
-}
 
 // closeObjects forbids properties the document does not list, in every
 // object schema that does not say otherwise: the document lets clients
@@ -122,7 +110,7 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestOpenAPI(t *testing.T) {
-	doc := loadSpec(t)
+	doc := apispec.Load(t, specPath)
 
 	// The document lists exactly the admin server's API routes (the check
 	// API's are checked by being called below); the web console's pages

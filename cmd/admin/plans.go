@@ -11,11 +11,8 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
-func plansListCommand() command {
-	return listCommand(command{
-		name:    "plans list",
-		summary: "list plans with their pricing and rules, by name (archived ones too)",
-	}, "plan records, with rules and tiers,", []string{"ID", "NAME", "STATUS", "CURRENCY", "BASE FEE (MINOR)",
+func plansList(fs *flag.FlagSet) action {
+	return listAction(fs, "plan records, with rules and tiers,", []string{"ID", "NAME", "STATUS", "CURRENCY", "BASE FEE (MINOR)",
 		"INCLUDED UNITS", "QUOTA", "RULES"},
 		func(ctx context.Context, e *invocation) ([]plans.Plan, func(plans.Plan) []string, error) {
 			list, err := plans.NewStore(e.db).List(ctx)
@@ -37,40 +34,33 @@ func planRow(p plans.Plan) []string {
 		fmt.Sprint(p.IncludedUnits), string(p.QuotaMode), strings.Join(rules, ",")}
 }
 
-func plansRoutesCommand() command {
-	return command{
-		name:    "plans routes",
-		audited: "plan.routes",
-		args:    "TEMPLATE...",
-		summary: "replace a plan's route templates, in the order they are tried",
-		help: `Usage counts each check under the first of its plan's routes that matches
+const plansRoutesHelp = `Usage counts each check under the first of its plan's routes that matches
 its resource, or under (other). A template is "METHOD /path"; a segment
 "{name}" takes any one segment, a last segment "*" the rest of the path:
   admin plans routes --plan pro 'GET /repos/{owner}/{repo}' 'GET /static/*'
---clear removes every route.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			plan := fs.String("plan", "", "plan name (required)")
-			clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
-			return func(ctx context.Context, e *invocation) error {
-				switch {
-				case *plan == "":
-					return errors.New("plans routes: --plan is required")
-				case len(e.args) == 0 && !*clearAll:
-					return errors.New("plans routes: give the route templates, or --clear to remove them all")
-				case len(e.args) > 0 && *clearAll:
-					return errors.New("plans routes: --clear takes no templates")
-				}
-				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-				if err != nil {
-					return fmt.Errorf("plans routes: --plan: %w", err)
-				}
-				p, err = plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, e.args)
-				if err != nil {
-					return fmt.Errorf("plans routes: %w", err)
-				}
-				return printJSON(e.stdout, p)
-			}
-		},
+--clear removes every route.`
+
+func plansRoutes(fs *flag.FlagSet) action {
+	plan := fs.String("plan", "", "plan name (required)")
+	clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
+	return func(ctx context.Context, e *invocation) error {
+		switch {
+		case *plan == "":
+			return errors.New("plans routes: --plan is required")
+		case len(e.args) == 0 && !*clearAll:
+			return errors.New("plans routes: give the route templates, or --clear to remove them all")
+		case len(e.args) > 0 && *clearAll:
+			return errors.New("plans routes: --clear takes no templates")
+		}
+		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		if err != nil {
+			return fmt.Errorf("plans routes: --plan: %w", err)
+		}
+		p, err = plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, e.args)
+		if err != nil {
+			return fmt.Errorf("plans routes: %w", err)
+		}
+		return printJSON(e.stdout, p)
 	}
 }
 

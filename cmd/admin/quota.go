@@ -18,58 +18,42 @@ const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included u
 (units this month), "remaining:1000" (included units left). Spend caps are
 integer minor units of overage a month; "" sets none.`
 
-func plansQuotaCommand() command {
-	return command{
-		name:    "plans quota",
-		audited: "plan.quota",
-		summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)",
-		help:    thresholdsHelp,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			plan := fs.String("plan", "", "plan name (required)")
-			thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
-			capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
-			capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
-			return func(ctx context.Context, e *invocation) error {
-				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-				if err != nil {
-					return fmt.Errorf("plans quota: --plan: %w", err)
-				}
-				in := quota.PlanSettingsInput{}
-				f := map[string]string{}
-				in.Thresholds = parseThresholds("thresholds", *thresholds, f)
-				in.SpendCapDefaultMinor = parseCap("spend-cap-default", *capDefault, f)
-				in.SpendCapMaxMinor = parseCap("spend-cap-max", *capMax, f)
-				return saveQuota(e, "plans quota", f, func(ops *quota.Ops) (quota.PlanSettings, error) {
-					return ops.SetPlan(ctx, audit.CLI, p.ID, in)
-				})
-			}
-		},
+func plansQuota(fs *flag.FlagSet) action {
+	plan := fs.String("plan", "", "plan name (required)")
+	thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
+	capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
+	capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
+	return func(ctx context.Context, e *invocation) error {
+		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		if err != nil {
+			return fmt.Errorf("plans quota: --plan: %w", err)
+		}
+		in := quota.PlanSettingsInput{}
+		f := map[string]string{}
+		in.Thresholds = parseThresholds("thresholds", *thresholds, f)
+		in.SpendCapDefaultMinor = parseCap("spend-cap-default", *capDefault, f)
+		in.SpendCapMaxMinor = parseCap("spend-cap-max", *capMax, f)
+		return saveQuota(e, "plans quota", f, func(ops *quota.Ops) (quota.PlanSettings, error) {
+			return ops.SetPlan(ctx, audit.CLI, p.ID, in)
+		})
 	}
 }
 
-func tenantsQuotaCommand() command {
-	return command{
-		name:    "tenants quota",
-		audited: "tenant.quota",
-		summary: "set a tenant's own quota thresholds and spend cap (none: the plan's)",
-		help:    thresholdsHelp,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			tenant := fs.String("tenant", "", "tenant name or ID (required)")
-			thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
-			capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
-			return func(ctx context.Context, e *invocation) error {
-				t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-				if err != nil {
-					return fmt.Errorf("tenants quota: --tenant: %w", err)
-				}
-				f := map[string]string{}
-				in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
-					SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
-				return saveQuota(e, "tenants quota", f, func(ops *quota.Ops) (quota.TenantSettings, error) {
-					return ops.SetTenant(ctx, audit.CLI, t.ID, in)
-				})
-			}
-		},
+func tenantsQuota(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
+	capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
+	return func(ctx context.Context, e *invocation) error {
+		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("tenants quota: --tenant: %w", err)
+		}
+		f := map[string]string{}
+		in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
+			SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
+		return saveQuota(e, "tenants quota", f, func(ops *quota.Ops) (quota.TenantSettings, error) {
+			return ops.SetTenant(ctx, audit.CLI, t.ID, in)
+		})
 	}
 }
 

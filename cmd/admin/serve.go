@@ -81,11 +81,7 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 	return c, e.Err()
 }
 
-func serveCommand() command {
-	return command{
-		name:    "serve",
-		summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at /, the admin REST API under /api/v1, and the usage worker",
-		help: `
+const serveHelp = `
 Serves until SIGINT or SIGTERM: the web console at /, /api/v1 (the admin
 REST API), /healthz, /readyz and /metrics. Unless TOLLGATE_SERVE_WORKER=false it also runs a
 usage worker (see "admin worker --help"), and unless TOLLGATE_WEBHOOK_DELIVER=false the
@@ -93,16 +89,15 @@ webhook deliverers (any number of admin processes may run them at once). Configu
 variables: TOLLGATE_ADMIN_ADDR, TOLLGATE_ADMIN_JWT_SECRET,
 TOLLGATE_ADMIN_SESSION_TTL, TOLLGATE_ADMIN_LOGIN_LIMIT, TOLLGATE_REDIS_*,
 TOLLGATE_USAGE_*, TOLLGATE_WEBHOOK_*, TOLLGATE_LOG_* and TOLLGATE_SHUTDOWN_TIMEOUT; the README
-lists them all.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			return func(ctx context.Context, e *invocation) error {
-				cfg, err := loadServerConfig(e.getenv, e.stderr)
-				if err != nil {
-					return err
-				}
-				return serve(ctx, e, cfg)
-			}
-		},
+lists them all.`
+
+func serveAdmin(fs *flag.FlagSet) action {
+	return func(ctx context.Context, e *invocation) error {
+		cfg, err := loadServerConfig(e.getenv, e.stderr)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, e, cfg)
 	}
 }
 
@@ -201,17 +196,10 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	return err
 }
 
-func healthcheckCommand() command {
-	return command{
-		name:       "healthcheck",
-		summary:    "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)",
-		noDatabase: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-			return func(ctx context.Context, e *invocation) error {
-				addr := config.New(e.getenv).String("TOLLGATE_ADMIN_ADDR", ":8081")
-				return httpx.Healthcheck(ctx, addr, *timeout)
-			}
-		},
+func healthcheck(fs *flag.FlagSet) action {
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	return func(ctx context.Context, e *invocation) error {
+		addr := config.New(e.getenv).String("TOLLGATE_ADMIN_ADDR", ":8081")
+		return httpx.Healthcheck(ctx, addr, *timeout)
 	}
 }

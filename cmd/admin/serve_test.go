@@ -61,17 +61,14 @@ func TestAdminMetricsAndHealthcheck(t *testing.T) {
 	testenv.Must(t, metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
 
 	var body string
-	deadline := time.Now().Add(30 * time.Second)
 	// Applied, then acknowledged (and so deleted from the stream).
-	for !strings.Contains(body, "tollgate_usage_batches_applied_total 1\n") || !strings.Contains(body, "tollgate_usage_backlog_batches 0\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the batch was not applied; /metrics:\n%s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the batch applied", func() (bool, string) {
 		res := call(t, "GET", srv.URL+"/metrics", "", nil)
 		want(t, res, http.StatusOK)
 		body = string(res.Body)
-	}
+		return strings.Contains(body, "tollgate_usage_batches_applied_total 1\n") &&
+			strings.Contains(body, "tollgate_usage_backlog_batches 0\n"), "/metrics:\n" + body
+	})
 	for _, m := range []string{
 		`tollgate_build_info{go_version="` + runtime.Version() + `",revision="`, `",version="` + buildinfo.Version + `"} 1`,
 		"tollgate_usage_worker_errors_total 0\n", "tollgate_usage_backlog_age_seconds 0\n", "go_goroutines ",

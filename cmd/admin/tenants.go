@@ -10,34 +10,24 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-func tenantsCreateCommand() command {
-	return command{
-		name:    "tenants create",
-		audited: "tenant.create",
-		summary: "create a tenant on a plan",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			name := fs.String("name", "", "tenant name (required)")
-			plan := fs.String("plan", "free", "plan name")
-			return func(ctx context.Context, e *invocation) error {
-				p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-				if err != nil {
-					return fmt.Errorf("tenants create: --plan: %w", err)
-				}
-				t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
-				if err != nil {
-					return fmt.Errorf("tenants create: %w", err)
-				}
-				return printJSON(e.stdout, t)
-			}
-		},
+func tenantsCreate(fs *flag.FlagSet) action {
+	name := fs.String("name", "", "tenant name (required)")
+	plan := fs.String("plan", "free", "plan name")
+	return func(ctx context.Context, e *invocation) error {
+		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		if err != nil {
+			return fmt.Errorf("tenants create: --plan: %w", err)
+		}
+		t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
+		if err != nil {
+			return fmt.Errorf("tenants create: %w", err)
+		}
+		return printJSON(e.stdout, t)
 	}
 }
 
-func tenantsListCommand() command {
-	return listCommand(command{
-		name:    "tenants list",
-		summary: "list tenants with their plan and status, by name",
-	}, "tenant records", []string{"ID", "NAME", "PLAN", "STATUS", "CREATED"},
+func tenantsList(fs *flag.FlagSet) action {
+	return listAction(fs, "tenant records", []string{"ID", "NAME", "PLAN", "STATUS", "CREATED"},
 		func(ctx context.Context, e *invocation) ([]tenants.Tenant, func(tenants.Tenant) []string, error) {
 			list, err := tenants.NewStore(e.db).List(ctx)
 			if err != nil {

@@ -10,38 +10,28 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 )
 
-func tokensIssueCommand() command {
-	return command{
-		name:    "tokens issue",
-		audited: "service_token.create",
-		summary: "issue a service token for a caller of the check API; printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			name := fs.String("name", "", "who the token is for, e.g. edge-gateway (required)")
-			ttl := fs.Duration("ttl", 365*24*time.Hour, "validity")
-			return func(ctx context.Context, e *invocation) error {
-				keys, err := e.secretKeys()
-				if err != nil {
-					return err
-				}
-				ttlS := int64(*ttl / time.Second)
-				res, err := auth.NewOps(e.db, keys).IssueServiceToken(ctx, audit.CLI, auth.IssueServiceTokenInput{Name: *name, TTLS: &ttlS})
-				if err != nil {
-					return fmt.Errorf("tokens issue: %w", err)
-				}
-				st := res.ServiceToken
-				fmt.Fprintln(e.stdout, res.Token)
-				fmt.Fprintf(e.stderr, "service token %s for %s, expires %s\n", st.ID, st.Name, st.ExpiresAt.Format(time.RFC3339))
-				return nil
-			}
-		},
+func tokensIssue(fs *flag.FlagSet) action {
+	name := fs.String("name", "", "who the token is for, e.g. edge-gateway (required)")
+	ttl := fs.Duration("ttl", 365*24*time.Hour, "validity")
+	return func(ctx context.Context, e *invocation) error {
+		keys, err := e.secretKeys()
+		if err != nil {
+			return err
+		}
+		ttlS := int64(*ttl / time.Second)
+		res, err := auth.NewOps(e.db, keys).IssueServiceToken(ctx, audit.CLI, auth.IssueServiceTokenInput{Name: *name, TTLS: &ttlS})
+		if err != nil {
+			return fmt.Errorf("tokens issue: %w", err)
+		}
+		st := res.ServiceToken
+		fmt.Fprintln(e.stdout, res.Token)
+		fmt.Fprintf(e.stderr, "service token %s for %s, expires %s\n", st.ID, st.Name, st.ExpiresAt.Format(time.RFC3339))
+		return nil
 	}
 }
 
-func tokensListCommand() command {
-	return listCommand(command{
-		name:    "tokens list",
-		summary: "list service tokens (never the tokens themselves), newest first",
-	}, "service token records", []string{"ID", "NAME", "STATUS", "CREATED", "EXPIRES"},
+func tokensList(fs *flag.FlagSet) action {
+	return listAction(fs, "service token records", []string{"ID", "NAME", "STATUS", "CREATED", "EXPIRES"},
 		func(ctx context.Context, e *invocation) ([]auth.ServiceToken, func(auth.ServiceToken) []string, error) {
 			list, err := auth.NewStore(e.db).ListServiceTokens(ctx)
 			return list, serviceTokenRow(time.Now()), err
@@ -63,12 +53,8 @@ func serviceTokenRow(now time.Time) func(auth.ServiceToken) []string {
 	}
 }
 
-func tokensRevokeCommand() command {
-	return revokeCommand(command{
-		name:    "tokens revoke",
-		audited: "service_token.revoke",
-		summary: "revoke a service token by ID; the check API refuses it (401) within a second",
-	}, "service token ID, as `tokens list` shows it", "token's",
+func tokensRevoke(fs *flag.FlagSet) action {
+	return revokeAction(fs, "service token ID, as `tokens list` shows it", "token's",
 		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, error) {
 			return auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
 		}, func(st auth.ServiceToken) string {
@@ -77,39 +63,24 @@ func tokensRevokeCommand() command {
 		})
 }
 
-func secretsGenerateCommand() command {
-	return command{
-		name:       "secrets generate",
-		summary:    "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)",
-		noDatabase: true,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			return func(_ context.Context, e *invocation) error {
-				_, err := fmt.Fprintln(e.stdout, auth.GenerateSecretKey())
-				return err
-			}
-		},
+func secretsGenerate(fs *flag.FlagSet) action {
+	return func(_ context.Context, e *invocation) error {
+		_, err := fmt.Fprintln(e.stdout, auth.GenerateSecretKey())
+		return err
 	}
 }
 
-func secretsResealCommand() command {
-	return command{
-		name:    "secrets reseal",
-		audited: "signing_keys.reseal",
-		summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it " +
-			"(the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			return func(ctx context.Context, e *invocation) error {
-				keys, err := e.secretKeys()
-				if err != nil {
-					return err
-				}
-				n, err := auth.NewOps(e.db, keys).ResealSigningKeys(ctx, audit.CLI)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(e.stdout, "resealed %d signing keys with the current secret key\n", n)
-				return err
-			}
-		},
+func secretsReseal(fs *flag.FlagSet) action {
+	return func(ctx context.Context, e *invocation) error {
+		keys, err := e.secretKeys()
+		if err != nil {
+			return err
+		}
+		n, err := auth.NewOps(e.db, keys).ResealSigningKeys(ctx, audit.CLI)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "resealed %d signing keys with the current secret key\n", n)
+		return err
 	}
 }

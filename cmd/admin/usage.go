@@ -92,50 +92,42 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-func workerCommand() command {
-	return command{
-		name:    "worker",
-		summary: "apply the usage stream and the credits' consumption logs to Postgres, exactly once, until interrupted (also runs inside serve)",
-		help: `
+const workerHelp = `
 Reads the Redis Stream TOLLGATE_USAGE_STREAM in the consumer group
 TOLLGATE_USAGE_GROUP as TOLLGATE_USAGE_CONSUMER (keep it stable across
 restarts: a worker takes back its own unacknowledged batches at once,
-another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
-			return func(ctx context.Context, e *invocation) error {
-				c, err := loadUsageConfig(e.getenv, e.stderr)
-				if err != nil {
-					return err
-				}
-				log := c.Log
-				redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
-				w, release := newWorker(c, e, log)
-				defer release()
-				var reg *prometheus.Registry
-				if *metricsAddr != "" {
-					reg = newRegistry()
-					w.Register(reg)
-					ln, err := net.Listen("tcp", *metricsAddr)
-					if err != nil {
-						return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
-					}
-					srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-					go srv.Serve(ln) //nolint:errcheck // closed below
-					defer srv.Close()
-				}
-				var registerer prometheus.Registerer
-				if reg != nil {
-					registerer = reg
-				}
-				defer startCreditsDrainer(ctx, e, c, log, registerer)()
-				log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
-				err = w.Run(ctx)
-				s := w.Stats()
-				log.Info("usage worker stopped", "applied", s.Applied, "duplicates", s.Duplicates, "set_aside", s.SetAside)
-				return err
+another's only after TOLLGATE_USAGE_CLAIM_IDLE). Redis is TOLLGATE_REDIS_*.`
+
+func worker(fs *flag.FlagSet) action {
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at /metrics on this address, e.g. :9091")
+	return func(ctx context.Context, e *invocation) error {
+		c, err := loadUsageConfig(e.getenv, e.stderr)
+		if err != nil {
+			return err
+		}
+		log := c.Log
+		redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
+		w, release := newWorker(c, e, log)
+		defer release()
+		var reg prometheus.Registerer // nil: no metrics
+		if *metricsAddr != "" {
+			registry := newRegistry()
+			reg = registry
+			w.Register(registry)
+			ln, err := net.Listen("tcp", *metricsAddr)
+			if err != nil {
+				return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
 			}
-		},
+			srv := &http.Server{Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+			go srv.Serve(ln) //nolint:errcheck // closed below
+			defer srv.Close()
+		}
+		defer startCreditsDrainer(ctx, e, c, log, reg)()
+		log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
+		err = w.Run(ctx)
+		s := w.Stats()
+		log.Info("usage worker stopped", "applied", s.Applied, "duplicates", s.Duplicates, "set_aside", s.SetAside)
+		return err
 	}
 }
 
@@ -163,98 +155,85 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 	return func() { cancel(); <-done; release(); stopCredits() }, nil
 }
 
-func reportCommand() command {
-	return command{
-		name:    "report",
-		summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
-			tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
-			format := fs.String("format", "json", "json or csv")
-			late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
-			return func(ctx context.Context, e *invocation) error {
-				m, err := parseMonthFlag("report", *month)
-				if err != nil {
-					return err
-				}
-				if *format != "json" && *format != "csv" {
-					return fmt.Errorf("report: --format: must be json or csv")
-				}
-				c, err := loadUsageConfig(e.getenv, e.stderr)
-				if err != nil {
-					return err
-				}
-				store := c.store(e)
-				tenantID, err := optionalTenantID(ctx, e, *tenant)
-				if err != nil {
-					return fmt.Errorf("report: %w", err)
-				}
-				if *late {
-					rows, err := store.Late(ctx, m, tenantID)
-					if err != nil {
-						return err
-					}
-					return printJSON(e.stdout, map[string]any{"month": m.String(), "late_usage": rows})
-				}
-				var list []billing.Statement
-				if tenantID != "" {
-					st, err := store.Statement(ctx, tenantID, m)
-					if err != nil {
-						return err
-					}
-					list = []billing.Statement{st}
-				} else if list, err = store.Statements(ctx, m, progress(e, "statements for "+m.String())); err != nil {
-					return err
-				}
-				if *format == "csv" {
-					return billing.WriteCSV(e.stdout, list)
-				}
-				if tenantID != "" {
-					return printJSON(e.stdout, list[0])
-				}
-				return printJSON(e.stdout, map[string]any{"month": m.String(), "statements": list})
+func report(fs *flag.FlagSet) action {
+	month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
+	tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+	format := fs.String("format", "json", "json or csv")
+	late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
+	return func(ctx context.Context, e *invocation) error {
+		m, err := parseMonthFlag("report", *month)
+		if err != nil {
+			return err
+		}
+		if *format != "json" && *format != "csv" {
+			return fmt.Errorf("report: --format: must be json or csv")
+		}
+		c, err := loadUsageConfig(e.getenv, e.stderr)
+		if err != nil {
+			return err
+		}
+		store := c.store(e)
+		tenantID, err := optionalTenantID(ctx, e, *tenant)
+		if err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		if *late {
+			rows, err := store.Late(ctx, m, tenantID)
+			if err != nil {
+				return err
 			}
-		},
+			return printJSON(e.stdout, map[string]any{"month": m.String(), "late_usage": rows})
+		}
+		var list []billing.Statement
+		if tenantID != "" {
+			st, err := store.Statement(ctx, tenantID, m)
+			if err != nil {
+				return err
+			}
+			list = []billing.Statement{st}
+		} else if list, err = store.Statements(ctx, m, progress(e, "statements for "+m.String())); err != nil {
+			return err
+		}
+		if *format == "csv" {
+			return billing.WriteCSV(e.stdout, list)
+		}
+		if tenantID != "" {
+			return printJSON(e.stdout, list[0])
+		}
+		return printJSON(e.stdout, map[string]any{"month": m.String(), "statements": list})
 	}
 }
 
-func closeCommand() command {
-	return command{
-		name:    "close",
-		audited: "month.close",
-		summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
-			asJSON := fs.Bool("json", false, "print the result as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				m, err := parseMonthFlag("close", *month)
-				if err != nil {
-					return err
-				}
-				c, err := loadUsageConfig(e.getenv, e.stderr)
-				if err != nil {
-					return err
-				}
-				res, err := c.store(e).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
-				if err != nil {
-					return fmt.Errorf("close: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, res)
-				}
-				if res.AlreadyClosed {
-					fmt.Fprintf(e.stdout, "%s was already closed at %s; nothing changed.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
-				} else {
-					fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
-				}
-				fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
-				if res.Late.Decisions() > 0 {
-					fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
-						res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
-				}
-				return nil
-			}
-		},
+func closeMonth(fs *flag.FlagSet) action {
+	month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	return func(ctx context.Context, e *invocation) error {
+		m, err := parseMonthFlag("close", *month)
+		if err != nil {
+			return err
+		}
+		c, err := loadUsageConfig(e.getenv, e.stderr)
+		if err != nil {
+			return err
+		}
+		res, err := c.store(e).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
+		if err != nil {
+			return fmt.Errorf("close: %w", err)
+		}
+		if *asJSON {
+			return printJSON(e.stdout, res)
+		}
+		if res.AlreadyClosed {
+			fmt.Fprintf(e.stdout, "%s was already closed at %s; nothing changed.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
+		}
+		fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
+		if res.Late.Decisions() > 0 {
+			fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
+				res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
+		}
+		return nil
 	}
 }
 

@@ -234,17 +234,11 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, 30*time.Second, "the worker command applying the batch", func() bool {
 		var n int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n); err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker command did not apply the batch")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n)
+		return err == nil && n == 1
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -64,88 +64,68 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, log *s
 	return func() { cancel(); <-done }
 }
 
-func webhooksCreateCommand() command {
-	return command{
-		name:    "webhooks create",
-		audited: "webhook_endpoint.create",
-		summary: "add a webhook endpoint (an operator's, or --tenant's); its secret is printed once",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			url := fs.String("url", "", "where to send events (required)")
-			description := fs.String("description", "", "what the endpoint is for")
-			types := fs.String("events", "", "comma-separated event types (default: every type; docs/events.md)")
-			tenant := fs.String("tenant", "", "tenant ID or name: the endpoint receives this tenant's events only")
-			asJSON := fs.Bool("json", false, "print the endpoint and secret as JSON")
-			return func(ctx context.Context, e *invocation) error {
-				owner, err := optionalTenantID(ctx, e, *tenant)
-				if err != nil {
-					return fmt.Errorf("webhooks create: %w", err)
-				}
-				cfg := loadWebhookConfig(config.New(e.getenv))
-				in := events.EndpointInput{URL: *url, Description: *description, EventTypes: splitList(*types)}
-				res, err := events.NewOps(e.db, nil, cfg.Guard).CreateEndpoint(ctx, audit.CLI, owner, in)
-				if err != nil {
-					return fmt.Errorf("webhooks create: %w", err)
-				}
-				if *asJSON {
-					return printJSON(e.stdout, res)
-				}
-				fmt.Fprintln(e.stdout, res.Secret)
-				fmt.Fprintf(e.stderr, "endpoint %s → %s added; the secret above is not shown again\n", res.Endpoint.ID, res.Endpoint.URL)
-				return nil
-			}
-		},
+func webhooksCreate(fs *flag.FlagSet) action {
+	url := fs.String("url", "", "where to send events (required)")
+	description := fs.String("description", "", "what the endpoint is for")
+	types := fs.String("events", "", "comma-separated event types (default: every type; docs/events.md)")
+	tenant := fs.String("tenant", "", "tenant ID or name: the endpoint receives this tenant's events only")
+	asJSON := fs.Bool("json", false, "print the endpoint and secret as JSON")
+	return func(ctx context.Context, e *invocation) error {
+		owner, err := optionalTenantID(ctx, e, *tenant)
+		if err != nil {
+			return fmt.Errorf("webhooks create: %w", err)
+		}
+		cfg := loadWebhookConfig(config.New(e.getenv))
+		in := events.EndpointInput{URL: *url, Description: *description, EventTypes: splitList(*types)}
+		res, err := events.NewOps(e.db, nil, cfg.Guard).CreateEndpoint(ctx, audit.CLI, owner, in)
+		if err != nil {
+			return fmt.Errorf("webhooks create: %w", err)
+		}
+		if *asJSON {
+			return printJSON(e.stdout, res)
+		}
+		fmt.Fprintln(e.stdout, res.Secret)
+		fmt.Fprintf(e.stderr, "endpoint %s → %s added; the secret above is not shown again\n", res.Endpoint.ID, res.Endpoint.URL)
+		return nil
 	}
 }
 
-func webhooksListCommand() command {
-	return command{
-		name:    "webhooks list",
-		summary: "list webhook endpoints, newest first (the first 200)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			return func(ctx context.Context, e *invocation) error {
-				pg, err := events.NewStore(e.db).Endpoints(ctx, "", page.First(200))
-				if err != nil {
-					return fmt.Errorf("webhooks list: %w", err)
-				}
-				return printJSON(e.stdout, pg.Items)
-			}
-		},
+func webhooksList(fs *flag.FlagSet) action {
+	return func(ctx context.Context, e *invocation) error {
+		pg, err := events.NewStore(e.db).Endpoints(ctx, "", page.First(200))
+		if err != nil {
+			return fmt.Errorf("webhooks list: %w", err)
+		}
+		return printJSON(e.stdout, pg.Items)
 	}
 }
 
-func webhooksReplayCommand() command {
-	return command{
-		name:    "webhooks replay",
-		audited: "webhook_endpoint.replay",
-		summary: "send an endpoint one event again (--event), or every event of a time range (--from, --to)",
-		flags: func(fs *flag.FlagSet) func(context.Context, *invocation) error {
-			id := fs.String("endpoint", "", "endpoint ID (required)")
-			event := fs.String("event", "", "event ID")
-			from := fs.String("from", "", "start of the range, RFC 3339")
-			to := fs.String("to", "", "end of the range (exclusive), RFC 3339")
-			return func(ctx context.Context, e *invocation) error {
-				in := events.ReplayInput{EventID: *event}
-				for _, f := range []struct {
-					name, value string
-					dst         **time.Time
-				}{{"from", *from, &in.From}, {"to", *to, &in.To}} {
-					if f.value == "" {
-						continue
-					}
-					t, err := time.Parse(time.RFC3339, f.value)
-					if err != nil {
-						return fmt.Errorf("webhooks replay: --%s: must be an RFC 3339 time such as 2026-03-01T00:00:00Z", f.name)
-					}
-					*f.dst = &t
-				}
-				res, err := events.NewOps(e.db, nil, events.Guard{}).Replay(ctx, audit.CLI, "", *id, in)
-				if err != nil {
-					return fmt.Errorf("webhooks replay: %w", err)
-				}
-				fmt.Fprintf(e.stdout, "%d deliveries queued for endpoint %s\n", res.Deliveries, *id)
-				return nil
+func webhooksReplay(fs *flag.FlagSet) action {
+	id := fs.String("endpoint", "", "endpoint ID (required)")
+	event := fs.String("event", "", "event ID")
+	from := fs.String("from", "", "start of the range, RFC 3339")
+	to := fs.String("to", "", "end of the range (exclusive), RFC 3339")
+	return func(ctx context.Context, e *invocation) error {
+		in := events.ReplayInput{EventID: *event}
+		for _, f := range []struct {
+			name, value string
+			dst         **time.Time
+		}{{"from", *from, &in.From}, {"to", *to, &in.To}} {
+			if f.value == "" {
+				continue
 			}
-		},
+			t, err := time.Parse(time.RFC3339, f.value)
+			if err != nil {
+				return fmt.Errorf("webhooks replay: --%s: must be an RFC 3339 time such as 2026-03-01T00:00:00Z", f.name)
+			}
+			*f.dst = &t
+		}
+		res, err := events.NewOps(e.db, nil, events.Guard{}).Replay(ctx, audit.CLI, "", *id, in)
+		if err != nil {
+			return fmt.Errorf("webhooks replay: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "%d deliveries queued for endpoint %s\n", res.Deliveries, *id)
+		return nil
 	}
 }
 

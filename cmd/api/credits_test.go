@@ -162,7 +162,7 @@ func TestCreditsExactAcrossThreeAPIs(t *testing.T) {
 // startAPIProcess starts the api as a program of its own (so that a test
 // can kill it with SIGKILL) that never flushes usage, waits until it is
 // ready and returns its address and process.
-func (r *rig) startAPIProcess(t *testing.T) (string, *exec.Cmd) {
+func (r *rig) startAPIProcess(t *testing.T) (string, *testenv.Process) {
 	t.Helper()
 	addr := admintest.FreePort(t)
 	env := []string{}
@@ -170,10 +170,9 @@ func (r *rig) startAPIProcess(t *testing.T) (string, *exec.Cmd) {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_USAGE_FLUSH=1h")
-	p := exec.Command(admintest.Binary(t, "cmd/api"))
-	p.Env = env
-	testenv.Must(t, p.Start())
-	t.Cleanup(func() { _ = p.Process.Kill(); _, _ = p.Process.Wait() })
+	cmd := exec.Command(admintest.Binary(t, "cmd/api"))
+	cmd.Env = env
+	p := testenv.StartProcess(t, "api", cmd, syscall.SIGKILL, time.Second, nil)
 	testenv.Eventually(t, time.Now(), 30*time.Second, "the api process is ready", func() (bool, string) {
 		res, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -220,8 +219,7 @@ func TestCreditsOfAKilledAPI(t *testing.T) {
 	testenv.Eventually(t, time.Now(), 30*time.Second, "draws admitted", func() (bool, string) {
 		return admitted.Load() >= 600, fmt.Sprint(admitted.Load())
 	})
-	testenv.Must(t, doomed.Process.Signal(syscall.SIGKILL))
-	_, _ = doomed.Process.Wait()
+	doomed.Kill() // SIGKILL
 	wg.Wait()
 	acct := r.ledgerAgrees(t, tenantID)
 	seen, lost := admitted.Load(), 3*failed.Load()

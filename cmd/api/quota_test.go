@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -186,8 +185,7 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	// 100 is counted in Redis, and its batch dies with the process.
 	addr, doomed := r.startAPIProcess(t)
 	one(addr, 5) // 99 → 104: crosses 100
-	testenv.Must(t, doomed.Process.Signal(syscall.SIGKILL))
-	_, _ = doomed.Process.Wait()
+	doomed.Kill() // SIGKILL
 	r.waitDrained(t)
 	if got, _ := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 0 {
 		t.Fatalf("crossings %v before the rollups reach 100, want none", got)

@@ -284,17 +284,10 @@ func runWorker(w *billing.Worker) (stop func() error) {
 func (r *rig) waitDrained(t *testing.T) {
 	t.Helper()
 	c := r.consumer("observer")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream drained", func() (bool, string) {
 		entries, pending, err := c.Backlog(context.Background())
-		if err == nil && entries == 0 && pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("usage stream not drained: %d entries, %d pending (err %v)", entries, pending, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && entries == 0 && pending == 0, fmt.Sprintf("%d entries, %d pending, err %v", entries, pending, err)
+	})
 }
 
 // metric reads one unlabelled metric from an api's /metrics.
@@ -386,17 +379,10 @@ func TestUsageSurvivesAPostgresOutage(t *testing.T) {
 	// Checks go on from the snapshot; batches pile up in the stream.
 	more, _ := r.drive(t, []*api{a, b}, 300, 4)
 	saw.add(more)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, 30*time.Second, "a batch waiting in the stream while Postgres is down", func() bool {
 		entries, _, err := r.consumer("observer").Backlog(context.Background())
-		if err == nil && entries > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no batch waited in the stream while Postgres was down")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && entries > 0
+	})
 	pg.Start()
 
 	more, _ = r.drive(t, []*api{a, b}, 300, 5)

@@ -79,13 +79,11 @@ func TestFloorAnswersJSON(t *testing.T) {
 		done <- run(ctx, []string{"-floor", "127.0.0.1:0"}, func(string) string { return "" }, out, io.Discard)
 	}()
 	var addr string
-	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); {
-		if s, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "floor listening on "); ok {
-			addr = s
-		} else {
-			time.Sleep(10 * time.Millisecond) // polling a starting server
-		}
-	}
+	testenv.WaitFor(t, 5*time.Second, "the floor listening", func() bool {
+		var ok bool
+		addr, ok = strings.CutPrefix(strings.TrimSpace(out.String()), "floor listening on ")
+		return ok
+	})
 	resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(`{"ip":"192.0.2.1"}`))
 	if err != nil {
 		t.Fatal(err)

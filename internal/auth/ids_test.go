@@ -8,7 +8,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
@@ -20,17 +19,12 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 	ctx := context.Background()
 	s := auth.NewStore(testenv.NoQueries(t))
 	now := time.Now()
-	for _, id := range testenv.MalformedIDs {
+	testenv.WantNotFound(t, func(id string) map[string]error {
 		calls := map[string]error{}
 		_, calls["GetServiceToken"] = s.GetServiceToken(ctx, id)
 		calls["RevokeServiceToken"] = s.RevokeServiceToken(ctx, id)
 		_, calls["GetUser"] = s.GetUser(ctx, id)
 		calls["SetPassword"] = s.SetPassword(ctx, id, "a long enough password")
-		for name, err := range calls {
-			if tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
-				t.Errorf("%s(%q) = %v, want not_found", name, id, err)
-			}
-		}
 		if err := s.EndSession(ctx, id); err != nil {
 			t.Errorf("EndSession(%q) = %v, want nil", id, err)
 		}
@@ -48,7 +42,8 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 		if testenv.Fields(err)["tenant_id"] == "" {
 			t.Errorf("CreateUser(tenant %q) = %v, want a problem with tenant_id", id, err)
 		}
-	}
+		return calls
+	})
 }
 
 // TestIDLookupsUseIndexes: with sequential scans priced out, no lookup by

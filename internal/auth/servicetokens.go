@@ -199,17 +199,8 @@ func (s *Store) IssueServiceToken(ctx context.Context, name string, ttl time.Dur
 
 // RevokeServiceToken revokes the token with id.
 func (s *Store) RevokeServiceToken(ctx context.Context, id string) error {
-	if !postgres.IsUUID(id) {
-		return errServiceTokenNotFound(id)
-	}
-	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
-	if err != nil {
-		return fmt.Errorf("auth: revoke service token: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errServiceTokenNotFound(id)
-	}
-	return nil
+	return postgres.ExecByID(ctx, s.db, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id,
+		errServiceTokenNotFound(id), "auth: revoke service token")
 }
 
 func errServiceTokenNotFound(id string) error {
@@ -285,43 +276,22 @@ func scanServiceToken(row pgx.Row) (ServiceToken, error) {
 
 // GetServiceToken returns the record of the token with id, or ENOTFOUND.
 func (s *Store) GetServiceToken(ctx context.Context, id string) (ServiceToken, error) {
-	if !postgres.IsUUID(id) {
-		return ServiceToken{}, errServiceTokenNotFound(id)
-	}
-	st, err := scanServiceToken(s.db.QueryRow(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
-		WHERE id = $1::uuid`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ServiceToken{}, errServiceTokenNotFound(id)
-	}
-	if err != nil {
-		return ServiceToken{}, fmt.Errorf("auth: get service token: %w", err)
-	}
-	return st, nil
+	return postgres.ByID(ctx, s.db, `SELECT `+serviceTokenColumns+` FROM service_tokens WHERE id = $1::uuid`, id,
+		scanServiceToken, errServiceTokenNotFound(id), "auth: get service token")
 }
 
 // ListServiceTokensPage returns one page of service token records, newest
 // first.
 func (s *Store) ListServiceTokensPage(ctx context.Context, pr page.Request) (page.Page[ServiceToken], error) {
-	var after struct {
-		CreatedAt time.Time `json:"t"`
-		ID        string    `json:"i"`
-	}
-	have, err := pr.After(&after)
+	var after postgres.NewestFirst
+	have, err := after.After(pr)
 	if err != nil {
 		return page.Page[ServiceToken]{}, err
 	}
-	var afterID *string
-	if have {
-		if !postgres.IsUUID(after.ID) {
-			return page.Page[ServiceToken]{}, tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
-		}
-		afterID = &after.ID
-	}
 	rows, err := s.db.Query(ctx, `SELECT `+serviceTokenColumns+` FROM service_tokens
 		WHERE NOT $1 OR (created_at, id) < ($2, $3::uuid)
-		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, afterID, pr.Fetch())
+		ORDER BY created_at DESC, id DESC LIMIT $4`, have, after.CreatedAt, postgres.OptionalID(after.ID), pr.Fetch())
 	return postgres.CollectPage(pr, rows, err, scanServiceToken, "auth: list service tokens", func(st ServiceToken) any {
-		after.CreatedAt, after.ID = st.CreatedAt, st.ID
-		return after
+		return postgres.NewestFirst{CreatedAt: st.CreatedAt, ID: st.ID}
 	})
 }

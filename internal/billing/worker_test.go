@@ -39,17 +39,10 @@ func publishBatches(t *testing.T, p metering.Producer, n int) metering.Counts {
 // acknowledged.
 func waitDrained(t *testing.T, c *RedisConsumer) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, time.Now(), 30*time.Second, "stream drained", func() (bool, string) {
 		entries, pending, err := c.Backlog(context.Background())
-		if err == nil && entries == 0 && pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream not drained: %d entries, %d pending, err %v", entries, pending, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && entries == 0 && pending == 0, fmt.Sprintf("%d entries, %d pending, err %v", entries, pending, err)
+	})
 }
 
 type workerRig struct {

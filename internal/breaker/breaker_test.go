@@ -51,19 +51,6 @@ func oneCheck() limiter.Batch {
 		Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.SecondUS}}}}
 }
 
-// waitFor polls cond until it holds; it fails the test after 10s. It
-// waits for servers and background goroutines, and asserts no speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers kills a real
 // Redis: after Failures failed calls in a row no call reaches it, and the
 // background probe closes the circuit once it is back.
@@ -97,10 +84,10 @@ func TestBreakerOpensWhileRedisIsDownAndClosesWhenItAnswers(t *testing.T) {
 	if n := store.calls.Load() - reached; n != 0 {
 		t.Errorf("%d calls reached the store while the circuit was open, want 0", n)
 	}
-	waitFor(t, "a failed probe", func() bool { return b.Stats().FailedProbes > 0 })
+	testenv.WaitFor(t, 10*time.Second, "a failed probe", func() bool { return b.Stats().FailedProbes > 0 })
 
 	r.Start()
-	waitFor(t, "circuit closed after Redis is back", func() bool { return !b.Open() })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed after Redis is back", func() bool { return !b.Open() })
 	if _, err := b.Check(ctx, oneCheck()); err != nil {
 		t.Errorf("after the circuit closed: %v", err)
 	}
@@ -190,7 +177,7 @@ func TestBreakerCutsCallsInFlightWhenItOpens(t *testing.T) {
 		}
 	}
 	store.failing.Store(false)
-	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return !b.Open() })
 }
 
 // TestBreakerProbesBackOffToTheCap injects the wait between probes: the
@@ -220,10 +207,10 @@ func TestBreakerProbesBackOffToTheCap(t *testing.T) {
 	t.Cleanup(b.Close)
 	r.Kill()
 	b.Check(ctx, oneCheck()) //nolint:errcheck
-	waitFor(t, "eight failed probes", func() bool { return b.Stats().FailedProbes >= 8 })
+	testenv.WaitFor(t, 10*time.Second, "eight failed probes", func() bool { return b.Stats().FailedProbes >= 8 })
 	r.Start()
 	close(resume)
-	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return !b.Open() })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -251,12 +238,12 @@ func TestBreakerPingsAfreshBeforeProbingTheStore(t *testing.T) {
 	t.Cleanup(b.Close)
 	r.Kill()
 	b.Check(ctx, oneCheck()) //nolint:errcheck
-	waitFor(t, "three failed probes", func() bool { return b.Stats().FailedProbes >= 3 })
+	testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return b.Stats().FailedProbes >= 3 })
 	if n := store.probes.Load(); n != 0 {
 		t.Errorf("%d probes reached the store while Redis did not answer PING", n)
 	}
 	r.Start()
-	waitFor(t, "circuit closed", func() bool { return !b.Open() })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return !b.Open() })
 	if n := store.probes.Load(); n != 1 {
 		t.Errorf("%d probes of the store, want the one that closed the circuit", n)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // memProducer keeps published batches; it fails while failing > 0.
@@ -264,10 +265,7 @@ func TestAggregatorFlushesPeriodicallyAndOnClose(t *testing.T) {
 	a := NewAggregator(AggregatorConfig{Producer: p, FlushInterval: 10 * time.Millisecond})
 	a.Start()
 	a.Record(event(t0, tA, kA, "*", true, 1))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(p.totals()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 5*time.Second, "a periodic flush", func() bool { return len(p.totals()) > 0 })
 	if p.totals()[tA+"/"+kA].Allowed != 1 {
 		t.Fatal("the periodic flush did not publish")
 	}

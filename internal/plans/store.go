@@ -271,9 +271,7 @@ type Filter struct {
 
 // ListPage returns one page of plans matching f, ordered by name.
 func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.Page[Plan], error) {
-	var after struct {
-		Name string `json:"n"`
-	}
+	var after postgres.ByName
 	if _, err := pr.After(&after); err != nil {
 		return page.Page[Plan]{}, err
 	}
@@ -283,8 +281,5 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 	if err != nil {
 		return page.Page[Plan]{}, err
 	}
-	return page.Make(pr, list, func(p Plan) any {
-		after.Name = p.Name
-		return after
-	}), nil
+	return page.Make(pr, list, func(p Plan) any { return postgres.ByName{Name: p.Name} }), nil
 }

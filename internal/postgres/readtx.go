@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
 )
 
@@ -53,4 +56,62 @@ func CollectPage[T any](pr page.Request, rows pgx.Rows, err error, scan func(pgx
 		return page.Page[T]{}, err
 	}
 	return page.Make(pr, list, keyOf), nil
+}
+
+// ByID returns the row query selects by id (its $1, compared as uuid),
+// read by scan. A malformed id names no row, so it is notFound without a
+// query, and so is a missing row; another error is wrapped with op.
+func ByID[T any](ctx context.Context, db Conn, query, id string, scan func(pgx.Row) (T, error), notFound error, op string) (T, error) {
+	var zero T
+	if !IsUUID(id) {
+		return zero, notFound
+	}
+	v, err := scan(db.QueryRow(ctx, query, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, notFound
+	}
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	return v, nil
+}
+
+// ExecByID runs query, which changes the row id names (its $1, compared
+// as uuid). A malformed id, or no row changed, is notFound; another error
+// is wrapped with op.
+func ExecByID(ctx context.Context, db Conn, query, id string, notFound error, op string) error {
+	if !IsUUID(id) {
+		return notFound
+	}
+	tag, err := db.Exec(ctx, query, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound
+	}
+	return nil
+}
+
+// ByName is the cursor key of a page ordered by name: the last item's.
+type ByName struct {
+	Name string `json:"n"`
+}
+
+// NewestFirst is the cursor key of a page ordered newest first by
+// (created_at, id): the last item's creation time and ID.
+type NewestFirst struct {
+	CreatedAt time.Time `json:"t"`
+	ID        string    `json:"i"`
+}
+
+// After decodes pr's cursor into k and reports whether there was one. A
+// cursor whose ID is not a UUID is EINVALID naming "cursor": no list
+// returned it.
+func (k *NewestFirst) After(pr page.Request) (bool, error) {
+	have, err := pr.After(k)
+	if err == nil && have && !IsUUID(k.ID) {
+		err = tollgate.Invalid(map[string]string{"cursor": "is not a cursor this list returned"})
+	}
+	return have, err
 }

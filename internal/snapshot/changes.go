@@ -44,7 +44,7 @@ func parseChanges(payloads []string) changes {
 		case table == "api_keys" && named:
 			for item := range strings.SplitSeq(items, ",") {
 				if hexHash, ok := strings.CutPrefix(item, "-"); ok {
-					h, ok := parseHash(hexHash)
+					h, ok := tenants.ParseKeyHash(hexHash)
 					if !ok {
 						c.full = true
 						continue
@@ -61,30 +61,6 @@ func parseChanges(payloads []string) changes {
 		}
 	}
 	return c
-}
-
-func parseHash(s string) (h tenants.KeyHash, ok bool) {
-	if len(s) != 2*len(h) {
-		return h, false
-	}
-	for i := range h {
-		hi, lo := unhexByte(s[2*i]), unhexByte(s[2*i+1])
-		if hi > 15 || lo > 15 {
-			return h, false
-		}
-		h[i] = hi<<4 | lo
-	}
-	return h, true
-}
-
-func unhexByte(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	}
-	return 255
 }
 
 // applyChanges reloads what the notifications' payloads say changed: all

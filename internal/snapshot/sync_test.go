@@ -19,17 +19,7 @@ func TestSyncReloadsDuringANotificationStorm(t *testing.T) {
 	go func() { defer close(done); h.Sync(ctx, db, time.Hour) }()
 	defer func() { cancel(); <-done }()
 
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 5s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitUntil("first load", func() bool { return h.reloads.Load() >= 1 })
+	testenv.WaitFor(t, 5*time.Second, "first load", func() bool { return h.reloads.Load() >= 1 })
 	before := h.reloads.Load()
 	stop := time.Now().Add(time.Second)
 	for time.Now().Before(stop) {

@@ -19,7 +19,7 @@ func (s *Store) PlanChanges(ctx context.Context, tenantID string) ([]PlanChange,
 		return []PlanChange{}, nil
 	}
 	rows, err := s.db.Query(ctx, selectPlanChanges+`
-		WHERE $1::uuid IS NULL OR c.tenant_id = $1::uuid ORDER BY c.tenant_id, c.effective_at, c.id`, optionalID(tenantID))
+		WHERE $1::uuid IS NULL OR c.tenant_id = $1::uuid ORDER BY c.tenant_id, c.effective_at, c.id`, postgres.OptionalID(tenantID))
 	return postgres.Collect(rows, err, scanPlanChange, "tenants: plan changes")
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -20,7 +19,15 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 	ctx := context.Background()
 	ts := tenants.NewStore(testenv.NoQueries(t))
 	const good = testenv.GoodID
-	for _, id := range testenv.MalformedIDs {
+	testenv.WantNotFound(t, func(id string) map[string]error {
+		if id != "" { // "" means every tenant's
+			if keys, err := ts.ListKeys(ctx, id); err != nil || len(keys) != 0 {
+				t.Errorf("ListKeys(%q) = %v, %v; want none", id, keys, err)
+			}
+			if changes, err := ts.PlanChanges(ctx, id); err != nil || len(changes) != 0 {
+				t.Errorf("PlanChanges(%q) = %v, %v; want none", id, changes, err)
+			}
+		}
 		calls := map[string]error{}
 		_, calls["Get"] = ts.Get(ctx, id)
 		_, calls["GetKey(bad tenant)"] = ts.GetKey(ctx, id, good)
@@ -38,21 +45,8 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 		calls["SetPlan"] = ts.SetPlan(ctx, id, 1, time.Now())
 		_, calls["Overrides"] = ts.Overrides(ctx, id)
 		_, calls["SetOverrides"] = ts.SetOverrides(ctx, id, []plans.Rule{})
-		for name, err := range calls {
-			if tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
-				t.Errorf("%s(%q) = %v, want not_found", name, id, err)
-			}
-		}
-		if id == "" {
-			continue // "" means every tenant's
-		}
-		if keys, err := ts.ListKeys(ctx, id); err != nil || len(keys) != 0 {
-			t.Errorf("ListKeys(%q) = %v, %v; want none", id, keys, err)
-		}
-		if changes, err := ts.PlanChanges(ctx, id); err != nil || len(changes) != 0 {
-			t.Errorf("PlanChanges(%q) = %v, %v; want none", id, changes, err)
-		}
-	}
+		return calls
+	})
 }
 
 // TestIDLookupsUseIndexes: with sequential scans priced out, no lookup by

@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -52,6 +53,36 @@ func TestWellFormedRejectsMistypedKeys(t *testing.T) {
 		}
 		if WellFormed(k) {
 			t.Errorf("%s: %q accepted", name, k)
+		}
+	}
+}
+
+// TestParseHexForms: UUIDs and key hashes parse from the text Postgres
+// writes and back, and text with a wrong length, separator or character
+// is refused.
+func TestParseHexForms(t *testing.T) {
+	const id = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	u, ok := ParseUUID(id)
+	if !ok || FormatUUID(u) != id {
+		t.Fatalf("ParseUUID(%q) = %x, %v; want it back", id, u, ok)
+	}
+	if u2, ok := ParseUUID(strings.ToUpper(id)); !ok || u2 != u {
+		t.Errorf("ParseUUID(upper case) = %x, %v; want %x", u2, ok, u)
+	}
+	for _, bad := range []string{"", id[:35], id + "0", strings.Replace(id, "-", "x", 1), strings.Replace(id, "0f", "0g", 1),
+		"0f1e2d3c4b5a-6978-8796-a5b4c3d2e1f00"} {
+		if _, ok := ParseUUID(bad); ok {
+			t.Errorf("ParseUUID(%q) is ok", bad)
+		}
+	}
+	_, h, _ := GenerateKey()
+	text := fmt.Sprintf("%x", h[:])
+	if got, ok := ParseKeyHash(text); !ok || got != h {
+		t.Errorf("ParseKeyHash(%q) = %x, %v; want %x", text, got, ok, h)
+	}
+	for _, bad := range []string{"", text[:len(text)-2], text + "00", "zz" + text[2:]} {
+		if _, ok := ParseKeyHash(bad); ok {
+			t.Errorf("ParseKeyHash(%q) is ok", bad)
 		}
 	}
 }

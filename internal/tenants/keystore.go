@@ -148,7 +148,7 @@ func ensureRoom(ctx context.Context, tx pgx.Tx, tenantID string, max int, except
 	var live, held int
 	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
 		count(*) FROM api_keys WHERE tenant_id = $2::uuid AND `+heldKeyCondition+`
-		AND ($3::uuid IS NULL OR id <> $3::uuid)`, DeadKeyGrace.Seconds(), tenantID, optionalID(except)).Scan(&live, &held)
+		AND ($3::uuid IS NULL OR id <> $3::uuid)`, DeadKeyGrace.Seconds(), tenantID, postgres.OptionalID(except)).Scan(&live, &held)
 	if err != nil {
 		return fmt.Errorf("tenants: count live keys: %w", err)
 	}
@@ -415,15 +415,6 @@ func (s *Store) TouchKeys(ctx context.Context, usedAt map[string]time.Time) erro
 // KeyByID returns the key with id, whatever its tenant, or ENOTFOUND. It
 // is for operators' tools; tenant-facing code uses GetKey.
 func (s *Store) KeyByID(ctx context.Context, id string) (Key, error) {
-	if !postgres.IsUUID(id) {
-		return Key{}, errKeyNotFound(id)
-	}
-	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, errKeyNotFound(id)
-	}
-	if err != nil {
-		return Key{}, fmt.Errorf("tenants: get key: %w", err)
-	}
-	return k, nil
+	return postgres.ByID(ctx, s.db, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1::uuid`, id,
+		scanKey, errKeyNotFound(id), "tenants: get key")
 }

@@ -3,7 +3,6 @@ package tenants
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,16 +31,10 @@ func (s *Store) SearchKeys(ctx context.Context, f KeyFilter, pr page.Request) (p
 // tenant's keys and a tenant ID that cannot exist matches none; without
 // it, f must name a tenant and one that cannot exist is ENOTFOUND.
 func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op string, anyTenant bool) (page.Page[Key], error) {
-	var after struct {
-		CreatedAt time.Time `json:"t"`
-		ID        string    `json:"i"`
-	}
-	have, err := pr.After(&after)
+	var after postgres.NewestFirst
+	have, err := after.After(pr)
 	if err != nil {
 		return page.Page[Key]{}, err
-	}
-	if have && !postgres.IsUUID(after.ID) {
-		return page.Page[Key]{}, errBadCursor
 	}
 	if (f.TenantID != "" || !anyTenant) && !postgres.IsUUID(f.TenantID) {
 		if !anyTenant {
@@ -54,10 +47,9 @@ func (s *Store) keysPage(ctx context.Context, f KeyFilter, pr page.Request, op s
 		WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND ($2 = '' OR prefix LIKE $3)
 		AND (NOT $4 OR (created_at, id) < ($5, $6::uuid))
 		ORDER BY created_at DESC, id DESC LIMIT $7`,
-		optionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, optionalID(after.ID), pr.Fetch())
+		postgres.OptionalID(f.TenantID), f.Prefix, prefix, have, after.CreatedAt, postgres.OptionalID(after.ID), pr.Fetch())
 	return postgres.CollectPage(pr, rows, err, scanKey, "tenants: "+op, func(k Key) any {
-		after.CreatedAt, after.ID = k.CreatedAt, k.ID
-		return after
+		return postgres.NewestFirst{CreatedAt: k.CreatedAt, ID: k.ID}
 	})
 }
 
@@ -71,27 +63,10 @@ type KeyCount struct {
 // KeyCounts returns the key counts of the tenants (at now), by tenant ID;
 // a tenant without keys is absent.
 func (s *Store) KeyCounts(ctx context.Context, tenantIDs []string, now time.Time) (map[string]KeyCount, error) {
-	out := map[string]KeyCount{}
-	ids := validIDs(tenantIDs)
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, count(*) FILTER (WHERE revoked_at IS NULL
+	return byIDs(ctx, s.db, "tenants: key counts", tenantIDs, `SELECT tenant_id::text, count(*) FILTER (WHERE revoked_at IS NULL
 			AND (expires_at IS NULL OR expires_at > $2)), count(*)
-		FROM api_keys WHERE tenant_id = ANY($1::uuid[]) GROUP BY tenant_id`, ids, now)
-	if err != nil {
-		return nil, fmt.Errorf("tenants: key counts: %w", err)
-	}
-	var id string
-	var c KeyCount
-	_, err = pgx.ForEachRow(rows, []any{&id, &c.Live, &c.Total}, func() error {
-		out[id] = c
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tenants: key counts: %w", err)
-	}
-	return out, nil
+		FROM api_keys WHERE tenant_id = ANY($1::uuid[]) GROUP BY tenant_id`,
+		func(r pgx.Row) (id string, c KeyCount, err error) { return id, c, r.Scan(&id, &c.Live, &c.Total) }, now)
 }
 
 // Census counts tenants and keys.
@@ -121,52 +96,51 @@ func (s *Store) Count(ctx context.Context, now, usedSince time.Time) (Census, er
 // Names returns the names of the tenants with ids, by ID; unknown IDs
 // are absent.
 func (s *Store) Names(ctx context.Context, ids []string) (map[string]string, error) {
-	out := map[string]string{}
-	valid := validIDs(ids)
-	if len(valid) == 0 {
-		return out, nil
-	}
-	rows, err := s.db.Query(ctx, `SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[])`, valid)
-	if err != nil {
-		return nil, fmt.Errorf("tenants: names: %w", err)
-	}
-	var id, name string
-	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
-		out[id] = name
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tenants: names: %w", err)
-	}
-	return out, nil
+	return byIDs(ctx, s.db, "tenants: names", ids, `SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[])`,
+		func(r pgx.Row) (id, name string, err error) { return id, name, r.Scan(&id, &name) })
 }
 
 // KeysByID returns the keys with ids (of any tenant), by ID.
 func (s *Store) KeysByID(ctx context.Context, ids []string) (map[string]Key, error) {
-	out := map[string]Key{}
-	valid := validIDs(ids)
+	return byIDs(ctx, s.db, "tenants: keys by id", ids, `SELECT `+keyColumns+` FROM api_keys WHERE id = ANY($1::uuid[])`,
+		func(r pgx.Row) (string, Key, error) {
+			k, err := scanKey(r)
+			return k.ID, k, err
+		})
+}
+
+// byIDs runs query, whose $1 is the IDs among ids that can name a row (as
+// uuid[]) and whose further parameters are args, and returns its rows by
+// the ID scan reads from each; op names the call in errors. When no ID
+// can name a row there is no query and the map is empty.
+func byIDs[T any](ctx context.Context, db postgres.Conn, op string, ids []string, query string,
+	scan func(pgx.Row) (string, T, error), args ...any) (map[string]T, error) {
+	out := map[string]T{}
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if postgres.IsUUID(id) {
+			valid = append(valid, id)
+		}
+	}
 	if len(valid) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ANY($1::uuid[])`, valid)
-	list, err := postgres.Collect(rows, err, scanKey, "tenants: keys by id")
+	rows, err := db.Query(ctx, query, append([]any{valid}, args...)...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	for _, k := range list {
-		out[k.ID] = k
+	defer rows.Close()
+	for rows.Next() {
+		id, v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		out[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
-}
-
-func validIDs(ids []string) []string {
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if postgres.IsUUID(id) {
-			out = append(out, strings.ToLower(id))
-		}
-	}
-	return out
 }
 
 // CountByPlan returns how many tenants are on each plan, by plan ID.

@@ -107,21 +107,28 @@ func ParseUUID(s string) (u [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return u, false
 	}
-	j := 0
-	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
-			continue
-		}
-		hi, lo := unhex(s[i]), unhex(s[i+1])
+	ok = decodeHex(u[0:4], s[0:8]) && decodeHex(u[4:6], s[9:13]) && decodeHex(u[6:8], s[14:18]) &&
+		decodeHex(u[8:10], s[19:23]) && decodeHex(u[10:], s[24:])
+	return u, ok
+}
+
+// ParseKeyHash returns the key hash whose hex text is s (as Postgres's
+// encode(key_hash, 'hex') writes it, in change notifications), or false.
+func ParseKeyHash(s string) (h KeyHash, ok bool) {
+	return h, len(s) == 2*len(h) && decodeHex(h[:], s)
+}
+
+// decodeHex decodes the hex text s, twice as long as dst, into dst
+// without allocating; false when s holds a non-hex character.
+func decodeHex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, lo := unhex(s[2*i]), unhex(s[2*i+1])
 		if hi > 15 || lo > 15 {
-			return u, false
+			return false
 		}
-		u[j] = hi<<4 | lo
-		j++
-		i += 2
+		dst[i] = hi<<4 | lo
 	}
-	return u, true
+	return true
 }
 
 func unhex(c byte) byte {

@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -472,5 +473,38 @@ func TestRotationKeepsTheExpiry(t *testing.T) {
 	testenv.Must(t, err)
 	if fresh.ExpiresAt == nil || !fresh.ExpiresAt.Equal(expires) {
 		t.Errorf("replacement expires at %v, want %v (the old key's expiry)", fresh.ExpiresAt, expires)
+	}
+}
+
+// TestMapsByID: the by-ID maps hold the rows the valid IDs name, ignore
+// IDs that cannot name one, and ask nothing when none can.
+func TestMapsByID(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k"})
+	testenv.Must(t, err)
+	_, revoked, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "r"})
+	testenv.Must(t, err)
+	testenv.Must(t, f.ts.RevokeKey(ctx, revoked.ID))
+	ids := []string{f.acme.ID, f.other.ID, "nope", testenv.GoodID}
+
+	names, err := f.ts.Names(ctx, ids)
+	testenv.Must(t, err)
+	if want := map[string]string{f.acme.ID: "Acme Corp", f.other.ID: "Other_Inc"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("Names = %v, want %v", names, want)
+	}
+	counts, err := f.ts.KeyCounts(ctx, ids, time.Now())
+	testenv.Must(t, err)
+	if want := map[string]tenants.KeyCount{f.acme.ID: {Live: 1, Total: 2}}; !reflect.DeepEqual(counts, want) {
+		t.Errorf("KeyCounts = %v, want %v", counts, want)
+	}
+	keys, err := f.ts.KeysByID(ctx, []string{k.ID, "nope", testenv.GoodID})
+	testenv.Must(t, err)
+	if len(keys) != 1 || keys[k.ID].Name != "k" {
+		t.Errorf("KeysByID = %v, want only key %s", keys, k.ID)
+	}
+	none, err := tenants.NewStore(testenv.NoQueries(t)).Names(ctx, []string{"nope", ""})
+	if err != nil || len(none) != 0 {
+		t.Errorf("Names(no valid ID) = %v, %v; want an empty map and no query", none, err)
 	}
 }

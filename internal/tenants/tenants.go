@@ -124,17 +124,8 @@ func translate(err error, op string) error {
 
 // Get returns the tenant with id, or ENOTFOUND.
 func (s *Store) Get(ctx context.Context, id string) (Tenant, error) {
-	if !postgres.IsUUID(id) {
-		return Tenant{}, errTenantNotFound(id)
-	}
-	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, errTenantNotFound(id)
-	}
-	if err != nil {
-		return Tenant{}, fmt.Errorf("tenants: get: %w", err)
-	}
-	return t, nil
+	return postgres.ByID(ctx, s.db, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1::uuid`, id,
+		scanTenant, errTenantNotFound(id), "tenants: get")
 }
 
 func errTenantNotFound(id string) error {
@@ -259,9 +250,7 @@ type Filter struct {
 
 // ListPage returns one page of tenants matching f, ordered by name.
 func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.Page[Tenant], error) {
-	var after struct {
-		Name string `json:"n"`
-	}
+	var after postgres.ByName
 	if _, err := pr.After(&after); err != nil {
 		return page.Page[Tenant]{}, err
 	}
@@ -274,10 +263,7 @@ func (s *Store) ListPage(ctx context.Context, f Filter, pr page.Request) (page.P
 		WHERE name > $1 AND ($2 = '' OR name ILIKE $3 OR id = $7::uuid)
 		AND ($4 = '' OR status = $4) AND ($5 = 0 OR plan_id = $5)
 		ORDER BY name LIMIT $6`, after.Name, f.Query, like, f.Status, f.PlanID, pr.Fetch(), queryID)
-	return postgres.CollectPage(pr, rows, err, scanTenant, "tenants: list", func(t Tenant) any {
-		after.Name = t.Name
-		return after
-	})
+	return postgres.CollectPage(pr, rows, err, scanTenant, "tenants: list", func(t Tenant) any { return postgres.ByName{Name: t.Name} })
 }
 
 // PlanChange is one entry of a tenant's plan history.
@@ -335,17 +321,8 @@ func (s *Store) IssueKey(ctx context.Context, tenantID, name string, expiresAt *
 
 // RevokeKey revokes the key at once. Revoking twice keeps the first time.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	if !postgres.IsUUID(id) {
-		return errKeyNotFound(id)
-	}
-	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id)
-	if err != nil {
-		return fmt.Errorf("tenants: revoke key: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errKeyNotFound(id)
-	}
-	return nil
+	return postgres.ExecByID(ctx, s.db, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::uuid`, id,
+		errKeyNotFound(id), "tenants: revoke key")
 }
 
 // FindKeyByHash returns the key with hash, or ENOTFOUND.
@@ -367,6 +344,6 @@ func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]Key, error) {
 		return []Key{}, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, optionalID(tenantID))
+		WHERE $1::uuid IS NULL OR tenant_id = $1::uuid ORDER BY created_at DESC, id`, postgres.OptionalID(tenantID))
 	return postgres.Collect(rows, err, scanKey, "tenants: list keys")
 }

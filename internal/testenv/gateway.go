@@ -40,34 +40,16 @@ func startListening(t testing.TB, name string, command func(addr string) *exec.C
 	t.Helper()
 	for range 5 {
 		addr := freeLoopbackAddr(t)
-		var out LogBuffer
-		cmd := command(addr)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		Must(t, cmd.Start())
-		exited := make(chan struct{}) // closed when the process has exited
-		go func() { _ = cmd.Wait(); close(exited) }()
-		if waitListening(addr, exited, 10*time.Second) {
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(stop)
-				select {
-				case <-exited:
-				case <-time.After(5 * time.Second):
-					_ = cmd.Process.Kill()
-					<-exited
-				}
-				if t.Failed() {
-					t.Logf("%s output and logs:\n%s%s", name, out.String(), logs())
-				}
-			})
+		p := StartProcess(t, name, command(addr), stop, 5*time.Second, logs)
+		if waitListening(addr, p.Exited(), 10*time.Second) {
 			return addr
 		}
 		select {
-		case <-exited:
+		case <-p.Exited():
 		default:
-			_ = cmd.Process.Kill()
-			<-exited
+			p.Kill()
 		}
-		text := out.String() + logs()
+		text := p.Output() + logs()
 		if !strings.Contains(strings.ToLower(text), "address already in use") {
 			t.Fatalf("%s did not start:\n%s", name, text)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -80,5 +81,19 @@ func NoSeqScans(t testing.TB, db postgres.Conn, lookups func(tx pgx.Tx), tables 
 	Must(t, err)
 	if len(scans) > 0 {
 		t.Errorf("lookups by ID scanned tables: %v", scans)
+	}
+}
+
+// WantNotFound calls calls with each of MalformedIDs and fails t for
+// every call in the map it returns (by name) whose error is not
+// ENOTFOUND: an ID that is not a UUID names nothing.
+func WantNotFound(t testing.TB, calls func(id string) map[string]error) {
+	t.Helper()
+	for _, id := range MalformedIDs {
+		for name, err := range calls(id) {
+			if tollgate.ErrorCode(err) != tollgate.ENOTFOUND {
+				t.Errorf("%s(%q) = %v, want not_found", name, id, err)
+			}
+		}
 	}
 }

@@ -323,22 +323,14 @@ func (s *suite) scrapeAll(name string) []float64 {
 
 // waitAll polls until metric is want on every API node.
 func (s *suite) waitAll(what, metric string, want float64) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		done := true
+	testenv.WaitFor(s.t, 30*time.Second, fmt.Sprintf("%s: %s %v on every node", what, metric, want), func() bool {
 		for _, addr := range s.addrs {
 			if v, err := scrape(addr, metric); err != nil || v != want {
-				done = false
+				return false
 			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: %s not %v on every node within 30s", what, metric, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // checkRedisOutageLogs bounds each API process's log lines from the kill
@@ -427,33 +419,20 @@ func (s *suite) killWorkerAfterCommit() {
 	if err := os.WriteFile(arm, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(held); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not stop after a commit within 30s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 30*time.Second, "the worker stopping after a commit", func() bool {
+		_, err := os.Stat(held)
+		return err == nil
+	})
 	id, _ := os.ReadFile(held)
 	s.worker.kill()
 	os.Remove(arm)
 	os.Remove(held)
 	s.startWorker()
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the restarted worker skipping a batch as applied before", func() (bool, string) {
 		n, err := scrape(s.workerMetrics, "tollgate_usage_batches_duplicate_total")
-		if err == nil && n >= 1 {
-			s.duplicates = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted worker skipped no batch as applied before within 30s (%v, %v)", n, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		s.duplicates = n
+		return err == nil && n >= 1, fmt.Sprintf("%v, %v", n, err)
+	})
 	s.say("worker killed (kill -9) after committing a fetch (from entry %s) and before acknowledging it; "+
 		"restarted, it skipped %v batches as applied already", id, s.duplicates)
 }
@@ -483,17 +462,10 @@ func (s *suite) terminateAll(killed int) {
 	s.startWorker()
 	client := redis.NewClient(&redis.Options{Addr: s.redis.addr()})
 	defer client.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream drained", func() (bool, string) {
 		n, err := client.XLen(context.Background(), streamName).Result()
-		if err == nil && n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("usage stream not drained within 60s: %d entries (%v)", n, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && n == 0, fmt.Sprintf("%d entries (%v)", n, err)
+	})
 	if err := s.worker.terminate(t, 30*time.Second); err != nil {
 		t.Errorf("worker exited with %v after SIGTERM, want 0", err)
 	}

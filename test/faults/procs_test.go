@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // freePort returns a loopback port no one listens on right now.
@@ -232,13 +234,9 @@ func (pg *postgresServer) terminate(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("postgres (pid %d) still running 30s after SIGTERM", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("postgres (pid %d) stopping after SIGTERM", pid), func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
 }
 
 // redisServer is a redis-server of the suite's own, with an append-only
@@ -291,13 +289,11 @@ func (r *redisServer) start(t *testing.T) time.Time {
 // waitHTTP polls url until it answers 200.
 func waitHTTP(t *testing.T, p *proc, url string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(url)
-		if err == nil {
+	testenv.Eventually(t, time.Now(), 60*time.Second, p.name+": "+url+" answering 200", func() (bool, string) {
+		if res, err := http.Get(url); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				return true, ""
 			}
 		}
 		select {
@@ -305,11 +301,8 @@ func waitHTTP(t *testing.T, p *proc, url string) {
 			t.Fatalf("%s exited: %v\n%s", p.name, p.err, strings.Join(p.logSince(0), "\n"))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s not 200 within 60s\n%s", p.name, url, strings.Join(p.logSince(0), "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "\n" + strings.Join(p.logSince(0), "\n")
+	})
 }
 
 // scrape returns the sum of the samples of /metrics named name, or, when

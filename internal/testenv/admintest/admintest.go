@@ -95,42 +95,21 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	logs := &testenv.LogBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	testenv.Must(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, logs.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(base + "/readyz")
-		if err == nil {
+	p := testenv.StartProcess(t, name, cmd, syscall.SIGTERM, 15*time.Second, nil)
+	testenv.Eventually(t, time.Now(), 30*time.Second, name+" ready", func() (bool, string) {
+		if res, err := http.Get(base + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				return true, ""
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("%s exited before it was ready: %v\n%s", name, err, logs.String())
+		case <-p.Exited():
+			t.Fatalf("%s exited before it was ready: %v\n%s", name, p.Err(), p.Output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 30s\n%s", name, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "\n" + p.Output()
+	})
 }
 
 // StartCheckAPI runs cmd/api against dbURL and the test Redis (under a

@@ -184,7 +184,7 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	// An api process that never flushes in time: the check that crosses
 	// 100 is counted in Redis, and its batch dies with the process.
 	addr, doomed := r.startAPIProcess(t)
-	one(addr, 5) // 99 → 104: crosses 100
+	one(addr, 5)  // 99 → 104: crosses 100
 	doomed.Kill() // SIGKILL
 	r.waitDrained(t)
 	if got, _ := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 0 {

@@ -34,6 +34,9 @@
 --   counter, the counter seed when missing) allow it, and an admitted one
 --   adds what it drew to the counter and appends an entry to the log: u
 --   units drawn, o units of overage, t now, h the hold's ID (if any).
+--   Checks of one call without a hold share one entry per balance (their
+--   sums, t the last one's time), written with the counter at the end of
+--   the call.
 --   Its hold record also keeps ck, cl the keys, cn line, co overdraft,
 --   cm 1 for overage, cd units drawn, cv overage (settle.lua reads them).
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
@@ -197,6 +200,13 @@ local function defstr(d, mark, finish)
   end
   return string.format('%d %d %d %d %d %d %d', a, flg[d], x, y, z, mark, finish)
 end
+
+-- Balances this call drew on: the counter as it now stands by key, and
+-- per key (in first-draw order) the log and the units and overage drawn
+-- by checks without a hold, written once at the end of the call: one SET
+-- and one log entry per balance and call, not per check. A check with a
+-- hold logs its own entry (the entry names the hold).
+local ccount, corder, cpend = {}, {}, {}
 
 local total = #batch
 while i <= total do
@@ -458,9 +468,13 @@ while i <= total do
     -- the hold record below reads the rules' keys and refs before them.)
     ckey, clog = KEYS[k + 1], KEYS[k + 2]
     cline, consumed, cover = batch[i], batch[i + 1], batch[i + 2]
-    local v = redis.call('GET', ckey)
-    cpresent = v ~= false
-    if v then consumed = tonumber(v) end
+    if ccount[ckey] then
+      consumed, cpresent = ccount[ckey], true
+    else
+      local v = redis.call('GET', ckey)
+      cpresent = v ~= false
+      if v then consumed = tonumber(v) end
+    end
     local balance = cline - consumed
     cok, cdrawn, cover_units = 1, cost, 0
     if has(opts, optCreditOverage) then
@@ -531,11 +545,20 @@ while i <= total do
     end
     if ckey and (cdrawn ~= 0 or cover_units ~= 0 or not cpresent) then
       consumed = consumed + cdrawn
-      redis.call('SET', ckey, string.format('%d', consumed))
-      if cdrawn ~= 0 or cover_units ~= 0 then
-        local entry = {'u', cdrawn, 'o', cover_units, 't', string.format('%d', now)}
-        if hkey then entry[7], entry[8] = 'h', ARGV[2 + holds] end
-        redis.call('XADD', clog, '*', unpack(entry))
+      ccount[ckey] = consumed
+      local pend = cpend[ckey]
+      if not pend then
+        pend = {clog, 0, 0, now}
+        cpend[ckey] = pend
+        corder[#corder + 1] = ckey
+      end
+      if hkey then
+        if cdrawn ~= 0 or cover_units ~= 0 then
+          redis.call('XADD', clog, '*', 'u', string.format('%d', cdrawn), 'o', string.format('%d', cover_units),
+            't', string.format('%d', now), 'h', ARGV[2 + holds])
+        end
+      else
+        pend[2], pend[3], pend[4] = pend[2] + cdrawn, pend[3] + cover_units, now
       end
     end
   elseif ckey then
@@ -554,6 +577,16 @@ while i <= total do
         n = n + 3
       end
     end
+  end
+end
+
+for x = 1, #corder do
+  local key = corder[x]
+  local pend = cpend[key]
+  redis.call('SET', key, string.format('%d', ccount[key]))
+  if pend[2] ~= 0 or pend[3] ~= 0 then
+    redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 'o', string.format('%d', pend[3]),
+      't', string.format('%d', pend[4]))
   end
 end
 

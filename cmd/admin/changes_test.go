@@ -648,7 +648,7 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 			t.Fatalf("--json output: %v", err)
 		}
-		if seeded.ServiceToken == "" || len(seeded.Keys) != 3 || len(seeded.Users) != 3 {
+		if seeded.ServiceToken == "" || len(seeded.Keys) != 4 || len(seeded.Users) != 3 {
 			t.Fatalf("run %d: seed output %s", run, out)
 		}
 		for role, u := range seeded.Users {

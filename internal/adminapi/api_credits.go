@@ -11,10 +11,11 @@ import (
 	"github.com/tollgate/tollgate/internal/page"
 )
 
-// handlePlanCreditsGet serves GET /plans/{planID}/credits.
+// handlePlanCreditsGet serves GET /plans/{planID}/credits: mode "off"
+// for a plan that does not draw on credits.
 func handlePlanCreditsGet(log *slog.Logger, cs *credits.Store) http.Handler {
 	return handlePlanID(log, func(r *http.Request, id int64) (credits.PlanSettings, error) {
-		return cs.PlanSettings(r.Context(), id)
+		return cs.PlanSettingsOrOff(r.Context(), id)
 	})
 }
 

@@ -75,6 +75,22 @@ func (s *Store) PlanSettings(ctx context.Context, planID int64) (PlanSettings, e
 	return ps, nil
 }
 
+// PlanSettingsOrOff returns plan planID's credit settings, mode off for a
+// plan without them; ENOTFOUND for no such plan.
+func (s *Store) PlanSettingsOrOff(ctx context.Context, planID int64) (PlanSettings, error) {
+	ps := PlanSettings{PlanID: planID}
+	err := s.db.QueryRow(ctx, `SELECT coalesce(c.mode, 'off'), coalesce(c.overdraft, 0), coalesce(c.low_threshold, 0)
+		FROM plans p LEFT JOIN credit_plan_settings c ON c.plan_id = p.id WHERE p.id = $1`, planID).
+		Scan(&ps.Mode, &ps.Overdraft, &ps.LowThreshold)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ps, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", planID)
+	}
+	if err != nil {
+		return ps, fmt.Errorf("credits: plan %d settings: %w", planID, err)
+	}
+	return ps, nil
+}
+
 // TenantSettings returns the credit settings of tenant tenantID's plan;
 // ENOTFOUND when its plan has none.
 func (s *Store) TenantSettings(ctx context.Context, tenantID string) (PlanSettings, error) {

@@ -102,6 +102,8 @@ func TestOpenAPILintCatches(t *testing.T) {
 		{"unused component", func(d *openapi3.T) { d.Components.Schemas["Spare"] = openapi3.NewObjectSchema().NewRef() }, "schemas/Spare is never used"},
 		{"localhost server", func(d *openapi3.T) { d.Servers[0].URL = "http://localhost:8080" }, "points to localhost or example.com"},
 		{"no contact", func(d *openapi3.T) { d.Info.Contact = nil }, "info has no contact"},
+		{"OpenAPI 3.0", func(d *openapi3.T) { d.OpenAPI = "3.0.3" }, `openapi is "3.0.3", want 3.1.0`},
+		{"no webhooks", func(d *openapi3.T) { d.Webhooks = nil }, "the document describes no webhooks"},
 		{"no license", func(d *openapi3.T) { d.Info.License = nil }, "info has no license"},
 	}
 	for _, c := range cases {
@@ -156,6 +158,18 @@ func lintOpenAPI(doc *openapi3.T, raw []byte) []string {
 	}
 	if doc.Info.License == nil || blank(doc.Info.License.Name) {
 		report("info has no license")
+	}
+
+	// OpenAPI 3.1: the outgoing webhooks under webhooks:, and JSON
+	// Schema's null rather than 3.0's nullable.
+	if doc.OpenAPI != "3.1.0" {
+		report("openapi is %q, want 3.1.0", doc.OpenAPI)
+	}
+	if len(doc.Webhooks) == 0 {
+		report("the document describes no webhooks")
+	}
+	if n := strings.Count(string(raw), "nullable:"); n > 0 {
+		report(`%d schemas say nullable, which OpenAPI 3.1 does not have: write type: [T, "null"]`, n)
 	}
 
 	// Redocly: no-empty-servers, no-server-example.com.

@@ -216,6 +216,39 @@ func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settle
 	return &s, nil
 }
 
+// Hold checks req with a hold: Cost is an estimate, and an admitted check
+// opens a hold (Decision.HoldID) to settle at the actual cost with
+// Settle. It is Check with req.Hold set.
+func (c *Client) Hold(ctx context.Context, req CheckRequest) (*Decision, error) {
+	req.Hold = true
+	return c.Check(ctx, req)
+}
+
+// Renew renews the lease leaseID that a check under concurrency rules took
+// (Decision.LeaseID): each slot it holds then expires its rule's lease TTL
+// from now. Renew well before Decision.LeaseExpiresAt. The error is a
+// *ProblemError 404 once the lease expired or was released (its slot may
+// be someone else's by now: the request should end), 422 for a malformed
+// ID, else a transport error.
+func (c *Client) Renew(ctx context.Context, leaseID string) (*Lease, error) {
+	var l Lease
+	if err := c.call(ctx, "renew", map[string]any{"lease_id": leaseID}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Release frees the slots of lease leaseID when its request ends;
+// Lease.Released is false when none was still held (released before, or
+// expired). Settling the check's hold releases its lease too.
+func (c *Client) Release(ctx context.Context, leaseID string) (*Lease, error) {
+	var l Lease
+	if err := c.call(ctx, "release", map[string]any{"lease_id": leaseID}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
 // call posts body to the check API's /v1/{op} with the service token and
 // decodes the answer into out; its errors start with "tollgate: {op}: ".
 func (c *Client) call(ctx context.Context, op string, body, out any) error {

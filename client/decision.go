@@ -73,6 +73,10 @@ type CheckRequest struct {
 	// for the rules' default.
 	Hold    bool
 	HoldTTL time.Duration
+	// AutoHold opens a hold, as Hold does, only when a matching rule asks
+	// for one (its option hold); the middleware sets it unless told
+	// otherwise (MiddlewareOptions.Hold).
+	AutoHold bool
 }
 
 // effectiveCost is the cost the server is asked to charge.
@@ -96,7 +100,8 @@ func (r CheckRequest) MarshalJSON() ([]byte, error) {
 		DryRun   bool   `json:"dry_run,omitempty"`
 		Hold     bool   `json:"hold,omitempty"`
 		HoldTTLS int64  `json:"hold_ttl_s,omitempty"`
-	}{r.Key, r.IP, r.Resource, r.effectiveCost(), r.DryRun, r.Hold, int64((r.HoldTTL + time.Second - 1) / time.Second)})
+		AutoHold bool   `json:"auto_hold,omitempty"`
+	}{r.Key, r.IP, r.Resource, r.effectiveCost(), r.DryRun, r.Hold, int64((r.HoldTTL + time.Second - 1) / time.Second), r.AutoHold && !r.Hold})
 }
 
 // Decision is the check API's answer (the body of a 200 from /v1/check),
@@ -135,6 +140,16 @@ type Decision struct {
 	// decision). HoldExpiresAt is when it expires unsettled.
 	HoldID        string    `json:"hold_id,omitempty"`
 	HoldExpiresAt time.Time `json:"hold_expires_at,omitempty"`
+	// HoldRefundOn lists, for an opened hold, the outcomes its rules ask
+	// to settle at 0 (their option refund_on): "5xx", "timeout".
+	HoldRefundOn []string `json:"hold_refund_on,omitempty"`
+	// LeaseID names the lease an admitted check took on its concurrency
+	// rules (one slot each, of the requests in flight): renew it with
+	// Client.Renew while the request runs and free it with Client.Release
+	// (or by settling the hold) when it ends. LeaseExpiresAt is when its
+	// first slot is freed unless renewed. The middleware does all this.
+	LeaseID        string    `json:"lease_id,omitempty"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitempty"`
 	// Credits is the tenant's prepaid balance when its plan draws on
 	// credits; nil otherwise.
 	Credits *Credits `json:"credits,omitempty"`
@@ -167,7 +182,7 @@ func (d *Decision) Delay() time.Duration { return time.Duration(d.DelayMS) * tim
 type RuleResult struct {
 	Name string `json:"name"`
 	// Algorithm is gcra, token_bucket, leaky_bucket, fixed_window,
-	// sliding_window_log or sliding_window_counter.
+	// sliding_window_log, sliding_window_counter or concurrency.
 	Algorithm string `json:"algorithm"`
 	// Mode is enforce or shadow (evaluated and reported, never denies).
 	Mode         string `json:"mode"`
@@ -212,4 +227,15 @@ type Settlement struct {
 	Status string `json:"status"`
 	// Repeated is true when the settlement repeats an earlier one.
 	Repeated bool `json:"repeated"`
+}
+
+// Lease is the check API's answer to a renewal or a release.
+type Lease struct {
+	LeaseID string `json:"lease_id"`
+	// ExpiresAt, for a renewal, is when the lease's first slot is freed
+	// unless renewed again.
+	ExpiresAt time.Time `json:"expires_at,omitempty"`
+	// Released, for a release, is whether a slot was still held (false:
+	// released before, or expired).
+	Released bool `json:"released,omitempty"`
 }

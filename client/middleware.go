@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,15 +47,19 @@ type MiddlewareOptions struct {
 	// With Hold, the estimate.
 	Cost func(*http.Request) int64
 	// Hold returns true for requests checked with a hold (for rules priced
-	// in tokens, say, with the option hold): Cost is then an estimate, and
-	// when the handler returns — for a streamed response, once its body
-	// has ended — the middleware settles the hold at the cost the handler
-	// reported with ReportCost or in a Tollgate-Cost response header
-	// (removed before the response is sent), else at the estimate.
+	// in tokens, say): Cost is then an estimate, and when the handler
+	// returns — for a streamed response, once its body has ended — the
+	// middleware settles the hold at the cost the handler reported with
+	// ReportCost or in a Tollgate-Cost response header (removed before the
+	// response is sent), else at the estimate. Default (nil): a request
+	// is held when a rule that matches it asks for holds (its option
+	// hold; CheckRequest.AutoHold).
 	Hold func(*http.Request) bool
 	// RefundOn lists the outcomes of a held request settled at 0 whatever
 	// the handler reported: "5xx" (a response status of 500 or more) and
 	// "timeout" (the request's context ended before the handler returned).
+	// The outcomes the hold's rules list (their option refund_on,
+	// Decision.HoldRefundOn) are added to these.
 	RefundOn []string
 	// Skip returns true for requests that are not checked at all (no
 	// decision is put in their context), e.g. health probes.
@@ -85,7 +90,10 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 // the handler runs. It copies the decision's rate-limit headers to the
 // response, puts the decision in the request's context (DecisionFrom),
 // holds the request for the decision's delay if a shaping rule asks for
-// one, and answers denials with opts.OnLimited.
+// one, and answers denials with opts.OnLimited. A request that took a
+// lease on concurrency rules (Decision.LeaseID) has it renewed while the
+// handler runs and released when it returns; a held one is settled then
+// (see MiddlewareOptions.Hold), which releases its lease too.
 func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
 	keyFunc := opts.KeyFunc
 	if keyFunc == nil {
@@ -117,7 +125,11 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			if opts.Cost != nil {
 				req.Cost = opts.Cost(r)
 			}
-			req.Hold = opts.Hold != nil && opts.Hold(r)
+			if opts.Hold != nil {
+				req.Hold = opts.Hold(r)
+			} else {
+				req.AutoHold = true
+			}
 			d, err := c.Check(r.Context(), req)
 			if err != nil {
 				onError(w, r, err)
@@ -135,7 +147,7 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			if d.DelayMS > 0 && !hold(r.Context(), d.Delay()) {
 				return // the caller went away while held
 			}
-			if d.HoldID == "" {
+			if d.HoldID == "" && d.LeaseID == "" {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -169,24 +181,77 @@ func ReportCost(ctx context.Context, cost int64) bool {
 	return ok
 }
 
-// serveHeld runs next for a request whose check opened hold d, then
-// settles it: at the reported cost, else the estimate; at 0 for the
-// outcomes refundOn lists.
+// serveHeld runs next for a request whose check opened hold d or took
+// its lease, renewing the lease meanwhile; then it settles the hold: at
+// the reported cost, else the estimate; at 0 for the outcomes refundOn or
+// the hold's rules list. Without a hold it releases the lease.
 func (c *Client) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
 	rep := &costReport{}
 	rw := &costWriter{ResponseWriter: w, report: rep}
+	stopRenewing := c.keepLease(r.Context(), d)
 	defer func() {
+		stopRenewing()
+		// The caller may be gone; the settlement or release must still
+		// happen.
+		ctx := context.WithoutCancel(r.Context())
+		if d.HoldID == "" {
+			_, _ = c.Release(ctx, d.LeaseID)
+			return
+		}
 		cost := estimate
 		if rep.reported.Load() {
 			cost = rep.cost.Load()
 		}
-		if rw.status >= 500 && slices.Contains(refundOn, "5xx") || r.Context().Err() != nil && slices.Contains(refundOn, "timeout") {
+		refund := func(outcome string) bool {
+			return slices.Contains(refundOn, outcome) || slices.Contains(d.HoldRefundOn, outcome)
+		}
+		if rw.status >= 500 && refund("5xx") || r.Context().Err() != nil && refund("timeout") {
 			cost = 0
 		}
-		// The caller may be gone; the settlement must still happen.
-		_, _ = c.Settle(context.WithoutCancel(r.Context()), d.HoldID, cost)
+		_, _ = c.Settle(ctx, d.HoldID, cost)
 	}()
 	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), costKey{}, rep)))
+}
+
+// minRenewal is the shortest wait between two renewals of a lease.
+const minRenewal = 50 * time.Millisecond
+
+// keepLease renews d's lease (if it took one) in the background, a third
+// of its remaining life before each expiry, until the returned function
+// is called. It stops by itself once the lease is gone (404) or has
+// expired; a renewal that fails otherwise is tried again at the next
+// turn.
+func (c *Client) keepLease(ctx context.Context, d *Decision) (stop func()) {
+	if d.LeaseID == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		expires := d.LeaseExpiresAt
+		for {
+			left := expires.Sub(c.now())
+			if left <= 0 {
+				return
+			}
+			t := time.NewTimer(max(left/3, minRenewal))
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			l, err := c.Renew(ctx, d.LeaseID)
+			var p *ProblemError
+			switch {
+			case errors.As(err, &p) && p.Status == http.StatusNotFound:
+				return
+			case err == nil:
+				expires = l.ExpiresAt
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // costWriter records a held response's status and takes the cost the

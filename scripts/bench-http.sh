@@ -20,21 +20,46 @@
 #                  prepaid balance), GET /repos: allowed-keys plus a draw
 #                  on the balance in the same script call (not in the
 #                  default SCENARIOS; compare it with allowed-keys)
+#   lease-release  1000 keys of the demo plan llm, POST /v1/complete: a
+#                  concurrency rule (4 in flight per key) and a tokens
+#                  rule; every check takes a lease and the next request
+#                  releases it (half checks, half releases; not in the
+#                  default SCENARIOS)
 #
 # It prints, per scenario, the medians over the rounds of checks/s, p50,
-# p99 and the ratio to the floor, the decisions the api counted, and Redis
+# p99 and the ratio to the floor, the decisions the api counted, Redis
 # CPU (INFO commandstats: time in scripts; INFO cpu: the whole process)
-# and script calls per check; then Redis memory per state key; then the
-# latency of allowed-keys checks offered by cmd/loadgen at a constant rate,
+# and script calls per check, and the CPU the api and the floor processes
+# took per check; then Redis memory per state key.
+#
+# Then constant rates: in each of $REPEAT rounds, for each RATES entry
+# (default "300:1 1000:64 6000:64": checks/s and connections), cmd/loadgen
+# offers allowed-keys checks at that constant rate (an open loop, latency
+# from each check's scheduled start) to the floor and then to the api, and
+# the medians of p50, p99, the api's p99 over the floor's in the same
+# round, script calls, Redis script µs and Redis process CPU per check and
+# the api's CPU per check are printed. "300:1" is the lone check: one
+# connection, every check in a script call of its own.
+#
+# Last, the latency of allowed-keys checks offered at a constant rate,
 # RATE_FRACTION (default 0.5) of the api's median allowed-keys checks/s,
 # against the api and the floor (LATENCY=0 skips it).
 #
 # Settings: DURATION (10s), CONNECTIONS (64), THREADS (2), REPEAT (3),
-# SCENARIOS (all four), PROFILE=1 (an 8 s CPU profile of the api during
+# SCENARIOS (all four), RATES (see above; RATES= skips them),
+# PROFILE=1 (an 8 s CPU profile of the api during
 # the first run of $PROFILE_SCENARIO, default allowed-keys, written to
 # $PROFILE_OUT, default bench-http.pprof), BENCH_PORT (default: a free port; the api listens
 # there, the floor on +1, the api's pprof on +2), API_ENV (settings for
-# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory").
+# the api only, e.g. API_ENV="GOGC=200 TOLLGATE_STORE=memory"), API_BIN
+# (default bin/api: another build of the api, e.g. an older commit's, to
+# compare the two on the same machine),
+# PRO_QUOTA (e.g. overage: the pro plan's quota_mode, so that its checks
+# count the monthly quota on the check path, with 10^9 included units so
+# that the count never stops during the run), PRO_THRESHOLDS (the pro
+# plan's quota thresholds, e.g. 50%,80%,100%,remaining:1000, or none; the
+# demo's when unset). The pair measures what thresholds cost a check:
+#   PRO_QUOTA=overage PRO_THRESHOLDS=none  vs  PRO_QUOTA=overage PRO_THRESHOLDS=50%,80%,100%,remaining:1000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,9 +110,22 @@ head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
 # The prepaid tenant, with a balance no run spends.
 bin/admin keys issue --tenant demo-prepaid --count 1000 2>/dev/null >"$WORK/keyscredits.txt"
 bin/admin credits grant --tenant demo-prepaid --amount 1000000000000 --cause bench >/dev/null
+if [ -n "${PRO_QUOTA:-}" ]; then
+  psql -q "$TOLLGATE_DATABASE_URL" -v ON_ERROR_STOP=1 -v mode="$PRO_QUOTA" >/dev/null \
+    <<<"UPDATE plans SET quota_mode = :'mode', included_units = 1000000000 WHERE name = 'pro';"
+fi
+if [ -n "${PRO_THRESHOLDS:-}" ]; then
+  t=$PRO_THRESHOLDS
+  [ "$t" = none ] && t=
+  bin/admin plans quota --plan pro --thresholds "$t" >/dev/null
+fi
+if [[ " ${SCENARIOS:-} " == *" lease-release "* ]]; then
+  bin/admin tenants create --name bench-llm --plan llm >/dev/null
+  bin/admin keys issue --tenant bench-llm --count 1000 2>/dev/null >"$WORK/llmkeys1000.txt"
+fi
 
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
-env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} bin/api &
+env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} "${API_BIN:-bin/api}" &
 api=$!
 bin/loadgen -floor 127.0.0.1:$((PORT + 1)) >/dev/null &
 floor=$!
@@ -108,6 +146,9 @@ script_stats() {
   info commandstats | awk -F'[:,=]' '/^cmdstat_eval(sha)?:/ { calls += $3; usec += $5 } END { printf "%d %d\n", calls, usec }'
 }
 redis_cpu_us() { info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
+CLK_TCK=$(getconf CLK_TCK)
+# proc_cpu_us PID: user + system CPU of a process so far, µs.
+proc_cpu_us() { awk -v hz="$CLK_TCK" '{ printf "%d\n", ($14 + $15) * 1e6 / hz }' "/proc/$1/stat"; }
 # decisions: "allowed denied" counted by the api.
 decisions() {
   curl -fs "$API/metrics" | awk '/^tollgate_checks_total\{decision="allowed"/ { a += $NF } /^tollgate_checks_total\{decision="denied"/ { d += $NF } END { printf "%d %d\n", a, d }'
@@ -121,6 +162,7 @@ args_for() { # args_for SCENARIO ROUND: wrk script arguments
   search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
   hold-settle) echo "holds $WORK/keys1000.txt GET_/repos" ;;
   allowed-credits) echo "keys $WORK/keyscredits.txt GET_/repos" ;;
+  lease-release) echo "leases $WORK/llmkeys1000.txt POST_/v1/complete" ;;
   *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }
@@ -136,9 +178,12 @@ results=$WORK/results.txt
 for round in $(seq 1 "$REPEAT"); do
   for sc in $SCENARIOS; do
     read -r mode arg resource <<<"$(args_for "$sc" "$round")"
+    fcpu0=$(proc_cpu_us $floor)
     f=$(run_wrk "$FLOOR/v1/check" "$mode" "$arg" "$resource")
+    fcpu1=$(proc_cpu_us $floor)
     read -r calls0 usec0 <<<"$(script_stats)"
     cpu0=$(redis_cpu_us)
+    acpu0=$(proc_cpu_us $api)
     read -r a0 d0 <<<"$(decisions)"
     keys0=$(rcli dbsize)
     mem0=$(info memory | field used_memory)
@@ -148,6 +193,7 @@ for round in $(seq 1 "$REPEAT"); do
     fi
     t=$(run_wrk "$API/v1/check" "$mode" "$arg" "$resource")
     [ -n "${prof:-}" ] && { wait "$prof"; prof=; }
+    acpu1=$(proc_cpu_us $api)
     read -r calls1 usec1 <<<"$(script_stats)"
     cpu1=$(redis_cpu_us)
     read -r a1 d1 <<<"$(decisions)"
@@ -156,7 +202,8 @@ for round in $(seq 1 "$REPEAT"); do
     checks=$(((a1 - a0) + (d1 - d0)))
     echo "$sc round=$round floor_rps=$(get rps "$f") floor_p50=$(get p50_us "$f") floor_p99=$(get p99_us "$f") $t" \
       "allowed=$((a1 - a0)) denied=$((d1 - d0)) checks=$checks script_calls=$((calls1 - calls0)) script_us=$((usec1 - usec0))" \
-      "redis_cpu_us=$((cpu1 - cpu0)) new_keys=$((keys1 - keys0)) new_mem=$((mem1 - mem0))" | tee -a "$results"
+      "redis_cpu_us=$((cpu1 - cpu0)) api_cpu_us=$((acpu1 - acpu0)) floor_cpu_us=$((fcpu1 - fcpu0)) floor_requests=$(get requests "$f")" \
+      "new_keys=$((keys1 - keys0)) new_mem=$((mem1 - mem0))" | tee -a "$results"
   done
 done
 
@@ -182,7 +229,7 @@ return out'
 
 echo
 echo "== medians of $REPEAT rounds: $CONNECTIONS connections, $THREADS wrk threads, $DURATION each; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-14s %10s %8s %8s %10s %8s %8s %7s %9s %9s %10s %10s %10s\n' scenario floor/s p50 p99 checks/s p50 p99 ratio allowed% denied% script-µs redis-µs calls/chk
+printf '%-14s %10s %8s %8s %10s %8s %8s %7s %9s %9s %10s %10s %10s %8s %8s\n' scenario floor/s p50 p99 checks/s p50 p99 ratio allowed% denied% script-µs redis-µs calls/chk api-µs floor-µs
 for sc in $SCENARIOS; do
   grep "^$sc " "$results" | awk -v sc="$sc" '
     function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -192,14 +239,16 @@ for sc in $SCENARIOS; do
       rps[n] = v["rps"]; p50[n] = v["p50_us"]; p99[n] = v["p99_us"]; ratio[n] = v["rps"] / v["floor_rps"]
       c = v["checks"] > 0 ? v["checks"] : 1
       al[n] = 100 * v["allowed"] / c; de[n] = 100 * v["denied"] / c
-      sus[n] = v["script_us"] / c; rus[n] = v["redis_cpu_us"] / c; calls[n] = v["script_calls"] / c }
-    END { printf "%-14s %10.0f %6.2fms %6.2fms %10.0f %6.2fms %6.2fms %7.2f %9.1f %9.1f %10.2f %10.2f %10.3f\n", sc,
+      sus[n] = v["script_us"] / c; rus[n] = v["redis_cpu_us"] / c; calls[n] = v["script_calls"] / c
+      acpu[n] = v["api_cpu_us"] / c; fcpu[n] = v["floor_cpu_us"] / (v["floor_requests"] > 0 ? v["floor_requests"] : 1) }
+    END { printf "%-14s %10.0f %6.2fms %6.2fms %10.0f %6.2fms %6.2fms %7.2f %9.1f %9.1f %10.2f %10.2f %10.3f %8.1f %8.1f\n", sc,
       med(frps, n), med(fp50, n) / 1000, med(fp99, n) / 1000, med(rps, n), med(p50, n) / 1000, med(p99, n) / 1000,
-      med(ratio, n), med(al, n), med(de, n), med(sus, n), med(rus, n), med(calls, n) }'
+      med(ratio, n), med(al, n), med(de, n), med(sus, n), med(rus, n), med(calls, n), med(acpu, n), med(fcpu, n) }'
 done
 echo
 echo "script-µs: Redis time in scripts (INFO commandstats) per check; redis-µs: Redis process CPU (INFO cpu) per check;"
-echo "calls/chk: script calls per check. Ratio: api checks/s over floor checks/s in the same round."
+echo "calls/chk: script calls per check; api-µs, floor-µs: CPU of the api and the floor process per check (/proc)."
+echo "Ratio: api checks/s over floor checks/s in the same round."
 echo
 echo "== Redis memory"
 ips_line=$(grep '^allowed-ips ' "$results" | head -n 1 || true)
@@ -209,6 +258,55 @@ if [ -n "$ips_line" ]; then
 fi
 echo "MEMORY USAGE by key type and name length:"
 rcli eval "$MEMORY_LUA" 0 "${TOLLGATE_KEY_PREFIX:-tg:}*" | sed 's/^/  /'
+
+# Constant rates: the lone check and the tail below saturation.
+RATES=${RATES-300:1 1000:64 6000:64}
+if [ -n "$RATES" ]; then
+  keys=$(paste -sd, "$WORK/keys1000.txt")
+  run_loadgen() { # run_loadgen URL RATE CONNECTIONS: prints the RESULT line's fields
+    bin/loadgen -url "$1" -token "$token" -keys "$keys" -resource "GET /repos" -c "$3" -rate "$2" -d "$DURATION" | sed -n 's/^RESULT //p'
+  }
+  rates=$WORK/rates.txt
+  : >"$rates"
+  echo
+  for round in $(seq 1 "$REPEAT"); do
+    for spec in $RATES; do
+      rate=${spec%%:*} conns=${spec#*:}
+      f=$(run_loadgen "$FLOOR" "$rate" "$conns")
+      read -r calls0 usec0 <<<"$(script_stats)"
+      cpu0=$(redis_cpu_us)
+      acpu0=$(proc_cpu_us $api)
+      t=$(run_loadgen "$API" "$rate" "$conns")
+      acpu1=$(proc_cpu_us $api)
+      read -r calls1 usec1 <<<"$(script_stats)"
+      cpu1=$(redis_cpu_us)
+      echo "rate=$rate conns=$conns round=$round floor_p50=$(get p50_us "$f") floor_p99=$(get p99_us "$f") $t" \
+        "script_calls=$((calls1 - calls0)) script_us=$((usec1 - usec0)) redis_cpu_us=$((cpu1 - cpu0)) api_cpu_us=$((acpu1 - acpu0))" |
+        tee -a "$rates"
+    done
+  done
+  echo
+  echo "== constant rates, allowed-keys (cmd/loadgen, open loop, latency from each check's scheduled start): medians of $REPEAT rounds, $DURATION each; load $(cut -d' ' -f1-3 /proc/loadavg)"
+  printf '%-8s %6s %10s %9s %9s %9s %9s %8s %10s %10s %10s %8s\n' rate conns served/s floor-p50 floor-p99 p50 p99 p99/floor calls/chk script-µs redis-µs api-µs
+  for spec in $RATES; do
+    rate=${spec%%:*} conns=${spec#*:}
+    grep "^rate=$rate conns=$conns " "$rates" | awk -v rate="$rate" -v conns="$conns" '
+      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        n++; c = v["requests"] > 0 ? v["requests"] : 1
+        rps[n] = v["rps"]; fp50[n] = v["floor_p50"]; fp99[n] = v["floor_p99"]; p50[n] = v["p50_us"]; p99[n] = v["p99_us"]
+        rel[n] = v["p99_us"] / (v["floor_p99"] > 0 ? v["floor_p99"] : 1)
+        calls[n] = v["script_calls"] / c; sus[n] = v["script_us"] / c; rus[n] = v["redis_cpu_us"] / c; acpu[n] = v["api_cpu_us"] / c }
+      END { printf "%-8s %6s %10.0f %7.2fms %7.2fms %7.2fms %7.2fms %8.2f %10.3f %10.2f %10.2f %8.1f\n", rate "/s", conns,
+        med(rps, n), med(fp50, n) / 1000, med(fp99, n) / 1000, med(p50, n) / 1000, med(p99, n) / 1000, med(rel, n),
+        med(calls, n), med(sus, n), med(rus, n), med(acpu, n) }'
+  done
+  echo
+  echo "p99/floor: the api's p99 over the floor's p99 at the same offered rate in the same round. script-µs, redis-µs,"
+  echo "calls/chk: as above, per check the api answered; api-µs: the api process's CPU per check (the Go load generator's"
+  echo "own CPU is not counted, but it shares the cores)."
+fi
 
 if [ "${LATENCY:-1}" = 1 ] && grep -q '^allowed-keys ' "$results"; then
   max=$(grep '^allowed-keys ' "$results" | sed 's/.* rps=\([0-9]*\).*/\1/' | sort -n |

@@ -12,6 +12,9 @@
 --            next request of the thread settles one open hold at 1
 --            (POST /v1/settle): half the requests are checks, half
 --            settlements.
+-- MODE leases: as keys, for a resource under a concurrency rule: every
+--            check takes a lease, and the next request of the thread
+--            releases one (POST /v1/release): half checks, half releases.
 -- THREADS is wrk's -t (default 2): with MODE ips each thread takes its
 -- own share of the IPs.
 --
@@ -36,10 +39,13 @@ local function body_for_hold(k)
   return '{"key":"' .. k .. '","resource":"' .. resource .. '","cost":2,"hold":true}'
 end
 
--- Hold IDs this thread's checks opened, not yet settled; and the
--- headers of a settlement.
+-- Hold (or lease) IDs this thread's checks opened, not yet settled (or
+-- released); and the headers of a settlement.
 local open_holds = {}
 local settle_headers
+-- What ends an open hold or lease: its path and its body's format.
+local finish_path, finish_body = "/v1/settle", '{"hold_id":"%s","cost":1}'
+
 
 local function body_for_ip(ip)
   return '{"ip":"' .. ip .. '","resource":"' .. resource .. '"}'
@@ -52,16 +58,21 @@ function init(args)
     ["Content-Type"] = "application/json",
   }
   local bodies = {}
-  if mode == "keys" or mode == "holds" then
+  if mode == "keys" or mode == "holds" or mode == "leases" then
     local format = body_for_key
-    if mode == "holds" then
-      format = body_for_hold
+    if mode == "holds" or mode == "leases" then
+      local field = '"hold_id":"([^"]+)"'
+      if mode == "holds" then
+        format = body_for_hold
+      else
+        field, finish_path, finish_body = '"lease_id":"([^"]+)"', "/v1/release", '{"lease_id":"%s"}'
+      end
       settle_headers = headers
       -- Defined only here: wrk reads every response of a script that
       -- has one, which would slow the other modes.
       response = function(status, headers, body)
-        local id = body:match('"hold_id":"([^"]+)"')
-        if id and not body:match('"status"') then table.insert(open_holds, id) end
+        local id = body:match(field)
+        if id and not body:match('"status"') and not body:match('"released"') then table.insert(open_holds, id) end
       end
     end
     for line in io.lines(arg) do
@@ -90,7 +101,7 @@ end
 function request()
   if #open_holds > 0 then
     local id = table.remove(open_holds)
-    return wrk.format("POST", "/v1/settle", settle_headers, '{"hold_id":"' .. id .. '","cost":1}')
+    return wrk.format("POST", finish_path, settle_headers, string.format(finish_body, id))
   end
   counter = counter + 1
   if counter > #requests then counter = 1 end

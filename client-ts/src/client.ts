@@ -1,5 +1,5 @@
 import {
-  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type SettleRequest, type Settlement, type WireDecision,
+  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement, type WireDecision,
 } from "./decision.js";
 import { Denials, denialKey } from "./memory.js";
 import { ProblemError, readProblem } from "./problem.js";
@@ -45,6 +45,7 @@ const maxDecisionBody = 1 << 20;
 export class TollgateClient {
   readonly #checkUrl: string;
   readonly #settleUrl: string;
+  readonly #base: string;
   readonly #token: string;
   readonly #timeoutMs: number;
   readonly #failMode: FailMode;
@@ -61,6 +62,7 @@ export class TollgateClient {
     const base = parseBaseUrl(opts.baseUrl);
     this.#checkUrl = base + "/v1/check";
     this.#settleUrl = base + "/v1/settle";
+    this.#base = base;
     if (!opts.serviceToken?.trim()) {
       throw new Error("tollgate: the service token is empty");
     }
@@ -141,6 +143,47 @@ export class TollgateClient {
       throw new Error(`tollgate: settle: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
     return parseSettlement(text);
+  }
+
+  /**
+   * renew renews the lease leaseId that a check under concurrency rules
+   * took (`lease_id` of the decision): each slot it holds then expires its
+   * rule's lease TTL from now (`expires_at`). Renew well before
+   * `lease_expires_at`. It rejects with a ProblemError 404 once the lease
+   * expired or was released (its slot may be someone else's: end the
+   * request), 422 for a malformed ID, else the transport error.
+   */
+  renew(leaseId: string, signal?: AbortSignal): Promise<Lease> {
+    return this.#lease("renew", leaseId, signal);
+  }
+
+  /**
+   * release frees the slots of lease leaseId when its request ends;
+   * `released` is false when none was still held (released before, or
+   * expired). Settling the check's hold releases its lease too.
+   */
+  release(leaseId: string, signal?: AbortSignal): Promise<Lease> {
+    return this.#lease("release", leaseId, signal);
+  }
+
+  /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */
+  async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined): Promise<Lease> {
+    const body: LeaseRequest = { lease_id: leaseId };
+    let text: string;
+    try {
+      ({ text } = await this.#send(`${this.#base}/v1/${op}`, body, signal));
+    } catch (err) {
+      signal?.throwIfAborted();
+      if (err instanceof ProblemError) {
+        throw err;
+      }
+      throw new Error(`tollgate: ${op}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    const l = JSON.parse(text) as Partial<Lease>;
+    if (typeof l.lease_id !== "string") {
+      throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
+    }
+    return l as Lease;
   }
 
   /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */

@@ -15,6 +15,14 @@ export type SettleRequest = components["schemas"]["SettleRequest"];
  * is true when it repeats an earlier settlement, which changed nothing.
  */
 export type Settlement = components["schemas"]["Settlement"];
+/** LeaseRequest is the body of POST /v1/renew and /v1/release. */
+export type LeaseRequest = components["schemas"]["LeaseRequest"];
+/**
+ * Lease is the check API's answer to a renewal (`expires_at`: when the
+ * lease's first slot is freed unless renewed again) or a release
+ * (`released`: whether a slot was still held).
+ */
+export type Lease = components["schemas"]["Lease"];
 
 /**
  * Reasons a decision gives. The check API may add reasons: treat an

@@ -5,7 +5,7 @@
 export { TollgateClient, defaultMemorySize, defaultTimeoutMs, type ClientOptions, type FailMode } from "./client.js";
 export {
   Reason, rateLimitHeaders,
-  type CheckRequest, type Decision, type RuleResult, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,
+  type CheckRequest, type Decision, type RuleResult, type Lease, type LeaseRequest, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,
 } from "./decision.js";
 export { ProblemError, type Problem } from "./problem.js";
 export {

@@ -3,7 +3,7 @@
  * Do not make direct changes to the file.
  */
 
-// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, CreditsDecision, Algorithm, SettleRequest, Settlement, Problem.
+// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, CreditsDecision, Algorithm, SettleRequest, Settlement, LeaseRequest, Lease, Problem.
 // Regenerate with `npm run generate` after changing openapi.yaml.
 
 export interface components {
@@ -60,6 +60,12 @@ export interface components {
              *     `hold_ttl_s` option of the matching rules, else 300.
              */
             hold_ttl_s?: number;
+            /**
+             * @description Open a hold, as `hold` does, only when a matching rule asks for
+             *     one (its option `hold`); otherwise the check is a plain one.
+             *     The Go and TypeScript SDKs' middleware sends it by default.
+             */
+            auto_hold?: boolean;
         };
         SettleRequest: {
             /** @description The `hold_id` of the check. */
@@ -83,6 +89,20 @@ export interface components {
             status: "settled" | "refunded" | "charged";
             /** @description This settlement repeats an earlier one; nothing changed. */
             repeated: boolean;
+        };
+        LeaseRequest: {
+            /** @description The `lease_id` of the check. */
+            lease_id: string;
+        };
+        Lease: {
+            lease_id: string;
+            /**
+             * Format: date-time
+             * @description A renewal's answer; when the lease's first slot is freed unless renewed again (UTC).
+             */
+            expires_at?: string;
+            /** @description A release's answer; false when no slot was still held (released before, or expired). */
+            released?: boolean;
         };
         Decision: {
             allowed: boolean;
@@ -133,6 +153,24 @@ export interface components {
              * @description When the hold expires unsettled (UTC).
              */
             hold_expires_at?: string;
+            /**
+             * @description For an opened hold, the outcomes its rules ask to settle at 0
+             *     (their option `refund_on`): the SDKs' middleware does so for a
+             *     response of 500 or more, or a request whose context ended first.
+             */
+            hold_refund_on?: ("5xx" | "timeout")[];
+            /**
+             * @description The lease an admitted check took on its `concurrency` rules (one
+             *     slot each): renew it (`POST /v1/renew`) while the request runs,
+             *     release it (`POST /v1/release`, or by settling the hold) when it
+             *     ends. Absent when no slot was taken.
+             */
+            lease_id?: string;
+            /**
+             * Format: date-time
+             * @description When the lease's first slot is freed unless renewed (UTC).
+             */
+            lease_expires_at?: string;
             credits?: components["schemas"]["CreditsDecision"];
         };
         RuleResult: {
@@ -157,8 +195,13 @@ export interface components {
             would_deny?: boolean;
             degraded?: boolean;
         };
-        /** @enum {string} */
-        Algorithm: "gcra" | "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window_log" | "sliding_window_counter";
+        /**
+         * @description `concurrency` limits requests in flight: `limit` at once, each
+         *     holding a slot under a lease that lasts `period_us` unless renewed
+         *     or released (see `POST /v1/renew`).
+         * @enum {string}
+         */
+        Algorithm: "gcra" | "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window_log" | "sliding_window_counter" | "concurrency";
         /** @description The tenant's prepaid balance, when its plan draws on credits. */
         CreditsDecision: {
             /**

@@ -207,6 +207,16 @@ describe("check", () => {
       await assert.rejects(client().settle("h1", 3, AbortSignal.abort()), { name: "AbortError" });
     });
 
+    test("renew and release post the lease ID and read the lease; a lease that is gone is a 404 ProblemError", async () => {
+      fake.leases.length = 0;
+      const c = client();
+      assert.deepEqual(await c.renew("l1"), { lease_id: "l1", expires_at: "2026-11-25T15:00:30.000Z" });
+      assert.deepEqual(await c.release("l1"), { lease_id: "l1", released: true });
+      const err = await c.renew("gone").catch((e: unknown) => e);
+      assert.ok(err instanceof ProblemError && err.status === 404, String(err));
+      assert.deepEqual(fake.leases, [{ op: "renew", lease_id: "l1" }, { op: "release", lease_id: "l1" }, { op: "renew", lease_id: "gone" }]);
+    });
+
     test("a remembered denial answers the same request with hold locally, as the Go SDK does", async () => {
       fake.answer = () => ({ body: { ...allowed, allowed: false, reason: "rate_limited", remaining: 0, retry_after_ms: 60_000 } });
       const c = client();

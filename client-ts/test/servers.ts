@@ -2,7 +2,7 @@
 // service protected by the middleware.
 import { createServer, request, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { SettleRequest, Settlement, WireCheckRequest, WireDecision } from "../src/index.js";
+import type { Lease, LeaseRequest, SettleRequest, Settlement, WireCheckRequest, WireDecision } from "../src/index.js";
 
 /**
  * patientMs is the timeoutMs of the tests' clients that expect an answer:
@@ -28,7 +28,7 @@ export interface FakeAnswer {
   status?: number;
   headers?: Record<string, string>;
   /** A decision or settlement (sent as JSON) or a raw body. */
-  body: Partial<WireDecision> | Settlement | string;
+  body: Partial<WireDecision> | Settlement | Lease | string;
 }
 
 /**
@@ -39,6 +39,8 @@ export interface FakeCheckAPI {
   url: string;
   checks: WireCheckRequest[];
   settles: SettleRequest[];
+  /** The renewals and releases: the path's last word and the lease ID. */
+  leases: { op: string; lease_id: string }[];
   authorizations: string[];
   answer: (check: WireCheckRequest) => FakeAnswer;
   settleAnswer: (settle: SettleRequest) => FakeAnswer;
@@ -81,7 +83,7 @@ export const hourlyHeaders = {
  */
 export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
   const fake: FakeCheckAPI = {
-    url: "", checks: [], settles: [], authorizations: [],
+    url: "", checks: [], settles: [], leases: [], authorizations: [],
     answer: () => ({ headers: hourlyHeaders, body: allowed }),
     settleAnswer: (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } }),
     onSettle: () => undefined,
@@ -91,7 +93,12 @@ export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
     const body: unknown = JSON.parse(await readBody(req));
     fake.authorizations.push(req.headers.authorization ?? "");
     let a: FakeAnswer;
-    if (req.url === "/v1/settle") {
+    if (req.url === "/v1/renew" || req.url === "/v1/release") {
+      const id = (body as LeaseRequest).lease_id;
+      fake.leases.push({ op: req.url.slice(4), lease_id: id });
+      a = id === "gone" ? problem(404, "not_found", "no such lease")
+        : { body: req.url === "/v1/renew" ? { lease_id: id, expires_at: "2026-11-25T15:00:30.000Z" } : { lease_id: id, released: true } };
+    } else if (req.url === "/v1/settle") {
       fake.settles.push(body as SettleRequest);
       a = fake.settleAnswer(body as SettleRequest);
       res.once("finish", () => fake.onSettle());

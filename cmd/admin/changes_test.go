@@ -420,6 +420,8 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"close":                 {args: argv("--month", "2020-02"), target: id("2020-02"), refused: []string{"--month", "2999-01"}},
 		"plans routes": {args: argv("--plan", "free", "GET /items/{id}", "* /static/*"), target: jsonID("id"),
 			refused: []string{"--plan", "free", "GET /items/", "get /x"}},
+		"plans rule": {args: argv("--plan", "free", "--name", "inflight", "--algorithm", "concurrency", "--limit", "4", "--lease-ttl", "30s"),
+			target: jsonID("id"), refused: []string{"--plan", "free", "--name", "tokens", "--limit", "10", "--period", "1m", "--refund-on", "4xx"}},
 		"webhooks create": {args: argv("--url", "https://hooks.example.com/cli", "--tenant", "acme", "--json"),
 			target: func(out string) string {
 				endpointID = jsonField(t, []byte(out), "endpoint", "id")
@@ -435,7 +437,7 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
 		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
 	}
-	order := []string{"seed demo", "plans routes", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
+	order := []string{"seed demo", "plans routes", "plans rule", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay",
 		"plans credits", "credits grant", "credits adjust"}
 	for _, cmd := range commands() {

@@ -74,6 +74,17 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	if plans != 5 || tenantsN != 4 || keys != 29 {
 		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 5, 4, 29", plans, tenantsN, keys)
 	}
+	// Thresholds on the paid plans, and endpoints without a receiver
+	// (an operator's, the admin tenant's), their secrets sealed.
+	var thresholds, endpoints, sealed int
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM quota_plan_settings q JOIN plans p ON p.id = q.plan_id
+			WHERE p.name IN ('pro', 'enterprise') AND jsonb_array_length(q.thresholds) > 0),
+		(SELECT count(*) FROM webhook_endpoints), (SELECT count(*) FROM webhook_endpoints WHERE secret LIKE 'sealed:%')`).
+		Scan(&thresholds, &endpoints, &sealed))
+	if thresholds != 2 || endpoints != 2 || sealed != 2 {
+		t.Errorf("after two seeds: %d plans with thresholds, %d endpoints (%d sealed); want 2, 2, 2", thresholds, endpoints, sealed)
+	}
 }
 
 func TestKeysAndTokensCommands(t *testing.T) {
@@ -229,10 +240,11 @@ func TestListCommands(t *testing.T) {
 
 	var ps []plans.Plan
 	jsonOf(&ps, "plans", "list")
-	if len(ps) != 5 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
+	if len(ps) != 6 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
 		t.Errorf("plans list --json: %+v", ps)
 	}
-	if rows := table("plans", "list"); len(rows) != 6 || !strings.Contains(rows[5], " pro ") || !strings.Contains(rows[5], "hourly,search") {
+	if rows := table("plans", "list"); len(rows) != 7 || !strings.Contains(rows[6], " pro ") || !strings.Contains(rows[6], "hourly,search") ||
+		!strings.Contains(rows[4], " llm ") || !strings.Contains(rows[4], "tokens,inflight,hourly") {
 		t.Errorf("plans list:\n%s", strings.Join(rows, "\n"))
 	}
 

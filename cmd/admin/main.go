@@ -105,6 +105,7 @@ func commands() []command {
 		{name: "plans list", summary: "list plans with their pricing and rules, by name (archived ones too)", flags: plansList},
 		{name: "plans quota", audited: "plan.quota", summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)", help: thresholdsHelp, flags: plansQuota},
 		{name: "plans routes", audited: "plan.routes", args: "TEMPLATE...", summary: "replace a plan's route templates, in the order they are tried", help: plansRoutesHelp, flags: plansRoutes},
+		{name: "plans rule", audited: "plan.rule", summary: "add a rule to a plan, or replace the rule of that name", help: plansRuleHelp, flags: plansRule},
 		{name: "keys issue", audited: "key.create", summary: "issue an API key for a tenant; the secret is printed once and never stored", flags: keysIssue},
 		{name: "keys list", summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's", flags: keysList},
 		{name: "keys revoke", audited: "key.revoke", summary: "revoke an API key by ID; checks with it are denied within a second", flags: keysRevoke},

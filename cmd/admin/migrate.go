@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -25,6 +26,16 @@ func migrate(fs *flag.FlagSet) action {
 		case "up":
 			if err := postgres.MigrateUp(e.db); err != nil {
 				return err
+			}
+			// Webhook secrets an earlier version stored in the clear are
+			// sealed now when the key is at hand, else by `admin serve`
+			// at start.
+			if keys, err := e.secretKeys(); err == nil {
+				if n, err := events.SealSecrets(ctx, e.db, keys); err != nil {
+					return err
+				} else if n > 0 {
+					fmt.Fprintf(e.stdout, "sealed the secrets of %d webhook endpoints\n", n)
+				}
 			}
 		case "down":
 			steps := 0

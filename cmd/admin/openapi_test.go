@@ -484,7 +484,8 @@ func scenario(t *testing.T, client *http.Client) {
 	fresh, _, err := ts.IssueKey(context.Background(), gatewayCo.ID, "k", nil)
 	testenv.Must(t, err)
 	tokensPlan, err := plans.NewStore(admin.DB).Put(context.Background(), plans.Plan{Name: "tokens", Currency: "USD",
-		Rules: []plans.Rule{{Name: "tokens", Limit: 100, PeriodUS: 3_600_000_000, Options: plans.Options{Hold: true}}}})
+		Rules: []plans.Rule{{Name: "tokens", Limit: 100, PeriodUS: 3_600_000_000, Options: plans.Options{Hold: true}},
+			{Name: "inflight", Algorithm: limiter.Concurrency, Limit: 2, PeriodUS: 60_000_000}}})
 	testenv.Must(t, err)
 	holder, err := ts.Create(context.Background(), "holder-co", tokensPlan.ID)
 	testenv.Must(t, err)
@@ -539,6 +540,25 @@ func scenario(t *testing.T, client *http.Client) {
 	settle(map[string]any{"hold_id": "", "cost": -1}, 422)
 	settle(map[string]any{"hold_id": hold.HoldID, "cost": 1, "surprise": true}, 400)
 	check(gw.Token, map[string]any{"key": fresh, "hold": true, "dry_run": true}, 422)
+
+	// A lease of a concurrency rule: renewed, released, then gone.
+	var lease struct {
+		LeaseID string `json:"lease_id"`
+	}
+	testenv.Must(t, json.Unmarshal(check(gw.Token, map[string]any{"key": holderKey, "cost": 1}, 200).Body, &lease))
+	leaseOp := func(op string, body any, status int) {
+		t.Helper()
+		if res := callWith(t, client, "POST", apiURL+"/v1/"+op, gw.Token, body); res.StatusCode != status {
+			t.Fatalf("%s %v = %d %s, want %d", op, body, res.StatusCode, res.Body, status)
+		}
+	}
+	leaseOp("renew", map[string]any{"lease_id": lease.LeaseID}, 200)
+	leaseOp("release", map[string]any{"lease_id": lease.LeaseID}, 200)
+	leaseOp("release", map[string]any{"lease_id": lease.LeaseID}, 200)
+	leaseOp("renew", map[string]any{"lease_id": lease.LeaseID}, 404)
+	leaseOp("renew", map[string]any{"lease_id": ""}, 422)
+	leaseOp("release", map[string]any{"lease_id": "not a lease"}, 422)
+	leaseOp("release", map[string]any{"lease_id": lease.LeaseID, "surprise": true}, 400)
 
 	// Forward-auth, as nginx asks it.
 	forward := func(token string, headers map[string]string, status int) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -75,4 +76,57 @@ func planNamesByID(ctx context.Context, e *invocation) (map[int64]string, error)
 		names[p.ID] = p.Name
 	}
 	return names, nil
+}
+
+const plansRuleHelp = `Rate rules take a limit per --period; a concurrency rule limits requests in
+flight, each holding a lease of --lease-ttl that the SDK renews while the
+request runs and releases when it ends. Holds: --hold makes the SDK's
+middleware check with an estimate and settle the actual cost; --refund-on
+settles at 0 on a 5xx or a timeout (charge only what succeeded).
+  admin plans rule --plan pro --name tokens --limit 100000 --period 1m --hold \
+      --hold-ttl 5m --hold-expiry refund --refund-on 5xx,timeout
+  admin plans rule --plan pro --name inflight --algorithm concurrency --limit 4 --lease-ttl 30s`
+
+// plansRule adds a rule to a plan or replaces the rule of its name.
+func plansRule(fs *flag.FlagSet) action {
+	plan := fs.String("plan", "", "plan name (required)")
+	var r plans.Rule
+	fs.StringVar(&r.Name, "name", "", "rule name (required)")
+	algorithm := fs.String("algorithm", "gcra", "algorithm: "+fmt.Sprint(limiter.Algorithms))
+	fs.Int64Var(&r.Limit, "limit", 0, "units per period; for concurrency, requests in flight")
+	period := fs.Duration("period", 0, "the period (e.g. 1m, 1h)")
+	leaseTTL := fs.Duration("lease-ttl", 0, "concurrency: how long a lease lasts unrenewed (instead of --period)")
+	fs.Int64Var(&r.Burst, "burst", 0, "units at once (0: the limit)")
+	fs.StringVar(&r.Resource, "resource", "*", `resource pattern, e.g. "POST /v1/complete"`)
+	scope := fs.String("scope", "key", "key, tenant or ip")
+	mode := fs.String("mode", "enforce", "enforce or shadow")
+	failure := fs.String("failure-mode", "open", "open or closed")
+	fs.BoolVar(&r.Options.Hold, "hold", false, "callers check with a hold (an estimate, settled later)")
+	holdTTL := fs.Duration("hold-ttl", 0, "how long a hold stays open unsettled (0: 5m, at most 24h)")
+	fs.StringVar(&r.Options.HoldExpiry, "hold-expiry", "", "an unsettled hold at expiry: refund (default) or charge")
+	refundOn := fs.String("refund-on", "", "settle holds at 0 on these outcomes: 5xx,timeout")
+	return func(ctx context.Context, e *invocation) error {
+		switch {
+		case *plan == "":
+			return errors.New("plans rule: --plan is required")
+		case *leaseTTL != 0 && *period != 0:
+			return errors.New("plans rule: give --period or --lease-ttl, not both")
+		}
+		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		if err != nil {
+			return fmt.Errorf("plans rule: --plan: %w", err)
+		}
+		r.Algorithm = limiter.Algorithm(*algorithm)
+		r.PeriodUS = (*period + *leaseTTL).Microseconds()
+		r.Scope, r.Mode, r.FailureMode = plans.Scope(*scope), plans.Mode(*mode), plans.FailureMode(*failure)
+		r.Options.HoldTTLS = int64(holdTTL.Seconds())
+		if *refundOn != "" {
+			r.Options.RefundOn = strings.Split(*refundOn, ",")
+		}
+		p, err = plans.NewOps(e.db).PutRule(ctx, audit.CLI, p.ID, r)
+		if err != nil {
+			return fmt.Errorf("plans rule: %w", err)
+		}
+		return printJSON(e.stdout, p)
+	}
 }

@@ -159,8 +159,13 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		return err
 	}
 	defer stopWorker()
-	stopDeliverers := startDeliverers(ctx, e, cfg.Webhooks, log, metrics)
+	stopDeliverers, err := startDeliverers(ctx, e, cfg.Webhooks, keys, log, metrics)
+	if err != nil {
+		return err
+	}
 	defer stopDeliverers()
+	stopKeyExpiry := startKeyExpiry(ctx, e, log)
+	defer stopKeyExpiry()
 	// The console's overview shows how far behind the usage worker is,
 	// when the server has a Redis to read the stream from.
 	var usageLag func(context.Context) (billing.Lag, error)

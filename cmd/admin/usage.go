@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/quota"
 )
 
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
@@ -65,7 +66,8 @@ func (c usageConfig) store(e *invocation) *billing.Store {
 
 // writer returns the store the usage worker applies batches with.
 func (c usageConfig) writer(e *invocation) *pgstore.Store {
-	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap})
+	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap,
+		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), Window: c.RateAlertWindow}})
 }
 
 // newWorker returns a usage worker on the stream and a function that

@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 // webhookConfig is the webhook deliverers' configuration.
@@ -46,14 +48,22 @@ func loadWebhookConfig(e *config.Env) webhookConfig {
 
 // startDeliverers runs a webhook deliverer until ctx ends or stop is
 // called, and registers the webhook metrics on reg.
-func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, log *slog.Logger, reg prometheus.Registerer) (stop func()) {
+func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, keys *auth.SecretKeys, log *slog.Logger,
+	reg prometheus.Registerer) (stop func(), err error) {
 	metrics := events.NewMetrics(e.db)
 	reg.MustRegister(metrics.Collectors()...)
+	// Secrets stored in the clear by an earlier version, or sealed with a
+	// previous TOLLGATE_SECRET_KEY, are sealed with the current key.
+	if n, err := events.SealSecrets(ctx, e.db, keys); err != nil {
+		return nil, err
+	} else if n > 0 {
+		log.Info("sealed webhook endpoint secrets with the current secret key", "endpoints", n)
+	}
 	if !c.Deliver {
-		return func() {}
+		return func() {}, nil
 	}
 	d := events.NewDeliverer(events.DelivererConfig{DB: e.db, Log: log, Guard: c.Guard, Timeout: c.Timeout,
-		Concurrency: c.Concurrency, Metrics: metrics})
+		Concurrency: c.Concurrency, Metrics: metrics, SecretKeys: keys})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -61,6 +71,18 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, log *s
 		_ = d.Run(ctx)
 	}()
 	log.Info("webhook deliverer running", "concurrency", c.Concurrency)
+	return func() { cancel(); <-done }, nil
+}
+
+// startKeyExpiry runs the job that emits key.expiring (safe in any
+// number of admin processes at once) until stop is called.
+func startKeyExpiry(ctx context.Context, e *invocation, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tenants.RunKeyExpiry(ctx, e.db, tenants.KeyExpiryInterval, time.Now, log)
+	}()
 	return func() { cancel(); <-done }
 }
 
@@ -75,9 +97,13 @@ func webhooksCreate(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("webhooks create: %w", err)
 		}
+		keys, err := e.secretKeys()
+		if err != nil {
+			return err
+		}
 		cfg := loadWebhookConfig(config.New(e.getenv))
 		in := events.EndpointInput{URL: *url, Description: *description, EventTypes: splitList(*types)}
-		res, err := events.NewOps(e.db, nil, cfg.Guard).CreateEndpoint(ctx, audit.CLI, owner, in)
+		res, err := events.NewOps(e.db, nil, cfg.Guard).WithSecretKeys(keys).CreateEndpoint(ctx, audit.CLI, owner, in)
 		if err != nil {
 			return fmt.Errorf("webhooks create: %w", err)
 		}

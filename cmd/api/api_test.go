@@ -673,6 +673,7 @@ func TestEveryAlgorithmThroughTheCheckAPI(t *testing.T) {
 		rule("anchored", limiter.FixedWindow, 3, plans.Options{Anchor: "first_request"}),
 		rule("log", limiter.SlidingWindowLog, 3, plans.Options{}),
 		rule("counter", limiter.SlidingWindowCounter, 3, plans.Options{}),
+		rule("inflight", limiter.Concurrency, 3, plans.Options{}),
 	}}
 	key := f.keyOnPlan(t, zoo, "zoo-keeper")
 	base := f.startAPI(t, nil)

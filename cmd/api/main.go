@@ -34,6 +34,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -365,7 +366,8 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
 		return nil
 	case "postgres":
-		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap})
+		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
+			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), Window: cfg.Usage.RateAlertWindow}})
 		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:

@@ -301,4 +301,9 @@ func report(w io.Writer, r result, clients int) {
 		clients, r.Requests, r.Elapsed.Round(time.Millisecond), rate, r.Allowed, r.Denied, r.Errors)
 	fmt.Fprintf(w, "latency p50=%s p90=%s p99=%s max=%s\n", r.percentile(.5).Round(time.Microsecond),
 		r.percentile(.9).Round(time.Microsecond), r.percentile(.99).Round(time.Microsecond), r.percentile(1).Round(time.Microsecond))
+	// The same figures for scripts (scripts/bench-http.sh), in the form
+	// scripts/wrk-check.lua prints them.
+	fmt.Fprintf(w, "RESULT requests=%d seconds=%.3f rps=%.0f p50_us=%d p90_us=%d p99_us=%d max_us=%d allowed=%d denied=%d errors=%d\n",
+		r.Requests, r.Elapsed.Seconds(), rate, r.percentile(.5).Microseconds(), r.percentile(.9).Microseconds(),
+		r.percentile(.99).Microseconds(), r.percentile(1).Microseconds(), r.Allowed, r.Denied, r.Errors)
 }

@@ -36,7 +36,7 @@ func TestDriveCountsDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"requests=100 ", "allowed=50 ", "denied=50 ", "errors=0"} {
+	for _, want := range []string{"requests=100 ", "allowed=50 ", "denied=50 ", "errors=0", "RESULT requests=100 "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report %q lacks %q", out.String(), want)
 		}

@@ -78,7 +78,7 @@ func NewHandler(cfg Config) http.Handler {
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
 	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
-	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks)
+	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
 	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}

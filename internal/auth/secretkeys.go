@@ -110,3 +110,19 @@ func (k *SecretKeys) open(sealed, aad []byte) (plain []byte, sealedByCurrent boo
 // isSealed tells a sealed value from a signing key stored in the clear by
 // an earlier version (64 bytes of Ed25519 private key).
 func isSealed(b []byte) bool { return len(b) > 9+12 && b[0] == sealedVersion && len(b) != 64 }
+
+// Seal encrypts plain with the current key for other features' secrets
+// at rest (webhook endpoint secrets); aad binds the value to where it is
+// stored, and Open must be given the same. ErrNoSecretKey on a nil
+// *SecretKeys.
+func (k *SecretKeys) Seal(plain, aad []byte) ([]byte, error) { return k.seal(plain, aad) }
+
+// Open decrypts a value Seal made with whichever configured key sealed it;
+// current reports whether that was the current key (else the value should
+// be sealed again).
+func (k *SecretKeys) Open(sealed, aad []byte) (plain []byte, current bool, err error) {
+	if len(sealed) <= 9+12 || sealed[0] != sealedVersion {
+		return nil, false, errors.New("auth: not a sealed value")
+	}
+	return k.open(sealed, aad)
+}

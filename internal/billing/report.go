@@ -78,11 +78,14 @@ func (b billing) billable(t tenants.Tenant, m Month) bool {
 // through q.
 func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m Month, b billing) (Statement, error) {
 	rows, err := q.Query(ctx, `SELECT key_id::text, resource, sum(allowed), sum(denied), sum(allowed_units),
-			sum(denied_units) FROM usage_month WHERE tenant_id = $1 AND bucket_start = $2
+			sum(denied_units), sum(expired_holds),
+			coalesce(sum(allowed_units) FILTER (WHERE reason = '`+tollgate.ReasonHoldExpired+`'), 0)
+		FROM usage_month WHERE tenant_id = $1 AND bucket_start = $2
 		GROUP BY key_id, resource ORDER BY key_id, resource`, t.ID, m.Start())
 	lines, err := postgres.Collect(rows, err, func(r pgx.Row) (UsageLine, error) {
 		var l UsageLine
-		err := r.Scan(&l.KeyID, &l.Resource, &l.Allowed, &l.Denied, &l.AllowedUnits, &l.DeniedUnits)
+		err := r.Scan(&l.KeyID, &l.Resource, &l.Allowed, &l.Denied, &l.AllowedUnits, &l.DeniedUnits,
+			&l.ExpiredHolds, &l.ExpiredHoldUnits)
 		if l.KeyID == nilUUID {
 			l.KeyID = ""
 		}

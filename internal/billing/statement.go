@@ -69,6 +69,11 @@ type Statement struct {
 	OverageMinor int64           `json:"overage_minor"`
 	TotalMinor   int64           `json:"total_minor"`
 	Rules        string          `json:"rules"`
+	// ExpiredHolds are the holds that expired unsettled this month
+	// (Usage.ExpiredHolds of them) and the units they were charged on
+	// expiry (part of Usage.AllowedUnits, so billed); settled holds count
+	// their settled units as any check does.
+	ExpiredHoldUnits int64 `json:"expired_hold_units"`
 	// Late sums usage that arrived after the month was closed; it is not
 	// part of the total. Filled when a closed statement is read.
 	Late *metering.Counts `json:"late_usage,omitempty"`
@@ -87,6 +92,9 @@ type UsageLine struct {
 	KeyName   string `json:"key_name,omitempty"`
 	Resource  string `json:"resource"`
 	metering.Counts
+	// ExpiredHoldUnits are the units of AllowedUnits that holds expired
+	// unsettled kept (charged on expiry; a refunded one keeps 0).
+	ExpiredHoldUnits int64 `json:"expired_hold_units,omitempty"`
 }
 
 // PlanCharges are the charges of one span of the month on one plan.
@@ -152,6 +160,7 @@ func BuildStatement(in StatementInput) (Statement, error) {
 	})
 	for _, l := range st.Lines {
 		st.Usage.Add(l.Counts)
+		st.ExpiredHoldUnits += l.ExpiredHoldUnits
 	}
 	spans, err := planSpans(in.History, in.Plans, m)
 	if err != nil {

@@ -449,3 +449,33 @@ func TestCloseMonthWaitsForAPlanChangeInFlight(t *testing.T) {
 		t.Errorf("frozen statement spans %+v, want pro then enterprise", st.Plans)
 	}
 }
+
+// TestStatementListsExpiredHolds: holds that expired unsettled are
+// counted apart, with the units charged on expiry, and those units are
+// billed like any other; settled holds count their settled units only.
+func TestStatementListsExpiredHolds(t *testing.T) {
+	s, _ := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	pro, _, key1, _ := seedDemoPro(t, s)
+	m := at(t, "2026-10-05T10:00")
+	expired := func(units, holds int64) metering.Row {
+		return metering.Row{Minute: m, TenantID: pro.ID, KeyID: key1.ID, Tier: "authenticated", Resource: "POST /v1/complete",
+			Reason: tollgate.ReasonHoldExpired, Counts: metering.Counts{AllowedUnits: units, ExpiredHolds: holds}}
+	}
+	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "holds:1", Rows: []metering.Row{
+		// 5 holds opened; 2 settled at 300 units in all; 3 expired, one of
+		// them charged its estimate of 400.
+		row(m, pro.ID, key1.ID, "POST /v1/complete", metering.Counts{Allowed: 5, AllowedUnits: 300}),
+		expired(400, 3),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Statement(ctx, pro.ID, october(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Usage.Allowed != 5 || st.Usage.AllowedUnits != 700 || st.Usage.ExpiredHolds != 3 || st.ExpiredHoldUnits != 400 {
+		t.Errorf("usage %+v, expired hold units %d; want 5 checks, 700 units, 3 expired holds charged 400", st.Usage, st.ExpiredHoldUnits)
+	}
+}

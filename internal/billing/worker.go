@@ -31,6 +31,10 @@ type Worker struct {
 	FetchCount int
 	// MaintenanceInterval (default 1h).
 	MaintenanceInterval time.Duration
+	// SweepInterval is how often open rate limiting alerts are checked
+	// for resolution besides with each applied batch (default 30s), so
+	// that a key whose callers stopped altogether is resolved too.
+	SweepInterval time.Duration
 	// RetryMax bounds the wait between retries while Postgres or Redis
 	// fail (default 5s; retries start at 50ms and double, with jitter).
 	// An outage is logged when it starts, every 10s while it lasts and
@@ -147,7 +151,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if every <= 0 {
 		every = time.Hour
 	}
-	var nextMaintenance time.Time
+	var nextMaintenance, nextSweep time.Time
+	sweepEvery := w.SweepInterval
+	if sweepEvery <= 0 {
+		sweepEvery = 30 * time.Second
+	}
 	retryMax := w.RetryMax
 	if retryMax <= 0 {
 		retryMax = 5 * time.Second
@@ -169,6 +177,12 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				nextMaintenance = now.Add(every)
 			}
+		}
+		if now := time.Now(); !now.Before(nextSweep) {
+			if err := w.Store.SweepRateAlerts(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("usage: rate alert sweep failed; retrying later", "err", err)
+			}
+			nextSweep = now.Add(sweepEvery)
 		}
 		msgs, err := w.Consumer.Fetch(ctx, count)
 		if err != nil {

@@ -30,6 +30,14 @@ import (
 // a valid service token, and n API keys of a tenant on the demo pro plan.
 func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.Handler, string, []string) {
 	b.Helper()
+	return benchSetupQuota(b, store, prefix, n, "", []quota.Threshold{{Percent: 50}, {Percent: 80}, {Remaining: 1000}, {Percent: 100}})
+}
+
+// benchSetupQuota is benchSetup with the pro plan's quota mode (the demo
+// plan's when "") and thresholds.
+func benchSetupQuota(b *testing.B, store limiter.Store, prefix string, n int, mode plans.QuotaMode,
+	thresholds []quota.Threshold) (http.Handler, string, []string) {
+	b.Helper()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	var pro, anonymous plans.Plan
 	for _, p := range plans.DemoPlans() {
@@ -41,6 +49,9 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 		}
 	}
 	pro.ID, anonymous.ID = 1, 2
+	if mode != "" {
+		pro.QuotaMode = mode
+	}
 	d := snapshot.Data{
 		Plans:         []plans.Plan{pro, anonymous},
 		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
@@ -48,8 +59,7 @@ func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.H
 		ServiceTokens: []auth.ServiceToken{{ID: "st-1", Name: "bench"}},
 		// Thresholds on the monthly quota: each allowed check looks for
 		// crossings.
-		Quota: quota.All{Plans: map[int64]quota.PlanSettings{1: {PlanID: 1,
-			Thresholds: []quota.Threshold{{Percent: 50}, {Percent: 80}, {Remaining: 1000}, {Percent: 100}}}}},
+		Quota: quota.All{Plans: map[int64]quota.PlanSettings{1: {PlanID: 1, Thresholds: thresholds}}},
 	}
 	var secrets []string
 	for i := range n {

@@ -33,6 +33,8 @@ type checkRequest struct {
 	// HoldTTLS is how long the hold stays open unsettled.
 	Hold     bool  `json:"hold"`
 	HoldTTLS int64 `json:"hold_ttl_s"`
+	// AutoHold opens a hold when a matching rule asks for one.
+	AutoHold bool `json:"auto_hold"`
 }
 
 // maxCost bounds one check's cost; larger values are surely mistakes.
@@ -89,7 +91,7 @@ func printable(s string) bool {
 }
 
 func (c *checkRequest) toRequest() enforce.Request {
-	r := enforce.Request{Resource: "*", Cost: 1, DryRun: c.DryRun, Hold: c.Hold, HoldTTLS: c.HoldTTLS}
+	r := enforce.Request{Resource: "*", Cost: 1, DryRun: c.DryRun, Hold: c.Hold, HoldTTLS: c.HoldTTLS, AutoHold: c.AutoHold}
 	if c.Key != nil {
 		r.Key = *c.Key
 	}

@@ -81,13 +81,14 @@ func TestDecodeCheckAgreesWithTheStandardDecoder(t *testing.T) {
 		`{"ip":"10.1.2.3","resource":"` + strings.Repeat("r", 1025) + `"}`, `{"ip":"10.1.2.3","resource":"` + strings.Repeat("r", MaxCheckBody) + `"}`,
 		`{"ip":"10.1.2.3","resource":"a` + "\x7f" + `"}`, `{"ip":"10.1.2.3","resource":"a` + "\xff" + `"}`, `{"ip":"10.1.2.3"`,
 		`{"key":null,"ip":"10.1.2.3"}`, `{"key":"x","ip":null}`, `{"ip":"10.1.2.3","resource":null}`, `{"ip":10}`,
+		`{"ip":"10.1.2.3","auto_hold":true}`, `{"ip":"10.1.2.3","auto_hold":false,"dry_run":true}`, `{"ip":"10.1.2.3","auto_hold":"yes"}`,
 	}
 	for _, body := range bodies {
 		sameDecoding(t, body)
 	}
 	// Random bodies made of the pieces above.
 	r := rand.New(rand.NewPCG(1, 2))
-	pieces := []string{`{`, `}`, `,`, `:`, ` `, `"key"`, `"ip"`, `"resource"`, `"cost"`, `"dry_run"`, `"x"`, `"` + key + `"`,
+	pieces := []string{`{`, `}`, `,`, `:`, ` `, `"key"`, `"ip"`, `"resource"`, `"cost"`, `"dry_run"`, `"auto_hold"`, `"x"`, `"` + key + `"`,
 		`"10.0.0.1"`, `"::1"`, `"GET /"`, `1`, `0`, `-1`, `12`, `true`, `false`, `null`, `""`, `"a b"`}
 	for range 20000 {
 		var b strings.Builder
@@ -128,6 +129,13 @@ func TestAppendDecisionIsEncodingJSON(t *testing.T) {
 					Limit: num(), WindowS: num(), Allowed: r.IntN(2) == 0, Remaining: num(), ResetAfterMS: num(), RetryAfterMS: num(),
 					DelayMS: num(), WouldDeny: r.IntN(2) == 0, Degraded: r.IntN(2) == 0, Capacity: num()})
 			}
+		}
+		if r.IntN(3) == 0 { // a hold: its ID and expiry, maybe outcomes to refund
+			d.HoldID, d.HoldExpiresAt = "h"+str(), "2026-01-01T00:00:00.000Z"
+			d.HoldRefundOn = [][]string{nil, {"5xx"}, {"5xx", "timeout"}}[r.IntN(3)]
+		}
+		if r.IntN(3) == 0 { // a lease
+			d.LeaseID, d.LeaseExpiresAt = "l"+str(), "2026-01-01T00:00:01.000Z"
 		}
 		if r.IntN(3) == 0 {
 			d.Credits = &enforce.CreditsResult{Balance: num(), Drawn: num(), Overage: num()}

@@ -75,6 +75,7 @@ const (
 	fieldResource
 	fieldCost
 	fieldDryRun
+	fieldAutoHold
 )
 
 // parseCheck parses and validates the common form of a check request;
@@ -117,6 +118,8 @@ func parseCheck(body []byte) (req enforce.Request, ok bool) {
 			field = fieldCost
 		case "dry_run":
 			field = fieldDryRun
+		case "auto_hold":
+			field = fieldAutoHold
 		default:
 			return req, false
 		}
@@ -148,13 +151,19 @@ func parseCheck(body []byte) (req enforce.Request, ok bool) {
 			if req.Cost, ok = p.cost(); !ok {
 				return req, false
 			}
-		case fieldDryRun:
+		case fieldDryRun, fieldAutoHold:
+			var v bool
 			switch {
 			case p.word("true"):
-				req.DryRun = true
+				v = true
 			case p.word("false"):
 			default:
 				return req, false
+			}
+			if field == fieldDryRun {
+				req.DryRun = v
+			} else {
+				req.AutoHold = v
 			}
 		}
 		p.space()

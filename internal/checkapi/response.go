@@ -92,6 +92,22 @@ func appendDecision(b []byte, d *enforce.Decision) []byte {
 		b = appendString(b, d.HoldID)
 		b = append(b, `,"hold_expires_at":`...)
 		b = appendString(b, d.HoldExpiresAt)
+		if len(d.HoldRefundOn) > 0 {
+			b = append(b, `,"hold_refund_on":[`...)
+			for i, o := range d.HoldRefundOn {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendString(b, o)
+			}
+			b = append(b, ']')
+		}
+	}
+	if d.LeaseID != "" {
+		b = append(b, `,"lease_id":`...)
+		b = appendString(b, d.LeaseID)
+		b = append(b, `,"lease_expires_at":`...)
+		b = appendString(b, d.LeaseExpiresAt)
 	}
 	if c := d.Credits; c != nil {
 		b = append(b, `,"credits":{"balance":`...)

@@ -42,6 +42,8 @@ func NewHandler(d Deps) http.Handler {
 	r.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/check", HandleCheck(d.Checker, d.Log).ServeHTTP)
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/settle", HandleSettle(d.Checker, d.Log).ServeHTTP)
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/renew", HandleRenew(d.Checker, d.Log).ServeHTTP)
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/release", HandleRelease(d.Checker, d.Log).ServeHTTP)
 	// Forward-auth answers every method, on its path and below it (Envoy
 	// appends the original path).
 	forward := RequireGatewayToken(tokens, d.Log)(HandleForwardAuth(d.Checker, d.Forward, d.Log))

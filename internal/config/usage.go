@@ -34,6 +34,11 @@ type Usage struct {
 	// ResourceCap is how many distinct resources a tenant's usage may
 	// name in a month; more fold into "(other)" as batches are applied.
 	ResourceCap int
+	// RateAlertDenials and RateAlertWindow say when a key's denials by
+	// rate rules are sustained (ratelimit.sustained): more than
+	// RateAlertDenials within RateAlertWindow.
+	RateAlertDenials int
+	RateAlertWindow  time.Duration
 }
 
 // Usage reads the usage settings for a process whose TOLLGATE_STORE is
@@ -59,5 +64,8 @@ func (e *Env) Usage(store string) Usage {
 		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
 		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
 		ResourceCap:     e.Int("TOLLGATE_USAGE_RESOURCE_CAP", 200, 1),
+		// quota.DefaultRateAlertDenials and DefaultRateAlertWindow.
+		RateAlertDenials: e.Int("TOLLGATE_RATELIMIT_ALERT_DENIALS", 100, 1),
+		RateAlertWindow:  e.Duration("TOLLGATE_RATELIMIT_ALERT_WINDOW", 5*time.Minute),
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -166,6 +167,18 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 		}
 		ids[p.Name] = stored.ID
 	}
+	// Quota thresholds on the paid plans, so that the tenants' alerts
+	// have something to warn of: 80 % and 100 % of the included units,
+	// and 5,000 units left on Pro.
+	qs := quota.NewStore(db)
+	for plan, ts := range map[string][]quota.Threshold{
+		"pro":        {{Percent: 80}, {Percent: 100}, {Remaining: 5000}},
+		"enterprise": {{Percent: 80}, {Percent: 100}},
+	} {
+		if err := qs.SeedPlan(ctx, quota.PlanSettings{PlanID: ids[plan], Thresholds: ts}); err != nil {
+			return res, fmt.Errorf("seed: %w", err)
+		}
+	}
 	for _, tier := range []string{"free", "pro", "enterprise"} {
 		name := "demo-" + tier
 		t, err := ts.GetByName(ctx, name)
@@ -199,7 +212,7 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 	res.Keys["prepaid"] = prepaid
 	// Endpoints without a receiver, so that the console's webhook pages
 	// have something to show: their deliveries fail and are retried.
-	es := events.NewStore(db)
+	es := events.NewStore(db).WithSecretKeys(keys)
 	if err := es.EnsureEndpoint(ctx, "", demoWebhookURL, "demo: every event (no receiver)", time.Now()); err != nil {
 		return res, err
 	}

@@ -41,6 +41,9 @@ type Request struct {
 	// stays open unsettled, 0 for the rules' (or the default).
 	Hold     bool
 	HoldTTLS int64
+	// AutoHold opens a hold when a matching rule asks for one (its option
+	// hold), as Hold does; it changes nothing otherwise.
+	AutoHold bool
 }
 
 // RuleResult is one rule's part of a decision. Durations are ms, rounded
@@ -122,6 +125,15 @@ type Decision struct {
 	// a degraded decision).
 	HoldID        string `json:"hold_id,omitempty"`
 	HoldExpiresAt string `json:"hold_expires_at,omitempty"`
+	// HoldRefundOn lists, for an opened hold, the outcomes its rules ask
+	// to settle at 0 (their option refund_on): "5xx", "timeout".
+	HoldRefundOn []string `json:"hold_refund_on,omitempty"`
+	// LeaseID names the lease an admitted check took on its concurrency
+	// rules, to renew while the request runs and release when it ends;
+	// LeaseExpiresAt is when its first slot is freed unless renewed (RFC
+	// 3339, UTC, ms). Both are empty when no slot was taken.
+	LeaseID        string `json:"lease_id,omitempty"`
+	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
 	// Credits is the tenant's prepaid balance, when its plan draws on
 	// credits and the store decided.
 	Credits *CreditsResult `json:"credits,omitempty"`
@@ -159,7 +171,10 @@ type Checker struct {
 	breaker *breaker.Breaker
 	// settler settles holds on the store itself (nil when it cannot):
 	// settlements are not decisions, so no breaker stands in for them.
-	settler    limiter.Settler
+	settler limiter.Settler
+	// leaser renews and releases the leases of concurrency rules (nil
+	// when the store cannot).
+	leaser     limiter.Leaser
 	prefix     string
 	timeout    time.Duration
 	recorder   Recorder
@@ -272,6 +287,7 @@ func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig)
 		bc.Log = c.log
 	}
 	c.settler, _ = store.(limiter.Settler)
+	c.leaser, _ = store.(limiter.Leaser)
 	c.breaker = breaker.New(store, bc)
 	c.store = c.breaker
 	c.metrics.watchBreaker(c.breaker)
@@ -318,8 +334,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		batch.Credits = c.creditsFor(hot, creditKeys)
 	}
 	var holdID string
-	if r.Hold && !r.DryRun && c.settler != nil {
+	if (r.Hold || r.AutoHold && asksHold(matched)) && !r.DryRun && c.settler != nil {
 		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
+	}
+	var leaseID string
+	if batch.TakesLease() {
+		batch.Lease, leaseID = c.leaseFor(holdID, reqs, r, &d)
 	}
 	out, err := c.decide(ctx, batch)
 	if err != nil {
@@ -331,7 +351,13 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	}
 	if out.Admitted && batch.Hold != nil {
 		expires := time.UnixMicro(out.NowUS + batch.Hold.TTLUS).UTC()
-		d.HoldID, d.HoldExpiresAt = holdID, expires.Format("2006-01-02T15:04:05.000Z07:00")
+		d.HoldID, d.HoldExpiresAt = holdID, expires.Format(timeFormat)
+		d.HoldRefundOn = refundOn(matched)
+	}
+	if out.Admitted && batch.Lease != nil {
+		if ttl := leasedTTL(reqs, out.Results); ttl > 0 {
+			d.LeaseID, d.LeaseExpiresAt = leaseID, time.UnixMicro(out.NowUS+ttl).UTC().Format(timeFormat)
+		}
 	}
 	return c.decided(d, r, matched, out, who.tenant), nil
 }

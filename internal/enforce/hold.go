@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -56,8 +57,14 @@ func parseHoldID(id string) (holdRef, bool) {
 
 // holdKey returns the key of hold id's record, beside its states.
 func (c *Checker) holdKey(tag byte, id string) string {
+	return c.recordKey(tag, 'h', id)
+}
+
+// recordKey returns the key of the record of kind ('h' a hold, 'l' a
+// lease) that id names, under hash tag tag.
+func (c *Checker) recordKey(tag, kind byte, id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return c.prefix + "{" + string(tag) + "}h" + hex.EncodeToString(sum[:16])
+	return c.prefix + "{" + string(tag) + "}" + string(kind) + hex.EncodeToString(sum[:16])
 }
 
 // holdFor returns the limiter hold of a check of r over the matched rules
@@ -86,6 +93,32 @@ func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Re
 	tag := key[len(c.prefix)+1]
 	id := newHoldID(tag, d, r)
 	return &limiter.Hold{ID: id, Key: c.holdKey(tag, id), TTLUS: ttlS * limiter.SecondUS, ChargeOnExpiry: charge}, id
+}
+
+// asksHold reports whether a matched rule asks for holds (option hold).
+func asksHold(matched []*snapshot.Rule) bool {
+	for _, rule := range matched {
+		if rule.Options.Hold {
+			return true
+		}
+	}
+	return false
+}
+
+// refundOn returns the outcomes the matched rules ask a hold to be
+// settled at 0 on (option refund_on), each once, in plans.RefundOutcomes'
+// order; nil when none.
+func refundOn(matched []*snapshot.Rule) []string {
+	var out []string
+	for _, o := range plans.RefundOutcomes {
+		for _, rule := range matched {
+			if slices.Contains(rule.Options.RefundOn, o) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Settlement is the answer to a settle (the body of a 200 from
@@ -158,9 +191,14 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 
 // recordSettled counts the units a hold finally counts, at its settlement.
 func (c *Checker) recordSettled(ref holdRef, st limiter.Settlement) {
+	expired := st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged
+	reason := tollgate.ReasonOK
+	if expired {
+		reason = tollgate.ReasonHoldExpired
+	}
 	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
-		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: tollgate.ReasonOK,
-		Hold: tollgate.HoldSettled, Expired: st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged})
+		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: reason,
+		Hold: tollgate.HoldSettled, Expired: expired})
 }
 
 // ExpireHolds expires the holds past their expiry, up to max, as each

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -40,6 +41,10 @@ type DelivererConfig struct {
 	Metrics *Metrics
 	// Random returns numbers in [0, 1) for the retries' jitter.
 	Random func() float64
+	// SecretKeys open the endpoints' sealed secrets (TOLLGATE_SECRET_KEY
+	// and its previous keys). A secret that cannot be opened fails the
+	// attempt, which is retried.
+	SecretKeys *auth.SecretKeys
 }
 
 // Deliverer sends due deliveries. Any number of deliverers, in any
@@ -252,7 +257,14 @@ func (d *Deliverer) send(ctx context.Context, c claimed) result {
 		res.err = "encode: " + err.Error()
 		return res
 	}
-	sig, err := Signature(c.event.ID, res.at, body, c.secrets...)
+	secrets := make([]string, len(c.secrets))
+	for i, stored := range c.secrets {
+		if secrets[i], _, err = openSecret(d.cfg.SecretKeys, c.endpoint, stored); err != nil {
+			res.err = err.Error()
+			return res
+		}
+	}
+	sig, err := Signature(c.event.ID, res.at, body, secrets...)
 	if err != nil {
 		res.err = err.Error()
 		return res

@@ -16,11 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
 
 // TestReceiverDownThreeDays: a receiver that fails every request for 3
@@ -103,7 +107,7 @@ func TestScheduleLastsThreeDays(t *testing.T) {
 // for 5 days is disabled, and webhook_endpoint.disabled reaches the
 // operators' other endpoints.
 func TestEndpointDisabledAfterFiveDays(t *testing.T) {
-	db, acme, _ := setup(t)
+	db, acme, globex := setup(t)
 	clk := newClock()
 	down := newReceiver(t, func() int { return 500 })
 	watcher := newReceiver(t, nil)
@@ -112,17 +116,38 @@ func TestEndpointDisabledAfterFiveDays(t *testing.T) {
 	endpoint(t, ops, "", watcher.URL, events.EndpointInput{EventTypes: []string{events.WebhookEndpointDisabled}})
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate})
 	start := clk.Now()
+	es := events.NewStore(db)
+	troubled := func(scope string) []events.Endpoint {
+		t.Helper()
+		list, err := es.Troubled(context.Background(), scope)
+		testenv.Must(t, err)
+		return list
+	}
 	for day := range 7 {
 		at := start.Add(time.Duration(day) * 24 * time.Hour)
 		drain(t, db, d, clk, at)
 		clk.Set(at)
 		emit(t, db, events.KeyRevoked, acme.ID, at)
+		if day == 2 {
+			// Failing, not yet disabled: the notice says when it will be.
+			list := troubled(acme.ID)
+			if len(list) != 1 || list[0].DisabledAt != nil || list[0].DisablesAt == nil ||
+				!list[0].DisablesAt.Equal(list[0].FailingSince.Add(events.DisableAfter)) {
+				t.Fatalf("troubled endpoints on day 2: %+v, want the failing one with disables_at", list)
+			}
+		}
 	}
 	drain(t, db, d, clk, start.Add(12*24*time.Hour))
-	got, err := events.NewStore(db).Endpoint(context.Background(), "", ep.Endpoint.ID)
+	got, err := es.Endpoint(context.Background(), "", ep.Endpoint.ID)
 	testenv.Must(t, err)
 	if got.DisabledAt == nil || got.DisabledReason != "failing" {
 		t.Fatalf("endpoint failing for days: disabled_at %v reason %q, want disabled for failing", got.DisabledAt, got.DisabledReason)
+	}
+	if list := troubled(""); len(list) != 1 || list[0].ID != ep.Endpoint.ID || list[0].DisabledReason != "failing" || list[0].DisablesAt != nil {
+		t.Errorf("troubled endpoints after the disabling: %+v, want the disabled one", list)
+	}
+	if list := troubled(globex.ID); len(list) != 0 {
+		t.Errorf("another tenant's troubled endpoints: %+v, want none", list)
 	}
 	if d := got.DisabledAt.Sub(*got.FailingSince); d < events.DisableAfter || d > events.DisableAfter+13*time.Hour {
 		t.Errorf("disabled %v after it began failing, want about %v", d, events.DisableAfter)
@@ -192,17 +217,28 @@ func TestTwoDeliverersNeverSendTwice(t *testing.T) {
 // TestSignatureVerifiedIndependently: what the deliverer signs verifies
 // with a from-scratch Standard Webhooks verifier and with openssl, with
 // both secrets during a rotation's overlap and the new one alone after.
+// Both secrets are stored sealed meanwhile.
 func TestSignatureVerifiedIndependently(t *testing.T) {
 	db, acme, _ := setup(t)
 	clk := newClock()
 	rcv := newReceiver(t, nil)
-	ops := events.NewOps(db, clk.Now, allowPrivate)
+	keys := testkeys.SecretKeys(t)
+	ops := events.NewOps(db, clk.Now, allowPrivate).WithSecretKeys(keys)
 	ep := endpoint(t, ops, acme.ID, rcv.URL, events.EndpointInput{})
-	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate})
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: keys})
 	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
 	drain(t, db, d, clk, clk.Now().Add(time.Hour))
 	rotated, err := ops.RotateSecret(context.Background(), audit.CLI, acme.ID, ep.Endpoint.ID)
 	testenv.Must(t, err)
+	stored := storedSecrets(t, db, ep.Endpoint.ID)
+	for _, v := range stored {
+		if !strings.HasPrefix(v, "sealed:") || strings.Contains(v, "whsec_") {
+			t.Errorf("stored secret %.20s… is not sealed", v)
+		}
+	}
+	if len(stored) != 2 {
+		t.Errorf("stored secrets %d after a rotation, want 2 (current and previous)", len(stored))
+	}
 	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
 	drain(t, db, d, clk, clk.Now().Add(time.Hour))
 	clk.Set(clk.Now().Add(events.RotationOverlap + time.Minute))
@@ -319,5 +355,85 @@ func TestLifecycleEvents(t *testing.T) {
 	testenv.Must(t, json.Unmarshal(list.Items[2].Data.(json.RawMessage), &data))
 	if data.KeyID != k2.ID || data.NewKeyID != rotated.Key.ID {
 		t.Errorf("key.rotated data %+v, want key %s replaced by %s", data, k2.ID, rotated.Key.ID)
+	}
+}
+
+// storedSecrets returns what is stored of endpoint id's secrets: the
+// current one and the previous one when there is one.
+func storedSecrets(t *testing.T, db *pgxpool.Pool, id string) []string {
+	t.Helper()
+	var secret string
+	var previous *string
+	testenv.Must(t, db.QueryRow(context.Background(), `SELECT secret, previous_secret FROM webhook_endpoints WHERE id = $1`,
+		id).Scan(&secret, &previous))
+	if previous == nil {
+		return []string{secret}
+	}
+	return []string{secret, *previous}
+}
+
+// TestSecretsSealedAtRest: a secret stored in the clear by an earlier
+// version still signs, is sealed by SealSecrets (once), and after the
+// secret key is rotated (the old one kept as previous) is sealed again
+// with the new key; deliveries verify with the original secret
+// throughout, and fail (to be retried) without the key.
+func TestSecretsSealedAtRest(t *testing.T) {
+	db, acme, _ := setup(t)
+	ctx := context.Background()
+	clk := newClock()
+	rcv := newReceiver(t, nil)
+	plain := events.NewOps(db, clk.Now, allowPrivate) // no keys: an earlier version's clear secret
+	ep := endpoint(t, plain, acme.ID, rcv.URL, events.EndpointInput{})
+	if got := storedSecrets(t, db, ep.Endpoint.ID); got[0] != ep.Secret {
+		t.Fatalf("without keys the secret is stored as %.20s…, want in the clear", got[0])
+	}
+	oldKey := testkeys.SecretKeys(t)
+	deliverWith := func(keys *auth.SecretKeys) {
+		t.Helper()
+		emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
+		d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: keys})
+		drain(t, db, d, clk, clk.Now().Add(time.Minute))
+	}
+	deliverWith(oldKey)
+	seal := func(keys *auth.SecretKeys, want int) {
+		t.Helper()
+		n, err := events.SealSecrets(ctx, db, keys)
+		testenv.Must(t, err)
+		if n != want {
+			t.Errorf("SealSecrets sealed %d endpoints, want %d", n, want)
+		}
+		if got := storedSecrets(t, db, ep.Endpoint.ID)[0]; !strings.HasPrefix(got, "sealed:") {
+			t.Errorf("stored secret %.20s… after SealSecrets", got)
+		}
+	}
+	seal(oldKey, 1)
+	seal(oldKey, 0)
+	deliverWith(oldKey)
+	newKey, err := auth.ParseSecretKeys(auth.GenerateSecretKey(), testenv.SecretKey)
+	testenv.Must(t, err)
+	deliverWith(newKey) // opened with the previous key
+	seal(newKey, 1)
+	deliverWith(newKey)
+	onlyNew, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
+	testenv.Must(t, err)
+	before := len(rcv.requests())
+	emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: onlyNew})
+	n, err := d.DeliverDue(ctx)
+	testenv.Must(t, err)
+	var errText string
+	testenv.Must(t, db.QueryRow(ctx, `SELECT error FROM webhook_attempts ORDER BY id DESC LIMIT 1`).Scan(&errText))
+	if n != 1 || len(rcv.requests()) != before || !strings.Contains(errText, "open the secret") {
+		t.Errorf("without the sealing key: %d attempts, %d requests sent, error %q; want 1 failed attempt, none sent",
+			n, len(rcv.requests())-before, errText)
+	}
+	reqs := rcv.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	for i, r := range reqs {
+		if !verify(ep.Secret, r) {
+			t.Errorf("request %d does not verify with the endpoint's secret", i)
+		}
 	}
 }

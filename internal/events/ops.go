@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
@@ -25,6 +26,7 @@ type Ops struct {
 	db    postgres.Conn
 	now   func() time.Time
 	guard Guard
+	keys  *auth.SecretKeys
 }
 
 // NewOps returns the endpoint operations on db (a pool), with the clock
@@ -34,6 +36,24 @@ func NewOps(db postgres.Conn, now func() time.Time, guard Guard) *Ops {
 		now = time.Now
 	}
 	return &Ops{db: db, now: now, guard: guard}
+}
+
+// WithSecretKeys returns the operations sealing endpoint secrets with
+// keys (TOLLGATE_SECRET_KEY). Without keys, secrets are stored in the
+// clear, as an earlier version did, until SealSecrets seals them.
+func (o *Ops) WithSecretKeys(keys *auth.SecretKeys) *Ops {
+	c := *o
+	c.keys = keys
+	return &c
+}
+
+// storedSecret is what is stored of endpoint id's secret: sealed when the
+// operations have keys.
+func (o *Ops) storedSecret(id, secret string) (string, error) {
+	if o.keys == nil {
+		return secret, nil
+	}
+	return sealSecret(o.keys, id, secret)
 }
 
 // RotationOverlap is how long the previous secret keeps signing after a
@@ -114,10 +134,18 @@ func (o *Ops) CreateEndpoint(ctx context.Context, by audit.Actor, owner string, 
 			if known != len(in.TenantIDs) {
 				return Endpoint{}, tollgate.Invalid(map[string]string{"tenant_ids": "names a tenant that does not exist"})
 			}
+			var id string
+			if err := tx.QueryRow(ctx, `SELECT gen_random_uuid()::text`).Scan(&id); err != nil {
+				return Endpoint{}, fmt.Errorf("events: create endpoint: %w", err)
+			}
+			stored, err := o.storedSecret(id, res.Secret)
+			if err != nil {
+				return Endpoint{}, err
+			}
 			e, err := scanEndpoint(tx.QueryRow(ctx, `INSERT INTO webhook_endpoints
-				(owner_tenant_id, url, description, event_types, tenant_ids, secret, created_at)
-				VALUES ($1, $2, $3, $4, $5::uuid[], $6, $7) RETURNING `+endpointColumns,
-				optional(owner), in.URL, in.Description, in.EventTypes, in.TenantIDs, res.Secret, o.now()))
+				(id, owner_tenant_id, url, description, event_types, tenant_ids, secret, created_at)
+				VALUES ($8::uuid, $1, $2, $3, $4, $5::uuid[], $6, $7) RETURNING `+endpointColumns,
+				optional(owner), in.URL, in.Description, in.EventTypes, in.TenantIDs, stored, o.now(), id))
 			if err != nil {
 				return Endpoint{}, fmt.Errorf("events: create endpoint: %w", postgres.Translate(err))
 			}
@@ -130,9 +158,14 @@ func (o *Ops) CreateEndpoint(ctx context.Context, by audit.Actor, owner string, 
 // the previous one keeps signing, beside it, for RotationOverlap.
 func (o *Ops) RotateSecret(ctx context.Context, by audit.Actor, scope, id string) (IssuedEndpoint, error) {
 	res := IssuedEndpoint{Secret: NewSecret()}
-	var err error
+	stored, err := o.storedSecret(id, res.Secret)
+	if err != nil {
+		return IssuedEndpoint{}, err
+	}
+	// The secret moves to previous_secret as stored: both are sealed for
+	// the endpoint, whichever column holds them.
 	res.Endpoint, err = o.update(ctx, by, scope, id, "webhook_endpoint.rotate", `previous_secret = secret,
-		previous_secret_until = $3, secret = $4`, o.now().Add(RotationOverlap), res.Secret)
+		previous_secret_until = $3, secret = $4`, o.now().Add(RotationOverlap), stored)
 	return res, err
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
@@ -37,6 +38,11 @@ type Endpoint struct {
 	// FailingSince is when its attempts began failing; null while the
 	// latest succeeded.
 	FailingSince *time.Time `json:"failing_since"`
+	// DisablesAt is when an enabled endpoint that is failing will be
+	// disabled if no attempt succeeds before (FailingSince +
+	// DisableAfter); null otherwise. With DisabledReason "failing" it is
+	// what the console's notices show (Store.Troubled).
+	DisablesAt *time.Time `json:"disables_at"`
 	// PreviousSecretUntil is when the secret before the latest rotation
 	// stops signing; null when there is none.
 	PreviousSecretUntil *time.Time `json:"previous_secret_until"`
@@ -97,7 +103,16 @@ type Attempt struct {
 // is "" for an operator (everything) or a tenant's ID: that tenant's
 // endpoints and events only — another tenant's are ENOTFOUND.
 type Store struct {
-	db postgres.Conn
+	db   postgres.Conn
+	keys *auth.SecretKeys
+}
+
+// WithSecretKeys returns the store sealing the secrets of the endpoints
+// it makes (EnsureEndpoint) with keys.
+func (s *Store) WithSecretKeys(keys *auth.SecretKeys) *Store {
+	c := *s
+	c.keys = keys
+	return &c
 }
 
 // NewStore returns a Store on db.
@@ -110,7 +125,33 @@ func scanEndpoint(r pgx.Row) (Endpoint, error) {
 	var e Endpoint
 	err := r.Scan(&e.ID, &e.TenantID, &e.URL, &e.Description, &e.EventTypes, &e.TenantIDs, &e.DisabledAt,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretUntil, &e.CreatedAt)
+	if e.DisabledAt == nil && e.FailingSince != nil {
+		at := e.FailingSince.Add(DisableAfter)
+		e.DisablesAt = &at
+	}
 	return e, err
+}
+
+// troubledLimit bounds Troubled's list.
+const troubledLimit = 100
+
+// Troubled returns the endpoints in scope that need a notice: those
+// disabled for failing (DisabledReason "failing"), newest first, then
+// those enabled and failing (DisablesAt set), soonest to be disabled
+// first; at most 100. The console shows them above its webhook pages.
+func (s *Store) Troubled(ctx context.Context, scope string) ([]Endpoint, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE ($1 = '' OR owner_tenant_id::text = $1)
+			AND (disabled_reason = 'failing' AND disabled_at IS NOT NULL OR disabled_at IS NULL AND failing_since IS NOT NULL)
+		ORDER BY disabled_at DESC NULLS LAST, failing_since, id LIMIT $2`, scope, troubledLimit)
+	if err != nil {
+		return nil, fmt.Errorf("events: troubled endpoints: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
+	if err != nil {
+		return nil, fmt.Errorf("events: troubled endpoints: %w", err)
+	}
+	return list, nil
 }
 
 // errEndpointNotFound answers an endpoint that does not exist, or is not
@@ -219,10 +260,21 @@ func (s *Store) Deliveries(ctx context.Context, scope, endpointID string, pr pag
 // receiving every event, unless owner has one to url already: the demo
 // seed's, which is idempotent.
 func (s *Store) EnsureEndpoint(ctx context.Context, owner, url, description string, now time.Time) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (owner_tenant_id, url, description, secret, created_at)
-		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (
+	var id string
+	if err := s.db.QueryRow(ctx, `SELECT gen_random_uuid()::text`).Scan(&id); err != nil {
+		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
+	}
+	secret := NewSecret()
+	if s.keys != nil {
+		var err error
+		if secret, err = sealSecret(s.keys, id, secret); err != nil {
+			return err
+		}
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO webhook_endpoints (id, owner_tenant_id, url, description, secret, created_at)
+		SELECT $6::uuid, $1, $2, $3, $4, $5 WHERE NOT EXISTS (
 			SELECT 1 FROM webhook_endpoints WHERE owner_tenant_id IS NOT DISTINCT FROM $1::uuid AND url = $2)`,
-		optional(owner), url, description, NewSecret(), now)
+		optional(owner), url, description, secret, now, id)
 	if err != nil {
 		return fmt.Errorf("events: ensure endpoint %s: %w", url, err)
 	}

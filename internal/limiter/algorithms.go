@@ -47,7 +47,8 @@ type decision struct {
 }
 
 // evaluate applies p to the stored state st (nil when absent) at now for
-// cost units. It is pure: the same inputs give the same decision, as in
+// cost units; a concurrency rule is decided on its leases instead
+// (evalConcurrency). It is pure: the same inputs give the same decision, as in
 // the Lua script.
 func evaluate(p Params, st *state, now, cost int64) decision {
 	switch p.Algorithm {

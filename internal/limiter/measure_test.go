@@ -36,17 +36,7 @@ func TestMeasure(t *testing.T) {
 	if os.Getenv("TOLLGATE_MEASURE") != "1" {
 		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
 	}
-	runs := 5
-	if v := os.Getenv("TOLLGATE_MEASURE_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TOLLGATE_MEASURE_RUNS=%q: want a positive integer", v)
-		}
-		runs = n
-	}
-	srv := testenv.StartRedisServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	c, runs := measureServer(t)
 	ctx := context.Background()
 	if err := redisstore.LoadScript(ctx, c); err != nil {
 		t.Fatal(err)
@@ -151,6 +141,144 @@ func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) 
 		}
 	}
 	return float64(n) / calls, usec / float64(n)
+}
+
+// TestMeasureLone, like TestMeasure a measurement tool (TOLLGATE_MEASURE=1;
+// 3 × TOLLGATE_MEASURE_RUNS runs), prints the Redis cost of a lone check
+// of each common shape through check.lua and through the lean scripts,
+// alternating, on a redis-server of its own:
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/ -run TestMeasureLone -v -count=1
+func TestMeasureLone(t *testing.T) {
+	if os.Getenv("TOLLGATE_MEASURE") != "1" {
+		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
+	}
+	c, runs := measureServer(t)
+	if err := redisstore.LoadScript(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	// Short runs, many of them: time taken from Redis by other work on
+	// the machine only ever adds, so the least of many runs is the
+	// closest to what the script itself costs; the median is beside it.
+	const checks = 1000
+	runs *= 3
+	t.Logf("%d CPUs, %d runs of %d checks each, check.lua and lean alternating; load average %s", runtime.NumCPU(), runs, checks,
+		loadAverage())
+	t.Log("| lone check, one connection (the pro plan's rules) | Redis script µs/check, check.lua: least (median) | lean | Redis process CPU µs/check, check.lua: least (median) | lean |")
+	t.Log("| --- | --- | --- | --- | --- |")
+	for _, shape := range loneShapes {
+		var scriptGeneral, scriptLean, cpuGeneral, cpuLean []float64
+		for range runs {
+			u, p := measureLone(t, c, shape.params, checks, true)
+			scriptGeneral, cpuGeneral = append(scriptGeneral, u), append(cpuGeneral, p)
+			u, p = measureLone(t, c, shape.params, checks, false)
+			scriptLean, cpuLean = append(scriptLean, u), append(cpuLean, p)
+		}
+		t.Logf("| %s | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) |", shape.name,
+			slices.Min(scriptGeneral), median(scriptGeneral), slices.Min(scriptLean), median(scriptLean),
+			slices.Min(cpuGeneral), median(cpuGeneral), slices.Min(cpuLean), median(cpuLean))
+	}
+}
+
+// measureServer starts a redis-server of the test's own and returns a
+// client of it and the runs to take the median of
+// (TOLLGATE_MEASURE_RUNS, default 5).
+func measureServer(t *testing.T) (*redis.Client, int) {
+	t.Helper()
+	runs := 5
+	if v := os.Getenv("TOLLGATE_MEASURE_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_MEASURE_RUNS=%q: want a positive integer", v)
+		}
+		runs = n
+	}
+	srv := testenv.StartRedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return c, runs
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// loneShapes are the common shapes of a check: the rules of the pro plan
+// that a GET matches (one GCRA rule) and that its search matches (GCRA and
+// a token bucket), each also with a monthly quota.
+var loneShapes = func() []struct {
+	name   string
+	params []Params
+} {
+	hourly := Params{Algorithm: GCRA, Limit: 5000, PeriodUS: HourUS, Burst: 5000}
+	search := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 10}
+	quota := Params{Algorithm: FixedWindow, Limit: 100_000, PeriodUS: 31 * DayUS, Burst: 100_000, Calendar: CalendarMonth}
+	return []struct {
+		name   string
+		params []Params
+	}{
+		{"GCRA", []Params{hourly}},
+		{"GCRA + token bucket", []Params{hourly, search}},
+		{"GCRA + monthly quota", []Params{hourly, quota}},
+		{"GCRA + token bucket + monthly quota", []Params{hourly, search, quota}},
+	}
+}()
+
+// measureLone runs n admitted checks of the rules ps, one at a time on one
+// connection, over 1000 callers, with Redis's clock, through check.lua
+// alone (general) or the lean path, and returns the Redis script µs and
+// the Redis process CPU µs per check.
+func measureLone(t *testing.T, c *redis.Client, ps []Params, n int, general bool) (scriptUS, cpuUS float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.New(c)
+	store.NoLean = general
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cpu0 := redisCPU(t, c)
+	for i := range n {
+		tag := fmt.Sprintf("tg:{%03d}", i%1000)
+		reqs := make([]Request, len(ps))
+		for j, p := range ps {
+			reqs[j] = Request{Key: tag + strconv.Itoa(j), Params: p}
+		}
+		out, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1, ReportState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out.Admitted {
+			t.Fatalf("check %d denied: %+v", i, out)
+		}
+	}
+	cpu := redisCPU(t, c) - cpu0
+	return evalshaUsecPerCall(t, c), cpu / float64(n)
+}
+
+// redisCPU returns Redis's process CPU so far (INFO cpu: system + user), µs.
+func redisCPU(t *testing.T, c *redis.Client) float64 {
+	t.Helper()
+	var sum float64
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := infoField(context.Background(), c, "cpu", field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += f
+	}
+	return sum * 1e6
 }
 
 // measureKey is shaped like a production state key of a per-key rule

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,6 +14,8 @@ type MemoryStore struct {
 	mu        sync.Mutex
 	entries   map[string]*memoryEntry
 	holds     map[string]*memoryHold
+	leases    map[string]*memoryLease
+	slots     map[string]memorySlots
 	now       func() int64
 	lastSweep int64
 	// credits holds the consumption counters and logs of prepaid
@@ -33,6 +36,7 @@ type memoryHold struct {
 	id                            string
 	estimate, expireAt, keepUntil int64 // µs
 	chargeOnExpiry                bool
+	lease                         string // the lease the check took, released at settlement
 	status                        HoldStatus
 	cost                          int64
 	rules                         []heldRule
@@ -60,8 +64,8 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
-	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, now: now,
-		credits: map[string]*memoryCredits{}}
+	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{},
+		slots: map[string]memorySlots{}, now: now, credits: map[string]*memoryCredits{}}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -70,10 +74,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	if err := b.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	now := b.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(b.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
@@ -85,7 +86,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 	}
 	decisions = decisions[:len(b.Requests)]
 	for i, r := range b.Requests {
-		d := evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		var d decision
+		if r.Params.Algorithm == Concurrency {
+			d = evalConcurrency(r.Params, s.liveSlots(r.Key, now), now, b.Cost)
+		} else {
+			d = evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
+		}
 		decisions[i] = d
 		out.Results[i] = d.Result
 		if !d.Allowed && !r.Shadow {
@@ -108,8 +114,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		out.Credits.Drawn, out.Credits.Overage = 0, 0
 		return out, nil
 	}
+	leased := b.TakesLease() && s.takeLease(b, decisions, now)
 	if b.Hold != nil {
 		s.openHold(b, decisions, now, out.Credits)
+		if leased {
+			s.holds[b.Hold.Key].lease = b.Lease.Key
+		}
 	}
 	if b.Credits != nil {
 		out.Credits.Balance = s.draw(b.Credits, out.Credits.Drawn, out.Credits.Overage, now, holdID(b.Hold))
@@ -120,6 +130,14 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// at returns nowUS, or the store's clock when nowUS is not > 0.
+func (s *MemoryStore) at(nowUS int64) int64 {
+	if nowUS > 0 {
+		return nowUS
+	}
+	return s.now()
 }
 
 // put stores st under key with a time to live of ttl µs (0: forever; -1:
@@ -177,10 +195,7 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	if err := req.Validate(); err != nil {
 		return Settlement{}, err
 	}
-	now := req.NowUS
-	if now <= 0 {
-		now = s.now()
-	}
+	now := s.at(req.NowUS)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.holds[req.Key]
@@ -207,6 +222,9 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		units, over := settleCredits(c.Line, c.Overdraft, s.consumed(c), h.drawn, h.overage, cost-h.estimate)
 		h.drawn, h.overage = h.drawn+units, h.overage+over
 		s.draw(c, units, over, now, h.id)
+	}
+	if status == HoldSettled && h.lease != "" {
+		s.releaseLocked(h.lease, now)
 	}
 	h.status, h.cost = status, cost
 	out.Cost, out.Status = cost, status
@@ -376,6 +394,16 @@ func (s *MemoryStore) sweep(now int64) {
 	for k, h := range s.holds {
 		if now >= h.keepUntil {
 			delete(s.holds, k)
+		}
+	}
+	for k, e := range s.slots {
+		if now >= e.expireAt {
+			delete(s.slots, k)
+		}
+	}
+	for k, l := range s.leases {
+		if exps, _ := s.leaseExpiries(l, k, now); slices.Max(exps) <= now {
+			delete(s.leases, k)
 		}
 	}
 }

@@ -19,16 +19,19 @@ const (
 	FixedWindow          Algorithm = "fixed_window"
 	SlidingWindowLog     Algorithm = "sliding_window_log"
 	SlidingWindowCounter Algorithm = "sliding_window_counter"
+	// Concurrency limits requests in flight: Limit at once, each holding
+	// a lease for PeriodUS unless renewed or released (see lease.go).
+	Concurrency Algorithm = "concurrency"
 )
 
 // Algorithms lists every algorithm in documentation order (for forms and
 // messages; the Redis store's wire codes do not depend on it).
-var Algorithms = []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
+var Algorithms = []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, Concurrency}
 
 // Valid reports whether a is a known algorithm.
 func (a Algorithm) Valid() bool {
 	switch a {
-	case GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter:
+	case GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, Concurrency:
 		return true
 	}
 	return false
@@ -67,7 +70,8 @@ type Params struct {
 	// Limit units are allowed per Period.
 	Limit int64
 	// PeriodUS is the period in microseconds. For calendar windows it is
-	// ignored in favour of the calendar unit.
+	// ignored in favour of the calendar unit; for concurrency it is a
+	// lease's time to live.
 	PeriodUS int64
 	// Burst is the units allowed at once (GCRA), the bucket capacity (token
 	// and leaky bucket). Zero means Limit.
@@ -152,6 +156,13 @@ func (p Params) Validate() map[string]string {
 	case SlidingWindowCounter:
 		if mulOverflows(p.Limit, period) {
 			f["limit"] = "limit × period (µs) must stay below 2^53"
+		}
+	case Concurrency:
+		if p.PeriodUS > MaxLeaseTTLUS {
+			f["period"] = "is the lease's time to live: at most 1 hour (renew longer requests)"
+		}
+		if p.Limit > MaxConcurrency {
+			f["limit"] = fmt.Sprintf("must be at most %d requests in flight", MaxConcurrency)
 		}
 	case SlidingWindowLog:
 		// One log entry per admitted unit: the state, and the script's

@@ -34,6 +34,9 @@ type Batch struct {
 	// Hold, when set on a batch that is not a dry run, makes Cost an
 	// estimate: an admitted check also opens the hold (see Hold).
 	Hold *Hold
+	// Lease names the lease an admitted check takes on its concurrency
+	// rules; required when the batch TakesLease, ignored otherwise.
+	Lease *Lease
 	// Credits, when set, draws Cost on a prepaid balance, all-or-nothing
 	// with the rules (see Credits). A batch with credits may have no
 	// requests.
@@ -84,9 +87,8 @@ var ErrNegativeCost = errors.New("limiter: negative cost")
 // positive time to live.
 var ErrBadHold = errors.New("limiter: hold needs a key, a positive TTL and no dry run")
 
-// Validate returns ErrEmptyBatch, ErrNegativeCost, ErrBadHold or
-// ErrBadCredits for a batch no store
-// can decide, and nil otherwise.
+// Validate returns ErrEmptyBatch, ErrNegativeCost, ErrBadHold, ErrBadLease
+// or ErrBadCredits for a batch no store can decide, and nil otherwise.
 func (b Batch) Validate() error {
 	switch {
 	case len(b.Requests) == 0 && b.Credits == nil:
@@ -95,6 +97,8 @@ func (b Batch) Validate() error {
 		return ErrNegativeCost
 	case b.Hold != nil && (b.DryRun || b.Hold.TTLUS <= 0 || b.Hold.Key == ""):
 		return ErrBadHold
+	case (b.Lease == nil || b.Lease.Key == "") && b.TakesLease():
+		return ErrBadLease
 	}
 	return b.Credits.validate()
 }

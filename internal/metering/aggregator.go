@@ -151,6 +151,9 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 		c.Allowed = 1 // its units count when it is settled
 	case ev.Hold == tollgate.HoldSettled:
 		c.AllowedUnits = ev.Cost
+		if ev.Expired {
+			c.ExpiredHolds = 1
+		}
 	case ev.Allowed:
 		c.Allowed, c.AllowedUnits = 1, ev.Cost
 	default:

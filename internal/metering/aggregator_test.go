@@ -329,7 +329,7 @@ func TestAggregatorCountsHoldsAtSettlement(t *testing.T) {
 	for _, r := range p.batches[0].Rows {
 		sum.Add(r.Counts)
 	}
-	if want := (Counts{Allowed: 1, AllowedUnits: 320}); sum != want {
+	if want := (Counts{Allowed: 1, AllowedUnits: 320, ExpiredHolds: 1}); sum != want {
 		t.Errorf("counted %+v, want %+v", sum, want)
 	}
 }

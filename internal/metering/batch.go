@@ -91,6 +91,10 @@ type Counts struct {
 	Denied       int64 `json:"denied"`
 	AllowedUnits int64 `json:"allowed_units"`
 	DeniedUnits  int64 `json:"denied_units"`
+	// ExpiredHolds counts holds that expired unsettled (their units, 0
+	// when refunded, are in AllowedUnits under the reason hold_expired);
+	// kept in the tenant rollups, not in the totals or late usage.
+	ExpiredHolds int64 `json:"expired_holds,omitempty"`
 }
 
 // Add adds o to c.
@@ -99,6 +103,7 @@ func (c *Counts) Add(o Counts) {
 	c.Denied += o.Denied
 	c.AllowedUnits += o.AllowedUnits
 	c.DeniedUnits += o.DeniedUnits
+	c.ExpiredHolds += o.ExpiredHolds
 }
 
 // Decisions returns allowed + denied.
@@ -196,10 +201,11 @@ func validMinute(m int64) error {
 const maxRowCount = 1 << 40
 
 func validCounts(c Counts) error {
-	if c.Allowed < 0 || c.Denied < 0 || c.AllowedUnits < 0 || c.DeniedUnits < 0 {
+	if c.Allowed < 0 || c.Denied < 0 || c.AllowedUnits < 0 || c.DeniedUnits < 0 || c.ExpiredHolds < 0 {
 		return fmt.Errorf("negative counts")
 	}
-	if c.Allowed > maxRowCount || c.Denied > maxRowCount || c.AllowedUnits > maxRowCount || c.DeniedUnits > maxRowCount {
+	if c.Allowed > maxRowCount || c.Denied > maxRowCount || c.AllowedUnits > maxRowCount || c.DeniedUnits > maxRowCount ||
+		c.ExpiredHolds > maxRowCount {
 		return fmt.Errorf("counts above %d in one row", int64(maxRowCount))
 	}
 	return nil

@@ -4,7 +4,11 @@ import "github.com/tollgate/tollgate/internal/limiter"
 
 // DemoPlans are the plans `admin seed demo` creates: GitHub-style hourly
 // limits per tier and a search burst limit on pro, and GitHub-style
-// routes that name their usage. Prices are in cents.
+// routes that name their usage; and llm, an AI-style API priced in
+// tokens: a tokens-per-minute rule checked with holds (an estimate such
+// as max_tokens, settled at the tokens produced, refunded when the
+// upstream fails) and at most 4 requests in flight per key. Prices are
+// in cents.
 func DemoPlans() []Plan {
 	public := []string{"GET /repos", "GET /repos/{owner}/{repo}", "GET /users", "GET /users/{user}", "GET /orgs",
 		"GET /orgs/{org}"}
@@ -27,6 +31,18 @@ func DemoPlans() []Plan {
 					Resource: "POST /v1/search", Scope: ScopeKey, Mode: ModeEnforce, FailureMode: FailOpen},
 			},
 			Routes: keyed},
+		{Name: "llm", DisplayName: "LLM API (tokens)", Currency: "USD", BaseFeeMinor: 2900, IncludedUnits: 10_000_000,
+			Tiers: []PriceTier{{UpTo: ptr(int64(90_000_000)), UnitMinor: 0}, {UnitMinor: 1}},
+			Rules: []Rule{
+				{Name: "tokens", Algorithm: limiter.GCRA, Limit: 100_000, PeriodUS: limiter.MinuteUS, Burst: 100_000,
+					Resource: "POST /v1/complete", Scope: ScopeKey, Mode: ModeEnforce, FailureMode: FailOpen,
+					Options: Options{Hold: true, HoldTTLS: 300, RefundOn: []string{"5xx", "timeout"}}},
+				{Name: "inflight", Algorithm: limiter.Concurrency, Limit: 4, PeriodUS: 30 * limiter.SecondUS,
+					Resource: "POST /v1/complete", Scope: ScopeKey, Mode: ModeEnforce, FailureMode: FailOpen},
+				{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS, Burst: 1000,
+					Resource: "GET /*", Scope: ScopeKey, Mode: ModeEnforce, FailureMode: FailOpen},
+			},
+			Routes: []string{"POST /v1/complete", "GET /v1/models"}},
 		{Name: "enterprise", DisplayName: "Enterprise", Currency: "USD", BaseFeeMinor: 49900,
 			IncludedUnits: 1_000_000, Tiers: []PriceTier{{UpTo: ptr(int64(1_000_000)), UnitMinor: 1}, {UnitMinor: 0}},
 			Rules: []Rule{hourly(15000, ScopeTenant)}, Routes: keyed},

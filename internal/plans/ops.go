@@ -88,6 +88,22 @@ func (o *Ops) SetRoutes(ctx context.Context, by audit.Actor, id int64, routes []
 		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetRoutes(ctx, id, routes) })
 }
 
+// PutRule adds rule to plan id, or replaces the rule of the same name in
+// place (plan.rule), and changes nothing else: checks see it within a
+// second. An invalid rule is EINVALID naming "rules[k].field"; an unknown
+// plan is ENOTFOUND.
+func (o *Ops) PutRule(ctx context.Context, by audit.Actor, id int64, rule Rule) (Plan, error) {
+	return audit.Update(ctx, o.db, by, "plan.rule", PlanAudit, o.get(ctx, id),
+		func(tx pgx.Tx, p Plan) (Plan, error) {
+			p.Rules = MergeRules(p.Rules, []Rule{rule})
+			p = p.WithDefaults()
+			if err := p.Validate(); err != nil {
+				return Plan{}, err
+			}
+			return NewStore(tx).Update(ctx, id, p)
+		})
+}
+
 // SetArchived archives plan id (plan.archive) or brings it back
 // (plan.unarchive).
 func (o *Ops) SetArchived(ctx context.Context, by audit.Actor, id int64, archived bool) (Plan, error) {

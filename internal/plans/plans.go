@@ -5,6 +5,7 @@ package plans
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +75,16 @@ type Options struct {
 	// "refund" (default) gives the estimate back, "charge" keeps it. A
 	// check matching several rules charges when any of them says so.
 	HoldExpiry string `json:"hold_expiry,omitempty"`
+	// RefundOn lists the outcomes of a held request that the SDK's
+	// middleware settles at 0 whatever the handler reported: "5xx" (a
+	// response status of 500 or more) and "timeout" (the request's
+	// context ended first). The check's answer carries the union over
+	// its rules (hold_refund_on).
+	RefundOn []string `json:"refund_on,omitempty"`
 }
+
+// RefundOutcomes are the values of Options.RefundOn.
+var RefundOutcomes = []string{"5xx", "timeout"}
 
 // MaxHoldTTLS is the longest a hold stays open (24 h); DefaultHoldTTLS
 // its default (5 min).
@@ -179,6 +189,11 @@ func (r Rule) Validate(prefix string, f map[string]string) {
 	}
 	if e := r.Options.HoldExpiry; e != "" && e != "refund" && e != "charge" {
 		f[prefix+"options.hold_expiry"] = "must be refund or charge"
+	}
+	for i, o := range r.Options.RefundOn {
+		if !slices.Contains(RefundOutcomes, o) || slices.Index(r.Options.RefundOn, o) != i {
+			f[prefix+"options.refund_on"] = "must list distinct outcomes of 5xx and timeout"
+		}
 	}
 	if err := ValidatePattern(r.Resource); err != "" {
 		f[prefix+"resource"] = err

@@ -79,3 +79,31 @@ func TestValidateChangesNothing(t *testing.T) {
 		t.Errorf("WithDefaults: %+v (original %+v)", d, p)
 	}
 }
+
+// TestValidateConcurrencyAndRefundOn: a concurrency rule takes a lease
+// TTL of at most an hour as its period; refund_on lists distinct known
+// outcomes.
+func TestValidateConcurrencyAndRefundOn(t *testing.T) {
+	rule := func(r Rule) map[string]string {
+		f := map[string]string{}
+		r.WithDefaults().Validate("", f)
+		return f
+	}
+	if f := rule(Rule{Name: "inflight", Algorithm: limiter.Concurrency, Limit: 4, PeriodUS: 30 * limiter.SecondUS}); len(f) != 0 {
+		t.Errorf("a valid concurrency rule: %v", f)
+	}
+	if f := rule(Rule{Name: "inflight", Algorithm: limiter.Concurrency, Limit: 4, PeriodUS: 2 * limiter.HourUS}); f["period_us"] == "" {
+		t.Errorf("a lease TTL of 2 h: %v, want period_us named", f)
+	}
+	if f := rule(Rule{Name: "inflight", Algorithm: limiter.Concurrency, PeriodUS: limiter.SecondUS}); f["limit"] == "" {
+		t.Errorf("no limit: %v, want limit named", f)
+	}
+	for _, refund := range [][]string{{"4xx"}, {"5xx", "5xx"}} {
+		if f := rule(Rule{Name: "t", Limit: 1, PeriodUS: limiter.SecondUS, Options: Options{RefundOn: refund}}); f["options.refund_on"] == "" {
+			t.Errorf("refund_on %v: %v, want options.refund_on named", refund, f)
+		}
+	}
+	if f := rule(Rule{Name: "t", Limit: 1, PeriodUS: limiter.SecondUS, Options: Options{RefundOn: []string{"timeout", "5xx"}}}); len(f) != 0 {
+		t.Errorf("refund_on timeout, 5xx: %v", f)
+	}
+}

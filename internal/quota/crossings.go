@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/plans"
 )
 
 // Event types (docs/usage.md, "Quota events").
@@ -143,12 +142,14 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 		return nil
 	}
 	month := monthOf(now)
-	rows, err := tx.Query(ctx, `SELECT t.id::text, p.included_units, p.quota_mode,
+	rows, err := tx.Query(ctx, `SELECT t.id::text, p.id, p.included_units, p.quota_mode,
 			coalesce(ts.thresholds, ps.thresholds, '[]'::jsonb),
 			coalesce((SELECT sum(u.allowed_units) FROM usage_month u
 				WHERE u.tenant_id = t.id AND u.bucket_start = $2), 0)::bigint,
 			coalesce((SELECT array_agg(c.units) FROM quota_crossings c WHERE c.tenant_id = t.id
-				AND c.month = $2 AND c.kind = 'threshold' AND c.resolved_at IS NULL), '{}')
+				AND c.month = $2 AND c.kind = 'threshold' AND c.resolved_at IS NULL), '{}'),
+			ps.spend_cap_default_minor, ps.spend_cap_max_minor, ts.spend_cap_minor,
+			coalesce((SELECT max(pc.effective_at) FROM tenant_plan_changes pc WHERE pc.tenant_id = t.id), t.created_at)
 		FROM tenants t JOIN plans p ON p.id = t.plan_id
 		LEFT JOIN quota_plan_settings ps ON ps.plan_id = t.plan_id
 		LEFT JOIN quota_tenant_settings ts ON ts.tenant_id = t.id
@@ -161,15 +162,16 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 		points   []int64
 		count    int64
 		unsolved []int64
+		forecastInput
 	}
 	var states []state
 	for rows.Next() {
 		var s state
-		var included int64
-		var mode plans.QuotaMode
 		var raw []byte
 		var ts []Threshold
-		if err := rows.Scan(&s.id, &included, &mode, &raw, &s.count, &s.unsolved); err != nil {
+		f := &s.forecastInput
+		if err := rows.Scan(&s.id, &f.planID, &f.included, &f.mode, &raw, &s.count, &s.unsolved,
+			&f.ps.SpendCapDefaultMinor, &f.ps.SpendCapMaxMinor, &f.ts.SpendCapMinor, &f.since); err != nil {
 			rows.Close()
 			return fmt.Errorf("quota: reconcile: %w", err)
 		}
@@ -177,7 +179,7 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 			rows.Close()
 			return fmt.Errorf("quota: reconcile: thresholds of tenant %s: %w", s.id, err)
 		}
-		s.points = Points(ts, included)
+		s.points = Points(ts, f.included)
 		states = append(states, s)
 	}
 	if err := rows.Err(); err != nil {
@@ -185,6 +187,9 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 	}
 	for _, s := range states {
 		if err := reconcileTenant(ctx, tx, s.id, month, s.points, s.count, s.unsolved, now); err != nil {
+			return err
+		}
+		if err := forecast(ctx, tx, s.id, s.forecastInput, s.count, now); err != nil {
 			return err
 		}
 	}

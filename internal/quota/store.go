@@ -80,6 +80,21 @@ func (s *Store) putPlan(ctx context.Context, ps PlanSettings) error {
 	return nil
 }
 
+// SeedPlan stores ps unless plan ps.PlanID has settings already: the demo
+// seed's, which leaves an operator's changes alone.
+func (s *Store) SeedPlan(ctx context.Context, ps PlanSettings) error {
+	raw, err := json.Marshal(ps.Thresholds)
+	if err == nil {
+		_, err = s.db.Exec(ctx, `INSERT INTO quota_plan_settings (plan_id, thresholds, spend_cap_default_minor, spend_cap_max_minor)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (plan_id) DO NOTHING`,
+			ps.PlanID, raw, ps.SpendCapDefaultMinor, ps.SpendCapMaxMinor)
+	}
+	if err != nil {
+		return fmt.Errorf("quota: seed plan %d settings: %w", ps.PlanID, err)
+	}
+	return nil
+}
+
 // putTenant stores ts.
 func (s *Store) putTenant(ctx context.Context, ts TenantSettings) error {
 	var raw []byte

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -649,4 +650,48 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 	portal := newBrowser(t, admin.URL)
 	portal.signIn(ta.Email, ta.Password)
 	visitBothThemes(portal, tenantPages, []string{"portal"}, func() {})
+}
+
+// TestConsolePlanFormConcurrencyAndHolds: the plan form makes a
+// concurrency rule (requests in flight, a lease TTL as its period) and a
+// hold-based rule that settles at 0 on a 5xx; a bad lease TTL is named
+// beside its field; the saved form shows the options again.
+func TestConsolePlanFormConcurrencyAndHolds(t *testing.T) {
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	b := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
+	b.open("/plans/new")
+	b.fill(map[string]string{`input[name="name"]`: "llm", `input[name="rules[0].name"]`: "inflight",
+		`select[name="rules[0].algorithm"]`: "concurrency", `input[name="rules[0].limit"]`: "4",
+		`input[name="rules[0].period"]`: "2", `select[name="rules[0].period_unit"]`: "h"})
+	b.click(`button[value="save"]`, ".alert")
+	if got := eval[string](b, `(() => { const e = document.querySelector('[name="rules[0].period"]').closest('.field').querySelector('.field-error'); return e ? e.textContent : ""; })()`); !strings.Contains(got, "1 hour") {
+		t.Errorf("a lease TTL of 2 h: error %q, want one naming the 1 hour bound", got)
+	}
+	b.fill(map[string]string{`input[name="rules[0].period"]`: "30", `select[name="rules[0].period_unit"]`: "s"})
+	b.click(`button[value="add-rule"]`, `input[name="rules[1].name"]`)
+	b.fill(map[string]string{`input[name="rules[1].name"]`: "tokens", `input[name="rules[1].limit"]`: "100000",
+		`input[name="rules[1].period"]`: "1", `select[name="rules[1].period_unit"]`: "min"})
+	b.press(`input[name="rules[1].hold"]`)
+	b.press(`input[name="rules[1].refund_on"][value="5xx"]`)
+	b.click(`button[value="save"]`, ".flash")
+	m := planPath.FindStringSubmatch(b.location())
+	if m == nil {
+		t.Fatalf("after saving: at %s\n%s", b.location(), b.pageText())
+	}
+	id, _ := strconv.ParseInt(m[1], 10, 64)
+	p, err := plans.NewStore(admin.DB).Get(context.Background(), id)
+	testenv.Must(t, err)
+	if len(p.Rules) != 2 {
+		t.Fatalf("rules %+v, want 2", p.Rules)
+	}
+	if r := p.Rules[0]; r.Algorithm != limiter.Concurrency || r.Limit != 4 || r.PeriodUS != 30*limiter.SecondUS {
+		t.Errorf("concurrency rule saved as %+v", r)
+	}
+	if r := p.Rules[1]; !r.Options.Hold || !reflect.DeepEqual(r.Options.RefundOn, []string{"5xx"}) {
+		t.Errorf("hold rule saved with options %+v", r.Options)
+	}
+	b.open(fmt.Sprintf("/plans/%d/edit", id))
+	if !eval[bool](b, `document.querySelector('input[name="rules[1].refund_on"][value="5xx"]').checked && !document.querySelector('input[name="rules[1].refund_on"][value="timeout"]').checked`) {
+		t.Error("the edit form does not show refund_on as saved")
+	}
 }

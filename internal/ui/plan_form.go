@@ -52,6 +52,9 @@ type ruleForm struct {
 	// Hold, HoldTTL and HoldExpiry are the rule's hold options.
 	Hold                bool
 	HoldTTL, HoldExpiry string
+	// RefundOn are the outcomes of option refund_on checked ("5xx",
+	// "timeout").
+	RefundOn []string
 	// Preview of the saved rule; nil for a new one.
 	Preview chartHTML
 }
@@ -60,8 +63,11 @@ type ruleForm struct {
 type formOptions struct {
 	Algorithms  []limiter.Algorithm
 	PeriodUnits []periodUnit
-	// BurstAlgorithms use a burst; the others (windows) do not.
+	// BurstAlgorithms use a burst; the others (windows, concurrency) do
+	// not.
 	BurstAlgorithms string
+	// RefundOutcomes are the choices of option refund_on.
+	RefundOutcomes []string
 }
 
 type periodUnit struct {
@@ -72,7 +78,7 @@ type periodUnit struct {
 var periodUnits = []periodUnit{{"ms", 1000}, {"s", limiter.SecondUS}, {"min", limiter.MinuteUS}, {"h", limiter.HourUS}, {"day", limiter.DayUS}}
 
 var options = formOptions{Algorithms: limiter.Algorithms, PeriodUnits: periodUnits,
-	BurstAlgorithms: "gcra token_bucket leaky_bucket"}
+	BurstAlgorithms: "gcra token_bucket leaky_bucket", RefundOutcomes: plans.RefundOutcomes}
 
 // usesBurst reports whether a burst means something for the algorithm:
 // the bucket's capacity, or GCRA's tolerance. Windows count to their limit.
@@ -129,7 +135,7 @@ func rulesForm(rules []plans.Rule) []ruleForm {
 		rf := ruleForm{Name: r.Name, Algorithm: string(r.Algorithm), Limit: strconv.FormatInt(r.Limit, 10),
 			LeakyMode: r.Options.LeakyMode, Calendar: r.Options.Calendar, Anchor: r.Options.Anchor == "first_request",
 			Resource: r.Resource, Scope: string(r.Scope), Mode: string(r.Mode), Failure: string(r.FailureMode),
-			Hold: r.Options.Hold, HoldExpiry: r.Options.HoldExpiry}
+			Hold: r.Options.Hold, HoldExpiry: r.Options.HoldExpiry, RefundOn: r.Options.RefundOn}
 		if r.Options.HoldTTLS > 0 {
 			rf.HoldTTL = strconv.FormatInt(r.Options.HoldTTLS, 10)
 		}
@@ -206,7 +212,8 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 			LeakyMode: pf.Get(k + "leaky_mode"), Calendar: pf.Get(k + "calendar"), Anchor: pf.Get(k+"anchor") == "first_request",
 			Resource: strings.TrimSpace(pf.Get(k + "resource")), Scope: pf.Get(k + "scope"), Mode: pf.Get(k + "mode"),
 			Failure: pf.Get(k + "failure_mode"), Hold: pf.Get(k+"hold") == "yes",
-			HoldTTL: strings.TrimSpace(pf.Get(k + "hold_ttl_s")), HoldExpiry: pf.Get(k + "hold_expiry")}
+			HoldTTL: strings.TrimSpace(pf.Get(k + "hold_ttl_s")), HoldExpiry: pf.Get(k + "hold_expiry"),
+			RefundOn: pf[k+"refund_on"]}
 		if pf.Get(k+"remove") == "yes" || (rf.Name == "" && rf.Limit == "") {
 			continue // removed, or a blank row
 		}
@@ -223,7 +230,7 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 		if rf.Algorithm == string(limiter.LeakyBucket) {
 			rule.Options.LeakyMode = rf.LeakyMode
 		}
-		rule.Options.Hold, rule.Options.HoldExpiry = rf.Hold, rf.HoldExpiry
+		rule.Options.Hold, rule.Options.HoldExpiry, rule.Options.RefundOn = rf.Hold, rf.HoldExpiry, rf.RefundOn
 		if rf.HoldTTL != "" {
 			rule.Options.HoldTTLS = fe.number(rf.HoldTTL, row+"options.hold_ttl_s", 0)
 		}

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -53,7 +54,7 @@ func simulate(r plans.Rule) preview {
 	}
 	capacity := params.EffectiveBurst()
 	switch params.Algorithm {
-	case limiter.FixedWindow, limiter.SlidingWindowLog, limiter.SlidingWindowCounter:
+	case limiter.FixedWindow, limiter.SlidingWindowLog, limiter.SlidingWindowCounter, limiter.Concurrency:
 		capacity = params.Limit
 	}
 	p := preview{HorizonUS: 2 * period}
@@ -75,6 +76,20 @@ func simulate(r plans.Rule) preview {
 		if i == 0 {
 			offered = p.Burst
 		}
+		if params.Algorithm == limiter.Concurrency {
+			// Requests one at a time, each in flight for its whole lease.
+			var lo int64
+			for lo < offered {
+				lease := &limiter.Lease{Key: fmt.Sprintf("{preview}l%d.%d", i, lo)}
+				out, err := store.Check(context.Background(), limiter.Batch{Requests: reqs, Cost: 1, NowUS: now, Lease: lease})
+				if err != nil || !out.Admitted {
+					break
+				}
+				lo++
+			}
+			p.tick(i, offered, lo)
+			continue
+		}
 		// The largest admitted count: allows(n) implies allows(n-1).
 		lo, hi := int64(0), offered
 		for lo < hi {
@@ -91,12 +106,17 @@ func simulate(r plans.Rule) preview {
 				p.MaxDelayUS = max(p.MaxDelayUS, out.Results[0].DelayUS)
 			}
 		}
-		if i == 0 {
-			p.AdmittedAtOnce = lo
-		}
-		p.Admitted += lo
-		p.Offered += offered
-		p.Ticks = append(p.Ticks, previewTick{AtUS: int64(i) * p.TickUS, Offered: offered, Admitted: lo})
+		p.tick(i, offered, lo)
 	}
 	return p
+}
+
+// tick records instant i: offered requests, admitted of them.
+func (p *preview) tick(i int, offered, admitted int64) {
+	if i == 0 {
+		p.AdmittedAtOnce = admitted
+	}
+	p.Admitted += admitted
+	p.Offered += offered
+	p.Ticks = append(p.Ticks, previewTick{AtUS: int64(i) * p.TickUS, Offered: offered, Admitted: admitted})
 }

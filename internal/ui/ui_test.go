@@ -28,6 +28,9 @@ func TestSimulate(t *testing.T) {
 		{"fixed window", plans.Rule{Name: "r", Algorithm: limiter.FixedWindow, Limit: 10, PeriodUS: limiter.SecondUS}, 10, 20, 20, false},
 		{"shaping leaky bucket", plans.Rule{Name: "r", Algorithm: limiter.LeakyBucket, Limit: 10, PeriodUS: limiter.SecondUS,
 			Burst: 5, Options: plans.Options{LeakyMode: "shape"}}, 5, 20, 26, true},
+		// Requests that stay in flight for their whole lease: 4 at once,
+		// and 4 more once the leases expire, a period later.
+		{"concurrency", plans.Rule{Name: "r", Algorithm: limiter.Concurrency, Limit: 4, PeriodUS: 30 * limiter.SecondUS}, 4, 8, 12, false},
 		{"calendar month", plans.Rule{Name: "r", Algorithm: limiter.FixedWindow, Limit: 1000,
 			Options: plans.Options{Calendar: "month"}}, 1000, 2000, 3000, false}, // 62 days: January, February, and March begun
 	} {

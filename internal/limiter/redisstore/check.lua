@@ -16,6 +16,7 @@
 --                             b burst, c 1 if it refills
 --   algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter
 --                             a limit, b period (µs), c 0
+--   algConcurrency            a limit (in flight), b lease TTL (µs), c 0
 --   flags: the sum of the flag* values below that apply. opts: the sum
 --   of the opt* values below that apply (a dry run; a check that draws on
 --   a prepaid balance, and whether past it is overage). now is µs, or 0
@@ -27,10 +28,18 @@
 --   cost, i its ID, n rules, and per rule i that allowed, ki its key and pi its
 --   def's algorithm, flags, a, b, c, the hold's mark in its state
 --   (limiter.holdMark says what a mark is) and, for a fixed window, the
---   window's end (settle.lua reads them).
+--   window's end (settle.lua reads them), and l the lease's record key
+--   when the check took a lease.
+--   A check with a concurrency rule has one more key after those (and
+--   after its hold's): its lease record's key, which also names the lease
+--   in each concurrency rule's state (a sorted set of lease keys by
+--   expiry). An admitted check that costs something adds its lease to
+--   every concurrency rule that allowed, expiring the rule's lease TTL from
+--   now, and writes the lease record (a hash): n rules, and per rule i ki
+--   its key and ti its lease TTL (µs). lease.lua renews and releases it.
 --   A check that draws on credits has its balance's counter key and
---   consumption log key (a stream) after its rule keys and hold key in
---   KEYS: it is admitted only if its rules and the balance (line − the
+--   consumption log key (a stream) after its rule keys, hold key and lease key
+--   in KEYS: it is admitted only if its rules and the balance (line − the
 --   counter, the counter seed when missing) allow it, and an admitted one
 --   adds what it drew to the counter and appends an entry to the log: u
 --   units drawn, o units of overage, t now, h the hold's ID (if any).
@@ -65,6 +74,7 @@ local algLeakyBucket = 3
 local algFixedWindow = 4
 local algSlidingWindowLog = 5
 local algSlidingWindowCounter = 6
+local algConcurrency = 7
 local flagShape = 2
 local flagCalendarDay = 4
 local flagCalendarMonth = 8
@@ -149,13 +159,16 @@ do
   while j <= total do
     local nrules, credits = batch[j + 3], has(batch[j + 2], optCredits)
     j = j + 5
+    local leased = false
     for _ = 1, nrules do
       kk = kk + 1
       local a = alg[floor(batch[j] / 2)]
       if a == algGCRA or a == algTokenBucket or a == algLeakyBucket then mkeys[#mkeys + 1] = KEYS[kk] end
+      if a == algConcurrency then leased = true end
       j = j + 1
     end
     if batch[j - nrules - 1] > 0 then kk = kk + 1 end
+    if leased then kk = kk + 1 end
     if credits then j, kk = j + 3, kk + 2 end
   end
   if #mkeys == 1 then
@@ -184,6 +197,9 @@ local wnumber, wwindow, wcount, wprev, wperiod = {}, {}, {}, {}, {}
 local s1, s2, s3 = {}, {}, {}
 -- The current check's hold marks per rule (false: the rule denied).
 local hmark, hend = {}, {}
+-- The current check's concurrency rules that allowed: state keys and
+-- lease TTLs (µs); nlease of them, leased when it has a concurrency rule.
+local lkeys, lttls = {}, {}
 
 -- defstr returns def d's algorithm, flags and three numbers and mark, as
 -- a hold record keeps them.
@@ -225,6 +241,8 @@ while i <= total do
   out[head] = 1
   n = head
   local admitted, nw = true, 0
+  local nlease, leased = 0, false
+  local first = k -- KEYS[first + r] is the check's rule r's state key
   for r = 1, nrules do
     local ref = batch[i]
     i = i + 1
@@ -438,6 +456,35 @@ while i <= total do
         end
       end
       if used > 0 then reset = 2 * period - elapsed elseif prev > 0 then reset = period - elapsed end
+
+    elseif a == algConcurrency then
+      -- Leases whose expiry has passed no longer count; they are dropped
+      -- when the set is written.
+      local limit, lease_ttl = def_limit[d], def_period[d]
+      leased = true
+      local after = string.format('(%d', now)
+      local live = redis.call('ZCOUNT', key, after, '+inf')
+      local last = 0
+      if live > 0 then
+        last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+        reset = last - now
+      end
+      remaining = limit - live
+      if remaining < 0 then remaining = 0 end
+      if cost == 0 then
+        allowed = 1
+      elseif live + 1 > limit then
+        -- The (live - limit + 1)-th lease to expire frees the slot.
+        local entry = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
+        retry = tonumber(entry[2]) - now
+      else
+        allowed = 1
+        remaining = limit - live - 1
+        if last < now + lease_ttl then last = now + lease_ttl end
+        reset = last - now
+        nlease = nlease + 1
+        lkeys[nlease], lttls[nlease] = key, lease_ttl
+      end
     end
 
     if allowed == 0 and ref % 2 == 0 then admitted = false end
@@ -455,11 +502,15 @@ while i <= total do
     n = n + 5
   end
 
-  local hkey
+  local hkey, lkey
   if hold > 0 then
     k = k + 1
     hkey = KEYS[k]
     holds = holds + 1
+  end
+  if leased then
+    k = k + 1
+    lkey = KEYS[k]
   end
   -- The prepaid balance: line − the counter (limiter.decideCredits).
   local ckey, clog, cline, cover, consumed, cok, cdrawn, cover_units, cpresent
@@ -486,6 +537,26 @@ while i <= total do
       cok, cdrawn, admitted = 0, 0, false
     end
   end
+  if admitted and not dry and cost > 0 and nlease > 0 then
+    -- Take a slot of each concurrency rule that allowed, and record the
+    -- lease; it lives as long as its longest slot.
+    local rec, longest = {'n', nlease}, 0
+    for x = 1, nlease do
+      local key, lease_ttl = lkeys[x], lttls[x]
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
+      redis.call('ZADD', key, string.format('%d', now + lease_ttl), lkey)
+      local last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      redis.call('PEXPIRE', key, -idiv(now - last, 1000) + extra)
+      if lease_ttl > longest then longest = lease_ttl end
+      local at = #rec
+      rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4] = 'k' .. x, key, 't' .. x, lease_ttl
+    end
+    redis.call('DEL', lkey)
+    redis.call('HSET', lkey, unpack(rec))
+    redis.call('PEXPIRE', lkey, -idiv(-longest, 1000) + extra)
+  else
+    lkey = nil
+  end
   if admitted and not dry then
     if hkey then
       local ttl = idiv(hold, 2)
@@ -497,7 +568,6 @@ while i <= total do
           rec[#rec + 1] = f
         end
       end
-      local first = k - nrules - 1
       for r = 1, nrules do
         if hmark[r] then
           rec[#rec + 1] = 'k' .. r
@@ -505,6 +575,10 @@ while i <= total do
           rec[#rec + 1] = 'p' .. r
           rec[#rec + 1] = defstr(floor(batch[i - nrules - 1 + r] / 2), hmark[r], hend[r])
         end
+      end
+      if lkey then
+        rec[#rec + 1] = 'l'
+        rec[#rec + 1] = lkey
       end
       redis.call('DEL', hkey)
       redis.call('HSET', hkey, unpack(rec))

@@ -17,8 +17,9 @@ import (
 var settleLua string
 
 // settleScript is settle.lua after check.lua's wire constants and
-// helpers, so that both scripts declare them once.
-var settleScript = redis.NewScript(checkPrelude() + settleLua)
+// helpers, so that both scripts declare them once, and release.lua's
+// release_lease.
+var settleScript = redis.NewScript(checkPrelude() + releaseLua + settleLua)
 
 // checkPrelude returns check.lua's lines from its first wire constant to
 // its calendar helpers: the constants, flags and arithmetic helpers.

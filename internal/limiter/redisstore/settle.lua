@@ -12,7 +12,8 @@
 -- per algorithm is limiter.settleRule (see docs/algorithms.md).
 
 -- The wire constants (alg*), floor, tonumber and idiv are check.lua's:
--- settle.go runs this script after check.lua's lines that declare them.
+-- settle.go runs this script after check.lua's lines that declare them,
+-- and after release.lua's release_lease.
 
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
@@ -170,6 +171,9 @@ for r = 1, tonumber(rec.n) do
     end
   end
 end
+
+-- A settlement ends the request: the lease it took is released.
+if to == 1 and rec.l then release_lease(rec.l, now) end
 
 -- The prepaid balance the hold drew on (limiter.settleCredits): units
 -- given back leave its overage first, then the balance; units taken come

@@ -41,6 +41,9 @@ type Store struct {
 	// HoldIndex is the sorted set listing open holds by expiry, for
 	// ExpireDue (default "tg:holds"; one key, so on a Cluster one slot).
 	HoldIndex string
+	// NoLean sends every call to check.lua, also those lean.lua would
+	// decide (the same way, for less Redis CPU); for comparisons.
+	NoLean bool
 
 	batcher *batcher
 }
@@ -184,8 +187,8 @@ func (s *Store) execute(checks []*pending) {
 func (s *Store) run(ctx context.Context, checks []*pending) {
 	c := getCall()
 	defer putCall(c)
-	c.encode(checks, s.ExtraTTL.Milliseconds())
-	reply, err := checkScript.Run(ctx, s.client, c.keys, s.scriptArgs(c, checks)...).Text()
+	script, args := s.prepare(c, checks)
+	reply, err := script.Run(ctx, s.client, c.keys, args...).Text()
 	c.decode(checks, reply, err)
 }
 
@@ -225,18 +228,19 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 	}
 	calls := make([]*call, len(order))
 	cmds := make([]*redis.Cmd, len(order))
+	scripts := make([]*redis.Script, len(order))
 	_, _ = s.cluster.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, sl := range order {
 			calls[i] = getCall()
-			calls[i].encode(groups[sl], s.ExtraTTL.Milliseconds())
-			cmds[i] = checkScript.EvalSha(ctx, pipe, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...)
+			scripts[i], _ = s.prepare(calls[i], groups[sl]) // the arguments are calls[i].args
+			cmds[i] = scripts[i].EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		return nil
 	})
 	for i, sl := range order {
 		reply, err := cmds[i].Text()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			reply, err = checkScript.Run(ctx, s.client, calls[i].keys, s.scriptArgs(calls[i], groups[sl])...).Text()
+			reply, err = scripts[i].Run(ctx, s.client, calls[i].keys, calls[i].args...).Text()
 		}
 		calls[i].decode(groups[sl], reply, err)
 		putCall(calls[i])
@@ -285,6 +289,7 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		if p.batch.ReportState {
 			report = 1
 		}
+		leased := false
 		for _, r := range p.batch.Requests {
 			ref := c.def(r.Params) * 2
 			if r.Shadow {
@@ -292,9 +297,13 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			}
 			c.refs = append(c.refs, ref)
 			c.keys = append(c.keys, r.Key)
+			leased = leased || r.Params.Algorithm == limiter.Concurrency
 		}
 		if h := p.batch.Hold; h != nil {
 			c.keys = append(c.keys, h.Key)
+		}
+		if leased {
+			c.keys = append(c.keys, leaseKey(p.batch))
 		}
 		if cr := p.batch.Credits; cr != nil {
 			c.keys = append(c.keys, cr.Key, cr.Log)
@@ -353,6 +362,18 @@ func checkOpts(b limiter.Batch) int64 {
 	return o
 }
 
+// leaseKey returns the key check.lua finds after a check's rule keys (and
+// hold key) when it has a concurrency rule: its lease's, or for a check
+// that takes no lease (a dry run, a cost of 0), its first rule's key,
+// which the script then never writes as a lease but which keeps the
+// call's keys in one hash slot.
+func leaseKey(b limiter.Batch) string {
+	if b.Lease != nil && b.Lease.Key != "" {
+		return b.Lease.Key
+	}
+	return b.Requests[0].Key
+}
+
 // holdField returns check.lua's hold number of a check: 0 for none, else
 // the hold's time to live (µs) × 2, + 1 when it is charged on expiry.
 func holdField(h *limiter.Hold) int64 {
@@ -366,24 +387,10 @@ func holdField(h *limiter.Hold) int64 {
 	return f
 }
 
-// appendDef appends the three numbers check.lua reads of p, by algorithm:
-// gcra and leaky_bucket the emission interval T, the burst and T × burst
-// (the tolerance); token_bucket its unit (T, or 1 when it never refills),
-// the burst and 1 when it refills (else 0); the windows the limit, the
-// period (µs) and 0.
+// appendDef appends the three numbers check.lua reads of p (defNumbers).
 func appendDef(b []byte, p limiter.Params) []byte {
-	switch p.Algorithm {
-	case limiter.GCRA, limiter.LeakyBucket:
-		interval, burst := p.EmissionInterval(), p.EffectiveBurst()
-		return appendInt(appendInt(appendInt(b, interval), burst), interval*burst)
-	case limiter.TokenBucket:
-		unit, refills := p.EmissionInterval(), int64(1)
-		if unit <= 0 {
-			unit, refills = 1, 0
-		}
-		return appendInt(appendInt(appendInt(b, unit), p.EffectiveBurst()), refills)
-	}
-	return appendInt(appendInt(appendInt(b, p.Limit), p.PeriodUS), 0)
+	x, y, z := defNumbers(p)
+	return appendInt(appendInt(appendInt(b, x), y), z)
 }
 
 var errShortReply = errors.New("redisstore: check: reply too short")
@@ -444,8 +451,10 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 // LoadScript loads the check script into every server the client knows, so
 // that the first checks do not pay for EVAL.
 func LoadScript(ctx context.Context, client redis.Scripter) error {
-	if err := checkScript.Load(ctx, client).Err(); err != nil {
-		return fmt.Errorf("redisstore: load script: %w", err)
+	for _, script := range []*redis.Script{checkScript, leanScript, lean1Script} {
+		if err := script.Load(ctx, client).Err(); err != nil {
+			return fmt.Errorf("redisstore: load script: %w", err)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ const (
 	algFixedWindow          = 4
 	algSlidingWindowLog     = 5
 	algSlidingWindowCounter = 6
+	algConcurrency          = 7
 )
 
 // Flags of a rule definition, added together (each is a power of two;
@@ -47,6 +48,8 @@ func algorithmCode(a limiter.Algorithm) int64 {
 		return algSlidingWindowLog
 	case limiter.SlidingWindowCounter:
 		return algSlidingWindowCounter
+	case limiter.Concurrency:
+		return algConcurrency
 	}
 	return 0
 }

@@ -19,6 +19,7 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"algFixedWindow":          algFixedWindow,
 		"algSlidingWindowLog":     algSlidingWindowLog,
 		"algSlidingWindowCounter": algSlidingWindowCounter,
+		"algConcurrency":          algConcurrency,
 		"flagShape":               flagShape,
 		"flagCalendarDay":         flagCalendarDay,
 		"flagCalendarMonth":       flagCalendarMonth,

@@ -61,6 +61,10 @@ type StoreConfig struct {
 	ResourceCap int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// RateAlert says when a key's denials by rate rules are sustained
+	// enough for ratelimit.sustained (quota.RateAlert's defaults;
+	// TOLLGATE_RATELIMIT_ALERT_DENIALS and _WINDOW).
+	RateAlert quota.RateAlert
 }
 
 // WithDefaults returns c with its zero values replaced by the defaults
@@ -78,6 +82,7 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.RateAlert = c.RateAlert.WithDefaults()
 	return c
 }
 
@@ -233,7 +238,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		if err := upsertTotals(ctx, tx, minute, hour); err != nil {
 			return err
 		}
-		if err := applyQuota(ctx, tx, batches, apply, s.cfg.Now()); err != nil {
+		if err := applyQuota(ctx, tx, batches, apply, s.cfg.RateAlert, s.cfg.Now()); err != nil {
 			return err
 		}
 		closed, err := closedMonths(ctx, tx, month)
@@ -259,10 +264,12 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 // applyQuota records, in the apply transaction, the quota thresholds the
 // applied batches' checks crossed, the first denials by a spend cap or a
 // hard quota, and whatever the rollups now show crossed that no check
-// handed on (quota.Reconcile): each exactly once.
-func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply []int, now time.Time) error {
+// handed on (quota.Reconcile), and the keys rate rules keep denying
+// (quota.RecordRateDenials): each exactly once.
+func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply []int, rate quota.RateAlert, now time.Time) error {
 	var crossings []quota.Crossing
 	var denials []quota.Denial
+	var limited []quota.RateSubject
 	seen := map[string]bool{}
 	var tenantIDs []string
 	for _, i := range apply {
@@ -276,6 +283,9 @@ func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply 
 			if !seen[r.TenantID] {
 				seen[r.TenantID] = true
 				tenantIDs = append(tenantIDs, r.TenantID)
+			}
+			if quota.IsRateDenial(r.Reason, r.DeniedBy) {
+				limited = append(limited, quota.RateSubject{TenantID: r.TenantID, KeyID: orNil(r.KeyID)})
 			}
 			switch {
 			case r.Reason == tollgate.ReasonSpendCap:
@@ -291,7 +301,18 @@ func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply 
 	if err := quota.RecordDenials(ctx, tx, denials); err != nil {
 		return err
 	}
-	return quota.Reconcile(ctx, tx, tenantIDs, now)
+	if err := quota.Reconcile(ctx, tx, tenantIDs, now); err != nil {
+		return err
+	}
+	return quota.RecordRateDenials(ctx, tx, limited, rate, now)
+}
+
+// SweepRateAlerts resolves the rate limiting alerts that no longer hold
+// (quota.SweepRateAlerts), for a worker with no batches to apply.
+func (s *Store) SweepRateAlerts(ctx context.Context) error {
+	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		return quota.SweepRateAlerts(ctx, tx, s.cfg.RateAlert, s.cfg.Now())
+	})
 }
 
 func orNil(id string) string {
@@ -360,6 +381,7 @@ func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error 
 			make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		at                   = make([]time.Time, 0, n)
 		a, d, aUnits, dUnits = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		expired              = make([]int64, 0, n)
 	)
 	for _, k := range r.sortedKeys() {
 		c := r[k]
@@ -368,19 +390,21 @@ func upsertRollup(ctx context.Context, tx pgx.Tx, table string, r rollup) error 
 			append(reason, k.reason), append(deniedBy, k.deniedBy)
 		a, d, aUnits, dUnits = append(a, c.Allowed), append(d, c.Denied), append(aUnits, c.AllowedUnits),
 			append(dUnits, c.DeniedUnits)
+		expired = append(expired, c.ExpiredHolds)
 	}
 	// table is one of four constants.
 	_, err := tx.Exec(ctx, `INSERT INTO `+table+` AS u (tenant_id, bucket_start, key_id, tier, resource,
-			reason, denied_by, allowed, denied, allowed_units, denied_units)
-		SELECT t::uuid, b, k::uuid, tr, rs, rn, db, a, d, au, du
+			reason, denied_by, allowed, denied, allowed_units, denied_units, expired_holds)
+		SELECT t::uuid, b, k::uuid, tr, rs, rn, db, a, d, au, du, eh
 		FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
-			$7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])
-			AS x(t, b, k, tr, rs, rn, db, a, d, au, du)
+			$7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[])
+			AS x(t, b, k, tr, rs, rn, db, a, d, au, du, eh)
 		ON CONFLICT (tenant_id, bucket_start, key_id, tier, resource, reason, denied_by) DO UPDATE SET
 			allowed = u.allowed + EXCLUDED.allowed, denied = u.denied + EXCLUDED.denied,
 			allowed_units = u.allowed_units + EXCLUDED.allowed_units,
-			denied_units = u.denied_units + EXCLUDED.denied_units`,
-		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits)
+			denied_units = u.denied_units + EXCLUDED.denied_units,
+			expired_holds = u.expired_holds + EXCLUDED.expired_holds`,
+		tenant, at, key, tier, resource, reason, deniedBy, a, d, aUnits, dUnits, expired)
 	if err != nil {
 		return fmt.Errorf("usage: apply: %s: %w", table, err)
 	}

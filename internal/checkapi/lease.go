@@ -1,0 +1,53 @@
+package checkapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/httpx"
+)
+
+// leaseRequest is the JSON body of POST /v1/renew and /v1/release.
+type leaseRequest struct {
+	LeaseID string `json:"lease_id"`
+}
+
+// Validate checks the field and names it when invalid.
+func (l *leaseRequest) Validate() error {
+	if l.LeaseID == "" {
+		return tollgate.Invalid(map[string]string{"lease_id": "is required"})
+	}
+	return nil
+}
+
+// HandleRenew serves POST /v1/renew: the heartbeat of a request in flight
+// under a concurrency rule. One store call, no Postgres; a lease unknown,
+// released or expired is a 404 (its slot may be taken).
+func HandleRenew(checker *enforce.Checker, log *slog.Logger) http.Handler {
+	return handleLease(checker.RenewLease, log)
+}
+
+// HandleRelease serves POST /v1/release: the end of a request in flight.
+// One store call, no Postgres; releasing again answers released false.
+func HandleRelease(checker *enforce.Checker, log *slog.Logger) http.Handler {
+	return handleLease(checker.ReleaseLease, log)
+}
+
+func handleLease(op func(ctx context.Context, id string) (enforce.Lease, error), log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req leaseRequest
+		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		l, err := op(r.Context(), req.LeaseID)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, l)
+	})
+}

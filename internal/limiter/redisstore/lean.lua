@@ -1,0 +1,178 @@
+-- Tollgate: the lean twin of check.lua for the common shapes. It decides
+-- a batch of checks exactly as check.lua does (same state, same answers,
+-- same reply), but only checks whose rules are GCRA, leaky buckets, token
+-- buckets and fixed windows aligned to calendar months (the monthly quota
+-- and the spend cap), without holds. Its arguments are plain numbers, so
+-- that a lone check pays for no MessagePack decoding, no table per rule
+-- and no parameter table per call. store.go chooses it (see lean.go).
+--
+-- KEYS     the state key of every rule of every check, in order
+-- ARGV     extra_ttl_ms, report_state,
+--          then per check: now, cost, dry_run, nrules,
+--          then per rule: kind, a, b, c
+--   kind is algorithm × 4, + 2 for a shaping leaky bucket, + 1 for a
+--   shadow rule (the algorithm codes are check.lua's). a, b, c are
+--   check.lua's three numbers of the algorithm, but for a calendar-month
+--   fixed window: its limit, and the start and end (µs) of the month the
+--   caller's clock was in; a check whose time falls outside them works
+--   its month out from the calendar, as check.lua does.
+--
+-- Returns check.lua's reply (a MessagePack array: per check now, admitted,
+-- per rule allowed, remaining, reset_after, retry_after, delay; and the
+-- states the rules were decided on for a check not admitted when
+-- report_state is 1).
+
+-- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
+-- puts them here):
+--[[check.lua prelude]]
+
+-- month returns the start and end (µs) of the UTC calendar month of now:
+-- check.lua's days_from_civil and civil_from_days.
+local function month(now)
+  local DAY = 86400000000
+  local function days_from_civil(y, m, d)
+    if m <= 2 then y = y - 1 end
+    local era = idiv(y, 400)
+    local yoe = y - era * 400
+    local mp = (m + 9) % 12
+    local doy = idiv(153 * mp + 2, 5) + d - 1
+    local doe = yoe * 365 + idiv(yoe, 4) - idiv(yoe, 100) + doy
+    return era * 146097 + doe - 719468
+  end
+  local z = idiv(now, DAY) + 719468
+  local era = idiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = idiv(doe - idiv(doe, 1460) + idiv(doe, 36524) - idiv(doe, 146096), 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + idiv(yoe, 4) - idiv(yoe, 100))
+  local mp = idiv(5 * doy + 2, 153)
+  local m
+  if mp < 10 then m = mp + 3 else m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  local start = days_from_civil(y, m, 1) * DAY
+  if m == 12 then y = y + 1; m = 1 else m = m + 1 end
+  return start, days_from_civil(y, m, 1) * DAY
+end
+
+local extra = tonumber(ARGV[1])
+local report = ARGV[2] == '1'
+local nargs = #ARGV
+
+-- One GET (or MGET) reads every key kept as a single number (every kind
+-- but a fixed window's); writes update the cache, so that a
+-- later check of the batch on the same key sees the earlier one's state.
+local cache = {}
+if #KEYS == 1 then
+  if floor(tonumber(ARGV[7]) / 4) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
+else
+  local mkeys, nk = {}, 0
+  local j, k = 3, 0
+  while j <= nargs do
+    local nrules = tonumber(ARGV[j + 3])
+    j = j + 4
+    for _ = 1, nrules do
+      k = k + 1
+      if floor(tonumber(ARGV[j]) / 4) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
+      j = j + 4
+    end
+  end
+  if nk == 1 then
+    cache[mkeys[1]] = redis.call('GET', mkeys[1])
+  elseif nk > 1 then
+    local vals = redis.call('MGET', unpack(mkeys))
+    for x = 1, nk do cache[mkeys[x]] = vals[x] end
+  end
+end
+
+local out, n, k = {}, 0, 0
+local clock
+-- The current check's writes, five slots each: key, kind, number (or
+-- window), count, time to live (ms, before extra); and the states its
+-- rules were decided on, three slots each.
+local w, st = {}, {}
+local i = 3
+while i <= nargs do
+  local now, cost, dry, nrules = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
+  i = i + 4
+  if now == 0 then
+    if not clock then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
+  end
+  local head = n + 2
+  out[n + 1] = now
+  out[head] = 1
+  n = head
+  local admitted, nw = true, 0
+  for r = 1, nrules do
+    local kind, pa, pb, pc = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    i = i + 4
+    k = k + 1
+    local key = KEYS[k]
+    local a = floor(kind / 4)
+    local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
+    local x1, x2 = 0, 0
+    local write, number, count, ttl = false, 0, 0, 0
+
+    if a == algFixedWindow then -- a calendar month: pa limit, [pb, pc) the caller's month
+      local start, finish = pb, pc
+      if now < start or now >= finish then start, finish = month(now) end
+      local s = redis.call('HMGET', key, 'window', 'count')
+      local used = 0
+      if s[1] and tonumber(s[1]) == start then used = tonumber(s[2]) end
+      x1, x2 = start, used
+      if cost > pa or used + cost > pa then
+        remaining = pa - used
+        if remaining < 0 then remaining = 0 end
+        if cost > pa then retry = -1 else retry = finish - now end
+      else
+        allowed = 1
+        used = used + cost
+        remaining = pa - used
+        if cost > 0 then
+          write, number, count, ttl = true, start, used, -idiv(now - finish, 1000)
+        end
+      end
+      if used == 0 then reset = 0 else reset = finish - now end
+    else
+      local v = cache[key]
+      --[[rate.lua]]
+    end
+
+    if allowed == 0 and kind % 2 == 0 then admitted = false end
+    if write and allowed == 1 then
+      w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4], w[nw + 5] = key, a, number, count, ttl
+      nw = nw + 5
+    end
+    if report then
+      local b = 3 * r
+      st[b - 2], st[b - 1], st[b] = x1, x2, 0
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
+    n = n + 5
+  end
+
+  if admitted and not dry then
+    for x = 1, nw, 5 do
+      local key, a, number, ttl = w[x], w[x + 1], w[x + 2], w[x + 4]
+      if a == algFixedWindow then
+        redis.call('HSET', key, 'window', number, 'count', w[x + 3])
+        redis.call('PEXPIRE', key, ttl + extra)
+      else
+        if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + extra) else redis.call('SET', key, number) end
+        cache[key] = number
+      end
+    end
+  end
+  if not admitted then
+    out[head] = 0
+    if report then
+      for x = 1, 3 * nrules do out[n + x] = st[x] end
+      n = n + 3 * nrules
+    end
+  end
+end
+
+return cmsgpack.pack(out)

@@ -1,0 +1,42 @@
+-- Tollgate: lean.lua for its most common call, one check of one GCRA,
+-- leaky bucket or token bucket rule (an anonymous caller's, or a key's
+-- on most routes), without loops or tables: a call that goes out alone
+-- costs Redis little more than the algorithm itself. Arguments, decisions,
+-- state and reply are lean.lua's (and so check.lua's) for such a call:
+--
+-- KEYS[1]  the rule's state key
+-- ARGV     extra_ttl_ms, report_state, now, cost, dry_run, 1 (rules),
+--          kind, a, b, c
+
+-- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
+-- puts them here):
+--[[check.lua prelude]]
+
+local key = KEYS[1]
+local now = tonumber(ARGV[3])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost, kind, pa, pb, pc = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local a = floor(kind / 4)
+local v = redis.call('GET', key)
+local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
+local x1, x2 = 0, 0
+local write, number, ttl = false, 0, 0
+
+--[[rate.lua]]
+
+if allowed == 1 then
+  if write and ARGV[5] ~= '1' then
+    if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
+  end
+  return cmsgpack.pack({now, 1, 1, remaining, reset, retry, delay})
+end
+if kind % 2 == 1 then -- a shadow rule: reported, never denies
+  return cmsgpack.pack({now, 1, 0, remaining, reset, retry, delay})
+end
+if ARGV[2] == '1' then
+  return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay, x1, x2, 0})
+end
+return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay})

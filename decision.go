@@ -6,18 +6,18 @@ const (
 	ReasonRateLimited = "rate_limited"
 	// ReasonSpendCap: the tenant's spend cap for the month is reached
 	// (the rule plans.SpendCapRuleName denied); retry when the month ends.
-	ReasonSpendCap        = "spend_cap"
+	ReasonSpendCap = "spend_cap"
 	// ReasonHoldExpired is the usage reason of a hold's expiry unsettled
 	// (refunded or charged): statements list such holds apart.
 	ReasonHoldExpired = "hold_expired"
 	// ReasonCreditsExhausted: the tenant's prepaid balance cannot cover
 	// the cost (its plan denies past the balance); retry after a top-up.
 	ReasonCreditsExhausted = "credits_exhausted"
-	ReasonInvalidKey      = "invalid_key"
-	ReasonKeyRevoked      = "key_revoked"
-	ReasonKeyExpired      = "key_expired"
-	ReasonTenantSuspended = "tenant_suspended"
-	ReasonUnavailable     = "unavailable"
+	ReasonInvalidKey       = "invalid_key"
+	ReasonKeyRevoked       = "key_revoked"
+	ReasonKeyExpired       = "key_expired"
+	ReasonTenantSuspended  = "tenant_suspended"
+	ReasonUnavailable      = "unavailable"
 	// ReasonKeyRequired: an anonymous caller, and no active anonymous plan.
 	ReasonKeyRequired = "key_required"
 )

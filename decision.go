@@ -9,12 +9,15 @@ const (
 	ReasonSpendCap = "spend_cap"
 	// ReasonHoldExpired is the usage reason of a hold's expiry unsettled
 	// (refunded or charged): statements list such holds apart.
-	ReasonHoldExpired     = "hold_expired"
-	ReasonInvalidKey      = "invalid_key"
-	ReasonKeyRevoked      = "key_revoked"
-	ReasonKeyExpired      = "key_expired"
-	ReasonTenantSuspended = "tenant_suspended"
-	ReasonUnavailable     = "unavailable"
+	ReasonHoldExpired = "hold_expired"
+	// ReasonCreditsExhausted: the tenant's prepaid balance cannot cover
+	// the cost (its plan denies past the balance); retry after a top-up.
+	ReasonCreditsExhausted = "credits_exhausted"
+	ReasonInvalidKey       = "invalid_key"
+	ReasonKeyRevoked       = "key_revoked"
+	ReasonKeyExpired       = "key_expired"
+	ReasonTenantSuspended  = "tenant_suspended"
+	ReasonUnavailable      = "unavailable"
 	// ReasonKeyRequired: an anonymous caller, and no active anonymous plan.
 	ReasonKeyRequired = "key_required"
 )

@@ -15,11 +15,14 @@ const (
 	ReasonRateLimited = tollgate.ReasonRateLimited // "rate_limited"
 	// ReasonSpendCap ("spend_cap"): the tenant's monthly spend cap is
 	// reached; retry after RetryAfterMS (the month's end).
-	ReasonSpendCap        = tollgate.ReasonSpendCap
-	ReasonInvalidKey      = tollgate.ReasonInvalidKey      // "invalid_key"
-	ReasonKeyRevoked      = tollgate.ReasonKeyRevoked      // "key_revoked"
-	ReasonKeyExpired      = tollgate.ReasonKeyExpired      // "key_expired"
-	ReasonTenantSuspended = tollgate.ReasonTenantSuspended // "tenant_suspended"
+	ReasonSpendCap = tollgate.ReasonSpendCap
+	// ReasonCreditsExhausted ("credits_exhausted"): the tenant's prepaid
+	// balance cannot cover the cost; RetryAfterMS is -1 (until a top-up).
+	ReasonCreditsExhausted = tollgate.ReasonCreditsExhausted
+	ReasonInvalidKey       = tollgate.ReasonInvalidKey      // "invalid_key"
+	ReasonKeyRevoked       = tollgate.ReasonKeyRevoked      // "key_revoked"
+	ReasonKeyExpired       = tollgate.ReasonKeyExpired      // "key_expired"
+	ReasonTenantSuspended  = tollgate.ReasonTenantSuspended // "tenant_suspended"
 	// ReasonUnavailable ("unavailable"): a fail-closed rule could not be
 	// evaluated, or the client could not reach the check API and its
 	// FailMode is FailClosed.
@@ -34,6 +37,17 @@ const (
 	TierAuthenticated = tollgate.TierAuthenticated // "authenticated"
 	TierAnonymous     = tollgate.TierAnonymous     // "anonymous"
 )
+
+// Credits is a decision's part about the tenant's prepaid balance, in
+// units of its plan.
+type Credits struct {
+	// Balance after the check (before it when nothing was drawn).
+	Balance int64 `json:"balance"`
+	// Drawn is the units the check took from the balance; Overage the
+	// units admitted past it (billed).
+	Drawn   int64 `json:"drawn"`
+	Overage int64 `json:"overage"`
+}
 
 // CheckRequest is one question to the check API: may this caller make this
 // request now? The zero value of each field is the server's default.
@@ -136,6 +150,9 @@ type Decision struct {
 	// first slot is freed unless renewed. The middleware does all this.
 	LeaseID        string    `json:"lease_id,omitempty"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitempty"`
+	// Credits is the tenant's prepaid balance when its plan draws on
+	// credits; nil otherwise.
+	Credits *Credits `json:"credits,omitempty"`
 
 	// Header holds the rate-limit headers of the answer (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After), ready to copy to a response.

@@ -463,7 +463,8 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 }
 
 // WriteDenied answers a denied request with application/problem+json whose
-// code is the decision's reason: 429 for rate_limited and spend_cap, 401 for invalid_key
+// code is the decision's reason: 429 for rate_limited and spend_cap, 402
+// for credits_exhausted, 401 for invalid_key
 // and key_required, 403 for key_revoked, key_expired and tenant_suspended,
 // 503 for unavailable; an unknown reason is a 429 when it has a wait, a
 // 403 otherwise. It is the middleware's default OnLimited.
@@ -472,6 +473,8 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d *Decision) {
 	switch d.Reason {
 	case ReasonSpendCap:
 		status, detail = http.StatusTooManyRequests, "the monthly spend cap is reached"
+	case ReasonCreditsExhausted:
+		status, detail = http.StatusPaymentRequired, "the prepaid credits are exhausted"
 	case ReasonRateLimited:
 		status, detail = http.StatusTooManyRequests, "rate limit exceeded"
 		if d.RetryAfterMS < 0 {

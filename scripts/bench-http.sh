@@ -16,6 +16,10 @@
 #   hold-settle    1000 pro keys, GET /repos: every check holds 2 units and
 #                  the next request settles it at 1 (half checks, half
 #                  settlements; not in the default SCENARIOS)
+#   allowed-credits 1000 keys of demo-prepaid (the pro plan's rules on a
+#                  prepaid balance), GET /repos: allowed-keys plus a draw
+#                  on the balance in the same script call (not in the
+#                  default SCENARIOS; compare it with allowed-keys)
 #   lease-release  1000 keys of the demo plan llm, POST /v1/complete: a
 #                  concurrency rule (4 in flight per key) and a tokens
 #                  rule; every check takes a lease and the next request
@@ -103,6 +107,9 @@ bin/admin migrate up >/dev/null
 token=$(bin/admin seed demo --json | sed -n 's/.*"service_token": "\([^"]*\)".*/\1/p')
 bin/admin keys issue --tenant demo-pro --count 5000 2>/dev/null >"$WORK/keys5000.txt"
 head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
+# The prepaid tenant, with a balance no run spends.
+bin/admin keys issue --tenant demo-prepaid --count 1000 2>/dev/null >"$WORK/keyscredits.txt"
+bin/admin credits grant --tenant demo-prepaid --amount 1000000000000 --cause bench >/dev/null
 if [ -n "${PRO_QUOTA:-}" ]; then
   psql -q "$TOLLGATE_DATABASE_URL" -v ON_ERROR_STOP=1 -v mode="$PRO_QUOTA" >/dev/null \
     <<<"UPDATE plans SET quota_mode = :'mode', included_units = 1000000000 WHERE name = 'pro';"
@@ -154,6 +161,7 @@ args_for() { # args_for SCENARIO ROUND: wrk script arguments
   denied-ip) echo "ip 192.0.2.77 GET_/" ;;
   search-2rules) echo "keys $WORK/keys5000.txt POST_/v1/search" ;;
   hold-settle) echo "holds $WORK/keys1000.txt GET_/repos" ;;
+  allowed-credits) echo "keys $WORK/keyscredits.txt GET_/repos" ;;
   lease-release) echo "leases $WORK/llmkeys1000.txt POST_/v1/complete" ;;
   *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac

@@ -20,7 +20,7 @@ export const outputURL = new URL("../../src/openapi.ts", import.meta.url);
  * of its errors. The admin API's schemas are left out: this package does
  * not call it.
  */
-export const wireSchemas = ["CheckRequest", "Decision", "RuleResult", "Algorithm", "SettleRequest", "Settlement", "LeaseRequest", "Lease", "Problem"];
+export const wireSchemas = ["CheckRequest", "Decision", "RuleResult", "CreditsDecision", "Algorithm", "SettleRequest", "Settlement", "LeaseRequest", "Lease", "Problem"];
 
 const preamble =
   "// The check API's schemas in openapi.yaml: " + wireSchemas.join(", ") + ".\n" +

@@ -3,7 +3,7 @@
  * Do not make direct changes to the file.
  */
 
-// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, Algorithm, SettleRequest, Settlement, LeaseRequest, Lease, Problem.
+// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, CreditsDecision, Algorithm, SettleRequest, Settlement, LeaseRequest, Lease, Problem.
 // Regenerate with `npm run generate` after changing openapi.yaml.
 
 export interface components {
@@ -108,7 +108,9 @@ export interface components {
             allowed: boolean;
             /**
              * @description `ok`, `rate_limited`, `spend_cap` (the tenant's monthly spend cap
-             *     is reached; retry when the month ends), `invalid_key`,
+             *     is reached; retry when the month ends), `credits_exhausted` (the
+             *     tenant's prepaid balance cannot cover the cost; `retry_after_ms`
+             *     is -1: retry after a top-up), `invalid_key`,
              *     `key_revoked`, `key_expired`,
              *     `tenant_suspended`, `unavailable` (a fail-closed rule could not be
              *     evaluated), `key_required` (an anonymous caller and no anonymous
@@ -169,6 +171,7 @@ export interface components {
              * @description When the lease's first slot is freed unless renewed (UTC).
              */
             lease_expires_at?: string;
+            credits?: components["schemas"]["CreditsDecision"];
         };
         RuleResult: {
             name: string;
@@ -199,5 +202,23 @@ export interface components {
          * @enum {string}
          */
         Algorithm: "gcra" | "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window_log" | "sliding_window_counter" | "concurrency";
+        /** @description The tenant's prepaid balance, when its plan draws on credits. */
+        CreditsDecision: {
+            /**
+             * Format: int64
+             * @description After the check (before it when nothing was drawn).
+             */
+            balance: number;
+            /**
+             * Format: int64
+             * @description Units the check took from the balance.
+             */
+            drawn: number;
+            /**
+             * Format: int64
+             * @description Units admitted past the balance (billed).
+             */
+            overage: number;
+        };
     };
 }

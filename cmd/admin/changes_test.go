@@ -152,6 +152,15 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 		{route: "PUT /api/v1/tenants/{tenantID}/quota", as: admin, path: fixed(tenantPath + "/quota"),
 			body:   map[string]any{"thresholds": []any{map[string]any{"remaining": 100}}, "spend_cap_minor": 0},
 			status: 200, action: "tenant.quota", target: id(acme.ID), invalid: map[string]any{"spend_cap_minor": -1}},
+		{route: "PUT /api/v1/plans/{planID}/credits", as: op, path: planPath(spare, "/credits"),
+			body: map[string]any{"mode": "deny", "overdraft": 10}, status: 200, action: "plan.credits", target: id(itoa(spare.ID)),
+			invalid: map[string]any{"mode": "sometimes"}},
+		{route: "POST /api/v1/tenants/{tenantID}/credits/grants", as: op, path: fixed(tenantPath + "/credits/grants"),
+			body: map[string]any{"amount": 100, "cause": "top-up"}, status: 201, action: "credits.grant", target: idOf("id"),
+			invalid: map[string]any{"amount": 0, "cause": "top-up"}},
+		{route: "POST /api/v1/tenants/{tenantID}/credits/adjustments", as: op, path: fixed(tenantPath + "/credits/adjustments"),
+			body: map[string]any{"units": -5, "cause": "correction"}, status: 200, action: "credits.adjust", target: id(acme.ID),
+			invalid: map[string]any{"units": 0, "cause": "correction"}},
 		{route: "POST /api/v1/tenants/{tenantID}/keys", as: admin, path: fixed(tenantPath + "/keys"), body: map[string]any{"name": "new"},
 			status: 201, action: "key.create", target: idOf("key", "id"), invalid: map[string]any{"expires_at": "2000-01-01T00:00:00Z"}},
 		{route: "PATCH /api/v1/tenants/{tenantID}/keys/{keyID}", as: admin, path: fixed(tenantPath + "/keys/" + updated),
@@ -273,6 +282,10 @@ func testConsoleChanges(t *testing.T, srv *adminServer, op, admin, viewer string
 			status: 303, action: "tenant.create", target: located("/tenants/"), invalid: url.Values{"name": {" "}, "plan_id": {itoa(spare.ID)}}},
 		{route: "POST /tenants/{tenantID}/plan", as: op, path: fixed(tenantPath + "/plan"), body: url.Values{"plan_id": {itoa(spare.ID)}},
 			status: 303, action: "tenant.plan_change", target: id(acme.ID), invalid: url.Values{"plan_id": {"0"}}},
+		{route: "POST /tenants/{tenantID}/credits", as: op, path: fixed(tenantPath + "/credits"),
+			body:   url.Values{"amount": {"250"}, "expires_at": {"2999-01-01T00:00"}, "cause": {"console top-up"}},
+			status: 303, action: "credits.grant", target: named(`SELECT id::text FROM credit_grants WHERE cause = $1`, "console top-up"),
+			invalid: url.Values{"amount": {"-3"}, "cause": {"console top-up"}}},
 		{route: "POST /tenants/{tenantID}/suspend", as: op, path: fixed(tenantPath + "/suspend"),
 			status: 303, action: "tenant.suspend", target: id(acme.ID)},
 		{route: "POST /tenants/{tenantID}/resume", as: op, path: fixed(tenantPath + "/resume"),
@@ -376,6 +389,8 @@ var notChanges = map[string]string{
 	"worker":           "applies usage, which is counted, not audited",
 	"healthcheck":      "probes a server",
 	"report":           "reads",
+	"credits list":     "reads",
+	"credits ledger":   "reads",
 }
 
 func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
@@ -422,12 +437,19 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 				endpointID = jsonField(t, []byte(out), "endpoint", "id")
 				return endpointID
 			}, refused: []string{"--url", "http://127.0.0.1:9/", "--events", "no.such.type"}},
+		"plans credits": {args: argv("--plan", "free", "--mode", "deny", "--overdraft", "5"), target: jsonID("plan_id"),
+			refused: []string{"--plan", "free", "--mode", "sometimes"}},
+		"credits grant": {args: argv("--tenant", "acme", "--amount", "500", "--expires", "720h", "--cause", "prepaid pack"), target: jsonID("id"),
+			refused: []string{"--tenant", "acme", "--amount", "0"}},
+		"credits adjust": {args: argv("--tenant", "acme", "--units", "-20", "--cause", "goodwill reversal"), target: id(acme.ID),
+			refused: []string{"--tenant", "acme", "--units", "5"}},
 		"webhooks replay": {args: func() []string {
 			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
 		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
 	}
 	order := []string{"seed demo", "plans routes", "plans rule", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
-		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay"}
+		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay",
+		"plans credits", "credits grant", "credits adjust"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]
 		_, exempt := notChanges[cmd.name]
@@ -676,7 +698,7 @@ func TestSeedDemoPrintsUsers(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &seeded); err != nil {
 			t.Fatalf("--json output: %v", err)
 		}
-		if seeded.ServiceToken == "" || len(seeded.Keys) != 3 || len(seeded.Users) != 3 {
+		if seeded.ServiceToken == "" || len(seeded.Keys) != 4 || len(seeded.Users) != 3 {
 			t.Fatalf("run %d: seed output %s", run, out)
 		}
 		for role, u := range seeded.Users {

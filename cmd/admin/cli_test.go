@@ -70,8 +70,9 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	if plans != 5 || tenantsN != 3 || keys != 27 { // 7 made with each tenant, 1 a seed; llm has no demo tenant
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 5, 3, 27", plans, tenantsN, keys)
+	// 7 made with each tier's tenant, 1 a seed; the prepaid tenant 1 a seed.
+	if plans != 5 || tenantsN != 4 || keys != 29 {
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 5, 4, 29", plans, tenantsN, keys)
 	}
 	// Thresholds on the paid plans, and endpoints without a receiver
 	// (an operator's, the admin tenant's), their secrets sealed.
@@ -229,28 +230,28 @@ func TestListCommands(t *testing.T) {
 
 	var ts []tenants.Tenant
 	jsonOf(&ts, "tenants", "list")
-	if len(ts) != 3 || ts[0].Name != "demo-enterprise" || ts[2].Name != "demo-pro" {
+	if len(ts) != 4 || ts[0].Name != "demo-enterprise" || ts[3].Name != "demo-pro" {
 		t.Errorf("tenants list --json: %+v", ts)
 	}
-	if rows := table("tenants", "list"); len(rows) != 4 || !strings.HasPrefix(rows[0], "ID ") ||
-		!strings.Contains(rows[3], "demo-pro") || !strings.Contains(rows[3], " pro ") || !strings.Contains(rows[3], "active") {
+	if rows := table("tenants", "list"); len(rows) != 5 || !strings.HasPrefix(rows[0], "ID ") ||
+		!strings.Contains(rows[4], "demo-pro") || !strings.Contains(rows[4], " pro ") || !strings.Contains(rows[4], "active") {
 		t.Errorf("tenants list:\n%s", strings.Join(rows, "\n"))
 	}
 
 	var ps []plans.Plan
 	jsonOf(&ps, "plans", "list")
-	if len(ps) != 5 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
+	if len(ps) != 6 || ps[0].Name != "anonymous" || len(ps[2].Rules) == 0 {
 		t.Errorf("plans list --json: %+v", ps)
 	}
-	if rows := table("plans", "list"); len(rows) != 6 || !strings.Contains(rows[5], " pro ") || !strings.Contains(rows[5], "hourly,search") ||
+	if rows := table("plans", "list"); len(rows) != 7 || !strings.Contains(rows[6], " pro ") || !strings.Contains(rows[6], "hourly,search") ||
 		!strings.Contains(rows[4], " llm ") || !strings.Contains(rows[4], "tokens,inflight,hourly") {
 		t.Errorf("plans list:\n%s", strings.Join(rows, "\n"))
 	}
 
 	var keys []tenants.Key
 	jsonOf(&keys, "keys", "list")
-	if len(keys) != 3 {
-		t.Errorf("keys list --json: %d keys, want 3", len(keys))
+	if len(keys) != 4 {
+		t.Errorf("keys list --json: %d keys, want 4", len(keys))
 	}
 	jsonOf(&keys, "keys", "list", "--tenant", "demo-pro")
 	if len(keys) != 1 {

@@ -321,6 +321,11 @@ func endpoints() []endpoint {
 			params, _ := planParams(t, fx, tg)
 			return params, map[string]any{"thresholds": []map[string]any{{"percent": 90}}}
 		}},
+		{"GET", "/api/v1/plans/{planID}/credits", accessOperator, 200, planParams},
+		{"PUT", "/api/v1/plans/{planID}/credits", accessOperator, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			params, _ := planParams(t, fx, tg)
+			return params, map[string]any{"mode": "overage", "overdraft": 5}
+		}},
 		{"DELETE", "/api/v1/plans/{planID}", accessOperator, 204, planParams},
 		{"POST", "/api/v1/plans/{planID}/archive", accessOperator, 200, planParams},
 		{"POST", "/api/v1/plans/{planID}/unarchive", accessOperator, 200, planParams},
@@ -351,6 +356,15 @@ func endpoints() []endpoint {
 		{"GET", "/api/v1/tenants/{tenantID}/quota", accessTenantRead, 200, tenantParams},
 		{"PUT", "/api/v1/tenants/{tenantID}/quota", accessTenantKeys, 200, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
 			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"thresholds": []map[string]any{{"remaining": 10}}}
+		}},
+
+		{"GET", "/api/v1/tenants/{tenantID}/credits", accessTenantRead, 200, tenantParams},
+		{"GET", "/api/v1/tenants/{tenantID}/credits/ledger", accessTenantRead, 200, tenantParams},
+		{"POST", "/api/v1/tenants/{tenantID}/credits/grants", accessTenantOps, 201, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"amount": 10, "cause": "matrix"}
+		}},
+		{"POST", "/api/v1/tenants/{tenantID}/credits/adjustments", accessTenantOps, 200, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"units": 3, "cause": "matrix"}
 		}},
 
 		{"GET", "/api/v1/tenants/{tenantID}/keys", accessTenantRead, 200, tenantParams},

@@ -121,10 +121,15 @@ func commands() []command {
 		{name: "users disable", audited: "user.disable", summary: "disable an admin user: it can no longer log in, and its sessions end at once", flags: usersDisable},
 		{name: "users sessions revoke", audited: "user.sessions_revoke", summary: "end every session of an admin user at once (the user may log in again)", flags: usersSessionsRevoke},
 		{name: "serve", summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at /, the admin REST API under /api/v1, and the usage worker", help: serveHelp, flags: serveAdmin},
-		{name: "worker", summary: "apply the usage stream to Postgres, exactly once, until interrupted (also runs inside serve)", help: workerHelp, flags: worker},
+		{name: "worker", summary: "apply the usage stream and the credits' consumption logs to Postgres, exactly once, until interrupted (also runs inside serve)", help: workerHelp, flags: worker},
 		{name: "healthcheck", summary: "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)", noDatabase: true, flags: healthcheck},
 		{name: "report", summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage", flags: report},
 		{name: "close", audited: "month.close", summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)", flags: closeMonth},
+		{name: "plans credits", audited: "plan.credits", summary: "make a plan's tenants draw on prepaid credits (deny or overage past the balance), or stop (off)", flags: plansCredits},
+		{name: "credits grant", audited: "credits.grant", summary: "grant (top up) a tenant's prepaid credits, in its plan's units", flags: creditsGrant},
+		{name: "credits adjust", audited: "credits.adjust", summary: "correct a tenant's credit balance by ± units, with a cause", flags: creditsAdjust},
+		{name: "credits list", summary: "show a tenant's credit balance and grants", flags: creditsList},
+		{name: "credits ledger", summary: "print a tenant's credit ledger, newest first", flags: creditsLedger},
 	}
 }
 

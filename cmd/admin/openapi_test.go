@@ -327,6 +327,20 @@ func scenario(t *testing.T, client *http.Client) {
 	do("PUT", tenant+"/quota", op, map[string]any{"spend_cap_minor": 6000}, 422)
 	do("GET", tenant+"/quota", viewer, nil, 200)
 	do("GET", unknown+"/quota", op, nil, 404)
+	do("GET", fmt.Sprintf("/api/v1/plans/%d/credits", pro.ID), op, nil, 200)
+	do("GET", "/api/v1/plans/999999/credits", op, nil, 404)
+	do("PUT", fmt.Sprintf("/api/v1/plans/%d/credits", pro.ID), op, map[string]any{"mode": "overage", "overdraft": 50, "low_threshold": 100}, 200)
+	do("PUT", fmt.Sprintf("/api/v1/plans/%d/credits", pro.ID), op, map[string]any{"mode": "sometimes"}, 422)
+	do("GET", fmt.Sprintf("/api/v1/plans/%d/credits", pro.ID), op, nil, 200)
+	do("POST", tenant+"/credits/grants", op, map[string]any{"amount": 1000, "expires_at": "2999-01-01T00:00:00Z", "cause": "prepaid pack"}, 201)
+	do("POST", tenant+"/credits/grants", op, map[string]any{"amount": 0, "cause": "x"}, 422)
+	do("POST", tenant+"/credits/grants", viewer, map[string]any{"amount": 5, "cause": "x"}, 403)
+	do("POST", tenant+"/credits/adjustments", op, map[string]any{"units": -10, "cause": "correction"}, 200)
+	do("POST", tenant+"/credits/adjustments", op, map[string]any{"units": 0, "cause": "correction"}, 422)
+	do("GET", tenant+"/credits", viewer, nil, 200)
+	do("GET", unknown+"/credits", op, nil, 404)
+	do("GET", tenant+"/credits/ledger?limit=1", viewer, nil, 200)
+	do("GET", tenant+"/credits/ledger?kind=gift", viewer, nil, 422)
 
 	// Keys.
 	var key adminapi.KeySecretResponse

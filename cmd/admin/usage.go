@@ -111,17 +111,20 @@ func worker(fs *flag.FlagSet) action {
 		redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 		w, release := newWorker(c, e, log)
 		defer release()
+		var reg prometheus.Registerer // nil: no metrics
 		if *metricsAddr != "" {
-			reg := newRegistry()
-			w.Register(reg)
+			registry := newRegistry()
+			reg = registry
+			w.Register(registry)
 			ln, err := net.Listen("tcp", *metricsAddr)
 			if err != nil {
 				return fmt.Errorf("--metrics-addr=%s: %w", *metricsAddr, err)
 			}
-			srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+			srv := &http.Server{Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 			go srv.Serve(ln) //nolint:errcheck // closed below
 			defer srv.Close()
 		}
+		defer startCreditsDrainer(ctx, e, c, log, reg)()
 		log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
 		err = w.Run(ctx)
 		s := w.Stats()
@@ -141,6 +144,7 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 	if reg != nil {
 		w.Register(reg)
 	}
+	stopCredits := startCreditsDrainer(ctx, e, c, log, reg)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -150,7 +154,7 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 		}
 	}()
 	log.Info("usage worker running", "stream", c.Stream, "consumer", c.Consumer)
-	return func() { cancel(); <-done; release() }, nil
+	return func() { cancel(); <-done; release(); stopCredits() }, nil
 }
 
 func report(fs *flag.FlagSet) action {

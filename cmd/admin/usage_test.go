@@ -106,7 +106,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 			totals[f[1]] = f[len(f)-1]
 		}
 	}
-	if want := map[string]string{"demo-enterprise": "49900", "demo-free": "0", "demo-pro": "24900"}; len(totals) != 3 ||
+	if want := map[string]string{"demo-enterprise": "49900", "demo-free": "0", "demo-pro": "24900", "demo-prepaid": "0"}; len(totals) != 4 ||
 		totals["demo-pro"] != want["demo-pro"] || totals["demo-enterprise"] != want["demo-enterprise"] || totals["demo-free"] != "0" {
 		t.Errorf("CSV totals %v, want %v", totals, want)
 	}
@@ -123,7 +123,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 	}
 
 	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
-	if err != nil || !strings.Contains(out, "closed 2026-10") || !strings.Contains(out, "statements: 3") {
+	if err != nil || !strings.Contains(out, "closed 2026-10") || !strings.Contains(out, "statements: 4") {
 		t.Fatalf("close: %v\n%s", err, out)
 	}
 	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
@@ -264,7 +264,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	if err := run(context.Background(), []string{"report", "--month", "2026-10"}, getenv, strings.NewReader(""), devNull, &stderr, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := stderr.String(); !strings.Contains(got, "\rstatements for 2026-10: 3/3 tenants\n") {
+	if got := stderr.String(); !strings.Contains(got, "\rstatements for 2026-10: 4/4 tenants\n") {
 		t.Errorf("progress on stderr: %q", got)
 	}
 }

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
-	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
 // These tests drive one tenant's monthly count across quota thresholds
@@ -186,27 +183,9 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	}
 	// An api process that never flushes in time: the check that crosses
 	// 100 is counted in Redis, and its batch dies with the process.
-	addr := testenv.FreeAddr(t)
-	env := []string{}
-	for k, v := range r.env {
-		env = append(env, k+"="+v)
-	}
-	env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_USAGE_FLUSH=1h")
-	doomed := exec.Command(admintest.Binary(t, "cmd/api"))
-	doomed.Env = env
-	testenv.Must(t, doomed.Start())
-	t.Cleanup(func() { _ = doomed.Process.Kill(); _, _ = doomed.Process.Wait() })
-	testenv.Eventually(t, time.Now(), 30*time.Second, "the doomed api is ready", func() (bool, string) {
-		res, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, res.Status
-	})
-	one(addr, 5) // 99 → 104: crosses 100
-	testenv.Must(t, doomed.Process.Signal(syscall.SIGKILL))
-	_, _ = doomed.Process.Wait()
+	addr, doomed := r.startAPIProcess(t)
+	one(addr, 5)  // 99 → 104: crosses 100
+	doomed.Kill() // SIGKILL
 	r.waitDrained(t)
 	if got, _ := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 0 {
 		t.Fatalf("crossings %v before the rollups reach 100, want none", got)

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -78,12 +79,13 @@ func NewHandler(cfg Config) http.Handler {
 	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
+	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
-		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps,
+		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps, Credits: creditsOps,
 		Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -126,6 +128,8 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, plansOps, false))
 		operator.Method("GET", "/plans/{planID}/quota", handlePlanQuotaGet(log, qs))
 		operator.Method("PUT", "/plans/{planID}/quota", handlePlanQuotaPut(log, quotaOps))
+		operator.Method("GET", "/plans/{planID}/credits", handlePlanCreditsGet(log, cs))
+		operator.Method("PUT", "/plans/{planID}/credits", handlePlanCreditsPut(log, creditsOps))
 
 		operator.Method("GET", "/tenants", handleTenantList(log, ts))
 		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
@@ -140,6 +144,12 @@ func NewHandler(cfg Config) http.Handler {
 		// (quota.Ops.SetTenant refuses them a higher one).
 		tenantRead.Method("GET", "/tenants/{tenantID}/quota", handleTenantQuotaGet(log, qs))
 		tenantKeys.Method("PUT", "/tenants/{tenantID}/quota", handleTenantQuotaPut(log, quotaOps))
+		// Prepaid credits: the tenant's users read them, operators grant
+		// and adjust.
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleCreditsGet(log, cs))
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, cs))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/grants", handleCreditsGrant(log, creditsOps))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleCreditsAdjust(log, creditsOps))
 
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))
@@ -209,6 +219,8 @@ func NewHandler(cfg Config) http.Handler {
 		tenantOps.Method("POST", "/tenants/{tenantID}/resume", console.TenantStatus(false))
 		tenantOps.Method("GET", "/tenants/{tenantID}/overrides", console.OverridesEdit())
 		tenantOps.Method("POST", "/tenants/{tenantID}/overrides", console.OverridesSave())
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits", console.Credits())
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits", console.CreditsGrant())
 
 		operator.Method("GET", "/keys", console.AllKeys())
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", console.KeyList())

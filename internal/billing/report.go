@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -107,8 +108,23 @@ func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m Month, 
 	if err != nil {
 		return Statement{}, err
 	}
-	return BuildStatement(StatementInput{Tenant: t, Month: m, History: b.history[t.ID], Plans: b.plans,
+	st, err := BuildStatement(StatementInput{Tenant: t, Month: m, History: b.history[t.ID], Plans: b.plans,
 		Hours: hours, Lines: lines})
+	if err != nil {
+		return st, err
+	}
+	var hasCredits bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM credit_accounts WHERE tenant_id = $1)`, t.ID).Scan(&hasCredits); err != nil {
+		return st, fmt.Errorf("usage: statement credits: %w", err)
+	}
+	if hasCredits {
+		cm, err := credits.NewStore(q).Month(ctx, t.ID, m.Start())
+		if err != nil {
+			return st, err
+		}
+		st.Credits = &cm
+	}
+	return st, nil
 }
 
 // closedAt returns when m was closed, or nil.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -76,6 +77,11 @@ type Statement struct {
 	// Late sums usage that arrived after the month was closed; it is not
 	// part of the total. Filled when a closed statement is read.
 	Late *metering.Counts `json:"late_usage,omitempty"`
+	// Credits is the month's prepaid credits from the ledger (granted,
+	// used, expired, and the units admitted past the balance as
+	// overage), for a tenant that has had credits; nil otherwise. It is
+	// not part of the total: credits are paid when bought.
+	Credits *credits.Month `json:"credits,omitempty"`
 }
 
 // UsageLine is a month's usage by one key of one resource. KeyID is ""

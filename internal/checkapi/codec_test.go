@@ -137,6 +137,9 @@ func TestAppendDecisionIsEncodingJSON(t *testing.T) {
 		if r.IntN(3) == 0 { // a lease
 			d.LeaseID, d.LeaseExpiresAt = "l"+str(), "2026-01-01T00:00:01.000Z"
 		}
+		if r.IntN(3) == 0 {
+			d.Credits = &enforce.CreditsResult{Balance: num(), Drawn: num(), Overage: num()}
+		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(&d); err != nil {
 			t.Fatal(err)

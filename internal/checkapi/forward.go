@@ -173,6 +173,8 @@ func denial(d *enforce.Decision) (int, string) {
 		return http.StatusTooManyRequests, msg
 	case tollgate.ReasonSpendCap:
 		return http.StatusTooManyRequests, "the monthly spend cap is reached"
+	case tollgate.ReasonCreditsExhausted:
+		return http.StatusTooManyRequests, "the prepaid credits are exhausted"
 	case tollgate.ReasonKeyRequired:
 		return http.StatusUnauthorized, "an API key is required"
 	case tollgate.ReasonInvalidKey:

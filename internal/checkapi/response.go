@@ -109,6 +109,15 @@ func appendDecision(b []byte, d *enforce.Decision) []byte {
 		b = append(b, `,"lease_expires_at":`...)
 		b = appendString(b, d.LeaseExpiresAt)
 	}
+	if c := d.Credits; c != nil {
+		b = append(b, `,"credits":{"balance":`...)
+		b = strconv.AppendInt(b, c.Balance, 10)
+		b = append(b, `,"drawn":`...)
+		b = strconv.AppendInt(b, c.Drawn, 10)
+		b = append(b, `,"overage":`...)
+		b = strconv.AppendInt(b, c.Overage, 10)
+		b = append(b, '}')
+	}
 	return append(b, "}\n"...)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -77,7 +78,7 @@ func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.Secr
 			users[role] = u.Email
 		}
 		return audit.Change{Action: "seed.demo", TargetType: "seed", TargetID: "demo",
-			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise"}, "users": users}}, nil
+			After: map[string]any{"tenants": []string{"demo-free", "demo-pro", "demo-enterprise", demoPrepaidTenant}, "users": users}}, nil
 	})
 	return res, err
 }
@@ -204,6 +205,11 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 		}
 		res.Keys[tier] = secret
 	}
+	prepaid, err := seedPrepaid(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	res.Keys["prepaid"] = prepaid
 	// Endpoints without a receiver, so that the console's webhook pages
 	// have something to show: their deliveries fail and are retried.
 	es := events.NewStore(db).WithSecretKeys(keys)
@@ -284,4 +290,41 @@ func resetUser(ctx context.Context, as *auth.Store, email string, role auth.Role
 		return "", err
 	}
 	return password, as.SetPassword(ctx, u.ID, password)
+}
+
+// demoPrepaidTenant is the demo tenant that pays in advance: its plan
+// draws on prepaid credits and denies past the balance.
+const demoPrepaidTenant = "demo-prepaid"
+
+// seedPrepaid makes the demo's credit plan ("prepaid": the pro plan's
+// rules and routes, no monthly fee, credits in deny mode) and its tenant
+// with a month of credits (credits.SeedDemo), and returns a fresh key of
+// the tenant.
+func seedPrepaid(ctx context.Context, db postgres.Conn) (string, error) {
+	var pro plans.Plan
+	for _, p := range plans.DemoPlans() {
+		if p.Name == "pro" {
+			pro = p
+		}
+	}
+	p := plans.Plan{Name: "prepaid", DisplayName: "Prepaid", Currency: "USD", Rules: pro.Rules, Routes: pro.Routes}
+	stored, err := plans.NewStore(db).Put(ctx, p)
+	if err != nil {
+		return "", fmt.Errorf("seed: plan prepaid: %w", err)
+	}
+	ts := tenants.NewStore(db)
+	t, err := ts.GetByName(ctx, demoPrepaidTenant)
+	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+		if t, err = ts.Create(ctx, demoPrepaidTenant, stored.ID); err == nil {
+			err = ts.SetStart(ctx, t.ID, demoSince(time.Now()))
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("seed: tenant %s: %w", demoPrepaidTenant, err)
+	}
+	if err := credits.SeedDemo(ctx, db, stored.ID, t.ID, time.Now()); err != nil {
+		return "", fmt.Errorf("seed: credits of %s: %w", demoPrepaidTenant, err)
+	}
+	secret, _, err := ts.IssueKey(ctx, t.ID, "demo "+time.Now().UTC().Format(time.RFC3339), nil)
+	return secret, err
 }

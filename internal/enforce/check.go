@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/breaker"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
@@ -133,6 +134,9 @@ type Decision struct {
 	// 3339, UTC, ms). Both are empty when no slot was taken.
 	LeaseID        string `json:"lease_id,omitempty"`
 	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
+	// Credits is the tenant's prepaid balance, when its plan draws on
+	// credits and the store decided.
+	Credits *CreditsResult `json:"credits,omitempty"`
 
 	// NowUS is when the decision was made (the store's clock).
 	NowUS int64 `json:"-"`
@@ -317,18 +321,21 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	}
 	var matchedBuf [8]*snapshot.Rule // most checks match few rules
 	matched := matchingRules(matchedBuf[:0], who.plan, r.Resource)
-	if len(matched) == 0 {
+	if len(matched) == 0 && who.credits() == nil {
 		d.Allowed = true // no rule limits this resource
 		return c.finish(d, r, tollgate.ReasonOK), nil
 	}
-	reqs, err := c.requests(matched, who, r.IP)
+	reqs, creditKeys, err := c.requests(matched, who, r.IP)
 	if err != nil {
 		return Decision{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
+	if hot := who.credits(); hot != nil {
+		batch.Credits = c.creditsFor(hot, creditKeys)
+	}
 	var holdID string
 	if (r.Hold || r.AutoHold && asksHold(matched)) && !r.DryRun && c.settler != nil {
-		batch.Hold, holdID = c.holdFor(r, matched, reqs, &d)
+		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
 	}
 	var leaseID string
 	if batch.TakesLease() {
@@ -340,7 +347,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 			return Decision{}, ctx.Err() // the caller went away; nothing to decide
 		}
 		c.storeFailed(ctx, err)
-		return c.degraded(d, r, matched), nil
+		return c.degraded(d, r, matched, who.credits()), nil
 	}
 	if out.Admitted && batch.Hold != nil {
 		expires := time.UnixMicro(out.NowUS + batch.Hold.TTLUS).UTC()
@@ -487,7 +494,14 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	}
 	d.governing = governing(d.Rules, d.Allowed)
 	reason := tollgate.ReasonOK
+	if batch := out.Credits; tenant != nil && tenant.Credits != nil {
+		d.Credits = &CreditsResult{Balance: batch.Balance, Drawn: batch.Drawn, Overage: batch.Overage}
+	}
 	switch {
+	case !d.Allowed && d.Credits != nil && !out.Credits.Allowed && !ruleDenied(d.Rules):
+		reason = tollgate.ReasonCreditsExhausted
+		d.governing = -1
+		d.RetryAfterMS = -1 // until a top-up
 	case !d.Allowed && d.Rules[d.governing].Name == plans.SpendCapRuleName:
 		reason = tollgate.ReasonSpendCap
 	case !d.Allowed:
@@ -526,9 +540,10 @@ func crossed(rules []RuleResult, points []int64, cost int64) []int64 {
 }
 
 // requests returns the limiter requests of the matched rules for who
-// (from ip), their state keys laid out as package statekey describes, all
-// in one string.
-func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]limiter.Request, error) {
+// (from ip), their state keys laid out as package statekey describes, and
+// when who draws on credits the two keys of its balance, all in one
+// string.
+func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]limiter.Request, string, error) {
 	var addrBuf [24]byte
 	addr := statekey.AppendAddr(addrBuf[:0], ip)
 	var stack [256]byte
@@ -551,13 +566,17 @@ func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]l
 				b = append(b, who.tenant.Short[:]...)
 			case plans.ScopeIP:
 				if ip == "" {
-					return nil, tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
+					return nil, "", tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
 				}
 				b = append(b, who.tenant.Short[:]...)
 				b = append(b, addr...)
 			}
 		}
 		ends = append(ends, len(b))
+	}
+	rulesEnd := len(b)
+	if who.credits() != nil {
+		b = statekey.AppendCredits(b, c.prefix, who.tenant.Tag, who.tenant.Short)
 	}
 	keys := string(b)
 	reqs := make([]limiter.Request, len(matched))
@@ -566,7 +585,7 @@ func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]l
 		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.Params, Shadow: rule.Mode == plans.ModeShadow}
 		from = ends[i]
 	}
-	return reqs, nil
+	return reqs, keys[rulesEnd:], nil
 }
 
 func ruleResult(rule *snapshot.Rule, res limiter.Result) RuleResult {
@@ -586,10 +605,12 @@ func ruleResult(rule *snapshot.Rule, res limiter.Result) RuleResult {
 	}
 }
 
-// degraded decides by failure modes: any closed enforce rule denies.
-func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule) Decision {
+// degraded decides by failure modes: any closed enforce rule denies, and
+// so does a balance whose plan denies past it (credits fail closed: what
+// the store cannot record cannot be drawn).
+func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule, hot *credits.Hot) Decision {
 	d.Degraded = true
-	d.Allowed = true
+	d.Allowed = hot == nil || hot.Mode != credits.ModeDeny || r.Cost == 0 || r.DryRun
 	for _, rule := range matched {
 		rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
 			WindowS: rule.WindowS, Allowed: true, Degraded: true, Capacity: capacity(rule), rule: rule}
@@ -603,6 +624,9 @@ func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule) Deci
 	}
 	d.NowUS = c.now().UnixMicro()
 	reason := tollgate.ReasonOK
+	if !d.Allowed && len(d.Rules) == 0 {
+		d.RetryAfterMS = outageRetryMS
+	}
 	if !d.Allowed {
 		reason = tollgate.ReasonUnavailable
 		for i, rr := range d.Rules {

@@ -68,9 +68,10 @@ func (c *Checker) recordKey(tag, kind byte, id string) string {
 }
 
 // holdFor returns the limiter hold of a check of r over the matched rules
-// whose state keys are reqs: its TTL is r's, else the shortest of the
-// rules', else the default; it charges on expiry when a rule says so.
-func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Request, d *Decision) (*limiter.Hold, string) {
+// whose state keys are reqs (with none, the balance's keys creditsKey):
+// its TTL is r's, else the shortest of the rules', else the default; it
+// charges on expiry when a rule says so.
+func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Request, creditsKey string, d *Decision) (*limiter.Hold, string) {
 	var ttlS int64
 	charge := false
 	for _, rule := range matched {
@@ -85,7 +86,11 @@ func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Re
 	case ttlS == 0:
 		ttlS = plans.DefaultHoldTTLS
 	}
-	tag := reqs[0].Key[len(c.prefix)+1]
+	key := creditsKey
+	if len(reqs) > 0 {
+		key = reqs[0].Key
+	}
+	tag := key[len(c.prefix)+1]
 	id := newHoldID(tag, d, r)
 	return &limiter.Hold{ID: id, Key: c.holdKey(tag, id), TTLUS: ttlS * limiter.SecondUS, ChargeOnExpiry: charge}, id
 }

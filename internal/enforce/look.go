@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
@@ -22,6 +23,18 @@ type Standing struct {
 	// Quota is the month's units against the plan's included units when
 	// the plan has a monthly quota (plans.QuotaRule); nil otherwise.
 	Quota *QuotaStanding `json:"quota,omitempty"`
+	// Credits is the tenant's prepaid balance when its plan draws on
+	// credits; nil otherwise.
+	Credits *CreditsStanding `json:"credits,omitempty"`
+}
+
+// CreditsStanding is a tenant's prepaid balance now (units of its plan):
+// what it may still draw before its plan denies (or bills overage) is
+// Balance + Overdraft.
+type CreditsStanding struct {
+	Mode      credits.Mode `json:"mode"`
+	Balance   int64        `json:"balance"`
+	Overdraft int64        `json:"overdraft"`
 }
 
 // RuleStanding is one rule and what it has left now. Durations are ms,
@@ -96,20 +109,25 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	plan := who.tenant.Plan
 	st := Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
 		Rules: make([]RuleStanding, 0, len(plan.Rules))}
-	if len(plan.Rules) == 0 {
+	hot := who.tenant.Credits
+	if len(plan.Rules) == 0 && hot == nil {
 		return st, nil
 	}
 	rules := make([]*snapshot.Rule, len(plan.Rules))
 	for i := range plan.Rules {
 		rules[i] = &plan.Rules[i]
 	}
-	reqs, err := c.requests(rules, caller{key: who.key, tenant: who.tenant, plan: plan}, Network(ip, c.ipv6Prefix))
+	reqs, creditKeys, err := c.requests(rules, caller{key: who.key, tenant: who.tenant, plan: plan}, Network(ip, c.ipv6Prefix))
 	if err != nil {
 		return Standing{}, err
 	}
+	batch := limiter.Batch{Requests: reqs, Cost: 0, DryRun: true}
+	if hot != nil {
+		batch.Credits = c.creditsFor(hot, creditKeys)
+	}
 	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	out, err := c.store.Check(storeCtx, limiter.Batch{Requests: reqs, Cost: 0, DryRun: true})
+	out, err := c.store.Check(storeCtx, batch)
 	if err != nil {
 		return Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
 	}
@@ -118,6 +136,9 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 		if rule.Name == plans.QuotaRuleName {
 			st.Quota = quotaStanding(rule, out.Results[i])
 		}
+	}
+	if hot != nil {
+		st.Credits = &CreditsStanding{Mode: hot.Mode, Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
 	}
 	return st, nil
 }

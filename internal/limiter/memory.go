@@ -18,6 +18,17 @@ type MemoryStore struct {
 	slots     map[string]memorySlots
 	now       func() int64
 	lastSweep int64
+	// credits holds the consumption counters and logs of prepaid
+	// balances (Batch.Credits), by key.
+	credits map[string]*memoryCredits
+}
+
+// memoryCredits is one balance's counter (Credits.Key) or log
+// (Credits.Log), as the Redis script keeps them: a number and a stream.
+type memoryCredits struct {
+	consumed int64
+	log      []CreditEntry
+	last     string // the last log entry's ID, kept when the log is trimmed
 }
 
 // memoryHold is a hold's record, as the Redis script keeps it in a hash.
@@ -29,6 +40,10 @@ type memoryHold struct {
 	status                        HoldStatus
 	cost                          int64
 	rules                         []heldRule
+	// credits is the balance the hold drew on (nil for none); drawn and
+	// overage what it took from it and past it.
+	credits        *Credits
+	drawn, overage int64
 }
 
 // heldRule is one rule a hold consumed from.
@@ -50,7 +65,7 @@ func NewMemoryStore(now func() int64) *MemoryStore {
 		now = func() int64 { return time.Now().UnixMicro() }
 	}
 	return &MemoryStore{entries: map[string]*memoryEntry{}, holds: map[string]*memoryHold{}, leases: map[string]*memoryLease{},
-		slots: map[string]memorySlots{}, now: now}
+		slots: map[string]memorySlots{}, now: now, credits: map[string]*memoryCredits{}}
 }
 
 // Check decides the batch under the store's lock. It returns
@@ -83,6 +98,12 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 			out.Admitted = false
 		}
 	}
+	if b.Credits != nil {
+		out.Credits = decideCredits(b.Credits, s.consumed(b.Credits), b.Cost)
+		if !out.Credits.Allowed {
+			out.Admitted = false
+		}
+	}
 	if !out.Admitted && b.ReportState {
 		out.States = make([]RuleState, len(b.Requests))
 		for i, r := range b.Requests {
@@ -90,14 +111,18 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		}
 	}
 	if !out.Admitted || b.DryRun {
+		out.Credits.Drawn, out.Credits.Overage = 0, 0
 		return out, nil
 	}
 	leased := b.TakesLease() && s.takeLease(b, decisions, now)
 	if b.Hold != nil {
-		s.openHold(b, decisions, now)
+		s.openHold(b, decisions, now, out.Credits)
 		if leased {
 			s.holds[b.Hold.Key].lease = b.Lease.Key
 		}
+	}
+	if b.Credits != nil {
+		out.Credits.Balance = s.draw(b.Credits, out.Credits.Drawn, out.Credits.Overage, now, holdID(b.Hold))
 	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
@@ -144,8 +169,11 @@ func (s *MemoryStore) live(key string, now int64) *state {
 
 // openHold records b's hold, admitted at now with decisions; s.mu is
 // held and the states are not yet written.
-func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64) {
+func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64, cr CreditResult) {
 	h := &memoryHold{
+		credits:        b.Credits,
+		drawn:          cr.Drawn,
+		overage:        cr.Overage,
 		id:             b.Hold.ID,
 		estimate:       b.Cost,
 		expireAt:       now + b.Hold.TTLUS,
@@ -190,12 +218,115 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 			s.put(r.key, next, ttl, now)
 		}
 	}
+	if c := h.credits; c != nil && cost != h.estimate {
+		units, over := settleCredits(c.Line, c.Overdraft, s.consumed(c), h.drawn, h.overage, cost-h.estimate)
+		h.drawn, h.overage = h.drawn+units, h.overage+over
+		s.draw(c, units, over, now, h.id)
+	}
 	if status == HoldSettled && h.lease != "" {
 		s.releaseLocked(h.lease, now)
 	}
 	h.status, h.cost = status, cost
 	out.Cost, out.Status = cost, status
 	return out, nil
+}
+
+// consumed returns the counter of c's balance, c.Seed when it is missing;
+// s.mu is held.
+func (s *MemoryStore) consumed(c *Credits) int64 {
+	if m, ok := s.credits[c.Key]; ok {
+		return m.consumed
+	}
+	return c.Seed
+}
+
+// draw adds units to c's counter (seeding it when missing) and, when
+// anything moved, logs units and overage at now for the hold holdID; it
+// returns the balance after. s.mu is held.
+func (s *MemoryStore) draw(c *Credits, units, overage, now int64, holdID string) int64 {
+	counter := s.credits[c.Key]
+	if counter == nil {
+		counter = &memoryCredits{consumed: c.Seed}
+		s.credits[c.Key] = counter
+	}
+	counter.consumed += units
+	if units != 0 || overage != 0 {
+		log := s.credits[c.Log]
+		if log == nil {
+			log = &memoryCredits{}
+			s.credits[c.Log] = log
+		}
+		log.last = nextEntryID(log.last, now)
+		log.log = append(log.log, CreditEntry{ID: log.last, Units: units, Overage: overage, AtUS: now, HoldID: holdID})
+	}
+	return c.Line - counter.consumed
+}
+
+func holdID(h *Hold) string {
+	if h == nil {
+		return ""
+	}
+	return h.ID
+}
+
+// ReadCredits returns the counter at key (present false when missing) and
+// up to max entries of the log at log after the entry after ("" or "0-0":
+// from the start), read together, as the Redis store's ReadCredits does.
+func (s *MemoryStore) ReadCredits(_ context.Context, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.credits[key]; ok {
+		consumed, present = c.consumed, true
+	}
+	if l := s.credits[log]; l != nil {
+		for _, e := range l.log {
+			if len(entries) == max {
+				break
+			}
+			if EntryAfter(e.ID, after) {
+				entries = append(entries, e)
+			}
+		}
+	}
+	return consumed, present, entries, nil
+}
+
+// TrimCredits drops the entries of the log at log up to and including
+// through.
+func (s *MemoryStore) TrimCredits(_ context.Context, log, through string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.credits[log]; l != nil {
+		keep := l.log[:0]
+		for _, e := range l.log {
+			if EntryAfter(e.ID, through) {
+				keep = append(keep, e)
+			}
+		}
+		l.log = keep
+	}
+	return nil
+}
+
+// AdjustCredits adds delta to the counter at key, or sets it to seed when
+// it is missing (the ledger's rebuild of a lost counter).
+func (s *MemoryStore) AdjustCredits(_ context.Context, key string, delta, seed int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.credits[key]; ok {
+		c.consumed += delta
+	} else {
+		s.credits[key] = &memoryCredits{consumed: seed}
+	}
+	return nil
+}
+
+// FlushCredits forgets every counter and log, as a Redis server restarted
+// without persistence does.
+func (s *MemoryStore) FlushCredits() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.credits)
 }
 
 // ExpireDue expires up to max open holds past their expiry at the store's

@@ -37,6 +37,10 @@ type Batch struct {
 	// Lease names the lease an admitted check takes on its concurrency
 	// rules; required when the batch TakesLease, ignored otherwise.
 	Lease *Lease
+	// Credits, when set, draws Cost on a prepaid balance, all-or-nothing
+	// with the rules (see Credits). A batch with credits may have no
+	// requests.
+	Credits *Credits
 }
 
 // Outcome is a store's answer to a Batch.
@@ -51,6 +55,9 @@ type Outcome struct {
 	// States holds, when the batch asked (ReportState) and the check was
 	// not admitted, the state each request was decided on; nil otherwise.
 	States []RuleState
+	// Credits is what the check did to its balance, when the batch drew
+	// on one (Batch.Credits).
+	Credits CreditResult
 }
 
 // Store decides batches atomically. Implementations are safe for
@@ -80,11 +87,11 @@ var ErrNegativeCost = errors.New("limiter: negative cost")
 // positive time to live.
 var ErrBadHold = errors.New("limiter: hold needs a key, a positive TTL and no dry run")
 
-// Validate returns ErrEmptyBatch, ErrNegativeCost, ErrBadHold or
-// ErrBadLease for a batch no store can decide, and nil otherwise.
+// Validate returns ErrEmptyBatch, ErrNegativeCost, ErrBadHold, ErrBadLease
+// or ErrBadCredits for a batch no store can decide, and nil otherwise.
 func (b Batch) Validate() error {
 	switch {
-	case len(b.Requests) == 0:
+	case len(b.Requests) == 0 && b.Credits == nil:
 		return ErrEmptyBatch
 	case b.Cost < 0:
 		return ErrNegativeCost
@@ -93,5 +100,5 @@ func (b Batch) Validate() error {
 	case (b.Lease == nil || b.Lease.Key == "") && b.TakesLease():
 		return ErrBadLease
 	}
-	return nil
+	return b.Credits.validate()
 }

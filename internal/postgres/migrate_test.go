@@ -41,7 +41,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	latest := versions[len(versions)-1]
 	wantVersion(t, db, latest)
 	for _, table := range []string{"users", "admin_sessions", "tenant_rule_overrides", "audit_log",
-		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries"} {
+		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries",
+		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_overage"} {
 		if !tableExists(t, db, table) {
 			t.Fatalf("table %s missing at version %d", table, latest)
 		}
@@ -53,7 +54,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		}
 	}
 	for _, table := range []string{"plans", "tenants", "api_keys", "users", "audit_log",
-		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries"} {
+		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries",
+		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_overage"} {
 		if tableExists(t, db, table) {
 			t.Errorf("table %s survived migrating all the way down", table)
 		}

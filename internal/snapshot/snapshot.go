@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
@@ -60,6 +61,9 @@ type Tenant struct {
 	// Points are the month-to-date counts at which the tenant's quota
 	// thresholds are crossed, ascending (package quota); nil for none.
 	Points []int64
+	// Credits is the tenant's prepaid balance when its plan draws on
+	// credits (package credits); nil otherwise.
+	Credits *credits.Hot
 }
 
 // Key is an API key as checks see it.
@@ -102,7 +106,9 @@ type Data struct {
 	Keys      []tenants.Key
 	// Quota is every plan's and tenant's quota settings: thresholds and
 	// spend caps (a capped tenant gets plans.SpendCapRule).
-	Quota         quota.All
+	Quota quota.All
+	// Credits is the balances of the tenants on credit plans.
+	Credits       credits.All
 	SigningKeys   map[string]ed25519.PublicKey
 	ServiceTokens []auth.ServiceToken
 }
@@ -171,7 +177,7 @@ func withMeta(d Data, now time.Time) *Snapshot {
 			}
 			plan = compilePlan(p, plan)
 		}
-		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan, Points: limits.Points}
+		tv := &Tenant{ID: t.ID, Name: t.Name, Status: t.Status, Plan: plan, Points: limits.Points, Credits: d.Credits[t.ID]}
 		tv.Tag, tv.Short = statekey.Compact(t.ID)
 		id := tenantIDBytes(t.ID)
 		s.tenants[id] = tv

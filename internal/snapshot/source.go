@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
@@ -137,6 +138,9 @@ func loadMeta(ctx context.Context, tx pgx.Tx) (Data, error) {
 		return d, err
 	}
 	if d.Quota, err = quota.NewStore(tx).LoadAll(ctx); err != nil {
+		return d, err
+	}
+	if d.Credits, err = credits.NewStore(tx).LoadAll(ctx); err != nil {
 		return d, err
 	}
 	if d.SigningKeys, err = as.PublicKeys(ctx); err != nil {

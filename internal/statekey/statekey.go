@@ -122,3 +122,22 @@ func IPTag(ip []byte) byte {
 	}
 	return tagByte(h >> 40)
 }
+
+// The rule IDs of a tenant's prepaid balance: storage kind 3, which no
+// rule has, so no rule's state can meet them.
+var (
+	creditCounterID = [3]byte{0xC0, 0, 1}
+	creditLogID     = [3]byte{0xC0, 0, 2}
+)
+
+// AppendCredits appends to b the two state keys of a tenant's prepaid
+// balance, of equal length: its counter, then its consumption log.
+func AppendCredits(b []byte, prefix string, tag byte, short Short) []byte {
+	for _, id := range [][3]byte{creditCounterID, creditLogID} {
+		b = append(b, prefix...)
+		b = append(b, '{', tag, '}')
+		b = append(b, id[:]...)
+		b = append(b, short[:]...)
+	}
+	return b
+}

@@ -42,6 +42,7 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/chart"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -70,6 +71,8 @@ type Config struct {
 	// Events and Quota make the webhook and alert pages' changes.
 	Events *events.Ops
 	Quota  *quota.Ops
+	// Credits grants prepaid credits (credits.Ops).
+	Credits *credits.Ops
 	// Sessions signs people in and out: the admin API's sessions, login
 	// limits and cookies.
 	Sessions Sessions

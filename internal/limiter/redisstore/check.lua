@@ -5,7 +5,8 @@
 -- ARGV[1]  the batch, a MessagePack array of integers:
 --            extra_ttl_ms, report_state, ndefs,
 --            ndefs × (algorithm, flags, a, b, c),
---            nchecks × (now, cost, dry_run, nrules, hold, nrules × ref)
+--            nchecks × (now, cost, opts, nrules, hold, nrules × ref
+--                       [, line, seed, overdraft when opts has optCredits])
 --   A def is one rule's parameters, shared by every check of the batch
 --   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
 --   algorithm (an alg* code below) and its three numbers a, b, c:
@@ -16,7 +17,9 @@
 --   algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter
 --                             a limit, b period (µs), c 0
 --   algConcurrency            a limit (in flight), b lease TTL (µs), c 0
---   flags: the sum of the flag* values below that apply. now is µs, or 0
+--   flags: the sum of the flag* values below that apply. opts: the sum
+--   of the opt* values below that apply (a dry run; a check that draws on
+--   a prepaid balance, and whether past it is overage). now is µs, or 0
 --   to take it from TIME (once per batch). hold is 0, or for a check that
 --   opens a hold its time to live (µs) × 2, + 1 when it is charged on
 --   expiry; the hold record's key then follows the check's rule keys in
@@ -34,6 +37,17 @@
 --   every concurrency rule that allowed, expiring the rule's lease TTL from
 --   now, and writes the lease record (a hash): n rules, and per rule i ki
 --   its key and ti its lease TTL (µs). lease.lua renews and releases it.
+--   A check that draws on credits has its balance's counter key and
+--   consumption log key (a stream) after its rule keys, hold key and lease key
+--   in KEYS: it is admitted only if its rules and the balance (line − the
+--   counter, the counter seed when missing) allow it, and an admitted one
+--   adds what it drew to the counter and appends an entry to the log: u
+--   units drawn, o units of overage, t now, h the hold's ID (if any).
+--   Checks of one call without a hold share one entry per balance (their
+--   sums, t the last one's time), written with the counter at the end of
+--   the call.
+--   Its hold record also keeps ck, cl the keys, cn line, co overdraft,
+--   cm 1 for overage, cd units drawn, cv overage (settle.lua reads them).
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
 --          or '' when the caller lists holds itself (on a Cluster, where
 --          the index lives in another slot)
@@ -43,7 +57,9 @@
 -- allowed, remaining, reset_after, retry_after, delay; and, for a check
 -- not admitted when report_state is 1, per rule the state it was decided
 -- on (gcra: tat; bucket: tokens, when; fixed: window, count; counter:
--- window, count, prev; log: nothing), three numbers each. Numbers are
+-- window, count, prev; log: nothing), three numbers each; a check that
+-- draws on credits has, after its rules, whether the balance allowed it,
+-- the balance, the units drawn and the overage. Numbers are
 -- integers below 2^53 (exact in doubles).
 --
 -- Each algorithm is written out in the loop below: no closures, tables
@@ -63,6 +79,9 @@ local flagShape = 2
 local flagCalendarDay = 4
 local flagCalendarMonth = 8
 local flagAnchorFirstRequest = 16
+local optDryRun = 1
+local optCredits = 2
+local optCreditOverage = 4
 local holdRetention = 3600000000 -- µs, limiter.HoldRetentionUS
 
 local floor = math.floor
@@ -138,7 +157,7 @@ do
   local mkeys, j, kk = {}, i, 0
   local total = #batch
   while j <= total do
-    local nrules = batch[j + 3]
+    local nrules, credits = batch[j + 3], has(batch[j + 2], optCredits)
     j = j + 5
     local leased = false
     for _ = 1, nrules do
@@ -150,6 +169,7 @@ do
     end
     if batch[j - nrules - 1] > 0 then kk = kk + 1 end
     if leased then kk = kk + 1 end
+    if credits then j, kk = j + 3, kk + 2 end
   end
   if #mkeys == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -197,9 +217,17 @@ local function defstr(d, mark, finish)
   return string.format('%d %d %d %d %d %d %d', a, flg[d], x, y, z, mark, finish)
 end
 
+-- Balances this call drew on: the counter as it now stands by key, and
+-- per key (in first-draw order) the log and the units and overage drawn
+-- by checks without a hold, written once at the end of the call: one SET
+-- and one log entry per balance and call, not per check. A check with a
+-- hold logs its own entry (the entry names the hold).
+local ccount, corder, cpend = {}, {}, {}
+
 local total = #batch
 while i <= total do
-  local now, cost, dry, nrules, hold = batch[i], batch[i + 1], batch[i + 2] == 1, batch[i + 3], batch[i + 4]
+  local now, cost, opts, nrules, hold = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
+  local dry = has(opts, optDryRun)
   i = i + 5
   if now == 0 then
     if not clock then
@@ -484,6 +512,31 @@ while i <= total do
     k = k + 1
     lkey = KEYS[k]
   end
+  -- The prepaid balance: line − the counter (limiter.decideCredits).
+  local ckey, clog, cline, cover, consumed, cok, cdrawn, cover_units, cpresent
+  if has(opts, optCredits) then
+    -- (k and i move past its keys and numbers once the check is done:
+    -- the hold record below reads the rules' keys and refs before them.)
+    ckey, clog = KEYS[k + 1], KEYS[k + 2]
+    cline, consumed, cover = batch[i], batch[i + 1], batch[i + 2]
+    if ccount[ckey] then
+      consumed, cpresent = ccount[ckey], true
+    else
+      local v = redis.call('GET', ckey)
+      cpresent = v ~= false
+      if v then consumed = tonumber(v) end
+    end
+    local balance = cline - consumed
+    cok, cdrawn, cover_units = 1, cost, 0
+    if has(opts, optCreditOverage) then
+      local room = balance + cover
+      if room < 0 then room = 0 end
+      if cdrawn > room then cdrawn = room end
+      cover_units = cost - cdrawn
+    elseif cost > 0 and balance - cost < -cover then
+      cok, cdrawn, admitted = 0, 0, false
+    end
+  end
   if admitted and not dry and cost > 0 and nlease > 0 then
     -- Take a slot of each concurrency rule that allowed, and record the
     -- lease; it lives as long as its longest slot.
@@ -508,6 +561,13 @@ while i <= total do
     if hkey then
       local ttl = idiv(hold, 2)
       local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', hold % 2, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
+      if ckey then
+        local mode = 0
+        if has(opts, optCreditOverage) then mode = 1 end
+        for _, f in ipairs({'ck', ckey, 'cl', clog, 'cn', cline, 'co', cover, 'cm', mode, 'cd', cdrawn, 'cv', cover_units}) do
+          rec[#rec + 1] = f
+        end
+      end
       for r = 1, nrules do
         if hmark[r] then
           rec[#rec + 1] = 'k' .. r
@@ -557,6 +617,31 @@ while i <= total do
         redis.call('PEXPIRE', key, wttl[w] + extra)
       end
     end
+    if ckey and (cdrawn ~= 0 or cover_units ~= 0 or not cpresent) then
+      consumed = consumed + cdrawn
+      ccount[ckey] = consumed
+      local pend = cpend[ckey]
+      if not pend then
+        pend = {clog, 0, 0, now}
+        cpend[ckey] = pend
+        corder[#corder + 1] = ckey
+      end
+      if hkey then
+        if cdrawn ~= 0 or cover_units ~= 0 then
+          redis.call('XADD', clog, '*', 'u', string.format('%d', cdrawn), 'o', string.format('%d', cover_units),
+            't', string.format('%d', now), 'h', ARGV[2 + holds])
+        end
+      else
+        pend[2], pend[3], pend[4] = pend[2] + cdrawn, pend[3] + cover_units, now
+      end
+    end
+  elseif ckey then
+    cdrawn, cover_units = 0, 0
+  end
+  if ckey then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = cok, cline - consumed, cdrawn, cover_units
+    n = n + 4
+    k, i = k + 2, i + 3
   end
   if not admitted then
     out[head] = 0
@@ -566,6 +651,16 @@ while i <= total do
         n = n + 3
       end
     end
+  end
+end
+
+for x = 1, #corder do
+  local key = corder[x]
+  local pend = cpend[key]
+  redis.call('SET', key, string.format('%d', ccount[key]))
+  if pend[2] ~= 0 or pend[3] ~= 0 then
+    redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 'o', string.format('%d', pend[3]),
+      't', string.format('%d', pend[4]))
   end
 end
 

@@ -80,12 +80,13 @@ func leanChecks(checks []*pending) bool {
 	return true
 }
 
-// leanBatch reports whether lean.lua can decide b: no hold, and every
+// leanBatch reports whether lean.lua can decide b: no hold, no prepaid
+// balance (Credits), and every
 // rule a GCRA, leaky or token bucket, or a fixed window aligned to
 // calendar months (so no concurrency rule, and b.Lease plays no part). TestLeanKnowsEveryField fails when limiter.Batch,
 // Request or Params gain a field this function has not been taught.
 func leanBatch(b *limiter.Batch) bool {
-	if b.Hold != nil {
+	if b.Hold != nil || b.Credits != nil { // a balance is drawn by check.lua only
 		return false
 	}
 	for i := range b.Requests {

@@ -232,8 +232,6 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 	held := batch(gcra)
 	held.batch.Hold = &limiter.Hold{ID: "h", Key: "{t}h", TTLUS: limiter.SecondUS}
 	bucket := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS}
-	leased := batch(gcra, limiter.Params{Algorithm: limiter.Concurrency, Limit: 4, PeriodUS: limiter.SecondUS})
-	leased.batch.Lease = &limiter.Lease{Key: "{t}l"}
 	for _, tc := range []struct {
 		name   string
 		checks []*pending
@@ -249,7 +247,6 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 		{"a day window", []*pending{batch(gcra, day)}, checkScript},
 		{"a sliding log", []*pending{batch(log)}, checkScript},
 		{"a hold", []*pending{held}, checkScript},
-		{"a concurrency rule", []*pending{leased}, checkScript},
 		{"one check of another shape among lean ones", []*pending{batch(gcra), batch(log)}, checkScript},
 	} {
 		for _, noLean := range []bool{false, true} {
@@ -278,8 +275,7 @@ func TestLeanKnowsEveryField(t *testing.T) {
 		typ   reflect.Type
 		known []string
 	}{
-		// Lease matters only to concurrency rules, which go to check.lua.
-		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease"}},
+		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease", "Credits"}},
 		{reflect.TypeFor[limiter.Request](), []string{"Key", "Params", "Shadow"}},
 		{reflect.TypeFor[limiter.Params](), []string{"Algorithm", "Limit", "PeriodUS", "Burst", "Shape", "Calendar", "AnchorFirstRequest"}},
 	} {

@@ -175,5 +175,37 @@ end
 -- A settlement ends the request: the lease it took is released.
 if to == 1 and rec.l then release_lease(rec.l, now) end
 
+-- The prepaid balance the hold drew on (limiter.settleCredits): units
+-- given back leave its overage first, then the balance; units taken come
+-- from the balance down to −overdraft (at the line of the check), the
+-- rest is overage. The log records the move for the ledger.
+if rec.ck and delta ~= 0 then
+  local line, overdraft, drawn, over = tonumber(rec.cn), tonumber(rec.co), tonumber(rec.cd), tonumber(rec.cv)
+  local v = redis.call('GET', rec.ck)
+  local consumed = 0
+  if v then consumed = tonumber(v) end
+  local units, overage
+  if delta < 0 then
+    overage = -delta
+    if overage > over then overage = over end
+    units = -delta - overage
+    if units > drawn then units = drawn end
+    units, overage = -units, -overage
+  else
+    local room = line - consumed + overdraft
+    if room < 0 then room = 0 end
+    units = delta
+    if units > room then units = room end
+    overage = delta - units
+  end
+  -- A counter the store lost is rebuilt from the ledger, this move included.
+  if v then redis.call('SET', rec.ck, string.format('%d', consumed + units)) end
+  redis.call('HSET', hkey, 'cd', string.format('%d', drawn + units), 'cv', string.format('%d', over + overage))
+  if units ~= 0 or overage ~= 0 then
+    redis.call('XADD', rec.cl, '*', 'u', string.format('%d', units), 'o', string.format('%d', overage),
+      't', string.format('%d', now), 'h', rec.i)
+  end
+end
+
 redis.call('HSET', hkey, 's', to, 'v', target)
 return {0, now, estimate, target, to, 0, rec.i}

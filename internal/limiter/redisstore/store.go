@@ -216,7 +216,7 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 	groups := map[int][]*pending{}
 	var order []int
 	for _, p := range checks {
-		sl := slot(p.batch.Requests[0].Key)
+		sl := slot(firstKey(p.batch))
 		if _, ok := groups[sl]; !ok {
 			order = append(order, sl)
 		}
@@ -249,12 +249,14 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 
 // call is one script call's arguments and reply, reused through callPool.
 type call struct {
-	keys []string
-	arg  []byte
-	defs []limiter.Params
-	refs []int64
-	ints []int64
-	args []any
+	// credits counts the checks that draw on a prepaid balance.
+	credits int
+	keys    []string
+	arg     []byte
+	defs    []limiter.Params
+	refs    []int64
+	ints    []int64
+	args    []any
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -265,6 +267,7 @@ func putCall(c *call) {
 	clear(c.keys) // let the keys go
 	clear(c.args)
 	c.keys, c.arg, c.defs, c.refs, c.ints, c.args = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0], c.args[:0]
+	c.credits = 0
 	callPool.Put(c)
 }
 
@@ -302,8 +305,12 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		if leased {
 			c.keys = append(c.keys, leaseKey(p.batch))
 		}
+		if cr := p.batch.Credits; cr != nil {
+			c.keys = append(c.keys, cr.Key, cr.Log)
+			c.credits++
+		}
 	}
-	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs)
+	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs) + 3*c.credits
 	b := appendArrayHeader(c.arg, n)
 	b = appendInt(b, extraTTLMS)
 	b = appendInt(b, report)
@@ -315,21 +322,44 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 	}
 	refs := c.refs
 	for _, p := range checks {
-		dry := int64(0)
-		if p.batch.DryRun {
-			dry = 1
-		}
 		b = appendInt(b, p.batch.NowUS)
 		b = appendInt(b, p.batch.Cost)
-		b = appendInt(b, dry)
+		b = appendInt(b, checkOpts(p.batch))
 		b = appendInt(b, int64(len(p.batch.Requests)))
 		b = appendInt(b, holdField(p.batch.Hold))
 		for range p.batch.Requests {
 			b = appendInt(b, refs[0])
 			refs = refs[1:]
 		}
+		if cr := p.batch.Credits; cr != nil {
+			b = appendInt(appendInt(appendInt(b, cr.Line), cr.Seed), cr.Overdraft)
+		}
 	}
 	c.arg = b
+}
+
+// firstKey returns a key of b, which names its hash slot.
+func firstKey(b limiter.Batch) string {
+	if len(b.Requests) > 0 {
+		return b.Requests[0].Key
+	}
+	return b.Credits.Key
+}
+
+// checkOpts returns check.lua's opts of a check: the sum of the opt*
+// values that apply.
+func checkOpts(b limiter.Batch) int64 {
+	var o int64
+	if b.DryRun {
+		o += optDryRun
+	}
+	if b.Credits != nil {
+		o += optCredits
+		if b.Credits.Overage {
+			o += optCreditOverage
+		}
+	}
+	return o
 }
 
 // leaseKey returns the key check.lua finds after a check's rule keys (and
@@ -392,6 +422,14 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 		for i := range n {
 			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4]}
 			v = v[5:]
+		}
+		if p.batch.Credits != nil {
+			if len(v) < 4 {
+				p.err = errShortReply
+				continue
+			}
+			out.Credits = limiter.CreditResult{Allowed: v[0] == 1, Balance: v[1], Drawn: v[2], Overage: v[3]}
+			v = v[4:]
 		}
 		if !out.Admitted && report {
 			if len(v) < 3*n {

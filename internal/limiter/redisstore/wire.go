@@ -26,6 +26,13 @@ const (
 	flagAnchorFirstRequest = 16 // a fixed window starting at its first request
 )
 
+// Options of a check (its opts number in ARGV[1]), added together.
+const (
+	optDryRun        = 1 // evaluate, consume nothing
+	optCredits       = 2 // draw on a prepaid balance (Batch.Credits)
+	optCreditOverage = 4 // past the balance is overage, not a denial
+)
+
 // algorithmCode returns a's code on the wire, 0 for an unknown algorithm.
 func algorithmCode(a limiter.Algorithm) int64 {
 	switch a {

@@ -24,8 +24,11 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"flagCalendarDay":         flagCalendarDay,
 		"flagCalendarMonth":       flagCalendarMonth,
 		"flagAnchorFirstRequest":  flagAnchorFirstRequest,
+		"optDryRun":               optDryRun,
+		"optCredits":              optCredits,
+		"optCreditOverage":        optCreditOverage,
 	}
-	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
+	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
 	got := map[string]int64{}
 	for _, m := range decl.FindAllStringSubmatch(checkLua, -1) {
 		if _, dup := got[m[1]]; dup {

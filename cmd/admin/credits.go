@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+func creditsGrant(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	amount := fs.Int64("amount", 0, "units (required)")
+	expires := fs.String("expires", "", "when what is left expires: RFC 3339 time, or a duration from now such as 720h (default: never)")
+	priority := fs.Int("priority", 0, "among grants expiring at the same time, higher is drawn first")
+	cause := fs.String("cause", "top-up", "why the units are granted (the ledger keeps it)")
+	return func(ctx context.Context, e *invocation) error {
+		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("credits grant: --tenant: %w", err)
+		}
+		in := credits.GrantInput{Amount: *amount, Priority: *priority, Cause: *cause}
+		if *expires != "" {
+			at, err := parseWhen(*expires, time.Now())
+			if err != nil {
+				return fmt.Errorf("credits grant: %w", tollgate.Invalid(map[string]string{"expires": err.Error()}))
+			}
+			in.ExpiresAt = &at
+		}
+		g, err := credits.NewOps(e.db, nil).Grant(ctx, audit.CLI, t.ID, in)
+		if err != nil {
+			return fmt.Errorf("credits grant: %w", err)
+		}
+		return printJSON(e.stdout, g)
+	}
+}
+
+// parseWhen reads an RFC 3339 time or a duration from now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("must be an RFC 3339 time or a duration such as 720h")
+	}
+	return t, nil
+}
+
+func creditsAdjust(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	units := fs.Int64("units", 0, "units to add (negative: to take) (required)")
+	cause := fs.String("cause", "", "why (required)")
+	return func(ctx context.Context, e *invocation) error {
+		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("credits adjust: --tenant: %w", err)
+		}
+		a, err := credits.NewOps(e.db, nil).Adjust(ctx, audit.CLI, t.ID, credits.AdjustInput{Units: *units, Cause: *cause})
+		if err != nil {
+			return fmt.Errorf("credits adjust: %w", err)
+		}
+		return printJSON(e.stdout, a)
+	}
+}
+
+func creditsList(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	return func(ctx context.Context, e *invocation) error {
+		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("credits list: --tenant: %w", err)
+		}
+		s := credits.NewStore(e.db)
+		acct, err := s.Account(ctx, t.ID)
+		if err != nil {
+			return fmt.Errorf("credits list: %w", err)
+		}
+		grants, err := s.Grants(ctx, t.ID)
+		if err != nil {
+			return fmt.Errorf("credits list: %w", err)
+		}
+		return printJSON(e.stdout, map[string]any{"tenant_id": t.ID, "balance": acct.Balance(), "grants": grants})
+	}
+}
+
+func creditsLedger(fs *flag.FlagSet) action {
+	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	kind := fs.String("kind", "", "only rows of this kind: grant, consumption, expiry, refund or adjustment")
+	limit := fs.Int("limit", page.DefaultLimit, "rows to print (at most 200)")
+	return func(ctx context.Context, e *invocation) error {
+		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		if err != nil {
+			return fmt.Errorf("credits ledger: --tenant: %w", err)
+		}
+		p, err := credits.NewStore(e.db).Ledger(ctx, t.ID, credits.LedgerFilter{Kind: *kind}, page.First(min(*limit, page.MaxLimit)))
+		if err != nil {
+			return fmt.Errorf("credits ledger: %w", err)
+		}
+		return printJSON(e.stdout, p.Items)
+	}
+}
+
+func plansCredits(fs *flag.FlagSet) action {
+	plan := fs.String("plan", "", "plan name (required)")
+	mode := fs.String("mode", "", "deny, overage or off (required)")
+	overdraft := fs.Int64("overdraft", 0, "how far below zero the balance may go (units)")
+	low := fs.Int64("low-threshold", 0, "emit credits.low at or under this balance (0: never)")
+	return func(ctx context.Context, e *invocation) error {
+		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		if err != nil {
+			return fmt.Errorf("plans credits: --plan: %w", err)
+		}
+		ps, err := credits.NewOps(e.db, nil).SetPlan(ctx, audit.CLI, p.ID,
+			credits.PlanSettingsInput{Mode: credits.Mode(*mode), Overdraft: *overdraft, LowThreshold: *low})
+		if err != nil {
+			return fmt.Errorf("plans credits: %w", err)
+		}
+		return printJSON(e.stdout, ps)
+	}
+}
+
+// startCreditsDrainer runs the credits drainer (every second) until the
+// returned stop is called, its metrics on reg when not nil. Without Redis
+// configured (single-process mode) there is nothing to drain.
+func startCreditsDrainer(ctx context.Context, e *invocation, c usageConfig, log *slog.Logger, reg prometheus.Registerer) (stop func()) {
+	client := c.redis()
+	metrics := credits.NewMetrics()
+	if reg != nil {
+		reg.MustRegister(metrics.Collectors()...)
+	}
+	d := credits.NewDrainer(e.db, redisstore.New(client), credits.DrainerConfig{
+		Prefix: config.New(e.getenv).KeyPrefix(), Log: log, Metrics: metrics,
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Run(ctx, time.Second)
+	}()
+	return func() { cancel(); <-done; client.Close() }
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
+)
+
+// These tests draw one tenant's prepaid balance through several api
+// processes at once and require the ledger, written by the drainer from
+// the consumption logs the check script appends, to agree with what the
+// clients saw and with the hot-path counter.
+
+// creditTenant makes a plan drawing on credits (mode, overdraft) and a
+// tenant on it granted amount units, and returns the tenant's ID and a
+// key.
+func creditTenant(t *testing.T, r *rig, name string, mode credits.Mode, overdraft, amount int64) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	// A deny-mode balance fails closed when Redis does not answer in
+	// time; a thousand checks at once on a busy machine must not.
+	r.env["TOLLGATE_REDIS_TIMEOUT"] = "10s"
+	plan, err := plans.NewStore(r.db).Put(ctx, plans.Plan{Name: name, Rules: []plans.Rule{
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1_000_000, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	ops := credits.NewOps(r.db, nil)
+	_, err = ops.SetPlan(ctx, audit.CLI, plan.ID, credits.PlanSettingsInput{Mode: mode, Overdraft: overdraft})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(r.db)
+	tn, err := ts.Create(ctx, name, plan.ID)
+	testenv.Must(t, err)
+	if amount > 0 {
+		_, err = ops.Grant(ctx, audit.CLI, tn.ID, credits.GrantInput{Amount: amount, Cause: "test"})
+		testenv.Must(t, err)
+	}
+	secret, _, err := ts.IssueKey(ctx, tn.ID, "", nil)
+	testenv.Must(t, err)
+	return tn.ID, secret
+}
+
+// drainer returns the credits drainer of the rig's Redis keys.
+func (r *rig) drainer() *credits.Drainer {
+	return credits.NewDrainer(r.db, redisstore.New(r.redis), credits.DrainerConfig{Prefix: r.env["TOLLGATE_KEY_PREFIX"]})
+}
+
+// ledgerAgrees drains every balance and checks, for tenantID, that the
+// drain found no drift, that the ledger's consumption equals the
+// hot-path counter, and returns the ledger's account.
+func (r *rig) ledgerAgrees(t *testing.T, tenantID string) credits.Account {
+	t.Helper()
+	ctx := context.Background()
+	d := r.drainer()
+	for range 2 {
+		rep, err := d.Drain(ctx)
+		testenv.Must(t, err)
+		if rep.Drift != 0 {
+			t.Errorf("drain found drift %d", rep.Drift)
+		}
+	}
+	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
+	testenv.Must(t, err)
+	counter, _ := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	hot, err := r.redis.Get(ctx, counter).Int64()
+	testenv.Must(t, err)
+	var sum, consumed int64
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(sum(units), 0), coalesce(-sum(units) FILTER (WHERE kind = 'consumption'), 0)
+		FROM credit_ledger WHERE tenant_id = $1`, tenantID).Scan(&sum, &consumed))
+	if hot != acct.Consumed || consumed != acct.Consumed || sum != acct.Balance() {
+		t.Errorf("counter %d, ledger consumption %d, account consumed %d; ledger sum %d, account balance %d",
+			hot, consumed, acct.Consumed, sum, acct.Balance())
+	}
+	return acct
+}
+
+// draw sends n checks of cost 1 for key at once, spread over addrs, and
+// returns how many were admitted, how many were refused for credits, and
+// how many got no answer.
+func (r *rig) draw(t *testing.T, addrs []string, key string, n int) (admitted, exhausted, failed int64) {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	var a, x, f atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			d, err := checkReason(client, addrs[i%len(addrs)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+			switch {
+			case err != nil:
+				f.Add(1)
+			case d.Allowed:
+				a.Add(1)
+			case d.Reason == tollgate.ReasonCreditsExhausted:
+				x.Add(1)
+			default:
+				t.Errorf("denied for %s", d.Reason)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return a.Load(), x.Load(), f.Load()
+}
+
+// TestCreditsExactAcrossThreeAPIs: 1,000 concurrent draws through 3 api
+// processes against a balance of 500 admit exactly 500 (505 with an
+// overdraft of 5); the ledger says the same, and the balance is 0 (−5).
+// A top-up then reaches every process.
+func TestCreditsExactAcrossThreeAPIs(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	plain, plainKey := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 500)
+	over, overKey := creditTenant(t, r, "prepaid-overdraft", credits.ModeDeny, 5, 500)
+	apis := addrs([]*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)})
+	for _, tc := range []struct {
+		name, tenant, key string
+		want, balance     int64
+	}{{"no overdraft", plain, plainKey, 500, 0}, {"overdraft 5", over, overKey, 505, -5}} {
+		admitted, exhausted, failed := r.draw(t, apis, tc.key, 1000)
+		if admitted != tc.want || exhausted != 1000-tc.want || failed != 0 {
+			t.Errorf("%s: %d admitted, %d credits_exhausted, %d failed; want exactly %d admitted", tc.name, admitted, exhausted, failed, tc.want)
+		}
+		acct := r.ledgerAgrees(t, tc.tenant)
+		if acct.Consumed != tc.want || acct.Balance() != tc.balance {
+			t.Errorf("%s: ledger consumed %d, balance %d; want %d and %d", tc.name, acct.Consumed, acct.Balance(), tc.want, tc.balance)
+		}
+	}
+
+	// A top-up of 20 reaches every api process: each admits a dry run of
+	// cost 20 (the balance after the grant) once its snapshot has it.
+	_, err := credits.NewOps(r.db, nil).Grant(context.Background(), audit.CLI, plain, credits.GrantInput{Amount: 20, Cause: "top-up"})
+	testenv.Must(t, err)
+	granted := time.Now()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, addr := range apis {
+		testenv.Eventually(t, granted, 10*time.Second, "the top-up seen by "+addr, func() (bool, string) {
+			d, err := checkReason(client, addr, r.token, map[string]any{"key": plainKey, "resource": "GET /x", "cost": 20, "dry_run": true})
+			return err == nil && d.Allowed, fmt.Sprintf("%+v %v", d, err)
+		})
+	}
+	t.Logf("a top-up reached all 3 api processes %v after its commit", time.Since(granted).Round(time.Millisecond))
+}
+
+// startAPIProcess starts the api as a program of its own (so that a test
+// can kill it with SIGKILL) that never flushes usage, waits until it is
+// ready and returns its address and process.
+func (r *rig) startAPIProcess(t *testing.T) (string, *testenv.Process) {
+	t.Helper()
+	addr := testenv.FreeAddr(t)
+	env := []string{}
+	for k, v := range r.env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_USAGE_FLUSH=1h")
+	cmd := exec.Command(admintest.Binary(t, "cmd/api"))
+	cmd.Env = env
+	p := testenv.StartProcess(t, "api", cmd, syscall.SIGKILL, time.Second, nil)
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the api process is ready", func() (bool, string) {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
+	return addr, p
+}
+
+// TestCreditsOfAKilledAPI: an api process is killed (SIGKILL) while
+// checks draw on a balance through it. Its draws were recorded by the
+// script calls that made them, not by its memory: once the drainer has
+// run, the ledger's consumption equals the hot-path counter, and lies
+// between the units the clients saw admitted and those plus the checks
+// that got no answer (decided, perhaps, as the process died).
+func TestCreditsOfAKilledAPI(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 100_000)
+	// Usage is never flushed before the kill: nothing of the draws can
+	// reach Postgres through the process.
+	addr, doomed := r.startAPIProcess(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				d, err := checkReason(client, addr, r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 3})
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(3)
+				}
+			}
+		}()
+	}
+	// Kill it mid-draw, once a few hundred units are admitted.
+	testenv.Eventually(t, time.Now(), 30*time.Second, "draws admitted", func() (bool, string) {
+		return admitted.Load() >= 600, fmt.Sprint(admitted.Load())
+	})
+	doomed.Kill() // SIGKILL
+	wg.Wait()
+	acct := r.ledgerAgrees(t, tenantID)
+	seen, lost := admitted.Load(), 3*failed.Load()
+	t.Logf("clients saw %d units admitted, %d checks unanswered; the ledger recorded %d", seen, failed.Load(), acct.Consumed)
+	if acct.Consumed < seen || acct.Consumed > seen+lost {
+		t.Errorf("ledger consumption %d, want between %d (seen admitted) and %d", acct.Consumed, seen, seen+lost)
+	}
+}
+
+// TestCreditsRebuiltAfterRedisLosesThem: Redis restarts without
+// persistence (the tenant's counter and log are gone). The drainer
+// rebuilds the counter from the ledger, and checks go on from the
+// ledger's balance.
+func TestCreditsRebuiltAfterRedisLosesThem(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, testenv.DatabaseURL(t))
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 300)
+	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
+	if admitted, _, _ := r.draw(t, apis, key, 120); admitted != 120 {
+		t.Fatalf("%d of 120 admitted", admitted)
+	}
+	before := r.ledgerAgrees(t, tenantID)
+	counter, log := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	testenv.Must(t, r.redis.Del(ctx, counter, log).Err())
+	rep, err := r.drainer().Drain(ctx)
+	testenv.Must(t, err)
+	if rep.Rebuilt != 1 {
+		t.Errorf("drain after the loss: %+v, want one counter rebuilt", rep)
+	}
+	hot, err := r.redis.Get(ctx, counter).Int64()
+	testenv.Must(t, err)
+	if hot != before.Consumed {
+		t.Errorf("rebuilt counter %d, want the ledger's %d", hot, before.Consumed)
+	}
+	// 180 left: 200 draws admit 180.
+	if admitted, _, _ := r.draw(t, apis, key, 200); admitted != 180 {
+		t.Errorf("%d of 200 admitted after the rebuild, want 180", admitted)
+	}
+	if acct := r.ledgerAgrees(t, tenantID); acct.Balance() != 0 {
+		t.Errorf("balance %d, want 0", acct.Balance())
+	}
+	// GET /v1/me shows the balance with the plan's rules.
+	var st enforce.Standing
+	if status, _, p := getMe(t, "http://"+apis[0], bearer(key), &st); status != http.StatusOK || st.Credits == nil ||
+		st.Credits.Balance != 0 || st.Credits.Mode != credits.ModeDeny {
+		t.Errorf("GET /v1/me: %d %v, credits %+v", status, p, st.Credits)
+	}
+}

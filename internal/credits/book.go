@@ -1,0 +1,178 @@
+package credits
+
+import (
+	"context"
+	"time"
+)
+
+// book moves units of one locked account, on a transaction: every ledger
+// row is written here, with the balance after it, and the account's
+// grants and debt follow so that the ledger balance (line − consumed) is
+// always the live grants' remaining units less the debt.
+type book struct {
+	store *Store
+	acct  account
+	// grants are the live grants in draw order (read on first use).
+	grants []Grant
+	loaded bool
+}
+
+func (s *Store) openBook(ctx context.Context, tenantID string) (*book, error) {
+	a, err := s.lockAccount(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	return &book{store: s, acct: a}, nil
+}
+
+func (b *book) live(ctx context.Context) ([]Grant, error) {
+	if !b.loaded {
+		g, err := b.store.liveGrants(ctx, b.acct.TenantID)
+		if err != nil {
+			return nil, err
+		}
+		b.grants, b.loaded = g, true
+	}
+	return b.grants, nil
+}
+
+// write appends a ledger row of units (already applied to the account).
+func (b *book) write(ctx context.Context, kind string, units int64, grantID *string, cause string, logEntry *string, at time.Time) error {
+	return b.store.appendEntry(ctx, Entry{TenantID: b.acct.TenantID, Kind: kind, Units: units, Balance: b.acct.Balance(),
+		GrantID: grantID, Cause: cause, LogEntry: logEntry, At: at})
+}
+
+// grant credits g (Remaining unset) to the account: it first pays the
+// debt, then adds to the balance.
+func (b *book) grant(ctx context.Context, g Grant, kind string) (Grant, error) {
+	paid := min(g.Amount, b.acct.Debt)
+	b.acct.Debt -= paid
+	g.Remaining = g.Amount - paid
+	g.TenantID = b.acct.TenantID
+	g, err := b.store.insertGrant(ctx, g)
+	if err != nil {
+		return g, err
+	}
+	if b.loaded {
+		b.loaded = false // reread in draw order when needed
+	}
+	b.acct.Line += g.Amount
+	return g, b.write(ctx, kind, g.Amount, &g.ID, g.Cause, nil, g.CreatedAt)
+}
+
+// take draws units on the live grants soonest-expiring first, the rest
+// as debt, writing one row of kind per grant drawn (and one for the
+// debt). onLine is true for an adjustment (the line moves), false for
+// consumption (consumed moves).
+func (b *book) take(ctx context.Context, kind string, units int64, onLine bool, cause string, logEntry *string, at time.Time) error {
+	grants, err := b.live(ctx)
+	if err != nil {
+		return err
+	}
+	move := func(n int64, grantID *string) error {
+		if onLine {
+			b.acct.Line -= n
+		} else {
+			b.acct.Consumed += n
+		}
+		return b.write(ctx, kind, -n, grantID, cause, logEntry, at)
+	}
+	for i := range grants {
+		g := &grants[i]
+		if units == 0 {
+			break
+		}
+		if g.Remaining == 0 || g.ExpiresAt != nil && !g.ExpiresAt.After(at) {
+			continue
+		}
+		n := min(units, g.Remaining)
+		g.Remaining -= n
+		units -= n
+		if err := b.store.saveGrant(ctx, *g); err != nil {
+			return err
+		}
+		if err := move(n, &g.ID); err != nil {
+			return err
+		}
+	}
+	if units > 0 {
+		b.acct.Debt += units
+		return move(units, nil)
+	}
+	return nil
+}
+
+// giveBack returns units to the account: the debt first, then the live
+// grants in the reverse of draw order (last-expiring first) up to their
+// amounts, and what is left as a new grant that never expires. onLine as
+// for take. One row of kind records it.
+func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bool, cause string, logEntry *string, at time.Time) error {
+	paid := min(units, b.acct.Debt)
+	b.acct.Debt -= paid
+	rest := units - paid
+	grants, err := b.live(ctx)
+	if err != nil {
+		return err
+	}
+	var into *string
+	for i := len(grants) - 1; i >= 0 && rest > 0; i-- {
+		g := &grants[i]
+		if g.ExpiresAt != nil && !g.ExpiresAt.After(at) || g.Remaining == g.Amount {
+			continue
+		}
+		n := min(rest, g.Amount-g.Remaining)
+		g.Remaining += n
+		rest -= n
+		into = &g.ID
+		if err := b.store.saveGrant(ctx, *g); err != nil {
+			return err
+		}
+	}
+	if rest > 0 {
+		g, err := b.store.insertGrant(ctx, Grant{TenantID: b.acct.TenantID, Amount: rest, Remaining: rest, Cause: cause, CreatedAt: at})
+		if err != nil {
+			return err
+		}
+		into = &g.ID
+		b.loaded = false
+	}
+	if onLine {
+		b.acct.Line += units
+	} else {
+		b.acct.Consumed -= units
+	}
+	return b.write(ctx, kind, units, into, cause, logEntry, at)
+}
+
+// expireDue expires the live grants whose expiry is at or before at: each
+// one's remaining units leave the line, with an expiry row. It returns
+// the grants expired.
+func (b *book) expireDue(ctx context.Context, at time.Time) ([]Grant, error) {
+	grants, err := b.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var expired []Grant
+	keep := grants[:0]
+	for _, g := range grants {
+		if g.ExpiresAt == nil || g.ExpiresAt.After(at) {
+			keep = append(keep, g)
+			continue
+		}
+		left := g.Remaining
+		when := *g.ExpiresAt
+		g.Remaining, g.ExpiredAt = 0, &when
+		if err := b.store.saveGrant(ctx, g); err != nil {
+			return nil, err
+		}
+		b.acct.Line -= left
+		if err := b.write(ctx, KindExpiry, -left, &g.ID, "grant expired", nil, when); err != nil {
+			return nil, err
+		}
+		expired = append(expired, g)
+	}
+	b.grants = keep
+	return expired, nil
+}
+
+func (b *book) save(ctx context.Context) error { return b.store.saveAccount(ctx, b.acct) }

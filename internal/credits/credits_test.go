@@ -1,0 +1,434 @@
+package credits_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/demo"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+)
+
+// rig is a tenant on a credit plan, checked through the real checker on
+// Redis and drained into the ledger on Postgres.
+type rig struct {
+	t        *testing.T
+	db       *pgxpool.Pool
+	rdb      *redis.Client
+	prefix   string
+	tenantID string
+	key      string
+	planID   int64
+	ops      *credits.Ops
+	holder   *snapshot.Holder
+	checker  *enforce.Checker
+	drainer  *credits.Drainer
+	// drainAt is the drainer's clock.
+	drainAt time.Time
+}
+
+func newRig(t *testing.T, mode credits.Mode, overdraft, low int64) *rig {
+	t.Helper()
+	ctx := context.Background()
+	r := &rig{t: t, db: testenv.DB(t), drainAt: time.Now()}
+	r.rdb, r.prefix = testenv.Redis(t)
+	p, err := plans.NewStore(r.db).Put(ctx, plans.Plan{Name: "prepaid", Rules: []plans.Rule{
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1_000_000, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	r.planID = p.ID
+	r.ops = credits.NewOps(r.db, nil)
+	_, err = r.ops.SetPlan(ctx, audit.CLI, p.ID, credits.PlanSettingsInput{Mode: mode, Overdraft: overdraft, LowThreshold: low})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(r.db)
+	tn, err := ts.Create(ctx, "acme", p.ID)
+	testenv.Must(t, err)
+	r.tenantID = tn.ID
+	r.key, _, err = ts.IssueKey(ctx, tn.ID, "", nil)
+	testenv.Must(t, err)
+	r.holder = snapshot.NewHolder(snapshot.NewPostgresSource(r.db), slog.New(slog.DiscardHandler))
+	store := redisstore.New(r.rdb)
+	r.checker = enforce.NewChecker(r.holder, store, enforce.CheckerConfig{Prefix: r.prefix, NoLocalDenials: true})
+	t.Cleanup(r.checker.Close)
+	r.drainer = credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix, Now: func() time.Time { return r.drainAt }})
+	r.reload()
+	return r
+}
+
+func (r *rig) reload() {
+	r.t.Helper()
+	testenv.Must(r.t, r.holder.Reload(context.Background()))
+}
+
+func (r *rig) grant(amount int64, expires time.Duration, priority int) credits.Grant {
+	r.t.Helper()
+	in := credits.GrantInput{Amount: amount, Priority: priority, Cause: "test"}
+	if expires > 0 {
+		at := time.Now().Add(expires)
+		in.ExpiresAt = &at
+	}
+	g, err := r.ops.Grant(context.Background(), audit.CLI, r.tenantID, in)
+	testenv.Must(r.t, err)
+	return g
+}
+
+// topUp grants amount units that never expire and reloads the snapshot.
+func (r *rig) topUp(amount int64) {
+	r.t.Helper()
+	r.grant(amount, 0, 0)
+	r.reload()
+}
+
+// events counts the tenant's events of typ.
+func (r *rig) events(typ string) int {
+	r.t.Helper()
+	var n int
+	testenv.Must(r.t, r.db.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE type = $1 AND tenant_id = $2`, typ, r.tenantID).Scan(&n))
+	return n
+}
+
+func (r *rig) check(cost int64) enforce.Decision {
+	r.t.Helper()
+	d, err := r.checker.Check(context.Background(), enforce.Request{Key: r.key, Cost: cost, Resource: "GET /x"})
+	testenv.Must(r.t, err)
+	return d
+}
+
+func (r *rig) drain() credits.Report {
+	r.t.Helper()
+	rep, err := r.drainer.Drain(context.Background())
+	testenv.Must(r.t, err)
+	return rep
+}
+
+// agree drains and checks that the ledger, the account and the hot-path
+// counter agree: drift 0, the ledger's rows add up to the balance, and
+// every grant's remaining units less the debt are the balance.
+func (r *rig) agree() credits.Account {
+	r.t.Helper()
+	ctx := context.Background()
+	if rep := r.drain(); rep.Drift != 0 {
+		r.t.Errorf("drift %d after draining", rep.Drift)
+	}
+	if rep := r.drain(); rep.Drift != 0 || rep.Entries != 0 {
+		r.t.Errorf("a second drain found %+v", rep)
+	}
+	acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID)
+	testenv.Must(r.t, err)
+	var sum, remaining int64
+	testenv.Must(r.t, r.db.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM credit_ledger WHERE tenant_id = $1`, r.tenantID).Scan(&sum))
+	testenv.Must(r.t, r.db.QueryRow(ctx, `SELECT coalesce(sum(remaining), 0) FROM credit_grants WHERE tenant_id = $1`, r.tenantID).Scan(&remaining))
+	counter, _ := credits.Keys(r.prefix, r.tenantID)
+	hot, err := r.rdb.Get(ctx, counter).Int64()
+	testenv.Must(r.t, err)
+	if sum != acct.Balance() || remaining-acct.Debt != acct.Balance() || hot != acct.Consumed {
+		r.t.Errorf("ledger sum %d, grants %d − debt %d, account balance %d; counter %d, ledger consumed %d",
+			sum, remaining, acct.Debt, acct.Balance(), hot, acct.Consumed)
+	}
+	return acct
+}
+
+func ledger(t *testing.T, db *pgxpool.Pool, tenantID string) []credits.Entry {
+	t.Helper()
+	p, err := credits.NewStore(db).Ledger(context.Background(), tenantID, credits.LedgerFilter{}, page.First(page.MaxLimit))
+	testenv.Must(t, err)
+	return p.Items
+}
+
+// TestDrawsSoonestExpiringFirstAndExpires: consumption draws on the grant
+// that expires first (priority among equal expiries), the rest of an
+// expired grant leaves the balance through an expiry row, and the check
+// path stops counting it when it expires.
+func TestDrawsSoonestExpiringFirstAndExpires(t *testing.T) {
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	never := r.grant(5, 0, 0)
+	late := r.grant(10, 2*time.Hour, 0)
+	soonLow := r.grant(2, time.Hour, 0)
+	soonHigh := r.grant(2, time.Hour, 1)
+	soonHigh.ExpiresAt = soonLow.ExpiresAt
+	r.reload()
+	if d := r.check(5); !d.Allowed || d.Credits == nil || d.Credits.Balance != 14 || d.Credits.Drawn != 5 {
+		t.Fatalf("check of 5 on 19: %+v", d)
+	}
+	r.agree()
+	grants, err := credits.NewStore(r.db).Grants(context.Background(), r.tenantID)
+	testenv.Must(t, err)
+	left := map[string]int64{}
+	for _, g := range grants {
+		left[g.ID] = g.Remaining
+	}
+	if left[soonHigh.ID] != 0 || left[soonLow.ID] != 0 || left[late.ID] != 9 || left[never.ID] != 5 {
+		t.Errorf("remaining after drawing 5: %v; want the two soonest (2, 2) empty, then 1 of the 10", left)
+	}
+
+	// Three hours on, the 10 expired with 9 left.
+	r.drainAt = time.Now().Add(3 * time.Hour)
+	acct := r.agree()
+	if acct.Balance() != 5 {
+		t.Errorf("balance after expiry %d, want 5", acct.Balance())
+	}
+	rows := ledger(t, r.db, r.tenantID)
+	var expired int64
+	for _, e := range rows {
+		if e.Kind == credits.KindExpiry {
+			expired -= e.Units
+		}
+	}
+	if expired != 9 {
+		t.Errorf("expiry rows total %d, want 9", expired)
+	}
+	r.reload()
+	if d := r.check(6); d.Allowed || d.Reason != tollgate.ReasonCreditsExhausted || d.RetryAfterMS != -1 {
+		t.Errorf("check of 6 on 5: %+v, want credits_exhausted", d)
+	}
+	if d := r.check(5); !d.Allowed || d.Credits.Balance != 0 {
+		t.Errorf("check of 5 on 5: %+v", d)
+	}
+	r.agree()
+	if exhausted := r.events(credits.EventExhausted); exhausted != 1 {
+		t.Errorf("%d credits.exhausted events, want 1", exhausted)
+	}
+}
+
+// TestLineStopsCountingAtExpiryBeforeTheLedger: between a grant's expiry
+// and the drainer's record of it, checks no longer draw on it.
+func TestLineStopsCountingAtExpiryBeforeTheLedger(t *testing.T) {
+	hot := &credits.Hot{Line: 15, Expiring: []credits.Expiring{{AtUS: 100, Remaining: 4}, {AtUS: 200, Remaining: 6}}}
+	for _, tc := range []struct{ now, want int64 }{{99, 15}, {100, 11}, {199, 11}, {200, 5}} {
+		if got := hot.LineAt(tc.now); got != tc.want {
+			t.Errorf("LineAt(%d) = %d, want %d", tc.now, got, tc.want)
+		}
+	}
+}
+
+// TestCounterLostWithRedisIsRebuilt: Redis loses the counter and the log
+// (a restart without persistence). A drain rebuilds the counter from the
+// ledger; a check that comes first seeds it from its snapshot, and a
+// stale snapshot's seed is found as drift and repaired, after which the
+// ledger and the counter agree again.
+func TestCounterLostWithRedisIsRebuilt(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(100)
+	r.check(30)
+	r.agree()
+	counter, log := credits.Keys(r.prefix, r.tenantID)
+	flush := func() { testenv.Must(t, r.rdb.Del(ctx, counter, log).Err()) }
+
+	flush()
+	if rep := r.drain(); rep.Rebuilt != 1 {
+		t.Errorf("drain after the loss: %+v, want one counter rebuilt", rep)
+	}
+	if acct := r.agree(); acct.Balance() != 70 {
+		t.Errorf("balance %d after the rebuild, want 70", acct.Balance())
+	}
+
+	// The snapshot still says 0 consumed (read before the 30): the check
+	// that finds no counter seeds it with 0 and sees 100.
+	r.check(10)
+	r.agree()
+	flush()
+	d := r.check(5)
+	if !d.Allowed || d.Credits.Balance != 95 {
+		t.Fatalf("check after the loss with a stale snapshot: %+v", d)
+	}
+	rep := r.drain()
+	if rep.Drift != 40 {
+		t.Errorf("drift %d, want the 40 the stale seed missed", rep.Drift)
+	}
+	acct := r.agree()
+	if acct.Balance() != 55 {
+		t.Errorf("balance %d, want 55", acct.Balance())
+	}
+	r.reload()
+	if d := r.check(56); d.Allowed {
+		t.Errorf("check of 56 on 55 admitted: %+v", d)
+	}
+}
+
+// TestLedgerIsAppendOnly: rows can be added, never changed or removed.
+func TestLedgerIsAppendOnly(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.grant(10, 0, 0)
+	for _, sql := range []string{`UPDATE credit_ledger SET units = 1000`, `DELETE FROM credit_ledger`, `TRUNCATE credit_ledger`} {
+		if _, err := r.db.Exec(ctx, sql); err == nil {
+			t.Errorf("%s: succeeded", sql)
+		}
+	}
+	if rows := ledger(t, r.db, r.tenantID); len(rows) != 1 || rows[0].Units != 10 {
+		t.Errorf("ledger %+v", rows)
+	}
+}
+
+// TestOverageAndOverdraft: in overage mode a check past the balance is
+// admitted, draws down to −overdraft, and the rest is the month's
+// overage; a top-up pays the debt first; the month shows granted, used,
+// expired and overage.
+func TestOverageAndOverdraft(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 3, 4)
+	r.topUp(10)
+	d := r.check(15)
+	if !d.Allowed || d.Credits.Drawn != 13 || d.Credits.Overage != 2 || d.Credits.Balance != -3 {
+		t.Fatalf("check of 15 on 10+3: %+v", d)
+	}
+	acct := r.agree()
+	if acct.Debt != 3 {
+		t.Errorf("debt %d, want 3", acct.Debt)
+	}
+	g := r.grant(5, 0, 0)
+	if g.Remaining != 2 {
+		t.Errorf("a grant of 5 against a debt of 3 keeps %d, want 2", g.Remaining)
+	}
+	r.agree()
+	start := time.Now().UTC()
+	start = time.Date(start.Year(), start.Month(), 1, 0, 0, 0, 0, time.UTC)
+	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, start)
+	testenv.Must(t, err)
+	if m != (credits.Month{Granted: 15, Used: 13, Overage: 2, Closing: 2}) {
+		t.Errorf("month %+v", m)
+	}
+	if low := r.events(credits.EventLow); low != 1 {
+		t.Errorf("%d credits.low events, want 1", low)
+	}
+}
+
+// TestHoldsReserveAndSettleOnTheBalance: a hold's estimate is drawn at the
+// check; settling below it gives the difference back, and the ledger
+// records the refund.
+func TestHoldsReserveAndSettleOnTheBalance(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(50)
+	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 40, Resource: "GET /x", Hold: true})
+	testenv.Must(t, err)
+	if !d.Allowed || d.HoldID == "" || d.Credits.Balance != 10 {
+		t.Fatalf("hold of 40 on 50: %+v", d)
+	}
+	if d := r.check(11); d.Allowed {
+		t.Errorf("check of 11 while 40 are held: admitted")
+	}
+	if _, err := r.checker.Settle(ctx, d.HoldID, 25); err != nil {
+		t.Fatal(err)
+	}
+	acct := r.agree()
+	if acct.Balance() != 25 {
+		t.Errorf("balance after settling 40 at 25: %d, want 25", acct.Balance())
+	}
+	var refunds int64
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM credit_ledger WHERE kind = 'refund' AND tenant_id = $1`, r.tenantID).Scan(&refunds))
+	if refunds != 15 {
+		t.Errorf("refunds %d, want 15", refunds)
+	}
+}
+
+// TestDemoHasCreditsAndALedger: the demo's prepaid tenant has grants (one
+// expired with units left, one expiring soon), a month of consumption and
+// an adjustment in its ledger, which adds up; the drainer builds the
+// hot-path counter from it without drift.
+func TestDemoHasCreditsAndALedger(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	rdb, prefix := testenv.Redis(t)
+	_, err := demo.Seed(ctx, db, audit.CLI, testkeys.SecretKeys(t))
+	testenv.Must(t, err)
+	tn, err := tenants.NewStore(db).GetByName(ctx, "demo-prepaid")
+	testenv.Must(t, err)
+	b, err := credits.NewStore(db).Balance(ctx, tn.ID)
+	testenv.Must(t, err)
+	var expired, expiring int
+	for _, g := range b.Grants {
+		switch {
+		case g.ExpiredAt != nil && g.Amount > 0:
+			expired++
+		case g.ExpiresAt != nil:
+			expiring++
+		}
+	}
+	if b.Settings == nil || b.Balance <= 0 || expired != 1 || expiring != 1 {
+		t.Fatalf("demo credits: %+v", b)
+	}
+	kinds := map[string]int{}
+	var sum int64
+	for _, e := range ledger(t, db, tn.ID) {
+		kinds[e.Kind]++
+		sum += e.Units
+	}
+	for _, g := range b.Grants {
+		if g.ExpiresAt != nil && g.ExpiredAt == nil && g.Remaining == 0 {
+			t.Errorf("the grant that expires soon has nothing left: %+v", g)
+		}
+	}
+	var expiredUnits int64
+	testenv.Must(t, db.QueryRow(ctx, `SELECT -coalesce(sum(units), 0) FROM credit_ledger WHERE tenant_id = $1 AND kind = 'expiry'`, tn.ID).Scan(&expiredUnits))
+	if expiredUnits <= 0 {
+		t.Errorf("the expired grant had no units left (%d)", expiredUnits)
+	}
+	if kinds[credits.KindGrant] != 3 || kinds[credits.KindExpiry] != 1 || kinds[credits.KindConsumption] < 20 || kinds[credits.KindAdjustment] != 1 || sum != b.Balance {
+		t.Errorf("demo ledger: %v rows adding up to %d, balance %d", kinds, sum, b.Balance)
+	}
+	d := credits.NewDrainer(db, redisstore.New(rdb), credits.DrainerConfig{Prefix: prefix})
+	rep, err := d.Drain(ctx)
+	testenv.Must(t, err)
+	if rep.Rebuilt != 1 || rep.Drift != 0 {
+		t.Errorf("first drain of the demo: %+v, want its counter rebuilt from the ledger", rep)
+	}
+	// Seeding again changes no credits.
+	_, err = demo.Seed(ctx, db, audit.CLI, testkeys.SecretKeys(t))
+	testenv.Must(t, err)
+	again, err := credits.NewStore(db).Balance(ctx, tn.ID)
+	testenv.Must(t, err)
+	if again.Balance != b.Balance || len(again.Grants) != len(b.Grants) {
+		t.Errorf("after seeding again: balance %d, %d grants; want %d, %d", again.Balance, len(again.Grants), b.Balance, len(b.Grants))
+	}
+}
+
+// TestStatementShowsCreditsAcrossTheMonthsClose: the statement shows the
+// month's credits granted, used and expired from the ledger; once the
+// month is closed its frozen statement keeps them, and the ledger and the
+// hot-path counter still agree.
+func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.grant(100, time.Hour, 0)
+	r.topUp(50)
+	r.check(30)
+	r.drainAt = time.Now().Add(2 * time.Hour) // the 100 expires with 70 left
+	r.agree()
+	month := billing.MonthOf(time.Now())
+	st, err := billing.NewStore(r.db, pgstore.StoreConfig{}).Statement(ctx, r.tenantID, month)
+	testenv.Must(t, err)
+	if st.Credits == nil || st.Credits.Granted != 150 || st.Credits.Used != 30 || st.Credits.Expired != 70 || st.Credits.Closing != 50 {
+		t.Fatalf("statement credits %+v, want 150 granted, 30 used, 70 expired, 50 left", st.Credits)
+	}
+	// Close the month from its end: the frozen statement keeps its credits.
+	closer := billing.NewStore(r.db, pgstore.StoreConfig{Now: func() time.Time { return month.End().Add(time.Hour) }})
+	_, err = closer.CloseMonth(ctx, audit.CLI, month, nil)
+	testenv.Must(t, err)
+	frozen, err := closer.Statement(ctx, r.tenantID, month)
+	testenv.Must(t, err)
+	if frozen.Status != "closed" || frozen.Credits == nil || *frozen.Credits != *st.Credits {
+		t.Errorf("closed statement: %s, credits %+v; want %+v", frozen.Status, frozen.Credits, st.Credits)
+	}
+	r.check(5)
+	if acct := r.agree(); acct.Balance() != 45 {
+		t.Errorf("balance after the close %d, want 45", acct.Balance())
+	}
+}

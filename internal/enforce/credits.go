@@ -1,0 +1,45 @@
+package enforce
+
+import (
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+)
+
+// CreditsResult is a decision's part about the tenant's prepaid balance
+// (units of its plan).
+type CreditsResult struct {
+	// Balance after the check (before it, when nothing was drawn).
+	Balance int64 `json:"balance"`
+	// Drawn is the units the check took from the balance; Overage the
+	// units admitted past it (billed).
+	Drawn   int64 `json:"drawn"`
+	Overage int64 `json:"overage"`
+}
+
+// credits returns who's prepaid balance, nil when its plan does not draw
+// on credits (or who is anonymous).
+func (who caller) credits() *credits.Hot {
+	if who.tenant == nil {
+		return nil
+	}
+	return who.tenant.Credits
+}
+
+// creditsFor returns the limiter's view of hot now, on its two keys (as
+// requests lays them out: the counter, then the log, of equal length).
+func (c *Checker) creditsFor(hot *credits.Hot, keys string) *limiter.Credits {
+	half := len(keys) / 2
+	lc := hot.Limiter(keys[:half], keys[half:], c.now().UnixMicro())
+	return &lc
+}
+
+// ruleDenied reports whether an enforce rule denied.
+func ruleDenied(rules []RuleResult) bool {
+	for i := range rules {
+		if !rules[i].Allowed && rules[i].Mode == plans.ModeEnforce {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,116 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+)
+
+// The scripts of a balance's counter and consumption log (check.lua
+// writes both; see limiter.Credits). Each is one call on keys of one slot.
+var (
+	creditsReadScript = redis.NewScript(`local c = redis.call('GET', KEYS[1])
+local e = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+return {c, e}`)
+	creditsTrimScript   = redis.NewScript(`return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
+	creditsAdjustScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return tonumber(ARGV[2])`)
+)
+
+// ReadCredits returns the counter at key (present false when missing) and
+// up to max entries of the consumption log at log after the entry after,
+// read in one script call.
+func (s *Store) ReadCredits(ctx context.Context, key, log, after string, max int) (consumed int64, present bool, entries []limiter.CreditEntry, err error) {
+	if after == "" {
+		after = "0-0"
+	}
+	reply, err := creditsReadScript.Run(ctx, s.client, []string{key, log}, after, max).Slice()
+	if err != nil {
+		return 0, false, nil, fmt.Errorf("redisstore: read credits: %w", err)
+	}
+	if len(reply) != 2 {
+		return 0, false, nil, fmt.Errorf("redisstore: read credits: reply of %d values", len(reply))
+	}
+	if c, ok := reply[0].(string); ok {
+		if consumed, err = strconv.ParseInt(c, 10, 64); err != nil {
+			return 0, false, nil, fmt.Errorf("redisstore: read credits: counter %q", c)
+		}
+		present = true
+	}
+	raw, _ := reply[1].([]any)
+	for _, r := range raw {
+		e, err := creditEntry(r)
+		if err != nil {
+			return 0, false, nil, err
+		}
+		entries = append(entries, e)
+	}
+	return consumed, present, entries, nil
+}
+
+// creditEntry reads one XRANGE entry: its ID and its fields (u, o, t, h).
+func creditEntry(r any) (limiter.CreditEntry, error) {
+	pair, _ := r.([]any)
+	if len(pair) != 2 {
+		return limiter.CreditEntry{}, fmt.Errorf("redisstore: read credits: bad entry %v", r)
+	}
+	var e limiter.CreditEntry
+	e.ID, _ = pair[0].(string)
+	fields, _ := pair[1].([]any)
+	for i := 0; i+1 < len(fields); i += 2 {
+		name, _ := fields[i].(string)
+		value, _ := fields[i+1].(string)
+		var err error
+		switch name {
+		case "u":
+			e.Units, err = strconv.ParseInt(value, 10, 64)
+		case "o":
+			e.Overage, err = strconv.ParseInt(value, 10, 64)
+		case "t":
+			e.AtUS, err = strconv.ParseInt(value, 10, 64)
+		case "h":
+			e.HoldID = value
+		}
+		if err != nil {
+			return limiter.CreditEntry{}, fmt.Errorf("redisstore: read credits: entry %s field %s: %w", e.ID, name, err)
+		}
+	}
+	return e, nil
+}
+
+// TrimCredits drops the log's entries up to and including through.
+func (s *Store) TrimCredits(ctx context.Context, log, through string) error {
+	ms, seq := splitID(through)
+	next := strconv.FormatInt(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+	if err := creditsTrimScript.Run(ctx, s.client, []string{log}, next).Err(); err != nil {
+		return fmt.Errorf("redisstore: trim credits: %w", err)
+	}
+	return nil
+}
+
+func splitID(id string) (ms int64, seq uint64) {
+	for i := 0; i < len(id); i++ {
+		if id[i] == '-' {
+			ms, _ = strconv.ParseInt(id[:i], 10, 64)
+			seq, _ = strconv.ParseUint(id[i+1:], 10, 64)
+			break
+		}
+	}
+	return ms, seq
+}
+
+// AdjustCredits adds delta to the counter at key, or sets it to seed when
+// it is missing.
+func (s *Store) AdjustCredits(ctx context.Context, key string, delta, seed int64) error {
+	if err := creditsAdjustScript.Run(ctx, s.client, []string{key}, delta, seed).Err(); err != nil {
+		return fmt.Errorf("redisstore: adjust credits: %w", err)
+	}
+	return nil
+}

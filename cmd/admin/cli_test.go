@@ -70,9 +70,10 @@ func TestSeedDemoIsIdempotentAndIssuesFreshSecrets(t *testing.T) {
 	var plans, tenantsN, keys int
 	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM plans),
 		(SELECT count(*) FROM tenants), (SELECT count(*) FROM api_keys)`).Scan(&plans, &tenantsN, &keys))
-	// 7 made with each tier's tenant, 1 a seed; the prepaid tenant 1 a seed.
-	if plans != 5 || tenantsN != 4 || keys != 29 {
-		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 5, 4, 29", plans, tenantsN, keys)
+	// The tiers' plans, llm (no demo tenant) and prepaid; 7 keys made with
+	// each tier's tenant, 1 a seed; the prepaid tenant 1 a seed.
+	if plans != 6 || tenantsN != 4 || keys != 29 {
+		t.Errorf("after two seeds: %d plans, %d tenants, %d keys; want 6, 4, 29", plans, tenantsN, keys)
 	}
 	// Thresholds on the paid plans, and endpoints without a receiver
 	// (an operator's, the admin tenant's), their secrets sealed.

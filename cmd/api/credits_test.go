@@ -268,3 +268,50 @@ func TestCreditsRebuiltAfterRedisLosesThem(t *testing.T) {
 		t.Errorf("GET /v1/me: %d %v, credits %+v", status, p, st.Credits)
 	}
 }
+
+// TestLocalDenialSaysNothingOfCredits: a check denied from the api's
+// cache of recent denials never reached the store, so its answer shows
+// no balance (rather than a balance of 0), while answers the store gave
+// show the real one.
+func TestLocalDenialSaysNothingOfCredits(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	ctx := context.Background()
+	plan, err := plans.NewStore(r.db).Put(ctx, plans.Plan{Name: "prepaid-strict", Rules: []plans.Rule{
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	ops := credits.NewOps(r.db, nil)
+	_, err = ops.SetPlan(ctx, audit.CLI, plan.ID, credits.PlanSettingsInput{Mode: credits.ModeDeny})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(r.db)
+	tn, err := ts.Create(ctx, "prepaid-strict", plan.ID)
+	testenv.Must(t, err)
+	_, err = ops.Grant(ctx, audit.CLI, tn.ID, credits.GrantInput{Amount: 50, Cause: "test"})
+	testenv.Must(t, err)
+	key, _, err := ts.IssueKey(ctx, tn.ID, "", nil)
+	testenv.Must(t, err)
+	a := r.startAPI(t)
+	type answer struct {
+		Allowed bool                   `json:"allowed"`
+		Reason  string                 `json:"reason"`
+		Credits *enforce.CreditsResult `json:"credits"`
+	}
+	check := func() answer {
+		t.Helper()
+		var d answer
+		testenv.Must(t, postJSON(http.DefaultClient, "http://"+a.addr+"/v1/check", r.token,
+			map[string]any{"key": key, "resource": "GET /x"}, &d))
+		return d
+	}
+	if d := check(); !d.Allowed || d.Credits == nil || d.Credits.Balance != 49 {
+		t.Fatalf("first check: %+v (credits %+v), want allowed with a balance of 49", d, d.Credits)
+	}
+	// The store denies the second (the rule allows 1 an hour) and reports
+	// the balance untouched; the api remembers the denial.
+	if d := check(); d.Allowed || d.Credits == nil || d.Credits.Balance != 49 {
+		t.Fatalf("second check: %+v (credits %+v), want denied by the store with a balance of 49", d, d.Credits)
+	}
+	// The third is denied locally: no balance in the answer.
+	if d := check(); d.Allowed || d.Reason != tollgate.ReasonRateLimited || d.Credits != nil {
+		t.Fatalf("third check: %+v (credits %+v), want rate_limited without credits", d, d.Credits)
+	}
+}

@@ -341,7 +341,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if batch.TakesLease() {
 		batch.Lease, leaseID = c.leaseFor(holdID, reqs, r, &d)
 	}
-	out, err := c.decide(ctx, batch)
+	out, local, err := c.decide(ctx, batch)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Decision{}, ctx.Err() // the caller went away; nothing to decide
@@ -359,7 +359,13 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 			d.LeaseID, d.LeaseExpiresAt = leaseID, time.UnixMicro(out.NowUS+ttl).UTC().Format(timeFormat)
 		}
 	}
-	return c.decided(d, r, matched, out, who.tenant), nil
+	d = c.decided(d, r, matched, out, who.tenant)
+	if local {
+		// Denied from the cache of recent denials: the store was not
+		// asked, so the balance is not known; say nothing rather than 0.
+		d.Credits = nil
+	}
+	return d, nil
 }
 
 // caller is who a check is for: a key of a tenant, or an anonymous caller
@@ -445,14 +451,12 @@ func matchingRules(matched []*snapshot.Rule, plan *snapshot.Plan, resource strin
 
 // decide answers batch from the local denials when they can, else from
 // the store (through the breaker, within the store timeout), and tells
-// the denials what the store answered.
-func (c *Checker) decide(ctx context.Context, batch limiter.Batch) (limiter.Outcome, error) {
+// the denials what the store answered; local reports the former.
+func (c *Checker) decide(ctx context.Context, batch limiter.Batch) (out limiter.Outcome, local bool, err error) {
 	sentUS := c.denials.localNowUS()
-	if out, local := c.denials.decideAt(batch, sentUS); local {
-		return out, nil
+	if out, ok := c.denials.decideAt(batch, sentUS); ok {
+		return out, true, nil
 	}
-	var out limiter.Outcome
-	var err error
 	if c.selfTimed {
 		out, err = c.store.Check(ctx, batch)
 	} else {
@@ -461,10 +465,10 @@ func (c *Checker) decide(ctx context.Context, batch limiter.Batch) (limiter.Outc
 		cancel()
 	}
 	if err != nil {
-		return out, err
+		return out, false, err
 	}
 	c.denials.observe(batch, out, sentUS)
-	return out, nil
+	return out, false, nil
 }
 
 // storeFailed counts and logs a failed store call.

@@ -70,6 +70,12 @@ type BatchConfig struct {
 	// queueing included (the context's deadline when earlier): the store
 	// is then a limiter.SelfTimed.
 	Timeout time.Duration
+	// Linger, when > 0, is the longest a check that would go out alone
+	// waits for others to share its call. It waits only while checks
+	// arrive at least twice per Linger on average, and at most until
+	// as many have queued as that rate promises; at lower rates a lone
+	// check goes out at once.
+	Linger time.Duration
 }
 
 // NewBatching returns a store on client that coalesces concurrent checks:
@@ -86,7 +92,15 @@ func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1
 	}
-	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout}
+	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout, linger: cfg.Linger}
+	if cfg.Linger > 0 {
+		s.batcher.clock = time.Now
+		s.batcher.start = time.Now()
+		s.batcher.meanGap = 2 * cfg.Linger // quiet until shown otherwise
+		s.batcher.wake = make(chan struct{}, 1)
+		s.batcher.timer = time.NewTimer(time.Hour)
+		s.batcher.timer.Stop()
+	}
 	return s
 }
 

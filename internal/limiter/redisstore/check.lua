@@ -98,6 +98,17 @@ local function idiv(a, b) -- floor(a / b) exactly, b > 0
   return q
 end
 
+-- at returns now, or for 0 Redis's clock in µs, read once per call.
+local clock
+local function at(now)
+  if now ~= 0 then return now end
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock
+end
+
 local DAY = 86400000000
 
 local function days_from_civil(y, m, d)
@@ -182,7 +193,6 @@ end
 local index = ARGV[2]
 local holds = 0
 local out, n, k = {}, 0, 0
-local clock
 -- The current check's writes, applied once every rule allowed: the key,
 -- its def, its time to live (ms, before extra) and what to store by
 -- algorithm: wnumber the key's one number (gcra, leaky: the new TAT;
@@ -229,13 +239,7 @@ while i <= total do
   local now, cost, opts, nrules, hold = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
   local dry = has(opts, optDryRun)
   i = i + 5
-  if now == 0 then
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = clock
-  end
+  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1

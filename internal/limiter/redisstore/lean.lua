@@ -85,7 +85,6 @@ else
 end
 
 local out, n, k = {}, 0, 0
-local clock
 -- The current check's writes, five slots each: key, kind, number (or
 -- window), count, time to live (ms, before extra); and the states its
 -- rules were decided on, three slots each.
@@ -94,13 +93,7 @@ local i = 3
 while i <= nargs do
   local now, cost, dry, nrules = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
   i = i + 4
-  if now == 0 then
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = clock
-  end
+  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1

@@ -26,11 +26,14 @@ var (
 	leanLua string
 	//go:embed lean1.lua
 	lean1Lua string
-	// rateLua decides one GCRA or bucket rule, for both scripts.
+	// rateLua decides one GCRA or bucket rule, for every check script.
 	//go:embed rate.lua
 	rateLua string
+	// calendarLua is the calendar arithmetic of check.lua and lean.lua.
+	//go:embed calendar.lua
+	calendarLua string
 
-	leanScript  = redis.NewScript(leanSource(leanLua))
+	leanScript  = redis.NewScript(splice(leanSource(leanLua), "--[[calendar.lua]]", calendarLua))
 	lean1Script = redis.NewScript(leanSource(lean1Lua))
 )
 

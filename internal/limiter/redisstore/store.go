@@ -22,9 +22,11 @@ import (
 //go:embed check.lua
 var checkLua string
 
-// checkScript is loaded once per Redis server; calls fall back from
-// EVALSHA to EVAL on NOSCRIPT (after SCRIPT FLUSH or a restart).
-var checkScript = redis.NewScript(checkLua)
+// checkScript is check.lua with rate.lua and calendar.lua where it says
+// so. It is loaded
+// once per Redis server; calls fall back from EVALSHA to EVAL on NOSCRIPT
+// (after SCRIPT FLUSH or a restart).
+var checkScript = redis.NewScript(splice(splice(checkLua, "--[[rate.lua]]", rateLua), "--[[calendar.lua]]", calendarLua))
 
 // Store keeps limiter state in Redis (single server or Cluster). It is
 // safe for concurrent use.

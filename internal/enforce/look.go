@@ -35,6 +35,11 @@ type CreditsStanding struct {
 	Mode      credits.Mode `json:"mode"`
 	Balance   int64        `json:"balance"`
 	Overdraft int64        `json:"overdraft"`
+	// Unknown is true while the store has no counter of the balance (it
+	// lost it, or the balance is new): until the credits drainer makes it
+	// from the ledger (within a second) checks draw nothing, and Balance
+	// is the ledger's as this process's snapshot has it.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // RuleStanding is one rule and what it has left now. Durations are ms,
@@ -139,6 +144,10 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	}
 	if hot != nil {
 		st.Credits = &CreditsStanding{Mode: hot.Mode, Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		if out.Credits.Unknown {
+			lc := batch.Credits
+			st.Credits.Unknown, st.Credits.Balance = true, lc.LineAt(out.NowUS)-hot.Consumed
+		}
 	}
 	return st, nil
 }

@@ -227,15 +227,27 @@ func EntryAfter(a, b string) bool {
 	return am > bm || am == bm && as > bs
 }
 
+// CreditRead is a balance's counter and log as one ReadCredits found them.
+type CreditRead struct {
+	// Consumed is the counter; Present is false when it is missing.
+	Consumed int64
+	Present  bool
+	Entries  []CreditEntry
+	// NowUS is the store's clock at the read (the clock checks are decided
+	// at): a draw at or before it that is not among Entries was read
+	// before.
+	NowUS int64
+}
+
 // CreditLogs is what the ledger's writer needs of a store that keeps
 // balances: each balance's counter and consumption log read together, the
 // log trimmed once recorded, and the counter repaired or made.
 // MemoryStore and the Redis store implement it.
 type CreditLogs interface {
-	// ReadCredits returns the counter at key (present false when it is
-	// missing) and up to max entries of the log after the entry after,
-	// in one atomic read.
-	ReadCredits(ctx context.Context, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error)
+	// ReadCredits returns the counter at key and up to max entries of the
+	// log after the entry after, with the store's clock, in one atomic
+	// read.
+	ReadCredits(ctx context.Context, key, log, after string, max int) (CreditRead, error)
 	// TrimCredits drops the log's entries up to and including through.
 	TrimCredits(ctx context.Context, log, through string) error
 	// AdjustCredits adds delta to the counter at key when it exists.

@@ -79,7 +79,7 @@ func TestStoresAgreeOnCredits(t *testing.T) {
 						Expiring:  []CreditExpiry{{AtUS: ops[40].at, Units: 5}, {AtUS: ops[90].at + 1, Units: 7}},
 						Overdraft: mode.overdraft, Overage: mode.overage}
 					got := replayCredits(t, store, name, rule, credits, ops)
-					consumed, present, log, err := store.Store.(CreditLogs).ReadCredits(context.Background(), credits.Key, credits.Log, "", 10_000)
+					consumed, present, log, err := readCredits(store, credits.Key, credits.Log, "", 10_000)
 					if err != nil {
 						t.Fatalf("%s: read credits: %v", sc.name, err)
 					}
@@ -127,7 +127,7 @@ func replayCredits(t *testing.T, store openStore, name string, p Params, credits
 	answers := make([]creditAnswer, len(ops))
 	last := "" // the last log entry read
 	read := func() (int64, bool, []CreditEntry) {
-		consumed, present, entries, err := logs.ReadCredits(ctx, credits.Key, credits.Log, last, 10_000)
+		consumed, present, entries, err := readCredits(store, credits.Key, credits.Log, last, 10_000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func TestCreditsVectors(t *testing.T) {
 			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 2, NowUS: epoch + 1}); err != nil {
 				t.Fatal(err)
 			}
-			consumed, _, log, err := logs.ReadCredits(ctx, store.ns+"over:c", store.ns+"over:l", "", 100)
+			consumed, _, log, err := readCredits(store, store.ns+"over:c", store.ns+"over:l", "", 100)
 			if err != nil || consumed != 8 || len(log) != 3 || log[2].Units != -2 || log[2].Overage != -1 || log[2].HoldID != "h" {
 				t.Errorf("after settling 5 at 2: consumed %d, log %+v, %v; want 8 and a last entry of −2 units, −1 overage", consumed, log, err)
 			}
@@ -281,7 +281,7 @@ func TestCreditsSettledPastTheBalance(t *testing.T) {
 				if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 18, NowUS: epoch + 1}); err != nil {
 					t.Fatal(err)
 				}
-				consumed, _, log, err := logs.ReadCredits(ctx, c.Key, c.Log, "", 100)
+				consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
 				if err != nil || len(log) != 2 {
 					t.Fatalf("%s: log %+v, %v", mode.name, log, err)
 				}
@@ -336,11 +336,11 @@ func TestCreditsUnknownBalance(t *testing.T) {
 			if o := check(over, 5, false, h); o.Admitted || !o.Credits.Unknown {
 				t.Errorf("a hold on an unknown balance: %+v, want refused", o)
 			}
-			consumed, present, log, err := logs.ReadCredits(ctx, over.Key, over.Log, "", 100)
+			consumed, present, log, err := readCredits(store, over.Key, over.Log, "", 100)
 			if err != nil || present || consumed != 0 || len(log) != 1 || log[0].Units != 5 || log[0].Deferred != DeferredOverage {
 				t.Fatalf("overage log: present %v, %+v, %v; want one deferred entry of 5 and no counter", present, log, err)
 			}
-			if _, present, log, _ := logs.ReadCredits(ctx, deny.Key, deny.Log, "", 100); present || len(log) != 0 {
+			if _, present, log, _ := readCredits(store, deny.Key, deny.Log, "", 100); present || len(log) != 0 {
 				t.Errorf("deny mode: counter present %v, log %+v; want neither", present, log)
 			}
 
@@ -386,7 +386,7 @@ func TestCreditsUnknownBalance(t *testing.T) {
 				if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: tc.cost, NowUS: epoch + 1}); err != nil {
 					t.Fatal(err)
 				}
-				_, present, log, err := logs.ReadCredits(ctx, c.Key, c.Log, "", 100)
+				_, present, log, err := readCredits(store, c.Key, c.Log, "", 100)
 				tc.want.AtUS, tc.want.HoldID = epoch+1, tc.name
 				if err != nil || present || len(log) != 2 {
 					t.Fatalf("%s: present %v, log %+v, %v", tc.name, present, log, err)
@@ -438,7 +438,7 @@ func TestCreditsExpireAtTheStoresClock(t *testing.T) {
 			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 40, NowUS: epoch + 200}); err != nil {
 				t.Fatal(err)
 			}
-			consumed, _, log, err := logs.ReadCredits(ctx, c.Key, c.Log, "", 100)
+			consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
 			if err != nil || consumed != 50 || log[len(log)-1].Units != 15 || log[len(log)-1].Unpaid != 15 {
 				t.Errorf("settled at 40 after the expiry: counter %d, log %+v, %v; want 15 drawn, 15 unpaid", consumed, log, err)
 			}
@@ -515,7 +515,7 @@ func TestConcurrentDrawsAdmitExactlyTheBalance(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				consumed, _, log, err := store.Store.(CreditLogs).ReadCredits(context.Background(), c.Key, c.Log, "", 10_000)
+				consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 10_000)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -530,4 +530,10 @@ func TestConcurrentDrawsAdmitExactlyTheBalance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readCredits reads a balance through store's CreditLogs.
+func readCredits(store openStore, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error) {
+	r, err := store.Store.(CreditLogs).ReadCredits(context.Background(), key, log, after, max)
+	return r.Consumed, r.Present, r.Entries, err
 }

@@ -40,3 +40,6 @@ func DropCounter(s *MemoryStore, key string) {
 	defer s.mu.Unlock()
 	delete(s.credits, key)
 }
+
+// SetReadClock makes ReadCredits report now instead of the store's clock.
+func SetReadClock(s *MemoryStore, now func() int64) { s.readNow = now }

@@ -21,6 +21,9 @@ type MemoryStore struct {
 	// credits holds the consumption counters and logs of prepaid
 	// balances (Batch.Credits), by key.
 	credits map[string]*memoryCredits
+	// readNow is the clock ReadCredits reports (nil: now); the
+	// conformance suite, whose clock refuses to be read, sets it.
+	readNow func() int64
 }
 
 // memoryCredits is one balance's counter (Credits.Key) or log
@@ -274,26 +277,31 @@ func holdID(h *Hold) string {
 	return h.ID
 }
 
-// ReadCredits returns the counter at key (present false when missing) and
-// up to max entries of the log at log after the entry after ("" or "0-0":
-// from the start), read together, as the Redis store's ReadCredits does.
-func (s *MemoryStore) ReadCredits(_ context.Context, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error) {
+// ReadCredits returns the counter at key and up to max entries of the log
+// at log after the entry after ("" or "0-0": from the start), with the
+// store's clock, read together, as the Redis store's ReadCredits does.
+func (s *MemoryStore) ReadCredits(_ context.Context, key, log, after string, max int) (CreditRead, error) {
+	now := s.now
+	if s.readNow != nil {
+		now = s.readNow
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	r := CreditRead{NowUS: now()}
 	if c, ok := s.credits[key]; ok {
-		consumed, present = c.consumed, true
+		r.Consumed, r.Present = c.consumed, true
 	}
 	if l := s.credits[log]; l != nil {
 		for _, e := range l.log {
-			if len(entries) == max {
+			if len(r.Entries) == max {
 				break
 			}
 			if EntryAfter(e.ID, after) {
-				entries = append(entries, e)
+				r.Entries = append(r.Entries, e)
 			}
 		}
 	}
-	return consumed, present, entries, nil
+	return r, nil
 }
 
 // TrimCredits drops the entries of the log at log up to and including

@@ -49,8 +49,8 @@
 --   is Redis's clock, as for the rules. A check is admitted only if its
 --   rules and the balance (that line − the counter) allow it, and an
 --   admitted one adds what it drew to the counter and appends an entry to
---   the log: u units drawn, o units of overage, t now, h the hold's ID
---   (if any), d 1 for units deferred to the ledger's writer. Checks of
+--   the log: u units drawn, o units of overage (absent: none), t now, h
+--   the hold's ID (if any), d 1 for units deferred to the ledger's writer. Checks of
 --   one call without a hold share one entry per balance (their sums, t
 --   the last one's time), written with the counter at the end of the
 --   call. The script never makes a missing counter (the credits drainer
@@ -242,12 +242,12 @@ end
 -- overdraft and expiries ({at, units, at, units …}).
 local bkey, blog, bline, bover, bexp, nbal = {}, {}, {}, {}, {}, 0
 -- Balances this call drew on: the counter as it now stands by key (false
--- when missing), and per key (in first-draw order) the log and the units
--- and overage drawn and the units deferred by checks without a hold,
--- written once at the end of the call: one SET and one log entry per
--- balance and call, not per check. A check with a hold logs its own
--- entry (the entry names the hold).
-local ccount, corder, cpend = {}, {}, {}
+-- when missing) and as the call found it, and per key (in first-draw
+-- order) the log and the units and overage drawn and the units deferred
+-- by checks without a hold, written once at the end of the call: one
+-- INCRBY and one log entry per balance and call, not per check. A check
+-- with a hold logs its own entry (the entry names the hold).
+local ccount, cfound, corder, cpend = {}, {}, {}, {}
 
 local total = #batch
 while i <= total do
@@ -564,7 +564,7 @@ while i <= total do
     if consumed == nil then
       consumed = redis.call('GET', ckey)
       if consumed then consumed = tonumber(consumed) end
-      ccount[ckey] = consumed
+      ccount[ckey], cfound[ckey] = consumed, consumed
     end
     cok, cdrawn, cover_units, cdefer = 1, cost, 0, 0
     if consumed == false then
@@ -718,10 +718,13 @@ end
 for x = 1, #corder do
   local key = corder[x]
   local pend = cpend[key]
-  if ccount[key] then redis.call('SET', key, string.format('%d', ccount[key])) end
-  if pend[2] ~= 0 or pend[3] ~= 0 then
+  if ccount[key] and ccount[key] ~= cfound[key] then redis.call('INCRBY', key, ccount[key] - cfound[key]) end
+  if pend[3] ~= 0 then
     redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 'o', string.format('%d', pend[3]),
       't', string.format('%d', pend[4]))
+  elseif pend[2] ~= 0 then
+    -- The usual entry: units drawn, no overage (a field less to write).
+    redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 't', string.format('%d', pend[4]))
   end
   if pend[5] ~= 0 then
     redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[5]), 'd', '1', 't', string.format('%d', pend[6]))

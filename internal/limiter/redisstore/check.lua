@@ -238,16 +238,17 @@ local function defstr(d, mark, finish)
   return string.format('%d %d %d %d %d %d %d', a, flg[d], x, y, z, mark, finish)
 end
 
--- The balances of this call by number: counter key, log key, line,
--- overdraft and expiries ({at, units, at, units …}).
-local bkey, blog, bline, bover, bexp, nbal = {}, {}, {}, {}, {}, 0
+-- The balances of this call by number (made at the first check that
+-- draws on one): {counter key, log key, line, overdraft, expiries
+-- ({at, units, at, units …}) or false}.
+local bal, nbal = nil, 0
 -- Balances this call drew on: the counter as it now stands by key (false
--- when missing) and as the call found it, and per key (in first-draw
--- order) the log and the units and overage drawn and the units deferred
--- by checks without a hold, written once at the end of the call: one
--- INCRBY and one log entry per balance and call, not per check. A check
--- with a hold logs its own entry (the entry names the hold).
-local ccount, cfound, corder, cpend = {}, {}, {}, {}
+-- when missing), and per key (in first-draw order) the log, the units
+-- and overage drawn and the units deferred by checks without a hold, and
+-- the counter as the call found it, written once at the end of the call:
+-- one INCRBY and one log entry per balance and call, not per check. A
+-- check with a hold logs its own entry (the entry names the hold).
+local ccount, corder, cpend = {}, {}, {}
 
 local total = #batch
 while i <= total do
@@ -547,24 +548,29 @@ while i <= total do
     cb = batch[i]
     if cb > nbal then
       nbal = cb
-      bkey[cb], blog[cb], bline[cb], bover[cb] = KEYS[k + 1], KEYS[k + 2], batch[i + 1], batch[i + 2]
-      local exps = {}
-      for x = 1, 2 * batch[i + 3] do exps[x] = batch[i + 3 + x] end
-      bexp[cb] = exps
-      cadv_k, cadv_i = 2, 4 + 2 * batch[i + 3]
+      local exps, nexp = false, batch[i + 3]
+      if nexp > 0 then
+        exps = {}
+        for x = 1, 2 * nexp do exps[x] = batch[i + 3 + x] end
+      end
+      if not bal then bal = {} end
+      bal[cb] = {KEYS[k + 1], KEYS[k + 2], batch[i + 1], batch[i + 2], exps}
+      cadv_k, cadv_i = 2, 4 + 2 * nexp
     end
-    ckey, clog, cover = bkey[cb], blog[cb], bover[cb]
-    cline = bline[cb]
-    local exps = bexp[cb]
-    for x = 1, #exps, 2 do
-      if exps[x] > now then break end
-      cline = cline - exps[x + 1]
+    local b = bal[cb]
+    ckey, clog, cline, cover = b[1], b[2], b[3], b[4]
+    local exps = b[5]
+    if exps then
+      for x = 1, #exps, 2 do
+        if exps[x] > now then break end
+        cline = cline - exps[x + 1]
+      end
     end
     consumed = ccount[ckey]
     if consumed == nil then
       consumed = redis.call('GET', ckey)
       if consumed then consumed = tonumber(consumed) end
-      ccount[ckey], cfound[ckey] = consumed, consumed
+      ccount[ckey] = consumed
     end
     cok, cdrawn, cover_units, cdefer = 1, cost, 0, 0
     if consumed == false then
@@ -615,9 +621,9 @@ while i <= total do
       if ckey then
         local mode = 0
         if has(opts, optCreditOverage) then mode = 1 end
-        local exps = {}
-        for x = 1, #bexp[cb] do exps[x] = string.format('%d', bexp[cb][x]) end
-        for _, f in ipairs({'ck', ckey, 'cl', clog, 'cn', bline[cb], 'cx', table.concat(exps, ' '), 'co', cover,
+        local b, exps = bal[cb], {}
+        for x = 1, #(b[5] or exps) do exps[x] = string.format('%d', b[5][x]) end
+        for _, f in ipairs({'ck', ckey, 'cl', clog, 'cn', b[3], 'cx', table.concat(exps, ' '), 'co', cover,
           'cm', mode, 'cd', cdrawn, 'cv', cover_units}) do
           rec[#rec + 1] = f
         end
@@ -674,7 +680,7 @@ while i <= total do
     if ckey and (cdrawn ~= 0 or cover_units ~= 0 or cdefer ~= 0) then
       local pend = cpend[ckey]
       if not pend then
-        pend = {clog, 0, 0, now, 0, now}
+        pend = {clog, 0, 0, now, 0, now, consumed}
         cpend[ckey] = pend
         corder[#corder + 1] = ckey
       end
@@ -718,7 +724,7 @@ end
 for x = 1, #corder do
   local key = corder[x]
   local pend = cpend[key]
-  if ccount[key] and ccount[key] ~= cfound[key] then redis.call('INCRBY', key, ccount[key] - cfound[key]) end
+  if ccount[key] and ccount[key] ~= pend[7] then redis.call('INCRBY', key, ccount[key] - pend[7]) end
   if pend[3] ~= 0 then
     redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 'o', string.format('%d', pend[3]),
       't', string.format('%d', pend[4]))

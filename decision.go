@@ -76,3 +76,29 @@ const (
 	HoldOpened  = 1
 	HoldSettled = 2
 )
+
+// CreditsDecision is a check decision's part about the tenant's prepaid
+// balance, in units of its plan (the check API's schema of that name).
+type CreditsDecision struct {
+	// Balance after the check (before it, when nothing was drawn).
+	Balance int64 `json:"balance"`
+	// Drawn is the units the check took from the balance; Overage the
+	// units admitted past it (billed).
+	Drawn   int64 `json:"drawn"`
+	Overage int64 `json:"overage"`
+}
+
+// Settlement is the check API's answer to a settlement of a hold (the
+// body of a 200 from /v1/settle).
+type Settlement struct {
+	HoldID   string `json:"hold_id"`
+	Estimate int64  `json:"estimate"`
+	// Cost is the units the hold counts (and bills): the settled cost, 0
+	// once refunded on expiry, the estimate once charged on expiry.
+	Cost int64 `json:"cost"`
+	// Status is "settled", or "refunded" / "charged" for a hold that
+	// expired unsettled.
+	Status string `json:"status"`
+	// Repeated is true when the settlement repeats an earlier one.
+	Repeated bool `json:"repeated"`
+}

@@ -94,11 +94,11 @@ func TestMe(t *testing.T) {
 			t.Fatalf("rules = %+v, want %d", st.Rules, len(want))
 		}
 		for _, rr := range st.Rules {
-			if rr.Remaining != want[rr.Name] || rr.Limit == 0 || rr.WindowS == 0 || rr.Algorithm != limiter.FixedWindow {
+			if rr.Remaining != want[rr.Name] || rr.Limit == 0 || rr.WindowS == 0 || rr.Algorithm != string(limiter.FixedWindow) {
 				t.Errorf("rule %+v, want remaining %d", rr, want[rr.Name])
 			}
 		}
-		if q := st.Quota; q == nil || q.IncludedUnits != 100 || q.Used != 3 || q.Remaining != 97 || q.Mode != plans.ModeEnforce {
+		if q := st.Quota; q == nil || q.IncludedUnits != 100 || q.Used != 3 || q.Remaining != 97 || q.Mode != string(plans.ModeEnforce) {
 			t.Errorf("quota = %+v, want 3 of 100 used", q)
 		}
 	}

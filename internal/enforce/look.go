@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
@@ -14,54 +13,17 @@ import (
 
 // Standing is where an API key stands now with every rule of its plan,
 // whatever the resource: the answer of GET /v1/me.
-type Standing struct {
-	TenantID string         `json:"tenant_id"`
-	Tenant   string         `json:"tenant"`
-	KeyID    string         `json:"key_id"`
-	Plan     string         `json:"plan"`
-	Rules    []RuleStanding `json:"rules"`
-	// Quota is the month's units against the plan's included units when
-	// the plan has a monthly quota (plans.QuotaRule); nil otherwise.
-	Quota *QuotaStanding `json:"quota,omitempty"`
-	// Credits is the tenant's prepaid balance when its plan draws on
-	// credits; nil otherwise.
-	Credits *CreditsStanding `json:"credits,omitempty"`
-}
+type Standing = tollgate.Standing
 
-// CreditsStanding is a tenant's prepaid balance now (units of its plan):
-// what it may still draw before its plan denies (or bills overage) is
-// Balance + Overdraft.
-type CreditsStanding struct {
-	Mode      credits.Mode `json:"mode"`
-	Balance   int64        `json:"balance"`
-	Overdraft int64        `json:"overdraft"`
-}
+// CreditsStanding is a tenant's prepaid balance now (units of its plan).
+type CreditsStanding = tollgate.CreditsStanding
 
-// RuleStanding is one rule and what it has left now. Durations are ms,
-// rounded up.
-type RuleStanding struct {
-	Name         string            `json:"name"`
-	Algorithm    limiter.Algorithm `json:"algorithm"`
-	Mode         plans.Mode        `json:"mode"`
-	Resource     string            `json:"resource"`
-	Scope        plans.Scope       `json:"scope"`
-	Limit        int64             `json:"limit"`
-	WindowS      int64             `json:"window_s"`
-	Remaining    int64             `json:"remaining"`
-	ResetAfterMS int64             `json:"reset_after_ms"`
-}
+// RuleStanding is one rule and what it has left now.
+type RuleStanding = tollgate.RuleStanding
 
 // QuotaStanding is the month's units counted by the monthly quota rule
-// against the plan's included units. The rule only counts units it
-// admitted, so under an overage quota Used stops at IncludedUnits: the
-// units beyond are in the usage and the statement.
-type QuotaStanding struct {
-	Mode          plans.Mode `json:"mode"`
-	IncludedUnits int64      `json:"included_units"`
-	Used          int64      `json:"used"`
-	Remaining     int64      `json:"remaining"`
-	ResetAfterMS  int64      `json:"reset_after_ms"`
-}
+// against the plan's included units.
+type QuotaStanding = tollgate.QuotaStanding
 
 // Refused is the error of Look for a key that may not be used: Reason is
 // a check's reason (invalid_key, key_revoked, key_expired,
@@ -138,18 +100,18 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 		}
 	}
 	if hot != nil {
-		st.Credits = &CreditsStanding{Mode: hot.Mode, Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		st.Credits = &CreditsStanding{Mode: string(hot.Mode), Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
 	}
 	return st, nil
 }
 
 func ruleStanding(rule *snapshot.Rule, res limiter.Result) RuleStanding {
-	return RuleStanding{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Resource: rule.Resource,
-		Scope: rule.Scope, Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
+	return RuleStanding{Name: rule.Name, Algorithm: string(rule.Algorithm), Mode: string(rule.Mode), Resource: rule.Resource,
+		Scope: string(rule.Scope), Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
 		ResetAfterMS: msCeil(res.ResetAfterUS)}
 }
 
 func quotaStanding(rule *snapshot.Rule, res limiter.Result) *QuotaStanding {
-	return &QuotaStanding{Mode: rule.Mode, IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
+	return &QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
 		Remaining: res.Remaining, ResetAfterMS: msCeil(res.ResetAfterUS)}
 }

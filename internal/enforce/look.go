@@ -11,20 +11,6 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-// Standing is where an API key stands now with every rule of its plan,
-// whatever the resource: the answer of GET /v1/me.
-type Standing = tollgate.Standing
-
-// CreditsStanding is a tenant's prepaid balance now (units of its plan).
-type CreditsStanding = tollgate.CreditsStanding
-
-// RuleStanding is one rule and what it has left now.
-type RuleStanding = tollgate.RuleStanding
-
-// QuotaStanding is the month's units counted by the monthly quota rule
-// against the plan's included units.
-type QuotaStanding = tollgate.QuotaStanding
-
 // Refused is the error of Look for a key that may not be used: Reason is
 // a check's reason (invalid_key, key_revoked, key_expired,
 // tenant_suspended).
@@ -67,10 +53,10 @@ func (c *Checker) Identify(key string) (Identity, error) {
 // the caller's address, for the rules limited per address. A failed store
 // call (or an open circuit) is an error: there is no failure mode to
 // decide a look.
-func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, error) {
+func (c *Checker) Look(ctx context.Context, who Identity, ip string) (tollgate.Standing, error) {
 	plan := who.tenant.Plan
-	st := Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
-		Rules: make([]RuleStanding, 0, len(plan.Rules))}
+	st := tollgate.Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
+		Rules: make([]tollgate.RuleStanding, 0, len(plan.Rules))}
 	hot := who.tenant.Credits
 	if len(plan.Rules) == 0 && hot == nil {
 		return st, nil
@@ -81,7 +67,7 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	}
 	reqs, creditKeys, err := c.requests(rules, caller{key: who.key, tenant: who.tenant, plan: plan}, Network(ip, c.ipv6Prefix))
 	if err != nil {
-		return Standing{}, err
+		return tollgate.Standing{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: 0, DryRun: true}
 	if hot != nil {
@@ -91,7 +77,7 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	defer cancel()
 	out, err := c.store.Check(storeCtx, batch)
 	if err != nil {
-		return Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
+		return tollgate.Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
 	}
 	for i, rule := range rules {
 		st.Rules = append(st.Rules, ruleStanding(rule, out.Results[i]))
@@ -100,18 +86,18 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 		}
 	}
 	if hot != nil {
-		st.Credits = &CreditsStanding{Mode: string(hot.Mode), Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		st.Credits = &tollgate.CreditsStanding{Mode: string(hot.Mode), Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
 	}
 	return st, nil
 }
 
-func ruleStanding(rule *snapshot.Rule, res limiter.Result) RuleStanding {
-	return RuleStanding{Name: rule.Name, Algorithm: string(rule.Algorithm), Mode: string(rule.Mode), Resource: rule.Resource,
+func ruleStanding(rule *snapshot.Rule, res limiter.Result) tollgate.RuleStanding {
+	return tollgate.RuleStanding{Name: rule.Name, Algorithm: string(rule.Algorithm), Mode: string(rule.Mode), Resource: rule.Resource,
 		Scope: string(rule.Scope), Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
 		ResetAfterMS: msCeil(res.ResetAfterUS)}
 }
 
-func quotaStanding(rule *snapshot.Rule, res limiter.Result) *QuotaStanding {
-	return &QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
+func quotaStanding(rule *snapshot.Rule, res limiter.Result) *tollgate.QuotaStanding {
+	return &tollgate.QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
 		Remaining: res.Remaining, ResetAfterMS: msCeil(res.ResetAfterUS)}
 }

@@ -61,9 +61,10 @@ type StoreConfig struct {
 	ResourceCap int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// RateAlert says when a key's denials by rate rules are sustained
+	// RateAlert says when a key's or a tenant's denials by rate rules are sustained
 	// enough for ratelimit.sustained (quota.RateAlert's defaults;
-	// TOLLGATE_RATELIMIT_ALERT_DENIALS and _WINDOW).
+	// TOLLGATE_RATELIMIT_ALERT_DENIALS, _TENANT_ALERT_DENIALS and
+	// _ALERT_WINDOW).
 	RateAlert quota.RateAlert
 }
 

@@ -1,0 +1,11 @@
+-- Schema v14: sustained rate limiting of a tenant as a whole, beside that
+-- of each key.
+--
+-- scope 'key': one key (key_id nil: the tenant's checks without a key);
+-- scope 'tenant': the denials of all the tenant's keys and of its checks
+-- without a key together (key_id nil). At most one open alert per tenant,
+-- scope and key: ratelimit.sustained once when it opens, ratelimit.resolved
+-- once when it closes, however many workers apply usage at once.
+ALTER TABLE ratelimit_alerts ADD COLUMN scope text NOT NULL DEFAULT 'key' CHECK (scope IN ('key', 'tenant'));
+DROP INDEX ratelimit_alerts_open;
+CREATE UNIQUE INDEX ratelimit_alerts_open ON ratelimit_alerts (tenant_id, scope, key_id) WHERE resolved_at IS NULL;

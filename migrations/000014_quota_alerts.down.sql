@@ -1,3 +1,4 @@
+DROP INDEX quota_crossings_open;
 DELETE FROM ratelimit_alerts WHERE scope = 'tenant';
 DROP INDEX ratelimit_alerts_open;
 ALTER TABLE ratelimit_alerts DROP COLUMN scope;

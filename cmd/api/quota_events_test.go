@@ -141,3 +141,44 @@ func TestCrossingCheckToFirstAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaExhaustedOnceAcrossThreeAPIs: a hard quota driven past its end
+// through three api processes at once emits quota.exhausted once, from
+// the checks' own denials, and nothing of a spend cap; a tenant that
+// stays within its quota gets none.
+func TestQuotaExhaustedOnceAcrossThreeAPIs(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	hard := plans.Plan{Name: "hard", IncludedUnits: 200, QuotaMode: plans.QuotaHard}
+	full, fullKey := quotaTenant(t, r, "full", hard, quota.PlanSettingsInput{})
+	within, withinKey := quotaTenant(t, r, "within", hard, quota.PlanSettingsInput{})
+	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
+	stop := runWorker(r.worker("w"))
+	allowed, denied := r.spend(t, addrs(apis), fullKey, 1<<40, 400)
+	if allowed > 200 || denied["rate_limited"] == 0 || len(denied) != 1 {
+		t.Errorf("allowed %d units of 200, denials %v (want rate_limited by the quota only)", allowed, denied)
+	}
+	if got, denied := r.spend(t, addrs(apis), withinKey, 150, 400); got < 150 || len(denied) > 0 {
+		t.Errorf("within: %d units, denials %v", got, denied)
+	}
+	for _, a := range apis {
+		testenv.Must(t, a.stop())
+	}
+	r.waitDrained(t)
+	testenv.Must(t, stop())
+	got, n := crossings(t, r, full, "exhausted", quota.EventExhausted)
+	if fmt.Sprint(got) != "map[0:1]" || n != 1 {
+		t.Errorf("full: exhausted crossings %v and %d %s events, want one", got, n, quota.EventExhausted)
+	}
+	if _, n := crossings(t, r, full, "spend_cap", quota.EventSpendCapReached); n != 0 {
+		t.Errorf("full: %d %s events, want none", n, quota.EventSpendCapReached)
+	}
+	if got, n := crossings(t, r, within, "exhausted", quota.EventExhausted); len(got) != 0 || n != 0 {
+		t.Errorf("within: exhausted crossings %v and %d events, want none", got, n)
+	}
+	var month, source string
+	testenv.Must(t, r.db.QueryRow(context.Background(), `SELECT data->>'month', data->>'source' FROM events
+		WHERE tenant_id = $1 AND type = $2`, full, quota.EventExhausted).Scan(&month, &source))
+	if month != time.Now().UTC().Format("2006-01") || source != quota.SourceCheck {
+		t.Errorf("quota.exhausted data: month %q, source %q", month, source)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -180,5 +181,54 @@ func TestQuotaExhaustedOnceAcrossThreeAPIs(t *testing.T) {
 		WHERE tenant_id = $1 AND type = $2`, full, quota.EventExhausted).Scan(&month, &source))
 	if month != time.Now().UTC().Format("2006-01") || source != quota.SourceCheck {
 		t.Errorf("quota.exhausted data: month %q, source %q", month, source)
+	}
+}
+
+// TestSpendCapDeniesUntilTheMonthEnds: once the spend cap is reached,
+// /v1/check denies with reason spend_cap and retry_after_ms (and
+// Retry-After) to the month's end, and forward-auth answers 429 with
+// X-Tollgate-Reason: spend_cap (or the gateway's deny status, carrying
+// 429), as docs/usage.md says.
+func TestSpendCapDeniesUntilTheMonthEnds(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	// 10 included units, then 1 each: a cap of 5 pays for 15 units.
+	capMinor := int64(5)
+	_, key := quotaTenant(t, r, "capped", plans.Plan{Name: "capped", IncludedUnits: 10, OverageUnitMinor: 1, QuotaMode: plans.QuotaOverage},
+		quota.PlanSettingsInput{SpendCapDefaultMinor: &capMinor})
+	addr := r.startAPI(t).addr
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 15 {
+		if d, err := checkReason(client, addr, r.token, map[string]any{"key": key, "resource": "GET /x"}); err != nil || !d.Allowed {
+			t.Fatalf("check %d of the 15 units the cap pays for: %+v, %v", i+1, d, err)
+		}
+	}
+	// untilMonthEnd is how long the month has to run, in seconds, now.
+	untilMonthEnd := func() float64 {
+		now := time.Now().UTC()
+		return time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC).Sub(now).Seconds()
+	}
+	near := func(got, want float64) bool { return got > want-5 && got < want+5 }
+
+	var d struct {
+		Allowed      bool   `json:"allowed"`
+		Reason       string `json:"reason"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	testenv.Must(t, postJSON(client, "http://"+addr+"/v1/check", r.token, map[string]any{"key": key, "resource": "GET /x"}, &d))
+	if d.Allowed || d.Reason != "spend_cap" || !near(float64(d.RetryAfterMS)/1000, untilMonthEnd()) {
+		t.Errorf("the 16th unit: %+v, want spend_cap with retry_after_ms ≈ %.0f s", d, untilMonthEnd())
+	}
+
+	h := gateway(r.token, "203.0.113.9", map[string]string{"X-API-Key": key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/x"})
+	fa := forwardAuth(t, "http://"+addr, "GET", "", h)
+	retry, err := strconv.ParseFloat(fa.header.Get("Retry-After"), 64)
+	if fa.status != http.StatusTooManyRequests || fa.header.Get("X-Tollgate-Reason") != "spend_cap" || err != nil || !near(retry, untilMonthEnd()) {
+		t.Errorf("forward-auth: %d reason %q Retry-After %q, want 429 spend_cap and ≈ %.0f s",
+			fa.status, fa.header.Get("X-Tollgate-Reason"), fa.header.Get("Retry-After"), untilMonthEnd())
+	}
+	h["X-Tollgate-Deny-Status"] = "403"
+	if fa := forwardAuth(t, "http://"+addr, "GET", "", h); fa.status != http.StatusForbidden || fa.header.Get("X-Tollgate-Status") != "429" ||
+		fa.header.Get("X-Tollgate-Reason") != "spend_cap" {
+		t.Errorf("forward-auth denying with 403: %d status %q reason %q", fa.status, fa.header.Get("X-Tollgate-Status"), fa.header.Get("X-Tollgate-Reason"))
 	}
 }

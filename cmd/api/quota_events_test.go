@@ -232,3 +232,40 @@ func TestSpendCapDeniesUntilTheMonthEnds(t *testing.T) {
 		t.Errorf("forward-auth denying with 403: %d status %q reason %q", fa.status, fa.header.Get("X-Tollgate-Status"), fa.header.Get("X-Tollgate-Reason"))
 	}
 }
+
+// TestThresholdsWithoutACounterFromTheWorker: thresholds the check path
+// keeps no counter for — of a plan without a monthly quota, and above
+// the included units of an overage plan — are crossed once each, found
+// by the usage worker as it applies the checks' usage, through three api
+// processes at once.
+func TestThresholdsWithoutACounterFromTheWorker(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	settings := quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}, {Percent: 150}}}
+	plain, plainKey := quotaTenant(t, r, "plain", plans.Plan{Name: "plain", IncludedUnits: 200}, settings)
+	over, overKey := quotaTenant(t, r, "over", plans.Plan{Name: "over", IncludedUnits: 200, OverageUnitMinor: 1,
+		QuotaMode: plans.QuotaOverage}, settings)
+	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
+	stop := runWorker(r.worker("w"))
+	for _, key := range []string{plainKey, overKey} {
+		if got, denied := r.spend(t, addrs(apis), key, 320, 1000); got < 320 || len(denied) > 0 {
+			t.Fatalf("%d units allowed, denials %v", got, denied)
+		}
+	}
+	for _, a := range apis {
+		testenv.Must(t, a.stop())
+	}
+	r.waitDrained(t)
+	testenv.Must(t, stop())
+	for name, id := range map[string]string{"plain": plain, "over": over} {
+		got, n := crossings(t, r, id, "threshold", quota.EventThresholdCrossed)
+		if fmt.Sprint(got) != "map[100:1 300:1]" || n != 2 {
+			t.Errorf("%s: crossings %v and %d events, want 100 and 300 once each", name, got, n)
+		}
+	}
+	var fromChecks int
+	testenv.Must(t, r.db.QueryRow(context.Background(), `SELECT count(*) FROM quota_crossings
+		WHERE kind = 'threshold' AND (tenant_id = $1 OR units = 300) AND source <> 'rollups'`, plain).Scan(&fromChecks))
+	if fromChecks != 0 {
+		t.Errorf("%d of the crossings without a counter recorded from checks, want all from the rollups", fromChecks)
+	}
+}

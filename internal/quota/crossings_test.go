@@ -129,4 +129,7 @@ func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
 	if open != 0 {
 		t.Errorf("%d crossings open after the sweeps, want 0", open)
 	}
+	for _, name := range names {
+		requireDocumented(t, db, ids[name])
+	}
 }

@@ -200,6 +200,9 @@ func TestTenantRateLimitSustainedAndResolved(t *testing.T) {
 	if n := len(rateEvents(t, db, tenantID, quota.RateScopeTenant)); n != 4 {
 		t.Errorf("%d tenant events after one key's 150 denials, want still 4", n)
 	}
+	if n := requireDocumented(t, db, tenantID); n < 5 {
+		t.Errorf("%d events checked against openapi.yaml, want at least 5", n)
+	}
 }
 
 // TestTenantRateAlertIsolatedPerTenant: one tenant's denials count for

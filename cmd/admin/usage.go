@@ -67,7 +67,7 @@ func (c usageConfig) store(e *invocation) *billing.Store {
 // writer returns the store the usage worker applies batches with.
 func (c usageConfig) writer(e *invocation) *pgstore.Store {
 	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap,
-		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), Window: c.RateAlertWindow}})
+		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), TenantDenials: int64(c.TenantRateAlertDenials), Window: c.RateAlertWindow}})
 }
 
 // newWorker returns a usage worker on the stream and a function that

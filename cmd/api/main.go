@@ -372,7 +372,8 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		return nil
 	case "postgres":
 		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
-			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), Window: cfg.Usage.RateAlertWindow}})
+			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), TenantDenials: int64(cfg.Usage.TenantRateAlertDenials),
+				Window: cfg.Usage.RateAlertWindow}})
 		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:

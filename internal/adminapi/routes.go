@@ -208,6 +208,7 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("GET", "/plans/{planID}", console.PlanView())
 		operator.Method("GET", "/plans/{planID}/edit", console.PlanEdit())
 		operator.Method("POST", "/plans/{planID}", console.PlanSave(false))
+		operator.Method("POST", "/plans/{planID}/quota", console.PlanQuotaSave())
 		operator.Method("POST", "/plans/{planID}/archive", console.PlanArchive(true))
 		operator.Method("POST", "/plans/{planID}/unarchive", console.PlanArchive(false))
 

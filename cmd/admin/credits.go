@@ -15,20 +15,18 @@ import (
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/page"
-	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 func creditsGrant(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	amount := fs.Int64("amount", 0, "units (required)")
 	expires := fs.String("expires", "", "when what is left expires: RFC 3339 time, or a duration from now such as 720h (default: never)")
 	priority := fs.Int("priority", 0, "among grants expiring at the same time, higher is drawn first")
 	cause := fs.String("cause", "top-up", "why the units are granted (the ledger keeps it)")
 	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		t, err := tenant.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("credits grant: --tenant: %w", err)
+			return fmt.Errorf("credits grant: %w", err)
 		}
 		in := credits.GrantInput{Amount: *amount, Priority: *priority, Cause: *cause}
 		if *expires != "" {
@@ -59,13 +57,13 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 }
 
 func creditsAdjust(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	units := fs.Int64("units", 0, "units to add (negative: to take) (required)")
 	cause := fs.String("cause", "", "why (required)")
 	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		t, err := tenant.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("credits adjust: --tenant: %w", err)
+			return fmt.Errorf("credits adjust: %w", err)
 		}
 		a, err := credits.NewOps(e.db, nil).Adjust(ctx, audit.CLI, t.ID, credits.AdjustInput{Units: *units, Cause: *cause})
 		if err != nil {
@@ -76,11 +74,11 @@ func creditsAdjust(fs *flag.FlagSet) action {
 }
 
 func creditsList(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		t, err := tenant.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("credits list: --tenant: %w", err)
+			return fmt.Errorf("credits list: %w", err)
 		}
 		s := credits.NewStore(e.db)
 		acct, err := s.Account(ctx, t.ID)
@@ -96,13 +94,13 @@ func creditsList(fs *flag.FlagSet) action {
 }
 
 func creditsLedger(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	kind := fs.String("kind", "", "only rows of this kind: grant, consumption, expiry, refund or adjustment")
 	limit := fs.Int("limit", page.DefaultLimit, "rows to print (at most 200)")
 	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		t, err := tenant.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("credits ledger: --tenant: %w", err)
+			return fmt.Errorf("credits ledger: %w", err)
 		}
 		p, err := credits.NewStore(e.db).Ledger(ctx, t.ID, credits.LedgerFilter{Kind: *kind}, page.First(min(*limit, page.MaxLimit)))
 		if err != nil {
@@ -113,14 +111,14 @@ func creditsLedger(fs *flag.FlagSet) action {
 }
 
 func plansCredits(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs)
 	mode := fs.String("mode", "", "deny, overage or off (required)")
 	overdraft := fs.Int64("overdraft", 0, "how far below zero the balance may go (units)")
 	low := fs.Int64("low-threshold", 0, "emit credits.low at or under this balance (0: never)")
 	return func(ctx context.Context, e *invocation) error {
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		p, err := plan.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("plans credits: --plan: %w", err)
+			return fmt.Errorf("plans credits: %w", err)
 		}
 		ps, err := credits.NewOps(e.db, nil).SetPlan(ctx, audit.CLI, p.ID,
 			credits.PlanSettingsInput{Mode: credits.Mode(*mode), Overdraft: *overdraft, LowThreshold: *low})

@@ -80,25 +80,26 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		}
 	}
 
+	// limitReaches waits until checks with key see limit: the change just
+	// made has reached the running API.
+	limitReaches := func(t *testing.T, what, key string, limit int64) {
+		t.Helper()
+		eventually(t, time.Now(), what, func() (bool, string) {
+			_, d := checks.Check(t, key)
+			return d.Limit != nil && *d.Limit == limit, fmt.Sprintf("%+v", d)
+		})
+	}
 	t.Run("plan limit", func(t *testing.T) {
 		res := call(t, "PUT", fmt.Sprintf("%s/plans/%d", api, plan.ID), op, map[string]any{"name": "pro",
 			"rules": []map[string]any{{"name": "hourly", "limit": 3, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
-		changed := time.Now()
-		eventually(t, changed, "new plan limit", func() (bool, string) {
-			_, d := checks.Check(t, globexKey)
-			return d.Limit != nil && *d.Limit == 3, fmt.Sprintf("%+v", d)
-		})
+		limitReaches(t, "new plan limit", globexKey, 3)
 	})
 	t.Run("tenant override", func(t *testing.T) {
 		res := call(t, "PUT", api+"/tenants/"+acme.ID+"/overrides", op, map[string]any{
 			"rules": []map[string]any{{"name": "hourly", "limit": 42, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
-		changed := time.Now()
-		eventually(t, changed, "override limit", func() (bool, string) {
-			_, d := checks.Check(t, acmeKey)
-			return d.Limit != nil && *d.Limit == 42, fmt.Sprintf("%+v", d)
-		})
+		limitReaches(t, "override limit", acmeKey, 42)
 		if _, d := checks.Check(t, globexKey); *d.Limit != 3 {
 			t.Errorf("another tenant got the override: limit %d", *d.Limit)
 		}

@@ -9,9 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
-	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included units), "5000"
@@ -19,14 +17,14 @@ const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included u
 integer minor units of overage a month; "" sets none.`
 
 func plansQuota(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs)
 	thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
 	capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
 	capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
 	return func(ctx context.Context, e *invocation) error {
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		p, err := plan.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("plans quota: --plan: %w", err)
+			return fmt.Errorf("plans quota: %w", err)
 		}
 		in := quota.PlanSettingsInput{}
 		f := map[string]string{}
@@ -40,13 +38,13 @@ func plansQuota(fs *flag.FlagSet) action {
 }
 
 func tenantsQuota(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
 	capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
 	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
+		t, err := tenant.find(ctx, e)
 		if err != nil {
-			return fmt.Errorf("tenants quota: --tenant: %w", err)
+			return fmt.Errorf("tenants quota: %w", err)
 		}
 		f := map[string]string{}
 		in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),

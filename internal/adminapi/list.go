@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
@@ -28,6 +29,12 @@ func handlePage[F, T any](log *slog.Logger, filter func(r *http.Request) (F, err
 		pg, err := list(r.Context(), f, pr)
 		writeResult(w, r, log, pg, err)
 	})
+}
+
+// fromQuery is a filter for handlePage that parse reads from the
+// request's query.
+func fromQuery[F any](parse func(q url.Values) (F, error)) func(r *http.Request) (F, error) {
+	return func(r *http.Request) (F, error) { return parse(r.URL.Query()) }
 }
 
 // writeResult answers err, or else v as JSON with 200 OK.

@@ -74,11 +74,10 @@ func (c *Console) CreditsGrant() http.Handler {
 		in := credits.GrantInput{Amount: fe.int64(r.PostForm, "amount", 0), ExpiresAt: fe.dateTime(r.PostForm, "expires_at"),
 			Cause: form.Cause}
 		reshow := func(status int, errs map[string]string) { c.creditsView(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		g, err := c.cfg.Credits.Grant(r.Context(), actor(r), id, in)
-		if c.formFailed(w, r, err, reshow) {
+		g, ok := saveForm(c, w, r, fe, reshow, func() (credits.Grant, error) {
+			return c.cfg.Credits.Grant(r.Context(), actor(r), id, in)
+		})
+		if !ok {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(id)+"/credits",

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -70,6 +71,12 @@ func loadedHandler[T any](c *Console, load func(r *http.Request) (T, error), ser
 		}
 		serve(w, r, v)
 	})
+}
+
+// pathNamed loads what the path parameter param names, with get: for
+// loadedHandler.
+func pathNamed[T any](param string, get func(ctx context.Context, id string) (T, error)) func(r *http.Request) (T, error) {
+	return func(r *http.Request) (T, error) { return get(r.Context(), chi.URLParam(r, param)) }
 }
 
 // TenantView serves GET /tenants/{tenantID}.
@@ -164,11 +171,9 @@ func (c *Console) TenantSetPlan() http.Handler {
 		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
 		in := tenants.SetPlanInput{PlanID: form.PlanID, EffectiveAt: fe.dateTime(r.PostForm, "effective_at")}
 		reshow := func(status int, errs map[string]string) { c.tenantView(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		_, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in)
-		if c.formFailed(w, r, err, reshow) {
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (tenants.Tenant, error) {
+			return c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in)
+		}); !ok {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(id), "Plan changed.")
@@ -184,19 +189,14 @@ func (c *Console) TenantStatus(suspend bool) http.Handler {
 	}
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		back := "/tenants/" + url.PathEscape(t.ID)
-		if !confirmed(r) {
-			msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."
-			if suspend {
-				msg = "Every check with " + t.Name + "'s keys will be denied (tenant_suspended) within a second, until you resume it."
-			}
-			c.askConfirmation(w, r, "tenants", confirmPage{Heading: strings.ToUpper(verb[:1]) + verb[1:] + " " + t.Name + "?",
-				Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back})
-			return
+		msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."
+		if suspend {
+			msg = "Every check with " + t.Name + "'s keys will be denied (tenant_suspended) within a second, until you resume it."
 		}
-		if _, err := change(r.Context(), actor(r), t.ID); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, back, done)
+		c.confirmThen(w, r, "tenants", confirmPage{Heading: strings.ToUpper(verb[:1]) + verb[1:] + " " + t.Name + "?",
+			Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back}, done, func() error {
+			_, err := change(r.Context(), actor(r), t.ID)
+			return err
+		})
 	})
 }

@@ -80,6 +80,18 @@ func (f planRef) find(ctx context.Context, e *invocation) (plans.Plan, error) {
 	return p, nil
 }
 
+// run is the action that finds the plan the flag names, then does act
+// with it.
+func (f planRef) run(act func(ctx context.Context, e *invocation, p plans.Plan) error) action {
+	return func(ctx context.Context, e *invocation) error {
+		p, err := f.find(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		return act(ctx, e, p)
+	}
+}
+
 // planNamesByID maps every plan's ID to its name.
 func planNamesByID(ctx context.Context, e *invocation) (map[int64]string, error) {
 	list, err := plans.NewStore(e.db).List(ctx)

@@ -9,7 +9,9 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included units), "5000"
@@ -21,11 +23,7 @@ func plansQuota(fs *flag.FlagSet) action {
 	thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
 	capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
 	capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
-	return func(ctx context.Context, e *invocation) error {
-		p, err := plan.find(ctx, e)
-		if err != nil {
-			return fmt.Errorf("plans quota: %w", err)
-		}
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		in := quota.PlanSettingsInput{}
 		f := map[string]string{}
 		in.Thresholds = parseThresholds("thresholds", *thresholds, f)
@@ -34,25 +32,21 @@ func plansQuota(fs *flag.FlagSet) action {
 		return saveQuota(e, "plans quota", f, func(ops *quota.Ops) (quota.PlanSettings, error) {
 			return ops.SetPlan(ctx, audit.CLI, p.ID, in)
 		})
-	}
+	})
 }
 
 func tenantsQuota(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
 	capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenant.find(ctx, e)
-		if err != nil {
-			return fmt.Errorf("tenants quota: %w", err)
-		}
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		f := map[string]string{}
 		in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
 			SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
 		return saveQuota(e, "tenants quota", f, func(ops *quota.Ops) (quota.TenantSettings, error) {
 			return ops.SetTenant(ctx, audit.CLI, t.ID, in)
 		})
-	}
+	})
 }
 
 // saveQuota finishes the quota command called name: when f names invalid

@@ -6,23 +6,20 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 func tenantsCreate(fs *flag.FlagSet) action {
 	name := fs.String("name", "", "tenant name (required)")
 	plan := planRef{fs.String("plan", "free", "plan name")}
-	return func(ctx context.Context, e *invocation) error {
-		p, err := plan.find(ctx, e)
-		if err != nil {
-			return fmt.Errorf("tenants create: %w", err)
-		}
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
 		if err != nil {
 			return fmt.Errorf("tenants create: %w", err)
 		}
 		return printJSON(e.stdout, t)
-	}
+	})
 }
 
 func tenantsList(fs *flag.FlagSet) action {
@@ -55,6 +52,18 @@ func (f tenantRef) find(ctx context.Context, e *invocation) (tenants.Tenant, err
 		return tenants.Tenant{}, fmt.Errorf("--tenant: %w", err)
 	}
 	return t, nil
+}
+
+// run is the action that finds the tenant the flag names, then does act
+// with it.
+func (f tenantRef) run(act func(ctx context.Context, e *invocation, t tenants.Tenant) error) action {
+	return func(ctx context.Context, e *invocation) error {
+		t, err := f.find(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		return act(ctx, e, t)
+	}
 }
 
 // id returns the ID of the tenant the flag names, or "" (every tenant)

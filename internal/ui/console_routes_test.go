@@ -3,14 +3,11 @@ package ui_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -22,12 +19,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
-
-// consoleRoute reports whether a route of the admin server is the web
-// console's: everything but the API and the health checks.
-func consoleRoute(route string) bool {
-	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz" && route != "/metrics"
-}
 
 // routesFixture is an admin server with two tenants: "own", with a
 // tenant admin and a viewer, and "foreign", with a key, overrides and a
@@ -92,15 +83,7 @@ var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // "not allowed" for a viewer's change); and nothing changes.
 func TestConsoleRoutesIsolation(t *testing.T) {
 	fx := newRoutesFixture(t)
-	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
-	type route struct{ method, pattern string }
-	var routes []route
-	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, pattern string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		if consoleRoute(pattern) {
-			routes = append(routes, route{method, pattern})
-		}
-		return nil
-	}))
+	routes := admintest.Routes(t, true)
 	if len(routes) < 30 {
 		t.Fatalf("only %d console routes: %v", len(routes), routes)
 	}
@@ -125,21 +108,21 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 		}
 		csrf := string(m[1])
 		for _, rt := range routes {
-			path := params.Replace(rt.pattern)
+			path := params.Replace(rt.Pattern)
 			var want int
 			switch {
-			case rt.pattern == "/static/*":
+			case rt.Pattern == "/static/*":
 				want = http.StatusOK
-			case rt.pattern == "/" || rt.pattern == "/login":
+			case rt.Pattern == "/" || rt.Pattern == "/login":
 				want = http.StatusSeeOther // to its own tenant
-			case rt.pattern == "/logout":
+			case rt.Pattern == "/logout":
 				continue // ends the session; TestConsoleSignIn signs out
-			case strings.HasPrefix(rt.pattern, "/tenants/{tenantID}"):
+			case strings.HasPrefix(rt.Pattern, "/tenants/{tenantID}"):
 				want = http.StatusNotFound
 			default:
 				want = http.StatusForbidden
 			}
-			if rt.method == "POST" && (rt.pattern == "/login") {
+			if rt.Method == "POST" && (rt.Pattern == "/login") {
 				continue
 			}
 			type try struct {
@@ -148,37 +131,37 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 				withToken bool
 			}
 			tries := []try{{path, want, true}}
-			if rt.method != "GET" {
+			if rt.Method != "GET" {
 				tries = append(tries, try{path, http.StatusForbidden, false}) // the CSRF check comes first
 			}
-			if strings.Contains(rt.pattern, "{tenantID}") && strings.Contains(rt.pattern, "{endpointID}") {
+			if strings.Contains(rt.Pattern, "{tenantID}") && strings.Contains(rt.Pattern, "{endpointID}") {
 				w := http.StatusNotFound
-				if rt.method != "GET" && r == auth.RoleTenantViewer {
+				if rt.Method != "GET" && r == auth.RoleTenantViewer {
 					w = http.StatusForbidden
 				}
-				tries = append(tries, try{ownTenant.Replace(rt.pattern), w, true})
+				tries = append(tries, try{ownTenant.Replace(rt.Pattern), w, true})
 			}
 			for _, tr := range tries {
 				path, withToken := tr.path, tr.withToken
 				var res admintest.Response
-				if rt.method == "GET" {
+				if rt.Method == "GET" {
 					res = get(path)
 				} else {
 					form := url.Values{"confirmed": {"yes"}, "name": {"x"}, "plan_id": {fmt.Sprint(fx.free.ID)}}
 					if withToken {
 						form.Set("csrf", csrf)
 					}
-					req, _ := http.NewRequest(rt.method, fx.srv.URL+path, strings.NewReader(form.Encode()))
+					req, _ := http.NewRequest(rt.Method, fx.srv.URL+path, strings.NewReader(form.Encode()))
 					req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 					req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
 					res = admintest.SendWith(t, client, req)
 				}
 				if res.StatusCode != tr.want {
-					t.Errorf("%s %s as %s (token %v) = %d, want %d", rt.method, path, r, withToken, res.StatusCode, tr.want)
+					t.Errorf("%s %s as %s (token %v) = %d, want %d", rt.Method, path, r, withToken, res.StatusCode, tr.want)
 				}
 				for _, secret := range []string{fx.foreign.Name, "foreign secret project", "admin@foreign.example.com", "foreign-secret-hook"} {
 					if strings.Contains(string(res.Body), secret) {
-						t.Errorf("%s %s as %s: the answer mentions %q", rt.method, path, r, secret)
+						t.Errorf("%s %s as %s: the answer mentions %q", rt.Method, path, r, secret)
 					}
 				}
 			}

@@ -65,15 +65,9 @@ func (k *keyUpdateRequest) Validate() error {
 // (403 for tenant admins): that could undo a rotation's grace period or an
 // operator's expiry, or bring a key back.
 func handleKeyUpdate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req keyUpdateRequest
-		if err := httpx.Decode(r, MaxBody, &req); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		k, err := ops.UpdateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), req.change())
-		writeResult(w, r, log, k, err)
-	})
+	return handleBody(log, decodeValid, func(r *http.Request, req keyUpdateRequest) (tenants.Key, error) {
+		return ops.UpdateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), req.change())
+	}, func(w http.ResponseWriter, k tenants.Key) { httpx.JSON(w, http.StatusOK, k) })
 }
 
 // handleKeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke:

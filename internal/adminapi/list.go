@@ -80,6 +80,10 @@ func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 // decodeBody is httpx.DecodeBody with the admin API's MaxBody.
 func decodeBody(r *http.Request, v any) error { return httpx.DecodeBody(r, MaxBody, v) }
 
+// decodeValid is decodeBody, then the body's own validation when it has
+// one (httpx.Decode).
+func decodeValid(r *http.Request, v any) error { return httpx.Decode(r, MaxBody, v) }
+
 // handleBody serves a request with a JSON body: the body decoded into an
 // In by decode, then apply; respond writes the result. An error at either
 // step is the answer.

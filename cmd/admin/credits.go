@@ -97,7 +97,7 @@ func creditsLedger(fs *flag.FlagSet) action {
 }
 
 func plansCredits(fs *flag.FlagSet) action {
-	plan := planFlag(fs)
+	plan := planFlag(fs, "")
 	mode := fs.String("mode", "", "deny, overage or off (required)")
 	overdraft := fs.Int64("overdraft", 0, "how far below zero the balance may go (units)")
 	low := fs.Int64("low-threshold", 0, "emit credits.low at or under this balance (0: never)")

@@ -21,7 +21,7 @@ func keysIssue(fs *flag.FlagSet) action {
 		if *count < 1 || *count > 100_000 {
 			return errors.New("keys issue: --count must be from 1 to 100000")
 		}
-		t, err := tenant.find(ctx, e)
+		t, err := tenant.get(ctx, e)
 		if err != nil {
 			return fmt.Errorf("keys issue: %w", err)
 		}
@@ -69,7 +69,7 @@ func keysList(fs *flag.FlagSet) action {
 	asJSON := fs.Bool("json", false, "print the key records as a JSON array")
 	return func(ctx context.Context, e *invocation) error {
 		ts := tenants.NewStore(e.db)
-		tenantID, err := tenant.id(ctx, e)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("keys list: %w", err)
 		}

@@ -42,7 +42,7 @@ its resource, or under (other). A template is "METHOD /path"; a segment
 --clear removes every route.`
 
 func plansRoutes(fs *flag.FlagSet) action {
-	plan := planFlag(fs)
+	plan := planFlag(fs, "")
 	clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
 	return func(ctx context.Context, e *invocation) error {
 		switch {
@@ -51,7 +51,7 @@ func plansRoutes(fs *flag.FlagSet) action {
 		case len(e.args) > 0 && *clearAll:
 			return errors.New("plans routes: --clear takes no templates")
 		}
-		p, err := plan.find(ctx, e)
+		p, err := plan.get(ctx, e)
 		if err != nil {
 			return fmt.Errorf("plans routes: %w", err)
 		}
@@ -63,33 +63,17 @@ func plansRoutes(fs *flag.FlagSet) action {
 	}
 }
 
-// planRef is a --plan flag: a plan's name.
-type planRef struct{ name *string }
-
-// planFlag declares the required --plan flag on fs.
-func planFlag(fs *flag.FlagSet) planRef {
-	return planRef{fs.String("plan", "", "plan name (required)")}
-}
-
-// find returns the plan the flag names; its error names the flag.
-func (f planRef) find(ctx context.Context, e *invocation) (plans.Plan, error) {
-	p, err := plans.NewStore(e.db).GetByName(ctx, *f.name)
-	if err != nil {
-		return plans.Plan{}, fmt.Errorf("--plan: %w", err)
+// planFlag declares --plan on fs, a plan's name: required when def is
+// "", else def when not given.
+func planFlag(fs *flag.FlagSet, def string) ref[plans.Plan] {
+	usage := "plan name"
+	if def == "" {
+		usage += " (required)"
 	}
-	return p, nil
-}
-
-// run is the action that finds the plan the flag names, then does act
-// with it.
-func (f planRef) run(act func(ctx context.Context, e *invocation, p plans.Plan) error) action {
-	return func(ctx context.Context, e *invocation) error {
-		p, err := f.find(ctx, e)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.name, err)
-		}
-		return act(ctx, e, p)
-	}
+	return ref[plans.Plan]{"plan", fs.String("plan", def, usage),
+		func(ctx context.Context, e *invocation, s string) (plans.Plan, error) {
+			return plans.NewStore(e.db).GetByName(ctx, s)
+		}}
 }
 
 // planNamesByID maps every plan's ID to its name.
@@ -116,7 +100,7 @@ settles at 0 on a 5xx or a timeout (charge only what succeeded).
 
 // plansRule adds a rule to a plan or replaces the rule of its name.
 func plansRule(fs *flag.FlagSet) action {
-	plan := planFlag(fs)
+	plan := planFlag(fs, "")
 	var r plans.Rule
 	fs.StringVar(&r.Name, "name", "", "rule name (required)")
 	algorithm := fs.String("algorithm", "gcra", "algorithm: "+fmt.Sprint(limiter.Algorithms))
@@ -136,7 +120,7 @@ func plansRule(fs *flag.FlagSet) action {
 		if *leaseTTL != 0 && *period != 0 {
 			return errors.New("plans rule: give --period or --lease-ttl, not both")
 		}
-		p, err := plan.find(ctx, e)
+		p, err := plan.get(ctx, e)
 		if err != nil {
 			return fmt.Errorf("plans rule: %w", err)
 		}

@@ -19,7 +19,7 @@ const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included u
 integer minor units of overage a month; "" sets none.`
 
 func plansQuota(fs *flag.FlagSet) action {
-	plan := planFlag(fs)
+	plan := planFlag(fs, "")
 	thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
 	capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
 	capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")

@@ -12,7 +12,7 @@ import (
 
 func tenantsCreate(fs *flag.FlagSet) action {
 	name := fs.String("name", "", "tenant name (required)")
-	plan := planRef{fs.String("plan", "free", "plan name")}
+	plan := planFlag(fs, "free")
 	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
 		if err != nil {
@@ -36,42 +36,21 @@ func tenantsList(fs *flag.FlagSet) action {
 		})
 }
 
-// tenantRef is a --tenant flag: a tenant's ID or name.
-type tenantRef struct{ ref *string }
-
-// tenantFlag declares --tenant on fs with usage: ending in "(required)",
-// run refuses the command without it.
-func tenantFlag(fs *flag.FlagSet, usage string) tenantRef {
-	return tenantRef{fs.String("tenant", "", usage)}
+// tenantFlag declares --tenant on fs with usage (ending in "(required)"
+// when the command needs one): a tenant's ID or name.
+func tenantFlag(fs *flag.FlagSet, usage string) ref[tenants.Tenant] {
+	return ref[tenants.Tenant]{"tenant", fs.String("tenant", "", usage),
+		func(ctx context.Context, e *invocation, s string) (tenants.Tenant, error) {
+			return tenants.NewStore(e.db).Find(ctx, s)
+		}}
 }
 
-// find returns the tenant the flag names; its error names the flag.
-func (f tenantRef) find(ctx context.Context, e *invocation) (tenants.Tenant, error) {
-	t, err := tenants.NewStore(e.db).Find(ctx, *f.ref)
-	if err != nil {
-		return tenants.Tenant{}, fmt.Errorf("--tenant: %w", err)
-	}
-	return t, nil
-}
-
-// run is the action that finds the tenant the flag names, then does act
-// with it.
-func (f tenantRef) run(act func(ctx context.Context, e *invocation, t tenants.Tenant) error) action {
-	return func(ctx context.Context, e *invocation) error {
-		t, err := f.find(ctx, e)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.name, err)
-		}
-		return act(ctx, e, t)
-	}
-}
-
-// id returns the ID of the tenant the flag names, or "" (every tenant)
-// when the flag is not given.
-func (f tenantRef) id(ctx context.Context, e *invocation) (string, error) {
-	if *f.ref == "" {
+// optionalTenantID is the ID of the tenant the flag names, or "" (every
+// tenant) when it is not given.
+func optionalTenantID(ctx context.Context, e *invocation, tenant ref[tenants.Tenant]) (string, error) {
+	if *tenant.value == "" {
 		return "", nil
 	}
-	t, err := f.find(ctx, e)
+	t, err := tenant.get(ctx, e)
 	return t.ID, err
 }

@@ -175,7 +175,7 @@ func report(fs *flag.FlagSet) action {
 			return err
 		}
 		store := c.store(e)
-		tenantID, err := tenant.id(ctx, e)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("report: %w", err)
 		}

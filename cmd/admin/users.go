@@ -19,7 +19,7 @@ func usersCreate(fs *flag.FlagSet) action {
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 	asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
 	return func(ctx context.Context, e *invocation) error {
-		tenantID, err := tenant.id(ctx, e)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("users create: %w", err)
 		}

@@ -99,7 +99,7 @@ func webhooksCreate(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant ID or name: the endpoint receives this tenant's events only")
 	asJSON := fs.Bool("json", false, "print the endpoint and secret as JSON")
 	return func(ctx context.Context, e *invocation) error {
-		owner, err := tenant.id(ctx, e)
+		owner, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("webhooks create: %w", err)
 		}

@@ -481,33 +481,14 @@ func webhookParams(t *testing.T, fx *matrixFixture, tg target, owned bool) map[s
 
 func newMatrixFixture(t *testing.T) *matrixFixture {
 	t.Helper()
-	ctx := context.Background()
 	srv := startAdmin(t, testenv.DatabaseURL(t), nil)
-	fx := &matrixFixture{srv: srv, users: map[role]auth.User{}}
-	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
-	var err error
-	fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID)
-	testenv.Must(t, err)
-	fx.foreign, err = ts.Create(ctx, "foreign-tenant", fx.pro.ID)
-	testenv.Must(t, err)
-	fx.foreignIDs = append(fx.foreignIDs, fx.foreign.ID)
-	fx.users[roleOperator] = createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
-	fx.users[roleTenantAdmin] = createUser(t, srv.DB, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
-	fx.users[roleViewer] = createUser(t, srv.DB, "viewer@own.example.com", auth.RoleTenantViewer, fx.own.ID)
+	in := admintest.SeedIsolation(t, srv.DB)
+	fx := &matrixFixture{srv: srv, own: in.Own, foreign: in.Foreign, free: in.Free, pro: in.Pro,
+		users: map[role]auth.User{roleOperator: in.Operator, roleTenantAdmin: in.Admin, roleViewer: in.Viewer},
+		// The foreign tenant has data of its own to leak: a key, an
+		// override, a user, history.
+		foreignIDs: []string{in.Foreign.ID, in.ForeignKey.ID, in.ForeignAdmin.ID}}
 	fx.probe = createUser(t, srv.DB, "probe@own.example.com", auth.RoleTenantViewer, fx.own.ID)
-	// The foreign tenant has data of its own to leak: a key, an override,
-	// a user, history.
-	_, k, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
-	testenv.Must(t, err)
-	fx.foreignIDs = append(fx.foreignIDs, k.ID)
-	_, err = ts.SetOverrides(ctx, fx.foreign.ID, []plans.Rule{{Name: "hourly", Limit: 1, PeriodUS: limiter.HourUS}})
-	testenv.Must(t, err)
-	fu := createUser(t, srv.DB, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
-	fx.foreignIDs = append(fx.foreignIDs, fu.ID)
 	return fx
 }
 

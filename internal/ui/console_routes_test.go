@@ -13,56 +13,26 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/limiter"
-	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
-// routesFixture is an admin server with two tenants: "own", with a
-// tenant admin and a viewer, and "foreign", with a key, overrides and a
-// user of its own that no answer to own's users may show.
+// routesFixture is an admin server with the tenants of
+// admintest.Isolation, and a webhook endpoint of the foreign tenant's own.
 type routesFixture struct {
-	srv                     *admintest.Server
-	free, pro               plans.Plan
-	own, foreign            tenants.Tenant
-	foreignKey              string
-	foreignEndpoint         string // a webhook endpoint of foreign's own
-	operator, admin, viewer auth.User
+	srv *admintest.Server
+	admintest.Isolation
+	foreignEndpoint string
 }
 
 func newRoutesFixture(t *testing.T) *routesFixture {
 	t.Helper()
-	ctx := context.Background()
 	fx := &routesFixture{srv: admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)}
-	db := fx.srv.DB
-	ps, ts := plans.NewStore(db), tenants.NewStore(db)
-	rules := func(limit int64) []plans.Rule {
-		return []plans.Rule{{Name: "hourly", Limit: limit, PeriodUS: limiter.HourUS}}
-	}
-	var err error
-	if fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: rules(100)}); err == nil {
-		fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: rules(5000)})
-	}
-	testenv.Must(t, err)
-	if fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID); err == nil {
-		fx.foreign, err = ts.Create(ctx, "foreign-tenant", fx.pro.ID)
-	}
-	testenv.Must(t, err)
-	_, key, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
-	testenv.Must(t, err)
-	fx.foreignKey = key.ID
-	_, err = ts.SetOverrides(ctx, fx.foreign.ID, rules(1))
-	testenv.Must(t, err)
-	e, err := events.NewOps(db, nil, events.Guard{AllowPrivate: true}).CreateEndpoint(ctx, audit.CLI, fx.foreign.ID,
+	fx.Isolation = admintest.SeedIsolation(t, fx.srv.DB)
+	e, err := events.NewOps(fx.srv.DB, nil, events.Guard{AllowPrivate: true}).CreateEndpoint(context.Background(), audit.CLI, fx.Foreign.ID,
 		events.EndpointInput{URL: "http://127.0.0.1:9/foreign-secret-hook"})
 	testenv.Must(t, err)
 	fx.foreignEndpoint = e.Endpoint.ID
-	admintest.CreateUser(t, db, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
-	fx.operator = admintest.CreateUser(t, db, "ops@example.com", auth.RoleOperator, "")
-	fx.admin = admintest.CreateUser(t, db, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
-	fx.viewer = admintest.CreateUser(t, db, "viewer@own.example.com", auth.RoleTenantViewer, fx.own.ID)
 	return fx
 }
 
@@ -87,14 +57,14 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 	if len(routes) < 30 {
 		t.Fatalf("only %d console routes: %v", len(routes), routes)
 	}
-	params := strings.NewReplacer("{tenantID}", fx.foreign.ID, "{keyID}", fx.foreignKey,
-		"{planID}", fmt.Sprint(fx.pro.ID), "{userID}", fx.operator.ID, "{tokenID}", "00000000-0000-0000-0000-000000000000",
+	params := strings.NewReplacer("{tenantID}", fx.Foreign.ID, "{keyID}", fx.ForeignKey.ID,
+		"{planID}", fmt.Sprint(fx.Pro.ID), "{userID}", fx.Operator.ID, "{tokenID}", "00000000-0000-0000-0000-000000000000",
 		"{month}", "2026-10", "{endpointID}", fx.foreignEndpoint, "*", "console.css")
 	// Own tenant, foreign endpoint.
-	ownTenant := strings.NewReplacer("{tenantID}", fx.own.ID, "{endpointID}", fx.foreignEndpoint)
+	ownTenant := strings.NewReplacer("{tenantID}", fx.Own.ID, "{endpointID}", fx.foreignEndpoint)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	before := fx.auditCount(t)
-	for _, u := range []auth.User{fx.admin, fx.viewer} {
+	for _, u := range []auth.User{fx.Admin, fx.Viewer} {
 		r := u.Role
 		token := admintest.SessionFor(t, fx.srv.DB, u)
 		get := func(path string) admintest.Response {
@@ -102,7 +72,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 			req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
 			return admintest.SendWith(t, client, req)
 		}
-		m := csrfInput.FindSubmatch(get("/tenants/" + fx.own.ID).Body)
+		m := csrfInput.FindSubmatch(get("/tenants/" + fx.Own.ID).Body)
 		if m == nil {
 			t.Fatalf("%s: no CSRF token on its tenant's page", r)
 		}
@@ -147,7 +117,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 				if rt.Method == "GET" {
 					res = get(path)
 				} else {
-					form := url.Values{"confirmed": {"yes"}, "name": {"x"}, "plan_id": {fmt.Sprint(fx.free.ID)}}
+					form := url.Values{"confirmed": {"yes"}, "name": {"x"}, "plan_id": {fmt.Sprint(fx.Free.ID)}}
 					if withToken {
 						form.Set("csrf", csrf)
 					}
@@ -159,7 +129,7 @@ func TestConsoleRoutesIsolation(t *testing.T) {
 				if res.StatusCode != tr.want {
 					t.Errorf("%s %s as %s (token %v) = %d, want %d", rt.Method, path, r, withToken, res.StatusCode, tr.want)
 				}
-				for _, secret := range []string{fx.foreign.Name, "foreign secret project", "admin@foreign.example.com", "foreign-secret-hook"} {
+				for _, secret := range []string{fx.Foreign.Name, "foreign secret project", "admin@foreign.example.com", "foreign-secret-hook"} {
 					if strings.Contains(string(res.Body), secret) {
 						t.Errorf("%s %s as %s: the answer mentions %q", rt.Method, path, r, secret)
 					}

@@ -292,11 +292,9 @@ func (c *Console) AlertThresholds() http.Handler {
 		reshow := func(status int, errs map[string]string) {
 			c.alertsView(w, r, t, status, alertForms{Thresholds: rows, Errors: onThresholdRows(errs)})
 		}
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		_, err := c.cfg.Quota.SetTenantThresholds(r.Context(), actor(r), t.ID, list)
-		if c.formFailed(w, r, err, reshow) {
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (quota.TenantSettings, error) {
+			return c.cfg.Quota.SetTenantThresholds(r.Context(), actor(r), t.ID, list)
+		}); !ok {
 			return
 		}
 		msg := "Thresholds saved."
@@ -318,11 +316,9 @@ func (c *Console) AlertSpendCap() http.Handler {
 		reshow := func(status int, errs map[string]string) {
 			c.alertsView(w, r, t, status, alertForms{Cap: &typed, Errors: errs})
 		}
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		_, err := c.cfg.Quota.SetTenantSpendCap(r.Context(), actor(r), t.ID, capMinor)
-		if c.formFailed(w, r, err, reshow) {
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (quota.TenantSettings, error) {
+			return c.cfg.Quota.SetTenantSpendCap(r.Context(), actor(r), t.ID, capMinor)
+		}); !ok {
 			return
 		}
 		redirect(w, r, alertsPath(t), "Spend cap saved.")

@@ -269,9 +269,9 @@ func TestCreditsRebuiltAfterRedisLosesThem(t *testing.T) {
 		t.Errorf("balance %d, want 0", acct.Balance())
 	}
 	// GET /v1/me shows the balance with the plan's rules.
-	var st enforce.Standing
+	var st tollgate.Standing
 	if status, _, p := getMe(t, "http://"+apis[0], bearer(key), &st); status != http.StatusOK || st.Credits == nil ||
-		st.Credits.Balance != 0 || st.Credits.Mode != credits.ModeDeny {
+		st.Credits.Balance != 0 || st.Credits.Mode != string(credits.ModeDeny) {
 		t.Errorf("GET /v1/me: %d %v, credits %+v", status, p, st.Credits)
 	}
 }

@@ -52,10 +52,14 @@ type Config struct {
 	Addr string
 	// DebugAddr, when set, serves net/http/pprof there (for profiling;
 	// keep it on loopback).
-	DebugAddr       string
-	DatabaseURL     string
-	Store           string // redis | memory
-	Redis           config.Redis
+	DebugAddr   string
+	DatabaseURL string
+	Store       string // redis | memory
+	Redis       config.Redis
+	// Linger is how long a check that would reach Redis alone may wait
+	// for others to share its script call, while checks arrive often
+	// enough (redisstore.BatchConfig.Linger).
+	Linger          time.Duration
 	KeyPrefix       string
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
@@ -78,6 +82,7 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		DatabaseURL:     e.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable"),
 		Store:           store,
 		Redis:           e.Redis("127.0.0.1:6379"),
+		Linger:          e.Duration("TOLLGATE_REDIS_LINGER", 0),
 		KeyPrefix:       e.KeyPrefix(),
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
@@ -354,7 +359,7 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.
-	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout})
+	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout, Linger: s.cfg.Linger})
 	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
@@ -388,7 +393,8 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		return nil
 	case "postgres":
 		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
-			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), Window: cfg.Usage.RateAlertWindow}})
+			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), TenantDenials: int64(cfg.Usage.TenantRateAlertDenials),
+				Window: cfg.Usage.RateAlertWindow}})
 		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:

@@ -159,10 +159,25 @@ func HandleForwardAuth(checker *enforce.Checker, cfg ForwardConfig, log *slog.Lo
 	})
 }
 
+// denials are the status and message of a denial by reason, but for
+// rate_limited, whose message names the rule.
+var denials = map[string]struct {
+	status int
+	detail string
+}{
+	tollgate.ReasonSpendCap:         {http.StatusTooManyRequests, "the monthly spend cap is reached"},
+	tollgate.ReasonCreditsExhausted: {http.StatusTooManyRequests, "the prepaid credits are exhausted"},
+	tollgate.ReasonKeyRequired:      {http.StatusUnauthorized, "an API key is required"},
+	tollgate.ReasonInvalidKey:       {http.StatusUnauthorized, "the API key is not valid"},
+	tollgate.ReasonUnavailable:      {http.StatusServiceUnavailable, "the limiter is unavailable and the rule fails closed; retry shortly"},
+	tollgate.ReasonKeyRevoked:       {http.StatusForbidden, "the API key has been revoked"},
+	tollgate.ReasonKeyExpired:       {http.StatusForbidden, "the API key has expired"},
+	tollgate.ReasonTenantSuspended:  {http.StatusForbidden, "the account is suspended"},
+}
+
 // denial returns the status and message of a denied decision.
 func denial(d *enforce.Decision) (int, string) {
-	switch d.Reason {
-	case tollgate.ReasonRateLimited:
+	if d.Reason == tollgate.ReasonRateLimited {
 		msg := "rate limited"
 		if d.Policy != "" {
 			msg += " by rule " + strconv.Quote(d.Policy)
@@ -171,22 +186,9 @@ func denial(d *enforce.Decision) (int, string) {
 			return http.StatusTooManyRequests, msg + "; the request costs more than the rule ever admits"
 		}
 		return http.StatusTooManyRequests, msg
-	case tollgate.ReasonSpendCap:
-		return http.StatusTooManyRequests, "the monthly spend cap is reached"
-	case tollgate.ReasonCreditsExhausted:
-		return http.StatusTooManyRequests, "the prepaid credits are exhausted"
-	case tollgate.ReasonKeyRequired:
-		return http.StatusUnauthorized, "an API key is required"
-	case tollgate.ReasonInvalidKey:
-		return http.StatusUnauthorized, "the API key is not valid"
-	case tollgate.ReasonUnavailable:
-		return http.StatusServiceUnavailable, "the limiter is unavailable and the rule fails closed; retry shortly"
-	case tollgate.ReasonKeyRevoked:
-		return http.StatusForbidden, "the API key has been revoked"
-	case tollgate.ReasonKeyExpired:
-		return http.StatusForbidden, "the API key has expired"
-	case tollgate.ReasonTenantSuspended:
-		return http.StatusForbidden, "the account is suspended"
+	}
+	if a, ok := denials[d.Reason]; ok {
+		return a.status, a.detail
 	}
 	return http.StatusForbidden, "denied: " + d.Reason
 }

@@ -66,27 +66,25 @@ func (s *Store) LoadAll(ctx context.Context) (All, error) {
 // PlanSettings returns plan planID's credit settings; ENOTFOUND for a
 // plan without them (or no such plan).
 func (s *Store) PlanSettings(ctx context.Context, planID int64) (PlanSettings, error) {
-	ps := PlanSettings{PlanID: planID}
-	err := s.db.QueryRow(ctx, `SELECT mode, overdraft, low_threshold FROM credit_plan_settings WHERE plan_id = $1`, planID).
-		Scan(&ps.Mode, &ps.Overdraft, &ps.LowThreshold)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ps, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d has no credit settings", planID)
-	}
-	if err != nil {
-		return ps, fmt.Errorf("credits: plan %d settings: %w", planID, err)
-	}
-	return ps, nil
+	return s.planSettings(ctx, planID, `SELECT mode, overdraft, low_threshold FROM credit_plan_settings WHERE plan_id = $1`,
+		"has no credit settings")
 }
 
 // PlanSettingsOrOff returns plan planID's credit settings, mode off for a
 // plan without them; ENOTFOUND for no such plan.
 func (s *Store) PlanSettingsOrOff(ctx context.Context, planID int64) (PlanSettings, error) {
+	return s.planSettings(ctx, planID, `SELECT coalesce(c.mode, 'off'), coalesce(c.overdraft, 0), coalesce(c.low_threshold, 0)
+		FROM plans p LEFT JOIN credit_plan_settings c ON c.plan_id = p.id WHERE p.id = $1`, "not found")
+}
+
+// planSettings reads plan planID's settings with query (mode, overdraft
+// and low threshold of plan $1); when it finds no row the error is
+// ENOTFOUND, "plan <planID> " then notFound.
+func (s *Store) planSettings(ctx context.Context, planID int64, query, notFound string) (PlanSettings, error) {
 	ps := PlanSettings{PlanID: planID}
-	err := s.db.QueryRow(ctx, `SELECT coalesce(c.mode, 'off'), coalesce(c.overdraft, 0), coalesce(c.low_threshold, 0)
-		FROM plans p LEFT JOIN credit_plan_settings c ON c.plan_id = p.id WHERE p.id = $1`, planID).
-		Scan(&ps.Mode, &ps.Overdraft, &ps.LowThreshold)
+	err := s.db.QueryRow(ctx, query, planID).Scan(&ps.Mode, &ps.Overdraft, &ps.LowThreshold)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ps, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", planID)
+		return ps, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d %s", planID, notFound)
 	}
 	if err != nil {
 		return ps, fmt.Errorf("credits: plan %d settings: %w", planID, err)

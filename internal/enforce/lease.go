@@ -60,18 +60,15 @@ type Lease struct {
 // call, no Postgres.
 func (c *Checker) RenewLease(ctx context.Context, id string) (Lease, error) {
 	var st limiter.LeaseState
-	err := c.onLease(ctx, id, func(ctx context.Context, ref limiter.LeaseRef) (err error) {
+	err := c.onLease(ctx, id, "renewal", func(ctx context.Context, ref limiter.LeaseRef) (err error) {
 		st, err = c.leaser.Renew(ctx, ref)
 		return err
 	})
-	switch {
-	case tollgate.ErrorCode(err) == tollgate.EINVALID || tollgate.ErrorCode(err) == tollgate.EUNAVAILABLE:
-		return Lease{}, err
-	case errors.Is(err, limiter.ErrLeaseNotFound):
+	if errors.Is(err, limiter.ErrLeaseNotFound) {
 		return Lease{}, tollgate.Errorf(tollgate.ENOTFOUND, "no such lease (unknown, released, or expired: its slot may be taken)")
-	case err != nil:
-		c.storeFailed(ctx, err)
-		return Lease{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the renewal")
+	}
+	if err != nil {
+		return Lease{}, err
 	}
 	return Lease{LeaseID: id, ExpiresAt: time.UnixMicro(st.ExpiresAtUS).UTC().Format(timeFormat)}, nil
 }
@@ -80,24 +77,22 @@ func (c *Checker) RenewLease(ctx context.Context, id string) (Lease, error) {
 // that expired, answers released false. One store call, no Postgres.
 func (c *Checker) ReleaseLease(ctx context.Context, id string) (Lease, error) {
 	var released bool
-	err := c.onLease(ctx, id, func(ctx context.Context, ref limiter.LeaseRef) (err error) {
+	err := c.onLease(ctx, id, "release", func(ctx context.Context, ref limiter.LeaseRef) (err error) {
 		released, err = c.leaser.Release(ctx, ref)
 		return err
 	})
-	switch {
-	case tollgate.ErrorCode(err) == tollgate.EINVALID || tollgate.ErrorCode(err) == tollgate.EUNAVAILABLE:
+	if err != nil {
 		return Lease{}, err
-	case err != nil:
-		c.storeFailed(ctx, err)
-		return Lease{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the release")
 	}
 	return Lease{LeaseID: id, Released: &released}, nil
 }
 
-// onLease runs op on the store's reference to lease id, within the store
-// timeout. A malformed ID is EINVALID and a store that keeps no leases
-// EUNAVAILABLE, without calling op; otherwise op's error is returned.
-func (c *Checker) onLease(ctx context.Context, id string, op func(context.Context, limiter.LeaseRef) error) error {
+// onLease runs op, the lease operation what, on the store's reference to
+// lease id, within the store timeout. A malformed ID is EINVALID and a
+// store that keeps no leases EUNAVAILABLE, without calling op; op's
+// ErrLeaseNotFound is returned as it is, and any other error of op is
+// counted as the store's failure and returned as EUNAVAILABLE.
+func (c *Checker) onLease(ctx context.Context, id, what string, op func(context.Context, limiter.LeaseRef) error) error {
 	ref, ok := parseHoldID(id)
 	if !ok {
 		return tollgate.Invalid(map[string]string{"lease_id": "is not a lease ID"})
@@ -107,5 +102,10 @@ func (c *Checker) onLease(ctx context.Context, id string, op func(context.Contex
 	}
 	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return op(storeCtx, limiter.LeaseRef{Key: c.leaseKey(ref.Tag, id)})
+	err := op(storeCtx, limiter.LeaseRef{Key: c.leaseKey(ref.Tag, id)})
+	if err != nil && !errors.Is(err, limiter.ErrLeaseNotFound) {
+		c.storeFailed(ctx, err)
+		return tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the %s", what)
+	}
+	return err
 }

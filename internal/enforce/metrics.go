@@ -1,6 +1,8 @@
 package enforce
 
 import (
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,13 @@ type Metrics struct {
 	// breaker is the circuit breaker of the checker these metrics are
 	// given to (NewChecker sets it).
 	breaker atomic.Pointer[breaker.Breaker]
+
+	// byReason holds the checks counter of each decision and reason met
+	// so far ([0] denied, [1] allowed), so that a check finds its counter
+	// without hashing its labels: a map replaced, never changed, when a
+	// reason is first met.
+	byReason [2]atomic.Pointer[map[string]prometheus.Counter]
+	newMu    sync.Mutex
 }
 
 // NewMetrics registers on reg the metrics of the checks, of the holder's
@@ -89,11 +98,32 @@ func (m *Metrics) decision(allowed bool, reason string) {
 	if m == nil {
 		return
 	}
-	d := "denied"
+	i := 0
 	if allowed {
-		d = "allowed"
+		i = 1
 	}
-	m.checks.WithLabelValues(d, reason).Inc()
+	if byReason := m.byReason[i].Load(); byReason != nil {
+		if c, ok := (*byReason)[reason]; ok {
+			c.Inc()
+			return
+		}
+	}
+	m.newReason(i, reason).Inc()
+}
+
+// newReason returns the checks counter of decision i's reason, adding it
+// to byReason.
+func (m *Metrics) newReason(i int, reason string) prometheus.Counter {
+	m.newMu.Lock()
+	defer m.newMu.Unlock()
+	next := map[string]prometheus.Counter{}
+	if old := m.byReason[i].Load(); old != nil {
+		maps.Copy(next, *old)
+	}
+	c := m.checks.WithLabelValues([]string{"denied", "allowed"}[i], reason)
+	next[reason] = c
+	m.byReason[i].Store(&next)
+	return c
 }
 
 func (m *Metrics) degradedDecision(allowed bool) {

@@ -37,6 +37,20 @@ type state struct {
 	log    []int64 // sliding_window_log: admission time of each unit, ascending
 }
 
+// windowCounts returns a sliding window counter's units in window index
+// and in the one before it, as st (nil: none) holds them.
+func (st *state) windowCounts(index int64) (curr, prev int64) {
+	if st != nil {
+		switch st.window {
+		case index:
+			curr, prev = st.count, st.prev
+		case index - 1:
+			prev = st.count
+		}
+	}
+	return curr, prev
+}
+
 // decision is what evaluating one rule produced: the result, and the state
 // to store with its time to live (µs; 0 = keep forever) when the check as a
 // whole is admitted.
@@ -295,15 +309,7 @@ func evalSlidingCounter(p Params, st *state, now, cost int64) decision {
 	period := p.PeriodUS
 	index := FloorDiv(now, period)
 	elapsed := now - index*period
-	var curr, prev int64
-	if st != nil {
-		switch st.window {
-		case index:
-			curr, prev = st.count, st.prev
-		case index - 1:
-			prev = st.count
-		}
-	}
+	curr, prev := st.windowCounts(index)
 	weighted := prev*(period-elapsed) + curr*period // estimate × period
 	budget := p.Limit * period
 	resetAfter := func(c int64) int64 {

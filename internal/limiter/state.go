@@ -97,15 +97,7 @@ func observe(p Params, st *state, now int64) RuleState {
 		return RuleState{Known: true, Window: start, Count: count}
 	case SlidingWindowCounter:
 		index := FloorDiv(now, p.PeriodUS)
-		var curr, prev int64
-		if st != nil {
-			switch st.window {
-			case index:
-				curr, prev = st.count, st.prev
-			case index - 1:
-				prev = st.count
-			}
-		}
+		curr, prev := st.windowCounts(index)
 		return RuleState{Known: true, Window: index, Count: curr, Previous: prev}
 	}
 	return RuleState{}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -15,15 +16,56 @@ import (
 // out together in the next one. The check at the head of the queue leads
 // that call in its own goroutine, so no goroutine is started per call and
 // the one that led the last call is free to answer its own request.
+//
+// With a linger, a check that would go out alone waits up to that long
+// for company, but only while checks arrive often enough that company is
+// expected: the mean gap between arrivals is at most half the linger.
+// Below that rate a lone check still goes out at once, so the linger
+// costs no latency where it would buy nothing; above it, a few checks
+// share each call and Redis pays its per-call cost once for them.
 type batcher struct {
 	store   *Store
 	max     int           // checks per call
 	lanes   int           // calls under way at most
 	timeout time.Duration // a check's wait at most; 0: its context's deadline
+	linger  time.Duration // a lone check's wait for company at most; 0: none
 
 	mu    sync.Mutex
 	queue []*pending
 	busy  int // calls under way
+
+	// With a linger: the arrival before the last (monotonic, from
+	// start) and the mean gap between arrivals, a moving average.
+	start      time.Time
+	lastArrive time.Duration
+	meanGap    time.Duration
+	// lingering is set while a check waits for company (until it has
+	// taken its call); want is the queue length that ends the wait
+	// early, signalled once on wake (woken).
+	lingering bool
+	woken     bool
+	want      int
+	wake      chan struct{}
+	timer     *time.Timer
+	clock     func() time.Time // arrival times; tests inject one
+
+	calls atomic.Int64 // calls led, for tests
+}
+
+// lingerFor reports how many checks a lone check arriving now should wait
+// for (0: go out at once), and notes the arrival; b.mu is held.
+func (b *batcher) lingerFor(now time.Time) int {
+	at := now.Sub(b.start)
+	gap := at - b.lastArrive
+	b.lastArrive = at
+	// A moving average over about eight arrivals; a long pause counts
+	// as at most twice the linger, so that the rate is relearnt quickly.
+	gap = min(gap, 2*b.linger)
+	b.meanGap += (gap - b.meanGap) / 8
+	if b.busy >= b.lanes || len(b.queue) != 1 || b.lingering || 2*b.meanGap > b.linger {
+		return 0
+	}
+	return min(b.max, 1+int(b.linger/b.meanGap))
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -42,11 +84,26 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	var run []*pending
+	want := 0
+	if b.linger > 0 {
+		want = b.lingerFor(b.clock())
+		if b.lingering && !b.woken && len(b.queue) >= b.want {
+			b.woken = true
+			b.wake <- struct{}{}
+		}
+	}
 	if b.busy < b.lanes {
 		b.busy++
-		run = b.takeLocked()
+		if want > 0 {
+			b.lingering, b.want = true, want
+		} else {
+			run = b.takeLocked()
+		}
 	}
 	b.mu.Unlock()
+	if want > 0 {
+		run = b.waitForCompany()
+	}
 	for {
 		if run != nil {
 			b.lead(run)
@@ -60,6 +117,28 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	*p = pending{done: p.done}
 	pendingPool.Put(p)
 	return out, err
+}
+
+// waitForCompany is the lingering check's wait: until enough checks have
+// queued or the linger is over; it returns the call to lead.
+func (b *batcher) waitForCompany() []*pending {
+	b.timer.Reset(b.linger)
+	select {
+	case <-b.wake:
+		b.timer.Stop()
+	case <-b.timer.C:
+	}
+	b.mu.Lock()
+	if b.woken { // a wake sent after the timer ended the wait: drop it
+		select {
+		case <-b.wake:
+		default:
+		}
+	}
+	b.lingering, b.woken = false, false
+	run := b.takeLocked()
+	b.mu.Unlock()
+	return run
 }
 
 // takeLocked removes up to max checks from the head of the queue; b.mu is
@@ -79,6 +158,7 @@ func (b *batcher) takeLocked() []*pending {
 // lead runs one call, hands the next one (if checks queued meanwhile) to
 // the first of them, then wakes the checks it decided.
 func (b *batcher) lead(run []*pending) {
+	b.calls.Add(1)
 	b.store.execute(run)
 	b.mu.Lock()
 	next := b.takeLocked()

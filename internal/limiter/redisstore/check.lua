@@ -112,31 +112,18 @@ local function idiv(a, b) -- floor(a / b) exactly, b > 0
   return q
 end
 
-local DAY = 86400000000
-
-local function days_from_civil(y, m, d)
-  if m <= 2 then y = y - 1 end
-  local era = idiv(y, 400)
-  local yoe = y - era * 400
-  local mp = (m + 9) % 12
-  local doy = idiv(153 * mp + 2, 5) + d - 1
-  local doe = yoe * 365 + idiv(yoe, 4) - idiv(yoe, 100) + doy
-  return era * 146097 + doe - 719468
+-- at returns now, or for 0 Redis's clock in µs, read once per call.
+local clock
+local function at(now)
+  if now ~= 0 then return now end
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock
 end
 
-local function civil_from_days(z)
-  z = z + 719468
-  local era = idiv(z, 146097)
-  local doe = z - era * 146097
-  local yoe = idiv(doe - idiv(doe, 1460) + idiv(doe, 36524) - idiv(doe, 146096), 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + idiv(yoe, 4) - idiv(yoe, 100))
-  local mp = idiv(5 * doy + 2, 153)
-  local m
-  if mp < 10 then m = mp + 3 else m = mp - 9 end
-  if m <= 2 then y = y + 1 end
-  return y, m
-end
+--[[calendar.lua]]
 
 local batch = cmsgpack.unpack(ARGV[1])
 local extra = batch[1]
@@ -203,7 +190,6 @@ end
 local index = ARGV[2]
 local holds = 0
 local out, n, k = {}, 0, 0
-local clock
 -- The current check's writes, applied once every rule allowed: the key,
 -- its def, its time to live (ms, before extra) and what to store by
 -- algorithm: wnumber the key's one number (gcra, leaky: the new TAT;
@@ -255,13 +241,7 @@ while i <= total do
   local now, cost, opts, nrules, hold = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
   local dry = has(opts, optDryRun)
   i = i + 5
-  if now == 0 then
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = clock
-  end
+  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1
@@ -283,78 +263,30 @@ while i <= total do
     local write, ttl = false, 0
     local new_number, new_window, new_count, new_prev, new_period = 0, 0, 0, 0, 0
 
-    if a == algGCRA or a == algLeakyBucket then
-      local interval, burst, tolerance = def_interval[d], def_burst[d], def_tolerance[d]
-      local tat = now
-      local v = cache[key]
-      if v then
-        v = tonumber(v)
-        if v > now then tat = v end
+    if a == algGCRA or a == algLeakyBucket or a == algTokenBucket then
+      -- rate.lua decides these, as in the lean scripts, from: kind (its
+      -- flag 2 is shape, as flags' flagShape), the rule's three numbers
+      -- (interval or unit, burst, tolerance or 1 if it refills) and the
+      -- stored number. A token bucket keeps one number, the time it was
+      -- (or would have been) empty; one that never refills keeps its
+      -- whole tokens, without expiry.
+      local kind, pa, pb, pc, v = flags, def_interval[d], def_burst[d], def_tolerance[d], cache[key]
+      if a == algTokenBucket then
+        if def_refills[d] then pc = 1 else pc = 0 end
       end
-      x1 = tat
-      local new_tat, allow_at = 0, 0
-      -- A cost above burst is decided before any arithmetic on it.
-      if cost <= burst then
-        new_tat = tat + interval * cost
-        allow_at = new_tat - tolerance
-      end
-      if cost > burst or now < allow_at then
-        remaining = idiv(tolerance - (tat - now), interval)
-        if remaining < 0 then remaining = 0 end
-        reset = tat - now
-        if cost > burst then retry = -1 else retry = allow_at - now end
-      else
-        allowed = 1
-        remaining = idiv(tolerance - (new_tat - now), interval)
-        reset = new_tat - now
-        if has(flags, flagShape) then delay = tat - now end
-        mark = new_tat
-        if cost > 0 then
-          write, new_number, ttl = true, new_tat, -idiv(now - new_tat, 1000)
-        end
-      end
-
-    elseif a == algTokenBucket then
-      -- A refilling bucket keeps one number, the time it was (or would
-      -- have been) empty: tokens + stamp is tokens at stamp, now - empty
-      -- at now, so that GET and SET replace HMGET, HSET and PEXPIRE. A
-      -- bucket that never refills keeps its whole tokens, without expiry.
-      local unit, burst, refills = def_interval[d], def_burst[d], def_refills[d]
-      local capacity = unit * burst
-      local available = capacity
-      local v = cache[key]
-      if v then
-        -- Also when now is before the stored time (a clock stepped back):
-        -- the bucket then holds less, exactly as GCRA's TAT lies further
-        -- ahead.
-        if refills then
-          available = now - tonumber(v)
-          if available > capacity then available = capacity end
+      local number = 0
+      --[[rate.lua]]
+      new_number = number
+      -- The hold mark: where the rule's state stands once admitted.
+      if allowed == 1 then
+        if a ~= algTokenBucket then
+          mark = x1 + pa * cost
+        elseif pc == 1 then
+          mark = now - (x1 - pa * cost) + pa * pb
         else
-          available = tonumber(v)
+          mark = 0
         end
       end
-      x1, x2 = available, now
-      local left = available
-      local need = unit * cost
-      if cost > burst or need > available then
-        remaining = idiv(available, unit)
-        if remaining < 0 then remaining = 0 end
-        if cost > burst or not refills then retry = -1 else retry = need - available end
-      else
-        allowed = 1
-        left = available - need
-        remaining = idiv(left, unit)
-        if refills then mark = now - left + capacity else mark = 0 end
-        if cost > 0 then
-          if refills then
-            write, new_number, ttl = true, now - left, -idiv(left - capacity, 1000)
-          else
-            write, new_number, ttl = true, left, -1
-          end
-        end
-      end
-      if left >= capacity then reset = 0 elseif not refills then reset = -1 else reset = capacity - left end
 
     elseif a == algFixedWindow then
       local limit, period = def_limit[d], def_period[d]
@@ -372,10 +304,7 @@ while i <= total do
           start = idiv(now, DAY) * DAY
           finish = start + DAY
         elseif has(flags, flagCalendarMonth) then
-          local y, m = civil_from_days(idiv(now, DAY))
-          start = days_from_civil(y, m, 1) * DAY
-          if m == 12 then y = y + 1; m = 1 else m = m + 1 end
-          finish = days_from_civil(y, m, 1) * DAY
+          start, finish = month(now)
         else
           start = idiv(now, period) * period
           finish = start + period

@@ -26,11 +26,14 @@ var (
 	leanLua string
 	//go:embed lean1.lua
 	lean1Lua string
-	// rateLua decides one GCRA or bucket rule, for both scripts.
+	// rateLua decides one GCRA or bucket rule, for every check script.
 	//go:embed rate.lua
 	rateLua string
+	// calendarLua is the calendar arithmetic of check.lua and lean.lua.
+	//go:embed calendar.lua
+	calendarLua string
 
-	leanScript  = redis.NewScript(leanSource(leanLua))
+	leanScript  = redis.NewScript(splice(leanSource(leanLua), "--[[calendar.lua]]", calendarLua))
 	lean1Script = redis.NewScript(leanSource(lean1Lua))
 )
 
@@ -38,16 +41,16 @@ var (
 // (its wire constants and helpers, as settle.lua has them) and rate.lua
 // in place of the marks that name them.
 func leanSource(src string) string {
-	for _, part := range []struct{ mark, text string }{
-		{"--[[check.lua prelude]]", checkPrelude()},
-		{"--[[rate.lua]]", rateLua},
-	} {
-		if strings.Count(src, part.mark) != 1 {
-			panic("redisstore: a lean script must say " + part.mark + " once")
-		}
-		src = strings.Replace(src, part.mark, part.text, 1)
+	return splice(splice(src, "--[[check.lua prelude]]", checkPrelude()), "--[[rate.lua]]", rateLua)
+}
+
+// splice returns src with text in place of mark, which src must hold
+// once.
+func splice(src, mark, text string) string {
+	if strings.Count(src, mark) != 1 {
+		panic("redisstore: a script must say " + mark + " once")
 	}
-	return src
+	return strings.Replace(src, mark, text, 1)
 }
 
 // prepare lays out checks as the arguments of the script that decides

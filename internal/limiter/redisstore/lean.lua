@@ -26,33 +26,7 @@
 -- puts them here):
 --[[check.lua prelude]]
 
--- month returns the start and end (µs) of the UTC calendar month of now:
--- check.lua's days_from_civil and civil_from_days.
-local function month(now)
-  local DAY = 86400000000
-  local function days_from_civil(y, m, d)
-    if m <= 2 then y = y - 1 end
-    local era = idiv(y, 400)
-    local yoe = y - era * 400
-    local mp = (m + 9) % 12
-    local doy = idiv(153 * mp + 2, 5) + d - 1
-    local doe = yoe * 365 + idiv(yoe, 4) - idiv(yoe, 100) + doy
-    return era * 146097 + doe - 719468
-  end
-  local z = idiv(now, DAY) + 719468
-  local era = idiv(z, 146097)
-  local doe = z - era * 146097
-  local yoe = idiv(doe - idiv(doe, 1460) + idiv(doe, 36524) - idiv(doe, 146096), 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + idiv(yoe, 4) - idiv(yoe, 100))
-  local mp = idiv(5 * doy + 2, 153)
-  local m
-  if mp < 10 then m = mp + 3 else m = mp - 9 end
-  if m <= 2 then y = y + 1 end
-  local start = days_from_civil(y, m, 1) * DAY
-  if m == 12 then y = y + 1; m = 1 else m = m + 1 end
-  return start, days_from_civil(y, m, 1) * DAY
-end
+--[[calendar.lua]]
 
 local extra = tonumber(ARGV[1])
 local report = ARGV[2] == '1'
@@ -85,7 +59,6 @@ else
 end
 
 local out, n, k = {}, 0, 0
-local clock
 -- The current check's writes, five slots each: key, kind, number (or
 -- window), count, time to live (ms, before extra); and the states its
 -- rules were decided on, three slots each.
@@ -94,13 +67,7 @@ local i = 3
 while i <= nargs do
   local now, cost, dry, nrules = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
   i = i + 4
-  if now == 0 then
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = clock
-  end
+  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1

@@ -14,10 +14,7 @@
 
 local key = KEYS[1]
 local now = tonumber(ARGV[3])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+now = at(now)
 local cost, kind, pa, pb, pc = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local a = floor(kind / 4)
 local v = redis.call('GET', key)

@@ -17,10 +17,7 @@
 
 local lkey = KEYS[1]
 local op, now, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+now = at(now)
 
 if op == 2 then return {0, now, release_lease(lkey, now)} end
 

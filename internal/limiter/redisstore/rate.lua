@@ -1,7 +1,7 @@
 -- Tollgate: the decision of one GCRA, leaky bucket or token bucket rule,
--- spliced into lean.lua and lean1.lua where they say --[[rate.lua]]
--- (lean.go), so that the two decide such a rule with the same code (the
--- same as check.lua's). It reads now, cost, kind, a (the algorithm), pa,
+-- spliced into check.lua, lean.lua and lean1.lua where they say
+-- --[[rate.lua]] (lean.go, store.go), so that all three decide such a
+-- rule with the same code. It reads now, cost, kind, a (the algorithm), pa,
 -- pb, pc (the rule's numbers) and v (the key's stored number, or false),
 -- and sets allowed, remaining, reset, retry, delay, x1, x2 (the state it
 -- decided on) and write, number, ttl (what to store when admitted).

@@ -25,7 +25,7 @@ var settleScript = redis.NewScript(checkPrelude() + releaseLua + settleLua)
 // its calendar helpers: the constants, flags and arithmetic helpers.
 func checkPrelude() string {
 	start := strings.Index(checkLua, "local algGCRA")
-	end := strings.Index(checkLua, "local DAY")
+	end := strings.Index(checkLua, "--[[calendar.lua]]")
 	if start < 0 || end < start {
 		panic("redisstore: check.lua lost its wire constants")
 	}

@@ -19,10 +19,7 @@ local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
 local hkey = KEYS[1]
 local cost, now, expire, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+now = at(now)
 
 local flat = redis.call('HGETALL', hkey)
 if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end

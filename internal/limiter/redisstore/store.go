@@ -22,9 +22,11 @@ import (
 //go:embed check.lua
 var checkLua string
 
-// checkScript is loaded once per Redis server; calls fall back from
-// EVALSHA to EVAL on NOSCRIPT (after SCRIPT FLUSH or a restart).
-var checkScript = redis.NewScript(checkLua)
+// checkScript is check.lua with rate.lua and calendar.lua where it says
+// so. It is loaded
+// once per Redis server; calls fall back from EVALSHA to EVAL on NOSCRIPT
+// (after SCRIPT FLUSH or a restart).
+var checkScript = redis.NewScript(splice(splice(checkLua, "--[[rate.lua]]", rateLua), "--[[calendar.lua]]", calendarLua))
 
 // Store keeps limiter state in Redis (single server or Cluster). It is
 // safe for concurrent use.
@@ -70,6 +72,12 @@ type BatchConfig struct {
 	// queueing included (the context's deadline when earlier): the store
 	// is then a limiter.SelfTimed.
 	Timeout time.Duration
+	// Linger, when > 0, is the longest a check that would go out alone
+	// waits for others to share its call. It waits only while checks
+	// arrive at least twice per Linger on average, and at most until
+	// as many have queued as that rate promises; at lower rates a lone
+	// check goes out at once.
+	Linger time.Duration
 }
 
 // NewBatching returns a store on client that coalesces concurrent checks:
@@ -86,7 +94,15 @@ func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1
 	}
-	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout}
+	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout, linger: cfg.Linger}
+	if cfg.Linger > 0 {
+		s.batcher.clock = time.Now
+		s.batcher.start = time.Now()
+		s.batcher.meanGap = 2 * cfg.Linger // quiet until shown otherwise
+		s.batcher.wake = make(chan struct{}, 1)
+		s.batcher.timer = time.NewTimer(time.Hour)
+		s.batcher.timer.Stop()
+	}
 	return s
 }
 

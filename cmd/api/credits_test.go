@@ -452,3 +452,44 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 		t.Errorf("clients saw %d admitted; the ledger has %d and Redis lost %d unrecorded", admitted.Load(), acct.Consumed, lost)
 	}
 }
+
+// TestCreditsInSingleProcessMode: with TOLLGATE_STORE=memory the api
+// process keeps the balances and runs the credits drainer itself: it
+// makes the counter from the ledger, 60 draws on a balance of 50 admit
+// exactly 50, and once the process stops the ledger has them all.
+func TestCreditsInSingleProcessMode(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 50)
+	r.env["TOLLGATE_STORE"] = "memory"
+	r.env["TOLLGATE_USAGE_SINK"] = "none"
+	a := r.startAPI(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	var admitted, exhausted int
+	deadline := time.Now().Add(10 * time.Second)
+	for range 60 {
+		for {
+			d, err := checkReason(client, a.addr, r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+			testenv.Must(t, err)
+			if d.Reason == tollgate.ReasonUnavailable { // the drainer's first pass not done yet
+				if time.Now().After(deadline) {
+					t.Fatal("the balance stayed unknown: nothing made its counter")
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if d.Allowed {
+				admitted++
+			} else if d.Reason == tollgate.ReasonCreditsExhausted {
+				exhausted++
+			}
+			break
+		}
+	}
+	testenv.Must(t, a.stop())
+	acct, err := credits.NewStore(r.db).Account(context.Background(), tenantID)
+	testenv.Must(t, err)
+	if admitted != 50 || exhausted != 10 || acct.Consumed != 50 || acct.Balance() != 0 {
+		t.Errorf("%d admitted, %d credits_exhausted; ledger consumed %d, balance %d; want 50, 10, 50, 0",
+			admitted, exhausted, acct.Consumed, acct.Balance())
+	}
+}

@@ -512,3 +512,23 @@ func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
 		t.Errorf("balance after the close %d, want 45", acct.Balance())
 	}
 }
+
+// TestDrainerExpiresByTheStoresClock: without a clock of its own the
+// drainer expires grants by the limiter store's clock (Redis's TIME, the
+// clock checks are decided at), not by the admin process's.
+func TestDrainerExpiresByTheStoresClock(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.grant(10, time.Hour, 0)
+	r.grant(5, 0, 0)
+	ahead := time.Now().Add(2 * time.Hour)
+	store := limiter.NewMemoryStore(func() int64 { return ahead.UnixMicro() })
+	d := credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix})
+	rep, err := d.Drain(ctx)
+	testenv.Must(t, err)
+	acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID)
+	testenv.Must(t, err)
+	if rep.Expired != 1 || acct.Balance() != 5 {
+		t.Errorf("drain at the store's clock two hours ahead: %+v, balance %d; want the grant of an hour expired, 5 left", rep, acct.Balance())
+	}
+}

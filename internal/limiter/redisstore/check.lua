@@ -238,10 +238,9 @@ local ccount, corder, cpend = {}, {}, {}
 
 local total = #batch
 while i <= total do
-  local now, cost, opts, nrules, hold = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
+  local now, cost, opts, nrules, hold = at(batch[i]), batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
   local dry = has(opts, optDryRun)
   i = i + 5
-  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1

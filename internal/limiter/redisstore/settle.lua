@@ -18,8 +18,7 @@
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
 local hkey = KEYS[1]
-local cost, now, expire, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
-now = at(now)
+local cost, now, expire, extra = tonumber(ARGV[1]), at(tonumber(ARGV[2])), ARGV[3] == '1', tonumber(ARGV[4])
 
 local flat = redis.call('HGETALL', hkey)
 if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end

@@ -76,3 +76,91 @@ const (
 	HoldOpened  = 1
 	HoldSettled = 2
 )
+
+// CreditsDecision is a check decision's part about the tenant's prepaid
+// balance, in units of its plan (the check API's schema of that name).
+type CreditsDecision struct {
+	// Balance after the check (before it, when nothing was drawn).
+	Balance int64 `json:"balance"`
+	// Drawn is the units the check took from the balance; Overage the
+	// units admitted past it (billed).
+	Drawn   int64 `json:"drawn"`
+	Overage int64 `json:"overage"`
+}
+
+// Settlement is the check API's answer to a settlement of a hold (the
+// body of a 200 from /v1/settle).
+type Settlement struct {
+	HoldID   string `json:"hold_id"`
+	Estimate int64  `json:"estimate"`
+	// Cost is the units the hold counts (and bills): the settled cost, 0
+	// once refunded on expiry, the estimate once charged on expiry.
+	Cost int64 `json:"cost"`
+	// Status is "settled", or "refunded" / "charged" for a hold that
+	// expired unsettled.
+	Status string `json:"status"`
+	// Repeated is true when the settlement repeats an earlier one.
+	Repeated bool `json:"repeated"`
+}
+
+// Standing is where an API key stands now with every rule of its plan,
+// whatever the resource: the check API's answer of GET /v1/me.
+type Standing struct {
+	TenantID string `json:"tenant_id"`
+	// Tenant is the tenant's name.
+	Tenant string         `json:"tenant"`
+	KeyID  string         `json:"key_id"`
+	Plan   string         `json:"plan"`
+	Rules  []RuleStanding `json:"rules"`
+	// Quota is the month's units against the plan's included units when
+	// the plan has a monthly quota; nil when its quota_mode is none.
+	Quota *QuotaStanding `json:"quota,omitempty"`
+	// Credits is the tenant's prepaid balance when its plan draws on
+	// credits; nil otherwise.
+	Credits *CreditsStanding `json:"credits,omitempty"`
+}
+
+// RuleStanding is one rule of the plan and what it has left now.
+// Durations are ms, rounded up.
+type RuleStanding struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	// Mode is "enforce" or "shadow" (reported, never denies).
+	Mode string `json:"mode"`
+	// Resource is the rule's resource pattern; Scope what it counts per:
+	// "key", "tenant" or "ip" (the caller's address as the server sees it).
+	Resource     string `json:"resource"`
+	Scope        string `json:"scope"`
+	Limit        int64  `json:"limit"`
+	WindowS      int64  `json:"window_s"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+}
+
+// QuotaStanding is the calendar month's units counted by the plan's
+// monthly quota rule against its included units. Mode "shadow" is an
+// overage quota: the rule only counts units it admitted, so Used stops
+// at IncludedUnits, and the units beyond are billed (they are in the
+// usage and the statement).
+type QuotaStanding struct {
+	Mode          string `json:"mode"`
+	IncludedUnits int64  `json:"included_units"`
+	Used          int64  `json:"used"`
+	Remaining     int64  `json:"remaining"`
+	ResetAfterMS  int64  `json:"reset_after_ms"`
+}
+
+// CreditsStanding is a tenant's prepaid balance now (units of its plan):
+// what it may still draw before its plan denies (Mode "deny") or bills
+// overage (Mode "overage") is Balance + Overdraft.
+type CreditsStanding struct {
+	Mode      string `json:"mode"`
+	Balance   int64  `json:"balance"`
+	Overdraft int64  `json:"overdraft"`
+	// Unknown is true while the limiter store has no counter of the
+	// balance (it lost it, or the balance is new): until the credits
+	// drainer makes it from the ledger (within a second) checks draw
+	// nothing, and Balance is the ledger's as the api process's snapshot
+	// has it.
+	Unknown bool `json:"unknown,omitempty"`
+}

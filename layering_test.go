@@ -61,6 +61,8 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s imports %s: nothing imports a program", pkg, own)
 			case pkg == "internal/limiter":
 				t.Errorf("internal/limiter imports %s: it is a leaf", own)
+			case strings.HasPrefix(pkg, "examples/") && own != "client" && !strings.HasPrefix(own, "examples/"):
+				t.Errorf("%s imports %s: the examples use the SDK, as a service would", pkg, own)
 			case hasPrefix(pkg, features) && hasPrefix(own, servers):
 				t.Errorf("%s imports %s: a feature never imports a server package", pkg, own)
 			case pkg == "internal/snapshot" && own == "internal/enforce":

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate"
 )
 
 // DefaultAdminTimeout bounds one admin API call unless
@@ -336,15 +338,7 @@ type RuleOptions struct {
 }
 
 // Tenant is a customer; its API keys share its plan.
-type Tenant struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	PlanID int64  `json:"plan_id"`
-	// Status is active or suspended.
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type Tenant = tollgate.Tenant
 
 // Key is an API key's record; the secret is never stored.
 type Key struct {
@@ -370,12 +364,7 @@ type KeySecret struct {
 
 // Counts are decisions and units (the checks' costs) by outcome. Allowed
 // units are what gets billed.
-type Counts struct {
-	Allowed      int64 `json:"allowed"`
-	Denied       int64 `json:"denied"`
-	AllowedUnits int64 `json:"allowed_units"`
-	DeniedUnits  int64 `json:"denied_units"`
-}
+type Counts = tollgate.Counts
 
 // UsageTotals is every decision's Counts in [From, To).
 type UsageTotals struct {
@@ -386,19 +375,11 @@ type UsageTotals struct {
 
 // Totals are Counts overall, by tenant (most allowed units first) and by
 // tier (authenticated, anonymous).
-type Totals struct {
-	Counts
-	ByTenant []TenantTotal     `json:"by_tenant"`
-	ByTier   map[string]Counts `json:"by_tier"`
-}
+type Totals = tollgate.Totals
 
 // TenantTotal is one tenant's Counts; TenantID is "" for decisions without
 // a tenant (anonymous callers, unknown keys).
-type TenantTotal struct {
-	TenantID   string `json:"tenant_id"`
-	TenantName string `json:"tenant_name,omitempty"`
-	Counts
-}
+type TenantTotal = tollgate.TenantTotal
 
 // Statement is a tenant's month (UTC), priced. Money is integer minor
 // units of Currency.
@@ -423,38 +404,10 @@ type Statement struct {
 }
 
 // UsageLine is a month's usage by one key of one resource.
-type UsageLine struct {
-	KeyID     string `json:"key_id"`
-	KeyPrefix string `json:"key_prefix,omitempty"`
-	KeyName   string `json:"key_name,omitempty"`
-	Resource  string `json:"resource"`
-	Counts
-}
+type UsageLine = tollgate.UsageLine
 
 // PlanPeriod is the charge of one span of the month on one plan.
-type PlanPeriod struct {
-	Plan              string        `json:"plan"`
-	PlanID            int64         `json:"plan_id"`
-	From              time.Time     `json:"from"`
-	To                time.Time     `json:"to"`
-	SpanUS            int64         `json:"span_us"`
-	MonthUS           int64         `json:"month_us"`
-	PlanBaseFeeMinor  int64         `json:"plan_base_fee_minor"`
-	BaseFeeMinor      int64         `json:"base_fee_minor"`
-	PlanIncludedUnits int64         `json:"plan_included_units"`
-	IncludedUnits     int64         `json:"included_units"`
-	UsedUnits         int64         `json:"used_units"`
-	OverageUnits      int64         `json:"overage_units"`
-	Overage           []OverageLine `json:"overage"`
-	OverageMinor      int64         `json:"overage_minor"`
-	TotalMinor        int64         `json:"total_minor"`
-}
+type PlanPeriod = tollgate.PlanPeriod
 
 // OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive).
-type OverageLine struct {
-	FromUnit    int64 `json:"from_unit"`
-	ToUnit      int64 `json:"to_unit"`
-	Units       int64 `json:"units"`
-	UnitMinor   int64 `json:"unit_minor"`
-	AmountMinor int64 `json:"amount_minor"`
-}
+type OverageLine = tollgate.OverageLine

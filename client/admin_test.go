@@ -155,17 +155,19 @@ func TestAdminCalls(t *testing.T) {
 				return nil, err
 			}
 			return []any{s.Status, s.Currency, s.TotalMinor, s.Usage.AllowedUnits, s.UsageByKeyAndResource[0].Resource,
-				s.PlanPeriods[0].Plan, s.PlanPeriods[0].Overage[0].AmountMinor, s.PeriodEnd.Month()}, nil
+				s.PlanPeriods[0].Plan, s.PlanPeriods[0].Overage[0].AmountMinor, s.PeriodEnd.Month(),
+				s.Usage.ExpiredHolds, s.UsageByKeyAndResource[0].ExpiredHoldUnits}, nil
 		}, 200, `{"tenant_id":"` + acme.ID + `","tenant_name":"acme","month":"2026-10","period_start":"2026-10-01T00:00:00Z",
 			"period_end":"2026-11-01T00:00:00Z","currency":"USD","status":"open",
-			"usage":{"allowed":3,"denied":0,"allowed_units":3,"denied_units":0},
-			"usage_by_key_and_resource":[{"key_id":"k","key_prefix":"tg_4fT9aQ2x","resource":"GET /repos","allowed":3,"denied":0,"allowed_units":3,"denied_units":0}],
+			"usage":{"allowed":3,"denied":0,"allowed_units":3,"denied_units":0,"expired_holds":1},
+			"usage_by_key_and_resource":[{"key_id":"k","key_prefix":"tg_4fT9aQ2x","resource":"GET /repos","allowed":3,"denied":0,"allowed_units":3,"denied_units":0,
+			  "expired_holds":1,"expired_hold_units":2}],
 			"plan_periods":[{"plan":"pro","plan_id":3,"from":"2026-10-01T00:00:00Z","to":"2026-11-01T00:00:00Z","span_us":1,"month_us":1,
 			  "plan_base_fee_minor":4900,"base_fee_minor":4900,"plan_included_units":0,"included_units":0,"used_units":3,"overage_units":3,
 			  "overage":[{"from_unit":1,"to_unit":3,"units":3,"unit_minor":1,"amount_minor":3}],"overage_minor":3,"total_minor":4903}],
 			"base_fee_minor":4900,"overage_minor":3,"total_minor":4903,"rules":"…"}`,
 			seen{method: "GET", path: "/api/v1/statements/" + acme.ID + "/2026-10", query: "format=json"},
-			[]any{"open", "USD", int64(4903), int64(3), "GET /repos", "pro", int64(3), time.November}},
+			[]any{"open", "USD", int64(4903), int64(3), "GET /repos", "pro", int64(3), time.November, int64(1), int64(2)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

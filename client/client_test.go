@@ -9,32 +9,17 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// clock is a clock a test moves by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newClock returns a clock a test moves by hand.
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // answer returns a handler that answers every check with status, headers
@@ -327,7 +312,7 @@ func denierClient(t *testing.T, wait int64, latency time.Duration, opts client.O
 // denier answers every check with a denial of retry_after_ms *wait and
 // counts the checks; latency moves clk while the check is in flight.
 type denier struct {
-	clk     *clock
+	clk     *testenv.Clock
 	wait    atomic.Int64
 	latency time.Duration
 	allow   atomic.Bool

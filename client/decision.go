@@ -40,14 +40,7 @@ const (
 
 // Credits is a decision's part about the tenant's prepaid balance, in
 // units of its plan.
-type Credits struct {
-	// Balance after the check (before it when nothing was drawn).
-	Balance int64 `json:"balance"`
-	// Drawn is the units the check took from the balance; Overage the
-	// units admitted past it (billed).
-	Drawn   int64 `json:"drawn"`
-	Overage int64 `json:"overage"`
-}
+type Credits = tollgate.CreditsDecision
 
 // CheckRequest is one question to the check API: may this caller make this
 // request now? The zero value of each field is the server's default.
@@ -217,17 +210,7 @@ func pickRateLimitHeaders(h http.Header) http.Header {
 }
 
 // Settlement is the check API's answer to a settlement.
-type Settlement struct {
-	HoldID   string `json:"hold_id"`
-	Estimate int64  `json:"estimate"`
-	// Cost is the units the hold counts (and bills).
-	Cost int64 `json:"cost"`
-	// Status is "settled", or "refunded" / "charged" for a hold that
-	// expired unsettled.
-	Status string `json:"status"`
-	// Repeated is true when the settlement repeats an earlier one.
-	Repeated bool `json:"repeated"`
-}
+type Settlement = tollgate.Settlement
 
 // Lease is the check API's answer to a renewal or a release.
 type Lease struct {

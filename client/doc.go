@@ -1,8 +1,10 @@
 // Package client is Tollgate's Go SDK: a typed client of the check API
 // (POST /v1/check), net/http middleware that protects a service with it,
 // and a small client of the admin API. It uses the standard library and,
-// for the check API's vocabulary (reasons, tiers), the root package
-// tollgate, which uses the standard library only; nothing internal.
+// for the APIs' vocabulary (reasons, tiers) and the records the server and
+// the SDK share (tenants, usage counts, settlements, standings…), the root
+// package tollgate, which uses the standard library only; nothing
+// internal.
 //
 // # Checking a request
 //

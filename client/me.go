@@ -4,46 +4,25 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+
+	"github.com/tollgate/tollgate"
 )
 
 // Standing is where an API key stands now with every rule of its plan:
 // the answer of GET /v1/me.
-type Standing struct {
-	TenantID string         `json:"tenant_id"`
-	Tenant   string         `json:"tenant"`
-	KeyID    string         `json:"key_id"`
-	Plan     string         `json:"plan"`
-	Rules    []RuleStanding `json:"rules"`
-	// Quota is nil when the plan has no monthly quota (quota_mode none).
-	Quota *QuotaStanding `json:"quota,omitempty"`
-}
+type Standing = tollgate.Standing
 
 // RuleStanding is one rule of the plan and what it has left now.
-type RuleStanding struct {
-	Name      string `json:"name"`
-	Algorithm string `json:"algorithm"`
-	// Mode is "enforce" or "shadow" (reported, never denies).
-	Mode string `json:"mode"`
-	// Resource is the rule's resource pattern; Scope what it counts per:
-	// "key", "tenant" or "ip" (the caller's address as the server sees it).
-	Resource     string `json:"resource"`
-	Scope        string `json:"scope"`
-	Limit        int64  `json:"limit"`
-	WindowS      int64  `json:"window_s"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-}
+type RuleStanding = tollgate.RuleStanding
 
 // QuotaStanding is the calendar month's units against the plan's
 // included units. Mode "shadow" is an overage quota: units beyond it are
 // billed, and Used stops at IncludedUnits.
-type QuotaStanding struct {
-	Mode          string `json:"mode"`
-	IncludedUnits int64  `json:"included_units"`
-	Used          int64  `json:"used"`
-	Remaining     int64  `json:"remaining"`
-	ResetAfterMS  int64  `json:"reset_after_ms"`
-}
+type QuotaStanding = tollgate.QuotaStanding
+
+// CreditsStanding is the tenant's prepaid balance now, when its plan
+// draws on credits (Standing.Credits).
+type CreditsStanding = tollgate.CreditsStanding
 
 // Me returns where apiKey stands now (GET /v1/me): its tenant, plan and
 // every rule with what it has left. The key authenticates the request

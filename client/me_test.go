@@ -23,7 +23,8 @@ func TestMe(t *testing.T) {
 			_, _ = w.Write([]byte(`{"tenant_id":"t1","tenant":"acme","key_id":"k1","plan":"pro",
 				"rules":[{"name":"hourly","algorithm":"gcra","mode":"enforce","resource":"*","scope":"key",
 				"limit":5000,"window_s":3600,"remaining":4990,"reset_after_ms":7200}],
-				"quota":{"mode":"enforce","included_units":100000,"used":10,"remaining":99990,"reset_after_ms":1000}}`))
+				"quota":{"mode":"enforce","included_units":100000,"used":10,"remaining":99990,"reset_after_ms":1000},
+				"credits":{"mode":"overage","balance":250,"overdraft":50}}`))
 		default:
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusForbidden)
@@ -40,7 +41,8 @@ func TestMe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Tenant != "acme" || st.Plan != "pro" || len(st.Rules) != 1 || st.Rules[0].Remaining != 4990 ||
-		st.Quota == nil || st.Quota.Used != 10 {
+		st.Quota == nil || st.Quota.Used != 10 ||
+		st.Credits == nil || *st.Credits != (client.CreditsStanding{Mode: "overage", Balance: 250, Overdraft: 50}) {
 		t.Errorf("Me = %+v", st)
 	}
 	_, err = c.Me(context.Background(), "tg_revoked")

@@ -20,16 +20,12 @@ import (
 )
 
 func creditsGrant(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	amount := fs.Int64("amount", 0, "units (required)")
 	expires := fs.String("expires", "", "when what is left expires: RFC 3339 time, or a duration from now such as 720h (default: never)")
 	priority := fs.Int("priority", 0, "among grants expiring at the same time, higher is drawn first")
 	cause := fs.String("cause", "top-up", "why the units are granted (the ledger keeps it)")
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-		if err != nil {
-			return fmt.Errorf("credits grant: --tenant: %w", err)
-		}
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		in := credits.GrantInput{Amount: *amount, Priority: *priority, Cause: *cause}
 		if *expires != "" {
 			at, err := parseWhen(*expires, time.Now())
@@ -43,7 +39,7 @@ func creditsGrant(fs *flag.FlagSet) action {
 			return fmt.Errorf("credits grant: %w", err)
 		}
 		return printJSON(e.stdout, g)
-	}
+	})
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now.
@@ -59,29 +55,21 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 }
 
 func creditsAdjust(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	units := fs.Int64("units", 0, "units to add (negative: to take) (required)")
 	cause := fs.String("cause", "", "why (required)")
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-		if err != nil {
-			return fmt.Errorf("credits adjust: --tenant: %w", err)
-		}
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		a, err := credits.NewOps(e.db, nil).Adjust(ctx, audit.CLI, t.ID, credits.AdjustInput{Units: *units, Cause: *cause})
 		if err != nil {
 			return fmt.Errorf("credits adjust: %w", err)
 		}
 		return printJSON(e.stdout, a)
-	}
+	})
 }
 
 func creditsList(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-		if err != nil {
-			return fmt.Errorf("credits list: --tenant: %w", err)
-		}
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		s := credits.NewStore(e.db)
 		acct, err := s.Account(ctx, t.ID)
 		if err != nil {
@@ -92,43 +80,35 @@ func creditsList(fs *flag.FlagSet) action {
 			return fmt.Errorf("credits list: %w", err)
 		}
 		return printJSON(e.stdout, map[string]any{"tenant_id": t.ID, "balance": acct.Balance(), "grants": grants})
-	}
+	})
 }
 
 func creditsLedger(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	kind := fs.String("kind", "", "only rows of this kind: grant, consumption, expiry, refund or adjustment")
 	limit := fs.Int("limit", page.DefaultLimit, "rows to print (at most 200)")
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-		if err != nil {
-			return fmt.Errorf("credits ledger: --tenant: %w", err)
-		}
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		p, err := credits.NewStore(e.db).Ledger(ctx, t.ID, credits.LedgerFilter{Kind: *kind}, page.First(min(*limit, page.MaxLimit)))
 		if err != nil {
 			return fmt.Errorf("credits ledger: %w", err)
 		}
 		return printJSON(e.stdout, p.Items)
-	}
+	})
 }
 
 func plansCredits(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs, "")
 	mode := fs.String("mode", "", "deny, overage or off (required)")
 	overdraft := fs.Int64("overdraft", 0, "how far below zero the balance may go (units)")
 	low := fs.Int64("low-threshold", 0, "emit credits.low at or under this balance (0: never)")
-	return func(ctx context.Context, e *invocation) error {
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-		if err != nil {
-			return fmt.Errorf("plans credits: --plan: %w", err)
-		}
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		ps, err := credits.NewOps(e.db, nil).SetPlan(ctx, audit.CLI, p.ID,
 			credits.PlanSettingsInput{Mode: credits.Mode(*mode), Overdraft: *overdraft, LowThreshold: *low})
 		if err != nil {
 			return fmt.Errorf("plans credits: %w", err)
 		}
 		return printJSON(e.stdout, ps)
-	}
+	})
 }
 
 // startCreditsDrainer runs the credits drainer (every second) until the

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/adminapi"
@@ -80,25 +77,26 @@ func TestChangesReachRunningAPI(t *testing.T) {
 		}
 	}
 
+	// limitReaches waits until checks with key see limit: the change just
+	// made has reached the running API.
+	limitReaches := func(t *testing.T, what, key string, limit int64) {
+		t.Helper()
+		eventually(t, time.Now(), what, func() (bool, string) {
+			_, d := checks.Check(t, key)
+			return d.Limit != nil && *d.Limit == limit, fmt.Sprintf("%+v", d)
+		})
+	}
 	t.Run("plan limit", func(t *testing.T) {
 		res := call(t, "PUT", fmt.Sprintf("%s/plans/%d", api, plan.ID), op, map[string]any{"name": "pro",
 			"rules": []map[string]any{{"name": "hourly", "limit": 3, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
-		changed := time.Now()
-		eventually(t, changed, "new plan limit", func() (bool, string) {
-			_, d := checks.Check(t, globexKey)
-			return d.Limit != nil && *d.Limit == 3, fmt.Sprintf("%+v", d)
-		})
+		limitReaches(t, "new plan limit", globexKey, 3)
 	})
 	t.Run("tenant override", func(t *testing.T) {
 		res := call(t, "PUT", api+"/tenants/"+acme.ID+"/overrides", op, map[string]any{
 			"rules": []map[string]any{{"name": "hourly", "limit": 42, "period_us": limiter.HourUS}}})
 		want(t, res, http.StatusOK)
-		changed := time.Now()
-		eventually(t, changed, "override limit", func() (bool, string) {
-			_, d := checks.Check(t, acmeKey)
-			return d.Limit != nil && *d.Limit == 42, fmt.Sprintf("%+v", d)
-		})
+		limitReaches(t, "override limit", acmeKey, 42)
 		if _, d := checks.Check(t, globexKey); *d.Limit != 3 {
 			t.Errorf("another tenant got the override: limit %d", *d.Limit)
 		}
@@ -483,33 +481,14 @@ func webhookParams(t *testing.T, fx *matrixFixture, tg target, owned bool) map[s
 
 func newMatrixFixture(t *testing.T) *matrixFixture {
 	t.Helper()
-	ctx := context.Background()
 	srv := startAdmin(t, testenv.DatabaseURL(t), nil)
-	fx := &matrixFixture{srv: srv, users: map[role]auth.User{}}
-	ps, ts := plans.NewStore(srv.DB), tenants.NewStore(srv.DB)
-	var err error
-	fx.free, err = ps.Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	fx.pro, err = ps.Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{{Name: "hourly", Limit: 5000, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	fx.own, err = ts.Create(ctx, "own-tenant", fx.free.ID)
-	testenv.Must(t, err)
-	fx.foreign, err = ts.Create(ctx, "foreign-tenant", fx.pro.ID)
-	testenv.Must(t, err)
-	fx.foreignIDs = append(fx.foreignIDs, fx.foreign.ID)
-	fx.users[roleOperator] = createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
-	fx.users[roleTenantAdmin] = createUser(t, srv.DB, "admin@own.example.com", auth.RoleTenantAdmin, fx.own.ID)
-	fx.users[roleViewer] = createUser(t, srv.DB, "viewer@own.example.com", auth.RoleTenantViewer, fx.own.ID)
+	in := admintest.SeedIsolation(t, srv.DB)
+	fx := &matrixFixture{srv: srv, own: in.Own, foreign: in.Foreign, free: in.Free, pro: in.Pro,
+		users: map[role]auth.User{roleOperator: in.Operator, roleTenantAdmin: in.Admin, roleViewer: in.Viewer},
+		// The foreign tenant has data of its own to leak: a key, an
+		// override, a user, history.
+		foreignIDs: []string{in.Foreign.ID, in.ForeignKey.ID, in.ForeignAdmin.ID}}
 	fx.probe = createUser(t, srv.DB, "probe@own.example.com", auth.RoleTenantViewer, fx.own.ID)
-	// The foreign tenant has data of its own to leak: a key, an override,
-	// a user, history.
-	_, k, err := ts.CreateKey(ctx, fx.foreign.ID, tenants.KeySpec{Name: "foreign secret project"})
-	testenv.Must(t, err)
-	fx.foreignIDs = append(fx.foreignIDs, k.ID)
-	_, err = ts.SetOverrides(ctx, fx.foreign.ID, []plans.Rule{{Name: "hourly", Limit: 1, PeriodUS: limiter.HourUS}})
-	testenv.Must(t, err)
-	fu := createUser(t, srv.DB, "admin@foreign.example.com", auth.RoleTenantAdmin, fx.foreign.ID)
-	fx.foreignIDs = append(fx.foreignIDs, fu.ID)
 	return fx
 }
 
@@ -527,14 +506,10 @@ func TestIsolationMatrix(t *testing.T) {
 	// The table must cover every API route the server has, and nothing
 	// else (the console's routes: TestConsoleRoutesIsolation in
 	// internal/ui).
-	router := adminapi.NewHandler(adminapi.Config{DB: fx.srv.DB, Log: slog.New(slog.DiscardHandler)})
 	var served, listed []string
-	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		if !consoleRoute(route) {
-			served = append(served, method+" "+route)
-		}
-		return nil
-	}))
+	for _, r := range admintest.Routes(t, false) {
+		served = append(served, r.String())
+	}
 	for _, e := range eps {
 		listed = append(listed, e.method+" "+e.pattern)
 	}

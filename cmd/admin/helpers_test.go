@@ -83,9 +83,3 @@ func send(t *testing.T, req *http.Request) response {
 	t.Helper()
 	return sendWith(t, http.DefaultClient, req)
 }
-
-// consoleRoute reports whether a route of the admin server is the web
-// console's: everything but the API and the health checks.
-func consoleRoute(route string) bool {
-	return !strings.HasPrefix(route, "/api/") && route != "/healthz" && route != "/readyz" && route != "/metrics"
-}

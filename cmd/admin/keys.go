@@ -12,7 +12,7 @@ import (
 )
 
 func keysIssue(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant ID or name (required)")
+	tenant := tenantFlag(fs, "tenant ID or name (required)")
 	name := fs.String("name", "", "a name for the key")
 	ttl := fs.Duration("expires-in", 0, "expire the key after this long (e.g. 720h); 0 = never")
 	asJSON := fs.Bool("json", false, "print the key record and secret as JSON")
@@ -21,10 +21,9 @@ func keysIssue(fs *flag.FlagSet) action {
 		if *count < 1 || *count > 100_000 {
 			return errors.New("keys issue: --count must be from 1 to 100000")
 		}
-		ts := tenants.NewStore(e.db)
-		t, err := ts.Find(ctx, *tenant)
+		t, err := tenant.get(ctx, e)
 		if err != nil {
-			return fmt.Errorf("keys issue: --tenant: %w", err)
+			return fmt.Errorf("keys issue: %w", err)
 		}
 		in := tenants.CreateKeyInput{Name: *name, Unlimited: true}
 		if *ttl > 0 {
@@ -66,11 +65,11 @@ func keysRevoke(fs *flag.FlagSet) action {
 }
 
 func keysList(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+	tenant := tenantFlag(fs, "tenant ID or name (default: every tenant)")
 	asJSON := fs.Bool("json", false, "print the key records as a JSON array")
 	return func(ctx context.Context, e *invocation) error {
 		ts := tenants.NewStore(e.db)
-		tenantID, err := optionalTenantID(ctx, e, *tenant)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("keys list: %w", err)
 		}
@@ -93,19 +92,6 @@ func keysList(fs *flag.FlagSet) action {
 				timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
 		})
 	}
-}
-
-// optionalTenantID is the ID of the tenant that ref (the --tenant flag, an
-// ID or name) names, or "" (every tenant) when ref is empty.
-func optionalTenantID(ctx context.Context, e *invocation, ref string) (string, error) {
-	if ref == "" {
-		return "", nil
-	}
-	t, err := tenants.NewStore(e.db).Find(ctx, ref)
-	if err != nil {
-		return "", fmt.Errorf("--tenant: %w", err)
-	}
-	return t.ID, nil
 }
 
 // keyStatus is "revoked", "expired" or "active" at now.

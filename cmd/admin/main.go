@@ -366,6 +366,35 @@ func revokeAction[T any](fs *flag.FlagSet, idUsage, whose string,
 	}
 }
 
+// ref is a flag that names a record, such as a tenant by ID or name;
+// find looks up what a value names.
+type ref[T any] struct {
+	flag  string
+	value *string
+	find  func(ctx context.Context, e *invocation, s string) (T, error)
+}
+
+// get returns what the flag names; its error names the flag.
+func (f ref[T]) get(ctx context.Context, e *invocation) (T, error) {
+	v, err := f.find(ctx, e, *f.value)
+	if err != nil {
+		return v, fmt.Errorf("--%s: %w", f.flag, err)
+	}
+	return v, nil
+}
+
+// run is the action that finds what the flag names, then does act with
+// it. Errors start with the command's name.
+func (f ref[T]) run(act func(ctx context.Context, e *invocation, v T) error) action {
+	return func(ctx context.Context, e *invocation) error {
+		v, err := f.get(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		return act(ctx, e, v)
+	}
+}
+
 // timeCell formats an optional time for printTable: UTC, to the second,
 // "-" when nil.
 func timeCell(t *time.Time) string {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/adminapi"
@@ -33,6 +31,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
 	"github.com/tollgate/tollgate/internal/testenv/apispec"
 )
 
@@ -115,22 +114,14 @@ func TestOpenAPI(t *testing.T) {
 	// The document lists exactly the admin server's API routes (the check
 	// API's are checked by being called below); the web console's pages
 	// are not part of the API.
-	var served []string
-	router := adminapi.NewHandler(adminapi.Config{Log: slog.New(slog.DiscardHandler)})
-	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		if !consoleRoute(route) {
-			served = append(served, method+" "+route)
-		}
-		return nil
-	}))
 	documented := map[string]bool{}
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
 			documented[method+" "+path] = true
 		}
 	}
-	for _, r := range served {
-		if !documented[r] {
+	for _, r := range admintest.Routes(t, false) {
+		if !documented[r.String()] {
 			t.Errorf("route %s is not in %s", r, specPath)
 		}
 	}

@@ -42,20 +42,18 @@ its resource, or under (other). A template is "METHOD /path"; a segment
 --clear removes every route.`
 
 func plansRoutes(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs, "")
 	clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
 	return func(ctx context.Context, e *invocation) error {
 		switch {
-		case *plan == "":
-			return errors.New("plans routes: --plan is required")
 		case len(e.args) == 0 && !*clearAll:
 			return errors.New("plans routes: give the route templates, or --clear to remove them all")
 		case len(e.args) > 0 && *clearAll:
 			return errors.New("plans routes: --clear takes no templates")
 		}
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		p, err := plan.get(ctx, e)
 		if err != nil {
-			return fmt.Errorf("plans routes: --plan: %w", err)
+			return fmt.Errorf("plans routes: %w", err)
 		}
 		p, err = plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, e.args)
 		if err != nil {
@@ -63,6 +61,19 @@ func plansRoutes(fs *flag.FlagSet) action {
 		}
 		return printJSON(e.stdout, p)
 	}
+}
+
+// planFlag declares --plan on fs, a plan's name: required when def is
+// "", else def when not given.
+func planFlag(fs *flag.FlagSet, def string) ref[plans.Plan] {
+	usage := "plan name"
+	if def == "" {
+		usage += " (required)"
+	}
+	return ref[plans.Plan]{"plan", fs.String("plan", def, usage),
+		func(ctx context.Context, e *invocation, s string) (plans.Plan, error) {
+			return plans.NewStore(e.db).GetByName(ctx, s)
+		}}
 }
 
 // planNamesByID maps every plan's ID to its name.
@@ -89,7 +100,7 @@ settles at 0 on a 5xx or a timeout (charge only what succeeded).
 
 // plansRule adds a rule to a plan or replaces the rule of its name.
 func plansRule(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs, "")
 	var r plans.Rule
 	fs.StringVar(&r.Name, "name", "", "rule name (required)")
 	algorithm := fs.String("algorithm", "gcra", "algorithm: "+fmt.Sprint(limiter.Algorithms))
@@ -106,15 +117,12 @@ func plansRule(fs *flag.FlagSet) action {
 	fs.StringVar(&r.Options.HoldExpiry, "hold-expiry", "", "an unsettled hold at expiry: refund (default) or charge")
 	refundOn := fs.String("refund-on", "", "settle holds at 0 on these outcomes: 5xx,timeout")
 	return func(ctx context.Context, e *invocation) error {
-		switch {
-		case *plan == "":
-			return errors.New("plans rule: --plan is required")
-		case *leaseTTL != 0 && *period != 0:
+		if *leaseTTL != 0 && *period != 0 {
 			return errors.New("plans rule: give --period or --lease-ttl, not both")
 		}
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
+		p, err := plan.get(ctx, e)
 		if err != nil {
-			return fmt.Errorf("plans rule: --plan: %w", err)
+			return fmt.Errorf("plans rule: %w", err)
 		}
 		r.Algorithm = limiter.Algorithm(*algorithm)
 		r.PeriodUS = (*period + *leaseTTL).Microseconds()

@@ -19,15 +19,11 @@ const thresholdsHelp = `Thresholds are comma-separated: "80%" (of the included u
 integer minor units of overage a month; "" sets none.`
 
 func plansQuota(fs *flag.FlagSet) action {
-	plan := fs.String("plan", "", "plan name (required)")
+	plan := planFlag(fs, "")
 	thresholds := fs.String("thresholds", "", "thresholds, e.g. 80%,100%")
 	capDefault := fs.String("spend-cap-default", "", "default spend cap of its tenants (minor units)")
 	capMax := fs.String("spend-cap-max", "", "the most a tenant's spend cap may be (minor units)")
-	return func(ctx context.Context, e *invocation) error {
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-		if err != nil {
-			return fmt.Errorf("plans quota: --plan: %w", err)
-		}
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		in := quota.PlanSettingsInput{}
 		f := map[string]string{}
 		in.Thresholds = parseThresholds("thresholds", *thresholds, f)
@@ -36,25 +32,21 @@ func plansQuota(fs *flag.FlagSet) action {
 		return saveQuota(e, "plans quota", f, func(ops *quota.Ops) (quota.PlanSettings, error) {
 			return ops.SetPlan(ctx, audit.CLI, p.ID, in)
 		})
-	}
+	})
 }
 
 func tenantsQuota(fs *flag.FlagSet) action {
-	tenant := fs.String("tenant", "", "tenant name or ID (required)")
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	thresholds := fs.String("thresholds", "", `thresholds, e.g. 80%,100%; "" for the plan's`)
 	capMinor := fs.String("spend-cap", "", `spend cap (minor units); "" for the plan's default`)
-	return func(ctx context.Context, e *invocation) error {
-		t, err := tenants.NewStore(e.db).Find(ctx, *tenant)
-		if err != nil {
-			return fmt.Errorf("tenants quota: --tenant: %w", err)
-		}
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		f := map[string]string{}
 		in := quota.TenantSettingsInput{Thresholds: parseThresholds("thresholds", *thresholds, f),
 			SpendCapMinor: parseCap("spend-cap", *capMinor, f)}
 		return saveQuota(e, "tenants quota", f, func(ops *quota.Ops) (quota.TenantSettings, error) {
 			return ops.SetTenant(ctx, audit.CLI, t.ID, in)
 		})
-	}
+	})
 }
 
 // saveQuota finishes the quota command called name: when f names invalid

@@ -12,18 +12,14 @@ import (
 
 func tenantsCreate(fs *flag.FlagSet) action {
 	name := fs.String("name", "", "tenant name (required)")
-	plan := fs.String("plan", "free", "plan name")
-	return func(ctx context.Context, e *invocation) error {
-		p, err := plans.NewStore(e.db).GetByName(ctx, *plan)
-		if err != nil {
-			return fmt.Errorf("tenants create: --plan: %w", err)
-		}
+	plan := planFlag(fs, "free")
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		t, err := tenants.NewOps(e.db, nil).Create(ctx, audit.CLI, tenants.CreateTenantInput{Name: *name, PlanID: p.ID})
 		if err != nil {
 			return fmt.Errorf("tenants create: %w", err)
 		}
 		return printJSON(e.stdout, t)
-	}
+	})
 }
 
 func tenantsList(fs *flag.FlagSet) action {
@@ -38,4 +34,23 @@ func tenantsList(fs *flag.FlagSet) action {
 				return []string{t.ID, t.Name, planNames[t.PlanID], t.Status, timeCell(&t.CreatedAt)}
 			}, err
 		})
+}
+
+// tenantFlag declares --tenant on fs with usage (ending in "(required)"
+// when the command needs one): a tenant's ID or name.
+func tenantFlag(fs *flag.FlagSet, usage string) ref[tenants.Tenant] {
+	return ref[tenants.Tenant]{"tenant", fs.String("tenant", "", usage),
+		func(ctx context.Context, e *invocation, s string) (tenants.Tenant, error) {
+			return tenants.NewStore(e.db).Find(ctx, s)
+		}}
+}
+
+// optionalTenantID is the ID of the tenant the flag names, or "" (every
+// tenant) when it is not given.
+func optionalTenantID(ctx context.Context, e *invocation, tenant ref[tenants.Tenant]) (string, error) {
+	if *tenant.value == "" {
+		return "", nil
+	}
+	t, err := tenant.get(ctx, e)
+	return t.ID, err
 }

@@ -67,7 +67,7 @@ func (c usageConfig) store(e *invocation) *billing.Store {
 // writer returns the store the usage worker applies batches with.
 func (c usageConfig) writer(e *invocation) *pgstore.Store {
 	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap,
-		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), Window: c.RateAlertWindow}})
+		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), TenantDenials: int64(c.TenantRateAlertDenials), Window: c.RateAlertWindow}})
 }
 
 // newWorker returns a usage worker on the stream and a function that
@@ -158,12 +158,12 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 }
 
 func report(fs *flag.FlagSet) action {
-	month := fs.String("month", "", "calendar month (UTC), e.g. 2026-10 (required)")
-	tenant := fs.String("tenant", "", "tenant ID or name (default: every tenant)")
+	month := monthFlag(fs, "calendar month (UTC), e.g. 2026-10 (required)")
+	tenant := tenantFlag(fs, "tenant ID or name (default: every tenant)")
 	format := fs.String("format", "json", "json or csv")
 	late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
 	return func(ctx context.Context, e *invocation) error {
-		m, err := parseMonthFlag("report", *month)
+		m, err := month.parse(e)
 		if err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func report(fs *flag.FlagSet) action {
 			return err
 		}
 		store := c.store(e)
-		tenantID, err := optionalTenantID(ctx, e, *tenant)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
@@ -207,10 +207,10 @@ func report(fs *flag.FlagSet) action {
 }
 
 func closeMonth(fs *flag.FlagSet) action {
-	month := fs.String("month", "", "calendar month (UTC) to close, e.g. 2026-10 (required)")
+	month := monthFlag(fs, "calendar month (UTC) to close, e.g. 2026-10 (required)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	return func(ctx context.Context, e *invocation) error {
-		m, err := parseMonthFlag("close", *month)
+		m, err := month.parse(e)
 		if err != nil {
 			return err
 		}
@@ -239,12 +239,19 @@ func closeMonth(fs *flag.FlagSet) action {
 	}
 }
 
-// parseMonthFlag reads the --month flag of the command called name; its
-// error names the command and the flag.
-func parseMonthFlag(name, s string) (billing.Month, error) {
-	m, err := billing.ParseMonth(s)
+// monthRef is a --month flag: a calendar month (UTC) such as 2026-10.
+type monthRef struct{ value *string }
+
+// monthFlag declares the required --month flag on fs with usage.
+func monthFlag(fs *flag.FlagSet, usage string) monthRef {
+	return monthRef{fs.String("month", "", usage)}
+}
+
+// parse reads the flag; its error names the command and the flag.
+func (f monthRef) parse(e *invocation) (billing.Month, error) {
+	m, err := billing.ParseMonth(*f.value)
 	if err != nil {
-		return billing.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", name)
+		return billing.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", e.name)
 	}
 	return m, nil
 }

@@ -15,11 +15,11 @@ import (
 func usersCreate(fs *flag.FlagSet) action {
 	email := fs.String("email", "", "the user's email, used to log in (required)")
 	role := fs.String("role", "", "operator, tenant_admin or tenant_viewer (required)")
-	tenant := fs.String("tenant", "", "tenant ID or name (required for tenant_admin and tenant_viewer)")
+	tenant := tenantFlag(fs, "tenant ID or name (required for tenant_admin and tenant_viewer)")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
 	asJSON := fs.Bool("json", false, `print {"user": …, "password": …} ("password" only when generated)`)
 	return func(ctx context.Context, e *invocation) error {
-		tenantID, err := optionalTenantID(ctx, e, *tenant)
+		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("users create: %w", err)
 		}

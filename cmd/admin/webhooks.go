@@ -96,10 +96,10 @@ func webhooksCreate(fs *flag.FlagSet) action {
 	url := fs.String("url", "", "where to send events (required)")
 	description := fs.String("description", "", "what the endpoint is for")
 	types := fs.String("events", "", "comma-separated event types (default: every type; docs/events.md)")
-	tenant := fs.String("tenant", "", "tenant ID or name: the endpoint receives this tenant's events only")
+	tenant := tenantFlag(fs, "tenant ID or name: the endpoint receives this tenant's events only")
 	asJSON := fs.Bool("json", false, "print the endpoint and secret as JSON")
 	return func(ctx context.Context, e *invocation) error {
-		owner, err := optionalTenantID(ctx, e, *tenant)
+		owner, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("webhooks create: %w", err)
 		}

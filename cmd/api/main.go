@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -245,6 +246,9 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 
 	store, pingStore, breakerPing := s.limiterStore(ctx)
+	if ms, ok := store.(*limiter.MemoryStore); ok {
+		s.drainCredits(db, ms)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -360,6 +364,23 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 
+// drainCredits runs the credits drainer on the memory store's balances:
+// in single-process mode this process keeps them, so it makes their
+// counters from the ledger (at start too, after a restart lost them) and
+// writes their consumption logs into it every second, and once more when
+// it stops.
+func (s *server) drainCredits(db *pgxpool.Pool, ms *limiter.MemoryStore) {
+	d := credits.NewDrainer(db, ms, credits.DrainerConfig{Prefix: s.cfg.KeyPrefix, Log: s.cfg.Log})
+	s.background(func(ctx context.Context) {
+		d.Run(ctx, time.Second)
+		last, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		if _, err := d.Drain(last); err != nil {
+			s.cfg.Log.Error("credits: last drain", "err", err)
+		}
+	})
+}
+
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the
 // recorder for the checker (nil when usage is not counted). Closing the
 // server publishes what is left, retrying until ShutdownTimeout.
@@ -372,7 +393,8 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		return nil
 	case "postgres":
 		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
-			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), Window: cfg.Usage.RateAlertWindow}})
+			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), TenantDenials: int64(cfg.Usage.TenantRateAlertDenials),
+				Window: cfg.Usage.RateAlertWindow}})
 		producer = pgstore.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:

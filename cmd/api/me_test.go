@@ -10,7 +10,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/checkapi"
-	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -19,7 +18,7 @@ import (
 
 // getMe calls GET /v1/me with headers and decodes a 200 into st; it
 // returns the status and, for an error, the problem.
-func getMe(t *testing.T, base string, headers map[string]string, st *enforce.Standing) (int, http.Header, map[string]any) {
+func getMe(t *testing.T, base string, headers map[string]string, st *tollgate.Standing) (int, http.Header, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+checkapi.MePath, nil)
 	for k, v := range headers {
@@ -32,7 +31,7 @@ func getMe(t *testing.T, base string, headers map[string]string, st *enforce.Sta
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == http.StatusOK {
-		*st = enforce.Standing{}
+		*st = tollgate.Standing{}
 		if err := json.Unmarshal(raw, st); err != nil {
 			t.Fatalf("GET /v1/me: %v in %s", err, raw)
 		}
@@ -81,7 +80,7 @@ func TestMe(t *testing.T) {
 			t.Fatalf("check: %v", r.body)
 		}
 	}
-	var st enforce.Standing
+	var st tollgate.Standing
 	for range 2 { // the second look sees what the first did: it consumed nothing
 		if status, _, p := getMe(t, base, bearer(key), &st); status != http.StatusOK {
 			t.Fatalf("GET /v1/me = %d %v", status, p)
@@ -94,11 +93,11 @@ func TestMe(t *testing.T) {
 			t.Fatalf("rules = %+v, want %d", st.Rules, len(want))
 		}
 		for _, rr := range st.Rules {
-			if rr.Remaining != want[rr.Name] || rr.Limit == 0 || rr.WindowS == 0 || rr.Algorithm != limiter.FixedWindow {
+			if rr.Remaining != want[rr.Name] || rr.Limit == 0 || rr.WindowS == 0 || rr.Algorithm != string(limiter.FixedWindow) {
 				t.Errorf("rule %+v, want remaining %d", rr, want[rr.Name])
 			}
 		}
-		if q := st.Quota; q == nil || q.IncludedUnits != 100 || q.Used != 3 || q.Remaining != 97 || q.Mode != plans.ModeEnforce {
+		if q := st.Quota; q == nil || q.IncludedUnits != 100 || q.Used != 3 || q.Remaining != 97 || q.Mode != string(plans.ModeEnforce) {
 			t.Errorf("quota = %+v, want 3 of 100 used", q)
 		}
 	}
@@ -151,14 +150,14 @@ func TestMeRefusals(t *testing.T) {
 		{"revoked", bearer(revoked), http.StatusForbidden, tollgate.ReasonKeyRevoked},
 		{"expired", map[string]string{"X-API-Key": expired}, http.StatusForbidden, tollgate.ReasonKeyExpired},
 	} {
-		var st enforce.Standing
+		var st tollgate.Standing
 		status, h, p := getMe(t, base, tc.headers, &st)
 		if status != tc.status || h.Get(checkapi.HeaderReason) != tc.reason || p["status"] != float64(tc.status) {
 			t.Errorf("%s: %d %s %v, want %d %s", tc.name, status, h.Get(checkapi.HeaderReason), p, tc.status, tc.reason)
 		}
 	}
 
-	var st enforce.Standing
+	var st tollgate.Standing
 	for i := range checkapi.MeBurst {
 		if status, _, p := getMe(t, base, bearer(f.keys["free"]), &st); status != http.StatusOK {
 			t.Fatalf("look %d: %d %v", i+1, status, p)
@@ -179,7 +178,7 @@ func TestMeRefusals(t *testing.T) {
 func TestMeStoreOutage(t *testing.T) {
 	f := newFixture(t)
 	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_ADDR": "127.0.0.1:1", "TOLLGATE_REDIS_TIMEOUT": "100ms"})
-	var st enforce.Standing
+	var st tollgate.Standing
 	status, h, p := getMe(t, base, bearer(f.keys["pro"]), &st)
 	if status != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" || h.Get(checkapi.HeaderReason) != tollgate.ReasonUnavailable {
 		t.Errorf("GET /v1/me without Redis = %d %v, want 503", status, p)

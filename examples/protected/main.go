@@ -8,58 +8,17 @@
 package main
 
 import (
-	"cmp"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/examples/internal/serve"
 )
 
-func main() {
-	if err := run(context.Background(), os.Getenv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "protected:", err)
-		os.Exit(1)
-	}
-}
-
-// run serves until SIGINT or SIGTERM. Settings: TOLLGATE_URL (the check
+// main serves until SIGINT or SIGTERM. Settings: TOLLGATE_URL (the check
 // API), TOLLGATE_SERVICE_TOKEN, and ADDR (default :8090).
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	for _, name := range []string{"TOLLGATE_URL", "TOLLGATE_SERVICE_TOKEN"} {
-		if getenv(name) == "" {
-			return fmt.Errorf("%s is not set", name)
-		}
-	}
-	tg, err := client.New(getenv("TOLLGATE_URL"), getenv("TOLLGATE_SERVICE_TOKEN"), client.Options{})
-	if err != nil {
-		return fmt.Errorf("TOLLGATE_URL: %w", err)
-	}
-	srv := &http.Server{Addr: cmp.Or(getenv("ADDR"), ":8090"), Handler: routes(tg), ReadHeaderTimeout: 5 * time.Second}
-
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Fprintf(stderr, "protected: listening on %s, checking with %s\n", srv.Addr, getenv("TOLLGATE_URL"))
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
+func main() { serve.Main("protected", ":8090", routes) }
 
 // routes is the service: every route behind the middleware, except the
 // health probe.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,18 +59,5 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("GET %s = %d %q (RateLimit-Policy %q), want %d containing %q (%q)",
 				c.path, w.Code, w.Body, w.Header().Get("RateLimit-Policy"), c.wantStatus, c.wantBody, c.wantHeader)
 		}
-	}
-}
-
-func TestRunNamesMissingSettings(t *testing.T) {
-	env := map[string]string{"TOLLGATE_URL": "http://127.0.0.1:8080"}
-	err := run(context.Background(), func(k string) string { return env[k] }, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SERVICE_TOKEN") {
-		t.Errorf("run error = %v, want one naming TOLLGATE_SERVICE_TOKEN", err)
-	}
-	env = map[string]string{"TOLLGATE_URL": "127.0.0.1:8080", "TOLLGATE_SERVICE_TOKEN": "t"}
-	err = run(context.Background(), func(k string) string { return env[k] }, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_URL") {
-		t.Errorf("run error = %v, want one naming TOLLGATE_URL", err)
 	}
 }

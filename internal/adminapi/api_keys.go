@@ -1,7 +1,6 @@
 package adminapi
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 
@@ -9,7 +8,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/httpx"
-	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -17,22 +15,6 @@ import (
 // lookup is by both IDs, so a key is only ever reached through its own
 // tenant. Responses carry the key's record (display prefix, never the hash);
 // the secret appears once, in the answer to the request that made it.
-
-// handleKeyList serves GET /tenants/{tenantID}/keys, newest first.
-func handleKeyList(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return handleTenantPage(log, ts, ts.ListKeysPage)
-}
-
-// handleTenantPage serves one page of a list below /tenants/{tenantID}:
-// 404 for a tenant that does not exist, else a page of list.
-func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
-	list func(ctx context.Context, tenantID string, pr page.Request) (page.Page[T], error)) http.Handler {
-	return handlePage(log, func(r *http.Request) (string, error) {
-		id := chi.URLParam(r, "tenantID")
-		_, err := ts.Get(r.Context(), id)
-		return id, err
-	}, list)
-}
 
 // KeySecretResponse answers requests that make a key: the only time its
 // secret is shown.
@@ -42,9 +24,7 @@ type KeySecretResponse = tenants.IssuedKey
 // tenant has tenants.MaxLiveKeys live keys, or HeldKeysPerLive times as
 // many in the snapshot, already.
 func handleKeyCreate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return handleCreate(log, decodeBody, func(r *http.Request, in tenants.CreateKeyInput) (tenants.IssuedKey, error) {
-		return ops.CreateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-	}, issuedKeyPath)
+	return handleCreate(log, decodeBody, tenantChange(ops.CreateKey), issuedKeyPath)
 }
 
 // handleKeyGet serves GET /tenants/{tenantID}/keys/{keyID}.
@@ -85,15 +65,9 @@ func (k *keyUpdateRequest) Validate() error {
 // (403 for tenant admins): that could undo a rotation's grace period or an
 // operator's expiry, or bring a key back.
 func handleKeyUpdate(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req keyUpdateRequest
-		if err := httpx.Decode(r, MaxBody, &req); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		k, err := ops.UpdateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), req.change())
-		writeResult(w, r, log, k, err)
-	})
+	return handleBody(log, decodeValid, func(r *http.Request, req keyUpdateRequest) (tenants.Key, error) {
+		return ops.UpdateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), req.change())
+	}, func(w http.ResponseWriter, k tenants.Key) { httpx.JSON(w, http.StatusOK, k) })
 }
 
 // handleKeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/tollgate/tollgate"
@@ -12,19 +13,17 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
-// handlePlanList serves GET /plans[?archived=true|false].
-func handlePlanList(log *slog.Logger, ps *plans.Store) http.Handler {
-	return handlePage(log, func(r *http.Request) (plans.Filter, error) {
-		var f plans.Filter
-		if s := r.URL.Query().Get("archived"); s != "" {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				return f, tollgate.Invalid(map[string]string{"archived": "must be true or false"})
-			}
-			f.Archived = &b
+// planFilter reads the query of GET /plans: archived (true or false).
+func planFilter(q url.Values) (plans.Filter, error) {
+	var f plans.Filter
+	if s := q.Get("archived"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return f, tollgate.Invalid(map[string]string{"archived": "must be true or false"})
 		}
-		return f, nil
-	}, ps.ListPage)
+		f.Archived = &b
+	}
+	return f, nil
 }
 
 // handlePlanCreate serves POST /plans.
@@ -40,17 +39,12 @@ func handlePlanID[T any](log *slog.Logger, do func(r *http.Request, id int64) (T
 	return handlePath(log, http.StatusOK, pathPlanID, do)
 }
 
-// handlePlanGet serves GET /plans/{planID}.
-func handlePlanGet(log *slog.Logger, ps *plans.Store) http.Handler {
-	return handlePlanID(log, func(r *http.Request, id int64) (plans.Plan, error) {
-		return ps.Get(r.Context(), id)
+// handlePlanRead serves a read about the plan {planID} (404 for an ID
+// that is not a number): read's result as JSON with 200 OK.
+func handlePlanRead[T any](log *slog.Logger, read func(ctx context.Context, planID int64) (T, error)) http.Handler {
+	return handlePlanID(log, func(r *http.Request, id int64) (T, error) {
+		return read(r.Context(), id)
 	})
-}
-
-// handlePlanUpdate serves PUT /plans/{planID}: the plan is replaced as a
-// whole. Checks see the change within a second.
-func handlePlanUpdate(log *slog.Logger, ops *plans.Ops) http.Handler {
-	return handlePlanPut(log, ops.Update)
 }
 
 // handlePlanPut serves a PUT to the plan {planID} (404 for an ID that is

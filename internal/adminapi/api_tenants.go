@@ -4,36 +4,36 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-// handleTenantList serves GET /tenants[?q=…&status=…&plan_id=…]: q matches
-// a tenant's ID or part of its name.
-func handleTenantList(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return handlePage(log, func(r *http.Request) (tenants.Filter, error) {
-		q := r.URL.Query()
-		f := tenants.Filter{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status")}
-		problems := map[string]string{}
-		if f.Status != "" && f.Status != tenants.StatusActive && f.Status != tenants.StatusSuspended {
-			problems["status"] = "must be active or suspended"
+// tenantFilter reads the query of GET /tenants: q (a tenant's ID or part
+// of its name), status and plan_id.
+func tenantFilter(q url.Values) (tenants.Filter, error) {
+	f := tenants.Filter{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status")}
+	problems := map[string]string{}
+	if f.Status != "" && f.Status != tenants.StatusActive && f.Status != tenants.StatusSuspended {
+		problems["status"] = "must be active or suspended"
+	}
+	if s := q.Get("plan_id"); s != "" {
+		var err error
+		if f.PlanID, err = strconv.ParseInt(s, 10, 64); err != nil || f.PlanID <= 0 {
+			problems["plan_id"] = "must be a plan ID"
 		}
-		if s := q.Get("plan_id"); s != "" {
-			var err error
-			if f.PlanID, err = strconv.ParseInt(s, 10, 64); err != nil || f.PlanID <= 0 {
-				problems["plan_id"] = "must be a plan ID"
-			}
-		}
-		if len(f.Query) > 200 {
-			problems["q"] = "must be at most 200 characters"
-		}
-		return f, tollgate.Invalid(problems)
-	}, ts.ListPage)
+	}
+	if len(f.Query) > 200 {
+		problems["q"] = "must be at most 200 characters"
+	}
+	return f, tollgate.Invalid(problems)
 }
 
 // handleTenantCreate serves POST /tenants. The plan must exist and not be
@@ -53,24 +53,31 @@ func handleTenantRead[T any](log *slog.Logger, read func(ctx context.Context, te
 	})
 }
 
-// handleTenantGet serves GET /tenants/{tenantID}.
-func handleTenantGet(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return handleTenantRead(log, ts.Get)
+// tenantChange is change made to the tenant {tenantID} by the request's
+// actor, with the request's body in.
+func tenantChange[In, Out any](change func(ctx context.Context, by audit.Actor, tenantID string, in In) (Out, error)) func(r *http.Request, in In) (Out, error) {
+	return func(r *http.Request, in In) (Out, error) {
+		return change(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
+	}
 }
 
-// handleTenantSetPlan serves POST /tenants/{tenantID}/plan: the tenant
-// moves to another plan, recorded in its plan history. 409 naming
-// effective_at when it falls in or before a closed month.
-func handleTenantSetPlan(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return handleChange(log, func(r *http.Request, in tenants.SetPlanInput) (tenants.Tenant, error) {
-		return ops.SetPlan(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
-	})
+// handleTenantChange serves a change to the tenant {tenantID} (the route
+// checked access to it): the body decoded into an In, then change's
+// result as JSON with 200 OK.
+func handleTenantChange[In, Out any](log *slog.Logger,
+	change func(ctx context.Context, by audit.Actor, tenantID string, in In) (Out, error)) http.Handler {
+	return handleChange(log, tenantChange(change))
 }
 
-// handleTenantPlanHistory serves GET /tenants/{tenantID}/plan-changes,
-// newest first.
-func handleTenantPlanHistory(log *slog.Logger, ts *tenants.Store) http.Handler {
-	return handleTenantPage(log, ts, ts.PlanHistory)
+// handleTenantPage serves one page of a list below /tenants/{tenantID}:
+// 404 for a tenant that does not exist, else a page of list.
+func handleTenantPage[T any](log *slog.Logger, ts *tenants.Store,
+	list func(ctx context.Context, tenantID string, pr page.Request) (page.Page[T], error)) http.Handler {
+	return handlePage(log, func(r *http.Request) (string, error) {
+		id := chi.URLParam(r, "tenantID")
+		_, err := ts.Get(r.Context(), id)
+		return id, err
+	}, list)
 }
 
 // handleTenantStatus serves POST /tenants/{tenantID}/suspend (suspend
@@ -92,14 +99,5 @@ func handleOverridesGet(log *slog.Logger, ts *tenants.Store) http.Handler {
 	return handleTenantRead(log, func(ctx context.Context, tenantID string) (tenants.Overrides, error) {
 		rules, err := ts.Overrides(ctx, tenantID)
 		return tenants.Overrides{Rules: rules}, err
-	})
-}
-
-// handleOverridesPut serves PUT /tenants/{tenantID}/overrides: the
-// tenant's override rules are replaced as a whole. Each replaces the plan
-// rule of its name for this tenant, or adds a rule.
-func handleOverridesPut(log *slog.Logger, ops *tenants.Ops) http.Handler {
-	return handleChange(log, func(r *http.Request, in tenants.Overrides) (tenants.Overrides, error) {
-		return ops.SetOverrides(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), in)
 	})
 }

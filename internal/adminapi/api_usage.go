@@ -88,19 +88,20 @@ func handleUsageRejections(store *billing.Store, authorize Authorize, log *slog.
 // operator-wide routes, which authorize lets only operators read).
 func handleTop(store *billing.Store, authorize Authorize, log *slog.Logger,
 	query func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	type top struct {
+		tenant string
+		rng    billing.Range
+		limit  int
+	}
+	return handlePath(log, http.StatusOK, func(r *http.Request) (top, error) {
 		tenant, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
+			return top{}, err
 		}
 		limit, err := parseLimit(r)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		out, err := query(r, tenant, rng, limit)
-		writeResult(w, r, log, out, err)
+		return top{tenant, rng, limit}, err
+	}, func(r *http.Request, q top) (any, error) {
+		return query(r, q.tenant, q.rng, q.limit)
 	})
 }
 

@@ -3,6 +3,7 @@ package adminapi
 import (
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -15,16 +16,14 @@ import (
 // sessions, as with `admin users …`. Only operators see or change users;
 // passwords never leave the store, except a generated one, once.
 
-// handleUserList serves GET /users[?q=…&role=…&tenant=…], by email.
-func handleUserList(log *slog.Logger, as *auth.Store) http.Handler {
-	return handlePage(log, func(r *http.Request) (auth.UserFilter, error) {
-		q := r.URL.Query()
-		f := auth.UserFilter{Query: strings.TrimSpace(q.Get("q")), Role: auth.Role(q.Get("role")), TenantID: q.Get("tenant")}
-		if f.Role != "" && !f.Role.Valid() {
-			return f, tollgate.Invalid(map[string]string{"role": "must be operator, tenant_admin or tenant_viewer"})
-		}
-		return f, nil
-	}, as.ListUsersPage)
+// userFilter reads the query of GET /users (by email): q (part of an
+// email), role and tenant (ID).
+func userFilter(q url.Values) (auth.UserFilter, error) {
+	f := auth.UserFilter{Query: strings.TrimSpace(q.Get("q")), Role: auth.Role(q.Get("role")), TenantID: q.Get("tenant")}
+	if f.Role != "" && !f.Role.Valid() {
+		return f, tollgate.Invalid(map[string]string{"role": "must be operator, tenant_admin or tenant_viewer"})
+	}
+	return f, nil
 }
 
 // UserCreateResponse answers POST /users.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
@@ -28,6 +29,12 @@ func handlePage[F, T any](log *slog.Logger, filter func(r *http.Request) (F, err
 		pg, err := list(r.Context(), f, pr)
 		writeResult(w, r, log, pg, err)
 	})
+}
+
+// fromQuery is a filter for handlePage that parse reads from the
+// request's query.
+func fromQuery[F any](parse func(q url.Values) (F, error)) func(r *http.Request) (F, error) {
+	return func(r *http.Request) (F, error) { return parse(r.URL.Query()) }
 }
 
 // writeResult answers err, or else v as JSON with 200 OK.
@@ -72,6 +79,10 @@ func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 
 // decodeBody is httpx.DecodeBody with the admin API's MaxBody.
 func decodeBody(r *http.Request, v any) error { return httpx.DecodeBody(r, MaxBody, v) }
+
+// decodeValid is decodeBody, then the body's own validation when it has
+// one (httpx.Decode).
+func decodeValid(r *http.Request, v any) error { return httpx.Decode(r, MaxBody, v) }
 
 // handleBody serves a request with a JSON body: the body decoded into an
 // In by decode, then apply; respond writes the result. An error at either

@@ -57,78 +57,73 @@ func TestLoginLimiter(t *testing.T) {
 				return ok
 			}
 
-			// One network, one email: perMinute attempts.
-			for i := range perMinute {
-				if !allowed("10.0.0.1", "victim@example.com") {
-					t.Fatalf("attempt %d refused", i+1)
+			// check reports problem (with report: t.Error, or t.Fatal when
+			// the rest would make no sense) unless an attempt from ip for
+			// email is allowed exactly when want is.
+			check := func(report func(...any), want bool, ip, email, problem string) {
+				t.Helper()
+				if allowed(ip, email) != want {
+					report(problem)
 				}
-				l.failed(ctx, "10.0.0.1", "victim@example.com")
 			}
-			if allowed("10.0.0.1", "victim@example.com") {
-				t.Fatal("attempt beyond the (network, email) limit allowed")
-			}
-			// ... which locks out neither the victim elsewhere nor the
-			// network for other emails.
-			if !allowed("10.0.0.2", "victim@example.com") {
-				t.Error("the victim is locked out by another address's attempts")
-			}
-			if !allowed("10.0.0.1", "other@example.com") {
-				t.Error("a refused attempt consumed the network's allowance, or the network limit is the pair's")
+			// attempts makes n attempts, the i-th from attempt(i), failing
+			// each when fail is true, and stops the test when one of them
+			// (what) is refused.
+			attempts := func(n int, fail bool, what string, attempt func(i int) (ip, email string)) {
+				t.Helper()
+				for i := range n {
+					ip, email := attempt(i)
+					if !allowed(ip, email) {
+						t.Fatalf("%s %d refused", what, i+1)
+					}
+					if fail {
+						l.failed(ctx, ip, email)
+					}
+				}
 			}
 
+			// One network, one email: perMinute attempts.
+			attempts(perMinute, true, "attempt", func(int) (string, string) { return "10.0.0.1", "victim@example.com" })
+			check(t.Fatal, false, "10.0.0.1", "victim@example.com", "attempt beyond the (network, email) limit allowed")
+			// ... which locks out neither the victim elsewhere nor the
+			// network for other emails.
+			check(t.Error, true, "10.0.0.2", "victim@example.com", "the victim is locked out by another address's attempts")
+			check(t.Error, true, "10.0.0.1", "other@example.com",
+				"a refused attempt consumed the network's allowance, or the network limit is the pair's")
+
 			// One network, many emails: networkFactor × perMinute.
-			for i := range networkFactor*perMinute - 1 {
-				if !allowed("10.0.1.1", fmt.Sprintf("u%d@example.com", i)) {
-					t.Fatalf("attempt %d from one network refused", i+1)
-				}
-			}
-			if !allowed("::ffff:10.0.1.1", "last@example.com") {
-				t.Fatal("the network's last attempt refused")
-			}
-			if allowed("10.0.1.1", "fresh@example.com") {
-				t.Fatal("attempt beyond the network limit allowed (IPv4-mapped addresses are the same address)")
-			}
+			attempts(networkFactor*perMinute-1, false, "attempt from one network", func(i int) (string, string) {
+				return "10.0.1.1", fmt.Sprintf("u%d@example.com", i)
+			})
+			check(t.Fatal, true, "::ffff:10.0.1.1", "last@example.com", "the network's last attempt refused")
+			check(t.Fatal, false, "10.0.1.1", "fresh@example.com",
+				"attempt beyond the network limit allowed (IPv4-mapped addresses are the same address)")
 
 			// An IPv6 /64 is one network.
 			for range perMinute {
 				allowed("2001:db8:0:1::1", "v6@example.com")
 			}
-			if allowed("2001:db8:0:1::2:3", "v6@example.com") {
-				t.Error("another address of the same /64 escaped the limit")
-			}
-			if !allowed("2001:db8:0:2::1", "v6@example.com") {
-				t.Error("another /64 was refused")
-			}
+			check(t.Error, false, "2001:db8:0:1::2:3", "v6@example.com", "another address of the same /64 escaped the limit")
+			check(t.Error, true, "2001:db8:0:2::1", "v6@example.com", "another /64 was refused")
 
 			// One email, many networks: emailFailureFactor × perMinute
 			// failures; successes cost nothing.
-			for i := range 2 * emailFailureFactor * perMinute {
-				if !allowed(fmt.Sprintf("10.1.0.%d", i), "busy@example.com") {
-					t.Fatalf("successful login %d refused", i+1)
-				}
-			}
-			for i := range emailFailureFactor * perMinute {
-				if !allowed(fmt.Sprintf("10.2.0.%d", i), "target@example.com") {
-					t.Fatalf("failed attempt %d on one email refused", i+1)
-				}
-				l.failed(ctx, fmt.Sprintf("10.2.0.%d", i), "target@example.com")
-			}
+			attempts(2*emailFailureFactor*perMinute, false, "successful login", func(i int) (string, string) {
+				return fmt.Sprintf("10.1.0.%d", i), "busy@example.com"
+			})
+			attempts(emailFailureFactor*perMinute, true, "failed attempt on one email", func(i int) (string, string) {
+				return fmt.Sprintf("10.2.0.%d", i), "target@example.com"
+			})
 			// The budget is spent: a network that failed on the email is
 			// refused, even before its own pair limit ...
-			if allowed("10.2.0.0", "target@example.com") {
-				t.Error("attempt beyond the email's failures allowed from a failing network")
-			}
+			check(t.Error, false, "10.2.0.0", "target@example.com", "attempt beyond the email's failures allowed from a failing network")
 			// ... but a network that has not failed still gets in: the
 			// user cannot be locked out.
-			if !allowed("10.3.0.1", "target@example.com") {
-				t.Error("a network without failures was refused: the email is locked out")
-			}
+			check(t.Error, true, "10.3.0.1", "target@example.com", "a network without failures was refused: the email is locked out")
 			// The refusal cost the failing network nothing elsewhere.
-			for i := range networkFactor*perMinute - 1 {
-				if !allowed("10.2.0.0", fmt.Sprintf("w%d@example.com", i)) {
-					t.Fatalf("attempt %d from the refused network refused", i+1)
-				}
-			}
+			attempts(networkFactor*perMinute-1, false, "attempt from the refused network", func(i int) (string, string) {
+				return "10.2.0.0", fmt.Sprintf("w%d@example.com", i)
+			})
 		})
 	}
 }

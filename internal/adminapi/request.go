@@ -11,7 +11,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -30,7 +29,7 @@ func decodeOptional(r *http.Request, v any) error {
 		body = []byte("{}")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return httpx.Decode(r, MaxBody, v)
+	return decodeValid(r, v)
 }
 
 // pathPlanID returns the {planID} path parameter; one that is not a

@@ -64,6 +64,12 @@ type Config struct {
 // (the tenant's users), tenantKeys (its tenant_admins) and tenantOps
 // (operators only). The console's routes pass the same checks, answering
 // with HTML pages instead of problem+json.
+//
+// A route whose answer is one read or one change of a feature names that
+// method here, through the generic handlers (handlePlanRead, handlePlanPut,
+// handleTenantRead, handleTenantChange, handleTenantPage, and handlePage
+// with the list's filter); the method's documentation says what it does. A route with more to do has a handler
+// of its own, in the file of its noun.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -119,39 +125,39 @@ func NewHandler(cfg Config) http.Handler {
 		public.Method("POST", "/logout", handleLogout(log, sessions))
 		signedIn.Method("GET", "/me", handleMe())
 
-		operator.Method("GET", "/plans", handlePlanList(log, ps))
+		operator.Method("GET", "/plans", handlePage(log, fromQuery(planFilter), ps.ListPage))
 		operator.Method("POST", "/plans", handlePlanCreate(log, plansOps))
-		operator.Method("GET", "/plans/{planID}", handlePlanGet(log, ps))
-		operator.Method("PUT", "/plans/{planID}", handlePlanUpdate(log, plansOps))
+		operator.Method("GET", "/plans/{planID}", handlePlanRead(log, ps.Get))
+		operator.Method("PUT", "/plans/{planID}", handlePlanPut(log, plansOps.Update))
 		operator.Method("DELETE", "/plans/{planID}", handlePlanDelete(log, plansOps))
 		operator.Method("POST", "/plans/{planID}/archive", handlePlanArchive(log, plansOps, true))
 		operator.Method("POST", "/plans/{planID}/unarchive", handlePlanArchive(log, plansOps, false))
-		operator.Method("GET", "/plans/{planID}/quota", handlePlanQuotaGet(log, qs))
-		operator.Method("PUT", "/plans/{planID}/quota", handlePlanQuotaPut(log, quotaOps))
-		operator.Method("GET", "/plans/{planID}/credits", handlePlanCreditsGet(log, cs))
-		operator.Method("PUT", "/plans/{planID}/credits", handlePlanCreditsPut(log, creditsOps))
+		operator.Method("GET", "/plans/{planID}/quota", handlePlanRead(log, qs.PlanSettings))
+		operator.Method("PUT", "/plans/{planID}/quota", handlePlanPut(log, quotaOps.SetPlan))
+		operator.Method("GET", "/plans/{planID}/credits", handlePlanRead(log, cs.PlanSettingsOrOff))
+		operator.Method("PUT", "/plans/{planID}/credits", handlePlanPut(log, creditsOps.SetPlan))
 
-		operator.Method("GET", "/tenants", handleTenantList(log, ts))
+		operator.Method("GET", "/tenants", handlePage(log, fromQuery(tenantFilter), ts.ListPage))
 		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
-		tenantRead.Method("GET", "/tenants/{tenantID}", handleTenantGet(log, ts))
-		tenantOps.Method("POST", "/tenants/{tenantID}/plan", handleTenantSetPlan(log, tenantsOps))
-		tenantRead.Method("GET", "/tenants/{tenantID}/plan-changes", handleTenantPlanHistory(log, ts))
+		tenantRead.Method("GET", "/tenants/{tenantID}", handleTenantRead(log, ts.Get))
+		tenantOps.Method("POST", "/tenants/{tenantID}/plan", handleTenantChange(log, tenantsOps.SetPlan))
+		tenantRead.Method("GET", "/tenants/{tenantID}/plan-changes", handleTenantPage(log, ts, ts.PlanHistory))
 		tenantOps.Method("POST", "/tenants/{tenantID}/suspend", handleTenantStatus(log, tenantsOps, true))
 		tenantOps.Method("POST", "/tenants/{tenantID}/resume", handleTenantStatus(log, tenantsOps, false))
 		tenantRead.Method("GET", "/tenants/{tenantID}/overrides", handleOverridesGet(log, ts))
-		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleOverridesPut(log, tenantsOps))
+		tenantOps.Method("PUT", "/tenants/{tenantID}/overrides", handleTenantChange(log, tenantsOps.SetOverrides))
 		// A tenant's admins set its thresholds and may lower its spend cap
 		// (quota.Ops.SetTenant refuses them a higher one).
-		tenantRead.Method("GET", "/tenants/{tenantID}/quota", handleTenantQuotaGet(log, qs))
-		tenantKeys.Method("PUT", "/tenants/{tenantID}/quota", handleTenantQuotaPut(log, quotaOps))
+		tenantRead.Method("GET", "/tenants/{tenantID}/quota", handleTenantRead(log, qs.TenantSettings))
+		tenantKeys.Method("PUT", "/tenants/{tenantID}/quota", handleTenantChange(log, quotaOps.SetTenant))
 		// Prepaid credits: the tenant's users read them, operators grant
 		// and adjust.
-		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleCreditsGet(log, cs))
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleTenantRead(log, cs.Balance))
 		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, cs))
 		tenantOps.Method("POST", "/tenants/{tenantID}/credits/grants", handleCreditsGrant(log, creditsOps))
-		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleCreditsAdjust(log, creditsOps))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleTenantChange(log, creditsOps.Adjust))
 
-		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleKeyList(log, ts))
+		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleTenantPage(log, ts, ts.ListKeysPage))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys/{keyID}", handleKeyGet(log, ts))
 		tenantKeys.Method("PATCH", "/tenants/{tenantID}/keys/{keyID}", handleKeyUpdate(log, tenantsOps))
@@ -162,12 +168,12 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/service-tokens", handleServiceTokenCreate(log, authOps))
 		operator.Method("POST", "/service-tokens/{tokenID}/revoke", handleServiceTokenRevoke(log, authOps))
 
-		operator.Method("GET", "/users", handleUserList(log, as))
+		operator.Method("GET", "/users", handlePage(log, fromQuery(userFilter), as.ListUsersPage))
 		operator.Method("POST", "/users", handleUserCreate(log, authOps))
 		operator.Method("POST", "/users/{userID}/disable", handleUserDisable(log, authOps))
 		operator.Method("POST", "/users/{userID}/sessions/revoke", handleUserSessionsRevoke(log, authOps))
 
-		operator.Method("GET", "/audit", handleAuditList(log, audits))
+		operator.Method("GET", "/audit", handlePage(log, fromQuery(auditFilter), audits.List))
 
 		// Webhook endpoints and events: the operators' (everything), and
 		// each tenant's, whose admins manage its endpoints.
@@ -208,6 +214,7 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("GET", "/plans/{planID}", console.PlanView())
 		operator.Method("GET", "/plans/{planID}/edit", console.PlanEdit())
 		operator.Method("POST", "/plans/{planID}", console.PlanSave(false))
+		operator.Method("POST", "/plans/{planID}/quota", console.PlanQuotaSave())
 		operator.Method("POST", "/plans/{planID}/archive", console.PlanArchive(true))
 		operator.Method("POST", "/plans/{planID}/unarchive", console.PlanArchive(false))
 

@@ -310,18 +310,10 @@ func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejec
 
 // TenantTotal is one tenant's usage; TenantID "" sums decisions without a
 // tenant (anonymous callers, unknown keys).
-type TenantTotal struct {
-	TenantID   string `json:"tenant_id"`
-	TenantName string `json:"tenant_name,omitempty"`
-	metering.Counts
-}
+type TenantTotal = tollgate.TenantTotal
 
 // Totals are operator-wide usage in a range.
-type Totals struct {
-	metering.Counts
-	ByTenant []TenantTotal              `json:"by_tenant"`
-	ByTier   map[string]metering.Counts `json:"by_tier"`
-}
+type Totals = tollgate.Totals
 
 // Totals returns every tenant's and every tier's usage in r.
 func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {

@@ -5,15 +5,18 @@ import (
 	"testing"
 )
 
+// envWith is an environment with one setting, name = v.
+func envWith(name, v string) *Env {
+	return New(func(k string) string {
+		if k == name {
+			return v
+		}
+		return ""
+	})
+}
+
 func TestTrustedProxies(t *testing.T) {
-	env := func(v string) *Env {
-		return New(func(k string) string {
-			if k == "TOLLGATE_TRUSTED_PROXIES" {
-				return v
-			}
-			return ""
-		})
-	}
+	env := func(v string) *Env { return envWith("TOLLGATE_TRUSTED_PROXIES", v) }
 	e := env(" 10.0.0.0/8, 192.0.2.7 ,2001:db8::/32, ::1, 172.16.5.9/12, ::ffff:192.0.2.0/120")
 	got := e.TrustedProxies().Networks
 	if err := e.Err(); err != nil {
@@ -41,14 +44,7 @@ func TestTrustedProxies(t *testing.T) {
 }
 
 func TestClientIPHeader(t *testing.T) {
-	env := func(v string) *Env {
-		return New(func(k string) string {
-			if k == "TOLLGATE_CLIENT_IP_HEADER" {
-				return v
-			}
-			return ""
-		})
-	}
+	env := func(v string) *Env { return envWith("TOLLGATE_CLIENT_IP_HEADER", v) }
 	for v, realIP := range map[string]bool{"": false, "X-Forwarded-For": false, "x-real-ip": true, "X-Real-IP": true} {
 		e := env(v)
 		if got := e.TrustedProxies().RealIP; got != realIP || e.Err() != nil {

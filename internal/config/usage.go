@@ -34,11 +34,13 @@ type Usage struct {
 	// ResourceCap is how many distinct resources a tenant's usage may
 	// name in a month; more fold into "(other)" as batches are applied.
 	ResourceCap int
-	// RateAlertDenials and RateAlertWindow say when a key's denials by
-	// rate rules are sustained (ratelimit.sustained): more than
-	// RateAlertDenials within RateAlertWindow.
-	RateAlertDenials int
-	RateAlertWindow  time.Duration
+	// RateAlertDenials, TenantRateAlertDenials and RateAlertWindow say
+	// when denials by rate rules are sustained (ratelimit.sustained): more
+	// than RateAlertDenials of one key, or TenantRateAlertDenials of one
+	// tenant's keys together, within RateAlertWindow.
+	RateAlertDenials       int
+	TenantRateAlertDenials int
+	RateAlertWindow        time.Duration
 }
 
 // Usage reads the usage settings for a process whose TOLLGATE_STORE is
@@ -64,8 +66,10 @@ func (e *Env) Usage(store string) Usage {
 		ClaimIdle:       e.Duration("TOLLGATE_USAGE_CLAIM_IDLE", 30*time.Second),
 		MinuteRetention: e.Int("TOLLGATE_USAGE_MINUTE_RETENTION", 3, 1),
 		ResourceCap:     e.Int("TOLLGATE_USAGE_RESOURCE_CAP", 200, 1),
-		// quota.DefaultRateAlertDenials and DefaultRateAlertWindow.
-		RateAlertDenials: e.Int("TOLLGATE_RATELIMIT_ALERT_DENIALS", 100, 1),
-		RateAlertWindow:  e.Duration("TOLLGATE_RATELIMIT_ALERT_WINDOW", 5*time.Minute),
+		// quota.DefaultRateAlertDenials, DefaultTenantRateAlertDenials and
+		// DefaultRateAlertWindow.
+		RateAlertDenials:       e.Int("TOLLGATE_RATELIMIT_ALERT_DENIALS", 100, 1),
+		TenantRateAlertDenials: e.Int("TOLLGATE_RATELIMIT_TENANT_ALERT_DENIALS", 1000, 1),
+		RateAlertWindow:        e.Duration("TOLLGATE_RATELIMIT_ALERT_WINDOW", 5*time.Minute),
 	}
 }

@@ -77,10 +77,7 @@ func (o *Ops) Grant(ctx context.Context, by audit.Actor, tenantID string, in Gra
 		return Grant{}, err
 	}
 	return audit.Create(ctx, o.db, by, "credits.grant", grantAudit, func(tx pgx.Tx) (Grant, error) {
-		if _, err := tenants.NewStore(tx).Get(ctx, tenantID); err != nil {
-			return Grant{}, err
-		}
-		b, err := NewStore(tx).openBook(ctx, tenantID)
+		b, err := tenantBook(ctx, tx, tenantID)
 		if err != nil {
 			return Grant{}, err
 		}
@@ -90,6 +87,15 @@ func (o *Ops) Grant(ctx context.Context, by audit.Actor, tenantID string, in Gra
 		}
 		return g, b.save(ctx)
 	})
+}
+
+// tenantBook opens tenant tenantID's book in tx, for a change to its
+// balance; an unknown tenant is ENOTFOUND.
+func tenantBook(ctx context.Context, tx pgx.Tx, tenantID string) (*book, error) {
+	if _, err := tenants.NewStore(tx).Get(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	return NewStore(tx).openBook(ctx, tenantID)
 }
 
 func utc(t *time.Time) *time.Time {
@@ -131,10 +137,7 @@ func (o *Ops) Adjust(ctx context.Context, by audit.Actor, tenantID string, in Ad
 	}
 	now := o.now()
 	return audit.Create(ctx, o.db, by, "credits.adjust", adjustAudit, func(tx pgx.Tx) (Adjustment, error) {
-		if _, err := tenants.NewStore(tx).Get(ctx, tenantID); err != nil {
-			return Adjustment{}, err
-		}
-		b, err := NewStore(tx).openBook(ctx, tenantID)
+		b, err := tenantBook(ctx, tx, tenantID)
 		if err != nil {
 			return Adjustment{}, err
 		}

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -8,14 +9,7 @@ import (
 
 // CreditsResult is a decision's part about the tenant's prepaid balance
 // (units of its plan).
-type CreditsResult struct {
-	// Balance after the check (before it, when nothing was drawn).
-	Balance int64 `json:"balance"`
-	// Drawn is the units the check took from the balance; Overage the
-	// units admitted past it (billed).
-	Drawn   int64 `json:"drawn"`
-	Overage int64 `json:"overage"`
-}
+type CreditsResult = tollgate.CreditsDecision
 
 // credits returns who's prepaid balance, nil when its plan does not draw
 // on credits (or who is anonymous).
@@ -26,11 +20,13 @@ func (who caller) credits() *credits.Hot {
 	return who.tenant.Credits
 }
 
-// creditsFor returns the limiter's view of hot now, on its two keys (as
+// creditsFor returns the limiter's view of hot on its two keys (as
 // requests lays them out: the counter, then the log, of equal length).
+// The store applies the line's expiries at its own clock, the one it
+// decides the check at: an api process's clock does not matter.
 func (c *Checker) creditsFor(hot *credits.Hot, keys string) *limiter.Credits {
 	half := len(keys) / 2
-	lc := hot.Limiter(keys[:half], keys[half:], c.now().UnixMicro())
+	lc := hot.Limiter(keys[:half], keys[half:])
 	return &lc
 }
 

@@ -123,18 +123,7 @@ func refundOn(matched []*snapshot.Rule) []string {
 
 // Settlement is the answer to a settle (the body of a 200 from
 // /v1/settle).
-type Settlement struct {
-	HoldID   string `json:"hold_id"`
-	Estimate int64  `json:"estimate"`
-	// Cost is the units the hold counts: the settled cost, 0 once
-	// refunded on expiry, the estimate once charged on expiry.
-	Cost int64 `json:"cost"`
-	// Status is "settled", "refunded" or "charged" (the last two: expired
-	// unsettled).
-	Status string `json:"status"`
-	// Repeated is true when this settlement repeats an earlier one.
-	Repeated bool `json:"repeated"`
-}
+type Settlement = tollgate.Settlement
 
 func holdStatus(s limiter.HoldStatus) string {
 	switch s {

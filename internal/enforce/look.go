@@ -5,63 +5,11 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
-
-// Standing is where an API key stands now with every rule of its plan,
-// whatever the resource: the answer of GET /v1/me.
-type Standing struct {
-	TenantID string         `json:"tenant_id"`
-	Tenant   string         `json:"tenant"`
-	KeyID    string         `json:"key_id"`
-	Plan     string         `json:"plan"`
-	Rules    []RuleStanding `json:"rules"`
-	// Quota is the month's units against the plan's included units when
-	// the plan has a monthly quota (plans.QuotaRule); nil otherwise.
-	Quota *QuotaStanding `json:"quota,omitempty"`
-	// Credits is the tenant's prepaid balance when its plan draws on
-	// credits; nil otherwise.
-	Credits *CreditsStanding `json:"credits,omitempty"`
-}
-
-// CreditsStanding is a tenant's prepaid balance now (units of its plan):
-// what it may still draw before its plan denies (or bills overage) is
-// Balance + Overdraft.
-type CreditsStanding struct {
-	Mode      credits.Mode `json:"mode"`
-	Balance   int64        `json:"balance"`
-	Overdraft int64        `json:"overdraft"`
-}
-
-// RuleStanding is one rule and what it has left now. Durations are ms,
-// rounded up.
-type RuleStanding struct {
-	Name         string            `json:"name"`
-	Algorithm    limiter.Algorithm `json:"algorithm"`
-	Mode         plans.Mode        `json:"mode"`
-	Resource     string            `json:"resource"`
-	Scope        plans.Scope       `json:"scope"`
-	Limit        int64             `json:"limit"`
-	WindowS      int64             `json:"window_s"`
-	Remaining    int64             `json:"remaining"`
-	ResetAfterMS int64             `json:"reset_after_ms"`
-}
-
-// QuotaStanding is the month's units counted by the monthly quota rule
-// against the plan's included units. The rule only counts units it
-// admitted, so under an overage quota Used stops at IncludedUnits: the
-// units beyond are in the usage and the statement.
-type QuotaStanding struct {
-	Mode          plans.Mode `json:"mode"`
-	IncludedUnits int64      `json:"included_units"`
-	Used          int64      `json:"used"`
-	Remaining     int64      `json:"remaining"`
-	ResetAfterMS  int64      `json:"reset_after_ms"`
-}
 
 // Refused is the error of Look for a key that may not be used: Reason is
 // a check's reason (invalid_key, key_revoked, key_expired,
@@ -105,10 +53,10 @@ func (c *Checker) Identify(key string) (Identity, error) {
 // the caller's address, for the rules limited per address. A failed store
 // call (or an open circuit) is an error: there is no failure mode to
 // decide a look.
-func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, error) {
+func (c *Checker) Look(ctx context.Context, who Identity, ip string) (tollgate.Standing, error) {
 	plan := who.tenant.Plan
-	st := Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
-		Rules: make([]RuleStanding, 0, len(plan.Rules))}
+	st := tollgate.Standing{TenantID: who.tenant.ID, Tenant: who.tenant.Name, KeyID: who.KeyID, Plan: plan.Name,
+		Rules: make([]tollgate.RuleStanding, 0, len(plan.Rules))}
 	hot := who.tenant.Credits
 	if len(plan.Rules) == 0 && hot == nil {
 		return st, nil
@@ -119,7 +67,7 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	}
 	reqs, creditKeys, err := c.requests(rules, caller{key: who.key, tenant: who.tenant, plan: plan}, Network(ip, c.ipv6Prefix))
 	if err != nil {
-		return Standing{}, err
+		return tollgate.Standing{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: 0, DryRun: true}
 	if hot != nil {
@@ -129,7 +77,7 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 	defer cancel()
 	out, err := c.store.Check(storeCtx, batch)
 	if err != nil {
-		return Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
+		return tollgate.Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
 	}
 	for i, rule := range rules {
 		st.Rules = append(st.Rules, ruleStanding(rule, out.Results[i]))
@@ -138,18 +86,22 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (Standing, 
 		}
 	}
 	if hot != nil {
-		st.Credits = &CreditsStanding{Mode: hot.Mode, Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		st.Credits = &tollgate.CreditsStanding{Mode: string(hot.Mode), Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		if out.Credits.Unknown {
+			lc := batch.Credits
+			st.Credits.Unknown, st.Credits.Balance = true, lc.LineAt(out.NowUS)-hot.Consumed
+		}
 	}
 	return st, nil
 }
 
-func ruleStanding(rule *snapshot.Rule, res limiter.Result) RuleStanding {
-	return RuleStanding{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Resource: rule.Resource,
-		Scope: rule.Scope, Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
+func ruleStanding(rule *snapshot.Rule, res limiter.Result) tollgate.RuleStanding {
+	return tollgate.RuleStanding{Name: rule.Name, Algorithm: string(rule.Algorithm), Mode: string(rule.Mode), Resource: rule.Resource,
+		Scope: string(rule.Scope), Limit: rule.Limit, WindowS: rule.WindowS, Remaining: res.Remaining,
 		ResetAfterMS: msCeil(res.ResetAfterUS)}
 }
 
-func quotaStanding(rule *snapshot.Rule, res limiter.Result) *QuotaStanding {
-	return &QuotaStanding{Mode: rule.Mode, IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
+func quotaStanding(rule *snapshot.Rule, res limiter.Result) *tollgate.QuotaStanding {
+	return &tollgate.QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
 		Remaining: res.Remaining, ResetAfterMS: msCeil(res.ResetAfterUS)}
 }

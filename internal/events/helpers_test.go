@@ -21,25 +21,8 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// clock is a test's clock, moved by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+// newClock returns a test's clock, moved by hand.
+func newClock() *testenv.Clock { return testenv.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // received is one request a receiver got.
 type received struct {
@@ -124,7 +107,7 @@ func emit(t testing.TB, db *pgxpool.Pool, typ, tenant string, at time.Time) even
 
 // drain runs deliverer d, moving clk to each next due time, until no
 // delivery is pending or clk passes until.
-func drain(t *testing.T, db *pgxpool.Pool, d *events.Deliverer, clk *clock, until time.Time) {
+func drain(t *testing.T, db *pgxpool.Pool, d *events.Deliverer, clk *testenv.Clock, until time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	for clk.Now().Before(until) {

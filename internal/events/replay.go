@@ -61,12 +61,9 @@ func (o *Ops) Replay(ctx context.Context, by audit.Actor, scope, id string, in R
 	}
 	var res Replayed
 	err := audit.Apply(ctx, o.db, by, func(tx pgx.Tx) (audit.Change, error) {
-		e, err := NewStore(tx).Endpoint(ctx, scope, id)
+		e, err := enabledEndpoint(ctx, tx, scope, id)
 		if err != nil {
 			return audit.Change{}, err
-		}
-		if e.DisabledAt != nil {
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "webhook endpoint %s is disabled: enable it first", id)
 		}
 		var from, to *time.Time
 		if in.EventID == "" {
@@ -91,6 +88,16 @@ func (o *Ops) Replay(ctx context.Context, by audit.Actor, scope, id string, in R
 	return res, err
 }
 
+// enabledEndpoint reads endpoint id in tx for a change that sends to it:
+// ECONFLICT when it is disabled.
+func enabledEndpoint(ctx context.Context, tx pgx.Tx, scope, id string) (Endpoint, error) {
+	e, err := NewStore(tx).Endpoint(ctx, scope, id)
+	if err == nil && e.DisabledAt != nil {
+		err = tollgate.Errorf(tollgate.ECONFLICT, "webhook endpoint %s is disabled: enable it first", id)
+	}
+	return e, err
+}
+
 // TestData is the payload of a webhook.test event.
 type TestData struct {
 	EndpointID string `json:"endpoint_id"`
@@ -102,12 +109,9 @@ type TestData struct {
 func (o *Ops) SendTest(ctx context.Context, by audit.Actor, scope, id string) (Event, error) {
 	var ev Event
 	err := audit.Apply(ctx, o.db, by, func(tx pgx.Tx) (audit.Change, error) {
-		e, err := NewStore(tx).Endpoint(ctx, scope, id)
+		e, err := enabledEndpoint(ctx, tx, scope, id)
 		if err != nil {
 			return audit.Change{}, err
-		}
-		if e.DisabledAt != nil {
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "webhook endpoint %s is disabled: enable it first", id)
 		}
 		ev, err = insertEvent(ctx, tx, Event{Type: WebhookTest, TenantID: e.TenantID, CreatedAt: o.now(),
 			Data: TestData{EndpointID: e.ID, Message: "A test event sent from Tollgate."}})

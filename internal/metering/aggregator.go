@@ -164,7 +164,11 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	if k.resource == "" {
 		k.resource = "*"
 	}
-	wake := false
+	// A crossed threshold is flushed at once rather than at the next
+	// tick: its event is due at the receivers within a second of the
+	// check (docs/events.md). Crossings are rare (once per tenant,
+	// threshold and month), so the early flushes are too.
+	wake := len(ev.Crossed) > 0
 	a.mu.Lock()
 	for _, units := range ev.Crossed {
 		a.crossings = append(a.crossings, Crossing{TenantID: ev.TenantID, Units: units, AtUS: ev.AtUS})
@@ -175,7 +179,7 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 		cur.Add(c)
 	} else if len(a.rows) < a.cfg.MaxRows {
 		a.rows[k] = &c
-		wake = len(a.rows) == a.cfg.MaxRows/2
+		wake = wake || len(a.rows) == a.cfg.MaxRows/2
 	} else if !a.fold(k, c) {
 		wake = true
 		a.stats.Dropped++
@@ -248,8 +252,8 @@ func (a *Aggregator) addIP(minute int64, ip string, c Counts) {
 	a.ipCount++
 }
 
-// Start flushes every FlushInterval (and early when many rows are held)
-// until Close.
+// Start flushes every FlushInterval (and early when many rows are held,
+// or a check crossed a quota threshold) until Close.
 func (a *Aggregator) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopRun = cancel

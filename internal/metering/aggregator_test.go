@@ -278,6 +278,34 @@ func TestAggregatorFlushesPeriodicallyAndOnClose(t *testing.T) {
 	}
 }
 
+// TestAggregatorFlushesACrossingAtOnce: a check that crossed a quota
+// threshold is published at once, with everything recorded before it,
+// not at the next tick (an hour away here).
+func TestAggregatorFlushesACrossingAtOnce(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, FlushInterval: time.Hour})
+	a.Start()
+	defer func() { testenv.Must(t, a.Close(context.Background())) }()
+	a.Record(event(t0, tA, kA, "*", true, 1))
+	crossing := event(t0+1, tA, kA, "*", true, 3)
+	crossing.Crossed = []int64{800}
+	a.Record(crossing)
+	testenv.WaitFor(t, 5*time.Second, "the crossing published", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.batches) > 0
+	})
+	p.mu.Lock()
+	b := p.batches[0]
+	p.mu.Unlock()
+	if len(b.Crossings) != 1 || b.Crossings[0] != (Crossing{TenantID: tA, Units: 800, AtUS: t0 + 1}) {
+		t.Errorf("crossings published %+v, want tenant A's 800", b.Crossings)
+	}
+	if got := p.totals()[tA+"/"+kA]; got.Allowed != 2 || got.AllowedUnits != 4 {
+		t.Errorf("published with the crossing: %+v, want both checks", got)
+	}
+}
+
 func TestDecodeBatchRejectsInvalid(t *testing.T) {
 	for name, payload := range map[string]string{
 		"not json":   `{`,

@@ -84,30 +84,9 @@ const OtherIP = "other"
 // beyond its monthly cap are folded into (pgstore.StoreConfig.ResourceCap).
 const OtherResource = tollgate.ResourceOther
 
-// Counts are decisions and units, split by outcome. Units are the checks'
-// costs: allowed units are what gets billed.
-type Counts struct {
-	Allowed      int64 `json:"allowed"`
-	Denied       int64 `json:"denied"`
-	AllowedUnits int64 `json:"allowed_units"`
-	DeniedUnits  int64 `json:"denied_units"`
-	// ExpiredHolds counts holds that expired unsettled (their units, 0
-	// when refunded, are in AllowedUnits under the reason hold_expired);
-	// kept in the tenant rollups, not in the totals or late usage.
-	ExpiredHolds int64 `json:"expired_holds,omitempty"`
-}
-
-// Add adds o to c.
-func (c *Counts) Add(o Counts) {
-	c.Allowed += o.Allowed
-	c.Denied += o.Denied
-	c.AllowedUnits += o.AllowedUnits
-	c.DeniedUnits += o.DeniedUnits
-	c.ExpiredHolds += o.ExpiredHolds
-}
-
-// Decisions returns allowed + denied.
-func (c Counts) Decisions() int64 { return c.Allowed + c.Denied }
+// Counts are decisions and units, split by outcome (tollgate.Counts, the
+// record the admin API and the SDK share).
+type Counts = tollgate.Counts
 
 // Decisions returns the number of decisions the batch counts.
 func (b *Batch) Decisions() int64 {

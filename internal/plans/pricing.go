@@ -9,13 +9,7 @@ import (
 
 // OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive)
 // at UnitMinor each.
-type OverageLine struct {
-	FromUnit    int64 `json:"from_unit"`
-	ToUnit      int64 `json:"to_unit"`
-	Units       int64 `json:"units"`
-	UnitMinor   int64 `json:"unit_minor"`
-	AmountMinor int64 `json:"amount_minor"`
-}
+type OverageLine = tollgate.OverageLine
 
 // overageTiers returns the tiers that price p's overage: its graduated
 // tiers, or one open-ended tier at the flat price.

@@ -262,3 +262,30 @@ func resolve(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, u
 	return emit(ctx, tx, EventThresholdResolved, tenantID, map[string]any{"threshold_units": units,
 		"month": month.Format("2006-01"), "reason": why, "at": now.UTC().Format(time.RFC3339Nano)})
 }
+
+// SweepCrossings resolves, in tx, the threshold crossings that no longer
+// hold although their tenant has no usage to apply, which Reconcile would
+// otherwise find only with the tenant's next usage: those of months gone
+// by (new_month), and those of tenants whose plan, plan settings or own
+// settings changed since the crossing was recorded (threshold_changed: a
+// plan upgrade, more included units, thresholds moved). It reconciles
+// those tenants only. The usage worker calls it every half minute; like
+// Reconcile, each resolution is emitted once however many workers sweep.
+func SweepCrossings(ctx context.Context, tx pgx.Tx, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT c.tenant_id::text FROM quota_crossings c
+		JOIN tenants t ON t.id = c.tenant_id
+		JOIN plans p ON p.id = t.plan_id
+		LEFT JOIN quota_plan_settings ps ON ps.plan_id = t.plan_id
+		LEFT JOIN quota_tenant_settings ts ON ts.tenant_id = t.id
+		WHERE c.kind = 'threshold' AND c.resolved_at IS NULL
+			AND (c.month < $1 OR greatest(t.updated_at, p.updated_at, ps.updated_at, ts.updated_at) > c.recorded_at)
+		ORDER BY 1`, monthOf(now))
+	if err != nil {
+		return fmt.Errorf("quota: sweep crossings: %w", err)
+	}
+	tenantIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("quota: sweep crossings: %w", err)
+	}
+	return Reconcile(ctx, tx, tenantIDs, now)
+}

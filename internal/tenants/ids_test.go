@@ -54,8 +54,7 @@ func TestMalformedIDsAreNotFoundWithoutAQuery(t *testing.T) {
 func TestIDLookupsUseIndexes(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k"})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{Name: "k"})
 	testenv.NoSeqScans(t, f.db, func(tx pgx.Tx) {
 		ts := tenants.NewStore(tx)
 		_, err := ts.Get(ctx, f.acme.ID)

@@ -43,6 +43,14 @@ func setup(t *testing.T) fixture {
 	return f
 }
 
+// key issues acme a key as spec says, failing the test if it cannot.
+func (f fixture) key(t *testing.T, spec tenants.KeySpec) tenants.Key {
+	t.Helper()
+	_, k, err := f.ts.CreateKey(context.Background(), f.acme.ID, spec)
+	testenv.Must(t, err)
+	return k
+}
+
 func TestListPageSearch(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
@@ -210,8 +218,7 @@ func TestKeys(t *testing.T) {
 func TestTouchKeysOnlyMovesForward(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{})
 	t1 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	testenv.Must(t, f.ts.TouchKeys(ctx, map[string]time.Time{k.ID: t1}))
 	testenv.Must(t, f.ts.TouchKeys(ctx, map[string]time.Time{k.ID: t1.Add(-time.Hour)}))
@@ -281,8 +288,7 @@ func TestUpdateKeyShortenOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k", ExpiresAt: tt.current})
-			testenv.Must(t, err)
+			k := f.key(t, tenants.KeySpec{Name: "k", ExpiresAt: tt.current})
 			next := tt.next
 			got, err := f.ts.UpdateKey(ctx, f.acme.ID, k.ID, tenants.KeyChange{ExpiresAt: &next, ShortenOnly: true}, now)
 			if !tt.ok {
@@ -320,9 +326,7 @@ func TestMaxLiveKeys(t *testing.T) {
 	capped := tenants.KeySpec{Name: "k", MaxLive: 3}
 	var keys []tenants.Key
 	for range 3 {
-		_, k, err := f.ts.CreateKey(ctx, f.acme.ID, capped)
-		testenv.Must(t, err)
-		keys = append(keys, k)
+		keys = append(keys, f.key(t, capped))
 	}
 	if _, _, err := f.ts.CreateKey(ctx, f.acme.ID, capped); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
 		t.Fatalf("a 4th key with MaxLive 3 = %v, want conflict", err)
@@ -412,8 +416,7 @@ func atOnce(t *testing.T, n int, do func() error) (succeeded int) {
 func TestRotateKeyOnce(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{Name: "ci"})
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	_, fresh, old, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
 	testenv.Must(t, err)
@@ -447,8 +450,7 @@ func TestRotateKeyOnce(t *testing.T) {
 func TestConcurrentRotationsOneWins(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci"})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{Name: "ci"})
 	won := atOnce(t, 8, func() error {
 		_, _, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: time.Now()})
 		return err
@@ -467,8 +469,7 @@ func TestRotationKeepsTheExpiry(t *testing.T) {
 	f := setup(t)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	expires := now.Add(72 * time.Hour)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "ci", ExpiresAt: &expires})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{Name: "ci", ExpiresAt: &expires})
 	_, fresh, _, err := f.ts.RotateKey(ctx, f.acme.ID, k.ID, tenants.Rotation{Grace: time.Hour, Now: now})
 	testenv.Must(t, err)
 	if fresh.ExpiresAt == nil || !fresh.ExpiresAt.Equal(expires) {
@@ -481,10 +482,8 @@ func TestRotationKeepsTheExpiry(t *testing.T) {
 func TestMapsByID(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t)
-	_, k, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "k"})
-	testenv.Must(t, err)
-	_, revoked, err := f.ts.CreateKey(ctx, f.acme.ID, tenants.KeySpec{Name: "r"})
-	testenv.Must(t, err)
+	k := f.key(t, tenants.KeySpec{Name: "k"})
+	revoked := f.key(t, tenants.KeySpec{Name: "r"})
 	testenv.Must(t, f.ts.RevokeKey(ctx, revoked.ID))
 	ids := []string{f.acme.ID, f.other.ID, "nope", testenv.GoodID}
 

@@ -24,14 +24,7 @@ const (
 )
 
 // Tenant is a customer organisation subscribed to one plan.
-type Tenant struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	PlanID    int64     `json:"plan_id"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type Tenant = tollgate.Tenant
 
 // Key is an API key's record; the secret itself is never stored.
 type Key struct {

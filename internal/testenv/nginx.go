@@ -9,26 +9,19 @@ import (
 	"testing"
 )
 
-// NginxBinary returns the path of nginx. Without one the test is skipped
-// with a message saying what to install, except in CI (CI=true), where a
-// missing nginx fails it: `make test` installs Debian's nginx-light when
-// it runs as root.
-func NginxBinary(t testing.TB) string {
-	t.Helper()
-	return gatewayBinary(t, "nginx", "/usr/sbin/nginx",
-		"install Debian's nginx-light (`make test` does, as root) to run the gateway tests")
-}
-
 // Nginx runs nginx in the foreground with its configuration, pid file,
 // logs and temporary files in dir, listening on a free loopback port, and
 // returns that address ("127.0.0.1:port"). http returns the body of the
 // http block for the listen address it is given (e.g. "listen 127.0.0.1:
 // 41234;" belongs in its server block); include paths in it are relative
 // to dir. nginx stops when the test ends, and its error log is shown if
-// the test failed.
+// the test failed. Without nginx the test is skipped with a message saying
+// what to install, except in CI (CI=true), where it fails: `make test`
+// installs Debian's nginx-light when it runs as root.
 func Nginx(t testing.TB, dir string, http func(listen string) string) string {
 	t.Helper()
-	bin := NginxBinary(t)
+	bin := gatewayBinary(t, "nginx", "/usr/sbin/nginx",
+		"install Debian's nginx-light (`make test` does, as root) to run the gateway tests")
 	errorLog := filepath.Join(dir, "error.log")
 	return startListening(t, "nginx", func(addr string) *exec.Cmd {
 		conf := fmt.Sprintf(`daemon off;

@@ -114,6 +114,68 @@ func rowOf(t quota.Threshold) thresholdRow {
 // thresholds.
 const blankThresholdRows = 3
 
+// thresholdRows are the rows of a thresholds form showing ts, and
+// blankThresholdRows empty ones.
+func thresholdRows(ts []quota.Threshold) []thresholdRow {
+	var rows []thresholdRow
+	for _, th := range ts {
+		rows = append(rows, rowOf(th))
+	}
+	for range blankThresholdRows {
+		rows = append(rows, thresholdRow{Kind: "percent"})
+	}
+	return rows
+}
+
+// readThresholds reads the rows of a posted thresholds form
+// ("thresholds[i].value" and ".kind"): the rows to show again (empty
+// ones left out) and the thresholds they make, one per row shown, in the
+// same order — so that thresholds[k] of a field error is row k. Values
+// that are no number, and rows of no kind, are named in fe. The list is
+// empty, not nil, when every row is.
+func readThresholds(pf url.Values, fe formErrors) ([]thresholdRow, []quota.Threshold) {
+	var rows []thresholdRow
+	list := []quota.Threshold{}
+	for i := 0; i < 100; i++ {
+		k := fmt.Sprintf("thresholds[%d].", i)
+		if _, ok := pf[k+"kind"]; !ok {
+			break
+		}
+		row := thresholdRow{Kind: pf.Get(k + "kind"), Value: strings.TrimSpace(pf.Get(k + "value"))}
+		if row.Value == "" {
+			continue
+		}
+		field := fmt.Sprintf("thresholds[%d]", len(rows))
+		rows = append(rows, row)
+		n := fe.number(row.Value, field, 0)
+		var th quota.Threshold
+		switch row.Kind {
+		case "percent":
+			th.Percent = n
+		case "units":
+			th.Units = n
+		case "remaining":
+			th.Remaining = n
+		default:
+			fe[field] = "choose a kind of threshold"
+		}
+		list = append(list, th)
+	}
+	return rows, list
+}
+
+// onThresholdRows adds to errs, for each problem of a threshold's own
+// field ("thresholds[0].percent"), the same problem under its row
+// ("thresholds[0]"), where the form shows it; it returns errs.
+func onThresholdRows(errs map[string]string) map[string]string {
+	for k, v := range errs {
+		if row, _, ok := strings.Cut(k, "]."); ok && strings.HasPrefix(row, "thresholds[") {
+			errs[row+"]"] = v
+		}
+	}
+	return errs
+}
+
 // Alerts serves GET /tenants/{tenantID}/alerts.
 func (c *Console) Alerts() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
@@ -164,12 +226,11 @@ func (c *Console) alertsView(w http.ResponseWriter, r *http.Request, t tenants.T
 	}
 	p.ThresholdRows = forms.Thresholds
 	if p.ThresholdRows == nil {
-		for _, th := range inForce {
-			p.ThresholdRows = append(p.ThresholdRows, rowOf(th))
+		p.ThresholdRows = thresholdRows(inForce)
+	} else {
+		for range blankThresholdRows {
+			p.ThresholdRows = append(p.ThresholdRows, thresholdRow{Kind: "percent"})
 		}
-	}
-	for range blankThresholdRows {
-		p.ThresholdRows = append(p.ThresholdRows, thresholdRow{Kind: "percent"})
 	}
 
 	p.Cap = capView{Max: ps.SpendCapMaxMinor, Default: ps.SpendCapDefaultMinor, Own: own.SpendCapMinor,
@@ -224,50 +285,16 @@ func (c *Console) AlertThresholds() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		pf := r.PostForm
 		fe := formErrors{}
-		var rows []thresholdRow
-		list := []quota.Threshold{}
-		for i := 0; i < 100; i++ {
-			k := fmt.Sprintf("thresholds[%d].", i)
-			if _, ok := pf[k+"kind"]; !ok {
-				break
-			}
-			row := thresholdRow{Kind: pf.Get(k + "kind"), Value: strings.TrimSpace(pf.Get(k + "value"))}
-			if row.Value == "" {
-				continue
-			}
-			field := fmt.Sprintf("thresholds[%d]", len(rows))
-			rows = append(rows, row)
-			n := fe.number(row.Value, field, 0)
-			var th quota.Threshold
-			switch row.Kind {
-			case "percent":
-				th.Percent = n
-			case "units":
-				th.Units = n
-			case "remaining":
-				th.Remaining = n
-			default:
-				fe[field] = "choose a kind of threshold"
-			}
-			list = append(list, th)
-		}
+		rows, list := readThresholds(pf, fe)
 		if pf.Get("plan") == "yes" {
 			list, rows = nil, nil
 		}
 		reshow := func(status int, errs map[string]string) {
-			// A field's own problem ("thresholds[0].percent") shows on its row.
-			for k, v := range errs {
-				if row, _, ok := strings.Cut(k, "]."); ok {
-					errs[row+"]"] = v
-				}
-			}
-			c.alertsView(w, r, t, status, alertForms{Thresholds: rows, Errors: errs})
+			c.alertsView(w, r, t, status, alertForms{Thresholds: rows, Errors: onThresholdRows(errs)})
 		}
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		_, err := c.cfg.Quota.SetTenantThresholds(r.Context(), actor(r), t.ID, list)
-		if c.formFailed(w, r, err, reshow) {
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (quota.TenantSettings, error) {
+			return c.cfg.Quota.SetTenantThresholds(r.Context(), actor(r), t.ID, list)
+		}); !ok {
 			return
 		}
 		msg := "Thresholds saved."
@@ -289,11 +316,9 @@ func (c *Console) AlertSpendCap() http.Handler {
 		reshow := func(status int, errs map[string]string) {
 			c.alertsView(w, r, t, status, alertForms{Cap: &typed, Errors: errs})
 		}
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		_, err := c.cfg.Quota.SetTenantSpendCap(r.Context(), actor(r), t.ID, capMinor)
-		if c.formFailed(w, r, err, reshow) {
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (quota.TenantSettings, error) {
+			return c.cfg.Quota.SetTenantSpendCap(r.Context(), actor(r), t.ID, capMinor)
+		}); !ok {
 			return
 		}
 		redirect(w, r, alertsPath(t), "Spend cap saved.")

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/page"
@@ -31,21 +29,17 @@ type creditsForm struct {
 
 // Credits serves GET /tenants/{tenantID}/credits.
 func (c *Console) Credits() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.creditsView(w, r, http.StatusOK, creditsForm{Cause: "top-up"}, nil)
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
+		c.creditsView(w, r, t, http.StatusOK, creditsForm{Cause: "top-up"}, nil)
 	})
 }
 
-func (c *Console) creditsView(w http.ResponseWriter, r *http.Request, status int, form creditsForm, errs map[string]string) {
+func (c *Console) creditsView(w http.ResponseWriter, r *http.Request, t tenants.Tenant, status int, form creditsForm, errs map[string]string) {
 	ctx := r.Context()
-	t, err := c.tenantOf(r)
-	if err != nil {
-		c.Error(w, r, err)
-		return
-	}
 	p := creditsPage{Tenant: t, Form: form, Errors: errs,
 		CanOperate: access.Tenant(session(r).User, t.ID, access.OperateTenant) == nil}
 	cs := credits.NewStore(c.cfg.DB)
+	var err error
 	if p.Balance, err = cs.Balance(ctx, t.ID); err != nil {
 		c.Error(w, r, err)
 		return
@@ -66,22 +60,20 @@ func (c *Console) creditsView(w http.ResponseWriter, r *http.Request, status int
 // CreditsGrant serves POST /tenants/{tenantID}/credits: credits.Ops.Grant
 // (a top-up), expiring at the form's time (UTC; never when empty).
 func (c *Console) CreditsGrant() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "tenantID")
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		form := creditsForm{Amount: r.PostForm.Get("amount"), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at")),
 			Cause: r.PostForm.Get("cause")}
 		in := credits.GrantInput{Amount: fe.int64(r.PostForm, "amount", 0), ExpiresAt: fe.dateTime(r.PostForm, "expires_at"),
 			Cause: form.Cause}
-		reshow := func(status int, errs map[string]string) { c.creditsView(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
+		reshow := func(status int, errs map[string]string) { c.creditsView(w, r, t, status, form, errs) }
+		g, ok := saveForm(c, w, r, fe, reshow, func() (credits.Grant, error) {
+			return c.cfg.Credits.Grant(r.Context(), actor(r), t.ID, in)
+		})
+		if !ok {
 			return
 		}
-		g, err := c.cfg.Credits.Grant(r.Context(), actor(r), id, in)
-		if c.formFailed(w, r, err, reshow) {
-			return
-		}
-		redirect(w, r, "/tenants/"+url.PathEscape(id)+"/credits",
+		redirect(w, r, "/tenants/"+url.PathEscape(t.ID)+"/credits",
 			"Granted "+strconv.FormatInt(g.Amount, 10)+" units; every api process draws on them within a second.")
 	})
 }

@@ -43,6 +43,19 @@ func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, err error,
 	return true
 }
 
+// saveForm makes a form's change: when fe names problems with the form's
+// values, or change fails with field errors, reshow shows the form again
+// with them; any other error is the error page. ok is false when the
+// change was not made (the answer is written).
+func saveForm[T any](c *Console, w http.ResponseWriter, r *http.Request, fe formErrors,
+	reshow func(status int, errs map[string]string), change func() (T, error)) (v T, ok bool) {
+	if c.formFailed(w, r, fe.err(), reshow) {
+		return v, false
+	}
+	v, err := change()
+	return v, !c.formFailed(w, r, err, reshow)
+}
+
 // formErrors collects problems with a form's values before the change is
 // made: a number that is not one, a time that does not parse.
 type formErrors map[string]string
@@ -106,6 +119,23 @@ type confirmPage struct {
 	Button  string
 	Fields  map[string]string // the original form's fields, sent again
 	Back    string
+}
+
+// confirmThen makes a change once it is confirmed: until the request is,
+// it asks (ask, on a page of section nav); then change makes it and the
+// browser goes to ask.Back with the message done. An error of change is
+// the error page.
+func (c *Console) confirmThen(w http.ResponseWriter, r *http.Request, nav string, ask confirmPage, done string,
+	change func() error) {
+	if !confirmed(r) {
+		c.askConfirmation(w, r, nav, ask)
+		return
+	}
+	if err := change(); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	redirect(w, r, ask.Back, done)
 }
 
 // askConfirmation renders the confirmation page for the request's form.

@@ -37,11 +37,10 @@ func (c *Console) KeyIssue() http.Handler {
 		form := keyForm{Name: strings.TrimSpace(r.PostForm.Get("name")), ExpiresAt: strings.TrimSpace(r.PostForm.Get("expires_at"))}
 		in := tenants.CreateKeyInput{Name: form.Name, ExpiresAt: fe.dateTime(r.PostForm, "expires_at")}
 		reshow := func(status int, errs map[string]string) { c.keyList(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		res, err := c.cfg.Tenants.CreateKey(r.Context(), actor(r), t.ID, in)
-		if c.formFailed(w, r, err, reshow) {
+		res, ok := saveForm(c, w, r, fe, reshow, func() (tenants.IssuedKey, error) {
+			return c.cfg.Tenants.CreateKey(r.Context(), actor(r), t.ID, in)
+		})
+		if !ok {
 			return
 		}
 		c.showSecret(w, r, keySecretPage{Tenant: t, Key: res.Key, Secret: res.Secret})
@@ -82,17 +81,12 @@ func (c *Console) KeyRevoke() http.Handler {
 		if back == "/" {
 			back = keysPath(tenantID)
 		}
-		if !confirmed(r) {
-			c.askConfirmation(w, r, "keys", confirmPage{Heading: "Revoke key " + k.Prefix + "…?",
-				Message: "Every check with " + keyLabel(k) + " will be denied (key_revoked) within a second. This cannot be undone.",
-				Button:  "Revoke key", Back: back})
-			return
-		}
-		if _, err := c.cfg.Tenants.RevokeKey(ctx, actor(r), tenantID, keyID); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, back, "Key "+k.Prefix+"… revoked: checks with it are denied.")
+		c.confirmThen(w, r, "keys", confirmPage{Heading: "Revoke key " + k.Prefix + "…?",
+			Message: "Every check with " + keyLabel(k) + " will be denied (key_revoked) within a second. This cannot be undone.",
+			Button:  "Revoke key", Back: back}, "Key "+k.Prefix+"… revoked: checks with it are denied.", func() error {
+			_, err := c.cfg.Tenants.RevokeKey(ctx, actor(r), tenantID, keyID)
+			return err
+		})
 	})
 }
 

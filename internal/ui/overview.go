@@ -128,12 +128,12 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	for _, k := range denied {
 		tenantIDs, keyIDs = append(tenantIDs, k.TenantID), append(keyIDs, k.KeyID)
 	}
-	names, err := c.tenants.Names(ctx, tenantIDs)
-	if err != nil {
-		return p, err
-	}
-	keys, err := c.tenants.KeysByID(ctx, keyIDs)
-	if err != nil {
+	var names map[string]string
+	var keys map[string]tenants.Key
+	if err := gather(
+		func() (err error) { names, err = c.tenants.Names(ctx, tenantIDs); return err },
+		func() (err error) { keys, err = c.tenants.KeysByID(ctx, keyIDs); return err },
+	); err != nil {
 		return p, err
 	}
 	var bars []bar

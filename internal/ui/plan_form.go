@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 )
 
 // The plan form edits a whole plan: its pricing (flat or graduated
@@ -27,6 +28,36 @@ type planFormPage struct {
 	Errors  map[string]string
 	Message string
 	Options formOptions
+	// Quota is the form of the plan's quota settings, saved on its own
+	// (quota.Ops.SetPlan); nil for a new plan, which has none yet.
+	Quota *planQuotaForm
+}
+
+// planQuotaForm is the form of a plan's quota settings as typed: its
+// tenants' default thresholds, and the default and the most a tenant's
+// spend cap may be (minor units; empty: none).
+type planQuotaForm struct {
+	Thresholds                   []thresholdRow
+	SpendCapDefault, SpendCapMax string
+	Kinds                        []thresholdKind
+	Currency                     string
+	// Binds: the plan bills overage, where a cap holds.
+	Binds   bool
+	Errors  map[string]string
+	Message string
+}
+
+// quotaFormOf returns the quota form of plan p's stored settings ps.
+func quotaFormOf(p plans.Plan, ps quota.PlanSettings) *planQuotaForm {
+	f := &planQuotaForm{Thresholds: thresholdRows(ps.Thresholds), Kinds: thresholdKinds, Currency: p.Currency,
+		Binds: p.QuotaMode == plans.QuotaOverage, Errors: map[string]string{}}
+	if ps.SpendCapDefaultMinor != nil {
+		f.SpendCapDefault = strconv.FormatInt(*ps.SpendCapDefaultMinor, 10)
+	}
+	if ps.SpendCapMaxMinor != nil {
+		f.SpendCapMax = strconv.FormatInt(*ps.SpendCapMaxMinor, 10)
+	}
+	return f
 }
 
 // planForm holds the form's values as typed, so that a refused form
@@ -318,8 +349,48 @@ func (c *Console) PlanNew() http.Handler {
 	})
 }
 
-// PlanEdit serves GET /plans/{planID}/edit.
+// PlanEdit serves GET /plans/{planID}/edit: the plan's form, and the
+// form of its quota settings.
 func (c *Console) PlanEdit() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathPlanID(r)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		c.planEdit(w, r, id, http.StatusOK, nil)
+	})
+}
+
+// planEdit renders the edit page of plan id with status: the stored plan,
+// and its quota form as typed (reshown, with its errors) or else as
+// stored.
+func (c *Console) planEdit(w http.ResponseWriter, r *http.Request, id int64, status int, reshown *planQuotaForm) {
+	p, err := c.plans.Get(r.Context(), id)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	q := reshown
+	if q == nil {
+		ps, err := c.quota.PlanSettings(r.Context(), id)
+		if err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		q = quotaFormOf(p, ps)
+	}
+	f := formOf(p)
+	f.Tiers = append(f.Tiers, tierForm{})
+	c.render(w, r, status, "plan_form", "plans", planFormPage{ID: id, Form: f, Options: options, Quota: q})
+}
+
+// PlanQuotaSave serves POST /plans/{planID}/quota: the plan's default
+// thresholds and spend caps, through quota.Ops.SetPlan (plan.quota), the
+// operation of the API's PUT /api/v1/plans/{planID}/quota and of `admin
+// plans quota`. Empty threshold rows are left out; an empty cap is none.
+// Refused values are shown beside their rows, and nothing is saved.
+func (c *Console) PlanQuotaSave() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathPlanID(r)
 		if err != nil {
@@ -331,9 +402,28 @@ func (c *Console) PlanEdit() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		f := formOf(p)
-		f.Tiers = append(f.Tiers, tierForm{})
-		c.render(w, r, http.StatusOK, "plan_form", "plans", planFormPage{ID: id, Form: f, Options: options})
+		pf := r.PostForm
+		fe := formErrors{}
+		rows, list := readThresholds(pf, fe)
+		in := quota.PlanSettingsInput{Thresholds: list, SpendCapDefaultMinor: fe.optInt64(pf, "spend_cap_default_minor"),
+			SpendCapMaxMinor: fe.optInt64(pf, "spend_cap_max_minor")}
+		reshow := func(status int, errs map[string]string) {
+			q := quotaFormOf(p, quota.PlanSettings{})
+			q.Thresholds = append(rows, q.Thresholds...) // the rows as typed, then the blank ones
+			q.SpendCapDefault = strings.TrimSpace(pf.Get("spend_cap_default_minor"))
+			q.SpendCapMax = strings.TrimSpace(pf.Get("spend_cap_max_minor"))
+			q.Errors = onThresholdRows(errs)
+			q.Message = "Nothing was saved: each problem is shown beside its field."
+			c.planEdit(w, r, id, status, q)
+		}
+		if c.formFailed(w, r, fe.err(), reshow) {
+			return
+		}
+		if _, err := c.cfg.Quota.SetPlan(r.Context(), actor(r), id, in); c.formFailed(w, r, err, reshow) {
+			return
+		}
+		redirect(w, r, "/plans/"+strconv.FormatInt(id, 10),
+			"Thresholds and spend caps of plan "+p.Name+" saved: checks use them within a second.")
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 )
 
 // planListPage is the data of the plans page.
@@ -52,6 +53,10 @@ type planViewPage struct {
 	Rules   []ruleView
 	// Quota is the rule that the plan's quota mode adds, if any.
 	Quota *ruleView
+	// Thresholds are the plan's default thresholds, and Settings its
+	// quota settings (spend caps).
+	Thresholds []thresholdView
+	Settings   quota.PlanSettings
 }
 
 // ruleView is a rule with its preview.
@@ -96,6 +101,14 @@ func (c *Console) PlanView() http.Handler {
 		if q, ok := pl.QuotaRule(); ok {
 			v := viewRule(q)
 			p.Quota = &v
+		}
+		if p.Settings, err = c.quota.PlanSettings(r.Context(), pl.ID); err != nil {
+			c.Error(w, r, err)
+			return
+		}
+		for _, th := range p.Settings.Thresholds {
+			at, ok := th.At(pl.IncludedUnits)
+			p.Thresholds = append(p.Thresholds, thresholdView{Label: thresholdLabel(th), At: at, Reached: ok})
 		}
 		c.render(w, r, http.StatusOK, "plan_view", "plans", p)
 	})

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,25 +73,27 @@ func loadedHandler[T any](c *Console, load func(r *http.Request) (T, error), ser
 	})
 }
 
+// pathNamed loads what the path parameter param names, with get: for
+// loadedHandler.
+func pathNamed[T any](param string, get func(ctx context.Context, id string) (T, error)) func(r *http.Request) (T, error) {
+	return func(r *http.Request) (T, error) { return get(r.Context(), chi.URLParam(r, param)) }
+}
+
 // TenantView serves GET /tenants/{tenantID}.
 func (c *Console) TenantView() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.tenantView(w, r, http.StatusOK, planChangeForm{EffectiveAt: c.now().UTC().Format("2006-01-02T15:04")}, nil)
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
+		c.tenantView(w, r, t, http.StatusOK, planChangeForm{EffectiveAt: c.now().UTC().Format("2006-01-02T15:04")}, nil)
 	})
 }
 
-func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, status int, form planChangeForm, errs map[string]string) {
+func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.Tenant, status int, form planChangeForm, errs map[string]string) {
 	ctx := r.Context()
-	t, err := c.tenantOf(r)
-	if err != nil {
-		c.Error(w, r, err)
-		return
-	}
 	u := session(r).User
 	now := c.now()
 	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: billing.MonthOf(now),
 		CanOperate:    access.Tenant(u, t.ID, access.OperateTenant) == nil,
 		CanManageKeys: access.Tenant(u, t.ID, access.ManageKeys) == nil}
+	var err error
 	if p.Plan, err = c.plans.Get(ctx, t.PlanID); err != nil {
 		c.Error(w, r, err)
 		return
@@ -158,20 +161,17 @@ func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m
 // TenantSetPlan serves POST /tenants/{tenantID}/plan: tenants.Ops.SetPlan,
 // effective at the form's time (UTC; now when empty).
 func (c *Console) TenantSetPlan() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "tenantID")
+	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}
 		form := planChangeForm{PlanID: fe.int64(r.PostForm, "plan_id", 0), EffectiveAt: strings.TrimSpace(r.PostForm.Get("effective_at"))}
 		in := tenants.SetPlanInput{PlanID: form.PlanID, EffectiveAt: fe.dateTime(r.PostForm, "effective_at")}
-		reshow := func(status int, errs map[string]string) { c.tenantView(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
+		reshow := func(status int, errs map[string]string) { c.tenantView(w, r, t, status, form, errs) }
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (tenants.Tenant, error) {
+			return c.cfg.Tenants.SetPlan(r.Context(), actor(r), t.ID, in)
+		}); !ok {
 			return
 		}
-		_, err := c.cfg.Tenants.SetPlan(r.Context(), actor(r), id, in)
-		if c.formFailed(w, r, err, reshow) {
-			return
-		}
-		redirect(w, r, "/tenants/"+url.PathEscape(id), "Plan changed.")
+		redirect(w, r, "/tenants/"+url.PathEscape(t.ID), "Plan changed.")
 	})
 }
 
@@ -184,19 +184,14 @@ func (c *Console) TenantStatus(suspend bool) http.Handler {
 	}
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		back := "/tenants/" + url.PathEscape(t.ID)
-		if !confirmed(r) {
-			msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."
-			if suspend {
-				msg = "Every check with " + t.Name + "'s keys will be denied (tenant_suspended) within a second, until you resume it."
-			}
-			c.askConfirmation(w, r, "tenants", confirmPage{Heading: strings.ToUpper(verb[:1]) + verb[1:] + " " + t.Name + "?",
-				Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back})
-			return
+		msg := "Checks with " + t.Name + "'s keys will be allowed again within a second."
+		if suspend {
+			msg = "Every check with " + t.Name + "'s keys will be denied (tenant_suspended) within a second, until you resume it."
 		}
-		if _, err := change(r.Context(), actor(r), t.ID); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, back, done)
+		c.confirmThen(w, r, "tenants", confirmPage{Heading: strings.ToUpper(verb[:1]) + verb[1:] + " " + t.Name + "?",
+			Message: msg, Button: strings.ToUpper(verb[:1]) + verb[1:], Back: back}, done, func() error {
+			_, err := change(r.Context(), actor(r), t.ID)
+			return err
+		})
 	})
 }

@@ -48,6 +48,21 @@ func nextPage(r *http.Request, cursor *string) string {
 	return r.URL.Path + "?" + q.Encode()
 }
 
+// listPage reads the page of list that the request's query asks for (its
+// cursor and limit): its items, and the URL of the page after it ("" when
+// there is none).
+func listPage[T any](r *http.Request, list func(ctx context.Context, pr page.Request) (page.Page[T], error)) ([]T, string, error) {
+	pr, err := page.FromQuery(r.URL.Query())
+	if err != nil {
+		return nil, "", err
+	}
+	pg, err := list(r.Context(), pr)
+	if err != nil {
+		return nil, "", err
+	}
+	return pg.Items, nextPage(r, pg.NextCursor), nil
+}
+
 // tenantNames returns the names of the tenants of items (tenantOf each),
 // by ID; an ID that names no tenant, such as "", has no name.
 func tenantNames[T any](ctx context.Context, ts *tenants.Store, items []T, tenantOf func(T) string) (map[string]string, error) {
@@ -81,11 +96,6 @@ func (c *Console) TenantList() http.Handler {
 
 func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int, form tenantForm, errs map[string]string) {
 	q := r.URL.Query()
-	pr, err := page.FromQuery(q)
-	if err != nil {
-		c.Error(w, r, err)
-		return
-	}
 	p := tenantListPage{Query: strings.TrimSpace(q.Get("q")), Status: q.Get("status"), Form: form, Errors: errs, Open: len(errs) > 0}
 	if s := q.Get("plan"); s != "" {
 		p.PlanID, _ = strconv.ParseInt(s, 10, 64)
@@ -102,13 +112,15 @@ func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int,
 		return
 	}
 	p.Plans = list
-	pg, err := c.tenants.ListPage(r.Context(), tenants.Filter{Query: p.Query, Status: p.Status, PlanID: p.PlanID}, pr)
+	found, next, err := listPage(r, func(ctx context.Context, pr page.Request) (page.Page[tenants.Tenant], error) {
+		return c.tenants.ListPage(ctx, tenants.Filter{Query: p.Query, Status: p.Status, PlanID: p.PlanID}, pr)
+	})
 	if err != nil {
 		c.Error(w, r, err)
 		return
 	}
-	ids := make([]string, len(pg.Items))
-	for i, t := range pg.Items {
+	ids := make([]string, len(found))
+	for i, t := range found {
 		ids[i] = t.ID
 	}
 	counts, err := c.tenants.KeyCounts(r.Context(), ids, c.now())
@@ -116,10 +128,10 @@ func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int,
 		c.Error(w, r, err)
 		return
 	}
-	for _, t := range pg.Items {
+	for _, t := range found {
 		p.Rows = append(p.Rows, tenantRow{Tenant: t, PlanName: byID[t.PlanID].Name, Keys: counts[t.ID]})
 	}
-	p.Next = nextPage(r, pg.NextCursor)
+	p.Next = next
 	c.render(w, r, status, "tenant_list", "tenants", p)
 }
 
@@ -129,11 +141,10 @@ func (c *Console) TenantCreate() http.Handler {
 		fe := formErrors{}
 		form := tenantForm{Name: strings.TrimSpace(r.PostForm.Get("name")), PlanID: fe.int64(r.PostForm, "plan_id", 0)}
 		reshow := func(status int, errs map[string]string) { c.tenantList(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		t, err := c.cfg.Tenants.Create(r.Context(), actor(r), tenants.CreateTenantInput{Name: form.Name, PlanID: form.PlanID})
-		if c.formFailed(w, r, err, reshow) {
+		t, ok := saveForm(c, w, r, fe, reshow, func() (tenants.Tenant, error) {
+			return c.cfg.Tenants.Create(r.Context(), actor(r), tenants.CreateTenantInput{Name: form.Name, PlanID: form.PlanID})
+		})
+		if !ok {
 			return
 		}
 		redirect(w, r, "/tenants/"+url.PathEscape(t.ID), "Tenant "+t.Name+" created.")

@@ -4,10 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/page"
 )
 
 // tokenListPage is the data of the service tokens page.
@@ -51,19 +48,14 @@ func (c *Console) TokenList() http.Handler {
 }
 
 func (c *Console) tokenList(w http.ResponseWriter, r *http.Request, status int, form tokenForm, errs map[string]string) {
-	pr, err := page.FromQuery(r.URL.Query())
+	list, next, err := listPage(r, c.auth.ListServiceTokensPage)
 	if err != nil {
 		c.Error(w, r, err)
 		return
 	}
-	pg, err := c.auth.ListServiceTokensPage(r.Context(), pr)
-	if err != nil {
-		c.Error(w, r, err)
-		return
-	}
-	p := tokenListPage{Form: form, Errors: errs, TTLs: ttls, Next: nextPage(r, pg.NextCursor)}
+	p := tokenListPage{Form: form, Errors: errs, TTLs: ttls, Next: next}
 	now := c.now()
-	for _, t := range pg.Items {
+	for _, t := range list {
 		row := tokenRow{ServiceToken: t, Badge: badge{"active", "ok", ""}}
 		switch {
 		case t.RevokedAt != nil:
@@ -85,11 +77,10 @@ func (c *Console) TokenIssue() http.Handler {
 		fe := formErrors{}
 		form := tokenForm{Name: strings.TrimSpace(r.PostForm.Get("name")), TTLS: fe.int64(r.PostForm, "ttl_s", 365*86400)}
 		reshow := func(status int, errs map[string]string) { c.tokenList(w, r, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		res, err := c.cfg.Auth.IssueServiceToken(r.Context(), actor(r), auth.IssueServiceTokenInput{Name: form.Name, TTLS: &form.TTLS})
-		if c.formFailed(w, r, err, reshow) {
+		res, ok := saveForm(c, w, r, fe, reshow, func() (auth.IssuedServiceToken, error) {
+			return c.cfg.Auth.IssueServiceToken(r.Context(), actor(r), auth.IssueServiceTokenInput{Name: form.Name, TTLS: &form.TTLS})
+		})
+		if !ok {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
@@ -100,23 +91,12 @@ func (c *Console) TokenIssue() http.Handler {
 // TokenRevoke serves POST /service-tokens/{tokenID}/revoke, after
 // confirmation: the check API refuses the token within a second.
 func (c *Console) TokenRevoke() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "tokenID")
-		t, err := c.auth.GetServiceToken(r.Context(), id)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		if !confirmed(r) {
-			c.askConfirmation(w, r, "tokens", confirmPage{Heading: "Revoke service token " + t.Name + "?",
-				Message: "The check API refuses it (401) within a second: callers using it can no longer check.",
-				Button:  "Revoke token", Back: "/service-tokens"})
-			return
-		}
-		if _, err := c.cfg.Auth.RevokeServiceToken(r.Context(), actor(r), id); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, "/service-tokens", "Service token "+t.Name+" revoked.")
+	return loadedHandler(c, pathNamed("tokenID", c.auth.GetServiceToken), func(w http.ResponseWriter, r *http.Request, t auth.ServiceToken) {
+		c.confirmThen(w, r, "tokens", confirmPage{Heading: "Revoke service token " + t.Name + "?",
+			Message: "The check API refuses it (401) within a second: callers using it can no longer check.",
+			Button:  "Revoke token", Back: "/service-tokens"}, "Service token "+t.Name+" revoked.", func() error {
+			_, err := c.cfg.Auth.RevokeServiceToken(r.Context(), actor(r), t.ID)
+			return err
+		})
 	})
 }

@@ -1,10 +1,9 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"strings"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/page"
@@ -46,29 +45,26 @@ func (c *Console) UserList() http.Handler {
 
 func (c *Console) userList(w http.ResponseWriter, r *http.Request, status int, form userForm, errs map[string]string) {
 	q := r.URL.Query()
-	pr, err := page.FromQuery(q)
-	if err != nil {
-		c.Error(w, r, err)
-		return
-	}
 	p := userListPage{Query: strings.TrimSpace(q.Get("q")), Role: q.Get("role"), Form: form, Errors: errs, Me: session(r).User.ID}
 	if !auth.Role(p.Role).Valid() {
 		p.Role = ""
 	}
-	pg, err := c.auth.ListUsersPage(r.Context(), auth.UserFilter{Query: p.Query, Role: auth.Role(p.Role)}, pr)
+	users, next, err := listPage(r, func(ctx context.Context, pr page.Request) (page.Page[auth.User], error) {
+		return c.auth.ListUsersPage(ctx, auth.UserFilter{Query: p.Query, Role: auth.Role(p.Role)}, pr)
+	})
 	if err != nil {
 		c.Error(w, r, err)
 		return
 	}
-	names, err := tenantNames(r.Context(), c.tenants, pg.Items, func(u auth.User) string { return u.TenantID })
+	names, err := tenantNames(r.Context(), c.tenants, users, func(u auth.User) string { return u.TenantID })
 	if err != nil {
 		c.Error(w, r, err)
 		return
 	}
-	for _, u := range pg.Items {
+	for _, u := range users {
 		p.Rows = append(p.Rows, userRow{User: u, TenantName: names[u.TenantID]})
 	}
-	p.Next = nextPage(r, pg.NextCursor)
+	p.Next = next
 	c.render(w, r, status, "user_list", "users", p)
 }
 
@@ -101,27 +97,16 @@ func (c *Console) UserCreate() http.Handler {
 // UserAction serves POST /users/{userID}/disable (disable true) and
 // POST /users/{userID}/sessions/revoke, after confirmation.
 func (c *Console) UserAction(disable bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "userID")
-		u, err := c.auth.GetUser(r.Context(), id)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, pathNamed("userID", c.auth.GetUser), func(w http.ResponseWriter, r *http.Request, u auth.User) {
 		change, heading, msg, button, done := c.cfg.Auth.EndUserSessions, "Sign "+u.Email+" out everywhere?",
 			"Every session of "+u.Email+" ends at once; they may sign in again.", "End sessions", "Sessions of "+u.Email+" ended."
 		if disable {
 			change, heading, msg, button, done = c.cfg.Auth.DisableUser, "Disable "+u.Email+"?",
 				u.Email+" can no longer sign in, and every session of theirs ends at once.", "Disable user", u.Email+" disabled."
 		}
-		if !confirmed(r) {
-			c.askConfirmation(w, r, "users", confirmPage{Heading: heading, Message: msg, Button: button, Back: "/users"})
-			return
-		}
-		if _, err := change(r.Context(), actor(r), id); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, "/users", done)
+		c.confirmThen(w, r, "users", confirmPage{Heading: heading, Message: msg, Button: button, Back: "/users"}, done, func() error {
+			_, err := change(r.Context(), actor(r), u.ID)
+			return err
+		})
 	})
 }

@@ -280,11 +280,10 @@ func (c *Console) WebhookCreate() http.Handler {
 		reshow := func(status int, errs map[string]string) {
 			c.webhookHome(w, r, s, status, form, fieldGroups(errs, "event_types", "tenant_ids"))
 		}
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		res, err := c.cfg.Events.CreateEndpoint(r.Context(), actor(r), s.id(), in)
-		if c.formFailed(w, r, err, reshow) {
+		res, ok := saveForm(c, w, r, fe, reshow, func() (events.IssuedEndpoint, error) {
+			return c.cfg.Events.CreateEndpoint(r.Context(), actor(r), s.id(), in)
+		})
+		if !ok {
 			return
 		}
 		c.showHookSecret(w, r, s, res, false)
@@ -519,11 +518,10 @@ func (c *Console) WebhookReplay() http.Handler {
 			}
 		}
 		reshow := func(status int, errs map[string]string) { c.webhookView(w, r, s, status, form, errs) }
-		if c.formFailed(w, r, fe.err(), reshow) {
-			return
-		}
-		res, err := c.cfg.Events.Replay(r.Context(), actor(r), s.id(), id, in)
-		if c.formFailed(w, r, err, reshow) {
+		res, ok := saveForm(c, w, r, fe, reshow, func() (events.Replayed, error) {
+			return c.cfg.Events.Replay(r.Context(), actor(r), s.id(), id, in)
+		})
+		if !ok {
 			return
 		}
 		msg := "Replayed: " + formatInt(int64(res.Deliveries)) + " deliveries queued."

@@ -61,9 +61,10 @@ type StoreConfig struct {
 	ResourceCap int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// RateAlert says when a key's denials by rate rules are sustained
+	// RateAlert says when a key's or a tenant's denials by rate rules are sustained
 	// enough for ratelimit.sustained (quota.RateAlert's defaults;
-	// TOLLGATE_RATELIMIT_ALERT_DENIALS and _WINDOW).
+	// TOLLGATE_RATELIMIT_ALERT_DENIALS, _TENANT_ALERT_DENIALS and
+	// _ALERT_WINDOW).
 	RateAlert quota.RateAlert
 }
 
@@ -307,11 +308,21 @@ func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply 
 	return quota.RecordRateDenials(ctx, tx, limited, rate, now)
 }
 
-// SweepRateAlerts resolves the rate limiting alerts that no longer hold
-// (quota.SweepRateAlerts), for a worker with no batches to apply.
+// SweepRateAlerts resolves what no longer holds although no usage comes
+// to apply, each in its own transaction: the rate limiting alerts whose
+// window emptied (quota.SweepRateAlerts), and the threshold crossings of
+// months gone by or whose threshold moved since (quota.SweepCrossings).
+// The usage worker calls it every half minute, busy or idle.
 func (s *Store) SweepRateAlerts(ctx context.Context) error {
+	now := s.cfg.Now()
+	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+		return quota.SweepRateAlerts(ctx, tx, s.cfg.RateAlert, now)
+	})
+	if err != nil {
+		return err
+	}
 	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		return quota.SweepRateAlerts(ctx, tx, s.cfg.RateAlert, s.cfg.Now())
+		return quota.SweepCrossings(ctx, tx, now)
 	})
 }
 
@@ -707,18 +718,30 @@ func (p StoreProducer) Publish(ctx context.Context, b metering.Batch) error {
 	return err
 }
 
-// MaintainEvery runs Maintain now and then every interval until ctx ends,
-// logging failures: for processes that apply batches without a
-// billing.Worker.
+// MaintainEvery runs Maintain now and then every interval, and
+// SweepRateAlerts every SweepInterval, until ctx ends, logging failures:
+// for processes that apply batches without a billing.Worker (an api
+// process in single-process mode).
 func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
+	var nextMaintenance time.Time
 	for {
-		if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("usage: maintenance failed", "err", err)
+		if now := time.Now(); !now.Before(nextMaintenance) {
+			if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("usage: maintenance failed", "err", err)
+			}
+			nextMaintenance = now.Add(every)
+		}
+		if err := s.SweepRateAlerts(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("usage: sweep failed; retrying later", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(min(every, SweepInterval)):
 		}
 	}
 }
+
+// SweepInterval is how often MaintainEvery sweeps (SweepRateAlerts), as
+// the usage worker does.
+const SweepInterval = 30 * time.Second

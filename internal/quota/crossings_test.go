@@ -1,0 +1,135 @@
+package quota_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/meteringtest"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// thresholdEvents returns tenantID's quota.threshold.* events, oldest
+// first, as "crossed 500" and "resolved 500 new_month".
+func thresholdEvents(t *testing.T, db *pgxpool.Pool, tenantID string) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT type, data->>'threshold_units', coalesce(data->>'reason', '')
+		FROM events WHERE tenant_id = $1 AND type IN ($2, $3) ORDER BY id`,
+		tenantID, quota.EventThresholdCrossed, quota.EventThresholdResolved)
+	testenv.Must(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var typ, units, reason string
+		testenv.Must(t, rows.Scan(&typ, &units, &reason))
+		s := typ[len("quota.threshold."):] + " " + units
+		if reason != "" {
+			s += " " + reason
+		}
+		out = append(out, s)
+	}
+	testenv.Must(t, rows.Err())
+	return fmt.Sprint(out)
+}
+
+// TestSweepResolvesCrossingsWithoutUsage: a crossed threshold of a tenant
+// with no further usage is resolved by the usage worker's sweep, once,
+// when the month ends (new_month) and when its threshold moved
+// (threshold_changed: the tenant's own settings, or a plan upgrade);
+// a tenant whose settings did not change keeps its crossing.
+func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	ctx := context.Background()
+	var c rateClock
+	workers := make([]*pgstore.Store, 4)
+	var db *pgxpool.Pool
+	for i := range workers {
+		pool, err := postgres.Open(ctx, url)
+		testenv.Must(t, err)
+		t.Cleanup(pool.Close)
+		db = pool
+		workers[i] = pgstore.NewStore(pool, pgstore.StoreConfig{Now: c.now})
+	}
+	ps, ts := plans.NewStore(db), tenants.NewStore(db)
+	plan, err := ps.Put(ctx, plans.Plan{Name: "watched", IncludedUnits: 1000, QuotaMode: plans.QuotaOverage})
+	testenv.Must(t, err)
+	_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, plan.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}}})
+	testenv.Must(t, err)
+	bigger, err := ps.Put(ctx, plans.Plan{Name: "bigger", IncludedUnits: 5000, QuotaMode: plans.QuotaOverage})
+	testenv.Must(t, err)
+	_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, bigger.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}}})
+	testenv.Must(t, err)
+	names := []string{"steady", "own", "upgraded"}
+	ids := map[string]string{}
+	for _, name := range names {
+		tn, err := ts.Create(ctx, name, plan.ID)
+		testenv.Must(t, err)
+		ids[name] = tn.ID
+	}
+	// 600 units each on November 10th: 500 (50 %) crossed, from the rollups.
+	c.set(t, "2026-11-10T12:00:30Z")
+	var rows []metering.Row
+	for i, name := range names {
+		rows = append(rows, meteringtest.Row(meteringtest.At(t, "2026-11-10T12:00"), ids[name], meteringtest.ID(400+i), "GET /x",
+			metering.Counts{Allowed: 600, AllowedUnits: 600}))
+	}
+	applyRows(t, workers[0], rows...)
+	sweepAll := func(now string) {
+		t.Helper()
+		c.set(t, now)
+		var wg sync.WaitGroup
+		for _, w := range workers {
+			wg.Go(func() {
+				if err := w.SweepRateAlerts(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	want := func(step string, ev map[string]string) {
+		t.Helper()
+		for _, name := range names {
+			if got := thresholdEvents(t, db, ids[name]); got != ev[name] {
+				t.Errorf("%s: %s's events %s, want %s", step, name, got, ev[name])
+			}
+		}
+	}
+	sweepAll("2026-11-12T00:00:00Z")
+	want("swept, nothing changed", map[string]string{"steady": "[crossed 500]", "own": "[crossed 500]", "upgraded": "[crossed 500]"})
+
+	// Without usage: own's threshold moves to 80 % (800, not reached),
+	// upgraded moves to a plan including 5,000 (its 50 % is 2,500).
+	_, err = quota.NewOps(db).SetTenantThresholds(ctx, audit.CLI, ids["own"], []quota.Threshold{{Percent: 80}})
+	testenv.Must(t, err)
+	testenv.Must(t, ts.SetPlan(ctx, ids["upgraded"], bigger.ID, time.Now()))
+	sweepAll("2026-11-20T00:00:00Z")
+	sweepAll("2026-11-21T00:00:00Z")
+	want("settings changed", map[string]string{"steady": "[crossed 500]", "own": "[crossed 500 resolved 500 threshold_changed]",
+		"upgraded": "[crossed 500 resolved 500 threshold_changed]"})
+
+	// December, with no usage at all: the last crossing open resolves.
+	sweepAll("2026-12-01T00:00:30Z")
+	sweepAll("2026-12-01T00:01:00Z")
+	want("a new month", map[string]string{"steady": "[crossed 500 resolved 500 new_month]",
+		"own": "[crossed 500 resolved 500 threshold_changed]", "upgraded": "[crossed 500 resolved 500 threshold_changed]"})
+	var open int
+	testenv.Must(t, db.QueryRow(ctx, `SELECT count(*) FROM quota_crossings WHERE resolved_at IS NULL`).Scan(&open))
+	if open != 0 {
+		t.Errorf("%d crossings open after the sweeps, want 0", open)
+	}
+	for _, name := range names {
+		requireDocumented(t, db, ids[name])
+	}
+}

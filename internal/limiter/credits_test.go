@@ -196,60 +196,56 @@ func replayCredits(t *testing.T, store openStore, name string, p Params, credits
 // overage first.
 func TestCreditsVectors(t *testing.T) {
 	rule := Params{Algorithm: FixedWindow, Limit: 100, PeriodUS: HourUS}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			logs := store.Store.(CreditLogs)
-			ctx := context.Background()
-			// make makes the counter of the balance name, as the ledger's
-			// writer does.
-			make := func(name string, consumed int64) {
-				if ok, err := logs.RebuildCredits(ctx, store.ns+name+":c", store.ns+name+":l", "", consumed); err != nil || !ok {
-					t.Fatalf("make %s: %v, %v", name, ok, err)
-				}
+	forCreditStores(t, func(t *testing.T, store openStore, logs CreditLogs) {
+		ctx := context.Background()
+		// make makes the counter of the balance name, as the ledger's
+		// writer does.
+		make := func(name string, consumed int64) {
+			if ok, err := logs.RebuildCredits(ctx, store.ns+name+":c", store.ns+name+":l", "", consumed); err != nil || !ok {
+				t.Fatalf("make %s: %v, %v", name, ok, err)
 			}
-			check := func(name string, c Credits, cost int64, dry bool, h *Hold) Outcome {
-				c.Key, c.Log = store.ns+name+":c", store.ns+name+":l"
-				return mustCheck(t, store, Batch{Requests: single(store.ns+name, rule), Cost: cost, NowUS: epoch, DryRun: dry, Credits: &c, Hold: h})
-			}
-			deny := Credits{Line: 10, Overdraft: 2}
-			make("deny", 3)
-			if o := check("deny", deny, 9, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -2, Drawn: 9}) {
-				t.Errorf("deny 9 of 7+2: %+v", o)
-			}
-			o := check("deny", deny, 1, false, nil)
-			if o.Admitted || o.Credits != (CreditResult{Allowed: false, Balance: -2}) || o.Results[0].Remaining != 90 {
-				t.Errorf("deny past the overdraft: %+v", o)
-			}
-			if o := check("deny", deny, 0, false, nil); !o.Admitted || o.Credits.Drawn != 0 {
-				t.Errorf("cost 0 at −overdraft: %+v", o)
-			}
-			over := Credits{Line: 5, Overage: true, Overdraft: 1}
-			make("over", 0)
-			if o := check("over", over, 4, true, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: 5}) {
-				t.Errorf("dry run: %+v", o)
-			}
-			if o := check("over", over, 8, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -1, Drawn: 6, Overage: 2}) {
-				t.Errorf("overage 8 of 5+1: %+v", o)
-			}
-			h := &Hold{ID: "h", Key: store.ns + "over:hold", TTLUS: HourUS}
-			over.Line = 9 // a top-up: balance 9 − 6 = 3
-			if o := check("over", over, 5, false, h); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -1, Drawn: 4, Overage: 1}) {
-				t.Errorf("hold of 5 on 3+1: %+v", o)
-			}
-			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 2, NowUS: epoch + 1}); err != nil {
-				t.Fatal(err)
-			}
-			consumed, _, log, err := readCredits(store, store.ns+"over:c", store.ns+"over:l", "", 100)
-			if err != nil || consumed != 8 || len(log) != 3 || log[2].Units != -2 || log[2].Overage != -1 || log[2].HoldID != "h" {
-				t.Errorf("after settling 5 at 2: consumed %d, log %+v, %v; want 8 and a last entry of −2 units, −1 overage", consumed, log, err)
-			}
-			// A second make changes nothing: the counter exists.
-			if ok, err := logs.RebuildCredits(ctx, store.ns+"over:c", store.ns+"over:l", log[2].ID, 0); ok || err != nil {
-				t.Errorf("making an existing counter: %v, %v", ok, err)
-			}
-		})
-	}
+		}
+		check := func(name string, c Credits, cost int64, dry bool, h *Hold) Outcome {
+			c.Key, c.Log = store.ns+name+":c", store.ns+name+":l"
+			return mustCheck(t, store, Batch{Requests: single(store.ns+name, rule), Cost: cost, NowUS: epoch, DryRun: dry, Credits: &c, Hold: h})
+		}
+		deny := Credits{Line: 10, Overdraft: 2}
+		make("deny", 3)
+		if o := check("deny", deny, 9, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -2, Drawn: 9}) {
+			t.Errorf("deny 9 of 7+2: %+v", o)
+		}
+		o := check("deny", deny, 1, false, nil)
+		if o.Admitted || o.Credits != (CreditResult{Allowed: false, Balance: -2}) || o.Results[0].Remaining != 90 {
+			t.Errorf("deny past the overdraft: %+v", o)
+		}
+		if o := check("deny", deny, 0, false, nil); !o.Admitted || o.Credits.Drawn != 0 {
+			t.Errorf("cost 0 at −overdraft: %+v", o)
+		}
+		over := Credits{Line: 5, Overage: true, Overdraft: 1}
+		make("over", 0)
+		if o := check("over", over, 4, true, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: 5}) {
+			t.Errorf("dry run: %+v", o)
+		}
+		if o := check("over", over, 8, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -1, Drawn: 6, Overage: 2}) {
+			t.Errorf("overage 8 of 5+1: %+v", o)
+		}
+		h := &Hold{ID: "h", Key: store.ns + "over:hold", TTLUS: HourUS}
+		over.Line = 9 // a top-up: balance 9 − 6 = 3
+		if o := check("over", over, 5, false, h); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: -1, Drawn: 4, Overage: 1}) {
+			t.Errorf("hold of 5 on 3+1: %+v", o)
+		}
+		if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 2, NowUS: epoch + 1}); err != nil {
+			t.Fatal(err)
+		}
+		consumed, _, log, err := readCredits(store, store.ns+"over:c", store.ns+"over:l", "", 100)
+		if err != nil || consumed != 8 || len(log) != 3 || log[2].Units != -2 || log[2].Overage != -1 || log[2].HoldID != "h" {
+			t.Errorf("after settling 5 at 2: consumed %d, log %+v, %v; want 8 and a last entry of −2 units, −1 overage", consumed, log, err)
+		}
+		// A second make changes nothing: the counter exists.
+		if ok, err := logs.RebuildCredits(ctx, store.ns+"over:c", store.ns+"over:l", log[2].ID, 0); ok || err != nil {
+			t.Errorf("making an existing counter: %v, %v", ok, err)
+		}
+	})
 }
 
 // TestCreditsSettledPastTheBalance: a hold settled above its estimate
@@ -258,41 +254,37 @@ func TestCreditsVectors(t *testing.T) {
 // in overage mode. The balance never goes below −overdraft.
 func TestCreditsSettledPastTheBalance(t *testing.T) {
 	rule := Params{Algorithm: GCRA, Limit: 1000, PeriodUS: SecondUS, Burst: 1000}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			logs := store.Store.(CreditLogs)
-			ctx := context.Background()
-			for _, mode := range []struct {
-				name                    string
-				overage                 bool
-				wantOverage, wantUnpaid int64
-			}{{"deny", false, 0, 6}, {"overage", true, 6, 0}} {
-				c := Credits{Key: store.ns + mode.name + ":c", Log: store.ns + mode.name + ":l", Line: 10, Overdraft: 2, Overage: mode.overage}
-				if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-					t.Fatal(err)
-				}
-				h := &Hold{ID: "h-" + mode.name, Key: store.ns + mode.name + ":hold", TTLUS: HourUS}
-				o := mustCheck(t, store, Batch{Requests: single(store.ns+mode.name, rule), Cost: 8, NowUS: epoch, Credits: &c, Hold: h})
-				if !o.Admitted || o.Credits.Balance != 2 {
-					t.Fatalf("%s: hold of 8 on 10: %+v", mode.name, o)
-				}
-				// Settled at 18: 4 more fit down to −2, 6 do not.
-				if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 18, NowUS: epoch + 1}); err != nil {
-					t.Fatal(err)
-				}
-				consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
-				if err != nil || len(log) != 2 {
-					t.Fatalf("%s: log %+v, %v", mode.name, log, err)
-				}
-				e := log[1]
-				if consumed != 12 || c.Line-consumed != -c.Overdraft || e.Units != 4 || e.Overage != mode.wantOverage || e.Unpaid != mode.wantUnpaid || e.HoldID != h.ID {
-					t.Errorf("%s: settled 8 at 18 on 10+2: counter %d, entry %+v; want the balance at −2, 4 drawn, %d overage, %d unpaid",
-						mode.name, consumed, e, mode.wantOverage, mode.wantUnpaid)
-				}
+	forCreditStores(t, func(t *testing.T, store openStore, logs CreditLogs) {
+		ctx := context.Background()
+		for _, mode := range []struct {
+			name                    string
+			overage                 bool
+			wantOverage, wantUnpaid int64
+		}{{"deny", false, 0, 6}, {"overage", true, 6, 0}} {
+			c := Credits{Key: store.ns + mode.name + ":c", Log: store.ns + mode.name + ":l", Line: 10, Overdraft: 2, Overage: mode.overage}
+			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			h := &Hold{ID: "h-" + mode.name, Key: store.ns + mode.name + ":hold", TTLUS: HourUS}
+			o := mustCheck(t, store, Batch{Requests: single(store.ns+mode.name, rule), Cost: 8, NowUS: epoch, Credits: &c, Hold: h})
+			if !o.Admitted || o.Credits.Balance != 2 {
+				t.Fatalf("%s: hold of 8 on 10: %+v", mode.name, o)
+			}
+			// Settled at 18: 4 more fit down to −2, 6 do not.
+			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 18, NowUS: epoch + 1}); err != nil {
+				t.Fatal(err)
+			}
+			consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
+			if err != nil || len(log) != 2 {
+				t.Fatalf("%s: log %+v, %v", mode.name, log, err)
+			}
+			e := log[1]
+			if consumed != 12 || c.Line-consumed != -c.Overdraft || e.Units != 4 || e.Overage != mode.wantOverage || e.Unpaid != mode.wantUnpaid || e.HoldID != h.ID {
+				t.Errorf("%s: settled 8 at 18 on 10+2: counter %d, entry %+v; want the balance at −2, 4 drawn, %d overage, %d unpaid",
+					mode.name, consumed, e, mode.wantOverage, mode.wantUnpaid)
+			}
+		}
+	})
 }
 
 // TestCreditsUnknownBalance: on a missing counter (the store lost it, or
@@ -304,100 +296,96 @@ func TestCreditsSettledPastTheBalance(t *testing.T) {
 // writer has made the counter from the ledger, checks draw on it again.
 func TestCreditsUnknownBalance(t *testing.T) {
 	rule := Params{Algorithm: GCRA, Limit: 1000, PeriodUS: SecondUS, Burst: 1000}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			logs := store.Store.(CreditLogs)
-			ctx := context.Background()
-			reqs := single(store.ns+"k", rule)
-			deny := Credits{Key: store.ns + "deny:c", Log: store.ns + "deny:l", Line: 100}
-			over := Credits{Key: store.ns + "over:c", Log: store.ns + "over:l", Line: 100, Overage: true}
-			check := func(c Credits, cost int64, dry bool, h *Hold) Outcome {
-				return mustCheck(t, store, Batch{Requests: reqs, Cost: cost, NowUS: epoch, DryRun: dry, Credits: &c, Hold: h})
+	forCreditStores(t, func(t *testing.T, store openStore, logs CreditLogs) {
+		ctx := context.Background()
+		reqs := single(store.ns+"k", rule)
+		deny := Credits{Key: store.ns + "deny:c", Log: store.ns + "deny:l", Line: 100}
+		over := Credits{Key: store.ns + "over:c", Log: store.ns + "over:l", Line: 100, Overage: true}
+		check := func(c Credits, cost int64, dry bool, h *Hold) Outcome {
+			return mustCheck(t, store, Batch{Requests: reqs, Cost: cost, NowUS: epoch, DryRun: dry, Credits: &c, Hold: h})
+		}
+		if o := check(deny, 5, false, nil); o.Admitted || o.Credits != (CreditResult{Unknown: true}) {
+			t.Errorf("deny mode, unknown balance: %+v, want refused", o)
+		}
+		if o := check(deny, 0, false, nil); o.Results[0].Remaining != 1000 {
+			t.Errorf("the refused check took %d from the rule", 1000-o.Results[0].Remaining)
+		}
+		for _, tc := range []struct {
+			cost int64
+			dry  bool
+		}{{0, false}, {5, true}} {
+			if o := check(deny, tc.cost, tc.dry, nil); !o.Admitted || o.Credits != (CreditResult{Unknown: true, Allowed: true}) {
+				t.Errorf("deny mode, unknown balance, cost %d dry %v: %+v, want admitted", tc.cost, tc.dry, o)
 			}
-			if o := check(deny, 5, false, nil); o.Admitted || o.Credits != (CreditResult{Unknown: true}) {
-				t.Errorf("deny mode, unknown balance: %+v, want refused", o)
-			}
-			if o := check(deny, 0, false, nil); o.Results[0].Remaining != 1000 {
-				t.Errorf("the refused check took %d from the rule", 1000-o.Results[0].Remaining)
-			}
-			for _, tc := range []struct {
-				cost int64
-				dry  bool
-			}{{0, false}, {5, true}} {
-				if o := check(deny, tc.cost, tc.dry, nil); !o.Admitted || o.Credits != (CreditResult{Unknown: true, Allowed: true}) {
-					t.Errorf("deny mode, unknown balance, cost %d dry %v: %+v, want admitted", tc.cost, tc.dry, o)
-				}
-			}
-			if o := check(over, 5, false, nil); !o.Admitted || o.Credits != (CreditResult{Unknown: true, Allowed: true}) {
-				t.Errorf("overage mode, unknown balance: %+v, want admitted, nothing drawn", o)
-			}
-			h := &Hold{ID: "h", Key: store.ns + "hold", TTLUS: HourUS}
-			if o := check(over, 5, false, h); o.Admitted || !o.Credits.Unknown {
-				t.Errorf("a hold on an unknown balance: %+v, want refused", o)
-			}
-			consumed, present, log, err := readCredits(store, over.Key, over.Log, "", 100)
-			if err != nil || present || consumed != 0 || len(log) != 1 || log[0].Units != 5 || log[0].Deferred != DeferredOverage {
-				t.Fatalf("overage log: present %v, %+v, %v; want one deferred entry of 5 and no counter", present, log, err)
-			}
-			if _, present, log, _ := readCredits(store, deny.Key, deny.Log, "", 100); present || len(log) != 0 {
-				t.Errorf("deny mode: counter present %v, log %+v; want neither", present, log)
-			}
+		}
+		if o := check(over, 5, false, nil); !o.Admitted || o.Credits != (CreditResult{Unknown: true, Allowed: true}) {
+			t.Errorf("overage mode, unknown balance: %+v, want admitted, nothing drawn", o)
+		}
+		h := &Hold{ID: "h", Key: store.ns + "hold", TTLUS: HourUS}
+		if o := check(over, 5, false, h); o.Admitted || !o.Credits.Unknown {
+			t.Errorf("a hold on an unknown balance: %+v, want refused", o)
+		}
+		consumed, present, log, err := readCredits(store, over.Key, over.Log, "", 100)
+		if err != nil || present || consumed != 0 || len(log) != 1 || log[0].Units != 5 || log[0].Deferred != DeferredOverage {
+			t.Fatalf("overage log: present %v, %+v, %v; want one deferred entry of 5 and no counter", present, log, err)
+		}
+		if _, present, log, _ := readCredits(store, deny.Key, deny.Log, "", 100); present || len(log) != 0 {
+			t.Errorf("deny mode: counter present %v, log %+v; want neither", present, log)
+		}
 
-			// The writer cannot make the counter while entries it has not
-			// recorded are in the log; once it has, it can.
-			if ok, err := logs.RebuildCredits(ctx, over.Key, over.Log, "", 40); ok || err != nil {
-				t.Errorf("made over an unrecorded entry: %v, %v", ok, err)
-			}
-			if ok, err := logs.RebuildCredits(ctx, over.Key, over.Log, log[0].ID, 40); !ok || err != nil {
-				t.Fatalf("make: %v, %v", ok, err)
-			}
-			if o := check(over, 5, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: 55, Drawn: 5}) {
-				t.Errorf("after the make: %+v", o)
-			}
+		// The writer cannot make the counter while entries it has not
+		// recorded are in the log; once it has, it can.
+		if ok, err := logs.RebuildCredits(ctx, over.Key, over.Log, "", 40); ok || err != nil {
+			t.Errorf("made over an unrecorded entry: %v, %v", ok, err)
+		}
+		if ok, err := logs.RebuildCredits(ctx, over.Key, over.Log, log[0].ID, 40); !ok || err != nil {
+			t.Fatalf("make: %v, %v", ok, err)
+		}
+		if o := check(over, 5, false, nil); !o.Admitted || o.Credits != (CreditResult{Allowed: true, Balance: 55, Drawn: 5}) {
+			t.Errorf("after the make: %+v", o)
+		}
 
-			// A hold of 4 on a balance of 10, whose counter is then lost:
-			// its settlement at 9 cannot know the balance, and is logged
-			// deferred; one at 1 gives 3 back.
-			for _, tc := range []struct {
-				name     string
-				overage  bool
-				cost     int64
-				want     CreditEntry
-				deferred Deferred
-			}{
-				{"deny-more", false, 9, CreditEntry{Units: 5, Deferred: DeferredUnpaid}, DeferredUnpaid},
-				{"over-more", true, 9, CreditEntry{Units: 5, Deferred: DeferredOverage}, DeferredOverage},
-				{"deny-less", false, 1, CreditEntry{Units: -3}, NotDeferred},
-			} {
-				c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: 10, Overage: tc.overage}
-				if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-					t.Fatal(err)
-				}
-				h := &Hold{ID: tc.name, Key: store.ns + tc.name + ":hold", TTLUS: HourUS}
-				if o := check(c, 4, false, h); !o.Admitted || o.Credits.Drawn != 4 {
-					t.Fatalf("%s: hold of 4 on 10: %+v", tc.name, o)
-				}
-				if ms, ok := store.Store.(*MemoryStore); ok {
-					DropCounter(ms, c.Key)
-				} else if err := store.rdb.Del(ctx, c.Key).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: tc.cost, NowUS: epoch + 1}); err != nil {
-					t.Fatal(err)
-				}
-				_, present, log, err := readCredits(store, c.Key, c.Log, "", 100)
-				tc.want.AtUS, tc.want.HoldID = epoch+1, tc.name
-				if err != nil || present || len(log) != 2 {
-					t.Fatalf("%s: present %v, log %+v, %v", tc.name, present, log, err)
-				}
-				log[1].ID = ""
-				if log[1] != tc.want {
-					t.Errorf("%s: settlement logged %+v, want %+v", tc.name, log[1], tc.want)
-				}
+		// A hold of 4 on a balance of 10, whose counter is then lost:
+		// its settlement at 9 cannot know the balance, and is logged
+		// deferred; one at 1 gives 3 back.
+		for _, tc := range []struct {
+			name     string
+			overage  bool
+			cost     int64
+			want     CreditEntry
+			deferred Deferred
+		}{
+			{"deny-more", false, 9, CreditEntry{Units: 5, Deferred: DeferredUnpaid}, DeferredUnpaid},
+			{"over-more", true, 9, CreditEntry{Units: 5, Deferred: DeferredOverage}, DeferredOverage},
+			{"deny-less", false, 1, CreditEntry{Units: -3}, NotDeferred},
+		} {
+			c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: 10, Overage: tc.overage}
+			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			h := &Hold{ID: tc.name, Key: store.ns + tc.name + ":hold", TTLUS: HourUS}
+			if o := check(c, 4, false, h); !o.Admitted || o.Credits.Drawn != 4 {
+				t.Fatalf("%s: hold of 4 on 10: %+v", tc.name, o)
+			}
+			if ms, ok := store.Store.(*MemoryStore); ok {
+				DropCounter(ms, c.Key)
+			} else if err := store.rdb.Del(ctx, c.Key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: tc.cost, NowUS: epoch + 1}); err != nil {
+				t.Fatal(err)
+			}
+			_, present, log, err := readCredits(store, c.Key, c.Log, "", 100)
+			tc.want.AtUS, tc.want.HoldID = epoch+1, tc.name
+			if err != nil || present || len(log) != 2 {
+				t.Fatalf("%s: present %v, log %+v, %v", tc.name, present, log, err)
+			}
+			log[1].ID = ""
+			if log[1] != tc.want {
+				t.Errorf("%s: settlement logged %+v, want %+v", tc.name, log[1], tc.want)
+			}
+		}
+	})
 }
 
 // TestCreditsExpireAtTheStoresClock: a grant stops counting at its
@@ -407,43 +395,39 @@ func TestCreditsUnknownBalance(t *testing.T) {
 // settlement after the expiry draws only on what is left.
 func TestCreditsExpireAtTheStoresClock(t *testing.T) {
 	rule := Params{Algorithm: GCRA, Limit: 1000, PeriodUS: SecondUS, Burst: 1000}
-	for _, sc := range stores() {
-		t.Run(sc.name, func(t *testing.T) {
-			store := sc.open(t)
-			logs := store.Store.(CreditLogs)
-			ctx := context.Background()
-			reqs := single(store.ns+"k", rule)
-			c := Credits{Key: store.ns + "c", Log: store.ns + "l", Line: 30, Expiring: []CreditExpiry{{AtUS: epoch + 100, Units: 20}}}
-			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-				t.Fatal(err)
-			}
-			at := func(now, cost int64, h *Hold) Outcome {
-				return mustCheck(t, store, Batch{Requests: reqs, Cost: cost, NowUS: now, Credits: &c, Hold: h})
-			}
-			if o := at(epoch+99, 25, nil); !o.Admitted || o.Credits.Balance != 5 {
-				t.Errorf("25 of 30 before the expiry: %+v", o)
-			}
-			if o := at(epoch+100, 1, nil); o.Admitted || o.Credits.Balance != -15 {
-				t.Errorf("1 at the expiry, 20 of the 30 gone: %+v, want refused on −15", o)
-			}
-			// The ledger expired the 20 (line 10), then a top-up of 100, 60
-			// of which expire at +200.
-			c.Line, c.Expiring = 110, []CreditExpiry{{AtUS: epoch + 200, Units: 60}}
-			h := &Hold{ID: "h", Key: store.ns + "hold", TTLUS: HourUS}
-			if o := at(epoch+150, 10, h); !o.Admitted || o.Credits.Balance != 75 {
-				t.Fatalf("hold of 10 on 105: %+v", o)
-			}
-			// After the expiry 15 are left: the settlement at 40 takes them,
-			// and 15 more are unpaid (deny mode).
-			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 40, NowUS: epoch + 200}); err != nil {
-				t.Fatal(err)
-			}
-			consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
-			if err != nil || consumed != 50 || log[len(log)-1].Units != 15 || log[len(log)-1].Unpaid != 15 {
-				t.Errorf("settled at 40 after the expiry: counter %d, log %+v, %v; want 15 drawn, 15 unpaid", consumed, log, err)
-			}
-		})
-	}
+	forCreditStores(t, func(t *testing.T, store openStore, logs CreditLogs) {
+		ctx := context.Background()
+		reqs := single(store.ns+"k", rule)
+		c := Credits{Key: store.ns + "c", Log: store.ns + "l", Line: 30, Expiring: []CreditExpiry{{AtUS: epoch + 100, Units: 20}}}
+		if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
+			t.Fatal(err)
+		}
+		at := func(now, cost int64, h *Hold) Outcome {
+			return mustCheck(t, store, Batch{Requests: reqs, Cost: cost, NowUS: now, Credits: &c, Hold: h})
+		}
+		if o := at(epoch+99, 25, nil); !o.Admitted || o.Credits.Balance != 5 {
+			t.Errorf("25 of 30 before the expiry: %+v", o)
+		}
+		if o := at(epoch+100, 1, nil); o.Admitted || o.Credits.Balance != -15 {
+			t.Errorf("1 at the expiry, 20 of the 30 gone: %+v, want refused on −15", o)
+		}
+		// The ledger expired the 20 (line 10), then a top-up of 100, 60
+		// of which expire at +200.
+		c.Line, c.Expiring = 110, []CreditExpiry{{AtUS: epoch + 200, Units: 60}}
+		h := &Hold{ID: "h", Key: store.ns + "hold", TTLUS: HourUS}
+		if o := at(epoch+150, 10, h); !o.Admitted || o.Credits.Balance != 75 {
+			t.Fatalf("hold of 10 on 105: %+v", o)
+		}
+		// After the expiry 15 are left: the settlement at 40 takes them,
+		// and 15 more are unpaid (deny mode).
+		if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: 40, NowUS: epoch + 200}); err != nil {
+			t.Fatal(err)
+		}
+		consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
+		if err != nil || consumed != 50 || log[len(log)-1].Units != 15 || log[len(log)-1].Unpaid != 15 {
+			t.Errorf("settled at 40 after the expiry: counter %d, log %+v, %v; want 15 drawn, 15 unpaid", consumed, log, err)
+		}
+	})
 	// With Redis's clock: an expiry a minute ahead of it still counts, one
 	// a minute behind it does not, whatever the caller's clock says.
 	for _, sc := range redisStores() {
@@ -536,4 +520,12 @@ func TestConcurrentDrawsAdmitExactlyTheBalance(t *testing.T) {
 func readCredits(store openStore, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error) {
 	r, err := store.Store.(CreditLogs).ReadCredits(context.Background(), key, log, after, max)
 	return r.Consumed, r.Present, r.Entries, err
+}
+
+// forCreditStores runs body as a subtest on every store, with the store's
+// credit logs (the ledger writer's side of a balance).
+func forCreditStores(t *testing.T, body func(t *testing.T, store openStore, logs CreditLogs)) {
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) { store := sc.open(t); body(t, store, store.Store.(CreditLogs)) })
+	}
 }

@@ -457,11 +457,7 @@ func TestCreditsExpireAtTheStoresClock(t *testing.T) {
 // redisNow returns the Redis server's clock (µs).
 func redisNow(t *testing.T, store openStore) int64 {
 	t.Helper()
-	now, err := store.rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now.UnixMicro()
+	return redisTime(t, store.rdb, store.ns)
 }
 
 // TestConcurrentDrawsAdmitExactlyTheBalance fires 1,000 checks of cost 1

@@ -239,10 +239,7 @@ var loneShapes = func() []struct {
 func measureLone(t *testing.T, c *redis.Client, ps []Params, n int, general bool, gap time.Duration) (scriptUS, cpuUS float64) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	store := redisstore.New(c)
+	store := flushedStore(t, c)
 	store.NoLean = general
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -506,10 +503,7 @@ func creditsOf(tag string) *Credits {
 func measureCreditsLone(t *testing.T, c *redis.Client, n int, draw, general bool) float64 {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	store := redisstore.New(c)
+	store := flushedStore(t, c)
 	store.NoLean = general
 	prime(t, c, store, 1000, draw)
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {

@@ -14,9 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/page"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -258,14 +256,11 @@ func TestConsoleWebhooks(t *testing.T) {
 // it again nor set it above the plan's maximum, adds an endpoint of its
 // own, and never sees another tenant's endpoints or alerts.
 func TestConsoleAlerts(t *testing.T) {
-	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	admin, metered := startWithMeteredPlan(t)
 	ctx := context.Background()
-	metered, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 1000, Currency: "USD",
-		QuotaMode: plans.QuotaOverage, OverageUnitMinor: 2, Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
 	i64 := func(v int64) *int64 { return &v }
 	qo, qs := quota.NewOps(admin.DB), quota.NewStore(admin.DB)
-	_, err = qo.SetPlan(ctx, audit.CLI, metered.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 80}},
+	_, err := qo.SetPlan(ctx, audit.CLI, metered.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 80}},
 		SpendCapDefaultMinor: i64(5000), SpendCapMaxMinor: i64(10000)})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(admin.DB)

@@ -38,7 +38,7 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 		meteringtest.Row(meteringtest.At(t, "2026-09-20T11:00"), acme.ID, meteringtest.ID(7), "GET /x",
 			metering.Counts{Allowed: 150, AllowedUnits: 150})}})
 	testenv.Must(t, err)
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	clk := newClock()
 	clk.Set(time.Now()) // the events are made at the database's time
 	endpoint(t, events.NewOps(db, clk.Now, allowPrivate), "", rcv.URL, events.EndpointInput{EventTypes: []string{events.StatementClosed}})
@@ -52,7 +52,7 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 	}
 	drain(t, db, events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Now: clk.Now}), clk, clk.Now().Add(time.Hour))
 	got := map[string]map[string]any{}
-	for _, r := range rcv.requests() {
+	for _, r := range rcv.Requests() {
 		ev := eventOf(t, r.Body)
 		if ev["type"] != events.StatementClosed {
 			t.Errorf("received %v", ev["type"])

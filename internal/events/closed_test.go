@@ -12,8 +12,8 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // TestStatementClosedOncePerTenant: closing a month emits one
@@ -22,15 +22,10 @@ import (
 func TestStatementClosedOncePerTenant(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
-	p, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "metered", Currency: "EUR", BaseFeeMinor: 1000, IncludedUnits: 100,
+	p := fixture.Plan(t, db, plans.Plan{Name: "metered", Currency: "EUR", BaseFeeMinor: 1000, IncludedUnits: 100,
 		OverageUnitMinor: 2})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(db)
-	acme, err := ts.Create(ctx, "acme", p.ID)
-	testenv.Must(t, err)
-	globex, err := ts.Create(ctx, "globex", p.ID)
-	testenv.Must(t, err)
-	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-08-01T00:00:00Z'`)
+	acme, globex := fixture.Tenant(t, db, "acme", p.ID), fixture.Tenant(t, db, "globex", p.ID)
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-08-01T00:00:00Z'`)
 	testenv.Must(t, err)
 	// 150 units in September: 50 beyond the included 100, at 2 each.
 	usage := pgstore.NewStore(db, pgstore.StoreConfig{Now: meteringtest.FixedNow("2026-09-20T12:00:00Z")})

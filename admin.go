@@ -83,17 +83,25 @@ type PlanPeriod struct {
 	To     time.Time `json:"to"`
 	// SpanUS and MonthUS are the proration fraction's numerator and
 	// denominator.
-	SpanUS            int64         `json:"span_us"`
-	MonthUS           int64         `json:"month_us"`
-	PlanBaseFeeMinor  int64         `json:"plan_base_fee_minor"`
-	BaseFeeMinor      int64         `json:"base_fee_minor"`
-	PlanIncludedUnits int64         `json:"plan_included_units"`
-	IncludedUnits     int64         `json:"included_units"`
-	UsedUnits         int64         `json:"used_units"`
-	OverageUnits      int64         `json:"overage_units"`
-	Overage           []OverageLine `json:"overage"`
-	OverageMinor      int64         `json:"overage_minor"`
-	TotalMinor        int64         `json:"total_minor"`
+	SpanUS            int64 `json:"span_us"`
+	MonthUS           int64 `json:"month_us"`
+	PlanBaseFeeMinor  int64 `json:"plan_base_fee_minor"`
+	BaseFeeMinor      int64 `json:"base_fee_minor"`
+	PlanIncludedUnits int64 `json:"plan_included_units"`
+	IncludedUnits     int64 `json:"included_units"`
+	// UsedUnits is the allowed units of the span's hours; CreditUnits
+	// those of them that drew on the tenant's prepaid balance (drawn,
+	// admitted past it, settled past it), which the included units do not
+	// cover; CreditOverageUnits those admitted past the balance.
+	UsedUnits          int64 `json:"used_units"`
+	CreditUnits        int64 `json:"credit_units"`
+	CreditOverageUnits int64 `json:"credit_overage_units"`
+	// OverageUnits is max(0, UsedUnits − CreditUnits − IncludedUnits) +
+	// CreditOverageUnits, priced in Overage.
+	OverageUnits int64         `json:"overage_units"`
+	Overage      []OverageLine `json:"overage"`
+	OverageMinor int64         `json:"overage_minor"`
+	TotalMinor   int64         `json:"total_minor"`
 }
 
 // OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive)

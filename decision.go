@@ -157,4 +157,10 @@ type CreditsStanding struct {
 	Mode      string `json:"mode"`
 	Balance   int64  `json:"balance"`
 	Overdraft int64  `json:"overdraft"`
+	// Unknown is true while the limiter store has no counter of the
+	// balance (it lost it, or the balance is new): until the credits
+	// drainer makes it from the ledger (within a second) checks draw
+	// nothing, and Balance is the ledger's as the api process's snapshot
+	// has it.
+	Unknown bool `json:"unknown,omitempty"`
 }

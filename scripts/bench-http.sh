@@ -110,6 +110,14 @@ head -n 1000 "$WORK/keys5000.txt" >"$WORK/keys1000.txt"
 # The prepaid tenant, with a balance no run spends.
 bin/admin keys issue --tenant demo-prepaid --count 1000 2>/dev/null >"$WORK/keyscredits.txt"
 bin/admin credits grant --tenant demo-prepaid --amount 1000000000000 --cause bench >/dev/null
+# Checks draw on a balance once the credits drainer (admin serve's or
+# admin worker's, every second) has made its counter from the ledger:
+# run it for a moment before the api starts.
+bin/admin worker >/dev/null 2>&1 &
+drainer=$!
+sleep 3
+kill -INT $drainer 2>/dev/null || true
+wait $drainer 2>/dev/null || true
 if [ -n "${PRO_QUOTA:-}" ]; then
   psql -q "$TOLLGATE_DATABASE_URL" -v ON_ERROR_STOP=1 -v mode="$PRO_QUOTA" >/dev/null \
     <<<"UPDATE plans SET quota_mode = :'mode', included_units = 1000000000 WHERE name = 'pro';"

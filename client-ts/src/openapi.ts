@@ -202,7 +202,15 @@ export interface components {
          * @enum {string}
          */
         Algorithm: "gcra" | "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window_log" | "sliding_window_counter" | "concurrency";
-        /** @description The tenant's prepaid balance, when its plan draws on credits. */
+        /**
+         * @description The tenant's prepaid balance, when its plan draws on credits and the
+         *     store knows it. Absent (and the decision `degraded`) while Redis
+         *     has no counter of the balance (it lost it, or the balance is new)
+         *     until the credits drainer makes it from the ledger, within a second:
+         *     meanwhile a check that costs something is refused with reason
+         *     `unavailable` in deny mode, and admitted without drawing in overage
+         *     mode (the drainer draws its units from the ledger's balance).
+         */
         CreditsDecision: {
             /**
              * Format: int64

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -51,6 +54,10 @@ func creditTenant(t *testing.T, r *rig, name string, mode credits.Mode, overdraf
 		testenv.Must(t, err)
 	}
 	secret, _, err := ts.IssueKey(ctx, tn.ID, "", nil)
+	testenv.Must(t, err)
+	// The drainer (admin serve's, every second) makes the balance's
+	// counter from the ledger; checks draw nothing on it before.
+	_, err = r.drainer().Drain(ctx)
 	testenv.Must(t, err)
 	return tn.ID, secret
 }
@@ -289,6 +296,8 @@ func TestLocalDenialSaysNothingOfCredits(t *testing.T) {
 	testenv.Must(t, err)
 	key, _, err := ts.IssueKey(ctx, tn.ID, "", nil)
 	testenv.Must(t, err)
+	_, err = r.drainer().Drain(ctx)
+	testenv.Must(t, err)
 	a := r.startAPI(t)
 	type answer struct {
 		Allowed bool                   `json:"allowed"`
@@ -313,5 +322,174 @@ func TestLocalDenialSaysNothingOfCredits(t *testing.T) {
 	// The third is denied locally: no balance in the answer.
 	if d := check(); d.Allowed || d.Reason != tollgate.ReasonRateLimited || d.Credits != nil {
 		t.Fatalf("third check: %+v (credits %+v), want rate_limited without credits", d, d.Credits)
+	}
+}
+
+// TestCreditsNeverDrawnTwiceAfterRedisIsFlushed: Redis is flushed
+// (FLUSHALL, as a restart without persistence) while 8 clients draw on a
+// balance of 300 with an overdraft of 5 through two api processes, once
+// the ledger holds 220 units of it; the processes' snapshots still hold
+// the consumption of before the first draw. No check draws on that stale
+// figure: until the drainer has made the counter from the ledger, checks
+// are answered unavailable (and retried); then the balance is drawn
+// exactly to −5 from the ledger's figure. The units
+// the clients saw admitted are the ledger's consumption plus those Redis
+// lost before the drainer recorded them (read from Redis atomically with
+// the flush), the ledger never exceeds granted + overdraft, and the drift
+// is 0.
+func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, testenv.DatabaseURL(t))
+	// A Redis of the test's own: FLUSHALL must not touch other tests'.
+	srv := testenv.StartRedisServer(t)
+	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { r.redis.Close() })
+	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
+	const granted, overdraft = 300, 5
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, overdraft, granted)
+	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
+
+	// The drainer, as admin serve runs it (but every 200 ms); the flush
+	// holds it off, so that what Redis holds beyond the ledger's position
+	// is exactly what the flush loses.
+	var draining sync.Mutex
+	d := r.drainer()
+	drainCtx, cancelDraining := context.WithCancel(ctx)
+	drained := make(chan struct{})
+	stopDraining := sync.OnceFunc(func() { cancelDraining(); <-drained })
+	defer stopDraining()
+	go func() {
+		defer close(drained)
+		for drainCtx.Err() == nil {
+			draining.Lock()
+			if _, err := d.Drain(drainCtx); err != nil && drainCtx.Err() == nil {
+				t.Errorf("drain: %v", err)
+			}
+			draining.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+
+	// The clients draw until 220 units are admitted and wait there while
+	// the drainer records them; then they draw again as fast as they can,
+	// and Redis is flushed a moment into it.
+	client := &http.Client{Timeout: 30 * time.Second}
+	var admitted, unavailable atomic.Int64
+	var paused atomic.Bool
+	resume := make(chan struct{})
+	const pauseAt = 220
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if paused.Load() {
+					<-resume
+				}
+				res, err := checkReason(client, apis[i%len(apis)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+				switch {
+				case err != nil:
+					t.Errorf("check: %v", err)
+					return
+				case res.Allowed:
+					if admitted.Add(1) == pauseAt {
+						paused.Store(true)
+					}
+				case res.Reason == tollgate.ReasonCreditsExhausted:
+					return
+				case res.Reason == tollgate.ReasonUnavailable:
+					unavailable.Add(1)
+					time.Sleep(10 * time.Millisecond)
+				default:
+					t.Errorf("denied for %s", res.Reason)
+					return
+				}
+			}
+		}()
+	}
+	testenv.Eventually(t, time.Now(), 60*time.Second, "the first draws in the ledger", func() (bool, string) {
+		acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
+		testenv.Must(t, err)
+		return paused.Load() && acct.Consumed == admitted.Load(), fmt.Sprint(admitted.Load(), " admitted, ledger ", acct.Consumed)
+	})
+	paused.Store(false)
+	close(resume)
+	time.Sleep(5 * time.Millisecond)
+	draining.Lock()
+	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
+	testenv.Must(t, err)
+	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	var unrecorded *redis.XMessageSliceCmd
+	_, err = r.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		unrecorded = p.XRange(ctx, logKey, "("+acct.Position, "+")
+		p.FlushAll(ctx)
+		return nil
+	})
+	testenv.Must(t, err)
+	var lost int64
+	for _, e := range unrecorded.Val() {
+		u, err := strconv.ParseInt(fmt.Sprint(e.Values["u"]), 10, 64)
+		testenv.Must(t, err)
+		lost += u
+	}
+	seenAtFlush := admitted.Load()
+	draining.Unlock()
+	if seenAtFlush >= granted {
+		t.Fatalf("%d admitted by the flush: it did not land mid-consumption", seenAtFlush)
+	}
+	wg.Wait()
+	stopDraining()
+
+	acct = r.ledgerAgrees(t, tenantID)
+	t.Logf("admitted %d (%d by the flush), %d of them lost with Redis before the ledger had them; %d checks answered unavailable meanwhile; ledger consumed %d",
+		admitted.Load(), seenAtFlush, lost, unavailable.Load(), acct.Consumed)
+	if acct.Consumed != granted+overdraft || acct.Balance() != -overdraft {
+		t.Errorf("ledger consumed %d, balance %d; want %d and −%d", acct.Consumed, acct.Balance(), granted+overdraft, overdraft)
+	}
+	if admitted.Load() != acct.Consumed+lost {
+		t.Errorf("clients saw %d admitted; the ledger has %d and Redis lost %d unrecorded", admitted.Load(), acct.Consumed, lost)
+	}
+}
+
+// TestCreditsInSingleProcessMode: with TOLLGATE_STORE=memory the api
+// process keeps the balances and runs the credits drainer itself: it
+// makes the counter from the ledger, 60 draws on a balance of 50 admit
+// exactly 50, and once the process stops the ledger has them all.
+func TestCreditsInSingleProcessMode(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, 50)
+	r.env["TOLLGATE_STORE"] = "memory"
+	r.env["TOLLGATE_USAGE_SINK"] = "none"
+	a := r.startAPI(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	var admitted, exhausted int
+	deadline := time.Now().Add(10 * time.Second)
+	for range 60 {
+		for {
+			d, err := checkReason(client, a.addr, r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+			testenv.Must(t, err)
+			if d.Reason == tollgate.ReasonUnavailable { // the drainer's first pass not done yet
+				if time.Now().After(deadline) {
+					t.Fatal("the balance stayed unknown: nothing made its counter")
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if d.Allowed {
+				admitted++
+			} else if d.Reason == tollgate.ReasonCreditsExhausted {
+				exhausted++
+			}
+			break
+		}
+	}
+	testenv.Must(t, a.stop())
+	acct, err := credits.NewStore(r.db).Account(context.Background(), tenantID)
+	testenv.Must(t, err)
+	if admitted != 50 || exhausted != 10 || acct.Consumed != 50 || acct.Balance() != 0 {
+		t.Errorf("%d admitted, %d credits_exhausted; ledger consumed %d, balance %d; want 50, 10, 50, 0",
+			admitted, exhausted, acct.Consumed, acct.Balance())
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/checkapi/envoyrls"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -245,6 +246,9 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	}
 
 	store, pingStore, breakerPing := s.limiterStore(ctx)
+	if ms, ok := store.(*limiter.MemoryStore); ok {
+		s.drainCredits(db, ms)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -358,6 +362,23 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout, Linger: s.cfg.Linger})
 	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
+}
+
+// drainCredits runs the credits drainer on the memory store's balances:
+// in single-process mode this process keeps them, so it makes their
+// counters from the ledger (at start too, after a restart lost them) and
+// writes their consumption logs into it every second, and once more when
+// it stops.
+func (s *server) drainCredits(db *pgxpool.Pool, ms *limiter.MemoryStore) {
+	d := credits.NewDrainer(db, ms, credits.DrainerConfig{Prefix: s.cfg.KeyPrefix, Log: s.cfg.Log})
+	s.background(func(ctx context.Context) {
+		d.Run(ctx, time.Second)
+		last, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		if _, err := d.Drain(last); err != nil {
+			s.cfg.Log.Error("credits: last drain", "err", err)
+		}
+	})
 }
 
 // startUsage starts counting decisions for cfg.Usage.Sink and returns the

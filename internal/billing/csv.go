@@ -14,8 +14,15 @@ var CSVHeader = []string{"tenant_id", "tenant", "month", "status", "currency", "
 
 // WriteCSV writes statements as CSV for spreadsheets: a header, then per
 // statement one "usage" line per key and resource, per plan span a
-// "base_fee", an "included" (units included), a "used" (units used) and
-// one "overage" line per price tier, then a "total" line. Amounts are
+// "base_fee", an "included" (units included), a "used" (units used), for
+// a tenant with prepaid credits a "credit_units" (units of the used ones
+// that drew on the balance, not billed) and a "credit_overage" (units
+// admitted past the balance, billed in the overage), and one "overage"
+// line per price tier; then for a tenant with credits the month's
+// "credits_granted", "credits_used", "credits_expired",
+// "credits_adjusted", "credits_overage", "credits_unpaid" (settled past
+// the balance in deny mode, not billed), "credits_opening" and
+// "credits_closing" (balances) in units; then a "total" line. Amounts are
 // integer minor units; empty cells do not apply to the line.
 func WriteCSV(w io.Writer, statements []Statement) error {
 	cw := csv.NewWriter(w)
@@ -66,9 +73,29 @@ func WriteCSV(w io.Writer, statements []Statement) error {
 			if err := line("used", with(map[string]string{"units": i64(p.UsedUnits)})); err != nil {
 				return err
 			}
+			if st.Credits != nil {
+				if err := line("credit_units", with(map[string]string{"units": i64(p.CreditUnits)})); err != nil {
+					return err
+				}
+				if err := line("credit_overage", with(map[string]string{"units": i64(p.CreditOverageUnits)})); err != nil {
+					return err
+				}
+			}
 			for _, o := range p.Overage {
 				if err := line("overage", with(map[string]string{"units": i64(o.Units),
 					"unit_minor": i64(o.UnitMinor), "amount_minor": i64(o.AmountMinor)})); err != nil {
+					return err
+				}
+			}
+		}
+		if c := st.Credits; c != nil {
+			for _, l := range []struct {
+				kind  string
+				units int64
+			}{{"credits_granted", c.Granted}, {"credits_used", c.Used}, {"credits_expired", c.Expired},
+				{"credits_adjusted", c.Adjusted}, {"credits_overage", c.Overage}, {"credits_unpaid", c.Unpaid},
+				{"credits_opening", c.Opening}, {"credits_closing", c.Closing}} {
+				if err := line(l.kind, map[string]string{"units": i64(l.units)}); err != nil {
 					return err
 				}
 			}

@@ -108,20 +108,26 @@ func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m Month, 
 	if err != nil {
 		return Statement{}, err
 	}
-	st, err := BuildStatement(StatementInput{Tenant: t, Month: m, History: b.history[t.ID], Plans: b.plans,
-		Hours: hours, Lines: lines})
+	var hasCredits bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM credit_accounts WHERE tenant_id = $1)`, t.ID).Scan(&hasCredits); err != nil {
+		return Statement{}, fmt.Errorf("usage: statement credits: %w", err)
+	}
+	in := StatementInput{Tenant: t, Month: m, History: b.history[t.ID], Plans: b.plans, Hours: hours, Lines: lines}
+	var cm credits.Month
+	if hasCredits {
+		cs := credits.NewStore(q)
+		if in.Credits, err = cs.Hours(ctx, t.ID, m.Start(), m.End()); err != nil {
+			return Statement{}, err
+		}
+		if cm, err = cs.Month(ctx, t.ID, m.Start()); err != nil {
+			return Statement{}, err
+		}
+	}
+	st, err := BuildStatement(in)
 	if err != nil {
 		return st, err
 	}
-	var hasCredits bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM credit_accounts WHERE tenant_id = $1)`, t.ID).Scan(&hasCredits); err != nil {
-		return st, fmt.Errorf("usage: statement credits: %w", err)
-	}
 	if hasCredits {
-		cm, err := credits.NewStore(q).Month(ctx, t.ID, m.Start())
-		if err != nil {
-			return st, err
-		}
 		st.Credits = &cm
 	}
 	return st, nil

@@ -47,7 +47,12 @@ const RulesText = "Money is integer minor units of the plan's currency. " +
 	"Overage = max(0, units used in the span − units included in the span), priced per span on that plan: " +
 	"flat at overage_unit_minor per unit, or, when the plan has tiers, graduated: each tier prices the " +
 	"overage units up to its up_to at its unit_minor, and units beyond the last tier are priced at the last " +
-	"tier's unit_minor. Tier bounds are not prorated. Denied checks are never billed."
+	"tier's unit_minor. Tier bounds are not prorated. Denied checks are never billed. " +
+	"Prepaid credits: units drawn from a tenant's credit balance were paid when the credits were bought and " +
+	"are not billed again; units used in the span counts only units of checks that did not draw on the balance " +
+	"(allowed units less the units drawn, admitted past the balance and settled past it, by the hour of the draw), " +
+	"and the units admitted past the balance in overage mode are added to the span's overage units and priced " +
+	"with them. Units a hold was settled for past the allowed overdraft in deny mode are shown as unpaid and never billed."
 
 // Statement is a tenant's month: usage, base fees, overage and total.
 type Statement struct {
@@ -78,9 +83,12 @@ type Statement struct {
 	// part of the total. Filled when a closed statement is read.
 	Late *metering.Counts `json:"late_usage,omitempty"`
 	// Credits is the month's prepaid credits from the ledger (granted,
-	// used, expired, and the units admitted past the balance as
-	// overage), for a tenant that has had credits; nil otherwise. It is
-	// not part of the total: credits are paid when bought.
+	// used, expired, adjusted, the units admitted past the balance as
+	// overage and those settled past it unpaid), for a tenant that has
+	// had credits; nil otherwise. Credits are paid when bought: units
+	// drawn from the balance are not billed; the overage is billed in the
+	// plan spans' overage (PlanCharges.CreditOverageUnits), unpaid units
+	// never.
 	Credits *credits.Month `json:"credits,omitempty"`
 }
 
@@ -112,6 +120,9 @@ type StatementInput struct {
 	Hours []HourUnits
 	// Lines are the month's usage by key and resource.
 	Lines []UsageLine
+	// Credits are the month's hours in which checks drew on the tenant's
+	// prepaid balance.
+	Credits []credits.Hour
 }
 
 // BuildStatement prices a tenant's month by RulesText. It is a pure
@@ -142,12 +153,17 @@ func BuildStatement(in StatementInput) (Statement, error) {
 	if len(spans) == 0 {
 		return st, nil
 	}
+	spanOf := func(start time.Time) *PlanCharges {
+		i := sort.Search(len(spans), func(i int) bool { return spans[i].From.After(start) }) - 1
+		return &spans[max(i, 0)]
+	}
 	for _, h := range in.Hours {
-		i := sort.Search(len(spans), func(i int) bool { return spans[i].From.After(h.Start) }) - 1
-		if i < 0 {
-			i = 0
-		}
-		spans[i].UsedUnits += h.AllowedUnits
+		spanOf(h.Start).UsedUnits += h.AllowedUnits
+	}
+	for _, h := range in.Credits {
+		c := spanOf(h.Start)
+		c.CreditUnits += h.Units()
+		c.CreditOverageUnits += h.Overage
 	}
 	monthUS := m.End().Sub(m.Start()).Microseconds()
 	for i := range spans {
@@ -163,7 +179,7 @@ func BuildStatement(in StatementInput) (Statement, error) {
 		c.PlanBaseFeeMinor, c.PlanIncludedUnits = p.BaseFeeMinor, p.IncludedUnits
 		c.BaseFeeMinor = prorate(p.BaseFeeMinor, c.SpanUS, monthUS)
 		c.IncludedUnits = prorate(p.IncludedUnits, c.SpanUS, monthUS)
-		c.OverageUnits = max(0, c.UsedUnits-c.IncludedUnits)
+		c.OverageUnits = max(0, c.UsedUnits-c.CreditUnits-c.IncludedUnits) + max(0, c.CreditOverageUnits)
 		if c.Overage, c.OverageMinor, err = priceOverage(p, c.OverageUnits); err != nil {
 			return Statement{}, err
 		}

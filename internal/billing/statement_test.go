@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -477,5 +478,94 @@ func TestStatementListsExpiredHolds(t *testing.T) {
 	}
 	if st.Usage.Allowed != 5 || st.Usage.AllowedUnits != 700 || st.Usage.ExpiredHolds != 3 || st.ExpiredHoldUnits != 400 {
 		t.Errorf("usage %+v, expired hold units %d; want 5 checks, 700 units, 3 expired holds charged 400", st.Usage, st.ExpiredHoldUnits)
+	}
+}
+
+// TestStatementPricesCredits: units drawn from a prepaid balance are not
+// billed; units admitted past it are overage, priced with the plan's
+// overage pricing like any other overage and put in the total; units
+// settled past it in deny mode are shown as unpaid and not billed; units
+// admitted without drawing on the balance (while Redis was down) are
+// billed as usage. Each plan span prices the credit hours that started
+// in it, and the CSV has the credit lines.
+func TestStatementPricesCredits(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	metered, err := s.plans.Put(ctx, plans.Plan{Name: "metered", Currency: "USD", OverageUnitMinor: 3})
+	testenv.Must(t, err)
+	dearer, err := s.plans.Put(ctx, plans.Plan{Name: "dearer", Currency: "USD", BaseFeeMinor: 100, OverageUnitMinor: 5})
+	testenv.Must(t, err)
+	tn, err := s.tenants.Create(ctx, "prepaid", metered.ID)
+	testenv.Must(t, err)
+	_, key, err := s.tenants.IssueKey(ctx, tn.ID, "web", nil)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z' WHERE tenant_id = $1`, tn.ID)
+	testenv.Must(t, err)
+	testenv.Must(t, s.tenants.SetPlan(ctx, tn.ID, dearer.ID, mustTime(t, "2026-10-16T00:00:00Z")))
+
+	// Usage: 1,070 units on the metered plan (1,000 that drew on the
+	// balance, 20 of a hold settled past it, 50 admitted while the balance
+	// could not be drawn), 10 on the dearer one.
+	_, err = s.Apply(ctx, metering.Batch{Version: 1, ID: "credits:1", Rows: []metering.Row{
+		row(at(t, "2026-10-05T10:17"), tn.ID, key.ID, "GET /x", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
+		row(at(t, "2026-10-06T09:00"), tn.ID, key.ID, "GET /x", metering.Counts{Allowed: 50, AllowedUnits: 50}),
+		row(at(t, "2026-10-07T08:00"), tn.ID, key.ID, "GET /x", metering.Counts{Allowed: 1, AllowedUnits: 20}),
+		row(at(t, "2026-10-20T12:00"), tn.ID, key.ID, "GET /x", metering.Counts{Allowed: 10, AllowedUnits: 10}),
+	}})
+	testenv.Must(t, err)
+	// The ledger: 700 granted and drawn on the 5th; 300 past the balance
+	// then; 20 unpaid on the 7th; 10 past the balance on the 20th.
+	_, err = db.Exec(ctx, `INSERT INTO credit_accounts (tenant_id, line, consumed) VALUES ($1, 700, 700)`, tn.ID)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO credit_ledger (tenant_id, kind, units, balance, cause, entry, at) VALUES
+		($1, 'grant', 700, 700, 'pack', NULL, '2026-10-01T00:00:00Z'),
+		($1, 'consumption', -650, 50, 'check', '1-0', '2026-10-05T10:17:00Z'),
+		($1, 'consumption', -50, 0, 'check', '2-0', '2026-10-05T10:59:59Z')`, tn.ID)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO credit_hours (tenant_id, hour, overage, unpaid) VALUES
+		($1, '2026-10-05T10:00:00Z', 300, 0), ($1, '2026-10-07T08:00:00Z', 0, 20), ($1, '2026-10-20T12:00:00Z', 10, 0)`, tn.ID)
+	testenv.Must(t, err)
+
+	st, err := s.Statement(ctx, tn.ID, october(t))
+	testenv.Must(t, err)
+	if len(st.Plans) != 2 {
+		t.Fatalf("plan spans %+v", st.Plans)
+	}
+	m, d := st.Plans[0], st.Plans[1]
+	// Metered: 1,070 used, 1,020 of them on the balance (700 drawn, 300
+	// past it, 20 unpaid): 50 billed as usage + 300 overage = 350 × 3.
+	if m.UsedUnits != 1070 || m.CreditUnits != 1020 || m.CreditOverageUnits != 300 || m.OverageUnits != 350 || m.OverageMinor != 1050 {
+		t.Errorf("metered span: used %d, credit %d, credit overage %d, overage %d units %d minor; want 1070, 1020, 300, 350, 1050",
+			m.UsedUnits, m.CreditUnits, m.CreditOverageUnits, m.OverageUnits, m.OverageMinor)
+	}
+	// Dearer, 16 of 31 days: base 100 × 16/31 → 52; 10 used, all past the
+	// balance: 10 × 5 = 50.
+	if d.UsedUnits != 10 || d.CreditUnits != 10 || d.CreditOverageUnits != 10 || d.OverageUnits != 10 || d.OverageMinor != 50 || d.BaseFeeMinor != 52 {
+		t.Errorf("dearer span: %+v", d)
+	}
+	if st.OverageMinor != 1100 || st.TotalMinor != 1152 {
+		t.Errorf("overage %d, total %d; want 1100 and 1152", st.OverageMinor, st.TotalMinor)
+	}
+	if c := st.Credits; c == nil || *c != (credits.Month{Granted: 700, Used: 700, Overage: 310, Unpaid: 20}) {
+		t.Errorf("credits %+v", st.Credits)
+	}
+
+	var csvOut strings.Builder
+	testenv.Must(t, WriteCSV(&csvOut, []Statement{st}))
+	head := tn.ID + ",prepaid,2026-10,open,USD,"
+	for _, line := range []string{
+		head + "credit_units,metered,2026-10-01T00:00:00Z,2026-10-16T00:00:00Z,,,,,,1020,,,",
+		head + "credit_overage,metered,2026-10-01T00:00:00Z,2026-10-16T00:00:00Z,,,,,,300,,,",
+		head + "overage,metered,2026-10-01T00:00:00Z,2026-10-16T00:00:00Z,,,,,,350,,3,1050",
+		head + "credit_overage,dearer,2026-10-16T00:00:00Z,2026-11-01T00:00:00Z,,,,,,10,,,",
+		head + "credits_granted,,,,,,,,,700,,,",
+		head + "credits_used,,,,,,,,,700,,,",
+		head + "credits_overage,,,,,,,,,310,,,",
+		head + "credits_unpaid,,,,,,,,,20,,,",
+		head + "total,,,,,,,,,,,,1152",
+	} {
+		if !strings.Contains(csvOut.String(), line+"\n") {
+			t.Errorf("CSV has no line %s:\n%s", line, csvOut.String())
+		}
 	}
 }

@@ -7,16 +7,19 @@
 // The balance is line − consumed. The line (grants and adjustments, less
 // expiries) is the ledger's and reaches the check path through its
 // snapshot (a change announces itself, so every API process sees a top-up
-// within a second). Consumed is a counter the check script keeps in Redis
-// beside the rules' state; each draw also appends an entry to the
-// tenant's consumption log, a Redis stream in the same hash slot, so a
-// draw is recorded by the script call that made it, not by the API
+// within a second), with the expiries of its grants, which the check
+// script applies at its own clock. Consumed is a counter the check script
+// keeps in Redis beside the rules' state; each draw also appends an entry
+// to the tenant's consumption log, a Redis stream in the same hash slot,
+// so a draw is recorded by the script call that made it, not by the API
 // process's memory. The Drainer writes the log into the ledger exactly
 // once (by entry ID), draws each entry on the grants soonest-expiring
 // first, expires grants, emits credits.low, credits.exhausted and
 // credits.expiring, and measures and repairs the drift between the
-// counter and the ledger (a counter lost with Redis is rebuilt from the
-// ledger).
+// counter and the ledger. Only the Drainer makes a counter, from the
+// ledger, once it has recorded every entry of the log: until then (a
+// new balance, or one Redis lost) checks draw nothing on it (see
+// limiter.Credits).
 package credits
 
 import (
@@ -113,30 +116,17 @@ func (a Account) Balance() int64 { return a.Line - a.Consumed }
 type Hot struct {
 	Mode      Mode
 	Overdraft int64
-	// Line and Consumed are the ledger's when the snapshot was read;
-	// Consumed seeds the counter when Redis lost it.
+	// Line and Consumed are the ledger's when the snapshot was read.
 	Line, Consumed int64
 	// Expiring are the live grants with an expiry, soonest first.
 	Expiring []Expiring
+	// expiries are Expiring as a check carries them (Prepare).
+	expiries []limiter.CreditExpiry
 }
 
 // Expiring is a grant's expiry (µs) and the units it had left.
 type Expiring struct {
 	AtUS, Remaining int64
-}
-
-// LineAt returns the line at nowUS: the snapshot's, less the units of the
-// grants that have expired since (the most they can still hold), so that
-// a grant stops counting when it expires, before the ledger records it.
-func (h *Hot) LineAt(nowUS int64) int64 {
-	line := h.Line
-	for _, e := range h.Expiring {
-		if e.AtUS > nowUS {
-			break
-		}
-		line -= e.Remaining
-	}
-	return line
 }
 
 // Keys returns the state keys of a tenant's balance under prefix: its
@@ -149,9 +139,36 @@ func Keys(prefix, tenantID string) (counter, log string) {
 	return string(b[:n]), string(b[n:])
 }
 
-// Limiter returns the limiter's view of h at nowUS, on a balance's keys
-// (Keys).
-func (h *Hot) Limiter(counter, log string, nowUS int64) limiter.Credits {
-	return limiter.Credits{Key: counter, Log: log, Line: h.LineAt(nowUS), Seed: h.Consumed,
+// Prepare makes the expiries a check carries from Expiring: the soonest
+// ones as they are and, past limiter.MaxCreditExpiries, the rest as one
+// expiry at the first of them (so they stop counting early rather than
+// late, until the snapshot brings the next ones). LoadAll prepares what
+// it returns; call it after changing Expiring.
+func (h *Hot) Prepare() { h.expiries = h.wire() }
+
+func (h *Hot) wire() []limiter.CreditExpiry {
+	var out []limiter.CreditExpiry
+	for i, e := range h.Expiring {
+		if i == limiter.MaxCreditExpiries-1 && len(h.Expiring) > limiter.MaxCreditExpiries {
+			rest := limiter.CreditExpiry{AtUS: e.AtUS}
+			for _, r := range h.Expiring[i:] {
+				rest.Units += r.Remaining
+			}
+			return append(out, rest)
+		}
+		out = append(out, limiter.CreditExpiry{AtUS: e.AtUS, Units: e.Remaining})
+	}
+	return out
+}
+
+// Limiter returns the limiter's view of h on a balance's keys (Keys): the
+// line with its expiries, which the store applies at the decision's
+// clock.
+func (h *Hot) Limiter(counter, log string) limiter.Credits {
+	expiries := h.expiries
+	if expiries == nil && len(h.Expiring) > 0 {
+		expiries = h.wire() // not prepared
+	}
+	return limiter.Credits{Key: counter, Log: log, Line: h.Line, Expiring: expiries,
 		Overdraft: h.Overdraft, Overage: h.Mode == ModeOverage}
 }

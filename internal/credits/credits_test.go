@@ -68,6 +68,11 @@ func newRig(t *testing.T, mode credits.Mode, overdraft, low int64) *rig {
 	t.Cleanup(r.checker.Close)
 	r.drainer = credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix, Now: func() time.Time { return r.drainAt }})
 	r.reload()
+	// The drainer makes the balance's counter (from the ledger): until
+	// then checks draw nothing on it.
+	if rep := r.drain(); rep.Rebuilt != 1 {
+		t.Fatalf("first drain: %+v, want the counter made", rep)
+	}
 	return r
 }
 
@@ -157,6 +162,7 @@ func ledger(t *testing.T, db *pgxpool.Pool, tenantID string) []credits.Entry {
 // path stops counting it when it expires.
 func TestDrawsSoonestExpiringFirstAndExpires(t *testing.T) {
 	r := newRig(t, credits.ModeDeny, 0, 0)
+	emptyAtStart := r.events(credits.EventExhausted) // the new account's balance of 0
 	never := r.grant(5, 0, 0)
 	late := r.grant(10, 2*time.Hour, 0)
 	soonLow := r.grant(2, time.Hour, 0)
@@ -201,64 +207,138 @@ func TestDrawsSoonestExpiringFirstAndExpires(t *testing.T) {
 		t.Errorf("check of 5 on 5: %+v", d)
 	}
 	r.agree()
-	if exhausted := r.events(credits.EventExhausted); exhausted != 1 {
-		t.Errorf("%d credits.exhausted events, want 1", exhausted)
+	if exhausted := r.events(credits.EventExhausted) - emptyAtStart; exhausted != 1 {
+		t.Errorf("%d credits.exhausted events since the grants, want 1", exhausted)
 	}
 }
 
 // TestLineStopsCountingAtExpiryBeforeTheLedger: between a grant's expiry
-// and the drainer's record of it, checks no longer draw on it.
+// and the drainer's record of it, checks no longer draw on it; past
+// limiter.MaxCreditExpiries, the later grants stop counting at the first
+// of them (early, never late).
 func TestLineStopsCountingAtExpiryBeforeTheLedger(t *testing.T) {
 	hot := &credits.Hot{Line: 15, Expiring: []credits.Expiring{{AtUS: 100, Remaining: 4}, {AtUS: 200, Remaining: 6}}}
+	lc := hot.Limiter("c", "l")
 	for _, tc := range []struct{ now, want int64 }{{99, 15}, {100, 11}, {199, 11}, {200, 5}} {
-		if got := hot.LineAt(tc.now); got != tc.want {
+		if got := lc.LineAt(tc.now); got != tc.want {
 			t.Errorf("LineAt(%d) = %d, want %d", tc.now, got, tc.want)
+		}
+	}
+	many := &credits.Hot{Line: 100}
+	for i := range 8 {
+		many.Expiring = append(many.Expiring, credits.Expiring{AtUS: int64(100 * (i + 1)), Remaining: 10})
+	}
+	many.Prepare()
+	lc = many.Limiter("c", "l")
+	if len(lc.Expiring) != limiter.MaxCreditExpiries {
+		t.Fatalf("%d expiries carried, want %d", len(lc.Expiring), limiter.MaxCreditExpiries)
+	}
+	for _, tc := range []struct{ now, want int64 }{{400, 60}, {499, 60}, {500, 20}, {800, 20}} {
+		if got := lc.LineAt(tc.now); got != tc.want {
+			t.Errorf("eight grants: LineAt(%d) = %d, want %d", tc.now, got, tc.want)
 		}
 	}
 }
 
-// TestCounterLostWithRedisIsRebuilt: Redis loses the counter and the log
-// (a restart without persistence). A drain rebuilds the counter from the
-// ledger; a check that comes first seeds it from its snapshot, and a
-// stale snapshot's seed is found as drift and repaired, after which the
-// ledger and the counter agree again.
-func TestCounterLostWithRedisIsRebuilt(t *testing.T) {
+// TestCounterLostWithRedisIsRebuiltBeforeAnyDraw: Redis loses the counter
+// and the log (a restart without persistence) while the api's snapshot
+// still holds the consumption of long ago. No check may draw on that
+// stale figure: until the drainer has made the counter from the ledger, a
+// deny-mode check is answered unavailable (degraded) and draws nothing;
+// then checks draw on the ledger's balance, and the ledger and the
+// counter agree without drift.
+func TestCounterLostWithRedisIsRebuiltBeforeAnyDraw(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
 	r.topUp(100)
 	r.check(30)
 	r.agree()
-	counter, log := credits.Keys(r.prefix, r.tenantID)
-	flush := func() { testenv.Must(t, r.rdb.Del(ctx, counter, log).Err()) }
-
-	flush()
-	if rep := r.drain(); rep.Rebuilt != 1 {
-		t.Errorf("drain after the loss: %+v, want one counter rebuilt", rep)
-	}
-	if acct := r.agree(); acct.Balance() != 70 {
-		t.Errorf("balance %d after the rebuild, want 70", acct.Balance())
-	}
-
-	// The snapshot still says 0 consumed (read before the 30): the check
-	// that finds no counter seeds it with 0 and sees 100.
 	r.check(10)
-	r.agree()
-	flush()
+	r.agree() // the ledger says 40 consumed; the snapshot still 0
+	counter, log := credits.Keys(r.prefix, r.tenantID)
+	testenv.Must(t, r.rdb.Del(ctx, counter, log).Err())
+
 	d := r.check(5)
-	if !d.Allowed || d.Credits.Balance != 95 {
-		t.Fatalf("check after the loss with a stale snapshot: %+v", d)
+	if d.Allowed || d.Reason != tollgate.ReasonUnavailable || !d.Degraded || d.Credits != nil || d.RetryAfterMS != 1000 {
+		t.Fatalf("check on the lost balance: %+v, want unavailable, degraded, no balance", d)
 	}
-	rep := r.drain()
-	if rep.Drift != 40 {
-		t.Errorf("drift %d, want the 40 the stale seed missed", rep.Drift)
+	if n, err := r.rdb.Exists(ctx, counter, log).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused check left %d keys (%v)", n, err)
 	}
-	acct := r.agree()
-	if acct.Balance() != 55 {
+	if rep := r.drain(); rep.Rebuilt != 1 || rep.Drift != 0 {
+		t.Errorf("drain after the loss: %+v, want the counter made from the ledger", rep)
+	}
+	if d := r.check(5); !d.Allowed || d.Degraded || d.Credits.Balance != 55 {
+		t.Fatalf("check after the rebuild: %+v (credits %+v), want 55 left", d, d.Credits)
+	}
+	if acct := r.agree(); acct.Balance() != 55 {
 		t.Errorf("balance %d, want 55", acct.Balance())
 	}
-	r.reload()
 	if d := r.check(56); d.Allowed {
 		t.Errorf("check of 56 on 55 admitted: %+v", d)
+	}
+}
+
+// TestDeferredDrawsAfterALossInOverageMode: in overage mode a check on a
+// lost balance is admitted (degraded) and its units logged deferred; the
+// drainer draws what the ledger's balance allows of them, down to
+// −overdraft, bills the rest as overage, and only then makes the counter.
+func TestDeferredDrawsAfterALossInOverageMode(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 2, 0)
+	r.topUp(10)
+	r.check(8)
+	r.agree()
+	counter, log := credits.Keys(r.prefix, r.tenantID)
+	testenv.Must(t, r.rdb.Del(ctx, counter, log).Err())
+	d := r.check(5)
+	if !d.Allowed || !d.Degraded || d.Credits != nil {
+		t.Fatalf("overage check on the lost balance: %+v, want admitted, degraded", d)
+	}
+	if rep := r.drain(); rep.Entries != 1 || rep.Rebuilt != 1 {
+		t.Errorf("drain: %+v, want the deferred entry recorded and the counter made", rep)
+	}
+	acct := r.agree()
+	if acct.Balance() != -2 || acct.Consumed != 12 {
+		t.Errorf("ledger balance %d, consumed %d; want −2 (4 of the 5 drawn) and 12", acct.Balance(), acct.Consumed)
+	}
+	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, billing.MonthOf(time.Now()).Start())
+	testenv.Must(t, err)
+	if m.Overage != 1 || m.Used != 12 {
+		t.Errorf("month %+v, want 12 used and 1 overage", m)
+	}
+	if d := r.check(1); !d.Allowed || d.Credits.Overage != 1 || d.Credits.Balance != -2 {
+		t.Errorf("check after the rebuild: %+v", d.Credits)
+	}
+}
+
+// TestHoldSettledPastTheBalanceInDenyMode: a hold settled above its
+// estimate takes the balance down to −overdraft and no further; the
+// units past it are unpaid: on the month's statement, never drawn, never
+// billed.
+func TestHoldSettledPastTheBalanceInDenyMode(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 3, 0)
+	r.topUp(20)
+	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 15, Resource: "GET /x", Hold: true})
+	testenv.Must(t, err)
+	if !d.Allowed || d.Credits.Balance != 5 {
+		t.Fatalf("hold of 15 on 20: %+v", d)
+	}
+	if _, err := r.checker.Settle(ctx, d.HoldID, 40); err != nil {
+		t.Fatal(err)
+	}
+	acct := r.agree()
+	if acct.Balance() != -3 {
+		t.Errorf("balance after settling 15 at 40 on 20 with an overdraft of 3: %d, want −3", acct.Balance())
+	}
+	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, billing.MonthOf(time.Now()).Start())
+	testenv.Must(t, err)
+	if m.Used != 23 || m.Unpaid != 17 || m.Overage != 0 {
+		t.Errorf("month %+v, want 23 used, 17 unpaid, no overage", m)
+	}
+	if d := r.check(1); d.Allowed || d.Reason != tollgate.ReasonCreditsExhausted {
+		t.Errorf("check at −overdraft: %+v, want credits_exhausted", d)
 	}
 }
 
@@ -430,5 +510,25 @@ func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
 	r.check(5)
 	if acct := r.agree(); acct.Balance() != 45 {
 		t.Errorf("balance after the close %d, want 45", acct.Balance())
+	}
+}
+
+// TestDrainerExpiresByTheStoresClock: without a clock of its own the
+// drainer expires grants by the limiter store's clock (Redis's TIME, the
+// clock checks are decided at), not by the admin process's.
+func TestDrainerExpiresByTheStoresClock(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.grant(10, time.Hour, 0)
+	r.grant(5, 0, 0)
+	ahead := time.Now().Add(2 * time.Hour)
+	store := limiter.NewMemoryStore(func() int64 { return ahead.UnixMicro() })
+	d := credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix})
+	rep, err := d.Drain(ctx)
+	testenv.Must(t, err)
+	acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID)
+	testenv.Must(t, err)
+	if rep.Expired != 1 || acct.Balance() != 5 {
+		t.Errorf("drain at the store's clock two hours ahead: %+v, balance %d; want the grant of an hour expired, 5 left", rep, acct.Balance())
 	}
 }

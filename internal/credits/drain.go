@@ -32,7 +32,8 @@ type DrainerConfig struct {
 	// ExpiringWithin is how long before a grant's expiry credits.expiring
 	// is emitted (default 7 days).
 	ExpiringWithin time.Duration
-	// Now is the clock (default time.Now).
+	// Now, when set, is the clock grants expire by and events are dated
+	// with, instead of the store's (the clock checks are decided at).
 	Now     func() time.Time
 	Log     *slog.Logger
 	Metrics *Metrics
@@ -40,9 +41,11 @@ type DrainerConfig struct {
 
 // Drainer writes the consumption logs of every balance into the ledger,
 // expires grants, emits the credits events and keeps the hot-path
-// counters equal to the ledger. Several may run (in several admin
-// processes): the account's row lock makes each balance's drain one at a
-// time, and the ledger records each log entry once.
+// counters equal to the ledger: it alone makes a counter (a new balance,
+// or one Redis lost), from the ledger, once it has recorded every entry
+// of the log. Several may run (in several admin processes): the
+// account's row lock makes each balance's drain one at a time, and the
+// ledger records each log entry once.
 type Drainer struct {
 	db   *pgxpool.Pool
 	logs limiter.CreditLogs
@@ -60,9 +63,6 @@ func NewDrainer(db *pgxpool.Pool, logs limiter.CreditLogs, cfg DrainerConfig) *D
 	}
 	if cfg.ExpiringWithin <= 0 {
 		cfg.ExpiringWithin = 7 * 24 * time.Hour
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -93,7 +93,8 @@ type Report struct {
 	// Drift is the sum over balances of |counter − ledger| found (and
 	// repaired) once every entry was recorded.
 	Drift int64
-	// Rebuilt counts the counters rebuilt from the ledger (lost by Redis).
+	// Rebuilt counts the counters made from the ledger (new, or lost by
+	// Redis).
 	Rebuilt int
 	// Expired counts the grants expired.
 	Expired int
@@ -108,7 +109,10 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	}
 	var total Report
 	for _, id := range ids {
-		for {
+		// A balance whose checks keep logging deferred draws while its
+		// counter is missing is drained until the counter can be made;
+		// past maxRounds, at the next Drain.
+		for range maxRounds {
 			r, more, err := d.drainTenant(ctx, id)
 			if err != nil {
 				d.cfg.Metrics.drained(total)
@@ -127,8 +131,12 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	return total, nil
 }
 
+// maxRounds bounds the transactions one Drain spends on one balance.
+const maxRounds = 100
+
 // drainTenant records one batch of tenantID's log in one transaction;
-// more is true when the log held more.
+// more is true when the log held more (or its counter could not be made
+// yet: entries came after the read).
 func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, more bool, err error) {
 	counter, logKey := Keys(d.cfg.Prefix, tenantID)
 	var through string
@@ -139,13 +147,23 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 		if err != nil {
 			return err
 		}
+		var settings *PlanSettings
+		var overdraft int64
+		ps, err := s.TenantSettings(ctx, tenantID)
+		switch {
+		case err == nil:
+			settings, overdraft = &ps, ps.Overdraft
+		case tollgate.ErrorCode(err) != tollgate.ENOTFOUND:
+			return err
+		}
 		before := b.acct
-		consumed, present, entries, err := d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
+		read, err := d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
 		if err != nil {
 			return err
 		}
+		consumed, present, entries := read.Consumed, read.Present, read.Entries
 		for _, e := range entries {
-			if err := d.record(ctx, s, b, e, &r); err != nil {
+			if err := d.record(ctx, s, b, overdraft, e, &r); err != nil {
 				return err
 			}
 		}
@@ -154,7 +172,12 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 		}
 		r.Entries = len(entries)
 		more = len(entries) == d.cfg.Batch
-		now := d.cfg.Now()
+		// Grants expire by the store's clock, the checks' (a draw not
+		// read yet comes after it); Now overrides it in tests.
+		now := time.UnixMicro(read.NowUS).UTC()
+		if d.cfg.Now != nil {
+			now = d.cfg.Now()
+		}
 		if !more {
 			expired, err := b.expireDue(ctx, now)
 			if err != nil {
@@ -163,22 +186,31 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 			r.Expired += len(expired)
 			// Every entry up to the read is recorded: the counter read
 			// with them must equal the ledger's consumption.
+			// The counter missing (new, or lost by Redis) is made from
+			// the ledger, unless entries came since the read: checks draw
+			// nothing on it until then.
 			switch {
 			case !present:
-				r.Rebuilt++
-				err = d.logs.AdjustCredits(ctx, counter, 0, b.acct.Consumed)
+				made, err := d.logs.RebuildCredits(ctx, counter, logKey, b.acct.Position, b.acct.Consumed)
+				if err != nil {
+					return err
+				}
+				if made {
+					r.Rebuilt++
+				} else {
+					more = true
+				}
 			case consumed != b.acct.Consumed:
 				drift := consumed - b.acct.Consumed
 				r.Drift = max(drift, -drift)
 				d.cfg.Log.WarnContext(ctx, "credits: counter drifted from the ledger; repaired", "tenant_id", tenantID,
 					"counter", consumed, "ledger", b.acct.Consumed)
-				err = d.logs.AdjustCredits(ctx, counter, -drift, b.acct.Consumed)
-			}
-			if err != nil {
-				return err
+				if err := d.logs.AdjustCredits(ctx, counter, -drift); err != nil {
+					return err
+				}
 			}
 		}
-		if err := d.notify(ctx, tx, s, b, now); err != nil {
+		if err := d.notify(ctx, tx, settings, b, now); err != nil {
 			return err
 		}
 		if b.acct == before && r.Entries == 0 {
@@ -198,8 +230,11 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 
 // record writes one log entry into the ledger: grants expired by its
 // time first, then its units drawn on the grants (or given back), and its
-// overage on the month's bill.
-func (d *Drainer) record(ctx context.Context, s *Store, b *book, e limiter.CreditEntry, r *Report) error {
+// overage and unpaid units on the hour's bill. The units of a deferred
+// entry (logged while the counter was missing) are split here as the
+// check script would have: drawn while the ledger's balance stays at or
+// above −overdraft, the rest overage or unpaid.
+func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64, e limiter.CreditEntry, r *Report) error {
 	at := time.UnixMicro(e.AtUS).UTC()
 	expired, err := b.expireDue(ctx, at)
 	if err != nil {
@@ -210,15 +245,26 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, e limiter.Credi
 	if e.HoldID != "" {
 		cause = "hold " + e.HoldID
 	}
+	units, overage, unpaid := e.Units, e.Overage, e.Unpaid
+	if e.Deferred != limiter.NotDeferred && units > 0 {
+		cause += " (drawn by the ledger: the balance was unknown)"
+		drawn := min(units, max(0, b.acct.Balance()+overdraft))
+		if e.Deferred == limiter.DeferredOverage {
+			overage += units - drawn
+		} else {
+			unpaid += units - drawn
+		}
+		units = drawn
+	}
 	id := e.ID
 	switch {
-	case e.Units > 0:
-		err = b.take(ctx, KindConsumption, e.Units, false, cause, &id, at)
-	case e.Units < 0:
-		err = b.giveBack(ctx, KindRefund, -e.Units, false, "settled "+cause, &id, at)
+	case units > 0:
+		err = b.take(ctx, KindConsumption, units, false, cause, &id, at)
+	case units < 0:
+		err = b.giveBack(ctx, KindRefund, -units, false, "settled "+cause, &id, at)
 	}
-	if err == nil && e.Overage != 0 {
-		err = s.addOverage(ctx, b.acct.TenantID, at, e.Overage)
+	if err == nil && (overage != 0 || unpaid != 0) {
+		err = s.addHour(ctx, b.acct.TenantID, at, overage, unpaid)
 	}
 	b.acct.Position = e.ID
 	return err
@@ -228,13 +274,9 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, e limiter.Credi
 // falls to the plan's low threshold or to its floor (−overdraft), again
 // once it has risen above, and credits.expiring once per grant that
 // expires within ExpiringWithin with units left.
-func (d *Drainer) notify(ctx context.Context, tx pgx.Tx, s *Store, b *book, now time.Time) error {
-	ps, err := s.TenantSettings(ctx, b.acct.TenantID)
-	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
-		return nil
-	}
-	if err != nil {
-		return err
+func (d *Drainer) notify(ctx context.Context, tx pgx.Tx, ps *PlanSettings, b *book, now time.Time) error {
+	if ps == nil {
+		return nil // the tenant's plan does not draw on credits
 	}
 	balance := b.acct.Balance()
 	emit := func(typ string, data map[string]any) error {

@@ -57,6 +57,9 @@ func (s *Store) LoadAll(ctx context.Context) (All, error) {
 		}
 		return id, err
 	}, "credits: load expiring grants")
+	for _, h := range all {
+		h.Prepare()
+	}
 	return all, err
 }
 
@@ -271,8 +274,12 @@ type Month struct {
 	Used     int64 `json:"used"`
 	Expired  int64 `json:"expired"`
 	Adjusted int64 `json:"adjusted"`
-	// Overage is the units admitted past the balance (billed).
+	// Overage is the units admitted past the balance in overage mode
+	// (billed with the plan's overage pricing); Unpaid the units holds
+	// were settled for past the allowed overdraft in deny mode (never
+	// billed: the balance stops at −overdraft).
 	Overage int64 `json:"overage"`
+	Unpaid  int64 `json:"unpaid"`
 	// Opening and Closing are the ledger balance at the month's start
 	// and end.
 	Opening int64 `json:"opening"`
@@ -296,8 +303,8 @@ func (s *Store) Month(ctx context.Context, tenantID string, start time.Time) (Mo
 		FROM credit_ledger WHERE tenant_id = $1::uuid AND at < $3`, tenantID, start, end).
 		Scan(&m.Granted, &used, &refunded, &m.Expired, &m.Adjusted, &m.Opening, &m.Closing)
 	if err == nil {
-		err = s.db.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM credit_overage WHERE tenant_id = $1::uuid AND month = $2::date`,
-			tenantID, start.Format(time.DateOnly)).Scan(&m.Overage)
+		err = s.db.QueryRow(ctx, `SELECT coalesce(sum(overage), 0), coalesce(sum(unpaid), 0) FROM credit_hours
+			WHERE tenant_id = $1::uuid AND hour >= $2 AND hour < $3`, tenantID, start, end).Scan(&m.Overage, &m.Unpaid)
 	}
 	if err != nil {
 		return Month{}, fmt.Errorf("credits: month of %s: %w", tenantID, err)
@@ -306,15 +313,46 @@ func (s *Store) Month(ctx context.Context, tenantID string, start time.Time) (Mo
 	return m, nil
 }
 
-func (s *Store) addOverage(ctx context.Context, tenantID string, at time.Time, units int64) error {
-	at = at.UTC()
-	month := time.Date(at.Year(), at.Month(), 1, 0, 0, 0, 0, time.UTC).Format(time.DateOnly)
-	_, err := s.db.Exec(ctx, `INSERT INTO credit_overage (tenant_id, month, units) VALUES ($1::uuid, $2::date, $3)
-		ON CONFLICT (tenant_id, month) DO UPDATE SET units = credit_overage.units + EXCLUDED.units`, tenantID, month, units)
+// addHour adds overage and unpaid units to the hour of at.
+func (s *Store) addHour(ctx context.Context, tenantID string, at time.Time, overage, unpaid int64) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO credit_hours (tenant_id, hour, overage, unpaid) VALUES ($1::uuid, $2, $3, $4)
+		ON CONFLICT (tenant_id, hour) DO UPDATE SET overage = credit_hours.overage + EXCLUDED.overage,
+		unpaid = credit_hours.unpaid + EXCLUDED.unpaid`, tenantID, at.UTC().Truncate(time.Hour), overage, unpaid)
 	if err != nil {
 		return fmt.Errorf("credits: add overage: %w", err)
 	}
 	return nil
+}
+
+// Hour is what a tenant's checks did with its balance in one hour (UTC):
+// what statements price.
+type Hour struct {
+	Start time.Time
+	// Drawn is the units drawn from the balance (consumption less
+	// refunds, by the time of the draw); Overage the units admitted past
+	// it; Unpaid the units settled past it in deny mode.
+	Drawn, Overage, Unpaid int64
+}
+
+// Units is every unit of checks that drew on the balance in the hour:
+// Drawn + Overage + Unpaid.
+func (h Hour) Units() int64 { return h.Drawn + h.Overage + h.Unpaid }
+
+// Hours returns tenant tenantID's credits by hour in [from, to), in time
+// order, hours with nothing left out.
+func (s *Store) Hours(ctx context.Context, tenantID string, from, to time.Time) ([]Hour, error) {
+	rows, err := s.db.Query(ctx, `SELECT hour, sum(drawn), sum(overage), sum(unpaid) FROM (
+			SELECT date_trunc('hour', at, 'UTC') AS hour, -sum(units) AS drawn, 0 AS overage, 0 AS unpaid FROM credit_ledger
+			WHERE tenant_id = $1::uuid AND kind IN ('consumption', 'refund') AND at >= $2 AND at < $3 GROUP BY 1
+			UNION ALL
+			SELECT hour, 0, overage, unpaid FROM credit_hours WHERE tenant_id = $1::uuid AND hour >= $2 AND hour < $3
+		) h GROUP BY hour HAVING sum(drawn) <> 0 OR sum(overage) <> 0 OR sum(unpaid) <> 0 ORDER BY hour`, tenantID, from, to)
+	return postgres.Collect(rows, err, func(r pgx.Row) (Hour, error) {
+		var h Hour
+		err := r.Scan(&h.Start, &h.Drawn, &h.Overage, &h.Unpaid)
+		h.Start = h.Start.UTC()
+		return h, err
+	}, "credits: hours")
 }
 
 // Tenants returns the IDs of the tenants whose balances the drainer

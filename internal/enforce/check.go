@@ -498,10 +498,22 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	}
 	d.governing = governing(d.Rules, d.Allowed)
 	reason := tollgate.ReasonOK
+	unknown := false
 	if batch := out.Credits; tenant != nil && tenant.Credits != nil {
-		d.Credits = &CreditsResult{Balance: batch.Balance, Drawn: batch.Drawn, Overage: batch.Overage}
+		if batch.Unknown {
+			// The store has no counter of the balance (it lost it, or the
+			// credits drainer has not made it from the ledger yet): nothing
+			// was drawn, as when the store is down.
+			unknown, d.Degraded = true, true
+		} else {
+			d.Credits = &CreditsResult{Balance: batch.Balance, Drawn: batch.Drawn, Overage: batch.Overage}
+		}
 	}
 	switch {
+	case !d.Allowed && unknown && !out.Credits.Allowed && !ruleDenied(d.Rules):
+		reason = tollgate.ReasonUnavailable
+		d.governing = -1
+		d.RetryAfterMS = outageRetryMS
 	case !d.Allowed && d.Credits != nil && !out.Credits.Allowed && !ruleDenied(d.Rules):
 		reason = tollgate.ReasonCreditsExhausted
 		d.governing = -1

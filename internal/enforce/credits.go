@@ -20,11 +20,13 @@ func (who caller) credits() *credits.Hot {
 	return who.tenant.Credits
 }
 
-// creditsFor returns the limiter's view of hot now, on its two keys (as
+// creditsFor returns the limiter's view of hot on its two keys (as
 // requests lays them out: the counter, then the log, of equal length).
+// The store applies the line's expiries at its own clock, the one it
+// decides the check at: an api process's clock does not matter.
 func (c *Checker) creditsFor(hot *credits.Hot, keys string) *limiter.Credits {
 	half := len(keys) / 2
-	lc := hot.Limiter(keys[:half], keys[half:], c.now().UnixMicro())
+	lc := hot.Limiter(keys[:half], keys[half:])
 	return &lc
 }
 

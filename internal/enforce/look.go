@@ -87,6 +87,10 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (tollgate.S
 	}
 	if hot != nil {
 		st.Credits = &tollgate.CreditsStanding{Mode: string(hot.Mode), Balance: out.Credits.Balance, Overdraft: hot.Overdraft}
+		if out.Credits.Unknown {
+			lc := batch.Credits
+			st.Credits.Unknown, st.Credits.Balance = true, lc.LineAt(out.NowUS)-hot.Consumed
+		}
 	}
 	return st, nil
 }

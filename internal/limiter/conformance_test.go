@@ -59,7 +59,9 @@ func batchingStoreCase(sc storeCase) storeCase {
 
 func memoryStoreCase() storeCase {
 	return storeCase{"memory", func(t testing.TB) openStore {
-		return openStore{Store: NewMemoryStore(func() int64 { panic("tests inject time") }), ns: "{m}:"}
+		s := NewMemoryStore(func() int64 { panic("tests inject time") })
+		SetReadClock(s, func() int64 { return epoch }) // what the credits' drainer reads
+		return openStore{Store: s, ns: "{m}:"}
 	}}
 }
 

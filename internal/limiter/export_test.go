@@ -32,3 +32,14 @@ func CopyEntry(s *MemoryStore, key string, n int) map[string]*memoryEntry {
 	}
 	return entries
 }
+
+// DropCounter forgets the counter at key, as a Redis server that lost it
+// does (its log stays).
+func DropCounter(s *MemoryStore, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.credits, key)
+}
+
+// SetReadClock makes ReadCredits report now instead of the store's clock.
+func SetReadClock(s *MemoryStore, now func() int64) { s.readNow = now }

@@ -21,6 +21,9 @@ type MemoryStore struct {
 	// credits holds the consumption counters and logs of prepaid
 	// balances (Batch.Credits), by key.
 	credits map[string]*memoryCredits
+	// readNow is the clock ReadCredits reports (nil: now); the
+	// conformance suite, whose clock refuses to be read, sets it.
+	readNow func() int64
 }
 
 // memoryCredits is one balance's counter (Credits.Key) or log
@@ -99,7 +102,8 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		}
 	}
 	if b.Credits != nil {
-		out.Credits = decideCredits(b.Credits, s.consumed(b.Credits), b.Cost)
+		consumed, present := s.consumed(b.Credits)
+		out.Credits = decideCredits(b.Credits, consumed, present, b.Cost, b.DryRun, b.Hold != nil, now)
 		if !out.Credits.Allowed {
 			out.Admitted = false
 		}
@@ -121,8 +125,13 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 			s.holds[b.Hold.Key].lease = b.Lease.Key
 		}
 	}
-	if b.Credits != nil {
-		out.Credits.Balance = s.draw(b.Credits, out.Credits.Drawn, out.Credits.Overage, now, holdID(b.Hold))
+	if c := b.Credits; c != nil {
+		m := creditMove{units: out.Credits.Drawn, overage: out.Credits.Overage}
+		if out.Credits.Unknown && b.Cost > 0 {
+			m = creditMove{units: b.Cost, deferred: DeferredOverage}
+		}
+		s.draw(c, m, now, holdID(b.Hold))
+		out.Credits.Balance -= out.Credits.Drawn
 	}
 	for i, d := range decisions {
 		if d.Allowed && d.next != nil {
@@ -219,9 +228,10 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		}
 	}
 	if c := h.credits; c != nil && cost != h.estimate {
-		units, over := settleCredits(c.Line, c.Overdraft, s.consumed(c), h.drawn, h.overage, cost-h.estimate)
-		h.drawn, h.overage = h.drawn+units, h.overage+over
-		s.draw(c, units, over, now, h.id)
+		consumed, present := s.consumed(c)
+		m := settleCredits(c.LineAt(now), c.Overdraft, c.Overage, consumed, present, h.drawn, h.overage, cost-h.estimate)
+		h.drawn, h.overage = h.drawn+m.units, h.overage+m.overage
+		s.draw(c, m, now, h.id)
 	}
 	if status == HoldSettled && h.lease != "" {
 		s.releaseLocked(h.lease, now)
@@ -231,35 +241,33 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	return out, nil
 }
 
-// consumed returns the counter of c's balance, c.Seed when it is missing;
-// s.mu is held.
-func (s *MemoryStore) consumed(c *Credits) int64 {
+// consumed returns the counter of c's balance; present is false when it
+// is missing. s.mu is held.
+func (s *MemoryStore) consumed(c *Credits) (consumed int64, present bool) {
 	if m, ok := s.credits[c.Key]; ok {
-		return m.consumed
+		return m.consumed, true
 	}
-	return c.Seed
+	return 0, false
 }
 
-// draw adds units to c's counter (seeding it when missing) and, when
-// anything moved, logs units and overage at now for the hold holdID; it
-// returns the balance after. s.mu is held.
-func (s *MemoryStore) draw(c *Credits, units, overage, now int64, holdID string) int64 {
+// draw adds m's units to c's counter when it exists and m is not
+// deferred and, when anything moved, logs m at now for the hold holdID.
+// s.mu is held.
+func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string) {
 	counter := s.credits[c.Key]
-	if counter == nil {
-		counter = &memoryCredits{consumed: c.Seed}
-		s.credits[c.Key] = counter
+	if counter != nil && m.deferred == NotDeferred {
+		counter.consumed += m.units
 	}
-	counter.consumed += units
-	if units != 0 || overage != 0 {
+	if m.units != 0 || m.overage != 0 || m.unpaid != 0 {
 		log := s.credits[c.Log]
 		if log == nil {
 			log = &memoryCredits{}
 			s.credits[c.Log] = log
 		}
 		log.last = nextEntryID(log.last, now)
-		log.log = append(log.log, CreditEntry{ID: log.last, Units: units, Overage: overage, AtUS: now, HoldID: holdID})
+		log.log = append(log.log, CreditEntry{ID: log.last, Units: m.units, Overage: m.overage, Unpaid: m.unpaid,
+			Deferred: m.deferred, AtUS: now, HoldID: holdID})
 	}
-	return c.Line - counter.consumed
 }
 
 func holdID(h *Hold) string {
@@ -269,26 +277,31 @@ func holdID(h *Hold) string {
 	return h.ID
 }
 
-// ReadCredits returns the counter at key (present false when missing) and
-// up to max entries of the log at log after the entry after ("" or "0-0":
-// from the start), read together, as the Redis store's ReadCredits does.
-func (s *MemoryStore) ReadCredits(_ context.Context, key, log, after string, max int) (consumed int64, present bool, entries []CreditEntry, err error) {
+// ReadCredits returns the counter at key and up to max entries of the log
+// at log after the entry after ("" or "0-0": from the start), with the
+// store's clock, read together, as the Redis store's ReadCredits does.
+func (s *MemoryStore) ReadCredits(_ context.Context, key, log, after string, max int) (CreditRead, error) {
+	now := s.now
+	if s.readNow != nil {
+		now = s.readNow
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	r := CreditRead{NowUS: now()}
 	if c, ok := s.credits[key]; ok {
-		consumed, present = c.consumed, true
+		r.Consumed, r.Present = c.consumed, true
 	}
 	if l := s.credits[log]; l != nil {
 		for _, e := range l.log {
-			if len(entries) == max {
+			if len(r.Entries) == max {
 				break
 			}
 			if EntryAfter(e.ID, after) {
-				entries = append(entries, e)
+				r.Entries = append(r.Entries, e)
 			}
 		}
 	}
-	return consumed, present, entries, nil
+	return r, nil
 }
 
 // TrimCredits drops the entries of the log at log up to and including
@@ -308,17 +321,34 @@ func (s *MemoryStore) TrimCredits(_ context.Context, log, through string) error 
 	return nil
 }
 
-// AdjustCredits adds delta to the counter at key, or sets it to seed when
-// it is missing (the ledger's rebuild of a lost counter).
-func (s *MemoryStore) AdjustCredits(_ context.Context, key string, delta, seed int64) error {
+// AdjustCredits adds delta to the counter at key when it exists.
+func (s *MemoryStore) AdjustCredits(_ context.Context, key string, delta int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.credits[key]; ok {
 		c.consumed += delta
-	} else {
-		s.credits[key] = &memoryCredits{consumed: seed}
 	}
 	return nil
+}
+
+// RebuildCredits sets the missing counter at key to consumed when the log
+// at log holds no entry after the entry after, as the Redis store's
+// RebuildCredits does.
+func (s *MemoryStore) RebuildCredits(_ context.Context, key, log, after string, consumed int64) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.credits[key]; ok {
+		return false, nil
+	}
+	if l := s.credits[log]; l != nil {
+		for _, e := range l.log {
+			if EntryAfter(e.ID, after) {
+				return false, nil
+			}
+		}
+	}
+	s.credits[key] = &memoryCredits{consumed: consumed}
+	return true, nil
 }
 
 // FlushCredits forgets every counter and log, as a Redis server restarted

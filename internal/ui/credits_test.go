@@ -5,10 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
@@ -65,5 +68,44 @@ func TestConsoleCredits(t *testing.T) {
 	testenv.Must(t, err)
 	if b.Balance != 1500 || len(b.Grants) != 1 {
 		t.Errorf("stored: balance %d, %d grants", b.Balance, len(b.Grants))
+	}
+}
+
+// TestStatementPageShowsCredits: the statement page of a tenant with
+// prepaid credits shows the month's credits (granted, used, expired,
+// past the balance, unpaid) and, per plan span, the units on credits and
+// past the balance, as the API's statement has them.
+func TestStatementPageShowsCredits(t *testing.T) {
+	ctx := context.Background()
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	acme, _, _, _ := tenantSetup(t, admin)
+	ops := credits.NewOps(admin.DB, nil)
+	_, err := ops.SetPlan(ctx, audit.CLI, acme.PlanID, credits.PlanSettingsInput{Mode: credits.ModeOverage})
+	testenv.Must(t, err)
+	_, err = ops.Grant(ctx, audit.CLI, acme.ID, credits.GrantInput{Amount: 300, Cause: "pack"})
+	testenv.Must(t, err)
+	now := time.Now().UTC()
+	_, err = admin.DB.Exec(ctx, `INSERT INTO credit_ledger (tenant_id, kind, units, balance, cause, entry, at)
+		VALUES ($1, 'consumption', -300, 0, 'check', '1-0', $2)`, acme.ID, now)
+	testenv.Must(t, err)
+	_, err = admin.DB.Exec(ctx, `INSERT INTO credit_hours (tenant_id, hour, overage, unpaid) VALUES ($1, $2, 42, 7)`,
+		acme.ID, now.Truncate(time.Hour))
+	testenv.Must(t, err)
+	st, err := billing.NewStore(admin.DB, pgstore.StoreConfig{}).Statement(ctx, acme.ID, billing.MonthOf(now))
+	testenv.Must(t, err)
+
+	viewer := signedInAs(t, admin, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
+	viewer.open("/tenants/" + acme.ID + "/statements/" + billing.MonthOf(now).String())
+	for sel, want := range map[string]int64{
+		"[data-credits-granted]": 300, "[data-credits-used]": 300, "[data-credits-expired]": 0,
+		"[data-credits-overage]": 42, "[data-credits-unpaid]": 7,
+		"[data-credit-units]": 349, "[data-credit-overage]": 42,
+	} {
+		if got := viewer.number(sel); got != want {
+			t.Errorf("%s shows %d, want %d", sel, got, want)
+		}
+	}
+	if p := st.Plans[0]; p.CreditUnits != 349 || p.CreditOverageUnits != 42 || st.Credits.Overage != 42 || st.Credits.Unpaid != 7 {
+		t.Errorf("the API's statement: span %+v, credits %+v", p, st.Credits)
 	}
 }

@@ -6,7 +6,9 @@
 --            extra_ttl_ms, report_state, ndefs,
 --            ndefs × (algorithm, flags, a, b, c),
 --            nchecks × (now, cost, opts, nrules, hold, nrules × ref
---                       [, line, seed, overdraft when opts has optCredits])
+--                       [, balance when opts has optCredits
+--                          [, line, overdraft, nexp, nexp × (at, units)
+--                           at the balance's first check in the call]])
 --   A def is one rule's parameters, shared by every check of the batch
 --   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
 --   algorithm (an alg* code below) and its three numbers a, b, c:
@@ -37,17 +39,28 @@
 --   every concurrency rule that allowed, expiring the rule's lease TTL from
 --   now, and writes the lease record (a hash): n rules, and per rule i ki
 --   its key and ti its lease TTL (µs). lease.lua renews and releases it.
---   A check that draws on credits has its balance's counter key and
---   consumption log key (a stream) after its rule keys, hold key and lease key
---   in KEYS: it is admitted only if its rules and the balance (line − the
---   counter, the counter seed when missing) allow it, and an admitted one
---   adds what it drew to the counter and appends an entry to the log: u
---   units drawn, o units of overage, t now, h the hold's ID (if any).
---   Checks of one call without a hold share one entry per balance (their
---   sums, t the last one's time), written with the counter at the end of
---   the call.
---   Its hold record also keeps ck, cl the keys, cn line, co overdraft,
---   cm 1 for overage, cd units drawn, cv overage (settle.lua reads them).
+--   A check that draws on credits names its balance by number (from 1, in
+--   order of first use in the call); the balance's first check in the
+--   call has the balance's counter key and consumption log key (a stream)
+--   after its rule keys, hold key and lease key in KEYS, and its numbers:
+--   line, overdraft and the expiries within the line (at µs, units; at
+--   most 5, soonest first). The line at the check's now is line less the
+--   units of the expiries at or before now (limiter.Credits.LineAt): now
+--   is Redis's clock, as for the rules. A check is admitted only if its
+--   rules and the balance (that line − the counter) allow it, and an
+--   admitted one adds what it drew to the counter and appends an entry to
+--   the log: u units drawn, o units of overage (absent: none), t now, h
+--   the hold's ID (if any), d 1 for units deferred to the ledger's writer. Checks of
+--   one call without a hold share one entry per balance (their sums, t
+--   the last one's time), written with the counter at the end of the
+--   call. The script never makes a missing counter (the credits drainer
+--   does, from the ledger): on one, the balance is unknown and nothing is
+--   drawn; a check that costs something is then refused in deny mode and
+--   with a hold, and admitted in overage mode with its units logged
+--   deferred (d 1: the drainer draws what the ledger's balance allows).
+--   Its hold record also keeps ck, cl the keys, cn line, cx its expiries
+--   ("at units …"), co overdraft, cm 1 for overage, cd units drawn, cv
+--   overage (settle.lua reads them).
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
 --          or '' when the caller lists holds itself (on a Cluster, where
 --          the index lives in another slot)
@@ -58,8 +71,9 @@
 -- not admitted when report_state is 1, per rule the state it was decided
 -- on (gcra: tat; bucket: tokens, when; fixed: window, count; counter:
 -- window, count, prev; log: nothing), three numbers each; a check that
--- draws on credits has, after its rules, whether the balance allowed it,
--- the balance, the units drawn and the overage. Numbers are
+-- draws on credits has, after its rules, whether the balance allowed it
+-- (0 no, 1 yes; 2 no and 3 yes when the counter was missing), the
+-- balance, the units drawn and the overage. Numbers are
 -- integers below 2^53 (exact in doubles).
 --
 -- Each algorithm is written out in the loop below: no closures, tables
@@ -141,7 +155,7 @@ end
 -- the earlier one's state. false: the key does not exist.
 local cache = {}
 do
-  local mkeys, j, kk = {}, i, 0
+  local mkeys, j, kk, nbal = {}, i, 0, 0
   local total = #batch
   while j <= total do
     local nrules, credits = batch[j + 3], has(batch[j + 2], optCredits)
@@ -156,7 +170,14 @@ do
     end
     if batch[j - nrules - 1] > 0 then kk = kk + 1 end
     if leased then kk = kk + 1 end
-    if credits then j, kk = j + 3, kk + 2 end
+    if credits then
+      if batch[j] > nbal then
+        nbal = batch[j]
+        j, kk = j + 4 + 2 * batch[j + 3], kk + 2
+      else
+        j = j + 1
+      end
+    end
   end
   if #mkeys == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -203,19 +224,23 @@ local function defstr(d, mark, finish)
   return string.format('%d %d %d %d %d %d %d', a, flg[d], x, y, z, mark, finish)
 end
 
--- Balances this call drew on: the counter as it now stands by key, and
--- per key (in first-draw order) the log and the units and overage drawn
--- by checks without a hold, written once at the end of the call: one SET
--- and one log entry per balance and call, not per check. A check with a
--- hold logs its own entry (the entry names the hold).
+-- The balances of this call by number (made at the first check that
+-- draws on one): {counter key, log key, line, overdraft, expiries
+-- ({at, units, at, units …}) or false}.
+local bal, nbal = nil, 0
+-- Balances this call drew on: the counter as it now stands by key (false
+-- when missing), and per key (in first-draw order) the log, the units
+-- and overage drawn and the units deferred by checks without a hold, and
+-- the counter as the call found it, written once at the end of the call:
+-- one INCRBY and one log entry per balance and call, not per check. A
+-- check with a hold logs its own entry (the entry names the hold).
 local ccount, corder, cpend = {}, {}, {}
 
 local total = #batch
 while i <= total do
-  local now, cost, opts, nrules, hold = batch[i], batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
+  local now, cost, opts, nrules, hold = at(batch[i]), batch[i + 1], batch[i + 2], batch[i + 3], batch[i + 4]
   local dry = has(opts, optDryRun)
   i = i + 5
-  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1
@@ -441,29 +466,60 @@ while i <= total do
     k = k + 1
     lkey = KEYS[k]
   end
-  -- The prepaid balance: line − the counter (limiter.decideCredits).
-  local ckey, clog, cline, cover, consumed, cok, cdrawn, cover_units, cpresent
+  -- The prepaid balance: the line at now − the counter
+  -- (limiter.decideCredits).
+  local ckey, clog, cb, cline, cover, consumed, cok, cdrawn, cover_units, cdefer
+  local cadv_k, cadv_i = 0, 1
   if has(opts, optCredits) then
     -- (k and i move past its keys and numbers once the check is done:
     -- the hold record below reads the rules' keys and refs before them.)
-    ckey, clog = KEYS[k + 1], KEYS[k + 2]
-    cline, consumed, cover = batch[i], batch[i + 1], batch[i + 2]
-    if ccount[ckey] then
-      consumed, cpresent = ccount[ckey], true
-    else
-      local v = redis.call('GET', ckey)
-      cpresent = v ~= false
-      if v then consumed = tonumber(v) end
+    cb = batch[i]
+    if cb > nbal then
+      nbal = cb
+      local exps, nexp = false, batch[i + 3]
+      if nexp > 0 then
+        exps = {}
+        for x = 1, 2 * nexp do exps[x] = batch[i + 3 + x] end
+      end
+      if not bal then bal = {} end
+      bal[cb] = {KEYS[k + 1], KEYS[k + 2], batch[i + 1], batch[i + 2], exps}
+      cadv_k, cadv_i = 2, 4 + 2 * nexp
     end
-    local balance = cline - consumed
-    cok, cdrawn, cover_units = 1, cost, 0
-    if has(opts, optCreditOverage) then
-      local room = balance + cover
-      if room < 0 then room = 0 end
-      if cdrawn > room then cdrawn = room end
-      cover_units = cost - cdrawn
-    elseif cost > 0 and balance - cost < -cover then
-      cok, cdrawn, admitted = 0, 0, false
+    local b = bal[cb]
+    ckey, clog, cline, cover = b[1], b[2], b[3], b[4]
+    local exps = b[5]
+    if exps then
+      for x = 1, #exps, 2 do
+        if exps[x] > now then break end
+        cline = cline - exps[x + 1]
+      end
+    end
+    consumed = ccount[ckey]
+    if consumed == nil then
+      consumed = redis.call('GET', ckey)
+      if consumed then consumed = tonumber(consumed) end
+      ccount[ckey] = consumed
+    end
+    cok, cdrawn, cover_units, cdefer = 1, cost, 0, 0
+    if consumed == false then
+      -- Unknown: nothing is drawn. Deny mode and a hold refuse a cost;
+      -- overage mode admits it, deferred.
+      cok, cdrawn = 3, 0
+      if cost > 0 and not dry and (hold > 0 or not has(opts, optCreditOverage)) then
+        cok, admitted = 2, false
+      else
+        cdefer = cost
+      end
+    else
+      local balance = cline - consumed
+      if has(opts, optCreditOverage) then
+        local room = balance + cover
+        if room < 0 then room = 0 end
+        if cdrawn > room then cdrawn = room end
+        cover_units = cost - cdrawn
+      elseif cost > 0 and balance - cost < -cover then
+        cok, cdrawn, admitted = 0, 0, false
+      end
     end
   end
   if admitted and not dry and cost > 0 and nlease > 0 then
@@ -493,7 +549,10 @@ while i <= total do
       if ckey then
         local mode = 0
         if has(opts, optCreditOverage) then mode = 1 end
-        for _, f in ipairs({'ck', ckey, 'cl', clog, 'cn', cline, 'co', cover, 'cm', mode, 'cd', cdrawn, 'cv', cover_units}) do
+        local b, exps = bal[cb], {}
+        for x = 1, #(b[5] or exps) do exps[x] = string.format('%d', b[5][x]) end
+        for _, f in ipairs({'ck', ckey, 'cl', clog, 'cn', b[3], 'cx', table.concat(exps, ' '), 'co', cover,
+          'cm', mode, 'cd', cdrawn, 'cv', cover_units}) do
           rec[#rec + 1] = f
         end
       end
@@ -546,20 +605,22 @@ while i <= total do
         redis.call('PEXPIRE', key, wttl[w] + extra)
       end
     end
-    if ckey and (cdrawn ~= 0 or cover_units ~= 0 or not cpresent) then
-      consumed = consumed + cdrawn
-      ccount[ckey] = consumed
+    if ckey and (cdrawn ~= 0 or cover_units ~= 0 or cdefer ~= 0) then
       local pend = cpend[ckey]
       if not pend then
-        pend = {clog, 0, 0, now}
+        pend = {clog, 0, 0, now, 0, now, consumed}
         cpend[ckey] = pend
         corder[#corder + 1] = ckey
       end
+      if consumed then
+        consumed = consumed + cdrawn
+        ccount[ckey] = consumed
+      end
       if hkey then
-        if cdrawn ~= 0 or cover_units ~= 0 then
-          redis.call('XADD', clog, '*', 'u', string.format('%d', cdrawn), 'o', string.format('%d', cover_units),
-            't', string.format('%d', now), 'h', ARGV[2 + holds])
-        end
+        redis.call('XADD', clog, '*', 'u', string.format('%d', cdrawn), 'o', string.format('%d', cover_units),
+          't', string.format('%d', now), 'h', ARGV[2 + holds])
+      elseif cdefer ~= 0 then
+        pend[5], pend[6] = pend[5] + cdefer, now
       else
         pend[2], pend[3], pend[4] = pend[2] + cdrawn, pend[3] + cover_units, now
       end
@@ -568,9 +629,14 @@ while i <= total do
     cdrawn, cover_units = 0, 0
   end
   if ckey then
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = cok, cline - consumed, cdrawn, cover_units
+    if consumed then
+      out[n + 2] = cline - consumed
+    else
+      out[n + 2] = 0
+    end
+    out[n + 1], out[n + 3], out[n + 4] = cok, cdrawn, cover_units
     n = n + 4
-    k, i = k + 2, i + 3
+    k, i = k + cadv_k, i + cadv_i
   end
   if not admitted then
     out[head] = 0
@@ -586,10 +652,16 @@ end
 for x = 1, #corder do
   local key = corder[x]
   local pend = cpend[key]
-  redis.call('SET', key, string.format('%d', ccount[key]))
-  if pend[2] ~= 0 or pend[3] ~= 0 then
+  if ccount[key] and ccount[key] ~= pend[7] then redis.call('INCRBY', key, ccount[key] - pend[7]) end
+  if pend[3] ~= 0 then
     redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 'o', string.format('%d', pend[3]),
       't', string.format('%d', pend[4]))
+  elseif pend[2] ~= 0 then
+    -- The usual entry: units drawn, no overage (a field less to write).
+    redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 't', string.format('%d', pend[4]))
+  end
+  if pend[5] ~= 0 then
+    redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[5]), 'd', '1', 't', string.format('%d', pend[6]))
   end
 end
 

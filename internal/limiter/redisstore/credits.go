@@ -13,49 +13,59 @@ import (
 // The scripts of a balance's counter and consumption log (check.lua
 // writes both; see limiter.Credits). Each is one call on keys of one slot.
 var (
-	creditsReadScript = redis.NewScript(`local c = redis.call('GET', KEYS[1])
+	creditsReadScript = redis.NewScript(`local t = redis.call('TIME')
+local c = redis.call('GET', KEYS[1])
 local e = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
-return {c, e}`)
+return {c, e, t[1] * 1000000 + t[2]}`)
 	creditsTrimScript   = redis.NewScript(`return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
 	creditsAdjustScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('INCRBY', KEYS[1], ARGV[1])
 end
+return 0`)
+	// The counter is made only when missing and when the log holds
+	// nothing after what the caller recorded: a draw logged since (a
+	// deferred one, or a settlement's) is recorded first, next time.
+	creditsRebuildScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if #redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 1) > 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
-return tonumber(ARGV[2])`)
+return 1`)
 )
 
-// ReadCredits returns the counter at key (present false when missing) and
-// up to max entries of the consumption log at log after the entry after,
-// read in one script call.
-func (s *Store) ReadCredits(ctx context.Context, key, log, after string, max int) (consumed int64, present bool, entries []limiter.CreditEntry, err error) {
+// ReadCredits returns the counter at key and up to max entries of the
+// consumption log at log after the entry after, with Redis's clock, read
+// in one script call.
+func (s *Store) ReadCredits(ctx context.Context, key, log, after string, max int) (limiter.CreditRead, error) {
+	var r limiter.CreditRead
 	if after == "" {
 		after = "0-0"
 	}
 	reply, err := creditsReadScript.Run(ctx, s.client, []string{key, log}, after, max).Slice()
 	if err != nil {
-		return 0, false, nil, fmt.Errorf("redisstore: read credits: %w", err)
+		return r, fmt.Errorf("redisstore: read credits: %w", err)
 	}
-	if len(reply) != 2 {
-		return 0, false, nil, fmt.Errorf("redisstore: read credits: reply of %d values", len(reply))
+	if len(reply) != 3 {
+		return r, fmt.Errorf("redisstore: read credits: reply of %d values", len(reply))
 	}
 	if c, ok := reply[0].(string); ok {
-		if consumed, err = strconv.ParseInt(c, 10, 64); err != nil {
-			return 0, false, nil, fmt.Errorf("redisstore: read credits: counter %q", c)
+		if r.Consumed, err = strconv.ParseInt(c, 10, 64); err != nil {
+			return r, fmt.Errorf("redisstore: read credits: counter %q", c)
 		}
-		present = true
+		r.Present = true
 	}
+	r.NowUS, _ = reply[2].(int64)
 	raw, _ := reply[1].([]any)
-	for _, r := range raw {
-		e, err := creditEntry(r)
+	for _, x := range raw {
+		e, err := creditEntry(x)
 		if err != nil {
-			return 0, false, nil, err
+			return r, err
 		}
-		entries = append(entries, e)
+		r.Entries = append(r.Entries, e)
 	}
-	return consumed, present, entries, nil
+	return r, nil
 }
 
-// creditEntry reads one XRANGE entry: its ID and its fields (u, o, t, h).
+// creditEntry reads one XRANGE entry: its ID and its fields (u, o, n, d,
+// t, h).
 func creditEntry(r any) (limiter.CreditEntry, error) {
 	pair, _ := r.([]any)
 	if len(pair) != 2 {
@@ -73,6 +83,12 @@ func creditEntry(r any) (limiter.CreditEntry, error) {
 			e.Units, err = strconv.ParseInt(value, 10, 64)
 		case "o":
 			e.Overage, err = strconv.ParseInt(value, 10, 64)
+		case "n":
+			e.Unpaid, err = strconv.ParseInt(value, 10, 64)
+		case "d":
+			var d int
+			d, err = strconv.Atoi(value)
+			e.Deferred = limiter.Deferred(d)
 		case "t":
 			e.AtUS, err = strconv.ParseInt(value, 10, 64)
 		case "h":
@@ -106,11 +122,24 @@ func splitID(id string) (ms int64, seq uint64) {
 	return ms, seq
 }
 
-// AdjustCredits adds delta to the counter at key, or sets it to seed when
-// it is missing.
-func (s *Store) AdjustCredits(ctx context.Context, key string, delta, seed int64) error {
-	if err := creditsAdjustScript.Run(ctx, s.client, []string{key}, delta, seed).Err(); err != nil {
+// AdjustCredits adds delta to the counter at key when it exists.
+func (s *Store) AdjustCredits(ctx context.Context, key string, delta int64) error {
+	if err := creditsAdjustScript.Run(ctx, s.client, []string{key}, delta).Err(); err != nil {
 		return fmt.Errorf("redisstore: adjust credits: %w", err)
 	}
 	return nil
+}
+
+// RebuildCredits sets the missing counter at key to consumed when the log
+// at log holds no entry after the entry after, in one script call; made
+// is false when it did not.
+func (s *Store) RebuildCredits(ctx context.Context, key, log, after string, consumed int64) (bool, error) {
+	if after == "" {
+		after = "0-0"
+	}
+	made, err := creditsRebuildScript.Run(ctx, s.client, []string{key, log}, after, consumed).Int()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: rebuild credits: %w", err)
+	}
+	return made == 1, nil
 }

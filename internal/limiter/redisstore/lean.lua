@@ -65,9 +65,8 @@ local out, n, k = {}, 0, 0
 local w, st = {}, {}
 local i = 3
 while i <= nargs do
-  local now, cost, dry, nrules = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
+  local now, cost, dry, nrules = at(tonumber(ARGV[i])), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
   i = i + 4
-  now = at(now)
   local head = n + 2
   out[n + 1] = now
   out[head] = 1

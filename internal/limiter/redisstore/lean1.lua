@@ -13,8 +13,7 @@
 --[[check.lua prelude]]
 
 local key = KEYS[1]
-local now = tonumber(ARGV[3])
-now = at(now)
+local now = at(tonumber(ARGV[3]))
 local cost, kind, pa, pb, pc = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local a = floor(kind / 4)
 local v = redis.call('GET', key)

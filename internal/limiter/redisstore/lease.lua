@@ -16,8 +16,7 @@
 -- lease.go).
 
 local lkey = KEYS[1]
-local op, now, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-now = at(now)
+local op, now, extra = tonumber(ARGV[1]), at(tonumber(ARGV[2])), tonumber(ARGV[3])
 
 if op == 2 then return {0, now, release_lease(lkey, now)} end
 

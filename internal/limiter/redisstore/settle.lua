@@ -18,8 +18,7 @@
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
 local hkey = KEYS[1]
-local cost, now, expire, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
-now = at(now)
+local cost, now, expire, extra = tonumber(ARGV[1]), at(tonumber(ARGV[2])), ARGV[3] == '1', tonumber(ARGV[4])
 
 local flat = redis.call('HGETALL', hkey)
 if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
@@ -174,33 +173,53 @@ if to == 1 and rec.l then release_lease(rec.l, now) end
 
 -- The prepaid balance the hold drew on (limiter.settleCredits): units
 -- given back leave its overage first, then the balance; units taken come
--- from the balance down to −overdraft (at the line of the check), the
--- rest is overage. The log records the move for the ledger.
+-- from the balance down to −overdraft (at the check's line, less its
+-- expiries at or before now), the rest is overage in overage mode and
+-- unpaid (n) in deny mode: the balance never goes below −overdraft. On a
+-- missing counter (never made here: the credits drainer rebuilds it from
+-- the ledger) units taken are logged deferred (d 1: the rest is overage,
+-- 2: unpaid) for the drainer to split on the ledger's balance. The log
+-- records the move for the ledger.
 if rec.ck and delta ~= 0 then
   local line, overdraft, drawn, over = tonumber(rec.cn), tonumber(rec.co), tonumber(rec.cd), tonumber(rec.cv)
+  if rec.cx then
+    local at
+    for x in string.gmatch(rec.cx, '%-?%d+') do
+      if not at then
+        at = tonumber(x)
+      else
+        if at <= now then line = line - tonumber(x) end
+        at = nil
+      end
+    end
+  end
   local v = redis.call('GET', rec.ck)
-  local consumed = 0
-  if v then consumed = tonumber(v) end
-  local units, overage
+  local units, overage, unpaid, deferred = 0, 0, 0, 0
   if delta < 0 then
     overage = -delta
     if overage > over then overage = over end
     units = -delta - overage
     if units > drawn then units = drawn end
     units, overage = -units, -overage
-  else
-    local room = line - consumed + overdraft
+  elseif v then
+    local room = line - tonumber(v) + overdraft
     if room < 0 then room = 0 end
     units = delta
     if units > room then units = room end
-    overage = delta - units
+    if rec.cm == '1' then overage = delta - units else unpaid = delta - units end
+  else
+    units = delta
+    if rec.cm == '1' then deferred = 1 else deferred = 2 end
   end
-  -- A counter the store lost is rebuilt from the ledger, this move included.
-  if v then redis.call('SET', rec.ck, string.format('%d', consumed + units)) end
+  if v and deferred == 0 then redis.call('SET', rec.ck, string.format('%d', tonumber(v) + units)) end
   redis.call('HSET', hkey, 'cd', string.format('%d', drawn + units), 'cv', string.format('%d', over + overage))
-  if units ~= 0 or overage ~= 0 then
-    redis.call('XADD', rec.cl, '*', 'u', string.format('%d', units), 'o', string.format('%d', overage),
-      't', string.format('%d', now), 'h', rec.i)
+  if units ~= 0 or overage ~= 0 or unpaid ~= 0 then
+    local entry = {'u', string.format('%d', units), 'o', string.format('%d', overage)}
+    if unpaid ~= 0 then entry[5], entry[6] = 'n', string.format('%d', unpaid) end
+    if deferred ~= 0 then entry[#entry + 1], entry[#entry + 2] = 'd', deferred end
+    entry[#entry + 1], entry[#entry + 2] = 't', string.format('%d', now)
+    entry[#entry + 1], entry[#entry + 2] = 'h', rec.i
+    redis.call('XADD', rec.cl, '*', unpack(entry))
   end
 end
 

@@ -265,14 +265,17 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 
 // call is one script call's arguments and reply, reused through callPool.
 type call struct {
-	// credits counts the checks that draw on a prepaid balance.
-	credits int
-	keys    []string
-	arg     []byte
-	defs    []limiter.Params
-	refs    []int64
-	ints    []int64
-	args    []any
+	// credits counts the numbers the checks that draw on a prepaid balance
+	// add to the batch; balances are those balances' counter keys, in
+	// order of first use (a balance's keys and numbers go once per call).
+	credits  int
+	balances []string
+	keys     []string
+	arg      []byte
+	defs     []limiter.Params
+	refs     []int64
+	ints     []int64
+	args     []any
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -282,8 +285,9 @@ func getCall() *call { return callPool.Get().(*call) }
 func putCall(c *call) {
 	clear(c.keys) // let the keys go
 	clear(c.args)
+	clear(c.balances)
 	c.keys, c.arg, c.defs, c.refs, c.ints, c.args = c.keys[:0], c.arg[:0], c.defs[:0], c.refs[:0], c.ints[:0], c.args[:0]
-	c.credits = 0
+	c.credits, c.balances = 0, c.balances[:0]
 	callPool.Put(c)
 }
 
@@ -322,11 +326,15 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			c.keys = append(c.keys, leaseKey(p.batch))
 		}
 		if cr := p.batch.Credits; cr != nil {
-			c.keys = append(c.keys, cr.Key, cr.Log)
 			c.credits++
+			if _, first := c.balance(cr.Key); first {
+				c.keys = append(c.keys, cr.Key, cr.Log)
+				c.credits += 3 + 2*len(cr.Expiring)
+			}
 		}
 	}
-	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs) + 3*c.credits
+	c.balances = c.balances[:0]
+	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs) + c.credits
 	b := appendArrayHeader(c.arg, n)
 	b = appendInt(b, extraTTLMS)
 	b = appendInt(b, report)
@@ -348,10 +356,29 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 			refs = refs[1:]
 		}
 		if cr := p.batch.Credits; cr != nil {
-			b = appendInt(appendInt(appendInt(b, cr.Line), cr.Seed), cr.Overdraft)
+			ref, first := c.balance(cr.Key)
+			b = appendInt(b, ref)
+			if first {
+				b = appendInt(appendInt(appendInt(b, cr.Line), cr.Overdraft), int64(len(cr.Expiring)))
+				for _, e := range cr.Expiring {
+					b = appendInt(appendInt(b, e.AtUS), e.Units)
+				}
+			}
 		}
 	}
 	c.arg = b
+}
+
+// balance returns the number (from 1) in the call of the balance whose
+// counter is key, and whether this is its first use.
+func (c *call) balance(key string) (ref int64, first bool) {
+	for i, k := range c.balances {
+		if k == key {
+			return int64(i + 1), false
+		}
+	}
+	c.balances = append(c.balances, key)
+	return int64(len(c.balances)), true
 }
 
 // firstKey returns a key of b, which names its hash slot.
@@ -444,7 +471,7 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 				p.err = errShortReply
 				continue
 			}
-			out.Credits = limiter.CreditResult{Allowed: v[0] == 1, Balance: v[1], Drawn: v[2], Overage: v[3]}
+			out.Credits = limiter.CreditResult{Allowed: v[0]%2 == 1, Unknown: v[0] >= 2, Balance: v[1], Drawn: v[2], Overage: v[3]}
 			v = v[4:]
 		}
 		if !out.Admitted && report {

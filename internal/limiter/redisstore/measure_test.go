@@ -1,0 +1,137 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestMeasureCreditLog is a measurement tool, not a test: it is skipped
+// unless TOLLGATE_MEASURE=1. On a redis-server of its own it replays the
+// same script calls — lone checks over 1000 tenants, and calls of 20
+// checks of one tenant (as a batching store makes them under load) —
+// plain and drawing on a prepaid balance, through check.lua and through
+// check.lua without its consumption log entry (the XADD of the entry
+// checks share, its fields still formatted), alternating 100 times, and
+// prints the least and the 10th percentile of the Redis script µs per
+// check (INFO commandstats): what the log entry costs beside the rest of
+// a draw.
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/redisstore/ -run TestMeasureCreditLog -v -count=1
+func TestMeasureCreditLog(t *testing.T) {
+	if os.Getenv("TOLLGATE_MEASURE") != "1" {
+		t.Skip("a measurement tool: set TOLLGATE_MEASURE=1 to run it")
+	}
+	const entry = "redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[2]), 't', string.format('%d', pend[4]))"
+	if !strings.Contains(checkLua, entry) {
+		t.Fatal("check.lua no longer writes the shared log entry this tool takes out")
+	}
+	scripts := []struct {
+		name   string
+		script *redis.Script
+	}{
+		{"check.lua", checkScript},
+		{"without the log entry", redis.NewScript(strings.Replace(checkLua, entry,
+			"local _ = string.format('%d', pend[2]) .. string.format('%d', pend[4])", 1))},
+	}
+	srv := testenv.StartRedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	rule := limiter.Params{Algorithm: limiter.GCRA, Limit: 5000, PeriodUS: limiter.HourUS, Burst: 5000}
+	s := New(c)
+	s.NoLean = true
+	type recorded struct {
+		keys []string
+		args []any
+	}
+	const checks = 200
+	record := func(perCall int, credits bool) []recorded {
+		var out []recorded
+		for i := range checks / perCall {
+			var batch []*pending
+			for j := range perCall {
+				tag := fmt.Sprintf("tg:{%03d}", i%1000)
+				if perCall > 1 {
+					tag = "tg:{000}"
+				}
+				b := limiter.Batch{Requests: []limiter.Request{{Key: fmt.Sprintf("%sk%d", tag, (i*perCall+j)%1000), Params: rule}}, Cost: 1}
+				if credits {
+					b.Credits = &limiter.Credits{Key: tag + "c", Log: tag + "l", Line: 1 << 40}
+				}
+				batch = append(batch, &pending{batch: b})
+			}
+			cl := getCall()
+			_, args := s.prepare(cl, batch)
+			out = append(out, recorded{slices.Clone(cl.keys), slices.Clone(args)})
+			putCall(cl)
+		}
+		return out
+	}
+	run := func(script *redis.Script, calls []recorded) float64 {
+		testenv.Must(t, c.FlushAll(ctx).Err())
+		for i := range 1000 { // the balances exist, as the drainer makes them
+			tag := fmt.Sprintf("tg:{%03d}", i)
+			testenv.Must(t, c.Set(ctx, tag+"c", 0, 0).Err())
+			testenv.Must(t, c.XAdd(ctx, &redis.XAddArgs{Stream: tag + "l", Values: []string{"u", "0"}}).Err())
+		}
+		testenv.Must(t, script.Load(ctx, c).Err())
+		testenv.Must(t, c.ConfigResetStat(ctx).Err())
+		for _, r := range calls {
+			testenv.Must(t, script.Run(ctx, c, r.keys, r.args...).Err())
+		}
+		stat, err := c.Info(ctx, "commandstats").Result()
+		testenv.Must(t, err)
+		for line := range strings.Lines(stat) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+				for kv := range strings.SplitSeq(v, ",") {
+					if x, ok := strings.CutPrefix(kv, "usec="); ok {
+						usec, err := strconv.ParseFloat(x, 64)
+						testenv.Must(t, err)
+						return usec / checks
+					}
+				}
+			}
+		}
+		t.Fatalf("no evalsha in %s", stat)
+		return 0
+	}
+	t.Logf("load average %s", loadAverage())
+	t.Log("| calls | script | Redis script µs/check: least | 10th percentile |")
+	t.Log("| --- | --- | --- | --- |")
+	for _, shape := range []struct {
+		name    string
+		perCall int
+		credits bool
+	}{{"lone, plain", 1, false}, {"lone, drawing on credits", 1, true}, {"20 of one tenant, plain", 20, false}, {"20 of one tenant, drawing on credits", 20, true}} {
+		calls := record(shape.perCall, shape.credits)
+		got := make([][]float64, len(scripts))
+		for range 100 {
+			for i, sc := range scripts {
+				got[i] = append(got[i], run(sc.script, calls))
+			}
+		}
+		for i, sc := range scripts {
+			slices.Sort(got[i])
+			t.Logf("| %s | %s | %.1f | %.1f |", shape.name, sc.name, got[i][0], got[i][10])
+		}
+	}
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}

@@ -95,26 +95,11 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 // handler runs and released when it returns; a held one is settled then
 // (see MiddlewareOptions.Hold), which releases its lease too.
 func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
-	keyFunc := opts.KeyFunc
-	if keyFunc == nil {
-		keyFunc = APIKey
-	}
-	ipFunc := opts.IPFunc
-	if ipFunc == nil {
-		ipFunc = RemoteIP
-	}
-	resourceFunc := opts.ResourceFunc
-	if resourceFunc == nil {
-		resourceFunc = RouteResource(opts.Mux)
-	}
-	onLimited := opts.OnLimited
-	if onLimited == nil {
-		onLimited = WriteDenied
-	}
-	onError := opts.OnError
-	if onError == nil {
-		onError = writeCheckError
-	}
+	keyFunc := orDefault(opts.KeyFunc, APIKey)
+	ipFunc := orDefault(opts.IPFunc, RemoteIP)
+	resourceFunc := orDefault(opts.ResourceFunc, RouteResource(opts.Mux))
+	onLimited := orDefault(opts.OnLimited, WriteDenied)
+	onError := orDefault(opts.OnError, writeCheckError)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if opts.Skip != nil && opts.Skip(r) {
@@ -154,6 +139,22 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			c.serveHeld(w, r, next, d, req.effectiveCost(), opts.RefundOn)
 		})
 	}
+}
+
+// optionFunc is the type of MiddlewareOptions' function fields that
+// have a default.
+type optionFunc interface {
+	func(*http.Request) string |
+		func(http.ResponseWriter, *http.Request, *Decision) |
+		func(http.ResponseWriter, *http.Request, error)
+}
+
+// orDefault is f, or def when f is nil (the option is not set).
+func orDefault[F optionFunc](f, def F) F {
+	if f == nil {
+		return def
+	}
+	return f
 }
 
 // CostHeader is the response header in which a handler behind the

@@ -53,6 +53,16 @@ func with(h map[string]string, kv ...string) map[string]string {
 	return out
 }
 
+// setHeaders returns a change to a request that sets the headers named
+// and valued in pairs by kv.
+func setHeaders(kv ...string) func(r *http.Request) {
+	return func(r *http.Request) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			r.Header.Set(kv[i], kv[i+1])
+		}
+	}
+}
+
 func TestMiddleware(t *testing.T) {
 	ok := decide(true, "ok", 0, 0)
 	cases := []struct {
@@ -106,24 +116,15 @@ func TestMiddleware(t *testing.T) {
 			opts:       client.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }},
 			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"resource": "GET /repos/acme"}},
 		{name: "key from Authorization: Bearer, before X-API-Key", check: ok,
-			request: func(r *http.Request) {
-				r.Header.Set("Authorization", "bearer tg_fromBearer")
-				r.Header.Set("X-API-Key", "tg_fromHeader")
-			},
+			request:    setHeaders("Authorization", "bearer tg_fromBearer", "X-API-Key", "tg_fromHeader"),
 			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": "tg_fromBearer", "ip": "192.0.2.1"}},
 		{name: "key from X-API-Key when Authorization is not Bearer", check: ok,
-			request: func(r *http.Request) {
-				r.Header.Set("Authorization", "Basic dXNlcjpwYXNz")
-				r.Header.Set("X-API-Key", "tg_fromHeader")
-			},
+			request:    setHeaders("Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "tg_fromHeader"),
 			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": "tg_fromHeader"}},
 		{name: "no key: anonymous", check: ok,
 			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"key": nil, "ip": "192.0.2.1"}},
 		{name: "forwarding headers are not trusted by default", check: ok,
-			request: func(r *http.Request) {
-				r.Header.Set("X-Forwarded-For", "203.0.113.99")
-				r.Header.Set("X-Real-IP", "203.0.113.98")
-			},
+			request:    setHeaders("X-Forwarded-For", "203.0.113.99", "X-Real-IP", "203.0.113.98"),
 			wantStatus: 200, wantHandler: true, wantSent: map[string]any{"ip": "192.0.2.1"}},
 		{name: "IPv6 remote address", check: ok,
 			request:    func(r *http.Request) { r.RemoteAddr = "[2001:db8::7]:4000" },

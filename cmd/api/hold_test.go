@@ -122,32 +122,48 @@ func TestHoldAndSettle(t *testing.T) {
 	}
 }
 
+// startSlowAPIs starts n api processes that wait up to 5 s for Redis:
+// with a thousand requests at once on a shared machine, a slow answer
+// must not be decided by the rule's failure mode. It returns their base
+// URLs.
+func (f *fixture) startSlowAPIs(t *testing.T, n int) []string {
+	t.Helper()
+	bases := make([]string, n)
+	for i := range bases {
+		bases[i] = f.startAPI(t, map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"})
+	}
+	return bases
+}
+
+// admitted posts body n times at once, through bases in turn, and returns
+// the id (the answer's field, hold_id or lease_id) of each check allowed.
+func admitted(t *testing.T, bases []string, token, body string, n int, field string) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := post(t, bases[i%len(bases)], token, body)
+			if id, ok := r.body[field].(string); ok && r.body["allowed"] == true {
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return ids
+}
+
 // TestConcurrentHoldsNeverOverbook: 1,000 concurrent holds of one unit
 // against a budget of 100, through three api processes, reserve exactly
 // 100; settled at 0, they give everything back.
 func TestConcurrentHoldsNeverOverbook(t *testing.T) {
 	f := newFixture(t)
 	key := f.planKey(t, tokenPlan("budget", 100, plans.Options{}))
-	// A thousand requests at once on a shared machine: a slow answer
-	// must not be decided by the rule's failure mode.
-	slow := map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"}
-	bases := []string{f.startAPI(t, slow), f.startAPI(t, slow), f.startAPI(t, slow)}
-	var mu sync.Mutex
-	var ids []string
-	var wg sync.WaitGroup
-	for i := range 1000 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := post(t, bases[i%3], f.token, `{"key":"`+key+`","cost":1,"hold":true}`)
-			if id, ok := r.body["hold_id"].(string); ok && r.body["allowed"] == true {
-				mu.Lock()
-				ids = append(ids, id)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	bases := f.startSlowAPIs(t, 3)
+	ids := admitted(t, bases, f.token, `{"key":"`+key+`","cost":1,"hold":true}`, 1000, "hold_id")
 	if len(ids) != 100 {
 		t.Fatalf("%d holds admitted, want exactly 100", len(ids))
 	}
@@ -169,22 +185,10 @@ func TestUnsettledHoldsExpire(t *testing.T) {
 	// counted, however slowly a loaded machine sends them.
 	const ttl = 10 * time.Second
 	key := f.planKey(t, tokenPlan("expiring", 1000, plans.Options{HoldTTLS: int64(ttl / time.Second)}))
-	base := f.startAPI(t, map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"})
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
+	base := f.startSlowAPIs(t, 1)[0]
 	start := time.Now()
-	for range 1000 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if r := post(t, base, f.token, `{"key":"`+key+`","cost":1,"hold":true}`); r.body["allowed"] == true {
-				admitted.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != 1000 {
-		t.Fatalf("%d holds admitted, want 1000", admitted.Load())
+	if ids := admitted(t, []string{base}, f.token, `{"key":"`+key+`","cost":1,"hold":true}`, 1000, "hold_id"); len(ids) != 1000 {
+		t.Fatalf("%d holds admitted, want 1000", len(ids))
 	}
 	// The held units are gone; GCRA at 1,000 an hour gives one back every
 	// 3.6 s, so only what refilled since the first hold may be there.
@@ -247,26 +251,10 @@ func lease(t *testing.T, base, token, op, id string) (int, map[string]any) {
 func TestInFlightNeverExceedsTheLimit(t *testing.T) {
 	f := newFixture(t)
 	key := f.planKey(t, inflightPlan("inflight", 5, time.Hour))
-	slow := map[string]string{"TOLLGATE_REDIS_TIMEOUT": "5s"}
-	bases := []string{f.startAPI(t, slow), f.startAPI(t, slow), f.startAPI(t, slow)}
+	bases := f.startSlowAPIs(t, 3)
 	check := `{"key":"` + key + `","cost":10}`
 
-	var mu sync.Mutex
-	var ids []string
-	var wg sync.WaitGroup
-	for i := range 300 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := post(t, bases[i%3], f.token, check)
-			if r.body["allowed"] == true {
-				mu.Lock()
-				ids = append(ids, r.body["lease_id"].(string))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	ids := admitted(t, bases, f.token, check, 300, "lease_id")
 	if len(ids) != 5 {
 		t.Fatalf("%d of 300 requests admitted, want exactly 5", len(ids))
 	}
@@ -283,6 +271,7 @@ func TestInFlightNeverExceedsTheLimit(t *testing.T) {
 	}
 
 	var inFlight, most, served atomic.Int64
+	var wg sync.WaitGroup
 	for w := range 40 {
 		wg.Add(1)
 		go func() {

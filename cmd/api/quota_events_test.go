@@ -152,20 +152,15 @@ func TestQuotaExhaustedOnceAcrossThreeAPIs(t *testing.T) {
 	hard := plans.Plan{Name: "hard", IncludedUnits: 200, QuotaMode: plans.QuotaHard}
 	full, fullKey := quotaTenant(t, r, "full", hard, quota.PlanSettingsInput{})
 	within, withinKey := quotaTenant(t, r, "within", hard, quota.PlanSettingsInput{})
-	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
-	stop := runWorker(r.worker("w"))
-	allowed, denied := r.spend(t, addrs(apis), fullKey, 1<<40, 400)
+	apis := r.startFleet(t, 3)
+	allowed, denied := r.spend(t, apis.addrs(), fullKey, 1<<40, 400)
 	if allowed > 200 || denied["rate_limited"] == 0 || len(denied) != 1 {
 		t.Errorf("allowed %d units of 200, denials %v (want rate_limited by the quota only)", allowed, denied)
 	}
-	if got, denied := r.spend(t, addrs(apis), withinKey, 150, 400); got < 150 || len(denied) > 0 {
+	if got, denied := r.spend(t, apis.addrs(), withinKey, 150, 400); got < 150 || len(denied) > 0 {
 		t.Errorf("within: %d units, denials %v", got, denied)
 	}
-	for _, a := range apis {
-		testenv.Must(t, a.stop())
-	}
-	r.waitDrained(t)
-	testenv.Must(t, stop())
+	apis.settle(t)
 	got, n := crossings(t, r, full, "exhausted", quota.EventExhausted)
 	if fmt.Sprint(got) != "map[0:1]" || n != 1 {
 		t.Errorf("full: exhausted crossings %v and %d %s events, want one", got, n, quota.EventExhausted)
@@ -244,18 +239,13 @@ func TestThresholdsWithoutACounterFromTheWorker(t *testing.T) {
 	plain, plainKey := quotaTenant(t, r, "plain", plans.Plan{Name: "plain", IncludedUnits: 200}, settings)
 	over, overKey := quotaTenant(t, r, "over", plans.Plan{Name: "over", IncludedUnits: 200, OverageUnitMinor: 1,
 		QuotaMode: plans.QuotaOverage}, settings)
-	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
-	stop := runWorker(r.worker("w"))
+	apis := r.startFleet(t, 3)
 	for _, key := range []string{plainKey, overKey} {
-		if got, denied := r.spend(t, addrs(apis), key, 320, 1000); got < 320 || len(denied) > 0 {
+		if got, denied := r.spend(t, apis.addrs(), key, 320, 1000); got < 320 || len(denied) > 0 {
 			t.Fatalf("%d units allowed, denials %v", got, denied)
 		}
 	}
-	for _, a := range apis {
-		testenv.Must(t, a.stop())
-	}
-	r.waitDrained(t)
-	testenv.Must(t, stop())
+	apis.settle(t)
 	for name, id := range map[string]string{"plain": plain, "over": over} {
 		got, n := crossings(t, r, id, "threshold", quota.EventThresholdCrossed)
 		if fmt.Sprint(got) != "map[100:1 300:1]" || n != 2 {

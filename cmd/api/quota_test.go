@@ -126,28 +126,57 @@ func addrs(apis []*api) []string {
 	return out
 }
 
+// fleet is api processes and a usage worker on one rig: a test spends
+// through the processes at once, settles, and reads what the worker
+// applied.
+type fleet struct {
+	r          *rig
+	apis       []*api
+	stopWorker func() error
+}
+
+// startFleet starts n api processes and a usage worker.
+func (r *rig) startFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	f := &fleet{r: r}
+	for range n {
+		f.apis = append(f.apis, r.startAPI(t))
+	}
+	f.stopWorker = runWorker(r.worker("w"))
+	return f
+}
+
+// addrs are the api processes' addresses.
+func (f *fleet) addrs() []string { return addrs(f.apis) }
+
+// settle stops the api processes, which publish their last usage, waits
+// until the worker has applied every batch, and stops it.
+func (f *fleet) settle(t *testing.T) {
+	t.Helper()
+	for _, a := range f.apis {
+		testenv.Must(t, a.stop())
+	}
+	f.r.waitDrained(t)
+	testenv.Must(t, f.stopWorker())
+}
+
 func TestQuotaThresholdCrossedOnceAcrossThreeAPIs(t *testing.T) {
 	r := newRig(t, testenv.DatabaseURL(t))
 	metered := plans.Plan{Name: "metered", BaseFeeMinor: 500, IncludedUnits: 1000, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage}
 	settings := quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}, {Units: 900}, {Remaining: 40}}}
 	busy, busyKey := quotaTenant(t, r, "busy", metered, settings)
 	quiet, quietKey := quotaTenant(t, r, "quiet", metered, settings)
-	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
-	stop := runWorker(r.worker("w"))
+	apis := r.startFleet(t, 3)
 	// 990 units (up to 12 × 3 more in flight): past 500, 900 and 960 (40
 	// left).
-	if got, denied := r.spend(t, addrs(apis), busyKey, 990, 5000); got < 990 || len(denied) > 0 {
+	if got, denied := r.spend(t, apis.addrs(), busyKey, 990, 5000); got < 990 || len(denied) > 0 {
 		t.Fatalf("busy tenant: %d units allowed, denials %v", got, denied)
 	}
 	// 400 units: the checks in flight when it is reached add at most 12 × 3.
-	if got, denied := r.spend(t, addrs(apis), quietKey, 400, 5000); got < 400 || got > 436 || len(denied) > 0 {
+	if got, denied := r.spend(t, apis.addrs(), quietKey, 400, 5000); got < 400 || got > 436 || len(denied) > 0 {
 		t.Fatalf("quiet tenant: %d units allowed, denials %v", got, denied)
 	}
-	for _, a := range apis {
-		testenv.Must(t, a.stop())
-	}
-	r.waitDrained(t)
-	testenv.Must(t, stop())
+	apis.settle(t)
 	got, events := crossings(t, r, busy, "threshold", quota.EventThresholdCrossed)
 	if want := map[int64]int{500: 1, 900: 1, 960: 1}; fmt.Sprint(got) != fmt.Sprint(want) || events != 3 {
 		t.Errorf("busy tenant: crossings %v and %d events, want %v and 3", got, events, want)
@@ -216,14 +245,9 @@ func TestSpendCapBoundsTheStatementAcrossThreeAPIs(t *testing.T) {
 		Tiers: []plans.PriceTier{{UpTo: &upTo, UnitMinor: 3}, {UnitMinor: 7}}}
 	capMinor := int64(400)
 	tenantID, key := quotaTenant(t, r, "capped", capped, quota.PlanSettingsInput{SpendCapDefaultMinor: &capMinor})
-	apis := []*api{r.startAPI(t), r.startAPI(t), r.startAPI(t)}
-	stop := runWorker(r.worker("w"))
-	allowed, denied := r.spend(t, addrs(apis), key, 1<<40, 3000)
-	for _, a := range apis {
-		testenv.Must(t, a.stop())
-	}
-	r.waitDrained(t)
-	testenv.Must(t, stop())
+	apis := r.startFleet(t, 3)
+	allowed, denied := r.spend(t, apis.addrs(), key, 1<<40, 3000)
+	apis.settle(t)
 	if allowed > 185 || allowed < 183 || denied["spend_cap"] == 0 || len(denied) != 1 {
 		t.Errorf("allowed %d units (want 183–185: the last checks cost up to 3), denials %v (want spend_cap only)", allowed, denied)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // testAuthorize lets "X-Operator: yes" read everything and "X-Tenant: id"
@@ -245,18 +246,11 @@ func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1
 		testenv.Must(t, err)
 		ids[p.Name] = stored.ID
 	}
-	ts := tenants.NewStore(db)
-	var err error
-	pro, err = ts.Create(ctx, "demo-pro", ids["pro"])
+	pro, free = fixture.Tenant(t, db, "demo-pro", ids["pro"]), fixture.Tenant(t, db, "demo-free", ids["free"])
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
 	testenv.Must(t, err)
-	free, err = ts.Create(ctx, "demo-free", ids["free"])
-	testenv.Must(t, err)
-	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
-	testenv.Must(t, err)
-	_, key1, err = ts.IssueKey(ctx, pro.ID, "web", nil)
-	testenv.Must(t, err)
-	_, key2, err = ts.IssueKey(ctx, pro.ID, "batch", nil)
-	testenv.Must(t, err)
+	_, key1 = fixture.Key(t, db, pro.ID, "web")
+	_, key2 = fixture.Key(t, db, pro.ID, "batch")
 	return pro, free, key1, key2
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 type fakeToucher struct {
@@ -70,13 +71,9 @@ func TestLastUsedBatchesAndRetries(t *testing.T) {
 func TestLastUsedRunFlushesAtShutdown(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
+	tenant := fixture.Tenant(t, db, "acme", fixture.Plan(t, db, plans.Plan{Name: "free"}).ID)
+	_, k := fixture.Key(t, db, tenant.ID, "")
 	ts := tenants.NewStore(db)
-	tenant, err := ts.Create(ctx, "acme", plan.ID)
-	testenv.Must(t, err)
-	_, k, err := ts.IssueKey(ctx, tenant.ID, "", nil)
-	testenv.Must(t, err)
 
 	l := enforce.NewLastUsed(ts, nil)
 	runCtx, stop := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // resources records the resources of the usage events it is handed, by
@@ -195,20 +196,14 @@ func TestAnonymousIPv6ByNetwork(t *testing.T) {
 func TestOverridesApplyToChecks(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "pro", Rules: []plans.Rule{
+	plan := fixture.Plan(t, db, plans.Plan{Name: "pro", Rules: []plans.Rule{
 		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS},
 	}})
-	testenv.Must(t, err)
+	small, plain := fixture.Tenant(t, db, "small", plan.ID), fixture.Tenant(t, db, "plain", plan.ID)
+	smallKey, _ := fixture.Key(t, db, small.ID, "")
+	plainKey, _ := fixture.Key(t, db, plain.ID, "")
 	ts := tenants.NewStore(db)
-	small, err := ts.Create(ctx, "small", plan.ID)
-	testenv.Must(t, err)
-	plain, err := ts.Create(ctx, "plain", plan.ID)
-	testenv.Must(t, err)
-	smallKey, _, err := ts.IssueKey(ctx, small.ID, "", nil)
-	testenv.Must(t, err)
-	plainKey, _, err := ts.IssueKey(ctx, plain.ID, "", nil)
-	testenv.Must(t, err)
-	_, err = ts.SetOverrides(ctx, small.ID, []plans.Rule{
+	_, err := ts.SetOverrides(ctx, small.ID, []plans.Rule{
 		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 2, PeriodUS: limiter.HourUS},
 		{Name: "search", Algorithm: limiter.TokenBucket, Limit: 1, PeriodUS: limiter.MinuteUS, Resource: "POST /v1/search"},
 	})

@@ -12,8 +12,8 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // TestStatementClosedOncePerTenant: closing a month emits one
@@ -22,15 +22,10 @@ import (
 func TestStatementClosedOncePerTenant(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
-	p, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "metered", Currency: "EUR", BaseFeeMinor: 1000, IncludedUnits: 100,
+	p := fixture.Plan(t, db, plans.Plan{Name: "metered", Currency: "EUR", BaseFeeMinor: 1000, IncludedUnits: 100,
 		OverageUnitMinor: 2})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(db)
-	acme, err := ts.Create(ctx, "acme", p.ID)
-	testenv.Must(t, err)
-	globex, err := ts.Create(ctx, "globex", p.ID)
-	testenv.Must(t, err)
-	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-08-01T00:00:00Z'`)
+	acme, globex := fixture.Tenant(t, db, "acme", p.ID), fixture.Tenant(t, db, "globex", p.ID)
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-08-01T00:00:00Z'`)
 	testenv.Must(t, err)
 	// 150 units in September: 50 beyond the included 100, at 2 each.
 	usage := pgstore.NewStore(db, pgstore.StoreConfig{Now: meteringtest.FixedNow("2026-09-20T12:00:00Z")})
@@ -38,7 +33,7 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 		meteringtest.Row(meteringtest.At(t, "2026-09-20T11:00"), acme.ID, meteringtest.ID(7), "GET /x",
 			metering.Counts{Allowed: 150, AllowedUnits: 150})}})
 	testenv.Must(t, err)
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	clk := newClock()
 	clk.Set(time.Now()) // the events are made at the database's time
 	endpoint(t, events.NewOps(db, clk.Now, allowPrivate), "", rcv.URL, events.EndpointInput{EventTypes: []string{events.StatementClosed}})
@@ -52,7 +47,7 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 	}
 	drain(t, db, events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Now: clk.Now}), clk, clk.Now().Add(time.Hour))
 	got := map[string]map[string]any{}
-	for _, r := range rcv.requests() {
+	for _, r := range rcv.Requests() {
 		ev := eventOf(t, r.Body)
 		if ev["type"] != events.StatementClosed {
 			t.Errorf("received %v", ev["type"])

@@ -35,7 +35,7 @@ func TestReceiverDownThreeDays(t *testing.T) {
 	clk := newClock()
 	start := clk.Now()
 	up := start.Add(72 * time.Hour)
-	rcv := newReceiver(t, func() int {
+	rcv := testenv.NewReceiver(t, func() int {
 		if clk.Now().Before(up) {
 			return 503
 		}
@@ -57,8 +57,8 @@ func TestReceiverDownThreeDays(t *testing.T) {
 	}
 	drain(t, db, d, clk, start.Add(10*24*time.Hour))
 
-	byID := map[string][]received{}
-	for _, r := range rcv.requests() {
+	byID := map[string][]testenv.Received{}
+	for _, r := range rcv.Requests() {
 		byID[r.ID] = append(byID[r.ID], r)
 		if got := eventOf(t, r.Body)["id"]; got != r.ID {
 			t.Errorf("webhook-id %s carries event %v", r.ID, got)
@@ -109,8 +109,8 @@ func TestScheduleLastsThreeDays(t *testing.T) {
 func TestEndpointDisabledAfterFiveDays(t *testing.T) {
 	db, acme, globex := setup(t)
 	clk := newClock()
-	down := newReceiver(t, func() int { return 500 })
-	watcher := newReceiver(t, nil)
+	down := testenv.NewReceiver(t, func() int { return 500 })
+	watcher := testenv.NewReceiver(t, nil)
 	ops := events.NewOps(db, clk.Now, allowPrivate)
 	ep := endpoint(t, ops, acme.ID, down.URL, events.EndpointInput{})
 	endpoint(t, ops, "", watcher.URL, events.EndpointInput{EventTypes: []string{events.WebhookEndpointDisabled}})
@@ -152,7 +152,7 @@ func TestEndpointDisabledAfterFiveDays(t *testing.T) {
 	if d := got.DisabledAt.Sub(*got.FailingSince); d < events.DisableAfter || d > events.DisableAfter+13*time.Hour {
 		t.Errorf("disabled %v after it began failing, want about %v", d, events.DisableAfter)
 	}
-	reqs := watcher.requests()
+	reqs := watcher.Requests()
 	if len(reqs) != 1 || eventOf(t, reqs[0].Body)["type"] != events.WebhookEndpointDisabled {
 		t.Fatalf("the operators' endpoint got %d requests, want one webhook_endpoint.disabled", len(reqs))
 	}
@@ -167,7 +167,7 @@ func TestTwoDeliverersNeverSendTwice(t *testing.T) {
 	db, acme, _ := setup(t)
 	var inFlight sync.Map
 	var overlaps atomic.Int64
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	slow := rcv.Config.Handler
 	rcv.Config.Handler = httpHandlerFunc(func(id string, serve func()) {
 		if _, busy := inFlight.LoadOrStore(id, true); busy {
@@ -201,7 +201,7 @@ func TestTwoDeliverersNeverSendTwice(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	reqs := rcv.requests()
+	reqs := rcv.Requests()
 	seen := map[string]int{}
 	for _, r := range reqs {
 		seen[r.ID]++
@@ -221,7 +221,7 @@ func TestTwoDeliverersNeverSendTwice(t *testing.T) {
 func TestSignatureVerifiedIndependently(t *testing.T) {
 	db, acme, _ := setup(t)
 	clk := newClock()
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	keys := testkeys.SecretKeys(t)
 	ops := events.NewOps(db, clk.Now, allowPrivate).WithSecretKeys(keys)
 	ep := endpoint(t, ops, acme.ID, rcv.URL, events.EndpointInput{})
@@ -245,7 +245,7 @@ func TestSignatureVerifiedIndependently(t *testing.T) {
 	emit(t, db, events.KeyRotated, acme.ID, clk.Now())
 	drain(t, db, d, clk, clk.Now().Add(time.Hour))
 
-	reqs := rcv.requests()
+	reqs := rcv.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests, want 3", len(reqs))
 	}
@@ -279,7 +279,7 @@ func TestSignatureVerifiedIndependently(t *testing.T) {
 
 // verify is a Standard Webhooks verifier written from the specification,
 // sharing no code with the sender.
-func verify(secret string, r received) bool {
+func verify(secret string, r testenv.Received) bool {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil {
 		return false
@@ -298,7 +298,7 @@ func verify(secret string, r received) bool {
 }
 
 // verifyOpenSSL computes the signature with the openssl command.
-func verifyOpenSSL(t *testing.T, secret string, r received) bool {
+func verifyOpenSSL(t *testing.T, secret string, r testenv.Received) bool {
 	t.Helper()
 	openssl, err := exec.LookPath("openssl")
 	if err != nil {
@@ -381,7 +381,7 @@ func TestSecretsSealedAtRest(t *testing.T) {
 	db, acme, _ := setup(t)
 	ctx := context.Background()
 	clk := newClock()
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	plain := events.NewOps(db, clk.Now, allowPrivate) // no keys: an earlier version's clear secret
 	ep := endpoint(t, plain, acme.ID, rcv.URL, events.EndpointInput{})
 	if got := storedSecrets(t, db, ep.Endpoint.ID); got[0] != ep.Secret {
@@ -421,18 +421,18 @@ func TestSecretsSealedAtRest(t *testing.T) {
 		len(unopened) != 1 || unopened[0] != ep.Endpoint.ID {
 		t.Errorf("SealSecrets with a key that opens nothing: %d sealed, unopened %v, %v; want 0 and the endpoint", n, unopened, err)
 	}
-	before := len(rcv.requests())
+	before := len(rcv.Requests())
 	emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: onlyNew})
 	n, err := d.DeliverDue(ctx)
 	testenv.Must(t, err)
 	var errText string
 	testenv.Must(t, db.QueryRow(ctx, `SELECT error FROM webhook_attempts ORDER BY id DESC LIMIT 1`).Scan(&errText))
-	if n != 1 || len(rcv.requests()) != before || !strings.Contains(errText, "open the secret") {
+	if n != 1 || len(rcv.Requests()) != before || !strings.Contains(errText, "open the secret") {
 		t.Errorf("without the sealing key: %d attempts, %d requests sent, error %q; want 1 failed attempt, none sent",
-			n, len(rcv.requests())-before, errText)
+			n, len(rcv.Requests())-before, errText)
 	}
-	reqs := rcv.requests()
+	reqs := rcv.Requests()
 	if len(reqs) != 4 {
 		t.Fatalf("%d requests, want 4", len(reqs))
 	}

@@ -51,15 +51,15 @@ func TestGuardRefusesPrivateURLs(t *testing.T) {
 // records why and nothing reaches the receiver.
 func TestGuardRefusesAtSendTime(t *testing.T) {
 	db, acme, _ := setup(t)
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	// Made while private addresses were allowed, sent by a strict deliverer.
 	endpoint(t, events.NewOps(db, nil, allowPrivate), acme.ID, rcv.URL, events.EndpointInput{})
 	emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: events.Guard{}})
 	n, err := d.DeliverDue(context.Background())
 	testenv.Must(t, err)
-	if n != 1 || len(rcv.requests()) != 0 {
-		t.Fatalf("attempts %d, requests received %d; want 1 attempt refused before connecting", n, len(rcv.requests()))
+	if n != 1 || len(rcv.Requests()) != 0 {
+		t.Fatalf("attempts %d, requests received %d; want 1 attempt refused before connecting", n, len(rcv.Requests()))
 	}
 	var msg string
 	testenv.Must(t, db.QueryRow(context.Background(), `SELECT error FROM webhook_attempts`).Scan(&msg))
@@ -76,7 +76,7 @@ func TestTenantEndpointsIsolated(t *testing.T) {
 	db, acme, globex := setup(t)
 	ctx := context.Background()
 	clk := newClock()
-	acmeRcv, globexRcv, opRcv := newReceiver(t, nil), newReceiver(t, nil), newReceiver(t, nil)
+	acmeRcv, globexRcv, opRcv := testenv.NewReceiver(t, nil), testenv.NewReceiver(t, nil), testenv.NewReceiver(t, nil)
 	ops := events.NewOps(db, clk.Now, allowPrivate)
 	acmeEP := endpoint(t, ops, acme.ID, acmeRcv.URL, events.EndpointInput{})
 	globexEP := endpoint(t, ops, globex.ID, globexRcv.URL, events.EndpointInput{})
@@ -85,19 +85,13 @@ func TestTenantEndpointsIsolated(t *testing.T) {
 	g := emit(t, db, events.KeyRevoked, globex.ID, clk.Now())
 	emit(t, db, events.StatementClosed, "", clk.Now()) // global: to operators' all-tenant endpoints only
 	drain(t, db, events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate}), clk, clk.Now().Add(time.Hour))
-	ids := func(r *receiver) (out []string) {
-		for _, q := range r.requests() {
-			out = append(out, q.ID)
-		}
-		return out
-	}
-	if got := ids(acmeRcv); len(got) != 1 || got[0] != a.ID {
+	if got := acmeRcv.IDs(); len(got) != 1 || got[0] != a.ID {
 		t.Errorf("acme's endpoint got %v, want [%s]", got, a.ID)
 	}
-	if got := ids(globexRcv); len(got) != 1 || got[0] != g.ID {
+	if got := globexRcv.IDs(); len(got) != 1 || got[0] != g.ID {
 		t.Errorf("globex's endpoint got %v, want [%s]", got, g.ID)
 	}
-	if got := ids(opRcv); len(got) != 1 || got[0] != g.ID {
+	if got := opRcv.IDs(); len(got) != 1 || got[0] != g.ID {
 		t.Errorf("the operator's globex-only endpoint got %v, want [%s]", got, g.ID)
 	}
 	if _, err := ops.Replay(ctx, audit.CLI, acme.ID, acmeEP.Endpoint.ID, events.ReplayInput{EventID: g.ID}); err == nil {
@@ -124,13 +118,53 @@ func TestTenantEndpointsIsolated(t *testing.T) {
 	}
 }
 
+// TestTenantEndpointsListedInPages: a tenant's endpoints list pages
+// newest first, each of its endpoints once and no other tenant's, and
+// refuses a cursor no list returned.
+func TestTenantEndpointsListedInPages(t *testing.T) {
+	db, acme, globex := setup(t)
+	ctx := context.Background()
+	ops := events.NewOps(db, nil, allowPrivate)
+	endpoint(t, ops, globex.ID, "http://127.0.0.1:9/globex", events.EndpointInput{})
+	var want []string
+	for _, path := range []string{"/a", "/b", "/c", "/d", "/e"} {
+		want = append([]string{endpoint(t, ops, acme.ID, "http://127.0.0.1:9"+path, events.EndpointInput{}).Endpoint.ID}, want...)
+	}
+	es := events.NewStore(db)
+	var got []string
+	pr := page.Request{Limit: 2}
+	for {
+		pg, err := es.Endpoints(ctx, acme.ID, pr)
+		testenv.Must(t, err)
+		for _, e := range pg.Items {
+			got = append(got, e.ID)
+		}
+		if pg.NextCursor == nil {
+			break
+		}
+		pr.Cursor = *pg.NextCursor
+	}
+	if len(got) != len(want) {
+		t.Fatalf("paged %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("paged %v, want %v (newest first)", got, want)
+			break
+		}
+	}
+	if _, err := es.Endpoints(ctx, acme.ID, page.Request{Limit: 2, Cursor: "eyJ0IjoiMjAyNi0wMS0wMVQwMDowMDowMFoiLCJpIjoieCJ9"}); testenv.Fields(err)["cursor"] == "" {
+		t.Errorf("a cursor naming no endpoint: %v, want the cursor refused", err)
+	}
+}
+
 // TestCommitToFirstAttempt measures, with a running deliverer woken by
 // notifications, the time from an event's commit to its first attempt
 // reaching the receiver, over many events; the 99th percentile must be
 // at most a second.
 func TestCommitToFirstAttempt(t *testing.T) {
 	db, acme, _ := setup(t)
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	endpoint(t, events.NewOps(db, nil, allowPrivate), acme.ID, rcv.URL, events.EndpointInput{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -148,13 +182,13 @@ func TestCommitToFirstAttempt(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, time.Now(), 30*time.Second, "every event delivered", func() (bool, string) {
-		got := len(rcv.requests())
+		got := len(rcv.Requests())
 		return got >= n, strconv.Itoa(got)
 	})
 	cancel()
 	<-done
 	var lat []time.Duration
-	for _, r := range rcv.requests() {
+	for _, r := range rcv.Requests() {
 		lat = append(lat, r.At.Sub(committed[r.ID]))
 	}
 	slices.Sort(lat)

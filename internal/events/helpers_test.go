@@ -3,10 +3,7 @@ package events_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,47 +20,6 @@ import (
 
 // newClock returns a test's clock, moved by hand.
 func newClock() *testenv.Clock { return testenv.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
-
-// received is one request a receiver got.
-type received struct {
-	ID, Timestamp, Signature string
-	Body                     []byte
-	At                       time.Time
-}
-
-// receiver is a real HTTP receiver that records every request and
-// answers with the status status returns (200 when nil).
-type receiver struct {
-	*httptest.Server
-	mu     sync.Mutex
-	got    []received
-	status func() int
-}
-
-func newReceiver(t *testing.T, status func() int) *receiver {
-	r := &receiver{status: status}
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		r.mu.Lock()
-		r.got = append(r.got, received{ID: req.Header.Get("webhook-id"), Timestamp: req.Header.Get("webhook-timestamp"),
-			Signature: req.Header.Get("webhook-signature"), Body: body, At: time.Now()})
-		st := 200
-		if r.status != nil {
-			st = r.status()
-		}
-		r.mu.Unlock()
-		w.WriteHeader(st)
-		_, _ = w.Write([]byte("thanks"))
-	}))
-	t.Cleanup(r.Close)
-	return r
-}
-
-func (r *receiver) requests() []received {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]received(nil), r.got...)
-}
 
 // setup is a database with two tenants.
 func setup(t *testing.T) (db *pgxpool.Pool, acme, globex tenants.Tenant) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestReplaySentEvent: an event an endpoint was sent can be replayed to
@@ -17,7 +18,7 @@ func TestReplaySentEvent(t *testing.T) {
 	db, acme, _ := setup(t)
 	ctx := context.Background()
 	clk := newClock()
-	rcv := newReceiver(t, nil)
+	rcv := testenv.NewReceiver(t, nil)
 	ops := events.NewOps(db, clk.Now, allowPrivate)
 	ep := endpoint(t, ops, "", rcv.URL, events.EndpointInput{EventTypes: []string{events.KeyRevoked}, TenantIDs: []string{acme.ID}})
 	other := endpoint(t, ops, "", rcv.URL+"/other", events.EndpointInput{})

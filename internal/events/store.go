@@ -179,20 +179,16 @@ func (s *Store) Endpoint(ctx context.Context, scope, id string) (Endpoint, error
 // Endpoints returns one page of the endpoints in scope, newest first. For
 // a tenant's scope that is the endpoints its admins made.
 func (s *Store) Endpoints(ctx context.Context, scope string, pr page.Request) (page.Page[Endpoint], error) {
-	var after struct {
-		At time.Time `json:"t"`
-		ID string    `json:"i"`
-	}
-	have, err := pr.After(&after)
+	var after postgres.NewestFirst
+	have, err := after.After(pr)
 	if err != nil {
 		return page.Page[Endpoint]{}, err
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
 		WHERE ($1 = '' OR owner_tenant_id::text = $1) AND (NOT $2 OR (created_at, id::text) < ($3, $4))
-		ORDER BY created_at DESC, id::text DESC LIMIT $5`, scope, have, after.At, after.ID, pr.Fetch())
+		ORDER BY created_at DESC, id::text DESC LIMIT $5`, scope, have, after.CreatedAt, after.ID, pr.Fetch())
 	return postgres.CollectPage(pr, rows, err, scanEndpoint, "events: list endpoints", func(e Endpoint) any {
-		after.At, after.ID = e.CreatedAt, e.ID
-		return after
+		return postgres.NewestFirst{CreatedAt: e.CreatedAt, ID: e.ID}
 	})
 }
 

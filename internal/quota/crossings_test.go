@@ -3,7 +3,6 @@ package quota_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -49,18 +47,9 @@ func thresholdEvents(t *testing.T, db *pgxpool.Pool, tenantID string) string {
 // (threshold_changed: the tenant's own settings, or a plan upgrade);
 // a tenant whose settings did not change keeps its crossing.
 func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
-	url := testenv.DatabaseURL(t)
 	ctx := context.Background()
 	var c rateClock
-	workers := make([]*pgstore.Store, 4)
-	var db *pgxpool.Pool
-	for i := range workers {
-		pool, err := postgres.Open(ctx, url)
-		testenv.Must(t, err)
-		t.Cleanup(pool.Close)
-		db = pool
-		workers[i] = pgstore.NewStore(pool, pgstore.StoreConfig{Now: c.now})
-	}
+	workers, db := separateWorkers(t, 4, pgstore.StoreConfig{Now: c.now})
 	ps, ts := plans.NewStore(db), tenants.NewStore(db)
 	plan, err := ps.Put(ctx, plans.Plan{Name: "watched", IncludedUnits: 1000, QuotaMode: plans.QuotaOverage})
 	testenv.Must(t, err)
@@ -88,15 +77,7 @@ func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
 	sweepAll := func(now string) {
 		t.Helper()
 		c.set(t, now)
-		var wg sync.WaitGroup
-		for _, w := range workers {
-			wg.Go(func() {
-				if err := w.SweepRateAlerts(ctx); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
+		atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
 	}
 	want := func(step string, ev map[string]string) {
 		t.Helper()

@@ -50,6 +50,40 @@ func applyRows(t *testing.T, s *pgstore.Store, rows ...metering.Row) {
 	}
 }
 
+// separateWorkers returns n usage worker stores configured by cfg on one
+// database, each with its own connection pool as separate processes would
+// have; db is one of the pools, for the test's own queries.
+func separateWorkers(t *testing.T, n int, cfg pgstore.StoreConfig) (workers []*pgstore.Store, db *pgxpool.Pool) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	for range n {
+		pool, err := postgres.Open(context.Background(), url)
+		testenv.Must(t, err)
+		t.Cleanup(pool.Close)
+		db = pool
+		workers = append(workers, pgstore.NewStore(pool, cfg))
+	}
+	return workers, db
+}
+
+// atOnce runs do for every worker, all released at the same moment, and
+// waits for them; an error of any fails the test.
+func atOnce(t *testing.T, workers []*pgstore.Store, do func(i int, w *pgstore.Store) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, w := range workers {
+		wg.Go(func() {
+			<-start
+			if err := do(i, w); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
 // rateTenant makes a tenant named name on a plan of its own.
 func rateTenant(t *testing.T, db *pgxpool.Pool, name string) string {
 	t.Helper()
@@ -244,34 +278,10 @@ func TestTenantRateAlertIsolatedPerTenant(t *testing.T) {
 // tenant, however the batches interleave; and eight sweeping at once
 // resolve it once.
 func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
-	url := testenv.DatabaseURL(t)
 	ctx := context.Background()
 	var c rateClock
-	workers := make([]*pgstore.Store, 8)
-	var db *pgxpool.Pool
-	for i := range workers {
-		pool, err := postgres.Open(ctx, url)
-		testenv.Must(t, err)
-		t.Cleanup(pool.Close)
-		db = pool
-		workers[i] = pgstore.NewStore(pool, pgstore.StoreConfig{Now: c.now, RateAlert: quota.RateAlert{TenantDenials: 500}})
-	}
+	workers, db := separateWorkers(t, 8, pgstore.StoreConfig{Now: c.now, RateAlert: quota.RateAlert{TenantDenials: 500}})
 	tenantID := rateTenant(t, db, "crowd")
-	atOnce := func(do func(i int, w *pgstore.Store) error) {
-		t.Helper()
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i, w := range workers {
-			wg.Go(func() {
-				<-start
-				if err := do(i, w); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-	}
 	count := func(typ, scope string) int {
 		n := 0
 		for _, e := range rateEvents(t, db, tenantID, scope) {
@@ -285,7 +295,7 @@ func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
 		// Each worker: 90 denials of a key of its own (under the key's
 		// 100); 720 together, over the tenant's 500.
 		c.set(t, fmt.Sprintf("2026-11-22T1%d:00:30Z", round))
-		atOnce(func(i int, w *pgstore.Store) error {
+		atOnce(t, workers, func(i int, w *pgstore.Store) error {
 			b := metering.Batch{Version: 1, ID: fmt.Sprintf("crowd:%d:%d", round, i),
 				Rows: []metering.Row{denied(t, fmt.Sprintf("2026-11-22T1%d:00", round), tenantID, meteringtest.ID(300+i), "hourly", 90)}}
 			_, err := w.Apply(ctx, b)
@@ -295,8 +305,8 @@ func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
 			t.Fatalf("round %d: %d ratelimit.sustained of the tenant from 8 concurrent batches, want %d", round, n, round+1)
 		}
 		c.set(t, fmt.Sprintf("2026-11-22T1%d:06:00Z", round))
-		atOnce(func(int, *pgstore.Store) error { return workers[0].SweepRateAlerts(ctx) })
-		atOnce(func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
+		atOnce(t, workers, func(int, *pgstore.Store) error { return workers[0].SweepRateAlerts(ctx) })
+		atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
 		if n := count(quota.EventRateLimitResolved, quota.RateScopeTenant); n != round+1 {
 			t.Fatalf("round %d: %d ratelimit.resolved of the tenant from 16 concurrent sweeps, want %d", round, n, round+1)
 		}

@@ -24,16 +24,10 @@ func NewStore(db postgres.Conn) *Store { return &Store{db: db} }
 // PlanSettings returns plan planID's settings (none set: no thresholds,
 // no caps); an unknown plan is ENOTFOUND.
 func (s *Store) PlanSettings(ctx context.Context, planID int64) (PlanSettings, error) {
-	ps := PlanSettings{PlanID: planID, Thresholds: []Threshold{}}
-	var raw []byte
-	err := s.db.QueryRow(ctx, `SELECT coalesce(q.thresholds, '[]'), q.spend_cap_default_minor, q.spend_cap_max_minor
-		FROM plans p LEFT JOIN quota_plan_settings q ON q.plan_id = p.id WHERE p.id = $1`, planID).
-		Scan(&raw, &ps.SpendCapDefaultMinor, &ps.SpendCapMaxMinor)
+	ps, err := scanPlanSettings(s.db.QueryRow(ctx, `SELECT p.id, coalesce(q.thresholds, '[]'), q.spend_cap_default_minor,
+		q.spend_cap_max_minor FROM plans p LEFT JOIN quota_plan_settings q ON q.plan_id = p.id WHERE p.id = $1`, planID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return PlanSettings{}, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", planID)
-	}
-	if err == nil {
-		err = json.Unmarshal(raw, &ps.Thresholds)
 	}
 	if err != nil {
 		return PlanSettings{}, fmt.Errorf("quota: plan %d settings: %w", planID, err)
@@ -48,20 +42,39 @@ func (s *Store) TenantSettings(ctx context.Context, tenantID string) (TenantSett
 	if !tollgate.IsUUID(tenantID) {
 		return TenantSettings{}, notFound
 	}
-	ts := TenantSettings{TenantID: tenantID}
-	var raw []byte
-	err := s.db.QueryRow(ctx, `SELECT q.thresholds, q.spend_cap_minor FROM tenants t
-		LEFT JOIN quota_tenant_settings q ON q.tenant_id = t.id WHERE t.id = $1::uuid`, tenantID).Scan(&raw, &ts.SpendCapMinor)
+	ts, err := scanTenantSettings(s.db.QueryRow(ctx, `SELECT t.id::text, q.thresholds, q.spend_cap_minor FROM tenants t
+		LEFT JOIN quota_tenant_settings q ON q.tenant_id = t.id WHERE t.id = $1::uuid`, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return TenantSettings{}, notFound
-	}
-	if err == nil && raw != nil {
-		err = json.Unmarshal(raw, &ts.Thresholds)
 	}
 	if err != nil {
 		return TenantSettings{}, fmt.Errorf("quota: tenant %s settings: %w", tenantID, err)
 	}
 	return ts, nil
+}
+
+// scanPlanSettings reads a row of plan_id, thresholds (JSON),
+// spend_cap_default_minor and spend_cap_max_minor.
+func scanPlanSettings(row pgx.Row) (PlanSettings, error) {
+	var ps PlanSettings
+	var raw []byte
+	err := row.Scan(&ps.PlanID, &raw, &ps.SpendCapDefaultMinor, &ps.SpendCapMaxMinor)
+	if err == nil {
+		err = json.Unmarshal(raw, &ps.Thresholds)
+	}
+	return ps, err
+}
+
+// scanTenantSettings reads a row of tenant_id, thresholds (JSON; NULL:
+// the plan's) and spend_cap_minor.
+func scanTenantSettings(row pgx.Row) (TenantSettings, error) {
+	var ts TenantSettings
+	var raw []byte
+	err := row.Scan(&ts.TenantID, &raw, &ts.SpendCapMinor)
+	if err == nil && raw != nil {
+		err = json.Unmarshal(raw, &ts.Thresholds)
+	}
+	return ts, err
 }
 
 // putPlan stores ps.
@@ -126,42 +139,20 @@ type All struct {
 func (s *Store) LoadAll(ctx context.Context) (All, error) {
 	all := All{Plans: map[int64]PlanSettings{}, Tenants: map[string]TenantSettings{}, PlanSince: map[string]time.Time{}}
 	rows, err := s.db.Query(ctx, `SELECT plan_id, thresholds, spend_cap_default_minor, spend_cap_max_minor FROM quota_plan_settings`)
+	planList, err := postgres.Collect(rows, err, scanPlanSettings, "quota: load plan settings")
 	if err != nil {
-		return All{}, fmt.Errorf("quota: load plan settings: %w", err)
+		return All{}, err
 	}
-	for rows.Next() {
-		var ps PlanSettings
-		var raw []byte
-		if err = rows.Scan(&ps.PlanID, &raw, &ps.SpendCapDefaultMinor, &ps.SpendCapMaxMinor); err == nil {
-			err = json.Unmarshal(raw, &ps.Thresholds)
-		}
-		if err != nil {
-			rows.Close()
-			return All{}, fmt.Errorf("quota: load plan settings: %w", err)
-		}
+	for _, ps := range planList {
 		all.Plans[ps.PlanID] = ps
 	}
-	if err := rows.Err(); err != nil {
-		return All{}, fmt.Errorf("quota: load plan settings: %w", err)
-	}
 	rows, err = s.db.Query(ctx, `SELECT tenant_id::text, thresholds, spend_cap_minor FROM quota_tenant_settings`)
+	tenantList, err := postgres.Collect(rows, err, scanTenantSettings, "quota: load tenant settings")
 	if err != nil {
-		return All{}, fmt.Errorf("quota: load tenant settings: %w", err)
+		return All{}, err
 	}
-	for rows.Next() {
-		var ts TenantSettings
-		var raw []byte
-		if err = rows.Scan(&ts.TenantID, &raw, &ts.SpendCapMinor); err == nil && raw != nil {
-			err = json.Unmarshal(raw, &ts.Thresholds)
-		}
-		if err != nil {
-			rows.Close()
-			return All{}, fmt.Errorf("quota: load tenant settings: %w", err)
-		}
+	for _, ts := range tenantList {
 		all.Tenants[ts.TenantID] = ts
-	}
-	if err := rows.Err(); err != nil {
-		return All{}, fmt.Errorf("quota: load tenant settings: %w", err)
 	}
 	rows, err = s.db.Query(ctx, `SELECT tenant_id::text, max(effective_at) FROM tenant_plan_changes GROUP BY tenant_id`)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 func waitWithin(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
@@ -33,15 +34,12 @@ func waitWithin(t *testing.T, what string, limit time.Duration, cond func() bool
 func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "p", Rules: []plans.Rule{
+	plan := fixture.Plan(t, db, plans.Plan{Name: "p", Rules: []plans.Rule{
 		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS},
 	}})
-	testenv.Must(t, err)
+	tn := fixture.Tenant(t, db, "t", plan.ID)
+	secret1, key1 := fixture.Key(t, db, tn.ID, "one")
 	ts := tenants.NewStore(db)
-	tn, err := ts.Create(ctx, "t", plan.ID)
-	testenv.Must(t, err)
-	secret1, key1, err := ts.IssueKey(ctx, tn.ID, "one", nil)
-	testenv.Must(t, err)
 
 	h := NewHolder(NewPostgresSource(db), nil)
 	syncCtx, cancel := context.WithCancel(ctx)
@@ -58,12 +56,11 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	testenv.Must(t, ts.RevokeKey(ctx, key1.ID))
 	waitWithin(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.RevokedAtUS != 0 })
 
-	secret2, key2, err := ts.IssueKey(ctx, tn.ID, "two", nil)
-	testenv.Must(t, err)
+	secret2, key2 := fixture.Key(t, db, tn.ID, "two")
 	waitWithin(t, "new key", time.Second, func() bool { return key(secret2) != nil })
 
 	soon := time.Now().Add(time.Hour)
-	_, err = ts.UpdateKey(ctx, tn.ID, key2.ID, tenants.KeyChange{ExpiresAt: func() **time.Time { p := &soon; return &p }()}, time.Now())
+	_, err := ts.UpdateKey(ctx, tn.ID, key2.ID, tenants.KeyChange{ExpiresAt: func() **time.Time { p := &soon; return &p }()}, time.Now())
 	testenv.Must(t, err)
 	waitWithin(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.ExpiresAtUS == soon.UnixMicro() })
 

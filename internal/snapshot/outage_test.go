@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // lines counts what a logger wrote.
@@ -38,13 +39,9 @@ func startListening(t *testing.T, span time.Duration) *listening {
 	db, err := postgres.Open(ctx, l.pg.URL)
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
+	tenant := fixture.Tenant(t, db, "acme", fixture.Plan(t, db, plans.Plan{Name: "free"}).ID)
+	secret, key := fixture.Key(t, db, tenant.ID, "")
 	l.ts = tenants.NewStore(db)
-	tenant, err := l.ts.Create(ctx, "acme", plan.ID)
-	testenv.Must(t, err)
-	secret, key, err := l.ts.IssueKey(ctx, tenant.ID, "", nil)
-	testenv.Must(t, err)
 	l.keyID, l.hash = key.ID, tenants.HashKey(secret)
 
 	l.h = NewHolder(NewPostgresSource(db), slog.New(slog.NewTextHandler(l.logs, nil)))
@@ -148,12 +145,9 @@ func (s *findSource) FindKey(ctx context.Context, hash tenants.KeyHash) (tenants
 func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	plan, err := plans.NewStore(db).Create(ctx, plans.Plan{Name: "free", Rules: []plans.Rule{
+	plan := fixture.Plan(t, db, plans.Plan{Name: "free", Rules: []plans.Rule{
 		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(db)
-	tenant, err := ts.Create(ctx, "acme", plan.ID)
-	testenv.Must(t, err)
+	tenant := fixture.Tenant(t, db, "acme", plan.ID)
 	source := &findSource{Source: NewPostgresSource(db)}
 	h := NewHolder(source, nil)
 	clock := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -184,13 +178,11 @@ func TestUnknownKeysAreNotLookedUpAgainNorDuringAnOutage(t *testing.T) {
 
 	// A key issued after its miss was remembered is found after the
 	// reload its notification causes.
-	late, _, err := ts.IssueKey(ctx, tenant.ID, "", nil)
-	testenv.Must(t, err)
+	late, _ := fixture.Key(t, db, tenant.ID, "")
 	testenv.Must(t, h.Reload(ctx))
 	lookup(late) // in the snapshot now: no lookup
 	wantFinds("a key in the snapshot", 2)
-	newer, _, err := ts.IssueKey(ctx, tenant.ID, "", nil)
-	testenv.Must(t, err)
+	newer, _ := fixture.Key(t, db, tenant.ID, "")
 	if lookup(newer) == nil {
 		t.Fatal("a key issued after the snapshot was not found")
 	}

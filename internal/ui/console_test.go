@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // The web console, driven through a real browser against a real admin
@@ -246,19 +247,11 @@ func TestConsolePlanFormErrors(t *testing.T) {
 // them with their keys.
 func tenantSetup(t *testing.T, admin *admintest.Server) (acme, globex tenants.Tenant, acmeKey, globexKey tenants.Key) {
 	t.Helper()
-	ctx := context.Background()
-	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "pro", IncludedUnits: 1000,
+	p := fixture.Plan(t, admin.DB, plans.Plan{Name: "pro", IncludedUnits: 1000,
 		Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(admin.DB)
-	acme, err = ts.Create(ctx, "acme", p.ID)
-	testenv.Must(t, err)
-	globex, err = ts.Create(ctx, "globex", p.ID)
-	testenv.Must(t, err)
-	_, acmeKey, err = ts.IssueKey(ctx, acme.ID, "acme web", nil)
-	testenv.Must(t, err)
-	_, globexKey, err = ts.IssueKey(ctx, globex.ID, "globex web", nil)
-	testenv.Must(t, err)
+	acme, globex = fixture.Tenant(t, admin.DB, "acme", p.ID), fixture.Tenant(t, admin.DB, "globex", p.ID)
+	_, acmeKey = fixture.Key(t, admin.DB, acme.ID, "acme web")
+	_, globexKey = fixture.Key(t, admin.DB, globex.ID, "globex web")
 	return acme, globex, acmeKey, globexKey
 }
 
@@ -448,18 +441,12 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	stream := prefix + "usage"
 	admin := admintest.StartAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true",
 		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test"})
-	ctx := context.Background()
-	p, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 100,
+	p := fixture.Plan(t, admin.DB, plans.Plan{Name: "metered", IncludedUnits: 100,
 		Rules:  []plans.Rule{{Name: "hourly", Limit: 5, PeriodUS: limiter.HourUS}},
 		Routes: []string{"GET /repos/{id}", "POST /v1/search"}})
-	testenv.Must(t, err)
-	ts := tenants.NewStore(admin.DB)
-	acme, err := ts.Create(ctx, "acme", p.ID)
-	testenv.Must(t, err)
-	webSecret, web, err := ts.IssueKey(ctx, acme.ID, "web", nil)
-	testenv.Must(t, err)
-	searchSecret, search, err := ts.IssueKey(ctx, acme.ID, "search", nil)
-	testenv.Must(t, err)
+	acme := fixture.Tenant(t, admin.DB, "acme", p.ID)
+	webSecret, web := fixture.Key(t, admin.DB, acme.ID, "web")
+	searchSecret, search := fixture.Key(t, admin.DB, acme.ID, "search")
 	op := admintest.SessionFor(t, admin.DB, admintest.CreateUser(t, admin.DB, "ops@example.com", auth.RoleOperator, ""))
 	var st struct {
 		Token string `json:"token"`

@@ -55,20 +55,15 @@ func (c *Console) OverridesSave() http.Handler {
 			c.render(w, r, http.StatusOK, "overrides", "tenants", p)
 			return
 		}
-		if len(fe) > 0 {
-			p.Errors, p.Message = fe, "Some values are not numbers: nothing was saved."
-			c.render(w, r, http.StatusUnprocessableEntity, "overrides", "tenants", p)
+		reshow := func(status int, errs map[string]string, msg string) {
+			p.Errors, p.Message = errs, msg
+			c.render(w, r, status, "overrides", "tenants", p)
+		}
+		if _, ok := saveRules(c, w, r, fe, nil, reshow, func() (tenants.Overrides, error) {
+			return c.cfg.Tenants.SetOverrides(r.Context(), actor(r), p.Tenant.ID, tenants.Overrides{Rules: rules})
+		}); !ok {
 			return
 		}
-		path := "/tenants/" + url.PathEscape(p.Tenant.ID)
-		if _, err := c.cfg.Tenants.SetOverrides(r.Context(), actor(r), p.Tenant.ID, tenants.Overrides{Rules: rules}); err != nil {
-			if showRuleErrors(err, nil, &p.Errors, &p.Message) {
-				c.render(w, r, statusOf(err), "overrides", "tenants", p)
-				return
-			}
-			c.Error(w, r, err)
-			return
-		}
-		redirect(w, r, path, "Overrides saved: checks use them within a second.")
+		redirect(w, r, "/tenants/"+url.PathEscape(p.Tenant.ID), "Overrides saved: checks use them within a second.")
 	})
 }

@@ -286,17 +286,30 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 	return forms, rules
 }
 
-// showRuleErrors puts the field errors of err, if it has any, on the rows
-// of a rules form (see formFields) as *errs, sets *msg to say that
-// nothing was saved, and reports whether it did.
-func showRuleErrors(err error, tierRows []int, errs *map[string]string, msg *string) bool {
-	fields := fieldErrors(err)
-	if len(fields) == 0 {
-		return false
+// saveRules makes the change of a rules form: a plan's, or a tenant's
+// overrides. Values that are not numbers (fe) save nothing, and neither
+// does a change refused with field errors, which are put on the form's
+// rows (see formFields); either way reshow shows the form again with the
+// status, the errors and a message that says so. Any other error is the
+// error page. ok is false when the change was not made (the answer is
+// written).
+func saveRules[T any](c *Console, w http.ResponseWriter, r *http.Request, fe formErrors, tierRows []int,
+	reshow func(status int, errs map[string]string, msg string), change func() (T, error)) (v T, ok bool) {
+	if len(fe) > 0 {
+		reshow(http.StatusUnprocessableEntity, fe, "Some values are not numbers: nothing was saved.")
+		return v, false
 	}
-	*errs = formFields(fields, tierRows)
-	*msg = "Nothing was saved: " + tollgate.ErrorMessage(err) + ". Each problem is shown beside its field."
-	return true
+	v, err := change()
+	if err == nil {
+		return v, true
+	}
+	if fields := fieldErrors(err); len(fields) > 0 {
+		reshow(statusOf(err), formFields(fields, tierRows),
+			"Nothing was saved: "+tollgate.ErrorMessage(err)+". Each problem is shown beside its field.")
+		return v, false
+	}
+	c.Error(w, r, err)
+	return v, false
 }
 
 // formFields names a plan's field errors ("rules[1].period_us",
@@ -352,12 +365,7 @@ func (c *Console) PlanNew() http.Handler {
 // PlanEdit serves GET /plans/{planID}/edit: the plan's form, and the
 // form of its quota settings.
 func (c *Console) PlanEdit() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, pathPlanID, func(w http.ResponseWriter, r *http.Request, id int64) {
 		c.planEdit(w, r, id, http.StatusOK, nil)
 	})
 }
@@ -391,17 +399,8 @@ func (c *Console) planEdit(w http.ResponseWriter, r *http.Request, id int64, sta
 // plans quota`. Empty threshold rows are left out; an empty cap is none.
 // Refused values are shown beside their rows, and nothing is saved.
 func (c *Console) PlanQuotaSave() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		p, err := c.plans.Get(r.Context(), id)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, c.planOf, func(w http.ResponseWriter, r *http.Request, p plans.Plan) {
+		id := p.ID
 		pf := r.PostForm
 		fe := formErrors{}
 		rows, list := readThresholds(pf, fe)
@@ -452,24 +451,17 @@ func (c *Console) PlanSave(create bool) http.Handler {
 			c.render(w, r, http.StatusOK, "plan_form", "plans", page)
 			return
 		}
-		if len(fe) > 0 {
-			page.Errors, page.Message = fe, "Some values are not numbers: nothing was saved."
-			c.render(w, r, http.StatusUnprocessableEntity, "plan_form", "plans", page)
-			return
+		reshow := func(status int, errs map[string]string, msg string) {
+			page.Errors, page.Message = errs, msg
+			c.render(w, r, status, "plan_form", "plans", page)
 		}
-		var saved plans.Plan
-		var err error
-		if create {
-			saved, err = c.cfg.Plans.Create(r.Context(), actor(r), in)
-		} else {
-			saved, err = c.cfg.Plans.Update(r.Context(), actor(r), id, in)
-		}
-		if err != nil {
-			if showRuleErrors(err, tierRows, &page.Errors, &page.Message) {
-				c.render(w, r, statusOf(err), "plan_form", "plans", page)
-				return
+		saved, ok := saveRules(c, w, r, fe, tierRows, reshow, func() (plans.Plan, error) {
+			if create {
+				return c.cfg.Plans.Create(r.Context(), actor(r), in)
 			}
-			c.Error(w, r, err)
+			return c.cfg.Plans.Update(r.Context(), actor(r), id, in)
+		})
+		if !ok {
 			return
 		}
 		msg := "Plan " + saved.Name + " saved: checks use its rules within a second."

@@ -121,12 +121,7 @@ func (c *Console) PlanArchive(archived bool) http.Handler {
 	if archived {
 		done = "Plan archived: its tenants keep it; no new tenant can be put on it."
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathPlanID(r)
-		if err != nil {
-			c.Error(w, r, err)
-			return
-		}
+	return loadedHandler(c, pathPlanID, func(w http.ResponseWriter, r *http.Request, id int64) {
 		path := "/plans/" + strconv.FormatInt(id, 10)
 		if archived && !confirmed(r) {
 			c.askConfirmation(w, r, "plans", confirmPage{Heading: "Archive this plan?",

@@ -16,6 +16,19 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
 
+// startWithMeteredPlan starts the admin server with plan "metered"
+// stored: 1,000 units included a month, then overage at 2 cents a unit
+// (the quota reported), and an hourly rule of 100.
+func startWithMeteredPlan(t *testing.T) (*admintest.Server, plans.Plan) {
+	t.Helper()
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	metered, err := plans.NewStore(admin.DB).Create(context.Background(), plans.Plan{Name: "metered", IncludedUnits: 1000,
+		Currency: "USD", QuotaMode: plans.QuotaOverage, OverageUnitMinor: 2,
+		Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	return admin, metered
+}
+
 // TestConsolePlanQuota: an operator sets a plan's default thresholds and
 // its tenants' default and maximum spend caps on the plan's edit page.
 // Values that are no number, and values the operation refuses, are shown
@@ -24,11 +37,8 @@ import (
 // plan's page and on its tenants' alerts pages; saving the plan's other
 // fields leaves them alone.
 func TestConsolePlanQuota(t *testing.T) {
-	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	admin, metered := startWithMeteredPlan(t)
 	ctx := context.Background()
-	metered, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 1000, Currency: "USD",
-		QuotaMode: plans.QuotaOverage, OverageUnitMinor: 2, Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
 	acme, err := tenants.NewStore(admin.DB).Create(ctx, "acme", metered.ID)
 	testenv.Must(t, err)
 	qs := quota.NewStore(admin.DB)

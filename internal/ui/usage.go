@@ -17,14 +17,20 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
-// monthParam reads ?month= (default the month of now); a month that does
-// not parse is EINVALID.
-func monthParam(r *http.Request, now time.Time) (billing.Month, error) {
-	s := r.URL.Query().Get("month")
-	if s == "" {
-		return billing.MonthOf(now), nil
+// shownMonth reads the month a usage page shows from ?month= (by default
+// the month of now) and returns it with now. ok is false when it does not
+// parse (EINVALID): the error page is written.
+func (c *Console) shownMonth(w http.ResponseWriter, r *http.Request) (m billing.Month, now time.Time, ok bool) {
+	now = c.now()
+	m = billing.MonthOf(now)
+	if s := r.URL.Query().Get("month"); s != "" {
+		var err error
+		if m, err = billing.ParseMonth(s); err != nil {
+			c.Error(w, r, err)
+			return m, now, false
+		}
 	}
-	return billing.ParseMonth(s)
+	return m, now, true
 }
 
 // monthNav links a page to the months around the one it shows.
@@ -109,10 +115,8 @@ func sortedCounts(m map[string]int64, empty string) []countRow {
 func (c *Console) TenantUsage() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		ctx := r.Context()
-		now := c.now()
-		m, err := monthParam(r, now)
-		if err != nil {
-			c.Error(w, r, err)
+		m, now, ok := c.shownMonth(w, r)
+		if !ok {
 			return
 		}
 		q := r.URL.Query()
@@ -302,14 +306,13 @@ type tenantUsageRow struct {
 func (c *Console) Usage() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		now := c.now()
-		m, err := monthParam(r, now)
-		if err != nil {
-			c.Error(w, r, err)
+		m, now, ok := c.shownMonth(w, r)
+		if !ok {
 			return
 		}
 		rng := monthRange(m)
 		p := usagePage{Nav: navOf(m, now), CSV: "/api/v1/statements?month=" + m.String() + "&format=csv"}
+		var err error
 		if p.Totals, err = c.usage.Overall(ctx, rng); err != nil {
 			c.Error(w, r, err)
 			return

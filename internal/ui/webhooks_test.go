@@ -3,57 +3,20 @@ package ui_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/page"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
-
-// receiver is a webhook receiver: it answers every delivery 200 and
-// keeps the webhook-id of each.
-type receiver struct {
-	*httptest.Server
-	mu  sync.Mutex
-	ids []string
-}
-
-// receiverReply is what the receiver answers: the delivery log shows it.
-const receiverReply = "thanks from the receiver"
-
-func newReceiver(t *testing.T) *receiver {
-	t.Helper()
-	rc := &receiver{}
-	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		rc.mu.Lock()
-		rc.ids = append(rc.ids, r.Header.Get("webhook-id"))
-		rc.mu.Unlock()
-		_, _ = io.WriteString(w, receiverReply)
-	}))
-	t.Cleanup(rc.Close)
-	return rc
-}
-
-// received returns the webhook-ids received so far, in order.
-func (rc *receiver) received() []string {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return append([]string(nil), rc.ids...)
-}
 
 var pageFirst = page.First(page.MaxLimit)
 
@@ -87,7 +50,7 @@ func (b *browser) submit(sel, waitFor string) {
 func TestConsoleWebhooks(t *testing.T) {
 	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
 	acme, _, _, _ := tenantSetup(t, admin)
-	rc := newReceiver(t)
+	rc := testenv.NewReceiver(t, nil)
 	es := events.NewStore(admin.DB)
 	b := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
 	ctx := context.Background()
@@ -151,8 +114,8 @@ func TestConsoleWebhooks(t *testing.T) {
 		t.Fatal("the endpoint's page shows the secret")
 	}
 	b.submit(`button[value="test"]`, ".flash")
-	testenv.WaitFor(t, deliveryLimit, "the test event at the receiver", func() bool { return len(rc.received()) == 1 })
-	eventID := rc.received()[0]
+	testenv.WaitFor(t, deliveryLimit, "the test event at the receiver", func() bool { return len(rc.IDs()) == 1 })
+	eventID := rc.IDs()[0]
 	delivered := fmt.Sprintf(`tr[data-event=%q]`, eventID)
 	testenv.WaitFor(t, deliveryLimit, "the delivery shown delivered", func() bool {
 		b.open(endpointPage)
@@ -162,8 +125,8 @@ func TestConsoleWebhooks(t *testing.T) {
 		t.Errorf("the delivery's row: %q", got)
 	}
 	b.press(delivered + " details.attempt > summary")
-	if got := b.text(delivered + " pre.response"); got != receiverReply {
-		t.Errorf("the attempt's response %q, want %q", got, receiverReply)
+	if got := b.text(delivered + " pre.response"); got != testenv.ReceiverReply {
+		t.Errorf("the attempt's response %q, want %q", got, testenv.ReceiverReply)
 	}
 	b.screenshot("webhook-log")
 
@@ -172,8 +135,8 @@ func TestConsoleWebhooks(t *testing.T) {
 	if got := b.text(".flash"); got != "Replayed: 1 delivery queued." {
 		t.Errorf("after replaying: %q", got)
 	}
-	testenv.WaitFor(t, deliveryLimit, "the replayed event at the receiver", func() bool { return len(rc.received()) == 2 })
-	if ids := rc.received(); ids[1] != eventID {
+	testenv.WaitFor(t, deliveryLimit, "the replayed event at the receiver", func() bool { return len(rc.IDs()) == 2 })
+	if ids := rc.IDs(); ids[1] != eventID {
 		t.Errorf("the replay's webhook-id %s, want the event's %s", ids[1], eventID)
 	}
 	// A range the other way round: the error beside "to".
@@ -258,14 +221,11 @@ func TestConsoleWebhooks(t *testing.T) {
 // it again nor set it above the plan's maximum, adds an endpoint of its
 // own, and never sees another tenant's endpoints or alerts.
 func TestConsoleAlerts(t *testing.T) {
-	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	admin, metered := startWithMeteredPlan(t)
 	ctx := context.Background()
-	metered, err := plans.NewStore(admin.DB).Create(ctx, plans.Plan{Name: "metered", IncludedUnits: 1000, Currency: "USD",
-		QuotaMode: plans.QuotaOverage, OverageUnitMinor: 2, Rules: []plans.Rule{{Name: "hourly", Limit: 100, PeriodUS: limiter.HourUS}}})
-	testenv.Must(t, err)
 	i64 := func(v int64) *int64 { return &v }
 	qo, qs := quota.NewOps(admin.DB), quota.NewStore(admin.DB)
-	_, err = qo.SetPlan(ctx, audit.CLI, metered.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 80}},
+	_, err := qo.SetPlan(ctx, audit.CLI, metered.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 80}},
 		SpendCapDefaultMinor: i64(5000), SpendCapMaxMinor: i64(10000)})
 	testenv.Must(t, err)
 	ts := tenants.NewStore(admin.DB)

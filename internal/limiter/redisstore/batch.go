@@ -137,6 +137,11 @@ func (b *batcher) waitForCompany() []*pending {
 	}
 	b.lingering, b.woken = false, false
 	run := b.takeLocked()
+	if run == nil {
+		// With more than one lane, another call took this check along:
+		// the lane this one held is free again.
+		b.busy--
+	}
 	b.mu.Unlock()
 	return run
 }
@@ -147,6 +152,12 @@ func (b *batcher) takeLocked() []*pending {
 	n := min(len(b.queue), b.max)
 	if n == 0 {
 		return nil
+	}
+	if b.lingering && !b.woken {
+		// Another lane takes the lingering check along: it need not
+		// wait any longer.
+		b.woken = true
+		b.wake <- struct{}{}
 	}
 	run := append((*runPool.Get().(*[]*pending))[:0], b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])

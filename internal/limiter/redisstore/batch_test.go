@@ -98,3 +98,42 @@ func TestLingerOnlyWhenBusy(t *testing.T) {
 	}
 	t.Logf("busy: %d calls for 320 checks", s.batcher.calls.Load())
 }
+
+// TestLingerWithTwoLanes: with two calls under way at most, a check that
+// arrives while another lingers takes it along in the other lane; the
+// lingering one is decided in that call, does not wait out its linger
+// (longer than the checks' deadline), and frees its lane.
+func TestLingerWithTwoLanes(t *testing.T) {
+	c, prefix := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := NewBatching(c, BatchConfig{Linger: 20 * time.Second, MaxInFlight: 2})
+	s.ExtraTTL = time.Minute
+	s.batcher.meanGap = time.Second // a rate that promises company
+	check := func() {
+		_, err := s.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{{
+			Key: prefix + "k", Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS},
+		}}})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(check)
+	testenv.WaitFor(t, 5*time.Second, "the first check to linger", func() bool {
+		s.batcher.mu.Lock()
+		defer s.batcher.mu.Unlock()
+		return s.batcher.lingering
+	})
+	wg.Go(check)
+	wg.Wait()
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("the lingering check returned after %v: it waited out its 20 s linger", waited)
+	}
+	s.batcher.mu.Lock()
+	defer s.batcher.mu.Unlock()
+	if s.batcher.busy != 0 || s.batcher.lingering {
+		t.Fatalf("after both checks: %d lanes busy, lingering %v; want 0, false", s.batcher.busy, s.batcher.lingering)
+	}
+}

@@ -34,8 +34,8 @@ type batcher struct {
 	queue []*pending
 	busy  int // calls under way
 
-	// With a linger: the arrival before the last (monotonic, from
-	// start) and the mean gap between arrivals, a moving average.
+	// With a linger: the last arrival (monotonic, since start) and
+	// the mean gap between arrivals, a moving average.
 	start      time.Time
 	lastArrive time.Duration
 	meanGap    time.Duration

@@ -66,6 +66,25 @@ type Store interface {
 	Check(ctx context.Context, b Batch) (Outcome, error)
 }
 
+// Window is the state of a fixed window as a store keeps it: StartUS is
+// the window's start (µs since the epoch) and Count the units admitted in
+// it. Present is false when the store holds no state at the key (never
+// written, or expired).
+type Window struct {
+	StartUS, Count int64
+	Present        bool
+}
+
+// WindowReader reads the state of fixed windows without changing it: the
+// usage worker reads tenants' monthly quota counters with it. The Redis
+// store implements it.
+type WindowReader interface {
+	// ReadWindows returns the state at each of keys, in order. The keys
+	// may lie in different hash slots; the caller bounds how many it
+	// reads at once.
+	ReadWindows(ctx context.Context, keys []string) ([]Window, error)
+}
+
 // SelfTimed is a Store that bounds by itself how long each check waits for
 // its answer, from when the check arrives, so that a caller need not give
 // every check a context with a deadline (a timer per check).

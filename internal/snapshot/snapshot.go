@@ -246,9 +246,9 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 var tenantMonthRules = []string{plans.QuotaRuleName, plans.SpendCapRuleName}
 
 // tenantMonthStateID returns the state ID of one of tenantMonthRules: the
-// same on every plan (plan ID 0, which no plan has).
+// same on every plan (statekey.TenantMonthID).
 func tenantMonthStateID(name string) [3]byte {
-	return statekey.RuleID(0, name, limiter.FixedWindow, 0)
+	return statekey.TenantMonthID(name)
 }
 
 // addKey indexes k among the snapshot's keys while it is being built.

@@ -88,6 +88,30 @@ func RuleID(planID int64, name string, alg limiter.Algorithm, salt int) [3]byte 
 	return [3]byte{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
+// TenantMonthID returns the rule ID of the state of a rule that counts a
+// tenant's calendar month (the monthly quota, the spend cap), named rule:
+// the same on every plan (plan ID 0, which no plan has), so that the
+// month's count is the tenant's and survives a change of plan.
+func TenantMonthID(rule string) [3]byte {
+	return RuleID(0, rule, limiter.FixedWindow, 0)
+}
+
+// TenantMonthKey returns the state key, under prefix, of the rule named
+// rule that counts tenantID's calendar month (TenantMonthID): the key a
+// check of the tenant writes. For the monthly quota its state is a fixed
+// window, a hash of the month's start (window, µs since the epoch) and
+// the units admitted in it (count).
+func TenantMonthKey(prefix, tenantID, rule string) string {
+	tag, short := Compact(tenantID)
+	id := TenantMonthID(rule)
+	b := make([]byte, 0, len(prefix)+3+len(id)+len(short))
+	b = append(b, prefix...)
+	b = append(b, '{', tag, '}')
+	b = append(b, id[:]...)
+	b = append(b, short[:]...)
+	return string(b)
+}
+
 // AppendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
 // IPv6, 17 for an IPv6 network (enforce.Network groups IPv6 callers by
 // prefix: its 16 bytes and the prefix length); anything else as its text.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/page"
@@ -121,7 +120,7 @@ func startCreditsDrainer(ctx context.Context, e *invocation, c usageConfig, log 
 		reg.MustRegister(metrics.Collectors()...)
 	}
 	d := credits.NewDrainer(e.db, redisstore.New(client), credits.DrainerConfig{
-		Prefix: config.New(e.getenv).KeyPrefix(), Log: log, Metrics: metrics,
+		Prefix: c.KeyPrefix, Log: log, Metrics: metrics,
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/quota"
@@ -32,6 +33,10 @@ import (
 // variables.
 type usageConfig struct {
 	Redis config.Redis
+	// KeyPrefix starts the limiter state keys, as the api's
+	// (TOLLGATE_KEY_PREFIX): the worker reads the tenants' monthly quota
+	// counters and the credits drainer their balances under it.
+	KeyPrefix string
 	config.Usage
 	// ServeWorker runs a worker inside `admin serve`.
 	ServeWorker bool
@@ -45,6 +50,7 @@ func loadUsageConfig(getenv func(string) string, stderr io.Writer) (usageConfig,
 	store := e.Store()
 	c := usageConfig{
 		Redis:       e.Redis("127.0.0.1:6379"),
+		KeyPrefix:   e.KeyPrefix(),
 		Usage:       e.Usage(store),
 		ServeWorker: e.Bool("TOLLGATE_SERVE_WORKER", store != "memory"),
 		Log:         e.Logger(stderr),
@@ -64,10 +70,12 @@ func (c usageConfig) store(e *invocation) *billing.Store {
 	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap})
 }
 
-// writer returns the store the usage worker applies batches with.
-func (c usageConfig) writer(e *invocation) *pgstore.Store {
+// writer returns the store the usage worker applies batches with; its
+// sweep reads the tenants' monthly quota counters from counters.
+func (c usageConfig) writer(e *invocation, counters limiter.WindowReader) *pgstore.Store {
 	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap,
-		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), TenantDenials: int64(c.TenantRateAlertDenials), Window: c.RateAlertWindow}})
+		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), TenantDenials: int64(c.TenantRateAlertDenials), Window: c.RateAlertWindow},
+		Counters:  counters, KeyPrefix: c.KeyPrefix})
 }
 
 // newWorker returns a usage worker on the stream and a function that
@@ -79,7 +87,7 @@ func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*billing.Worker,
 		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{
 			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
 		}),
-		Store: c.writer(e),
+		Store: c.writer(e, redisstore.New(client)),
 		Log:   log,
 	}
 	return w, func() { client.Close() }

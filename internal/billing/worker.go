@@ -31,9 +31,12 @@ type Worker struct {
 	FetchCount int
 	// MaintenanceInterval (default 1h).
 	MaintenanceInterval time.Duration
-	// SweepInterval is how often open rate limiting alerts are checked
-	// for resolution besides with each applied batch (default 30s), so
-	// that a key whose callers stopped altogether is resolved too.
+	// SweepInterval is how often the Store's sweep runs (default 30s;
+	// pgstore.Store.SweepRateAlerts): open rate limiting alerts and
+	// threshold crossings are checked for resolution besides with each
+	// applied batch, so that a key whose callers stopped altogether is
+	// resolved too, and, with the store's Counters, the crossings the
+	// tenants' monthly quota counters show are recorded.
 	SweepInterval time.Duration
 	// RetryMax bounds the wait between retries while Postgres or Redis
 	// fail (default 5s; retries start at 50ms and double, with jitter).
@@ -180,7 +183,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if now := time.Now(); !now.Before(nextSweep) {
 			if err := w.Store.SweepRateAlerts(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("usage: rate alert sweep failed; retrying later", "err", err)
+				log.Warn("usage: sweep failed; retrying later", "err", err)
 			}
 			nextSweep = now.Add(sweepEvery)
 		}

@@ -29,10 +29,12 @@ const (
 	kindExhausted = "exhausted"
 )
 
-// Sources of a crossing: a check that saw it, or the usage rollups.
+// Sources of a crossing: a check that saw it, the usage rollups, or the
+// tenant's monthly quota counter in the limiter store (SweepCounters).
 const (
 	SourceCheck   = "check"
 	SourceRollups = "rollups"
+	SourceCounter = "counter"
 )
 
 // Crossing is a threshold a tenant's month-to-date count went past: Units
@@ -131,13 +133,22 @@ func RecordDenials(ctx context.Context, tx pgx.Tx, ds []Denial) error {
 
 // Reconcile brings the crossings of tenantIDs in line with the month
 // rollups as of now, in tx: every threshold at or below the month-to-date
-// count that has no crossing gets one (source rollups: a crossing the
-// check path could not hand on, or a tenant without a monthly quota
-// counter); every unresolved crossing of an earlier month, or of a
+// count that has no crossing gets one (source rollups: a tenant without a
+// monthly quota counter, units its counter did not count, or a crossing
+// the check path could not hand on, which SweepCounters finds sooner from
+// the counter); every unresolved crossing of an earlier month, or of a
 // threshold no longer configured or now above the count (more included
 // units), is resolved with quota.threshold.resolved. Call it after the
 // rollups are written, in the same transaction.
 func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time) error {
+	return reconcile(ctx, tx, tenantIDs, nil, now)
+}
+
+// reconcile is Reconcile with, for some tenants, the month's count of
+// their monthly quota counter (counters, by tenant ID): a threshold at or
+// below it but above the rollups' count is recorded too (source counter).
+// Forecasts stay with the rollups' count.
+func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[string]int64, now time.Time) error {
 	if len(tenantIDs) == 0 {
 		return nil
 	}
@@ -186,7 +197,7 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 		return fmt.Errorf("quota: reconcile: %w", err)
 	}
 	for _, s := range states {
-		if err := reconcileTenant(ctx, tx, s.id, month, s.points, s.count, s.unsolved, now); err != nil {
+		if err := reconcileTenant(ctx, tx, s.id, month, s.points, s.count, counters[s.id], s.unsolved, now); err != nil {
 			return err
 		}
 		if err := forecast(ctx, tx, s.id, s.forecastInput, s.count, now); err != nil {
@@ -196,15 +207,20 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 	return resolveEarlier(ctx, tx, tenantIDs, month, now)
 }
 
-// reconcileTenant records the missing crossings of one tenant and resolves
-// those that no longer hold.
+// reconcileTenant records the missing crossings of one tenant, up to the
+// greater of the rollups' count and the counter's (0 when not read), and
+// resolves those that no longer hold.
 func reconcileTenant(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, points []int64,
-	count int64, unresolved []int64, now time.Time) error {
+	count, counter int64, unresolved []int64, now time.Time) error {
 	for _, units := range points {
-		if units > count || slices.Contains(unresolved, units) {
+		if units > max(count, counter) || slices.Contains(unresolved, units) {
 			continue
 		}
-		if _, err := record(ctx, tx, tenantID, month, kindThreshold, units, now, SourceRollups,
+		source := SourceRollups
+		if units > count {
+			source = SourceCounter
+		}
+		if _, err := record(ctx, tx, tenantID, month, kindThreshold, units, now, source,
 			EventThresholdCrossed, map[string]any{"threshold_units": units}); err != nil {
 			return err
 		}

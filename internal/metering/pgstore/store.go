@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -66,6 +67,13 @@ type StoreConfig struct {
 	// TOLLGATE_RATELIMIT_ALERT_DENIALS, _TENANT_ALERT_DENIALS and
 	// _ALERT_WINDOW).
 	RateAlert quota.RateAlert
+	// Counters, when set, is the limiter store SweepRateAlerts reads the
+	// tenants' monthly quota counters from (quota.SweepCounters), under
+	// KeyPrefix: the usage worker's Redis. Nil skips that step.
+	Counters limiter.WindowReader
+	// KeyPrefix starts the limiter state keys, as the check path's
+	// (TOLLGATE_KEY_PREFIX; default "tg:").
+	KeyPrefix string
 }
 
 // WithDefaults returns c with its zero values replaced by the defaults
@@ -82,6 +90,9 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "tg:"
 	}
 	c.RateAlert = c.RateAlert.WithDefaults()
 	return c
@@ -312,7 +323,11 @@ func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply 
 // to apply, each in its own transaction: the rate limiting alerts whose
 // window emptied (quota.SweepRateAlerts), and the threshold crossings of
 // months gone by or whose threshold moved since (quota.SweepCrossings).
-// The usage worker calls it every half minute, busy or idle.
+// Then, with Counters set, it records the threshold crossings the
+// tenants' monthly quota counters show and no batch brought
+// (quota.SweepCounters): last, so that a limiter store that fails stops
+// nothing else. The usage worker calls it every half minute, busy or
+// idle.
 func (s *Store) SweepRateAlerts(ctx context.Context) error {
 	now := s.cfg.Now()
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
@@ -321,9 +336,13 @@ func (s *Store) SweepRateAlerts(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
+	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		return quota.SweepCrossings(ctx, tx, now)
 	})
+	if err != nil || s.cfg.Counters == nil {
+		return err
+	}
+	return quota.SweepCounters(ctx, s.db, s.cfg.Counters, s.cfg.KeyPrefix, now)
 }
 
 func orNil(id string) string {

@@ -194,13 +194,14 @@ func TestQuotaThresholdCrossedOnceAcrossThreeAPIs(t *testing.T) {
 func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	r := newRig(t, dbURL)
-	plan := plans.Plan{Name: "watched", IncludedUnits: 1000, QuotaMode: plans.QuotaHard}
-	tenantID, key := quotaTenant(t, r, "watched", plan, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Units: 100}}})
+	thresholds := quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Units: 100}}}
+	tenantID, key := quotaTenant(t, r, "watched", plans.Plan{Name: "watched", IncludedUnits: 1000, QuotaMode: plans.QuotaHard}, thresholds)
+	quietID, quietKey := quotaTenant(t, r, "quiet", plans.Plan{Name: "calm", IncludedUnits: 1000, QuotaMode: plans.QuotaOverage}, thresholds)
 	live := r.startAPI(t)
-	stop := runWorker(r.worker("w"))
+	stop := runWorker(r.counterWorker("w"))
 	defer func() { testenv.Must(t, stop()) }()
 	client := &http.Client{Timeout: 10 * time.Second}
-	one := func(addr string, cost int64) {
+	one := func(addr, key string, cost int64) {
 		t.Helper()
 		d, err := checkReason(client, addr, r.token, map[string]any{"key": key, "resource": "GET /x", "cost": cost})
 		if err != nil || !d.Allowed {
@@ -208,31 +209,41 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 		}
 	}
 	for range 99 {
-		one(live.addr, 1)
+		one(live.addr, key, 1)
 	}
-	// An api process that never flushes in time: the check that crosses
-	// 100 is counted in Redis, and its batch dies with the process.
-	addr, doomed := r.startAPIProcess(t)
-	one(addr, 5)  // 99 → 104: crosses 100
-	doomed.Kill() // SIGKILL
 	r.waitDrained(t)
-	if got, _ := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 0 {
-		t.Fatalf("crossings %v before the rollups reach 100, want none", got)
+	// An api process whose batches never reach the worker: the check that
+	// crosses 100 is counted in Redis, and its batch dies with the
+	// process, as do those of the quiet tenant's 90 units.
+	addr, doomed := r.startSilentAPIProcess(t)
+	for range 9 {
+		one(addr, quietKey, 10)
 	}
-	// The rollups reach 100 with later usage; the worker records the
-	// crossing from them as it applies the batch, within a minute.
-	for range 3 {
-		one(live.addr, 1)
-	}
+	one(addr, key, 5) // 99 → 104: crosses 100
+	doomed.Kill()     // SIGKILL
+	// No check follows: the worker's sweep finds the crossing from the
+	// tenant's counter, within a minute.
 	since := time.Now()
-	testenv.Eventually(t, since, time.Minute, "the crossing reconciled from the rollups", func() (bool, string) {
+	testenv.Eventually(t, since, time.Minute, "the crossing reconciled from the counter", func() (bool, string) {
 		got, events := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed)
 		return got[100] == 1 && events == 1, fmt.Sprintf("crossings %v, %d events", got, events)
 	})
+	t.Logf("crossing recorded %v after the kill", time.Since(since).Round(time.Millisecond))
 	var source string
 	testenv.Must(t, r.db.QueryRow(context.Background(), `SELECT source FROM quota_crossings WHERE tenant_id = $1`, tenantID).Scan(&source))
-	if source != quota.SourceRollups {
-		t.Errorf("source %q, want %q", source, quota.SourceRollups)
+	if source != quota.SourceCounter {
+		t.Errorf("source %q, want %q", source, quota.SourceCounter)
+	}
+	// Sweeping again, from this worker and another, records nothing more;
+	// the quiet tenant, at 90, crossed nothing.
+	for range 2 {
+		testenv.Must(t, r.counterStore().SweepRateAlerts(context.Background()))
+	}
+	if got, events := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 1 || got[100] != 1 || events != 1 {
+		t.Errorf("after more sweeps: crossings %v and %d events, want 100 once", got, events)
+	}
+	if got, events := crossings(t, r, quietID, "threshold", quota.EventThresholdCrossed); len(got) != 0 || events != 0 {
+		t.Errorf("quiet tenant: crossings %v and %d events, want none", got, events)
 	}
 }
 

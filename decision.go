@@ -139,9 +139,9 @@ type RuleStanding struct {
 
 // QuotaStanding is the calendar month's units counted by the plan's
 // monthly quota rule against its included units. Mode "shadow" is an
-// overage quota: the rule only counts units it admitted, so Used stops
-// at IncludedUnits, and the units beyond are billed (they are in the
-// usage and the statement).
+// overage quota: Used counts every unit of the month, past IncludedUnits
+// too, and the units beyond are billed (they are in the usage and the
+// statement).
 type QuotaStanding struct {
 	Mode          string `json:"mode"`
 	IncludedUnits int64  `json:"included_units"`

@@ -17,7 +17,7 @@ type RuleStanding = tollgate.RuleStanding
 
 // QuotaStanding is the calendar month's units against the plan's
 // included units. Mode "shadow" is an overage quota: units beyond it are
-// billed, and Used stops at IncludedUnits.
+// billed, and Used counts them too.
 type QuotaStanding = tollgate.QuotaStanding
 
 // CreditsStanding is the tenant's prepaid balance now, when its plan

@@ -68,6 +68,9 @@ type RuleResult struct {
 
 	// rule is the rule the result is of; nil in results built by hand.
 	rule *snapshot.Rule
+	// count is the rule's count after the check (snapshot.Rule.Reported):
+	// for the monthly quota, the tenant's month-to-date units.
+	count int64
 }
 
 // QuotedName returns the rule's name as a structured-field string (for
@@ -487,8 +490,9 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
 	for i, rule := range matched {
-		res := out.Results[i]
+		res, count := rule.Reported(out.Results[i], r.Cost)
 		rr := ruleResult(rule, res)
+		rr.count = count
 		if rule.Mode == plans.ModeShadow && !res.Allowed {
 			rr.Allowed, rr.WouldDeny = true, true
 			rr.RetryAfterMS = 0
@@ -531,18 +535,24 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 // crossed returns the points (month-to-date counts, ascending) that an
 // admitted check of cost units took the tenant's monthly quota count
 // past. The store admits checks one at a time, so the count after this
-// one (limit − remaining) is exact and no other check has it: before <
-// point ≤ after holds for exactly one check, however many API processes
-// share the store, and no store call or Postgres query is needed to
-// know it. Points above the quota's limit are never seen here (the quota
-// stops counting there); the usage worker finds them from the rollups.
+// one is exact and no other check has it: before < point ≤ after holds
+// for exactly one check, however many API processes share the store, and
+// no store call or Postgres query is needed to know it. An overage
+// plan's quota counts the whole month (snapshot.Rule.Tally), so every
+// point is seen here; a hard quota stops at its limit, and so does a
+// shadow quota past it, whose points the usage worker finds from the
+// rollups.
 func crossed(rules []RuleResult, points []int64, cost int64) []int64 {
 	for i := range rules {
 		rr := &rules[i]
-		if rr.Name != plans.QuotaRuleName || rr.WouldDeny || rr.Degraded {
+		tally := rr.rule != nil && rr.rule.Tally
+		if rr.Name != plans.QuotaRuleName || (rr.WouldDeny && !tally) || rr.Degraded {
 			continue
 		}
 		after := rr.Limit - rr.Remaining
+		if tally {
+			after = rr.count
+		}
 		before := after - cost
 		var out []int64
 		for _, p := range points {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
 // TestCrossed: a check crosses the points in (before, after] of the
@@ -33,5 +35,29 @@ func TestCrossed(t *testing.T) {
 	shadowDenied[1].WouldDeny = true
 	if got := crossed(shadowDenied, points, 5); got != nil {
 		t.Errorf("a would-deny quota crossed %v", got)
+	}
+}
+
+// TestCrossedPastTheIncludedUnits: an overage plan's quota is a tally of
+// the whole month, so its points past the included units are crossed on
+// the check path too, would-deny or not.
+func TestCrossedPastTheIncludedUnits(t *testing.T) {
+	rule := &snapshot.Rule{Rule: plans.Rule{Name: plans.QuotaRuleName, Limit: 1000}, Params: limiter.Params{Limit: snapshot.TallyLimit}, Tally: true}
+	points := []int64{900, 1000, 1500}
+	for _, c := range []struct {
+		count, cost int64
+		want        string
+	}{
+		{count: 1001, cost: 2, want: "[1000]"},
+		{count: 1500, cost: 1, want: "[1500]"},
+		{count: 1700, cost: 1, want: "[]"},
+		{count: 1600, cost: 700, want: "[1000 1500]"},
+	} {
+		res, count := rule.Reported(limiter.Result{Allowed: true, Remaining: snapshot.TallyLimit - c.count}, c.cost)
+		rr := ruleResult(rule, res)
+		rr.count, rr.WouldDeny = count, !res.Allowed
+		if got := fmt.Sprint(crossed([]RuleResult{rr}, points, c.cost)); got != c.want {
+			t.Errorf("count %d after a check of %d: crossed %s, want %s", c.count, c.cost, got, c.want)
+		}
 	}
 }

@@ -329,3 +329,45 @@ func TestNoLocalDenialAfterAPlanOrKeyChange(t *testing.T) {
 		t.Errorf("revoked key: reason %s, want key_revoked", d.Reason)
 	}
 }
+
+// TestDenialOfRulesSharingAKey: a spend cap and the monthly quota's tally
+// share one state key with different limits; once the cap denies, later
+// checks are denied locally on the shared entry, and a check the store
+// would admit (a higher cap) still goes to it.
+func TestDenialOfRulesSharingAKey(t *testing.T) {
+	clock := newFakeClock()
+	store := limiter.NewMemoryStore(clock.US)
+	d := newDenials(clock.Now)
+	tally := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1 << 52, Burst: 1 << 52, Calendar: limiter.CalendarMonth}
+	capOf := func(n int64) limiter.Params {
+		return limiter.Params{Algorithm: limiter.FixedWindow, Limit: n, Burst: n, Calendar: limiter.CalendarMonth}
+	}
+	check := func(capUnits int64) (limiter.Outcome, bool) {
+		b := limiter.Batch{Requests: []limiter.Request{{Key: "m", Params: tally, Shadow: true}, {Key: "m", Params: capOf(capUnits)}},
+			Cost: 1, ReportState: true}
+		if out, ok := d.decide(b); ok {
+			return out, true
+		}
+		sent := d.localNowUS()
+		out, err := store.Check(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.observe(b, out, sent)
+		return out, false
+	}
+	for range 3 {
+		if out, local := check(3); !out.Admitted || local {
+			t.Fatalf("within the cap: %+v local %v", out, local)
+		}
+	}
+	if out, local := check(3); out.Admitted || local {
+		t.Fatalf("past the cap: %+v local %v; want denied by the store", out, local)
+	}
+	if out, local := check(3); out.Admitted || !local {
+		t.Fatalf("again: %+v local %v; want denied locally", out, local)
+	}
+	if out, local := check(5); !out.Admitted || local {
+		t.Fatalf("a higher cap: %+v local %v; want admitted by the store", out, local)
+	}
+}

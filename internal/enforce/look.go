@@ -80,9 +80,10 @@ func (c *Checker) Look(ctx context.Context, who Identity, ip string) (tollgate.S
 		return tollgate.Standing{}, fmt.Errorf("enforce: look at key %s: %w", who.KeyID, err)
 	}
 	for i, rule := range rules {
-		st.Rules = append(st.Rules, ruleStanding(rule, out.Results[i]))
+		res, count := rule.Reported(out.Results[i], 0)
+		st.Rules = append(st.Rules, ruleStanding(rule, res))
 		if rule.Name == plans.QuotaRuleName {
-			st.Quota = quotaStanding(rule, out.Results[i])
+			st.Quota = quotaStanding(rule, res, count)
 		}
 	}
 	if hot != nil {
@@ -101,7 +102,10 @@ func ruleStanding(rule *snapshot.Rule, res limiter.Result) tollgate.RuleStanding
 		ResetAfterMS: msCeil(res.ResetAfterUS)}
 }
 
-func quotaStanding(rule *snapshot.Rule, res limiter.Result) *tollgate.QuotaStanding {
-	return &tollgate.QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(rule.Limit-res.Remaining, 0),
+// quotaStanding is the monthly quota's standing from its result and count
+// (snapshot.Rule.Reported): used is the month's units, past the included
+// ones too on an overage plan.
+func quotaStanding(rule *snapshot.Rule, res limiter.Result, count int64) *tollgate.QuotaStanding {
+	return &tollgate.QuotaStanding{Mode: string(rule.Mode), IncludedUnits: rule.Limit, Used: max(count, 0),
 		Remaining: res.Remaining, ResetAfterMS: msCeil(res.ResetAfterUS)}
 }

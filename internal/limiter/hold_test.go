@@ -311,3 +311,43 @@ func TestHoldVectors(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesSharingAKey: two rules of one check on one key (a spend cap
+// and the monthly quota's tally, which differ only in their limits) each
+// decide on the state as the check found it, write it once, and a hold
+// on them moves it once when settled.
+func TestRulesSharingAKey(t *testing.T) {
+	month := Params{Algorithm: FixedWindow, Limit: 1 << 52, Calendar: CalendarMonth}
+	capped := Params{Algorithm: FixedWindow, Limit: 10, Calendar: CalendarMonth}
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			store := sc.open(t)
+			key := store.ns + "month"
+			reqs := []Request{{Key: key, Params: month, Shadow: true}, {Key: key, Params: capped}}
+			at := epoch + DayUS
+			check := func(cost int64, hold *Hold) Outcome {
+				at++
+				return mustCheck(t, store, Batch{Requests: reqs, Cost: cost, NowUS: at, Hold: hold})
+			}
+			out := check(4, nil)
+			if !out.Admitted || out.Results[0].Remaining != 1<<52-4 || out.Results[1].Remaining != 6 {
+				t.Fatalf("first check: %+v; want admitted, 4 counted once", out)
+			}
+			hold := &Hold{Key: store.ns + "h", TTLUS: holdTTL}
+			if out := check(3, hold); !out.Admitted || out.Results[1].Remaining != 3 {
+				t.Fatalf("held check: %+v; want admitted with 3 left", out)
+			}
+			at++
+			if _, err := store.Settle(context.Background(), Settle{Key: hold.Key, Cost: 5, NowUS: at}); err != nil {
+				t.Fatal(err)
+			}
+			// 4 + 5 = 9: one more unit fits, two do not.
+			if out := check(2, nil); out.Admitted || out.Results[1].Remaining != 1 || out.Results[0].Remaining != 1<<52-11 {
+				t.Fatalf("after settling at 5: %+v; want denied by the cap with 1 left", out)
+			}
+			if out := check(1, nil); !out.Admitted || out.Results[1].Remaining != 0 {
+				t.Fatalf("the last unit: %+v; want admitted with 0 left", out)
+			}
+		})
+	}
+}

@@ -190,7 +190,9 @@ func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64, cr Cred
 		chargeOnExpiry: b.Hold.ChargeOnExpiry,
 	}
 	for i, r := range b.Requests {
-		if decisions[i].Allowed {
+		// A key two rules share (a spend cap and the quota's tally) is
+		// held once: settling moves each state once.
+		if decisions[i].Allowed && !slices.ContainsFunc(h.rules, func(hr heldRule) bool { return hr.key == r.Key }) {
 			mark := holdMark(r.Params, s.live(r.Key, now), now, decisions[i])
 			h.rules = append(h.rules, heldRule{key: r.Key, params: r.Params, mark: mark})
 		}

@@ -35,6 +35,53 @@ type Rule struct {
 	// Quoted is the rule's name as a structured-field string; Policy its
 	// RateLimit-Policy header value, e.g. "hourly";q=5000;w=3600.
 	Quoted, Policy string
+	// Tally is true for the monthly quota of an overage plan: its state
+	// counts every unit the tenant is admitted in the month, past the
+	// included units too (Params.Limit is TallyLimit, which no month
+	// reaches), so that the count is the month's and a spend cap set at
+	// any time, which shares the state, holds from the month's first
+	// unit. Checks report it against Limit, the included units, as
+	// Reported does.
+	Tally bool
+}
+
+// TallyLimit is the store limit of a tally (Rule.Tally): it never binds,
+// and every count below it stays exact in the store's numbers (2^53).
+const TallyLimit = 1 << 52
+
+// Reported returns what a check of cost reports for r from the store's
+// result res, and the rule's count after the check (before it, for a
+// result that did not allow it). That is res itself, with a count from
+// Limit − Remaining, except for a tally, which the store never denies:
+// it is judged here against Limit as a shadow rule whose count stops
+// at its limit is, while its count is the month's.
+func (r *Rule) Reported(res limiter.Result, cost int64) (out limiter.Result, count int64) {
+	if !r.Tally {
+		return res, r.Limit - res.Remaining
+	}
+	before := r.Params.Limit - res.Remaining
+	if res.Allowed {
+		before -= cost
+	}
+	out = res
+	switch {
+	case before+cost <= r.Limit:
+		out.Allowed, out.Remaining = true, r.Limit-before-cost
+	default:
+		out.Allowed, out.Remaining = false, max(0, r.Limit-before)
+		if cost > r.Limit {
+			out.RetryAfterUS = -1
+		} else {
+			out.RetryAfterUS = res.ResetAfterUS
+		}
+		if before == 0 {
+			out.ResetAfterUS = 0
+		}
+	}
+	if !res.Allowed {
+		return out, before
+	}
+	return out, before + cost
 }
 
 // Plan is a plan as checks see it: its rules compiled, a monthly quota
@@ -229,6 +276,10 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 		taken[id] = true
 		windowS := (window + limiter.SecondUS - 1) / limiter.SecondUS
 		quoted := strconv.Quote(r.Name)
+		tally := r.Name == plans.QuotaRuleName && p.QuotaMode == plans.QuotaOverage
+		if tally {
+			params.Limit, params.Burst = TallyLimit, TallyLimit
+		}
 		v.Rules = append(v.Rules, Rule{
 			Rule:    r,
 			Params:  params,
@@ -236,6 +287,7 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 			WindowS: windowS,
 			Quoted:  quoted,
 			Policy:  quoted + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(windowS, 10),
+			Tally:   tally,
 		})
 	}
 	return v
@@ -246,9 +298,11 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 var tenantMonthRules = []string{plans.QuotaRuleName, plans.SpendCapRuleName}
 
 // tenantMonthStateID returns the state ID of one of tenantMonthRules: the
-// same on every plan (statekey.TenantMonthID).
-func tenantMonthStateID(name string) [3]byte {
-	return statekey.TenantMonthID(name)
+// same on every plan (statekey.TenantMonthID), and the same for both, so
+// that a spend cap counts the month the quota's tally counted
+// (Rule.Tally), from its first unit, whenever the cap was set.
+func tenantMonthStateID(string) [3]byte {
+	return statekey.TenantMonthID(plans.QuotaRuleName)
 }
 
 // addKey indexes k among the snapshot's keys while it is being built.

@@ -88,10 +88,11 @@ func RuleID(planID int64, name string, alg limiter.Algorithm, salt int) [3]byte 
 	return [3]byte{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
-// TenantMonthID returns the rule ID of the state of a rule that counts a
-// tenant's calendar month (the monthly quota, the spend cap), named rule:
-// the same on every plan (plan ID 0, which no plan has), so that the
-// month's count is the tenant's and survives a change of plan.
+// TenantMonthID returns the rule ID of the state, named after rule, that
+// counts a tenant's calendar month: the same on every plan (plan ID 0,
+// which no plan has), so that the month's count is the tenant's and
+// survives a change of plan. The snapshot keeps the monthly quota and
+// the spend cap both on the monthly quota's.
 func TenantMonthID(rule string) [3]byte {
 	return RuleID(0, rule, limiter.FixedWindow, 0)
 }

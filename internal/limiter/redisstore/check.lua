@@ -556,8 +556,12 @@ while i <= total do
           rec[#rec + 1] = f
         end
       end
+      -- A key two rules share (a spend cap and the quota's tally) is
+      -- recorded once: settle.lua moves each recorded state once.
+      local seen = {}
       for r = 1, nrules do
-        if hmark[r] then
+        if hmark[r] and not seen[KEYS[first + r]] then
+          seen[KEYS[first + r]] = true
           rec[#rec + 1] = 'k' .. r
           rec[#rec + 1] = KEYS[first + r]
           rec[#rec + 1] = 'p' .. r

@@ -63,6 +63,12 @@
 # plan's quota thresholds, e.g. 50%,80%,100%,remaining:1000, or none; the
 # demo's when unset). The pair measures what thresholds cost a check:
 #   PRO_QUOTA=overage PRO_THRESHOLDS=none  vs  PRO_QUOTA=overage PRO_THRESHOLDS=50%,80%,100%,remaining:1000
+# THRESHOLDS_ALT (e.g. 50%,80%,100%,remaining:1000) measures that pair in
+# one run: after each scenario's floor run the api runs twice, with the
+# pro plan's thresholds set to none and to THRESHOLDS_ALT (the order
+# alternates by round), and the second is reported as SCENARIO+thresholds,
+# with its checks/s over the first's in the same round (the rounds'
+# median); both share the floor run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -184,6 +190,15 @@ run_wrk() { # run_wrk URL MODE ARG RESOURCE: prints the RESULT line's fields
 }
 get() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
+# set_thresholds LIST: the pro plan's thresholds (none: none), once the
+# api has had the change's notification.
+set_thresholds() {
+  local t=$1
+  [ "$t" = none ] && t=
+  bin/admin plans quota --plan pro --thresholds "$t" >/dev/null
+  sleep 1
+}
+
 results=$WORK/results.txt
 : >"$results"
 for round in $(seq 1 "$REPEAT"); do
@@ -192,31 +207,47 @@ for round in $(seq 1 "$REPEAT"); do
     fcpu0=$(proc_cpu_us $floor)
     f=$(run_wrk "$FLOOR/v1/check" "$mode" "$arg" "$resource")
     fcpu1=$(proc_cpu_us $floor)
-    read -r calls0 usec0 <<<"$(script_stats)"
-    cpu0=$(redis_cpu_us)
-    acpu0=$(proc_cpu_us $api)
-    read -r a0 d0 <<<"$(decisions)"
-    keys0=$(rcli dbsize)
-    mem0=$(info memory | field used_memory)
-    if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = "${PROFILE_SCENARIO:-allowed-keys}" ]; then
-      curl -fs -o "${PROFILE_OUT:-bench-http.pprof}" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=8" &
-      prof=$!
+    variants=none
+    if [ -n "${THRESHOLDS_ALT:-}" ]; then
+      variants="none $THRESHOLDS_ALT"
+      [ $((round % 2)) = 0 ] && variants="$THRESHOLDS_ALT none"
     fi
-    t=$(run_wrk "$API/v1/check" "$mode" "$arg" "$resource")
-    [ -n "${prof:-}" ] && { wait "$prof"; prof=; }
-    acpu1=$(proc_cpu_us $api)
-    read -r calls1 usec1 <<<"$(script_stats)"
-    cpu1=$(redis_cpu_us)
-    read -r a1 d1 <<<"$(decisions)"
-    keys1=$(rcli dbsize)
-    mem1=$(info memory | field used_memory)
-    checks=$(((a1 - a0) + (d1 - d0)))
-    echo "$sc round=$round floor_rps=$(get rps "$f") floor_p50=$(get p50_us "$f") floor_p99=$(get p99_us "$f") $t" \
-      "allowed=$((a1 - a0)) denied=$((d1 - d0)) checks=$checks script_calls=$((calls1 - calls0)) script_us=$((usec1 - usec0))" \
-      "redis_cpu_us=$((cpu1 - cpu0)) api_cpu_us=$((acpu1 - acpu0)) floor_cpu_us=$((fcpu1 - fcpu0)) floor_requests=$(get requests "$f")" \
-      "new_keys=$((keys1 - keys0)) new_mem=$((mem1 - mem0))" | tee -a "$results"
+    for variant in $variants; do
+      name=$sc
+      if [ -n "${THRESHOLDS_ALT:-}" ]; then
+        set_thresholds "$variant"
+        [ "$variant" != none ] && name=$sc+thresholds
+      fi
+      read -r calls0 usec0 <<<"$(script_stats)"
+      cpu0=$(redis_cpu_us)
+      acpu0=$(proc_cpu_us $api)
+      read -r a0 d0 <<<"$(decisions)"
+      keys0=$(rcli dbsize)
+      mem0=$(info memory | field used_memory)
+      if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = "${PROFILE_SCENARIO:-allowed-keys}" ]; then
+        curl -fs -o "${PROFILE_OUT:-bench-http.pprof}" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=8" &
+        prof=$!
+      fi
+      t=$(run_wrk "$API/v1/check" "$mode" "$arg" "$resource")
+      [ -n "${prof:-}" ] && { wait "$prof"; prof=; }
+      acpu1=$(proc_cpu_us $api)
+      read -r calls1 usec1 <<<"$(script_stats)"
+      cpu1=$(redis_cpu_us)
+      read -r a1 d1 <<<"$(decisions)"
+      keys1=$(rcli dbsize)
+      mem1=$(info memory | field used_memory)
+      checks=$(((a1 - a0) + (d1 - d0)))
+      echo "$name round=$round floor_rps=$(get rps "$f") floor_p50=$(get p50_us "$f") floor_p99=$(get p99_us "$f") $t" \
+        "allowed=$((a1 - a0)) denied=$((d1 - d0)) checks=$checks script_calls=$((calls1 - calls0)) script_us=$((usec1 - usec0))" \
+        "redis_cpu_us=$((cpu1 - cpu0)) api_cpu_us=$((acpu1 - acpu0)) floor_cpu_us=$((fcpu1 - fcpu0)) floor_requests=$(get requests "$f")" \
+        "new_keys=$((keys1 - keys0)) new_mem=$((mem1 - mem0))" | tee -a "$results"
+    done
   done
 done
+summary=$SCENARIOS
+if [ -n "${THRESHOLDS_ALT:-}" ]; then
+  for sc in $SCENARIOS; do summary="$summary $sc+thresholds"; done
+fi
 
 # Redis memory per state key: MEMORY USAGE of every limiter key (up to
 # 200 000), averaged by type and name length (key names are binary).
@@ -241,7 +272,7 @@ return out'
 echo
 echo "== medians of $REPEAT rounds: $CONNECTIONS connections, $THREADS wrk threads, $DURATION each; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-14s %10s %8s %8s %10s %8s %8s %7s %9s %9s %10s %10s %10s %8s %8s\n' scenario floor/s p50 p99 checks/s p50 p99 ratio allowed% denied% script-µs redis-µs calls/chk api-µs floor-µs
-for sc in $SCENARIOS; do
+for sc in $summary; do
   grep "^$sc " "$results" | awk -v sc="$sc" '
     function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
@@ -260,6 +291,20 @@ echo
 echo "script-µs: Redis time in scripts (INFO commandstats) per check; redis-µs: Redis process CPU (INFO cpu) per check;"
 echo "calls/chk: script calls per check; api-µs, floor-µs: CPU of the api and the floor process per check (/proc)."
 echo "Ratio: api checks/s over floor checks/s in the same round."
+if [ -n "${THRESHOLDS_ALT:-}" ]; then
+  echo
+  echo "== with thresholds $THRESHOLDS_ALT over without, the same round (api checks/s; api CPU per check)"
+  for sc in $SCENARIOS; do
+    awk -v sc="$sc" '
+      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        if ($1 == sc) { rps[v["round"]] = v["rps"]; cpu[v["round"]] = v["api_cpu_us"] / (v["checks"] > 0 ? v["checks"] : 1) }
+        if ($1 == sc "+thresholds") { trps[v["round"]] = v["rps"]; tcpu[v["round"]] = v["api_cpu_us"] / (v["checks"] > 0 ? v["checks"] : 1) } }
+      END { for (r in trps) if (r in rps && rps[r] > 0 && cpu[r] > 0) { n++; q[n] = trps[r] / rps[r]; c[n] = tcpu[r] / cpu[r]; all = all sprintf(" %.3f", q[n]) }
+        if (n) printf "%-14s checks/s %.3f (rounds:%s), api CPU per check %.3f\n", sc, med(q, n), all, med(c, n) }' "$results"
+  done
+fi
 echo
 echo "== Redis memory"
 ips_line=$(grep '^allowed-ips ' "$results" | head -n 1 || true)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,22 +46,12 @@ func TestWorkerCommandReadsTheQuotaCounters(t *testing.T) {
 
 	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli", "TOLLGATE_KEY_PREFIX": keyPrefix}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"worker"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
-	}()
+	stop := runWorkerCommand(t, ctx, env)
 	testenv.WaitFor(t, 30*time.Second, "the worker command recording the crossing", func() bool {
 		var source string
 		err := db.QueryRow(ctx, `SELECT source FROM quota_crossings WHERE tenant_id = $1 AND units = 100`, tn.ID).Scan(&source)
 		return err == nil && source == quota.SourceCounter
 	})
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker command did not stop")
-	}
+	stop()
 }

@@ -218,10 +218,7 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	defer cancel()
 	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"worker"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
-	}()
+	stop := runWorkerCommand(t, ctx, env)
 	b := metering.Batch{Version: 1, ID: "cli-worker:1", Rows: []metering.Row{{
 		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
 		Counts: metering.Counts{Allowed: 3, AllowedUnits: 3},
@@ -240,13 +237,26 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 		return err == nil && n == 1
 	})
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("worker: %v", err)
+	stop()
+}
+
+// runWorkerCommand runs `admin worker` with env until ctx ends; stop
+// waits for it to return and fails the test on its error.
+func runWorkerCommand(t *testing.T, ctx context.Context, env map[string]string) (stop func()) {
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"worker"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard, nil)
+	}()
+	return func() {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker command did not stop")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker command did not stop")
 	}
 }
 

@@ -171,18 +171,9 @@ func TestDenialEntryNeverOutlivesItsState(t *testing.T) {
 	clock := newFakeClock()
 	store := limiter.NewMemoryStore(clock.US)
 	d := newDenials(clock.Now)
+	decide := deciding(t, d, store)
 	check := func(key string, p limiter.Params, cost int64) (limiter.Outcome, bool) {
-		b := limiter.Batch{Requests: []limiter.Request{{Key: key, Params: p}}, Cost: cost, ReportState: true}
-		if out, ok := d.decide(b); ok {
-			return out, true
-		}
-		sent := d.localNowUS()
-		out, err := store.Check(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.observe(b, out, sent)
-		return out, false
+		return decide(limiter.Batch{Requests: []limiter.Request{{Key: key, Params: p}}, Cost: cost, ReportState: true})
 	}
 	has := func(key string) bool {
 		sh := d.shard(key)
@@ -342,19 +333,10 @@ func TestDenialOfRulesSharingAKey(t *testing.T) {
 	capOf := func(n int64) limiter.Params {
 		return limiter.Params{Algorithm: limiter.FixedWindow, Limit: n, Burst: n, Calendar: limiter.CalendarMonth}
 	}
+	decide := deciding(t, d, store)
 	check := func(capUnits int64) (limiter.Outcome, bool) {
-		b := limiter.Batch{Requests: []limiter.Request{{Key: "m", Params: tally, Shadow: true}, {Key: "m", Params: capOf(capUnits)}},
-			Cost: 1, ReportState: true}
-		if out, ok := d.decide(b); ok {
-			return out, true
-		}
-		sent := d.localNowUS()
-		out, err := store.Check(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.observe(b, out, sent)
-		return out, false
+		return decide(limiter.Batch{Requests: []limiter.Request{{Key: "m", Params: tally, Shadow: true}, {Key: "m", Params: capOf(capUnits)}},
+			Cost: 1, ReportState: true})
 	}
 	for range 3 {
 		if out, local := check(3); !out.Admitted || local {
@@ -369,5 +351,24 @@ func TestDenialOfRulesSharingAKey(t *testing.T) {
 	}
 	if out, local := check(5); !out.Admitted || local {
 		t.Fatalf("a higher cap: %+v local %v; want admitted by the store", out, local)
+	}
+}
+
+// deciding returns what decides a batch as the checker does: d when it
+// can, else store, whose answer d then learns from; local reports the
+// former.
+func deciding(t *testing.T, d *denials, store limiter.Store) func(limiter.Batch) (out limiter.Outcome, local bool) {
+	return func(b limiter.Batch) (limiter.Outcome, bool) {
+		t.Helper()
+		if out, ok := d.decide(b); ok {
+			return out, true
+		}
+		sent := d.localNowUS()
+		out, err := store.Check(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.observe(b, out, sent)
+		return out, false
 	}
 }

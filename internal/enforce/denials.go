@@ -27,8 +27,8 @@ import (
 // An entry is forgotten once its state could admit a check of cost 1 (it
 // may still deny larger ones, but no more is promised), after at most
 // maxDenialLife, when the rule's parameters differ from those it was
-// stored with in more than its limit and burst (sameState), and when the
-// store admits a check on its key. A check of cost 0 (a peek) always goes to the store, as does
+// stored with (but for a fixed window's limit and burst: sameState), and
+// when the store admits a check on its key. A check of cost 0 (a peek) always goes to the store, as does
 // one with any rule that has no entry or whose entries all allow it. Only
 // the decision is the store's: the figures of a local denial (remaining,
 // retry_after) are those of the remembered state, so retry_after may be
@@ -211,13 +211,17 @@ func (sh *denialShard) sweep(nowUS int64) {
 }
 
 // sameState reports whether a state kept under rule parameters a means
-// what it means under b: they differ at most in limit and burst, which
-// judge a state but do not shape it. A check is decided on the
-// remembered state with its own parameters, as the store decides it on
-// the stored state, so two rules that share a key (a spend cap and the
-// monthly quota's tally) share its entry, and an edited limit is judged
-// at once.
+// what it means under b: the same parameters, or fixed windows that
+// differ only in limit and burst, which judge a window's count but do not
+// shape it. (A bucket's state is read through its capacity, and a bucket
+// that never refills keeps its tokens where one that does keeps a time.)
+// A check is decided on the remembered state with its own parameters, as
+// the store decides it on the stored state, so two fixed windows that
+// share a key (a spend cap and the monthly quota's tally) share its
+// entry.
 func sameState(a, b limiter.Params) bool {
-	a.Limit, a.Burst = b.Limit, b.Burst
+	if a.Algorithm == limiter.FixedWindow && b.Algorithm == limiter.FixedWindow {
+		a.Limit, a.Burst = b.Limit, b.Burst
+	}
 	return a == b
 }

@@ -372,3 +372,30 @@ func deciding(t *testing.T, d *denials, store limiter.Store) func(limiter.Batch)
 		return out, false
 	}
 }
+
+// TestDenialForgottenWhenABucketIsEdited: a bucket's state is read through
+// its parameters (a spent one-time allowance keeps its tokens, a
+// refilling bucket a time), so a remembered denial of a bucket is not
+// used once its limit or burst changed: the store decides.
+func TestDenialForgottenWhenABucketIsEdited(t *testing.T) {
+	clock := newFakeClock()
+	d := newDenials(clock.Now)
+	decide := deciding(t, d, limiter.NewMemoryStore(clock.US))
+	once := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 0, PeriodUS: limiter.SecondUS, Burst: 2}
+	check := func(p limiter.Params) (limiter.Outcome, bool) {
+		return decide(limiter.Batch{Requests: []limiter.Request{{Key: "b", Params: p}}, Cost: 1, ReportState: true})
+	}
+	check(once)
+	check(once)
+	if out, local := check(once); out.Admitted || local {
+		t.Fatalf("spent: %+v local %v; want denied by the store", out, local)
+	}
+	if out, local := check(once); out.Admitted || !local {
+		t.Fatalf("spent, again: %+v local %v; want denied locally", out, local)
+	}
+	refills := once
+	refills.Limit = 10
+	if _, local := check(refills); local {
+		t.Fatal("a bucket edited to refill was denied from the remembered state of the one-time allowance")
+	}
+}

@@ -38,23 +38,35 @@ var counterPage = 500
 // is recorded once however many workers sweep, and whether the check's
 // batch or the sweep gets there first (quota_crossings' key).
 //
+// A pass over every tenant may take several calls: each starts after the
+// tenant ID from ("" for the first) and looks at pages until budget has
+// gone by (at least one page), so that a worker's sweep stays short
+// however many tenants there are; next is where the next call goes on,
+// "" when the pass is done.
+//
 // It reads the limiter store outside any transaction and returns its
-// first error, having recorded what the pages before it found.
-func SweepCounters(ctx context.Context, db postgres.Conn, windows limiter.WindowReader, prefix string, now time.Time) error {
+// first error, having recorded what the pages before it found (next is
+// then from, so that the next call tries those tenants again).
+func SweepCounters(ctx context.Context, db postgres.Conn, windows limiter.WindowReader, prefix string, now time.Time,
+	from string, budget time.Duration) (next string, err error) {
 	month := monthOf(now)
-	after := "00000000-0000-0000-0000-000000000000"
+	after := from
+	if after == "" {
+		after = "00000000-0000-0000-0000-000000000000"
+	}
+	started := time.Now()
 	for {
 		page, last, err := counterCandidates(ctx, db, after, month)
 		if err != nil {
-			return err
+			return from, err
 		}
 		if len(page) > 0 {
 			if err := reconcileCounters(ctx, db, windows, prefix, page, now); err != nil {
-				return err
+				return from, err
 			}
 		}
-		if last == "" {
-			return nil
+		if last == "" || time.Since(started) >= budget {
+			return last, nil
 		}
 		after = last
 	}

@@ -199,3 +199,46 @@ func TestSweepGoesOnWithoutTheCounters(t *testing.T) {
 	}
 	requireDocumented(t, db, tenantID)
 }
+
+// TestSweepCountersGoesOnWhereItStopped: a sweep out of time stops after
+// a page and says where the next goes on; the next pass starts over.
+func TestSweepCountersGoesOnWhereItStopped(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	client, prefix := testenv.Redis(t)
+	r := newCounterRig(t, db, client, prefix)
+	quota.SetCounterPage(t, 2)
+	var ids []string
+	for i := range 5 {
+		id := r.tenant(t, fmt.Sprintf("t%d", i))
+		r.count(t, id, 120, "2026-11-10T11:30:00Z")
+		ids = append(ids, id)
+	}
+	recorded := func() int {
+		var n int
+		testenv.Must(t, db.QueryRow(ctx, `SELECT count(*) FROM quota_crossings WHERE tenant_id = ANY($1::uuid[])`, ids).Scan(&n))
+		return n
+	}
+	now := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
+	from, calls := "", 0
+	for {
+		next, err := quota.SweepCounters(ctx, db, r.store, prefix, now, from, 0)
+		testenv.Must(t, err)
+		calls++
+		if got, want := recorded(), min(2*calls, 5); got != want {
+			t.Fatalf("after %d sweeps of one page: %d crossings, want %d", calls, got, want)
+		}
+		if next == "" {
+			break
+		}
+		from = next
+	}
+	if calls != 3 {
+		t.Errorf("%d sweeps for 5 tenants in pages of 2, want 3", calls)
+	}
+	// With time to spare one sweep makes the whole pass.
+	quota.SetCounterPage(t, 1)
+	if next, err := quota.SweepCounters(ctx, db, r.store, prefix, now, "", time.Minute); err != nil || next != "" {
+		t.Errorf("a sweep with time: next %q, %v; want the pass done", next, err)
+	}
+}

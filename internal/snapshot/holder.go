@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,10 @@ type Holder struct {
 	postgres *backoff.Monitor
 	// sleep waits between reconnections (backoff.Sleep; tests replace it).
 	sleep func(ctx context.Context, d time.Duration) error
+	// monthJitter is how long after a UTC month begins this process
+	// reloads (below maxMonthJitter, drawn once), so that api processes
+	// do not all load at the same instant.
+	monthJitter time.Duration
 
 	reloads      atomic.Int64
 	reloadErrors atomic.Int64
@@ -96,8 +101,14 @@ func NewHolder(source Source, log *slog.Logger) *Holder {
 		missLimiter: limiter.NewMemoryStore(nil),
 		postgres: backoff.NewMonitor(backoff.MonitorConfig{Component: "snapshot_listener", Dependency: "postgres",
 			Log: log}),
-		sleep: backoff.Sleep}
+		sleep: backoff.Sleep, monthJitter: rand.N(maxMonthJitter)}
 }
+
+// maxMonthJitter bounds Holder.monthJitter. Until a process reloads, the
+// new month's checks run with the last month's spend cap units, which
+// differ only for a plan in force for part of that month (its prorated
+// included units were fewer: the cap binds early).
+const maxMonthJitter = 10 * time.Second
 
 // Current returns the current snapshot, or nil before the first load.
 func (h *Holder) Current() *Snapshot { return h.current.Load() }

@@ -79,11 +79,12 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 	lastReload := h.now()
 	for {
 		// Wait for a notification, but no longer than until the next
-		// periodic reload is due, or a new UTC month begins: what a
-		// tenant's spend cap admits depends on the month (the included
-		// units are prorated over the part of it the plan is in force).
+		// periodic reload is due, or a new UTC month has begun (monthJitter
+		// ago): what a tenant's spend cap admits depends on the month (the
+		// included units are prorated over the part of it the plan is in
+		// force).
 		now := h.now()
-		due := min(interval-now.Sub(lastReload), untilNextMonth(now))
+		due := min(interval-now.Sub(lastReload), untilMonthReload(now, h.monthJitter))
 		wait, cancel := context.WithTimeout(ctx, max(due, time.Millisecond))
 		n, err := pg.WaitForNotification(wait)
 		timedOut := wait.Err() != nil // read before cancel, which sets it
@@ -132,9 +133,10 @@ func (h *Holder) listen(ctx context.Context, db *pgxpool.Pool, interval time.Dur
 	}
 }
 
-// untilNextMonth returns the time from now to the start of the next UTC
-// calendar month.
-func untilNextMonth(now time.Time) time.Duration {
-	y, m, _ := now.UTC().Date()
-	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Sub(now)
+// untilMonthReload returns the time from now to jitter after the start
+// of the next UTC calendar month (or of this one, if that is still
+// ahead).
+func untilMonthReload(now time.Time, jitter time.Duration) time.Duration {
+	y, m, _ := now.Add(-jitter).UTC().Date()
+	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Add(jitter).Sub(now)
 }

@@ -83,19 +83,23 @@ func TestReported(t *testing.T) {
 	}
 }
 
-// TestUntilNextMonth: the snapshot reloads when a UTC month begins, as
-// a spend cap's units depend on the month.
-func TestUntilNextMonth(t *testing.T) {
+// TestUntilMonthReload: the snapshot reloads when a UTC month begins
+// (jitter later), as a spend cap's units depend on the month.
+func TestUntilMonthReload(t *testing.T) {
 	for _, c := range []struct {
-		now  time.Time
-		want time.Duration
+		now    time.Time
+		jitter time.Duration
+		want   time.Duration
 	}{
-		{time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC), time.Second},
-		{time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC), time.Hour},
-		{time.Date(2026, 12, 1, 0, 0, 0, 0, time.FixedZone("X", -3600)), 31*24*time.Hour - time.Hour},
+		{time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC), 0, time.Second},
+		{time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC), 0, time.Hour},
+		{time.Date(2026, 12, 1, 0, 0, 0, 0, time.FixedZone("X", -3600)), 0, 31*24*time.Hour - time.Hour},
+		{time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC), 5 * time.Second, 6 * time.Second},
+		{time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC), 5 * time.Second, 2 * time.Second},
+		{time.Date(2026, 12, 1, 0, 0, 5, 0, time.UTC), 5 * time.Second, 31 * 24 * time.Hour},
 	} {
-		if got := untilNextMonth(c.now); got != c.want {
-			t.Errorf("%v: %v, want %v", c.now, got, c.want)
+		if got := untilMonthReload(c.now, c.jitter); got != c.want {
+			t.Errorf("%v, jitter %v: %v, want %v", c.now, c.jitter, got, c.want)
 		}
 	}
 }

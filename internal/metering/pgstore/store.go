@@ -112,7 +112,15 @@ type Store struct {
 
 	mu         sync.Mutex
 	partitions map[string]bool // minute partitions known to exist
+	// counterFrom is where the next SweepRateAlerts goes on with the
+	// counters (quota.SweepCounters' next); guarded by mu.
+	counterFrom string
 }
+
+// counterSweepBudget bounds the time one SweepRateAlerts spends reading
+// counters: past it, the next sweep goes on where this one stopped, so
+// that the worker applying batches is never held up long.
+const counterSweepBudget = time.Second
 
 // NewStore returns a Store on db.
 func NewStore(db *pgxpool.Pool, cfg StoreConfig) *Store {
@@ -326,8 +334,9 @@ func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply 
 // Then, with Counters set, it records the threshold crossings the
 // tenants' monthly quota counters show and no batch brought
 // (quota.SweepCounters): last, so that a limiter store that fails stops
-// nothing else. The usage worker calls it every half minute, busy or
-// idle.
+// nothing else, and for at most counterSweepBudget, the next sweep going
+// on with the tenants after the last it looked at. The usage worker calls
+// it every half minute, busy or idle.
 func (s *Store) SweepRateAlerts(ctx context.Context) error {
 	now := s.cfg.Now()
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
@@ -342,7 +351,14 @@ func (s *Store) SweepRateAlerts(ctx context.Context) error {
 	if err != nil || s.cfg.Counters == nil {
 		return err
 	}
-	return quota.SweepCounters(ctx, s.db, s.cfg.Counters, s.cfg.KeyPrefix, now)
+	s.mu.Lock()
+	from := s.counterFrom
+	s.mu.Unlock()
+	next, err := quota.SweepCounters(ctx, s.db, s.cfg.Counters, s.cfg.KeyPrefix, now, from, counterSweepBudget)
+	s.mu.Lock()
+	s.counterFrom = next
+	s.mu.Unlock()
+	return err
 }
 
 func orNil(id string) string {

@@ -9,7 +9,8 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-// batcher coalesces concurrent checks into script calls. There is no timer
+// batcher coalesces concurrent checks, and settlements of holds, into
+// script calls (a check below is either). There is no timer
 // and no window of time: a check that finds a lane free goes out at once
 // (alone, if nothing else is waiting); checks that arrive while every lane
 // is busy queue, and when a call returns, the checks queued meanwhile go
@@ -72,9 +73,32 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan st
 
 var runPool = sync.Pool{New: func() any { return new([]*pending) }}
 
+// check decides batch in the next call that goes out.
 func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outcome, error) {
 	p := pendingPool.Get().(*pending)
 	p.batch = batch
+	b.wait(ctx, p)
+	out, err := p.out, p.err
+	*p = pending{done: p.done}
+	pendingPool.Put(p)
+	return out, err
+}
+
+// settle settles req in the next call that goes out (its settlements'
+// own call, after the checks'), and returns the hold's ID too.
+func (b *batcher) settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, string, error) {
+	p := pendingPool.Get().(*pending)
+	p.settling, p.settle = true, req
+	b.wait(ctx, p)
+	out, id, err := p.settled, p.holdID, p.err
+	*p = pending{done: p.done}
+	pendingPool.Put(p)
+	return out, id, err
+}
+
+// wait queues p and returns once it is decided, leading calls meanwhile
+// when its turn comes.
+func (b *batcher) wait(ctx context.Context, p *pending) {
 	p.deadline, _ = ctx.Deadline()
 	if b.timeout > 0 {
 		if own := time.Now().Add(b.timeout); p.deadline.IsZero() || own.Before(p.deadline) {
@@ -113,10 +137,6 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 			break
 		}
 	}
-	out, err := p.out, p.err
-	*p = pending{done: p.done}
-	pendingPool.Put(p)
-	return out, err
 }
 
 // waitForCompany is the lingering check's wait: until enough checks have

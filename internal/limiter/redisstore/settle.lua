@@ -1,49 +1,31 @@
--- Tollgate: settle a hold at its actual cost, or expire it, in one step:
--- the hold's record (written by check.lua) and every state it adjusts.
+-- Tollgate: settle holds at their actual cost, or expire them, each in
+-- one step: the hold's record (written by check.lua) and every state it
+-- adjusts. A call settles one hold or several, one after the other, as
+-- that many calls would.
 --
--- KEYS[1]  the hold record's key; the state keys it lists share its hash
---          tag (so one slot of a Cluster holds them all)
--- ARGV     cost, now (µs, 0: from TIME), expire (1: expire a due hold as
---          its record says; cost is then ignored), extra_ttl_ms
+-- KEYS     the hold records' keys, one per settlement; the state keys a
+--          record lists share its hash tag (so one slot of a Cluster holds
+--          them all; a call on a Cluster settles holds of one slot)
+-- ARGV     extra_ttl_ms, then per settlement: cost, now (µs, 0: from
+--          TIME), expire (1: expire a due hold as its record says; cost is
+--          then ignored)
 --
--- Returns code, now, estimate, cost, status, repeated, ID: code 0 done, 1 no
--- such hold, 2 conflict (settled with another cost, or expired), 3 not
--- yet due (expire). The Go twin is limiter.MemoryStore.Settle; the maths
--- per algorithm is limiter.settleRule (see docs/algorithms.md).
+-- Returns, per settlement, code, now, estimate, cost, status, repeated,
+-- ID: code 0 done, 1 no such hold, 2 conflict (settled with another cost,
+-- or expired), 3 not yet due (expire). The Go twin is
+-- limiter.MemoryStore.Settle; the maths per algorithm is
+-- limiter.settleRule (see docs/algorithms.md).
 
--- The wire constants (alg*), floor, tonumber and idiv are check.lua's:
+-- The wire constants (alg*), floor, tonumber, idiv and at are check.lua's:
 -- settle.go runs this script after check.lua's lines that declare them,
 -- and after release.lua's release_lease.
 
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
-local hkey = KEYS[1]
-local cost, now, expire, extra = tonumber(ARGV[1]), at(tonumber(ARGV[2])), ARGV[3] == '1', tonumber(ARGV[4])
-
-local flat = redis.call('HGETALL', hkey)
-if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
-local rec = {}
-for x = 1, #flat, 2 do rec[flat[x]] = flat[x + 1] end
-local estimate, expires, keep = tonumber(rec.e), tonumber(rec.x), tonumber(rec.r)
-local status, settled = tonumber(rec.s), tonumber(rec.v)
-if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
-
--- Where the hold goes (limiter.settleTarget).
-local target, to
-if status == 0 and now >= expires then
-  if not expire then return {2, now, estimate, settled, status, 0, rec.i} end
-  if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
-elseif status == 0 and expire then
-  return {3, now, estimate, settled, status, 0, rec.i}
-elseif status == 0 then
-  target, to = cost, 1
-elseif expire or (status == 1 and cost == settled) then
-  return {0, now, estimate, settled, status, 1, rec.i}
-else
-  return {2, now, estimate, settled, status, 0, rec.i}
-end
-
-local delta = target - estimate
+local extra = tonumber(ARGV[1])
+-- The settlement under way's time and the units it moves its states by
+-- (shift and put read them).
+local now, delta
 
 -- shift moves a TAT-like state (limiter.shiftTAT).
 local function shift(stored, mark, interval)
@@ -76,152 +58,190 @@ local function put(key, number, tat)
   end
 end
 
-for r = 1, tonumber(rec.n) do
-  local key, def = rec['k' .. r], rec['p' .. r]
-  if key then
-    local a, _, x, y, z, mark, finish = string.match(def, '(%d+) (%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
-    a, x, y, z, mark, finish = tonumber(a), tonumber(x), tonumber(y), tonumber(z), tonumber(mark), tonumber(finish)
-    if a == algGCRA or a == algLeakyBucket then
-      local v = redis.call('GET', key)
-      local stored = now
-      if v then stored = tonumber(v) end
-      local tat = shift(stored, mark, x)
-      put(key, tat, tat)
-    elseif a == algTokenBucket then
-      local capacity = x * y
-      local v = redis.call('GET', key)
-      if z == 1 then
-        -- The stored number is when the bucket was empty: the TAT it
-        -- stands for is that plus the capacity.
-        local stored = now
-        if v then stored = tonumber(v) + capacity end
-        local tat = shift(stored, mark, x)
-        put(key, tat - capacity, tat)
-      else
-        local tokens = capacity
-        if v then tokens = tonumber(v) end
-        tokens = tokens - delta
-        if tokens > capacity then tokens = capacity end
-        redis.call('SET', key, string.format('%d', tokens))
-      end
-    elseif a == algFixedWindow then
-      local st = redis.call('HMGET', key, 'window', 'count')
-      if st[1] and tonumber(st[1]) == mark then
-        local count = tonumber(st[2]) + delta
-        if count < 0 then count = 0 end
-        redis.call('HSET', key, 'count', count)
-      elseif (not st[1] or tonumber(st[1]) < mark) and delta > 0 and finish > now then
-        -- A hold of 0 wrote nothing: its window starts now.
-        redis.call('HSET', key, 'window', mark, 'count', delta)
-        redis.call('PEXPIRE', key, -idiv(now - finish, 1000) + extra)
-      end
-    elseif a == algSlidingWindowCounter then
-      local period = y
-      local st = redis.call('HMGET', key, 'window', 'count', 'prev')
-      local w = -1
-      if st[1] then w = tonumber(st[1]) end
-      local field, n
-      if st[1] and w == mark then field, n = 'count', tonumber(st[2]) + delta
-      elseif st[1] and w == mark + 1 then field, n = 'prev', tonumber(st[3]) + delta end
-      if field then
-        if n < 0 then n = 0 end
-        redis.call('HSET', key, field, n)
-      elseif (not st[1] or w < mark) and delta > 0 and (mark + 2) * period > now then
-        -- A hold of 0 wrote nothing: its window starts now.
-        local prev = 0
-        if st[1] and w == mark - 1 then prev = tonumber(st[2]) end
-        redis.call('HSET', key, 'window', mark, 'count', delta, 'prev', prev)
-        redis.call('PEXPIRE', key, -idiv(now - (mark + 2) * period, 1000) + extra)
-      end
-    elseif a == algSlidingWindowLog then
-      local limit, period = x, y
-      local exists = redis.call('EXISTS', key) == 1
-      if mark > now - period and (exists or delta > 0) then
-        local at = string.format('%d', mark)
-        local n = redis.call('ZCOUNT', key, at, at)
-        local keepn
-        if delta < 0 then
-          keepn = n + delta
-          if keepn < 0 then keepn = 0 end
-        else
-          local add = delta
-          if add > limit then add = limit end
-          keepn = n + add
-        end
-        if keepn ~= n then
-          -- The members scored mark are mark:1 .. mark:n (check.lua).
-          redis.call('ZREMRANGEBYSCORE', key, at, at)
-          local args = {}
-          for u = 1, keepn do
-            args[#args + 1] = at
-            args[#args + 1] = string.format('%d:%d', mark, u)
-            if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
-          end
-          if #args > 0 then redis.call('ZADD', key, unpack(args)) end
-        end
-        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-        if newest[2] then
-          redis.call('PEXPIRE', key, -idiv(now - tonumber(newest[2]) - period, 1000) + extra)
-        end
-      end
-    end
-  end
-end
+-- settle settles the hold recorded at hkey (now set) and returns its
+-- reply.
+local function settle(hkey, cost, expire)
+  local flat = redis.call('HGETALL', hkey)
+  if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
+  local rec = {}
+  for x = 1, #flat, 2 do rec[flat[x]] = flat[x + 1] end
+  local estimate, expires, keep = tonumber(rec.e), tonumber(rec.x), tonumber(rec.r)
+  local status, settled = tonumber(rec.s), tonumber(rec.v)
+  if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
 
--- A settlement ends the request: the lease it took is released.
-if to == 1 and rec.l then release_lease(rec.l, now) end
-
--- The prepaid balance the hold drew on (limiter.settleCredits): units
--- given back leave its overage first, then the balance; units taken come
--- from the balance down to −overdraft (at the check's line, less its
--- expiries at or before now), the rest is overage in overage mode and
--- unpaid (n) in deny mode: the balance never goes below −overdraft. On a
--- missing counter (never made here: the credits drainer rebuilds it from
--- the ledger) units taken are logged deferred (d 1: the rest is overage,
--- 2: unpaid) for the drainer to split on the ledger's balance. The log
--- records the move for the ledger.
-if rec.ck and delta ~= 0 then
-  local line, overdraft, drawn, over = tonumber(rec.cn), tonumber(rec.co), tonumber(rec.cd), tonumber(rec.cv)
-  if rec.cx then
-    local at
-    for x in string.gmatch(rec.cx, '%-?%d+') do
-      if not at then
-        at = tonumber(x)
-      else
-        if at <= now then line = line - tonumber(x) end
-        at = nil
-      end
-    end
-  end
-  local v = redis.call('GET', rec.ck)
-  local units, overage, unpaid, deferred = 0, 0, 0, 0
-  if delta < 0 then
-    overage = -delta
-    if overage > over then overage = over end
-    units = -delta - overage
-    if units > drawn then units = drawn end
-    units, overage = -units, -overage
-  elseif v then
-    local room = line - tonumber(v) + overdraft
-    if room < 0 then room = 0 end
-    units = delta
-    if units > room then units = room end
-    if rec.cm == '1' then overage = delta - units else unpaid = delta - units end
+  -- Where the hold goes (limiter.settleTarget).
+  local target, to
+  if status == 0 and now >= expires then
+    if not expire then return {2, now, estimate, settled, status, 0, rec.i} end
+    if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
+  elseif status == 0 and expire then
+    return {3, now, estimate, settled, status, 0, rec.i}
+  elseif status == 0 then
+    target, to = cost, 1
+  elseif expire or (status == 1 and cost == settled) then
+    return {0, now, estimate, settled, status, 1, rec.i}
   else
-    units = delta
-    if rec.cm == '1' then deferred = 1 else deferred = 2 end
+    return {2, now, estimate, settled, status, 0, rec.i}
   end
-  if v and deferred == 0 then redis.call('SET', rec.ck, string.format('%d', tonumber(v) + units)) end
-  redis.call('HSET', hkey, 'cd', string.format('%d', drawn + units), 'cv', string.format('%d', over + overage))
-  if units ~= 0 or overage ~= 0 or unpaid ~= 0 then
-    local entry = {'u', string.format('%d', units), 'o', string.format('%d', overage)}
-    if unpaid ~= 0 then entry[5], entry[6] = 'n', string.format('%d', unpaid) end
-    if deferred ~= 0 then entry[#entry + 1], entry[#entry + 2] = 'd', deferred end
-    entry[#entry + 1], entry[#entry + 2] = 't', string.format('%d', now)
-    entry[#entry + 1], entry[#entry + 2] = 'h', rec.i
-    redis.call('XADD', rec.cl, '*', unpack(entry))
+
+  delta = target - estimate
+
+  for r = 1, tonumber(rec.n) do
+    local key, def = rec['k' .. r], rec['p' .. r]
+    if key then
+      local a, _, x, y, z, mark, finish = string.match(def, '(%d+) (%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
+      a, x, y, z, mark, finish = tonumber(a), tonumber(x), tonumber(y), tonumber(z), tonumber(mark), tonumber(finish)
+      if a == algGCRA or a == algLeakyBucket then
+        local v = redis.call('GET', key)
+        local stored = now
+        if v then stored = tonumber(v) end
+        local tat = shift(stored, mark, x)
+        put(key, tat, tat)
+      elseif a == algTokenBucket then
+        local capacity = x * y
+        local v = redis.call('GET', key)
+        if z == 1 then
+          -- The stored number is when the bucket was empty: the TAT it
+          -- stands for is that plus the capacity.
+          local stored = now
+          if v then stored = tonumber(v) + capacity end
+          local tat = shift(stored, mark, x)
+          put(key, tat - capacity, tat)
+        else
+          local tokens = capacity
+          if v then tokens = tonumber(v) end
+          tokens = tokens - delta
+          if tokens > capacity then tokens = capacity end
+          redis.call('SET', key, string.format('%d', tokens))
+        end
+      elseif a == algFixedWindow then
+        local st = redis.call('HMGET', key, 'window', 'count')
+        if st[1] and tonumber(st[1]) == mark then
+          local count = tonumber(st[2]) + delta
+          if count < 0 then count = 0 end
+          redis.call('HSET', key, 'count', count)
+        elseif (not st[1] or tonumber(st[1]) < mark) and delta > 0 and finish > now then
+          -- A hold of 0 wrote nothing: its window starts now.
+          redis.call('HSET', key, 'window', mark, 'count', delta)
+          redis.call('PEXPIRE', key, -idiv(now - finish, 1000) + extra)
+        end
+      elseif a == algSlidingWindowCounter then
+        local period = y
+        local st = redis.call('HMGET', key, 'window', 'count', 'prev')
+        local w = -1
+        if st[1] then w = tonumber(st[1]) end
+        local field, n
+        if st[1] and w == mark then field, n = 'count', tonumber(st[2]) + delta
+        elseif st[1] and w == mark + 1 then field, n = 'prev', tonumber(st[3]) + delta end
+        if field then
+          if n < 0 then n = 0 end
+          redis.call('HSET', key, field, n)
+        elseif (not st[1] or w < mark) and delta > 0 and (mark + 2) * period > now then
+          -- A hold of 0 wrote nothing: its window starts now.
+          local prev = 0
+          if st[1] and w == mark - 1 then prev = tonumber(st[2]) end
+          redis.call('HSET', key, 'window', mark, 'count', delta, 'prev', prev)
+          redis.call('PEXPIRE', key, -idiv(now - (mark + 2) * period, 1000) + extra)
+        end
+      elseif a == algSlidingWindowLog then
+        local limit, period = x, y
+        local exists = redis.call('EXISTS', key) == 1
+        if mark > now - period and (exists or delta > 0) then
+          local at = string.format('%d', mark)
+          local n = redis.call('ZCOUNT', key, at, at)
+          local keepn
+          if delta < 0 then
+            keepn = n + delta
+            if keepn < 0 then keepn = 0 end
+          else
+            local add = delta
+            if add > limit then add = limit end
+            keepn = n + add
+          end
+          if keepn ~= n then
+            -- The members scored mark are mark:1 .. mark:n (check.lua).
+            redis.call('ZREMRANGEBYSCORE', key, at, at)
+            local args = {}
+            for u = 1, keepn do
+              args[#args + 1] = at
+              args[#args + 1] = string.format('%d:%d', mark, u)
+              if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
+            end
+            if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+          end
+          local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+          if newest[2] then
+            redis.call('PEXPIRE', key, -idiv(now - tonumber(newest[2]) - period, 1000) + extra)
+          end
+        end
+      end
+    end
   end
+
+  -- A settlement ends the request: the lease it took is released.
+  if to == 1 and rec.l then release_lease(rec.l, now) end
+
+  -- The prepaid balance the hold drew on (limiter.settleCredits): units
+  -- given back leave its overage first, then the balance; units taken come
+  -- from the balance down to −overdraft (at the check's line, less its
+  -- expiries at or before now), the rest is overage in overage mode and
+  -- unpaid (n) in deny mode: the balance never goes below −overdraft. On a
+  -- missing counter (never made here: the credits drainer rebuilds it from
+  -- the ledger) units taken are logged deferred (d 1: the rest is overage,
+  -- 2: unpaid) for the drainer to split on the ledger's balance. The log
+  -- records the move for the ledger.
+  if rec.ck and delta ~= 0 then
+    local line, overdraft, drawn, over = tonumber(rec.cn), tonumber(rec.co), tonumber(rec.cd), tonumber(rec.cv)
+    if rec.cx then
+      local at
+      for x in string.gmatch(rec.cx, '%-?%d+') do
+        if not at then
+          at = tonumber(x)
+        else
+          if at <= now then line = line - tonumber(x) end
+          at = nil
+        end
+      end
+    end
+    local v = redis.call('GET', rec.ck)
+    local units, overage, unpaid, deferred = 0, 0, 0, 0
+    if delta < 0 then
+      overage = -delta
+      if overage > over then overage = over end
+      units = -delta - overage
+      if units > drawn then units = drawn end
+      units, overage = -units, -overage
+    elseif v then
+      local room = line - tonumber(v) + overdraft
+      if room < 0 then room = 0 end
+      units = delta
+      if units > room then units = room end
+      if rec.cm == '1' then overage = delta - units else unpaid = delta - units end
+    else
+      units = delta
+      if rec.cm == '1' then deferred = 1 else deferred = 2 end
+    end
+    if v and deferred == 0 then redis.call('SET', rec.ck, string.format('%d', tonumber(v) + units)) end
+    redis.call('HSET', hkey, 'cd', string.format('%d', drawn + units), 'cv', string.format('%d', over + overage))
+    if units ~= 0 or overage ~= 0 or unpaid ~= 0 then
+      local entry = {'u', string.format('%d', units), 'o', string.format('%d', overage)}
+      if unpaid ~= 0 then entry[5], entry[6] = 'n', string.format('%d', unpaid) end
+      if deferred ~= 0 then entry[#entry + 1], entry[#entry + 2] = 'd', deferred end
+      entry[#entry + 1], entry[#entry + 2] = 't', string.format('%d', now)
+      entry[#entry + 1], entry[#entry + 2] = 'h', rec.i
+      redis.call('XADD', rec.cl, '*', unpack(entry))
+    end
+  end
+
+  redis.call('HSET', hkey, 's', to, 'v', target)
+  return {0, now, estimate, target, to, 0, rec.i}
 end
 
-redis.call('HSET', hkey, 's', to, 'v', target)
-return {0, now, estimate, target, to, 0, rec.i}
+local out = {}
+for k = 1, #KEYS do
+  local base = 2 + 3 * (k - 1)
+  now = at(tonumber(ARGV[base + 1]))
+  local reply = settle(KEYS[k], tonumber(ARGV[base]), ARGV[base + 2] == '1')
+  for x = 1, 7 do out[#out + 1] = reply[x] end
+end
+return out

@@ -61,8 +61,8 @@ func New(client redis.Scripter) *Store {
 
 // BatchConfig configures a batching store.
 type BatchConfig struct {
-	// MaxChecks bounds the checks of one script call (default 128), and so
-	// how long one call keeps Redis busy.
+	// MaxChecks bounds the checks and settlements taken together (default
+	// 128), and so how long one call keeps Redis busy.
 	MaxChecks int
 	// MaxInFlight is how many calls may be under way at once (default 1).
 	// With 1, checks reach Redis strictly in arrival order; more overlap
@@ -85,7 +85,10 @@ type BatchConfig struct {
 // checks that arrive while one is under way wait for it and go out
 // together in the next call (up to MaxChecks), in arrival order. On a
 // Cluster the call is one script call per hash slot, sent in one pipeline.
-// Each check is still decided atomically and all-or-nothing.
+// Each check is still decided atomically and all-or-nothing. Settlements
+// of holds queue with the checks and go out with them, in a settle.lua
+// call of their own after the checks' (per hash slot on a Cluster): a
+// hold costs Redis a share of two calls, not a call of its own.
 func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	s := New(client)
 	if cfg.MaxChecks <= 0 {
@@ -143,12 +146,19 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 	return out, err
 }
 
-// pending is one check on its way through a call.
+// pending is one check, or one settlement, on its way through a call.
 type pending struct {
 	batch    limiter.Batch
 	deadline time.Time // zero: none
 	out      limiter.Outcome
 	err      error
+
+	// settling marks a settlement (settle.go): its request, and what it
+	// came to with the hold's ID.
+	settling bool
+	settle   limiter.Settle
+	settled  limiter.Settlement
+	holdID   string
 
 	// done is signalled once the check is decided, or when it is to
 	// lead the call in lead.
@@ -158,7 +168,8 @@ type pending struct {
 
 // execute decides checks in as few script calls as the server allows,
 // bounded by the earliest deadline among them; checks past their deadline
-// are not sent.
+// are not sent. Settlements among them go in calls of their own
+// (settle.lua), after the checks'.
 func (s *Store) execute(checks []*pending) {
 	now := time.Now()
 	var deadline time.Time
@@ -177,7 +188,7 @@ func (s *Store) execute(checks []*pending) {
 		live = make([]*pending, 0, len(checks))
 		for _, p := range checks {
 			if !p.deadline.IsZero() && !now.Before(p.deadline) {
-				p.err = fmt.Errorf("redisstore: check: %w", context.DeadlineExceeded)
+				p.err = fmt.Errorf("redisstore: %s: %w", p.what(), context.DeadlineExceeded)
 				continue
 			}
 			live = append(live, p)
@@ -192,11 +203,25 @@ func (s *Store) execute(checks []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if s.cluster == nil || len(live) == 1 {
+	live, settles := splitSettles(live)
+	switch {
+	case len(live) == 0:
+	case s.cluster == nil || len(live) == 1:
 		s.run(ctx, live)
-		return
+	default:
+		s.runBySlot(ctx, live)
 	}
-	s.runBySlot(ctx, live)
+	if len(settles) > 0 {
+		s.runSettles(ctx, settles)
+	}
+}
+
+// what names what p is, for errors.
+func (p *pending) what() string {
+	if p.settling {
+		return "settle"
+	}
+	return "check"
 }
 
 // run decides checks in one script call.

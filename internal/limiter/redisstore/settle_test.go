@@ -1,0 +1,166 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// scriptCounter counts the script calls a client makes (not those
+// answered NOSCRIPT, which go again as EVAL; a test loads its scripts
+// first all the same).
+type scriptCounter struct{ n atomic.Int64 }
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd)
+		return err
+	}
+}
+
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return err
+	}
+}
+
+func (h *scriptCounter) count(cmd redis.Cmder) {
+	name := cmd.Name()
+	if (name == "evalsha" || name == "eval") && !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		h.n.Add(1)
+	}
+}
+
+// TestSettlementsShareACall: the settlements and checks a batching store
+// takes together go out in two script calls, the checks' and the
+// settlements', and each settlement is answered as if it had been alone,
+// in order: a repeat is repeated, another cost for a hold settled
+// earlier in the call conflicts, and the window moves by each actual
+// cost less its estimate once.
+func TestSettlementsShareACall(t *testing.T) {
+	single, singlePrefix := testenv.Redis(t)
+	cluster, clusterPrefix := testenv.RedisCluster(t)
+	for _, c := range []struct {
+		name   string
+		client interface {
+			redis.Scripter
+			AddHook(redis.Hook)
+		}
+		prefix string
+	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			counter := &scriptCounter{}
+			c.client.AddHook(counter)
+			s := NewBatching(c.client, BatchConfig{})
+			window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 100, PeriodUS: limiter.HourUS}
+			key := c.prefix + "{t}w"
+			check := func(cost int64, hold *limiter.Hold) *pending {
+				return &pending{batch: limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: cost, Hold: hold}}
+			}
+			const holds = 10
+			for i := range holds {
+				hold := &limiter.Hold{Key: fmt.Sprintf("%s{t}h%d", c.prefix, i), ID: fmt.Sprint(i), TTLUS: limiter.HourUS}
+				out, err := s.Check(ctx, check(5, hold).batch)
+				if err != nil || !out.Admitted {
+					t.Fatalf("hold %d: %+v, %v", i, out, err)
+				}
+			}
+			settle := func(i int, cost int64) *pending {
+				return &pending{settling: true, settle: limiter.Settle{Key: fmt.Sprintf("%s{t}h%d", c.prefix, i), Cost: cost}}
+			}
+			var run, settles []*pending
+			for i := range holds {
+				settles = append(settles, settle(i, int64(i+1)))
+			}
+			repeat, conflict := settle(0, 1), settle(1, 3)
+			checks := []*pending{check(1, nil), check(1, nil)}
+			run = append(run, checks[0], settles[0], settles[1], repeat, conflict)
+			run = append(run, settles[2:]...)
+			run = append(run, checks[1])
+			// Load settle.lua where the holds are: settle one that is not.
+			if _, err := s.Settle(ctx, limiter.Settle{Key: c.prefix + "{t}none", Cost: 1}); !errors.Is(err, limiter.ErrHoldNotFound) {
+				t.Fatalf("settling no hold: %v", err)
+			}
+			counter.n.Store(0)
+			s.execute(run)
+			if n := counter.n.Load(); n != 2 {
+				t.Errorf("%d script calls, want 2: the checks', the settlements'", n)
+			}
+			for i, p := range settles {
+				if p.err != nil || p.settled.Cost != int64(i+1) || p.settled.Status != limiter.HoldSettled || p.settled.Repeated || p.holdID != fmt.Sprint(i) {
+					t.Errorf("settlement %d: %+v (hold %q), %v", i, p.settled, p.holdID, p.err)
+				}
+			}
+			if repeat.err != nil || !repeat.settled.Repeated || repeat.settled.Cost != 1 {
+				t.Errorf("repeat: %+v, %v; want repeated at 1", repeat.settled, repeat.err)
+			}
+			if !errors.Is(conflict.err, limiter.ErrHoldConflict) {
+				t.Errorf("another cost: %v, want ErrHoldConflict", conflict.err)
+			}
+			for i, p := range checks {
+				if p.err != nil || !p.out.Admitted {
+					t.Errorf("check %d: %+v, %v", i, p.out, p.err)
+				}
+			}
+			// 10 × 5 held, settled at 1 + … + 10 = 55, and 2 checked.
+			out, err := s.Check(ctx, check(0, nil).batch)
+			if err != nil || out.Results[0].Remaining != 100-57 {
+				t.Errorf("the window after: %+v, %v; want 43 left", out, err)
+			}
+		})
+	}
+}
+
+// TestSettlementsFromManyCallers: settlements sent at once through a
+// batching store with one call in flight are each answered, and the
+// state they move ends exact.
+func TestSettlementsFromManyCallers(t *testing.T) {
+	c, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	s := NewBatching(c, BatchConfig{})
+	window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 10_000, PeriodUS: limiter.HourUS}
+	reqs := []limiter.Request{{Key: prefix + "w", Params: window}}
+	const holds = 200
+	for i := range holds {
+		hold := &limiter.Hold{Key: fmt.Sprintf("%sh%d", prefix, i), ID: fmt.Sprint(i), TTLUS: limiter.HourUS}
+		if out, err := s.Check(ctx, limiter.Batch{Requests: reqs, Cost: 10, Hold: hold}); err != nil || !out.Admitted {
+			t.Fatalf("hold %d: %+v, %v", i, out, err)
+		}
+	}
+	calls := s.batcher.calls.Load()
+	var wg sync.WaitGroup
+	for i := range holds {
+		wg.Go(func() {
+			got, err := s.Settle(ctx, limiter.Settle{Key: fmt.Sprintf("%sh%d", prefix, i), Cost: int64(i % 7)})
+			if err != nil || got.Cost != int64(i%7) || got.Status != limiter.HoldSettled {
+				t.Errorf("settlement %d: %+v, %v", i, got, err)
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(0)
+	for i := range holds {
+		want += int64(i % 7)
+	}
+	out, err := s.Check(ctx, limiter.Batch{Requests: reqs})
+	if err != nil || out.Results[0].Remaining != 10_000-want {
+		t.Errorf("the window after: %+v, %v; want %d left", out, err, 10_000-want)
+	}
+	t.Logf("%d settlements in %d calls", holds, s.batcher.calls.Load()-calls-1)
+}

@@ -9,8 +9,9 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-// batcher coalesces concurrent checks, and settlements of holds, into
-// script calls (a check below is either). There is no timer
+// batcher coalesces concurrent checks, and the operations that follow
+// them (ops.go), into script calls (a check below is either). There is
+// no timer
 // and no window of time: a check that finds a lane free goes out at once
 // (alone, if nothing else is waiting); checks that arrive while every lane
 // is busy queue, and when a call returns, the checks queued meanwhile go
@@ -84,16 +85,16 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 	return out, err
 }
 
-// settle settles req in the next call that goes out (its settlements'
-// own call, after the checks'), and returns the hold's ID too.
-func (b *batcher) settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, string, error) {
+// op runs an operation that follows checks (ops.go) in the next call
+// that goes out (the operations' own call, after the checks').
+func (b *batcher) op(ctx context.Context, op int, key string, cost, nowUS int64) ([]any, error) {
 	p := pendingPool.Get().(*pending)
-	p.settling, p.settle = true, req
+	p.op, p.opKey, p.opCost, p.opNowUS = op, key, cost, nowUS
 	b.wait(ctx, p)
-	out, id, err := p.settled, p.holdID, p.err
+	reply, err := p.reply, p.err
 	*p = pending{done: p.done}
 	pendingPool.Put(p)
-	return out, id, err
+	return reply, err
 }
 
 // wait queues p and returns once it is decided, leading calls meanwhile

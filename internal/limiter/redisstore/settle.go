@@ -13,13 +13,10 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
+// settleLua is settle.lua, which ops.lua runs.
+//
 //go:embed settle.lua
 var settleLua string
-
-// settleScript is settle.lua after check.lua's wire constants and
-// helpers, so that both scripts declare them once, and release.lua's
-// release_lease.
-var settleScript = redis.NewScript(checkPrelude() + releaseLua + settleLua)
 
 // checkPrelude returns check.lua's lines from its first wire constant to
 // its calendar helpers: the constants, flags and arithmetic helpers.
@@ -32,7 +29,7 @@ func checkPrelude() string {
 	return checkLua[start:end]
 }
 
-// Reply codes of settle.lua.
+// Reply codes of settle.lua's settle.
 const (
 	settleDone     = 0
 	settleNotFound = 1
@@ -40,128 +37,36 @@ const (
 	settleNotDue   = 3
 )
 
-// Settle sets a hold's actual cost, or expires it, in one script call
-// that changes the hold's record and the states it took from together:
-// on a batching store, the call of settle.lua that goes out with the
-// next checks, shared with the other settlements waiting then. It
-// returns limiter.ErrHoldNotFound, ErrHoldConflict, ErrHoldNotDue or
+// Settle sets a hold's actual cost, or expires it, in one step that
+// changes the hold's record and the states it took from together (an
+// ops.lua call; on a batching store, the one that goes out with the next
+// checks, shared with the other operations queued then). It returns
+// limiter.ErrHoldNotFound, ErrHoldConflict, ErrHoldNotDue or
 // ErrSettleCost as limiter.Settler says, and wrapped store errors.
 func (s *Store) Settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, error) {
 	if err := req.Validate(); err != nil {
 		return limiter.Settlement{}, err
 	}
-	if s.batcher != nil {
-		out, _, err := s.batcher.settle(ctx, req)
-		return out, err
-	}
 	out, _, err := s.settle(ctx, req)
 	return out, err
 }
 
-// settle is Settle in a call of its own, also returning the hold's ID.
+// settle is Settle, also returning the hold's ID.
 func (s *Store) settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, string, error) {
-	p := pending{settling: true, settle: req}
-	one := [1]*pending{&p}
-	s.runSettles(ctx, one[:])
-	return p.settled, p.holdID, p.err
-}
-
-// splitSettles returns the checks of run and its settlements apart; run
-// itself when it holds no settlement.
-func splitSettles(run []*pending) (checks, settles []*pending) {
-	n := 0
-	for _, p := range run {
-		if p.settling {
-			n++
-		}
+	op, cost := opSettle, req.Cost
+	if req.Expire {
+		op, cost = opExpire, 0
 	}
-	if n == 0 {
-		return run, nil
-	}
-	checks = make([]*pending, 0, len(run)-n)
-	settles = make([]*pending, 0, n)
-	for _, p := range run {
-		if p.settling {
-			settles = append(settles, p)
-		} else {
-			checks = append(checks, p)
-		}
-	}
-	return checks, settles
-}
-
-// runSettles settles ps in one settle.lua call, or on a Cluster in one
-// call per hash slot of their holds, sent in one pipeline.
-func (s *Store) runSettles(ctx context.Context, ps []*pending) {
-	if s.cluster == nil || len(ps) == 1 {
-		keys, args := s.settleArgs(ps)
-		values, err := settleScript.Run(ctx, s.client, keys, args...).Slice()
-		decodeSettles(ps, values, err)
-		return
-	}
-	groups := map[int][]*pending{}
-	var order []int
-	for _, p := range ps {
-		sl := slot(p.settle.Key)
-		if _, ok := groups[sl]; !ok {
-			order = append(order, sl)
-		}
-		groups[sl] = append(groups[sl], p)
-	}
-	cmds := make([]*redis.Cmd, len(order))
-	_, _ = s.cluster.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, sl := range order {
-			keys, args := s.settleArgs(groups[sl])
-			cmds[i] = settleScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		return nil
-	})
-	for i, sl := range order {
-		values, err := cmds[i].Slice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			keys, args := s.settleArgs(groups[sl])
-			values, err = settleScript.Run(ctx, s.client, keys, args...).Slice()
-		}
-		decodeSettles(groups[sl], values, err)
-	}
-}
-
-// settleArgs returns settle.lua's KEYS and ARGV for ps.
-func (s *Store) settleArgs(ps []*pending) (keys []string, args []any) {
-	keys = make([]string, len(ps))
-	args = make([]any, 1, 1+3*len(ps))
-	args[0] = strconv.FormatInt(s.ExtraTTL.Milliseconds(), 10)
-	for i, p := range ps {
-		expire := "0"
-		if p.settle.Expire {
-			expire = "1"
-		}
-		keys[i] = p.settle.Key
-		args = append(args, strconv.FormatInt(p.settle.Cost, 10), strconv.FormatInt(p.settle.NowUS, 10), expire)
-	}
-	return keys, args
-}
-
-// decodeSettles sets each of ps's settlement from settle.lua's reply
-// (seven values each), or err.
-func decodeSettles(ps []*pending, values []any, err error) {
-	if err == nil && len(values) != 7*len(ps) {
-		err = fmt.Errorf("reply of %d values for %d settlements", len(values), len(ps))
-	}
+	values, err := s.runOp(ctx, op, req.Key, cost, req.NowUS)
 	if err != nil {
-		for _, p := range ps {
-			p.err = fmt.Errorf("redisstore: settle: %w", err)
-		}
-		return
+		return limiter.Settlement{}, "", err
 	}
-	for i, p := range ps {
-		p.settled, p.holdID, p.err = decodeSettle(values[7*i : 7*i+7])
-	}
+	return decodeSettlement(values)
 }
 
-// decodeSettle reads one settlement's reply: code, now, estimate, cost,
-// status, repeated, ID.
-func decodeSettle(values []any) (limiter.Settlement, string, error) {
+// decodeSettlement reads a settlement's reply from ops.lua: code, now,
+// estimate, cost, status, repeated, the hold's ID.
+func decodeSettlement(values []any) (limiter.Settlement, string, error) {
 	var reply [6]int64
 	var id string
 	for i, v := range values {

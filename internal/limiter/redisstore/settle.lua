@@ -1,31 +1,22 @@
--- Tollgate: settle holds at their actual cost, or expire them, each in
--- one step: the hold's record (written by check.lua) and every state it
--- adjusts. A call settles one hold or several, one after the other, as
--- that many calls would.
+-- Tollgate: settle a hold at its actual cost, or expire it, in one step:
+-- the hold's record (written by check.lua) and every state it adjusts.
+-- ops.lua calls settle, once per settlement of its call.
 --
--- KEYS     the hold records' keys, one per settlement; the state keys a
---          record lists share its hash tag (so one slot of a Cluster holds
---          them all; a call on a Cluster settles holds of one slot)
--- ARGV     extra_ttl_ms, then per settlement: cost, now (µs, 0: from
---          TIME), expire (1: expire a due hold as its record says; cost is
---          then ignored)
---
--- Returns, per settlement, code, now, estimate, cost, status, repeated,
--- ID: code 0 done, 1 no such hold, 2 conflict (settled with another cost,
--- or expired), 3 not yet due (expire). The Go twin is
+-- settle(hkey, cost, expire): hkey is the hold record's key (the state
+-- keys it lists share its hash tag, so one slot of a Cluster holds them
+-- all), cost the actual cost, expire true to expire a due hold as its
+-- record says (cost is then ignored); now is ops.lua's, the operation's
+-- time. It returns code, now, estimate, cost, status, repeated, ID: code
+-- 0 done, 1 no such hold, 2 conflict (settled with another cost, or
+-- expired), 3 not yet due (expire). The Go twin is
 -- limiter.MemoryStore.Settle; the maths per algorithm is
 -- limiter.settleRule (see docs/algorithms.md).
 
--- The wire constants (alg*), floor, tonumber, idiv and at are check.lua's:
--- settle.go runs this script after check.lua's lines that declare them,
--- and after release.lua's release_lease.
-
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 
-local extra = tonumber(ARGV[1])
--- The settlement under way's time and the units it moves its states by
--- (shift and put read them).
-local now, delta
+-- The units the settlement under way moves its states by (shift and put
+-- read it, and now).
+local delta
 
 -- shift moves a TAT-like state (limiter.shiftTAT).
 local function shift(stored, mark, interval)
@@ -58,8 +49,6 @@ local function put(key, number, tat)
   end
 end
 
--- settle settles the hold recorded at hkey (now set) and returns its
--- reply.
 local function settle(hkey, cost, expire)
   local flat = redis.call('HGETALL', hkey)
   if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
@@ -237,11 +226,3 @@ local function settle(hkey, cost, expire)
   return {0, now, estimate, target, to, 0, rec.i}
 end
 
-local out = {}
-for k = 1, #KEYS do
-  local base = 2 + 3 * (k - 1)
-  now = at(tonumber(ARGV[base + 1]))
-  local reply = settle(KEYS[k], tonumber(ARGV[base]), ARGV[base + 2] == '1')
-  for x = 1, 7 do out[#out + 1] = reply[x] end
-end
-return out

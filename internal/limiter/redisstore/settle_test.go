@@ -46,12 +46,13 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 	}
 }
 
-// TestSettlementsShareACall: the settlements and checks a batching store
-// takes together go out in two script calls, the checks' and the
-// settlements', and each settlement is answered as if it had been alone,
-// in order: a repeat is repeated, another cost for a hold settled
-// earlier in the call conflicts, and the window moves by each actual
-// cost less its estimate once.
+// TestSettlementsShareACall: the checks, settlements and lease operations
+// a batching store takes together go out in two script calls, the
+// checks' and the operations', and each operation is answered as if it
+// had been alone, in order: a repeat is repeated, another cost for a hold
+// settled earlier in the call conflicts, a lease is renewed then
+// released, and the window moves by each actual cost less its estimate
+// once.
 func TestSettlementsShareACall(t *testing.T) {
 	single, singlePrefix := testenv.Redis(t)
 	cluster, clusterPrefix := testenv.RedisCluster(t)
@@ -82,15 +83,31 @@ func TestSettlementsShareACall(t *testing.T) {
 				}
 			}
 			settle := func(i int, cost int64) *pending {
-				return &pending{settling: true, settle: limiter.Settle{Key: fmt.Sprintf("%s{t}h%d", c.prefix, i), Cost: cost}}
+				return &pending{op: opSettle, opKey: fmt.Sprintf("%s{t}h%d", c.prefix, i), opCost: cost}
 			}
+			settled := func(p *pending) (limiter.Settlement, string, error) {
+				if p.err != nil {
+					return limiter.Settlement{}, "", p.err
+				}
+				return decodeSettlement(p.reply)
+			}
+			// A lease of one slot of two, renewed and then released in
+			// the call: the renewal goes first, as it was queued first.
+			slots := limiter.Params{Algorithm: limiter.Concurrency, Limit: 2, PeriodUS: limiter.HourUS}
+			leaseKey := c.prefix + "{t}l"
+			if out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: c.prefix + "{t}c", Params: slots}}, Cost: 1,
+				Lease: &limiter.Lease{Key: leaseKey}}); err != nil || !out.Admitted {
+				t.Fatalf("lease: %+v, %v", out, err)
+			}
+			renew := &pending{op: opRenew, opKey: leaseKey}
+			release := &pending{op: opRelease, opKey: leaseKey}
 			var run, settles []*pending
 			for i := range holds {
 				settles = append(settles, settle(i, int64(i+1)))
 			}
 			repeat, conflict := settle(0, 1), settle(1, 3)
 			checks := []*pending{check(1, nil), check(1, nil)}
-			run = append(run, checks[0], settles[0], settles[1], repeat, conflict)
+			run = append(run, checks[0], settles[0], renew, settles[1], repeat, conflict, release)
 			run = append(run, settles[2:]...)
 			run = append(run, checks[1])
 			// Load settle.lua where the holds are: settle one that is not.
@@ -100,18 +117,27 @@ func TestSettlementsShareACall(t *testing.T) {
 			counter.n.Store(0)
 			s.execute(run)
 			if n := counter.n.Load(); n != 2 {
-				t.Errorf("%d script calls, want 2: the checks', the settlements'", n)
+				t.Errorf("%d script calls, want 2: the checks', the operations'", n)
 			}
 			for i, p := range settles {
-				if p.err != nil || p.settled.Cost != int64(i+1) || p.settled.Status != limiter.HoldSettled || p.settled.Repeated || p.holdID != fmt.Sprint(i) {
-					t.Errorf("settlement %d: %+v (hold %q), %v", i, p.settled, p.holdID, p.err)
+				got, id, err := settled(p)
+				if err != nil || got.Cost != int64(i+1) || got.Status != limiter.HoldSettled || got.Repeated || id != fmt.Sprint(i) {
+					t.Errorf("settlement %d: %+v (hold %q), %v", i, got, id, err)
 				}
 			}
-			if repeat.err != nil || !repeat.settled.Repeated || repeat.settled.Cost != 1 {
-				t.Errorf("repeat: %+v, %v; want repeated at 1", repeat.settled, repeat.err)
+			if got, _, err := settled(repeat); err != nil || !got.Repeated || got.Cost != 1 {
+				t.Errorf("repeat: %+v, %v; want repeated at 1", got, err)
 			}
-			if !errors.Is(conflict.err, limiter.ErrHoldConflict) {
-				t.Errorf("another cost: %v, want ErrHoldConflict", conflict.err)
+			if _, _, err := settled(conflict); !errors.Is(err, limiter.ErrHoldConflict) {
+				t.Errorf("another cost: %v, want ErrHoldConflict", err)
+			}
+			renewed, err := decodeLease(renew.reply)
+			if renew.err != nil || err != nil || renewed[0] != 0 || renewed[2] <= renewed[1] {
+				t.Errorf("renewal: %v, %v, %v; want the lease renewed", renewed, renew.err, err)
+			}
+			released, err := decodeLease(release.reply)
+			if release.err != nil || err != nil || released[2] != 1 {
+				t.Errorf("release: %v, %v, %v; want a slot freed", released, release.err, err)
 			}
 			for i, p := range checks {
 				if p.err != nil || !p.out.Admitted {

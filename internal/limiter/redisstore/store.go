@@ -61,8 +61,9 @@ func New(client redis.Scripter) *Store {
 
 // BatchConfig configures a batching store.
 type BatchConfig struct {
-	// MaxChecks bounds the checks and settlements taken together (default
-	// 128), and so how long one call keeps Redis busy.
+	// MaxChecks bounds the checks and the operations that follow them
+	// (ops.go) taken together (default 128), and so how long one call
+	// keeps Redis busy.
 	MaxChecks int
 	// MaxInFlight is how many calls may be under way at once (default 1).
 	// With 1, checks reach Redis strictly in arrival order; more overlap
@@ -86,9 +87,10 @@ type BatchConfig struct {
 // together in the next call (up to MaxChecks), in arrival order. On a
 // Cluster the call is one script call per hash slot, sent in one pipeline.
 // Each check is still decided atomically and all-or-nothing. Settlements
-// of holds queue with the checks and go out with them, in a settle.lua
-// call of their own after the checks' (per hash slot on a Cluster): a
-// hold costs Redis a share of two calls, not a call of its own.
+// of holds and renewals and releases of leases queue with the checks and
+// go out with them, in an ops.lua call of their own after the checks'
+// (per hash slot on a Cluster): a hold or a lease costs Redis a share of
+// two calls, not a call of its own.
 func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	s := New(client)
 	if cfg.MaxChecks <= 0 {
@@ -153,12 +155,13 @@ type pending struct {
 	out      limiter.Outcome
 	err      error
 
-	// settling marks a settlement (settle.go): its request, and what it
-	// came to with the hold's ID.
-	settling bool
-	settle   limiter.Settle
-	settled  limiter.Settlement
-	holdID   string
+	// op is 0 for a check, else an operation that follows checks (ops.go)
+	// on the record at opKey, with its cost and time, and its reply.
+	op      int
+	opKey   string
+	opCost  int64
+	opNowUS int64
+	reply   []any
 
 	// done is signalled once the check is decided, or when it is to
 	// lead the call in lead.
@@ -168,8 +171,8 @@ type pending struct {
 
 // execute decides checks in as few script calls as the server allows,
 // bounded by the earliest deadline among them; checks past their deadline
-// are not sent. Settlements among them go in calls of their own
-// (settle.lua), after the checks'.
+// are not sent. The operations among them that follow checks (ops.go)
+// go in calls of their own, after the checks'.
 func (s *Store) execute(checks []*pending) {
 	now := time.Now()
 	var deadline time.Time
@@ -203,7 +206,7 @@ func (s *Store) execute(checks []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	live, settles := splitSettles(live)
+	live, ops := splitOps(live)
 	switch {
 	case len(live) == 0:
 	case s.cluster == nil || len(live) == 1:
@@ -211,17 +214,9 @@ func (s *Store) execute(checks []*pending) {
 	default:
 		s.runBySlot(ctx, live)
 	}
-	if len(settles) > 0 {
-		s.runSettles(ctx, settles)
+	if len(ops) > 0 {
+		s.runOps(ctx, ops)
 	}
-}
-
-// what names what p is, for errors.
-func (p *pending) what() string {
-	if p.settling {
-		return "settle"
-	}
-	return "check"
 }
 
 // run decides checks in one script call.

@@ -82,7 +82,8 @@ func TestFlagsArePowersOfTwo(t *testing.T) {
 }
 
 // TestHoldConstantsMatchGo: the scripts' hold retention is the limiter's,
-// and settle.lua runs after the constants it uses.
+// and ops.lua (with settle.lua and lease.lua) runs after the constants
+// they use.
 func TestHoldConstantsMatchGo(t *testing.T) {
 	if want := "local holdRetention = " + strconv.FormatInt(limiter.HoldRetentionUS, 10); !regexp.MustCompile(`(?m)^` + want + `\b`).MatchString(checkLua) {
 		t.Errorf("check.lua does not declare %q", want)
@@ -90,7 +91,16 @@ func TestHoldConstantsMatchGo(t *testing.T) {
 	prelude := checkPrelude()
 	for _, name := range []string{"algGCRA", "algSlidingWindowCounter", "idiv", "floor", "tonumber"} {
 		if !regexp.MustCompile(`\blocal (function )?` + name + `\b`).MatchString(prelude) {
-			t.Errorf("settle.lua's prelude lacks %s", name)
+			t.Errorf("ops.lua's prelude lacks %s", name)
+		}
+	}
+}
+
+// TestOpCodesMatchGo: ops.lua's op codes are ops.go's.
+func TestOpCodesMatchGo(t *testing.T) {
+	for name, code := range map[string]int{"opSettle": opSettle, "opExpire": opExpire, "opRenew": opRenew, "opRelease": opRelease} {
+		if want := "local " + name + " = " + strconv.Itoa(code); !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(opsLua) {
+			t.Errorf("ops.lua does not declare %q", want)
 		}
 	}
 }

@@ -1,0 +1,44 @@
+-- Tollgate: the operations that follow checks, on the holds and leases
+-- they opened: settle or expire holds (settle.lua), renew or release
+-- leases (lease.lua), each in one step, one after the other, as that many
+-- calls would. A batching store sends the operations queued with its
+-- checks in one call, after the checks'.
+--
+-- KEYS     each operation's record key (a hold's or a lease's); on a
+--          Cluster the operations of one call are of one hash slot
+-- ARGV     extra_ttl_ms, then per operation: op (an op* code below), now
+--          (µs, 0: from TIME), cost (a settlement's actual cost; else 0)
+--
+-- Returns seven values per operation: a settlement's reply (settle.lua),
+-- or a lease's three (lease.lua) and four zeros.
+
+-- check.lua's wire constants and helpers, and release.lua's
+-- release_lease, come before this file (see ops.go).
+
+-- The op codes: the same names and values as ops.go's.
+local opSettle = 1
+local opExpire = 2
+local opRenew = 3
+local opRelease = 4
+
+local extra = tonumber(ARGV[1])
+local now -- the operation under way's time (µs)
+
+--[[settle.lua]]
+
+--[[lease.lua]]
+
+local out = {}
+for k = 1, #KEYS do
+  local base = 2 + 3 * (k - 1)
+  local op = tonumber(ARGV[base])
+  now = at(tonumber(ARGV[base + 1]))
+  local reply
+  if op == opSettle or op == opExpire then
+    reply = settle(KEYS[k], tonumber(ARGV[base + 2]), op == opExpire)
+  else
+    reply = lease(op, KEYS[k])
+  end
+  for x = 1, 7 do out[#out + 1] = reply[x] or 0 end
+end
+return out

@@ -414,10 +414,19 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 		testenv.Must(t, err)
 		return paused.Load() && acct.Consumed == admitted.Load(), fmt.Sprint(admitted.Load(), " admitted, ledger ", acct.Consumed)
 	})
+	// The drainer is held off from before the clients resume, and Redis
+	// is flushed once a few more units are admitted: well before the
+	// balance runs out, however fast the checks go.
+	draining.Lock()
 	paused.Store(false)
 	close(resume)
-	time.Sleep(5 * time.Millisecond)
-	draining.Lock()
+	for giveUp := time.Now().Add(30 * time.Second); admitted.Load() < pauseAt+10; {
+		if time.Now().After(giveUp) {
+			draining.Unlock()
+			t.Fatalf("%d admitted: the clients did not go on", admitted.Load())
+		}
+		time.Sleep(100 * time.Microsecond) // polling the clients' goroutines
+	}
 	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
 	testenv.Must(t, err)
 	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)

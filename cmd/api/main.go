@@ -59,7 +59,10 @@ type Config struct {
 	// Linger is how long a check that would reach Redis alone may wait
 	// for others to share its script call, while checks arrive often
 	// enough (redisstore.BatchConfig.Linger).
-	Linger          time.Duration
+	Linger time.Duration
+	// BatchOps queues settlements and lease operations with the checks
+	// (redisstore.BatchConfig.Operations).
+	BatchOps        bool
 	KeyPrefix       string
 	ReloadInterval  time.Duration
 	LastUsedFlush   time.Duration
@@ -83,6 +86,7 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		Store:           store,
 		Redis:           e.Redis("127.0.0.1:6379"),
 		Linger:          e.Duration("TOLLGATE_REDIS_LINGER", 0),
+		BatchOps:        e.Bool("TOLLGATE_REDIS_BATCH_OPS", false),
 		KeyPrefix:       e.KeyPrefix(),
 		ReloadInterval:  e.Duration("TOLLGATE_SNAPSHOT_RELOAD", 30*time.Second),
 		LastUsedFlush:   e.Duration("TOLLGATE_LAST_USED_FLUSH", 5*time.Second),
@@ -359,7 +363,8 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.
-	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout, Linger: s.cfg.Linger})
+	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout, Linger: s.cfg.Linger,
+		Operations: s.cfg.BatchOps})
 	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }

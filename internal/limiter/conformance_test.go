@@ -45,11 +45,12 @@ func redisStores() []storeCase {
 	return []storeCase{redisStoreCase(), clusterStoreCase(), batchingStoreCase(redisStoreCase()), batchingStoreCase(clusterStoreCase())}
 }
 
-// batchingStoreCase is sc's store coalescing concurrent checks.
+// batchingStoreCase is sc's store coalescing concurrent checks, and the
+// operations that follow them.
 func batchingStoreCase(sc storeCase) storeCase {
 	return storeCase{sc.name + "-batching", func(t testing.TB) openStore {
 		s := sc.open(t)
-		b := redisstore.NewBatching(s.rdb, redisstore.BatchConfig{})
+		b := redisstore.NewBatching(s.rdb, redisstore.BatchConfig{Operations: true})
 		b.ExtraTTL = time.Minute
 		b.HoldIndex = s.Store.(*redisstore.Store).HoldIndex
 		s.Store = b

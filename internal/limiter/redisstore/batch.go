@@ -31,6 +31,7 @@ type batcher struct {
 	lanes   int           // calls under way at most
 	timeout time.Duration // a check's wait at most; 0: its context's deadline
 	linger  time.Duration // a lone check's wait for company at most; 0: none
+	ops     bool          // operations queue with the checks (BatchConfig.Operations)
 
 	mu    sync.Mutex
 	queue []*pending

@@ -12,9 +12,9 @@ import (
 // The operations that follow checks, on the holds and leases they opened:
 // ops.lua runs any number of them in one call, each in one step
 // (settle.lua's settle, lease.lua's lease), one after the other. A
-// batching store queues them with its checks and sends those queued
-// together in one call after the checks'; a store without a batcher
-// sends each alone.
+// batching store with BatchConfig.Operations queues them with its checks
+// and sends those queued together in one call after the checks'; other
+// stores send each alone, and so does ExpireDue.
 
 //go:embed ops.lua
 var opsLua string
@@ -36,9 +36,10 @@ const (
 const opReplyLen = 7
 
 // runOp runs one operation on the record at key and returns its reply:
-// in the batcher's next call, or in a call of its own.
+// in the batcher's next call when it queues operations, or in a call of
+// its own.
 func (s *Store) runOp(ctx context.Context, op int, key string, cost, nowUS int64) ([]any, error) {
-	if s.batcher != nil {
+	if s.batcher != nil && s.batcher.ops {
 		return s.batcher.op(ctx, op, key, cost, nowUS)
 	}
 	p := pending{op: op, opKey: key, opCost: cost, opNowUS: nowUS}

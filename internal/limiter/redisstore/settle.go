@@ -39,8 +39,9 @@ const (
 
 // Settle sets a hold's actual cost, or expires it, in one step that
 // changes the hold's record and the states it took from together (an
-// ops.lua call; on a batching store, the one that goes out with the next
-// checks, shared with the other operations queued then). It returns
+// ops.lua call; on a batching store with BatchConfig.Operations, the one
+// that goes out with the next checks, shared with the other operations
+// queued then). It returns
 // limiter.ErrHoldNotFound, ErrHoldConflict, ErrHoldNotDue or
 // ErrSettleCost as limiter.Settler says, and wrapped store errors.
 func (s *Store) Settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, error) {
@@ -62,6 +63,18 @@ func (s *Store) settle(ctx context.Context, req limiter.Settle) (limiter.Settlem
 		return limiter.Settlement{}, "", err
 	}
 	return decodeSettlement(values)
+}
+
+// expire expires the due hold at key in a call of its own (ExpireDue's
+// holds come one after the other, and none should wait for checks).
+func (s *Store) expire(ctx context.Context, key string) (limiter.Settlement, string, error) {
+	p := pending{op: opExpire, opKey: key}
+	one := [1]*pending{&p}
+	s.runOps(ctx, one[:])
+	if p.err != nil {
+		return limiter.Settlement{}, "", p.err
+	}
+	return decodeSettlement(p.reply)
 }
 
 // decodeSettlement reads a settlement's reply from ops.lua: code, now,
@@ -121,7 +134,7 @@ func (s *Store) indexHold(ctx context.Context, h *limiter.Hold, expireUS int64) 
 }
 
 // ExpireDue expires up to max holds past their expiry at Redis's clock,
-// each in its own settle.lua call, and drops them from the index.
+// each in an ops.lua call of its own, and drops them from the index.
 func (s *Store) ExpireDue(ctx context.Context, max int) ([]limiter.Expired, error) {
 	due, err := indexDueScript.Run(ctx, s.client, []string{s.holdIndex()}, max).StringSlice()
 	if err != nil {
@@ -129,7 +142,7 @@ func (s *Store) ExpireDue(ctx context.Context, max int) ([]limiter.Expired, erro
 	}
 	var out []limiter.Expired
 	for _, member := range due {
-		st, id, err := s.settle(ctx, limiter.Settle{Key: member, Expire: true})
+		st, id, err := s.expire(ctx, member)
 		switch {
 		case errors.Is(err, limiter.ErrHoldNotDue):
 			continue // clocks of Redis calls a µs apart; next round

@@ -159,7 +159,7 @@ func TestSettlementsShareACall(t *testing.T) {
 func TestSettlementsFromManyCallers(t *testing.T) {
 	c, prefix := testenv.Redis(t)
 	ctx := context.Background()
-	s := NewBatching(c, BatchConfig{})
+	s := NewBatching(c, BatchConfig{Operations: true})
 	window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 10_000, PeriodUS: limiter.HourUS}
 	reqs := []limiter.Request{{Key: prefix + "w", Params: window}}
 	const holds = 200

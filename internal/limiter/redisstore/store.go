@@ -73,6 +73,16 @@ type BatchConfig struct {
 	// queueing included (the context's deadline when earlier): the store
 	// is then a limiter.SelfTimed.
 	Timeout time.Duration
+	// Operations queues the operations that follow checks (settlements
+	// of holds, renewals and releases of leases: ops.go) with the checks,
+	// to go out together in one ops.lua call after the checks' call,
+	// instead of a call of their own each. It saves Redis most of the
+	// operations' calls (docs/benchmarks.md, "Settlements and releases in
+	// the batch"), at a cost: the checks of a run that holds operations
+	// are answered after both calls, and one failed or timed-out
+	// operations call fails every operation in it (those Redis applied
+	// already are then answered as repeated when retried).
+	Operations bool
 	// Linger, when > 0, is the longest a check that would go out alone
 	// waits for others to share its call. It waits only while checks
 	// arrive at least twice per Linger on average, and at most until
@@ -86,11 +96,11 @@ type BatchConfig struct {
 // checks that arrive while one is under way wait for it and go out
 // together in the next call (up to MaxChecks), in arrival order. On a
 // Cluster the call is one script call per hash slot, sent in one pipeline.
-// Each check is still decided atomically and all-or-nothing. Settlements
-// of holds and renewals and releases of leases queue with the checks and
-// go out with them, in an ops.lua call of their own after the checks'
-// (per hash slot on a Cluster): a hold or a lease costs Redis a share of
-// two calls, not a call of its own.
+// Each check is still decided atomically and all-or-nothing. With
+// Operations, settlements of holds and renewals and releases of leases
+// queue with the checks and go out with them, in an ops.lua call of
+// their own after the checks' (per hash slot on a Cluster): a hold or a
+// lease costs Redis a share of two calls, not a call of its own.
 func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	s := New(client)
 	if cfg.MaxChecks <= 0 {
@@ -99,7 +109,8 @@ func NewBatching(client redis.Scripter, cfg BatchConfig) *Store {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1
 	}
-	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout, linger: cfg.Linger}
+	s.batcher = &batcher{store: s, max: cfg.MaxChecks, lanes: cfg.MaxInFlight, timeout: cfg.Timeout, linger: cfg.Linger,
+		ops: cfg.Operations}
 	if cfg.Linger > 0 {
 		s.batcher.clock = time.Now
 		s.batcher.start = time.Now()

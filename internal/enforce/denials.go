@@ -28,11 +28,12 @@ import (
 // may still deny larger ones, but no more is promised), after at most
 // maxDenialLife, when the rule's parameters differ from those it was
 // stored with (but for a fixed window's limit and burst: sameState), and
-// when the store admits a check on its key. A check of cost 0 (a peek) always goes to the store, as does
-// one with any rule that has no entry or whose entries all allow it. Only
-// the decision is the store's: the figures of a local denial (remaining,
-// retry_after) are those of the remembered state, so retry_after may be
-// shorter than the store would answer, never longer.
+// when the store admits a check on its key. A check of cost 0 (a peek)
+// always goes to the store, as does one with any rule that has no entry
+// or whose entries all allow it. Only the decision is the store's: the
+// figures of a local denial (remaining, retry_after) are those of the
+// remembered state, so retry_after may be shorter than the store would
+// answer, never longer.
 //
 // denials is safe for concurrent use; a nil *denials remembers nothing.
 type denials struct {

@@ -247,10 +247,7 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 	}
 	// The rules that count a tenant's month have the same state ID on every
 	// plan: the count is the tenant's, and survives a change of plan.
-	taken := map[[3]byte]bool{}
-	for _, name := range tenantMonthRules {
-		taken[tenantMonthStateID(name)] = true
-	}
+	taken := map[[3]byte]bool{tenantMonthStateID: true}
 	for _, r := range rules {
 		params := r.Params()
 		window := params.PeriodUS
@@ -262,7 +259,7 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 		}
 		id, found := [3]byte{}, false
 		if slices.Contains(tenantMonthRules, r.Name) {
-			id, found = tenantMonthStateID(r.Name), true
+			id, found = tenantMonthStateID, true
 		} else if base != nil {
 			for _, b := range base.Rules {
 				if b.Name == r.Name && b.Algorithm == r.Algorithm {
@@ -297,13 +294,11 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 // plan's: the monthly quota and the spend cap.
 var tenantMonthRules = []string{plans.QuotaRuleName, plans.SpendCapRuleName}
 
-// tenantMonthStateID returns the state ID of one of tenantMonthRules: the
-// same on every plan (statekey.TenantMonthID), and the same for both, so
-// that a spend cap counts the month the quota's tally counted
-// (Rule.Tally), from its first unit, whenever the cap was set.
-func tenantMonthStateID(string) [3]byte {
-	return statekey.TenantMonthID(plans.QuotaRuleName)
-}
+// tenantMonthStateID is the state ID of both tenantMonthRules: the same
+// on every plan (statekey.TenantMonthID), and the same for both, so that
+// a spend cap counts the month the quota's tally counted (Rule.Tally),
+// from its first unit, whenever the cap was set.
+var tenantMonthStateID = statekey.TenantMonthID(plans.QuotaRuleName)
 
 // addKey indexes k among the snapshot's keys while it is being built.
 func (s *Snapshot) addKey(k tenants.SnapshotKey) {

@@ -81,15 +81,7 @@ func (s *Store) runOps(ctx context.Context, ps []*pending) {
 		decodeOps(ps, values, err)
 		return
 	}
-	groups := map[int][]*pending{}
-	var order []int
-	for _, p := range ps {
-		sl := slot(p.opKey)
-		if _, ok := groups[sl]; !ok {
-			order = append(order, sl)
-		}
-		groups[sl] = append(groups[sl], p)
-	}
+	order, groups := bySlot(ps, func(p *pending) string { return p.opKey })
 	cmds := make([]*redis.Cmd, len(order))
 	_, _ = s.cluster.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, sl := range order {

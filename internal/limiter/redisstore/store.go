@@ -260,15 +260,7 @@ func (s *Store) scriptArgs(c *call, checks []*pending) []any {
 // (every key of one check shares a hash tag), all sent in one pipeline;
 // go-redis sends each node its calls at once.
 func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
-	groups := map[int][]*pending{}
-	var order []int
-	for _, p := range checks {
-		sl := slot(firstKey(p.batch))
-		if _, ok := groups[sl]; !ok {
-			order = append(order, sl)
-		}
-		groups[sl] = append(groups[sl], p)
-	}
+	order, groups := bySlot(checks, func(p *pending) string { return firstKey(p.batch) })
 	if len(order) == 1 {
 		s.run(ctx, checks)
 		return
@@ -292,6 +284,20 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 		calls[i].decode(groups[sl], reply, err)
 		putCall(calls[i])
 	}
+}
+
+// bySlot groups ps by the hash slot of each one's key, the slots in order
+// of first appearance.
+func bySlot(ps []*pending, key func(*pending) string) (order []int, groups map[int][]*pending) {
+	groups = map[int][]*pending{}
+	for _, p := range ps {
+		sl := slot(key(p))
+		if _, ok := groups[sl]; !ok {
+			order = append(order, sl)
+		}
+		groups[sl] = append(groups[sl], p)
+	}
+	return order, groups
 }
 
 // call is one script call's arguments and reply, reused through callPool.

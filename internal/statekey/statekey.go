@@ -4,6 +4,8 @@
 package statekey
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"hash/fnv"
 	"net/netip"
 	"strconv"
@@ -33,6 +35,14 @@ import (
 // With the default prefix "tg:" a per-key or per-tenant state key is 14
 // bytes, an anonymous IPv4 one 13. Hashes of random UUIDs make two keys of
 // one tenant share a state with a chance of about 2^-41 per pair.
+//
+// Beside a check's states, under the same hash tag, are the records of
+// the holds and leases it opens:
+//
+//	prefix "{" tag "}" kind hash
+//
+// where kind is one byte ('h' a hold, 'l' a lease) and hash the hex of 16
+// bytes of the SHA-256 of the hold or lease ID (HoldKey, LeaseKey).
 
 // Short is 40 bits of a hash of an ID: the scope part of a state key.
 type Short [5]byte
@@ -106,11 +116,72 @@ func TenantMonthKey(prefix, tenantID, rule string) string {
 	tag, short := Compact(tenantID)
 	id := TenantMonthID(rule)
 	b := make([]byte, 0, len(prefix)+3+len(id)+len(short))
+	return string(AppendKey(b, prefix, tag, id, short, nil))
+}
+
+// AppendKey appends to b the state key, under prefix and hash tag tag, of
+// rule (its RuleID) for the caller of an API key: scope is the short ID
+// of the key (a per-key rule) or of its tenant (per tenant, and per IP
+// address, which appends addr, as AppendAddr lays it out; nil for the
+// others).
+func AppendKey(b []byte, prefix string, tag byte, rule [3]byte, scope Short, addr []byte) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{', tag, '}')
-	b = append(b, id[:]...)
-	b = append(b, short[:]...)
-	return string(b)
+	b = append(b, rule[:]...)
+	b = append(b, scope[:]...)
+	return append(b, addr...)
+}
+
+// AppendAnonymousKey appends to b the state key, under prefix, of rule
+// for an anonymous caller at addr (as AppendAddr lays it out): its hash
+// tag is the address's (IPTag), its scope the address.
+func AppendAnonymousKey(b []byte, prefix string, rule [3]byte, addr []byte) []byte {
+	b = append(b, prefix...)
+	b = append(b, '{', IPTag(addr), '}')
+	b = append(b, rule[:]...)
+	return append(b, addr...)
+}
+
+// Tag returns the hash tag byte of key, a state key (or a record's)
+// under prefix; 0 for a key too short to be one.
+func Tag(prefix, key string) byte {
+	if len(key) < len(prefix)+3 {
+		return 0
+	}
+	return key[len(prefix)+1]
+}
+
+// ProbeKey returns the key, under prefix, that probes of the store peek
+// at: no rule's state, so a probe changes nothing a check reads.
+func ProbeKey(prefix string) string {
+	return prefix + "{tollgate}:probe"
+}
+
+// The kinds of the records that sit beside a check's states.
+const (
+	holdRecord  = 'h'
+	leaseRecord = 'l'
+)
+
+// HoldKey returns the key, under prefix and hash tag tag, of the record
+// of the hold named id. Every byte of id counts: an ID altered in any
+// part names another record.
+func HoldKey(prefix string, tag byte, id string) string {
+	return recordKey(prefix, tag, holdRecord, id)
+}
+
+// LeaseKey returns the key, under prefix and hash tag tag, of the record
+// of the lease named id; it differs from HoldKey's of the same ID.
+func LeaseKey(prefix string, tag byte, id string) string {
+	return recordKey(prefix, tag, leaseRecord, id)
+}
+
+// recordKey writes the tag as the UTF-8 of the rune of its value, as
+// the keys of records already open were written: two bytes for a tag of
+// 0x80 or more.
+func recordKey(prefix string, tag, kind byte, id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return prefix + "{" + string(tag) + "}" + string(kind) + hex.EncodeToString(sum[:16])
 }
 
 // AppendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for
@@ -157,12 +228,15 @@ var (
 
 // AppendCredits appends to b the two state keys of a tenant's prepaid
 // balance, of equal length: its counter, then its consumption log.
+// SplitCredits takes them apart again.
 func AppendCredits(b []byte, prefix string, tag byte, short Short) []byte {
-	for _, id := range [][3]byte{creditCounterID, creditLogID} {
-		b = append(b, prefix...)
-		b = append(b, '{', tag, '}')
-		b = append(b, id[:]...)
-		b = append(b, short[:]...)
-	}
-	return b
+	b = AppendKey(b, prefix, tag, creditCounterID, short, nil)
+	return AppendKey(b, prefix, tag, creditLogID, short, nil)
+}
+
+// SplitCredits returns the counter and consumption log keys of keys, the
+// two keys of a balance as AppendCredits appended them.
+func SplitCredits(keys string) (counter, log string) {
+	half := len(keys) / 2
+	return keys[:half], keys[half:]
 }

@@ -134,9 +134,7 @@ type Expiring struct {
 // share the slot of its rules' state).
 func Keys(prefix, tenantID string) (counter, log string) {
 	tag, short := statekey.Compact(tenantID)
-	b := statekey.AppendCredits(nil, prefix, tag, short)
-	n := len(b) / 2
-	return string(b[:n]), string(b[n:])
+	return statekey.SplitCredits(string(statekey.AppendCredits(nil, prefix, tag, short)))
 }
 
 // Prepare makes the expiries a check carries from Expiring: the soonest

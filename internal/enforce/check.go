@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // Recorder counts decisions. Record must not block: the hot path calls it
@@ -140,7 +141,7 @@ func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig)
 		// Peeks at a key no check uses: it changes nothing, and runs the
 		// check script, so a probe that succeeds means checks will too.
 		bc.Probe = limiter.Batch{DryRun: true, Requests: []limiter.Request{{
-			Key:    c.prefix + "{tollgate}:probe",
+			Key:    statekey.ProbeKey(c.prefix),
 			Params: limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.SecondUS},
 		}}}
 	}

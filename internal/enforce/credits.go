@@ -5,6 +5,7 @@ import (
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // CreditsResult is a decision's part about the tenant's prepaid balance
@@ -25,8 +26,7 @@ func (who caller) credits() *credits.Hot {
 // The store applies the line's expiries at its own clock, the one it
 // decides the check at: an api process's clock does not matter.
 func (c *Checker) creditsFor(hot *credits.Hot, keys string) *limiter.Credits {
-	half := len(keys) / 2
-	lc := hot.Limiter(keys[:half], keys[half:])
+	lc := hot.Limiter(statekey.SplitCredits(keys))
 	return &lc
 }
 

@@ -3,7 +3,6 @@ package enforce
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // holdRef is what a hold ID carries: where its record is (the hash tag of
@@ -57,14 +57,7 @@ func parseHoldID(id string) (holdRef, bool) {
 
 // holdKey returns the key of hold id's record, beside its states.
 func (c *Checker) holdKey(tag byte, id string) string {
-	return c.recordKey(tag, 'h', id)
-}
-
-// recordKey returns the key of the record of kind ('h' a hold, 'l' a
-// lease) that id names, under hash tag tag.
-func (c *Checker) recordKey(tag, kind byte, id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return c.prefix + "{" + string(tag) + "}" + string(kind) + hex.EncodeToString(sum[:16])
+	return statekey.HoldKey(c.prefix, tag, id)
 }
 
 // holdFor returns the limiter hold of a check of r over the matched rules
@@ -90,7 +83,7 @@ func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Re
 	if len(reqs) > 0 {
 		key = reqs[0].Key
 	}
-	tag := key[len(c.prefix)+1]
+	tag := statekey.Tag(c.prefix, key)
 	id := newHoldID(tag, d, r)
 	return &limiter.Hold{ID: id, Key: c.holdKey(tag, id), TTLUS: ttlS * limiter.SecondUS, ChargeOnExpiry: charge}, id
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // timeFormat is how answers write instants: RFC 3339, UTC, milliseconds.
@@ -16,7 +17,7 @@ const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 // concurrency rules, and its ID: the check's hold ID when it holds too
 // (the records' keys differ), else a fresh one of the same form.
 func (c *Checker) leaseFor(holdID string, reqs []limiter.Request, r Request, d *Decision) (*limiter.Lease, string) {
-	tag := reqs[0].Key[len(c.prefix)+1]
+	tag := statekey.Tag(c.prefix, reqs[0].Key)
 	id := holdID
 	if id == "" {
 		id = newHoldID(tag, d, r)
@@ -26,7 +27,7 @@ func (c *Checker) leaseFor(holdID string, reqs []limiter.Request, r Request, d *
 
 // leaseKey returns the key of lease id's record, beside its states.
 func (c *Checker) leaseKey(tag byte, id string) string {
-	return c.recordKey(tag, 'l', id)
+	return statekey.LeaseKey(c.prefix, tag, id)
 }
 
 // leasedTTL returns the shortest lease TTL (µs) of the concurrency rules

@@ -52,27 +52,24 @@ func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]l
 	var endStack [8]int
 	ends := endStack[:0]
 	for _, rule := range matched {
-		b = append(b, c.prefix...)
 		if who.key == nil {
-			b = append(b, '{', statekey.IPTag(addr), '}')
-			b = append(b, rule.StateID[:]...)
-			b = append(b, addr...)
-		} else {
-			b = append(b, '{', who.tenant.Tag, '}')
-			b = append(b, rule.StateID[:]...)
-			switch rule.Scope {
-			case plans.ScopeKey:
-				b = append(b, who.key.Short[:]...)
-			case plans.ScopeTenant:
-				b = append(b, who.tenant.Short[:]...)
-			case plans.ScopeIP:
-				if ip == "" {
-					return nil, "", tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
-				}
-				b = append(b, who.tenant.Short[:]...)
-				b = append(b, addr...)
-			}
+			b = statekey.AppendAnonymousKey(b, c.prefix, rule.StateID, addr)
+			ends = append(ends, len(b))
+			continue
 		}
+		var scope, scopeAddr []byte
+		switch rule.Scope {
+		case plans.ScopeKey:
+			scope = who.key.Short[:]
+		case plans.ScopeTenant:
+			scope = who.tenant.Short[:]
+		case plans.ScopeIP:
+			if ip == "" {
+				return nil, "", tollgate.Invalid(map[string]string{"ip": "is required: rule " + rule.Name + " limits per IP address"})
+			}
+			scope, scopeAddr = who.tenant.Short[:], addr
+		}
+		b = statekey.AppendKey(b, c.prefix, who.tenant.Tag, rule.StateID, scope, scopeAddr)
 		ends = append(ends, len(b))
 	}
 	rulesEnd := len(b)

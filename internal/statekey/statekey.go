@@ -116,19 +116,19 @@ func TenantMonthKey(prefix, tenantID, rule string) string {
 	tag, short := Compact(tenantID)
 	id := TenantMonthID(rule)
 	b := make([]byte, 0, len(prefix)+3+len(id)+len(short))
-	return string(AppendKey(b, prefix, tag, id, short, nil))
+	return string(AppendKey(b, prefix, tag, id, short[:], nil))
 }
 
 // AppendKey appends to b the state key, under prefix and hash tag tag, of
 // rule (its RuleID) for the caller of an API key: scope is the short ID
-// of the key (a per-key rule) or of its tenant (per tenant, and per IP
-// address, which appends addr, as AppendAddr lays it out; nil for the
-// others).
-func AppendKey(b []byte, prefix string, tag byte, rule [3]byte, scope Short, addr []byte) []byte {
+// (Short) of the key, for a per-key rule, or of its tenant, per tenant
+// and per IP address, which appends addr too (as AppendAddr lays it out;
+// nil for the others).
+func AppendKey(b []byte, prefix string, tag byte, rule [3]byte, scope, addr []byte) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{', tag, '}')
 	b = append(b, rule[:]...)
-	b = append(b, scope[:]...)
+	b = append(b, scope...)
 	return append(b, addr...)
 }
 
@@ -230,8 +230,8 @@ var (
 // balance, of equal length: its counter, then its consumption log.
 // SplitCredits takes them apart again.
 func AppendCredits(b []byte, prefix string, tag byte, short Short) []byte {
-	b = AppendKey(b, prefix, tag, creditCounterID, short, nil)
-	return AppendKey(b, prefix, tag, creditLogID, short, nil)
+	b = AppendKey(b, prefix, tag, creditCounterID, short[:], nil)
+	return AppendKey(b, prefix, tag, creditLogID, short[:], nil)
 }
 
 // SplitCredits returns the counter and consumption log keys of keys, the

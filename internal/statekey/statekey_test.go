@@ -18,13 +18,13 @@ func TestKeyLayout(t *testing.T) {
 		want         string
 		tag          byte
 	}{
-		{"per key", "tg:", AppendKey(nil, "tg:", tag, rule, short, nil),
+		{"per key", "tg:", AppendKey(nil, "tg:", tag, rule, short[:], nil),
 			"tg:{" + string([]byte{tag}) + "}" + string(rule[:]) + string(short[:]), tag},
-		{"per IP of a tenant", "tg:", AppendKey(nil, "tg:", tag, rule, short, v6),
+		{"per IP of a tenant", "tg:", AppendKey(nil, "tg:", tag, rule, short[:], v6),
 			"tg:{" + string([]byte{tag}) + "}" + string(rule[:]) + string(short[:]) + string(v6), tag},
 		{"anonymous", "p:", AppendAnonymousKey(nil, "p:", rule, v4),
 			"p:{" + string([]byte{IPTag(v4)}) + "}" + string(rule[:]) + string(v4), IPTag(v4)},
-		{"after other bytes", "tg:", AppendKey([]byte("x"), "tg:", tag, rule, short, nil),
+		{"after other bytes", "tg:", AppendKey([]byte("x"), "tg:", tag, rule, short[:], nil),
 			"xtg:{" + string([]byte{tag}) + "}" + string(rule[:]) + string(short[:]), 0},
 	}
 	for _, c := range cases {
@@ -40,7 +40,7 @@ func TestKeyLayout(t *testing.T) {
 			}
 		})
 	}
-	if got := len(AppendKey(nil, "tg:", tag, rule, short, nil)); got != 14 {
+	if got := len(AppendKey(nil, "tg:", tag, rule, short[:], nil)); got != 14 {
 		t.Errorf("a per-key state key under tg: is %d bytes, want 14", got)
 	}
 	if got := len(AppendAnonymousKey(nil, "tg:", rule, v4)); got != 13 {
@@ -56,7 +56,7 @@ func TestKeyLayout(t *testing.T) {
 func TestTenantMonthKey(t *testing.T) {
 	const id = "00000000-0000-4000-8000-000000000002"
 	tag, short := Compact(id)
-	want := string(AppendKey(nil, "tg:", tag, TenantMonthID("monthly_quota"), short, nil))
+	want := string(AppendKey(nil, "tg:", tag, TenantMonthID("monthly_quota"), short[:], nil))
 	if got := TenantMonthKey("tg:", id, "monthly_quota"); got != want {
 		t.Errorf("TenantMonthKey = %q, want %q", got, want)
 	}
@@ -67,7 +67,7 @@ func TestTenantMonthKey(t *testing.T) {
 func TestCredits(t *testing.T) {
 	tag, short := Compact("00000000-0000-4000-8000-000000000003")
 	for _, prefix := range []string{"tg:", "a-much-longer-prefix:"} {
-		rules := AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short, nil)
+		rules := AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil)
 		b := AppendCredits(rules, prefix, tag, short)
 		counter, log := SplitCredits(string(b[len(rules):]))
 		if counter == log || len(counter) != len(log) {

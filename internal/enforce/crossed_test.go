@@ -13,8 +13,9 @@ import (
 // monthly quota's count, from its answer alone.
 func TestCrossed(t *testing.T) {
 	points := []int64{500, 900, 960}
+	rule := &snapshot.Rule{Rule: plans.Rule{Name: plans.QuotaRuleName, Limit: 1000}, After: snapshot.After{Crossings: true}}
 	quota := func(remaining int64) []RuleResult {
-		return []RuleResult{{Name: "hourly", Limit: 10, Remaining: 0}, {Name: plans.QuotaRuleName, Limit: 1000, Remaining: remaining, Allowed: true}}
+		return []RuleResult{{Name: "hourly", Limit: 10, Remaining: 0}, {Name: plans.QuotaRuleName, Limit: 1000, Remaining: remaining, Allowed: true, rule: rule}}
 	}
 	cases := []struct {
 		remaining, cost int64
@@ -42,7 +43,8 @@ func TestCrossed(t *testing.T) {
 // the whole month, so its points past the included units are crossed on
 // the check path too, would-deny or not.
 func TestCrossedPastTheIncludedUnits(t *testing.T) {
-	rule := &snapshot.Rule{Rule: plans.Rule{Name: plans.QuotaRuleName, Limit: 1000}, Params: limiter.Params{Limit: snapshot.TallyLimit}, Tally: true}
+	rule := &snapshot.Rule{Rule: plans.Rule{Name: plans.QuotaRuleName, Limit: 1000}, Params: limiter.Params{Limit: snapshot.TallyLimit}, Tally: true,
+		After: snapshot.After{Crossings: true}}
 	points := []int64{900, 1000, 1500}
 	for _, c := range []struct {
 		count, cost int64

@@ -37,6 +37,15 @@ type RuleResult struct {
 	count int64
 }
 
+// denial returns the reason of a check whose denial rr governs, as its
+// rule says (snapshot.After.Denial).
+func (rr *RuleResult) denial() string {
+	if rr.rule != nil && rr.rule.After.Denial != "" {
+		return rr.rule.After.Denial
+	}
+	return tollgate.ReasonRateLimited
+}
+
 // QuotedName returns the rule's name as a structured-field string (for
 // the RateLimit headers).
 func (rr *RuleResult) QuotedName() string {
@@ -139,33 +148,17 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 		d.Rules = append(d.Rules, rr)
 	}
 	d.governing = governing(d.Rules, d.Allowed)
+	refused := balanceDecided(&d, out.Credits, tenant)
 	reason := tollgate.ReasonOK
-	unknown := false
-	if batch := out.Credits; tenant != nil && tenant.Credits != nil {
-		if batch.Unknown {
-			// The store has no counter of the balance (it lost it, or the
-			// credits drainer has not made it from the ledger yet): nothing
-			// was drawn, as when the store is down.
-			unknown, d.Degraded = true, true
-		} else {
-			d.Credits = &CreditsResult{Balance: batch.Balance, Drawn: batch.Drawn, Overage: batch.Overage}
-		}
-	}
 	switch {
-	case !d.Allowed && unknown && !out.Credits.Allowed && !ruleDenied(d.Rules):
-		reason = tollgate.ReasonUnavailable
-		d.governing = -1
-		d.RetryAfterMS = outageRetryMS
-	case !d.Allowed && d.Credits != nil && !out.Credits.Allowed && !ruleDenied(d.Rules):
-		reason = tollgate.ReasonCreditsExhausted
-		d.governing = -1
-		d.RetryAfterMS = -1 // until a top-up
-	case !d.Allowed && d.Rules[d.governing].Name == plans.SpendCapRuleName:
-		reason = tollgate.ReasonSpendCap
-	case !d.Allowed:
-		reason = tollgate.ReasonRateLimited
-	case tenant != nil && len(tenant.Points) > 0 && !r.DryRun:
-		d.crossed = crossed(d.Rules, tenant.Points, r.Cost)
+	case d.Allowed:
+		if tenant != nil && len(tenant.Points) > 0 && !r.DryRun {
+			d.crossed = crossed(d.Rules, tenant.Points, r.Cost)
+		}
+	case refused != "":
+		reason = refused
+	default:
+		reason = d.Rules[d.governing].denial()
 	}
 	return c.finish(d, r, reason)
 }
@@ -183,8 +176,11 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 func crossed(rules []RuleResult, points []int64, cost int64) []int64 {
 	for i := range rules {
 		rr := &rules[i]
-		tally := rr.rule != nil && rr.rule.Tally
-		if rr.Name != plans.QuotaRuleName || (rr.WouldDeny && !tally) || rr.Degraded {
+		if rr.rule == nil || !rr.rule.After.Crossings {
+			continue
+		}
+		tally := rr.rule.Tally
+		if (rr.WouldDeny && !tally) || rr.Degraded {
 			continue
 		}
 		after := rr.Limit - rr.Remaining

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -43,6 +44,35 @@ type Rule struct {
 	// unit. Checks report it against Limit, the included units, as
 	// Reported does.
 	Tally bool
+	// After is what a check does with the rule's decision beyond
+	// reporting it.
+	After After
+}
+
+// After is what a check does with a rule's decision beyond reporting it,
+// compiled with the rule so that the checker asks the rule rather than
+// knowing rules by name. The zero value does nothing more: a denial the
+// rule governs is rate_limited.
+type After struct {
+	// Denial is the reason of a check whose denial the rule governs, when
+	// not tollgate.ReasonRateLimited: tollgate.ReasonSpendCap for the
+	// spend cap.
+	Denial string
+	// Crossings is true for the monthly quota: a check it admits reports
+	// the tenant's quota points (Tenant.Points) its count went past.
+	Crossings bool
+}
+
+// afterOf returns what a check does with the decision of the rule named
+// name beyond reporting it.
+func afterOf(name string) After {
+	switch name {
+	case plans.QuotaRuleName:
+		return After{Crossings: true}
+	case plans.SpendCapRuleName:
+		return After{Denial: tollgate.ReasonSpendCap}
+	}
+	return After{}
 }
 
 // TallyLimit is the store limit of a tally (Rule.Tally): it never binds,
@@ -285,6 +315,7 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 			Quoted:  quoted,
 			Policy:  quoted + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(windowS, 10),
 			Tally:   tally,
+			After:   afterOf(r.Name),
 		})
 	}
 	return v

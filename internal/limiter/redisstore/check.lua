@@ -96,6 +96,9 @@ local flagAnchorFirstRequest = 16
 local optDryRun = 1
 local optCredits = 2
 local optCreditOverage = 4
+local kindAlgorithm = 4
+local kindShape = 2
+local kindShadow = 1
 local holdRetention = 3600000000 -- µs, limiter.HoldRetentionUS
 
 local floor = math.floor
@@ -263,25 +266,23 @@ while i <= total do
     local new_number, new_window, new_count, new_prev, new_period = 0, 0, 0, 0, 0
 
     if a == algGCRA or a == algLeakyBucket or a == algTokenBucket then
-      -- rate.lua decides these, as in the lean scripts, from: kind (its
-      -- flag 2 is shape, as flags' flagShape), the rule's three numbers
-      -- (interval or unit, burst, tolerance or 1 if it refills) and the
-      -- stored number. A token bucket keeps one number, the time it was
-      -- (or would have been) empty; one that never refills keeps its
-      -- whole tokens, without expiry.
-      local kind, pa, pb, pc, v = flags, def_interval[d], def_burst[d], def_tolerance[d], cache[key]
-      if a == algTokenBucket then
-        if def_refills[d] then pc = 1 else pc = 0 end
-      end
-      local number = 0
+      -- rate.lua decides these, as in the lean scripts, from the rule's
+      -- numbers and the stored number. A token bucket keeps one number,
+      -- the time it was (or would have been) empty; one that never
+      -- refills keeps its whole tokens, without expiry.
+      local shape = has(flags, flagShape)
+      local interval, burst, tolerance, refills = def_interval[d], def_burst[d], def_tolerance[d], def_refills[d]
+      local v = cache[key]
+      local tat, tokens, number = 0, 0, 0
       --[[rate.lua]]
       new_number = number
+      if a == algTokenBucket then x1, x2 = tokens, now else x1 = tat end
       -- The hold mark: where the rule's state stands once admitted.
       if allowed == 1 then
         if a ~= algTokenBucket then
-          mark = x1 + pa * cost
-        elseif pc == 1 then
-          mark = now - (x1 - pa * cost) + pa * pb
+          mark = tat + interval * cost
+        elseif refills then
+          mark = now - (tokens - interval * cost) + interval * burst
         else
           mark = 0
         end

@@ -123,16 +123,10 @@ func (c *call) encodeLean(checks []*pending, extraTTLMS int64) {
 			dry = 1
 		}
 		c.args = append(c.args, b.NowUS, b.Cost, dry, int64(len(b.Requests)))
-		for _, r := range b.Requests {
+		for i := range b.Requests {
+			r := &b.Requests[i]
 			c.keys = append(c.keys, r.Key)
-			kind := algorithmCode(r.Params.Algorithm) * 4
-			if r.Params.Shape {
-				kind += 2
-			}
-			if r.Shadow {
-				kind++
-			}
-			c.args = append(c.args, kind)
+			c.args = append(c.args, leanKind(r))
 			if r.Params.Algorithm == limiter.FixedWindow {
 				start, end := monthBounds(b.NowUS)
 				c.args = append(c.args, r.Params.Limit, start, end)

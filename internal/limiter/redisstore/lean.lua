@@ -10,8 +10,9 @@
 -- ARGV     extra_ttl_ms, report_state,
 --          then per check: now, cost, dry_run, nrules,
 --          then per rule: kind, a, b, c
---   kind is algorithm × 4, + 2 for a shaping leaky bucket, + 1 for a
---   shadow rule (the algorithm codes are check.lua's). a, b, c are
+--   kind is the algorithm's code × kindAlgorithm, + kindShape for a
+--   shaping leaky bucket, + kindShadow for a shadow rule (check.lua
+--   declares them, and the algorithm codes, as wire.go does). a, b, c are
 --   check.lua's three numbers of the algorithm, but for a calendar-month
 --   fixed window: its limit, and the start and end (µs) of the month the
 --   caller's clock was in; a check whose time falls outside them works
@@ -37,7 +38,7 @@ local nargs = #ARGV
 -- later check of the batch on the same key sees the earlier one's state.
 local cache = {}
 if #KEYS == 1 then
-  if floor(tonumber(ARGV[7]) / 4) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
+  if floor(tonumber(ARGV[7]) / kindAlgorithm) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
 else
   local mkeys, nk = {}, 0
   local j, k = 3, 0
@@ -46,7 +47,7 @@ else
     j = j + 4
     for _ = 1, nrules do
       k = k + 1
-      if floor(tonumber(ARGV[j]) / 4) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
+      if floor(tonumber(ARGV[j]) / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
       j = j + 4
     end
   end
@@ -73,48 +74,54 @@ while i <= nargs do
   n = head
   local admitted, nw = true, 0
   for r = 1, nrules do
-    local kind, pa, pb, pc = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    i = i + 4
+    local kind = tonumber(ARGV[i])
+    local a = floor(kind / kindAlgorithm)
     k = k + 1
     local key = KEYS[k]
-    local a = floor(kind / 4)
     local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
-    local x1, x2 = 0, 0
+    -- The state the rule was decided on, as check.lua reports it.
+    local state1, state2 = 0, 0
     local write, number, count, ttl = false, 0, 0, 0
 
-    if a == algFixedWindow then -- a calendar month: pa limit, [pb, pc) the caller's month
-      local start, finish = pb, pc
+    if a == algFixedWindow then -- a calendar month
+      local limit, start, finish = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
       if now < start or now >= finish then start, finish = month(now) end
       local s = redis.call('HMGET', key, 'window', 'count')
       local used = 0
       if s[1] and tonumber(s[1]) == start then used = tonumber(s[2]) end
-      x1, x2 = start, used
-      if cost > pa or used + cost > pa then
-        remaining = pa - used
+      state1, state2 = start, used
+      if cost > limit or used + cost > limit then
+        remaining = limit - used
         if remaining < 0 then remaining = 0 end
-        if cost > pa then retry = -1 else retry = finish - now end
+        if cost > limit then retry = -1 else retry = finish - now end
       else
         allowed = 1
         used = used + cost
-        remaining = pa - used
+        remaining = limit - used
         if cost > 0 then
           write, number, count, ttl = true, start, used, -idiv(now - finish, 1000)
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
     else
+      local shape = has(kind, kindShape)
+      local interval, burst, third = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+      local tolerance, refills = third, third == 1
       local v = cache[key]
+      local tat, tokens = 0, 0
       --[[rate.lua]]
+      if a == algTokenBucket then state1, state2 = tokens, now else state1 = tat end
     end
+    i = i + 4
 
-    if allowed == 0 and kind % 2 == 0 then admitted = false end
+    if allowed == 0 and not has(kind, kindShadow) then admitted = false end
     if write and allowed == 1 then
       w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4], w[nw + 5] = key, a, number, count, ttl
       nw = nw + 5
     end
     if report then
       local b = 3 * r
-      st[b - 2], st[b - 1], st[b] = x1, x2, 0
+      st[b - 2], st[b - 1], st[b] = state1, state2, 0
     end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = allowed, remaining, reset, retry, delay
     n = n + 5

@@ -14,11 +14,14 @@
 
 local key = KEYS[1]
 local now = at(tonumber(ARGV[3]))
-local cost, kind, pa, pb, pc = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local a = floor(kind / 4)
+local cost, kind = tonumber(ARGV[4]), tonumber(ARGV[7])
+local a, shape = floor(kind / kindAlgorithm), has(kind, kindShape)
+-- The rule's numbers (lean.lua's a, b, c), as rate.lua names them.
+local interval, burst, third = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local tolerance, refills = third, third == 1
 local v = redis.call('GET', key)
 local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
-local x1, x2 = 0, 0
+local tat, tokens = 0, 0
 local write, number, ttl = false, 0, 0
 
 --[[rate.lua]]
@@ -29,10 +32,13 @@ if allowed == 1 then
   end
   return cmsgpack.pack({now, 1, 1, remaining, reset, retry, delay})
 end
-if kind % 2 == 1 then -- a shadow rule: reported, never denies
+if has(kind, kindShadow) then -- a shadow rule: reported, never denies
   return cmsgpack.pack({now, 1, 0, remaining, reset, retry, delay})
 end
 if ARGV[2] == '1' then
-  return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay, x1, x2, 0})
+  if a == algTokenBucket then
+    return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay, tokens, now, 0})
+  end
+  return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay, tat, 0, 0})
 end
 return cmsgpack.pack({now, 0, 0, remaining, reset, retry, delay})

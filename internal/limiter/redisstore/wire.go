@@ -33,6 +33,33 @@ const (
 	optCreditOverage = 4 // past the balance is overage, not a denial
 )
 
+// The lean scripts' kind of a rule (lean.lua, lean1.lua): one number
+// that packs the rule's algorithm code with whether it shapes and
+// whether it is a shadow rule,
+//
+//	kind = code × kindAlgorithm + kindShape (a shaping leaky bucket) + kindShadow (a shadow rule)
+//
+// check.lua declares them for the lean scripts, which take its prelude;
+// TestWireConstantsMatchScript keeps them equal and the scripts decoding
+// kind by these names only.
+const (
+	kindAlgorithm = 4 // kind ÷ kindAlgorithm, floored, is the code
+	kindShape     = 2
+	kindShadow    = 1
+)
+
+// leanKind returns r's kind on the lean scripts' wire.
+func leanKind(r *limiter.Request) int64 {
+	kind := algorithmCode(r.Params.Algorithm) * kindAlgorithm
+	if r.Params.Shape {
+		kind += kindShape
+	}
+	if r.Shadow {
+		kind += kindShadow
+	}
+	return kind
+}
+
 // algorithmCode returns a's code on the wire, 0 for an unknown algorithm.
 func algorithmCode(a limiter.Algorithm) int64 {
 	switch a {

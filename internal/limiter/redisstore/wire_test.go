@@ -3,14 +3,16 @@ package redisstore
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-// TestWireConstantsMatchScript: the algorithm codes and flags are declared
-// in check.lua with the same names and values as in wire.go, every
-// algorithm has a code of its own, and the script names no other.
+// TestWireConstantsMatchScript: the algorithm codes, flags, options and
+// the packing of the lean scripts' kind are declared in check.lua with
+// the same names and values as in wire.go, every algorithm has a code of
+// its own, and the script names no other.
 func TestWireConstantsMatchScript(t *testing.T) {
 	want := map[string]int64{
 		"algGCRA":                 algGCRA,
@@ -27,8 +29,11 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"optDryRun":               optDryRun,
 		"optCredits":              optCredits,
 		"optCreditOverage":        optCreditOverage,
+		"kindAlgorithm":           kindAlgorithm,
+		"kindShape":               kindShape,
+		"kindShadow":              kindShadow,
 	}
-	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
+	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt|kind)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
 	got := map[string]int64{}
 	for _, m := range decl.FindAllStringSubmatch(checkLua, -1) {
 		if _, dup := got[m[1]]; dup {
@@ -66,6 +71,45 @@ func TestWireConstantsMatchScript(t *testing.T) {
 	}
 	if code := algorithmCode("nonsense"); code != 0 {
 		t.Errorf("unknown algorithm: code %d, want 0", code)
+	}
+}
+
+// TestLeanKind: a rule's kind on the lean scripts' wire gives back its
+// algorithm code, shaping and shadowing, decoded as the scripts decode it
+// (floor(kind / kindAlgorithm), has(kind, kindShape), has(kind,
+// kindShadow)), and the scripts decode kind by those names alone: a bare
+// number beside kind would be a second, unchecked copy of the packing.
+func TestLeanKind(t *testing.T) {
+	has := func(kind, flag int64) bool { return kind%(2*flag) >= flag }
+	if kindShadow <= 0 || kindShadow&(kindShadow-1) != 0 || kindShape <= kindShadow || kindShape&(kindShape-1) != 0 || kindAlgorithm <= kindShape|kindShadow {
+		t.Fatalf("kindShadow %d, kindShape %d, kindAlgorithm %d: want two powers of two below kindAlgorithm", kindShadow, kindShape, kindAlgorithm)
+	}
+	for _, alg := range limiter.Algorithms {
+		for _, shape := range []bool{false, true} {
+			for _, shadow := range []bool{false, true} {
+				r := limiter.Request{Params: limiter.Params{Algorithm: alg, Shape: shape}, Shadow: shadow}
+				kind := leanKind(&r)
+				if got, want := kind/kindAlgorithm, algorithmCode(alg); got != want {
+					t.Errorf("%s shape %v shadow %v: kind %d decodes to code %d, want %d", alg, shape, shadow, kind, got, want)
+				}
+				if has(kind, kindShape) != shape || has(kind, kindShadow) != shadow {
+					t.Errorf("%s shape %v shadow %v: kind %d decodes to shape %v shadow %v", alg, shape, shadow, kind, has(kind, kindShape), has(kind, kindShadow))
+				}
+			}
+		}
+	}
+	bare := regexp.MustCompile(`kind\s*[/%]\s*\d|ARGV\[[^]]*\]\)\s*[/%]\s*\d|has\(kind, \d`)
+	for name, src := range map[string]string{"lean.lua": leanLua, "lean1.lua": lean1Lua, "rate.lua": rateLua} {
+		if m := bare.FindString(src); m != "" {
+			t.Errorf("%s decodes kind with a bare number (%q): use kindAlgorithm, kindShape, kindShadow", name, m)
+		}
+	}
+	for name, src := range map[string]string{"lean.lua": leanLua, "lean1.lua": lean1Lua} {
+		for _, constant := range []string{"kindAlgorithm", "kindShape", "kindShadow"} {
+			if !strings.Contains(src, constant) {
+				t.Errorf("%s does not decode kind with %s", name, constant)
+			}
+		}
 	}
 }
 

@@ -10,7 +10,8 @@
 --                          [, line, overdraft, nexp, nexp × (at, units)
 --                           at the balance's first check in the call]])
 --   A def is one rule's parameters, shared by every check of the batch
---   that runs the rule; a ref is def number × 2, + 1 for a shadow rule.
+--   that runs the rule; a ref is def number × refDef, + refShadow for a
+--   shadow rule.
 --   algorithm (an alg* code below) and its three numbers a, b, c:
 --   algGCRA, algLeakyBucket   a emission interval T (µs), b burst,
 --                             c tolerance T × burst (µs)
@@ -23,8 +24,8 @@
 --   of the opt* values below that apply (a dry run; a check that draws on
 --   a prepaid balance, and whether past it is overage). now is µs, or 0
 --   to take it from TIME (once per batch). hold is 0, or for a check that
---   opens a hold its time to live (µs) × 2, + 1 when it is charged on
---   expiry; the hold record's key then follows the check's rule keys in
+--   opens a hold its time to live (µs) × holdTTL, + holdCharge when it is
+--   charged on expiry; the hold record's key then follows the check's rule keys in
 --   KEYS. An admitted hold writes its record (a hash): e estimate, x
 --   expiry, r retention end (µs), c charge on expiry, s status, v settled
 --   cost, i its ID, n rules, and per rule i that allowed, ki its key and pi its
@@ -99,6 +100,10 @@ local optCreditOverage = 4
 local kindAlgorithm = 4
 local kindShape = 2
 local kindShadow = 1
+local refDef = 2
+local refShadow = 1
+local holdTTL = 2
+local holdCharge = 1
 local holdRetention = 3600000000 -- µs, limiter.HoldRetentionUS
 
 local floor = math.floor
@@ -166,7 +171,7 @@ do
     local leased = false
     for _ = 1, nrules do
       kk = kk + 1
-      local a = alg[floor(batch[j] / 2)]
+      local a = alg[floor(batch[j] / refDef)]
       if a == algGCRA or a == algTokenBucket or a == algLeakyBucket then mkeys[#mkeys + 1] = KEYS[kk] end
       if a == algConcurrency then leased = true end
       j = j + 1
@@ -254,7 +259,7 @@ while i <= total do
   for r = 1, nrules do
     local ref = batch[i]
     i = i + 1
-    local d = floor(ref / 2)
+    local d = floor(ref / refDef)
     k = k + 1
     local key = KEYS[k]
     local a, flags = alg[d], flg[d]
@@ -442,7 +447,7 @@ while i <= total do
       end
     end
 
-    if allowed == 0 and ref % 2 == 0 then admitted = false end
+    if allowed == 0 and not has(ref, refShadow) then admitted = false end
     if write and allowed == 1 then
       nw = nw + 1
       wkey[nw], wdef[nw], wttl[nw] = key, d, ttl
@@ -545,8 +550,9 @@ while i <= total do
   end
   if admitted and not dry then
     if hkey then
-      local ttl = idiv(hold, 2)
-      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', hold % 2, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
+      local ttl, charge = idiv(hold, holdTTL), 0
+      if has(hold, holdCharge) then charge = 1 end
+      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', charge, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
       if ckey then
         local mode = 0
         if has(opts, optCreditOverage) then mode = 1 end
@@ -566,7 +572,7 @@ while i <= total do
           rec[#rec + 1] = 'k' .. r
           rec[#rec + 1] = KEYS[first + r]
           rec[#rec + 1] = 'p' .. r
-          rec[#rec + 1] = defstr(floor(batch[i - nrules - 1 + r] / 2), hmark[r], hend[r])
+          rec[#rec + 1] = defstr(floor(batch[i - nrules - 1 + r] / refDef), hmark[r], hend[r])
         end
       end
       if lkey then

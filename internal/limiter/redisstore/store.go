@@ -348,9 +348,9 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 		}
 		leased := false
 		for _, r := range p.batch.Requests {
-			ref := c.def(r.Params) * 2
+			ref := c.def(r.Params) * refDef
 			if r.Shadow {
-				ref++
+				ref += refShadow
 			}
 			c.refs = append(c.refs, ref)
 			c.keys = append(c.keys, r.Key)
@@ -455,14 +455,15 @@ func leaseKey(b limiter.Batch) string {
 }
 
 // holdField returns check.lua's hold number of a check: 0 for none, else
-// the hold's time to live (µs) × 2, + 1 when it is charged on expiry.
+// the hold's time to live (µs) × holdTTL, + holdCharge when it is
+// charged on expiry.
 func holdField(h *limiter.Hold) int64 {
 	if h == nil {
 		return 0
 	}
-	f := h.TTLUS * 2
+	f := h.TTLUS * holdTTL
 	if h.ChargeOnExpiry {
-		f++
+		f += holdCharge
 	}
 	return f
 }

@@ -60,6 +60,20 @@ func leanKind(r *limiter.Request) int64 {
 	return kind
 }
 
+// check.lua's refs and holds pack a number and a flag each:
+//
+//	ref  = def number × refDef + refShadow (a shadow rule)
+//	hold = time to live (µs) × holdTTL + holdCharge (charged on expiry)
+//
+// check.lua declares them with these names; TestWireConstantsMatchScript
+// keeps the two equal.
+const (
+	refDef     = 2
+	refShadow  = 1
+	holdTTL    = 2
+	holdCharge = 1
+)
+
 // algorithmCode returns a's code on the wire, 0 for an unknown algorithm.
 func algorithmCode(a limiter.Algorithm) int64 {
 	switch a {

@@ -9,8 +9,9 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
-// TestWireConstantsMatchScript: the algorithm codes, flags, options and
-// the packing of the lean scripts' kind are declared in check.lua with
+// TestWireConstantsMatchScript: the algorithm codes, flags, options, the
+// packings of refs, holds and the lean scripts' kind, and the hold
+// retention are declared in check.lua with
 // the same names and values as in wire.go, every algorithm has a code of
 // its own, and the script names no other.
 func TestWireConstantsMatchScript(t *testing.T) {
@@ -32,8 +33,13 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"kindAlgorithm":           kindAlgorithm,
 		"kindShape":               kindShape,
 		"kindShadow":              kindShadow,
+		"refDef":                  refDef,
+		"refShadow":               refShadow,
+		"holdTTL":                 holdTTL,
+		"holdCharge":              holdCharge,
+		"holdRetention":           limiter.HoldRetentionUS,
 	}
-	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt|kind)[A-Za-z]+) = (\d+)\s*(?:--.*)?$`)
+	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt|kind|ref|hold)[A-Z][A-Za-z]*) = (\d+)\s*(?:--.*)?$`)
 	got := map[string]int64{}
 	for _, m := range decl.FindAllStringSubmatch(checkLua, -1) {
 		if _, dup := got[m[1]]; dup {
@@ -110,6 +116,15 @@ func TestLeanKind(t *testing.T) {
 				t.Errorf("%s does not decode kind with %s", name, constant)
 			}
 		}
+	}
+}
+
+// TestRefsAndHoldsByName: check.lua decodes refs and holds by the names
+// of their packing, never with a bare 2 or 1.
+func TestRefsAndHoldsByName(t *testing.T) {
+	bare := regexp.MustCompile(`floor\([^()]*/ \d+\)|ref % \d|hold % \d|idiv\(hold, \d|has\((ref|hold), \d`)
+	for _, m := range bare.FindAllString(checkLua, -1) {
+		t.Errorf("check.lua decodes a ref or hold with a bare number: %q", m)
 	}
 }
 

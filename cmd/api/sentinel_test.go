@@ -141,4 +141,3 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("after the failover the fresh key was admitted %d of 40, want 30", admitted)
 	}
 }
-

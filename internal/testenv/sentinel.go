@@ -126,4 +126,3 @@ func (g *SentinelGroup) WaitForFailover(t testing.TB, old string, limit time.Dur
 	})
 	return time.Now()
 }
-

@@ -83,14 +83,24 @@ func (r Redis) Client() redis.UniversalClient {
 			MaxRetries: retries, DialerRetries: dialRetries})
 	}
 	if len(r.Cluster) > 0 {
+		// The slot map is read again at most clusterReload after the last
+		// read, on the next call: after a master fails, the calls to its
+		// slots reach the replica the Cluster promoted within that much
+		// of the promotion (go-redis's default is a minute).
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Cluster, Password: r.Password,
 			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
-			MaxRetries: retries, DialerRetries: dialRetries})
+			MaxRetries: retries, DialerRetries: dialRetries, ClusterStateReloadInterval: clusterReload})
 	}
 	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password,
 		PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 		MaxRetries: retries, DialerRetries: dialRetries})
 }
+
+// clusterReload is how old a Cluster client's slot map may grow before a
+// call has it read again (CLUSTER SLOTS, in the background): a few calls a
+// second per process, for checks on a failed master's slots decided again
+// within about this much of the Cluster promoting its replica.
+const clusterReload = 500 * time.Millisecond
 
 // KeyPrefix reads TOLLGATE_KEY_PREFIX (default "tg:"), the start of every
 // limiter key; braces would break Redis Cluster hash tags.

@@ -121,10 +121,8 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		limiterRedis.NoRetries = true // an attempt must not be counted twice
 		rc := limiterRedis.Client()
 		defer rc.Close()
-		ping := redisstore.Ping(cfg.Redis.Addr)
-		if len(cfg.Redis.Cluster) > 0 {
-			ping = redisstore.Ping(cfg.Redis.Cluster...)
-		}
+		r := cfg.Redis
+		ping := redisstore.PingConfigured(r.Addr, r.Cluster, r.Master, r.Sentinels)
 		logins = breaker.New(redisstore.New(rc), breaker.Config{
 			Component: "login_limiter", Log: log, Ping: ping, Probe: adminapi.LoginProbe(cfg.KeyPrefix),
 		})

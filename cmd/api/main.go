@@ -356,10 +356,8 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 		// Redis is back, and the script is loaded on first use.
 		s.cfg.Log.Warn("redis not reachable at start", "err", err)
 	}
-	breakerPing = redisstore.Ping(s.cfg.Redis.Addr)
-	if len(s.cfg.Redis.Cluster) > 0 {
-		breakerPing = redisstore.Ping(s.cfg.Redis.Cluster...)
-	}
+	r := s.cfg.Redis
+	breakerPing = redisstore.PingConfigured(r.Addr, r.Cluster, r.Master, r.Sentinels)
 	// Concurrent checks share script calls: a lone check goes out at
 	// once, the ones that arrive while a call is under way go together in
 	// the next.

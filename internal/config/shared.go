@@ -10,11 +10,21 @@ import (
 )
 
 // Redis is a Redis connection's settings (TOLLGATE_REDIS_*): one server,
-// or a Cluster when Cluster lists seed nodes.
+// a Cluster when Cluster lists seed nodes, or the primary that Redis
+// Sentinel names when Sentinels lists sentinels.
 type Redis struct {
 	Addr     string
 	Cluster  []string
 	Password string
+	// Sentinels are the addresses of the sentinels that watch the
+	// primary named Master; the client asks them for the primary's
+	// address and follows a failover to the replica they promote.
+	Sentinels []string
+	// Master is the name the sentinels know the primary by.
+	Master string
+	// SentinelPassword authenticates to the sentinels (Password is the
+	// primary's).
+	SentinelPassword string
 	// Timeout bounds each read and write (dial: twice it); 0 keeps
 	// go-redis's defaults.
 	Timeout  time.Duration
@@ -29,36 +39,68 @@ type Redis struct {
 }
 
 // Redis reads TOLLGATE_REDIS_ADDR (default defaultAddr; "" means none),
-// TOLLGATE_REDIS_CLUSTER_ADDRS, TOLLGATE_REDIS_PASSWORD,
-// TOLLGATE_REDIS_TIMEOUT (default 250ms) and TOLLGATE_REDIS_POOL_SIZE.
+// TOLLGATE_REDIS_CLUSTER_ADDRS, TOLLGATE_REDIS_SENTINEL_ADDRS with
+// TOLLGATE_REDIS_SENTINEL_MASTER and TOLLGATE_REDIS_SENTINEL_PASSWORD,
+// TOLLGATE_REDIS_PASSWORD, TOLLGATE_REDIS_TIMEOUT (default 250ms) and
+// TOLLGATE_REDIS_POOL_SIZE. A Cluster and sentinels are one or the
+// other; either is used instead of TOLLGATE_REDIS_ADDR.
 func (e *Env) Redis(defaultAddr string) Redis {
-	return Redis{
-		Addr:     e.String("TOLLGATE_REDIS_ADDR", defaultAddr),
-		Cluster:  e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
-		Password: e.String("TOLLGATE_REDIS_PASSWORD", ""),
-		Timeout:  e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
-		PoolSize: e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
+	r := Redis{
+		Addr:             e.String("TOLLGATE_REDIS_ADDR", defaultAddr),
+		Cluster:          e.List("TOLLGATE_REDIS_CLUSTER_ADDRS"),
+		Password:         e.String("TOLLGATE_REDIS_PASSWORD", ""),
+		Sentinels:        e.List("TOLLGATE_REDIS_SENTINEL_ADDRS"),
+		Master:           e.String("TOLLGATE_REDIS_SENTINEL_MASTER", ""),
+		SentinelPassword: e.String("TOLLGATE_REDIS_SENTINEL_PASSWORD", ""),
+		Timeout:          e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
+		PoolSize:         e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
 	}
+	switch {
+	case len(r.Sentinels) > 0 && len(r.Cluster) > 0:
+		e.Fail("TOLLGATE_REDIS_SENTINEL_ADDRS", "set either it or TOLLGATE_REDIS_CLUSTER_ADDRS, not both (a Cluster fails over by itself)")
+	case len(r.Sentinels) > 0 && r.Master == "":
+		e.Fail("TOLLGATE_REDIS_SENTINEL_MASTER", "must name the primary the sentinels watch (their `sentinel monitor` name) when TOLLGATE_REDIS_SENTINEL_ADDRS is set")
+	case len(r.Sentinels) == 0 && r.Master != "":
+		e.Fail("TOLLGATE_REDIS_SENTINEL_ADDRS", "must list the sentinels when TOLLGATE_REDIS_SENTINEL_MASTER is set")
+	}
+	return r
 }
 
-// Configured reports whether a server or cluster is set.
-func (r Redis) Configured() bool { return r.Addr != "" || len(r.Cluster) > 0 }
+// Configured reports whether a server, cluster or sentinels are set.
+func (r Redis) Configured() bool { return r.Addr != "" || len(r.Cluster) > 0 || len(r.Sentinels) > 0 }
 
-// Client returns a client of the server or cluster.
+// Client returns a client of the server, the cluster, or the primary the
+// sentinels name.
 func (r Redis) Client() redis.UniversalClient {
 	retries, dialRetries := 0, 0 // go-redis's defaults
 	if r.NoRetries {
 		retries, dialRetries = -1, 1
 	}
-	if len(r.Cluster) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Cluster, Password: r.Password,
+	if len(r.Sentinels) > 0 {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.Master, SentinelAddrs: r.Sentinels,
+			SentinelPassword: r.SentinelPassword, Password: r.Password,
 			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 			MaxRetries: retries, DialerRetries: dialRetries})
+	}
+	if len(r.Cluster) > 0 {
+		// The slot map is read again at most clusterReload after the last
+		// read, on the next call: after a master fails, the calls to its
+		// slots reach the replica the Cluster promoted within that much
+		// of the promotion (go-redis's default is a minute).
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Cluster, Password: r.Password,
+			PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+			MaxRetries: retries, DialerRetries: dialRetries, ClusterStateReloadInterval: clusterReload})
 	}
 	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password,
 		PoolSize: r.PoolSize, DialTimeout: 2 * r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 		MaxRetries: retries, DialerRetries: dialRetries})
 }
+
+// clusterReload is how old a Cluster client's slot map may grow before a
+// call has it read again (CLUSTER SLOTS, in the background): a few calls a
+// second per process, for checks on a failed master's slots decided again
+// within about this much of the Cluster promoting its replica.
+const clusterReload = 500 * time.Millisecond
 
 // KeyPrefix reads TOLLGATE_KEY_PREFIX (default "tg:"), the start of every
 // limiter key; braces would break Redis Cluster hash tags.

@@ -23,6 +23,10 @@ type RedisServer struct {
 	dir  string
 	port int
 	args []string
+	// conf, when set, is a sentinel's configuration file: the server
+	// runs as a sentinel (redis-server --sentinel, which Debian's
+	// redis-sentinel also runs), which rewrites it as it learns.
+	conf string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -48,10 +52,14 @@ func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port)
 // Start starts the server and waits until it answers PING.
 func (s *RedisServer) Start() {
 	s.t.Helper()
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = []string{s.conf, "--sentinel"}
+	}
+	args = append(append(args,
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
-		"--daemonize", "no", "--save", "", "--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+		"--daemonize", "no", "--save", "", "--logfile", filepath.Join(s.dir, "redis.log")),
+		s.args...)
 	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)

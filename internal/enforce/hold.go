@@ -152,6 +152,9 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	st, err := c.settler.Settle(storeCtx, limiter.Settle{Key: c.holdKey(ref.Tag, id), Cost: cost})
+	if legacy := statekey.LegacyHoldKey(c.prefix, ref.Tag, id); errors.Is(err, limiter.ErrHoldNotFound) && legacy != "" {
+		st, err = c.settler.Settle(storeCtx, limiter.Settle{Key: legacy, Cost: cost})
+	}
 	switch {
 	case errors.Is(err, limiter.ErrHoldNotFound):
 		return Settlement{}, tollgate.Errorf(tollgate.ENOTFOUND, "no such hold (unknown, or settled or expired over an hour ago)")

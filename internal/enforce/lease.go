@@ -104,6 +104,9 @@ func (c *Checker) onLease(ctx context.Context, id, what string, op func(context.
 	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	err := op(storeCtx, limiter.LeaseRef{Key: c.leaseKey(ref.Tag, id)})
+	if legacy := statekey.LegacyLeaseKey(c.prefix, ref.Tag, id); errors.Is(err, limiter.ErrLeaseNotFound) && legacy != "" {
+		err = op(storeCtx, limiter.LeaseRef{Key: legacy})
+	}
 	if err != nil && !errors.Is(err, limiter.ErrLeaseNotFound) {
 		c.storeFailed(ctx, err)
 		return tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the %s", what)

@@ -176,12 +176,36 @@ func LeaseKey(prefix string, tag byte, id string) string {
 	return recordKey(prefix, tag, leaseRecord, id)
 }
 
-// recordKey writes the tag as the UTF-8 of the rune of its value, as
-// the keys of records already open were written: two bytes for a tag of
-// 0x80 or more.
+// recordKey writes the tag as its one byte, as the states' keys do, so
+// that a record shares its states' Cluster hash slot.
 func recordKey(prefix string, tag, kind byte, id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return prefix + "{" + string(tag) + "}" + string(kind) + hex.EncodeToString(sum[:16])
+	return prefix + "{" + string([]byte{tag}) + "}" + string(kind) + hex.EncodeToString(sum[:16])
+}
+
+// LegacyHoldKey and LegacyLeaseKey return where releases before this
+// layout kept the record of a hold or lease whose tag is 0x80 or more:
+// they wrote the tag as the UTF-8 of its rune, two bytes, which on a
+// Cluster named another slot than the states' (so there the check
+// failed), and on a single server worked. A settlement, renewal or
+// release that finds no record at the key of now looks there too, so
+// that what was opened before an upgrade can still be settled. They
+// return "" for a tag below 0x80, whose key never changed.
+func LegacyHoldKey(prefix string, tag byte, id string) string {
+	return legacyRecordKey(prefix, tag, holdRecord, id)
+}
+
+// LegacyLeaseKey: see LegacyHoldKey.
+func LegacyLeaseKey(prefix string, tag byte, id string) string {
+	return legacyRecordKey(prefix, tag, leaseRecord, id)
+}
+
+func legacyRecordKey(prefix string, tag, kind byte, id string) string {
+	if tag < 0x80 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(id))
+	return prefix + "{" + string(rune(tag)) + "}" + string(kind) + hex.EncodeToString(sum[:16])
 }
 
 // AppendAddr appends the bytes of a caller's address: 4 for IPv4, 16 for

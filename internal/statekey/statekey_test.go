@@ -108,3 +108,29 @@ func TestProbeKey(t *testing.T) {
 		t.Errorf("ProbeKey = %q, want %q", got, want)
 	}
 }
+
+// TestRecordsShareTheirStatesTag: for every tag a record is written
+// under, the record's hash tag is its states' one byte (one Cluster
+// slot), and the legacy key, where records of tags from 0x80 were
+// written as two bytes, is looked up only for those tags.
+func TestRecordsShareTheirStatesTag(t *testing.T) {
+	rule := [3]byte{1, 2, 3}
+	for v := range uint64(254) {
+		tag := tagByte(v)
+		state := string(AppendKey(nil, "tg:", tag, rule, []byte("short"), nil))
+		for _, k := range []string{HoldKey("tg:", tag, "id"), LeaseKey("tg:", tag, "id")} {
+			if got, want := k[:len("tg:")+3], state[:len("tg:")+3]; got != want {
+				t.Fatalf("tag %#x: record under %q, its states under %q", tag, got, want)
+			}
+		}
+		legacy := LegacyHoldKey("tg:", tag, "id")
+		switch {
+		case tag < 0x80 && legacy != "":
+			t.Errorf("tag %#x: a legacy key %q, want none", tag, legacy)
+		case tag >= 0x80 && (legacy == "" || legacy == HoldKey("tg:", tag, "id") || legacy == LegacyLeaseKey("tg:", tag, "id")):
+			t.Errorf("tag %#x: legacy key %q", tag, legacy)
+		case tag >= 0x80 && !strings.HasPrefix(legacy, "tg:{"+string(rune(tag))+"}"):
+			t.Errorf("tag %#x: legacy key %q is not the UTF-8 form", tag, legacy)
+		}
+	}
+}

@@ -404,13 +404,14 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 
 	// The clients draw until 220 units are admitted and wait there while
 	// the drainer records them; then they draw again as fast as they can,
-	// and Redis is flushed a moment into it.
+	// and Redis is flushed a moment into it: by the client whose check is
+	// the 230th admitted, at once, while the others' are in flight.
 	client := &http.Client{Timeout: 30 * time.Second}
 	var admitted, unavailable atomic.Int64
 	var paused atomic.Bool
 	resume := make(chan struct{})
 	const pauseAt, flushAt = 220, 230
-	flushNow := make(chan struct{}) // closed once flushAt units are admitted
+	var flush func() // set before the clients resume
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i := range 8 {
@@ -432,7 +433,7 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 					case pauseAt:
 						paused.Store(true)
 					case flushAt:
-						close(flushNow)
+						flush()
 					}
 				case res.Reason == tollgate.ReasonCreditsExhausted:
 					return
@@ -452,36 +453,53 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 		testenv.Must(t, err)
 		return paused.Load() && acct.Consumed == admitted.Load(), fmt.Sprint(admitted.Load(), " admitted, ledger ", acct.Consumed)
 	})
-	// The drainer is held off from before the clients resume, and Redis
-	// is flushed once a few more units are admitted: well before the
-	// balance runs out, however fast the checks go.
+	// The drainer is held off from before the clients resume until after
+	// the flush, so the ledger's position read here is the one at the
+	// flush; Redis is flushed once a few more units are admitted: well
+	// before the balance runs out, however fast the checks go.
 	draining.Lock()
+	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
+	if err != nil {
+		draining.Unlock()
+		t.Fatal(err)
+	}
+	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	var lost, seenAtFlush int64
+	flushed := make(chan struct{})
+	flush = func() {
+		defer close(flushed)
+		var unrecorded *redis.XMessageSliceCmd
+		_, err := r.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			unrecorded = p.XRange(ctx, logKey, "("+acct.Position, "+")
+			p.FlushAll(ctx)
+			return nil
+		})
+		seenAtFlush = admitted.Load()
+		if err != nil {
+			t.Errorf("flush: %v", err)
+			return
+		}
+		for _, e := range unrecorded.Val() {
+			u, err := strconv.ParseInt(fmt.Sprint(e.Values["u"]), 10, 64)
+			if err != nil {
+				t.Errorf("unrecorded entry %v: %v", e.Values, err)
+				return
+			}
+			lost += u
+		}
+	}
 	paused.Store(false)
 	close(resume)
 	select {
-	case <-flushNow:
+	case <-flushed:
 	case <-time.After(30 * time.Second):
 		draining.Unlock()
 		t.Fatalf("%d admitted: the clients did not go on", admitted.Load())
 	}
-	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
-	testenv.Must(t, err)
-	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
-	var unrecorded *redis.XMessageSliceCmd
-	_, err = r.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		unrecorded = p.XRange(ctx, logKey, "("+acct.Position, "+")
-		p.FlushAll(ctx)
-		return nil
-	})
-	testenv.Must(t, err)
-	var lost int64
-	for _, e := range unrecorded.Val() {
-		u, err := strconv.ParseInt(fmt.Sprint(e.Values["u"]), 10, 64)
-		testenv.Must(t, err)
-		lost += u
-	}
-	seenAtFlush := admitted.Load()
 	draining.Unlock()
+	if t.Failed() {
+		t.FailNow()
+	}
 	if seenAtFlush >= granted {
 		t.Fatalf("%d admitted by the flush: it did not land mid-consumption", seenAtFlush)
 	}

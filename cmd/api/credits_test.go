@@ -349,35 +349,69 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, overdraft, granted)
 	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
 
-	// The drainer, as admin serve runs it (but every 200 ms); the flush
-	// holds it off, so that what Redis holds beyond the ledger's position
-	// is exactly what the flush loses.
+	// The drainer, as admin serve runs it, beside the checks; but rather
+	// than on a timer it makes a pass whenever asked (kickDrain): after
+	// every check the clients make, and while the test waits for the
+	// ledger. A client answered unavailable waits for a pass begun after
+	// the answer (awaitDrain) before it asks again: only a pass can make
+	// the counter. The flush holds the drainer off, so that what Redis
+	// holds beyond the ledger's position is exactly what the flush loses.
 	var draining sync.Mutex
 	d := r.drainer()
 	drainCtx, cancelDraining := context.WithCancel(ctx)
 	drained := make(chan struct{})
 	stopDraining := sync.OnceFunc(func() { cancelDraining(); <-drained })
 	defer stopDraining()
+	kick := make(chan struct{}, 1)
+	kickDrain := func() {
+		select {
+		case kick <- struct{}{}:
+		default: // a pass is asked for already
+		}
+	}
+	var passMu sync.Mutex
+	nextPass := make(chan struct{}) // closed when the next pass to begin ends
+	awaitDrain := func() {
+		passMu.Lock()
+		done := nextPass
+		passMu.Unlock()
+		kickDrain()
+		select {
+		case <-done:
+		case <-drainCtx.Done():
+		}
+	}
 	go func() {
 		defer close(drained)
-		for drainCtx.Err() == nil {
+		for {
+			select {
+			case <-drainCtx.Done():
+				return
+			case <-kick:
+			}
+			passMu.Lock()
+			done := nextPass
+			nextPass = make(chan struct{})
+			passMu.Unlock()
 			draining.Lock()
 			if _, err := d.Drain(drainCtx); err != nil && drainCtx.Err() == nil {
 				t.Errorf("drain: %v", err)
 			}
 			draining.Unlock()
-			time.Sleep(200 * time.Millisecond)
+			close(done)
 		}
 	}()
 
 	// The clients draw until 220 units are admitted and wait there while
 	// the drainer records them; then they draw again as fast as they can,
-	// and Redis is flushed a moment into it.
+	// and Redis is flushed a moment into it: by the client whose check is
+	// the 230th admitted, at once, while the others' are in flight.
 	client := &http.Client{Timeout: 30 * time.Second}
 	var admitted, unavailable atomic.Int64
 	var paused atomic.Bool
 	resume := make(chan struct{})
-	const pauseAt = 220
+	const pauseAt, flushAt = 220, 230
+	var flush func() // set before the clients resume
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i := range 8 {
@@ -389,19 +423,23 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 					<-resume
 				}
 				res, err := checkReason(client, apis[i%len(apis)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+				kickDrain()
 				switch {
 				case err != nil:
 					t.Errorf("check: %v", err)
 					return
 				case res.Allowed:
-					if admitted.Add(1) == pauseAt {
+					switch admitted.Add(1) {
+					case pauseAt:
 						paused.Store(true)
+					case flushAt:
+						flush()
 					}
 				case res.Reason == tollgate.ReasonCreditsExhausted:
 					return
 				case res.Reason == tollgate.ReasonUnavailable:
 					unavailable.Add(1)
-					time.Sleep(10 * time.Millisecond)
+					awaitDrain()
 				default:
 					t.Errorf("denied for %s", res.Reason)
 					return
@@ -410,41 +448,58 @@ func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 		}()
 	}
 	testenv.Eventually(t, time.Now(), 60*time.Second, "the first draws in the ledger", func() (bool, string) {
+		kickDrain()
 		acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
 		testenv.Must(t, err)
 		return paused.Load() && acct.Consumed == admitted.Load(), fmt.Sprint(admitted.Load(), " admitted, ledger ", acct.Consumed)
 	})
-	// The drainer is held off from before the clients resume, and Redis
-	// is flushed once a few more units are admitted: well before the
-	// balance runs out, however fast the checks go.
+	// The drainer is held off from before the clients resume until after
+	// the flush, so the ledger's position read here is the one at the
+	// flush; Redis is flushed once a few more units are admitted: well
+	// before the balance runs out, however fast the checks go.
 	draining.Lock()
+	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
+	if err != nil {
+		draining.Unlock()
+		t.Fatal(err)
+	}
+	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	var lost, seenAtFlush int64
+	flushed := make(chan struct{})
+	flush = func() {
+		defer close(flushed)
+		var unrecorded *redis.XMessageSliceCmd
+		_, err := r.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			unrecorded = p.XRange(ctx, logKey, "("+acct.Position, "+")
+			p.FlushAll(ctx)
+			return nil
+		})
+		seenAtFlush = admitted.Load()
+		if err != nil {
+			t.Errorf("flush: %v", err)
+			return
+		}
+		for _, e := range unrecorded.Val() {
+			u, err := strconv.ParseInt(fmt.Sprint(e.Values["u"]), 10, 64)
+			if err != nil {
+				t.Errorf("unrecorded entry %v: %v", e.Values, err)
+				return
+			}
+			lost += u
+		}
+	}
 	paused.Store(false)
 	close(resume)
-	for giveUp := time.Now().Add(30 * time.Second); admitted.Load() < pauseAt+10; {
-		if time.Now().After(giveUp) {
-			draining.Unlock()
-			t.Fatalf("%d admitted: the clients did not go on", admitted.Load())
-		}
-		time.Sleep(100 * time.Microsecond) // polling the clients' goroutines
+	select {
+	case <-flushed:
+	case <-time.After(30 * time.Second):
+		draining.Unlock()
+		t.Fatalf("%d admitted: the clients did not go on", admitted.Load())
 	}
-	acct, err := credits.NewStore(r.db).Account(ctx, tenantID)
-	testenv.Must(t, err)
-	_, logKey := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
-	var unrecorded *redis.XMessageSliceCmd
-	_, err = r.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		unrecorded = p.XRange(ctx, logKey, "("+acct.Position, "+")
-		p.FlushAll(ctx)
-		return nil
-	})
-	testenv.Must(t, err)
-	var lost int64
-	for _, e := range unrecorded.Val() {
-		u, err := strconv.ParseInt(fmt.Sprint(e.Values["u"]), 10, 64)
-		testenv.Must(t, err)
-		lost += u
-	}
-	seenAtFlush := admitted.Load()
 	draining.Unlock()
+	if t.Failed() {
+		t.FailNow()
+	}
 	if seenAtFlush >= granted {
 		t.Fatalf("%d admitted by the flush: it did not land mid-consumption", seenAtFlush)
 	}
@@ -474,25 +529,23 @@ func TestCreditsInSingleProcessMode(t *testing.T) {
 	a := r.startAPI(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	var admitted, exhausted int
-	deadline := time.Now().Add(10 * time.Second)
+	began := time.Now()
 	for range 60 {
-		for {
+		// Unavailable until the drainer's first pass has made the
+		// counter: the check is asked again until it is answered.
+		testenv.Eventually(t, began, 10*time.Second, "the balance known: the drainer making its counter", func() (bool, string) {
 			d, err := checkReason(client, a.addr, r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
 			testenv.Must(t, err)
-			if d.Reason == tollgate.ReasonUnavailable { // the drainer's first pass not done yet
-				if time.Now().After(deadline) {
-					t.Fatal("the balance stayed unknown: nothing made its counter")
-				}
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if d.Reason == tollgate.ReasonUnavailable {
+				return false, "answered unavailable"
 			}
 			if d.Allowed {
 				admitted++
 			} else if d.Reason == tollgate.ReasonCreditsExhausted {
 				exhausted++
 			}
-			break
-		}
+			return true, ""
+		})
 	}
 	testenv.Must(t, a.stop())
 	acct, err := credits.NewStore(r.db).Account(context.Background(), tenantID)

@@ -198,17 +198,15 @@ func TestUnsettledHoldsExpire(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
-	deadline := time.Now().Add(ttl + 20*time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, time.Now(), ttl+20*time.Second, "the holds expired: none listed, all units back", func() (bool, string) {
 		n, err := rdb.ZCard(context.Background(), f.prefix+"holds").Result()
 		testenv.Must(t, err)
-		if n == 0 && remaining(t, base, f.token, key) == 1000 {
-			return
+		if n != 0 {
+			return false, fmt.Sprintf("%d holds listed; want 0", n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	n, _ := rdb.ZCard(context.Background(), f.prefix+"holds").Result()
-	t.Errorf("after the TTL: %d holds listed, remaining %v; want 0 and 1000", n, remaining(t, base, f.token, key))
+		left := remaining(t, base, f.token, key)
+		return left == 1000, fmt.Sprintf("no hold listed, remaining %v; want 1000", left)
+	})
 }
 
 // inflightPlan is a plan of a concurrency rule (n in flight per key,

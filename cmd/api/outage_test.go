@@ -114,18 +114,44 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 		}
 	}()
 
-	time.Sleep(300 * time.Millisecond)
+	// Each phase lasts until the load has sent what the checks below
+	// count in it: at least 10 requests of each location answered before
+	// the stop, 50 sent and answered while the api is down, and 50 sent
+	// from 1 s after it is back (the contract's bound) and answered.
+	answered := func(from time.Time) (n [2]int) { // by fail-closed, fail-open
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range samples {
+			if s.start.Before(from) {
+				continue
+			}
+			if s.path == failOpenPath {
+				n[1]++
+			} else {
+				n[0]++
+			}
+		}
+		return n
+	}
+	phase := func(what string, from time.Time, want int) {
+		t.Helper()
+		testenv.Eventually(t, time.Now(), 30*time.Second, what, func() (bool, string) {
+			n := answered(from)
+			return n[0] >= want && n[1] >= want, fmt.Sprintf("fail-closed, fail-open: %v answered", n)
+		})
+	}
+	phase("requests answered before the stop", time.Time{}, 10)
 	stopAt := time.Now()
 	if err := stop(); err != nil {
 		t.Errorf("api run: %v", err)
 	}
 	stopped = true
 	downAt := time.Now()
-	time.Sleep(time.Second)
+	phase("requests answered while the api is down", downAt, 50)
 	addrs, stop = f.startAPIStoppable(t, env)
 	stopped = false
 	upAt := time.Now()
-	time.Sleep(2 * time.Second)
+	phase("requests answered from 1 s after the restart", upAt.Add(time.Second), 50)
 	close(done)
 	loadWG.Wait()
 	wg.Wait()

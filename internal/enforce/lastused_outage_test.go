@@ -3,6 +3,7 @@ package enforce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -57,13 +58,9 @@ func TestLastUsedBacksOffWhilePostgresIsDown(t *testing.T) {
 	}
 	store.failing.Store(false)
 	sleep.Release()
-	deadline := time.Now().Add(time.Minute)
-	for l.Pending() != 0 || !strings.Contains(logs.String(), "postgres back") {
-		if time.Now().After(deadline) {
-			t.Fatalf("never written once Postgres was back:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Now(), time.Minute, "written once Postgres was back", func() (bool, string) {
+		return l.Pending() == 0 && strings.Contains(logs.String(), "postgres back"), fmt.Sprintf("%d pending, log:\n%s", l.Pending(), logs.String())
+	})
 	stop()
 	<-done
 }

@@ -173,7 +173,12 @@ func TestTwoDeliverersNeverSendTwice(t *testing.T) {
 		if _, busy := inFlight.LoadOrStore(id, true); busy {
 			overlaps.Add(1)
 		}
-		time.Sleep(5 * time.Millisecond) // hold the attempt open while the other deliverer looks
+		// Fault injection: a slow receiver. Each attempt stays open 5 ms,
+		// which widens the window in which another deliverer could claim
+		// the same delivery; the duration is the fault, not a wait for
+		// something to happen, and there is no event to wait for instead
+		// (a duplicate that never comes cannot be awaited).
+		time.Sleep(5 * time.Millisecond)
 		serve()
 		inFlight.Delete(id)
 	}, slow)

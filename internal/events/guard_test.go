@@ -171,14 +171,17 @@ func TestCommitToFirstAttempt(t *testing.T) {
 	d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Poll: time.Second})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
-	time.Sleep(200 * time.Millisecond) // let it LISTEN
+	testenv.WaitListening(t, db, "tollgate_webhooks")
 	const n = 400
 	committed := map[string]time.Time{}
 	for i := range n {
 		ev := emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
 		committed[ev.ID] = time.Now()
+		// Bursts, with pauses: the next burst is committed once this
+		// one is delivered, so that each finds the deliverer idle and
+		// waiting for a notification to wake it.
 		if i%20 == 0 {
-			time.Sleep(10 * time.Millisecond) // bursts, with pauses
+			testenv.WaitFor(t, 30*time.Second, "the burst delivered", func() bool { return len(rcv.Requests()) > i })
 		}
 	}
 	testenv.Eventually(t, time.Now(), 30*time.Second, "every event delivered", func() (bool, string) {

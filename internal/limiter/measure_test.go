@@ -247,6 +247,9 @@ func measureLone(t *testing.T, c *redis.Client, ps []Params, n int, general bool
 	cpu0 := redisCPU(t, c)
 	for i := range n {
 		if gap > 0 {
+			// Not a wait: Redis left idle for gap is what is measured
+			// (TOLLGATE_MEASURE_GAP; a measurement tool, skipped in
+			// `make test`).
 			time.Sleep(gap)
 		}
 		tag := fmt.Sprintf("tg:{%03d}", i%1000)

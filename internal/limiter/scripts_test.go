@@ -50,10 +50,33 @@ func scriptCached(t testing.TB, rdb redis.UniversalClient) bool {
 	return !missing.Load()
 }
 
+// ownRedisStores is redisStores on a redis-server and a 3-master Redis
+// Cluster of the test's own, for tests that SCRIPT FLUSH: on the shared
+// servers a flush would empty the script cache under the tests running
+// beside them (in other packages too), and a transaction of EVALSHA
+// there would fail with NOSCRIPT. Each store opened has a key prefix of
+// its own, so the store cases of one test do not see each other's keys.
+func ownRedisStores(t *testing.T) []storeCase {
+	t.Helper()
+	single := testenv.StartRedisServer(t).Addr()
+	cluster := testenv.StartRedisCluster(t, 3)
+	redisCase := redisServerCase("redis", "{r}:", func(t testing.TB) (redis.UniversalClient, string) {
+		c := redis.NewClient(&redis.Options{Addr: single})
+		t.Cleanup(func() { c.Close() })
+		return c, "t" + testenv.RandomID(6) + ":"
+	})
+	clusterCase := redisServerCase("cluster", "{c}:", func(t testing.TB) (redis.UniversalClient, string) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster})
+		t.Cleanup(func() { c.Close() })
+		return c, "t" + testenv.RandomID(6) + ":"
+	})
+	return []storeCase{redisCase, clusterCase, batchingStoreCase(redisCase), batchingStoreCase(clusterCase)}
+}
+
 // TestLoadScriptLoadsEveryMaster: LoadScript caches the script on every
 // server, so that no node pays for EVAL on its first check.
 func TestLoadScriptLoadsEveryMaster(t *testing.T) {
-	for _, sc := range redisStores() {
+	for _, sc := range ownRedisStores(t) {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
 			if err := store.rdb.ScriptFlush(context.Background()).Err(); err != nil {
@@ -74,7 +97,7 @@ func TestLoadScriptLoadsEveryMaster(t *testing.T) {
 // EVAL) and sees the state written before.
 func TestCheckSurvivesScriptFlush(t *testing.T) {
 	p := Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS, Burst: 3}
-	for _, sc := range redisStores() {
+	for _, sc := range ownRedisStores(t) {
 		t.Run(sc.name, func(t *testing.T) {
 			store := sc.open(t)
 			reqs := single(store.ns+"k", p)

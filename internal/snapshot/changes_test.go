@@ -15,18 +15,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
-func waitWithin(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(2 * time.Millisecond) // polling another goroutine's work
-	}
-	return time.Since(start)
-}
-
 // TestChangesReloadOnlyWhatChanged: with the holder listening, issuing,
 // revoking, expiring and deleting keys reloads those keys only; a change
 // to a tenant reloads plans and tenants but no key; more keys changed in
@@ -46,7 +34,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
 	defer func() { cancel(); <-done }()
-	waitWithin(t, "first load", 5*time.Second, func() bool { return h.fullReloads.Load() >= 1 })
+	testenv.WaitFor(t, 5*time.Second, "first load", func() bool { return h.fullReloads.Load() >= 1 })
 	full := h.fullReloads.Load()
 	key := func(secret string) *Key { k, _ := h.Current().key(tenants.HashKey(secret)); return k }
 	if key(secret1) == nil {
@@ -54,19 +42,19 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	}
 
 	testenv.Must(t, ts.RevokeKey(ctx, key1.ID))
-	waitWithin(t, "revocation", time.Second, func() bool { k := key(secret1); return k != nil && k.RevokedAtUS != 0 })
+	testenv.WaitFor(t, time.Second, "revocation", func() bool { k := key(secret1); return k != nil && k.RevokedAtUS != 0 })
 
 	secret2, key2 := fixture.Key(t, db, tn.ID, "two")
-	waitWithin(t, "new key", time.Second, func() bool { return key(secret2) != nil })
+	testenv.WaitFor(t, time.Second, "new key", func() bool { return key(secret2) != nil })
 
 	soon := time.Now().Add(time.Hour)
 	_, err := ts.UpdateKey(ctx, tn.ID, key2.ID, tenants.KeyChange{ExpiresAt: func() **time.Time { p := &soon; return &p }()}, time.Now())
 	testenv.Must(t, err)
-	waitWithin(t, "expiry", time.Second, func() bool { k := key(secret2); return k != nil && k.ExpiresAtUS == soon.UnixMicro() })
+	testenv.WaitFor(t, time.Second, "expiry", func() bool { k := key(secret2); return k != nil && k.ExpiresAtUS == soon.UnixMicro() })
 
 	_, err = db.Exec(ctx, `DELETE FROM api_keys WHERE id = $1`, key2.ID)
 	testenv.Must(t, err)
-	waitWithin(t, "deletion", time.Second, func() bool { return key(secret2) == nil })
+	testenv.WaitFor(t, time.Second, "deletion", func() bool { return key(secret2) == nil })
 
 	// Last-used times change no column the snapshot reads: no reload.
 	partial := h.partialReloads.Load()
@@ -74,7 +62,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 
 	_, err = ts.SetStatus(ctx, tn.ID, tenants.StatusSuspended)
 	testenv.Must(t, err)
-	waitWithin(t, "suspension", time.Second, func() bool {
+	testenv.WaitFor(t, time.Second, "suspension", func() bool {
 		s := h.Current()
 		k, _ := s.key(tenants.HashKey(secret1))
 		return k != nil && s.tenantOf(k).Status == tenants.StatusSuspended
@@ -90,7 +78,7 @@ func TestChangesReloadOnlyWhatChanged(t *testing.T) {
 	_, err = db.Exec(ctx, `INSERT INTO api_keys (tenant_id, hash, prefix)
 		SELECT $1::uuid, sha256(('bulk' || g)::bytea), 'tg_bulk' FROM generate_series(1, 150) g`, tn.ID)
 	testenv.Must(t, err)
-	waitWithin(t, "full load after a bulk insert", 2*time.Second, func() bool { return h.fullReloads.Load() > full })
+	testenv.WaitFor(t, 2*time.Second, "full load after a bulk insert", func() bool { return h.fullReloads.Load() > full })
 	if k := key(secret1); k == nil || k.RevokedAtUS == 0 {
 		t.Errorf("after the full load: key one %+v, want it revoked", k)
 	}
@@ -150,7 +138,7 @@ func TestSnapshotAtScale(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); h.Sync(syncCtx, db, time.Hour) }()
 	defer func() { cancel(); <-done }()
-	waitWithin(t, "first load", time.Minute, func() bool { return h.fullReloads.Load() >= 1 })
+	testenv.WaitFor(t, time.Minute, "first load", func() bool { return h.fullReloads.Load() >= 1 })
 	var id string
 	var hash []byte
 	testenv.Must(t, db.QueryRow(ctx, `SELECT id::text, hash FROM api_keys WHERE revoked_at IS NULL LIMIT 1`).Scan(&id, &hash))
@@ -160,11 +148,13 @@ func TestSnapshotAtScale(t *testing.T) {
 		start := time.Now()
 		_, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, id)
 		testenv.Must(t, err)
-		took := waitWithin(t, "revocation", 10*time.Second, func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS != 0 })
+		seen := time.Now()
+		testenv.WaitFor(t, 10*time.Second, "revocation", func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS != 0 })
+		took := time.Since(seen)
 		t.Logf("revocation %d seen after %v (from the UPDATE's start: %v)", i+1, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		_, err = db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, id)
 		testenv.Must(t, err)
-		waitWithin(t, "reinstated", 10*time.Second, func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS == 0 })
+		testenv.WaitFor(t, 10*time.Second, "reinstated", func() bool { k, _ := h.Current().key(kh); return k != nil && k.RevokedAtUS == 0 })
 	}
 	t.Logf("full loads %d, partial %d", h.fullReloads.Load(), h.partialReloads.Load())
 	fmt.Fprint(os.Stderr)

@@ -50,7 +50,7 @@ func startListening(t *testing.T, span time.Duration) *listening {
 	done := make(chan struct{})
 	go func() { defer close(done); l.h.Sync(syncCtx, db, time.Hour) }()
 	t.Cleanup(func() { stop(); <-done })
-	waitWithin(t, "first load", 10*time.Second, func() bool { return l.h.reloads.Load() >= 1 })
+	testenv.WaitFor(t, 10*time.Second, "first load", func() bool { return l.h.reloads.Load() >= 1 })
 	return l
 }
 
@@ -72,7 +72,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 	h, logs := l.h, l.logs
 
 	l.pg.Stop()
-	waitWithin(t, "the listener noticing", 10*time.Second, h.postgres.Down)
+	testenv.WaitFor(t, 10*time.Second, "the listener noticing", h.postgres.Down)
 	// A window to count in, not a speed: the listener spun thousands of
 	// times a second here before it backed off.
 	l.sleep.WaitReached(t, 30*time.Second)
@@ -85,14 +85,14 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 
 	l.pg.Start()
 	l.sleep.Release()
-	waitWithin(t, "LISTEN again", 10*time.Second, func() bool { return !h.postgres.Down() })
+	testenv.WaitFor(t, 10*time.Second, "LISTEN again", func() bool { return !h.postgres.Down() })
 	reloads := h.reloads.Load()
 	if !strings.Contains(logs.String(), "postgres back") {
 		t.Errorf("no line saying Postgres is back:\n%s", logs.String())
 	}
 
 	testenv.Must(t, l.ts.RevokeKey(context.Background(), l.keyID))
-	waitWithin(t, "the revocation by notification", 10*time.Second, l.revoked)
+	testenv.WaitFor(t, 10*time.Second, "the revocation by notification", l.revoked)
 	if n := h.reloads.Load() - reloads; n > 1 {
 		t.Errorf("%d reloads since LISTEN is back, want 1, the revocation's (reloads come from notifications and the hourly interval)", n)
 	}
@@ -110,7 +110,7 @@ func TestSyncBacksOffWhilePostgresIsDownAndListensAgain(t *testing.T) {
 func TestRevocationWithinASecondOfPostgresReturning(t *testing.T) {
 	l := startListening(t, 30*time.Second) // virtual: the waits at their cap long since
 	l.pg.Stop()
-	waitWithin(t, "the listener noticing", 10*time.Second, l.h.postgres.Down)
+	testenv.WaitFor(t, 10*time.Second, "the listener noticing", l.h.postgres.Down)
 	l.sleep.WaitReached(t, 30*time.Second)
 	if d := l.sleep.Blocked(); d > 600*time.Millisecond {
 		t.Errorf("the listener's wait at its cap is %v, want at most 500ms (+20%% jitter) so that a revocation arrives within 1s", d)
@@ -120,7 +120,7 @@ func TestRevocationWithinASecondOfPostgresReturning(t *testing.T) {
 	back := time.Now()
 	l.sleep.Release() // the wait under way is served in full
 	testenv.Must(t, l.ts.RevokeKey(context.Background(), l.keyID))
-	waitWithin(t, "the revocation", 10*time.Second, l.revoked)
+	testenv.WaitFor(t, 10*time.Second, "the revocation", l.revoked)
 	t.Logf("revocation reached the snapshot %v after Postgres was back", time.Since(back).Round(time.Millisecond))
 }
 

@@ -163,7 +163,11 @@ func RedisClusterAddrs(t testing.TB) []string {
 }
 
 // Redis returns a client of the single test Redis and a key prefix unique
-// to the test; keys under the prefix are deleted when the test ends.
+// to the test; keys under the prefix are deleted when the test ends. The
+// server is shared with every test running at the time, in every
+// package: a test that empties a server (SCRIPT FLUSH, FLUSHALL,
+// FLUSHDB) uses one of its own instead (StartRedisServer,
+// StartRedisCluster).
 func Redis(t testing.TB) (*redis.Client, string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
@@ -173,6 +177,7 @@ func Redis(t testing.TB) (*redis.Client, string) {
 }
 
 // RedisCluster returns a client of the test cluster and a unique prefix.
+// Like Redis's server it is shared: no test may flush it.
 func RedisCluster(t testing.TB) (*redis.ClusterClient, string) {
 	t.Helper()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(t)})

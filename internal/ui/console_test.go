@@ -492,18 +492,14 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	b := newBrowser(t, admin.URL)
 	b.signIn("ops@example.com", "password-ops@example.com")
 	usage := "/tenants/" + acme.ID + "/usage"
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The worker applies batches every second or so: the page is opened
+	// again until it shows them.
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the usage page showing what the client saw", func() (bool, string) {
 		b.open(usage)
-		if b.number("#allowed") == total.allowed && b.number("#rejected") == total.rejected {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s the page shows %d allowed and %d rejected; the client saw %d and %d",
-				b.number("#allowed"), b.number("#rejected"), total.allowed, total.rejected)
-		}
-		time.Sleep(200 * time.Millisecond) // the worker applies batches every second or so
-	}
+		allowed, rejected := b.number("#allowed"), b.number("#rejected")
+		return allowed == total.allowed && rejected == total.rejected,
+			fmt.Sprintf("the page shows %d allowed and %d rejected; the client saw %d and %d", allowed, rejected, total.allowed, total.rejected)
+	})
 	table := func(section string) map[string][2]int64 {
 		rows := eval[[][]string](b, `Array.from(document.querySelectorAll("`+section+` table.chart-table tbody tr"))
 			.map(tr => Array.from(tr.children).map(c => c.textContent))`)

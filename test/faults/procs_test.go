@@ -258,20 +258,22 @@ func (r *redisServer) start(t *testing.T) time.Time {
 		"--save", "", "--appendonly", "yes", "--appendfsync", "no", "--logfile", filepath.Join(r.dir, "redis.log"))
 	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
+	var answered time.Time
+	testenv.Eventually(t, time.Now(), 30*time.Second, "redis-server answering PING", func() (bool, string) {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			answered = time.Now()
+			return true, ""
+		}
 		select {
 		case <-r.p.exited:
 			log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
 			t.Fatalf("redis-server exited: %v\n%s", r.p.err, log)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer PING within 30s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Now()
+		return false, err.Error()
+	})
+	return answered
 }
 
 // waitHTTP polls url until it answers 200.

@@ -1,4 +1,4 @@
-package pgstore
+package usage
 
 import "github.com/tollgate/tollgate/internal/metering/meteringtest"
 

@@ -66,9 +66,6 @@ func NewIngest(db *pgxpool.Pool, cfg IngestConfig) *Ingest {
 // worker applying batches is never held up long.
 const counterSweepBudget = time.Second
 
-// noKey is the key ID of decisions without a key in the usage tables.
-const noKey = "00000000-0000-0000-0000-000000000000"
-
 // Applied records, in the apply transaction tx, the quota thresholds the
 // batches' checks crossed, the first denials by a spend cap or a hard
 // quota, and whatever the rollups now show crossed that no check handed
@@ -95,7 +92,7 @@ func (in *Ingest) Applied(ctx context.Context, tx pgx.Tx, batches []metering.Bat
 			if IsRateDenial(r.Reason, r.DeniedBy) {
 				keyID := r.KeyID
 				if keyID == "" {
-					keyID = noKey
+					keyID = NoKey
 				}
 				limited = append(limited, RateSubject{TenantID: r.TenantID, KeyID: keyID})
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Scale of BenchmarkConsole (docs/benchmarks.md, "Console").
@@ -53,7 +54,7 @@ func BenchmarkConsole(b *testing.B) {
 	token, _, err := as.StartSession(ctx, u, secret, time.Hour, now)
 	testenv.Must(b, err)
 
-	month := billing.MonthOf(now).String()
+	month := usage.MonthOf(now).String()
 	tenant := "/tenants/" + busy
 	for _, p := range []struct{ name, path string }{
 		{"overview", "/"},

@@ -29,10 +29,10 @@ type Authorize func(r *http.Request, tenantID string) error
 // 3339; default the last 24 hours), widened to whole buckets.
 func handleUsageSeries(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
 	type response struct {
-		TenantID    string              `json:"tenant_id"`
+		TenantID    string            `json:"tenant_id"`
 		Granularity usage.Granularity `json:"granularity"`
-		From        time.Time           `json:"from"`
-		To          time.Time           `json:"to"`
+		From        time.Time         `json:"from"`
+		To          time.Time         `json:"to"`
 		Points      []usage.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -96,7 +96,7 @@ func NewHandler(cfg Config) http.Handler {
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
 		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps, Credits: creditsOps,
-		Billing: billingOps,
+		Billing:  billingOps,
 		Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {

@@ -83,9 +83,13 @@ func computeStatement(ctx context.Context, q pgx.Tx, t tenants.Tenant, m usage.M
 			lines[i].KeyPrefix, lines[i].KeyName = k.Prefix, k.Name
 		}
 	}
-	hours, err := usage.MonthHours(ctx, q, t.ID, m)
+	used, err := usage.MonthHours(ctx, q, t.ID, m)
 	if err != nil {
 		return Statement{}, err
+	}
+	hours := make([]HourUnits, len(used))
+	for i, h := range used {
+		hours[i] = HourUnits(h)
 	}
 	var hasCredits bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM credit_accounts WHERE tenant_id = $1)`, t.ID).Scan(&hasCredits); err != nil {

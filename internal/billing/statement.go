@@ -80,7 +80,10 @@ type PlanCharges = tollgate.PlanPeriod
 type OverageLine = plans.OverageLine
 
 // HourUnits are the allowed units of one hour.
-type HourUnits = usage.HourUnits
+type HourUnits struct {
+	Start        time.Time
+	AllowedUnits int64
+}
 
 // StatementInput is everything a statement is computed from.
 type StatementInput struct {

@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -92,7 +91,7 @@ func TestStatementPageShowsCredits(t *testing.T) {
 	_, err = admin.DB.Exec(ctx, `INSERT INTO credit_hours (tenant_id, hour, overage, unpaid) VALUES ($1, $2, 42, 7)`,
 		acme.ID, now.Truncate(time.Hour))
 	testenv.Must(t, err)
-	st, err := billing.NewStore(admin.DB, pgstore.StoreConfig{}).Statement(ctx, acme.ID, usage.MonthOf(now))
+	st, err := billing.NewStore(admin.DB, nil).Statement(ctx, acme.ID, usage.MonthOf(now))
 	testenv.Must(t, err)
 
 	viewer := signedInAs(t, admin, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)

@@ -96,7 +96,7 @@ func TestUsageHandlers(t *testing.T) {
 	base := "/usage/tenants/" + pro.ID
 
 	var series struct {
-		Granularity string          `json:"granularity"`
+		Granularity string        `json:"granularity"`
 		Points      []usage.Point `json:"points"`
 	}
 	tenant.getJSON(base+"/series?granularity=hour&from=2026-10-10T00:00:00Z&to=2026-10-11T00:00:00Z", &series)

@@ -205,33 +205,38 @@ func statementsOf(ctx context.Context, tx pgx.Tx, list []tenants.Tenant, m usage
 }
 
 // frozen reads the stored statements of closed month m (one tenant's, or
-// all when tenantID is ""), with late usage summed in Late.
+// all when tenantID is ""), with late usage summed in Late, in one
+// snapshot.
 func (s *Store) frozen(ctx context.Context, m usage.Month, tenantID string) ([]Statement, error) {
-	rows, err := s.db.Query(ctx, `SELECT body FROM statements
-		WHERE month = $1 AND ($2 = '' OR tenant_id::text = $2)
-		ORDER BY body->>'tenant_name'`, m.Start(), tenantID)
-	list, err := postgres.Collect(rows, err, func(r pgx.Row) (Statement, error) {
-		var body []byte
-		if err := r.Scan(&body); err != nil {
-			return Statement{}, err
+	var list []Statement
+	err := postgres.ReadTx(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT body FROM statements
+			WHERE month = $1 AND ($2 = '' OR tenant_id::text = $2)
+			ORDER BY body->>'tenant_name'`, m.Start(), tenantID)
+		list, err = postgres.Collect(rows, err, func(r pgx.Row) (Statement, error) {
+			var body []byte
+			if err := r.Scan(&body); err != nil {
+				return Statement{}, err
+			}
+			var st Statement
+			err := json.Unmarshal(body, &st)
+			return st, err
+		}, "usage: read statements")
+		if err != nil || len(list) == 0 {
+			return err
 		}
-		var st Statement
-		err := json.Unmarshal(body, &st)
-		return st, err
-	}, "usage: read statements")
-	if err != nil || len(list) == 0 {
-		return list, err
-	}
-	late, err := usage.LateByTenant(ctx, s.db, m, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	for i := range list {
-		if c, ok := late[list[i].TenantID]; ok {
-			list[i].Late = &c
+		late, err := usage.LateByTenant(ctx, tx, m, tenantID)
+		if err != nil {
+			return err
 		}
-	}
-	return list, nil
+		for i := range list {
+			if c, ok := late[list[i].TenantID]; ok {
+				list[i].Late = &c
+			}
+		}
+		return nil
+	})
+	return list, err
 }
 
 // StatementClosedData is the payload of statement.closed: a tenant's

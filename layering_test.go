@@ -14,8 +14,9 @@ const module = "github.com/tollgate/tollgate"
 // TestLayering keeps the import rule of docs/architecture.md: imports
 // point down, from the programs (cmd/) to the HTTP servers (checkapi,
 // adminapi, ui), to the features, to the limiter and the small shared
-// pieces; the check server's side of usage (metering) and the admin
-// side's (billing) stay apart.
+// pieces; usage goes by stage: the check server counts (metering), the
+// ingest stage applies and answers queries (usage), billing bills, and
+// the check server links no billing.
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...").Output()
 	if err != nil {
@@ -42,7 +43,7 @@ func TestLayering(t *testing.T) {
 	}
 
 	servers := []string{"internal/checkapi", "internal/adminapi", "internal/ui"}
-	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/billing", "internal/auth", "internal/audit", "internal/demo", "internal/quota", "internal/events"}
+	features := []string{"internal/enforce", "internal/snapshot", "internal/tenants", "internal/plans", "internal/metering", "internal/usage", "internal/billing", "internal/auth", "internal/audit", "internal/demo", "internal/quota", "internal/events", "internal/credits"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			if (pkg == "" || pkg == "client") && dep != module && strings.Contains(strings.SplitN(dep, "/", 2)[0], ".") {
@@ -77,18 +78,21 @@ func TestLayering(t *testing.T) {
 		}
 	}
 	checkAdminSideApart(t, linked)
+	checkUsageStages(t, imports, linked)
 }
 
-// metering is the check server's side of usage; billing the admin side's.
+// metering is the check server's side of usage; billing the admin side's
+// money.
 var metering, billing = []string{"internal/metering"}, []string{"internal/billing"}
 
-// checkAdminSideApart fails when the check server links the admin side of
-// usage, or package metering links Postgres code: the check server counts
-// decisions and hands them on, and only pgstore, beside metering, writes
-// them to Postgres. linked holds each package's transitive dependencies.
+// checkAdminSideApart fails when the check server links the admin side,
+// or package metering links Postgres code: the check server counts
+// decisions and hands them on, and only usage, the ingest stage (which
+// the api links in single-process mode), writes them to Postgres. linked
+// holds each package's transitive dependencies.
 func checkAdminSideApart(t *testing.T, linked map[string][]string) {
 	t.Helper()
-	for _, pkg := range []string{"cmd/api", "internal/checkapi", "internal/checkapi/envoyrls", "internal/enforce", "internal/metering", "internal/metering/pgstore"} {
+	for _, pkg := range []string{"cmd/api", "internal/checkapi", "internal/checkapi/envoyrls", "internal/enforce", "internal/metering", "internal/usage"} {
 		if _, ok := linked[pkg]; !ok {
 			t.Errorf("go list found no %s: update TestLayering", pkg)
 		}
@@ -100,7 +104,37 @@ func checkAdminSideApart(t *testing.T, linked map[string][]string) {
 	}
 	for _, dep := range linked["internal/metering"] {
 		if dep == module+"/internal/postgres" || strings.HasPrefix(dep, "github.com/jackc/") {
-			t.Errorf("internal/metering links %s: Postgres code is pgstore's", dep)
+			t.Errorf("internal/metering links %s: Postgres code is usage's, the ingest stage", dep)
+		}
+	}
+}
+
+// checkUsageStages fails when the stages of usage mix: usage, the ingest
+// stage (stream consumer, worker, apply, queries), links no billing and
+// no feature — quota and the others plug into the apply through
+// usage.Hook, which the programs wire — and billing, which only bills,
+// holds no stream consumer or worker: it imports neither go-redis (the
+// stream) nor backoff (the worker's retries) nor prometheus (its
+// metrics). imports holds each package's direct imports, linked its
+// transitive ones.
+func checkUsageStages(t *testing.T, imports, linked map[string][]string) {
+	t.Helper()
+	const usage = "internal/usage"
+	named := []string{"internal/quota", "internal/plans", "internal/credits", "internal/events", "internal/tenants", "internal/billing"}
+	for _, pkg := range []string{usage, "internal/billing"} {
+		if _, ok := linked[pkg]; !ok {
+			t.Errorf("go list found no %s: update TestLayering", pkg)
+		}
+	}
+	for _, dep := range linked[usage] {
+		if own, ok := strings.CutPrefix(dep, module+"/"); ok && hasPrefix(own, named) {
+			t.Errorf("%s links %s: the ingest stage names no feature (features plug in through usage.Hook) and imports no billing", usage, own)
+		}
+	}
+	for _, dep := range imports["internal/billing"] {
+		switch {
+		case strings.HasPrefix(dep, "github.com/redis/"), dep == module+"/internal/backoff", strings.HasPrefix(dep, "github.com/prometheus/"):
+			t.Errorf("internal/billing imports %s: the stream consumer and the worker are usage's; billing only bills", dep)
 		}
 	}
 }

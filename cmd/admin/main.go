@@ -133,9 +133,9 @@ func commands() []command {
 	}
 }
 
-// usage lists cmds on w: every command (group ""), or one group's, such
+// listCommands lists cmds on w: every command (group ""), or one group's, such
 // as "keys".
-func usage(w io.Writer, group string, cmds []command) {
+func listCommands(w io.Writer, group string, cmds []command) {
 	fmt.Fprintf(w, "usage: admin %s<command> [flags]\n\ncommands:\n", strings.TrimLeft(group+" ", " "))
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {
@@ -214,10 +214,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	switch {
 	case len(args) == 0:
-		usage(stderr, "", commands())
+		listCommands(stderr, "", commands())
 		return errors.New("no command given")
 	case args[0] == "help" || isHelp(args[0]):
-		usage(stdout, "", commands())
+		listCommands(stdout, "", commands())
 		return nil
 	case args[0] == "--version" || args[0] == "-version":
 		fmt.Fprintln(stdout, "admin", buildinfo.Read())
@@ -228,13 +228,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		if len(group) > 0 {
 			prefix := strings.Join(args[:len(args)-len(flagsFrom(args))], " ")
 			if helpRequested(flagsFrom(args)) {
-				usage(stdout, prefix, group)
+				listCommands(stdout, prefix, group)
 				return nil
 			}
-			usage(stderr, prefix, group)
+			listCommands(stderr, prefix, group)
 			return fmt.Errorf("%s: want a subcommand", prefix)
 		}
-		usage(stderr, "", commands())
+		listCommands(stderr, "", commands())
 		return fmt.Errorf("unknown command %q", strings.Join(args, " "))
 	}
 	fs := flag.NewFlagSet("admin "+cmd.name, flag.ContinueOnError)

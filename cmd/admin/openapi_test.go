@@ -27,12 +27,12 @@ import (
 	"github.com/tollgate/tollgate/internal/checkapi"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 	"github.com/tollgate/tollgate/internal/testenv/apispec"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // The OpenAPI document at the repository root must describe both servers
@@ -636,19 +636,19 @@ func webhookScenario(t *testing.T, do func(method, path, token string, body any,
 // last month has 2,500 allowed units (1,500 over pro's 1,000 included),
 // denials and anonymous traffic from named addresses, and is closed, then
 // receives late usage; this month has a little usage and stays open.
-func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, this billing.Month) {
+func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, this usage.Month) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	this = billing.MonthOf(now)
-	last = billing.MonthOf(this.Start().Add(-time.Hour))
+	this = usage.MonthOf(now)
+	last = usage.MonthOf(this.Start().Add(-time.Hour))
 	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = $2 WHERE tenant_id = $1`, tenantID, last.Start())
 	testenv.Must(t, err)
-	store := billing.NewStore(db, pgstore.StoreConfig{})
+	closer := billing.NewOps(db, nil)
 	apply := func(b metering.Batch) {
 		t.Helper()
 		b.Version = 1
-		_, err := pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, b)
+		_, err := usage.NewStore(db, usage.StoreConfig{}).Apply(ctx, b)
 		testenv.Must(t, err)
 	}
 	minute := last.Start().Add(9*24*time.Hour + 9*time.Hour + 30*time.Minute).Unix()
@@ -672,7 +672,7 @@ func seedUsage(t *testing.T, db *pgxpool.Pool, tenantID, keyID string) (last, th
 		{Minute: now.Unix() / 60 * 60, TenantID: tenantID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos",
 			Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
 	}})
-	if _, err := store.CloseMonth(ctx, audit.CLI, last, nil); err != nil {
+	if _, err := closer.CloseMonth(ctx, audit.CLI, last, nil); err != nil {
 		t.Fatalf("close %s: %v", last, err)
 	}
 	apply(metering.Batch{ID: "openapi:late", Rows: []metering.Row{

@@ -15,12 +15,12 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // serverConfig is the admin server's configuration, read from TOLLGATE_*
@@ -166,17 +166,17 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	defer stopKeyExpiry()
 	// The console's overview shows how far behind the usage worker is,
 	// when the server has a Redis to read the stream from.
-	var usageLag func(context.Context) (billing.Lag, error)
+	var usageLag func(context.Context) (usage.Lag, error)
 	if usageCfg.ServeWorker || cfg.Redis.Configured() {
 		rc := usageCfg.Redis.Client()
 		defer rc.Close()
-		usageLag = billing.NewRedisConsumer(rc, billing.RedisConsumerConfig{Stream: usageCfg.Stream, Group: usageCfg.Group}).Lag
+		usageLag = usage.NewRedisConsumer(rc, usage.RedisConsumerConfig{Stream: usageCfg.Stream, Group: usageCfg.Group}).Lag
 	}
 
 	srv := &http.Server{
 		// Every route sees the client behind the trusted proxies.
 		Handler: cfg.TrustedProxies.Middleware(adminapi.NewHandler(adminapi.Config{
-			DB: e.db, Usage: usageCfg.store(e), Log: log, SecretKeys: keys,
+			DB: e.db, Usage: usageCfg.reader(e), Log: log, SecretKeys: keys,
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics, UsageLag: usageLag, Webhooks: cfg.Webhooks.Guard,

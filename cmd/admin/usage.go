@@ -25,8 +25,8 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // usageConfig is the usage worker's configuration, read from TOLLGATE_*
@@ -66,25 +66,35 @@ func (c usageConfig) redis() redis.UniversalClient {
 	return r.Client()
 }
 
-func (c usageConfig) store(e *invocation) *billing.Store {
-	return billing.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap})
+// storeConfig is the usage tables' configuration, the same for the
+// worker that writes them and the queries that read them.
+func (c usageConfig) storeConfig() usage.StoreConfig {
+	return usage.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap}
 }
 
-// writer returns the store the usage worker applies batches with; its
-// sweep reads the tenants' monthly quota counters from counters.
-func (c usageConfig) writer(e *invocation, counters limiter.WindowReader) *pgstore.Store {
-	return pgstore.NewStore(e.db, pgstore.StoreConfig{MinuteRetention: c.MinuteRetention, ResourceCap: c.ResourceCap,
+// reader returns the usage queries.
+func (c usageConfig) reader(e *invocation) *usage.Reader {
+	return usage.NewReader(e.db, c.storeConfig())
+}
+
+// writer returns the store the usage worker applies batches with, quota's
+// ingest plugged in; its sweep reads the tenants' monthly quota counters
+// from counters.
+func (c usageConfig) writer(e *invocation, counters limiter.WindowReader) *usage.Store {
+	cfg := c.storeConfig()
+	cfg.Hooks = []usage.Hook{quota.NewIngest(e.db, quota.IngestConfig{
 		RateAlert: quota.RateAlert{Denials: int64(c.RateAlertDenials), TenantDenials: int64(c.TenantRateAlertDenials), Window: c.RateAlertWindow},
-		Counters:  counters, KeyPrefix: c.KeyPrefix})
+		Counters:  counters, KeyPrefix: c.KeyPrefix})}
+	return usage.NewStore(e.db, cfg)
 }
 
 // newWorker returns a usage worker on the stream and a function that
 // releases its Redis client.
-func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*billing.Worker, func()) {
+func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*usage.Worker, func()) {
 	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	client := c.redis()
-	w := &billing.Worker{
-		Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{
+	w := &usage.Worker{
+		Consumer: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{
 			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
 		}),
 		Store: c.writer(e, redisstore.New(client)),
@@ -182,13 +192,13 @@ func report(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		store := c.store(e)
+		store := billing.NewStore(e.db, nil)
 		tenantID, err := optionalTenantID(ctx, e, tenant)
 		if err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 		if *late {
-			rows, err := store.Late(ctx, m, tenantID)
+			rows, err := c.reader(e).Late(ctx, m, tenantID)
 			if err != nil {
 				return err
 			}
@@ -222,11 +232,10 @@ func closeMonth(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		c, err := loadUsageConfig(e.getenv, e.stderr)
-		if err != nil {
+		if _, err := loadUsageConfig(e.getenv, e.stderr); err != nil {
 			return err
 		}
-		res, err := c.store(e).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
+		res, err := billing.NewOps(e.db, nil).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
 		if err != nil {
 			return fmt.Errorf("close: %w", err)
 		}
@@ -256,10 +265,10 @@ func monthFlag(fs *flag.FlagSet, usage string) monthRef {
 }
 
 // parse reads the flag; its error names the command and the flag.
-func (f monthRef) parse(e *invocation) (billing.Month, error) {
-	m, err := billing.ParseMonth(*f.value)
+func (f monthRef) parse(e *invocation) (usage.Month, error) {
+	m, err := usage.ParseMonth(*f.value)
 	if err != nil {
-		return billing.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", e.name)
+		return usage.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", e.name)
 	}
 	return m, nil
 }

@@ -18,11 +18,11 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // seededDemo seeds the demo (plans on since September 2026) and applies
@@ -52,7 +52,7 @@ func seededDemo(t *testing.T) (url string, db *pgxpool.Pool, pro tenants.Tenant,
 	}
 	keyID = keys[0].ID
 	minute := time.Date(2026, 10, 15, 9, 30, 0, 0, time.UTC).Unix()
-	_, err = pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:1", Rows: []metering.Row{{
+	_, err = usage.NewStore(db, usage.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:1", Rows: []metering.Row{{
 		Minute: minute, TenantID: pro.ID, KeyID: keyID, Tier: "authenticated", Resource: "GET /repos", Reason: "ok",
 		Counts: metering.Counts{Allowed: 120_000, AllowedUnits: 120_000},
 	}}})
@@ -133,7 +133,7 @@ func TestReportAndCloseCommands(t *testing.T) {
 
 	// Late usage after the close is listed, and the statement stays.
 	ctx := context.Background()
-	_, err = pgstore.NewStore(db, pgstore.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:late", Rows: []metering.Row{{
+	_, err = usage.NewStore(db, usage.StoreConfig{}).Apply(ctx, metering.Batch{Version: 1, ID: "cli:late", Rows: []metering.Row{{
 		Minute: time.Date(2026, 10, 31, 23, 59, 0, 0, time.UTC).Unix(), TenantID: pro.ID, KeyID: keyID,
 		Tier: "authenticated", Resource: "GET /repos", Reason: "ok", Counts: metering.Counts{Allowed: 9, AllowedUnits: 9},
 	}}})

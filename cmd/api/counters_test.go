@@ -4,22 +4,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // counterStore returns a usage store whose sweep reads the tenants'
 // monthly quota counters from the rig's Redis, under the api's key
 // prefix, as the store of `admin worker` does.
-func (r *rig) counterStore() *pgstore.Store {
-	return pgstore.NewStore(r.db, pgstore.StoreConfig{Counters: redisstore.New(r.redis), KeyPrefix: r.env["TOLLGATE_KEY_PREFIX"]})
+func (r *rig) counterStore() *usage.Store {
+	return usage.NewStore(r.db, usage.StoreConfig{Hooks: []usage.Hook{quota.NewIngest(r.db,
+		quota.IngestConfig{Counters: redisstore.New(r.redis), KeyPrefix: r.env["TOLLGATE_KEY_PREFIX"]})}})
 }
 
 // counterWorker returns a usage worker on counterStore that sweeps every
 // second rather than every half minute.
-func (r *rig) counterWorker(name string) *billing.Worker {
+func (r *rig) counterWorker(name string) *usage.Worker {
 	w := r.worker(name)
 	w.Store = r.counterStore()
 	w.SweepInterval = time.Second

@@ -33,11 +33,11 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 func main() {
@@ -395,10 +395,14 @@ func (s *server) startUsage(db *pgxpool.Pool, reg prometheus.Registerer) enforce
 		log.Warn("TOLLGATE_USAGE_SINK=none: decisions are not counted and will not be billed")
 		return nil
 	case "postgres":
-		store := pgstore.NewStore(db, pgstore.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
+		// Quota's crossings and rate alerts are recorded as the batches
+		// are applied, as the usage worker's are.
+		ingest := quota.NewIngest(db, quota.IngestConfig{
 			RateAlert: quota.RateAlert{Denials: int64(cfg.Usage.RateAlertDenials), TenantDenials: int64(cfg.Usage.TenantRateAlertDenials),
 				Window: cfg.Usage.RateAlertWindow}})
-		producer = pgstore.StoreProducer{Store: store}
+		store := usage.NewStore(db, usage.StoreConfig{MinuteRetention: cfg.Usage.MinuteRetention, ResourceCap: cfg.Usage.ResourceCap,
+			Hooks: []usage.Hook{ingest}})
+		producer = usage.StoreProducer{Store: store}
 		s.background(func(ctx context.Context) { store.MaintainEvery(ctx, time.Hour, log) })
 	default:
 		// Its own client: publishing must not take connections from the

@@ -18,11 +18,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // exportedMetrics returns the metric families a running check API and a
@@ -51,7 +51,7 @@ func exportedMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	// The worker's metrics, as `admin worker` and `admin serve` register
 	// them.
 	client, prefix := testenv.Redis(t)
-	w := &billing.Worker{Consumer: billing.NewRedisConsumer(client, billing.RedisConsumerConfig{Stream: prefix + "usage"})}
+	w := &usage.Worker{Consumer: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{Stream: prefix + "usage"})}
 	reg := prometheus.NewRegistry()
 	w.Register(reg)
 	// The webhooks' metrics, as `admin serve` registers them.

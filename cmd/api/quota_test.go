@@ -14,11 +14,11 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // These tests drive one tenant's monthly count across quota thresholds
@@ -237,7 +237,7 @@ func TestQuotaCrossingOfAKilledAPIIsReconciled(t *testing.T) {
 	// Sweeping again, from this worker and another, records nothing more;
 	// the quiet tenant, at 90, crossed nothing.
 	for range 2 {
-		testenv.Must(t, r.counterStore().SweepRateAlerts(context.Background()))
+		testenv.Must(t, r.counterStore().Sweep(context.Background()))
 	}
 	if got, events := crossings(t, r, tenantID, "threshold", quota.EventThresholdCrossed); len(got) != 1 || got[100] != 1 || events != 1 {
 		t.Errorf("after more sweeps: crossings %v and %d events, want 100 once", got, events)
@@ -262,7 +262,7 @@ func TestSpendCapBoundsTheStatementAcrossThreeAPIs(t *testing.T) {
 	if allowed > 185 || allowed < 183 || denied["spend_cap"] == 0 || len(denied) != 1 {
 		t.Errorf("allowed %d units (want 183–185: the last checks cost up to 3), denials %v (want spend_cap only)", allowed, denied)
 	}
-	st, err := billing.NewStore(r.db, pgstore.StoreConfig{}).Statement(context.Background(), tenantID, billing.MonthOf(time.Now()))
+	st, err := billing.NewStore(r.db, nil).Statement(context.Background(), tenantID, usage.MonthOf(time.Now()))
 	testenv.Must(t, err)
 	if st.Usage.AllowedUnits != allowed || st.TotalMinor > st.BaseFeeMinor+capMinor || st.BaseFeeMinor != 1000 {
 		t.Errorf("statement: %d units, base %d, total %d; want %d units and total ≤ 1000 + %d",

@@ -11,10 +11,10 @@ import (
 	tollgate "github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // TestSpendCapSetMidMonthCountsTheWholeMonth: a cap set after the tenant
@@ -65,7 +65,7 @@ func TestSpendCapSetMidMonthCountsTheWholeMonth(t *testing.T) {
 		t.Errorf("a cap below the month's units: %d more units allowed, denials %v; want every check denied with spend_cap", after, denied)
 	}
 	apis.settle(t)
-	stmt, err := billing.NewStore(r.db, pgstore.StoreConfig{}).Statement(ctx, late, billing.MonthOf(time.Now()))
+	stmt, err := billing.NewStore(r.db, nil).Statement(ctx, late, usage.MonthOf(time.Now()))
 	testenv.Must(t, err)
 	if stmt.Usage.AllowedUnits != before[lateKey]+after || stmt.TotalMinor > stmt.BaseFeeMinor+capMinor {
 		t.Errorf("statement: %d units, base %d, total %d; want %d units and total ≤ base + %d",

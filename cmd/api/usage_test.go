@@ -19,16 +19,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // These tests drive checks through two real api processes (run() twice,
@@ -261,18 +261,18 @@ func (r *rig) requireReconciled(t *testing.T, saw tally) {
 	}
 }
 
-func (r *rig) consumer(name string) *billing.RedisConsumer {
-	return billing.NewRedisConsumer(r.redis, billing.RedisConsumerConfig{Stream: r.stream, Group: "usage",
+func (r *rig) consumer(name string) *usage.RedisConsumer {
+	return usage.NewRedisConsumer(r.redis, usage.RedisConsumerConfig{Stream: r.stream, Group: "usage",
 		Consumer: name, ClaimIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond})
 }
 
-func (r *rig) worker(name string) *billing.Worker {
-	return &billing.Worker{Consumer: r.consumer(name), Store: pgstore.NewStore(r.db, pgstore.StoreConfig{}),
+func (r *rig) worker(name string) *usage.Worker {
+	return &usage.Worker{Consumer: r.consumer(name), Store: usage.NewStore(r.db, usage.StoreConfig{Hooks: []usage.Hook{quota.NewIngest(r.db, quota.IngestConfig{})}}),
 		FetchCount: 16, RetryMax: 200 * time.Millisecond}
 }
 
 // runWorker runs w until stop is called; stop returns Run's error.
-func runWorker(w *billing.Worker) (stop func() error) {
+func runWorker(w *usage.Worker) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
@@ -333,7 +333,7 @@ func TestUsageExactlyOnceWhenTheWorkerDiesBeforeAck(t *testing.T) {
 	a, b := r.startAPI(t), r.startAPI(t)
 	crashed := errors.New("simulated crash after commit, before XACK")
 	doomed := r.worker("doomed")
-	doomed.AfterApply = func(billing.Message) error { return crashed }
+	doomed.AfterApply = func(usage.Message) error { return crashed }
 	doomedDone := make(chan error, 1)
 	go func() { doomedDone <- doomed.Run(context.Background()) }()
 	saw, _ := r.drive(t, []*api{a, b}, 600, 1)

@@ -13,6 +13,8 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Authorize decides whether r may read a tenant's usage and statements.
@@ -25,13 +27,13 @@ type Authorize func(r *http.Request, tenantID string) error
 // handleUsageSeries serves a tenant's usage over time:
 // ?granularity=minute|hour|day|month (default hour), &from=…&to=… (RFC
 // 3339; default the last 24 hours), widened to whole buckets.
-func handleUsageSeries(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageSeries(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
 	type response struct {
-		TenantID    string              `json:"tenant_id"`
-		Granularity billing.Granularity `json:"granularity"`
-		From        time.Time           `json:"from"`
-		To          time.Time           `json:"to"`
-		Points      []billing.Point     `json:"points"`
+		TenantID    string            `json:"tenant_id"`
+		Granularity usage.Granularity `json:"granularity"`
+		From        time.Time         `json:"from"`
+		To          time.Time         `json:"to"`
+		Points      []usage.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, rng, err := rangeRequest(r, store, authorize)
@@ -39,9 +41,9 @@ func handleUsageSeries(store *billing.Store, authorize Authorize, log *slog.Logg
 			httpx.Error(w, r, log, err)
 			return
 		}
-		g := billing.Granularity(r.URL.Query().Get("granularity"))
+		g := usage.Granularity(r.URL.Query().Get("granularity"))
 		if g == "" {
-			g = billing.GranularityHour
+			g = usage.GranularityHour
 		}
 		points, err := store.Series(r.Context(), tenant, g, rng)
 		if err != nil {
@@ -58,8 +60,8 @@ func handleUsageSeries(store *billing.Store, authorize Authorize, log *slog.Logg
 
 // handleUsageTopKeys serves a tenant's keys with the most allowed units:
 // ?from=…&to=…&limit=N (default 10).
-func handleUsageTopKeys(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error) {
+func handleUsageTopKeys(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		keys, err := store.TopKeys(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "keys": keys}, err
 	})
@@ -67,8 +69,8 @@ func handleUsageTopKeys(store *billing.Store, authorize Authorize, log *slog.Log
 
 // handleUsageTopResources serves a tenant's resources with the most allowed
 // units: ?from=…&to=…&limit=N (default 10).
-func handleUsageTopResources(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error) {
+func handleUsageTopResources(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		res, err := store.TopResources(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "resources": res}, err
 	})
@@ -76,8 +78,8 @@ func handleUsageTopResources(store *billing.Store, authorize Authorize, log *slo
 
 // handleUsageRejections serves a tenant's rejection rate, with denials by
 // reason and by rule: ?from=…&to=….
-func handleUsageRejections(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng billing.Range, _ int) (any, error) {
+func handleUsageRejections(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, _ int) (any, error) {
 		rej, err := store.Rejections(r.Context(), tenant, rng)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "rejections": rej}, err
 	})
@@ -86,11 +88,11 @@ func handleUsageRejections(store *billing.Store, authorize Authorize, log *slog.
 // handleTop serves a read of usage over ?from=…&to=…, of at most
 // ?limit=N (default 10) rows, for the path's {tenantID} ("" on
 // operator-wide routes, which authorize lets only operators read).
-func handleTop(store *billing.Store, authorize Authorize, log *slog.Logger,
-	query func(r *http.Request, tenant string, rng billing.Range, limit int) (any, error)) http.Handler {
+func handleTop(store *usage.Reader, authorize Authorize, log *slog.Logger,
+	query func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error)) http.Handler {
 	type top struct {
 		tenant string
-		rng    billing.Range
+		rng    usage.Range
 		limit  int
 	}
 	return handlePath(log, http.StatusOK, func(r *http.Request) (top, error) {
@@ -107,22 +109,31 @@ func handleTop(store *billing.Store, authorize Authorize, log *slog.Logger,
 
 // handleUsageTotals serves operator-wide usage by tenant and by tier:
 // ?from=…&to=….
-func handleUsageTotals(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageTotals(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, rng, err := rangeRequest(r, store, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		totals, err := store.Totals(r.Context(), rng)
+		list, err := ts.List(r.Context())
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		names := make(map[string]string, len(list))
+		for _, t := range list {
+			names[t.ID] = t.Name
+		}
+		totals, err := store.Totals(r.Context(), rng, names)
 		writeResult(w, r, log, map[string]any{"from": rng.From, "to": rng.To, "totals": totals}, err)
 	})
 }
 
 // handleUsageTopIPs serves the anonymous addresses with the most decisions
 // (operators only): ?from=…&to=…&limit=N.
-func handleUsageTopIPs(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng billing.Range, limit int) (any, error) {
+func handleUsageTopIPs(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng usage.Range, limit int) (any, error) {
 		top, err := store.TopIPs(r.Context(), rng, limit)
 		return map[string]any{"from": rng.From, "to": rng.To, "ips": top}, err
 	})
@@ -174,14 +185,14 @@ func handleUsageStatements(store *billing.Store, authorize Authorize, log *slog.
 // handleUsageLate lists usage that arrived after ?month= was closed; with
 // &tenant=ID only that tenant's (which the tenant may read), otherwise
 // every tenant's (operators only).
-func handleUsageLate(store *billing.Store, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageLate(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := r.URL.Query().Get("tenant")
 		if err := authorize(r, tenant); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		m, err := billing.ParseMonth(r.URL.Query().Get("month"))
+		m, err := usage.ParseMonth(r.URL.Query().Get("month"))
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -210,10 +221,10 @@ func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, c
 
 // rangeRequest authorizes r to read usage of the path's {tenantID} (""
 // on operator-wide routes) and parses its range (see parseRange).
-func rangeRequest(r *http.Request, store *billing.Store, authorize Authorize) (tenant string, rng billing.Range, err error) {
+func rangeRequest(r *http.Request, store *usage.Reader, authorize Authorize) (tenant string, rng usage.Range, err error) {
 	tenant = chi.URLParam(r, "tenantID")
 	if err := authorize(r, tenant); err != nil {
-		return "", billing.Range{}, err
+		return "", usage.Range{}, err
 	}
 	rng, err = parseRange(r, store.Now())
 	return tenant, rng, err
@@ -222,13 +233,13 @@ func rangeRequest(r *http.Request, store *billing.Store, authorize Authorize) (t
 // statementRequest authorizes r to read tenant's statements ("" for every
 // tenant's), then reads the month (such as 2026-10) and whether the answer
 // is to be CSV.
-func statementRequest(r *http.Request, authorize Authorize, tenant, month string) (billing.Month, bool, error) {
+func statementRequest(r *http.Request, authorize Authorize, tenant, month string) (usage.Month, bool, error) {
 	if err := authorize(r, tenant); err != nil {
-		return billing.Month{}, false, err
+		return usage.Month{}, false, err
 	}
-	m, err := billing.ParseMonth(month)
+	m, err := usage.ParseMonth(month)
 	if err != nil {
-		return billing.Month{}, false, err
+		return usage.Month{}, false, err
 	}
 	csvOut, err := wantCSV(r)
 	return m, csvOut, err
@@ -248,9 +259,9 @@ func wantCSV(r *http.Request) (bool, error) {
 
 // parseRange reads ?from= and ?to= (RFC 3339); to defaults to now, from
 // to 24 hours before to.
-func parseRange(r *http.Request, now time.Time) (billing.Range, error) {
+func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
 	f := map[string]string{}
-	rng := billing.Range{To: now.UTC()}
+	rng := usage.Range{To: now.UTC()}
 	if v := r.URL.Query().Get("to"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {

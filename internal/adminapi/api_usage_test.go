@@ -19,11 +19,11 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // testAuthorize lets "X-Operator: yes" read everything and "X-Tenant: id"
@@ -41,7 +41,7 @@ func testAuthorize(r *http.Request, tenantID string) error {
 	return tollgate.Errorf(tollgate.EUNAUTHORIZED, "log in")
 }
 
-func testRoutes(s *billing.Store) http.Handler {
+func testRoutes(s usageReads) http.Handler {
 	mux := chi.NewRouter()
 	usageRoutes(mux, s, testAuthorize, slog.New(slog.DiscardHandler))
 	return mux
@@ -96,8 +96,8 @@ func TestUsageHandlers(t *testing.T) {
 	base := "/usage/tenants/" + pro.ID
 
 	var series struct {
-		Granularity string          `json:"granularity"`
-		Points      []billing.Point `json:"points"`
+		Granularity string        `json:"granularity"`
+		Points      []usage.Point `json:"points"`
 	}
 	tenant.getJSON(base+"/series?granularity=hour&from=2026-10-10T00:00:00Z&to=2026-10-11T00:00:00Z", &series)
 	if len(series.Points) != 24 || series.Granularity != "hour" {
@@ -121,7 +121,7 @@ func TestUsageHandlers(t *testing.T) {
 	}
 
 	var topHour struct {
-		Keys []billing.KeyUsage `json:"keys"`
+		Keys []usage.KeyUsage `json:"keys"`
 	}
 	// 09:00:30–10:59:59 on 10 October widens to 09:00–11:00: two hours.
 	tenant.getJSON(base+"/top-keys?from=2026-10-10T09:00:30Z&to=2026-10-10T10:59:59Z", &topHour)
@@ -131,8 +131,8 @@ func TestUsageHandlers(t *testing.T) {
 
 	october := "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z"
 	var top struct {
-		Keys      []billing.KeyUsage      `json:"keys"`
-		Resources []billing.ResourceUsage `json:"resources"`
+		Keys      []usage.KeyUsage      `json:"keys"`
+		Resources []usage.ResourceUsage `json:"resources"`
 	}
 	tenant.getJSON(base+"/top-keys?"+october, &top)
 	if len(top.Keys) != 2 || top.Keys[0].KeyID != key1.ID || top.Keys[0].AllowedUnits != 111_600 {
@@ -143,7 +143,7 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("top resources %+v", top.Resources)
 	}
 	var rej struct {
-		Rejections billing.Rejections `json:"rejections"`
+		Rejections usage.Rejections `json:"rejections"`
 	}
 	tenant.getJSON(base+"/rejections?"+october, &rej)
 	if r := rej.Rejections; r.Denied != 31*24*15 || r.Rate != 15.0/180 || r.ByRule["hourly"] != 31*24*10 || r.ByRule["search"] != 31*24*5 {
@@ -161,7 +161,7 @@ func TestUsageHandlers(t *testing.T) {
 		}
 	}
 	var totals struct {
-		Totals billing.Totals `json:"totals"`
+		Totals usage.Totals `json:"totals"`
 	}
 	operator.getJSON("/usage/totals?"+october, &totals)
 	if tt := totals.Totals; tt.AllowedUnits != 133_920+5208+31*24*3 || tt.ByTier["anonymous"].Allowed != 31*24*3 ||
@@ -169,7 +169,7 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("totals %+v", tt)
 	}
 	var ips struct {
-		IPs billing.TopIPs `json:"ips"`
+		IPs usage.TopIPs `json:"ips"`
 	}
 	operator.getJSON("/usage/anonymous/top-ips?limit=1&from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z", &ips)
 	if len(ips.IPs.Top) != 1 || ips.IPs.Top[0].IP != "198.51.100.7" || ips.IPs.Top[0].Denied != 50 || ips.IPs.Other.Allowed != 8 {
@@ -201,7 +201,7 @@ func TestUsageHandlers(t *testing.T) {
 		t.Errorf("%d statements, want 2", len(all.Statements))
 	}
 	var late struct {
-		Late []billing.LateRow `json:"late_usage"`
+		Late []usage.LateRow `json:"late_usage"`
 	}
 	operator.getJSON("/statements/late?month=2026-10", &late)
 	if len(late.Late) != 0 {
@@ -212,12 +212,13 @@ func TestUsageHandlers(t *testing.T) {
 // The fixtures below build, through the stores' exported API, the month
 // of demo traffic that internal/billing's statement tests use.
 
-func newUsageStore(t *testing.T, now string) (*billing.Store, *pgstore.Store, *pgxpool.Pool) {
+func newUsageStore(t *testing.T, now string) (usageReads, *usage.Store, *pgxpool.Pool) {
 	t.Helper()
 	db := testenv.DB(t)
 	clock := mustTime(t, now)
-	cfg := pgstore.StoreConfig{Now: func() time.Time { return clock }}
-	return billing.NewStore(db, cfg), pgstore.NewStore(db, cfg), db
+	cfg := usage.StoreConfig{Now: func() time.Time { return clock }}
+	reads := usageReads{usage: usage.NewReader(db, cfg), statements: billing.NewStore(db, cfg.Now), tenants: tenants.NewStore(db)}
+	return reads, usage.NewStore(db, cfg), db
 }
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -259,7 +260,7 @@ func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1
 // 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
 // anonymous callers add traffic of their own, as do September and
 // November.
-func monthOfTraffic(t *testing.T, s *pgstore.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
+func monthOfTraffic(t *testing.T, s *usage.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
 	t.Helper()
 	ctx := context.Background()
 	freeKey := "00000000-0000-4000-8000-000000000099"

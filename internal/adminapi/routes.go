@@ -24,12 +24,15 @@ import (
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/ui"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Config is what the admin API needs.
 type Config struct {
-	DB    *pgxpool.Pool
-	Usage *billing.Store
+	DB *pgxpool.Pool
+	// Usage answers the usage queries (series, top keys, totals…);
+	// statements and closing months are billing's, on DB.
+	Usage *usage.Reader
 	Log   *slog.Logger
 	// SessionSecret signs session JWTs (HS256, at least
 	// auth.MinSessionSecretLen bytes); SessionTTL is their lifetime.
@@ -47,7 +50,7 @@ type Config struct {
 	SecretKeys *auth.SecretKeys
 	// UsageLag reports how far behind the usage worker is, on the
 	// console's overview; nil when the server has no Redis.
-	UsageLag func(ctx context.Context) (billing.Lag, error)
+	UsageLag func(ctx context.Context) (usage.Lag, error)
 	// Webhooks checks webhook endpoints' URLs (private addresses refused
 	// unless it allows them).
 	Webhooks events.Guard
@@ -86,12 +89,14 @@ func NewHandler(cfg Config) http.Handler {
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
 	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)
+	bs, billingOps := billing.NewStore(db, now), billing.NewOps(db, now)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
 		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps, Credits: creditsOps,
+		Billing:  billingOps,
 		Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -183,14 +188,14 @@ func NewHandler(cfg Config) http.Handler {
 		// Usage and statements: each handler asks authorizeUsage, which
 		// lets tenant users read their own tenant's and operators
 		// everyone's (and the operator-wide views).
-		usageRoutes(signedIn, us, authorizeUsage, log)
-		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, us))
+		usageRoutes(signedIn, usageReads{us, bs, ts}, authorizeUsage, log)
+		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, billingOps))
 	})
 
 	// The web console: pages for people, on the same session cookie and
 	// the same access checks as the API. The route decides who may; every
 	// change it makes is then the same operation the API's handler calls
-	// (plans.Ops, tenants.Ops, auth.Ops, billing.Store.CloseMonth), and
+	// (plans.Ops, tenants.Ops, auth.Ops, billing.Ops), and
 	// sign-in and sign-out go through the same sessionAuth.
 	r.Group(func(r chi.Router) {
 		fail := console.Error
@@ -278,18 +283,27 @@ func consoleWebhookRoutes(read, change chi.Router, prefix string, console *ui.Co
 	change.Method("POST", one+"/delete", console.WebhookDelete())
 }
 
+// usageReads are what the usage and statement routes read through: the
+// usage queries, the statements, and the tenants' names for the totals.
+type usageReads struct {
+	usage      *usage.Reader
+	statements *billing.Store
+	tenants    *tenants.Store
+}
+
 // usageRoutes are the usage and statement routes, each asking authorize
 // who may read what (authorizeUsage; tests pass their own).
-func usageRoutes(r chi.Router, us *billing.Store, authorize Authorize, log *slog.Logger) {
+func usageRoutes(r chi.Router, s usageReads, authorize Authorize, log *slog.Logger) {
+	us, bs := s.usage, s.statements
 	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorize, log))
 	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorize, log))
 	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorize, log))
 	r.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorize, log))
-	r.Method("GET", "/usage/totals", handleUsageTotals(us, authorize, log))
+	r.Method("GET", "/usage/totals", handleUsageTotals(us, s.tenants, authorize, log))
 	r.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorize, log))
-	r.Method("GET", "/statements", handleUsageStatements(us, authorize, log))
+	r.Method("GET", "/statements", handleUsageStatements(bs, authorize, log))
 	r.Method("GET", "/statements/late", handleUsageLate(us, authorize, log))
-	r.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(us, authorize, log))
+	r.Method("GET", "/statements/{tenantID}/{month}", handleUsageStatement(bs, authorize, log))
 }
 
 // noStore keeps API answers, which hold tenants' data, out of caches.

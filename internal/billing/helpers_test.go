@@ -6,8 +6,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Shorthands for the fixtures of package meteringtest.
@@ -18,19 +19,28 @@ var (
 	kA, kB                  = testID(11), testID(12)
 )
 
-// stores is a test's billing Store and the pgstore.Store that writes the
-// usage it reads, on one database with one clock.
+// stores is a test's billing Store and Ops, the usage.Store that writes
+// the usage they read (quota's ingest plugged in, as the usage worker's)
+// and the usage.Reader that reads it, on one database with one clock.
 type stores struct {
 	*Store
+	*Ops
 	*writer
+	*reader
 }
 
-// writer names pgstore.Store as a field of stores beside Store.
-type writer = pgstore.Store
+// writer and reader name usage.Store and usage.Reader as fields of
+// stores beside Store.
+type (
+	writer = usage.Store
+	reader = usage.Reader
+)
 
 func newStore(t *testing.T, now string) (*stores, *pgxpool.Pool) {
 	t.Helper()
 	db := testenv.DB(t)
-	cfg := pgstore.StoreConfig{Now: fixedNow(now)}
-	return &stores{Store: NewStore(db, cfg), writer: pgstore.NewStore(db, cfg)}, db
+	clock := fixedNow(now)
+	cfg := usage.StoreConfig{Now: clock, Hooks: []usage.Hook{quota.NewIngest(db, quota.IngestConfig{})}}
+	return &stores{Store: NewStore(db, clock), Ops: NewOps(db, clock), writer: usage.NewStore(db, cfg),
+		reader: usage.NewReader(db, cfg)}, db
 }

@@ -14,16 +14,16 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // These tests apply usage batches as the usage worker does, on an
 // injected clock, and read the events the apply transactions emitted.
 
-// clock is a settable clock for pgstore.StoreConfig.Now.
+// clock is a settable clock for usage.StoreConfig.Now.
 type clock struct{ us atomic.Int64 }
 
 func (c *clock) set(t *testing.T, s string) { c.us.Store(mustTime(t, s).UnixMicro()) }
@@ -32,12 +32,13 @@ func (c *clock) now() time.Time             { return time.UnixMicro(c.us.Load())
 // applier applies one-row batches of a tenant's usage under fresh IDs.
 type applier struct {
 	t     *testing.T
-	store *pgstore.Store
+	store *usage.Store
 	seq   atomic.Int64
 }
 
 func newApplier(t *testing.T, db *pgxpool.Pool, c *clock) *applier {
-	return &applier{t: t, store: pgstore.NewStore(db, pgstore.StoreConfig{Now: c.now})}
+	return &applier{t: t, store: usage.NewStore(db, usage.StoreConfig{Now: c.now,
+		Hooks: []usage.Hook{quota.NewIngest(db, quota.IngestConfig{})}})}
 }
 
 // apply applies rows as one batch.
@@ -234,7 +235,7 @@ func TestRateLimitSustainedAndResolved(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	sweep := func() { testenv.Must(t, a.store.SweepRateAlerts(context.Background())) }
+	sweep := func() { testenv.Must(t, a.store.Sweep(context.Background())) }
 	steps := []struct {
 		now  string
 		rows []metering.Row // nil: the idle worker's sweep
@@ -296,7 +297,7 @@ func TestRateLimitSustainedAndResolved(t *testing.T) {
 // and every Fetch waits for ctx.
 type idleConsumer struct{ fetched chan struct{} }
 
-func (c idleConsumer) Fetch(ctx context.Context, _ int) ([]Message, error) {
+func (c idleConsumer) Fetch(ctx context.Context, _ int) ([]usage.Message, error) {
 	select {
 	case c.fetched <- struct{}{}:
 	default:
@@ -326,7 +327,7 @@ func TestIdleWorkerResolvesRateAlerts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	consumer := idleConsumer{fetched: make(chan struct{}, 1)}
 	done := make(chan error, 1)
-	go func() { done <- (&Worker{Consumer: consumer, Store: a.store}).Run(ctx) }()
+	go func() { done <- (&usage.Worker{Consumer: consumer, Store: a.store}).Run(ctx) }()
 	<-consumer.fetched
 	cancel()
 	testenv.Must(t, <-done)

@@ -10,9 +10,9 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // TestMonthlyQuotaThroughTheCheckPath drives checks through the real
@@ -55,7 +55,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	if err := holder.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: pgstore.StoreProducer{Store: s.writer}})
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: usage.StoreProducer{Store: s.writer}})
 	checker := enforce.NewChecker(holder, limiter.NewMemoryStore(func() int64 { return clock }),
 		enforce.CheckerConfig{Recorder: agg})
 	check := func(secret string) enforce.Decision {
@@ -112,7 +112,7 @@ func TestMonthlyQuotaThroughTheCheckPath(t *testing.T) {
 	if mst.Usage.AllowedUnits != 8 || mst.OverageMinor != 21 || mst.TotalMinor != 1021 {
 		t.Errorf("metered: units %d overage %d total %d; want 8, 21, 1021", mst.Usage.AllowedUnits, mst.OverageMinor, mst.TotalMinor)
 	}
-	rej, err := s.Rejections(ctx, cappedID, Range{oct.Start(), oct.End()})
+	rej, err := s.Rejections(ctx, cappedID, usage.Range{From: oct.Start(), To: oct.End()})
 	if err != nil {
 		t.Fatal(err)
 	}

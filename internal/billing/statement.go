@@ -9,32 +9,8 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
-
-// Month is a calendar month in UTC.
-type Month struct {
-	start time.Time
-}
-
-// ParseMonth parses "2006-01".
-func ParseMonth(s string) (Month, error) {
-	t, err := time.Parse("2006-01", s)
-	if err != nil {
-		return Month{}, tollgate.Invalid(map[string]string{"month": "must be a month such as 2026-10"})
-	}
-	return Month{t.UTC()}, nil
-}
-
-// MonthOf returns the UTC month t falls in.
-func MonthOf(t time.Time) Month { return Month{monthOf(t)} }
-
-// Start is the month's first instant.
-func (m Month) Start() time.Time { return m.start }
-
-// End is the next month's first instant (the month is [Start, End)).
-func (m Month) End() time.Time { return m.start.AddDate(0, 1, 0) }
-
-func (m Month) String() string { return m.start.Format("2006-01") }
 
 // RulesText states how statements are computed; every statement carries
 // it.
@@ -112,7 +88,7 @@ type HourUnits struct {
 // StatementInput is everything a statement is computed from.
 type StatementInput struct {
 	Tenant tenants.Tenant
-	Month  Month
+	Month  usage.Month
 	// History is the tenant's plan history (any order, any span).
 	History []tenants.PlanChange
 	Plans   map[int64]plans.Plan
@@ -199,7 +175,7 @@ func BuildStatement(in StatementInput) (Statement, error) {
 }
 
 // planSpans cuts the month into spans on one plan each, in time order.
-func planSpans(history []tenants.PlanChange, byID map[int64]plans.Plan, m Month) ([]PlanCharges, error) {
+func planSpans(history []tenants.PlanChange, byID map[int64]plans.Plan, m usage.Month) ([]PlanCharges, error) {
 	h := append([]tenants.PlanChange{}, history...)
 	sort.Slice(h, func(i, j int) bool {
 		if !h[i].EffectiveAt.Equal(h[j].EffectiveAt) {

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -27,8 +28,8 @@ func mustTime(t *testing.T, s string) time.Time {
 	return tm
 }
 
-func october(t *testing.T) Month {
-	m, err := ParseMonth("2026-10")
+func october(t *testing.T) usage.Month {
+	m, err := usage.ParseMonth("2026-10")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func seedDemoPro(t *testing.T, s *stores) (pro, free tenants.Tenant, key1, key2 
 	if free, err = s.tenants.Create(ctx, "demo-free", ids["free"]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
+	if _, err := s.Store.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, key1, err = s.tenants.IssueKey(ctx, pro.ID, "web", nil); err != nil {
@@ -351,7 +352,7 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 	monthOfTraffic(t, s, pro, free, key1, key2)
 	m := october(t)
 
-	if _, err := s.CloseMonth(ctx, audit.CLI, MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
+	if _, err := s.CloseMonth(ctx, audit.CLI, usage.MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
 		t.Errorf("closing the current month: err %v, want EINVALID", err)
 	}
 	var progress []string

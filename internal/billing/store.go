@@ -1,17 +1,14 @@
-// Package billing is the admin side of usage: it reads the usage tables
-// and turns them into money. It holds the usage worker, which takes the
-// check servers' batches from the Redis stream (RedisConsumer) and applies
-// each exactly once through pgstore; the usage queries behind the admin
-// API and console (series, top keys and resources, rejections, totals, the
-// overview); statements priced from a tenant's month of rollups and plan
-// history, their projection to the month's end, CSV and reports; and
-// closing a month, which freezes its statements.
+// Package billing turns usage into money: statements priced from a
+// tenant's month of usage and plan history (statement.go, report.go),
+// their projection to the month's end, CSV, and closing a month (Ops),
+// which freezes its statements.
 //
-// The check server never links it: counting decisions is package
-// metering's, and writing them to Postgres package pgstore's.
+// It only bills: the usage it prices is package usage's, which applies
+// the check servers' batches exactly once and answers the usage queries
+// (usage.Reader, usage.MonthLines…); billing reads it there and writes no
+// usage. The check server never links it.
 //
-// docs/usage.md describes the guarantees and the rules for rounding and
-// proration.
+// docs/usage.md describes the rules for rounding and proration.
 package billing
 
 import (
@@ -19,40 +16,29 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
-// nilUUID stands for "no tenant" and "no key" in the usage tables.
-const nilUUID = pgstore.NilUUID
-
-// closeLock is held exclusively while a month closes; applying a batch
-// holds it shared (pgstore.CloseLock).
-const closeLock = pgstore.CloseLock
-
-// Store reads usage from Postgres, prices statements and closes months;
-// pgstore.Store writes the usage it reads. Safe for concurrent use.
+// Store reads statements: priced from current usage while a month is
+// open, the frozen ones once it is closed. Safe for concurrent use.
 type Store struct {
 	db      *pgxpool.Pool
 	plans   *plans.Store
 	tenants *tenants.Store
-	cfg     pgstore.StoreConfig
+	usage   *usage.Reader
+	now     func() time.Time
 }
 
-// NewStore returns a Store on db. cfg is the writers' configuration: its
-// MinuteRetention says which minute ranges can still be read, its Now is
-// the clock (BatchIDRetention is not used here).
-func NewStore(db *pgxpool.Pool, cfg pgstore.StoreConfig) *Store {
-	return &Store{db: db, plans: plans.NewStore(db), tenants: tenants.NewStore(db), cfg: cfg.WithDefaults()}
+// NewStore returns a Store on db; now is the clock (nil: time.Now).
+func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, plans: plans.NewStore(db), tenants: tenants.NewStore(db),
+		usage: usage.NewReader(db, usage.StoreConfig{Now: now}), now: now}
 }
 
 // Now returns the store's current time (its configured clock).
-func (s *Store) Now() time.Time { return s.cfg.Now() }
-
-// monthOf returns the first instant of t's UTC month.
-func monthOf(t time.Time) time.Time { return pgstore.MonthStart(t) }
-
-// minuteCutoff is the start of the oldest month whose minute rows are
-// kept.
-func (s *Store) minuteCutoff() time.Time { return s.cfg.MinuteCutoff() }
+func (s *Store) Now() time.Time { return s.now() }

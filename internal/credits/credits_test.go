@@ -17,13 +17,13 @@ import (
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // rig is a tenant on a credit plan, checked through the real checker on
@@ -302,7 +302,7 @@ func TestDeferredDrawsAfterALossInOverageMode(t *testing.T) {
 	if acct.Balance() != -2 || acct.Consumed != 12 {
 		t.Errorf("ledger balance %d, consumed %d; want −2 (4 of the 5 drawn) and 12", acct.Balance(), acct.Consumed)
 	}
-	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, billing.MonthOf(time.Now()).Start())
+	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, usage.MonthOf(time.Now()).Start())
 	testenv.Must(t, err)
 	if m.Overage != 1 || m.Used != 12 {
 		t.Errorf("month %+v, want 12 used and 1 overage", m)
@@ -332,7 +332,7 @@ func TestHoldSettledPastTheBalanceInDenyMode(t *testing.T) {
 	if acct.Balance() != -3 {
 		t.Errorf("balance after settling 15 at 40 on 20 with an overdraft of 3: %d, want −3", acct.Balance())
 	}
-	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, billing.MonthOf(time.Now()).Start())
+	m, err := credits.NewStore(r.db).Month(ctx, r.tenantID, usage.MonthOf(time.Now()).Start())
 	testenv.Must(t, err)
 	if m.Used != 23 || m.Unpaid != 17 || m.Overage != 0 {
 		t.Errorf("month %+v, want 23 used, 17 unpaid, no overage", m)
@@ -492,17 +492,17 @@ func TestStatementShowsCreditsAcrossTheMonthsClose(t *testing.T) {
 	r.check(30)
 	r.drainAt = time.Now().Add(2 * time.Hour) // the 100 expires with 70 left
 	r.agree()
-	month := billing.MonthOf(time.Now())
-	st, err := billing.NewStore(r.db, pgstore.StoreConfig{}).Statement(ctx, r.tenantID, month)
+	month := usage.MonthOf(time.Now())
+	st, err := billing.NewStore(r.db, nil).Statement(ctx, r.tenantID, month)
 	testenv.Must(t, err)
 	if st.Credits == nil || st.Credits.Granted != 150 || st.Credits.Used != 30 || st.Credits.Expired != 70 || st.Credits.Closing != 50 {
 		t.Fatalf("statement credits %+v, want 150 granted, 30 used, 70 expired, 50 left", st.Credits)
 	}
 	// Close the month from its end: the frozen statement keeps its credits.
-	closer := billing.NewStore(r.db, pgstore.StoreConfig{Now: func() time.Time { return month.End().Add(time.Hour) }})
+	closer := billing.NewOps(r.db, func() time.Time { return month.End().Add(time.Hour) })
 	_, err = closer.CloseMonth(ctx, audit.CLI, month, nil)
 	testenv.Must(t, err)
-	frozen, err := closer.Statement(ctx, r.tenantID, month)
+	frozen, err := billing.NewStore(r.db, nil).Statement(ctx, r.tenantID, month)
 	testenv.Must(t, err)
 	if frozen.Status != "closed" || frozen.Credits == nil || *frozen.Credits != *st.Credits {
 		t.Errorf("closed statement: %s, credits %+v; want %+v", frozen.Status, frozen.Credits, st.Credits)

@@ -16,14 +16,13 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Result is what Seed made: the secrets it issued, shown once (`admin
@@ -56,8 +55,8 @@ const (
 // demoSince is when the demo tenants became customers: the start of the
 // month before now's.
 func demoSince(now time.Time) time.Time {
-	this := billing.MonthOf(now)
-	return billing.MonthOf(this.Start().Add(-time.Hour)).Start()
+	this := usage.MonthOf(now)
+	return usage.MonthOf(this.Start().Add(-time.Hour)).Start()
 }
 
 // Seed puts the demo plans, one demo tenant per paid tier, fresh keys,
@@ -90,7 +89,7 @@ const demoWebhookURL = "https://hooks.example.com/tollgate"
 // demoUsage is the made-up traffic of each demo tenant: hourly checks at
 // the daily peak, what it calls, and which of its plan's rules denies now
 // and then.
-var demoUsage = map[string]pgstore.DemoTenant{
+var demoUsage = map[string]usage.DemoTenant{
 	"demo-free":       {Resources: []string{"GET /repos", "GET /users"}, PerHour: 25, DenyRule: "hourly", DenyRate: 0.03},
 	"demo-pro":        {Resources: []string{"GET /repos", "POST /v1/search", "GET /users"}, PerHour: 200, DenyRule: "search", DenyRate: 0.01},
 	"demo-enterprise": {Resources: []string{"GET /repos", "POST /v1/search", "GET /orgs"}, PerHour: 2100, DenyRule: "hourly", DenyRate: 0.002},
@@ -98,11 +97,11 @@ var demoUsage = map[string]pgstore.DemoTenant{
 
 // SeedUsage gives the demo tenants the keys a customer would have
 // (seedKeys, once) and fills their last 30 days with made-up usage
-// (pgstore.Store.SeedDemo) made by three of those keys, and returns how many hours
+// (usage.Store.SeedDemo) made by three of those keys, and returns how many hours
 // it added: none for hours that have usage already.
 func SeedUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error) {
 	ts := tenants.NewStore(db)
-	var list []pgstore.DemoTenant
+	var list []usage.DemoTenant
 	for _, name := range []string{"demo-free", "demo-pro", "demo-enterprise"} {
 		t, err := ts.GetByName(ctx, name)
 		if err != nil {
@@ -137,9 +136,9 @@ func SeedUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error
 		}
 		list = append(list, d)
 	}
-	anon := pgstore.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
+	anon := usage.DemoAnonymous{IPs: []string{"203.0.113.7", "198.51.100.23", "2001:db8::5", "192.0.2.44", "203.0.113.99"},
 		PerHour: 45, DenyRule: "hourly"}
-	n, err := pgstore.NewStore(db, pgstore.StoreConfig{}).SeedDemo(ctx, list, anon, now)
+	n, err := usage.NewStore(db, usage.StoreConfig{}).SeedDemo(ctx, list, anon, now)
 	if err != nil {
 		return 0, fmt.Errorf("seed: demo usage: %w", err)
 	}

@@ -10,10 +10,10 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // TestStatementClosedOncePerTenant: closing a month emits one
@@ -28,8 +28,8 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-08-01T00:00:00Z'`)
 	testenv.Must(t, err)
 	// 150 units in September: 50 beyond the included 100, at 2 each.
-	usage := pgstore.NewStore(db, pgstore.StoreConfig{Now: meteringtest.FixedNow("2026-09-20T12:00:00Z")})
-	_, err = usage.Apply(ctx, metering.Batch{Version: 1, ID: "september", Rows: []metering.Row{
+	applier := usage.NewStore(db, usage.StoreConfig{Now: meteringtest.FixedNow("2026-09-20T12:00:00Z")})
+	_, err = applier.Apply(ctx, metering.Batch{Version: 1, ID: "september", Rows: []metering.Row{
 		meteringtest.Row(meteringtest.At(t, "2026-09-20T11:00"), acme.ID, meteringtest.ID(7), "GET /x",
 			metering.Counts{Allowed: 150, AllowedUnits: 150})}})
 	testenv.Must(t, err)
@@ -38,9 +38,9 @@ func TestStatementClosedOncePerTenant(t *testing.T) {
 	clk.Set(time.Now()) // the events are made at the database's time
 	endpoint(t, events.NewOps(db, clk.Now, allowPrivate), "", rcv.URL, events.EndpointInput{EventTypes: []string{events.StatementClosed}})
 
-	september, err := billing.ParseMonth("2026-09")
+	september, err := usage.ParseMonth("2026-09")
 	testenv.Must(t, err)
-	closer := billing.NewStore(db, pgstore.StoreConfig{Now: meteringtest.FixedNow("2026-10-02T00:00:00Z")})
+	closer := billing.NewOps(db, meteringtest.FixedNow("2026-10-02T00:00:00Z"))
 	for range 2 { // the second close finds the month closed
 		_, err := closer.CloseMonth(ctx, audit.CLI, september, nil)
 		testenv.Must(t, err)

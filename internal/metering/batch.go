@@ -4,11 +4,12 @@
 // An Aggregator in each API process (it satisfies enforce.Recorder) sums
 // decisions in memory by minute and dimensions and publishes one Batch per
 // flush interval through a Producer: a RedisProducer appending to a Redis
-// Stream, or, in single-process mode, pgstore.StoreProducer writing to
+// Stream, or, in single-process mode, usage.StoreProducer writing to
 // Postgres directly. Batch, with its rows and Counts, is the wire type
-// both sides share: the admin side (package billing) reads the stream and
-// applies each batch exactly once through pgstore, then prices and closes
-// months from what was applied.
+// both stages share: the ingest stage (package usage) reads the stream and
+// applies each batch exactly once; package billing then prices and closes
+// months from what was applied. Metering stays apart from usage so that
+// the check server's counting links no Postgres code.
 //
 // docs/usage.md describes the guarantees and the rules for rounding and
 // proration.
@@ -81,7 +82,7 @@ const OtherIP = "other"
 // aggregator was at its row limit: their counts stay exact per tenant and
 // key, only the resource detail is lost. It is the resource of checks
 // that matched none of their plan's routes, and what a tenant's resources
-// beyond its monthly cap are folded into (pgstore.StoreConfig.ResourceCap).
+// beyond its monthly cap are folded into (usage.StoreConfig.ResourceCap).
 const OtherResource = tollgate.ResourceOther
 
 // Counts are decisions and units, split by outcome (tollgate.Counts, the

@@ -14,12 +14,12 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // counterRig is a plan with a hard monthly quota of 1,000 units and
@@ -97,7 +97,7 @@ func TestSweepRecordsCrossingsFromTheCounter(t *testing.T) {
 	client, prefix := testenv.Redis(t)
 	var c rateClock
 	c.set(t, "2026-11-10T12:00:30Z")
-	workers, db := separateWorkers(t, 3, pgstore.StoreConfig{Now: c.now, Counters: redisstore.New(client), KeyPrefix: prefix})
+	workers, db := separateWorkers(t, 3, c.now, quota.IngestConfig{Counters: redisstore.New(client), KeyPrefix: prefix})
 	r := newCounterRig(t, db, client, prefix)
 	// The pages of the sweep hold two tenants each.
 	quota.SetCounterPage(t, 2)
@@ -129,7 +129,7 @@ func TestSweepRecordsCrossingsFromTheCounter(t *testing.T) {
 	r.count(t, ids["under"], 90, "2026-11-10T11:00:00Z")
 
 	for range 2 {
-		atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
+		atOnce(t, workers, func(_ int, w *usage.Store) error { return w.Sweep(ctx) })
 	}
 	want := map[string][2]string{
 		"lost":    {"[crossed 100]", "map[100:counter]"},
@@ -150,7 +150,7 @@ func TestSweepRecordsCrossingsFromTheCounter(t *testing.T) {
 
 	// The counter goes on to 520: 500 is recorded, 100 not again.
 	r.count(t, ids["lost"], 400, "2026-11-10T12:00:00Z")
-	atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
+	atOnce(t, workers, func(_ int, w *usage.Store) error { return w.Sweep(ctx) })
 	if got, want := thresholdEvents(t, db, ids["lost"]), "[crossed 100 crossed 500]"; got != want {
 		t.Errorf("lost, at 520: events %s, want %s", got, want)
 	}
@@ -170,8 +170,8 @@ func TestSweepGoesOnWithoutTheCounters(t *testing.T) {
 	var c rateClock
 	down := redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { down.Close() })
-	broken := pgstore.NewStore(db, pgstore.StoreConfig{Now: c.now, Counters: redisstore.New(down), KeyPrefix: r.prefix})
-	working := pgstore.NewStore(db, pgstore.StoreConfig{Now: c.now, Counters: r.store, KeyPrefix: r.prefix})
+	broken := usageStore(db, c.now, quota.IngestConfig{Counters: redisstore.New(down), KeyPrefix: r.prefix})
+	working := usageStore(db, c.now, quota.IngestConfig{Counters: r.store, KeyPrefix: r.prefix})
 	tenantID := r.tenant(t, "watched")
 
 	// October: 150 units, crossing 100 from the rollups.
@@ -181,13 +181,13 @@ func TestSweepGoesOnWithoutTheCounters(t *testing.T) {
 	// November: 110 units counted, none of them in the rollups.
 	r.count(t, tenantID, 110, "2026-11-02T09:00:00Z")
 	c.set(t, "2026-11-02T09:00:30Z")
-	if err := broken.SweepRateAlerts(ctx); err == nil {
+	if err := broken.Sweep(ctx); err == nil {
 		t.Error("sweep with Redis down: no error")
 	}
 	if got, want := thresholdEvents(t, db, tenantID), "[crossed 100 resolved 100 new_month]"; got != want {
 		t.Errorf("with Redis down: events %s, want %s", got, want)
 	}
-	testenv.Must(t, working.SweepRateAlerts(ctx))
+	testenv.Must(t, working.Sweep(ctx))
 	if got, want := thresholdEvents(t, db, tenantID), "[crossed 100 resolved 100 new_month crossed 100]"; got != want {
 		t.Errorf("with Redis back: events %s, want %s", got, want)
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // thresholdEvents returns tenantID's quota.threshold.* events, oldest
@@ -49,7 +49,7 @@ func thresholdEvents(t *testing.T, db *pgxpool.Pool, tenantID string) string {
 func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
 	ctx := context.Background()
 	var c rateClock
-	workers, db := separateWorkers(t, 4, pgstore.StoreConfig{Now: c.now})
+	workers, db := separateWorkers(t, 4, c.now, quota.IngestConfig{})
 	ps, ts := plans.NewStore(db), tenants.NewStore(db)
 	plan, err := ps.Put(ctx, plans.Plan{Name: "watched", IncludedUnits: 1000, QuotaMode: plans.QuotaOverage})
 	testenv.Must(t, err)
@@ -77,7 +77,7 @@ func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
 	sweepAll := func(now string) {
 		t.Helper()
 		c.set(t, now)
-		atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
+		atOnce(t, workers, func(_ int, w *usage.Store) error { return w.Sweep(ctx) })
 	}
 	want := func(step string, ev map[string]string) {
 		t.Helper()

@@ -15,19 +15,19 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
-// These tests apply usage batches as the usage worker does (pgstore, on
+// These tests apply usage batches as the usage worker does (package usage, on
 // an injected clock) and read the rate limiting events the apply
 // transactions emitted: a key's alerts, and its tenant's as a whole.
 
-// rateClock is a settable clock for pgstore.StoreConfig.Now.
+// rateClock is a settable clock for usage.StoreConfig.Now.
 type rateClock struct{ us atomic.Int64 }
 
 func (c *rateClock) set(t *testing.T, s string) {
@@ -42,7 +42,7 @@ func (c *rateClock) now() time.Time { return time.UnixMicro(c.us.Load()).UTC() }
 var batchSeq atomic.Int64
 
 // applyRows applies rows as one batch under a fresh ID.
-func applyRows(t *testing.T, s *pgstore.Store, rows ...metering.Row) {
+func applyRows(t *testing.T, s *usage.Store, rows ...metering.Row) {
 	t.Helper()
 	b := metering.Batch{Version: 1, ID: fmt.Sprintf("ratelimit:%d", batchSeq.Add(1)), Rows: rows}
 	if _, err := s.Apply(context.Background(), b); err != nil {
@@ -50,10 +50,16 @@ func applyRows(t *testing.T, s *pgstore.Store, rows ...metering.Row) {
 	}
 }
 
-// separateWorkers returns n usage worker stores configured by cfg on one
+// usageStore returns a usage store on db with the clock now and quota's
+// ingest, configured by cfg, plugged in, as the usage worker's.
+func usageStore(db *pgxpool.Pool, now func() time.Time, cfg quota.IngestConfig) *usage.Store {
+	return usage.NewStore(db, usage.StoreConfig{Now: now, Hooks: []usage.Hook{quota.NewIngest(db, cfg)}})
+}
+
+// separateWorkers returns n usage worker stores (usageStore) on one
 // database, each with its own connection pool as separate processes would
 // have; db is one of the pools, for the test's own queries.
-func separateWorkers(t *testing.T, n int, cfg pgstore.StoreConfig) (workers []*pgstore.Store, db *pgxpool.Pool) {
+func separateWorkers(t *testing.T, n int, now func() time.Time, cfg quota.IngestConfig) (workers []*usage.Store, db *pgxpool.Pool) {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
 	for range n {
@@ -61,14 +67,14 @@ func separateWorkers(t *testing.T, n int, cfg pgstore.StoreConfig) (workers []*p
 		testenv.Must(t, err)
 		t.Cleanup(pool.Close)
 		db = pool
-		workers = append(workers, pgstore.NewStore(pool, cfg))
+		workers = append(workers, usageStore(pool, now, cfg))
 	}
 	return workers, db
 }
 
 // atOnce runs do for every worker, all released at the same moment, and
 // waits for them; an error of any fails the test.
-func atOnce(t *testing.T, workers []*pgstore.Store, do func(i int, w *pgstore.Store) error) {
+func atOnce(t *testing.T, workers []*usage.Store, do func(i int, w *usage.Store) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -150,7 +156,7 @@ func rateEvents(t *testing.T, db *pgxpool.Pool, tenantID, scope string) []rateEv
 func TestTenantRateLimitSustainedAndResolved(t *testing.T) {
 	db := testenv.DB(t)
 	var c rateClock
-	store := pgstore.NewStore(db, pgstore.StoreConfig{Now: c.now}) // the default alerts
+	store := usageStore(db, c.now, quota.IngestConfig{}) // the default alerts
 	tenantID := rateTenant(t, db, "swarm")
 	key := func(i int) string { return meteringtest.ID(100 + i) }
 	// spread is each denials by a rate rule in minute of keys keys, each
@@ -204,7 +210,7 @@ func TestTenantRateLimitSustainedAndResolved(t *testing.T) {
 	for i, st := range steps {
 		c.set(t, st.now)
 		if st.rows == nil {
-			testenv.Must(t, store.SweepRateAlerts(context.Background()))
+			testenv.Must(t, store.Sweep(context.Background()))
 		} else {
 			applyRows(t, store, st.rows...)
 		}
@@ -244,7 +250,7 @@ func TestTenantRateLimitSustainedAndResolved(t *testing.T) {
 func TestTenantRateAlertIsolatedPerTenant(t *testing.T) {
 	db := testenv.DB(t)
 	var c rateClock
-	store := pgstore.NewStore(db, pgstore.StoreConfig{Now: c.now, RateAlert: quota.RateAlert{TenantDenials: 300}})
+	store := usageStore(db, c.now, quota.IngestConfig{RateAlert: quota.RateAlert{TenantDenials: 300}})
 	loud, quiet := rateTenant(t, db, "loud"), rateTenant(t, db, "quiet")
 	c.set(t, "2026-11-22T10:00:30Z")
 	var rows []metering.Row
@@ -280,7 +286,7 @@ func TestTenantRateAlertIsolatedPerTenant(t *testing.T) {
 func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
 	ctx := context.Background()
 	var c rateClock
-	workers, db := separateWorkers(t, 8, pgstore.StoreConfig{Now: c.now, RateAlert: quota.RateAlert{TenantDenials: 500}})
+	workers, db := separateWorkers(t, 8, c.now, quota.IngestConfig{RateAlert: quota.RateAlert{TenantDenials: 500}})
 	tenantID := rateTenant(t, db, "crowd")
 	count := func(typ, scope string) int {
 		n := 0
@@ -295,7 +301,7 @@ func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
 		// Each worker: 90 denials of a key of its own (under the key's
 		// 100); 720 together, over the tenant's 500.
 		c.set(t, fmt.Sprintf("2026-11-22T1%d:00:30Z", round))
-		atOnce(t, workers, func(i int, w *pgstore.Store) error {
+		atOnce(t, workers, func(i int, w *usage.Store) error {
 			b := metering.Batch{Version: 1, ID: fmt.Sprintf("crowd:%d:%d", round, i),
 				Rows: []metering.Row{denied(t, fmt.Sprintf("2026-11-22T1%d:00", round), tenantID, meteringtest.ID(300+i), "hourly", 90)}}
 			_, err := w.Apply(ctx, b)
@@ -305,8 +311,8 @@ func TestTenantRateAlertOnceAcrossWorkers(t *testing.T) {
 			t.Fatalf("round %d: %d ratelimit.sustained of the tenant from 8 concurrent batches, want %d", round, n, round+1)
 		}
 		c.set(t, fmt.Sprintf("2026-11-22T1%d:06:00Z", round))
-		atOnce(t, workers, func(int, *pgstore.Store) error { return workers[0].SweepRateAlerts(ctx) })
-		atOnce(t, workers, func(_ int, w *pgstore.Store) error { return w.SweepRateAlerts(ctx) })
+		atOnce(t, workers, func(int, *usage.Store) error { return workers[0].Sweep(ctx) })
+		atOnce(t, workers, func(_ int, w *usage.Store) error { return w.Sweep(ctx) })
 		if n := count(quota.EventRateLimitResolved, quota.RateScopeTenant); n != round+1 {
 			t.Fatalf("round %d: %d ratelimit.resolved of the tenant from 16 concurrent sweeps, want %d", round, n, round+1)
 		}

@@ -8,11 +8,11 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/access"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // alertsPage is the data of a tenant's alerts page: the thresholds it is
@@ -21,7 +21,7 @@ import (
 type alertsPage struct {
 	Tenant tenants.Tenant
 	Plan   plans.Plan
-	Month  billing.Month
+	Month  usage.Month
 	// UsedUnits are the month's units so far.
 	UsedUnits int64
 	// Thresholds are those in force: the tenant's own (OwnThresholds) or
@@ -186,7 +186,7 @@ func (c *Console) Alerts() http.Handler {
 func (c *Console) alertsView(w http.ResponseWriter, r *http.Request, t tenants.Tenant, status int, forms alertForms) {
 	ctx := r.Context()
 	u := session(r).User
-	p := alertsPage{Tenant: t, Month: billing.MonthOf(c.now()), Errors: forms.Errors, Kinds: thresholdKinds,
+	p := alertsPage{Tenant: t, Month: usage.MonthOf(c.now()), Errors: forms.Errors, Kinds: thresholdKinds,
 		CanManage: access.Tenant(u, t.ID, access.ManageKeys) == nil}
 	if p.Errors == nil {
 		p.Errors = map[string]string{}

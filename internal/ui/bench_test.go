@@ -14,10 +14,9 @@ import (
 
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Scale of BenchmarkConsole (docs/benchmarks.md, "Console").
@@ -45,7 +44,7 @@ func BenchmarkConsole(b *testing.B) {
 	b.Logf("data made in %v", time.Since(start).Round(time.Second))
 
 	secret := []byte("bench-secret-0123456789abcdef0123456789")
-	handler := adminapi.NewHandler(adminapi.Config{DB: db, Usage: billing.NewStore(db, pgstore.StoreConfig{}),
+	handler := adminapi.NewHandler(adminapi.Config{DB: db, Usage: usage.NewReader(db, usage.StoreConfig{}),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionSecret: secret, SessionTTL: time.Hour})
 	as := auth.NewStore(db)
 	u, err := as.CreateUser(ctx, auth.NewUser{Email: "ops@example.com", Password: "bench password 1", Role: auth.RoleOperator})
@@ -53,7 +52,7 @@ func BenchmarkConsole(b *testing.B) {
 	token, _, err := as.StartSession(ctx, u, secret, time.Hour, now)
 	testenv.Must(b, err)
 
-	month := billing.MonthOf(now).String()
+	month := usage.MonthOf(now).String()
 	tenant := "/tenants/" + busy
 	for _, p := range []struct{ name, path string }{
 		{"overview", "/"},
@@ -114,7 +113,7 @@ func benchData(b *testing.B, ctx context.Context, db *pgxpool.Pool, now time.Tim
 	}
 	// Minute partitions for this month and the one before.
 	for _, at := range []time.Time{now.AddDate(0, 0, -31), now} {
-		_, err := pgstore.NewStore(db, pgstore.StoreConfig{Now: func() time.Time { return at }}).Maintain(ctx)
+		_, err := usage.NewStore(db, usage.StoreConfig{Now: func() time.Time { return at }}).Maintain(ctx)
 		testenv.Must(b, err)
 	}
 	busy := "00000000-0000-4000-9000-000000000001"

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/chart"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // The console's charts, drawn by internal/chart as inline SVG (styled by
@@ -38,13 +39,13 @@ type bar struct {
 }
 
 // perBucket names the unit of a series of buckets of g.
-func perBucket(g billing.Granularity) string {
+func perBucket(g usage.Granularity) string {
 	switch g {
-	case billing.GranularityMinute:
+	case usage.GranularityMinute:
 		return "checks per minute"
-	case billing.GranularityHour:
+	case usage.GranularityHour:
 		return "checks per hour"
-	case billing.GranularityDay:
+	case usage.GranularityDay:
 		return "checks per day"
 	}
 	return "checks per month"
@@ -59,7 +60,7 @@ const (
 
 // usageChart draws allowed and rejected checks per bucket, stacked, width
 // wide or narrow.
-func usageChart(id, title string, points []billing.Point, g billing.Granularity, width int) chartHTML {
+func usageChart(id, title string, points []usage.Point, g usage.Granularity, width int) chartHTML {
 	var allowed, denied []chart.Point
 	for _, p := range points {
 		allowed = append(allowed, chart.At(p.At, float64(p.Allowed)))

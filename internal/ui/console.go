@@ -12,7 +12,7 @@
 // pages ask internal/access which buttons to show. Every change the
 // console makes is a call of the same operation the API's handler calls
 // (plans.Ops, tenants.Ops, auth.Ops, events.Ops, quota.Ops,
-// billing.Store.CloseMonth), with a
+// billing.Ops), with a
 // typed input and the signed-in user as the actor: the operation
 // validates, makes the change and writes its audit entry, and a form
 // shows the operation's field errors beside its fields. Sign-in and
@@ -48,17 +48,20 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 	"github.com/tollgate/tollgate/web"
 )
 
 // Config is what the console needs.
 type Config struct {
-	DB    *pgxpool.Pool
-	Usage *billing.Store
+	DB *pgxpool.Pool
+	// Usage answers the usage queries: series, top keys and resources,
+	// totals, the overview.
+	Usage *usage.Reader
 	// UsageLag reports how far behind the usage worker is, for the
 	// overview; nil when the admin server has no Redis (the overview then
 	// says so).
-	UsageLag func(ctx context.Context) (billing.Lag, error)
+	UsageLag func(ctx context.Context) (usage.Lag, error)
 	Log      *slog.Logger
 	// Secret keys the console's CSRF tokens (HMAC-SHA256); the session
 	// secret, under a label of its own.
@@ -73,6 +76,8 @@ type Config struct {
 	Quota  *quota.Ops
 	// Credits grants prepaid credits (credits.Ops).
 	Credits *credits.Ops
+	// Billing closes months (billing.Ops).
+	Billing *billing.Ops
 	// Sessions signs people in and out: the admin API's sessions, login
 	// limits and cookies.
 	Sessions Sessions
@@ -106,7 +111,8 @@ type Console struct {
 	tenants *tenants.Store
 	auth    *auth.Store
 	audit   *audit.Store
-	usage   *billing.Store
+	usage   *usage.Reader
+	billing *billing.Store
 	events  *events.Store
 	quota   *quota.Store
 }
@@ -124,6 +130,7 @@ func New(cfg Config) *Console {
 	if cfg.DB != nil {
 		c.plans, c.tenants, c.auth, c.audit = plans.NewStore(cfg.DB), tenants.NewStore(cfg.DB), auth.NewStore(cfg.DB), audit.NewStore(cfg.DB)
 		c.events, c.quota = events.NewStore(cfg.DB), quota.NewStore(cfg.DB)
+		c.billing = billing.NewStore(cfg.DB, cfg.Now)
 	}
 	c.usage = cfg.Usage
 	static, err := fs.Sub(web.Static, "static")

@@ -15,13 +15,13 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // The web console, driven through a real browser against a real admin
@@ -622,7 +622,7 @@ func TestConsolePagesWithDemoData(t *testing.T) {
 		{"overrides", "/tenants/" + pro.ID + "/overrides"},
 		{"all-keys", "/keys"},
 		{"usage-all", "/usage"},
-		{"usage-last-month", "/usage?month=" + billing.MonthOf(now.AddDate(0, -1, 0)).String()},
+		{"usage-last-month", "/usage?month=" + usage.MonthOf(now.AddDate(0, -1, 0)).String()},
 		{"service-tokens", "/service-tokens"},
 		{"users", "/users"},
 		{"audit", "/audit"},

@@ -11,9 +11,9 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // TestConsoleCredits: an operator tops a tenant up from its credits page
@@ -91,11 +91,11 @@ func TestStatementPageShowsCredits(t *testing.T) {
 	_, err = admin.DB.Exec(ctx, `INSERT INTO credit_hours (tenant_id, hour, overage, unpaid) VALUES ($1, $2, 42, 7)`,
 		acme.ID, now.Truncate(time.Hour))
 	testenv.Must(t, err)
-	st, err := billing.NewStore(admin.DB, pgstore.StoreConfig{}).Statement(ctx, acme.ID, billing.MonthOf(now))
+	st, err := billing.NewStore(admin.DB, nil).Statement(ctx, acme.ID, usage.MonthOf(now))
 	testenv.Must(t, err)
 
 	viewer := signedInAs(t, admin, "viewer@acme.example", auth.RoleTenantViewer, acme.ID)
-	viewer.open("/tenants/" + acme.ID + "/statements/" + billing.MonthOf(now).String())
+	viewer.open("/tenants/" + acme.ID + "/statements/" + usage.MonthOf(now).String())
 	for sel, want := range map[string]int64{
 		"[data-credits-granted]": 300, "[data-credits-used]": 300, "[data-credits-expired]": 0,
 		"[data-credits-overage]": 42, "[data-credits-unpaid]": 7,

@@ -8,9 +8,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tollgate/tollgate/internal/access"
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // expiresSoon is how close an expiry must be for a key's badge to warn.
@@ -68,7 +68,7 @@ var graces = []grace{
 // keyBadges returns the badges of k at now: its state (active, revoked,
 // expired, in its rotation grace, expiring soon) and whether a rule
 // denied it in the last hour.
-func keyBadges(k tenants.Key, a *billing.KeyActivity, now time.Time) (badges []badge, live bool) {
+func keyBadges(k tenants.Key, a *usage.KeyActivity, now time.Time) (badges []badge, live bool) {
 	switch {
 	case k.RevokedAt != nil:
 		badges = append(badges, badge{"revoked", "bad", "revoked " + formatDateTime(*k.RevokedAt)})
@@ -139,10 +139,10 @@ func (c *Console) keyList(w http.ResponseWriter, r *http.Request, status int, fo
 		c.Error(w, r, err)
 		return
 	}
-	refs := make([]billing.KeyRef, len(pg.Items))
+	refs := make([]usage.KeyRef, len(pg.Items))
 	tenantIDs := make([]string, len(pg.Items))
 	for i, k := range pg.Items {
-		refs[i] = billing.KeyRef{TenantID: k.TenantID, KeyID: k.ID}
+		refs[i] = usage.KeyRef{TenantID: k.TenantID, KeyID: k.ID}
 		tenantIDs[i] = k.TenantID
 	}
 	now := c.now()

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // overviewPage is the data of the operator's overview.
@@ -22,7 +22,7 @@ type overviewPage struct {
 	Tenants          []tenantUsageRow
 	DeniedKeys       []deniedKeyRow
 	Rules            []countRow
-	IPs              billing.TopIPs
+	IPs              usage.TopIPs
 	Census           tenants.Census
 	Pipeline         pipelineState
 }
@@ -42,7 +42,7 @@ func countsOf(c metering.Counts) periodCounts {
 }
 
 type deniedKeyRow struct {
-	billing.DeniedKey
+	usage.DeniedKey
 	Prefix, Name, TenantName string
 }
 
@@ -50,7 +50,7 @@ type deniedKeyRow struct {
 type pipelineState struct {
 	Known bool // false: no Redis to ask
 	Err   string
-	billing.Lag
+	usage.Lag
 	// Oldest is when the oldest batch not applied yet was published.
 	Oldest      time.Time
 	LastApplied time.Time
@@ -76,36 +76,36 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	ctx := r.Context()
 	var p overviewPage
 	minute := now.Truncate(time.Minute)
-	hour := billing.Range{From: minute.Add(-time.Hour), To: minute}
+	hour := usage.Range{From: minute.Add(-time.Hour), To: minute}
 	// The day ends with the hour under way, in whole hours (the hour
 	// rollups); the month is the month rollup, which holds it so far; who
 	// uses and who is denied most is read from the day rollups of
 	// yesterday and today (UTC).
-	day := billing.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: hourEnd(now)}
-	recent := billing.Range{From: dayEnd(now).Add(-48 * time.Hour), To: dayEnd(now)}
+	day := usage.Range{From: now.Truncate(time.Hour).Add(-23 * time.Hour), To: hourEnd(now)}
+	recent := usage.Range{From: dayEnd(now).Add(-48 * time.Hour), To: dayEnd(now)}
 	var (
 		last5, month       metering.Counts
-		perMinute, perHour []billing.Point
-		top                []billing.TenantTotal
-		denied             []billing.DeniedKey
-		rules              []billing.RuleDenials
+		perMinute, perHour []usage.Point
+		top                []usage.TenantTotal
+		denied             []usage.DeniedKey
+		rules              []usage.RuleDenials
 	)
 	// The reads are independent: run them at once, each on its own
 	// connection, so that the page takes as long as the slowest.
 	err := gather(
 		func() (err error) {
-			last5, err = c.usage.Overall(ctx, billing.Range{From: minute.Add(-5 * time.Minute), To: minute})
+			last5, err = c.usage.Overall(ctx, usage.Range{From: minute.Add(-5 * time.Minute), To: minute})
 			return err
 		},
 		func() (err error) {
-			perMinute, err = c.usage.OverallSeries(ctx, billing.GranularityMinute, hour)
+			perMinute, err = c.usage.OverallSeries(ctx, usage.GranularityMinute, hour)
 			return err
 		},
 		func() (err error) {
-			perHour, err = c.usage.OverallSeries(ctx, billing.GranularityHour, day)
+			perHour, err = c.usage.OverallSeries(ctx, usage.GranularityHour, day)
 			return err
 		},
-		func() (err error) { month, err = c.usage.Overall(ctx, monthRange(billing.MonthOf(now))); return err },
+		func() (err error) { month, err = c.usage.Overall(ctx, monthRange(usage.MonthOf(now))); return err },
 		func() (err error) { top, err = c.usage.TopTenants(ctx, recent, 8); return err },
 		func() (err error) { denied, err = c.usage.TopDeniedKeys(ctx, recent, 8); return err },
 		func() (err error) { rules, err = c.usage.TopDenyingRules(ctx, recent, 8); return err },
@@ -118,8 +118,8 @@ func (c *Console) overview(r *http.Request, now time.Time) (overviewPage, error)
 	}
 	p.ChecksPerSecond = float64(last5.Decisions()) / 300
 	p.Hour, p.Day, p.Month = countsOf(sum(perMinute)), countsOf(sum(perHour)), countsOf(month)
-	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, billing.GranularityMinute, narrow)
-	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, billing.GranularityHour, narrow)
+	p.PerMinute = usageChart("overview-minutes", "Checks per minute, last hour", perMinute, usage.GranularityMinute, narrow)
+	p.PerHour = usageChart("overview-hours", "Checks per hour, last 24 hours", perHour, usage.GranularityHour, narrow)
 
 	var tenantIDs, keyIDs []string
 	for _, t := range top {
@@ -194,7 +194,7 @@ func (c *Console) pipeline(r *http.Request, now time.Time) pipelineState {
 }
 
 // sum adds up a series.
-func sum(points []billing.Point) metering.Counts {
+func sum(points []usage.Point) metering.Counts {
 	var c metering.Counts
 	for _, p := range points {
 		c.Add(p.Counts)

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // tenantPage is the data of a tenant's page: the operator's detail view,
@@ -25,7 +26,7 @@ type tenantPage struct {
 	History   []tenants.PlanChange
 	Overrides []plans.Rule
 	Keys      tenants.KeyCount
-	Month     billing.Month
+	Month     usage.Month
 	// Consumption is the month's units against the included ones.
 	Consumption consumption
 	// Usage is the last 30 days, by day.
@@ -90,7 +91,7 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.T
 	ctx := r.Context()
 	u := session(r).User
 	now := c.now()
-	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: billing.MonthOf(now),
+	p := tenantPage{Tenant: t, Form: form, Errors: errs, Month: usage.MonthOf(now),
 		CanOperate:    access.Tenant(u, t.ID, access.OperateTenant) == nil,
 		CanManageKeys: access.Tenant(u, t.ID, access.ManageKeys) == nil}
 	var err error
@@ -130,8 +131,8 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.T
 		c.Error(w, r, err)
 		return
 	}
-	day := billing.GranularityDay
-	rng := billing.Range{From: now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -29), To: now}
+	day := usage.GranularityDay
+	rng := usage.Range{From: now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -29), To: now}
 	points, err := c.usage.Series(ctx, t.ID, day, rng)
 	if err != nil {
 		c.Error(w, r, err)
@@ -149,8 +150,8 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.T
 
 // consumption computes the tenant's month so far against its included
 // units, and where it is heading.
-func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m billing.Month) (consumption, error) {
-	st, err := c.usage.Statement(r.Context(), t.ID, m)
+func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m usage.Month) (consumption, error) {
+	st, err := c.billing.Statement(r.Context(), t.ID, m)
 	if err != nil {
 		return consumption{}, err
 	}

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // TestSimulate runs rule previews: what the burst gets is the rule's
@@ -121,12 +121,12 @@ func TestKeyBadges(t *testing.T) {
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	for _, tc := range []struct {
 		key    tenants.Key
-		active *billing.KeyActivity
+		active *usage.KeyActivity
 		want   []string
 		live   bool
 	}{
 		{tenants.Key{}, nil, []string{"active"}, true},
-		{tenants.Key{}, &billing.KeyActivity{RateLimited: true}, []string{"active", "rate-limited"}, true},
+		{tenants.Key{}, &usage.KeyActivity{RateLimited: true}, []string{"active", "rate-limited"}, true},
 		{tenants.Key{RevokedAt: at(-time.Hour)}, nil, []string{"revoked"}, false},
 		{tenants.Key{ExpiresAt: at(-time.Hour)}, nil, []string{"expired"}, false},
 		{tenants.Key{ExpiresAt: at(48 * time.Hour)}, nil, []string{"expires soon"}, true},

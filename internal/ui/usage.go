@@ -15,17 +15,18 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // shownMonth reads the month a usage page shows from ?month= (by default
 // the month of now) and returns it with now. ok is false when it does not
 // parse (EINVALID): the error page is written.
-func (c *Console) shownMonth(w http.ResponseWriter, r *http.Request) (m billing.Month, now time.Time, ok bool) {
+func (c *Console) shownMonth(w http.ResponseWriter, r *http.Request) (m usage.Month, now time.Time, ok bool) {
 	now = c.now()
-	m = billing.MonthOf(now)
+	m = usage.MonthOf(now)
 	if s := r.URL.Query().Get("month"); s != "" {
 		var err error
-		if m, err = billing.ParseMonth(s); err != nil {
+		if m, err = usage.ParseMonth(s); err != nil {
 			c.Error(w, r, err)
 			return m, now, false
 		}
@@ -35,29 +36,29 @@ func (c *Console) shownMonth(w http.ResponseWriter, r *http.Request) (m billing.
 
 // monthNav links a page to the months around the one it shows.
 type monthNav struct {
-	Month, Prev, Next billing.Month
+	Month, Prev, Next usage.Month
 	HasNext           bool
 	Current           bool
 }
 
-func navOf(m billing.Month, now time.Time) monthNav {
-	this := billing.MonthOf(now)
-	return monthNav{Month: m, Prev: billing.MonthOf(m.Start().Add(-time.Hour)), Next: billing.MonthOf(m.End()),
+func navOf(m usage.Month, now time.Time) monthNav {
+	this := usage.MonthOf(now)
+	return monthNav{Month: m, Prev: usage.MonthOf(m.Start().Add(-time.Hour)), Next: usage.MonthOf(m.End()),
 		HasNext: m.Start().Before(this.Start()), Current: m.Start().Equal(this.Start())}
 }
 
 // monthRange is the whole of m: its totals come from the month rollup,
 // which holds the month so far.
-func monthRange(m billing.Month) billing.Range { return billing.Range{From: m.Start(), To: m.End()} }
+func monthRange(m usage.Month) usage.Range { return usage.Range{From: m.Start(), To: m.End()} }
 
 // daysSoFar is m up to the end of the day under way at now (or the whole
 // month once it is over): whole days, read from the day rollups.
-func daysSoFar(m billing.Month, now time.Time) billing.Range {
+func daysSoFar(m usage.Month, now time.Time) usage.Range {
 	to := dayEnd(now)
 	if m.End().Before(to) {
 		to = m.End()
 	}
-	return billing.Range{From: m.Start(), To: to}
+	return usage.Range{From: m.Start(), To: to}
 }
 
 // dayEnd is the end of the UTC day under way at now.
@@ -76,8 +77,8 @@ type tenantUsagePage struct {
 	ByKey       chartHTML
 	ByResource  chartHTML
 	Keys        []keyUsageRow
-	Resources   []billing.ResourceUsage
-	Rejections  billing.Rejections
+	Resources   []usage.ResourceUsage
+	Rejections  usage.Rejections
 	Reasons     []countRow
 	Rules       []countRow
 	// The filter of the charts over time.
@@ -86,7 +87,7 @@ type tenantUsagePage struct {
 }
 
 type keyUsageRow struct {
-	billing.KeyUsage
+	usage.KeyUsage
 	Label string
 }
 
@@ -174,24 +175,24 @@ func (c *Console) TenantUsage() http.Handler {
 		if p.Resource != "" {
 			p.FilterLabel = strings.TrimSpace(p.FilterLabel + " resource " + p.Resource)
 		}
-		d := billing.Dimensions{KeyID: p.KeyID, Resource: p.Resource}
+		d := usage.Dimensions{KeyID: p.KeyID, Resource: p.Resource}
 		if p.KeyID == "none" {
-			d.KeyID = billing.NoKey
+			d.KeyID = usage.NoKey
 		}
-		daily, err := c.usage.SeriesOf(ctx, t.ID, d, billing.GranularityDay, daysSoFar(m, now))
+		daily, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, billing.GranularityDay, wide)
+		p.Daily = usageChart("usage-daily", "Checks per day in "+m.String(), daily, usage.GranularityDay, wide)
 		if p.Nav.Current {
-			hourly, err := c.usage.SeriesOf(ctx, t.ID, d, billing.GranularityHour,
-				billing.Range{From: now.Truncate(time.Hour).Add(-47 * time.Hour), To: now})
+			hourly, err := c.usage.SeriesOf(ctx, t.ID, d, usage.GranularityHour,
+				usage.Range{From: now.Truncate(time.Hour).Add(-47 * time.Hour), To: now})
 			if err != nil {
 				c.Error(w, r, err)
 				return
 			}
-			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, billing.GranularityHour, wide)
+			p.Hourly = usageChart("usage-hourly", "Checks per hour, last 48 hours", hourly, usage.GranularityHour, wide)
 		}
 		p.ByKey = barsChart("usage-keys", "Checks by key in "+m.String(), "key", keyBars)
 		p.ByResource = barsChart("usage-resources", "Checks by resource in "+m.String(), "resource", resBars)
@@ -218,19 +219,19 @@ func tenantNav(r *http.Request, own string) string {
 type statementListPage struct {
 	Tenant tenants.Tenant
 	Months []billing.MonthUsage
-	Now    billing.Month
+	Now    usage.Month
 }
 
 // StatementList serves GET /tenants/{tenantID}/statements: the months
 // with usage or a statement, newest first.
 func (c *Console) StatementList() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
-		months, err := c.usage.TenantMonths(r.Context(), t.ID)
+		months, err := c.billing.TenantMonths(r.Context(), t.ID)
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		now := billing.MonthOf(c.now())
+		now := usage.MonthOf(c.now())
 		if len(months) == 0 || !months[0].Month.Start().Equal(now.Start()) {
 			months = append([]billing.MonthUsage{{Month: now}}, months...)
 		}
@@ -256,12 +257,12 @@ type statementLine struct {
 // closed), with a link to its CSV.
 func (c *Console) StatementView() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
-		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
+		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "no statement for %s", chi.URLParam(r, "month")))
 			return
 		}
-		st, err := c.usage.Statement(r.Context(), t.ID, m)
+		st, err := c.billing.Statement(r.Context(), t.ID, m)
 		if err != nil {
 			c.Error(w, r, err)
 			return
@@ -296,7 +297,7 @@ type usagePage struct {
 }
 
 type tenantUsageRow struct {
-	billing.TenantTotal
+	usage.TenantTotal
 	Name string
 }
 
@@ -317,19 +318,19 @@ func (c *Console) Usage() http.Handler {
 			c.Error(w, r, err)
 			return
 		}
-		daily, err := c.usage.OverallSeries(ctx, billing.GranularityDay, daysSoFar(m, now))
+		daily, err := c.usage.OverallSeries(ctx, usage.GranularityDay, daysSoFar(m, now))
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, billing.GranularityDay, wide)
+		p.Daily = usageChart("all-daily", "Checks per day in "+m.String()+", every tenant and anonymous caller", daily, usage.GranularityDay, wide)
 		top, n, err := c.usage.MonthTenants(ctx, m, 20)
 		if err != nil {
 			c.Error(w, r, err)
 			return
 		}
 		p.Tenants = n
-		names, err := tenantNames(ctx, c.tenants, top, func(t billing.TenantTotal) string { return t.TenantID })
+		names, err := tenantNames(ctx, c.tenants, top, func(t usage.TenantTotal) string { return t.TenantID })
 		if err != nil {
 			c.Error(w, r, err)
 			return
@@ -347,11 +348,11 @@ func (c *Console) Usage() http.Handler {
 }
 
 // MonthClose serves POST /months/{month}/close (operators), after
-// confirmation: billing.Store.CloseMonth freezes every tenant's statement of
+// confirmation: billing.Ops.CloseMonth freezes every tenant's statement of
 // the month.
 func (c *Console) MonthClose() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m, err := billing.ParseMonth(chi.URLParam(r, "month"))
+		m, err := usage.ParseMonth(chi.URLParam(r, "month"))
 		if err != nil {
 			c.Error(w, r, err)
 			return
@@ -363,7 +364,7 @@ func (c *Console) MonthClose() http.Handler {
 				Button:  "Close the month", Back: back})
 			return
 		}
-		res, err := c.usage.CloseMonth(r.Context(), actor(r), m, nil)
+		res, err := c.cfg.Billing.CloseMonth(r.Context(), actor(r), m, nil)
 		if err != nil {
 			c.Error(w, r, err)
 			return

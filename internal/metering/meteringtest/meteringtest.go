@@ -1,5 +1,5 @@
 // Package meteringtest has the fixtures of the tests that apply metering
-// batches to Postgres and read them back (packages pgstore and billing):
+// batches to Postgres and read them back (packages usage and billing):
 // IDs, minutes, rows and the sums of a usage table.
 package meteringtest
 

@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -12,19 +12,18 @@ import (
 
 	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/postgres"
 )
 
 // Worker moves batches from a Consumer into the Store: apply what one
 // fetch returned in one transaction (exactly once per batch, see
-// pgstore.Store.ApplyAll), then acknowledge. It also runs the store's
+// Store.ApplyAll), then acknowledge. It also runs the store's
 // maintenance (partitions, retention) at start and every
 // MaintenanceInterval. Several workers may run at once, in one process or
 // many.
 type Worker struct {
 	Consumer Consumer
-	Store    *pgstore.Store
+	Store    *Store
 	Log      *slog.Logger
 	// FetchCount is the most batches fetched, and applied in one
 	// transaction, at once (default 64).
@@ -32,11 +31,11 @@ type Worker struct {
 	// MaintenanceInterval (default 1h).
 	MaintenanceInterval time.Duration
 	// SweepInterval is how often the Store's sweep runs (default 30s;
-	// pgstore.Store.SweepRateAlerts): open rate limiting alerts and
-	// threshold crossings are checked for resolution besides with each
-	// applied batch, so that a key whose callers stopped altogether is
-	// resolved too, and, with the store's Counters, the crossings the
-	// tenants' monthly quota counters show are recorded.
+	// Store.Sweep, the hooks' sweeps): what the hooks record with each
+	// applied batch is also checked while no usage comes, so that, for
+	// quota, a key whose callers stopped altogether is resolved too and
+	// the crossings the tenants' monthly quota counters show are
+	// recorded.
 	SweepInterval time.Duration
 	// RetryMax bounds the wait between retries while Postgres or Redis
 	// fail (default 5s; retries start at 50ms and double, with jitter).
@@ -182,7 +181,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 		if now := time.Now(); !now.Before(nextSweep) {
-			if err := w.Store.SweepRateAlerts(ctx); err != nil && ctx.Err() == nil {
+			if err := w.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("usage: sweep failed; retrying later", "err", err)
 			}
 			nextSweep = now.Add(sweepEvery)
@@ -291,8 +290,8 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 
 // applyEach applies the decodable messages' batches one by one, setting
 // aside (and marking with Err) those whose data Postgres refuses.
-func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]pgstore.ApplyResult, error) {
-	var results []pgstore.ApplyResult
+func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, error) {
+	var results []ApplyResult
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Err != nil {

@@ -1,6 +1,6 @@
 //go:build faults
 
-package billing
+package usage
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // Consumer delivers published batches to a worker, at least once: a
 // message is delivered again until it is acknowledged, also to another
 // worker when its consumer died. The worker makes that exactly-once by
-// applying each batch ID once (pgstore.Store.Apply).
+// applying each batch ID once (Store.Apply).
 //
 // The Redis Stream implementation is RedisConsumer; docs/usage.md sketches
 // a Kafka one (consumer group, offsets committed after the Postgres

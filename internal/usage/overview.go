@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // Overall returns the counts of every decision in r (widened to whole
 // minutes), of all tenants and anonymous callers, from the totals by
 // minute or, for whole hours, by hour.
-func (s *Store) Overall(ctx context.Context, r Range) (metering.Counts, error) {
+func (s *Reader) Overall(ctx context.Context, r Range) (metering.Counts, error) {
 	var c metering.Counts
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
@@ -44,7 +44,7 @@ func (s *Store) Overall(ctx context.Context, r Range) (metering.Counts, error) {
 // (widened to whole buckets), zeros included, like Series for all
 // tenants together: from the totals by minute, or by hour for hours,
 // days and months.
-func (s *Store) OverallSeries(ctx context.Context, g Granularity, r Range) ([]Point, error) {
+func (s *Reader) OverallSeries(ctx context.Context, g Granularity, r Range) ([]Point, error) {
 	points, from, to, err := s.buckets(g, r)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ type DeniedKey struct {
 
 // TopDeniedKeys returns the keys with the most denied decisions in r, of
 // every tenant, at most limit.
-func (s *Store) TopDeniedKeys(ctx context.Context, r Range, limit int) ([]DeniedKey, error) {
+func (s *Reader) TopDeniedKeys(ctx context.Context, r Range, limit int) ([]DeniedKey, error) {
 	return topRows(ctx, s, r, "top denied keys", func(table string, r Range) (string, []any) {
 		return `SELECT tenant_id::text, key_id::text, sum(denied), sum(allowed)
 		FROM ` + table + ` WHERE bucket_start >= $1 AND bucket_start < $2 AND key_id <> $3
@@ -97,7 +97,7 @@ type RuleDenials struct {
 
 // TopDenyingRules returns the rules that denied most in r, of every plan,
 // at most limit.
-func (s *Store) TopDenyingRules(ctx context.Context, r Range, limit int) ([]RuleDenials, error) {
+func (s *Reader) TopDenyingRules(ctx context.Context, r Range, limit int) ([]RuleDenials, error) {
 	return topRows(ctx, s, r, "top denying rules", func(table string, r Range) (string, []any) {
 		return `SELECT denied_by, sum(denied) FROM ` + table + `
 		WHERE bucket_start >= $1 AND bucket_start < $2 AND denied > 0
@@ -112,7 +112,7 @@ func (s *Store) TopDenyingRules(ctx context.Context, r Range, limit int) ([]Rule
 // covers r (with r widened to that table's buckets) and returns its rows,
 // each read by scan. A range the tables cannot answer is the empty list
 // and checkRange's error; what names the query in errors.
-func topRows[T any](ctx context.Context, s *Store, r Range, what string,
+func topRows[T any](ctx context.Context, s *Reader, r Range, what string,
 	sql func(table string, r Range) (string, []any), scan func(pgx.Row) (T, error)) ([]T, error) {
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
@@ -125,7 +125,7 @@ func topRows[T any](ctx context.Context, s *Store, r Range, what string,
 
 // LastApplied returns when the latest batch was applied; zero when none
 // was (or none within the batch IDs' retention).
-func (s *Store) LastApplied(ctx context.Context) (time.Time, error) {
+func (s *Reader) LastApplied(ctx context.Context) (time.Time, error) {
 	var at *time.Time
 	if err := s.db.QueryRow(ctx, `SELECT max(applied_at) FROM usage_batches`).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("usage: last applied: %w", err)
@@ -153,7 +153,7 @@ type KeyActivity struct {
 
 // KeysActivity returns the recent use of the keys at now, by key ID. Keys
 // without any are absent.
-func (s *Store) KeysActivity(ctx context.Context, keys []KeyRef, now time.Time) (map[string]*KeyActivity, error) {
+func (s *Reader) KeysActivity(ctx context.Context, keys []KeyRef, now time.Time) (map[string]*KeyActivity, error) {
 	out := map[string]*KeyActivity{}
 	var tenantIDs, keyIDs []string
 	seen := map[string]bool{}
@@ -220,43 +220,27 @@ func (s *Store) KeysActivity(ctx context.Context, keys []KeyRef, now time.Time) 
 	return out, nil
 }
 
-// MonthUsage is a tenant's usage in one month, and its statement's state.
-type MonthUsage struct {
+// MonthCounts are a tenant's counts in one month.
+type MonthCounts struct {
 	Month Month
 	metering.Counts
-	// ClosedAt is when the month was closed; nil while it is open.
-	ClosedAt *time.Time
-	// TotalMinor and Currency are the frozen statement's, once closed.
-	TotalMinor int64
-	Currency   string
 }
 
-// TenantMonths returns the months in which the tenant has usage or a
-// closed statement, newest first.
-func (s *Store) TenantMonths(ctx context.Context, tenantID string) ([]MonthUsage, error) {
-	out := []MonthUsage{}
+// TenantMonths returns the months in which the tenant has usage, newest
+// first.
+func (s *Reader) TenantMonths(ctx context.Context, tenantID string) ([]MonthCounts, error) {
+	out := []MonthCounts{}
 	if !postgres.IsUUID(tenantID) {
 		return out, nil
 	}
-	rows, err := s.db.Query(ctx, `SELECT coalesce(u.bucket_start, s.month::timestamp AT TIME ZONE 'UTC'),
-			coalesce(u.allowed, 0), coalesce(u.denied, 0), coalesce(u.allowed_units, 0), coalesce(u.denied_units, 0),
-			s.closed_at, coalesce(s.total_minor, 0), coalesce(s.currency, '')
-		FROM (SELECT bucket_start, sum(allowed) allowed, sum(denied) denied, sum(allowed_units) allowed_units,
-				sum(denied_units) denied_units
-			FROM usage_month WHERE tenant_id = $1 GROUP BY bucket_start) u
-		FULL JOIN (SELECT month, closed_at, total_minor, currency FROM statements WHERE tenant_id = $1) s
-			ON u.bucket_start = s.month::timestamp AT TIME ZONE 'UTC'
-		ORDER BY 1 DESC`, tenantID)
+	rows, err := s.db.Query(ctx, `SELECT bucket_start, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
+		FROM usage_month WHERE tenant_id = $1 GROUP BY bucket_start ORDER BY bucket_start DESC`, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("usage: tenant months: %w", err)
 	}
-	var m MonthUsage
 	var at time.Time
-	_, err = pgx.ForEachRow(rows, []any{&at, &m.Allowed, &m.Denied, &m.AllowedUnits, &m.DeniedUnits,
-		&m.ClosedAt, &m.TotalMinor, &m.Currency}, func() error {
-		m.Month = MonthOf(at)
-		out = append(out, m)
-		return nil
+	err = forEachCounts(rows, []any{&at}, func(c metering.Counts) {
+		out = append(out, MonthCounts{Month: MonthOf(at), Counts: c})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("usage: tenant months: %w", err)
@@ -266,7 +250,7 @@ func (s *Store) TenantMonths(ctx context.Context, tenantID string) ([]MonthUsage
 
 // MonthTenants returns the tenants with the most allowed units in m, at
 // most limit, and how many tenants had usage in m.
-func (s *Store) MonthTenants(ctx context.Context, m Month, limit int) (top []TenantTotal, tenants int64, err error) {
+func (s *Reader) MonthTenants(ctx context.Context, m Month, limit int) (top []TenantTotal, tenants int64, err error) {
 	top = []TenantTotal{}
 	err = postgres.ReadTx(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT tenant_id::text, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
@@ -292,21 +276,27 @@ func (s *Store) MonthTenants(ctx context.Context, m Month, limit int) (top []Ten
 }
 
 // ClosedAt returns when m was closed, or nil while it is open.
-func (s *Store) ClosedAt(ctx context.Context, m Month) (*time.Time, error) {
+func (s *Reader) ClosedAt(ctx context.Context, m Month) (*time.Time, error) {
+	return ClosedAt(ctx, s.db, m)
+}
+
+// ClosedAt returns when m was closed, or nil while it is open, read
+// through q (a pool, or the transaction of a close).
+func ClosedAt(ctx context.Context, q postgres.Conn, m Month) (*time.Time, error) {
 	var at time.Time
-	err := s.db.QueryRow(ctx, `SELECT closed_at FROM usage_closed_months WHERE month = $1`, m.Start()).Scan(&at)
+	err := q.QueryRow(ctx, `SELECT closed_at FROM usage_closed_months WHERE month = $1`, m.Start()).Scan(&at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("usage: closed at: %w", err)
+		return nil, fmt.Errorf("usage: closed month: %w", err)
 	}
 	return &at, nil
 }
 
 // TopTenants returns the tenants with the most allowed units in r (then
 // the most decisions), at most limit. Names are the caller's to look up.
-func (s *Store) TopTenants(ctx context.Context, r Range, limit int) ([]TenantTotal, error) {
+func (s *Reader) TopTenants(ctx context.Context, r Range, limit int) ([]TenantTotal, error) {
 	out := []TenantTotal{}
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {

@@ -1,4 +1,4 @@
-package pgstore
+package usage
 
 import (
 	"context"
@@ -7,18 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
-
-func newStore(t *testing.T, now string) (*Store, *pgxpool.Pool) {
-	t.Helper()
-	db := testenv.DB(t)
-	return NewStore(db, StoreConfig{Now: fixedNow(now)}), db
-}
 
 func TestApplyIsExactlyOnceAndRollsUp(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
@@ -100,7 +92,7 @@ func TestApplyConcurrentWorkersCountEachBatchOnce(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(batches))
-	for _, st := range []*Store{s, other} {
+	for _, st := range []*Store{s.Store, other} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -21,9 +20,9 @@ func TestSeedDemo(t *testing.T) {
 	s, db := newStore(t, now.Format(time.RFC3339))
 	tenant := "0aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f"
 	keys := []string{"1aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f", "2aaf1c8e-5a6b-4c3d-8e9f-0a1b2c3d4e5f"}
-	demo := []pgstore.DemoTenant{{TenantID: tenant, KeyIDs: keys, Resources: []string{"GET /a", "POST /b"}, PerHour: 600,
+	demo := []DemoTenant{{TenantID: tenant, KeyIDs: keys, Resources: []string{"GET /a", "POST /b"}, PerHour: 600,
 		DenyRule: "hourly", DenyRate: 0.05}}
-	anon := pgstore.DemoAnonymous{IPs: []string{"203.0.113.7", "2001:db8::5"}, PerHour: 30, DenyRule: "hourly"}
+	anon := DemoAnonymous{IPs: []string{"203.0.113.7", "2001:db8::5"}, PerHour: 30, DenyRule: "hourly"}
 	n, err := s.SeedDemo(ctx, demo, anon, now)
 	testenv.Must(t, err)
 	if want := 30*24 + 1; n != want { // 30 days back from the current hour, which is under way

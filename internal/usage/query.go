@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (g Granularity) floor(t time.Time) time.Time {
 	if span, ok := fixedSpans[g]; ok {
 		return t.Truncate(span) // the zero time is a UTC midnight
 	}
-	return monthOf(t)
+	return MonthStart(t)
 }
 
 // Next returns the start of the bucket after the one starting at t.
@@ -76,7 +76,7 @@ func (r Range) coarsest() (Granularity, Range) {
 	return GranularityMinute, r
 }
 
-func (s *Store) checkRange(g Granularity, r Range) error {
+func (s *Reader) checkRange(g Granularity, r Range) error {
 	if !r.From.Before(r.To) {
 		return tollgate.Invalid(map[string]string{"from": "must be before to"})
 	}
@@ -96,7 +96,7 @@ type Point struct {
 // Series returns the tenant's counts per bucket of g over r (widened to
 // whole buckets), one point per bucket, zeros included. At most 10,000
 // points (EINVALID beyond).
-func (s *Store) Series(ctx context.Context, tenantID string, g Granularity, r Range) ([]Point, error) {
+func (s *Reader) Series(ctx context.Context, tenantID string, g Granularity, r Range) ([]Point, error) {
 	return s.SeriesOf(ctx, tenantID, Dimensions{}, g, r)
 }
 
@@ -112,7 +112,7 @@ type Dimensions struct {
 const NoKey = nilUUID
 
 // SeriesOf is Series narrowed to d.
-func (s *Store) SeriesOf(ctx context.Context, tenantID string, d Dimensions, g Granularity, r Range) ([]Point, error) {
+func (s *Reader) SeriesOf(ctx context.Context, tenantID string, d Dimensions, g Granularity, r Range) ([]Point, error) {
 	if !postgres.IsUUID(tenantID) || (d.KeyID != "" && !postgres.IsUUID(d.KeyID)) {
 		points, _, _, err := s.buckets(g, r) // no usage can match
 		return points, err
@@ -122,7 +122,7 @@ func (s *Store) SeriesOf(ctx context.Context, tenantID string, d Dimensions, g G
 
 // buckets returns r's buckets of g, with zero counts, and the range they
 // cover.
-func (s *Store) buckets(g Granularity, r Range) (points []Point, from, to time.Time, err error) {
+func (s *Reader) buckets(g Granularity, r Range) (points []Point, from, to time.Time, err error) {
 	if _, ok := granularityTable[g]; !ok {
 		return nil, from, to, tollgate.Invalid(map[string]string{"granularity": "must be minute, hour, day or month"})
 	}
@@ -144,7 +144,7 @@ func (s *Store) buckets(g Granularity, r Range) (points []Point, from, to time.T
 
 // series returns the counts per bucket of the tenant's decisions ("" for
 // every tenant's) matching d.
-func (s *Store) series(ctx context.Context, g Granularity, r Range, tenantID string, d Dimensions) ([]Point, error) {
+func (s *Reader) series(ctx context.Context, g Granularity, r Range, tenantID string, d Dimensions) ([]Point, error) {
 	points, from, to, err := s.buckets(g, r)
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ type ResourceUsage struct {
 	metering.Counts
 }
 
-func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, limit int,
+func (s *Reader) grouped(ctx context.Context, tenantID, column string, r Range, limit int,
 	scan func(group string, c metering.Counts)) error {
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
@@ -241,7 +241,7 @@ func (s *Store) grouped(ctx context.Context, tenantID, column string, r Range, l
 
 // TopKeys returns the tenant's keys with the most allowed units in r
 // (then most decisions), at most limit (default 10, at most 1000).
-func (s *Store) TopKeys(ctx context.Context, tenantID string, r Range, limit int) ([]KeyUsage, error) {
+func (s *Reader) TopKeys(ctx context.Context, tenantID string, r Range, limit int) ([]KeyUsage, error) {
 	out := []KeyUsage{}
 	err := s.grouped(ctx, tenantID, "key_id", r, limit, func(k string, c metering.Counts) {
 		if k == nilUUID {
@@ -254,7 +254,7 @@ func (s *Store) TopKeys(ctx context.Context, tenantID string, r Range, limit int
 
 // TopResources returns the tenant's resources with the most allowed
 // units in r, like TopKeys.
-func (s *Store) TopResources(ctx context.Context, tenantID string, r Range, limit int) ([]ResourceUsage, error) {
+func (s *Reader) TopResources(ctx context.Context, tenantID string, r Range, limit int) ([]ResourceUsage, error) {
 	out := []ResourceUsage{}
 	err := s.grouped(ctx, tenantID, "resource", r, limit, func(res string, c metering.Counts) {
 		out = append(out, ResourceUsage{Resource: res, Counts: c})
@@ -276,7 +276,7 @@ type Rejections struct {
 
 // Rejections returns the tenant's rejection rate in r, with denials by
 // reason and by rule.
-func (s *Store) Rejections(ctx context.Context, tenantID string, r Range) (Rejections, error) {
+func (s *Reader) Rejections(ctx context.Context, tenantID string, r Range) (Rejections, error) {
 	out := Rejections{ByReason: map[string]int64{}, ByRule: map[string]int64{}}
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
@@ -315,20 +315,14 @@ type TenantTotal = tollgate.TenantTotal
 // Totals are operator-wide usage in a range.
 type Totals = tollgate.Totals
 
-// Totals returns every tenant's and every tier's usage in r.
-func (s *Store) Totals(ctx context.Context, r Range) (Totals, error) {
+// Totals returns every tenant's and every tier's usage in r. Each
+// tenant's name is names[its ID] (names may be nil): tenants are not
+// usage's to look up.
+func (s *Reader) Totals(ctx context.Context, r Range, names map[string]string) (Totals, error) {
 	out := Totals{ByTenant: []TenantTotal{}, ByTier: map[string]metering.Counts{}}
 	g, r := r.coarsest()
 	if err := s.checkRange(g, r); err != nil {
 		return out, err
-	}
-	names := map[string]string{}
-	list, err := s.tenants.List(ctx)
-	if err != nil {
-		return out, err
-	}
-	for _, t := range list {
-		names[t.ID] = t.Name
 	}
 	rows, err := s.db.Query(ctx, `SELECT tenant_id::text, tier, sum(allowed), sum(denied), sum(allowed_units), sum(denied_units)
 		FROM `+granularityTable[g]+` WHERE bucket_start >= $1 AND bucket_start < $2
@@ -379,7 +373,7 @@ type TopIPs struct {
 // (default 10, at most 1000). An address ranks by the decisions the
 // batches counted for it by name: one that was outside a batch's top list
 // for a minute is undercounted there (its decisions are in Other).
-func (s *Store) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error) {
+func (s *Reader) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error) {
 	out := TopIPs{Top: []IPUsage{}}
 	_, r = r.coarsest()
 	if err := s.checkRange(GranularityMinute, r); err != nil {

@@ -1,20 +1,9 @@
-// Package pgstore is where the usage counts land in Postgres: it applies
-// metering batches exactly once to the usage tables (minute rows and their
-// hour, day and month rollups, anonymous callers by IP), keeps the monthly
-// minute partitions, sets aside batches Postgres refuses, and writes the
-// demo usage of `admin seed demo`.
-//
-// Both sides write through it: the usage worker of the admin side, and the
-// check server itself in single-process mode (TOLLGATE_USAGE_SINK=postgres,
-// through StoreProducer). It imports nothing of the admin side; reading
-// usage, statements and closing months are package billing's.
-package pgstore
+package usage
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,20 +12,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
-	"github.com/tollgate/tollgate/internal/quota"
 )
 
 // NilUUID stands for "no tenant" and "no key" in the usage tables.
 const NilUUID = "00000000-0000-0000-0000-000000000000"
 
 // Advisory lock keys. Applying a batch holds CloseLock shared, closing a
-// month (package billing) holds it exclusively: a batch is either in a month's statements or
-// reported as late, never half of each.
+// month (package billing) holds it exclusively: a batch is either in a
+// month's statements or reported as late, never half of each.
 const (
 	CloseLock     int64 = 7_274_001
 	partitionLock int64 = 7_274_002
@@ -62,18 +47,11 @@ type StoreConfig struct {
 	ResourceCap int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// RateAlert says when a key's or a tenant's denials by rate rules are sustained
-	// enough for ratelimit.sustained (quota.RateAlert's defaults;
-	// TOLLGATE_RATELIMIT_ALERT_DENIALS, _TENANT_ALERT_DENIALS and
-	// _ALERT_WINDOW).
-	RateAlert quota.RateAlert
-	// Counters, when set, is the limiter store SweepRateAlerts reads the
-	// tenants' monthly quota counters from (quota.SweepCounters), under
-	// KeyPrefix: the usage worker's Redis. Nil skips that step.
-	Counters limiter.WindowReader
-	// KeyPrefix starts the limiter state keys, as the check path's
-	// (TOLLGATE_KEY_PREFIX; default "tg:").
-	KeyPrefix string
+	// Hooks plug features into the apply path: each runs in the
+	// transaction that applies batches, and its sweep every
+	// SweepInterval (see Hook). The programs wire them (quota's
+	// crossings and rate alerts); nil applies usage alone.
+	Hooks []Hook
 }
 
 // WithDefaults returns c with its zero values replaced by the defaults
@@ -91,10 +69,6 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "tg:"
-	}
-	c.RateAlert = c.RateAlert.WithDefaults()
 	return c
 }
 
@@ -112,15 +86,7 @@ type Store struct {
 
 	mu         sync.Mutex
 	partitions map[string]bool // minute partitions known to exist
-	// counterFrom is where the next SweepRateAlerts goes on with the
-	// counters (quota.SweepCounters' next); guarded by mu.
-	counterFrom string
 }
-
-// counterSweepBudget bounds the time one SweepRateAlerts spends reading
-// counters: past it, the next sweep goes on where this one stopped, so
-// that the worker applying batches is never held up long.
-const counterSweepBudget = time.Second
 
 // NewStore returns a Store on db.
 func NewStore(db *pgxpool.Pool, cfg StoreConfig) *Store {
@@ -258,8 +224,17 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		if err := upsertTotals(ctx, tx, minute, hour); err != nil {
 			return err
 		}
-		if err := applyQuota(ctx, tx, batches, apply, s.cfg.RateAlert, s.cfg.Now()); err != nil {
-			return err
+		if len(s.cfg.Hooks) > 0 {
+			applied := make([]metering.Batch, len(apply))
+			for j, i := range apply {
+				applied[j] = batches[i]
+			}
+			now := s.cfg.Now()
+			for _, h := range s.cfg.Hooks {
+				if err := h.Applied(ctx, tx, applied, now); err != nil {
+					return err
+				}
+			}
 		}
 		closed, err := closedMonths(ctx, tx, month)
 		if err != nil || len(closed) == 0 {
@@ -281,84 +256,20 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 	return results, nil
 }
 
-// applyQuota records, in the apply transaction, the quota thresholds the
-// applied batches' checks crossed, the first denials by a spend cap or a
-// hard quota, and whatever the rollups now show crossed that no check
-// handed on (quota.Reconcile), and the keys rate rules keep denying
-// (quota.RecordRateDenials): each exactly once.
-func applyQuota(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply []int, rate quota.RateAlert, now time.Time) error {
-	var crossings []quota.Crossing
-	var denials []quota.Denial
-	var limited []quota.RateSubject
-	seen := map[string]bool{}
-	var tenantIDs []string
-	for _, i := range apply {
-		for _, c := range batches[i].Crossings {
-			crossings = append(crossings, quota.Crossing{TenantID: c.TenantID, Units: c.Units, AtUS: c.AtUS})
-		}
-		for _, r := range batches[i].Rows {
-			if r.TenantID == "" {
-				continue
-			}
-			if !seen[r.TenantID] {
-				seen[r.TenantID] = true
-				tenantIDs = append(tenantIDs, r.TenantID)
-			}
-			if quota.IsRateDenial(r.Reason, r.DeniedBy) {
-				limited = append(limited, quota.RateSubject{TenantID: r.TenantID, KeyID: orNil(r.KeyID)})
-			}
-			switch {
-			case r.Reason == tollgate.ReasonSpendCap:
-				denials = append(denials, quota.Denial{TenantID: r.TenantID, SpendCap: true, AtUS: r.Minute * 1_000_000})
-			case r.Reason == tollgate.ReasonRateLimited && slices.Contains(strings.Split(r.DeniedBy, ","), plans.QuotaRuleName):
-				denials = append(denials, quota.Denial{TenantID: r.TenantID, AtUS: r.Minute * 1_000_000})
-			}
-		}
-	}
-	if err := quota.RecordCrossings(ctx, tx, crossings); err != nil {
-		return err
-	}
-	if err := quota.RecordDenials(ctx, tx, denials); err != nil {
-		return err
-	}
-	if err := quota.Reconcile(ctx, tx, tenantIDs, now); err != nil {
-		return err
-	}
-	return quota.RecordRateDenials(ctx, tx, limited, rate, now)
-}
-
-// SweepRateAlerts resolves what no longer holds although no usage comes
-// to apply, each in its own transaction: the rate limiting alerts whose
-// window emptied (quota.SweepRateAlerts), and the threshold crossings of
-// months gone by or whose threshold moved since (quota.SweepCrossings).
-// Then, with Counters set, it records the threshold crossings the
-// tenants' monthly quota counters show and no batch brought
-// (quota.SweepCounters): last, so that a limiter store that fails stops
-// nothing else, and for at most counterSweepBudget, the next sweep going
-// on with the tenants after the last it looked at. The usage worker calls
-// it every half minute, busy or idle.
-func (s *Store) SweepRateAlerts(ctx context.Context) error {
+// Sweep runs the hooks' sweeps (Hook.Sweep) at the store's clock, one
+// after the other, all of them even when one fails: what no usage comes to
+// show (alerts to resolve, crossings to find) is found this way. The usage
+// worker calls it every SweepInterval, busy or idle. It returns the first
+// error.
+func (s *Store) Sweep(ctx context.Context) error {
 	now := s.cfg.Now()
-	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		return quota.SweepRateAlerts(ctx, tx, s.cfg.RateAlert, now)
-	})
-	if err != nil {
-		return err
+	var first error
+	for _, h := range s.cfg.Hooks {
+		if err := h.Sweep(ctx, now); err != nil && first == nil {
+			first = err
+		}
 	}
-	err = postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
-		return quota.SweepCrossings(ctx, tx, now)
-	})
-	if err != nil || s.cfg.Counters == nil {
-		return err
-	}
-	s.mu.Lock()
-	from := s.counterFrom
-	s.mu.Unlock()
-	next, err := quota.SweepCounters(ctx, s.db, s.cfg.Counters, s.cfg.KeyPrefix, now, from, counterSweepBudget)
-	s.mu.Lock()
-	s.counterFrom = next
-	s.mu.Unlock()
-	return err
+	return first
 }
 
 func orNil(id string) string {
@@ -753,10 +664,10 @@ func (p StoreProducer) Publish(ctx context.Context, b metering.Batch) error {
 	return err
 }
 
-// MaintainEvery runs Maintain now and then every interval, and
-// SweepRateAlerts every SweepInterval, until ctx ends, logging failures:
-// for processes that apply batches without a billing.Worker (an api
-// process in single-process mode).
+// MaintainEvery runs Maintain now and then every interval, and Sweep
+// every SweepInterval, until ctx ends, logging failures: for processes
+// that apply batches without a Worker (an api process in single-process
+// mode).
 func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
 	var nextMaintenance time.Time
 	for {
@@ -766,7 +677,7 @@ func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slo
 			}
 			nextMaintenance = now.Add(every)
 		}
-		if err := s.SweepRateAlerts(ctx); err != nil && ctx.Err() == nil {
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("usage: sweep failed; retrying later", "err", err)
 		}
 		select {
@@ -777,6 +688,6 @@ func (s *Store) MaintainEvery(ctx context.Context, every time.Duration, log *slo
 	}
 }
 
-// SweepInterval is how often MaintainEvery sweeps (SweepRateAlerts), as
-// the usage worker does.
+// SweepInterval is how often MaintainEvery sweeps (Sweep), as the usage
+// worker does.
 const SweepInterval = 30 * time.Second

@@ -1,4 +1,4 @@
-package billing
+package usage
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/metering"
-	"github.com/tollgate/tollgate/internal/metering/pgstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -49,14 +48,14 @@ type workerRig struct {
 	client redis.UniversalClient
 	stream string
 	db     *pgxpool.Pool
-	store  *pgstore.Store
+	store  *Store
 }
 
 func newWorkerRig(t *testing.T) *workerRig {
 	client, prefix := testenv.Redis(t)
 	db := testenv.DB(t)
 	return &workerRig{client: client, stream: prefix + "usage", db: db,
-		store: pgstore.NewStore(db, pgstore.StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
 }
 
 func (r *workerRig) worker(consumer string, claimIdle time.Duration) *Worker {
@@ -189,7 +188,7 @@ func TestStreamOnRedisCluster(t *testing.T) {
 	client, prefix := testenv.RedisCluster(t)
 	db := testenv.DB(t)
 	r := &workerRig{client: client, stream: prefix + "usage", db: db,
-		store: pgstore.NewStore(db, pgstore.StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
+		store: NewStore(db, StoreConfig{Now: fixedNow("2026-11-22T12:00:00Z")})}
 	want := publishBatches(t, metering.NewRedisProducer(client, r.stream), 5)
 	r.runWorkers(t, r.worker("w", time.Hour))
 	if got := sums(t, db, "usage_day")[tA+"/"+kA]; got != want {

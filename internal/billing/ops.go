@@ -1,0 +1,163 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// Ops makes billing's one change, closing a month, in its own
+// transaction with exactly one audit entry (audit.Apply), as every
+// feature's Ops does. Who may make it is decided before
+// (internal/access): operators only.
+type Ops struct {
+	db  postgres.Conn
+	now func() time.Time
+}
+
+// NewOps returns billing's operations on db (a pool); now is the clock
+// (nil: time.Now).
+func NewOps(db postgres.Conn, now func() time.Time) *Ops {
+	if now == nil {
+		now = time.Now
+	}
+	return &Ops{db: db, now: now}
+}
+
+// CloseResult says what CloseMonth did.
+type CloseResult struct {
+	Month string `json:"month"`
+	// AlreadyClosed is true when the month had been closed before; nothing
+	// changed.
+	AlreadyClosed bool      `json:"already_closed"`
+	ClosedAt      time.Time `json:"closed_at"`
+	Statements    int       `json:"statements"`
+	// TotalMinor sums the statements' totals by currency.
+	TotalMinor map[string]int64 `json:"total_minor"`
+	// Late sums usage that arrived after the close.
+	Late metering.Counts `json:"late_usage"`
+}
+
+// errClosed ends the transaction of a close that finds the month closed:
+// nothing changed, so nothing is recorded.
+var errClosed = errors.New("billing: month already closed")
+
+// CloseMonth freezes m, by the actor by (month.close): every billable
+// tenant's statement is computed and stored, and from then on
+// Store.Statement returns the stored one. It is the month-close operation
+// of the admin API, the console and the CLI, and records month.close in
+// the audit log in the closing transaction, so that there is no close
+// without its record. Closing a closed month changes nothing
+// (AlreadyClosed) and records nothing. A month that has not ended yet
+// cannot be closed (EINVALID).
+//
+// Usage still in flight (buffered in API processes or the stream) when
+// the month is closed is counted when it arrives and listed as late
+// usage; close a month once the worker has caught up.
+func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, progress Progress) (CloseResult, error) {
+	now := o.now()
+	res := CloseResult{Month: m.String(), TotalMinor: map[string]int64{}}
+	if now.Before(m.End()) {
+		return res, tollgate.Errorf(tollgate.EINVALID, "month %s has not ended yet", m)
+	}
+	err := audit.Apply(ctx, o.db, by, func(tx pgx.Tx) (audit.Change, error) {
+		// Wait for batches being applied; block new ones until committed.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, usage.CloseLock); err != nil {
+			return audit.Change{}, fmt.Errorf("usage: close: lock: %w", err)
+		}
+		at, err := usage.ClosedAt(ctx, tx, m)
+		if err != nil {
+			return audit.Change{}, err
+		}
+		if at != nil {
+			res.AlreadyClosed, res.ClosedAt = true, *at
+			return audit.Change{}, errClosed
+		}
+		res.ClosedAt = now.UTC().Truncate(time.Microsecond)
+		if _, err := tx.Exec(ctx, `INSERT INTO usage_closed_months (month, closed_at, statements) VALUES ($1, $2, 0)`,
+			m.Start(), res.ClosedAt); err != nil {
+			return audit.Change{}, fmt.Errorf("usage: close: %w", err)
+		}
+		// Read plans, keys and plan history only now: a plan change that
+		// checks for closed months (tenants.SetPlan locks the table) has
+		// either committed before the insert above, or waits for this
+		// transaction and then sees the month closed.
+		ps, ts := plans.NewStore(tx), tenants.NewStore(tx)
+		b, err := loadBilling(ctx, ps, ts, "")
+		if err != nil {
+			return audit.Change{}, err
+		}
+		list, err := ts.List(ctx)
+		if err != nil {
+			return audit.Change{}, err
+		}
+		sts, err := statementsOf(ctx, tx, list, m, b, progress)
+		if err != nil {
+			return audit.Change{}, err
+		}
+		for _, st := range sts {
+			st.Status, st.ClosedAt = "closed", &res.ClosedAt
+			body, err := json.Marshal(st)
+			if err != nil {
+				return audit.Change{}, err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO statements (tenant_id, month, currency, total_minor, body, closed_at)
+				VALUES ($1, $2, $3, $4, $5, $6)`, st.TenantID, m.Start(), st.Currency, st.TotalMinor, body, res.ClosedAt); err != nil {
+				return audit.Change{}, fmt.Errorf("usage: close: store statement of %s: %w", st.TenantName, err)
+			}
+			if _, err := events.Emit(ctx, tx, events.Event{Type: events.StatementClosed, TenantID: st.TenantID,
+				CreatedAt: res.ClosedAt, Data: closedData(st)}); err != nil {
+				return audit.Change{}, fmt.Errorf("usage: close: %w", err)
+			}
+			res.TotalMinor[st.Currency] += st.TotalMinor
+		}
+		res.Statements = len(sts)
+		if _, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts)); err != nil {
+			return audit.Change{}, err
+		}
+		return audit.Change{Action: "month.close", TargetType: "month", TargetID: res.Month,
+			After: map[string]any{"statements": res.Statements, "total_minor": res.TotalMinor}}, nil
+	})
+	if err != nil && !errors.Is(err, errClosed) {
+		return CloseResult{}, err
+	}
+	if res.AlreadyClosed {
+		rows, err := o.db.Query(ctx, `SELECT currency, count(*), sum(total_minor) FROM statements
+			WHERE month = $1 GROUP BY currency`, m.Start())
+		if err != nil {
+			return res, fmt.Errorf("usage: close: %w", err)
+		}
+		var currency string
+		var n int
+		var total int64
+		_, err = pgx.ForEachRow(rows, []any{&currency, &n, &total}, func() error {
+			res.Statements += n
+			res.TotalMinor[currency] = total
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("usage: close: %w", err)
+		}
+	}
+	late, err := usage.LateByTenant(ctx, o.db, m, "")
+	if err != nil {
+		return res, err
+	}
+	for _, c := range late {
+		res.Late.Add(c)
+	}
+	return res, nil
+}

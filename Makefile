@@ -14,10 +14,12 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/api ./cmd/api
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/admin ./cmd/admin
 	$(GO) build -o $(BIN)/loadgen ./cmd/loadgen
+	$(GO) build -o $(BIN)/webhook-sink ./cmd/webhook-sink
 
 # Local Postgres (:15432) and Redis (:16379, append-only) in .local/,
-# migrated and seeded; api on :8080, admin on :8081. Ctrl-C stops the api,
-# then admin once the usage is applied, then Redis and Postgres.
+# migrated and seeded; api on :8080, admin on :8081, the demo's webhook
+# sink on 127.0.0.1:8082. Ctrl-C stops the api, then admin once the usage
+# is applied, then the sink, Redis and Postgres.
 run: build
 	@scripts/services.sh run -- scripts/run-local.sh
 

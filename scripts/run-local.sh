@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # run-local.sh: run by `make run` inside scripts/services.sh with
 # TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_ADDR set. Migrates, seeds the
-# demo, starts api and admin, prints how to use them, and waits.
+# demo, starts api, admin and the webhook sink the demo's endpoints send
+# to, prints how to use them, and waits.
 #
 # On Ctrl-C (or SIGTERM) it stops them in order, so that no check is lost:
 # the api first (it publishes its last usage batch as it stops), then,
-# once the usage worker inside admin has applied the stream, admin.
-# services.sh then stops Redis and Postgres.
+# once the usage worker inside admin has applied the stream, admin, then
+# the sink. services.sh then stops Redis and Postgres.
 set -euo pipefail
 bin=./bin
 # The demo's secret key (it seals the service-token signing keys) is made
@@ -43,12 +44,18 @@ if [ -z "${TOLLGATE_ADMIN_JWT_SECRET:-}" ]; then
   TOLLGATE_ADMIN_JWT_SECRET=$(cat "$secret_file")
   export TOLLGATE_ADMIN_JWT_SECRET
 fi
+# The demo's webhook endpoints send to the sink on loopback
+# (cmd/webhook-sink, 127.0.0.1:8082), which the deliverers refuse unless
+# private addresses are allowed: here, on this machine only, they are.
+export TOLLGATE_WEBHOOK_ALLOW_PRIVATE=${TOLLGATE_WEBHOOK_ALLOW_PRIVATE:-true}
+sink_log=.local/webhook-sink.log
 stream=${TOLLGATE_USAGE_STREAM:-tollgate:usage}
 redis_host=${TOLLGATE_REDIS_ADDR%:*}
 redis_port=${TOLLGATE_REDIS_ADDR##*:}
 
 api_pid=""
 admin_pid=""
+sink_pid=""
 
 # stop_process PID: SIGTERM, then wait until it has exited (a second
 # signal to this script must not cut the wait short).
@@ -78,6 +85,7 @@ shutdown() {
     done
   fi
   stop_process "$admin_pid"
+  stop_process "$sink_pid"
   left=$(backlog)
   if [ "$left" != 0 ]; then
     echo "  $left usage batches not applied yet: they stay in Redis (.local/redis) and are applied on the next run"
@@ -86,9 +94,13 @@ shutdown() {
 trap 'shutdown; exit 0' INT TERM
 trap shutdown EXIT
 
-# api and admin run in their own process groups (set -m): Ctrl-C reaches
+# The servers run in their own process groups (set -m): Ctrl-C reaches
 # only the scripts, and shutdown stops the servers in order.
 set -m
+# The sink first: admin's deliverers may send at once.
+mkdir -p .local
+"$bin/webhook-sink" >>"$sink_log" 2>&1 &
+sink_pid=$!
 "$bin/api" &
 api_pid=$!
 "$bin/admin" serve &
@@ -99,6 +111,14 @@ for _ in $(seq 1 100); do
   curl -fsS "http://$api_addr/readyz" >/dev/null 2>&1 && curl -fsS "http://$admin_addr/healthz" >/dev/null 2>&1 && break
   sleep 0.1
 done
+if kill -0 "$sink_pid" 2>/dev/null; then
+  sink_msg="the demo's endpoints send to a sink on this machine, http://127.0.0.1:8082
+  (one line per delivery: tail -f $sink_log; the console's Webhooks page shows them)"
+else
+  sink_msg="the webhook sink did not start (is 127.0.0.1:8082 taken? see $sink_log):
+  the demo's deliveries fail and are retried, on this machine"
+  sink_pid=""
+fi
 month=$(date -u +%Y-%m)
 cat <<MSG
 
@@ -108,6 +128,8 @@ Console: http://$admin_addr/
   tenant admin (pro)    $ta_email  $ta_password
   tenant viewer (pro)   $tv_email  $tv_password
   (fresh passwords each run; tenant users see their own tenant only)
+
+Webhooks: $sink_msg
 
 Demo keys (shown once): pro $pro
                         free $free

@@ -65,19 +65,7 @@ func (u *upstream) count() int {
 // except those below failOpenPath's first segment, which fail open.
 func startNginx(t *testing.T, api, app, token string) string {
 	t.Helper()
-	dir := t.TempDir()
-	recipes, err := filepath.Glob("../../deploy/nginx/tollgate-*.conf")
-	testenv.Must(t, err)
-	if len(recipes) != 6 {
-		t.Fatalf("deploy/nginx has %d tollgate-*.conf files, want 6", len(recipes))
-	}
-	for _, p := range recipes {
-		b, err := os.ReadFile(p)
-		testenv.Must(t, err)
-		testenv.Must(t, os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o600))
-	}
-	testenv.Must(t, os.WriteFile(filepath.Join(dir, "tollgate-token.conf"),
-		[]byte(fmt.Sprintf("proxy_set_header X-Tollgate-Service-Token %q;\n", token)), 0o600))
+	dir := nginxRecipe(t, token)
 	addr := testenv.Nginx(t, dir, func(listen string) string {
 		return fmt.Sprintf(`
     upstream tollgate { server %s; keepalive 8; }
@@ -97,6 +85,27 @@ func startNginx(t *testing.T, api, app, token string) string {
 			strings.TrimSuffix(failOpenPath, failClosedPath))
 	})
 	return "http://" + addr
+}
+
+// nginxRecipe returns a directory holding the recipe shipped in
+// deploy/nginx, copied unchanged, and a tollgate-token.conf with the
+// service token.
+func nginxRecipe(t *testing.T, token string) string {
+	t.Helper()
+	dir := t.TempDir()
+	recipes, err := filepath.Glob("../../deploy/nginx/tollgate-*.conf")
+	testenv.Must(t, err)
+	if len(recipes) != 7 {
+		t.Fatalf("deploy/nginx has %d tollgate-*.conf files, want 7", len(recipes))
+	}
+	for _, p := range recipes {
+		b, err := os.ReadFile(p)
+		testenv.Must(t, err)
+		testenv.Must(t, os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o600))
+	}
+	testenv.Must(t, os.WriteFile(filepath.Join(dir, "tollgate-token.conf"),
+		[]byte(fmt.Sprintf("proxy_set_header X-Tollgate-Service-Token %q;\n", token)), 0o600))
+	return dir
 }
 
 // clientFrom returns an HTTP client whose connections come from the

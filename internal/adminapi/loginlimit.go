@@ -27,15 +27,18 @@ const (
 // loginLimiter protects the login endpoint with Tollgate's own limiter
 // (GCRA, each limit a minute's worth at once at most). Every attempt
 // counts against its client network (an IPv4 address or an IPv6 /64:
-// see clientNetwork), networkFactor × perMinute a minute, and against its
-// (network, email) pair, perMinute a minute. Failed attempts also count
-// against the email itself, emailFailureFactor × perMinute a minute from
-// all networks together; once that is spent, only networks that failed on
-// the email in the last failureMemory are refused. So guessing one
-// password from many addresses is bounded, while a user who types the
-// right password from an address that has not failed always gets in:
-// nobody can lock a user out. An attempt refused by one limit uses up none
-// of the others. Safe for concurrent use.
+// see clientNetwork), networkFactor × perMinute a minute: that bounds the
+// password checks one network can ask for, right or wrong, also when it
+// sends them all at once. Failed attempts alone count against the
+// (network, email) pair, perMinute a minute, and against the email
+// itself, emailFailureFactor × perMinute a minute from all networks
+// together; once the email's budget is spent, only networks that failed
+// on it in the last failureMemory are refused. So guessing one password
+// from many addresses is bounded, a user who types the right password
+// from an address that has not failed always gets in (nobody can lock a
+// user out), and signing in successfully, however often, never refuses
+// the account's next sign-in. An attempt refused by one limit uses up
+// none of the others. Safe for concurrent use.
 type loginLimiter struct {
 	store     limiter.Store
 	prefix    string
@@ -67,6 +70,7 @@ func (l *loginLimiter) networkKey(network string) string {
 	return l.prefix + "{admin-login}:net:" + network
 }
 
+// networkEmailKey meters a network's failures on an email.
 func (l *loginLimiter) networkEmailKey(network, email string) string {
 	return l.prefix + "{admin-login}:net-email:" + hashed(network, email)
 }
@@ -88,34 +92,38 @@ const failureMemory = 15 * time.Minute
 var failedParams = limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: int64(failureMemory / time.Microsecond), Burst: 96}
 
 // allow decides an attempt from ip for email (normalized), before the
-// password is checked, and counts it against the network limits. When it
+// password is checked, and counts it against the network's limit. When it
 // is refused, retry is how long until the same attempt could pass. If the
 // limiter store cannot be reached the attempt is allowed (failing open
 // keeps operators able to log in while Redis is down; the password hash's
 // cost still slows guessing) and a warning is logged.
 func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, retry time.Duration) {
 	network := clientNetwork(ip)
-	// Looked at only (dry runs): failed adds to them once the password
-	// turned out wrong. The email's spent failure budget refuses only a
-	// network that has failed on it.
+	// Failure budgets are looked at only (dry runs): failed adds to them
+	// once the password turned out wrong. The pair's spent budget refuses
+	// the attempt; the email's refuses only a network that has failed on
+	// it.
 	out, err := l.store.Check(ctx, limiter.Batch{Cost: 1, DryRun: true, Requests: []limiter.Request{
+		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
 		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
 	}})
 	if err != nil {
 		l.unavailable(ctx, "login limiter unavailable; allowing the attempt", err)
 		return true, 0
 	}
-	if !out.Admitted {
+	if pairBudget := out.Results[0]; !pairBudget.Allowed {
+		return false, retryAfter(limiter.Outcome{Results: []limiter.Result{pairBudget}})
+	}
+	if emailBudget := out.Results[1]; !emailBudget.Allowed {
 		failed, err := l.store.Check(ctx, limiter.Batch{Cost: 0, DryRun: true, Requests: []limiter.Request{
 			{Key: l.networkEmailFailedKey(network, email), Params: failedParams},
 		}})
 		if err != nil || failed.Results[0].ResetAfterUS > 0 {
-			return false, retryAfter(out)
+			return false, retryAfter(limiter.Outcome{Results: []limiter.Result{emailBudget}})
 		}
 	}
 	out, err = l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
 		{Key: l.networkKey(network), Params: l.params(networkFactor)},
-		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
 	}})
 	if err != nil {
 		l.unavailable(ctx, "login limiter unavailable; allowing the attempt", err)
@@ -128,11 +136,14 @@ func (l *loginLimiter) allow(ctx context.Context, ip, email string) (ok bool, re
 }
 
 // failed counts a failed attempt (wrong email or password) from ip against
-// email, and remembers that ip's network failed on it.
+// the (network, email) pair and email, and remembers that ip's network
+// failed on it.
 func (l *loginLimiter) failed(ctx context.Context, ip, email string) {
+	network := clientNetwork(ip)
 	for _, r := range []limiter.Request{
+		{Key: l.networkEmailKey(network, email), Params: l.params(1)},
 		{Key: l.emailFailuresKey(email), Params: l.params(emailFailureFactor)},
-		{Key: l.networkEmailFailedKey(clientNetwork(ip), email), Params: failedParams},
+		{Key: l.networkEmailFailedKey(network, email), Params: failedParams},
 	} {
 		// Separately: a spent budget must not stop the other from counting.
 		if _, err := l.store.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{r}}); err != nil {

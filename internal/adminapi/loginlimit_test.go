@@ -27,22 +27,24 @@ func TestClientNetwork(t *testing.T) {
 	}
 }
 
+// loginStores are the stores the login limiter's tests run against.
+var loginStores = map[string]func(t *testing.T) (limiter.Store, string){
+	"memory": func(*testing.T) (limiter.Store, string) { return limiter.NewMemoryStore(nil), "tg:" },
+	"redis": func(t *testing.T) (limiter.Store, string) {
+		c, prefix := testenv.Redis(t)
+		return redisstore.New(c), prefix
+	},
+	"cluster": func(t *testing.T) (limiter.Store, string) {
+		c, prefix := testenv.RedisCluster(t)
+		return redisstore.New(c), prefix
+	},
+}
+
 // TestLoginLimiter checks each limit against memory, Redis and Redis
-// Cluster stores: per (network, email) and per network on every attempt,
+// Cluster stores: per network on every attempt, per (network, email) and
 // per email on failures only.
 func TestLoginLimiter(t *testing.T) {
-	stores := map[string]func(t *testing.T) (limiter.Store, string){
-		"memory": func(*testing.T) (limiter.Store, string) { return limiter.NewMemoryStore(nil), "tg:" },
-		"redis": func(t *testing.T) (limiter.Store, string) {
-			c, prefix := testenv.Redis(t)
-			return redisstore.New(c), prefix
-		},
-		"cluster": func(t *testing.T) (limiter.Store, string) {
-			c, prefix := testenv.RedisCluster(t)
-			return redisstore.New(c), prefix
-		},
-	}
-	for name, open := range stores {
+	for name, open := range loginStores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			store, prefix := open(t)
@@ -100,9 +102,9 @@ func TestLoginLimiter(t *testing.T) {
 				"attempt beyond the network limit allowed (IPv4-mapped addresses are the same address)")
 
 			// An IPv6 /64 is one network.
-			for range perMinute {
-				allowed("2001:db8:0:1::1", "v6@example.com")
-			}
+			attempts(perMinute, true, "failed attempt from an IPv6 address", func(int) (string, string) {
+				return "2001:db8:0:1::1", "v6@example.com"
+			})
 			check(t.Error, false, "2001:db8:0:1::2:3", "v6@example.com", "another address of the same /64 escaped the limit")
 			check(t.Error, true, "2001:db8:0:2::1", "v6@example.com", "another /64 was refused")
 
@@ -124,6 +126,41 @@ func TestLoginLimiter(t *testing.T) {
 			attempts(networkFactor*perMinute-1, false, "attempt from the refused network", func(i int) (string, string) {
 				return "10.2.0.0", fmt.Sprintf("w%d@example.com", i)
 			})
+		})
+	}
+}
+
+// TestLoginSuccessesNeverLockOut: signing in successfully, however often,
+// never refuses the account's next sign-in; failures from the same
+// network still do, up to the per-(network, email) limit, successes in
+// between or not. Only the network's own limit counts every attempt.
+func TestLoginSuccessesNeverLockOut(t *testing.T) {
+	for name, open := range loginStores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store, prefix := open(t)
+			const perMinute = 3
+			l := &loginLimiter{store: store, prefix: prefix, perMinute: perMinute}
+			const ip, email = "10.9.0.1", "ops@example.com"
+			// One network's allowance, all on one account: every one a
+			// successful sign-in.
+			for i := range networkFactor * perMinute {
+				if ok, retry := l.allow(ctx, ip, email); !ok {
+					t.Fatalf("successful sign-in %d of %d within a minute refused (retry %v)", i+1, networkFactor*perMinute, retry)
+				}
+			}
+			// Failures still count: perMinute of them, then the pair is
+			// refused (from another address of nobody's network limit).
+			const other = "10.9.0.2"
+			for i := range perMinute {
+				if ok, _ := l.allow(ctx, other, email); !ok {
+					t.Fatalf("failed attempt %d refused before the limit", i+1)
+				}
+				l.failed(ctx, other, email)
+			}
+			if ok, _ := l.allow(ctx, other, email); ok {
+				t.Error("an attempt after perMinute failures from one network was allowed")
+			}
 		})
 	}
 }

@@ -40,8 +40,8 @@ type Config struct {
 	SessionTTL    time.Duration
 	// LoginStore keeps the login limiter's state: Redis, so that every
 	// admin process shares it, or a limiter.MemoryStore. LoginPerMinute is
-	// the per-(network, email) limit the others derive from; KeyPrefix
-	// starts its keys.
+	// the per-(network, email) limit on failed attempts, from which the
+	// others derive; KeyPrefix starts its keys.
 	LoginStore     limiter.Store
 	LoginPerMinute int
 	KeyPrefix      string

@@ -82,9 +82,16 @@ func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.Secr
 	return res, err
 }
 
-// demoWebhookURL is where the demo's webhook endpoints point: a name
-// reserved for examples, which no receiver answers.
-const demoWebhookURL = "https://hooks.example.com/tollgate"
+// ReceiverURL is where the demo's webhook endpoints point: the webhook
+// sink (cmd/webhook-sink) that `make run` starts on loopback, so that
+// deliveries stay on the machine. Without the sink they fail, and are
+// retried, on the same machine; the deliverers refuse loopback addresses
+// unless TOLLGATE_WEBHOOK_ALLOW_PRIVATE=true, which `make run` sets.
+const ReceiverURL = "http://127.0.0.1:8082"
+
+// earlierDemoWebhookURL is where an earlier demo seed pointed its
+// endpoints, enabled: a public name. Seed disables them.
+const earlierDemoWebhookURL = "https://hooks.example.com/tollgate"
 
 // demoUsage is the made-up traffic of each demo tenant: hourly checks at
 // the daily peak, what it calls, and which of its plan's rules denies now
@@ -209,10 +216,13 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 		return res, err
 	}
 	res.Keys["prepaid"] = prepaid
-	// Endpoints without a receiver, so that the console's webhook pages
-	// have something to show: their deliveries fail and are retried.
+	// Endpoints at the local sink, so that the console's webhook pages
+	// show deliveries; none leaves the machine.
 	es := events.NewStore(db).WithSecretKeys(keys)
-	if err := es.EnsureEndpoint(ctx, "", demoWebhookURL, "demo: every event (no receiver)", time.Now()); err != nil {
+	if err := es.EnsureEndpoint(ctx, "", ReceiverURL+"/operator", "demo: every event, to the local webhook sink", time.Now()); err != nil {
+		return res, err
+	}
+	if _, err := es.DisableEndpointsAt(ctx, earlierDemoWebhookURL, time.Now()); err != nil {
 		return res, err
 	}
 	token, _, err := as.IssueServiceToken(ctx, "demo-gateway", 0)
@@ -224,7 +234,7 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 	if err != nil {
 		return res, err
 	}
-	if err := es.EnsureEndpoint(ctx, demoPro.ID, demoWebhookURL+"/"+demoAdminTenant, "demo: the tenant's alerts (no receiver)", time.Now()); err != nil {
+	if err := es.EnsureEndpoint(ctx, demoPro.ID, ReceiverURL+"/"+demoAdminTenant, "demo: the tenant's alerts, to the local webhook sink", time.Now()); err != nil {
 		return res, err
 	}
 	for _, u := range []User{

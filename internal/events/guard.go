@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -67,7 +68,7 @@ func (g Guard) CheckURL(ctx context.Context, raw string) string {
 		return "must not hold a user name or password"
 	}
 	host := u.Hostname()
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, ok := parseHostIP(host); ok {
 		if err := g.allowedIP(ip); err != nil {
 			return "must not point to " + err.Error()
 		}
@@ -110,4 +111,58 @@ func (g Guard) Dialer(timeout time.Duration) *net.Dialer {
 		}
 		return nil
 	}}
+}
+
+// parseHostIP returns the address a URL's host stands for when it is an
+// address rather than a name, read as the system's resolver reads it:
+// besides the usual forms, an IPv4 address in any form inet_aton accepts
+// (127.1, 2130706433, 0x7f.0.0.1, 0177.0.0.1) and any of them with the
+// trailing dot of a fully qualified name (127.0.0.1.). A dialler may
+// connect to such a host without any DNS lookup, so the create-time check
+// must see the address the dial-time one will.
+func parseHostIP(host string) (netip.Addr, bool) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, true
+	}
+	return parseInetAton(strings.TrimSuffix(host, "."))
+}
+
+// parseInetAton parses s as inet_aton does: one to four parts separated
+// by dots, each decimal, octal (a leading 0) or hexadecimal (0x); the
+// last part fills all the bytes the parts before it left (a.b.c.d,
+// a.b.c with c 16 bits, a.b with b 24 bits, a alone 32 bits).
+func parseInetAton(s string) (netip.Addr, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var ip uint64
+	for i, p := range parts {
+		base := 10
+		switch {
+		case len(p) > 2 && (p[:2] == "0x" || p[:2] == "0X"):
+			base, p = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, p = 8, p[1:]
+		}
+		if p == "" || p[0] == '+' || p[0] == '-' {
+			return netip.Addr{}, false
+		}
+		n, err := strconv.ParseUint(p, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		if i < len(parts)-1 {
+			if n > 0xff {
+				return netip.Addr{}, false
+			}
+			ip |= n << (8 * (3 - i))
+			continue
+		}
+		if bits := 8 * (4 - i); n >= 1<<bits {
+			return netip.Addr{}, false
+		}
+		ip |= n
+	}
+	return netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), true
 }

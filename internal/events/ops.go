@@ -101,8 +101,11 @@ func (in *EndpointInput) validate(ctx context.Context, g Guard, owner string) er
 	return tollgate.Invalid(f)
 }
 
+// nonNil returns s sorted without repeats, and never nil: the columns
+// are NOT NULL, and an empty list ("every type", "every tenant") is
+// stored as an empty array. (slices.Sorted of an empty list is nil.)
 func nonNil(s []string) []string {
-	if s == nil {
+	if len(s) == 0 {
 		return []string{}
 	}
 	return slices.Compact(slices.Sorted(slices.Values(s)))

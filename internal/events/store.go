@@ -276,3 +276,17 @@ func (s *Store) EnsureEndpoint(ctx context.Context, owner, url, description stri
 	}
 	return nil
 }
+
+// DisableEndpointsAt disables (reason "manual") every enabled endpoint
+// whose URL starts with prefix, and returns how many it disabled: the
+// demo seed's, for the endpoints an earlier seed pointed at a public
+// name. Like EnsureEndpoint it writes no audit entry of its own (the
+// seed's is the change).
+func (s *Store) DisableEndpointsAt(ctx context.Context, prefix string, now time.Time) (int, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'manual'
+		WHERE disabled_at IS NULL AND starts_with(url, $1)`, prefix, now)
+	if err != nil {
+		return 0, fmt.Errorf("events: disable endpoints at %s: %w", prefix, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -32,7 +32,9 @@ export interface components {
              *     request, so that no spelling of a request escapes its rule: the method upper
              *     case with `HEAD` counted as `GET`, the path percent-decoded and cleaned (`//`,
              *     `/./`, `..` and a trailing slash resolved) and the query and fragment dropped:
-             *     `head /v1//%73earch/?x=1` is `GET /v1/search`. A bare `/path` is cleaned the
+             *     `head /v1//%73earch/?x=1` is `GET /v1/search`. A URI in absolute form counts
+             *     as its path, as an HTTP server routes it: `POST http://host/v1/search` is
+             *     `POST /v1/search`. A bare `/path` (or a bare absolute URI) is cleaned the
              *     same way; any other resource (`*`, a name of your own) is matched as sent.
              * @default *
              */

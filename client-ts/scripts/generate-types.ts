@@ -16,11 +16,15 @@ export const outputURL = new URL("../../src/openapi.ts", import.meta.url);
 
 /**
  * wireSchemas are the schemas the SDK sends and reads: the check API's
- * request and decision, the settlement of a hold, and the problem details
+ * request and decision, the settlement of a hold, the renewal and release
+ * of a lease, an API key's standing (GET /v1/me), and the problem details
  * of its errors. The admin API's schemas are left out: this package does
  * not call it.
  */
-export const wireSchemas = ["CheckRequest", "Decision", "RuleResult", "CreditsDecision", "Algorithm", "SettleRequest", "Settlement", "LeaseRequest", "Lease", "Problem"];
+export const wireSchemas = [
+  "CheckRequest", "Decision", "RuleResult", "CreditsDecision", "Algorithm", "SettleRequest", "Settlement", "LeaseRequest", "Lease",
+  "Standing", "RuleStanding", "QuotaStanding", "CreditsStanding", "Problem",
+];
 
 const preamble =
   "// The check API's schemas in openapi.yaml: " + wireSchemas.join(", ") + ".\n" +

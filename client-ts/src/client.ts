@@ -1,5 +1,6 @@
 import {
-  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement, type WireDecision,
+  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement,
+  type Standing, type WireDecision,
 } from "./decision.js";
 import { Denials, denialKey } from "./memory.js";
 import { ProblemError, readProblem } from "./problem.js";
@@ -34,7 +35,7 @@ export interface ClientOptions {
   now?: () => number;
 }
 
-/** maxDecisionBody bounds the decision or settlement read, in characters; real decisions are a few hundred per rule. */
+/** maxDecisionBody bounds the decision, settlement, lease or standing read, in characters; real decisions are a few hundred per rule. */
 const maxDecisionBody = 1 << 20;
 
 /**
@@ -45,6 +46,7 @@ const maxDecisionBody = 1 << 20;
 export class TollgateClient {
   readonly #checkUrl: string;
   readonly #settleUrl: string;
+  readonly #meUrl: string;
   readonly #base: string;
   readonly #token: string;
   readonly #timeoutMs: number;
@@ -62,6 +64,7 @@ export class TollgateClient {
     const base = parseBaseUrl(opts.baseUrl);
     this.#checkUrl = base + "/v1/check";
     this.#settleUrl = base + "/v1/settle";
+    this.#meUrl = base + "/v1/me";
     this.#base = base;
     if (!opts.serviceToken?.trim()) {
       throw new Error("tollgate: the service token is empty");
@@ -186,6 +189,36 @@ export class TollgateClient {
     return l as Lease;
   }
 
+  /**
+   * me returns where apiKey stands now (GET /v1/me): its tenant, plan and
+   * every rule of the plan with what it has left, the month's quota and
+   * the prepaid credits when the plan has them. The key authenticates the
+   * request itself (Authorization: Bearer); the client's service token is
+   * not sent. Looking consumes nothing and records no usage.
+   *
+   * It rejects with a ProblemError when the check API refuses: 401 for a
+   * missing or unknown key, 403 for a revoked or expired key or a
+   * suspended tenant, 429 past 60 looks a minute per key (`retryAfterMs`
+   * says when to look again), 503 while the limiter store does not
+   * answer; and otherwise with an Error (`tollgate: me: …`, the transport
+   * or decoding error in `cause`), or signal's reason when it aborted. It
+   * is bounded by `timeoutMs`, like a check; unlike a check, a failure is
+   * never decided by the fail mode.
+   */
+  async me(apiKey: string, signal?: AbortSignal): Promise<Standing> {
+    let text: string;
+    try {
+      ({ text } = await this.#send(this.#meUrl, undefined, signal, apiKey));
+    } catch (err) {
+      signal?.throwIfAborted();
+      if (err instanceof ProblemError) {
+        throw err;
+      }
+      throw new Error(`tollgate: me: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    return parseStanding(text);
+  }
+
   /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */
   async #post(req: CheckRequest): Promise<Decision> {
     const { text, headers } = await this.#send(this.#checkUrl, toWire(req), req.signal);
@@ -193,21 +226,22 @@ export class TollgateClient {
   }
 
   /**
-   * #send posts body to url with the service token, within timeoutMs, and
+   * #send posts body to url (or, without a body, gets url) with the
+   * service token, or the bearer token given, within timeoutMs, and
    * returns the text and headers of a 200. It throws a ProblemError for
    * any other status, else a transport error or one for an answer longer
    * than maxDecisionBody.
    */
-  async #send(url: string, body: object, signal: AbortSignal | undefined): Promise<{ text: string; headers: Headers }> {
+  async #send(url: string, body: object | undefined, signal: AbortSignal | undefined, bearer = this.#token): Promise<{ text: string; headers: Headers }> {
     const timeout = AbortSignal.timeout(this.#timeoutMs);
+    const headers: Record<string, string> = { Authorization: `Bearer ${bearer}`, Accept: "application/json" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+    }
     const resp = await this.#fetch(url, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${this.#token}`,
-        "Content-Type": "application/json",
-        Accept: "application/json",
-      },
-      body: JSON.stringify(body),
+      method: body === undefined ? "GET" : "POST",
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
       redirect: "manual",
       signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
     });
@@ -284,4 +318,20 @@ function parseSettlement(text: string): Settlement {
     throw new Error("tollgate: settle: the answer is not a settlement (hold_id, estimate, cost, status, repeated)");
   }
   return s as Settlement;
+}
+
+/** parseStanding decodes a standing, checking the fields the check API always sends. */
+function parseStanding(text: string): Standing {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new Error("tollgate: me: the answer is not JSON", { cause: err });
+  }
+  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Standing>;
+  if (typeof s.tenant_id !== "string" || typeof s.tenant !== "string" || typeof s.key_id !== "string" ||
+    typeof s.plan !== "string" || !Array.isArray(s.rules)) {
+    throw new Error("tollgate: me: the answer is not a standing (tenant_id, tenant, key_id, plan, rules)");
+  }
+  return s as Standing;
 }

@@ -25,6 +25,26 @@ export type LeaseRequest = components["schemas"]["LeaseRequest"];
 export type Lease = components["schemas"]["Lease"];
 
 /**
+ * Standing is where an API key stands now with every rule of its plan:
+ * the answer of GET /v1/me (`TollgateClient.me`). `rules` has each rule
+ * of the plan, whatever its resource, with what it has left now;
+ * `quota` is the calendar month's units against the plan's included
+ * units (absent when the plan has no quota on the check path); `credits`
+ * the tenant's prepaid balance, when its plan draws on credits.
+ */
+export type Standing = components["schemas"]["Standing"];
+/** RuleStanding is one rule of the plan and what it has left now (`remaining`; `reset_after_ms` until full again, -1 never). */
+export type RuleStanding = components["schemas"]["RuleStanding"];
+/**
+ * QuotaStanding is the calendar month's units against the plan's
+ * included units. Mode "shadow" is an overage quota: units beyond it are
+ * billed, and `used` counts them too.
+ */
+export type QuotaStanding = components["schemas"]["QuotaStanding"];
+/** CreditsStanding is the tenant's prepaid balance now, when its plan draws on credits. */
+export type CreditsStanding = components["schemas"]["CreditsStanding"];
+
+/**
  * Reasons a decision gives. The check API may add reasons: treat an
  * unknown one by `allowed`.
  */

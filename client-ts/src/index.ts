@@ -6,12 +6,13 @@ export { TollgateClient, defaultMemorySize, defaultTimeoutMs, type ClientOptions
 export {
   Reason, rateLimitHeaders,
   type CheckRequest, type Decision, type RuleResult, type Lease, type LeaseRequest, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,
+  type Standing, type RuleStanding, type QuotaStanding, type CreditsStanding,
 } from "./decision.js";
 export { ProblemError, type Problem } from "./problem.js";
 export {
   apiKey, costHeader, decisionOf, middleware, remoteAddress, reportCost, writeDenied,
   type Middleware, type MiddlewareOptions, type Next, type RefundOutcome,
 } from "./middleware.js";
-export { cleanPath, requestResource, type ExpressLike } from "./resource.js";
+export { cleanPath, requestResource, routesCaseSensitively, type ExpressLike, type ResourceOptions } from "./resource.js";
 export { verifyWebhook, WebhookVerificationError, type VerifiedWebhook, type WebhookHeaders, type WebhookOptions } from "./webhook.js";
 export type { components } from "./openapi.js";

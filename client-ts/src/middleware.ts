@@ -29,6 +29,17 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   ip?: (req: Req) => string | undefined;
   /** Returns what is accessed, matched against the rules' resource patterns. Default: requestResource. */
   resource?: (req: Req) => string | Promise<string>;
+  /**
+   * Whether the default resource tells paths apart by case. Default: as
+   * the framework routes — with Express, its "case sensitive routing"
+   * setting (off unless the app sets it: "/V1/Search" reaches the handler
+   * of "/v1/search", so its path is folded to lower case before the
+   * check, and the rules' resource patterns must be lower case); without
+   * Express, true. Set it when a router routes otherwise than its app
+   * (`express.Router({ caseSensitive: true })`). A `resource` callback is
+   * used as it returns.
+   */
+  caseSensitive?: boolean;
   /** Returns the units the request consumes (0 means 1). Default 1. With `hold`, the estimate. */
   cost?: (req: Req) => number | Promise<number>;
   /**
@@ -94,6 +105,9 @@ export function decisionOf(req: object): Decision | undefined {
  * rate-limit headers to the response (allowed or not), remembers the
  * decision for decisionOf, holds the request for the decision's delay if
  * a shaping rule asks for one, and answers denials with onLimitReached.
+ * An admitted request that took a lease on concurrency rules has it
+ * released once its response has closed, and a held one is settled then
+ * (see `hold`), which releases its lease too; a denial takes no lease.
  *
  *     app.use(middleware(tollgate, { skip: (req) => req.path === "/healthz" }));
  */
@@ -118,11 +132,16 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
       await onLimitReached(req, res, d);
       return;
     }
+    const holdId = d.hold_id ?? "";
+    const leaseId = d.lease_id ?? "";
+    if (holdId === "" && leaseId !== "") {
+      releaseWhenDone(client, res, leaseId); // settling a hold releases its lease
+    }
     if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await wait(res, d.delay_ms))) {
       return; // the caller went away while held
     }
-    if (d.hold_id !== undefined && d.hold_id !== "") {
-      settleWhenDone(client, req, res, d.hold_id, effectiveCost(check), opts.refundOn ?? []);
+    if (holdId !== "") {
+      settleWhenDone(client, req, res, holdId, effectiveCost(check), opts.refundOn ?? []);
     }
     next();
   };
@@ -135,7 +154,7 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
 async function checkRequest<Req extends IncomingMessage>(req: Req, opts: MiddlewareOptions<Req, never>): Promise<CheckRequest> {
   const key = opts.keyGenerator ? await opts.keyGenerator(req) : apiKey(req);
   const ip = opts.ip ? opts.ip(req) : remoteAddress(req);
-  const resource = opts.resource ? await opts.resource(req) : requestResource(req);
+  const resource = opts.resource ? await opts.resource(req) : requestResource(req, { caseSensitive: opts.caseSensitive });
   const check: CheckRequest = { resource };
   if (key) check.key = key;
   if (ip) check.ip = ip;
@@ -178,6 +197,24 @@ function settleWhenDone(client: TollgateClient, req: object, res: ServerResponse
     return;
   }
   res.once("close", settle);
+}
+
+/**
+ * releaseWhenDone releases the lease leaseId once res has closed: after
+ * the last byte of the response, or when the caller went away (during the
+ * check or a shaping delay too), so that its slots of concurrency rules
+ * are free for the next request rather than taken until the lease's TTL.
+ * A failed release is dropped: the lease then expires by its TTL.
+ */
+function releaseWhenDone(client: TollgateClient, res: ServerResponse, leaseId: string): void {
+  const release = () => {
+    client.release(leaseId).catch(() => undefined);
+  };
+  if (res.closed) {
+    release(); // the caller went away during the check
+    return;
+  }
+  res.once("close", release);
 }
 
 /**

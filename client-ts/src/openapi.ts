@@ -3,7 +3,7 @@
  * Do not make direct changes to the file.
  */
 
-// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, CreditsDecision, Algorithm, SettleRequest, Settlement, LeaseRequest, Lease, Problem.
+// The check API's schemas in openapi.yaml: CheckRequest, Decision, RuleResult, CreditsDecision, Algorithm, SettleRequest, Settlement, LeaseRequest, Lease, Standing, RuleStanding, QuotaStanding, CreditsStanding, Problem.
 // Regenerate with `npm run generate` after changing openapi.yaml.
 
 export interface components {
@@ -32,7 +32,9 @@ export interface components {
              *     request, so that no spelling of a request escapes its rule: the method upper
              *     case with `HEAD` counted as `GET`, the path percent-decoded and cleaned (`//`,
              *     `/./`, `..` and a trailing slash resolved) and the query and fragment dropped:
-             *     `head /v1//%73earch/?x=1` is `GET /v1/search`. A bare `/path` is cleaned the
+             *     `head /v1//%73earch/?x=1` is `GET /v1/search`. A URI in absolute form counts
+             *     as its path, as an HTTP server routes it: `POST http://host/v1/search` is
+             *     `POST /v1/search`. A bare `/path` (or a bare absolute URI) is cleaned the
              *     same way; any other resource (`*`, a name of your own) is matched as sent.
              * @default *
              */
@@ -195,6 +197,65 @@ export interface components {
             would_deny?: boolean;
             degraded?: boolean;
         };
+        /** @description Where an API key stands now with every rule of its plan (`GET /v1/me`). */
+        Standing: {
+            /** Format: uuid */
+            tenant_id: string;
+            /** @description The tenant's name. */
+            tenant: string;
+            /** Format: uuid */
+            key_id: string;
+            plan: string;
+            rules: components["schemas"]["RuleStanding"][];
+            quota?: components["schemas"]["QuotaStanding"];
+            credits?: components["schemas"]["CreditsStanding"];
+        };
+        RuleStanding: {
+            name: string;
+            algorithm: components["schemas"]["Algorithm"];
+            /** @enum {string} */
+            mode: "enforce" | "shadow";
+            /** @description The rule's resource pattern. */
+            resource: string;
+            /** @enum {string} */
+            scope: "key" | "tenant" | "ip";
+            /** Format: int64 */
+            limit: number;
+            /** Format: int64 */
+            window_s: number;
+            /**
+             * Format: int64
+             * @description Units a check could consume now.
+             */
+            remaining: number;
+            /**
+             * Format: int64
+             * @description Until the rule is fully replenished; -1 never.
+             */
+            reset_after_ms: number;
+        };
+        /** @description The calendar month's units against the plan's included units; absent when the plan's quota_mode is none. */
+        QuotaStanding: {
+            /**
+             * @description `enforce` for a hard quota, `shadow` for an overage one.
+             * @enum {string}
+             */
+            mode: "enforce" | "shadow";
+            /** Format: int64 */
+            included_units: number;
+            /**
+             * Format: int64
+             * @description The month's units so far; on an overage quota (`shadow`) past `included_units` too.
+             */
+            used: number;
+            /** Format: int64 */
+            remaining: number;
+            /**
+             * Format: int64
+             * @description Until the month's counter starts again.
+             */
+            reset_after_ms: number;
+        };
         /**
          * @description `concurrency` limits requests in flight: `limit` at once, each
          *     holding a slot under a lease that lasts `period_us` unless renewed
@@ -227,6 +288,17 @@ export interface components {
              * @description Units admitted past the balance (billed).
              */
             overage: number;
+        };
+        /** @description The tenant's prepaid balance now; it may draw `balance` + `overdraft` before its plan denies (or bills overage). */
+        CreditsStanding: {
+            /** @enum {string} */
+            mode: "deny" | "overage";
+            /** Format: int64 */
+            balance: number;
+            /** Format: int64 */
+            overdraft: number;
+            /** @description True while Redis has no counter of the balance (see CreditsDecision); `balance` is then the ledger's as the api process's snapshot has it. Absent otherwise. */
+            unknown?: boolean;
         };
     };
 }

@@ -10,7 +10,8 @@ const maxPath = maxResource - 40;
 /**
  * ExpressLike is what Express (or a router like it) adds to a request and
  * the middleware reads when present: the URL before mounting, the mount
- * path, the matched route, the caller's address as the app trusts it.
+ * path, the matched route, the caller's address as the app trusts it, and
+ * the app, whose "case sensitive routing" setting says how it routes.
  */
 export interface ExpressLike {
   originalUrl?: string;
@@ -18,6 +19,20 @@ export interface ExpressLike {
   baseUrl?: string;
   route?: { path?: unknown };
   ip?: string;
+  app?: { get?: (setting: string) => unknown };
+}
+
+/** ResourceOptions tunes requestResource. */
+export interface ResourceOptions {
+  /**
+   * Whether paths that differ only in case are different resources.
+   * Default: as the framework routes — with Express, its "case sensitive
+   * routing" setting (off unless the app sets it, so "/V1/Search" reaches
+   * the handler of "/v1/search"); without Express, true. When false, the
+   * path is folded to lower case, and the rules' resource patterns must
+   * be written in lower case to match.
+   */
+  caseSensitive?: boolean;
 }
 
 /**
@@ -25,20 +40,53 @@ export interface ExpressLike {
  * rules match it: the method (HEAD counted as GET, since it reads what
  * GET reads), a space, and the matched Express route pattern
  * (`req.baseUrl + req.route.path`, e.g. "GET /repos/:id") when it is
- * known, else the path cleaned by cleanPath. It is the middleware's
- * default `resource`.
+ * known, else the path cleaned by cleanPath — of a request target in
+ * absolute form ("POST http://host/v1/search HTTP/1.1", which Node and
+ * Express route by its path) without the scheme and authority. The path
+ * is folded to lower case when opts.caseSensitive, or else the app's
+ * routing, says case does not matter (see ResourceOptions). It is the
+ * middleware's default `resource`.
  */
-export function requestResource(req: IncomingMessage & ExpressLike): string {
+export function requestResource(req: IncomingMessage & ExpressLike, opts: ResourceOptions = {}): string {
   let method = (req.method ?? "GET").toUpperCase();
   if (method === "HEAD") {
     method = "GET";
   }
-  const pattern = routePattern(req);
-  if (pattern !== undefined) {
-    return `${method} ${pattern}`;
+  let path = routePattern(req);
+  if (path === undefined) {
+    const url = withoutOrigin(req.originalUrl ?? req.url ?? "/");
+    path = cleanPath(url.split("?", 1)[0] ?? "/");
   }
-  const url = req.originalUrl ?? req.url ?? "/";
-  return `${method} ${cleanPath(url.split("?", 1)[0] ?? "/")}`;
+  if (!(opts.caseSensitive ?? routesCaseSensitively(req))) {
+    path = cutBytes(path.toLowerCase(), maxPath);
+  }
+  return `${method} ${path}`;
+}
+
+/**
+ * routesCaseSensitively reports whether the framework that received req
+ * tells "/V1/Search" from "/v1/search": Express's "case sensitive
+ * routing" setting (off by default) when req came through an Express
+ * app, else true (node:http hands the path over as it is).
+ */
+export function routesCaseSensitively(req: ExpressLike): boolean {
+  const app = req.app;
+  if (app === undefined || typeof app.get !== "function") {
+    return true;
+  }
+  return Boolean(app.get("case sensitive routing"));
+}
+
+/** absoluteForm matches the "scheme://authority" of a URL: RFC 3986's scheme, then the authority up to the path, query or fragment. */
+const absoluteForm = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * withoutOrigin returns a request target without the scheme and
+ * authority of the absolute form, as the check API drops them:
+ * "http://host/v1/search?q" is "/v1/search?q", "http://host" is "".
+ */
+function withoutOrigin(target: string): string {
+  return target.replace(absoluteForm, "");
 }
 
 /** routePattern returns the Express route pattern that matched req, when there is one and it is a string. */

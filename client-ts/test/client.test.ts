@@ -229,6 +229,56 @@ describe("check", () => {
     });
   });
 
+  describe("me", () => {
+    /** standing is the fake's answer for the key tg_good, every field of the Go SDK's test. */
+    const standing = {
+      tenant_id: "t1", tenant: "acme", key_id: "k1", plan: "pro",
+      rules: [{ name: "hourly", algorithm: "gcra" as const, mode: "enforce" as const, resource: "*", scope: "key" as const,
+        limit: 5000, window_s: 3600, remaining: 4990, reset_after_ms: 7200 }],
+      quota: { mode: "enforce" as const, included_units: 100_000, used: 10, remaining: 99_990, reset_after_ms: 1000 },
+      credits: { mode: "overage" as const, balance: 250, overdraft: 50 },
+    };
+    beforeEach(() => {
+      fake.looks.length = 0;
+      fake.meAnswer = (key) => {
+        switch (key) {
+          case "tg_good":
+            return { body: standing };
+          case "tg_busy":
+            return { ...problem(429, "rate_limited", "at most 60 looks a minute per key"), headers: { "Content-Type": "application/problem+json", "Retry-After": "7" } };
+          default:
+            return problem(403, "key_revoked", "the API key has been revoked");
+        }
+      };
+    });
+
+    test("gets /v1/me with the API key, not the service token, and returns the standing", async () => {
+      assert.deepEqual(await client().me("tg_good"), standing);
+      assert.equal(fake.looks.length, 1);
+      assert.equal(fake.looks[0]?.method, "GET");
+      assert.equal(fake.looks[0]?.headers.authorization, "Bearer tg_good");
+      assert.equal(fake.looks[0]?.headers["content-type"], undefined);
+    });
+
+    test("a refusal is a ProblemError; a 429 says when to look again", async () => {
+      const revoked = await client().me("tg_revoked").catch((e: unknown) => e);
+      assert.ok(revoked instanceof ProblemError && revoked.status === 403 && revoked.code === "key_revoked", String(revoked));
+      const busy = await client().me("tg_busy").catch((e: unknown) => e);
+      assert.ok(busy instanceof ProblemError && busy.status === 429, String(busy));
+      assert.equal(busy.retryAfterMs, 7000);
+    });
+
+    test("an answer that is not a standing, or a check API that is down, rejects with an Error; the fail mode does not decide", async () => {
+      fake.meAnswer = () => ({ body: "<html>proxy</html>" });
+      await assert.rejects(client().me("tg_good"), /^Error: tollgate: me: the answer is not JSON/);
+      fake.meAnswer = () => ({ body: { ...allowed } as never });
+      await assert.rejects(client().me("tg_good"), /not a standing/);
+      const down = new TollgateClient({ baseUrl: "http://127.0.0.1:1", serviceToken: "t", failMode: "open" });
+      await assert.rejects(down.me("tg_good"), (err: unknown) => err instanceof Error && !(err instanceof ProblemError) && /^tollgate: me:/.test(err.message));
+      await assert.rejects(client().me("tg_good", AbortSignal.abort()), { name: "AbortError" });
+    });
+  });
+
   test("options are checked", () => {
     assert.throws(() => new TollgateClient({ baseUrl: "ftp://x", serviceToken: token }), /base URL/);
     assert.throws(() => new TollgateClient({ baseUrl: "http://x/?a=1", serviceToken: token }), /no query/);

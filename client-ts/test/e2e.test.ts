@@ -4,9 +4,11 @@
 // TOLLGATE_E2E_SEED (what `admin seed demo --json` printed) set; without
 // them these tests are skipped.
 import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
 import { after, before, describe, test } from "node:test";
+import express from "express";
 import { middleware, ProblemError, TollgateClient } from "../src/index.js";
-import { close, patientMs, send, serve, type Answer } from "./servers.js";
+import { close, listen, patientMs, send, serve, type Answer } from "./servers.js";
 
 const apiUrl = process.env.TOLLGATE_E2E_API_URL ?? "";
 const adminUrl = process.env.TOLLGATE_E2E_ADMIN_URL ?? "";
@@ -93,6 +95,81 @@ describe("end to end", { skip }, () => {
     assert.equal(header(dodge, "RateLimit-Policy"), '"search";q=10;w=1');
   });
 
+  test("through Express, a target in absolute form or in another case is still the search rule's path", async () => {
+    // A fresh key has pro's search bucket full (10, refilled 10 a second):
+    // the plain path takes all 10, and every other spelling of it that
+    // Express routes to the same handler must meet the empty bucket.
+    const admin = await adminSession(seed);
+    const key = await issueKey(admin, "demo-pro", "ts-e2e-spellings");
+    // Remembering off: every spelling is asked of the check API.
+    const asking = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs, memorySize: -1 });
+    const app = await expressService(asking, "/v1/search");
+    try {
+      const headers = { "X-API-Key": key, "X-Cost": "10" };
+      const first = await send(app.url, "POST", "/v1/search", headers);
+      assert.equal(first.status, 200);
+      assert.equal(first.body, "handled");
+      for (const target of [`${app.url}/v1/search`, "/V1/Search", `${app.url}/v1/SEARCH?q=1`, "http://other.example/v1/search"]) {
+        const dodge = await send(app.url, "POST", target, headers);
+        assert.equal(dodge.status, 429, `${target}: ${dodge.body}`);
+        assert.equal(header(dodge, "RateLimit-Policy"), '"search";q=10;w=1', target);
+      }
+      // The check API names a resource in absolute form by its path too,
+      // whoever sends it.
+      const d = await asking.check({ key, resource: "POST http://other.example/v1/search", cost: 10 });
+      assert.equal(d.allowed, false);
+      assert.equal(d.policy, "search");
+    } finally {
+      await close(app.server);
+    }
+  });
+
+  test("through Express, an admitted request's lease is released when it is answered", async () => {
+    // llm allows 4 requests in flight per key on POST /v1/complete, each
+    // holding a slot for 30 s unless released: more than 4, one after
+    // another, pass only when each one's slot is released.
+    const admin = await adminSession(seed);
+    const plans = await admin<{ items: { id: number; name: string }[] }>("GET", "/api/v1/plans?limit=100");
+    const llm = plans.items.find((p) => p.name === "llm");
+    assert.ok(llm, "the demo llm plan");
+    const tenant = await admin<{ id: string }>("POST", "/api/v1/tenants", { name: `ts-e2e-llm-${Date.now()}`, plan_id: llm.id });
+    const key = (await admin<{ secret: string }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name: "ts-e2e-leases" })).secret;
+    await waitKnown(key);
+    const releases: Promise<boolean>[] = [];
+    const recording: typeof fetch = (input, init) => {
+      const sent = fetch(input, init);
+      if (String(input).endsWith("/v1/release")) {
+        releases.push(sent.then(async (r) => ((await r.clone().json()) as { released?: boolean }).released === true));
+      }
+      return sent;
+    };
+    const leasing = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs, fetch: recording });
+    const app = await expressService(leasing, "/v1/complete");
+    try {
+      for (let i = 1; i <= 6; i++) {
+        await waitReleases(releases, i - 1); // the previous requests' releases have landed
+        const a = await send(app.url, "POST", "/v1/complete", { "X-API-Key": key });
+        assert.equal(a.status, 200, `request ${i}: ${a.body}`);
+      }
+      const released = await waitReleases(releases, 6);
+      assert.deepEqual(released, Array(6).fill(true), "each request released a slot it held");
+    } finally {
+      await close(app.server);
+    }
+  });
+
+  test("me: where a key stands with every rule of its plan; an unknown key is a 401", async () => {
+    const st = await tollgate.me(seed.keys.pro ?? "");
+    assert.equal(st.tenant, "demo-pro");
+    assert.equal(st.plan, "pro");
+    assert.deepEqual(st.rules.map((r) => r.name).sort(), ["hourly", "search"]);
+    const hourly = st.rules.find((r) => r.name === "hourly");
+    assert.equal(hourly?.limit, 5000);
+    assert.ok(hourly !== undefined && hourly.remaining <= 5000);
+    const unknown = await tollgate.me("tg_000000000000000000000000000000000000").catch((e: unknown) => e);
+    assert.ok(unknown instanceof ProblemError && unknown.status === 401, String(unknown));
+  });
+
   test("an unknown key is a 401", async () => {
     const a = await get({ "X-API-Key": "tg_000000000000000000000000000000000000" });
     assert.equal(a.status, 401);
@@ -156,6 +233,54 @@ async function adminSession(seed: Seed): Promise<<T = unknown>(method: string, p
   assert.ok(operator, "the demo operator");
   const { token } = await call<{ token: string }>("POST", "/api/v1/login", { email: operator.email, password: operator.password });
   return (method, path, body) => call(method, path, body, token);
+}
+
+/**
+ * expressService starts an Express app that checks every request with
+ * client (the cost in X-Cost, else 1) and handles POST path.
+ */
+async function expressService(client: TollgateClient, path: string): Promise<{ url: string; server: Server }> {
+  const app = express();
+  app.use(middleware(client, { cost: (req) => Number(req.headers["x-cost"] ?? 1) }));
+  app.post(path, (_req, res) => {
+    res.send("handled");
+  });
+  const server = createServer(app);
+  return { url: await listen(server), server };
+}
+
+/** issueKey issues a key of the tenant named tenantName and waits until the check API knows it. */
+async function issueKey(admin: Awaited<ReturnType<typeof adminSession>>, tenantName: string, name: string): Promise<string> {
+  const tenants = await admin<{ items: { id: string; name: string }[] }>("GET", `/api/v1/tenants?q=${tenantName}`);
+  const tenant = tenants.items.find((t) => t.name === tenantName);
+  assert.ok(tenant, tenantName);
+  const issued = await admin<{ secret: string }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name });
+  await waitKnown(issued.secret);
+  return issued.secret;
+}
+
+/** waitKnown asks until the check API knows key, for up to 2 s: a key issued reaches it within a second. */
+async function waitKnown(key: string): Promise<void> {
+  const serviceToken = (JSON.parse(seedJSON) as Seed).service_token;
+  const client = new TollgateClient({ baseUrl: apiUrl, serviceToken, timeoutMs: patientMs, memorySize: -1 });
+  const deadline = Date.now() + 2000;
+  for (;;) {
+    const d = await client.check({ key, resource: "GET /", dryRun: true });
+    if (d.reason !== "invalid_key" || Date.now() > deadline) {
+      assert.notEqual(d.reason, "invalid_key", "the new key reached the check API");
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** waitReleases waits for the first n releases to be sent (up to 2 s: each is sent when its response has closed) and answered. */
+async function waitReleases(releases: Promise<boolean>[], n: number): Promise<boolean[]> {
+  const deadline = Date.now() + 2000;
+  while (releases.length < n && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return Promise.all(releases);
 }
 
 /** waitStatus asks until the answer has the status wanted, for up to 2 s: a key issued or revoked reaches the check API within a second. */

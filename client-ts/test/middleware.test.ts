@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
+import express from "express";
 import {
   costHeader, decisionOf, middleware, reportCost, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike, type MiddlewareOptions,
 } from "../src/index.js";
-import { allowed, close, held, hourlyHeaders, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import { allowed, close, held, hourlyHeaders, listen, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 /** limited is the check API's answer to a rate-limited request. */
 const limited = {
@@ -227,6 +228,14 @@ describe("middleware", () => {
       assert.equal((await settledAt({ hold: true }, never, true)).cost, 42);
     });
 
+    test("a held request that took a lease is settled, which releases the lease; it is not released apart", async () => {
+      fake.leases.length = 0;
+      fake.answer = () => ({ body: { ...held, lease_id: "l1", lease_expires_at: "2026-11-25T15:00:30.000Z" } });
+      const { cost } = await settledAt({ hold: true }, (_req, res) => res.end("done"));
+      assert.equal(cost, 100);
+      assert.deepEqual(fake.leases, []);
+    });
+
     test("a request not held, or a decision without a hold, settles nothing and reportCost says so", async () => {
       let reported: boolean | undefined;
       const report = (req: IncomingMessage, res: ServerResponse) => {
@@ -240,6 +249,147 @@ describe("middleware", () => {
       await settledAt({ hold: true }, report);
       assert.equal(reported, false);
       assert.deepEqual(fake.settles, []);
+    });
+  });
+
+  describe("leases", () => {
+    /** leased is an allowed decision that took the lease l1 on a concurrency rule. */
+    const leased = { ...allowed, lease_id: "l1", lease_expires_at: "2026-11-25T15:00:30.000Z" };
+    let released: Promise<void>;
+    let releaseCalls: number;
+    beforeEach(() => {
+      fake.leases.length = 0;
+      fake.answer = () => ({ body: leased });
+      released = new Promise<void>((resolve) => {
+        fake.onLease = resolve;
+      });
+      releaseCalls = 0;
+      // Counts the releases as they are sent, before any is answered.
+      const counting: typeof fetch = (input, init) => {
+        if (String(input).endsWith("/v1/release")) {
+          releaseCalls++;
+        }
+        return fetch(input, init);
+      };
+      client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: counting });
+    });
+
+    /** releasedWithin waits up to a second for the first release to be answered. */
+    async function releasedWithin(): Promise<void> {
+      await Promise.race([released, new Promise<void>((resolve) => setTimeout(resolve, 1000))]);
+    }
+
+    test("an admitted request's lease is released once when its response has finished", async () => {
+      const { answer } = await through({}, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+      assert.equal(answer.status, 200);
+      await releasedWithin();
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+      assert.equal(releaseCalls, 1);
+    });
+
+    test("the lease is released once when the caller goes away before the response", async () => {
+      const service = await serve(middleware(client), () => undefined); // never answers
+      try {
+        const ac = new AbortController();
+        const sent = fetch(service.url + "/v1/complete", { method: "POST", signal: ac.signal }).catch(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        ac.abort();
+        await sent;
+        await releasedWithin();
+      } finally {
+        await close(service.server);
+      }
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+      assert.equal(releaseCalls, 1);
+    });
+
+    test("a denied check releases nothing", async () => {
+      fake.answer = (check) => ({ body: check.resource === "GET /denied" ? { ...leased, allowed: false, reason: "rate_limited", retry_after_ms: 0 } : leased });
+      const service = await serve(middleware(client));
+      try {
+        assert.equal((await send(service.url, "GET", "/denied")).status, 429);
+        fake.answer = () => ({ body: { ...leased, lease_id: "l2" } });
+        assert.equal((await send(service.url, "GET", "/allowed")).status, 200);
+        await releasedWithin();
+      } finally {
+        await close(service.server);
+      }
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l2" }]);
+      assert.equal(releaseCalls, 1);
+    });
+
+    test("a failed release is dropped", async () => {
+      fake.answer = () => ({ body: { ...leased, lease_id: "gone" } });
+      const { answer } = await through({}, "GET", "/");
+      assert.equal(answer.status, 200);
+      await releasedWithin();
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "gone" }]);
+    });
+  });
+
+  describe("with Express", () => {
+    /**
+     * expressApp starts an Express app with the middleware (opts) in
+     * front of POST /v1/search, its settings set first, and returns its
+     * URL and server.
+     */
+    async function expressApp(opts: MiddlewareOptions = {}, settings: Record<string, unknown> = {}) {
+      const app = express();
+      for (const [name, value] of Object.entries(settings)) {
+        app.set(name, value);
+      }
+      app.use(middleware(client, opts));
+      app.post("/v1/search", (_req, res) => {
+        res.send("found");
+      });
+      const server = createServer(app);
+      return { url: await listen(server), server };
+    }
+
+    /** sendTo sends one request to a fresh Express app and returns the answer and the resource checked. */
+    async function sendTo(path: string, opts: MiddlewareOptions = {}, settings: Record<string, unknown> = {}) {
+      fake.checks.length = 0;
+      const app = await expressApp(opts, settings);
+      try {
+        const answer = await send(app.url, "POST", path.replace("{origin}", app.url));
+        return { status: answer.status, body: answer.body, resource: fake.checks[0]?.resource };
+      } finally {
+        await close(app.server);
+      }
+    }
+
+    test("a request target in absolute form is the resource of its path, which Express routes", async () => {
+      for (const target of ["{origin}/v1/search", "{origin}/v1/search?q=1", "HTTP://example.com:8443/v1/search"]) {
+        const { status, body, resource } = await sendTo(target);
+        assert.equal(status, 200, target);
+        assert.equal(body, "found", `${target} reaches the handler of /v1/search`);
+        assert.equal(resource, "POST /v1/search", target);
+      }
+    });
+
+    test("an app that routes case-insensitively (Express's default) has the path folded to lower case", async () => {
+      for (const path of ["/V1/Search", "/v1/SEARCH", "/V1/%53earch", "http://host/V1/Search"]) {
+        const { status, body, resource } = await sendTo(path);
+        if (!path.includes("%")) { // Express matches the path as sent, before decoding
+          assert.equal(status, 200, path);
+          assert.equal(body, "found", `${path} reaches the handler of /v1/search`);
+        }
+        assert.equal(resource, "POST /v1/search", path);
+      }
+    });
+
+    test("an app that routes case-sensitively keeps the case; caseSensitive overrides the app", async () => {
+      const sensitive = await sendTo("/V1/Search", {}, { "case sensitive routing": true });
+      assert.equal(sensitive.status, 404, "Express does not route /V1/Search to /v1/search");
+      assert.equal(sensitive.resource, "POST /V1/Search");
+      assert.equal((await sendTo("/V1/Search", { caseSensitive: true })).resource, "POST /V1/Search");
+      assert.equal((await sendTo("/V1/Search", { caseSensitive: false }, { "case sensitive routing": true })).resource, "POST /v1/search");
+    });
+
+    test("without Express, the case is kept unless caseSensitive is false", async () => {
+      await through({}, "POST", "/V1/Search");
+      await through({ caseSensitive: false }, "POST", "/V1/Search");
+      assert.deepEqual(fake.checks.map((c) => c.resource), ["POST /V1/Search", "POST /v1/search"]);
     });
   });
 
@@ -271,9 +421,24 @@ describe("requestResource", () => {
     ["a route at the root", req("DELETE", "/keys/1", { baseUrl: "", route: { path: "/keys/:id" } }), "DELETE /keys/:id"],
     ["a mount's own route", req("GET", "/", { baseUrl: "/api", route: { path: "/" } }), "GET /api"],
     ["a regular-expression route falls back to the path", req("GET", "/r1", { route: { path: /^\/r\d$/ } }), "GET /r1"],
+    ["absolute form", req("POST", "http://host/v1/search"), "POST /v1/search"],
+    ["absolute form with a port, a query and an upper-case scheme", req("POST", "HTTPS://host:8443//v1/./search/?u=http://x"), "POST /v1/search"],
+    ["absolute form in originalUrl", req("POST", "/search", { originalUrl: "http://host/v1/search", baseUrl: "/v1" }), "POST /v1/search"],
+    ["absolute form without a path", req("GET", "http://host"), "GET /"],
+    ["any scheme", req("GET", "x-y.z+1://host/repos"), "GET /repos"],
+    ["not a scheme", req("GET", "/a://host/repos"), "GET /a:/host/repos"],
+    ["case kept without Express", req("GET", "/Repos/Acme"), "GET /Repos/Acme"],
+    ["case folded when the app routes case-insensitively", req("GET", "/Repos/Acme", { app: { get: () => undefined } }), "GET /repos/acme"],
+    ["case kept when the app routes case-sensitively", req("GET", "/Repos/Acme", { app: { get: (s) => s === "case sensitive routing" } }), "GET /Repos/Acme"],
+    ["the route pattern folded too", req("GET", "/Repos/Acme", { app: { get: () => false }, route: { path: "/Repos/:owner" } }), "GET /repos/:owner"],
   ] as const) {
     test(name, () => assert.equal(requestResource(r), want));
   }
+
+  test("caseSensitive overrides the app", () => {
+    assert.equal(requestResource(req("GET", "/Repos", { app: { get: () => false } }), { caseSensitive: true }), "GET /Repos");
+    assert.equal(requestResource(req("GET", "/Repos"), { caseSensitive: false }), "GET /repos");
+  });
 
   test("a long path is cut on a character boundary", () => {
     const got = requestResource(req("GET", "/" + "é".repeat(600)));

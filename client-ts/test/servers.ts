@@ -2,7 +2,7 @@
 // service protected by the middleware.
 import { createServer, request, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Lease, LeaseRequest, SettleRequest, Settlement, WireCheckRequest, WireDecision } from "../src/index.js";
+import type { Lease, LeaseRequest, SettleRequest, Settlement, Standing, WireCheckRequest, WireDecision } from "../src/index.js";
 
 /**
  * patientMs is the timeoutMs of the tests' clients that expect an answer:
@@ -27,8 +27,8 @@ export async function close(server: Server): Promise<void> {
 export interface FakeAnswer {
   status?: number;
   headers?: Record<string, string>;
-  /** A decision or settlement (sent as JSON) or a raw body. */
-  body: Partial<WireDecision> | Settlement | Lease | string;
+  /** A decision, settlement, lease or standing (sent as JSON) or a raw body. */
+  body: Partial<WireDecision> | Settlement | Lease | Standing | string;
 }
 
 /**
@@ -41,9 +41,15 @@ export interface FakeCheckAPI {
   settles: SettleRequest[];
   /** The renewals and releases: the path's last word and the lease ID. */
   leases: { op: string; lease_id: string }[];
+  /** The requests to GET /v1/me: their method and headers. */
+  looks: { method: string; headers: Record<string, string | string[] | undefined> }[];
   authorizations: string[];
   answer: (check: WireCheckRequest) => FakeAnswer;
   settleAnswer: (settle: SettleRequest) => FakeAnswer;
+  /** Answers GET /v1/me for the key of its Authorization header. */
+  meAnswer: (key: string) => FakeAnswer;
+  /** Called after each renewal or release is answered. */
+  onLease: () => void;
   /** Called after each settlement is answered. */
   onSettle: () => void;
   close: () => Promise<void>;
@@ -83,21 +89,28 @@ export const hourlyHeaders = {
  */
 export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
   const fake: FakeCheckAPI = {
-    url: "", checks: [], settles: [], leases: [], authorizations: [],
+    url: "", checks: [], settles: [], leases: [], looks: [], authorizations: [],
     answer: () => ({ headers: hourlyHeaders, body: allowed }),
     settleAnswer: (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } }),
+    meAnswer: () => problem(401, "unauthorized", "the API key is not valid"),
     onSettle: () => undefined,
+    onLease: () => undefined,
     close: async () => close(server),
   };
   const server = createServer(async (req, res) => {
-    const body: unknown = JSON.parse(await readBody(req));
+    const text = await readBody(req);
+    const body: unknown = text === "" ? undefined : JSON.parse(text);
     fake.authorizations.push(req.headers.authorization ?? "");
     let a: FakeAnswer;
-    if (req.url === "/v1/renew" || req.url === "/v1/release") {
+    if (req.url === "/v1/me") {
+      fake.looks.push({ method: req.method ?? "", headers: req.headers });
+      a = fake.meAnswer((req.headers.authorization ?? "").replace(/^Bearer /, ""));
+    } else if (req.url === "/v1/renew" || req.url === "/v1/release") {
       const id = (body as LeaseRequest).lease_id;
       fake.leases.push({ op: req.url.slice(4), lease_id: id });
       a = id === "gone" ? problem(404, "not_found", "no such lease")
         : { body: req.url === "/v1/renew" ? { lease_id: id, expires_at: "2026-11-25T15:00:30.000Z" } : { lease_id: id, released: true } };
+      res.once("finish", () => fake.onLease());
     } else if (req.url === "/v1/settle") {
       fake.settles.push(body as SettleRequest);
       a = fake.settleAnswer(body as SettleRequest);

@@ -15,9 +15,11 @@ import (
 // Resource returns the resource rules match for an HTTP request: "METHOD
 // /path", the method upper case with HEAD counted as GET (a server that
 // routes GET serves HEAD with the same handler), the request URI's path
-// decoded and cleaned (see cleanPath) and its query and fragment dropped.
+// decoded and cleaned (see cleanPath), its query and fragment dropped, and
+// of an absolute-form URI ("http://host/path", as a request to a proxy
+// names it) the scheme and authority too.
 func Resource(method, requestURI string) string {
-	rawPath, _, _ := strings.Cut(requestURI, "?")
+	rawPath, _, _ := strings.Cut(withoutOrigin(requestURI), "?")
 	rawPath, _, _ = strings.Cut(rawPath, "#")
 	return canonicalMethod(method) + " " + cleanPath(rawPath)
 }
@@ -25,10 +27,17 @@ func Resource(method, requestURI string) string {
 // NormalizeResource returns the resource rules match for a resource a
 // caller named: one of the form "METHOD /path?query" becomes
 // Resource(METHOD, /path?query), a bare "/path?query" its cleaned path;
-// anything else ("*", a name of the caller's own) is returned unchanged.
-// A resource already in normal form is returned as it is, without
-// allocating.
+// a URI in absolute form counts as its path ("POST http://host/v1/search"
+// is "POST /v1/search", a bare "http://host/v1/search" is "/v1/search"),
+// since an HTTP server routes it by its path; anything else ("*", a name
+// of the caller's own) is returned unchanged. A resource already in
+// normal form is returned as it is, without allocating.
 func NormalizeResource(resource string) string {
+	if p := withoutOrigin(resource); len(p) < len(resource) {
+		rawPath, _, _ := strings.Cut(p, "?")
+		rawPath, _, _ = strings.Cut(rawPath, "#")
+		return cleanPath(rawPath)
+	}
 	if strings.HasPrefix(resource, "/") {
 		rawPath, _, _ := strings.Cut(resource, "?")
 		rawPath, _, _ = strings.Cut(rawPath, "#")
@@ -38,13 +47,51 @@ func NormalizeResource(resource string) string {
 		return resource
 	}
 	method, uri, ok := strings.Cut(resource, " ")
-	if !ok || !strings.HasPrefix(uri, "/") || !validMethod(strings.ToUpper(method)) {
+	if !ok || !validMethod(strings.ToUpper(method)) {
+		return resource
+	}
+	if p := withoutOrigin(uri); len(p) < len(uri) {
+		return Resource(method, p)
+	}
+	if !strings.HasPrefix(uri, "/") {
 		return resource
 	}
 	if m := canonicalMethod(method); m == method && !strings.ContainsAny(uri, "?#") && cleanPath(uri) == uri {
 		return resource
 	}
 	return Resource(method, uri)
+}
+
+// withoutOrigin returns uri without the "scheme://authority" of an
+// absolute-form URI (RFC 3986: a letter, then letters, digits, "+", "-"
+// or "."; the authority runs to the first "/", "?" or "#"), or uri itself
+// when it has none. An HTTP server routes "POST http://host/v1/search
+// HTTP/1.1" to /v1/search: naming it otherwise would dodge the rules of
+// /v1/search.
+func withoutOrigin(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok || scheme == "" || !isScheme(scheme) {
+		return uri
+	}
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		return rest[end:]
+	}
+	return ""
+}
+
+// isScheme reports whether s is a URI scheme: a letter followed by
+// letters, digits, "+", "-" or ".".
+func isScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i] | 0x20 // lower case, for letters
+		switch {
+		case 'a' <= c && c <= 'z':
+		case i > 0 && ('0' <= s[i] && s[i] <= '9' || s[i] == '+' || s[i] == '-' || s[i] == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // canonicalMethod returns method upper case, with HEAD as GET.

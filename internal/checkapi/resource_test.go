@@ -75,6 +75,51 @@ func TestNormalizeResource(t *testing.T) {
 	}
 }
 
+// TestNormalizeResourceAbsoluteForm: an HTTP server routes a request
+// whose target is in absolute form ("POST http://host/v1/search
+// HTTP/1.1") by its path, so the resource is its path, whoever names it.
+func TestNormalizeResourceAbsoluteForm(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"method and URL", "POST http://host/v1/search", "POST /v1/search"},
+		{"https with a port", "POST https://api.example.com:8443/v1/search", "POST /v1/search"},
+		{"scheme in upper case", "POST HTTP://HOST/v1/search", "POST /v1/search"},
+		{"any scheme", "POST foo+bar.1-x://host/v1/search", "POST /v1/search"},
+		{"user info in the authority", "POST http://u:p@host/v1/search", "POST /v1/search"},
+		{"query and fragment dropped", "POST http://host/v1/search?q=http://x#top", "POST /v1/search"},
+		{"the path cleaned", "post http://host//v1/./%73earch/", "POST /v1/search"},
+		{"HEAD counts as GET", "HEAD http://host/v1/search", "GET /v1/search"},
+		{"no path is the root", "GET http://host", "GET /"},
+		{"a query at the root", "GET http://host?x=1", "GET /"},
+		{"an empty authority", "GET http:///v1/search", "GET /v1/search"},
+		{"a URL in the path stays path", "GET http://host/http://other/x", "GET /http:/other/x"},
+		{"bare URL", "http://host/v1//search?x=1", "/v1/search"},
+		{"bare URL without a path", "https://host", "/"},
+		{"not a scheme: a digit first", "GET 1http://host/v1/search", "GET 1http://host/v1/search"},
+		{"not a scheme: a slash", "GET /a://host/v1/search", "GET /a:/host/v1/search"},
+		{"not a scheme: empty", "GET ://host/v1/search", "GET ://host/v1/search"},
+		{"not absolute: one slash", "GET http:/host/v1/search", "GET http:/host/v1/search"},
+		{"not a method", "* http://host/v1/search", "* http://host/v1/search"},
+		{"a name of the caller's own", "search", "search"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := NormalizeResource(c.in); got != c.want {
+				t.Errorf("NormalizeResource(%q) = %q, want %q", c.in, got, c.want)
+			}
+			if got := NormalizeResource(c.want); got != c.want {
+				t.Errorf("NormalizeResource is not idempotent on %q: %q", c.in, got)
+			}
+			// Forward-auth and Envoy's rate-limit service name the
+			// request's method and URI apart: the same answer.
+			if method, uri, ok := strings.Cut(c.in, " "); ok && strings.HasPrefix(c.want, canonicalMethod(method)+" /") {
+				if got := Resource(method, uri); got != c.want {
+					t.Errorf("Resource(%q, %q) = %q, want %q", method, uri, got, c.want)
+				}
+			}
+		})
+	}
+}
+
 func TestNormalizeResourceDoesNotAllocateWhenNormal(t *testing.T) {
 	for _, r := range []string{"*", "GET /v1/search", "POST /repos/acme/issues", "/v1/search"} {
 		if n := testing.AllocsPerRun(100, func() { _ = NormalizeResource(r) }); n != 0 {

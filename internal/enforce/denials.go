@@ -1,11 +1,13 @@
 package enforce
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // denials remembers, per state key, the state on which the store last
@@ -24,11 +26,22 @@ import (
 // an error can only send a check to the store, never deny one the store
 // would admit.
 //
+// Give-backs break "only more used": a hold settled below its estimate or
+// expired with a refund, a lease released, a balance topped up. Those
+// that happen in this process (Checker.Settle, ExpireHolds,
+// ReleaseLease) forget at once every entry under the hash tag of the
+// states they touched, and every entry of a check that was under way
+// then (givenBack); those of other processes, and of the worker, reach
+// this one within maxDenialLife, the bound revocations meet too: no
+// entry lives longer. So a local denial is never one the store would
+// not give, but for up to maxDenialLife after a give-back elsewhere.
+//
 // An entry is forgotten once its state could admit a check of cost 1 (it
 // may still deny larger ones, but no more is promised), after at most
 // maxDenialLife, when the rule's parameters differ from those it was
-// stored with (but for a fixed window's limit and burst: sameState), and
-// when the store admits a check on its key. A check of cost 0 (a peek)
+// stored with (but for a fixed window's limit and burst: sameState), when
+// the store admits a check on its key, and when this process gives units
+// back under its hash tag. A check of cost 0 (a peek)
 // always goes to the store, as does one with any rule that has no entry
 // or whose entries all allow it. Only the decision is the store's: the
 // figures of a local denial (remaining, retry_after) are those of the
@@ -44,6 +57,10 @@ type denials struct {
 	now func() time.Time
 	// start anchors local µs on the monotonic clock.
 	start time.Time
+	// givenAtUS is, per hash tag, the local µs of the last give-back in
+	// this process under it (math.MinInt64: none): an entry of a check
+	// sent no later is stale.
+	givenAtUS [256]atomic.Int64
 }
 
 const (
@@ -51,10 +68,13 @@ const (
 	// maxDenialsPerShard bounds the memory: past it a shard forgets its
 	// expired entries, then all of them.
 	maxDenialsPerShard = 1 << 14
-	// maxDenialLife bounds how long a denial is remembered even when its
-	// state never admits again (a spent one-time allowance), so that state
-	// an operator cleared in Redis is seen again within that time.
-	maxDenialLife = 10 * limiter.SecondUS
+	// maxDenialLife bounds how long a denial is remembered, so that units
+	// given back by another process (a settlement, a hold's expiry, a
+	// lease's release, a top-up) or state an operator cleared in Redis
+	// are seen within that time: the second a revocation takes too. A
+	// caller that keeps being denied costs the store one call a second
+	// per process.
+	maxDenialLife = limiter.SecondUS
 )
 
 type denialShard struct {
@@ -67,6 +87,8 @@ type denial struct {
 	state  limiter.RuleState
 	// untilUS is the store time from which the entry is not used.
 	untilUS int64
+	// sentUS is the local µs at which the check that taught it was sent.
+	sentUS int64
 }
 
 func newDenials(now func() time.Time) *denials {
@@ -74,7 +96,26 @@ func newDenials(now func() time.Time) *denials {
 	for i := range d.shards {
 		d.shards[i].entries = map[string]denial{}
 	}
+	for i := range d.givenAtUS {
+		d.givenAtUS[i].Store(math.MinInt64)
+	}
 	return d
+}
+
+// givenBack forgets every entry under hash tag tag, and every entry of a
+// check sent until now: this process gave units back under it. Safe on
+// nil denials.
+func (d *denials) givenBack(tag byte) {
+	if d == nil {
+		return
+	}
+	d.givenAtUS[tag].Store(d.localUS())
+}
+
+// stale reports whether an entry of key taught by a check sent at local
+// µs sentUS predates a give-back under key's hash tag.
+func (d *denials) stale(key string, sentUS int64) bool {
+	return d.givenAtUS[statekey.TagOf(key)].Load() >= sentUS
 }
 
 // localUS returns the local monotonic clock in µs.
@@ -116,7 +157,7 @@ func (d *denials) decideAt(b limiter.Batch, localUS int64) (out limiter.Outcome,
 		sh := d.shard(r.Key)
 		sh.mu.Lock()
 		e, found := sh.entries[r.Key]
-		if found && (nowUS >= e.untilUS || !sameState(e.params, r.Params)) {
+		if found && (nowUS >= e.untilUS || !sameState(e.params, r.Params) || d.stale(r.Key, e.sentUS)) {
 			delete(sh.entries, r.Key)
 			found = false
 		}
@@ -186,13 +227,18 @@ func (d *denials) observe(b limiter.Batch, out limiter.Outcome, sentUS int64) {
 	if until <= out.NowUS {
 		return
 	}
+	for _, r := range b.Requests {
+		if d.stale(r.Key, sentUS) {
+			return // units were given back while the store answered
+		}
+	}
 	for i, r := range b.Requests {
 		sh := d.shard(r.Key)
 		sh.mu.Lock()
 		if len(sh.entries) >= maxDenialsPerShard {
 			sh.sweep(out.NowUS)
 		}
-		sh.entries[r.Key] = denial{params: r.Params, state: out.States[i], untilUS: until}
+		sh.entries[r.Key] = denial{params: r.Params, state: out.States[i], untilUS: until, sentUS: sentUS}
 		sh.mu.Unlock()
 	}
 }

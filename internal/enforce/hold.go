@@ -168,6 +168,9 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 		c.storeFailed(ctx, err)
 		return Settlement{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the settlement")
 	}
+	// Below its estimate, or releasing a lease the hold took, the
+	// settlement gave units back.
+	c.denials.givenBack(ref.Tag)
 	if !st.Repeated {
 		c.recordSettled(ref, st)
 	}
@@ -196,6 +199,7 @@ func (c *Checker) ExpireHolds(ctx context.Context, max int) (int, error) {
 	expired, err := c.settler.ExpireDue(ctx, max)
 	for _, e := range expired {
 		if ref, ok := parseHoldID(e.ID); ok {
+			c.denials.givenBack(ref.Tag)
 			c.recordSettled(ref, e.Settlement)
 		}
 	}

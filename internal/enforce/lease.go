@@ -85,6 +85,11 @@ func (c *Checker) ReleaseLease(ctx context.Context, id string) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	if released {
+		if ref, ok := parseHoldID(id); ok {
+			c.denials.givenBack(ref.Tag)
+		}
+	}
 	return Lease{LeaseID: id, Released: &released}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate/tollgate/internal/limiter"
 )
@@ -149,6 +150,17 @@ func Tag(prefix, key string) byte {
 		return 0
 	}
 	return key[len(prefix)+1]
+}
+
+// TagOf returns the hash tag byte of key, a state key or a record's under
+// any prefix (a prefix has no braces): the byte after its first "{"; 0 for
+// a key with none.
+func TagOf(key string) byte {
+	i := strings.IndexByte(key, '{')
+	if i < 0 || i+1 >= len(key) {
+		return 0
+	}
+	return key[i+1]
 }
 
 // ProbeKey returns the key, under prefix, that probes of the store peek

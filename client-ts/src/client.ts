@@ -304,15 +304,24 @@ function parseDecision(text: string): WireDecision {
   return { ...d, degraded: d.degraded === true, rules: Array.isArray(d.rules) ? d.rules : [] } as WireDecision;
 }
 
-/** parseSettlement decodes a settlement, checking every field the check API always sends. */
-function parseSettlement(text: string): Settlement {
+/**
+ * parseFields decodes an answer to op (settle, me) whose fields the caller
+ * checks: a JSON object, or no fields at all when it is another JSON value.
+ * An answer that is not JSON is an error.
+ */
+function parseFields<T>(text: string, op: string): Partial<T> {
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (err) {
-    throw new Error("tollgate: settle: the answer is not JSON", { cause: err });
+    throw new Error(`tollgate: ${op}: the answer is not JSON`, { cause: err });
   }
-  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Settlement>;
+  return (typeof v === "object" && v !== null ? v : {}) as Partial<T>;
+}
+
+/** parseSettlement decodes a settlement, checking every field the check API always sends. */
+function parseSettlement(text: string): Settlement {
+  const s = parseFields<Settlement>(text, "settle");
   if (typeof s.hold_id !== "string" || typeof s.estimate !== "number" || typeof s.cost !== "number" ||
     typeof s.status !== "string" || typeof s.repeated !== "boolean") {
     throw new Error("tollgate: settle: the answer is not a settlement (hold_id, estimate, cost, status, repeated)");
@@ -322,13 +331,7 @@ function parseSettlement(text: string): Settlement {
 
 /** parseStanding decodes a standing, checking the fields the check API always sends. */
 function parseStanding(text: string): Standing {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (err) {
-    throw new Error("tollgate: me: the answer is not JSON", { cause: err });
-  }
-  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Standing>;
+  const s = parseFields<Standing>(text, "me");
   if (typeof s.tenant_id !== "string" || typeof s.tenant !== "string" || typeof s.key_id !== "string" ||
     typeof s.plan !== "string" || !Array.isArray(s.rules)) {
     throw new Error("tollgate: me: the answer is not a standing (tenant_id, tenant, key_id, plan, rules)");

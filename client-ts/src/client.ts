@@ -135,17 +135,7 @@ export class TollgateClient {
    */
   async settle(holdId: string, cost: number, signal?: AbortSignal): Promise<Settlement> {
     const body: SettleRequest = { hold_id: holdId, cost };
-    let text: string;
-    try {
-      ({ text } = await this.#send(this.#settleUrl, body, signal));
-    } catch (err) {
-      signal?.throwIfAborted();
-      if (err instanceof ProblemError) {
-        throw err;
-      }
-      throw new Error(`tollgate: settle: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
-    return parseSettlement(text);
+    return parseSettlement(await this.#ask("settle", this.#settleUrl, body, signal));
   }
 
   /**
@@ -172,16 +162,7 @@ export class TollgateClient {
   /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */
   async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined): Promise<Lease> {
     const body: LeaseRequest = { lease_id: leaseId };
-    let text: string;
-    try {
-      ({ text } = await this.#send(`${this.#base}/v1/${op}`, body, signal));
-    } catch (err) {
-      signal?.throwIfAborted();
-      if (err instanceof ProblemError) {
-        throw err;
-      }
-      throw new Error(`tollgate: ${op}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
+    const text = await this.#ask(op, `${this.#base}/v1/${op}`, body, signal);
     const l = JSON.parse(text) as Partial<Lease>;
     if (typeof l.lease_id !== "string") {
       throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
@@ -206,17 +187,25 @@ export class TollgateClient {
    * never decided by the fail mode.
    */
   async me(apiKey: string, signal?: AbortSignal): Promise<Standing> {
-    let text: string;
+    return parseStanding(await this.#ask("me", this.#meUrl, undefined, signal, apiKey));
+  }
+
+  /**
+   * #ask sends one call that no fail mode decides (op names it in errors)
+   * and returns the answer's text. It throws a ProblemError for a non-200
+   * answer, signal's reason when it aborted, else an Error
+   * (`tollgate: op: …`) with the transport error in `cause`.
+   */
+  async #ask(op: string, url: string, body: object | undefined, signal: AbortSignal | undefined, bearer?: string): Promise<string> {
     try {
-      ({ text } = await this.#send(this.#meUrl, undefined, signal, apiKey));
+      return (await this.#send(url, body, signal, bearer)).text;
     } catch (err) {
       signal?.throwIfAborted();
       if (err instanceof ProblemError) {
         throw err;
       }
-      throw new Error(`tollgate: me: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new Error(`tollgate: ${op}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
-    return parseStanding(text);
   }
 
   /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */

@@ -135,17 +135,7 @@ export class TollgateClient {
    */
   async settle(holdId: string, cost: number, signal?: AbortSignal): Promise<Settlement> {
     const body: SettleRequest = { hold_id: holdId, cost };
-    let text: string;
-    try {
-      ({ text } = await this.#send(this.#settleUrl, body, signal));
-    } catch (err) {
-      signal?.throwIfAborted();
-      if (err instanceof ProblemError) {
-        throw err;
-      }
-      throw new Error(`tollgate: settle: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
-    return parseSettlement(text);
+    return parseSettlement(await this.#ask("settle", this.#settleUrl, body, signal));
   }
 
   /**
@@ -172,16 +162,7 @@ export class TollgateClient {
   /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */
   async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined): Promise<Lease> {
     const body: LeaseRequest = { lease_id: leaseId };
-    let text: string;
-    try {
-      ({ text } = await this.#send(`${this.#base}/v1/${op}`, body, signal));
-    } catch (err) {
-      signal?.throwIfAborted();
-      if (err instanceof ProblemError) {
-        throw err;
-      }
-      throw new Error(`tollgate: ${op}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
+    const text = await this.#ask(op, `${this.#base}/v1/${op}`, body, signal);
     const l = JSON.parse(text) as Partial<Lease>;
     if (typeof l.lease_id !== "string") {
       throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
@@ -206,17 +187,25 @@ export class TollgateClient {
    * never decided by the fail mode.
    */
   async me(apiKey: string, signal?: AbortSignal): Promise<Standing> {
-    let text: string;
+    return parseStanding(await this.#ask("me", this.#meUrl, undefined, signal, apiKey));
+  }
+
+  /**
+   * #ask sends one call that no fail mode decides (op names it in errors)
+   * and returns the answer's text. It throws a ProblemError for a non-200
+   * answer, signal's reason when it aborted, else an Error
+   * (`tollgate: op: …`) with the transport error in `cause`.
+   */
+  async #ask(op: string, url: string, body: object | undefined, signal: AbortSignal | undefined, bearer?: string): Promise<string> {
     try {
-      ({ text } = await this.#send(this.#meUrl, undefined, signal, apiKey));
+      return (await this.#send(url, body, signal, bearer)).text;
     } catch (err) {
       signal?.throwIfAborted();
       if (err instanceof ProblemError) {
         throw err;
       }
-      throw new Error(`tollgate: me: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new Error(`tollgate: ${op}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
-    return parseStanding(text);
   }
 
   /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */
@@ -304,15 +293,24 @@ function parseDecision(text: string): WireDecision {
   return { ...d, degraded: d.degraded === true, rules: Array.isArray(d.rules) ? d.rules : [] } as WireDecision;
 }
 
-/** parseSettlement decodes a settlement, checking every field the check API always sends. */
-function parseSettlement(text: string): Settlement {
+/**
+ * parseFields decodes an answer to op (settle, me) whose fields the caller
+ * checks: a JSON object, or no fields at all when it is another JSON value.
+ * An answer that is not JSON is an error.
+ */
+function parseFields<T>(text: string, op: string): Partial<T> {
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (err) {
-    throw new Error("tollgate: settle: the answer is not JSON", { cause: err });
+    throw new Error(`tollgate: ${op}: the answer is not JSON`, { cause: err });
   }
-  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Settlement>;
+  return (typeof v === "object" && v !== null ? v : {}) as Partial<T>;
+}
+
+/** parseSettlement decodes a settlement, checking every field the check API always sends. */
+function parseSettlement(text: string): Settlement {
+  const s = parseFields<Settlement>(text, "settle");
   if (typeof s.hold_id !== "string" || typeof s.estimate !== "number" || typeof s.cost !== "number" ||
     typeof s.status !== "string" || typeof s.repeated !== "boolean") {
     throw new Error("tollgate: settle: the answer is not a settlement (hold_id, estimate, cost, status, repeated)");
@@ -322,13 +320,7 @@ function parseSettlement(text: string): Settlement {
 
 /** parseStanding decodes a standing, checking the fields the check API always sends. */
 function parseStanding(text: string): Standing {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (err) {
-    throw new Error("tollgate: me: the answer is not JSON", { cause: err });
-  }
-  const s = (typeof v === "object" && v !== null ? v : {}) as Partial<Standing>;
+  const s = parseFields<Standing>(text, "me");
   if (typeof s.tenant_id !== "string" || typeof s.tenant !== "string" || typeof s.key_id !== "string" ||
     typeof s.plan !== "string" || !Array.isArray(s.rules)) {
     throw new Error("tollgate: me: the answer is not a standing (tenant_id, tenant, key_id, plan, rules)");

@@ -91,8 +91,9 @@ func (f *fixture) startAPIAddrs(t *testing.T, extra map[string]string) []string 
 }
 
 // startAPIStoppable is startAPIAddrs returning the function that stops the
-// server (and returns run's error) instead of stopping it when the test
-// ends.
+// server (and returns run's error), for a test that stops it early; a
+// server still running when the test ends is stopped then, its error
+// ignored. Stopping twice does nothing more.
 func (f *fixture) startAPIStoppable(t *testing.T, extra map[string]string) ([]string, func() error) {
 	t.Helper()
 	env := map[string]string{
@@ -113,6 +114,7 @@ func (f *fixture) startAPIStoppable(t *testing.T, extra map[string]string) ([]st
 	addrs, stop := testenv.StartN(t, "api", n, func(ctx context.Context, ready chan<- string) error {
 		return run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard, ready)
 	})
+	t.Cleanup(func() { _ = stop() })
 	addrs[0] = "http://" + addrs[0]
 	return addrs, stop
 }

@@ -17,12 +17,6 @@ import (
 func TestNginxDeprecatedProtectInclude(t *testing.T) {
 	f := newFixture(t)
 	addrs, stop := f.startAPIStoppable(t, nil)
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = stop()
-		}
-	})
 	app := newUpstream(t)
 	dir := nginxRecipe(t, f.token)
 	gw := "http://" + testenv.Nginx(t, dir, func(listen string) string {
@@ -49,7 +43,6 @@ func TestNginxDeprecatedProtectInclude(t *testing.T) {
 		t.Errorf("upstream saw plan %q, want anonymous", h.Get("X-Tollgate-Plan"))
 	}
 
-	stopped = true
 	if err := stop(); err != nil {
 		t.Fatalf("api run: %v", err)
 	}

@@ -47,12 +47,6 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 	apiAddr := testenv.FreeAddr(t)
 	env := map[string]string{"TOLLGATE_API_ADDR": apiAddr}
 	addrs, stop := f.startAPIStoppable(t, env)
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = stop()
-		}
-	})
 	app := newUpstream(t)
 	gw := start(t, addrs[0], app.URL, f.token)
 
@@ -145,11 +139,9 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 	if err := stop(); err != nil {
 		t.Errorf("api run: %v", err)
 	}
-	stopped = true
 	downAt := time.Now()
 	phase("requests answered while the api is down", downAt, 50)
 	addrs, stop = f.startAPIStoppable(t, env)
-	stopped = false
 	upAt := time.Now()
 	phase("requests answered from 1 s after the restart", upAt.Add(time.Second), 50)
 	close(done)

@@ -1,41 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/demo"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// lockedBuffer is a bytes.Buffer safe for the server's and the test's
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSinkPrintsDeliveries: a delivery is answered 200 and printed with
 // its path, webhook-id, type and tenant.
 func TestSinkPrintsDeliveries(t *testing.T) {
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	addr, stop := testenv.Start(t, "webhook-sink", func(ctx context.Context, ready chan<- string) error {
 		return run(ctx, []string{"-addr", "127.0.0.1:0"}, &out, io.Discard, ready)
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 func TestWaitsDoubleToTheCapWithJitter(t *testing.T) {
@@ -134,29 +135,14 @@ func TestMonitorLogsStateChangesOnly(t *testing.T) {
 // gathered returns the value of the one series of the named metric.
 func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, labels, ok := testenv.Metric(t, reg, name)
+	if !ok {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		m := f.GetMetric()[0]
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["component"] != "snapshot_listener" || labels["dependency"] != "postgres" {
-			t.Errorf("%s labels %v", name, labels)
-		}
-		if m.GetCounter() != nil {
-			return m.GetCounter().GetValue()
-		}
-		return m.GetGauge().GetValue()
+	if labels["component"] != "snapshot_listener" || labels["dependency"] != "postgres" {
+		t.Errorf("%s labels %v", name, labels)
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }
 
 // TestMonitorsShareARegistry: components register side by side.

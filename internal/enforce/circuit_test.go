@@ -128,19 +128,9 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 // gauge returns the value of an unlabelled metric, or of the first series.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, _, ok := testenv.Metric(t, reg, name)
+	if !ok {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, f := range families {
-		if f.GetName() == name {
-			m := f.GetMetric()[0]
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }

@@ -102,39 +102,39 @@ func measureBatched(t *testing.T, c *redis.Client, callers, n int, search bool) 
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	spread(callers, n, func(i int) bool {
+		key := fmt.Sprintf("tg:{%c}k%05d", 'a'+i%26, i%1000)
+		reqs := single(key, hourly)
+		if search {
+			reqs = append(reqs, Request{Key: key + "s", Params: bucket})
+		}
+		if _, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1}); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
+	calls, usec := evalshaTotals(t, c)
+	return float64(n) / calls, usec / float64(n)
+}
+
+// spread calls do(i) for every i in [0, n) from callers goroutines at
+// once, goroutine g taking g, g+callers, g+2×callers, …, and returns when
+// all are done. A goroutine stops at the first do that returns false.
+func spread(callers, n int, do func(i int) bool) {
 	var wg sync.WaitGroup
 	for g := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += callers {
-				key := fmt.Sprintf("tg:{%c}k%05d", 'a'+i%26, i%1000)
-				reqs := single(key, hourly)
-				if search {
-					reqs = append(reqs, Request{Key: key + "s", Params: bucket})
-				}
-				if _, err := store.Check(ctx, Batch{Requests: reqs, Cost: 1}); err != nil {
-					t.Error(err)
+				if !do(i) {
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	stat, err := infoField(ctx, c, "commandstats", "cmdstat_evalsha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var calls, usec float64
-	for _, kv := range strings.Split(stat, ",") {
-		if v, ok := strings.CutPrefix(kv, "calls="); ok {
-			calls, _ = strconv.ParseFloat(v, 64)
-		}
-		if v, ok := strings.CutPrefix(kv, "usec="); ok {
-			usec, _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return float64(n) / calls, usec / float64(n)
 }
 
 // TestMeasureLone, like TestMeasure a measurement tool (TOLLGATE_MEASURE=1;
@@ -561,24 +561,17 @@ func measureCreditsBatched(t *testing.T, c *redis.Client, n int, draw, general b
 	}
 	const callers = 64
 	tag := "tg:{000}"
-	var wg sync.WaitGroup
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := g; i < n; i += callers {
-				b := Batch{Requests: single(fmt.Sprintf("%sk%04d", tag, i%1000), measureCreditsRule), Cost: 1}
-				if draw {
-					b.Credits = creditsOf(tag)
-				}
-				if out, err := store.Check(ctx, b); err != nil || !out.Admitted {
-					t.Errorf("check %d: %+v, %v", i, out, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	spread(callers, n, func(i int) bool {
+		b := Batch{Requests: single(fmt.Sprintf("%sk%04d", tag, i%1000), measureCreditsRule), Cost: 1}
+		if draw {
+			b.Credits = creditsOf(tag)
+		}
+		if out, err := store.Check(ctx, b); err != nil || !out.Admitted {
+			t.Errorf("check %d: %+v, %v", i, out, err)
+			return false
+		}
+		return true
+	})
 	calls, usec := evalshaTotals(t, c)
 	t.Logf("batched, credits %v: %.1f checks per call", draw, float64(n)/calls)
 	return usec / float64(n)

@@ -241,14 +241,8 @@ func TestWorkerLagMetrics(t *testing.T) {
 	w.Register(reg)
 	gauge := func(name string) (float64, bool) {
 		t.Helper()
-		families, err := reg.Gather()
-		testenv.Must(t, err)
-		for _, f := range families {
-			if f.GetName() == name {
-				return f.GetMetric()[0].GetGauge().GetValue(), true
-			}
-		}
-		return 0, false
+		v, _, ok := testenv.Metric(t, reg, name)
+		return v, ok
 	}
 	if v, ok := gauge("tollgate_usage_backlog_batches"); !ok || v != 0 {
 		t.Fatalf("empty stream: backlog %v (reported %v), want 0", v, ok)

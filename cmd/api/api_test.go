@@ -512,8 +512,16 @@ func (f *fixture) keyOnPlan(t *testing.T, p plans.Plan, tenant string) string {
 	ctx := context.Background()
 	stored, err := plans.NewStore(f.db).Put(ctx, p)
 	testenv.Must(t, err)
+	return f.tenantKey(t, stored.ID, tenant)
+}
+
+// tenantKey stores a tenant on plan planID and a key of it, and returns
+// the key.
+func (f *fixture) tenantKey(t *testing.T, planID int64, tenant string) string {
+	t.Helper()
+	ctx := context.Background()
 	ts := tenants.NewStore(f.db)
-	tn, err := ts.Create(ctx, tenant, stored.ID)
+	tn, err := ts.Create(ctx, tenant, planID)
 	testenv.Must(t, err)
 	key, _, err := ts.IssueKey(ctx, tn.ID, "k", nil)
 	testenv.Must(t, err)

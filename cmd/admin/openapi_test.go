@@ -463,8 +463,11 @@ func scenario(t *testing.T, client *http.Client) {
 	webhookScenario(t, do, op, tenant, "/api/v1")
 	webhookScenario(t, do, op, tenant, tenant)
 	do("POST", "/api/v1/logout", op, nil, 204)
-	// The third and fourth attempts from this address: limited.
+	// The second and third failures of this address on this email spend
+	// its budget (TOLLGATE_ADMIN_LOGIN_LIMIT counts failures only): the
+	// next attempt is limited, right password or not.
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong again"}, 401)
+	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "wrong once more"}, 401)
 	do("POST", "/api/v1/login", "", map[string]string{"email": "ops@example.com", "password": "password-ops@example.com"}, 429)
 
 	// The check API (and a tenant with a key for forward-auth, in its

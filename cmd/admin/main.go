@@ -293,7 +293,7 @@ func checkRequired(name string, fs *flag.FlagSet) error {
 	var missing []string
 	fs.VisitAll(func(f *flag.Flag) {
 		if strings.HasSuffix(f.Usage, "(required)") && f.Value.String() == "" {
-			missing = append(missing, "--"+f.Name)
+			missing = append(missing, strings.Repeat("-", min(len(f.Name), 2))+f.Name) // -f, --plan
 		}
 	})
 	switch len(missing) {

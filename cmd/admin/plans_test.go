@@ -21,13 +21,21 @@ func cliDB(t *testing.T) (dbURL string, srv *adminServer) {
 	return dbURL, &adminServer{DBURL: dbURL, DB: openPool(t, dbURL)}
 }
 
-// planJSON runs the CLI and decodes the plan it prints.
-func planJSON(t *testing.T, dbURL string, args ...string) plans.Plan {
+// mustRun runs the CLI and returns its stdout, failing the test on an
+// error.
+func mustRun(t *testing.T, dbURL string, args ...string) string {
 	t.Helper()
 	out, err := runAdmin(t, dbURL, "", args...)
 	if err != nil {
 		t.Fatalf("admin %s: %v", strings.Join(args, " "), err)
 	}
+	return out
+}
+
+// planJSON runs the CLI and decodes the plan it prints.
+func planJSON(t *testing.T, dbURL string, args ...string) plans.Plan {
+	t.Helper()
+	out := mustRun(t, dbURL, args...)
 	var p plans.Plan
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatalf("admin %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -87,7 +87,9 @@ func (s planSpec) node() (*yaml.Node, error) {
 		return nil, err
 	}
 	n := doc.Content[0]
-	blockStyle(n)
+	// Without JSON's styles, the encoder writes block collections and
+	// quotes only the strings that need it.
+	walk(n, func(n *yaml.Node) { n.Style = 0 })
 	if rules := mappingValue(n, "rules"); rules != nil {
 		for _, r := range rules.Content {
 			for i := 0; i < len(r.Content); i += 2 {
@@ -101,12 +103,11 @@ func (s planSpec) node() (*yaml.Node, error) {
 	return n, nil
 }
 
-// blockStyle clears the styles JSON gave n and its children: the encoder
-// then writes block collections and quotes only the strings that need it.
-func blockStyle(n *yaml.Node) {
-	n.Style = 0
+// walk calls do with n and every node under it.
+func walk(n *yaml.Node, do func(*yaml.Node)) {
+	do(n)
 	for _, c := range n.Content {
-		blockStyle(c)
+		walk(c, do)
 	}
 }
 
@@ -465,9 +466,22 @@ func decodeArgument(e *invocation, name, value string, v any) error {
 // field names, as the admin API reads its bodies; a field v does not have
 // is an error that names it, so that a misspelt field is not ignored.
 func decodeYAML(data []byte, v any) error {
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
 		return err
+	}
+	// A date stays the text it is written as (no field is a time): an
+	// unquoted display_name of 2026-01-01 is that string.
+	walk(&n, func(n *yaml.Node) {
+		if n.ShortTag() == "!!timestamp" {
+			n.Tag = "!!str"
+		}
+	})
+	var doc any
+	if n.Kind != 0 {
+		if err := n.Decode(&doc); err != nil {
+			return err
+		}
 	}
 	j, err := json.Marshal(doc)
 	if err != nil {

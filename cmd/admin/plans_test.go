@@ -76,7 +76,7 @@ func TestPlansCreateUpdateArchive(t *testing.T) {
 	// The admin API's body, as YAML, from a file; the flags override it.
 	body := filepath.Join(dir, "startup.yaml")
 	testenv.Must(t, os.WriteFile(body, []byte(`name: startup
-display_name: Startup
+display_name: 2026-01-01
 currency: EUR
 rules:
   - name: per-second
@@ -85,7 +85,7 @@ rules:
     period_us: 1000000
 `), 0o600))
 	startup := planJSON(t, dbURL, "plans", "create", "-f", body, "--base-fee-minor", "900")
-	if startup.Name != "startup" || startup.Currency != "EUR" || startup.BaseFeeMinor != 900 || len(startup.Rules) != 1 ||
+	if startup.Name != "startup" || startup.DisplayName != "2026-01-01" || startup.Currency != "EUR" || startup.BaseFeeMinor != 900 || len(startup.Rules) != 1 ||
 		startup.Rules[0].Algorithm != "token_bucket" {
 		t.Errorf("plans create -f: %+v", startup)
 	}

@@ -51,8 +51,8 @@ func plansRoutes(fs *flag.FlagSet) action {
 	plan := planFlag(fs, "")
 	clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
 	var add, remove stringList
-	fs.Var(&add, "add", "append this template, keeping the others (repeatable)")
-	fs.Var(&remove, "remove", "remove this template, keeping the others (repeatable)")
+	fs.Var(&add, "add", "append `TEMPLATE`, keeping the others (repeatable)")
+	fs.Var(&remove, "remove", "remove `TEMPLATE`, keeping the others (repeatable)")
 	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
 		edit := len(add) > 0 || len(remove) > 0
 		switch {
@@ -181,7 +181,7 @@ func declarePlanFields(fs *flag.FlagSet, nameUsage string) *planFields {
 	fs.StringVar(&f.quotaMode, "quota-mode", "", "none (default), hard or overage")
 	fs.StringVar(&f.tiers, "tiers", "", `graduated overage prices, a JSON array such as '[{"up_to": 1000, "unit_minor": 3}, {"unit_minor": 2}]' ([] for flat); @FILE reads a file`)
 	fs.StringVar(&f.rules, "rules", "", `every rule of the plan, a JSON array as the admin API takes them; @FILE reads a file`)
-	fs.Var(&f.routes, "route", "a route template, in the order they are tried (repeatable): replaces the plan's routes")
+	fs.Var(&f.routes, "route", "a route `TEMPLATE`, in the order they are tried (repeatable): replaces the plan's routes")
 	return f
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -382,6 +384,7 @@ var notChanges = map[string]string{
 	"migrate":          "changes the schema, not data",
 	"tenants list":     "reads",
 	"plans list":       "reads",
+	"plans export":     "reads",
 	"keys list":        "reads",
 	"webhooks list":    "reads",
 	"tokens list":      "reads",
@@ -408,9 +411,34 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 	argv := func(args ...string) func() []string { return func() []string { return args } }
 	var tokenID string    // issued by tokens issue, revoked by tokens revoke
 	var endpointID string // made by webhooks create, replayed by webhooks replay
+	var planID string     // made by plans create, changed by the other plans commands
+	planFile, badPlanFile := filepath.Join(t.TempDir(), "plans.yaml"), filepath.Join(t.TempDir(), "bad.yaml")
+	testenv.Must(t, os.WriteFile(planFile, []byte("plans:\n  - name: cli-plan\n    display_name: Applied\n    included_units: 10\n"), 0o600))
+	testenv.Must(t, os.WriteFile(badPlanFile, []byte("plans:\n  - name: cli-plan\n    included_units: -1\n"), 0o600))
+	planTarget := func(string) string { return planID }
+	endpoint := func(args ...string) func() []string {
+		return func() []string { return append([]string{"--endpoint", endpointID}, args...) }
+	}
+	endpointTarget := func(string) string { return endpointID }
 	cases := map[string]cliCase{
-		"seed demo":      {args: argv("--usage=false"), target: id("demo")},
-		"tenants create": {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
+		"plans create": {args: argv("--name", "cli-plan", "--included-units", "10"), target: func(out string) string {
+			planID = jsonField(t, []byte(out), "id")
+			return planID
+		}, refused: []string{"--name", "Not A Name"}},
+		"plans update": {args: argv("--plan", "cli-plan", "--display-name", "CLI plan"), target: planTarget,
+			refused: []string{"--plan", "cli-plan", "--base-fee-minor", "-1"}},
+		"plans apply":            {args: argv("-f", planFile), target: planTarget, refused: []string{"-f", badPlanFile}},
+		"plans archive":          {args: argv("--plan", "cli-plan"), target: planTarget, refused: []string{"--plan", "nope"}},
+		"plans unarchive":        {args: argv("--plan", "cli-plan", "--json"), target: planTarget, refused: []string{"--plan", "nope"}},
+		"tenants plan":           {args: argv("--tenant", "acme", "--plan", "pro"), target: id(acme.ID), refused: []string{"--tenant", "acme", "--plan", "nope"}},
+		"tenants suspend":        {args: argv("--tenant", "acme"), target: id(acme.ID), refused: []string{"--tenant", "nobody"}},
+		"tenants resume":         {args: argv("--tenant", "acme", "--json"), target: id(acme.ID), refused: []string{"--tenant", "nobody"}},
+		"webhooks disable":       {args: endpoint(), target: endpointTarget, refused: []string{"--endpoint", "nope"}},
+		"webhooks enable":        {args: endpoint("--json"), target: endpointTarget, refused: []string{"--endpoint", "nope"}},
+		"webhooks rotate-secret": {args: endpoint(), target: endpointTarget, refused: []string{"--endpoint", "nope"}},
+		"webhooks delete":        {args: endpoint(), target: endpointTarget, refused: []string{"--endpoint", "nope"}},
+		"seed demo":              {args: argv("--usage=false"), target: id("demo")},
+		"tenants create":         {args: argv("--name", "initech", "--plan", "free"), target: jsonID("id"), refused: []string{"--name", " ", "--plan", "free"}},
 		"keys issue": {args: argv("--tenant", "acme", "--name", "cli", "--json"), target: jsonID("key", "id"),
 			refused: []string{"--tenant", "acme", "--name", strings.Repeat("n", tenants.MaxKeyNameLen+1)}},
 		"plans quota": {args: argv("--plan", "free", "--thresholds", "80%,remaining:10", "--spend-cap-max", "900"), target: jsonID("plan_id"),
@@ -448,8 +476,10 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
 		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
 	}
-	order := []string{"seed demo", "plans routes", "plans rule", "tenants create", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
+	order := []string{"seed demo", "plans create", "plans update", "plans apply", "plans archive", "plans unarchive",
+		"plans routes", "plans rule", "tenants create", "tenants plan", "tenants suspend", "tenants resume", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay",
+		"webhooks disable", "webhooks enable", "webhooks rotate-secret", "webhooks delete",
 		"plans credits", "credits grant", "credits adjust"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]

@@ -101,8 +101,19 @@ func commands() []command {
 		{name: "seed demo", audited: "seed.demo", summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them", flags: seedDemo},
 		{name: "tenants create", audited: "tenant.create", summary: "create a tenant on a plan", flags: tenantsCreate},
 		{name: "tenants list", summary: "list tenants with their plan and status, by name", flags: tenantsList},
+		{name: "tenants plan", audited: "tenant.plan_change", summary: "move a tenant to another plan (recorded in its plan history for billing)", flags: tenantsPlan},
+		{name: "tenants suspend", audited: "tenant.suspend", summary: "suspend a tenant: its checks are denied within a second", flags: tenantsSuspend(true)},
+		{name: "tenants resume", audited: "tenant.resume", summary: "resume a suspended tenant: its checks are allowed again", flags: tenantsSuspend(false)},
 		{name: "tenants quota", audited: "tenant.quota", summary: "set a tenant's own quota thresholds and spend cap (none: the plan's)", help: thresholdsHelp, flags: tenantsQuota},
 		{name: "plans list", summary: "list plans with their pricing and rules, by name (archived ones too)", flags: plansList},
+		{name: "plans create", audited: "plan.create", summary: "create a plan: pricing, rules and routes, from flags or a file (-f)", help: plansCreateHelp, flags: plansCreate},
+		{name: "plans update", audited: "plan.update", summary: "change a plan's fields (from flags), or replace it whole (-f)", help: plansUpdateHelp, flags: plansUpdate},
+		{name: "plans archive", audited: "plan.archive", summary: "archive a plan: its tenants keep it, no other tenant can be put on it", flags: plansArchive(true)},
+		{name: "plans unarchive", audited: "plan.unarchive", summary: "bring an archived plan back", flags: plansArchive(false)},
+		{name: "plans export", summary: "print every plan as a plans file (YAML) for plans apply", flags: plansExport},
+		// plans apply writes one entry per plan that changes: plan.create,
+		// plan.update, plan.archive or plan.unarchive.
+		{name: "plans apply", audited: "plan.update", summary: "make the plans what a file (YAML or JSON) says: create and update them, one audited change per plan that changes; --dry-run shows the changes", help: plansApplyHelp, flags: plansApply},
 		{name: "plans quota", audited: "plan.quota", summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)", help: thresholdsHelp, flags: plansQuota},
 		{name: "plans routes", audited: "plan.routes", args: "TEMPLATE...", summary: "replace a plan's route templates, in the order they are tried", help: plansRoutesHelp, flags: plansRoutes},
 		{name: "plans rule", audited: "plan.rule", summary: "add a rule to a plan, or replace the rule of that name", help: plansRuleHelp, flags: plansRule},
@@ -111,6 +122,10 @@ func commands() []command {
 		{name: "keys revoke", audited: "key.revoke", summary: "revoke an API key by ID; checks with it are denied within a second", flags: keysRevoke},
 		{name: "webhooks create", audited: "webhook_endpoint.create", summary: "add a webhook endpoint (an operator's, or --tenant's); its secret is printed once", flags: webhooksCreate},
 		{name: "webhooks list", summary: "list webhook endpoints, newest first (the first 200)", flags: webhooksList},
+		{name: "webhooks disable", audited: "webhook_endpoint.disable", summary: "stop deliveries to an endpoint: it receives no new events, and its pending deliveries wait", flags: webhooksDisable(true)},
+		{name: "webhooks enable", audited: "webhook_endpoint.enable", summary: "resume deliveries to a disabled endpoint", flags: webhooksDisable(false)},
+		{name: "webhooks delete", audited: "webhook_endpoint.delete", summary: "delete an endpoint with its deliveries", flags: webhooksDelete},
+		{name: "webhooks rotate-secret", audited: "webhook_endpoint.rotate", summary: "give an endpoint a new secret, printed once; the previous one keeps signing beside it for a while", flags: webhooksRotateSecret},
 		{name: "webhooks replay", audited: "webhook_endpoint.replay", summary: "send an endpoint one event again (--event), or every event of a time range (--from, --to)", flags: webhooksReplay},
 		{name: "tokens issue", audited: "service_token.create", summary: "issue a service token for a caller of the check API; printed once", flags: tokensIssue},
 		{name: "tokens list", summary: "list service tokens (never the tokens themselves), newest first", flags: tokensList},
@@ -278,7 +293,7 @@ func checkRequired(name string, fs *flag.FlagSet) error {
 	var missing []string
 	fs.VisitAll(func(f *flag.Flag) {
 		if strings.HasSuffix(f.Usage, "(required)") && f.Value.String() == "" {
-			missing = append(missing, "--"+f.Name)
+			missing = append(missing, strings.Repeat("-", min(len(f.Name), 2))+f.Name) // -f, --plan
 		}
 	})
 	switch len(missing) {
@@ -351,10 +366,20 @@ func listAction[T any](fs *flag.FlagSet, records string, header []string,
 // record in that flag's help), else the sentence said returns.
 func revokeAction[T any](fs *flag.FlagSet, idUsage, whose string,
 	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) action {
-	id := fs.String("id", "", idUsage+" (required)")
-	asJSON := fs.Bool("json", false, "print the revoked "+whose+" record as JSON")
-	return func(ctx context.Context, e *invocation) error {
-		after, err := revoke(ctx, e, *id)
+	id := ref[string]{"id", fs.String("id", "", idUsage+" (required)"),
+		func(_ context.Context, _ *invocation, s string) (string, error) { return s, nil }}
+	return changeAction(fs, id, "revoked "+whose, revoke, said)
+}
+
+// changeAction is the action of a command that changes the record target
+// names through change. It prints the record change returns as JSON with
+// --json (what, such as "suspended tenant's", names it in that flag's
+// help), else the sentence said returns.
+func changeAction[T, R any](fs *flag.FlagSet, target ref[T], what string,
+	change func(ctx context.Context, e *invocation, v T) (R, error), said func(R) string) action {
+	asJSON := fs.Bool("json", false, "print the "+what+" record as JSON")
+	return target.run(func(ctx context.Context, e *invocation, v T) error {
+		after, err := change(ctx, e, v)
 		if err != nil {
 			return fmt.Errorf("%s: %w", e.name, err)
 		}
@@ -363,7 +388,17 @@ func revokeAction[T any](fs *flag.FlagSet, idUsage, whose string,
 		}
 		_, err = fmt.Fprintln(e.stdout, said(after))
 		return err
-	}
+	})
+}
+
+// stringList is a repeatable flag: each use adds a value.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ", ") }
+
+func (l *stringList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
 }
 
 // ref is a flag that names a record, such as a tenant by ID or name;

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -37,30 +39,193 @@ func planRow(p plans.Plan) []string {
 
 const plansRoutesHelp = `Usage counts each check under the first of its plan's routes that matches
 its resource, or under (other). A template is "METHOD /path"; a segment
-"{name}" takes any one segment, a last segment "*" the rest of the path:
+"{name}" takes any one segment, a last segment "*" the rest of the path.
+Templates given as arguments replace the plan's routes; --add appends one
+(a template the plan has stays where it is) and --remove takes one out,
+leaving the others:
   admin plans routes --plan pro 'GET /repos/{owner}/{repo}' 'GET /static/*'
+  admin plans routes --plan pro --add 'POST /v1/search' --remove 'GET /static/*'
 --clear removes every route.`
 
 func plansRoutes(fs *flag.FlagSet) action {
 	plan := planFlag(fs, "")
 	clearAll := fs.Bool("clear", false, "remove every route (no TEMPLATE given)")
-	return func(ctx context.Context, e *invocation) error {
+	var add, remove stringList
+	fs.Var(&add, "add", "append `TEMPLATE`, keeping the others (repeatable)")
+	fs.Var(&remove, "remove", "remove `TEMPLATE`, keeping the others (repeatable)")
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
+		edit := len(add) > 0 || len(remove) > 0
 		switch {
-		case len(e.args) == 0 && !*clearAll:
-			return errors.New("plans routes: give the route templates, or --clear to remove them all")
-		case len(e.args) > 0 && *clearAll:
-			return errors.New("plans routes: --clear takes no templates")
+		case *clearAll && (len(e.args) > 0 || edit):
+			return errors.New("plans routes: --clear takes no templates, --add or --remove")
+		case edit && len(e.args) > 0:
+			return errors.New("plans routes: give the templates (replacing the plan's), or --add and --remove, not both")
+		case !edit && len(e.args) == 0 && !*clearAll:
+			return errors.New("plans routes: give the route templates, --add or --remove, or --clear to remove them all")
 		}
-		p, err := plan.get(ctx, e)
-		if err != nil {
-			return fmt.Errorf("plans routes: %w", err)
+		routes := e.args
+		if edit {
+			routes = slices.Clone(p.Routes)
+			for _, r := range remove {
+				i := slices.Index(routes, r)
+				if i < 0 {
+					return fmt.Errorf("plans routes: --remove: plan %s has no route %q (see plans list --json)", p.Name, r)
+				}
+				routes = slices.Delete(routes, i, i+1)
+			}
+			for _, r := range add {
+				if !slices.Contains(routes, r) {
+					routes = append(routes, r)
+				}
+			}
 		}
-		p, err = plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, e.args)
+		p, err := plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, routes)
 		if err != nil {
 			return fmt.Errorf("plans routes: %w", err)
 		}
 		return printJSON(e.stdout, p)
+	})
+}
+
+const plansCreateHelp = `The plan's fields are the admin API's plan body (POST /api/v1/plans), in a
+file (-f, JSON or YAML) or flag by flag; flags override the file's fields.
+Rules are JSON (or YAML) as the API takes them, period in microseconds:
+  admin plans create --name team --display-name Team --base-fee-minor 4900 \
+      --included-units 100000 --quota-mode overage --overage-unit-minor 2 \
+      --rules '[{"name": "hourly", "limit": 5000, "period_us": 3600000000}]'
+  admin plans create -f team.yaml
+plans rule adds or replaces one rule with flags; plans apply keeps every plan
+in one file.`
+
+func plansCreate(fs *flag.FlagSet) action {
+	fields := declarePlanFields(fs, "plan name: lower-case letters, digits, '_' and '-'")
+	return func(ctx context.Context, e *invocation) error {
+		var in plans.PlanInput
+		if _, err := fields.apply(e, &in); err != nil {
+			return fmt.Errorf("plans create: %w", err)
+		}
+		p, err := plans.NewOps(e.db).Create(ctx, audit.CLI, in)
+		if err != nil {
+			return fmt.Errorf("plans create: %w", err)
+		}
+		return printJSON(e.stdout, p)
 	}
+}
+
+const plansUpdateHelp = `Changes the fields the flags give and keeps the others. -f replaces the
+whole plan with the file's body (PUT /api/v1/plans/{id}; a body without a
+name keeps the plan's), then the flags override its fields. --name renames
+the plan. Checks see the change within a second.
+  admin plans update --plan pro --base-fee-minor 5900 --display-name "Pro (2026)"`
+
+func plansUpdate(fs *flag.FlagSet) action {
+	plan := planFlag(fs, "")
+	fields := declarePlanFields(fs, "rename the plan to this")
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
+		var in plans.PlanInput
+		if err := convert(p, &in); err != nil {
+			return fmt.Errorf("plans update: %w", err)
+		}
+		given, err := fields.apply(e, &in)
+		switch {
+		case err != nil:
+			return fmt.Errorf("plans update: %w", err)
+		case !given:
+			return errors.New("plans update: nothing to change: give -f or the flags of the fields to change (see --help)")
+		}
+		p, err = plans.NewOps(e.db).Update(ctx, audit.CLI, p.ID, in)
+		if err != nil {
+			return fmt.Errorf("plans update: %w", err)
+		}
+		return printJSON(e.stdout, p)
+	})
+}
+
+// plansArchive archives a plan, or brings it back (archive false).
+func plansArchive(archive bool) func(fs *flag.FlagSet) action {
+	return func(fs *flag.FlagSet) action {
+		done := "is active again: tenants can be put on it"
+		if archive {
+			done = "is archived: its tenants keep it, and no other tenant can be put on it"
+		}
+		return changeAction(fs, planFlag(fs, ""), "plan's", func(ctx context.Context, e *invocation, p plans.Plan) (plans.Plan, error) {
+			return plans.NewOps(e.db).SetArchived(ctx, audit.CLI, p.ID, archive)
+		}, func(p plans.Plan) string { return fmt.Sprintf("plan %s %s", p.Name, done) })
+	}
+}
+
+// planFields are the flags of a plan's fields, for plans create and
+// update: the admin API's plan body from -f, then the fields the other
+// flags give. The flags are named after the body's fields
+// (--base-fee-minor is base_fee_minor), so that errors naming a field
+// name its flag too.
+type planFields struct {
+	fs                                            *flag.FlagSet
+	file, name, displayName, currency, quotaMode  string
+	tiers, rules                                  string
+	baseFeeMinor, includedUnits, overageUnitMinor int64
+	routes                                        stringList
+}
+
+// declarePlanFields declares the flags of a plan's fields on fs; nameUsage
+// describes --name.
+func declarePlanFields(fs *flag.FlagSet, nameUsage string) *planFields {
+	f := &planFields{fs: fs}
+	fs.StringVar(&f.file, "f", "", "a file with the plan's body as the admin API takes it, JSON or YAML; - for stdin")
+	fs.StringVar(&f.name, "name", "", nameUsage)
+	fs.StringVar(&f.displayName, "display-name", "", "the name people see")
+	fs.StringVar(&f.currency, "currency", "", "ISO 4217 code (a new plan's default: USD)")
+	fs.Int64Var(&f.baseFeeMinor, "base-fee-minor", 0, "monthly base fee, in minor units")
+	fs.Int64Var(&f.includedUnits, "included-units", 0, "units included each month (the quota of a hard or overage plan)")
+	fs.Int64Var(&f.overageUnitMinor, "overage-unit-minor", 0, "flat price of a unit past the included ones, in minor units")
+	fs.StringVar(&f.quotaMode, "quota-mode", "", "none (default), hard or overage")
+	fs.StringVar(&f.tiers, "tiers", "", `graduated overage prices, a JSON array such as '[{"up_to": 1000, "unit_minor": 3}, {"unit_minor": 2}]' ([] for flat); @FILE reads a file`)
+	fs.StringVar(&f.rules, "rules", "", `every rule of the plan, a JSON array as the admin API takes them; @FILE reads a file`)
+	fs.Var(&f.routes, "route", "a route `TEMPLATE`, in the order they are tried (repeatable): replaces the plan's routes")
+	return f
+}
+
+// apply sets the fields of in that -f and the flags give, and reports
+// whether they gave any. Errors name the flag.
+func (f *planFields) apply(e *invocation, in *plans.PlanInput) (given bool, err error) {
+	if f.file != "" {
+		body := plans.PlanInput{}
+		if err := decodeDocument(e, f.file, &body); err != nil {
+			return false, fmt.Errorf("-f: %w", err)
+		}
+		if body.Name == "" {
+			body.Name = in.Name
+		}
+		*in, given = body, true
+	}
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "name":
+			in.Name = f.name
+		case "display-name":
+			in.DisplayName = f.displayName
+		case "currency":
+			in.Currency = f.currency
+		case "base-fee-minor":
+			in.BaseFeeMinor = f.baseFeeMinor
+		case "included-units":
+			in.IncludedUnits = f.includedUnits
+		case "overage-unit-minor":
+			in.OverageUnitMinor = f.overageUnitMinor
+		case "quota-mode":
+			in.QuotaMode = plans.QuotaMode(f.quotaMode)
+		case "tiers":
+			err = cmp.Or(err, decodeArgument(e, "tiers", f.tiers, &in.Tiers))
+		case "rules":
+			err = cmp.Or(err, decodeArgument(e, "rules", f.rules, &in.Rules))
+		case "route":
+			in.Routes = f.routes
+		default:
+			return
+		}
+		given = true
+	})
+	return given, err
 }
 
 // planFlag declares --plan on fs, a plan's name: required when def is

@@ -113,13 +113,69 @@ func webhooksCreate(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("webhooks create: %w", err)
 		}
-		if *asJSON {
-			return printJSON(e.stdout, res)
-		}
-		fmt.Fprintln(e.stdout, res.Secret)
-		fmt.Fprintf(e.stderr, "endpoint %s → %s added; the secret above is not shown again\n", res.Endpoint.ID, res.Endpoint.URL)
-		return nil
+		return printSecret(e, *asJSON, res, "added")
 	}
+}
+
+// printSecret prints an endpoint's new secret, once: the endpoint and
+// secret as JSON with asJSON, else the secret on stdout and what was done
+// (such as "added") on stderr.
+func printSecret(e *invocation, asJSON bool, res events.IssuedEndpoint, done string) error {
+	if asJSON {
+		return printJSON(e.stdout, res)
+	}
+	fmt.Fprintln(e.stdout, res.Secret)
+	fmt.Fprintf(e.stderr, "endpoint %s → %s %s; the secret above is not shown again\n", res.Endpoint.ID, res.Endpoint.URL, done)
+	return nil
+}
+
+// endpointFlag declares --endpoint on fs, a webhook endpoint's ID
+// (required), of an operator's or any tenant's.
+func endpointFlag(fs *flag.FlagSet) ref[events.Endpoint] {
+	return ref[events.Endpoint]{"endpoint", fs.String("endpoint", "", "endpoint ID, as `webhooks list` shows it (required)"),
+		func(ctx context.Context, e *invocation, id string) (events.Endpoint, error) {
+			return events.NewStore(e.db).Endpoint(ctx, "", id)
+		}}
+}
+
+// webhooksDisable stops deliveries to an endpoint, or resumes them
+// (disable false), as the console's buttons do.
+func webhooksDisable(disable bool) func(fs *flag.FlagSet) action {
+	return func(fs *flag.FlagSet) action {
+		ops, done := (*events.Ops).Enable, "enabled: its pending deliveries go out when due"
+		if disable {
+			ops, done = (*events.Ops).Disable, "disabled: it receives no new events, and its pending deliveries wait until it is enabled"
+		}
+		return changeAction(fs, endpointFlag(fs), "endpoint's",
+			func(ctx context.Context, e *invocation, ep events.Endpoint) (events.Endpoint, error) {
+				return ops(events.NewOps(e.db, nil, events.Guard{}), ctx, audit.CLI, "", ep.ID)
+			}, func(ep events.Endpoint) string { return fmt.Sprintf("endpoint %s → %s %s", ep.ID, ep.URL, done) })
+	}
+}
+
+func webhooksDelete(fs *flag.FlagSet) action {
+	return changeAction(fs, endpointFlag(fs), "deleted endpoint's",
+		func(ctx context.Context, e *invocation, ep events.Endpoint) (events.Endpoint, error) {
+			return ep, events.NewOps(e.db, nil, events.Guard{}).DeleteEndpoint(ctx, audit.CLI, "", ep.ID)
+		}, func(ep events.Endpoint) string {
+			return fmt.Sprintf("endpoint %s → %s deleted, with its deliveries", ep.ID, ep.URL)
+		})
+}
+
+func webhooksRotateSecret(fs *flag.FlagSet) action {
+	endpoint := endpointFlag(fs)
+	asJSON := fs.Bool("json", false, "print the endpoint and its new secret as JSON")
+	return endpoint.run(func(ctx context.Context, e *invocation, ep events.Endpoint) error {
+		keys, err := e.secretKeys()
+		if err != nil {
+			return err
+		}
+		res, err := events.NewOps(e.db, nil, events.Guard{}).WithSecretKeys(keys).RotateSecret(ctx, audit.CLI, "", ep.ID)
+		if err != nil {
+			return fmt.Errorf("webhooks rotate-secret: %w", err)
+		}
+		return printSecret(e, *asJSON, res, "has a new secret (the previous one keeps signing beside it until "+timeCell(res.Endpoint.PreviousSecretUntil)+")")
+	})
 }
 
 func webhooksList(fs *flag.FlagSet) action {

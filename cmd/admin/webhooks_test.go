@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,5 +95,65 @@ func TestWebhookSurvivesKill(t *testing.T) {
 	defer mu.Unlock()
 	if len(delivered) != 1 || delivered[0] != id {
 		t.Errorf("delivered %v after the restart, want [%s] (the same webhook-id)", delivered, id)
+	}
+}
+
+func TestWebhooksDisableEnableRotateDelete(t *testing.T) {
+	dbURL, _ := cliDB(t)
+	var made events.IssuedEndpoint
+	out, err := runAdmin(t, dbURL, "", "webhooks", "create", "--url", "https://hooks.example.com/cli", "--json")
+	testenv.Must(t, err)
+	testenv.Must(t, json.Unmarshal([]byte(out), &made))
+	id := made.Endpoint.ID
+	endpoint := func() events.Endpoint {
+		t.Helper()
+		var list []events.Endpoint
+		out, err := runAdmin(t, dbURL, "", "webhooks", "list")
+		testenv.Must(t, err)
+		testenv.Must(t, json.Unmarshal([]byte(out), &list))
+		if len(list) != 1 {
+			t.Fatalf("webhooks list: %s", out)
+		}
+		return list[0]
+	}
+
+	out, err = runAdmin(t, dbURL, "", "webhooks", "disable", "--endpoint", id)
+	if err != nil || !strings.Contains(out, "endpoint "+id+" → https://hooks.example.com/cli disabled") || endpoint().DisabledAt == nil {
+		t.Errorf("webhooks disable: %q, %v; endpoint %+v", out, err, endpoint())
+	}
+	var enabled events.Endpoint
+	out, err = runAdmin(t, dbURL, "", "webhooks", "enable", "--endpoint", id, "--json")
+	testenv.Must(t, err)
+	testenv.Must(t, json.Unmarshal([]byte(out), &enabled))
+	if enabled.ID != id || enabled.DisabledAt != nil || endpoint().DisabledAt != nil {
+		t.Errorf("webhooks enable --json: %+v", enabled)
+	}
+
+	// The new secret alone on stdout, once; the previous one keeps
+	// signing for a while.
+	out, err = runAdmin(t, dbURL, "", "webhooks", "rotate-secret", "--endpoint", id)
+	secret := strings.TrimSpace(out)
+	if err != nil || !strings.HasPrefix(secret, "whsec_") || strings.Contains(secret, "\n") || secret == made.Secret ||
+		endpoint().PreviousSecretUntil == nil {
+		t.Errorf("webhooks rotate-secret: %q, %v; endpoint %+v", out, err, endpoint())
+	}
+	var rotated events.IssuedEndpoint
+	out, err = runAdmin(t, dbURL, "", "webhooks", "rotate-secret", "--endpoint", id, "--json")
+	testenv.Must(t, err)
+	testenv.Must(t, json.Unmarshal([]byte(out), &rotated))
+	if rotated.Endpoint.ID != id || !strings.HasPrefix(rotated.Secret, "whsec_") || rotated.Secret == secret {
+		t.Errorf("webhooks rotate-secret --json: %s", out)
+	}
+
+	out, err = runAdmin(t, dbURL, "", "webhooks", "delete", "--endpoint", id)
+	if err != nil || !strings.Contains(out, "endpoint "+id+" → https://hooks.example.com/cli deleted") {
+		t.Errorf("webhooks delete: %q, %v", out, err)
+	}
+	if out, err := runAdmin(t, dbURL, "", "webhooks", "list"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("webhooks list after delete: %q, %v", out, err)
+	}
+	for _, cmd := range []string{"disable", "enable", "delete", "rotate-secret"} {
+		wantRefused(t, dbURL, []string{"webhooks", cmd, "--endpoint", id}, "--endpoint", "not")
+		wantRefused(t, dbURL, []string{"webhooks", cmd}, "--endpoint is required")
 	}
 }

@@ -115,7 +115,7 @@ func commands() []command {
 		// plan.update, plan.archive or plan.unarchive.
 		{name: "plans apply", audited: "plan.update", summary: "make the plans what a file (YAML or JSON) says: create and update them, one audited change per plan that changes; --dry-run shows the changes", help: plansApplyHelp, flags: plansApply},
 		{name: "plans quota", audited: "plan.quota", summary: "set a plan's quota thresholds and spend caps (its tenants' defaults)", help: thresholdsHelp, flags: plansQuota},
-		{name: "plans routes", audited: "plan.routes", args: "TEMPLATE...", summary: "replace a plan's route templates, in the order they are tried", help: plansRoutesHelp, flags: plansRoutes},
+		{name: "plans routes", audited: "plan.routes", args: "TEMPLATE...", summary: "set, add (--add) or remove (--remove) a plan's route templates, tried in order", help: plansRoutesHelp, flags: plansRoutes},
 		{name: "plans rule", audited: "plan.rule", summary: "add a rule to a plan, or replace the rule of that name", help: plansRuleHelp, flags: plansRule},
 		{name: "keys issue", audited: "key.create", summary: "issue an API key for a tenant; the secret is printed once and never stored", flags: keysIssue},
 		{name: "keys list", summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's", flags: keysList},

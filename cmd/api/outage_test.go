@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -214,68 +217,141 @@ func testGatewayOutage(t *testing.T, start startGateway) {
 // TestNginxOutage: the recipe in deploy/nginx when the check API stops.
 func TestNginxOutage(t *testing.T) { testGatewayOutage(t, startNginx) }
 
-// sentinelSample is one check sent while the primary was killed and the
-// sentinels promoted its replica.
-type sentinelSample struct {
+// failoverSample is one check sent while a Redis master was killed and
+// its replica promoted.
+type failoverSample struct {
 	at       time.Time
 	err      error
 	degraded bool
+}
+
+// failover is a Redis failover under load: two api processes of rig r,
+// four clients checking keys of r's callers (half of them cost-0 peeks,
+// which always go to the store, never to the local denials, so a peek
+// answered without "degraded" was decided by Redis), and a key first used
+// after the failover.
+type failover struct {
+	r       *rig
+	apis    []string
+	fresh   string
+	client  *http.Client
+	mu      sync.Mutex
+	samples []failoverSample
+	stop    atomic.Bool
+	wg      sync.WaitGroup
+}
+
+// startFailover starts the api processes with r's settings, issues the
+// fresh key (of the tenant of r.callers[0]) and starts the load.
+func startFailover(t *testing.T, r *rig) *failover {
+	t.Helper()
+	ctx := context.Background()
+	f := &failover{r: r, apis: addrs([]*api{r.startAPI(t), r.startAPI(t)}), client: &http.Client{Timeout: 5 * time.Second}}
+	tenantID := f.tenantOf(t, r.callers[0].key)
+	var err error
+	f.fresh, _, err = tenants.NewStore(r.db).IssueKey(ctx, tenantID, "after the failover", nil)
+	testenv.Must(t, err)
+	for i := range 4 {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			c := r.callers[i%2]
+			for !f.stop.Load() {
+				var d struct {
+					Degraded bool `json:"degraded"`
+				}
+				err := postJSON(f.client, "http://"+f.apis[i%len(f.apis)]+"/v1/check", r.token,
+					map[string]any{"key": c.key, "resource": "GET /x", "cost": i % 2}, &d)
+				f.mu.Lock()
+				f.samples = append(f.samples, failoverSample{at: time.Now(), err: err, degraded: d.Degraded})
+				f.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(f.end)
+	testenv.WaitFor(t, 10*time.Second, "checks under way", func() bool { return f.count() > 200 })
+	return f
+}
+
+// tenantOf returns the tenant ID of API key secret.
+func (f *failover) tenantOf(t *testing.T, secret string) string {
+	t.Helper()
+	k, err := tenants.NewStore(f.r.db).FindKeyByHash(context.Background(), tenants.HashKey(secret))
+	testenv.Must(t, err)
+	return k.TenantID
+}
+
+func (f *failover) count() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.samples) }
+
+func (f *failover) end() { f.stop.Store(true); f.wg.Wait() }
+
+// check asserts what the load saw once the new master was known at
+// promotedAt: no check got anything but a decision, none was degraded
+// later than recovery after it, and the fresh key is admitted exactly
+// its plan's 30 an hour, of 40, through both processes.
+func (f *failover) check(t *testing.T, killedAt, promotedAt time.Time, recovery time.Duration) {
+	t.Helper()
+	// Load goes on past the recovery bound, so that the checks of after it
+	// are seen.
+	after := f.count()
+	testenv.WaitFor(t, 30*time.Second, "checks after the failover", func() bool {
+		return time.Since(promotedAt) > recovery+time.Second && f.count() > after+200
+	})
+	f.end()
+	var degraded, late int
+	var lastDegraded time.Time
+	for _, s := range f.samples {
+		if s.err != nil {
+			t.Errorf("a check at +%v after the kill: %v", s.at.Sub(killedAt).Round(time.Millisecond), s.err)
+			continue
+		}
+		if s.degraded {
+			degraded++
+			lastDegraded = s.at
+			if s.at.After(promotedAt.Add(recovery)) {
+				late++
+			}
+		}
+	}
+	t.Logf("%d checks, %d degraded; the last degraded %v after the new master was known",
+		len(f.samples), degraded, lastDegraded.Sub(promotedAt).Round(time.Millisecond))
+	if late > 0 {
+		t.Errorf("%d checks degraded more than %v after the new master was known", late, recovery)
+	}
+	var admitted int
+	for i := range 40 {
+		var d struct {
+			Allowed  bool `json:"allowed"`
+			Degraded bool `json:"degraded"`
+		}
+		testenv.Must(t, postJSON(f.client, "http://"+f.apis[i%len(f.apis)]+"/v1/check", f.r.token,
+			map[string]any{"key": f.fresh, "resource": "GET /x", "cost": 1}, &d))
+		if d.Degraded {
+			t.Fatalf("check %d after the failover: degraded", i+1)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 30 {
+		t.Errorf("after the failover the fresh key was admitted %d of 40, want 30", admitted)
+	}
 }
 
 // TestSentinelFailover: two api processes reach Redis through three
 // sentinels (TOLLGATE_REDIS_SENTINEL_ADDRS). The primary is killed
 // (SIGKILL) under load. No check gets anything but a decision (no 5xx,
 // no transport error); once the sentinels name the promoted replica,
-// every check is decided by the store again within sentinelRecovery;
-// and the promoted replica decides exactly: a tenant's fresh key is
-// admitted exactly its plan's 30 an hour.
+// every check is decided by the store again within 2 s; and the
+// promoted replica decides exactly.
 func TestSentinelFailover(t *testing.T) {
-	const sentinelRecovery = 2 * time.Second
 	ctx := context.Background()
 	r := newRig(t, testenv.DatabaseURL(t))
 	g := testenv.StartSentinelGroup(t)
 	r.env["TOLLGATE_REDIS_ADDR"] = ""
 	r.env["TOLLGATE_REDIS_SENTINEL_ADDRS"] = strings.Join(g.SentinelAddrs(), ",")
 	r.env["TOLLGATE_REDIS_SENTINEL_MASTER"] = g.Master
-	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
-	// A key first used after the failover: the promoted replica must
-	// decide it exactly.
-	ts := tenants.NewStore(r.db)
-	all, err := ts.List(ctx)
-	testenv.Must(t, err)
-	fresh, _, err := ts.IssueKey(ctx, all[0].ID, "after the failover", nil)
-	testenv.Must(t, err)
-
-	// Cost-0 peeks always go to the store (never to the local denials),
-	// so a peek answered without "degraded" was decided by Redis.
-	var (
-		mu      sync.Mutex
-		samples []sentinelSample
-		stop    atomic.Bool
-		wg      sync.WaitGroup
-	)
-	client := &http.Client{Timeout: 5 * time.Second}
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := r.callers[i%2]
-			for !stop.Load() {
-				var d struct {
-					Allowed  bool `json:"allowed"`
-					Degraded bool `json:"degraded"`
-				}
-				err := postJSON(client, "http://"+apis[i%len(apis)]+"/v1/check", r.token,
-					map[string]any{"key": c.key, "resource": "GET /x", "cost": i % 2}, &d)
-				mu.Lock()
-				samples = append(samples, sentinelSample{at: time.Now(), err: err, degraded: d.Degraded})
-				mu.Unlock()
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
-	counted := func() int { mu.Lock(); defer mu.Unlock(); return len(samples) }
-	testenv.WaitFor(t, 10*time.Second, "checks under way", func() bool { return counted() > 200 })
+	f := startFailover(t, r)
 
 	// The breaker's ping follows the sentinels: it finds the primary, and
 	// a name they do not know is an error.
@@ -289,55 +365,59 @@ func TestSentinelFailover(t *testing.T) {
 	g.Primary.Kill()
 	promotedAt := g.WaitForFailover(t, old, 30*time.Second)
 	t.Logf("the sentinels named the new primary %v after the kill", promotedAt.Sub(killedAt).Round(time.Millisecond))
-	// Load goes on past the recovery bound, so that the checks of after it
-	// are seen.
-	after := counted()
-	testenv.WaitFor(t, 30*time.Second, "checks after the failover", func() bool {
-		return time.Since(promotedAt) > sentinelRecovery+time.Second && counted() > after+200
-	})
-	stop.Store(true)
-	wg.Wait()
+	f.check(t, killedAt, promotedAt, 2*time.Second)
 	testenv.Must(t, redisstore.PingPrimary(g.Master, g.SentinelAddrs()...)(ctx))
+}
 
-	var degraded, late int
-	var lastDegraded time.Time
-	for _, s := range samples {
-		if s.err != nil {
-			t.Errorf("a check at +%v after the kill: %v", s.at.Sub(killedAt).Round(time.Millisecond), s.err)
-			continue
+// TestClusterMasterFailover: two api processes on a 3-master Cluster with
+// a replica each (cluster-node-timeout 2 s). The master that holds the
+// slot of a loaded tenant's keys is killed (SIGKILL) under load. No check
+// gets anything but a decision; once the Cluster reports the replica as
+// master, every check is decided by the store again within a second;
+// and the new master decides exactly.
+func TestClusterMasterFailover(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, testenv.DatabaseURL(t))
+	cluster := testenv.StartReplicatedCluster(t, 3, 1, 2*time.Second)
+	r.env["TOLLGATE_REDIS_ADDR"] = ""
+	r.env["TOLLGATE_REDIS_CLUSTER_ADDRS"] = strings.Join(cluster.AllAddrs(), ",")
+	f := startFailover(t, r)
+
+	// The master of the slot of the loaded tenant's hash tag.
+	tag, _ := statekey.Compact(f.tenantOf(t, r.callers[0].key))
+	seed := redis.NewClient(&redis.Options{Addr: cluster.Masters[0].Addr()})
+	defer seed.Close()
+	slot, err := seed.ClusterKeySlot(ctx, "{"+string([]byte{tag})+"}").Result()
+	testenv.Must(t, err)
+	victim := int(slot) / (16384 / 3)
+	if victim > 2 {
+		victim = 2
+	}
+	survivor := redis.NewClient(&redis.Options{Addr: cluster.Masters[(victim+1)%3].Addr()})
+	defer survivor.Close()
+	replica := cluster.Replicas[victim].Addr()
+
+	killedAt := time.Now()
+	cluster.Masters[victim].Kill()
+	testenv.Eventually(t, killedAt, 30*time.Second, "the Cluster promotes the replica", func() (bool, string) {
+		nodes, err := survivor.ClusterNodes(ctx).Result()
+		if err != nil {
+			return false, err.Error()
 		}
-		if s.degraded {
-			degraded++
-			lastDegraded = s.at
-			if s.at.After(promotedAt.Add(sentinelRecovery)) {
-				late++
+		info, err := survivor.ClusterInfo(ctx).Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, line := range strings.Split(nodes, "\n") {
+			fields := strings.Fields(line)
+			if len(fields) > 2 && strings.HasPrefix(fields[1], replica) && strings.Contains(fields[2], "master") &&
+				strings.Contains(info, "cluster_state:ok") {
+				return true, ""
 			}
 		}
-	}
-	t.Logf("%d checks, %d degraded; the last degraded %v after the sentinels named the new primary",
-		len(samples), degraded, lastDegraded.Sub(promotedAt).Round(time.Millisecond))
-	if late > 0 {
-		t.Errorf("%d checks degraded more than %v after the sentinels named the new primary", late, sentinelRecovery)
-	}
-
-	// The promoted replica decides exactly: the fresh key is admitted 30
-	// of 40 (its plan's hourly allowance), through both processes.
-	var admitted int
-	for i := range 40 {
-		var d struct {
-			Allowed  bool `json:"allowed"`
-			Degraded bool `json:"degraded"`
-		}
-		testenv.Must(t, postJSON(client, "http://"+apis[i%len(apis)]+"/v1/check", r.token,
-			map[string]any{"key": fresh, "resource": "GET /x", "cost": 1}, &d))
-		if d.Degraded {
-			t.Fatalf("check %d after the failover: degraded", i+1)
-		}
-		if d.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 30 {
-		t.Errorf("after the failover the fresh key was admitted %d of 40, want 30", admitted)
-	}
+		return false, nodes
+	})
+	promotedAt := time.Now()
+	t.Logf("the Cluster reported the new master %v after the kill", promotedAt.Sub(killedAt).Round(time.Millisecond))
+	f.check(t, killedAt, promotedAt, time.Second)
 }

@@ -25,51 +25,115 @@ const clusterSlots = 16384
 // cluster bus port is set with --cluster-port, which needs Redis 7.
 func StartRedisCluster(t testing.TB, masters int) []string {
 	t.Helper()
-	nodes := make([]*RedisServer, masters)
-	addrs := make([]string, masters)
-	clients := make([]*redis.Client, masters)
+	return StartReplicatedCluster(t, masters, 0, 5*time.Second).Addrs()
+}
+
+// OwnCluster is a Redis Cluster of one test's own (StartReplicatedCluster).
+type OwnCluster struct {
+	// Masters own the slots, split evenly; Replicas[i] replicates
+	// Masters[i % len(Masters)].
+	Masters, Replicas []*RedisServer
+}
+
+// Addrs returns the masters' addresses.
+func (c *OwnCluster) Addrs() []string { return addrsOf(c.Masters) }
+
+// AllAddrs returns every node's address, masters first: seed nodes a
+// client can still reach when a master is gone.
+func (c *OwnCluster) AllAddrs() []string { return append(c.Addrs(), addrsOf(c.Replicas)...) }
+
+func addrsOf(nodes []*RedisServer) []string {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// StartReplicatedCluster starts a Redis Cluster of the test's own, as
+// StartRedisCluster does, with replicas replicas of each master, and
+// cluster-node-timeout nodeTimeout (after which a master that does not
+// answer is failed over to its replica). It waits until every node says
+// the cluster is ok and knows every node, and every master has its
+// replicas connected.
+func StartReplicatedCluster(t testing.TB, masters, replicas int, nodeTimeout time.Duration) *OwnCluster {
+	t.Helper()
+	c := &OwnCluster{}
+	all := make([]*RedisServer, masters*(1+replicas))
+	clients := make([]*redis.Client, len(all))
 	firstBus := ""
-	for i := range nodes {
+	for i := range all {
 		bus := strconv.Itoa(FreePort(t))
 		if i == 0 {
 			firstBus = bus
 		}
-		nodes[i] = StartRedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", bus, "--cluster-node-timeout", "5000")
-		addrs[i] = nodes[i].Addr()
-		clients[i] = redis.NewClient(&redis.Options{Addr: addrs[i]})
+		all[i] = StartRedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", bus, "--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
+		clients[i] = redis.NewClient(&redis.Options{Addr: all[i].Addr()})
 		defer clients[i].Close()
 	}
+	c.Masters, c.Replicas = all[:masters], all[masters:]
 	ctx := context.Background()
 	per := clusterSlots / masters
-	for i, c := range clients {
-		first, last := i*per, (i+1)*per-1
-		if i == masters-1 {
-			last = clusterSlots - 1
-		}
-		if err := c.ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
-			t.Fatalf("testenv: cluster addslotsrange on %s: %v", addrs[i], err)
+	for i, cl := range clients {
+		if i < masters {
+			first, last := i*per, (i+1)*per-1
+			if i == masters-1 {
+				last = clusterSlots - 1
+			}
+			if err := cl.ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
+				t.Fatalf("testenv: cluster addslotsrange on %s: %v", all[i].Addr(), err)
+			}
 		}
 		if i > 0 {
 			// The bus port too: MEET assumes the port + 10000 otherwise.
-			if err := c.Do(ctx, "cluster", "meet", "127.0.0.1", nodes[0].port, firstBus).Err(); err != nil {
-				t.Fatalf("testenv: cluster meet from %s: %v", addrs[i], err)
+			if err := cl.Do(ctx, "cluster", "meet", "127.0.0.1", all[0].port, firstBus).Err(); err != nil {
+				t.Fatalf("testenv: cluster meet from %s: %v", all[i].Addr(), err)
 			}
 		}
 	}
-	Eventually(t, time.Now(), 30*time.Second, "a Redis Cluster of the test's own to form", func() (bool, string) {
-		for i, c := range clients {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil {
-				return false, fmt.Sprintf("%s: %v", addrs[i], err)
-			}
-			for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:" + strconv.Itoa(masters)} {
-				if !strings.Contains(info, want+"\r\n") {
-					return false, fmt.Sprintf("%s: no %s in\n%s", addrs[i], want, info)
+	formed := func(what string, extra func(i int, info string) string) {
+		t.Helper()
+		Eventually(t, time.Now(), 30*time.Second, what, func() (bool, string) {
+			for i, cl := range clients {
+				info, err := cl.ClusterInfo(ctx).Result()
+				if err != nil {
+					return false, fmt.Sprintf("%s: %v", all[i].Addr(), err)
+				}
+				for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:" + strconv.Itoa(len(all))} {
+					if !strings.Contains(info, want+"\r\n") {
+						return false, fmt.Sprintf("%s: no %s in\n%s", all[i].Addr(), want, info)
+					}
+				}
+				if extra != nil {
+					if state := extra(i, info); state != "" {
+						return false, state
+					}
 				}
 			}
+			return true, ""
+		})
+	}
+	formed("a Redis Cluster of the test's own to form", nil)
+	if replicas == 0 {
+		return c
+	}
+	for i, cl := range clients[masters:] {
+		id, err := clients[i%masters].Do(ctx, "cluster", "myid").Text()
+		Must(t, err)
+		if err := cl.Do(ctx, "cluster", "replicate", id).Err(); err != nil {
+			t.Fatalf("testenv: cluster replicate on %s: %v", c.Replicas[i].Addr(), err)
 		}
-		return true, ""
+	}
+	formed("the replicas of a Redis Cluster of the test's own in sync", func(i int, _ string) string {
+		if i >= masters {
+			return ""
+		}
+		repl, err := clients[i].Info(ctx, "replication").Result()
+		if err != nil || strings.Count(repl, "state=online") != replicas {
+			return fmt.Sprintf("master %s: %v %s", all[i].Addr(), err, repl)
+		}
+		return ""
 	})
-	return addrs
+	return c
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ type webhookConfig struct {
 	// default true).
 	Deliver bool
 	// Guard refuses endpoints on private addresses unless
-	// TOLLGATE_WEBHOOK_ALLOW_PRIVATE=true.
+	// TOLLGATE_WEBHOOK_ALLOW_PRIVATE=true, but for those listed in
+	// TOLLGATE_WEBHOOK_ALLOW_ADDRS.
 	Guard events.Guard
 	// Timeout bounds one attempt (TOLLGATE_WEBHOOK_TIMEOUT, default 10s).
 	Timeout time.Duration
@@ -33,10 +35,25 @@ type webhookConfig struct {
 	Concurrency int
 }
 
+// allowAddrs reads TOLLGATE_WEBHOOK_ALLOW_ADDRS: IP addresses webhook
+// endpoints may point to although the guard refuses their kind.
+func allowAddrs(e *config.Env) []netip.Addr {
+	var addrs []netip.Addr
+	for _, v := range e.List("TOLLGATE_WEBHOOK_ALLOW_ADDRS") {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			e.Fail("TOLLGATE_WEBHOOK_ALLOW_ADDRS", fmt.Sprintf("%q is not an IP address", v))
+			continue
+		}
+		addrs = append(addrs, a.Unmap())
+	}
+	return addrs
+}
+
 func loadWebhookConfig(e *config.Env) webhookConfig {
 	c := webhookConfig{
 		Deliver:     e.Bool("TOLLGATE_WEBHOOK_DELIVER", true),
-		Guard:       events.Guard{AllowPrivate: e.Bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", false)},
+		Guard:       events.Guard{AllowPrivate: e.Bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", false), AllowAddrs: allowAddrs(e)},
 		Timeout:     e.Duration("TOLLGATE_WEBHOOK_TIMEOUT", 10*time.Second),
 		Concurrency: e.Int("TOLLGATE_WEBHOOK_CONCURRENCY", 8, 1),
 	}

@@ -86,7 +86,8 @@ func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.Secr
 // sink (cmd/webhook-sink) that `make run` starts on loopback, so that
 // deliveries stay on the machine. Without the sink they fail, and are
 // retried, on the same machine; the deliverers refuse loopback addresses
-// unless TOLLGATE_WEBHOOK_ALLOW_PRIVATE=true, which `make run` sets.
+// that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list (`make run` lists
+// 127.0.0.1).
 const ReceiverURL = "http://127.0.0.1:8082"
 
 // earlierDemoWebhookURL is where an earlier demo seed pointed its

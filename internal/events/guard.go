@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,10 @@ type Guard struct {
 	// (TOLLGATE_WEBHOOK_ALLOW_PRIVATE: tests, and receivers on the same
 	// network on purpose).
 	AllowPrivate bool
+	// AllowAddrs lets these addresses through, and no other refused one
+	// (TOLLGATE_WEBHOOK_ALLOW_ADDRS: a receiver on this machine, as the
+	// demo's, without opening the whole private network).
+	AllowAddrs []netip.Addr
 	// Resolver looks host names up (net.DefaultResolver when nil).
 	Resolver *net.Resolver
 }
@@ -35,10 +40,10 @@ var blockedNets = []netip.Prefix{
 
 // allowedIP returns an error naming ip when the guard refuses it.
 func (g Guard) allowedIP(ip netip.Addr) error {
-	if g.AllowPrivate {
+	ip = ip.Unmap()
+	if g.AllowPrivate || slices.Contains(g.AllowAddrs, ip) {
 		return nil
 	}
-	ip = ip.Unmap()
 	blocked := ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
 		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified()
 	for _, n := range blockedNets {

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,21 @@ func TestGuardRefusesPrivateURLs(t *testing.T) {
 	}
 	if why := (events.Guard{AllowPrivate: true}).CheckURL(ctx, "http://127.0.0.1:9/"); why != "" {
 		t.Errorf("AllowPrivate: CheckURL(loopback) = %q, want it accepted", why)
+	}
+	// An allowed address, and no other private one (nor another form of
+	// it that is another address).
+	listed := events.Guard{AllowAddrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
+	for u, ok := range map[string]bool{"http://127.0.0.1:8082/": true, "http://[::ffff:127.0.0.1]/": true,
+		"http://127.0.0.2/": false, "http://10.0.0.1/": false, "http://[::1]/": false} {
+		if why := listed.CheckURL(ctx, u); (why == "") != ok {
+			t.Errorf("AllowAddrs 127.0.0.1: CheckURL(%q) = %q, want accepted %v", u, why, ok)
+		}
+	}
+	if err := listed.Dialer(time.Second).Control("tcp", "10.0.0.1:80", nil); err == nil {
+		t.Error("AllowAddrs 127.0.0.1: the dialer lets 10.0.0.1 through")
+	}
+	if err := listed.Dialer(time.Second).Control("tcp", "127.0.0.1:8082", nil); err != nil {
+		t.Errorf("AllowAddrs 127.0.0.1: the dialer refuses it: %v", err)
 	}
 
 	db, acme, _ := setup(t)

@@ -68,6 +68,14 @@ func NewInvoicing(db postgres.Conn, cfg InvoicingConfig, now func() time.Time) *
 // off.
 func (inv *Invoicing) Enabled() bool { return inv != nil && inv.cfg.Provider != nil }
 
+// Provider is the payment provider (nil with invoicing off).
+func (inv *Invoicing) Provider() Provider {
+	if inv == nil {
+		return nil
+	}
+	return inv.cfg.Provider
+}
+
 // Mode is the invoice mode pushes use.
 func (inv *Invoicing) Mode() InvoiceMode { return inv.cfg.Mode }
 

@@ -98,7 +98,9 @@ func (c *Console) BillingTopUp() http.Handler {
 		back := consoleURL(r) + "/tenants/" + url.PathEscape(t.ID) + "/billing"
 		in := billing.TopUpInput{Units: fe.int64(r.PostForm, "units", 0), AmountMinor: fe.int64(r.PostForm, "amount_minor", 0),
 			SuccessURL: back + "?top_up=paid", CancelURL: back}
-		reshow := func(status int, errs map[string]string) { c.billingView(w, r, t, status, billingLinkForm{}, form, errs) }
+		reshow := func(status int, errs map[string]string) {
+			c.billingView(w, r, t, status, billingLinkForm{}, form, errs)
+		}
 		u, ok := saveForm(c, w, r, fe, reshow, func() (billing.TopUp, error) {
 			return c.cfg.Invoicing.OpenTopUp(r.Context(), actor(r), t.ID, in)
 		})

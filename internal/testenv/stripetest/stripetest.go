@@ -170,6 +170,14 @@ func (s *Server) DropAnswer(match func(Request) bool) {
 	s.drop = match
 }
 
+// ForgetKeys forgets the idempotency keys seen, as Stripe does after 24
+// hours: a repeated key then makes something new.
+func (s *Server) ForgetKeys() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answers = map[string]answer{}
+}
+
 // Requests returns the requests received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -241,8 +249,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 	if drop {
+		// Half an answer, then the connection closes: the client cannot
+		// take it for a request never received and send it again.
 		if hj, ok := w.(http.Hijacker); ok {
 			if c, _, err := hj.Hijack(); err == nil {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", len(out))
 				c.Close()
 				return
 			}

@@ -184,3 +184,42 @@ func TestInvoicingSettings(t *testing.T) {
 		t.Errorf("invoicing off said %d times:\n%s", n, srv.Logs.String())
 	}
 }
+
+// withSettings returns base with more's settings too.
+func withSettings(base map[string]string, more map[string]string) map[string]string {
+	for k, v := range more {
+		base[k] = v
+	}
+	return base
+}
+
+// billingScenario calls the billing routes for TestOpenAPI: acme linked
+// to a customer, a top-up, its billing, a month's reconciliation, and
+// Stripe's webhook refused and acknowledged.
+func billingScenario(t *testing.T, client *http.Client, base string, do func(method, path, token string, body any, status int) response,
+	op, viewer, tenantID, month string) {
+	t.Helper()
+	tenant := "/api/v1/tenants/" + tenantID
+	do("PUT", tenant+"/billing/account", op, map[string]any{"customer_id": "cus_openapi"}, 200)
+	do("PUT", tenant+"/billing/account", op, map[string]any{"customer_id": "nope"}, 422)
+	do("PUT", tenant+"/billing/account", viewer, map[string]any{"create": true}, 403)
+	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 100, "amount_minor": 250,
+		"success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}, 201)
+	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 0}, 422)
+	do("GET", tenant+"/billing", op, nil, 200)
+	do("GET", tenant+"/billing", viewer, nil, 200)
+	do("GET", "/api/v1/months/"+month+"/reconciliation", op, nil, 200)
+	do("GET", "/api/v1/months/someday/reconciliation", op, nil, 422)
+	do("GET", "/api/v1/months/"+month+"/reconciliation", viewer, nil, 403)
+	hook := func(payload []byte, sig string, status int) {
+		req, _ := http.NewRequest("POST", base+providerWebhookRoute, bytes.NewReader(payload))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stripe-Signature", sig)
+		if res := sendWith(t, client, req); res.StatusCode != status {
+			t.Fatalf("webhook = %d %s, want %d", res.StatusCode, res.Body, status)
+		}
+	}
+	ev := stripetest.CheckoutEvent("evt_openapi", "cs_nobody", "00000000-0000-0000-0000-000000000000", "paid", time.Now())
+	hook(ev, "t=1,v1=00", 400)
+	hook(ev, stripetest.Sign(ev, stripetest.WebhookSecret, time.Now()), 200)
+}

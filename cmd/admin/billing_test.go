@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -154,6 +155,19 @@ func TestInvoicesThroughTheAdminServer(t *testing.T) {
 	if !strings.Contains(string(res.Body), `"differences":0`) {
 		t.Errorf("reconciliation %s", res.Body)
 	}
+	page := func(path, wantText string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", srv.URL+path, nil)
+		testenv.Must(t, err)
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: op})
+		res := send(t, req)
+		if res.StatusCode != 200 || !strings.Contains(string(res.Body), wantText) {
+			t.Errorf("GET %s = %d, want 200 with %q:\n%s", path, res.StatusCode, wantText, res.Body)
+		}
+	}
+	page("/months/2020-05/reconciliation", "No differences.")
+	page("/tenants/"+acme.ID+"/billing", made[0].ID)
+	page("/tenants/"+acme.ID+"/statements/2020-05", `id="statement-invoice"`)
 	out, err := runAdmin(t, srv.DBURL, "", "reconcile", "--month", "2020-05")
 	testenv.Must(t, err)
 	if !strings.Contains(out, "acme") || !strings.Contains(out, "1 statements, 0 with differences") {

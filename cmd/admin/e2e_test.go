@@ -411,6 +411,23 @@ func endpoints() []endpoint {
 
 		{"GET", "/api/v1/audit", accessOperator, 200, noParams},
 
+		// Billing; this server has no Stripe settings: a top-up is 409
+		// (invoicing off) and the provider's webhook 404.
+		{"GET", "/api/v1/tenants/{tenantID}/billing", accessTenantRead, 200, tenantParams},
+		{"PUT", "/api/v1/tenants/{tenantID}/billing/account", accessTenantOps, 200, func(_ *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"customer_id": strings.ReplaceAll(fx.unique("cus_matrix"), "-", "")}
+		}},
+		{"POST", "/api/v1/tenants/{tenantID}/billing/top-ups", accessTenantOps, 409, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"units": 10, "amount_minor": 100,
+				"success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}
+		}},
+		{"GET", "/api/v1/months/{month}/reconciliation", accessOperator, 200, func(*testing.T, *matrixFixture, target) (map[string]string, any) {
+			return map[string]string{"month": "2026-10"}, nil
+		}},
+		{"POST", "/api/v1/billing/stripe/webhook", accessPublic, 404, func(*testing.T, *matrixFixture, target) (map[string]string, any) {
+			return nil, map[string]any{"id": "evt_matrix", "type": "invoice.paid"}
+		}},
+
 		{"GET", "/api/v1/usage/tenants/{tenantID}/series", accessTenantRead, 200, tenantParams},
 		{"GET", "/api/v1/usage/tenants/{tenantID}/top-keys", accessTenantRead, 200, tenantParams},
 		{"GET", "/api/v1/usage/tenants/{tenantID}/top-resources", accessTenantRead, 200, tenantParams},

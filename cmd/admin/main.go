@@ -145,6 +145,10 @@ func commands() []command {
 		{name: "credits adjust", audited: "credits.adjust", summary: "correct a tenant's credit balance by ± units, with a cause", flags: creditsAdjust},
 		{name: "credits list", summary: "show a tenant's credit balance and grants", flags: creditsList},
 		{name: "credits ledger", summary: "print a tenant's credit ledger, newest first", flags: creditsLedger},
+		{name: "billing link", audited: "billing_account.link", summary: "link a tenant to a Stripe customer (an existing cus_… or a new one) that its statements are invoiced to", help: billingLinkHelp, flags: billingLink},
+		{name: "invoices push", summary: "push pending invoices to Stripe now (serve retries them with backoff); idempotent", flags: invoicesPush},
+		{name: "invoices list", summary: "list invoices with their push state and payment status, newest month first", flags: invoicesList},
+		{name: "reconcile", summary: "a month's statements beside their invoices at Stripe, to the cent, with every difference", flags: reconcile},
 	}
 }
 

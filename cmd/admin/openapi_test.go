@@ -32,6 +32,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/admintest"
 	"github.com/tollgate/tollgate/internal/testenv/apispec"
+	"github.com/tollgate/tollgate/internal/testenv/stripetest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -205,7 +206,7 @@ func validateExchange(t *testing.T, name string, ex exchange, route *routers.Rou
 // status worth documenting.
 func scenario(t *testing.T, client *http.Client) {
 	dbURL := testenv.DatabaseURL(t)
-	admin := startAdmin(t, dbURL, map[string]string{"TOLLGATE_ADMIN_LOGIN_LIMIT": "3"})
+	admin := startAdmin(t, dbURL, withSettings(stripetest.Start(t).Settings(), map[string]string{"TOLLGATE_ADMIN_LOGIN_LIMIT": "3"}))
 	createUser(t, admin.DB, "ops@example.com", auth.RoleOperator, "")
 	do := func(method, path, token string, body any, status int) response {
 		t.Helper()
@@ -441,6 +442,7 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", "/api/v1/months/"+last.String()+"/close", op, nil, 200) // closed before: nothing changes
 	do("POST", "/api/v1/months/"+this.String()+"/close", op, nil, 422)
 	do("POST", "/api/v1/months/"+last.String()+"/close", viewer, nil, 403)
+	billingScenario(t, client, admin.URL, do, op, viewer, acme.ID, last.String())
 
 	// Users.
 	var created adminapi.UserCreateResponse

@@ -164,6 +164,13 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	defer stopDeliverers()
 	stopKeyExpiry := startKeyExpiry(ctx, e, log)
 	defer stopKeyExpiry()
+	// Invoices at Stripe (billing.go): off without TOLLGATE_STRIPE_SECRET_KEY.
+	invoicing, invoicingCfg, err := e.invoicing(log)
+	if err != nil {
+		return err
+	}
+	stopInvoicing := startInvoicing(ctx, invoicing, invoicingCfg, log, metrics)
+	defer stopInvoicing()
 	// The console's overview shows how far behind the usage worker is,
 	// when the server has a Redis to read the stream from.
 	var usageLag func(context.Context) (usage.Lag, error)
@@ -180,6 +187,7 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics, UsageLag: usageLag, Webhooks: cfg.Webhooks.Guard,
+			Invoicing: invoicing,
 		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

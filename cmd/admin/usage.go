@@ -235,7 +235,11 @@ func closeMonth(fs *flag.FlagSet) action {
 		if _, err := loadUsageConfig(e.getenv, e.stderr); err != nil {
 			return err
 		}
-		res, err := billing.NewOps(e.db, nil).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		res, err := billing.NewOps(e.db, nil).WithInvoicing(inv).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
 		if err != nil {
 			return fmt.Errorf("close: %w", err)
 		}
@@ -248,6 +252,9 @@ func closeMonth(fs *flag.FlagSet) action {
 			fmt.Fprintf(e.stdout, "closed %s at %s.\n", res.Month, res.ClosedAt.Format(time.RFC3339))
 		}
 		fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
+		if r := res.Invoices; r != nil {
+			fmt.Fprintf(e.stdout, "invoices pushed to Stripe: %d; failed (retried): %d; pending: %d\n", r.Pushed, r.Failed, r.Pending)
+		}
 		if res.Late.Decisions() > 0 {
 			fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
 				res.Late.Decisions(), res.Late.AllowedUnits, res.Month)

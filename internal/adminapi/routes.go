@@ -58,6 +58,9 @@ type Config struct {
 	Now func() time.Time
 	// Metrics is served at /metrics (an empty registry when nil).
 	Metrics *prometheus.Registry
+	// Invoicing turns closed statements into invoices at the payment
+	// provider and takes its webhooks (off when nil).
+	Invoicing *billing.Invoicing
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
@@ -89,14 +92,18 @@ func NewHandler(cfg Config) http.Handler {
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
 	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)
-	bs, billingOps := billing.NewStore(db, now), billing.NewOps(db, now)
+	inv := cfg.Invoicing
+	if inv == nil {
+		inv = billing.NewInvoicing(db, billing.InvoicingConfig{Log: log}, now)
+	}
+	bs, billingOps := billing.NewStore(db, now), billing.NewOps(db, now).WithInvoicing(inv)
 	sessions := &sessionAuth{store: as, ops: authOps, secret: cfg.SessionSecret, ttl: cfg.SessionTTL, now: now,
 		logins: &loginLimiter{store: cfg.LoginStore, prefix: cfg.KeyPrefix, perMinute: int64(cfg.LoginPerMinute), log: log}}
 
 	r := chi.NewRouter()
 	console := ui.New(ui.Config{DB: db, Usage: us, UsageLag: cfg.UsageLag, Log: log, Secret: cfg.SessionSecret,
 		Plans: plansOps, Tenants: tenantsOps, Auth: authOps, Events: eventsOps, Quota: quotaOps, Credits: creditsOps,
-		Billing:  billingOps,
+		Billing: billingOps, Invoicing: inv,
 		Sessions: consoleSessions{sessions}, Now: now})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -190,6 +197,16 @@ func NewHandler(cfg Config) http.Handler {
 		// everyone's (and the operator-wide views).
 		usageRoutes(signedIn, usageReads{us, bs, ts}, authorizeUsage, log)
 		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, billingOps))
+
+		// Invoices at the payment provider: a tenant's billing account,
+		// invoices and top-ups (its users read them, operators link and
+		// top up), the month's reconciliation, and the provider's
+		// webhooks (signed; no session).
+		tenantRead.Method("GET", "/tenants/{tenantID}/billing", handleTenantBilling(log, ts, inv))
+		tenantOps.Method("PUT", "/tenants/{tenantID}/billing/account", handleTenantChange(log, inv.LinkAccount))
+		tenantOps.Method("POST", "/tenants/{tenantID}/billing/top-ups", handleTopUpOpen(log, inv))
+		operator.Method("GET", "/months/{month}/reconciliation", handleReconciliation(log, inv))
+		public.Method("POST", "/billing/stripe/webhook", handleProviderWebhook(log, inv))
 	})
 
 	// The web console: pages for people, on the same session cookie and
@@ -245,6 +262,10 @@ func NewHandler(cfg Config) http.Handler {
 		tenantRead.Method("GET", "/tenants/{tenantID}/usage", console.TenantUsage())
 		tenantRead.Method("GET", "/tenants/{tenantID}/statements", console.StatementList())
 		tenantRead.Method("GET", "/tenants/{tenantID}/statements/{month}", console.StatementView())
+		tenantRead.Method("GET", "/tenants/{tenantID}/billing", console.Billing())
+		tenantOps.Method("POST", "/tenants/{tenantID}/billing/account", console.BillingLink())
+		tenantOps.Method("POST", "/tenants/{tenantID}/billing/top-ups", console.BillingTopUp())
+		operator.Method("GET", "/months/{month}/reconciliation", console.Reconciliation())
 
 		operator.Method("GET", "/service-tokens", console.TokenList())
 		operator.Method("POST", "/service-tokens", console.TokenIssue())

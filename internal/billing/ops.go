@@ -26,6 +26,17 @@ import (
 type Ops struct {
 	db  postgres.Conn
 	now func() time.Time
+	// invoicing, when on, issues each closed statement's invoice in the
+	// close and pushes it after.
+	invoicing *Invoicing
+}
+
+// WithInvoicing makes CloseMonth issue an invoice for each statement of
+// a tenant with a billing account, in the closing transaction, and push
+// them once the close has committed (inv nil or off: none).
+func (o *Ops) WithInvoicing(inv *Invoicing) *Ops {
+	o.invoicing = inv
+	return o
 }
 
 // NewOps returns billing's operations on db (a pool); now is the clock
@@ -49,6 +60,9 @@ type CloseResult struct {
 	TotalMinor map[string]int64 `json:"total_minor"`
 	// Late sums usage that arrived after the close.
 	Late metering.Counts `json:"late_usage"`
+	// Invoices says how pushing the month's invoices went, with
+	// invoicing on: invoices that failed stay pending and are retried.
+	Invoices *PushReport `json:"invoices,omitempty"`
 }
 
 // errClosed ends the transaction of a close that finds the month closed:
@@ -118,6 +132,9 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 				VALUES ($1, $2, $3, $4, $5, $6)`, st.TenantID, m.Start(), st.Currency, st.TotalMinor, body, res.ClosedAt); err != nil {
 				return audit.Change{}, fmt.Errorf("usage: close: store statement of %s: %w", st.TenantName, err)
 			}
+			if err := o.invoicing.issue(ctx, tx, st); err != nil {
+				return audit.Change{}, err
+			}
 			if _, err := events.Emit(ctx, tx, events.Event{Type: events.StatementClosed, TenantID: st.TenantID,
 				CreatedAt: res.ClosedAt, Data: closedData(st)}); err != nil {
 				return audit.Change{}, fmt.Errorf("usage: close: %w", err)
@@ -151,6 +168,15 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 		if err != nil {
 			return res, fmt.Errorf("usage: close: %w", err)
 		}
+	}
+	if o.invoicing.Enabled() {
+		// A push that fails leaves its invoices pending (retried with
+		// backoff); the close stands.
+		r, err := o.invoicing.Push(ctx, false)
+		if err != nil {
+			o.invoicing.cfg.Log.Warn("pushing the month's invoices", "month", res.Month, "error", err)
+		}
+		res.Invoices = &r
 	}
 	late, err := usage.LateByTenant(ctx, o.db, m, "")
 	if err != nil {

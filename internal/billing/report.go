@@ -234,7 +234,7 @@ func (s *Store) frozen(ctx context.Context, m usage.Month, tenantID string) ([]S
 				list[i].Late = &c
 			}
 		}
-		return nil
+		return attachInvoices(ctx, tx, m, list)
 	})
 	return list, err
 }
@@ -255,4 +255,29 @@ type StatementClosedData struct {
 func closedData(st Statement) StatementClosedData {
 	return StatementClosedData{TenantID: st.TenantID, Month: st.Month, Currency: st.Currency, Usage: st.Usage,
 		BaseFeeMinor: st.BaseFeeMinor, OverageMinor: st.OverageMinor, TotalMinor: st.TotalMinor, ClosedAt: st.ClosedAt}
+}
+
+// attachInvoices fills the invoice of each of list, m's closed
+// statements that has one.
+func attachInvoices(ctx context.Context, tx pgx.Tx, m usage.Month, list []Statement) error {
+	rows, err := tx.Query(ctx, `SELECT tenant_id::text, push_state, payment_status, coalesce(provider_invoice_id, '')
+		FROM invoices WHERE month = $1`, m.Start())
+	if err != nil {
+		return fmt.Errorf("billing: statements' invoices: %w", err)
+	}
+	byTenant := map[string]*StatementInvoice{}
+	var tenantID string
+	var si StatementInvoice
+	_, err = pgx.ForEachRow(rows, []any{&tenantID, &si.PushState, &si.PaymentStatus, &si.ProviderInvoiceID}, func() error {
+		v := si
+		byTenant[tenantID] = &v
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("billing: statements' invoices: %w", err)
+	}
+	for i := range list {
+		list[i].Invoice = byTenant[list[i].TenantID]
+	}
+	return nil
 }

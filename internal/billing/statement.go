@@ -66,6 +66,19 @@ type Statement struct {
 	// plan spans' overage (PlanCharges.CreditOverageUnits), unpaid units
 	// never.
 	Credits *credits.Month `json:"credits,omitempty"`
+	// Invoice is the closed statement's invoice at the payment provider,
+	// for a tenant with a billing account at the close; nil otherwise.
+	// Filled when a closed statement is read.
+	Invoice *StatementInvoice `json:"invoice,omitempty"`
+}
+
+// StatementInvoice is where a statement's invoice stands: PushState is
+// "pending" until the provider holds it ("push pending"), then "pushed";
+// PaymentStatus is unpaid, paid, failed or void.
+type StatementInvoice struct {
+	PushState         string `json:"push_state"`
+	PaymentStatus     string `json:"payment_status"`
+	ProviderInvoiceID string `json:"provider_invoice_id,omitempty"`
 }
 
 // UsageLine is a month's usage by one key of one resource. KeyID is ""

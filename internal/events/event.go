@@ -31,6 +31,9 @@ const (
 	TenantSuspended         = "tenant.suspended"
 	TenantResumed           = "tenant.resumed"
 	StatementClosed         = "statement.closed"
+	InvoicePaid             = "invoice.paid"
+	InvoicePaymentFailed    = "invoice.payment_failed"
+	InvoiceVoided           = "invoice.voided"
 	WebhookEndpointDisabled = "webhook_endpoint.disabled"
 	WebhookTest             = "webhook.test"
 )
@@ -41,6 +44,7 @@ var Types = []string{
 	KeyRevoked, KeyRotated, "key.expiring",
 	TenantSuspended, TenantResumed,
 	StatementClosed,
+	InvoicePaid, InvoicePaymentFailed, InvoiceVoided,
 	"quota.threshold.crossed", "quota.threshold.resolved", "quota.forecast.exceeded", "quota.exhausted",
 	"spend_cap.reached",
 	"ratelimit.sustained", "ratelimit.resolved",

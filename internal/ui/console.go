@@ -78,6 +78,9 @@ type Config struct {
 	Credits *credits.Ops
 	// Billing closes months (billing.Ops).
 	Billing *billing.Ops
+	// Invoicing links billing accounts, opens top-ups and reconciles
+	// invoices (billing.Invoicing; off without a provider).
+	Invoicing *billing.Invoicing
 	// Sessions signs people in and out: the admin API's sessions, login
 	// limits and cookies.
 	Sessions Sessions

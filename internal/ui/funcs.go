@@ -26,6 +26,7 @@ func (c *Console) funcs() template.FuncMap {
 		"ago":      func(t time.Time) string { return ago(c.now(), t) },
 		"until":    func(t time.Time) string { return until(c.now(), t) },
 		"deref":    derefTime,
+		"derefInt": derefInt,
 		"deref64": func(p *int64) int64 {
 			if p == nil {
 				return 0
@@ -180,4 +181,12 @@ func dict(kv ...any) (map[string]any, error) {
 		m[k] = kv[i+1]
 	}
 	return m, nil
+}
+
+// derefInt is *n, or 0 for nil.
+func derefInt(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/billing/stripe"
+	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/tenants"
+)
+
+// invoicingConfig is invoicing's configuration (TOLLGATE_STRIPE_* and
+// TOLLGATE_INVOICE_*). Off when no Stripe key is set.
+type invoicingConfig struct {
+	On     bool
+	Stripe stripe.Config
+	Mode   billing.InvoiceMode
+	// PushInterval is how often serve pushes pending invoices and runs
+	// dunning.
+	PushInterval time.Duration
+	DunningGrace time.Duration
+}
+
+// loadInvoicingConfig reads the settings; a malformed one fails naming
+// it (never showing a secret's value).
+func loadInvoicingConfig(getenv func(string) string) (invoicingConfig, error) {
+	e := config.New(getenv)
+	c := invoicingConfig{
+		Stripe: stripe.Config{
+			SecretKey:      strings.TrimSpace(e.String("TOLLGATE_STRIPE_SECRET_KEY", "")),
+			WebhookSecret:  strings.TrimSpace(e.String("TOLLGATE_STRIPE_WEBHOOK_SECRET", "")),
+			APIURL:         e.String("TOLLGATE_STRIPE_API_URL", ""),
+			Tolerance:      e.Duration("TOLLGATE_STRIPE_WEBHOOK_TOLERANCE", 5*time.Minute),
+			NetworkRetries: int64(e.Int("TOLLGATE_STRIPE_NETWORK_RETRIES", 2, 0)),
+		},
+		PushInterval: e.Duration("TOLLGATE_INVOICE_PUSH_INTERVAL", time.Minute),
+		DunningGrace: e.Duration("TOLLGATE_INVOICE_DUNNING_GRACE", 0),
+	}
+	mode, err := billing.ParseInvoiceMode(e.String("TOLLGATE_INVOICE_MODE", string(billing.ModeDraft)))
+	if err != nil {
+		e.Fail("TOLLGATE_INVOICE_MODE", err.Error())
+	}
+	c.Mode = mode
+	if c.PushInterval <= 0 {
+		e.Fail("TOLLGATE_INVOICE_PUSH_INTERVAL", "must be positive")
+	}
+	if c.Stripe.Tolerance <= 0 {
+		e.Fail("TOLLGATE_STRIPE_WEBHOOK_TOLERANCE", "must be positive")
+	}
+	c.On = c.Stripe.SecretKey != ""
+	if c.On {
+		bad := c.Stripe.Validate()
+		names := make([]string, 0, len(bad))
+		for name := range bad {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			e.Fail(name, bad[name])
+		}
+	} else if c.Stripe.WebhookSecret != "" {
+		e.Fail("TOLLGATE_STRIPE_SECRET_KEY", "is required with TOLLGATE_STRIPE_WEBHOOK_SECRET")
+	}
+	return c, e.Err()
+}
+
+// invoicing returns invoicing on e's database as the settings say: off
+// (no provider) without TOLLGATE_STRIPE_SECRET_KEY.
+func (e *invocation) invoicing(log *slog.Logger) (*billing.Invoicing, invoicingConfig, error) {
+	c, err := loadInvoicingConfig(e.getenv)
+	if err != nil {
+		return nil, c, err
+	}
+	cfg := billing.InvoicingConfig{Mode: c.Mode, DunningGrace: c.DunningGrace, Log: log}
+	if c.On {
+		cfg.Provider = stripe.New(c.Stripe)
+	}
+	return billing.NewInvoicing(e.db, cfg, nil), c, nil
+}
+
+// startInvoicing runs, until the returned stop is called, the loop that
+// pushes pending invoices (retrying failed pushes with backoff) and runs
+// dunning, and registers the reconciliation metric on reg. With
+// invoicing off it says so once and runs nothing.
+func startInvoicing(ctx context.Context, inv *billing.Invoicing, c invoicingConfig, log *slog.Logger, reg prometheus.Registerer) (stop func()) {
+	if !inv.Enabled() {
+		log.Info("invoicing off: TOLLGATE_STRIPE_SECRET_KEY is not set; closed statements are not invoiced")
+		return func() {}
+	}
+	log.Info("invoicing on", "provider", "stripe", "mode", string(c.Mode), "dunning_grace", c.DunningGrace.String())
+	if reg != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_invoice_differences",
+			Help: "Invoices that differ from their statements now: pushes pending, other totals or currencies at the provider, voided.",
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n, err := inv.Differences(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
+		}))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(c.PushInterval)
+		defer tick.Stop()
+		for {
+			if r, err := inv.Push(ctx, false); err != nil && ctx.Err() == nil {
+				log.Warn("invoice push", "error", err)
+			} else if r.Pushed > 0 || r.Failed > 0 {
+				log.Info("invoices pushed", "pushed", r.Pushed, "failed", r.Failed, "pending", r.Pending)
+			}
+			if n, err := inv.Dunning(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("dunning", "error", err)
+			} else if n > 0 {
+				log.Info("dunning suspended tenants", "tenants", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+const billingLinkHelp = `
+Links the tenant to a Stripe customer: --customer attaches an existing
+one (this works with invoicing off, so accounts can be linked before it is
+turned on); --create makes one (TOLLGATE_STRIPE_SECRET_KEY needed).
+Statements closed from then on are invoiced to that customer.`
+
+func billingLink(fs *flag.FlagSet) action {
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
+	customer := fs.String("customer", "", "an existing Stripe customer ID (cus_…)")
+	create := fs.Bool("create", false, "make a new Stripe customer for the tenant")
+	email := fs.String("email", "", "the new customer's email (with --create)")
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		a, err := inv.LinkAccount(ctx, audit.CLI, t.ID, billing.LinkInput{CustomerID: *customer, Create: *create, Email: *email})
+		if err != nil {
+			return fmt.Errorf("billing link: %w", err)
+		}
+		return printJSON(e.stdout, a)
+	})
+}
+
+func invoicesPush(fs *flag.FlagSet) action {
+	all := fs.Bool("all", false, "push every pending invoice now, even those waiting out a backoff")
+	return func(ctx context.Context, e *invocation) error {
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		if !inv.Enabled() {
+			return fmt.Errorf("invoices push: invoicing is off: set TOLLGATE_STRIPE_SECRET_KEY")
+		}
+		r, err := inv.Push(ctx, *all)
+		if err != nil {
+			return fmt.Errorf("invoices push: %w", err)
+		}
+		return printJSON(e.stdout, r)
+	}
+}
+
+func invoicesList(fs *flag.FlagSet) action {
+	month := monthFlag(fs, "only this calendar month's invoices, e.g. 2026-10")
+	tenant := tenantFlag(fs, "only this tenant's (name or ID)")
+	return listAction(fs, "invoice records", []string{"MONTH", "TENANT", "TOTAL", "CURRENCY", "PUSH", "INVOICE", "PAYMENT"},
+		func(ctx context.Context, e *invocation) ([]billing.InvoiceRecord, func(billing.InvoiceRecord) []string, error) {
+			inv, _, err := e.invoicing(nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			tenantID, err := optionalTenantID(ctx, e, tenant)
+			if err != nil {
+				return nil, nil, err
+			}
+			var list []billing.InvoiceRecord
+			if *month.value != "" {
+				m, err := month.parse(e)
+				if err != nil {
+					return nil, nil, err
+				}
+				list, err = inv.Invoices(ctx, tenantID, &m)
+				if err != nil {
+					return nil, nil, err
+				}
+			} else if list, err = inv.Invoices(ctx, tenantID, nil); err != nil {
+				return nil, nil, err
+			}
+			return list, func(i billing.InvoiceRecord) []string {
+				push := i.PushState
+				if i.PushState == "pending" && i.LastError != "" {
+					push += " (" + i.LastError + ")"
+				}
+				return []string{i.Month, i.TenantName, strconv.FormatInt(i.TotalMinor, 10), i.Currency, push,
+					cmpOr(i.ProviderInvoiceID, "-"), i.PaymentStatus}
+			}, nil
+		})
+}
+
+func reconcile(fs *flag.FlagSet) action {
+	month := monthFlag(fs, "calendar month (UTC) to reconcile, e.g. 2026-10 (required)")
+	asJSON := fs.Bool("json", false, "print the reconciliation as JSON")
+	return func(ctx context.Context, e *invocation) error {
+		m, err := month.parse(e)
+		if err != nil {
+			return err
+		}
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		list, err := inv.Reconcile(ctx, m)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		if *asJSON {
+			return printJSON(e.stdout, list)
+		}
+		differ := 0
+		rows := make([][]string, 0, len(list))
+		for _, c := range list {
+			optional := func(n *int64) string {
+				if n == nil {
+					return "-"
+				}
+				return strconv.FormatInt(*n, 10)
+			}
+			if len(c.Differences) > 0 {
+				differ++
+			}
+			rows = append(rows, []string{c.TenantName, c.Currency, strconv.FormatInt(c.StatementMinor, 10),
+				optional(c.LinesMinor), optional(c.ProviderMinor), cmpOr(c.PaymentStatus, "-"),
+				cmpOr(strings.Join(c.Differences, "; "), "-")})
+		}
+		if err := printTable(e.stdout, []string{"TENANT", "CURRENCY", "STATEMENT", "LINES", "STRIPE", "PAYMENT", "DIFFERENCES"}, rows); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s: %d statements, %d with differences\n", m, len(list), differ)
+		return err
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/adminapi"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/stripetest"
+)
+
+// providerWebhookRoute is the payment provider's webhook, as the router
+// lists it.
+const providerWebhookRoute = "/api/v1/billing/stripe/webhook"
+
+// acmeSetupWith is acmeSetup on a server with more settings.
+func acmeSetupWith(t *testing.T, settings map[string]string) (srv *adminServer, op string, acme tenants.Tenant, admin string) {
+	t.Helper()
+	srv, op = operatorSetup(t, settings)
+	ctx := context.Background()
+	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
+	testenv.Must(t, err)
+	acme, err = tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
+	testenv.Must(t, err)
+	admin = sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
+	return srv, op, acme, admin
+}
+
+// billingAPICases are the API's billing changes on acme, at tenantPath.
+func billingAPICases(tenantPath, op string, acme tenants.Tenant) []routeCase {
+	fixed := func(s string) func() string { return func() string { return s } }
+	return []routeCase{
+		{route: "PUT /api/v1/tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
+			body: map[string]any{"customer_id": "cus_acme1"}, status: 200, action: "billing_account.link",
+			target: func(response) string { return acme.ID }, invalid: map[string]any{"customer_id": "acct_1"}},
+		{route: "POST /api/v1/tenants/{tenantID}/billing/top-ups", as: op, path: fixed(tenantPath + "/billing/top-ups"),
+			body: map[string]any{"units": 1000, "amount_minor": 900, "success_url": "https://console.example/ok",
+				"cancel_url": "https://console.example/back"},
+			status: 201, action: "credits.topup", target: func(res response) string { return jsonFieldOf(res.Body, "id") },
+			invalid: map[string]any{"units": 0, "amount_minor": 900, "success_url": "x", "cancel_url": "y"}},
+	}
+}
+
+// billingConsoleCases are the console's billing forms on acme.
+func billingConsoleCases(t *testing.T, srv *adminServer, tenantPath, op string, acme tenants.Tenant) []routeCase {
+	fixed := func(s string) func() string { return func() string { return s } }
+	return []routeCase{
+		{route: "POST /tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
+			body: url.Values{"customer_id": {"cus_acme2"}}, status: 303, action: "billing_account.link",
+			target: func(response) string { return acme.ID }, invalid: url.Values{"customer_id": {"acme"}}},
+		{route: "POST /tenants/{tenantID}/billing/top-ups", as: op, path: fixed(tenantPath + "/billing/top-ups"),
+			body: url.Values{"units": {"77"}, "amount_minor": {"300"}}, status: 303, action: "credits.topup",
+			target: func(response) string {
+				var id string
+				testenv.Must(t, srv.DB.QueryRow(context.Background(), `SELECT id::text FROM credit_topups WHERE units = 77`).Scan(&id))
+				return id
+			}, invalid: url.Values{"units": {"-1"}, "amount_minor": {"300"}}},
+	}
+}
+
+// jsonFieldOf is jsonField without a test: "" when absent.
+func jsonFieldOf(body []byte, name string) string {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return ""
+	}
+	s, _ := m[name].(string)
+	return s
+}
+
+// TestInvoicesThroughTheAdminServer: the admin server with Stripe
+// settings closes a month into an invoice at the local Stripe, takes
+// Stripe's webhooks (400 for a bad or stale signature, 200 for an
+// unknown invoice, nothing changed by either; a signed invoice.paid marks
+// the statement paid, once), shows the statement's invoice and the
+// reconciliation, and the CLI reconciles the month.
+func TestInvoicesThroughTheAdminServer(t *testing.T) {
+	local := stripetest.Start(t)
+	settings := local.Settings()
+	settings["TOLLGATE_INVOICE_MODE"] = "send"
+	settings["TOLLGATE_LOG_LEVEL"] = "info"
+	srv, op, acme, _ := acmeSetupWith(t, settings)
+	ctx := context.Background()
+	if !strings.Contains(srv.Logs.String(), "invoicing on") || strings.Contains(srv.Logs.String(), stripetest.SecretKey) ||
+		strings.Contains(srv.Logs.String(), stripetest.WebhookSecret) {
+		t.Errorf("start log: %s", srv.Logs.String())
+	}
+	api := srv.URL + "/api/v1"
+	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	want(t, call(t, "PUT", api+"/tenants/"+acme.ID+"/billing/account", op, map[string]any{"create": true}), 200)
+	want(t, call(t, "POST", api+"/months/2020-05/close", op, nil), 200)
+	made := local.Invoices()
+	if len(made) != 1 || made[0].Total != 1500 || made[0].Status != "open" {
+		t.Fatalf("invoices at Stripe: %+v", made)
+	}
+	sent := false
+	for _, q := range local.Requests() {
+		if q.Path == "/v1/invoices/"+made[0].ID+"/send" && q.IdempotencyKey == made[0].Metadata["tollgate_ref"]+"/send" {
+			sent = true
+		}
+	}
+	if !sent {
+		t.Error("the invoice was not sent (TOLLGATE_INVOICE_MODE=send)")
+	}
+
+	hook := func(payload []byte, sig string) response {
+		req, err := http.NewRequest("POST", api+"/billing/stripe/webhook", bytes.NewReader(payload))
+		testenv.Must(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if sig != "" {
+			req.Header.Set("Stripe-Signature", sig)
+		}
+		return send(t, req)
+	}
+	audits := func() int64 { return lastAuditID(t, srv) }
+	paid := stripetest.InvoiceEvent("evt_http_paid", "invoice.paid", made[0], time.Now())
+	before := audits()
+	want(t, hook(paid, stripetest.Sign(paid, "whsec_other0123456789abc", time.Now())), 400)
+	want(t, hook(paid, stripetest.Sign(paid, stripetest.WebhookSecret, time.Now().Add(-time.Hour))), 400)
+	want(t, hook(paid, ""), 400)
+	stranger := made[0]
+	stranger.ID, stranger.Metadata = "in_elsewhere", nil
+	strange := stripetest.InvoiceEvent("evt_http_unknown", "invoice.paid", stranger, time.Now())
+	want(t, hook(strange, stripetest.Sign(strange, stripetest.WebhookSecret, time.Now())), 200)
+	if audits() != before {
+		t.Error("refused or unknown events wrote audit entries")
+	}
+	for range 2 {
+		want(t, hook(paid, stripetest.Sign(paid, stripetest.WebhookSecret, time.Now())), 200)
+	}
+	got := auditSince(t, srv, before)
+	if len(got) != 1 || got[0].Action != "invoice.paid" || got[0].Actor != "stripe" {
+		t.Errorf("invoice.paid twice wrote %+v, want one invoice.paid by stripe", got)
+	}
+	var st billing.Statement
+	call(t, "GET", api+"/statements/"+acme.ID+"/2020-05", op, nil).Decode(t, &st)
+	if st.Invoice == nil || st.Invoice.PaymentStatus != "paid" || st.Invoice.ProviderInvoiceID != made[0].ID {
+		t.Errorf("statement's invoice %+v", st.Invoice)
+	}
+	res := call(t, "GET", api+"/months/2020-05/reconciliation", op, nil)
+	want(t, res, 200)
+	if !strings.Contains(string(res.Body), `"differences":0`) {
+		t.Errorf("reconciliation %s", res.Body)
+	}
+	page := func(path, wantText string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", srv.URL+path, nil)
+		testenv.Must(t, err)
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: op})
+		res := send(t, req)
+		if res.StatusCode != 200 || !strings.Contains(string(res.Body), wantText) {
+			t.Errorf("GET %s = %d, want 200 with %q:\n%s", path, res.StatusCode, wantText, res.Body)
+		}
+	}
+	page("/months/2020-05/reconciliation", "No differences.")
+	page("/tenants/"+acme.ID+"/billing", made[0].ID)
+	page("/tenants/"+acme.ID+"/statements/2020-05", `id="statement-invoice"`)
+	out, err := runAdmin(t, srv.DBURL, "", "reconcile", "--month", "2020-05")
+	testenv.Must(t, err)
+	if !strings.Contains(out, "acme") || !strings.Contains(out, "1 statements, 0 with differences") {
+		t.Errorf("admin reconcile: %s", out)
+	}
+}
+
+// TestInvoicingSettings: a malformed Stripe setting stops serve at start,
+// naming the setting and not its value; without any, invoicing is off
+// and says so once.
+func TestInvoicingSettings(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"TOLLGATE_STRIPE_SECRET_KEY":     {"TOLLGATE_STRIPE_SECRET_KEY": "pk_test_notasecretkey1234", "TOLLGATE_STRIPE_WEBHOOK_SECRET": stripetest.WebhookSecret},
+		"TOLLGATE_STRIPE_WEBHOOK_SECRET": {"TOLLGATE_STRIPE_SECRET_KEY": stripetest.SecretKey},
+		"TOLLGATE_INVOICE_MODE":          {"TOLLGATE_INVOICE_MODE": "email"},
+	} {
+		_, err := loadInvoicingConfig(func(k string) string { return env[k] })
+		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "notasecretkey") {
+			t.Errorf("%v: err %v, want it to name %s", env, err, name)
+		}
+	}
+	c, err := loadInvoicingConfig(func(string) string { return "" })
+	if err != nil || c.On {
+		t.Errorf("no settings: %+v, %v; want invoicing off", c, err)
+	}
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_LOG_LEVEL": "info"})
+	if n := strings.Count(srv.Logs.String(), "invoicing off"); n != 1 {
+		t.Errorf("invoicing off said %d times:\n%s", n, srv.Logs.String())
+	}
+}
+
+// withSettings returns base with more's settings too.
+func withSettings(base map[string]string, more map[string]string) map[string]string {
+	for k, v := range more {
+		base[k] = v
+	}
+	return base
+}
+
+// billingScenario calls the billing routes for TestOpenAPI: acme linked
+// to a customer, a top-up, its billing, a month's reconciliation, and
+// Stripe's webhook refused and acknowledged.
+func billingScenario(t *testing.T, client *http.Client, base string, do func(method, path, token string, body any, status int) response,
+	op, viewer, tenantID, month string) {
+	t.Helper()
+	tenant := "/api/v1/tenants/" + tenantID
+	do("PUT", tenant+"/billing/account", op, map[string]any{"customer_id": "cus_openapi"}, 200)
+	do("PUT", tenant+"/billing/account", op, map[string]any{"customer_id": "nope"}, 422)
+	do("PUT", tenant+"/billing/account", viewer, map[string]any{"create": true}, 403)
+	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 100, "amount_minor": 250,
+		"success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}, 201)
+	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 0}, 422)
+	do("GET", tenant+"/billing", op, nil, 200)
+	do("GET", tenant+"/billing", viewer, nil, 200)
+	do("GET", "/api/v1/months/"+month+"/reconciliation", op, nil, 200)
+	do("GET", "/api/v1/months/someday/reconciliation", op, nil, 422)
+	do("GET", "/api/v1/months/"+month+"/reconciliation", viewer, nil, 403)
+	hook := func(payload []byte, sig string, status int) {
+		req, _ := http.NewRequest("POST", base+providerWebhookRoute, bytes.NewReader(payload))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stripe-Signature", sig)
+		if res := sendWith(t, client, req); res.StatusCode != status {
+			t.Fatalf("webhook = %d %s, want %d", res.StatusCode, res.Body, status)
+		}
+	}
+	ev := stripetest.CheckoutEvent("evt_openapi", "cs_nobody", "00000000-0000-0000-0000-000000000000", "paid", time.Now())
+	hook(ev, "t=1,v1=00", 400)
+	hook(ev, stripetest.Sign(ev, stripetest.WebhookSecret, time.Now()), 200)
+}

@@ -1,0 +1,873 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// InvoicingConfig configures invoicing.
+type InvoicingConfig struct {
+	// Provider is the payment provider; nil turns invoicing off: no
+	// invoice is issued at a close, and the changes that need the
+	// provider are ECONFLICT.
+	Provider Provider
+	// Mode is how far pushed invoices go (ModeDraft when "").
+	Mode InvoiceMode
+	// DunningGrace, when positive, suspends a tenant whose invoice's
+	// payment failed this long ago and is still not paid; its payment
+	// resumes the tenant.
+	DunningGrace time.Duration
+	Log          *slog.Logger
+}
+
+// Invoicing turns closed statements into invoices at the payment
+// provider, exactly once, and applies what the provider says back
+// (payments, failures, voids, paid top-ups), each event once. Its changes
+// that an operator makes (linking a billing account, opening a top-up)
+// are audited as every feature's are; what the provider's events change
+// is audited by the actor ProviderActor. Safe for concurrent use.
+type Invoicing struct {
+	db  postgres.Conn
+	cfg InvoicingConfig
+	now func() time.Time
+}
+
+// NewInvoicing returns invoicing on db (a pool); now is the clock (nil:
+// time.Now).
+func NewInvoicing(db postgres.Conn, cfg InvoicingConfig, now func() time.Time) *Invoicing {
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeDraft
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Invoicing{db: db, cfg: cfg, now: now}
+}
+
+// Enabled reports whether a provider is configured. A nil Invoicing is
+// off.
+func (inv *Invoicing) Enabled() bool { return inv != nil && inv.cfg.Provider != nil }
+
+// Provider is the payment provider (nil with invoicing off).
+func (inv *Invoicing) Provider() Provider {
+	if inv == nil {
+		return nil
+	}
+	return inv.cfg.Provider
+}
+
+// Mode is the invoice mode pushes use.
+func (inv *Invoicing) Mode() InvoiceMode { return inv.cfg.Mode }
+
+// ProviderActor is who the provider's events change things as, in the
+// audit log.
+var ProviderActor = audit.Actor{Name: "stripe", Operator: true}
+
+// DunningActor is who suspends a tenant whose invoice is not paid.
+var DunningActor = audit.Actor{Name: "dunning", Operator: true}
+
+func (inv *Invoicing) off() error {
+	return tollgate.Errorf(tollgate.ECONFLICT, "invoicing is off: set TOLLGATE_STRIPE_SECRET_KEY to turn it on")
+}
+
+// Account is a tenant's billing account: the provider's customer it is
+// invoiced as.
+type Account struct {
+	TenantID   string    `json:"tenant_id"`
+	Provider   string    `json:"provider"`
+	CustomerID string    `json:"customer_id"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// LinkInput is the body of PUT /tenants/{tenantID}/billing/account:
+// attach an existing customer (CustomerID, "cus_…"), or make one
+// (Create, with an optional Email for the provider's receipts).
+type LinkInput struct {
+	CustomerID string `json:"customer_id"`
+	Create     bool   `json:"create"`
+	Email      string `json:"email"`
+}
+
+var customerIDForm = regexp.MustCompile(`^cus_[A-Za-z0-9]{1,250}$`)
+
+func (in *LinkInput) validate() error {
+	f := map[string]string{}
+	in.CustomerID, in.Email = strings.TrimSpace(in.CustomerID), strings.TrimSpace(in.Email)
+	switch {
+	case in.Create && in.CustomerID != "":
+		f["customer_id"] = "must be empty when create is true"
+	case !in.Create && !customerIDForm.MatchString(in.CustomerID):
+		f["customer_id"] = "must be a customer ID such as cus_123 (or set create to make one)"
+	}
+	if in.Email != "" && (!strings.Contains(in.Email, "@") || len(in.Email) > 254) {
+		f["email"] = "must be an email address"
+	}
+	return tollgate.Invalid(f)
+}
+
+func accountAudit(action string, before, after *Account) audit.Change {
+	a := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "tenant", TargetID: a.TenantID, TenantID: a.TenantID,
+		Before: before, After: after}
+}
+
+// LinkAccount links tenant tenantID to a customer of the provider
+// (billing_account.link), replacing any link it had: the customer
+// in.CustomerID names, or one made for it (in.Create, which needs the
+// provider). Linking an existing customer works with invoicing off, so
+// that accounts can be linked before it is turned on. ENOTFOUND for an
+// unknown tenant; ECONFLICT for a customer linked to another tenant.
+func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID string, in LinkInput) (Account, error) {
+	if err := in.validate(); err != nil {
+		return Account{}, err
+	}
+	t, err := tenants.NewStore(inv.db).Get(ctx, tenantID)
+	if err != nil {
+		return Account{}, err
+	}
+	if in.Create {
+		if !inv.Enabled() {
+			return Account{}, inv.off()
+		}
+		id, err := inv.cfg.Provider.CreateCustomer(ctx, CustomerInput{TenantID: t.ID, TenantName: t.Name, Email: in.Email})
+		if err != nil {
+			return Account{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not make the customer: %v", err)
+		}
+		in.CustomerID = id
+	}
+	get := func(tx pgx.Tx) (Account, error) {
+		if _, err := tenants.NewStore(tx).Get(ctx, tenantID); err != nil {
+			return Account{}, err
+		}
+		a, err := accountOf(ctx, tx, tenantID)
+		if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+			return Account{TenantID: tenantID}, nil
+		}
+		return a, err
+	}
+	return audit.Update(ctx, inv.db, by, "billing_account.link", accountAudit, get, func(tx pgx.Tx, _ Account) (Account, error) {
+		var a Account
+		err := tx.QueryRow(ctx, `INSERT INTO billing_accounts (tenant_id, customer_id) VALUES ($1, $2)
+			ON CONFLICT (tenant_id) DO UPDATE SET customer_id = excluded.customer_id, updated_at = now()
+			RETURNING tenant_id::text, provider, customer_id, created_at, updated_at`, tenantID, in.CustomerID).
+			Scan(&a.TenantID, &a.Provider, &a.CustomerID, &a.CreatedAt, &a.UpdatedAt)
+		if postgres.Is(err, postgres.UniqueViolation) {
+			return a, tollgate.Errorf(tollgate.ECONFLICT, "customer %s is linked to another tenant", in.CustomerID)
+		}
+		if err != nil {
+			return a, fmt.Errorf("billing: link account: %w", err)
+		}
+		return a, nil
+	})
+}
+
+// Account returns tenant tenantID's billing account; ENOTFOUND when it
+// has none.
+func (inv *Invoicing) Account(ctx context.Context, tenantID string) (Account, error) {
+	if !postgres.IsUUID(tenantID) {
+		return Account{}, tollgate.Errorf(tollgate.ENOTFOUND, "no billing account")
+	}
+	return accountOf(ctx, inv.db, tenantID)
+}
+
+func accountOf(ctx context.Context, db postgres.Conn, tenantID string) (Account, error) {
+	var a Account
+	err := db.QueryRow(ctx, `SELECT tenant_id::text, provider, customer_id, created_at, updated_at
+		FROM billing_accounts WHERE tenant_id = $1`, tenantID).
+		Scan(&a.TenantID, &a.Provider, &a.CustomerID, &a.CreatedAt, &a.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, tollgate.Errorf(tollgate.ENOTFOUND, "tenant has no billing account")
+	}
+	if err != nil {
+		return a, fmt.Errorf("billing: account: %w", err)
+	}
+	return a, nil
+}
+
+// issue records the invoice of st, a statement being closed on tx, when
+// its tenant has a billing account and invoicing is on: pending, to be
+// pushed once the close commits. The lines' sum must be the statement's
+// total, or the close fails.
+func (inv *Invoicing) issue(ctx context.Context, tx pgx.Tx, st Statement) error {
+	if !inv.Enabled() {
+		return nil
+	}
+	a, err := accountOf(ctx, tx, st.TenantID)
+	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lines := InvoiceLines(st)
+	sum, err := sumLines(lines)
+	if err != nil {
+		return err
+	}
+	if sum != st.TotalMinor {
+		return fmt.Errorf("billing: invoice of %s %s: lines sum to %d, the statement to %d", st.TenantName, st.Month, sum, st.TotalMinor)
+	}
+	body, err := json.Marshal(lines)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO invoices (tenant_id, month, ref, customer_id, currency, total_minor, lines, next_push_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
+		st.TenantID, st.PeriodStart, InvoiceRef(st.TenantID, st.Month), a.CustomerID, st.Currency, st.TotalMinor, body, inv.now())
+	if err != nil {
+		return fmt.Errorf("billing: issue invoice of %s: %w", st.TenantName, err)
+	}
+	return nil
+}
+
+// InvoiceRecord is our record of a statement's invoice.
+type InvoiceRecord struct {
+	TenantID   string `json:"tenant_id"`
+	TenantName string `json:"tenant_name"`
+	Month      string `json:"month"`
+	Ref        string `json:"ref"`
+	CustomerID string `json:"customer_id"`
+	Currency   string `json:"currency"`
+	// TotalMinor is the statement's total; Lines what is sent.
+	TotalMinor int64         `json:"total_minor"`
+	Lines      []InvoiceLine `json:"lines"`
+	// PushState is pending until the provider holds the invoice, then
+	// pushed; PushAttempts, NextPushAt and LastError say how pushing a
+	// pending one went.
+	PushState    string     `json:"push_state"`
+	PushAttempts int        `json:"push_attempts"`
+	NextPushAt   time.Time  `json:"next_push_at"`
+	LastError    string     `json:"last_error,omitempty"`
+	PushedAt     *time.Time `json:"pushed_at,omitempty"`
+	// The provider's view: its invoice ID, status and total.
+	ProviderInvoiceID  string `json:"provider_invoice_id,omitempty"`
+	ProviderStatus     string `json:"provider_status,omitempty"`
+	ProviderTotalMinor *int64 `json:"provider_total_minor,omitempty"`
+	ProviderCurrency   string `json:"provider_currency,omitempty"`
+	// PaymentStatus is unpaid, paid, failed or void.
+	PaymentStatus      string     `json:"payment_status"`
+	PaidAt             *time.Time `json:"paid_at,omitempty"`
+	PaymentFailedAt    *time.Time `json:"payment_failed_at,omitempty"`
+	DunningSuspendedAt *time.Time `json:"dunning_suspended_at,omitempty"`
+}
+
+const invoiceColumns = `i.tenant_id::text, coalesce(t.name, ''), to_char(i.month, 'YYYY-MM'), i.ref, i.customer_id, i.currency,
+	i.total_minor, i.lines, i.push_state, i.push_attempts, i.next_push_at, i.last_error, i.pushed_at,
+	coalesce(i.provider_invoice_id, ''), i.provider_status, i.provider_total_minor, i.provider_currency,
+	i.payment_status, i.paid_at, i.payment_failed_at, i.dunning_suspended_at`
+
+func scanInvoice(r pgx.Row) (InvoiceRecord, error) {
+	var v InvoiceRecord
+	var lines []byte
+	err := r.Scan(&v.TenantID, &v.TenantName, &v.Month, &v.Ref, &v.CustomerID, &v.Currency, &v.TotalMinor, &lines,
+		&v.PushState, &v.PushAttempts, &v.NextPushAt, &v.LastError, &v.PushedAt, &v.ProviderInvoiceID,
+		&v.ProviderStatus, &v.ProviderTotalMinor, &v.ProviderCurrency, &v.PaymentStatus, &v.PaidAt,
+		&v.PaymentFailedAt, &v.DunningSuspendedAt)
+	if err == nil {
+		err = json.Unmarshal(lines, &v.Lines)
+	}
+	return v, err
+}
+
+// Invoices returns the invoices of a tenant (tenantID, or every tenant's
+// when ""), and of a month (m, or every month when nil), newest month
+// first, then by tenant name.
+func (inv *Invoicing) Invoices(ctx context.Context, tenantID string, m *usage.Month) ([]InvoiceRecord, error) {
+	if tenantID != "" && !postgres.IsUUID(tenantID) {
+		return []InvoiceRecord{}, nil
+	}
+	var month *time.Time
+	if m != nil {
+		s := m.Start()
+		month = &s
+	}
+	rows, err := inv.db.Query(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+		WHERE ($1 = '' OR i.tenant_id::text = $1) AND ($2::date IS NULL OR i.month = $2)
+		ORDER BY i.month DESC, t.name`, tenantID, month)
+	list, err := postgres.Collect(rows, err, scanInvoice, "billing: invoices")
+	if list == nil {
+		list = []InvoiceRecord{}
+	}
+	return list, err
+}
+
+// PushReport says what a push did.
+type PushReport struct {
+	Pushed int `json:"pushed"`
+	Failed int `json:"failed"`
+	// Pending counts the invoices still to push after it.
+	Pending int `json:"pending"`
+}
+
+// pushLease is how long a push claims an invoice: another process
+// leaves it alone meanwhile.
+const pushLease = 5 * time.Minute
+
+// pushBackoff is how long to wait after a failed push: 30 s doubling per
+// attempt, at most an hour.
+func pushBackoff(attempts int) time.Duration {
+	d := 30 * time.Second
+	for i := 1; i < attempts && d < time.Hour; i++ {
+		d *= 2
+	}
+	return min(d, time.Hour)
+}
+
+// Push sends the pending invoices that are due (all of them with all) to
+// the provider, one at a time, and records each result: pushed, or
+// pending again after a backoff with the error. Pushing is idempotent at
+// the provider (keys derived from the statement), so an invoice pushed
+// twice — after a crash between the provider's answer and our commit, or
+// by two processes — is made once.
+func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
+	var r PushReport
+	if !inv.Enabled() {
+		return r, nil
+	}
+	done := []string{}
+	for {
+		rec, ok, err := inv.claim(ctx, all, done)
+		if err != nil {
+			return r, err
+		}
+		if !ok {
+			break
+		}
+		done = append(done, rec.Ref)
+		if err := inv.pushOne(ctx, rec); err != nil {
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			r.Failed++
+			inv.cfg.Log.Warn("invoice push failed; retrying later", "tenant_id", rec.TenantID, "month", rec.Month,
+				"attempts", rec.PushAttempts+1, "error", err)
+			continue
+		}
+		r.Pushed++
+	}
+	err := inv.db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE push_state = 'pending'`).Scan(&r.Pending)
+	return r, err
+}
+
+// claim leases the next pending invoice that is due (with all, any one
+// not in done, the invoices this push has tried already): another
+// process leaves it alone for pushLease.
+func (inv *Invoicing) claim(ctx context.Context, all bool, done []string) (InvoiceRecord, bool, error) {
+	now := inv.now()
+	row := inv.db.QueryRow(ctx, `WITH due AS (
+			SELECT tenant_id, month FROM invoices
+			WHERE push_state = 'pending' AND (next_push_at <= $1 OR $2) AND NOT (ref = ANY($4))
+			ORDER BY next_push_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+		UPDATE invoices i SET next_push_at = $1 + $3::interval, updated_at = now()
+		FROM due LEFT JOIN tenants t ON t.id = due.tenant_id
+		WHERE i.tenant_id = due.tenant_id AND i.month = due.month
+		RETURNING `+invoiceColumns, now, all, pushLease, done)
+	rec, err := scanInvoice(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("billing: claim invoice: %w", err)
+	}
+	return rec, true, nil
+}
+
+func (inv *Invoicing) pushOne(ctx context.Context, rec InvoiceRecord) error {
+	got, err := inv.cfg.Provider.PushInvoice(ctx, Invoice{Ref: rec.Ref, TenantID: rec.TenantID, TenantName: rec.TenantName,
+		Month: rec.Month, CustomerID: rec.CustomerID, Currency: rec.Currency, TotalMinor: rec.TotalMinor,
+		Lines: rec.Lines, Mode: inv.cfg.Mode})
+	now := inv.now()
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > 500 {
+			msg = msg[:500]
+		}
+		_, uerr := inv.db.Exec(ctx, `UPDATE invoices SET push_attempts = push_attempts + 1, next_push_at = $3,
+			last_error = $4, updated_at = now() WHERE tenant_id = $1 AND month = $2::date`,
+			rec.TenantID, rec.Month+"-01", now.Add(pushBackoff(rec.PushAttempts+1)), msg)
+		return errors.Join(err, uerr)
+	}
+	_, err = inv.db.Exec(ctx, `UPDATE invoices SET push_state = 'pushed', push_attempts = push_attempts + 1, pushed_at = $3,
+		last_error = '', provider_invoice_id = $4, provider_status = $5, provider_total_minor = $6, provider_currency = $7,
+		updated_at = now() WHERE tenant_id = $1 AND month = $2::date`,
+		rec.TenantID, rec.Month+"-01", now, got.ID, got.Status, got.TotalMinor, strings.ToUpper(got.Currency))
+	if err != nil {
+		return fmt.Errorf("billing: record pushed invoice: %w", err)
+	}
+	return nil
+}
+
+// EventResult says what applying a provider event did.
+type EventResult struct {
+	// Applied is false for a replayed event (applied before), an event of
+	// a kind Tollgate ignores, or one about an invoice, customer or top-up
+	// it does not know (Unknown).
+	Applied  bool `json:"applied"`
+	Replayed bool `json:"replayed,omitempty"`
+	Unknown  bool `json:"unknown,omitempty"`
+}
+
+// errUnknown rolls back an event about something Tollgate does not know.
+var errUnknown = errors.New("billing: event about an unknown invoice or top-up")
+
+// ApplyEvent applies a verified provider event once, by its ID, in one
+// transaction with the record of its ID: an invoice paid, failed or
+// voided sets the statement's payment status and emits its Tollgate
+// event (and a payment resumes a tenant dunning suspended); a paid
+// checkout grants its top-up's credits (credits.grant). Replays change
+// nothing; an event about an unknown invoice or top-up is logged and
+// changes nothing.
+func (inv *Invoicing) ApplyEvent(ctx context.Context, ev ProviderEvent) (EventResult, error) {
+	if ev.Kind == EventOther {
+		return EventResult{}, nil
+	}
+	var res EventResult
+	err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO provider_events (id, type) VALUES ($1, $2) ON CONFLICT DO NOTHING`, ev.ID, ev.Type)
+		if err != nil {
+			return fmt.Errorf("billing: record event: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			res.Replayed = true
+			return nil
+		}
+		if ev.Kind == EventCheckoutPaid {
+			err = inv.applyCheckout(ctx, tx, ev)
+		} else {
+			err = inv.applyInvoice(ctx, tx, ev)
+		}
+		if err != nil {
+			return err
+		}
+		res.Applied = true
+		return nil
+	})
+	if errors.Is(err, errUnknown) {
+		inv.cfg.Log.Warn("provider event about an unknown invoice or top-up; acknowledged, nothing changed",
+			"event_id", ev.ID, "type", ev.Type, "invoice", ev.InvoiceID, "customer", ev.CustomerID, "session", ev.SessionID)
+		return EventResult{Unknown: true}, nil
+	}
+	return res, err
+}
+
+// InvoiceEventData is the payload of invoice.paid, invoice.payment_failed
+// and invoice.voided.
+type InvoiceEventData struct {
+	TenantID          string `json:"tenant_id"`
+	Month             string `json:"month"`
+	Currency          string `json:"currency"`
+	TotalMinor        int64  `json:"total_minor"`
+	AmountPaidMinor   int64  `json:"amount_paid_minor"`
+	ProviderInvoiceID string `json:"provider_invoice_id"`
+	PaymentStatus     string `json:"payment_status"`
+}
+
+type paymentChange struct {
+	Ref           string `json:"ref"`
+	PaymentStatus string `json:"payment_status"`
+	ProviderTotal int64  `json:"provider_total_minor"`
+}
+
+func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEvent) error {
+	rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+		WHERE (i.provider_invoice_id = $1 AND $1 <> '') OR (i.ref = $2 AND $2 <> '' AND coalesce(i.provider_invoice_id, $1) = $1)
+		FOR UPDATE OF i`, ev.InvoiceID, ev.InvoiceRef))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errUnknown
+	}
+	if err != nil {
+		return fmt.Errorf("billing: find invoice: %w", err)
+	}
+	status, typ := "", ""
+	switch ev.Kind {
+	case EventInvoicePaid:
+		status, typ = "paid", events.InvoicePaid
+	case EventInvoiceFailed:
+		status, typ = "failed", events.InvoicePaymentFailed
+	case EventInvoiceVoided:
+		status, typ = "void", events.InvoiceVoided
+	}
+	if rec.PaymentStatus == "paid" || rec.PaymentStatus == "void" || (status == "failed" && rec.PaymentStatus == "failed") {
+		// A late failure of a settled invoice, or a retried charge failing
+		// again, changes nothing: the event is recorded as seen.
+		return nil
+	}
+	at := ev.At
+	if at.IsZero() {
+		at = inv.now()
+	}
+	err = audit.Apply(ctx, tx, ProviderActor, func(tx pgx.Tx) (audit.Change, error) {
+		_, err := tx.Exec(ctx, `UPDATE invoices SET payment_status = $3, provider_invoice_id = coalesce(provider_invoice_id, nullif($4, '')),
+			provider_total_minor = $5, provider_currency = $6, provider_status = $7,
+			paid_at = CASE WHEN $3 = 'paid' THEN $8 ELSE paid_at END,
+			payment_failed_at = CASE WHEN $3 = 'failed' THEN $8 ELSE payment_failed_at END, updated_at = now()
+			WHERE tenant_id = $1 AND month = $2::date`, rec.TenantID, rec.Month+"-01", status, ev.InvoiceID,
+			ev.TotalMinor, strings.ToUpper(ev.Currency), string(ev.Kind)[len("invoice."):], at)
+		if err != nil {
+			return audit.Change{}, fmt.Errorf("billing: payment status: %w", err)
+		}
+		if _, err := events.Emit(ctx, tx, events.Event{Type: typ, TenantID: rec.TenantID, CreatedAt: at,
+			Data: InvoiceEventData{TenantID: rec.TenantID, Month: rec.Month, Currency: rec.Currency, TotalMinor: ev.TotalMinor,
+				AmountPaidMinor: ev.AmountPaidMinor, ProviderInvoiceID: ev.InvoiceID, PaymentStatus: status}}); err != nil {
+			return audit.Change{}, err
+		}
+		return audit.Change{Action: "invoice." + status, TargetType: "invoice", TargetID: rec.Ref, TenantID: rec.TenantID,
+			Before: paymentChange{Ref: rec.Ref, PaymentStatus: rec.PaymentStatus, ProviderTotal: deref(rec.ProviderTotalMinor)},
+			After:  paymentChange{Ref: rec.Ref, PaymentStatus: status, ProviderTotal: ev.TotalMinor}}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if status == "paid" && rec.DunningSuspendedAt != nil {
+		return inv.resumeAfterDunning(ctx, tx, rec.TenantID)
+	}
+	return nil
+}
+
+// resumeAfterDunning resumes tenantID (tenant.resume) once none of its
+// invoices that dunning suspended it for is unpaid.
+func (inv *Invoicing) resumeAfterDunning(ctx context.Context, tx pgx.Tx, tenantID string) error {
+	var unpaid int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND dunning_suspended_at IS NOT NULL
+		AND payment_status = 'failed'`, tenantID).Scan(&unpaid); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = NULL WHERE tenant_id = $1 AND payment_status = 'paid'`, tenantID); err != nil {
+		return err
+	}
+	if unpaid > 0 {
+		return nil
+	}
+	t, err := tenants.NewStore(tx).Get(ctx, tenantID)
+	if err != nil || t.Status != tenants.StatusSuspended {
+		return err
+	}
+	_, err = tenants.NewOps(tx, inv.now).Resume(ctx, ProviderActor, tenantID)
+	return err
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// Dunning suspends (tenant.suspend, by DunningActor) every active tenant
+// with an invoice whose payment failed at least the grace period ago and
+// is still not paid, and returns how many it suspended. A later payment
+// of the invoice resumes the tenant (ApplyEvent). Off when the grace is
+// not positive.
+func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
+	if inv.cfg.DunningGrace <= 0 {
+		return 0, nil
+	}
+	rows, err := inv.db.Query(ctx, `SELECT DISTINCT i.tenant_id::text FROM invoices i JOIN tenants t ON t.id = i.tenant_id
+		WHERE i.payment_status = 'failed' AND i.payment_failed_at <= $1 AND i.dunning_suspended_at IS NULL`,
+		inv.now().Add(-inv.cfg.DunningGrace))
+	due, err := postgres.Collect(rows, err, func(r pgx.Row) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, "billing: dunning")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range due {
+		err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = $2 WHERE tenant_id = $1
+				AND payment_status = 'failed' AND payment_failed_at <= $3 AND dunning_suspended_at IS NULL`,
+				id, inv.now(), inv.now().Add(-inv.cfg.DunningGrace)); err != nil {
+				return err
+			}
+			t, err := tenants.NewStore(tx).Get(ctx, id)
+			if err != nil || t.Status == tenants.StatusSuspended {
+				return err
+			}
+			_, err = tenants.NewOps(tx, inv.now).Suspend(ctx, DunningActor, id)
+			if err == nil {
+				n++
+			}
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("billing: dunning of %s: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// TopUpInput is the body of POST /tenants/{tenantID}/billing/top-ups:
+// prepaid credits to buy through the provider's hosted checkout, and
+// where the buyer returns to.
+type TopUpInput struct {
+	Units       int64  `json:"units"`
+	AmountMinor int64  `json:"amount_minor"`
+	SuccessURL  string `json:"success_url"`
+	CancelURL   string `json:"cancel_url"`
+}
+
+// TopUp is a credit top-up bought through the provider: granted once,
+// when the provider says it was paid.
+type TopUp struct {
+	ID          string     `json:"id"`
+	TenantID    string     `json:"tenant_id"`
+	Units       int64      `json:"units"`
+	AmountMinor int64      `json:"amount_minor"`
+	Currency    string     `json:"currency"`
+	SessionID   string     `json:"checkout_session_id,omitempty"`
+	CheckoutURL string     `json:"checkout_url,omitempty"`
+	Status      string     `json:"status"`
+	GrantID     string     `json:"grant_id,omitempty"`
+	PaidAt      *time.Time `json:"paid_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+}
+
+func topUpAudit(action string, before, after *TopUp) audit.Change {
+	t := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "credit_topup", TargetID: t.ID, TenantID: t.TenantID,
+		Before: before, After: after}
+}
+
+func validURL(s string) bool {
+	return (strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://")) && len(s) <= 2000 && !strings.ContainsAny(s, " \n")
+}
+
+// OpenTopUp opens a top-up of tenant tenantID's prepaid credits
+// (credits.topup): a record of it (audited), then the provider's
+// checkout page for it, whose URL the result carries. The credits are
+// granted when the provider's event says the checkout was paid
+// (ApplyEvent). The tenant needs a billing account; its plan's currency
+// is the price's. ECONFLICT with invoicing off.
+func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID string, in TopUpInput) (TopUp, error) {
+	f := map[string]string{}
+	if in.Units <= 0 || in.Units > 1<<50 {
+		f["units"] = "must be a whole number of units from 1 to 2^50"
+	}
+	if in.AmountMinor <= 0 || in.AmountMinor > 1<<50 {
+		f["amount_minor"] = "must be a positive amount in minor units"
+	}
+	if !validURL(in.SuccessURL) {
+		f["success_url"] = "must be an http(s) URL"
+	}
+	if !validURL(in.CancelURL) {
+		f["cancel_url"] = "must be an http(s) URL"
+	}
+	if err := tollgate.Invalid(f); err != nil {
+		return TopUp{}, err
+	}
+	if !inv.Enabled() {
+		return TopUp{}, inv.off()
+	}
+	var acct Account
+	made, err := audit.Create(ctx, inv.db, by, "credits.topup", topUpAudit, func(tx pgx.Tx) (TopUp, error) {
+		t, err := tenants.NewStore(tx).Get(ctx, tenantID)
+		if err != nil {
+			return TopUp{}, err
+		}
+		if acct, err = accountOf(ctx, tx, tenantID); tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+			return TopUp{}, tollgate.Errorf(tollgate.ECONFLICT, "the tenant has no billing account: link one first")
+		} else if err != nil {
+			return TopUp{}, err
+		}
+		p, err := plans.NewStore(tx).Get(ctx, t.PlanID)
+		if err != nil {
+			return TopUp{}, err
+		}
+		var u TopUp
+		err = tx.QueryRow(ctx, `INSERT INTO credit_topups (tenant_id, units, amount_minor, currency) VALUES ($1, $2, $3, $4)
+			RETURNING id::text, tenant_id::text, units, amount_minor, currency, status, created_at`,
+			tenantID, in.Units, in.AmountMinor, p.Currency).
+			Scan(&u.ID, &u.TenantID, &u.Units, &u.AmountMinor, &u.Currency, &u.Status, &u.CreatedAt)
+		return u, err
+	})
+	if err != nil {
+		return TopUp{}, err
+	}
+	s, err := inv.cfg.Provider.OpenCheckout(ctx, CheckoutInput{TopUpID: made.ID, TenantID: tenantID, CustomerID: acct.CustomerID,
+		Currency: made.Currency, Units: made.Units, AmountMinor: made.AmountMinor, SuccessURL: in.SuccessURL, CancelURL: in.CancelURL})
+	if err != nil {
+		return made, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
+	}
+	if _, err := inv.db.Exec(ctx, `UPDATE credit_topups SET checkout_session_id = $2, checkout_url = $3 WHERE id = $1`,
+		made.ID, s.ID, s.URL); err != nil {
+		return made, fmt.Errorf("billing: record checkout: %w", err)
+	}
+	made.SessionID, made.CheckoutURL = s.ID, s.URL
+	return made, nil
+}
+
+// TopUps returns tenant tenantID's top-ups, newest first.
+func (inv *Invoicing) TopUps(ctx context.Context, tenantID string) ([]TopUp, error) {
+	if !postgres.IsUUID(tenantID) {
+		return []TopUp{}, nil
+	}
+	rows, err := inv.db.Query(ctx, `SELECT `+topUpColumns+` FROM credit_topups WHERE tenant_id = $1 ORDER BY created_at DESC`, tenantID)
+	list, err := postgres.Collect(rows, err, scanTopUp, "billing: top-ups")
+	if list == nil {
+		list = []TopUp{}
+	}
+	return list, err
+}
+
+const topUpColumns = `id::text, tenant_id::text, units, amount_minor, currency, coalesce(checkout_session_id, ''),
+	checkout_url, status, coalesce(grant_id::text, ''), paid_at, created_at`
+
+func scanTopUp(r pgx.Row) (TopUp, error) {
+	var u TopUp
+	err := r.Scan(&u.ID, &u.TenantID, &u.Units, &u.AmountMinor, &u.Currency, &u.SessionID, &u.CheckoutURL, &u.Status,
+		&u.GrantID, &u.PaidAt, &u.CreatedAt)
+	return u, err
+}
+
+// applyCheckout grants a paid top-up's credits, once: a top-up already
+// paid (by another event of the same payment) changes nothing.
+func (inv *Invoicing) applyCheckout(ctx context.Context, tx pgx.Tx, ev ProviderEvent) error {
+	if !postgres.IsUUID(ev.TopUpID) {
+		return errUnknown
+	}
+	u, err := scanTopUp(tx.QueryRow(ctx, `SELECT `+topUpColumns+` FROM credit_topups WHERE id = $1
+		AND (checkout_session_id IS NULL OR checkout_session_id = $2) FOR UPDATE`, ev.TopUpID, ev.SessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errUnknown
+	}
+	if err != nil {
+		return fmt.Errorf("billing: find top-up: %w", err)
+	}
+	if u.Status == "paid" {
+		return nil
+	}
+	g, err := credits.NewOps(tx, inv.now).Grant(ctx, ProviderActor, u.TenantID, credits.GrantInput{Amount: u.Units,
+		Cause: "top-up paid through checkout " + ev.SessionID})
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE credit_topups SET status = 'paid', grant_id = $2, paid_at = $3,
+		checkout_session_id = coalesce(checkout_session_id, nullif($4, '')) WHERE id = $1`, u.ID, g.ID, inv.now(), ev.SessionID)
+	return err
+}
+
+// Reconciliation is a tenant's month: its statement's total beside its
+// invoice's at the provider, and every difference between them.
+type Reconciliation struct {
+	TenantID   string `json:"tenant_id"`
+	TenantName string `json:"tenant_name"`
+	Month      string `json:"month"`
+	Currency   string `json:"currency"`
+	// StatementMinor is the statement's total; LinesMinor the sum of the
+	// invoice's lines we sent; ProviderMinor the provider's total, when
+	// known.
+	StatementMinor int64  `json:"statement_minor"`
+	LinesMinor     *int64 `json:"lines_minor"`
+	ProviderMinor  *int64 `json:"provider_minor"`
+	// Invoice is the provider's invoice ID; PushState and PaymentStatus
+	// ours ("" when the statement has no invoice: no billing account).
+	Invoice       string `json:"invoice,omitempty"`
+	PushState     string `json:"push_state,omitempty"`
+	PaymentStatus string `json:"payment_status,omitempty"`
+	// Differences lists each way the two disagree; empty when they agree
+	// to the cent.
+	Differences []string `json:"differences"`
+}
+
+// Reconcile returns month m's reconciliation, by tenant name: every
+// closed statement beside its invoice. A statement without an invoice
+// (no billing account at the close) is listed without one, which is not
+// a difference.
+func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconciliation, error) {
+	rows, err := inv.db.Query(ctx, `SELECT s.tenant_id::text, coalesce(t.name, s.body->>'tenant_name'), s.currency, s.total_minor,
+		i.lines, coalesce(i.provider_invoice_id, ''), coalesce(i.push_state, ''), coalesce(i.payment_status, ''),
+		i.provider_total_minor, coalesce(i.provider_currency, ''), coalesce(i.total_minor, s.total_minor), coalesce(i.currency, s.currency),
+		coalesce(i.last_error, '')
+		FROM statements s LEFT JOIN invoices i ON i.tenant_id = s.tenant_id AND i.month = s.month
+		LEFT JOIN tenants t ON t.id = s.tenant_id
+		WHERE s.month = $1 ORDER BY 2`, m.Start())
+	list, err := postgres.Collect(rows, err, func(r pgx.Row) (Reconciliation, error) {
+		var c Reconciliation
+		var lines []byte
+		var providerCurrency, invCurrency, lastError string
+		var invTotal int64
+		if err := r.Scan(&c.TenantID, &c.TenantName, &c.Currency, &c.StatementMinor, &lines, &c.Invoice, &c.PushState,
+			&c.PaymentStatus, &c.ProviderMinor, &providerCurrency, &invTotal, &invCurrency, &lastError); err != nil {
+			return c, err
+		}
+		c.Month, c.Differences = m.String(), []string{}
+		if lines == nil {
+			return c, nil
+		}
+		var ls []InvoiceLine
+		if err := json.Unmarshal(lines, &ls); err != nil {
+			return c, err
+		}
+		sum, err := sumLines(ls)
+		if err != nil {
+			return c, err
+		}
+		c.LinesMinor = &sum
+		diff := func(format string, args ...any) { c.Differences = append(c.Differences, fmt.Sprintf(format, args...)) }
+		if sum != c.StatementMinor || invTotal != c.StatementMinor {
+			diff("invoice lines sum to %d, the statement to %d", sum, c.StatementMinor)
+		}
+		if invCurrency != c.Currency {
+			diff("invoice currency %s, the statement's %s", invCurrency, c.Currency)
+		}
+		switch {
+		case c.PushState == "pending":
+			diff("push pending: %s", cmpOr(lastError, "not pushed yet"))
+		case c.ProviderMinor == nil:
+			diff("the provider's total is unknown")
+		case *c.ProviderMinor != c.StatementMinor:
+			diff("the provider's total is %d, the statement's %d", *c.ProviderMinor, c.StatementMinor)
+		}
+		if c.PushState == "pushed" && providerCurrency != "" && providerCurrency != c.Currency {
+			diff("the provider's currency is %s, the statement's %s", providerCurrency, c.Currency)
+		}
+		if c.PaymentStatus == "void" {
+			diff("the invoice was voided at the provider")
+		}
+		return c, nil
+	}, "billing: reconcile")
+	if list == nil {
+		list = []Reconciliation{}
+	}
+	return list, err
+}
+
+// Differences counts the invoices that disagree with their statements
+// now (any month): pending pushes, other totals or currencies at the
+// provider, voided invoices. It is the reconciliation metric.
+func (inv *Invoicing) Differences(ctx context.Context) (int, error) {
+	var n int
+	err := inv.db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE push_state = 'pending'
+		OR provider_total_minor IS DISTINCT FROM total_minor
+		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'`).Scan(&n)
+	return n, err
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

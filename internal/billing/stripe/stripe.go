@@ -1,0 +1,328 @@
+// Package stripe is billing's payment provider on Stripe: customers,
+// invoices pushed exactly once (found by their reference, created with
+// idempotency keys derived from the statement), hosted checkout for
+// credit top-ups, and webhook events verified by their Stripe-Signature.
+// It speaks to Stripe through Stripe's Go library and holds nothing of
+// its own; package billing decides and records.
+package stripe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	stripeapi "github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+
+	"github.com/tollgate/tollgate/internal/billing"
+)
+
+// DefaultAPIURL is Stripe's API.
+const DefaultAPIURL = "https://api.stripe.com"
+
+// Config is how to reach Stripe.
+type Config struct {
+	// SecretKey is the API key (sk_live_…, sk_test_… or a restricted
+	// rk_…). It is sent to Stripe and nowhere else.
+	SecretKey string
+	// WebhookSecret verifies webhooks' Stripe-Signature (whsec_…).
+	WebhookSecret string
+	// APIURL replaces DefaultAPIURL (tests point it at a local Stripe).
+	APIURL string
+	// Tolerance is how old a webhook's signature may be (5 minutes when
+	// 0).
+	Tolerance time.Duration
+	// NetworkRetries is how many times the library retries a request that
+	// failed on the network or with a 5xx, with the same idempotency key,
+	// before the push records the failure and retries later.
+	NetworkRetries int64
+	// HTTPClient makes the requests (a client with a 30 s timeout when
+	// nil).
+	HTTPClient *http.Client
+}
+
+var (
+	secretKeyForm     = regexp.MustCompile(`^(sk|rk)_(test|live)_[0-9A-Za-z]{8,247}$`)
+	webhookSecretForm = regexp.MustCompile(`^whsec_[0-9A-Za-z+/=]{8,250}$`)
+)
+
+// Validate names the setting of each malformed field (by its
+// environment variable), never showing a secret's value.
+func (c Config) Validate() map[string]string {
+	f := map[string]string{}
+	if !secretKeyForm.MatchString(c.SecretKey) {
+		f["TOLLGATE_STRIPE_SECRET_KEY"] = "must be a Stripe secret key (sk_live_…, sk_test_…, or a restricted rk_…)"
+	}
+	if !webhookSecretForm.MatchString(c.WebhookSecret) {
+		f["TOLLGATE_STRIPE_WEBHOOK_SECRET"] = "must be the webhook endpoint's signing secret (whsec_…)"
+	}
+	if c.APIURL != "" {
+		u, err := url.Parse(c.APIURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			f["TOLLGATE_STRIPE_API_URL"] = "must be a base URL such as https://api.stripe.com"
+		}
+	}
+	return f
+}
+
+// Provider is billing.Provider on Stripe. Safe for concurrent use.
+type Provider struct {
+	client    *stripeapi.Client
+	secret    string
+	tolerance time.Duration
+}
+
+var _ billing.Provider = (*Provider)(nil)
+
+// New returns the provider for cfg (which Validate accepts). Every
+// backend of the library points at cfg.APIURL, so that nothing it does
+// reaches another host.
+func New(cfg Config) *Provider {
+	base := strings.TrimSuffix(cfg.APIURL, "/")
+	if base == "" {
+		base = DefaultAPIURL
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	backend := stripeapi.GetBackendWithConfig(stripeapi.APIBackend, &stripeapi.BackendConfig{
+		URL: stripeapi.String(base), HTTPClient: hc, MaxNetworkRetries: stripeapi.Int64(cfg.NetworkRetries),
+		EnableTelemetry: stripeapi.Bool(false),
+		LeveledLogger:   &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
+	})
+	backends := &stripeapi.Backends{API: backend, Connect: backend, Uploads: backend, MeterEvents: backend}
+	tolerance := cfg.Tolerance
+	if tolerance <= 0 {
+		tolerance = webhook.DefaultTolerance
+	}
+	return &Provider{client: stripeapi.NewClient(cfg.SecretKey, stripeapi.WithBackends(backends)),
+		secret: cfg.WebhookSecret, tolerance: tolerance}
+}
+
+// The metadata keys Tollgate sets on what it creates at Stripe.
+const (
+	metaRef    = "tollgate_ref"
+	metaLine   = "tollgate_line"
+	metaTenant = "tollgate_tenant_id"
+	metaMonth  = "tollgate_month"
+	metaTopUp  = "tollgate_topup"
+)
+
+// idempotent returns params' base with key as its idempotency key.
+func idempotent(key string) stripeapi.Params {
+	return stripeapi.Params{IdempotencyKey: stripeapi.String(key)}
+}
+
+// CreateCustomer makes a customer for a tenant, once per tenant (its
+// idempotency key is the tenant's).
+func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput) (string, error) {
+	params := &stripeapi.CustomerCreateParams{Params: idempotent("tollgate-customer-" + in.TenantID),
+		Name: stripeapi.String(in.TenantName), Metadata: map[string]string{metaTenant: in.TenantID}}
+	if in.Email != "" {
+		params.Email = stripeapi.String(in.Email)
+	}
+	c, err := p.client.V1Customers.Create(ctx, params)
+	if err != nil {
+		return "", describe("create customer", err)
+	}
+	return c.ID, nil
+}
+
+// PushInvoice finds inv at Stripe by its reference (the customer's
+// invoices' metadata), or creates it, then adds each line it does not
+// have yet, then finalizes (and sends) it as inv.Mode says. Every
+// creating request carries an idempotency key derived from inv.Ref (and
+// the line's key), so a push repeated after a timeout or a crash makes
+// nothing twice: Stripe answers a repeated key with the first answer,
+// and past its memory of keys the lookup finds what was made.
+func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billing.PushedInvoice, error) {
+	found, err := p.findInvoice(ctx, inv.CustomerID, inv.Ref)
+	if err != nil {
+		return billing.PushedInvoice{}, err
+	}
+	have := map[string]bool{}
+	if found == nil {
+		params := &stripeapi.InvoiceCreateParams{Params: idempotent(inv.Ref + "/invoice"),
+			Customer: stripeapi.String(inv.CustomerID), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
+			AutoAdvance:                 stripeapi.Bool(false),
+			PendingInvoiceItemsBehavior: stripeapi.String("exclude"),
+			Description:                 stripeapi.String("Usage of " + inv.Month),
+			Metadata:                    map[string]string{metaRef: inv.Ref, metaTenant: inv.TenantID, metaMonth: inv.Month},
+		}
+		if inv.Mode == billing.ModeSend {
+			params.CollectionMethod = stripeapi.String("send_invoice")
+			params.DaysUntilDue = stripeapi.Int64(30)
+		} else {
+			params.CollectionMethod = stripeapi.String("charge_automatically")
+		}
+		if found, err = p.client.V1Invoices.Create(ctx, params); err != nil {
+			return billing.PushedInvoice{}, describe("create invoice", err)
+		}
+	} else if found.Status == stripeapi.InvoiceStatusDraft {
+		for line, err := range p.client.V1Invoices.ListLines(ctx, &stripeapi.InvoiceListLinesParams{Invoice: stripeapi.String(found.ID)}) {
+			if err != nil {
+				return billing.PushedInvoice{}, describe("list invoice lines", err)
+			}
+			have[line.Metadata[metaLine]] = true
+		}
+	}
+	if found.Status == "" || found.Status == stripeapi.InvoiceStatusDraft {
+		for _, l := range inv.Lines {
+			if have[l.Key] {
+				continue
+			}
+			_, err := p.client.V1InvoiceItems.Create(ctx, &stripeapi.InvoiceItemCreateParams{
+				Params:   idempotent(inv.Ref + "/line/" + l.Key),
+				Customer: stripeapi.String(inv.CustomerID), Invoice: stripeapi.String(found.ID),
+				Amount: stripeapi.Int64(l.AmountMinor), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
+				Description: stripeapi.String(l.Description),
+				Metadata:    map[string]string{metaRef: inv.Ref, metaLine: l.Key, "units": strconv.FormatInt(l.Units, 10)},
+			})
+			if err != nil {
+				return billing.PushedInvoice{}, describe("add invoice line "+l.Key, err)
+			}
+		}
+		if inv.Mode != billing.ModeDraft {
+			if found, err = p.client.V1Invoices.FinalizeInvoice(ctx, found.ID, &stripeapi.InvoiceFinalizeInvoiceParams{
+				Params: idempotent(inv.Ref + "/finalize"), AutoAdvance: stripeapi.Bool(true)}); err != nil {
+				return billing.PushedInvoice{}, describe("finalize invoice", err)
+			}
+		}
+	}
+	if inv.Mode == billing.ModeSend && found.Status == stripeapi.InvoiceStatusOpen {
+		if found, err = p.client.V1Invoices.SendInvoice(ctx, found.ID, &stripeapi.InvoiceSendInvoiceParams{
+			Params: idempotent(inv.Ref + "/send")}); err != nil {
+			return billing.PushedInvoice{}, describe("send invoice", err)
+		}
+	}
+	if inv.Mode == billing.ModeDraft {
+		// The draft's total, with every line added.
+		if found, err = p.client.V1Invoices.Retrieve(ctx, found.ID, nil); err != nil {
+			return billing.PushedInvoice{}, describe("read invoice", err)
+		}
+	}
+	return billing.PushedInvoice{ID: found.ID, Status: string(found.Status), TotalMinor: found.Total,
+		Currency: strings.ToUpper(string(found.Currency))}, nil
+}
+
+// findInvoice returns the customer's invoice whose metadata names ref,
+// or nil. Stripe lists the newest first; a statement's invoice is among
+// the customer's latest, so the search stops after a few pages.
+func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*stripeapi.Invoice, error) {
+	params := &stripeapi.InvoiceListParams{Customer: stripeapi.String(customerID)}
+	params.Limit = stripeapi.Int64(100)
+	n := 0
+	for in, err := range p.client.V1Invoices.List(ctx, params) {
+		if err != nil {
+			return nil, describe("look the invoice up", err)
+		}
+		if in.Metadata[metaRef] == ref {
+			return in, nil
+		}
+		if n++; n >= 500 {
+			break
+		}
+	}
+	return nil, nil
+}
+
+// OpenCheckout opens a Checkout session paying for a top-up, once per
+// top-up (its idempotency key). The session's metadata names the top-up,
+// which the checkout.session.completed event brings back.
+func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (billing.CheckoutSession, error) {
+	meta := map[string]string{metaTopUp: in.TopUpID, metaTenant: in.TenantID}
+	s, err := p.client.V1CheckoutSessions.Create(ctx, &stripeapi.CheckoutSessionCreateParams{
+		Params: idempotent("tollgate-topup-" + in.TopUpID), Mode: stripeapi.String("payment"),
+		Customer: stripeapi.String(in.CustomerID), ClientReferenceID: stripeapi.String(in.TopUpID),
+		SuccessURL: stripeapi.String(in.SuccessURL), CancelURL: stripeapi.String(in.CancelURL),
+		LineItems: []*stripeapi.CheckoutSessionCreateLineItemParams{{
+			Quantity: stripeapi.Int64(1),
+			PriceData: &stripeapi.CheckoutSessionCreateLineItemPriceDataParams{
+				Currency: stripeapi.String(strings.ToLower(in.Currency)), UnitAmount: stripeapi.Int64(in.AmountMinor),
+				ProductData: &stripeapi.CheckoutSessionCreateLineItemPriceDataProductDataParams{
+					Name: stripeapi.String(fmt.Sprintf("%d prepaid units", in.Units))},
+			},
+		}},
+		Metadata: meta,
+	})
+	if err != nil {
+		return billing.CheckoutSession{}, describe("open checkout", err)
+	}
+	return billing.CheckoutSession{ID: s.ID, URL: s.URL}, nil
+}
+
+// event is what Tollgate reads of a Stripe event.
+type event struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Created int64  `json:"created"`
+	Data    struct {
+		Object struct {
+			ID            string            `json:"id"`
+			Customer      json.RawMessage   `json:"customer"`
+			Total         int64             `json:"total"`
+			AmountPaid    int64             `json:"amount_paid"`
+			Currency      string            `json:"currency"`
+			PaymentStatus string            `json:"payment_status"`
+			Metadata      map[string]string `json:"metadata"`
+		} `json:"object"`
+	} `json:"data"`
+}
+
+// ParseEvent verifies payload's Stripe-Signature header with the webhook
+// secret and the tolerance, and reads the event. It reads only the
+// fields Tollgate uses, so any API version's events parse.
+func (p *Provider) ParseEvent(payload []byte, signature string) (billing.ProviderEvent, error) {
+	if err := webhook.ValidatePayloadWithTolerance(payload, signature, p.secret, p.tolerance); err != nil {
+		return billing.ProviderEvent{}, fmt.Errorf("%w: %v", billing.ErrBadSignature, err)
+	}
+	var e event
+	if err := json.Unmarshal(payload, &e); err != nil || e.ID == "" || e.Type == "" {
+		return billing.ProviderEvent{}, fmt.Errorf("stripe: event: not a Stripe event")
+	}
+	o := e.Data.Object
+	ev := billing.ProviderEvent{ID: e.ID, Type: e.Type, At: time.Unix(e.Created, 0).UTC(), CustomerID: idOf(o.Customer)}
+	switch e.Type {
+	case "invoice.paid", "invoice.payment_failed", "invoice.voided":
+		ev.Kind = billing.EventKind(e.Type)
+		ev.InvoiceID, ev.InvoiceRef = o.ID, o.Metadata[metaRef]
+		ev.TotalMinor, ev.AmountPaidMinor, ev.Currency = o.Total, o.AmountPaid, strings.ToUpper(o.Currency)
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+		if o.PaymentStatus == "paid" {
+			ev.Kind = billing.EventCheckoutPaid
+		}
+		ev.SessionID, ev.TopUpID = o.ID, o.Metadata[metaTopUp]
+	}
+	return ev, nil
+}
+
+// idOf reads an expandable field: an ID, or an object with one.
+func idOf(raw json.RawMessage) string {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(raw, &o)
+	return o.ID
+}
+
+// describe says what failed, with Stripe's status, type, code and
+// message (never the request's key), keeping the error for errors.As.
+func describe(what string, err error) error {
+	var se *stripeapi.Error
+	if errors.As(err, &se) {
+		return fmt.Errorf("stripe: %s: %d %s %s: %s: %w", what, se.HTTPStatusCode, se.Type, se.Code, se.Msg, err)
+	}
+	return fmt.Errorf("stripe: %s: %w", what, err)
+}

@@ -1,0 +1,498 @@
+package stripe_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/billing/stripe"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/metering/meteringtest"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/testenv/stripetest"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// rig is a database, a local Stripe and invoicing on both, on a clock
+// the test moves.
+type rig struct {
+	t      *testing.T
+	db     *pgxpool.Pool
+	stripe *stripetest.Server
+	clock  *testenv.Clock
+	inv    *billing.Invoicing
+	ops    *billing.Ops
+	prov   *stripe.Provider
+}
+
+func newRig(t *testing.T, mode billing.InvoiceMode) *rig {
+	t.Helper()
+	r := &rig{t: t, db: testenv.DB(t), stripe: stripetest.Start(t), clock: testenv.NewClock(mustTime(t, "2026-10-15T12:00:00Z"))}
+	r.prov = stripe.New(stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret, APIURL: r.stripe.URL})
+	r.inv = billing.NewInvoicing(r.db, billing.InvoicingConfig{Provider: r.prov, Mode: mode, DunningGrace: 72 * time.Hour,
+		Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
+	r.ops = billing.NewOps(r.db, r.clock.Now).WithInvoicing(r.inv)
+	return r
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339, s)
+	testenv.Must(t, err)
+	return v
+}
+
+// tenant makes a tenant on p, on it since September.
+func (r *rig) tenant(name string, p plans.Plan) tenants.Tenant {
+	tn := fixture.Tenant(r.t, r.db, name, p.ID)
+	_, err := r.db.Exec(context.Background(), `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z' WHERE tenant_id = $1`, tn.ID)
+	testenv.Must(r.t, err)
+	return tn
+}
+
+// use records units of October usage by tn.
+func (r *rig) use(tn tenants.Tenant, units int64) {
+	_, key := fixture.Key(r.t, r.db, tn.ID, "k")
+	_, err := usage.NewStore(r.db, usage.StoreConfig{Now: r.clock.Now}).Apply(context.Background(), metering.Batch{Version: 1,
+		ID: "oct:" + tn.ID, Rows: []metering.Row{meteringtest.Row(meteringtest.At(r.t, "2026-10-10T09:00"), tn.ID, key.ID, "GET /x",
+			metering.Counts{Allowed: units, AllowedUnits: units})}})
+	testenv.Must(r.t, err)
+}
+
+func (r *rig) link(tn tenants.Tenant, in billing.LinkInput) billing.Account {
+	a, err := r.inv.LinkAccount(context.Background(), audit.CLI, tn.ID, in)
+	testenv.Must(r.t, err)
+	return a
+}
+
+// deliver signs payload as Stripe would, now, and applies it.
+func (r *rig) deliver(payload []byte) (billing.EventResult, error) {
+	ev, err := r.prov.ParseEvent(payload, stripetest.Sign(payload, stripetest.WebhookSecret, time.Now()))
+	if err != nil {
+		return billing.EventResult{}, err
+	}
+	return r.inv.ApplyEvent(context.Background(), ev)
+}
+
+func (r *rig) count(query string, args ...any) int {
+	var n int
+	testenv.Must(r.t, r.db.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+// creates returns the requests that reached Stripe and created something
+// at path (not answered from an earlier idempotency key).
+func creates(s *stripetest.Server, path string) []stripetest.Request {
+	var out []stripetest.Request
+	for _, q := range s.Requests() {
+		if q.Method == "POST" && q.Path == path && !q.Replayed && q.Status == 200 {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+var october = usage.MonthOf(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
+
+// TestMonthClosesIntoInvoicesExactlyOnce: a month with three tenants —
+// a flat plan, tiered overage, and prepaid credits bought through
+// Checkout — closes into three invoices whose lines are the statements'
+// to the cent; closing and pushing again creates nothing.
+func TestMonthClosesIntoInvoicesExactlyOnce(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	upTo := int64(1000)
+	flat := fixture.Plan(t, r.db, plans.Plan{Name: "flat", BaseFeeMinor: 4900, IncludedUnits: 1_000_000})
+	tiered := fixture.Plan(t, r.db, plans.Plan{Name: "tiered", BaseFeeMinor: 1000, IncludedUnits: 100,
+		Tiers: []plans.PriceTier{{UpTo: &upTo, UnitMinor: 5}, {UnitMinor: 2}}})
+	prepaid := fixture.Plan(t, r.db, plans.Plan{Name: "prepaid", BaseFeeMinor: 0, OverageUnitMinor: 3, IncludedUnits: 0})
+	flatCo, tieredCo, prepaidCo := r.tenant("flat-co", flat), r.tenant("tiered-co", tiered), r.tenant("prepaid-co", prepaid)
+	r.tenant("unlinked-co", flat)
+	r.use(flatCo, 500)
+	r.use(tieredCo, 2100) // 2000 past the included 100: 1000 × 5 + 1000 × 2
+
+	r.link(flatCo, billing.LinkInput{Create: true, Email: "billing@flat.example"})
+	r.link(tieredCo, billing.LinkInput{CustomerID: "cus_existing42"})
+	r.link(prepaidCo, billing.LinkInput{Create: true})
+	if _, err := r.inv.LinkAccount(ctx, audit.CLI, flatCo.ID, billing.LinkInput{CustomerID: "cus_existing42"}); err == nil {
+		t.Error("one customer linked to two tenants")
+	}
+
+	// A top-up bought through Checkout is granted once, under replays
+	// and a second event of the same payment.
+	u, err := r.inv.OpenTopUp(ctx, audit.CLI, prepaidCo.ID, billing.TopUpInput{Units: 5000, AmountMinor: 2500,
+		SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"})
+	testenv.Must(t, err)
+	if u.SessionID == "" || u.CheckoutURL == "" || u.Currency != "USD" {
+		t.Fatalf("top-up %+v", u)
+	}
+	sessions := creates(r.stripe, "/v1/checkout/sessions")
+	if len(sessions) != 1 || sessions[0].Form.Get("line_items[0][price_data][unit_amount]") != "2500" ||
+		sessions[0].Form.Get("metadata[tollgate_topup]") != u.ID || sessions[0].IdempotencyKey != "tollgate-topup-"+u.ID {
+		t.Fatalf("checkout requests %+v", sessions)
+	}
+	unpaid := stripetest.CheckoutEvent("evt_cs_unpaid", u.SessionID, u.ID, "unpaid", time.Now())
+	if res, err := r.deliver(unpaid); err != nil || res.Applied {
+		t.Errorf("an unpaid checkout: %+v, %v; want nothing applied", res, err)
+	}
+	paid := stripetest.CheckoutEvent("evt_cs_paid", u.SessionID, u.ID, "paid", time.Now())
+	for i, payload := range [][]byte{paid, paid, stripetest.CheckoutEvent("evt_cs_async", u.SessionID, u.ID, "paid", time.Now())} {
+		if _, err := r.deliver(payload); err != nil {
+			t.Fatalf("checkout event %d: %v", i, err)
+		}
+	}
+	bal, err := credits.NewStore(r.db).Balance(ctx, prepaidCo.ID)
+	testenv.Must(t, err)
+	if bal.Balance != 5000 || r.count(`SELECT count(*) FROM audit_log WHERE action = 'credits.grant' AND actor = 'stripe'`) != 1 {
+		t.Errorf("balance %d after the top-up's events, grants audited %d; want 5000 once", bal.Balance,
+			r.count(`SELECT count(*) FROM audit_log WHERE action = 'credits.grant'`))
+	}
+
+	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
+	res, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	if res.Invoices == nil || res.Invoices.Pushed != 3 || res.Invoices.Failed != 0 || res.Invoices.Pending != 0 {
+		t.Fatalf("close pushed %+v, want 3 invoices", res.Invoices)
+	}
+	statements, err := billing.NewStore(r.db, r.clock.Now).Statements(ctx, october, nil)
+	testenv.Must(t, err)
+	want := map[string]int64{flatCo.ID: 4900, tieredCo.ID: 1000 + 5000 + 2000, prepaidCo.ID: 0}
+	made := r.stripe.Invoices()
+	if len(made) != 3 {
+		t.Fatalf("%d invoices at Stripe, want 3", len(made))
+	}
+	for _, st := range statements {
+		if st.TenantName == "unlinked-co" {
+			if st.Invoice != nil {
+				t.Errorf("a tenant without a billing account was invoiced: %+v", st.Invoice)
+			}
+			continue
+		}
+		if st.TotalMinor != want[st.TenantID] {
+			t.Errorf("%s: statement total %d, want %d", st.TenantName, st.TotalMinor, want[st.TenantID])
+		}
+		ref := billing.InvoiceRef(st.TenantID, "2026-10")
+		var in *stripetest.Invoice
+		for i := range made {
+			if made[i].Metadata["tollgate_ref"] == ref {
+				in = &made[i]
+			}
+		}
+		if in == nil {
+			t.Errorf("%s: no invoice at Stripe", st.TenantName)
+			continue
+		}
+		lines := billing.InvoiceLines(st)
+		if in.Total != st.TotalMinor || in.Currency != "usd" || in.Status != "open" || len(in.Lines) != len(lines) {
+			t.Errorf("%s: Stripe has total %d %s, %s, %d lines; want %d usd, open, %d lines", st.TenantName, in.Total, in.Currency,
+				in.Status, len(in.Lines), st.TotalMinor, len(lines))
+		}
+		if st.Invoice == nil || st.Invoice.PushState != "pushed" || st.Invoice.ProviderInvoiceID != in.ID {
+			t.Errorf("%s: statement's invoice %+v, want pushed as %s", st.TenantName, st.Invoice, in.ID)
+		}
+	}
+	// What was sent: keys derived from the statements, the lines' amounts
+	// in minor units, the statement's currency, the test key only.
+	for _, q := range r.stripe.Requests() {
+		if !q.Authorized {
+			t.Errorf("%s %s without the test key", q.Method, q.Path)
+		}
+	}
+	for _, q := range creates(r.stripe, "/v1/invoices") {
+		if ref := q.Form.Get("metadata[tollgate_ref]"); q.IdempotencyKey != ref+"/invoice" || q.Form.Get("currency") != "usd" ||
+			q.Form.Get("pending_invoice_items_behavior") != "exclude" {
+			t.Errorf("invoice created with key %q, form %v", q.IdempotencyKey, q.Form)
+		}
+	}
+	items := creates(r.stripe, "/v1/invoiceitems")
+	sent := map[string]int64{}
+	for _, q := range items {
+		ref := q.Form.Get("metadata[tollgate_ref]")
+		amount, _ := strconv.ParseInt(q.Form.Get("amount"), 10, 64)
+		sent[ref] += amount
+		if q.IdempotencyKey != ref+"/line/"+q.Form.Get("metadata[tollgate_line]") {
+			t.Errorf("line sent with key %q", q.IdempotencyKey)
+		}
+	}
+	for tenantID, total := range want {
+		if got := sent[billing.InvoiceRef(tenantID, "2026-10")]; got != total {
+			t.Errorf("lines sent for %s sum to %d, want %d", tenantID, got, total)
+		}
+	}
+	tieredLines := 0
+	for _, q := range items {
+		if strings.Contains(q.Form.Get("description"), "plan tiered") {
+			tieredLines++
+		}
+	}
+	if tieredLines != 3 { // base fee and two overage tiers
+		t.Errorf("tiered-co's invoice has %d plan lines, want 3", tieredLines)
+	}
+
+	// Again: the close, a push of everything, a push by another process.
+	before := len(r.stripe.Requests())
+	again, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	if !again.AlreadyClosed || again.Invoices.Pushed != 0 {
+		t.Errorf("closing again: %+v", again)
+	}
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 0 {
+		t.Errorf("pushing again: %+v, %v", p, err)
+	}
+	if n := len(r.stripe.Requests()); n != before {
+		t.Errorf("pushing again sent %d requests", n-before)
+	}
+	if n := len(creates(r.stripe, "/v1/invoices")); n != 3 {
+		t.Errorf("%d invoices created, want 3", n)
+	}
+
+	// Reconciled to the cent.
+	rec, err := r.inv.Reconcile(ctx, october)
+	testenv.Must(t, err)
+	if len(rec) != 4 {
+		t.Fatalf("reconciliation of %d tenants, want 4", len(rec))
+	}
+	for _, c := range rec {
+		if len(c.Differences) != 0 {
+			t.Errorf("%s differs: %v", c.TenantName, c.Differences)
+		}
+	}
+	if n, err := r.inv.Differences(ctx); err != nil || n != 0 {
+		t.Errorf("differences metric %d, %v", n, err)
+	}
+}
+
+// TestPushRecoversWithoutDuplicates: Stripe down leaves the invoice
+// pending ("push pending") and retried with backoff; answers lost after
+// Stripe acted (the invoice made, a line added) are found again on the
+// next push, never made twice.
+func TestPushRecoversWithoutDuplicates(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000, IncludedUnits: 10, OverageUnitMinor: 3})
+	acme := r.tenant("acme", pro)
+	r.use(acme, 110)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
+
+	r.stripe.Down(503)
+	res, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	if res.Invoices.Failed != 1 || res.Invoices.Pending != 1 {
+		t.Fatalf("close with Stripe down: %+v", res.Invoices)
+	}
+	st, err := billing.NewStore(r.db, r.clock.Now).Statement(ctx, acme.ID, october)
+	testenv.Must(t, err)
+	if st.Invoice == nil || st.Invoice.PushState != "pending" {
+		t.Errorf("statement's invoice %+v, want push pending", st.Invoice)
+	}
+	rec, err := r.inv.Reconcile(ctx, october)
+	testenv.Must(t, err)
+	if len(rec) != 1 || len(rec[0].Differences) != 1 || !strings.Contains(rec[0].Differences[0], "push pending") ||
+		!strings.Contains(rec[0].Differences[0], "503") {
+		t.Errorf("reconciliation %+v, want push pending with the 503", rec)
+	}
+	r.clock.Advance(10 * time.Second)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed+p.Failed != 0 {
+		t.Errorf("push within the backoff: %+v, %v; want nothing tried", p, err)
+	}
+
+	// Back up, but the invoice's answer is lost; then a line's.
+	r.stripe.Down(0)
+	r.stripe.DropAnswer(func(q stripetest.Request) bool { return q.Method == "POST" && q.Path == "/v1/invoices" })
+	r.clock.Advance(time.Minute)
+	if p, _ := r.inv.Push(ctx, false); p.Failed != 1 {
+		t.Fatalf("push with the answer lost: %+v", p)
+	}
+	r.stripe.DropAnswer(func(q stripetest.Request) bool {
+		return q.Path == "/v1/invoiceitems" && q.Form.Get("metadata[tollgate_line]") != "p0.base"
+	})
+	r.clock.Advance(2 * time.Minute)
+	if p, _ := r.inv.Push(ctx, false); p.Failed != 1 {
+		t.Fatalf("push with a line's answer lost: %+v", p)
+	}
+	// Past Stripe's memory of idempotency keys, the invoice and its
+	// lines are found by their metadata.
+	r.stripe.ForgetKeys()
+	r.clock.Advance(5 * time.Minute)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 || p.Pending != 0 {
+		t.Fatalf("push after the outage: %+v, %v", p, err)
+	}
+	made := r.stripe.Invoices()
+	if len(made) != 1 || len(creates(r.stripe, "/v1/invoices")) != 1 {
+		t.Fatalf("%d invoices at Stripe, want 1", len(made))
+	}
+	keys := map[string]bool{}
+	for _, l := range made[0].Lines {
+		key := l["metadata"].(map[string]string)["tollgate_line"]
+		if keys[key] {
+			t.Errorf("line %s added twice", key)
+		}
+		keys[key] = true
+	}
+	if made[0].Total != 2000+300 || len(keys) != 2 || made[0].Status != "draft" {
+		t.Errorf("invoice total %d with lines %v, %s; want 2300 in 2 lines, a draft", made[0].Total, keys, made[0].Status)
+	}
+	recs, err := r.inv.Invoices(ctx, acme.ID, nil)
+	testenv.Must(t, err)
+	if recs[0].PushState != "pushed" || recs[0].ProviderInvoiceID != made[0].ID || recs[0].PushAttempts != 4 {
+		t.Errorf("our record %+v", recs[0])
+	}
+}
+
+// TestStripeEvents: a signed invoice.paid marks the statement paid; a
+// failed payment suspends the tenant after the grace period and a later
+// payment resumes it, each with its Tollgate event and audit entry;
+// replays change nothing; bad and stale signatures and unknown invoices
+// change nothing.
+func TestStripeEvents(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
+	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
+	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
+	_, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	byCustomer := map[string]stripetest.Invoice{}
+	for _, in := range r.stripe.Invoices() {
+		byCustomer[in.Customer] = in
+	}
+	audits := func() int { return r.count(`SELECT count(*) FROM audit_log`) }
+	eventsOf := func(typ string) int { return r.count(`SELECT count(*) FROM events WHERE type = $1`, typ) }
+	status := func(tn tenants.Tenant) string {
+		recs, err := r.inv.Invoices(ctx, tn.ID, nil)
+		testenv.Must(t, err)
+		return recs[0].PaymentStatus
+	}
+
+	// Signatures: wrong secret, stale, missing.
+	payload := stripetest.InvoiceEvent("evt_paid_acme", "invoice.paid", byCustomer["cus_acme"], time.Now())
+	for name, sig := range map[string]string{
+		"wrong secret": stripetest.Sign(payload, "whsec_someoneelse0123456789", time.Now()),
+		"stale":        stripetest.Sign(payload, stripetest.WebhookSecret, time.Now().Add(-10*time.Minute)),
+		"missing":      "",
+	} {
+		if _, err := r.prov.ParseEvent(payload, sig); !errors.Is(err, billing.ErrBadSignature) {
+			t.Errorf("%s signature: %v, want ErrBadSignature", name, err)
+		}
+	}
+	before := audits()
+	unknown := byCustomer["cus_acme"]
+	unknown.ID, unknown.Metadata = "in_nobody", map[string]string{}
+	if res, err := r.deliver(stripetest.InvoiceEvent("evt_unknown", "invoice.paid", unknown, time.Now())); err != nil || !res.Unknown {
+		t.Errorf("an unknown invoice's event: %+v, %v", res, err)
+	}
+	if audits() != before || r.count(`SELECT count(*) FROM provider_events`) != 0 {
+		t.Error("an unknown invoice's event changed something")
+	}
+
+	// Paid, once.
+	for i := range 2 {
+		res, err := r.deliver(payload)
+		if err != nil || res.Applied != (i == 0) || res.Replayed != (i == 1) {
+			t.Errorf("invoice.paid delivery %d: %+v, %v", i, res, err)
+		}
+	}
+	if status(acme) != "paid" || eventsOf("invoice.paid") != 1 || audits() != before+1 {
+		t.Errorf("after invoice.paid: status %s, %d events, %d entries", status(acme), eventsOf("invoice.paid"), audits()-before)
+	}
+	st, err := billing.NewStore(r.db, r.clock.Now).Statement(ctx, acme.ID, october)
+	testenv.Must(t, err)
+	if st.Invoice == nil || st.Invoice.PaymentStatus != "paid" {
+		t.Errorf("statement's invoice %+v, want paid", st.Invoice)
+	}
+
+	// Failed: dunning suspends after the grace period; the payment
+	// resumes.
+	failed := stripetest.InvoiceEvent("evt_failed_globex", "invoice.payment_failed", byCustomer["cus_globex"], r.clock.Now())
+	if _, err := r.deliver(failed); err != nil || status(globex) != "failed" || eventsOf("invoice.payment_failed") != 1 {
+		t.Fatalf("invoice.payment_failed: %v, status %s", err, status(globex))
+	}
+	r.clock.Advance(71 * time.Hour)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 0 {
+		t.Errorf("dunning within the grace period: %d, %v", n, err)
+	}
+	r.clock.Advance(2 * time.Hour)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
+		t.Errorf("dunning after the grace period: %d, %v", n, err)
+	}
+	if n, _ := r.inv.Dunning(ctx); n != 0 {
+		t.Error("dunning suspended twice")
+	}
+	tenantStatus := func(tn tenants.Tenant) string {
+		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
+		testenv.Must(t, err)
+		return got.Status
+	}
+	if tenantStatus(globex) != tenants.StatusSuspended || eventsOf("tenant.suspended") != 1 ||
+		r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.suspend' AND actor = 'dunning'`) != 1 {
+		t.Errorf("globex %s after dunning", tenantStatus(globex))
+	}
+	paidLate := stripetest.InvoiceEvent("evt_paid_globex", "invoice.paid", byCustomer["cus_globex"], r.clock.Now())
+	for range 2 {
+		if _, err := r.deliver(paidLate); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tenantStatus(globex) != tenants.StatusActive || eventsOf("tenant.resumed") != 1 || status(globex) != "paid" ||
+		r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.resume' AND actor = 'stripe'`) != 1 {
+		t.Errorf("globex %s (%s) after paying", tenantStatus(globex), status(globex))
+	}
+	// A late failure of a paid invoice changes nothing.
+	n := audits()
+	if _, err := r.deliver(stripetest.InvoiceEvent("evt_late_fail", "invoice.payment_failed", byCustomer["cus_globex"], r.clock.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if status(globex) != "paid" || audits() != n {
+		t.Errorf("a late failure changed a paid invoice: %s", status(globex))
+	}
+}
+
+// TestInvoiceLinesMirrorTheStatement: a statement's lines — base fees
+// per plan period, overage per tier, credits as lines of no amount — sum
+// to its total.
+func TestInvoiceLinesMirrorTheStatement(t *testing.T) {
+	st := billing.Statement{TotalMinor: 1000 + 500 + 300 + 80, Plans: []billing.PlanCharges{
+		{Plan: "a", BaseFeeMinor: 1000, Overage: []billing.OverageLine{{FromUnit: 1, ToUnit: 100, Units: 100, UnitMinor: 5, AmountMinor: 500}}},
+		{Plan: "b", BaseFeeMinor: 300, Overage: []billing.OverageLine{{FromUnit: 1, ToUnit: 40, Units: 40, UnitMinor: 2, AmountMinor: 80}}},
+	}, Credits: &credits.Month{Used: 700, Overage: 40, Adjusted: -5}}
+	lines := billing.InvoiceLines(st)
+	var keys []string
+	var sum int64
+	for _, l := range lines {
+		keys = append(keys, l.Key)
+		sum += l.AmountMinor
+	}
+	want := "p0.base p0.overage.0 p1.base p1.overage.0 credits.used credits.past_balance credits.adjusted"
+	if strings.Join(keys, " ") != want || sum != st.TotalMinor {
+		t.Errorf("lines %v sum to %d; want %s summing to %d", keys, sum, want, st.TotalMinor)
+	}
+}
+
+// TestConfigNamesTheSetting: malformed secrets fail naming the setting,
+// never showing the value.
+func TestConfigNamesTheSetting(t *testing.T) {
+	bad := stripe.Config{SecretKey: "pk_live_oops123456789", WebhookSecret: "secret", APIURL: "ftp://x"}.Validate()
+	for _, name := range []string{"TOLLGATE_STRIPE_SECRET_KEY", "TOLLGATE_STRIPE_WEBHOOK_SECRET", "TOLLGATE_STRIPE_API_URL"} {
+		if bad[name] == "" || strings.Contains(bad[name], "oops") {
+			t.Errorf("%s: %q", name, bad[name])
+		}
+	}
+	if got := (stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret}).Validate(); len(got) != 0 {
+		t.Errorf("good settings refused: %v", got)
+	}
+}

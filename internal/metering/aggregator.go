@@ -85,7 +85,7 @@ type Aggregator struct {
 	settlements  []Settlement
 	settledHolds map[string]struct{}
 	held         int64 // decisions in rows
-	stats     Stats
+	stats        Stats
 
 	flushMu sync.Mutex // serialises cut+publish
 	seq     uint64

@@ -68,6 +68,12 @@ type UsageEvent struct {
 	// Expired is set on a HoldSettled event of a hold that expired
 	// unsettled.
 	Expired bool
+	// HoldHash names the hold of a HoldSettled event: 32 hex digits of a
+	// hash of its ID (never the ID itself). A hold's settlement is handed
+	// on at every final answer, a repeated one too (the first answer may
+	// have been lost with its caller); the usage pipeline counts one hold
+	// once, whichever event reaches it first. "" counts the event as is.
+	HoldHash string
 }
 
 // Kinds of UsageEvent.Hold.

@@ -3,6 +3,7 @@ package enforce
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -137,7 +138,11 @@ var ErrNoHolds = errors.New("enforce: the limiter store keeps no holds")
 // is given back or taken from every rule it took from, in one store call,
 // and counted as usage. Repeating a settlement answers the same; another
 // cost for a settled or expired hold is a conflict error, an unknown hold
-// not found, a malformed ID or cost invalid.
+// not found, a malformed ID or cost invalid. Every answer that finds the
+// hold final (settled or expired: repeated, or a conflict) hands its usage
+// on again, under the hold's hash, since the first answer may have been
+// lost with its caller or its process; the usage pipeline counts a hold
+// once.
 func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement, error) {
 	ref, ok := parseHoldID(id)
 	if !ok {
@@ -161,6 +166,7 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	case errors.Is(err, limiter.ErrHoldConflict) && st.Status == limiter.HoldOpen:
 		return Settlement{}, tollgate.Errorf(tollgate.ECONFLICT, "the hold has expired")
 	case errors.Is(err, limiter.ErrHoldConflict):
+		c.recordSettled(id, ref, st)
 		return Settlement{}, tollgate.Errorf(tollgate.ECONFLICT, "the hold was %s at cost %d", holdStatus(st.Status), st.Cost)
 	case err != nil:
 		// As for checks, a store outage is no server error: the caller
@@ -171,14 +177,14 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	// Below its estimate, or releasing a lease the hold took, the
 	// settlement gave units back.
 	c.denials.givenBack(ref.Tag)
-	if !st.Repeated {
-		c.recordSettled(ref, st)
-	}
+	c.recordSettled(id, ref, st)
 	return Settlement{HoldID: id, Estimate: st.Estimate, Cost: st.Cost, Status: holdStatus(st.Status), Repeated: st.Repeated}, nil
 }
 
-// recordSettled counts the units a hold finally counts, at its settlement.
-func (c *Checker) recordSettled(ref holdRef, st limiter.Settlement) {
+// recordSettled counts the units hold id finally counts, at its
+// settlement: once per hold however often it is called (the usage
+// pipeline keeps one event per HoldHash).
+func (c *Checker) recordSettled(id string, ref holdRef, st limiter.Settlement) {
 	expired := st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged
 	reason := tollgate.ReasonOK
 	if expired {
@@ -186,7 +192,15 @@ func (c *Checker) recordSettled(ref holdRef, st limiter.Settlement) {
 	}
 	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
 		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: reason,
-		Hold: tollgate.HoldSettled, Expired: expired})
+		Hold: tollgate.HoldSettled, Expired: expired, HoldHash: holdHash(id)})
+}
+
+// holdHash returns the name usage knows hold id by: the first 16 bytes of
+// its SHA-256, in hex. The ID itself, which carries the caller, stays out
+// of the usage stream and tables.
+func holdHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:16])
 }
 
 // ExpireHolds expires the holds past their expiry, up to max, as each
@@ -200,7 +214,7 @@ func (c *Checker) ExpireHolds(ctx context.Context, max int) (int, error) {
 	for _, e := range expired {
 		if ref, ok := parseHoldID(e.ID); ok {
 			c.denials.givenBack(ref.Tag)
-			c.recordSettled(ref, e.Settlement)
+			c.recordSettled(e.ID, ref, e.Settlement)
 		}
 	}
 	if err != nil {

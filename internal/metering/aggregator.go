@@ -48,6 +48,12 @@ type AggregatorConfig struct {
 	// TopIPs is how many addresses per minute a batch names (default 100);
 	// the rest are summed as OtherIP.
 	TopIPs int
+	// MaxSettlements bounds the holds' settlements held in memory apart
+	// from the rows, one per hold (default 10,000; a batch is cut early at
+	// half). Past it, a settlement is summed into the rows as a check is:
+	// still counted, but no longer once per hold should it be handed on
+	// again elsewhere.
+	MaxSettlements int
 	// Registerer receives the aggregator's metrics when not nil.
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -74,8 +80,12 @@ type Aggregator struct {
 	// crossings are the quota thresholds crossed since the last cut; kept
 	// even when decisions are dropped (they are few and each is an event).
 	crossings []Crossing
-	held      int64 // decisions in rows
-	stats     Stats
+	// settlements are the holds settled since the last cut, one per hold
+	// (settledHolds: their hashes).
+	settlements  []Settlement
+	settledHolds map[string]struct{}
+	held         int64 // decisions in rows
+	stats        Stats
 
 	flushMu sync.Mutex // serialises cut+publish
 	seq     uint64
@@ -125,11 +135,15 @@ func NewAggregator(cfg AggregatorConfig) *Aggregator {
 	if cfg.TopIPs <= 0 {
 		cfg.TopIPs = 100
 	}
+	if cfg.MaxSettlements <= 0 {
+		cfg.MaxSettlements = 10_000
+	}
+	cfg.MaxSettlements = min(cfg.MaxSettlements, MaxBatchSettlements)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	a := &Aggregator{cfg: cfg, log: cfg.Log, rows: map[rowKey]*Counts{}, ips: map[int64]map[string]*Counts{},
-		wake: make(chan struct{}, 1)}
+		settledHolds: map[string]struct{}{}, wake: make(chan struct{}, 1)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -163,6 +177,9 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 		resource: ev.Resource, reason: ev.Reason, deniedBy: joinRules(ev.Denied)}
 	if k.resource == "" {
 		k.resource = "*"
+	}
+	if ev.Hold == tollgate.HoldSettled && ev.HoldHash != "" && a.recordSettlement(ev, minute, k.resource) {
+		return
 	}
 	// A crossed threshold is flushed at once rather than at the next
 	// tick: its event is due at the receivers within a second of the
@@ -199,6 +216,39 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 		default:
 		}
 	}
+}
+
+// recordSettlement keeps the settlement ev (of the given minute and
+// resource) apart from the rows, once per hold, and reports whether it
+// did: false past MaxSettlements, when ev is to be counted in the rows.
+func (a *Aggregator) recordSettlement(ev tollgate.UsageEvent, minute int64, resource string) bool {
+	st := Settlement{HoldHash: ev.HoldHash, Minute: minute, TenantID: ev.TenantID, KeyID: ev.KeyID, Tier: ev.Tier,
+		Resource: resource, Cost: ev.Cost, Expired: ev.Expired}
+	if ev.Tier == tollgate.TierAnonymous {
+		st.IP = ev.IP
+	}
+	a.mu.Lock()
+	if _, seen := a.settledHolds[st.HoldHash]; seen {
+		a.stats.Recorded++
+		a.mu.Unlock()
+		return true
+	}
+	if len(a.settlements) >= a.cfg.MaxSettlements {
+		a.mu.Unlock()
+		return false
+	}
+	a.stats.Recorded++
+	a.settlements = append(a.settlements, st)
+	a.settledHolds[st.HoldHash] = struct{}{}
+	wake := len(a.settlements) == a.cfg.MaxSettlements/2
+	a.mu.Unlock()
+	if wake {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
 }
 
 // fold counts c in a coarser row once MaxRows distinct rows are held
@@ -363,12 +413,15 @@ func (a *Aggregator) Stats() Stats {
 // is nothing. flushMu is held.
 func (a *Aggregator) cut() *Batch {
 	a.mu.Lock()
-	rows, ips, crossings := a.rows, a.ips, a.crossings
-	if len(rows) == 0 && len(ips) == 0 && len(crossings) == 0 {
+	rows, ips, crossings, settlements := a.rows, a.ips, a.crossings, a.settlements
+	if len(rows) == 0 && len(ips) == 0 && len(crossings) == 0 && len(settlements) == 0 {
 		a.mu.Unlock()
 		return nil
 	}
-	a.crossings = nil
+	a.crossings, a.settlements = nil, nil
+	if len(settlements) > 0 {
+		a.settledHolds = map[string]struct{}{}
+	}
 	a.rows = make(map[rowKey]*Counts, len(rows))
 	a.ips = map[int64]map[string]*Counts{}
 	a.ipCount = 0
@@ -380,7 +433,7 @@ func (a *Aggregator) cut() *Batch {
 
 	a.seq++
 	b := &Batch{Version: 1, ID: a.cfg.ProducerID + ":" + strconv.FormatUint(a.seq, 10),
-		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows)), Crossings: crossings}
+		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows)), Crossings: crossings, Settlements: settlements}
 	for k, c := range rows {
 		b.Rows = append(b.Rows, Row{Minute: k.minute, TenantID: k.tenantID, KeyID: k.keyID, Tier: k.tier,
 			Resource: k.resource, Reason: k.reason, DeniedBy: k.deniedBy, Counts: *c})

@@ -361,3 +361,73 @@ func TestAggregatorCountsHoldsAtSettlement(t *testing.T) {
 		t.Errorf("counted %+v, want %+v", sum, want)
 	}
 }
+
+// TestAggregatorKeepsSettlementsApart: a settlement under its hold's hash
+// goes to the batch's Settlements, once per hold however often it is
+// recorded (a retried settlement); one without a hash is summed into the
+// rows as before; past MaxSettlements they are summed too.
+func TestAggregatorKeepsSettlementsApart(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p1", MaxSettlements: 2})
+	settled := func(hash string, cost int64, expired bool) tollgate.UsageEvent {
+		ev := event(t0+61_000_000, tA, kA, "POST /v1/complete", true, cost)
+		ev.Hold, ev.Expired, ev.HoldHash = tollgate.HoldSettled, expired, hash
+		return ev
+	}
+	h1, h2, h3 := strings.Repeat("1", 32), strings.Repeat("2", 32), strings.Repeat("3", 32)
+	a.Record(settled(h1, 320, false))
+	a.Record(settled(h1, 320, false)) // the retry, answered repeated
+	a.Record(settled(h2, 0, true))
+	a.Record(settled(h3, 7, false)) // past the bound
+	a.Record(settled("", 11, false))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := p.batches[0]
+	want := []Settlement{
+		{HoldHash: h1, Minute: 1_790_812_860, TenantID: tA, KeyID: kA, Tier: tollgate.TierAuthenticated, Resource: "POST /v1/complete", Cost: 320},
+		{HoldHash: h2, Minute: 1_790_812_860, TenantID: tA, KeyID: kA, Tier: tollgate.TierAuthenticated, Resource: "POST /v1/complete", Expired: true},
+	}
+	if got := fmt.Sprint(b.Settlements); got != fmt.Sprint(want) {
+		t.Errorf("settlements:\n got %v\nwant %v", got, want)
+	}
+	if got := p.totals()[tA+"/"+kA]; got != (Counts{AllowedUnits: 18}) {
+		t.Errorf("rows %+v, want the 7 and 11 units past the bound and without a hash", got)
+	}
+	// A new batch forgets the holds of the last: a hold handed on again
+	// later is there again (the worker counts it once).
+	a.Record(settled(h1, 320, false))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.batches[1].Settlements; len(got) != 1 || got[0].HoldHash != h1 {
+		t.Errorf("second batch's settlements %v, want hold 1's", got)
+	}
+}
+
+func TestDecodeKeepsBatchesWithoutSettlements(t *testing.T) {
+	b, err := DecodeBatch([]byte(`{"v":1,"id":"old:1","created_us":0,"rows":[{"minute":1795000020,"tier":"anonymous",` +
+		`"resource":"*","reason":"ok","allowed_units":3}]}`))
+	if err != nil || len(b.Settlements) != 0 || len(b.Rows) != 1 {
+		t.Fatalf("old batch: %+v, %v", b, err)
+	}
+	st := Settlement{HoldHash: strings.Repeat("a", 32), Minute: 1_795_000_020, Tier: "anonymous", Resource: "*", Cost: 1}
+	for name, bad := range map[string]func(*Settlement){
+		"short hash":     func(s *Settlement) { s.HoldHash = "abc" },
+		"uppercase hash": func(s *Settlement) { s.HoldHash = strings.Repeat("A", 32) },
+		"bad minute":     func(s *Settlement) { s.Minute++ },
+		"bad tenant":     func(s *Settlement) { s.TenantID = "t" },
+		"no tier":        func(s *Settlement) { s.Tier = "" },
+		"negative cost":  func(s *Settlement) { s.Cost = -1 },
+		"NUL in IP":      func(s *Settlement) { s.IP = "1.2.3.4\x00" },
+	} {
+		s := st
+		bad(&s)
+		if err := (&Batch{Version: 1, ID: "x", Settlements: []Settlement{s}}).validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := (&Batch{Version: 1, ID: "x", Settlements: []Settlement{st}}).validate(); err != nil {
+		t.Errorf("a valid settlement refused: %v", err)
+	}
+}

@@ -39,7 +39,48 @@ type Batch struct {
 	// Crossings are the quota thresholds checks crossed since the last
 	// batch (tollgate.UsageEvent.Crossed); the worker records each once.
 	Crossings []Crossing `json:"crossings,omitempty"`
+	// Settlements are the holds settled or expired since the last batch,
+	// kept apart from Rows: the same hold may come in several batches (a
+	// settlement retried on another process, an expiry racing it), and
+	// the worker counts each hold once. A batch without them (older
+	// producers) counts its settlements in Rows.
+	Settlements []Settlement `json:"settlements,omitempty"`
 }
+
+// Settlement is the usage of one hold's settlement or expiry
+// (tollgate.UsageEvent with Hold HoldSettled): units without a decision.
+type Settlement struct {
+	// HoldHash names the hold: 32 lowercase hex digits
+	// (tollgate.UsageEvent.HoldHash).
+	HoldHash string `json:"hold"`
+	// Minute is the settlement's minute start, in seconds since the epoch.
+	Minute   int64  `json:"minute"`
+	TenantID string `json:"tenant_id,omitempty"`
+	KeyID    string `json:"key_id,omitempty"`
+	Tier     string `json:"tier"`
+	// IP is the anonymous caller's address ("" for a caller with a key).
+	IP       string `json:"ip,omitempty"`
+	Resource string `json:"resource"`
+	// Cost is the units the hold finally counts.
+	Cost int64 `json:"cost"`
+	// Expired is set for a hold that expired unsettled (reason
+	// hold_expired).
+	Expired bool `json:"expired,omitempty"`
+}
+
+// Row returns the row s counts in: AllowedUnits of its cost, and one
+// expired hold when it expired.
+func (s Settlement) Row() Row {
+	r := Row{Minute: s.Minute, TenantID: s.TenantID, KeyID: s.KeyID, Tier: s.Tier, Resource: s.Resource,
+		Reason: tollgate.ReasonOK, Counts: Counts{AllowedUnits: s.Cost}}
+	if s.Expired {
+		r.Reason, r.ExpiredHolds = tollgate.ReasonHoldExpired, 1
+	}
+	return r
+}
+
+// MaxBatchSettlements bounds a batch's Settlements.
+const MaxBatchSettlements = 100_000
 
 // Crossing is one quota threshold a check took a tenant's month-to-date
 // count past: Units is the threshold, AtUS the check's time (its UTC month
@@ -145,6 +186,14 @@ func (b *Batch) validate() error {
 			return fmt.Errorf("rows[%d]: %w", i, err)
 		}
 	}
+	if len(b.Settlements) > MaxBatchSettlements {
+		return fmt.Errorf("%d settlements, more than %d", len(b.Settlements), MaxBatchSettlements)
+	}
+	for i, st := range b.Settlements {
+		if err := st.validate(); err != nil {
+			return fmt.Errorf("settlements[%d]: %w", i, err)
+		}
+	}
 	for i, c := range b.Crossings {
 		if !tollgate.IsUUID(c.TenantID) || c.Units < 1 {
 			return fmt.Errorf("crossings[%d]: a tenant ID and units ≥ 1 are required", i)
@@ -165,6 +214,45 @@ func (b *Batch) validate() error {
 		}
 	}
 	return nil
+}
+
+func (s Settlement) validate() error {
+	if !isHoldHash(s.HoldHash) {
+		return fmt.Errorf("hold %q is not 32 lowercase hex digits", s.HoldHash)
+	}
+	if err := validMinute(s.Minute); err != nil {
+		return err
+	}
+	for name, id := range map[string]string{"tenant": s.TenantID, "key": s.KeyID} {
+		if id != "" && !tollgate.IsUUID(id) {
+			return fmt.Errorf("%s ID %q is not a UUID", name, id)
+		}
+	}
+	if s.Tier == "" || s.Resource == "" {
+		return fmt.Errorf("tier and resource are required")
+	}
+	for name, v := range map[string]string{"tier": s.Tier, "resource": s.Resource, "ip": s.IP} {
+		if !storableText(v) {
+			return fmt.Errorf("%s is not valid UTF-8 text without NUL", name)
+		}
+	}
+	if s.Cost < 0 || s.Cost > maxRowCount {
+		return fmt.Errorf("cost %d is not between 0 and %d", s.Cost, int64(maxRowCount))
+	}
+	return nil
+}
+
+// isHoldHash reports whether h is 32 lowercase hex digits.
+func isHoldHash(h string) bool {
+	if len(h) != 32 {
+		return false
+	}
+	for i := range len(h) {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func validMinute(m int64) error {

@@ -19,7 +19,9 @@ import (
 type Hook interface {
 	// Applied runs in the transaction that applies batches, after their
 	// rows and rollups are written: batches are those applied for the
-	// first time (duplicates left out), now the store's clock. An error
+	// first time (duplicates left out), each with the settlements of
+	// holds counted now among its Rows (and none in Settlements), now the
+	// store's clock. An error
 	// rolls the whole apply back; the worker retries it.
 	Applied(ctx context.Context, tx pgx.Tx, batches []metering.Batch, now time.Time) error
 	// Sweep runs every SweepInterval (Store.Sweep), busy or idle, in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,6 +39,13 @@ type StoreConfig struct {
 	// reject duplicates (default 30 days). A batch redelivered after that
 	// would count twice; redeliveries happen within minutes.
 	BatchIDRetention time.Duration
+	// SettlementRetention is how long the holds whose settlement was
+	// counted are remembered, so that the same hold handed on again (a
+	// settlement retried, an expiry racing it) counts nothing (default 7
+	// days). A hold is final at most a day and an hour after it opened
+	// (plans.MaxHoldTTLS and its record's retention), so only a batch
+	// held up in the stream for longer than this could count one twice.
+	SettlementRetention time.Duration
 	// ResourceCap is how many distinct resources a tenant (and the
 	// anonymous callers together) may record in a month (default
 	// DefaultResourceCap; TOLLGATE_USAGE_RESOURCE_CAP). A batch's further
@@ -62,6 +70,9 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 	}
 	if c.BatchIDRetention <= 0 {
 		c.BatchIDRetention = 30 * 24 * time.Hour
+	}
+	if c.SettlementRetention <= 0 {
+		c.SettlementRetention = 7 * 24 * time.Hour
 	}
 	if c.ResourceCap <= 0 {
 		c.ResourceCap = DefaultResourceCap
@@ -100,11 +111,18 @@ type ApplyResult struct {
 	Duplicate bool
 	// LateRows counts rows of the batch that fell in closed months.
 	LateRows int
+	// Settlements counts the batch's settlements counted now;
+	// RepeatedSettlements those of holds counted before (by an earlier
+	// batch, or earlier in the same call), which counted nothing.
+	Settlements, RepeatedSettlements int
 }
 
 // Apply adds the batch's counts to the minute rows and the hour, day and
 // month rollups, exactly once: the batch ID is recorded in the same
 // transaction, and a batch whose ID is already recorded changes nothing.
+// The batch's settlements (metering.Batch.Settlements) count once per
+// hold: each hold's hash is recorded in the same transaction, and a hold
+// recorded before, by this batch or another, adds nothing.
 // Rows in closed months are counted and also listed in usage_late; the
 // closed months' statements do not change. A tenant's resources beyond
 // its monthly cap (ResourceCap) are recorded as metering.OtherResource.
@@ -135,6 +153,9 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		}
 		for _, r := range b.IPs {
 			months = append(months, MonthStart(time.Unix(r.Minute, 0)))
+		}
+		for _, st := range b.Settlements {
+			months = append(months, MonthStart(time.Unix(st.Minute, 0)))
 		}
 	}
 	if err := s.ensurePartitions(ctx, months, cutoff); err != nil {
@@ -173,7 +194,6 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			isFresh[id] = true
 		}
 		var apply []int
-		var fresh []metering.Row
 		for i, b := range batches {
 			if first[b.ID] != i || !isFresh[b.ID] {
 				results[i] = ApplyResult{Duplicate: true}
@@ -181,6 +201,15 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			}
 			results[i] = ApplyResult{}
 			apply = append(apply, i)
+		}
+		// What the batches count from here on: their rows, and the
+		// settlements of holds counted for the first time as rows too.
+		counted, err := countSettlements(ctx, tx, batches, apply, results)
+		if err != nil {
+			return err
+		}
+		var fresh []metering.Row
+		for _, b := range counted {
 			fresh = append(fresh, b.Rows...)
 		}
 		fold, err := foldResources(ctx, tx, s.cfg.ResourceCap, fresh)
@@ -189,8 +218,7 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		}
 		minute, hour, day, month := newRollup(), newRollup(), newRollup(), newRollup()
 		ips := map[ipKey]metering.Counts{}
-		for _, i := range apply {
-			b := batches[i]
+		for _, b := range counted {
 			for _, r := range b.Rows {
 				at := time.Unix(r.Minute, 0).UTC()
 				k := dims{tenantID: orNil(r.TenantID), keyID: orNil(r.KeyID), tier: r.Tier, resource: fold.resource(r),
@@ -225,13 +253,9 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			return err
 		}
 		if len(s.cfg.Hooks) > 0 {
-			applied := make([]metering.Batch, len(apply))
-			for j, i := range apply {
-				applied[j] = batches[i]
-			}
 			now := s.cfg.Now()
 			for _, h := range s.cfg.Hooks {
-				if err := h.Applied(ctx, tx, applied, now); err != nil {
+				if err := h.Applied(ctx, tx, counted, now); err != nil {
 					return err
 				}
 			}
@@ -240,8 +264,8 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		if err != nil || len(closed) == 0 {
 			return err
 		}
-		for _, i := range apply {
-			if results[i].LateRows, err = recordLate(ctx, tx, batches[i], closed, fold); err != nil {
+		for j, i := range apply {
+			if results[i].LateRows, err = recordLate(ctx, tx, counted[j], closed, fold); err != nil {
 				return err
 			}
 		}
@@ -254,6 +278,74 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 		return nil, fmt.Errorf("usage: apply %d batches from %s: %w", len(batches), batches[0].ID, err)
 	}
 	return results, nil
+}
+
+// countSettlements records, in tx, the holds of the settlements of the
+// batches at indexes apply (those applied now) and returns those batches
+// as they count: each with its rows, then a row per settlement of a hold
+// never recorded before (metering.Settlement.Row; an anonymous caller's
+// also under its IP), and without Settlements. A hold listed twice counts
+// in its first batch. It sets the results' settlement counts.
+//
+// The hashes are inserted in order, so that two transactions recording
+// the same holds wait for each other rather than deadlock; the second
+// finds them recorded once the first commits, and counts nothing for
+// them.
+func countSettlements(ctx context.Context, tx pgx.Tx, batches []metering.Batch, apply []int, results []ApplyResult) ([]metering.Batch, error) {
+	firstOf := map[string]int{} // hold hash → batch index
+	var hashes []string
+	for _, i := range apply {
+		for _, st := range batches[i].Settlements {
+			if _, seen := firstOf[st.HoldHash]; seen {
+				continue
+			}
+			firstOf[st.HoldHash] = i
+			hashes = append(hashes, st.HoldHash)
+		}
+	}
+	isNew := map[string]bool{}
+	if len(hashes) > 0 {
+		slices.Sort(hashes)
+		rows, err := tx.Query(ctx, `INSERT INTO usage_settlements (hold_hash)
+			SELECT decode(h, 'hex') FROM unnest($1::text[]) WITH ORDINALITY AS x(h, n) ORDER BY n
+			ON CONFLICT (hold_hash) DO NOTHING RETURNING encode(hold_hash, 'hex')`, hashes)
+		if err != nil {
+			return nil, fmt.Errorf("usage: apply: record settlements: %w", err)
+		}
+		recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("usage: apply: record settlements: %w", err)
+		}
+		for _, h := range recorded {
+			isNew[h] = true
+		}
+	}
+	counted := make([]metering.Batch, len(apply))
+	for j, i := range apply {
+		b := batches[i]
+		b.Settlements = nil
+		if len(batches[i].Settlements) == 0 {
+			counted[j] = b
+			continue
+		}
+		b.Rows = slices.Clip(b.Rows)
+		b.IPs = slices.Clip(b.IPs)
+		for _, st := range batches[i].Settlements {
+			if firstOf[st.HoldHash] != i || !isNew[st.HoldHash] {
+				results[i].RepeatedSettlements++
+				continue
+			}
+			delete(isNew, st.HoldHash) // a hold listed twice in one batch counts once
+			results[i].Settlements++
+			r := st.Row()
+			b.Rows = append(b.Rows, r)
+			if st.IP != "" {
+				b.IPs = append(b.IPs, metering.IPRow{Minute: st.Minute, IP: st.IP, Counts: r.Counts})
+			}
+		}
+		counted[j] = b
+	}
+	return counted, nil
 }
 
 // Sweep runs the hooks' sweeps (Hook.Sweep) at the store's clock, one
@@ -578,11 +670,14 @@ func (s *Store) forgetPartitions() {
 type MaintenanceResult struct {
 	Dropped       []string // partitions dropped
 	PurgedBatches int64    // batch IDs forgotten
+	// PurgedSettlements counts the holds' hashes forgotten.
+	PurgedSettlements int64
 }
 
 // Maintain creates the minute partitions of the current and the next two
 // months, drops those older than the retention, and forgets batch IDs
-// older than BatchIDRetention. Safe to run from several workers at once.
+// older than BatchIDRetention and holds' hashes older than
+// SettlementRetention. Safe to run from several workers at once.
 func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
 	now := s.cfg.Now()
@@ -635,6 +730,17 @@ func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
 			return res, fmt.Errorf("usage: forget old batch IDs: %w", err)
 		}
 		res.PurgedBatches += tag.RowsAffected()
+		if tag.RowsAffected() < 10000 {
+			break
+		}
+	}
+	for {
+		tag, err := s.db.Exec(ctx, `DELETE FROM usage_settlements WHERE hold_hash IN (
+			SELECT hold_hash FROM usage_settlements WHERE applied_at < $1 LIMIT 10000)`, now.Add(-s.cfg.SettlementRetention))
+		if err != nil {
+			return res, fmt.Errorf("usage: forget old settlements: %w", err)
+		}
+		res.PurgedSettlements += tag.RowsAffected()
 		if tag.RowsAffected() < 10000 {
 			return res, nil
 		}

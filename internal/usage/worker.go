@@ -174,8 +174,9 @@ func (w *Worker) Run(ctx context.Context) error {
 				log.Warn("usage: maintenance failed; retrying later", "err", err)
 				nextMaintenance = now.Add(time.Minute)
 			} else {
-				if len(res.Dropped) > 0 || res.PurgedBatches > 0 {
-					log.Info("usage: maintenance", "dropped_partitions", res.Dropped, "forgotten_batch_ids", res.PurgedBatches)
+				if len(res.Dropped) > 0 || res.PurgedBatches > 0 || res.PurgedSettlements > 0 {
+					log.Info("usage: maintenance", "dropped_partitions", res.Dropped, "forgotten_batch_ids", res.PurgedBatches,
+						"forgotten_settlements", res.PurgedSettlements)
 				}
 				nextMaintenance = now.Add(every)
 			}

@@ -266,3 +266,51 @@ func TestNotReplicatedFailsOnlyMoney(t *testing.T) {
 		t.Errorf("plain check beside it: %+v, %v; want admitted", plain.out, plain.err)
 	}
 }
+
+// TestNotReplicatedOnACluster: on a Cluster whose masters have no
+// replica, with WaitReplicas 1, a batch spread over many hash slots (so
+// over every master) fails its credit draws and settlements within the
+// bound, each draw taken on its own master, while the plain checks and a
+// lease-free peek beside them keep their answers.
+func TestNotReplicatedOnACluster(t *testing.T) {
+	ctx := context.Background()
+	cluster, prefix := testenv.RedisCluster(t)
+	const bound, margin = 200 * time.Millisecond, 800 * time.Millisecond
+	s := NewBatching(cluster, BatchConfig{Operations: true})
+	s.HoldIndex = prefix + "holds"
+	open := New(cluster) // holds opened without waiting, to settle below
+	open.HoldIndex = s.HoldIndex
+	s.WaitReplicas, s.WaitTimeout = 1, bound
+	var run []*pending
+	for i := range 12 {
+		tag := prefix + "{" + string(rune('a'+i)) + "}"
+		testenv.Must(t, cluster.Set(ctx, tag+"credits", 0, 0).Err())
+		hold := &limiter.Hold{ID: tag, Key: tag + "hold", TTLUS: limiter.HourUS}
+		if _, err := open.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: tag + "w", Params: replicaWindow}}, Cost: 4, Hold: hold}); err != nil {
+			t.Fatal(err)
+		}
+		run = append(run,
+			&pending{batch: limiter.Batch{Cost: 2, Credits: &limiter.Credits{Key: tag + "credits", Log: tag + "log", Line: 100}}},
+			&pending{batch: limiter.Batch{Requests: []limiter.Request{{Key: tag + "rate", Params: replicaRate}}, Cost: 1}},
+			&pending{op: opSettle, opKey: tag + "hold", opCost: 1})
+	}
+	start := time.Now()
+	s.execute(run)
+	if took := time.Since(start); took < bound || took > bound+margin {
+		t.Errorf("the call took %v, want between %v and %v", took, bound, bound+margin)
+	}
+	for i, p := range run {
+		money := p.carriesMoney()
+		switch {
+		case money && !errors.Is(p.err, limiter.ErrNotReplicated):
+			t.Errorf("%d (%s, money): %v, want limiter.ErrNotReplicated", i, p.what(), p.err)
+		case !money && (p.err != nil || !p.out.Admitted):
+			t.Errorf("%d (%s): %+v, %v; want admitted", i, p.what(), p.out, p.err)
+		}
+		if p.batch.Credits != nil {
+			if n, _ := cluster.Get(ctx, p.batch.Credits.Key).Int64(); n != 2 {
+				t.Errorf("%s: %d drawn, want the unconfirmed draw of 2 taken", p.batch.Credits.Key, n)
+			}
+		}
+	}
+}

@@ -350,12 +350,14 @@ func TestSentinelFailover(t *testing.T) {
 // prepaid balance is drawn by two api processes at once while the
 // primary is killed (SIGKILL) and the sentinels promote the replica. A
 // draw is admitted only once the replica has it, so the promoted replica
-// has every admitted draw: until the old primary is back as its replica
-// no draw can be confirmed and draws are refused (the balance's deny
-// mode is its failure mode); then draws go on to the balance's end. The
-// units the clients saw admitted never exceed the balance, and the
-// ledger, drained from the promoted replica, agrees with its counter and
-// holds at least every admitted unit.
+// has every admitted draw. Until the old primary is back as its replica
+// no draw can be confirmed: draws are refused (the balance's deny mode is
+// its failure mode), each taking its unit on the new primary all the
+// same, so the load stops for that while; once the replica is back,
+// draws are admitted again up to the balance's end. The units the
+// clients saw admitted never exceed the balance, and the ledger, drained
+// from the promoted replica, agrees with its counter and holds at least
+// every admitted unit.
 func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	const balance = 300
 	r := newRig(t, testenv.DatabaseURL(t))
@@ -374,7 +376,7 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 
 	var (
 		admitted, exhausted, unavailable atomic.Int64
-		stop                             atomic.Bool
+		stop, paused                     atomic.Bool
 		wg                               sync.WaitGroup
 	)
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -383,6 +385,10 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
+				if paused.Load() {
+					time.Sleep(10 * time.Millisecond) // polling the test's flag
+					continue
+				}
 				d, err := checkReason(client, apis[i%len(apis)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
 				switch {
 				case err != nil:
@@ -414,17 +420,29 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	t.Logf("%d units admitted before the promotion, %v after the kill", atPromotion, promotedAt.Sub(killedAt).Round(time.Millisecond))
 	// Without a replica, no draw is confirmed, and none is admitted.
 	testenv.WaitFor(t, 10*time.Second, "draws refused as unavailable", func() bool { return unavailable.Load() > 20 })
+	paused.Store(true)
 	// The old primary comes back empty; the sentinels make it the new
 	// primary's replica, and draws are confirmed again.
 	g.Primary.Start()
+	oldAsReplica := redis.NewClient(&redis.Options{Addr: old, MaxRetries: -1})
+	defer oldAsReplica.Close()
+	testenv.WaitFor(t, 60*time.Second, "the old primary a replica of the new one, in sync", func() bool {
+		info, err := oldAsReplica.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+	})
+	atRecovery := admitted.Load()
+	paused.Store(false)
 	testenv.Eventually(t, time.Now(), 60*time.Second, "the balance spent", func() (bool, string) {
 		return exhausted.Load() > 50, fmt.Sprintf("%d admitted, %d exhausted, %d unavailable", admitted.Load(), exhausted.Load(), unavailable.Load())
 	})
 	stop.Store(true)
 	wg.Wait()
 
-	t.Logf("%d units admitted (%d before the promotion), %d refused as unavailable, %d as exhausted",
-		admitted.Load(), atPromotion, unavailable.Load(), exhausted.Load())
+	t.Logf("%d units admitted (%d before the promotion, %d before the replica was back), %d refused as unavailable, %d as exhausted",
+		admitted.Load(), atPromotion, atRecovery, unavailable.Load(), exhausted.Load())
+	if admitted.Load() == atRecovery {
+		t.Error("no draw admitted once the replica was back")
+	}
 	if admitted.Load() > balance {
 		t.Errorf("%d units admitted on a balance of %d", admitted.Load(), balance)
 	}

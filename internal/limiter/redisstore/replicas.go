@@ -140,6 +140,21 @@ func (s *Store) clientFor(ctx context.Context, key string) (pipeliner, error) {
 	return client, nil
 }
 
+// runConfirmed runs script on the server that holds keys, followed by
+// WAIT, and returns its reply (or err) and why the WAIT did not confirm
+// its writes (nil when it did).
+func (s *Store) runConfirmed(ctx context.Context, script *redis.Script, keys []string, args []any) (reply string, err, unconfirmed error) {
+	client, err := s.clientFor(ctx, keys[0])
+	if err != nil {
+		return "", err, nil
+	}
+	c := scriptCall{script: script, keys: keys, args: args}
+	one := [1]*scriptCall{&c}
+	unconfirmed = s.runWaiting(ctx, client, one[:])
+	reply, err = c.cmd.Text()
+	return reply, err, unconfirmed
+}
+
 // failMoney gives err to those of ps that carry money and were answered:
 // their writes stand on the server but may not survive a failover. The
 // others keep their answers.

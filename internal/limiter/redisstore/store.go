@@ -251,10 +251,11 @@ func (s *Store) run(ctx context.Context, checks []*pending) {
 	defer putCall(c)
 	script, args := s.prepare(c, checks)
 	if s.waitsFor(checks) {
-		g := slotGroup{call: scriptCall{script: script, keys: c.keys, args: args}, pending: checks}
-		one := [1]*slotGroup{&g}
-		s.runByNode(ctx, one[:])
-		g.decodeChecks(c)
+		// checks are not handed on: on the plain path, a check of a
+		// store without batching stays on its caller's stack.
+		reply, err, unconfirmed := s.runConfirmed(ctx, script, c.keys, args)
+		c.decode(checks, reply, err)
+		failMoney(checks, unconfirmed)
 		return
 	}
 	reply, err := script.Run(ctx, s.client, c.keys, args...).Text()

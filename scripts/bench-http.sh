@@ -69,6 +69,17 @@
 # alternates by round), and the second is reported as SCENARIO+thresholds,
 # with its checks/s over the first's in the same round (the rounds'
 # median); both share the floor run.
+#
+# ALT_ENV and ALT_REDIS measure another setting against the same run's
+# base in the same way: a second api with ALT_ENV's settings added (on
+# the port after the pprof one), and/or Redis's CONFIG SET pairs
+# ALT_REDIS (BASE_REDIS for the base runs); after each scenario's floor
+# run, the base and the alternative run (the order alternating by round),
+# and the alternative is reported as SCENARIO+alt, with its checks/s and
+# p50 over the base's in the same round. REPLICA=1 starts a replica of the
+# Redis first (for TOLLGATE_REDIS_WAIT_REPLICAS). For example:
+#   REPLICA=1 ALT_ENV=TOLLGATE_REDIS_WAIT_REPLICAS=1 SCENARIOS="allowed-keys allowed-credits hold-settle" RATES= LATENCY=0
+#   BASE_REDIS="appendonly yes appendfsync everysec" ALT_REDIS="appendonly yes appendfsync always" SCENARIOS=... RATES= LATENCY=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,11 +103,11 @@ THREADS=${THREADS:-2}
 REPEAT=${REPEAT:-3}
 SCENARIOS=${SCENARIOS-allowed-keys allowed-ips denied-ip search-2rules}
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_ports() { # three consecutive free ports
+free_ports() { # five consecutive free ports
   local p
   for _ in $(seq 1 100); do
     p=$((20000 + RANDOM % 30000))
-    port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)) && { echo "$p"; return; }
+    port_free "$p" && port_free $((p + 1)) && port_free $((p + 2)) && port_free $((p + 3)) && port_free $((p + 4)) && { echo "$p"; return; }
   done
   echo "bench-http: no free ports" >&2
   exit 1
@@ -105,6 +116,8 @@ PORT=${BENCH_PORT:-$(free_ports)}
 API=http://127.0.0.1:$PORT
 FLOOR=http://127.0.0.1:$((PORT + 1))
 DEBUG_ADDR=127.0.0.1:$((PORT + 2))
+API_ALT=http://127.0.0.1:$((PORT + 3))
+REPLICA_PORT=$((PORT + 4))
 WORK=$TOLLGATE_TEST_WORK
 REDIS_PORT=${TOLLGATE_TEST_REDIS_ADDR##*:}
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
@@ -141,13 +154,36 @@ if [[ " ${SCENARIOS:-} " == *" lease-release "* ]]; then
   bin/admin keys issue --tenant bench-llm --count 1000 2>/dev/null >"$WORK/llmkeys1000.txt"
 fi
 
+replica=
+if [ "${REPLICA:-}" = 1 ]; then
+  mkdir -p "$WORK/replica"
+  redis-server --bind 127.0.0.1 --port "$REPLICA_PORT" --dir "$WORK/replica" --save "" --daemonize no \
+    --logfile "$WORK/replica/redis.log" --replicaof 127.0.0.1 "$REDIS_PORT" &
+  replica=$!
+  for _ in $(seq 1 100); do
+    redis-cli -p "$REPLICA_PORT" info replication 2>/dev/null | grep -q master_link_status:up && break
+    sleep 0.1
+  done
+  redis-cli -p "$REPLICA_PORT" info replication | grep -q master_link_status:up || { echo "bench-http: the replica did not sync" >&2; exit 1; }
+fi
+[ -n "${BASE_REDIS:-}" ] && rcli config set $BASE_REDIS >/dev/null
+
 # shellcheck disable=SC2086 # API_ENV holds NAME=value words
 env TOLLGATE_API_ADDR=127.0.0.1:$PORT TOLLGATE_DEBUG_ADDR=$DEBUG_ADDR TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} "${API_BIN:-bin/api}" &
 api=$!
+api_alt=
+if [ -n "${ALT_ENV:-}" ]; then
+  # shellcheck disable=SC2086 # API_ENV and ALT_ENV hold NAME=value words
+  env TOLLGATE_API_ADDR=127.0.0.1:$((PORT + 3)) TOLLGATE_LOG_LEVEL=warn ${API_ENV:-} $ALT_ENV "${API_BIN:-bin/api}" &
+  api_alt=$!
+fi
 bin/loadgen -floor 127.0.0.1:$((PORT + 1)) >/dev/null &
 floor=$!
-trap 'kill $api $floor 2>/dev/null; wait $api $floor 2>/dev/null' EXIT
-ready() { kill -0 $api && kill -0 $floor && curl -fs "$API/readyz" >/dev/null && curl -fs -o /dev/null -X POST "$FLOOR/"; }
+trap 'kill $api $api_alt $floor $replica 2>/dev/null; wait $api $api_alt $floor $replica 2>/dev/null' EXIT
+ready() {
+  kill -0 $api && kill -0 $floor && curl -fs "$API/readyz" >/dev/null && curl -fs -o /dev/null -X POST "$FLOOR/" &&
+    { [ -z "$api_alt" ] || curl -fs "$API_ALT/readyz" >/dev/null; }
+}
 for _ in $(seq 1 100); do ready 2>/dev/null && break; sleep 0.1; done
 ready || { echo "bench-http: the api or the floor server did not start" >&2; exit 1; }
 
@@ -166,9 +202,9 @@ redis_cpu_us() { info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { p
 CLK_TCK=$(getconf CLK_TCK)
 # proc_cpu_us PID: user + system CPU of a process so far, µs.
 proc_cpu_us() { awk -v hz="$CLK_TCK" '{ printf "%d\n", ($14 + $15) * 1e6 / hz }' "/proc/$1/stat"; }
-# decisions: "allowed denied" counted by the api.
+# decisions [URL]: "allowed denied" counted by the api (at URL).
 decisions() {
-  curl -fs "$API/metrics" | awk '/^tollgate_checks_total\{decision="allowed"/ { a += $NF } /^tollgate_checks_total\{decision="denied"/ { d += $NF } END { printf "%d %d\n", a, d }'
+  curl -fs "${1:-$API}/metrics" | awk '/^tollgate_checks_total\{decision="allowed"/ { a += $NF } /^tollgate_checks_total\{decision="denied"/ { d += $NF } END { printf "%d %d\n", a, d }'
 }
 
 args_for() { # args_for SCENARIO ROUND: wrk script arguments
@@ -211,29 +247,40 @@ for round in $(seq 1 "$REPEAT"); do
     if [ -n "${THRESHOLDS_ALT:-}" ]; then
       variants="none $THRESHOLDS_ALT"
       [ $((round % 2)) = 0 ] && variants="$THRESHOLDS_ALT none"
+    elif [ -n "${ALT_ENV:-}${ALT_REDIS:-}" ]; then
+      variants="base alt"
+      [ $((round % 2)) = 0 ] && variants="alt base"
     fi
     for variant in $variants; do
-      name=$sc
+      name=$sc target=$API target_pid=$api
       if [ -n "${THRESHOLDS_ALT:-}" ]; then
         set_thresholds "$variant"
         [ "$variant" != none ] && name=$sc+thresholds
       fi
+      case $variant in
+      base) [ -n "${BASE_REDIS:-}" ] && rcli config set $BASE_REDIS >/dev/null ;;
+      alt)
+        name=$sc+alt
+        [ -n "${ALT_REDIS:-}" ] && rcli config set $ALT_REDIS >/dev/null
+        [ -n "$api_alt" ] && target=$API_ALT target_pid=$api_alt
+        ;;
+      esac
       read -r calls0 usec0 <<<"$(script_stats)"
       cpu0=$(redis_cpu_us)
-      acpu0=$(proc_cpu_us $api)
-      read -r a0 d0 <<<"$(decisions)"
+      acpu0=$(proc_cpu_us $target_pid)
+      read -r a0 d0 <<<"$(decisions "$target")"
       keys0=$(rcli dbsize)
       mem0=$(info memory | field used_memory)
       if [ "${PROFILE:-}" = 1 ] && [ "$round" = 1 ] && [ "$sc" = "${PROFILE_SCENARIO:-allowed-keys}" ]; then
         curl -fs -o "${PROFILE_OUT:-bench-http.pprof}" "http://$DEBUG_ADDR/debug/pprof/profile?seconds=8" &
         prof=$!
       fi
-      t=$(run_wrk "$API/v1/check" "$mode" "$arg" "$resource")
+      t=$(run_wrk "$target/v1/check" "$mode" "$arg" "$resource")
       [ -n "${prof:-}" ] && { wait "$prof"; prof=; }
-      acpu1=$(proc_cpu_us $api)
+      acpu1=$(proc_cpu_us $target_pid)
       read -r calls1 usec1 <<<"$(script_stats)"
       cpu1=$(redis_cpu_us)
-      read -r a1 d1 <<<"$(decisions)"
+      read -r a1 d1 <<<"$(decisions "$target")"
       keys1=$(rcli dbsize)
       mem1=$(info memory | field used_memory)
       checks=$(((a1 - a0) + (d1 - d0)))
@@ -247,6 +294,8 @@ done
 summary=$SCENARIOS
 if [ -n "${THRESHOLDS_ALT:-}" ]; then
   for sc in $SCENARIOS; do summary="$summary $sc+thresholds"; done
+elif [ -n "${ALT_ENV:-}${ALT_REDIS:-}" ]; then
+  for sc in $SCENARIOS; do summary="$summary $sc+alt"; done
 fi
 
 # Redis memory per state key: MEMORY USAGE of every limiter key (up to
@@ -303,6 +352,20 @@ if [ -n "${THRESHOLDS_ALT:-}" ]; then
         if ($1 == sc "+thresholds") { trps[v["round"]] = v["rps"]; tcpu[v["round"]] = v["api_cpu_us"] / (v["checks"] > 0 ? v["checks"] : 1) } }
       END { for (r in trps) if (r in rps && rps[r] > 0 && cpu[r] > 0) { n++; q[n] = trps[r] / rps[r]; c[n] = tcpu[r] / cpu[r]; all = all sprintf(" %.3f", q[n]) }
         if (n) printf "%-14s checks/s %.3f (rounds:%s), api CPU per check %.3f\n", sc, med(q, n), all, med(c, n) }' "$results"
+  done
+fi
+if [ -n "${ALT_ENV:-}${ALT_REDIS:-}" ] && [ -z "${THRESHOLDS_ALT:-}" ]; then
+  echo
+  echo "== alternative (${ALT_ENV:-}${ALT_ENV:+ }${ALT_REDIS:+CONFIG SET $ALT_REDIS}) over base (${BASE_REDIS:+CONFIG SET $BASE_REDIS}), the same round"
+  for sc in $SCENARIOS; do
+    awk -v sc="$sc" '
+      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        if ($1 == sc) { rps[v["round"]] = v["rps"]; p50[v["round"]] = v["p50_us"] }
+        if ($1 == sc "+alt") { arps[v["round"]] = v["rps"]; ap50[v["round"]] = v["p50_us"] } }
+      END { for (r in arps) if (r in rps && rps[r] > 0 && p50[r] > 0) { n++; q[n] = arps[r] / rps[r]; l[n] = ap50[r] / p50[r]; all = all sprintf(" %.3f", q[n]) }
+        if (n) printf "%-16s checks/s %.3f (rounds:%s), p50 %.3f\n", sc, med(q, n), all, med(l, n) }' "$results"
   done
 fi
 echo

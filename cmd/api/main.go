@@ -364,6 +364,10 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 	rs := redisstore.NewBatching(rc, redisstore.BatchConfig{Timeout: limiterRedis.Timeout, Linger: s.cfg.Linger,
 		Operations: s.cfg.BatchOps})
 	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
+	rs.WaitReplicas, rs.WaitTimeout = r.WaitReplicas, r.WaitTimeout
+	if r.WaitReplicas > 0 {
+		s.cfg.Log.Info("money waits for replicas", "replicas", r.WaitReplicas, "timeout", r.WaitTimeout)
+	}
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
 }
 

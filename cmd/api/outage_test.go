@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -420,4 +422,110 @@ func TestClusterMasterFailover(t *testing.T) {
 	promotedAt := time.Now()
 	t.Logf("the Cluster reported the new master %v after the kill", promotedAt.Sub(killedAt).Round(time.Millisecond))
 	f.check(t, killedAt, promotedAt, time.Second)
+}
+
+// TestSentinelFailoverKeepsMoney: with TOLLGATE_REDIS_WAIT_REPLICAS=1, a
+// prepaid balance is drawn by two api processes at once while the
+// primary is killed (SIGKILL) and the sentinels promote the replica. A
+// draw is admitted only once the replica has it, so the promoted replica
+// has every admitted draw. Until the old primary is back as its replica
+// no draw can be confirmed: draws are refused (the balance's deny mode is
+// its failure mode), each taking its unit on the new primary all the
+// same, so the load stops for that while; once the replica is back,
+// draws are admitted again up to the balance's end. The units the
+// clients saw admitted never exceed the balance, and the ledger, drained
+// from the promoted replica, agrees with its counter and holds at least
+// every admitted unit.
+func TestSentinelFailoverKeepsMoney(t *testing.T) {
+	const balance = 300
+	r := newRig(t, testenv.DatabaseURL(t))
+	g := testenv.StartSentinelGroup(t)
+	r.env["TOLLGATE_REDIS_ADDR"] = ""
+	r.env["TOLLGATE_REDIS_SENTINEL_ADDRS"] = strings.Join(g.SentinelAddrs(), ",")
+	r.env["TOLLGATE_REDIS_SENTINEL_MASTER"] = g.Master
+	r.env["TOLLGATE_REDIS_WAIT_REPLICAS"] = "1"
+	// The rig's client (the drainer's, the ledger check's) follows the
+	// sentinels too.
+	r.redis = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.Master, SentinelAddrs: g.SentinelAddrs()})
+	t.Cleanup(func() { r.redis.Close() })
+	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, balance)
+	r.env["TOLLGATE_REDIS_TIMEOUT"] = "1s"
+	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
+
+	var (
+		admitted, exhausted, unavailable atomic.Int64
+		stop, paused                     atomic.Bool
+		wg                               sync.WaitGroup
+	)
+	client := &http.Client{Timeout: 5 * time.Second}
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if paused.Load() {
+					time.Sleep(10 * time.Millisecond) // polling the test's flag
+					continue
+				}
+				d, err := checkReason(client, apis[i%len(apis)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+				switch {
+				case err != nil:
+					t.Errorf("a check: %v", err)
+					return
+				case d.Allowed:
+					admitted.Add(1)
+				case d.Reason == tollgate.ReasonCreditsExhausted:
+					exhausted.Add(1)
+					time.Sleep(5 * time.Millisecond) // the balance is spent; no need to spin
+				case d.Reason == tollgate.ReasonUnavailable:
+					unavailable.Add(1)
+				default:
+					t.Errorf("denied for %s", d.Reason)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "draws admitted", func() (bool, string) {
+		return admitted.Load() >= balance/3, fmt.Sprint(admitted.Load())
+	})
+	old := g.Primary.Addr()
+	killedAt := time.Now()
+	g.Primary.Kill()
+	promotedAt := g.WaitForFailover(t, old, 30*time.Second)
+	atPromotion := admitted.Load()
+	t.Logf("%d units admitted before the promotion, %v after the kill", atPromotion, promotedAt.Sub(killedAt).Round(time.Millisecond))
+	// Without a replica, no draw is confirmed, and none is admitted.
+	testenv.WaitFor(t, 10*time.Second, "draws refused as unavailable", func() bool { return unavailable.Load() > 20 })
+	paused.Store(true)
+	// The old primary comes back empty; the sentinels make it the new
+	// primary's replica, and draws are confirmed again.
+	g.Primary.Start()
+	oldAsReplica := redis.NewClient(&redis.Options{Addr: old, MaxRetries: -1})
+	defer oldAsReplica.Close()
+	testenv.WaitFor(t, 60*time.Second, "the old primary a replica of the new one, in sync", func() bool {
+		info, err := oldAsReplica.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+	})
+	atRecovery := admitted.Load()
+	paused.Store(false)
+	testenv.Eventually(t, time.Now(), 60*time.Second, "the balance spent", func() (bool, string) {
+		return exhausted.Load() > 50, fmt.Sprintf("%d admitted, %d exhausted, %d unavailable", admitted.Load(), exhausted.Load(), unavailable.Load())
+	})
+	stop.Store(true)
+	wg.Wait()
+
+	t.Logf("%d units admitted (%d before the promotion, %d before the replica was back), %d refused as unavailable, %d as exhausted",
+		admitted.Load(), atPromotion, atRecovery, unavailable.Load(), exhausted.Load())
+	if admitted.Load() == atRecovery {
+		t.Error("no draw admitted once the replica was back")
+	}
+	if admitted.Load() > balance {
+		t.Errorf("%d units admitted on a balance of %d", admitted.Load(), balance)
+	}
+	acct := r.ledgerAgrees(t, tenantID)
+	if acct.Consumed < admitted.Load() || acct.Consumed > balance {
+		t.Errorf("the ledger consumed %d; want at least the %d admitted and at most the balance %d", acct.Consumed, admitted.Load(), balance)
+	}
 }

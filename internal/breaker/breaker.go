@@ -60,7 +60,8 @@ type Config struct {
 
 // Breaker is a circuit breaker around a limiter store. While the store
 // answers, calls pass through. After Failures failed calls in a row
-// (errors or timeouts — not callers going away) the circuit opens: calls
+// (errors or timeouts — not callers going away, nor
+// limiter.ErrNotReplicated, an answer) the circuit opens: calls
 // in flight are cancelled (a limiter.SelfTimed store's end by its own
 // bound instead) and every call fails at once with ErrOpen, so the
 // rules' failure modes decide without waiting for a timeout. Meanwhile
@@ -180,9 +181,12 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 		b.rejected.Add(1)
 		return limiter.Outcome{}, ErrOpen
 	case errors.Is(ctx.Err(), context.Canceled),
-		errors.Is(err, limiter.ErrEmptyBatch), errors.Is(err, limiter.ErrNegativeCost):
-		// The caller went away, or the batch was bad: nothing about the
-		// store. (The caller's deadline passing is: the store is slow.)
+		errors.Is(err, limiter.ErrEmptyBatch), errors.Is(err, limiter.ErrNegativeCost),
+		errors.Is(err, limiter.ErrNotReplicated):
+		// The caller went away, the batch was bad, or the store answered
+		// but its replicas lag: nothing about the store's answering, and
+		// checks that carry no money still get answers. (The caller's
+		// deadline passing is: the store is slow.)
 		return out, err
 	}
 	if b.inARow.Add(1) >= int64(b.cfg.Failures) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -36,14 +37,22 @@ type Redis struct {
 	// while Redis refuses connections a call fails at once, and the
 	// failure modes decide without waiting for the timeout.
 	NoRetries bool
+	// WaitReplicas, when > 0, makes calls that carry money answer only
+	// once that many replicas have their writes (redisstore.Store's
+	// WaitReplicas); WaitTimeout bounds that wait.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Redis reads TOLLGATE_REDIS_ADDR (default defaultAddr; "" means none),
 // TOLLGATE_REDIS_CLUSTER_ADDRS, TOLLGATE_REDIS_SENTINEL_ADDRS with
 // TOLLGATE_REDIS_SENTINEL_MASTER and TOLLGATE_REDIS_SENTINEL_PASSWORD,
-// TOLLGATE_REDIS_PASSWORD, TOLLGATE_REDIS_TIMEOUT (default 250ms) and
-// TOLLGATE_REDIS_POOL_SIZE. A Cluster and sentinels are one or the
-// other; either is used instead of TOLLGATE_REDIS_ADDR.
+// TOLLGATE_REDIS_PASSWORD, TOLLGATE_REDIS_TIMEOUT (default 250ms),
+// TOLLGATE_REDIS_POOL_SIZE, and TOLLGATE_REDIS_WAIT_REPLICAS (default 0)
+// with TOLLGATE_REDIS_WAIT_TIMEOUT (default 50ms, whole milliseconds,
+// shorter than TOLLGATE_REDIS_TIMEOUT, which bounds the whole call). A
+// Cluster and sentinels are one or the other; either is used instead of
+// TOLLGATE_REDIS_ADDR.
 func (e *Env) Redis(defaultAddr string) Redis {
 	r := Redis{
 		Addr:             e.String("TOLLGATE_REDIS_ADDR", defaultAddr),
@@ -54,6 +63,14 @@ func (e *Env) Redis(defaultAddr string) Redis {
 		SentinelPassword: e.String("TOLLGATE_REDIS_SENTINEL_PASSWORD", ""),
 		Timeout:          e.Duration("TOLLGATE_REDIS_TIMEOUT", 250*time.Millisecond),
 		PoolSize:         e.Int("TOLLGATE_REDIS_POOL_SIZE", 0, 0),
+		WaitReplicas:     e.Int("TOLLGATE_REDIS_WAIT_REPLICAS", 0, 0),
+		WaitTimeout:      e.Duration("TOLLGATE_REDIS_WAIT_TIMEOUT", 50*time.Millisecond),
+	}
+	switch {
+	case r.WaitTimeout%time.Millisecond != 0:
+		e.Fail("TOLLGATE_REDIS_WAIT_TIMEOUT", "must be whole milliseconds (Redis's WAIT counts in them), e.g. 50ms")
+	case r.WaitReplicas > 0 && r.WaitTimeout >= r.Timeout:
+		e.Fail("TOLLGATE_REDIS_WAIT_TIMEOUT", fmt.Sprintf("must be shorter than TOLLGATE_REDIS_TIMEOUT (%v), which bounds the script call and the wait together", r.Timeout))
 	}
 	switch {
 	case len(r.Sentinels) > 0 && len(r.Cluster) > 0:

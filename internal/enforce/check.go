@@ -195,6 +195,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	batch := limiter.Batch{Requests: reqs, Cost: r.Cost, DryRun: r.DryRun, ReportState: c.denials != nil}
+	for _, rule := range matched {
+		batch.Money = batch.Money || rule.Money()
+	}
 	if hot := who.credits(); hot != nil {
 		batch.Credits = c.creditsFor(hot, creditKeys)
 	}

@@ -41,6 +41,13 @@ type Batch struct {
 	// with the rules (see Credits). A batch with credits may have no
 	// requests.
 	Credits *Credits
+	// Money marks a check whose rules count money beyond Hold and
+	// Credits, which always do: an overage plan's monthly quota (its
+	// tally) or a spend cap, whose counts are billed. A store that
+	// confirms money on replicas before answering (redisstore's
+	// WaitReplicas) does so for a check that is not a dry run and has a
+	// hold, a prepaid balance or Money, and for no other.
+	Money bool
 }
 
 // Outcome is a store's answer to a Batch.
@@ -101,6 +108,14 @@ var ErrEmptyBatch = errors.New("limiter: empty batch")
 // ErrNegativeCost is returned for a batch whose cost is below zero: it
 // would hand units back instead of consuming them.
 var ErrNegativeCost = errors.New("limiter: negative cost")
+
+// ErrNotReplicated is returned (wrapped) by a store that applied a call
+// carrying money (Batch.Money) on its server but could not confirm, within
+// its bound, that enough replicas have the writes: a failover now could
+// lose them. The call counts as failed (a check's rules' failure modes
+// decide) though its writes stand on the server; a circuit breaker does
+// not count it against the store, which answered.
+var ErrNotReplicated = errors.New("limiter: writes not confirmed on enough replicas")
 
 // ErrBadHold is returned for a hold on a dry run, or without a key or a
 // positive time to live.

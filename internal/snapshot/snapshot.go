@@ -75,6 +75,13 @@ func afterOf(name string) After {
 	return After{}
 }
 
+// Money reports whether r's count is money that must survive the loss
+// of a store server (limiter.Batch.Money): a tally, whose month's count
+// is billed as overage, or a spend cap, which shares that count.
+func (r *Rule) Money() bool {
+	return r.Tally || r.Name == plans.SpendCapRuleName
+}
+
 // TallyLimit is the store limit of a tally (Rule.Tally): it never binds,
 // and every count below it stays exact in the store's numbers (2^53).
 const TallyLimit = 1 << 52

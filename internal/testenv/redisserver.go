@@ -89,6 +89,25 @@ func (s *RedisServer) Kill() {
 	s.cmd = nil
 }
 
+// Pause stops the server's process (SIGSTOP) until Resume: it answers
+// nothing, a replica acknowledges nothing, and connections stay open, as
+// with a server stalled or cut off without a reset. A test that pauses a
+// server resumes it before its other cleanups, which Stop does too.
+func (s *RedisServer) Pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pause redis-server: %v", err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *RedisServer) Resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("resume redis-server: %v", err)
+	}
+}
+
 // Stop sends SIGTERM (Redis shuts down cleanly, writing its append-only
 // file) and waits up to 10 s for it to exit, then kills it.
 func (s *RedisServer) Stop() {
@@ -96,6 +115,7 @@ func (s *RedisServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server
 	select {
 	case <-s.done:
 		s.cmd = nil

@@ -75,6 +75,10 @@ func splitOps(run []*pending) (checks, ops []*pending) {
 // runOps runs ps in one ops.lua call, or on a Cluster in one call per
 // hash slot of their records, sent in one pipeline.
 func (s *Store) runOps(ctx context.Context, ps []*pending) {
+	if s.waitsFor(ps) {
+		s.runOpsConfirmed(ctx, ps)
+		return
+	}
 	if s.cluster == nil || len(ps) == 1 {
 		keys, args := s.opArgs(ps)
 		values, err := opsScript.Run(ctx, s.client, keys, args...).Slice()
@@ -97,6 +101,26 @@ func (s *Store) runOps(ctx context.Context, ps []*pending) {
 			values, err = opsScript.Run(ctx, s.client, keys, args...).Slice()
 		}
 		decodeOps(groups[sl], values, err)
+	}
+}
+
+// runOpsConfirmed is runOps for operations among which some carry money,
+// on a store that waits for replicas: the call (on a Cluster, one per
+// hash slot, in one pipeline per master node) ends with WAIT
+// (replicas.go).
+func (s *Store) runOpsConfirmed(ctx context.Context, ps []*pending) {
+	order, groups := []int{0}, map[int][]*pending{0: ps}
+	if s.cluster != nil {
+		order, groups = bySlot(ps, func(p *pending) string { return p.opKey })
+	}
+	gs := make([]*slotGroup, len(order))
+	for i, sl := range order {
+		keys, args := s.opArgs(groups[sl])
+		gs[i] = &slotGroup{call: scriptCall{script: opsScript, keys: keys, args: args}, pending: groups[sl]}
+	}
+	s.runByNode(ctx, gs)
+	for _, g := range gs {
+		g.decodeOps()
 	}
 }
 

@@ -127,7 +127,23 @@ func (s *Store) holdIndex() string {
 // so and the hold, never expired, keeps its estimate until settled.
 func (s *Store) indexHold(ctx context.Context, h *limiter.Hold, expireUS int64) error {
 	member := h.Key
-	if err := indexAddScript.Run(ctx, s.client, []string{s.holdIndex()}, strconv.FormatInt(expireUS, 10), member).Err(); err != nil {
+	keys, args := []string{s.holdIndex()}, []any{strconv.FormatInt(expireUS, 10), member}
+	if s.WaitReplicas > 0 {
+		// A hold whose listing a failover lost would never expire.
+		client, err := s.clientFor(ctx, keys[0])
+		if err == nil {
+			c := scriptCall{script: indexAddScript, keys: keys, args: args}
+			one := [1]*scriptCall{&c}
+			if err = s.runWaiting(ctx, client, one[:]); c.cmd.Err() != nil {
+				err = c.cmd.Err()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("redisstore: index hold: %w", err)
+		}
+		return nil
+	}
+	if err := indexAddScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redisstore: index hold: %w", err)
 	}
 	return nil

@@ -46,6 +46,21 @@ type Store struct {
 	// NoLean sends every call to check.lua, also those lean.lua would
 	// decide (the same way, for less Redis CPU); for comparisons.
 	NoLean bool
+	// WaitReplicas, when > 0, makes every call that carries money — a
+	// check with a hold, or drawing on a prepaid balance, or counting a
+	// rule that is money (limiter.Batch.Money); a settlement or expiry
+	// of a hold — answer only once that many replicas have acknowledged
+	// its writes: Redis's WAIT, sent in the same pipeline right after the
+	// script call, so at no extra round trip (replicas.go). A call whose
+	// writes fewer replicas acknowledge within WaitTimeout fails with an
+	// error wrapping limiter.ErrNotReplicated, its writes standing on
+	// the primary. Calls without money never wait. 0 (the default)
+	// waits for none.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for replicas (whole milliseconds, at
+	// least one; 0 means 50ms). It must be shorter than the client's
+	// read timeout, which bounds the whole call.
+	WaitTimeout time.Duration
 
 	batcher *batcher
 }
@@ -235,6 +250,14 @@ func (s *Store) run(ctx context.Context, checks []*pending) {
 	c := getCall()
 	defer putCall(c)
 	script, args := s.prepare(c, checks)
+	if s.waitsFor(checks) {
+		// checks are not handed on: on the plain path, a check of a
+		// store without batching stays on its caller's stack.
+		reply, err, unconfirmed := s.runConfirmed(ctx, script, c.keys, args)
+		c.decode(checks, reply, err)
+		failMoney(checks, unconfirmed)
+		return
+	}
 	reply, err := script.Run(ctx, s.client, c.keys, args...).Text()
 	c.decode(checks, reply, err)
 }
@@ -265,6 +288,10 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 		s.run(ctx, checks)
 		return
 	}
+	if s.waitsFor(checks) {
+		s.runBySlotConfirmed(ctx, order, groups)
+		return
+	}
 	calls := make([]*call, len(order))
 	cmds := make([]*redis.Cmd, len(order))
 	scripts := make([]*redis.Script, len(order))
@@ -282,6 +309,24 @@ func (s *Store) runBySlot(ctx context.Context, checks []*pending) {
 			reply, err = scripts[i].Run(ctx, s.client, calls[i].keys, calls[i].args...).Text()
 		}
 		calls[i].decode(groups[sl], reply, err)
+		putCall(calls[i])
+	}
+}
+
+// runBySlotConfirmed is runBySlot for checks among which some carry
+// money, on a store that waits for replicas: one pipeline per master
+// node, each ending with WAIT (replicas.go).
+func (s *Store) runBySlotConfirmed(ctx context.Context, order []int, groups map[int][]*pending) {
+	calls := make([]*call, len(order))
+	gs := make([]*slotGroup, len(order))
+	for i, sl := range order {
+		calls[i] = getCall()
+		script, args := s.prepare(calls[i], groups[sl])
+		gs[i] = &slotGroup{call: scriptCall{script: script, keys: calls[i].keys, args: args}, pending: groups[sl]}
+	}
+	s.runByNode(ctx, gs)
+	for i, g := range gs {
+		g.decodeChecks(calls[i])
 		putCall(calls[i])
 	}
 }

@@ -63,6 +63,7 @@ type planViewPage struct {
 	// top-up price); BillingForm the form that sets them, as typed.
 	Billing     billing.PlanBilling
 	BillingForm planBillingForm
+	GraceLabel  string
 }
 
 // planBillingForm is the plan page's billing settings form.
@@ -134,6 +135,7 @@ func (c *Console) planView(w http.ResponseWriter, r *http.Request, pl plans.Plan
 		return
 	}
 	p.BillingForm = planBillingForm{DunningGrace: billing.FormatDunningGrace(p.Billing.DunningGraceS)}
+	p.GraceLabel = graceLabel(p.Billing)
 	if u := p.Billing.TopUpUnitMinor; u != nil {
 		p.BillingForm.TopUpUnitMinor = strconv.FormatInt(*u, 10)
 	}
@@ -191,4 +193,18 @@ func (c *Console) PlanArchive(archived bool) http.Handler {
 		}
 		redirect(w, r, path, done)
 	})
+}
+
+// graceLabel says how long dunning waits for a plan's tenants.
+func graceLabel(b billing.PlanBilling) string {
+	eff := billing.FormatDunningGrace(&b.EffectiveDunningGraceS)
+	switch {
+	case b.DunningGraceS == nil && b.EffectiveDunningGraceS == 0:
+		return "the server's default (off: never suspends)"
+	case b.DunningGraceS == nil:
+		return "the server's default (" + eff + ")"
+	case b.EffectiveDunningGraceS == 0:
+		return "off: never suspends"
+	}
+	return eff
 }

@@ -29,12 +29,12 @@ type billingPage struct {
 	// CanTopUp: the user may buy the tenant's prepaid credits (operators
 	// and its tenant_admins); UnitMinor is the plan's price of a unit
 	// for its own admins (nil: they may not buy), in Currency.
-	CanTopUp   bool
-	UnitMinor  *int64
-	Currency   string
-	Link       billingLinkForm
-	TopUp      topUpForm
-	Errors     map[string]string
+	CanTopUp  bool
+	UnitMinor *int64
+	Currency  string
+	Link      billingLinkForm
+	TopUp     topUpForm
+	Errors    map[string]string
 }
 
 type billingLinkForm struct{ CustomerID, Email string }

@@ -41,10 +41,12 @@ func acmeSetupWith(t *testing.T, settings map[string]string) (srv *adminServer, 
 // billingAPICases are the API's billing changes on acme, at tenantPath:
 // admin is acme's tenant_admin, who tops up at the price the plan case
 // sets on acme's plan.
-func billingAPICases(tenantPath, op, admin string, acme tenants.Tenant) []routeCase {
+func billingAPICases(t *testing.T, srv *adminServer, tenantPath, op, admin string, acme tenants.Tenant) []routeCase {
 	fixed := func(s string) func() string { return func() string { return s } }
-	planID := strconv.FormatInt(acme.PlanID, 10)
-	planPath := strings.TrimSuffix(tenantPath, "/tenants/"+acme.ID) + "/plans/" + planID + "/billing"
+	planID := acmePlanOf(t, srv, acme)
+	planPath := func() string {
+		return strings.TrimSuffix(tenantPath, "/tenants/"+acme.ID) + "/plans/" + planID() + "/billing"
+	}
 	return []routeCase{
 		{route: "PUT /api/v1/tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
 			body: map[string]any{"customer_id": "cus_acme1"}, status: 200, action: "billing_account.link",
@@ -54,9 +56,9 @@ func billingAPICases(tenantPath, op, admin string, acme tenants.Tenant) []routeC
 				"cancel_url": "https://console.example/back"},
 			status: 201, action: "credits.topup", target: func(res response) string { return jsonFieldOf(res.Body, "id") },
 			invalid: map[string]any{"units": 0, "amount_minor": 900, "success_url": "x", "cancel_url": "y"}},
-		{route: "PUT /api/v1/plans/{planID}/billing", as: op, path: fixed(planPath),
+		{route: "PUT /api/v1/plans/{planID}/billing", as: op, path: planPath,
 			body: map[string]any{"dunning_grace_s": 86400, "top_up_unit_minor": 3}, status: 200, action: "plan.billing",
-			target: func(response) string { return planID }, invalid: map[string]any{"dunning_grace_s": -1}},
+			target: func(response) string { return planID() }, invalid: map[string]any{"dunning_grace_s": -1}},
 		// A tenant admin pays the plan's price: another is refused.
 		{route: "POST /api/v1/tenants/{tenantID}/billing/top-ups", as: admin, path: fixed(tenantPath + "/billing/top-ups"),
 			body:   map[string]any{"units": 40, "success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"},
@@ -77,7 +79,7 @@ func billingConsoleCases(t *testing.T, srv *adminServer, tenantPath, op, admin s
 			return id
 		}
 	}
-	planID := strconv.FormatInt(acme.PlanID, 10)
+	planID := acmePlanOf(t, srv, acme)
 	return []routeCase{
 		{route: "POST /tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
 			body: url.Values{"customer_id": {"cus_acme2"}}, status: 303, action: "billing_account.link",
@@ -85,12 +87,22 @@ func billingConsoleCases(t *testing.T, srv *adminServer, tenantPath, op, admin s
 		{route: "POST /tenants/{tenantID}/billing/top-ups", as: op, path: fixed(tenantPath + "/billing/top-ups"),
 			body: url.Values{"units": {"77"}, "amount_minor": {"300"}}, status: 303, action: "credits.topup",
 			target: topUpOf(77), invalid: url.Values{"units": {"-1"}, "amount_minor": {"300"}}},
-		{route: "POST /plans/{planID}/billing", as: op, path: fixed("/plans/" + planID + "/billing"),
+		{route: "POST /plans/{planID}/billing", as: op, path: func() string { return "/plans/" + planID() + "/billing" },
 			body: url.Values{"dunning_grace": {"48h"}, "top_up_unit_minor": {"4"}}, status: 303, action: "plan.billing",
-			target: func(response) string { return planID }, invalid: url.Values{"dunning_grace": {"soon"}}},
+			target: func(response) string { return planID() }, invalid: url.Values{"dunning_grace": {"soon"}}},
 		{route: "POST /tenants/{tenantID}/billing/top-ups", as: admin, path: fixed(tenantPath + "/billing/top-ups"),
 			body: url.Values{"units": {"88"}}, status: 303, action: "credits.topup",
 			target: topUpOf(88), invalid: url.Values{"units": {"88"}, "amount_minor": {"1"}}},
+	}
+}
+
+// acmePlanOf returns the ID of acme's plan when called: earlier cases
+// move acme to another plan.
+func acmePlanOf(t *testing.T, srv *adminServer, acme tenants.Tenant) func() string {
+	return func() string {
+		got, err := tenants.NewStore(srv.DB).Get(context.Background(), acme.ID)
+		testenv.Must(t, err)
+		return strconv.FormatInt(got.PlanID, 10)
 	}
 }
 

@@ -190,7 +190,7 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 	}
 	cases = append(cases, webhookCases(t, srv, api, op, "", acme)...)
 	cases = append(cases, webhookCases(t, srv, tenantPath, admin, "/tenants/{tenantID}", acme)...)
-	cases = append(cases, billingAPICases(tenantPath, op, admin, acme)...)
+	cases = append(cases, billingAPICases(t, srv, tenantPath, op, admin, acme)...)
 
 	wantCases(t, mutatingRoutes(t, false), cases)
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,10 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripe"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
 
@@ -268,4 +271,66 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+const plansBillingHelp = `
+Sets a plan's billing settings; the flags not given keep their values.
+--dunning-grace is how long after an invoice's payment failed dunning
+suspends a tenant on the plan: default (TOLLGATE_INVOICE_DUNNING_GRACE),
+off (never), or a duration such as 72h. --top-up-unit-minor is the price
+of one prepaid credit unit when the plan's tenant admins buy credits
+themselves (a top-up costs units × it), or none (only operators open
+top-ups).
+  admin plans billing --plan pro --dunning-grace 72h --top-up-unit-minor 2
+  admin plans billing --plan free --dunning-grace off`
+
+func plansBilling(fs *flag.FlagSet) action {
+	plan := planFlag(fs, "")
+	grace := fs.String("dunning-grace", "", "default, off, or a duration such as 72h")
+	price := fs.String("top-up-unit-minor", "", "price of a credit unit for self-serve top-ups, in minor units, or none")
+	return plan.run(func(ctx context.Context, e *invocation, p plans.Plan) error {
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		cur, err := inv.PlanBilling(ctx, p.ID)
+		if err != nil {
+			return fmt.Errorf("plans billing: %w", err)
+		}
+		in := billing.PlanBillingInput{DunningGraceS: cur.DunningGraceS, TopUpUnitMinor: cur.TopUpUnitMinor}
+		given := false
+		var bad error
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "dunning-grace":
+				given = true
+				g, err := billing.ParseDunningGrace(*grace)
+				if err != nil {
+					bad = tollgate.Invalid(map[string]string{"dunning-grace": err.Error()})
+				}
+				in.DunningGraceS = g
+			case "top-up-unit-minor":
+				given = true
+				in.TopUpUnitMinor = nil
+				if *price != "none" && *price != "" {
+					n, err := strconv.ParseInt(*price, 10, 64)
+					if err != nil {
+						bad = tollgate.Invalid(map[string]string{"top-up-unit-minor": "must be a whole number of minor units, or none"})
+					}
+					in.TopUpUnitMinor = &n
+				}
+			}
+		})
+		switch {
+		case bad != nil:
+			return fmt.Errorf("plans billing: %w", bad)
+		case !given:
+			return errors.New("plans billing: nothing to change: give --dunning-grace or --top-up-unit-minor (see --help)")
+		}
+		pb, err := inv.SetPlanBilling(ctx, audit.CLI, p.ID, in)
+		if err != nil {
+			return fmt.Errorf("plans billing: %w", err)
+		}
+		return printJSON(e.stdout, pb)
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,9 +38,15 @@ func acmeSetupWith(t *testing.T, settings map[string]string) (srv *adminServer, 
 	return srv, op, acme, admin
 }
 
-// billingAPICases are the API's billing changes on acme, at tenantPath.
-func billingAPICases(tenantPath, op string, acme tenants.Tenant) []routeCase {
+// billingAPICases are the API's billing changes on acme, at tenantPath:
+// admin is acme's tenant_admin, who tops up at the price the plan case
+// sets on acme's plan.
+func billingAPICases(t *testing.T, srv *adminServer, tenantPath, op, admin string, acme tenants.Tenant) []routeCase {
 	fixed := func(s string) func() string { return func() string { return s } }
+	planID := acmePlanOf(t, srv, acme)
+	planPath := func() string {
+		return strings.TrimSuffix(tenantPath, "/tenants/"+acme.ID) + "/plans/" + planID() + "/billing"
+	}
 	return []routeCase{
 		{route: "PUT /api/v1/tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
 			body: map[string]any{"customer_id": "cus_acme1"}, status: 200, action: "billing_account.link",
@@ -48,23 +56,53 @@ func billingAPICases(tenantPath, op string, acme tenants.Tenant) []routeCase {
 				"cancel_url": "https://console.example/back"},
 			status: 201, action: "credits.topup", target: func(res response) string { return jsonFieldOf(res.Body, "id") },
 			invalid: map[string]any{"units": 0, "amount_minor": 900, "success_url": "x", "cancel_url": "y"}},
+		{route: "PUT /api/v1/plans/{planID}/billing", as: op, path: planPath,
+			body: map[string]any{"dunning_grace_s": 86400, "top_up_unit_minor": 3}, status: 200, action: "plan.billing",
+			target: func(response) string { return planID() }, invalid: map[string]any{"dunning_grace_s": -1}},
+		// A tenant admin pays the plan's price: another is refused.
+		{route: "POST /api/v1/tenants/{tenantID}/billing/top-ups", as: admin, path: fixed(tenantPath + "/billing/top-ups"),
+			body:   map[string]any{"units": 40, "success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"},
+			status: 201, action: "credits.topup", target: func(res response) string { return jsonFieldOf(res.Body, "id") },
+			invalid: map[string]any{"units": 40, "amount_minor": 1, "success_url": "https://console.example/ok",
+				"cancel_url": "https://console.example/back"}},
 	}
 }
 
-// billingConsoleCases are the console's billing forms on acme.
-func billingConsoleCases(t *testing.T, srv *adminServer, tenantPath, op string, acme tenants.Tenant) []routeCase {
+// billingConsoleCases are the console's billing forms on acme; admin is
+// acme's tenant_admin.
+func billingConsoleCases(t *testing.T, srv *adminServer, tenantPath, op, admin string, acme tenants.Tenant) []routeCase {
 	fixed := func(s string) func() string { return func() string { return s } }
+	topUpOf := func(units int) func(response) string {
+		return func(response) string {
+			var id string
+			testenv.Must(t, srv.DB.QueryRow(context.Background(), `SELECT id::text FROM credit_topups WHERE units = $1`, units).Scan(&id))
+			return id
+		}
+	}
+	planID := acmePlanOf(t, srv, acme)
 	return []routeCase{
 		{route: "POST /tenants/{tenantID}/billing/account", as: op, path: fixed(tenantPath + "/billing/account"),
 			body: url.Values{"customer_id": {"cus_acme2"}}, status: 303, action: "billing_account.link",
 			target: func(response) string { return acme.ID }, invalid: url.Values{"customer_id": {"acme"}}},
 		{route: "POST /tenants/{tenantID}/billing/top-ups", as: op, path: fixed(tenantPath + "/billing/top-ups"),
 			body: url.Values{"units": {"77"}, "amount_minor": {"300"}}, status: 303, action: "credits.topup",
-			target: func(response) string {
-				var id string
-				testenv.Must(t, srv.DB.QueryRow(context.Background(), `SELECT id::text FROM credit_topups WHERE units = 77`).Scan(&id))
-				return id
-			}, invalid: url.Values{"units": {"-1"}, "amount_minor": {"300"}}},
+			target: topUpOf(77), invalid: url.Values{"units": {"-1"}, "amount_minor": {"300"}}},
+		{route: "POST /plans/{planID}/billing", as: op, path: func() string { return "/plans/" + planID() + "/billing" },
+			body: url.Values{"dunning_grace": {"48h"}, "top_up_unit_minor": {"4"}}, status: 303, action: "plan.billing",
+			target: func(response) string { return planID() }, invalid: url.Values{"dunning_grace": {"soon"}}},
+		{route: "POST /tenants/{tenantID}/billing/top-ups", as: admin, path: fixed(tenantPath + "/billing/top-ups"),
+			body: url.Values{"units": {"88"}}, status: 303, action: "credits.topup",
+			target: topUpOf(88), invalid: url.Values{"units": {"88"}, "amount_minor": {"1"}}},
+	}
+}
+
+// acmePlanOf returns the ID of acme's plan when called: earlier cases
+// move acme to another plan.
+func acmePlanOf(t *testing.T, srv *adminServer, acme tenants.Tenant) func() string {
+	return func() string {
+		got, err := tenants.NewStore(srv.DB).Get(context.Background(), acme.ID)
+		testenv.Must(t, err)
+		return strconv.FormatInt(got.PlanID, 10)
 	}
 }
 
@@ -220,6 +258,19 @@ func billingScenario(t *testing.T, client *http.Client, base string, do func(met
 	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 100, "amount_minor": 250,
 		"success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}, 201)
 	do("POST", tenant+"/billing/top-ups", op, map[string]any{"units": 0}, 422)
+	var tn struct {
+		PlanID int64 `json:"plan_id"`
+	}
+	do("GET", tenant, op, nil, 200).Decode(t, &tn)
+	planBilling := "/api/v1/plans/" + strconv.FormatInt(tn.PlanID, 10) + "/billing"
+	do("GET", planBilling, op, nil, 200)
+	do("PUT", planBilling, op, map[string]any{"dunning_grace_s": 3600, "top_up_unit_minor": 2}, 200)
+	do("PUT", planBilling, op, map[string]any{"dunning_grace_s": nil}, 200)
+	do("PUT", planBilling, op, map[string]any{"top_up_unit_minor": 0}, 422)
+	do("PUT", planBilling, viewer, map[string]any{}, 403)
+	do("PUT", "/api/v1/plans/999999/billing", op, map[string]any{}, 404)
+	do("POST", tenant+"/billing/top-ups", viewer, map[string]any{"units": 5, "success_url": "https://console.example/ok",
+		"cancel_url": "https://console.example/back"}, 403)
 	do("GET", tenant+"/billing", op, nil, 200)
 	do("GET", tenant+"/billing", viewer, nil, 200)
 	do("GET", "/api/v1/months/"+month+"/reconciliation", op, nil, 200)
@@ -236,4 +287,129 @@ func billingScenario(t *testing.T, client *http.Client, base string, do func(met
 	ev := stripetest.CheckoutEvent("evt_openapi", "cs_nobody", "00000000-0000-0000-0000-000000000000", "paid", time.Now())
 	hook(ev, "t=1,v1=00", 400)
 	hook(ev, stripetest.Sign(ev, stripetest.WebhookSecret, time.Now()), 200)
+}
+
+// TestTenantAdminTopsUp: a tenant's own admin buys prepaid credits
+// through the local Stripe, from the API and from the console's Billing
+// page, at its plan's price and no other; Stripe's paid event grants
+// them once; a viewer is refused (403) and another tenant's top-up is not
+// found (404); without a plan price only operators may open one.
+func TestTenantAdminTopsUp(t *testing.T) {
+	local := stripetest.Start(t)
+	srv, op, acme, admin := acmeSetupWith(t, local.Settings())
+	ctx := context.Background()
+	api := srv.URL + "/api/v1"
+	viewer := sessionFor(t, srv.DB, createUser(t, srv.DB, "viewer@acme.example", auth.RoleTenantViewer, acme.ID))
+	globex, err := tenants.NewStore(srv.DB).Create(ctx, "globex", acme.PlanID)
+	testenv.Must(t, err)
+	want(t, call(t, "PUT", api+"/tenants/"+acme.ID+"/billing/account", op, map[string]any{"create": true}), 200)
+	want(t, call(t, "PUT", api+"/tenants/"+globex.ID+"/billing/account", op, map[string]any{"create": true}), 200)
+	topUps := func(tenantID string) string { return api + "/tenants/" + tenantID + "/billing/top-ups" }
+	body := func(units int, amount ...int) map[string]any {
+		b := map[string]any{"units": units, "success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}
+		if len(amount) > 0 {
+			b["amount_minor"] = amount[0]
+		}
+		return b
+	}
+
+	// No price on the plan: the tenant's admin may not buy; an operator may.
+	want(t, call(t, "POST", topUps(acme.ID), admin, body(10)), 409)
+	want(t, call(t, "PUT", api+"/plans/"+strconv.FormatInt(acme.PlanID, 10)+"/billing", op,
+		map[string]any{"top_up_unit_minor": 25}), 200)
+
+	before := lastAuditID(t, srv)
+	want(t, call(t, "POST", topUps(acme.ID), viewer, body(10)), 403)
+	want(t, call(t, "POST", topUps(globex.ID), admin, body(10)), 404)
+	want(t, call(t, "POST", topUps(acme.ID), admin, body(10, 1)), 422)
+	if got := auditSince(t, srv, before); len(got) != 0 {
+		t.Errorf("refused top-ups wrote %+v", got)
+	}
+	res := call(t, "POST", topUps(acme.ID), admin, body(40))
+	want(t, res, 201)
+	var u billing.TopUp
+	res.Decode(t, &u)
+	if u.AmountMinor != 1000 || u.Units != 40 || u.CheckoutURL == "" || u.SessionID == "" {
+		t.Fatalf("top-up %+v, want 40 units for 1000 with a checkout", u)
+	}
+	if got := auditSince(t, srv, before); len(got) != 1 || got[0].Action != "credits.topup" || got[0].Actor != "admin@acme.example" {
+		t.Errorf("top-up audited as %+v, want one credits.topup by the tenant admin", got)
+	}
+	charged := false
+	for _, q := range local.Requests() {
+		if q.Method == "POST" && q.Path == "/v1/checkout/sessions" && q.Form.Get("line_items[0][price_data][unit_amount]") == "1000" {
+			charged = true
+		}
+	}
+	if !charged {
+		t.Error("no checkout session for 1000 reached Stripe")
+	}
+
+	// Stripe says it was paid, twice: granted once.
+	balance := func() int64 {
+		var b struct {
+			Balance int64 `json:"balance"`
+		}
+		call(t, "GET", api+"/tenants/"+acme.ID+"/credits", admin, nil).Decode(t, &b)
+		return b.Balance
+	}
+	paid := stripetest.CheckoutEvent("evt_self_serve", u.SessionID, u.ID, "paid", time.Now())
+	for range 2 {
+		req, err := http.NewRequest("POST", api+"/billing/stripe/webhook", bytes.NewReader(paid))
+		testenv.Must(t, err)
+		req.Header.Set("Stripe-Signature", stripetest.Sign(paid, stripetest.WebhookSecret, time.Now()))
+		want(t, send(t, req), 200)
+	}
+	if b := balance(); b != 40 {
+		t.Errorf("balance %d after the paid top-up, want 40", b)
+	}
+
+	// The console: the admin's Billing page offers the form at the plan's
+	// price, without a price field; posting it goes on to Checkout.
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	page := func(token, path string) response {
+		req, err := http.NewRequest("GET", srv.URL+path, nil)
+		testenv.Must(t, err)
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
+		return sendWith(t, client, req)
+	}
+	billingPage := "/tenants/" + acme.ID + "/billing"
+	got := page(admin, billingPage)
+	if got.StatusCode != 200 || !strings.Contains(string(got.Body), `id="billing-top-up"`) ||
+		!strings.Contains(string(got.Body), `id="top-up-price"`) || strings.Contains(string(got.Body), `name="amount_minor"`) {
+		t.Fatalf("the admin's billing page = %d, want the top-up form at the plan's price:\n%s", got.StatusCode, got.Body)
+	}
+	if v := page(viewer, billingPage); v.StatusCode != 200 || strings.Contains(string(v.Body), `id="billing-top-up"`) {
+		t.Errorf("the viewer's billing page = %d, offering a top-up", v.StatusCode)
+	}
+	csrfOf := func(token string) string {
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page(token, billingPage).Body)
+		if m == nil {
+			t.Fatal("no CSRF token on the billing page")
+		}
+		return string(m[1])
+	}
+	post := func(token, path string, form url.Values) response {
+		form.Set("csrf", csrfOf(token))
+		req, err := http.NewRequest("POST", srv.URL+path, strings.NewReader(form.Encode()))
+		testenv.Must(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: adminapi.SessionCookie, Value: token})
+		return sendWith(t, client, req)
+	}
+	if r := post(viewer, billingPage+"/top-ups", url.Values{"units": {"3"}}); r.StatusCode != 403 {
+		t.Errorf("a viewer's top-up form = %d, want 403", r.StatusCode)
+	}
+	if r := post(admin, "/tenants/"+globex.ID+"/billing/top-ups", url.Values{"units": {"3"}}); r.StatusCode != 404 {
+		t.Errorf("another tenant's top-up form = %d, want 404", r.StatusCode)
+	}
+	r := post(admin, billingPage+"/top-ups", url.Values{"units": {"12"}})
+	if r.StatusCode != 303 || !strings.HasPrefix(r.Header.Get("Location"), "http") {
+		t.Fatalf("the admin's top-up form = %d → %q, want 303 to Checkout", r.StatusCode, r.Header.Get("Location"))
+	}
+	var amount int64
+	testenv.Must(t, srv.DB.QueryRow(ctx, `SELECT amount_minor FROM credit_topups WHERE tenant_id = $1 AND units = 12`, acme.ID).Scan(&amount))
+	if amount != 300 {
+		t.Errorf("the console's top-up costs %d, want 12 × 25 = 300", amount)
+	}
 }

@@ -190,7 +190,7 @@ func testAPIChanges(t *testing.T, srv *adminServer, op, admin, viewer string, ac
 	}
 	cases = append(cases, webhookCases(t, srv, api, op, "", acme)...)
 	cases = append(cases, webhookCases(t, srv, tenantPath, admin, "/tenants/{tenantID}", acme)...)
-	cases = append(cases, billingAPICases(tenantPath, op, acme)...)
+	cases = append(cases, billingAPICases(t, srv, tenantPath, op, admin, acme)...)
 
 	wantCases(t, mutatingRoutes(t, false), cases)
 
@@ -342,7 +342,7 @@ func testConsoleChanges(t *testing.T, srv *adminServer, op, admin, viewer string
 	}
 	cases = append(cases, consoleWebhookCases(t, srv, op, "", "")...)
 	cases = append(cases, consoleWebhookCases(t, srv, admin, tenantPath, acme.ID)...)
-	cases = append(cases, billingConsoleCases(t, srv, tenantPath, op, acme)...)
+	cases = append(cases, billingConsoleCases(t, srv, tenantPath, op, admin, acme)...)
 	wantCases(t, mutatingRoutes(t, true), cases)
 
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -482,6 +482,8 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 			refused: []string{"--tenant", "acme", "--amount", "0"}},
 		"credits adjust": {args: argv("--tenant", "acme", "--units", "-20", "--cause", "goodwill reversal"), target: id(acme.ID),
 			refused: []string{"--tenant", "acme", "--units", "5"}},
+		"plans billing": {args: argv("--plan", "free", "--dunning-grace", "72h", "--top-up-unit-minor", "2"), target: jsonID("plan_id"),
+			refused: []string{"--plan", "free", "--dunning-grace", "soon"}},
 		"billing link": {args: argv("--tenant", "acme", "--customer", "cus_cli42"), target: jsonID("tenant_id"),
 			refused: []string{"--tenant", "acme", "--customer", "acct_42"}},
 		"webhooks replay": {args: func() []string {
@@ -492,7 +494,7 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"plans routes", "plans rule", "tenants create", "tenants plan", "tenants suspend", "tenants resume", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay",
 		"webhooks disable", "webhooks enable", "webhooks rotate-secret", "webhooks delete",
-		"plans credits", "credits grant", "credits adjust", "billing link"}
+		"plans credits", "credits grant", "credits adjust", "billing link", "plans billing"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]
 		_, exempt := notChanges[cmd.name]

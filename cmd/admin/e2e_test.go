@@ -324,6 +324,11 @@ func endpoints() []endpoint {
 			params, _ := planParams(t, fx, tg)
 			return params, map[string]any{"mode": "overage", "overdraft": 5}
 		}},
+		{"GET", "/api/v1/plans/{planID}/billing", accessOperator, 200, planParams},
+		{"PUT", "/api/v1/plans/{planID}/billing", accessOperator, 200, func(t *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
+			params, _ := planParams(t, fx, tg)
+			return params, map[string]any{"dunning_grace_s": 0, "top_up_unit_minor": 5}
+		}},
 		{"DELETE", "/api/v1/plans/{planID}", accessOperator, 204, planParams},
 		{"POST", "/api/v1/plans/{planID}/archive", accessOperator, 200, planParams},
 		{"POST", "/api/v1/plans/{planID}/unarchive", accessOperator, 200, planParams},
@@ -417,7 +422,7 @@ func endpoints() []endpoint {
 		{"PUT", "/api/v1/tenants/{tenantID}/billing/account", accessTenantOps, 200, func(_ *testing.T, fx *matrixFixture, tg target) (map[string]string, any) {
 			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"customer_id": strings.ReplaceAll(fx.unique("cus_matrix"), "-", "")}
 		}},
-		{"POST", "/api/v1/tenants/{tenantID}/billing/top-ups", accessTenantOps, 409, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
+		{"POST", "/api/v1/tenants/{tenantID}/billing/top-ups", accessTenantKeys, 409, func(_ *testing.T, _ *matrixFixture, tg target) (map[string]string, any) {
 			return map[string]string{"tenantID": tg.tenant.ID}, map[string]any{"units": 10, "amount_minor": 100,
 				"success_url": "https://console.example/ok", "cancel_url": "https://console.example/back"}
 		}},

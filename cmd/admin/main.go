@@ -140,6 +140,7 @@ func commands() []command {
 		{name: "healthcheck", summary: "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)", noDatabase: true, flags: healthcheck},
 		{name: "report", summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage", flags: report},
 		{name: "close", audited: "month.close", summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)", flags: closeMonth},
+		{name: "plans billing", audited: "plan.billing", summary: "set a plan's dunning grace (default, off or a duration) and its price of a credit unit for self-serve top-ups", help: plansBillingHelp, flags: plansBilling},
 		{name: "plans credits", audited: "plan.credits", summary: "make a plan's tenants draw on prepaid credits (deny or overage past the balance), or stop (off)", flags: plansCredits},
 		{name: "credits grant", audited: "credits.grant", summary: "grant (top up) a tenant's prepaid credits, in its plan's units", flags: creditsGrant},
 		{name: "credits adjust", audited: "credits.adjust", summary: "correct a tenant's credit balance by ± units, with a cause", flags: creditsAdjust},

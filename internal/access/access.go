@@ -24,7 +24,8 @@ type Level int
 const (
 	// ReadTenant: the tenant's operators and all its users.
 	ReadTenant Level = iota
-	// ManageKeys: operators and the tenant's tenant_admins.
+	// ManageKeys: operators and the tenant's tenant_admins (its keys,
+	// alert thresholds, webhook endpoints and credit top-ups).
 	ManageKeys
 	// OperateTenant: operators only (plans, suspension, overrides).
 	OperateTenant

@@ -148,6 +148,8 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("PUT", "/plans/{planID}/quota", handlePlanPut(log, quotaOps.SetPlan))
 		operator.Method("GET", "/plans/{planID}/credits", handlePlanRead(log, cs.PlanSettingsOrOff))
 		operator.Method("PUT", "/plans/{planID}/credits", handlePlanPut(log, creditsOps.SetPlan))
+		operator.Method("GET", "/plans/{planID}/billing", handlePlanRead(log, inv.PlanBilling))
+		operator.Method("PUT", "/plans/{planID}/billing", handlePlanPut(log, inv.SetPlanBilling))
 
 		operator.Method("GET", "/tenants", handlePage(log, fromQuery(tenantFilter), ts.ListPage))
 		operator.Method("POST", "/tenants", handleTenantCreate(log, tenantsOps))
@@ -199,12 +201,13 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("POST", "/months/{month}/close", handleMonthClose(log, billingOps))
 
 		// Invoices at the payment provider: a tenant's billing account,
-		// invoices and top-ups (its users read them, operators link and
-		// top up), the month's reconciliation, and the provider's
-		// webhooks (signed; no session).
+		// invoices and top-ups (its users read them, operators link; its
+		// admins and operators top up, the admins at the plan's price),
+		// the month's reconciliation, and the provider's webhooks
+		// (signed; no session).
 		tenantRead.Method("GET", "/tenants/{tenantID}/billing", handleTenantBilling(log, ts, inv))
 		tenantOps.Method("PUT", "/tenants/{tenantID}/billing/account", handleTenantChange(log, inv.LinkAccount))
-		tenantOps.Method("POST", "/tenants/{tenantID}/billing/top-ups", handleTopUpOpen(log, inv))
+		tenantKeys.Method("POST", "/tenants/{tenantID}/billing/top-ups", handleTopUpOpen(log, inv))
 		operator.Method("GET", "/months/{month}/reconciliation", handleReconciliation(log, inv))
 		public.Method("POST", "/billing/stripe/webhook", handleProviderWebhook(log, inv))
 	})
@@ -237,6 +240,7 @@ func NewHandler(cfg Config) http.Handler {
 		operator.Method("GET", "/plans/{planID}/edit", console.PlanEdit())
 		operator.Method("POST", "/plans/{planID}", console.PlanSave(false))
 		operator.Method("POST", "/plans/{planID}/quota", console.PlanQuotaSave())
+		operator.Method("POST", "/plans/{planID}/billing", console.PlanBillingSave())
 		operator.Method("POST", "/plans/{planID}/archive", console.PlanArchive(true))
 		operator.Method("POST", "/plans/{planID}/unarchive", console.PlanArchive(false))
 
@@ -264,7 +268,7 @@ func NewHandler(cfg Config) http.Handler {
 		tenantRead.Method("GET", "/tenants/{tenantID}/statements/{month}", console.StatementView())
 		tenantRead.Method("GET", "/tenants/{tenantID}/billing", console.Billing())
 		tenantOps.Method("POST", "/tenants/{tenantID}/billing/account", console.BillingLink())
-		tenantOps.Method("POST", "/tenants/{tenantID}/billing/top-ups", console.BillingTopUp())
+		tenantKeys.Method("POST", "/tenants/{tenantID}/billing/top-ups", console.BillingTopUp())
 		operator.Method("GET", "/months/{month}/reconciliation", console.Reconciliation())
 
 		operator.Method("GET", "/service-tokens", console.TokenList())

@@ -32,7 +32,8 @@ type InvoicingConfig struct {
 	Mode InvoiceMode
 	// DunningGrace, when positive, suspends a tenant whose invoice's
 	// payment failed this long ago and is still not paid; its payment
-	// resumes the tenant.
+	// resumes the tenant. It is the default of every plan: a plan's own
+	// grace (PlanBilling) replaces it, 0 there turning dunning off.
 	DunningGrace time.Duration
 	Log          *slog.Logger
 }
@@ -575,17 +576,18 @@ func deref(p *int64) int64 {
 }
 
 // Dunning suspends (tenant.suspend, by DunningActor) every active tenant
-// with an invoice whose payment failed at least the grace period ago and
-// is still not paid, and returns how many it suspended. A later payment
-// of the invoice resumes the tenant (ApplyEvent). Off when the grace is
-// not positive.
+// with an invoice whose payment failed at least its grace period ago and
+// is still not paid, and returns how many it suspended. The grace is the
+// tenant's plan's (PlanBilling), or the server's default (DunningGrace)
+// when the plan has none; a grace of 0 never suspends. A later payment of
+// the invoice resumes the tenant (ApplyEvent).
 func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
-	if inv.cfg.DunningGrace <= 0 {
-		return 0, nil
-	}
+	now, def := inv.now(), inv.defaultGraceS()
 	rows, err := inv.db.Query(ctx, `SELECT DISTINCT i.tenant_id::text FROM invoices i JOIN tenants t ON t.id = i.tenant_id
-		WHERE i.payment_status = 'failed' AND i.payment_failed_at <= $1 AND i.dunning_suspended_at IS NULL`,
-		inv.now().Add(-inv.cfg.DunningGrace))
+		LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
+		WHERE i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
+		AND coalesce(pb.dunning_grace_s, $2) > 0
+		AND i.payment_failed_at <= $1::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $2))`, now, def)
 	due, err := postgres.Collect(rows, err, func(r pgx.Row) (string, error) {
 		var id string
 		return id, r.Scan(&id)
@@ -596,9 +598,13 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range due {
 		err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = $2 WHERE tenant_id = $1
-				AND payment_status = 'failed' AND payment_failed_at <= $3 AND dunning_suspended_at IS NULL`,
-				id, inv.now(), inv.now().Add(-inv.cfg.DunningGrace)); err != nil {
+			tag, err := tx.Exec(ctx, `UPDATE invoices i SET dunning_suspended_at = $2 FROM tenants t
+				LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
+				WHERE t.id = i.tenant_id AND i.tenant_id = $1 AND i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
+				AND coalesce(pb.dunning_grace_s, $3) > 0
+				AND i.payment_failed_at <= $2::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $3))`,
+				id, now, def)
+			if err != nil || tag.RowsAffected() == 0 {
 				return err
 			}
 			t, err := tenants.NewStore(tx).Get(ctx, id)
@@ -621,6 +627,9 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 // TopUpInput is the body of POST /tenants/{tenantID}/billing/top-ups:
 // prepaid credits to buy through the provider's hosted checkout, and
 // where the buyer returns to.
+// AmountMinor is the price; a tenant's own admin leaves it out (or
+// gives units × the plan's top-up price), and so may an operator on a
+// plan that has one.
 type TopUpInput struct {
 	Units       int64  `json:"units"`
 	AmountMinor int64  `json:"amount_minor"`
@@ -659,13 +668,17 @@ func validURL(s string) bool {
 // checkout page for it, whose URL the result carries. The credits are
 // granted when the provider's event says the checkout was paid
 // (ApplyEvent). The tenant needs a billing account; its plan's currency
-// is the price's. ECONFLICT with invoicing off.
+// is the price's. An operator may set any price (in.AmountMinor, or
+// units × the plan's top-up price when 0); a tenant's own admin pays
+// units × the plan's top-up price (PlanBilling.TopUpUnitMinor), and may
+// not open one when the plan has none (ECONFLICT) or name another price
+// (EINVALID). ECONFLICT with invoicing off.
 func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID string, in TopUpInput) (TopUp, error) {
 	f := map[string]string{}
 	if in.Units <= 0 || in.Units > 1<<50 {
 		f["units"] = "must be a whole number of units from 1 to 2^50"
 	}
-	if in.AmountMinor <= 0 || in.AmountMinor > 1<<50 {
+	if in.AmountMinor < 0 || in.AmountMinor > 1<<50 {
 		f["amount_minor"] = "must be a positive amount in minor units"
 	}
 	if !validURL(in.SuccessURL) {
@@ -695,6 +708,13 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 		if err != nil {
 			return TopUp{}, err
 		}
+		pb, err := inv.planBilling(ctx, tx, p.ID)
+		if err != nil {
+			return TopUp{}, err
+		}
+		if in.AmountMinor, err = topUpPrice(by, in, pb.TopUpUnitMinor); err != nil {
+			return TopUp{}, err
+		}
 		var u TopUp
 		err = tx.QueryRow(ctx, `INSERT INTO credit_topups (tenant_id, units, amount_minor, currency) VALUES ($1, $2, $3, $4)
 			RETURNING id::text, tenant_id::text, units, amount_minor, currency, status, created_at`,
@@ -716,6 +736,31 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 	}
 	made.SessionID, made.CheckoutURL = s.ID, s.URL
 	return made, nil
+}
+
+// topUpPrice is what a top-up of in.Units costs, opened by by on a plan
+// whose self-serve price of a unit is unit (nil: none).
+func topUpPrice(by audit.Actor, in TopUpInput, unit *int64) (int64, error) {
+	var priced int64
+	if unit != nil {
+		if in.Units > (1<<50) / *unit {
+			return 0, tollgate.Invalid(map[string]string{"units": "units × the plan's top-up price must be at most 2^50 minor units"})
+		}
+		priced = in.Units * *unit
+	}
+	switch {
+	case by.Operator && in.AmountMinor > 0:
+		return in.AmountMinor, nil
+	case by.Operator && unit == nil:
+		return 0, tollgate.Invalid(map[string]string{"amount_minor": "must be a positive amount in minor units (the plan has no top-up price)"})
+	case by.Operator:
+		return priced, nil
+	case unit == nil:
+		return 0, tollgate.Errorf(tollgate.ECONFLICT, "the tenant's plan sells no prepaid credits: ask an operator")
+	case in.AmountMinor != 0 && in.AmountMinor != priced:
+		return 0, tollgate.Invalid(map[string]string{"amount_minor": fmt.Sprintf("must be %d (units × the plan's price of %d), or left out", priced, *unit)})
+	}
+	return priced, nil
 }
 
 // TopUps returns tenant tenantID's top-ups, newest first.

@@ -26,9 +26,15 @@ type billingPage struct {
 	Invoices   []billing.InvoiceRecord
 	TopUps     []billing.TopUp
 	CanOperate bool
-	Link       billingLinkForm
-	TopUp      topUpForm
-	Errors     map[string]string
+	// CanTopUp: the user may buy the tenant's prepaid credits (operators
+	// and its tenant_admins); UnitMinor is the plan's price of a unit
+	// for its own admins (nil: they may not buy), in Currency.
+	CanTopUp  bool
+	UnitMinor *int64
+	Currency  string
+	Link      billingLinkForm
+	TopUp     topUpForm
+	Errors    map[string]string
 }
 
 type billingLinkForm struct{ CustomerID, Email string }
@@ -47,7 +53,19 @@ func (c *Console) billingView(w http.ResponseWriter, r *http.Request, t tenants.
 	ctx := r.Context()
 	inv := c.cfg.Invoicing
 	p := billingPage{Tenant: t, Invoicing: inv.Enabled(), Mode: inv.Mode(), Link: link, TopUp: topUp, Errors: errs,
-		CanOperate: access.Tenant(session(r).User, t.ID, access.OperateTenant) == nil}
+		CanOperate: access.Tenant(session(r).User, t.ID, access.OperateTenant) == nil,
+		CanTopUp:   access.Tenant(session(r).User, t.ID, access.ManageKeys) == nil}
+	pl, err := c.plans.Get(ctx, t.PlanID)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	pb, err := inv.PlanBilling(ctx, t.PlanID)
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.Currency, p.UnitMinor = pl.Currency, pb.TopUpUnitMinor
 	a, err := inv.Account(ctx, t.ID)
 	switch {
 	case err == nil:
@@ -90,7 +108,8 @@ func (c *Console) BillingLink() http.Handler {
 
 // BillingTopUp serves POST /tenants/{tenantID}/billing/top-ups:
 // billing.Invoicing.OpenTopUp, then on to the provider's checkout page,
-// which returns to the billing page.
+// which returns to the billing page. Operators and the tenant's admins
+// may; the admins pay the plan's price (their form has no price field).
 func (c *Console) BillingTopUp() http.Handler {
 	return c.tenantHandler(func(w http.ResponseWriter, r *http.Request, t tenants.Tenant) {
 		fe := formErrors{}

@@ -134,6 +134,9 @@ func New(cfg Config) *Console {
 		c.plans, c.tenants, c.auth, c.audit = plans.NewStore(cfg.DB), tenants.NewStore(cfg.DB), auth.NewStore(cfg.DB), audit.NewStore(cfg.DB)
 		c.events, c.quota = events.NewStore(cfg.DB), quota.NewStore(cfg.DB)
 		c.billing = billing.NewStore(cfg.DB, cfg.Now)
+		if cfg.Invoicing == nil {
+			c.cfg.Invoicing = billing.NewInvoicing(cfg.DB, billing.InvoicingConfig{Log: cfg.Log}, cfg.Now)
+		}
 	}
 	c.usage = cfg.Usage
 	static, err := fs.Sub(web.Static, "static")

@@ -3,9 +3,11 @@ package ui
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
 )
@@ -57,6 +59,17 @@ type planViewPage struct {
 	// quota settings (spend caps).
 	Thresholds []thresholdView
 	Settings   quota.PlanSettings
+	// Billing is the plan's billing settings (dunning grace, self-serve
+	// top-up price); BillingForm the form that sets them, as typed.
+	Billing     billing.PlanBilling
+	BillingForm planBillingForm
+	GraceLabel  string
+}
+
+// planBillingForm is the plan page's billing settings form.
+type planBillingForm struct {
+	DunningGrace, TopUpUnitMinor string
+	Errors                       map[string]string
 }
 
 // ruleView is a rule with its preview.
@@ -89,28 +102,73 @@ func (c *Console) planOf(r *http.Request) (plans.Plan, error) {
 // preview of what it admits.
 func (c *Console) PlanView() http.Handler {
 	return loadedHandler(c, c.planOf, func(w http.ResponseWriter, r *http.Request, pl plans.Plan) {
-		counts, err := c.tenants.CountByPlan(r.Context())
+		c.planView(w, r, pl, http.StatusOK, nil)
+	})
+}
+
+// planView shows plan pl; form, when not nil, is its billing settings
+// form as typed, with its problems.
+func (c *Console) planView(w http.ResponseWriter, r *http.Request, pl plans.Plan, status int, form *planBillingForm) {
+	counts, err := c.tenants.CountByPlan(r.Context())
+	if err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p := planViewPage{Plan: pl, Tenants: counts[pl.ID]}
+	for _, rule := range pl.Rules {
+		p.Rules = append(p.Rules, viewRule(rule))
+	}
+	if q, ok := pl.QuotaRule(); ok {
+		v := viewRule(q)
+		p.Quota = &v
+	}
+	if p.Settings, err = c.quota.PlanSettings(r.Context(), pl.ID); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	for _, th := range p.Settings.Thresholds {
+		at, ok := th.At(pl.IncludedUnits)
+		p.Thresholds = append(p.Thresholds, thresholdView{Label: thresholdLabel(th), At: at, Reached: ok})
+	}
+	if p.Billing, err = c.cfg.Invoicing.PlanBilling(r.Context(), pl.ID); err != nil {
+		c.Error(w, r, err)
+		return
+	}
+	p.BillingForm = planBillingForm{DunningGrace: billing.FormatDunningGrace(p.Billing.DunningGraceS)}
+	p.GraceLabel = graceLabel(p.Billing)
+	if u := p.Billing.TopUpUnitMinor; u != nil {
+		p.BillingForm.TopUpUnitMinor = strconv.FormatInt(*u, 10)
+	}
+	if form != nil {
+		p.BillingForm = *form
+	}
+	c.render(w, r, status, "plan_view", "plans", p)
+}
+
+// PlanBillingSave serves POST /plans/{planID}/billing: the plan's
+// dunning grace and self-serve top-up price, through
+// billing.Invoicing.SetPlanBilling (plan.billing), the operation of the
+// API's PUT /api/v1/plans/{planID}/billing and of `admin plans billing`.
+func (c *Console) PlanBillingSave() http.Handler {
+	return loadedHandler(c, c.planOf, func(w http.ResponseWriter, r *http.Request, pl plans.Plan) {
+		form := planBillingForm{DunningGrace: strings.TrimSpace(r.PostForm.Get("dunning_grace")),
+			TopUpUnitMinor: strings.TrimSpace(r.PostForm.Get("top_up_unit_minor"))}
+		fe := formErrors{}
+		grace, err := billing.ParseDunningGrace(form.DunningGrace)
 		if err != nil {
-			c.Error(w, r, err)
+			fe["dunning_grace_s"] = err.Error()
+		}
+		in := billing.PlanBillingInput{DunningGraceS: grace, TopUpUnitMinor: fe.optInt64(r.PostForm, "top_up_unit_minor")}
+		reshow := func(status int, errs map[string]string) {
+			form.Errors = errs
+			c.planView(w, r, pl, status, &form)
+		}
+		if _, ok := saveForm(c, w, r, fe, reshow, func() (billing.PlanBilling, error) {
+			return c.cfg.Invoicing.SetPlanBilling(r.Context(), actor(r), pl.ID, in)
+		}); !ok {
 			return
 		}
-		p := planViewPage{Plan: pl, Tenants: counts[pl.ID]}
-		for _, rule := range pl.Rules {
-			p.Rules = append(p.Rules, viewRule(rule))
-		}
-		if q, ok := pl.QuotaRule(); ok {
-			v := viewRule(q)
-			p.Quota = &v
-		}
-		if p.Settings, err = c.quota.PlanSettings(r.Context(), pl.ID); err != nil {
-			c.Error(w, r, err)
-			return
-		}
-		for _, th := range p.Settings.Thresholds {
-			at, ok := th.At(pl.IncludedUnits)
-			p.Thresholds = append(p.Thresholds, thresholdView{Label: thresholdLabel(th), At: at, Reached: ok})
-		}
-		c.render(w, r, http.StatusOK, "plan_view", "plans", p)
+		redirect(w, r, "/plans/"+strconv.FormatInt(pl.ID, 10), "Billing settings of plan "+pl.Name+" saved.")
 	})
 }
 
@@ -135,4 +193,18 @@ func (c *Console) PlanArchive(archived bool) http.Handler {
 		}
 		redirect(w, r, path, done)
 	})
+}
+
+// graceLabel says how long dunning waits for a plan's tenants.
+func graceLabel(b billing.PlanBilling) string {
+	eff := billing.FormatDunningGrace(&b.EffectiveDunningGraceS)
+	switch {
+	case b.DunningGraceS == nil && b.EffectiveDunningGraceS == 0:
+		return "the server's default (off: never suspends)"
+	case b.DunningGraceS == nil:
+		return "the server's default (" + eff + ")"
+	case b.EffectiveDunningGraceS == 0:
+		return "off: never suspends"
+	}
+	return eff
 }

@@ -496,3 +496,75 @@ func TestConfigNamesTheSetting(t *testing.T) {
 		t.Errorf("good settings refused: %v", got)
 	}
 }
+
+// TestDunningPerPlan: a plan's own grace replaces the server's (72 h
+// here): a tenant on a plan of 24 h is suspended after 24 h, one on a
+// plan with dunning off never is, and one on a plan without settings
+// after the server's 72 h.
+func TestDunningPerPlan(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	day := int64(24 * 3600)
+	off := int64(0)
+	quick := fixture.Plan(t, r.db, plans.Plan{Name: "quick", BaseFeeMinor: 1000})
+	lenient := fixture.Plan(t, r.db, plans.Plan{Name: "lenient", BaseFeeMinor: 1000})
+	standard := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
+	if _, err := r.inv.SetPlanBilling(ctx, audit.CLI, quick.ID, billing.PlanBillingInput{DunningGraceS: &day}); err != nil {
+		t.Fatal(err)
+	}
+	pb, err := r.inv.SetPlanBilling(ctx, audit.CLI, lenient.ID, billing.PlanBillingInput{DunningGraceS: &off})
+	if err != nil || pb.EffectiveDunningGraceS != 0 || pb.DunningGraceS == nil {
+		t.Fatalf("lenient's settings %+v, %v", pb, err)
+	}
+	if pb, err := r.inv.PlanBilling(ctx, standard.ID); err != nil || pb.DunningGraceS != nil || pb.EffectiveDunningGraceS != 72*3600 {
+		t.Errorf("standard's settings %+v, %v; want the server's 72 h", pb, err)
+	}
+	if _, err := r.inv.SetPlanBilling(ctx, audit.CLI, quick.ID, billing.PlanBillingInput{DunningGraceS: new(int64(-1))}); err == nil {
+		t.Error("a negative grace was taken")
+	}
+	acme, globex, initech := r.tenant("acme", quick), r.tenant("globex", lenient), r.tenant("initech", standard)
+	for _, tn := range []tenants.Tenant{acme, globex, initech} {
+		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
+	}
+	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
+	_, err = r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	for i, in := range r.stripe.Invoices() {
+		ev := stripetest.InvoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in, r.clock.Now())
+		if _, err := r.deliver(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.count(`SELECT count(*) FROM invoices WHERE payment_status = 'failed'`); n != 3 {
+		t.Fatalf("%d failed invoices, want 3", n)
+	}
+	suspended := func() []string {
+		var names []string
+		for _, tn := range []tenants.Tenant{acme, globex, initech} {
+			got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
+			testenv.Must(t, err)
+			if got.Status == tenants.StatusSuspended {
+				names = append(names, tn.Name)
+			}
+		}
+		return names
+	}
+	step := func(advance time.Duration, wantN int, want string) {
+		t.Helper()
+		r.clock.Advance(advance)
+		n, err := r.inv.Dunning(ctx)
+		if got := strings.Join(suspended(), ","); err != nil || n != wantN || got != want {
+			t.Errorf("after %s more: dunning suspended %d (%v); suspended now %q, want %d and %q", advance, n, err, got, wantN, want)
+		}
+	}
+	step(23*time.Hour, 0, "")
+	step(2*time.Hour, 1, "acme")
+	step(48*time.Hour, 1, "acme,initech")
+	step(365*24*time.Hour, 0, "acme,initech")
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.suspend' AND actor = 'dunning'`); n != 2 {
+		t.Errorf("%d dunning suspensions audited, want 2", n)
+	}
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'plan.billing'`); n != 2 {
+		t.Errorf("%d plan.billing entries, want 2", n)
+	}
+}

@@ -94,9 +94,11 @@ func (s *MemoryStore) MissingSeeds(_ context.Context, markers []string) ([]strin
 
 // SeedTallies is TallySeeder's, at the store's clock.
 func (s *MemoryStore) SeedTallies(_ context.Context, marker string, monthStartUS int64, tallies []TallySeed, last bool) (bool, error) {
-	now := s.at(0)
+	var now int64
 	if s.readNow != nil {
 		now = s.readNow()
+	} else {
+		now = s.at(0)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

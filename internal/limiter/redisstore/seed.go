@@ -13,7 +13,7 @@ import (
 //go:embed seed.lua
 var seedLua string
 
-var seedScript = redis.NewScript(splice(leanSource(seedLua), "--[[calendar.lua]]", calendarLua))
+var seedScript = redis.NewScript(splice(splice(seedLua, "--[[check.lua prelude]]", checkPrelude()), "--[[calendar.lua]]", calendarLua))
 
 // MissingSeeds returns those of markers (limiter.SeedKeyOf) Redis does
 // not hold, reading them in one pipeline (on a Cluster, one per node).

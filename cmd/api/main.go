@@ -251,7 +251,14 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 
 	store, pingStore, breakerPing := s.limiterStore(ctx)
 	if ms, ok := store.(*limiter.MemoryStore); ok {
+		// This process's store holds none of what an earlier one
+		// counted: its tallies are rebuilt from the rollups before any
+		// check decides on them, as after a Redis restarted empty.
+		ms.Flush()
 		s.drainCredits(db, ms)
+	}
+	if seeder, ok := store.(limiter.TallySeeder); ok {
+		s.rebuildTallies(ctx, db, seeder)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -369,6 +376,22 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 		s.cfg.Log.Info("money waits for replicas", "replicas", r.WaitReplicas, "timeout", r.WaitTimeout)
 	}
 	return rs, func(ctx context.Context) error { return rc.Ping(ctx).Err() }, breakerPing
+}
+
+// rebuildTallies rebuilds the tenants' month counts the limiter store
+// lost (quota.RebuildTallies): once before the server serves, so that a
+// new store decides them at once, then every second in the background,
+// so that a Redis restarted empty refuses capped checks for about a
+// second at most.
+func (s *server) rebuildTallies(ctx context.Context, db *pgxpool.Pool, seeder limiter.TallySeeder) {
+	first, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := quota.RebuildTallies(first, db, seeder, s.cfg.KeyPrefix, time.Now()); err != nil {
+		s.cfg.Log.Warn("tally rebuild at start failed; retrying every second", "err", err)
+	}
+	s.background(func(ctx context.Context) {
+		quota.RunTallyRebuild(ctx, db, seeder, s.cfg.KeyPrefix, time.Second, s.cfg.Log)
+	})
 }
 
 // drainCredits runs the credits drainer on the memory store's balances:

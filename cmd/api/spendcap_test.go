@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	tollgate "github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
@@ -91,4 +95,127 @@ func waitForRule(t *testing.T, r *rig, addr, key, name string) {
 		}
 		return err == nil && slices.Contains(names, name), fmt.Sprintf("rules %v, %v", names, err)
 	})
+}
+
+// TestSpendCapNeverRestartsAfterRedisIsFlushed: Redis is flushed
+// (FLUSHALL, as a restart without persistence) while 8 clients draw on a
+// capped tenant through two api processes, a little past half the cap
+// (the first half in the rollups). The
+// month's count is not restarted from zero: until the api processes
+// have rebuilt it from the rollups the cap answers unavailable, then it
+// holds from the rebuilt count. What cannot be known is what was
+// admitted and not yet in the rollups at the flush (read as the units
+// the clients saw admitted by then less the rollups just before it):
+// the units admitted in the month stay within the cap plus that, and so
+// does the statement (base + cap + that many units' overage). Before
+// the rebuild a second cap's worth was admitted.
+func TestSpendCapNeverRestartsAfterRedisIsFlushed(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, testenv.DatabaseURL(t))
+	// A Redis of the test's own: FLUSHALL must not touch other tests'.
+	srv := testenv.StartRedisServer(t)
+	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { r.redis.Close() })
+	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
+	metered := plans.Plan{Name: "metered", BaseFeeMinor: 1000, IncludedUnits: 100, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage}
+	tenantID, key := quotaTenant(t, r, "capped", metered, quota.PlanSettingsInput{})
+	// 400 of overage money pays for 200 overage units: 300 units in all.
+	const capMinor, capUnits = int64(400), int64(300)
+	capValue := capMinor
+	_, err := quota.NewOps(r.db).SetTenantSpendCap(ctx, audit.CLI, tenantID, &capValue)
+	testenv.Must(t, err)
+	apis := r.startFleet(t, 2)
+	for _, a := range apis.addrs() {
+		waitForRule(t, r, a, key, plans.SpendCapRuleName)
+	}
+	month := usage.MonthOf(time.Now())
+	now := time.Now().UTC()
+	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	rollups := func() int64 {
+		var n int64
+		if err := r.db.QueryRow(ctx, `SELECT coalesce(sum(allowed_units), 0)::bigint FROM usage_month
+			WHERE tenant_id = $1 AND bucket_start = $2`, tenantID, monthStart).Scan(&n); err != nil {
+			t.Errorf("rollups: %v", err)
+		}
+		return n
+	}
+
+	// Half the cap, applied to the rollups; then the clients draw again
+	// and Redis is flushed a few units into it, with checks in flight.
+	first, denied := r.spend(t, apis.addrs(), key, capUnits/2, 1000)
+	if first < capUnits/2 || len(denied) > 0 {
+		t.Fatalf("before the flush: %d units allowed, denials %v", first, denied)
+	}
+	testenv.Eventually(t, time.Now(), 30*time.Second, "the first units in the rollups", func() (bool, string) {
+		n := rollups()
+		return n == first, fmt.Sprint(n, " of ", first)
+	})
+	client := &http.Client{Timeout: 30 * time.Second}
+	var admitted, unavailable, sent atomic.Int64
+	admitted.Store(first)
+	flushAt := first + 10
+	var flushOnce sync.Once
+	var unknown int64 // admitted by the flush and not in the rollups before it
+	// The clients hold off while the rollups are read (a query takes
+	// longer than many checks), and go on as Redis is flushed.
+	var reading sync.RWMutex
+	flushed := make(chan struct{})
+	flush := func() {
+		defer close(flushed)
+		reading.Lock()
+		before := rollups()
+		reading.Unlock()
+		if err := r.redis.FlushAll(ctx).Err(); err != nil {
+			t.Errorf("flush: %v", err)
+		}
+		unknown = admitted.Load() - before
+		t.Logf("flushed with %d admitted, %d in the rollups", admitted.Load(), before)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for sent.Add(1) <= 3000 {
+				reading.RLock()
+				res, err := checkReason(client, apis.addrs()[i%2], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+				reading.RUnlock()
+				switch {
+				case err != nil:
+					t.Errorf("check: %v", err)
+					return
+				case res.Allowed:
+					if admitted.Add(1) == flushAt {
+						go flushOnce.Do(flush) // not under this client's read lock
+					}
+				case res.Reason == tollgate.ReasonSpendCap:
+					return
+				case res.Reason == tollgate.ReasonUnavailable:
+					unavailable.Add(1)
+					time.Sleep(20 * time.Millisecond) // as Retry-After asks, shortened
+				default:
+					t.Errorf("denied for %s", res.Reason)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-flushed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d admitted: Redis was never flushed", admitted.Load())
+	}
+	apis.settle(t)
+	stmt, err := billing.NewStore(r.db, nil).Statement(ctx, tenantID, month)
+	testenv.Must(t, err)
+	t.Logf("admitted %d (bound: cap %d + %d unknown at the flush); %d checks answered unavailable; statement %d units, total %d",
+		admitted.Load(), capUnits, unknown, unavailable.Load(), stmt.Usage.AllowedUnits, stmt.TotalMinor)
+	if got := admitted.Load(); got > capUnits+unknown {
+		t.Errorf("admitted %d units in the month; want at most the cap %d + %d unknown at the flush", got, capUnits, unknown)
+	}
+	if stmt.TotalMinor > stmt.BaseFeeMinor+capMinor+unknown*metered.OverageUnitMinor {
+		t.Errorf("statement total %d; want at most base %d + cap %d + %d unknown units' overage",
+			stmt.TotalMinor, stmt.BaseFeeMinor, capMinor, unknown)
+	}
 }

@@ -137,6 +137,13 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
 	for i, rule := range matched {
+		if out.Results[i].Unknown {
+			// The store may have lost the rule's state (a tally before its
+			// rebuild): its failure mode decides, as in an outage.
+			d.Degraded = true
+			d.Rules = append(d.Rules, unknownResult(rule, r))
+			continue
+		}
 		res, count := rule.Reported(out.Results[i], r.Cost)
 		rr := ruleResult(rule, res)
 		rr.count = count
@@ -157,10 +164,26 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 		}
 	case refused != "":
 		reason = refused
+	case d.Rules[d.governing].Degraded:
+		reason = tollgate.ReasonUnavailable
 	default:
 		reason = d.Rules[d.governing].denial()
 	}
 	return c.finish(d, r, reason)
+}
+
+// unknownResult is the part of a decision of rule, which the store could
+// not decide (limiter.Result.Unknown), as its failure mode decides it: a
+// closed enforce rule refuses a check that costs something, as the store
+// did (limiter.SeedClosed).
+func unknownResult(rule *snapshot.Rule, r Request) RuleResult {
+	rr := RuleResult{Name: rule.Name, Algorithm: rule.Algorithm, Mode: rule.Mode, Limit: rule.Limit,
+		WindowS: rule.WindowS, Allowed: true, Degraded: true, Capacity: capacity(rule), rule: rule}
+	if rule.Params.Seed == limiter.SeedClosed && r.Cost > 0 && !r.DryRun {
+		rr.Allowed = false
+		rr.RetryAfterMS = outageRetryMS // rebuilt within a second
+	}
+	return rr
 }
 
 // crossed returns the points (month-to-date counts, ascending) that an

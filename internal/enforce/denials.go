@@ -204,6 +204,11 @@ func (d *denials) observe(b limiter.Batch, out limiter.Outcome, sentUS int64) {
 	if len(out.States) != len(b.Requests) {
 		return
 	}
+	for _, res := range out.Results {
+		if res.Unknown {
+			return // a tally not rebuilt yet: no state to deny on
+		}
+	}
 	// The check is denied until every enforcing rule that denies a cost
 	// of 1 admits one again.
 	until := int64(-1)

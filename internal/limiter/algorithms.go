@@ -19,6 +19,11 @@ type Result struct {
 	// DelayUS is how long a shaping leaky bucket asks the caller to hold the
 	// request; 0 otherwise.
 	DelayUS int64
+	// Unknown is true when the store could not decide the rule: its
+	// state may have been lost (Params.Seed, the seed marker missing).
+	// The other fields are then zero and nothing was stored for it; the
+	// caller decides the rule by its failure mode.
+	Unknown bool
 }
 
 // state is one rule's stored state in the memory store. Which fields mean

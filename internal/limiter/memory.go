@@ -24,6 +24,11 @@ type MemoryStore struct {
 	// readNow is the clock ReadCredits reports (nil: now); the
 	// conformance suite, whose clock refuses to be read, sets it.
 	readNow func() int64
+	// lostSeeds is true once the store was flushed (Flush): from then on
+	// only the seed markers in seeds are present (seed.go). A new store
+	// holds every marker: its process has lost nothing it knew of.
+	lostSeeds bool
+	seeds     map[string]bool
 }
 
 // memoryCredits is one balance's counter (Credits.Key) or log
@@ -95,11 +100,17 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		} else {
 			d = evaluate(r.Params, s.live(r.Key, now), now, b.Cost)
 		}
-		decisions[i] = d
-		out.Results[i] = d.Result
-		if !d.Allowed && !r.Shadow {
+		if s.unknownTally(r.Params, r.Key) {
+			// Its state may be lost: decided by nothing, written nowhere.
+			d = decision{Result: Result{Unknown: true}}
+			if r.Params.Seed == SeedClosed && !r.Shadow && b.Cost > 0 && !b.DryRun {
+				out.Admitted = false
+			}
+		} else if !d.Allowed && !r.Shadow {
 			out.Admitted = false
 		}
+		decisions[i] = d
+		out.Results[i] = d.Result
 	}
 	if b.Credits != nil {
 		consumed, present := s.consumed(b.Credits)

@@ -84,6 +84,13 @@ type Params struct {
 	// AnchorFirstRequest starts a fixed window at its first request instead
 	// of aligning it to the epoch.
 	AnchorFirstRequest bool
+	// Seed marks a tally (a calendar-month fixed window that counts money:
+	// a spend cap, a monthly quota): a store decides it only while the
+	// seed marker of its key's hash tag exists (SeedKeyOf), which says
+	// that its states were not lost since the tallies were rebuilt from
+	// the rollups (TallySeeder). Without the marker the rule's Result is
+	// Unknown. The zero value, SeedNone, is every other rule.
+	Seed SeedMode
 }
 
 // EffectiveBurst returns Burst, or Limit when Burst is zero.

@@ -314,6 +314,9 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 		if tally {
 			params.Limit, params.Burst = TallyLimit, TallyLimit
 		}
+		if slices.Contains(tenantMonthRules, r.Name) && p.Name != plans.AnonymousPlan {
+			params.Seed = seedMode(r)
+		}
 		v.Rules = append(v.Rules, Rule{
 			Rule:    r,
 			Params:  params,
@@ -326,6 +329,17 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 		})
 	}
 	return v
+}
+
+// seedMode returns how the store treats the tenant's month counted by r
+// while it may have lost it (limiter.Params.Seed, until the tallies are
+// rebuilt from the rollups): as r's failure mode says, for an enforcing
+// rule; a shadow rule never stops a check.
+func seedMode(r plans.Rule) limiter.SeedMode {
+	if r.FailureMode == plans.FailClosed && r.Mode == plans.ModeEnforce {
+		return limiter.SeedClosed
+	}
+	return limiter.SeedOpen
 }
 
 // tenantMonthRules name the rules whose state is the tenant's month, not a

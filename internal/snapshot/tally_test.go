@@ -47,6 +47,22 @@ func TestSpendCapSharesTheQuotasTally(t *testing.T) {
 	if strict.Tally || strict.Params.Limit != 1000 || strict.StateID != q.StateID {
 		t.Errorf("hard quota: tally %v at %d, state %x; want no tally, 1000, the tenant's month state", strict.Tally, strict.Params.Limit, strict.StateID)
 	}
+	// A lost month is decided by each rule's failure mode: the cap's
+	// closed, the quotas' open (limiter.Params.Seed).
+	if q.Params.Seed != limiter.SeedOpen || c.Params.Seed != limiter.SeedClosed || strict.Params.Seed != limiter.SeedOpen {
+		t.Errorf("seed modes: quota %v, cap %v, hard quota %v; want open, closed, open", q.Params.Seed, c.Params.Seed, strict.Params.Seed)
+	}
+}
+
+// TestAnonymousQuotaIsNoTally: an anonymous plan's monthly quota counts
+// per IP address, not a tenant's month: it is decided without a seed
+// marker.
+func TestAnonymousQuotaIsNoTally(t *testing.T) {
+	anon := plans.Plan{ID: 1, Name: plans.AnonymousPlan, IncludedUnits: 100, QuotaMode: plans.QuotaHard}
+	s := withMeta(Data{Plans: []plans.Plan{anon}}, time.Date(2026, 11, 15, 0, 0, 0, 0, time.UTC))
+	if r := s.Anonymous().Rules[0]; r.Name != plans.QuotaRuleName || r.Params.Seed != limiter.SeedNone {
+		t.Errorf("anonymous quota %q: seed %v, want none", r.Name, r.Params.Seed)
+	}
 }
 
 // TestReported: a tally is reported as a shadow quota whose count stops

@@ -276,3 +276,23 @@ func SplitCredits(keys string) (counter, log string) {
 	half := len(keys) / 2
 	return keys[:half], keys[half:]
 }
+
+// SeedKey returns the key, under prefix, of the seed marker of hash tag
+// tag: while it exists the tag's tallies (the tenants' months,
+// TenantMonthKey) were not lost since they were rebuilt from the rollups
+// (limiter.SeedKeyOf derives it from a state key; the two agree).
+func SeedKey(prefix string, tag byte) string {
+	return prefix + "{" + string([]byte{tag}) + "}seeded"
+}
+
+// SeedKeys returns the seed markers of every hash tag under prefix, one
+// per tag byte (254).
+func SeedKeys(prefix string) []string {
+	keys := make([]string, 0, 254)
+	for b := range 256 {
+		if b != '{' && b != '}' {
+			keys = append(keys, SeedKey(prefix, byte(b)))
+		}
+	}
+	return keys
+}

@@ -1,8 +1,12 @@
 package statekey
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // TestKeyLayout: the keys a check writes are laid out as the package
@@ -131,6 +135,25 @@ func TestRecordsShareTheirStatesTag(t *testing.T) {
 			t.Errorf("tag %#x: legacy key %q", tag, legacy)
 		case tag >= 0x80 && !strings.HasPrefix(legacy, "tg:{"+string(rune(tag))+"}"):
 			t.Errorf("tag %#x: legacy key %q is not the UTF-8 form", tag, legacy)
+		}
+	}
+}
+
+// TestSeedKeysAreTheStatesMarkers: the seed marker of every tenant's
+// month key, as the stores derive it (limiter.SeedKeyOf), is among
+// SeedKeys, the markers the rebuild looks for.
+func TestSeedKeysAreTheStatesMarkers(t *testing.T) {
+	keys := SeedKeys("tg:")
+	if len(keys) != 254 {
+		t.Fatalf("%d seed keys, want 254", len(keys))
+	}
+	for i := range 2000 {
+		id := fmt.Sprintf("tenant-%d", i)
+		key := TenantMonthKey("tg:", id, "monthly-quota")
+		got := limiter.SeedKeyOf(key)
+		tag, _ := Compact(id)
+		if want := SeedKey("tg:", tag); got != want || !slices.Contains(keys, got) {
+			t.Fatalf("marker of %q: %q, want %q among SeedKeys", key, got, want)
 		}
 	}
 }

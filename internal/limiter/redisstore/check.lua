@@ -68,7 +68,9 @@
 -- ARGV[3…] the ID of each hold the batch opens, in order
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
--- allowed, remaining, reset_after, retry_after, delay; and, for a check
+-- allowed (0 no, 1 yes, 2 unknown: a tally, flagSeedOpen or
+-- flagSeedClosed, whose hash tag's seed marker is missing, see seeded),
+-- remaining, reset_after, retry_after, delay; and, for a check
 -- not admitted when report_state is 1, per rule the state it was decided
 -- on (gcra: tat; bucket: tokens, when; fixed: window, count; counter:
 -- window, count, prev; log: nothing), three numbers each; a check that
@@ -94,12 +96,16 @@ local flagShape = 2
 local flagCalendarDay = 4
 local flagCalendarMonth = 8
 local flagAnchorFirstRequest = 16
+local flagSeedOpen = 32
+local flagSeedClosed = 64
 local optDryRun = 1
 local optCredits = 2
 local optCreditOverage = 4
 local kindAlgorithm = 4
 local kindShape = 2
 local kindShadow = 1
+local kindSeedOpen = 32
+local kindSeedClosed = 64
 local refDef = 2
 local refShadow = 1
 local holdTTL = 2
@@ -129,6 +135,25 @@ local function at(now)
     clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return clock
+end
+
+-- seeded reports whether the seed marker of state key key exists: the
+-- key up to its hash tag's closing brace and 'seeded' (limiter.SeedKeyOf),
+-- in the key's own slot. The usage rebuild sets it once it has written
+-- the tag's tallies from the rollups; a Redis that lost its data lost it
+-- too. Read once per marker and call.
+local seeds = {}
+local function seeded(key)
+  local open = string.find(key, '{', 1, true)
+  local close = open and string.find(key, '}', open + 1, true)
+  local marker = 'seeded'
+  if close then marker = string.sub(key, 1, close) .. marker end
+  local v = seeds[marker]
+  if v == nil then
+    v = redis.call('EXISTS', marker) == 1
+    seeds[marker] = v
+  end
+  return v
 end
 
 --[[calendar.lua]]
@@ -333,6 +358,12 @@ while i <= total do
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
+      if (has(flags, flagSeedOpen) or has(flags, flagSeedClosed)) and not seeded(key) then
+        -- A tally whose state may be lost: unknown (2), nothing written;
+        -- one that fails closed refuses a check that costs something.
+        allowed, remaining, reset, retry, write = 2, 0, 0, 0, false
+        if has(flags, flagSeedClosed) and cost > 0 and not dry and not has(ref, refShadow) then admitted = false end
+      end
 
     elseif a == algSlidingWindowLog then
       local limit, period = def_limit[d], def_period[d]

@@ -11,8 +11,10 @@
 --          then per check: now, cost, dry_run, nrules,
 --          then per rule: kind, a, b, c
 --   kind is the algorithm's code × kindAlgorithm, + kindShape for a
---   shaping leaky bucket, + kindShadow for a shadow rule (check.lua
---   declares them, and the algorithm codes, as wire.go does). a, b, c are
+--   shaping leaky bucket, + kindShadow for a shadow rule, + kindSeedOpen
+--   or kindSeedClosed for a tally (check.lua declares them, and the
+--   algorithm codes, as wire.go does; a tally is decided as check.lua
+--   decides it, unknown without its seed marker). a, b, c are
 --   check.lua's three numbers of the algorithm, but for a calendar-month
 --   fixed window: its limit, and the start and end (µs) of the month the
 --   caller's clock was in; a check whose time falls outside them works
@@ -38,7 +40,7 @@ local nargs = #ARGV
 -- later check of the batch on the same key sees the earlier one's state.
 local cache = {}
 if #KEYS == 1 then
-  if floor(tonumber(ARGV[7]) / kindAlgorithm) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
+  if floor(tonumber(ARGV[7]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
 else
   local mkeys, nk = {}, 0
   local j, k = 3, 0
@@ -47,7 +49,7 @@ else
     j = j + 4
     for _ = 1, nrules do
       k = k + 1
-      if floor(tonumber(ARGV[j]) / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
+      if floor(tonumber(ARGV[j]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
       j = j + 4
     end
   end
@@ -75,7 +77,7 @@ while i <= nargs do
   local admitted, nw = true, 0
   for r = 1, nrules do
     local kind = tonumber(ARGV[i])
-    local a = floor(kind / kindAlgorithm)
+    local a = floor(kind % kindSeedOpen / kindAlgorithm)
     k = k + 1
     local key = KEYS[k]
     local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
@@ -103,6 +105,11 @@ while i <= nargs do
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
+      if kind >= kindSeedOpen and not seeded(key) then
+        -- A tally whose state may be lost (check.lua says more).
+        allowed, remaining, reset, retry, write = 2, 0, 0, 0, false
+        if kind >= kindSeedClosed and cost > 0 and not dry and not has(kind, kindShadow) then admitted = false end
+      end
     else
       local shape = has(kind, kindShape)
       local interval, burst, third = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])

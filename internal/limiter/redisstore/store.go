@@ -546,7 +546,7 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 		out := limiter.Outcome{NowUS: v[0], Admitted: v[1] == 1, Results: make([]limiter.Result, n)}
 		v = v[2:]
 		for i := range n {
-			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4]}
+			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4], Unknown: v[0] == 2}
 			v = v[5:]
 		}
 		if p.batch.Credits != nil {

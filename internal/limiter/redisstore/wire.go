@@ -24,6 +24,8 @@ const (
 	flagCalendarDay        = 4  // a fixed window aligned to UTC days
 	flagCalendarMonth      = 8  // a fixed window aligned to UTC months
 	flagAnchorFirstRequest = 16 // a fixed window starting at its first request
+	flagSeedOpen           = 32 // a tally, Unknown without its seed marker (limiter.SeedOpen)
+	flagSeedClosed         = 64 // a tally that then refuses the check (limiter.SeedClosed)
 )
 
 // Options of a check (its opts number in ARGV[1]), added together.
@@ -38,14 +40,20 @@ const (
 // whether it is a shadow rule,
 //
 //	kind = code × kindAlgorithm + kindShape (a shaping leaky bucket) + kindShadow (a shadow rule)
+//	       + kindSeedOpen or kindSeedClosed (a tally, limiter.Params.Seed)
+//
+// The seed kinds sit above every code × kindAlgorithm (codes are below 8),
+// so the code is kind modulo kindSeedOpen, ÷ kindAlgorithm.
 //
 // check.lua declares them for the lean scripts, which take its prelude;
 // TestWireConstantsMatchScript keeps them equal and the scripts decoding
 // kind by these names only.
 const (
-	kindAlgorithm = 4 // kind ÷ kindAlgorithm, floored, is the code
-	kindShape     = 2
-	kindShadow    = 1
+	kindAlgorithm  = 4 // kind ÷ kindAlgorithm, floored, is the code
+	kindShape      = 2
+	kindShadow     = 1
+	kindSeedOpen   = 32
+	kindSeedClosed = 64
 )
 
 // leanKind returns r's kind on the lean scripts' wire.
@@ -56,6 +64,13 @@ func leanKind(r *limiter.Request) int64 {
 	}
 	if r.Shadow {
 		kind += kindShadow
+	}
+	switch seed := r.Params.Seed; {
+	case r.Params.Algorithm != limiter.FixedWindow: // only windows are tallies
+	case seed == limiter.SeedOpen:
+		kind += kindSeedOpen
+	case seed == limiter.SeedClosed:
+		kind += kindSeedClosed
 	}
 	return kind
 }
@@ -109,6 +124,12 @@ func flags(p limiter.Params) int64 {
 	}
 	if p.AnchorFirstRequest {
 		f |= flagAnchorFirstRequest
+	}
+	switch p.Seed {
+	case limiter.SeedOpen:
+		f |= flagSeedOpen
+	case limiter.SeedClosed:
+		f |= flagSeedClosed
 	}
 	return f
 }

@@ -540,7 +540,7 @@ func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEv
 	if err != nil {
 		return err
 	}
-	if status == "paid" && rec.DunningSuspendedAt != nil {
+	if (status == "paid" || status == "void") && rec.DunningSuspendedAt != nil {
 		return inv.resumeAfterDunning(ctx, tx, rec.TenantID)
 	}
 	return nil
@@ -554,7 +554,7 @@ func (inv *Invoicing) resumeAfterDunning(ctx context.Context, tx pgx.Tx, tenantI
 		AND payment_status = 'failed'`, tenantID).Scan(&unpaid); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = NULL WHERE tenant_id = $1 AND payment_status = 'paid'`, tenantID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = NULL WHERE tenant_id = $1 AND payment_status IN ('paid', 'void')`, tenantID); err != nil {
 		return err
 	}
 	if unpaid > 0 {
@@ -598,6 +598,16 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range due {
 		err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
+			// A tenant suspended by someone else is left alone and its
+			// invoices unmarked: only a suspension of dunning's own is
+			// lifted when the invoice is paid.
+			var status string
+			if err := tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+				return err
+			}
+			if status == tenants.StatusSuspended {
+				return nil
+			}
 			tag, err := tx.Exec(ctx, `UPDATE invoices i SET dunning_suspended_at = $2 FROM tenants t
 				LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
 				WHERE t.id = i.tenant_id AND i.tenant_id = $1 AND i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
@@ -605,10 +615,6 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 				AND i.payment_failed_at <= $2::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $3))`,
 				id, now, def)
 			if err != nil || tag.RowsAffected() == 0 {
-				return err
-			}
-			t, err := tenants.NewStore(tx).Get(ctx, id)
-			if err != nil || t.Status == tenants.StatusSuspended {
 				return err
 			}
 			_, err = tenants.NewOps(tx, inv.now).Suspend(ctx, DunningActor, id)

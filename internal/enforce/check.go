@@ -210,6 +210,14 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		batch.Lease, leaseID = c.leaseFor(holdID, reqs, r, &d)
 	}
 	out, local, err := c.decide(ctx, batch)
+	// Admitted and its units taken on the primary, but no replica
+	// confirmed them in time: answer what the store decided, degraded,
+	// rather than refuse (or admit without a hold ID) what was charged.
+	unconfirmed := err != nil && out.Admitted && errors.Is(err, limiter.ErrNotReplicated)
+	if unconfirmed {
+		c.storeFailed(ctx, err)
+		err = nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Decision{}, ctx.Err() // the caller went away; nothing to decide
@@ -228,6 +236,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		}
 	}
 	d = c.decided(d, r, matched, out, who.tenant)
+	d.Degraded = d.Degraded || unconfirmed
 	if local {
 		// Denied from the cache of recent denials: the store was not
 		// asked, so the balance is not known; say nothing rather than 0.

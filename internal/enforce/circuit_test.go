@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,4 +134,42 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		t.Fatalf("no metric %s", name)
 	}
 	return v
+}
+
+// unconfirmedStore answers as its store does, adding
+// limiter.ErrNotReplicated to every admission, as a Redis store whose
+// replicas did not confirm a money call's writes in time.
+type unconfirmedStore struct{ limiter.Store }
+
+func (s unconfirmedStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+	out, err := s.Store.Check(ctx, b)
+	if err == nil && out.Admitted {
+		err = fmt.Errorf("test: %w", limiter.ErrNotReplicated)
+	}
+	return out, err
+}
+
+// TestUnconfirmedAdmissionIsAnsweredAsAdmitted: a check the store
+// admitted, and took the units of, but whose writes no replica confirmed
+// in time is answered admitted and degraded, on a fail-closed rule too:
+// never refused after being charged. A refusal is answered as one.
+func TestUnconfirmedAdmissionIsAnsweredAsAdmitted(t *testing.T) {
+	ctx := context.Background()
+	data, keys := staticData(t)
+	holder := snapshot.NewHolder(snapshot.StaticSource(data), nil)
+	testenv.Must(t, holder.Reload(ctx))
+	mem := limiter.NewMemoryStore(nil)
+	c := NewChecker(holder, unconfirmedStore{mem}, CheckerConfig{})
+	for mode, key := range keys {
+		d, err := c.Check(ctx, Request{Key: key, Resource: "GET /", Cost: 1000})
+		testenv.Must(t, err)
+		if !d.Allowed || !d.Degraded {
+			t.Errorf("%s: allowed %v degraded %v, want an unconfirmed admission answered admitted and degraded", mode, d.Allowed, d.Degraded)
+		}
+		d, err = c.Check(ctx, Request{Key: key, Resource: "GET /", Cost: 1})
+		testenv.Must(t, err)
+		if d.Allowed || d.Degraded {
+			t.Errorf("%s: over the limit: allowed %v degraded %v, want refused by the store", mode, d.Allowed, d.Degraded)
+		}
+	}
 }

@@ -109,7 +109,9 @@ func (d *denials) givenBack(tag byte) {
 	if d == nil {
 		return
 	}
-	d.givenAtUS[tag].Store(d.localUS())
+	now, at := d.localUS(), &d.givenAtUS[tag]
+	for old := at.Load(); now > old && !at.CompareAndSwap(old, now); old = at.Load() {
+	}
 }
 
 // stale reports whether an entry of key taught by a check sent at local

@@ -160,6 +160,12 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	if legacy := statekey.LegacyHoldKey(c.prefix, ref.Tag, id); errors.Is(err, limiter.ErrHoldNotFound) && legacy != "" {
 		st, err = c.settler.Settle(storeCtx, limiter.Settle{Key: legacy, Cost: cost})
 	}
+	if !errors.Is(err, limiter.ErrHoldNotFound) {
+		// Below its estimate, or releasing a lease the hold took, the
+		// settlement may have given units back, even when its answer
+		// was lost or not confirmed: forgetting too much is safe.
+		c.denials.givenBack(ref.Tag)
+	}
 	switch {
 	case errors.Is(err, limiter.ErrHoldNotFound):
 		return Settlement{}, tollgate.Errorf(tollgate.ENOTFOUND, "no such hold (unknown, or settled or expired over an hour ago)")
@@ -174,9 +180,6 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 		c.storeFailed(ctx, err)
 		return Settlement{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the limiter store did not answer; retry the settlement")
 	}
-	// Below its estimate, or releasing a lease the hold took, the
-	// settlement gave units back.
-	c.denials.givenBack(ref.Tag)
 	c.recordSettled(id, ref, st)
 	return Settlement{HoldID: id, Estimate: st.Estimate, Cost: st.Cost, Status: holdStatus(st.Status), Repeated: st.Repeated}, nil
 }

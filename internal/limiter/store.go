@@ -112,9 +112,11 @@ var ErrNegativeCost = errors.New("limiter: negative cost")
 // ErrNotReplicated is returned (wrapped) by a store that applied a call
 // carrying money (Batch.Money) on its server but could not confirm, within
 // its bound, that enough replicas have the writes: a failover now could
-// lose them. The call counts as failed (a check's rules' failure modes
-// decide) though its writes stand on the server; a circuit breaker does
-// not count it against the store, which answered.
+// lose them. An admitted check is returned with its outcome beside the
+// error (its writes stand on the server: the caller answers what the
+// store decided, marked degraded); a refused check wrote nothing and is
+// answered without it; a settlement or expiry fails with it. A circuit
+// breaker does not count it against the store, which answered.
 var ErrNotReplicated = errors.New("limiter: writes not confirmed on enough replicas")
 
 // ErrBadHold is returned for a hold on a dry run, or without a key or a

@@ -184,7 +184,10 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 				Customer: stripeapi.String(inv.CustomerID), Invoice: stripeapi.String(found.ID),
 				Amount: stripeapi.Int64(l.AmountMinor), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
 				Description: stripeapi.String(l.Description),
-				Metadata:    map[string]string{metaRef: inv.Ref, metaLine: l.Key, "units": strconv.FormatInt(l.Units, 10)},
+				// A coupon of the customer's at Stripe must not move the
+				// invoice away from the statement.
+				Discountable: stripeapi.Bool(false),
+				Metadata:     map[string]string{metaRef: inv.Ref, metaLine: l.Key, "units": strconv.FormatInt(l.Units, 10)},
 			})
 			if err != nil {
 				return billing.PushedInvoice{}, describe("add invoice line "+l.Key, err)
@@ -317,12 +320,23 @@ func idOf(raw json.RawMessage) string {
 	return o.ID
 }
 
-// describe says what failed, with Stripe's status, type, code and
-// message (never the request's key), keeping the error for errors.As.
+// describe says what failed, with Stripe's status, type and code, and
+// keeps the error for errors.As. It leaves out Stripe's message and
+// request log address: they may quote part of the key, and the text is
+// stored with an invoice whose tenant's users may read it.
 func describe(what string, err error) error {
 	var se *stripeapi.Error
 	if errors.As(err, &se) {
-		return fmt.Errorf("stripe: %s: %d %s %s: %s: %w", what, se.HTTPStatusCode, se.Type, se.Code, se.Msg, err)
+		return &providerError{msg: fmt.Sprintf("stripe: %s: %d %s %s", what, se.HTTPStatusCode, se.Type, se.Code), err: err}
 	}
 	return fmt.Errorf("stripe: %s: %w", what, err)
 }
+
+// providerError is an error of Stripe's, told without its message.
+type providerError struct {
+	msg string
+	err error
+}
+
+func (e *providerError) Error() string { return e.msg }
+func (e *providerError) Unwrap() error { return e.err }

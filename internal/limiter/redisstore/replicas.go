@@ -155,18 +155,27 @@ func (s *Store) runConfirmed(ctx context.Context, script *redis.Script, keys []s
 	return reply, err, unconfirmed
 }
 
-// failMoney gives err to those of ps that carry money and were answered:
-// their writes stand on the server but may not survive a failover. The
-// others keep their answers.
+// failMoney gives err to those of ps that carry money, were answered and
+// wrote: their writes stand on the server but may not survive a
+// failover. A check keeps its outcome beside the error (its caller
+// answers what the server decided, marked degraded, rather than refuse
+// units it has taken); a refused check wrote nothing and keeps its plain
+// answer. The others keep their answers.
 func failMoney(ps []*pending, err error) {
 	if err == nil {
 		return
 	}
 	for _, p := range ps {
-		if p.carriesMoney() && p.err == nil {
-			p.out, p.reply = limiter.Outcome{}, nil
-			p.err = fmt.Errorf("redisstore: %s: %w", p.what(), err)
+		if !p.carriesMoney() || p.err != nil {
+			continue
 		}
+		if p.op == 0 && !p.out.Admitted {
+			continue
+		}
+		if p.op != 0 {
+			p.reply = nil
+		}
+		p.err = fmt.Errorf("redisstore: %s: %w", p.what(), err)
 	}
 }
 

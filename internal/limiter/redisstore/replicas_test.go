@@ -224,6 +224,16 @@ func TestMoneyPastTheBound(t *testing.T) {
 			if n, _ := r.pc.Get(ctx, "{m}credits").Int64(); n != drawn+7 {
 				t.Errorf("the primary's counter is %d after an unconfirmed draw of 7 on %d", n, drawn)
 			}
+			// A refusal wrote nothing to confirm: it is answered as the
+			// store refused it, with no error (its caller must not turn it
+			// into a rule's failure mode, which may admit). An admitted
+			// check keeps its outcome beside the error: its units stand.
+			if out, err := s.Check(ctx, tallyCheck(5000)); err != nil || out.Admitted {
+				t.Errorf("a refused money check with the replica paused: %+v, %v; want refused, no error", out.Admitted, err)
+			}
+			if out, err := s.Check(ctx, creditDraw(1)); !errors.Is(err, limiter.ErrNotReplicated) || !out.Admitted {
+				t.Errorf("an admitted, unconfirmed draw: admitted %v, %v; want admitted beside limiter.ErrNotReplicated", out.Admitted, err)
+			}
 
 			for _, tc := range []struct {
 				what  string

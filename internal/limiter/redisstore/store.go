@@ -168,8 +168,12 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 		s.run(ctx, one[:])
 		out, err = p.out, p.err
 	}
-	if err == nil && b.Hold != nil && out.Admitted && s.cluster != nil {
-		err = s.indexHold(ctx, b.Hold, out.NowUS+b.Hold.TTLUS)
+	// A hold admitted but not yet confirmed on a replica stands on the
+	// server all the same: it is listed for expiry too.
+	if (err == nil || errors.Is(err, limiter.ErrNotReplicated)) && b.Hold != nil && out.Admitted && s.cluster != nil {
+		if ierr := s.indexHold(ctx, b.Hold, out.NowUS+b.Hold.TTLUS); ierr != nil {
+			err = ierr
+		}
 	}
 	return out, err
 }

@@ -568,3 +568,53 @@ func TestDunningPerPlan(t *testing.T) {
 		t.Errorf("%d plan.billing entries, want 2", n)
 	}
 }
+
+// TestDunningLeavesAnOperatorsSuspension: a tenant an operator suspended
+// is not marked by dunning when its grace runs out, so paying the
+// invoice does not resume it; a tenant dunning suspended is resumed when
+// its invoice is voided.
+func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
+	held, owing := r.tenant("held", plan), r.tenant("owing", plan)
+	for _, tn := range []tenants.Tenant{held, owing} {
+		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
+	}
+	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
+	_, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
+	testenv.Must(t, err)
+	byTenant := map[string]stripetest.Invoice{}
+	for i, in := range r.stripe.Invoices() {
+		byTenant[in.Customer] = in
+		if _, err := r.deliver(stripetest.InvoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in, r.clock.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
+	testenv.Must(t, err)
+	r.clock.Advance(73 * time.Hour)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
+		t.Fatalf("dunning suspended %d (%v), want 1 (owing; held was suspended already)", n, err)
+	}
+	status := func(tn tenants.Tenant) string {
+		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
+		testenv.Must(t, err)
+		return got.Status
+	}
+	for name, ev := range map[string]string{"held": "invoice.paid", "owing": "invoice.voided"} {
+		in, ok := byTenant["cus_"+name]
+		if !ok {
+			t.Fatalf("no invoice of %s among %d", name, len(byTenant))
+		}
+		if _, err := r.deliver(stripetest.InvoiceEvent("evt_"+name, ev, in, r.clock.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := status(held); got != tenants.StatusSuspended {
+		t.Errorf("the operator's suspension of held: %s after its invoice was paid, want suspended", got)
+	}
+	if got := status(owing); got != tenants.StatusActive {
+		t.Errorf("owing, suspended by dunning: %s after its invoice was voided, want active", got)
+	}
+}

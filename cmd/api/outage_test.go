@@ -429,10 +429,10 @@ func TestClusterMasterFailover(t *testing.T) {
 // primary is killed (SIGKILL) and the sentinels promote the replica. A
 // draw is admitted only once the replica has it, so the promoted replica
 // has every admitted draw. Until the old primary is back as its replica
-// no draw can be confirmed: draws are refused (the balance's deny mode is
-// its failure mode), each taking its unit on the new primary all the
-// same, so the load stops for that while; once the replica is back,
-// draws are admitted again up to the balance's end. The units the
+// no draw can be confirmed (one the new primary admits is answered
+// admitted and degraded, its unit taken), so the load stops for that
+// while; once the replica is back, draws are admitted and confirmed
+// again up to the balance's end. The units the
 // clients saw admitted never exceed the balance, and the ledger, drained
 // from the promoted replica, agrees with its counter and holds at least
 // every admitted unit.
@@ -496,7 +496,8 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	promotedAt := g.WaitForFailover(t, old, 30*time.Second)
 	atPromotion := admitted.Load()
 	t.Logf("%d units admitted before the promotion, %v after the kill", atPromotion, promotedAt.Sub(killedAt).Round(time.Millisecond))
-	// Without a replica, no draw is confirmed, and none is admitted.
+	// Draws were refused as unavailable while the sentinels had no
+	// primary; without a replica, none is confirmed from now on.
 	testenv.WaitFor(t, 10*time.Second, "draws refused as unavailable", func() bool { return unavailable.Load() > 20 })
 	paused.Store(true)
 	// The old primary comes back empty; the sentinels make it the new

@@ -1,11 +1,7 @@
 package checkapi
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -27,24 +23,7 @@ func BenchmarkCheckTally(b *testing.B) {
 	store := redisstore.New(c)
 	seedAll(b, store, prefix)
 	h, token, keys := benchSetupQuota(b, store, prefix, 1000, plans.QuotaOverage, nil)
-	bodies := make([][]byte, len(keys))
-	for i, k := range keys {
-		bodies[i] = []byte(`{"key":"` + k + `","resource":"GET /repos"}`)
-	}
-	body := bytes.NewReader(nil)
-	req := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Body = io.NopCloser(body)
-	w := &benchWriter{h: http.Header{}}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		body.Reset(bodies[i%len(bodies)])
-		clear(w.h)
-		h.ServeHTTP(w, req)
-		if w.code != http.StatusOK {
-			b.Fatalf("status %d", w.code)
-		}
-	}
+	benchChecksOfKeys(b, h, token, keys)
 }
 
 // seedAll sets every hash tag's seed marker under prefix, as the api

@@ -28,24 +28,31 @@ func BenchmarkCheckThresholds(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			h, token, keys := benchSetupQuota(b, limiter.NewMemoryStore(nil), "bench:", 1000, plans.QuotaOverage, c.thresholds)
-			bodies := make([][]byte, len(keys))
-			for i, k := range keys {
-				bodies[i] = []byte(`{"key":"` + k + `","resource":"GET /repos"}`)
-			}
-			body := bytes.NewReader(nil)
-			req := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Body = io.NopCloser(body)
-			w := &benchWriter{h: http.Header{}}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				body.Reset(bodies[i%len(bodies)])
-				clear(w.h)
-				h.ServeHTTP(w, req)
-				if w.code != http.StatusOK {
-					b.Fatalf("status %d", w.code)
-				}
-			}
+			benchChecksOfKeys(b, h, token, keys)
 		})
+	}
+}
+
+// benchChecksOfKeys runs b's loop of checks of GET /repos through h, one
+// key after the other, and fails on an answer other than 200.
+func benchChecksOfKeys(b *testing.B, h http.Handler, token string, keys []string) {
+	b.Helper()
+	bodies := make([][]byte, len(keys))
+	for i, k := range keys {
+		bodies[i] = []byte(`{"key":"` + k + `","resource":"GET /repos"}`)
+	}
+	body := bytes.NewReader(nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Body = io.NopCloser(body)
+	w := &benchWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		body.Reset(bodies[i%len(bodies)])
+		clear(w.h)
+		h.ServeHTTP(w, req)
+		if w.code != http.StatusOK {
+			b.Fatalf("status %d", w.code)
+		}
 	}
 }

@@ -32,14 +32,7 @@ func operatorSetup(t *testing.T, settings map[string]string) (*adminServer, stri
 // session of acme's tenant admin.
 func acmeSetup(t *testing.T) (srv *adminServer, op string, acme tenants.Tenant, admin string) {
 	t.Helper()
-	srv, op = operatorSetup(t, nil)
-	ctx := context.Background()
-	free, err := plans.NewStore(srv.DB).Create(ctx, plans.Plan{Name: "free"})
-	testenv.Must(t, err)
-	acme, err = tenants.NewStore(srv.DB).Create(ctx, "acme", free.ID)
-	testenv.Must(t, err)
-	admin = sessionFor(t, srv.DB, createUser(t, srv.DB, "admin@acme.example", auth.RoleTenantAdmin, acme.ID))
-	return srv, op, acme, admin
+	return acmeSetupWith(t, nil)
 }
 
 func problemOf(t *testing.T, res response) httpx.Problem {

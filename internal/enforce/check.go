@@ -53,6 +53,9 @@ type Checker struct {
 	// selfTimed: the store bounds each check's wait within timeout by
 	// itself (limiter.SelfTimed), so no deadline is set per check.
 	selfTimed bool
+	// journal: checks name their usage row (limiter.Batch.Usage), for a
+	// store that journals them (CheckerConfig.JournalUsage).
+	journal bool
 
 	outageLog throttledLog
 }
@@ -103,6 +106,13 @@ type CheckerConfig struct {
 	// store (see breaker.Breaker); its Probe, ProbeTimeout and Log default to a
 	// dry run on a key under Prefix, StoreTimeout and Log.
 	Breaker breaker.Config
+	// JournalUsage has every check that is not a dry run name its usage
+	// row (limiter.Batch.Usage), so that a store that journals usage
+	// (redisstore) records an admitted check's units in the call that
+	// admits it; the Recorder then gets those decisions marked Recorded,
+	// to count their detail but not their units again. Set it only when
+	// the usage worker drains that store's journals.
+	JournalUsage bool
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store. The
@@ -111,7 +121,7 @@ type CheckerConfig struct {
 // background probing.
 func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
-		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix, journal: cfg.JournalUsage}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
 		c.ipv6Prefix = 64
 	}
@@ -204,6 +214,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	var holdID string
 	if (r.Hold || r.AutoHold && asksHold(matched)) && !r.DryRun && c.settler != nil {
 		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
+	}
+	if c.journal && !r.DryRun {
+		batch.Usage = statekey.UsageRow(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
+		if batch.Hold != nil {
+			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP))
+		}
 	}
 	var leaseID string
 	if batch.TakesLease() {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	tollgate "github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
@@ -112,11 +110,7 @@ func waitForRule(t *testing.T, r *rig, addr, key, name string) {
 func TestSpendCapNeverRestartsAfterRedisIsFlushed(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, testenv.DatabaseURL(t))
-	// A Redis of the test's own: FLUSHALL must not touch other tests'.
-	srv := testenv.StartRedisServer(t)
-	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { r.redis.Close() })
-	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
+	r.ownRedis(t) // FLUSHALL must not touch other tests'
 	metered := plans.Plan{Name: "metered", BaseFeeMinor: 1000, IncludedUnits: 100, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage}
 	tenantID, key := quotaTenant(t, r, "capped", metered, quota.PlanSettingsInput{})
 	// 400 of overage money pays for 200 overage units: 300 units in all.

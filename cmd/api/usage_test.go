@@ -117,6 +117,17 @@ func newRig(t *testing.T, dbURL string) *rig {
 	return r
 }
 
+// ownRedis moves the rig and the api processes it starts to a Redis
+// server of the test's own, for a test whose FLUSHALL must not touch
+// other tests'.
+func (r *rig) ownRedis(t *testing.T) {
+	t.Helper()
+	srv := testenv.StartRedisServer(t)
+	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { r.redis.Close() })
+	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
+}
+
 // api is one running api process.
 type api struct {
 	addr string

@@ -291,6 +291,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
 		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
+		Region: cfg.Region,
 	})
 	s.onClose(checker.Close) // the breaker's background probing
 	// Holds that expire unsettled give back (or keep) their estimate; any

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/statekey"
 )
@@ -53,6 +54,9 @@ type Checker struct {
 	// selfTimed: the store bounds each check's wait within timeout by
 	// itself (limiter.SelfTimed), so no deadline is set per check.
 	selfTimed bool
+	// region is the deployment's regions: global rules are decided as
+	// their scope says (regions.go).
+	region region.Config
 
 	outageLog throttledLog
 }
@@ -103,6 +107,9 @@ type CheckerConfig struct {
 	// store (see breaker.Breaker); its Probe, ProbeTimeout and Log default to a
 	// dry run on a key under Prefix, StoreTimeout and Log.
 	Breaker breaker.Config
+	// Region is the process's region (the zero value: a deployment of
+	// one region, where every rule is regional).
+	Region region.Config
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store. The
@@ -111,7 +118,8 @@ type CheckerConfig struct {
 // background probing.
 func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
-		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix}
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix,
+		region: cfg.Region}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
 		c.ipv6Prefix = 64
 	}

@@ -234,12 +234,12 @@ func (r Rule) Validate(prefix string, f map[string]string) {
 // (ValidateRegions).
 func (r Rule) validateRegionScope(prefix string, f map[string]string) {
 	switch r.RegionScope {
-	case "", region.Regional, region.GlobalShared:
-	case region.GlobalSplit:
+	case "", region.Regional:
+	case region.GlobalShared, region.GlobalSplit:
 		if r.Algorithm == limiter.Concurrency {
-			f[prefix+"region_scope"] = "a concurrency rule cannot be split between regions: use global_shared or regional"
+			f[prefix+"region_scope"] = "a concurrency rule is regional: leases are taken and released in one region"
 		}
-		if r.Scope == ScopeIP {
+		if r.RegionScope == region.GlobalSplit && r.Scope == ScopeIP {
 			f[prefix+"region_scope"] = "only rules scoped by key or tenant are split between regions"
 		}
 	default:

@@ -128,3 +128,33 @@ func (c Config) ValidateScope(field string, s Scope, f map[string]string) {
 		f[field] = "must be regional, global_shared or global_split"
 	}
 }
+
+// Allotment returns this region's part of a global_split rule's limit
+// and burst: the limit divided equally, the remainder going one unit each
+// to the first regions of Names, and the burst in the same proportion
+// (at least 1 while the allotment is). The allotments of every region
+// sum to the limit, so the regions together never admit more than it.
+// Outside a deployment of regions it returns limit and burst.
+func (c Config) Allotment(limit, burst int64) (int64, int64) {
+	n := int64(len(c.Names))
+	i := int64(c.Index(c.Name))
+	if !c.Enabled() || n == 0 || i < 0 {
+		return limit, burst
+	}
+	share := limit / n
+	if i < limit%n {
+		share++
+	}
+	if limit == 0 { // a one-time allowance: the burst is what is split
+		b := burst / n
+		if i < burst%n {
+			b++
+		}
+		return 0, b
+	}
+	b := burst * share / limit
+	if b < 1 && share > 0 {
+		b = 1
+	}
+	return share, b
+}

@@ -101,3 +101,37 @@ func TestValidateScope(t *testing.T) {
 		}
 	}
 }
+
+// TestAllotment: a split's allotments sum to the limit in every region
+// count, the remainder to the first regions, the burst in proportion.
+func TestAllotment(t *testing.T) {
+	for _, tc := range []struct {
+		names        []string
+		limit, burst int64
+	}{
+		{[]string{"us", "eu", "ap"}, 1000, 1000},
+		{[]string{"us", "eu", "ap"}, 10, 30},
+		{[]string{"us", "eu"}, 7, 1},
+		{[]string{"us", "eu", "ap"}, 0, 100},
+		{[]string{"us", "eu", "ap", "sa"}, 2, 2},
+	} {
+		var limits, bursts int64
+		for _, n := range tc.names {
+			l, b := Config{Name: n, Names: tc.names}.Allotment(tc.limit, tc.burst)
+			limits += l
+			bursts += b
+			if tc.limit > 0 && l > 0 && b < 1 {
+				t.Errorf("%v %d/%d in %s: burst %d", tc.names, tc.limit, tc.burst, n, b)
+			}
+		}
+		if limits != tc.limit {
+			t.Errorf("%v limit %d: allotments sum to %d", tc.names, tc.limit, limits)
+		}
+		if tc.limit == 0 && bursts != tc.burst {
+			t.Errorf("%v one-time %d: bursts sum to %d", tc.names, tc.burst, bursts)
+		}
+	}
+	if l, b := (Config{}).Allotment(1000, 50); l != 1000 || b != 50 {
+		t.Errorf("one region: got %d, %d", l, b)
+	}
+}

@@ -148,6 +148,11 @@ func worker(fs *flag.FlagSet) action {
 			defer srv.Close()
 		}
 		defer startCreditsDrainer(ctx, e, c, log, reg)()
+		stopExchange, err := startExchanger(ctx, e, c, log, reg)
+		if err != nil {
+			return err
+		}
+		defer stopExchange()
 		log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
 		err = w.Run(ctx)
 		s := w.Stats()

@@ -74,6 +74,12 @@ type UsageEvent struct {
 	// have been lost with its caller); the usage pipeline counts one hold
 	// once, whichever event reaches it first. "" counts the event as is.
 	HoldHash string
+	// Recorded is set when the store already journaled the event's units
+	// (and decision) in the step that decided it (limiter.Outcome.Recorded,
+	// Settlement.Recorded): the usage worker applies them from there, and
+	// a recorder counts only what the journal lacks (the anonymous
+	// caller's address, the crossings).
+	Recorded bool
 }
 
 // Kinds of UsageEvent.Hold.

@@ -98,10 +98,15 @@ func (c usageConfig) writer(e *invocation, counters limiter.WindowReader) *usage
 func newWorker(c usageConfig, e *invocation, log *slog.Logger) (*usage.Worker, func()) {
 	redisstore.SetLogger(log) // go-redis's own lines (failed dials) too
 	client := c.redis()
+	// The journals the checks wrote are claimed every second, between
+	// reads of the stream, which wait at most that long for new entries.
 	w := &usage.Worker{
-		Consumer: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{
-			Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle,
-		}),
+		Consumer: usage.Consumers{
+			Journal: usage.NewJournalConsumer(client, c.KeyPrefix, time.Second),
+			Stream: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{
+				Stream: c.Stream, Group: c.Group, Consumer: c.Consumer, ClaimIdle: c.ClaimIdle, Block: time.Second,
+			}),
+		},
 		Store: c.writer(e, redisstore.New(client)),
 		Log:   log,
 	}

@@ -291,7 +291,9 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{
 		Prefix: cfg.KeyPrefix, StoreTimeout: cfg.Redis.Timeout, Metrics: enforce.NewMetrics(reg, holder), Log: log,
 		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
-		Region: cfg.Region,
+		// The usage worker drains the store's journals with the stream.
+		JournalUsage: cfg.Store == "redis" && cfg.Usage.Sink == "stream" && cfg.Usage.Journal,
+		Region:       cfg.Region,
 	})
 	s.onClose(checker.Close) // the breaker's background probing
 	// Holds that expire unsettled give back (or keep) their estimate; any

@@ -18,6 +18,11 @@ type Usage struct {
 	// postgres (single-process mode) or none.
 	Sink   string
 	Stream string
+	// Journal has the limiter store (Redis, with the stream sink) record
+	// each admitted check's units in the call that admits it, for the
+	// usage worker to apply; the stream then carries what the journal
+	// lacks (denials, holds settled without one, addresses, crossings).
+	Journal bool
 	// Flush is how often an API process publishes; MaxRows and TopIPs
 	// bound its memory.
 	Flush   time.Duration
@@ -58,6 +63,7 @@ func (e *Env) Usage(store string) Usage {
 	return Usage{
 		Sink:            e.OneOf("TOLLGATE_USAGE_SINK", defaultSink, "stream", "postgres", "none"),
 		Stream:          e.String("TOLLGATE_USAGE_STREAM", "tollgate:usage"),
+		Journal:         e.Bool("TOLLGATE_USAGE_JOURNAL", true),
 		Flush:           e.Duration("TOLLGATE_USAGE_FLUSH", time.Second),
 		MaxRows:         e.Int("TOLLGATE_USAGE_MAX_ROWS", 50_000, 100),
 		TopIPs:          e.Int("TOLLGATE_USAGE_TOP_IPS", 100, 1),

@@ -54,6 +54,9 @@ type Checker struct {
 	// selfTimed: the store bounds each check's wait within timeout by
 	// itself (limiter.SelfTimed), so no deadline is set per check.
 	selfTimed bool
+	// journal: checks name their usage row (limiter.Batch.Usage), for a
+	// store that journals them (CheckerConfig.JournalUsage).
+	journal bool
 	// region is the deployment's regions: global rules are decided as
 	// their scope says (regions.go).
 	region region.Config
@@ -107,6 +110,13 @@ type CheckerConfig struct {
 	// store (see breaker.Breaker); its Probe, ProbeTimeout and Log default to a
 	// dry run on a key under Prefix, StoreTimeout and Log.
 	Breaker breaker.Config
+	// JournalUsage has every check that is not a dry run name its usage
+	// row (limiter.Batch.Usage), so that a store that journals usage
+	// (redisstore) records an admitted check's units in the call that
+	// admits it; the Recorder then gets those decisions marked Recorded,
+	// to count their detail but not their units again. Set it only when
+	// the usage worker drains that store's journals.
+	JournalUsage bool
 	// Region is the process's region (the zero value: a deployment of
 	// one region, where every rule is regional).
 	Region region.Config
@@ -119,7 +129,7 @@ type CheckerConfig struct {
 func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
 		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix,
-		region: cfg.Region}
+		journal: cfg.JournalUsage, region: cfg.Region}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
 		c.ipv6Prefix = 64
 	}
@@ -212,6 +222,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	var holdID string
 	if (r.Hold || r.AutoHold && asksHold(matched)) && !r.DryRun && c.settler != nil {
 		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
+	}
+	if c.journal && !r.DryRun {
+		batch.Usage = statekey.UsageRow(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
+		if batch.Hold != nil {
+			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP))
+		}
 	}
 	var leaseID string
 	if batch.TakesLease() {

@@ -120,6 +120,9 @@ type Decision struct {
 	crossed []int64
 	// governing indexes Rules; -1 when no rule applied.
 	governing int
+	// recorded: the store journaled the check's usage
+	// (limiter.Outcome.Recorded).
+	recorded bool
 }
 
 // Governing returns the rule the top-level fields describe, if any.
@@ -136,6 +139,7 @@ func (c *Checker) decided(d Decision, r Request, matched []*snapshot.Rule, out l
 	d.Rules = make([]RuleResult, 0, len(matched))
 	d.NowUS = out.NowUS
 	d.Allowed = out.Admitted
+	d.recorded = out.Recorded
 	for i, rule := range matched {
 		if out.Results[i].Unknown {
 			// The store may have lost the rule's state (a tally before its
@@ -333,7 +337,7 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	}
 	if !r.DryRun {
 		ev := tollgate.UsageEvent{AtUS: d.NowUS, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, IP: r.IP,
-			Resource: r.route, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed}
+			Resource: r.route, Cost: r.Cost, Allowed: d.Allowed, Reason: reason, Crossed: d.crossed, Recorded: d.recorded}
 		if d.HoldID != "" {
 			ev.Hold = tollgate.HoldOpened
 		}

@@ -195,7 +195,26 @@ func (c *Checker) recordSettled(id string, ref holdRef, st limiter.Settlement) {
 	}
 	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
 		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: reason,
-		Hold: tollgate.HoldSettled, Expired: expired, HoldHash: holdHash(id)})
+		Hold: tollgate.HoldSettled, Expired: expired, HoldHash: holdHash(id), Recorded: st.Recorded})
+}
+
+// usageResource is the resource usage counts a check under: its route, or
+// tollgate.ResourceAny for a check that named none (as the aggregator
+// counts it).
+func usageResource(route string) string {
+	if route == "" {
+		return tollgate.ResourceAny
+	}
+	return route
+}
+
+// anonymousIP is the address usage keeps of a caller of tier: an
+// anonymous caller's, none for a caller with a key.
+func anonymousIP(tier, ip string) string {
+	if tier == tollgate.TierAnonymous {
+		return ip
+	}
+	return ""
 }
 
 // holdHash returns the name usage knows hold id by: the first 16 bytes of

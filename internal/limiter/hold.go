@@ -23,6 +23,9 @@ type Hold struct {
 	// ChargeOnExpiry keeps the estimate charged when the hold expires
 	// unsettled; false gives it back, as a settlement at cost 0 would.
 	ChargeOnExpiry bool
+	// Usage, with Batch.Usage, is what the hold's record keeps for the
+	// journal entry of its settlement or expiry (statekey.HoldUsage).
+	Usage string
 }
 
 // HoldRetentionUS is how long a hold record outlives its expiry, so that
@@ -74,6 +77,10 @@ type Settlement struct {
 	// Repeated is true when the hold was settled before with the same
 	// cost (or expired before): nothing changed now.
 	Repeated bool
+	// Recorded is true when the store journaled the hold's final units
+	// when it was settled or expired (its check had Batch.Usage and
+	// Hold.Usage): the caller must not count them again.
+	Recorded bool
 }
 
 // Errors of Settle.

@@ -48,6 +48,13 @@ type Batch struct {
 	// WaitReplicas) does so for a check that is not a dry run and has a
 	// hold, a prepaid balance or Money, and for no other.
 	Money bool
+	// Usage, when set on a batch that is not a dry run, is the usage row
+	// (statekey.UsageRow) of the check: a store that journals usage
+	// records an admitted check's decision and units in its hash tag's
+	// journal in the same step that admits it, so that they outlive the
+	// caller, and says so in Outcome.Recorded. A hold's check records the
+	// decision (its units count at settlement, under Hold.Usage).
+	Usage string
 }
 
 // Outcome is a store's answer to a Batch.
@@ -65,6 +72,9 @@ type Outcome struct {
 	// Credits is what the check did to its balance, when the batch drew
 	// on one (Batch.Credits).
 	Credits CreditResult
+	// Recorded is true when the store journaled the check's usage
+	// (Batch.Usage): the caller must not count it again.
+	Recorded bool
 }
 
 // Store decides batches atomically. Implementations are safe for

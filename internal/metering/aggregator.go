@@ -106,8 +106,10 @@ type rowKey struct {
 // Stats are an aggregator's counters since it started.
 type Stats struct {
 	// Recorded decisions; Dropped ones were lost (memory bound reached, or
-	// undelivered at Close); Folded ones lost their resource detail.
-	Recorded, Dropped, Folded int64
+	// undelivered at Close); Folded ones lost their resource detail;
+	// Journaled ones (of Recorded) the store had journaled already, so
+	// that only their detail was counted here.
+	Recorded, Dropped, Folded, Journaled int64
 	// Published batches and decisions; PublishErrors failed attempts.
 	Published, PublishedDecisions, PublishErrors int64
 }
@@ -178,6 +180,12 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	if k.resource == "" {
 		k.resource = "*"
 	}
+	if ev.Recorded {
+		// The store journaled its units: only the detail the journal
+		// lacks is left to count.
+		a.recordDetail(ev, minute, c)
+		return
+	}
 	if ev.Hold == tollgate.HoldSettled && ev.HoldHash != "" && a.recordSettlement(ev, minute, k.resource) {
 		return
 	}
@@ -211,6 +219,36 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	}
 	a.mu.Unlock()
 	if wake {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// recordDetail counts what the store's journal lacks of ev, a decision
+// whose units it journaled: the crossings, and the anonymous caller's
+// address (its decisions c, by minute), which the rows do not keep.
+func (a *Aggregator) recordDetail(ev tollgate.UsageEvent, minute int64, c Counts) {
+	anonymous := ev.Tier == tollgate.TierAnonymous && ev.IP != ""
+	if len(ev.Crossed) == 0 && !anonymous {
+		a.mu.Lock()
+		a.stats.Recorded++
+		a.stats.Journaled++
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Lock()
+	for _, units := range ev.Crossed {
+		a.crossings = append(a.crossings, Crossing{TenantID: ev.TenantID, Units: units, AtUS: ev.AtUS})
+	}
+	a.stats.Recorded++
+	a.stats.Journaled++
+	if anonymous {
+		a.addIP(minute, ev.IP, c)
+	}
+	a.mu.Unlock()
+	if len(ev.Crossed) > 0 {
 		select {
 		case a.wake <- struct{}{}:
 		default:
@@ -489,6 +527,10 @@ func registerAggregatorMetrics(reg prometheus.Registerer, a *Aggregator) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tollgate_usage_recorded_total", Help: "Decisions counted by the usage aggregator.",
 		}, stat(func(s Stats) int64 { return s.Recorded })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_usage_journaled_total",
+			Help: "Decisions whose units the limiter store journaled when it decided them (of tollgate_usage_recorded_total).",
+		}, stat(func(s Stats) int64 { return s.Journaled })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tollgate_usage_dropped_total",
 			Help: "Decisions lost by the usage aggregator: memory bound reached, or not published by shutdown.",

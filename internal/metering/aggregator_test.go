@@ -431,3 +431,41 @@ func TestDecodeKeepsBatchesWithoutSettlements(t *testing.T) {
 		t.Errorf("a valid settlement refused: %v", err)
 	}
 }
+
+// TestAggregatorLeavesJournaledUnitsToTheJournal: a decision the store
+// journaled (Recorded) adds no row and no settlement (the journal has its
+// units), but its anonymous caller's address and its crossings are
+// counted here, and it is counted as recorded and journaled.
+func TestAggregatorLeavesJournaledUnitsToTheJournal(t *testing.T) {
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p1"})
+	keyed := event(t0, tA, kA, "GET /a", true, 3)
+	keyed.Recorded, keyed.Crossed = true, []int64{100}
+	a.Record(keyed)
+	settled := event(t0, tA, kA, "GET /a", true, 9)
+	settled.Hold, settled.HoldHash, settled.Recorded = tollgate.HoldSettled, "00112233445566778899aabbccddeeff", true
+	a.Record(settled)
+	a.Record(tollgate.UsageEvent{AtUS: t0, Tier: tollgate.TierAnonymous, IP: "192.0.2.1", Resource: "*", Cost: 2,
+		Allowed: true, Reason: tollgate.ReasonOK, Recorded: true})
+	denied := event(t0, tA, kA, "GET /a", false, 1)
+	a.Record(denied)
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := p.batches[0]
+	if len(b.Rows) != 1 || b.Rows[0].Denied != 1 || b.Rows[0].Allowed != 0 {
+		t.Errorf("rows %+v, want the denial alone", b.Rows)
+	}
+	if len(b.Settlements) != 0 {
+		t.Errorf("settlements %+v, want none", b.Settlements)
+	}
+	if len(b.IPs) != 1 || b.IPs[0].IP != "192.0.2.1" || b.IPs[0].AllowedUnits != 2 {
+		t.Errorf("ip rows %+v, want the anonymous caller's", b.IPs)
+	}
+	if len(b.Crossings) != 1 || b.Crossings[0].Units != 100 {
+		t.Errorf("crossings %+v, want the one crossed", b.Crossings)
+	}
+	if s := a.Stats(); s.Recorded != 4 || s.Journaled != 3 {
+		t.Errorf("stats %+v, want 4 recorded, 3 of them journaled", s)
+	}
+}

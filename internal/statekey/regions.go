@@ -13,32 +13,16 @@ package statekey
 // and a scope follow the tag), so none of them is ever one.
 const (
 	outboxRecord  = 'x'
-	claimedRecord = 'y'
+	claimedOutbox = 'y'
 	appliedRecord = 's'
 )
 
 // OutboxKey returns the outbox of hash tag tag under prefix.
-func OutboxKey(prefix string, tag byte) string { return tagRecord(prefix, tag, outboxRecord) }
+func OutboxKey(prefix string, tag byte) string { return tagged(prefix, tag, outboxRecord) }
 
 // ClaimedKey returns the claimed outbox of hash tag tag under prefix.
-func ClaimedKey(prefix string, tag byte) string { return tagRecord(prefix, tag, claimedRecord) }
+func ClaimedKey(prefix string, tag byte) string { return tagged(prefix, tag, claimedOutbox) }
 
 // AppliedKey returns the hash of the last sequence applied from each
 // other region to hash tag tag's states, under prefix.
-func AppliedKey(prefix string, tag byte) string { return tagRecord(prefix, tag, appliedRecord) }
-
-func tagRecord(prefix string, tag, kind byte) string {
-	return prefix + "{" + string([]byte{tag, '}', kind})
-}
-
-// Tags returns every byte that may stand in a hash tag, in order: the
-// tags a deployment's states, and so its outboxes, may be under.
-func Tags() []byte {
-	tags := make([]byte, 0, 254)
-	for b := 0; b < 256; b++ {
-		if b != '{' && b != '}' {
-			tags = append(tags, byte(b))
-		}
-	}
-	return tags
-}
+func AppliedKey(prefix string, tag byte) string { return tagged(prefix, tag, appliedRecord) }

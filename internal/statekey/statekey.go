@@ -289,10 +289,78 @@ func SeedKey(prefix string, tag byte) string {
 // per tag byte (254).
 func SeedKeys(prefix string) []string {
 	keys := make([]string, 0, 254)
-	for b := range 256 {
-		if b != '{' && b != '}' {
-			keys = append(keys, SeedKey(prefix, byte(b)))
-		}
+	for _, tag := range Tags() {
+		keys = append(keys, SeedKey(prefix, tag))
 	}
 	return keys
+}
+
+// The usage journal. A check script that admits a check with a usage row
+// (limiter.Batch.Usage) records the check's decision and units in its hash
+// tag's journal in the same call, and settle.lua a hold's final units, so
+// that what was admitted outlives the process that asked: the usage
+// worker claims each tag's journal (JournalKeys) and applies it as a
+// batch. A journal is a hash:
+//
+//   - field minute NUL row → the units admitted in that minute (minute:
+//     its start in seconds since the epoch, decimal; row: UsageRow);
+//   - field "d" minute NUL row → decisions less units, so that the
+//     common check of one unit writes one field (decisions = units + d);
+//   - field "s" hash → one hold's settlement or expiry (its hash is the
+//     usage pipeline's name of the hold): minute NUL cost NUL expired
+//     (0 or 1) NUL ip NUL row.
+//
+// NUL separates the parts: no part may hold it (the usage tables refuse
+// it too).
+const (
+	journalRecord = 'u' // the journal checks write
+	claimedRecord = 'U' // the journal the worker claimed, being applied
+	journalSeq    = 'q' // the claims' epoch and sequence
+)
+
+// JournalKey returns the usage journal of hash tag tag under prefix.
+func JournalKey(prefix string, tag byte) string { return tagged(prefix, tag, journalRecord) }
+
+// ClaimedJournalKey returns where the usage worker moves tag's journal
+// while it applies it.
+func ClaimedJournalKey(prefix string, tag byte) string { return tagged(prefix, tag, claimedRecord) }
+
+// JournalSeqKey returns the hash that numbers tag's claimed journals.
+func JournalSeqKey(prefix string, tag byte) string { return tagged(prefix, tag, journalSeq) }
+
+func tagged(prefix string, tag, kind byte) string {
+	return prefix + "{" + string([]byte{tag}) + "}" + string(kind)
+}
+
+// Tags returns every hash tag byte (254: all but '{' and '}').
+func Tags() []byte {
+	tags := make([]byte, 0, 254)
+	for b := range 256 {
+		if b != '{' && b != '}' {
+			tags = append(tags, byte(b))
+		}
+	}
+	return tags
+}
+
+// UsageRow returns the row of the usage journal a check's decision counts
+// in: tenant, key, tier and resource, NUL between them (tenant and key
+// "" when none).
+func UsageRow(tenantID, keyID, tier, resource string) string {
+	return tenantID + "\x00" + keyID + "\x00" + tier + "\x00" + resource
+}
+
+// HoldUsage returns what a hold's record keeps for its settlement's entry
+// in the journal: the hold's hash NUL the anonymous caller's address.
+func HoldUsage(hash, ip string) string { return hash + "\x00" + ip }
+
+// JournalKeyOf returns the usage journal of the hash tag of key, a state
+// key or a record's (JournalKey under key's prefix); "" for a key without
+// a hash tag.
+func JournalKeyOf(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 || i+2 >= len(key) || key[i+2] != '}' {
+		return ""
+	}
+	return key[:i+3] + string(rune(journalRecord))
 }

@@ -62,10 +62,18 @@
 --   Its hold record also keeps ck, cl the keys, cn line, cx its expiries
 --   ("at units …"), co overdraft, cm 1 for overage, cd units drawn, cv
 --   overage (settle.lua reads them).
+--   A check whose opts has optUsage journals its usage (statekey.go
+--   describes the journal): its hash tag's journal key is its last key in
+--   KEYS, after all of the above, and its usage row is among the strings
+--   below. Admitted, it adds its units and its decision to the row of its
+--   minute; with a hold, only the decision, and the record keeps j the
+--   journal, ur the row and uh the hold's usage (statekey.HoldUsage) for
+--   settle.lua, which journals the hold's final units.
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
 --          or '' when the caller lists holds itself (on a Cluster, where
 --          the index lives in another slot)
--- ARGV[3…] the ID of each hold the batch opens, in order
+-- ARGV[3…] per check in order: the ID of the hold it opens, if any; its
+--          usage row, with optUsage; and with both, the hold's usage
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed (0 no, 1 yes, 2 unknown: a tally, flagSeedOpen or
@@ -102,6 +110,7 @@ local flagExchange = 128
 local optDryRun = 1
 local optCredits = 2
 local optCreditOverage = 4
+local optUsage = 8
 local kindAlgorithm = 4
 local kindShape = 2
 local kindShadow = 1
@@ -125,6 +134,19 @@ local function idiv(a, b) -- floor(a / b) exactly, b > 0
   local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
+end
+
+-- The usage journal (statekey.go describes it): journalMinute returns the
+-- start of now's minute, in seconds, as its fields name it; journal adds
+-- a check's units and decision to row's field of now's minute in jkey.
+local usPerMinute = 60000000
+local function journalMinute(now)
+  return string.format('%d', floor(now / usPerMinute) * 60)
+end
+local function journal(jkey, row, now, units)
+  local f = journalMinute(now) .. '\0' .. row
+  if units ~= 0 then redis.call('HINCRBY', jkey, f, units) end
+  if units ~= 1 then redis.call('HINCRBY', jkey, 'd' .. f, 1 - units) end
 end
 
 -- at returns now, or for 0 Redis's clock in µs, read once per call.
@@ -192,7 +214,7 @@ do
   local mkeys, j, kk, nbal = {}, i, 0, 0
   local total = #batch
   while j <= total do
-    local nrules, credits = batch[j + 3], has(batch[j + 2], optCredits)
+    local nrules, credits, usage = batch[j + 3], has(batch[j + 2], optCredits), has(batch[j + 2], optUsage)
     j = j + 5
     local leased = false
     for _ = 1, nrules do
@@ -212,6 +234,7 @@ do
         j = j + 1
       end
     end
+    if usage then kk = kk + 1 end
   end
   if #mkeys == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -222,7 +245,7 @@ do
 end
 
 local index = ARGV[2]
-local holds = 0
+local argi = 2 -- the last of ARGV[3…] read
 local out, n, k = {}, 0, 0
 -- The current check's writes, applied once every rule allowed: the key,
 -- its def, its time to live (ms, before extra) and what to store by
@@ -494,11 +517,20 @@ while i <= total do
     n = n + 5
   end
 
-  local hkey, lkey
+  local hkey, lkey, hid, jrow, jhold
   if hold > 0 then
     k = k + 1
     hkey = KEYS[k]
-    holds = holds + 1
+    argi = argi + 1
+    hid = ARGV[argi]
+  end
+  if has(opts, optUsage) then
+    argi = argi + 1
+    jrow = ARGV[argi]
+    if hkey then
+      argi = argi + 1
+      jhold = ARGV[argi]
+    end
   end
   if leased then
     k = k + 1
@@ -584,7 +616,7 @@ while i <= total do
     if hkey then
       local ttl, charge = idiv(hold, holdTTL), 0
       if has(hold, holdCharge) then charge = 1 end
-      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', charge, 's', 0, 'v', 0, 'n', nrules, 'i', ARGV[2 + holds]}
+      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', charge, 's', 0, 'v', 0, 'n', nrules, 'i', hid}
       if ckey then
         local mode = 0
         if has(opts, optCreditOverage) then mode = 1 end
@@ -610,6 +642,11 @@ while i <= total do
       if lkey then
         rec[#rec + 1] = 'l'
         rec[#rec + 1] = lkey
+      end
+      if jhold then
+        local at = #rec
+        rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4], rec[at + 5], rec[at + 6] =
+          'j', KEYS[k + cadv_k + 1], 'ur', jrow, 'uh', jhold
       end
       redis.call('DEL', hkey)
       redis.call('HSET', hkey, unpack(rec))
@@ -684,7 +721,7 @@ while i <= total do
       end
       if hkey then
         redis.call('XADD', clog, '*', 'u', string.format('%d', cdrawn), 'o', string.format('%d', cover_units),
-          't', string.format('%d', now), 'h', ARGV[2 + holds])
+          't', string.format('%d', now), 'h', hid)
       elseif cdefer ~= 0 then
         pend[5], pend[6] = pend[5] + cdefer, now
       else
@@ -703,6 +740,16 @@ while i <= total do
     out[n + 1], out[n + 3], out[n + 4] = cok, cdrawn, cover_units
     n = n + 4
     k, i = k + cadv_k, i + cadv_i
+  end
+  if jrow then
+    k = k + 1
+    if admitted and not dry then
+      -- The check's usage (statekey.go): units by minute and row, and
+      -- decisions less units; a hold's units count at its settlement.
+      local units = cost
+      if hkey then units = 0 end
+      journal(KEYS[k], jrow, now, units)
+    end
   end
   if not admitted then
     out[head] = 0

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 // The lean path. lean.lua decides the common shapes of checks — GCRA,
@@ -125,7 +126,11 @@ func (c *call) encodeLean(checks []*pending, extraTTLMS int64) {
 		if b.DryRun {
 			dry = 1
 		}
-		c.args = append(c.args, b.NowUS, b.Cost, dry, int64(len(b.Requests)))
+		usage := ""
+		if journals(b) {
+			usage = b.Usage
+		}
+		c.args = append(c.args, b.NowUS, b.Cost, dry, int64(len(b.Requests)), usage)
 		for i := range b.Requests {
 			r := &b.Requests[i]
 			c.keys = append(c.keys, r.Key)
@@ -138,8 +143,15 @@ func (c *call) encodeLean(checks []*pending, extraTTLMS int64) {
 			a, b, c3 := defNumbers(r.Params)
 			c.args = append(c.args, a, b, c3)
 		}
+		if usage != "" {
+			c.keys = append(c.keys, statekey.JournalKeyOf(firstKey(*b)))
+		}
 	}
 }
+
+// journals reports whether a check of b journals its usage (statekey.go):
+// it names a row and is not a dry run.
+func journals(b *limiter.Batch) bool { return b.Usage != "" && !b.DryRun }
 
 // defNumbers returns the three numbers check.lua reads of p, by
 // algorithm: gcra and leaky_bucket the emission interval T, the burst and

@@ -8,8 +8,11 @@
 --
 -- KEYS     the state key of every rule of every check, in order
 -- ARGV     extra_ttl_ms, report_state,
---          then per check: now, cost, dry_run, nrules,
+--          then per check: now, cost, dry_run, nrules, usage,
 --          then per rule: kind, a, b, c
+--   usage is the check's usage row (statekey.go), or '' for none; with
+--   one, its hash tag's journal key follows its rule keys in KEYS, and an
+--   admitted check adds its units and decision to it, as check.lua does.
 --   kind is the algorithm's code × kindAlgorithm, + kindShape for a
 --   shaping leaky bucket, + kindShadow for a shadow rule, + kindSeedOpen
 --   or kindSeedClosed for a tally (check.lua declares them, and the
@@ -40,18 +43,19 @@ local nargs = #ARGV
 -- later check of the batch on the same key sees the earlier one's state.
 local cache = {}
 if #KEYS == 1 then
-  if floor(tonumber(ARGV[7]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
+  if floor(tonumber(ARGV[8]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then cache[KEYS[1]] = redis.call('GET', KEYS[1]) end
 else
   local mkeys, nk = {}, 0
   local j, k = 3, 0
   while j <= nargs do
-    local nrules = tonumber(ARGV[j + 3])
-    j = j + 4
+    local nrules, usage = tonumber(ARGV[j + 3]), ARGV[j + 4] ~= ''
+    j = j + 5
     for _ = 1, nrules do
       k = k + 1
       if floor(tonumber(ARGV[j]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
       j = j + 4
     end
+    if usage then k = k + 1 end
   end
   if nk == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -68,8 +72,8 @@ local out, n, k = {}, 0, 0
 local w, st = {}, {}
 local i = 3
 while i <= nargs do
-  local now, cost, dry, nrules = at(tonumber(ARGV[i])), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
-  i = i + 4
+  local now, cost, dry, nrules, usage = at(tonumber(ARGV[i])), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1', tonumber(ARGV[i + 3]), ARGV[i + 4]
+  i = i + 5
   local head = n + 2
   out[n + 1] = now
   out[head] = 1
@@ -134,7 +138,9 @@ while i <= nargs do
     n = n + 5
   end
 
+  if usage ~= '' then k = k + 1 end
   if admitted and not dry then
+    if usage ~= '' then journal(KEYS[k], usage, now, cost) end
     for x = 1, nw, 5 do
       local key, a, number, ttl = w[x], w[x + 1], w[x + 2], w[x + 4]
       if a == algFixedWindow then

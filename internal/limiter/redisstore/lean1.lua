@@ -4,9 +4,10 @@
 -- costs Redis little more than the algorithm itself. Arguments, decisions,
 -- state and reply are lean.lua's (and so check.lua's) for such a call:
 --
--- KEYS[1]  the rule's state key
+-- KEYS[1]  the rule's state key; KEYS[2] its hash tag's usage journal
+--          when usage is not ''
 -- ARGV     extra_ttl_ms, report_state, now, cost, dry_run, 1 (rules),
---          kind, a, b, c
+--          usage, kind, a, b, c
 
 -- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
 -- puts them here):
@@ -14,10 +15,10 @@
 
 local key = KEYS[1]
 local now = at(tonumber(ARGV[3]))
-local cost, kind = tonumber(ARGV[4]), tonumber(ARGV[7])
+local cost, kind = tonumber(ARGV[4]), tonumber(ARGV[8])
 local a, shape = floor(kind / kindAlgorithm), has(kind, kindShape)
 -- The rule's numbers (lean.lua's a, b, c), as rate.lua names them.
-local interval, burst, third = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local interval, burst, third = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local tolerance, refills = third, third == 1
 local v = redis.call('GET', key)
 local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
@@ -26,13 +27,18 @@ local write, number, ttl = false, 0, 0
 
 --[[rate.lua]]
 
-if allowed == 1 then
-  if write and ARGV[5] ~= '1' then
+-- A shadow rule is reported, never denies.
+local admitted = allowed == 1 or has(kind, kindShadow)
+if admitted and ARGV[5] ~= '1' then
+  if write and allowed == 1 then
     if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
   end
+  if ARGV[7] ~= '' then journal(KEYS[2], ARGV[7], now, cost) end
+end
+if allowed == 1 then
   return cmsgpack.pack({now, 1, 1, remaining, reset, retry, delay})
 end
-if has(kind, kindShadow) then -- a shadow rule: reported, never denies
+if admitted then
   return cmsgpack.pack({now, 1, 0, remaining, reset, retry, delay})
 end
 if ARGV[2] == '1' then

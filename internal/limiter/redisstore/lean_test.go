@@ -279,7 +279,7 @@ func TestLeanKnowsEveryField(t *testing.T) {
 		typ   reflect.Type
 		known []string
 	}{
-		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease", "Credits", "Money"}},
+		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease", "Credits", "Money", "Usage"}},
 		{reflect.TypeFor[limiter.Request](), []string{"Key", "Params", "Shadow"}},
 		{reflect.TypeFor[limiter.Params](), []string{"Algorithm", "Limit", "PeriodUS", "Burst", "Shape", "Calendar", "AnchorFirstRequest", "Seed", "Exchange"}},
 	} {

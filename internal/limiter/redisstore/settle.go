@@ -78,7 +78,7 @@ func (s *Store) expire(ctx context.Context, key string) (limiter.Settlement, str
 }
 
 // decodeSettlement reads a settlement's reply from ops.lua: code, now,
-// estimate, cost, status, repeated, the hold's ID.
+// estimate, cost, status, repeated (+ 2 when journaled), the hold's ID.
 func decodeSettlement(values []any) (limiter.Settlement, string, error) {
 	var reply [6]int64
 	var id string
@@ -92,7 +92,8 @@ func decodeSettlement(values []any) (limiter.Settlement, string, error) {
 			id = v
 		}
 	}
-	out := limiter.Settlement{NowUS: reply[1], Estimate: reply[2], Cost: reply[3], Status: limiter.HoldStatus(reply[4]), Repeated: reply[5] == 1}
+	out := limiter.Settlement{NowUS: reply[1], Estimate: reply[2], Cost: reply[3], Status: limiter.HoldStatus(reply[4]),
+		Repeated: reply[5]%2 == 1, Recorded: reply[5] >= 2}
 	switch reply[0] {
 	case settleDone:
 		return out, id, nil
@@ -162,7 +163,10 @@ func (s *Store) ExpireDue(ctx context.Context, max int) ([]limiter.Expired, erro
 		switch {
 		case errors.Is(err, limiter.ErrHoldNotDue):
 			continue // clocks of Redis calls a µs apart; next round
-		case err == nil && !st.Repeated:
+		case err == nil:
+			// A repeated expiry too: the one before may have lost its
+			// answer, and its usage counts once per hold whichever
+			// event reaches the pipeline.
 			out = append(out, limiter.Expired{ID: id, Settlement: st})
 		case err != nil && !errors.Is(err, limiter.ErrHoldNotFound) && !errors.Is(err, limiter.ErrHoldConflict):
 			return out, err

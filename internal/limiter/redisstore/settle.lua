@@ -8,8 +8,10 @@
 -- record says (cost is then ignored); now is ops.lua's, the operation's
 -- time. It returns code, now, estimate, cost, status, repeated, ID: code
 -- 0 done, 1 no such hold, 2 conflict (settled with another cost, or
--- expired), 3 not yet due (expire). The Go twin is
--- limiter.MemoryStore.Settle; the maths per algorithm is
+-- expired), 3 not yet due (expire); repeated is 1 for a repeated answer,
+-- + journaled (2) for a hold whose check journaled its usage: its final
+-- units are journaled (statekey.go) when it is settled or expires. The
+-- Go twin is limiter.MemoryStore.Settle; the maths per algorithm is
 -- limiter.settleRule (see docs/algorithms.md).
 
 local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
@@ -57,20 +59,22 @@ local function settle(hkey, cost, expire)
   local estimate, expires, keep = tonumber(rec.e), tonumber(rec.x), tonumber(rec.r)
   local status, settled = tonumber(rec.s), tonumber(rec.v)
   if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
+  local journaled = 0
+  if rec.j then journaled = 2 end
 
   -- Where the hold goes (limiter.settleTarget).
   local target, to
   if status == 0 and now >= expires then
-    if not expire then return {2, now, estimate, settled, status, 0, rec.i} end
+    if not expire then return {2, now, estimate, settled, status, journaled, rec.i} end
     if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
   elseif status == 0 and expire then
-    return {3, now, estimate, settled, status, 0, rec.i}
+    return {3, now, estimate, settled, status, journaled, rec.i}
   elseif status == 0 then
     target, to = cost, 1
   elseif expire or (status == 1 and cost == settled) then
-    return {0, now, estimate, settled, status, 1, rec.i}
+    return {0, now, estimate, settled, status, 1 + journaled, rec.i}
   else
-    return {2, now, estimate, settled, status, 0, rec.i}
+    return {2, now, estimate, settled, status, journaled, rec.i}
   end
 
   delta = target - estimate
@@ -223,6 +227,15 @@ local function settle(hkey, cost, expire)
   end
 
   redis.call('HSET', hkey, 's', to, 'v', target)
-  return {0, now, estimate, target, to, 0, rec.i}
+  if rec.j then
+    -- The hold's final units, once per hold (statekey.go): minute, cost,
+    -- expired, the anonymous caller's address and the check's row.
+    local expired = '0'
+    if to ~= 1 then expired = '1' end
+    redis.call('HSET', rec.j, 's' .. string.sub(rec.uh, 1, 32),
+      journalMinute(now) .. '\0' .. string.format('%d', target) .. '\0' .. expired ..
+      '\0' .. string.sub(rec.uh, 34) .. '\0' .. rec.ur)
+  end
+  return {0, now, estimate, target, to, journaled, rec.i}
 end
 

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 //go:embed check.lua
@@ -276,8 +277,15 @@ func (s *Store) scriptArgs(c *call, checks []*pending) []any {
 	}
 	c.args = append(c.args[:0], c.arg, index)
 	for _, p := range checks {
-		if p.batch.Hold != nil {
-			c.args = append(c.args, p.batch.Hold.ID)
+		b := &p.batch
+		if b.Hold != nil {
+			c.args = append(c.args, b.Hold.ID)
+		}
+		if journals(b) {
+			c.args = append(c.args, b.Usage)
+			if b.Hold != nil {
+				c.args = append(c.args, b.Hold.Usage)
+			}
 		}
 	}
 	return c.args
@@ -418,6 +426,9 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 				c.credits += 3 + 2*len(cr.Expiring)
 			}
 		}
+		if journals(&p.batch) {
+			c.keys = append(c.keys, statekey.JournalKeyOf(firstKey(p.batch)))
+		}
 	}
 	c.balances = c.balances[:0]
 	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs) + c.credits
@@ -488,6 +499,9 @@ func checkOpts(b limiter.Batch) int64 {
 			o += optCreditOverage
 		}
 	}
+	if journals(&b) {
+		o += optUsage
+	}
 	return o
 }
 
@@ -548,6 +562,7 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 			continue
 		}
 		out := limiter.Outcome{NowUS: v[0], Admitted: v[1] == 1, Results: make([]limiter.Result, n)}
+		out.Recorded = out.Admitted && journals(&p.batch)
 		v = v[2:]
 		for i := range n {
 			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4], Unknown: v[0] == 2}

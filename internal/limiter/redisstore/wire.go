@@ -34,6 +34,7 @@ const (
 	optDryRun        = 1 // evaluate, consume nothing
 	optCredits       = 2 // draw on a prepaid balance (Batch.Credits)
 	optCreditOverage = 4 // past the balance is overage, not a denial
+	optUsage         = 8 // journal an admitted check's usage (Batch.Usage)
 )
 
 // The lean scripts' kind of a rule (lean.lua, lean1.lua): one number

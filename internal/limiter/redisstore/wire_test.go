@@ -33,6 +33,7 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"optDryRun":               optDryRun,
 		"optCredits":              optCredits,
 		"optCreditOverage":        optCreditOverage,
+		"optUsage":                optUsage,
 		"kindAlgorithm":           kindAlgorithm,
 		"kindShape":               kindShape,
 		"kindShadow":              kindShadow,

@@ -1,0 +1,182 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// journalAt is the checks' time in the journal tests, and journalMinute
+// its minute's start (s).
+const (
+	journalAt     = int64(1_800_000_030_000_000)
+	journalMinute = "1800000000"
+)
+
+// journalCounts returns the units and decisions the journal at jkey
+// holds for row in journalMinute.
+func journalCounts(t *testing.T, client redis.Cmdable, jkey, row string) (units, decisions int64) {
+	t.Helper()
+	f := journalMinute + "\x00" + row
+	vals, err := client.HMGet(context.Background(), jkey, f, "d"+f).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d int64
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(v.(string), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			units = n
+		} else {
+			d = n
+		}
+	}
+	return units, units + d
+}
+
+// TestJournalRecordsAdmittedUsage: every check script (check.lua, lean.lua
+// and lean1.lua) adds an admitted check's units and decision to its hash
+// tag's journal, in the same call, and says so in Outcome.Recorded; a
+// denial, a dry run and a check without a row add nothing. A shadow rule's
+// denial admits, and so records.
+func TestJournalRecordsAdmittedUsage(t *testing.T) {
+	single, singlePrefix := testenv.Redis(t)
+	cluster, clusterPrefix := testenv.RedisCluster(t)
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 5, PeriodUS: limiter.HourUS}
+	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1000, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
+	slide := limiter.Params{Algorithm: limiter.SlidingWindowLog, Limit: 1000, PeriodUS: limiter.HourUS}
+	for _, c := range []struct {
+		name   string
+		client redis.UniversalClient
+		prefix string
+	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
+		for _, path := range []struct {
+			name   string
+			noLean bool
+			extra  *limiter.Params // a second rule of the check
+		}{{"lean1", false, nil}, {"lean", false, &month}, {"check.lua", true, nil}, {"check.lua log", false, &slide}} {
+			t.Run(c.name+"/"+path.name, func(t *testing.T) {
+				ctx := context.Background()
+				s := New(c.client)
+				s.NoLean = path.noLean
+				tag := "j" + path.name[:2]
+				key := c.prefix + "{" + tag[:1] + "}" + path.name
+				jkey := statekey.JournalKeyOf(key)
+				row := statekey.UsageRow("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
+				reqs := []limiter.Request{{Key: key, Params: gcra}}
+				if path.extra != nil {
+					reqs = append(reqs, limiter.Request{Key: key + "2", Params: *path.extra})
+				}
+				check := func(cost int64, dry bool, usage string) limiter.Outcome {
+					t.Helper()
+					out, err := s.Check(ctx, limiter.Batch{Requests: reqs, Cost: cost, DryRun: dry, NowUS: journalAt, Usage: usage})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				for i, step := range []struct {
+					cost           int64
+					dry            bool
+					usage          string
+					admitted, recd bool
+				}{
+					{1, false, row, true, true},
+					{2, false, row, true, true},
+					{0, false, row, true, true},
+					{1, true, row, true, false}, // a dry run
+					{1, false, "", true, false}, // no row
+					{1, false, row, true, true},
+					{1, false, row, false, false}, // the burst of 5 is spent
+				} {
+					out := check(step.cost, step.dry, step.usage)
+					if out.Admitted != step.admitted || out.Recorded != step.recd {
+						t.Fatalf("step %d: admitted %v recorded %v, want %v %v", i, out.Admitted, out.Recorded, step.admitted, step.recd)
+					}
+				}
+				if units, decisions := journalCounts(t, c.client, jkey, row); units != 4 || decisions != 4 {
+					t.Errorf("journal: %d units in %d decisions, want 4 in 4", units, decisions)
+				}
+			})
+		}
+		t.Run(c.name+"/shadow", func(t *testing.T) {
+			ctx := context.Background()
+			s := New(c.client)
+			key := c.prefix + "{s}shadow"
+			row := statekey.UsageRow("", "", "anonymous", "*")
+			one := limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS}
+			for range 3 {
+				out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: one, Shadow: true}}, Cost: 1,
+					NowUS: journalAt, Usage: row})
+				if err != nil || !out.Admitted || !out.Recorded {
+					t.Fatalf("shadow check: %+v %v", out, err)
+				}
+			}
+			if units, decisions := journalCounts(t, c.client, statekey.JournalKeyOf(key), row); units != 3 || decisions != 3 {
+				t.Errorf("journal: %d units in %d decisions, want 3 in 3", units, decisions)
+			}
+		})
+	}
+}
+
+// TestJournalRecordsHoldsOnce: a hold's check journals its decision
+// without units; its settlement journals its final units once, under the
+// hold's hash (a repeat changes nothing and says it was journaled), and so
+// does its expiry, marked expired.
+func TestJournalRecordsHoldsOnce(t *testing.T) {
+	client, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	s := New(client)
+	window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 100, PeriodUS: limiter.HourUS}
+	key := prefix + "{h}w"
+	jkey := statekey.JournalKeyOf(key)
+	row := statekey.UsageRow("t", "k", "authenticated", "/v1/chat")
+	hash := func(i int) string { return "0123456789abcdef0123456789abcd" + strconv.Itoa(10+i) }
+	open := func(i int, ttl int64) {
+		t.Helper()
+		hold := &limiter.Hold{ID: "hold" + strconv.Itoa(i), Key: statekey.HoldKey(prefix, 'h', "hold"+strconv.Itoa(i)), TTLUS: ttl,
+			Usage: statekey.HoldUsage(hash(i), "192.0.2.7")}
+		out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: 10, Hold: hold,
+			NowUS: journalAt, Usage: row})
+		if err != nil || !out.Admitted || !out.Recorded {
+			t.Fatalf("hold %d: %+v %v", i, out, err)
+		}
+	}
+	open(1, limiter.HourUS)
+	open(2, limiter.SecondUS)
+	if units, decisions := journalCounts(t, client, jkey, row); units != 0 || decisions != 2 {
+		t.Fatalf("journal after two holds: %d units in %d decisions, want 0 in 2", units, decisions)
+	}
+	for range 2 {
+		st, err := s.Settle(ctx, limiter.Settle{Key: statekey.HoldKey(prefix, 'h', "hold1"), Cost: 7, NowUS: journalAt + 1})
+		if err != nil || !st.Recorded {
+			t.Fatalf("settle: %+v %v", st, err)
+		}
+	}
+	st, err := s.Settle(ctx, limiter.Settle{Key: statekey.HoldKey(prefix, 'h', "hold2"), Expire: true, NowUS: journalAt + 2*limiter.SecondUS})
+	if err != nil || !st.Recorded {
+		t.Fatalf("expire: %+v %v", st, err)
+	}
+	got, err := client.HMGet(ctx, jkey, "s"+hash(1), "s"+hash(2)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{journalMinute + "\x007\x000\x00192.0.2.7\x00" + row, journalMinute + "\x000\x001\x00192.0.2.7\x00" + row}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("hold %d's entry: %q, want %q", i+1, got[i], want[i])
+		}
+	}
+}

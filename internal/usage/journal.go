@@ -1,0 +1,228 @@
+package usage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/statekey"
+)
+
+// JournalConsumer delivers the usage the limiter store journaled when it
+// decided the checks (statekey.go lays the journals out): every Interval
+// it claims each hash tag's journal and hands it on as one batch. A claim
+// moves the journal aside (one script call per tag, the tags pipelined)
+// and names it with the tag, an epoch and a sequence kept beside it; until
+// it is acknowledged, every claim of that tag returns the same batch
+// again, so a worker that died before its Ack leaves nothing behind, and
+// the batch ID makes applying it exactly once (Store.ApplyAll). A Redis
+// that comes back empty loses its sequence with its journals; the epoch,
+// new then, keeps the IDs that follow from meeting those applied before.
+//
+// Several workers may claim at once: they get the same batches, which
+// apply once, and the first Ack removes each.
+type JournalConsumer struct {
+	client   redis.UniversalClient
+	prefix   string
+	interval time.Duration
+	now      func() time.Time
+
+	mu   sync.Mutex
+	next time.Time
+}
+
+// NewJournalConsumer returns a consumer of the usage journals under prefix
+// (the limiter state keys' prefix), claiming them every interval (default
+// 1s).
+func NewJournalConsumer(client redis.UniversalClient, prefix string, interval time.Duration) *JournalConsumer {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return &JournalConsumer{client: client, prefix: prefix, interval: interval, now: time.Now}
+}
+
+// journalIDPrefix starts the message (and batch) IDs of journals, apart
+// from the stream's entry IDs.
+const journalIDPrefix = "journal:"
+
+// claimScript claims a tag's journal: KEYS the journal, the claimed
+// journal and the sequence (statekey.JournalKey, ClaimedJournalKey,
+// JournalSeqKey); ARGV[1] an epoch to start with when the tag has none.
+// It returns the claimed journal's fields (JournalClaimField names it), or
+// nothing when there is none.
+var claimScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('HSETNX', KEYS[3], 'e', ARGV[1])
+  local seq = redis.call('HINCRBY', KEYS[3], 's', 1)
+  redis.call('HSET', KEYS[2], '#', redis.call('HGET', KEYS[3], 'e') .. ':' .. seq)
+end
+return redis.call('HGETALL', KEYS[2])`)
+
+// ackScript drops KEYS[1], a claimed journal, if it is still the claim
+// named ARGV[1].
+var ackScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], '#') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// Fetch implements Consumer: at most once per interval (else nothing),
+// the claimed journals of up to count tags.
+func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, error) {
+	j.mu.Lock()
+	now := j.now()
+	if now.Before(j.next) {
+		j.mu.Unlock()
+		return nil, nil
+	}
+	j.mu.Unlock()
+	epoch := make([]byte, 8)
+	_, _ = rand.Read(epoch)
+	tags := statekey.Tags()
+	cmds := make([]*redis.Cmd, len(tags))
+	run := func(tags []byte, cmds []*redis.Cmd, load bool) error {
+		_, err := j.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, tag := range tags {
+				keys := []string{statekey.JournalKey(j.prefix, tag), statekey.ClaimedJournalKey(j.prefix, tag), statekey.JournalSeqKey(j.prefix, tag)}
+				if load {
+					cmds[i] = claimScript.Eval(ctx, p, keys, hex.EncodeToString(epoch))
+				} else {
+					cmds[i] = claimScript.EvalSha(ctx, p, keys, hex.EncodeToString(epoch))
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	err := run(tags, cmds, false)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// A server without the script (new, or restarted): once with it.
+		err = run(tags, cmds, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("usage: claim journals: %w", err)
+	}
+	var out []Message
+	for i, cmd := range cmds {
+		flat, err := cmd.StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("usage: claim journal: %w", err)
+		}
+		if len(flat) == 0 {
+			continue
+		}
+		if len(out) == count {
+			// The rest wait, claimed, for the next fetch.
+			return out, nil
+		}
+		out = append(out, j.message(tags[i], flat))
+	}
+	j.mu.Lock()
+	j.next = now.Add(j.interval)
+	j.mu.Unlock()
+	return out, nil
+}
+
+// message returns the claimed journal flat (HGETALL's reply) of tag as a
+// message.
+func (j *JournalConsumer) message(tag byte, flat []string) Message {
+	fields := make(map[string]string, len(flat)/2)
+	for x := 0; x+1 < len(flat); x += 2 {
+		fields[flat[x]] = flat[x+1]
+	}
+	claim := fields[metering.JournalClaimField]
+	m := Message{ID: journalIDPrefix + hex.EncodeToString([]byte{tag}) + ":" + claim}
+	m.Batch, m.Err = metering.JournalBatch(m.ID, j.now().UnixMicro(), fields)
+	if m.Err != nil {
+		m.Payload = journalPayload(fields)
+	}
+	return m
+}
+
+// journalPayload renders a journal that cannot be applied for the batches
+// set aside: one "field = value" line each, NUL shown as |.
+func journalPayload(fields map[string]string) []byte {
+	var b strings.Builder
+	for f, v := range fields {
+		b.WriteString(strings.ReplaceAll(f, "\x00", "|") + " = " + strings.ReplaceAll(v, "\x00", "|") + "\n")
+	}
+	return []byte(b.String())
+}
+
+// Ack implements Consumer: each claimed journal named is dropped, if it
+// is still that claim.
+func (j *JournalConsumer) Ack(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	type ack struct{ key, claim string }
+	acks := make([]ack, 0, len(ids))
+	for _, id := range ids {
+		rest, ok := strings.CutPrefix(id, journalIDPrefix)
+		tagHex, claim, ok2 := strings.Cut(rest, ":")
+		tag, err := hex.DecodeString(tagHex)
+		if !ok || !ok2 || err != nil || len(tag) != 1 {
+			return fmt.Errorf("usage: ack journal: %q is not a journal's ID", id)
+		}
+		acks = append(acks, ack{statekey.ClaimedJournalKey(j.prefix, tag[0]), claim})
+	}
+	run := func(load bool) error {
+		_, err := j.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, a := range acks {
+				if load {
+					ackScript.Eval(ctx, p, []string{a.key}, a.claim)
+				} else {
+					ackScript.EvalSha(ctx, p, []string{a.key}, a.claim)
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	err := run(false)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = run(true)
+	}
+	if err != nil {
+		return fmt.Errorf("usage: ack journals: %w", err)
+	}
+	return nil
+}
+
+// Consumers delivers the journals' usage and the stream's batches to one
+// worker: the journals when they are due (JournalConsumer), otherwise the
+// stream. Acks go to the consumer whose messages they name.
+type Consumers struct {
+	Journal *JournalConsumer
+	Stream  Consumer
+}
+
+// Fetch implements Consumer.
+func (c Consumers) Fetch(ctx context.Context, count int) ([]Message, error) {
+	msgs, err := c.Journal.Fetch(ctx, count)
+	if err != nil || len(msgs) > 0 {
+		return msgs, err
+	}
+	return c.Stream.Fetch(ctx, count)
+}
+
+// Ack implements Consumer.
+func (c Consumers) Ack(ctx context.Context, ids ...string) error {
+	var journal, stream []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, journalIDPrefix) {
+			journal = append(journal, id)
+		} else {
+			stream = append(stream, id)
+		}
+	}
+	return errors.Join(c.Journal.Ack(ctx, journal...), c.Stream.Ack(ctx, stream...))
+}

@@ -50,10 +50,10 @@ const (
 
 // bed is the running deployment.
 type bed struct {
-	t      *testing.T
-	net    *testenv.Regions
-	token  string
-	key    string
+	t     *testing.T
+	net   *testenv.Regions
+	token string
+	key   string
 	// planID and tenant name the states: count reads them.
 	planID int64
 	tenant string
@@ -411,10 +411,14 @@ func TestRegions(t *testing.T) {
 }
 
 // scrape returns the sum of the samples of /metrics at addr named name.
-func scrape(addr, name string) (float64, error) { return scrapeWith(addr, name, func(a, b float64) float64 { return a + b }) }
+func scrape(addr, name string) (float64, error) {
+	return scrapeWith(addr, name, func(a, b float64) float64 { return a + b })
+}
 
 // scrapeMax returns the largest sample.
-func scrapeMax(addr, name string) (float64, error) { return scrapeWith(addr, name, func(a, b float64) float64 { return max(a, b) }) }
+func scrapeMax(addr, name string) (float64, error) {
+	return scrapeWith(addr, name, func(a, b float64) float64 { return max(a, b) })
+}
 
 func scrapeWith(addr, name string, fold func(a, b float64) float64) (float64, error) {
 	res, err := http.Get("http://" + addr + "/metrics")

@@ -77,16 +77,16 @@ func (a *AdminClient) SetToken(token string) {
 // session it gets. Failed attempts are limited by the server: a 429
 // *ProblemError has RetryAfter set.
 func (a *AdminClient) Login(ctx context.Context, email, password string) (*LoginResponse, error) {
-	var out LoginResponse
 	in := struct {
 		Email    string `json:"email"`
 		Password string `json:"password"`
 	}{email, password}
-	if err := a.do(ctx, http.MethodPost, "/login", nil, in, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: login: %w", err)
+	out, err := call[LoginResponse](ctx, a, http.MethodPost, "/login", nil, in, "login")
+	if err != nil {
+		return nil, err
 	}
 	a.SetToken(out.Token)
-	return &out, nil
+	return out, nil
 }
 
 // ListOptions pages a list: Limit 1–200 (0: the server's default, 50) and
@@ -115,20 +115,12 @@ type Page[T any] struct {
 
 // ListPlans lists plans by name (operators only).
 func (a *AdminClient) ListPlans(ctx context.Context, opts ListOptions) (*Page[Plan], error) {
-	var out Page[Plan]
-	if err := a.do(ctx, http.MethodGet, "/plans", opts.query(), nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: list plans: %w", err)
-	}
-	return &out, nil
+	return call[Page[Plan]](ctx, a, http.MethodGet, "/plans", opts.query(), nil, "list plans")
 }
 
 // GetPlan reads a plan (operators only).
 func (a *AdminClient) GetPlan(ctx context.Context, id int64) (*Plan, error) {
-	var out Plan
-	if err := a.do(ctx, http.MethodGet, "/plans/"+strconv.FormatInt(id, 10), nil, nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: get plan %d: %w", id, err)
-	}
-	return &out, nil
+	return call[Plan](ctx, a, http.MethodGet, "/plans/"+strconv.FormatInt(id, 10), nil, nil, fmt.Sprintf("get plan %d", id))
 }
 
 // TenantQuery filters ListTenants; zero fields do not filter.
@@ -153,11 +145,7 @@ func (a *AdminClient) ListTenants(ctx context.Context, query TenantQuery) (*Page
 	if query.PlanID != 0 {
 		q.Set("plan_id", strconv.FormatInt(query.PlanID, 10))
 	}
-	var out Page[Tenant]
-	if err := a.do(ctx, http.MethodGet, "/tenants", q, nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: list tenants: %w", err)
-	}
-	return &out, nil
+	return call[Page[Tenant]](ctx, a, http.MethodGet, "/tenants", q, nil, "list tenants")
 }
 
 // CreateTenant creates a tenant named name on the plan planID (operators
@@ -167,11 +155,7 @@ func (a *AdminClient) CreateTenant(ctx context.Context, name string, planID int6
 		Name   string `json:"name"`
 		PlanID int64  `json:"plan_id"`
 	}{name, planID}
-	var out Tenant
-	if err := a.do(ctx, http.MethodPost, "/tenants", nil, in, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: create tenant %q: %w", name, err)
-	}
-	return &out, nil
+	return call[Tenant](ctx, a, http.MethodPost, "/tenants", nil, in, fmt.Sprintf("create tenant %q", name))
 }
 
 // KeyInput describes a key to issue. Every field is optional.
@@ -186,31 +170,19 @@ type KeyInput struct {
 // IssueKey issues an API key of the tenant (operators and the tenant's
 // admins). The secret is in the answer only: it is never stored.
 func (a *AdminClient) IssueKey(ctx context.Context, tenantID string, in KeyInput) (*KeySecret, error) {
-	var out KeySecret
-	if err := a.do(ctx, http.MethodPost, "/tenants/"+url.PathEscape(tenantID)+"/keys", nil, in, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: issue key for tenant %s: %w", tenantID, err)
-	}
-	return &out, nil
+	return call[KeySecret](ctx, a, http.MethodPost, "/tenants/"+url.PathEscape(tenantID)+"/keys", nil, in, fmt.Sprintf("issue key for tenant %s", tenantID))
 }
 
 // ListKeys lists the tenant's keys, newest first, by display prefix.
 func (a *AdminClient) ListKeys(ctx context.Context, tenantID string, opts ListOptions) (*Page[Key], error) {
-	var out Page[Key]
-	if err := a.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(tenantID)+"/keys", opts.query(), nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: list keys of tenant %s: %w", tenantID, err)
-	}
-	return &out, nil
+	return call[Page[Key]](ctx, a, http.MethodGet, "/tenants/"+url.PathEscape(tenantID)+"/keys", opts.query(), nil, fmt.Sprintf("list keys of tenant %s", tenantID))
 }
 
 // RevokeKey revokes a key at once (operators and the tenant's admins);
 // checks with it are denied with ReasonKeyRevoked within a second.
 func (a *AdminClient) RevokeKey(ctx context.Context, tenantID, keyID string) (*Key, error) {
-	var out Key
 	path := "/tenants/" + url.PathEscape(tenantID) + "/keys/" + url.PathEscape(keyID) + "/revoke"
-	if err := a.do(ctx, http.MethodPost, path, nil, nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: revoke key %s: %w", keyID, err)
-	}
-	return &out, nil
+	return call[Key](ctx, a, http.MethodPost, path, nil, nil, fmt.Sprintf("revoke key %s", keyID))
 }
 
 // UsageTotals returns every tenant's and tier's usage in [from, to)
@@ -224,23 +196,15 @@ func (a *AdminClient) UsageTotals(ctx context.Context, from, to time.Time) (*Usa
 	if !to.IsZero() {
 		q.Set("to", to.Format(time.RFC3339Nano))
 	}
-	var out UsageTotals
-	if err := a.do(ctx, http.MethodGet, "/usage/totals", q, nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: usage totals: %w", err)
-	}
-	return &out, nil
+	return call[UsageTotals](ctx, a, http.MethodGet, "/usage/totals", q, nil, "usage totals")
 }
 
 // GetStatement returns the tenant's statement for month ("2026-10", UTC):
 // frozen when the month is closed, otherwise computed from current usage
 // (Status "open").
 func (a *AdminClient) GetStatement(ctx context.Context, tenantID, month string) (*Statement, error) {
-	var out Statement
 	path := "/statements/" + url.PathEscape(tenantID) + "/" + url.PathEscape(month)
-	if err := a.do(ctx, http.MethodGet, path, url.Values{"format": {"json"}}, nil, &out); err != nil {
-		return nil, fmt.Errorf("tollgate: statement of tenant %s for %s: %w", tenantID, month, err)
-	}
-	return &out, nil
+	return call[Statement](ctx, a, http.MethodGet, path, url.Values{"format": {"json"}}, nil, fmt.Sprintf("statement of tenant %s for %s", tenantID, month))
 }
 
 // maxAdminBody bounds an answer read; statements of busy tenants are the
@@ -257,6 +221,16 @@ func (a *AdminClient) do(ctx context.Context, method, path string, query url.Val
 	}
 	_, err := roundTrip(ctx, a.http, a.timeout, method, target, a.Token(), in, out, maxAdminBody)
 	return err
+}
+
+// call sends one call (see do) and returns the answer it decoded; errors
+// are wrapped with what, the call that failed.
+func call[T any](ctx context.Context, a *AdminClient, method, path string, query url.Values, in any, what string) (*T, error) {
+	var out T
+	if err := a.do(ctx, method, path, query, in, &out); err != nil {
+		return nil, fmt.Errorf("tollgate: %s: %w", what, err)
+	}
+	return &out, nil
 }
 
 // The types below mirror the schemas of the same names in openapi.yaml.

@@ -318,13 +318,17 @@ for kind, sum in pairs(sums) do
 end
 return out'
 
+# AWK_MED starts the awk programs that summarize the rounds: med(a, n) is
+# the median of a[1..n].
+AWK_MED='
+  function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+'
 echo
 echo "== medians of $REPEAT rounds: $CONNECTIONS connections, $THREADS wrk threads, $DURATION each; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-14s %10s %8s %8s %10s %8s %8s %7s %9s %9s %10s %10s %10s %8s %8s\n' scenario floor/s p50 p99 checks/s p50 p99 ratio allowed% denied% script-µs redis-µs calls/chk api-µs floor-µs
 for sc in $summary; do
-  grep "^$sc " "$results" | awk -v sc="$sc" '
-    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  grep "^$sc " "$results" | awk -v sc="$sc" "$AWK_MED"'
     { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
       n++; frps[n] = v["floor_rps"]; fp50[n] = v["floor_p50"]; fp99[n] = v["floor_p99"]
       rps[n] = v["rps"]; p50[n] = v["p50_us"]; p99[n] = v["p99_us"]; ratio[n] = v["rps"] / v["floor_rps"]
@@ -344,9 +348,7 @@ if [ -n "${THRESHOLDS_ALT:-}" ]; then
   echo
   echo "== with thresholds $THRESHOLDS_ALT over without, the same round (api checks/s; api CPU per check)"
   for sc in $SCENARIOS; do
-    awk -v sc="$sc" '
-      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    awk -v sc="$sc" "$AWK_MED"'
       { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
         if ($1 == sc) { rps[v["round"]] = v["rps"]; cpu[v["round"]] = v["api_cpu_us"] / (v["checks"] > 0 ? v["checks"] : 1) }
         if ($1 == sc "+thresholds") { trps[v["round"]] = v["rps"]; tcpu[v["round"]] = v["api_cpu_us"] / (v["checks"] > 0 ? v["checks"] : 1) } }
@@ -358,9 +360,7 @@ if [ -n "${ALT_ENV:-}${ALT_REDIS:-}" ] && [ -z "${THRESHOLDS_ALT:-}" ]; then
   echo
   echo "== alternative (${ALT_ENV:-}${ALT_ENV:+ }${ALT_REDIS:+CONFIG SET $ALT_REDIS}) over base (${BASE_REDIS:+CONFIG SET $BASE_REDIS}), the same round"
   for sc in $SCENARIOS; do
-    awk -v sc="$sc" '
-      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    awk -v sc="$sc" "$AWK_MED"'
       { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
         if ($1 == sc) { rps[v["round"]] = v["rps"]; p50[v["round"]] = v["p50_us"] }
         if ($1 == sc "+alt") { arps[v["round"]] = v["rps"]; ap50[v["round"]] = v["p50_us"] } }
@@ -415,9 +415,7 @@ if [ -n "$RATES" ]; then
   printf '%-8s %6s %10s %9s %9s %9s %9s %8s %10s %10s %11s %10s %8s\n' rate conns served/s floor-p50 floor-p99 p50 p99 p99/floor calls/chk script-µs script-p50µs redis-µs api-µs
   for spec in $RATES; do
     rate=${spec%%:*} conns=${spec#*:}
-    grep "^rate=$rate conns=$conns " "$rates" | awk -v rate="$rate" -v conns="$conns" '
-      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    grep "^rate=$rate conns=$conns " "$rates" | awk -v rate="$rate" -v conns="$conns" "$AWK_MED"'
       { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
         n++; c = v["requests"] > 0 ? v["requests"] : 1
         rps[n] = v["rps"]; fp50[n] = v["floor_p50"]; fp99[n] = v["floor_p99"]; p50[n] = v["p50_us"]; p99[n] = v["p99_us"]

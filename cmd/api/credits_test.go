@@ -340,11 +340,7 @@ func TestLocalDenialSaysNothingOfCredits(t *testing.T) {
 func TestCreditsNeverDrawnTwiceAfterRedisIsFlushed(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, testenv.DatabaseURL(t))
-	// A Redis of the test's own: FLUSHALL must not touch other tests'.
-	srv := testenv.StartRedisServer(t)
-	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { r.redis.Close() })
-	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
+	r.ownRedis(t) // FLUSHALL must not touch other tests'
 	const granted, overdraft = 300, 5
 	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, overdraft, granted)
 	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})

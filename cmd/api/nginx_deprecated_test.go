@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestNginxDeprecatedProtectInclude: a configuration written for the
@@ -18,21 +15,12 @@ func TestNginxDeprecatedProtectInclude(t *testing.T) {
 	f := newFixture(t)
 	addrs, stop := f.startAPIStoppable(t, nil)
 	app := newUpstream(t)
-	dir := nginxRecipe(t, f.token)
-	gw := "http://" + testenv.Nginx(t, dir, func(listen string) string {
-		// The server block of the recipe's example.conf of that time.
-		return fmt.Sprintf(`
-    upstream tollgate { server %s; keepalive 8; }
-    upstream app { server %s; }
-    server {
-        listen %s;
-        include tollgate-auth.conf;
+	// The locations of the recipe's example.conf of that time.
+	gw := startNginxWith(t, addrs[0], app.URL, f.token, `
         location / {
             include tollgate-protect.conf;
             proxy_pass http://app;
-        }
-    }`, strings.TrimPrefix(addrs[0], "http://"), strings.TrimPrefix(app.URL, "http://"), listen)
-	})
+        }`)
 
 	r := through(t, clientFrom("127.0.0.4"), "GET", gw+"/repos", nil)
 	if r.status != http.StatusOK || !strings.Contains(r.body, "hello from the upstream") {

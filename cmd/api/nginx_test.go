@@ -65,14 +65,7 @@ func (u *upstream) count() int {
 // except those below failOpenPath's first segment, which fail open.
 func startNginx(t *testing.T, api, app, token string) string {
 	t.Helper()
-	dir := nginxRecipe(t, token)
-	addr := testenv.Nginx(t, dir, func(listen string) string {
-		return fmt.Sprintf(`
-    upstream tollgate { server %s; keepalive 8; }
-    upstream app { server %s; }
-    server {
-        listen %s;
-        include tollgate-auth.conf;
+	return startNginxWith(t, api, app, token, fmt.Sprintf(`
         location / {
             include tollgate-protect-closed.conf;
             proxy_pass http://app;
@@ -80,9 +73,24 @@ func startNginx(t *testing.T, api, app, token string) string {
         location %s/ {
             include tollgate-protect-open.conf;
             proxy_pass http://app;
-        }
-    }`, strings.TrimPrefix(api, "http://"), strings.TrimPrefix(app, "http://"), listen,
-			strings.TrimSuffix(failOpenPath, failClosedPath))
+        }`, strings.TrimSuffix(failOpenPath, failClosedPath)))
+}
+
+// startNginxWith runs nginx with the recipe shipped in deploy/nginx
+// (copied unchanged) and a server block of the given locations, whose
+// upstream app is app and which asks the check API at api with the
+// service token; it returns nginx's base URL.
+func startNginxWith(t *testing.T, api, app, token, locations string) string {
+	t.Helper()
+	dir := nginxRecipe(t, token)
+	addr := testenv.Nginx(t, dir, func(listen string) string {
+		return fmt.Sprintf(`
+    upstream tollgate { server %s; keepalive 8; }
+    upstream app { server %s; }
+    server {
+        listen %s;
+        include tollgate-auth.conf;%s
+    }`, strings.TrimPrefix(api, "http://"), strings.TrimPrefix(app, "http://"), listen, locations)
 	})
 	return "http://" + addr
 }

@@ -39,12 +39,15 @@ const nilUUID = "00000000-0000-0000-0000-000000000000"
 
 // rig is a seeded database, a Redis key space and the api settings.
 type rig struct {
-	db      *pgxpool.Pool
-	redis   *redis.Client
-	stream  string
-	env     map[string]string
-	token   string
-	callers []caller
+	db     *pgxpool.Pool
+	redis  *redis.Client
+	stream string
+	// keyPrefix is the api processes' TOLLGATE_KEY_PREFIX, under which
+	// their store journals the admitted checks' usage.
+	keyPrefix string
+	env       map[string]string
+	token     string
+	callers   []caller
 }
 
 // caller is whom a check is for: a key, or an anonymous IP.
@@ -61,10 +64,10 @@ func newRig(t *testing.T, dbURL string) *rig {
 	}
 	t.Cleanup(db.Close)
 	client, prefix := testenv.Redis(t)
-	r := &rig{db: db, redis: client, stream: prefix + "usage"}
+	r := &rig{db: db, redis: client, stream: prefix + "usage", keyPrefix: prefix + "rl:"}
 	r.env = map[string]string{
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t),
-		"TOLLGATE_KEY_PREFIX": prefix + "rl:", "TOLLGATE_USAGE_STREAM": r.stream,
+		"TOLLGATE_KEY_PREFIX": r.keyPrefix, "TOLLGATE_USAGE_STREAM": r.stream,
 		"TOLLGATE_USAGE_FLUSH": "50ms", "TOLLGATE_API_ADDR": "127.0.0.1:0", "TOLLGATE_LOG_LEVEL": "error",
 	}
 	// Small allowances, so that many checks are denied.
@@ -112,6 +115,17 @@ func newRig(t *testing.T, dbURL string) *rig {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// ownRedis moves the rig and the api processes it starts to a Redis
+// server of the test's own, for a test whose FLUSHALL must not touch
+// other tests'.
+func (r *rig) ownRedis(t *testing.T) {
+	t.Helper()
+	srv := testenv.StartRedisServer(t)
+	r.redis = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { r.redis.Close() })
+	r.env["TOLLGATE_REDIS_ADDR"] = srv.Addr()
 }
 
 // api is one running api process.
@@ -266,8 +280,16 @@ func (r *rig) consumer(name string) *usage.RedisConsumer {
 		Consumer: name, ClaimIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond})
 }
 
+// journal returns a consumer of the store's usage journals, claiming them
+// every 50 ms.
+func (r *rig) journal() *usage.JournalConsumer {
+	return usage.NewJournalConsumer(r.redis, r.keyPrefix, 50*time.Millisecond)
+}
+
+// worker returns a usage worker on the journals and the stream, as
+// `admin worker` runs one.
 func (r *rig) worker(name string) *usage.Worker {
-	return &usage.Worker{Consumer: r.consumer(name), Store: usage.NewStore(r.db, usage.StoreConfig{Hooks: []usage.Hook{quota.NewIngest(r.db, quota.IngestConfig{})}}),
+	return &usage.Worker{Consumer: usage.Consumers{Journal: r.journal(), Stream: r.consumer(name)}, Store: usage.NewStore(r.db, usage.StoreConfig{Hooks: []usage.Hook{quota.NewIngest(r.db, quota.IngestConfig{})}}),
 		FetchCount: 16, RetryMax: 200 * time.Millisecond}
 }
 
@@ -279,14 +301,16 @@ func runWorker(w *usage.Worker) (stop func() error) {
 	return func() error { cancel(); return <-errc }
 }
 
-// waitDrained polls until every published batch is applied and
-// acknowledged.
+// waitDrained polls until every published batch and every journal is
+// applied and acknowledged.
 func (r *rig) waitDrained(t *testing.T) {
 	t.Helper()
-	c := r.consumer("observer")
-	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream drained", func() (bool, string) {
+	c, j := r.consumer("observer"), r.journal()
+	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream and journals drained", func() (bool, string) {
 		entries, pending, err := c.Backlog(context.Background())
-		return err == nil && entries == 0 && pending == 0, fmt.Sprintf("%d entries, %d pending, err %v", entries, pending, err)
+		journals, jerr := j.Backlog(context.Background())
+		return err == nil && jerr == nil && entries == 0 && pending == 0 && journals == 0,
+			fmt.Sprintf("%d entries, %d pending, %d journals, err %v %v", entries, pending, journals, err, jerr)
 	})
 }
 

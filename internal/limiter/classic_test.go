@@ -32,22 +32,21 @@ func TestCapacity1Refilled10PerSecondAdmitsAgain100msLater(t *testing.T) {
 }
 
 func TestCost5OnCapacity10AdmitsTwo(t *testing.T) {
+	// The buckets (and GCRA) refill continuously, the windows at their
+	// end.
+	bucket := [3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}
+	window := [3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}
 	tests := []struct {
 		p    Params
 		want [3]Result
 	}{
-		{Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS},
-			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS},
-			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: SecondUS},
-			[3]Result{allow(5, 500*ms), allow(0, 1000*ms), deny(0, 500*ms, 1000*ms)}},
+		{Params{Algorithm: GCRA, Limit: 10, PeriodUS: SecondUS}, bucket},
+		{Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS}, bucket},
+		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: SecondUS}, bucket},
 		{Params{Algorithm: LeakyBucket, Limit: 10, PeriodUS: SecondUS, Shape: true},
 			[3]Result{delayed(5, 500*ms, 0), delayed(0, 1000*ms, 500*ms), deny(0, 500*ms, 1000*ms)}},
-		{Params{Algorithm: FixedWindow, Limit: 10, PeriodUS: SecondUS},
-			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
-		{Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: SecondUS},
-			[3]Result{allow(5, 1000*ms), allow(0, 1000*ms), deny(0, 1000*ms, 1000*ms)}},
+		{Params{Algorithm: FixedWindow, Limit: 10, PeriodUS: SecondUS}, window},
+		{Params{Algorithm: SlidingWindowLog, Limit: 10, PeriodUS: SecondUS}, window},
 		{Params{Algorithm: SlidingWindowCounter, Limit: 10, PeriodUS: SecondUS},
 			[3]Result{allow(5, 2000*ms), allow(0, 2000*ms), deny(0, 1500*ms, 2000*ms)}},
 	}

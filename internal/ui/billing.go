@@ -81,11 +81,7 @@ func (c *Console) billingView(w http.ResponseWriter, r *http.Request, t tenants.
 		c.Error(w, r, err)
 		return
 	}
-	nav := "tenants"
-	if !p.CanOperate {
-		nav = "overview"
-	}
-	c.render(w, r, status, "billing", nav, p)
+	c.render(w, r, status, "billing", tenantNav(r, "overview"), p)
 }
 
 // BillingLink serves POST /tenants/{tenantID}/billing/account:

@@ -50,11 +50,7 @@ func (c *Console) creditsView(w http.ResponseWriter, r *http.Request, t tenants.
 		return
 	}
 	p.Ledger = ledger.Items
-	nav := "tenants"
-	if !p.CanOperate {
-		nav = "overview"
-	}
-	c.render(w, r, status, "credits", nav, p)
+	c.render(w, r, status, "credits", tenantNav(r, "overview"), p)
 }
 
 // CreditsGrant serves POST /tenants/{tenantID}/credits: credits.Ops.Grant

@@ -139,13 +139,7 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.T
 		return
 	}
 	p.Usage = usageChart("tenant-30d", "Checks per day, last 30 days", points, day, wide)
-	nav := ""
-	if !p.CanOperate {
-		nav = "overview"
-	} else {
-		nav = "tenants"
-	}
-	c.render(w, r, status, "tenant", nav, p)
+	c.render(w, r, status, "tenant", tenantNav(r, "overview"), p)
 }
 
 // consumption computes the tenant's month so far against its included

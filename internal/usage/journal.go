@@ -29,14 +29,24 @@ import (
 //
 // Several workers may claim at once: they get the same batches, which
 // apply once, and the first Ack removes each.
+//
+// A claimed journal is handed on only from the claim after the one that
+// first saw it, at least holdBack later (the interval, and at least
+// 200 ms): what the api process publishes right after a check (a quota
+// crossing, flushed at once) then reaches the worker before the check's
+// units do, so that the units never show a threshold crossed that no
+// check has reported yet.
 type JournalConsumer struct {
 	client   redis.UniversalClient
 	prefix   string
 	interval time.Duration
+	holdBack time.Duration
 	now      func() time.Time
 
 	mu   sync.Mutex
 	next time.Time
+	// seen is when each claim (by ID) was first read.
+	seen map[string]time.Time
 }
 
 // NewJournalConsumer returns a consumer of the usage journals under prefix
@@ -46,7 +56,8 @@ func NewJournalConsumer(client redis.UniversalClient, prefix string, interval ti
 	if interval <= 0 {
 		interval = time.Second
 	}
-	return &JournalConsumer{client: client, prefix: prefix, interval: interval, now: time.Now}
+	return &JournalConsumer{client: client, prefix: prefix, interval: interval, holdBack: max(interval, 200*time.Millisecond),
+		now: time.Now, seen: map[string]time.Time{}}
 }
 
 // journalIDPrefix starts the message (and batch) IDs of journals, apart
@@ -111,6 +122,9 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 		return nil, fmt.Errorf("usage: claim journals: %w", err)
 	}
 	var out []Message
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	claims := make(map[string]time.Time, len(j.seen))
 	for i, cmd := range cmds {
 		flat, err := cmd.StringSlice()
 		if err != nil {
@@ -119,15 +133,21 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 		if len(flat) == 0 {
 			continue
 		}
-		if len(out) == count {
-			// The rest wait, claimed, for the next fetch.
-			return out, nil
+		m := j.message(tags[i], flat)
+		first, ok := j.seen[m.ID]
+		if !ok {
+			first = now
 		}
-		out = append(out, j.message(tags[i], flat))
+		claims[m.ID] = first
+		if now.Sub(first) < j.holdBack || len(out) == count {
+			continue // the next fetch hands it on
+		}
+		out = append(out, m)
 	}
-	j.mu.Lock()
-	j.next = now.Add(j.interval)
-	j.mu.Unlock()
+	j.seen = claims
+	if len(out) < count {
+		j.next = now.Add(j.interval)
+	}
 	return out, nil
 }
 
@@ -225,4 +245,37 @@ func (c Consumers) Ack(ctx context.Context, ids ...string) error {
 		}
 	}
 	return errors.Join(c.Journal.Ack(ctx, journal...), c.Stream.Ack(ctx, stream...))
+}
+
+// Lag implements the backlog metrics with the stream's (the journals are
+// claimed every second whatever their size).
+func (c Consumers) Lag(ctx context.Context) (Lag, error) {
+	l, ok := c.Stream.(lagger)
+	if !ok {
+		return Lag{}, errors.New("usage: the stream's consumer tells no lag")
+	}
+	return l.Lag(ctx)
+}
+
+// Backlog returns how many hash tags have usage journaled and not yet
+// applied and acknowledged (a journal, or a claimed one).
+func (j *JournalConsumer) Backlog(ctx context.Context) (int, error) {
+	tags := statekey.Tags()
+	cmds := make([]*redis.IntCmd, len(tags))
+	_, err := j.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, tag := range tags {
+			cmds[i] = p.Exists(ctx, statekey.JournalKey(j.prefix, tag), statekey.ClaimedJournalKey(j.prefix, tag))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("usage: journal backlog: %w", err)
+	}
+	n := 0
+	for _, c := range cmds {
+		if c.Val() > 0 {
+			n++
+		}
+	}
+	return n, nil
 }

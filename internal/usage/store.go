@@ -723,26 +723,33 @@ func (s *Store) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	if _, err := s.db.Exec(ctx, `DELETE FROM usage_total_minute WHERE bucket_start < $1`, cutoff); err != nil {
 		return res, fmt.Errorf("usage: drop old minute totals: %w", err)
 	}
-	for {
-		tag, err := s.db.Exec(ctx, `DELETE FROM usage_batches WHERE batch_id IN (
-			SELECT batch_id FROM usage_batches WHERE applied_at < $1 LIMIT 10000)`, now.Add(-s.cfg.BatchIDRetention))
-		if err != nil {
-			return res, fmt.Errorf("usage: forget old batch IDs: %w", err)
-		}
-		res.PurgedBatches += tag.RowsAffected()
-		if tag.RowsAffected() < 10000 {
-			break
-		}
+	if res.PurgedBatches, err = s.purgeInChunks(ctx, "usage_batches", "batch_id", now.Add(-s.cfg.BatchIDRetention)); err != nil {
+		return res, fmt.Errorf("usage: forget old batch IDs: %w", err)
 	}
+	if res.PurgedSettlements, err = s.purgeInChunks(ctx, "usage_settlements", "hold_hash", now.Add(-s.cfg.SettlementRetention)); err != nil {
+		return res, fmt.Errorf("usage: forget old settlements: %w", err)
+	}
+	return res, nil
+}
+
+// purgeChunk is how many rows purgeInChunks deletes in one statement.
+const purgeChunk = 10000
+
+// purgeInChunks deletes the rows of table applied before cutoff, purgeChunk
+// rows (named by the key column id) at a time, and returns how many it
+// deleted.
+func (s *Store) purgeInChunks(ctx context.Context, table, id string, cutoff time.Time) (int64, error) {
+	t, c := pgx.Identifier{table}.Sanitize(), pgx.Identifier{id}.Sanitize()
+	var purged int64
 	for {
-		tag, err := s.db.Exec(ctx, `DELETE FROM usage_settlements WHERE hold_hash IN (
-			SELECT hold_hash FROM usage_settlements WHERE applied_at < $1 LIMIT 10000)`, now.Add(-s.cfg.SettlementRetention))
+		tag, err := s.db.Exec(ctx, `DELETE FROM `+t+` WHERE `+c+` IN (
+			SELECT `+c+` FROM `+t+` WHERE applied_at < $1 LIMIT $2)`, cutoff, purgeChunk)
 		if err != nil {
-			return res, fmt.Errorf("usage: forget old settlements: %w", err)
+			return purged, err
 		}
-		res.PurgedSettlements += tag.RowsAffected()
-		if tag.RowsAffected() < 10000 {
-			return res, nil
+		purged += tag.RowsAffected()
+		if tag.RowsAffected() < purgeChunk {
+			return purged, nil
 		}
 	}
 }

@@ -106,6 +106,16 @@ func creates(s *stripetest.Server, path string) []stripetest.Request {
 
 var october = usage.MonthOf(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
 
+// closeOctober closes October on the morning of November 2nd and returns
+// what the close did.
+func (r *rig) closeOctober() billing.CloseResult {
+	r.t.Helper()
+	r.clock.Set(mustTime(r.t, "2026-11-02T08:00:00Z"))
+	res, err := r.ops.CloseMonth(context.Background(), audit.CLI, october, nil)
+	testenv.Must(r.t, err)
+	return res
+}
+
 // TestMonthClosesIntoInvoicesExactlyOnce: a month with three tenants —
 // a flat plan, tiered overage, and prepaid credits bought through
 // Checkout — closes into three invoices whose lines are the statements'
@@ -160,9 +170,7 @@ func TestMonthClosesIntoInvoicesExactlyOnce(t *testing.T) {
 			r.count(`SELECT count(*) FROM audit_log WHERE action = 'credits.grant'`))
 	}
 
-	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
-	res, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
-	testenv.Must(t, err)
+	res := r.closeOctober()
 	if res.Invoices == nil || res.Invoices.Pushed != 3 || res.Invoices.Failed != 0 || res.Invoices.Pending != 0 {
 		t.Fatalf("close pushed %+v, want 3 invoices", res.Invoices)
 	}
@@ -285,11 +293,9 @@ func TestPushRecoversWithoutDuplicates(t *testing.T) {
 	acme := r.tenant("acme", pro)
 	r.use(acme, 110)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
-	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
 
 	r.stripe.Down(503)
-	res, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
-	testenv.Must(t, err)
+	res := r.closeOctober()
 	if res.Invoices.Failed != 1 || res.Invoices.Pending != 1 {
 		t.Fatalf("close with Stripe down: %+v", res.Invoices)
 	}
@@ -364,9 +370,7 @@ func TestStripeEvents(t *testing.T) {
 	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
 	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
-	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
-	_, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
-	testenv.Must(t, err)
+	r.closeOctober()
 	byCustomer := map[string]stripetest.Invoice{}
 	for _, in := range r.stripe.Invoices() {
 		byCustomer[in.Customer] = in
@@ -526,9 +530,7 @@ func TestDunningPerPlan(t *testing.T) {
 	for _, tn := range []tenants.Tenant{acme, globex, initech} {
 		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
 	}
-	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
-	_, err = r.ops.CloseMonth(ctx, audit.CLI, october, nil)
-	testenv.Must(t, err)
+	r.closeOctober()
 	for i, in := range r.stripe.Invoices() {
 		ev := stripetest.InvoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in, r.clock.Now())
 		if _, err := r.deliver(ev); err != nil {
@@ -581,9 +583,7 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	for _, tn := range []tenants.Tenant{held, owing} {
 		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
 	}
-	r.clock.Set(mustTime(t, "2026-11-02T08:00:00Z"))
-	_, err := r.ops.CloseMonth(ctx, audit.CLI, october, nil)
-	testenv.Must(t, err)
+	r.closeOctober()
 	byTenant := map[string]stripetest.Invoice{}
 	for i, in := range r.stripe.Invoices() {
 		byTenant[in.Customer] = in
@@ -591,7 +591,7 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
+	_, err := tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
 	testenv.Must(t, err)
 	r.clock.Advance(73 * time.Hour)
 	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {

@@ -88,8 +88,9 @@ var metering, billing = []string{"internal/metering"}, []string{"internal/billin
 // checkAdminSideApart fails when the check server links the admin side,
 // or package metering links Postgres code: the check server counts
 // decisions and hands them on, and only usage, the ingest stage (which
-// the api links in single-process mode), writes them to Postgres. linked
-// holds each package's transitive dependencies.
+// the api links in single-process mode), writes them to Postgres. Nor
+// does it link the exchange between regions (NATS), which the admin
+// worker runs. linked holds each package's transitive dependencies.
 func checkAdminSideApart(t *testing.T, linked map[string][]string) {
 	t.Helper()
 	for _, pkg := range []string{"cmd/api", "internal/checkapi", "internal/checkapi/envoyrls", "internal/enforce", "internal/metering", "internal/usage"} {
@@ -99,6 +100,9 @@ func checkAdminSideApart(t *testing.T, linked map[string][]string) {
 		for _, dep := range linked[pkg] {
 			if own, ok := strings.CutPrefix(dep, module+"/"); ok && (hasPrefix(own, billing) || hasPrefix(own, []string{"internal/adminapi", "internal/ui"})) {
 				t.Errorf("%s links %s: the check server never links the admin side", pkg, own)
+			}
+			if strings.HasPrefix(dep, "github.com/nats-io/") || dep == module+"/internal/region/exchange" {
+				t.Errorf("%s links %s: the exchange between regions is the admin worker's; a check never waits on another region", pkg, dep)
 			}
 		}
 	}

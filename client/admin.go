@@ -302,6 +302,11 @@ type Rule struct {
 	// FailureMode is open or closed.
 	FailureMode string      `json:"failure_mode"`
 	Options     RuleOptions `json:"options"`
+	// RegionScope is regional (or ""), global_shared or global_split:
+	// the rule's consistency across a deployment's regions.
+	RegionScope string `json:"region_scope,omitempty"`
+	// MinShare is a global_split rule's least allotment per region.
+	MinShare int64 `json:"min_share,omitempty"`
 }
 
 // RuleOptions are the options of some algorithms.

@@ -24,7 +24,9 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 func main() {
@@ -89,6 +91,13 @@ func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY or TOLLGATE_SECRET_KEY_PREVIOUS: %w", err)
 	}
 	return keys, nil
+}
+
+// planOps returns the plan operations for the deployment's regions
+// (TOLLGATE_REGION*; a bad setting counts as none, and a plan naming a
+// global scope is then refused, naming the field).
+func (e *invocation) planOps() *plans.Ops {
+	return plans.NewOps(e.db).InRegions(region.Read(config.New(e.getenv), false))
 }
 
 // commands is the CLI: every command, its audit action ("" for one that

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 func plansList(fs *flag.FlagSet) action {
@@ -79,7 +80,7 @@ func plansRoutes(fs *flag.FlagSet) action {
 				}
 			}
 		}
-		p, err := plans.NewOps(e.db).SetRoutes(ctx, audit.CLI, p.ID, routes)
+		p, err := e.planOps().SetRoutes(ctx, audit.CLI, p.ID, routes)
 		if err != nil {
 			return fmt.Errorf("plans routes: %w", err)
 		}
@@ -104,7 +105,7 @@ func plansCreate(fs *flag.FlagSet) action {
 		if _, err := fields.apply(e, &in); err != nil {
 			return fmt.Errorf("plans create: %w", err)
 		}
-		p, err := plans.NewOps(e.db).Create(ctx, audit.CLI, in)
+		p, err := e.planOps().Create(ctx, audit.CLI, in)
 		if err != nil {
 			return fmt.Errorf("plans create: %w", err)
 		}
@@ -133,7 +134,7 @@ func plansUpdate(fs *flag.FlagSet) action {
 		case !given:
 			return errors.New("plans update: nothing to change: give -f or the flags of the fields to change (see --help)")
 		}
-		p, err = plans.NewOps(e.db).Update(ctx, audit.CLI, p.ID, in)
+		p, err = e.planOps().Update(ctx, audit.CLI, p.ID, in)
 		if err != nil {
 			return fmt.Errorf("plans update: %w", err)
 		}
@@ -149,7 +150,7 @@ func plansArchive(archive bool) func(fs *flag.FlagSet) action {
 			done = "is archived: its tenants keep it, and no other tenant can be put on it"
 		}
 		return changeAction(fs, planFlag(fs, ""), "plan's", func(ctx context.Context, e *invocation, p plans.Plan) (plans.Plan, error) {
-			return plans.NewOps(e.db).SetArchived(ctx, audit.CLI, p.ID, archive)
+			return e.planOps().SetArchived(ctx, audit.CLI, p.ID, archive)
 		}, func(p plans.Plan) string { return fmt.Sprintf("plan %s %s", p.Name, done) })
 	}
 }
@@ -261,7 +262,12 @@ middleware check with an estimate and settle the actual cost; --refund-on
 settles at 0 on a 5xx or a timeout (charge only what succeeded).
   admin plans rule --plan pro --name tokens --limit 100000 --period 1m --hold \
       --hold-ttl 5m --hold-expiry refund --refund-on 5xx,timeout
-  admin plans rule --plan pro --name inflight --algorithm concurrency --limit 4 --lease-ttl 30s`
+  admin plans rule --plan pro --name inflight --algorithm concurrency --limit 4 --lease-ttl 30s
+With regions (TOLLGATE_REGION, TOLLGATE_REGIONS), --region-scope makes a rule
+global: global_shared decides on every region's admissions as last
+exchanged; global_split divides the limit between the regions.
+  admin plans rule --plan pro --name daily --algorithm fixed_window --limit 100000 \
+      --period 24h --region-scope global_split --min-share 5000`
 
 // plansRule adds a rule to a plan or replaces the rule of its name.
 func plansRule(fs *flag.FlagSet) action {
@@ -281,6 +287,8 @@ func plansRule(fs *flag.FlagSet) action {
 	holdTTL := fs.Duration("hold-ttl", 0, "how long a hold stays open unsettled (0: 5m, at most 24h)")
 	fs.StringVar(&r.Options.HoldExpiry, "hold-expiry", "", "an unsettled hold at expiry: refund (default) or charge")
 	refundOn := fs.String("refund-on", "", "settle holds at 0 on these outcomes: 5xx,timeout")
+	regionScope := fs.String("region-scope", "", "across regions: regional (default), global_shared or global_split (a deployment of several regions)")
+	fs.Int64Var(&r.MinShare, "min-share", 0, "global_split: the least allotment a region keeps, in units (0: limit / (4 × regions))")
 	return func(ctx context.Context, e *invocation) error {
 		if *leaseTTL != 0 && *period != 0 {
 			return errors.New("plans rule: give --period or --lease-ttl, not both")
@@ -293,10 +301,11 @@ func plansRule(fs *flag.FlagSet) action {
 		r.PeriodUS = (*period + *leaseTTL).Microseconds()
 		r.Scope, r.Mode, r.FailureMode = plans.Scope(*scope), plans.Mode(*mode), plans.FailureMode(*failure)
 		r.Options.HoldTTLS = int64(holdTTL.Seconds())
+		r.RegionScope = region.Scope(*regionScope)
 		if *refundOn != "" {
 			r.Options.RefundOn = strings.Split(*refundOn, ",")
 		}
-		p, err = plans.NewOps(e.db).PutRule(ctx, audit.CLI, p.ID, r)
+		p, err = e.planOps().PutRule(ctx, audit.CLI, p.ID, r)
 		if err != nil {
 			return fmt.Errorf("plans rule: %w", err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -47,7 +48,10 @@ type serverConfig struct {
 	// and the process's) at /metrics on its own listener.
 	MetricsAddr string
 	// Webhooks: the deliverers' settings (TOLLGATE_WEBHOOK_*).
-	Webhooks        webhookConfig
+	Webhooks webhookConfig
+	// Region is the deployment's regions (TOLLGATE_REGION*), which the
+	// plans' region scopes are checked against.
+	Region          region.Config
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
 }
@@ -64,6 +68,7 @@ func loadServerConfig(getenv func(string) string, stderr io.Writer) (serverConfi
 		TrustedProxies:  e.TrustedProxies(),
 		MetricsAddr:     e.String("TOLLGATE_ADMIN_METRICS_ADDR", ""),
 		Webhooks:        loadWebhookConfig(e),
+		Region:          region.Read(e, false),
 		ShutdownTimeout: e.Duration("TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		Log:             e.Logger(stderr),
 	}
@@ -187,7 +192,7 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 			SessionSecret: cfg.JWTSecret, SessionTTL: cfg.SessionTTL,
 			LoginStore: loginStore, LoginPerMinute: cfg.LoginPerMinute, KeyPrefix: cfg.KeyPrefix,
 			Metrics: metrics, UsageLag: usageLag, Webhooks: cfg.Webhooks.Guard,
-			Invoicing: invoicing,
+			Invoicing: invoicing, Region: cfg.Region,
 		})),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

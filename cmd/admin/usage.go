@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
@@ -40,7 +41,10 @@ type usageConfig struct {
 	config.Usage
 	// ServeWorker runs a worker inside `admin serve`.
 	ServeWorker bool
-	Log         *slog.Logger
+	// Region is the region the worker serves (TOLLGATE_REGION*); `admin
+	// worker` runs the region's exchanger when it is set.
+	Region region.Config
+	Log    *slog.Logger
 }
 
 func loadUsageConfig(getenv func(string) string, stderr io.Writer) (usageConfig, error) {
@@ -53,6 +57,7 @@ func loadUsageConfig(getenv func(string) string, stderr io.Writer) (usageConfig,
 		KeyPrefix:   e.KeyPrefix(),
 		Usage:       e.Usage(store),
 		ServeWorker: e.Bool("TOLLGATE_SERVE_WORKER", store != "memory"),
+		Region:      region.Read(e, false),
 		Log:         e.Logger(stderr),
 	}
 	return c, e.Err()
@@ -148,6 +153,11 @@ func worker(fs *flag.FlagSet) action {
 			defer srv.Close()
 		}
 		defer startCreditsDrainer(ctx, e, c, log, reg)()
+		stopExchange, err := startExchanger(ctx, e, c, log, reg)
+		if err != nil {
+			return err
+		}
+		defer stopExchange()
 		log.Info("usage worker running", "stream", c.Stream, "group", c.Group, "consumer", c.Consumer)
 		err = w.Run(ctx)
 		s := w.Stats()

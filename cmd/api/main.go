@@ -35,6 +35,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -73,7 +74,10 @@ type Config struct {
 	TrustedProxies httpx.TrustedProxies
 	Forward        config.Forward
 	Envoy          config.Envoy
-	Log            *slog.Logger
+	// Region is the process's region (TOLLGATE_REGION*): the zero value
+	// for a deployment of one region.
+	Region region.Config
+	Log    *slog.Logger
 }
 
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -96,6 +100,7 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 		TrustedProxies:  e.TrustedProxies(),
 		Forward:         e.Forward(),
 		Envoy:           e.Envoy(),
+		Region:          region.Read(e, false),
 		Log:             e.Logger(stderr),
 	}
 	if c.IPv6Prefix > 128 {
@@ -288,6 +293,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 		Recorder: recorders, IPv6Prefix: cfg.IPv6Prefix, Breaker: breaker.Config{Ping: breakerPing},
 		// The usage worker drains the store's journals with the stream.
 		JournalUsage: cfg.Store == "redis" && cfg.Usage.Sink == "stream" && cfg.Usage.Journal,
+		Region:       cfg.Region,
 	})
 	s.onClose(checker.Close) // the breaker's background probing
 	// Holds that expire unsettled give back (or keep) their estimate; any

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/ui"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -61,6 +62,9 @@ type Config struct {
 	// Invoicing turns closed statements into invoices at the payment
 	// provider and takes its webhooks (off when nil).
 	Invoicing *billing.Invoicing
+	// Region is the deployment's regions (the zero value: one region):
+	// plans may give rules a global region scope only when it has them.
+	Region region.Config
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
@@ -88,7 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
-	plansOps, tenantsOps, authOps := plans.NewOps(db), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
+	plansOps, tenantsOps, authOps := plans.NewOps(db).InRegions(cfg.Region), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
 	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)

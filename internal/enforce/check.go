@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/statekey"
 )
@@ -56,6 +57,9 @@ type Checker struct {
 	// journal: checks name their usage row (limiter.Batch.Usage), for a
 	// store that journals them (CheckerConfig.JournalUsage).
 	journal bool
+	// region is the deployment's regions: global rules are decided as
+	// their scope says (regions.go).
+	region region.Config
 
 	outageLog throttledLog
 }
@@ -113,6 +117,9 @@ type CheckerConfig struct {
 	// to count their detail but not their units again. Set it only when
 	// the usage worker drains that store's journals.
 	JournalUsage bool
+	// Region is the process's region (the zero value: a deployment of
+	// one region, where every rule is regional).
+	Region region.Config
 }
 
 // NewChecker returns a Checker on the holder's snapshots and store. The
@@ -121,7 +128,8 @@ type CheckerConfig struct {
 // background probing.
 func NewChecker(holder *snapshot.Holder, store limiter.Store, cfg CheckerConfig) *Checker {
 	c := &Checker{holder: holder, prefix: cfg.Prefix, timeout: cfg.StoreTimeout,
-		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix, journal: cfg.JournalUsage}
+		recorder: cfg.Recorder, metrics: cfg.Metrics, log: cfg.Log, now: time.Now, ipv6Prefix: cfg.IPv6Prefix,
+		journal: cfg.JournalUsage, region: cfg.Region}
 	if c.ipv6Prefix <= 0 || c.ipv6Prefix > 128 {
 		c.ipv6Prefix = 64
 	}

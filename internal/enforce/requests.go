@@ -80,7 +80,7 @@ func (c *Checker) requests(matched []*snapshot.Rule, who caller, ip string) ([]l
 	reqs := make([]limiter.Request, len(matched))
 	from := 0
 	for i, rule := range matched {
-		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: rule.Params, Shadow: rule.Mode == plans.ModeShadow}
+		reqs[i] = limiter.Request{Key: keys[from:ends[i]], Params: c.regionParams(rule), Shadow: rule.Mode == plans.ModeShadow}
 		from = ends[i]
 	}
 	return reqs, keys[rulesEnd:], nil

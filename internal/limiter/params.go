@@ -91,6 +91,12 @@ type Params struct {
 	// the rollups (TallySeeder). Without the marker the rule's Result is
 	// Unknown. The zero value, SeedNone, is every other rule.
 	Seed SeedMode
+	// Exchange marks a global_shared rule of a deployment of several
+	// regions (docs/regions.md): a store that serves regions also adds
+	// what a check admits on it to the outbox beside its state, which
+	// the region's exchanger sends to the other regions. The memory
+	// store, which serves one process, ignores it.
+	Exchange bool
 }
 
 // EffectiveBurst returns Burst, or Limit when Burst is zero.

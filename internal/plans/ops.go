@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 // Ops makes every change to plans. Each change is one method: a typed
@@ -18,11 +19,31 @@ import (
 // plan; whether the actor may is decided before (internal/access). Safe
 // for concurrent use.
 type Ops struct {
-	db postgres.Conn
+	db      postgres.Conn
+	regions region.Config
 }
 
-// NewOps returns the plan operations on db (a pool).
+// NewOps returns the plan operations on db (a pool), for a deployment of
+// one region (see InRegions).
 func NewOps(db postgres.Conn) *Ops { return &Ops{db: db} }
+
+// InRegions returns the operations for a deployment of the regions c
+// names: only then do they accept a rule's global region scope.
+func (o *Ops) InRegions(c region.Config) *Ops {
+	r := *o
+	r.regions = c
+	return &r
+}
+
+// validate checks in as Create and Update take it.
+func (o *Ops) validate(in PlanInput) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	f := map[string]string{}
+	ValidateRegions(o.regions, "rules", in.Rules, f)
+	return tollgate.Invalid(f)
+}
 
 // PlanInput is a whole plan as a change gives it: the body of POST /plans
 // and PUT /plans/{planID}, and the console's plan form. Rules' ids are
@@ -54,7 +75,7 @@ func (in PlanInput) Validate() error { return in.plan().WithDefaults().Validate(
 
 // Create makes a plan (plan.create). A taken name is ECONFLICT.
 func (o *Ops) Create(ctx context.Context, by audit.Actor, in PlanInput) (Plan, error) {
-	if err := in.Validate(); err != nil {
+	if err := o.validate(in); err != nil {
 		return Plan{}, err
 	}
 	return audit.Create(ctx, o.db, by, "plan.create", PlanAudit,
@@ -64,7 +85,7 @@ func (o *Ops) Create(ctx context.Context, by audit.Actor, in PlanInput) (Plan, e
 // Update replaces plan id as a whole (plan.update): checks see the change
 // within a second. An unknown plan is ENOTFOUND.
 func (o *Ops) Update(ctx context.Context, by audit.Actor, id int64, in PlanInput) (Plan, error) {
-	if err := in.Validate(); err != nil {
+	if err := o.validate(in); err != nil {
 		return Plan{}, err
 	}
 	return audit.Update(ctx, o.db, by, "plan.update", PlanAudit, o.get(ctx, id),
@@ -98,6 +119,11 @@ func (o *Ops) PutRule(ctx context.Context, by audit.Actor, id int64, rule Rule) 
 			p.Rules = MergeRules(p.Rules, []Rule{rule})
 			p = p.WithDefaults()
 			if err := p.Validate(); err != nil {
+				return Plan{}, err
+			}
+			f := map[string]string{}
+			ValidateRegions(o.regions, "rules", p.Rules, f)
+			if err := tollgate.Invalid(f); err != nil {
 				return Plan{}, err
 			}
 			return NewStore(tx).Update(ctx, id, p)

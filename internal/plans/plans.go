@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 // ParseID reads a plan ID as it appears in a path: a positive number. Any
@@ -106,6 +107,15 @@ type Rule struct {
 	Mode        Mode              `json:"mode"`
 	FailureMode FailureMode       `json:"failure_mode"`
 	Options     Options           `json:"options"`
+	// RegionScope is the rule's consistency across the deployment's
+	// regions (docs/regions.md): "" for regional (the default: each
+	// region enforces the rule on its own), global_shared or
+	// global_split. Only a deployment of several regions accepts a global
+	// scope (Ops checks).
+	RegionScope region.Scope `json:"region_scope,omitempty"`
+	// MinShare is, for a global_split rule, the least allotment a region
+	// keeps, in the rule's units; 0: the default, Limit / (4 × regions).
+	MinShare int64 `json:"min_share,omitempty"`
 }
 
 // Params returns the rule's limiter parameters.
@@ -151,6 +161,9 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if r.FailureMode == "" {
 		r.FailureMode = FailOpen
+	}
+	if r.RegionScope == region.Regional {
+		r.RegionScope = "" // stored as the default, so read back equal
 	}
 	return r
 }
@@ -212,6 +225,47 @@ func (r Rule) Validate(prefix string, f map[string]string) {
 	case FailOpen, FailClosed:
 	default:
 		f[prefix+"failure_mode"] = "must be open or closed"
+	}
+	r.validateRegionScope(prefix, f)
+}
+
+// validateRegionScope checks the rule's region scope and min share on
+// their own; whether the deployment has regions is Ops's to check
+// (ValidateRegions).
+func (r Rule) validateRegionScope(prefix string, f map[string]string) {
+	switch r.RegionScope {
+	case "", region.Regional:
+	case region.GlobalShared, region.GlobalSplit:
+		if r.Algorithm == limiter.Concurrency {
+			f[prefix+"region_scope"] = "a concurrency rule is regional: leases are taken and released in one region"
+		}
+		if r.RegionScope == region.GlobalSplit && r.Scope == ScopeIP {
+			f[prefix+"region_scope"] = "only rules scoped by key or tenant are split between regions"
+		}
+	default:
+		f[prefix+"region_scope"] = "must be regional, global_shared or global_split"
+		return
+	}
+	switch {
+	case r.MinShare < 0:
+		f[prefix+"min_share"] = "must be a non-negative integer"
+	case r.MinShare > 0 && r.RegionScope != region.GlobalSplit:
+		f[prefix+"min_share"] = "is only for global_split rules"
+	case r.MinShare > r.Limit:
+		f[prefix+"min_share"] = "must be at most the limit"
+	}
+}
+
+// ValidateRegions names under prefix (e.g. "rules") every rule whose
+// region scope the deployment c cannot serve: a global scope without
+// regions, or a split whose floors together exceed the limit.
+func ValidateRegions(c region.Config, prefix string, rules []Rule, f map[string]string) {
+	for i, r := range rules {
+		k := fmt.Sprintf("%s[%d].", prefix, i)
+		c.ValidateScope(k+"region_scope", r.RegionScope, f)
+		if r.RegionScope == region.GlobalSplit && c.Enabled() && r.MinShare*int64(len(c.Names)) > r.Limit {
+			f[k+"min_share"] = fmt.Sprintf("must be at most the limit / %d regions (%d)", len(c.Names), r.Limit/int64(len(c.Names)))
+		}
 	}
 }
 

@@ -22,14 +22,19 @@ type RuleTable struct {
 // planRules are plans' rules.
 var planRules = RuleTable{Table: "plan_rules", Owner: "plan_id"}
 
-// ruleColumns are a rule row's columns after its id and owner.
-const ruleColumns = `name, algorithm, limit_count, period_us, burst, resource, scope, mode, failure_mode, options`
+// ruleColumns are a rule row's columns after its id and owner, as
+// written; ruleSelect reads them, a regional rule's NULL region_scope as
+// "".
+const (
+	ruleColumns = `name, algorithm, limit_count, period_us, burst, resource, scope, mode, failure_mode, options, region_scope, min_share`
+	ruleSelect  = `name, algorithm, limit_count, period_us, burst, resource, scope, mode, failure_mode, options, COALESCE(region_scope, ''), min_share`
+)
 
 // LoadRules returns the rules of t's rows that match where (an SQL
 // condition on args), by owner, each owner's in position order. K is the
 // Go type the owner column scans into.
 func LoadRules[K comparable](ctx context.Context, db postgres.Conn, t RuleTable, where string, args ...any) (map[K][]Rule, error) {
-	rows, err := db.Query(ctx, `SELECT id, `+t.Owner+`, `+ruleColumns+` FROM `+t.Table+`
+	rows, err := db.Query(ctx, `SELECT id, `+t.Owner+`, `+ruleSelect+` FROM `+t.Table+`
 		WHERE `+where+` ORDER BY `+t.Owner+`, position, id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("plans: load %s: %w", t.Table, err)
@@ -41,7 +46,7 @@ func LoadRules[K comparable](ctx context.Context, db postgres.Conn, t RuleTable,
 		var owner K
 		var opts []byte
 		if err := rows.Scan(&r.ID, &owner, &r.Name, &r.Algorithm, &r.Limit, &r.PeriodUS, &r.Burst,
-			&r.Resource, &r.Scope, &r.Mode, &r.FailureMode, &opts); err != nil {
+			&r.Resource, &r.Scope, &r.Mode, &r.FailureMode, &opts, &r.RegionScope, &r.MinShare); err != nil {
 			return nil, fmt.Errorf("plans: scan %s: %w", t.Table, err)
 		}
 		if err := json.Unmarshal(opts, &r.Options); err != nil {
@@ -65,13 +70,14 @@ func PutRules(ctx context.Context, db postgres.Conn, t RuleTable, owner any, rul
 		names[i] = r.Name
 		opts, _ := json.Marshal(r.Options)
 		_, err := db.Exec(ctx, `INSERT INTO `+t.Table+` (`+t.Owner+`, `+ruleColumns+`, position)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULLIF($12, ''), $13, $14)
 			ON CONFLICT (`+t.Owner+`, name) DO UPDATE SET algorithm = EXCLUDED.algorithm,
 			limit_count = EXCLUDED.limit_count, period_us = EXCLUDED.period_us, burst = EXCLUDED.burst,
 			resource = EXCLUDED.resource, scope = EXCLUDED.scope, mode = EXCLUDED.mode,
-			failure_mode = EXCLUDED.failure_mode, options = EXCLUDED.options, position = EXCLUDED.position`,
+			failure_mode = EXCLUDED.failure_mode, options = EXCLUDED.options,
+			region_scope = EXCLUDED.region_scope, min_share = EXCLUDED.min_share, position = EXCLUDED.position`,
 			owner, r.Name, r.Algorithm, r.Limit, r.PeriodUS, r.Burst, r.Resource, r.Scope, r.Mode,
-			r.FailureMode, opts, i)
+			r.FailureMode, opts, string(r.WithDefaults().RegionScope), r.MinShare, i)
 		if err != nil {
 			return fmt.Errorf("plans: put %s %s: %w", t.Table, r.Name, err)
 		}

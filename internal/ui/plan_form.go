@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 // The plan form edits a whole plan: its pricing (flat or graduated
@@ -86,6 +87,9 @@ type ruleForm struct {
 	// RefundOn are the outcomes of option refund_on checked ("5xx",
 	// "timeout").
 	RefundOn []string
+	// RegionScope is the rule's scope across regions ("" regional);
+	// MinShare a split's floor as typed.
+	RegionScope, MinShare string
 	// Preview of the saved rule; nil for a new one.
 	Preview chartHTML
 }
@@ -99,6 +103,8 @@ type formOptions struct {
 	BurstAlgorithms string
 	// RefundOutcomes are the choices of option refund_on.
 	RefundOutcomes []string
+	// RegionScopes are the choices of a rule's region scope.
+	RegionScopes []region.Scope
 }
 
 type periodUnit struct {
@@ -109,7 +115,7 @@ type periodUnit struct {
 var periodUnits = []periodUnit{{"ms", 1000}, {"s", limiter.SecondUS}, {"min", limiter.MinuteUS}, {"h", limiter.HourUS}, {"day", limiter.DayUS}}
 
 var options = formOptions{Algorithms: limiter.Algorithms, PeriodUnits: periodUnits,
-	BurstAlgorithms: "gcra token_bucket leaky_bucket", RefundOutcomes: plans.RefundOutcomes}
+	BurstAlgorithms: "gcra token_bucket leaky_bucket", RefundOutcomes: plans.RefundOutcomes, RegionScopes: region.Scopes}
 
 // usesBurst reports whether a burst means something for the algorithm:
 // the bucket's capacity, or GCRA's tolerance. Windows count to their limit.
@@ -166,7 +172,11 @@ func rulesForm(rules []plans.Rule) []ruleForm {
 		rf := ruleForm{Name: r.Name, Algorithm: string(r.Algorithm), Limit: strconv.FormatInt(r.Limit, 10),
 			LeakyMode: r.Options.LeakyMode, Calendar: r.Options.Calendar, Anchor: r.Options.Anchor == "first_request",
 			Resource: r.Resource, Scope: string(r.Scope), Mode: string(r.Mode), Failure: string(r.FailureMode),
-			Hold: r.Options.Hold, HoldExpiry: r.Options.HoldExpiry, RefundOn: r.Options.RefundOn}
+			Hold: r.Options.Hold, HoldExpiry: r.Options.HoldExpiry, RefundOn: r.Options.RefundOn,
+			RegionScope: string(r.RegionScope)}
+		if r.MinShare > 0 {
+			rf.MinShare = strconv.FormatInt(r.MinShare, 10)
+		}
 		if r.Options.HoldTTLS > 0 {
 			rf.HoldTTL = strconv.FormatInt(r.Options.HoldTTLS, 10)
 		}
@@ -244,7 +254,7 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 			Resource: strings.TrimSpace(pf.Get(k + "resource")), Scope: pf.Get(k + "scope"), Mode: pf.Get(k + "mode"),
 			Failure: pf.Get(k + "failure_mode"), Hold: pf.Get(k+"hold") == "yes",
 			HoldTTL: strings.TrimSpace(pf.Get(k + "hold_ttl_s")), HoldExpiry: pf.Get(k + "hold_expiry"),
-			RefundOn: pf[k+"refund_on"]}
+			RefundOn: pf[k+"refund_on"], RegionScope: pf.Get(k + "region_scope"), MinShare: strings.TrimSpace(pf.Get(k + "min_share"))}
 		if pf.Get(k+"remove") == "yes" || (rf.Name == "" && rf.Limit == "") {
 			continue // removed, or a blank row
 		}
@@ -264,6 +274,10 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 		rule.Options.Hold, rule.Options.HoldExpiry, rule.Options.RefundOn = rf.Hold, rf.HoldExpiry, rf.RefundOn
 		if rf.HoldTTL != "" {
 			rule.Options.HoldTTLS = fe.number(rf.HoldTTL, row+"options.hold_ttl_s", 0)
+		}
+		rule.RegionScope = region.Scope(rf.RegionScope)
+		if rf.MinShare != "" && rf.RegionScope == string(region.GlobalSplit) {
+			rule.MinShare = fe.number(rf.MinShare, row+"min_share", 0)
 		}
 		if usesBurst(rf.Algorithm) {
 			rule.Burst = fe.number(rf.Burst, row+"burst", 0)

@@ -106,6 +106,7 @@ local flagCalendarMonth = 8
 local flagAnchorFirstRequest = 16
 local flagSeedOpen = 32
 local flagSeedClosed = 64
+local flagExchange = 128
 local optDryRun = 1
 local optCredits = 2
 local optCreditOverage = 4
@@ -684,6 +685,29 @@ while i <= total do
         redis.call('PEXPIRE', key, wttl[w] + extra)
       end
     end
+    --[[regions]] -- docs/regions.md: a global_shared rule's admission
+    -- also goes to the outbox of its hash tag (prefix{tag}x, a hash in
+    -- the state's slot, which the region's exchanger claims and sends to
+    -- the other regions): the field names the rule's def, the window the
+    -- units fell in (fixed: its start and end; counter: its index; log:
+    -- now; rates: 0) and the state key, as "alg flags a b c window end
+    -- key"; the value is the units.
+    for w = 1, nw do
+      local d = wdef[w]
+      if has(flg[d], flagExchange) then
+        local key, a, window, finish = wkey[w], alg[d], 0, 0
+        if a == algFixedWindow then
+          window, finish = wwindow[w], now + wttl[w] * 1000
+        elseif a == algSlidingWindowCounter then
+          window = wwindow[w]
+        elseif a == algSlidingWindowLog then
+          window = now
+        end
+        local brace = string.find(key, '{', 1, true)
+        redis.call('HINCRBY', string.sub(key, 1, brace + 2) .. 'x', defstr(d, window, finish) .. ' ' .. key, cost)
+      end
+    end
+    --[[/regions]]
     if ckey and (cdrawn ~= 0 or cover_units ~= 0 or cdefer ~= 0) then
       local pend = cpend[ckey]
       if not pend then

@@ -95,6 +95,9 @@ func leanBatch(b *limiter.Batch) bool {
 	}
 	for i := range b.Requests {
 		p := &b.Requests[i].Params
+		if p.Exchange { // the outbox of regions is check.lua's
+			return false
+		}
 		switch p.Algorithm {
 		case limiter.GCRA, limiter.LeakyBucket, limiter.TokenBucket:
 		case limiter.FixedWindow:

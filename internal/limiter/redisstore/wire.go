@@ -20,12 +20,13 @@ const (
 // Flags of a rule definition, added together (each is a power of two;
 // Lua 5.1 has no bit operators, so check.lua tests them with modulo).
 const (
-	flagShape              = 2  // a leaky bucket answers a delay (Params.Shape)
-	flagCalendarDay        = 4  // a fixed window aligned to UTC days
-	flagCalendarMonth      = 8  // a fixed window aligned to UTC months
-	flagAnchorFirstRequest = 16 // a fixed window starting at its first request
-	flagSeedOpen           = 32 // a tally, Unknown without its seed marker (limiter.SeedOpen)
-	flagSeedClosed         = 64 // a tally that then refuses the check (limiter.SeedClosed)
+	flagShape              = 2   // a leaky bucket answers a delay (Params.Shape)
+	flagCalendarDay        = 4   // a fixed window aligned to UTC days
+	flagCalendarMonth      = 8   // a fixed window aligned to UTC months
+	flagAnchorFirstRequest = 16  // a fixed window starting at its first request
+	flagSeedOpen           = 32  // a tally, Unknown without its seed marker (limiter.SeedOpen)
+	flagSeedClosed         = 64  // a tally that then refuses the check (limiter.SeedClosed)
+	flagExchange           = 128 // admissions go to the region's outbox (limiter.Params.Exchange)
 )
 
 // Options of a check (its opts number in ARGV[1]), added together.
@@ -131,6 +132,9 @@ func flags(p limiter.Params) int64 {
 		f |= flagSeedOpen
 	case limiter.SeedClosed:
 		f |= flagSeedClosed
+	}
+	if p.Exchange {
+		f |= flagExchange
 	}
 	return f
 }

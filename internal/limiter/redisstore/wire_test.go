@@ -29,6 +29,7 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"flagAnchorFirstRequest":  flagAnchorFirstRequest,
 		"flagSeedOpen":            flagSeedOpen,
 		"flagSeedClosed":          flagSeedClosed,
+		"flagExchange":            flagExchange,
 		"optDryRun":               optDryRun,
 		"optCredits":              optCredits,
 		"optCreditOverage":        optCreditOverage,

@@ -1,0 +1,130 @@
+-- Tollgate: apply another region's admissions on global_shared rules to
+-- this region's states of one hash tag, as debits (docs/regions.md):
+-- exactly once per source region and sequence, whatever the redeliveries.
+--
+-- KEYS[1]   the tag's applied sequences (a hash: source region → the last
+--           sequence applied)
+-- KEYS[2…]  the state keys, one per debit
+-- ARGV[1]   the source region; ARGV[2] the message's sequence
+-- ARGV[3…]  per debit, its outbox field without the key ("alg flags a b c
+--           window end", as check.lua writes it) and its units
+--
+-- A debit is the admission's own arithmetic, charged whatever the state
+-- (as a settlement above its estimate is, settle.lua): a GCRA or leaky
+-- bucket's TAT moves ahead by units × T (at most maxDebt); a token
+-- bucket loses the units, negative allowed; a window counts them in the
+-- window they fell in, and not at all once it has ended; a log adds them
+-- with their own time. Returns the units applied, or -1 for a sequence
+-- already applied.
+local algGCRA, algTokenBucket, algLeakyBucket = 1, 2, 3
+local algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter = 4, 5, 6
+local flagAnchorFirstRequest = 16
+local maxDebt = 1125899906842624 -- µs, 2^50: limiter's maxDebtUS
+local floor = math.floor
+
+local function has(flags, flag) return flags % (2 * flag) >= flag end
+local function ms(us) -- µs → whole ms, rounded up, at least 1
+  local m = floor((us + 999) / 1000)
+  if m < 1 then m = 1 end
+  return m
+end
+
+local source, seq = ARGV[1], tonumber(ARGV[2])
+local last = tonumber(redis.call('HGET', KEYS[1], source) or '0')
+if seq <= last then return -1 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local applied = 0
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local units = tonumber(ARGV[2 * i])
+  local a, flags, x, y, z, window, finish = string.match(ARGV[2 * i - 1],
+    '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
+  a, flags, x, y, z = tonumber(a), tonumber(flags), tonumber(x), tonumber(y), tonumber(z)
+  window, finish = tonumber(window), tonumber(finish)
+  if a == algGCRA or a == algLeakyBucket then
+    -- x: the emission interval T
+    local tat = tonumber(redis.call('GET', key) or '0')
+    if tat < now then tat = now end
+    local debt = x * units
+    if debt > maxDebt then debt = maxDebt end
+    tat = tat + debt
+    redis.call('SET', key, string.format('%d', tat), 'PX', ms(tat - now))
+    applied = applied + units
+  elseif a == algTokenBucket then
+    -- x: the unit, y: the burst, z: 1 when it refills
+    if z == 1 then
+      local capacity = x * y
+      local empty = now - capacity
+      local v = redis.call('GET', key)
+      if v and tonumber(v) > empty then empty = tonumber(v) end
+      empty = empty + x * units
+      redis.call('SET', key, string.format('%d', empty), 'PX', ms(empty + capacity - now))
+    else
+      local tokens = y
+      local v = redis.call('GET', key)
+      if v then tokens = tonumber(v) end
+      redis.call('SET', key, string.format('%d', tokens - units))
+    end
+    applied = applied + units
+  elseif a == algFixedWindow then
+    -- y: the period; window, finish: the window the units fell in
+    local st = redis.call('HMGET', key, 'window', 'count')
+    if has(flags, flagAnchorFirstRequest) then
+      -- Each region anchors its own windows: the units count in this
+      -- region's current one.
+      if st[1] and now < tonumber(st[1]) + y then
+        redis.call('HINCRBY', key, 'count', units)
+      else
+        redis.call('HSET', key, 'window', string.format('%d', now), 'count', units)
+        redis.call('PEXPIRE', key, ms(y))
+      end
+      applied = applied + units
+    elseif now < finish then
+      if st[1] and tonumber(st[1]) == window then
+        redis.call('HINCRBY', key, 'count', units)
+        applied = applied + units
+      elseif not st[1] or tonumber(st[1]) < window then
+        redis.call('HSET', key, 'window', string.format('%d', window), 'count', units)
+        redis.call('PEXPIRE', key, ms(finish - now))
+        applied = applied + units
+      end
+    end
+  elseif a == algSlidingWindowCounter then
+    -- y: the period; window: the index of the window the units fell in
+    local index = floor(now / y)
+    if window >= index - 1 then
+      local st = redis.call('HMGET', key, 'window', 'count', 'prev')
+      local w = tonumber(st[1] or '-1')
+      if w == window then
+        redis.call('HINCRBY', key, 'count', units)
+      elseif w == window + 1 then
+        redis.call('HINCRBY', key, 'prev', units)
+      elseif w == window - 1 then
+        redis.call('HSET', key, 'window', window, 'count', units, 'prev', st[2])
+      elseif w < window then
+        redis.call('HSET', key, 'window', window, 'count', units, 'prev', 0)
+      end
+      if w <= window + 1 then
+        redis.call('PEXPIRE', key, ms((math.max(w, window) + 2) * y - now))
+        applied = applied + units
+      end
+    end
+  elseif a == algSlidingWindowLog then
+    -- y: the period; window: when the units were admitted
+    if window > now - y then
+      local args = {}
+      for u = 1, units do
+        args[#args + 1] = string.format('%d', window)
+        args[#args + 1] = string.format('%d:%s:%d:%d', window, source, seq, u)
+        if #args >= 1000 then redis.call('ZADD', key, unpack(args)); args = {} end
+      end
+      if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+      local ttl = ms(window + y - now)
+      if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+      applied = applied + units
+    end
+  end
+end
+redis.call('HSET', KEYS[1], source, seq)
+return applied

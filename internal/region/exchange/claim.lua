@@ -1,0 +1,19 @@
+-- Tollgate: claim one hash tag's outbox for the exchange between regions
+-- (docs/regions.md). The outbox (KEYS[1]) holds what checks admitted on
+-- the tag's global rules since the last claim (check.lua adds to it);
+-- the claimed outbox (KEYS[2]) holds it until the other regions have it,
+-- its sequence in field '#'.
+--
+-- A claimed outbox left by a publish that failed is returned as it is,
+-- with its own sequence: it must reach the others before anything newer
+-- of the tag does. Otherwise the outbox, if any, becomes the claimed one
+-- under sequence ARGV[1], which is greater than every sequence this
+-- region used before.
+--
+-- Returns the claimed outbox's fields and values (HGETALL), or nothing.
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('HSET', KEYS[2], '#', ARGV[1])
+end
+return redis.call('HGETALL', KEYS[2])

@@ -1,0 +1,449 @@
+package exchange
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/region"
+	"github.com/tollgate/tollgate/internal/statekey"
+)
+
+var (
+	//go:embed claim.lua
+	claimLua string
+	//go:embed apply.lua
+	applyLua string
+
+	claimScript = redis.NewScript(claimLua)
+	applyScript = redis.NewScript(applyLua)
+)
+
+// Heartbeat is how often a region with nothing to send says that it is
+// there: another region marks it down (tollgate_region_exchange_up 0)
+// after three heartbeats without a message.
+const Heartbeat = time.Second
+
+// Retention is how long a region's stream keeps its messages: a region
+// cut off for longer misses what the others admitted before (its states
+// then only lag; they never count anything twice).
+const Retention = 24 * time.Hour
+
+// Stream returns the name of region name's stream of admissions, and
+// Subject its subject.
+func Stream(name string) string  { return "tollgate-region-" + name }
+func Subject(name string) string { return "tollgate.region." + name + ".admissions" }
+
+// message is what a region publishes every exchange interval: what its
+// checks admitted on global_shared rules since the last one, by hash
+// tag. Seq increases with every message of the region, across restarts
+// (a counter in its Redis); a message published again after a lost
+// acknowledgement keeps its Seq, and the receivers skip it.
+type message struct {
+	Region string `json:"region"`
+	Seq    int64  `json:"seq"`
+	// AtUS is when the sender claimed the outboxes (µs since the epoch,
+	// its clock): the receivers' lag is measured from it.
+	AtUS int64      `json:"at_us"`
+	Tags []tagBatch `json:"tags,omitempty"`
+}
+
+// tagBatch is one hash tag's claimed outbox.
+type tagBatch struct {
+	Tag    byte    `json:"tag"`
+	Debits []debit `json:"debits"`
+}
+
+// debit is one outbox field: the rule's def, the window and the state
+// key as check.lua writes them ("alg flags a b c window end key"), and
+// the units admitted.
+type debit struct {
+	Field []byte `json:"f"`
+	Units int64  `json:"u"`
+}
+
+// Config configures an Exchanger.
+type Config struct {
+	Region region.Config
+	// Prefix starts the limiter state keys (TOLLGATE_KEY_PREFIX), and so
+	// the outboxes beside them.
+	Prefix string
+	Log    *slog.Logger
+}
+
+// Exchanger is a region's side of the exchange: every exchange interval
+// it claims the region's outboxes and publishes them on the region's
+// stream, and it applies the other regions' messages to the region's
+// states as debits, exactly once. Run one per region (`admin worker`).
+type Exchanger struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	metrics *Metrics
+	log     *slog.Logger
+
+	publish *backoff.Monitor
+	mu      sync.Mutex
+	// lastSeen is when a message of each other region last arrived.
+	lastSeen map[string]time.Time
+	sources  map[string]*backoff.Monitor
+}
+
+// New returns the exchanger of cfg.Region on rdb (the region's Redis)
+// and nc (its NATS server).
+func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, error) {
+	if !cfg.Region.Enabled() {
+		return nil, errors.New("exchange: TOLLGATE_REGION is not set")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
+		lastSeen: map[string]time.Time{}, sources: map[string]*backoff.Monitor{}}
+	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
+	for _, name := range cfg.Region.Names {
+		if name != cfg.Region.Name {
+			x.sources[name] = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange",
+				Dependency: "region " + name + "'s admissions", Log: cfg.Log})
+			x.metrics.up.WithLabelValues(name).Set(0)
+		}
+	}
+	return x, nil
+}
+
+// Metrics returns the exchanger's metrics, to register.
+func (x *Exchanger) Metrics() *Metrics { return x.metrics }
+
+// Run exchanges until ctx ends: it makes the region's stream (retrying
+// until the NATS servers can place it), then sends every exchange
+// interval and receives from every other region. It returns nil when ctx
+// ends.
+func (x *Exchanger) Run(ctx context.Context) error {
+	if err := x.setup(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for name := range x.sources {
+		wg.Go(func() { x.receive(ctx, name) })
+	}
+	wg.Go(func() { x.watch(ctx) })
+	x.sendLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// setup makes the region's stream, placed on the region's NATS servers
+// (server_tags "region:<name>"), and loads the scripts.
+func (x *Exchanger) setup(ctx context.Context) error {
+	name := x.cfg.Region.Name
+	b := backoff.New(backoff.Policy{})
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS JetStream (making stream " + Stream(name) + ")", Log: x.log})
+	for {
+		err := x.makeStream(ctx)
+		if err == nil {
+			mon.Success()
+			break
+		}
+		mon.Failure(err)
+		if b.Wait(ctx) != nil {
+			return nil
+		}
+	}
+	for _, s := range []*redis.Script{claimScript, applyScript} {
+		if err := s.Load(ctx, x.rdb).Err(); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("exchange: load script: %w", err)
+		}
+	}
+	x.log.Info("region exchange running", "region", name, "regions", strings.Join(x.cfg.Region.Names, ","),
+		"interval", x.cfg.Region.ExchangeInterval)
+	return nil
+}
+
+func (x *Exchanger) makeStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	name := x.cfg.Region.Name
+	_, err := x.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: Stream(name), Subjects: []string{Subject(name)},
+		Storage: jetstream.FileStorage, MaxAge: Retention, Duplicates: 2 * time.Minute,
+		Placement: &jetstream.Placement{Tags: []string{"region:" + name}}})
+	return err
+}
+
+// sendLoop sends every exchange interval until ctx ends.
+func (x *Exchanger) sendLoop(ctx context.Context) {
+	tick := time.NewTicker(x.cfg.Region.ExchangeInterval)
+	defer tick.Stop()
+	var lastSent time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sent, err := x.send(ctx, time.Since(lastSent) >= Heartbeat)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			x.publish.Failure(err)
+			continue
+		}
+		x.publish.Success()
+		if sent {
+			lastSent = time.Now()
+		}
+	}
+}
+
+// send claims every outbox and publishes what it claimed, older claims
+// (a failed publish's) first, each under its sequence; with nothing to
+// send it publishes an empty message when heartbeat is set. It reports
+// whether it published.
+func (x *Exchanger) send(ctx context.Context, heartbeat bool) (bool, error) {
+	prefix := x.cfg.Prefix
+	seq, err := x.rdb.Incr(ctx, prefix+"regions:seq").Result()
+	if err != nil {
+		return false, fmt.Errorf("exchange: sequence: %w", err)
+	}
+	tags := statekey.Tags()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(tags))
+	for i, tag := range tags {
+		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag)}, seq)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			_ = claimScript.Load(ctx, x.rdb).Err()
+			_ = applyScript.Load(ctx, x.rdb).Err()
+		}
+		return false, fmt.Errorf("exchange: claim: %w", err)
+	}
+	bySeq := map[int64][]tagBatch{}
+	for i, cmd := range cmds {
+		vals, _ := cmd.Slice()
+		if len(vals) == 0 {
+			continue
+		}
+		var tb tagBatch
+		tb.Tag = tags[i]
+		var at int64
+		for j := 0; j+1 < len(vals); j += 2 {
+			f, _ := vals[j].(string)
+			v, _ := vals[j+1].(string)
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if f == "#" {
+				at = n
+				continue
+			}
+			tb.Debits = append(tb.Debits, debit{Field: []byte(f), Units: n})
+		}
+		bySeq[at] = append(bySeq[at], tb)
+	}
+	seqs := make([]int64, 0, len(bySeq))
+	for s := range bySeq {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	if len(seqs) == 0 {
+		if !heartbeat {
+			return false, nil
+		}
+		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro()})
+	}
+	for _, s := range seqs {
+		batches := bySeq[s]
+		if err := x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}); err != nil {
+			return false, err
+		}
+		keys := make([]string, len(batches))
+		for i, tb := range batches {
+			keys[i] = statekey.ClaimedKey(prefix, tb.Tag)
+		}
+		// One DEL per key: on a Cluster the claimed outboxes live in
+		// different slots.
+		pipe := x.rdb.Pipeline()
+		for _, k := range keys {
+			pipe.Del(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
+		}
+	}
+	return true, nil
+}
+
+// publishOne publishes m on the region's stream and waits for its
+// acknowledgement; its message ID makes a publication of the same
+// sequence again one message.
+func (x *Exchanger) publishOne(ctx context.Context, m message) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = x.js.Publish(ctx, Subject(m.Region), body, jetstream.WithMsgID(m.Region+"-"+strconv.FormatInt(m.Seq, 10)))
+	if err != nil {
+		return fmt.Errorf("exchange: publish %s seq %d: %w", m.Region, m.Seq, err)
+	}
+	return nil
+}
+
+// receive applies region source's messages, in their order, until ctx
+// ends, through a durable consumer of source's stream named after this
+// region (it resumes after a restart or a partition where it stopped).
+func (x *Exchanger) receive(ctx context.Context, source string) {
+	b := backoff.New(backoff.Policy{Max: time.Second})
+	var cons jetstream.Consumer
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := x.consumer(ctx, source)
+			if err != nil {
+				x.sources[source].Failure(err)
+				_ = b.Wait(ctx)
+				continue
+			}
+			cons = c
+		}
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			x.sources[source].Failure(err)
+			_ = b.Wait(ctx)
+			continue
+		}
+		for msg := range batch.Messages() {
+			if err := x.applyMsg(ctx, source, msg.Data()); err != nil {
+				x.log.Warn("region exchange: cannot apply a message; it will be redelivered", "source", source, "err", err)
+				_ = msg.Nak()
+				continue
+			}
+			_ = msg.Ack()
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			x.sources[source].Failure(err)
+			_ = b.Wait(ctx)
+			continue
+		}
+		b.Reset()
+	}
+}
+
+func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return x.js.CreateOrUpdateConsumer(ctx, Stream(source), jetstream.ConsumerConfig{
+		Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000})
+}
+
+// applyMsg applies one message of source: one apply.lua call per hash
+// tag, in one pipeline.
+func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) error {
+	var m message
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	if m.Region != source {
+		return fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
+	}
+	if len(m.Tags) > 0 {
+		pipe := x.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, 0, len(m.Tags))
+		for _, tb := range m.Tags {
+			keys := make([]string, 1, 1+len(tb.Debits))
+			keys[0] = statekey.AppliedKey(x.cfg.Prefix, tb.Tag)
+			args := make([]any, 2, 2+2*len(tb.Debits))
+			args[0], args[1] = source, m.Seq
+			for _, d := range tb.Debits {
+				def, key, ok := splitField(d.Field)
+				if !ok {
+					return fmt.Errorf("a debit of seq %d names no state: %q", m.Seq, d.Field)
+				}
+				keys = append(keys, key)
+				args = append(args, def, d.Units)
+			}
+			cmds = append(cmds, applyScript.EvalSha(ctx, pipe, keys, args...))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			if strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				_ = applyScript.Load(ctx, x.rdb).Err()
+			}
+			return fmt.Errorf("apply seq %d: %w", m.Seq, err)
+		}
+		var units int64
+		for _, c := range cmds {
+			if n, _ := c.Int64(); n > 0 {
+				units += n
+			}
+		}
+		x.metrics.debits.WithLabelValues(source).Add(float64(units))
+	}
+	x.mu.Lock()
+	x.lastSeen[source] = time.Now()
+	x.mu.Unlock()
+	x.metrics.lag.WithLabelValues(source).Set(max(0, time.Since(time.UnixMicro(m.AtUS)).Seconds()))
+	x.metrics.up.WithLabelValues(source).Set(1)
+	x.sources[source].Success()
+	return nil
+}
+
+// splitField cuts an outbox field after its seven numbers: the def and
+// window ("alg flags a b c window end") and the state key.
+func splitField(f []byte) (def, key string, ok bool) {
+	at := 0
+	for range 7 {
+		i := bytes.IndexByte(f[at:], ' ')
+		if i < 0 {
+			return "", "", false
+		}
+		at += i + 1
+	}
+	return string(f[:at-1]), string(f[at:]), at < len(f)
+}
+
+// watch marks a region down when three heartbeats pass without a
+// message of it, and logs it (once, every 10 s while it lasts, and when
+// it ends: the Monitor's lines).
+func (x *Exchanger) watch(ctx context.Context) {
+	tick := time.NewTicker(Heartbeat / 2)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		x.mu.Lock()
+		for source, mon := range x.sources {
+			seen := x.lastSeen[source]
+			if seen.IsZero() {
+				seen = start
+			}
+			if silent := time.Since(seen); silent > 3*Heartbeat {
+				x.metrics.up.WithLabelValues(source).Set(0)
+				mon.Failure(fmt.Errorf("no message from region %s for %v: it keeps deciding on its own, within the bound of docs/regions.md", source, silent.Round(time.Millisecond)))
+			}
+		}
+		x.mu.Unlock()
+	}
+}

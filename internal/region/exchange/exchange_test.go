@@ -1,0 +1,174 @@
+package exchange
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/region"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+const prefix = "tg:"
+
+// exchangeRegion is one region of TestExchange: its Redis, its store and
+// its exchanger, which the test may stop and start again.
+type exchangeRegion struct {
+	name   string
+	rdb    *redis.Client
+	store  *redisstore.Store
+	cfg    region.Config
+	stop   func()
+	logOut *testenv.LogBuffer
+}
+
+func (r *exchangeRegion) start(t *testing.T) {
+	t.Helper()
+	nc, err := Dial(r.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	x, err := New(r.rdb, nc, Config{Region: r.cfg, Prefix: prefix, Log: slog.New(slog.NewTextHandler(io.MultiWriter(r.logOut), nil))})
+	testenv.Must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = x.Run(ctx) }()
+	r.stop = func() { cancel(); <-done; nc.Close() }
+}
+
+// startExchange starts the bed and an exchanger per region.
+func startExchange(t *testing.T, delay time.Duration) (*testenv.Regions, map[string]*exchangeRegion) {
+	t.Helper()
+	names := []string{"us", "eu", "ap"}
+	bed := testenv.StartRegions(t, delay, names...)
+	regions := map[string]*exchangeRegion{}
+	for _, br := range bed.Regions {
+		rdb := redis.NewClient(&redis.Options{Addr: br.Redis.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		r := &exchangeRegion{name: br.Name, rdb: rdb, store: redisstore.New(rdb), logOut: &testenv.LogBuffer{},
+			cfg: region.Config{Name: br.Name, Names: names, NATSURL: br.NATSURL, ExchangeInterval: 50 * time.Millisecond}}
+		r.start(t)
+		t.Cleanup(func() {
+			r.stop()
+			if t.Failed() {
+				t.Logf("exchanger %s:\n%s", r.name, r.logOut.String())
+			}
+		})
+		regions[br.Name] = r
+	}
+	return bed, regions
+}
+
+// count returns the units a fixed window's state counts now.
+func count(t *testing.T, r *exchangeRegion, key string) int64 {
+	t.Helper()
+	n, err := r.rdb.HGet(context.Background(), key, "count").Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	testenv.Must(t, err)
+	return n
+}
+
+// TestExchange: admissions on a global_shared rule in each region reach
+// the others' states exactly once — through a restart of an exchanger
+// that published but had not cleared its claim, and through a partition
+// (the cut-off region keeps deciding, and its admissions and the others'
+// arrive once it is back).
+func TestExchange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions")
+	}
+	bed, regions := startExchange(t, 20*time.Millisecond)
+	ctx := context.Background()
+	tag := byte('a')
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, []byte("tenat"), nil))
+	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
+	admit := func(r *exchangeRegion, n int) {
+		t.Helper()
+		for range n {
+			o, err := r.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: 1})
+			testenv.Must(t, err)
+			if !o.Admitted {
+				t.Fatalf("%s: denied", r.name)
+			}
+		}
+	}
+	converged := func(want int64, within time.Duration) {
+		t.Helper()
+		testenv.Eventually(t, time.Now(), within, fmt.Sprintf("every region counting %d", want), func() (bool, string) {
+			got := map[string]int64{}
+			done := true
+			for name, r := range regions {
+				got[name] = count(t, r, key)
+				done = done && got[name] == want
+			}
+			return done, fmt.Sprint(got)
+		})
+	}
+	var wg sync.WaitGroup
+	for _, r := range regions {
+		wg.Go(func() { admit(r, 40) })
+	}
+	wg.Wait()
+	converged(120, 20*time.Second)
+
+	// A claim published again after its acknowledgement (a crash
+	// between the publication and the clearing of the claim; a
+	// redelivery) is applied once: the receivers skip its sequence.
+	us := regions["us"]
+	us.stop()
+	admit(us, 5)
+	testenv.Must(t, us.rdb.Rename(ctx, statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag)).Err())
+	seq, err := us.rdb.Incr(ctx, prefix+"regions:seq").Result()
+	testenv.Must(t, err)
+	claimed := statekey.ClaimedKey(prefix, tag)
+	testenv.Must(t, us.rdb.HSet(ctx, claimed, "#", seq).Err())
+	fields, err := us.rdb.HGetAll(ctx, claimed).Result()
+	testenv.Must(t, err)
+	us.start(t)
+	converged(125, 20*time.Second)
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	var again tagBatch
+	again.Tag = tag
+	for f, v := range fields {
+		if f != "#" {
+			again.Debits = append(again.Debits, debit{Field: []byte(f), Units: 5})
+			_ = v
+		}
+	}
+	body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: time.Now().UnixMicro(), Tags: []tagBatch{again}})
+	testenv.Must(t, err)
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	_, err = js.Publish(ctx, Subject("us"), body) // no message ID: JetStream keeps it
+	testenv.Must(t, err)
+	admit(us, 1)
+	converged(126, 20*time.Second)
+
+	// A partition: every side keeps deciding; after it heals, every
+	// region counts everything once.
+	bed.Partition("ap")
+	admit(regions["ap"], 7)
+	admit(regions["eu"], 3)
+	time.Sleep(500 * time.Millisecond) // the exchange runs meanwhile
+	if got := count(t, regions["ap"], key); got != 133 {
+		t.Errorf("ap during the partition: %d, want 133 (its own, not eu's)", got)
+	}
+	if got := count(t, regions["us"], key); got != 129 {
+		t.Errorf("us during the partition: %d, want 129 (eu's, not ap's)", got)
+	}
+	bed.Heal("ap")
+	converged(136, 30*time.Second)
+}

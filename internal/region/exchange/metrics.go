@@ -1,0 +1,27 @@
+package exchange
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the exchanger's metrics, labelled by the source region.
+type Metrics struct {
+	lag    *prometheus.GaugeVec
+	up     *prometheus.GaugeVec
+	debits *prometheus.CounterVec
+}
+
+// NewMetrics returns the metrics, unregistered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_exchange_lag_seconds",
+			Help: "Age of the newest message applied from each other region when it was applied (from its claim in that region to its debits here)."}, []string{"source"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_exchange_up",
+			Help: "1 while each other region's messages arrive, 0 after three heartbeats without one (the region keeps deciding within its partition bound)."}, []string{"source"}),
+		debits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_region_debits_applied_total",
+			Help: "Units admitted in each other region applied here as debits, each message once."}, []string{"source"}),
+	}
+}
+
+// Register registers the metrics on reg.
+func (m *Metrics) Register(reg prometheus.Registerer) {
+	reg.MustRegister(m.lag, m.up, m.debits)
+}

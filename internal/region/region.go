@@ -1,0 +1,160 @@
+// Package region holds a deployment's regions: which region a process
+// serves, the list of every region, and the exchange's settings
+// (docs/regions.md). It reads them from TOLLGATE_REGION* settings and
+// links nothing but the standard library and internal/config, so the
+// check server may read it without linking the exchange's transport,
+// which lives in region/exchange and runs in the admin worker.
+package region
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/config"
+)
+
+// Scope says which consistency a rule gets across regions.
+type Scope string
+
+// Scopes. The zero value is Regional.
+const (
+	// Regional: each region enforces the rule on its own (the default).
+	Regional Scope = "regional"
+	// GlobalShared: each region decides on its own count plus the other
+	// regions' last known admissions, exchanged every interval.
+	GlobalShared Scope = "global_shared"
+	// GlobalSplit: the limit is divided into regional allotments that
+	// never sum to more than the limit.
+	GlobalSplit Scope = "global_split"
+)
+
+// Scopes lists every scope in the order the console offers them.
+var Scopes = []Scope{Regional, GlobalShared, GlobalSplit}
+
+// Global reports whether s is exchanged between regions.
+func (s Scope) Global() bool { return s == GlobalShared || s == GlobalSplit }
+
+// Config is a process's region settings. The zero value is a deployment
+// of one region: nothing is exchanged and every rule is regional.
+type Config struct {
+	// Name is this process's region (TOLLGATE_REGION); "" for a
+	// deployment of one region.
+	Name string
+	// Names lists every region (TOLLGATE_REGIONS), the same everywhere,
+	// Name among them.
+	Names []string
+	// NATSURL is the region's NATS server (TOLLGATE_REGION_NATS_URL),
+	// which only the exchanger dials.
+	NATSURL string
+	// ExchangeInterval is E, how often each region's admissions on
+	// global rules are sent to the others (default 100 ms).
+	ExchangeInterval time.Duration
+	// RebalanceInterval is how often split allotments follow demand
+	// (default 1 s).
+	RebalanceInterval time.Duration
+}
+
+// Defaults of the intervals.
+const (
+	DefaultExchangeInterval  = 100 * time.Millisecond
+	DefaultRebalanceInterval = time.Second
+)
+
+// Enabled reports whether the deployment has regions.
+func (c Config) Enabled() bool { return c.Name != "" }
+
+// Index returns the position of name in Names, or -1.
+func (c Config) Index(name string) int { return slices.Index(c.Names, name) }
+
+var regionName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// Read reads TOLLGATE_REGION, TOLLGATE_REGIONS, TOLLGATE_REGION_NATS_URL,
+// TOLLGATE_REGION_EXCHANGE_INTERVAL and TOLLGATE_REGION_REBALANCE_INTERVAL
+// through e, recording a problem naming the setting for: a region unset
+// while the others are set, a list missing or of bad or repeated names,
+// a region not in the list, a NATS URL missing where needNATS (the
+// exchanger needs it; the check server does not), or intervals not
+// positive. With TOLLGATE_REGION unset and nothing else set it returns
+// the zero Config.
+func Read(e *config.Env, needNATS bool) Config {
+	c := Config{
+		Name:              e.String("TOLLGATE_REGION", ""),
+		Names:             e.List("TOLLGATE_REGIONS"),
+		NATSURL:           e.String("TOLLGATE_REGION_NATS_URL", ""),
+		ExchangeInterval:  e.Duration("TOLLGATE_REGION_EXCHANGE_INTERVAL", DefaultExchangeInterval),
+		RebalanceInterval: e.Duration("TOLLGATE_REGION_REBALANCE_INTERVAL", DefaultRebalanceInterval),
+	}
+	if c.Name == "" {
+		if len(c.Names) > 0 || c.NATSURL != "" {
+			e.Fail("TOLLGATE_REGION", "must name this process's region (one of TOLLGATE_REGIONS) when TOLLGATE_REGIONS or TOLLGATE_REGION_NATS_URL is set")
+		}
+		return Config{}
+	}
+	if len(c.Names) == 0 {
+		e.Fail("TOLLGATE_REGIONS", fmt.Sprintf("must list every region (comma-separated, the same list everywhere) when TOLLGATE_REGION is set (%q)", c.Name))
+		return c
+	}
+	for i, n := range c.Names {
+		switch {
+		case !regionName.MatchString(n):
+			e.Fail("TOLLGATE_REGIONS", fmt.Sprintf("%q: a region's name is 1–32 lower-case letters, digits or '-', starting with a letter or digit", n))
+		case slices.Index(c.Names, n) != i:
+			e.Fail("TOLLGATE_REGIONS", fmt.Sprintf("%q is listed twice", n))
+		}
+	}
+	if c.Index(c.Name) < 0 {
+		e.Fail("TOLLGATE_REGION", fmt.Sprintf("%q is not a region of TOLLGATE_REGIONS (%s)", c.Name, strings.Join(c.Names, ", ")))
+	}
+	if needNATS && c.NATSURL == "" {
+		e.Fail("TOLLGATE_REGION_NATS_URL", fmt.Sprintf("must name region %s's NATS server (e.g. nats://127.0.0.1:4222) when TOLLGATE_REGION is set", c.Name))
+	}
+	return c
+}
+
+// ValidateScope records under field a problem with a rule's scope s on
+// this deployment: an unknown scope, or a global one on a deployment
+// without regions. "" is Regional.
+func (c Config) ValidateScope(field string, s Scope, f map[string]string) {
+	switch s {
+	case "", Regional:
+	case GlobalShared, GlobalSplit:
+		if !c.Enabled() {
+			f[field] = fmt.Sprintf("%s needs a deployment of several regions (TOLLGATE_REGION and TOLLGATE_REGIONS are not set): use regional or leave it out", s)
+		}
+	default:
+		f[field] = "must be regional, global_shared or global_split"
+	}
+}
+
+// Allotment returns this region's part of a global_split rule's limit
+// and burst: the limit divided equally, the remainder going one unit each
+// to the first regions of Names, and the burst in the same proportion
+// (at least 1 while the allotment is). The allotments of every region
+// sum to the limit, so the regions together never admit more than it.
+// Outside a deployment of regions it returns limit and burst.
+func (c Config) Allotment(limit, burst int64) (int64, int64) {
+	n := int64(len(c.Names))
+	i := int64(c.Index(c.Name))
+	if !c.Enabled() || n == 0 || i < 0 {
+		return limit, burst
+	}
+	share := limit / n
+	if i < limit%n {
+		share++
+	}
+	if limit == 0 { // a one-time allowance: the burst is what is split
+		b := burst / n
+		if i < burst%n {
+			b++
+		}
+		return 0, b
+	}
+	b := burst * share / limit
+	if b < 1 && share > 0 {
+		b = 1
+	}
+	return share, b
+}

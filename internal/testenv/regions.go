@@ -1,0 +1,241 @@
+package testenv
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Regions is a test bed of regions on loopback (docs/regions.md, "The
+// test bed"): per region a redis-server and a NATS server with
+// JetStream, the NATS servers one cluster whose routes all pass through
+// toxiproxy, which adds the delay between regions and cuts a region off
+// on demand. Each program is built from its Go module (go.mod's tool
+// dependencies) into a temporary directory, started on free ports with
+// its data in the test's temporary directory, and stopped by its PID
+// when the test ends. Nothing leaves loopback.
+type Regions struct {
+	t       testing.TB
+	toxi    string // toxiproxy's API, http://127.0.0.1:port
+	Regions []*Region
+}
+
+// Region is one region of the bed.
+type Region struct {
+	Name  string
+	Redis *RedisServer
+	// NATSURL is the region's NATS server, for its clients
+	// (TOLLGATE_REGION_NATS_URL).
+	NATSURL string
+	// NATS is the NATS server's process.
+	NATS *Process
+	// proxies are the names of the toxiproxy proxies of the routes from
+	// and to the region.
+	proxies []string
+}
+
+// natsBuild and toxiproxyBuild build each program once per test binary.
+var natsBuild, toxiproxyBuild toolBuild
+
+type toolBuild struct {
+	sync.Mutex
+	path string
+}
+
+// binary builds pkg (a tool dependency of go.mod) into a directory of
+// the system's temporary directory named after it and version, once per
+// test binary (go's build cache makes later builds quick), and returns
+// its path.
+func (b *toolBuild) binary(t testing.TB, pkg, name, version string) string {
+	t.Helper()
+	b.Lock()
+	defer b.Unlock()
+	if b.path != "" {
+		return b.path
+	}
+	dir := filepath.Join(os.TempDir(), "tollgate-"+name+"-"+version)
+	Must(t, os.MkdirAll(dir, 0o755))
+	tmp, err := os.CreateTemp(dir, "build-*")
+	Must(t, err)
+	tmp.Close()
+	out, err := exec.Command("go", "build", "-o", tmp.Name(), pkg).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp.Name())
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	path := filepath.Join(dir, name)
+	Must(t, os.Rename(tmp.Name(), path))
+	b.path = path
+	return path
+}
+
+// The tool dependencies' versions (go.mod).
+const (
+	natsVersion      = "v2.15.3"
+	toxiproxyVersion = "v2.5.0"
+)
+
+// StartRegions starts a region for each name, their NATS servers joined
+// in one cluster through toxiproxy with delay of one-way latency on
+// every route (0: none). It skips the test when redis-server is missing.
+func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	natsBin := natsBuild.binary(t, "github.com/nats-io/nats-server/v2", "nats-server", natsVersion)
+	toxiBin := toxiproxyBuild.binary(t, "github.com/Shopify/toxiproxy/v2/cmd/server", "toxiproxy", toxiproxyVersion)
+
+	b := &Regions{t: t}
+	toxiPort := FreePort(t)
+	b.toxi = "http://127.0.0.1:" + strconv.Itoa(toxiPort)
+	StartProcess(t, "toxiproxy", exec.Command(toxiBin, "-host", "127.0.0.1", "-port", strconv.Itoa(toxiPort)),
+		syscall.SIGTERM, 5*time.Second, nil)
+	WaitFor(t, 10*time.Second, "toxiproxy's API", func() bool {
+		resp, err := http.Get(b.toxi + "/version")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+
+	clusterPort := map[string]int{}
+	for _, n := range names {
+		clusterPort[n] = FreePort(t)
+	}
+	for _, n := range names {
+		r := &Region{Name: n, Redis: StartRedisServer(t)}
+		var routes []string
+		for _, other := range names {
+			if other == n {
+				continue
+			}
+			// n's route to other: n dials the proxy, which dials other.
+			name := n + "-" + other
+			listen := FreeAddr(t)
+			b.api("POST", "/proxies", map[string]any{"name": name, "listen": listen,
+				"upstream": "127.0.0.1:" + strconv.Itoa(clusterPort[other]), "enabled": true})
+			routes = append(routes, "nats-route://"+listen)
+			r.proxies = append(r.proxies, name, other+"-"+n)
+		}
+		dir := t.TempDir()
+		port := FreePort(t)
+		conf := fmt.Sprintf(`server_name: %[1]s
+listen: 127.0.0.1:%[2]d
+server_tags: ["region:%[1]s"]
+jetstream { store_dir: %[3]q, max_memory_store: 64MB, max_file_store: 512MB }
+cluster {
+  name: tollgate
+  listen: 127.0.0.1:%[4]d
+  no_advertise: true
+  pool_size: -1
+  routes: [%[5]s]
+}
+`, n, port, filepath.Join(dir, "jetstream"), clusterPort[n], strings.Join(routes, ", "))
+		path := filepath.Join(dir, "nats.conf")
+		Must(t, os.WriteFile(path, []byte(conf), 0o644))
+		r.NATS = StartProcess(t, "nats-server "+n, exec.Command(natsBin, "-c", path), syscall.SIGTERM, 10*time.Second, nil)
+		r.NATSURL = "nats://127.0.0.1:" + strconv.Itoa(port)
+		b.Regions = append(b.Regions, r)
+	}
+	for _, r := range b.Regions {
+		WaitFor(t, 20*time.Second, "nats-server "+r.Name+" listening", func() bool {
+			c, err := net.DialTimeout("tcp", strings.TrimPrefix(r.NATSURL, "nats://"), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+	}
+	if delay > 0 {
+		b.SetDelay(delay)
+	}
+	return b
+}
+
+// Region returns the region named name.
+func (b *Regions) Region(name string) *Region {
+	for _, r := range b.Regions {
+		if r.Name == name {
+			return r
+		}
+	}
+	b.t.Fatalf("no region %s", name)
+	return nil
+}
+
+// SetDelay makes every route between regions take d one way, in both
+// directions (0: none).
+func (b *Regions) SetDelay(d time.Duration) {
+	b.t.Helper()
+	for _, r := range b.Regions {
+		for _, p := range r.proxies {
+			if !strings.HasPrefix(p, r.Name+"-") {
+				continue // the other region's side sets it
+			}
+			for _, stream := range []string{"upstream", "downstream"} {
+				name := "delay_" + stream
+				b.apiAllow("DELETE", "/proxies/"+p+"/toxics/"+name, nil, http.StatusNotFound)
+				if d > 0 {
+					b.api("POST", "/proxies/"+p+"/toxics", map[string]any{"name": name, "type": "latency",
+						"stream": stream, "attributes": map[string]any{"latency": d.Milliseconds()}})
+				}
+			}
+		}
+	}
+}
+
+// Partition cuts region name off the others: its routes close and no
+// new one opens until Heal.
+func (b *Regions) Partition(name string) { b.setEnabled(name, false) }
+
+// Heal joins region name to the others again.
+func (b *Regions) Heal(name string) { b.setEnabled(name, true) }
+
+func (b *Regions) setEnabled(name string, enabled bool) {
+	b.t.Helper()
+	for _, p := range b.Region(name).proxies {
+		b.api("POST", "/proxies/"+p, map[string]any{"enabled": enabled})
+	}
+}
+
+// api calls toxiproxy's API, failing the test unless it answers 2xx.
+func (b *Regions) api(method, path string, body any) {
+	b.t.Helper()
+	b.apiAllow(method, path, body)
+}
+
+// apiAllow is api, also accepting the statuses allowed.
+func (b *Regions) apiAllow(method, path string, body any, allowed ...int) {
+	b.t.Helper()
+	var buf bytes.Buffer
+	if body != nil {
+		Must(b.t, json.NewEncoder(&buf).Encode(body))
+	}
+	req, err := http.NewRequest(method, b.toxi+path, &buf)
+	Must(b.t, err)
+	resp, err := http.DefaultClient.Do(req)
+	Must(b.t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		for _, s := range allowed {
+			if resp.StatusCode == s {
+				return
+			}
+		}
+		var msg bytes.Buffer
+		_, _ = msg.ReadFrom(resp.Body)
+		b.t.Fatalf("toxiproxy %s %s: %s %s", method, path, resp.Status, msg.String())
+	}
+}

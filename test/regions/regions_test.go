@@ -1,0 +1,446 @@
+// Package regions runs the scenarios of docs/regions.md on the test bed:
+// three regions on loopback (each its own redis-server, NATS server with
+// JetStream, check API and admin worker with its exchanger), one
+// Postgres, 50 ms one-way between regions through toxiproxy. It prints
+// the figures docs/benchmarks.md records ("Regions").
+package regions
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/region"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+)
+
+func TestMain(m *testing.M) { admintest.Main(m) }
+
+var names = []string{"us", "eu", "ap"}
+
+const (
+	delay    = 50 * time.Millisecond  // one way between regions
+	interval = 100 * time.Millisecond // E, the exchange interval
+	minute   = 1000                   // the hammered rules' limit a minute
+	daily    = 600                    // the partitioned rule's limit a day
+)
+
+// bed is the running deployment.
+type bed struct {
+	t     *testing.T
+	net   *testenv.Regions
+	token string
+	key   string
+	// planID and tenant name the states: count reads them.
+	planID int64
+	tenant string
+	apis   map[string]string // region → check API address
+	single string            // a check API of a deployment of one region
+	stats  map[string]string // region → worker metrics address
+	client *http.Client
+}
+
+func start(t *testing.T) *bed {
+	t.Helper()
+	dbURL := testenv.DatabaseURL(t)
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, dbURL)
+	testenv.Must(t, err)
+	t.Cleanup(db.Close)
+	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
+	b := &bed{t: t, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
+	b.seed(ctx, db)
+	for _, r := range b.net.Regions {
+		env := []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(), "TOLLGATE_SECRET_KEY=" + testenv.SecretKey,
+			"TOLLGATE_REGION=" + r.Name, "TOLLGATE_REGIONS=" + strings.Join(names, ","), "TOLLGATE_LOG_LEVEL=warn"}
+		b.stats[r.Name] = testenv.FreeAddr(t)
+		worker := exec.Command(admin, "worker", "--metrics-addr", b.stats[r.Name])
+		worker.Env = append(env, "TOLLGATE_REGION_NATS_URL="+r.NATSURL, "TOLLGATE_REGION_EXCHANGE_INTERVAL="+interval.String(),
+			"TOLLGATE_USAGE_CONSUMER=worker-"+r.Name)
+		testenv.StartProcess(t, "worker "+r.Name, worker, syscall.SIGTERM, 10*time.Second, nil)
+		b.apis[r.Name] = b.startAPI(api, env)
+		if r.Name == "us" {
+			// The same region's Redis, without regions: the baseline of
+			// a check's latency.
+			b.single = b.startAPI(api, []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(),
+				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn"})
+		}
+	}
+	for _, name := range names {
+		testenv.WaitFor(t, 60*time.Second, "the exchange of "+name+" with every region", func() bool {
+			up, err := scrape(b.stats[name], "tollgate_region_exchange_up")
+			return err == nil && up == float64(len(names)-1)
+		})
+	}
+	return b
+}
+
+func (b *bed) startAPI(bin string, env []string) string {
+	addr := testenv.FreeAddr(b.t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_SNAPSHOT_RELOAD=1h")
+	testenv.StartProcess(b.t, "api "+addr, cmd, syscall.SIGTERM, 10*time.Second, nil)
+	testenv.WaitFor(b.t, 60*time.Second, "api "+addr+" ready", func() bool {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == http.StatusOK
+	})
+	return addr
+}
+
+// seed stores the plan: per resource one rule, each scoped per tenant.
+func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
+	rule := func(name, resource string, alg limiter.Algorithm, limit, period int64, scope region.Scope) plans.Rule {
+		return plans.Rule{Name: name, Resource: resource, Algorithm: alg, Limit: limit, PeriodUS: period,
+			Scope: plans.ScopeTenant, RegionScope: scope}
+	}
+	ops := plans.NewOps(db).InRegions(region.Config{Name: names[0], Names: names})
+	p, err := ops.Create(ctx, audit.CLI, plans.PlanInput{Name: "global", Rules: []plans.Rule{
+		rule("shared", "GET /shared", limiter.FixedWindow, minute, limiter.MinuteUS, region.GlobalShared),
+		rule("split", "GET /split", limiter.FixedWindow, minute, limiter.MinuteUS, region.GlobalSplit),
+		rule("daily", "GET /daily", limiter.FixedWindow, daily, limiter.DayUS, region.GlobalShared),
+		rule("latency", "GET /latency", limiter.GCRA, 1_000_000, limiter.SecondUS, region.GlobalShared),
+	}})
+	testenv.Must(b.t, err)
+	tn := fixture.Tenant(b.t, db, "acme", p.ID)
+	b.planID, b.tenant = p.ID, tn.ID
+	b.key, _ = fixture.Key(b.t, db, tn.ID, "k")
+	b.token, _, err = auth.NewStore(db).WithSecretKeys(testkeys.SecretKeys(b.t)).IssueServiceToken(ctx, "regions", 0)
+	testenv.Must(b.t, err)
+}
+
+// answer is what the test reads of a check's answer.
+type answer struct {
+	Allowed   bool  `json:"allowed"`
+	Remaining int64 `json:"remaining"`
+	Limit     int64 `json:"limit"`
+}
+
+// check sends one check to the API at addr.
+func (b *bed) check(addr, resource string, cost int) (answer, time.Duration, error) {
+	body, _ := json.Marshal(map[string]any{"key": b.key, "resource": resource, "cost": cost})
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	res, err := b.client.Do(req)
+	took := time.Since(start)
+	if err != nil {
+		return answer{}, took, err
+	}
+	defer res.Body.Close()
+	var a answer
+	if res.StatusCode != http.StatusOK {
+		return a, took, fmt.Errorf("check %s: %s", resource, res.Status)
+	}
+	return a, took, json.NewDecoder(res.Body).Decode(&a)
+}
+
+// count reads the count of region name's state of the fixed window
+// rule (its current window), from the region's Redis.
+func (b *bed) count(name, rule string) int64 {
+	tag, short := statekey.Compact(b.tenant)
+	key := statekey.AppendKey(nil, "tg:", tag, statekey.RuleID(b.planID, rule, limiter.FixedWindow, 0), short[:], nil)
+	rdb := redis.NewClient(&redis.Options{Addr: b.net.Region(name).Redis.Addr()})
+	defer rdb.Close()
+	n, err := rdb.HGet(context.Background(), string(key), "count").Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	testenv.Must(b.t, err)
+	return n
+}
+
+// load offers rate checks a second of resource to addr for d, and
+// returns when each admitted one was answered and every latency.
+func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted []time.Time, latencies []time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	every := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; time.Duration(i)*every < d; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		wg.Go(func() {
+			a, took, err := b.check(addr, resource, 1)
+			if err != nil {
+				b.t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			latencies = append(latencies, took)
+			if a.Allowed {
+				admitted = append(admitted, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	return admitted, latencies
+}
+
+// mostWithin returns the most admissions of times within any span of w.
+func mostWithin(times []time.Time, w time.Duration) int64 {
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	most, from := 0, 0
+	for i, t := range times {
+		for t.Sub(times[from]) > w {
+			from++
+		}
+		most = max(most, i-from+1)
+	}
+	return int64(most)
+}
+
+// lag returns the largest exchange lag any worker reports now.
+func (b *bed) lag() time.Duration {
+	var most float64
+	for _, addr := range b.stats {
+		v, err := scrapeMax(addr, "tollgate_region_exchange_lag_seconds")
+		if err == nil {
+			most = max(most, v)
+		}
+	}
+	return time.Duration(most * float64(time.Second))
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	slices.Sort(d)
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+// TestRegions runs the scenarios in one deployment, one after the other.
+func TestRegions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions")
+	}
+	b := start(t)
+
+	// A check's latency in a region (a global_shared rule: check.lua and
+	// its outbox, the exchanger running) beside a deployment of one
+	// region on the same Redis (the same rule, regional there: the lean
+	// script), at the same offered rate, in turns so that both see the
+	// same machine; then the region's again while the other regions take
+	// the same load (on this one machine, they also take its CPU).
+	t.Run("latency", func(t *testing.T) {
+		const rate, d = 200, 2 * time.Second
+		var single, regional []time.Duration
+		for range 2 {
+			_, l := b.load(b.single, "GET /latency", rate, d)
+			single = append(single, l...)
+			_, l = b.load(b.apis["us"], "GET /latency", rate, d)
+			regional = append(regional, l...)
+		}
+		var wg sync.WaitGroup
+		var loaded []time.Duration
+		for _, name := range names {
+			wg.Go(func() {
+				_, l := b.load(b.apis[name], "GET /latency", rate, d)
+				if name == "us" {
+					loaded = l
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("figure latency at %d checks/s: one region p50 %v p99 %v; region us of three p50 %v p99 %v (%+.0f %%); with the other two regions under the same load on this machine p50 %v p99 %v",
+			rate, percentile(single, 0.5), percentile(single, 0.99), percentile(regional, 0.5), percentile(regional, 0.99),
+			100*(float64(percentile(regional, 0.99))/float64(percentile(single, 0.99))-1), percentile(loaded, 0.5), percentile(loaded, 0.99))
+	})
+
+	// global_shared and global_split rules of 1,000 a minute, offered
+	// 3,000 in one window from three regions.
+	t.Run("hammer", func(t *testing.T) {
+		if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 25*time.Second {
+			time.Sleep(left + 100*time.Millisecond) // the next window, from its start
+		}
+		const perRegion, d = 1000, 20 * time.Second // 3 × the limit in all
+		rate := int(perRegion / d.Seconds())
+		admitted := map[string]map[string][]time.Time{"GET /shared": {}, "GET /split": {}}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var maxLag time.Duration
+		done := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(200 * time.Millisecond):
+					maxLag = max(maxLag, b.lag())
+				}
+			}
+		}()
+		for _, name := range names {
+			for resource := range admitted {
+				wg.Go(func() {
+					a, _ := b.load(b.apis[name], resource, rate, d)
+					mu.Lock()
+					admitted[resource][name] = a
+					mu.Unlock()
+				})
+			}
+		}
+		wg.Wait()
+		close(done)
+		var shared, split int64
+		var bound int64
+		for _, name := range names {
+			shared += int64(len(admitted["GET /shared"][name]))
+			split += int64(len(admitted["GET /split"][name]))
+		}
+		// The bound of docs/regions.md for a fixed window, for the region
+		// i that admitted last: L + Σ_{j≠i} min(L, λ_j·(E+d)), with
+		// λ_j·(E+d) the most region j admitted within E + d, d the largest
+		// lag measured.
+		for _, i := range names {
+			var b int64 = minute
+			for _, j := range names {
+				if j != i {
+					b += min(minute, mostWithin(admitted["GET /shared"][j], interval+maxLag))
+				}
+			}
+			bound = max(bound, b)
+		}
+		t.Logf("figure hammer: global_shared admitted %d of %d offered (limit %d, bound %d with E %v, d ≤ %v: overshoot %d); global_split admitted %d (limit %d)",
+			shared, 3*perRegion, minute, bound, interval, maxLag.Round(time.Millisecond), shared-minute, split, minute)
+		if shared > bound {
+			t.Errorf("global_shared admitted %d, above the bound %d", shared, bound)
+		}
+		if split > minute {
+			t.Errorf("global_split admitted %d, above the limit %d", split, minute)
+		}
+		if shared < minute || split < minute-int64(len(names)) {
+			t.Errorf("admitted shared %d, split %d: fewer than the limit", shared, split)
+		}
+	})
+
+	// A 30-second partition of one region under load.
+	t.Run("partition", func(t *testing.T) {
+		if left := 24*time.Hour - time.Duration(time.Now().UnixNano())%(24*time.Hour); left < 2*time.Minute {
+			t.Skip("the daily window would end during the partition")
+		}
+		const rate = 20
+		var mu sync.Mutex
+		admitted := map[string]int64{}
+		times := map[string][]time.Time{}
+		var maxLag time.Duration
+		offer := func(d time.Duration) {
+			var wg sync.WaitGroup
+			for _, name := range names {
+				wg.Go(func() {
+					a, _ := b.load(b.apis[name], "GET /daily", rate, d)
+					mu.Lock()
+					admitted[name] += int64(len(a))
+					times[name] = append(times[name], a...)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			maxLag = max(maxLag, b.lag())
+		}
+		offer(4 * time.Second) // 240 of 600
+		before := admitted["us"] + admitted["eu"] + admitted["ap"]
+		b.net.Partition("ap")
+		cut := time.Now()
+		offer(30 * time.Second)
+		during := map[string]int64{}
+		for _, name := range names {
+			during[name] = b.count(name, "daily")
+		}
+		b.net.Heal("ap")
+		healed := time.Now()
+		total := admitted["us"] + admitted["eu"] + admitted["ap"]
+		var converged time.Duration
+		testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
+			got := map[string]int64{}
+			all := true
+			for _, name := range names {
+				got[name] = b.count(name, "daily")
+				all = all && got[name] == total
+			}
+			converged = time.Since(healed)
+			return all, fmt.Sprintf("%v, admitted %d", got, total)
+		})
+		// Each side decides on its own count and what it heard before
+		// the cut: ap alone at most the limit; us and eu, sharing, the
+		// limit and what the other admitted within E + d.
+		bounds := map[string]int64{"ap": daily,
+			"us": daily + min(daily, mostWithin(times["eu"], interval+maxLag)),
+			"eu": daily + min(daily, mostWithin(times["us"], interval+maxLag))}
+		apSide, otherSide := admitted["ap"], admitted["us"]+admitted["eu"]
+		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal (E %v, d ≤ %v)",
+			healed.Sub(cut).Round(time.Second), before, during["ap"], apSide, during["us"], during["eu"], bounds["us"], bounds["eu"], otherSide, total, daily, 2*daily,
+			converged.Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
+		if total > 2*daily {
+			t.Errorf("admitted %d in all, above the partition bound %d", total, 2*daily)
+		}
+		for side, bound := range bounds {
+			if during[side] > bound {
+				t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
+			}
+		}
+	})
+}
+
+// scrape returns the sum of the samples of /metrics at addr named name.
+func scrape(addr, name string) (float64, error) {
+	return scrapeWith(addr, name, func(a, b float64) float64 { return a + b })
+}
+
+// scrapeMax returns the largest sample.
+func scrapeMax(addr, name string) (float64, error) {
+	return scrapeWith(addr, name, func(a, b float64) float64 { return max(a, b) })
+}
+
+func scrapeWith(addr, name string, fold func(a, b float64) float64) (float64, error) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	v, found := 0.0, false
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			fields := strings.Fields(rest)
+			x, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				return 0, err
+			}
+			v, found = fold(v, x), true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("no %s at %s", name, addr)
+	}
+	return v, nil
+}

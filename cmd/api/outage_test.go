@@ -371,6 +371,31 @@ func TestSentinelFailover(t *testing.T) {
 	testenv.Must(t, redisstore.PingPrimary(g.Master, g.SentinelAddrs()...)(ctx))
 }
 
+// waitForPromotion waits until survivor, a master of the Cluster, reports
+// replica a master and the Cluster's state ok.
+func waitForPromotion(t *testing.T, survivor *redis.Client, replica string, killedAt time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	testenv.Eventually(t, killedAt, 30*time.Second, "the Cluster promotes the replica", func() (bool, string) {
+		nodes, err := survivor.ClusterNodes(ctx).Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := survivor.ClusterInfo(ctx).Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, line := range strings.Split(nodes, "\n") {
+			fields := strings.Fields(line)
+			if len(fields) > 2 && strings.HasPrefix(fields[1], replica) && strings.Contains(fields[2], "master") &&
+				strings.Contains(info, "cluster_state:ok") {
+				return true, ""
+			}
+		}
+		return false, nodes
+	})
+}
+
 // TestClusterMasterFailover: two api processes on a 3-master Cluster with
 // a replica each (cluster-node-timeout 2 s). The master that holds the
 // slot of a loaded tenant's keys is killed (SIGKILL) under load. No check
@@ -397,28 +422,9 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	survivor := redis.NewClient(&redis.Options{Addr: cluster.Masters[(victim+1)%3].Addr()})
 	defer survivor.Close()
-	replica := cluster.Replicas[victim].Addr()
-
 	killedAt := time.Now()
 	cluster.Masters[victim].Kill()
-	testenv.Eventually(t, killedAt, 30*time.Second, "the Cluster promotes the replica", func() (bool, string) {
-		nodes, err := survivor.ClusterNodes(ctx).Result()
-		if err != nil {
-			return false, err.Error()
-		}
-		info, err := survivor.ClusterInfo(ctx).Result()
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, line := range strings.Split(nodes, "\n") {
-			fields := strings.Fields(line)
-			if len(fields) > 2 && strings.HasPrefix(fields[1], replica) && strings.Contains(fields[2], "master") &&
-				strings.Contains(info, "cluster_state:ok") {
-				return true, ""
-			}
-		}
-		return false, nodes
-	})
+	waitForPromotion(t, survivor, cluster.Replicas[victim].Addr(), killedAt)
 	promotedAt := time.Now()
 	t.Logf("the Cluster reported the new master %v after the kill", promotedAt.Sub(killedAt).Round(time.Millisecond))
 	f.check(t, killedAt, promotedAt, time.Second)
@@ -426,29 +432,79 @@ func TestClusterMasterFailover(t *testing.T) {
 
 // TestSentinelFailoverKeepsMoney: with TOLLGATE_REDIS_WAIT_REPLICAS=1, a
 // prepaid balance is drawn by two api processes at once while the
-// primary is killed (SIGKILL) and the sentinels promote the replica. A
-// draw is admitted only once the replica has it, so the promoted replica
-// has every admitted draw. Until the old primary is back as its replica
-// no draw can be confirmed (one the new primary admits is answered
-// admitted and degraded, its unit taken), so the load stops for that
-// while; once the replica is back, draws are admitted and confirmed
-// again up to the balance's end. The units the
-// clients saw admitted never exceed the balance, and the ledger, drained
-// from the promoted replica, agrees with its counter and holds at least
-// every admitted unit; so does the usage the worker applies from the
-// journals.
+// primary is killed (SIGKILL) and the sentinels promote the replica
+// (failoverKeepsMoney says what must hold).
 func TestSentinelFailoverKeepsMoney(t *testing.T) {
-	const balance = 300
 	r := newRig(t, testenv.DatabaseURL(t))
 	g := testenv.StartSentinelGroup(t)
 	r.env["TOLLGATE_REDIS_ADDR"] = ""
 	r.env["TOLLGATE_REDIS_SENTINEL_ADDRS"] = strings.Join(g.SentinelAddrs(), ",")
 	r.env["TOLLGATE_REDIS_SENTINEL_MASTER"] = g.Master
-	r.env["TOLLGATE_REDIS_WAIT_REPLICAS"] = "1"
 	// The rig's client (the drainer's, the ledger check's) follows the
 	// sentinels too.
-	r.redis = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.Master, SentinelAddrs: g.SentinelAddrs()})
-	t.Cleanup(func() { r.redis.Close() })
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.Master, SentinelAddrs: g.SentinelAddrs()})
+	r.redis = fc
+	t.Cleanup(func() { fc.Close() })
+	failoverKeepsMoney(t, r, func(string) *testenv.RedisServer {
+		old := g.Primary.Addr()
+		killedAt := time.Now()
+		g.Primary.Kill()
+		promotedAt := g.WaitForFailover(t, old, 30*time.Second)
+		t.Logf("the sentinels promoted the replica %v after the kill", promotedAt.Sub(killedAt).Round(time.Millisecond))
+		return g.Primary
+	})
+}
+
+// TestClusterFailoverKeepsMoney: TestSentinelFailoverKeepsMoney on a
+// Cluster of three masters with a replica each, whose master of the
+// balance's slot is killed and its replica promoted.
+func TestClusterFailoverKeepsMoney(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	cluster := testenv.StartReplicatedCluster(t, 3, 1, 2*time.Second)
+	r.env["TOLLGATE_REDIS_ADDR"] = ""
+	r.env["TOLLGATE_REDIS_CLUSTER_ADDRS"] = strings.Join(cluster.AllAddrs(), ",")
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.AllAddrs(), ClusterStateReloadInterval: 500 * time.Millisecond})
+	r.redis = cc
+	t.Cleanup(func() { cc.Close() })
+	failoverKeepsMoney(t, r, func(counter string) *testenv.RedisServer {
+		ctx := context.Background()
+		master, err := cc.MasterForKey(ctx, counter)
+		testenv.Must(t, err)
+		victim := -1
+		for i, m := range cluster.Masters {
+			if m.Addr() == master.Options().Addr {
+				victim = i
+			}
+		}
+		if victim < 0 {
+			t.Fatalf("the balance's master %s is none of the Cluster's", master.Options().Addr)
+		}
+		survivor := redis.NewClient(&redis.Options{Addr: cluster.Masters[(victim+1)%3].Addr()})
+		defer survivor.Close()
+		killedAt := time.Now()
+		cluster.Masters[victim].Kill()
+		waitForPromotion(t, survivor, cluster.Replicas[victim].Addr(), killedAt)
+		t.Logf("the Cluster promoted the replica %v after the kill", time.Since(killedAt).Round(time.Millisecond))
+		return cluster.Masters[victim]
+	})
+}
+
+// failoverKeepsMoney draws a prepaid balance of 300 through two api
+// processes waiting for one replica (TOLLGATE_REDIS_WAIT_REPLICAS=1),
+// on r's Redis, and meanwhile has fail kill the server that holds the
+// balance (given its counter's key) and return it once a replica took
+// its place. A draw is admitted only once the replica has it, so the
+// promoted replica has every admitted draw. Until the old server is back
+// as its replica no draw can be confirmed (one the new primary admits is
+// answered admitted and degraded, its unit taken), so the load stops for
+// that while; once the replica is back, draws are admitted and confirmed
+// again up to the balance's end. The units the clients saw admitted
+// never exceed the balance, and the ledger, drained from the promoted
+// replica, agrees with its counter and holds at least every admitted
+// unit; so does the usage the worker applies from the journals.
+func failoverKeepsMoney(t *testing.T, r *rig, fail func(counter string) (old *testenv.RedisServer)) {
+	const balance = 300
+	r.env["TOLLGATE_REDIS_WAIT_REPLICAS"] = "1"
 	tenantID, key := creditTenant(t, r, "prepaid", credits.ModeDeny, 0, balance)
 	r.env["TOLLGATE_REDIS_TIMEOUT"] = "1s"
 	apis := addrs([]*api{r.startAPI(t), r.startAPI(t)})
@@ -492,19 +548,18 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	testenv.Eventually(t, time.Now(), 30*time.Second, "draws admitted", func() (bool, string) {
 		return admitted.Load() >= balance/3, fmt.Sprint(admitted.Load())
 	})
-	old := g.Primary.Addr()
-	killedAt := time.Now()
-	g.Primary.Kill()
-	promotedAt := g.WaitForFailover(t, old, 30*time.Second)
+	counter, _ := credits.Keys(r.env["TOLLGATE_KEY_PREFIX"], tenantID)
+	oldServer := fail(counter)
+	old := oldServer.Addr()
 	atPromotion := admitted.Load()
-	t.Logf("%d units admitted before the promotion, %v after the kill", atPromotion, promotedAt.Sub(killedAt).Round(time.Millisecond))
+	t.Logf("%d units admitted before the promotion", atPromotion)
 	// Draws were refused as unavailable while the sentinels had no
 	// primary; without a replica, none is confirmed from now on.
 	testenv.WaitFor(t, 10*time.Second, "draws refused as unavailable", func() bool { return unavailable.Load() > 20 })
 	paused.Store(true)
-	// The old primary comes back empty; the sentinels make it the new
-	// primary's replica, and draws are confirmed again.
-	g.Primary.Start()
+	// The old server comes back; it becomes the new primary's replica,
+	// and draws are confirmed again.
+	oldServer.Start()
 	oldAsReplica := redis.NewClient(&redis.Options{Addr: old, MaxRetries: -1})
 	defer oldAsReplica.Close()
 	testenv.WaitFor(t, 60*time.Second, "the old primary a replica of the new one, in sync", func() bool {

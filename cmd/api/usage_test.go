@@ -40,7 +40,7 @@ const nilUUID = "00000000-0000-0000-0000-000000000000"
 // rig is a seeded database, a Redis key space and the api settings.
 type rig struct {
 	db     *pgxpool.Pool
-	redis  *redis.Client
+	redis  redis.UniversalClient
 	stream string
 	// keyPrefix is the api processes' TOLLGATE_KEY_PREFIX, under which
 	// their store journals the admitted checks' usage.

@@ -439,8 +439,10 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	_, prefix := testenv.Redis(t)
 	stream := prefix + "usage"
+	// The worker drains the journals under the api's key prefix.
 	admin := admintest.StartAdmin(t, dbURL, map[string]string{"TOLLGATE_SERVE_WORKER": "true",
-		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test"})
+		"TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_USAGE_STREAM": stream, "TOLLGATE_USAGE_CONSUMER": "console-test",
+		"TOLLGATE_KEY_PREFIX": prefix})
 	p := fixture.Plan(t, admin.DB, plans.Plan{Name: "metered", IncludedUnits: 100,
 		Rules:  []plans.Rule{{Name: "hourly", Limit: 5, PeriodUS: limiter.HourUS}},
 		Routes: []string{"GET /repos/{id}", "POST /v1/search"}})
@@ -454,7 +456,8 @@ func TestConsoleUsageMatchesChecks(t *testing.T) {
 	res := admintest.Call(t, "POST", admin.URL+"/api/v1/service-tokens", op, map[string]any{"name": "gateway"})
 	admintest.Want(t, res, http.StatusCreated)
 	res.Decode(t, &st)
-	api := admintest.StartCheckAPI(t, dbURL, []string{"TOLLGATE_USAGE_STREAM=" + stream, "TOLLGATE_USAGE_FLUSH=100ms"})
+	api := admintest.StartCheckAPI(t, dbURL, []string{"TOLLGATE_USAGE_STREAM=" + stream, "TOLLGATE_USAGE_FLUSH=100ms",
+		"TOLLGATE_KEY_PREFIX=" + prefix})
 
 	// What the client sees, by key and resource.
 	type seen struct{ allowed, rejected int64 }

@@ -51,7 +51,8 @@ func exportedMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	// The worker's metrics, as `admin worker` and `admin serve` register
 	// them.
 	client, prefix := testenv.Redis(t)
-	w := &usage.Worker{Consumer: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{Stream: prefix + "usage"})}
+	w := &usage.Worker{Consumer: usage.Consumers{Journal: usage.NewJournalConsumer(client, prefix, 0),
+		Stream: usage.NewRedisConsumer(client, usage.RedisConsumerConfig{Stream: prefix + "usage"})}}
 	reg := prometheus.NewRegistry()
 	w.Register(reg)
 	// The webhooks' metrics, as `admin serve` registers them.

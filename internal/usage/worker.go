@@ -100,6 +100,21 @@ func (w *Worker) Register(reg prometheus.Registerer) {
 		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
 		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
 	)
+	if c, ok := w.Consumer.(Consumers); ok {
+		journals := c.Journal
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_usage_journal_backlog_tags",
+			Help: "Hash tags whose usage journal holds checks' usage not yet applied (read from Redis at each scrape; -1 when it does not answer). It should fall to 0 within seconds of the checks stopping: a journal that stays is not being drained (a worker under another TOLLGATE_KEY_PREFIX than the api processes', or none).",
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, err := journals.Backlog(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
+		}))
+	}
 	if l, ok := w.Consumer.(lagger); ok {
 		reg.MustRegister(lagCollector{consumer: l,
 			batches: prometheus.NewDesc("tollgate_usage_backlog_batches",

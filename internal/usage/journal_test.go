@@ -86,8 +86,8 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if s := second.Stats(); s.Duplicates != 1 {
-		t.Errorf("second worker: %d duplicates, want 1 (the claim the first applied and never acknowledged)", s.Duplicates)
+	if s := second.Stats(); s.Duplicates != 1 || s.Journals != s.Applied || s.Journals < 1 {
+		t.Errorf("second worker: %+v; want 1 duplicate (the claim the first applied and never acknowledged), and every batch it applied a journal", s)
 	}
 	for k, w := range want {
 		if got := sums(t, r.db, "usage_month")[k]; got != w {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type Worker struct {
 	AfterApply func(m Message) error
 
 	applied, duplicates, late, setAside, failures atomic.Int64
+	// journals counts the applied batches that were usage journals.
+	journals atomic.Int64
 
 	monitorsOnce sync.Once
 	// stream follows Redis (fetch, ack), store Postgres (apply).
@@ -73,14 +76,15 @@ var faultAfterApply func(m Message) error
 // WorkerStats are a worker's counters since it started.
 type WorkerStats struct {
 	// Applied batches; Duplicates were applied before and skipped;
-	// SetAside could not be decoded; LateRows fell in closed months.
-	Applied, Duplicates, SetAside, LateRows, Errors int64
+	// SetAside could not be decoded; LateRows fell in closed months;
+	// Journals of the applied batches were usage journals.
+	Applied, Duplicates, SetAside, LateRows, Errors, Journals int64
 }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
 	return WorkerStats{Applied: w.applied.Load(), Duplicates: w.duplicates.Load(), SetAside: w.setAside.Load(),
-		LateRows: w.late.Load(), Errors: w.failures.Load()}
+		LateRows: w.late.Load(), Errors: w.failures.Load(), Journals: w.journals.Load()}
 }
 
 // Register adds the worker's metrics to reg, with the dependency metrics
@@ -99,6 +103,7 @@ func (w *Worker) Register(reg prometheus.Registerer) {
 		c("tollgate_usage_batches_set_aside_total", "Stream entries that were not valid batches (see usage_bad_batches).", &w.setAside),
 		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
 		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
+		c("tollgate_usage_journals_applied_total", "Usage journals (the checks' usage the limiter store recorded) applied to Postgres (of tollgate_usage_batches_applied_total).", &w.journals),
 	)
 	if c, ok := w.Consumer.(Consumers); ok {
 		journals := c.Journal
@@ -276,12 +281,15 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 	if err != nil {
 		return err
 	}
-	for _, res := range results {
+	for i, res := range results {
 		if res.Duplicate {
 			w.duplicates.Add(1)
 		} else {
 			w.applied.Add(1)
 			w.late.Add(int64(res.LateRows))
+			if i < len(batches) && strings.HasPrefix(batches[i].ID, journalIDPrefix) {
+				w.journals.Add(1)
+			}
 		}
 	}
 	ids := make([]string, len(msgs))

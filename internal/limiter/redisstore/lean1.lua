@@ -33,9 +33,13 @@ if admitted and ARGV[5] ~= '1' then
   if write and allowed == 1 then
     if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
   end
-  if ARGV[7] ~= '' then
-    journal(ARGV[7], now, cost)
-    journalFlush(KEYS[2])
+  if ARGV[7] ~= '' then -- its usage entry (check.lua's journal, without a table)
+    local v = '1:1'
+    if cost ~= 1 then
+      v = string.format('%d', cost)
+      v = #v .. ':' .. v
+    end
+    redis.call('APPEND', KEYS[2], ARGV[7] .. journalMinute(now) .. v)
   end
 end
 if allowed == 1 then

@@ -223,12 +223,6 @@ func newUsageStore(t *testing.T, now string) (usageReads, *usage.Store, *pgxpool
 	return reads, usage.NewStore(db, cfg), db
 }
 
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	tm, err := time.Parse(time.RFC3339, s)
-	testenv.Must(t, err)
-	return tm
-}
-
-// at is a minute given as 2006-01-02T15:04, in Unix seconds.
-var at = meteringtest.At
+// Shorthands for the fixtures of package meteringtest: a time given in
+// RFC 3339, and a minute given as 2006-01-02T15:04, in Unix seconds.
+var mustTime, at = meteringtest.Time, meteringtest.At

@@ -22,15 +22,6 @@ import (
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	tm, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm
-}
-
 func october(t *testing.T) usage.Month {
 	m, err := usage.ParseMonth("2026-10")
 	if err != nil {

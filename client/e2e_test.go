@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,19 +8,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/admintest"
 )
+
+// TestMain removes the programs the tests built.
+func TestMain(m *testing.M) { admintest.Main(m) }
 
 // TestEndToEnd drives the SDK against the real programs: cmd/api and
 // cmd/admin are built, the demo is seeded with `admin seed demo --json
@@ -35,7 +34,6 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	bin := buildPrograms(t)
 	dbURL := testenv.DatabaseURL(t)
 	_, prefix := testenv.Redis(t)
 
@@ -46,30 +44,21 @@ func TestEndToEnd(t *testing.T) {
 			Email, Password string
 		} `json:"users"`
 	}
-	out, err := programCommand(filepath.Join(bin, "admin"), []string{"seed", "demo", "--json", "--usage=false"},
-		map[string]string{"TOLLGATE_DATABASE_URL": dbURL}).Output()
+	out, err := admintest.RunAdmin(t, dbURL, "seed", "demo", "--json", "--usage=false")
 	if err != nil {
-		t.Fatalf("admin seed demo: %v", exitDetail(err))
+		t.Fatalf("admin seed demo: %v", err)
 	}
-	if err := json.Unmarshal(out, &seed); err != nil || seed.ServiceToken == "" || seed.Keys["pro"] == "" {
+	if err := json.Unmarshal([]byte(out), &seed); err != nil || seed.ServiceToken == "" || seed.Keys["pro"] == "" {
 		t.Fatalf("admin seed demo --json printed %q (%v)", out, err)
 	}
 
-	apiURL := startProgram(t, filepath.Join(bin, "api"), nil, "api listening", map[string]string{
-		"TOLLGATE_API_ADDR":     "127.0.0.1:0",
-		"TOLLGATE_DATABASE_URL": dbURL,
-		"TOLLGATE_REDIS_ADDR":   testenv.RedisAddr(t),
-		"TOLLGATE_KEY_PREFIX":   prefix,
+	apiURL := admintest.StartCheckAPI(t, dbURL, []string{
+		"TOLLGATE_KEY_PREFIX=" + prefix,
 		// Usage straight to Postgres, often, so the admin API sees it soon.
-		"TOLLGATE_USAGE_SINK":  "postgres",
-		"TOLLGATE_USAGE_FLUSH": "100ms",
+		"TOLLGATE_USAGE_SINK=postgres",
+		"TOLLGATE_USAGE_FLUSH=100ms",
 	})
-	adminURL := startProgram(t, filepath.Join(bin, "admin"), []string{"serve"}, "admin listening", map[string]string{
-		"TOLLGATE_ADMIN_ADDR":   "127.0.0.1:0",
-		"TOLLGATE_DATABASE_URL": dbURL,
-		"TOLLGATE_KEY_PREFIX":   prefix,
-		"TOLLGATE_SERVE_WORKER": "false",
-	})
+	adminURL := admintest.StartAdmin(t, dbURL, map[string]string{"TOLLGATE_KEY_PREFIX": prefix}).URL
 
 	// The protected service. Round trips to the check API are counted to
 	// see denials answered from memory.
@@ -275,125 +264,4 @@ func waitStatus(t *testing.T, status func() int, want int) {
 		got := status()
 		return got == want, fmt.Sprintf("status %d", got)
 	})
-}
-
-// buildPrograms builds cmd/api and cmd/admin into a temporary directory
-// (the go command caches the work across runs).
-func buildPrograms(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/tollgate/tollgate/cmd/api", "github.com/tollgate/tollgate/cmd/admin")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return dir
-}
-
-// programCommand returns a command running path with the environment of
-// the test minus its TOLLGATE_* settings, plus the test secret key and env.
-func programCommand(path string, args []string, env map[string]string) *exec.Cmd {
-	cmd := exec.Command(path, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TOLLGATE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "TOLLGATE_SECRET_KEY="+testenv.SecretKey)
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	return cmd
-}
-
-func exitDetail(err error) error {
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return fmt.Errorf("%w: %s", err, exit.Stderr)
-	}
-	return err
-}
-
-// startProgram runs a server program with JSON logs and returns its base
-// URL once it logs listening (a line with msg and the address). It is
-// stopped with SIGTERM when the test ends; its log is shown if the test
-// failed.
-func startProgram(t *testing.T, path string, args []string, listening string, env map[string]string) string {
-	t.Helper()
-	env["TOLLGATE_LOG_FORMAT"] = "json"
-	env["TOLLGATE_LOG_LEVEL"] = "info"
-	logs := &programLog{listening: listening, addr: make(chan string, 1)}
-	cmd := programCommand(path, args, env)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", path, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	name := filepath.Base(path)
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("%s exited with %v", name, err)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("%s did not stop within 15s of SIGTERM", name)
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, logs.String())
-		}
-	})
-	select {
-	case addr := <-logs.addr:
-		return "http://" + addr
-	case err := <-exited:
-		exited <- err
-		t.Fatalf("%s exited before listening: %v\n%s", name, err, logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not listen within 30s\n%s", name, logs.String())
-	}
-	return ""
-}
-
-// programLog keeps a program's output and reports the address of its
-// listening line.
-type programLog struct {
-	listening string
-	addr      chan string
-
-	mu      sync.Mutex
-	all     bytes.Buffer
-	partial []byte
-}
-
-func (l *programLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all.Write(p)
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		var line struct{ Msg, Addr string }
-		if json.Unmarshal(l.partial[:i], &line) == nil && line.Msg == l.listening && line.Addr != "" {
-			select {
-			case l.addr <- line.Addr:
-			default:
-			}
-		}
-		l.partial = l.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-func (l *programLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.all.String()
 }

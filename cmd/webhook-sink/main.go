@@ -10,10 +10,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/httpx"
 )
 
 // defaultAddr is where the demo's endpoints send (internal/demo's
@@ -59,26 +61,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := &http.Server{Handler: handleDelivery(stdout), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
 	fmt.Fprintf(stderr, "webhook-sink: listening on http://%s\n", ln.Addr())
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		return err
-	}
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpx.Serve(ctx, srv, ln, 5*time.Second, slog.New(slog.NewTextHandler(stderr, nil)))
 }
 
 // handleDelivery answers every POST 200 and prints a line for it to out;

@@ -3,7 +3,6 @@ package adminapi
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
-	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
@@ -78,8 +76,12 @@ func (c caller) getJSON(path string, v any) {
 
 func TestUsageHandlers(t *testing.T) {
 	s, w, db := newUsageStore(t, "2026-11-22T12:00:00Z")
-	pro, free, key1, key2 := seedDemoPro(t, db)
-	monthOfTraffic(t, w, pro, free, key1, key2)
+	d := fixture.SeedDemoPro(t, db)
+	for _, b := range d.MonthOfTraffic() {
+		_, err := w.Apply(context.Background(), b)
+		testenv.Must(t, err)
+	}
+	pro, free, key1 := d.Pro, d.Free, d.Key1
 	_, err := w.Apply(context.Background(), metering.Batch{Version: 1, ID: "ips", IPs: []metering.IPRow{
 		{Minute: at(t, "2026-11-20T10:00"), IP: "198.51.100.7", Counts: metering.Counts{Allowed: 60, Denied: 40, AllowedUnits: 60, DeniedUnits: 40}},
 		{Minute: at(t, "2026-11-20T10:01"), IP: "198.51.100.7", Counts: metering.Counts{Allowed: 0, Denied: 10, DeniedUnits: 10}},
@@ -221,69 +223,6 @@ func newUsageStore(t *testing.T, now string) (usageReads, *usage.Store, *pgxpool
 	return reads, usage.NewStore(db, cfg), db
 }
 
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	tm, err := time.Parse(time.RFC3339, s)
-	testenv.Must(t, err)
-	return tm
-}
-
-// at is a minute given as 2006-01-02T15:04, in Unix seconds.
-func at(t *testing.T, s string) int64 {
-	t.Helper()
-	tm, err := time.Parse("2006-01-02T15:04", s)
-	testenv.Must(t, err)
-	return tm.Unix()
-}
-
-// seedDemoPro creates the demo plans and a demo-pro tenant on pro since
-// September 2026 with two keys, and a demo-free tenant.
-func seedDemoPro(t *testing.T, db *pgxpool.Pool) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
-	t.Helper()
-	ctx := context.Background()
-	ids := map[string]int64{}
-	for _, p := range plans.DemoPlans() {
-		stored, err := plans.NewStore(db).Put(ctx, p)
-		testenv.Must(t, err)
-		ids[p.Name] = stored.ID
-	}
-	pro, free = fixture.Tenant(t, db, "demo-pro", ids["pro"]), fixture.Tenant(t, db, "demo-free", ids["free"])
-	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
-	testenv.Must(t, err)
-	_, key1 = fixture.Key(t, db, pro.ID, "web")
-	_, key2 = fixture.Key(t, db, pro.ID, "batch")
-	return pro, free, key1, key2
-}
-
-// monthOfTraffic applies one batch per day of October 2026: every hour,
-// key1 makes 150 allowed and 10 denied GET /repos checks of cost 1, key2
-// 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
-// anonymous callers add traffic of their own, as do September and
-// November.
-func monthOfTraffic(t *testing.T, s *usage.Store, pro, free tenants.Tenant, key1, key2 tenants.Key) {
-	t.Helper()
-	ctx := context.Background()
-	freeKey := "00000000-0000-4000-8000-000000000099"
-	for day := 1; day <= 31; day++ {
-		b := metering.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
-		for hour := range 24 {
-			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
-			b.Rows = append(b.Rows,
-				meteringtest.Row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
-				meteringtest.Row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
-				meteringtest.Row(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
-				metering.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
-					Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 5, DeniedUnits: 10}},
-				meteringtest.Row(m, free.ID, freeKey, "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
-				metering.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
-			)
-		}
-		_, err := s.Apply(ctx, b)
-		testenv.Must(t, err)
-	}
-	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "demo:edges", Rows: []metering.Row{
-		meteringtest.Row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
-		meteringtest.Row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
-	}})
-	testenv.Must(t, err)
-}
+// Shorthands for the fixtures of package meteringtest: a time given in
+// RFC 3339, and a minute given as 2006-01-02T15:04, in Unix seconds.
+var mustTime, at = meteringtest.Time, meteringtest.At

@@ -15,6 +15,7 @@ import (
 var (
 	at, fixedNow, sums, row = meteringtest.At, meteringtest.FixedNow, meteringtest.Sums, meteringtest.Row
 	testID                  = meteringtest.ID
+	mustTime                = meteringtest.Time
 	tA, tB                  = testID(1), testID(2)
 	kA, kB                  = testID(11), testID(12)
 )

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/credits"
@@ -16,17 +18,9 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 	"github.com/tollgate/tollgate/internal/usage"
 )
-
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	tm, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm
-}
 
 func october(t *testing.T) usage.Month {
 	m, err := usage.ParseMonth("2026-10")
@@ -194,78 +188,22 @@ func TestBuildStatementRefusesMixedCurrencies(t *testing.T) {
 	}
 }
 
-// seedDemoPro creates the demo plans and a demo-pro tenant on pro since
-// September 2026 with two keys, and a demo-free tenant.
-func seedDemoPro(t *testing.T, s *stores) (pro, free tenants.Tenant, key1, key2 tenants.Key) {
+// demoMonth stores fixture.DemoPro and applies its month of traffic.
+func demoMonth(t *testing.T, s *stores, db *pgxpool.Pool) fixture.DemoPro {
 	t.Helper()
-	ctx := context.Background()
-	ids := map[string]int64{}
-	for _, p := range plans.DemoPlans() {
-		stored, err := s.plans.Put(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[p.Name] = stored.ID
+	d := fixture.SeedDemoPro(t, db)
+	for _, b := range d.MonthOfTraffic() {
+		_, err := s.Apply(context.Background(), b)
+		testenv.Must(t, err)
 	}
-	var err error
-	if pro, err = s.tenants.Create(ctx, "demo-pro", ids["pro"]); err != nil {
-		t.Fatal(err)
-	}
-	if free, err = s.tenants.Create(ctx, "demo-free", ids["free"]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Store.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, key1, err = s.tenants.IssueKey(ctx, pro.ID, "web", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, key2, err = s.tenants.IssueKey(ctx, pro.ID, "batch", nil); err != nil {
-		t.Fatal(err)
-	}
-	return pro, free, key1, key2
-}
-
-// monthOfTraffic applies one batch per day of October 2026: every hour,
-// key1 makes 150 allowed and 10 denied GET /repos checks of cost 1, key2
-// 15 allowed and 5 denied POST /v1/search checks of cost 2; demo-free and
-// anonymous callers add traffic that must not show on demo-pro's
-// statement, as do September and November.
-func monthOfTraffic(t *testing.T, s *stores, pro, free tenants.Tenant, key1, key2 tenants.Key) {
-	t.Helper()
-	ctx := context.Background()
-	for day := 1; day <= 31; day++ {
-		b := metering.Batch{Version: 1, ID: fmt.Sprintf("demo:%d", day)}
-		for hour := range 24 {
-			m := time.Date(2026, 10, day, hour, 17, 0, 0, time.UTC).Unix()
-			b.Rows = append(b.Rows,
-				row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 150, AllowedUnits: 150}),
-				row(m, pro.ID, key1.ID, "GET /repos", metering.Counts{Denied: 10, DeniedUnits: 10}),
-				row(m, pro.ID, key2.ID, "POST /v1/search", metering.Counts{Allowed: 15, AllowedUnits: 30}),
-				metering.Row{Minute: m, TenantID: pro.ID, KeyID: key2.ID, Tier: "authenticated", Resource: "POST /v1/search",
-					Reason: "rate_limited", DeniedBy: "search", Counts: metering.Counts{Denied: 5, DeniedUnits: 10}},
-				row(m, free.ID, testID(99), "GET /repos", metering.Counts{Allowed: 7, AllowedUnits: 7}),
-				metering.Row{Minute: m, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}},
-			)
-		}
-		if _, err := s.Apply(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := s.Apply(ctx, metering.Batch{Version: 1, ID: "demo:edges", Rows: []metering.Row{
-		row(at(t, "2026-09-30T23:59"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
-		row(at(t, "2026-11-01T00:00"), pro.ID, key1.ID, "GET /repos", metering.Counts{Allowed: 1000, AllowedUnits: 1000}),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return d
 }
 
 func TestDemoProStatementForAMonthOfTraffic(t *testing.T) {
-	s, _ := newStore(t, "2026-11-22T12:00:00Z")
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	pro, free, key1, key2 := seedDemoPro(t, s)
-	monthOfTraffic(t, s, pro, free, key1, key2)
+	d := demoMonth(t, s, db)
+	pro, free, key1, key2 := d.Pro, d.Free, d.Key1, d.Key2
 
 	st, err := s.Statement(ctx, pro.ID, october(t))
 	if err != nil {
@@ -348,8 +286,8 @@ func TestDemoProStatementForAMonthOfTraffic(t *testing.T) {
 func TestCloseMonthFreezesStatements(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	pro, free, key1, key2 := seedDemoPro(t, s)
-	monthOfTraffic(t, s, pro, free, key1, key2)
+	d := demoMonth(t, s, db)
+	pro, key1 := d.Pro, d.Key1
 	m := october(t)
 
 	if _, err := s.CloseMonth(ctx, audit.CLI, usage.MonthOf(mustTime(t, "2026-11-01T00:00:00Z")), nil); tollgate.ErrorCode(err) != tollgate.EINVALID {
@@ -426,8 +364,7 @@ func TestCloseMonthFreezesStatements(t *testing.T) {
 func TestCloseMonthWaitsForAPlanChangeInFlight(t *testing.T) {
 	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	pro, free, key1, key2 := seedDemoPro(t, s)
-	monthOfTraffic(t, s, pro, free, key1, key2)
+	pro := demoMonth(t, s, db).Pro
 	ent, err := s.plans.GetByName(ctx, "enterprise")
 	testenv.Must(t, err)
 
@@ -456,9 +393,10 @@ func TestCloseMonthWaitsForAPlanChangeInFlight(t *testing.T) {
 // counted apart, with the units charged on expiry, and those units are
 // billed like any other; settled holds count their settled units only.
 func TestStatementListsExpiredHolds(t *testing.T) {
-	s, _ := newStore(t, "2026-11-22T12:00:00Z")
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
 	ctx := context.Background()
-	pro, _, key1, _ := seedDemoPro(t, s)
+	d := fixture.SeedDemoPro(t, db)
+	pro, key1 := d.Pro, d.Key1
 	m := at(t, "2026-10-05T10:00")
 	expired := func(units, holds int64) metering.Row {
 		return metering.Row{Minute: m, TenantID: pro.ID, KeyID: key1.ID, Tier: "authenticated", Resource: "POST /v1/complete",

@@ -1,15 +1,12 @@
 package checkapi
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // BenchmarkCheckTally measures allowed checks of the pro plan with its
@@ -21,19 +18,7 @@ import (
 func BenchmarkCheckTally(b *testing.B) {
 	c, prefix := testenv.Redis(b)
 	store := redisstore.New(c)
-	seedAll(b, store, prefix)
+	fixture.SeedAll(b, store, prefix)
 	h, token, keys := benchSetupQuota(b, store, prefix, 1000, plans.QuotaOverage, nil)
 	benchChecksOfKeys(b, h, token, keys)
-}
-
-// seedAll sets every hash tag's seed marker under prefix, as the api
-// processes' tally rebuild does on a new store.
-func seedAll(b *testing.B, seeder limiter.TallySeeder, prefix string) {
-	now := time.Now().UTC()
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-	for _, m := range statekey.SeedKeys(prefix) {
-		if _, err := seeder.SeedTallies(context.Background(), m, month, nil, true); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

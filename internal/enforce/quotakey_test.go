@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
 )
 
 // TestTenantMonthKeyIsTheKeyACheckWrites: statekey.TenantMonthKey names
@@ -51,7 +52,7 @@ func TestTenantMonthKeyIsTheKeyACheckWrites(t *testing.T) {
 			holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
 			testenv.Must(t, holder.Reload(ctx))
 			store := redisstore.NewBatching(c.client, redisstore.BatchConfig{})
-			seedAll(t, store, c.prefix)
+			fixture.SeedAll(t, store, c.prefix)
 			checker := NewChecker(holder, store, CheckerConfig{Prefix: c.prefix})
 			defer checker.Close()
 			now := time.Now().UTC()
@@ -111,18 +112,5 @@ func TestSettleFindsARecordOfTheLegacyLayout(t *testing.T) {
 	testenv.Must(t, err)
 	if st.Status != "settled" || st.Cost != 10 || st.Estimate != 60 {
 		t.Errorf("settlement %+v, want 60 settled at 10", st)
-	}
-}
-
-// seedAll sets the seed marker of every hash tag under prefix, with no
-// tally to write, as the api processes' rebuild does on a new store: the
-// store then decides tallies (limiter.Params.Seed).
-func seedAll(t *testing.T, seeder limiter.TallySeeder, prefix string) {
-	t.Helper()
-	now := time.Now().UTC()
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-	for _, m := range statekey.SeedKeys(prefix) {
-		_, err := seeder.SeedTallies(context.Background(), m, month, nil, true)
-		testenv.Must(t, err)
 	}
 }

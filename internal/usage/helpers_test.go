@@ -2,7 +2,6 @@ package usage
 
 import (
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,6 +13,7 @@ import (
 var (
 	at, fixedNow, sums, row = meteringtest.At, meteringtest.FixedNow, meteringtest.Sums, meteringtest.Row
 	testID                  = meteringtest.ID
+	mustTime                = meteringtest.Time
 	tA, tB                  = meteringtest.ID(1), meteringtest.ID(2)
 	kA, kB                  = meteringtest.ID(11), meteringtest.ID(12)
 )
@@ -30,11 +30,4 @@ func newStore(t *testing.T, now string) (*stores, *pgxpool.Pool) {
 	db := testenv.DB(t)
 	cfg := StoreConfig{Now: fixedNow(now)}
 	return &stores{Store: NewStore(db, cfg), Reader: NewReader(db, cfg)}, db
-}
-
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	tm, err := time.Parse(time.RFC3339, s)
-	testenv.Must(t, err)
-	return tm
 }

@@ -39,19 +39,12 @@ type rig struct {
 
 func newRig(t *testing.T, mode billing.InvoiceMode) *rig {
 	t.Helper()
-	r := &rig{t: t, db: testenv.DB(t), stripe: stripetest.Start(t), clock: testenv.NewClock(mustTime(t, "2026-10-15T12:00:00Z"))}
+	r := &rig{t: t, db: testenv.DB(t), stripe: stripetest.Start(t), clock: testenv.NewClock(meteringtest.Time(t, "2026-10-15T12:00:00Z"))}
 	r.prov = stripe.New(stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret, APIURL: r.stripe.URL})
 	r.inv = billing.NewInvoicing(r.db, billing.InvoicingConfig{Provider: r.prov, Mode: mode, DunningGrace: 72 * time.Hour,
 		Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
 	r.ops = billing.NewOps(r.db, r.clock.Now).WithInvoicing(r.inv)
 	return r
-}
-
-func mustTime(t *testing.T, s string) time.Time {
-	t.Helper()
-	v, err := time.Parse(time.RFC3339, s)
-	testenv.Must(t, err)
-	return v
 }
 
 // tenant makes a tenant on p, on it since September.
@@ -110,7 +103,7 @@ var october = usage.MonthOf(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
 // what the close did.
 func (r *rig) closeOctober() billing.CloseResult {
 	r.t.Helper()
-	r.clock.Set(mustTime(r.t, "2026-11-02T08:00:00Z"))
+	r.clock.Set(meteringtest.Time(r.t, "2026-11-02T08:00:00Z"))
 	res, err := r.ops.CloseMonth(context.Background(), audit.CLI, october, nil)
 	testenv.Must(r.t, err)
 	return res

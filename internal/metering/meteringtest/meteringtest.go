@@ -27,6 +27,16 @@ func At(t *testing.T, s string) int64 {
 	return tm.Unix()
 }
 
+// Time returns the time s (RFC 3339).
+func Time(t testing.TB, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
 // FixedNow returns a clock stopped at s (RFC 3339).
 func FixedNow(s string) func() time.Time {
 	tm, err := time.Parse(time.RFC3339, s)

@@ -80,11 +80,18 @@ func Main(m *testing.M) {
 
 // startProcess runs bin with args and env until the test ends (SIGTERM,
 // then SIGKILL after 15 s), and returns once base+"/readyz" answers 200.
+// A program that does not exit with status 0 on SIGTERM fails the test.
 func startProcess(t testing.TB, name, bin string, args, env []string, base string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	p := testenv.StartProcess(t, name, cmd, syscall.SIGTERM, 15*time.Second, nil)
+	var p *testenv.Process
+	t.Cleanup(func() { // after StartProcess's own, which stops it
+		if p != nil && p.Err() != nil {
+			t.Errorf("%s exited with %v", name, p.Err())
+		}
+	})
+	p = testenv.StartProcess(t, name, cmd, syscall.SIGTERM, 15*time.Second, nil)
 	testenv.Eventually(t, time.Now(), 30*time.Second, name+" ready", func() (bool, string) {
 		if res, err := http.Get(base + "/readyz"); err == nil {
 			res.Body.Close()
@@ -103,7 +110,8 @@ func startProcess(t testing.TB, name, bin string, args, env []string, base strin
 
 // StartCheckAPI runs cmd/api against dbURL and the test Redis (under a
 // key prefix of the test's own) until the test ends, with more settings
-// ("NAME=value"), and returns its base URL once it is ready.
+// ("NAME=value", replacing those of the same name), and returns its base
+// URL once it is ready.
 func StartCheckAPI(t testing.TB, dbURL string, settings []string) string {
 	t.Helper()
 	_, prefix := testenv.Redis(t)

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // Settings of the run. The rate is what three API processes, a worker,
@@ -35,6 +36,7 @@ const (
 	pgOutage      = 20 * time.Second
 	settle        = 3 * time.Second
 	streamName    = "tollgate:usage"
+	keyPrefix     = "tg:" // the processes' TOLLGATE_KEY_PREFIX (the default)
 	nilUUID       = "00000000-0000-0000-0000-000000000000"
 	maxOutageLogs = 50 // per API process, during the Postgres outage
 )
@@ -466,9 +468,11 @@ func (s *suite) terminateAll(killed int) {
 	s.startWorker()
 	client := redis.NewClient(&redis.Options{Addr: s.redis.addr()})
 	defer client.Close()
-	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream drained", func() (bool, string) {
+	journals := usage.NewJournalConsumer(client, keyPrefix, time.Second)
+	testenv.Eventually(t, time.Now(), 60*time.Second, "usage stream and journals drained", func() (bool, string) {
 		n, err := client.XLen(context.Background(), streamName).Result()
-		return err == nil && n == 0, fmt.Sprintf("%d entries (%v)", n, err)
+		j, jerr := journals.Backlog(context.Background())
+		return err == nil && jerr == nil && n == 0 && j == 0, fmt.Sprintf("%d entries, %d journals (%v, %v)", n, j, err, jerr)
 	})
 	if err := s.worker.terminate(t, 30*time.Second); err != nil {
 		t.Errorf("worker exited with %v after SIGTERM, want 0", err)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +62,10 @@ type bed struct {
 	single string            // a check API of a deployment of one region
 	stats  map[string]string // region → worker metrics address
 	client *http.Client
+	db     *pgxpool.Pool
+	// allowed and denied count the answers of every check sent to the
+	// regions.
+	allowed, denied atomic.Int64
 }
 
 func start(t *testing.T) *bed {
@@ -71,7 +76,7 @@ func start(t *testing.T) *bed {
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
 	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
-	b := &bed{t: t, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
+	b := &bed{t: t, db: db, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
 	for _, r := range b.net.Regions {
@@ -85,9 +90,10 @@ func start(t *testing.T) *bed {
 		b.apis[r.Name] = b.startAPI(api, env)
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
-			// a check's latency.
+			// a check's latency (its usage counted nowhere).
 			b.single = b.startAPI(api, []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(),
-				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn"})
+				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn",
+				"TOLLGATE_USAGE_SINK=none"})
 		}
 	}
 	for _, name := range names {
@@ -197,6 +203,13 @@ func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted [
 			latencies = append(latencies, took)
 			if a.Allowed {
 				admitted = append(admitted, time.Now())
+			}
+			switch {
+			case addr == b.single:
+			case a.Allowed:
+				b.allowed.Add(1)
+			default:
+				b.denied.Add(1)
 			}
 		})
 	}
@@ -407,6 +420,20 @@ func TestRegions(t *testing.T) {
 				t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
 			}
 		}
+	})
+
+	// Usage: every region's worker applies its region's usage to the one
+	// Postgres, each check once.
+	t.Run("usage", func(t *testing.T) {
+		want := fmt.Sprintf("%d allowed, %d denied", b.allowed.Load(), b.denied.Load())
+		testenv.Eventually(t, time.Now(), 30*time.Second, "the usage tables counting every check once", func() (bool, string) {
+			var allowed, denied int64
+			err := b.db.QueryRow(context.Background(), `SELECT COALESCE(sum(allowed_units), 0), COALESCE(sum(denied), 0)
+				FROM usage_month WHERE tenant_id = $1`, b.tenant).Scan(&allowed, &denied)
+			got := fmt.Sprintf("%d allowed, %d denied", allowed, denied)
+			return err == nil && got == want, fmt.Sprintf("%s, want %s (%v)", got, want, err)
+		})
+		t.Logf("figure usage: %s, counted once in the one Postgres", want)
 	})
 }
 

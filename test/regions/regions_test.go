@@ -350,6 +350,11 @@ func TestRegions(t *testing.T) {
 		if split > minute {
 			t.Errorf("global_split admitted %d, above the limit %d", split, minute)
 		}
+		for name, want := range map[string]float64{"us": 0.334, "ap": 0.333} {
+			if got, err := scrape(b.stats[name], `tollgate_region_share{rule="global/split"}`); err != nil || got != want {
+				t.Errorf("%s's tollgate_region_share: got %v (%v), want %v", name, got, err, want)
+			}
+		}
 		if shared < minute || split < minute-int64(len(names)) {
 			t.Errorf("admitted shared %d, split %d: fewer than the limit", shared, split)
 		}

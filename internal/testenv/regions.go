@@ -180,6 +180,21 @@ cluster {
 	return b
 }
 
+// Joined reports whether region name's NATS server has its routes to
+// every other region (after Heal, once NATS has made them again).
+func (b *Regions) Joined(name string) bool {
+	r := b.Region(name)
+	resp, err := http.Get("http://" + r.monitor + "/routez")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var z struct {
+		NumRoutes int `json:"num_routes"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&z) == nil && z.NumRoutes == len(b.Regions)-1
+}
+
 // routedThrough reports whether the region's NATS server has want routes
 // and solicited each of its own through a port of proxies.
 func (r *Region) routedThrough(proxies map[int]bool, want int) (bool, string) {

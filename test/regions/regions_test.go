@@ -396,8 +396,11 @@ func TestRegions(t *testing.T) {
 		b.net.Heal("ap")
 		healed := time.Now()
 		total := admitted["us"] + admitted["eu"] + admitted["ap"]
-		var converged time.Duration
+		var converged, joined time.Duration
 		testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
+			if joined == 0 && b.net.Joined("ap") {
+				joined = time.Since(healed)
+			}
 			got := map[string]int64{}
 			all := true
 			for _, name := range names {
@@ -407,6 +410,9 @@ func TestRegions(t *testing.T) {
 			converged = time.Since(healed)
 			return all, fmt.Sprintf("%v, admitted %d", got, total)
 		})
+		if joined == 0 {
+			joined = converged
+		}
 		// Each side decides on its own count and what it heard before
 		// the cut: ap alone at most the limit; us and eu, sharing, the
 		// limit and what the other admitted within E + d.
@@ -414,9 +420,9 @@ func TestRegions(t *testing.T) {
 			"us": daily + min(daily, mostWithin(times["eu"], interval+maxLag)),
 			"eu": daily + min(daily, mostWithin(times["us"], interval+maxLag))}
 		apSide, otherSide := admitted["ap"], admitted["us"]+admitted["eu"]
-		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal (E %v, d ≤ %v)",
+		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal, %v after NATS had its routes again (E %v, d ≤ %v)",
 			healed.Sub(cut).Round(time.Second), before, during["ap"], apSide, during["us"], during["eu"], bounds["us"], bounds["eu"], otherSide, total, daily, 2*daily,
-			converged.Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
+			converged.Round(time.Millisecond), (converged - joined).Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
 		if total > 2*daily {
 			t.Errorf("admitted %d in all, above the partition bound %d", total, 2*daily)
 		}

@@ -435,7 +435,8 @@ func TestClusterMasterFailover(t *testing.T) {
 // again up to the balance's end. The units the
 // clients saw admitted never exceed the balance, and the ledger, drained
 // from the promoted replica, agrees with its counter and holds at least
-// every admitted unit.
+// every admitted unit; so does the usage the worker applies from the
+// journals.
 func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	const balance = 300
 	r := newRig(t, testenv.DatabaseURL(t))
@@ -530,5 +531,17 @@ func TestSentinelFailoverKeepsMoney(t *testing.T) {
 	acct := r.ledgerAgrees(t, tenantID)
 	if acct.Consumed < admitted.Load() || acct.Consumed > balance {
 		t.Errorf("the ledger consumed %d; want at least the %d admitted and at most the balance %d", acct.Consumed, admitted.Load(), balance)
+	}
+	// No usage lost: the call that admitted a draw journaled its unit, and
+	// the replica had both before the answer.
+	stopWorker := runWorker(r.worker("w"))
+	r.waitDrained(t)
+	testenv.Must(t, stopWorker())
+	var units int64
+	testenv.Must(t, r.db.QueryRow(context.Background(), `SELECT coalesce(sum(allowed_units), 0)::bigint FROM usage_minute
+		WHERE tenant_id = $1`, tenantID).Scan(&units))
+	t.Logf("usage: %d units", units)
+	if units < admitted.Load() || units > acct.Consumed {
+		t.Errorf("usage holds %d units; want at least the %d admitted and at most the %d the ledger consumed", units, admitted.Load(), acct.Consumed)
 	}
 }

@@ -224,9 +224,10 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
 	}
 	if c.journal && !r.DryRun {
-		batch.Usage = statekey.UsageRow(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
+		row := statekey.UsageRow(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
+		batch.Usage = statekey.UsageEntry(row)
 		if batch.Hold != nil {
-			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP))
+			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP), row)
 		}
 	}
 	var leaseID string

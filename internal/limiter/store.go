@@ -48,8 +48,8 @@ type Batch struct {
 	// WaitReplicas) does so for a check that is not a dry run and has a
 	// hold, a prepaid balance or Money, and for no other.
 	Money bool
-	// Usage, when set on a batch that is not a dry run, is the usage row
-	// (statekey.UsageRow) of the check: a store that journals usage
+	// Usage, when set on a batch that is not a dry run, is the head of the
+	// check's usage journal entry (statekey.UsageEntry): a store that journals usage
 	// records an admitted check's decision and units in its hash tag's
 	// journal in the same step that admits it, so that they outlive the
 	// caller, and says so in Outcome.Recorded. A hold's check records the

@@ -9,83 +9,107 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// JournalClaimField is the field of a claimed usage journal that names the
-// claim (its batch ID's tail); no usage field starts with '#'.
-const JournalClaimField = "#"
+// JournalRow is a row's sum in a usage journal.
+type JournalRow struct {
+	Row    string // statekey.UsageRow
+	Minute int64  // seconds since the epoch
+}
+
+// ParseJournal reads a usage journal as the check scripts and settle.lua
+// append it (statekey.go lays it out): the decisions and units of each
+// row and minute, and the value of each hold's entry (the first, should
+// one come twice).
+func ParseJournal(raw string) (rows map[JournalRow]Counts, holds map[string]string, err error) {
+	rows, holds = map[JournalRow]Counts{}, map[string]string{}
+	for len(raw) > 0 {
+		var f, v string
+		if f, raw, err = journalPart(raw); err == nil {
+			v, raw, err = journalPart(raw)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case strings.HasPrefix(f, "s"):
+			if _, ok := holds[f[1:]]; !ok {
+				holds[f[1:]] = v
+			}
+		case strings.HasPrefix(f, "r"):
+			at := strings.LastIndexByte(f, 0)
+			minute, merr := strconv.ParseInt(f[at+1:], 10, 64)
+			units, uerr := strconv.ParseInt(v, 10, 64)
+			if at < 0 || merr != nil || uerr != nil || units < 0 {
+				return nil, nil, fmt.Errorf("usage journal: entry %q = %q is not a row, its minute and units", f, v)
+			}
+			k := JournalRow{Row: f[1:at], Minute: minute}
+			c := rows[k]
+			c.Allowed++
+			c.AllowedUnits += units
+			rows[k] = c
+		default:
+			return nil, nil, fmt.Errorf("usage journal: unknown field %q", f)
+		}
+	}
+	return rows, holds, nil
+}
+
+// journalPart reads one length-prefixed part off raw.
+func journalPart(raw string) (part, rest string, err error) {
+	i := strings.IndexByte(raw, ':')
+	n, perr := strconv.Atoi(raw[:max(i, 0)])
+	if i <= 0 || perr != nil || n < 0 || n > len(raw)-i-1 {
+		return "", "", fmt.Errorf("usage journal: no length-prefixed part at %.40q", raw)
+	}
+	return raw[i+1 : i+1+n], raw[i+1+n:], nil
+}
 
 // JournalBatch returns the batch with ID id that a claimed usage journal
-// holds: fields is the journal hash as the check scripts and settle.lua
-// wrote it (statekey.go lays it out), JournalClaimField aside. Its rows
-// are admitted decisions (reason ok), its settlements one per hold. A
-// field it cannot read fails the whole batch, which is then set aside
-// with its fields as they were.
-func JournalBatch(id string, createdUS int64, fields map[string]string) (Batch, error) {
+// raw holds. Its rows are admitted decisions (reason ok), its settlements
+// one per hold. An entry it cannot read fails the whole batch, which is
+// then set aside as it was.
+func JournalBatch(id string, createdUS int64, raw string) (Batch, error) {
 	b := Batch{Version: 1, ID: id, CreatedUS: createdUS}
-	type rowKey struct{ minute, row string }
-	units, delta := map[rowKey]int64{}, map[rowKey]int64{}
-	for f, v := range fields {
-		if f == JournalClaimField {
-			continue
-		}
-		n, numErr := strconv.ParseInt(v, 10, 64)
-		switch {
-		case f == "":
-			return Batch{}, fmt.Errorf("usage journal: an empty field")
-		case f[0] == 's':
-			st, err := journalSettlement(f[1:], v)
-			if err != nil {
-				return Batch{}, err
-			}
-			b.Settlements = append(b.Settlements, st)
-		case f[0] == 'd' || (f[0] >= '0' && f[0] <= '9'):
-			into := units
-			if f[0] == 'd' {
-				into, f = delta, f[1:]
-			}
-			minute, row, ok := strings.Cut(f, "\x00")
-			if !ok || numErr != nil {
-				return Batch{}, fmt.Errorf("usage journal: field %q = %q is not minute NUL row → units", f, v)
-			}
-			into[rowKey{minute, row}] += n
-		default:
-			return Batch{}, fmt.Errorf("usage journal: unknown field %q", f)
-		}
+	rows, holds, err := ParseJournal(raw)
+	if err != nil {
+		return Batch{}, err
 	}
-	keys := make([]rowKey, 0, len(units)+len(delta))
-	for k := range units {
-		keys = append(keys, k)
-	}
-	for k := range delta {
-		if _, ok := units[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].minute+keys[i].row < keys[j].minute+keys[j].row })
-	for _, k := range keys {
-		r, err := journalRow(k.minute, k.row)
+	for hash, v := range holds {
+		st, err := journalSettlement(hash, v)
 		if err != nil {
 			return Batch{}, err
 		}
-		r.AllowedUnits = units[k]
-		r.Allowed = units[k] + delta[k]
-		if r.Allowed == 0 && r.AllowedUnits == 0 {
-			continue
+		b.Settlements = append(b.Settlements, st)
+	}
+	keys := make([]JournalRow, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Minute != keys[j].Minute {
+			return keys[i].Minute < keys[j].Minute
 		}
+		return keys[i].Row < keys[j].Row
+	})
+	for _, k := range keys {
+		r, err := journalRow(k.Minute, k.Row)
+		if err != nil {
+			return Batch{}, err
+		}
+		r.Counts = rows[k]
 		b.Rows = append(b.Rows, r)
 	}
 	sort.Slice(b.Settlements, func(i, j int) bool { return b.Settlements[i].HoldHash < b.Settlements[j].HoldHash })
 	return b, b.validate()
 }
 
-// journalRow returns the row (reason ok, no counts) of minute (seconds,
-// decimal) and row (statekey.UsageRow).
-func journalRow(minute, row string) (Row, error) {
-	m, err := strconv.ParseInt(minute, 10, 64)
+// journalRow returns the row (reason ok, no counts) of minute (seconds)
+// and row (statekey.UsageRow).
+func journalRow(minute int64, row string) (Row, error) {
 	parts := strings.Split(row, "\x00")
-	if err != nil || len(parts) != 4 {
-		return Row{}, fmt.Errorf("usage journal: row %q of minute %q is not tenant NUL key NUL tier NUL resource", row, minute)
+	if len(parts) != 4 {
+		return Row{}, fmt.Errorf("usage journal: row %q is not tenant NUL key NUL tier NUL resource", row)
 	}
-	return Row{Minute: m, TenantID: parts[0], KeyID: parts[1], Tier: parts[2], Resource: parts[3], Reason: tollgate.ReasonOK}, nil
+	return Row{Minute: minute, TenantID: parts[0], KeyID: parts[1], Tier: parts[2], Resource: parts[3], Reason: tollgate.ReasonOK}, nil
 }
 
 // journalSettlement reads a hold's entry: minute NUL cost NUL expired NUL
@@ -95,7 +119,11 @@ func journalSettlement(hash, v string) (Settlement, error) {
 	if len(parts) != 5 {
 		return Settlement{}, fmt.Errorf("usage journal: hold %q's entry %q is not minute NUL cost NUL expired NUL ip NUL row", hash, v)
 	}
-	r, err := journalRow(parts[0], parts[4])
+	minute, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return Settlement{}, fmt.Errorf("usage journal: hold %q's entry %q has no minute", hash, v)
+	}
+	r, err := journalRow(minute, parts[4])
 	if err != nil {
 		return Settlement{}, err
 	}

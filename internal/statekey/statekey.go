@@ -295,27 +295,32 @@ func SeedKeys(prefix string) []string {
 	return keys
 }
 
-// The usage journal. A check script that admits a check with a usage row
-// (limiter.Batch.Usage) records the check's decision and units in its hash
-// tag's journal in the same call, and settle.lua a hold's final units, so
-// that what was admitted outlives the process that asked: the usage
-// worker claims each tag's journal (JournalKeys) and applies it as a
-// batch. A journal is a hash:
+// The usage journal. A check script that admits a check with a usage
+// entry head (limiter.Batch.Usage, UsageEntry) records the check in a
+// journal in the same call, and settle.lua a hold's final units, so that
+// what was admitted outlives the process that asked: the usage worker
+// claims each tag's journal (JournalKey) and applies it as a batch. A
+// journal is a string of entries, each a field and a value, each written
+// as its length in bytes (decimal), ':' and itself; a script call appends
+// its entries at once. A field is one of:
 //
-//   - field minute NUL row → the units admitted in that minute (minute:
-//     its start in seconds since the epoch, decimal; row: UsageRow);
-//   - field "d" minute NUL row → decisions less units, so that the
-//     common check of one unit writes one field (decisions = units + d);
-//   - field "s" hash → one hold's settlement or expiry (its hash is the
-//     usage pipeline's name of the hold): minute NUL cost NUL expired
+//   - "r" row NUL minute, one admitted check, the value its units (a hold's
+//     check: 0, its units count at settlement); row is UsageRow, minute
+//     the start of the check's minute in seconds since the epoch, ten
+//     digits;
+//   - "s" hash, one hold's settlement or expiry (its hash is the usage
+//     pipeline's name of the hold), the value minute NUL cost NUL expired
 //     (0 or 1) NUL ip NUL row.
 //
-// NUL separates the parts: no part may hold it (the usage tables refuse
-// it too).
+// A row's entries add up, one decision each; a hold's come once. NUL
+// separates the parts of a field or value: no part may hold it (the usage
+// tables refuse it too). A call's entries go to the journal of its first
+// journaling check's tag (on a Cluster, every check of a call shares one
+// slot).
 const (
 	journalRecord = 'u' // the journal checks write
 	claimedRecord = 'U' // the journal the worker claimed, being applied
-	journalSeq    = 'q' // the claims' epoch and sequence
+	journalSeq    = 'q' // the claims' epoch, sequence and current claim
 )
 
 // JournalKey returns the usage journal of hash tag tag under prefix.
@@ -350,9 +355,21 @@ func UsageRow(tenantID, keyID, tier, resource string) string {
 	return tenantID + "\x00" + keyID + "\x00" + tier + "\x00" + resource
 }
 
+// journalMinuteDigits is the width of an entry's minute (seconds since
+// the epoch, zero-padded: ten digits last until 2286).
+const journalMinuteDigits = 10
+
+// UsageEntry returns the head of the journal entry of a check of row
+// (UsageRow): its field's length and the field up to the minute, which
+// the script adds with the units.
+func UsageEntry(row string) string {
+	return strconv.Itoa(1+len(row)+1+journalMinuteDigits) + ":r" + row + "\x00"
+}
+
 // HoldUsage returns what a hold's record keeps for its settlement's entry
-// in the journal: the hold's hash NUL the anonymous caller's address.
-func HoldUsage(hash, ip string) string { return hash + "\x00" + ip }
+// in the journal: the hold's hash (32 hex digits), then the anonymous
+// caller's address NUL the check's row.
+func HoldUsage(hash, ip, row string) string { return hash + ip + "\x00" + row }
 
 // JournalKeyOf returns the usage journal of the hash tag of key, a state
 // key or a record's (JournalKey under key's prefix); "" for a key without

@@ -65,24 +65,24 @@ func NewJournalConsumer(client redis.UniversalClient, prefix string, interval ti
 const journalIDPrefix = "journal:"
 
 // claimScript claims a tag's journal: KEYS the journal, the claimed
-// journal and the sequence (statekey.JournalKey, ClaimedJournalKey,
-// JournalSeqKey); ARGV[1] an epoch to start with when the tag has none.
-// It returns the claimed journal's fields (JournalClaimField names it), or
-// nothing when there is none.
+// journal and the sequence hash (statekey.JournalKey, ClaimedJournalKey,
+// JournalSeqKey: e the epoch, s the sequence, c the current claim);
+// ARGV[1] an epoch to start with when the tag has none. It returns the
+// claim's name and the claimed journal, or nothing when there is none.
 var claimScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
   redis.call('RENAME', KEYS[1], KEYS[2])
   redis.call('HSETNX', KEYS[3], 'e', ARGV[1])
   local seq = redis.call('HINCRBY', KEYS[3], 's', 1)
-  redis.call('HSET', KEYS[2], '#', redis.call('HGET', KEYS[3], 'e') .. ':' .. seq)
+  redis.call('HSET', KEYS[3], 'c', redis.call('HGET', KEYS[3], 'e') .. ':' .. seq)
 end
-return redis.call('HGETALL', KEYS[2])`)
+return {redis.call('HGET', KEYS[3], 'c') or '', redis.call('GET', KEYS[2])}`)
 
 // ackScript drops KEYS[1], a claimed journal, if it is still the claim
-// named ARGV[1].
+// named ARGV[1] (KEYS[2], the sequence hash, names the current one).
 var ackScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], '#') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('HGET', KEYS[2], 'c') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
 // Fetch implements Consumer: at most once per interval (else nothing),
@@ -133,7 +133,7 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 		if len(flat) == 0 {
 			continue
 		}
-		m := j.message(tags[i], flat)
+		m := j.message(tags[i], flat[0], flat[1])
 		first, ok := j.seen[m.ID]
 		if !ok {
 			first = now
@@ -151,30 +151,15 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 	return out, nil
 }
 
-// message returns the claimed journal flat (HGETALL's reply) of tag as a
-// message.
-func (j *JournalConsumer) message(tag byte, flat []string) Message {
-	fields := make(map[string]string, len(flat)/2)
-	for x := 0; x+1 < len(flat); x += 2 {
-		fields[flat[x]] = flat[x+1]
-	}
-	claim := fields[metering.JournalClaimField]
+// message returns the journal raw of tag, claimed under claim, as a
+// message; one that cannot be read is set aside as it is.
+func (j *JournalConsumer) message(tag byte, claim, raw string) Message {
 	m := Message{ID: journalIDPrefix + hex.EncodeToString([]byte{tag}) + ":" + claim}
-	m.Batch, m.Err = metering.JournalBatch(m.ID, j.now().UnixMicro(), fields)
+	m.Batch, m.Err = metering.JournalBatch(m.ID, j.now().UnixMicro(), raw)
 	if m.Err != nil {
-		m.Payload = journalPayload(fields)
+		m.Payload = []byte(raw)
 	}
 	return m
-}
-
-// journalPayload renders a journal that cannot be applied for the batches
-// set aside: one "field = value" line each, NUL shown as |.
-func journalPayload(fields map[string]string) []byte {
-	var b strings.Builder
-	for f, v := range fields {
-		b.WriteString(strings.ReplaceAll(f, "\x00", "|") + " = " + strings.ReplaceAll(v, "\x00", "|") + "\n")
-	}
-	return []byte(b.String())
 }
 
 // Ack implements Consumer: each claimed journal named is dropped, if it
@@ -183,7 +168,7 @@ func (j *JournalConsumer) Ack(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	type ack struct{ key, claim string }
+	type ack struct{ key, seq, claim string }
 	acks := make([]ack, 0, len(ids))
 	for _, id := range ids {
 		rest, ok := strings.CutPrefix(id, journalIDPrefix)
@@ -192,15 +177,15 @@ func (j *JournalConsumer) Ack(ctx context.Context, ids ...string) error {
 		if !ok || !ok2 || err != nil || len(tag) != 1 {
 			return fmt.Errorf("usage: ack journal: %q is not a journal's ID", id)
 		}
-		acks = append(acks, ack{statekey.ClaimedJournalKey(j.prefix, tag[0]), claim})
+		acks = append(acks, ack{statekey.ClaimedJournalKey(j.prefix, tag[0]), statekey.JournalSeqKey(j.prefix, tag[0]), claim})
 	}
 	run := func(load bool) error {
 		_, err := j.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, a := range acks {
 				if load {
-					ackScript.Eval(ctx, p, []string{a.key}, a.claim)
+					ackScript.Eval(ctx, p, []string{a.key, a.seq}, a.claim)
 				} else {
-					ackScript.EvalSha(ctx, p, []string{a.key}, a.claim)
+					ackScript.EvalSha(ctx, p, []string{a.key, a.seq}, a.claim)
 				}
 			}
 			return nil

@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 		for n := range 10 + i {
 			cost := int64(n%3 + (i * 2)) // some cost 0, some 1, some more
 			out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
-				NowUS: now + int64(n)*limiter.MinuteUS, Usage: row})
+				NowUS: now + int64(n)*limiter.MinuteUS, Usage: statekey.UsageEntry(row)})
 			if err != nil || !out.Admitted || !out.Recorded {
 				t.Fatalf("check: %+v %v", out, err)
 			}
@@ -50,9 +51,9 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	tag, short := statekey.Compact(kA)
 	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
 	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(prefix, tag, "h1"), TTLUS: limiter.HourUS,
-		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", "")}
+		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", "", statekey.UsageRow(tA, kA, "authenticated", "GET /a"))}
 	if out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
-		NowUS: now, Usage: statekey.UsageRow(tA, kA, "authenticated", "GET /a")}); err != nil || !out.Recorded {
+		NowUS: now, Usage: statekey.UsageEntry(statekey.UsageRow(tA, kA, "authenticated", "GET /a"))}); err != nil || !out.Recorded {
 		t.Fatalf("hold: %+v %v", out, err)
 	}
 	for range 2 {
@@ -99,32 +100,40 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestJournalBatchRefusesWhatItCannotRead: a journal field of another
-// shape fails its batch (set aside whole), and an entry reads back as the
-// rows and settlement it holds.
+// TestJournalBatchRefusesWhatItCannotRead: a journal's entries add up by
+// row and minute, one decision each, and read back as the rows and
+// settlement they hold (a hold's entry once); an entry of another shape
+// fails its batch (set aside whole).
 func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
 	row := statekey.UsageRow(tA, kA, "authenticated", "GET /a")
-	b, err := metering.JournalBatch("journal:01:e:1", 0, map[string]string{
-		"#": "e:1", "1795168800\x00" + row: "5", "d1795168800\x00" + row: "-2", "d1795168860\x00" + row: "3",
-		"s00112233445566778899aabbccddeeff": "1795168800\x007\x001\x00\x00" + row,
-	})
+	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
+	check := func(minute, units string) string {
+		return statekey.UsageEntry(row) + minute + fmt.Sprintf("%d:%s", len(units), units)
+	}
+	hold := "1795168800\x007\x001\x00\x00" + row
+	raw := check("1795168800", "3") + check("1795168800", "0") + check("1795168860", "0") +
+		entry("s00112233445566778899aabbccddeeff", hold) + check("1795168800", "2") +
+		entry("s00112233445566778899aabbccddeeff", "ignored: a hold counts once")
+	b, err := metering.JournalBatch("journal:01:e:1", 0, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.Rows) != 2 || b.Rows[0].Allowed != 3 || b.Rows[0].AllowedUnits != 5 || b.Rows[1].Allowed != 3 || b.Rows[1].AllowedUnits != 0 {
+	if len(b.Rows) != 2 || b.Rows[0].Allowed != 3 || b.Rows[0].AllowedUnits != 5 || b.Rows[1].Allowed != 1 || b.Rows[1].AllowedUnits != 0 {
 		t.Errorf("rows %+v", b.Rows)
 	}
 	if len(b.Settlements) != 1 || b.Settlements[0].Cost != 7 || !b.Settlements[0].Expired {
 		t.Errorf("settlements %+v", b.Settlements)
 	}
-	for _, fields := range []map[string]string{
-		{"x": "1"},
-		{"1795168800\x00" + row: "five"},
-		{"1795168800\x00t\x00k": "1"},
-		{"s0011": "1795168800\x007"},
+	for _, raw := range []string{
+		entry("x", "1"),
+		check("1795168800", "five"),
+		entry("r"+"t\x00k\x001795168800", "1"),
+		entry("s0011", "1795168800\x007"),
+		"12:short",
+		"x:1",
 	} {
-		if _, err := metering.JournalBatch("journal:01:e:1", 0, fields); err == nil {
-			t.Errorf("%q: no error", fields)
+		if _, err := metering.JournalBatch("journal:01:e:1", 0, raw); err == nil {
+			t.Errorf("%q: no error", raw)
 		}
 	}
 }

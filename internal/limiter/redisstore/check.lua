@@ -63,17 +63,18 @@
 --   ("at units …"), co overdraft, cm 1 for overage, cd units drawn, cv
 --   overage (settle.lua reads them).
 --   A check whose opts has optUsage journals its usage (statekey.go
---   describes the journal): its hash tag's journal key is its last key in
---   KEYS, after all of the above, and its usage row is among the strings
---   below. Admitted, it adds its units and its decision to the row of its
---   minute; with a hold, only the decision, and the record keeps j the
---   journal, ur the row and uh the hold's usage (statekey.HoldUsage) for
---   settle.lua, which journals the hold's final units.
+--   describes the journal): the call's journal key is the last of KEYS,
+--   after every check's keys, and the check's entry head
+--   (statekey.UsageEntry) is among the strings below. Admitted, it adds
+--   its entry (its units; a hold's 0) to the call's, appended at its end;
+--   with a hold the record keeps j the journal and uh the hold's usage
+--   (statekey.HoldUsage) for settle.lua, which journals the hold's final
+--   units.
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
 --          or '' when the caller lists holds itself (on a Cluster, where
 --          the index lives in another slot)
 -- ARGV[3…] per check in order: the ID of the hold it opens, if any; its
---          usage row, with optUsage; and with both, the hold's usage
+--          entry head, with optUsage; and with both, the hold's usage
 --
 -- Returns a MessagePack array: per check now, admitted, then per rule
 -- allowed (0 no, 1 yes, 2 unknown: a tally, flagSeedOpen or
@@ -137,16 +138,33 @@ local function idiv(a, b) -- floor(a / b) exactly, b > 0
 end
 
 -- The usage journal (statekey.go describes it): journalMinute returns the
--- start of now's minute, in seconds, as its fields name it; journal adds
--- a check's units and decision to row's field of now's minute in jkey.
+-- start of now's minute, in seconds, as its entries name it (ten digits);
+-- journal adds an admitted check's entry to the call's: head (the
+-- caller's, its row's field up to the minute), the minute and the units;
+-- journalFlush appends the call's entries to the journal jkey at its end,
+-- in one APPEND; jentry is one entry, field and value each after its
+-- length.
 local usPerMinute = 60000000
 local function journalMinute(now)
-  return string.format('%d', floor(now / usPerMinute) * 60)
+  return string.format('%010d', floor(now / usPerMinute) * 60)
 end
-local function journal(jkey, row, now, units)
-  local f = journalMinute(now) .. '\0' .. row
-  if units ~= 0 then redis.call('HINCRBY', jkey, f, units) end
-  if units ~= 1 then redis.call('HINCRBY', jkey, 'd' .. f, 1 - units) end
+local jparts, jnow, jminute = {}, nil, nil
+local function journal(head, now, units)
+  if now ~= jnow then jnow, jminute = now, journalMinute(now) end
+  local n = #jparts
+  jparts[n + 1], jparts[n + 2] = head, jminute
+  if units == 1 then
+    jparts[n + 3] = '1:1'
+  else
+    local v = string.format('%d', units)
+    jparts[n + 3] = #v .. ':' .. v
+  end
+end
+local function jentry(f, v)
+  return #f .. ':' .. f .. #v .. ':' .. v
+end
+local function journalFlush(jkey)
+  if #jparts > 0 then redis.call('APPEND', jkey, table.concat(jparts)) end
 end
 
 -- at returns now, or for 0 Redis's clock in µs, read once per call.
@@ -214,7 +232,7 @@ do
   local mkeys, j, kk, nbal = {}, i, 0, 0
   local total = #batch
   while j <= total do
-    local nrules, credits, usage = batch[j + 3], has(batch[j + 2], optCredits), has(batch[j + 2], optUsage)
+    local nrules, credits = batch[j + 3], has(batch[j + 2], optCredits)
     j = j + 5
     local leased = false
     for _ = 1, nrules do
@@ -234,7 +252,6 @@ do
         j = j + 1
       end
     end
-    if usage then kk = kk + 1 end
   end
   if #mkeys == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -645,8 +662,8 @@ while i <= total do
       end
       if jhold then
         local at = #rec
-        rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4], rec[at + 5], rec[at + 6] =
-          'j', KEYS[k + cadv_k + 1], 'ur', jrow, 'uh', jhold
+        rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4] =
+          'j', KEYS[#KEYS], 'uh', jhold
       end
       redis.call('DEL', hkey)
       redis.call('HSET', hkey, unpack(rec))
@@ -741,15 +758,10 @@ while i <= total do
     n = n + 4
     k, i = k + cadv_k, i + cadv_i
   end
-  if jrow then
-    k = k + 1
-    if admitted and not dry then
-      -- The check's usage (statekey.go): units by minute and row, and
-      -- decisions less units; a hold's units count at its settlement.
-      local units = cost
-      if hkey then units = 0 end
-      journal(KEYS[k], jrow, now, units)
-    end
+  if jrow and admitted and not dry then
+    -- The check's usage (statekey.go): units by minute and row, and
+    -- decisions less units; a hold's units count at its settlement.
+    if hkey then journal(jrow, now, 0) else journal(jrow, now, cost) end
   end
   if not admitted then
     out[head] = 0
@@ -777,5 +789,7 @@ for x = 1, #corder do
     redis.call('XADD', pend[1], '*', 'u', string.format('%d', pend[5]), 'd', '1', 't', string.format('%d', pend[6]))
   end
 end
+
+journalFlush(KEYS[#KEYS])
 
 return cmsgpack.pack(out)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -15,35 +16,32 @@ import (
 // journalAt is the checks' time in the journal tests, and journalMinute
 // its minute's start (s).
 const (
-	journalAt     = int64(1_800_000_030_000_000)
-	journalMinute = "1800000000"
+	journalAt      = int64(1_800_000_030_000_000)
+	journalMinute  = "1800000000"
+	journalMinuteS = int64(1_800_000_000)
 )
+
+// readJournal returns the journal at jkey as metering reads it.
+func readJournal(t *testing.T, client redis.Cmdable, jkey string) (rows map[metering.JournalRow]metering.Counts, holds map[string]string) {
+	t.Helper()
+	raw, err := client.Get(context.Background(), jkey).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	rows, holds, err = metering.ParseJournal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, holds
+}
 
 // journalCounts returns the units and decisions the journal at jkey
 // holds for row in journalMinute.
 func journalCounts(t *testing.T, client redis.Cmdable, jkey, row string) (units, decisions int64) {
 	t.Helper()
-	f := journalMinute + "\x00" + row
-	vals, err := client.HMGet(context.Background(), jkey, f, "d"+f).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d int64
-	for i, v := range vals {
-		if v == nil {
-			continue
-		}
-		n, err := strconv.ParseInt(v.(string), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			units = n
-		} else {
-			d = n
-		}
-	}
-	return units, units + d
+	rows, _ := readJournal(t, client, jkey)
+	c := rows[metering.JournalRow{Row: row, Minute: journalMinuteS}]
+	return c.AllowedUnits, c.Allowed
 }
 
 // TestJournalRecordsAdmittedUsage: every check script (check.lua, lean.lua
@@ -75,6 +73,7 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 				key := c.prefix + "{" + tag[:1] + "}" + path.name
 				jkey := statekey.JournalKeyOf(key)
 				row := statekey.UsageRow("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
+				entry := statekey.UsageEntry(row)
 				reqs := []limiter.Request{{Key: key, Params: gcra}}
 				if path.extra != nil {
 					reqs = append(reqs, limiter.Request{Key: key + "2", Params: *path.extra})
@@ -93,13 +92,13 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 					usage          string
 					admitted, recd bool
 				}{
-					{1, false, row, true, true},
-					{2, false, row, true, true},
-					{0, false, row, true, true},
-					{1, true, row, true, false}, // a dry run
-					{1, false, "", true, false}, // no row
-					{1, false, row, true, true},
-					{1, false, row, false, false}, // the burst of 5 is spent
+					{1, false, entry, true, true},
+					{2, false, entry, true, true},
+					{0, false, entry, true, true},
+					{1, true, entry, true, false}, // a dry run
+					{1, false, "", true, false},   // no row
+					{1, false, entry, true, true},
+					{1, false, entry, false, false}, // the burst of 5 is spent
 				} {
 					out := check(step.cost, step.dry, step.usage)
 					if out.Admitted != step.admitted || out.Recorded != step.recd {
@@ -119,7 +118,7 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 			one := limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS}
 			for range 3 {
 				out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: one, Shadow: true}}, Cost: 1,
-					NowUS: journalAt, Usage: row})
+					NowUS: journalAt, Usage: statekey.UsageEntry(row)})
 				if err != nil || !out.Admitted || !out.Recorded {
 					t.Fatalf("shadow check: %+v %v", out, err)
 				}
@@ -147,9 +146,9 @@ func TestJournalRecordsHoldsOnce(t *testing.T) {
 	open := func(i int, ttl int64) {
 		t.Helper()
 		hold := &limiter.Hold{ID: "hold" + strconv.Itoa(i), Key: statekey.HoldKey(prefix, 'h', "hold"+strconv.Itoa(i)), TTLUS: ttl,
-			Usage: statekey.HoldUsage(hash(i), "192.0.2.7")}
+			Usage: statekey.HoldUsage(hash(i), "192.0.2.7", row)}
 		out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: 10, Hold: hold,
-			NowUS: journalAt, Usage: row})
+			NowUS: journalAt, Usage: statekey.UsageEntry(row)})
 		if err != nil || !out.Admitted || !out.Recorded {
 			t.Fatalf("hold %d: %+v %v", i, out, err)
 		}
@@ -169,14 +168,14 @@ func TestJournalRecordsHoldsOnce(t *testing.T) {
 	if err != nil || !st.Recorded {
 		t.Fatalf("expire: %+v %v", st, err)
 	}
-	got, err := client.HMGet(ctx, jkey, "s"+hash(1), "s"+hash(2)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []any{journalMinute + "\x007\x000\x00192.0.2.7\x00" + row, journalMinute + "\x000\x001\x00192.0.2.7\x00" + row}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("hold %d's entry: %q, want %q", i+1, got[i], want[i])
+	_, holds := readJournal(t, client, jkey)
+	want := map[string]string{hash(1): journalMinute + "\x007\x000\x00192.0.2.7\x00" + row, hash(2): journalMinute + "\x000\x001\x00192.0.2.7\x00" + row}
+	for h, w := range want {
+		if holds[h] != w {
+			t.Errorf("hold %s's entry: %q, want %q", h, holds[h], w)
 		}
+	}
+	if len(holds) != 2 {
+		t.Errorf("%d holds' entries, want 2: %q", len(holds), holds)
 	}
 }

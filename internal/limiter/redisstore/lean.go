@@ -143,8 +143,18 @@ func (c *call) encodeLean(checks []*pending, extraTTLMS int64) {
 			a, b, c3 := defNumbers(r.Params)
 			c.args = append(c.args, a, b, c3)
 		}
-		if usage != "" {
-			c.keys = append(c.keys, statekey.JournalKeyOf(firstKey(*b)))
+	}
+	c.appendJournal(checks)
+}
+
+// appendJournal appends to c.keys the journal key of the call of checks,
+// when one of them journals its usage: the journal of its first such
+// check's hash tag (on a Cluster every check of a call shares the slot).
+func (c *call) appendJournal(checks []*pending) {
+	for _, p := range checks {
+		if journals(&p.batch) {
+			c.keys = append(c.keys, statekey.JournalKeyOf(firstKey(p.batch)))
+			return
 		}
 	}
 }

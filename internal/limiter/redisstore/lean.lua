@@ -10,8 +10,8 @@
 -- ARGV     extra_ttl_ms, report_state,
 --          then per check: now, cost, dry_run, nrules, usage,
 --          then per rule: kind, a, b, c
---   usage is the check's usage row (statekey.go), or '' for none; with
---   one, its hash tag's journal key follows its rule keys in KEYS, and an
+--   usage is the check's usage row (statekey.go), or '' for none; when a
+--   check has one, the call's journal key is the last of KEYS, and an
 --   admitted check adds its units and decision to it, as check.lua does.
 --   kind is the algorithm's code × kindAlgorithm, + kindShape for a
 --   shaping leaky bucket, + kindShadow for a shadow rule, + kindSeedOpen
@@ -48,14 +48,13 @@ else
   local mkeys, nk = {}, 0
   local j, k = 3, 0
   while j <= nargs do
-    local nrules, usage = tonumber(ARGV[j + 3]), ARGV[j + 4] ~= ''
+    local nrules = tonumber(ARGV[j + 3])
     j = j + 5
     for _ = 1, nrules do
       k = k + 1
       if floor(tonumber(ARGV[j]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
       j = j + 4
     end
-    if usage then k = k + 1 end
   end
   if nk == 1 then
     cache[mkeys[1]] = redis.call('GET', mkeys[1])
@@ -138,9 +137,8 @@ while i <= nargs do
     n = n + 5
   end
 
-  if usage ~= '' then k = k + 1 end
   if admitted and not dry then
-    if usage ~= '' then journal(KEYS[k], usage, now, cost) end
+    if usage ~= '' then journal(usage, now, cost) end
     for x = 1, nw, 5 do
       local key, a, number, ttl = w[x], w[x + 1], w[x + 2], w[x + 4]
       if a == algFixedWindow then
@@ -160,5 +158,7 @@ while i <= nargs do
     end
   end
 end
+
+journalFlush(KEYS[#KEYS])
 
 return cmsgpack.pack(out)

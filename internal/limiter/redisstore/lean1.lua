@@ -33,7 +33,10 @@ if admitted and ARGV[5] ~= '1' then
   if write and allowed == 1 then
     if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
   end
-  if ARGV[7] ~= '' then journal(KEYS[2], ARGV[7], now, cost) end
+  if ARGV[7] ~= '' then
+    journal(ARGV[7], now, cost)
+    journalFlush(KEYS[2])
+  end
 end
 if allowed == 1 then
   return cmsgpack.pack({now, 1, 1, remaining, reset, retry, delay})

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -214,4 +215,133 @@ func measureRedis(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestMeasureUsageJournal is a measurement tool, not a test: it is
+// skipped unless TOLLGATE_MEASURE=1. On a redis-server of its own it
+// replays lone checks as the api makes them, with their usage journaled
+// (Batch.Usage) and without, 1,000 checks a round, alternating 40 rounds,
+// and prints the least, the 10th percentile and the median of the Redis
+// script µs per call (INFO commandstats): what the journal costs an
+// allowed check. The shapes: a key's check of one GCRA rule (lean1.lua)
+// over 1,000 keys of 50 tenants; the same with the tenant's month (a
+// shadow tally, lean.lua); an anonymous caller's check of one GCRA rule
+// over fresh addresses; and calls of 20 keys' checks (check.lua, as a
+// batching store makes them under load).
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/redisstore/ -run TestMeasureUsageJournal -v -count=1
+func TestMeasureUsageJournal(t *testing.T) {
+	c := measureRedis(t)
+	ctx := context.Background()
+	s := New(c)
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1 << 40, PeriodUS: limiter.HourUS, Burst: 1 << 30}
+	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1 << 52, Burst: 1 << 52, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
+	usec := func() (float64, float64) {
+		info := c.Info(ctx, "commandstats").Val()
+		var total, calls float64
+		for _, l := range strings.Split(info, "\n") {
+			if strings.HasPrefix(l, "cmdstat_evalsha:") {
+				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "cmdstat_evalsha:")), ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						total, _ = strconv.ParseFloat(v, 64)
+					}
+					if v, ok := strings.CutPrefix(f, "calls="); ok {
+						calls, _ = strconv.ParseFloat(v, 64)
+					}
+				}
+			}
+		}
+		return total, calls
+	}
+	uuid := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+	tagOf := func(i int) string {
+		tag := byte(i % 250)
+		if tag == '{' || tag == '}' {
+			tag = 'x'
+		}
+		return fmt.Sprintf("m{%c}", tag)
+	}
+	shapes := []struct {
+		name  string
+		batch func(i, round int, journal bool) []limiter.Batch
+	}{
+		{"key, one GCRA rule (lean1.lua)", func(i, round int, journal bool) []limiter.Batch {
+			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa(i%1000), Params: gcra}}}
+			if journal {
+				b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos"))
+			}
+			return []limiter.Batch{b}
+		}},
+		{"key, GCRA and the month's tally (lean.lua)", func(i, round int, journal bool) []limiter.Batch {
+			m := month
+			m.Seed = limiter.SeedNone
+			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa(i%1000), Params: gcra},
+				{Key: tagOf(i) + "q" + strconv.Itoa(i%50), Params: m, Shadow: true}}}
+			if journal {
+				b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos"))
+			}
+			return []limiter.Batch{b}
+		}},
+		{"anonymous address, one GCRA rule (lean1.lua)", func(i, round int, journal bool) []limiter.Batch {
+			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "a" + strconv.Itoa(round*1000+i), Params: gcra}}}
+			if journal {
+				b.Usage = statekey.UsageEntry(statekey.UsageRow("", "", "anonymous", "*"))
+			}
+			return []limiter.Batch{b}
+		}},
+		{"20 keys' checks a call (check.lua)", func(i, round int, journal bool) []limiter.Batch {
+			var out []limiter.Batch
+			for j := range 20 {
+				b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa((i*20+j)%1000), Params: gcra}}}
+				if journal {
+					b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+(i*20+j)%1000), "authenticated", "GET /repos"))
+				}
+				out = append(out, b)
+			}
+			return out
+		}},
+	}
+	t.Logf("load average %s", loadAverage())
+	t.Log("| checks | journal | Redis script µs per check: least | 10th percentile | median |")
+	t.Log("| --- | --- | --- | --- | --- |")
+	for _, shape := range shapes {
+		res := map[bool][]float64{}
+		for round := range 40 {
+			for _, journal := range []bool{false, true} {
+				testenv.Must(t, c.ConfigResetStat(ctx).Err())
+				checks := 0
+				for i := range 1000 {
+					batches := shape.batch(i, round, journal)
+					if len(batches) == 1 {
+						if _, err := s.Check(ctx, batches[0]); err != nil {
+							t.Fatal(err)
+						}
+						checks++
+						continue
+					}
+					ps := make([]*pending, len(batches))
+					for j := range batches {
+						ps[j] = &pending{batch: batches[j]}
+					}
+					s.run(ctx, ps)
+					for _, p := range ps {
+						if p.err != nil {
+							t.Fatal(p.err)
+						}
+					}
+					checks += len(ps)
+					if i >= 49 {
+						break // 50 calls of 20
+					}
+				}
+				total, _ := usec()
+				res[journal] = append(res[journal], total/float64(checks))
+			}
+		}
+		for _, journal := range []bool{false, true} {
+			v := res[journal]
+			slices.Sort(v)
+			t.Logf("| %s | %v | %.2f | %.2f | %.2f |", shape.name, journal, v[0], v[len(v)/10], v[len(v)/2])
+		}
+	}
 }

@@ -98,20 +98,26 @@ func (s *Store) runWaiting(ctx context.Context, client pipeliner, calls []*scrip
 			again = append(again, c)
 		}
 	}
+	waits := []*redis.IntCmd{wait}
 	if len(again) > 0 {
+		// The calls that ran the first time are confirmed by the first
+		// WAIT, on their connection; these by a WAIT on theirs, which
+		// may be another of the pool's.
 		pipe = client.Pipeline()
 		for _, c := range again {
 			c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 		}
-		wait = s.queueWait(ctx, pipe)
+		waits = append(waits, s.queueWait(ctx, pipe))
 		_, _ = pipe.Exec(ctx)
 	}
-	acked, err := wait.Result()
-	if err != nil {
-		return fmt.Errorf("wait for replicas: %w", err)
-	}
-	if acked < int64(s.WaitReplicas) {
-		return fmt.Errorf("%d of %d replicas acknowledged within %v: %w", acked, s.WaitReplicas, s.waitTimeout(), limiter.ErrNotReplicated)
+	for _, wait := range waits {
+		acked, err := wait.Result()
+		if err != nil {
+			return fmt.Errorf("wait for replicas: %w", err)
+		}
+		if acked < int64(s.WaitReplicas) {
+			return fmt.Errorf("%d of %d replicas acknowledged within %v: %w", acked, s.WaitReplicas, s.waitTimeout(), limiter.ErrNotReplicated)
+		}
 	}
 	return nil
 }

@@ -229,12 +229,12 @@ local function settle(hkey, cost, expire)
   redis.call('HSET', hkey, 's', to, 'v', target)
   if rec.j then
     -- The hold's final units, once per hold (statekey.go): minute, cost,
-    -- expired, the anonymous caller's address and the check's row.
+    -- expired, the anonymous caller's address and the check's row (the
+    -- hold's usage after its hash).
     local expired = '0'
     if to ~= 1 then expired = '1' end
-    redis.call('HSET', rec.j, 's' .. string.sub(rec.uh, 1, 32),
-      journalMinute(now) .. '\0' .. string.format('%d', target) .. '\0' .. expired ..
-      '\0' .. string.sub(rec.uh, 34) .. '\0' .. rec.ur)
+    redis.call('APPEND', rec.j, jentry('s' .. string.sub(rec.uh, 1, 32), journalMinute(now) .. '\0' ..
+      string.format('%d', target) .. '\0' .. expired .. '\0' .. string.sub(rec.uh, 33)))
   end
   return {0, now, estimate, target, to, journaled, rec.i}
 end

@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
-	"github.com/tollgate/tollgate/internal/statekey"
 )
 
 //go:embed check.lua
@@ -426,10 +425,8 @@ func (c *call) encode(checks []*pending, extraTTLMS int64) {
 				c.credits += 3 + 2*len(cr.Expiring)
 			}
 		}
-		if journals(&p.batch) {
-			c.keys = append(c.keys, statekey.JournalKeyOf(firstKey(p.batch)))
-		}
 	}
+	c.appendJournal(checks)
 	c.balances = c.balances[:0]
 	n := 3 + 5*len(c.defs) + 5*len(checks) + len(c.refs) + c.credits
 	b := appendArrayHeader(c.arg, n)

@@ -92,7 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	log, db, us, now := cfg.Log, cfg.DB, cfg.Usage, cfg.Now
 	ps, ts, as, audits := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db), audit.NewStore(db)
-	plansOps, tenantsOps, authOps := plans.NewOps(db).InRegions(cfg.Region), tenants.NewOps(db, now), auth.NewOps(db, cfg.SecretKeys)
+	plansOps, tenantsOps, authOps := plans.NewOps(db).InRegions(cfg.Region), tenants.NewOps(db, now).InRegions(cfg.Region), auth.NewOps(db, cfg.SecretKeys)
 	qs, quotaOps := quota.NewStore(db), quota.NewOps(db)
 	es, eventsOps := events.NewStore(db), events.NewOps(db, now, cfg.Webhooks).WithSecretKeys(cfg.SecretKeys)
 	cs, creditsOps := credits.NewStore(db), credits.NewOps(db, now)

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/region"
 )
 
 // Ops makes every change to tenants and their keys. Each change is one
@@ -23,12 +24,21 @@ import (
 // (internal/access), and only the role facts a change depends on are
 // read from the actor (audit.Actor.Operator). Safe for concurrent use.
 type Ops struct {
-	db  postgres.Conn
-	now func() time.Time
+	db      postgres.Conn
+	now     func() time.Time
+	regions region.Config
+}
+
+// InRegions returns the operations for a deployment of the regions c
+// names: only then do override rules take a global region scope.
+func (o *Ops) InRegions(c region.Config) *Ops {
+	r := *o
+	r.regions = c
+	return &r
 }
 
 // NewOps returns the tenant operations on db (a pool), with the clock now
-// (time.Now when nil).
+// (time.Now when nil), for a deployment of one region (see InRegions).
 func NewOps(db postgres.Conn, now func() time.Time) *Ops {
 	if now == nil {
 		now = time.Now
@@ -164,6 +174,11 @@ func (in Overrides) Validate() error {
 // this tenant, or adds a rule.
 func (o *Ops) SetOverrides(ctx context.Context, by audit.Actor, id string, in Overrides) (Overrides, error) {
 	if err := in.Validate(); err != nil {
+		return Overrides{}, err
+	}
+	f := map[string]string{}
+	plans.ValidateRegions(o.regions, "rules", in.Rules, f)
+	if err := tollgate.Invalid(f); err != nil {
 		return Overrides{}, err
 	}
 	describe := func(action string, before, after *[]plans.Rule) audit.Change {

@@ -43,6 +43,8 @@ type Region struct {
 	// proxies are the names of the toxiproxy proxies of the routes from
 	// and to the region.
 	proxies []string
+	// monitor is the NATS server's monitoring address.
+	monitor string
 }
 
 // natsBuild and toxiproxyBuild build each program once per test binary.
@@ -110,6 +112,7 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
 
+	proxyPorts := map[int]bool{}
 	clusterPort := map[string]int{}
 	for _, n := range names {
 		clusterPort[n] = FreePort(t)
@@ -123,7 +126,9 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 			}
 			// n's route to other: n dials the proxy, which dials other.
 			name := n + "-" + other
-			listen := FreeAddr(t)
+			port := FreePort(t)
+			proxyPorts[port] = true
+			listen := "127.0.0.1:" + strconv.Itoa(port)
 			b.api("POST", "/proxies", map[string]any{"name": name, "listen": listen,
 				"upstream": "127.0.0.1:" + strconv.Itoa(clusterPort[other]), "enabled": true})
 			routes = append(routes, "nats-route://"+listen)
@@ -131,18 +136,24 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 		}
 		dir := t.TempDir()
 		port := FreePort(t)
+		r.monitor = FreeAddr(t)
+		// Every route passes through toxiproxy: the servers tell each
+		// other an address where no one listens (advertise), so that none
+		// solicits a route of its own to the address it learns.
 		conf := fmt.Sprintf(`server_name: %[1]s
 listen: 127.0.0.1:%[2]d
+http: %[6]s
 server_tags: ["region:%[1]s"]
 jetstream { store_dir: %[3]q, max_memory_store: 64MB, max_file_store: 512MB }
 cluster {
   name: tollgate
   listen: 127.0.0.1:%[4]d
+  advertise: "127.0.0.1:%[7]d"
   no_advertise: true
   pool_size: -1
   routes: [%[5]s]
 }
-`, n, port, filepath.Join(dir, "jetstream"), clusterPort[n], strings.Join(routes, ", "))
+`, n, port, filepath.Join(dir, "jetstream"), clusterPort[n], strings.Join(routes, ", "), r.monitor, closedPort(t))
 		path := filepath.Join(dir, "nats.conf")
 		Must(t, os.WriteFile(path, []byte(conf), 0o644))
 		r.NATS = StartProcess(t, "nats-server "+n, exec.Command(natsBin, "-c", path), syscall.SIGTERM, 10*time.Second, nil)
@@ -158,11 +169,61 @@ cluster {
 			return err == nil
 		})
 	}
+	for _, r := range b.Regions {
+		Eventually(t, time.Now(), 30*time.Second, "nats-server "+r.Name+"'s routes to every region, through toxiproxy", func() (bool, string) {
+			return r.routedThrough(proxyPorts, len(names)-1)
+		})
+	}
 	if delay > 0 {
 		b.SetDelay(delay)
 	}
 	return b
 }
+
+// Joined reports whether region name's NATS server has its routes to
+// every other region (after Heal, once NATS has made them again).
+func (b *Regions) Joined(name string) bool {
+	r := b.Region(name)
+	resp, err := http.Get("http://" + r.monitor + "/routez")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var z struct {
+		NumRoutes int `json:"num_routes"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&z) == nil && z.NumRoutes == len(b.Regions)-1
+}
+
+// routedThrough reports whether the region's NATS server has want routes
+// and solicited each of its own through a port of proxies.
+func (r *Region) routedThrough(proxies map[int]bool, want int) (bool, string) {
+	resp, err := http.Get("http://" + r.monitor + "/routez")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	var z struct {
+		Routes []struct {
+			RemoteName string `json:"remote_name"`
+			DidSolicit bool   `json:"did_solicit"`
+			Port       int    `json:"port"`
+		} `json:"routes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&z); err != nil {
+		return false, err.Error()
+	}
+	for _, rt := range z.Routes {
+		if rt.DidSolicit && !proxies[rt.Port] {
+			return false, fmt.Sprintf("a route to %s on port %d, not through toxiproxy", rt.RemoteName, rt.Port)
+		}
+	}
+	return len(z.Routes) == want, fmt.Sprintf("%d routes", len(z.Routes))
+}
+
+// closedPort returns a loopback port where nothing listens (one that
+// refuses connections for as long as nothing takes it).
+func closedPort(t testing.TB) int { return FreePort(t) }
 
 // Region returns the region named name.
 func (b *Regions) Region(name string) *Region {

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +62,10 @@ type bed struct {
 	single string            // a check API of a deployment of one region
 	stats  map[string]string // region → worker metrics address
 	client *http.Client
+	db     *pgxpool.Pool
+	// allowed and denied count the answers of every check sent to the
+	// regions.
+	allowed, denied atomic.Int64
 }
 
 func start(t *testing.T) *bed {
@@ -71,7 +76,7 @@ func start(t *testing.T) *bed {
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
 	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
-	b := &bed{t: t, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
+	b := &bed{t: t, db: db, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
 	for _, r := range b.net.Regions {
@@ -85,9 +90,10 @@ func start(t *testing.T) *bed {
 		b.apis[r.Name] = b.startAPI(api, env)
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
-			// a check's latency.
+			// a check's latency (its usage counted nowhere).
 			b.single = b.startAPI(api, []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(),
-				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn"})
+				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn",
+				"TOLLGATE_USAGE_SINK=none"})
 		}
 	}
 	for _, name := range names {
@@ -197,6 +203,13 @@ func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted [
 			latencies = append(latencies, took)
 			if a.Allowed {
 				admitted = append(admitted, time.Now())
+			}
+			switch {
+			case addr == b.single:
+			case a.Allowed:
+				b.allowed.Add(1)
+			default:
+				b.denied.Add(1)
 			}
 		})
 	}
@@ -337,6 +350,11 @@ func TestRegions(t *testing.T) {
 		if split > minute {
 			t.Errorf("global_split admitted %d, above the limit %d", split, minute)
 		}
+		for name, want := range map[string]float64{"us": 0.334, "ap": 0.333} {
+			if got, err := scrape(b.stats[name], `tollgate_region_share{rule="global/split"}`); err != nil || got != want {
+				t.Errorf("%s's tollgate_region_share: got %v (%v), want %v", name, got, err, want)
+			}
+		}
 		if shared < minute || split < minute-int64(len(names)) {
 			t.Errorf("admitted shared %d, split %d: fewer than the limit", shared, split)
 		}
@@ -378,8 +396,11 @@ func TestRegions(t *testing.T) {
 		b.net.Heal("ap")
 		healed := time.Now()
 		total := admitted["us"] + admitted["eu"] + admitted["ap"]
-		var converged time.Duration
+		var converged, joined time.Duration
 		testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
+			if joined == 0 && b.net.Joined("ap") {
+				joined = time.Since(healed)
+			}
 			got := map[string]int64{}
 			all := true
 			for _, name := range names {
@@ -389,6 +410,9 @@ func TestRegions(t *testing.T) {
 			converged = time.Since(healed)
 			return all, fmt.Sprintf("%v, admitted %d", got, total)
 		})
+		if joined == 0 {
+			joined = converged
+		}
 		// Each side decides on its own count and what it heard before
 		// the cut: ap alone at most the limit; us and eu, sharing, the
 		// limit and what the other admitted within E + d.
@@ -396,9 +420,9 @@ func TestRegions(t *testing.T) {
 			"us": daily + min(daily, mostWithin(times["eu"], interval+maxLag)),
 			"eu": daily + min(daily, mostWithin(times["us"], interval+maxLag))}
 		apSide, otherSide := admitted["ap"], admitted["us"]+admitted["eu"]
-		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal (E %v, d ≤ %v)",
+		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal, %v after NATS had its routes again (E %v, d ≤ %v)",
 			healed.Sub(cut).Round(time.Second), before, during["ap"], apSide, during["us"], during["eu"], bounds["us"], bounds["eu"], otherSide, total, daily, 2*daily,
-			converged.Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
+			converged.Round(time.Millisecond), (converged - joined).Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
 		if total > 2*daily {
 			t.Errorf("admitted %d in all, above the partition bound %d", total, 2*daily)
 		}
@@ -407,6 +431,20 @@ func TestRegions(t *testing.T) {
 				t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
 			}
 		}
+	})
+
+	// Usage: every region's worker applies its region's usage to the one
+	// Postgres, each check once.
+	t.Run("usage", func(t *testing.T) {
+		want := fmt.Sprintf("%d allowed, %d denied", b.allowed.Load(), b.denied.Load())
+		testenv.Eventually(t, time.Now(), 30*time.Second, "the usage tables counting every check once", func() (bool, string) {
+			var allowed, denied int64
+			err := b.db.QueryRow(context.Background(), `SELECT COALESCE(sum(allowed_units), 0), COALESCE(sum(denied), 0)
+				FROM usage_month WHERE tenant_id = $1`, b.tenant).Scan(&allowed, &denied)
+			got := fmt.Sprintf("%d allowed, %d denied", allowed, denied)
+			return err == nil && got == want, fmt.Sprintf("%s, want %s (%v)", got, want, err)
+		})
+		t.Logf("figure usage: %s, counted once in the one Postgres", want)
 	})
 }
 

@@ -312,7 +312,12 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 // ends, through a durable consumer of source's stream named after this
 // region (it resumes after a restart or a partition where it stopped).
 func (x *Exchanger) receive(ctx context.Context, source string) {
-	b := backoff.New(backoff.Policy{Max: time.Second})
+	// A fetch waits at most a few exchange intervals, and a failed one
+	// is retried within one: a region joined again after a partition is
+	// read from within about two intervals of its route being back.
+	e := x.cfg.Region.ExchangeInterval
+	wait := min(max(2*e, 100*time.Millisecond), time.Second)
+	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
 	var cons jetstream.Consumer
 	for ctx.Err() == nil {
 		if cons == nil {
@@ -324,7 +329,7 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 			}
 			cons = c
 		}
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(wait))
 		if err != nil {
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)

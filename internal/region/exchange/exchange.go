@@ -370,7 +370,11 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 func (x *Exchanger) receive(ctx context.Context, source string) {
 	// A fetch waits at most a few exchange intervals, and a failed one
 	// is retried within one: a region joined again after a partition is
-	// read from within about two intervals of its route being back.
+	// read from within about two intervals of its route being back. A
+	// fetch takes up to fetchBatch messages: each fetch is a round trip
+	// to the source's servers, so the backlog of a partition (one
+	// message an interval) is read in one or a few, not one per hundred
+	// messages.
 	e := x.cfg.Region.ExchangeInterval
 	wait := min(max(2*e, 100*time.Millisecond), time.Second)
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
@@ -385,7 +389,7 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 			}
 			cons = c
 		}
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(wait))
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(wait))
 		if err != nil {
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
@@ -408,12 +412,16 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 	}
 }
 
+// fetchBatch is the most messages one fetch takes: about a hundred
+// seconds of a region's messages at the default interval.
+const fetchBatch = 1000
+
 func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return x.js.CreateOrUpdateConsumer(ctx, Stream(source), jetstream.ConsumerConfig{
 		Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000})
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch})
 }
 
 // applyMsg applies one message of source: one apply.lua call per hash

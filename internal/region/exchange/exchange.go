@@ -405,6 +405,13 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			x.sources[source].Failure(err)
+			if errors.Is(err, nats.ErrNoResponders) {
+				// The source's servers are not reachable yet: the answer
+				// is local and immediate, and the first fetch after the
+				// route is back should not wait out a backoff.
+				sleep(ctx, e/8)
+				continue
+			}
 			_ = b.Wait(ctx)
 			continue
 		}
@@ -415,6 +422,16 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 // fetchBatch is the most messages one fetch takes: about a hundred
 // seconds of a region's messages at the default interval.
 const fetchBatch = 1000
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
 
 func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/region"
 	regionexchange "github.com/tollgate/tollgate/internal/region/exchange"
+	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
 // startExchanger runs the region's exchanger beside the usage worker
@@ -31,17 +32,15 @@ func startExchanger(ctx context.Context, e *invocation, c usageConfig, log *slog
 		return nil, err
 	}
 	client := c.redis()
-	x, err := regionexchange.New(client, nc, regionexchange.Config{Region: rc, Prefix: c.KeyPrefix, Log: log})
+	x, err := regionexchange.New(client, nc, regionexchange.Config{Region: rc, Prefix: c.KeyPrefix, Log: log,
+		SplitRules: func(ctx context.Context) (map[[3]byte]regionexchange.SplitRule, error) { return splitRules(ctx, e) }})
 	if err != nil {
 		nc.Close()
 		client.Close()
 		return nil, err
 	}
-	share := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_share",
-		Help: "This region's allotment of each global_split rule (plan/rule), as a fraction of the rule's limit."}, []string{"rule"})
 	if reg != nil {
 		x.Metrics().Register(reg)
-		reg.MustRegister(share)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -51,36 +50,25 @@ func startExchanger(ctx context.Context, e *invocation, c usageConfig, log *slog
 			log.Error("region exchange stopped", "err", err)
 		}
 	}()
-	shareDone := make(chan struct{})
-	go func() {
-		defer close(shareDone)
-		for {
-			reportShares(ctx, e, rc, share)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(rc.RebalanceInterval):
-			}
-		}
-	}()
-	return func() { cancel(); <-done; <-shareDone; nc.Close(); client.Close() }, nil
+	return func() { cancel(); <-done; nc.Close(); client.Close() }, nil
 }
 
-// reportShares sets share to this region's allotment of every
-// global_split rule of the plans, as a fraction of its limit.
-func reportShares(ctx context.Context, e *invocation, rc region.Config, share *prometheus.GaugeVec) {
+// splitRules returns the global_split windows of the plans by state ID,
+// which the rebalancer reads every rebalance interval (and so sees a
+// plan's change within one). A rule only a tenant's overrides add is
+// not among them: its allotments stay equal.
+func splitRules(ctx context.Context, e *invocation) (map[[3]byte]regionexchange.SplitRule, error) {
 	list, err := plans.NewStore(e.db).List(ctx)
 	if err != nil {
-		return // the next round reads them again
+		return nil, err
 	}
-	share.Reset()
+	rules := map[[3]byte]regionexchange.SplitRule{}
 	for _, p := range list {
-		for _, r := range p.Rules {
-			if r.RegionScope != region.GlobalSplit || r.Limit <= 0 {
-				continue
+		for _, r := range snapshot.CompileRules(p) {
+			if r.RegionScope == region.GlobalSplit && region.Rebalanced(r.Algorithm) {
+				rules[r.StateID] = regionexchange.SplitRule{Name: p.Name + "/" + r.Name, Limit: r.Limit, MinShare: r.MinShare}
 			}
-			limit, _ := rc.Allotment(r.Limit, r.Burst)
-			share.WithLabelValues(p.Name + "/" + r.Name).Set(float64(limit) / float64(r.Limit))
 		}
 	}
+	return rules, nil
 }

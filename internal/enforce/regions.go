@@ -21,6 +21,9 @@ func (c *Checker) regionParams(rule *snapshot.Rule) limiter.Params {
 		p.Exchange = true
 	case region.GlobalSplit:
 		p.Limit, p.Burst = c.region.Allotment(p.Limit, p.EffectiveBurst())
+		// A window's allotment follows demand (the rebalancer moves units
+		// between the regions' allotment tables); a bucket's stays equal.
+		p.Split = region.Rebalanced(p.Algorithm)
 	}
 	return p
 }

@@ -97,6 +97,13 @@ type Params struct {
 	// the region's exchanger sends to the other regions. The memory
 	// store, which serves one process, ignores it.
 	Exchange bool
+	// Split marks a global_split window (fixed, sliding log or sliding
+	// counter) of a deployment of several regions (docs/regions.md): a
+	// store that serves regions decides it on Limit (the region's equal
+	// share) plus what the region's rebalancer moved to or from it,
+	// which it keeps beside the state, and counts the demand on it. The
+	// memory store, which serves one process, ignores it.
+	Split bool
 }
 
 // EffectiveBurst returns Burst, or Limit when Burst is zero.

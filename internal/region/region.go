@@ -1,9 +1,10 @@
 // Package region holds a deployment's regions: which region a process
 // serves, the list of every region, and the exchange's settings
 // (docs/regions.md). It reads them from TOLLGATE_REGION* settings and
-// links nothing but the standard library and internal/config, so the
-// check server may read it without linking the exchange's transport,
-// which lives in region/exchange and runs in the admin worker.
+// links nothing but the standard library, internal/config and the
+// limiter (a leaf), so the check server may read it without linking the
+// exchange's transport, which lives in region/exchange and runs in the
+// admin worker.
 package region
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // Scope says which consistency a rule gets across regions.
@@ -129,15 +131,23 @@ func (c Config) ValidateScope(field string, s Scope, f map[string]string) {
 	}
 }
 
-// Allotment returns this region's part of a global_split rule's limit
-// and burst: the limit divided equally, the remainder going one unit each
-// to the first regions of Names, and the burst in the same proportion
-// (at least 1 while the allotment is). The allotments of every region
-// sum to the limit, so the regions together never admit more than it.
-// Outside a deployment of regions it returns limit and burst.
+// Allotment returns this region's equal part of a global_split rule's
+// limit and burst (AllotmentOf its Name).
 func (c Config) Allotment(limit, burst int64) (int64, int64) {
+	return c.AllotmentOf(c.Name, limit, burst)
+}
+
+// AllotmentOf returns region name's equal part of a global_split rule's
+// limit and burst: the limit divided equally, the remainder going one
+// unit each to the first regions of Names, and the burst in the same
+// proportion (at least 1 while the allotment is). The allotments of
+// every region sum to the limit, so the regions together never admit
+// more than it; the rebalancer moves units between them from there
+// (docs/regions.md). Outside a deployment of regions, or for a name not
+// in Names, it returns limit and burst.
+func (c Config) AllotmentOf(name string, limit, burst int64) (int64, int64) {
 	n := int64(len(c.Names))
-	i := int64(c.Index(c.Name))
+	i := int64(c.Index(name))
 	if !c.Enabled() || n == 0 || i < 0 {
 		return limit, burst
 	}
@@ -157,4 +167,26 @@ func (c Config) Allotment(limit, burst int64) (int64, int64) {
 		b = 1
 	}
 	return share, b
+}
+
+// Rebalanced reports whether a global_split rule of algorithm a has its
+// allotments follow demand: a window (fixed, sliding log, sliding
+// counter), whose count the rebalancer can keep each region's allotment
+// above. A bucket's allotments stay equal.
+func Rebalanced(a limiter.Algorithm) bool {
+	switch a {
+	case limiter.FixedWindow, limiter.SlidingWindowLog, limiter.SlidingWindowCounter:
+		return true
+	}
+	return false
+}
+
+// MinShare returns the least allotment a region keeps of a global_split
+// rule of limit with min_share minShare: minShare, or when 0 the default
+// limit / (4 · regions).
+func (c Config) MinShare(limit, minShare int64) int64 {
+	if minShare > 0 || len(c.Names) == 0 {
+		return minShare
+	}
+	return limit / (4 * int64(len(c.Names)))
 }

@@ -273,6 +273,11 @@ func withMeta(d Data, now time.Time) *Snapshot {
 	return s
 }
 
+// CompileRules returns p's rules compiled as every check of a tenant
+// without overrides runs them: their state IDs are those of the keys
+// the checks write (the region rebalancer finds a state's rule by it).
+func CompileRules(p plans.Plan) []Rule { return compilePlan(p, nil).Rules }
+
 // compilePlan compiles p's rules and routes. A tenant's own view of its
 // plan (with overrides) passes the plan's view as base, so that its rules
 // keep the plan's state IDs by name and algorithm.

@@ -132,6 +132,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 		rule("split", "GET /split", limiter.FixedWindow, minute, limiter.MinuteUS, region.GlobalSplit),
 		rule("daily", "GET /daily", limiter.FixedWindow, daily, limiter.DayUS, region.GlobalShared),
 		rule("latency", "GET /latency", limiter.GCRA, 1_000_000, limiter.SecondUS, region.GlobalShared),
+		rule("moving", "GET /moving", limiter.FixedWindow, minute, limiter.HourUS, region.GlobalSplit),
 	}})
 	testenv.Must(b.t, err)
 	tn := fixture.Tenant(b.t, db, "acme", p.ID)
@@ -350,9 +351,11 @@ func TestRegions(t *testing.T) {
 		if split > minute {
 			t.Errorf("global_split admitted %d, above the limit %d", split, minute)
 		}
+		// The same demand everywhere: the rebalancer leaves the equal
+		// shares (it makes no move under a fiftieth of the limit).
 		for name, want := range map[string]float64{"us": 0.334, "ap": 0.333} {
-			if got, err := scrape(b.stats[name], `tollgate_region_share{rule="global/split"}`); err != nil || got != want {
-				t.Errorf("%s's tollgate_region_share: got %v (%v), want %v", name, got, err, want)
+			if got, err := scrape(b.stats[name], `tollgate_region_share{rule="global/split"}`); err != nil || got < want-0.02 || got > want+0.02 {
+				t.Errorf("%s's tollgate_region_share: got %v (%v), want %v ± 0.02", name, got, err, want)
 			}
 		}
 		if shared < minute || split < minute-int64(len(names)) {
@@ -431,6 +434,26 @@ func TestRegions(t *testing.T) {
 				t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
 			}
 		}
+	})
+
+	// A global_split rule's allotment follows demand: checks in us alone
+	// move the other regions' allotments to it, down to their floors
+	// (limit / (4 · 3) = 83), which tollgate_region_share reports.
+	t.Run("rebalance", func(t *testing.T) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() { b.load(b.apis["us"], "GET /moving", 40, 4*time.Second) })
+		defer wg.Wait()
+		var got map[string]float64
+		testenv.Eventually(t, start, 15*time.Second, "us's share of global/moving growing", func() (bool, string) {
+			got = map[string]float64{}
+			for _, name := range names {
+				got[name], _ = scrape(b.stats[name], `tollgate_region_share{rule="global/moving"}`)
+			}
+			return got["us"] >= 0.8 && got["eu"] < 0.1 && got["ap"] < 0.1, fmt.Sprint(got)
+		})
+		t.Logf("figure rebalance: us alone at 40 checks/s on a global_split rule of %d: shares %v %v after its first check (rebalance interval %v)",
+			minute, got, time.Since(start).Round(100*time.Millisecond), region.DefaultRebalanceInterval)
 	})
 
 	// Usage: every region's worker applies its region's usage to the one

@@ -108,6 +108,7 @@ local flagAnchorFirstRequest = 16
 local flagSeedOpen = 32
 local flagSeedClosed = 64
 local flagExchange = 128
+local flagSplit = 256
 local optDryRun = 1
 local optCredits = 2
 local optCreditOverage = 4
@@ -198,6 +199,26 @@ local function seeded(key)
 end
 
 --[[calendar.lua]]
+
+--[[regions]] -- docs/regions.md: a global_split window (flagSplit) is
+-- decided on this region's allotment, the def's limit (the region's equal
+-- share) plus what the rebalancer moved to it or from it: field key of
+-- the allotment table prefix{tag}a, beside the state in its slot. Every
+-- check of it that costs something adds its cost (admitted or denied) to
+-- field key of the demand table prefix{tag}d, which the rebalancer reads
+-- and empties every rebalance interval.
+local function split(key, limit, cost, dry)
+  local brace = string.find(key, '{', 1, true)
+  local records = string.sub(key, 1, brace + 2)
+  local moved = redis.call('HGET', records .. 'a', key)
+  if moved then
+    limit = limit + tonumber(moved)
+    if limit < 0 then limit = 0 end
+  end
+  if cost > 0 and not dry then redis.call('HINCRBY', records .. 'd', key, cost) end
+  return limit
+end
+--[[/regions]]
 
 local batch = cmsgpack.unpack(ARGV[1])
 local extra = batch[1]
@@ -361,6 +382,7 @@ while i <= total do
 
     elseif a == algFixedWindow then
       local limit, period = def_limit[d], def_period[d]
+      if has(flags, flagSplit) then limit = split(key, limit, cost, dry) end --[[regions]]
       local st = redis.call('HMGET', key, 'window', 'count')
       local start, finish, count = 0, 0, 0
       if has(flags, flagAnchorFirstRequest) then
@@ -408,6 +430,7 @@ while i <= total do
 
     elseif a == algSlidingWindowLog then
       local limit, period = def_limit[d], def_period[d]
+      if has(flags, flagSplit) then limit = split(key, limit, cost, dry) end --[[regions]]
       -- Entries at or before now - period have left the window. They are
       -- dropped only when the log is written, so that a check that admits
       -- nothing changes nothing (even for a clock that later steps back).
@@ -442,6 +465,7 @@ while i <= total do
 
     elseif a == algSlidingWindowCounter then
       local limit, period = def_limit[d], def_period[d]
+      if has(flags, flagSplit) then limit = split(key, limit, cost, dry) end --[[regions]]
       local index = idiv(now, period)
       local elapsed = now - index * period
       local curr, prev = 0, 0

@@ -95,7 +95,7 @@ func leanBatch(b *limiter.Batch) bool {
 	}
 	for i := range b.Requests {
 		p := &b.Requests[i].Params
-		if p.Exchange { // the outbox of regions is check.lua's
+		if p.Exchange || p.Split { // the outbox and allotments of regions are check.lua's
 			return false
 		}
 		switch p.Algorithm {

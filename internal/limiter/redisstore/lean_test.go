@@ -281,7 +281,7 @@ func TestLeanKnowsEveryField(t *testing.T) {
 	}{
 		{reflect.TypeFor[limiter.Batch](), []string{"Requests", "Cost", "DryRun", "NowUS", "ReportState", "Hold", "Lease", "Credits", "Money", "Usage"}},
 		{reflect.TypeFor[limiter.Request](), []string{"Key", "Params", "Shadow"}},
-		{reflect.TypeFor[limiter.Params](), []string{"Algorithm", "Limit", "PeriodUS", "Burst", "Shape", "Calendar", "AnchorFirstRequest", "Seed", "Exchange"}},
+		{reflect.TypeFor[limiter.Params](), []string{"Algorithm", "Limit", "PeriodUS", "Burst", "Shape", "Calendar", "AnchorFirstRequest", "Seed", "Exchange", "Split"}},
 	} {
 		for i := range tc.typ.NumField() {
 			if name := tc.typ.Field(i).Name; !slices.Contains(tc.known, name) {

@@ -27,6 +27,7 @@ const (
 	flagSeedOpen           = 32  // a tally, Unknown without its seed marker (limiter.SeedOpen)
 	flagSeedClosed         = 64  // a tally that then refuses the check (limiter.SeedClosed)
 	flagExchange           = 128 // admissions go to the region's outbox (limiter.Params.Exchange)
+	flagSplit              = 256 // a window decided on the region's allotment table (limiter.Params.Split)
 )
 
 // Options of a check (its opts number in ARGV[1]), added together.
@@ -135,6 +136,9 @@ func flags(p limiter.Params) int64 {
 	}
 	if p.Exchange {
 		f |= flagExchange
+	}
+	if p.Split {
+		f |= flagSplit
 	}
 	return f
 }

@@ -30,6 +30,7 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"flagSeedOpen":            flagSeedOpen,
 		"flagSeedClosed":          flagSeedClosed,
 		"flagExchange":            flagExchange,
+		"flagSplit":               flagSplit,
 		"optDryRun":               optDryRun,
 		"optCredits":              optCredits,
 		"optCreditOverage":        optCreditOverage,

@@ -9,6 +9,12 @@
 -- ARGV[3…]  per debit, its outbox field without the key ("alg flags a b c
 --           window end", as check.lua writes it) and its units
 --
+-- A release of a global_split window's allotment to this region (which
+-- the source's donate.lua took from its own) is a debit whose key is the
+-- tag's allotment table and whose field is "r " and the state key: the
+-- units are added to this region's allotment, under the same sequence
+-- check.
+--
 -- A debit is the admission's own arithmetic, charged whatever the state
 -- (as a settlement above its estimate is, settle.lua): a GCRA or leaky
 -- bucket's TAT moves ahead by units × T (at most maxDebt); a token
@@ -38,6 +44,10 @@ local applied = 0
 for i = 2, #KEYS do
   local key = KEYS[i]
   local units = tonumber(ARGV[2 * i])
+  if string.sub(ARGV[2 * i - 1], 1, 2) == 'r ' then
+    -- A release (matches no algorithm below): key is the allotment table.
+    redis.call('HINCRBY', key, string.sub(ARGV[2 * i - 1], 3), units)
+  end
   local a, flags, x, y, z, window, finish = string.match(ARGV[2 * i - 1],
     '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
   a, flags, x, y, z = tonumber(a), tonumber(flags), tonumber(x), tonumber(y), tonumber(z)

@@ -28,9 +28,15 @@ var (
 	claimLua string
 	//go:embed apply.lua
 	applyLua string
+	//go:embed demand.lua
+	demandLua string
+	//go:embed donate.lua
+	donateLua string
 
-	claimScript = redis.NewScript(claimLua)
-	applyScript = redis.NewScript(applyLua)
+	claimScript  = redis.NewScript(claimLua)
+	applyScript  = redis.NewScript(applyLua)
+	demandScript = redis.NewScript(demandLua)
+	donateScript = redis.NewScript(donateLua)
 )
 
 // Heartbeat is how often a region with nothing to send says that it is
@@ -60,12 +66,26 @@ type message struct {
 	// its clock): the receivers' lag is measured from it.
 	AtUS int64      `json:"at_us"`
 	Tags []tagBatch `json:"tags,omitempty"`
+	// Demand is the sender's last rebalance report, when this message
+	// carries one.
+	Demand *demandReport `json:"demand,omitempty"`
 }
 
 // tagBatch is one hash tag's claimed outbox.
 type tagBatch struct {
 	Tag    byte    `json:"tag"`
 	Debits []debit `json:"debits"`
+	// Releases are units of global_split allotments the sender gave up,
+	// each for one region (donate.lua).
+	Releases []release `json:"releases,omitempty"`
+}
+
+// release is one outbox field "r <to> <key>": units of the allotment of
+// state key Key that the sender took from its own for region To.
+type release struct {
+	To    string `json:"to"`
+	Key   []byte `json:"k"`
+	Units int64  `json:"u"`
 }
 
 // debit is one outbox field: the rule's def, the window and the state
@@ -83,6 +103,10 @@ type Config struct {
 	// the outboxes beside them.
 	Prefix string
 	Log    *slog.Logger
+	// SplitRules returns the global_split windows by state ID (the
+	// rebalancer reads it every rebalance interval); nil: allotments stay
+	// equal.
+	SplitRules func(ctx context.Context) (map[[3]byte]SplitRule, error)
 }
 
 // Exchanger is a region's side of the exchange: every exchange interval
@@ -102,6 +126,11 @@ type Exchanger struct {
 	// lastSeen is when a message of each other region last arrived.
 	lastSeen map[string]time.Time
 	sources  map[string]*backoff.Monitor
+	// The rebalancer's (rebalance.go): its report waiting for the next
+	// message, the other regions' last reports, and its recent gifts.
+	report  *demandReport
+	reports map[string]*demandReport
+	gifts   []gift
 }
 
 // New returns the exchanger of cfg.Region on rdb (the region's Redis)
@@ -118,7 +147,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
-		lastSeen: map[string]time.Time{}, sources: map[string]*backoff.Monitor{}}
+		lastSeen: map[string]time.Time{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}}
 	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
 	for _, name := range cfg.Region.Names {
 		if name != cfg.Region.Name {
@@ -146,6 +175,9 @@ func (x *Exchanger) Run(ctx context.Context) error {
 		wg.Go(func() { x.receive(ctx, name) })
 	}
 	wg.Go(func() { x.watch(ctx) })
+	if x.cfg.SplitRules != nil {
+		wg.Go(func() { x.rebalanceLoop(ctx) })
+	}
 	x.sendLoop(ctx)
 	wg.Wait()
 	return nil
@@ -168,7 +200,7 @@ func (x *Exchanger) setup(ctx context.Context) error {
 			return nil
 		}
 	}
-	for _, s := range []*redis.Script{claimScript, applyScript} {
+	for _, s := range []*redis.Script{claimScript, applyScript, demandScript, donateScript} {
 		if err := s.Load(ctx, x.rdb).Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("exchange: load script: %w", err)
 		}
@@ -216,9 +248,10 @@ func (x *Exchanger) sendLoop(ctx context.Context) {
 
 // send claims every outbox and publishes what it claimed, older claims
 // (a failed publish's) first, each under its sequence; with nothing to
-// send it publishes an empty message when heartbeat is set. It reports
+// send it publishes an empty message when heartbeat is set or a
+// rebalance report waits (the last message carries it). It reports
 // whether it published.
-func (x *Exchanger) send(ctx context.Context, heartbeat bool) (bool, error) {
+func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err error) {
 	prefix := x.cfg.Prefix
 	seq, err := x.rdb.Incr(ctx, prefix+"regions:seq").Result()
 	if err != nil {
@@ -232,8 +265,9 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (bool, error) {
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		if strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			_ = claimScript.Load(ctx, x.rdb).Err()
-			_ = applyScript.Load(ctx, x.rdb).Err()
+			for _, s := range []*redis.Script{claimScript, applyScript, demandScript, donateScript} {
+				_ = s.Load(ctx, x.rdb).Err()
+			}
 		}
 		return false, fmt.Errorf("exchange: claim: %w", err)
 	}
@@ -254,6 +288,11 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (bool, error) {
 				at = n
 				continue
 			}
+			if rest, ok := strings.CutPrefix(f, "r "); ok {
+				to, key, _ := strings.Cut(rest, " ")
+				tb.Releases = append(tb.Releases, release{To: to, Key: []byte(key), Units: n})
+				continue
+			}
 			tb.Debits = append(tb.Debits, debit{Field: []byte(f), Units: n})
 		}
 		bySeq[at] = append(bySeq[at], tb)
@@ -263,15 +302,32 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (bool, error) {
 		seqs = append(seqs, s)
 	}
 	slices.Sort(seqs)
+	x.mu.Lock()
+	report := x.report
+	x.report = nil
+	x.mu.Unlock()
+	defer func() {
+		if err != nil && report != nil { // the next message carries it, unless a newer one waits
+			x.mu.Lock()
+			if x.report == nil {
+				x.report = report
+			}
+			x.mu.Unlock()
+		}
+	}()
 	if len(seqs) == 0 {
-		if !heartbeat {
+		if !heartbeat && report == nil {
 			return false, nil
 		}
-		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro()})
+		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: report})
 	}
-	for _, s := range seqs {
+	for i, s := range seqs {
 		batches := bySeq[s]
-		if err := x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}); err != nil {
+		m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
+		if i == len(seqs)-1 {
+			m.Demand = report
+		}
+		if err := x.publishOne(ctx, m); err != nil {
 			return false, err
 		}
 		keys := make([]string, len(batches))
@@ -314,7 +370,11 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 func (x *Exchanger) receive(ctx context.Context, source string) {
 	// A fetch waits at most a few exchange intervals, and a failed one
 	// is retried within one: a region joined again after a partition is
-	// read from within about two intervals of its route being back.
+	// read from within about two intervals of its route being back. A
+	// fetch takes up to fetchBatch messages: each fetch is a round trip
+	// to the source's servers, so the backlog of a partition (one
+	// message an interval) is read in one or a few, not one per hundred
+	// messages.
 	e := x.cfg.Region.ExchangeInterval
 	wait := min(max(2*e, 100*time.Millisecond), time.Second)
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
@@ -329,7 +389,7 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 			}
 			cons = c
 		}
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(wait))
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(wait))
 		if err != nil {
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
@@ -345,10 +405,31 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			x.sources[source].Failure(err)
+			if errors.Is(err, nats.ErrNoResponders) {
+				// The source's servers are not reachable yet: the answer
+				// is local and immediate, and the first fetch after the
+				// route is back should not wait out a backoff.
+				sleep(ctx, e/8)
+				continue
+			}
 			_ = b.Wait(ctx)
 			continue
 		}
 		b.Reset()
+	}
+}
+
+// fetchBatch is the most messages one fetch takes: about a hundred
+// seconds of a region's messages at the default interval.
+const fetchBatch = 1000
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -357,7 +438,7 @@ func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Cons
 	defer cancel()
 	return x.js.CreateOrUpdateConsumer(ctx, Stream(source), jetstream.ConsumerConfig{
 		Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000})
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch})
 }
 
 // applyMsg applies one message of source: one apply.lua call per hash
@@ -370,13 +451,22 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 	if m.Region != source {
 		return fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
 	}
-	if len(m.Tags) > 0 {
+	if hasWork(m, x.cfg.Region.Name) {
 		pipe := x.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, 0, len(m.Tags))
 		for _, tb := range m.Tags {
-			keys := make([]string, 1, 1+len(tb.Debits))
+			var releases []release
+			for _, r := range tb.Releases {
+				if r.To == x.cfg.Region.Name {
+					releases = append(releases, r)
+				}
+			}
+			if len(tb.Debits) == 0 && len(releases) == 0 {
+				continue
+			}
+			keys := make([]string, 1, 1+len(tb.Debits)+len(releases))
 			keys[0] = statekey.AppliedKey(x.cfg.Prefix, tb.Tag)
-			args := make([]any, 2, 2+2*len(tb.Debits))
+			args := make([]any, 2, 2*cap(keys))
 			args[0], args[1] = source, m.Seq
 			for _, d := range tb.Debits {
 				def, key, ok := splitField(d.Field)
@@ -385,6 +475,10 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 				}
 				keys = append(keys, key)
 				args = append(args, def, d.Units)
+			}
+			for _, r := range releases {
+				keys = append(keys, statekey.AllotmentKey(x.cfg.Prefix, tb.Tag))
+				args = append(args, "r "+string(r.Key), r.Units)
 			}
 			cmds = append(cmds, applyScript.EvalSha(ctx, pipe, keys, args...))
 		}
@@ -404,11 +498,25 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 	}
 	x.mu.Lock()
 	x.lastSeen[source] = time.Now()
+	if m.Demand != nil {
+		m.Demand.AtUS = m.AtUS
+		x.reports[source] = m.Demand
+	}
 	x.mu.Unlock()
 	x.metrics.lag.WithLabelValues(source).Set(max(0, time.Since(time.UnixMicro(m.AtUS)).Seconds()))
 	x.metrics.up.WithLabelValues(source).Set(1)
 	x.sources[source].Success()
 	return nil
+}
+
+// hasWork reports whether m has debits, or releases for region name.
+func hasWork(m message, name string) bool {
+	for _, tb := range m.Tags {
+		if len(tb.Debits) > 0 || slices.ContainsFunc(tb.Releases, func(r release) bool { return r.To == name }) {
+			return true
+		}
+	}
+	return false
 }
 
 // splitField cuts an outbox field after its seven numbers: the def and

@@ -31,22 +31,31 @@ type exchangeRegion struct {
 	cfg    region.Config
 	stop   func()
 	logOut *testenv.LogBuffer
+	// rules are the rebalancer's global_split windows (nil: none runs).
+	rules map[[3]byte]SplitRule
+	x     *Exchanger
 }
 
 func (r *exchangeRegion) start(t *testing.T) {
 	t.Helper()
 	nc, err := Dial(r.cfg, 5*time.Second)
 	testenv.Must(t, err)
-	x, err := New(r.rdb, nc, Config{Region: r.cfg, Prefix: prefix, Log: slog.New(slog.NewTextHandler(io.MultiWriter(r.logOut), nil))})
+	cfg := Config{Region: r.cfg, Prefix: prefix, Log: slog.New(slog.NewTextHandler(io.MultiWriter(r.logOut), nil))}
+	if r.rules != nil {
+		cfg.SplitRules = func(context.Context) (map[[3]byte]SplitRule, error) { return r.rules, nil }
+	}
+	x, err := New(r.rdb, nc, cfg)
 	testenv.Must(t, err)
+	r.x = x
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = x.Run(ctx) }()
 	r.stop = func() { cancel(); <-done; nc.Close() }
 }
 
-// startExchange starts the bed and an exchanger per region.
-func startExchange(t *testing.T, delay time.Duration) (*testenv.Regions, map[string]*exchangeRegion) {
+// startExchange starts the bed and an exchanger per region, with a
+// rebalancer of rules when not nil.
+func startExchange(t *testing.T, delay time.Duration, rules map[[3]byte]SplitRule) (*testenv.Regions, map[string]*exchangeRegion) {
 	t.Helper()
 	names := []string{"us", "eu", "ap"}
 	bed := testenv.StartRegions(t, delay, names...)
@@ -54,8 +63,9 @@ func startExchange(t *testing.T, delay time.Duration) (*testenv.Regions, map[str
 	for _, br := range bed.Regions {
 		rdb := redis.NewClient(&redis.Options{Addr: br.Redis.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		r := &exchangeRegion{name: br.Name, rdb: rdb, store: redisstore.New(rdb), logOut: &testenv.LogBuffer{},
-			cfg: region.Config{Name: br.Name, Names: names, NATSURL: br.NATSURL, ExchangeInterval: 50 * time.Millisecond}}
+		r := &exchangeRegion{name: br.Name, rdb: rdb, store: redisstore.New(rdb), logOut: &testenv.LogBuffer{}, rules: rules,
+			cfg: region.Config{Name: br.Name, Names: names, NATSURL: br.NATSURL, ExchangeInterval: 50 * time.Millisecond,
+				RebalanceInterval: region.DefaultRebalanceInterval}}
 		r.start(t)
 		t.Cleanup(func() {
 			r.stop()
@@ -64,6 +74,19 @@ func startExchange(t *testing.T, delay time.Duration) (*testenv.Regions, map[str
 			}
 		})
 		regions[br.Name] = r
+	}
+	for _, r := range regions {
+		testenv.WaitFor(t, 60*time.Second, "region "+r.name+" hearing from every other region", func() bool {
+			for _, other := range names {
+				r.x.mu.Lock()
+				seen := r.x.lastSeen[other]
+				r.x.mu.Unlock()
+				if other != r.name && seen.IsZero() {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	return bed, regions
 }
@@ -88,7 +111,7 @@ func TestExchange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three regions")
 	}
-	bed, regions := startExchange(t, 20*time.Millisecond)
+	bed, regions := startExchange(t, 20*time.Millisecond, nil)
 	ctx := context.Background()
 	tag := byte('a')
 	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, []byte("tenat"), nil))

@@ -7,6 +7,7 @@ type Metrics struct {
 	lag    *prometheus.GaugeVec
 	up     *prometheus.GaugeVec
 	debits *prometheus.CounterVec
+	share  *prometheus.GaugeVec
 }
 
 // NewMetrics returns the metrics, unregistered.
@@ -18,10 +19,12 @@ func NewMetrics() *Metrics {
 			Help: "1 while each other region's messages arrive, 0 after three heartbeats without one (the region keeps deciding within its partition bound)."}, []string{"source"}),
 		debits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_region_debits_applied_total",
 			Help: "Units admitted in each other region applied here as debits, each message once."}, []string{"source"}),
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_share",
+			Help: "This region's allotment of each global_split rule (plan/rule), as a fraction of the rule's limit: the equal share until the rebalancer moves units, then the mean over the rule's states with demand or moved units."}, []string{"rule"}),
 	}
 }
 
 // Register registers the metrics on reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.lag, m.up, m.debits)
+	reg.MustRegister(m.lag, m.up, m.debits, m.share)
 }

@@ -1,0 +1,277 @@
+package exchange
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/statekey"
+)
+
+// SplitRule is what the rebalancer needs of a global_split window.
+type SplitRule struct {
+	// Name labels tollgate_region_share: "plan/rule".
+	Name string
+	// Limit is the rule's limit L, MinShare its min_share (0: the
+	// default, L / (4 · regions)).
+	Limit, MinShare int64
+}
+
+// demandReport is a region's demand and allotments at its last
+// rebalance, on every global_split state it counted demand on or holds
+// units moved to or from: what the other regions' rebalancers decide on.
+type demandReport struct {
+	Keys []keyDemand `json:"keys"`
+	// AtUS is the message's (set on arrival): a report older than three
+	// rebalance intervals, one redelivered after a partition say, is not
+	// decided on.
+	AtUS int64 `json:"-"`
+}
+
+// keyDemand is one state's line of a report: the units its checks asked
+// for (admitted and denied) in the last rebalance interval, and the
+// region's allotment of it then.
+type keyDemand struct {
+	Key       []byte `json:"k"`
+	Demand    int64  `json:"d"`
+	Allotment int64  `json:"a"`
+}
+
+// gift is units this region gave another region of a state's allotment:
+// until that region's reports can show them, the rebalancer counts them
+// in its allotment.
+type gift struct {
+	key   string
+	to    string
+	units int64
+	at    time.Time
+}
+
+// rebalanceLoop rebalances every rebalance interval until ctx ends.
+func (x *Exchanger) rebalanceLoop(ctx context.Context) {
+	tick := time.NewTicker(x.cfg.Region.RebalanceInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := x.rebalance(ctx); err != nil && ctx.Err() == nil {
+			x.log.Warn("region rebalance: allotments stay as they are until the next interval", "err", err)
+		}
+	}
+}
+
+// view is one state's allotments and demands as this region sees them.
+type view struct {
+	rule      SplitRule
+	allotment map[string]int64
+	demand    map[string]int64
+}
+
+// rebalance reads (and empties) this region's demand tables and its
+// allotment tables, reports them to the other regions (the next message
+// carries the report), and gives units of its allotments to the regions
+// whose demand calls for more (docs/regions.md, "global_split"). It
+// decides alone, on the last reports of the regions heard from within
+// three intervals: a region cut off is left out, so it keeps its
+// allotment and receives nothing.
+func (x *Exchanger) rebalance(ctx context.Context) error {
+	rules, err := x.cfg.SplitRules(ctx)
+	if err != nil {
+		return fmt.Errorf("split rules: %w", err)
+	}
+	prefix, me, rc := x.cfg.Prefix, x.cfg.Region.Name, x.cfg.Region
+	tags := statekey.Tags()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(tags))
+	for i, tag := range tags {
+		cmds[i] = demandScript.EvalSha(ctx, pipe, []string{statekey.DemandKey(prefix, tag), statekey.AllotmentKey(prefix, tag)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read demand: %w", err)
+	}
+	views := map[string]*view{}
+	look := func(key string) *view {
+		if v, ok := views[key]; ok {
+			return v
+		}
+		if len(key) < len(prefix)+6 {
+			return nil
+		}
+		rule, ok := rules[[3]byte([]byte(key[len(prefix)+3:len(prefix)+6]))]
+		if !ok || rule.Limit <= 0 {
+			return nil
+		}
+		v := &view{rule: rule, allotment: map[string]int64{}, demand: map[string]int64{}}
+		v.allotment[me], _ = rc.Allotment(rule.Limit, rule.Limit)
+		views[key] = v
+		return v
+	}
+	for _, cmd := range cmds {
+		vals, _ := cmd.Slice()
+		if len(vals) != 2 {
+			continue
+		}
+		demand, _ := vals[0].([]any)
+		moved, _ := vals[1].([]any)
+		for j := 0; j+1 < len(moved); j += 2 {
+			if v := look(str(moved[j])); v != nil {
+				n, _ := strconv.ParseInt(str(moved[j+1]), 10, 64)
+				v.allotment[me] += n
+			}
+		}
+		for j := 0; j+1 < len(demand); j += 2 {
+			if v := look(str(demand[j])); v != nil {
+				n, _ := strconv.ParseInt(str(demand[j+1]), 10, 64)
+				v.demand[me] += n
+			}
+		}
+	}
+	report := &demandReport{Keys: []keyDemand{}}
+	for key, v := range views {
+		report.Keys = append(report.Keys, keyDemand{Key: []byte(key), Demand: v.demand[me], Allotment: v.allotment[me]})
+	}
+
+	// The other regions' last reports, and this region's gifts they may
+	// not show yet.
+	now := time.Now()
+	fresh := 3 * rc.RebalanceInterval
+	x.mu.Lock()
+	x.report = report
+	heard := []string{}
+	for _, name := range rc.Names {
+		r := x.reports[name]
+		if name == me || r == nil || now.Sub(time.UnixMicro(r.AtUS)) > fresh {
+			continue
+		}
+		heard = append(heard, name)
+		for _, kd := range r.Keys {
+			if v := look(string(kd.Key)); v != nil {
+				v.allotment[name], v.demand[name] = kd.Allotment, kd.Demand
+			}
+		}
+	}
+	gifts := x.gifts[:0]
+	for _, g := range x.gifts {
+		if now.Sub(g.at) < 2*rc.RebalanceInterval+time.Second {
+			gifts = append(gifts, g)
+		}
+	}
+	x.gifts = gifts
+	x.mu.Unlock()
+	for key, v := range views {
+		for _, name := range heard {
+			if _, ok := v.allotment[name]; !ok {
+				v.allotment[name], _ = rc.AllotmentOf(name, v.rule.Limit, v.rule.Limit)
+			}
+		}
+		for _, g := range gifts {
+			if g.key == key {
+				v.allotment[g.to] += g.units
+			}
+		}
+	}
+
+	for key, v := range views {
+		given, err := x.give(ctx, key, v, append(heard, me))
+		if err != nil {
+			return err
+		}
+		v.allotment[me] -= given
+	}
+	x.reportShares(rules, views)
+	return nil
+}
+
+// give gives units of this region's allotment of state key to the
+// regions of among whose share of the demand is above their allotment.
+// Each region's target is the floor plus its part, by demand, of what
+// the regions of among hold above their floors; a region above its
+// target gives each region below its own the region's shortfall times
+// this region's part of the surplus above the targets, so that the
+// regions, each deciding alone on the same reports, give about the
+// shortfall in all. Moves under a fiftieth of the limit are not made.
+func (x *Exchanger) give(ctx context.Context, key string, v *view, among []string) (int64, error) {
+	me, rc := x.cfg.Region.Name, x.cfg.Region
+	floor := rc.MinShare(v.rule.Limit, v.rule.MinShare)
+	var pool, demand int64
+	for _, name := range among {
+		pool += v.allotment[name]
+		demand += v.demand[name]
+	}
+	n := int64(len(among))
+	if demand == 0 || n < 2 || pool < n*floor {
+		return 0, nil
+	}
+	target := map[string]int64{}
+	var surplus int64
+	for _, name := range among {
+		target[name] = floor + (pool-n*floor)*v.demand[name]/demand
+		surplus += max(0, v.allotment[name]-target[name])
+	}
+	deadband := max(1, v.rule.Limit/50)
+	mine := v.allotment[me] - target[me]
+	if mine < deadband {
+		return 0, nil
+	}
+	share, _ := rc.Allotment(v.rule.Limit, v.rule.Limit)
+	tag := statekey.Tag(x.cfg.Prefix, key)
+	keys := []string{statekey.AllotmentKey(x.cfg.Prefix, tag), statekey.OutboxKey(x.cfg.Prefix, tag), key}
+	var given int64
+	for _, name := range among {
+		short := target[name] - v.allotment[name]
+		if name == me || short <= 0 {
+			continue
+		}
+		want := short * mine / surplus
+		if want < deadband/2 || want <= 0 {
+			continue
+		}
+		got, err := donateScript.Run(ctx, x.rdb, keys, share, floor, want, name).Int64()
+		if err != nil {
+			return given, fmt.Errorf("give %d to %s: %w", want, name, err)
+		}
+		if got > 0 {
+			given += got
+			x.mu.Lock()
+			x.gifts = append(x.gifts, gift{key: key, to: name, units: got, at: time.Now()})
+			x.mu.Unlock()
+		}
+	}
+	return given, nil
+}
+
+// reportShares sets tollgate_region_share of every split rule: this
+// region's allotment as a fraction of the limit, averaged over the
+// rule's states it counted demand on or holds moved units of (none:
+// the equal share).
+func (x *Exchanger) reportShares(rules map[[3]byte]SplitRule, views map[string]*view) {
+	sum, count := map[string]float64{}, map[string]int{}
+	for _, v := range views {
+		sum[v.rule.Name] += float64(v.allotment[x.cfg.Region.Name]) / float64(v.rule.Limit)
+		count[v.rule.Name]++
+	}
+	x.metrics.share.Reset()
+	for _, r := range rules {
+		if r.Limit <= 0 {
+			continue
+		}
+		if count[r.Name] > 0 {
+			x.metrics.share.WithLabelValues(r.Name).Set(sum[r.Name] / float64(count[r.Name]))
+			continue
+		}
+		share, _ := x.cfg.Region.Allotment(r.Limit, r.Limit)
+		x.metrics.share.WithLabelValues(r.Name).Set(float64(share) / float64(r.Limit))
+	}
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}

@@ -1,0 +1,172 @@
+package exchange
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// TestRebalance: a global_split window of 1,000 a day across three
+// regions (50 ms one way, E 50 ms, rebalancing every second). Demand in
+// one region moves allotment to it; with one region cut off, demand in
+// another moves allotment to it from the third while the cut-off region
+// keeps its own; the allotments, sampled every 20 ms, never sum to more
+// than the limit; the regions together never admit more than it; and
+// once the moves have landed the allotments sum to the limit exactly
+// (every release applied once).
+func TestRebalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions")
+	}
+	if left := limiter.DayUS - time.Now().UnixMicro()%limiter.DayUS; left < 3*limiter.MinuteUS {
+		t.Skip("the day's window would end during the test")
+	}
+	const limit = 1000
+	id := [3]byte{7, 7, 7}
+	const delay = 50 * time.Millisecond
+	bed, regions := startExchange(t, delay, map[[3]byte]SplitRule{id: {Name: "p/split", Limit: limit}})
+	ctx := context.Background()
+	key := string(statekey.AppendKey(nil, prefix, 'b', id, []byte("tenat"), nil))
+	table := statekey.AllotmentKey(prefix, statekey.Tag(prefix, key))
+	names := []string{"us", "eu", "ap"}
+	cfg := regions["us"].cfg
+	floor := cfg.MinShare(limit, 0)
+	share := map[string]int64{}
+	for _, name := range names {
+		share[name], _ = cfg.AllotmentOf(name, limit, limit)
+	}
+
+	// allotments reads every region's allotment, forwards then backwards,
+	// and keeps each region's smaller reading; it reports how long the
+	// reads took. A move lowers the donor before it raises the recipient,
+	// so the sum of such readings never counts a move's units twice
+	// (seeing a recipient raised in both passes means its first reading
+	// came after the raise, and so both of the donor's, one before and
+	// one after it, came after the lowering), however slow the reads.
+	allotments := func() (map[string]int64, time.Duration) {
+		start := time.Now()
+		got := map[string]int64{}
+		order := []string{"us", "eu", "ap", "ap", "eu", "us"}
+		for _, name := range order {
+			moved, err := regions[name].rdb.HGet(ctx, table, key).Int64()
+			if err != nil && err != redis.Nil {
+				t.Error(err)
+			}
+			if a, seen := got[name]; !seen || share[name]+moved < a {
+				got[name] = share[name] + moved
+			}
+		}
+		return got, time.Since(start)
+	}
+	var mu sync.Mutex
+	var most int64
+	var slowest time.Duration
+	var samples int
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			a, took := allotments()
+			mu.Lock()
+			most, slowest, samples = max(most, a["us"]+a["eu"]+a["ap"]), max(slowest, took), samples+1
+			mu.Unlock()
+		}
+	}()
+
+	var admitted atomic.Int64
+	offer := func(name string, rate int, d time.Duration) (n int64) {
+		r := regions[name]
+		p := limiter.Params{Algorithm: limiter.FixedWindow, Limit: share[name], PeriodUS: limiter.DayUS, Split: true}
+		every := time.Second / time.Duration(rate)
+		start := time.Now()
+		for i := 0; time.Duration(i)*every < d; i++ {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+			o, err := r.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: p}}, Cost: 1})
+			testenv.Must(t, err)
+			if o.Admitted {
+				n++
+			}
+		}
+		admitted.Add(n)
+		return n
+	}
+	// until waits for cond on the allotments and returns how long it took.
+	until := func(what string, cond func(map[string]int64) bool) time.Duration {
+		start := time.Now()
+		testenv.Eventually(t, start, 15*time.Second, what, func() (bool, string) {
+			a, _ := allotments()
+			return cond(a), fmt.Sprint(a)
+		})
+		return time.Since(start)
+	}
+
+	// Demand in us alone: its allotment grows towards L − 2 · floor.
+	start := time.Now()
+	var moved time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		moved = until("us's allotment growing", func(a map[string]int64) bool { return a["us"] >= limit-2*floor-limit/50 })
+	})
+	usAdmitted := offer("us", 60, 8*time.Second)
+	wg.Wait()
+	afterUS, _ := allotments()
+
+	// eu cut off; demand in ap alone: us gives ap what it has not used,
+	// eu keeps its allotment.
+	bed.Partition("eu")
+	cut, _ := allotments()
+	var apGrew time.Duration
+	wg.Go(func() {
+		apGrew = until("ap's allotment growing", func(a map[string]int64) bool { return a["ap"] > cut["ap"]+limit/10 })
+	})
+	apAdmitted := offer("ap", 60, 8*time.Second)
+	wg.Wait()
+	during, _ := allotments()
+	if during["eu"] != cut["eu"] {
+		t.Errorf("eu's allotment moved while it was cut off: %d, then %d", cut["eu"], during["eu"])
+	}
+	bed.Heal("eu")
+
+	// All three at three times the limit: never more than the limit.
+	for _, name := range names {
+		wg.Go(func() { offer(name, 200, 5*time.Second) })
+	}
+	wg.Wait()
+	settled := until("the allotments summing to the limit once every release landed", func(a map[string]int64) bool {
+		return a["us"]+a["eu"]+a["ap"] == limit
+	})
+	close(stop)
+	<-sampled
+	final, _ := allotments()
+	var counted int64
+	for _, name := range names {
+		counted += count(t, regions[name], key)
+	}
+	t.Logf("figure rebalance: equal shares %v, floor %d; us alone at 60/s: its allotment reached %d within %v (%d admitted in 8 s), allotments %v; eu cut off, ap alone at 60/s: ap's reached %d within %v (%d admitted), allotments %v, eu's kept at %d; all three at 200/s after the heal: %d admitted in all, counted %d (limit %d); allotments %v, summing to the limit %v after; most sum of %d samples %d (each sample's six reads within %v); %v in all",
+		share, floor, afterUS["us"], moved.Round(10*time.Millisecond), usAdmitted, afterUS, during["ap"], apGrew.Round(10*time.Millisecond), apAdmitted,
+		during, during["eu"], admitted.Load(), counted, limit, final, settled.Round(10*time.Millisecond), samples, most, slowest.Round(time.Microsecond), time.Since(start).Round(time.Second))
+	if most > limit {
+		t.Errorf("the allotments summed to %d in a sample, above the limit %d", most, limit)
+	}
+	if n := admitted.Load(); n > limit || counted > limit {
+		t.Errorf("admitted %d (counted %d), above the limit %d", n, counted, limit)
+	}
+	if usAdmitted <= share["us"] {
+		t.Errorf("us admitted %d, no more than its equal share %d: nothing moved to it", usAdmitted, share["us"])
+	}
+}

@@ -113,6 +113,7 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 	})
 
 	proxyPorts := map[int]bool{}
+	cluster := "tollgate-" + RandomID(6)
 	clusterPort := map[string]int{}
 	for _, n := range names {
 		clusterPort[n] = FreePort(t)
@@ -139,21 +140,25 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 		r.monitor = FreeAddr(t)
 		// Every route passes through toxiproxy: the servers tell each
 		// other an address where no one listens (advertise), so that none
-		// solicits a route of its own to the address it learns.
+		// solicits a route of its own to the address it learns. The
+		// cluster's name is the bed's own: should that address come to be
+		// another bed's server (tests of several packages run at once, and
+		// a free port is free only until someone takes it), the route is
+		// refused rather than joining the two beds.
 		conf := fmt.Sprintf(`server_name: %[1]s
 listen: 127.0.0.1:%[2]d
 http: %[6]s
 server_tags: ["region:%[1]s"]
 jetstream { store_dir: %[3]q, max_memory_store: 64MB, max_file_store: 512MB }
 cluster {
-  name: tollgate
+  name: %[8]s
   listen: 127.0.0.1:%[4]d
   advertise: "127.0.0.1:%[7]d"
   no_advertise: true
   pool_size: -1
   routes: [%[5]s]
 }
-`, n, port, filepath.Join(dir, "jetstream"), clusterPort[n], strings.Join(routes, ", "), r.monitor, closedPort(t))
+`, n, port, filepath.Join(dir, "jetstream"), clusterPort[n], strings.Join(routes, ", "), r.monitor, closedPort(t), cluster)
 		path := filepath.Join(dir, "nats.conf")
 		Must(t, os.WriteFile(path, []byte(conf), 0o644))
 		r.NATS = StartProcess(t, "nats-server "+n, exec.Command(natsBin, "-c", path), syscall.SIGTERM, 10*time.Second, nil)

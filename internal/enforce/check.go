@@ -224,10 +224,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 		batch.Hold, holdID = c.holdFor(r, matched, reqs, creditKeys, &d)
 	}
 	if c.journal && !r.DryRun {
-		row := statekey.UsageRow(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
-		batch.Usage = statekey.UsageEntry(row)
+		batch.Usage = statekey.UsageEntry(d.TenantID, d.KeyID, d.Tier, usageResource(r.route))
 		if batch.Hold != nil {
-			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP), row)
+			batch.Hold.Usage = statekey.HoldUsage(holdHash(holdID), anonymousIP(d.Tier, r.IP), statekey.EntryRow(batch.Usage))
 		}
 	}
 	var leaseID string

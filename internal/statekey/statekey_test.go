@@ -3,6 +3,7 @@ package statekey
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,5 +156,27 @@ func TestSeedKeysAreTheStatesMarkers(t *testing.T) {
 		if want := SeedKey("tg:", tag); got != want || !slices.Contains(keys, got) {
 			t.Fatalf("marker of %q: %q, want %q among SeedKeys", key, got, want)
 		}
+	}
+}
+
+// TestUsageEntry: an entry's head gives its field's length (the field
+// being "r", the row, NUL and the ten-digit minute the script adds) and
+// holds the row, which EntryRow reads back.
+func TestUsageEntry(t *testing.T) {
+	for _, parts := range [][4]string{
+		{"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "authenticated", "GET /repos/{id}"},
+		{"", "", "anonymous", "*"},
+	} {
+		row := UsageRow(parts[0], parts[1], parts[2], parts[3])
+		entry := UsageEntry(parts[0], parts[1], parts[2], parts[3])
+		if want := strconv.Itoa(1+len(row)+1+10) + ":r" + row + "\x00"; entry != want {
+			t.Errorf("UsageEntry%q = %q, want %q", parts, entry, want)
+		}
+		if got := EntryRow(entry); got != row {
+			t.Errorf("EntryRow(%q) = %q, want %q", entry, got, row)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = UsageEntry("t", "k", "authenticated", "*") }); n > 1 {
+		t.Errorf("UsageEntry allocates %v times, want 1", n)
 	}
 }

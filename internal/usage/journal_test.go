@@ -32,11 +32,11 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	for i, c := range callers {
 		tag, short := statekey.Compact(c.key)
 		key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
-		row := statekey.UsageRow(c.tenant, c.key, "authenticated", "GET /a")
+		entry := statekey.UsageEntry(c.tenant, c.key, "authenticated", "GET /a")
 		for n := range 10 + i {
 			cost := int64(n%3 + (i * 2)) // some cost 0, some 1, some more
 			out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
-				NowUS: now + int64(n)*limiter.MinuteUS, Usage: statekey.UsageEntry(row)})
+				NowUS: now + int64(n)*limiter.MinuteUS, Usage: entry})
 			if err != nil || !out.Admitted || !out.Recorded {
 				t.Fatalf("check: %+v %v", out, err)
 			}
@@ -53,7 +53,7 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(prefix, tag, "h1"), TTLUS: limiter.HourUS,
 		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", "", statekey.UsageRow(tA, kA, "authenticated", "GET /a"))}
 	if out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
-		NowUS: now, Usage: statekey.UsageEntry(statekey.UsageRow(tA, kA, "authenticated", "GET /a"))}); err != nil || !out.Recorded {
+		NowUS: now, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")}); err != nil || !out.Recorded {
 		t.Fatalf("hold: %+v %v", out, err)
 	}
 	for range 2 {
@@ -105,10 +105,10 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 // settlement they hold (a hold's entry once); an entry of another shape
 // fails its batch (set aside whole).
 func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
-	row := statekey.UsageRow(tA, kA, "authenticated", "GET /a")
+	row, head := statekey.UsageRow(tA, kA, "authenticated", "GET /a"), statekey.UsageEntry(tA, kA, "authenticated", "GET /a")
 	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
 	check := func(minute, units string) string {
-		return statekey.UsageEntry(row) + minute + fmt.Sprintf("%d:%s", len(units), units)
+		return head + minute + fmt.Sprintf("%d:%s", len(units), units)
 	}
 	hold := "1795168800\x007\x001\x00\x00" + row
 	raw := check("1795168800", "3") + check("1795168800", "0") + check("1795168860", "0") +

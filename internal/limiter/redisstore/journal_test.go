@@ -73,7 +73,7 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 				key := c.prefix + "{" + tag[:1] + "}" + path.name
 				jkey := statekey.JournalKeyOf(key)
 				row := statekey.UsageRow("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
-				entry := statekey.UsageEntry(row)
+				entry := statekey.UsageEntry("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
 				reqs := []limiter.Request{{Key: key, Params: gcra}}
 				if path.extra != nil {
 					reqs = append(reqs, limiter.Request{Key: key + "2", Params: *path.extra})
@@ -118,7 +118,7 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 			one := limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS}
 			for range 3 {
 				out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: one, Shadow: true}}, Cost: 1,
-					NowUS: journalAt, Usage: statekey.UsageEntry(row)})
+					NowUS: journalAt, Usage: statekey.UsageEntry("", "", "anonymous", "*")})
 				if err != nil || !out.Admitted || !out.Recorded {
 					t.Fatalf("shadow check: %+v %v", out, err)
 				}
@@ -148,7 +148,7 @@ func TestJournalRecordsHoldsOnce(t *testing.T) {
 		hold := &limiter.Hold{ID: "hold" + strconv.Itoa(i), Key: statekey.HoldKey(prefix, 'h', "hold"+strconv.Itoa(i)), TTLUS: ttl,
 			Usage: statekey.HoldUsage(hash(i), "192.0.2.7", row)}
 		out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: 10, Hold: hold,
-			NowUS: journalAt, Usage: statekey.UsageEntry(row)})
+			NowUS: journalAt, Usage: statekey.UsageEntry("t", "k", "authenticated", "/v1/chat")})
 		if err != nil || !out.Admitted || !out.Recorded {
 			t.Fatalf("hold %d: %+v %v", i, out, err)
 		}

@@ -268,7 +268,7 @@ func TestMeasureUsageJournal(t *testing.T) {
 		{"key, one GCRA rule (lean1.lua)", func(i, round int, journal bool) []limiter.Batch {
 			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa(i%1000), Params: gcra}}}
 			if journal {
-				b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos"))
+				b.Usage = statekey.UsageEntry(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos")
 			}
 			return []limiter.Batch{b}
 		}},
@@ -278,14 +278,14 @@ func TestMeasureUsageJournal(t *testing.T) {
 			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa(i%1000), Params: gcra},
 				{Key: tagOf(i) + "q" + strconv.Itoa(i%50), Params: m, Shadow: true}}}
 			if journal {
-				b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos"))
+				b.Usage = statekey.UsageEntry(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos")
 			}
 			return []limiter.Batch{b}
 		}},
 		{"anonymous address, one GCRA rule (lean1.lua)", func(i, round int, journal bool) []limiter.Batch {
 			b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "a" + strconv.Itoa(round*1000+i), Params: gcra}}}
 			if journal {
-				b.Usage = statekey.UsageEntry(statekey.UsageRow("", "", "anonymous", "*"))
+				b.Usage = statekey.UsageEntry("", "", "anonymous", "*")
 			}
 			return []limiter.Batch{b}
 		}},
@@ -294,7 +294,7 @@ func TestMeasureUsageJournal(t *testing.T) {
 			for j := range 20 {
 				b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa((i*20+j)%1000), Params: gcra}}}
 				if journal {
-					b.Usage = statekey.UsageEntry(statekey.UsageRow(uuid(i%50), uuid(1000+(i*20+j)%1000), "authenticated", "GET /repos"))
+					b.Usage = statekey.UsageEntry(uuid(i%50), uuid(1000+(i*20+j)%1000), "authenticated", "GET /repos")
 				}
 				out = append(out, b)
 			}

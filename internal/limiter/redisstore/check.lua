@@ -118,6 +118,7 @@ local kindShape = 2
 local kindShadow = 1
 local kindSeedOpen = 32
 local kindSeedClosed = 64
+local kindExchange = 128
 local refDef = 2
 local refShadow = 1
 local holdTTL = 2
@@ -197,6 +198,16 @@ local function seeded(key)
   end
   return v
 end
+
+--[[regions]] -- docs/regions.md: outbox adds units to field of the
+-- outbox of state key key's hash tag (prefix{tag}x, statekey.OutboxKey: a
+-- hash in the state's slot, which the region's exchanger claims and sends
+-- to the other regions). field is "alg flags a b c window end key" (wire.go).
+local function outbox(key, field, units)
+  local brace = string.find(key, '{', 1, true)
+  redis.call('HINCRBY', string.sub(key, 1, brace + 2) .. 'x', field, units)
+end
+--[[/regions]]
 
 --[[calendar.lua]]
 
@@ -290,10 +301,10 @@ local out, n, k = {}, 0, 0
 -- algorithm: wnumber the key's one number (gcra, leaky: the new TAT;
 -- bucket: when it was empty, or its whole tokens if it never refills);
 -- wwindow and wcount a window (fixed: its start; counter: its index) and
--- its count; wprev the counter's previous count; wperiod the log's period
--- (older entries leave).
+-- its count; wend a fixed window's end (µs); wprev the counter's previous
+-- count; wperiod the log's period (older entries leave).
 local wkey, wdef, wttl = {}, {}, {}
-local wnumber, wwindow, wcount, wprev, wperiod = {}, {}, {}, {}, {}
+local wnumber, wwindow, wcount, wend, wprev, wperiod = {}, {}, {}, {}, {}, {}
 -- The states the current check's rules were decided on: per rule the
 -- three numbers the header lists.
 local s1, s2, s3 = {}, {}, {}
@@ -355,7 +366,7 @@ while i <= total do
     local mark = now
     -- What to store when the check is admitted (see wnumber … wperiod).
     local write, ttl = false, 0
-    local new_number, new_window, new_count, new_prev, new_period = 0, 0, 0, 0, 0
+    local new_number, new_window, new_count, new_end, new_prev, new_period = 0, 0, 0, 0, 0, 0
 
     if a == algGCRA or a == algLeakyBucket or a == algTokenBucket then
       -- rate.lua decides these, as in the lean scripts, from the rule's
@@ -417,7 +428,7 @@ while i <= total do
         used = count + cost
         remaining = limit - used
         if cost > 0 then
-          write, new_window, new_count, ttl = true, start, used, -idiv(now - finish, 1000)
+          write, new_window, new_count, new_end, ttl = true, start, used, finish, -idiv(now - finish, 1000)
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
@@ -547,7 +558,7 @@ while i <= total do
     if write and allowed == 1 then
       nw = nw + 1
       wkey[nw], wdef[nw], wttl[nw] = key, d, ttl
-      wnumber[nw], wwindow[nw], wcount[nw], wprev[nw], wperiod[nw] = new_number, new_window, new_count, new_prev, new_period
+      wnumber[nw], wwindow[nw], wcount[nw], wend[nw], wprev[nw], wperiod[nw] = new_number, new_window, new_count, new_end, new_prev, new_period
     end
     s1[r], s2[r], s3[r] = x1, x2, x3
     if hold > 0 then
@@ -732,20 +743,20 @@ while i <= total do
     -- the other regions): the field names the rule's def, the window the
     -- units fell in (fixed: its start and end; counter: its index; log:
     -- now; rates: 0) and the state key, as "alg flags a b c window end
-    -- key"; the value is the units.
+    -- key" (wire.go: the lean scripts write the same fields); the value is
+    -- the units.
     for w = 1, nw do
       local d = wdef[w]
       if has(flg[d], flagExchange) then
         local key, a, window, finish = wkey[w], alg[d], 0, 0
         if a == algFixedWindow then
-          window, finish = wwindow[w], now + wttl[w] * 1000
+          window, finish = wwindow[w], wend[w]
         elseif a == algSlidingWindowCounter then
           window = wwindow[w]
         elseif a == algSlidingWindowLog then
           window = now
         end
-        local brace = string.find(key, '{', 1, true)
-        redis.call('HINCRBY', string.sub(key, 1, brace + 2) .. 'x', defstr(d, window, finish) .. ' ' .. key, cost)
+        outbox(key, defstr(d, window, finish) .. ' ' .. key, cost)
       end
     end
     --[[/regions]]

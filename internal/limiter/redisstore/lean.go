@@ -13,9 +13,10 @@ import (
 
 // The lean path. lean.lua decides the common shapes of checks — GCRA,
 // leaky and token bucket rules, and the calendar-month fixed windows of
-// the monthly quota and the spend cap, without holds — exactly as
-// check.lua does (the same state, answers and reply), from plain numeric
-// arguments: a check that goes out alone costs Redis no MessagePack
+// the monthly quota and the spend cap, without holds, global_shared
+// (their admissions written to the region's outbox) or not — exactly as
+// check.lua does (the same state, outbox, answers and reply), from plain
+// numeric arguments: a check that goes out alone costs Redis no MessagePack
 // decoding, no table per rule and no rule-parameter table. A call of at
 // most maxLeanChecks checks, all of those shapes, runs lean.lua (or
 // lean1.lua, its tightest form, for one check of one GCRA or bucket
@@ -85,17 +86,20 @@ func leanChecks(checks []*pending) bool {
 }
 
 // leanBatch reports whether lean.lua can decide b: no hold, no prepaid
-// balance (Credits), and every
-// rule a GCRA, leaky or token bucket, or a fixed window aligned to
-// calendar months (so no concurrency rule, and b.Lease plays no part). TestLeanKnowsEveryField fails when limiter.Batch,
-// Request or Params gain a field this function has not been taught.
+// balance (Credits), no global_split rule (Split: its allotment and
+// demand tables are check.lua's; a global_shared rule's outbox the lean
+// scripts write), and every rule a GCRA, leaky or token bucket, or a
+// fixed window aligned to calendar months (so no concurrency rule, and
+// b.Lease plays no part). TestLeanKnowsEveryField fails when
+// limiter.Batch, Request or Params gain a field this function has not
+// been taught.
 func leanBatch(b *limiter.Batch) bool {
 	if b.Hold != nil || b.Credits != nil { // a balance is drawn by check.lua only
 		return false
 	}
 	for i := range b.Requests {
 		p := &b.Requests[i].Params
-		if p.Exchange || p.Split { // the outbox and allotments of regions are check.lua's
+		if p.Split { // a region's allotments are check.lua's
 			return false
 		}
 		switch p.Algorithm {
@@ -138,10 +142,13 @@ func (c *call) encodeLean(checks []*pending, extraTTLMS int64) {
 			if r.Params.Algorithm == limiter.FixedWindow {
 				start, end := monthBounds(b.NowUS)
 				c.args = append(c.args, r.Params.Limit, start, end)
-				continue
+			} else {
+				a, b, c3 := defNumbers(r.Params)
+				c.args = append(c.args, a, b, c3)
 			}
-			a, b, c3 := defNumbers(r.Params)
-			c.args = append(c.args, a, b, c3)
+			if r.Params.Exchange {
+				c.args = append(c.args, outboxHead(r.Params))
+			}
 		}
 	}
 	c.appendJournal(checks)

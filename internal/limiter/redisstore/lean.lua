@@ -2,26 +2,32 @@
 -- a batch of checks exactly as check.lua does (same state, same answers,
 -- same reply), but only checks whose rules are GCRA, leaky buckets, token
 -- buckets and fixed windows aligned to calendar months (the monthly quota
--- and the spend cap), without holds. Its arguments are plain numbers, so
+-- and the spend cap), without holds or a global_split rule's allotment
+-- (a global_shared rule's outbox it writes). Its arguments are plain numbers, so
 -- that a lone check pays for no MessagePack decoding, no table per rule
 -- and no parameter table per call. store.go chooses it (see lean.go).
 --
 -- KEYS     the state key of every rule of every check, in order
 -- ARGV     extra_ttl_ms, report_state,
 --          then per check: now, cost, dry_run, nrules, usage,
---          then per rule: kind, a, b, c
+--          then per rule: kind, a, b, c, and for a kind with kindExchange
+--          (a global_shared rule) its outbox head
 --   usage is the check's usage row (statekey.go), or '' for none; when a
 --   check has one, the call's journal key is the last of KEYS, and an
 --   admitted check adds its units and decision to it, as check.lua does.
 --   kind is the algorithm's code × kindAlgorithm, + kindShape for a
 --   shaping leaky bucket, + kindShadow for a shadow rule, + kindSeedOpen
---   or kindSeedClosed for a tally (check.lua declares them, and the
+--   or kindSeedClosed for a tally, + kindExchange for a global_shared
+--   rule (check.lua declares them, and the
 --   algorithm codes, as wire.go does; a tally is decided as check.lua
 --   decides it, unknown without its seed marker). a, b, c are
 --   check.lua's three numbers of the algorithm, but for a calendar-month
 --   fixed window: its limit, and the start and end (µs) of the month the
 --   caller's clock was in; a check whose time falls outside them works
---   its month out from the calendar, as check.lua does.
+--   its month out from the calendar, as check.lua does. The outbox head
+--   is "alg flags a b c" of the rule as check.lua has it (wire.go): an
+--   admitted check adds its cost to the outbox of each such rule's hash
+--   tag, field head, window, end and state key, as check.lua does.
 --
 -- Returns check.lua's reply (a MessagePack array: per check now, admitted,
 -- per rule allowed, remaining, reset_after, retry_after, delay; and the
@@ -52,8 +58,10 @@ else
     j = j + 5
     for _ = 1, nrules do
       k = k + 1
-      if floor(tonumber(ARGV[j]) % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
+      local kind = tonumber(ARGV[j])
+      if floor(kind % kindSeedOpen / kindAlgorithm) ~= algFixedWindow then nk = nk + 1; mkeys[nk] = KEYS[k] end
       j = j + 4
+      if has(kind, kindExchange) then j = j + 1 end
     end
   end
   if nk == 1 then
@@ -65,8 +73,9 @@ else
 end
 
 local out, n, k = {}, 0, 0
--- The current check's writes, five slots each: key, kind, number (or
--- window), count, time to live (ms, before extra); and the states its
+-- The current check's writes, six slots each: key, kind, number (or
+-- window), count, time to live (ms, before extra) and, for a
+-- global_shared rule, its outbox field (else false); and the states its
 -- rules were decided on, three slots each.
 local w, st = {}, {}
 local i = 3
@@ -87,6 +96,8 @@ while i <= nargs do
     -- The state the rule was decided on, as check.lua reports it.
     local state1, state2 = 0, 0
     local write, number, count, ttl = false, 0, 0, 0
+    -- The outbox field's window and end (the rates: 0 0).
+    local window = ' 0 0 '
 
     if a == algFixedWindow then -- a calendar month
       local limit, start, finish = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
@@ -105,13 +116,14 @@ while i <= nargs do
         remaining = limit - used
         if cost > 0 then
           write, number, count, ttl = true, start, used, -idiv(now - finish, 1000)
+          if has(kind, kindExchange) then window = string.format(' %d %d ', start, finish) end
         end
       end
       if used == 0 then reset = 0 else reset = finish - now end
-      if kind >= kindSeedOpen and not seeded(key) then
+      if (has(kind, kindSeedOpen) or has(kind, kindSeedClosed)) and not seeded(key) then
         -- A tally whose state may be lost (check.lua says more).
         allowed, remaining, reset, retry, write = 2, 0, 0, 0, false
-        if kind >= kindSeedClosed and cost > 0 and not dry and not has(kind, kindShadow) then admitted = false end
+        if has(kind, kindSeedClosed) and cost > 0 and not dry and not has(kind, kindShadow) then admitted = false end
       end
     else
       local shape = has(kind, kindShape)
@@ -122,12 +134,17 @@ while i <= nargs do
       --[[rate.lua]]
       if a == algTokenBucket then state1, state2 = tokens, now else state1 = tat end
     end
+    local field = false
+    if has(kind, kindExchange) then
+      if write and allowed == 1 then field = ARGV[i + 4] .. window .. key end
+      i = i + 1
+    end
     i = i + 4
 
     if allowed == 0 and not has(kind, kindShadow) then admitted = false end
     if write and allowed == 1 then
-      w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4], w[nw + 5] = key, a, number, count, ttl
-      nw = nw + 5
+      w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4], w[nw + 5], w[nw + 6] = key, a, number, count, ttl, field
+      nw = nw + 6
     end
     if report then
       local b = 3 * r
@@ -139,7 +156,7 @@ while i <= nargs do
 
   if admitted and not dry then
     if usage ~= '' then journal(usage, now, cost) end
-    for x = 1, nw, 5 do
+    for x = 1, nw, 6 do
       local key, a, number, ttl = w[x], w[x + 1], w[x + 2], w[x + 4]
       if a == algFixedWindow then
         redis.call('HSET', key, 'window', number, 'count', w[x + 3])
@@ -148,6 +165,7 @@ while i <= nargs do
         if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + extra) else redis.call('SET', key, number) end
         cache[key] = number
       end
+      if w[x + 5] then outbox(key, w[x + 5], cost) end
     end
   end
   if not admitted then

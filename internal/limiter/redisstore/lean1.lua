@@ -7,7 +7,9 @@
 -- KEYS[1]  the rule's state key; KEYS[2] its hash tag's usage journal
 --          when usage is not ''
 -- ARGV     extra_ttl_ms, report_state, now, cost, dry_run, 1 (rules),
---          usage, kind, a, b, c
+--          usage, kind, a, b, c, and for a kind with kindExchange (a
+--          global_shared rule) its outbox head: an admission adds its cost
+--          to the outbox of the state's hash tag, as check.lua does
 
 -- check.lua's wire constants, floor, tonumber, has and idiv (lean.go
 -- puts them here):
@@ -16,7 +18,7 @@
 local key = KEYS[1]
 local now = at(tonumber(ARGV[3]))
 local cost, kind = tonumber(ARGV[4]), tonumber(ARGV[8])
-local a, shape = floor(kind / kindAlgorithm), has(kind, kindShape)
+local a, shape = floor(kind % kindSeedOpen / kindAlgorithm), has(kind, kindShape)
 -- The rule's numbers (lean.lua's a, b, c), as rate.lua names them.
 local interval, burst, third = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local tolerance, refills = third, third == 1
@@ -32,6 +34,7 @@ local admitted = allowed == 1 or has(kind, kindShadow)
 if admitted and ARGV[5] ~= '1' then
   if write and allowed == 1 then
     if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
+    if has(kind, kindExchange) then outbox(key, ARGV[12] .. ' 0 0 ' .. key, cost) end
   end
   if ARGV[7] ~= '' then -- its usage entry (check.lua's journal, without a table)
     local v = '1:1'

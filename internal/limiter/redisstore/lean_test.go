@@ -18,10 +18,11 @@ import (
 )
 
 // TestLeanDecidesAsCheckLua: the same random calls (one check or several,
-// one to three rules of every shape lean.lua takes, on keys that checks
-// share) through lean.lua and through check.lua, each on keys of its own,
-// give identical answers and leave identical state: the same keys, types,
-// values and times to live.
+// one to three rules of every shape lean.lua takes, global_shared or not,
+// on keys that checks share) through lean.lua and through check.lua, each
+// on keys of its own, give identical answers and leave identical state:
+// the same keys, types, values and times to live, and after every call
+// the same region outbox (the same fields, for its own keys, and units).
 // Month bounds from the caller are sometimes another month's, so that
 // lean.lua's own calendar arithmetic is compared too.
 func TestLeanDecidesAsCheckLua(t *testing.T) {
@@ -57,7 +58,9 @@ func TestLeanDecidesAsCheckLua(t *testing.T) {
 		for i := range params {
 			params[i] = randomLeanParams(rng)
 		}
-		ns := fmt.Sprintf("%s{d%d}", prefix, seed)
+		// Each side's keys have a hash tag of their own, and so an outbox
+		// of their own (a tag is one byte: statekey.OutboxKey).
+		ns := [2]string{fmt.Sprintf("%s{%c}", prefix, 'A'+2*seed), fmt.Sprintf("%s{%c}", prefix, 'A'+2*seed+1)}
 		expiry := map[string][2]int64{} // PEXPIRETIME of lean's and check.lua's key
 		for step := range 150 {
 			now += []int64{0, 1, 999, 50_000, limiter.SecondUS, 40 * limiter.MinuteUS}[rng.IntN(6)]
@@ -86,11 +89,11 @@ func TestLeanDecidesAsCheckLua(t *testing.T) {
 				if !leanBatch(&b) {
 					t.Fatalf("%+v: not a lean shape", b)
 				}
-				for i, side := range []string{"L", "G"} {
+				for i := range ns {
 					bb := b
 					bb.Requests = slices.Clone(b.Requests)
 					for j := range bb.Requests {
-						bb.Requests[j].Key = ns + side + bb.Requests[j].Key
+						bb.Requests[j].Key = ns[i] + bb.Requests[j].Key
 					}
 					calls[i] = append(calls[i], &pending{batch: bb})
 				}
@@ -138,8 +141,9 @@ func TestLeanDecidesAsCheckLua(t *testing.T) {
 					t.Fatalf("seed %d step %d check %d (%+v):\n lean    %+v\n general %+v", seed, step, i, g.batch, l.out, g.out)
 				}
 			}
+			sameOutbox(t, c, ns[0], ns[1], fmt.Sprintf("seed %d step %d", seed, step))
 			for _, key := range slices.Compact(slices.Sorted(slices.Values(keys))) {
-				exp := sameState(t, c, ns+"L"+key, ns+"G"+key, fmt.Sprintf("seed %d step %d", seed, step))
+				exp := sameState(t, c, ns[0]+key, ns[1]+key, fmt.Sprintf("seed %d step %d", seed, step))
 				was, seen := expiry[key]
 				// Unless neither changed (neither script wrote the key), both
 				// were set now: lean.lua's at a time in [ms0, ms1], check.lua's
@@ -180,7 +184,35 @@ func randomLeanParams(rng *rand.Rand) limiter.Params {
 	if problems := p.Validate(); len(problems) > 0 {
 		panic(fmt.Sprintf("%+v: %v", p, problems))
 	}
+	p.Exchange = rng.IntN(2) == 0 // a global_shared rule
 	return p
+}
+
+// sameOutbox fails unless the outboxes of hash tags a and b (each a
+// prefix and a tag, as "p{t}") hold the same fields, each naming its own
+// side's key, with the same units; then it empties both, so that the
+// next call's entries are compared on their own.
+func sameOutbox(t *testing.T, c *redis.Client, a, b string, where string) {
+	t.Helper()
+	ctx := context.Background()
+	read := func(tag string) map[string]string {
+		out := map[string]string{}
+		for f, v := range c.HGetAll(ctx, tag+"x").Val() {
+			def, key, ok := strings.Cut(f, " "+tag)
+			if !ok {
+				t.Fatalf("%s: outbox field %q of %s names another tag's key", where, f, tag)
+			}
+			out[def+" <tag>"+key] = v
+		}
+		return out
+	}
+	la, lb := read(a), read(b)
+	if !reflect.DeepEqual(la, lb) {
+		t.Fatalf("%s: lean left the outbox %v, check.lua %v", where, la, lb)
+	}
+	if err := c.Del(ctx, a+"x", b+"x").Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sameState fails unless keys a and b hold the same type and value, and
@@ -218,8 +250,9 @@ func sameState(t *testing.T, c *redis.Client, a, b string, where string) [2]int6
 }
 
 // TestPrepareChoosesLeanForCommonShapes: lean.lua takes the single-number
-// algorithms and calendar-month fixed windows without holds; every other
-// call, or a store with NoLean, goes to check.lua.
+// algorithms and calendar-month fixed windows without holds, global_shared
+// or not; every other call (a global_split rule's too), or a store with
+// NoLean, goes to check.lua.
 func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 5, PeriodUS: limiter.SecondUS}
 	quota := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 100, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
@@ -236,6 +269,10 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 	held := batch(gcra)
 	held.batch.Hold = &limiter.Hold{ID: "h", Key: "{t}h", TTLUS: limiter.SecondUS}
 	bucket := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 10, PeriodUS: limiter.SecondUS}
+	sharedGCRA, sharedQuota := gcra, quota
+	sharedGCRA.Exchange, sharedQuota.Exchange = true, true
+	splitQuota := quota
+	splitQuota.Split = true
 	for _, tc := range []struct {
 		name   string
 		checks []*pending
@@ -248,6 +285,10 @@ func TestPrepareChoosesLeanForCommonShapes(t *testing.T) {
 		{"several checks of one rule", []*pending{batch(gcra), batch(gcra)}, leanScript},
 		{"several checks", []*pending{batch(gcra), batch(quota, gcra)}, leanScript},
 		{"a batch larger than maxLeanChecks", slices.Repeat([]*pending{batch(gcra)}, maxLeanChecks+1), checkScript},
+		{"a global_shared GCRA rule", []*pending{batch(sharedGCRA)}, lean1Script},
+		{"a global_shared rule and a regional one", []*pending{batch(sharedGCRA, bucket)}, leanScript},
+		{"a global_shared quota", []*pending{batch(sharedQuota)}, leanScript},
+		{"a global_split window", []*pending{batch(gcra, splitQuota)}, checkScript},
 		{"a day window", []*pending{batch(gcra, day)}, checkScript},
 		{"a sliding log", []*pending{batch(log)}, checkScript},
 		{"a hold", []*pending{held}, checkScript},

@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/tollgate/tollgate/internal/limiter"
+import (
+	"strconv"
+
+	"github.com/tollgate/tollgate/internal/limiter"
+)
 
 // The wire protocol of check.lua: each rule definition in ARGV[1] carries
 // an algorithm code and flags. check.lua declares locals with these names
@@ -39,14 +43,18 @@ const (
 )
 
 // The lean scripts' kind of a rule (lean.lua, lean1.lua): one number
-// that packs the rule's algorithm code with whether it shapes and
-// whether it is a shadow rule,
+// that packs the rule's algorithm code with whether it shapes, whether
+// it is a shadow rule, whether it is a tally and whether its admissions
+// go to the region's outbox,
 //
 //	kind = code × kindAlgorithm + kindShape (a shaping leaky bucket) + kindShadow (a shadow rule)
 //	       + kindSeedOpen or kindSeedClosed (a tally, limiter.Params.Seed)
+//	       + kindExchange (a global_shared rule, limiter.Params.Exchange)
 //
-// The seed kinds sit above every code × kindAlgorithm (codes are below 8),
-// so the code is kind modulo kindSeedOpen, ÷ kindAlgorithm.
+// The seed and exchange kinds sit above every code × kindAlgorithm (codes
+// are below 8), so the code is kind modulo kindSeedOpen, ÷ kindAlgorithm.
+// A rule with kindExchange has one more argument after its three numbers:
+// its outbox head (outboxHead).
 //
 // check.lua declares them for the lean scripts, which take its prelude;
 // TestWireConstantsMatchScript keeps them equal and the scripts decoding
@@ -57,6 +65,7 @@ const (
 	kindShadow     = 1
 	kindSeedOpen   = 32
 	kindSeedClosed = 64
+	kindExchange   = 128
 )
 
 // leanKind returns r's kind on the lean scripts' wire.
@@ -75,7 +84,38 @@ func leanKind(r *limiter.Request) int64 {
 	case seed == limiter.SeedClosed:
 		kind += kindSeedClosed
 	}
+	if r.Params.Exchange {
+		kind += kindExchange
+	}
 	return kind
+}
+
+// The region's outbox (docs/regions.md, "What is sent"): an admitted
+// check adds its cost, per rule with Params.Exchange, to a field of the
+// outbox hash of its state's hash tag (statekey.OutboxKey) named
+//
+//	alg flags a b c window end key
+//
+// alg the algorithm's code, flags the rule's (flags), a b c its three
+// numbers (defNumbers), window and end the window the units fell in (a
+// fixed window: its start and end, µs; a counter: its index; a log: now;
+// the rates: 0 0) and key the state key: the admissions of one window
+// between two claims share a field. check.lua formats the head from its def
+// (defstr); the lean scripts take it from outboxHead, as an argument.
+// The exchanger sends the fields as they are, and apply.lua reads them.
+
+// outboxHead returns the head of p's outbox fields, "alg flags a b c", as
+// check.lua formats it.
+func outboxHead(p limiter.Params) string {
+	a, b, c := defNumbers(p)
+	buf := make([]byte, 0, 48)
+	for i, n := range [...]int64{algorithmCode(p.Algorithm), flags(p), a, b, c} {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		buf = strconv.AppendInt(buf, n, 10)
+	}
+	return string(buf)
 }
 
 // check.lua's refs and holds pack a number and a flag each:

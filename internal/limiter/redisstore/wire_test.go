@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"kindShadow":              kindShadow,
 		"kindSeedOpen":            kindSeedOpen,
 		"kindSeedClosed":          kindSeedClosed,
+		"kindExchange":            kindExchange,
 		"refDef":                  refDef,
 		"refShadow":               refShadow,
 		"holdTTL":                 holdTTL,
@@ -88,37 +90,60 @@ func TestWireConstantsMatchScript(t *testing.T) {
 }
 
 // TestLeanKind: a rule's kind on the lean scripts' wire gives back its
-// algorithm code, shaping and shadowing, decoded as the scripts decode it
-// (floor(kind / kindAlgorithm), has(kind, kindShape), has(kind,
-// kindShadow)), and the scripts decode kind by those names alone: a bare
-// number beside kind would be a second, unchecked copy of the packing.
+// algorithm code, shaping, shadowing, tally and exchange, decoded as the
+// scripts decode it (floor(kind % kindSeedOpen / kindAlgorithm), has(kind,
+// kindShape), has(kind, kindShadow), has(kind, kindSeedOpen), has(kind,
+// kindSeedClosed), has(kind, kindExchange)), and the scripts decode kind
+// by those names alone: a bare number beside kind would be a second,
+// unchecked copy of the packing.
 func TestLeanKind(t *testing.T) {
 	has := func(kind, flag int64) bool { return kind%(2*flag) >= flag }
 	if kindShadow <= 0 || kindShadow&(kindShadow-1) != 0 || kindShape <= kindShadow || kindShape&(kindShape-1) != 0 || kindAlgorithm <= kindShape|kindShadow {
 		t.Fatalf("kindShadow %d, kindShape %d, kindAlgorithm %d: want two powers of two below kindAlgorithm", kindShadow, kindShape, kindAlgorithm)
 	}
+	var codes int64
+	for _, alg := range limiter.Algorithms {
+		codes = max(codes, algorithmCode(alg))
+	}
+	for _, k := range []int64{kindSeedOpen, kindSeedClosed, kindExchange} {
+		if k&(k-1) != 0 || k < (codes+1)*kindAlgorithm {
+			t.Errorf("kind %d: want a power of two above every code × kindAlgorithm", k)
+		}
+	}
+	if kindSeedClosed <= kindSeedOpen || kindExchange <= kindSeedClosed {
+		t.Errorf("kindSeedOpen %d, kindSeedClosed %d, kindExchange %d: want them distinct and in that order", kindSeedOpen, kindSeedClosed, kindExchange)
+	}
 	for _, alg := range limiter.Algorithms {
 		for _, shape := range []bool{false, true} {
 			for _, shadow := range []bool{false, true} {
-				r := limiter.Request{Params: limiter.Params{Algorithm: alg, Shape: shape}, Shadow: shadow}
-				kind := leanKind(&r)
-				if got, want := kind/kindAlgorithm, algorithmCode(alg); got != want {
-					t.Errorf("%s shape %v shadow %v: kind %d decodes to code %d, want %d", alg, shape, shadow, kind, got, want)
-				}
-				if has(kind, kindShape) != shape || has(kind, kindShadow) != shadow {
-					t.Errorf("%s shape %v shadow %v: kind %d decodes to shape %v shadow %v", alg, shape, shadow, kind, has(kind, kindShape), has(kind, kindShadow))
+				for _, seed := range []limiter.SeedMode{limiter.SeedNone, limiter.SeedOpen, limiter.SeedClosed} {
+					for _, exchange := range []bool{false, true} {
+						r := limiter.Request{Params: limiter.Params{Algorithm: alg, Shape: shape, Seed: seed, Exchange: exchange}, Shadow: shadow}
+						kind := leanKind(&r)
+						what := fmt.Sprintf("%s shape %v shadow %v seed %v exchange %v: kind %d", alg, shape, shadow, seed, exchange, kind)
+						if got, want := kind%kindSeedOpen/kindAlgorithm, algorithmCode(alg); got != want {
+							t.Errorf("%s decodes to code %d, want %d", what, got, want)
+						}
+						if has(kind, kindShape) != shape || has(kind, kindShadow) != shadow || has(kind, kindExchange) != exchange {
+							t.Errorf("%s decodes to shape %v shadow %v exchange %v", what, has(kind, kindShape), has(kind, kindShadow), has(kind, kindExchange))
+						}
+						tally := alg == limiter.FixedWindow // only windows are tallies
+						if has(kind, kindSeedOpen) != (tally && seed == limiter.SeedOpen) || has(kind, kindSeedClosed) != (tally && seed == limiter.SeedClosed) {
+							t.Errorf("%s decodes to seed open %v closed %v", what, has(kind, kindSeedOpen), has(kind, kindSeedClosed))
+						}
+					}
 				}
 			}
 		}
 	}
-	bare := regexp.MustCompile(`kind\s*[/%]\s*\d|ARGV\[[^]]*\]\)\s*[/%]\s*\d|has\(kind, \d`)
+	bare := regexp.MustCompile(`kind\s*(?:[/%]|[<>]=?)\s*\d|ARGV\[[^]]*\]\)\s*[/%]\s*\d|has\(kind, \d`)
 	for name, src := range map[string]string{"lean.lua": leanLua, "lean1.lua": lean1Lua, "rate.lua": rateLua} {
 		if m := bare.FindString(src); m != "" {
 			t.Errorf("%s decodes kind with a bare number (%q): use kindAlgorithm, kindShape, kindShadow", name, m)
 		}
 	}
 	for name, src := range map[string]string{"lean.lua": leanLua, "lean1.lua": lean1Lua} {
-		for _, constant := range []string{"kindAlgorithm", "kindShape", "kindShadow"} {
+		for _, constant := range []string{"kindAlgorithm", "kindShape", "kindShadow", "kindExchange"} {
 			if !strings.Contains(src, constant) {
 				t.Errorf("%s does not decode kind with %s", name, constant)
 			}

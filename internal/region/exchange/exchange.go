@@ -369,12 +369,14 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 // region (it resumes after a restart or a partition where it stopped).
 func (x *Exchanger) receive(ctx context.Context, source string) {
 	// A fetch waits at most a few exchange intervals, and a failed one
-	// is retried within one: a region joined again after a partition is
-	// read from within about two intervals of its route being back. A
-	// fetch takes up to fetchBatch messages: each fetch is a round trip
-	// to the source's servers, so the backlog of a partition (one
-	// message an interval) is read in one or a few, not one per hundred
-	// messages.
+	// is retried within one ("no responders", the answer while the
+	// source's servers are out of reach, within E / 8): a region joined
+	// again after a partition is read from one fetch round trip after
+	// NATS has its route and interest back. A fetch takes up to
+	// fetchBatch messages: each fetch is a round trip to the source's
+	// servers, so the backlog of a partition (one message an interval)
+	// is read in one or a few, not one per hundred messages, and applied
+	// as it arrives, many messages a pipeline (applyFetched).
 	e := x.cfg.Region.ExchangeInterval
 	wait := min(max(2*e, 100*time.Millisecond), time.Second)
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
@@ -395,13 +397,11 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 			_ = b.Wait(ctx)
 			continue
 		}
-		for msg := range batch.Messages() {
-			if err := x.applyMsg(ctx, source, msg.Data()); err != nil {
-				x.log.Warn("region exchange: cannot apply a message; it will be redelivered", "source", source, "err", err)
-				_ = msg.Nak()
-				continue
-			}
-			_ = msg.Ack()
+		if err := x.applyFetched(ctx, source, batch.Messages()); err != nil {
+			x.log.Warn("region exchange: cannot apply messages; they will be redelivered", "source", source, "err", err)
+			x.sources[source].Failure(err)
+			_ = b.Wait(ctx)
+			continue
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			x.sources[source].Failure(err)
@@ -423,6 +423,45 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 // seconds of a region's messages at the default interval.
 const fetchBatch = 1000
 
+// applyBatch is the most messages applied in one pipeline.
+const applyBatch = 256
+
+// applyFetched applies the messages of a fetch of source as they arrive:
+// each time, every message already there (at most applyBatch) in one
+// pipeline to the region's Redis, so that the backlog of a partition
+// (hundreds of messages, arriving together) costs a few round trips, not
+// one per message. A message that cannot be decoded is negatively
+// acknowledged and left out, as before. When a pipeline fails, neither its
+// messages nor any later one of the fetch is applied or acknowledged:
+// they are negatively acknowledged, JetStream delivers them again in
+// their order, and apply.lua skips what the failed pipeline did apply (a
+// later message applied first would make apply.lua skip an earlier one).
+func (x *Exchanger) applyFetched(ctx context.Context, source string, msgs <-chan jetstream.Msg) error {
+	var pending []jetstream.Msg
+	var failed error
+	for msg := range msgs {
+		if failed != nil {
+			_ = msg.Nak()
+			continue
+		}
+		pending = append(pending[:0], msg)
+	more:
+		for len(pending) < applyBatch {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break more
+				}
+				pending = append(pending, m)
+			default:
+				break more
+			}
+		}
+		failed = x.applyMsgs(ctx, source, pending)
+	}
+	return failed
+}
+
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
@@ -441,19 +480,78 @@ func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Cons
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch})
 }
 
-// applyMsg applies one message of source: one apply.lua call per hash
-// tag, in one pipeline.
-func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) error {
-	var m message
-	if err := json.Unmarshal(data, &m); err != nil {
-		return fmt.Errorf("decode: %w", err)
+// applyMsgs applies msgs of source, in their order, in one pipeline (one
+// apply.lua call per message and hash tag), and acknowledges them. A
+// message that cannot be decoded, or names no state, is negatively
+// acknowledged and left out, as it was when each message had its own
+// pipeline. When the pipeline fails, every message is negatively
+// acknowledged and the error returned.
+func (x *Exchanger) applyMsgs(ctx context.Context, source string, msgs []jetstream.Msg) error {
+	type applied struct {
+		msg  jetstream.Msg
+		m    message
+		cmds []*redis.Cmd
 	}
-	if m.Region != source {
-		return fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
+	batch := make([]applied, 0, len(msgs))
+	pipe := x.rdb.Pipeline()
+	for _, msg := range msgs {
+		var m message
+		err := json.Unmarshal(msg.Data(), &m)
+		if err == nil && m.Region != source {
+			err = fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
+		}
+		var cmds []*redis.Cmd
+		if err == nil {
+			cmds, err = x.queueApply(ctx, pipe, source, m)
+		}
+		if err != nil {
+			x.log.Warn("region exchange: cannot apply a message; it will be redelivered", "source", source, "err", err)
+			_ = msg.Nak()
+			continue
+		}
+		batch = append(batch, applied{msg, m, cmds})
 	}
+	if pipe.Len() > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			if strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				_ = applyScript.Load(ctx, x.rdb).Err()
+			}
+			for _, a := range batch {
+				_ = a.msg.Nak()
+			}
+			return fmt.Errorf("apply seq %d to %d: %w", batch[0].m.Seq, batch[len(batch)-1].m.Seq, err)
+		}
+	}
+	var units int64
+	for _, a := range batch {
+		for _, c := range a.cmds {
+			if n, _ := c.Int64(); n > 0 {
+				units += n
+			}
+		}
+		_ = a.msg.Ack()
+		x.received(source, a.m)
+	}
+	if units > 0 {
+		x.metrics.debits.WithLabelValues(source).Add(float64(units))
+	}
+	return nil
+}
+
+// queueApply queues on pipe the apply.lua calls of message m of source
+// (one per hash tag with debits, or releases for this region), and
+// returns them; it queues nothing for a message with a debit that names
+// no state.
+func (x *Exchanger) queueApply(ctx context.Context, pipe redis.Pipeliner, source string, m message) ([]*redis.Cmd, error) {
+	for _, tb := range m.Tags {
+		for _, d := range tb.Debits {
+			if _, _, ok := splitField(d.Field); !ok {
+				return nil, fmt.Errorf("a debit of seq %d names no state: %q", m.Seq, d.Field)
+			}
+		}
+	}
+	var cmds []*redis.Cmd
 	if hasWork(m, x.cfg.Region.Name) {
-		pipe := x.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, 0, len(m.Tags))
 		for _, tb := range m.Tags {
 			var releases []release
 			for _, r := range tb.Releases {
@@ -469,10 +567,7 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 			args := make([]any, 2, 2*cap(keys))
 			args[0], args[1] = source, m.Seq
 			for _, d := range tb.Debits {
-				def, key, ok := splitField(d.Field)
-				if !ok {
-					return fmt.Errorf("a debit of seq %d names no state: %q", m.Seq, d.Field)
-				}
+				def, key, _ := splitField(d.Field)
 				keys = append(keys, key)
 				args = append(args, def, d.Units)
 			}
@@ -482,20 +577,13 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 			}
 			cmds = append(cmds, applyScript.EvalSha(ctx, pipe, keys, args...))
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			if strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				_ = applyScript.Load(ctx, x.rdb).Err()
-			}
-			return fmt.Errorf("apply seq %d: %w", m.Seq, err)
-		}
-		var units int64
-		for _, c := range cmds {
-			if n, _ := c.Int64(); n > 0 {
-				units += n
-			}
-		}
-		x.metrics.debits.WithLabelValues(source).Add(float64(units))
 	}
+	return cmds, nil
+}
+
+// received notes that message m of source was applied: when the source
+// was last heard from, its rebalance report, its lag and that it is up.
+func (x *Exchanger) received(source string, m message) {
 	x.mu.Lock()
 	x.lastSeen[source] = time.Now()
 	if m.Demand != nil {
@@ -506,7 +594,6 @@ func (x *Exchanger) applyMsg(ctx context.Context, source string, data []byte) er
 	x.metrics.lag.WithLabelValues(source).Set(max(0, time.Since(time.UnixMicro(m.AtUS)).Seconds()))
 	x.metrics.up.WithLabelValues(source).Set(1)
 	x.sources[source].Success()
-	return nil
 }
 
 // hasWork reports whether m has debits, or releases for region name.

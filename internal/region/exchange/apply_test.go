@@ -1,0 +1,105 @@
+package exchange
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/region"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// fakeMsg is a fetched message: its data, and whether it was acknowledged
+// or negatively acknowledged.
+type fakeMsg struct {
+	jetstream.Msg
+	data     []byte
+	ack, nak bool
+}
+
+func (m *fakeMsg) Data() []byte { return m.data }
+func (m *fakeMsg) Ack() error   { m.ack = true; return nil }
+func (m *fakeMsg) Nak() error   { m.nak = true; return nil }
+
+// TestApplyFetched: the messages of a fetch, applied many a pipeline, are
+// applied in their order and each once (a sequence applied before is
+// skipped), and acknowledged; a message that cannot be decoded is
+// negatively acknowledged and the others applied; when Redis fails, no
+// message is acknowledged (each is negatively acknowledged, to be
+// delivered again) and the error is returned.
+func TestApplyFetched(t *testing.T) {
+	rdb, p := testenv.Redis(t)
+	ctx := context.Background()
+	testenv.Must(t, applyScript.Load(ctx, rdb).Err())
+	newExchanger := func(rdb redis.UniversalClient) *Exchanger {
+		return &Exchanger{cfg: Config{Region: region.Config{Name: "eu", Names: []string{"us", "eu"}}, Prefix: p}, rdb: rdb,
+			metrics: NewMetrics(), log: slog.New(slog.DiscardHandler), lastSeen: map[string]time.Time{}, reports: map[string]*demandReport{},
+			sources: map[string]*backoff.Monitor{"us": backoff.NewMonitor(backoff.MonitorConfig{})}}
+	}
+	tag := byte('q')
+	key := string(statekey.AppendKey(nil, p, tag, [3]byte{7, 7, 7}, []byte("tenant"), nil))
+	// A fixed window of an hour, the units in the current one.
+	now := time.Now().UnixMicro()
+	start := now - now%3_600_000_000
+	field := fmt.Sprintf("4 128 1000 3600000000 0 %d %d %s", start, start+3_600_000_000, key)
+	msg := func(seq int64, units int64) *fakeMsg {
+		body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: now,
+			Tags: []tagBatch{{Tag: tag, Debits: []debit{{Field: []byte(field), Units: units}}}}})
+		testenv.Must(t, err)
+		return &fakeMsg{data: body}
+	}
+	fetch := func(x *Exchanger, msgs ...*fakeMsg) error {
+		ch := make(chan jetstream.Msg, len(msgs))
+		for _, m := range msgs {
+			ch <- m
+		}
+		close(ch)
+		return x.applyFetched(ctx, "us", ch)
+	}
+	counted := func() int64 {
+		n, err := rdb.HGet(ctx, key, "count").Int64()
+		if err == redis.Nil {
+			return 0
+		}
+		testenv.Must(t, err)
+		return n
+	}
+
+	x := newExchanger(rdb)
+	first := []*fakeMsg{msg(1, 1), msg(2, 10), {data: []byte("not json")}, msg(3, 100)}
+	testenv.Must(t, fetch(x, first...))
+	if got := counted(); got != 111 {
+		t.Errorf("after seq 1 to 3: %d counted, want 111", got)
+	}
+	for i, m := range first {
+		if want := i != 2; m.ack != want || m.nak == want {
+			t.Errorf("message %d: ack %v nak %v, want ack %v", i, m.ack, m.nak, want)
+		}
+	}
+	// Delivered again (an acknowledgement lost), with a new one.
+	again := []*fakeMsg{msg(2, 10), msg(3, 100), msg(4, 1000)}
+	testenv.Must(t, fetch(x, again...))
+	if got := counted(); got != 1111 {
+		t.Errorf("after seq 2 to 4 again: %d counted, want 1111 (2 and 3 once)", got)
+	}
+
+	down := redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { down.Close() })
+	lost := []*fakeMsg{msg(5, 1), msg(6, 1)}
+	if err := fetch(newExchanger(down), lost...); err == nil {
+		t.Errorf("Redis down: no error")
+	}
+	for i, m := range lost {
+		if m.ack || !m.nak {
+			t.Errorf("Redis down, message %d: ack %v nak %v, want only nak", i, m.ack, m.nak)
+		}
+	}
+}

@@ -345,3 +345,87 @@ func TestMeasureUsageJournal(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureOutbox is a measurement tool, not a test: it is skipped
+// unless TOLLGATE_MEASURE=1. On a redis-server of its own it replays a
+// key's lone checks (their usage journaled, as the api makes them) over
+// 1,000 keys of 50 tenants, 1,000 checks a round, alternating 40 rounds,
+// and prints the least, the 10th percentile and the median of the Redis
+// script µs per call (INFO commandstats): a regional rule through the
+// lean scripts, and a global_shared one (its admissions written to the
+// region's outbox) through check.lua, as before the lean scripts wrote
+// the outbox, and through the lean scripts. The shapes: one GCRA rule
+// (lean1.lua), and a GCRA rule with the tenant's month (a shadow tally,
+// lean.lua).
+//
+//	TOLLGATE_MEASURE=1 go test ./internal/limiter/redisstore/ -run TestMeasureOutbox -v -count=1
+func TestMeasureOutbox(t *testing.T) {
+	c := measureRedis(t)
+	ctx := context.Background()
+	lean, general := New(c), New(c)
+	general.NoLean = true
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1 << 40, PeriodUS: limiter.HourUS, Burst: 1 << 30}
+	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1 << 52, Burst: 1 << 52, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
+	uuid := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+	tagOf := func(i int) string {
+		tag := byte(i % 250)
+		if tag == '{' || tag == '}' {
+			tag = 'x'
+		}
+		return fmt.Sprintf("m{%c}", tag)
+	}
+	usec := func() float64 {
+		var total float64
+		for _, l := range strings.Split(c.Info(ctx, "commandstats").Val(), "\n") {
+			if strings.HasPrefix(l, "cmdstat_evalsha:") {
+				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "cmdstat_evalsha:")), ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						total, _ = strconv.ParseFloat(v, 64)
+					}
+				}
+			}
+		}
+		return total
+	}
+	batch := func(i int, shared, withMonth bool) limiter.Batch {
+		g, m := gcra, month
+		g.Exchange, m.Exchange = shared, shared
+		b := limiter.Batch{Cost: 1, Requests: []limiter.Request{{Key: tagOf(i) + "g" + strconv.Itoa(i%1000), Params: g}},
+			Usage: statekey.UsageEntry(uuid(i%50), uuid(1000+i%1000), "authenticated", "GET /repos")}
+		if withMonth {
+			b.Requests = append(b.Requests, limiter.Request{Key: tagOf(i) + "q" + strconv.Itoa(i%50), Params: m, Shadow: true})
+		}
+		return b
+	}
+	variants := []struct {
+		name   string
+		store  *Store
+		shared bool
+	}{{"regional, lean scripts", lean, false}, {"global_shared, check.lua", general, true}, {"global_shared, lean scripts", lean, true}}
+	t.Logf("load average %s", loadAverage())
+	t.Log("| checks | rule, script | Redis script µs per call: least | 10th percentile | median |")
+	t.Log("| --- | --- | --- | --- | --- |")
+	for _, shape := range []struct {
+		name      string
+		withMonth bool
+	}{{"one GCRA rule", false}, {"GCRA and the month's tally", true}} {
+		res := make([][]float64, len(variants))
+		for range 40 {
+			for v, variant := range variants {
+				testenv.Must(t, c.FlushAll(ctx).Err())
+				testenv.Must(t, c.ConfigResetStat(ctx).Err())
+				for i := range 1000 {
+					if _, err := variant.store.Check(ctx, batch(i, variant.shared, shape.withMonth)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res[v] = append(res[v], usec()/1000)
+			}
+		}
+		for v, variant := range variants {
+			r := res[v]
+			slices.Sort(r)
+			t.Logf("| %s | %s | %.2f | %.2f | %.2f |", shape.name, variant.name, r[0], r[len(r)/10], r[len(r)/2])
+		}
+	}
+}

@@ -111,6 +111,9 @@ type Report struct {
 	Rebuilt int
 	// Expired counts the grants expired.
 	Expired int
+	// Held is the units the drainer's region holds in escrow, summed
+	// over balances (a deployment of several regions).
+	Held int64
 }
 
 // Drain records every balance's log up to now, expires due grants and
@@ -147,6 +150,7 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 			total.Drift += r.Drift
 			total.Rebuilt += r.Rebuilt
 			total.Expired += r.Expired
+			total.Held += r.Held
 			if !more {
 				break
 			}

@@ -378,6 +378,7 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 			if reserve, err = d.balanceEscrow(ctx, reg, counter, present, usable, deny); err != nil {
 				return err
 			}
+			r.Held = own.held()
 		}
 		if err := d.notify(ctx, tx, settings, b, now); err != nil {
 			return err

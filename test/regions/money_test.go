@@ -1,11 +1,8 @@
 package regions
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,12 +40,12 @@ func (b *bed) money(t *testing.T) {
 	var mu sync.Mutex
 	admitted := map[string]int64{}
 	check := func(name string) {
-		allowed, err := b.paidCheck(b.apis[name], key)
+		a, _, err := b.checkKey(b.apis[name], key, "GET /paid", 1)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		if allowed {
+		if a.Allowed {
 			mu.Lock()
 			admitted[name]++
 			mu.Unlock()
@@ -128,24 +125,4 @@ func (b *bed) money(t *testing.T) {
 	if total < balance {
 		t.Errorf("admitted %d: the regions left part of the balance of %d undrawn", total, balance)
 	}
-}
-
-// paidCheck sends one check of key to the API at addr and says whether
-// it was admitted.
-func (b *bed) paidCheck(addr, key string) (bool, error) {
-	body, _ := json.Marshal(map[string]any{"key": key, "resource": "GET /paid", "cost": 1})
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+b.token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := b.client.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer res.Body.Close()
-	var a answer
-	if res.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("check of the prepaid key: %s", res.Status)
-	}
-	err = json.NewDecoder(res.Body).Decode(&a)
-	return a.Allowed, err
 }

@@ -155,7 +155,12 @@ type answer struct {
 
 // check sends one check to the API at addr.
 func (b *bed) check(addr, resource string, cost int) (answer, time.Duration, error) {
-	body, _ := json.Marshal(map[string]any{"key": b.key, "resource": resource, "cost": cost})
+	return b.checkKey(addr, b.key, resource, cost)
+}
+
+// checkKey sends one check of key to the API at addr.
+func (b *bed) checkKey(addr, key, resource string, cost int) (answer, time.Duration, error) {
+	body, _ := json.Marshal(map[string]any{"key": key, "resource": resource, "cost": cost})
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("Content-Type", "application/json")

@@ -171,12 +171,7 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 	var through string
 	err = postgres.Tx(ctx, d.db, func(tx pgx.Tx) error {
 		r, through, more = Report{}, "", false
-		s := NewStore(tx)
-		b, err := s.openBook(ctx, tenantID)
-		if err != nil {
-			return err
-		}
-		settings, overdraft, err := s.drawSettings(ctx, tenantID)
+		s, b, settings, overdraft, err := openDrain(ctx, tx, tenantID)
 		if err != nil {
 			return err
 		}
@@ -252,17 +247,23 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 	return r, more, err
 }
 
-// drawSettings returns the credit settings of tenantID's plan and its
-// overdraft; nil settings (and no overdraft) when its plan has none.
-func (s *Store) drawSettings(ctx context.Context, tenantID string) (*PlanSettings, int64, error) {
+// openDrain opens tenantID's book on tx (locking its account) and reads
+// the credit settings of its plan and its overdraft: nil settings (and
+// no overdraft) when its plan has none.
+func openDrain(ctx context.Context, tx pgx.Tx, tenantID string) (*Store, *book, *PlanSettings, int64, error) {
+	s := NewStore(tx)
+	b, err := s.openBook(ctx, tenantID)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
 	ps, err := s.TenantSettings(ctx, tenantID)
 	switch {
 	case err == nil:
-		return &ps, ps.Overdraft, nil
+		return s, b, &ps, ps.Overdraft, nil
 	case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
-		return nil, 0, nil
+		return s, b, nil, 0, nil
 	}
-	return nil, 0, err
+	return nil, nil, nil, 0, err
 }
 
 // record writes one log entry into the ledger: grants expired by its

@@ -303,12 +303,7 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 	var reserve int64
 	err = postgres.Tx(ctx, d.db, func(tx pgx.Tx) error {
 		r, through, more, reserve = Report{}, "", false, 0
-		s := NewStore(tx)
-		b, err := s.openBook(ctx, tenantID)
-		if err != nil {
-			return err
-		}
-		settings, overdraft, err := s.drawSettings(ctx, tenantID)
+		s, b, settings, overdraft, err := openDrain(ctx, tx, tenantID)
 		if err != nil {
 			return err
 		}

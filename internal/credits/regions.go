@@ -222,7 +222,9 @@ func (d *Drainer) balanceEscrow(ctx context.Context, reg *regionDrain, counter s
 			demand += x.Demand
 		}
 		regions := int64(max(len(reg.rows), d.cfg.Regions))
-		target = max(1, usable*(own.Demand+1)/(demand+regions))
+		// In floating point: the product may pass int64 on large
+		// balances, and the target is a heuristic (free bounds the rest).
+		target = max(1, int64(float64(usable)*float64(own.Demand+1)/float64(demand+regions)))
 	}
 	held, free := own.held(), usable-reg.held()
 	switch {

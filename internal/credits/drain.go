@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -83,13 +84,21 @@ func NewDrainer(db *pgxpool.Pool, logs limiter.CreditLogs, cfg DrainerConfig) *D
 	return &Drainer{db: db, logs: logs, cfg: cfg}
 }
 
-// Run drains every interval until ctx ends.
+// Run drains every interval until ctx ends. Failures are logged as an
+// outage (once when it starts, every 10 s while it lasts, once when it
+// ends).
 func (d *Drainer) Run(ctx context.Context, interval time.Duration) {
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "credits_drainer", Dependency: "its stores (Postgres, Redis)",
+		Log: d.cfg.Log})
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if _, err := d.Drain(ctx); err != nil && ctx.Err() == nil {
-			d.cfg.Log.WarnContext(ctx, "credits: drain failed", "err", err)
+		_, err := d.Drain(ctx)
+		switch {
+		case err == nil:
+			mon.Success()
+		case ctx.Err() == nil:
+			mon.Failure(err)
 		}
 		select {
 		case <-ctx.Done():

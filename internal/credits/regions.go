@@ -103,9 +103,11 @@ func (reg *regionDrain) expiryAt(at time.Time) time.Time {
 }
 
 // regionRows reads every region's row of tenantID's balance (the caller
-// holds the account's lock), with region's first (a new one if it has
-// none).
-func (s *Store) regionRows(ctx context.Context, tenantID, region string) (*regionDrain, error) {
+// holds the account's lock), with region's first: a new one if it has
+// none, from position (the account's: a deployment of one region that
+// becomes several records its log's entries once, and a new Redis's
+// entries come after it).
+func (s *Store) regionRows(ctx context.Context, tenantID, region, position string) (*regionDrain, error) {
 	rows, err := s.db.Query(ctx, `SELECT region, position, counted, escrow, demand, through_us, lapse_at
 		FROM credit_regions WHERE tenant_id = $1::uuid ORDER BY region`, tenantID)
 	list, err := postgres.Collect(rows, err, func(r pgx.Row) (*regionRow, error) {
@@ -122,7 +124,7 @@ func (s *Store) regionRows(ctx context.Context, tenantID, region string) (*regio
 		}
 	}
 	if reg.own == nil {
-		reg.own = &regionRow{Region: region, Position: "0-0"}
+		reg.own = &regionRow{Region: region, Position: position}
 		reg.rows = append(reg.rows, reg.own)
 	}
 	for _, x := range reg.rows {
@@ -309,7 +311,7 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 		if err != nil {
 			return err
 		}
-		reg, err := s.regionRows(ctx, tenantID, d.cfg.Region)
+		reg, err := s.regionRows(ctx, tenantID, d.cfg.Region, b.acct.Position)
 		if err != nil {
 			return err
 		}

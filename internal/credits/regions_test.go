@@ -257,3 +257,41 @@ func TestRegionsEscrowLapsesWithItsGrant(t *testing.T) {
 		t.Errorf("ledger balance %d, consumed %d; want 0 and %d", b.Balance, b.Consumed, r.regions["us"].admitted)
 	}
 }
+
+// A deployment of one region that becomes several: its Redis's drainer,
+// now a region's, records the entries the single-region drainer left and
+// none it had recorded, and turns the counter into the region's
+// (counted − escrow).
+func TestOneRegionBecomesSeveral(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(100)
+	for range 6 {
+		r.check(1)
+	}
+	r.drain() // 6 recorded by the drainer of one region
+	for range 4 {
+		r.check(1)
+	}
+	d := credits.NewDrainer(r.db, redisstore.New(r.rdb), credits.DrainerConfig{Prefix: r.prefix, Region: "us", Regions: 2})
+	for range 2 {
+		_, err := d.Drain(ctx)
+		testenv.Must(t, err)
+	}
+	store := credits.NewStore(r.db)
+	b, err := store.Balance(ctx, r.tenantID)
+	testenv.Must(t, err)
+	if b.Consumed != 10 {
+		t.Errorf("ledger consumed %d, want 10: each draw recorded once", b.Consumed)
+	}
+	e := b.Escrows
+	if len(e) != 1 || e[0].Counted != 4 || e[0].Held <= 0 {
+		t.Fatalf("escrows %+v: want us counting the 4 draws after the switch and holding some", e)
+	}
+	counter, _ := credits.Keys(r.prefix, r.tenantID)
+	got, err := r.rdb.Get(ctx, counter).Int64()
+	testenv.Must(t, err)
+	if got != e[0].Counted-e[0].Escrow {
+		t.Errorf("counter %d, want counted − escrow = %d", got, e[0].Counted-e[0].Escrow)
+	}
+}

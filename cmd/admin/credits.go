@@ -121,6 +121,9 @@ func startCreditsDrainer(ctx context.Context, e *invocation, c usageConfig, log 
 	}
 	d := credits.NewDrainer(e.db, redisstore.New(client), credits.DrainerConfig{
 		Prefix: c.KeyPrefix, Log: log, Metrics: metrics,
+		// With regions, it drains its region's logs and keeps its
+		// escrow (docs/regions.md, "Money").
+		Region: c.Region.Name, Regions: len(c.Region.Names),
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

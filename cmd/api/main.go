@@ -272,7 +272,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 
 	// Deferred before the usage flush below, so it runs after it: the
 	// syncer stops once the last usage is published.
-	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db), log)
+	holder := snapshot.NewHolder(snapshot.NewPostgresSource(db).InRegion(cfg.Region.Name), log)
 	if err := holder.Reload(ctx); err != nil {
 		return nil, err
 	}

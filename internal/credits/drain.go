@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/postgres"
@@ -34,7 +35,17 @@ type DrainerConfig struct {
 	ExpiringWithin time.Duration
 	// Now, when set, is the clock grants expire by and events are dated
 	// with, instead of the store's (the clock checks are decided at).
-	Now     func() time.Time
+	Now func() time.Time
+	// Region is the drainer's region in a deployment of several
+	// (TOLLGATE_REGION; "" for one region), and Regions how many there
+	// are: the drainer then records its region's logs and keeps the
+	// region's escrow (regions.go).
+	Region  string
+	Regions int
+	// Margin is how long before a grant's expiry no more escrow is
+	// reserved from it (default 5 s: several drains, so that a region's
+	// escrow lapses with its grant only when its drainer is cut off).
+	Margin  time.Duration
 	Log     *slog.Logger
 	Metrics *Metrics
 }
@@ -64,19 +75,30 @@ func NewDrainer(db *pgxpool.Pool, logs limiter.CreditLogs, cfg DrainerConfig) *D
 	if cfg.ExpiringWithin <= 0 {
 		cfg.ExpiringWithin = 7 * 24 * time.Hour
 	}
+	if cfg.Margin <= 0 {
+		cfg.Margin = 5 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Drainer{db: db, logs: logs, cfg: cfg}
 }
 
-// Run drains every interval until ctx ends.
+// Run drains every interval until ctx ends. Failures are logged as an
+// outage (once when it starts, every 10 s while it lasts, once when it
+// ends).
 func (d *Drainer) Run(ctx context.Context, interval time.Duration) {
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "credits_drainer", Dependency: "its stores (Postgres, Redis)",
+		Log: d.cfg.Log})
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if _, err := d.Drain(ctx); err != nil && ctx.Err() == nil {
-			d.cfg.Log.WarnContext(ctx, "credits: drain failed", "err", err)
+		_, err := d.Drain(ctx)
+		switch {
+		case err == nil:
+			mon.Success()
+		case ctx.Err() == nil:
+			mon.Failure(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -98,6 +120,9 @@ type Report struct {
 	Rebuilt int
 	// Expired counts the grants expired.
 	Expired int
+	// Held is the units the drainer's region holds in escrow, summed
+	// over balances (a deployment of several regions).
+	Held int64
 }
 
 // Drain records every balance's log up to now, expires due grants and
@@ -107,13 +132,25 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	drain := d.drainTenant
+	if d.cfg.Region != "" {
+		// One drainer of a region at a time: the escrow it reserves
+		// reaches the counter after the ledger's commit, and another
+		// drainer reading the counter between would see drift.
+		unlock, ok, err := d.lockRegion(ctx)
+		if err != nil || !ok {
+			return Report{}, err
+		}
+		defer unlock()
+		drain = d.drainRegion
+	}
 	var total Report
 	for _, id := range ids {
 		// A balance whose checks keep logging deferred draws while its
 		// counter is missing is drained until the counter can be made;
 		// past maxRounds, at the next Drain.
 		for range maxRounds {
-			r, more, err := d.drainTenant(ctx, id)
+			r, more, err := drain(ctx, id)
 			if err != nil {
 				d.cfg.Metrics.drained(total)
 				return total, fmt.Errorf("credits: drain %s: %w", id, err)
@@ -122,6 +159,7 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 			total.Drift += r.Drift
 			total.Rebuilt += r.Rebuilt
 			total.Expired += r.Expired
+			total.Held += r.Held
 			if !more {
 				break
 			}
@@ -142,18 +180,8 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 	var through string
 	err = postgres.Tx(ctx, d.db, func(tx pgx.Tx) error {
 		r, through, more = Report{}, "", false
-		s := NewStore(tx)
-		b, err := s.openBook(ctx, tenantID)
+		s, b, settings, overdraft, err := openDrain(ctx, tx, tenantID)
 		if err != nil {
-			return err
-		}
-		var settings *PlanSettings
-		var overdraft int64
-		ps, err := s.TenantSettings(ctx, tenantID)
-		switch {
-		case err == nil:
-			settings, overdraft = &ps, ps.Overdraft
-		case tollgate.ErrorCode(err) != tollgate.ENOTFOUND:
 			return err
 		}
 		before := b.acct
@@ -163,7 +191,7 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 		}
 		consumed, present, entries := read.Consumed, read.Present, read.Entries
 		for _, e := range entries {
-			if err := d.record(ctx, s, b, overdraft, e, &r); err != nil {
+			if err := d.record(ctx, s, b, overdraft, nil, e, &r); err != nil {
 				return err
 			}
 		}
@@ -228,15 +256,37 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 	return r, more, err
 }
 
+// openDrain opens tenantID's book on tx (locking its account) and reads
+// the credit settings of its plan and its overdraft: nil settings (and
+// no overdraft) when its plan has none.
+func openDrain(ctx context.Context, tx pgx.Tx, tenantID string) (*Store, *book, *PlanSettings, int64, error) {
+	s := NewStore(tx)
+	b, err := s.openBook(ctx, tenantID)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	ps, err := s.TenantSettings(ctx, tenantID)
+	switch {
+	case err == nil:
+		return s, b, &ps, ps.Overdraft, nil
+	case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
+		return s, b, nil, 0, nil
+	}
+	return nil, nil, nil, 0, err
+}
+
 // record writes one log entry into the ledger: grants expired by its
 // time first, then its units drawn on the grants (or given back), and its
 // overage and unpaid units on the hour's bill. The units of a deferred
 // entry (logged while the counter was missing) are split here as the
 // check script would have: drawn while the ledger's balance stays at or
-// above −overdraft, the rest overage or unpaid.
-func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64, e limiter.CreditEntry, r *Report) error {
+// above −overdraft, the rest overage or unpaid. In a region (reg not
+// nil) grants expire no later than reg.safeUS, the room excludes what the
+// regions hold in escrow, and what the region's script counted past its
+// escrow as overage or unpaid is drawn while the room allows.
+func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64, reg *regionDrain, e limiter.CreditEntry, r *Report) error {
 	at := time.UnixMicro(e.AtUS).UTC()
-	expired, err := b.expireDue(ctx, at)
+	expired, err := b.expireDue(ctx, reg.expiryAt(at))
 	if err != nil {
 		return err
 	}
@@ -245,10 +295,11 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 	if e.HoldID != "" {
 		cause = "hold " + e.HoldID
 	}
+	room := func() int64 { return max(0, b.acct.Balance()+overdraft-reg.held()) }
 	units, overage, unpaid := e.Units, e.Overage, e.Unpaid
 	if e.Deferred != limiter.NotDeferred && units > 0 {
 		cause += " (drawn by the ledger: the balance was unknown)"
-		drawn := min(units, max(0, b.acct.Balance()+overdraft))
+		drawn := min(units, room())
 		if e.Deferred == limiter.DeferredOverage {
 			overage += units - drawn
 		} else {
@@ -257,6 +308,23 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		units = drawn
 	}
 	id := e.ID
+	if reg != nil && e.Deferred == limiter.NotDeferred {
+		// The room is the same before and after the units the store drew
+		// (they leave the balance and the region's escrow alike).
+		if past := max(0, overage) + max(0, unpaid); past > 0 && units >= 0 {
+			if drawn := min(past, room()); drawn > 0 {
+				fromOverage := min(drawn, max(0, overage))
+				overage -= fromOverage
+				unpaid -= drawn - fromOverage
+				units += drawn
+				cause += " (drawn by the ledger past the region's escrow)"
+			}
+		}
+		reg.own.Counted += e.Units
+	}
+	if reg != nil {
+		id = reg.own.Region + ":" + e.ID // regions' logs are streams of their own
+	}
 	switch {
 	case units > 0:
 		err = b.take(ctx, KindConsumption, units, false, cause, &id, at)
@@ -266,7 +334,11 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 	if err == nil && (overage != 0 || unpaid != 0) {
 		err = s.addHour(ctx, b.acct.TenantID, at, overage, unpaid)
 	}
-	b.acct.Position = e.ID
+	if reg == nil {
+		b.acct.Position = e.ID
+	} else {
+		reg.own.Position = e.ID
+	}
 	return err
 }
 

@@ -10,6 +10,7 @@ type Metrics struct {
 	repairs  prometheus.Counter
 	rebuilds prometheus.Counter
 	expired  prometheus.Counter
+	held     prometheus.Gauge
 }
 
 // NewMetrics returns the metrics.
@@ -25,12 +26,14 @@ func NewMetrics() *Metrics {
 			Help: "Hot-path counters rebuilt from the ledger after Redis lost them."}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_credits_grants_expired_total",
 			Help: "Grants expired."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_credits_escrow_held_units",
+			Help: "Units of prepaid balances the drainer's region holds in escrow at the last drain, summed over tenants (a deployment of several regions; 0 in one)."}),
 	}
 }
 
 // Collectors returns what to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.drift, m.entries, m.repairs, m.rebuilds, m.expired}
+	return []prometheus.Collector{m.drift, m.entries, m.repairs, m.rebuilds, m.expired, m.held}
 }
 
 func (m *Metrics) drained(r Report) {
@@ -42,4 +45,5 @@ func (m *Metrics) drained(r Report) {
 	m.repairs.Add(float64(r.Drift))
 	m.rebuilds.Add(float64(r.Rebuilt))
 	m.expired.Add(float64(r.Expired))
+	m.held.Set(float64(r.Held))
 }

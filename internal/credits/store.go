@@ -379,6 +379,9 @@ type Balance struct {
 	// Settings are the tenant's plan's credit settings; nil when its plan
 	// does not draw on credits.
 	Settings *PlanSettings `json:"settings"`
+	// Escrows are the regions' shares of the balance in a deployment of
+	// several (none in one region).
+	Escrows []Escrow `json:"escrows"`
 }
 
 // Balance returns tenant tenantID's account, grants and plan settings;
@@ -394,6 +397,12 @@ func (s *Store) Balance(ctx context.Context, tenantID string) (Balance, error) {
 	}
 	if b.Grants == nil {
 		b.Grants = []Grant{}
+	}
+	if b.Escrows, err = s.Escrows(ctx, tenantID); err != nil {
+		return Balance{}, err
+	}
+	if b.Escrows == nil {
+		b.Escrows = []Escrow{}
 	}
 	ps, err := s.TenantSettings(ctx, tenantID)
 	switch {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/snapshot"
@@ -246,8 +247,11 @@ func (c *Checker) ExpireHolds(ctx context.Context, max int) (int, error) {
 }
 
 // RunHoldExpiry expires due holds every interval until ctx ends, logging
-// failures; several processes may run it on one store.
+// failures as an outage of the store (once when it starts, every 10 s
+// while it lasts, once when it ends); several processes may run it on
+// one store.
 func (c *Checker) RunHoldExpiry(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "hold_expiry", Dependency: "limiter store", Log: log})
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -259,9 +263,13 @@ func (c *Checker) RunHoldExpiry(ctx context.Context, interval time.Duration, log
 		for {
 			n, err := c.ExpireHolds(ctx, 100)
 			if err != nil {
-				log.WarnContext(ctx, "expiring holds", "err", err)
+				if ctx.Err() == nil {
+					mon.Failure(err)
+				}
+				break
 			}
-			if err != nil || n < 100 {
+			mon.Success()
+			if n < 100 {
 				break
 			}
 		}

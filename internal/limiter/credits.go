@@ -257,4 +257,9 @@ type CreditLogs interface {
 	// recorded), in one atomic step; made is false when it did not (the
 	// counter exists, or entries came since the caller's read).
 	RebuildCredits(ctx context.Context, key, log, after string, consumed int64) (made bool, err error)
+	// ReclaimCredits takes back up to want units of what a counter below
+	// zero leaves to draw (a region's escrow: its counter stands at
+	// counted − escrow), in one atomic step, and returns the units taken:
+	// at most −counter, 0 when the counter is missing or not below zero.
+	ReclaimCredits(ctx context.Context, key string, want int64) (taken int64, err error)
 }

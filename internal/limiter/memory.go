@@ -344,6 +344,20 @@ func (s *MemoryStore) AdjustCredits(_ context.Context, key string, delta int64) 
 	return nil
 }
 
+// ReclaimCredits takes back up to want units of what the counter at key
+// leaves below zero, as the Redis store's ReclaimCredits does.
+func (s *MemoryStore) ReclaimCredits(_ context.Context, key string, want int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.credits[key]
+	if !ok || c.consumed >= 0 || want <= 0 {
+		return 0, nil
+	}
+	taken := min(want, -c.consumed)
+	c.consumed += taken
+	return taken, nil
+}
+
 // RebuildCredits sets the missing counter at key to consumed when the log
 // at log holds no entry after the entry after, as the Redis store's
 // RebuildCredits does.

@@ -83,10 +83,21 @@ func (s DataSource) FindKey(context.Context, tenants.KeyHash) (tenants.Key, erro
 // PostgresSource reads snapshot data through the feature stores.
 type PostgresSource struct {
 	db *pgxpool.Pool
+	// region, when set, is the process's region: balances are read as
+	// its check path draws on them (credits.Store.LoadRegion).
+	region string
 }
 
 // NewPostgresSource returns a Source on db.
 func NewPostgresSource(db *pgxpool.Pool) *PostgresSource { return &PostgresSource{db: db} }
+
+// InRegion makes p read balances as region's check path draws on them,
+// on its escrow (docs/regions.md, "Money"); "" is a deployment of one
+// region.
+func (p *PostgresSource) InRegion(region string) *PostgresSource {
+	p.region = region
+	return p
+}
 
 // LoadSnapshotStream reads every plan, tenant, override and service token
 // and streams every key, in one read-only, repeatable-read transaction, so
@@ -94,7 +105,7 @@ func NewPostgresSource(db *pgxpool.Pool) *PostgresSource { return &PostgresSourc
 // its tenant.
 func (p *PostgresSource) LoadSnapshotStream(ctx context.Context, meta func(Data), key func(tenants.SnapshotKey) error) error {
 	return postgres.ReadTx(ctx, p.db, func(tx pgx.Tx) error {
-		d, err := loadMeta(ctx, tx)
+		d, err := loadMeta(ctx, tx, p.region)
 		if err != nil {
 			return err
 		}
@@ -108,7 +119,7 @@ func (p *PostgresSource) LoadMeta(ctx context.Context) (Data, error) {
 	var d Data
 	err := postgres.ReadTx(ctx, p.db, func(tx pgx.Tx) error {
 		var err error
-		d, err = loadMeta(ctx, tx)
+		d, err = loadMeta(ctx, tx, p.region)
 		return err
 	})
 	return d, err
@@ -124,7 +135,7 @@ func (p *PostgresSource) FindKey(ctx context.Context, hash tenants.KeyHash) (ten
 	return tenants.NewStore(p.db).FindKeyByHash(ctx, hash)
 }
 
-func loadMeta(ctx context.Context, tx pgx.Tx) (Data, error) {
+func loadMeta(ctx context.Context, tx pgx.Tx, region string) (Data, error) {
 	var d Data
 	ps, ts, as := plans.NewStore(tx), tenants.NewStore(tx), auth.NewStore(tx)
 	var err error
@@ -140,7 +151,12 @@ func loadMeta(ctx context.Context, tx pgx.Tx) (Data, error) {
 	if d.Quota, err = quota.NewStore(tx).LoadAll(ctx); err != nil {
 		return d, err
 	}
-	if d.Credits, err = credits.NewStore(tx).LoadAll(ctx); err != nil {
+	if region != "" {
+		d.Credits, err = credits.NewStore(tx).LoadRegion(ctx, region)
+	} else {
+		d.Credits, err = credits.NewStore(tx).LoadAll(ctx)
+	}
+	if err != nil {
 		return d, err
 	}
 	if d.SigningKeys, err = as.PublicKeys(ctx); err != nil {

@@ -56,3 +56,7 @@ func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.exited
 }
+
+// Signal sends sig to the process (SIGSTOP and SIGCONT cut it off from
+// everything and let it back, a partition of the process).
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }

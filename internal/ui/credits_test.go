@@ -69,6 +69,18 @@ func TestConsoleCredits(t *testing.T) {
 	if b.Balance != 1500 || len(b.Grants) != 1 {
 		t.Errorf("stored: balance %d, %d grants", b.Balance, len(b.Grants))
 	}
+
+	// In a deployment of several regions the page shows each region's
+	// share; in one region, none.
+	if n := op.count("#credit-escrows"); n != 0 {
+		t.Errorf("one region: %d tables of regions' shares", n)
+	}
+	_, err = admin.DB.Exec(ctx, `INSERT INTO credit_regions (tenant_id, region, counted, escrow) VALUES ($1, 'eu', 40, 100)`, acme.ID)
+	testenv.Must(t, err)
+	viewer.open(page)
+	if got := viewer.text("#credit-escrows tbody"); !strings.Contains(got, "eu") || !strings.Contains(got, "60") {
+		t.Errorf("the regions' shares: %q, want eu holding 60", got)
+	}
 }
 
 // TestStatementPageShowsCredits: the statement page of a tenant with

@@ -38,7 +38,7 @@ const (
 	streamName    = "tollgate:usage"
 	keyPrefix     = "tg:" // the processes' TOLLGATE_KEY_PREFIX (the default)
 	nilUUID       = "00000000-0000-0000-0000-000000000000"
-	maxOutageLogs = 50 // per API process, during the Postgres outage
+	maxOutageLogs = 20 // per process, during an outage
 )
 
 // suite is the running system: servers, processes and the client.
@@ -129,7 +129,14 @@ func TestFaults(t *testing.T) {
 	s.pg.stopImmediate(t)
 	time.Sleep(pgOutage) // fault injection: Postgres down this long
 	linesDuring := s.logLines()
-	s.say("worker: %d log lines during the Postgres outage", s.worker.logLines()-workerLines)
+	workerLog := s.worker.logSince(workerLines)
+	s.say("worker: %d log lines during the Postgres outage", len(workerLog))
+	for _, l := range workerLog {
+		s.say("    worker: %s", l)
+	}
+	if len(workerLog) > maxOutageLogs {
+		t.Errorf("the worker logged %d lines during a %v Postgres outage, want at most %d", len(workerLog), pgOutage, maxOutageLogs)
+	}
 	reloadsBefore := s.scrapeAll("tollgate_snapshot_reloads_total")
 	marks["postgres started"] = time.Now()
 	s.pg.start(t)

@@ -61,8 +61,11 @@ type bed struct {
 	apis   map[string]string // region → check API address
 	single string            // a check API of a deployment of one region
 	stats  map[string]string // region → worker metrics address
-	client *http.Client
-	db     *pgxpool.Pool
+	// workers are the regions' admin workers (exchanger, usage, credits
+	// drainer).
+	workers map[string]*testenv.Process
+	client  *http.Client
+	db      *pgxpool.Pool
 	// allowed and denied count the answers of every check sent to the
 	// regions.
 	allowed, denied atomic.Int64
@@ -77,7 +80,8 @@ func start(t *testing.T) *bed {
 	t.Cleanup(db.Close)
 	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
 	b := &bed{t: t, db: db, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
+		workers: map[string]*testenv.Process{},
+		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
 	for _, r := range b.net.Regions {
 		env := []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(), "TOLLGATE_SECRET_KEY=" + testenv.SecretKey,
@@ -86,7 +90,7 @@ func start(t *testing.T) *bed {
 		worker := exec.Command(admin, "worker", "--metrics-addr", b.stats[r.Name])
 		worker.Env = append(env, "TOLLGATE_REGION_NATS_URL="+r.NATSURL, "TOLLGATE_REGION_EXCHANGE_INTERVAL="+interval.String(),
 			"TOLLGATE_USAGE_CONSUMER=worker-"+r.Name)
-		testenv.StartProcess(t, "worker "+r.Name, worker, syscall.SIGTERM, 10*time.Second, nil)
+		b.workers[r.Name] = testenv.StartProcess(t, "worker "+r.Name, worker, syscall.SIGTERM, 10*time.Second, nil)
 		b.apis[r.Name] = b.startAPI(api, env)
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
@@ -151,7 +155,12 @@ type answer struct {
 
 // check sends one check to the API at addr.
 func (b *bed) check(addr, resource string, cost int) (answer, time.Duration, error) {
-	body, _ := json.Marshal(map[string]any{"key": b.key, "resource": resource, "cost": cost})
+	return b.checkKey(addr, b.key, resource, cost)
+}
+
+// checkKey sends one check of key to the API at addr.
+func (b *bed) checkKey(addr, key, resource string, cost int) (answer, time.Duration, error) {
+	body, _ := json.Marshal(map[string]any{"key": key, "resource": resource, "cost": cost})
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -455,6 +464,8 @@ func TestRegions(t *testing.T) {
 		t.Logf("figure rebalance: us alone at 40 checks/s on a global_split rule of %d: shares %v %v after its first check (rebalance interval %v)",
 			minute, got, time.Since(start).Round(100*time.Millisecond), region.DefaultRebalanceInterval)
 	})
+
+	t.Run("money", b.money)
 
 	// Usage: every region's worker applies its region's usage to the one
 	// Postgres, each check once.

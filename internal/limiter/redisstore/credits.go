@@ -22,6 +22,14 @@ return {c, e, t[1] * 1000000 + t[2]}`)
   return redis.call('INCRBY', KEYS[1], ARGV[1])
 end
 return 0`)
+	// A region's escrow is what its counter leaves below zero: taken back
+	// only from there, atomically with the checks drawing on it.
+	creditsReclaimScript = redis.NewScript(`local c = tonumber(redis.call('GET', KEYS[1]))
+local want = tonumber(ARGV[1])
+if not c or c >= 0 or want <= 0 then return 0 end
+if want > -c then want = -c end
+redis.call('INCRBY', KEYS[1], want)
+return want`)
 	// The counter is made only when missing and when the log holds
 	// nothing after what the caller recorded: a draw logged since (a
 	// deferred one, or a settlement's) is recorded first, next time.
@@ -128,6 +136,16 @@ func (s *Store) AdjustCredits(ctx context.Context, key string, delta int64) erro
 		return fmt.Errorf("redisstore: adjust credits: %w", err)
 	}
 	return nil
+}
+
+// ReclaimCredits takes back up to want units of what the counter at key
+// leaves below zero, in one script call, and returns the units taken.
+func (s *Store) ReclaimCredits(ctx context.Context, key string, want int64) (int64, error) {
+	taken, err := creditsReclaimScript.Run(ctx, s.client, []string{key}, want).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: reclaim credits: %w", err)
+	}
+	return taken, nil
 }
 
 // RebuildCredits sets the missing counter at key to consumed when the log

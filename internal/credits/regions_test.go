@@ -1,0 +1,297 @@
+package credits_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// regionRig is one balance drawn from three regions: each its own state
+// keys in Redis (a prefix of its own stands for a Redis of its own), its
+// own checker with a snapshot read as its region, its own drainer; one
+// Postgres.
+type regionRig struct {
+	t        *testing.T
+	ops      *credits.Ops
+	store    *credits.Store
+	tenantID string
+	key      string
+	regions  map[string]*regionSide
+}
+
+type regionSide struct {
+	name     string
+	rdb      *redis.Client
+	prefix   string
+	holder   *snapshot.Holder
+	checker  *enforce.Checker
+	drainer  *credits.Drainer
+	admitted int64
+}
+
+var regionNames = []string{"us", "eu", "ap"}
+
+func newRegionRig(t *testing.T, mode credits.Mode, overdraft int64, margin time.Duration) *regionRig {
+	t.Helper()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	p, err := plans.NewStore(db).Put(ctx, plans.Plan{Name: "prepaid", Rules: []plans.Rule{
+		{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1_000_000, PeriodUS: limiter.HourUS}}})
+	testenv.Must(t, err)
+	r := &regionRig{t: t, ops: credits.NewOps(db, nil), store: credits.NewStore(db), regions: map[string]*regionSide{}}
+	_, err = r.ops.SetPlan(ctx, audit.CLI, p.ID, credits.PlanSettingsInput{Mode: mode, Overdraft: overdraft})
+	testenv.Must(t, err)
+	ts := tenants.NewStore(db)
+	tn, err := ts.Create(ctx, "acme", p.ID)
+	testenv.Must(t, err)
+	r.tenantID = tn.ID
+	r.key, _, err = ts.IssueKey(ctx, tn.ID, "", nil)
+	testenv.Must(t, err)
+	for _, name := range regionNames {
+		s := &regionSide{name: name}
+		s.rdb, s.prefix = testenv.Redis(t)
+		s.holder = snapshot.NewHolder(snapshot.NewPostgresSource(db).InRegion(name), slog.New(slog.DiscardHandler))
+		store := redisstore.New(s.rdb)
+		s.checker = enforce.NewChecker(s.holder, store, enforce.CheckerConfig{Prefix: s.prefix, NoLocalDenials: true})
+		t.Cleanup(s.checker.Close)
+		testenv.Must(t, s.holder.Reload(ctx))
+		s.drainer = credits.NewDrainer(db, store, credits.DrainerConfig{Prefix: s.prefix, Region: name,
+			Regions: len(regionNames), Margin: margin})
+		r.regions[name] = s
+	}
+	return r
+}
+
+// drain drains the regions named (every region with none) and reloads
+// their snapshots.
+func (r *regionRig) drain(names ...string) {
+	r.t.Helper()
+	if len(names) == 0 {
+		names = regionNames
+	}
+	for _, name := range names {
+		s := r.regions[name]
+		_, err := s.drainer.Drain(context.Background())
+		testenv.Must(r.t, err)
+		testenv.Must(r.t, s.holder.Reload(context.Background()))
+	}
+}
+
+// hammer sends n checks of cost 1 to each region named at once and
+// returns the admitted ones.
+func (r *regionRig) hammer(n int, names ...string) (admitted int64) {
+	r.t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		s := r.regions[name]
+		for range 4 {
+			wg.Go(func() {
+				for range n / 4 {
+					d, err := s.checker.Check(context.Background(), enforce.Request{Key: r.key, Cost: 1, Resource: "GET /x"})
+					if err != nil {
+						r.t.Error(err)
+						return
+					}
+					if d.Allowed {
+						mu.Lock()
+						s.admitted++
+						admitted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return admitted
+}
+
+func (r *regionRig) escrows() map[string]credits.Escrow {
+	r.t.Helper()
+	list, err := r.store.Escrows(context.Background(), r.tenantID)
+	testenv.Must(r.t, err)
+	out := map[string]credits.Escrow{}
+	for _, e := range list {
+		out[e.Region] = e
+	}
+	return out
+}
+
+// A balance of 300 with an overdraft of 20, drawn from three regions at
+// once, with one region cut off from the ledger (its drainer stopped)
+// half way: the regions together never admit more than 320, they admit
+// all 320 in the end, and the ledger records every admitted unit once.
+func TestBalanceDrawnFromThreeRegionsIsNeverOverdrawn(t *testing.T) {
+	r := newRegionRig(t, credits.ModeDeny, 20, 0)
+	_, err := r.ops.Grant(context.Background(), audit.CLI, r.tenantID, credits.GrantInput{Amount: 300, Cause: "test"})
+	testenv.Must(t, err)
+	// Before the first drain no region holds escrow: nothing is drawn.
+	if got := r.hammer(8, regionNames...); got != 0 {
+		t.Fatalf("admitted %d before any escrow was reserved", got)
+	}
+	var total int64
+	const limit = 320
+	round := func(names ...string) {
+		r.drain(names...)
+		var held int64
+		for _, e := range r.escrows() {
+			held += e.Held
+		}
+		b, err := r.store.Balance(context.Background(), r.tenantID)
+		testenv.Must(t, err)
+		// What the regions hold never exceeds what the ledger has left.
+		if held > b.Balance+20 {
+			t.Fatalf("the regions hold %d in escrow, the ledger has %d and an overdraft of 20 left", held, b.Balance)
+		}
+		total += r.hammer(40, regionNames...)
+		if total > limit {
+			t.Fatalf("admitted %d, above the balance and its overdraft (%d)", total, limit)
+		}
+	}
+	for range 2 {
+		round()
+	}
+	// ap is cut off from the ledger: it draws what it holds, no more.
+	cut := r.escrows()["ap"].Held
+	apBefore := r.regions["ap"].admitted
+	for range 12 {
+		round("us", "eu")
+	}
+	if got := r.regions["ap"].admitted - apBefore; got > cut {
+		t.Errorf("ap admitted %d while cut off, holding %d", got, cut)
+	}
+	// Healed: its drainer records its draws, gives back what it holds
+	// past its share, and the rest of the balance is drawn.
+	for range 12 {
+		round()
+	}
+	r.drain()
+	if total != limit {
+		t.Errorf("admitted %d in all, want the whole balance and overdraft, %d", total, limit)
+	}
+	b, err := r.store.Balance(context.Background(), r.tenantID)
+	testenv.Must(t, err)
+	if b.Consumed != total || b.Balance != -20 {
+		t.Errorf("ledger: consumed %d, balance %d; want %d and -20", b.Consumed, b.Balance, total)
+	}
+	for name, e := range r.escrows() {
+		if e.Counted != r.regions[name].admitted {
+			t.Errorf("%s: the ledger counted %d of its draws, it admitted %d", name, e.Counted, r.regions[name].admitted)
+		}
+	}
+	t.Logf("admitted us %d, eu %d, ap %d (ap held %d when cut off)", r.regions["us"].admitted, r.regions["eu"].admitted,
+		r.regions["ap"].admitted, cut)
+}
+
+// In overage mode a region refuses nothing, and the ledger draws the
+// balance down to −overdraft in the order it records the regions'
+// draws: the rest is overage, never more drawn than the balance allows.
+func TestOverageAcrossRegionsDrawsTheLedgerOnce(t *testing.T) {
+	r := newRegionRig(t, credits.ModeOverage, 10, 0)
+	_, err := r.ops.Grant(context.Background(), audit.CLI, r.tenantID, credits.GrantInput{Amount: 100, Cause: "test"})
+	testenv.Must(t, err)
+	r.drain()
+	var total int64
+	for range 3 {
+		total += r.hammer(40, regionNames...)
+		r.drain()
+	}
+	if total != 3*3*40 {
+		t.Fatalf("admitted %d of %d in overage mode", total, 3*3*40)
+	}
+	b, err := r.store.Balance(context.Background(), r.tenantID)
+	testenv.Must(t, err)
+	m, err := r.store.Month(context.Background(), r.tenantID, time.Now().UTC().AddDate(0, 0, 1-time.Now().UTC().Day()).Truncate(24*time.Hour))
+	testenv.Must(t, err)
+	if b.Balance != -10 || m.Used != 110 || m.Overage != total-110 {
+		t.Errorf("balance %d, used %d, overage %d; want -10, 110, %d", b.Balance, m.Used, m.Overage, total-110)
+	}
+}
+
+// A region's escrow reserved from a grant that expires lapses with it,
+// by the store's clock, even when its drainer never runs again; and no
+// escrow is reserved from units that expire within the margin.
+func TestRegionsEscrowLapsesWithItsGrant(t *testing.T) {
+	r := newRegionRig(t, credits.ModeDeny, 0, 500*time.Millisecond)
+	at := time.Now().Add(2 * time.Second)
+	_, err := r.ops.Grant(context.Background(), audit.CLI, r.tenantID, credits.GrantInput{Amount: 1000, ExpiresAt: &at, Cause: "test"})
+	testenv.Must(t, err)
+	r.drain()
+	e := r.escrows()["us"]
+	if e.Held == 0 || e.LapseAt == nil || !e.LapseAt.Equal(at.Truncate(time.Microsecond)) {
+		t.Fatalf("us escrow %+v: want some held, lapsing at %v", e, at)
+	}
+	if got := r.hammer(4, "us"); got != 4 {
+		t.Fatalf("admitted %d of 4 before the expiry", got)
+	}
+	testenv.Eventually(t, time.Now(), 10*time.Second, "us refusing once the grant expired", func() (bool, string) {
+		got := r.hammer(4, "us")
+		return got == 0 && time.Now().After(at), ""
+	})
+	// The drainers then expire it and reserve nothing more.
+	r.drain()
+	r.drain()
+	for name, e := range r.escrows() {
+		if e.Held != 0 {
+			t.Errorf("%s holds %d after its grant expired", name, e.Held)
+		}
+	}
+	b, err := r.store.Balance(context.Background(), r.tenantID)
+	testenv.Must(t, err)
+	if b.Balance != 0 || b.Consumed != r.regions["us"].admitted {
+		t.Errorf("ledger balance %d, consumed %d; want 0 and %d", b.Balance, b.Consumed, r.regions["us"].admitted)
+	}
+}
+
+// A deployment of one region that becomes several: its Redis's drainer,
+// now a region's, records the entries the single-region drainer left and
+// none it had recorded, and turns the counter into the region's
+// (counted − escrow).
+func TestOneRegionBecomesSeveral(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(100)
+	for range 6 {
+		r.check(1)
+	}
+	r.drain() // 6 recorded by the drainer of one region
+	for range 4 {
+		r.check(1)
+	}
+	d := credits.NewDrainer(r.db, redisstore.New(r.rdb), credits.DrainerConfig{Prefix: r.prefix, Region: "us", Regions: 2})
+	for range 2 {
+		_, err := d.Drain(ctx)
+		testenv.Must(t, err)
+	}
+	store := credits.NewStore(r.db)
+	b, err := store.Balance(ctx, r.tenantID)
+	testenv.Must(t, err)
+	if b.Consumed != 10 {
+		t.Errorf("ledger consumed %d, want 10: each draw recorded once", b.Consumed)
+	}
+	e := b.Escrows
+	if len(e) != 1 || e[0].Counted != 4 || e[0].Held <= 0 {
+		t.Fatalf("escrows %+v: want us counting the 4 draws after the switch and holding some", e)
+	}
+	counter, _ := credits.Keys(r.prefix, r.tenantID)
+	got, err := r.rdb.Get(ctx, counter).Int64()
+	testenv.Must(t, err)
+	if got != e[0].Counted-e[0].Escrow {
+		t.Errorf("counter %d, want counted − escrow = %d", got, e[0].Counted-e[0].Escrow)
+	}
+}

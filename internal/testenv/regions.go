@@ -118,11 +118,34 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 	for _, n := range names {
 		clusterPort[n] = FreePort(t)
 	}
-	for _, n := range names {
+	// One side of each pair dials the other: when both did, NATS kept
+	// one of the two routes and closed the other as a duplicate, and
+	// after a heal now and then closed both and waited a second before
+	// its next attempt. Each server dials at least one (JetStream needs a
+	// route of its own): i dials j for i < j, but the last dials the
+	// first (a ring of three), and two regions dial each other.
+	dials := func(i, j int) bool {
+		last := len(names) - 1
+		switch {
+		case i == j:
+			return false
+		case len(names) == 2:
+			return true
+		case i == last && j == 0:
+			return true
+		case i == 0 && j == last:
+			return false
+		}
+		return i < j
+	}
+	for i, n := range names {
 		r := &Region{Name: n, Redis: StartRedisServer(t)}
 		var routes []string
-		for _, other := range names {
-			if other == n {
+		for j, other := range names {
+			if dials(j, i) {
+				r.proxies = append(r.proxies, other+"-"+n) // made in other's turn
+			}
+			if !dials(i, j) {
 				continue
 			}
 			// n's route to other: n dials the proxy, which dials other.
@@ -133,7 +156,7 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 			b.api("POST", "/proxies", map[string]any{"name": name, "listen": listen,
 				"upstream": "127.0.0.1:" + strconv.Itoa(clusterPort[other]), "enabled": true})
 			routes = append(routes, "nats-route://"+listen)
-			r.proxies = append(r.proxies, name, other+"-"+n)
+			r.proxies = append(r.proxies, name)
 		}
 		dir := t.TempDir()
 		port := FreePort(t)
@@ -262,12 +285,36 @@ func (b *Regions) SetDelay(d time.Duration) {
 	}
 }
 
-// Partition cuts region name off the others: its routes close and no
-// new one opens until Heal.
-func (b *Regions) Partition(name string) { b.setEnabled(name, false) }
+// Partition cuts region name off the others as a partition of the
+// network does: nothing passes either way on its routes, which stay open
+// (what is sent waits, as TCP's retransmissions do, and flows on Heal).
+func (b *Regions) Partition(name string) {
+	b.t.Helper()
+	for _, p := range b.Region(name).proxies {
+		for _, stream := range []string{"upstream", "downstream"} {
+			b.api("POST", "/proxies/"+p+"/toxics", map[string]any{"name": "cut_" + stream, "type": "latency",
+				"stream": stream, "attributes": map[string]any{"latency": time.Hour.Milliseconds()}})
+		}
+	}
+}
 
-// Heal joins region name to the others again.
-func (b *Regions) Heal(name string) { b.setEnabled(name, true) }
+// Disconnect cuts region name off the others by closing its routes (as
+// a middlebox that resets connections does); no new one opens until
+// Heal, after which NATS makes them again.
+func (b *Regions) Disconnect(name string) { b.setEnabled(name, false) }
+
+// Heal joins region name to the others again, after Partition or
+// Disconnect (another region cut off and sharing a route with it is
+// joined to it too).
+func (b *Regions) Heal(name string) {
+	b.t.Helper()
+	for _, p := range b.Region(name).proxies {
+		for _, stream := range []string{"upstream", "downstream"} {
+			b.apiAllow("DELETE", "/proxies/"+p+"/toxics/cut_"+stream, nil, http.StatusNotFound)
+		}
+	}
+	b.setEnabled(name, true)
+}
 
 func (b *Regions) setEnabled(name string, enabled bool) {
 	b.t.Helper()

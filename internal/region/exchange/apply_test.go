@@ -3,6 +3,7 @@ package exchange
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -17,24 +18,30 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// fakeMsg is a fetched message: its data, and whether it was acknowledged
-// or negatively acknowledged.
+// fakeMsg is a fetched message: its data, its stream sequence, and
+// whether it was acknowledged or negatively acknowledged.
 type fakeMsg struct {
 	jetstream.Msg
 	data     []byte
+	stream   uint64
 	ack, nak bool
 }
 
 func (m *fakeMsg) Data() []byte { return m.data }
+func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}}, nil
+}
 func (m *fakeMsg) Ack() error   { m.ack = true; return nil }
 func (m *fakeMsg) Nak() error   { m.nak = true; return nil }
 
 // TestApplyFetched: the messages of a fetch, applied many a pipeline, are
 // applied in their order and each once (a sequence applied before is
 // skipped), and acknowledged; a message that cannot be decoded is
-// negatively acknowledged and the others applied; when Redis fails, no
-// message is acknowledged (each is negatively acknowledged, to be
-// delivered again) and the error is returned.
+// negatively acknowledged and the others applied; a message past a gap
+// of the stream (its predecessor delivered to nobody) is not applied
+// until the gap's message is; when Redis fails, no message is
+// acknowledged (each is negatively acknowledged, to be delivered again)
+// and the error is returned.
 func TestApplyFetched(t *testing.T) {
 	rdb, p := testenv.Redis(t)
 	ctx := context.Background()
@@ -50,19 +57,21 @@ func TestApplyFetched(t *testing.T) {
 	now := time.Now().UnixMicro()
 	start := now - now%3_600_000_000
 	field := fmt.Sprintf("4 128 1000 3600000000 0 %d %d %s", start, start+3_600_000_000, key)
-	msg := func(seq int64, units int64) *fakeMsg {
+	// msg is the message of sequence seq, stream sequence stream.
+	msg := func(stream uint64, seq int64, units int64) *fakeMsg {
 		body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: now,
 			Tags: []tagBatch{{Tag: tag, Debits: []debit{{Field: []byte(field), Units: units}}}}})
 		testenv.Must(t, err)
-		return &fakeMsg{data: body}
+		return &fakeMsg{data: body, stream: stream}
 	}
+	rd := &reader{source: "us"}
 	fetch := func(x *Exchanger, msgs ...*fakeMsg) error {
 		ch := make(chan jetstream.Msg, len(msgs))
 		for _, m := range msgs {
 			ch <- m
 		}
 		close(ch)
-		return x.applyFetched(ctx, "us", ch)
+		return x.applyFetched(ctx, rd, ch)
 	}
 	counted := func() int64 {
 		n, err := rdb.HGet(ctx, key, "count").Int64()
@@ -74,7 +83,7 @@ func TestApplyFetched(t *testing.T) {
 	}
 
 	x := newExchanger(rdb)
-	first := []*fakeMsg{msg(1, 1), msg(2, 10), {data: []byte("not json")}, msg(3, 100)}
+	first := []*fakeMsg{msg(1, 1, 1), msg(2, 2, 10), {data: []byte("not json"), stream: 3}, msg(4, 3, 100)}
 	testenv.Must(t, fetch(x, first...))
 	if got := counted(); got != 111 {
 		t.Errorf("after seq 1 to 3: %d counted, want 111", got)
@@ -85,15 +94,34 @@ func TestApplyFetched(t *testing.T) {
 		}
 	}
 	// Delivered again (an acknowledgement lost), with a new one.
-	again := []*fakeMsg{msg(2, 10), msg(3, 100), msg(4, 1000)}
+	again := []*fakeMsg{msg(2, 2, 10), msg(4, 3, 100), msg(5, 4, 1000)}
 	testenv.Must(t, fetch(x, again...))
 	if got := counted(); got != 1111 {
 		t.Errorf("after seq 2 to 4 again: %d counted, want 1111 (2 and 3 once)", got)
 	}
+	for i, m := range again {
+		if !m.ack || m.nak {
+			t.Errorf("message %d again: ack %v nak %v, want acknowledged", i, m.ack, m.nak)
+		}
+	}
+
+	// Stream sequence 6 went to nobody; 7 comes first: not applied (its
+	// tags would then skip 6 for good) until 6 is.
+	late := msg(7, 6, 20000)
+	if err := fetch(x, late); !errors.Is(err, errGap) {
+		t.Fatalf("a message past a gap: %v, want errGap", err)
+	}
+	if got := counted(); got != 1111 || late.ack || !late.nak {
+		t.Errorf("past a gap: %d counted, ack %v nak %v; want 1111, only nak", got, late.ack, late.nak)
+	}
+	testenv.Must(t, fetch(x, msg(6, 5, 10000), msg(7, 6, 20000)))
+	if got := counted(); got != 31111 {
+		t.Errorf("after the gap's message: %d counted, want 31111", got)
+	}
 
 	down := redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { down.Close() })
-	lost := []*fakeMsg{msg(5, 1), msg(6, 1)}
+	lost := []*fakeMsg{msg(8, 7, 1), msg(9, 8, 1)}
 	if err := fetch(newExchanger(down), lost...); err == nil {
 		t.Errorf("Redis down: no error")
 	}

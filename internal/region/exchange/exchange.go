@@ -380,24 +380,33 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 	e := x.cfg.Region.ExchangeInterval
 	wait := min(max(2*e, 100*time.Millisecond), time.Second)
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
-	var cons jetstream.Consumer
+	var rd *reader
 	for ctx.Err() == nil {
-		if cons == nil {
-			c, err := x.consumer(ctx, source)
+		if rd == nil {
+			r, err := x.reader(ctx, source)
 			if err != nil {
 				x.sources[source].Failure(err)
 				_ = b.Wait(ctx)
 				continue
 			}
-			cons = c
+			rd = r
 		}
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(wait))
+		batch, err := rd.cons.Fetch(fetchBatch, jetstream.FetchMaxWait(wait))
 		if err != nil {
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
 			continue
 		}
-		if err := x.applyFetched(ctx, source, batch.Messages()); err != nil {
+		if err := x.applyFetched(ctx, rd, batch.Messages()); errors.Is(err, errGap) {
+			// Delivered to nobody (see reader): read them again now.
+			x.log.Info("region exchange: messages were delivered to no reader; reading again from the first not applied",
+				"source", source, "err", err)
+			if err := x.restart(ctx, rd); err != nil {
+				x.sources[source].Failure(err)
+				_ = b.Wait(ctx)
+			}
+			continue
+		} else if err != nil {
 			x.log.Warn("region exchange: cannot apply messages; they will be redelivered", "source", source, "err", err)
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
@@ -419,6 +428,85 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 	}
 }
 
+// reader is what receive keeps of one source: its durable consumer and
+// the stream sequence up to which every message is applied.
+//
+// Messages are applied in the stream's order, whatever the deliveries:
+// a fetch whose request reached the source's servers after its client
+// had given up on it (a partition that held the request, then let it
+// through) has its messages delivered to nobody, and they come again
+// only after the consumer's acknowledgement wait, while the next fetch
+// already brings the ones after them. Applying a later sequence first
+// would make apply.lua skip the earlier one for good. So a message past
+// a gap is not applied (errGap): the reader starts its consumer again at
+// the first sequence not applied (restart), and a message at or below
+// the applied sequence is only acknowledged.
+type reader struct {
+	source  string
+	cons    jetstream.Consumer
+	applied uint64
+}
+
+// errGap is a fetch that skipped messages of the stream.
+var errGap = errors.New("a message past one not applied yet")
+
+// reader makes source's reader on the durable consumer of its stream
+// named after this region, from the consumer's acknowledgement floor
+// (or the stream's first message).
+func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cons, err := x.js.CreateOrUpdateConsumer(ctx, Stream(source), x.consumerConfig(jetstream.DeliverAllPolicy, 0))
+	if err != nil {
+		return nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := x.js.Stream(ctx, Stream(source))
+	if err != nil {
+		return nil, err
+	}
+	applied := info.AckFloor.Stream
+	if first := stream.CachedInfo().State.FirstSeq; first > 0 && applied < first-1 {
+		applied = first - 1 // the rest is gone, past the stream's retention
+	}
+	return &reader{source: source, cons: cons, applied: applied}, nil
+}
+
+func (x *Exchanger) consumerConfig(deliver jetstream.DeliverPolicy, start uint64) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: deliver, OptStartSeq: start, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch}
+}
+
+// restart makes rd's consumer anew from the first sequence it has not
+// applied: what was delivered to nobody is delivered again at once. What
+// the stream no longer holds (past its retention) is passed over.
+func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := x.js.Stream(ctx, Stream(rd.source))
+	if err != nil {
+		return err
+	}
+	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
+		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
+			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
+		rd.applied = first - 1
+	}
+	name := "tollgate-" + x.cfg.Region.Name
+	if err := x.js.DeleteConsumer(ctx, Stream(rd.source), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	cons, err := x.js.CreateOrUpdateConsumer(ctx, Stream(rd.source), x.consumerConfig(jetstream.DeliverByStartSequencePolicy, rd.applied+1))
+	if err != nil {
+		return err
+	}
+	rd.cons = cons
+	return nil
+}
+
 // fetchBatch is the most messages one fetch takes: about a hundred
 // seconds of a region's messages at the default interval.
 const fetchBatch = 1000
@@ -436,7 +524,7 @@ const applyBatch = 256
 // they are negatively acknowledged, JetStream delivers them again in
 // their order, and apply.lua skips what the failed pipeline did apply (a
 // later message applied first would make apply.lua skip an earlier one).
-func (x *Exchanger) applyFetched(ctx context.Context, source string, msgs <-chan jetstream.Msg) error {
+func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan jetstream.Msg) error {
 	var pending []jetstream.Msg
 	var failed error
 	for msg := range msgs {
@@ -457,7 +545,7 @@ func (x *Exchanger) applyFetched(ctx context.Context, source string, msgs <-chan
 				break more
 			}
 		}
-		failed = x.applyMsgs(ctx, source, pending)
+		failed = x.applyMsgs(ctx, rd, pending)
 	}
 	return failed
 }
@@ -472,31 +560,48 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (x *Exchanger) consumer(ctx context.Context, source string) (jetstream.Consumer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return x.js.CreateOrUpdateConsumer(ctx, Stream(source), jetstream.ConsumerConfig{
-		Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch})
-}
-
-// applyMsgs applies msgs of source, in their order, in one pipeline (one
-// apply.lua call per message and hash tag), and acknowledges them. A
-// message that cannot be decoded, or names no state, is negatively
-// acknowledged and left out, as it was when each message had its own
-// pipeline. When the pipeline fails, every message is negatively
-// acknowledged and the error returned.
-func (x *Exchanger) applyMsgs(ctx context.Context, source string, msgs []jetstream.Msg) error {
+// applyMsgs applies msgs of rd's source, in the stream's order, in one
+// pipeline (one apply.lua call per message and hash tag), and
+// acknowledges them; one already applied is only acknowledged. A message
+// that cannot be decoded, or names no state, is negatively acknowledged
+// and passed over (logged: it never will be). A message past a gap is
+// not applied, nor any after it: they are negatively acknowledged and,
+// once what came before is applied, errGap is returned. When the
+// pipeline fails, every message is negatively acknowledged, nothing
+// counts as applied, and the error is returned.
+func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.Msg) error {
 	type applied struct {
 		msg  jetstream.Msg
 		m    message
 		cmds []*redis.Cmd
 	}
+	source := rd.source
 	batch := make([]applied, 0, len(msgs))
 	pipe := x.rdb.Pipeline()
-	for _, msg := range msgs {
+	upTo := rd.applied
+	var gap error
+	for i, msg := range msgs {
+		md, err := msg.Metadata()
+		if err != nil {
+			x.log.Warn("region exchange: a message without its stream sequence; it will be redelivered", "source", source, "err", err)
+			_ = msg.Nak()
+			continue
+		}
+		seq := md.Sequence.Stream
+		if seq <= upTo {
+			_ = msg.Ack() // applied already
+			continue
+		}
+		if seq > upTo+1 {
+			for _, m := range msgs[i:] {
+				_ = m.Nak()
+			}
+			gap = fmt.Errorf("%s's stream at %d after %d: %w", source, seq, upTo, errGap)
+			break
+		}
+		upTo = seq
 		var m message
-		err := json.Unmarshal(msg.Data(), &m)
+		err = json.Unmarshal(msg.Data(), &m)
 		if err == nil && m.Region != source {
 			err = fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
 		}
@@ -505,7 +610,7 @@ func (x *Exchanger) applyMsgs(ctx context.Context, source string, msgs []jetstre
 			cmds, err = x.queueApply(ctx, pipe, source, m)
 		}
 		if err != nil {
-			x.log.Warn("region exchange: cannot apply a message; it will be redelivered", "source", source, "err", err)
+			x.log.Warn("region exchange: cannot apply a message; passed over", "source", source, "seq", seq, "err", err)
 			_ = msg.Nak()
 			continue
 		}
@@ -522,6 +627,7 @@ func (x *Exchanger) applyMsgs(ctx context.Context, source string, msgs []jetstre
 			return fmt.Errorf("apply seq %d to %d: %w", batch[0].m.Seq, batch[len(batch)-1].m.Seq, err)
 		}
 	}
+	rd.applied = upTo
 	var units int64
 	for _, a := range batch {
 		for _, c := range a.cmds {
@@ -535,7 +641,7 @@ func (x *Exchanger) applyMsgs(ctx context.Context, source string, msgs []jetstre
 	if units > 0 {
 		x.metrics.debits.WithLabelValues(source).Add(float64(units))
 	}
-	return nil
+	return gap
 }
 
 // queueApply queues on pipe the apply.lua calls of message m of source

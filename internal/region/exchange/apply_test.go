@@ -31,8 +31,8 @@ func (m *fakeMsg) Data() []byte { return m.data }
 func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}}, nil
 }
-func (m *fakeMsg) Ack() error   { m.ack = true; return nil }
-func (m *fakeMsg) Nak() error   { m.nak = true; return nil }
+func (m *fakeMsg) Ack() error { m.ack = true; return nil }
+func (m *fakeMsg) Nak() error { m.nak = true; return nil }
 
 // TestApplyFetched: the messages of a fetch, applied many a pipeline, are
 // applied in their order and each once (a sequence applied before is

@@ -94,10 +94,13 @@ func start(t *testing.T) *bed {
 		b.apis[r.Name] = b.startAPI(api, env)
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
-			// a check's latency (its usage counted nowhere).
+			// a check's latency. It counts its usage as the region's api
+			// does (journal and stream), in a stream of its own that no
+			// worker reads, so that the usage scenario counts the
+			// regions' checks alone.
 			b.single = b.startAPI(api, []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(),
 				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn",
-				"TOLLGATE_USAGE_SINK=none"})
+				"TOLLGATE_USAGE_STREAM=single:usage"})
 		}
 	}
 	for _, name := range names {

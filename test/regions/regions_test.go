@@ -138,6 +138,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 		rule("shared", "GET /shared", limiter.FixedWindow, minute, limiter.MinuteUS, region.GlobalShared),
 		rule("split", "GET /split", limiter.FixedWindow, minute, limiter.MinuteUS, region.GlobalSplit),
 		rule("daily", "GET /daily", limiter.FixedWindow, daily, limiter.DayUS, region.GlobalShared),
+		rule("reset", "GET /reset", limiter.FixedWindow, daily, limiter.DayUS, region.GlobalShared),
 		rule("latency", "GET /latency", limiter.GCRA, 1_000_000, limiter.SecondUS, region.GlobalShared),
 		rule("moving", "GET /moving", limiter.FixedWindow, minute, limiter.HourUS, region.GlobalSplit),
 	}})
@@ -375,78 +376,11 @@ func TestRegions(t *testing.T) {
 		}
 	})
 
-	// A 30-second partition of one region under load.
-	t.Run("partition", func(t *testing.T) {
-		if left := 24*time.Hour - time.Duration(time.Now().UnixNano())%(24*time.Hour); left < 2*time.Minute {
-			t.Skip("the daily window would end during the partition")
-		}
-		const rate = 20
-		var mu sync.Mutex
-		admitted := map[string]int64{}
-		times := map[string][]time.Time{}
-		var maxLag time.Duration
-		offer := func(d time.Duration) {
-			var wg sync.WaitGroup
-			for _, name := range names {
-				wg.Go(func() {
-					a, _ := b.load(b.apis[name], "GET /daily", rate, d)
-					mu.Lock()
-					admitted[name] += int64(len(a))
-					times[name] = append(times[name], a...)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			maxLag = max(maxLag, b.lag())
-		}
-		offer(4 * time.Second) // 240 of 600
-		before := admitted["us"] + admitted["eu"] + admitted["ap"]
-		b.net.Partition("ap")
-		cut := time.Now()
-		offer(30 * time.Second)
-		during := map[string]int64{}
-		for _, name := range names {
-			during[name] = b.count(name, "daily")
-		}
-		b.net.Heal("ap")
-		healed := time.Now()
-		total := admitted["us"] + admitted["eu"] + admitted["ap"]
-		var converged, joined time.Duration
-		testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
-			if joined == 0 && b.net.Joined("ap") {
-				joined = time.Since(healed)
-			}
-			got := map[string]int64{}
-			all := true
-			for _, name := range names {
-				got[name] = b.count(name, "daily")
-				all = all && got[name] == total
-			}
-			converged = time.Since(healed)
-			return all, fmt.Sprintf("%v, admitted %d", got, total)
-		})
-		if joined == 0 {
-			joined = converged
-		}
-		// Each side decides on its own count and what it heard before
-		// the cut: ap alone at most the limit; us and eu, sharing, the
-		// limit and what the other admitted within E + d.
-		bounds := map[string]int64{"ap": daily,
-			"us": daily + min(daily, mostWithin(times["eu"], interval+maxLag)),
-			"eu": daily + min(daily, mostWithin(times["us"], interval+maxLag))}
-		apSide, otherSide := admitted["ap"], admitted["us"]+admitted["eu"]
-		t.Logf("figure partition: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal, %v after NATS had its routes again (E %v, d ≤ %v)",
-			healed.Sub(cut).Round(time.Second), before, during["ap"], apSide, during["us"], during["eu"], bounds["us"], bounds["eu"], otherSide, total, daily, 2*daily,
-			converged.Round(time.Millisecond), (converged - joined).Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
-		if total > 2*daily {
-			t.Errorf("admitted %d in all, above the partition bound %d", total, 2*daily)
-		}
-		for side, bound := range bounds {
-			if during[side] > bound {
-				t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
-			}
-		}
-	})
+	// A 30-second partition of one region under load, as a cut network
+	// makes (what passes waits), then a 10-second one that closes the
+	// routes (NATS makes them again after the heal).
+	t.Run("partition", func(t *testing.T) { b.partition(t, "GET /daily", "daily", 30*time.Second, b.net.Partition) })
+	t.Run("reset", func(t *testing.T) { b.partition(t, "GET /reset", "reset", 10*time.Second, b.net.Disconnect) })
 
 	// A global_split rule's allotment follows demand: checks in us alone
 	// move the other regions' allotments to it, down to their floors
@@ -518,4 +452,79 @@ func scrapeWith(addr, name string, fold func(a, b float64) float64) (float64, er
 		return 0, fmt.Errorf("no %s at %s", name, addr)
 	}
 	return v, nil
+}
+
+// partition cuts ap off for length with cut, under load on resource
+// (the fixed window rule named rule, of daily a day), and checks each
+// side's bound and how soon the regions converge after the heal.
+func (b *bed) partition(t *testing.T, resource, rule string, length time.Duration, cut func(string)) {
+	if left := 24*time.Hour - time.Duration(time.Now().UnixNano())%(24*time.Hour); left < 2*time.Minute {
+		t.Skip("the daily window would end during the partition")
+	}
+	const rate = 20
+	var mu sync.Mutex
+	admitted := map[string]int64{}
+	times := map[string][]time.Time{}
+	var maxLag time.Duration
+	offer := func(d time.Duration) {
+		var wg sync.WaitGroup
+		for _, name := range names {
+			wg.Go(func() {
+				a, _ := b.load(b.apis[name], resource, rate, d)
+				mu.Lock()
+				admitted[name] += int64(len(a))
+				times[name] = append(times[name], a...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		maxLag = max(maxLag, b.lag())
+	}
+	offer(4 * time.Second) // 240 of 600
+	before := admitted["us"] + admitted["eu"] + admitted["ap"]
+	cut("ap")
+	from := time.Now()
+	offer(length)
+	during := map[string]int64{}
+	for _, name := range names {
+		during[name] = b.count(name, rule)
+	}
+	b.net.Heal("ap")
+	healed := time.Now()
+	total := admitted["us"] + admitted["eu"] + admitted["ap"]
+	var converged, joined time.Duration
+	testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
+		if joined == 0 && b.net.Joined("ap") {
+			joined = time.Since(healed)
+		}
+		got := map[string]int64{}
+		all := true
+		for _, name := range names {
+			got[name] = b.count(name, rule)
+			all = all && got[name] == total
+		}
+		converged = time.Since(healed)
+		return all, fmt.Sprintf("%v, admitted %d", got, total)
+	})
+	if joined == 0 {
+		joined = converged
+	}
+	// Each side decides on its own count and what it heard before
+	// the cut: ap alone at most the limit; us and eu, sharing, the
+	// limit and what the other admitted within E + d.
+	bounds := map[string]int64{"ap": daily,
+		"us": daily + min(daily, mostWithin(times["eu"], interval+maxLag)),
+		"eu": daily + min(daily, mostWithin(times["us"], interval+maxLag))}
+	apSide, otherSide := admitted["ap"], admitted["us"]+admitted["eu"]
+	t.Logf("figure %s: %v cut off; before %d admitted; during, ap's side saw %d and admitted %d in all, us+eu saw %d/%d (bounds %d/%d) and admitted %d in all; %d in all (limit %d, partition bound %d); converged %v after the heal, %v after NATS had its routes again (E %v, d ≤ %v)",
+		t.Name()[len("TestRegions/"):], healed.Sub(from).Round(time.Second), before, during["ap"], apSide, during["us"], during["eu"], bounds["us"], bounds["eu"], otherSide, total, daily, 2*daily,
+		converged.Round(time.Millisecond), (converged - joined).Round(time.Millisecond), interval, maxLag.Round(time.Millisecond))
+	if total > 2*daily {
+		t.Errorf("admitted %d in all, above the partition bound %d", total, 2*daily)
+	}
+	for side, bound := range bounds {
+		if during[side] > bound {
+			t.Errorf("%s counted %d during the partition, above its bound %d", side, during[side], bound)
+		}
+	}
 }

@@ -365,123 +365,138 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 }
 
 // receive applies region source's messages, in their order, until ctx
-// ends, through a durable consumer of source's stream named after this
-// region (it resumes after a restart or a partition where it stopped).
+// ends, through a durable push consumer of source's stream named after
+// this region (it resumes after a restart or a partition where it
+// stopped).
+//
+// The source's servers push each message to this region's subscription
+// as it is stored (consume): nothing waits on a request of ours. A
+// partition that drops what passes holds the pushes, and they arrive
+// when it heals, to the same subscription; one that closes the routes
+// pauses the pushes until NATS has them and their interest back. (Pull
+// requests did not survive the first kind: a request held by the
+// partition reached the source after its client had given up, and took
+// the waiting messages to nobody.)
 func (x *Exchanger) receive(ctx context.Context, source string) {
-	// A fetch waits at most a few exchange intervals, and a failed one
-	// is retried within one ("no responders", the answer while the
-	// source's servers are out of reach, within E / 8): a region joined
-	// again after a partition is read from one fetch round trip after
-	// NATS has its route and interest back. A fetch takes up to
-	// fetchBatch messages: each fetch is a round trip to the source's
-	// servers, so the backlog of a partition (one message an interval)
-	// is read in one or a few, not one per hundred messages, and applied
-	// as it arrives, many messages a pipeline (applyFetched).
 	e := x.cfg.Region.ExchangeInterval
-	wait := min(max(2*e, 100*time.Millisecond), time.Second)
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
 	var rd *reader
 	for ctx.Err() == nil {
+		var err error
 		if rd == nil {
-			r, err := x.reader(ctx, source)
-			if err != nil {
-				x.sources[source].Failure(err)
-				_ = b.Wait(ctx)
-				continue
-			}
-			rd = r
+			rd, err = x.reader(ctx, source)
+		} else {
+			err = x.restart(ctx, rd)
 		}
-		batch, err := rd.cons.Fetch(fetchBatch, jetstream.FetchMaxWait(wait))
 		if err != nil {
+			rd = nil
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
 			continue
 		}
-		if err := x.applyFetched(ctx, rd, batch.Messages()); errors.Is(err, errGap) {
-			// Delivered to nobody (see reader): read them again now.
-			x.log.Info("region exchange: messages were delivered to no reader; reading again from the first not applied",
+		err = x.consume(ctx, rd)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errGap):
+			// Delivered and lost (a route closed under a push): read
+			// again from the first message not applied.
+			x.log.Info("region exchange: a message came past one not applied; reading again from there",
 				"source", source, "err", err)
-			if err := x.restart(ctx, rd); err != nil {
-				x.sources[source].Failure(err)
-				_ = b.Wait(ctx)
-			}
-			continue
-		} else if err != nil {
-			x.log.Warn("region exchange: cannot apply messages; they will be redelivered", "source", source, "err", err)
+		case err != nil:
+			x.log.Warn("region exchange: cannot apply messages; reading again from the first not applied", "source", source, "err", err)
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
-			continue
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			x.sources[source].Failure(err)
-			if errors.Is(err, nats.ErrNoResponders) {
-				// The source's servers are not reachable yet: the answer
-				// is local and immediate, and the first fetch after the
-				// route is back should not wait out a backoff.
-				sleep(ctx, e/8)
-				continue
-			}
-			_ = b.Wait(ctx)
-			continue
+		if err == nil {
+			b.Reset()
 		}
-		b.Reset()
 	}
+}
+
+// consume applies the messages rd's consumer pushes until ctx ends or a
+// batch fails.
+func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
+	// MaxAckPending bounds what the server sends before acknowledgements:
+	// the channel never blocks the client's dispatch.
+	msgs := make(chan jetstream.Msg, 2*fetchBatch+applyBatch)
+	cc, err := rd.cons.Consume(func(m jetstream.Msg) { msgs <- m })
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	return x.applyFetched(ctx, rd, msgs)
 }
 
 // reader is what receive keeps of one source: its durable consumer and
 // the stream sequence up to which every message is applied.
 //
-// Messages are applied in the stream's order, whatever the deliveries:
-// a fetch whose request reached the source's servers after its client
-// had given up on it (a partition that held the request, then let it
-// through) has its messages delivered to nobody, and they come again
-// only after the consumer's acknowledgement wait, while the next fetch
-// already brings the ones after them. Applying a later sequence first
-// would make apply.lua skip the earlier one for good. So a message past
-// a gap is not applied (errGap): the reader starts its consumer again at
-// the first sequence not applied (restart), and a message at or below
-// the applied sequence is only acknowledged.
+// Messages are applied in the stream's order, whatever the deliveries: a
+// push lost with a route that closed comes again only after the
+// consumer's acknowledgement wait, while the next pushes already bring
+// the ones after it, and applying a later sequence first would make
+// apply.lua skip the earlier one for good. So a message past a gap is
+// not applied (errGap): receive makes the consumer again from the first
+// sequence not applied (restart). A message at or below the applied
+// sequence is only acknowledged.
 type reader struct {
 	source  string
-	cons    jetstream.Consumer
+	cons    jetstream.PushConsumer
 	applied uint64
 }
 
-// errGap is a fetch that skipped messages of the stream.
+// errGap is a delivery that skipped messages of the stream.
 var errGap = errors.New("a message past one not applied yet")
 
-// reader makes source's reader on the durable consumer of its stream
-// named after this region, from the consumer's acknowledgement floor
-// (or the stream's first message).
+// consumerName is this region's durable consumer of every other region's
+// stream.
+func (x *Exchanger) consumerName() string { return "tollgate-" + x.cfg.Region.Name }
+
+// reader makes source's reader on the durable push consumer of its
+// stream named after this region, from the consumer's acknowledgement
+// floor (or the stream's first message). A pull consumer of that name
+// (an exchanger before push consumers) is replaced by a push consumer
+// from its acknowledgement floor.
 func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cons, err := x.js.CreateOrUpdateConsumer(ctx, Stream(source), x.consumerConfig(jetstream.DeliverAllPolicy, 0))
+	rd := &reader{source: source}
+	cons, err := x.js.PushConsumer(ctx, Stream(source), x.consumerName())
+	switch {
+	case errors.Is(err, jetstream.ErrNotPushConsumer):
+		old, err := x.js.Consumer(ctx, Stream(source), x.consumerName())
+		if err != nil {
+			return nil, err
+		}
+		rd.applied = old.CachedInfo().AckFloor.Stream
+		return rd, x.restart(ctx, rd)
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		cons, err = x.js.CreateOrUpdatePushConsumer(ctx, Stream(source), x.consumerConfig(source, jetstream.DeliverAllPolicy, 0))
+	}
 	if err != nil {
 		return nil, err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
+	rd.cons, rd.applied = cons, cons.CachedInfo().AckFloor.Stream
 	stream, err := x.js.Stream(ctx, Stream(source))
 	if err != nil {
 		return nil, err
 	}
-	applied := info.AckFloor.Stream
-	if first := stream.CachedInfo().State.FirstSeq; first > 0 && applied < first-1 {
-		applied = first - 1 // the rest is gone, past the stream's retention
+	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
+		rd.applied = first - 1 // the rest is gone, past the stream's retention
 	}
-	return &reader{source: source, cons: cons, applied: applied}, nil
+	return rd, nil
 }
 
-func (x *Exchanger) consumerConfig(deliver jetstream.DeliverPolicy, start uint64) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{Durable: "tollgate-" + x.cfg.Region.Name, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: deliver, OptStartSeq: start, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch}
+// consumerConfig is the config of this region's push consumer of
+// source's stream: every message delivered to a subject of this region's
+// own, acknowledged one by one.
+func (x *Exchanger) consumerConfig(source string, deliver jetstream.DeliverPolicy, start uint64) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: x.consumerName(), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverSubject: "_tollgate.deliver." + x.cfg.Region.Name + "." + source,
+		DeliverPolicy:  deliver, OptStartSeq: start, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch}
 }
 
 // restart makes rd's consumer anew from the first sequence it has not
-// applied: what was delivered to nobody is delivered again at once. What
+// applied: what was lost on the way is delivered again at once. What
 // the stream no longer holds (past its retention) is passed over.
 func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -495,11 +510,11 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
 		rd.applied = first - 1
 	}
-	name := "tollgate-" + x.cfg.Region.Name
-	if err := x.js.DeleteConsumer(ctx, Stream(rd.source), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := x.js.DeleteConsumer(ctx, Stream(rd.source), x.consumerName()); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return err
 	}
-	cons, err := x.js.CreateOrUpdateConsumer(ctx, Stream(rd.source), x.consumerConfig(jetstream.DeliverByStartSequencePolicy, rd.applied+1))
+	cons, err := x.js.CreateOrUpdatePushConsumer(ctx, Stream(rd.source),
+		x.consumerConfig(rd.source, jetstream.DeliverByStartSequencePolicy, rd.applied+1))
 	if err != nil {
 		return err
 	}
@@ -507,32 +522,31 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	return nil
 }
 
-// fetchBatch is the most messages one fetch takes: about a hundred
-// seconds of a region's messages at the default interval.
+// fetchBatch scales what the consumer may have unacknowledged: about a
+// hundred seconds of a region's messages at the default interval, twice.
 const fetchBatch = 1000
 
 // applyBatch is the most messages applied in one pipeline.
 const applyBatch = 256
 
-// applyFetched applies the messages of a fetch of source as they arrive:
-// each time, every message already there (at most applyBatch) in one
-// pipeline to the region's Redis, so that the backlog of a partition
-// (hundreds of messages, arriving together) costs a few round trips, not
-// one per message. A message that cannot be decoded is negatively
-// acknowledged and left out, as before. When a pipeline fails, neither its
-// messages nor any later one of the fetch is applied or acknowledged:
-// they are negatively acknowledged, JetStream delivers them again in
-// their order, and apply.lua skips what the failed pipeline did apply (a
-// later message applied first would make apply.lua skip an earlier one).
+// applyFetched applies the messages of msgs as they arrive, until msgs
+// is closed, ctx ends or a batch fails (its error returned): each time,
+// every message already there (at most applyBatch) in one pipeline to
+// the region's Redis, so that the backlog of a partition (hundreds of
+// messages, arriving together) costs a few round trips, not one per
+// message (applyMsgs).
 func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan jetstream.Msg) error {
-	var pending []jetstream.Msg
-	var failed error
-	for msg := range msgs {
-		if failed != nil {
-			_ = msg.Nak()
-			continue
+	pending := make([]jetstream.Msg, 0, applyBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-msgs:
+			if !ok {
+				return nil
+			}
+			pending = append(pending[:0], msg)
 		}
-		pending = append(pending[:0], msg)
 	more:
 		for len(pending) < applyBatch {
 			select {
@@ -545,18 +559,9 @@ func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan je
 				break more
 			}
 		}
-		failed = x.applyMsgs(ctx, rd, pending)
-	}
-	return failed
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		if err := x.applyMsgs(ctx, rd, pending); err != nil {
+			return err
+		}
 	}
 }
 

@@ -216,7 +216,11 @@ func (x *Exchanger) makeStream(ctx context.Context) error {
 	name := x.cfg.Region.Name
 	_, err := x.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: Stream(name), Subjects: []string{Subject(name)},
 		Storage: jetstream.FileStorage, MaxAge: Retention, Duplicates: 2 * time.Minute,
-		Placement: &jetstream.Placement{Tags: []string{"region:" + name}}})
+		Placement: &jetstream.Placement{Tags: []string{"region:" + name}},
+		// Readers fill a gap by sequence from the stream's own servers,
+		// without the cluster's meta layer (slow to come back after the
+		// routes were reset): reader.fill.
+		AllowDirect: true})
 	return err
 }
 
@@ -434,14 +438,47 @@ func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 // push lost with a route that closed comes again only after the
 // consumer's acknowledgement wait, while the next pushes already bring
 // the ones after it, and applying a later sequence first would make
-// apply.lua skip the earlier one for good. So a message past a gap is
-// not applied (errGap): receive makes the consumer again from the first
-// sequence not applied (restart). A message at or below the applied
-// sequence is only acknowledged.
+// apply.lua skip the earlier one for good. So a message past a gap comes
+// after the gap's messages, read from the stream (fill), or, past a long
+// gap, is not applied (errGap): receive makes the consumer again from
+// the first sequence not applied (restart). A message at or below the
+// applied sequence is only acknowledged.
 type reader struct {
 	source  string
 	cons    jetstream.PushConsumer
 	applied uint64
+	// stream reads a gap's messages by sequence (fill); nil, every gap
+	// is errGap.
+	stream jetstream.Stream
+}
+
+// maxFill is the most messages of a gap read from the stream by
+// sequence; a longer gap makes the consumer again (restart).
+const maxFill = 256
+
+// fill reads the messages of rd's stream from from to to, at once (one
+// round trip to the source's servers): their data in order, nil for one
+// the stream no longer holds.
+func (rd *reader) fill(ctx context.Context, from, to uint64) ([][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out := make([][]byte, to-from+1)
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			m, err := rd.stream.GetMsg(ctx, from+uint64(i))
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+			case err != nil:
+				errs[i] = err
+			default:
+				out[i] = m.Data
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // errGap is a delivery that skipped messages of the stream.
@@ -480,6 +517,7 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 	if err != nil {
 		return nil, err
 	}
+	rd.stream = stream
 	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
 		rd.applied = first - 1 // the rest is gone, past the stream's retention
 	}
@@ -505,6 +543,7 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	if err != nil {
 		return err
 	}
+	rd.stream = stream
 	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
 		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
@@ -569,14 +608,16 @@ func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan je
 // pipeline (one apply.lua call per message and hash tag), and
 // acknowledges them; one already applied is only acknowledged. A message
 // that cannot be decoded, or names no state, is negatively acknowledged
-// and passed over (logged: it never will be). A message past a gap is
-// not applied, nor any after it: they are negatively acknowledged and,
-// once what came before is applied, errGap is returned. When the
+// and passed over (logged: it never will be). A message past a gap of
+// at most maxFill messages comes after them, read from the stream by
+// sequence (fill); past a longer one, or when that read fails, it is not
+// applied, nor any after it: they are negatively acknowledged and, once
+// what came before is applied, errGap is returned. When the
 // pipeline fails, every message is negatively acknowledged, nothing
 // counts as applied, and the error is returned.
 func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.Msg) error {
 	type applied struct {
-		msg  jetstream.Msg
+		msg  jetstream.Msg // nil for one read to fill a gap
 		m    message
 		cmds []*redis.Cmd
 	}
@@ -585,6 +626,25 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 	pipe := x.rdb.Pipeline()
 	upTo := rd.applied
 	var gap error
+	queue := func(seq uint64, msg jetstream.Msg, data []byte) {
+		var m message
+		err := json.Unmarshal(data, &m)
+		if err == nil && m.Region != source {
+			err = fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
+		}
+		var cmds []*redis.Cmd
+		if err == nil {
+			cmds, err = x.queueApply(ctx, pipe, source, m)
+		}
+		if err != nil {
+			x.log.Warn("region exchange: cannot apply a message; passed over", "source", source, "seq", seq, "err", err)
+			if msg != nil {
+				_ = msg.Nak()
+			}
+			return
+		}
+		batch = append(batch, applied{msg, m, cmds})
+	}
 	for i, msg := range msgs {
 		md, err := msg.Metadata()
 		if err != nil {
@@ -598,28 +658,27 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 			continue
 		}
 		if seq > upTo+1 {
-			for _, m := range msgs[i:] {
-				_ = m.Nak()
+			// Messages lost on the way: read them from the stream, or
+			// make the consumer again from the first.
+			var filled [][]byte
+			if rd.stream != nil && seq-upTo-1 <= maxFill {
+				filled, err = rd.fill(ctx, upTo+1, seq-1)
 			}
-			gap = fmt.Errorf("%s's stream at %d after %d: %w", source, seq, upTo, errGap)
-			break
+			if filled == nil || err != nil {
+				for _, m := range msgs[i:] {
+					_ = m.Nak()
+				}
+				gap = fmt.Errorf("%s's stream at %d after %d: %w", source, seq, upTo, errors.Join(errGap, err))
+				break
+			}
+			for j, data := range filled {
+				if data != nil {
+					queue(upTo+1+uint64(j), nil, data)
+				}
+			}
 		}
 		upTo = seq
-		var m message
-		err = json.Unmarshal(msg.Data(), &m)
-		if err == nil && m.Region != source {
-			err = fmt.Errorf("a message of region %q on region %q's stream", m.Region, source)
-		}
-		var cmds []*redis.Cmd
-		if err == nil {
-			cmds, err = x.queueApply(ctx, pipe, source, m)
-		}
-		if err != nil {
-			x.log.Warn("region exchange: cannot apply a message; passed over", "source", source, "seq", seq, "err", err)
-			_ = msg.Nak()
-			continue
-		}
-		batch = append(batch, applied{msg, m, cmds})
+		queue(seq, msg, msg.Data())
 	}
 	if pipe.Len() > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -627,7 +686,9 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 				_ = applyScript.Load(ctx, x.rdb).Err()
 			}
 			for _, a := range batch {
-				_ = a.msg.Nak()
+				if a.msg != nil {
+					_ = a.msg.Nak()
+				}
 			}
 			return fmt.Errorf("apply seq %d to %d: %w", batch[0].m.Seq, batch[len(batch)-1].m.Seq, err)
 		}
@@ -640,7 +701,9 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 				units += n
 			}
 		}
-		_ = a.msg.Ack()
+		if a.msg != nil {
+			_ = a.msg.Ack()
+		}
 		x.received(source, a.m)
 	}
 	if units > 0 {

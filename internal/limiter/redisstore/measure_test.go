@@ -152,20 +152,7 @@ func TestMeasureSeedMarker(t *testing.T) {
 	for tag := range 256 {
 		c.Set(ctx, fmt.Sprintf("m{%c}seeded", byte(tag)), 1, 0)
 	}
-	usec := func() float64 {
-		info := c.Info(ctx, "commandstats").Val()
-		for _, l := range strings.Split(info, "\n") {
-			if strings.HasPrefix(l, "cmdstat_evalsha:") {
-				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "cmdstat_evalsha:")), ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						return x
-					}
-				}
-			}
-		}
-		return 0
-	}
+	usec := func() float64 { return evalshaStat(ctx, c, "usec_per_call") }
 	// µs per call, by whether the marker is read.
 	res := map[string][]float64{}
 	for round := range 40 {
@@ -236,31 +223,8 @@ func TestMeasureUsageJournal(t *testing.T) {
 	s := New(c)
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1 << 40, PeriodUS: limiter.HourUS, Burst: 1 << 30}
 	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1 << 52, Burst: 1 << 52, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
-	usec := func() (float64, float64) {
-		info := c.Info(ctx, "commandstats").Val()
-		var total, calls float64
-		for _, l := range strings.Split(info, "\n") {
-			if strings.HasPrefix(l, "cmdstat_evalsha:") {
-				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "cmdstat_evalsha:")), ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						total, _ = strconv.ParseFloat(v, 64)
-					}
-					if v, ok := strings.CutPrefix(f, "calls="); ok {
-						calls, _ = strconv.ParseFloat(v, 64)
-					}
-				}
-			}
-		}
-		return total, calls
-	}
-	uuid := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
-	tagOf := func(i int) string {
-		tag := byte(i % 250)
-		if tag == '{' || tag == '}' {
-			tag = 'x'
-		}
-		return fmt.Sprintf("m{%c}", tag)
-	}
+	usec := func() (float64, float64) { return evalshaStat(ctx, c, "usec"), evalshaStat(ctx, c, "calls") }
+	uuid, tagOf := measureUUID, measureTag
 	shapes := []struct {
 		name  string
 		batch func(i, round int, journal bool) []limiter.Batch
@@ -366,27 +330,9 @@ func TestMeasureOutbox(t *testing.T) {
 	general.NoLean = true
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1 << 40, PeriodUS: limiter.HourUS, Burst: 1 << 30}
 	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1 << 52, Burst: 1 << 52, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
-	uuid := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
-	tagOf := func(i int) string {
-		tag := byte(i % 250)
-		if tag == '{' || tag == '}' {
-			tag = 'x'
-		}
-		return fmt.Sprintf("m{%c}", tag)
-	}
-	usec := func() float64 {
-		var total float64
-		for _, l := range strings.Split(c.Info(ctx, "commandstats").Val(), "\n") {
-			if strings.HasPrefix(l, "cmdstat_evalsha:") {
-				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "cmdstat_evalsha:")), ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						total, _ = strconv.ParseFloat(v, 64)
-					}
-				}
-			}
-		}
-		return total
-	}
+	uuid, tagOf := measureUUID, measureTag
+	usec := func() float64 { return evalshaStat(ctx, c, "usec") }
+
 	batch := func(i int, shared, withMonth bool) limiter.Batch {
 		g, m := gcra, month
 		g.Exchange, m.Exchange = shared, shared
@@ -428,4 +374,33 @@ func TestMeasureOutbox(t *testing.T) {
 			t.Logf("| %s | %s | %.2f | %.2f | %.2f |", shape.name, variant.name, r[0], r[len(r)/10], r[len(r)/2])
 		}
 	}
+}
+
+// measureUUID is the UUID of tenant or key number i of the measurements.
+func measureUUID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+
+// measureTag is the key prefix with hash tag number i % 250 (never a
+// brace) of the measurements.
+func measureTag(i int) string {
+	tag := byte(i % 250)
+	if tag == '{' || tag == '}' {
+		tag = 'x'
+	}
+	return fmt.Sprintf("m{%c}", tag)
+}
+
+// evalshaStat returns field (usec, calls, usec_per_call) of EVALSHA in
+// Redis's commandstats, 0 when it has none.
+func evalshaStat(ctx context.Context, c *redis.Client, field string) float64 {
+	for line := range strings.Lines(c.Info(ctx, "commandstats").Val()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for kv := range strings.SplitSeq(v, ",") {
+				if x, ok := strings.CutPrefix(kv, field+"="); ok {
+					f, _ := strconv.ParseFloat(x, 64)
+					return f
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -385,33 +385,38 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 	e := x.cfg.Region.ExchangeInterval
 	b := backoff.New(backoff.Policy{Initial: e / 2, Max: e})
 	var rd *reader
+	again := false // make the consumer again from the first not applied
 	for ctx.Err() == nil {
 		var err error
-		if rd == nil {
+		switch {
+		case rd == nil:
 			rd, err = x.reader(ctx, source)
-		} else {
+		case again:
 			err = x.restart(ctx, rd)
 		}
 		if err != nil {
-			rd = nil
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
 			continue
 		}
+		again = false
 		err = x.consume(ctx, rd)
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, errGap):
-			// Delivered and lost (a route closed under a push): read
-			// again from the first message not applied.
+			// Lost on the way and not read back (a long gap, or the
+			// stream out of reach): read again from the first not
+			// applied.
 			x.log.Info("region exchange: a message came past one not applied; reading again from there",
 				"source", source, "err", err)
+			again = true
 		case err != nil:
-			x.log.Warn("region exchange: cannot apply messages; reading again from the first not applied", "source", source, "err", err)
+			// The region's Redis (the messages come again: negatively
+			// acknowledged, or read back by sequence), or the consumer.
+			x.log.Warn("region exchange: cannot apply messages; they will come again", "source", source, "err", err)
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
-		}
-		if err == nil {
+		default:
 			b.Reset()
 		}
 	}
@@ -425,7 +430,7 @@ func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 	msgs := make(chan jetstream.Msg, 2*fetchBatch+applyBatch)
 	cc, err := rd.cons.Consume(func(m jetstream.Msg) { msgs <- m })
 	if err != nil {
-		return err
+		return fmt.Errorf("consume %s's stream: %w", rd.source, errors.Join(errGap, err)) // make it again
 	}
 	defer cc.Stop()
 	return x.applyFetched(ctx, rd, msgs)

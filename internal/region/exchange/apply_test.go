@@ -48,7 +48,7 @@ func TestApplyFetched(t *testing.T) {
 	testenv.Must(t, applyScript.Load(ctx, rdb).Err())
 	newExchanger := func(rdb redis.UniversalClient) *Exchanger {
 		return &Exchanger{cfg: Config{Region: region.Config{Name: "eu", Names: []string{"us", "eu"}}, Prefix: p}, rdb: rdb,
-			metrics: NewMetrics(), log: slog.New(slog.DiscardHandler), lastSeen: map[string]time.Time{}, reports: map[string]*demandReport{},
+			metrics: NewMetrics(), log: slog.New(slog.DiscardHandler), lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, reports: map[string]*demandReport{},
 			sources: map[string]*backoff.Monitor{"us": backoff.NewMonitor(backoff.MonitorConfig{})}}
 	}
 	tag := byte('q')
@@ -128,6 +128,30 @@ func TestApplyFetched(t *testing.T) {
 	for i, m := range lost {
 		if m.ack || !m.nak {
 			t.Errorf("Redis down, message %d: ack %v nak %v, want only nak", i, m.ack, m.nak)
+		}
+	}
+}
+
+// TestLagWindow: the lag metric is the largest of the current second and
+// the one before, so a slow message followed by fast ones is still seen,
+// and forgotten after two seconds.
+func TestLagWindow(t *testing.T) {
+	var w lagWindow
+	at := time.Unix(100, 0)
+	for _, step := range []struct {
+		after time.Duration
+		lag   float64
+		want  float64
+	}{
+		{0, 0.05, 0.05},
+		{100 * time.Millisecond, 0.30, 0.30},  // a slow one
+		{200 * time.Millisecond, 0.05, 0.30},  // still seen
+		{1100 * time.Millisecond, 0.05, 0.30}, // the second before
+		{2200 * time.Millisecond, 0.06, 0.06}, // forgotten
+		{4500 * time.Millisecond, 0.04, 0.04}, // after a silence
+	} {
+		if got := w.add(at.Add(step.after), step.lag); got != step.want {
+			t.Errorf("at +%v with %v: %v, want %v", step.after, step.lag, got, step.want)
 		}
 	}
 }

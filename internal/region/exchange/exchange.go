@@ -125,7 +125,9 @@ type Exchanger struct {
 	mu      sync.Mutex
 	// lastSeen is when a message of each other region last arrived.
 	lastSeen map[string]time.Time
-	sources  map[string]*backoff.Monitor
+	// lags are the lag metric's windows, by source.
+	lags    map[string]*lagWindow
+	sources map[string]*backoff.Monitor
 	// The rebalancer's (rebalance.go): its report waiting for the next
 	// message, the other regions' last reports, and its recent gifts.
 	report  *demandReport
@@ -147,7 +149,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
-		lastSeen: map[string]time.Time{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}}
+		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}}
 	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
 	for _, name := range cfg.Region.Names {
 		if name != cfg.Region.Name {
@@ -769,10 +771,39 @@ func (x *Exchanger) received(source string, m message) {
 		m.Demand.AtUS = m.AtUS
 		x.reports[source] = m.Demand
 	}
+	now := time.Now()
+	w := x.lags[source]
+	if w == nil {
+		w = &lagWindow{}
+		x.lags[source] = w
+	}
+	lag := w.add(now, max(0, now.Sub(time.UnixMicro(m.AtUS)).Seconds()))
 	x.mu.Unlock()
-	x.metrics.lag.WithLabelValues(source).Set(max(0, time.Since(time.UnixMicro(m.AtUS)).Seconds()))
+	x.metrics.lag.WithLabelValues(source).Set(lag)
 	x.metrics.up.WithLabelValues(source).Set(1)
 	x.sources[source].Success()
+}
+
+// lagWindow keeps the largest lag of the messages of one source applied
+// in the current second and in the one before: the lag metric is the
+// worst of the last second or two, not only the newest message's (a
+// slow message followed by a fast one would otherwise go unseen).
+type lagWindow struct {
+	start     time.Time
+	cur, prev float64
+}
+
+// add records lag (seconds) at now and returns the window's largest.
+func (w *lagWindow) add(now time.Time, lag float64) float64 {
+	if since := now.Sub(w.start); since >= time.Second {
+		w.prev = w.cur
+		if since >= 2*time.Second {
+			w.prev = 0
+		}
+		w.cur, w.start = 0, now
+	}
+	w.cur = max(w.cur, lag)
+	return max(w.cur, w.prev)
 }
 
 // hasWork reports whether m has debits, or releases for region name.

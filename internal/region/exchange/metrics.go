@@ -14,7 +14,7 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	return &Metrics{
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_exchange_lag_seconds",
-			Help: "Age of the newest message applied from each other region when it was applied (from its claim in that region to its debits here)."}, []string{"source"}),
+			Help: "Largest age of the messages applied from each other region in the last second or two, when each was applied (from its claim in that region to its debits here)."}, []string{"source"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_exchange_up",
 			Help: "1 while each other region's messages arrive, 0 after three heartbeats without one (the region keeps deciding within its partition bound)."}, []string{"source"}),
 		debits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_region_debits_applied_total",

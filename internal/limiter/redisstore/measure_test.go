@@ -86,21 +86,11 @@ func TestMeasureCreditLog(t *testing.T) {
 		for _, r := range calls {
 			testenv.Must(t, script.Run(ctx, c, r.keys, r.args...).Err())
 		}
-		stat, err := c.Info(ctx, "commandstats").Result()
-		testenv.Must(t, err)
-		for line := range strings.Lines(stat) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-				for kv := range strings.SplitSeq(v, ",") {
-					if x, ok := strings.CutPrefix(kv, "usec="); ok {
-						usec, err := strconv.ParseFloat(x, 64)
-						testenv.Must(t, err)
-						return usec / checks
-					}
-				}
-			}
+		usec := evalshaStat(ctx, c, "usec")
+		if usec == 0 {
+			t.Fatal("no evalsha in commandstats")
 		}
-		t.Fatalf("no evalsha in %s", stat)
-		return 0
+		return usec / checks
 	}
 	t.Logf("load average %s", loadAverage())
 	t.Log("| calls | script | Redis script µs/check: least | 10th percentile |")

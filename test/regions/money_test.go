@@ -76,7 +76,7 @@ func (b *bed) money(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // fault injection: the load before the cut
 	b.net.Partition("ap")
 	testenv.Must(t, b.workers["ap"].Signal(syscall.SIGSTOP))
 	cont := func() { _ = b.workers["ap"].Signal(syscall.SIGCONT) }
@@ -92,13 +92,13 @@ func (b *bed) money(t *testing.T) {
 			held = e.Held
 		}
 	}
-	time.Sleep(10 * time.Second)
+	time.Sleep(10 * time.Second) // fault injection: the cut lasts
 	mu.Lock()
 	apCut := admitted["ap"] - apAtCut
 	mu.Unlock()
 	cont()
 	b.net.Heal("ap")
-	time.Sleep(10 * time.Second)
+	time.Sleep(10 * time.Second) // fault injection: the load after the heal
 	close(stop)
 	wg.Wait()
 	var total int64

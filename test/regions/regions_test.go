@@ -244,6 +244,28 @@ func mostWithin(times []time.Time, w time.Duration) int64 {
 	return int64(most)
 }
 
+// sampleLag samples lag every 50 ms until the function it returns is
+// called, which returns the largest seen: the bounds' d while checks run.
+func (b *bed) sampleLag() func() time.Duration {
+	done, most := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		var m time.Duration
+		for {
+			select {
+			case <-done:
+				most <- max(m, b.lag())
+				return
+			case <-time.After(50 * time.Millisecond):
+				m = max(m, b.lag())
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-most
+	}
+}
+
 // lag returns the largest exchange lag any worker reports now.
 func (b *bed) lag() time.Duration {
 	var most float64
@@ -314,18 +336,7 @@ func TestRegions(t *testing.T) {
 		admitted := map[string]map[string][]time.Time{"GET /shared": {}, "GET /split": {}}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		var maxLag time.Duration
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(50 * time.Millisecond):
-					maxLag = max(maxLag, b.lag())
-				}
-			}
-		}()
+		lagged := b.sampleLag()
 		for _, name := range names {
 			for resource := range admitted {
 				wg.Go(func() {
@@ -337,7 +348,7 @@ func TestRegions(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		close(done)
+		maxLag := lagged()
 		var shared, split int64
 		var bound int64
 		for _, name := range names {
@@ -466,11 +477,7 @@ func (b *bed) partition(t *testing.T, resource, rule string, length time.Duratio
 	var mu sync.Mutex
 	admitted := map[string]int64{}
 	times := map[string][]time.Time{}
-	var maxLag time.Duration
-	// offer offers the load for d; with sample, the lag is sampled
-	// meanwhile (the cut's: before it, the previous scenario's heal may
-	// still show in the metric).
-	offer := func(d time.Duration, sample bool) {
+	offer := func(d time.Duration) {
 		var wg sync.WaitGroup
 		for _, name := range names {
 			wg.Go(func() {
@@ -481,32 +488,17 @@ func (b *bed) partition(t *testing.T, resource, rule string, length time.Duratio
 				mu.Unlock()
 			})
 		}
-		// The lag, sampled while the checks run (the bound's d).
-		done := make(chan struct{})
-		sampled := make(chan time.Duration)
-		go func() {
-			var most time.Duration
-			for {
-				select {
-				case <-done:
-					sampled <- max(most, b.lag())
-					return
-				case <-time.After(50 * time.Millisecond):
-					most = max(most, b.lag())
-				}
-			}
-		}()
 		wg.Wait()
-		close(done)
-		if lag := <-sampled; sample {
-			maxLag = max(maxLag, lag)
-		}
 	}
-	offer(4*time.Second, false) // 240 of 600
+	offer(4 * time.Second) // 240 of 600
 	before := admitted["us"] + admitted["eu"] + admitted["ap"]
 	cut("ap")
 	from := time.Now()
-	offer(length, true)
+	// The lag during the cut (before it, the previous scenario's heal
+	// may still show in the metric).
+	lagged := b.sampleLag()
+	offer(length)
+	maxLag := lagged()
 	during := map[string]int64{}
 	for _, name := range names {
 		during[name] = b.count(name, rule)

@@ -429,7 +429,7 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 	// MaxAckPending bounds what the server sends before acknowledgements:
 	// the channel never blocks the client's dispatch.
-	msgs := make(chan jetstream.Msg, 2*fetchBatch+applyBatch)
+	msgs := make(chan jetstream.Msg, maxUnacked+applyBatch)
 	cc, err := rd.cons.Consume(func(m jetstream.Msg) { msgs <- m })
 	if err != nil {
 		return fmt.Errorf("consume %s's stream: %w", rd.source, errors.Join(errGap, err)) // make it again
@@ -537,7 +537,7 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 func (x *Exchanger) consumerConfig(source string, deliver jetstream.DeliverPolicy, start uint64) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{Durable: x.consumerName(), AckPolicy: jetstream.AckExplicitPolicy,
 		DeliverSubject: "_tollgate.deliver." + x.cfg.Region.Name + "." + source,
-		DeliverPolicy:  deliver, OptStartSeq: start, AckWait: 30 * time.Second, MaxAckPending: 2 * fetchBatch}
+		DeliverPolicy:  deliver, OptStartSeq: start, AckWait: 30 * time.Second, MaxAckPending: maxUnacked}
 }
 
 // restart makes rd's consumer anew from the first sequence it has not
@@ -568,9 +568,10 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	return nil
 }
 
-// fetchBatch scales what the consumer may have unacknowledged: about a
-// hundred seconds of a region's messages at the default interval, twice.
-const fetchBatch = 1000
+// maxUnacked is the most messages the consumer sends before they are
+// acknowledged: about two hundred seconds of a region's messages at the
+// default interval.
+const maxUnacked = 2000
 
 // applyBatch is the most messages applied in one pipeline.
 const applyBatch = 256

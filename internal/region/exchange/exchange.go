@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,11 +34,18 @@ var (
 	demandLua string
 	//go:embed donate.lua
 	donateLua string
+	//go:embed clear.lua
+	clearLua string
 
 	claimScript  = redis.NewScript(claimLua)
 	applyScript  = redis.NewScript(applyLua)
 	demandScript = redis.NewScript(demandLua)
 	donateScript = redis.NewScript(donateLua)
+	clearScript  = redis.NewScript(clearLua)
+
+	// scripts are the scripts the exchanger loads, and loads again when
+	// Redis lost them.
+	scripts = []*redis.Script{claimScript, applyScript, demandScript, donateScript, clearScript}
 )
 
 // Heartbeat is how often a region with nothing to send says that it is
@@ -107,12 +116,17 @@ type Config struct {
 	// rebalancer reads it every rebalance interval); nil: allotments stay
 	// equal.
 	SplitRules func(ctx context.Context) (map[[3]byte]SplitRule, error)
+	// LeaseTTL is how long the region's exchange lease lasts unrenewed
+	// (lease.go); 0: DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // Exchanger is a region's side of the exchange: every exchange interval
 // it claims the region's outboxes and publishes them on the region's
 // stream, and it applies the other regions' messages to the region's
-// states as debits, exactly once. Run one per region (`admin worker`).
+// states as debits, exactly once. Every worker of a region runs one
+// (`admin worker`); the one holding the region's lease exchanges, the
+// others stand by to take over (lease.go).
 type Exchanger struct {
 	cfg     Config
 	rdb     redis.UniversalClient
@@ -122,7 +136,9 @@ type Exchanger struct {
 	log     *slog.Logger
 
 	publish *backoff.Monitor
-	mu      sync.Mutex
+	// exchanging is true while this worker holds the lease (Active).
+	exchanging atomic.Bool
+	mu         sync.Mutex
 	// lastSeen is when a message of each other region last arrived.
 	lastSeen map[string]time.Time
 	// lags are the lag metric's windows, by source.
@@ -155,7 +171,6 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		if name != cfg.Region.Name {
 			x.sources[name] = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange",
 				Dependency: "region " + name + "'s admissions", Log: cfg.Log})
-			x.metrics.up.WithLabelValues(name).Set(0)
 		}
 	}
 	return x, nil
@@ -164,11 +179,74 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 // Metrics returns the exchanger's metrics, to register.
 func (x *Exchanger) Metrics() *Metrics { return x.metrics }
 
-// Run exchanges until ctx ends: it makes the region's stream (retrying
-// until the NATS servers can place it), then sends every exchange
-// interval and receives from every other region. It returns nil when ctx
-// ends.
+// Run exchanges until ctx ends, while this worker holds the region's
+// exchange lease, and stands by while another worker does (trying to
+// take it every TTL/3). It returns nil when ctx ends; the lease is given
+// up then, for a standing-by worker to take at once.
 func (x *Exchanger) Run(ctx context.Context) error {
+	l := newLease(x.rdb, x.cfg.Prefix, x.cfg.LeaseTTL)
+	defer l.release()
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "Redis (the region's exchange lease)", Log: x.log})
+	tick := time.NewTicker(l.ttl / 3)
+	defer tick.Stop()
+	standingBy := "" // the holder last logged
+	for {
+		ok, holder, err := l.acquire(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			mon.Failure(err)
+		case ok:
+			mon.Success()
+			standingBy = ""
+			x.log.Info("region exchange: this worker exchanges (it holds the region's lease)", "region", x.cfg.Region.Name)
+			var err error
+			l.hold(ctx, func(ctx context.Context) { err = x.active(ctx) }, func(lost error) {
+				x.log.Warn("region exchange: lease lost; this worker stops exchanging and stands by", "err", lost)
+			})
+			x.standBy()
+			if err != nil || ctx.Err() != nil {
+				return err
+			}
+		default:
+			mon.Success()
+			if holder != standingBy {
+				x.log.Info("region exchange: standing by (another worker of the region holds the lease)", "region", x.cfg.Region.Name, "holder", holder)
+				standingBy = holder
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Active reports whether this worker exchanges: it holds the region's
+// lease.
+func (x *Exchanger) Active() bool { return x.exchanging.Load() }
+
+// standBy clears what the exchanging worker alone reports: its gauges
+// by source (a standing-by worker's would say nothing true) and its
+// lease gauge.
+func (x *Exchanger) standBy() {
+	x.exchanging.Store(false)
+	x.metrics.active.Set(0)
+	x.metrics.up.Reset()
+	x.metrics.lag.Reset()
+}
+
+// active exchanges until ctx ends: it makes the region's stream
+// (retrying until the NATS servers can place it), then sends every
+// exchange interval and receives from every other region.
+func (x *Exchanger) active(ctx context.Context) error {
+	x.exchanging.Store(true)
+	x.metrics.active.Set(1)
+	for name := range x.sources {
+		x.metrics.up.WithLabelValues(name).Set(0)
+	}
 	if err := x.setup(ctx); err != nil {
 		return err
 	}
@@ -202,7 +280,7 @@ func (x *Exchanger) setup(ctx context.Context) error {
 			return nil
 		}
 	}
-	for _, s := range []*redis.Script{claimScript, applyScript, demandScript, donateScript} {
+	for _, s := range scripts {
 		if err := s.Load(ctx, x.rdb).Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("exchange: load script: %w", err)
 		}
@@ -270,11 +348,7 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag)}, seq)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		if strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			for _, s := range []*redis.Script{claimScript, applyScript, demandScript, donateScript} {
-				_ = s.Load(ctx, x.rdb).Err()
-			}
-		}
+		x.reload(ctx, err)
 		return false, fmt.Errorf("exchange: claim: %w", err)
 	}
 	bySeq := map[int64][]tagBatch{}
@@ -336,26 +410,34 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 		if err := x.publishOne(ctx, m); err != nil {
 			return false, err
 		}
-		keys := make([]string, len(batches))
-		for i, tb := range batches {
-			keys[i] = statekey.ClaimedKey(prefix, tb.Tag)
-		}
-		// One DEL per key: on a Cluster the claimed outboxes live in
-		// different slots.
+		// One call per key: on a Cluster the claimed outboxes live in
+		// different slots. clear.lua leaves a claim of another sequence
+		// (a worker that lost the lease while publishing must not clear
+		// what the one holding it now claimed).
 		pipe := x.rdb.Pipeline()
-		for _, k := range keys {
-			pipe.Del(ctx, k)
+		for _, tb := range batches {
+			clearScript.EvalSha(ctx, pipe, []string{statekey.ClaimedKey(prefix, tb.Tag)}, s)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
+			x.reload(ctx, err)
 			return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
 		}
 	}
 	return true, nil
 }
 
+// reload loads the scripts again when err says Redis lost them.
+func (x *Exchanger) reload(ctx context.Context, err error) {
+	if strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		for _, s := range scripts {
+			_ = s.Load(ctx, x.rdb).Err()
+		}
+	}
+}
+
 // publishOne publishes m on the region's stream and waits for its
-// acknowledgement; its message ID makes a publication of the same
-// sequence again one message.
+// acknowledgement. Its message ID (msgID) makes a publication of the
+// same claim again one message.
 func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 	body, err := json.Marshal(m)
 	if err != nil {
@@ -363,11 +445,32 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = x.js.Publish(ctx, Subject(m.Region), body, jetstream.WithMsgID(m.Region+"-"+strconv.FormatInt(m.Seq, 10)))
+	_, err = x.js.Publish(ctx, Subject(m.Region), body, jetstream.WithMsgID(msgID(m)))
 	if err != nil {
 		return fmt.Errorf("exchange: publish %s seq %d: %w", m.Region, m.Seq, err)
 	}
 	return nil
+}
+
+// msgID is m's message ID: its region, its sequence and its hash tags.
+// A claim published again is the same message, which the stream keeps
+// once; a message of the same sequence with other tags is not: two
+// workers that both believed they held the lease, each reading the
+// claims at its moment, may each publish a sequence with some of its
+// tags, and the receivers need every tag (apply.lua applies a tag's
+// sequence once, whichever message brings it).
+func msgID(m message) string {
+	id := make([]byte, 0, len(m.Region)+24+2*len(m.Tags))
+	id = append(id, m.Region...)
+	id = append(id, '-')
+	id = strconv.AppendInt(id, m.Seq, 10)
+	if len(m.Tags) > 0 {
+		id = append(id, '-')
+		for _, tb := range m.Tags {
+			id = hex.AppendEncode(id, []byte{tb.Tag})
+		}
+	}
+	return string(id)
 }
 
 // receive applies region source's messages, in their order, until ctx

@@ -8,6 +8,7 @@ type Metrics struct {
 	up     *prometheus.GaugeVec
 	debits *prometheus.CounterVec
 	share  *prometheus.GaugeVec
+	active prometheus.Gauge
 }
 
 // NewMetrics returns the metrics, unregistered.
@@ -21,10 +22,12 @@ func NewMetrics() *Metrics {
 			Help: "Units admitted in each other region applied here as debits, each message once."}, []string{"source"}),
 		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_region_share",
 			Help: "This region's allotment of each global_split rule (plan/rule), as a fraction of the rule's limit: the equal share until the rebalancer moves units, then the mean over the rule's states with demand or moved units."}, []string{"rule"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_region_exchanger_active",
+			Help: "1 while this worker holds the region's exchange lease and exchanges; 0 while it stands by (the gauges by source are the exchanging worker's alone)."}),
 	}
 }
 
 // Register registers the metrics on reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.lag, m.up, m.debits, m.share)
+	reg.MustRegister(m.lag, m.up, m.debits, m.share, m.active)
 }

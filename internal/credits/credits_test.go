@@ -100,6 +100,16 @@ func (r *rig) topUp(amount int64) {
 	r.reload()
 }
 
+// loseBalance deletes the tenant's balance counter and its log from
+// Redis, as a restart without persistence loses them, and returns their
+// keys.
+func (r *rig) loseBalance() (counter, log string) {
+	r.t.Helper()
+	counter, log = credits.Keys(r.prefix, r.tenantID)
+	testenv.Must(r.t, r.rdb.Del(context.Background(), counter, log).Err())
+	return counter, log
+}
+
 // events counts the tenant's events of typ.
 func (r *rig) events(typ string) int {
 	r.t.Helper()
@@ -255,8 +265,7 @@ func TestCounterLostWithRedisIsRebuiltBeforeAnyDraw(t *testing.T) {
 	r.agree()
 	r.check(10)
 	r.agree() // the ledger says 40 consumed; the snapshot still 0
-	counter, log := credits.Keys(r.prefix, r.tenantID)
-	testenv.Must(t, r.rdb.Del(ctx, counter, log).Err())
+	counter, log := r.loseBalance()
 
 	d := r.check(5)
 	if d.Allowed || d.Reason != tollgate.ReasonUnavailable || !d.Degraded || d.Credits != nil || d.RetryAfterMS != 1000 {
@@ -289,8 +298,7 @@ func TestDeferredDrawsAfterALossInOverageMode(t *testing.T) {
 	r.topUp(10)
 	r.check(8)
 	r.agree()
-	counter, log := credits.Keys(r.prefix, r.tenantID)
-	testenv.Must(t, r.rdb.Del(ctx, counter, log).Err())
+	r.loseBalance()
 	d := r.check(5)
 	if !d.Allowed || !d.Degraded || d.Credits != nil {
 		t.Fatalf("overage check on the lost balance: %+v, want admitted, degraded", d)

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
@@ -24,14 +22,8 @@ import (
 // and the Redis store reads those counters back for tenants in every slot
 // (ReadWindows), on one server and on a Cluster.
 func TestTenantMonthKeyIsTheKeyACheckWrites(t *testing.T) {
-	single, singlePrefix := testenv.Redis(t)
-	cluster, clusterPrefix := testenv.RedisCluster(t)
-	for _, c := range []struct {
-		name   string
-		client redis.UniversalClient
-		prefix string
-	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range testenv.RedisTopologies(t) {
+		t.Run(c.Name, func(t *testing.T) {
 			ctx := context.Background()
 			data := snapshot.Data{
 				Plans: []plans.Plan{
@@ -51,9 +43,9 @@ func TestTenantMonthKeyIsTheKeyACheckWrites(t *testing.T) {
 			src := &fixedSource{data: data}
 			holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
 			testenv.Must(t, holder.Reload(ctx))
-			store := redisstore.NewBatching(c.client, redisstore.BatchConfig{})
-			fixture.SeedAll(t, store, c.prefix)
-			checker := NewChecker(holder, store, CheckerConfig{Prefix: c.prefix})
+			store := redisstore.NewBatching(c.Client, redisstore.BatchConfig{})
+			fixture.SeedAll(t, store, c.Prefix)
+			checker := NewChecker(holder, store, CheckerConfig{Prefix: c.Prefix})
 			defer checker.Close()
 			now := time.Now().UTC()
 			for i, secret := range secrets {
@@ -67,13 +59,13 @@ func TestTenantMonthKeyIsTheKeyACheckWrites(t *testing.T) {
 			}
 			keys := make([]string, len(data.Tenants))
 			for i, tn := range data.Tenants {
-				keys[i] = statekey.TenantMonthKey(c.prefix, tn.ID, plans.QuotaRuleName)
-				if n, err := c.client.Exists(ctx, keys[i]).Result(); err != nil || n != 1 {
+				keys[i] = statekey.TenantMonthKey(c.Prefix, tn.ID, plans.QuotaRuleName)
+				if n, err := c.Client.Exists(ctx, keys[i]).Result(); err != nil || n != 1 {
 					t.Fatalf("tenant %d: key %q exists %d, %v; want the check's counter there", i, keys[i], n, err)
 				}
 			}
 			// One more key that no check wrote reads as not present.
-			keys = append(keys, statekey.TenantMonthKey(c.prefix, "00000000-0000-4000-8000-999999999999", plans.QuotaRuleName))
+			keys = append(keys, statekey.TenantMonthKey(c.Prefix, "00000000-0000-4000-8000-999999999999", plans.QuotaRuleName))
 			windows, err := store.ReadWindows(ctx, keys)
 			testenv.Must(t, err)
 			month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).UnixMicro()

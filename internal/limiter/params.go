@@ -166,7 +166,7 @@ func (p Params) Validate() map[string]string {
 		return f
 	}
 	// Keep every intermediate value exact in Lua's doubles.
-	period := p.windowForBounds()
+	period := p.LongestWindowUS()
 	burst := p.EffectiveBurst()
 	switch p.Algorithm {
 	case GCRA, TokenBucket, LeakyBucket:
@@ -197,7 +197,10 @@ func (p Params) Validate() map[string]string {
 	return f
 }
 
-func (p Params) windowForBounds() int64 {
+// LongestWindowUS returns the longest p's window can be, in µs: a day
+// for calendar days, 31 days for calendar months (the longest month),
+// else the period.
+func (p Params) LongestWindowUS() int64 {
 	switch p.Calendar {
 	case CalendarDay:
 		return DayUS

@@ -189,6 +189,25 @@ func RedisCluster(t testing.TB) (*redis.ClusterClient, string) {
 	})
 }
 
+// RedisTopology is one shape of test Redis a test runs against: a
+// client of it and a key prefix unique to the test, under a name for the
+// subtest.
+type RedisTopology struct {
+	Name   string
+	Client redis.UniversalClient
+	Prefix string
+}
+
+// RedisTopologies returns the single test Redis (Redis) and the test
+// cluster (RedisCluster), named "single" and "cluster", for a test that
+// must hold on both.
+func RedisTopologies(t testing.TB) []RedisTopology {
+	t.Helper()
+	single, singlePrefix := Redis(t)
+	cluster, clusterPrefix := RedisCluster(t)
+	return []RedisTopology{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}}
+}
+
 // cleanedPrefix returns a key prefix unique to the test; when the test
 // ends, deleteAll removes the keys under it (within 5 seconds) and c is
 // closed.

@@ -45,13 +45,7 @@ type previewTick struct {
 // found by asking it (dry runs) for the largest count it allows at once.
 func simulate(r plans.Rule) preview {
 	params := r.WithDefaults().Params()
-	period := params.PeriodUS
-	switch params.Calendar {
-	case limiter.CalendarDay:
-		period = limiter.DayUS
-	case limiter.CalendarMonth:
-		period = 31 * limiter.DayUS
-	}
+	period := params.LongestWindowUS()
 	capacity := params.EffectiveBurst()
 	switch params.Algorithm {
 	case limiter.FixedWindow, limiter.SlidingWindowLog, limiter.SlidingWindowCounter, limiter.Concurrency:

@@ -50,27 +50,21 @@ func journalCounts(t *testing.T, client redis.Cmdable, jkey, row string) (units,
 // denial, a dry run and a check without a row add nothing. A shadow rule's
 // denial admits, and so records.
 func TestJournalRecordsAdmittedUsage(t *testing.T) {
-	single, singlePrefix := testenv.Redis(t)
-	cluster, clusterPrefix := testenv.RedisCluster(t)
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 5, PeriodUS: limiter.HourUS}
 	month := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1000, PeriodUS: 31 * limiter.DayUS, Calendar: limiter.CalendarMonth}
 	slide := limiter.Params{Algorithm: limiter.SlidingWindowLog, Limit: 1000, PeriodUS: limiter.HourUS}
-	for _, c := range []struct {
-		name   string
-		client redis.UniversalClient
-		prefix string
-	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
+	for _, c := range testenv.RedisTopologies(t) {
 		for _, path := range []struct {
 			name   string
 			noLean bool
 			extra  *limiter.Params // a second rule of the check
 		}{{"lean1", false, nil}, {"lean", false, &month}, {"check.lua", true, nil}, {"check.lua log", false, &slide}} {
-			t.Run(c.name+"/"+path.name, func(t *testing.T) {
+			t.Run(c.Name+"/"+path.name, func(t *testing.T) {
 				ctx := context.Background()
-				s := New(c.client)
+				s := New(c.Client)
 				s.NoLean = path.noLean
 				tag := "j" + path.name[:2]
-				key := c.prefix + "{" + tag[:1] + "}" + path.name
+				key := c.Prefix + "{" + tag[:1] + "}" + path.name
 				jkey := statekey.JournalKeyOf(key)
 				row := statekey.UsageRow("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
 				entry := statekey.UsageEntry("tenant-"+path.name, "key", "authenticated", "/v1/items/{id}")
@@ -105,15 +99,15 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 						t.Fatalf("step %d: admitted %v recorded %v, want %v %v", i, out.Admitted, out.Recorded, step.admitted, step.recd)
 					}
 				}
-				if units, decisions := journalCounts(t, c.client, jkey, row); units != 4 || decisions != 4 {
+				if units, decisions := journalCounts(t, c.Client, jkey, row); units != 4 || decisions != 4 {
 					t.Errorf("journal: %d units in %d decisions, want 4 in 4", units, decisions)
 				}
 			})
 		}
-		t.Run(c.name+"/shadow", func(t *testing.T) {
+		t.Run(c.Name+"/shadow", func(t *testing.T) {
 			ctx := context.Background()
-			s := New(c.client)
-			key := c.prefix + "{s}shadow"
+			s := New(c.Client)
+			key := c.Prefix + "{s}shadow"
 			row := statekey.UsageRow("", "", "anonymous", "*")
 			one := limiter.Params{Algorithm: limiter.GCRA, Limit: 1, PeriodUS: limiter.HourUS}
 			for range 3 {
@@ -123,7 +117,7 @@ func TestJournalRecordsAdmittedUsage(t *testing.T) {
 					t.Fatalf("shadow check: %+v %v", out, err)
 				}
 			}
-			if units, decisions := journalCounts(t, c.client, statekey.JournalKeyOf(key), row); units != 3 || decisions != 3 {
+			if units, decisions := journalCounts(t, c.Client, statekey.JournalKeyOf(key), row); units != 3 || decisions != 3 {
 				t.Errorf("journal: %d units in %d decisions, want 3 in 3", units, decisions)
 			}
 		})

@@ -20,8 +20,6 @@ import (
 // up in one field; a regional rule, a dry run and a denial add nothing;
 // and the check's usage is journaled as without regions.
 func TestOutboxOfEveryScript(t *testing.T) {
-	single, singlePrefix := testenv.Redis(t)
-	cluster, clusterPrefix := testenv.RedisCluster(t)
 	// 10 an hour: T = 360 s, burst 10, tolerance 3,600 s.
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS, Exchange: true}
 	const gcraHead = "1 128 360000000 10 3600000000"
@@ -29,11 +27,7 @@ func TestOutboxOfEveryScript(t *testing.T) {
 	monthStart, monthEnd := monthOf(journalAt)
 	slide := limiter.Params{Algorithm: limiter.SlidingWindowLog, Limit: 1000, PeriodUS: limiter.HourUS, Exchange: true}
 	regional := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 100, PeriodUS: limiter.HourUS}
-	for _, c := range []struct {
-		name   string
-		client redis.UniversalClient
-		prefix string
-	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
+	for _, c := range testenv.RedisTopologies(t) {
 		for i, path := range []struct {
 			name   string
 			noLean bool
@@ -46,11 +40,11 @@ func TestOutboxOfEveryScript(t *testing.T) {
 			{"check.lua", true, &month, checkScript},
 			{"check.lua, a log", false, &slide, checkScript},
 		} {
-			t.Run(c.name+"/"+path.name, func(t *testing.T) {
+			t.Run(c.Name+"/"+path.name, func(t *testing.T) {
 				ctx := context.Background()
-				s := New(c.client)
+				s := New(c.Client)
 				s.NoLean = path.noLean
-				tag := fmt.Sprintf("%s{%c}", c.prefix, 'o'+i)
+				tag := fmt.Sprintf("%s{%c}", c.Prefix, 'o'+i)
 				key := tag + "g"
 				reqs := []limiter.Request{{Key: key, Params: gcra}}
 				want := map[string]string{}
@@ -90,7 +84,7 @@ func TestOutboxOfEveryScript(t *testing.T) {
 					if o.Admitted != admitted {
 						t.Fatalf("cost %d dry %v: admitted %v, want %v", cost, dry, o.Admitted, admitted)
 					}
-					got, err := c.client.HGetAll(ctx, statekey.OutboxKey(c.prefix, byte('o'+i))).Result()
+					got, err := c.Client.HGetAll(ctx, statekey.OutboxKey(c.Prefix, byte('o'+i))).Result()
 					testenv.Must(t, err)
 					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("after cost %d dry %v: outbox %v, want %v", cost, dry, got, want)
@@ -102,7 +96,7 @@ func TestOutboxOfEveryScript(t *testing.T) {
 				check(2, false, true)
 				check(4, true, true)    // a dry run: nothing
 				check(20, false, false) // above the burst: denied, nothing
-				if units, decisions := journalCounts(t, c.client, statekey.JournalKeyOf(key), row); units != 5 || decisions != 2 {
+				if units, decisions := journalCounts(t, c.Client, statekey.JournalKeyOf(key), row); units != 5 || decisions != 2 {
 					t.Errorf("journal: %d units, %d decisions; want 5, 2", units, decisions)
 				}
 			})

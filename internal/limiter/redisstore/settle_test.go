@@ -54,36 +54,27 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 // released, and the window moves by each actual cost less its estimate
 // once.
 func TestSettlementsShareACall(t *testing.T) {
-	single, singlePrefix := testenv.Redis(t)
-	cluster, clusterPrefix := testenv.RedisCluster(t)
-	for _, c := range []struct {
-		name   string
-		client interface {
-			redis.Scripter
-			AddHook(redis.Hook)
-		}
-		prefix string
-	}{{"single", single, singlePrefix}, {"cluster", cluster, clusterPrefix}} {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range testenv.RedisTopologies(t) {
+		t.Run(c.Name, func(t *testing.T) {
 			ctx := context.Background()
 			counter := &scriptCounter{}
-			c.client.AddHook(counter)
-			s := NewBatching(c.client, BatchConfig{})
+			c.Client.AddHook(counter)
+			s := NewBatching(c.Client, BatchConfig{})
 			window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 100, PeriodUS: limiter.HourUS}
-			key := c.prefix + "{t}w"
+			key := c.Prefix + "{t}w"
 			check := func(cost int64, hold *limiter.Hold) *pending {
 				return &pending{batch: limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: cost, Hold: hold}}
 			}
 			const holds = 10
 			for i := range holds {
-				hold := &limiter.Hold{Key: fmt.Sprintf("%s{t}h%d", c.prefix, i), ID: fmt.Sprint(i), TTLUS: limiter.HourUS}
+				hold := &limiter.Hold{Key: fmt.Sprintf("%s{t}h%d", c.Prefix, i), ID: fmt.Sprint(i), TTLUS: limiter.HourUS}
 				out, err := s.Check(ctx, check(5, hold).batch)
 				if err != nil || !out.Admitted {
 					t.Fatalf("hold %d: %+v, %v", i, out, err)
 				}
 			}
 			settle := func(i int, cost int64) *pending {
-				return &pending{op: opSettle, opKey: fmt.Sprintf("%s{t}h%d", c.prefix, i), opCost: cost}
+				return &pending{op: opSettle, opKey: fmt.Sprintf("%s{t}h%d", c.Prefix, i), opCost: cost}
 			}
 			settled := func(p *pending) (limiter.Settlement, string, error) {
 				if p.err != nil {
@@ -94,8 +85,8 @@ func TestSettlementsShareACall(t *testing.T) {
 			// A lease of one slot of two, renewed and then released in
 			// the call: the renewal goes first, as it was queued first.
 			slots := limiter.Params{Algorithm: limiter.Concurrency, Limit: 2, PeriodUS: limiter.HourUS}
-			leaseKey := c.prefix + "{t}l"
-			if out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: c.prefix + "{t}c", Params: slots}}, Cost: 1,
+			leaseKey := c.Prefix + "{t}l"
+			if out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: c.Prefix + "{t}c", Params: slots}}, Cost: 1,
 				Lease: &limiter.Lease{Key: leaseKey}}); err != nil || !out.Admitted {
 				t.Fatalf("lease: %+v, %v", out, err)
 			}
@@ -111,7 +102,7 @@ func TestSettlementsShareACall(t *testing.T) {
 			run = append(run, settles[2:]...)
 			run = append(run, checks[1])
 			// Load settle.lua where the holds are: settle one that is not.
-			if _, err := s.Settle(ctx, limiter.Settle{Key: c.prefix + "{t}none", Cost: 1}); !errors.Is(err, limiter.ErrHoldNotFound) {
+			if _, err := s.Settle(ctx, limiter.Settle{Key: c.Prefix + "{t}none", Cost: 1}); !errors.Is(err, limiter.ErrHoldNotFound) {
 				t.Fatalf("settling no hold: %v", err)
 			}
 			counter.n.Store(0)

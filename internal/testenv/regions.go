@@ -90,9 +90,13 @@ const (
 
 // StartRegions starts a region for each name, their NATS servers joined
 // in one cluster through toxiproxy with delay of one-way latency on
-// every route (0: none). It skips the test when redis-server is missing.
+// every route (0: none). It skips the test in -short mode and when
+// redis-server is missing.
 func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts three regions")
+	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not installed")
 	}

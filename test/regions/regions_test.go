@@ -64,6 +64,10 @@ type bed struct {
 	// workers are the regions' admin workers (exchanger, usage, credits
 	// drainer).
 	workers map[string]*testenv.Process
+	// admin is the admin binary; env the settings of each region's
+	// processes.
+	admin   string
+	env     map[string][]string
 	client  *http.Client
 	db      *pgxpool.Pool
 	// allowed and denied count the answers of every check sent to the
@@ -73,24 +77,22 @@ type bed struct {
 
 func start(t *testing.T) *bed {
 	t.Helper()
+	net := testenv.StartRegions(t, delay, names...) // first: it skips in -short mode
 	dbURL := testenv.DatabaseURL(t)
 	ctx := context.Background()
 	db, err := postgres.Open(ctx, dbURL)
 	testenv.Must(t, err)
 	t.Cleanup(db.Close)
 	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
-	b := &bed{t: t, db: db, net: testenv.StartRegions(t, delay, names...), apis: map[string]string{}, stats: map[string]string{},
-		workers: map[string]*testenv.Process{},
+	b := &bed{t: t, db: db, net: net, apis: map[string]string{}, stats: map[string]string{},
+		workers: map[string]*testenv.Process{}, admin: admin, env: map[string][]string{},
 		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
 	for _, r := range b.net.Regions {
 		env := []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(), "TOLLGATE_SECRET_KEY=" + testenv.SecretKey,
 			"TOLLGATE_REGION=" + r.Name, "TOLLGATE_REGIONS=" + strings.Join(names, ","), "TOLLGATE_LOG_LEVEL=warn"}
-		b.stats[r.Name] = testenv.FreeAddr(t)
-		worker := exec.Command(admin, "worker", "--metrics-addr", b.stats[r.Name])
-		worker.Env = append(env, "TOLLGATE_REGION_NATS_URL="+r.NATSURL, "TOLLGATE_REGION_EXCHANGE_INTERVAL="+interval.String(),
-			"TOLLGATE_USAGE_CONSUMER=worker-"+r.Name)
-		b.workers[r.Name] = testenv.StartProcess(t, "worker "+r.Name, worker, syscall.SIGTERM, 10*time.Second, nil)
+		b.env[r.Name] = append(env, "TOLLGATE_REGION_NATS_URL="+r.NATSURL, "TOLLGATE_REGION_EXCHANGE_INTERVAL="+interval.String())
+		b.workers[r.Name], b.stats[r.Name] = b.startWorker(t, r.Name, "worker-"+r.Name)
 		b.apis[r.Name] = b.startAPI(api, env)
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
@@ -110,6 +112,15 @@ func start(t *testing.T) *bed {
 		})
 	}
 	return b
+}
+
+// startWorker starts an admin worker of region name, consumer of the
+// usage stream, with its metrics at the address it returns.
+func (b *bed) startWorker(t *testing.T, name, consumer string, env ...string) (*testenv.Process, string) {
+	stats := testenv.FreeAddr(t)
+	worker := exec.Command(b.admin, "worker", "--metrics-addr", stats)
+	worker.Env = append(append(slices.Clone(b.env[name]), "TOLLGATE_USAGE_CONSUMER="+consumer), env...)
+	return testenv.StartProcess(b.t, "worker "+consumer, worker, syscall.SIGTERM, 10*time.Second, nil), stats
 }
 
 func (b *bed) startAPI(bin string, env []string) string {
@@ -141,6 +152,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 		rule("reset", "GET /reset", limiter.FixedWindow, daily, limiter.DayUS, region.GlobalShared),
 		rule("latency", "GET /latency", limiter.GCRA, 1_000_000, limiter.SecondUS, region.GlobalShared),
 		rule("moving", "GET /moving", limiter.FixedWindow, minute, limiter.HourUS, region.GlobalSplit),
+		rule("failover", "GET /failover", limiter.FixedWindow, 1_000_000, limiter.DayUS, region.GlobalShared),
 	}})
 	testenv.Must(b.t, err)
 	tn := fixture.Tenant(b.t, db, "acme", p.ID)
@@ -288,9 +300,6 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 // TestRegions runs the scenarios in one deployment, one after the other.
 func TestRegions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	b := start(t)
 
 	// A check's latency in a region (a global_shared rule: the lean
@@ -414,6 +423,7 @@ func TestRegions(t *testing.T) {
 			minute, got, time.Since(start).Round(100*time.Millisecond), region.DefaultRebalanceInterval)
 	})
 
+	t.Run("failover", b.failover)
 	t.Run("money", b.money)
 
 	// Usage: every region's worker applies its region's usage to the one

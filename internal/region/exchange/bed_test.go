@@ -29,9 +29,6 @@ func TestDialUnreachable(t *testing.T) {
 // one-way delay; a region cut off keeps taking its own publishes, and
 // the others read them once it is joined again.
 func TestBed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	const delay = 50 * time.Millisecond
 	bed := testenv.StartRegions(t, delay, "us", "eu", "ap")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

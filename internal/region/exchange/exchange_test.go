@@ -108,9 +108,6 @@ func count(t *testing.T, r *exchangeRegion, key string) int64 {
 // (the cut-off region keeps deciding, and its admissions and the others'
 // arrive once it is back).
 func TestExchange(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	bed, regions := startExchange(t, 20*time.Millisecond, nil)
 	ctx := context.Background()
 	tag := byte('a')

@@ -21,9 +21,6 @@ import (
 // once. Every admission of us reaches eu and ap exactly once
 // throughout.
 func TestOneExchangerPerRegion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	_, regions := startExchange(t, 20*time.Millisecond, nil)
 	ctx := context.Background()
 	us := regions["us"]
@@ -120,9 +117,6 @@ func TestOneExchangerPerRegion(t *testing.T) {
 // once. Each clears only the claims it published (clear.lua), and a
 // sequence published by both with other tags is two messages (msgID).
 func TestTwoSendersLoseNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	_, regions := startExchange(t, 20*time.Millisecond, nil)
 	ctx := context.Background()
 	us := regions["us"]

@@ -24,9 +24,6 @@ import (
 // once the moves have landed the allotments sum to the limit exactly
 // (every release applied once).
 func TestRebalance(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three regions")
-	}
 	if left := limiter.DayUS - time.Now().UnixMicro()%limiter.DayUS; left < 3*limiter.MinuteUS {
 		t.Skip("the day's window would end during the test")
 	}

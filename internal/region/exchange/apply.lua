@@ -136,5 +136,5 @@ for i = 2, #KEYS do
     end
   end
 end
-redis.call('HSET', KEYS[1], source, seq)
+redis.call('HSET', KEYS[1], source, ARGV[2]) -- as sent: exact at any size
 return applied

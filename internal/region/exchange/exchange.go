@@ -36,16 +36,19 @@ var (
 	donateLua string
 	//go:embed clear.lua
 	clearLua string
+	//go:embed seq.lua
+	seqLua string
 
 	claimScript  = redis.NewScript(claimLua)
 	applyScript  = redis.NewScript(applyLua)
 	demandScript = redis.NewScript(demandLua)
 	donateScript = redis.NewScript(donateLua)
 	clearScript  = redis.NewScript(clearLua)
+	seqScript    = redis.NewScript(seqLua)
 
 	// scripts are the scripts the exchanger loads, and loads again when
 	// Redis lost them.
-	scripts = []*redis.Script{claimScript, applyScript, demandScript, donateScript, clearScript}
+	scripts = []*redis.Script{claimScript, applyScript, demandScript, donateScript, clearScript, seqScript}
 )
 
 // Heartbeat is how often a region with nothing to send says that it is
@@ -66,8 +69,9 @@ func Subject(name string) string { return "tollgate.region." + name + ".admissio
 // message is what a region publishes every exchange interval: what its
 // checks admitted on global_shared rules since the last one, by hash
 // tag. Seq increases with every message of the region, across restarts
-// (a counter in its Redis); a message published again after a lost
-// acknowledgement keeps its Seq, and the receivers skip it.
+// and across the loss of its Redis's data (seq.lua); a message published
+// again after a lost acknowledgement keeps its Seq, and the receivers
+// skip it.
 type message struct {
 	Region string `json:"region"`
 	Seq    int64  `json:"seq"`
@@ -337,7 +341,7 @@ func (x *Exchanger) sendLoop(ctx context.Context) {
 // whether it published.
 func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err error) {
 	prefix := x.cfg.Prefix
-	seq, err := x.rdb.Incr(ctx, prefix+"regions:seq").Result()
+	seq, err := seqScript.Run(ctx, x.rdb, []string{prefix + "regions:seq"}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("exchange: sequence: %w", err)
 	}

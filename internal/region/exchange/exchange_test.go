@@ -209,3 +209,37 @@ func TestExchange(t *testing.T) {
 	bed.Heal("ap")
 	converged(148, 10*time.Second)
 }
+
+// TestSequencesOutliveAnEmptyRedis: a region whose Redis comes back
+// empty (its sequence counter lost with the rest) goes on with
+// sequences above those the other regions applied, so they count what
+// it admits after, not skip it as already applied.
+func TestSequencesOutliveAnEmptyRedis(t *testing.T) {
+	_, regions := startExchange(t, 20*time.Millisecond, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	key := string(statekey.AppendKey(nil, prefix, 'z', [3]byte{3, 2, 1}, []byte("tenat"), nil))
+	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
+	admit := func(n int) {
+		t.Helper()
+		for range n {
+			o, err := us.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: 1})
+			testenv.Must(t, err)
+			if !o.Admitted {
+				t.Fatal("denied")
+			}
+		}
+	}
+	converged := func(want int64) {
+		t.Helper()
+		testenv.Eventually(t, time.Now(), 15*time.Second, fmt.Sprintf("eu and ap counting %d", want), func() (bool, string) {
+			eu, ap := count(t, regions["eu"], key), count(t, regions["ap"], key)
+			return eu == want && ap == want, fmt.Sprintf("eu %d, ap %d", eu, ap)
+		})
+	}
+	admit(10)
+	converged(10)
+	testenv.Must(t, us.rdb.FlushAll(ctx).Err()) // fault injection: the data lost, the scripts kept
+	admit(7)
+	converged(17)
+}

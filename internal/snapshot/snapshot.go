@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/tenants"
 )
@@ -290,7 +291,17 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 	// The rules that count a tenant's month have the same state ID on every
 	// plan: the count is the tenant's, and survives a change of plan.
 	taken := map[[3]byte]bool{tenantMonthStateID: true}
+	monthShared := false
 	for _, r := range rules {
+		// In a deployment of regions the tenant's month is global_shared
+		// (docs/regions.md, "Money"): its count is exchanged, so a hard
+		// quota and a spend cap hold across the regions within the
+		// bound of a shared window. The first rule counting it carries
+		// the exchange; a spend cap beside the quota counts the same
+		// units on the same state, and must not send them twice.
+		if slices.Contains(tenantMonthRules, r.Name) && !monthShared {
+			r.RegionScope, monthShared = region.GlobalShared, true
+		}
 		params := r.Params()
 		window := params.PeriodUS
 		switch params.Calendar {

@@ -64,12 +64,15 @@ type bed struct {
 	// workers are the regions' admin workers (exchanger, usage, credits
 	// drainer).
 	workers map[string]*testenv.Process
+	// months are the tenants whose month is limited (quota.go), by
+	// the name of the limit.
+	months map[string]monthTenant
 	// admin is the admin binary; env the settings of each region's
 	// processes.
-	admin   string
-	env     map[string][]string
-	client  *http.Client
-	db      *pgxpool.Pool
+	admin  string
+	env    map[string][]string
+	client *http.Client
+	db     *pgxpool.Pool
 	// allowed and denied count the answers of every check sent to the
 	// regions.
 	allowed, denied atomic.Int64
@@ -86,7 +89,7 @@ func start(t *testing.T) *bed {
 	api, admin := admintest.Binary(t, "cmd/api"), admintest.Binary(t, "cmd/admin")
 	b := &bed{t: t, db: db, net: net, apis: map[string]string{}, stats: map[string]string{},
 		workers: map[string]*testenv.Process{}, admin: admin, env: map[string][]string{},
-		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
 	for _, r := range b.net.Regions {
 		env := []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(), "TOLLGATE_SECRET_KEY=" + testenv.SecretKey,
@@ -160,6 +163,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 	b.key, _ = fixture.Key(b.t, db, tn.ID, "k")
 	b.token, _, err = auth.NewStore(db).WithSecretKeys(testkeys.SecretKeys(b.t)).IssueServiceToken(ctx, "regions", 0)
 	testenv.Must(b.t, err)
+	b.seedMonths(ctx, db)
 }
 
 // answer is what the test reads of a check's answer.
@@ -212,6 +216,11 @@ func (b *bed) count(name, rule string) int64 {
 // load offers rate checks a second of resource to addr for d, and
 // returns when each admitted one was answered and every latency.
 func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted []time.Time, latencies []time.Duration) {
+	return b.loadKey(addr, b.key, resource, rate, d)
+}
+
+// loadKey is load with key's checks.
+func (b *bed) loadKey(addr, key, resource string, rate int, d time.Duration) (admitted []time.Time, latencies []time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	every := time.Second / time.Duration(rate)
@@ -219,7 +228,7 @@ func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted [
 	for i := 0; time.Duration(i)*every < d; i++ {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
 		wg.Go(func() {
-			a, took, err := b.check(addr, resource, 1)
+			a, took, err := b.checkKey(addr, key, resource, 1)
 			if err != nil {
 				b.t.Error(err)
 				return
@@ -241,6 +250,24 @@ func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted [
 	}
 	wg.Wait()
 	return admitted, latencies
+}
+
+// sharedBound is the bound of docs/regions.md for a global_shared fixed
+// window of limit, for the region i that admitted last: L + Σ_{j≠i}
+// min(L, λ_j·(E+d)), with λ_j·(E+d) the most region j admitted (times by
+// region) within w = E + d, d the largest lag measured.
+func sharedBound(limit int64, admitted map[string][]time.Time, w time.Duration) int64 {
+	var bound int64
+	for _, i := range names {
+		b := limit
+		for _, j := range names {
+			if j != i {
+				b += min(limit, mostWithin(admitted[j], w))
+			}
+		}
+		bound = max(bound, b)
+	}
+	return bound
 }
 
 // mostWithin returns the most admissions of times within any span of w.
@@ -359,24 +386,11 @@ func TestRegions(t *testing.T) {
 		wg.Wait()
 		maxLag := lagged()
 		var shared, split int64
-		var bound int64
 		for _, name := range names {
 			shared += int64(len(admitted["GET /shared"][name]))
 			split += int64(len(admitted["GET /split"][name]))
 		}
-		// The bound of docs/regions.md for a fixed window, for the region
-		// i that admitted last: L + Σ_{j≠i} min(L, λ_j·(E+d)), with
-		// λ_j·(E+d) the most region j admitted within E + d, d the largest
-		// lag measured.
-		for _, i := range names {
-			var b int64 = minute
-			for _, j := range names {
-				if j != i {
-					b += min(minute, mostWithin(admitted["GET /shared"][j], interval+maxLag))
-				}
-			}
-			bound = max(bound, b)
-		}
+		bound := sharedBound(minute, admitted["GET /shared"], interval+maxLag)
 		t.Logf("figure hammer: global_shared admitted %d of %d offered (limit %d, bound %d with E %v, d ≤ %v: overshoot %d); global_split admitted %d (limit %d)",
 			shared, 3*perRegion, minute, bound, interval, maxLag.Round(time.Millisecond), shared-minute, split, minute)
 		if shared > bound {
@@ -424,16 +438,21 @@ func TestRegions(t *testing.T) {
 	})
 
 	t.Run("failover", b.failover)
+	t.Run("quota", b.quota)
 	t.Run("money", b.money)
 
 	// Usage: every region's worker applies its region's usage to the one
 	// Postgres, each check once.
 	t.Run("usage", func(t *testing.T) {
 		want := fmt.Sprintf("%d allowed, %d denied", b.allowed.Load(), b.denied.Load())
+		tenants := []string{b.tenant} // and the quota scenario's
+		for _, tn := range b.months {
+			tenants = append(tenants, tn.id)
+		}
 		testenv.Eventually(t, time.Now(), 30*time.Second, "the usage tables counting every check once", func() (bool, string) {
 			var allowed, denied int64
 			err := b.db.QueryRow(context.Background(), `SELECT COALESCE(sum(allowed_units), 0), COALESCE(sum(denied), 0)
-				FROM usage_month WHERE tenant_id = $1`, b.tenant).Scan(&allowed, &denied)
+				FROM usage_month WHERE tenant_id = ANY($1::uuid[])`, tenants).Scan(&allowed, &denied)
 			got := fmt.Sprintf("%d allowed, %d denied", allowed, denied)
 			return err == nil && got == want, fmt.Sprintf("%s, want %s (%v)", got, want, err)
 		})

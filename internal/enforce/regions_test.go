@@ -1,0 +1,103 @@
+package enforce
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
+	"github.com/tollgate/tollgate/internal/region"
+	"github.com/tollgate/tollgate/internal/snapshot"
+	"github.com/tollgate/tollgate/internal/statekey"
+	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/testenv"
+)
+
+// recordingStore decides on a memory store and keeps the last batch.
+type recordingStore struct {
+	*limiter.MemoryStore
+	mu   sync.Mutex
+	last limiter.Batch
+}
+
+func (s *recordingStore) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, error) {
+	s.mu.Lock()
+	s.last = b
+	s.mu.Unlock()
+	return s.MemoryStore.Check(ctx, b)
+}
+
+// TestTenantMonthIsSharedAcrossRegions: in a deployment of regions, a
+// check of a tenant with a hard quota, or an overage quota and a spend
+// cap, sends the tenant's month count to the other regions (one request
+// on its state carries the exchange, so the units are sent once though
+// the quota and the cap both count them) while its rate rule stays
+// regional; in one region nothing is exchanged.
+func TestTenantMonthIsSharedAcrossRegions(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	capMinor := int64(100)
+	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS, Scope: plans.ScopeKey,
+		Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}
+	data := snapshot.Data{
+		Plans: []plans.Plan{
+			{ID: 1, Name: "metered", IncludedUnits: 1000, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage, Rules: []plans.Rule{hourly}},
+			{ID: 2, Name: "hard", IncludedUnits: 1000, QuotaMode: plans.QuotaHard, Rules: []plans.Rule{hourly}},
+		},
+		Tenants: []tenants.Tenant{{ID: "capped", Name: "capped", PlanID: 1, Status: tenants.StatusActive},
+			{ID: "strict", Name: "strict", PlanID: 2, Status: tenants.StatusActive}},
+		Quota: quota.All{
+			Plans:     map[int64]quota.PlanSettings{1: {PlanID: 1, SpendCapDefaultMinor: &capMinor}},
+			PlanSince: map[string]time.Time{"capped": now.AddDate(0, -2, 0), "strict": now.AddDate(0, -2, 0)},
+		},
+		ServiceTokens: []auth.ServiceToken{},
+	}
+	secrets := map[string]string{}
+	for i, id := range []string{"capped", "strict"} {
+		secret, hash, _ := tenants.GenerateKey()
+		data.Keys = append(data.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: id, Hash: hash})
+		secrets[id] = secret
+	}
+	src := &fixedSource{data: data}
+	holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
+	testenv.Must(t, holder.Reload(ctx))
+	for _, c := range []struct {
+		name   string
+		region region.Config
+	}{{"one region", region.Config{}}, {"regions", region.Config{Name: "us", Names: []string{"us", "eu"}}}} {
+		t.Run(c.name, func(t *testing.T) {
+			store := &recordingStore{MemoryStore: limiter.NewMemoryStore(nil)}
+			checker := NewChecker(holder, store, CheckerConfig{Prefix: "tg:", Region: c.region, NoLocalDenials: true})
+			defer checker.Close()
+			for tenant, monthRules := range map[string]int{"capped": 2, "strict": 1} {
+				_, err := checker.Check(ctx, Request{Key: secrets[tenant], Resource: "GET /x", Cost: 1})
+				testenv.Must(t, err)
+				month := statekey.TenantMonthKey("tg:", tenant, plans.QuotaRuleName)
+				counted, exchanged := 0, 0
+				for _, r := range store.last.Requests {
+					if r.Key == month {
+						counted++
+					}
+					if r.Params.Exchange {
+						exchanged++
+						if r.Key != month {
+							t.Errorf("%s: the rate rule's state %q is exchanged", tenant, r.Key)
+						}
+					}
+				}
+				want := 0
+				if c.region.Enabled() {
+					want = 1
+				}
+				if counted != monthRules || exchanged != want {
+					t.Errorf("%s: %d requests count the month, %d are exchanged; want %d and %d", tenant, counted, exchanged, monthRules, want)
+				}
+			}
+		})
+	}
+}

@@ -82,8 +82,8 @@ local function settle(hkey, cost, expire)
   for r = 1, tonumber(rec.n) do
     local key, def = rec['k' .. r], rec['p' .. r]
     if key then
-      local a, _, x, y, z, mark, finish = string.match(def, '(%d+) (%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
-      a, x, y, z, mark, finish = tonumber(a), tonumber(x), tonumber(y), tonumber(z), tonumber(mark), tonumber(finish)
+      local a, flags, x, y, z, mark, finish = string.match(def, '(%d+) (%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
+      a, flags, x, y, z, mark, finish = tonumber(a), tonumber(flags), tonumber(x), tonumber(y), tonumber(z), tonumber(mark), tonumber(finish)
       if a == algGCRA or a == algLeakyBucket then
         local v = redis.call('GET', key)
         local stored = now
@@ -168,6 +168,15 @@ local function settle(hkey, cost, expire)
           end
         end
       end
+      --[[regions]] -- docs/regions.md: on a global_shared rule the
+      -- other regions counted the hold's estimate (its check's outbox
+      -- entry); the settlement's difference goes to the outbox too, under
+      -- the window the estimate fell in, so that they count what was
+      -- settled.
+      if delta ~= 0 and has(flags, flagExchange) then
+        outbox(key, def .. ' ' .. key, delta)
+      end
+      --[[/regions]]
     end
   end
 

@@ -20,8 +20,11 @@
 -- bucket's TAT moves ahead by units × T (at most maxDebt); a token
 -- bucket loses the units, negative allowed; a window counts them in the
 -- window they fell in, and not at all once it has ended; a log adds them
--- with their own time. Returns the units applied, or -1 for a sequence
--- already applied.
+-- with their own time. A debit of negative units is a hold settled below
+-- its estimate (settle.lua): the same arithmetic backwards, a count never
+-- below 0 and a bucket never above its burst; a log keeps its members
+-- (it may over-count those units until they leave its period). Returns
+-- the units applied, or -1 for a sequence already applied.
 local algGCRA, algTokenBucket, algLeakyBucket = 1, 2, 3
 local algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter = 4, 5, 6
 local flagAnchorFirstRequest = 16
@@ -29,6 +32,7 @@ local maxDebt = 1125899906842624 -- µs, 2^50: limiter's maxDebtUS
 local floor = math.floor
 
 local function has(flags, flag) return flags % (2 * flag) >= flag end
+local function atLeast0(n) if n < 0 then return 0 end return n end
 local function ms(us) -- µs → whole ms, rounded up, at least 1
   local m = floor((us + 999) / 1000)
   if m < 1 then m = 1 end
@@ -69,12 +73,15 @@ for i = 2, #KEYS do
       local v = redis.call('GET', key)
       if v and tonumber(v) > empty then empty = tonumber(v) end
       empty = empty + x * units
+      if empty < now - capacity then empty = now - capacity end -- never above its burst
       redis.call('SET', key, string.format('%d', empty), 'PX', ms(empty + capacity - now))
     else
       local tokens = y
       local v = redis.call('GET', key)
       if v then tokens = tonumber(v) end
-      redis.call('SET', key, string.format('%d', tokens - units))
+      tokens = tokens - units
+      if tokens > y then tokens = y end
+      redis.call('SET', key, string.format('%d', tokens))
     end
     applied = applied + units
   elseif a == algFixedWindow then
@@ -84,17 +91,17 @@ for i = 2, #KEYS do
       -- Each region anchors its own windows: the units count in this
       -- region's current one.
       if st[1] and now < tonumber(st[1]) + y then
-        redis.call('HINCRBY', key, 'count', units)
-      else
+        redis.call('HSET', key, 'count', atLeast0(tonumber(st[2]) + units))
+      elseif units > 0 then
         redis.call('HSET', key, 'window', string.format('%d', now), 'count', units)
         redis.call('PEXPIRE', key, ms(y))
       end
       applied = applied + units
     elseif now < finish then
       if st[1] and tonumber(st[1]) == window then
-        redis.call('HINCRBY', key, 'count', units)
+        redis.call('HSET', key, 'count', atLeast0(tonumber(st[2]) + units))
         applied = applied + units
-      elseif not st[1] or tonumber(st[1]) < window then
+      elseif units > 0 and (not st[1] or tonumber(st[1]) < window) then
         redis.call('HSET', key, 'window', string.format('%d', window), 'count', units)
         redis.call('PEXPIRE', key, ms(finish - now))
         applied = applied + units
@@ -107,12 +114,12 @@ for i = 2, #KEYS do
       local st = redis.call('HMGET', key, 'window', 'count', 'prev')
       local w = tonumber(st[1] or '-1')
       if w == window then
-        redis.call('HINCRBY', key, 'count', units)
+        redis.call('HSET', key, 'count', atLeast0(tonumber(st[2]) + units))
       elseif w == window + 1 then
-        redis.call('HINCRBY', key, 'prev', units)
-      elseif w == window - 1 then
+        redis.call('HSET', key, 'prev', atLeast0(tonumber(st[3]) + units))
+      elseif units > 0 and w == window - 1 then
         redis.call('HSET', key, 'window', window, 'count', units, 'prev', st[2])
-      elseif w < window then
+      elseif units > 0 and w < window then
         redis.call('HSET', key, 'window', window, 'count', units, 'prev', 0)
       end
       if w <= window + 1 then

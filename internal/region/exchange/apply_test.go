@@ -155,3 +155,57 @@ func TestLagWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeDebits: a debit of negative units (a hold settled below its
+// estimate in its region) takes units back: a window's count never
+// below 0, a bucket never above its burst, and a window the state never
+// saw is not made by it.
+func TestNegativeDebits(t *testing.T) {
+	rdb, p := testenv.Redis(t)
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	start := now - now%3_600_000_000
+	window := fmt.Sprintf("4 128 1000 3600000000 0 %d %d", start, start+3_600_000_000)
+	bucket := "2 128 1000000 10 0 0 0" // a token bucket of 10 that never refills
+	seq := int64(0)
+	apply := func(key, def string, units int64) {
+		t.Helper()
+		seq++
+		applied := statekey.AppliedKey(p, 'n')
+		testenv.Must(t, applyScript.Run(ctx, rdb, []string{applied, key}, "us", seq, def, units).Err())
+	}
+	state := func(key, field string) string {
+		t.Helper()
+		v, err := rdb.HGet(ctx, key, field).Result()
+		if errors.Is(err, redis.Nil) {
+			return "none"
+		}
+		testenv.Must(t, err)
+		return v
+	}
+	counted := string(statekey.AppendKey(nil, p, 'n', [3]byte{1, 0, 0}, []byte("tenant"), nil))
+	apply(counted, window, 5)
+	apply(counted, window, -3)
+	if got := state(counted, "count"); got != "2" {
+		t.Errorf("5 then -3: count %s, want 2", got)
+	}
+	apply(counted, window, -10)
+	if got := state(counted, "count"); got != "0" {
+		t.Errorf("then -10: count %s, want 0", got)
+	}
+	unseen := string(statekey.AppendKey(nil, p, 'n', [3]byte{2, 0, 0}, []byte("tenant"), nil))
+	apply(unseen, window, -4)
+	if n := rdb.Exists(ctx, unseen).Val(); n != 0 {
+		t.Errorf("-4 on a window never counted: the state was made")
+	}
+	tokens := string(statekey.AppendKey(nil, p, 'n', [3]byte{3, 0, 0}, []byte("tenant"), nil))
+	apply(tokens, bucket, 6)
+	apply(tokens, bucket, -2)
+	if got := rdb.Get(ctx, tokens).Val(); got != "6" {
+		t.Errorf("6 then -2 of a bucket of 10: %s tokens, want 6", got)
+	}
+	apply(tokens, bucket, -100)
+	if got := rdb.Get(ctx, tokens).Val(); got != "10" {
+		t.Errorf("then -100: %s tokens, want the burst, 10", got)
+	}
+}

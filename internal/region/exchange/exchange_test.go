@@ -243,3 +243,52 @@ func TestSequencesOutliveAnEmptyRedis(t *testing.T) {
 	admit(7)
 	converged(17)
 }
+
+// TestSettlementsReachTheOtherRegions: a hold on a global_shared window
+// counts its estimate in every region; settled below it, or expired
+// and given back, every region counts what was settled; settled above
+// it, the excess too.
+func TestSettlementsReachTheOtherRegions(t *testing.T) {
+	_, regions := startExchange(t, 20*time.Millisecond, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	tag := byte('h')
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{6, 6, 6}, []byte("tenat"), nil))
+	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
+	hold := func(id string, estimate int64) string {
+		t.Helper()
+		hkey := prefix + "{" + string(tag) + "}hold:" + id
+		o, err := us.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: estimate,
+			Hold: &limiter.Hold{ID: id, Key: hkey, TTLUS: limiter.SecondUS}})
+		testenv.Must(t, err)
+		if !o.Admitted {
+			t.Fatal("denied")
+		}
+		return hkey
+	}
+	converged := func(want int64) {
+		t.Helper()
+		testenv.Eventually(t, time.Now(), 15*time.Second, fmt.Sprintf("every region counting %d", want), func() (bool, string) {
+			got := map[string]int64{}
+			all := true
+			for name, r := range regions {
+				got[name] = count(t, r, key)
+				all = all && got[name] == want
+			}
+			return all, fmt.Sprint(got)
+		})
+	}
+	a, b, c := hold("a", 10), hold("b", 10), hold("c", 10)
+	converged(30)
+	_, err := us.store.Settle(ctx, limiter.Settle{Key: a, Cost: 3})
+	testenv.Must(t, err)
+	_, err = us.store.Settle(ctx, limiter.Settle{Key: b, Cost: 25})
+	testenv.Must(t, err)
+	converged(3 + 25 + 10)
+	// c expires unsettled and is given back (no charge on expiry).
+	testenv.WaitFor(t, 10*time.Second, "hold c expiring", func() bool {
+		_, err := us.store.Settle(ctx, limiter.Settle{Key: c, Expire: true})
+		return err == nil
+	})
+	converged(3 + 25)
+}

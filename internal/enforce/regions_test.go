@@ -2,19 +2,13 @@ package enforce
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
-	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/region"
-	"github.com/tollgate/tollgate/internal/snapshot"
 	"github.com/tollgate/tollgate/internal/statekey"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -40,32 +34,7 @@ func (s *recordingStore) Check(ctx context.Context, b limiter.Batch) (limiter.Ou
 // regional; in one region nothing is exchanged.
 func TestTenantMonthIsSharedAcrossRegions(t *testing.T) {
 	ctx := context.Background()
-	now := time.Now().UTC()
-	capMinor := int64(100)
-	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS, Scope: plans.ScopeKey,
-		Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}
-	data := snapshot.Data{
-		Plans: []plans.Plan{
-			{ID: 1, Name: "metered", IncludedUnits: 1000, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage, Rules: []plans.Rule{hourly}},
-			{ID: 2, Name: "hard", IncludedUnits: 1000, QuotaMode: plans.QuotaHard, Rules: []plans.Rule{hourly}},
-		},
-		Tenants: []tenants.Tenant{{ID: "capped", Name: "capped", PlanID: 1, Status: tenants.StatusActive},
-			{ID: "strict", Name: "strict", PlanID: 2, Status: tenants.StatusActive}},
-		Quota: quota.All{
-			Plans:     map[int64]quota.PlanSettings{1: {PlanID: 1, SpendCapDefaultMinor: &capMinor}},
-			PlanSince: map[string]time.Time{"capped": now.AddDate(0, -2, 0), "strict": now.AddDate(0, -2, 0)},
-		},
-		ServiceTokens: []auth.ServiceToken{},
-	}
-	secrets := map[string]string{}
-	for i, id := range []string{"capped", "strict"} {
-		secret, hash, _ := tenants.GenerateKey()
-		data.Keys = append(data.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: id, Hash: hash})
-		secrets[id] = secret
-	}
-	src := &fixedSource{data: data}
-	holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
-	testenv.Must(t, holder.Reload(ctx))
+	holder, secrets := monthTenants(t)
 	for _, c := range []struct {
 		name   string
 		region region.Config

@@ -26,31 +26,7 @@ import (
 func TestLostTalliesAreDecidedByFailureModes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
-	capMinor := int64(100)
-	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS, Scope: plans.ScopeKey,
-		Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}
-	data := snapshot.Data{
-		Plans: []plans.Plan{
-			{ID: 1, Name: "metered", IncludedUnits: 1000, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage, Rules: []plans.Rule{hourly}},
-			{ID: 2, Name: "hard", IncludedUnits: 1000, QuotaMode: plans.QuotaHard, Rules: []plans.Rule{hourly}},
-		},
-		Tenants: []tenants.Tenant{{ID: "capped", Name: "capped", PlanID: 1, Status: tenants.StatusActive},
-			{ID: "strict", Name: "strict", PlanID: 2, Status: tenants.StatusActive}},
-		Quota: quota.All{
-			Plans:     map[int64]quota.PlanSettings{1: {PlanID: 1, SpendCapDefaultMinor: &capMinor}},
-			PlanSince: map[string]time.Time{"capped": now.AddDate(0, -2, 0), "strict": now.AddDate(0, -2, 0)},
-		},
-		ServiceTokens: []auth.ServiceToken{},
-	}
-	secrets := map[string]string{}
-	for i, id := range []string{"capped", "strict"} {
-		secret, hash, _ := tenants.GenerateKey()
-		data.Keys = append(data.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: id, Hash: hash})
-		secrets[id] = secret
-	}
-	src := &fixedSource{data: data}
-	holder := snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
-	testenv.Must(t, holder.Reload(ctx))
+	holder, secrets := monthTenants(t)
 	store := limiter.NewMemoryStore(nil)
 	store.Flush()
 	checker := NewChecker(holder, store, CheckerConfig{Prefix: "tg:"})
@@ -97,4 +73,40 @@ func TestLostTalliesAreDecidedByFailureModes(t *testing.T) {
 	if d := check("strict", false); !d.Allowed || d.Degraded || rule(d, plans.QuotaRuleName).Remaining != 999 {
 		t.Errorf("hard quota, after the rebuild: %+v; want admitted by the store, 999 left", d)
 	}
+}
+
+// monthTenants returns a snapshot holder of two tenants whose month is
+// counted: "capped", on an overage plan (1,000 included units, 2 minor
+// units a unit past them) with a spend cap of 100 minor units, and
+// "strict", on a plan with a hard quota of 1,000 units; both plans have
+// an hourly GCRA rule of 10. secrets are the tenants' key secrets.
+func monthTenants(t *testing.T) (holder *snapshot.Holder, secrets map[string]string) {
+	t.Helper()
+	now := time.Now().UTC()
+	capMinor := int64(100)
+	hourly := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 10, PeriodUS: limiter.HourUS, Scope: plans.ScopeKey,
+		Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}
+	data := snapshot.Data{
+		Plans: []plans.Plan{
+			{ID: 1, Name: "metered", IncludedUnits: 1000, OverageUnitMinor: 2, QuotaMode: plans.QuotaOverage, Rules: []plans.Rule{hourly}},
+			{ID: 2, Name: "hard", IncludedUnits: 1000, QuotaMode: plans.QuotaHard, Rules: []plans.Rule{hourly}},
+		},
+		Tenants: []tenants.Tenant{{ID: "capped", Name: "capped", PlanID: 1, Status: tenants.StatusActive},
+			{ID: "strict", Name: "strict", PlanID: 2, Status: tenants.StatusActive}},
+		Quota: quota.All{
+			Plans:     map[int64]quota.PlanSettings{1: {PlanID: 1, SpendCapDefaultMinor: &capMinor}},
+			PlanSince: map[string]time.Time{"capped": now.AddDate(0, -2, 0), "strict": now.AddDate(0, -2, 0)},
+		},
+		ServiceTokens: []auth.ServiceToken{},
+	}
+	secrets = map[string]string{}
+	for i, id := range []string{"capped", "strict"} {
+		secret, hash, _ := tenants.GenerateKey()
+		data.Keys = append(data.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: id, Hash: hash})
+		secrets[id] = secret
+	}
+	src := &fixedSource{data: data}
+	holder = snapshot.NewHolder(snapshot.DataSource{Data: src.get}, nil)
+	testenv.Must(t, holder.Reload(context.Background()))
+	return holder, secrets
 }

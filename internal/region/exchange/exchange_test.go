@@ -102,6 +102,45 @@ func count(t *testing.T, r *exchangeRegion, key string) int64 {
 	return n
 }
 
+// hourly is a global_shared fixed window of an hour that never binds.
+var hourly = limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
+
+// admit admits n checks of key on the hourly window in region r, one by
+// one; a denial or an error fails the test.
+func admit(t *testing.T, r *exchangeRegion, key string, n int) {
+	t.Helper()
+	for range n {
+		o, err := r.store.Check(context.Background(), limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hourly}}, Cost: 1})
+		testenv.Must(t, err)
+		if !o.Admitted {
+			t.Fatalf("%s: denied", r.name)
+		}
+	}
+}
+
+// converged waits until every region of in counts want on key's window.
+func converged(t *testing.T, in []*exchangeRegion, key string, want int64, within time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, time.Now(), within, fmt.Sprintf("counting %d", want), func() (bool, string) {
+		got := map[string]int64{}
+		all := true
+		for _, r := range in {
+			got[r.name] = count(t, r, key)
+			all = all && got[r.name] == want
+		}
+		return all, fmt.Sprint(got)
+	})
+}
+
+// all returns the regions of m.
+func all(m map[string]*exchangeRegion) []*exchangeRegion {
+	var rs []*exchangeRegion
+	for _, r := range m {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
 // TestExchange: admissions on a global_shared rule in each region reach
 // the others' states exactly once — through a restart of an exchanger
 // that published but had not cleared its claim, and through a partition
@@ -112,42 +151,19 @@ func TestExchange(t *testing.T) {
 	ctx := context.Background()
 	tag := byte('a')
 	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, []byte("tenat"), nil))
-	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
-	admit := func(r *exchangeRegion, n int) {
-		t.Helper()
-		for range n {
-			o, err := r.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: 1})
-			testenv.Must(t, err)
-			if !o.Admitted {
-				t.Fatalf("%s: denied", r.name)
-			}
-		}
-	}
-	converged := func(want int64, within time.Duration) {
-		t.Helper()
-		testenv.Eventually(t, time.Now(), within, fmt.Sprintf("every region counting %d", want), func() (bool, string) {
-			got := map[string]int64{}
-			done := true
-			for name, r := range regions {
-				got[name] = count(t, r, key)
-				done = done && got[name] == want
-			}
-			return done, fmt.Sprint(got)
-		})
-	}
 	var wg sync.WaitGroup
 	for _, r := range regions {
-		wg.Go(func() { admit(r, 40) })
+		wg.Go(func() { admit(t, r, key, 40) })
 	}
 	wg.Wait()
-	converged(120, 20*time.Second)
+	converged(t, all(regions), key, 120, 20*time.Second)
 
 	// A claim published again after its acknowledgement (a crash
 	// between the publication and the clearing of the claim; a
 	// redelivery) is applied once: the receivers skip its sequence.
 	us := regions["us"]
 	us.stop()
-	admit(us, 5)
+	admit(t, us, key, 5)
 	testenv.Must(t, us.rdb.Rename(ctx, statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag)).Err())
 	seq, err := us.rdb.Incr(ctx, prefix+"regions:seq").Result()
 	testenv.Must(t, err)
@@ -156,7 +172,7 @@ func TestExchange(t *testing.T) {
 	fields, err := us.rdb.HGetAll(ctx, claimed).Result()
 	testenv.Must(t, err)
 	us.start(t)
-	converged(125, 20*time.Second)
+	converged(t, all(regions), key, 125, 20*time.Second)
 	nc, err := Dial(us.cfg, 5*time.Second)
 	testenv.Must(t, err)
 	defer nc.Close()
@@ -174,15 +190,15 @@ func TestExchange(t *testing.T) {
 	testenv.Must(t, err)
 	_, err = js.Publish(ctx, Subject("us"), body) // no message ID: JetStream keeps it
 	testenv.Must(t, err)
-	admit(us, 1)
-	converged(126, 20*time.Second)
+	admit(t, us, key, 1)
+	converged(t, all(regions), key, 126, 20*time.Second)
 
 	// A partition (its routes reset; the scenarios of test/regions
 	// and bed_test.go drop what passes instead): every side keeps
 	// deciding; after it heals, every region counts everything once.
 	bed.Disconnect("ap")
-	admit(regions["ap"], 7)
-	admit(regions["eu"], 3)
+	admit(t, regions["ap"], key, 7)
+	admit(t, regions["eu"], key, 3)
 	time.Sleep(500 * time.Millisecond) // the exchange runs meanwhile
 	if got := count(t, regions["ap"], key); got != 133 {
 		t.Errorf("ap during the partition: %d, want 133 (its own, not eu's)", got)
@@ -191,7 +207,7 @@ func TestExchange(t *testing.T) {
 		t.Errorf("us during the partition: %d, want 129 (eu's, not ap's)", got)
 	}
 	bed.Heal("ap")
-	converged(136, 30*time.Second)
+	converged(t, all(regions), key, 136, 30*time.Second)
 
 	// A partition that drops what passes, as a cut network does: the
 	// readers' fetch requests wait in it and reach the other side when
@@ -202,12 +218,12 @@ func TestExchange(t *testing.T) {
 	// messages applied first made the earlier ones skipped).
 	bed.Partition("ap")
 	for range 4 {
-		admit(regions["ap"], 2)
-		admit(regions["us"], 1)
+		admit(t, regions["ap"], key, 2)
+		admit(t, regions["us"], key, 1)
 		time.Sleep(300 * time.Millisecond) // fault injection: the partition lasts
 	}
 	bed.Heal("ap")
-	converged(148, 10*time.Second)
+	converged(t, all(regions), key, 148, 10*time.Second)
 }
 
 // TestSequencesOutliveAnEmptyRedis: a region whose Redis comes back
@@ -219,29 +235,12 @@ func TestSequencesOutliveAnEmptyRedis(t *testing.T) {
 	ctx := context.Background()
 	us := regions["us"]
 	key := string(statekey.AppendKey(nil, prefix, 'z', [3]byte{3, 2, 1}, []byte("tenat"), nil))
-	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
-	admit := func(n int) {
-		t.Helper()
-		for range n {
-			o, err := us.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: 1})
-			testenv.Must(t, err)
-			if !o.Admitted {
-				t.Fatal("denied")
-			}
-		}
-	}
-	converged := func(want int64) {
-		t.Helper()
-		testenv.Eventually(t, time.Now(), 15*time.Second, fmt.Sprintf("eu and ap counting %d", want), func() (bool, string) {
-			eu, ap := count(t, regions["eu"], key), count(t, regions["ap"], key)
-			return eu == want && ap == want, fmt.Sprintf("eu %d, ap %d", eu, ap)
-		})
-	}
-	admit(10)
-	converged(10)
+	others := []*exchangeRegion{regions["eu"], regions["ap"]}
+	admit(t, us, key, 10)
+	converged(t, others, key, 10, 15*time.Second)
 	testenv.Must(t, us.rdb.FlushAll(ctx).Err()) // fault injection: the data lost, the scripts kept
-	admit(7)
-	converged(17)
+	admit(t, us, key, 7)
+	converged(t, others, key, 17, 15*time.Second)
 }
 
 // TestSettlementsReachTheOtherRegions: a hold on a global_shared window
@@ -254,11 +253,10 @@ func TestSettlementsReachTheOtherRegions(t *testing.T) {
 	us := regions["us"]
 	tag := byte('h')
 	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{6, 6, 6}, []byte("tenat"), nil))
-	hour := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 1_000_000, PeriodUS: limiter.HourUS, Exchange: true}
 	hold := func(id string, estimate int64) string {
 		t.Helper()
 		hkey := prefix + "{" + string(tag) + "}hold:" + id
-		o, err := us.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hour}}, Cost: estimate,
+		o, err := us.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: hourly}}, Cost: estimate,
 			Hold: &limiter.Hold{ID: id, Key: hkey, TTLUS: limiter.SecondUS}})
 		testenv.Must(t, err)
 		if !o.Admitted {
@@ -266,29 +264,17 @@ func TestSettlementsReachTheOtherRegions(t *testing.T) {
 		}
 		return hkey
 	}
-	converged := func(want int64) {
-		t.Helper()
-		testenv.Eventually(t, time.Now(), 15*time.Second, fmt.Sprintf("every region counting %d", want), func() (bool, string) {
-			got := map[string]int64{}
-			all := true
-			for name, r := range regions {
-				got[name] = count(t, r, key)
-				all = all && got[name] == want
-			}
-			return all, fmt.Sprint(got)
-		})
-	}
 	a, b, c := hold("a", 10), hold("b", 10), hold("c", 10)
-	converged(30)
+	converged(t, all(regions), key, 30, 15*time.Second)
 	_, err := us.store.Settle(ctx, limiter.Settle{Key: a, Cost: 3})
 	testenv.Must(t, err)
 	_, err = us.store.Settle(ctx, limiter.Settle{Key: b, Cost: 25})
 	testenv.Must(t, err)
-	converged(3 + 25 + 10)
+	converged(t, all(regions), key, 3+25+10, 15*time.Second)
 	// c expires unsettled and is given back (no charge on expiry).
 	testenv.WaitFor(t, 10*time.Second, "hold c expiring", func() bool {
 		_, err := us.store.Settle(ctx, limiter.Settle{Key: c, Expire: true})
 		return err == nil
 	})
-	converged(3 + 25)
+	converged(t, all(regions), key, 3+25, 15*time.Second)
 }

@@ -30,7 +30,8 @@ func OutboxKey(prefix string, tag byte) string { return tagged(prefix, tag, outb
 func ClaimedKey(prefix string, tag byte) string { return tagged(prefix, tag, claimedOutbox) }
 
 // AppliedKey returns the hash of the last sequence applied from each
-// other region to hash tag tag's states, under prefix.
+// other region to hash tag tag's states, under prefix (and, in field
+// '#claimed', the last sequence a claim of the tag's outbox took).
 func AppliedKey(prefix string, tag byte) string { return tagged(prefix, tag, appliedRecord) }
 
 // AllotmentKey returns the allotment table of hash tag tag under prefix.

@@ -3,7 +3,7 @@
 -- exactly once per source region and sequence, whatever the redeliveries.
 --
 -- KEYS[1]   the tag's applied sequences (a hash: source region → the last
---           sequence applied)
+--           sequence applied; and '#claimed', claim.lua's)
 -- KEYS[2…]  the state keys, one per debit
 -- ARGV[1]   the source region; ARGV[2] the message's sequence
 -- ARGV[3…]  per debit, its outbox field without the key ("alg flags a b c

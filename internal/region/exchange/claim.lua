@@ -2,18 +2,27 @@
 -- (docs/regions.md). The outbox (KEYS[1]) holds what checks admitted on
 -- the tag's global rules since the last claim (check.lua adds to it);
 -- the claimed outbox (KEYS[2]) holds it until the other regions have it,
--- its sequence in field '#'.
+-- its sequence in field '#'. KEYS[3] is the tag's sequences (apply.lua's
+-- hash: the last applied from each other region), whose field '#claimed'
+-- keeps the last sequence a claim of this tag took.
 --
 -- A claimed outbox left by a publish that failed is returned as it is,
 -- with its own sequence: it must reach the others before anything newer
 -- of the tag does. Otherwise the outbox, if any, becomes the claimed one
 -- under sequence ARGV[1], which is greater than every sequence this
--- region used before.
+-- region used before — unless another sender of the region (two workers
+-- for a moment both believing they hold the lease) claimed the tag under
+-- a later sequence meanwhile: then nothing is claimed, since the others
+-- would skip an earlier sequence of the tag as applied, and the next
+-- claim, under a new sequence, takes it.
 --
 -- Returns the claimed outbox's fields and values (HGETALL), or nothing.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+  local last = tonumber(redis.call('HGET', KEYS[3], '#claimed') or '0')
+  if tonumber(ARGV[1]) <= last then return {} end
   redis.call('RENAME', KEYS[1], KEYS[2])
   redis.call('HSET', KEYS[2], '#', ARGV[1])
+  redis.call('HSET', KEYS[3], '#claimed', ARGV[1])
 end
 return redis.call('HGETALL', KEYS[2])

@@ -91,11 +91,14 @@ func TestOneExchangerPerRegion(t *testing.T) {
 	converged(t, others, key, 40, 10*time.Second)
 }
 
-// TestTwoSendersLoseNothing: two exchangers of region us that both send
-// at once (as two workers that both believed they held the lease would,
-// for a moment) publish every admission of us: eu and ap count each
-// once. Each clears only the claims it published (clear.lua), and a
-// sequence published by both with other tags is two messages (msgID).
+// TestTwoSendersLoseNothing: exchangers of region us that send at once
+// (as two workers that both believed they held the lease would, for a
+// moment; three here, for more interleavings) publish every admission
+// of us: eu and ap count each once. Each clears only the claims it
+// published (clear.lua); a sequence published by two with other tags is
+// two messages (msgID); and a sender whose sequence is older than a
+// tag's last claim leaves the tag to the next claim (claim.lua), since
+// the receivers would skip it as applied.
 func TestTwoSendersLoseNothing(t *testing.T) {
 	_, regions := startExchange(t, 20*time.Millisecond, nil)
 	ctx := context.Background()
@@ -103,7 +106,7 @@ func TestTwoSendersLoseNothing(t *testing.T) {
 	us.stop()
 	testenv.Must(t, us.rdb.Del(ctx, prefix+"regions:exchanger").Err())
 	var senders []*Exchanger
-	for range 2 {
+	for range 3 {
 		nc, err := Dial(us.cfg, 5*time.Second)
 		testenv.Must(t, err)
 		t.Cleanup(nc.Close)
@@ -112,6 +115,30 @@ func TestTwoSendersLoseNothing(t *testing.T) {
 		testenv.Must(t, x.setup(ctx))
 		senders = append(senders, x)
 	}
+	// The interleaving that lost debits, step by step: a sender takes a
+	// sequence; another takes a later one, claims the tag and publishes
+	// it; the first then claims the tag's new admissions under its
+	// older sequence, which the receivers would skip as applied. It
+	// claims nothing, and the next claim sends them.
+	others := []*exchangeRegion{regions["eu"], regions["ap"]}
+	stale := string(statekey.AppendKey(nil, prefix, 'z', [3]byte{7, 8, 9}, []byte("tenat"), nil))
+	older, err := seqScript.Run(ctx, us.rdb, []string{prefix + "regions:seq"}).Int64()
+	testenv.Must(t, err)
+	admit(t, us, stale, 5)
+	_, err = senders[0].send(ctx, false)
+	testenv.Must(t, err)
+	converged(t, others, stale, 5, 10*time.Second)
+	admit(t, us, stale, 3)
+	got, err := claimScript.Run(ctx, us.rdb, []string{statekey.OutboxKey(prefix, 'z'), statekey.ClaimedKey(prefix, 'z'),
+		statekey.AppliedKey(prefix, 'z')}, older).Slice()
+	testenv.Must(t, err)
+	if len(got) != 0 {
+		t.Errorf("a claim under an older sequence than the tag's last took %v, want nothing", got)
+	}
+	_, err = senders[1].send(ctx, false)
+	testenv.Must(t, err)
+	converged(t, others, stale, 8, 10*time.Second)
+
 	keys := make([]string, 16) // on sixteen hash tags
 	for i := range keys {
 		keys[i] = string(statekey.AppendKey(nil, prefix, byte('A'+i), [3]byte{7, 8, 9}, []byte("tenat"), nil))

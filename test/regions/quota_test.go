@@ -79,7 +79,7 @@ func (b *bed) quota(t *testing.T) {
 	admitted := map[string]map[string][]time.Time{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	lagged := b.sampleLag()
+	sampled := b.sampleStaleness()
 	for limit, tn := range b.months {
 		admitted[limit] = map[string][]time.Time{}
 		for _, name := range names {
@@ -92,13 +92,13 @@ func (b *bed) quota(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	maxLag := lagged()
+	stale := sampled()
 	for limit, tn := range b.months {
 		var total int64
 		for _, name := range names {
 			total += int64(len(admitted[limit][name]))
 		}
-		bound := sharedBound(tn.limit, admitted[limit], interval+maxLag)
+		bound := sharedBound(tn.limit, admitted[limit], stale.window())
 		var converged time.Duration
 		loaded := time.Now()
 		testenv.Eventually(t, loaded, 30*time.Second, limit+": every region counting every admitted unit", func() (bool, string) {
@@ -111,8 +111,8 @@ func (b *bed) quota(t *testing.T) {
 			converged = time.Since(loaded)
 			return all, fmt.Sprintf("%v, admitted %d", got, total)
 		})
-		t.Logf("figure quota, %s: %d of %d offered from three regions admitted (limit %d, bound %d with E %v, d ≤ %v: overshoot %d; counted by each region alone, up to %d); every region counting them %v after the load",
-			limit, total, 3*rate*int(d.Seconds()), tn.limit, bound, interval, maxLag.Round(time.Millisecond), total-tn.limit,
+		t.Logf("figure quota, %s: %d of %d offered from three regions admitted (limit %d, bound %d with %v: overshoot %d; counted by each region alone, up to %d); every region counting them %v after the load",
+			limit, total, 3*rate*int(d.Seconds()), tn.limit, bound, stale, total-tn.limit,
 			3*tn.limit, converged.Round(time.Millisecond))
 		if total > bound {
 			t.Errorf("%s: admitted %d, above the bound %d", limit, total, bound)

@@ -146,8 +146,12 @@ type Exchanger struct {
 	// lastSeen is when a message of each other region last arrived.
 	lastSeen map[string]time.Time
 	// lags are the lag metric's windows, by source.
-	lags    map[string]*lagWindow
-	sources map[string]*backoff.Monitor
+	lags map[string]*lagWindow
+	// claims is the interval metric's window, and lastClaim when send
+	// last claimed (sendLoop's alone).
+	claims    lagWindow
+	lastClaim time.Time
+	sources   map[string]*backoff.Monitor
 	// The rebalancer's (rebalance.go): its report waiting for the next
 	// message, the other regions' last reports, and its recent gifts.
 	report  *demandReport
@@ -238,6 +242,8 @@ func (x *Exchanger) Active() bool { return x.exchanging.Load() }
 func (x *Exchanger) standBy() {
 	x.exchanging.Store(false)
 	x.metrics.active.Set(0)
+	x.metrics.interval.Set(0)
+	x.lastClaim = time.Time{}
 	x.metrics.up.Reset()
 	x.metrics.lag.Reset()
 }
@@ -341,6 +347,14 @@ func (x *Exchanger) sendLoop(ctx context.Context) {
 // whether it published.
 func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err error) {
 	prefix := x.cfg.Prefix
+	// The time between two claims is the E of the bounds as it runs: the
+	// interval, and what the machine adds to it (a late tick, a slow
+	// publication before).
+	claiming := time.Now()
+	if !x.lastClaim.IsZero() {
+		x.metrics.interval.Set(x.claims.add(claiming, claiming.Sub(x.lastClaim).Seconds()))
+	}
+	x.lastClaim = claiming
 	seq, err := seqScript.Run(ctx, x.rdb, []string{prefix + "regions:seq"}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("exchange: sequence: %w", err)
@@ -349,7 +363,8 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 	pipe := x.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(tags))
 	for i, tag := range tags {
-		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag)}, seq)
+		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag),
+			statekey.AppliedKey(prefix, tag)}, seq)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		x.reload(ctx, err)
@@ -895,7 +910,8 @@ func (x *Exchanger) received(source string, m message) {
 // lagWindow keeps the largest lag of the messages of one source applied
 // in the current second and in the one before: the lag metric is the
 // worst of the last second or two, not only the newest message's (a
-// slow message followed by a fast one would otherwise go unseen).
+// slow message followed by a fast one would otherwise go unseen). The
+// interval metric keeps the time between claims the same way.
 type lagWindow struct {
 	start     time.Time
 	cur, prev float64

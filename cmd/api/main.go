@@ -305,6 +305,7 @@ func load(ctx context.Context, cfg Config) (s *server, err error) {
 			PingPostgres: db.Ping, PingStore: pingStore,
 			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
 				TrustedProxies: cfg.TrustedProxies},
+			Region: cfg.Region,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,

@@ -26,21 +26,27 @@ func (l *leaseRequest) Validate() error {
 // HandleRenew serves POST /v1/renew: the heartbeat of a request in flight
 // under a concurrency rule. One store call, no Postgres; a lease unknown,
 // released or expired is a 404 (its slot may be taken).
-func HandleRenew(checker *enforce.Checker, log *slog.Logger) http.Handler {
-	return handleLease(checker.RenewLease, log)
+func HandleRenew(checker *enforce.Checker, regions *regionForwarder, log *slog.Logger) http.Handler {
+	return handleLease(checker, checker.RenewLease, regions, log)
 }
 
 // HandleRelease serves POST /v1/release: the end of a request in flight.
 // One store call, no Postgres; releasing again answers released false.
-func HandleRelease(checker *enforce.Checker, log *slog.Logger) http.Handler {
-	return handleLease(checker.ReleaseLease, log)
+func HandleRelease(checker *enforce.Checker, regions *regionForwarder, log *slog.Logger) http.Handler {
+	return handleLease(checker, checker.ReleaseLease, regions, log)
 }
 
-func handleLease(op func(ctx context.Context, id string) (enforce.Lease, error), log *slog.Logger) http.Handler {
+// handleLease serves op on the lease the body names, or forwards the
+// call to the region that keeps the lease.
+func handleLease(checker *enforce.Checker, op func(ctx context.Context, id string) (enforce.Lease, error), regions *regionForwarder, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req leaseRequest
 		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
+			return
+		}
+		if owner := checker.HoldRegion(req.LeaseID); owner != "" {
+			regions.forward(w, r, owner, req)
 			return
 		}
 		l, err := op(r.Context(), req.LeaseID)

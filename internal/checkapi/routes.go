@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/snapshot"
 )
 
@@ -28,6 +29,10 @@ type Deps struct {
 	PingStore    func(context.Context) error
 	// Forward configures the forward-auth endpoint.
 	Forward ForwardConfig
+	// Region is the process's region: a settlement, renewal or release
+	// of a hold or lease another region keeps is forwarded to that
+	// region's check API (Region.CheckURLs).
+	Region region.Config
 }
 
 // NewHandler returns the check server's routes, every one of them listed
@@ -41,9 +46,10 @@ func NewHandler(d Deps) http.Handler {
 	r.Get("/readyz", handleReady(d))
 	r.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/check", HandleCheck(d.Checker, d.Log).ServeHTTP)
-	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/settle", HandleSettle(d.Checker, d.Log).ServeHTTP)
-	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/renew", HandleRenew(d.Checker, d.Log).ServeHTTP)
-	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/release", HandleRelease(d.Checker, d.Log).ServeHTTP)
+	regions := newRegionForwarder(d.Region, d.Log)
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/settle", HandleSettle(d.Checker, regions, d.Log).ServeHTTP)
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/renew", HandleRenew(d.Checker, regions, d.Log).ServeHTTP)
+	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/release", HandleRelease(d.Checker, regions, d.Log).ServeHTTP)
 	// Forward-auth answers every method, on its path and below it (Envoy
 	// appends the original path).
 	forward := RequireGatewayToken(tokens, d.Log)(HandleForwardAuth(d.Checker, d.Forward, d.Log))

@@ -35,11 +35,15 @@ func (s *settleRequest) Validate() error {
 // HandleSettle serves POST /v1/settle: the actual cost of a hold that a
 // check opened. One store call, no Postgres; repeating it answers the
 // same, another cost for a settled hold is a 409, an unknown one a 404.
-func HandleSettle(checker *enforce.Checker, log *slog.Logger) http.Handler {
+func HandleSettle(checker *enforce.Checker, regions *regionForwarder, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req settleRequest
 		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
 			httpx.Error(w, r, log, err)
+			return
+		}
+		if owner := checker.HoldRegion(req.HoldID); owner != "" {
+			regions.forward(w, r, owner, req)
 			return
 		}
 		st, err := checker.Settle(r.Context(), req.HoldID, *req.Cost)

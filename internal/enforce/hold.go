@@ -25,8 +25,11 @@ import (
 // its states) and whom its usage counts for. The record's key is derived
 // from a hash of the whole ID, so an ID altered in any part names no hold.
 type holdRef struct {
-	Tag      byte   `json:"g"`
-	Nonce    string `json:"n"`
+	Tag   byte   `json:"g"`
+	Nonce string `json:"n"`
+	// Region is the region whose Redis keeps the hold, in a deployment
+	// of regions ("" in one region).
+	Region   string `json:"o,omitempty"`
 	TenantID string `json:"t,omitempty"`
 	KeyID    string `json:"k,omitempty"`
 	Tier     string `json:"v"`
@@ -35,11 +38,11 @@ type holdRef struct {
 }
 
 // newHoldID returns a fresh hold ID for a check of r by d's caller whose
-// states share hash tag tag.
-func newHoldID(tag byte, d *Decision, r Request) string {
+// states share hash tag tag, in region ("" in a deployment of one).
+func newHoldID(tag byte, region string, d *Decision, r Request) string {
 	nonce := make([]byte, 12)
 	_, _ = rand.Read(nonce)
-	ref := holdRef{Tag: tag, Nonce: hex.EncodeToString(nonce), TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, Resource: r.route}
+	ref := holdRef{Tag: tag, Nonce: hex.EncodeToString(nonce), Region: region, TenantID: d.TenantID, KeyID: d.KeyID, Tier: d.Tier, Resource: r.route}
 	if d.KeyID == "" {
 		ref.IP = r.IP
 	}
@@ -55,6 +58,18 @@ func parseHoldID(id string) (holdRef, bool) {
 		return holdRef{}, false
 	}
 	return ref, true
+}
+
+// HoldRegion returns the region that keeps hold id when it is another
+// region of the deployment (docs/regions.md: a settlement is answered by
+// the hold's region), and "" when this region keeps it, or it is no hold
+// ID.
+func (c *Checker) HoldRegion(id string) string {
+	ref, ok := parseHoldID(id)
+	if !ok || !c.region.Enabled() || ref.Region == "" || ref.Region == c.region.Name {
+		return ""
+	}
+	return ref.Region
 }
 
 // holdKey returns the key of hold id's record, beside its states.
@@ -86,7 +101,7 @@ func (c *Checker) holdFor(r Request, matched []*snapshot.Rule, reqs []limiter.Re
 		key = reqs[0].Key
 	}
 	tag := statekey.Tag(c.prefix, key)
-	id := newHoldID(tag, d, r)
+	id := newHoldID(tag, c.region.Name, d, r)
 	return &limiter.Hold{ID: id, Key: c.holdKey(tag, id), TTLUS: ttlS * limiter.SecondUS, ChargeOnExpiry: charge}, id
 }
 

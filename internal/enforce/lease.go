@@ -20,7 +20,7 @@ func (c *Checker) leaseFor(holdID string, reqs []limiter.Request, r Request, d *
 	tag := statekey.Tag(c.prefix, reqs[0].Key)
 	id := holdID
 	if id == "" {
-		id = newHoldID(tag, d, r)
+		id = newHoldID(tag, c.region.Name, d, r)
 	}
 	return &limiter.Lease{Key: c.leaseKey(tag, id)}, id
 }

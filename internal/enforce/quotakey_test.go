@@ -90,7 +90,7 @@ func TestSettleFindsARecordOfTheLegacyLayout(t *testing.T) {
 	holder := snapshot.NewHolder(snapshot.DataSource{Data: func() snapshot.Data { return snapshot.Data{} }}, nil)
 	c := NewChecker(holder, store, CheckerConfig{Prefix: "tg:"})
 	const tag = byte(0xae)
-	id := newHoldID(tag, &Decision{TenantID: "tenant-1", KeyID: "key-1", Tier: "authenticated"}, Request{})
+	id := newHoldID(tag, "", &Decision{TenantID: "tenant-1", KeyID: "key-1", Tier: "authenticated"}, Request{})
 	legacy := statekey.LegacyHoldKey("tg:", tag, id)
 	params := limiter.Params{Algorithm: limiter.GCRA, Limit: 100, PeriodUS: limiter.HourUS, Burst: 100}
 	state := string(statekey.AppendKey(nil, "tg:", tag, [3]byte{1, 2, 3}, []byte("short"), nil))

@@ -9,6 +9,7 @@ package region
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -57,6 +58,11 @@ type Config struct {
 	// RebalanceInterval is how often split allotments follow demand
 	// (default 1 s).
 	RebalanceInterval time.Duration
+	// CheckURLs are the other regions' check APIs by region
+	// (TOLLGATE_REGION_CHECK_URLS), where a settlement of a hold another
+	// region keeps is forwarded; a region without one answers such a
+	// settlement not found, naming the hold's region.
+	CheckURLs map[string]string
 }
 
 // Defaults of the intervals.
@@ -74,11 +80,12 @@ func (c Config) Index(name string) int { return slices.Index(c.Names, name) }
 var regionName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // Read reads TOLLGATE_REGION, TOLLGATE_REGIONS, TOLLGATE_REGION_NATS_URL,
-// TOLLGATE_REGION_EXCHANGE_INTERVAL and TOLLGATE_REGION_REBALANCE_INTERVAL
-// through e, recording a problem naming the setting for: a region unset
-// while the others are set, a list missing or of bad or repeated names,
-// a region not in the list, a NATS URL missing where needNATS (the
-// exchanger needs it; the check server does not), or intervals not
+// TOLLGATE_REGION_EXCHANGE_INTERVAL, TOLLGATE_REGION_REBALANCE_INTERVAL
+// and TOLLGATE_REGION_CHECK_URLS through e, recording a problem naming
+// the setting for: a region unset while the others are set, a list
+// missing or of bad or repeated names, a region not in the list, a NATS
+// URL missing where needNATS (the exchanger needs it; the check server
+// does not), a check URL of no region or not http(s), or intervals not
 // positive. With TOLLGATE_REGION unset and nothing else set it returns
 // the zero Config.
 func Read(e *config.Env, needNATS bool) Config {
@@ -89,9 +96,10 @@ func Read(e *config.Env, needNATS bool) Config {
 		ExchangeInterval:  e.Duration("TOLLGATE_REGION_EXCHANGE_INTERVAL", DefaultExchangeInterval),
 		RebalanceInterval: e.Duration("TOLLGATE_REGION_REBALANCE_INTERVAL", DefaultRebalanceInterval),
 	}
+	urls := e.List("TOLLGATE_REGION_CHECK_URLS")
 	if c.Name == "" {
-		if len(c.Names) > 0 || c.NATSURL != "" {
-			e.Fail("TOLLGATE_REGION", "must name this process's region (one of TOLLGATE_REGIONS) when TOLLGATE_REGIONS or TOLLGATE_REGION_NATS_URL is set")
+		if len(c.Names) > 0 || c.NATSURL != "" || len(urls) > 0 {
+			e.Fail("TOLLGATE_REGION", "must name this process's region (one of TOLLGATE_REGIONS) when TOLLGATE_REGIONS, TOLLGATE_REGION_NATS_URL or TOLLGATE_REGION_CHECK_URLS is set")
 		}
 		return Config{}
 	}
@@ -109,6 +117,21 @@ func Read(e *config.Env, needNATS bool) Config {
 	}
 	if c.Index(c.Name) < 0 {
 		e.Fail("TOLLGATE_REGION", fmt.Sprintf("%q is not a region of TOLLGATE_REGIONS (%s)", c.Name, strings.Join(c.Names, ", ")))
+	}
+	for _, entry := range urls {
+		name, raw, _ := strings.Cut(entry, "=")
+		u, err := url.Parse(raw)
+		switch {
+		case c.Index(name) < 0:
+			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: each entry is region=URL, the region one of TOLLGATE_REGIONS (%s)", entry, strings.Join(c.Names, ", ")))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "":
+			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: region %s's check API is an http(s) URL without a query, e.g. https://check.%s.example.com", entry, name, name))
+		default:
+			if c.CheckURLs == nil {
+				c.CheckURLs = map[string]string{}
+			}
+			c.CheckURLs[name] = strings.TrimRight(raw, "/")
+		}
 	}
 	if needNATS && c.NATSURL == "" {
 		e.Fail("TOLLGATE_REGION_NATS_URL", fmt.Sprintf("must name region %s's NATS server (e.g. nats://127.0.0.1:4222) when TOLLGATE_REGION is set", c.Name))

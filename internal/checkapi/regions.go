@@ -1,0 +1,81 @@
+package checkapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/region"
+)
+
+// ForwardedHeader names the region whose check API forwarded a
+// settlement, renewal or release to the region that keeps the hold or
+// lease: the receiving region answers it itself, never forwards it on.
+const ForwardedHeader = "Tollgate-Forwarded-From"
+
+// regionForwarder sends a settlement, renewal or release of a hold or
+// lease another region keeps to that region's check API
+// (docs/regions.md, "Money": the record lives in its region's Redis,
+// beside the states it took from). The caller's service token goes
+// with it; every region verifies it against the one Postgres's keys.
+type regionForwarder struct {
+	region region.Config
+	client *http.Client
+	log    *slog.Logger
+}
+
+func newRegionForwarder(c region.Config, log *slog.Logger) *regionForwarder {
+	return &regionForwarder{region: c, log: log, client: &http.Client{Timeout: 5 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// forward answers r, whose decoded body is req, with the answer of the
+// check API of region owner, which keeps the record r names, to the
+// same call. A region without owner's URL answers not found, naming
+// owner; an owner that does not answer, unavailable (the caller
+// retries: settlements, renewals and releases may be repeated).
+func (f *regionForwarder) forward(w http.ResponseWriter, r *http.Request, owner string, req any) {
+	if from := r.Header.Get(ForwardedHeader); from != "" {
+		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE,
+			"region %s forwarded this to region %s, which does not keep it either (it names region %s): check their TOLLGATE_REGION_CHECK_URLS", from, f.region.Name, owner))
+		return
+	}
+	base, ok := f.region.CheckURLs[owner]
+	if !ok {
+		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.ENOTFOUND,
+			"it was opened in region %s: send it there (this region's TOLLGATE_REGION_CHECK_URLS names no check API of region %s)", owner, owner))
+		return
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		httpx.Error(w, r, f.log, err)
+		return
+	}
+	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, base+r.URL.Path, bytes.NewReader(body))
+	if err != nil {
+		httpx.Error(w, r, f.log, err)
+		return
+	}
+	out.Header.Set("Content-Type", "application/json")
+	out.Header.Set("Authorization", r.Header.Get("Authorization"))
+	out.Header.Set(ForwardedHeader, f.region.Name)
+	res, err := f.client.Do(out)
+	if err != nil {
+		f.log.WarnContext(r.Context(), "region: forwarding to the region that keeps a hold or lease failed", "region", owner, "path", r.URL.Path, "err", err)
+		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE, "region %s, which keeps it, did not answer; retry", owner))
+		return
+	}
+	defer res.Body.Close()
+	for _, h := range []string{"Content-Type", "Retry-After"} {
+		if v := res.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(res.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(res.Body, MaxCheckBody))
+}

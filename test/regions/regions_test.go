@@ -91,12 +91,19 @@ func start(t *testing.T) *bed {
 		workers: map[string]*testenv.Process{}, admin: admin, env: map[string][]string{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}}
 	b.seed(ctx, db)
+	// Every api knows every region's check API, where it forwards a
+	// settlement of a hold another region opened.
+	addrs, urls := map[string]string{}, []string{}
+	for _, name := range names {
+		addrs[name] = testenv.FreeAddr(t)
+		urls = append(urls, name+"=http://"+addrs[name])
+	}
 	for _, r := range b.net.Regions {
 		env := []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(), "TOLLGATE_SECRET_KEY=" + testenv.SecretKey,
 			"TOLLGATE_REGION=" + r.Name, "TOLLGATE_REGIONS=" + strings.Join(names, ","), "TOLLGATE_LOG_LEVEL=warn"}
 		b.env[r.Name] = append(env, "TOLLGATE_REGION_NATS_URL="+r.NATSURL, "TOLLGATE_REGION_EXCHANGE_INTERVAL="+interval.String())
 		b.workers[r.Name], b.stats[r.Name] = b.startWorker(t, r.Name, "worker-"+r.Name)
-		b.apis[r.Name] = b.startAPI(api, env)
+		b.apis[r.Name] = b.startAPI(api, append(env, "TOLLGATE_REGION_CHECK_URLS="+strings.Join(urls, ",")), addrs[r.Name])
 		if r.Name == "us" {
 			// The same region's Redis, without regions: the baseline of
 			// a check's latency. It counts its usage as the region's api
@@ -105,7 +112,7 @@ func start(t *testing.T) *bed {
 			// regions' checks alone.
 			b.single = b.startAPI(api, []string{"TOLLGATE_DATABASE_URL=" + dbURL, "TOLLGATE_REDIS_ADDR=" + r.Redis.Addr(),
 				"TOLLGATE_SECRET_KEY=" + testenv.SecretKey, "TOLLGATE_KEY_PREFIX=single:", "TOLLGATE_LOG_LEVEL=warn",
-				"TOLLGATE_USAGE_STREAM=single:usage"})
+				"TOLLGATE_USAGE_STREAM=single:usage"}, testenv.FreeAddr(t))
 		}
 	}
 	for _, name := range names {
@@ -128,8 +135,8 @@ func (b *bed) startWorker(t *testing.T, name, consumer string, env ...string) (*
 	return testenv.StartProcess(b.t, "worker "+consumer, worker, syscall.SIGTERM, 10*time.Second, nil), stats
 }
 
-func (b *bed) startAPI(bin string, env []string) string {
-	addr := testenv.FreeAddr(b.t)
+// startAPI starts the api at addr with env and waits until it is ready.
+func (b *bed) startAPI(bin string, env []string, addr string) string {
 	cmd := exec.Command(bin)
 	cmd.Env = append(env, "TOLLGATE_API_ADDR="+addr, "TOLLGATE_SNAPSHOT_RELOAD=1h")
 	testenv.StartProcess(b.t, "api "+addr, cmd, syscall.SIGTERM, 10*time.Second, nil)
@@ -158,6 +165,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 		rule("latency", "GET /latency", limiter.GCRA, 1_000_000, limiter.SecondUS, region.GlobalShared),
 		rule("moving", "GET /moving", limiter.FixedWindow, minute, limiter.HourUS, region.GlobalSplit),
 		rule("failover", "GET /failover", limiter.FixedWindow, 1_000_000, limiter.DayUS, region.GlobalShared),
+		rule("held", "GET /held", limiter.FixedWindow, 1_000_000, limiter.DayUS, region.GlobalShared),
 	}})
 	testenv.Must(b.t, err)
 	tn := fixture.Tenant(b.t, db, "acme", p.ID)
@@ -454,6 +462,7 @@ func TestRegions(t *testing.T) {
 			minute, got, time.Since(start).Round(100*time.Millisecond), region.DefaultRebalanceInterval)
 	})
 
+	t.Run("settle", b.settle)
 	t.Run("failover", b.failover)
 	t.Run("quota", b.quota)
 	t.Run("money", b.money)

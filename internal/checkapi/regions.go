@@ -41,8 +41,11 @@ func newRegionForwarder(c region.Config, log *slog.Logger) *regionForwarder {
 // retries: settlements, renewals and releases may be repeated).
 func (f *regionForwarder) forward(w http.ResponseWriter, r *http.Request, owner string, req any) {
 	if from := r.Header.Get(ForwardedHeader); from != "" {
+		if f.region.Index(from) < 0 {
+			from = "another region" // the header is the caller's to set: named only when it names a region
+		}
 		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE,
-			"region %s forwarded this to region %s, which does not keep it either (it names region %s): check their TOLLGATE_REGION_CHECK_URLS", from, f.region.Name, owner))
+			"%s forwarded this to region %s, which does not keep it either (it names region %s): check their TOLLGATE_REGION_CHECK_URLS", from, f.region.Name, owner))
 		return
 	}
 	base, ok := f.region.CheckURLs[owner]

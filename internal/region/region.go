@@ -58,6 +58,11 @@ type Config struct {
 	// RebalanceInterval is how often split allotments follow demand
 	// (default 1 s).
 	RebalanceInterval time.Duration
+	// LeaseTTL is how long a region's exchange lease lasts unrenewed
+	// (TOLLGATE_REGION_LEASE_TTL, default 3 s): a worker standing by
+	// takes the exchange over within it and a third of it when the
+	// exchanging worker dies.
+	LeaseTTL time.Duration
 	// CheckURLs are the other regions' check APIs by region
 	// (TOLLGATE_REGION_CHECK_URLS), where a settlement of a hold another
 	// region keeps is forwarded; a region without one answers such a
@@ -69,6 +74,7 @@ type Config struct {
 const (
 	DefaultExchangeInterval  = 100 * time.Millisecond
 	DefaultRebalanceInterval = time.Second
+	DefaultLeaseTTL          = 3 * time.Second
 )
 
 // Enabled reports whether the deployment has regions.
@@ -80,8 +86,8 @@ func (c Config) Index(name string) int { return slices.Index(c.Names, name) }
 var regionName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // Read reads TOLLGATE_REGION, TOLLGATE_REGIONS, TOLLGATE_REGION_NATS_URL,
-// TOLLGATE_REGION_EXCHANGE_INTERVAL, TOLLGATE_REGION_REBALANCE_INTERVAL
-// and TOLLGATE_REGION_CHECK_URLS through e, recording a problem naming
+// TOLLGATE_REGION_EXCHANGE_INTERVAL, TOLLGATE_REGION_REBALANCE_INTERVAL,
+// TOLLGATE_REGION_LEASE_TTL and TOLLGATE_REGION_CHECK_URLS through e, recording a problem naming
 // the setting for: a region unset while the others are set, a list
 // missing or of bad or repeated names, a region not in the list, a NATS
 // URL missing where needNATS (the exchanger needs it; the check server
@@ -95,6 +101,7 @@ func Read(e *config.Env, needNATS bool) Config {
 		NATSURL:           e.String("TOLLGATE_REGION_NATS_URL", ""),
 		ExchangeInterval:  e.Duration("TOLLGATE_REGION_EXCHANGE_INTERVAL", DefaultExchangeInterval),
 		RebalanceInterval: e.Duration("TOLLGATE_REGION_REBALANCE_INTERVAL", DefaultRebalanceInterval),
+		LeaseTTL:          e.Duration("TOLLGATE_REGION_LEASE_TTL", DefaultLeaseTTL),
 	}
 	urls := e.List("TOLLGATE_REGION_CHECK_URLS")
 	if c.Name == "" {
@@ -117,6 +124,9 @@ func Read(e *config.Env, needNATS bool) Config {
 	}
 	if c.Index(c.Name) < 0 {
 		e.Fail("TOLLGATE_REGION", fmt.Sprintf("%q is not a region of TOLLGATE_REGIONS (%s)", c.Name, strings.Join(c.Names, ", ")))
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		e.Fail("TOLLGATE_REGION_LEASE_TTL", fmt.Sprintf("%v: at least 300ms (the exchanging worker renews it every third of it)", c.LeaseTTL))
 	}
 	for _, entry := range urls {
 		name, raw, _ := strings.Cut(entry, "=")

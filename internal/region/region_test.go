@@ -29,14 +29,14 @@ func TestReadSingleRegion(t *testing.T) {
 // setting is refused naming it.
 func TestReadRegions(t *testing.T) {
 	good := map[string]string{"TOLLGATE_REGION": "eu", "TOLLGATE_REGIONS": "us, eu,ap", "TOLLGATE_REGION_NATS_URL": "nats://127.0.0.1:4222",
-		"TOLLGATE_REGION_EXCHANGE_INTERVAL": "50ms", "TOLLGATE_REGION_CHECK_URLS": "us=https://check.us.example/, ap=http://10.0.0.7:8080"}
+		"TOLLGATE_REGION_EXCHANGE_INTERVAL": "50ms", "TOLLGATE_REGION_LEASE_TTL": "2s", "TOLLGATE_REGION_CHECK_URLS": "us=https://check.us.example/, ap=http://10.0.0.7:8080"}
 	e := env(good)
 	c := Read(e, true)
 	if err := e.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if !c.Enabled() || c.Name != "eu" || strings.Join(c.Names, ",") != "us,eu,ap" || c.Index("ap") != 2 ||
-		c.ExchangeInterval != 50*time.Millisecond || c.RebalanceInterval != DefaultRebalanceInterval ||
+		c.ExchangeInterval != 50*time.Millisecond || c.RebalanceInterval != DefaultRebalanceInterval || c.LeaseTTL != 2*time.Second ||
 		len(c.CheckURLs) != 2 || c.CheckURLs["us"] != "https://check.us.example" || c.CheckURLs["ap"] != "http://10.0.0.7:8080" {
 		t.Errorf("got %+v", c)
 	}
@@ -62,6 +62,7 @@ func TestReadRegions(t *testing.T) {
 		{"missing NATS", with("TOLLGATE_REGION_NATS_URL", ""), true, "TOLLGATE_REGION_NATS_URL"},
 		{"bad interval", with("TOLLGATE_REGION_EXCHANGE_INTERVAL", "0s"), false, "TOLLGATE_REGION_EXCHANGE_INTERVAL"},
 		{"bad rebalance", with("TOLLGATE_REGION_REBALANCE_INTERVAL", "soon"), false, "TOLLGATE_REGION_REBALANCE_INTERVAL"},
+		{"lease too short", with("TOLLGATE_REGION_LEASE_TTL", "100ms"), false, "TOLLGATE_REGION_LEASE_TTL"},
 		{"check URL of no region", with("TOLLGATE_REGION_CHECK_URLS", "mars=https://check.mars.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
 		{"check URL not http", with("TOLLGATE_REGION_CHECK_URLS", "us=ftp://check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
 		{"check URL without =", with("TOLLGATE_REGION_CHECK_URLS", "https://check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},

@@ -120,9 +120,6 @@ type Config struct {
 	// rebalancer reads it every rebalance interval); nil: allotments stay
 	// equal.
 	SplitRules func(ctx context.Context) (map[[3]byte]SplitRule, error)
-	// LeaseTTL is how long the region's exchange lease lasts unrenewed
-	// (lease.go); 0: DefaultLeaseTTL.
-	LeaseTTL time.Duration
 }
 
 // Exchanger is a region's side of the exchange: every exchange interval
@@ -192,7 +189,7 @@ func (x *Exchanger) Metrics() *Metrics { return x.metrics }
 // take it every TTL/3). It returns nil when ctx ends; the lease is given
 // up then, for a standing-by worker to take at once.
 func (x *Exchanger) Run(ctx context.Context) error {
-	l := newLease(x.rdb, x.cfg.Prefix, x.cfg.LeaseTTL)
+	l := newLease(x.rdb, x.cfg.Prefix, x.cfg.Region.LeaseTTL)
 	defer l.release()
 	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "Redis (the region's exchange lease)", Log: x.log})
 	tick := time.NewTicker(l.ttl / 3)

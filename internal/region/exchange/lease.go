@@ -10,12 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// DefaultLeaseTTL is how long a region's exchange lease lasts unrenewed:
-// a worker that dies holding it is replaced by a standing-by worker of
-// the region within the TTL and one renewal interval (TTL/3).
-const DefaultLeaseTTL = 3 * time.Second
+	"github.com/tollgate/tollgate/internal/region"
+)
 
 // The lease's scripts: renew and release only the holder's own lease.
 var (
@@ -44,7 +41,7 @@ type lease struct {
 
 func newLease(rdb redis.UniversalClient, prefix string, ttl time.Duration) *lease {
 	if ttl <= 0 {
-		ttl = DefaultLeaseTTL
+		ttl = region.DefaultLeaseTTL
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)

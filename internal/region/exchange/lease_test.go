@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -85,8 +86,8 @@ func TestOneExchangerPerRegion(t *testing.T) {
 	took = time.Now()
 	admit(t, us, key, 5)
 	testenv.WaitFor(t, 5*time.Second, "the other worker of us taking over", func() bool { return exchanging() != nil })
-	if d := time.Since(took); d > 2*DefaultLeaseTTL/3 {
-		t.Errorf("the other worker took over %v after the first stopped, want within %v", d, 2*DefaultLeaseTTL/3)
+	if d := time.Since(took); d > 2*region.DefaultLeaseTTL/3 {
+		t.Errorf("the other worker took over %v after the first stopped, want within %v", d, 2*region.DefaultLeaseTTL/3)
 	}
 	converged(t, others, key, 40, 10*time.Second)
 }

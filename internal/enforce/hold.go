@@ -63,10 +63,10 @@ func parseHoldID(id string) (holdRef, bool) {
 // HoldRegion returns the region that keeps hold id when it is another
 // region of the deployment (docs/regions.md: a settlement is answered by
 // the hold's region), and "" when this region keeps it, or it is no hold
-// ID.
+// ID of the deployment's regions.
 func (c *Checker) HoldRegion(id string) string {
 	ref, ok := parseHoldID(id)
-	if !ok || !c.region.Enabled() || ref.Region == "" || ref.Region == c.region.Name {
+	if !ok || !c.region.Enabled() || ref.Region == c.region.Name || c.region.Index(ref.Region) < 0 {
 		return ""
 	}
 	return ref.Region

@@ -70,3 +70,27 @@ func TestTenantMonthIsSharedAcrossRegions(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldRegion: a hold ID names the region that opened it; a checker
+// of another region of the deployment forwards it there, its own and
+// one of one region (or no region of the deployment, or no hold ID) it
+// settles itself.
+func TestHoldRegion(t *testing.T) {
+	holder, _ := monthTenants(t)
+	eu := NewChecker(holder, limiter.NewMemoryStore(nil), CheckerConfig{Region: region.Config{Name: "eu", Names: []string{"us", "eu"}}})
+	defer eu.Close()
+	d := &Decision{TenantID: "t", Tier: "authenticated"}
+	for _, c := range []struct {
+		name, id, want string
+	}{
+		{"us's", newHoldID('a', "us", d, Request{}), "us"},
+		{"its own", newHoldID('a', "eu", d, Request{}), ""},
+		{"of one region", newHoldID('a', "", d, Request{}), ""},
+		{"of no region of the deployment", newHoldID('a', "mars", d, Request{}), ""},
+		{"no hold ID", "not-an-id", ""},
+	} {
+		if got := eu.HoldRegion(c.id); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

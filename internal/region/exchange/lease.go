@@ -87,9 +87,11 @@ func (l *lease) release() {
 }
 
 // hold runs active while the lease is held: it renews the lease every
-// TTL/3 and cancels active's context when the lease is lost, or when it
-// could not be renewed for a whole TTL (another worker may hold it by
-// then). It returns once active has returned.
+// TTL/3 and cancels active's context when the lease is lost, or when a
+// renewal fails half a TTL or more after the last one succeeded (the
+// second failure: the next tick would find the lease lapsed, and
+// another worker may hold it by then). It returns once active has
+// returned.
 func (l *lease) hold(ctx context.Context, active func(context.Context), lost func(error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -65,8 +65,11 @@ func parseHoldID(id string) (holdRef, bool) {
 // the hold's region), and "" when this region keeps it, or it is no hold
 // ID of the deployment's regions.
 func (c *Checker) HoldRegion(id string) string {
+	if !c.region.Enabled() {
+		return "" // one region: the settlement parses the ID, once
+	}
 	ref, ok := parseHoldID(id)
-	if !ok || !c.region.Enabled() || ref.Region == c.region.Name || c.region.Index(ref.Region) < 0 {
+	if !ok || ref.Region == c.region.Name || c.region.Index(ref.Region) < 0 {
 		return ""
 	}
 	return ref.Region

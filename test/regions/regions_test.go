@@ -190,22 +190,30 @@ func (b *bed) check(addr, resource string, cost int) (answer, time.Duration, err
 
 // checkKey sends one check of key to the API at addr.
 func (b *bed) checkKey(addr, key, resource string, cost int) (answer, time.Duration, error) {
-	body, _ := json.Marshal(map[string]any{"key": key, "resource": resource, "cost": cost})
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", bytes.NewReader(body))
+	var a answer
+	status, took, err := b.post(addr, "/v1/check", map[string]any{"key": key, "resource": resource, "cost": cost}, &a)
+	if err == nil && status != http.StatusOK {
+		return answer{}, took, fmt.Errorf("check %s: %d", resource, status)
+	}
+	return a, took, err
+}
+
+// post sends body as JSON to path of the API at addr with the service
+// token and decodes the answer into out; it returns the answer's status
+// and how long the call took.
+func (b *bed) post(addr, path string, body, out any) (int, time.Duration, error) {
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(raw))
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	res, err := b.client.Do(req)
 	took := time.Since(start)
 	if err != nil {
-		return answer{}, took, err
+		return 0, took, err
 	}
 	defer res.Body.Close()
-	var a answer
-	if res.StatusCode != http.StatusOK {
-		return a, took, fmt.Errorf("check %s: %s", resource, res.Status)
-	}
-	return a, took, json.NewDecoder(res.Body).Decode(&a)
+	return res.StatusCode, took, json.NewDecoder(res.Body).Decode(out)
 }
 
 // count reads the count of region name's state of the fixed window

@@ -1,8 +1,6 @@
 package regions
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -11,21 +9,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
-// call posts body to path of the API at addr and decodes the answer.
-func (b *bed) call(addr, path string, body map[string]any) (int, map[string]any, error) {
-	raw, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+b.token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := b.client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	var m map[string]any
-	return res.StatusCode, m, json.NewDecoder(res.Body).Decode(&m)
-}
-
 // settle: holds opened in us on a global_shared rule count their
 // estimates in every region; settled through eu and ap (each forwards
 // the settlement to us, which keeps the holds) and through us, every
@@ -33,7 +16,8 @@ func (b *bed) call(addr, path string, body map[string]any) (int, map[string]any,
 func (b *bed) settle(t *testing.T) {
 	var ids []string
 	for range 3 {
-		status, m, err := b.call(b.apis["us"], "/v1/check", map[string]any{"key": b.key, "resource": "GET /held", "cost": 10, "hold": true})
+		var m map[string]any
+		status, _, err := b.post(b.apis["us"], "/v1/check", map[string]any{"key": b.key, "resource": "GET /held", "cost": 10, "hold": true}, &m)
 		id, _ := m["hold_id"].(string)
 		if err != nil || status != http.StatusOK || id == "" {
 			t.Fatalf("hold in us: %d %v %v", status, m, err)
@@ -60,7 +44,8 @@ func (b *bed) settle(t *testing.T) {
 		region string
 		cost   int64
 	}{{"eu", 4}, {"ap", 25}, {"us", 0}} {
-		status, m, err := b.call(b.apis[at.region], "/v1/settle", map[string]any{"hold_id": ids[i], "cost": at.cost})
+		var m map[string]any
+		status, _, err := b.post(b.apis[at.region], "/v1/settle", map[string]any{"hold_id": ids[i], "cost": at.cost}, &m)
 		if err != nil || status != http.StatusOK || m["status"] != "settled" || m["cost"] != float64(at.cost) {
 			t.Errorf("us's hold settled at %d through %s: %d %v %v", at.cost, at.region, status, m, err)
 		}

@@ -178,10 +178,9 @@ func TestExchange(t *testing.T) {
 	defer nc.Close()
 	var again tagBatch
 	again.Tag = tag
-	for f, v := range fields {
+	for f := range fields {
 		if f != "#" {
 			again.Debits = append(again.Debits, debit{Field: []byte(f), Units: 5})
-			_ = v
 		}
 	}
 	body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: time.Now().UnixMicro(), Tags: []tagBatch{again}})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,20 +314,9 @@ func (r *rig) waitDrained(t *testing.T) {
 // metric reads one unlabelled metric from an api's /metrics.
 func metric(t *testing.T, addr, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	v, err := testenv.ScrapeSum(addr, name)
+	testenv.Must(t, err)
+	return v
 }
 
 func TestUsageReconcilesAcrossTwoAPIs(t *testing.T) {

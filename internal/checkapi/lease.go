@@ -7,7 +7,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/httpx"
 )
 
 // leaseRequest is the JSON body of POST /v1/renew and /v1/release.
@@ -39,21 +38,6 @@ func HandleRelease(checker *enforce.Checker, regions *regionForwarder, log *slog
 // handleLease serves op on the lease the body names, or forwards the
 // call to the region that keeps the lease.
 func handleLease(checker *enforce.Checker, op func(ctx context.Context, id string) (enforce.Lease, error), regions *regionForwarder, log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req leaseRequest
-		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		if owner := checker.HoldRegion(req.LeaseID); owner != "" {
-			regions.forward(w, r, owner, req)
-			return
-		}
-		l, err := op(r.Context(), req.LeaseID)
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, l)
-	})
+	return handleHeld(checker, regions, log, func(req *leaseRequest) string { return req.LeaseID },
+		func(ctx context.Context, req *leaseRequest) (any, error) { return op(ctx, req.LeaseID) })
 }

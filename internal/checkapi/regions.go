@@ -2,6 +2,7 @@ package checkapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/region"
 )
@@ -81,4 +83,27 @@ func (f *regionForwarder) forward(w http.ResponseWriter, r *http.Request, owner 
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(res.Body, MaxCheckBody))
+}
+
+// handleHeld serves a call on one hold or lease: it decodes the body into
+// a Req, forwards the call to the region that keeps the hold when that is
+// another (id names the hold), and answers what serve returns otherwise.
+func handleHeld[Req any](checker *enforce.Checker, regions *regionForwarder, log *slog.Logger, id func(*Req) string, serve func(context.Context, *Req) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		if owner := checker.HoldRegion(id(&req)); owner != "" {
+			regions.forward(w, r, owner, req)
+			return
+		}
+		out, err := serve(r.Context(), &req)
+		if err != nil {
+			httpx.Error(w, r, log, err)
+			return
+		}
+		httpx.JSON(w, http.StatusOK, out)
+	})
 }

@@ -1,13 +1,13 @@
 package checkapi
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
-	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -36,24 +36,12 @@ func (s *settleRequest) Validate() error {
 // check opened. One store call, no Postgres; repeating it answers the
 // same, another cost for a settled hold is a 409, an unknown one a 404.
 func HandleSettle(checker *enforce.Checker, regions *regionForwarder, log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req settleRequest
-		if err := httpx.Decode(r, MaxCheckBody, &req); err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		if owner := checker.HoldRegion(req.HoldID); owner != "" {
-			regions.forward(w, r, owner, req)
-			return
-		}
-		st, err := checker.Settle(r.Context(), req.HoldID, *req.Cost)
-		if errors.Is(err, enforce.ErrNoHolds) {
-			err = tollgate.Errorf(tollgate.EUNAVAILABLE, "this limiter store keeps no holds")
-		}
-		if err != nil {
-			httpx.Error(w, r, log, err)
-			return
-		}
-		httpx.JSON(w, http.StatusOK, st)
-	})
+	return handleHeld(checker, regions, log, func(req *settleRequest) string { return req.HoldID },
+		func(ctx context.Context, req *settleRequest) (any, error) {
+			st, err := checker.Settle(ctx, req.HoldID, *req.Cost)
+			if errors.Is(err, enforce.ErrNoHolds) {
+				err = tollgate.Errorf(tollgate.EUNAVAILABLE, "this limiter store keeps no holds")
+			}
+			return st, err
+		})
 }

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -296,34 +295,5 @@ func waitHTTP(t *testing.T, p *proc, url string) {
 }
 
 // scrape returns the sum of the samples of /metrics named name, or, when
-// name holds a "{", of those whose line starts with it (a metric and its
-// first labels).
-func scrape(addr, name string) (float64, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if !strings.Contains(name, "{") && !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") {
-			continue // another metric whose name starts with name
-		}
-		fields := strings.Fields(rest)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %q: %v", name, line, err)
-		}
-		sum, found = sum+v, true
-	}
-	if !found {
-		return 0, fmt.Errorf("%s: no such metric at %s", name, addr)
-	}
-	return sum, nil
-}
+// name holds a "{", of those whose line starts with it.
+func scrape(addr, name string) (float64, error) { return testenv.ScrapeSum(addr, name) }

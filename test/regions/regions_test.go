@@ -6,7 +6,6 @@
 package regions
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -495,38 +493,15 @@ func TestRegions(t *testing.T) {
 }
 
 // scrape returns the sum of the samples of /metrics at addr named name.
-func scrape(addr, name string) (float64, error) {
-	return scrapeWith(addr, name, func(a, b float64) float64 { return a + b })
-}
+func scrape(addr, name string) (float64, error) { return testenv.ScrapeSum(addr, name) }
 
 // scrapeMax returns the largest sample.
 func scrapeMax(addr, name string) (float64, error) {
-	return scrapeWith(addr, name, func(a, b float64) float64 { return max(a, b) })
-}
-
-func scrapeWith(addr, name string, fold func(a, b float64) float64) (float64, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
+	values, err := testenv.Scrape(addr, name)
 	if err != nil {
 		return 0, err
 	}
-	defer res.Body.Close()
-	v, found := 0.0, false
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
-			fields := strings.Fields(rest)
-			x, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-			if err != nil {
-				return 0, err
-			}
-			v, found = fold(v, x), true
-		}
-	}
-	if !found {
-		return 0, fmt.Errorf("no %s at %s", name, addr)
-	}
-	return v, nil
+	return slices.Max(values), nil
 }
 
 // partition cuts ap off for length with cut, under load on resource

@@ -242,7 +242,7 @@ func (b *bed) loadKey(addr, key, resource string, rate int, d time.Duration) (ad
 	every := time.Second / time.Duration(rate)
 	start := time.Now()
 	for i := 0; time.Duration(i)*every < d; i++ {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every))) // load injection: checks offered at rate
 		wg.Go(func() {
 			a, took, err := b.checkKey(addr, key, resource, 1)
 			if err != nil {
@@ -396,7 +396,7 @@ func TestRegions(t *testing.T) {
 	// 3,000 in one window from three regions.
 	t.Run("hammer", func(t *testing.T) {
 		if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 25*time.Second {
-			time.Sleep(left + 100*time.Millisecond) // the next window, from its start
+			time.Sleep(left + 100*time.Millisecond) // load injection: the load starts with a window of the wall clock Redis keeps
 		}
 		const perRegion, d = 1000, 20 * time.Second // 3 × the limit in all
 		rate := int(perRegion / d.Seconds())

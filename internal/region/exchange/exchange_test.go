@@ -198,7 +198,9 @@ func TestExchange(t *testing.T) {
 	bed.Disconnect("ap")
 	admit(t, regions["ap"], key, 7)
 	admit(t, regions["eu"], key, 3)
-	time.Sleep(500 * time.Millisecond) // the exchange runs meanwhile
+	// us counting eu's admissions says the exchange has run since both
+	// sides admitted; neither side has counted the other's.
+	converged(t, []*exchangeRegion{regions["us"]}, key, 129, 10*time.Second)
 	if got := count(t, regions["ap"], key); got != 133 {
 		t.Errorf("ap during the partition: %d, want 133 (its own, not eu's)", got)
 	}

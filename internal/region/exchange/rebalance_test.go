@@ -92,7 +92,7 @@ func TestRebalance(t *testing.T) {
 		every := time.Second / time.Duration(rate)
 		start := time.Now()
 		for i := 0; time.Duration(i)*every < d; i++ {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+			time.Sleep(time.Until(start.Add(time.Duration(i) * every))) // load injection: checks offered at rate
 			o, err := r.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: p}}, Cost: 1})
 			testenv.Must(t, err)
 			if o.Admitted {

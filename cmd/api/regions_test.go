@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,9 @@ import (
 // a settlement, renewal or release sent to another region's check API is
 // forwarded to the opening region's (TOLLGATE_REGION_CHECK_URLS) and
 // answered as there. A region with no URL for the opening region answers
-// not found naming it; one whose opening region does not answer,
-// unavailable; a call already forwarded is never forwarded on.
+// not found naming it; one whose opening region does not answer, or
+// answers what a check API does not (a proxy's page), unavailable; a call
+// already forwarded is never forwarded on.
 func TestHoldsAndLeasesAnswerInAnyRegion(t *testing.T) {
 	f := newFixture(t)
 	holds := f.planKey(t, tokenPlan("tokens", 100, plans.Options{}))
@@ -56,6 +59,19 @@ func TestHoldsAndLeasesAnswerInAnyRegion(t *testing.T) {
 	euHold, _ := r.body["hold_id"].(string)
 	if status, body := settle(t, ap, f.token, euHold, 5); status != http.StatusServiceUnavailable || body["type"] == nil {
 		t.Errorf("through ap, eu not answering: %d %v; want 503 problem+json", status, body)
+	}
+	// Another process of ap reaches eu through a proxy that answers a
+	// page of its own: the caller is told to retry, not handed the page.
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html>502 Bad Gateway</html>")
+	}))
+	defer proxy.Close()
+	ap2 := f.startAPI(t, map[string]string{"TOLLGATE_API_ADDR": testenv.FreeAddr(t), "TOLLGATE_REGION": "ap",
+		"TOLLGATE_REGIONS": "us,eu,ap", "TOLLGATE_KEY_PREFIX": f.prefix + "ap:", "TOLLGATE_REGION_CHECK_URLS": "eu=" + proxy.URL})
+	if status, body := settle(t, ap2, f.token, euHold, 5); status != http.StatusServiceUnavailable || body["type"] == nil {
+		t.Errorf("through ap, eu's proxy answering 502 with a page: %d %v; want 503 problem+json", status, body)
 	}
 
 	// A call forwarded once is answered where it lands.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"time"
 
@@ -46,12 +47,16 @@ func (f *regionForwarder) forward(w http.ResponseWriter, r *http.Request, owner 
 		if f.region.Index(from) < 0 {
 			from = "another region" // the header is the caller's to set: named only when it names a region
 		}
+		f.log.WarnContext(r.Context(), "region: a forwarded call names a hold or lease of a third region; check the regions' TOLLGATE_REGION_CHECK_URLS",
+			"from", from, "region", owner, "path", r.URL.Path)
 		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE,
 			"%s forwarded this to region %s, which does not keep it either (it names region %s): check their TOLLGATE_REGION_CHECK_URLS", from, f.region.Name, owner))
 		return
 	}
 	base, ok := f.region.CheckURLs[owner]
 	if !ok {
+		f.log.WarnContext(r.Context(), "region: a call names a hold or lease of a region this one has no check URL of (TOLLGATE_REGION_CHECK_URLS)",
+			"region", owner, "path", r.URL.Path)
 		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.ENOTFOUND,
 			"it was opened in region %s: send it there (this region's TOLLGATE_REGION_CHECK_URLS names no check API of region %s)", owner, owner))
 		return
@@ -70,19 +75,43 @@ func (f *regionForwarder) forward(w http.ResponseWriter, r *http.Request, owner 
 	out.Header.Set("Authorization", r.Header.Get("Authorization"))
 	out.Header.Set(ForwardedHeader, f.region.Name)
 	res, err := f.client.Do(out)
-	if err != nil {
+	var answer []byte
+	if err == nil {
+		answer, err = io.ReadAll(io.LimitReader(res.Body, MaxCheckBody+1))
+		res.Body.Close()
+	}
+	switch {
+	case r.Context().Err() != nil:
+		return // the caller went away: nobody to answer
+	case err != nil:
 		f.log.WarnContext(r.Context(), "region: forwarding to the region that keeps a hold or lease failed", "region", owner, "path", r.URL.Path, "err", err)
-		httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE, "region %s, which keeps it, did not answer; retry", owner))
+	case !checkAPIAnswer(res, answer):
+		// Not the owner's check API answering (a proxy's 502, a
+		// redirect, a page): the caller is told to retry, as when
+		// nothing answers.
+		f.log.WarnContext(r.Context(), "region: the region that keeps a hold or lease answered a forwarded call with what its check API does not send",
+			"region", owner, "path", r.URL.Path, "status", res.StatusCode, "content_type", res.Header.Get("Content-Type"))
+	default:
+		for _, h := range []string{"Content-Type", "Retry-After"} {
+			if v := res.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(answer)
 		return
 	}
-	defer res.Body.Close()
-	for _, h := range []string{"Content-Type", "Retry-After"} {
-		if v := res.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
-		}
-	}
-	w.WriteHeader(res.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(res.Body, MaxCheckBody))
+	httpx.Error(w, r, f.log, tollgate.Errorf(tollgate.EUNAVAILABLE, "region %s, which keeps it, did not answer; retry", owner))
+}
+
+// checkAPIAnswer reports whether res, whose body is answer, is what a
+// check API answers a settlement, renewal or release: JSON (a result or
+// a problem) of a status it uses, and whole.
+func checkAPIAnswer(res *http.Response, answer []byte) bool {
+	mediaType, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
+	isJSON := mediaType == "application/json" || mediaType == "application/problem+json"
+	status := res.StatusCode == http.StatusOK || res.StatusCode >= 400 && res.StatusCode < 500 || res.StatusCode == http.StatusServiceUnavailable
+	return isJSON && status && len(answer) <= MaxCheckBody
 }
 
 // handleHeld serves a call on one hold or lease: it decodes the body into

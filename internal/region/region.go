@@ -9,6 +9,7 @@ package region
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -134,8 +135,13 @@ func Read(e *config.Env, needNATS bool) Config {
 		switch {
 		case c.Index(name) < 0:
 			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: each entry is region=URL, the region one of TOLLGATE_REGIONS (%s)", entry, strings.Join(c.Names, ", ")))
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "":
-			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: region %s's check API is an http(s) URL without a query, e.g. https://check.%s.example.com", entry, name, name))
+		case c.CheckURLs[name] != "":
+			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: region %s is listed twice", entry, name))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" ||
+			u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#"):
+			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: region %s's check API is an http(s) URL without credentials, query or fragment, e.g. https://check.%s.example.com", entry, name, name))
+		case u.Scheme == "http" && !privateHost(u.Hostname()):
+			e.Fail("TOLLGATE_REGION_CHECK_URLS", fmt.Sprintf("%q: the caller's service token goes with a forwarded call: use https, or plain http only to a loopback or private IP address", entry))
 		default:
 			if c.CheckURLs == nil {
 				c.CheckURLs = map[string]string{}
@@ -222,4 +228,15 @@ func (c Config) MinShare(limit, minShare int64) int64 {
 		return minShare
 	}
 	return limit / (4 * int64(len(c.Names)))
+}
+
+// privateHost reports whether host is localhost or a loopback or private
+// IP address (RFC 1918, RFC 4193), where a forwarded call may go over
+// plain http. A name other than localhost is not resolved: it needs https.
+func privateHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && (ip.IsLoopback() || ip.IsPrivate())
 }

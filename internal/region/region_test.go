@@ -66,6 +66,12 @@ func TestReadRegions(t *testing.T) {
 		{"check URL of no region", with("TOLLGATE_REGION_CHECK_URLS", "mars=https://check.mars.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
 		{"check URL not http", with("TOLLGATE_REGION_CHECK_URLS", "us=ftp://check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
 		{"check URL without =", with("TOLLGATE_REGION_CHECK_URLS", "https://check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL with a fragment", with("TOLLGATE_REGION_CHECK_URLS", "us=https://check.us.example#x"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL with an empty query", with("TOLLGATE_REGION_CHECK_URLS", "us=https://check.us.example?"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL with credentials", with("TOLLGATE_REGION_CHECK_URLS", "us=https://u:p@check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL in clear to a name", with("TOLLGATE_REGION_CHECK_URLS", "us=http://check.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL in clear to a public address", with("TOLLGATE_REGION_CHECK_URLS", "us=http://203.0.113.7:8080"), false, "TOLLGATE_REGION_CHECK_URLS"},
+		{"check URL listed twice", with("TOLLGATE_REGION_CHECK_URLS", "us=https://check.us.example,us=https://other.us.example"), false, "TOLLGATE_REGION_CHECK_URLS"},
 		{"check URLs without region", map[string]string{"TOLLGATE_REGION_CHECK_URLS": "us=https://check.us.example"}, false, "TOLLGATE_REGION:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

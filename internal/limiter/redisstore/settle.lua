@@ -19,6 +19,8 @@ local maxDebt = 1125899906842624 -- 2^50 µs, limiter.maxDebtUS
 -- The units the settlement under way moves its states by (shift and put
 -- read it, and now).
 local delta
+-- The µs shift last moved a TAT-like state by (negative: freed).
+local moved
 
 -- shift moves a TAT-like state (limiter.shiftTAT).
 local function shift(stored, mark, interval)
@@ -28,6 +30,7 @@ local function shift(stored, mark, interval)
     if from < now then from = now end
     local freed = mark - from
     if freed < 0 then freed = 0 end
+    moved = -freed
     stored = stored - freed
     if stored < now then stored = now end
     return stored
@@ -38,6 +41,7 @@ local function shift(stored, mark, interval)
   if from < now then from = now end
   local taken = mark + debt - from
   if taken < 0 then taken = 0 end
+  moved = taken
   return stored + taken
 end
 
@@ -172,9 +176,16 @@ local function settle(hkey, cost, expire)
       -- other regions counted the hold's estimate (its check's outbox
       -- entry); the settlement's difference goes to the outbox too, under
       -- the window the estimate fell in, so that they count what was
-      -- settled.
-      if delta ~= 0 and has(flags, flagExchange) then
-        outbox(key, def .. ' ' .. key, delta)
+      -- settled. For a TAT-like state it is what the settlement moved
+      -- this region's by, in whole units: a give-back of slots that have
+      -- passed frees nothing here, so it frees nothing there either
+      -- (rounded toward the smaller give-back, the larger charge).
+      local units = delta
+      if a == algGCRA or a == algLeakyBucket or (a == algTokenBucket and z == 1) then
+        units = -idiv(-moved, x)
+      end
+      if units ~= 0 and has(flags, flagExchange) then
+        outbox(key, def .. ' ' .. key, units)
       end
       --[[/regions]]
     end

@@ -89,8 +89,12 @@ for i = 2, #KEYS do
     local st = redis.call('HMGET', key, 'window', 'count')
     if has(flags, flagAnchorFirstRequest) then
       -- Each region anchors its own windows: the units count in this
-      -- region's current one.
-      if st[1] and now < tonumber(st[1]) + y then
+      -- region's current one; units given back in a window that has
+      -- ended where they were admitted are given back nowhere (the
+      -- sender's own state keeps them too).
+      if units < 0 and now >= finish then
+        -- nothing
+      elseif st[1] and now < tonumber(st[1]) + y then
         redis.call('HSET', key, 'count', atLeast0(tonumber(st[2]) + units))
       elseif units > 0 then
         redis.call('HSET', key, 'window', string.format('%d', now), 'count', units)

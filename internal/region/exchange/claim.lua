@@ -16,12 +16,33 @@
 -- would skip an earlier sequence of the tag as applied, and the next
 -- claim, under a new sequence, takes it.
 --
+-- A claim takes at most ARGV[2] fields, so that a message stays within
+-- what the stream takes however long the exchange was held up (a NATS
+-- outage): from a fuller outbox it moves that many fields, whole (each
+-- field's units go together), and leaves the rest to the next claims.
+--
 -- Returns the claimed outbox's fields and values (HGETALL), or nothing.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
   local last = tonumber(redis.call('HGET', KEYS[3], '#claimed') or '0')
   if tonumber(ARGV[1]) <= last then return {} end
-  redis.call('RENAME', KEYS[1], KEYS[2])
+  local most = tonumber(ARGV[2])
+  if redis.call('HLEN', KEYS[1]) <= most then
+    redis.call('RENAME', KEYS[1], KEYS[2])
+  else
+    local cursor, moved = '0', 0
+    repeat
+      local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', most - moved)
+      cursor = page[1]
+      local kv = page[2]
+      for i = 1, #kv, 2 do
+        if moved < most and redis.call('HSETNX', KEYS[2], kv[i], kv[i + 1]) == 1 then
+          redis.call('HDEL', KEYS[1], kv[i])
+          moved = moved + 1
+        end
+      end
+    until cursor == '0' or moved >= most
+  end
   redis.call('HSET', KEYS[2], '#', ARGV[1])
   redis.call('HSET', KEYS[3], '#claimed', ARGV[1])
 end

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -361,7 +362,7 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 	cmds := make([]*redis.Cmd, len(tags))
 	for i, tag := range tags {
 		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{statekey.OutboxKey(prefix, tag), statekey.ClaimedKey(prefix, tag),
-			statekey.AppliedKey(prefix, tag)}, seq)
+			statekey.AppliedKey(prefix, tag)}, seq, claimFields)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		x.reload(ctx, err)
@@ -418,28 +419,68 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: report})
 	}
 	for i, s := range seqs {
-		batches := bySeq[s]
-		m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
-		if i == len(seqs)-1 {
-			m.Demand = report
-		}
-		if err := x.publishOne(ctx, m); err != nil {
-			return false, err
-		}
-		// One call per key: on a Cluster the claimed outboxes live in
-		// different slots. clear.lua leaves a claim of another sequence
-		// (a worker that lost the lease while publishing must not clear
-		// what the one holding it now claimed).
-		pipe := x.rdb.Pipeline()
-		for _, tb := range batches {
-			clearScript.EvalSha(ctx, pipe, []string{statekey.ClaimedKey(prefix, tb.Tag)}, s)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			x.reload(ctx, err)
-			return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
+		parts := split(bySeq[s], messageBudget)
+		for j, batches := range parts {
+			m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
+			if i == len(seqs)-1 && j == len(parts)-1 {
+				m.Demand = report
+			}
+			if err := x.publishOne(ctx, m); err != nil {
+				return false, err
+			}
+			// One call per key: on a Cluster the claimed outboxes live
+			// in different slots. clear.lua leaves a claim of another
+			// sequence (a worker that lost the lease while publishing
+			// must not clear what the one holding it now claimed).
+			pipe := x.rdb.Pipeline()
+			for _, tb := range batches {
+				clearScript.EvalSha(ctx, pipe, []string{statekey.ClaimedKey(prefix, tb.Tag)}, s)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				x.reload(ctx, err)
+				return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
+			}
 		}
 	}
 	return true, nil
+}
+
+// The size of what a message carries. A stream takes messages of up to
+// NATS's max_payload (1 MiB unless the servers say otherwise), and a
+// message too large would be refused on every attempt, holding up the
+// region's exchange for good: a claim of a hash tag takes at most
+// claimFields of its outbox's fields (about 450 KiB of JSON with long
+// state keys; claim.lua leaves the rest to the next claims), and a
+// sequence's claims go out in as many messages, each of whole tags, as
+// keep each under messageBudget, or of one tag when a tag alone is
+// larger. Variables for the tests.
+var (
+	claimFields   = 1000
+	messageBudget = 256 << 10
+)
+
+// split parts batches into runs whose JSON is about budget bytes at most
+// (one batch alone may pass it). Each run is a message of its own: its
+// ID names its tags, and the receivers apply each tag's sequence once,
+// whichever message brings it.
+func split(batches []tagBatch, budget int) [][]tagBatch {
+	var parts [][]tagBatch
+	from, size := 0, 0
+	for i, tb := range batches {
+		n := 32
+		for _, d := range tb.Debits {
+			n += base64.StdEncoding.EncodedLen(len(d.Field)) + 32
+		}
+		for _, r := range tb.Releases {
+			n += len(r.To) + base64.StdEncoding.EncodedLen(len(r.Key)) + 40
+		}
+		if i > from && size+n > budget {
+			parts = append(parts, batches[from:i])
+			from, size = i, 0
+		}
+		size += n
+	}
+	return append(parts, batches[from:])
 }
 
 // reload loads the scripts again when err says Redis lost them.
@@ -532,11 +573,14 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 				"source", source, "err", err)
 			again = true
 		case err != nil:
-			// The region's Redis (the messages come again: negatively
-			// acknowledged, or read back by sequence), or the consumer.
+			// The region's Redis, or the consumer: after a wait, read
+			// again from the first not applied (the messages handed to
+			// the subscription just stopped would otherwise come again
+			// only after the acknowledgement wait).
 			x.log.Warn("region exchange: cannot apply messages; they will come again", "source", source, "err", err)
 			x.sources[source].Failure(err)
 			_ = b.Wait(ctx)
+			again = true
 		default:
 			b.Reset()
 		}
@@ -697,10 +741,9 @@ const applyBatch = 256
 
 // applyFetched applies the messages of msgs as they arrive, until msgs
 // is closed, ctx ends or a batch fails (its error returned): each time,
-// every message already there (at most applyBatch) in one pipeline to
-// the region's Redis, so that the backlog of a partition (hundreds of
-// messages, arriving together) costs a few round trips, not one per
-// message (applyMsgs).
+// every message already there (at most applyBatch) in pipelines to the
+// region's Redis, one per run of messages with distinct hash tags
+// (applyMsgs).
 func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan jetstream.Msg) error {
 	pending := make([]jetstream.Msg, 0, applyBatch)
 	for {
@@ -731,26 +774,38 @@ func (x *Exchanger) applyFetched(ctx context.Context, rd *reader, msgs <-chan je
 	}
 }
 
-// applyMsgs applies msgs of rd's source, in the stream's order, in one
-// pipeline (one apply.lua call per message and hash tag), and
+// applyMsgs applies msgs of rd's source, in the stream's order, in
+// pipelines of apply.lua calls (one call per message and hash tag), and
 // acknowledges them; one already applied is only acknowledged. A message
 // that cannot be decoded, or names no state, is negatively acknowledged
 // and passed over (logged: it never will be). A message past a gap of
 // at most maxFill messages comes after them, read from the stream by
 // sequence (fill); past a longer one, or when that read fails, it is not
 // applied, nor any after it: they are negatively acknowledged and, once
-// what came before is applied, errGap is returned. When the
-// pipeline fails, every message is negatively acknowledged, nothing
-// counts as applied, and the error is returned.
+// what came before is applied, errGap is returned.
+//
+// A pipeline holds at most one call of each hash tag (the next message
+// that names a tag already in it starts the next pipeline), and runs
+// only once the one before succeeded: a tag's later sequence is never
+// applied while an earlier one failed, which apply.lua would then skip
+// as applied. When a pipeline fails, its messages and every later one
+// are negatively acknowledged, the earlier pipelines' count as applied,
+// and the error is returned.
 func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.Msg) error {
 	type applied struct {
 		msg  jetstream.Msg // nil for one read to fill a gap
+		seq  uint64        // its stream sequence
 		m    message
 		cmds []*redis.Cmd
 	}
+	type round struct {
+		pipe redis.Pipeliner
+		tags map[byte]bool
+		from int // its first message's index in batch
+	}
 	source := rd.source
 	batch := make([]applied, 0, len(msgs))
-	pipe := x.rdb.Pipeline()
+	var rounds []*round
 	upTo := rd.applied
 	var gap error
 	queue := func(seq uint64, msg jetstream.Msg, data []byte) {
@@ -761,7 +816,14 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 		}
 		var cmds []*redis.Cmd
 		if err == nil {
-			cmds, err = x.queueApply(ctx, pipe, source, m)
+			if len(rounds) == 0 || slices.ContainsFunc(m.Tags, func(tb tagBatch) bool { return rounds[len(rounds)-1].tags[tb.Tag] }) {
+				rounds = append(rounds, &round{pipe: x.rdb.Pipeline(), tags: map[byte]bool{}, from: len(batch)})
+			}
+			r := rounds[len(rounds)-1]
+			for _, tb := range m.Tags {
+				r.tags[tb.Tag] = true
+			}
+			cmds, err = x.queueApply(ctx, r.pipe, source, m)
 		}
 		if err != nil {
 			x.log.Warn("region exchange: cannot apply a message; passed over", "source", source, "seq", seq, "err", err)
@@ -770,7 +832,7 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 			}
 			return
 		}
-		batch = append(batch, applied{msg, m, cmds})
+		batch = append(batch, applied{msg, seq, m, cmds})
 	}
 	for i, msg := range msgs {
 		md, err := msg.Metadata()
@@ -807,22 +869,35 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 		upTo = seq
 		queue(seq, msg, msg.Data())
 	}
-	if pipe.Len() > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
+	done := len(batch)
+	var failed error
+	for _, r := range rounds {
+		if r.pipe.Len() == 0 {
+			continue
+		}
+		if _, err := r.pipe.Exec(ctx); err != nil {
 			if strings.HasPrefix(err.Error(), "NOSCRIPT") {
 				_ = applyScript.Load(ctx, x.rdb).Err()
 			}
-			for _, a := range batch {
-				if a.msg != nil {
-					_ = a.msg.Nak()
-				}
-			}
-			return fmt.Errorf("apply seq %d to %d: %w", batch[0].m.Seq, batch[len(batch)-1].m.Seq, err)
+			done = r.from
+			failed = fmt.Errorf("apply seq %d to %d: %w", batch[r.from].m.Seq, batch[len(batch)-1].m.Seq, err)
+			break
 		}
 	}
-	rd.applied = upTo
+	if failed != nil {
+		for _, a := range batch[done:] {
+			if a.msg != nil {
+				_ = a.msg.Nak()
+			}
+		}
+		if done > 0 {
+			rd.applied = batch[done-1].seq
+		}
+	} else {
+		rd.applied = upTo
+	}
 	var units int64
-	for _, a := range batch {
+	for _, a := range batch[:done] {
 		for _, c := range a.cmds {
 			if n, _ := c.Int64(); n > 0 {
 				units += n
@@ -835,6 +910,9 @@ func (x *Exchanger) applyMsgs(ctx context.Context, rd *reader, msgs []jetstream.
 	}
 	if units > 0 {
 		x.metrics.debits.WithLabelValues(source).Add(float64(units))
+	}
+	if failed != nil {
+		return failed
 	}
 	return gap
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,4 +280,178 @@ func TestSettlementsReachTheOtherRegions(t *testing.T) {
 		return err == nil
 	})
 	converged(t, all(regions), key, 3+25, 15*time.Second)
+}
+
+// TestAFailedApplyHoldsBackTheTagsLaterSequences: of two messages of a
+// region that debit states of one hash tag, the first fails to apply in
+// another region (its state is not a hash there); the second is not
+// applied meanwhile, since apply.lua would then skip the first as
+// applied: once the state is repaired, both count there.
+func TestAFailedApplyHoldsBackTheTagsLaterSequences(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	tag := byte('b')
+	first := string(statekey.AppendKey(nil, prefix, tag, [3]byte{4, 5, 6}, []byte("first"), nil))
+	second := string(statekey.AppendKey(nil, prefix, tag, [3]byte{4, 5, 7}, []byte("second"), nil))
+	// us's admissions, published by hand as two messages: its exchanger
+	// stopped, its outbox read and emptied.
+	us.stop()
+	admit(t, us, first, 5)
+	admit(t, us, second, 3)
+	outbox := statekey.OutboxKey(prefix, tag)
+	fields, err := us.rdb.HGetAll(ctx, outbox).Result()
+	testenv.Must(t, err)
+	testenv.Must(t, us.rdb.Del(ctx, outbox).Err())
+	testenv.Must(t, eu.rdb.Set(ctx, first, "not a hash", 0).Err())
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	for _, key := range []string{first, second} {
+		var tb tagBatch
+		tb.Tag = tag
+		for f, v := range fields {
+			if _, k, _ := splitField([]byte(f)); k == key {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				tb.Debits = append(tb.Debits, debit{Field: []byte(f), Units: n})
+			}
+		}
+		seq, err := us.rdb.Incr(ctx, prefix+"regions:seq").Result()
+		testenv.Must(t, err)
+		body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: time.Now().UnixMicro(), Tags: []tagBatch{tb}})
+		testenv.Must(t, err)
+		_, err = js.Publish(ctx, Subject("us"), body)
+		testenv.Must(t, err)
+	}
+	converged(t, []*exchangeRegion{regions["ap"]}, second, 3, 20*time.Second)
+	testenv.WaitFor(t, 20*time.Second, "eu failing to apply the first message", func() bool {
+		return strings.Contains(eu.logOut.String(), "WRONGTYPE")
+	})
+	if got := count(t, eu, second); got != 0 {
+		t.Errorf("eu applied the second message while the first failed: %d", got)
+	}
+	testenv.Must(t, eu.rdb.Del(ctx, first).Err())
+	converged(t, []*exchangeRegion{eu, regions["ap"]}, first, 5, 20*time.Second)
+	converged(t, []*exchangeRegion{eu, regions["ap"]}, second, 3, 20*time.Second)
+}
+
+// TestLargeOutboxesGoOutInParts: an outbox that grew past what a claim
+// takes (the exchange held up; here the limits made small) goes out over
+// several claims, and a sequence's claims over several messages, each of
+// whole hash tags: the other regions count every admission once.
+func TestLargeOutboxesGoOutInParts(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	us.stop()
+	defer func(fields, budget int) { claimFields, messageBudget = fields, budget }(claimFields, messageBudget)
+	claimFields, messageBudget = 7, 1000
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	x, err := New(us.rdb, nc, Config{Region: us.cfg, Prefix: prefix})
+	testenv.Must(t, err)
+	testenv.Must(t, x.setup(ctx))
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	stream, err := js.Stream(ctx, Stream("us"))
+	testenv.Must(t, err)
+	messages := func() uint64 {
+		info, err := stream.Info(ctx)
+		testenv.Must(t, err)
+		return info.State.Msgs
+	}
+
+	var keys []string
+	for i := range 60 {
+		tag := "cde"[i%3]
+		keys = append(keys, string(statekey.AppendKey(nil, prefix, tag, [3]byte{9, 9, byte(i)}, []byte("tenant"), nil)))
+	}
+	for i, key := range keys {
+		admit(t, us, key, 1+i%4)
+	}
+	before := messages()
+	_, err = x.send(ctx, false)
+	testenv.Must(t, err)
+	if n := messages() - before; n < 2 {
+		t.Errorf("one claim of 3 tags × 7 fields went out in %d messages, want several under a budget of %d bytes", n, messageBudget)
+	}
+	for _, tag := range []byte("cde") {
+		if n, err := us.rdb.HLen(ctx, statekey.OutboxKey(prefix, tag)).Result(); err != nil || n != 20-7 {
+			t.Errorf("tag %c's outbox after one claim: %d fields (%v), want 13 left of 20", tag, n, err)
+		}
+	}
+	for range 3 {
+		_, err = x.send(ctx, false)
+		testenv.Must(t, err)
+	}
+	// An outbox Redis keeps as a hash table (more fields than a small
+	// hash has), claimed in parts of 50.
+	claimFields = 50
+	var many []string
+	for i := range 300 {
+		many = append(many, string(statekey.AppendKey(nil, prefix, 'f', [3]byte{8, byte(i / 256), byte(i)}, []byte("tenant"), nil)))
+		admit(t, us, many[i], 1)
+	}
+	_, err = x.send(ctx, false)
+	testenv.Must(t, err)
+	if n, err := us.rdb.HLen(ctx, statekey.OutboxKey(prefix, 'f')).Result(); err != nil || n != 250 {
+		t.Errorf("a hash table outbox after one claim: %d fields (%v), want 250 left of 300", n, err)
+	}
+	for range 5 {
+		_, err = x.send(ctx, false)
+		testenv.Must(t, err)
+	}
+	for _, key := range many {
+		converged(t, []*exchangeRegion{regions["eu"], regions["ap"]}, key, 1, 10*time.Second)
+	}
+	for i, key := range keys {
+		converged(t, []*exchangeRegion{regions["eu"], regions["ap"]}, key, int64(1+i%4), 10*time.Second)
+	}
+}
+
+// TestAGiveBackOfPassedSlotsFreesNothingElsewhere: a hold on a
+// global_shared GCRA rule settled at 0 after its slots passed frees
+// nothing in its region, and so nothing in the others: a region whose
+// own callers used the burst since does not get it back.
+func TestAGiveBackOfPassedSlotsFreesNothingElsewhere(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	tag := byte('g')
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{7, 7, 7}, []byte("tenant"), nil))
+	marker := string(statekey.AppendKey(nil, prefix, tag, [3]byte{7, 7, 8}, []byte("tenant"), nil))
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 10, PeriodUS: 2 * limiter.SecondUS, Burst: 10, Exchange: true}
+	check := func(r *exchangeRegion, b limiter.Batch) limiter.Outcome {
+		t.Helper()
+		b.Requests = []limiter.Request{{Key: key, Params: gcra}}
+		o, err := r.store.Check(ctx, b)
+		testenv.Must(t, err)
+		return o
+	}
+	hkey := prefix + "{" + string(tag) + "}hold:late"
+	if o := check(us, limiter.Batch{Cost: 10, Hold: &limiter.Hold{ID: "late", Key: hkey, TTLUS: 60 * limiter.SecondUS}}); !o.Admitted {
+		t.Fatal("the hold was denied")
+	}
+	testenv.WaitFor(t, 10*time.Second, "eu counting the hold", func() bool {
+		return eu.rdb.Exists(ctx, key).Val() == 1
+	})
+	// The hold's slots pass (the state expires with them) in both.
+	testenv.WaitFor(t, 10*time.Second, "the hold's slots passing", func() bool {
+		return us.rdb.Exists(ctx, key).Val() == 0 && eu.rdb.Exists(ctx, key).Val() == 0
+	})
+	for i := range 10 {
+		if o := check(eu, limiter.Batch{Cost: 1}); !o.Admitted {
+			t.Fatalf("eu's own check %d of its burst denied", i+1)
+		}
+	}
+	_, err := us.store.Settle(ctx, limiter.Settle{Key: hkey, Cost: 0})
+	testenv.Must(t, err)
+	admit(t, us, marker, 1) // after the settlement's give-back, in the same tag
+	converged(t, []*exchangeRegion{eu}, marker, 1, 10*time.Second)
+	if o := check(eu, limiter.Batch{Cost: 1, DryRun: true}); o.Results[0].Remaining > 2 {
+		t.Errorf("eu after the late give-back: %d left, want at most what 2 s refill since its burst (≤ 2), not the hold's 10 again", o.Results[0].Remaining)
+	}
 }

@@ -63,13 +63,16 @@ func (l *lease) acquire(ctx context.Context) (ok bool, holder string, err error)
 	if errors.Is(err, redis.Nil) {
 		err = nil // expired between the two: the next attempt may take it
 	}
+	if holder == l.token {
+		return true, "", nil // this worker's SET NX took it, and its answer was lost
+	}
 	return false, holder, err
 }
 
-// renew extends the lease; lost is true when another worker holds it
-// now (this one's expired).
-func (l *lease) renew(ctx context.Context) (lost bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+// renew extends the lease, giving up at deadline; lost is true when
+// another worker holds it now (this one's expired).
+func (l *lease) renew(ctx context.Context, deadline time.Time) (lost bool, err error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	n, err := renewScript.Run(ctx, l.rdb, []string{l.key}, l.token, l.ttl.Milliseconds()).Int64()
 	if err != nil {
@@ -110,7 +113,13 @@ func (l *lease) hold(ctx context.Context, active func(context.Context), lost fun
 		case <-tick.C:
 		}
 		asked := time.Now() // Redis counts the TTL from no sooner
-		gone, err := l.renew(ctx)
+		// A renewal that hangs is given up in time to stop before the
+		// lease can lapse.
+		deadline := asked.Add(l.ttl / 3)
+		if last := renewed.Add(l.ttl * 5 / 6); last.Before(deadline) {
+			deadline = last
+		}
+		gone, err := l.renew(ctx, deadline)
 		switch {
 		case err == nil && !gone:
 			renewed = asked

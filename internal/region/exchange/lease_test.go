@@ -131,7 +131,7 @@ func TestTwoSendersLoseNothing(t *testing.T) {
 	converged(t, others, stale, 5, 10*time.Second)
 	admit(t, us, stale, 3)
 	got, err := claimScript.Run(ctx, us.rdb, []string{statekey.OutboxKey(prefix, 'z'), statekey.ClaimedKey(prefix, 'z'),
-		statekey.AppliedKey(prefix, 'z')}, older).Slice()
+		statekey.AppliedKey(prefix, 'z')}, older, claimFields).Slice()
 	testenv.Must(t, err)
 	if len(got) != 0 {
 		t.Errorf("a claim under an older sequence than the tag's last took %v, want nothing", got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"time"
 
@@ -203,7 +204,7 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 	var pool, demand int64
 	for _, name := range among {
 		pool += v.allotment[name]
-		demand += v.demand[name]
+		demand += max(0, v.demand[name])
 	}
 	n := int64(len(among))
 	if demand == 0 || n < 2 || pool < n*floor {
@@ -212,7 +213,7 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 	target := map[string]int64{}
 	var surplus int64
 	for _, name := range among {
-		target[name] = floor + (pool-n*floor)*v.demand[name]/demand
+		target[name] = floor + mulDiv(pool-n*floor, max(0, v.demand[name]), demand)
 		surplus += max(0, v.allotment[name]-target[name])
 	}
 	deadband := max(1, v.rule.Limit/50)
@@ -229,7 +230,7 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 		if name == me || short <= 0 {
 			continue
 		}
-		want := short * mine / surplus
+		want := mulDiv(short, mine, surplus)
 		if want < deadband/2 || want <= 0 {
 			continue
 		}
@@ -274,4 +275,14 @@ func (x *Exchanger) reportShares(rules map[[3]byte]SplitRule, views map[string]*
 func str(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// mulDiv returns a×b/c rounded down, for a, b ≥ 0 and b ≤ c, c > 0 (a
+// part of a, so the quotient is at most a), without the product
+// overflowing: a split window's limit may be billions (a month's tokens)
+// and demand as large.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
 }

@@ -3,6 +3,7 @@ package exchange
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,5 +166,21 @@ func TestRebalance(t *testing.T) {
 	}
 	if usAdmitted <= share["us"] {
 		t.Errorf("us admitted %d, no more than its equal share %d: nothing moved to it", usAdmitted, share["us"])
+	}
+}
+
+// TestMulDivDoesNotOverflow: the rebalancer's arithmetic on a split
+// window of billions (a month's tokens) with demand as large.
+func TestMulDivDoesNotOverflow(t *testing.T) {
+	for _, c := range []struct{ a, b, c, want int64 }{
+		{10, 3, 4, 7},
+		{3_000_000_000, 4_000_000_000, 5_000_000_000, 2_400_000_000},
+		{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{9_000_000_000_000_000_000, 1_000_000_000_000_000_000, 3_000_000_000_000_000_000, 3_000_000_000_000_000_000},
+		{0, 5, 7, 0},
+	} {
+		if got := mulDiv(c.a, c.b, c.c); got != c.want {
+			t.Errorf("mulDiv(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.want)
+		}
 	}
 }

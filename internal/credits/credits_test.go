@@ -3,6 +3,7 @@ package credits_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -538,5 +539,47 @@ func TestDrainerExpiresByTheStoresClock(t *testing.T) {
 	testenv.Must(t, err)
 	if rep.Expired != 1 || acct.Balance() != 5 {
 		t.Errorf("drain at the store's clock two hours ahead: %+v, balance %d; want the grant of an hour expired, 5 left", rep, acct.Balance())
+	}
+}
+
+// TestOneBalanceThatCannotBeDrainedHoldsUpNoOther: a balance whose log
+// Redis refuses to read (here not a stream) fails its drain, named in
+// the error; every other balance is drained in the same pass.
+func TestOneBalanceThatCannotBeDrainedHoldsUpNoOther(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(100)
+	ts := tenants.NewStore(r.db)
+	other, err := ts.Create(ctx, "globex", r.planID)
+	testenv.Must(t, err)
+	otherKey, _, err := ts.IssueKey(ctx, other.ID, "", nil)
+	testenv.Must(t, err)
+	_, err = r.ops.Grant(ctx, audit.CLI, other.ID, credits.GrantInput{Amount: 100, Cause: "test"})
+	testenv.Must(t, err)
+	r.reload()
+	r.drain() // the other balance's counter made
+	r.reload()
+	r.check(10)
+	if _, err := r.checker.Check(ctx, enforce.Request{Key: otherKey, Cost: 7, Resource: "GET /x"}); err != nil {
+		t.Fatal(err)
+	}
+	// The balance drained first is the one that fails.
+	ids, err := credits.NewStore(r.db).Tenants(ctx)
+	testenv.Must(t, err)
+	broken, healthy, want := ids[0], r.tenantID, int64(10)
+	if broken == r.tenantID {
+		healthy, want = other.ID, 7
+	}
+	_, log := credits.Keys(r.prefix, broken)
+	testenv.Must(t, r.rdb.Del(ctx, log).Err())
+	testenv.Must(t, r.rdb.Set(ctx, log, "not a stream", 0).Err())
+	_, err = r.drainer.Drain(ctx)
+	if err == nil || !strings.Contains(err.Error(), broken) {
+		t.Fatalf("drain: %v, want an error naming %s", err, broken)
+	}
+	a, err := credits.NewStore(r.db).Account(ctx, healthy)
+	testenv.Must(t, err)
+	if a.Consumed != want {
+		t.Errorf("the other balance after the pass: consumed %d, want its %d drained", a.Consumed, want)
 	}
 }

@@ -2,6 +2,7 @@ package credits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -145,15 +146,24 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 		drain = d.drainRegion
 	}
 	var total Report
+	var failed []error
 	for _, id := range ids {
+		if ctx.Err() != nil {
+			failed = append(failed, ctx.Err())
+			break
+		}
 		// A balance whose checks keep logging deferred draws while its
 		// counter is missing is drained until the counter can be made;
 		// past maxRounds, at the next Drain.
 		for range maxRounds {
 			r, more, err := drain(ctx, id)
 			if err != nil {
-				d.cfg.Metrics.drained(total)
-				return total, fmt.Errorf("credits: drain %s: %w", id, err)
+				// One balance that cannot be drained (a lock timeout on
+				// a busy account, a log Redis refuses) must not hold up
+				// the others: their logs, events and escrow go on.
+				d.cfg.Log.WarnContext(ctx, "credits: cannot drain a balance; the others go on", "tenant_id", id, "err", err)
+				failed = append(failed, fmt.Errorf("credits: drain %s: %w", id, err))
+				break
 			}
 			total.Entries += r.Entries
 			total.Drift += r.Drift
@@ -166,8 +176,14 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 		}
 	}
 	d.cfg.Metrics.drained(total)
-	return total, nil
+	if len(failed) > maxReported {
+		failed = append(failed[:maxReported], fmt.Errorf("credits: and %d more balances", len(failed)-maxReported))
+	}
+	return total, errors.Join(failed...)
 }
+
+// maxReported bounds the balances a Drain's error names.
+const maxReported = 5
 
 // maxRounds bounds the transactions one Drain spends on one balance.
 const maxRounds = 100

@@ -31,7 +31,8 @@ import (
 // line in the check script) at the soonest expiry of the grants it was
 // reserved from, so a region cut off never draws a unit past its grant's
 // expiry. A grant expires in the ledger only once every region holding
-// escrow has recorded its draws up to the expiry.
+// escrow, or drawing at its last drain (within drawingHorizonUS), has
+// recorded its draws up to the expiry.
 //
 // A plan in overage mode reserves nothing: every draw of a region is
 // counted past its escrow (as overage), and the drainer draws it on the
@@ -57,14 +58,30 @@ type regionRow struct {
 }
 
 // changed reports whether r differs from before enough to be written:
-// its drain's time counts only while it holds escrow (other regions'
-// expiries wait on it), and then every two seconds.
+// its drain's time counts only while other regions' expiries wait on it
+// (waitedOn), and then every two seconds.
 func (r *regionRow) changed(before regionRow) bool {
 	same := func(a, b *time.Time) bool { return a == nil && b == nil || a != nil && b != nil && a.Equal(*b) }
 	a, b := *r, before
 	a.LapseAt, b.LapseAt, a.ThroughUS, b.ThroughUS = nil, nil, 0, 0
-	stale := r.held() > 0 && r.ThroughUS-before.ThroughUS >= 2e6
+	stale := (r.waitedOn(r.ThroughUS) || before.Demand > 0) && r.ThroughUS-before.ThroughUS >= 2e6
 	return a != b || stale || !same(r.LapseAt, before.LapseAt)
+}
+
+// drawingHorizonUS is how long after its last drain a region that was
+// drawing (without escrow: an overage plan, or past its escrow) still
+// holds up other regions' grant expiries: long enough for a drainer's
+// pass to come late, short enough that a region gone for good does not
+// keep every grant from expiring.
+const drawingHorizonUS = 60_000_000
+
+// waitedOn reports whether other regions' grant expiries wait for this
+// region's drains, newest being the latest drain's clock of any region:
+// while it holds escrow, which it may draw cut off; and while it drew at
+// its last drain, within drawingHorizonUS, since what it drew since may
+// have been drawn before an expiry and not yet recorded.
+func (r *regionRow) waitedOn(newest int64) bool {
+	return r.held() > 0 || r.Demand > 0 && r.ThroughUS >= newest-drawingHorizonUS
 }
 
 // held is what the region may still draw: escrow − counted (never less
@@ -127,8 +144,12 @@ func (s *Store) regionRows(ctx context.Context, tenantID, region, position strin
 		reg.own = &regionRow{Region: region, Position: position}
 		reg.rows = append(reg.rows, reg.own)
 	}
+	var newest int64
 	for _, x := range reg.rows {
-		if x != reg.own && x.held() > 0 {
+		newest = max(newest, x.ThroughUS)
+	}
+	for _, x := range reg.rows {
+		if x != reg.own && x.waitedOn(newest) {
 			reg.safeUS = min(reg.safeUS, x.ThroughUS)
 		}
 	}

@@ -295,3 +295,32 @@ func TestOneRegionBecomesSeveral(t *testing.T) {
 		t.Errorf("counter %d, want counted − escrow = %d", got, e[0].Counted-e[0].Escrow)
 	}
 }
+
+// TestAGrantWaitsForTheRegionsDrawingOnIt: in overage mode no region
+// holds escrow; a grant's expiry in the ledger still waits for a region
+// that was drawing to record what it drew before the expiry, which is
+// then drawn from the grant, not billed as overage.
+func TestAGrantWaitsForTheRegionsDrawingOnIt(t *testing.T) {
+	r := newRegionRig(t, credits.ModeOverage, 0, 0)
+	ctx := context.Background()
+	at := time.Now().Add(1500 * time.Millisecond)
+	_, err := r.ops.Grant(ctx, audit.CLI, r.tenantID, credits.GrantInput{Amount: 100, ExpiresAt: &at, Cause: "test"})
+	testenv.Must(t, err)
+	r.drain()
+	if got := r.hammer(8, "eu"); got != 8 {
+		t.Fatalf("eu admitted %d of 8", got)
+	}
+	r.drain("eu")
+	if got := r.hammer(4, "eu"); got != 4 { // drawn before the expiry, recorded after it
+		t.Fatalf("eu admitted %d of 4", got)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the grant's expiry passing", func() bool { return time.Now().After(at.Add(100 * time.Millisecond)) })
+	r.drain("us") // the ledger's first pass past the expiry: eu has not recorded its last 4
+	r.drain("eu")
+	r.drain("us", "eu", "ap")
+	m, err := r.store.Month(ctx, r.tenantID, time.Now().UTC().AddDate(0, 0, 1-time.Now().UTC().Day()).Truncate(24*time.Hour))
+	testenv.Must(t, err)
+	if m.Used != 12 || m.Overage != 0 || m.Expired != 88 {
+		t.Errorf("used %d, overage %d, expired %d; want 12 drawn from the grant, no overage, 88 expired", m.Used, m.Overage, m.Expired)
+	}
+}

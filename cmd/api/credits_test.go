@@ -551,3 +551,68 @@ func TestCreditsInSingleProcessMode(t *testing.T) {
 			admitted, exhausted, acct.Consumed, acct.Balance())
 	}
 }
+
+// TestSettlementDrawsOnTheBalanceNow: a hold settled above its estimate
+// draws on the balance as the api process's snapshot has it at the
+// settlement, not as it stood when the hold was opened. After a top-up
+// (overage mode) the units taken come from the new balance, none of them
+// overage; after a negative adjustment (deny mode, overdraft 5) they are
+// drawn down to −5 and the rest goes unpaid, never below.
+func TestSettlementDrawsOnTheBalanceNow(t *testing.T) {
+	r := newRig(t, testenv.DatabaseURL(t))
+	ctx := context.Background()
+	topped, toppedKey := creditTenant(t, r, "prepaid-topped", credits.ModeOverage, 0, 100)
+	adjusted, adjustedKey := creditTenant(t, r, "prepaid-adjusted", credits.ModeDeny, 5, 100)
+	a := r.startAPI(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	type answer struct {
+		Allowed bool                   `json:"allowed"`
+		HoldID  string                 `json:"hold_id"`
+		Credits *enforce.CreditsResult `json:"credits"`
+	}
+	check := func(key string, cost int64, hold bool) answer {
+		t.Helper()
+		var d answer
+		testenv.Must(t, postJSON(client, "http://"+a.addr+"/v1/check", r.token,
+			map[string]any{"key": key, "resource": "GET /x", "cost": cost, "hold": hold}, &d))
+		return d
+	}
+	ops := credits.NewOps(r.db, nil)
+	for _, tc := range []struct {
+		name, tenant, key string
+		estimate          int64
+		change            func() error
+		// seen is the balance a check reports once the snapshot has the
+		// change; the hold is then settled at cost, leaving the ledger
+		// at consumed and balance.
+		seen, cost, consumed, balance int64
+	}{
+		{"top-up", topped, toppedKey, 90, func() error {
+			_, err := ops.Grant(ctx, audit.CLI, topped, credits.GrantInput{Amount: 100, Cause: "top-up"})
+			return err
+		}, 110, 150, 150, 50},
+		{"negative adjustment", adjusted, adjustedKey, 60, func() error {
+			_, err := ops.Adjust(ctx, audit.CLI, adjusted, credits.AdjustInput{Units: -30, Cause: "correction"})
+			return err
+		}, 10, 80, 75, -5},
+	} {
+		d := check(tc.key, tc.estimate, true)
+		if !d.Allowed || d.HoldID == "" || d.Credits == nil || d.Credits.Drawn != tc.estimate {
+			t.Fatalf("%s: hold of %d: %+v (credits %+v)", tc.name, tc.estimate, d, d.Credits)
+		}
+		testenv.Must(t, tc.change())
+		changed := time.Now()
+		testenv.Eventually(t, changed, 10*time.Second, tc.name+" seen by the api's snapshot", func() (bool, string) {
+			d := check(tc.key, 0, false)
+			return d.Credits != nil && d.Credits.Balance == tc.seen, fmt.Sprintf("credits %+v", d.Credits)
+		})
+		if code, st := settle(t, "http://"+a.addr, r.token, d.HoldID, tc.cost); code != http.StatusOK {
+			t.Fatalf("%s: settle at %d: %d %v", tc.name, tc.cost, code, st)
+		}
+		acct := r.ledgerAgrees(t, tc.tenant)
+		if acct.Consumed != tc.consumed || acct.Balance() != tc.balance {
+			t.Errorf("%s: held %d, settled at %d: ledger consumed %d, balance %d; want %d and %d",
+				tc.name, tc.estimate, tc.cost, acct.Consumed, acct.Balance(), tc.consumed, tc.balance)
+		}
+	}
+}

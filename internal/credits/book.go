@@ -102,10 +102,22 @@ func (b *book) take(ctx context.Context, kind string, units int64, onLine bool, 
 	return nil
 }
 
+// refundMargin is how long before its expiry a grant takes no units given
+// back: the drainer's margin (DrainerConfig.Margin's default). Units given
+// back count on the check path at once (the counter went down when the
+// hold was settled), but the check path learns that they belong to an
+// expiring grant only once the drainer has recorded them and the snapshot
+// reloaded, about a second later; until then its expiry of that grant
+// takes off only what the grant had before. Were the grant to expire in
+// between, checks would draw the units while the ledger expired them,
+// and book the draws as debt past the overdraft.
+const refundMargin = 5 * time.Second
+
 // giveBack returns units to the account: the debt first, then the live
 // grants in the reverse of draw order (last-expiring first) up to their
-// amounts, and what is left as a new grant that never expires. onLine as
-// for take. One row of kind records it.
+// amounts, except grants that expire within refundMargin of at, and what
+// is left as a new grant that never expires. onLine as for take. One row
+// of kind records it.
 func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bool, cause string, logEntry *string, at time.Time) error {
 	paid := min(units, b.acct.Debt)
 	b.acct.Debt -= paid
@@ -117,7 +129,7 @@ func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bo
 	var into *string
 	for i := len(grants) - 1; i >= 0 && rest > 0; i-- {
 		g := &grants[i]
-		if g.ExpiresAt != nil && !g.ExpiresAt.After(at) || g.Remaining == g.Amount {
+		if g.ExpiresAt != nil && !g.ExpiresAt.After(at.Add(refundMargin)) || g.Remaining == g.Amount {
 			continue
 		}
 		n := min(rest, g.Amount-g.Remaining)

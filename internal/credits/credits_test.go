@@ -428,6 +428,63 @@ func TestHoldsReserveAndSettleOnTheBalance(t *testing.T) {
 	}
 }
 
+// TestRefundSkipsAGrantAboutToExpire: a hold settled below its estimate
+// gives units back to a later-expiring grant, else as units that never
+// expire, never to a grant that expires within the drainer's margin. The
+// check path counts the units given back at once, but its snapshot's
+// expiry of that grant still holds what the grant had before the refund,
+// until the drainer records it and the snapshot reloads: had the units
+// gone into the grant, the check path would count them past its expiry,
+// and the ledger, which expires them, would book what it drew as debt
+// past the overdraft. So the check path's view of the balance after the
+// expiry, from the snapshot read before the refund was recorded, is the
+// ledger's.
+func TestRefundSkipsAGrantAboutToExpire(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	soon := r.grant(10, 3*time.Second, 0)
+	later := r.grant(10, time.Hour, 0)
+	r.reload()
+	// 15 held: the 10 expiring soon, then 5 of the hour's.
+	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 15, Resource: "GET /x", Hold: true})
+	testenv.Must(t, err)
+	if !d.Allowed || d.Credits.Balance != 5 {
+		t.Fatalf("hold of 15 on 20: %+v", d)
+	}
+	r.drain()
+	r.reload() // the check path: the soon grant expires with 0 left
+	if _, err := r.checker.Settle(ctx, d.HoldID, 7); err != nil {
+		t.Fatal(err)
+	}
+	stale := r.holder.Current().Tenant(r.tenantID).Credits
+	r.drain() // records the refund of 8
+	left := map[string]int64{}
+	grants, err := credits.NewStore(r.db).Grants(ctx, r.tenantID)
+	testenv.Must(t, err)
+	var never int64
+	for _, g := range grants {
+		left[g.ID] = g.Remaining
+		if g.ExpiresAt == nil {
+			never += g.Remaining
+		}
+	}
+	if left[soon.ID] != 0 || left[later.ID] != 10 || never != 3 {
+		t.Errorf("after a refund of 8: %d left of the grant expiring soon, %d of the hour's, %d that never expire; want 0, 10, 3",
+			left[soon.ID], left[later.ID], never)
+	}
+
+	// Past the soon grant's expiry.
+	r.drainAt = soon.ExpiresAt.Add(time.Second)
+	acct := r.agree()
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	consumed, err := r.rdb.Get(ctx, counter).Int64()
+	testenv.Must(t, err)
+	lc := stale.Limiter(counter, logKey)
+	if hot := lc.LineAt(r.drainAt.UnixMicro()) - consumed; hot != acct.Balance() || acct.Balance() != 13 {
+		t.Errorf("after the expiry: the check path's balance %d, the ledger's %d; want 13 both", hot, acct.Balance())
+	}
+}
+
 // TestDemoHasCreditsAndALedger: the demo's prepaid tenant has grants (one
 // expired with units left, one expiring soon), a month of consumption and
 // an adjustment in its ledger, which adds up; the drainer builds the

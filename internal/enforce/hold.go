@@ -161,7 +161,9 @@ var ErrNoHolds = errors.New("enforce: the limiter store keeps no holds")
 // hold final (settled or expired: repeated, or a conflict) hands its usage
 // on again, under the hold's hash, since the first answer may have been
 // lost with its caller or its process; the usage pipeline counts a hold
-// once.
+// once. A settlement above the estimate draws on the tenant's prepaid
+// balance as the current snapshot has it (creditsNow), in the same store
+// call.
 func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement, error) {
 	ref, ok := parseHoldID(id)
 	if !ok {
@@ -175,9 +177,11 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	}
 	storeCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	st, err := c.settler.Settle(storeCtx, limiter.Settle{Key: c.holdKey(ref.Tag, id), Cost: cost})
+	req := limiter.Settle{Key: c.holdKey(ref.Tag, id), Cost: cost, Credits: c.creditsNow(ref)}
+	st, err := c.settler.Settle(storeCtx, req)
 	if legacy := statekey.LegacyHoldKey(c.prefix, ref.Tag, id); errors.Is(err, limiter.ErrHoldNotFound) && legacy != "" {
-		st, err = c.settler.Settle(storeCtx, limiter.Settle{Key: legacy, Cost: cost})
+		req.Key = legacy
+		st, err = c.settler.Settle(storeCtx, req)
 	}
 	if !errors.Is(err, limiter.ErrHoldNotFound) {
 		// Below its estimate, or releasing a lease the hold took, the
@@ -201,6 +205,25 @@ func (c *Checker) Settle(ctx context.Context, id string, cost int64) (Settlement
 	}
 	c.recordSettled(id, ref, st)
 	return Settlement{HoldID: id, Estimate: st.Estimate, Cost: st.Cost, Status: holdStatus(st.Status), Repeated: st.Repeated}, nil
+}
+
+// creditsNow returns the terms of the prepaid balance of the tenant a
+// hold is for, as this process's snapshot has them now (what a check
+// sent now would carry), for its settlement to draw on: since the hold's
+// check the balance may have been topped up or adjusted, or its overdraft
+// or mode changed. Nil when the snapshot holds no such tenant or no
+// balance of it: the store then settles on the terms the hold's check
+// carried, the best left to go by.
+func (c *Checker) creditsNow(ref holdRef) *limiter.Credits {
+	s := c.holder.Current()
+	if s == nil {
+		return nil
+	}
+	tenant := s.Tenant(ref.TenantID)
+	if tenant == nil || tenant.Credits == nil {
+		return nil
+	}
+	return c.creditsFor(tenant.Credits, string(statekey.AppendCredits(nil, c.prefix, tenant.Tag, tenant.Short)))
 }
 
 // recordSettled counts the units hold id finally counts, at its

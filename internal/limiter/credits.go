@@ -120,7 +120,16 @@ func (c *Credits) validate() error {
 	if c == nil {
 		return nil
 	}
-	if c.Key == "" || c.Log == "" || c.Overdraft < 0 || len(c.Expiring) > MaxCreditExpiries {
+	if c.Log == "" {
+		return ErrBadCredits
+	}
+	return c.validTerms()
+}
+
+// validTerms is validate without the log, which a settlement's terms
+// (Settle.Credits) need not name.
+func (c *Credits) validTerms() error {
+	if c.Key == "" || c.Overdraft < 0 || len(c.Expiring) > MaxCreditExpiries {
 		return ErrBadCredits
 	}
 	for i, e := range c.Expiring {
@@ -165,14 +174,18 @@ type creditMove struct {
 }
 
 // settleCredits returns the move a settlement of delta units (the actual
-// cost less the estimate) makes on a hold's balance of line at the
-// settlement, whose counter is consumed (present false: missing), the
-// hold having drawn drawn units and overage: units given back leave the
-// overage first, then the balance (at most what the hold drew); units
-// taken come from the balance while it stays at or above −overdraft, and
-// the rest is overage (overage mode) or unpaid (deny mode): the balance
-// never goes below −overdraft. On a missing counter units taken are
-// deferred to the ledger's writer, which splits them the same way.
+// cost less the estimate) makes on a hold's balance, whose counter is
+// consumed (present false: missing), the hold having drawn drawn units
+// and over units of overage. line, overdraft and overage (the mode) are
+// the balance's terms at the settlement: those it has now
+// (Settle.Credits) where the caller sent them, else those the hold's
+// check carried, with line as of the settlement's time. Units given back
+// leave the overage first, then the balance (at most what the hold
+// drew); units taken come from the balance while it stays at or above
+// −overdraft, and the rest is overage (overage mode) or unpaid (deny
+// mode): the balance never goes below −overdraft. On a missing counter
+// units taken are deferred to the ledger's writer, which splits them the
+// same way.
 func settleCredits(line, overdraft int64, overage bool, consumed int64, present bool, drawn, over, delta int64) creditMove {
 	var m creditMove
 	if delta < 0 {

@@ -13,9 +13,9 @@ import (
 )
 
 // creditOp is one step of a credits history: a check (with a hold when
-// hold ≥ 0), a settlement of hold settle, a top-up raising the line, the
-// store losing the balance's counter, or the ledger's writer making it
-// again.
+// hold ≥ 0), a settlement of hold settle, a top-up raising the line (or
+// an adjustment lowering it), the store losing the balance's counter, or
+// the ledger's writer making it again.
 type creditOp struct {
 	at, cost      int64
 	dry           bool
@@ -31,12 +31,13 @@ type creditAnswer struct {
 }
 
 // TestStoresAgreeOnCredits replays random histories of checks, dry runs,
-// holds, settlements, top-ups, grants expiring, counters lost and made
-// again on a balance, in deny and overage mode with and without an
-// overdraft, through every store: each answer, the counter and the
-// consumption log must equal the memory store's; no check or settlement
-// that draws takes the balance below −overdraft; nothing is drawn while
-// the counter is missing; and the log adds up to the counter's moves.
+// holds, settlements (with the balance's terms at their time), top-ups,
+// adjustments down, grants expiring, counters lost and made again on a
+// balance, in deny and overage mode with and without an overdraft,
+// through every store: each answer, the counter and the consumption log
+// must equal the memory store's; no check or settlement that draws takes
+// the balance below −overdraft; nothing is drawn while the counter is
+// missing; and the log adds up to the counter's moves.
 func TestStoresAgreeOnCredits(t *testing.T) {
 	rule := Params{Algorithm: GCRA, Limit: 20, PeriodUS: SecondUS, Burst: 8}
 	for _, mode := range []struct {
@@ -67,7 +68,7 @@ func TestStoresAgreeOnCredits(t *testing.T) {
 						case x < 14 && holds > 0:
 							ops[i].settle, ops[i].cost = r.IntN(holds), r.Int64N(9)
 						case x < 16:
-							ops[i].topUp = r.Int64N(15)
+							ops[i].topUp = r.Int64N(25) - 10 // or an adjustment down
 						case x == 16:
 							ops[i].lose = true
 						case x == 17:
@@ -155,7 +156,7 @@ func replayCredits(t *testing.T, store openStore, name string, p Params, credits
 			}
 			continue
 		case op.settle >= 0:
-			a.settlement, a.err = store.Settle(ctx, Settle{Key: holdKey(op.settle), Cost: op.cost, NowUS: op.at})
+			a.settlement, a.err = store.Settle(ctx, Settle{Key: holdKey(op.settle), Cost: op.cost, NowUS: op.at, Credits: &c})
 		case op.hold >= 0:
 			a.out, a.err = store.Check(ctx, Batch{Requests: reqs, Cost: op.cost, NowUS: op.at, Credits: &c,
 				Hold: &Hold{ID: fmt.Sprintf("h%d", op.hold), Key: holdKey(op.hold), TTLUS: HourUS}})
@@ -283,6 +284,84 @@ func TestCreditsSettledPastTheBalance(t *testing.T) {
 				t.Errorf("%s: settled 8 at 18 on 10+2: counter %d, entry %+v; want the balance at −2, 4 drawn, %d overage, %d unpaid",
 					mode.name, consumed, e, mode.wantOverage, mode.wantUnpaid)
 			}
+		}
+	})
+}
+
+// TestCreditsSettledOnTheBalanceNow: a settlement above its estimate
+// draws on the balance's terms it carries (Settle.Credits), the terms the
+// balance has at the settlement, not those of the hold's check: a top-up
+// since the hold pays for the units taken (none of them overage or
+// unpaid), a negative adjustment or a lowered overdraft stops the draw at
+// the new −overdraft, and a grant of the new terms that has expired by
+// the settlement counts for nothing. Without terms, or with terms of
+// another balance, the hold's own decide.
+func TestCreditsSettledOnTheBalanceNow(t *testing.T) {
+	rule := Params{Algorithm: GCRA, Limit: 1000, PeriodUS: SecondUS, Burst: 1000}
+	forCreditStores(t, func(t *testing.T, store openStore, logs CreditLogs) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name string
+			// The balance at the hold (its counter made at 0): the hold of
+			// 8 draws 8 of line, leaving line − 8.
+			line, overdraft int64
+			overage         bool
+			// now makes the terms the settlement carries from the hold's;
+			// nil sends none.
+			now  func(c Credits) *Credits
+			cost int64
+			want CreditEntry
+		}{
+			{"overage-topped-up", 10, 0, true, func(c Credits) *Credits { c.Line = 30; return &c },
+				18, CreditEntry{Units: 10}},
+			{"deny-topped-up", 10, 0, false, func(c Credits) *Credits { c.Line = 30; return &c },
+				18, CreditEntry{Units: 10}},
+			{"deny-adjusted-down", 10, 2, false, func(c Credits) *Credits { c.Line = 7; return &c },
+				12, CreditEntry{Units: 1, Unpaid: 3}},
+			{"deny-adjusted-below", 10, 2, false, func(c Credits) *Credits { c.Line = 5; return &c },
+				12, CreditEntry{Unpaid: 4}},
+			{"overage-overdraft-lowered", 10, 5, true, func(c Credits) *Credits { c.Overdraft = 0; return &c },
+				14, CreditEntry{Units: 2, Overage: 4}},
+			{"deny-now-overage", 10, 0, false, func(c Credits) *Credits { c.Overage = true; return &c },
+				14, CreditEntry{Units: 2, Overage: 4}},
+			{"topped-up-grant-expired", 10, 0, true, func(c Credits) *Credits {
+				c.Line, c.Expiring = 30, []CreditExpiry{{AtUS: epoch + 1, Units: 20}}
+				return &c
+			}, 18, CreditEntry{Units: 2, Overage: 8}},
+			{"no-terms", 10, 0, true, func(c Credits) *Credits { return nil },
+				18, CreditEntry{Units: 2, Overage: 8}},
+			{"terms-of-another-balance", 10, 0, true, func(c Credits) *Credits { c.Key += "-other"; c.Line = 30; return &c },
+				18, CreditEntry{Units: 2, Overage: 8}},
+		} {
+			c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: tc.line, Overdraft: tc.overdraft, Overage: tc.overage}
+			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			h := &Hold{ID: tc.name, Key: store.ns + tc.name + ":hold", TTLUS: HourUS}
+			if o := mustCheck(t, store, Batch{Requests: single(store.ns+tc.name, rule), Cost: 8, NowUS: epoch, Credits: &c, Hold: h}); !o.Admitted || o.Credits.Drawn != 8 {
+				t.Fatalf("%s: hold of 8 on %d: %+v", tc.name, tc.line, o)
+			}
+			terms := tc.now(c)
+			if _, err := store.Settle(ctx, Settle{Key: h.Key, Cost: tc.cost, NowUS: epoch + 1, Credits: terms}); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			consumed, _, log, err := readCredits(store, c.Key, c.Log, "", 100)
+			if err != nil || len(log) != 2 {
+				t.Fatalf("%s: log %+v, %v", tc.name, log, err)
+			}
+			got := log[1]
+			got.ID, got.AtUS, got.HoldID = "", 0, ""
+			if got != tc.want || consumed != 8+tc.want.Units {
+				t.Errorf("%s: settled 8 at %d: entry %+v, counter %d; want %+v, counter %d", tc.name, tc.cost, got, consumed, tc.want, 8+tc.want.Units)
+			}
+			if terms != nil && terms.Key == c.Key && got.Units > 0 && terms.LineAt(epoch+1)-consumed < -terms.Overdraft {
+				t.Errorf("%s: balance %d after the settlement, below −%d", tc.name, terms.LineAt(epoch+1)-consumed, terms.Overdraft)
+			}
+		}
+		// Terms no check would carry are refused before the store.
+		bad := Credits{Key: store.ns + "bad:c", Overdraft: -1}
+		if _, err := store.Settle(ctx, Settle{Key: store.ns + "none", Cost: 1, Credits: &bad}); !errors.Is(err, ErrBadCredits) {
+			t.Errorf("a negative overdraft: %v, want ErrBadCredits", err)
 		}
 	})
 }

@@ -53,6 +53,16 @@ type Settle struct {
 	Expire bool
 	// NowUS overrides the store's clock when > 0, as Batch.NowUS does.
 	NowUS int64
+	// Credits, when set, are the current terms of the prepaid balance the
+	// hold drew on: a settlement above the estimate draws on the line at
+	// the store's clock (Line less its Expiring), down to −Overdraft, and
+	// splits the rest by Overage, as a check sent now would. The balance
+	// may have been topped up, adjusted or given another overdraft or
+	// mode since the hold was opened, so the terms its check carried are
+	// stale. Nil, or a Key other than the hold's balance's, settles on
+	// those saved terms: what a caller that no longer knows the balance
+	// can do. Log is not read: the hold's log is the one written.
+	Credits *Credits
 }
 
 // HoldStatus is where a hold stands.
@@ -111,10 +121,14 @@ type Expired struct {
 	Settlement
 }
 
-// Validate returns ErrSettleCost for a cost no store accepts.
+// Validate returns ErrSettleCost for a cost no store accepts, and
+// ErrBadCredits for credit terms no check would carry.
 func (s Settle) Validate() error {
 	if !s.Expire && (s.Cost < 0 || s.Cost > MaxSettleCost) {
 		return ErrSettleCost
+	}
+	if s.Credits != nil {
+		return s.Credits.validTerms()
 	}
 	return nil
 }

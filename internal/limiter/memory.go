@@ -191,7 +191,7 @@ func (s *MemoryStore) live(key string, now int64) *state {
 // held and the states are not yet written.
 func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64, cr CreditResult) {
 	h := &memoryHold{
-		credits:        b.Credits,
+		credits:        savedCredits(b.Credits),
 		drawn:          cr.Drawn,
 		overage:        cr.Overage,
 		id:             b.Hold.ID,
@@ -209,6 +209,17 @@ func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64, cr Cred
 		}
 	}
 	s.holds[b.Hold.Key] = h
+}
+
+// savedCredits returns a copy of c for a hold's record, as the Redis
+// script keeps the terms in the hold's hash: the caller may reuse c.
+func savedCredits(c *Credits) *Credits {
+	if c == nil {
+		return nil
+	}
+	saved := *c
+	saved.Expiring = slices.Clone(c.Expiring)
+	return &saved
 }
 
 // Settle sets a hold's actual cost, or expires it, under the store's
@@ -241,8 +252,12 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		}
 	}
 	if c := h.credits; c != nil && cost != h.estimate {
+		terms := c
+		if req.Credits != nil && req.Credits.Key == c.Key {
+			terms = req.Credits
+		}
 		consumed, present := s.consumed(c)
-		m := settleCredits(c.LineAt(now), c.Overdraft, c.Overage, consumed, present, h.drawn, h.overage, cost-h.estimate)
+		m := settleCredits(terms.LineAt(now), terms.Overdraft, terms.Overage, consumed, present, h.drawn, h.overage, cost-h.estimate)
 		h.drawn, h.overage = h.drawn+m.units, h.overage+m.overage
 		s.draw(c, m, now, h.id)
 	}

@@ -225,6 +225,14 @@ func (s *Snapshot) key(hash tenants.KeyHash) (k *Key, known bool) {
 	return k, k != nil
 }
 
+// Tenant returns the tenant with id, or nil when s does not hold it.
+func (s *Snapshot) Tenant(id string) *Tenant {
+	if id == "" {
+		return nil
+	}
+	return s.tenants[tenantIDBytes(id)]
+}
+
 // tenantOf returns k's tenant in s, or nil when the tenant is gone.
 func (s *Snapshot) tenantOf(k *Key) *Tenant { return s.tenants[*k.tenant] }
 

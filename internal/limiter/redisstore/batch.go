@@ -88,9 +88,9 @@ func (b *batcher) check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 
 // op runs an operation that follows checks (ops.go) in the next call
 // that goes out (the operations' own call, after the checks').
-func (b *batcher) op(ctx context.Context, op int, key string, cost, nowUS int64) ([]any, error) {
+func (b *batcher) op(ctx context.Context, op int, key string, cost, nowUS int64, credits *limiter.Credits) ([]any, error) {
 	p := pendingPool.Get().(*pending)
-	p.op, p.opKey, p.opCost, p.opNowUS = op, key, cost, nowUS
+	p.op, p.opKey, p.opCost, p.opNowUS, p.opCredits = op, key, cost, nowUS, credits
 	b.wait(ctx, p)
 	reply, err := p.reply, p.err
 	*p = pending{done: p.done}

@@ -61,7 +61,8 @@
 --   deferred (d 1: the drainer draws what the ledger's balance allows).
 --   Its hold record also keeps ck, cl the keys, cn line, cx its expiries
 --   ("at units …"), co overdraft, cm 1 for overage, cd units drawn, cv
---   overage (settle.lua reads them).
+--   overage (settle.lua reads them: cn, cx, co and cm only for a
+--   settlement that carries no terms of the balance now).
 --   A check whose opts has optUsage journals its usage (statekey.go
 --   describes the journal): the call's journal key is the last of KEYS,
 --   after every check's keys, and the check's entry head

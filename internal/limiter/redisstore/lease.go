@@ -43,7 +43,7 @@ func (s *Store) Release(ctx context.Context, ref limiter.LeaseRef) (bool, error)
 // lease runs lease.lua's op (opRenew or opRelease) on ref and returns its
 // reply's three numbers.
 func (s *Store) lease(ctx context.Context, op int, ref limiter.LeaseRef) ([3]int64, error) {
-	values, err := s.runOp(ctx, op, ref.Key, 0, ref.NowUS)
+	values, err := s.runOp(ctx, op, ref.Key, 0, ref.NowUS, nil)
 	if err != nil {
 		return [3]int64{}, err
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // The operations that follow checks, on the holds and leases they opened:
@@ -37,12 +39,12 @@ const opReplyLen = 7
 
 // runOp runs one operation on the record at key and returns its reply:
 // in the batcher's next call when it queues operations, or in a call of
-// its own.
-func (s *Store) runOp(ctx context.Context, op int, key string, cost, nowUS int64) ([]any, error) {
+// its own. credits are a settlement's current credit terms (nil: none).
+func (s *Store) runOp(ctx context.Context, op int, key string, cost, nowUS int64, credits *limiter.Credits) ([]any, error) {
 	if s.batcher != nil && s.batcher.ops {
-		return s.batcher.op(ctx, op, key, cost, nowUS)
+		return s.batcher.op(ctx, op, key, cost, nowUS, credits)
 	}
-	p := pending{op: op, opKey: key, opCost: cost, opNowUS: nowUS}
+	p := pending{op: op, opKey: key, opCost: cost, opNowUS: nowUS, opCredits: credits}
 	one := [1]*pending{&p}
 	s.runOps(ctx, one[:])
 	return p.reply, p.err
@@ -127,11 +129,24 @@ func (s *Store) runOpsConfirmed(ctx context.Context, ps []*pending) {
 // opArgs returns ops.lua's KEYS and ARGV for ps.
 func (s *Store) opArgs(ps []*pending) (keys []string, args []any) {
 	keys = make([]string, len(ps))
-	args = make([]any, 1, 1+3*len(ps))
+	args = make([]any, 1, 1+4*len(ps))
 	args[0] = strconv.FormatInt(s.ExtraTTL.Milliseconds(), 10)
 	for i, p := range ps {
 		keys[i] = p.opKey
 		args = append(args, p.op, strconv.FormatInt(p.opNowUS, 10), strconv.FormatInt(p.opCost, 10))
+		c := p.opCredits
+		if c == nil {
+			args = append(args, 0)
+			continue
+		}
+		overage := 0
+		if c.Overage {
+			overage = 1
+		}
+		args = append(args, 4+2*len(c.Expiring), c.Key, strconv.FormatInt(c.Line, 10), strconv.FormatInt(c.Overdraft, 10), overage)
+		for _, e := range c.Expiring {
+			args = append(args, strconv.FormatInt(e.AtUS, 10), strconv.FormatInt(e.Units, 10))
+		}
 	}
 	return keys, args
 }

@@ -7,7 +7,12 @@
 -- KEYS     each operation's record key (a hold's or a lease's); on a
 --          Cluster the operations of one call are of one hash slot
 -- ARGV     extra_ttl_ms, then per operation: op (an op* code below), now
---          (µs, 0: from TIME), cost (a settlement's actual cost; else 0)
+--          (µs, 0: from TIME), cost (a settlement's actual cost; else 0),
+--          n, then n values: a settlement's credit terms, the balance's
+--          as the caller has them now (limiter.Settle.Credits), or none
+--          (n 0): the balance's counter key, line, overdraft, mode (1
+--          overage, 0 deny) and its expiries (at µs, units; soonest
+--          first), so n is 4 + 2 × the expiries
 --
 -- Returns seven values per operation: a settlement's reply (settle.lua),
 -- or a lease's three (lease.lua) and four zeros.
@@ -29,16 +34,25 @@ local now -- the operation under way's time (µs)
 --[[lease.lua]]
 
 local out = {}
+local base = 2
 for k = 1, #KEYS do
-  local base = 2 + 3 * (k - 1)
   local op = tonumber(ARGV[base])
   now = at(tonumber(ARGV[base + 1]))
+  local n = tonumber(ARGV[base + 3])
+  local terms
+  if n > 0 then
+    local exps = {}
+    for x = base + 8, base + 3 + n do exps[#exps + 1] = tonumber(ARGV[x]) end
+    terms = {key = ARGV[base + 4], line = tonumber(ARGV[base + 5]), overdraft = tonumber(ARGV[base + 6]),
+      mode = ARGV[base + 7], exps = exps}
+  end
   local reply
   if op == opSettle or op == opExpire then
-    reply = settle(KEYS[k], tonumber(ARGV[base + 2]), op == opExpire)
+    reply = settle(KEYS[k], tonumber(ARGV[base + 2]), op == opExpire, terms)
   else
     reply = lease(op, KEYS[k])
   end
   for x = 1, 7 do out[#out + 1] = reply[x] or 0 end
+  base = base + 4 + n
 end
 return out

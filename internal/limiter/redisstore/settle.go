@@ -54,11 +54,13 @@ func (s *Store) Settle(ctx context.Context, req limiter.Settle) (limiter.Settlem
 
 // settle is Settle, also returning the hold's ID.
 func (s *Store) settle(ctx context.Context, req limiter.Settle) (limiter.Settlement, string, error) {
-	op, cost := opSettle, req.Cost
+	op, cost, credits := opSettle, req.Cost, req.Credits
 	if req.Expire {
-		op, cost = opExpire, 0
+		// An expiry gives the estimate back or keeps it, never takes more:
+		// it needs no terms of the balance.
+		op, cost, credits = opExpire, 0, nil
 	}
-	values, err := s.runOp(ctx, op, req.Key, cost, req.NowUS)
+	values, err := s.runOp(ctx, op, req.Key, cost, req.NowUS, credits)
 	if err != nil {
 		return limiter.Settlement{}, "", err
 	}

@@ -2,11 +2,12 @@
 -- the hold's record (written by check.lua) and every state it adjusts.
 -- ops.lua calls settle, once per settlement of its call.
 --
--- settle(hkey, cost, expire): hkey is the hold record's key (the state
--- keys it lists share its hash tag, so one slot of a Cluster holds them
--- all), cost the actual cost, expire true to expire a due hold as its
--- record says (cost is then ignored); now is ops.lua's, the operation's
--- time. It returns code, now, estimate, cost, status, repeated, ID: code
+-- settle(hkey, cost, expire, terms): hkey is the hold record's key (the
+-- state keys it lists share its hash tag, so one slot of a Cluster holds
+-- them all), cost the actual cost, expire true to expire a due hold as
+-- its record says (cost is then ignored), terms nil or the credit terms
+-- the settlement carries (key, line, overdraft, mode '1' or '0', exps: a
+-- list of at, units); now is ops.lua's, the operation's time. It returns code, now, estimate, cost, status, repeated, ID: code
 -- 0 done, 1 no such hold, 2 conflict (settled with another cost, or
 -- expired), 3 not yet due (expire); repeated is 1 for a repeated answer,
 -- + journaled (2) for a hold whose check journaled its usage: its final
@@ -55,7 +56,7 @@ local function put(key, number, tat)
   end
 end
 
-local function settle(hkey, cost, expire)
+local function settle(hkey, cost, expire, terms)
   local flat = redis.call('HGETALL', hkey)
   if #flat == 0 then return {1, now, 0, 0, 0, 0, ''} end
   local rec = {}
@@ -196,25 +197,27 @@ local function settle(hkey, cost, expire)
 
   -- The prepaid balance the hold drew on (limiter.settleCredits): units
   -- given back leave its overage first, then the balance; units taken come
-  -- from the balance down to −overdraft (at the check's line, less its
-  -- expiries at or before now), the rest is overage in overage mode and
-  -- unpaid (n) in deny mode: the balance never goes below −overdraft. On a
-  -- missing counter (never made here: the credits drainer rebuilds it from
-  -- the ledger) units taken are logged deferred (d 1: the rest is overage,
-  -- 2: unpaid) for the drainer to split on the ledger's balance. The log
-  -- records the move for the ledger.
+  -- from the balance down to −overdraft (at the line less its expiries at
+  -- or before now), the rest is overage in overage mode and unpaid (n) in
+  -- deny mode: the balance never goes below −overdraft. The line,
+  -- overdraft and mode are the terms the settlement carries for this
+  -- balance, the balance's now: since the check, a top-up may have raised
+  -- the line and an adjustment lowered it. Only without them (a caller
+  -- that no longer knows the tenant) do the terms saved with the hold
+  -- decide. On a missing counter (never made here: the credits drainer
+  -- rebuilds it from the ledger) units taken are logged deferred (d 1:
+  -- the rest is overage, 2: unpaid) for the drainer to split on the
+  -- ledger's balance. The log records the move for the ledger.
   if rec.ck and delta ~= 0 then
-    local line, overdraft, drawn, over = tonumber(rec.cn), tonumber(rec.co), tonumber(rec.cd), tonumber(rec.cv)
-    if rec.cx then
-      local at
-      for x in string.gmatch(rec.cx, '%-?%d+') do
-        if not at then
-          at = tonumber(x)
-        else
-          if at <= now then line = line - tonumber(x) end
-          at = nil
-        end
-      end
+    local line, overdraft, mode, drawn, over = tonumber(rec.cn), tonumber(rec.co), rec.cm, tonumber(rec.cd), tonumber(rec.cv)
+    local exps = {}
+    if terms and terms.key == rec.ck then
+      line, overdraft, mode, exps = terms.line, terms.overdraft, terms.mode, terms.exps
+    elseif rec.cx then
+      for x in string.gmatch(rec.cx, '%-?%d+') do exps[#exps + 1] = tonumber(x) end
+    end
+    for x = 1, #exps, 2 do
+      if exps[x] <= now then line = line - exps[x + 1] end
     end
     local v = redis.call('GET', rec.ck)
     local units, overage, unpaid, deferred = 0, 0, 0, 0
@@ -229,10 +232,10 @@ local function settle(hkey, cost, expire)
       if room < 0 then room = 0 end
       units = delta
       if units > room then units = room end
-      if rec.cm == '1' then overage = delta - units else unpaid = delta - units end
+      if mode == '1' then overage = delta - units else unpaid = delta - units end
     else
       units = delta
-      if rec.cm == '1' then deferred = 1 else deferred = 2 end
+      if mode == '1' then deferred = 1 else deferred = 2 end
     end
     if v and deferred == 0 then redis.call('SET', rec.ck, string.format('%d', tonumber(v) + units)) end
     redis.call('HSET', hkey, 'cd', string.format('%d', drawn + units), 'cv', string.format('%d', over + overage))

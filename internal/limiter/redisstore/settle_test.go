@@ -49,7 +49,8 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 // TestSettlementsShareACall: the checks, settlements and lease operations
 // a batching store takes together go out in two script calls, the
 // checks' and the operations', and each operation is answered as if it
-// had been alone, in order: a repeat is repeated, another cost for a hold
+// had been alone, in order, whatever credit terms the settlements before
+// it carry: a repeat is repeated, another cost for a hold
 // settled earlier in the call conflicts, a lease is renewed then
 // released, and the window moves by each actual cost less its estimate
 // once.
@@ -94,7 +95,15 @@ func TestSettlementsShareACall(t *testing.T) {
 			release := &pending{op: opRelease, opKey: leaseKey}
 			var run, settles []*pending
 			for i := range holds {
-				settles = append(settles, settle(i, int64(i+1)))
+				p := settle(i, int64(i+1))
+				if i%2 == 1 {
+					// Credit terms of some length (these holds draw on no
+					// balance): the operations after them read their own
+					// arguments all the same.
+					p.opCredits = &limiter.Credits{Key: c.Prefix + "{t}c", Line: 5, Overdraft: 1, Overage: true,
+						Expiring: make([]limiter.CreditExpiry, i%4)}
+				}
+				settles = append(settles, p)
 			}
 			repeat, conflict := settle(0, 1), settle(1, 3)
 			checks := []*pending{check(1, nil), check(1, nil)}

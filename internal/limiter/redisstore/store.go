@@ -186,12 +186,14 @@ type pending struct {
 	err      error
 
 	// op is 0 for a check, else an operation that follows checks (ops.go)
-	// on the record at opKey, with its cost and time, and its reply.
-	op      int
-	opKey   string
-	opCost  int64
-	opNowUS int64
-	reply   []any
+	// on the record at opKey, with its cost and time, a settlement's
+	// credit terms (nil: the hold's), and its reply.
+	op        int
+	opKey     string
+	opCost    int64
+	opNowUS   int64
+	opCredits *limiter.Credits
+	reply     []any
 
 	// done is signalled once the check is decided, or when it is to
 	// lead the call in lead.

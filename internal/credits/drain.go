@@ -77,7 +77,7 @@ func NewDrainer(db *pgxpool.Pool, logs limiter.CreditLogs, cfg DrainerConfig) *D
 		cfg.ExpiringWithin = 7 * 24 * time.Hour
 	}
 	if cfg.Margin <= 0 {
-		cfg.Margin = 5 * time.Second
+		cfg.Margin = refundMargin
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

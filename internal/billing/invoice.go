@@ -15,8 +15,10 @@ import (
 // Every method that creates something at the provider is idempotent by
 // the keys its input carries (Invoice.Ref, CheckoutInput.TopUpID): called
 // again with the same input, after a timeout or a crash, it creates
-// nothing new. Implementations are safe for concurrent use and never
-// return or log their secret key.
+// nothing new. Every amount in and out is in integer minor units of ISO
+// 4217, as all of Tollgate's money: a provider whose API counts a
+// currency in another unit converts at its boundary. Implementations are
+// safe for concurrent use and never return or log their secret key.
 type Provider interface {
 	// CreateCustomer makes a customer for a tenant and returns its ID.
 	CreateCustomer(ctx context.Context, in CustomerInput) (string, error)
@@ -34,6 +36,13 @@ type Provider interface {
 // ErrBadSignature is what Provider.ParseEvent returns for a webhook whose
 // signature is missing, wrong or too old.
 var ErrBadSignature = errors.New("billing: bad or stale webhook signature")
+
+// ErrAmountNotAccepted is wrapped by a Provider's error for an amount it
+// cannot send in its currency (Stripe takes three-decimal currencies only
+// in amounts ending in 0), returned before anything is sent. Such an
+// invoice stays pending with the error, as after any failed push; such a
+// top-up is refused (EINVALID).
+var ErrAmountNotAccepted = errors.New("amount not accepted by the payment provider")
 
 // InvoiceMode is how far a pushed invoice goes at the provider.
 type InvoiceMode string
@@ -94,7 +103,8 @@ type Invoice struct {
 type PushedInvoice struct {
 	ID     string
 	Status string
-	// TotalMinor and Currency are the provider's total.
+	// TotalMinor and Currency are the provider's total (in ISO 4217
+	// minor units, whatever the provider's own unit).
 	TotalMinor int64
 	Currency   string
 }

@@ -138,7 +138,10 @@ func accountAudit(action string, before, after *Account) audit.Change {
 // in.CustomerID names, or one made for it (in.Create, which needs the
 // provider). Linking an existing customer works with invoicing off, so
 // that accounts can be linked before it is turned on. ENOTFOUND for an
-// unknown tenant; ECONFLICT for a customer linked to another tenant.
+// unknown tenant; ECONFLICT for a customer linked to another tenant or
+// named by another tenant's invoice still to push, and for moving a
+// tenant off its customer while one of its invoices is still to push to
+// that customer (relinkConflict).
 func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID string, in LinkInput) (Account, error) {
 	if err := in.validate(); err != nil {
 		return Account{}, err
@@ -148,6 +151,13 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 		return Account{}, err
 	}
 	if in.Create {
+		// Refused before a customer is made for nothing; the check in
+		// the transaction below is the one that counts.
+		if cur, err := accountOf(ctx, inv.db, tenantID); err == nil {
+			if err := inv.relinkConflict(ctx, inv.db, cur); err != nil {
+				return Account{}, err
+			}
+		}
 		if !inv.Enabled() {
 			return Account{}, inv.off()
 		}
@@ -161,13 +171,33 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 		if _, err := tenants.NewStore(tx).Get(ctx, tenantID); err != nil {
 			return Account{}, err
 		}
-		a, err := accountOf(ctx, tx, tenantID)
+		// Locked, so that a close issuing an invoice to the current
+		// customer either commits before the checks below (and they see
+		// the invoice) or waits and issues it to the new customer.
+		a, err := lockedAccount(ctx, tx, tenantID, "FOR UPDATE")
 		if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
 			return Account{TenantID: tenantID}, nil
 		}
 		return a, err
 	}
-	return audit.Update(ctx, inv.db, by, "billing_account.link", accountAudit, get, func(tx pgx.Tx, _ Account) (Account, error) {
+	return audit.Update(ctx, inv.db, by, "billing_account.link", accountAudit, get, func(tx pgx.Tx, cur Account) (Account, error) {
+		if cur.CustomerID != "" && cur.CustomerID != in.CustomerID {
+			if err := inv.relinkConflict(ctx, tx, cur); err != nil {
+				return Account{}, err
+			}
+		}
+		var pending int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE customer_id = $1 AND tenant_id <> $2
+			AND push_state = 'pending'`, in.CustomerID, tenantID).Scan(&pending); err != nil {
+			return Account{}, fmt.Errorf("billing: link account: %w", err)
+		}
+		if pending > 0 {
+			// Linked to another tenant once, and still to be invoiced
+			// for it: a push of that invoice would bill this tenant's
+			// customer.
+			return Account{}, tollgate.Errorf(tollgate.ECONFLICT,
+				"customer %s has %d invoice(s) of another tenant still to push: push them before linking it here", in.CustomerID, pending)
+		}
 		var a Account
 		err := tx.QueryRow(ctx, `INSERT INTO billing_accounts (tenant_id, customer_id) VALUES ($1, $2)
 			ON CONFLICT (tenant_id) DO UPDATE SET customer_id = excluded.customer_id, updated_at = now()
@@ -183,6 +213,25 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 	})
 }
 
+// relinkConflict returns ECONFLICT when tenant a.TenantID may not leave
+// its customer a.CustomerID yet: while an invoice of it is still to push
+// to that customer. The invoice's record names the customer it was
+// issued to, and its push, retried until it succeeds, would bill that
+// customer whoever it belongs to by then.
+func (inv *Invoicing) relinkConflict(ctx context.Context, db postgres.Conn, a Account) error {
+	var pending int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND customer_id = $2 AND push_state = 'pending'`,
+		a.TenantID, a.CustomerID).Scan(&pending); err != nil {
+		return fmt.Errorf("billing: link account: %w", err)
+	}
+	if pending > 0 {
+		return tollgate.Errorf(tollgate.ECONFLICT,
+			"the tenant has %d invoice(s) still to push to customer %s: push them (admin invoices push) before linking another customer",
+			pending, a.CustomerID)
+	}
+	return nil
+}
+
 // Account returns tenant tenantID's billing account; ENOTFOUND when it
 // has none.
 func (inv *Invoicing) Account(ctx context.Context, tenantID string) (Account, error) {
@@ -193,9 +242,15 @@ func (inv *Invoicing) Account(ctx context.Context, tenantID string) (Account, er
 }
 
 func accountOf(ctx context.Context, db postgres.Conn, tenantID string) (Account, error) {
+	return lockedAccount(ctx, db, tenantID, "")
+}
+
+// lockedAccount is accountOf with the row lock lock ("FOR SHARE", "FOR
+// UPDATE", or "" for none), held until db's transaction ends.
+func lockedAccount(ctx context.Context, db postgres.Conn, tenantID, lock string) (Account, error) {
 	var a Account
 	err := db.QueryRow(ctx, `SELECT tenant_id::text, provider, customer_id, created_at, updated_at
-		FROM billing_accounts WHERE tenant_id = $1`, tenantID).
+		FROM billing_accounts WHERE tenant_id = $1 `+lock, tenantID).
 		Scan(&a.TenantID, &a.Provider, &a.CustomerID, &a.CreatedAt, &a.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, tollgate.Errorf(tollgate.ENOTFOUND, "tenant has no billing account")
@@ -214,7 +269,9 @@ func (inv *Invoicing) issue(ctx context.Context, tx pgx.Tx, st Statement) error 
 	if !inv.Enabled() {
 		return nil
 	}
-	a, err := accountOf(ctx, tx, st.TenantID)
+	// Shared, so that a relink waits for the close and then sees the
+	// invoice issued to the customer read here (LinkAccount).
+	a, err := lockedAccount(ctx, tx, st.TenantID, "FOR SHARE")
 	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
 		return nil
 	}
@@ -321,9 +378,16 @@ type PushReport struct {
 	Pending int `json:"pending"`
 }
 
-// pushLease is how long a push claims an invoice: another process
-// leaves it alone meanwhile.
-const pushLease = 5 * time.Minute
+// pushLock is the first key of the advisory locks that keep two
+// processes from pushing one invoice at once, the second being a hash of
+// the invoice's ref. A push holds its invoice's lock in a transaction
+// open for as long as it speaks to the provider: the lock is the push's
+// lease, apart from next_push_at, which is only the backoff, so that
+// pushing everything at once (Push with all) can skip the one and not the
+// other. A process that dies mid-push drops its connection and with it
+// the lock; its invoice is pushed again at the next try, which pushing's
+// idempotency makes harmless.
+const pushLock int32 = 7_274_004
 
 // pushBackoff is how long to wait after a failed push: 30 s doubling per
 // attempt, at most an hour.
@@ -335,12 +399,13 @@ func pushBackoff(attempts int) time.Duration {
 	return min(d, time.Hour)
 }
 
-// Push sends the pending invoices that are due (all of them with all) to
-// the provider, one at a time, and records each result: pushed, or
-// pending again after a backoff with the error. Pushing is idempotent at
+// Push sends the pending invoices that are due to the provider, one at a
+// time, and records each result: pushed, or pending again after a backoff
+// with the error. With all it sends those waiting out a backoff too, but
+// never one that another process is pushing now. Pushing is idempotent at
 // the provider (keys derived from the statement), so an invoice pushed
-// twice — after a crash between the provider's answer and our commit, or
-// by two processes — is made once.
+// again after a crash between the provider's answer and our commit is
+// made once.
 func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 	var r PushReport
 	if !inv.Enabled() {
@@ -348,7 +413,7 @@ func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 	}
 	done := []string{}
 	for {
-		rec, ok, err := inv.claim(ctx, all, done)
+		rec, lease, ok, err := inv.claim(ctx, all, done)
 		if err != nil {
 			return r, err
 		}
@@ -356,7 +421,11 @@ func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 			break
 		}
 		done = append(done, rec.Ref)
-		if err := inv.pushOne(ctx, rec); err != nil {
+		err = inv.pushOne(ctx, lease, rec)
+		if cerr := lease.Commit(ctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("billing: record invoice push: %w", cerr))
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return r, ctx.Err()
 			}
@@ -371,30 +440,69 @@ func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 	return r, err
 }
 
-// claim leases the next pending invoice that is due (with all, any one
-// not in done, the invoices this push has tried already): another
-// process leaves it alone for pushLease.
-func (inv *Invoicing) claim(ctx context.Context, all bool, done []string) (InvoiceRecord, bool, error) {
-	now := inv.now()
-	row := inv.db.QueryRow(ctx, `WITH due AS (
-			SELECT tenant_id, month FROM invoices
-			WHERE push_state = 'pending' AND (next_push_at <= $1 OR $2) AND NOT (ref = ANY($4))
-			ORDER BY next_push_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-		UPDATE invoices i SET next_push_at = $1 + $3::interval, updated_at = now()
-		FROM due LEFT JOIN tenants t ON t.id = due.tenant_id
-		WHERE i.tenant_id = due.tenant_id AND i.month = due.month
-		RETURNING `+invoiceColumns, now, all, pushLease, done)
-	rec, err := scanInvoice(row)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rec, false, nil
-	}
+// claim returns the next pending invoice that is due (with all, any
+// one), not in done (the invoices this push has tried already), and not
+// being pushed by another process, with the transaction that holds its
+// lease (pushLock); the caller records the push in it and commits.
+func (inv *Invoicing) claim(ctx context.Context, all bool, done []string) (InvoiceRecord, pgx.Tx, bool, error) {
+	tx, err := inv.db.Begin(ctx)
 	if err != nil {
-		return rec, false, fmt.Errorf("billing: claim invoice: %w", err)
+		return InvoiceRecord{}, nil, false, fmt.Errorf("billing: claim invoice: %w", err)
 	}
-	return rec, true, nil
+	rec, ok, err := inv.lease(ctx, tx, all, done)
+	if !ok {
+		tx.Rollback(ctx) //nolint:errcheck // nothing written; ending it frees any lock taken
+		return rec, nil, false, err
+	}
+	return rec, tx, true, nil
 }
 
-func (inv *Invoicing) pushOne(ctx context.Context, rec InvoiceRecord) error {
+// lease takes, in tx, the lock of the first invoice claim may push that
+// no other process holds, and returns the invoice.
+func (inv *Invoicing) lease(ctx context.Context, tx pgx.Tx, all bool, done []string) (InvoiceRecord, bool, error) {
+	now := inv.now()
+	// Each other process holds one lease at most, so the first hundred
+	// hold a free one unless a hundred processes are pushing.
+	rows, err := tx.Query(ctx, `SELECT ref FROM invoices
+		WHERE push_state = 'pending' AND (next_push_at <= $1 OR $2) AND NOT (ref = ANY($3))
+		ORDER BY next_push_at, ref LIMIT 100`, now, all, done)
+	refs, err := postgres.Collect(rows, err, func(r pgx.Row) (string, error) {
+		var ref string
+		return ref, r.Scan(&ref)
+	}, "billing: claim invoice")
+	if err != nil {
+		return InvoiceRecord{}, false, err
+	}
+	for _, ref := range refs {
+		var free bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext($2))`, pushLock, ref).Scan(&free); err != nil {
+			return InvoiceRecord{}, false, fmt.Errorf("billing: claim invoice: %w", err)
+		}
+		if !free {
+			continue
+		}
+		// Read again under the lock: a push that held it before may have
+		// recorded the invoice pushed, or failed and set a backoff, since
+		// the list was read.
+		rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+			WHERE i.ref = $1 AND i.push_state = 'pending' AND (i.next_push_at <= $2 OR $3)`, ref, now, all))
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return InvoiceRecord{}, false, fmt.Errorf("billing: claim invoice: %w", err)
+		}
+		return rec, true, nil
+	}
+	return InvoiceRecord{}, false, nil
+}
+
+// pushOne pushes rec, whose lease tx holds, and records the result in
+// tx. Both records apply only to an invoice still pending: what another
+// pusher recorded stands. A pushed invoice keeps the provider's view that
+// an event recorded before it (a payment, say, seen while the push was
+// finishing), since the event is the later word.
+func (inv *Invoicing) pushOne(ctx context.Context, tx pgx.Tx, rec InvoiceRecord) error {
 	got, err := inv.cfg.Provider.PushInvoice(ctx, Invoice{Ref: rec.Ref, TenantID: rec.TenantID, TenantName: rec.TenantName,
 		Month: rec.Month, CustomerID: rec.CustomerID, Currency: rec.Currency, TotalMinor: rec.TotalMinor,
 		Lines: rec.Lines, Mode: inv.cfg.Mode})
@@ -404,14 +512,17 @@ func (inv *Invoicing) pushOne(ctx context.Context, rec InvoiceRecord) error {
 		if len(msg) > 500 {
 			msg = msg[:500]
 		}
-		_, uerr := inv.db.Exec(ctx, `UPDATE invoices SET push_attempts = push_attempts + 1, next_push_at = $3,
-			last_error = $4, updated_at = now() WHERE tenant_id = $1 AND month = $2::date`,
+		_, uerr := tx.Exec(ctx, `UPDATE invoices SET push_attempts = push_attempts + 1, next_push_at = $3,
+			last_error = $4, updated_at = now() WHERE tenant_id = $1 AND month = $2::date AND push_state = 'pending'`,
 			rec.TenantID, rec.Month+"-01", now.Add(pushBackoff(rec.PushAttempts+1)), msg)
 		return errors.Join(err, uerr)
 	}
-	_, err = inv.db.Exec(ctx, `UPDATE invoices SET push_state = 'pushed', push_attempts = push_attempts + 1, pushed_at = $3,
-		last_error = '', provider_invoice_id = $4, provider_status = $5, provider_total_minor = $6, provider_currency = $7,
-		updated_at = now() WHERE tenant_id = $1 AND month = $2::date`,
+	_, err = tx.Exec(ctx, `UPDATE invoices SET push_state = 'pushed', push_attempts = push_attempts + 1, pushed_at = $3,
+		last_error = '', provider_invoice_id = coalesce(provider_invoice_id, $4),
+		provider_status = CASE WHEN payment_status = 'unpaid' THEN $5 ELSE provider_status END,
+		provider_total_minor = CASE WHEN payment_status = 'unpaid' THEN $6 ELSE provider_total_minor END,
+		provider_currency = CASE WHEN payment_status = 'unpaid' THEN $7 ELSE provider_currency END,
+		updated_at = now() WHERE tenant_id = $1 AND month = $2::date AND push_state = 'pending'`,
 		rec.TenantID, rec.Month+"-01", now, got.ID, got.Status, got.TotalMinor, strings.ToUpper(got.Currency))
 	if err != nil {
 		return fmt.Errorf("billing: record pushed invoice: %w", err)
@@ -546,26 +657,47 @@ func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEv
 	return nil
 }
 
-// resumeAfterDunning resumes tenantID (tenant.resume) once none of its
-// invoices that dunning suspended it for is unpaid.
+// resumeAfterDunning resumes tenantID (tenant.resume), suspended by
+// dunning, once none of its failed invoices is overdue: neither one that
+// dunning suspended it for nor one that passed its grace since (marked
+// now, as Dunning would, so that paying it resumes the tenant later).
 func (inv *Invoicing) resumeAfterDunning(ctx context.Context, tx pgx.Tx, tenantID string) error {
-	var unpaid int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND dunning_suspended_at IS NOT NULL
-		AND payment_status = 'failed'`, tenantID).Scan(&unpaid); err != nil {
-		return err
-	}
 	if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = NULL WHERE tenant_id = $1 AND payment_status IN ('paid', 'void')`, tenantID); err != nil {
 		return err
-	}
-	if unpaid > 0 {
-		return nil
 	}
 	t, err := tenants.NewStore(tx).Get(ctx, tenantID)
 	if err != nil || t.Status != tenants.StatusSuspended {
 		return err
 	}
+	if _, err := inv.markOverdue(ctx, tx, tenantID, inv.now()); err != nil {
+		return err
+	}
+	var unpaid int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND dunning_suspended_at IS NOT NULL
+		AND payment_status = 'failed'`, tenantID).Scan(&unpaid); err != nil {
+		return err
+	}
+	if unpaid > 0 {
+		return nil
+	}
 	_, err = tenants.NewOps(tx, inv.now).Resume(ctx, ProviderActor, tenantID)
 	return err
+}
+
+// markOverdue marks each failed invoice of tenantID that is past its
+// grace at now (the grace of the tenant's plan, or the server's) as one
+// dunning suspends the tenant for, and returns how many it marked.
+func (inv *Invoicing) markOverdue(ctx context.Context, tx pgx.Tx, tenantID string, now time.Time) (int64, error) {
+	tag, err := tx.Exec(ctx, `UPDATE invoices i SET dunning_suspended_at = $2 FROM tenants t
+		LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
+		WHERE t.id = i.tenant_id AND i.tenant_id = $1 AND i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
+		AND coalesce(pb.dunning_grace_s, $3) > 0
+		AND i.payment_failed_at <= $2::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $3))`,
+		tenantID, now, inv.defaultGraceS())
+	if err != nil {
+		return 0, fmt.Errorf("billing: mark overdue invoices: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func deref(p *int64) int64 {
@@ -580,7 +712,9 @@ func deref(p *int64) int64 {
 // is still not paid, and returns how many it suspended. The grace is the
 // tenant's plan's (PlanBilling), or the server's default (DunningGrace)
 // when the plan has none; a grace of 0 never suspends. A later payment of
-// the invoice resumes the tenant (ApplyEvent).
+// the invoice resumes the tenant (ApplyEvent). A tenant dunning suspended
+// whose other invoices pass their grace meanwhile has them marked as
+// well, and is resumed only once none of them is unpaid.
 func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	now, def := inv.now(), inv.defaultGraceS()
 	rows, err := inv.db.Query(ctx, `SELECT DISTINCT i.tenant_id::text FROM invoices i JOIN tenants t ON t.id = i.tenant_id
@@ -598,23 +732,27 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range due {
 		err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
-			// A tenant suspended by someone else is left alone and its
-			// invoices unmarked: only a suspension of dunning's own is
-			// lifted when the invoice is paid.
 			var status string
-			if err := tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+			var ours bool
+			if err := tx.QueryRow(ctx, `SELECT status, EXISTS (SELECT 1 FROM invoices WHERE tenant_id = $1
+				AND dunning_suspended_at IS NOT NULL AND payment_status = 'failed') FROM tenants WHERE id = $1 FOR UPDATE`, id).
+				Scan(&status, &ours); err != nil {
 				return err
 			}
 			if status == tenants.StatusSuspended {
+				// A tenant suspended by someone else is left alone and
+				// its invoices unmarked: only a suspension of dunning's
+				// own is lifted when the invoices are paid. One of
+				// dunning's own has this invoice marked too, so that
+				// paying the first is not enough to resume it.
+				if ours {
+					_, err := inv.markOverdue(ctx, tx, id, now)
+					return err
+				}
 				return nil
 			}
-			tag, err := tx.Exec(ctx, `UPDATE invoices i SET dunning_suspended_at = $2 FROM tenants t
-				LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
-				WHERE t.id = i.tenant_id AND i.tenant_id = $1 AND i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
-				AND coalesce(pb.dunning_grace_s, $3) > 0
-				AND i.payment_failed_at <= $2::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $3))`,
-				id, now, def)
-			if err != nil || tag.RowsAffected() == 0 {
+			marked, err := inv.markOverdue(ctx, tx, id, now)
+			if err != nil || marked == 0 {
 				return err
 			}
 			_, err = tenants.NewOps(tx, inv.now).Suspend(ctx, DunningActor, id)
@@ -678,7 +816,9 @@ func validURL(s string) bool {
 // units × the plan's top-up price when 0); a tenant's own admin pays
 // units × the plan's top-up price (PlanBilling.TopUpUnitMinor), and may
 // not open one when the plan has none (ECONFLICT) or name another price
-// (EINVALID). ECONFLICT with invoicing off.
+// (EINVALID). A price the provider cannot take in the currency
+// (ErrAmountNotAccepted) is EINVALID too, its top-up left open without a
+// checkout. ECONFLICT with invoicing off.
 func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID string, in TopUpInput) (TopUp, error) {
 	f := map[string]string{}
 	if in.Units <= 0 || in.Units > 1<<50 {
@@ -733,6 +873,9 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 	}
 	s, err := inv.cfg.Provider.OpenCheckout(ctx, CheckoutInput{TopUpID: made.ID, TenantID: tenantID, CustomerID: acct.CustomerID,
 		Currency: made.Currency, Units: made.Units, AmountMinor: made.AmountMinor, SuccessURL: in.SuccessURL, CancelURL: in.CancelURL})
+	if errors.Is(err, ErrAmountNotAccepted) {
+		return made, tollgate.Invalid(map[string]string{"amount_minor": err.Error()})
+	}
 	if err != nil {
 		return made, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
 	}

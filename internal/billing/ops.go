@@ -139,7 +139,9 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 				CreatedAt: res.ClosedAt, Data: closedData(st)}); err != nil {
 				return audit.Change{}, fmt.Errorf("usage: close: %w", err)
 			}
-			res.TotalMinor[st.Currency] += st.TotalMinor
+			if res.TotalMinor[st.Currency], err = addChecked(res.TotalMinor[st.Currency], st.TotalMinor); err != nil {
+				return audit.Change{}, fmt.Errorf("usage: close: total of %s: %w", st.Currency, err)
+			}
 		}
 		res.Statements = len(sts)
 		if _, err = tx.Exec(ctx, `UPDATE usage_closed_months SET statements = $2 WHERE month = $1`, m.Start(), len(sts)); err != nil {

@@ -175,7 +175,9 @@ func BuildStatement(in StatementInput) (Statement, error) {
 		if c.TotalMinor, err = addChecked(c.BaseFeeMinor, c.OverageMinor); err != nil {
 			return Statement{}, err
 		}
-		st.BaseFeeMinor += c.BaseFeeMinor
+		if st.BaseFeeMinor, err = addChecked(st.BaseFeeMinor, c.BaseFeeMinor); err != nil {
+			return Statement{}, err
+		}
 		if st.OverageMinor, err = addChecked(st.OverageMinor, c.OverageMinor); err != nil {
 			return Statement{}, err
 		}

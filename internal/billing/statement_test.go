@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -506,5 +507,31 @@ func TestStatementPricesCredits(t *testing.T) {
 		if !strings.Contains(csvOut.String(), line+"\n") {
 			t.Errorf("CSV has no line %s:\n%s", line, csvOut.String())
 		}
+	}
+}
+
+// TestBaseFeesPastInt64FailTheClose: a month split in halves between two
+// plans of the largest base fee has base fees of 2^62 + 2^62, past int64:
+// the statement is refused (EINVALID) and the close with it, rather than
+// wrapping to a negative total.
+func TestBaseFeesPastInt64FailTheClose(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	a := fixture.Plan(t, db, plans.Plan{Name: "a", BaseFeeMinor: math.MaxInt64})
+	b := fixture.Plan(t, db, plans.Plan{Name: "b", BaseFeeMinor: math.MaxInt64})
+	tn := fixture.Tenant(t, db, "acme", a.ID)
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z' WHERE tenant_id = $1`, tn.ID)
+	testenv.Must(t, err)
+	testenv.Must(t, tenants.NewStore(db).SetPlan(ctx, tn.ID, b.ID, mustTime(t, "2026-10-16T12:00:00Z")))
+
+	if st, err := s.Statement(ctx, tn.ID, october(t)); tollgate.ErrorCode(err) != tollgate.EINVALID {
+		t.Errorf("statement: total %d, %v; want EINVALID", st.TotalMinor, err)
+	}
+	_, err = s.CloseMonth(ctx, audit.CLI, october(t), nil)
+	if tollgate.ErrorCode(err) != tollgate.EINVALID || !strings.Contains(err.Error(), "acme") {
+		t.Errorf("close: %v; want EINVALID naming acme", err)
+	}
+	if at, err := usage.ClosedAt(ctx, db, october(t)); err != nil || at != nil {
+		t.Errorf("October closed at %v (%v) after a refused close", at, err)
 	}
 }

@@ -114,6 +114,8 @@ const (
 	metaTenant = "tollgate_tenant_id"
 	metaMonth  = "tollgate_month"
 	metaTopUp  = "tollgate_topup"
+	// metaSent marks an invoice the push has emailed (ModeSend).
+	metaSent = "tollgate_sent"
 )
 
 // idempotent returns params' base with key as its idempotency key.
@@ -143,7 +145,28 @@ func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput)
 // the line's key), so a push repeated after a timeout or a crash makes
 // nothing twice: Stripe answers a repeated key with the first answer,
 // and past its memory of keys the lookup finds what was made.
+//
+// The lines' amounts are converted to Stripe's unit of the currency
+// (toStripe) before anything is sent: a line Stripe would refuse (a
+// three-decimal amount not ending in 0) fails the push, wrapping
+// billing.ErrAmountNotAccepted, with nothing made at Stripe.
+//
+// In ModeSend an open invoice is emailed once: after sending it, the
+// push marks it sent in its metadata, and a later push that finds it
+// marked (a retry after our record of the push was lost) does not send
+// it again. One that finds it open and unmarked (the push stopped
+// between finalizing and sending, or before marking) sends it with the
+// same idempotency key, which Stripe answers without a second email for
+// 24 hours.
 func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billing.PushedInvoice, error) {
+	amounts := make([]int64, len(inv.Lines))
+	for i, l := range inv.Lines {
+		a, err := toStripe(inv.Currency, l.AmountMinor)
+		if err != nil {
+			return billing.PushedInvoice{}, fmt.Errorf("line %s: %w", l.Key, err)
+		}
+		amounts[i] = a
+	}
 	found, err := p.findInvoice(ctx, inv.CustomerID, inv.Ref)
 	if err != nil {
 		return billing.PushedInvoice{}, err
@@ -175,14 +198,14 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 		}
 	}
 	if found.Status == "" || found.Status == stripeapi.InvoiceStatusDraft {
-		for _, l := range inv.Lines {
+		for i, l := range inv.Lines {
 			if have[l.Key] {
 				continue
 			}
 			_, err := p.client.V1InvoiceItems.Create(ctx, &stripeapi.InvoiceItemCreateParams{
 				Params:   idempotent(inv.Ref + "/line/" + l.Key),
 				Customer: stripeapi.String(inv.CustomerID), Invoice: stripeapi.String(found.ID),
-				Amount: stripeapi.Int64(l.AmountMinor), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
+				Amount: stripeapi.Int64(amounts[i]), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
 				Description: stripeapi.String(l.Description),
 				// A coupon of the customer's at Stripe must not move the
 				// invoice away from the statement.
@@ -200,10 +223,14 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 			}
 		}
 	}
-	if inv.Mode == billing.ModeSend && found.Status == stripeapi.InvoiceStatusOpen {
+	if inv.Mode == billing.ModeSend && found.Status == stripeapi.InvoiceStatusOpen && found.Metadata[metaSent] == "" {
 		if found, err = p.client.V1Invoices.SendInvoice(ctx, found.ID, &stripeapi.InvoiceSendInvoiceParams{
 			Params: idempotent(inv.Ref + "/send")}); err != nil {
 			return billing.PushedInvoice{}, describe("send invoice", err)
+		}
+		if found, err = p.client.V1Invoices.Update(ctx, found.ID, &stripeapi.InvoiceUpdateParams{
+			Params: idempotent(inv.Ref + "/sent"), Metadata: map[string]string{metaSent: "true"}}); err != nil {
+			return billing.PushedInvoice{}, describe("mark invoice sent", err)
 		}
 	}
 	if inv.Mode == billing.ModeDraft {
@@ -212,17 +239,22 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 			return billing.PushedInvoice{}, describe("read invoice", err)
 		}
 	}
-	return billing.PushedInvoice{ID: found.ID, Status: string(found.Status), TotalMinor: found.Total,
+	total, err := fromStripe(string(found.Currency), found.Total)
+	if err != nil {
+		return billing.PushedInvoice{}, err
+	}
+	return billing.PushedInvoice{ID: found.ID, Status: string(found.Status), TotalMinor: total,
 		Currency: strings.ToUpper(string(found.Currency))}, nil
 }
 
 // findInvoice returns the customer's invoice whose metadata names ref,
-// or nil. Stripe lists the newest first; a statement's invoice is among
-// the customer's latest, so the search stops after a few pages.
+// or nil. Stripe lists the newest first, so a statement's invoice is
+// usually on the first page; the search reads every page rather than
+// stop early, since missing an invoice that exists would make a second
+// one once Stripe has forgotten the idempotency keys.
 func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*stripeapi.Invoice, error) {
 	params := &stripeapi.InvoiceListParams{Customer: stripeapi.String(customerID)}
 	params.Limit = stripeapi.Int64(100)
-	n := 0
 	for in, err := range p.client.V1Invoices.List(ctx, params) {
 		if err != nil {
 			return nil, describe("look the invoice up", err)
@@ -230,17 +262,19 @@ func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*st
 		if in.Metadata[metaRef] == ref {
 			return in, nil
 		}
-		if n++; n >= 500 {
-			break
-		}
 	}
 	return nil, nil
 }
 
 // OpenCheckout opens a Checkout session paying for a top-up, once per
 // top-up (its idempotency key). The session's metadata names the top-up,
-// which the checkout.session.completed event brings back.
+// which the checkout.session.completed event brings back. The price is
+// converted to Stripe's unit as an invoice's lines are (toStripe).
 func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (billing.CheckoutSession, error) {
+	amount, err := toStripe(in.Currency, in.AmountMinor)
+	if err != nil {
+		return billing.CheckoutSession{}, err
+	}
 	meta := map[string]string{metaTopUp: in.TopUpID, metaTenant: in.TenantID}
 	s, err := p.client.V1CheckoutSessions.Create(ctx, &stripeapi.CheckoutSessionCreateParams{
 		Params: idempotent("tollgate-topup-" + in.TopUpID), Mode: stripeapi.String("payment"),
@@ -249,7 +283,7 @@ func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (
 		LineItems: []*stripeapi.CheckoutSessionCreateLineItemParams{{
 			Quantity: stripeapi.Int64(1),
 			PriceData: &stripeapi.CheckoutSessionCreateLineItemPriceDataParams{
-				Currency: stripeapi.String(strings.ToLower(in.Currency)), UnitAmount: stripeapi.Int64(in.AmountMinor),
+				Currency: stripeapi.String(strings.ToLower(in.Currency)), UnitAmount: stripeapi.Int64(amount),
 				ProductData: &stripeapi.CheckoutSessionCreateLineItemPriceDataProductDataParams{
 					Name: stripeapi.String(fmt.Sprintf("%d prepaid units", in.Units))},
 			},
@@ -282,7 +316,8 @@ type event struct {
 
 // ParseEvent verifies payload's Stripe-Signature header with the webhook
 // secret and the tolerance, and reads the event. It reads only the
-// fields Tollgate uses, so any API version's events parse.
+// fields Tollgate uses, so any API version's events parse; an invoice's
+// amounts are converted from Stripe's unit (fromStripe).
 func (p *Provider) ParseEvent(payload []byte, signature string) (billing.ProviderEvent, error) {
 	if err := webhook.ValidatePayloadWithTolerance(payload, signature, p.secret, p.tolerance); err != nil {
 		return billing.ProviderEvent{}, fmt.Errorf("%w: %v", billing.ErrBadSignature, err)
@@ -297,7 +332,14 @@ func (p *Provider) ParseEvent(payload []byte, signature string) (billing.Provide
 	case "invoice.paid", "invoice.payment_failed", "invoice.voided":
 		ev.Kind = billing.EventKind(e.Type)
 		ev.InvoiceID, ev.InvoiceRef = o.ID, o.Metadata[metaRef]
-		ev.TotalMinor, ev.AmountPaidMinor, ev.Currency = o.Total, o.AmountPaid, strings.ToUpper(o.Currency)
+		ev.Currency = strings.ToUpper(o.Currency)
+		var err error
+		if ev.TotalMinor, err = fromStripe(o.Currency, o.Total); err != nil {
+			return billing.ProviderEvent{}, fmt.Errorf("stripe: event %s: %w", e.ID, err)
+		}
+		if ev.AmountPaidMinor, err = fromStripe(o.Currency, o.AmountPaid); err != nil {
+			return billing.ProviderEvent{}, fmt.Errorf("stripe: event %s: %w", e.ID, err)
+		}
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
 		if o.PaymentStatus == "paid" {
 			ev.Kind = billing.EventCheckoutPaid

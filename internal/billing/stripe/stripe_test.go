@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripe"
@@ -609,5 +610,314 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	}
 	if got := status(owing); got != tenants.StatusActive {
 		t.Errorf("owing, suspended by dunning: %s after its invoice was voided, want active", got)
+	}
+}
+
+// invoiceOf returns the record of tn's only invoice.
+func (r *rig) invoiceOf(tn tenants.Tenant) billing.InvoiceRecord {
+	r.t.Helper()
+	recs, err := r.inv.Invoices(context.Background(), tn.ID, nil)
+	testenv.Must(r.t, err)
+	if len(recs) != 1 {
+		r.t.Fatalf("%s has %d invoices, want 1", tn.Name, len(recs))
+	}
+	return recs[0]
+}
+
+// TestAmountsInStripesUnits: Stripe counts ISK in hundredths of a króna
+// though ISO 4217 (and Tollgate) count it in krónur, so an ISK invoice's
+// lines and a top-up's price are sent ×100 and Stripe's totals are read
+// ÷100; a three-decimal amount not ending in 0, which Stripe refuses, is
+// never sent: the invoice stays pending with an error naming the currency
+// and the amount, and the top-up is refused.
+func TestAmountsInStripesUnits(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	isk := fixture.Plan(t, r.db, plans.Plan{Name: "isk", Currency: "ISK", BaseFeeMinor: 4900})
+	kwd := fixture.Plan(t, r.db, plans.Plan{Name: "kwd", Currency: "KWD", BaseFeeMinor: 12_340})
+	bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
+	reykjavik, kuwait, manama := r.tenant("reykjavik", isk), r.tenant("kuwait", kwd), r.tenant("manama", bhd)
+	for _, tn := range []tenants.Tenant{reykjavik, kuwait, manama} {
+		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
+	}
+
+	// Top-ups: ISK converted, BHD refused before anything is sent.
+	in := billing.TopUpInput{Units: 100, AmountMinor: 2500, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
+	if _, err := r.inv.OpenTopUp(ctx, audit.CLI, reykjavik.ID, in); err != nil {
+		t.Fatal(err)
+	}
+	in.AmountMinor = 2505
+	_, err := r.inv.OpenTopUp(ctx, audit.CLI, manama.ID, in)
+	var te *tollgate.Error
+	if !errors.As(err, &te) || te.Code != tollgate.EINVALID || !strings.Contains(te.Fields["amount_minor"], "BHD 2505") {
+		t.Errorf("a BHD top-up of 2505: %v, want EINVALID naming BHD 2505", err)
+	}
+	sessions := creates(r.stripe, "/v1/checkout/sessions")
+	if len(sessions) != 1 || sessions[0].Form.Get("line_items[0][price_data][unit_amount]") != "250000" ||
+		sessions[0].Form.Get("line_items[0][price_data][currency]") != "isk" {
+		t.Errorf("checkout sessions %+v, want one of 250000 isk", sessions)
+	}
+
+	r.closeOctober()
+	byCustomer := map[string]stripetest.Invoice{}
+	for _, in := range r.stripe.Invoices() {
+		byCustomer[in.Customer] = in
+	}
+	if in := byCustomer["cus_reykjavik"]; in.Total != 490_000 || len(in.Lines) != 1 || in.Lines[0]["amount"] != int64(490_000) {
+		t.Errorf("ISK invoice at Stripe: total %d, lines %v; want 490000 (4900 krónur in Stripe's hundredths)", in.Total, in.Lines)
+	}
+	if in := byCustomer["cus_kuwait"]; in.Total != 12_340 {
+		t.Errorf("KWD invoice at Stripe: total %d, want 12340 unchanged", in.Total)
+	}
+	for _, q := range r.stripe.Requests() {
+		if q.Form.Get("customer") == "cus_manama" || q.Query.Get("customer") == "cus_manama" {
+			t.Errorf("%s %s sent for the BHD invoice that Stripe would refuse", q.Method, q.Path)
+		}
+	}
+	if rec := r.invoiceOf(reykjavik); rec.PushState != "pushed" || rec.ProviderTotalMinor == nil || *rec.ProviderTotalMinor != 4900 {
+		t.Errorf("ISK record %+v, want pushed with Stripe's total read back as 4900", rec)
+	}
+	rec := r.invoiceOf(manama)
+	if rec.PushState != "pending" || !strings.Contains(rec.LastError, "BHD 1005") || !strings.Contains(rec.LastError, "end in 0") {
+		t.Errorf("BHD record %s with error %q, want pending naming BHD 1005", rec.PushState, rec.LastError)
+	}
+	// Retried like any failed push, and refused again without a request.
+	before := len(r.stripe.Requests())
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Failed != 1 || len(r.stripe.Requests()) != before {
+		t.Errorf("pushing the BHD invoice again: %+v, %v, %d requests", p, err, len(r.stripe.Requests())-before)
+	}
+
+	// Stripe's ISK totals come back ÷100 in events too.
+	if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_isk", "invoice.paid", byCustomer["cus_reykjavik"], r.clock.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if rec := r.invoiceOf(reykjavik); rec.PaymentStatus != "paid" || *rec.ProviderTotalMinor != 4900 {
+		t.Errorf("ISK record after invoice.paid %+v, want paid with 4900", rec)
+	}
+	var paid int64
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT (data->>'amount_paid_minor')::bigint FROM events WHERE type = 'invoice.paid'`).Scan(&paid))
+	if paid != 4900 {
+		t.Errorf("invoice.paid event's amount paid %d, want 4900", paid)
+	}
+	rows, err := r.inv.Reconcile(ctx, october)
+	testenv.Must(t, err)
+	for _, c := range rows {
+		want := 0
+		if c.TenantID == manama.ID {
+			want = 1
+		}
+		if len(c.Differences) != want {
+			t.Errorf("%s (%s) reconciles with %v, want %d differences", c.TenantName, c.Currency, c.Differences, want)
+		}
+	}
+	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
+		t.Errorf("differences metric %d, %v; want 1 (the BHD push)", n, err)
+	}
+}
+
+// TestRelinkWaitsForPendingInvoices: a tenant cannot move to another
+// customer while an invoice is still to push to its customer, and no
+// tenant can take a customer that another tenant's pending invoice
+// names.
+func TestRelinkWaitsForPendingInvoices(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
+	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	r.link(globex, billing.LinkInput{CustomerID: "cus_globexold"})
+	r.stripe.Down(503)
+	r.closeOctober()
+	r.stripe.Down(0)
+	// globex moved to another customer before relinks were checked: its
+	// pending invoice still names the old one.
+	_, err := r.db.Exec(ctx, `UPDATE billing_accounts SET customer_id = 'cus_globexnew' WHERE tenant_id = $1`, globex.ID)
+	testenv.Must(t, err)
+
+	link := func(tn tenants.Tenant, in billing.LinkInput, wantCode, wantText string) {
+		t.Helper()
+		_, err := r.inv.LinkAccount(ctx, audit.CLI, tn.ID, in)
+		if tollgate.ErrorCode(err) != wantCode || (wantText != "" && !strings.Contains(err.Error(), wantText)) {
+			t.Errorf("linking %s to %+v: %v, want %q %q", tn.Name, in, err, wantCode, wantText)
+		}
+	}
+	link(acme, billing.LinkInput{CustomerID: "cus_acmenew"}, tollgate.ECONFLICT, "still to push to customer cus_acme")
+	link(acme, billing.LinkInput{Create: true}, tollgate.ECONFLICT, "still to push")
+	if n := len(creates(r.stripe, "/v1/customers")); n != 0 {
+		t.Errorf("%d customers made for a refused link", n)
+	}
+	link(acme, billing.LinkInput{CustomerID: "cus_acme"}, "", "")
+
+	// acme's invoice pushed, globex's still waiting.
+	_, err = r.db.Exec(ctx, `UPDATE invoices SET next_push_at = next_push_at + interval '1 day' WHERE tenant_id = $1`, globex.ID)
+	testenv.Must(t, err)
+	r.clock.Advance(time.Hour)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 || p.Pending != 1 {
+		t.Fatalf("push: %+v, %v", p, err)
+	}
+	link(acme, billing.LinkInput{CustomerID: "cus_globexnew"}, tollgate.ECONFLICT, "linked to another tenant")
+	link(acme, billing.LinkInput{CustomerID: "cus_globexold"}, tollgate.ECONFLICT, "of another tenant still to push")
+	link(acme, billing.LinkInput{CustomerID: "cus_acmenew"}, "", "")
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'billing_account.link' AND tenant_id = $1`, acme.ID); n != 3 {
+		t.Errorf("%d links of acme audited, want 3 (the first, its repetition, and the one after its invoice was pushed)", n)
+	}
+}
+
+// TestDunningCountsEveryOverdueInvoice: a tenant dunning suspended for
+// September's invoice, whose October invoice then fails and passes its
+// grace too, stays suspended when September's is paid and is resumed
+// when October's is; so is one whose October invoice passed its grace
+// before dunning ran again.
+func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
+	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
+	invoices := map[string]stripetest.Invoice{} // by customer and month
+	fail := func(month string) {
+		t.Helper()
+		for _, in := range r.stripe.Invoices() {
+			if in.Metadata["tollgate_month"] != month {
+				continue
+			}
+			invoices[in.Customer+" "+month] = in
+			if _, err := r.deliver(stripetest.InvoiceEvent("evt_fail_"+in.ID, "invoice.payment_failed", in, r.clock.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	status := func(tn tenants.Tenant) string {
+		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
+		testenv.Must(t, err)
+		return got.Status
+	}
+
+	r.clock.Set(meteringtest.Time(t, "2026-10-02T08:00:00Z"))
+	_, err := r.ops.CloseMonth(ctx, audit.CLI, usage.MonthOf(meteringtest.Time(t, "2026-09-01T00:00:00Z")), nil)
+	testenv.Must(t, err)
+	fail("2026-09")
+	r.clock.Advance(73 * time.Hour)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 2 {
+		t.Fatalf("dunning for September: %d, %v; want both suspended", n, err)
+	}
+
+	r.closeOctober()
+	fail("2026-10")
+	r.clock.Advance(73 * time.Hour)
+	// Dunning runs for acme's October invoice; globex's passes its grace
+	// unseen.
+	_, err = r.db.Exec(ctx, `UPDATE invoices SET payment_failed_at = payment_failed_at + interval '2 hours' WHERE tenant_id = $1`, globex.ID)
+	testenv.Must(t, err)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 0 {
+		t.Errorf("dunning for October: %d, %v; want nobody suspended again", n, err)
+	}
+	marked := func(tn tenants.Tenant) bool {
+		recs, err := r.inv.Invoices(ctx, tn.ID, nil)
+		testenv.Must(t, err)
+		return recs[0].Month == "2026-10" && recs[0].DunningSuspendedAt != nil
+	}
+	if !marked(acme) || marked(globex) {
+		t.Errorf("October's invoices marked as dunning's: acme %v, globex %v; want acme's only", marked(acme), marked(globex))
+	}
+	r.clock.Advance(3 * time.Hour)
+
+	for _, tn := range []tenants.Tenant{acme, globex} {
+		in := invoices["cus_"+tn.Name+" 2026-09"]
+		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(tn); got != tenants.StatusSuspended {
+			t.Errorf("%s after paying September, October overdue: %s, want suspended", tn.Name, got)
+		}
+		in = invoices["cus_"+tn.Name+" 2026-10"]
+		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(tn); got != tenants.StatusActive {
+			t.Errorf("%s after paying October too: %s, want active", tn.Name, got)
+		}
+	}
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.resume'`); n != 2 {
+		t.Errorf("%d resumes audited, want 2", n)
+	}
+}
+
+// TestSendModeEmailsOnce: an invoice whose push stopped after Stripe
+// finalized it is sent when the push is retried; one that was sent is
+// not sent again by a retry, even past Stripe's memory of idempotency
+// keys, since it is marked sent at Stripe.
+func TestSendModeEmailsOnce(t *testing.T) {
+	r := newRig(t, billing.ModeSend)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
+	acme := r.tenant("acme", pro)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	sends := func() int {
+		n := 0
+		for _, q := range r.stripe.Requests() {
+			if q.Method == "POST" && strings.HasSuffix(q.Path, "/send") && !q.Replayed && q.Status == 200 {
+				n++
+			}
+		}
+		return n
+	}
+
+	r.stripe.DropAnswer(func(q stripetest.Request) bool { return strings.HasSuffix(q.Path, "/finalize") })
+	if res := r.closeOctober(); res.Invoices.Failed != 1 {
+		t.Fatalf("close with the finalize's answer lost: %+v", res.Invoices)
+	}
+	r.stripe.ForgetKeys()
+	r.clock.Advance(time.Hour)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 {
+		t.Fatalf("push after the lost answer: %+v, %v", p, err)
+	}
+	if n := sends(); n != 1 {
+		t.Errorf("an invoice finalized but not sent was sent %d times, want 1", n)
+	}
+
+	// Our record of the push lost (a crash before the commit), and a day
+	// later pushed again: found sent, not sent again.
+	_, err := r.db.Exec(ctx, `UPDATE invoices SET push_state = 'pending', provider_invoice_id = NULL WHERE tenant_id = $1`, acme.ID)
+	testenv.Must(t, err)
+	r.stripe.ForgetKeys()
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 1 {
+		t.Fatalf("push again: %+v, %v", p, err)
+	}
+	if n := sends(); n != 1 {
+		t.Errorf("the invoice was sent %d times, want once", n)
+	}
+	made := r.stripe.Invoices()
+	if len(made) != 1 || made[0].Status != "open" || made[0].Metadata["tollgate_sent"] != "true" {
+		t.Errorf("invoices at Stripe %+v, want one, open and marked sent", made)
+	}
+}
+
+// TestLookupReadsEveryPage: an invoice made at Stripe whose answer was
+// lost is found by its reference however many newer invoices the
+// customer has, so the push does not make a second once Stripe has
+// forgotten the idempotency key.
+func TestLookupReadsEveryPage(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
+	acme := r.tenant("acme", pro)
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	r.stripe.DropAnswer(func(q stripetest.Request) bool { return q.Method == "POST" && q.Path == "/v1/invoices" })
+	if res := r.closeOctober(); res.Invoices.Failed != 1 {
+		t.Fatalf("close with the invoice's answer lost: %+v", res.Invoices)
+	}
+	r.stripe.AddInvoices("cus_acme", 650)
+	r.stripe.ForgetKeys()
+	r.clock.Advance(time.Hour)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 {
+		t.Fatalf("push: %+v, %v", p, err)
+	}
+	if n := len(creates(r.stripe, "/v1/invoices")); n != 1 {
+		t.Errorf("%d invoices created, want 1", n)
+	}
+	if rec := r.invoiceOf(acme); rec.ProviderInvoiceID != r.stripe.Invoices()[0].ID {
+		t.Errorf("pushed as %s, want the first invoice made", rec.ProviderInvoiceID)
 	}
 }

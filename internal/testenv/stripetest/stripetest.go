@@ -4,9 +4,10 @@
 // description and answers with fixtures; the proxy records what was sent
 // (paths, forms, idempotency keys), answers a repeated idempotency key
 // with the first answer as Stripe does, gives what is created IDs of its
-// own and remembers the invoices made (their lines, totals and states),
-// and can fail requests, so tests assert on what reached "Stripe" and on
-// how a push recovers. Nothing here reaches the real Stripe.
+// own and remembers the invoices made (their lines, totals, states and
+// metadata, listed a page at a time), and can fail requests, so tests
+// assert on what reached "Stripe" and on how a push recovers. Nothing
+// here reaches the real Stripe.
 package stripetest
 
 import (
@@ -207,6 +208,21 @@ func (s *Server) Invoices() []Invoice {
 	return out
 }
 
+// AddInvoices makes n paid invoices of customer's at the local Stripe,
+// newer than those made so far, as if made there by something other than
+// Tollgate: a customer with a long history.
+func (s *Server) AddInvoices(customer string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.seq++
+		in := &invoice{ID: "in_tg" + strconv.Itoa(s.seq), Customer: customer, Currency: "usd", Status: "paid",
+			Metadata: map[string]string{}}
+		s.invoices[in.ID] = in
+		s.order = append(s.order, in.ID)
+	}
+}
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	form, _ := url.ParseQuery(string(body))
@@ -329,14 +345,32 @@ func (s *Server) model(req Request, out []byte) []byte {
 				"currency": req.Form.Get("currency"), "description": req.Form.Get("description"), "metadata": metadata()})
 		}
 	case req.Path == "/v1/invoices" && req.Method == "GET":
-		var data []any
+		// Newest first, a page of limit (10 unless given) after
+		// starting_after, as Stripe pages.
+		var list []*invoice
 		for i := len(s.order) - 1; i >= 0; i-- {
 			in := s.invoices[s.order[i]]
 			if c := req.Query.Get("customer"); c == "" || c == in.Customer {
-				data = append(data, json.RawMessage(in.json(cloneOf(obj, "data"))))
+				list = append(list, in)
 			}
 		}
-		obj["data"], obj["has_more"] = orEmpty(data), false
+		from, limit := 0, 10
+		if n, err := strconv.Atoi(req.Query.Get("limit")); err == nil && n > 0 {
+			limit = n
+		}
+		if after := req.Query.Get("starting_after"); after != "" {
+			for i, in := range list {
+				if in.ID == after {
+					from = i + 1
+				}
+			}
+		}
+		to := min(from+limit, len(list))
+		var data []any
+		for _, in := range list[from:to] {
+			data = append(data, json.RawMessage(in.json(cloneOf(obj, "data"))))
+		}
+		obj["data"], obj["has_more"] = orEmpty(data), to < len(list)
 	case len(parts) >= 3 && parts[1] == "invoices":
 		in, ok := s.invoices[parts[2]]
 		if !ok {
@@ -352,6 +386,10 @@ func (s *Server) model(req Request, out []byte) []byte {
 			return marshal(obj)
 		case post && len(parts) == 4 && parts[3] == "finalize":
 			in.Status = "open"
+		case post && len(parts) == 3:
+			for k, v := range metadata() {
+				in.Metadata[k] = v
+			}
 		}
 		return in.json(obj)
 	}

@@ -873,11 +873,19 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 	}
 	s, err := inv.cfg.Provider.OpenCheckout(ctx, CheckoutInput{TopUpID: made.ID, TenantID: tenantID, CustomerID: acct.CustomerID,
 		Currency: made.Currency, Units: made.Units, AmountMinor: made.AmountMinor, SuccessURL: in.SuccessURL, CancelURL: in.CancelURL})
+	if err != nil {
+		// No checkout reached the tenant, so nothing can be paid on the
+		// top-up: it goes, rather than stay open for good.
+		if _, derr := inv.db.Exec(context.WithoutCancel(ctx), `DELETE FROM credit_topups
+			WHERE id = $1 AND status = 'open' AND checkout_session_id IS NULL`, made.ID); derr != nil {
+			return TopUp{}, fmt.Errorf("billing: remove a top-up without a checkout: %w", derr)
+		}
+	}
 	if errors.Is(err, ErrAmountNotAccepted) {
-		return made, tollgate.Invalid(map[string]string{"amount_minor": err.Error()})
+		return TopUp{}, tollgate.Invalid(map[string]string{"amount_minor": err.Error()})
 	}
 	if err != nil {
-		return made, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
+		return TopUp{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
 	}
 	if _, err := inv.db.Exec(ctx, `UPDATE credit_topups SET checkout_session_id = $2, checkout_url = $3 WHERE id = $1`,
 		made.ID, s.ID, s.URL); err != nil {

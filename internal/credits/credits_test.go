@@ -640,3 +640,27 @@ func TestOneBalanceThatCannotBeDrainedHoldsUpNoOther(t *testing.T) {
 		t.Errorf("the other balance after the pass: consumed %d, want its %d drained", a.Consumed, want)
 	}
 }
+
+// TestAPassEndsWhenEveryBalanceFails: balances failing one after the
+// other are an outage, not a balance's trouble: the pass ends after
+// three, saying so, rather than wait out every balance's failure.
+func TestAPassEndsWhenEveryBalanceFails(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	ts := tenants.NewStore(r.db)
+	ids := []string{r.tenantID}
+	for _, name := range []string{"globex", "initech", "umbrella"} {
+		tn, err := ts.Create(ctx, name, r.planID)
+		testenv.Must(t, err)
+		ids = append(ids, tn.ID)
+	}
+	for _, id := range ids {
+		_, log := credits.Keys(r.prefix, id)
+		testenv.Must(t, r.rdb.Del(ctx, log).Err())
+		testenv.Must(t, r.rdb.Set(ctx, log, "not a stream", 0).Err())
+	}
+	_, err := r.drainer.Drain(ctx)
+	if err == nil || !strings.Contains(err.Error(), "3 balances in a row") || strings.Count(err.Error(), "credits: drain ") != 3 {
+		t.Errorf("drain: %v, want three balances named and the pass ended", err)
+	}
+}

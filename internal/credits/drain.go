@@ -147,9 +147,17 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	}
 	var total Report
 	var failed []error
+	inARow := 0
 	for _, id := range ids {
 		if ctx.Err() != nil {
 			failed = append(failed, ctx.Err())
+			break
+		}
+		if inARow == maxInARow {
+			// Every balance failing is an outage (Redis, Postgres), not
+			// a balance's own trouble: the pass ends, and the next one
+			// tries again, rather than wait out each balance's timeouts.
+			failed = append(failed, fmt.Errorf("credits: %d balances in a row could not be drained; the pass ends", maxInARow))
 			break
 		}
 		// A balance whose checks keep logging deferred draws while its
@@ -161,10 +169,11 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 				// One balance that cannot be drained (a lock timeout on
 				// a busy account, a log Redis refuses) must not hold up
 				// the others: their logs, events and escrow go on.
-				d.cfg.Log.WarnContext(ctx, "credits: cannot drain a balance; the others go on", "tenant_id", id, "err", err)
 				failed = append(failed, fmt.Errorf("credits: drain %s: %w", id, err))
+				inARow++
 				break
 			}
+			inARow = 0
 			total.Entries += r.Entries
 			total.Drift += r.Drift
 			total.Rebuilt += r.Rebuilt
@@ -182,8 +191,12 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	return total, errors.Join(failed...)
 }
 
-// maxReported bounds the balances a Drain's error names.
-const maxReported = 5
+// maxReported bounds the balances a Drain's error names; maxInARow is
+// how many balances failing one after the other end a pass.
+const (
+	maxReported = 5
+	maxInARow   = 3
+)
 
 // maxRounds bounds the transactions one Drain spends on one balance.
 const maxRounds = 100

@@ -333,13 +333,17 @@ func (p *Provider) ParseEvent(payload []byte, signature string) (billing.Provide
 		ev.Kind = billing.EventKind(e.Type)
 		ev.InvoiceID, ev.InvoiceRef = o.ID, o.Metadata[metaRef]
 		ev.Currency = strings.ToUpper(o.Currency)
-		var err error
-		if ev.TotalMinor, err = fromStripe(o.Currency, o.Total); err != nil {
-			return billing.ProviderEvent{}, fmt.Errorf("stripe: event %s: %w", e.ID, err)
+		total, err := fromStripe(o.Currency, o.Total)
+		paid, perr := fromStripe(o.Currency, o.AmountPaid)
+		switch {
+		case (err != nil || perr != nil) && ev.InvoiceRef == "":
+			// Not an invoice of Tollgate's (those carry its reference,
+			// and their amounts convert): ignored, as any other.
+			ev.Kind = billing.EventOther
+		case err != nil || perr != nil:
+			return billing.ProviderEvent{}, fmt.Errorf("stripe: event %s: %w", e.ID, errors.Join(err, perr))
 		}
-		if ev.AmountPaidMinor, err = fromStripe(o.Currency, o.AmountPaid); err != nil {
-			return billing.ProviderEvent{}, fmt.Errorf("stripe: event %s: %w", e.ID, err)
-		}
+		ev.TotalMinor, ev.AmountPaidMinor = total, paid
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
 		if o.PaymentStatus == "paid" {
 			ev.Kind = billing.EventCheckoutPaid

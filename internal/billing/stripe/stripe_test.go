@@ -397,6 +397,13 @@ func TestStripeEvents(t *testing.T) {
 	if audits() != before || r.count(`SELECT count(*) FROM provider_events`) != 0 {
 		t.Error("an unknown invoice's event changed something")
 	}
+	// Another invoice of the account, in ISK, of an amount Tollgate
+	// could not have sent (not whole krónur): passed over, not refused,
+	// so that Stripe does not retry it for days.
+	foreign := stripetest.Invoice{ID: "in_foreign", Customer: unknown.Customer, Currency: "isk", Total: 4950, Metadata: map[string]string{}}
+	if res, err := r.deliver(stripetest.InvoiceEvent("evt_foreign", "invoice.paid", foreign, time.Now())); err != nil || res.Applied {
+		t.Errorf("a foreign ISK invoice's event: %+v, %v; want passed over", res, err)
+	}
 
 	// Paid, once.
 	for i := range 2 {
@@ -651,6 +658,9 @@ func TestAmountsInStripesUnits(t *testing.T) {
 	var te *tollgate.Error
 	if !errors.As(err, &te) || te.Code != tollgate.EINVALID || !strings.Contains(te.Fields["amount_minor"], "BHD 2505") {
 		t.Errorf("a BHD top-up of 2505: %v, want EINVALID naming BHD 2505", err)
+	}
+	if n := r.count(`SELECT count(*) FROM credit_topups WHERE tenant_id = $1`, manama.ID); n != 0 {
+		t.Errorf("%d top-ups of manama left, want none: no checkout was opened", n)
 	}
 	sessions := creates(r.stripe, "/v1/checkout/sessions")
 	if len(sessions) != 1 || sessions[0].Form.Get("line_items[0][price_data][unit_amount]") != "250000" ||

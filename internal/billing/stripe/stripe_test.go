@@ -598,11 +598,6 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
 		t.Fatalf("dunning suspended %d (%v), want 1 (owing; held was suspended already)", n, err)
 	}
-	status := func(tn tenants.Tenant) string {
-		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
-		testenv.Must(t, err)
-		return got.Status
-	}
 	for name, ev := range map[string]string{"held": "invoice.paid", "owing": "invoice.voided"} {
 		in, ok := byTenant["cus_"+name]
 		if !ok {
@@ -612,12 +607,20 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := status(held); got != tenants.StatusSuspended {
+	if got := r.tenantStatus(held); got != tenants.StatusSuspended {
 		t.Errorf("the operator's suspension of held: %s after its invoice was paid, want suspended", got)
 	}
-	if got := status(owing); got != tenants.StatusActive {
+	if got := r.tenantStatus(owing); got != tenants.StatusActive {
 		t.Errorf("owing, suspended by dunning: %s after its invoice was voided, want active", got)
 	}
+}
+
+// tenantStatus returns tn's status now (active or suspended).
+func (r *rig) tenantStatus(tn tenants.Tenant) string {
+	r.t.Helper()
+	got, err := tenants.NewStore(r.db).Get(context.Background(), tn.ID)
+	testenv.Must(r.t, err)
+	return got.Status
 }
 
 // invoiceOf returns the record of tn's only invoice.
@@ -798,11 +801,6 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 			}
 		}
 	}
-	status := func(tn tenants.Tenant) string {
-		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
-		testenv.Must(t, err)
-		return got.Status
-	}
 
 	r.clock.Set(meteringtest.Time(t, "2026-10-02T08:00:00Z"))
 	_, err := r.ops.CloseMonth(ctx, audit.CLI, usage.MonthOf(meteringtest.Time(t, "2026-09-01T00:00:00Z")), nil)
@@ -838,14 +836,14 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
 			t.Fatal(err)
 		}
-		if got := status(tn); got != tenants.StatusSuspended {
+		if got := r.tenantStatus(tn); got != tenants.StatusSuspended {
 			t.Errorf("%s after paying September, October overdue: %s, want suspended", tn.Name, got)
 		}
 		in = invoices["cus_"+tn.Name+" 2026-10"]
 		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
 			t.Fatal(err)
 		}
-		if got := status(tn); got != tenants.StatusActive {
+		if got := r.tenantStatus(tn); got != tenants.StatusActive {
 			t.Errorf("%s after paying October too: %s, want active", tn.Name, got)
 		}
 	}

@@ -130,12 +130,7 @@ func NewHandler(cfg Config) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		fail := apiError(log)
 		r.Use(noStore, crossOriginProtection(log), sessions.identify(fail))
-		public := r
-		signedIn := r.With(requireSession(fail))
-		operator := signedIn.With(operatorOnly(fail))
-		tenantRead := signedIn.With(tenant(fail, readTenant))
-		tenantKeys := signedIn.With(tenant(fail, manageKeys))
-		tenantOps := signedIn.With(tenant(fail, operateTenant))
+		public, signedIn, operator, tenantRead, tenantKeys, tenantOps := accessLevels(r, fail)
 
 		public.Method("POST", "/login", handleLogin(log, sessions))
 		public.Method("POST", "/logout", handleLogout(log, sessions))
@@ -224,12 +219,7 @@ func NewHandler(cfg Config) http.Handler {
 	r.Group(func(r chi.Router) {
 		fail := console.Error
 		r.Use(console.Headers, sessions.identify(fail), console.CSRF)
-		public := r
-		signedIn := r.With(requireSession(fail))
-		operator := signedIn.With(operatorOnly(fail))
-		tenantRead := signedIn.With(tenant(fail, readTenant))
-		tenantKeys := signedIn.With(tenant(fail, manageKeys))
-		tenantOps := signedIn.With(tenant(fail, operateTenant))
+		public, signedIn, operator, tenantRead, tenantKeys, tenantOps := accessLevels(r, fail)
 
 		public.Method("GET", "/static/*", console.Static())
 		public.Method("GET", "/login", console.LoginPage())
@@ -295,6 +285,19 @@ func NewHandler(cfg Config) http.Handler {
 		consoleWebhookRoutes(tenantRead, tenantKeys, "/tenants/{tenantID}", console)
 	})
 	return r
+}
+
+// accessLevels returns r behind each access check a route may name (see
+// access.go), refusing through fail: the API and the console check their
+// routes alike.
+func accessLevels(r chi.Router, fail errorWriter) (public, signedIn, operator, tenantRead, tenantKeys, tenantOps chi.Router) {
+	public = r
+	signedIn = r.With(requireSession(fail))
+	operator = signedIn.With(operatorOnly(fail))
+	tenantRead = signedIn.With(tenant(fail, readTenant))
+	tenantKeys = signedIn.With(tenant(fail, manageKeys))
+	tenantOps = signedIn.With(tenant(fail, operateTenant))
+	return public, signedIn, operator, tenantRead, tenantKeys, tenantOps
 }
 
 // consoleWebhookRoutes lists the console's webhook endpoint routes at

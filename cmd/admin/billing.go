@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,11 +115,7 @@ func startInvoicing(ctx context.Context, inv *billing.Invoicing, c invoicingConf
 			return float64(n)
 		}))
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return goUntilStopped(ctx, func(ctx context.Context) {
 		tick := time.NewTicker(c.PushInterval)
 		defer tick.Stop()
 		for {
@@ -140,8 +135,7 @@ func startInvoicing(ctx context.Context, inv *billing.Invoicing, c invoicingConf
 			case <-tick.C:
 			}
 		}
-	}()
-	return func() { cancel(); wg.Wait() }
+	})
 }
 
 const billingLinkHelp = `

@@ -125,11 +125,6 @@ func startCreditsDrainer(ctx context.Context, e *invocation, c usageConfig, log 
 		// escrow (docs/regions.md, "Money").
 		Region: c.Region.Name, Regions: len(c.Region.Names),
 	})
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Run(ctx, time.Second)
-	}()
-	return func() { cancel(); <-done; client.Close() }
+	stopDrainer := goUntilStopped(ctx, func(ctx context.Context) { d.Run(ctx, time.Second) })
+	return func() { stopDrainer(); client.Close() }
 }

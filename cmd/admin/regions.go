@@ -42,15 +42,12 @@ func startExchanger(ctx context.Context, e *invocation, c usageConfig, log *slog
 	if reg != nil {
 		x.Metrics().Register(reg)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	stopExchanger := goUntilStopped(ctx, func(ctx context.Context) {
 		if err := x.Run(ctx); err != nil {
 			log.Error("region exchange stopped", "err", err)
 		}
-	}()
-	return func() { cancel(); <-done; nc.Close(); client.Close() }, nil
+	})
+	return func() { stopExchanger(); nc.Close(); client.Close() }, nil
 }
 
 // splitRules returns the global_split windows of the plans by state ID,

@@ -212,6 +212,19 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	return err
 }
 
+// goUntilStopped runs run in a goroutine, on a context that ends with ctx
+// or when the returned stop is called; stop then waits for run to return.
+// It is how serve and the worker start their background jobs.
+func goUntilStopped(ctx context.Context, run func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
 func healthcheck(fs *flag.FlagSet) action {
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	return func(ctx context.Context, e *invocation) error {

@@ -178,16 +178,13 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 		w.Register(reg)
 	}
 	stopCredits := startCreditsDrainer(ctx, e, c, log, reg)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	stopWorker := goUntilStopped(ctx, func(ctx context.Context) {
 		if err := w.Run(ctx); err != nil {
 			log.Error("usage worker stopped", "err", err)
 		}
-	}()
+	})
 	log.Info("usage worker running", "stream", c.Stream, "consumer", c.Consumer)
-	return func() { cancel(); <-done; release(); stopCredits() }, nil
+	return func() { stopWorker(); release(); stopCredits() }, nil
 }
 
 func report(fs *flag.FlagSet) action {

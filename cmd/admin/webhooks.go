@@ -87,26 +87,17 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, keys *
 	}
 	d := events.NewDeliverer(events.DelivererConfig{DB: e.db, Log: log, Guard: c.Guard, Timeout: c.Timeout,
 		Concurrency: c.Concurrency, Metrics: metrics, SecretKeys: keys})
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = d.Run(ctx)
-	}()
+	stop = goUntilStopped(ctx, func(ctx context.Context) { _ = d.Run(ctx) })
 	log.Info("webhook deliverer running", "concurrency", c.Concurrency)
-	return func() { cancel(); <-done }, nil
+	return stop, nil
 }
 
 // startKeyExpiry runs the job that emits key.expiring (safe in any
 // number of admin processes at once) until stop is called.
 func startKeyExpiry(ctx context.Context, e *invocation, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	return goUntilStopped(ctx, func(ctx context.Context) {
 		tenants.RunKeyExpiry(ctx, e.db, tenants.KeyExpiryInterval, time.Now, log)
-	}()
-	return func() { cancel(); <-done }
+	})
 }
 
 func webhooksCreate(fs *flag.FlagSet) action {

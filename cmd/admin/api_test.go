@@ -200,6 +200,24 @@ func TestHostPrefixedSessionCookie(t *testing.T) {
 	}
 }
 
+// TestPlantedPlainCookieIsIgnoredOverHTTPS: over HTTPS only the __Host-
+// cookie carries a session. The plain cookie, which a sibling subdomain
+// or a plain-HTTP page can set, would otherwise sign a victim in as
+// whoever planted it.
+func TestPlantedPlainCookieIsIgnoredOverHTTPS(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), map[string]string{"TOLLGATE_TRUSTED_PROXIES": "127.0.0.1/32"})
+	u := createUser(t, srv.DB, "ops@example.com", auth.RoleOperator, "")
+	planted := &http.Cookie{Name: adminapi.SessionCookie, Value: sessionFor(t, srv.DB, u)}
+	me := func(header http.Header) response {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/v1/me", nil)
+		req.Header = header
+		req.AddCookie(planted)
+		return send(t, req)
+	}
+	want(t, me(http.Header{}), http.StatusOK)
+	want(t, me(http.Header{"X-Forwarded-Proto": {"https"}}), http.StatusUnauthorized)
+}
+
 // TestPlanQuotaModeAPI: a plan's monthly quota mode is taken on create
 // and on update, and validated.
 func TestPlanQuotaModeAPI(t *testing.T) {

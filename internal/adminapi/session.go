@@ -49,13 +49,20 @@ func actorOf(r *http.Request) audit.Actor { return access.Actor(r.Context()) }
 
 // sessionToken returns the token of the request: the bearer token if there
 // is one, else the session cookie's (SecureSessionCookie first, then
-// SessionCookie).
+// SessionCookie). Over HTTPS only SecureSessionCookie counts:
+// SessionCookie can be planted by a sibling subdomain or a plain-HTTP
+// page, and would sign the victim in as whoever planted it.
 func sessionToken(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, _ := strings.CutPrefix(h, "Bearer ")
 		return strings.TrimSpace(token)
 	}
-	for _, name := range [...]string{SecureSessionCookie, SessionCookie} {
+	names := [...]string{SecureSessionCookie, SessionCookie}
+	n := len(names)
+	if httpx.HTTPS(r) {
+		n = 1
+	}
+	for _, name := range names[:n] {
 		if c, err := r.Cookie(name); err == nil && c.Value != "" {
 			return c.Value
 		}

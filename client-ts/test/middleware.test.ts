@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
 import express from "express";
 import {
@@ -29,18 +29,38 @@ describe("middleware", () => {
     fake.answer = () => ({ headers: hourlyHeaders, body: allowed });
   });
 
-  /** through starts a service protected by the middleware with opts, sends one request, and stops the service. */
-  async function through(opts: Parameters<typeof middleware>[1], method: string, path: string, headers: Record<string, string> = {}) {
-    let seen: Decision | undefined;
-    const service = await serve(middleware(client, opts), (req, res) => {
-      seen = decisionOf(req);
-      res.end("hello");
-    });
+  /**
+   * served starts a service protected by the middleware with opts in
+   * front of handler (by default one that answers "hello"), runs use on
+   * its URL, and stops the service.
+   */
+  async function served<T>(opts: Parameters<typeof middleware>[1], handler: RequestListener | undefined, use: (url: string) => Promise<T>): Promise<T> {
+    const service = await serve(middleware(client, opts), handler);
     try {
-      return { answer: await send(service.url, method, path, headers), seen };
+      return await use(service.url);
     } finally {
       await close(service.server);
     }
+  }
+
+  /** through starts a service protected by the middleware with opts, sends one request, and stops the service. */
+  async function through(opts: Parameters<typeof middleware>[1], method: string, path: string, headers: Record<string, string> = {}) {
+    let seen: Decision | undefined;
+    const answer = await served(opts, (req, res) => {
+      seen = decisionOf(req);
+      res.end("hello");
+    }, (url) => send(url, method, path, headers));
+    return { answer, seen };
+  }
+
+  /** sendAndHangUp sends POST /v1/complete with headers and closes the connection before the answer. */
+  async function sendAndHangUp(url: string, headers: Record<string, string> = {}) {
+    const ac = new AbortController();
+    const sent = fetch(url + "/v1/complete", { method: "POST", headers, signal: ac.signal }).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    ac.abort();
+    await sent;
+    return undefined;
   }
 
   test("an allowed request reaches the handler with the rate-limit headers set", async () => {
@@ -161,25 +181,13 @@ describe("middleware", () => {
       const settled = new Promise<void>((resolve) => {
         fake.onSettle = resolve;
       });
-      const service = await serve(middleware(client, { cost: () => 100, ...opts }), handler);
-      try {
-        const answer = abort ? await sendAndHangUp(service.url) : await send(service.url, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+      const key = { "X-API-Key": "tg_x" };
+      return served({ cost: () => 100, ...opts }, handler, async (url) => {
+        const answer = abort ? await sendAndHangUp(url, key) : await send(url, "POST", "/v1/complete", key);
         const timer = new Promise<void>((resolve) => setTimeout(resolve, 1000));
         await Promise.race([settled, timer]);
         return { answer, cost: fake.settles.at(-1)?.cost };
-      } finally {
-        await close(service.server);
-      }
-    }
-
-    /** sendAndHangUp sends a request and closes the connection before the answer. */
-    async function sendAndHangUp(url: string) {
-      const ac = new AbortController();
-      const sent = fetch(url + "/v1/complete", { method: "POST", headers: { "X-API-Key": "tg_x" }, signal: ac.signal }).catch(() => undefined);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      ac.abort();
-      await sent;
-      return undefined;
+      });
     }
 
     test("a held request is checked with hold and the estimate and settled at the reported cost after a streamed body", async () => {
@@ -279,43 +287,37 @@ describe("middleware", () => {
       await Promise.race([released, new Promise<void>((resolve) => setTimeout(resolve, 1000))]);
     }
 
+    /** assertReleasedOnce asserts that one release was sent, and that the fake saw it release leaseId and nothing else. */
+    function assertReleasedOnce(leaseId: string): void {
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: leaseId }]);
+      assert.equal(releaseCalls, 1);
+    }
+
     test("an admitted request's lease is released once when its response has finished", async () => {
       const { answer } = await through({}, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
       assert.equal(answer.status, 200);
       await releasedWithin();
-      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
-      assert.equal(releaseCalls, 1);
+      assertReleasedOnce("l1");
     });
 
     test("the lease is released once when the caller goes away before the response", async () => {
-      const service = await serve(middleware(client), () => undefined); // never answers
-      try {
-        const ac = new AbortController();
-        const sent = fetch(service.url + "/v1/complete", { method: "POST", signal: ac.signal }).catch(() => undefined);
-        await new Promise((resolve) => setTimeout(resolve, 200));
-        ac.abort();
-        await sent;
+      const neverAnswers = () => undefined;
+      await served({}, neverAnswers, async (url) => {
+        await sendAndHangUp(url);
         await releasedWithin();
-      } finally {
-        await close(service.server);
-      }
-      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
-      assert.equal(releaseCalls, 1);
+      });
+      assertReleasedOnce("l1");
     });
 
     test("a denied check releases nothing", async () => {
       fake.answer = (check) => ({ body: check.resource === "GET /denied" ? { ...leased, allowed: false, reason: "rate_limited", retry_after_ms: 0 } : leased });
-      const service = await serve(middleware(client));
-      try {
-        assert.equal((await send(service.url, "GET", "/denied")).status, 429);
+      await served({}, undefined, async (url) => {
+        assert.equal((await send(url, "GET", "/denied")).status, 429);
         fake.answer = () => ({ body: { ...leased, lease_id: "l2" } });
-        assert.equal((await send(service.url, "GET", "/allowed")).status, 200);
+        assert.equal((await send(url, "GET", "/allowed")).status, 200);
         await releasedWithin();
-      } finally {
-        await close(service.server);
-      }
-      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l2" }]);
-      assert.equal(releaseCalls, 1);
+      });
+      assertReleasedOnce("l2");
     });
 
     test("a failed release is dropped", async () => {

@@ -262,10 +262,7 @@ func TestCreditsSettledPastTheBalance(t *testing.T) {
 			overage                 bool
 			wantOverage, wantUnpaid int64
 		}{{"deny", false, 0, 6}, {"overage", true, 6, 0}} {
-			c := Credits{Key: store.ns + mode.name + ":c", Log: store.ns + mode.name + ":l", Line: 10, Overdraft: 2, Overage: mode.overage}
-			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-				t.Fatal(err)
-			}
+			c := newBalance(t, store, mode.name, Credits{Line: 10, Overdraft: 2, Overage: mode.overage})
 			h := &Hold{ID: "h-" + mode.name, Key: store.ns + mode.name + ":hold", TTLUS: HourUS}
 			o := mustCheck(t, store, Batch{Requests: single(store.ns+mode.name, rule), Cost: 8, NowUS: epoch, Credits: &c, Hold: h})
 			if !o.Admitted || o.Credits.Balance != 2 {
@@ -333,10 +330,7 @@ func TestCreditsSettledOnTheBalanceNow(t *testing.T) {
 			{"terms-of-another-balance", 10, 0, true, func(c Credits) *Credits { c.Key += "-other"; c.Line = 30; return &c },
 				18, CreditEntry{Units: 2, Overage: 8}},
 		} {
-			c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: tc.line, Overdraft: tc.overdraft, Overage: tc.overage}
-			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-				t.Fatal(err)
-			}
+			c := newBalance(t, store, tc.name, Credits{Line: tc.line, Overdraft: tc.overdraft, Overage: tc.overage})
 			h := &Hold{ID: tc.name, Key: store.ns + tc.name + ":hold", TTLUS: HourUS}
 			if o := mustCheck(t, store, Batch{Requests: single(store.ns+tc.name, rule), Cost: 8, NowUS: epoch, Credits: &c, Hold: h}); !o.Admitted || o.Credits.Drawn != 8 {
 				t.Fatalf("%s: hold of 8 on %d: %+v", tc.name, tc.line, o)
@@ -438,10 +432,7 @@ func TestCreditsUnknownBalance(t *testing.T) {
 			{"over-more", true, 9, CreditEntry{Units: 5, Deferred: DeferredOverage}, DeferredOverage},
 			{"deny-less", false, 1, CreditEntry{Units: -3}, NotDeferred},
 		} {
-			c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: 10, Overage: tc.overage}
-			if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-				t.Fatal(err)
-			}
+			c := newBalance(t, store, tc.name, Credits{Line: 10, Overage: tc.overage})
 			h := &Hold{ID: tc.name, Key: store.ns + tc.name + ":hold", TTLUS: HourUS}
 			if o := check(c, 4, false, h); !o.Admitted || o.Credits.Drawn != 4 {
 				t.Fatalf("%s: hold of 4 on 10: %+v", tc.name, o)
@@ -512,18 +503,13 @@ func TestCreditsExpireAtTheStoresClock(t *testing.T) {
 	for _, sc := range redisStores() {
 		t.Run(sc.name+"/TIME", func(t *testing.T) {
 			store := sc.open(t)
-			ctx := context.Background()
-			logs := store.Store.(CreditLogs)
 			for _, tc := range []struct {
 				name    string
 				shift   time.Duration
 				balance int64
 			}{{"ahead", time.Minute, 30}, {"behind", -time.Minute, 10}} {
-				c := Credits{Key: store.ns + tc.name + ":c", Log: store.ns + tc.name + ":l", Line: 30,
-					Expiring: []CreditExpiry{{AtUS: redisNow(t, store) + tc.shift.Microseconds(), Units: 20}}}
-				if _, err := logs.RebuildCredits(ctx, c.Key, c.Log, "", 0); err != nil {
-					t.Fatal(err)
-				}
+				c := newBalance(t, store, tc.name, Credits{Line: 30,
+					Expiring: []CreditExpiry{{AtUS: redisNow(t, store) + tc.shift.Microseconds(), Units: 20}}})
 				o := mustCheck(t, store, Batch{Requests: single(store.ns+tc.name, rule), Cost: 0, Credits: &c})
 				if o.Credits.Balance != tc.balance {
 					t.Errorf("expiry a minute %s Redis's clock: balance %d, want %d", tc.name, o.Credits.Balance, tc.balance)
@@ -550,10 +536,7 @@ func TestConcurrentDrawsAdmitExactlyTheBalance(t *testing.T) {
 			store := sc.open(t)
 			for _, overdraft := range []int64{0, 5} {
 				name := fmt.Sprintf("od%d", overdraft)
-				c := Credits{Key: store.ns + name + ":c", Log: store.ns + name + ":l", Line: 500, Overdraft: overdraft}
-				if _, err := store.Store.(CreditLogs).RebuildCredits(context.Background(), c.Key, c.Log, "", 0); err != nil {
-					t.Fatal(err)
-				}
+				c := newBalance(t, store, name, Credits{Line: 500, Overdraft: overdraft})
 				rule := single(store.ns+name, Params{Algorithm: GCRA, Limit: 1_000_000, PeriodUS: SecondUS})
 				var admitted atomic.Int64
 				var wg sync.WaitGroup
@@ -589,6 +572,17 @@ func TestConcurrentDrawsAdmitExactlyTheBalance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newBalance returns c as the balance name of store (its counter and log
+// keys), its counter made at 0 as the ledger's writer makes it.
+func newBalance(t *testing.T, store openStore, name string, c Credits) Credits {
+	t.Helper()
+	c.Key, c.Log = store.ns+name+":c", store.ns+name+":l"
+	if _, err := store.Store.(CreditLogs).RebuildCredits(context.Background(), c.Key, c.Log, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // readCredits reads a balance through store's CreditLogs.

@@ -92,9 +92,7 @@ func TestMeasureCreditLog(t *testing.T) {
 		}
 		return usec / checks
 	}
-	t.Logf("load average %s", loadAverage())
-	t.Log("| calls | script | Redis script µs/check: least | 10th percentile |")
-	t.Log("| --- | --- | --- | --- |")
+	logTableHead(t, "calls", "script", "Redis script µs/check: least", "10th percentile")
 	for _, shape := range []struct {
 		name    string
 		perCall int
@@ -108,10 +106,26 @@ func TestMeasureCreditLog(t *testing.T) {
 			}
 		}
 		for i, sc := range scripts {
-			slices.Sort(got[i])
-			t.Logf("| %s | %s | %.1f | %.1f |", shape.name, sc.name, got[i][0], got[i][10])
+			least, p10, _ := spread(got[i])
+			t.Logf("| %s | %s | %.1f | %.1f |", shape.name, sc.name, least, p10)
 		}
 	}
+}
+
+// logTableHead logs the load average, then the head of a Markdown table
+// of columns, whose rows a measurement logs next.
+func logTableHead(t *testing.T, columns ...string) {
+	t.Helper()
+	t.Logf("load average %s", loadAverage())
+	t.Log("| " + strings.Join(columns, " | ") + " |")
+	t.Log(strings.Repeat("| --- ", len(columns)) + "|")
+}
+
+// spread sorts v and returns its least value, its 10th percentile and
+// its median.
+func spread(v []float64) (least, p10, median float64) {
+	slices.Sort(v)
+	return v[0], v[len(v)/10], v[len(v)/2]
 }
 
 // loadAverage returns the first three fields of /proc/loadavg, or "?".
@@ -151,11 +165,7 @@ func TestMeasureSeedMarker(t *testing.T) {
 			m.Seed = seed
 			c.ConfigResetStat(ctx)
 			for i := range 1000 {
-				tag := byte(i % 250)
-				if tag == '{' || tag == '}' {
-					tag = 'x'
-				}
-				k := fmt.Sprintf("m{%c}", tag)
+				k := measureTag(i)
 				_, err := s.Check(ctx, limiter.Batch{Cost: 1, Requests: []limiter.Request{
 					{Key: k + "g" + strconv.Itoa(i+round), Params: gcra}, {Key: k + "q" + strconv.Itoa(i), Params: m, Shadow: true}}})
 				if err != nil {
@@ -170,8 +180,8 @@ func TestMeasureSeedMarker(t *testing.T) {
 		}
 	}
 	for k, v := range res {
-		slices.Sort(v)
-		t.Logf("%s: least %.2f, p10 %.2f, median %.2f µs per call", k, v[0], v[len(v)/10], v[len(v)/2])
+		least, p10, median := spread(v)
+		t.Logf("%s: least %.2f, p10 %.2f, median %.2f µs per call", k, least, p10, median)
 	}
 }
 
@@ -255,9 +265,7 @@ func TestMeasureUsageJournal(t *testing.T) {
 			return out
 		}},
 	}
-	t.Logf("load average %s", loadAverage())
-	t.Log("| checks | journal | Redis script µs per check: least | 10th percentile | median |")
-	t.Log("| --- | --- | --- | --- | --- |")
+	logTableHead(t, "checks", "journal", "Redis script µs per check: least", "10th percentile", "median")
 	for _, shape := range shapes {
 		res := map[bool][]float64{}
 		for round := range 40 {
@@ -293,9 +301,8 @@ func TestMeasureUsageJournal(t *testing.T) {
 			}
 		}
 		for _, journal := range []bool{false, true} {
-			v := res[journal]
-			slices.Sort(v)
-			t.Logf("| %s | %v | %.2f | %.2f | %.2f |", shape.name, journal, v[0], v[len(v)/10], v[len(v)/2])
+			least, p10, median := spread(res[journal])
+			t.Logf("| %s | %v | %.2f | %.2f | %.2f |", shape.name, journal, least, p10, median)
 		}
 	}
 }
@@ -338,9 +345,7 @@ func TestMeasureOutbox(t *testing.T) {
 		store  *Store
 		shared bool
 	}{{"regional, lean scripts", lean, false}, {"global_shared, check.lua", general, true}, {"global_shared, lean scripts", lean, true}}
-	t.Logf("load average %s", loadAverage())
-	t.Log("| checks | rule, script | Redis script µs per call: least | 10th percentile | median |")
-	t.Log("| --- | --- | --- | --- | --- |")
+	logTableHead(t, "checks", "rule, script", "Redis script µs per call: least", "10th percentile", "median")
 	for _, shape := range []struct {
 		name      string
 		withMonth bool
@@ -359,9 +364,8 @@ func TestMeasureOutbox(t *testing.T) {
 			}
 		}
 		for v, variant := range variants {
-			r := res[v]
-			slices.Sort(r)
-			t.Logf("| %s | %s | %.2f | %.2f | %.2f |", shape.name, variant.name, r[0], r[len(r)/10], r[len(r)/2])
+			least, p10, median := spread(res[v])
+			t.Logf("| %s | %s | %.2f | %.2f | %.2f |", shape.name, variant.name, least, p10, median)
 		}
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/statekey"
-	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
+	fixtures "github.com/tollgate/tollgate/internal/testenv/fixture" // fixture names this package's test servers
 )
 
 // TestSettledUsageCountsOncePerHold: holds opened through two api
@@ -41,16 +41,8 @@ func TestSettledUsageCountsOncePerHold(t *testing.T) {
 	testenv.Must(t, err)
 	charged, err := plans.NewStore(r.db).Put(ctx, tokenPlan("charged", 1000, plans.Options{HoldTTLS: 1, HoldExpiry: "charge"}))
 	testenv.Must(t, err)
-	ts := tenants.NewStore(r.db)
-	tenantKey := func(planID int64, name string) (secret, sums string) {
-		tn, err := ts.Create(ctx, name, planID)
-		testenv.Must(t, err)
-		secret, k, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-		testenv.Must(t, err)
-		return secret, tn.ID + "/" + k.ID
-	}
-	key, keySums := tenantKey(stored.ID, "held")
-	expiringKey, expiringSums := tenantKey(charged.ID, "charged")
+	key, keySums := r.keyWithSums(t, stored.ID, "held")
+	expiringKey, expiringSums := r.keyWithSums(t, charged.ID, "charged")
 
 	stopWorker := runWorker(r.worker("w"))
 	a, b := r.startAPI(t), r.startAPI(t)
@@ -131,11 +123,7 @@ func TestSettledUsageInMemoryModeCountsOncePerHold(t *testing.T) {
 	ctx := context.Background()
 	stored, err := plans.NewStore(r.db).Put(ctx, tokenPlan("held", 1000, plans.Options{}))
 	testenv.Must(t, err)
-	ts := tenants.NewStore(r.db)
-	tn, err := ts.Create(ctx, "held", stored.ID)
-	testenv.Must(t, err)
-	key, k, err := ts.IssueKey(ctx, tn.ID, "k", nil)
-	testenv.Must(t, err)
+	key, sums := r.keyWithSums(t, stored.ID, "held")
 	a := r.startAPI(t)
 	base := "http://" + a.addr
 	res := post(t, base, r.token, fmt.Sprintf(`{"key":%q,"cost":50,"hold":true}`, key))
@@ -149,9 +137,19 @@ func TestSettledUsageInMemoryModeCountsOncePerHold(t *testing.T) {
 		}
 	}
 	testenv.Must(t, a.stop())
-	if got := meteringtest.Sums(t, r.db, "usage_month")[tn.ID+"/"+k.ID]; got != (metering.Counts{Allowed: 1, AllowedUnits: 20}) {
+	if got := meteringtest.Sums(t, r.db, "usage_month")[sums]; got != (metering.Counts{Allowed: 1, AllowedUnits: 20}) {
 		t.Errorf("usage_month: %+v, want the hold's check and its 20 units once", got)
 	}
+}
+
+// keyWithSums makes a tenant named name on plan planID and a key of it,
+// and returns the key's secret and the name its usage is summed under
+// (tenant/key, as meteringtest.Sums names it).
+func (r *rig) keyWithSums(t *testing.T, planID int64, name string) (secret, sums string) {
+	t.Helper()
+	tn := fixtures.Tenant(t, r.db, name, planID)
+	secret, k := fixtures.Key(t, r.db, tn.ID, "k")
+	return secret, tn.ID + "/" + k.ID
 }
 
 // holdRecordKey returns the key of hold id's record under prefix, from the

@@ -71,6 +71,14 @@ func (r *rig) link(tn tenants.Tenant, in billing.LinkInput) billing.Account {
 	return a
 }
 
+// linkedTenant makes a tenant on p (see tenant) linked to the Stripe
+// customer "cus_" + name.
+func (r *rig) linkedTenant(name string, p plans.Plan) tenants.Tenant {
+	tn := r.tenant(name, p)
+	r.link(tn, billing.LinkInput{CustomerID: "cus_" + name})
+	return tn
+}
+
 // deliver signs payload as Stripe would, now, and applies it.
 func (r *rig) deliver(payload []byte) (billing.EventResult, error) {
 	ev, err := r.prov.ParseEvent(payload, stripetest.Sign(payload, stripetest.WebhookSecret, time.Now()))
@@ -78,6 +86,24 @@ func (r *rig) deliver(payload []byte) (billing.EventResult, error) {
 		return billing.EventResult{}, err
 	}
 	return r.inv.ApplyEvent(context.Background(), ev)
+}
+
+// invoiceEvent delivers Stripe's event id of type typ about invoice in,
+// sent now, failing the test if it is not applied.
+func (r *rig) invoiceEvent(id, typ string, in stripetest.Invoice) {
+	r.t.Helper()
+	if _, err := r.deliver(stripetest.InvoiceEvent(id, typ, in, r.clock.Now())); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// invoicesByCustomer returns the invoices at Stripe by their customer.
+func (r *rig) invoicesByCustomer() map[string]stripetest.Invoice {
+	byCustomer := map[string]stripetest.Invoice{}
+	for _, in := range r.stripe.Invoices() {
+		byCustomer[in.Customer] = in
+	}
+	return byCustomer
 }
 
 func (r *rig) count(query string, args ...any) int {
@@ -361,14 +387,9 @@ func TestStripeEvents(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
-	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
-	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
+	acme, globex := r.linkedTenant("acme", pro), r.linkedTenant("globex", pro)
 	r.closeOctober()
-	byCustomer := map[string]stripetest.Invoice{}
-	for _, in := range r.stripe.Invoices() {
-		byCustomer[in.Customer] = in
-	}
+	byCustomer := r.invoicesByCustomer()
 	audits := func() int { return r.count(`SELECT count(*) FROM audit_log`) }
 	eventsOf := func(typ string) int { return r.count(`SELECT count(*) FROM events WHERE type = $1`, typ) }
 	status := func(tn tenants.Tenant) string {
@@ -438,14 +459,9 @@ func TestStripeEvents(t *testing.T) {
 	if n, _ := r.inv.Dunning(ctx); n != 0 {
 		t.Error("dunning suspended twice")
 	}
-	tenantStatus := func(tn tenants.Tenant) string {
-		got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
-		testenv.Must(t, err)
-		return got.Status
-	}
-	if tenantStatus(globex) != tenants.StatusSuspended || eventsOf("tenant.suspended") != 1 ||
+	if r.tenantStatus(globex) != tenants.StatusSuspended || eventsOf("tenant.suspended") != 1 ||
 		r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.suspend' AND actor = 'dunning'`) != 1 {
-		t.Errorf("globex %s after dunning", tenantStatus(globex))
+		t.Errorf("globex %s after dunning", r.tenantStatus(globex))
 	}
 	paidLate := stripetest.InvoiceEvent("evt_paid_globex", "invoice.paid", byCustomer["cus_globex"], r.clock.Now())
 	for range 2 {
@@ -453,15 +469,13 @@ func TestStripeEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if tenantStatus(globex) != tenants.StatusActive || eventsOf("tenant.resumed") != 1 || status(globex) != "paid" ||
+	if r.tenantStatus(globex) != tenants.StatusActive || eventsOf("tenant.resumed") != 1 || status(globex) != "paid" ||
 		r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.resume' AND actor = 'stripe'`) != 1 {
-		t.Errorf("globex %s (%s) after paying", tenantStatus(globex), status(globex))
+		t.Errorf("globex %s (%s) after paying", r.tenantStatus(globex), status(globex))
 	}
 	// A late failure of a paid invoice changes nothing.
 	n := audits()
-	if _, err := r.deliver(stripetest.InvoiceEvent("evt_late_fail", "invoice.payment_failed", byCustomer["cus_globex"], r.clock.Now())); err != nil {
-		t.Fatal(err)
-	}
+	r.invoiceEvent("evt_late_fail", "invoice.payment_failed", byCustomer["cus_globex"])
 	if status(globex) != "paid" || audits() != n {
 		t.Errorf("a late failure changed a paid invoice: %s", status(globex))
 	}
@@ -527,16 +541,10 @@ func TestDunningPerPlan(t *testing.T) {
 	if _, err := r.inv.SetPlanBilling(ctx, audit.CLI, quick.ID, billing.PlanBillingInput{DunningGraceS: new(int64(-1))}); err == nil {
 		t.Error("a negative grace was taken")
 	}
-	acme, globex, initech := r.tenant("acme", quick), r.tenant("globex", lenient), r.tenant("initech", standard)
-	for _, tn := range []tenants.Tenant{acme, globex, initech} {
-		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
-	}
+	acme, globex, initech := r.linkedTenant("acme", quick), r.linkedTenant("globex", lenient), r.linkedTenant("initech", standard)
 	r.closeOctober()
 	for i, in := range r.stripe.Invoices() {
-		ev := stripetest.InvoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in, r.clock.Now())
-		if _, err := r.deliver(ev); err != nil {
-			t.Fatal(err)
-		}
+		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
 	}
 	if n := r.count(`SELECT count(*) FROM invoices WHERE payment_status = 'failed'`); n != 3 {
 		t.Fatalf("%d failed invoices, want 3", n)
@@ -544,9 +552,7 @@ func TestDunningPerPlan(t *testing.T) {
 	suspended := func() []string {
 		var names []string
 		for _, tn := range []tenants.Tenant{acme, globex, initech} {
-			got, err := tenants.NewStore(r.db).Get(ctx, tn.ID)
-			testenv.Must(t, err)
-			if got.Status == tenants.StatusSuspended {
+			if r.tenantStatus(tn) == tenants.StatusSuspended {
 				names = append(names, tn.Name)
 			}
 		}
@@ -580,17 +586,12 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	held, owing := r.tenant("held", plan), r.tenant("owing", plan)
-	for _, tn := range []tenants.Tenant{held, owing} {
-		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
-	}
+	held, owing := r.linkedTenant("held", plan), r.linkedTenant("owing", plan)
 	r.closeOctober()
 	byTenant := map[string]stripetest.Invoice{}
 	for i, in := range r.stripe.Invoices() {
 		byTenant[in.Customer] = in
-		if _, err := r.deliver(stripetest.InvoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in, r.clock.Now())); err != nil {
-			t.Fatal(err)
-		}
+		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
 	}
 	_, err := tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
 	testenv.Must(t, err)
@@ -603,9 +604,7 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 		if !ok {
 			t.Fatalf("no invoice of %s among %d", name, len(byTenant))
 		}
-		if _, err := r.deliver(stripetest.InvoiceEvent("evt_"+name, ev, in, r.clock.Now())); err != nil {
-			t.Fatal(err)
-		}
+		r.invoiceEvent("evt_"+name, ev, in)
 	}
 	if got := r.tenantStatus(held); got != tenants.StatusSuspended {
 		t.Errorf("the operator's suspension of held: %s after its invoice was paid, want suspended", got)
@@ -646,10 +645,9 @@ func TestAmountsInStripesUnits(t *testing.T) {
 	isk := fixture.Plan(t, r.db, plans.Plan{Name: "isk", Currency: "ISK", BaseFeeMinor: 4900})
 	kwd := fixture.Plan(t, r.db, plans.Plan{Name: "kwd", Currency: "KWD", BaseFeeMinor: 12_340})
 	bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
-	reykjavik, kuwait, manama := r.tenant("reykjavik", isk), r.tenant("kuwait", kwd), r.tenant("manama", bhd)
-	for _, tn := range []tenants.Tenant{reykjavik, kuwait, manama} {
-		r.link(tn, billing.LinkInput{CustomerID: "cus_" + tn.Name})
-	}
+	reykjavik := r.linkedTenant("reykjavik", isk)
+	r.linkedTenant("kuwait", kwd)
+	manama := r.linkedTenant("manama", bhd)
 
 	// Top-ups: ISK converted, BHD refused before anything is sent.
 	in := billing.TopUpInput{Units: 100, AmountMinor: 2500, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
@@ -672,10 +670,7 @@ func TestAmountsInStripesUnits(t *testing.T) {
 	}
 
 	r.closeOctober()
-	byCustomer := map[string]stripetest.Invoice{}
-	for _, in := range r.stripe.Invoices() {
-		byCustomer[in.Customer] = in
-	}
+	byCustomer := r.invoicesByCustomer()
 	if in := byCustomer["cus_reykjavik"]; in.Total != 490_000 || len(in.Lines) != 1 || in.Lines[0]["amount"] != int64(490_000) {
 		t.Errorf("ISK invoice at Stripe: total %d, lines %v; want 490000 (4900 krónur in Stripe's hundredths)", in.Total, in.Lines)
 	}
@@ -701,9 +696,7 @@ func TestAmountsInStripesUnits(t *testing.T) {
 	}
 
 	// Stripe's ISK totals come back ÷100 in events too.
-	if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_isk", "invoice.paid", byCustomer["cus_reykjavik"], r.clock.Now())); err != nil {
-		t.Fatal(err)
-	}
+	r.invoiceEvent("evt_paid_isk", "invoice.paid", byCustomer["cus_reykjavik"])
 	if rec := r.invoiceOf(reykjavik); rec.PaymentStatus != "paid" || *rec.ProviderTotalMinor != 4900 {
 		t.Errorf("ISK record after invoice.paid %+v, want paid with 4900", rec)
 	}
@@ -736,8 +729,7 @@ func TestRelinkWaitsForPendingInvoices(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
-	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	acme, globex := r.linkedTenant("acme", pro), r.tenant("globex", pro)
 	r.link(globex, billing.LinkInput{CustomerID: "cus_globexold"})
 	r.stripe.Down(503)
 	r.closeOctober()
@@ -785,9 +777,7 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme, globex := r.tenant("acme", pro), r.tenant("globex", pro)
-	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
-	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
+	acme, globex := r.linkedTenant("acme", pro), r.linkedTenant("globex", pro)
 	invoices := map[string]stripetest.Invoice{} // by customer and month
 	fail := func(month string) {
 		t.Helper()
@@ -796,9 +786,7 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 				continue
 			}
 			invoices[in.Customer+" "+month] = in
-			if _, err := r.deliver(stripetest.InvoiceEvent("evt_fail_"+in.ID, "invoice.payment_failed", in, r.clock.Now())); err != nil {
-				t.Fatal(err)
-			}
+			r.invoiceEvent("evt_fail_"+in.ID, "invoice.payment_failed", in)
 		}
 	}
 
@@ -833,16 +821,12 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 
 	for _, tn := range []tenants.Tenant{acme, globex} {
 		in := invoices["cus_"+tn.Name+" 2026-09"]
-		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
-			t.Fatal(err)
-		}
+		r.invoiceEvent("evt_paid_"+in.ID, "invoice.paid", in)
 		if got := r.tenantStatus(tn); got != tenants.StatusSuspended {
 			t.Errorf("%s after paying September, October overdue: %s, want suspended", tn.Name, got)
 		}
 		in = invoices["cus_"+tn.Name+" 2026-10"]
-		if _, err := r.deliver(stripetest.InvoiceEvent("evt_paid_"+in.ID, "invoice.paid", in, r.clock.Now())); err != nil {
-			t.Fatal(err)
-		}
+		r.invoiceEvent("evt_paid_"+in.ID, "invoice.paid", in)
 		if got := r.tenantStatus(tn); got != tenants.StatusActive {
 			t.Errorf("%s after paying October too: %s, want active", tn.Name, got)
 		}
@@ -860,8 +844,7 @@ func TestSendModeEmailsOnce(t *testing.T) {
 	r := newRig(t, billing.ModeSend)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme := r.tenant("acme", pro)
-	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	acme := r.linkedTenant("acme", pro)
 	sends := func() int {
 		n := 0
 		for _, q := range r.stripe.Requests() {
@@ -910,8 +893,7 @@ func TestLookupReadsEveryPage(t *testing.T) {
 	r := newRig(t, billing.ModeDraft)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme := r.tenant("acme", pro)
-	r.link(acme, billing.LinkInput{CustomerID: "cus_acme"})
+	acme := r.linkedTenant("acme", pro)
 	r.stripe.DropAnswer(func(q stripetest.Request) bool { return q.Method == "POST" && q.Path == "/v1/invoices" })
 	if res := r.closeOctober(); res.Invoices.Failed != 1 {
 		t.Fatalf("close with the invoice's answer lost: %+v", res.Invoices)

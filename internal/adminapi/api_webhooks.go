@@ -90,7 +90,7 @@ func handleEndpointCreate(log *slog.Logger, ops *events.Ops, scope webhookScope)
 			return
 		}
 		var in events.EndpointInput
-		if err := httpx.DecodeBody(r, MaxBody, &in); err != nil {
+		if err := decodeBody(r, &in); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}

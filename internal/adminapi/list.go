@@ -77,12 +77,23 @@ func handlePath[P, T any](log *slog.Logger, status int, parse func(r *http.Reque
 // noFilter is the filter of a list that has none.
 func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 
-// decodeBody is httpx.DecodeBody with the admin API's MaxBody.
-func decodeBody(r *http.Request, v any) error { return httpx.DecodeBody(r, MaxBody, v) }
+// decodeBody is httpx.DecodeBody with the admin API's MaxBody, refusing
+// text Postgres cannot store (httpx.TextFields).
+func decodeBody(r *http.Request, v any) error {
+	if err := httpx.DecodeBody(r, MaxBody, v); err != nil {
+		return err
+	}
+	return httpx.TextFields(v)
+}
 
 // decodeValid is decodeBody, then the body's own validation when it has
 // one (httpx.Decode).
-func decodeValid(r *http.Request, v any) error { return httpx.Decode(r, MaxBody, v) }
+func decodeValid(r *http.Request, v any) error {
+	if err := httpx.Decode(r, MaxBody, v); err != nil {
+		return err
+	}
+	return httpx.TextFields(v)
+}
 
 // handleBody serves a request with a JSON body: the body decoded into an
 // In by decode, then apply; respond writes the result. An error at either

@@ -129,7 +129,7 @@ func NewHandler(cfg Config) http.Handler {
 
 	r.Route("/api/v1", func(r chi.Router) {
 		fail := apiError(log)
-		r.Use(noStore, crossOriginProtection(log), sessions.identify(fail))
+		r.Use(noStore, crossOriginProtection(log), httpx.TextOnly(fail), sessions.identify(fail))
 		public, signedIn, operator, tenantRead, tenantKeys, tenantOps := accessLevels(r, fail)
 
 		public.Method("POST", "/login", handleLogin(log, sessions))
@@ -218,7 +218,7 @@ func NewHandler(cfg Config) http.Handler {
 	// sign-in and sign-out go through the same sessionAuth.
 	r.Group(func(r chi.Router) {
 		fail := console.Error
-		r.Use(console.Headers, sessions.identify(fail), console.CSRF)
+		r.Use(console.Headers, httpx.TextOnly(fail), sessions.identify(fail), console.CSRF)
 		public, signedIn, operator, tenantRead, tenantKeys, tenantOps := accessLevels(r, fail)
 
 		public.Method("GET", "/static/*", console.Static())

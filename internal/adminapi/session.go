@@ -255,7 +255,7 @@ func (c consoleSessions) SignOut(w http.ResponseWriter, r *http.Request) error {
 func handleLogin(log *slog.Logger, a *sessionAuth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req loginRequest
-		if err := httpx.DecodeBody(r, MaxBody, &req); err != nil {
+		if err := decodeBody(r, &req); err != nil {
 			httpx.Error(w, r, log, err)
 			return
 		}

@@ -3,11 +3,13 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -107,9 +109,13 @@ func Decode(r *http.Request, maxBytes int64, v any) error {
 // DecodeBody is Decode without validation.
 func DecodeBody(r *http.Request, maxBytes int64, v any) error {
 	body := http.MaxBytesReader(nil, r.Body, maxBytes)
-	dec := json.NewDecoder(body)
+	var read bytes.Buffer // what the decoder read, to name a field it could not
+	dec := json.NewDecoder(io.TeeReader(body, &read))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if field, msg, ok := valueError(err, read.Bytes(), reflect.TypeOf(v)); ok {
+			return Malformed(field, msg)
+		}
 		return decodeError(err)
 	}
 	if err := dec.Decode(&struct{}{}); err != io.EOF {

@@ -46,6 +46,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -255,6 +256,8 @@ type errorPage struct {
 // tenant user asking for another tenant sees "not found", as from the
 // API. Internal errors are logged and shown as a generic message.
 func (c *Console) Error(w http.ResponseWriter, r *http.Request, err error) {
+	// A value Postgres refuses is the user's input, not our fault.
+	err = postgres.Translate(err)
 	code := tollgate.ErrorCode(err)
 	if code == tollgate.EUNAUTHORIZED && r.Method == http.MethodGet {
 		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)

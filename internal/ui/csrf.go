@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/access"
+	"github.com/tollgate/tollgate/internal/httpx"
 )
 
 // Every console form carries a CSRF token (field csrf): an HMAC of the
@@ -88,6 +89,10 @@ func (c *Console) CSRF(next http.Handler) http.Handler {
 		got := r.PostForm.Get(csrfField)
 		if want == "" || !hmac.Equal([]byte(got), []byte(want)) {
 			c.Error(w, r, errCSRF)
+			return
+		}
+		if err := httpx.TextValues(r.PostForm); err != nil {
+			c.Error(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)

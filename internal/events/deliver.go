@@ -111,7 +111,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			if err != nil && ctx.Err() == nil {
 				d.cfg.Log.Warn("webhooks: deliver", "err", err)
 			}
-			if n < d.cfg.Concurrency*4 || err != nil {
+			if n < d.cfg.Concurrency || err != nil {
 				break
 			}
 		}
@@ -171,22 +171,19 @@ type claimed struct {
 }
 
 // DeliverDue makes one attempt at each due delivery it can lease, up to
-// 4×Concurrency, Concurrency at a time, and returns how many it made.
+// Concurrency, all at once, and returns how many it made. It leases only
+// what it sends at once: an attempt takes at most Timeout, well within
+// the lease, so no attempt starts after its lease has ended (when another
+// deliverer may have leased and sent it).
 func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
-	batch, err := d.claim(ctx, d.cfg.Concurrency*4)
+	batch, err := d.claim(ctx, d.cfg.Concurrency)
 	if err != nil || len(batch) == 0 {
 		return 0, err
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, d.cfg.Concurrency)
 	errs := make([]error, len(batch))
 	for i, c := range batch {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = d.attempt(ctx, c)
-		}()
+		wg.Go(func() { errs[i] = d.attempt(ctx, c) })
 	}
 	wg.Wait()
 	return len(batch), errors.Join(errs...)

@@ -161,6 +161,51 @@ func TestEndpointDisabledAfterFiveDays(t *testing.T) {
 	}
 }
 
+// TestEveryAttemptStartsWithinItsLease: a deliverer leases only what it
+// sends at once. With one attempt at a time, each taking the whole
+// timeout (the receiver moves the clock on by it), every attempt still
+// starts while its delivery's lease holds; a deliverer that leased more
+// than it sends at once would start the later ones after their leases
+// ended, when another deliverer may already have sent them.
+func TestEveryAttemptStartsWithinItsLease(t *testing.T) {
+	db, acme, _ := setup(t)
+	clk := newClock()
+	const timeout = 10 * time.Second
+	rcv := testenv.NewReceiver(t, nil)
+	var late []string
+	var mu sync.Mutex
+	rcv.Config.Handler = httpHandlerFunc(func(id string, serve func()) {
+		var leaseUntil time.Time
+		testenv.Must(t, db.QueryRow(context.Background(),
+			`SELECT lease_until FROM webhook_deliveries WHERE event_id = $1`, id).Scan(&leaseUntil))
+		mu.Lock()
+		if !clk.Now().Before(leaseUntil) {
+			late = append(late, fmt.Sprintf("%s at %s, lease until %s", id, clk.Now().Format(time.TimeOnly), leaseUntil.Format(time.TimeOnly)))
+		}
+		clk.Advance(timeout)
+		mu.Unlock()
+		serve()
+	}, rcv.Config.Handler)
+	endpoint(t, events.NewOps(db, nil, allowPrivate), "", rcv.URL, events.EndpointInput{})
+	const n = 6
+	for range n {
+		emit(t, db, events.TenantSuspended, acme.ID, clk.Now())
+	}
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, Timeout: timeout, Concurrency: 1})
+	sent := 0
+	for sent < n {
+		k, err := d.DeliverDue(context.Background())
+		testenv.Must(t, err)
+		if k == 0 {
+			t.Fatalf("%d of %d sent, then nothing due", sent, n)
+		}
+		sent += k
+	}
+	if len(late) > 0 {
+		t.Errorf("attempts started after their lease ended:\n%s", strings.Join(late, "\n"))
+	}
+}
+
 // TestTwoDeliverersNeverSendTwice: deliverers sharing one database never
 // send one attempt twice, whether at the same time or one after the other.
 func TestTwoDeliverersNeverSendTwice(t *testing.T) {

@@ -36,6 +36,7 @@ type state struct {
 	tat    int64   // gcra, leaky_bucket: theoretical arrival time
 	tokens int64   // token_bucket: available, in µs of refill (units × T)
 	stamp  int64   // token_bucket: when tokens was measured
+	once   bool    // token_bucket: tokens are whole units that never refill (limit 0)
 	window int64   // fixed_window: window start; sliding_window_counter: window index
 	count  int64   // windows: units in the current window
 	prev   int64   // sliding_window_counter: units in the previous window
@@ -142,13 +143,7 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 	}
 	burst := p.EffectiveBurst()
 	capacity := unit * burst
-	available := capacity
-	if st != nil {
-		available = st.tokens
-		if refills {
-			available = min(capacity, available+(now-st.stamp))
-		}
-	}
+	available := st.tokensAt(refills, capacity, now)
 	resetAfter := func(left int64) int64 {
 		switch {
 		case left >= capacity:
@@ -179,12 +174,37 @@ func evalTokenBucket(p Params, st *state, now, cost int64) decision {
 	left := available - need
 	d := decision{Result: Result{Allowed: true, Remaining: left / unit, ResetAfterUS: resetAfter(left)}}
 	if cost > 0 {
-		d.next = &state{tokens: left, stamp: now}
+		d.next = &state{tokens: left, stamp: now, once: !refills}
 		if refills {
 			d.ttl = capacity - left
 		}
 	}
 	return d
+}
+
+// bucketNumber is the one number Redis keeps of a token bucket's state
+// st: the time it was empty for a bucket that refills, its whole units
+// left for one that does not.
+func (st *state) bucketNumber() int64 {
+	if st.once {
+		return st.tokens
+	}
+	return st.stamp - st.tokens
+}
+
+// tokensAt is a token bucket's available tokens at now (capacity when st
+// is nil), read as Redis reads its stored number (rate.lua). A bucket
+// whose rule changed from refilling to not, or back, reads the other
+// mode's number as its own, bounded by capacity: its callers start at
+// most full, never beyond.
+func (st *state) tokensAt(refills bool, capacity, now int64) int64 {
+	if st == nil {
+		return capacity
+	}
+	if refills {
+		return min(capacity, now-st.bucketNumber())
+	}
+	return min(capacity, st.bucketNumber())
 }
 
 // windowBounds returns the fixed window [start, end) that holds now.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	. "github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // Classic limiter behaviours, each a named test on every store.
@@ -221,6 +222,46 @@ func TestOneTimeAllowanceOf50UnderConcurrency(t *testing.T) {
 			}
 			if admitted != 50 {
 				t.Errorf("200 concurrent on a fresh bucket: got %d admitted, want 50", admitted)
+			}
+		})
+	}
+}
+
+// TestTokenBucketEditedBetweenRefillingAndNot: a token bucket's rule
+// edited from refilling to a one-time allowance (limit 0), or back, keeps
+// its key, whose stored number meant something else under the old rule.
+// Every store reads it as its own, at most full: a caller gets at most one
+// burst, never an endless allowance, and the stores agree.
+func TestTokenBucketEditedBetweenRefillingAndNot(t *testing.T) {
+	refilling := Params{Algorithm: TokenBucket, Limit: 10, PeriodUS: SecondUS, Burst: 5}
+	once := Params{Algorithm: TokenBucket, Limit: 0, PeriodUS: SecondUS, Burst: 5}
+	used := func(remaining int64) Result { return Result{Allowed: true, Remaining: remaining, ResetAfterUS: -1} }
+	spent := Result{ResetAfterUS: -1, RetryAfterUS: -1}
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			store := sc.open(t)
+			check := func(key string, p Params, at int64) Result {
+				t.Helper()
+				out, err := store.Check(context.Background(), Batch{
+					Requests: []Request{{Key: store.ns + key, Params: p}}, Cost: 1, NowUS: epoch + at})
+				testenv.Must(t, err)
+				return out.Results[0]
+			}
+			// Refilling, then a one-time allowance of 5: five more, then none.
+			if got := check("a", refilling, 0); got != allow(4, 100*ms) {
+				t.Fatalf("refilling: %+v", got)
+			}
+			for i, want := range []Result{used(4), used(3), used(2), used(1), used(0), spent, spent} {
+				if got := check("a", once, ms); got != want {
+					t.Errorf("allowance check %d: %+v, want %+v", i, got, want)
+				}
+			}
+			// An allowance with 2 left, then refilling: it starts full.
+			for range 3 {
+				check("b", once, 0)
+			}
+			if got := check("b", refilling, 0); got != allow(4, 100*ms) {
+				t.Errorf("refilling after an allowance: %+v, want %+v", got, allow(4, 100*ms))
 			}
 		})
 	}

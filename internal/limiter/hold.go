@@ -196,15 +196,11 @@ func settleRule(p Params, st *state, mark, now, delta int64) (next *state, ttl i
 		interval := p.EmissionInterval()
 		capacity := max(1, interval) * p.EffectiveBurst()
 		if interval == 0 {
-			tokens := capacity
-			if st != nil {
-				tokens = st.tokens
-			}
-			return &state{tokens: min(capacity, tokens-delta)}, 0, true
+			return &state{tokens: min(capacity, st.tokensAt(false, capacity, now)-delta), once: true}, 0, true
 		}
 		stored := now
 		if st != nil {
-			stored = st.stamp - st.tokens + capacity // the TAT it stands for
+			stored = st.bucketNumber() + capacity // the TAT it stands for
 		}
 		tat := shiftTAT(stored, mark, now, interval, delta)
 		if tat <= now {

@@ -42,12 +42,12 @@ func NewRuleState(alg Algorithm, first, second, third int64) RuleState {
 	return RuleState{}
 }
 
-func (rs RuleState) state(alg Algorithm) *state {
-	switch alg {
+func (rs RuleState) state(p Params) *state {
+	switch p.Algorithm {
 	case GCRA, LeakyBucket:
 		return &state{tat: rs.TAT}
 	case TokenBucket:
-		return &state{tokens: rs.Tokens, stamp: rs.TokensAtUS}
+		return &state{tokens: rs.Tokens, stamp: rs.TokensAtUS, once: p.EmissionInterval() == 0}
 	case FixedWindow:
 		return &state{window: rs.Window, count: rs.Count}
 	case SlidingWindowCounter:
@@ -72,14 +72,7 @@ func observe(p Params, st *state, now int64) RuleState {
 		if !refills {
 			unit = 1
 		}
-		capacity := unit * p.EffectiveBurst()
-		available := capacity
-		if st != nil {
-			available = st.tokens
-			if refills {
-				available = min(capacity, available+(now-st.stamp))
-			}
-		}
+		available := st.tokensAt(refills, unit*p.EffectiveBurst(), now)
 		return RuleState{Known: true, Tokens: available, TokensAtUS: now}
 	case FixedWindow:
 		var start, count int64
@@ -106,5 +99,5 @@ func observe(p Params, st *state, now int64) RuleState {
 // Decide evaluates p on the reported state st at now (µs) for cost units,
 // exactly as a store holding that state would; st must be Known.
 func Decide(p Params, st RuleState, now, cost int64) Result {
-	return evaluate(p, st.state(p.Algorithm), now, cost).Result
+	return evaluate(p, st.state(p), now, cost).Result
 }

@@ -50,7 +50,10 @@ elseif a == algTokenBucket then
       tokens = now - tonumber(v)
       if tokens > capacity then tokens = capacity end
     else
+      -- A number stored while the rule refilled (a time) is read as
+      -- units too: at most full, never beyond.
       tokens = tonumber(v)
+      if tokens > capacity then tokens = capacity end
     end
   end
   local left = tokens

@@ -211,6 +211,15 @@ func (d *denials) observe(b limiter.Batch, out limiter.Outcome, sentUS int64) {
 			return // a tally not rebuilt yet: no state to deny on
 		}
 	}
+	for _, r := range b.Requests {
+		if r.Params.Split {
+			// A global_split window decides on its share plus the units
+			// the regions moved to it, which its state does not say; and
+			// a check answered here would not count in the demand that
+			// moves units to this region.
+			return
+		}
+	}
 	// The check is denied until every enforcing rule that denies a cost
 	// of 1 admits one again.
 	until := int64(-1)

@@ -354,6 +354,21 @@ func TestDenialOfRulesSharingAKey(t *testing.T) {
 	}
 }
 
+// TestNoLocalDenialOfASplitWindow: a global_split window is always
+// decided by the store, which judges it on its share plus the units moved
+// to the region and counts the region's demand as it does.
+func TestNoLocalDenialOfASplitWindow(t *testing.T) {
+	clock := newFakeClock()
+	decide := deciding(t, newDenials(clock.Now), limiter.NewMemoryStore(clock.US))
+	split := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 3, PeriodUS: limiter.SecondUS, Split: true}
+	for i := range 6 {
+		out, local := decide(limiter.Batch{Requests: []limiter.Request{{Key: "s", Params: split}}, Cost: 1, ReportState: true})
+		if local || out.Admitted != (i < 3) {
+			t.Errorf("check %d: admitted %v, local %v; want %v by the store", i, out.Admitted, local, i < 3)
+		}
+	}
+}
+
 // deciding returns what decides a batch as the checker does: d when it
 // can, else store, whose answer d then learns from; local reports the
 // former.

@@ -182,7 +182,7 @@ func (b *Breaker) Check(ctx context.Context, batch limiter.Batch) (limiter.Outco
 		return limiter.Outcome{}, ErrOpen
 	case errors.Is(ctx.Err(), context.Canceled),
 		errors.Is(err, limiter.ErrEmptyBatch), errors.Is(err, limiter.ErrNegativeCost),
-		errors.Is(err, limiter.ErrNotReplicated):
+		errors.Is(err, limiter.ErrNotReplicated), errors.Is(err, limiter.ErrHoldNotListed):
 		// The caller went away, the batch was bad, or the store answered
 		// but its replicas lag: nothing about the store's answering, and
 		// checks that carry no money still get answers. (The caller's

@@ -235,9 +235,11 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	}
 	out, local, err := c.decide(ctx, batch)
 	// Admitted and its units taken on the primary, but no replica
-	// confirmed them in time: answer what the store decided, degraded,
-	// rather than refuse (or admit without a hold ID) what was charged.
-	unconfirmed := err != nil && out.Admitted && errors.Is(err, limiter.ErrNotReplicated)
+	// confirmed them in time, or its hold not yet listed for expiry:
+	// answer what the store decided, degraded, rather than refuse (or
+	// admit without a hold ID) what was charged.
+	unconfirmed := err != nil && out.Admitted &&
+		(errors.Is(err, limiter.ErrNotReplicated) || errors.Is(err, limiter.ErrHoldNotListed))
 	if unconfirmed {
 		c.storeFailed(ctx, err)
 		err = nil

@@ -129,6 +129,14 @@ var ErrNegativeCost = errors.New("limiter: negative cost")
 // breaker does not count it against the store, which answered.
 var ErrNotReplicated = errors.New("limiter: writes not confirmed on enough replicas")
 
+// ErrHoldNotListed is returned (wrapped) by a store that admitted a check
+// with a hold but could not yet list the hold for expiry (its index on
+// another node of a Redis Cluster failed). The outcome is returned beside
+// it: the hold stands, charged, and is answered (its ID lets the caller
+// settle it); the store keeps trying to list it. A circuit breaker does
+// not count it against the store, which answered.
+var ErrHoldNotListed = errors.New("limiter: hold admitted but not yet listed for expiry")
+
 // ErrBadHold is returned for a hold on a dry run, or without a key or a
 // positive time to live.
 var ErrBadHold = errors.New("limiter: hold needs a key, a positive TTL and no dry run")

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -189,4 +190,29 @@ func TestSettlementsFromManyCallers(t *testing.T) {
 		t.Errorf("the window after: %+v, %v; want %d left", out, err, 10_000-want)
 	}
 	t.Logf("%d settlements in %d calls", holds, s.batcher.calls.Load()-calls-1)
+}
+
+// TestAHoldNotListedIsAnsweredAndListedLater: on a Cluster the index of
+// holds lives on its own node. When listing a hold there fails, the
+// admitted check is answered all the same, with ErrHoldNotListed beside
+// it (the hold stands, charged, and its caller can settle it), and the
+// store lists the hold once the index takes writes again, so it expires.
+func TestAHoldNotListedIsAnsweredAndListedLater(t *testing.T) {
+	ctx := context.Background()
+	cluster, prefix := testenv.RedisCluster(t)
+	s := New(cluster)
+	s.HoldIndex = prefix + "holds"
+	// Fault injection: the index holds a string, so ZADD fails on it.
+	testenv.Must(t, cluster.Set(ctx, s.HoldIndex, "not a sorted set", 0).Err())
+	tag := prefix + "{h}"
+	hold := &limiter.Hold{ID: tag, Key: tag + "hold", TTLUS: limiter.HourUS}
+	out, err := s.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: tag + "w", Params: replicaWindow}}, Cost: 4, Hold: hold})
+	if !out.Admitted || !errors.Is(err, limiter.ErrHoldNotListed) {
+		t.Fatalf("check with the index failing: admitted %v, err %v; want admitted with ErrHoldNotListed", out.Admitted, err)
+	}
+	testenv.Must(t, cluster.Del(ctx, s.HoldIndex).Err())
+	testenv.Eventually(t, time.Now(), 10*time.Second, "the hold listed once the index takes writes", func() (bool, string) {
+		score, err := cluster.ZScore(ctx, s.HoldIndex, hold.Key).Result()
+		return err == nil && int64(score) == out.NowUS+hold.TTLUS, fmt.Sprint(score, err)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,9 @@ type Store struct {
 	// cluster is set when client is a Cluster client: a call may then
 	// only hold keys of one hash slot.
 	cluster *redis.ClusterClient
+	// listing counts the holds being listed for expiry in the background
+	// (listLater).
+	listing *atomic.Int64
 	// ExtraTTL is added to every key's time to live. Tests that inject a
 	// clock running slower than Redis's set it so that keys do not expire
 	// in real time before they would in the test's time; production
@@ -69,7 +73,7 @@ type Store struct {
 // anything else that runs scripts) that runs every check in a script call
 // of its own.
 func New(client redis.Scripter) *Store {
-	s := &Store{client: client}
+	s := &Store{client: client, listing: new(atomic.Int64)}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	return s
 }
@@ -171,11 +175,50 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 	// A hold admitted but not yet confirmed on a replica stands on the
 	// server all the same: it is listed for expiry too.
 	if (err == nil || errors.Is(err, limiter.ErrNotReplicated)) && b.Hold != nil && out.Admitted && s.cluster != nil {
-		if ierr := s.indexHold(ctx, b.Hold, out.NowUS+b.Hold.TTLUS); ierr != nil {
-			err = ierr
+		expireUS := out.NowUS + b.Hold.TTLUS
+		if ierr := s.indexHold(ctx, b.Hold, expireUS); ierr != nil {
+			// The hold stands, charged, on its record's node: the
+			// decision is answered (its ID lets the caller settle it)
+			// and the listing is tried again until it takes.
+			s.listLater(*b.Hold, expireUS)
+			if err == nil {
+				err = fmt.Errorf("%w: %w", limiter.ErrHoldNotListed, ierr)
+			}
 		}
 	}
 	return out, err
+}
+
+// Listing a hold in the background (listLater): at most maxListing at
+// once, each tried for listLaterFor, waits doubling up to 5 s.
+const (
+	maxListing   = 4096
+	listLaterFor = 10 * time.Minute
+)
+
+// listLater lists hold h for expiry at expireUS in the background, until
+// the index takes it (adding it again is harmless) or listLaterFor has
+// passed. A hold never listed would never expire.
+func (s *Store) listLater(h limiter.Hold, expireUS int64) {
+	if s.listing == nil || s.listing.Add(1) > maxListing {
+		if s.listing != nil {
+			s.listing.Add(-1)
+		}
+		return
+	}
+	go func() {
+		defer s.listing.Add(-1)
+		wait := 50 * time.Millisecond
+		for deadline := time.Now().Add(listLaterFor); time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
+			time.Sleep(wait)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := s.indexHold(ctx, &h, expireUS)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
 }
 
 // pending is one check, or one settlement, on its way through a call.

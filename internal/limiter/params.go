@@ -64,6 +64,9 @@ const MaxSlidingLogLimit = 10_000
 // intermediate product in the scripts stays at or below it.
 const maxExact = 1 << 53
 
+// MaxUnits is the largest limit or burst a rule may have: maxExact.
+const MaxUnits = maxExact
+
 // Params are one rule's limiter parameters.
 type Params struct {
 	Algorithm Algorithm
@@ -168,6 +171,12 @@ func (p Params) Validate() map[string]string {
 	// Keep every intermediate value exact in Lua's doubles.
 	period := p.LongestWindowUS()
 	burst := p.EffectiveBurst()
+	if p.Limit > maxExact {
+		f["limit"] = "must be at most 2^53 (9007199254740992)"
+	}
+	if p.Burst > maxExact {
+		f["burst"] = "must be at most 2^53 (9007199254740992)"
+	}
 	switch p.Algorithm {
 	case GCRA, TokenBucket, LeakyBucket:
 		if t := p.EmissionInterval(); t > 0 && mulOverflows(t, burst) {

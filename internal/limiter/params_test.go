@@ -36,3 +36,29 @@ func TestValidateNamesBadParameters(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateKeepsLimitsExactInLua: a limit or burst past 2^53 is
+// refused for every algorithm: Redis's scripts hold numbers as doubles,
+// which past 2^53 decide and report other than the memory store (a
+// fixed window of limit 2^63−1 answered remaining −2^63).
+func TestValidateKeepsLimitsExactInLua(t *testing.T) {
+	for _, p := range []Params{
+		{Algorithm: FixedWindow, Limit: 1<<63 - 1, PeriodUS: SecondUS},
+		{Algorithm: FixedWindow, Limit: MaxUnits + 1, Calendar: CalendarMonth},
+		{Algorithm: GCRA, Limit: MaxUnits + 1, PeriodUS: 1 << 62},
+		{Algorithm: TokenBucket, Limit: 0, Burst: MaxUnits + 3, PeriodUS: SecondUS},
+	} {
+		f := p.Validate()
+		if f["limit"] == "" && f["burst"] == "" {
+			t.Errorf("%+v: problems %v name neither limit nor burst", p, f)
+		}
+	}
+	for _, p := range []Params{
+		{Algorithm: FixedWindow, Limit: MaxUnits, Calendar: CalendarMonth},
+		{Algorithm: TokenBucket, Limit: 0, Burst: MaxUnits, PeriodUS: SecondUS},
+	} {
+		if f := p.Validate(); len(f) != 0 {
+			t.Errorf("%+v: unexpected problems %v", p, f)
+		}
+	}
+}

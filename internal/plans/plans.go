@@ -466,6 +466,8 @@ func (p Plan) Validate() error {
 	case QuotaHard, QuotaOverage:
 		if p.IncludedUnits < 1 {
 			f["included_units"] = "must be ≥ 1 when quota_mode is hard or overage (it is the monthly quota)"
+		} else if p.IncludedUnits > limiter.MaxUnits {
+			f["included_units"] = "must be at most 2^53 (9007199254740992) when quota_mode is hard or overage (it is the monthly quota)"
 		}
 	default:
 		f["quota_mode"] = "must be none, hard or overage"

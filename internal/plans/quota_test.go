@@ -3,6 +3,7 @@ package plans
 import (
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -44,5 +45,16 @@ func TestQuotaRule(t *testing.T) {
 	}
 	if r, _ := (Plan{IncludedUnits: 5, QuotaMode: QuotaOverage}).QuotaRule(); r.Mode != ModeShadow {
 		t.Errorf("overage quota rule mode %s, want shadow", r.Mode)
+	}
+}
+
+// TestQuotaPastTwoTo53IsRefused: the monthly quota is a fixed window on
+// included_units, which the Redis scripts hold exactly up to 2^53.
+func TestQuotaPastTwoTo53IsRefused(t *testing.T) {
+	for units, bad := range map[int64]bool{limiter.MaxUnits: false, limiter.MaxUnits + 1: true} {
+		err := Plan{Name: "p", IncludedUnits: units, QuotaMode: QuotaHard}.WithDefaults().Validate()
+		if got := testenv.Fields(err)["included_units"] != ""; got != bad {
+			t.Errorf("included_units %d: %v, want refused %v", units, err, bad)
+		}
 	}
 }

@@ -31,3 +31,26 @@ func TestHeadersOfABurstLimitedRule(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadersOfADegradedDecision: a rule its failure mode decided has no
+// known remaining: its policy and limit are sent, and Retry-After on a
+// denial, but no remaining, used or reset (a 0 would tell clients to back
+// off from an admission).
+func TestHeadersOfADegradedDecision(t *testing.T) {
+	rule := enforce.RuleResult{Name: "hourly", Limit: 5000, WindowS: 3600, Allowed: true, Degraded: true, Capacity: 5000}
+	for _, allowed := range []bool{true, false} {
+		d := &enforce.Decision{Allowed: allowed, Degraded: true, NowUS: 1_800_000_000_000_000, Rules: []enforce.RuleResult{rule}}
+		if !allowed {
+			d.RetryAfterMS = 1000
+		}
+		h := http.Header{}
+		SetHeaders(h, d)
+		retry := map[bool]string{true: "", false: "1"}[allowed]
+		for k, v := range map[string]string{"RateLimit-Policy": `"hourly";q=5000;w=3600`, "X-RateLimit-Limit": "5000", "Retry-After": retry,
+			"RateLimit": "", "X-RateLimit-Remaining": "", "X-RateLimit-Used": "", "X-RateLimit-Reset": ""} {
+			if got := h.Get(k); got != v {
+				t.Errorf("allowed %v: %s = %q, want %q", allowed, k, got, v)
+			}
+		}
+	}
+}

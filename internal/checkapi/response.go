@@ -153,6 +153,18 @@ func appendRule(b []byte, r *enforce.RuleResult) []byte {
 	return append(b, '}')
 }
 
+// setDegradedHeaders sets the headers of a decision governed by a rule its
+// failure mode decided: its policy and limit, and Retry-After on a
+// denial, but no remaining, used or reset, which are not known (a 0
+// would tell clients to back off from an admission).
+func setDegradedHeaders(h http.Header, d *enforce.Decision, g *enforce.RuleResult) {
+	h[hRateLimitPolicy] = []string{g.PolicyHeader()}
+	h[hLimit] = []string{strconv.FormatInt(g.Limit, 10)}
+	if !d.Allowed && d.RetryAfterMS > 0 {
+		h[hRetryAfter] = []string{strconv.FormatInt(limiter.CeilDiv(d.RetryAfterMS, 1000), 10)}
+	}
+}
+
 // appendString appends s as a JSON string, escaped as encoding/json does
 // (HTML-safe).
 func appendString(b []byte, s string) []byte {
@@ -184,6 +196,10 @@ const (
 func setHeaders(h http.Header, d *enforce.Decision) {
 	g, ok := d.Governing()
 	if !ok {
+		return
+	}
+	if g.Degraded {
+		setDegradedHeaders(h, d, &g)
 		return
 	}
 	var stack [160]byte

@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -123,6 +124,43 @@ func TestCheckerDecidesByFailureModesWhileTheCircuitIsOpen(t *testing.T) {
 	}
 	if got := gauge(t, reg, "tollgate_limiter_circuit_open"); got != 0 {
 		t.Errorf("tollgate_limiter_circuit_open = %v after recovery, want 0", got)
+	}
+}
+
+// failingStore answers every check with an error, as a store down.
+type failingStore struct{}
+
+func (failingStore) Check(context.Context, limiter.Batch) (limiter.Outcome, error) {
+	return limiter.Outcome{}, errors.New("store down")
+}
+
+// TestADegradedRuleHasNoKnownRemaining: a decision governed by a rule its
+// failure mode decided says its limit but no remaining or reset, which
+// are not known; and an admission governed otherwise is governed by a
+// rule the store decided, not by an unknown one's zero.
+func TestADegradedRuleHasNoKnownRemaining(t *testing.T) {
+	data, keys := staticData(t)
+	holder := snapshot.NewHolder(snapshot.StaticSource(data), nil)
+	testenv.Must(t, holder.Reload(context.Background()))
+	checker := NewChecker(holder, failingStore{}, CheckerConfig{Prefix: "t:"})
+	t.Cleanup(checker.Close)
+	for mode, key := range keys {
+		d, err := checker.Check(context.Background(), Request{Key: key, Resource: "GET /", Cost: 1})
+		testenv.Must(t, err)
+		if !d.Degraded || d.Remaining != nil || d.ResetAfterMS != nil {
+			t.Errorf("%s, store down: degraded %v remaining %v reset %v; want degraded, no remaining or reset",
+				mode, d.Degraded, d.Remaining, d.ResetAfterMS)
+		}
+		if mode == plans.FailClosed && (d.Limit == nil || *d.Limit != 1000) {
+			t.Errorf("closed, store down: limit %v, want the denying rule's 1000", d.Limit)
+		}
+	}
+	known := RuleResult{Name: "known", Mode: plans.ModeEnforce, Allowed: true, Remaining: 7}
+	unknown := RuleResult{Name: "unknown", Mode: plans.ModeEnforce, Allowed: true, Degraded: true}
+	for _, rules := range [][]RuleResult{{known, unknown}, {unknown, known}} {
+		if g := governing(rules, true); rules[g].Name != "known" {
+			t.Errorf("governing of %v: %s, want the rule the store decided", rules, rules[g].Name)
+		}
 	}
 }
 

@@ -279,7 +279,9 @@ func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule, hot 
 
 // governing picks the rule the top-level fields describe: on a denial the
 // denying rule with the longest retry (never = longest), otherwise the
-// rule with the least remaining. Enforce rules win over shadow ones.
+// rule with the least remaining. Enforce rules win over shadow ones, and
+// on an admission a rule the store decided over one it could not (whose
+// remaining is not known).
 func governing(rules []RuleResult, allowed bool) int {
 	best := -1
 	for i, rr := range rules {
@@ -293,6 +295,12 @@ func governing(rules []RuleResult, allowed bool) int {
 				continue
 			}
 			if b.Allowed || longerRetry(rr.RetryAfterMS, b.RetryAfterMS) {
+				best = i
+			}
+			continue
+		}
+		if b.Degraded != rr.Degraded {
+			if b.Degraded {
 				best = i
 			}
 			continue
@@ -322,8 +330,11 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 	}
 	if d.governing >= 0 && d.governing < len(d.Rules) {
 		g := &d.Rules[d.governing]
-		d.Limit, d.Remaining, d.ResetAfterMS = &g.Limit, &g.Remaining, &g.ResetAfterMS
-		d.Policy = g.Name
+		d.Limit, d.Policy = &g.Limit, g.Name
+		if !g.Degraded {
+			// A rule its failure mode decided has no known remaining.
+			d.Remaining, d.ResetAfterMS = &g.Remaining, &g.ResetAfterMS
+		}
 		if !d.Allowed {
 			d.RetryAfterMS = g.RetryAfterMS
 		}

@@ -129,9 +129,15 @@ export interface components {
              * @description The governing rule's limit (absent when no rule applied).
              */
             limit?: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The governing rule's remaining units (absent when no rule applied, or when the governing rule's failure mode decided it, its state unknown).
+             */
             remaining?: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description As remaining, absent when it is.
+             */
             reset_after_ms?: number;
             /**
              * Format: int64

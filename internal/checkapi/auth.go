@@ -3,7 +3,6 @@ package checkapi
 import (
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
@@ -12,10 +11,11 @@ import (
 )
 
 // RequireServiceToken lets a request through only with a valid, unexpired
-// and unrevoked service token in "Authorization: Bearer …".
+// and unrevoked service token in "Authorization: Bearer …" (the scheme in
+// any case, as RFC 9110 has it).
 func RequireServiceToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(http.Handler) http.Handler {
 	return serviceToken(tokens, log, func(r *http.Request) (string, bool) {
-		return strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		return cutBearer(r.Header.Get("Authorization"))
 	}, nil)
 }
 

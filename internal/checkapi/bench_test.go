@@ -28,14 +28,14 @@ import (
 
 // benchSetup returns a handler chain (service-token auth + check) on store,
 // a valid service token, and n API keys of a tenant on the demo pro plan.
-func benchSetup(b *testing.B, store limiter.Store, prefix string, n int) (http.Handler, string, []string) {
+func benchSetup(b testing.TB, store limiter.Store, prefix string, n int) (http.Handler, string, []string) {
 	b.Helper()
 	return benchSetupQuota(b, store, prefix, n, "", []quota.Threshold{{Percent: 50}, {Percent: 80}, {Remaining: 1000}, {Percent: 100}})
 }
 
 // benchSetupQuota is benchSetup with the pro plan's quota mode (the demo
 // plan's when "") and thresholds.
-func benchSetupQuota(b *testing.B, store limiter.Store, prefix string, n int, mode plans.QuotaMode,
+func benchSetupQuota(b testing.TB, store limiter.Store, prefix string, n int, mode plans.QuotaMode,
 	thresholds []quota.Threshold) (http.Handler, string, []string) {
 	b.Helper()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)

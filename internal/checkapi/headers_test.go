@@ -2,9 +2,12 @@ package checkapi
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/limiter"
 )
 
 // TestHeadersOfABurstLimitedRule: with burst below the limit, Remaining
@@ -51,6 +54,22 @@ func TestHeadersOfADegradedDecision(t *testing.T) {
 			if got := h.Get(k); got != v {
 				t.Errorf("allowed %v: %s = %q, want %q", allowed, k, got, v)
 			}
+		}
+	}
+}
+
+// TestTheBearerSchemeInAnyCase: "Authorization: bearer …" is the same
+// credential as "Bearer …" (RFC 9110: the scheme is case-insensitive), as
+// forward-auth already took it.
+func TestTheBearerSchemeInAnyCase(t *testing.T) {
+	h, token, secrets := benchSetup(t, limiter.NewMemoryStore(nil), "t:", 1)
+	for scheme, want := range map[string]int{"Bearer": 200, "bearer": 200, "BEARER": 200, "Basic": 401} {
+		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"key":"`+secrets[0]+`"}`))
+		req.Header.Set("Authorization", scheme+" "+token)
+		res := httptest.NewRecorder()
+		h.ServeHTTP(res, req)
+		if res.Code != want {
+			t.Errorf("%s: %d %s, want %d", scheme, res.Code, res.Body, want)
 		}
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering"
@@ -281,5 +283,74 @@ func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
 	}
 	if got := sums(t, r.db, "usage_month")[tA+"/"+kA]; got != want {
 		t.Errorf("month totals %+v, want %+v: every check journaled, once", got, want)
+	}
+}
+
+// TestJournalPastItsCapCountsThroughTheStream: a tag's journal that
+// nobody claimed has grown to the limiter store's cap (64 MiB): the
+// checks admitted then are not journaled but answered not Recorded, so
+// the api process's aggregator counts them and publishes them to the
+// stream. Once the worker claims the journal, checks journal again. Every
+// check counts once, and so does every entry the full journal held.
+func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	store := redisstore.New(r.client)
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream)})
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
+	minute := at(t, "2026-11-20T10:00")
+	tag, short := statekey.Compact(kA)
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	other := statekey.UsageEntry(tB, kB, "authenticated", "GET /b") + fmt.Sprintf("%010d", minute) + "1:1"
+	full := (64<<20)/len(other) + 1
+	if err := r.client.Set(ctx, statekey.JournalKey(prefix, tag), strings.Repeat(other, full), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var want metering.Counts
+	check := func(cost int64, recorded bool) {
+		t.Helper()
+		out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
+			NowUS: minute * 1_000_000, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")})
+		if err != nil || !out.Admitted || out.Recorded != recorded {
+			t.Fatalf("check: %+v %v; want admitted, recorded %v", out, err, recorded)
+		}
+		agg.Record(tollgate.UsageEvent{AtUS: out.NowUS, TenantID: tA, KeyID: kA, Tier: tollgate.TierAuthenticated,
+			Resource: "GET /a", Cost: cost, Allowed: true, Reason: tollgate.ReasonOK, Recorded: out.Recorded})
+		want.Allowed++
+		want.AllowedUnits += cost
+	}
+	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
+	w := &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, prefix, time.Millisecond), Stream: stream},
+		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	applied := func(what string) {
+		t.Helper()
+		if err := agg.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Now(), 60*time.Second, what, func() (bool, string) {
+			got := sums(t, r.db, "usage_month")
+			return got[tA+"/"+kA] == want && got[tB+"/"+kB].Allowed == int64(full),
+				fmt.Sprintf("%+v of %+v, and %d of the full journal's %d", got[tA+"/"+kA], want, got[tB+"/"+kB].Allowed, full)
+		})
+	}
+
+	for i := range 5 {
+		check(int64(i+1), false) // past the cap
+	}
+	go func() { done <- w.Run(runCtx) }()
+	applied("the full journal and the checks past it")
+	for i := range 3 {
+		check(int64(i+1), true) // the journal was claimed
+	}
+	applied("the checks journaled again")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := agg.Stats(); s.Journaled != 3 || s.Recorded != 8 {
+		t.Errorf("aggregator: %+v, want 8 decisions of which 3 journaled", s)
 	}
 }

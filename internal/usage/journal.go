@@ -20,12 +20,18 @@ import (
 // decided the checks (statekey.go lays the journals out): every Interval
 // it claims each hash tag's journal and hands it on as one batch. A claim
 // moves the journal aside (one script call per tag, the tags pipelined)
-// and names it with the tag, an epoch and a sequence kept beside it; until
-// it is acknowledged, every claim of that tag returns the same batch
-// again, so a worker that died before its Ack leaves nothing behind, and
-// the batch ID makes applying it exactly once (Store.ApplyAll). A Redis
-// that comes back empty loses its sequence with its journals; the epoch,
-// new then, keeps the IDs that follow from meeting those applied before.
+// and names it with the tag, 128 random bits drawn for the claim and a
+// sequence kept beside it, the name stored with the claim; until it is
+// acknowledged, every claim of that tag returns the same batch under the
+// same name again, so a worker that died before its Ack (or whose apply
+// failed) leaves nothing behind, and the batch ID makes applying it
+// exactly once (Store.ApplyAll). The randomness makes a name unique for
+// all time whatever Redis forgets: a Redis that comes back empty, restored
+// from an older snapshot, that lost its last second in a crash or failed
+// over to a replica that lagged, rewinds the sequence, and a name made of
+// it alone would repeat one already applied, dropping the new claim's
+// usage as a duplicate. A claim that comes back with such a rewind keeps
+// the name it was stored with, and so is known as applied if it was.
 //
 // Several workers may claim at once: they get the same batches, which
 // apply once, and the first Ack removes each.
@@ -66,18 +72,24 @@ const journalIDPrefix = "journal:"
 
 // claimScript claims a tag's journal: KEYS the journal, the claimed
 // journal and the sequence hash (statekey.JournalKey, ClaimedJournalKey,
-// JournalSeqKey: e the epoch, s the sequence, c the current claim);
-// ARGV[1] an epoch to start with when the tag has none. It returns the
-// claim's name and the claimed journal, or nothing when there is none.
+// JournalSeqKey: s the sequence, c the current claim's name); ARGV[1]
+// fresh random bits (hex), which name a new claim with the sequence. It
+// returns the claim's name and the claimed journal, or nothing when there
+// is none. A claimed journal whose name was lost (the hash deleted) gets
+// a new one. A claim made before this release keeps the name it has (of
+// an epoch, the hash's e, no longer written, and the sequence).
 var claimScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[2]) == 0 then
+local claimed = redis.call('EXISTS', KEYS[2]) == 1
+if not claimed then
   if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
   redis.call('RENAME', KEYS[1], KEYS[2])
-  redis.call('HSETNX', KEYS[3], 'e', ARGV[1])
-  local seq = redis.call('HINCRBY', KEYS[3], 's', 1)
-  redis.call('HSET', KEYS[3], 'c', redis.call('HGET', KEYS[3], 'e') .. ':' .. seq)
 end
-return {redis.call('HGET', KEYS[3], 'c') or '', redis.call('GET', KEYS[2])}`)
+local name = redis.call('HGET', KEYS[3], 'c')
+if not claimed or not name then
+  name = ARGV[1] .. ':' .. redis.call('HINCRBY', KEYS[3], 's', 1)
+  redis.call('HSET', KEYS[3], 'c', name)
+end
+return {name, redis.call('GET', KEYS[2])}`)
 
 // ackScript drops KEYS[1], a claimed journal, if it is still the claim
 // named ARGV[1] (KEYS[2], the sequence hash, names the current one).
@@ -95,8 +107,11 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 		return nil, nil
 	}
 	j.mu.Unlock()
-	epoch := make([]byte, 8)
-	_, _ = rand.Read(epoch)
+	// The name of any claim this fetch makes (with its tag and sequence):
+	// unique for all time, so a Redis that rewinds cannot repeat it.
+	fresh := make([]byte, 16)
+	_, _ = rand.Read(fresh) // never fails (crypto/rand)
+	nonce := hex.EncodeToString(fresh)
 	tags := statekey.Tags()
 	cmds := make([]*redis.Cmd, len(tags))
 	run := func(tags []byte, cmds []*redis.Cmd, load bool) error {
@@ -104,9 +119,9 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 			for i, tag := range tags {
 				keys := []string{statekey.JournalKey(j.prefix, tag), statekey.ClaimedJournalKey(j.prefix, tag), statekey.JournalSeqKey(j.prefix, tag)}
 				if load {
-					cmds[i] = claimScript.Eval(ctx, p, keys, hex.EncodeToString(epoch))
+					cmds[i] = claimScript.Eval(ctx, p, keys, nonce)
 				} else {
-					cmds[i] = claimScript.EvalSha(ctx, p, keys, hex.EncodeToString(epoch))
+					cmds[i] = claimScript.EvalSha(ctx, p, keys, nonce)
 				}
 			}
 			return nil

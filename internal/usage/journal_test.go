@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/metering"
@@ -135,5 +139,218 @@ func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
 		if _, err := metering.JournalBatch("journal:01:e:1", 0, raw); err == nil {
 			t.Errorf("%q: no error", raw)
 		}
+	}
+}
+
+// TestJournalClaimsOutliveARedisRewind: a Redis that goes back in time
+// (restored from an older snapshot, its last second lost in a crash, a
+// failover to a replica that lagged) rewinds the journals' claim sequence
+// but not Postgres, where the claims applied since are recorded. The
+// claims made after the rewind still get names of their own, so their
+// usage counts; a claim the snapshot holds keeps its name, so that one
+// applied before is known and counts once.
+func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	store := redisstore.New(r.client)
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
+	now := at(t, "2026-11-20T10:00") * 1_000_000
+	tag, short := statekey.Compact(kA)
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	var want metering.Counts
+	journal := func(checks int, cost int64) {
+		t.Helper()
+		for range checks {
+			out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
+				NowUS: now, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")})
+			if err != nil || !out.Admitted || !out.Recorded {
+				t.Fatalf("check: %+v %v", out, err)
+			}
+			want.Allowed++
+			want.AllowedUnits += cost
+		}
+	}
+	clock := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	consumer := NewJournalConsumer(r.client, prefix, time.Second)
+	consumer.now = func() time.Time { return clock }
+	// fetch is one of a worker's passes a second later: what it applied
+	// (its IDs) and how many were duplicates.
+	var applied []string
+	duplicates := 0
+	fetch := func() {
+		t.Helper()
+		clock = clock.Add(time.Second)
+		msgs, err := consumer.Fetch(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batches []metering.Batch
+		var ids []string
+		for _, m := range msgs {
+			if m.Err != nil {
+				t.Fatalf("%s: %v", m.ID, m.Err)
+			}
+			batches = append(batches, m.Batch)
+			ids = append(ids, m.ID)
+		}
+		res, err := r.store.ApplyAll(ctx, batches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range res {
+			if x.Duplicate {
+				duplicates++
+			} else {
+				applied = append(applied, ids[i])
+			}
+		}
+		if err := consumer.Ack(ctx, ids...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// drain fetches until the tag has nothing journaled or claimed.
+	drain := func() {
+		t.Helper()
+		for range 10 {
+			fetch()
+			if n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result(); err != nil || n == 0 {
+				return
+			}
+		}
+		t.Fatal("the journal is never drained")
+	}
+	// The tag's journal, its claim and the claims' sequence, as a snapshot
+	// of Redis holds them (nil: no such key).
+	keys := []string{statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag), statekey.JournalSeqKey(prefix, tag)}
+	snapshot := func() []*string {
+		t.Helper()
+		state := make([]*string, len(keys))
+		for i, k := range keys {
+			v, err := r.client.Dump(ctx, k).Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			state[i] = &v
+		}
+		return state
+	}
+	restore := func(state []*string) {
+		t.Helper()
+		for i, k := range keys {
+			r.client.Del(ctx, k)
+			if state[i] != nil {
+				if err := r.client.Restore(ctx, k, 0, *state[i]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	journal(3, 2)
+	drain()
+	journal(2, 1)
+	fetch() // claims it; it is handed on from the next fetch
+	older := snapshot()
+	drain()
+	journal(4, 3)
+	drain()
+	if len(applied) != 3 || duplicates != 0 {
+		t.Fatalf("before the rewind: applied %q, %d duplicates; want three claims applied", applied, duplicates)
+	}
+	restoredClaim := applied[1]
+
+	// Redis goes back to the snapshot: the second claim is pending again,
+	// and the sequence as it was then.
+	restore(older)
+	journal(5, 4)
+	drain()
+	if duplicates != 1 {
+		t.Errorf("%d duplicates, want 1: the restored claim, applied before", duplicates)
+	}
+	if len(applied) != 4 || applied[3] == restoredClaim {
+		t.Errorf("applied %q: want the claim made after the rewind applied under a name of its own", applied)
+	}
+	seen := map[string]bool{}
+	for _, id := range applied {
+		if seen[id] {
+			t.Errorf("claim %s applied twice", id)
+		}
+		seen[id] = true
+	}
+	if got := sums(t, r.db, "usage_month")[tA+"/"+kA]; got != want {
+		t.Errorf("month totals %+v, want %+v: every check journaled, once", got, want)
+	}
+}
+
+// TestJournalPastItsCapCountsThroughTheStream: a tag's journal that
+// nobody claimed has grown to the limiter store's cap (64 MiB): the
+// checks admitted then are not journaled but answered not Recorded, so
+// the api process's aggregator counts them and publishes them to the
+// stream. Once the worker claims the journal, checks journal again. Every
+// check counts once, and so does every entry the full journal held.
+func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	store := redisstore.New(r.client)
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream)})
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
+	minute := at(t, "2026-11-20T10:00")
+	tag, short := statekey.Compact(kA)
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	other := statekey.UsageEntry(tB, kB, "authenticated", "GET /b") + fmt.Sprintf("%010d", minute) + "1:1"
+	full := (64<<20)/len(other) + 1
+	if err := r.client.Set(ctx, statekey.JournalKey(prefix, tag), strings.Repeat(other, full), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var want metering.Counts
+	check := func(cost int64, recorded bool) {
+		t.Helper()
+		out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
+			NowUS: minute * 1_000_000, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")})
+		if err != nil || !out.Admitted || out.Recorded != recorded {
+			t.Fatalf("check: %+v %v; want admitted, recorded %v", out, err, recorded)
+		}
+		agg.Record(tollgate.UsageEvent{AtUS: out.NowUS, TenantID: tA, KeyID: kA, Tier: tollgate.TierAuthenticated,
+			Resource: "GET /a", Cost: cost, Allowed: true, Reason: tollgate.ReasonOK, Recorded: out.Recorded})
+		want.Allowed++
+		want.AllowedUnits += cost
+	}
+	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
+	w := &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, prefix, time.Millisecond), Stream: stream},
+		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	applied := func(what string) {
+		t.Helper()
+		if err := agg.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Now(), 60*time.Second, what, func() (bool, string) {
+			got := sums(t, r.db, "usage_month")
+			return got[tA+"/"+kA] == want && got[tB+"/"+kB].Allowed == int64(full),
+				fmt.Sprintf("%+v of %+v, and %d of the full journal's %d", got[tA+"/"+kA], want, got[tB+"/"+kB].Allowed, full)
+		})
+	}
+
+	for i := range 5 {
+		check(int64(i+1), false) // past the cap
+	}
+	go func() { done <- w.Run(runCtx) }()
+	applied("the full journal and the checks past it")
+	for i := range 3 {
+		check(int64(i+1), true) // the journal was claimed
+	}
+	applied("the checks journaled again")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := agg.Stats(); s.Journaled != 3 || s.Recorded != 8 {
+		t.Errorf("aggregator: %+v, want 8 decisions of which 3 journaled", s)
 	}
 }

@@ -67,17 +67,20 @@
 --   describes the journal): the call's journal key is the last of KEYS,
 --   after every check's keys, and the check's entry head
 --   (statekey.UsageEntry) is among the strings below. Admitted, it adds
---   its entry (its units; a hold's 0) to the call's, appended at its end;
---   with a hold the record keeps j the journal and uh the hold's usage
---   (statekey.HoldUsage) for settle.lua, which journals the hold's final
---   units.
+--   its entry (its units; a hold's 0) to the call's, appended at its end,
+--   unless the entry would take the journal past journalCap: the check
+--   is then answered admittedUnjournaled, its usage the caller's to
+--   count. With a hold the record keeps j the journal and uh the hold's
+--   usage (statekey.HoldUsage) for settle.lua, which journals the hold's
+--   final units (within journalCap too).
 -- ARGV[2]  the hold index (a sorted set of hold record keys by expiry),
 --          or '' when the caller lists holds itself (on a Cluster, where
 --          the index lives in another slot)
 -- ARGV[3…] per check in order: the ID of the hold it opens, if any; its
 --          entry head, with optUsage; and with both, the hold's usage
 --
--- Returns a MessagePack array: per check now, admitted, then per rule
+-- Returns a MessagePack array: per check now, admitted (0 no, 1 yes,
+-- admittedUnjournaled yes but its usage not journaled), then per rule
 -- allowed (0 no, 1 yes, 2 unknown: a tally, flagSeedOpen or
 -- flagSeedClosed, whose hash tag's seed marker is missing, see seeded),
 -- remaining, reset_after, retry_after, delay; and, for a check
@@ -125,6 +128,8 @@ local refShadow = 1
 local holdTTL = 2
 local holdCharge = 1
 local holdRetention = 3600000000 -- µs, limiter.HoldRetentionUS
+local journalCap = 67108864 -- bytes
+local admittedUnjournaled = 2
 
 local floor = math.floor
 local tonumber = tonumber
@@ -142,32 +147,47 @@ end
 
 -- The usage journal (statekey.go describes it): journalMinute returns the
 -- start of now's minute, in seconds, as its entries name it (ten digits);
--- journal adds an admitted check's entry to the call's: head (the
--- caller's, its row's field up to the minute), the minute and the units;
--- journalFlush appends the call's entries to the journal jkey at its end,
--- in one APPEND; jentry is one entry, field and value each after its
--- length.
+-- journal adds an admitted check's entry to the call's for the journal
+-- jkey, head (the caller's, its row's field up to the minute), the minute
+-- and the units, and reports whether it did: not when the entry would take
+-- jkey past journalCap bytes (one STRLEN per call, then the call's entries
+-- are counted as they come); journalFlush appends the call's entries to
+-- jkey at its end, in one APPEND; journalAppend appends one entry to jkey
+-- within journalCap alike, and reports whether it did; jentry is one
+-- entry, field and value each after its length. The cap keeps a journal
+-- nobody claims (the worker down, or its claim stuck while Postgres is)
+-- below Redis's proto-max-bulk-len, past which every APPEND would fail
+-- after the call's states were written.
 local usPerMinute = 60000000
 local function journalMinute(now)
   return string.format('%010d', floor(now / usPerMinute) * 60)
 end
-local jparts, jnow, jminute = {}, nil, nil
-local function journal(head, now, units)
+local jparts, jnow, jminute, jroom = {}, nil, nil, nil
+local function journal(jkey, head, now, units)
   if now ~= jnow then jnow, jminute = now, journalMinute(now) end
-  local n = #jparts
-  jparts[n + 1], jparts[n + 2] = head, jminute
-  if units == 1 then
-    jparts[n + 3] = '1:1'
-  else
-    local v = string.format('%d', units)
-    jparts[n + 3] = #v .. ':' .. v
+  local v = '1:1'
+  if units ~= 1 then
+    v = string.format('%d', units)
+    v = #v .. ':' .. v
   end
+  if not jroom then jroom = journalCap - redis.call('STRLEN', jkey) end
+  local size = #head + #jminute + #v
+  if size > jroom then return false end
+  jroom = jroom - size
+  local n = #jparts
+  jparts[n + 1], jparts[n + 2], jparts[n + 3] = head, jminute, v
+  return true
 end
 local function jentry(f, v)
   return #f .. ':' .. f .. #v .. ':' .. v
 end
 local function journalFlush(jkey)
   if #jparts > 0 then redis.call('APPEND', jkey, table.concat(jparts)) end
+end
+local function journalAppend(jkey, entry)
+  if redis.call('STRLEN', jkey) + #entry > journalCap then return false end
+  redis.call('APPEND', jkey, entry)
+  return true
 end
 
 -- at returns now, or for 0 Redis's clock in µs, read once per call.
@@ -797,7 +817,9 @@ while i <= total do
   if jrow and admitted and not dry then
     -- The check's usage (statekey.go): units by minute and row, and
     -- decisions less units; a hold's units count at its settlement.
-    if hkey then journal(jrow, now, 0) else journal(jrow, now, cost) end
+    local units = cost
+    if hkey then units = 0 end
+    if not journal(KEYS[#KEYS], jrow, now, units) then out[head] = admittedUnjournaled end
   end
   if not admitted then
     out[head] = 0

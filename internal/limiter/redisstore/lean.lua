@@ -14,7 +14,8 @@
 --          (a global_shared rule) its outbox head
 --   usage is the check's usage row (statekey.go), or '' for none; when a
 --   check has one, the call's journal key is the last of KEYS, and an
---   admitted check adds its units and decision to it, as check.lua does.
+--   admitted check adds its units and decision to it, as check.lua does
+--   (within journalCap: past it the check is answered admittedUnjournaled).
 --   kind is the algorithm's code × kindAlgorithm, + kindShape for a
 --   shaping leaky bucket, + kindShadow for a shadow rule, + kindSeedOpen
 --   or kindSeedClosed for a tally, + kindExchange for a global_shared
@@ -155,7 +156,7 @@ while i <= nargs do
   end
 
   if admitted and not dry then
-    if usage ~= '' then journal(usage, now, cost) end
+    if usage ~= '' and not journal(KEYS[#KEYS], usage, now, cost) then out[head] = admittedUnjournaled end
     for x = 1, nw, 6 do
       local key, a, number, ttl = w[x], w[x + 1], w[x + 2], w[x + 4]
       if a == algFixedWindow then

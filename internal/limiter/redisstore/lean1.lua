@@ -5,7 +5,7 @@
 -- state and reply are lean.lua's (and so check.lua's) for such a call:
 --
 -- KEYS[1]  the rule's state key; KEYS[2] its hash tag's usage journal
---          when usage is not ''
+--          when usage is not '' (appended to within journalCap)
 -- ARGV     extra_ttl_ms, report_state, now, cost, dry_run, 1 (rules),
 --          usage, kind, a, b, c, and for a kind with kindExchange (a
 --          global_shared rule) its outbox head: an admission adds its cost
@@ -31,6 +31,9 @@ local write, number, ttl = false, 0, 0
 
 -- A shadow rule is reported, never denies.
 local admitted = allowed == 1 or has(kind, kindShadow)
+-- The reply's admitted: 1, or admittedUnjournaled when the usage entry
+-- would take the journal past journalCap.
+local yes = 1
 if admitted and ARGV[5] ~= '1' then
   if write and allowed == 1 then
     if ttl >= 0 then redis.call('SET', key, number, 'PX', ttl + tonumber(ARGV[1])) else redis.call('SET', key, number) end
@@ -42,14 +45,14 @@ if admitted and ARGV[5] ~= '1' then
       v = string.format('%d', cost)
       v = #v .. ':' .. v
     end
-    redis.call('APPEND', KEYS[2], ARGV[7] .. journalMinute(now) .. v)
+    if not journalAppend(KEYS[2], ARGV[7] .. journalMinute(now) .. v) then yes = admittedUnjournaled end
   end
 end
 if allowed == 1 then
-  return cmsgpack.pack({now, 1, 1, remaining, reset, retry, delay})
+  return cmsgpack.pack({now, yes, 1, remaining, reset, retry, delay})
 end
 if admitted then
-  return cmsgpack.pack({now, 1, 0, remaining, reset, retry, delay})
+  return cmsgpack.pack({now, yes, 0, remaining, reset, retry, delay})
 end
 if ARGV[2] == '1' then
   if a == algTokenBucket then

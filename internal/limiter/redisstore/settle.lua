@@ -11,7 +11,10 @@
 -- 0 done, 1 no such hold, 2 conflict (settled with another cost, or
 -- expired), 3 not yet due (expire); repeated is 1 for a repeated answer,
 -- + journaled (2) for a hold whose check journaled its usage: its final
--- units are journaled (statekey.go) when it is settled or expires. The
+-- units are journaled (statekey.go) when it is settled or expires, unless
+-- the entry would take the journal past journalCap (the record then
+-- forgets its journal, and this answer and those that repeat it are not
+-- journaled: the caller counts the units, once per hold by its hash). The
 -- Go twin is limiter.MemoryStore.Settle; the maths per algorithm is
 -- limiter.settleRule (see docs/algorithms.md).
 
@@ -256,8 +259,13 @@ local function settle(hkey, cost, expire, terms)
     -- hold's usage after its hash).
     local expired = '0'
     if to ~= 1 then expired = '1' end
-    redis.call('APPEND', rec.j, jentry('s' .. string.sub(rec.uh, 1, 32), journalMinute(now) .. '\0' ..
-      string.format('%d', target) .. '\0' .. expired .. '\0' .. string.sub(rec.uh, 33)))
+    if not journalAppend(rec.j, jentry('s' .. string.sub(rec.uh, 1, 32), journalMinute(now) .. '\0' ..
+      string.format('%d', target) .. '\0' .. expired .. '\0' .. string.sub(rec.uh, 33))) then
+      -- The journal is at its cap: the hold's units are the caller's to
+      -- count, and stay so for every answer that repeats this one.
+      redis.call('HDEL', hkey, 'j')
+      journaled = 0
+    end
   end
   return {0, now, estimate, target, to, journaled, rec.i}
 end

@@ -603,8 +603,9 @@ func (c *call) decode(checks []*pending, reply string, err error) {
 			p.err = errShortReply
 			continue
 		}
-		out := limiter.Outcome{NowUS: v[0], Admitted: v[1] == 1, Results: make([]limiter.Result, n)}
-		out.Recorded = out.Admitted && journals(&p.batch)
+		// v[1] is 0, 1 or admittedUnjournaled (the journal was at its cap).
+		out := limiter.Outcome{NowUS: v[0], Admitted: v[1] == 1 || v[1] == admittedUnjournaled, Results: make([]limiter.Result, n)}
+		out.Recorded = v[1] == 1 && journals(&p.batch)
 		v = v[2:]
 		for i := range n {
 			out.Results[i] = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], ResetAfterUS: v[2], RetryAfterUS: v[3], DelayUS: v[4], Unknown: v[0] == 2}

@@ -42,6 +42,25 @@ const (
 	optUsage         = 8 // journal an admitted check's usage (Batch.Usage)
 )
 
+// The usage journal's bound (statekey.go lays a journal out): the check
+// scripts and settle.lua append an entry to a hash tag's journal only
+// while it stays within journalCap bytes with it. A journal nobody claims
+// (the usage worker down, or its claim stuck while Postgres is) would
+// otherwise grow until Redis refuses the APPEND (past proto-max-bulk-len,
+// 512 MB by default), failing every check of its tag after the check's
+// states were written. Past the cap a check script answers an admitted
+// check that was to journal its usage admittedUnjournaled instead of 1 (its
+// Outcome.Recorded is false, and the caller counts its usage as it counts
+// a check without a journal), and settle.lua a settlement as not
+// journaled (Settlement.Recorded false). At 110 bytes an entry the cap
+// holds about 600,000 checks: minutes of a busy tag's checks, where a
+// journal claimed every second holds one or two seconds of them.
+// check.lua declares both; TestWireConstantsMatchScript keeps them equal.
+const (
+	journalCap          = 64 << 20
+	admittedUnjournaled = 2
+)
+
 // The lean scripts' kind of a rule (lean.lua, lean1.lua): one number
 // that packs the rule's algorithm code with whether it shapes, whether
 // it is a shadow rule, whether it is a tally and whether its admissions

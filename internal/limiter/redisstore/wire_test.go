@@ -11,8 +11,9 @@ import (
 )
 
 // TestWireConstantsMatchScript: the algorithm codes, flags, options, the
-// packings of refs, holds and the lean scripts' kind, and the hold
-// retention are declared in check.lua with
+// packings of refs, holds and the lean scripts' kind, the hold
+// retention, the journal's cap and the reply's admitted-unjournaled code
+// are declared in check.lua with
 // the same names and values as in wire.go, every algorithm has a code of
 // its own, and the script names no other.
 func TestWireConstantsMatchScript(t *testing.T) {
@@ -47,8 +48,10 @@ func TestWireConstantsMatchScript(t *testing.T) {
 		"holdTTL":                 holdTTL,
 		"holdCharge":              holdCharge,
 		"holdRetention":           limiter.HoldRetentionUS,
+		"journalCap":              journalCap,
+		"admittedUnjournaled":     admittedUnjournaled,
 	}
-	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt|kind|ref|hold)[A-Z][A-Za-z]*) = (\d+)\s*(?:--.*)?$`)
+	decl := regexp.MustCompile(`(?m)^local ((?:alg|flag|opt|kind|ref|hold|journal|admitted)[A-Z][A-Za-z]*) = (\d+)\s*(?:--.*)?$`)
 	got := map[string]int64{}
 	for _, m := range decl.FindAllStringSubmatch(checkLua, -1) {
 		if _, dup := got[m[1]]; dup {

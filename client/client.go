@@ -51,6 +51,10 @@ type Options struct {
 	FailMode FailMode
 	// MemorySize bounds the denials remembered to answer repeated requests
 	// locally (default DefaultMemorySize); negative turns remembering off.
+	// A denial is remembered until its wait has passed, but for at most
+	// MaxMemoryAge (one second, as the check API's own local denials),
+	// and is forgotten when this client settles or releases a hold or
+	// lease of the same tenant (see Client.Check).
 	MemorySize int
 	// HTTPClient sends the checks. By default the Client makes its own,
 	// with one transport tuned for many concurrent checks to one host.
@@ -158,15 +162,23 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // the request — a *ProblemError: 400, 401 (bad service token), 413 or 422
 // (invalid values; Errors names them) — or when ctx ended first.
 //
-// A request denied earlier with a positive retry_after_ms is denied again
-// without a round trip until that wait has passed (Decision.Remembered).
+// A request the server denied as rate_limited or spend_cap with a
+// positive retry_after_ms is denied again without a round trip
+// (Decision.Remembered) until that wait or MaxMemoryAge has passed,
+// whichever comes first, or until this client settles a hold or
+// releases a lease of the same tenant (of the same address for an
+// anonymous caller): those give units back. Denials by a concurrency
+// rule, degraded ones and unavailable ones are not remembered: a slot
+// may free at any time, and only a check tells when the limiter is back.
 func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error) {
 	var key denialKey
+	var sentGen uint64
 	if c.memory != nil {
 		key = newDenialKey(req)
 		if d, ok := c.memory.lookup(key, c.now()); ok {
 			return d, nil
 		}
+		sentGen = c.memory.sent()
 	}
 	askedAt := c.now()
 	d, err := c.post(ctx, req)
@@ -180,8 +192,15 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error)
 		}
 		return c.fail(err), nil
 	}
-	if c.memory != nil && !d.Allowed && d.RetryAfterMS > 0 {
-		c.memory.remember(key, d, askedAt)
+	if c.memory != nil {
+		switch {
+		case d.Allowed:
+			if d.HoldID != "" || d.LeaseID != "" {
+				c.memory.granted(ownerTag(d.TenantID, req.Key, req.IP), d.HoldID, d.LeaseID)
+			}
+		case remembers(d):
+			c.memory.remember(key, ownerTag(d.TenantID, req.Key, req.IP), d, askedAt, sentGen)
+		}
 	}
 	return d, nil
 }
@@ -207,10 +226,14 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 // everything back) or taken, even past the limit. Settling again at the
 // same cost answers the same (Settlement.Repeated); the error is a
 // *ProblemError for another cost (409), an unknown or long expired hold
-// (404) or invalid values (422), else a transport error.
+// (404) or invalid values (422), else a transport error. Either way the
+// client forgets the denials it remembers of the hold's tenant (of every
+// caller, for a hold it did not open).
 func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
 	var s Settlement
-	if err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s); err != nil {
+	err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s)
+	c.givenBack(holdID)
+	if err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -240,13 +263,27 @@ func (c *Client) Renew(ctx context.Context, leaseID string) (*Lease, error) {
 
 // Release frees the slots of lease leaseID when its request ends;
 // Lease.Released is false when none was still held (released before, or
-// expired). Settling the check's hold releases its lease too.
+// expired). Settling the check's hold releases its lease too. Either way
+// the client forgets the denials it remembers of the lease's tenant, as
+// Settle does.
 func (c *Client) Release(ctx context.Context, leaseID string) (*Lease, error) {
 	var l Lease
-	if err := c.call(ctx, "release", map[string]any{"lease_id": leaseID}, &l); err != nil {
+	err := c.call(ctx, "release", map[string]any{"lease_id": leaseID}, &l)
+	c.givenBack(leaseID)
+	if err != nil {
 		return nil, err
 	}
 	return &l, nil
+}
+
+// givenBack forgets the remembered denials that the settlement or
+// release of id, answered or not, may have ended: the server takes it
+// before it answers, so a denial of a check sent until now may predate
+// it.
+func (c *Client) givenBack(id string) {
+	if c.memory != nil {
+		c.memory.givenBack(id)
+	}
 }
 
 // call posts body to the check API's /v1/{op} with the service token and

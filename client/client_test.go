@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -310,13 +311,18 @@ func denierClient(t *testing.T, wait int64, latency time.Duration, opts client.O
 }
 
 // denier answers every check with a denial of retry_after_ms *wait and
-// counts the checks; latency moves clk while the check is in flight.
+// counts the checks; latency moves clk while the check is in flight. The
+// denial is rate_limited by a gcra rule unless reason, algorithm or
+// degraded say otherwise.
 type denier struct {
-	clk     *testenv.Clock
-	wait    atomic.Int64
-	latency time.Duration
-	allow   atomic.Bool
-	calls   atomic.Int64
+	clk       *testenv.Clock
+	wait      atomic.Int64
+	latency   time.Duration
+	allow     atomic.Bool
+	calls     atomic.Int64
+	reason    string
+	algorithm string
+	degraded  bool
 }
 
 func (s *denier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -327,11 +333,12 @@ func (s *denier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := s.wait.Load()
+	reason, algorithm := cmp.Or(s.reason, "rate_limited"), cmp.Or(s.algorithm, "gcra")
 	body, _ := json.Marshal(map[string]any{
-		"allowed": false, "reason": "rate_limited", "tier": "anonymous", "limit": 60, "remaining": 0,
-		"reset_after_ms": wait + 500, "retry_after_ms": wait, "policy": "hourly", "degraded": false,
-		"rules": []any{map[string]any{"name": "hourly", "algorithm": "gcra", "mode": "enforce", "limit": 60, "window_s": 3600,
-			"allowed": false, "remaining": 0, "reset_after_ms": wait + 500, "retry_after_ms": wait}},
+		"allowed": false, "reason": reason, "tier": "anonymous", "limit": 60, "remaining": 0,
+		"reset_after_ms": wait + 500, "retry_after_ms": wait, "policy": "hourly", "degraded": s.degraded,
+		"rules": []any{map[string]any{"name": "hourly", "algorithm": algorithm, "mode": "enforce", "limit": 60, "window_s": 3600,
+			"allowed": false, "remaining": 0, "reset_after_ms": wait + 500, "retry_after_ms": wait, "degraded": s.degraded}},
 	})
 	answer(nil, 200, map[string]string{
 		"RateLimit-Policy": `"hourly";q=60;w=3600`, "RateLimit": `"hourly";r=0;t=9`, "Retry-After": "9",
@@ -339,7 +346,9 @@ func (s *denier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRememberedDenials(t *testing.T) {
-	s, c := denierClient(t, 1500, 0, client.Options{})
+	// A wait shorter than MaxMemoryAge, which bounds longer ones
+	// (TestRememberedDenialsAreCapped).
+	s, c := denierClient(t, 900, 0, client.Options{})
 	clk := s.clk
 	ctx := context.Background()
 	req := client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}
@@ -353,16 +362,16 @@ func TestRememberedDenials(t *testing.T) {
 		wantRetryAfter string
 		wantRateLimit  string
 	}{
-		{0, req, 1, false, 1500, "9", `"hourly";r=0;t=9`},
-		{1000 * time.Millisecond, req, 1, true, 500, "1", `"hourly";r=0;t=1`},
+		{0, req, 1, false, 900, "9", `"hourly";r=0;t=9`},
+		{400 * time.Millisecond, req, 1, true, 500, "1", `"hourly";r=0;t=1`},
 		{499 * time.Millisecond, req, 1, true, 1, "1", `"hourly";r=0;t=1`},
 		// Another resource, cost, key or address is another request.
-		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /other", Cost: 2}, 2, false, 1500, "9", `"hourly";r=0;t=9`},
-		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 1}, 3, false, 1500, "9", `"hourly";r=0;t=9`},
-		{0, client.CheckRequest{Key: "tg_k2", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}, 4, false, 1500, "9", `"hourly";r=0;t=9`},
-		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.8", Resource: "GET /repos", Cost: 2}, 5, false, 1500, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /other", Cost: 2}, 2, false, 900, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.7", Resource: "GET /repos", Cost: 1}, 3, false, 900, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k2", IP: "203.0.113.7", Resource: "GET /repos", Cost: 2}, 4, false, 900, "9", `"hourly";r=0;t=9`},
+		{0, client.CheckRequest{Key: "tg_k", IP: "203.0.113.8", Resource: "GET /repos", Cost: 2}, 5, false, 900, "9", `"hourly";r=0;t=9`},
 		// The wait has passed: ask again (and be told again).
-		{time.Millisecond, req, 6, false, 1500, "9", `"hourly";r=0;t=9`},
+		{time.Millisecond, req, 6, false, 900, "9", `"hourly";r=0;t=9`},
 	}
 	for i, st := range steps {
 		clk.Advance(st.advance)

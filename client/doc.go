@@ -32,14 +32,30 @@
 //
 // # Remembered denials
 //
-// A denial whose retry_after_ms is positive means the same request cannot
-// succeed before that time. The client remembers it, keyed by the exact
-// (key, ip, resource, cost) of the request, and denies that request again
-// locally, without a round trip, until the time has passed; it never
-// denies longer than it was told, since the wait is counted from before
-// the request was sent. Memory is bounded (Options.MemorySize entries,
-// least recently used first out) and holds digests, not API keys. Such a
-// decision has Remembered set and its Retry-After counts down.
+// A rate_limited or spend_cap denial whose retry_after_ms is positive
+// means the same request cannot succeed before that time, unless units
+// are given back or the rules change. The client remembers it, keyed by
+// the exact (key, ip, resource, cost) of the request, and denies that
+// request again locally, without a round trip, until the time has passed
+// but for at most [MaxMemoryAge] (one second), then asks again: a wait
+// may run for an hour or to the month's end, and a plan upgrade, a raised
+// spend cap or a settlement elsewhere must not go unseen that long. One
+// second is also how long the check API itself remembers a denial
+// (maxDenialLife in internal/enforce). It never denies longer than it was
+// told, since the wait is counted from before the request was sent.
+//
+// Settling a hold ([Client.Settle]) or releasing a lease
+// ([Client.Release]) forgets at once the remembered denials of the same
+// tenant (of the same address for an anonymous caller; of everyone for
+// an ID this client was not given), since it gives units back. Not
+// remembered at all: a denial by a concurrency rule (a slot frees
+// whenever a request in flight ends, long before the wait, which is
+// another lease's expiry), a degraded or unavailable answer (only a check
+// tells when the limiter is back), credits_exhausted (no wait: until a
+// top-up) and reasons the client does not know. Memory is bounded
+// (Options.MemorySize entries, least recently used first out) and holds
+// digests, not API keys. Such a decision has Remembered set and its
+// Retry-After counts down the server's wait.
 //
 // # Protecting a service
 //

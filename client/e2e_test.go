@@ -234,6 +234,99 @@ func TestEndToEnd(t *testing.T) {
 			return anon.Allowed == 60 && anon.Denied == 1, fmt.Sprintf("%+v", anon)
 		})
 	})
+
+	// The llm plan: POST /v1/complete is held (a tokens rule of 100,000 a
+	// minute) and at most 4 requests of a key are in flight (leases of
+	// 30 s). Denials that a give-back can end are seen to end at once.
+	t.Run("llm: a freed slot and a settled hold end denials at once", func(t *testing.T) {
+		admin, err := client.NewAdmin(adminURL, client.AdminOptions{})
+		testenv.Must(t, err)
+		op := seed.Users["operator"]
+		if _, err := admin.Login(ctx, op.Email, op.Password); err != nil {
+			t.Fatalf("login: %v", err)
+		}
+		plans, err := admin.ListPlans(ctx, client.ListOptions{Limit: 200})
+		testenv.Must(t, err)
+		var llmID int64
+		for _, p := range plans.Items {
+			if p.Name == "llm" {
+				llmID = p.ID
+			}
+		}
+		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-llm", llmID)
+		testenv.Must(t, err)
+		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})
+		testenv.Must(t, err)
+		check := func(t *testing.T, req client.CheckRequest) *client.Decision {
+			t.Helper()
+			d, err := tg.Check(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		one := client.CheckRequest{Key: issued.Secret, Resource: "POST /v1/complete"}
+		testenv.Eventually(t, time.Now(), 2*time.Second, "the new key allowed", func() (bool, string) {
+			d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, DryRun: true})
+			return d.Allowed, d.Reason
+		})
+
+		t.Run("a denial by the in-flight rule is not remembered", func(t *testing.T) {
+			var leases []string
+			defer func() {
+				for _, id := range leases {
+					_, _ = tg.Release(ctx, id)
+				}
+			}()
+			for i := range 4 {
+				d := check(t, one)
+				if !d.Allowed || d.LeaseID == "" {
+					t.Fatalf("request %d in flight: %+v, want allowed with a lease", i+1, d)
+				}
+				leases = append(leases, d.LeaseID)
+			}
+			d := check(t, one)
+			if d.Allowed || d.Policy != "inflight" || d.RetryAfterMS <= 1000 {
+				t.Fatalf("a fifth request in flight: %+v, want denied by inflight until a lease expires", d)
+			}
+			// Another process's request ends: its slot is free at once.
+			other, err := client.New(apiURL, seed.ServiceToken, client.Options{})
+			testenv.Must(t, err)
+			if l, err := other.Release(ctx, leases[0]); err != nil || !l.Released {
+				t.Fatalf("release elsewhere: %+v, %v", l, err)
+			}
+			again := check(t, one)
+			if !again.Allowed || again.Remembered {
+				t.Fatalf("after a slot was freed: allowed %v, remembered %v (%s); want asked and allowed", again.Allowed, again.Remembered, again.Reason)
+			}
+			leases[0] = again.LeaseID
+		})
+
+		t.Run("settling a hold forgets the denials it caused", func(t *testing.T) {
+			all := client.CheckRequest{Key: one.Key, Resource: one.Resource, Cost: 100_000}
+			held, err := tg.Hold(ctx, all)
+			if err != nil || !held.Allowed || held.HoldID == "" {
+				t.Fatalf("hold of a minute's tokens: %+v, %v", held, err)
+			}
+			d := check(t, all)
+			if d.Allowed || d.Remembered || d.Policy != "tokens" || d.RetryAfterMS <= 1000 {
+				t.Fatalf("while held: %+v, want the server's denial by tokens", d)
+			}
+			if d := check(t, all); !d.Remembered {
+				t.Errorf("again while held: %+v, want the denial remembered", d)
+			}
+			if _, err := tg.Settle(ctx, held.HoldID, 0); err != nil {
+				t.Fatal(err)
+			}
+			after := check(t, all)
+			if !after.Allowed || after.Remembered {
+				t.Errorf("after settling at 0: allowed %v, remembered %v (%s); want asked and allowed", after.Allowed, after.Remembered, after.Reason)
+			}
+			if after.LeaseID != "" {
+				_, _ = tg.Release(ctx, after.LeaseID)
+			}
+		})
+	})
 }
 
 // countingTransport counts the requests it sends.

@@ -2,7 +2,7 @@ import {
   pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement,
   type Standing, type WireDecision,
 } from "./decision.js";
-import { Denials, denialKey } from "./memory.js";
+import { Denials, denialKey, ownerTag, remembers } from "./memory.js";
 import { ProblemError, readProblem } from "./problem.js";
 
 /** Defaults of ClientOptions. */
@@ -27,7 +27,14 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** Decides when the check API cannot be reached, times out or answers 5xx (default "open"). */
   failMode?: FailMode;
-  /** Bounds the denials remembered to answer repeated requests locally (default 10,000); negative turns remembering off. */
+  /**
+   * Bounds the denials remembered to answer repeated requests locally
+   * (default 10,000); negative turns remembering off. A denial is
+   * remembered until its wait has passed, but for at most maxMemoryAgeMs
+   * (one second, as the check API's own local denials), and is forgotten
+   * when the client settles or releases a hold or lease of the same
+   * tenant (see `check`).
+   */
   memorySize?: number;
   /** Sends the checks (default the global fetch). */
   fetch?: typeof fetch;
@@ -91,10 +98,16 @@ export class TollgateClient {
    * — 400, 401 (a bad service token), 413 or 422 (invalid values; `errors`
    * names them) — or with req.signal's reason when the signal aborted.
    *
-   * A request denied earlier with a positive retry_after_ms is denied
-   * again without a round trip until that wait has passed (`remembered`).
-   * With `hold` it is the same request: a denial opens no hold, so the
-   * remembered one answers it too, as the Go SDK does.
+   * A request the server denied as rate_limited or spend_cap with a
+   * positive retry_after_ms is denied again without a round trip
+   * (`remembered`) until that wait or maxMemoryAgeMs has passed, whichever
+   * comes first, or until the client settles a hold or releases a lease
+   * of the same tenant (of the same address for an anonymous caller):
+   * those give units back. Denials by a concurrency rule, degraded ones
+   * and unavailable ones are not remembered: a slot may free at any time,
+   * and only a check tells when the limiter is back. With `hold` it is the
+   * same request: a denial opens no hold, so the remembered one answers it
+   * too, as the Go SDK does.
    */
   async check(req: CheckRequest): Promise<Decision> {
     const key = this.#memory === undefined ? "" : denialKey(req);
@@ -102,6 +115,7 @@ export class TollgateClient {
     if (known !== undefined) {
       return known;
     }
+    const sentGen = this.#memory?.sent() ?? 0;
     const askedAt = this.#now();
     let d: Decision;
     try {
@@ -113,8 +127,14 @@ export class TollgateClient {
       }
       return this.#fail(err);
     }
-    if (this.#memory !== undefined && !d.allowed && d.retry_after_ms > 0) {
-      this.#memory.remember(key, d, askedAt);
+    if (this.#memory !== undefined) {
+      if (d.allowed) {
+        if (d.hold_id || d.lease_id) {
+          this.#memory.granted(ownerTag(d.tenant_id, req.key, req.ip), d.hold_id, d.lease_id);
+        }
+      } else if (remembers(d)) {
+        this.#memory.remember(key, ownerTag(d.tenant_id, req.key, req.ip), d, askedAt, sentGen);
+      }
     }
     return d;
   }
@@ -131,11 +151,17 @@ export class TollgateClient {
    * other error answer — and otherwise with the transport or decoding
    * error, or signal's reason when it aborted. It is bounded by
    * `timeoutMs`, like a check; there is no fail mode: an unsettled hold
-   * expires by its TTL.
+   * expires by its TTL. Either way the client forgets the denials it
+   * remembers of the hold's tenant (of every caller, for a hold it did not
+   * open).
    */
   async settle(holdId: string, cost: number, signal?: AbortSignal): Promise<Settlement> {
     const body: SettleRequest = { hold_id: holdId, cost };
-    return parseSettlement(await this.#ask("settle", this.#settleUrl, body, signal));
+    try {
+      return parseSettlement(await this.#ask("settle", this.#settleUrl, body, signal));
+    } finally {
+      this.#memory?.givenBack(holdId);
+    }
   }
 
   /**
@@ -153,10 +179,16 @@ export class TollgateClient {
   /**
    * release frees the slots of lease leaseId when its request ends;
    * `released` is false when none was still held (released before, or
-   * expired). Settling the check's hold releases its lease too.
+   * expired). Settling the check's hold releases its lease too. Either way
+   * the client forgets the denials it remembers of the lease's tenant, as
+   * settle does.
    */
-  release(leaseId: string, signal?: AbortSignal): Promise<Lease> {
-    return this.#lease("release", leaseId, signal);
+  async release(leaseId: string, signal?: AbortSignal): Promise<Lease> {
+    try {
+      return await this.#lease("release", leaseId, signal);
+    } finally {
+      this.#memory?.givenBack(leaseId);
+    }
   }
 
   /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */

@@ -51,6 +51,10 @@ export type CreditsStanding = components["schemas"]["CreditsStanding"];
 export const Reason = {
   OK: "ok",
   RateLimited: "rate_limited",
+  /** The tenant's monthly spend cap is reached; retry after `retry_after_ms` (the month's end). */
+  SpendCap: "spend_cap",
+  /** The tenant's prepaid balance cannot cover the cost; `retry_after_ms` is -1 (until a top-up). */
+  CreditsExhausted: "credits_exhausted",
   InvalidKey: "invalid_key",
   KeyRevoked: "key_revoked",
   KeyExpired: "key_expired",

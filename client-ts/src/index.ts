@@ -8,6 +8,7 @@ export {
   type CheckRequest, type Decision, type RuleResult, type Lease, type LeaseRequest, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,
   type Standing, type RuleStanding, type QuotaStanding, type CreditsStanding,
 } from "./decision.js";
+export { maxMemoryAgeMs } from "./memory.js";
 export { ProblemError, type Problem } from "./problem.js";
 export {
   apiKey, costHeader, decisionOf, middleware, remoteAddress, reportCost, writeDenied,

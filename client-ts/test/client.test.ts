@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
-import { ProblemError, TollgateClient, type ClientOptions } from "../src/index.js";
+import { maxMemoryAgeMs, ProblemError, TollgateClient, type ClientOptions, type RuleResult, type WireCheckRequest } from "../src/index.js";
 import { allowed, close, held, hourlyHeaders, listen, patientMs, problem, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 const token = "service-token";
@@ -109,7 +109,7 @@ describe("check", () => {
     assert.equal(again.rules[0]?.retry_after_ms, 1100);
     assert.equal(again.headers["Retry-After"], "2");
     assert.equal(again.headers["RateLimit"], '"hourly";r=0;t=3');
-    now += 700;
+    now += 500;
     assert.equal((await c.check({ key: "tg_k", resource: "GET /repos" })).headers["Retry-After"], "1");
     assert.equal(fake.checks.length, 1);
 
@@ -120,7 +120,7 @@ describe("check", () => {
     assert.equal(fake.checks.length, 4);
 
     // Once the wait has passed, it asks again.
-    now += 400;
+    now += 600;
     await c.check({ key: "tg_k", resource: "GET /repos" });
     assert.equal(fake.checks.length, 5);
   });
@@ -138,6 +138,113 @@ describe("check", () => {
     await forgetful.check({ key: "tg_k" });
     assert.equal(fake.checks.length, 4);
   });
+
+  /** deniedFor is a denial with a wait of waitMs by a rule of algorithm, with reason. */
+  const deniedFor = (waitMs: number, reason = "rate_limited", algorithm: RuleResult["algorithm"] = "gcra", degraded = false) => ({
+    body: {
+      ...allowed, allowed: false, reason, remaining: 0, retry_after_ms: waitMs, degraded,
+      rules: [{ name: "hourly", algorithm, mode: "enforce" as const, limit: 5000, window_s: 3600,
+        allowed: false, remaining: 0, reset_after_ms: waitMs, retry_after_ms: waitMs, degraded }],
+    },
+  });
+
+  for (const [name, reason, algorithm] of [
+    ["an hourly rule", "rate_limited", "gcra"],
+    ["a monthly quota", "rate_limited", "fixed_window"],
+    ["a spend cap", "spend_cap", "fixed_window"],
+  ] as const) {
+    test(`a long wait (${name}) is remembered for maxMemoryAgeMs at most, counting down the server's wait`, async () => {
+      const hour = 3_600_000;
+      let now = 1_000_000;
+      const c = client({ now: () => now });
+      fake.answer = () => deniedFor(hour, reason, algorithm);
+      fake.checks.length = 0;
+      await c.check({ key: "tg_k", resource: "GET /repos" });
+      now += maxMemoryAgeMs - 1;
+      const d = await c.check({ key: "tg_k", resource: "GET /repos" });
+      assert.equal(d.remembered, true);
+      assert.equal(d.reason, reason);
+      assert.equal(d.retry_after_ms, hour - 999);
+      assert.equal(fake.checks.length, 1);
+      now += 1;
+      assert.equal((await c.check({ key: "tg_k", resource: "GET /repos" })).remembered, false);
+      assert.equal(fake.checks.length, 2);
+    });
+  }
+
+  for (const [name, answer] of [
+    // A slot is freed when any request in flight ends, long before the
+    // wait (the other lease's expiry).
+    ["a denial by a concurrency rule", deniedFor(3_600_000, "rate_limited", "concurrency")],
+    // The limiter could not be asked: only a check tells when it is back.
+    ["an unavailable denial", deniedFor(1000, "unavailable", "gcra", true)],
+    ["a degraded denial", deniedFor(5000, "rate_limited", "gcra", true)],
+    // A reason added later: nothing says what its wait means.
+    ["a denial with an unknown reason", deniedFor(5000, "something_new")],
+  ] as const) {
+    test(`${name} is not remembered`, async () => {
+      fake.answer = () => answer;
+      fake.checks.length = 0;
+      const c = client({ now: () => 1_000_000 });
+      for (let i = 0; i < 3; i++) {
+        const d = await c.check({ key: "tg_k", resource: "POST /v1/complete" });
+        assert.equal(d.allowed, false);
+        assert.equal(d.remembered, false);
+      }
+      assert.equal(fake.checks.length, 3);
+    });
+  }
+
+  for (const op of ["settle", "release"] as const) {
+    test(`${op} forgets the remembered denials of the hold's tenant at once, no other tenant's; of an unknown ID, everyone's`, async () => {
+      // Tenants whose callers share one allowance: a check is admitted
+      // with a hold (and lease) when its tenant holds none, and denied
+      // for an hour while it does. Keys are "tenant/name".
+      fake.checks.length = 0;
+      fake.settles.length = 0;
+      fake.leases.length = 0;
+      const held = new Map<string, string>();
+      let n = 0;
+      const givenBack = (id: string) => fake.settles.some((s) => s.hold_id === id) || fake.leases.some((l) => l.op === "release" && l.lease_id === id);
+      fake.answer = (check: WireCheckRequest) => {
+        const tenant = (check.key ?? "").split("/")[0] ?? "";
+        const id = held.get(tenant);
+        if (id !== undefined && !givenBack(id)) {
+          return { body: { ...deniedFor(3_600_000).body, tenant_id: tenant } };
+        }
+        const fresh = `h${++n}`;
+        held.set(tenant, fresh);
+        return { body: { ...allowed, tenant_id: tenant, hold_id: fresh, lease_id: fresh } };
+      };
+      const c = client({ now: () => 1_000_000 }); // time stands still
+      const check = (key: string) => c.check({ key, resource: "POST /v1/complete" });
+      const give = (id: string) => (op === "settle" ? c.settle(id, 0) : c.release(id));
+      const [a1, a2, b] = ["tenant-a/1", "tenant-a/2", "tenant-b/1"];
+      const heldA = await check(a1);
+      assert.ok(heldA.allowed && heldA.hold_id);
+      assert.ok((await check(b)).allowed);
+      for (const key of [a1, a2, b]) {
+        await check(key); // denied, and remembered
+      }
+      for (const key of [a1, a2, b]) {
+        assert.equal((await check(key)).remembered, true, key);
+      }
+      assert.equal(fake.checks.length, 5);
+
+      await give(heldA.hold_id);
+      const again = await check(a2);
+      assert.equal(again.remembered, false, `${a2} after tenant-a's ${op}`);
+      assert.equal(again.allowed, true);
+      assert.equal((await check(a1)).remembered, false, `${a1} after tenant-a's ${op}`);
+      assert.equal((await check(b)).remembered, true, `${b} after tenant-a's ${op}`);
+      assert.equal(fake.checks.length, 7);
+
+      // An ID this client was not given (another process opened it):
+      // whose it is is unknown, so every denial goes.
+      await give("opened-elsewhere");
+      assert.equal((await check(b)).remembered, false, `${b} after a ${op} of an unknown ID`);
+    });
+  }
 
   test("memory holds at most memorySize denials, the least recently used out first", async () => {
     fake.answer = () => denied;

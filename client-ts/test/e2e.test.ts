@@ -158,6 +158,59 @@ describe("end to end", { skip }, () => {
     }
   });
 
+  test("llm: a freed slot and a settled hold end denials at once", async () => {
+    // POST /v1/complete is held (a tokens rule of 100,000 a minute) and at
+    // most 4 requests of a key are in flight (leases of 30 s).
+    const admin = await adminSession(seed);
+    const plans = await admin<{ items: { id: number; name: string }[] }>("GET", "/api/v1/plans?limit=100");
+    const llm = plans.items.find((p) => p.name === "llm");
+    assert.ok(llm, "the demo llm plan");
+    const tenant = await admin<{ id: string }>("POST", "/api/v1/tenants", { name: `ts-e2e-memory-${Date.now()}`, plan_id: llm.id });
+    const key = (await admin<{ secret: string }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name: "ts-e2e-memory" })).secret;
+    await waitKnown(key);
+    const one = { key, resource: "POST /v1/complete" };
+
+    // A denial by the in-flight rule is not remembered: another process's
+    // request ends, and its slot is free at once.
+    const leases: string[] = [];
+    try {
+      for (let i = 1; i <= 4; i++) {
+        const d = await tollgate.check(one);
+        assert.ok(d.allowed && d.lease_id, `request ${i} in flight: ${d.reason}`);
+        leases.push(d.lease_id);
+      }
+      const full = await tollgate.check(one);
+      assert.equal(full.allowed, false);
+      assert.equal(full.policy, "inflight");
+      assert.ok(full.retry_after_ms > 1000, `retry ${full.retry_after_ms} ms, want until a lease expires`);
+      const other = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs });
+      assert.equal((await other.release(leases[0] ?? "")).released, true);
+      const again = await tollgate.check(one);
+      assert.equal(again.remembered, false, "after a slot was freed elsewhere");
+      assert.equal(again.allowed, true);
+      leases[0] = again.lease_id ?? "";
+    } finally {
+      await Promise.all(leases.map((id) => tollgate.release(id).catch(() => undefined)));
+    }
+
+    // Settling a hold forgets the denials it caused.
+    const all = { ...one, cost: 100_000 };
+    const held = await tollgate.check({ ...all, hold: true });
+    assert.ok(held.allowed && held.hold_id, `a hold of a minute's tokens: ${held.reason}`);
+    const denied = await tollgate.check(all);
+    assert.equal(denied.allowed, false);
+    assert.equal(denied.remembered, false);
+    assert.equal(denied.policy, "tokens");
+    assert.equal((await tollgate.check(all)).remembered, true, "again while held");
+    await tollgate.settle(held.hold_id, 0);
+    const after = await tollgate.check(all);
+    assert.equal(after.remembered, false, "after settling at 0");
+    assert.equal(after.allowed, true);
+    if (after.lease_id) {
+      await tollgate.release(after.lease_id);
+    }
+  });
+
   test("me: where a key stands with every rule of its plan; an unknown key is a 401", async () => {
     const st = await tollgate.me(seed.keys.pro ?? "");
     assert.equal(st.tenant, "demo-pro");

@@ -167,7 +167,10 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("admin API: a new tenant's key works until revoked", func(t *testing.T) {
+	// operator signs the demo operator in through the admin client and
+	// finds the demo plan named plan.
+	operator := func(t *testing.T, plan string) (*client.AdminClient, int64) {
+		t.Helper()
 		admin, err := client.NewAdmin(adminURL, client.AdminOptions{})
 		testenv.Must(t, err)
 		op := seed.Users["operator"]
@@ -176,12 +179,17 @@ func TestEndToEnd(t *testing.T) {
 		}
 		plans, err := admin.ListPlans(ctx, client.ListOptions{Limit: 200})
 		testenv.Must(t, err)
-		var proID int64
 		for _, p := range plans.Items {
-			if p.Name == "pro" {
-				proID = p.ID
+			if p.Name == plan {
+				return admin, p.ID
 			}
 		}
+		t.Fatalf("no demo plan %s", plan)
+		return nil, 0
+	}
+
+	t.Run("admin API: a new tenant's key works until revoked", func(t *testing.T) {
+		admin, proID := operator(t, "pro")
 		pro, err := admin.GetPlan(ctx, proID)
 		testenv.Must(t, err)
 		if len(pro.Rules) != 2 || pro.Rules[0].Limit == 0 || pro.Currency != "USD" {
@@ -239,20 +247,7 @@ func TestEndToEnd(t *testing.T) {
 	// minute) and at most 4 requests of a key are in flight (leases of
 	// 30 s). Denials that a give-back can end are seen to end at once.
 	t.Run("llm: a freed slot and a settled hold end denials at once", func(t *testing.T) {
-		admin, err := client.NewAdmin(adminURL, client.AdminOptions{})
-		testenv.Must(t, err)
-		op := seed.Users["operator"]
-		if _, err := admin.Login(ctx, op.Email, op.Password); err != nil {
-			t.Fatalf("login: %v", err)
-		}
-		plans, err := admin.ListPlans(ctx, client.ListOptions{Limit: 200})
-		testenv.Must(t, err)
-		var llmID int64
-		for _, p := range plans.Items {
-			if p.Name == "llm" {
-				llmID = p.ID
-			}
-		}
+		admin, llmID := operator(t, "llm")
 		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-llm", llmID)
 		testenv.Must(t, err)
 		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})

@@ -64,6 +64,9 @@ const MaxSlidingLogLimit = 10_000
 // intermediate product in the scripts stays at or below it.
 const maxExact = 1 << 53
 
+// maxTolerance bounds a bucket's tolerance (T × burst, µs): see Validate.
+const maxTolerance = maxExact / 4
+
 // MaxUnits is the largest limit or burst a rule may have: maxExact.
 const MaxUnits = maxExact
 
@@ -179,8 +182,11 @@ func (p Params) Validate() map[string]string {
 	}
 	switch p.Algorithm {
 	case GCRA, TokenBucket, LeakyBucket:
-		if t := p.EmissionInterval(); t > 0 && mulOverflows(t, burst) {
-			f["burst"] = "burst × period/limit is too large"
+		// The scripts reach now + 2 × the tolerance (T × burst): with now
+		// below 2^52 µs (the year 2112), a tolerance up to 2^51 µs (about
+		// 71 years) keeps that exact.
+		if t := p.EmissionInterval(); t > 0 && (mulOverflows(t, burst) || t*burst > maxTolerance) {
+			f["burst"] = "burst × period/limit is too large (at most 2^51 µs, about 71 years)"
 		}
 	case SlidingWindowCounter:
 		if mulOverflows(p.Limit, period) {

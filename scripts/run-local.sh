@@ -18,12 +18,27 @@ if [ -z "${TOLLGATE_SECRET_KEY:-}" ]; then
   TOLLGATE_SECRET_KEY=$(cat .local/secret_key)
   export TOLLGATE_SECRET_KEY
 fi
+api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
+admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
+# The servers' addresses must be free: another instance answering on them
+# would pass for this one. (The webhook sink's, fixed by the demo's
+# endpoints, is checked when it starts: without it deliveries are retried.)
+taken() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+for pair in "$api_addr TOLLGATE_API_ADDR" "$admin_addr TOLLGATE_ADMIN_ADDR"; do
+  set -- $pair
+  if taken "$1"; then
+    echo "run-local: $1 is taken (is another make run up? set $2 to another address)" >&2
+    exit 1
+  fi
+done
 "$bin/admin" migrate up
 seed=$("$bin/admin" seed demo --json)
 field() { printf '%s' "$seed" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
 token=$(field service_token)
 pro=$(field pro)
 free=$(field free)
+enterprise=$(field enterprise)
+prepaid=$(field prepaid)
 # The seed prints users by role: operator, tenant_admin, tenant_viewer.
 op_email=$(field email | sed -n 1p)
 op_password=$(field password | sed -n 1p)
@@ -31,8 +46,6 @@ ta_email=$(field email | sed -n 2p)
 ta_password=$(field password | sed -n 2p)
 tv_email=$(field email | sed -n 3p)
 tv_password=$(field password | sed -n 3p)
-api_addr=${TOLLGATE_API_ADDR:-127.0.0.1:8080}
-admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
 export TOLLGATE_API_ADDR=$api_addr TOLLGATE_ADMIN_ADDR=$admin_addr
 # One session secret for every run, kept in .local/: logins survive a
 # restart. (Set TOLLGATE_ADMIN_JWT_SECRET to use another.)
@@ -108,9 +121,19 @@ admin_pid=$!
 set +m
 
 for _ in $(seq 1 100); do
+  if ! kill -0 "$api_pid" 2>/dev/null || ! kill -0 "$admin_pid" 2>/dev/null; then
+    break # the wait below reports which stopped
+  fi
   curl -fsS "http://$api_addr/readyz" >/dev/null 2>&1 && curl -fsS "http://$admin_addr/healthz" >/dev/null 2>&1 && break
   sleep 0.1
 done
+if ! kill -0 "$api_pid" 2>/dev/null || ! kill -0 "$admin_pid" 2>/dev/null; then
+  set +e
+  wait -n "$api_pid" "$admin_pid"
+  rc=$?
+  echo "a server did not start (exit status $rc); stopping the other" >&2
+  exit "$rc"
+fi
 if kill -0 "$sink_pid" 2>/dev/null; then
   sink_msg="the demo's endpoints send to a sink on this machine, http://127.0.0.1:8082
   (one line per delivery: tail -f $sink_log; the console's Webhooks page shows them)"
@@ -131,8 +154,10 @@ Console: http://$admin_addr/
 
 Webhooks: $sink_msg
 
-Demo keys (shown once): pro $pro
-                        free $free
+Demo keys (shown once): pro        $pro
+                        free       $free
+                        enterprise $enterprise
+                        prepaid    $prepaid (draws on prepaid credits)
 
 Try a check:
 
@@ -151,9 +176,10 @@ Admin API: log in as the demo operator, then issue a key for demo-pro:
   tenant=\$(curl -s -H "Authorization: Bearer \$token" 'http://$admin_addr/api/v1/tenants?q=demo-pro' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
   curl -s -H "Authorization: Bearer \$token" http://$admin_addr/api/v1/tenants/\$tenant/keys -d '{"name": "my key"}'
 
-The CLI in another shell (or: eval "\$(make -s env)"):
+The CLI in another shell (its settings, the demo's secret key among them,
+are in .local/: not printed here):
 
-  $(scripts/services.sh env)
+  eval "\$(make -s env)"
   bin/admin tenants list
   bin/admin report --month $month --tenant demo-pro     # usage applies within about a second
 

@@ -186,7 +186,8 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Ctrl-C is how `make run` is stopped: an orderly stop is a success there.
+if [ "$mode" = run ]; then trap 'exit 0' INT TERM; else trap 'exit 130' INT TERM; fi
 
 start_postgres() { # start_postgres DIR PORT: returns non-zero when the server did not start
   local dir=$1 port=$2

@@ -46,7 +46,7 @@ func keysIssue(fs *flag.FlagSet) action {
 			return printJSON(e.stdout, map[string]any{"secret": res.Secret, "key": res.Key})
 		}
 		fmt.Fprintf(e.stdout, "%s\n", res.Secret)
-		fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s; the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
+		fmt.Fprintf(e.stderr, "key %s (%s…) issued for tenant %s (the check API takes it within a second); the secret above is not shown again\n", res.Key.ID, res.Key.Prefix, t.Name)
 		return nil
 	}
 }

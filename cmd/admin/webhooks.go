@@ -140,7 +140,7 @@ func printSecret(e *invocation, asJSON bool, res events.IssuedEndpoint, done str
 // endpointFlag declares --endpoint on fs, a webhook endpoint's ID
 // (required), of an operator's or any tenant's.
 func endpointFlag(fs *flag.FlagSet) ref[events.Endpoint] {
-	return ref[events.Endpoint]{"endpoint", fs.String("endpoint", "", "endpoint ID, as `webhooks list` shows it (required)"),
+	return ref[events.Endpoint]{"endpoint", fs.String("endpoint", "", "endpoint ID, as webhooks list shows it (required)"),
 		func(ctx context.Context, e *invocation, id string) (events.Endpoint, error) {
 			return events.NewStore(e.db).Endpoint(ctx, "", id)
 		}}
@@ -187,13 +187,31 @@ func webhooksRotateSecret(fs *flag.FlagSet) action {
 }
 
 func webhooksList(fs *flag.FlagSet) action {
-	return func(ctx context.Context, e *invocation) error {
-		pg, err := events.NewStore(e.db).Endpoints(ctx, "", page.First(200))
-		if err != nil {
-			return fmt.Errorf("webhooks list: %w", err)
-		}
-		return printJSON(e.stdout, pg.Items)
+	return listAction(fs, "endpoint records", []string{"ID", "TENANT", "URL", "STATUS", "EVENTS"},
+		func(ctx context.Context, e *invocation) ([]events.Endpoint, func(events.Endpoint) []string, error) {
+			pg, err := events.NewStore(e.db).Endpoints(ctx, "", page.First(200))
+			return pg.Items, endpointRow, err
+		})
+}
+
+// endpointRow is the table row of a webhook endpoint: its tenant (- for
+// an operator's), status ("enabled", "failing" or "disabled (reason)")
+// and event types (* for every type).
+func endpointRow(ep events.Endpoint) []string {
+	tenant, status, types := ep.TenantID, "enabled", "*"
+	if tenant == "" {
+		tenant = "-"
 	}
+	switch {
+	case ep.DisabledAt != nil:
+		status = "disabled (" + ep.DisabledReason + ")"
+	case ep.FailingSince != nil:
+		status = "failing since " + timeCell(ep.FailingSince)
+	}
+	if len(ep.EventTypes) > 0 {
+		types = strings.Join(ep.EventTypes, ",")
+	}
+	return []string{ep.ID, tenant, ep.URL, status, types}
 }
 
 func webhooksReplay(fs *flag.FlagSet) action {

@@ -108,7 +108,7 @@ func TestWebhooksDisableEnableRotateDelete(t *testing.T) {
 	endpoint := func() events.Endpoint {
 		t.Helper()
 		var list []events.Endpoint
-		out, err := runAdmin(t, dbURL, "", "webhooks", "list")
+		out, err := runAdmin(t, dbURL, "", "webhooks", "list", "--json")
 		testenv.Must(t, err)
 		testenv.Must(t, json.Unmarshal([]byte(out), &list))
 		if len(list) != 1 {
@@ -117,6 +117,11 @@ func TestWebhooksDisableEnableRotateDelete(t *testing.T) {
 		return list[0]
 	}
 
+	// Without --json, a table (an operator's endpoint: no tenant).
+	if out, err := runAdmin(t, dbURL, "", "webhooks", "list"); err != nil ||
+		!strings.Contains(out, "ID") || !strings.Contains(out, id+"  -") || !strings.Contains(out, "https://hooks.example.com/cli") {
+		t.Errorf("webhooks list: %q, %v; want a table naming the endpoint", out, err)
+	}
 	out, err = runAdmin(t, dbURL, "", "webhooks", "disable", "--endpoint", id)
 	if err != nil || !strings.Contains(out, "endpoint "+id+" → https://hooks.example.com/cli disabled") || endpoint().DisabledAt == nil {
 		t.Errorf("webhooks disable: %q, %v; endpoint %+v", out, err, endpoint())
@@ -149,7 +154,7 @@ func TestWebhooksDisableEnableRotateDelete(t *testing.T) {
 	if err != nil || !strings.Contains(out, "endpoint "+id+" → https://hooks.example.com/cli deleted") {
 		t.Errorf("webhooks delete: %q, %v", out, err)
 	}
-	if out, err := runAdmin(t, dbURL, "", "webhooks", "list"); err != nil || strings.TrimSpace(out) != "[]" {
+	if out, err := runAdmin(t, dbURL, "", "webhooks", "list", "--json"); err != nil || strings.TrimSpace(out) != "[]" {
 		t.Errorf("webhooks list after delete: %q, %v", out, err)
 	}
 	for _, cmd := range []string{"disable", "enable", "delete", "rotate-secret"} {

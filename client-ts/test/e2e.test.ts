@@ -124,17 +124,24 @@ describe("end to end", { skip }, () => {
     }
   });
 
-  test("through Express, an admitted request's lease is released when it is answered", async () => {
-    // llm allows 4 requests in flight per key on POST /v1/complete, each
-    // holding a slot for 30 s unless released: more than 4, one after
-    // another, pass only when each one's slot is released.
+  // llmKey makes a tenant (tenant, made unique) on the demo llm plan and
+  // a key of it (named name), and waits until the check API knows it.
+  const llmKey = async (tenant: string, name: string): Promise<string> => {
     const admin = await adminSession(seed);
     const plans = await admin<{ items: { id: number; name: string }[] }>("GET", "/api/v1/plans?limit=100");
     const llm = plans.items.find((p) => p.name === "llm");
     assert.ok(llm, "the demo llm plan");
-    const tenant = await admin<{ id: string }>("POST", "/api/v1/tenants", { name: `ts-e2e-llm-${Date.now()}`, plan_id: llm.id });
-    const key = (await admin<{ secret: string }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name: "ts-e2e-leases" })).secret;
+    const made = await admin<{ id: string }>("POST", "/api/v1/tenants", { name: `${tenant}-${Date.now()}`, plan_id: llm.id });
+    const key = (await admin<{ secret: string }>("POST", `/api/v1/tenants/${made.id}/keys`, { name })).secret;
     await waitKnown(key);
+    return key;
+  };
+
+  test("through Express, an admitted request's lease is released when it is answered", async () => {
+    // llm allows 4 requests in flight per key on POST /v1/complete, each
+    // holding a slot for 30 s unless released: more than 4, one after
+    // another, pass only when each one's slot is released.
+    const key = await llmKey("ts-e2e-llm", "ts-e2e-leases");
     const releases: Promise<boolean>[] = [];
     const recording: typeof fetch = (input, init) => {
       const sent = fetch(input, init);
@@ -161,13 +168,7 @@ describe("end to end", { skip }, () => {
   test("llm: a freed slot and a settled hold end denials at once", async () => {
     // POST /v1/complete is held (a tokens rule of 100,000 a minute) and at
     // most 4 requests of a key are in flight (leases of 30 s).
-    const admin = await adminSession(seed);
-    const plans = await admin<{ items: { id: number; name: string }[] }>("GET", "/api/v1/plans?limit=100");
-    const llm = plans.items.find((p) => p.name === "llm");
-    assert.ok(llm, "the demo llm plan");
-    const tenant = await admin<{ id: string }>("POST", "/api/v1/tenants", { name: `ts-e2e-memory-${Date.now()}`, plan_id: llm.id });
-    const key = (await admin<{ secret: string }>("POST", `/api/v1/tenants/${tenant.id}/keys`, { name: "ts-e2e-memory" })).secret;
-    await waitKnown(key);
+    const key = await llmKey("ts-e2e-memory", "ts-e2e-memory");
     const one = { key, resource: "POST /v1/complete" };
 
     // A denial by the in-flight rule is not remembered: another process's

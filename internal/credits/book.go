@@ -15,6 +15,11 @@ type book struct {
 	// grants are the live grants in draw order (read on first use).
 	grants []Grant
 	loaded bool
+	// dated, when set, is the time the rows take and giveBack write are
+	// dated at, when that is not the time they move the grants at: the
+	// opening of a hold whose settlement they record (statements count a
+	// hold's units in its request's month).
+	dated time.Time
 }
 
 func (s *Store) openBook(ctx context.Context, tenantID string) (*book, error) {
@@ -38,6 +43,9 @@ func (b *book) live(ctx context.Context) ([]Grant, error) {
 
 // write appends a ledger row of units (already applied to the account).
 func (b *book) write(ctx context.Context, kind string, units int64, grantID *string, cause string, logEntry *string, at time.Time) error {
+	if !b.dated.IsZero() {
+		at = b.dated
+	}
 	return b.store.appendEntry(ctx, Entry{TenantID: b.acct.TenantID, Kind: kind, Units: units, Balance: b.acct.Balance(),
 		GrantID: grantID, Cause: cause, LogEntry: logEntry, At: at})
 }

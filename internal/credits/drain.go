@@ -354,14 +354,24 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 	if reg != nil {
 		id = reg.own.Region + ":" + e.ID // regions' logs are streams of their own
 	}
+	// A hold's settlement moves the grants as of its time, but its rows
+	// and hour are dated at the hold's opening: its statement bills the
+	// hold's units in the request's month, as its draw at the check and
+	// its usage count there, however late it was settled.
+	dated := at
+	if e.OpenedUS > 0 {
+		dated = time.UnixMicro(e.OpenedUS).UTC()
+		b.dated = dated
+	}
 	switch {
 	case units > 0:
 		err = b.take(ctx, KindConsumption, units, false, cause, &id, at)
 	case units < 0:
 		err = b.giveBack(ctx, KindRefund, -units, false, "settled "+cause, &id, at)
 	}
+	b.dated = time.Time{}
 	if err == nil && (overage != 0 || unpaid != 0) {
-		err = s.addHour(ctx, b.acct.TenantID, at, overage, unpaid)
+		err = s.addHour(ctx, b.acct.TenantID, dated, overage, unpaid)
 	}
 	if reg == nil {
 		b.acct.Position = e.ID

@@ -226,16 +226,23 @@ func (c *Checker) creditsNow(ref holdRef) *limiter.Credits {
 	return c.creditsFor(tenant.Credits, string(statekey.AppendCredits(nil, c.prefix, tenant.Tag, tenant.Short)))
 }
 
-// recordSettled counts the units hold id finally counts, at its
-// settlement: once per hold however often it is called (the usage
-// pipeline keeps one event per HoldHash).
+// recordSettled counts the units hold id finally counts, once it is
+// settled or expired, at the time of the check that opened it (its
+// request's minute and month, which the hold's draw on a prepaid balance
+// and its spend cap's window count too; a record of an earlier version
+// without that time counts at the settlement): once per hold however
+// often it is called (the usage pipeline keeps one event per HoldHash).
 func (c *Checker) recordSettled(id string, ref holdRef, st limiter.Settlement) {
 	expired := st.Status == limiter.HoldRefunded || st.Status == limiter.HoldCharged
 	reason := tollgate.ReasonOK
 	if expired {
 		reason = tollgate.ReasonHoldExpired
 	}
-	c.recorder.Record(tollgate.UsageEvent{AtUS: st.NowUS, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
+	at := st.OpenedUS
+	if at == 0 {
+		at = st.NowUS
+	}
+	c.recorder.Record(tollgate.UsageEvent{AtUS: at, TenantID: ref.TenantID, KeyID: ref.KeyID, Tier: ref.Tier,
 		IP: ref.IP, Resource: ref.Resource, Cost: st.Cost, Allowed: true, Reason: reason,
 		Hold: tollgate.HoldSettled, Expired: expired, HoldHash: holdHash(id), Recorded: st.Recorded})
 }

@@ -108,6 +108,11 @@ type CreditEntry struct {
 	Deferred Deferred
 	// AtUS is the store's time of the draw (µs).
 	AtUS int64
+	// OpenedUS, for the entry of a hold's settlement or expiry, is the
+	// store's time of the check that opened the hold (µs): its units are
+	// billed then, as its draw at the check and its usage are; 0 for
+	// other entries (and a settlement of a hold an earlier version kept).
+	OpenedUS int64
 	// HoldID names the hold the entry is of ("" for a plain check).
 	HoldID string
 }

@@ -344,7 +344,10 @@ func TestCreditsSettledOnTheBalanceNow(t *testing.T) {
 				t.Fatalf("%s: log %+v, %v", tc.name, log, err)
 			}
 			got := log[1]
-			got.ID, got.AtUS, got.HoldID = "", 0, ""
+			if got.OpenedUS != epoch {
+				t.Errorf("%s: the settlement's entry opened at %d, want %d (its hold's check)", tc.name, got.OpenedUS, epoch)
+			}
+			got.ID, got.AtUS, got.OpenedUS, got.HoldID = "", 0, 0, ""
 			if got != tc.want || consumed != 8+tc.want.Units {
 				t.Errorf("%s: settled 8 at %d: entry %+v, counter %d; want %+v, counter %d", tc.name, tc.cost, got, consumed, tc.want, 8+tc.want.Units)
 			}
@@ -446,7 +449,7 @@ func TestCreditsUnknownBalance(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, present, log, err := readCredits(store, c.Key, c.Log, "", 100)
-			tc.want.AtUS, tc.want.HoldID = epoch+1, tc.name
+			tc.want.AtUS, tc.want.OpenedUS, tc.want.HoldID = epoch+1, epoch, tc.name
 			if err != nil || present || len(log) != 2 {
 				t.Fatalf("%s: present %v, log %+v, %v", tc.name, present, log, err)
 			}

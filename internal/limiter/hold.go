@@ -78,7 +78,12 @@ const (
 
 // Settlement is a store's answer to a Settle.
 type Settlement struct {
-	NowUS    int64
+	NowUS int64
+	// OpenedUS is the store's time of the check that opened the hold (µs):
+	// the hold's usage counts then, in that check's minute and month,
+	// whenever it is settled. 0 for a record kept by an earlier version,
+	// which did not save it.
+	OpenedUS int64
 	Estimate int64
 	// Cost is the units the hold finally counts: the settled cost, 0 for
 	// a refunded hold, the estimate for one charged on expiry.

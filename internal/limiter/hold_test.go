@@ -194,11 +194,11 @@ func TestSettleAnswers(t *testing.T) {
 			}
 			a := open("a", false)
 			got, err := settle(a, 2, false, 1)
-			if want := (Settlement{NowUS: epoch + 1, Estimate: 4, Cost: 2, Status: HoldSettled}); err != nil || got != want {
+			if want := (Settlement{NowUS: epoch + 1, OpenedUS: epoch, Estimate: 4, Cost: 2, Status: HoldSettled}); err != nil || got != want {
 				t.Errorf("settle: got %+v, %v; want %+v", got, err, want)
 			}
 			got, err = settle(a, 2, false, 2)
-			if want := (Settlement{NowUS: epoch + 2, Estimate: 4, Cost: 2, Status: HoldSettled, Repeated: true}); err != nil || got != want {
+			if want := (Settlement{NowUS: epoch + 2, OpenedUS: epoch, Estimate: 4, Cost: 2, Status: HoldSettled, Repeated: true}); err != nil || got != want {
 				t.Errorf("repeated settle: got %+v, %v; want %+v", got, err, want)
 			}
 			if _, err := settle(a, 3, false, 3); !errors.Is(err, ErrHoldConflict) {
@@ -212,11 +212,11 @@ func TestSettleAnswers(t *testing.T) {
 				t.Errorf("settle once expired: got %v, want ErrHoldConflict", err)
 			}
 			got, err = settle(b, 0, true, holdTTL)
-			if want := (Settlement{NowUS: epoch + holdTTL, Estimate: 4, Cost: 0, Status: HoldRefunded}); err != nil || got != want {
+			if want := (Settlement{NowUS: epoch + holdTTL, OpenedUS: epoch, Estimate: 4, Cost: 0, Status: HoldRefunded}); err != nil || got != want {
 				t.Errorf("expire: got %+v, %v; want %+v", got, err, want)
 			}
 			got, err = settle(c, 0, true, holdTTL)
-			if want := (Settlement{NowUS: epoch + holdTTL, Estimate: 4, Cost: 4, Status: HoldCharged}); err != nil || got != want {
+			if want := (Settlement{NowUS: epoch + holdTTL, OpenedUS: epoch, Estimate: 4, Cost: 4, Status: HoldCharged}); err != nil || got != want {
 				t.Errorf("expire charged: got %+v, %v; want %+v", got, err, want)
 			}
 			if _, err := settle(a, 2, false, holdTTL+HoldRetentionUS); !errors.Is(err, ErrHoldNotFound) {

@@ -42,6 +42,7 @@ type memoryCredits struct {
 // memoryHold is a hold's record, as the Redis script keeps it in a hash.
 type memoryHold struct {
 	id                            string
+	openedAt                      int64 // µs, the time of the check that opened it
 	estimate, expireAt, keepUntil int64 // µs
 	chargeOnExpiry                bool
 	lease                         string // the lease the check took, released at settlement
@@ -141,7 +142,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		if out.Credits.Unknown && b.Cost > 0 {
 			m = creditMove{units: b.Cost, deferred: DeferredOverage}
 		}
-		s.draw(c, m, now, holdID(b.Hold))
+		s.draw(c, m, now, holdID(b.Hold), 0)
 		out.Credits.Balance -= out.Credits.Drawn
 	}
 	for i, d := range decisions {
@@ -196,6 +197,7 @@ func (s *MemoryStore) openHold(b Batch, decisions []decision, now int64, cr Cred
 		overage:        cr.Overage,
 		id:             b.Hold.ID,
 		estimate:       b.Cost,
+		openedAt:       now,
 		expireAt:       now + b.Hold.TTLUS,
 		keepUntil:      now + b.Hold.TTLUS + HoldRetentionUS,
 		chargeOnExpiry: b.Hold.ChargeOnExpiry,
@@ -235,7 +237,7 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 	if !ok || now >= h.keepUntil {
 		return Settlement{}, ErrHoldNotFound
 	}
-	out := Settlement{NowUS: now, Estimate: h.estimate, Cost: h.cost, Status: h.status}
+	out := Settlement{NowUS: now, OpenedUS: h.openedAt, Estimate: h.estimate, Cost: h.cost, Status: h.status}
 	cost, status, err := settleTarget(h.status, h.estimate, h.cost, h.expireAt, h.chargeOnExpiry, req, now)
 	if err != nil || status == h.status {
 		out.Repeated = err == nil
@@ -259,7 +261,7 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		consumed, present := s.consumed(c)
 		m := settleCredits(terms.LineAt(now), terms.Overdraft, terms.Overage, consumed, present, h.drawn, h.overage, cost-h.estimate)
 		h.drawn, h.overage = h.drawn+m.units, h.overage+m.overage
-		s.draw(c, m, now, h.id)
+		s.draw(c, m, now, h.id, h.openedAt)
 	}
 	if status == HoldSettled && h.lease != "" {
 		s.releaseLocked(h.lease, now)
@@ -279,9 +281,10 @@ func (s *MemoryStore) consumed(c *Credits) (consumed int64, present bool) {
 }
 
 // draw adds m's units to c's counter when it exists and m is not
-// deferred and, when anything moved, logs m at now for the hold holdID.
+// deferred and, when anything moved, logs m at now for the hold holdID
+// (a settlement's entry with openedUS, its hold's opening; else 0).
 // s.mu is held.
-func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string) {
+func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string, openedUS int64) {
 	counter := s.credits[c.Key]
 	if counter != nil && m.deferred == NotDeferred {
 		counter.consumed += m.units
@@ -294,7 +297,7 @@ func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string) {
 		}
 		log.last = nextEntryID(log.last, now)
 		log.log = append(log.log, CreditEntry{ID: log.last, Units: m.units, Overage: m.overage, Unpaid: m.unpaid,
-			Deferred: m.deferred, AtUS: now, HoldID: holdID})
+			Deferred: m.deferred, AtUS: now, OpenedUS: openedUS, HoldID: holdID})
 	}
 }
 

@@ -26,9 +26,10 @@
 --   to take it from TIME (once per batch). hold is 0, or for a check that
 --   opens a hold its time to live (µs) × holdTTL, + holdCharge when it is
 --   charged on expiry; the hold record's key then follows the check's rule keys in
---   KEYS. An admitted hold writes its record (a hash): e estimate, x
---   expiry, r retention end (µs), c charge on expiry, s status, v settled
---   cost, i its ID, n rules, and per rule i that allowed, ki its key and pi its
+--   KEYS. An admitted hold writes its record (a hash): e estimate, t the
+--   check's time (its usage and its credits' moves count then), x expiry,
+--   r retention end (µs), c charge on expiry, s status, v settled cost,
+--   i its ID, n rules, and per rule i that allowed, ki its key and pi its
 --   def's algorithm, flags, a, b, c, the hold's mark in its state
 --   (limiter.holdMark says what a mark is) and, for a fixed window, the
 --   window's end (settle.lua reads them), and l the lease's record key
@@ -689,7 +690,7 @@ while i <= total do
     if hkey then
       local ttl, charge = idiv(hold, holdTTL), 0
       if has(hold, holdCharge) then charge = 1 end
-      local rec = {'e', cost, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', charge, 's', 0, 'v', 0, 'n', nrules, 'i', hid}
+      local rec = {'e', cost, 't', now, 'x', now + ttl, 'r', now + ttl + holdRetention, 'c', charge, 's', 0, 'v', 0, 'n', nrules, 'i', hid}
       if ckey then
         local mode = 0
         if has(opts, optCreditOverage) then mode = 1 end
@@ -816,7 +817,8 @@ while i <= total do
   end
   if jrow and admitted and not dry then
     -- The check's usage (statekey.go): units by minute and row, and
-    -- decisions less units; a hold's units count at its settlement.
+    -- decisions less units; a hold's units count once it is settled (or
+    -- expires), in this check's minute (settle.lua).
     local units = cost
     if hkey then units = 0 end
     if not journal(KEYS[#KEYS], jrow, now, units) then out[head] = admittedUnjournaled end

@@ -99,6 +99,8 @@ func creditEntry(r any) (limiter.CreditEntry, error) {
 			e.Deferred = limiter.Deferred(d)
 		case "t":
 			e.AtUS, err = strconv.ParseInt(value, 10, 64)
+		case "a":
+			e.OpenedUS, err = strconv.ParseInt(value, 10, 64)
 		case "h":
 			e.HoldID = value
 		}

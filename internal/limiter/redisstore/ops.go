@@ -34,8 +34,9 @@ const (
 	opRelease = 4
 )
 
-// opReplyLen is the values ops.lua returns per operation.
-const opReplyLen = 7
+// opReplyLen is the values ops.lua returns per operation (ops.lua
+// declares it with this name; TestOpCodesMatchGo keeps the two equal).
+const opReplyLen = 8
 
 // runOp runs one operation on the record at key and returns its reply:
 // in the batcher's next call when it queues operations, or in a call of

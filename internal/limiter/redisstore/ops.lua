@@ -14,8 +14,8 @@
 --          overage, 0 deny) and its expiries (at µs, units; soonest
 --          first), so n is 4 + 2 × the expiries
 --
--- Returns seven values per operation: a settlement's reply (settle.lua),
--- or a lease's three (lease.lua) and four zeros.
+-- Returns opReplyLen values per operation: a settlement's reply
+-- (settle.lua's eight), or a lease's three (lease.lua) and zeros.
 
 -- check.lua's wire constants and helpers, and release.lua's
 -- release_lease, come before this file (see ops.go).
@@ -25,6 +25,7 @@ local opSettle = 1
 local opExpire = 2
 local opRenew = 3
 local opRelease = 4
+local opReplyLen = 8
 
 local extra = tonumber(ARGV[1])
 local now -- the operation under way's time (µs)
@@ -52,7 +53,7 @@ for k = 1, #KEYS do
   else
     reply = lease(op, KEYS[k])
   end
-  for x = 1, 7 do out[#out + 1] = reply[x] or 0 end
+  for x = 1, opReplyLen do out[#out + 1] = reply[x] or 0 end
   base = base + 4 + n
 end
 return out

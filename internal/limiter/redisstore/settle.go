@@ -80,9 +80,10 @@ func (s *Store) expire(ctx context.Context, key string) (limiter.Settlement, str
 }
 
 // decodeSettlement reads a settlement's reply from ops.lua: code, now,
-// estimate, cost, status, repeated (+ 2 when journaled), the hold's ID.
+// estimate, cost, status, repeated (+ 2 when journaled), the hold's ID,
+// the time of the hold's check.
 func decodeSettlement(values []any) (limiter.Settlement, string, error) {
-	var reply [6]int64
+	var reply [8]int64
 	var id string
 	for i, v := range values {
 		switch v := v.(type) {
@@ -94,7 +95,7 @@ func decodeSettlement(values []any) (limiter.Settlement, string, error) {
 			id = v
 		}
 	}
-	out := limiter.Settlement{NowUS: reply[1], Estimate: reply[2], Cost: reply[3], Status: limiter.HoldStatus(reply[4]),
+	out := limiter.Settlement{NowUS: reply[1], OpenedUS: reply[7], Estimate: reply[2], Cost: reply[3], Status: limiter.HoldStatus(reply[4]),
 		Repeated: reply[5]%2 == 1, Recorded: reply[5] >= 2}
 	switch reply[0] {
 	case settleDone:

@@ -7,11 +7,16 @@
 -- them all), cost the actual cost, expire true to expire a due hold as
 -- its record says (cost is then ignored), terms nil or the credit terms
 -- the settlement carries (key, line, overdraft, mode '1' or '0', exps: a
--- list of at, units); now is ops.lua's, the operation's time. It returns code, now, estimate, cost, status, repeated, ID: code
+-- list of at, units); now is ops.lua's, the operation's time. It returns code, now, estimate, cost, status, repeated, ID,
+-- opened: code
 -- 0 done, 1 no such hold, 2 conflict (settled with another cost, or
 -- expired), 3 not yet due (expire); repeated is 1 for a repeated answer,
--- + journaled (2) for a hold whose check journaled its usage: its final
--- units are journaled (statekey.go) when it is settled or expires, unless
+-- + journaled (2) for a hold whose check journaled its usage; opened is
+-- the time of the hold's check (the record's t; now for a record written
+-- before it kept t). The hold's usage and its credits' moves count at
+-- opened, in the month of the request, however late it is settled: its
+-- final units are journaled (statekey.go) in opened's minute when it is
+-- settled or expires, unless
 -- the entry would take the journal past journalCap (the record then
 -- forgets its journal, and this answer and those that repeat it are not
 -- journaled: the caller counts the units, once per hold by its hash). The
@@ -69,20 +74,21 @@ local function settle(hkey, cost, expire, terms)
   if now >= keep then return {1, now, 0, 0, 0, 0, ''} end
   local journaled = 0
   if rec.j then journaled = 2 end
+  local opened = tonumber(rec.t) or now
 
   -- Where the hold goes (limiter.settleTarget).
   local target, to
   if status == 0 and now >= expires then
-    if not expire then return {2, now, estimate, settled, status, journaled, rec.i} end
+    if not expire then return {2, now, estimate, settled, status, journaled, rec.i, opened} end
     if rec.c == '1' then target, to = estimate, 3 else target, to = 0, 2 end
   elseif status == 0 and expire then
-    return {3, now, estimate, settled, status, journaled, rec.i}
+    return {3, now, estimate, settled, status, journaled, rec.i, opened}
   elseif status == 0 then
     target, to = cost, 1
   elseif expire or (status == 1 and cost == settled) then
-    return {0, now, estimate, settled, status, 1 + journaled, rec.i}
+    return {0, now, estimate, settled, status, 1 + journaled, rec.i, opened}
   else
-    return {2, now, estimate, settled, status, journaled, rec.i}
+    return {2, now, estimate, settled, status, journaled, rec.i, opened}
   end
 
   delta = target - estimate
@@ -210,7 +216,10 @@ local function settle(hkey, cost, expire, terms)
   -- decide. On a missing counter (never made here: the credits drainer
   -- rebuilds it from the ledger) units taken are logged deferred (d 1:
   -- the rest is overage, 2: unpaid) for the drainer to split on the
-  -- ledger's balance. The log records the move for the ledger.
+  -- ledger's balance. The log records the move for the ledger: at now
+  -- (t), the balance's time, and a the hold's opening, when its statement
+  -- counts the move (the draw at the check and the hold's usage count
+  -- then too).
   if rec.ck and delta ~= 0 then
     local line, overdraft, mode, drawn, over = tonumber(rec.cn), tonumber(rec.co), rec.cm, tonumber(rec.cd), tonumber(rec.cv)
     local exps = {}
@@ -247,6 +256,7 @@ local function settle(hkey, cost, expire, terms)
       if unpaid ~= 0 then entry[5], entry[6] = 'n', string.format('%d', unpaid) end
       if deferred ~= 0 then entry[#entry + 1], entry[#entry + 2] = 'd', deferred end
       entry[#entry + 1], entry[#entry + 2] = 't', string.format('%d', now)
+      if rec.t then entry[#entry + 1], entry[#entry + 2] = 'a', rec.t end
       entry[#entry + 1], entry[#entry + 2] = 'h', rec.i
       redis.call('XADD', rec.cl, '*', unpack(entry))
     end
@@ -254,12 +264,13 @@ local function settle(hkey, cost, expire, terms)
 
   redis.call('HSET', hkey, 's', to, 'v', target)
   if rec.j then
-    -- The hold's final units, once per hold (statekey.go): minute, cost,
+    -- The hold's final units, once per hold (statekey.go): minute (its
+    -- check's: the request's month bills them, as it did the draw), cost,
     -- expired, the anonymous caller's address and the check's row (the
     -- hold's usage after its hash).
     local expired = '0'
     if to ~= 1 then expired = '1' end
-    if not journalAppend(rec.j, jentry('s' .. string.sub(rec.uh, 1, 32), journalMinute(now) .. '\0' ..
+    if not journalAppend(rec.j, jentry('s' .. string.sub(rec.uh, 1, 32), journalMinute(opened) .. '\0' ..
       string.format('%d', target) .. '\0' .. expired .. '\0' .. string.sub(rec.uh, 33))) then
       -- The journal is at its cap: the hold's units are the caller's to
       -- count, and stay so for every answer that repeats this one.
@@ -267,6 +278,6 @@ local function settle(hkey, cost, expire, terms)
       journaled = 0
     end
   end
-  return {0, now, estimate, target, to, journaled, rec.i}
+  return {0, now, estimate, target, to, journaled, rec.i, opened}
 end
 

@@ -190,9 +190,10 @@ func TestHoldConstantsMatchGo(t *testing.T) {
 	}
 }
 
-// TestOpCodesMatchGo: ops.lua's op codes are ops.go's.
+// TestOpCodesMatchGo: ops.lua's op codes and reply length are ops.go's.
 func TestOpCodesMatchGo(t *testing.T) {
-	for name, code := range map[string]int{"opSettle": opSettle, "opExpire": opExpire, "opRenew": opRenew, "opRelease": opRelease} {
+	for name, code := range map[string]int{"opSettle": opSettle, "opExpire": opExpire, "opRenew": opRenew, "opRelease": opRelease,
+		"opReplyLen": opReplyLen} {
 		if want := "local " + name + " = " + strconv.Itoa(code); !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(opsLua) {
 			t.Errorf("ops.lua does not declare %q", want)
 		}

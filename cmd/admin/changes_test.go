@@ -400,6 +400,7 @@ var notChanges = map[string]string{
 	"worker":           "applies usage, which is counted, not audited",
 	"healthcheck":      "probes a server",
 	"report":           "reads",
+	"usage set-aside":  "reads",
 	"credits list":     "reads",
 	"credits ledger":   "reads",
 	"invoices push":    "sends pending invoices to Stripe, as serve does; the invoices record their push state",

@@ -147,6 +147,7 @@ func commands() []command {
 		{name: "serve", summary: "run the admin server (TOLLGATE_ADMIN_ADDR): the web console at /, the admin REST API under /api/v1, and the usage worker", help: serveHelp, flags: serveAdmin},
 		{name: "worker", summary: "apply the usage stream and the credits' consumption logs to Postgres, exactly once, until interrupted (also runs inside serve)", help: workerHelp, flags: worker},
 		{name: "healthcheck", summary: "ask the admin server on TOLLGATE_ADMIN_ADDR for /healthz; exit 0 when it answers (for container health checks)", noDatabase: true, flags: healthcheck},
+		{name: "usage set-aside", summary: "list the usage batches the worker set aside, whole or in part, instead of applying them (usage_bad_batches), newest first", help: setAsideHelp, flags: usageSetAside},
 		{name: "report", summary: "print monthly statements (one tenant's or all) as JSON or CSV, or the month's late usage", flags: report},
 		{name: "close", audited: "month.close", summary: "close a month: compute and freeze every tenant's statement (re-running changes nothing)", flags: closeMonth},
 		{name: "plans billing", audited: "plan.billing", summary: "set a plan's dunning grace (default, off or a duration) and its price of a credit unit for self-serve top-ups", help: plansBillingHelp, flags: plansBilling},

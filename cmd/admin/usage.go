@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -185,6 +186,28 @@ func startServeWorker(ctx context.Context, e *invocation, c usageConfig, log *sl
 	})
 	log.Info("usage worker running", "stream", c.Stream, "consumer", c.Consumer)
 	return func() { stopWorker(); release(); stopCredits() }, nil
+}
+
+const setAsideHelp = `
+An entry ID is the stream entry's, or the journal claim's (journal:…);
+followed by /refused when only parts of its batch (the rows named in the
+error) were set aside and the rest was applied. What was set aside is not
+counted anywhere else: the metric tollgate_usage_batches_set_aside_total
+counts these records as the worker makes them.`
+
+func usageSetAside(fs *flag.FlagSet) action {
+	limit := fs.Int("limit", 50, "list at most this many, from 1 to 10000")
+	payload := fs.Bool("payload", false, "include what was set aside, in its wire form (with --json)")
+	return listAction(fs, "set-aside batches", []string{"RECORDED", "ENTRY", "ERROR"},
+		func(ctx context.Context, e *invocation) ([]usage.SetAside, func(usage.SetAside) []string, error) {
+			if *limit < 1 || *limit > 10_000 {
+				return nil, nil, errors.New("--limit must be from 1 to 10000")
+			}
+			list, err := usage.NewReader(e.db, usage.StoreConfig{}).SetAsides(ctx, *limit, *payload)
+			return list, func(b usage.SetAside) []string {
+				return []string{timeCell(&b.RecordedAt), b.EntryID, b.Error}
+			}, err
+		})
 }
 
 func report(fs *flag.FlagSet) action {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -238,6 +239,60 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	})
 	cancel()
 	stop()
+}
+
+// TestUsageSetAsideListsWhatTheWorkerSetAside: a batch holding a row
+// over a row's bound is applied by `admin worker` without that row, and
+// `admin usage set-aside` lists the row's record, newest first, as a
+// table and as JSON with what was set aside.
+func TestUsageSetAsideListsWhatTheWorkerSetAside(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	client, prefix := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
+		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
+	stop := runWorkerCommand(t, ctx, env)
+	minute := time.Now().Unix() / 60 * 60
+	good := metering.Row{Minute: minute, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}}
+	huge := good
+	huge.Reason, huge.Counts = "rate_limited", metering.Counts{Denied: 1_100, DeniedUnits: 1_100_000_000_000}
+	b := metering.Batch{Version: 1, ID: "cli-worker:7", Rows: []metering.Row{good, huge}}
+	testenv.Must(t, metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
+	db, err := postgres.Open(ctx, url)
+	testenv.Must(t, err)
+	defer db.Close()
+	testenv.WaitFor(t, 30*time.Second, "the worker command applying the batch", func() bool {
+		var n int
+		err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n)
+		return err == nil && n == 1
+	})
+	cancel()
+	stop()
+	// An older record, to show the order.
+	ctx = context.Background()
+	testenv.Must(t, usage.NewStore(db, usage.StoreConfig{}).SetAside(ctx, "1-0", []byte("{not json"), errors.New("usage: decode batch: not JSON")))
+	_, err = db.Exec(ctx, `UPDATE usage_bad_batches SET recorded_at = recorded_at - interval '1 hour' WHERE entry_id = '1-0'`)
+	testenv.Must(t, err)
+
+	out, _, err := adminCLI(t, url, "usage", "set-aside")
+	testenv.Must(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RECORDED ") || !strings.Contains(lines[1], "/refused") ||
+		!strings.Contains(lines[1], "rows[1]: counts above") || !strings.Contains(lines[2], "1-0 ") {
+		t.Errorf("admin usage set-aside:\n%s\nwant the refused row, then the older record", out)
+	}
+	out, _, err = adminCLI(t, url, "usage", "set-aside", "--json", "--payload", "--limit", "1")
+	testenv.Must(t, err)
+	var list []usage.SetAside
+	testenv.Must(t, json.Unmarshal([]byte(out), &list))
+	var set metering.Batch
+	if len(list) != 1 || json.Unmarshal([]byte(list[0].Payload), &set) != nil || set.ID != b.ID || len(set.Rows) != 1 || set.Rows[0] != huge {
+		t.Errorf("admin usage set-aside --json --payload --limit 1:\n%s\nwant the refused row of %s", out, b.ID)
+	}
+	if _, _, err := adminCLI(t, url, "usage", "set-aside", "--limit", "0"); err == nil || !strings.Contains(err.Error(), "--limit") {
+		t.Errorf("--limit 0: %v, want an error naming --limit", err)
+	}
 }
 
 // runWorkerCommand runs `admin worker` with env until ctx ends; stop

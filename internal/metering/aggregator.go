@@ -77,6 +77,12 @@ type Aggregator struct {
 	rows    map[rowKey]*Counts
 	ips     map[int64]map[string]*Counts // minute → ip → counts
 	ipCount int
+	// spilled are rows and address rows that a decision would have taken
+	// past a row's bound (maxRowCount): they go out as they are with the
+	// next batch, and their key's row starts again. They count towards
+	// MaxRows and MaxIPs.
+	spilled    []Row
+	spilledIPs []IPRow
 	// crossings are the quota thresholds crossed since the last cut; kept
 	// even when decisions are dropped (they are few and each is an event).
 	crossings []Crossing
@@ -103,10 +109,18 @@ type rowKey struct {
 	tenantID, keyID, tier, resource, reason, deniedBy string
 }
 
+// row returns the row of k with counts c.
+func (k rowKey) row(c Counts) Row {
+	return Row{Minute: k.minute, TenantID: k.tenantID, KeyID: k.keyID, Tier: k.tier, Resource: k.resource,
+		Reason: k.reason, DeniedBy: k.deniedBy, Counts: c}
+}
+
 // Stats are an aggregator's counters since it started.
 type Stats struct {
-	// Recorded decisions; Dropped ones were lost (memory bound reached, or
-	// undelivered at Close); Folded ones lost their resource detail;
+	// Recorded decisions; Dropped ones were lost (memory bound reached,
+	// undelivered at Close, or a cost no row can hold); Folded ones lost
+	// their resource detail (or, past MaxIPs rows of addresses that
+	// passed a row's bound, their address detail);
 	// Journaled ones (of Recorded) the store had journaled already, so
 	// that only their detail was counted here.
 	Recorded, Dropped, Folded, Journaled int64
@@ -159,6 +173,13 @@ func NewAggregator(cfg AggregatorConfig) *Aggregator {
 func (a *Aggregator) ProducerID() string { return a.cfg.ProducerID }
 
 // Record counts one decision. It never blocks on I/O.
+//
+// A row's counts stay within what a batch may carry (2^40 each, some
+// 1,100 checks of the check API's largest cost): a decision that would
+// take a row past it sends the row out as it is with the next batch, an
+// early one, and starts the row again, so that the batch never holds a
+// row the worker must refuse. A decision whose cost alone passes the
+// bound (no check API accepts one) is dropped and counted.
 func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	minute := limiter.FloorDiv(ev.AtUS, 60_000_000) * 60
 	var c Counts
@@ -200,11 +221,10 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 	}
 	a.stats.Recorded++
 	a.held++
-	if cur, ok := a.rows[k]; ok {
+	if cur, ok := a.rows[k]; ok && fits(*cur, c) {
 		cur.Add(c)
-	} else if len(a.rows) < a.cfg.MaxRows {
-		a.rows[k] = &c
-		wake = wake || len(a.rows) == a.cfg.MaxRows/2
+	} else if added := a.add(k, c, a.cfg.MaxRows); added != notAdded {
+		wake = wake || added == spilledRow || (added == madeRow && len(a.rows) == a.cfg.MaxRows/2)
 	} else if !a.fold(k, c) {
 		wake = true
 		a.stats.Dropped++
@@ -289,30 +309,51 @@ func (a *Aggregator) recordSettlement(ev tollgate.UsageEvent, minute int64, reso
 	return true
 }
 
-// fold counts c in a coarser row once MaxRows distinct rows are held
-// (Redis down, or very diverse traffic): first without its resource; past
-// 5/4 of the bound, per tenant and hour without key and resource — billing
-// stays exact, only detail is lost; past 3/2 of the bound it reports
-// false and the decision is dropped (and counted). a.mu is held.
-func (a *Aggregator) fold(k rowKey, c Counts) bool {
-	k.resource = OtherResource
-	if a.addFolded(k, c, a.cfg.MaxRows+a.cfg.MaxRows/4) {
-		return true
+// added says what add did.
+type added uint8
+
+const (
+	notAdded   added = iota
+	addedToRow       // counted in k's row
+	madeRow          // counted in a new row
+	spilledRow       // k's row was full: spilled, and started again from c
+)
+
+// add counts c in k's row and says how. Making a row, or spilling a full
+// one (its counts go out with the next batch as they are, and the row
+// starts again from c), takes a place among the rows held, made only
+// while fewer than bound are; c larger than a row is never added. a.mu is
+// held.
+func (a *Aggregator) add(k rowKey, c Counts, bound int) added {
+	cur, ok := a.rows[k]
+	switch {
+	case ok && fits(*cur, c):
+		cur.Add(c)
+		return addedToRow
+	case !fits(Counts{}, c) || len(a.rows)+len(a.spilled) >= bound:
+		return notAdded
+	case ok:
+		a.spilled = append(a.spilled, k.row(*cur))
+		*cur = c
+		return spilledRow
 	}
-	k.minute = limiter.FloorDiv(k.minute, 3600) * 3600
-	k.keyID = ""
-	return a.addFolded(k, c, a.cfg.MaxRows+a.cfg.MaxRows/2)
+	a.rows[k] = &c
+	return madeRow
 }
 
-// addFolded counts c in k's row, made if fewer than bound rows are held,
-// and reports whether it did. a.mu is held.
-func (a *Aggregator) addFolded(k rowKey, c Counts, bound int) bool {
-	if cur, ok := a.rows[k]; ok {
-		cur.Add(c)
-	} else if len(a.rows) < bound {
-		a.rows[k] = &c
-	} else {
-		return false
+// fold counts c in a coarser row once MaxRows rows are held (Redis down,
+// or very diverse traffic): first without its resource; past 5/4 of the
+// bound, per tenant and hour without key and resource — billing stays
+// exact, only detail is lost; past 3/2 of the bound it reports false and
+// the decision is dropped (and counted). a.mu is held.
+func (a *Aggregator) fold(k rowKey, c Counts) bool {
+	k.resource = OtherResource
+	if a.add(k, c, a.cfg.MaxRows+a.cfg.MaxRows/4) == notAdded {
+		k.minute = limiter.FloorDiv(k.minute, 3600) * 3600
+		k.keyID = ""
+		if a.add(k, c, a.cfg.MaxRows+a.cfg.MaxRows/2) == notAdded {
+			return false
+		}
 	}
 	a.stats.Folded++
 	return true
@@ -326,18 +367,35 @@ func (a *Aggregator) addIP(minute int64, ip string, c Counts) {
 		a.ips[minute] = m
 	}
 	if cur, ok := m[ip]; ok {
-		cur.Add(c)
+		a.addToIP(minute, ip, cur, c)
 		return
 	}
 	if a.ipCount >= a.cfg.MaxIPs {
 		ip = OtherIP
 		if cur, ok := m[ip]; ok {
-			cur.Add(c)
+			a.addToIP(minute, ip, cur, c)
 			return
 		}
 	}
 	m[ip] = &c
 	a.ipCount++
+}
+
+// addToIP counts c in the address row cur of ip and minute; when c would
+// take it past a row's bound, the row is spilled as add spills rows.
+// Past MaxIPs spilled address rows (some 10^16 anonymous units held in
+// memory), c's address detail is not kept; its rows count it. a.mu is
+// held.
+func (a *Aggregator) addToIP(minute int64, ip string, cur *Counts, c Counts) {
+	switch {
+	case fits(*cur, c):
+		cur.Add(c)
+	case len(a.spilledIPs) < a.cfg.MaxIPs && fits(Counts{}, c):
+		a.spilledIPs = append(a.spilledIPs, IPRow{Minute: minute, IP: ip, Counts: *cur})
+		*cur = c
+	default:
+		a.stats.Folded++
+	}
 }
 
 // Start flushes every FlushInterval (and early when many rows are held,
@@ -452,11 +510,13 @@ func (a *Aggregator) Stats() Stats {
 func (a *Aggregator) cut() *Batch {
 	a.mu.Lock()
 	rows, ips, crossings, settlements := a.rows, a.ips, a.crossings, a.settlements
+	spilled, spilledIPs := a.spilled, a.spilledIPs
 	if len(rows) == 0 && len(ips) == 0 && len(crossings) == 0 && len(settlements) == 0 {
 		a.mu.Unlock()
 		return nil
 	}
 	a.crossings, a.settlements = nil, nil
+	a.spilled, a.spilledIPs = nil, nil
 	if len(settlements) > 0 {
 		a.settledHolds = map[string]struct{}{}
 	}
@@ -471,10 +531,12 @@ func (a *Aggregator) cut() *Batch {
 
 	a.seq++
 	b := &Batch{Version: 1, ID: a.cfg.ProducerID + ":" + strconv.FormatUint(a.seq, 10),
-		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows)), Crossings: crossings, Settlements: settlements}
+		CreatedUS: a.cfg.Now().UnixMicro(), Rows: make([]Row, 0, len(rows)+len(spilled)), Crossings: crossings, Settlements: settlements}
+	// A spilled row and its key's row both go out in this batch: the
+	// worker merges rows of the same dimensions before it writes them.
+	b.Rows = append(b.Rows, spilled...)
 	for k, c := range rows {
-		b.Rows = append(b.Rows, Row{Minute: k.minute, TenantID: k.tenantID, KeyID: k.keyID, Tier: k.tier,
-			Resource: k.resource, Reason: k.reason, DeniedBy: k.deniedBy, Counts: *c})
+		b.Rows = append(b.Rows, k.row(*c))
 	}
 	minutes := make([]int64, 0, len(ips))
 	for m := range ips {
@@ -484,19 +546,27 @@ func (a *Aggregator) cut() *Batch {
 	for _, m := range minutes {
 		b.IPs = append(b.IPs, topIPs(m, ips[m], a.cfg.TopIPs)...)
 	}
+	// A spilled address row names its address whatever its rank.
+	b.IPs = append(b.IPs, spilledIPs...)
 	return b
 }
 
 // topIPs returns the n addresses with the most decisions in one minute
-// (ties by address) and one OtherIP row summing the rest.
+// (ties by address) and an OtherIP row summing the rest: more than one
+// when their sum passes a row's bound.
 func topIPs(minute int64, m map[string]*Counts, n int) []IPRow {
 	list := make([]IPRow, 0, len(m))
-	var other Counts
-	hasOther := false
+	var others []IPRow
+	addOther := func(c Counts) {
+		if last := len(others) - 1; last >= 0 && fits(others[last].Counts, c) {
+			others[last].Add(c)
+			return
+		}
+		others = append(others, IPRow{Minute: minute, IP: OtherIP, Counts: c})
+	}
 	for ip, c := range m {
 		if ip == OtherIP {
-			other.Add(*c)
-			hasOther = true
+			addOther(*c)
 			continue
 		}
 		list = append(list, IPRow{Minute: minute, IP: ip, Counts: *c})
@@ -509,14 +579,11 @@ func topIPs(minute int64, m map[string]*Counts, n int) []IPRow {
 	})
 	if len(list) > n {
 		for _, r := range list[n:] {
-			other.Add(r.Counts)
+			addOther(r.Counts)
 		}
-		list, hasOther = list[:n], true
+		list = list[:n]
 	}
-	if hasOther {
-		list = append(list, IPRow{Minute: minute, IP: OtherIP, Counts: other})
-	}
-	return list
+	return append(list, others...)
 }
 
 func registerAggregatorMetrics(reg prometheus.Registerer, a *Aggregator) {
@@ -537,7 +604,7 @@ func registerAggregatorMetrics(reg prometheus.Registerer, a *Aggregator) {
 		}, stat(func(s Stats) int64 { return s.Dropped })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tollgate_usage_folded_total",
-			Help: "Decisions counted without their resource (row bound reached); totals stay exact.",
+			Help: "Decisions counted without their resource, or without their anonymous address (a memory bound reached); totals stay exact.",
 		}, stat(func(s Stats) int64 { return s.Folded })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tollgate_usage_batches_published_total", Help: "Usage batches published.",

@@ -2,6 +2,7 @@ package metering
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -467,5 +468,106 @@ func TestAggregatorLeavesJournaledUnitsToTheJournal(t *testing.T) {
 	}
 	if s := a.Stats(); s.Recorded != 4 || s.Journaled != 3 {
 		t.Errorf("stats %+v, want 4 recorded, 3 of them journaled", s)
+	}
+}
+
+// TestAggregatorSplitsRowsPastTheBound: 1,100 denials of the check API's
+// largest cost (1e9) from one anonymous address in one minute pass what
+// one row may count (2^40 units). The row goes out as it is and starts
+// again, and so do the address's row and the sum of the addresses
+// outside the top list: every published batch decodes (memProducer
+// round-trips it), no count of any row passes the bound, and the totals
+// are exact, a tenant's usage in the same flush too.
+func TestAggregatorSplitsRowsPastTheBound(t *testing.T) {
+	const cost = 1_000_000_000
+	p := &memProducer{}
+	a := NewAggregator(AggregatorConfig{Producer: p, ProducerID: "p1", TopIPs: 1})
+	a.Record(event(t0, tA, kA, "GET /x", true, 5))
+	anonymous := func(ip string, n int) {
+		for range n {
+			a.Record(tollgate.UsageEvent{AtUS: t0, Tier: tollgate.TierAnonymous, IP: ip, Resource: "GET /x", Cost: cost,
+				Reason: tollgate.ReasonRateLimited, Denied: []string{"r"}})
+		}
+	}
+	anonymous("203.0.113.9", 1_100)
+	// Three more addresses below the bound each; the two outside the top
+	// list pass it together.
+	for _, ip := range []string{"203.0.113.10", "203.0.113.11", "203.0.113.12"} {
+		anonymous(ip, 700)
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if s := a.Stats(); s.Recorded != 3_201 || s.Dropped != 0 || s.Folded != 0 {
+		t.Errorf("stats %+v, want 3,201 recorded, nothing dropped or folded", s)
+	}
+	const denied = 1_100 + 3*700
+	want := map[string]Counts{tA + "/" + kA: {Allowed: 1, AllowedUnits: 5}, "/": {Denied: denied, DeniedUnits: denied * cost}}
+	if got := p.totals(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("totals %v, want %v", got, want)
+	}
+	var rows, others int
+	var ips Counts
+	for _, b := range p.batches {
+		for _, r := range b.Rows {
+			rows++
+			if err := validCounts(r.Counts); err != nil {
+				t.Errorf("row %+v: %v", r, err)
+			}
+		}
+		for _, r := range b.IPs {
+			if err := validCounts(r.Counts); err != nil {
+				t.Errorf("address row %+v: %v", r, err)
+			}
+			if r.IP == OtherIP {
+				others++
+			}
+			ips.Add(r.Counts)
+		}
+	}
+	if rows != 4 { // the tenant's; the anonymous 3,200 × 1e9 units in three
+		t.Errorf("%d rows, want 4", rows)
+	}
+	if ips != want["/"] || others != 2 {
+		t.Errorf("address rows sum to %+v in %d rows of %q, want %+v in 2", ips, others, OtherIP, want["/"])
+	}
+}
+
+// TestSplitBatchRefusesBadPartsAlone: a batch's rows, address rows,
+// settlements and crossings that cannot be applied are taken out with
+// their reasons, and the rest keeps the batch's ID; DecodeBatch still
+// refuses such a batch whole.
+func TestSplitBatchRefusesBadPartsAlone(t *testing.T) {
+	minute := int64(1_795_000_020)
+	good := Row{Minute: minute, TenantID: tA, KeyID: kA, Tier: "authenticated", Resource: "GET /", Reason: "ok", Counts: Counts{Allowed: 1}}
+	huge := good
+	huge.TenantID, huge.DeniedUnits = tB, 1<<40+1
+	b := Batch{Version: 1, ID: "p:7", Rows: []Row{good, huge},
+		IPs:       []IPRow{{Minute: minute, IP: "192.0.2.1", Counts: Counts{Denied: 1}}, {Minute: minute + 1, IP: "192.0.2.2"}},
+		Crossings: []Crossing{{TenantID: tA, Units: 100, AtUS: minute * 1_000_000}, {TenantID: "t", Units: 100}}}
+	data, err := b.Encode()
+	testenv.Must(t, err)
+	ok, refused, err := SplitBatch(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok.ID != "p:7" || len(ok.Rows) != 1 || ok.Rows[0] != good || len(ok.IPs) != 1 || len(ok.Crossings) != 1 {
+		t.Errorf("kept %+v, want the good row, address row and crossing", ok)
+	}
+	if refused.BatchID != "p:7" || refused.Parts != 3 || len(refused.Reasons) != 3 ||
+		!strings.HasPrefix(refused.Reasons[0], "rows[1]: counts above") || !strings.HasPrefix(refused.Reasons[1], "ips[1]: minute") ||
+		!strings.HasPrefix(refused.Reasons[2], "crossings[1]:") {
+		t.Errorf("refused %+v %q", refused, refused.Reasons)
+	}
+	var set Batch
+	testenv.Must(t, json.Unmarshal(refused.Payload, &set))
+	if set.ID != "p:7" || len(set.Rows) != 1 || set.Rows[0] != huge || len(set.IPs) != 1 || len(set.Crossings) != 1 {
+		t.Errorf("set aside %+v, want the bad row, address row and crossing", set)
+	}
+	if _, err := DecodeBatch(data); err == nil {
+		t.Error("DecodeBatch accepted the batch")
+	}
+	if b, refused, err := SplitBatch([]byte(`{"v":2,"id":"p:8","rows":[{}]}`)); err == nil || b.ID != "" || refused.BatchID != "p:8" || refused.Parts != 1 {
+		t.Errorf("unknown version: %+v %+v %v, want it refused whole", b, refused, err)
 	}
 }

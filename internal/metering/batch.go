@@ -17,6 +17,7 @@ package metering
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -146,74 +147,210 @@ func (b *Batch) Encode() ([]byte, error) {
 }
 
 // DecodeBatch parses and validates a batch's wire form. A batch that fails
-// here can never be applied.
+// here, whole or in any part, is refused whole; the usage worker reads
+// batches with SplitBatch instead, which refuses the bad parts alone.
 func DecodeBatch(data []byte) (Batch, error) {
-	var b Batch
-	if err := json.Unmarshal(data, &b); err != nil {
-		return Batch{}, fmt.Errorf("usage: decode batch: %w", err)
+	b, refused, err := SplitBatch(data)
+	if err != nil {
+		return Batch{}, err
 	}
-	if err := b.validate(); err != nil {
-		return Batch{}, fmt.Errorf("usage: batch %q: %w", b.ID, err)
+	if refused.Parts > 0 {
+		return Batch{}, fmt.Errorf("usage: batch %q: %w", b.ID, refused.Err())
 	}
 	return b, nil
 }
 
+// SplitBatch parses a batch's wire form and splits it into what can be
+// applied and what never can: each row, address row, settlement or
+// crossing that fails validation is taken out of b and into refused with
+// its reason, so that one bad row cannot hold back the usage of every
+// tenant in its batch. b keeps the batch's ID, and applying it records
+// that ID as any batch does. err is set, b is zero, and refused describes
+// the whole batch when the batch itself is unusable (not JSON, an unknown
+// version, no ID, too many settlements): then nothing of it applies.
+func SplitBatch(data []byte) (b Batch, refused Refused, err error) {
+	if err := json.Unmarshal(data, &b); err != nil {
+		err = fmt.Errorf("usage: decode batch: %w", err)
+		return Batch{}, Refused{Reasons: []string{err.Error()}, Payload: data}, err
+	}
+	if err := b.validateHead(); err != nil {
+		err = fmt.Errorf("usage: batch %q: %w", b.ID, err)
+		return Batch{}, Refused{BatchID: b.ID, Parts: b.Parts(), Reasons: []string{err.Error()}, Payload: data}, err
+	}
+	ok, out := b.split()
+	if out.Parts() == 0 {
+		return b, Refused{}, nil
+	}
+	refused = Refused{BatchID: b.ID, Parts: out.Parts()}
+	for _, reason := range out.reasons {
+		refused.add(reason)
+	}
+	out.batch.Version, out.batch.ID, out.batch.CreatedUS = b.Version, b.ID, b.CreatedUS
+	if refused.Payload, err = json.Marshal(out.batch); err != nil {
+		return Batch{}, Refused{}, fmt.Errorf("usage: batch %q: encode its refused parts: %w", b.ID, err)
+	}
+	return ok, refused, nil
+}
+
+// Parts returns how many rows, address rows, settlements and crossings b
+// holds.
+func (b *Batch) Parts() int {
+	return len(b.Rows) + len(b.IPs) + len(b.Settlements) + len(b.Crossings)
+}
+
+// Refused is what of a batch (or of a claimed usage journal) can never be
+// applied, set aside by the usage worker in usage_bad_batches.
+type Refused struct {
+	// BatchID names the batch ("" when it could not be read).
+	BatchID string
+	// Parts counts the parts refused: rows, address rows, settlements and
+	// crossings, or a journal's entries.
+	Parts int
+	// Reasons says why, naming each part (rows[3], a journal's entry), at
+	// most maxReasons of them; Err adds how many more there were.
+	Reasons []string
+	// Payload holds the refused parts in their wire form: a batch's JSON
+	// (its ID, only those parts), a journal's entries, or the whole
+	// payload when the batch itself was refused.
+	Payload []byte
+}
+
+// maxReasons bounds Refused.Reasons: the first reasons tell what went
+// wrong; thousands of them (a batch of broken rows) would only bloat the
+// record.
+const maxReasons = 20
+
+// add notes one more reason, keeping the first maxReasons.
+func (r *Refused) add(reason string) {
+	if len(r.Reasons) < maxReasons {
+		r.Reasons = append(r.Reasons, reason)
+	}
+}
+
+// Err returns the reasons as one error, nil when nothing was refused.
+func (r Refused) Err() error {
+	if r.Parts == 0 && len(r.Reasons) == 0 {
+		return nil
+	}
+	msg := strings.Join(r.Reasons, "; ")
+	if more := r.Parts - len(r.Reasons); more > 0 && len(r.Reasons) == maxReasons {
+		msg += fmt.Sprintf("; and %d more", more)
+	}
+	return errors.New(msg)
+}
+
+// validate reports the first problem of b, whole or in any part.
 func (b *Batch) validate() error {
+	if err := b.validateHead(); err != nil {
+		return err
+	}
+	if _, out := b.split(); out.Parts() > 0 {
+		return errors.New(out.reasons[0])
+	}
+	return nil
+}
+
+// validateHead checks what belongs to the batch as a whole.
+func (b *Batch) validateHead() error {
 	if b.Version != 1 {
 		return fmt.Errorf("unknown version %d", b.Version)
 	}
 	if b.ID == "" || len(b.ID) > 200 {
 		return fmt.Errorf("batch ID must be 1–200 characters")
 	}
-	for i, r := range b.Rows {
-		if err := validMinute(r.Minute); err != nil {
-			return fmt.Errorf("rows[%d]: %w", i, err)
-		}
-		for name, id := range map[string]string{"tenant": r.TenantID, "key": r.KeyID} {
-			if id != "" && !tollgate.IsUUID(id) {
-				return fmt.Errorf("rows[%d]: %s ID %q is not a UUID", i, name, id)
-			}
-		}
-		if r.Tier == "" || r.Reason == "" || r.Resource == "" {
-			return fmt.Errorf("rows[%d]: tier, reason and resource are required", i)
-		}
-		for name, v := range map[string]string{"tier": r.Tier, "reason": r.Reason, "resource": r.Resource, "denied_by": r.DeniedBy} {
-			if !storableText(v) {
-				return fmt.Errorf("rows[%d]: %s is not valid UTF-8 text without NUL", i, name)
-			}
-		}
-		if err := validCounts(r.Counts); err != nil {
-			return fmt.Errorf("rows[%d]: %w", i, err)
-		}
-	}
 	if len(b.Settlements) > MaxBatchSettlements {
 		return fmt.Errorf("%d settlements, more than %d", len(b.Settlements), MaxBatchSettlements)
 	}
-	for i, st := range b.Settlements {
-		if err := st.validate(); err != nil {
-			return fmt.Errorf("settlements[%d]: %w", i, err)
-		}
-	}
-	for i, c := range b.Crossings {
-		if !tollgate.IsUUID(c.TenantID) || c.Units < 1 {
-			return fmt.Errorf("crossings[%d]: a tenant ID and units ≥ 1 are required", i)
-		}
-		if err := validMinute(c.AtUS / 60_000_000 * 60); err != nil {
-			return fmt.Errorf("crossings[%d]: %w", i, err)
-		}
-	}
-	for i, r := range b.IPs {
-		if err := validMinute(r.Minute); err != nil {
-			return fmt.Errorf("ips[%d]: %w", i, err)
-		}
-		if r.IP == "" || !storableText(r.IP) {
-			return fmt.Errorf("ips[%d]: ip is required, as text without NUL", i)
-		}
-		if err := validCounts(r.Counts); err != nil {
-			return fmt.Errorf("ips[%d]: %w", i, err)
-		}
-	}
 	return nil
+}
+
+// refusedParts collects the parts split takes out of a batch.
+type refusedParts struct {
+	batch   Batch
+	reasons []string
+}
+
+func (r *refusedParts) Parts() int { return r.batch.Parts() }
+
+// split returns b without the parts that fail validation, and those
+// parts with their reasons. b's own slices are left as they were: when
+// nothing is refused, ok shares them.
+func (b *Batch) split() (ok Batch, out refusedParts) {
+	ok = *b
+	if rows, bad := keepValid(b.Rows, "rows", Row.validate, &out.reasons); bad != nil {
+		ok.Rows, out.batch.Rows = rows, bad
+	}
+	if ips, bad := keepValid(b.IPs, "ips", IPRow.validate, &out.reasons); bad != nil {
+		ok.IPs, out.batch.IPs = ips, bad
+	}
+	if sts, bad := keepValid(b.Settlements, "settlements", Settlement.validate, &out.reasons); bad != nil {
+		ok.Settlements, out.batch.Settlements = sts, bad
+	}
+	if cs, bad := keepValid(b.Crossings, "crossings", Crossing.validate, &out.reasons); bad != nil {
+		ok.Crossings, out.batch.Crossings = cs, bad
+	}
+	return ok, out
+}
+
+// keepValid returns the items of list that validate, and, when some do
+// not, those apart (bad not nil), each reason appended to reasons under
+// the item's name (name[i]). When all are valid it returns list itself.
+func keepValid[T any](list []T, name string, validate func(T) error, reasons *[]string) (good, bad []T) {
+	for i, item := range list {
+		err := validate(item)
+		if err == nil {
+			if bad != nil {
+				good = append(good, item)
+			}
+			continue
+		}
+		if bad == nil {
+			good = append(make([]T, 0, len(list)-1), list[:i]...)
+		}
+		bad = append(bad, item)
+		*reasons = append(*reasons, fmt.Sprintf("%s[%d]: %v", name, i, err))
+	}
+	if bad == nil {
+		return list, nil
+	}
+	return good, bad
+}
+
+func (r Row) validate() error {
+	if err := validMinute(r.Minute); err != nil {
+		return err
+	}
+	for name, id := range map[string]string{"tenant": r.TenantID, "key": r.KeyID} {
+		if id != "" && !tollgate.IsUUID(id) {
+			return fmt.Errorf("%s ID %q is not a UUID", name, id)
+		}
+	}
+	if r.Tier == "" || r.Reason == "" || r.Resource == "" {
+		return fmt.Errorf("tier, reason and resource are required")
+	}
+	for name, v := range map[string]string{"tier": r.Tier, "reason": r.Reason, "resource": r.Resource, "denied_by": r.DeniedBy} {
+		if !storableText(v) {
+			return fmt.Errorf("%s is not valid UTF-8 text without NUL", name)
+		}
+	}
+	return validCounts(r.Counts)
+}
+
+func (r IPRow) validate() error {
+	if err := validMinute(r.Minute); err != nil {
+		return err
+	}
+	if r.IP == "" || !storableText(r.IP) {
+		return fmt.Errorf("ip is required, as text without NUL")
+	}
+	return validCounts(r.Counts)
+}
+
+func (c Crossing) validate() error {
+	if !tollgate.IsUUID(c.TenantID) || c.Units < 1 {
+		return fmt.Errorf("a tenant ID and units ≥ 1 are required")
+	}
+	return validMinute(c.AtUS / 60_000_000 * 60)
 }
 
 func (s Settlement) validate() error {
@@ -265,18 +402,28 @@ func validMinute(m int64) error {
 
 // maxRowCount bounds each count of one row: far above any real minute
 // (2^40 ≈ 10^12), and low enough that sums over millions of batches
-// cannot overflow int64.
+// cannot overflow int64. A row that would pass it is never built: the
+// aggregator and the journal's reader start a second row of the same
+// dimensions instead (fits), and the worker merges rows of the same
+// dimensions before it writes them.
 const maxRowCount = 1 << 40
 
 func validCounts(c Counts) error {
 	if c.Allowed < 0 || c.Denied < 0 || c.AllowedUnits < 0 || c.DeniedUnits < 0 || c.ExpiredHolds < 0 {
 		return fmt.Errorf("negative counts")
 	}
-	if c.Allowed > maxRowCount || c.Denied > maxRowCount || c.AllowedUnits > maxRowCount || c.DeniedUnits > maxRowCount ||
-		c.ExpiredHolds > maxRowCount {
+	if !fits(Counts{}, c) {
 		return fmt.Errorf("counts above %d in one row", int64(maxRowCount))
 	}
 	return nil
+}
+
+// fits reports whether adding c to a row's counts r keeps every count
+// within maxRowCount (r within it, c not negative).
+func fits(r, c Counts) bool {
+	return c.Allowed <= maxRowCount-r.Allowed && c.Denied <= maxRowCount-r.Denied &&
+		c.AllowedUnits <= maxRowCount-r.AllowedUnits && c.DeniedUnits <= maxRowCount-r.DeniedUnits &&
+		c.ExpiredHolds <= maxRowCount-r.ExpiredHolds
 }
 
 // joinRules joins rule names for Row.DeniedBy without allocating in the

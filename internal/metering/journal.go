@@ -21,36 +21,65 @@ type JournalRow struct {
 // one come twice).
 func ParseJournal(raw string) (rows map[JournalRow]Counts, holds map[string]string, err error) {
 	rows, holds = map[JournalRow]Counts{}, map[string]string{}
-	for len(raw) > 0 {
-		var f, v string
-		if f, raw, err = journalPart(raw); err == nil {
-			v, raw, err = journalPart(raw)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
+	err = journalEntries(raw, func(f, v string) error {
 		switch {
 		case strings.HasPrefix(f, "s"):
 			if _, ok := holds[f[1:]]; !ok {
 				holds[f[1:]] = v
 			}
 		case strings.HasPrefix(f, "r"):
-			at := strings.LastIndexByte(f, 0)
-			minute, merr := strconv.ParseInt(f[at+1:], 10, 64)
-			units, uerr := strconv.ParseInt(v, 10, 64)
-			if at < 0 || merr != nil || uerr != nil || units < 0 {
-				return nil, nil, fmt.Errorf("usage journal: entry %q = %q is not a row, its minute and units", f, v)
+			k, units, err := journalCheck(f, v)
+			if err != nil {
+				return err
 			}
-			k := JournalRow{Row: f[1:at], Minute: minute}
 			c := rows[k]
 			c.Allowed++
 			c.AllowedUnits += units
 			rows[k] = c
 		default:
-			return nil, nil, fmt.Errorf("usage journal: unknown field %q", f)
+			return fmt.Errorf("usage journal: unknown field %q", f)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return rows, holds, nil
+}
+
+// journalEntries calls fn with each entry of raw, a field and its value,
+// in order, until fn fails. It fails on a part that is not
+// length-prefixed: nothing after it can be read.
+func journalEntries(raw string, fn func(field, value string) error) error {
+	for len(raw) > 0 {
+		f, rest, err := journalPart(raw)
+		if err != nil {
+			return err
+		}
+		v, rest, err := journalPart(rest)
+		if err != nil {
+			return err
+		}
+		if err := fn(f, v); err != nil {
+			return err
+		}
+		raw = rest
+	}
+	return nil
+}
+
+// journalCheck reads a check's entry: its row and minute, and its units.
+func journalCheck(f, v string) (JournalRow, int64, error) {
+	at := strings.LastIndexByte(f, 0)
+	if at < 0 {
+		return JournalRow{}, 0, fmt.Errorf("usage journal: entry %q = %q is not a row, its minute and units", f, v)
+	}
+	minute, merr := strconv.ParseInt(f[at+1:], 10, 64)
+	units, uerr := strconv.ParseInt(v, 10, 64)
+	if merr != nil || uerr != nil || units < 0 {
+		return JournalRow{}, 0, fmt.Errorf("usage journal: entry %q = %q is not a row, its minute and units", f, v)
+	}
+	return JournalRow{Row: f[1:at], Minute: minute}, units, nil
 }
 
 // journalPart reads one length-prefixed part off raw.
@@ -63,22 +92,108 @@ func journalPart(raw string) (part, rest string, err error) {
 	return raw[i+1 : i+1+n], raw[i+1+n:], nil
 }
 
+// appendJournalEntry appends the entry of field f and value v to dst in
+// the journal's own form.
+func appendJournalEntry(dst []byte, f, v string) []byte {
+	dst = strconv.AppendInt(dst, int64(len(f)), 10)
+	dst = append(append(dst, ':'), f...)
+	dst = strconv.AppendInt(dst, int64(len(v)), 10)
+	return append(append(dst, ':'), v...)
+}
+
 // JournalBatch returns the batch with ID id that a claimed usage journal
-// raw holds. Its rows are admitted decisions (reason ok), its settlements
-// one per hold. An entry it cannot read fails the whole batch, which is
-// then set aside as it was.
+// raw holds, as SplitJournal does, but fails when any entry is refused.
 func JournalBatch(id string, createdUS int64, raw string) (Batch, error) {
-	b := Batch{Version: 1, ID: id, CreatedUS: createdUS}
-	rows, holds, err := ParseJournal(raw)
+	b, refused, err := SplitJournal(id, createdUS, raw)
 	if err != nil {
 		return Batch{}, err
 	}
-	for hash, v := range holds {
-		st, err := journalSettlement(hash, v)
-		if err != nil {
-			return Batch{}, err
+	if refused.Parts > 0 {
+		return Batch{}, refused.Err()
+	}
+	return b, nil
+}
+
+// SplitJournal returns the batch with ID id that a claimed usage journal
+// raw holds, and the entries of it that can never be applied. Its rows
+// are admitted decisions (reason ok), a row and minute's entries summed
+// into as few rows as hold them within a row's bound (a journal holds
+// minutes of usage after a Postgres outage, and 1,100 checks of the check
+// API's largest cost pass it), its settlements one per hold. An entry
+// that is no check's or hold's, or whose row or hold a batch may not
+// hold, is refused alone (Refused: those entries in the journal's form,
+// and why), so that it cannot hold back the rest of its tag's usage. err
+// is set only when raw cannot be read (a part that is not
+// length-prefixed), and then nothing of it applies.
+func SplitJournal(id string, createdUS int64, raw string) (b Batch, refused Refused, err error) {
+	b = Batch{Version: 1, ID: id, CreatedUS: createdUS}
+	if err := b.validateHead(); err != nil {
+		err = fmt.Errorf("usage journal: %w", err)
+		return Batch{}, Refused{BatchID: id, Reasons: []string{err.Error()}, Payload: []byte(raw)}, err
+	}
+	// rows holds each row and minute's counts, the last one open; bad,
+	// the reason each row and minute's entries are refused ("" when they
+	// are not).
+	rows := map[JournalRow][]Counts{}
+	bad := map[JournalRow]string{}
+	holds := map[string]bool{}
+	refuse := func(f, v, reason string) {
+		refused.Parts++
+		refused.add(reason)
+		refused.Payload = appendJournalEntry(refused.Payload, f, v)
+	}
+	err = journalEntries(raw, func(f, v string) error {
+		switch {
+		case strings.HasPrefix(f, "s"):
+			if holds[f[1:]] {
+				return nil // a hold counts once: its first entry
+			}
+			holds[f[1:]] = true
+			st, err := journalSettlement(f[1:], v)
+			if err == nil {
+				err = st.validate()
+			}
+			if err != nil {
+				refuse(f, v, fmt.Sprintf("hold %q: %v", f[1:], err))
+				return nil
+			}
+			b.Settlements = append(b.Settlements, st)
+		case strings.HasPrefix(f, "r"):
+			k, units, err := journalCheck(f, v)
+			if err != nil {
+				refuse(f, v, err.Error())
+				return nil
+			}
+			reason, seen := bad[k]
+			if !seen {
+				if r, err := journalRow(k.Minute, k.Row); err != nil {
+					reason = err.Error()
+				} else if err := r.validate(); err != nil {
+					reason = fmt.Sprintf("row %q at %d: %v", k.Row, k.Minute, err)
+				}
+				bad[k] = reason
+			}
+			c := Counts{Allowed: 1, AllowedUnits: units}
+			if reason == "" && !fits(Counts{}, c) {
+				reason = fmt.Sprintf("row %q at %d: %d units in one check, more than a row holds", k.Row, k.Minute, units)
+			}
+			if reason != "" {
+				refuse(f, v, reason)
+				return nil
+			}
+			list := rows[k]
+			if last := len(list) - 1; last >= 0 && fits(list[last], c) {
+				list[last].Add(c)
+			} else {
+				rows[k] = append(list, c)
+			}
+		default:
+			refuse(f, v, fmt.Sprintf("usage journal: unknown field %q", f))
 		}
-		b.Settlements = append(b.Settlements, st)
+		return nil
+	})
+	if err != nil {
+		return Batch{}, Refused{BatchID: id, Reasons: []string{err.Error()}, Payload: []byte(raw)}, err
 	}
 	keys := make([]JournalRow, 0, len(rows))
 	for k := range rows {
@@ -91,15 +206,22 @@ func JournalBatch(id string, createdUS int64, raw string) (Batch, error) {
 		return keys[i].Row < keys[j].Row
 	})
 	for _, k := range keys {
-		r, err := journalRow(k.Minute, k.Row)
-		if err != nil {
-			return Batch{}, err
+		r, _ := journalRow(k.Minute, k.Row) // read above
+		for _, c := range rows[k] {
+			r.Counts = c
+			b.Rows = append(b.Rows, r)
 		}
-		r.Counts = rows[k]
-		b.Rows = append(b.Rows, r)
 	}
 	sort.Slice(b.Settlements, func(i, j int) bool { return b.Settlements[i].HoldHash < b.Settlements[j].HoldHash })
-	return b, b.validate()
+	if len(b.Settlements) > MaxBatchSettlements {
+		// More holds than a batch may carry: refused whole, as before.
+		err := fmt.Errorf("usage journal: %d settlements, more than %d", len(b.Settlements), MaxBatchSettlements)
+		return Batch{}, Refused{BatchID: id, Parts: b.Parts(), Reasons: []string{err.Error()}, Payload: []byte(raw)}, err
+	}
+	if refused.Parts > 0 {
+		refused.BatchID = id
+	}
+	return b, refused, nil
 }
 
 // journalRow returns the row (reason ok, no counts) of minute (seconds)
@@ -113,7 +235,7 @@ func journalRow(minute int64, row string) (Row, error) {
 }
 
 // journalSettlement reads a hold's entry: minute NUL cost NUL expired NUL
-// ip NUL row.
+// ip NUL row. The settlement is not validated.
 func journalSettlement(hash, v string) (Settlement, error) {
 	parts := strings.SplitN(v, "\x00", 5)
 	if len(parts) != 5 {

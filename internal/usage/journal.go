@@ -167,10 +167,11 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 }
 
 // message returns the journal raw of tag, claimed under claim, as a
-// message; one that cannot be read is set aside as it is.
+// message; one that cannot be read is set aside as it is, and entries
+// that cannot be applied are set aside alone (metering.SplitJournal).
 func (j *JournalConsumer) message(tag byte, claim, raw string) Message {
 	m := Message{ID: journalIDPrefix + hex.EncodeToString([]byte{tag}) + ":" + claim}
-	m.Batch, m.Err = metering.JournalBatch(m.ID, j.now().UnixMicro(), raw)
+	m.Batch, m.Refused, m.Err = metering.SplitJournal(m.ID, j.now().UnixMicro(), raw)
 	if m.Err != nil {
 		m.Payload = []byte(raw)
 	}

@@ -2,12 +2,14 @@ package usage
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
@@ -107,7 +109,8 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 // TestJournalBatchRefusesWhatItCannotRead: a journal's entries add up by
 // row and minute, one decision each, and read back as the rows and
 // settlement they hold (a hold's entry once); an entry of another shape
-// fails its batch (set aside whole).
+// fails JournalBatch (the worker's SplitJournal sets it aside alone:
+// TestJournalSetsAsideEntriesAlone).
 func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
 	row, head := statekey.UsageRow(tA, kA, "authenticated", "GET /a"), statekey.UsageEntry(tA, kA, "authenticated", "GET /a")
 	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
@@ -352,5 +355,120 @@ func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
 	}
 	if s := agg.Stats(); s.Journaled != 3 || s.Recorded != 8 {
 		t.Errorf("aggregator: %+v, want 8 decisions of which 3 journaled", s)
+	}
+}
+
+// TestJournalAppliesRowsPastTheBound: 1,100 admitted checks of the
+// largest cost the check API accepts (1e9), journaled by the check script
+// in one minute, sum past what one row may count (2^40 units). The claim
+// holding them, and another tenant's checks on the same hash tag, is
+// applied whole, each unit once: the journal's reader splits the row
+// rather than refuse the claim.
+func TestJournalAppliesRowsPastTheBound(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	store := redisstore.New(r.client)
+	const cost, checks = 1_000_000_000, 1_100
+	window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 2 * checks * cost, PeriodUS: limiter.HourUS}
+	now := at(t, "2026-11-20T10:00") * 1_000_000
+	tag, short := statekey.Compact(kA)
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	check := func(n int, tenant, apiKey string, cost int64) {
+		out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: cost,
+			NowUS: now + int64(n), Usage: statekey.UsageEntry(tenant, apiKey, "authenticated", "GET /a")})
+		if err != nil || !out.Admitted || !out.Recorded {
+			t.Fatalf("check %d: %+v %v", n, out, err)
+		}
+	}
+	for n := range checks {
+		check(n, tA, kA, cost)
+	}
+	for n := range 3 {
+		check(checks+n, tB, kB, 5)
+	}
+	want := map[string]metering.Counts{tA + "/" + kA: {Allowed: checks, AllowedUnits: checks * cost},
+		tB + "/" + kB: {Allowed: 3, AllowedUnits: 15}}
+
+	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journal applied", func() (bool, string) {
+		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result()
+		got := sums(t, r.db, "usage_minute")
+		return err == nil && n == 0 && fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("journals left %d, totals %v", n, got)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	if got := sums(t, r.db, "usage_month"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("month totals %v, want %v", got, want)
+	}
+	if s := w.Stats(); s.Journals != 1 || s.SetAside != 0 {
+		t.Errorf("stats %+v, want one journal applied, nothing set aside", s)
+	}
+	if n := setAsides(t, r.db); n != 0 {
+		t.Errorf("%d set aside, want none", n)
+	}
+}
+
+// TestJournalSetsAsideEntriesAlone: a claimed journal's entries that
+// cannot be applied (a row whose tenant is not a UUID, a field of no
+// known kind) are set aside alone, in the journal's form, and the rest of
+// the claim is applied; a journal that cannot be read at all is set
+// aside whole, with the separators Postgres text cannot hold escaped, and
+// blocks nothing.
+func TestJournalSetsAsideEntriesAlone(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t)
+	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
+	check := func(tenant, apiKey string, units string) string {
+		return statekey.UsageEntry(tenant, apiKey, "authenticated", "GET /a") + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+	}
+	good, unreadable := statekey.Tags()[10], statekey.Tags()[11]
+	badRow := check("tenant-b", kB, "7")
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, good),
+		check(tA, kA, "3")+badRow+entry("x", "1")+check(tA, kA, "2")).Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, unreadable), check(tB, kB, "1")+"12:short").Err())
+
+	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
+		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, good), statekey.ClaimedJournalKey(prefix, good),
+			statekey.JournalKey(prefix, unreadable), statekey.ClaimedJournalKey(prefix, unreadable)).Result()
+		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 2, AllowedUnits: 5}) {
+		t.Errorf("totals %v, want %s/%s's two checks alone", got, tA, kA)
+	}
+	rows, err := r.db.Query(ctx, `SELECT entry_id, payload, error FROM usage_bad_batches ORDER BY entry_id`)
+	testenv.Must(t, err)
+	type setAside struct{ entryID, payload, reason string }
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (setAside, error) {
+		var s setAside
+		return s, row.Scan(&s.entryID, &s.payload, &s.reason)
+	})
+	testenv.Must(t, err)
+	escaped := func(s string) string { return strings.ReplaceAll(s, "\x00", `\x00`) }
+	if len(list) != 2 {
+		t.Fatalf("set aside %+v, want the good tag's bad entries and the unreadable journal", list)
+	}
+	parts, whole := list[0], list[1]
+	if !strings.HasPrefix(parts.entryID, "journal:"+hex.EncodeToString([]byte{good})+":") || !strings.HasSuffix(parts.entryID, "/refused") ||
+		parts.payload != escaped(badRow+entry("x", "1")) ||
+		!strings.Contains(parts.reason, `tenant ID "tenant-b" is not a UUID`) || !strings.Contains(parts.reason, `unknown field "x"`) {
+		t.Errorf("entries set aside %+v, want the bad row's and the unknown field's", parts)
+	}
+	if !strings.HasPrefix(whole.entryID, "journal:"+hex.EncodeToString([]byte{unreadable})+":") || strings.HasSuffix(whole.entryID, "/refused") ||
+		whole.payload != escaped(check(tB, kB, "1")+"12:short") || !strings.Contains(whole.reason, "no length-prefixed part") {
+		t.Errorf("journal set aside %+v, want the unreadable one whole", whole)
+	}
+	if s := w.Stats(); s.PartlySetAside != 1 || s.SetAside != 1 || s.Journals != 1 {
+		t.Errorf("stats %+v, want one journal applied with parts set aside, one set aside whole", s)
 	}
 }

@@ -410,3 +410,37 @@ func (s *Reader) TopIPs(ctx context.Context, r Range, limit int) (TopIPs, error)
 	}
 	return out, nil
 }
+
+// SetAside is a batch, or parts of one, that the usage worker set aside
+// (Store.SetAside).
+type SetAside struct {
+	// EntryID is the stream entry's ID, or the journal claim's; followed
+	// by "/refused" when only parts of its batch were set aside, the rest
+	// applied.
+	EntryID string `json:"entry_id"`
+	// Error says why, naming the parts.
+	Error      string    `json:"error"`
+	RecordedAt time.Time `json:"recorded_at"`
+	// Payload is what was set aside, in its wire form (a batch's JSON, a
+	// journal's entries).
+	Payload string `json:"payload,omitempty"`
+}
+
+// SetAsides returns the batches the usage worker set aside, newest first,
+// at most limit; with their payloads only when withPayload.
+func (r *Reader) SetAsides(ctx context.Context, limit int, withPayload bool) ([]SetAside, error) {
+	rows, err := r.db.Query(ctx, `SELECT entry_id, error, recorded_at, CASE WHEN $2 THEN payload ELSE '' END
+		FROM usage_bad_batches ORDER BY recorded_at DESC, entry_id LIMIT $1`, limit, withPayload)
+	if err != nil {
+		return nil, fmt.Errorf("usage: set-aside batches: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SetAside, error) {
+		var b SetAside
+		err := row.Scan(&b.EntryID, &b.Error, &b.RecordedAt, &b.Payload)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage: set-aside batches: %w", err)
+	}
+	return list, nil
+}

@@ -754,15 +754,25 @@ func (s *Store) purgeInChunks(ctx context.Context, table, id string, cutoff time
 	}
 }
 
-// SetAside records a stream entry that is not a valid batch, so that it
-// stops blocking the stream and can be inspected.
+// SetAside records a stream entry or journal claim that is not a valid
+// batch, or the parts of one that can never be applied, under entryID,
+// so that it stops blocking the stream and can be inspected (SetAsides).
+// Recording the same entryID again changes nothing. The payload is kept
+// as text: invalid UTF-8 becomes "?" and a NUL character (a journal's
+// separator) "\x00", which Postgres text cannot hold.
 func (s *Store) SetAside(ctx context.Context, entryID string, payload []byte, reason error) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO usage_bad_batches (entry_id, payload, error) VALUES ($1, $2, $3)
-		ON CONFLICT (entry_id) DO NOTHING`, entryID, strings.ToValidUTF8(string(payload), "?"), reason.Error())
+		ON CONFLICT (entry_id) DO NOTHING`, storable(entryID), storable(string(payload)), storable(reason.Error()))
 	if err != nil {
 		return fmt.Errorf("usage: set aside bad batch: %w", err)
 	}
 	return nil
+}
+
+// storable returns s as text Postgres can store: invalid UTF-8 as "?",
+// NUL as "\x00".
+func storable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", `\x00`)
 }
 
 // StoreProducer applies batches straight to Postgres: the producer of

@@ -40,6 +40,11 @@ type Message struct {
 	// Err is set when the payload is not a valid batch: it can never be
 	// applied, and is set aside (usage_bad_batches) and acknowledged.
 	Err error
+	// Refused, when its Parts are not 0, is what of a valid batch can
+	// never be applied (a row validation refuses): Batch is the rest,
+	// applied under the batch's ID, and the worker sets Refused aside
+	// alone (metering.SplitBatch, metering.SplitJournal).
+	Refused metering.Refused
 }
 
 // RedisConsumerConfig configures a RedisConsumer.
@@ -174,7 +179,7 @@ func (c *RedisConsumer) messages(ctx context.Context, entries []redis.XMessage) 
 		}
 		payload, _ := e.Values[metering.StreamFieldBatch].(string)
 		m := Message{ID: e.ID, Payload: []byte(payload)}
-		m.Batch, m.Err = metering.DecodeBatch(m.Payload)
+		m.Batch, m.Refused, m.Err = metering.SplitBatch(m.Payload)
 		out = append(out, m)
 	}
 	if len(gone) > 0 {

@@ -50,6 +50,9 @@ type Worker struct {
 	AfterApply func(m Message) error
 
 	applied, duplicates, late, setAside, failures atomic.Int64
+	// partlySetAside counts the batches applied without parts that were
+	// set aside (Message.Refused).
+	partlySetAside atomic.Int64
 	// journals counts the applied batches that were usage journals.
 	journals atomic.Int64
 
@@ -76,15 +79,17 @@ var faultAfterApply func(m Message) error
 // WorkerStats are a worker's counters since it started.
 type WorkerStats struct {
 	// Applied batches; Duplicates were applied before and skipped;
-	// SetAside could not be decoded; LateRows fell in closed months;
+	// SetAside were set aside whole (not a batch, or refused by
+	// Postgres); PartlySetAside of the applied batches had parts set
+	// aside (rows validation refused); LateRows fell in closed months;
 	// Journals of the applied batches were usage journals.
-	Applied, Duplicates, SetAside, LateRows, Errors, Journals int64
+	Applied, Duplicates, SetAside, PartlySetAside, LateRows, Errors, Journals int64
 }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
 	return WorkerStats{Applied: w.applied.Load(), Duplicates: w.duplicates.Load(), SetAside: w.setAside.Load(),
-		LateRows: w.late.Load(), Errors: w.failures.Load(), Journals: w.journals.Load()}
+		PartlySetAside: w.partlySetAside.Load(), LateRows: w.late.Load(), Errors: w.failures.Load(), Journals: w.journals.Load()}
 }
 
 // Register adds the worker's metrics to reg, with the dependency metrics
@@ -100,7 +105,9 @@ func (w *Worker) Register(reg prometheus.Registerer) {
 	reg.MustRegister(
 		c("tollgate_usage_batches_applied_total", "Usage batches applied to Postgres.", &w.applied),
 		c("tollgate_usage_batches_duplicate_total", "Usage batches delivered again after being applied (skipped).", &w.duplicates),
-		c("tollgate_usage_batches_set_aside_total", "Stream entries that were not valid batches (see usage_bad_batches).", &w.setAside),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_usage_batches_set_aside_total",
+			Help: "Usage batches (stream entries and journal claims) set aside whole, or applied without parts that were set aside: usage that was not counted (see usage_bad_batches, admin usage set-aside)."},
+			func() float64 { return float64(w.setAside.Load() + w.partlySetAside.Load()) }),
 		c("tollgate_usage_late_rows_total", "Usage rows that arrived after their month was closed (see usage_late).", &w.late),
 		c("tollgate_usage_worker_errors_total", "Failed attempts to fetch, apply or acknowledge (retried).", &w.failures),
 		c("tollgate_usage_journals_applied_total", "Usage journals (the checks' usage the limiter store recorded) applied to Postgres (of tollgate_usage_batches_applied_total).", &w.journals),
@@ -161,10 +168,7 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 // Postgres is down, batches stay unacknowledged in the stream and are
 // applied, exactly once, when it is back.
 func (w *Worker) Run(ctx context.Context) error {
-	log := w.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := w.logger()
 	count := w.FetchCount
 	if count <= 0 {
 		count = 64
@@ -259,36 +263,54 @@ func (e stopError) Error() string { return e.err.Error() }
 // process applies the fetched messages in one transaction, then
 // acknowledges them. On error nothing is acknowledged and the caller
 // retries them all: the batches already applied are skipped as
-// duplicates.
+// duplicates. A message that is not a batch is set aside whole; the parts
+// of a batch that can never be applied (Message.Refused) are set aside
+// alone, under the entry's ID and refusedSuffix, before the rest is
+// applied: both records are idempotent, as the batch's ID is.
 func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Message) error) error {
 	var batches []metering.Batch
-	for _, m := range msgs {
+	var from []int // the index in msgs of each of batches
+	for i, m := range msgs {
 		if m.Err != nil {
 			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
 				return err
 			}
 			continue
 		}
-		batches = append(batches, m.Batch)
+		if m.Refused.Parts > 0 {
+			if err := w.Store.SetAside(ctx, m.ID+refusedSuffix, m.Refused.Payload, m.Refused.Err()); err != nil {
+				return err
+			}
+		}
+		batches, from = append(batches, m.Batch), append(from, i)
 	}
 	results, err := w.Store.ApplyAll(ctx, batches)
 	if postgres.IsDataException(err) {
 		// Postgres refuses the data of some batch: apply the batches one
 		// at a time and set aside the refused ones, so that one bad batch
 		// cannot stop everyone's usage.
-		results, err = w.applyEach(ctx, msgs)
+		results, err = w.applyEach(ctx, msgs, batches, from)
 	}
 	if err != nil {
 		return err
 	}
-	for i, res := range results {
-		if res.Duplicate {
+	log := w.logger()
+	for j, res := range results {
+		m := &msgs[from[j]]
+		switch {
+		case m.Err != nil: // set aside by applyEach, logged below
+		case res.Duplicate:
 			w.duplicates.Add(1)
-		} else {
+		default:
 			w.applied.Add(1)
 			w.late.Add(int64(res.LateRows))
-			if i < len(batches) && strings.HasPrefix(batches[i].ID, journalIDPrefix) {
+			if strings.HasPrefix(m.ID, journalIDPrefix) {
 				w.journals.Add(1)
+			}
+			if m.Refused.Parts > 0 {
+				w.partlySetAside.Add(1)
+				log.Error("usage: parts of a batch set aside; the rest applied", "entry", m.ID, "set_aside_as", m.ID+refusedSuffix,
+					"batch", m.Batch.ID, "rows", m.Refused.Parts, "applied_rows", m.Batch.Parts(), "reason", m.Refused.Err())
 			}
 		}
 	}
@@ -296,6 +318,11 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 	for i, m := range msgs {
 		if m.Err != nil {
 			w.setAside.Add(1)
+			id, rows := m.Refused.BatchID, m.Refused.Parts
+			if m.Batch.ID != "" { // refused by Postgres
+				id, rows = m.Batch.ID, m.Batch.Parts()
+			}
+			log.Error("usage: batch set aside; none of it applied", "entry", m.ID, "batch", id, "rows", rows, "reason", m.Err)
 		}
 		if afterApply != nil {
 			if err := afterApply(m); err != nil {
@@ -312,16 +339,19 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 	return nil
 }
 
-// applyEach applies the decodable messages' batches one by one, setting
-// aside (and marking with Err) those whose data Postgres refuses.
-func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, error) {
-	var results []ApplyResult
-	for i := range msgs {
-		m := &msgs[i]
-		if m.Err != nil {
-			continue
-		}
-		res, err := w.Store.ApplyAll(ctx, []metering.Batch{m.Batch})
+// refusedSuffix follows a message's ID in usage_bad_batches when only
+// parts of its batch were set aside (Message.Refused).
+const refusedSuffix = "/refused"
+
+// applyEach applies batches (of msgs, at the indexes from) one by one,
+// setting aside (and marking with Err) the messages whose data Postgres
+// refuses. Its results are those of batches, in order; a set-aside
+// batch's is zero.
+func (w *Worker) applyEach(ctx context.Context, msgs []Message, batches []metering.Batch, from []int) ([]ApplyResult, error) {
+	results := make([]ApplyResult, len(batches))
+	for j, b := range batches {
+		m := &msgs[from[j]]
+		res, err := w.Store.ApplyAll(ctx, []metering.Batch{b})
 		switch {
 		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
@@ -331,8 +361,16 @@ func (w *Worker) applyEach(ctx context.Context, msgs []Message) ([]ApplyResult, 
 		case err != nil:
 			return nil, err
 		default:
-			results = append(results, res...)
+			results[j] = res[0]
 		}
 	}
 	return results, nil
+}
+
+// logger returns w.Log, or a logger that discards.
+func (w *Worker) logger() *slog.Logger {
+	if w.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return w.Log
 }

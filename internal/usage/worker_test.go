@@ -2,8 +2,11 @@ package usage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -260,5 +264,118 @@ func TestWorkerLagMetrics(t *testing.T) {
 	}
 	if age, _ := gauge("tollgate_usage_backlog_age_seconds"); age != 0 {
 		t.Errorf("after the worker: age %v, want 0", age)
+	}
+}
+
+// TestWorkerAppliesUsagePastARowsBound: in one flush, an api process's
+// aggregator counts a tenant's check and 1,100 denials of the largest
+// cost the check API accepts (1e9) from one anonymous caller: more units
+// than one row may count (2^40). Every unit reaches Postgres once, the
+// tenant's too, and nothing is set aside.
+func TestWorkerAppliesUsagePastARowsBound(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	const cost, denials = 1_000_000_000, 1_100
+	atUS := at(t, "2026-11-20T10:00") * 1_000_000
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream), ProducerID: "p"})
+	agg.Record(tollgate.UsageEvent{AtUS: atUS, TenantID: tA, KeyID: kA, Tier: tollgate.TierAuthenticated, Resource: "GET /a",
+		Cost: 5, Allowed: true, Reason: tollgate.ReasonOK})
+	for range denials {
+		agg.Record(tollgate.UsageEvent{AtUS: atUS + 1, Tier: tollgate.TierAnonymous, IP: "203.0.113.9", Resource: "GET /a",
+			Cost: cost, Reason: tollgate.ReasonRateLimited, Denied: []string{"hourly"}})
+	}
+	testenv.Must(t, agg.Flush(ctx))
+	w := r.worker("w", time.Hour)
+	r.runWorkers(t, w)
+	want := map[string]metering.Counts{tA + "/" + kA: {Allowed: 1, AllowedUnits: 5},
+		NilUUID + "/" + NilUUID: {Denied: denials, DeniedUnits: denials * cost}}
+	for _, table := range []string{"usage_minute", "usage_month"} {
+		if got := sums(t, r.db, table); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: %v, want %v", table, got, want)
+		}
+	}
+	var ip metering.Counts
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT sum(denied), sum(denied_units) FROM usage_anon_ip_minute WHERE ip = '203.0.113.9'`).
+		Scan(&ip.Denied, &ip.DeniedUnits))
+	if ip != want[NilUUID+"/"+NilUUID] {
+		t.Errorf("the address's usage %+v, want %+v", ip, want[NilUUID+"/"+NilUUID])
+	}
+	if s := w.Stats(); s.SetAside != 0 || s.Applied < 1 {
+		t.Errorf("stats %+v, want batches applied and none set aside", s)
+	}
+	if n := setAsides(t, r.db); n != 0 {
+		t.Errorf("%d batches set aside, want none", n)
+	}
+}
+
+// setAsides counts the records of usage_bad_batches.
+func setAsides(t *testing.T, db *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	testenv.Must(t, db.QueryRow(context.Background(), `SELECT count(*) FROM usage_bad_batches`).Scan(&n))
+	return n
+}
+
+// TestWorkerSetsAsideBadRowsAlone: a batch holding a row over a row's
+// bound (from an api process older than the bound's split) and a row
+// whose tenant is not a UUID is applied without them, under its ID: the
+// two rows alone are set aside, with their reasons, under the entry's
+// ID and /refused; the worker logs that at error level and counts it in
+// tollgate_usage_batches_set_aside_total. The batches around it apply.
+func TestWorkerSetsAsideBadRowsAlone(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	p := metering.NewRedisProducer(r.client, r.stream)
+	minute := at(t, "2026-11-20T10:00")
+	good := row(minute, tA, kA, "GET /a", metering.Counts{Allowed: 2, AllowedUnits: 4})
+	huge := row(minute, tB, kB, "GET /a", metering.Counts{Denied: 1_100, DeniedUnits: 1_100_000_000_000})
+	notUUID := row(minute, "tenant-b", kB, "GET /a", metering.Counts{Allowed: 1})
+	testenv.Must(t, p.Publish(ctx, metering.Batch{Version: 1, ID: "old:1", Rows: []metering.Row{good, huge, notUUID}}))
+	want := publishBatches(t, p, 2)
+	want.Add(good.Counts)
+
+	var logs testenv.LogBuffer
+	w := r.worker("w", time.Hour)
+	w.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	reg := prometheus.NewRegistry()
+	w.Register(reg)
+	r.runWorkers(t, w)
+
+	if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != want {
+		t.Errorf("month totals %v, want %s/%s's %+v alone", got, tA, kA, want)
+	}
+	var rowCount int
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT row_count FROM usage_batches WHERE batch_id = 'old:1'`).Scan(&rowCount))
+	if rowCount != 1 {
+		t.Errorf("batch old:1 recorded with %d rows, want the good one", rowCount)
+	}
+	var entryID, payload, reason string
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT entry_id, payload, error FROM usage_bad_batches`).Scan(&entryID, &payload, &reason))
+	var set metering.Batch
+	testenv.Must(t, json.Unmarshal([]byte(payload), &set))
+	if !strings.HasSuffix(entryID, "/refused") || set.ID != "old:1" || len(set.Rows) != 2 || set.Rows[0] != huge || set.Rows[1] != notUUID {
+		t.Errorf("set aside %s: %+v, want batch old:1's two bad rows", entryID, set)
+	}
+	if !strings.Contains(reason, "rows[1]: counts above 1099511627776") || !strings.Contains(reason, `rows[2]: tenant ID "tenant-b"`) {
+		t.Errorf("reason %q, want both rows named", reason)
+	}
+	if s := w.Stats(); s.Applied != 3 || s.PartlySetAside != 1 || s.SetAside != 0 {
+		t.Errorf("stats %+v, want 3 applied, 1 of them partly set aside", s)
+	}
+	if v, _, _ := testenv.Metric(t, reg, "tollgate_usage_batches_set_aside_total"); v != 1 {
+		t.Errorf("tollgate_usage_batches_set_aside_total = %v, want 1", v)
+	}
+	type logLine struct {
+		Level, Msg, Entry, Batch string
+		Rows                     int
+	}
+	var line logLine
+	for l := range strings.Lines(logs.String()) {
+		if line = (logLine{}); json.Unmarshal([]byte(l), &line) == nil && line.Level == "ERROR" {
+			break
+		}
+	}
+	if line.Level != "ERROR" || line.Entry != strings.TrimSuffix(entryID, "/refused") || line.Batch != "old:1" || line.Rows != 2 {
+		t.Errorf("logged %+v, want an error naming the entry, batch old:1 and its 2 rows set aside\n%s", line, logs.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -60,6 +61,14 @@ type CloseResult struct {
 	TotalMinor map[string]int64 `json:"total_minor"`
 	// Late sums usage that arrived after the close.
 	Late metering.Counts `json:"late_usage"`
+	// LateCredits sums what the credits drainer recorded for the month
+	// after the close (credit_late).
+	LateCredits credits.Late `json:"late_credits"`
+	// CreditsBehind lists the IDs of the tenants whose credits drainer
+	// had not recorded their draws up to the month's end when it was
+	// closed (their statements say credits_behind): what it records later
+	// for the month is late credits.
+	CreditsBehind []string `json:"credits_behind"`
 	// Invoices says how pushing the month's invoices went, with
 	// invoicing on: invoices that failed stay pending and are retried.
 	Invoices *PushReport `json:"invoices,omitempty"`
@@ -80,7 +89,12 @@ var errClosed = errors.New("billing: month already closed")
 //
 // Usage still in flight (buffered in API processes or the stream) when
 // the month is closed is counted when it arrives and listed as late
-// usage; close a month once the worker has caught up.
+// usage; close a month once the worker has caught up. Prepaid credits
+// alike: the close waits for the credits drainer's transactions in
+// flight and keeps new ones out until it commits; a tenant whose ledger
+// had not been drained past the month's end is named in CreditsBehind
+// (and its statement says so), and what the drainer records for the
+// month later is listed as late credits.
 func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, progress Progress) (CloseResult, error) {
 	now := o.now()
 	res := CloseResult{Month: m.String(), TotalMinor: map[string]int64{}}
@@ -121,6 +135,23 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 		sts, err := statementsOf(ctx, tx, list, m, b, progress)
 		if err != nil {
 			return audit.Change{}, err
+		}
+		// The close lock keeps drains out (credits.Drainer takes it shared):
+		// a ledger whose drainer has not passed the month's end is named,
+		// and what it records later for the month is late.
+		behind, err := credits.Behind(ctx, tx, m.End())
+		if err != nil {
+			return audit.Change{}, err
+		}
+		isBehind := map[string]bool{}
+		for _, id := range behind {
+			isBehind[id] = true
+		}
+		for i := range sts {
+			if isBehind[sts[i].TenantID] && sts[i].Credits != nil {
+				sts[i].CreditsBehind = true
+				res.CreditsBehind = append(res.CreditsBehind, sts[i].TenantID)
+			}
 		}
 		for _, st := range sts {
 			st.Status, st.ClosedAt = "closed", &res.ClosedAt
@@ -170,6 +201,14 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 		if err != nil {
 			return res, fmt.Errorf("usage: close: %w", err)
 		}
+		rows, err = o.db.Query(ctx, `SELECT tenant_id::text FROM statements
+			WHERE month = $1 AND coalesce((body->>'credits_behind')::boolean, false) ORDER BY body->>'tenant_name'`, m.Start())
+		if res.CreditsBehind, err = postgres.Collect(rows, err, func(r pgx.Row) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		}, "usage: close: credits behind"); err != nil {
+			return res, err
+		}
 	}
 	if o.invoicing.Enabled() {
 		// A push that fails leaves its invoices pending (retried with
@@ -186,6 +225,16 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 	}
 	for _, c := range late {
 		res.Late.Add(c)
+	}
+	lateCredits, err := credits.LateByTenant(ctx, o.db, m.Start(), "")
+	if err != nil {
+		return res, err
+	}
+	for _, c := range lateCredits {
+		res.LateCredits.Add(c)
+	}
+	if res.CreditsBehind == nil {
+		res.CreditsBehind = []string{}
 	}
 	return res, nil
 }

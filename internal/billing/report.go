@@ -205,8 +205,8 @@ func statementsOf(ctx context.Context, tx pgx.Tx, list []tenants.Tenant, m usage
 }
 
 // frozen reads the stored statements of closed month m (one tenant's, or
-// all when tenantID is ""), with late usage summed in Late, in one
-// snapshot.
+// all when tenantID is ""), with late usage summed in Late and late
+// credits in LateCredits, in one snapshot.
 func (s *Store) frozen(ctx context.Context, m usage.Month, tenantID string) ([]Statement, error) {
 	var list []Statement
 	err := postgres.ReadTx(ctx, s.db, func(tx pgx.Tx) error {
@@ -229,9 +229,16 @@ func (s *Store) frozen(ctx context.Context, m usage.Month, tenantID string) ([]S
 		if err != nil {
 			return err
 		}
+		lateCredits, err := credits.LateByTenant(ctx, tx, m.Start(), tenantID)
+		if err != nil {
+			return err
+		}
 		for i := range list {
 			if c, ok := late[list[i].TenantID]; ok {
 				list[i].Late = &c
+			}
+			if c, ok := lateCredits[list[i].TenantID]; ok {
+				list[i].LateCredits = &c
 			}
 		}
 		return attachInvoices(ctx, tx, m, list)

@@ -66,6 +66,17 @@ type Statement struct {
 	// plan spans' overage (PlanCharges.CreditOverageUnits), unpaid units
 	// never.
 	Credits *credits.Month `json:"credits,omitempty"`
+	// CreditsBehind, on a closed statement, says that when the month was
+	// closed the credits drainer had not yet recorded the tenant's draws
+	// up to the month's end (a drainer behind, Redis or a region cut
+	// off): what it records later for the month is in LateCredits, not in
+	// Credits or the total.
+	CreditsBehind bool `json:"credits_behind,omitempty"`
+	// LateCredits sums what the credits drainer recorded for the month
+	// after it was closed (draws, overage, unpaid and expired units): not
+	// part of Credits or the total, as Late is not. Filled when a closed
+	// statement is read.
+	LateCredits *credits.Late `json:"late_credits,omitempty"`
 	// Invoice is the closed statement's invoice at the payment provider,
 	// for a tenant with a billing account at the close; nil otherwise.
 	// Filled when a closed statement is read.

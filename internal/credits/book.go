@@ -20,6 +20,9 @@ type book struct {
 	// opening of a hold whose settlement they record (statements count a
 	// hold's units in its request's month).
 	dated time.Time
+	// late lists what is recorded for closed months (the drainer's; nil
+	// elsewhere).
+	late *lateLog
 }
 
 func (s *Store) openBook(ctx context.Context, tenantID string) (*book, error) {
@@ -121,23 +124,59 @@ func (b *book) take(ctx context.Context, kind string, units int64, onLine bool, 
 // and book the draws as debt past the overdraft.
 const refundMargin = 5 * time.Second
 
-// giveBack returns units to the account: the debt first, then the live
-// grants in the reverse of draw order (last-expiring first) up to their
-// amounts, except grants that expire within refundMargin of at, and what
-// is left as a new grant that never expires. onLine as for take. One row
-// of kind records it.
-func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bool, cause string, logEntry *string, at time.Time) error {
+// drawnFrom is what a draw took from one grant (GrantID nil: as debt).
+type drawnFrom struct {
+	GrantID *string
+	Units   int64
+}
+
+// lapses reports whether units given back to g at at would outlive it:
+// it has expired, or expires within refundMargin.
+func lapses(g *Grant, at time.Time) bool {
+	return g == nil || g.ExpiresAt != nil && !g.ExpiresAt.After(at.Add(refundMargin))
+}
+
+// giveBack returns units to the account: the debt first; then, of the
+// draw they are given back from (from, in draw order; nil when unknown,
+// as for an adjustment), the units it took from grants that have expired
+// since or expire within refundMargin of at, taken as given back in the
+// reverse of draw order, expire at once (an expiry row each, on the
+// grant drawn): given back to the balance they would outlive the grant
+// they were bought with. The rest returns to the live grants in the
+// reverse of draw order (last-expiring first) up to their amounts,
+// except grants that expire within refundMargin of at, and what is left
+// as a new grant that never expires (units drawn on grants that never
+// expire, whose room was taken since). onLine as for take. One row of
+// kind records the units given back. It returns the units expired.
+func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bool, cause string, logEntry *string, at time.Time, from []drawnFrom) (int64, error) {
 	paid := min(units, b.acct.Debt)
 	b.acct.Debt -= paid
 	rest := units - paid
 	grants, err := b.live(ctx)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	byID := make(map[string]*Grant, len(grants))
+	for i := range grants {
+		byID[grants[i].ID] = &grants[i]
+	}
+	var lapsed []drawnFrom
+	var expired int64
+	for i, left := len(from)-1, rest; i >= 0 && left > 0; i-- {
+		f := from[i]
+		n := min(left, f.Units)
+		left -= n
+		if n <= 0 || f.GrantID == nil || !lapses(byID[*f.GrantID], at) {
+			continue
+		}
+		lapsed = append(lapsed, drawnFrom{GrantID: f.GrantID, Units: n})
+		expired += n
+		rest -= n
 	}
 	var into *string
 	for i := len(grants) - 1; i >= 0 && rest > 0; i-- {
 		g := &grants[i]
-		if g.ExpiresAt != nil && !g.ExpiresAt.After(at.Add(refundMargin)) || g.Remaining == g.Amount {
+		if lapses(g, at) || g.Remaining == g.Amount {
 			continue
 		}
 		n := min(rest, g.Amount-g.Remaining)
@@ -145,13 +184,13 @@ func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bo
 		rest -= n
 		into = &g.ID
 		if err := b.store.saveGrant(ctx, *g); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if rest > 0 {
 		g, err := b.store.insertGrant(ctx, Grant{TenantID: b.acct.TenantID, Amount: rest, Remaining: rest, Cause: cause, CreatedAt: at})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		into = &g.ID
 		b.loaded = false
@@ -161,7 +200,16 @@ func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bo
 	} else {
 		b.acct.Consumed -= units
 	}
-	return b.write(ctx, kind, units, into, cause, logEntry, at)
+	if err := b.write(ctx, kind, units, into, cause, logEntry, at); err != nil {
+		return 0, err
+	}
+	for _, l := range lapsed {
+		b.acct.Line -= l.Units
+		if err := b.write(ctx, KindExpiry, -l.Units, l.GrantID, "expired at once: "+cause+" from a grant that expired", nil, at); err != nil {
+			return 0, err
+		}
+	}
+	return expired, nil
 }
 
 // expireDue expires the live grants whose expiry is at or before at: each
@@ -187,6 +235,9 @@ func (b *book) expireDue(ctx context.Context, at time.Time) ([]Grant, error) {
 		}
 		b.acct.Line -= left
 		if err := b.write(ctx, KindExpiry, -left, &g.ID, "grant expired", nil, when); err != nil {
+			return nil, err
+		}
+		if err := b.late.note(ctx, b.acct.TenantID, nil, when, Late{Expired: left}); err != nil {
 			return nil, err
 		}
 		expired = append(expired, g)

@@ -429,15 +429,16 @@ func TestHoldsReserveAndSettleOnTheBalance(t *testing.T) {
 }
 
 // TestRefundSkipsAGrantAboutToExpire: a hold settled below its estimate
-// gives units back to a later-expiring grant, else as units that never
-// expire, never to a grant that expires within the drainer's margin. The
-// check path counts the units given back at once, but its snapshot's
-// expiry of that grant still holds what the grant had before the refund,
-// until the drainer records it and the snapshot reloads: had the units
-// gone into the grant, the check path would count them past its expiry,
-// and the ledger, which expires them, would book what it drew as debt
-// past the overdraft. So the check path's view of the balance after the
-// expiry, from the snapshot read before the refund was recorded, is the
+// gives units back to a later-expiring grant, never to a grant that
+// expires within the drainer's margin: the units it drew on that grant
+// expire at once (given back to a grant that never expires, they made
+// expiring credits permanent). The check path counts the units given
+// back at once, but its snapshot's expiry of that grant still holds what
+// the grant had before the refund, until the drainer records it and the
+// snapshot reloads: had the units gone into the grant, the check path
+// would count them past its expiry, and the ledger, which expires them,
+// would book what it drew as debt past the overdraft. Once the snapshot
+// reloads, the check path's view of the balance after the expiry is the
 // ledger's.
 func TestRefundSkipsAGrantAboutToExpire(t *testing.T) {
 	ctx := context.Background()
@@ -456,8 +457,7 @@ func TestRefundSkipsAGrantAboutToExpire(t *testing.T) {
 	if _, err := r.checker.Settle(ctx, d.HoldID, 7); err != nil {
 		t.Fatal(err)
 	}
-	stale := r.holder.Current().Tenant(r.tenantID).Credits
-	r.drain() // records the refund of 8
+	r.drain() // records the refund of 8: 5 to the hour's grant, 3 expired
 	left := map[string]int64{}
 	grants, err := credits.NewStore(r.db).Grants(ctx, r.tenantID)
 	testenv.Must(t, err)
@@ -468,20 +468,22 @@ func TestRefundSkipsAGrantAboutToExpire(t *testing.T) {
 			never += g.Remaining
 		}
 	}
-	if left[soon.ID] != 0 || left[later.ID] != 10 || never != 3 {
-		t.Errorf("after a refund of 8: %d left of the grant expiring soon, %d of the hour's, %d that never expire; want 0, 10, 3",
+	if left[soon.ID] != 0 || left[later.ID] != 10 || never != 0 {
+		t.Errorf("after a refund of 8: %d left of the grant expiring soon, %d of the hour's, %d that never expire; want 0, 10, 0",
 			left[soon.ID], left[later.ID], never)
 	}
 
 	// Past the soon grant's expiry.
 	r.drainAt = soon.ExpiresAt.Add(time.Second)
 	acct := r.agree()
+	r.reload()
+	fresh := r.holder.Current().Tenant(r.tenantID).Credits
 	counter, logKey := credits.Keys(r.prefix, r.tenantID)
 	consumed, err := r.rdb.Get(ctx, counter).Int64()
 	testenv.Must(t, err)
-	lc := stale.Limiter(counter, logKey)
-	if hot := lc.LineAt(r.drainAt.UnixMicro()) - consumed; hot != acct.Balance() || acct.Balance() != 13 {
-		t.Errorf("after the expiry: the check path's balance %d, the ledger's %d; want 13 both", hot, acct.Balance())
+	lc := fresh.Limiter(counter, logKey)
+	if hot := lc.LineAt(r.drainAt.UnixMicro()) - consumed; hot != acct.Balance() || acct.Balance() != 10 {
+		t.Errorf("after the expiry: the check path's balance %d, the ledger's %d; want 10 both", hot, acct.Balance())
 	}
 }
 

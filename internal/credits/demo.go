@@ -58,7 +58,7 @@ func SeedDemo(ctx context.Context, db postgres.Conn, planID int64, tenantID stri
 			return err
 		}
 		if d == 12 {
-			if err := b.giveBack(ctx, KindAdjustment, 250, true, "goodwill credit for the March 12 outage", nil, at.Add(time.Hour)); err != nil {
+			if _, err := b.giveBack(ctx, KindAdjustment, 250, true, "goodwill credit for the March 12 outage", nil, at.Add(time.Hour), nil); err != nil {
 				return err
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // The event types of credits (docs/events.md).
@@ -270,6 +271,17 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 		if err := d.notify(ctx, tx, settings, b, now); err != nil {
 			return err
 		}
+		if !more {
+			// The whole log up to the read is recorded: saved with any
+			// change, and at the first drain of a month without one, so
+			// that a close can tell whose ledger passed its month's end
+			// (Behind) without a write per balance and drain.
+			through := max(b.acct.drainedThroughUS, now.UnixMicro())
+			if b.acct != before || r.Entries > 0 || !usage.MonthOf(time.UnixMicro(through)).Start().Equal(
+				usage.MonthOf(time.UnixMicro(b.acct.drainedThroughUS)).Start()) {
+				b.acct.drainedThroughUS = through
+			}
+		}
 		if b.acct == before && r.Entries == 0 {
 			return nil
 		}
@@ -289,11 +301,20 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 // the credit settings of its plan and its overdraft: nil settings (and
 // no overdraft) when its plan has none.
 func openDrain(ctx context.Context, tx pgx.Tx, tenantID string) (*Store, *book, *PlanSettings, int64, error) {
+	// A close (package billing) holds the lock exclusively: what a drain
+	// records is either in the month's frozen statements or, dated in a
+	// month closed before it began, listed as late (credit_late), never
+	// half of each. Taken before the account, as every drain does, so
+	// drains and closes wait for each other in one order.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, usage.CloseLock); err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("credits: drain: close lock: %w", err)
+	}
 	s := NewStore(tx)
 	b, err := s.openBook(ctx, tenantID)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
+	b.late = &lateLog{q: tx}
 	ps, err := s.TenantSettings(ctx, tenantID)
 	switch {
 	case err == nil:
@@ -363,15 +384,25 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		dated = time.UnixMicro(e.OpenedUS).UTC()
 		b.dated = dated
 	}
+	var lapsed int64
 	switch {
 	case units > 0:
 		err = b.take(ctx, KindConsumption, units, false, cause, &id, at)
 	case units < 0:
-		err = b.giveBack(ctx, KindRefund, -units, false, "settled "+cause, &id, at)
+		var from []drawnFrom
+		if e.HoldID != "" {
+			from, err = s.holdDraws(ctx, b.acct.TenantID, "hold "+e.HoldID)
+		}
+		if err == nil {
+			lapsed, err = b.giveBack(ctx, KindRefund, -units, false, "settled "+cause, &id, at, from)
+		}
 	}
 	b.dated = time.Time{}
 	if err == nil && (overage != 0 || unpaid != 0) {
 		err = s.addHour(ctx, b.acct.TenantID, dated, overage, unpaid)
+	}
+	if err == nil {
+		err = b.late.note(ctx, b.acct.TenantID, &id, dated, Late{Drawn: units, Overage: overage, Unpaid: unpaid, Expired: lapsed})
 	}
 	if reg == nil {
 		b.acct.Position = e.ID

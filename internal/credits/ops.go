@@ -142,7 +142,7 @@ func (o *Ops) Adjust(ctx context.Context, by audit.Actor, tenantID string, in Ad
 			return Adjustment{}, err
 		}
 		if in.Units > 0 {
-			err = b.giveBack(ctx, KindAdjustment, in.Units, true, cause, nil, now)
+			_, err = b.giveBack(ctx, KindAdjustment, in.Units, true, cause, nil, now, nil)
 		} else {
 			err = b.take(ctx, KindAdjustment, -in.Units, true, cause, nil, now)
 		}

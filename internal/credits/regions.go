@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/postgres"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // A balance in a deployment of several regions (docs/regions.md,
@@ -59,13 +60,16 @@ type regionRow struct {
 
 // changed reports whether r differs from before enough to be written:
 // its drain's time counts only while other regions' expiries wait on it
-// (waitedOn), and then every two seconds.
+// (waitedOn), and then every two seconds; and at the first drain of a
+// month, so that a close can tell whether the region's drainer passed
+// the month's end (Behind).
 func (r *regionRow) changed(before regionRow) bool {
 	same := func(a, b *time.Time) bool { return a == nil && b == nil || a != nil && b != nil && a.Equal(*b) }
 	a, b := *r, before
 	a.LapseAt, b.LapseAt, a.ThroughUS, b.ThroughUS = nil, nil, 0, 0
 	stale := (r.waitedOn(r.ThroughUS) || before.Demand > 0) && r.ThroughUS-before.ThroughUS >= 2e6
-	return a != b || stale || !same(r.LapseAt, before.LapseAt)
+	newMonth := !usage.MonthOf(time.UnixMicro(r.ThroughUS)).Start().Equal(usage.MonthOf(time.UnixMicro(before.ThroughUS)).Start())
+	return a != b || stale || newMonth || !same(r.LapseAt, before.LapseAt)
 }
 
 // drawingHorizonUS is how long after its last drain a region that was

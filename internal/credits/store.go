@@ -147,6 +147,9 @@ func (s *Store) Account(ctx context.Context, tenantID string) (Account, error) {
 type account struct {
 	Account
 	lowNotified, exhaustedNotified bool
+	// drainedThroughUS is the store's clock (µs) of the latest drain that
+	// had recorded the whole log, as last saved (0: none).
+	drainedThroughUS int64
 }
 
 // lockAccount makes tenant tenantID's account if it has none and locks
@@ -161,19 +164,28 @@ func (s *Store) lockAccount(ctx context.Context, tenantID string) (account, erro
 		return account{}, fmt.Errorf("credits: open account of %s: %w", tenantID, err)
 	}
 	a := account{Account: Account{TenantID: tenantID}}
-	err := s.db.QueryRow(ctx, `SELECT line, consumed, debt, position, low_notified, exhausted_notified
+	var drained *time.Time
+	err := s.db.QueryRow(ctx, `SELECT line, consumed, debt, position, low_notified, exhausted_notified, drained_through
 		FROM credit_accounts WHERE tenant_id = $1::uuid FOR UPDATE`, tenantID).
-		Scan(&a.Line, &a.Consumed, &a.Debt, &a.Position, &a.lowNotified, &a.exhaustedNotified)
+		Scan(&a.Line, &a.Consumed, &a.Debt, &a.Position, &a.lowNotified, &a.exhaustedNotified, &drained)
 	if err != nil {
 		return account{}, notFoundTenant(tenantID, err)
+	}
+	if drained != nil {
+		a.drainedThroughUS = drained.UnixMicro()
 	}
 	return a, nil
 }
 
 func (s *Store) saveAccount(ctx context.Context, a account) error {
+	var drained *time.Time
+	if a.drainedThroughUS != 0 {
+		at := time.UnixMicro(a.drainedThroughUS).UTC()
+		drained = &at
+	}
 	_, err := s.db.Exec(ctx, `UPDATE credit_accounts SET line = $2, consumed = $3, debt = $4, position = $5,
-		low_notified = $6, exhausted_notified = $7, updated_at = now() WHERE tenant_id = $1::uuid`,
-		a.TenantID, a.Line, a.Consumed, a.Debt, a.Position, a.lowNotified, a.exhaustedNotified)
+		low_notified = $6, exhausted_notified = $7, drained_through = $8, updated_at = now() WHERE tenant_id = $1::uuid`,
+		a.TenantID, a.Line, a.Consumed, a.Debt, a.Position, a.lowNotified, a.exhaustedNotified, drained)
 	if err != nil {
 		return fmt.Errorf("credits: save account of %s: %w", a.TenantID, err)
 	}
@@ -421,4 +433,16 @@ func ValidateLedgerFilter(f LedgerFilter) error {
 		return nil
 	}
 	return tollgate.Invalid(map[string]string{"kind": "must be grant, consumption, expiry, refund or adjustment"})
+}
+
+// holdDraws returns what the consumption rows of cause (a hold's, "hold
+// <id>", with or without a note after it) drew, by grant, in draw order.
+func (s *Store) holdDraws(ctx context.Context, tenantID, cause string) ([]drawnFrom, error) {
+	rows, err := s.db.Query(ctx, `SELECT grant_id::text, -units FROM credit_ledger
+		WHERE tenant_id = $1::uuid AND kind = 'consumption' AND cause LIKE 'hold %' AND split_part(cause, ' (', 1) = $2
+		ORDER BY id`, tenantID, cause)
+	return postgres.Collect(rows, err, func(r pgx.Row) (drawnFrom, error) {
+		var f drawnFrom
+		return f, r.Scan(&f.GrantID, &f.Units)
+	}, "credits: a hold's draws")
 }

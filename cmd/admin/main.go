@@ -289,6 +289,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	url := cfg.String("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=disable")
 	db, err := postgres.Open(ctx, url)
 	if err != nil {
+		if getenv("TOLLGATE_DATABASE_URL") == "" {
+			// The default is rarely where a newcomer's database is.
+			return fmt.Errorf("%w\nTOLLGATE_DATABASE_URL is not set (for make run's database: eval \"$(make -s env)\")", err)
+		}
 		return err
 	}
 	defer db.Close()

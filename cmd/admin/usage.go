@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
+	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/quota"
@@ -293,6 +294,14 @@ func closeMonth(fs *flag.FlagSet) action {
 		if res.Late.Decisions() > 0 {
 			fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",
 				res.Late.Decisions(), res.Late.AllowedUnits, res.Month)
+		}
+		if l := res.LateCredits; l != (credits.Late{}) {
+			fmt.Fprintf(e.stdout, "late credits since closing (not on the statements): %d drawn, %d overage, %d unpaid, %d expired units\n",
+				l.Drawn, l.Overage, l.Unpaid, l.Expired)
+		}
+		if n := len(res.CreditsBehind); n > 0 {
+			fmt.Fprintf(e.stdout, "%d tenant(s) closed before their credits were drained past the month's end (their draws since come as late credits): %s\n",
+				n, strings.Join(res.CreditsBehind, ", "))
 		}
 		return nil
 	}

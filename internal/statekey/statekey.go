@@ -320,7 +320,7 @@ func SeedKeys(prefix string) []string {
 const (
 	journalRecord = 'u' // the journal checks write
 	claimedRecord = 'U' // the journal the worker claimed, being applied
-	journalSeq    = 'q' // the claims' epoch, sequence and current claim
+	journalSeq    = 'q' // the claims' sequence and current claim's name
 )
 
 // JournalKey returns the usage journal of hash tag tag under prefix.

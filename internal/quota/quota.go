@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -144,7 +145,9 @@ func Resolve(p plans.Plan, ps PlanSettings, ts TenantSettings, since, now time.T
 		return l
 	}
 	overage, bounded := plans.OverageUnitsWithin(p, *capMinor)
-	if !bounded || overage > 1<<62-p.IncludedUnits {
+	// A cap past what the check path counts exactly (limiter.MaxUnits, as
+	// a rule's limit) caps nothing a month can reach: no cap.
+	if !bounded || overage > limiter.MaxUnits-p.IncludedUnits {
 		return l
 	}
 	l.CapMinor, l.CapUnits, l.Capped = *capMinor, includedSince(p.IncludedUnits, since, now)+overage, true

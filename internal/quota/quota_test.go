@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -70,5 +71,18 @@ func TestValidateThresholds(t *testing.T) {
 	validateThresholds("thresholds", []Threshold{{Percent: 80}, {Percent: 80, Units: 1}, {}, {Percent: 1001}}, f)
 	if len(f) != 3 || f["thresholds[1]"] == "" || f["thresholds[2]"] == "" || f["thresholds[3].percent"] == "" {
 		t.Errorf("fields %v", f)
+	}
+}
+
+// TestASpendCapPastExactUnitsCapsNothing: a cap worth more units than the
+// check path counts exactly (limiter.MaxUnits, 2^53) is no cap, rather
+// than a tally Redis's doubles would count wrongly.
+func TestASpendCapPastExactUnitsCapsNothing(t *testing.T) {
+	p := plans.Plan{IncludedUnits: 100, QuotaMode: plans.QuotaOverage, OverageUnitMinor: 1}
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for capMinor, capped := range map[int64]bool{limiter.MaxUnits - 100: true, limiter.MaxUnits: false, 1 << 61: false} {
+		if l := Resolve(p, PlanSettings{SpendCapDefaultMinor: &capMinor}, TenantSettings{}, start, start.Add(time.Hour)); l.Capped != capped {
+			t.Errorf("a cap of %d minor at 1 a unit: capped %v, want %v", capMinor, l.Capped, capped)
+		}
 	}
 }

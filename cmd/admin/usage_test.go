@@ -213,25 +213,28 @@ func TestUsageRoutesFollowRoles(t *testing.T) {
 }
 
 func TestWorkerCommandAppliesTheStream(t *testing.T) {
-	url := testenv.DatabaseURL(t)
+	workerApplies(t, metering.Batch{Version: 1, ID: "cli-worker:1", Rows: []metering.Row{{
+		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
+		Counts: metering.Counts{Allowed: 3, AllowedUnits: 3},
+	}}})
+}
+
+// workerApplies runs `admin worker` on a stream of the test's own until it
+// has applied b, published there, and returns the database's URL and a
+// pool on it.
+func workerApplies(t *testing.T, b metering.Batch) (url string, db *pgxpool.Pool) {
+	t.Helper()
+	url = testenv.DatabaseURL(t)
 	client, prefix := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
 		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
 	stop := runWorkerCommand(t, ctx, env)
-	b := metering.Batch{Version: 1, ID: "cli-worker:1", Rows: []metering.Row{{
-		Minute: time.Now().Unix() / 60 * 60, Tier: "anonymous", Resource: "*", Reason: "ok",
-		Counts: metering.Counts{Allowed: 3, AllowedUnits: 3},
-	}}}
-	if err := metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	testenv.Must(t, metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
+	db, err := postgres.Open(context.Background(), url)
+	testenv.Must(t, err)
+	t.Cleanup(db.Close)
 	testenv.WaitFor(t, 30*time.Second, "the worker command applying the batch", func() bool {
 		var n int
 		err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n)
@@ -239,6 +242,7 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 	})
 	cancel()
 	stop()
+	return url, db
 }
 
 // TestUsageSetAsideListsWhatTheWorkerSetAside: a batch holding a row
@@ -246,33 +250,16 @@ func TestWorkerCommandAppliesTheStream(t *testing.T) {
 // `admin usage set-aside` lists the row's record, newest first, as a
 // table and as JSON with what was set aside.
 func TestUsageSetAsideListsWhatTheWorkerSetAside(t *testing.T) {
-	url := testenv.DatabaseURL(t)
-	client, prefix := testenv.Redis(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_REDIS_ADDR": testenv.RedisAddr(t), "TOLLGATE_SECRET_KEY": testenv.SecretKey,
-		"TOLLGATE_USAGE_STREAM": prefix + "usage", "TOLLGATE_USAGE_CONSUMER": "cli"}
-	stop := runWorkerCommand(t, ctx, env)
 	minute := time.Now().Unix() / 60 * 60
 	good := metering.Row{Minute: minute, Tier: "anonymous", Resource: "*", Reason: "ok", Counts: metering.Counts{Allowed: 3, AllowedUnits: 3}}
 	huge := good
 	huge.Reason, huge.Counts = "rate_limited", metering.Counts{Denied: 1_100, DeniedUnits: 1_100_000_000_000}
 	b := metering.Batch{Version: 1, ID: "cli-worker:7", Rows: []metering.Row{good, huge}}
-	testenv.Must(t, metering.NewRedisProducer(client, prefix+"usage").Publish(ctx, b))
-	db, err := postgres.Open(ctx, url)
-	testenv.Must(t, err)
-	defer db.Close()
-	testenv.WaitFor(t, 30*time.Second, "the worker command applying the batch", func() bool {
-		var n int
-		err := db.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE batch_id = $1`, b.ID).Scan(&n)
-		return err == nil && n == 1
-	})
-	cancel()
-	stop()
+	url, db := workerApplies(t, b)
 	// An older record, to show the order.
-	ctx = context.Background()
+	ctx := context.Background()
 	testenv.Must(t, usage.NewStore(db, usage.StoreConfig{}).SetAside(ctx, "1-0", []byte("{not json"), errors.New("usage: decode batch: not JSON")))
-	_, err = db.Exec(ctx, `UPDATE usage_bad_batches SET recorded_at = recorded_at - interval '1 hour' WHERE entry_id = '1-0'`)
+	_, err := db.Exec(ctx, `UPDATE usage_bad_batches SET recorded_at = recorded_at - interval '1 hour' WHERE entry_id = '1-0'`)
 	testenv.Must(t, err)
 
 	out, _, err := adminCLI(t, url, "usage", "set-aside")

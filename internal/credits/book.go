@@ -162,13 +162,17 @@ func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bo
 	}
 	var lapsed []drawnFrom
 	var expired int64
-	for i, left := len(from)-1, rest; i >= 0 && left > 0; i-- {
+	// All units given back, the debt's among them, are taken from the
+	// draws in reverse: the draws past the balance (no grant) came last,
+	// and what repaid the debt is theirs.
+	for i, left := len(from)-1, units; i >= 0 && left > 0 && rest > 0; i-- {
 		f := from[i]
 		n := min(left, f.Units)
 		left -= n
 		if n <= 0 || f.GrantID == nil || !lapses(byID[*f.GrantID], at) {
 			continue
 		}
+		n = min(n, rest)
 		lapsed = append(lapsed, drawnFrom{GrantID: f.GrantID, Units: n})
 		expired += n
 		rest -= n
@@ -203,6 +207,11 @@ func (b *book) giveBack(ctx context.Context, kind string, units int64, onLine bo
 	if err := b.write(ctx, kind, units, into, cause, logEntry, at); err != nil {
 		return 0, err
 	}
+	// The lapse is dated when it happens, not at a hold's opening: the
+	// grant expired after it.
+	dated := b.dated
+	b.dated = time.Time{}
+	defer func() { b.dated = dated }()
 	for _, l := range lapsed {
 		b.acct.Line -= l.Units
 		if err := b.write(ctx, KindExpiry, -l.Units, l.GrantID, "expired at once: "+cause+" from a grant that expired", nil, at); err != nil {

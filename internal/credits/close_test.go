@@ -119,3 +119,37 @@ func TestRefundFromAnExpiredGrantExpires(t *testing.T) {
 		t.Errorf("ledger: %d refunded, %d expired; want 10 and 10", refunded, expired)
 	}
 }
+
+// TestRefundPastTheBalanceFromAnExpiredGrantExpires: a hold of 10 drew 6
+// from a grant and 4 past the balance (a debt, overdraft 5); the grant
+// expires and the hold is settled at 0. The 10 given back repay the debt
+// (its 4) and the grant's 6 expire at once: none becomes units that never
+// expire.
+func TestRefundPastTheBalanceFromAnExpiredGrantExpires(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 5, 0)
+	soon := r.grant(6, time.Hour, 0)
+	r.reload()
+	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 10, Resource: "GET /x", Hold: true})
+	testenv.Must(t, err)
+	if !d.Allowed {
+		t.Fatalf("hold of 10 on 6 with an overdraft of 5: %+v", d)
+	}
+	r.drainAt = soon.ExpiresAt.Add(time.Second)
+	r.drain()
+	if _, err := r.checker.Settle(ctx, d.HoldID, 0); err != nil {
+		t.Fatal(err)
+	}
+	acct := r.agree()
+	grants, err := credits.NewStore(r.db).Grants(ctx, r.tenantID)
+	testenv.Must(t, err)
+	var never int64
+	for _, g := range grants {
+		if g.ExpiresAt == nil {
+			never += g.Remaining
+		}
+	}
+	if acct.Balance() != 0 || acct.Debt != 0 || never != 0 {
+		t.Errorf("after settling at 0: balance %d, debt %d, %d units that never expire; want 0, 0, 0", acct.Balance(), acct.Debt, never)
+	}
+}

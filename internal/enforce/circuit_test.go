@@ -162,6 +162,13 @@ func TestADegradedRuleHasNoKnownRemaining(t *testing.T) {
 			t.Errorf("governing of %v: %s, want the rule the store decided", rules, rules[g].Name)
 		}
 	}
+	// A shadow rule never governs an enforce rule, known or not.
+	shadow := RuleResult{Name: "shadow", Mode: plans.ModeShadow, Allowed: true, Remaining: 3}
+	for _, rules := range [][]RuleResult{{shadow, unknown}, {unknown, shadow}} {
+		if g := governing(rules, true); rules[g].Name != "unknown" {
+			t.Errorf("governing of %v: %s, want the enforce rule", rules, rules[g].Name)
+		}
+	}
 }
 
 // gauge returns the value of an unlabelled metric, or of the first series.

@@ -279,7 +279,7 @@ func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule, hot 
 
 // governing picks the rule the top-level fields describe: on a denial the
 // denying rule with the longest retry (never = longest), otherwise the
-// rule with the least remaining. Enforce rules win over shadow ones, and
+// rule with the least remaining. Enforce rules win over shadow ones, then
 // on an admission a rule the store decided over one it could not (whose
 // remaining is not known).
 func governing(rules []RuleResult, allowed bool) int {
@@ -299,14 +299,19 @@ func governing(rules []RuleResult, allowed bool) int {
 			}
 			continue
 		}
+		if b.Mode != rr.Mode {
+			if b.Mode == plans.ModeShadow && rr.Mode == plans.ModeEnforce {
+				best = i
+			}
+			continue
+		}
 		if b.Degraded != rr.Degraded {
 			if b.Degraded {
 				best = i
 			}
 			continue
 		}
-		if (b.Mode == plans.ModeShadow && rr.Mode == plans.ModeEnforce) ||
-			(b.Mode == rr.Mode && rr.Remaining < b.Remaining) {
+		if rr.Remaining < b.Remaining {
 			best = i
 		}
 	}

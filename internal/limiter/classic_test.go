@@ -256,6 +256,18 @@ func TestTokenBucketEditedBetweenRefillingAndNot(t *testing.T) {
 					t.Errorf("allowance check %d: %+v, want %+v", i, got, want)
 				}
 			}
+			// A hold of 0 on the allowance over a refilling state, settled
+			// at 3: the allowance starts full, then loses 3.
+			check("c", refilling, 0)
+			hold := &Hold{Key: store.ns + "c-hold", TTLUS: HourUS}
+			if out := mustCheck(t, store, Batch{Requests: single(store.ns+"c", once), Cost: 0, NowUS: epoch + ms, Hold: hold}); !out.Admitted {
+				t.Fatalf("hold of 0: %+v", out)
+			}
+			_, err := store.Settle(context.Background(), Settle{Key: hold.Key, Cost: 3, NowUS: epoch + 2*ms})
+			testenv.Must(t, err)
+			if got := check("c", once, 3*ms); got != used(1) {
+				t.Errorf("after a hold settled at 3 on a full allowance of 5: %+v, want %+v", got, used(1))
+			}
 			// An allowance with 2 left, then refilling: it starts full.
 			for range 3 {
 				check("b", once, 0)

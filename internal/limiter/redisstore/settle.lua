@@ -117,6 +117,9 @@ local function settle(hkey, cost, expire, terms)
         else
           local tokens = capacity
           if v then tokens = tonumber(v) end
+          -- At most full before the settlement moves it (a number stored
+          -- while the rule refilled is a time), as rate.lua reads it.
+          if tokens > capacity then tokens = capacity end
           tokens = tokens - delta
           if tokens > capacity then tokens = capacity end
           redis.call('SET', key, string.format('%d', tokens))

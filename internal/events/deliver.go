@@ -98,28 +98,58 @@ func NewDeliverer(cfg DelivererConfig) *Deliverer {
 }
 
 // Run sends deliveries until ctx ends: when new ones are committed
-// (LISTEN tollgate_webhooks) and every Poll. It returns nil when ctx
-// ends.
+// (LISTEN tollgate_webhooks), every Poll, and whenever an attempt ends.
+// It keeps up to Concurrency attempts under way, leasing a delivery only
+// when a slot is free to send it at once (so that every attempt starts
+// within its lease), and a slow endpoint holds only its own slots. It
+// returns nil when ctx ends, once its attempts have.
 func (d *Deliverer) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	go d.listen(ctx, wake)
 	tick := time.NewTicker(d.cfg.Poll)
 	defer tick.Stop()
+	free := d.cfg.Concurrency
+	freed := make(chan struct{}, d.cfg.Concurrency) // an attempt's slot given back
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
-		for {
-			n, err := d.DeliverDue(ctx)
-			if err != nil && ctx.Err() == nil {
-				d.cfg.Log.Warn("webhooks: deliver", "err", err)
-			}
-			if n < d.cfg.Concurrency || err != nil {
+		for free > 0 {
+			batch, err := d.claim(ctx, free)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.cfg.Log.Warn("webhooks: deliver", "err", err)
+				}
 				break
+			}
+			asked := free
+			for _, c := range batch {
+				free--
+				wg.Go(func() {
+					if err := d.attempt(ctx, c); err != nil && ctx.Err() == nil {
+						d.cfg.Log.Warn("webhooks: deliver", "err", err)
+					}
+					freed <- struct{}{}
+				})
+			}
+			if len(batch) < asked {
+				break // nothing more is due now
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-freed:
+			free++
 		case <-wake:
 		case <-tick.C:
+		}
+		for more := true; more; {
+			select {
+			case <-freed:
+				free++
+			default:
+				more = false
+			}
 		}
 	}
 }
@@ -171,10 +201,11 @@ type claimed struct {
 }
 
 // DeliverDue makes one attempt at each due delivery it can lease, up to
-// Concurrency, all at once, and returns how many it made. It leases only
-// what it sends at once: an attempt takes at most Timeout, well within
-// the lease, so no attempt starts after its lease has ended (when another
-// deliverer may have leased and sent it).
+// Concurrency, all at once, and returns how many it made (Run's step, for
+// tests and tools). It leases only what it sends at once: an attempt
+// takes at most Timeout, well within the lease, so no attempt starts
+// after its lease has ended (when another deliverer may have leased and
+// sent it).
 func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
 	batch, err := d.claim(ctx, d.cfg.Concurrency)
 	if err != nil || len(batch) == 0 {

@@ -206,6 +206,41 @@ func TestEveryAttemptStartsWithinItsLease(t *testing.T) {
 	}
 }
 
+// TestASlowEndpointHoldsOnlyItsOwnSlot: while one endpoint keeps an
+// attempt open, Run goes on delivering to the others with its other
+// slots, leasing each delivery as a slot frees.
+func TestASlowEndpointHoldsOnlyItsOwnSlot(t *testing.T) {
+	db, acme, _ := setup(t)
+	release := make(chan struct{})
+	slow := testenv.NewReceiver(t, nil)
+	slow.Config.Handler = httpHandlerFunc(func(_ string, serve func()) {
+		<-release // fault injection: the endpoint answers only when the test lets it
+		serve()
+	}, slow.Config.Handler)
+	defer close(release)
+	fast := testenv.NewReceiver(t, nil)
+	ops := events.NewOps(db, nil, allowPrivate)
+	endpoint(t, ops, "", slow.URL, events.EndpointInput{EventTypes: []string{events.TenantSuspended}})
+	endpoint(t, ops, "", fast.URL, events.EndpointInput{EventTypes: []string{events.KeyRevoked}})
+	emit(t, db, events.TenantSuspended, acme.ID, time.Time{})
+	const n = 6
+	for range n {
+		emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Guard: allowPrivate, Concurrency: 2})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	testenv.Eventually(t, time.Now(), 10*time.Second, "the fast endpoint's deliveries while the slow one holds its attempt", func() (bool, string) {
+		got := len(fast.Requests())
+		return got == n, fmt.Sprintf("%d of %d delivered, the slow endpoint got %d", got, n, len(slow.Requests()))
+	})
+	cancel()
+	release <- struct{}{} // the slow attempt ends, and with it Run
+	testenv.Must(t, <-done)
+}
+
 // TestTwoDeliverersNeverSendTwice: deliverers sharing one database never
 // send one attempt twice, whether at the same time or one after the other.
 func TestTwoDeliverersNeverSendTwice(t *testing.T) {

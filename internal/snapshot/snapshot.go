@@ -287,6 +287,21 @@ func withMeta(d Data, now time.Time) *Snapshot {
 // the checks write (the region rebalancer finds a state's rule by it).
 func CompileRules(p plans.Plan) []Rule { return compilePlan(p, nil).Rules }
 
+// sameSplit reports whether a tenant's rule o may keep the plan's rule
+// b's state: always, unless either is a global_split window whose split
+// differs (scope, limit, period or least share). The regions' rebalancer
+// moves a split state's units by the plan's rule (CompileRules); an
+// override of it with another limit, on the same state, would be judged
+// on its own share plus units moved for the plan's, and the regions
+// together could admit past its limit. On a state of its own it keeps
+// equal shares, never moved.
+func sameSplit(b, o plans.Rule) bool {
+	if b.RegionScope != region.GlobalSplit && o.RegionScope != region.GlobalSplit {
+		return true
+	}
+	return b.RegionScope == o.RegionScope && b.Limit == o.Limit && b.PeriodUS == o.PeriodUS && b.MinShare == o.MinShare
+}
+
 // compilePlan compiles p's rules and routes. A tenant's own view of its
 // plan (with overrides) passes the plan's view as base, so that its rules
 // keep the plan's state IDs by name and algorithm.
@@ -323,8 +338,12 @@ func compilePlan(p plans.Plan, base *Plan) *Plan {
 			id, found = tenantMonthStateID, true
 		} else if base != nil {
 			for _, b := range base.Rules {
-				if b.Name == r.Name && b.Algorithm == r.Algorithm {
+				switch {
+				case b.Name != r.Name || b.Algorithm != r.Algorithm:
+				case sameSplit(b.Rule, r):
 					id, found = b.StateID, true
+				default:
+					taken[b.StateID] = true // a state of its own
 				}
 			}
 		}

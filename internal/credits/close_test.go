@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/enforce"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -151,5 +152,30 @@ func TestRefundPastTheBalanceFromAnExpiredGrantExpires(t *testing.T) {
 	}
 	if acct.Balance() != 0 || acct.Debt != 0 || never != 0 {
 		t.Errorf("after settling at 0: balance %d, debt %d, %d units that never expire; want 0, 0, 0", acct.Balance(), acct.Debt, never)
+	}
+}
+
+// TestARefundAfterBecomingRegionsLetsTheRegionDrain: a hold drawn while
+// the deployment was one region and settled below its estimate once it
+// is several gives units back on the new region's row (counted below 0).
+// Its drains go on recording: the escrow taken back is never more than
+// the escrow.
+func TestARefundAfterBecomingRegionsLetsTheRegionDrain(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 0, 0)
+	r.topUp(100)
+	d, err := r.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 10, Resource: "GET /x", Hold: true})
+	if err != nil || !d.Allowed {
+		t.Fatalf("hold of 10 on 100: %+v, %v", d, err)
+	}
+	r.drain() // recorded by the drainer of one region
+	if _, err := r.checker.Settle(ctx, d.HoldID, 2); err != nil {
+		t.Fatal(err)
+	}
+	dr := credits.NewDrainer(r.db, redisstore.New(r.rdb), credits.DrainerConfig{Prefix: r.prefix, Region: "us", Regions: 2})
+	for i := range 3 {
+		if _, err := dr.Drain(ctx); err != nil {
+			t.Fatalf("region drain %d: %v", i, err)
+		}
 	}
 }

@@ -256,7 +256,11 @@ func (d *Drainer) balanceEscrow(ctx context.Context, reg *regionDrain, counter s
 	held, free := own.held(), usable-reg.held()
 	switch {
 	case free < 0 || held > 2*target:
-		want := min(held, max(held-target, -free))
+		// Never more than the escrow: a region that gave back more than
+		// it drew here (counted below 0: holds drawn before the regions,
+		// refunded after) holds past its escrow, which is not this
+		// region's to take back.
+		want := min(held, max(held-target, -free), own.Escrow)
 		if want <= 0 {
 			return 0, nil
 		}

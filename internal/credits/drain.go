@@ -402,7 +402,11 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		err = s.addHour(ctx, b.acct.TenantID, dated, overage, unpaid)
 	}
 	if err == nil {
-		err = b.late.note(ctx, b.acct.TenantID, &id, dated, Late{Drawn: units, Overage: overage, Unpaid: unpaid, Expired: lapsed})
+		err = b.late.note(ctx, b.acct.TenantID, &id, dated, Late{Drawn: units, Overage: overage, Unpaid: unpaid})
+	}
+	if err == nil && lapsed != 0 {
+		// What expired at once did so now, not at the hold's opening.
+		err = b.late.note(ctx, b.acct.TenantID, &id, at, Late{Expired: lapsed})
 	}
 	if reg == nil {
 		b.acct.Position = e.ID

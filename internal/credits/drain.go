@@ -357,6 +357,24 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		}
 		units = drawn
 	}
+	if e.HoldID != "" && units <= 0 && (overage < 0 || unpaid < 0) {
+		// A hold's settlement gives back first what the store counted
+		// past the balance (overage, unpaid); what of that the ledger drew
+		// for the hold (past a region's escrow, or on a balance that was
+		// unknown) returns to the balance, as a refund, not as negative
+		// overage.
+		drawn, err := s.ledgerDrawn(ctx, b.acct.TenantID, cause)
+		if err != nil {
+			return err
+		}
+		if back := min(drawn, -min(0, overage)-min(0, unpaid)); back > 0 {
+			fromOverage := min(back, -min(0, overage))
+			overage += fromOverage
+			unpaid += back - fromOverage
+			units -= back
+			cause += " (given back by the ledger: drawn by it for the hold)"
+		}
+	}
 	id := e.ID
 	if reg != nil && e.Deferred == limiter.NotDeferred {
 		// The room is the same before and after the units the store drew

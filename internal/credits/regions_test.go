@@ -324,3 +324,35 @@ func TestAGrantWaitsForTheRegionsDrawingOnIt(t *testing.T) {
 		t.Errorf("used %d, overage %d, expired %d; want 12 drawn from the grant, no overage, 88 expired", m.Used, m.Overage, m.Expired)
 	}
 }
+
+// TestAnOverageHoldSettledLowerGivesBackAcrossRegions: in overage mode a
+// region holds no escrow, so its store counts a hold's whole estimate
+// past the balance (overage), and the drainer draws it on the balance.
+// Settled lower, the store gives back that overage first; the drainer
+// returns what it drew to the balance, rather than booking negative
+// overage and keeping the prepaid units.
+func TestAnOverageHoldSettledLowerGivesBackAcrossRegions(t *testing.T) {
+	r := newRegionRig(t, credits.ModeOverage, 0, 0)
+	ctx := context.Background()
+	_, err := r.ops.Grant(ctx, audit.CLI, r.tenantID, credits.GrantInput{Amount: 100, Cause: "test"})
+	testenv.Must(t, err)
+	r.drain()
+	us := r.regions["us"]
+	d, err := us.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 10, Resource: "GET /x", Hold: true})
+	if err != nil || !d.Allowed {
+		t.Fatalf("hold of 10 on 100: %+v, %v", d, err)
+	}
+	r.drain()
+	if _, err := us.checker.Settle(ctx, d.HoldID, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.drain()
+	b, err := r.store.Balance(ctx, r.tenantID)
+	testenv.Must(t, err)
+	now := time.Now().UTC()
+	m, err := r.store.Month(ctx, r.tenantID, time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC))
+	testenv.Must(t, err)
+	if b.Balance != 98 || m.Overage != 0 || m.Used != 2 {
+		t.Errorf("after settling the hold of 10 at 2: balance %d, month used %d, overage %d; want 98, 2, 0", b.Balance, m.Used, m.Overage)
+	}
+}

@@ -367,8 +367,13 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		if err != nil {
 			return err
 		}
-		if back := min(drawn, -min(0, overage)-min(0, unpaid)); back > 0 {
-			fromOverage := min(back, -min(0, overage))
+		// Of the overage given back, what the hold's bill still counts
+		// (the store's overage for it less what the ledger drew) goes
+		// back first; then what the ledger drew returns to the balance.
+		billed := max(0, e.HoldOverage-drawn)
+		fromOverage := max(0, -min(0, overage)-billed)
+		if back := min(drawn, fromOverage-min(0, unpaid)); back > 0 {
+			fromOverage = min(back, fromOverage)
 			overage += fromOverage
 			unpaid += back - fromOverage
 			units -= back

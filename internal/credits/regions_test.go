@@ -332,27 +332,42 @@ func TestAGrantWaitsForTheRegionsDrawingOnIt(t *testing.T) {
 // returns what it drew to the balance, rather than booking negative
 // overage and keeping the prepaid units.
 func TestAnOverageHoldSettledLowerGivesBackAcrossRegions(t *testing.T) {
-	r := newRegionRig(t, credits.ModeOverage, 0, 0)
-	ctx := context.Background()
-	_, err := r.ops.Grant(ctx, audit.CLI, r.tenantID, credits.GrantInput{Amount: 100, Cause: "test"})
-	testenv.Must(t, err)
-	r.drain()
-	us := r.regions["us"]
-	d, err := us.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 10, Resource: "GET /x", Hold: true})
-	if err != nil || !d.Allowed {
-		t.Fatalf("hold of 10 on 100: %+v, %v", d, err)
-	}
-	r.drain()
-	if _, err := us.checker.Settle(ctx, d.HoldID, 2); err != nil {
-		t.Fatal(err)
-	}
-	r.drain()
-	b, err := r.store.Balance(ctx, r.tenantID)
-	testenv.Must(t, err)
-	now := time.Now().UTC()
-	m, err := r.store.Month(ctx, r.tenantID, time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC))
-	testenv.Must(t, err)
-	if b.Balance != 98 || m.Overage != 0 || m.Used != 2 {
-		t.Errorf("after settling the hold of 10 at 2: balance %d, month used %d, overage %d; want 98, 2, 0", b.Balance, m.Used, m.Overage)
+	for _, c := range []struct {
+		name                       string
+		granted, settled           int64
+		balance, used, overageLeft int64
+	}{
+		// The ledger drew all 10: 8 return to the balance.
+		{"drawn whole", 100, 2, 98, 2, 0},
+		// The ledger drew 6 (all there was), 4 billed as overage: settled
+		// at 5, the billed 4 go back first, then 1 of the 6 drawn.
+		{"drawn in part", 6, 5, 1, 5, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRegionRig(t, credits.ModeOverage, 0, 0)
+			ctx := context.Background()
+			_, err := r.ops.Grant(ctx, audit.CLI, r.tenantID, credits.GrantInput{Amount: c.granted, Cause: "test"})
+			testenv.Must(t, err)
+			r.drain()
+			us := r.regions["us"]
+			d, err := us.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 10, Resource: "GET /x", Hold: true})
+			if err != nil || !d.Allowed {
+				t.Fatalf("hold of 10 on %d: %+v, %v", c.granted, d, err)
+			}
+			r.drain()
+			if _, err := us.checker.Settle(ctx, d.HoldID, c.settled); err != nil {
+				t.Fatal(err)
+			}
+			r.drain()
+			b, err := r.store.Balance(ctx, r.tenantID)
+			testenv.Must(t, err)
+			now := time.Now().UTC()
+			m, err := r.store.Month(ctx, r.tenantID, time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC))
+			testenv.Must(t, err)
+			if b.Balance != c.balance || m.Used != c.used || m.Overage != c.overageLeft {
+				t.Errorf("after settling the hold of 10 at %d: balance %d, month used %d, overage %d; want %d, %d, %d",
+					c.settled, b.Balance, m.Used, m.Overage, c.balance, c.used, c.overageLeft)
+			}
+		})
 	}
 }

@@ -113,6 +113,11 @@ type CreditEntry struct {
 	// billed then, as its draw at the check and its usage are; 0 for
 	// other entries (and a settlement of a hold an earlier version kept).
 	OpenedUS int64
+	// HoldOverage, for the entry of a hold's settlement that gives
+	// overage back (Overage < 0), is the overage the store had counted
+	// for the hold before it: the drainer gives back first what of it
+	// was billed, then what it drew on the balance itself; 0 otherwise.
+	HoldOverage int64
 	// HoldID names the hold the entry is of ("" for a plain check).
 	HoldID string
 }

@@ -142,7 +142,7 @@ func (s *MemoryStore) Check(_ context.Context, b Batch) (Outcome, error) {
 		if out.Credits.Unknown && b.Cost > 0 {
 			m = creditMove{units: b.Cost, deferred: DeferredOverage}
 		}
-		s.draw(c, m, now, holdID(b.Hold), 0)
+		s.draw(c, m, now, holdID(b.Hold), 0, 0)
 		out.Credits.Balance -= out.Credits.Drawn
 	}
 	for i, d := range decisions {
@@ -260,8 +260,9 @@ func (s *MemoryStore) Settle(_ context.Context, req Settle) (Settlement, error) 
 		}
 		consumed, present := s.consumed(c)
 		m := settleCredits(terms.LineAt(now), terms.Overdraft, terms.Overage, consumed, present, h.drawn, h.overage, cost-h.estimate)
+		before := h.overage
 		h.drawn, h.overage = h.drawn+m.units, h.overage+m.overage
-		s.draw(c, m, now, h.id, h.openedAt)
+		s.draw(c, m, now, h.id, h.openedAt, before)
 	}
 	if status == HoldSettled && h.lease != "" {
 		s.releaseLocked(h.lease, now)
@@ -282,9 +283,10 @@ func (s *MemoryStore) consumed(c *Credits) (consumed int64, present bool) {
 
 // draw adds m's units to c's counter when it exists and m is not
 // deferred and, when anything moved, logs m at now for the hold holdID
-// (a settlement's entry with openedUS, its hold's opening; else 0).
+// (a settlement's entry with openedUS, its hold's opening, and when it
+// gives overage back holdOverage, the hold's overage before; else 0).
 // s.mu is held.
-func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string, openedUS int64) {
+func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string, openedUS, holdOverage int64) {
 	counter := s.credits[c.Key]
 	if counter != nil && m.deferred == NotDeferred {
 		counter.consumed += m.units
@@ -296,8 +298,12 @@ func (s *MemoryStore) draw(c *Credits, m creditMove, now int64, holdID string, o
 			s.credits[c.Log] = log
 		}
 		log.last = nextEntryID(log.last, now)
-		log.log = append(log.log, CreditEntry{ID: log.last, Units: m.units, Overage: m.overage, Unpaid: m.unpaid,
-			Deferred: m.deferred, AtUS: now, OpenedUS: openedUS, HoldID: holdID})
+		e := CreditEntry{ID: log.last, Units: m.units, Overage: m.overage, Unpaid: m.unpaid,
+			Deferred: m.deferred, AtUS: now, OpenedUS: openedUS, HoldID: holdID}
+		if m.overage < 0 {
+			e.HoldOverage = holdOverage
+		}
+		log.log = append(log.log, e)
 	}
 }
 

@@ -101,6 +101,8 @@ func creditEntry(r any) (limiter.CreditEntry, error) {
 			e.AtUS, err = strconv.ParseInt(value, 10, 64)
 		case "a":
 			e.OpenedUS, err = strconv.ParseInt(value, 10, 64)
+		case "v":
+			e.HoldOverage, err = strconv.ParseInt(value, 10, 64)
 		case "h":
 			e.HoldID = value
 		}

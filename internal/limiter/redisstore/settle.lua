@@ -260,6 +260,9 @@ local function settle(hkey, cost, expire, terms)
       if deferred ~= 0 then entry[#entry + 1], entry[#entry + 2] = 'd', deferred end
       entry[#entry + 1], entry[#entry + 2] = 't', string.format('%d', now)
       if rec.t then entry[#entry + 1], entry[#entry + 2] = 'a', rec.t end
+      -- Overage given back: the hold's overage before (v), for the
+      -- drainer to give back its billed part first.
+      if overage < 0 then entry[#entry + 1], entry[#entry + 2] = 'v', string.format('%d', over) end
       entry[#entry + 1], entry[#entry + 2] = 'h', rec.i
       redis.call('XADD', rec.cl, '*', unpack(entry))
     end

@@ -191,16 +191,24 @@ if [ "$mode" = run ]; then trap 'exit 0' INT TERM; else trap 'exit 130' INT TERM
 
 start_postgres() { # start_postgres DIR PORT: returns non-zero when the server did not start
   local dir=$1 port=$2
-  PGDATA_DIR=$dir/pg
-  if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
-    mkdir -p "$PGDATA_DIR"
-    if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$PGDATA_DIR"; fi
-    as_pg_user "$PG_BIN/initdb" -D "$PGDATA_DIR" -U tollgate --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
+  local data=$dir/pg
+  if [ ! -f "$data/PG_VERSION" ]; then
+    mkdir -p "$data"
+    if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$data"; fi
+    as_pg_user "$PG_BIN/initdb" -D "$data" -U tollgate --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
+  fi
+  # A server already on this directory (another make run) is not ours to
+  # start, nor to stop.
+  if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    log "a Postgres server already runs on $data (another make run in this checkout?)"
+    return 1
   fi
   # Socket and log live in a directory the server's user owns.
   mkdir -p "$dir/pgrun"
   if [ "$(id -u)" = 0 ]; then chown "$PG_USER" "$dir/pgrun"; fi
+  # From here the server is ours: cleanup stops it, even half started.
+  PGDATA_DIR=$data
   as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$dir/pgrun/postgres.log" -w -t 60 \
     -o "-p $port -h 127.0.0.1 -k $dir/pgrun -c fsync=${TOLLGATE_PG_FSYNC:-on} -c max_connections=300" start >/dev/null \
     || return 1

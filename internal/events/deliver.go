@@ -101,56 +101,75 @@ func NewDeliverer(cfg DelivererConfig) *Deliverer {
 // (LISTEN tollgate_webhooks), every Poll, and whenever an attempt ends.
 // It keeps up to Concurrency attempts under way, leasing a delivery only
 // when a slot is free to send it at once (so that every attempt starts
-// within its lease), and a slow endpoint holds only its own slots. It
-// returns nil when ctx ends, once its attempts have.
+// within its lease), and at most half of them (at least one) to one
+// endpoint, so that a slow endpoint, however long its backlog, leaves
+// the others slots to go on delivering. It returns nil when ctx ends,
+// once its attempts have.
 func (d *Deliverer) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	go d.listen(ctx, wake)
 	tick := time.NewTicker(d.cfg.Poll)
 	defer tick.Stop()
 	free := d.cfg.Concurrency
-	freed := make(chan struct{}, d.cfg.Concurrency) // an attempt's slot given back
+	perEndpoint := max(1, d.cfg.Concurrency/2)
+	busy := map[string]int{}                       // attempts under way by endpoint
+	freed := make(chan string, d.cfg.Concurrency) // the endpoint of an attempt that ended
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
 		for free > 0 {
-			batch, err := d.claim(ctx, free)
+			var full []string
+			for ep, n := range busy {
+				if n >= perEndpoint {
+					full = append(full, ep)
+				}
+			}
+			batch, err := d.claim(ctx, free, full)
 			if err != nil {
 				if ctx.Err() == nil {
 					d.cfg.Log.Warn("webhooks: deliver", "err", err)
 				}
 				break
 			}
-			asked := free
+			if len(batch) == 0 {
+				break // nothing more is due now
+			}
 			for _, c := range batch {
 				free--
+				busy[c.endpoint]++
 				wg.Go(func() {
 					if err := d.attempt(ctx, c); err != nil && ctx.Err() == nil {
 						d.cfg.Log.Warn("webhooks: deliver", "err", err)
 					}
-					freed <- struct{}{}
+					freed <- c.endpoint
 				})
-			}
-			if len(batch) < asked {
-				break // nothing more is due now
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-freed:
+		case ep := <-freed:
 			free++
+			d.ended(busy, ep)
 		case <-wake:
 		case <-tick.C:
 		}
 		for more := true; more; {
 			select {
-			case <-freed:
+			case ep := <-freed:
 				free++
+				d.ended(busy, ep)
 			default:
 				more = false
 			}
 		}
+	}
+}
+
+// ended counts an attempt to ep as ended in busy.
+func (d *Deliverer) ended(busy map[string]int, ep string) {
+	if busy[ep]--; busy[ep] <= 0 {
+		delete(busy, ep)
 	}
 }
 
@@ -201,13 +220,13 @@ type claimed struct {
 }
 
 // DeliverDue makes one attempt at each due delivery it can lease, up to
-// Concurrency, all at once, and returns how many it made (Run's step, for
-// tests and tools). It leases only what it sends at once: an attempt
-// takes at most Timeout, well within the lease, so no attempt starts
-// after its lease has ended (when another deliverer may have leased and
-// sent it).
+// Concurrency, all at once (at most one of each endpoint), and returns
+// how many it made (for tests and tools; Run keeps its slots busy). It
+// leases only what it sends at once: an attempt takes at most Timeout,
+// well within the lease, so no attempt starts after its lease has ended
+// (when another deliverer may have leased and sent it).
 func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
-	batch, err := d.claim(ctx, d.cfg.Concurrency)
+	batch, err := d.claim(ctx, d.cfg.Concurrency, nil)
 	if err != nil || len(batch) == 0 {
 		return 0, err
 	}
@@ -220,24 +239,33 @@ func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
 	return len(batch), errors.Join(errs...)
 }
 
-// claim leases up to n due deliveries of enabled endpoints.
-func (d *Deliverer) claim(ctx context.Context, n int) ([]claimed, error) {
+// claim leases up to n due deliveries of enabled endpoints, the oldest
+// due first, at most one of each endpoint, none of the endpoints skip
+// names.
+func (d *Deliverer) claim(ctx context.Context, n int, skip []string) ([]claimed, error) {
 	now := d.cfg.Now()
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
-	rows, err := d.cfg.DB.Query(ctx, `WITH due AS (
-			SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id
+	if skip == nil {
+		skip = []string{}
+	}
+	rows, err := d.cfg.DB.Query(ctx, `WITH cand AS (
+			SELECT d.id, d.endpoint_id, d.next_attempt_at FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id
 			WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1)
-			AND w.disabled_at IS NULL
-			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE OF d SKIP LOCKED),
+			AND w.disabled_at IS NULL AND d.endpoint_id::text <> ALL($5::text[])
+			ORDER BY d.next_attempt_at LIMIT $4 * 8 FOR UPDATE OF d SKIP LOCKED),
+		due AS (
+			SELECT id FROM (SELECT DISTINCT ON (endpoint_id) id, next_attempt_at FROM cand
+				ORDER BY endpoint_id, next_attempt_at, id) first
+			ORDER BY next_attempt_at LIMIT $4),
 		leased AS (
 			UPDATE webhook_deliveries d SET lease_until = $2, lease_token = $3::uuid FROM due WHERE d.id = due.id
 			RETURNING d.id, d.attempts, d.event_id, d.endpoint_id)
 		SELECT l.id, l.attempts, ev.id, ev.type, coalesce(ev.tenant_id::text, ''), ev.created_at, ev.data,
 			w.id::text, w.url, w.secret, CASE WHEN w.previous_secret_until > $1 THEN w.previous_secret ELSE '' END
 		FROM leased l JOIN events ev ON ev.id = l.event_id JOIN webhook_endpoints w ON w.id = l.endpoint_id`,
-		now, now.Add(d.lease), token, n)
+		now, now.Add(d.lease), token, n, skip)
 	if err != nil {
 		return nil, fmt.Errorf("events: claim deliveries: %w", err)
 	}
@@ -274,7 +302,11 @@ func (r result) ok() bool { return r.status >= 200 && r.status < 300 }
 // attempt sends c once and records the attempt.
 func (d *Deliverer) attempt(ctx context.Context, c claimed) error {
 	res := d.send(ctx, c)
-	return d.record(ctx, c, res)
+	// What was sent is recorded even when the deliverer is stopping: an
+	// answer not recorded would be sent again once the lease ends.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
+	defer cancel()
+	return d.record(rctx, c, res)
 }
 
 // send posts c's event, signed, to its endpoint.

@@ -217,12 +217,16 @@ func TestASlowEndpointHoldsOnlyItsOwnSlot(t *testing.T) {
 		<-release // fault injection: the endpoint answers only when the test lets it
 		serve()
 	}, slow.Config.Handler)
-	defer close(release)
+	var released sync.Once
+	let := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the receiver closes, which waits for its attempts
 	fast := testenv.NewReceiver(t, nil)
 	ops := events.NewOps(db, nil, allowPrivate)
 	endpoint(t, ops, "", slow.URL, events.EndpointInput{EventTypes: []string{events.TenantSuspended}})
 	endpoint(t, ops, "", fast.URL, events.EndpointInput{EventTypes: []string{events.KeyRevoked}})
-	emit(t, db, events.TenantSuspended, acme.ID, time.Time{})
+	for range 3 { // a backlog of the slow endpoint's
+		emit(t, db, events.TenantSuspended, acme.ID, time.Time{})
+	}
 	const n = 6
 	for range n {
 		emit(t, db, events.KeyRevoked, acme.ID, time.Time{})
@@ -237,7 +241,7 @@ func TestASlowEndpointHoldsOnlyItsOwnSlot(t *testing.T) {
 		return got == n, fmt.Sprintf("%d of %d delivered, the slow endpoint got %d", got, n, len(slow.Requests()))
 	})
 	cancel()
-	release <- struct{}{} // the slow attempt ends, and with it Run
+	let() // the slow attempts end, and with them Run
 	testenv.Must(t, <-done)
 }
 

@@ -435,8 +435,6 @@ func ValidateLedgerFilter(f LedgerFilter) error {
 	return tollgate.Invalid(map[string]string{"kind": "must be grant, consumption, expiry, refund or adjustment"})
 }
 
-// holdDraws returns what the consumption rows of cause (a hold's, "hold
-// <id>", with or without a note after it) drew, by grant, in draw order.
 // ledgerDrawn returns the units the drainer drew on tenantID's balance
 // for the hold whose draws' cause is cause ("hold <id>") where the store
 // had counted them past the balance: past a region's escrow, or on a
@@ -452,6 +450,8 @@ func (s *Store) ledgerDrawn(ctx context.Context, tenantID, cause string) (int64,
 	return n, nil
 }
 
+// holdDraws returns what the consumption rows of cause (a hold's, "hold
+// <id>", with or without a note after it) drew, by grant, in draw order.
 func (s *Store) holdDraws(ctx context.Context, tenantID, cause string) ([]drawnFrom, error) {
 	rows, err := s.db.Query(ctx, `SELECT grant_id::text, -units FROM credit_ledger
 		WHERE tenant_id = $1::uuid AND kind = 'consumption' AND cause LIKE 'hold %' AND split_part(cause, ' (', 1) = $2

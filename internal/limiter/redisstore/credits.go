@@ -73,7 +73,7 @@ func (s *Store) ReadCredits(ctx context.Context, key, log, after string, max int
 }
 
 // creditEntry reads one XRANGE entry: its ID and its fields (u, o, n, d,
-// t, h).
+// t, a, v, h; settle.lua and check.lua say what each holds).
 func creditEntry(r any) (limiter.CreditEntry, error) {
 	pair, _ := r.([]any)
 	if len(pair) != 2 {

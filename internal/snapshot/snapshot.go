@@ -296,8 +296,8 @@ func CompileRules(p plans.Plan) []Rule { return compilePlan(p, nil).Rules }
 // together could admit past its limit. On a state of its own it keeps
 // equal shares, never moved.
 func sameSplit(b, o plans.Rule) bool {
-	if b.RegionScope != region.GlobalSplit && o.RegionScope != region.GlobalSplit {
-		return true
+	if b.RegionScope != region.GlobalSplit && o.RegionScope != region.GlobalSplit || !region.Rebalanced(b.Algorithm) {
+		return true // nothing is moved for it
 	}
 	return b.RegionScope == o.RegionScope && b.Limit == o.Limit && b.PeriodUS == o.PeriodUS && b.MinShare == o.MinShare
 }

@@ -23,7 +23,7 @@ admin_addr=${TOLLGATE_ADMIN_ADDR:-127.0.0.1:8081}
 # The servers' addresses must be free: another instance answering on them
 # would pass for this one. (The webhook sink's, fixed by the demo's
 # endpoints, is checked when it starts: without it deliveries are retried.)
-taken() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+taken() { local host=${1%:*}; (exec 3<>"/dev/tcp/${host:-127.0.0.1}/${1##*:}") 2>/dev/null; }
 for pair in "$api_addr TOLLGATE_API_ADDR" "$admin_addr TOLLGATE_ADMIN_ADDR"; do
   set -- $pair
   if taken "$1"; then

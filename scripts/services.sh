@@ -202,7 +202,7 @@ start_postgres() { # start_postgres DIR PORT: returns non-zero when the server d
   # start, nor to stop.
   if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     log "a Postgres server already runs on $data (another make run in this checkout?)"
-    return 1
+    return 2
   fi
   # Socket and log live in a directory the server's user owns.
   mkdir -p "$dir/pgrun"
@@ -313,7 +313,10 @@ run)
   redis_port=$dev_redis_port
   port_free "$pg_port" || { log "port $pg_port is taken (set TOLLGATE_DEV_PG_PORT)"; exit 1; }
   port_free "$redis_port" || { log "port $redis_port is taken (set TOLLGATE_DEV_REDIS_PORT)"; exit 1; }
-  start_postgres "$WORK" "$pg_port" || { cat "$WORK/pgrun/postgres.log" >&2; exit 1; }
+  rc=0
+  start_postgres "$WORK" "$pg_port" || rc=$?
+  if [ "$rc" = 1 ]; then cat "$WORK/pgrun/postgres.log" >&2; fi
+  [ "$rc" = 0 ] || exit 1
   # The usage stream holds billable usage until the worker has applied
   # it: an append-only file (synced every second) keeps it across runs.
   start_redis "$WORK/redis" "$redis_port" --appendonly yes --appendfsync everysec \

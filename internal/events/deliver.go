@@ -112,7 +112,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	defer tick.Stop()
 	free := d.cfg.Concurrency
 	perEndpoint := max(1, d.cfg.Concurrency/2)
-	busy := map[string]int{}                       // attempts under way by endpoint
+	busy := map[string]int{}                      // attempts under way by endpoint
 	freed := make(chan string, d.cfg.Concurrency) // the endpoint of an attempt that ended
 	var wg sync.WaitGroup
 	defer wg.Wait()

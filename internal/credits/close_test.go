@@ -100,15 +100,7 @@ func TestRefundFromAnExpiredGrantExpires(t *testing.T) {
 	if _, err := r.checker.Settle(ctx, d.HoldID, 0); err != nil {
 		t.Fatal(err)
 	}
-	acct := r.agree()
-	grants, err := credits.NewStore(r.db).Grants(ctx, r.tenantID)
-	testenv.Must(t, err)
-	var never int64
-	for _, g := range grants {
-		if g.ExpiresAt == nil {
-			never += g.Remaining
-		}
-	}
+	acct, never := r.agree(), r.neverExpiring()
 	if acct.Balance() != 5 || never != 5 {
 		t.Errorf("after settling at 0 a hold drawn on a grant expired since: balance %d, %d units that never expire; want 5, 5",
 			acct.Balance(), never)
@@ -141,15 +133,7 @@ func TestRefundPastTheBalanceFromAnExpiredGrantExpires(t *testing.T) {
 	if _, err := r.checker.Settle(ctx, d.HoldID, 0); err != nil {
 		t.Fatal(err)
 	}
-	acct := r.agree()
-	grants, err := credits.NewStore(r.db).Grants(ctx, r.tenantID)
-	testenv.Must(t, err)
-	var never int64
-	for _, g := range grants {
-		if g.ExpiresAt == nil {
-			never += g.Remaining
-		}
-	}
+	acct, never := r.agree(), r.neverExpiring()
 	if acct.Balance() != 0 || acct.Debt != 0 || never != 0 {
 		t.Errorf("after settling at 0: balance %d, debt %d, %d units that never expire; want 0, 0, 0", acct.Balance(), acct.Debt, never)
 	}
@@ -178,4 +162,19 @@ func TestARefundAfterBecomingRegionsLetsTheRegionDrain(t *testing.T) {
 			t.Fatalf("region drain %d: %v", i, err)
 		}
 	}
+}
+
+// neverExpiring returns the units left on the tenant's grants that never
+// expire.
+func (r *rig) neverExpiring() int64 {
+	r.t.Helper()
+	grants, err := credits.NewStore(r.db).Grants(context.Background(), r.tenantID)
+	testenv.Must(r.t, err)
+	var never int64
+	for _, g := range grants {
+		if g.ExpiresAt == nil {
+			never += g.Remaining
+		}
+	}
+	return never
 }

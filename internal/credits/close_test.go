@@ -2,6 +2,7 @@ package credits_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -69,10 +70,24 @@ func TestCloseWaitsForADrainInFlight(t *testing.T) {
 		_, err := r.drainer.Drain(ctx)
 		done <- err
 	}()
+	// Postgres shows the drain waiting for the lock (its advisory lock
+	// not granted, in this test's database); until the close ends it
+	// cannot have finished.
+	testenv.Eventually(t, time.Now(), 10*time.Second, "the drain waiting for the close lock", func() (bool, string) {
+		var waiting int
+		testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting))
+		select {
+		case err := <-done:
+			t.Fatalf("a drain finished (%v) while a close held the lock", err)
+		default:
+		}
+		return waiting > 0, fmt.Sprintf("%d waiting", waiting)
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("a drain finished (%v) while a close held the lock", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	testenv.Must(t, tx.Rollback(ctx))
 	testenv.Must(t, <-done)

@@ -325,6 +325,10 @@ func openDrain(ctx context.Context, tx pgx.Tx, tenantID string) (*Store, *book, 
 	return nil, nil, nil, 0, err
 }
 
+// ledgerDraw begins the note of a draw's cause when the ledger drew units
+// the store had counted past the balance (ledgerDrawn finds them by it).
+const ledgerDraw = "drawn by the ledger"
+
 // record writes one log entry into the ledger: grants expired by its
 // time first, then its units drawn on the grants (or given back), and its
 // overage and unpaid units on the hour's bill. The units of a deferred
@@ -348,7 +352,7 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 	room := func() int64 { return max(0, b.acct.Balance()+overdraft-reg.held()) }
 	units, overage, unpaid := e.Units, e.Overage, e.Unpaid
 	if e.Deferred != limiter.NotDeferred && units > 0 {
-		cause += " (drawn by the ledger: the balance was unknown)"
+		cause += " (" + ledgerDraw + ": the balance was unknown)"
 		drawn := min(units, room())
 		if e.Deferred == limiter.DeferredOverage {
 			overage += units - drawn
@@ -390,7 +394,7 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 				overage -= fromOverage
 				unpaid -= drawn - fromOverage
 				units += drawn
-				cause += " (drawn by the ledger past the region's escrow)"
+				cause += " (" + ledgerDraw + " past the region's escrow)"
 			}
 		}
 		reg.own.Counted += e.Units

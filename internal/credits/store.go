@@ -438,12 +438,12 @@ func ValidateLedgerFilter(f LedgerFilter) error {
 // ledgerDrawn returns the units the drainer drew on tenantID's balance
 // for the hold whose draws' cause is cause ("hold <id>") where the store
 // had counted them past the balance: past a region's escrow, or on a
-// balance that was unknown (the draws' causes say "drawn by the ledger").
+// balance that was unknown (the draws' causes note ledgerDraw).
 func (s *Store) ledgerDrawn(ctx context.Context, tenantID, cause string) (int64, error) {
 	var n int64
 	err := s.db.QueryRow(ctx, `SELECT coalesce(-sum(units), 0)::bigint FROM credit_ledger
 		WHERE tenant_id = $1::uuid AND kind = 'consumption' AND cause LIKE 'hold %' AND split_part(cause, ' (', 1) = $2
-		AND cause LIKE '% (drawn by the ledger%'`, tenantID, cause).Scan(&n)
+		AND cause LIKE '% (' || $3 || '%'`, tenantID, cause, ledgerDraw).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("credits: a hold's draws by the ledger: %w", err)
 	}

@@ -21,8 +21,10 @@
 #                                         (it gets SIGTERM and is waited
 #                                         for), then Redis, then Postgres.
 #   scripts/services.sh env               print the export line that points
-#                                         the CLI at the stores of `run` (and
-#                                         its secret key, once made).
+#                                         the CLI at the stores of the last
+#                                         `run` (its ports, kept in
+#                                         .local/ports, and its secret key,
+#                                         once made).
 #
 # Postgres refuses to run as root, so as root the servers run as the
 # "postgres" user (created when missing). Redis comes from Debian's
@@ -37,8 +39,17 @@ shift
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
-dev_pg_port=${TOLLGATE_DEV_PG_PORT:-15432}
-dev_redis_port=${TOLLGATE_DEV_REDIS_PORT:-16379}
+# `env` points at the ports the last `run` used (it keeps them in
+# .local/ports), so that a second shell need not repeat the variables
+# that started it; the variables, when set, still win.
+ports_file=.local/ports
+remembered() { # remembered NAME: NAME's value in $ports_file, if any
+  [ "$mode" = env ] && [ -s "$ports_file" ] && sed -n "s/^$1=\([0-9][0-9]*\)\$/\1/p" "$ports_file" | tail -n 1
+}
+dev_pg_port=${TOLLGATE_DEV_PG_PORT:-$(remembered TOLLGATE_DEV_PG_PORT || true)}
+dev_pg_port=${dev_pg_port:-15432}
+dev_redis_port=${TOLLGATE_DEV_REDIS_PORT:-$(remembered TOLLGATE_DEV_REDIS_PORT || true)}
+dev_redis_port=${dev_redis_port:-16379}
 dev_database_url="postgres://tollgate@127.0.0.1:$dev_pg_port/tollgate?sslmode=disable"
 dev_redis_addr="127.0.0.1:$dev_redis_port"
 if [ "$mode" = env ]; then
@@ -321,6 +332,7 @@ run)
   # it: an append-only file (synced every second) keeps it across runs.
   start_redis "$WORK/redis" "$redis_port" --appendonly yes --appendfsync everysec \
     || { cat "$WORK/redis/redis.log" >&2; exit 1; }
+  printf 'TOLLGATE_DEV_PG_PORT=%s\nTOLLGATE_DEV_REDIS_PORT=%s\n' "$pg_port" "$redis_port" >"$ports_file"
   export TOLLGATE_DATABASE_URL=$dev_database_url
   export TOLLGATE_REDIS_ADDR=$dev_redis_addr
   log "postgres 127.0.0.1:$pg_port (data in .local/pg), redis 127.0.0.1:$redis_port (data in .local/redis)"

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,7 @@ func creditsAdjust(fs *flag.FlagSet) action {
 
 func creditsList(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant name or ID (required)")
+	asJSON := fs.Bool("json", false, "print the balance and grants as a JSON object")
 	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		s := credits.NewStore(e.db)
 		acct, err := s.Account(ctx, t.ID)
@@ -78,21 +80,47 @@ func creditsList(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("credits list: %w", err)
 		}
-		return printJSON(e.stdout, map[string]any{"tenant_id": t.ID, "balance": acct.Balance(), "grants": grants})
+		if *asJSON {
+			return printJSON(e.stdout, map[string]any{"tenant_id": t.ID, "balance": acct.Balance(), "grants": grants})
+		}
+		fmt.Fprintf(e.stdout, "balance: %d units\n\n", acct.Balance())
+		return printList(e.stdout, false, grants, []string{"ID", "AMOUNT", "REMAINING", "PRIORITY", "EXPIRES", "STATUS", "CREATED", "CAUSE"}, grantRow)
 	})
+}
+
+// grantRow is the table row of a grant; its status is "live" or "expired
+// <when>".
+func grantRow(g credits.Grant) []string {
+	status := "live"
+	if g.ExpiredAt != nil {
+		status = "expired " + timeCell(g.ExpiredAt)
+	}
+	return []string{g.ID, strconv.FormatInt(g.Amount, 10), strconv.FormatInt(g.Remaining, 10), strconv.Itoa(g.Priority),
+		timeCell(g.ExpiresAt), status, timeCell(&g.CreatedAt), g.Cause}
 }
 
 func creditsLedger(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	kind := fs.String("kind", "", "only rows of this kind: grant, consumption, expiry, refund or adjustment")
 	limit := fs.Int("limit", page.DefaultLimit, "rows to print (at most 200)")
+	asJSON := fs.Bool("json", false, "print the ledger rows as a JSON array")
 	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		p, err := credits.NewStore(e.db).Ledger(ctx, t.ID, credits.LedgerFilter{Kind: *kind}, page.First(min(*limit, page.MaxLimit)))
 		if err != nil {
 			return fmt.Errorf("credits ledger: %w", err)
 		}
-		return printJSON(e.stdout, p.Items)
+		return printList(e.stdout, *asJSON, p.Items, []string{"ID", "AT", "KIND", "UNITS", "BALANCE", "GRANT", "CAUSE"}, ledgerRow)
 	})
+}
+
+// ledgerRow is the table row of a ledger entry (- for no grant).
+func ledgerRow(l credits.Entry) []string {
+	grant := "-"
+	if l.GrantID != nil {
+		grant = *l.GrantID
+	}
+	return []string{strconv.FormatInt(l.ID, 10), timeCell(&l.At), l.Kind, strconv.FormatInt(l.Units, 10),
+		strconv.FormatInt(l.Balance, 10), grant, l.Cause}
 }
 
 func plansCredits(fs *flag.FlagSet) action {

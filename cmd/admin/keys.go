@@ -77,13 +77,9 @@ func keysList(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("keys list: %w", err)
 		}
-		all, err := ts.List(ctx)
+		names, err := tenantNames(ctx, e)
 		if err != nil {
 			return fmt.Errorf("keys list: %w", err)
-		}
-		names := make(map[string]string, len(all))
-		for _, t := range all {
-			names[t.ID] = t.Name
 		}
 		now := time.Now()
 		return printList(e.stdout, *asJSON, list, []string{"ID", "PREFIX", "TENANT", "NAME", "STATUS", "CREATED",
@@ -92,6 +88,19 @@ func keysList(fs *flag.FlagSet) action {
 				timeCell(&k.CreatedAt), timeCell(k.ExpiresAt), timeCell(k.LastUsedAt)}
 		})
 	}
+}
+
+// tenantNames maps every tenant's ID to its name, for tables.
+func tenantNames(ctx context.Context, e *invocation) (map[string]string, error) {
+	all, err := tenants.NewStore(e.db).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]string, len(all))
+	for _, t := range all {
+		names[t.ID] = t.Name
+	}
+	return names, nil
 }
 
 // keyStatus is "revoked", "expired" or "active" at now.

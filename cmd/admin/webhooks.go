@@ -189,17 +189,23 @@ func webhooksRotateSecret(fs *flag.FlagSet) action {
 func webhooksList(fs *flag.FlagSet) action {
 	return listAction(fs, "endpoint records", []string{"ID", "TENANT", "URL", "STATUS", "EVENTS"},
 		func(ctx context.Context, e *invocation) ([]events.Endpoint, func(events.Endpoint) []string, error) {
-			pg, err := events.NewStore(e.db).Endpoints(ctx, "", page.First(200))
-			return pg.Items, endpointRow, err
+			list, err := page.All(ctx, func(ctx context.Context, r page.Request) (page.Page[events.Endpoint], error) {
+				return events.NewStore(e.db).Endpoints(ctx, "", r)
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			names, err := tenantNames(ctx, e)
+			return list, func(ep events.Endpoint) []string { return endpointRow(ep, names) }, err
 		})
 }
 
-// endpointRow is the table row of a webhook endpoint: its tenant (- for
-// an operator's), status ("enabled", "failing" or "disabled (reason)")
-// and event types (* for every type).
-func endpointRow(ep events.Endpoint) []string {
-	tenant, status, types := ep.TenantID, "enabled", "*"
-	if tenant == "" {
+// endpointRow is the table row of a webhook endpoint: its tenant's name
+// (- for an operator's), status ("enabled", "failing" or "disabled
+// (reason)") and event types (* for every type).
+func endpointRow(ep events.Endpoint, names map[string]string) []string {
+	tenant, status, types := names[ep.TenantID], "enabled", "*"
+	if ep.TenantID == "" {
 		tenant = "-"
 	}
 	switch {

@@ -6,6 +6,7 @@
 package page
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/url"
@@ -99,4 +100,21 @@ func Make[T any](r Request, rows []T, keyOf func(T) any) Page[T] {
 		p.NextCursor = &c
 	}
 	return p
+}
+
+// All reads every page of list, first to last, in pages of MaxLimit: for
+// a caller that shows a whole list (the CLI), not for a request handler.
+func All[T any](ctx context.Context, list func(context.Context, Request) (Page[T], error)) ([]T, error) {
+	all, r := []T{}, First(MaxLimit)
+	for {
+		p, err := list(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, p.Items...)
+		if p.NextCursor == nil {
+			return all, nil
+		}
+		r.Cursor = *p.NextCursor
+	}
 }

@@ -1,6 +1,8 @@
 package page_test
 
 import (
+	"context"
+	"errors"
 	"net/url"
 	"testing"
 
@@ -63,5 +65,43 @@ func TestMakeAndAfter(t *testing.T) {
 	}
 	if _, err := (page.Request{Cursor: "%%%"}).After(&k); err == nil {
 		t.Error("a garbage cursor decoded")
+	}
+}
+
+// TestAllReadsEveryPage: All follows the cursors to the last page, and
+// stops at an error.
+func TestAllReadsEveryPage(t *testing.T) {
+	rows := make([]int, 2*page.MaxLimit+3)
+	for i := range rows {
+		rows[i] = i
+	}
+	calls := 0
+	list := func(_ context.Context, r page.Request) (page.Page[int], error) {
+		calls++
+		from := 0
+		if r.Cursor != "" {
+			var after int
+			if _, err := r.After(&after); err != nil {
+				return page.Page[int]{}, err
+			}
+			from = after + 1
+		}
+		end := min(len(rows), from+r.Fetch())
+		return page.Make(r, rows[from:end], func(n int) any { return n }), nil
+	}
+	got, err := page.All(context.Background(), list)
+	if err != nil || len(got) != len(rows) || got[len(got)-1] != len(rows)-1 || calls != 3 {
+		t.Errorf("All = %d rows (last %v), %v in %d calls; want %d rows in 3 calls", len(got), got[len(got)-1:], err, calls, len(rows))
+	}
+	for i, n := range got {
+		if n != i {
+			t.Fatalf("row %d = %d, want %d (in order, once each)", i, n, i)
+		}
+	}
+	boom := errors.New("boom")
+	if _, err := page.All(context.Background(), func(context.Context, page.Request) (page.Page[int], error) {
+		return page.Page[int]{}, boom
+	}); !errors.Is(err, boom) {
+		t.Errorf("All on a failing list: %v, want %v", err, boom)
 	}
 }

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -44,5 +50,33 @@ func TestCreditsListAndLedgerTables(t *testing.T) {
 	testenv.Must(t, json.Unmarshal([]byte(mustRun(t, dbURL, "credits", "ledger", "--tenant", "acme", "--json")), &rows))
 	if len(rows) != 1 || rows[0].Kind != credits.KindGrant || rows[0].Units != 500 {
 		t.Errorf("credits ledger --json = %+v, want one grant row of 500", rows)
+	}
+}
+
+// TestWebhooksListShowsEveryEndpoint: webhooks list prints every
+// endpoint, past the first page, with its tenant's name.
+func TestWebhooksListShowsEveryEndpoint(t *testing.T) {
+	dbURL, srv := cliDB(t)
+	ctx := context.Background()
+	mustRun(t, dbURL, "plans", "create", "--name", "basic", "--display-name", "Basic", "--base-fee-minor", "0")
+	mustRun(t, dbURL, "tenants", "create", "--name", "acme", "--plan", "basic")
+	mustRun(t, dbURL, "webhooks", "create", "--tenant", "acme", "--url", "https://hooks.example.com/acme")
+	ops := events.NewOps(srv.DB, nil, events.Guard{})
+	n := page.MaxLimit + 1
+	for i := range n {
+		_, err := ops.CreateEndpoint(ctx, audit.CLI, "", events.EndpointInput{URL: fmt.Sprintf("https://hooks.example.com/op/%d", i)})
+		testenv.Must(t, err)
+	}
+	out := mustRun(t, dbURL, "webhooks", "list")
+	if lines := strings.Count(out, "\n"); lines != 1+n+1 {
+		t.Errorf("webhooks list printed %d lines, want the header and %d endpoints", lines, n+1)
+	}
+	if !regexp.MustCompile(`(?m)^\S+ +acme +https://hooks.example.com/acme +enabled +\*$`).MatchString(out) {
+		t.Errorf("webhooks list printed no row for acme's endpoint by its name:\n%s", out[:min(len(out), 600)])
+	}
+	var list []events.Endpoint
+	testenv.Must(t, json.Unmarshal([]byte(mustRun(t, dbURL, "webhooks", "list", "--json")), &list))
+	if len(list) != n+1 {
+		t.Errorf("webhooks list --json: %d endpoints, want %d", len(list), n+1)
 	}
 }

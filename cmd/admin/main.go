@@ -84,7 +84,7 @@ type invocation struct {
 func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 	current, previous := config.New(e.getenv).SecretKey()
 	if current == "" {
-		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run and docker-compose.yml set a demo key)")
+		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run keeps a demo key in .local/; docker-compose.yml reads it from .env)")
 	}
 	keys, err := auth.ParseSecretKeys(current, previous...)
 	if err != nil {
@@ -140,7 +140,7 @@ func commands() []command {
 		{name: "tokens list", summary: "list service tokens (never the tokens themselves), newest first", flags: tokensList},
 		{name: "tokens revoke", audited: "service_token.revoke", summary: "revoke a service token by ID; the check API refuses it (401) within a second", flags: tokensRevoke},
 		{name: "secrets generate", summary: "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)", noDatabase: true, flags: secretsGenerate},
-		{name: "secrets reseal", audited: "signing_keys.reseal", summary: "seal every stored signing key with TOLLGATE_SECRET_KEY: after rotating it (the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear", flags: secretsReseal},
+		{name: "secrets reseal", audited: "signing_keys.reseal", summary: "seal every stored signing key and webhook endpoint secret with TOLLGATE_SECRET_KEY: after rotating it (the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear", flags: secretsReseal},
 		{name: "users create", audited: "user.create", summary: "create an admin user (bootstraps the first operator); the password is read from stdin with --password-stdin, or generated and printed once", flags: usersCreate},
 		{name: "users disable", audited: "user.disable", summary: "disable an admin user: it can no longer log in, and its sessions end at once", flags: usersDisable},
 		{name: "users sessions revoke", audited: "user.sessions_revoke", summary: "end every session of an admin user at once (the user may log in again)", flags: usersSessionsRevoke},

@@ -205,8 +205,8 @@ prints what would change, plan by plan, and changes nothing.
 A plan is the admin API's plan body (name, display_name, currency,
 base_fee_minor, included_units, overage_unit_minor, quota_mode, tiers,
 rules, routes) and archived; the file is YAML or JSON: {"plans": [...]}.
-A plan's quota settings and credits are not in it (plans quota, plans
-credits).`
+A plan's quota settings, credits and billing settings are not in it
+(plans quota, plans credits, plans billing).`
 
 func plansApply(fs *flag.FlagSet) action {
 	file := fs.String("f", "", "the plans file, YAML or JSON; - for stdin (required)")

@@ -56,7 +56,7 @@ func serviceTokenRow(now time.Time) func(auth.ServiceToken) []string {
 }
 
 func tokensRevoke(fs *flag.FlagSet) action {
-	return revokeAction(fs, "service token ID, as `tokens list` shows it", "token's",
+	return revokeAction(fs, "service token ID, as tokens list shows it", "token's",
 		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, error) {
 			return auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
 		}, func(st auth.ServiceToken) string {

@@ -542,3 +542,65 @@ func TestJournaledAnonymousHoldCountsOnceByIP(t *testing.T) {
 		}
 	}
 }
+
+// poisonResource makes Postgres refuse, with a data exception (simulated
+// by a trigger on usage_minute), every row of the resource GET /poison.
+func poisonResource(t *testing.T, r *workerRig) {
+	t.Helper()
+	_, err := r.db.Exec(context.Background(), `CREATE FUNCTION poison() RETURNS trigger AS $$
+		BEGIN
+			IF NEW.resource = 'GET /poison' THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = '22023';
+			END IF;
+			RETURN NEW;
+		END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER poison BEFORE INSERT ON usage_minute FOR EACH ROW EXECUTE FUNCTION poison();`)
+	testenv.Must(t, err)
+}
+
+// TestJournalClaimPostgresRefusesKeepsItsPayload: a journal claim whose
+// data Postgres refuses is set aside whole, as a stream entry Postgres
+// refuses is, with what it claimed as its payload (the separators
+// escaped), so that `admin usage set-aside --payload` shows it; the claim
+// of another tag fetched with it applies.
+func TestJournalClaimPostgresRefusesKeepsItsPayload(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t)
+	poisonResource(t, r)
+	check := func(tenant, apiKey, resource, units string) string {
+		return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+	}
+	good, refused := statekey.Tags()[10], statekey.Tags()[11]
+	poisoned := check(tB, kB, "GET /poison", "4") + check(tB, kB, "GET /b", "1")
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, good), check(tA, kA, "GET /a", "3")).Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, refused), poisoned).Err())
+
+	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, FetchCount: 8,
+		RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
+		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, good), statekey.ClaimedJournalKey(prefix, good),
+			statekey.JournalKey(prefix, refused), statekey.ClaimedJournalKey(prefix, refused)).Result()
+		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 1, AllowedUnits: 3}) {
+		t.Errorf("totals %v, want %s/%s's check alone", got, tA, kA)
+	}
+	var entryID, payload, reason string
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT entry_id, payload, error FROM usage_bad_batches`).Scan(&entryID, &payload, &reason))
+	if want := strings.ReplaceAll(poisoned, "\x00", `\x00`); payload != want {
+		t.Errorf("set aside with payload %q, want the claimed journal %q", payload, want)
+	}
+	if !strings.HasPrefix(entryID, "journal:"+hex.EncodeToString([]byte{refused})+":") || strings.HasSuffix(entryID, "/refused") ||
+		!strings.Contains(reason, "Postgres refused") {
+		t.Errorf("set aside %s (%s), want the refused tag's claim whole", entryID, reason)
+	}
+	if s := w.Stats(); s.SetAside != 1 || s.Applied != 1 || s.Journals != 1 {
+		t.Errorf("stats %+v, want one claim applied and one set aside", s)
+	}
+}

@@ -272,7 +272,7 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 	var from []int // the index in msgs of each of batches
 	for i, m := range msgs {
 		if m.Err != nil {
-			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+			if err := w.Store.SetAside(ctx, m.ID, []byte(m.Payload), m.Err); err != nil {
 				return err
 			}
 			continue
@@ -355,7 +355,7 @@ func (w *Worker) applyEach(ctx context.Context, msgs []Message, batches []meteri
 		switch {
 		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
-			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+			if err := w.Store.SetAside(ctx, m.ID, []byte(m.Payload), m.Err); err != nil {
 				return nil, err
 			}
 		case err != nil:

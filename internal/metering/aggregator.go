@@ -248,9 +248,13 @@ func (a *Aggregator) Record(ev tollgate.UsageEvent) {
 
 // recordDetail counts what the store's journal lacks of ev, a decision
 // whose units it journaled: the crossings, and the anonymous caller's
-// address (its decisions c, by minute), which the rows do not keep.
+// address (its decisions c, by minute), which a check's journal entry
+// does not keep. A hold's settlement is left whole to the journal: its
+// entry keeps the address (statekey.HoldUsage), and the worker counts it
+// there once per hold, as it counts the units; counted here too, the
+// address would count the hold's units again with every answer.
 func (a *Aggregator) recordDetail(ev tollgate.UsageEvent, minute int64, c Counts) {
-	anonymous := ev.Tier == tollgate.TierAnonymous && ev.IP != ""
+	anonymous := ev.Tier == tollgate.TierAnonymous && ev.IP != "" && ev.Hold != tollgate.HoldSettled
 	if len(ev.Crossed) == 0 && !anonymous {
 		a.mu.Lock()
 		a.stats.Recorded++

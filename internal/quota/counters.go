@@ -158,6 +158,6 @@ func reconcileCounters(ctx context.Context, db postgres.Conn, windows limiter.Wi
 		return nil
 	}
 	return postgres.Tx(ctx, db, func(tx pgx.Tx) error {
-		return reconcile(ctx, tx, tenantIDs, counters, now)
+		return reconcile(ctx, tx, tenantIDs, counters, monthOf(now), now)
 	})
 }

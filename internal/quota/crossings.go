@@ -141,18 +141,22 @@ func RecordDenials(ctx context.Context, tx pgx.Tx, ds []Denial) error {
 // units), is resolved with quota.threshold.resolved. Call it after the
 // rollups are written, in the same transaction.
 func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time) error {
-	return reconcile(ctx, tx, tenantIDs, nil, now)
+	return reconcile(ctx, tx, tenantIDs, nil, monthOf(now), now)
 }
 
-// reconcile is Reconcile with, for some tenants, the month's count of
-// their monthly quota counter (counters, by tenant ID): a threshold at or
-// below it but above the rollups' count is recorded too (source counter).
-// Forecasts stay with the rollups' count.
-func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[string]int64, now time.Time) error {
+// reconcile is Reconcile of month (its first day, UTC), found at now,
+// with, for some tenants, the month's count of their monthly quota
+// counter (counters, by tenant ID): a threshold at or below it but above
+// the rollups' count is recorded too (source counter). Forecasts stay
+// with the rollups' count, and are made only for now's month: a month
+// gone by has no pace left to project. month is the month of the usage
+// being reconciled, which is not now's when a batch arrives late:
+// October's usage applied in the first seconds of November crosses
+// October's thresholds, on October's count.
+func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[string]int64, month, now time.Time) error {
 	if len(tenantIDs) == 0 {
 		return nil
 	}
-	month := monthOf(now)
 	rows, err := tx.Query(ctx, `SELECT t.id::text, p.id, p.included_units, p.quota_mode,
 			coalesce(ts.thresholds, ps.thresholds, '[]'::jsonb),
 			coalesce((SELECT sum(u.allowed_units) FROM usage_month u
@@ -199,6 +203,9 @@ func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[
 	for _, s := range states {
 		if err := reconcileTenant(ctx, tx, s.id, month, s.points, s.count, counters[s.id], s.unsolved, now); err != nil {
 			return err
+		}
+		if !month.Equal(monthOf(now)) {
+			continue
 		}
 		if err := forecast(ctx, tx, s.id, s.forecastInput, s.count, now); err != nil {
 			return err

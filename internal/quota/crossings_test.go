@@ -114,3 +114,68 @@ func TestSweepResolvesCrossingsWithoutUsage(t *testing.T) {
 		requireDocumented(t, db, ids[name])
 	}
 }
+
+// TestLateUsageReconcilesItsOwnMonth: usage of October 31st applied by a
+// worker already in November (the batch held up, the worker catching
+// up) takes October's month to-date count past a threshold: the
+// crossing is October's, found from October's rollups, whatever the
+// worker's clock says; November's usage then resolves it (new_month) and
+// crosses nothing of November's own.
+func TestLateUsageReconcilesItsOwnMonth(t *testing.T) {
+	ctx := context.Background()
+	var c rateClock
+	workers, db := separateWorkers(t, 1, c.now, quota.IngestConfig{})
+	plan, err := plans.NewStore(db).Put(ctx, plans.Plan{Name: "late", IncludedUnits: 1000})
+	testenv.Must(t, err)
+	_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, plan.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}}})
+	testenv.Must(t, err)
+	tn, err := tenants.NewStore(db).Create(ctx, "late", plan.ID)
+	testenv.Must(t, err)
+	use := func(now, minute string, units int64) {
+		t.Helper()
+		c.set(t, now)
+		applyRows(t, workers[0], meteringtest.Row(meteringtest.At(t, minute), tn.ID, meteringtest.ID(500), "GET /x",
+			metering.Counts{Allowed: units, AllowedUnits: units}))
+	}
+	crossed := func() string {
+		t.Helper()
+		rows, err := db.Query(ctx, `SELECT to_char(month, 'YYYY-MM'), units, source, resolved_at IS NOT NULL
+			FROM quota_crossings WHERE tenant_id = $1 ORDER BY month, units`, tn.ID)
+		testenv.Must(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var month, source string
+			var units int64
+			var resolved bool
+			testenv.Must(t, rows.Scan(&month, &units, &source, &resolved))
+			out = append(out, fmt.Sprintf("%s %d %s resolved=%v", month, units, source, resolved))
+		}
+		testenv.Must(t, rows.Err())
+		return fmt.Sprint(out)
+	}
+
+	use("2026-10-31T23:59:40Z", "2026-10-31T23:59", 400)
+	use("2026-11-01T00:00:05Z", "2026-10-31T23:59", 200) // late: 600 of October's 1,000
+	if got, want := crossed(), "[2026-10 500 rollups resolved=false]"; got != want {
+		t.Errorf("after October's late usage: crossings %s, want %s", got, want)
+	}
+	if got, want := thresholdEvents(t, db, tn.ID), "[crossed 500]"; got != want {
+		t.Errorf("after October's late usage: events %s, want %s", got, want)
+	}
+	var month string
+	testenv.Must(t, db.QueryRow(ctx, `SELECT data->>'month' FROM events WHERE tenant_id = $1 AND type = $2`,
+		tn.ID, quota.EventThresholdCrossed).Scan(&month))
+	if month != "2026-10" {
+		t.Errorf("the crossing's event names month %s, want 2026-10", month)
+	}
+
+	use("2026-11-01T00:01:05Z", "2026-11-01T00:01", 100)
+	if got, want := crossed(), "[2026-10 500 rollups resolved=true]"; got != want {
+		t.Errorf("after November's usage: crossings %s, want %s", got, want)
+	}
+	if got, want := thresholdEvents(t, db, tn.ID), "[crossed 500 resolved 500 new_month]"; got != want {
+		t.Errorf("after November's usage: events %s, want %s", got, want)
+	}
+	requireDocumented(t, db, tn.ID)
+}

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -69,14 +70,20 @@ const counterSweepBudget = time.Second
 // Applied records, in the apply transaction tx, the quota thresholds the
 // batches' checks crossed, the first denials by a spend cap or a hard
 // quota, and whatever the rollups now show crossed that no check handed
-// on (Reconcile), and the keys rate rules keep denying
+// on (Reconcile, for each month the batches' rows fall in: a batch of
+// October applied in November, held up or caught up with, crosses
+// October's thresholds), and the keys rate rules keep denying
 // (RecordRateDenials): each exactly once.
 func (in *Ingest) Applied(ctx context.Context, tx pgx.Tx, batches []metering.Batch, now time.Time) error {
 	var crossings []Crossing
 	var denials []Denial
 	var limited []RateSubject
-	seen := map[string]bool{}
-	var tenantIDs []string
+	type tenantMonth struct {
+		tenantID string
+		month    time.Time
+	}
+	seen := map[tenantMonth]bool{}
+	tenantIDs := map[time.Time][]string{} // by month, each tenant once
 	for _, b := range batches {
 		for _, c := range b.Crossings {
 			crossings = append(crossings, Crossing{TenantID: c.TenantID, Units: c.Units, AtUS: c.AtUS})
@@ -85,9 +92,9 @@ func (in *Ingest) Applied(ctx context.Context, tx pgx.Tx, batches []metering.Bat
 			if r.TenantID == "" {
 				continue
 			}
-			if !seen[r.TenantID] {
-				seen[r.TenantID] = true
-				tenantIDs = append(tenantIDs, r.TenantID)
+			if k := (tenantMonth{r.TenantID, monthOf(time.Unix(r.Minute, 0))}); !seen[k] {
+				seen[k] = true
+				tenantIDs[k.month] = append(tenantIDs[k.month], r.TenantID)
 			}
 			if IsRateDenial(r.Reason, r.DeniedBy) {
 				keyID := r.KeyID
@@ -110,8 +117,14 @@ func (in *Ingest) Applied(ctx context.Context, tx pgx.Tx, batches []metering.Bat
 	if err := RecordDenials(ctx, tx, denials); err != nil {
 		return err
 	}
-	if err := Reconcile(ctx, tx, tenantIDs, now); err != nil {
-		return err
+	// Month by month in order, each month's tenants in ID order
+	// (reconcile's), so that workers reconciling at once lock crossings
+	// in one order.
+	months := slices.SortedFunc(maps.Keys(tenantIDs), time.Time.Compare)
+	for _, month := range months {
+		if err := reconcile(ctx, tx, tenantIDs[month], nil, month, now); err != nil {
+			return err
+		}
 	}
 	return RecordRateDenials(ctx, tx, limited, in.cfg.RateAlert, now)
 }

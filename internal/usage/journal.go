@@ -168,13 +168,13 @@ func (j *JournalConsumer) Fetch(ctx context.Context, count int) ([]Message, erro
 
 // message returns the journal raw of tag, claimed under claim, as a
 // message; one that cannot be read is set aside as it is, and entries
-// that cannot be applied are set aside alone (metering.SplitJournal).
+// that cannot be applied are set aside alone (metering.SplitJournal). Its
+// payload is the claimed journal, as a stream entry's is its batch, so
+// that a claim set aside whole — unreadable, or its data refused by
+// Postgres — keeps what it held.
 func (j *JournalConsumer) message(tag byte, claim, raw string) Message {
-	m := Message{ID: journalIDPrefix + hex.EncodeToString([]byte{tag}) + ":" + claim}
+	m := Message{ID: journalIDPrefix + hex.EncodeToString([]byte{tag}) + ":" + claim, Payload: raw}
 	m.Batch, m.Refused, m.Err = metering.SplitJournal(m.ID, j.now().UnixMicro(), raw)
-	if m.Err != nil {
-		m.Payload = []byte(raw)
-	}
 	return m
 }
 

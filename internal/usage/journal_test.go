@@ -472,3 +472,135 @@ func TestJournalSetsAsideEntriesAlone(t *testing.T) {
 		t.Errorf("stats %+v, want one journal applied with parts set aside, one set aside whole", s)
 	}
 }
+
+// TestJournaledAnonymousHoldCountsOnceByIP: an anonymous caller's hold,
+// journaled by the check script and by settle.lua, its settlement
+// answered twice (the client's retry, repeated), counts under the
+// caller's address as it counts in the anonymous tier's rows, and as a
+// keyed tenant's hold counts in its rows: one decision at the check, the
+// settled units once. The api process records each answer as the
+// checker does (enforce: the check's decision, then one event per
+// settlement answer with the store's Recorded).
+func TestJournaledAnonymousHoldCountsOnceByIP(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	store := redisstore.New(r.client)
+	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream), ProducerID: "p"})
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
+	now := at(t, "2026-11-20T10:00") * 1_000_000
+	const ip, resource = "192.0.2.7", "POST /v1/complete"
+	tag, short := statekey.Compact(ip)
+	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	entry := statekey.UsageEntry("", "", tollgate.TierAnonymous, resource)
+	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(prefix, tag, "h1"), TTLUS: limiter.HourUS,
+		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", ip, statekey.EntryRow(entry))}
+	out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
+		NowUS: now, Usage: entry})
+	if err != nil || !out.Admitted || !out.Recorded {
+		t.Fatalf("hold: %+v %v", out, err)
+	}
+	agg.Record(tollgate.UsageEvent{AtUS: out.NowUS, Tier: tollgate.TierAnonymous, IP: ip, Resource: resource, Cost: 20,
+		Allowed: true, Reason: tollgate.ReasonOK, Hold: tollgate.HoldOpened, Recorded: out.Recorded})
+	for range 2 {
+		st, err := store.Settle(ctx, limiter.Settle{Key: hold.Key, Cost: 7, NowUS: now + 1})
+		if err != nil || !st.Recorded {
+			t.Fatalf("settle: %+v %v", st, err)
+		}
+		agg.Record(tollgate.UsageEvent{AtUS: st.OpenedUS, Tier: tollgate.TierAnonymous, IP: ip, Resource: resource, Cost: st.Cost,
+			Allowed: true, Reason: tollgate.ReasonOK, Hold: tollgate.HoldSettled, HoldHash: "00112233445566778899aabbccddeeff",
+			Recorded: st.Recorded})
+	}
+	testenv.Must(t, agg.Flush(ctx))
+
+	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
+	w := &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, prefix, time.Millisecond), Stream: stream},
+		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	want := metering.Counts{Allowed: 1, AllowedUnits: 7}
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journal and stream applied", func() (bool, string) {
+		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result()
+		entries, pending, lerr := stream.Backlog(ctx)
+		got := sums(t, r.db, "usage_minute")[NilUUID+"/"+NilUUID]
+		return err == nil && lerr == nil && n == 0 && entries == 0 && pending == 0 && got == want,
+			fmt.Sprintf("journals left %d, stream %d/%d, anonymous %+v", n, entries, pending, got)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	var byIP metering.Counts
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(sum(allowed), 0), coalesce(sum(denied), 0),
+		coalesce(sum(allowed_units), 0), coalesce(sum(denied_units), 0) FROM usage_anon_ip_minute WHERE ip = $1`, ip).
+		Scan(&byIP.Allowed, &byIP.Denied, &byIP.AllowedUnits, &byIP.DeniedUnits))
+	if byIP != want {
+		t.Errorf("usage of %s: %+v, want %+v: the hold's decision and its settled units, once", ip, byIP, want)
+	}
+	for _, table := range []string{"usage_minute", "usage_month"} {
+		if got := sums(t, r.db, table)[NilUUID+"/"+NilUUID]; got != want {
+			t.Errorf("%s: anonymous %+v, want %+v", table, got, want)
+		}
+	}
+}
+
+// poisonResource makes Postgres refuse, with a data exception (simulated
+// by a trigger on usage_minute), every row of the resource GET /poison.
+func poisonResource(t *testing.T, r *workerRig) {
+	t.Helper()
+	_, err := r.db.Exec(context.Background(), `CREATE FUNCTION poison() RETURNS trigger AS $$
+		BEGIN
+			IF NEW.resource = 'GET /poison' THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = '22023';
+			END IF;
+			RETURN NEW;
+		END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER poison BEFORE INSERT ON usage_minute FOR EACH ROW EXECUTE FUNCTION poison();`)
+	testenv.Must(t, err)
+}
+
+// TestJournalClaimPostgresRefusesKeepsItsPayload: a journal claim whose
+// data Postgres refuses is set aside whole, as a stream entry Postgres
+// refuses is, with what it claimed as its payload (the separators
+// escaped), so that `admin usage set-aside --payload` shows it; the claim
+// of another tag fetched with it applies.
+func TestJournalClaimPostgresRefusesKeepsItsPayload(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t)
+	poisonResource(t, r)
+	check := func(tenant, apiKey, resource, units string) string {
+		return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+	}
+	good, refused := statekey.Tags()[10], statekey.Tags()[11]
+	poisoned := check(tB, kB, "GET /poison", "4") + check(tB, kB, "GET /b", "1")
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, good), check(tA, kA, "GET /a", "3")).Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, refused), poisoned).Err())
+
+	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, FetchCount: 8,
+		RetryMax: 100 * time.Millisecond}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
+		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, good), statekey.ClaimedJournalKey(prefix, good),
+			statekey.JournalKey(prefix, refused), statekey.ClaimedJournalKey(prefix, refused)).Result()
+		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 1, AllowedUnits: 3}) {
+		t.Errorf("totals %v, want %s/%s's check alone", got, tA, kA)
+	}
+	var entryID, payload, reason string
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT entry_id, payload, error FROM usage_bad_batches`).Scan(&entryID, &payload, &reason))
+	if want := strings.ReplaceAll(poisoned, "\x00", `\x00`); payload != want {
+		t.Errorf("set aside with payload %q, want the claimed journal %q", payload, want)
+	}
+	if !strings.HasPrefix(entryID, "journal:"+hex.EncodeToString([]byte{refused})+":") || strings.HasSuffix(entryID, "/refused") ||
+		!strings.Contains(reason, "Postgres refused") {
+		t.Errorf("set aside %s (%s), want the refused tag's claim whole", entryID, reason)
+	}
+	if s := w.Stats(); s.SetAside != 1 || s.Applied != 1 || s.Journals != 1 {
+		t.Errorf("stats %+v, want one claim applied and one set aside", s)
+	}
+}

@@ -34,9 +34,11 @@ type Consumer interface {
 // Message is one delivered batch.
 type Message struct {
 	// ID is the transport's ID (the stream entry ID), used to Ack.
-	ID      string
-	Batch   metering.Batch
-	Payload []byte
+	ID    string
+	Batch metering.Batch
+	// Payload is the message as delivered (a stream entry's batch, a
+	// claimed journal): what is kept should it be set aside whole.
+	Payload string
 	// Err is set when the payload is not a valid batch: it can never be
 	// applied, and is set aside (usage_bad_batches) and acknowledged.
 	Err error
@@ -178,8 +180,8 @@ func (c *RedisConsumer) messages(ctx context.Context, entries []redis.XMessage) 
 			continue
 		}
 		payload, _ := e.Values[metering.StreamFieldBatch].(string)
-		m := Message{ID: e.ID, Payload: []byte(payload)}
-		m.Batch, m.Refused, m.Err = metering.SplitBatch(m.Payload)
+		m := Message{ID: e.ID, Payload: payload}
+		m.Batch, m.Refused, m.Err = metering.SplitBatch([]byte(payload))
 		out = append(out, m)
 	}
 	if len(gone) > 0 {

@@ -224,8 +224,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if len(msgs) == 0 {
 			stream.Success()
 		}
+		f := newFetched(msgs)
 		for len(msgs) > 0 {
-			err := w.process(ctx, msgs, afterApply)
+			err := w.process(ctx, f, afterApply)
 			if err == nil {
 				stream.Success()
 				store.Success()
@@ -260,21 +261,79 @@ type stopError struct{ err error }
 
 func (e stopError) Error() string { return e.err.Error() }
 
-// process applies the fetched messages in one transaction, then
-// acknowledges them. On error nothing is acknowledged and the caller
-// retries them all: the batches already applied are skipped as
-// duplicates. A message that is not a batch is set aside whole; the parts
-// of a batch that can never be applied (Message.Refused) are set aside
-// alone, under the entry's ID and refusedSuffix, before the rest is
+// fetched is one fetch's messages as the worker takes them through, and
+// what became of each so far: a fetch tried again after a failure part
+// way (Postgres lost while applyEach applied its batches one by one, an
+// acknowledgement that failed) does again only what is left, and each
+// message is counted (metrics, logs, AfterApply) once, as what became of
+// it.
+type fetched struct {
+	msgs []Message
+	// done marks the messages applied or found applied before (results
+	// holds what Store.ApplyAll said of them) and those set aside whole
+	// (Message.Err).
+	done    []bool
+	results []ApplyResult
+	// counted is set once every message is done and counted: only the
+	// acknowledgement is left to do.
+	counted bool
+}
+
+func newFetched(msgs []Message) *fetched {
+	return &fetched{msgs: msgs, done: make([]bool, len(msgs)), results: make([]ApplyResult, len(msgs))}
+}
+
+// process applies the fetched messages not yet done in one transaction,
+// counts each message, then acknowledges them all. On error the caller
+// calls it again with f: what was applied or set aside before the error
+// is not again, and once everything is counted only the acknowledgement
+// is retried. A message that is not a batch is set aside whole; the
+// parts of a batch that can never be applied (Message.Refused) are set
+// aside alone, under the entry's ID and refusedSuffix, before the rest is
 // applied: both records are idempotent, as the batch's ID is.
-func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Message) error) error {
+func (w *Worker) process(ctx context.Context, f *fetched, afterApply func(Message) error) error {
+	if !f.counted {
+		if err := w.apply(ctx, f); err != nil {
+			return err
+		}
+		f.counted = true
+		w.count(f)
+		if afterApply != nil {
+			for _, m := range f.msgs {
+				if err := afterApply(m); err != nil {
+					return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
+				}
+			}
+		}
+	}
+	ids := make([]string, len(f.msgs))
+	for i, m := range f.msgs {
+		ids[i] = m.ID
+	}
+	// If the ack fails the caller acknowledges again; should the worker
+	// stop first, the entries are delivered again later and skipped as
+	// duplicates.
+	if err := w.Consumer.Ack(ctx, ids...); err != nil {
+		return ackError{fmt.Errorf("usage: ack: %w", err)}
+	}
+	return nil
+}
+
+// apply sets aside and applies the messages of f not yet done, marking
+// each done as it is; on error, those done before it stay so.
+func (w *Worker) apply(ctx context.Context, f *fetched) error {
 	var batches []metering.Batch
-	var from []int // the index in msgs of each of batches
-	for i, m := range msgs {
+	var from []int // the index in f.msgs of each of batches
+	for i := range f.msgs {
+		m := &f.msgs[i]
+		if f.done[i] {
+			continue
+		}
 		if m.Err != nil {
-			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
+			if err := w.Store.SetAside(ctx, m.ID, []byte(m.Payload), m.Err); err != nil {
 				return err
 			}
+			f.done[i] = true
 			continue
 		}
 		if m.Refused.Parts > 0 {
@@ -289,16 +348,31 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 		// Postgres refuses the data of some batch: apply the batches one
 		// at a time and set aside the refused ones, so that one bad batch
 		// cannot stop everyone's usage.
-		results, err = w.applyEach(ctx, msgs, batches, from)
+		return w.applyEach(ctx, f, batches, from)
 	}
 	if err != nil {
 		return err
 	}
-	log := w.logger()
 	for j, res := range results {
-		m := &msgs[from[j]]
+		f.results[from[j]], f.done[from[j]] = res, true
+	}
+	return nil
+}
+
+// count adds each message of f, all done, to the worker's counters, as
+// applied, a duplicate or set aside whole, and logs what was set aside.
+func (w *Worker) count(f *fetched) {
+	log := w.logger()
+	for i := range f.msgs {
+		m, res := &f.msgs[i], f.results[i]
 		switch {
-		case m.Err != nil: // set aside by applyEach, logged below
+		case m.Err != nil:
+			w.setAside.Add(1)
+			id, rows := m.Refused.BatchID, m.Refused.Parts
+			if m.Batch.ID != "" { // refused by Postgres
+				id, rows = m.Batch.ID, m.Batch.Parts()
+			}
+			log.Error("usage: batch set aside; none of it applied", "entry", m.ID, "batch", id, "rows", rows, "reason", m.Err)
 		case res.Duplicate:
 			w.duplicates.Add(1)
 		default:
@@ -314,57 +388,37 @@ func (w *Worker) process(ctx context.Context, msgs []Message, afterApply func(Me
 			}
 		}
 	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		if m.Err != nil {
-			w.setAside.Add(1)
-			id, rows := m.Refused.BatchID, m.Refused.Parts
-			if m.Batch.ID != "" { // refused by Postgres
-				id, rows = m.Batch.ID, m.Batch.Parts()
-			}
-			log.Error("usage: batch set aside; none of it applied", "entry", m.ID, "batch", id, "rows", rows, "reason", m.Err)
-		}
-		if afterApply != nil {
-			if err := afterApply(m); err != nil {
-				return stopError{fmt.Errorf("usage: worker stopped after applying %s: %w", m.ID, err)}
-			}
-		}
-		ids[i] = m.ID
-	}
-	// If the ack fails the entries are delivered again later and skipped
-	// as duplicates.
-	if err := w.Consumer.Ack(ctx, ids...); err != nil {
-		return ackError{fmt.Errorf("usage: ack: %w", err)}
-	}
-	return nil
 }
 
 // refusedSuffix follows a message's ID in usage_bad_batches when only
 // parts of its batch were set aside (Message.Refused).
 const refusedSuffix = "/refused"
 
-// applyEach applies batches (of msgs, at the indexes from) one by one,
-// setting aside (and marking with Err) the messages whose data Postgres
-// refuses. Its results are those of batches, in order; a set-aside
-// batch's is zero.
-func (w *Worker) applyEach(ctx context.Context, msgs []Message, batches []metering.Batch, from []int) ([]ApplyResult, error) {
-	results := make([]ApplyResult, len(batches))
+// applyEach applies batches (of f's messages, at the indexes from) one
+// by one, each in its own transaction, marking each message done as its
+// transaction commits: a message whose data Postgres refuses is set aside
+// (and marked with Err), one applied keeps its result. On any other
+// error it stops; the messages done before stay done, so that a retry
+// neither applies nor counts them again.
+func (w *Worker) applyEach(ctx context.Context, f *fetched, batches []metering.Batch, from []int) error {
 	for j, b := range batches {
-		m := &msgs[from[j]]
+		i := from[j]
+		m := &f.msgs[i]
 		res, err := w.Store.ApplyAll(ctx, []metering.Batch{b})
 		switch {
 		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
-			if err := w.Store.SetAside(ctx, m.ID, m.Payload, m.Err); err != nil {
-				return nil, err
+			if err := w.Store.SetAside(ctx, m.ID, []byte(m.Payload), m.Err); err != nil {
+				return err
 			}
 		case err != nil:
-			return nil, err
+			return err
 		default:
-			results[j] = res[0]
+			f.results[i] = res[0]
 		}
+		f.done[i] = true
 	}
-	return results, nil
+	return nil
 }
 
 // logger returns w.Log, or a logger that discards.

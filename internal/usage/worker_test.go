@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/metering"
+	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
@@ -377,5 +378,121 @@ func TestWorkerSetsAsideBadRowsAlone(t *testing.T) {
 	}
 	if line.Level != "ERROR" || line.Entry != strings.TrimSuffix(entryID, "/refused") || line.Batch != "old:1" || line.Rows != 2 {
 		t.Errorf("logged %+v, want an error naming the entry, batch old:1 and its 2 rows set aside\n%s", line, logs.String())
+	}
+}
+
+// TestWorkerCountsEachClaimOnceWhenOneByOneFails: a fetch of three
+// journal claims whose data Postgres refuses together is applied claim by
+// claim: the first applies, the second is refused (set aside), and the
+// connection fails on the third (a deadlock, simulated by a trigger on
+// usage_hour that fails once), so the worker tries the fetch again. Each
+// claim is counted once, as what happened to it: two applied journals,
+// the first not found a duplicate of itself on the retry, and one set
+// aside.
+func TestWorkerCountsEachClaimOnceWhenOneByOneFails(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	_, prefix := testenv.Redis(t)
+	poisonResource(t, r)
+	_, err := r.db.Exec(ctx, `CREATE SEQUENCE flaky_tries;
+		CREATE FUNCTION flaky() RETURNS trigger AS $$
+		BEGIN
+			IF NEW.resource = 'GET /flaky' THEN
+				IF nextval('flaky_tries') = 1 THEN
+					RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01';
+				END IF;
+			END IF;
+			RETURN NEW;
+		END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER flaky BEFORE INSERT ON usage_hour FOR EACH ROW EXECUTE FUNCTION flaky();`)
+	testenv.Must(t, err)
+	check := func(tenant, apiKey, resource, units string) string {
+		return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+	}
+	tags := statekey.Tags()[10:13] // claimed, and handed on, in this order
+	for i, raw := range []string{check(tA, kA, "GET /a", "3"), check(tB, kB, "GET /poison", "4"), check(tA, kA, "GET /flaky", "5")} {
+		testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, tags[i]), raw).Err())
+	}
+	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, FetchCount: 8,
+		RetryMax: 100 * time.Millisecond}
+	reg := prometheus.NewRegistry()
+	w.Register(reg)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
+		var keys []string
+		for _, tag := range tags {
+			keys = append(keys, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag))
+		}
+		n, err := r.client.Exists(ctx, keys...).Result()
+		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
+	})
+	cancel()
+	testenv.Must(t, <-done)
+	if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 2, AllowedUnits: 8}) {
+		t.Errorf("totals %v, want %s/%s's two checks", got, tA, kA)
+	}
+	if n := setAsides(t, r.db); n != 1 {
+		t.Errorf("%d set aside, want 1", n)
+	}
+	if s := w.Stats(); s.Applied != 2 || s.Journals != 2 || s.Duplicates != 0 || s.SetAside != 1 || s.Errors < 1 {
+		t.Errorf("stats %+v, want 2 claims applied, 2 journals, no duplicate, 1 set aside, the failure counted", s)
+	}
+	for name, want := range map[string]float64{"tollgate_usage_batches_applied_total": 2, "tollgate_usage_journals_applied_total": 2,
+		"tollgate_usage_batches_duplicate_total": 0, "tollgate_usage_batches_set_aside_total": 1} {
+		if v, _, _ := testenv.Metric(t, reg, name); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+}
+
+// failingAcks is a Consumer whose first acknowledgements fail, as when
+// the connection to Redis drops between the worker's commit and its
+// XACK; the rest go to the consumer it wraps.
+type failingAcks struct {
+	Consumer
+	fails int
+}
+
+func (f *failingAcks) Ack(ctx context.Context, ids ...string) error {
+	if f.fails > 0 {
+		f.fails--
+		return errors.New("simulated: connection lost before the acknowledgement")
+	}
+	return f.Consumer.Ack(ctx, ids...)
+}
+
+// TestWorkerCountsEachEntryOnceWhenTheAckFails: the acknowledgement of a
+// fetch applied entry by entry (a batch Postgres refuses among them)
+// fails twice. The worker acknowledges again without applying or
+// counting the fetch again: the batch applied counts once as applied
+// (not once more as a duplicate), the one set aside once.
+func TestWorkerCountsEachEntryOnceWhenTheAckFails(t *testing.T) {
+	r := newWorkerRig(t)
+	ctx := context.Background()
+	poisonResource(t, r)
+	p := metering.NewRedisProducer(r.client, r.stream)
+	want := publishBatches(t, p, 1)
+	testenv.Must(t, p.Publish(ctx, metering.Batch{Version: 1, ID: "poison:1",
+		Rows: []metering.Row{row(at(t, "2026-11-20T10:00"), tB, kB, "GET /poison", metering.Counts{Allowed: 1, AllowedUnits: 1})}}))
+	w := r.worker("w", time.Hour)
+	w.Consumer = &failingAcks{Consumer: w.Consumer, fails: 2}
+	applied := 0
+	w.AfterApply = func(Message) error { applied++; return nil }
+	reg := prometheus.NewRegistry()
+	w.Register(reg)
+	r.runWorkers(t, w)
+	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != want {
+		t.Errorf("totals %v, want %s/%s's %+v alone", got, tA, kA, want)
+	}
+	if s := w.Stats(); s.Applied != 1 || s.Duplicates != 0 || s.SetAside != 1 || s.Errors != 2 {
+		t.Errorf("stats %+v, want 1 applied, no duplicate, 1 set aside, the 2 failed acknowledgements", s)
+	}
+	if v, _, _ := testenv.Metric(t, reg, "tollgate_usage_batches_set_aside_total"); v != 1 {
+		t.Errorf("tollgate_usage_batches_set_aside_total = %v, want 1", v)
+	}
+	if applied != 2 {
+		t.Errorf("AfterApply ran %d times, want once for each of the 2 entries", applied)
 	}
 }

@@ -381,6 +381,9 @@ func (s *server) limiterStore(ctx context.Context) (store limiter.Store, ping, b
 		Operations: s.cfg.BatchOps})
 	rs.HoldIndex = s.cfg.KeyPrefix + "holds"
 	rs.WaitReplicas, rs.WaitTimeout = r.WaitReplicas, r.WaitTimeout
+	// Before the client closes: the holds still being listed for expiry
+	// are logged, and no listing outlives the server.
+	s.onClose(rs.Close)
 	if r.WaitReplicas > 0 {
 		s.cfg.Log.Info("money waits for replicas", "replicas", r.WaitReplicas, "timeout", r.WaitTimeout)
 	}

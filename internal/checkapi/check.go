@@ -138,5 +138,10 @@ func HandleCheck(checker *enforce.Checker, log *slog.Logger) http.Handler {
 
 // SetHeaders writes the rate-limit headers of d's governing rule:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
-// GitHub's X-RateLimit-*, and Retry-After on a denial.
+// GitHub's X-RateLimit-*, and Retry-After on a denial that a wait lifts:
+// d.RetryAfterMS in seconds, rounded up. A denial no wait lifts
+// (RetryAfterMS -1: a cost above what a rule ever admits, credits
+// exhausted) gets none, so that no client or gateway retries it in vain;
+// nor does a key's denial. A denial no rule governs (the prepaid
+// balance's) gets only Retry-After.
 func SetHeaders(h http.Header, d *enforce.Decision) { setHeaders(h, d) }

@@ -101,10 +101,12 @@ func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(h
 // parameter, the client's address from X-Forwarded-For (see
 // ForwardConfig).
 //
-// Answers: 200 when allowed; 429 rate limited (with Retry-After); 401 no
-// key where the plan requires one, or a key that is not valid; 403 a
-// revoked or expired key or a suspended tenant; 503 when a fail-closed
-// rule could not be evaluated (Retry-After: 1). Every answer carries the
+// Answers: 200 when allowed; 429 rate limited, spend cap reached or
+// credits exhausted (with Retry-After when a wait lifts the denial, as on
+// /v1/check: SetHeaders); 401 no key where the plan requires one, or a
+// key that is not valid; 403 a revoked or expired key or a suspended
+// tenant; 503 when a fail-closed rule, or a balance that denies past
+// it, could not be evaluated (Retry-After: 1). Every answer carries the
 // rate-limit headers of SetHeaders and X-Tollgate-Reason; a 200 also
 // X-Tollgate-Tenant, -Key-Id and -Plan for the upstream (empty for an
 // anonymous caller, whose plan is the anonymous one).

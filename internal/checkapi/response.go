@@ -196,6 +196,12 @@ const (
 func setHeaders(h http.Header, d *enforce.Decision) {
 	g, ok := d.Governing()
 	if !ok {
+		// A denial no rule governs (the prepaid balance's) has no
+		// rate-limit headers, but a wait when one is known: a second
+		// while Redis has no counter of the balance.
+		if !d.Allowed && d.RetryAfterMS > 0 {
+			h[hRetryAfter] = []string{strconv.FormatInt(limiter.CeilDiv(d.RetryAfterMS, 1000), 10)}
+		}
 		return
 	}
 	if g.Degraded {

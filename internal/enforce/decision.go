@@ -262,10 +262,10 @@ func (c *Checker) degraded(d Decision, r Request, matched []*snapshot.Rule, hot 
 	}
 	d.NowUS = c.now().UnixMicro()
 	reason := tollgate.ReasonOK
-	if !d.Allowed && len(d.Rules) == 0 {
-		d.RetryAfterMS = outageRetryMS
-	}
 	if !d.Allowed {
+		// Unknown until the store is back: retry in a second, whether a
+		// rule that fails closed denied or, no rule governing, the balance.
+		d.RetryAfterMS = outageRetryMS
 		reason = tollgate.ReasonUnavailable
 		for i, rr := range d.Rules {
 			if !rr.Allowed {

@@ -22,7 +22,8 @@ var (
 // failed to dial" during a Redis outage), which it otherwise prints to
 // standard error, to log at warn level with component=go_redis. go-redis
 // has one logger per process: it is installed on the first call, and a
-// later call only changes the slog.Logger it writes to.
+// later call only changes the slog.Logger it writes to. A Store without
+// a Log of its own logs to it too.
 func SetLogger(log *slog.Logger) {
 	goRedisLog.Store(log)
 	goRedisLogOnce.Do(func() { redis.SetLogger(slogAdapter{}) })

@@ -11,12 +11,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/backoff"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -36,9 +37,13 @@ type Store struct {
 	// cluster is set when client is a Cluster client: a call may then
 	// only hold keys of one hash slot.
 	cluster *redis.ClusterClient
-	// listing counts the holds being listed for expiry in the background
-	// (listLater).
-	listing *atomic.Int64
+	// background is the store's work in the background (listLater),
+	// which Close stops.
+	background *background
+	// Log receives what the store does in the background, where no
+	// caller hears of it: a hold it could not list for expiry
+	// (listLater). nil: the logger SetLogger was given, if any.
+	Log *slog.Logger
 	// ExtraTTL is added to every key's time to live. Tests that inject a
 	// clock running slower than Redis's set it so that keys do not expire
 	// in real time before they would in the test's time; production
@@ -73,9 +78,20 @@ type Store struct {
 // anything else that runs scripts) that runs every check in a script call
 // of its own.
 func New(client redis.Scripter) *Store {
-	s := &Store{client: client, listing: new(atomic.Int64)}
+	s := &Store{client: client, background: newBackground()}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	return s
+}
+
+// Close stops the store's work in the background and waits for it: the
+// holds it was still listing for expiry (listLater) are logged as not
+// listed. It does not close the client, which the caller owns; a check
+// after Close is decided as before, but a hold it could not list at once
+// is not tried again. Close may be called more than once.
+func (s *Store) Close() {
+	for _, l := range s.background.close() {
+		s.notListed(l.hold, l.expireUS, "the store closed", l.err)
+	}
 }
 
 // BatchConfig configures a batching store.
@@ -180,7 +196,7 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 			// The hold stands, charged, on its record's node: the
 			// decision is answered (its ID lets the caller settle it)
 			// and the listing is tried again until it takes.
-			s.listLater(*b.Hold, expireUS)
+			s.listLater(*b.Hold, expireUS, ierr)
 			if err == nil {
 				err = fmt.Errorf("%w: %w", limiter.ErrHoldNotListed, ierr)
 			}
@@ -190,35 +206,153 @@ func (s *Store) Check(ctx context.Context, b limiter.Batch) (limiter.Outcome, er
 }
 
 // Listing a hold in the background (listLater): at most maxListing at
-// once, each tried for listLaterFor, waits doubling up to 5 s.
+// once, each tried for listLaterFor, waits doubling from firstListWait up
+// to maxListWait, each attempt bounded by listAttemptTimeout.
 const (
-	maxListing   = 4096
-	listLaterFor = 10 * time.Minute
+	maxListing         = 4096
+	listLaterFor       = 10 * time.Minute
+	firstListWait      = 50 * time.Millisecond
+	maxListWait        = 5 * time.Second
+	listAttemptTimeout = 2 * time.Second
 )
 
+// background runs a store's goroutines (listLater) until close, which
+// cancels them and waits for them. Its clock and wait are time.Now and
+// backoff.Sleep; tests replace them.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	// max bounds the holds listed at once (maxListing).
+	max int
+
+	mu      sync.Mutex
+	closed  bool
+	listing map[*listing]struct{} // the holds being listed
+	wg      sync.WaitGroup
+	// dropped gates the log line of a hold dropped for want of room: one
+	// line, then one every repeatEvery with how many it held back.
+	dropped lineGate
+}
+
+// listing is a hold listed in the background, and the last error its
+// listing met.
+type listing struct {
+	hold     limiter.Hold
+	expireUS int64
+	err      error
+}
+
+func newBackground() *background {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &background{ctx: ctx, cancel: cancel, now: time.Now, sleep: backoff.Sleep, max: maxListing,
+		listing: map[*listing]struct{}{}, dropped: lineGate{every: repeatEvery}}
+}
+
+// start runs f on l in a goroutine of its own, unless the store is closed
+// or max holds are being listed already: ok false then.
+func (b *background) start(l *listing, f func(*listing)) (ok bool, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return false, "the store closed"
+	case len(b.listing) >= b.max:
+		return false, fmt.Sprintf("%d holds are being listed already", b.max)
+	}
+	b.listing[l] = struct{}{}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f(l)
+	}()
+	return true, ""
+}
+
+// done forgets l: its listing took, or ended.
+func (b *background) done(l *listing) {
+	b.mu.Lock()
+	delete(b.listing, l)
+	b.mu.Unlock()
+}
+
+// close cancels the goroutines, waits for them, and returns the holds
+// they had not listed (nil on a second call).
+func (b *background) close() []*listing {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.cancel()
+	b.mu.Unlock()
+	b.wg.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	left := make([]*listing, 0, len(b.listing))
+	for l := range b.listing {
+		left = append(left, l)
+	}
+	clear(b.listing)
+	return left
+}
+
 // listLater lists hold h for expiry at expireUS in the background, until
-// the index takes it (adding it again is harmless) or listLaterFor has
-// passed. A hold never listed would never expire.
-func (s *Store) listLater(h limiter.Hold, expireUS int64) {
-	if s.listing == nil || s.listing.Add(1) > maxListing {
-		if s.listing != nil {
-			s.listing.Add(-1)
-		}
+// the index takes it (adding it again is harmless), listLaterFor has
+// passed or the store is closed. A hold never listed never expires: its
+// estimate stays charged until it is settled. So a hold given up, or not
+// tried at all because maxListing are being listed already, is logged at
+// error level with what lists it by hand.
+func (s *Store) listLater(h limiter.Hold, expireUS int64, err error) {
+	b := s.background
+	l := &listing{hold: h, expireUS: expireUS, err: err}
+	ok, why := b.start(l, s.list)
+	if ok {
 		return
 	}
-	go func() {
-		defer s.listing.Add(-1)
-		wait := 50 * time.Millisecond
-		for deadline := time.Now().Add(listLaterFor); time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
-			time.Sleep(wait)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := s.indexHold(ctx, &h, expireUS)
-			cancel()
-			if err == nil {
-				return
-			}
+	if pass, repeated := b.dropped.pass(why, b.now()); pass {
+		s.notListed(h, expireUS, why, err, "dropped_since_last", repeated)
+	}
+}
+
+// list is listLater's goroutine.
+func (s *Store) list(l *listing) {
+	b := s.background
+	wait := firstListWait
+	for deadline := b.now().Add(listLaterFor); b.now().Before(deadline); wait = min(2*wait, maxListWait) {
+		if b.sleep(b.ctx, wait) != nil {
+			return // closed: Close logs it
 		}
-	}()
+		ctx, cancel := context.WithTimeout(b.ctx, listAttemptTimeout)
+		err := s.indexHold(ctx, &l.hold, l.expireUS)
+		cancel()
+		if err == nil {
+			b.done(l)
+			return
+		}
+		if b.ctx.Err() != nil {
+			return // closed: Close logs it
+		}
+		l.err = err
+	}
+	b.done(l)
+	s.notListed(l.hold, l.expireUS, "gave up after "+listLaterFor.String(), l.err)
+}
+
+// notListed logs that hold h, expiring at expireUS, was not listed for
+// expiry, why, and the last error listing it met.
+func (s *Store) notListed(h limiter.Hold, expireUS int64, why string, err error, attrs ...any) {
+	log := s.Log
+	if log == nil {
+		log = goRedisLog.Load()
+	}
+	if log == nil {
+		return
+	}
+	log.Error("redisstore: hold not listed for expiry; it stays charged until settled",
+		append([]any{"reason", why, "index", s.holdIndex(), "hold_key", h.Key, "expire_us", expireUS, "err", err}, attrs...)...)
 }
 
 // pending is one check, or one settlement, on its way through a call.

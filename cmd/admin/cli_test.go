@@ -326,7 +326,15 @@ func TestMigrateVersionAndSchemaGuard(t *testing.T) {
 	if err != nil || !strings.Contains(out, "schema version") {
 		t.Fatalf("migrate version: %q %v", out, err)
 	}
-	if _, err := admin(t, url, "migrate", "down"); err != nil {
+	// A bare `migrate down` would drop everything: it is refused, and
+	// changes nothing.
+	if _, err := admin(t, url, "migrate", "down"); err == nil || !strings.Contains(err.Error(), "migrate down all") {
+		t.Errorf("migrate down without N: %v, want a refusal naming migrate down all", err)
+	}
+	if out, err := admin(t, url, "migrate", "version"); err != nil || !strings.Contains(out, fmt.Sprintf("schema version %d ", postgres.SchemaVersion())) {
+		t.Errorf("migrate version after a refused down: %q %v, want the schema untouched", out, err)
+	}
+	if _, err := admin(t, url, "migrate", "down", "all"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin(t, url, "seed", "demo"); err == nil || !strings.Contains(err.Error(), "migrate up") {

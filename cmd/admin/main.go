@@ -130,7 +130,7 @@ func commands() []command {
 		{name: "keys list", summary: "list API keys (never their secrets), newest first: one tenant's or every tenant's", flags: keysList},
 		{name: "keys revoke", audited: "key.revoke", summary: "revoke an API key by ID; checks with it are denied within a second", flags: keysRevoke},
 		{name: "webhooks create", audited: "webhook_endpoint.create", summary: "add a webhook endpoint (an operator's, or --tenant's); its secret is printed once", flags: webhooksCreate},
-		{name: "webhooks list", summary: "list webhook endpoints, newest first (the first 200)", flags: webhooksList},
+		{name: "webhooks list", summary: "list every webhook endpoint, newest first", flags: webhooksList},
 		{name: "webhooks disable", audited: "webhook_endpoint.disable", summary: "stop deliveries to an endpoint: it receives no new events, and its pending deliveries wait", flags: webhooksDisable(true)},
 		{name: "webhooks enable", audited: "webhook_endpoint.enable", summary: "resume deliveries to a disabled endpoint", flags: webhooksDisable(false)},
 		{name: "webhooks delete", audited: "webhook_endpoint.delete", summary: "delete an endpoint with its deliveries", flags: webhooksDelete},

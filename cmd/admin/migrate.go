@@ -11,7 +11,8 @@ import (
 
 const migrateHelp = `
   up         apply every migration this binary has
-  down [N]   roll back N steps (default: all) with this binary's migrations
+  down N     roll back N steps with this binary's migrations (down all:
+             every step, which drops every table and its data)
   force V    record version V after a failed migration was finished or
              undone by hand (the schema is "dirty" until then)
   version    show the schema version and the one this binary expects`
@@ -19,7 +20,7 @@ const migrateHelp = `
 func migrate(fs *flag.FlagSet) action {
 	return func(ctx context.Context, e *invocation) error {
 		if len(e.args) == 0 {
-			return errors.New("migrate: want up, down [N], force V or version")
+			return errors.New("migrate: want up, down N, down all, force V or version")
 		}
 		switch e.args[0] {
 		case "up":
@@ -35,10 +36,15 @@ func migrate(fs *flag.FlagSet) action {
 				}
 			}
 		case "down":
+			// A bare `migrate down` would drop every table: the number of
+			// steps, or "all", must be said.
+			if len(e.args) != 2 {
+				return errors.New("migrate down: want the number of steps to roll back (migrate down 1), or all (migrate down all: every table and its data dropped)")
+			}
 			steps := 0
-			if len(e.args) > 1 {
+			if e.args[1] != "all" {
 				if _, err := fmt.Sscan(e.args[1], &steps); err != nil || steps < 1 {
-					return fmt.Errorf("migrate down: N must be a positive integer, got %q", e.args[1])
+					return fmt.Errorf("migrate down: N must be a positive integer or all, got %q", e.args[1])
 				}
 			}
 			if err := postgres.MigrateDown(e.db, steps); err != nil {

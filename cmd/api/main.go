@@ -236,8 +236,8 @@ type server struct {
 // load opens the stores, loads the first snapshot and starts the
 // background work (snapshot sync, last-used writer, usage counting). On
 // an error it releases what it had started.
-func load(ctx context.Context, cfg Config) (s *server, err error) {
-	s = &server{cfg: cfg}
+func load(ctx context.Context, cfg Config) (_ *server, err error) {
+	s := &server{cfg: cfg} // not the result: a failure returns nil, and closes s
 	defer func() {
 		if err != nil {
 			s.close()

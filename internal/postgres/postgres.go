@@ -183,7 +183,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	case v < want:
 		return fmt.Errorf("database schema is at version %d but this binary expects %d: run `admin migrate up`", v, want)
 	case v > want:
-		return fmt.Errorf("database schema is at version %d, newer than this binary's %d: upgrade the binary, or run `admin migrate down` with the matching older binary", v, want)
+		return fmt.Errorf("database schema is at version %d, newer than this binary's %d: run the binary that matches it, or roll the schema back with that newer binary (`admin migrate down N`) before running this one", v, want)
 	}
 	return nil
 }

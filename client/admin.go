@@ -207,30 +207,113 @@ func (a *AdminClient) GetStatement(ctx context.Context, tenantID, month string) 
 	return call[Statement](ctx, a, http.MethodGet, path, url.Values{"format": {"json"}}, nil, fmt.Sprintf("statement of tenant %s for %s", tenantID, month))
 }
 
+// CreditGrantInput is a grant of prepaid credits to a tenant
+// (GrantCredits).
+type CreditGrantInput struct {
+	// Amount is units of the tenant's plan, 1 to 2^50.
+	Amount int64 `json:"amount"`
+	// ExpiresAt is when what is left of the grant expires; zero: never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Priority orders grants that expire together (higher is drawn
+	// first), -1000 to 1000.
+	Priority int `json:"priority,omitempty"`
+	// Cause says why (the ledger keeps it); required.
+	Cause string `json:"cause"`
+	// IdempotencyKey, when set, makes the grant once (see AdminClient's
+	// GrantCredits); it is sent as the Idempotency-Key header.
+	IdempotencyKey string `json:"-"`
+}
+
+// GrantCredits grants (tops up) the tenant's prepaid credits (operators
+// only): the amount pays any debt first, then adds to the balance, and
+// every api process draws on it within a second.
+//
+// A call that fails on the network or times out may have granted or not.
+// To retry it safely, set in.IdempotencyKey to a key that names this one
+// grant (1–200 printable ASCII characters: a UUID made once per grant, or
+// the reference of the order it pays for) and retry with the same key
+// and values: however many calls arrive, the tenant is granted once, and
+// every call answers that grant, with Replayed set on the answers to the
+// calls that granted nothing. Keys are the tenant's, kept for good. The
+// same key with other values (or an adjustment's key) is a 409
+// *ProblemError naming Idempotency-Key, a key that is not one a 422.
+// Without a key, every call grants.
+func (a *AdminClient) GrantCredits(ctx context.Context, tenantID string, in CreditGrantInput) (*CreditGrant, error) {
+	path := "/tenants/" + url.PathEscape(tenantID) + "/credits/grants"
+	g, replayed, err := callOnce[CreditGrant](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("grant credits to tenant %s", tenantID))
+	if err != nil {
+		return nil, err
+	}
+	g.Replayed = replayed
+	return g, nil
+}
+
+// CreditAdjustInput is a correction of a tenant's balance (AdjustCredits).
+type CreditAdjustInput struct {
+	// Units to add (negative: to take); not 0, within ±2^50.
+	Units int64 `json:"units"`
+	// Cause says why (the ledger keeps it); required.
+	Cause string `json:"cause"`
+	// IdempotencyKey, when set, makes the adjustment once, as a grant's
+	// (GrantCredits); it is sent as the Idempotency-Key header.
+	IdempotencyKey string `json:"-"`
+}
+
+// AdjustCredits corrects the tenant's prepaid balance by ± units
+// (operators only): units taken come from its grants soonest-expiring
+// first, units added pay any debt, then return to its grants. Retry it
+// with in.IdempotencyKey as GrantCredits: a replayed answer is the first
+// adjustment's, with the balance it left then.
+func (a *AdminClient) AdjustCredits(ctx context.Context, tenantID string, in CreditAdjustInput) (*CreditAdjustment, error) {
+	path := "/tenants/" + url.PathEscape(tenantID) + "/credits/adjustments"
+	adj, replayed, err := callOnce[CreditAdjustment](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("adjust credits of tenant %s", tenantID))
+	if err != nil {
+		return nil, err
+	}
+	adj.Replayed = replayed
+	return adj, nil
+}
+
 // maxAdminBody bounds an answer read; statements of busy tenants are the
 // largest.
 const maxAdminBody = 64 << 20
 
-// do sends one call with the session token and decodes a 2xx answer into
-// out (when not nil). Errors: *ProblemError for other statuses, or a
-// transport or decoding error.
-func (a *AdminClient) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+// do sends one call with the session token and header's fields (nil:
+// none) and decodes a 2xx answer into out (when not nil), returning its
+// header. Errors: *ProblemError for other statuses, or a transport or
+// decoding error.
+func (a *AdminClient) do(ctx context.Context, method, path string, query url.Values, header http.Header, in, out any) (http.Header, error) {
 	target := a.base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	_, err := roundTrip(ctx, a.http, a.timeout, method, target, a.Token(), in, out, maxAdminBody)
-	return err
+	return roundTrip(ctx, a.http, a.timeout, method, target, a.Token(), header, in, out, maxAdminBody)
 }
 
 // call sends one call (see do) and returns the answer it decoded; errors
 // are wrapped with what, the call that failed.
 func call[T any](ctx context.Context, a *AdminClient, method, path string, query url.Values, in any, what string) (*T, error) {
 	var out T
-	if err := a.do(ctx, method, path, query, in, &out); err != nil {
+	if _, err := a.do(ctx, method, path, query, nil, in, &out); err != nil {
 		return nil, fmt.Errorf("tollgate: %s: %w", what, err)
 	}
 	return &out, nil
+}
+
+// callOnce posts in to path as call does, with key as its Idempotency-Key
+// when not empty, and reports whether the server replayed the answer to
+// an earlier call with the key (Idempotent-Replayed: true).
+func callOnce[T any](ctx context.Context, a *AdminClient, path, key string, in any, what string) (*T, bool, error) {
+	var header http.Header
+	if key != "" {
+		header = http.Header{"Idempotency-Key": {key}}
+	}
+	var out T
+	answer, err := a.do(ctx, http.MethodPost, path, nil, header, in, &out)
+	if err != nil {
+		return nil, false, fmt.Errorf("tollgate: %s: %w", what, err)
+	}
+	return &out, answer.Get("Idempotent-Replayed") == "true", nil
 }
 
 // The types below mirror the schemas of the same names in openapi.yaml.
@@ -390,3 +473,36 @@ type PlanPeriod = tollgate.PlanPeriod
 
 // OverageLine prices overage units FromUnit..ToUnit (1-based, inclusive).
 type OverageLine = tollgate.OverageLine
+
+// CreditGrant is a grant of prepaid credits.
+type CreditGrant struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Amount   int64  `json:"amount"`
+	// Remaining is what consumption has left of it (0 once expired).
+	Remaining int64 `json:"remaining"`
+	Priority  int   `json:"priority"`
+	// ExpiresAt is when what is left expires (zero: never); ExpiredAt
+	// when it did.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	ExpiredAt time.Time `json:"expired_at,omitzero"`
+	Cause     string    `json:"cause"`
+	CreatedAt time.Time `json:"created_at"`
+	// Replayed is true when the grant was made by an earlier call with the
+	// same idempotency key: this call granted nothing. The grant is as
+	// it was answered then.
+	Replayed bool `json:"-"`
+}
+
+// CreditAdjustment is a correction of a tenant's balance and the ledger
+// balance after it.
+type CreditAdjustment struct {
+	TenantID string `json:"tenant_id"`
+	Units    int64  `json:"units"`
+	Cause    string `json:"cause"`
+	Balance  int64  `json:"balance"`
+	// Replayed is true when the adjustment was made by an earlier call
+	// with the same idempotency key: this call adjusted nothing, and
+	// Balance is the balance the adjustment left then.
+	Replayed bool `json:"-"`
+}

@@ -18,7 +18,9 @@ import (
 // seen is one request the fake admin server received.
 type seen struct {
 	method, path, query, auth string
-	body                      map[string]any
+	// key is the Idempotency-Key header.
+	key  string
+	body map[string]any
 }
 
 // adminServer answers every request with status and body and records it.
@@ -27,6 +29,7 @@ func adminServer(t *testing.T, status int, body string) (*httptest.Server, *seen
 	got := &seen{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.method, got.path, got.query, got.auth = r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Authorization")
+		got.key = r.Header.Get("Idempotency-Key")
 		raw, _ := io.ReadAll(r.Body)
 		if len(raw) > 0 {
 			if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -54,6 +57,8 @@ const (
 	keyJSON = `{"id":"0c9d8a8e-1111-4222-8333-444455556666","tenant_id":"8f0e0c4e-5b8a-4c0e-9f49-3d6c1a0b2c01",
 		"name":"prod","prefix":"tg_4fT9aQ2x","metadata":{"team":"search"},"created_at":"2026-10-01T12:00:00Z",
 		"revoked_at":"2026-10-02T08:00:00Z"}`
+	grantJSON = `{"id":"5b33a6a2-88fb-41f9-9843-6ed5731b5db6","tenant_id":"8f0e0c4e-5b8a-4c0e-9f49-3d6c1a0b2c01","amount":500,
+		"remaining":500,"priority":2,"expires_at":"2027-01-01T00:00:00Z","expired_at":null,"cause":"March pack","created_at":"2026-10-01T12:00:00Z"}`
 	planJSON = `{"id":3,"name":"pro","display_name":"Pro","currency":"USD","base_fee_minor":4900,"included_units":100000,
 		"overage_unit_minor":1,"tiers":[{"up_to":1000000,"unit_minor":1},{"up_to":null,"unit_minor":0}],"quota_mode":"none",
 		"rules":[{"id":7,"name":"hourly","algorithm":"gcra","limit":5000,"period_us":3600000000,"burst":5000,"resource":"*",
@@ -62,7 +67,9 @@ const (
 )
 
 var (
-	oct1 = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	oct1      = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	marchPack = client.CreditGrant{ID: "5b33a6a2-88fb-41f9-9843-6ed5731b5db6", TenantID: acme.ID, Amount: 500, Remaining: 500, Priority: 2,
+		ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), Cause: "March pack", CreatedAt: oct1}
 	acme = client.Tenant{ID: "8f0e0c4e-5b8a-4c0e-9f49-3d6c1a0b2c01", Name: "acme", PlanID: 3, Status: "active", CreatedAt: oct1, UpdatedAt: oct1}
 	prod = client.Key{ID: "0c9d8a8e-1111-4222-8333-444455556666", TenantID: acme.ID, Name: "prod", Prefix: "tg_4fT9aQ2x",
 		Metadata: map[string]string{"team": "search"}, CreatedAt: oct1, RevokedAt: time.Date(2026, 10, 2, 8, 0, 0, 0, time.UTC)}
@@ -130,6 +137,24 @@ func TestAdminCalls(t *testing.T) {
 		{"path segments are escaped", func(ctx context.Context, a *client.AdminClient) (any, error) {
 			return a.RevokeKey(ctx, "a/b", "c?d")
 		}, 200, keyJSON, seen{method: "POST", path: "/api/v1/tenants/a%2Fb/keys/c%3Fd/revoke"}, &prod},
+		{"grant credits", func(ctx context.Context, a *client.AdminClient) (any, error) {
+			return a.GrantCredits(ctx, acme.ID, client.CreditGrantInput{Amount: 500, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+				Priority: 2, Cause: "March pack", IdempotencyKey: "order-4711"})
+		}, 201, grantJSON,
+			seen{method: "POST", path: "/api/v1/tenants/" + acme.ID + "/credits/grants", key: "order-4711",
+				body: map[string]any{"amount": 500.0, "expires_at": "2027-01-01T00:00:00Z", "priority": 2.0, "cause": "March pack"}},
+			&marchPack},
+		{"grant credits without a key", func(ctx context.Context, a *client.AdminClient) (any, error) {
+			return a.GrantCredits(ctx, acme.ID, client.CreditGrantInput{Amount: 500, Cause: "March pack"})
+		}, 201, grantJSON,
+			seen{method: "POST", path: "/api/v1/tenants/" + acme.ID + "/credits/grants", body: map[string]any{"amount": 500.0, "cause": "March pack"}},
+			&marchPack},
+		{"adjust credits", func(ctx context.Context, a *client.AdminClient) (any, error) {
+			return a.AdjustCredits(ctx, acme.ID, client.CreditAdjustInput{Units: -30, Cause: "correction", IdempotencyKey: "fix-1"})
+		}, 200, `{"tenant_id":"` + acme.ID + `","units":-30,"cause":"correction","balance":470}`,
+			seen{method: "POST", path: "/api/v1/tenants/" + acme.ID + "/credits/adjustments", key: "fix-1",
+				body: map[string]any{"units": -30.0, "cause": "correction"}},
+			&client.CreditAdjustment{TenantID: acme.ID, Units: -30, Cause: "correction", Balance: 470}},
 		{"usage totals", func(ctx context.Context, a *client.AdminClient) (any, error) {
 			return a.UsageTotals(ctx, oct1, oct1.Add(time.Hour))
 		}, 200, `{"from":"2026-10-01T12:00:00Z","to":"2026-10-01T13:00:00Z","totals":{"allowed":5,"denied":1,"allowed_units":7,"denied_units":1,

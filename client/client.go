@@ -213,7 +213,7 @@ const maxDecisionBody = 1 << 20
 // a wrapped transport or decoding error.
 func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) {
 	var d Decision
-	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, req, &d, maxDecisionBody)
+	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, nil, req, &d, maxDecisionBody)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: check: %w", err)
 	}
@@ -289,7 +289,7 @@ func (c *Client) givenBack(id string) {
 // call posts body to the check API's /v1/{op} with the service token and
 // decodes the answer into out; its errors start with "tollgate: {op}: ".
 func (c *Client) call(ctx context.Context, op string, body, out any) error {
-	_, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, body, out, maxDecisionBody)
+	_, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, nil, body, out, maxDecisionBody)
 	if err != nil {
 		return fmt.Errorf("tollgate: %s: %w", op, err)
 	}
@@ -309,12 +309,12 @@ func (c *Client) fail(err error) *Decision {
 }
 
 // roundTrip sends one request to a Tollgate server within timeout: in,
-// when not nil, as its JSON body, and token, when not empty, as its
-// bearer token. It decodes a 2xx answer (at most limit bytes) into out,
+// when not nil, as its JSON body, token, when not empty, as its bearer
+// token, and header's fields besides (nil: none). It decodes a 2xx answer (at most limit bytes) into out,
 // when not nil, and returns the answer's header. Errors: a *ProblemError
 // for any other status, or an encoding, transport or decoding error.
 func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, method, target, token string,
-	in, out any, limit int64) (http.Header, error) {
+	header http.Header, in, out any, limit int64) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -335,6 +335,9 @@ func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, meth
 	req.Header.Set("Accept", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

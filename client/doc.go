@@ -85,12 +85,14 @@
 //
 // [AdminClient] covers what a service or a script needs from the admin API:
 // logging in (email and password, or a session token you already have),
-// plans, tenants, API keys, usage totals and statements. It is written by
-// hand on the types of openapi.yaml rather than generated: a generator
-// would add a build step and a runtime dependency to a package that needs
-// neither, the surface is small (a dozen calls), and hand-written code
-// reads like Go — context first, time.Time and plain strings instead of
-// pointer-heavy structs, one [*ProblemError] naming the invalid fields for
-// errors.As. For the rest of the admin API, send the session token
-// ([AdminClient.Token]) yourself; openapi.yaml describes every route.
+// plans, tenants, API keys, usage totals, statements and prepaid credits
+// (grants and adjustments, safe to retry with an idempotency key: see
+// [AdminClient.GrantCredits]). It is written by hand on the types of
+// openapi.yaml rather than generated: a generator would add a build step
+// and a runtime dependency to a package that needs neither, the surface
+// is small (a dozen calls), and hand-written code reads like Go — context
+// first, time.Time and plain strings instead of pointer-heavy structs,
+// one [*ProblemError] naming the invalid fields for errors.As. For the
+// rest of the admin API, send the session token ([AdminClient.Token])
+// yourself; openapi.yaml describes every route.
 package client

@@ -243,6 +243,36 @@ func TestEndToEnd(t *testing.T) {
 		})
 	})
 
+	t.Run("admin API: a grant retried with its idempotency key grants once", func(t *testing.T) {
+		admin, proID := operator(t, "pro")
+		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-credits", proID)
+		testenv.Must(t, err)
+		in := client.CreditGrantInput{Amount: 500, ExpiresAt: time.Now().Add(720 * time.Hour).UTC().Truncate(time.Second),
+			Cause: "March pack", IdempotencyKey: "order-4711"}
+		first, err := admin.GrantCredits(ctx, tenant.ID, in)
+		testenv.Must(t, err)
+		again, err := admin.GrantCredits(ctx, tenant.ID, in)
+		testenv.Must(t, err)
+		if first.Replayed || !again.Replayed || again.ID != first.ID || !again.CreatedAt.Equal(first.CreatedAt) {
+			t.Errorf("grant %+v, then %+v; want the first grant replayed", first, again)
+		}
+		in.Amount = 5000
+		if _, err := admin.GrantCredits(ctx, tenant.ID, in); !isProblem(err, http.StatusConflict) {
+			t.Errorf("the key with another amount: %v, want a 409", err)
+		}
+		adj := client.CreditAdjustInput{Units: -30, Cause: "correction", IdempotencyKey: "fix-1"}
+		a1, err := admin.AdjustCredits(ctx, tenant.ID, adj)
+		testenv.Must(t, err)
+		a2, err := admin.AdjustCredits(ctx, tenant.ID, adj)
+		testenv.Must(t, err)
+		if a1.Balance != 470 || a1.Replayed || !a2.Replayed || a2.Balance != 470 {
+			t.Errorf("adjustment %+v, then %+v; want a balance of 470, the second replayed", a1, a2)
+		}
+		if _, err := admin.GrantCredits(ctx, tenant.ID, client.CreditGrantInput{Amount: 1, Cause: "x", IdempotencyKey: "clé"}); !isProblem(err, http.StatusUnprocessableEntity) {
+			t.Errorf("a key that is not ASCII: %v, want a 422", err)
+		}
+	})
+
 	// The llm plan: POST /v1/complete is held (a tokens rule of 100,000 a
 	// minute) and at most 4 requests of a key are in flight (leases of
 	// 30 s). Denials that a give-back can end are seen to end at once.

@@ -34,7 +34,7 @@ type CreditsStanding = tollgate.CreditsStanding
 // error. Unlike Check, a failure is never decided by FailMode.
 func (c *Client) Me(ctx context.Context, apiKey string) (*Standing, error) {
 	var st Standing
-	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodGet, c.baseURL+"/v1/me", apiKey, nil, &st, maxDecisionBody); err != nil {
+	if _, err := roundTrip(ctx, c.http, c.timeout, http.MethodGet, c.baseURL+"/v1/me", apiKey, nil, nil, &st, maxDecisionBody); err != nil {
 		return nil, fmt.Errorf("tollgate: me: %w", err)
 	}
 	return &st, nil

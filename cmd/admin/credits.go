@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ func creditsGrant(fs *flag.FlagSet) action {
 	expires := fs.String("expires", "", "when what is left expires: RFC 3339 time, or a duration from now such as 720h (default: never)")
 	priority := fs.Int("priority", 0, "among grants expiring at the same time, higher is drawn first")
 	cause := fs.String("cause", "top-up", "why the units are granted (the ledger keeps it)")
+	key := idempotencyKeyFlag(fs, "grant")
 	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		in := credits.GrantInput{Amount: *amount, Priority: *priority, Cause: *cause}
 		if *expires != "" {
@@ -34,12 +36,45 @@ func creditsGrant(fs *flag.FlagSet) action {
 			}
 			in.ExpiresAt = &at
 		}
-		g, err := credits.NewOps(e.db, nil).Grant(ctx, audit.CLI, t.ID, in)
+		k, err := key.get()
 		if err != nil {
 			return fmt.Errorf("credits grant: %w", err)
 		}
+		g, replayed, err := credits.NewOps(e.db, nil).GrantOnce(ctx, audit.CLI, t.ID, k, in)
+		if err != nil {
+			return fmt.Errorf("credits grant: %w", err)
+		}
+		key.noteReplay(e, replayed, "grant")
 		return printJSON(e.stdout, g)
 	})
+}
+
+// idempotencyKey is the --idempotency-key flag of a change to credits.
+type idempotencyKey struct{ value *string }
+
+// idempotencyKeyFlag declares --idempotency-key on fs for a change (what:
+// "grant", "adjustment").
+func idempotencyKeyFlag(fs *flag.FlagSet, what string) idempotencyKey {
+	return idempotencyKey{fs.String("idempotency-key", "", "make the "+what+" once per tenant and key: run again with the same key and values, "+
+		"it changes nothing and prints the first one (1–200 printable ASCII characters; default: a new random key)")}
+}
+
+// get returns the flag's key, or a random one when it was not given.
+func (k idempotencyKey) get() (string, error) {
+	if *k.value == "" {
+		return "cli-" + rand.Text(), nil
+	}
+	if p := credits.IdempotencyKeyProblem(*k.value); p != "" {
+		return "", tollgate.Invalid(map[string]string{"idempotency-key": p})
+	}
+	return *k.value, nil
+}
+
+// noteReplay says on stderr that the key had made the change before.
+func (k idempotencyKey) noteReplay(e *invocation, replayed bool, what string) {
+	if replayed {
+		fmt.Fprintf(e.stderr, "admin %s: the %s was made before with idempotency key %q; nothing changed\n", e.name, what, *k.value)
+	}
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now.
@@ -58,11 +93,17 @@ func creditsAdjust(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant name or ID (required)")
 	units := fs.Int64("units", 0, "units to add (negative: to take) (required)")
 	cause := fs.String("cause", "", "why (required)")
+	key := idempotencyKeyFlag(fs, "adjustment")
 	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
-		a, err := credits.NewOps(e.db, nil).Adjust(ctx, audit.CLI, t.ID, credits.AdjustInput{Units: *units, Cause: *cause})
+		k, err := key.get()
 		if err != nil {
 			return fmt.Errorf("credits adjust: %w", err)
 		}
+		a, replayed, err := credits.NewOps(e.db, nil).AdjustOnce(ctx, audit.CLI, t.ID, k, credits.AdjustInput{Units: *units, Cause: *cause})
+		if err != nil {
+			return fmt.Errorf("credits adjust: %w", err)
+		}
+		key.noteReplay(e, replayed, "adjustment")
 		return printJSON(e.stdout, a)
 	})
 }

@@ -329,6 +329,25 @@ func scenario(t *testing.T, client *http.Client) {
 	do("POST", tenant+"/credits/grants", viewer, map[string]any{"amount": 5, "cause": "x"}, 403)
 	do("POST", tenant+"/credits/adjustments", op, map[string]any{"units": -10, "cause": "correction"}, 200)
 	do("POST", tenant+"/credits/adjustments", op, map[string]any{"units": 0, "cause": "correction"}, 422)
+	// With an Idempotency-Key: made, replayed, refused for another body,
+	// refused for a key that is not one.
+	keyed := func(path, key, body string, status int) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", admin.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+op)
+		req.Header.Set("Idempotency-Key", key)
+		if res := sendWith(t, client, req); res.StatusCode != status {
+			t.Fatalf("POST %s with key %q = %d %s, want %d", path, key, res.StatusCode, res.Body, status)
+		}
+	}
+	for range 2 {
+		keyed(tenant+"/credits/grants", "order-4711", `{"amount": 500, "cause": "prepaid pack"}`, 201)
+		keyed(tenant+"/credits/adjustments", "fix-1", `{"units": -5, "cause": "correction"}`, 200)
+	}
+	keyed(tenant+"/credits/grants", "order-4711", `{"amount": 501, "cause": "prepaid pack"}`, 409)
+	keyed(tenant+"/credits/adjustments", "order-4711", `{"units": -5, "cause": "correction"}`, 409)
+	keyed(tenant+"/credits/grants", strings.Repeat("k", 201), `{"amount": 500, "cause": "prepaid pack"}`, 422)
 	do("GET", tenant+"/credits", viewer, nil, 200)
 	do("GET", unknown+"/credits", op, nil, 404)
 	do("GET", tenant+"/credits/ledger?limit=1", viewer, nil, 200)

@@ -7,7 +7,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/credits"
+	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
 )
 
@@ -23,8 +26,67 @@ func handleCreditsLedger(log *slog.Logger, cs *credits.Store) http.Handler {
 }
 
 // handleCreditsGrant serves POST /tenants/{tenantID}/credits/grants: a
-// grant or top-up, 201 with the grant.
+// grant or top-up, 201 with the grant; once per Idempotency-Key
+// (tenantChangeOnce).
 func handleCreditsGrant(log *slog.Logger, ops *credits.Ops) http.Handler {
-	return handleCreate(log, decodeBody, tenantChange(ops.Grant),
-		func(g credits.Grant) string { return "/tenants/" + g.TenantID + "/credits" })
+	return handleBody(log, decodeBody, tenantChangeOnce(ops.GrantOnce), func(w http.ResponseWriter, g replayable[credits.Grant]) {
+		w.Header().Set("Location", "/api/v1/tenants/"+g.value.TenantID+"/credits")
+		g.write(w, http.StatusCreated)
+	})
+}
+
+// handleCreditsAdjust serves POST /tenants/{tenantID}/credits/adjustments:
+// 200 with the adjustment and the balance after it; once per
+// Idempotency-Key (tenantChangeOnce).
+func handleCreditsAdjust(log *slog.Logger, ops *credits.Ops) http.Handler {
+	return handleBody(log, decodeBody, tenantChangeOnce(ops.AdjustOnce), func(w http.ResponseWriter, a replayable[credits.Adjustment]) {
+		a.write(w, http.StatusOK)
+	})
+}
+
+// replayable is the result of a change made at most once per idempotency
+// key: replayed when an earlier request with the key made it.
+type replayable[T any] struct {
+	value    T
+	replayed bool
+}
+
+// write answers the result as JSON with status, the status of the request
+// that made it, and on a replay the header Idempotent-Replayed: true (as
+// Stripe answers), so a client can tell its retry changed nothing.
+func (r replayable[T]) write(w http.ResponseWriter, status int) {
+	if r.replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	httpx.JSON(w, status, r.value)
+}
+
+// tenantChangeOnce is change made to the tenant {tenantID} by the
+// request's actor with the request's body in, at most once for the
+// request's idempotency key (idempotencyKey; without one, every time).
+func tenantChangeOnce[In, Out any](change func(ctx context.Context, by audit.Actor, tenantID, key string, in In) (Out, bool, error)) func(r *http.Request, in In) (replayable[Out], error) {
+	return func(r *http.Request, in In) (replayable[Out], error) {
+		key, err := idempotencyKey(r)
+		if err != nil {
+			return replayable[Out]{}, err
+		}
+		v, replayed, err := change(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), key, in)
+		return replayable[Out]{v, replayed}, err
+	}
+}
+
+// idempotencyKey returns the request's Idempotency-Key header, "" when it
+// has none. A header sent empty or more than once is EINVALID naming it
+// (the change checks the key itself: credits.IdempotencyKeyProblem).
+func idempotencyKey(r *http.Request) (string, error) {
+	keys := r.Header.Values(credits.IdempotencyKeyHeader)
+	switch {
+	case len(keys) == 0:
+		return "", nil
+	case len(keys) > 1:
+		return "", tollgate.Invalid(map[string]string{credits.IdempotencyKeyHeader: "must be sent once"})
+	case keys[0] == "":
+		return "", tollgate.Invalid(map[string]string{credits.IdempotencyKeyHeader: credits.IdempotencyKeyProblem("")})
+	}
+	return keys[0], nil
 }

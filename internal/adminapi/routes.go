@@ -168,7 +168,7 @@ func NewHandler(cfg Config) http.Handler {
 		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleTenantRead(log, cs.Balance))
 		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, cs))
 		tenantOps.Method("POST", "/tenants/{tenantID}/credits/grants", handleCreditsGrant(log, creditsOps))
-		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleTenantChange(log, creditsOps.Adjust))
+		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleCreditsAdjust(log, creditsOps))
 
 		tenantRead.Method("GET", "/tenants/{tenantID}/keys", handleTenantPage(log, ts, ts.ListKeysPage))
 		tenantKeys.Method("POST", "/tenants/{tenantID}/keys", handleKeyCreate(log, tenantsOps))

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -20,7 +22,14 @@ import (
 // limit of 5 a minute and an operator, ops@example.com.
 func newAdmin(t *testing.T) (url, password string) {
 	t.Helper()
-	db := testenv.DB(t)
+	url, password, _ = newAdminDB(t)
+	return url, password
+}
+
+// newAdminDB is newAdmin, with its database.
+func newAdminDB(t *testing.T) (url, password string, db *pgxpool.Pool) {
+	t.Helper()
+	db = testenv.DB(t)
 	password = "a long operator password"
 	_, err := auth.NewStore(db).CreateUser(context.Background(),
 		auth.NewUser{Email: "ops@example.com", Password: password, Role: auth.RoleOperator})
@@ -29,7 +38,7 @@ func newAdmin(t *testing.T) (url, password string) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionTTL: time.Hour, LoginPerMinute: 5,
 		SessionSecret: []byte("test session secret 0123456789abcdef0123")}))
 	t.Cleanup(srv.Close)
-	return srv.URL, password
+	return srv.URL, password, db
 }
 
 // post sends body as JSON with token (none when "") and returns the

@@ -2,6 +2,7 @@ package credits
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,22 @@ func validCause(cause string, f map[string]string) string {
 // any debt first (an overdraft), then adds to the balance; every API
 // process draws on it within a second. An unknown tenant is ENOTFOUND.
 func (o *Ops) Grant(ctx context.Context, by audit.Actor, tenantID string, in GrantInput) (Grant, error) {
+	g, _, err := o.GrantOnce(ctx, by, tenantID, "", in)
+	return g, err
+}
+
+// GrantOnce is Grant made at most once for key, an idempotency key of the
+// tenant's (IdempotencyKeyProblem says which are keys; "" grants every
+// time, as Grant). The first request with a key grants; one with the
+// same key and the same values (the same amount, expiry instant,
+// priority and cause) grants nothing and returns the grant the first
+// made, as it was then (replayed true), even once its expiry has passed
+// or the key is years old; one with other values, or an adjustment's
+// key, is ECONFLICT naming the field IdempotencyKeyHeader. Requests with
+// one key wait for each other, so they grant once however many arrive
+// together. A request that failed claimed nothing: sent again with its
+// key, it is tried anew.
+func (o *Ops) GrantOnce(ctx context.Context, by audit.Actor, tenantID, key string, in GrantInput) (g Grant, replayed bool, err error) {
 	f := map[string]string{}
 	if in.Amount <= 0 || in.Amount > maxUnits {
 		f["amount"] = "must be a whole number of units from 1 to 2^50"
@@ -73,20 +90,40 @@ func (o *Ops) Grant(ctx context.Context, by audit.Actor, tenantID string, in Gra
 		f["priority"] = "must be from -1000 to 1000"
 	}
 	cause := validCause(in.Cause, f)
-	if err := tollgate.Invalid(f); err != nil {
-		return Grant{}, err
+	checkKey(key, f)
+	invalid := tollgate.Invalid(f)
+	// An expiry that has passed since its request was made does not
+	// refuse that request's replay: only a first request is refused for it.
+	expiredOnly := key != "" && len(f) == 1 && f["expires_at"] != ""
+	if invalid != nil && !expiredOnly {
+		return Grant{}, false, invalid
 	}
-	return audit.Create(ctx, o.db, by, "credits.grant", grantAudit, func(tx pgx.Tx) (Grant, error) {
-		b, err := tenantBook(ctx, tx, tenantID)
-		if err != nil {
-			return Grant{}, err
+	expiresAt := utc(in.ExpiresAt)
+	request := fmt.Appendf(nil, "%d\n%s\n%d\n%s", in.Amount, instant(expiresAt), in.Priority, cause)
+	return once(ctx, o.db, tenantID, key, "credits.grant", request, func(db postgres.Conn) (Grant, error) {
+		if invalid != nil {
+			return Grant{}, invalid
 		}
-		g, err := b.grant(ctx, Grant{Amount: in.Amount, ExpiresAt: utc(in.ExpiresAt), Priority: in.Priority, Cause: cause, CreatedAt: now}, KindGrant)
-		if err != nil {
-			return Grant{}, err
-		}
-		return g, b.save(ctx)
+		return audit.Create(ctx, db, by, "credits.grant", grantAudit, func(tx pgx.Tx) (Grant, error) {
+			b, err := tenantBook(ctx, tx, tenantID)
+			if err != nil {
+				return Grant{}, err
+			}
+			g, err := b.grant(ctx, Grant{Amount: in.Amount, ExpiresAt: expiresAt, Priority: in.Priority, Cause: cause, CreatedAt: now}, KindGrant)
+			if err != nil {
+				return Grant{}, err
+			}
+			return g, b.save(ctx)
+		})
 	})
+}
+
+// instant writes t (UTC) to the nanosecond, "never" for nil.
+func instant(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.Format(time.RFC3339Nano)
 }
 
 // tenantBook opens tenant tenantID's book in tx, for a change to its
@@ -127,29 +164,42 @@ type Adjustment struct {
 // below zero); units added pay any debt, then return to its grants, or
 // become a grant that never expires. An unknown tenant is ENOTFOUND.
 func (o *Ops) Adjust(ctx context.Context, by audit.Actor, tenantID string, in AdjustInput) (Adjustment, error) {
+	a, _, err := o.AdjustOnce(ctx, by, tenantID, "", in)
+	return a, err
+}
+
+// AdjustOnce is Adjust made at most once for key, as GrantOnce grants: a
+// request with the same key and the same units and cause adjusts nothing
+// and returns the first one's adjustment (its balance then; replayed
+// true); with other values, or a grant's key, it is ECONFLICT.
+func (o *Ops) AdjustOnce(ctx context.Context, by audit.Actor, tenantID, key string, in AdjustInput) (a Adjustment, replayed bool, err error) {
 	f := map[string]string{}
 	if in.Units == 0 || in.Units > maxUnits || in.Units < -maxUnits {
 		f["units"] = "must be a non-zero whole number of units within ±2^50"
 	}
 	cause := validCause(in.Cause, f)
+	checkKey(key, f)
 	if err := tollgate.Invalid(f); err != nil {
-		return Adjustment{}, err
+		return Adjustment{}, false, err
 	}
 	now := o.now()
-	return audit.Create(ctx, o.db, by, "credits.adjust", adjustAudit, func(tx pgx.Tx) (Adjustment, error) {
-		b, err := tenantBook(ctx, tx, tenantID)
-		if err != nil {
-			return Adjustment{}, err
-		}
-		if in.Units > 0 {
-			_, err = b.giveBack(ctx, KindAdjustment, in.Units, true, cause, nil, now, nil)
-		} else {
-			err = b.take(ctx, KindAdjustment, -in.Units, true, cause, nil, now)
-		}
-		if err == nil {
-			err = b.save(ctx)
-		}
-		return Adjustment{TenantID: tenantID, Units: in.Units, Cause: cause, Balance: b.acct.Balance()}, err
+	request := fmt.Appendf(nil, "%d\n%s", in.Units, cause)
+	return once(ctx, o.db, tenantID, key, "credits.adjust", request, func(db postgres.Conn) (Adjustment, error) {
+		return audit.Create(ctx, db, by, "credits.adjust", adjustAudit, func(tx pgx.Tx) (Adjustment, error) {
+			b, err := tenantBook(ctx, tx, tenantID)
+			if err != nil {
+				return Adjustment{}, err
+			}
+			if in.Units > 0 {
+				_, err = b.giveBack(ctx, KindAdjustment, in.Units, true, cause, nil, now, nil)
+			} else {
+				err = b.take(ctx, KindAdjustment, -in.Units, true, cause, nil, now)
+			}
+			if err == nil {
+				err = b.save(ctx)
+			}
+			return Adjustment{TenantID: tenantID, Units: in.Units, Cause: cause, Balance: b.acct.Balance()}, err
+		})
 	})
 }
 

@@ -42,7 +42,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	wantVersion(t, db, latest)
 	for _, table := range []string{"users", "admin_sessions", "tenant_rule_overrides", "audit_log",
 		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries",
-		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_hours", "plan_billing", "credit_regions"} {
+		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_hours", "plan_billing", "credit_regions", "credit_idempotency_keys"} {
 		if !tableExists(t, db, table) {
 			t.Fatalf("table %s missing at version %d", table, latest)
 		}
@@ -55,7 +55,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	}
 	for _, table := range []string{"plans", "tenants", "api_keys", "users", "audit_log",
 		"quota_crossings", "events", "webhook_endpoints", "webhook_deliveries",
-		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_hours", "plan_billing", "credit_regions"} {
+		"credit_plan_settings", "credit_accounts", "credit_grants", "credit_ledger", "credit_hours", "plan_billing", "credit_regions", "credit_idempotency_keys"} {
 		if tableExists(t, db, table) {
 			t.Errorf("table %s survived migrating all the way down", table)
 		}

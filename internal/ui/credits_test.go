@@ -2,7 +2,9 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,75 @@ func TestConsoleCredits(t *testing.T) {
 	viewer.open(page)
 	if got := viewer.text("#credit-escrows tbody"); !strings.Contains(got, "eu") || !strings.Contains(got, "60") {
 		t.Errorf("the regions' shares: %q, want eu holding 60", got)
+	}
+}
+
+// TestConsoleTopUpSentTwiceGrantsOnce: the top-up form carries a key of
+// its own, so the same form sent twice at once (a double click) grants
+// once; sent again with other values it grants nothing and says so,
+// with a new key that then grants them.
+func TestConsoleTopUpSentTwiceGrantsOnce(t *testing.T) {
+	ctx := context.Background()
+	admin := admintest.StartAdmin(t, testenv.DatabaseURL(t), nil)
+	acme, _, _, _ := tenantSetup(t, admin)
+	page := "/tenants/" + acme.ID + "/credits"
+	op := signedInAs(t, admin, "ops@example.com", auth.RoleOperator, "")
+	op.open(page)
+	formKey := func() string {
+		t.Helper()
+		return eval[string](op, `document.querySelector('#credits-topup input[name="idempotency_key"]').value`)
+	}
+	key := formKey()
+	if key == "" {
+		t.Fatal("the top-up form has no idempotency key")
+	}
+	op.open(page)
+	if formKey() == key {
+		t.Errorf("the page made the same key twice: %q", key)
+	}
+	grants := func() int {
+		t.Helper()
+		var n int
+		testenv.Must(t, admin.DB.QueryRow(ctx, `SELECT count(*) FROM credit_grants WHERE tenant_id = $1`, acme.ID).Scan(&n))
+		return n
+	}
+
+	form := func(amount string) string {
+		return url.Values{"csrf": {op.csrf()}, "amount": {amount}, "cause": {"double click"}, "idempotency_key": {key}}.Encode()
+	}
+	statuses := eval[[]int](op, fmt.Sprintf(`Promise.all([1, 2].map(() => fetch(%q, {method: "POST", body: %q,
+		headers: {"Content-Type": "application/x-www-form-urlencoded"}}).then(r => r.status)))`, page, form("700")))
+	if len(statuses) != 2 || statuses[0] != http.StatusOK || statuses[1] != http.StatusOK {
+		t.Errorf("the form sent twice at once: %v, want both answered with the credits page", statuses)
+	}
+	if n := grants(); n != 1 {
+		t.Errorf("%d grants after the form was sent twice, want 1", n)
+	}
+	if got := op.status("POST", page, form("800")); got != http.StatusConflict {
+		t.Errorf("the form sent again with another amount: %d, want 409", got)
+	}
+	if n := grants(); n != 1 {
+		t.Errorf("%d grants after the form was sent with another amount, want 1", n)
+	}
+
+	// In the browser: the form kept from before, changed and sent again,
+	// says so and takes a new key, which then grants.
+	op.open(page)
+	eval[bool](op, fmt.Sprintf(`document.querySelector('#credits-topup input[name="idempotency_key"]').value = %q, true`, key))
+	op.fill(map[string]string{`input[name="amount"]`: "900", `input[name="cause"]`: "kept page"})
+	op.click(`#credits-topup button[type="submit"]`, ".alert")
+	if got := op.text(".alert"); !strings.Contains(got, "already granted") {
+		t.Errorf("the kept form's answer: %q", got)
+	}
+	if fresh := formKey(); fresh == key || fresh == "" {
+		t.Errorf("the form's key after the conflict: %q, want a new one", fresh)
+	}
+	op.click(`#credits-topup button[type="submit"]`, ".flash")
+	if n := grants(); n != 2 {
+		t.Errorf("%d grants after sending the form with its new key, want 2", n)
+	}
+	if got := op.number("[data-credits-balance]"); got != 1600 {
+		t.Errorf("balance %d, want 700 + 900", got)
 	}
 }
 

@@ -97,23 +97,27 @@ func (e *invocation) invoicing(log *slog.Logger) (*billing.Invoicing, invoicingC
 // invoicing off it says so once and runs nothing.
 func startInvoicing(ctx context.Context, inv *billing.Invoicing, c invoicingConfig, log *slog.Logger, reg prometheus.Registerer) (stop func()) {
 	if !inv.Enabled() {
-		log.Info("invoicing off: TOLLGATE_STRIPE_SECRET_KEY is not set; closed statements are not invoiced")
+		log.Info("invoicing off: TOLLGATE_STRIPE_SECRET_KEY is not set; closes record the invoices of linked tenants, pending, for a process with the key to push")
 		return func() {}
 	}
 	log.Info("invoicing on", "provider", "stripe", "mode", string(c.Mode), "dunning_grace", c.DunningGrace.String())
 	if reg != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tollgate_invoice_differences",
-			Help: "Invoices that differ from their statements now: pushes pending, other totals or currencies at the provider, voided.",
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			n, err := inv.Differences(ctx)
-			if err != nil {
-				return -1
-			}
-			return float64(n)
-		}))
+		gauge := func(name, help string, count func(context.Context) (int, error)) prometheus.GaugeFunc {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				n, err := count(ctx)
+				if err != nil {
+					return -1
+				}
+				return float64(n)
+			})
+		}
+		reg.MustRegister(
+			gauge("tollgate_invoice_differences", "Statements that differ from their invoices now: pushes pending or failed, "+
+				"other totals or currencies at the provider as it last reported them, voided, invoices never issued.", inv.Differences),
+			gauge("tollgate_invoice_push_failed", "Invoices the provider refused for good (or whose draft was deleted there), "+
+				"not retried: retarget them or bill them outside.", inv.FailedPushes))
 	}
 	return goUntilStopped(ctx, func(ctx context.Context) {
 		tick := time.NewTicker(c.PushInterval)
@@ -180,6 +184,94 @@ func invoicesPush(fs *flag.FlagSet) action {
 	}
 }
 
+const invoicesIssueHelp = `
+Issues the invoices a closed month lacks: one for each statement of a
+tenant that had a billing account when the month was closed and still has
+one, to the customer it is linked to now. A month closed by a process
+without TOLLGATE_STRIPE_SECRET_KEY, before every close issued its
+invoices, lacks them (admin reconcile lists them as differences). The
+invoices issued are pending: serve pushes them, or admin invoices push.
+Running it again issues nothing and records nothing.`
+
+func invoicesIssue(fs *flag.FlagSet) action {
+	month := monthFlag(fs, "the closed calendar month (UTC), e.g. 2026-10 (required)")
+	return func(ctx context.Context, e *invocation) error {
+		m, err := month.parse(e)
+		if err != nil {
+			return err
+		}
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		res, err := inv.IssueMissing(ctx, audit.CLI, m)
+		if err != nil {
+			return fmt.Errorf("invoices issue: %w", err)
+		}
+		return printJSON(e.stdout, res)
+	}
+}
+
+const invoicesRetargetHelp = `
+Makes a tenant's invoice of a month pending again, due at once, to the
+Stripe customer the tenant is linked to now, with idempotency keys of its
+own. For an invoice whose push failed for good (admin invoices list shows
+why): Stripe has no such customer (a mistyped ID, or one deleted there:
+relink the tenant with admin billing link first), refused a request you
+have since fixed at Stripe (retarget alone), or its draft was deleted
+there. serve pushes it, or admin invoices push. A draft left at the
+customer before is yours to delete at Stripe. An amount Stripe does not
+take cannot be pushed to anyone: use admin invoices bill-outside.`
+
+func invoicesRetarget(fs *flag.FlagSet) action {
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
+	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required)")
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
+		m, err := month.parse(e)
+		if err != nil {
+			return err
+		}
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		rec, err := inv.Retarget(ctx, audit.CLI, t.ID, m)
+		if err != nil {
+			return fmt.Errorf("invoices retarget: %w", err)
+		}
+		return printJSON(e.stdout, rec)
+	})
+}
+
+const invoicesBillOutsideHelp = `
+Closes a tenant's invoice of a month out as billed outside Tollgate: it
+is never pushed, and no longer counts as a difference (admin reconcile,
+tollgate_invoice_differences). For an invoice Stripe does not hold
+(pending, or failed) that you bill by hand, such as one with an amount
+Stripe does not take in its currency; --note says how (kept in the audit
+log). An invoice already at Stripe is changed there instead.`
+
+func invoicesBillOutside(fs *flag.FlagSet) action {
+	tenant := tenantFlag(fs, "tenant name or ID (required)")
+	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required)")
+	note := fs.String("note", "", "how it was billed, e.g. a reference of your accounting (at most 500 characters)")
+	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
+		m, err := month.parse(e)
+		if err != nil {
+			return err
+		}
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		rec, err := inv.BillOutside(ctx, audit.CLI, t.ID, m, *note)
+		if err != nil {
+			return fmt.Errorf("invoices bill-outside: %w", err)
+		}
+		return printJSON(e.stdout, rec)
+	})
+}
+
 func invoicesList(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "only this calendar month's invoices, e.g. 2026-10")
 	tenant := tenantFlag(fs, "only this tenant's (name or ID)")
@@ -208,7 +300,7 @@ func invoicesList(fs *flag.FlagSet) action {
 			}
 			return list, func(i billing.InvoiceRecord) []string {
 				push := i.PushState
-				if i.PushState == "pending" && i.LastError != "" {
+				if (i.PushState == billing.PushPending || i.PushState == billing.PushFailed) && i.LastError != "" {
 					push += " (" + i.LastError + ")"
 				}
 				return []string{i.Month, i.TenantName, strconv.FormatInt(i.TotalMinor, 10), i.Currency, push,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -210,6 +211,36 @@ func TestInvoicesThroughTheAdminServer(t *testing.T) {
 	testenv.Must(t, err)
 	if !strings.Contains(out, "acme") || !strings.Contains(out, "1 statements, 0 with differences") {
 		t.Errorf("admin reconcile: %s", out)
+	}
+}
+
+// TestCloseFromAShellWithoutTheStripeKey: `admin close` run where
+// TOLLGATE_STRIPE_SECRET_KEY is not set records the invoice of the linked
+// tenant, pending, and says so; the admin server, which has the key,
+// pushes it.
+func TestCloseFromAShellWithoutTheStripeKey(t *testing.T) {
+	local := stripetest.Start(t)
+	settings := withSettings(local.Settings(), map[string]string{"TOLLGATE_INVOICE_PUSH_INTERVAL": "100ms"})
+	srv, _, _, _ := acmeSetupWith(t, settings)
+	ctx := context.Background()
+	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, err = runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
+	testenv.Must(t, err)
+
+	out, err := runAdmin(t, srv.DBURL, "", "close", "--month", "2020-05")
+	if err != nil || !strings.Contains(out, "invoices issued: 1, pending") {
+		t.Errorf("admin close without the key: %v\n%s", err, out)
+	}
+	testenv.Eventually(t, time.Now(), 10*time.Second, "the server pushing the invoice", func() (bool, string) {
+		made := local.Invoices()
+		return len(made) == 1 && made[0].Customer == "cus_acme" && made[0].Total == 1500, fmt.Sprintf("%+v", made)
+	})
+	out, err = runAdmin(t, srv.DBURL, "", "reconcile", "--month", "2020-05")
+	if err != nil || !strings.Contains(out, "1 statements, 0 with differences") {
+		t.Errorf("admin reconcile: %v\n%s", err, out)
 	}
 }
 

@@ -487,6 +487,22 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 			refused: []string{"--plan", "free", "--dunning-grace", "soon"}},
 		"billing link": {args: argv("--tenant", "acme", "--customer", "cus_cli42"), target: jsonID("tenant_id"),
 			refused: []string{"--tenant", "acme", "--customer", "acct_42"}},
+		// A month closed before closes issued invoices without a
+		// provider: acme, linked then, has a statement and no invoice.
+		"invoices issue": {args: func() []string {
+			closedBefore(t, srv, acme, "2019-12")
+			return []string{"--month", "2019-12"}
+		}, target: id("2019-12"), refused: []string{"--month", "2999-01"}},
+		// The invoice issued above, refused for good by Stripe (as the
+		// server's push could make it meanwhile, its state is set).
+		"invoices retarget": {args: func() []string {
+			refusedForGood(t, srv, acme, "2019-12")
+			return []string{"--tenant", "acme", "--month", "2019-12"}
+		}, target: jsonID("ref"), refused: []string{"--tenant", "acme", "--month", "2019-01"}},
+		"invoices bill-outside": {args: func() []string {
+			refusedForGood(t, srv, acme, "2019-12")
+			return []string{"--tenant", "acme", "--month", "2019-12", "--note", "billed by hand"}
+		}, target: jsonID("ref"), refused: []string{"--tenant", "acme", "--month", "2019-01"}},
 		"webhooks replay": {args: func() []string {
 			return []string{"--endpoint", endpointID, "--from", "2020-01-01T00:00:00Z", "--to", "2030-01-01T00:00:00Z"}
 		}, target: func(string) string { return endpointID }, refused: []string{"--endpoint", "nope", "--event", "evt_x"}},
@@ -495,7 +511,8 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		"plans routes", "plans rule", "tenants create", "tenants plan", "tenants suspend", "tenants resume", "plans quota", "tenants quota", "keys issue", "keys revoke", "tokens issue", "tokens revoke", "secrets reseal",
 		"users create", "users disable", "users sessions revoke", "close", "webhooks create", "webhooks replay",
 		"webhooks disable", "webhooks enable", "webhooks rotate-secret", "webhooks delete",
-		"plans credits", "credits grant", "credits adjust", "billing link", "plans billing"}
+		"plans credits", "credits grant", "credits adjust", "billing link", "plans billing",
+		"invoices issue", "invoices retarget", "invoices bill-outside"}
 	for _, cmd := range commands() {
 		_, hasCase := cases[cmd.name]
 		_, exempt := notChanges[cmd.name]
@@ -538,6 +555,31 @@ func testCLIChanges(t *testing.T, srv *adminServer, acme tenants.Tenant) {
 		}
 		wantEntry(t, "admin "+name, auditSince(t, srv, last), "cli", audited[name], c.target(out))
 	}
+}
+
+// closedBefore makes month (a month before tn existed) closed, with a
+// statement of tn's of nothing and no invoice, closed after tn was linked
+// to a customer: as a close that issued no invoice left it.
+func closedBefore(t *testing.T, srv *adminServer, tn tenants.Tenant, month string) {
+	t.Helper()
+	ctx := context.Background()
+	start := month + "-01"
+	body := fmt.Sprintf(`{"tenant_id": %q, "tenant_name": %q, "month": %q, "period_start": "%sT00:00:00Z", "currency": "USD",
+		"status": "closed", "plan_periods": [], "total_minor": 0}`, tn.ID, tn.Name, month, start)
+	_, err := srv.DB.Exec(ctx, `INSERT INTO usage_closed_months (month, closed_at, statements) VALUES ($1, now(), 1)`, start)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `INSERT INTO statements (tenant_id, month, currency, total_minor, body, closed_at)
+		VALUES ($1, $2, 'USD', 0, $3, now())`, tn.ID, start, body)
+	testenv.Must(t, err)
+}
+
+// refusedForGood marks tn's invoice of month as Stripe's refusal for
+// good leaves it.
+func refusedForGood(t *testing.T, srv *adminServer, tn tenants.Tenant, month string) {
+	t.Helper()
+	_, err := srv.DB.Exec(context.Background(), `UPDATE invoices SET push_state = 'failed', last_error = 'stripe: 404'
+		WHERE tenant_id = $1 AND month = $2`, tn.ID, month+"-01")
+	testenv.Must(t, err)
 }
 
 // actorsOf names the users of acmeSetup's operator and tenant admin

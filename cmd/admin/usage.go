@@ -289,7 +289,14 @@ func closeMonth(fs *flag.FlagSet) action {
 		}
 		fmt.Fprintf(e.stdout, "statements: %d; total: %s\n", res.Statements, formatTotals(res.TotalMinor))
 		if r := res.Invoices; r != nil {
-			fmt.Fprintf(e.stdout, "invoices pushed to Stripe: %d; failed (retried): %d; pending: %d\n", r.Pushed, r.Failed, r.Pending)
+			fmt.Fprintf(e.stdout, "invoices issued: %d; pushed to Stripe: %d; failed (retried): %d; refused for good: %d; pending: %d\n",
+				res.InvoicesIssued, r.Pushed, r.Failed-r.Refused, r.Refused, r.Pending)
+			if r.Refused > 0 {
+				fmt.Fprintf(e.stdout, "see `admin invoices list --month %s`: retarget or bill outside the refused ones\n", res.Month)
+			}
+		} else if res.InvoicesIssued > 0 {
+			fmt.Fprintf(e.stdout, "invoices issued: %d, pending: TOLLGATE_STRIPE_SECRET_KEY is not set here; admin serve pushes them (or admin invoices push where it is set)\n",
+				res.InvoicesIssued)
 		}
 		if res.Late.Decisions() > 0 {
 			fmt.Fprintf(e.stdout, "late usage since closing (not billed): %d decisions, %d allowed units; see `admin report --month %s --late`\n",

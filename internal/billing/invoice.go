@@ -39,10 +39,31 @@ var ErrBadSignature = errors.New("billing: bad or stale webhook signature")
 
 // ErrAmountNotAccepted is wrapped by a Provider's error for an amount it
 // cannot send in its currency (Stripe takes three-decimal currencies only
-// in amounts ending in 0), returned before anything is sent. Such an
-// invoice stays pending with the error, as after any failed push; such a
-// top-up is refused (EINVALID).
+// in amounts ending in 0), returned before anything is sent, or that the
+// provider refused (too small, too large). Such an invoice's push failed
+// for good (push state failed, never retried); such a top-up is refused
+// (EINVALID, naming amount_minor).
 var ErrAmountNotAccepted = errors.New("amount not accepted by the payment provider")
+
+// ErrRefused is wrapped by a Provider's error for a request the provider
+// refused for good: made again as it is, it fails again (a customer it
+// does not have, a parameter it does not take). An invoice whose push
+// fails with it, or with ErrAmountNotAccepted, is not retried: its push
+// state becomes failed, until an operator re-targets it or closes it out
+// (Invoicing.Retarget, Invoicing.BillOutside). A refusal of the
+// credentials is not one of these: it is the deployment's, not the
+// request's, and pushes are retried until it is fixed.
+var ErrRefused = errors.New("refused by the payment provider")
+
+// ErrNoSuchCustomer is wrapped, with ErrRefused, by a Provider's error for
+// a customer it does not have (a mistyped ID, or one deleted there).
+var ErrNoSuchCustomer = errors.New("no such customer at the payment provider")
+
+// refusedForGood reports whether err, a Provider's, will fail again
+// however often the request is repeated.
+func refusedForGood(err error) bool {
+	return errors.Is(err, ErrRefused) || errors.Is(err, ErrAmountNotAccepted)
+}
 
 // InvoiceMode is how far a pushed invoice goes at the provider.
 type InvoiceMode string
@@ -97,6 +118,11 @@ type Invoice struct {
 	TotalMinor int64
 	Lines      []InvoiceLine
 	Mode       InvoiceMode
+	// Generation counts the times an operator re-targeted the invoice
+	// (Invoicing.Retarget): when positive, the push's idempotency keys
+	// carry it, so that the provider does not answer a push to the new
+	// customer with what it answered the earlier ones.
+	Generation int
 }
 
 // PushedInvoice is the provider's view of a pushed invoice.
@@ -132,13 +158,17 @@ type CheckoutSession struct {
 type EventKind string
 
 // The provider events Tollgate applies; any other is acknowledged and
-// ignored (EventOther).
+// ignored (EventOther). A finalized invoice's total is recorded (an
+// operator may have edited the draft); a deleted draft makes the
+// invoice's push failed, since the provider no longer holds it.
 const (
-	EventInvoicePaid   EventKind = "invoice.paid"
-	EventInvoiceFailed EventKind = "invoice.payment_failed"
-	EventInvoiceVoided EventKind = "invoice.voided"
-	EventCheckoutPaid  EventKind = "checkout.paid"
-	EventOther         EventKind = ""
+	EventInvoicePaid      EventKind = "invoice.paid"
+	EventInvoiceFailed    EventKind = "invoice.payment_failed"
+	EventInvoiceVoided    EventKind = "invoice.voided"
+	EventInvoiceFinalized EventKind = "invoice.finalized"
+	EventInvoiceDeleted   EventKind = "invoice.deleted"
+	EventCheckoutPaid     EventKind = "checkout.paid"
+	EventOther            EventKind = ""
 )
 
 // ProviderEvent is a verified webhook event, read into what Tollgate

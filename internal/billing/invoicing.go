@@ -24,9 +24,10 @@ import (
 
 // InvoicingConfig configures invoicing.
 type InvoicingConfig struct {
-	// Provider is the payment provider; nil turns invoicing off: no
-	// invoice is issued at a close, and the changes that need the
-	// provider are ECONFLICT.
+	// Provider is the payment provider; nil turns pushing off: a close
+	// still records each linked tenant's invoice, pending, for a process
+	// with a provider to push (admin serve, admin invoices push), and the
+	// changes that need the provider are ECONFLICT.
 	Provider Provider
 	// Mode is how far pushed invoices go (ModeDraft when "").
 	Mode InvoiceMode
@@ -41,9 +42,13 @@ type InvoicingConfig struct {
 // Invoicing turns closed statements into invoices at the payment
 // provider, exactly once, and applies what the provider says back
 // (payments, failures, voids, paid top-ups), each event once. Its changes
-// that an operator makes (linking a billing account, opening a top-up)
-// are audited as every feature's are; what the provider's events change
-// is audited by the actor ProviderActor. Safe for concurrent use.
+// that an operator makes (linking a billing account, opening a top-up,
+// issuing, re-targeting or closing out an invoice) are audited as every
+// feature's are; the payments, failures and voids the provider's events
+// report are audited by the actor ProviderActor. What a push or an event
+// records of the provider's view of an invoice (its ID, status and total,
+// a refusal, a draft deleted there) is not audited. Safe for concurrent
+// use.
 type Invoicing struct {
 	db  postgres.Conn
 	cfg InvoicingConfig
@@ -65,8 +70,8 @@ func NewInvoicing(db postgres.Conn, cfg InvoicingConfig, now func() time.Time) *
 	return &Invoicing{db: db, cfg: cfg, now: now}
 }
 
-// Enabled reports whether a provider is configured. A nil Invoicing is
-// off.
+// Enabled reports whether a provider is configured, so that invoices can
+// be pushed and customers and checkouts made. A nil Invoicing is off.
 func (inv *Invoicing) Enabled() bool { return inv != nil && inv.cfg.Provider != nil }
 
 // Provider is the payment provider (nil with invoicing off).
@@ -141,7 +146,9 @@ func accountAudit(action string, before, after *Account) audit.Change {
 // unknown tenant; ECONFLICT for a customer linked to another tenant or
 // named by another tenant's invoice still to push, and for moving a
 // tenant off its customer while one of its invoices is still to push to
-// that customer (relinkConflict).
+// that customer (relinkConflict). An invoice whose push failed for good
+// holds nothing: it goes to the customer linked when it is re-targeted
+// (Retarget).
 func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID string, in LinkInput) (Account, error) {
 	if err := in.validate(); err != nil {
 		return Account{}, err
@@ -199,9 +206,11 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 				"customer %s has %d invoice(s) of another tenant still to push: push them before linking it here", in.CustomerID, pending)
 		}
 		var a Account
-		err := tx.QueryRow(ctx, `INSERT INTO billing_accounts (tenant_id, customer_id) VALUES ($1, $2)
-			ON CONFLICT (tenant_id) DO UPDATE SET customer_id = excluded.customer_id, updated_at = now()
-			RETURNING tenant_id::text, provider, customer_id, created_at, updated_at`, tenantID, in.CustomerID).
+		// created_at is the clock's, as a close's closed_at is: whether
+		// the tenant was linked at a close compares the two (Reconcile).
+		err := tx.QueryRow(ctx, `INSERT INTO billing_accounts (tenant_id, customer_id, created_at, updated_at) VALUES ($1, $2, $3, $3)
+			ON CONFLICT (tenant_id) DO UPDATE SET customer_id = excluded.customer_id, updated_at = excluded.updated_at
+			RETURNING tenant_id::text, provider, customer_id, created_at, updated_at`, tenantID, in.CustomerID, inv.now()).
 			Scan(&a.TenantID, &a.Provider, &a.CustomerID, &a.CreatedAt, &a.UpdatedAt)
 		if postgres.Is(err, postgres.UniqueViolation) {
 			return a, tollgate.Errorf(tollgate.ECONFLICT, "customer %s is linked to another tenant", in.CustomerID)
@@ -216,8 +225,9 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 // relinkConflict returns ECONFLICT when tenant a.TenantID may not leave
 // its customer a.CustomerID yet: while an invoice of it is still to push
 // to that customer. The invoice's record names the customer it was
-// issued to, and its push, retried until it succeeds, would bill that
-// customer whoever it belongs to by then.
+// issued to, and its push, retried until it succeeds or is refused for
+// good, would bill that customer whoever it belongs to by then. A failed
+// push is not retried, so it does not count.
 func (inv *Invoicing) relinkConflict(ctx context.Context, db postgres.Conn, a Account) error {
 	var pending int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND customer_id = $2 AND push_state = 'pending'`,
@@ -261,42 +271,108 @@ func lockedAccount(ctx context.Context, db postgres.Conn, tenantID, lock string)
 	return a, nil
 }
 
-// issue records the invoice of st, a statement being closed on tx, when
-// its tenant has a billing account and invoicing is on: pending, to be
-// pushed once the close commits. The lines' sum must be the statement's
-// total, or the close fails.
-func (inv *Invoicing) issue(ctx context.Context, tx pgx.Tx, st Statement) error {
-	if !inv.Enabled() {
-		return nil
-	}
+// issueInvoice records the invoice of st, a closed statement stored on
+// tx, when its tenant has a billing account: pending, due at now, to be
+// pushed by any process with a provider once tx commits. It reports
+// whether it recorded one (false for a tenant without an account, or a
+// statement invoiced already). The lines' sum must be the statement's
+// total, or it fails. Whether the process has a provider does not
+// matter: the invoice is the statement's, and only its push needs one.
+func issueInvoice(ctx context.Context, tx pgx.Tx, st Statement, now time.Time) (bool, error) {
 	// Shared, so that a relink waits for the close and then sees the
 	// invoice issued to the customer read here (LinkAccount).
 	a, err := lockedAccount(ctx, tx, st.TenantID, "FOR SHARE")
 	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	lines := InvoiceLines(st)
 	sum, err := sumLines(lines)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if sum != st.TotalMinor {
-		return fmt.Errorf("billing: invoice of %s %s: lines sum to %d, the statement to %d", st.TenantName, st.Month, sum, st.TotalMinor)
+		return false, fmt.Errorf("billing: invoice of %s %s: lines sum to %d, the statement to %d", st.TenantName, st.Month, sum, st.TotalMinor)
 	}
 	body, err := json.Marshal(lines)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO invoices (tenant_id, month, ref, customer_id, currency, total_minor, lines, next_push_at)
+	tag, err := tx.Exec(ctx, `INSERT INTO invoices (tenant_id, month, ref, customer_id, currency, total_minor, lines, next_push_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
-		st.TenantID, st.PeriodStart, InvoiceRef(st.TenantID, st.Month), a.CustomerID, st.Currency, st.TotalMinor, body, inv.now())
+		st.TenantID, st.PeriodStart, InvoiceRef(st.TenantID, st.Month), a.CustomerID, st.Currency, st.TotalMinor, body, now)
 	if err != nil {
-		return fmt.Errorf("billing: issue invoice of %s: %w", st.TenantName, err)
+		return false, fmt.Errorf("billing: issue invoice of %s: %w", st.TenantName, err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
+}
+
+// IssueResult says what IssueMissing did.
+type IssueResult struct {
+	Month string `json:"month"`
+	// Issued names the invoices issued (their refs), by tenant name.
+	Issued []string `json:"issued"`
+}
+
+// errNothingToIssue ends the transaction of an IssueMissing that finds
+// every invoice issued: nothing changed, so nothing is recorded.
+var errNothingToIssue = errors.New("billing: no invoice to issue")
+
+// IssueMissing issues the invoices closed month m lacks (invoice.issue,
+// one audit entry for the month): one for each stored statement whose
+// tenant had a billing account when the month was closed and still has
+// one, and has no invoice, to the customer it is linked to now; pending,
+// pushed as any other. Months closed before every close issued its
+// invoices (a close run where pushing was off) lack them. Running it
+// again issues nothing and records nothing. ECONFLICT for a month that is
+// not closed.
+func (inv *Invoicing) IssueMissing(ctx context.Context, by audit.Actor, m usage.Month) (IssueResult, error) {
+	res := IssueResult{Month: m.String(), Issued: []string{}}
+	err := audit.Apply(ctx, inv.db, by, func(tx pgx.Tx) (audit.Change, error) {
+		at, err := usage.ClosedAt(ctx, tx, m)
+		if err != nil {
+			return audit.Change{}, err
+		}
+		if at == nil {
+			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "month %s is not closed: its invoices are issued when it is (admin close)", m)
+		}
+		rows, err := tx.Query(ctx, `SELECT s.body FROM statements s JOIN billing_accounts a ON a.tenant_id = s.tenant_id
+			WHERE s.month = $1 AND a.created_at <= s.closed_at
+			AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.tenant_id = s.tenant_id AND i.month = s.month)
+			ORDER BY s.body->>'tenant_name'`, m.Start())
+		sts, err := postgres.Collect(rows, err, func(r pgx.Row) (Statement, error) {
+			var body []byte
+			var st Statement
+			if err := r.Scan(&body); err != nil {
+				return st, err
+			}
+			return st, json.Unmarshal(body, &st)
+		}, "billing: statements without invoices")
+		if err != nil {
+			return audit.Change{}, err
+		}
+		now := inv.now()
+		for _, st := range sts {
+			issued, err := issueInvoice(ctx, tx, st, now)
+			if err != nil {
+				return audit.Change{}, err
+			}
+			if issued {
+				res.Issued = append(res.Issued, InvoiceRef(st.TenantID, st.Month))
+			}
+		}
+		if len(res.Issued) == 0 {
+			return audit.Change{}, errNothingToIssue
+		}
+		return audit.Change{Action: "invoice.issue", TargetType: "month", TargetID: res.Month,
+			After: map[string]any{"issued": res.Issued}}, nil
+	})
+	if errors.Is(err, errNothingToIssue) {
+		err = nil
+	}
+	return res, err
 }
 
 // InvoiceRecord is our record of a statement's invoice.
@@ -311,8 +387,11 @@ type InvoiceRecord struct {
 	TotalMinor int64         `json:"total_minor"`
 	Lines      []InvoiceLine `json:"lines"`
 	// PushState is pending until the provider holds the invoice, then
-	// pushed; PushAttempts, NextPushAt and LastError say how pushing a
-	// pending one went.
+	// pushed; failed when the provider refused it for good (LastError
+	// says why) or its draft was deleted there, and billed_outside once
+	// an operator closed it out as billed by other means: neither is
+	// pushed again. PushAttempts, NextPushAt and LastError say how
+	// pushing went.
 	PushState    string     `json:"push_state"`
 	PushAttempts int        `json:"push_attempts"`
 	NextPushAt   time.Time  `json:"next_push_at"`
@@ -328,12 +407,22 @@ type InvoiceRecord struct {
 	PaidAt             *time.Time `json:"paid_at,omitempty"`
 	PaymentFailedAt    *time.Time `json:"payment_failed_at,omitempty"`
 	DunningSuspendedAt *time.Time `json:"dunning_suspended_at,omitempty"`
+	// Generation counts the times the invoice was re-targeted (Invoice).
+	Generation int `json:"-"`
 }
+
+// The push states of an invoice (InvoiceRecord.PushState).
+const (
+	PushPending       = "pending"
+	PushPushed        = "pushed"
+	PushFailed        = "failed"
+	PushBilledOutside = "billed_outside"
+)
 
 const invoiceColumns = `i.tenant_id::text, coalesce(t.name, ''), to_char(i.month, 'YYYY-MM'), i.ref, i.customer_id, i.currency,
 	i.total_minor, i.lines, i.push_state, i.push_attempts, i.next_push_at, i.last_error, i.pushed_at,
 	coalesce(i.provider_invoice_id, ''), i.provider_status, i.provider_total_minor, i.provider_currency,
-	i.payment_status, i.paid_at, i.payment_failed_at, i.dunning_suspended_at`
+	i.payment_status, i.paid_at, i.payment_failed_at, i.dunning_suspended_at, i.push_generation`
 
 func scanInvoice(r pgx.Row) (InvoiceRecord, error) {
 	var v InvoiceRecord
@@ -341,7 +430,7 @@ func scanInvoice(r pgx.Row) (InvoiceRecord, error) {
 	err := r.Scan(&v.TenantID, &v.TenantName, &v.Month, &v.Ref, &v.CustomerID, &v.Currency, &v.TotalMinor, &lines,
 		&v.PushState, &v.PushAttempts, &v.NextPushAt, &v.LastError, &v.PushedAt, &v.ProviderInvoiceID,
 		&v.ProviderStatus, &v.ProviderTotalMinor, &v.ProviderCurrency, &v.PaymentStatus, &v.PaidAt,
-		&v.PaymentFailedAt, &v.DunningSuspendedAt)
+		&v.PaymentFailedAt, &v.DunningSuspendedAt, &v.Generation)
 	if err == nil {
 		err = json.Unmarshal(lines, &v.Lines)
 	}
@@ -373,7 +462,10 @@ func (inv *Invoicing) Invoices(ctx context.Context, tenantID string, m *usage.Mo
 // PushReport says what a push did.
 type PushReport struct {
 	Pushed int `json:"pushed"`
-	Failed int `json:"failed"`
+	// Failed counts the pushes that failed: Refused of them failed for
+	// good (push state failed), the others stay pending and are retried.
+	Failed  int `json:"failed"`
+	Refused int `json:"refused"`
 	// Pending counts the invoices still to push after it.
 	Pending int `json:"pending"`
 }
@@ -400,12 +492,14 @@ func pushBackoff(attempts int) time.Duration {
 }
 
 // Push sends the pending invoices that are due to the provider, one at a
-// time, and records each result: pushed, or pending again after a backoff
-// with the error. With all it sends those waiting out a backoff too, but
-// never one that another process is pushing now. Pushing is idempotent at
-// the provider (keys derived from the statement), so an invoice pushed
-// again after a crash between the provider's answer and our commit is
-// made once.
+// time, and records each result: pushed; failed, with the error, when the
+// provider refused it for good (ErrRefused, ErrAmountNotAccepted: trying
+// again cannot change the answer); or pending again after a backoff with
+// the error. With all it sends those waiting out a backoff too, but never
+// one that another process is pushing now. Pushing is idempotent at the
+// provider (keys derived from the statement), so an invoice pushed again
+// after a crash between the provider's answer and our commit is made
+// once.
 func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 	var r PushReport
 	if !inv.Enabled() {
@@ -430,6 +524,12 @@ func (inv *Invoicing) Push(ctx context.Context, all bool) (PushReport, error) {
 				return r, ctx.Err()
 			}
 			r.Failed++
+			if refusedForGood(err) {
+				r.Refused++
+				inv.cfg.Log.Error("invoice refused by the payment provider; not retried: relink and retarget it, or bill it outside",
+					"tenant_id", rec.TenantID, "month", rec.Month, "customer", rec.CustomerID, "error", err)
+				continue
+			}
 			inv.cfg.Log.Warn("invoice push failed; retrying later", "tenant_id", rec.TenantID, "month", rec.Month,
 				"attempts", rec.PushAttempts+1, "error", err)
 			continue
@@ -501,20 +601,26 @@ func (inv *Invoicing) lease(ctx context.Context, tx pgx.Tx, all bool, done []str
 // tx. Both records apply only to an invoice still pending: what another
 // pusher recorded stands. A pushed invoice keeps the provider's view that
 // an event recorded before it (a payment, say, seen while the push was
-// finishing), since the event is the later word.
+// finishing), since the event is the later word. An invoice the provider
+// refused for good is failed: a retry would be refused again, and only an
+// operator can change what was refused (Retarget, BillOutside).
 func (inv *Invoicing) pushOne(ctx context.Context, tx pgx.Tx, rec InvoiceRecord) error {
 	got, err := inv.cfg.Provider.PushInvoice(ctx, Invoice{Ref: rec.Ref, TenantID: rec.TenantID, TenantName: rec.TenantName,
 		Month: rec.Month, CustomerID: rec.CustomerID, Currency: rec.Currency, TotalMinor: rec.TotalMinor,
-		Lines: rec.Lines, Mode: inv.cfg.Mode})
+		Lines: rec.Lines, Mode: inv.cfg.Mode, Generation: rec.Generation})
 	now := inv.now()
 	if err != nil {
 		msg := err.Error()
 		if len(msg) > 500 {
 			msg = msg[:500]
 		}
-		_, uerr := tx.Exec(ctx, `UPDATE invoices SET push_attempts = push_attempts + 1, next_push_at = $3,
+		state := PushPending
+		if refusedForGood(err) {
+			state = PushFailed
+		}
+		_, uerr := tx.Exec(ctx, `UPDATE invoices SET push_state = $5, push_attempts = push_attempts + 1, next_push_at = $3,
 			last_error = $4, updated_at = now() WHERE tenant_id = $1 AND month = $2::date AND push_state = 'pending'`,
-			rec.TenantID, rec.Month+"-01", now.Add(pushBackoff(rec.PushAttempts+1)), msg)
+			rec.TenantID, rec.Month+"-01", now.Add(pushBackoff(rec.PushAttempts+1)), msg, state)
 		return errors.Join(err, uerr)
 	}
 	_, err = tx.Exec(ctx, `UPDATE invoices SET push_state = 'pushed', push_attempts = push_attempts + 1, pushed_at = $3,
@@ -528,6 +634,144 @@ func (inv *Invoicing) pushOne(ctx context.Context, tx pgx.Tx, rec InvoiceRecord)
 		return fmt.Errorf("billing: record pushed invoice: %w", err)
 	}
 	return nil
+}
+
+// invoiceChange is what the audit entry of an operator's change to an
+// invoice holds.
+type invoiceChange struct {
+	Ref        string `json:"ref"`
+	CustomerID string `json:"customer_id"`
+	PushState  string `json:"push_state"`
+	LastError  string `json:"last_error,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+func invoiceAudit(action string, before, after *InvoiceRecord, note string) audit.Change {
+	of := func(r *InvoiceRecord) *invoiceChange {
+		if r == nil {
+			return nil
+		}
+		return &invoiceChange{Ref: r.Ref, CustomerID: r.CustomerID, PushState: r.PushState, LastError: r.LastError}
+	}
+	b, a := of(before), of(after)
+	if a != nil {
+		a.Note = note
+	}
+	r := audit.Subject(before, after)
+	return audit.Change{Action: action, TargetType: "invoice", TargetID: r.Ref, TenantID: r.TenantID, Before: b, After: a}
+}
+
+// changeUnpushed makes the audited change action to tenantID's invoice of
+// month m, an invoice the provider does not hold: pending, or failed. It
+// takes the invoice's push lease first (pushLock), waiting for a push in
+// flight to record its result, so that the change never races one. set
+// changes the invoice on tx; the result is the invoice after it.
+// ENOTFOUND for no such invoice; ECONFLICT for one pushed, paid or
+// closed out already.
+func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action, tenantID string, m usage.Month, note string,
+	set func(tx pgx.Tx, rec InvoiceRecord) error) (InvoiceRecord, error) {
+	var after InvoiceRecord
+	tenantID = strings.ToLower(tenantID) // as the ref the pushes lock is spelled
+	err := audit.Apply(ctx, inv.db, by, func(tx pgx.Tx) (audit.Change, error) {
+		if !postgres.IsUUID(tenantID) {
+			return audit.Change{}, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, pushLock, InvoiceRef(tenantID, m.String())); err != nil {
+			return audit.Change{}, fmt.Errorf("billing: %s: %w", action, err)
+		}
+		read := func() (InvoiceRecord, error) {
+			rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+				WHERE i.tenant_id = $1 AND i.month = $2 FOR UPDATE OF i`, tenantID, m.Start()))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return rec, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
+			}
+			return rec, err
+		}
+		before, err := read()
+		if err != nil {
+			return audit.Change{}, err
+		}
+		switch {
+		case before.PushState == PushPushed:
+			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT,
+				"the invoice is at the provider (%s): change it there (void it, or let it be paid)", cmpOr(before.ProviderInvoiceID, "pushed"))
+		case before.PushState == PushBilledOutside:
+			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice was closed out as billed outside Tollgate")
+		case before.PaymentStatus != "unpaid":
+			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice is %s at the provider", before.PaymentStatus)
+		}
+		if err := set(tx, before); err != nil {
+			return audit.Change{}, err
+		}
+		if after, err = read(); err != nil {
+			return audit.Change{}, err
+		}
+		return invoiceAudit(action, &before, &after, note), nil
+	})
+	return after, err
+}
+
+// Retarget makes tenant tenantID's invoice of month m pending again, to
+// the customer the tenant is linked to now (invoice.retarget), due at
+// once: the way out of a push the provider refused for good (a mistyped
+// or deleted customer: relink the tenant, then retarget; a customer fixed
+// at the provider: retarget alone) or of a draft deleted there. The next
+// push uses idempotency keys of the invoice's new generation, so the
+// provider does not answer it with its earlier refusal, and looks the
+// invoice up at the new customer only: a draft left at the earlier one
+// is the operator's to delete. The invoice must not be at the provider
+// (pending, or failed) and unpaid (ECONFLICT otherwise), and the tenant
+// must have a billing account (ECONFLICT). ENOTFOUND for no such
+// invoice.
+func (inv *Invoicing) Retarget(ctx context.Context, by audit.Actor, tenantID string, m usage.Month) (InvoiceRecord, error) {
+	return inv.changeUnpushed(ctx, by, "invoice.retarget", tenantID, m, "", func(tx pgx.Tx, rec InvoiceRecord) error {
+		a, err := lockedAccount(ctx, tx, tenantID, "FOR SHARE")
+		if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+			return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has no billing account: link one first (admin billing link)")
+		}
+		if err != nil {
+			return err
+		}
+		var other int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE customer_id = $1 AND tenant_id <> $2
+			AND push_state = 'pending'`, a.CustomerID, tenantID).Scan(&other); err != nil {
+			return fmt.Errorf("billing: retarget: %w", err)
+		}
+		if other > 0 {
+			return tollgate.Errorf(tollgate.ECONFLICT, "customer %s has %d invoice(s) of another tenant still to push", a.CustomerID, other)
+		}
+		_, err = tx.Exec(ctx, `UPDATE invoices SET customer_id = $3, push_state = 'pending', push_generation = push_generation + 1,
+			next_push_at = $4, last_error = '', provider_invoice_id = NULL, provider_status = '', provider_total_minor = NULL,
+			provider_currency = '', updated_at = now() WHERE tenant_id = $1 AND month = $2`,
+			tenantID, m.Start(), a.CustomerID, inv.now())
+		if err != nil {
+			return fmt.Errorf("billing: retarget: %w", err)
+		}
+		return nil
+	})
+}
+
+// BillOutside closes tenant tenantID's invoice of month m out as billed
+// outside Tollgate (invoice.bill_outside, with note saying how, in the
+// audit entry): its push state becomes billed_outside, it is never
+// pushed, and it no longer differs from its statement. For an invoice
+// that cannot be pushed (an amount the provider does not take) or that
+// the operator bills by hand. The invoice must not be at the provider
+// (pending, or failed) and unpaid (ECONFLICT otherwise). ENOTFOUND for no
+// such invoice.
+func (inv *Invoicing) BillOutside(ctx context.Context, by audit.Actor, tenantID string, m usage.Month, note string) (InvoiceRecord, error) {
+	note = strings.TrimSpace(note)
+	if len(note) > 500 {
+		return InvoiceRecord{}, tollgate.Invalid(map[string]string{"note": "must be at most 500 characters"})
+	}
+	return inv.changeUnpushed(ctx, by, "invoice.bill_outside", tenantID, m, note, func(tx pgx.Tx, rec InvoiceRecord) error {
+		_, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside', updated_at = now()
+			WHERE tenant_id = $1 AND month = $2`, tenantID, m.Start())
+		if err != nil {
+			return fmt.Errorf("billing: bill outside: %w", err)
+		}
+		return nil
+	})
 }
 
 // EventResult says what applying a provider event did.
@@ -546,10 +790,14 @@ var errUnknown = errors.New("billing: event about an unknown invoice or top-up")
 // ApplyEvent applies a verified provider event once, by its ID, in one
 // transaction with the record of its ID: an invoice paid, failed or
 // voided sets the statement's payment status and emits its Tollgate
-// event (and a payment resumes a tenant dunning suspended); a paid
-// checkout grants its top-up's credits (credits.grant). Replays change
-// nothing; an event about an unknown invoice or top-up is logged and
-// changes nothing.
+// event (and a payment resumes a tenant whose current suspension is
+// dunning's); an invoice finalized records the provider's total; a draft
+// deleted makes the invoice's push failed; a paid checkout grants its
+// top-up's credits (credits.grant). Replays change nothing; an event
+// about an unknown invoice or top-up, or about an invoice of Tollgate's
+// at a customer other than the one it was issued to (a draft left at a
+// customer before the invoice was re-targeted), is logged and changes
+// nothing.
 func (inv *Invoicing) ApplyEvent(ctx context.Context, ev ProviderEvent) (EventResult, error) {
 	if ev.Kind == EventOther {
 		return EventResult{}, nil
@@ -603,13 +851,38 @@ type paymentChange struct {
 
 func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEvent) error {
 	rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
-		WHERE (i.provider_invoice_id = $1 AND $1 <> '') OR (i.ref = $2 AND $2 <> '' AND coalesce(i.provider_invoice_id, $1) = $1)
-		FOR UPDATE OF i`, ev.InvoiceID, ev.InvoiceRef))
+		WHERE ((i.provider_invoice_id = $1 AND $1 <> '') OR (i.ref = $2 AND $2 <> '' AND coalesce(i.provider_invoice_id, $1) = $1))
+		AND ($3 = '' OR i.customer_id = $3)
+		FOR UPDATE OF i`, ev.InvoiceID, ev.InvoiceRef, ev.CustomerID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errUnknown
 	}
 	if err != nil {
 		return fmt.Errorf("billing: find invoice: %w", err)
+	}
+	switch ev.Kind {
+	case EventInvoiceFinalized:
+		// The provider's total once no one can edit it any more: an
+		// operator's edit of the draft shows in the reconciliation.
+		_, err := tx.Exec(ctx, `UPDATE invoices SET provider_invoice_id = coalesce(provider_invoice_id, nullif($3, '')),
+			provider_status = 'open', provider_total_minor = $4, provider_currency = $5, updated_at = now()
+			WHERE tenant_id = $1 AND month = $2::date AND payment_status = 'unpaid'`,
+			rec.TenantID, rec.Month+"-01", ev.InvoiceID, ev.TotalMinor, strings.ToUpper(ev.Currency))
+		if err != nil {
+			return fmt.Errorf("billing: record finalized invoice: %w", err)
+		}
+		return nil
+	case EventInvoiceDeleted:
+		// Only a draft can be deleted: the provider no longer holds the
+		// invoice, which is retargeted or billed outside from here.
+		_, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'failed', provider_status = 'deleted',
+			last_error = 'the invoice was deleted at the payment provider', updated_at = now()
+			WHERE tenant_id = $1 AND month = $2::date AND payment_status = 'unpaid' AND push_state IN ('pending', 'pushed')`,
+			rec.TenantID, rec.Month+"-01")
+		if err != nil {
+			return fmt.Errorf("billing: record deleted invoice: %w", err)
+		}
+		return nil
 	}
 	status, typ := "", ""
 	switch ev.Kind {
@@ -657,16 +930,49 @@ func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEv
 	return nil
 }
 
-// resumeAfterDunning resumes tenantID (tenant.resume), suspended by
-// dunning, once none of its failed invoices is overdue: neither one that
-// dunning suspended it for nor one that passed its grace since (marked
-// now, as Dunning would, so that paying it resumes the tenant later).
+// suspendedByDunning reports whether tenant tenantID is suspended, and
+// whether that suspension is dunning's: the tenant's last change of
+// status (tenant.suspend or tenant.resume, whose audit entries are
+// written in the transactions of the changes) was dunning's suspension.
+// An operator who resumed the tenant since, or suspended it again, made
+// the suspension theirs, which a payment does not lift. It locks the
+// tenant's row until tx ends, so that its status does not change
+// meanwhile.
+func suspendedByDunning(ctx context.Context, tx pgx.Tx, tenantID string) (suspended, ours bool, err error) {
+	var status string
+	if err := tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&status); err != nil {
+		return false, false, fmt.Errorf("billing: tenant status: %w", err)
+	}
+	if status != tenants.StatusSuspended {
+		return false, false, nil
+	}
+	// The audit log is the record of who changed the status, written in
+	// the change's transaction under the tenant's row lock, so its last
+	// entry for the tenant is the current status's.
+	var actor, action string
+	var operatorID *string
+	err = tx.QueryRow(ctx, `SELECT actor, actor_id::text, action FROM audit_log WHERE target_type = 'tenant' AND target_id = $1
+		AND action IN ('tenant.suspend', 'tenant.resume') ORDER BY id DESC LIMIT 1`, tenantID).Scan(&actor, &operatorID, &action)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, false, nil
+	}
+	if err != nil {
+		return true, false, fmt.Errorf("billing: who suspended the tenant: %w", err)
+	}
+	return true, action == "tenant.suspend" && actor == DunningActor.Name && operatorID == nil, nil
+}
+
+// resumeAfterDunning resumes tenantID (tenant.resume) when its current
+// suspension is dunning's (suspendedByDunning), once none of its failed
+// invoices is overdue: neither one that dunning suspended it for nor one
+// that passed its grace since (marked now, as Dunning would, so that
+// paying it resumes the tenant later).
 func (inv *Invoicing) resumeAfterDunning(ctx context.Context, tx pgx.Tx, tenantID string) error {
 	if _, err := tx.Exec(ctx, `UPDATE invoices SET dunning_suspended_at = NULL WHERE tenant_id = $1 AND payment_status IN ('paid', 'void')`, tenantID); err != nil {
 		return err
 	}
-	t, err := tenants.NewStore(tx).Get(ctx, tenantID)
-	if err != nil || t.Status != tenants.StatusSuspended {
+	suspended, ours, err := suspendedByDunning(ctx, tx, tenantID)
+	if err != nil || !suspended || !ours {
 		return err
 	}
 	if _, err := inv.markOverdue(ctx, tx, tenantID, inv.now()); err != nil {
@@ -712,9 +1018,11 @@ func deref(p *int64) int64 {
 // is still not paid, and returns how many it suspended. The grace is the
 // tenant's plan's (PlanBilling), or the server's default (DunningGrace)
 // when the plan has none; a grace of 0 never suspends. A later payment of
-// the invoice resumes the tenant (ApplyEvent). A tenant dunning suspended
-// whose other invoices pass their grace meanwhile has them marked as
-// well, and is resumed only once none of them is unpaid.
+// the invoice resumes the tenant (ApplyEvent), unless an operator has
+// resumed or suspended it since: the suspension is then the operator's.
+// A tenant dunning suspended whose other invoices pass their grace
+// meanwhile has them marked as well, and is resumed only once none of
+// them is unpaid.
 func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	now, def := inv.now(), inv.defaultGraceS()
 	rows, err := inv.db.Query(ctx, `SELECT DISTINCT i.tenant_id::text FROM invoices i JOIN tenants t ON t.id = i.tenant_id
@@ -732,14 +1040,11 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range due {
 		err := postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
-			var status string
-			var ours bool
-			if err := tx.QueryRow(ctx, `SELECT status, EXISTS (SELECT 1 FROM invoices WHERE tenant_id = $1
-				AND dunning_suspended_at IS NOT NULL AND payment_status = 'failed') FROM tenants WHERE id = $1 FOR UPDATE`, id).
-				Scan(&status, &ours); err != nil {
+			suspended, ours, err := suspendedByDunning(ctx, tx, id)
+			if err != nil {
 				return err
 			}
-			if status == tenants.StatusSuspended {
+			if suspended {
 				// A tenant suspended by someone else is left alone and
 				// its invoices unmarked: only a suspension of dunning's
 				// own is lifted when the invoices are paid. One of
@@ -784,17 +1089,19 @@ type TopUpInput struct {
 // TopUp is a credit top-up bought through the provider: granted once,
 // when the provider says it was paid.
 type TopUp struct {
-	ID          string     `json:"id"`
-	TenantID    string     `json:"tenant_id"`
-	Units       int64      `json:"units"`
-	AmountMinor int64      `json:"amount_minor"`
-	Currency    string     `json:"currency"`
-	SessionID   string     `json:"checkout_session_id,omitempty"`
-	CheckoutURL string     `json:"checkout_url,omitempty"`
-	Status      string     `json:"status"`
-	GrantID     string     `json:"grant_id,omitempty"`
-	PaidAt      *time.Time `json:"paid_at,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
+	ID          string `json:"id"`
+	TenantID    string `json:"tenant_id"`
+	Units       int64  `json:"units"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+	SessionID   string `json:"checkout_session_id,omitempty"`
+	CheckoutURL string `json:"checkout_url,omitempty"`
+	// Status is open until the provider says it was paid (paid);
+	// cancelled when the provider did not open its checkout.
+	Status    string     `json:"status"`
+	GrantID   string     `json:"grant_id,omitempty"`
+	PaidAt    *time.Time `json:"paid_at,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
 }
 
 func topUpAudit(action string, before, after *TopUp) audit.Change {
@@ -816,9 +1123,13 @@ func validURL(s string) bool {
 // units × the plan's top-up price when 0); a tenant's own admin pays
 // units × the plan's top-up price (PlanBilling.TopUpUnitMinor), and may
 // not open one when the plan has none (ECONFLICT) or name another price
-// (EINVALID). A price the provider cannot take in the currency
-// (ErrAmountNotAccepted) is EINVALID too, its top-up left open without a
-// checkout. ECONFLICT with invoicing off.
+// (EINVALID). When the provider does not open the checkout, nothing can
+// be paid on the top-up, which is cancelled (credits.topup_cancel, with
+// the provider's error): a price it does not take in the currency
+// (ErrAmountNotAccepted), or a request it refuses for good (ErrRefused),
+// is EINVALID naming amount_minor; a customer it does not have
+// (ErrNoSuchCustomer) ECONFLICT; any other failure EUNAVAILABLE.
+// ECONFLICT with invoicing off.
 func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID string, in TopUpInput) (TopUp, error) {
 	f := map[string]string{}
 	if in.Units <= 0 || in.Units > 1<<50 {
@@ -875,16 +1186,21 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 		Currency: made.Currency, Units: made.Units, AmountMinor: made.AmountMinor, SuccessURL: in.SuccessURL, CancelURL: in.CancelURL})
 	if err != nil {
 		// No checkout reached the tenant, so nothing can be paid on the
-		// top-up: it goes, rather than stay open for good.
-		if _, derr := inv.db.Exec(context.WithoutCancel(ctx), `DELETE FROM credit_topups
-			WHERE id = $1 AND status = 'open' AND checkout_session_id IS NULL`, made.ID); derr != nil {
-			return TopUp{}, fmt.Errorf("billing: remove a top-up without a checkout: %w", derr)
+		// top-up: it is cancelled, rather than left open for good.
+		if cerr := inv.cancelTopUp(context.WithoutCancel(ctx), by, made.ID, err); cerr != nil {
+			return TopUp{}, errors.Join(fmt.Errorf("billing: open checkout: %w", err), cerr)
 		}
 	}
-	if errors.Is(err, ErrAmountNotAccepted) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrAmountNotAccepted):
 		return TopUp{}, tollgate.Invalid(map[string]string{"amount_minor": err.Error()})
-	}
-	if err != nil {
+	case errors.Is(err, ErrNoSuchCustomer):
+		return TopUp{}, tollgate.Errorf(tollgate.ECONFLICT,
+			"the payment provider has no customer %s (the tenant's billing account): link the tenant to another", acct.CustomerID)
+	case errors.Is(err, ErrRefused):
+		return TopUp{}, tollgate.Invalid(map[string]string{"amount_minor": "the payment provider refused the checkout at this price: " + err.Error()})
+	default:
 		return TopUp{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
 	}
 	if _, err := inv.db.Exec(ctx, `UPDATE credit_topups SET checkout_session_id = $2, checkout_url = $3 WHERE id = $1`,
@@ -893,6 +1209,44 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 	}
 	made.SessionID, made.CheckoutURL = s.ID, s.URL
 	return made, nil
+}
+
+// cancelTopUp cancels top-up id, whose checkout the provider did not open
+// (failed says why), by the actor who opened it
+// (credits.topup_cancel): the entry names the top-up the credits.topup
+// entry before it named, and the provider's error.
+func (inv *Invoicing) cancelTopUp(ctx context.Context, by audit.Actor, id string, failed error) error {
+	msg := failed.Error()
+	if len(msg) > 500 {
+		msg = msg[:500]
+	}
+	type cancelled struct {
+		TopUp
+		Reason string `json:"reason,omitempty"`
+	}
+	describe := func(action string, before, after *cancelled) audit.Change {
+		c := topUpAudit(action, &before.TopUp, &after.TopUp)
+		c.Before, c.After = before, after
+		return c
+	}
+	_, err := audit.Update(ctx, inv.db, by, "credits.topup_cancel", describe,
+		func(tx pgx.Tx) (cancelled, error) {
+			u, err := scanTopUp(tx.QueryRow(ctx, `SELECT `+topUpColumns+` FROM credit_topups
+				WHERE id = $1 AND status = 'open' AND checkout_session_id IS NULL FOR UPDATE`, id))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return cancelled{}, tollgate.Errorf(tollgate.ENOTFOUND, "no open top-up %s without a checkout", id)
+			}
+			return cancelled{TopUp: u}, err
+		},
+		func(tx pgx.Tx, before cancelled) (cancelled, error) {
+			u, err := scanTopUp(tx.QueryRow(ctx, `UPDATE credit_topups SET status = 'cancelled' WHERE id = $1
+				RETURNING `+topUpColumns, id))
+			return cancelled{TopUp: u, Reason: "the payment provider did not open the checkout: " + msg}, err
+		})
+	if err != nil {
+		return fmt.Errorf("billing: cancel a top-up without a checkout: %w", err)
+	}
+	return nil
 }
 
 // topUpPrice is what a top-up of in.Units costs, opened by by on a plan
@@ -971,7 +1325,8 @@ func (inv *Invoicing) applyCheckout(ctx context.Context, tx pgx.Tx, ev ProviderE
 }
 
 // Reconciliation is a tenant's month: its statement's total beside its
-// invoice's at the provider, and every difference between them.
+// invoice's at the provider, as the provider last reported it (in a
+// push's answer or an event), and every difference between them.
 type Reconciliation struct {
 	TenantID   string `json:"tenant_id"`
 	TenantName string `json:"tenant_name"`
@@ -984,7 +1339,8 @@ type Reconciliation struct {
 	LinesMinor     *int64 `json:"lines_minor"`
 	ProviderMinor  *int64 `json:"provider_minor"`
 	// Invoice is the provider's invoice ID; PushState and PaymentStatus
-	// ours ("" when the statement has no invoice: no billing account).
+	// ours ("" when the statement has no invoice: no billing account at
+	// the close, or, when Differences says so, one never issued).
 	Invoice       string `json:"invoice,omitempty"`
 	PushState     string `json:"push_state,omitempty"`
 	PaymentStatus string `json:"payment_status,omitempty"`
@@ -994,28 +1350,38 @@ type Reconciliation struct {
 }
 
 // Reconcile returns month m's reconciliation, by tenant name: every
-// closed statement beside its invoice. A statement without an invoice
-// (no billing account at the close) is listed without one, which is not
-// a difference.
+// closed statement beside its invoice. It compares what Tollgate stored:
+// the statement, the lines it sent, and the provider's status and total
+// as the provider last reported them (the push's answer, then its
+// events); it does not ask the provider. A statement without an invoice
+// is listed without one: no difference when the tenant had no billing
+// account at the close, a difference when it had one (an invoice never
+// issued: IssueMissing). An invoice whose push failed is a difference; one
+// billed outside Tollgate is not.
 func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconciliation, error) {
 	rows, err := inv.db.Query(ctx, `SELECT s.tenant_id::text, coalesce(t.name, s.body->>'tenant_name'), s.currency, s.total_minor,
 		i.lines, coalesce(i.provider_invoice_id, ''), coalesce(i.push_state, ''), coalesce(i.payment_status, ''),
 		i.provider_total_minor, coalesce(i.provider_currency, ''), coalesce(i.total_minor, s.total_minor), coalesce(i.currency, s.currency),
-		coalesce(i.last_error, '')
+		coalesce(i.last_error, ''), coalesce(a.created_at <= s.closed_at, false)
 		FROM statements s LEFT JOIN invoices i ON i.tenant_id = s.tenant_id AND i.month = s.month
-		LEFT JOIN tenants t ON t.id = s.tenant_id
+		LEFT JOIN tenants t ON t.id = s.tenant_id LEFT JOIN billing_accounts a ON a.tenant_id = s.tenant_id
 		WHERE s.month = $1 ORDER BY 2`, m.Start())
 	list, err := postgres.Collect(rows, err, func(r pgx.Row) (Reconciliation, error) {
 		var c Reconciliation
 		var lines []byte
 		var providerCurrency, invCurrency, lastError string
 		var invTotal int64
+		var linkedAtClose bool
 		if err := r.Scan(&c.TenantID, &c.TenantName, &c.Currency, &c.StatementMinor, &lines, &c.Invoice, &c.PushState,
-			&c.PaymentStatus, &c.ProviderMinor, &providerCurrency, &invTotal, &invCurrency, &lastError); err != nil {
+			&c.PaymentStatus, &c.ProviderMinor, &providerCurrency, &invTotal, &invCurrency, &lastError, &linkedAtClose); err != nil {
 			return c, err
 		}
 		c.Month, c.Differences = m.String(), []string{}
 		if lines == nil {
+			if linkedAtClose {
+				c.Differences = append(c.Differences, fmt.Sprintf(
+					"no invoice, though the tenant had a billing account at the close: issue it (admin invoices issue --month %s)", m))
+			}
 			return c, nil
 		}
 		var ls []InvoiceLine
@@ -1035,8 +1401,13 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 			diff("invoice currency %s, the statement's %s", invCurrency, c.Currency)
 		}
 		switch {
-		case c.PushState == "pending":
+		case c.PushState == PushPending:
 			diff("push pending: %s", cmpOr(lastError, "not pushed yet"))
+		case c.PushState == PushFailed:
+			diff("push failed for good: %s; relink and retarget it, or bill it outside (admin invoices retarget, bill-outside)",
+				cmpOr(lastError, "refused by the provider"))
+		case c.PushState == PushBilledOutside:
+			// Closed out by an operator: the provider holds nothing.
 		case c.ProviderMinor == nil:
 			diff("the provider's total is unknown")
 		case *c.ProviderMinor != c.StatementMinor:
@@ -1056,14 +1427,26 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 	return list, err
 }
 
-// Differences counts the invoices that disagree with their statements
-// now (any month): pending pushes, other totals or currencies at the
-// provider, voided invoices. It is the reconciliation metric.
+// Differences counts the statements that disagree with their invoices
+// now (any month), as Reconcile sees them: pending and failed pushes,
+// other totals or currencies at the provider, voided invoices, and
+// statements of tenants linked at the close without an invoice. It is the
+// reconciliation metric.
 func (inv *Invoicing) Differences(ctx context.Context) (int, error) {
 	var n int
-	err := inv.db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE push_state = 'pending'
-		OR provider_total_minor IS DISTINCT FROM total_minor
-		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'`).Scan(&n)
+	err := inv.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM invoices WHERE push_state <> 'billed_outside'
+		AND (push_state IN ('pending', 'failed') OR provider_total_minor IS DISTINCT FROM total_minor
+		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'))
+		+ (SELECT count(*) FROM statements s JOIN billing_accounts a ON a.tenant_id = s.tenant_id AND a.created_at <= s.closed_at
+		WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.tenant_id = s.tenant_id AND i.month = s.month))`).Scan(&n)
+	return n, err
+}
+
+// FailedPushes counts the invoices whose push failed for good, waiting
+// for an operator (Retarget, BillOutside).
+func (inv *Invoicing) FailedPushes(ctx context.Context) (int, error) {
+	var n int
+	err := inv.db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE push_state = 'failed'`).Scan(&n)
 	return n, err
 }
 

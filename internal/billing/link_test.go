@@ -38,7 +38,8 @@ func TestRelinkWaitsForACloseInFlight(t *testing.T) {
 	_, err = tx.Exec(ctx, `INSERT INTO statements (tenant_id, month, currency, total_minor, body, closed_at)
 		VALUES ($1, $2, 'USD', 0, '{}', $3)`, tn.ID, st.PeriodStart, clock.Now())
 	testenv.Must(t, err)
-	testenv.Must(t, inv.issue(ctx, tx, st))
+	_, err = issueInvoice(ctx, tx, st, clock.Now())
+	testenv.Must(t, err)
 
 	linked := make(chan error, 1)
 	go func() {

@@ -27,14 +27,14 @@ import (
 type Ops struct {
 	db  postgres.Conn
 	now func() time.Time
-	// invoicing, when on, issues each closed statement's invoice in the
-	// close and pushes it after.
+	// invoicing, when on, pushes the invoices a close issued once it has
+	// committed.
 	invoicing *Invoicing
 }
 
-// WithInvoicing makes CloseMonth issue an invoice for each statement of
-// a tenant with a billing account, in the closing transaction, and push
-// them once the close has committed (inv nil or off: none).
+// WithInvoicing makes CloseMonth push the month's invoices once the close
+// has committed (inv nil or off: none; a process with a provider pushes
+// them later).
 func (o *Ops) WithInvoicing(inv *Invoicing) *Ops {
 	o.invoicing = inv
 	return o
@@ -69,8 +69,13 @@ type CloseResult struct {
 	// closed (their statements say credits_behind): what it records later
 	// for the month is late credits.
 	CreditsBehind []string `json:"credits_behind"`
+	// InvoicesIssued counts the invoices the close issued: one for each
+	// statement of a tenant with a billing account, whether or not this
+	// process can push them.
+	InvoicesIssued int `json:"invoices_issued"`
 	// Invoices says how pushing the month's invoices went, with
-	// invoicing on: invoices that failed stay pending and are retried.
+	// invoicing on: invoices that failed stay pending and are retried,
+	// unless the provider refused them for good.
 	Invoices *PushReport `json:"invoices,omitempty"`
 }
 
@@ -86,6 +91,12 @@ var errClosed = errors.New("billing: month already closed")
 // without its record. Closing a closed month changes nothing
 // (AlreadyClosed) and records nothing. A month that has not ended yet
 // cannot be closed (EINVALID).
+//
+// Each statement of a tenant with a billing account gets its invoice in
+// the closing transaction, pending (InvoicesIssued), whatever this
+// process's settings: with invoicing (WithInvoicing) the close pushes
+// them once it has committed, and any process with a payment provider
+// pushes those still pending later (admin serve, admin invoices push).
 //
 // Usage still in flight (buffered in API processes or the stream) when
 // the month is closed is counted when it arrives and listed as late
@@ -163,8 +174,12 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 				VALUES ($1, $2, $3, $4, $5, $6)`, st.TenantID, m.Start(), st.Currency, st.TotalMinor, body, res.ClosedAt); err != nil {
 				return audit.Change{}, fmt.Errorf("usage: close: store statement of %s: %w", st.TenantName, err)
 			}
-			if err := o.invoicing.issue(ctx, tx, st); err != nil {
+			issued, err := issueInvoice(ctx, tx, st, now)
+			if err != nil {
 				return audit.Change{}, err
+			}
+			if issued {
+				res.InvoicesIssued++
 			}
 			if _, err := events.Emit(ctx, tx, events.Event{Type: events.StatementClosed, TenantID: st.TenantID,
 				CreatedAt: res.ClosedAt, Data: closedData(st)}); err != nil {
@@ -179,7 +194,7 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 			return audit.Change{}, err
 		}
 		return audit.Change{Action: "month.close", TargetType: "month", TargetID: res.Month,
-			After: map[string]any{"statements": res.Statements, "total_minor": res.TotalMinor}}, nil
+			After: map[string]any{"statements": res.Statements, "total_minor": res.TotalMinor, "invoices_issued": res.InvoicesIssued}}, nil
 	})
 	if err != nil && !errors.Is(err, errClosed) {
 		return CloseResult{}, err

@@ -157,7 +157,19 @@ func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput)
 // it again. One that finds it open and unmarked (the push stopped
 // between finalizing and sending, or before marking) sends it with the
 // same idempotency key, which Stripe answers without a second email for
-// 24 hours.
+// 24 hours. The invoice is finalized without automatic advancement in
+// this mode: with it, Stripe emails a send_invoice invoice itself when it
+// is finalized (as the account's email settings say), and the push's own
+// send would be a second email. In ModeFinalize it is finalized with
+// automatic advancement, which is what makes Stripe charge it.
+//
+// An invoice of a later generation (billing.Invoice.Generation, after an
+// operator re-targeted it) uses keys of its own: "<ref>/g<n>/…".
+//
+// An answer Stripe would give again however often it is asked (a 4xx but
+// 401 and 403, the key's; 409, a request in flight; 424, a dependency of
+// Stripe's; 429, its rate limit) makes the error billing.ErrRefused, and
+// the push is not retried (refusedForGood).
 func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billing.PushedInvoice, error) {
 	amounts := make([]int64, len(inv.Lines))
 	for i, l := range inv.Lines {
@@ -167,13 +179,17 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 		}
 		amounts[i] = a
 	}
+	stem := inv.Ref
+	if inv.Generation > 0 {
+		stem += "/g" + strconv.Itoa(inv.Generation)
+	}
 	found, err := p.findInvoice(ctx, inv.CustomerID, inv.Ref)
 	if err != nil {
 		return billing.PushedInvoice{}, err
 	}
 	have := map[string]bool{}
 	if found == nil {
-		params := &stripeapi.InvoiceCreateParams{Params: idempotent(inv.Ref + "/invoice"),
+		params := &stripeapi.InvoiceCreateParams{Params: idempotent(stem + "/invoice"),
 			Customer: stripeapi.String(inv.CustomerID), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
 			AutoAdvance:                 stripeapi.Bool(false),
 			PendingInvoiceItemsBehavior: stripeapi.String("exclude"),
@@ -203,7 +219,7 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 				continue
 			}
 			_, err := p.client.V1InvoiceItems.Create(ctx, &stripeapi.InvoiceItemCreateParams{
-				Params:   idempotent(inv.Ref + "/line/" + l.Key),
+				Params:   idempotent(stem + "/line/" + l.Key),
 				Customer: stripeapi.String(inv.CustomerID), Invoice: stripeapi.String(found.ID),
 				Amount: stripeapi.Int64(amounts[i]), Currency: stripeapi.String(strings.ToLower(inv.Currency)),
 				Description: stripeapi.String(l.Description),
@@ -218,18 +234,18 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 		}
 		if inv.Mode != billing.ModeDraft {
 			if found, err = p.client.V1Invoices.FinalizeInvoice(ctx, found.ID, &stripeapi.InvoiceFinalizeInvoiceParams{
-				Params: idempotent(inv.Ref + "/finalize"), AutoAdvance: stripeapi.Bool(true)}); err != nil {
+				Params: idempotent(stem + "/finalize"), AutoAdvance: stripeapi.Bool(inv.Mode == billing.ModeFinalize)}); err != nil {
 				return billing.PushedInvoice{}, describe("finalize invoice", err)
 			}
 		}
 	}
 	if inv.Mode == billing.ModeSend && found.Status == stripeapi.InvoiceStatusOpen && found.Metadata[metaSent] == "" {
 		if found, err = p.client.V1Invoices.SendInvoice(ctx, found.ID, &stripeapi.InvoiceSendInvoiceParams{
-			Params: idempotent(inv.Ref + "/send")}); err != nil {
+			Params: idempotent(stem + "/send")}); err != nil {
 			return billing.PushedInvoice{}, describe("send invoice", err)
 		}
 		if found, err = p.client.V1Invoices.Update(ctx, found.ID, &stripeapi.InvoiceUpdateParams{
-			Params: idempotent(inv.Ref + "/sent"), Metadata: map[string]string{metaSent: "true"}}); err != nil {
+			Params: idempotent(stem + "/sent"), Metadata: map[string]string{metaSent: "true"}}); err != nil {
 			return billing.PushedInvoice{}, describe("mark invoice sent", err)
 		}
 	}
@@ -269,7 +285,12 @@ func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*st
 // OpenCheckout opens a Checkout session paying for a top-up, once per
 // top-up (its idempotency key). The session's metadata names the top-up,
 // which the checkout.session.completed event brings back. The price is
-// converted to Stripe's unit as an invoice's lines are (toStripe).
+// converted to Stripe's unit as an invoice's lines are (toStripe). A
+// refusal of Stripe's wraps billing.ErrRefused, and
+// billing.ErrNoSuchCustomer when the customer is missing (404, or
+// resource_missing naming the customer) or billing.ErrAmountNotAccepted
+// when it names the amount (amount_too_small, amount_too_large, or the
+// unit_amount parameter).
 func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (billing.CheckoutSession, error) {
 	amount, err := toStripe(in.Currency, in.AmountMinor)
 	if err != nil {
@@ -291,7 +312,17 @@ func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (
 		Metadata: meta,
 	})
 	if err != nil {
-		return billing.CheckoutSession{}, describe("open checkout", err)
+		err = describe("open checkout", err)
+		var pe *providerError
+		if errors.As(err, &pe) && pe.refused {
+			switch {
+			case pe.status == http.StatusNotFound || pe.code == "resource_missing" && pe.param == "customer":
+				pe.also = billing.ErrNoSuchCustomer
+			case strings.HasPrefix(pe.code, "amount_") || strings.HasSuffix(pe.param, "amount]") || strings.HasSuffix(pe.param, "amount"):
+				pe.also = billing.ErrAmountNotAccepted
+			}
+		}
+		return billing.CheckoutSession{}, err
 	}
 	return billing.CheckoutSession{ID: s.ID, URL: s.URL}, nil
 }
@@ -329,7 +360,7 @@ func (p *Provider) ParseEvent(payload []byte, signature string) (billing.Provide
 	o := e.Data.Object
 	ev := billing.ProviderEvent{ID: e.ID, Type: e.Type, At: time.Unix(e.Created, 0).UTC(), CustomerID: idOf(o.Customer)}
 	switch e.Type {
-	case "invoice.paid", "invoice.payment_failed", "invoice.voided":
+	case "invoice.paid", "invoice.payment_failed", "invoice.voided", "invoice.finalized", "invoice.deleted":
 		ev.Kind = billing.EventKind(e.Type)
 		ev.InvoiceID, ev.InvoiceRef = o.ID, o.Metadata[metaRef]
 		ev.Currency = strings.ToUpper(o.Currency)
@@ -366,23 +397,57 @@ func idOf(raw json.RawMessage) string {
 	return o.ID
 }
 
-// describe says what failed, with Stripe's status, type and code, and
-// keeps the error for errors.As. It leaves out Stripe's message and
-// request log address: they may quote part of the key, and the text is
-// stored with an invoice whose tenant's users may read it.
+// describe says what failed, with Stripe's status, type, code and the
+// parameter it names, and keeps the error for errors.As. It leaves out
+// Stripe's message and request log address: they may quote part of the
+// key, and the text is stored with an invoice whose tenant's users may
+// read it. An answer Stripe will give again however often it is asked
+// (refusedForGood) makes the error billing.ErrRefused.
 func describe(what string, err error) error {
 	var se *stripeapi.Error
 	if errors.As(err, &se) {
-		return &providerError{msg: fmt.Sprintf("stripe: %s: %d %s %s", what, se.HTTPStatusCode, se.Type, se.Code), err: err}
+		msg := fmt.Sprintf("stripe: %s: %d %s", what, se.HTTPStatusCode, se.Type)
+		if se.Code != "" {
+			msg += " " + string(se.Code)
+		}
+		if se.Param != "" {
+			msg += " (" + se.Param + ")"
+		}
+		return &providerError{msg: msg, err: err, status: se.HTTPStatusCode, code: string(se.Code),
+			param: se.Param, refused: refusedForGood(se.HTTPStatusCode)}
 	}
 	return fmt.Errorf("stripe: %s: %w", what, err)
 }
 
-// providerError is an error of Stripe's, told without its message.
+// refusedForGood reports whether Stripe's answer of HTTP status will be
+// the same however often the request is made: a 4xx but 401 and 403 (the
+// key, which an operator fixes for every request at once), 409 (a
+// request with the same idempotency key in flight), 424 (a dependency of
+// Stripe's) and 429 (too many requests), which are retried.
+func refusedForGood(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusFailedDependency, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+// providerError is an error of Stripe's, told without its message. It is
+// billing.ErrRefused when refused, and also whatever also is.
 type providerError struct {
-	msg string
-	err error
+	msg     string
+	err     error
+	status  int
+	code    string
+	param   string
+	refused bool
+	also    error
 }
 
 func (e *providerError) Error() string { return e.msg }
 func (e *providerError) Unwrap() error { return e.err }
+
+// Is makes a refusal billing.ErrRefused (and e.also) to errors.Is.
+func (e *providerError) Is(target error) bool {
+	return e.refused && (target == billing.ErrRefused || e.also != nil && target == e.also)
+}

@@ -275,7 +275,8 @@ func scenario(t *testing.T, client *http.Client) {
 	var free struct {
 		ID int64 `json:"id"`
 	}
-	do("POST", "/api/v1/plans", op, map[string]any{"name": "free"}, 201).Decode(t, &free)
+	// In pro's currency: acme moves from free to pro mid-month, below.
+	do("POST", "/api/v1/plans", op, map[string]any{"name": "free", "currency": "EUR"}, 201).Decode(t, &free)
 	var spare struct {
 		ID int64 `json:"id"`
 	}

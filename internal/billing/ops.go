@@ -145,7 +145,7 @@ func (o *Ops) CloseMonth(ctx context.Context, by audit.Actor, m usage.Month, pro
 		}
 		sts, err := statementsOf(ctx, tx, list, m, b, progress)
 		if err != nil {
-			return audit.Change{}, err
+			return audit.Change{}, notClosed(m, err)
 		}
 		// The close lock keeps drains out (credits.Drainer takes it shared):
 		// a ledger whose drainer has not passed the month's end is named,

@@ -3,12 +3,15 @@ package billing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -183,6 +186,16 @@ func (s *Store) Statements(ctx context.Context, m usage.Month, progress Progress
 	return out, err
 }
 
+// statementsOf computes the statement for m of every tenant of list that
+// was on a plan before m ended, ordered by tenant name. A statement that
+// cannot be priced (BuildStatement's EINVALID: amounts past int64, a
+// history naming an unknown plan or mixing currencies in the month) does
+// not stop the others being computed: the error names every such tenant
+// and why, so that one pass shows all there is to fix. Only a complete
+// set is returned: a month is closed for every tenant at once
+// (usage_closed_months has no tenant), and a tenant left out of a closed
+// month would read as owing nothing for it, for ever. Any other error
+// (the database) ends it at once.
 func statementsOf(ctx context.Context, tx pgx.Tx, list []tenants.Tenant, m usage.Month, b billing, progress Progress) ([]Statement, error) {
 	var todo []tenants.Tenant
 	for _, t := range list {
@@ -191,17 +204,46 @@ func statementsOf(ctx context.Context, tx pgx.Tx, list []tenants.Tenant, m usage
 		}
 	}
 	out := make([]Statement, 0, len(todo))
+	var failed []string
 	progress.report(0, len(todo))
 	for i, t := range todo {
 		st, err := computeStatement(ctx, tx, t, m, b)
-		if err != nil {
+		switch {
+		case err != nil && tollgate.ErrorCode(err) == tollgate.EINTERNAL:
 			return nil, fmt.Errorf("usage: statement of %s: %w", t.Name, err)
+		case err != nil:
+			failed = append(failed, t.Name+": "+tollgate.ErrorMessage(err))
+		default:
+			out = append(out, st)
 		}
-		out = append(out, st)
 		progress.report(i+1, len(todo))
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		n := len(failed)
+		if n > maxNamedFailures {
+			failed = append(failed[:maxNamedFailures], fmt.Sprintf("and %d more", n-maxNamedFailures))
+		}
+		return nil, tollgate.Errorf(tollgate.EINVALID, "the statements of %d of %d tenants for %s cannot be computed: %s",
+			n, len(todo), m, strings.Join(failed, "; "))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].TenantName < out[j].TenantName })
 	return out, nil
+}
+
+// maxNamedFailures bounds the tenants statementsOf's error names, so that
+// a plan that breaks every statement does not make a message of megabytes.
+const maxNamedFailures = 20
+
+// notClosed says of err, which kept month m from being closed, that
+// nothing was: the close is one transaction, for every tenant or none.
+func notClosed(m usage.Month, err error) error {
+	var e *tollgate.Error
+	if !errors.As(err, &e) || e.Code == tollgate.EINTERNAL {
+		return err
+	}
+	return &tollgate.Error{Code: e.Code, Fields: e.Fields,
+		Message: "month " + m.String() + " is not closed, for any tenant: " + e.Message}
 }
 
 // frozen reads the stored statements of closed month m (one tenant's, or

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -533,5 +534,81 @@ func TestBaseFeesPastInt64FailTheClose(t *testing.T) {
 	}
 	if at, err := usage.ClosedAt(ctx, db, october(t)); err != nil || at != nil {
 		t.Errorf("October closed at %v (%v) after a refused close", at, err)
+	}
+}
+
+// TestCloseNamesEveryTenantItCannotPrice: statements that cannot be
+// priced (a history that mixes currencies in the month, written before
+// plan changes were checked for it; base fees past int64) do not hide
+// one another: the refused close names every such tenant, and closes
+// nothing, for them or for the tenants whose statements are fine.
+func TestCloseNamesEveryTenantItCannotPrice(t *testing.T) {
+	s, db := newStore(t, "2026-11-22T12:00:00Z")
+	ctx := context.Background()
+	usd := fixture.Plan(t, db, plans.Plan{Name: "usd", BaseFeeMinor: 4900})
+	eur := fixture.Plan(t, db, plans.Plan{Name: "eur", Currency: "EUR", BaseFeeMinor: 4500})
+	huge := fixture.Plan(t, db, plans.Plan{Name: "huge", BaseFeeMinor: math.MaxInt64})
+	huger := fixture.Plan(t, db, plans.Plan{Name: "huger", BaseFeeMinor: math.MaxInt64})
+	fine := fixture.Tenant(t, db, "acme", usd.ID)
+	mixed := fixture.Tenant(t, db, "globex", usd.ID)
+	past := fixture.Tenant(t, db, "initech", huge.ID)
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO tenant_plan_changes (tenant_id, plan_id, effective_at) VALUES ($1, $2, '2026-10-15T00:00:00Z')`,
+		mixed.ID, eur.ID)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `UPDATE tenants SET plan_id = $2 WHERE id = $1`, mixed.ID, eur.ID)
+	testenv.Must(t, err)
+	testenv.Must(t, tenants.NewStore(db).SetPlan(ctx, past.ID, huger.ID, mustTime(t, "2026-10-16T12:00:00Z")))
+
+	_, err = s.CloseMonth(ctx, audit.CLI, october(t), nil)
+	msg := tollgate.ErrorMessage(err)
+	if tollgate.ErrorCode(err) != tollgate.EINVALID || !strings.Contains(msg, "globex") || !strings.Contains(msg, "initech") ||
+		strings.Contains(msg, "acme") || !strings.Contains(msg, "not closed") {
+		t.Errorf("close: %v; want EINVALID naming globex and initech (not acme), and that nothing was closed", err)
+	}
+	if at, err := usage.ClosedAt(ctx, db, october(t)); err != nil || at != nil {
+		t.Errorf("October closed at %v (%v) after a refused close", at, err)
+	}
+	if _, err := s.Statements(ctx, october(t), nil); !strings.Contains(tollgate.ErrorMessage(err), "2 of 3 tenants") {
+		t.Errorf("October's open statements: %v, want an error naming 2 of 3 tenants", err)
+	}
+	if st, err := s.Statement(ctx, fine.ID, october(t)); err != nil || st.TotalMinor != 4900 {
+		t.Errorf("acme's October: total %d, %v; want 4900", st.TotalMinor, err)
+	}
+}
+
+// TestCurrencyChangeAtAMonthStart: a tenant moved to a plan of another
+// currency mid-month is refused (the month could not be billed), and at
+// the month's start accepted; every month then closes, each statement in
+// one currency.
+func TestCurrencyChangeAtAMonthStart(t *testing.T) {
+	s, db := newStore(t, "2026-12-02T12:00:00Z")
+	ctx := context.Background()
+	usd := fixture.Plan(t, db, plans.Plan{Name: "usd", BaseFeeMinor: 4900})
+	eur := fixture.Plan(t, db, plans.Plan{Name: "eur", Currency: "EUR", BaseFeeMinor: 4500})
+	fixture.Tenant(t, db, "acme", usd.ID)
+	globex := fixture.Tenant(t, db, "globex", usd.ID)
+	_, err := db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	ts := tenants.NewStore(db)
+	if err := ts.SetPlan(ctx, globex.ID, eur.ID, mustTime(t, "2026-10-15T00:00:00Z")); testenv.Fields(err)["effective_at"] == "" {
+		t.Fatalf("globex to EUR from 15 October: %v, want a problem naming effective_at", err)
+	}
+	testenv.Must(t, ts.SetPlan(ctx, globex.ID, eur.ID, mustTime(t, "2026-11-01T00:00:00Z")))
+
+	for _, c := range []struct {
+		month string
+		want  map[string]int64
+	}{
+		{"2026-10", map[string]int64{"USD": 2 * 4900}},
+		{"2026-11", map[string]int64{"USD": 4900, "EUR": 4500}},
+	} {
+		m, err := usage.ParseMonth(c.month)
+		testenv.Must(t, err)
+		res, err := s.CloseMonth(ctx, audit.CLI, m, nil)
+		if err != nil || res.Statements != 2 || !maps.Equal(res.TotalMinor, c.want) {
+			t.Errorf("close %s: %+v, %v; want 2 statements totalling %v", c.month, res, err, c.want)
+		}
 	}
 }

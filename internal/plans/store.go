@@ -110,9 +110,13 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 
 // Put creates the plan, or replaces the plan of the same name: its pricing,
 // rules and tiers. Rules keep their identity by name, so limiter state
-// carries over a change of limits. It returns the stored plan.
+// carries over a change of limits. It returns the stored plan. A change
+// of currency is refused as Update refuses it.
 func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
+		if err := checkCurrencyChange(ctx, tx, "name = $1", p.Name, p.Currency); err != nil {
+			return 0, err
+		}
 		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
 			included_units, overage_unit_minor, quota_mode, routes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 			ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name,
@@ -189,9 +193,15 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 
 // Update replaces the plan with id: name, pricing, tiers and rules. Rules
 // keep their identity (and limiter state) by name. It returns the stored
-// plan; an unknown id is ENOTFOUND, a taken name ECONFLICT.
+// plan; an unknown id is ENOTFOUND, a taken name ECONFLICT. The currency
+// cannot change while a tenant is on the plan, or was on it in a month
+// not yet closed (EINVALID naming "currency"): those months' statements
+// are priced from the plan as it is now.
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, error) {
+		if err := checkCurrencyChange(ctx, tx, "id = $1", id, p.Currency); err != nil {
+			return 0, err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
 			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, quota_mode = $8,
 			routes = $9, updated_at = now() WHERE id = $1`,
@@ -204,6 +214,60 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 		}
 		return id, nil
 	})
+}
+
+// checkCurrencyChange refuses to give the plan where selects (by id or
+// name) the currency currency while it bills a month not yet closed: a
+// tenant is on it, or its plan history has it in a month that is not
+// closed. Statements of open months are priced from the plans as they
+// are now, so such a change would reprice those months in another
+// currency, and mix currencies in a month whose other spans are on other
+// plans, which no statement can show and which keeps the month from
+// being closed for every tenant. Closed months' statements are frozen
+// and keep their currency. It locks the plan's row (FOR UPDATE), which
+// waits for moves to the plan in flight (tenants.Store.SetPlan and the
+// tenant and plan history inserts lock it shared) and keeps new ones out
+// until the change commits. A plan that does not exist yet has nothing
+// to check.
+func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, currency string) error {
+	var id int64
+	var stored string
+	err := tx.QueryRow(ctx, `SELECT id, currency FROM plans WHERE `+where+` FOR UPDATE`, arg).Scan(&id, &stored)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && stored == currency) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("plans: currency: %w", err)
+	}
+	var onIt, billing bool
+	// A span of the plan is from its change to the tenant's next one (or
+	// on, for the tenant's current plan); it bills every UTC month it
+	// overlaps.
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenants WHERE plan_id = $1), EXISTS (
+		SELECT 1 FROM (
+			SELECT c.plan_id, c.effective_at AS span_from,
+				lead(c.effective_at) OVER (PARTITION BY c.tenant_id ORDER BY c.effective_at, c.id) AS span_to
+			FROM tenant_plan_changes c
+			WHERE c.tenant_id IN (SELECT tenant_id FROM tenant_plan_changes WHERE plan_id = $1)) s
+		WHERE s.plan_id = $1 AND (s.span_to IS NULL OR (s.span_to > s.span_from AND EXISTS (
+			SELECT 1 FROM generate_series(date_trunc('month', s.span_from AT TIME ZONE 'UTC'),
+				date_trunc('month', (s.span_to - interval '1 microsecond') AT TIME ZONE 'UTC'), interval '1 month') AS m(month)
+			WHERE m.month::date NOT IN (SELECT month FROM usage_closed_months)))))`, id).Scan(&onIt, &billing)
+	if err != nil {
+		return fmt.Errorf("plans: currency: %w", err)
+	}
+	var why, remedy string
+	switch {
+	case onIt:
+		why, remedy = "tenants are on this plan", "create a plan in "+currency+" and move them to it at the start of a month"
+	case billing:
+		why, remedy = "tenants were on this plan in a month that is not closed yet", "close that month first"
+	default:
+		return nil
+	}
+	return &tollgate.Error{Code: tollgate.EINVALID,
+		Message: "the plan's currency cannot change while " + why + ", whose statements would change currency: " + remedy,
+		Fields:  map[string]string{"currency": "cannot change from " + stored + " while " + why + ": " + remedy}}
 }
 
 // SetRoutes replaces the plan's route templates (valid ones: see

@@ -4,8 +4,10 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -163,4 +165,62 @@ func mustGet(t *testing.T, ps *plans.Store, name string) plans.Plan {
 	p, err := ps.GetByName(context.Background(), name)
 	testenv.Must(t, err)
 	return p
+}
+
+// TestCurrencyFixedWhileBilling: a plan's currency can change while no
+// month that is not closed is billed on it; once a tenant is on it, or
+// was in a month not yet closed, the change is refused naming currency,
+// through Update, Put and the audited operation alike, and the plan's
+// other fields still change.
+func TestCurrencyFixedWhileBilling(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	ps, ts := plans.NewStore(db), tenants.NewStore(db)
+	pro, err := ps.Create(ctx, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	testenv.Must(t, err)
+	other, err := ps.Create(ctx, plans.Plan{Name: "other"})
+	testenv.Must(t, err)
+	in := func(currency string, fee int64) plans.Plan {
+		return plans.Plan{Name: "pro", Currency: currency, BaseFeeMinor: fee}
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if tollgate.ErrorCode(err) != tollgate.EINVALID || testenv.Fields(err)["currency"] == "" {
+			t.Errorf("%s = %v, want a problem naming currency", what, err)
+		}
+	}
+	// Nobody on it: anything goes.
+	pro, err = ps.Update(ctx, pro.ID, in("CHF", 4900))
+	if err != nil || pro.Currency != "CHF" {
+		t.Fatalf("currency of an unused plan: %+v, %v", pro, err)
+	}
+	// acme on it, since 2026-01.
+	acme, err := ts.Create(ctx, "acme", pro.ID)
+	testenv.Must(t, err)
+	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-01-01T00:00:00Z' WHERE tenant_id = $1`, acme.ID)
+	testenv.Must(t, err)
+	_, err = ps.Update(ctx, pro.ID, in("EUR", 4900))
+	refused("Update to EUR with a tenant on the plan", err)
+	_, err = ps.Put(ctx, in("EUR", 4900))
+	refused("Put in EUR with a tenant on the plan", err)
+	_, err = plans.NewOps(db).Update(ctx, audit.CLI, pro.ID, plans.PlanInput{Name: "pro", Currency: "EUR"})
+	refused("Ops.Update to EUR with a tenant on the plan", err)
+	if pro, err = ps.Update(ctx, pro.ID, in("CHF", 5900)); err != nil || pro.BaseFeeMinor != 5900 {
+		t.Errorf("a new price in the same currency: %+v, %v", pro, err)
+	}
+
+	// acme left it on 1 March: January and February are billed on it
+	// until both are closed.
+	testenv.Must(t, ts.SetPlan(ctx, acme.ID, other.ID, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)))
+	_, err = ps.Update(ctx, pro.ID, in("EUR", 5900))
+	refused("Update to EUR with January and February open", err)
+	_, err = db.Exec(ctx, `INSERT INTO usage_closed_months (month, statements) VALUES ('2026-01-01', 0)`)
+	testenv.Must(t, err)
+	_, err = ps.Update(ctx, pro.ID, in("EUR", 5900))
+	refused("Update to EUR with February open", err)
+	_, err = db.Exec(ctx, `INSERT INTO usage_closed_months (month, statements) VALUES ('2026-02-01', 0)`)
+	testenv.Must(t, err)
+	if pro, err = ps.Update(ctx, pro.ID, in("EUR", 5900)); err != nil || pro.Currency != "EUR" {
+		t.Errorf("currency with every month billed on the plan closed: %+v, %v", pro, err)
+	}
 }

@@ -82,7 +82,9 @@ type SetPlanInput struct {
 	// EffectiveAt is when the new plan starts counting for billing; now
 	// when nil. It may lie in the past (after the latest change, and
 	// after the latest month closed for billing), not in the future: the
-	// limits change at once.
+	// limits change at once. A move to a plan of another currency must
+	// take effect at the start of a month (00:00 UTC on the 1st), since a
+	// month is billed in one currency: give the start of this month.
 	EffectiveAt *time.Time `json:"effective_at"`
 }
 
@@ -104,7 +106,8 @@ func (in SetPlanInput) validate(now time.Time) error {
 // SetPlan moves tenant id to another plan (tenant.plan_change), recorded
 // in its plan history; the entry holds the plan and when it took effect.
 // ECONFLICT naming effective_at when that falls in or before a closed
-// month (see Store.SetPlan).
+// month, EINVALID naming it when a move to a plan of another currency
+// does not take effect at the start of a month (see Store.SetPlan).
 func (o *Ops) SetPlan(ctx context.Context, by audit.Actor, id string, in SetPlanInput) (Tenant, error) {
 	now := o.now()
 	if err := in.validate(now); err != nil {

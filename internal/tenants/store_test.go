@@ -3,6 +3,7 @@ package tenants_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -257,6 +259,54 @@ func TestSetPlanNotInAClosedMonth(t *testing.T) {
 	}
 	april := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
 	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, april))
+}
+
+// TestSetPlanCurrencyAtAMonthStart: a month is billed in one currency,
+// so a move to a plan of another currency takes effect at the start of a
+// month (00:00 UTC on the 1st) or is refused naming effective_at; a move
+// between plans of one currency takes effect at any time.
+func TestSetPlanCurrencyAtAMonthStart(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	euro, err := plans.NewStore(f.db).Create(ctx, plans.Plan{Name: "euro", Currency: "EUR"})
+	testenv.Must(t, err)
+	// acme and other have been on free (USD) since 2026-01.
+	_, err = f.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-01-01T00:00:00Z' WHERE tenant_id IN ($1, $2)`,
+		f.acme.ID, f.other.ID)
+	testenv.Must(t, err)
+	for _, at := range []time.Time{
+		time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 1, 0, 0, 0, 1000, time.UTC),                      // a microsecond late
+		time.Date(2026, 3, 1, 0, 0, 0, 0, time.FixedZone("CET", 3600)),      // 28 February, 23:00 UTC
+		time.Date(2026, 4, 1, 1, 59, 59, 0, time.FixedZone("CEST", 2*3600)), // still March in UTC
+	} {
+		err := f.ts.SetPlan(ctx, f.acme.ID, euro.ID, at)
+		if tollgate.ErrorCode(err) != tollgate.EINVALID || testenv.Fields(err)["effective_at"] == "" ||
+			!strings.Contains(tollgate.ErrorMessage(err), "EUR") || !strings.Contains(tollgate.ErrorMessage(err), "USD") {
+			t.Errorf("SetPlan to EUR effective %v = %v, want a problem naming effective_at and both currencies", at, err)
+		}
+	}
+	// Between plans of one currency, any time will do.
+	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)))
+	// The start of April in another zone is the start of April in UTC.
+	april := time.Date(2026, 4, 1, 2, 0, 0, 0, time.FixedZone("CEST", 2*3600))
+	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, euro.ID, april))
+	h, err := f.ts.PlanHistory(ctx, f.acme.ID, page.First(10))
+	testenv.Must(t, err)
+	if len(h.Items) != 3 || h.Items[0].PlanName != "euro" || !h.Items[0].EffectiveAt.Equal(april) || h.Items[1].PlanName != "pro" {
+		t.Fatalf("history = %+v, want euro from April, pro from 15 March, free", h.Items)
+	}
+	// Through the operation, which defaults to now: the problem suggests
+	// a month's start.
+	ops := tenants.NewOps(f.db, func() time.Time { return time.Date(2026, 5, 20, 9, 0, 0, 0, time.UTC) })
+	_, err = ops.SetPlan(ctx, audit.CLI, f.other.ID, tenants.SetPlanInput{PlanID: euro.ID})
+	if got := testenv.Fields(err)["effective_at"]; !strings.Contains(got, "2026-05-01T00:00:00Z") {
+		t.Errorf("SetPlan to EUR now = %v, want effective_at to suggest 2026-05-01T00:00:00Z", err)
+	}
+	may := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := ops.SetPlan(ctx, audit.CLI, f.other.ID, tenants.SetPlanInput{PlanID: euro.ID, EffectiveAt: &may}); err != nil {
+		t.Errorf("SetPlan to EUR from the start of May: %v", err)
+	}
 }
 
 // TestUpdateKeyShortenOnly: with ShortenOnly an expiry may be set on a key

@@ -156,8 +156,11 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 // change in the plan history. The history only moves forward: effective
 // must not be before the tenant's latest change (EINVALID naming
 // "effective_at"), nor in or before the latest month closed for billing
-// (ECONFLICT naming "effective_at"). Moving to the current plan is EINVALID
-// naming "plan_id", and so is an archived or unknown plan.
+// (ECONFLICT naming "effective_at"). A month is billed in one currency, so
+// a move to a plan of another currency must take effect at the start of a
+// month, 00:00 UTC on the 1st (otherwise EINVALID naming "effective_at").
+// Moving to the current plan is EINVALID naming "plan_id", and so is an
+// archived or unknown plan.
 func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective time.Time) error {
 	if !postgres.IsUUID(id) {
 		return errTenantNotFound(id)
@@ -200,6 +203,9 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 				Message: "month " + month + " is closed and its statements are frozen: a plan change cannot take effect in it or before it",
 				Fields:  map[string]string{"effective_at": "must be after the latest closed month (" + month + ")"}}
 		}
+		if err := sameCurrencyOrMonthStart(ctx, tx, current, planID, effective, latest); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id = $1::uuid`, id, planID); err != nil {
 			return translate(err, "tenants: set plan")
 		}
@@ -210,6 +216,51 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 		}
 		return nil
 	})
+}
+
+// sameCurrencyOrMonthStart refuses a move from plan current to plan next
+// effective in the middle of a month when the plans' currencies differ:
+// a statement prices one month in one currency (billing refuses to mix
+// them, and a month is closed for every tenant at once), and the plan
+// history cannot be moved back. At a month's start the months before are
+// all in the old currency and those after in the new. It locks both
+// plans' rows (FOR SHARE) so that neither currency changes until the
+// move commits; plans.Store refuses to change the currency of a plan a
+// tenant is on, or was on in a month not yet closed. An unknown plan is
+// EINVALID naming "plan_id".
+func sameCurrencyOrMonthStart(ctx context.Context, tx pgx.Tx, current, next int64, effective time.Time, latest *time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT id, currency FROM plans WHERE id = ANY($1) ORDER BY id FOR SHARE`, []int64{current, next})
+	if err != nil {
+		return fmt.Errorf("tenants: set plan: currencies: %w", err)
+	}
+	currency := map[int64]string{}
+	var planID int64
+	var code string
+	if _, err := pgx.ForEachRow(rows, []any{&planID, &code}, func() error {
+		currency[planID] = code
+		return nil
+	}); err != nil {
+		return fmt.Errorf("tenants: set plan: currencies: %w", err)
+	}
+	to, ok := currency[next]
+	if !ok {
+		return tollgate.Invalid(map[string]string{"plan_id": "no such plan"})
+	}
+	from := currency[current]
+	u := effective.UTC()
+	start := time.Date(u.Year(), u.Month(), 1, 0, 0, 0, 0, time.UTC)
+	if from == to || u.Equal(start) {
+		return nil
+	}
+	if latest != nil && start.Before(*latest) {
+		start = start.AddDate(0, 1, 0)
+	}
+	return &tollgate.Error{Code: tollgate.EINVALID,
+		Message: "the new plan is in " + to + " and the tenant's plan in " + from +
+			": a month is billed in one currency, so a change of currency takes effect at the start of a month",
+		Fields: map[string]string{"effective_at": "must be the start of a month (00:00 UTC on the 1st, such as " +
+			start.Format(time.RFC3339) + ") to move to a plan in " + to + " from one in " + from +
+			": a month is billed in one currency"}}
 }
 
 // SetStatus suspends or resumes a tenant and returns it.

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -126,10 +127,14 @@ func (c *Console) BillingTopUp() http.Handler {
 	})
 }
 
-// consoleURL is the console's own origin as the request reached it.
+// consoleURL is the console's own origin as the client reached it: https
+// when httpx.HTTPS says so, which is also when the session is in the
+// __Host- cookie, sent over HTTPS only. Behind a proxy that ends TLS
+// (TOLLGATE_TRUSTED_PROXIES, X-Forwarded-Proto) the request came over
+// plain HTTP, and a buyer sent back to http:// would arrive signed out.
 func consoleURL(r *http.Request) string {
 	scheme := "http"
-	if r.TLS != nil {
+	if httpx.HTTPS(r) {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/limiter"
 )
 
@@ -62,18 +63,13 @@ func formatInt(n int64) string {
 	return b.String()
 }
 
-// minorDigits is the number of decimals of a currency's minor unit
-// (ISO 4217); 2 unless listed.
-var minorDigits = map[string]int{"JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "BHD": 3, "KWD": 3, "JOD": 3, "OMR": 3, "TND": 3}
-
 var currencySymbol = map[string]string{"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 
-// formatMoney writes an amount of minor units: "$49.00", "CHF 1,200.50".
+// formatMoney writes an amount of minor units: "$49.00", "CHF 1,200.50",
+// "UGX 50,000", with as many decimals as ISO 4217 gives the currency
+// (tollgate.MinorDigits).
 func formatMoney(minor int64, currency string) string {
-	digits, ok := minorDigits[currency]
-	if !ok {
-		digits = 2
-	}
+	digits := tollgate.MinorDigits(currency)
 	neg := minor < 0
 	if neg {
 		minor = -minor

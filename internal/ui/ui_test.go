@@ -144,6 +144,37 @@ func TestKeyBadges(t *testing.T) {
 	}
 }
 
+// TestFormatMoneyISO4217: amounts have the decimals ISO 4217 gives their
+// currency, whichever it is: none for the CFA francs, the shilling, the
+// guaraní; three for the Iraqi and Libyan dinars; four for CLF.
+func TestFormatMoneyISO4217(t *testing.T) {
+	for _, tc := range []struct {
+		minor    int64
+		currency string
+		want     string
+	}{
+		{50_000, "UGX", "UGX 50,000"},
+		{5000, "XOF", "XOF 5,000"},
+		{5000, "XAF", "XAF 5,000"},
+		{1200, "XPF", "XPF 1,200"},
+		{5000, "PYG", "PYG 5,000"},
+		{5000, "RWF", "RWF 5,000"},
+		{300, "VUV", "VUV 300"},
+		{4900, "JPY", "¥4,900"},
+		{4900, "ISK", "ISK 4,900"},
+		{1234, "IQD", "IQD 1.234"},
+		{-1005, "LYD", "-LYD 1.005"},
+		{12_340, "KWD", "KWD 12.340"},
+		{12_345, "CLF", "CLF 1.2345"},
+		{4900, "HUF", "HUF 49.00"},
+		{4900, "MGA", "MGA 49.00"},
+	} {
+		if got := formatMoney(tc.minor, tc.currency); got != tc.want {
+			t.Errorf("formatMoney(%d, %s) = %q, want %q", tc.minor, tc.currency, got, tc.want)
+		}
+	}
+}
+
 func TestFormat(t *testing.T) {
 	for got, want := range map[string]string{
 		formatInt(1234567): "1,234,567", formatInt(-1000): "-1,000", formatInt(12): "12",

@@ -5,14 +5,15 @@ import (
 	"math"
 	"strings"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/billing"
 )
 
-// Tollgate counts money in the minor unit of ISO 4217 (docs/usage.md);
-// Stripe's API counts it in its own "smallest unit", which is the same
-// for every currency but these. Getting one of them wrong bills 100
-// times too much or too little, so every amount crosses the boundary
-// through toStripe or fromStripe.
+// Tollgate counts money in the minor unit of ISO 4217 (docs/usage.md,
+// tollgate.MinorDigits); Stripe's API counts it in its own "smallest
+// unit", which is the same for every currency but these. Getting one of
+// them wrong bills 100 times too much or too little, so every amount
+// crosses the boundary through toStripe or fromStripe.
 const (
 	// iskScale: Stripe kept ISK two-decimal in its API (100 is one
 	// króna) when it became zero-decimal everywhere else, and takes
@@ -23,10 +24,11 @@ const (
 	mgaScale = 100
 )
 
-// threeDecimal are the three-decimal currencies of Stripe, which takes
-// their amounts only when the last digit is 0: its payment partners
-// settle them to the hundredth.
-var threeDecimal = map[string]bool{"BHD": true, "JOD": true, "KWD": true, "OMR": true, "TND": true}
+// threeDecimal reports whether ISO 4217 gives currency three decimals.
+// Stripe takes such amounts (BHD, JOD, KWD, OMR and TND are the ones it
+// supports) only when the last digit is 0: its payment partners settle
+// them to the hundredth.
+func threeDecimal(currency string) bool { return tollgate.MinorDigits(currency) == 3 }
 
 // toStripe returns Stripe's amount for minor, an amount in currency's
 // ISO 4217 minor units. An amount that Stripe would refuse, or that it
@@ -47,7 +49,7 @@ func toStripe(currency string, minor int64) (int64, error) {
 				billing.ErrAmountNotAccepted, minor)
 		}
 		return minor / mgaScale, nil
-	case threeDecimal[currency] && minor%10 != 0:
+	case threeDecimal(currency) && minor%10 != 0:
 		return 0, fmt.Errorf("stripe: %w: %s %d minor units does not end in 0, as Stripe requires of three-decimal currencies",
 			billing.ErrAmountNotAccepted, currency, minor)
 	}

@@ -122,10 +122,10 @@ type invoice struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
-	// HTTPS on a free port of its own too: given only -http-addr,
-	// stripe-mock still listens for HTTPS on its fixed default port,
-	// which two test packages running at once would both take.
-	cmd := exec.Command(binary(t), "-http-addr", addr, "-https-addr", testenv.FreeAddr(t))
+	// stripe-mock also serves HTTPS, on :12112 unless told otherwise: a
+	// port of the system's choosing on loopback keeps two mocks (two
+	// packages' tests at once) from failing on it.
+	cmd := exec.Command(binary(t), "-http-addr", addr, "-https-addr", "127.0.0.1:0")
 	p := testenv.StartProcess(t, "stripe-mock", cmd, syscall.SIGTERM, 5*time.Second, nil)
 	testenv.Eventually(t, time.Now(), 30*time.Second, "stripe-mock listening", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)

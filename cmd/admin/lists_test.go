@@ -80,3 +80,19 @@ func TestWebhooksListShowsEveryEndpoint(t *testing.T) {
 		t.Errorf("webhooks list --json: %d endpoints, want %d", len(list), n+1)
 	}
 }
+
+func TestFormatTotalsInMajorUnits(t *testing.T) {
+	for _, tt := range []struct {
+		totals map[string]int64
+		want   string
+	}{
+		{nil, "0"},
+		{map[string]int64{"USD": 38820}, "388.20 USD (38820 minor units)"},
+		{map[string]int64{"USD": 5, "JPY": 900, "BHD": 1005}, "1.005 BHD (1005 minor units), 900 JPY (900 minor units), 0.05 USD (5 minor units)"},
+		{map[string]int64{"EUR": -150}, "-1.50 EUR (-150 minor units)"},
+	} {
+		if got := formatTotals(tt.totals); got != tt.want {
+			t.Errorf("formatTotals(%v) = %q, want %q", tt.totals, got, tt.want)
+		}
+	}
+}

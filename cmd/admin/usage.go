@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/buildinfo"
@@ -215,7 +218,7 @@ func report(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "calendar month (UTC), e.g. 2026-10 (required)")
 	tenant := tenantFlag(fs, "tenant ID or name (default: every tenant)")
 	format := fs.String("format", "json", "json or csv")
-	late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON)")
+	late := fs.Bool("late", false, "list usage that arrived after the month was closed instead (JSON, or CSV with --format csv)")
 	return func(ctx context.Context, e *invocation) error {
 		m, err := month.parse(e)
 		if err != nil {
@@ -237,6 +240,9 @@ func report(fs *flag.FlagSet) action {
 			rows, err := c.reader(e).Late(ctx, m, tenantID)
 			if err != nil {
 				return err
+			}
+			if *format == "csv" {
+				return writeLateCSV(e.stdout, rows)
 			}
 			return printJSON(e.stdout, map[string]any{"month": m.String(), "late_usage": rows})
 		}
@@ -331,8 +337,9 @@ func (f monthRef) parse(e *invocation) (usage.Month, error) {
 	return m, nil
 }
 
-// formatTotals formats totals by currency, e.g. "38820 USD, 900 EUR
-// (minor units)", or "0" when there are none.
+// formatTotals formats totals by currency in major units, with the
+// minor units the statements hold, e.g. "388.20 USD (38820 minor
+// units), 900 JPY (900 minor units)", or "0" when there are none.
 func formatTotals(totals map[string]int64) string {
 	if len(totals) == 0 {
 		return "0"
@@ -340,9 +347,40 @@ func formatTotals(totals map[string]int64) string {
 	currencies := slices.Sorted(maps.Keys(totals))
 	parts := make([]string, len(currencies))
 	for i, c := range currencies {
-		parts[i] = fmt.Sprintf("%d %s", totals[c], c)
+		parts[i] = fmt.Sprintf("%s %s (%d minor units)", majorUnits(totals[c], c), c, totals[c])
 	}
-	return strings.Join(parts, ", ") + " (minor units)"
+	return strings.Join(parts, ", ")
+}
+
+// majorUnits writes an amount of minor units in major units, with the
+// currency's decimals (tollgate.MinorDigits): 38820 USD is "388.20",
+// 900 JPY "900", 1005 BHD "1.005".
+func majorUnits(minor int64, currency string) string {
+	digits := tollgate.MinorDigits(currency)
+	s := strconv.FormatInt(minor, 10)
+	sign := ""
+	if minor < 0 {
+		sign, s = "-", s[1:]
+	}
+	if digits == 0 {
+		return sign + s
+	}
+	if len(s) <= digits {
+		s = strings.Repeat("0", digits-len(s)+1) + s
+	}
+	return sign + s[:len(s)-digits] + "." + s[len(s)-digits:]
+}
+
+// writeLateCSV writes late usage rows as CSV, a header first.
+func writeLateCSV(w io.Writer, rows []usage.LateRow) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"batch_id", "tenant_id", "key_id", "resource", "minute", "recorded_at", "allowed", "denied", "allowed_units", "denied_units"})
+	for _, r := range rows {
+		_ = cw.Write([]string{r.BatchID, r.TenantID, r.KeyID, r.Resource, r.Minute.UTC().Format(time.RFC3339), r.RecordedAt.UTC().Format(time.RFC3339Nano),
+			strconv.FormatInt(r.Allowed, 10), strconv.FormatInt(r.Denied, 10), strconv.FormatInt(r.AllowedUnits, 10), strconv.FormatInt(r.DeniedUnits, 10)})
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 // progress reports progress on stderr, only when stdout is a terminal (a

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,9 @@ func TestReportAndCloseCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "closed 2026-10") || !strings.Contains(out, "statements: 4") {
 		t.Fatalf("close: %v\n%s", err, out)
 	}
+	if !regexp.MustCompile(`statements: 4; total: \d+\.\d\d USD \(\d+ minor units\)`).MatchString(out) {
+		t.Errorf("close: the total is not in dollars with its minor units:\n%s", out)
+	}
 	out, _, err = adminCLI(t, url, "close", "--month", "2026-10")
 	if err != nil || !strings.Contains(out, "already closed") || !strings.Contains(out, "nothing changed") {
 		t.Errorf("close again: %v\n%s", err, out)
@@ -148,6 +152,11 @@ func TestReportAndCloseCommands(t *testing.T) {
 	out, _, err = adminCLI(t, url, "report", "--month", "2026-10", "--late")
 	if err != nil || !strings.Contains(out, `"batch_id": "cli:late"`) {
 		t.Errorf("report --late: %v\n%s", err, out)
+	}
+	out, _, err = adminCLI(t, url, "report", "--month", "2026-10", "--late", "--format", "csv")
+	if err != nil || !strings.HasPrefix(out, "batch_id,tenant_id,key_id,resource,minute,recorded_at,allowed,denied,allowed_units,denied_units\n") ||
+		!strings.Contains(out, "\ncli:late,"+pro.ID+","+keyID+",GET /repos,2026-10-31T23:59:00Z,") || !strings.HasSuffix(out, ",9,0,9,0\n") {
+		t.Errorf("report --late --format csv: %v\n%s", err, out)
 	}
 	out, _, err = adminCLI(t, url, "report", "--month", "2026-10", "--tenant", pro.ID)
 	if err != nil {

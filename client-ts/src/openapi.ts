@@ -141,7 +141,7 @@ export interface components {
             reset_after_ms?: number;
             /**
              * Format: int64
-             * @description 0 when allowed; when denied, the wait until the same request can pass; -1 never.
+             * @description 0 when allowed; when denied, the wait until the same request can pass (also sent as `Retry-After`, in seconds rounded up); -1 never — a cost above what the rule ever admits, or `credits_exhausted` — sent without `Retry-After`, as no wait lifts the denial.
              */
             retry_after_ms: number;
             /**

@@ -46,8 +46,10 @@ type Options struct {
 	// Timeout bounds one check, connecting included (default
 	// DefaultTimeout). Past it, FailMode decides.
 	Timeout time.Duration
-	// FailMode decides when the check API cannot be reached, times out or
-	// answers 5xx (default FailOpen).
+	// FailMode decides when the check API cannot be reached, times out,
+	// answers 5xx, answers a status it never sends (something in between
+	// answered: a load balancer's 404, 408 or 429) or answers something
+	// that is not a decision (default FailOpen). See Client.Check.
 	FailMode FailMode
 	// MemorySize bounds the denials remembered to answer repeated requests
 	// locally (default DefaultMemorySize); negative turns remembering off.
@@ -158,9 +160,17 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // Check asks whether req may proceed now. Every answer of the server is a
 // Decision with a nil error, and so is an outage (decided by the FailMode,
-// with Degraded set). The error is non-nil only when the server refused
-// the request — a *ProblemError: 400, 401 (bad service token), 413 or 422
-// (invalid values; Errors names them) — or when ctx ended first.
+// with Degraded set): no answer, a 5xx, an answer that is not a decision,
+// or a status the check API does not send (404, 408, 429… from a proxy or
+// load balancer in between). The error is non-nil only when the check
+// API refused the request — a *ProblemError: 400, 401 (bad service
+// token), 413 or 422 (invalid values; Errors names them), or another
+// status below 500 with a problem of one of Tollgate's codes (a 404
+// not_found: the base URL is not a check API) — or when ctx ended first.
+//
+// A Key longer than MaxKeyLength is denied as invalid_key without
+// asking: no API key is that long, and the check API would refuse the
+// body (413) before it could say so.
 //
 // A request the server denied as rate_limited or spend_cap with a
 // positive retry_after_ms is denied again without a round trip
@@ -171,6 +181,9 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // rule, degraded ones and unavailable ones are not remembered: a slot
 // may free at any time, and only a check tells when the limiter is back.
 func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error) {
+	if len(req.Key) > MaxKeyLength {
+		return &Decision{Reason: ReasonInvalidKey, Tier: TierAuthenticated, Header: http.Header{}}, nil
+	}
 	var key denialKey
 	var sentGen uint64
 	if c.memory != nil {
@@ -187,7 +200,7 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error)
 			return nil, fmt.Errorf("tollgate: check: %w", ctx.Err())
 		}
 		var p *ProblemError
-		if errors.As(err, &p) && p.Status < 500 {
+		if errors.As(err, &p) && p.refusal() {
 			return nil, err
 		}
 		return c.fail(err), nil
@@ -205,20 +218,59 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error)
 	return d, nil
 }
 
+// MaxKeyLength is the longest API key, in bytes, that Check sends to the
+// check API. Tollgate's keys have 39 characters; a longer one cannot be
+// valid, and one of 16 KiB would make the check's body larger than the
+// check API accepts, a refusal (413) instead of a denial.
+const MaxKeyLength = 1024
+
 // maxDecisionBody bounds the decision read; real ones are a few hundred
 // bytes per rule.
 const maxDecisionBody = 1 << 20
 
 // post sends one check. Errors: a *ProblemError for a non-200 answer, or
-// a wrapped transport or decoding error.
+// a wrapped transport or decoding error (errNotDecision for a 200 whose
+// body is not a decision).
 func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) {
 	var d Decision
-	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, nil, req, &d, maxDecisionBody)
+	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, nil, req, &decisionAnswer{&d}, maxDecisionBody)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: check: %w", err)
 	}
 	d.Header = pickRateLimitHeaders(header)
 	return &d, nil
+}
+
+// errNotDecision is the decoding error of a 200 whose body lacks a
+// decision's allowed, reason or retry_after_ms: not the check API's
+// answer (a proxy's page, another service), so not one to act on.
+var errNotDecision = errors.New("the answer is not a decision (allowed, reason, retry_after_ms)")
+
+// decisionAnswer decodes the body of a 200 from /v1/check into d, and
+// fails with errNotDecision unless allowed, reason and retry_after_ms are
+// all there: decoded as a plain Decision, {"nope":1} would be a denial
+// without a reason.
+type decisionAnswer struct{ d *Decision }
+
+func (a *decisionAnswer) UnmarshalJSON(b []byte) error {
+	type plain Decision // Decision's fields, without this method
+	// The pointer fields hide the embedded struct's of the same name, so
+	// one pass decodes everything and tells which of them were present.
+	var v struct {
+		*plain
+		Allowed      *bool   `json:"allowed"`
+		Reason       *string `json:"reason"`
+		RetryAfterMS *int64  `json:"retry_after_ms"`
+	}
+	v.plain = (*plain)(a.d)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if v.Allowed == nil || v.Reason == nil || v.RetryAfterMS == nil {
+		return errNotDecision
+	}
+	a.d.Allowed, a.d.Reason, a.d.RetryAfterMS = *v.Allowed, *v.Reason, *v.RetryAfterMS
+	return nil
 }
 
 // Settle sets the actual cost of the hold holdID that a check with Hold
@@ -310,8 +362,9 @@ func (c *Client) fail(err error) *Decision {
 
 // roundTrip sends one request to a Tollgate server within timeout: in,
 // when not nil, as its JSON body, token, when not empty, as its bearer
-// token, and header's fields besides (nil: none). It decodes a 2xx answer (at most limit bytes) into out,
-// when not nil, and returns the answer's header. Errors: a *ProblemError
+// token, and header's fields besides (nil: none). It decodes a 2xx
+// answer (at most limit bytes) into out, when not nil, and returns the
+// answer's header. Errors: a *ProblemError
 // for any other status, or an encoding, transport or decoding error.
 func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, method, target, token string,
 	header http.Header, in, out any, limit int64) (http.Header, error) {

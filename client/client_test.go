@@ -189,6 +189,13 @@ func TestFailModes(t *testing.T) {
 			}
 		}},
 		{"200 that is not a decision", answer(nil, 200, nil, "<html>")},
+		{"200 whose JSON is not a decision", answer(nil, 200, nil, `{"nope":1}`)},
+		{"200 of JSON null", answer(nil, 200, nil, `null`)},
+		{"200 without retry_after_ms", answer(nil, 200, nil, `{"allowed":false,"reason":"rate_limited"}`)},
+		{"404 from a load balancer", answer(nil, 404, map[string]string{"Content-Type": "text/html"}, "<h1>Not Found</h1>")},
+		{"408 from a proxy", answer(nil, 408, map[string]string{"Content-Type": "text/plain"}, "request timeout")},
+		{"429 from a proxy, even as JSON", answer(nil, 429, map[string]string{"Content-Type": "application/json", "Retry-After": "5"},
+			`{"error":"too many requests"}`)},
 	}
 	for _, s := range servers {
 		for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
@@ -259,9 +266,15 @@ func TestCheckProblems(t *testing.T) {
 			`{"type":"about:blank","title":"Request Entity Too Large","status":413,"detail":"the body is larger than 16384 bytes","code":"too_large"}`,
 			client.ProblemError{Status: 413, Type: "about:blank", Title: "Request Entity Too Large", Detail: "the body is larger than 16384 bytes", Code: "too_large"},
 			"tollgate: check: 413 too_large: the body is larger than 16384 bytes"},
-		{"not problem JSON", 404, map[string]string{"Content-Type": "text/plain"}, "404 page not found\n",
-			client.ProblemError{Status: 404, Title: "Not Found", Detail: "404 page not found"},
-			"tollgate: check: 404 Not Found: 404 page not found"},
+		{"not problem JSON", 413, map[string]string{"Content-Type": "text/html"}, "<h1>413 Request Entity Too Large</h1>\n",
+			client.ProblemError{Status: 413, Title: "Request Entity Too Large", Detail: "<h1>413 Request Entity Too Large</h1>"},
+			"tollgate: check: 413 Request Entity Too Large: <h1>413 Request Entity Too Large</h1>"},
+		// Another status is the check API's refusal when it says so, e.g.
+		// a base URL that is a Tollgate server but not its check API.
+		{"a Tollgate problem of another status", 404, problem,
+			`{"type":"about:blank","title":"Not Found","status":404,"detail":"no such endpoint","code":"not_found"}`,
+			client.ProblemError{Status: 404, Type: "about:blank", Title: "Not Found", Detail: "no such endpoint", Code: "not_found"},
+			"tollgate: check: 404 not_found: no such endpoint"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -282,6 +295,28 @@ func TestCheckProblems(t *testing.T) {
 				t.Errorf("message = %q, want %q", err.Error(), c.wantMsg)
 			}
 		})
+	}
+}
+
+// TestCheckDeniesOverLongKeysItself: a key longer than MaxKeyLength is
+// denied as invalid_key without a round trip; the check API would refuse
+// its body (413) once past 16 KiB.
+func TestCheckDeniesOverLongKeysItself(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(answer(&calls, 200, nil, `{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[]}`))
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.Options{})
+	for _, n := range []int{client.MaxKeyLength + 1, 17 << 10} {
+		d, err := c.Check(context.Background(), client.CheckRequest{Key: strings.Repeat("k", n)})
+		if err != nil || d.Allowed || d.Reason != client.ReasonInvalidKey || d.Degraded || d.Header == nil {
+			t.Errorf("a key of %d bytes: %+v, %v; want an invalid_key denial", n, d, err)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Errorf("the server saw %d checks, want none", calls.Load())
+	}
+	if d, err := c.Check(context.Background(), client.CheckRequest{Key: strings.Repeat("k", client.MaxKeyLength)}); err != nil || !d.Allowed || calls.Load() != 1 {
+		t.Errorf("a key of MaxKeyLength bytes: %+v, %v after %d checks; want asked and allowed", d, err, calls.Load())
 	}
 }
 

@@ -104,6 +104,12 @@ func (r CheckRequest) MarshalJSON() ([]byte, error) {
 // a denial the denying rule with the longest wait, otherwise the rule with
 // the least remaining); they are zero when no rule applied (Policy "").
 // Durations are milliseconds, rounded up by the server.
+//
+// Remaining is 0 both when nothing is left and when the answer has no
+// remaining: no rule applied (Policy ""), or the governing rule's failure
+// mode decided it (Degraded; its RuleResult has Degraded set), its state
+// unknown. Header has X-RateLimit-Remaining only when the check API knew
+// it; a decision of the FailMode has neither.
 type Decision struct {
 	Allowed  bool   `json:"allowed"`
 	Reason   string `json:"reason"`
@@ -112,7 +118,8 @@ type Decision struct {
 	KeyID    string `json:"key_id,omitempty"`
 	Plan     string `json:"plan,omitempty"`
 
-	Limit        int64 `json:"limit,omitempty"`
+	Limit int64 `json:"limit,omitempty"`
+	// Remaining is 0 also when unknown: see above.
 	Remaining    int64 `json:"remaining,omitempty"`
 	ResetAfterMS int64 `json:"reset_after_ms,omitempty"`
 	// RetryAfterMS is 0 when allowed; when denied, the wait until the same

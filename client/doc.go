@@ -16,19 +16,29 @@
 //
 // Every answer of the server, allowed or not, is a [Decision]; err is
 // non-nil only when the request itself is wrong (a [*ProblemError]: a bad
-// service token, an invalid IP…) or ctx ended. A Client is safe for
+// service token, an invalid IP…) or ctx ended. A Cost of 0 means 1, the
+// server's default: set Peek to consume nothing. A Client is safe for
 // concurrent use and holds one tuned [http.Transport], so checks reuse
 // connections: create one per process and share it.
 //
 // # Failure modes
 //
 // When the check API cannot be reached, times out (Options.Timeout, 500 ms
-// by default), answers 5xx or answers something that is not a decision,
-// the client decides by its [FailMode]: [FailOpen] (the default, like the
-// server's rules) allows, [FailClosed] denies with reason
-// [ReasonUnavailable]. Either way the decision says Degraded and carries
-// the cause in Decision.Err; Check never panics and never returns an error
-// for an outage.
+// by default), answers 5xx, answers a status it never sends (a 404, 408
+// or 429 of a proxy or load balancer in between) or answers something
+// that is not a decision (a 200 without allowed, reason and
+// retry_after_ms), the client decides by its [FailMode]: [FailOpen] (the
+// default, like the server's rules) allows, [FailClosed] denies with
+// reason [ReasonUnavailable]. Either way the decision says Degraded and
+// carries the cause in Decision.Err; Check never panics and never returns
+// an error for an outage.
+//
+// Only a refusal of the check API itself is an error: a 400, 401, 413 or
+// 422, or another status below 500 with a problem of one of Tollgate's
+// codes. The middleware answers it with a 500 (MiddlewareOptions.OnError),
+// so a revoked or expired service token (401) makes every request a 500,
+// whatever the FailMode: by design, since that is a service to fix, not
+// an outage to ride out.
 //
 // # Remembered denials
 //
@@ -75,11 +85,18 @@
 //
 //	reason                            status
 //	rate_limited                      429 Too Many Requests, with Retry-After
+//	spend_cap                         429 Too Many Requests, with Retry-After
+//	credits_exhausted                 402 Payment Required (no wait: until a top-up)
 //	invalid_key, key_required         401 Unauthorized, with WWW-Authenticate
 //	key_revoked, key_expired,
 //	tenant_suspended                  403 Forbidden
 //	unavailable                       503 Service Unavailable, with Retry-After
 //	any other                         429 with a positive retry_after_ms, else 403
+//
+// The TypeScript SDK's middleware answers the same; the check API's
+// forward-auth answers credits_exhausted with a 429, which gateways
+// expect of every rate or quota denial. A key longer than [MaxKeyLength]
+// is an invalid_key, refused without asking.
 //
 // # The admin API
 //

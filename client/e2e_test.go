@@ -154,6 +154,18 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("an over-long key is a 401, not the 500 of a body too large", func(t *testing.T) {
+		resp := get(t, "X-API-Key", strings.Repeat("k", 17<<10))
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("status %d, WWW-Authenticate %q; want a 401 with WWW-Authenticate", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+		// The check API itself denies a long key that fits its body.
+		d, err := tg.Check(ctx, client.CheckRequest{Key: strings.Repeat("k", client.MaxKeyLength), Resource: "GET /v1/repos"})
+		if err != nil || d.Allowed || d.Reason != client.ReasonInvalidKey {
+			t.Errorf("a key of MaxKeyLength bytes: %+v, %v; want the check API's invalid_key", d, err)
+		}
+	})
+
 	t.Run("refusals of the check API are problems naming the fields", func(t *testing.T) {
 		_, err := tg.Check(ctx, client.CheckRequest{Resource: "GET /"})
 		var p *client.ProblemError

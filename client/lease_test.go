@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -160,4 +162,75 @@ func TestMiddlewareRefundsAsTheRuleSays(t *testing.T) {
 		t.Errorf("unexpected call %+v after the settlement", call)
 	default:
 	}
+}
+
+// TestMiddlewareGivesBackWhenTheCallerLeavesDuringTheDelay: a caller that
+// goes away while a shaping rule's delay holds its request is never
+// served, so what its check took is given back at once: its lease
+// released, its hold settled at 0 (which releases the lease too).
+func TestMiddlewareGivesBackWhenTheCallerLeavesDuringTheDelay(t *testing.T) {
+	cases := []struct {
+		name, extra string
+		want        leaseCall
+	}{
+		{"a lease", `"lease_id":"l1","lease_expires_at":"2099-01-01T00:00:00.000Z"`,
+			leaseCall{op: "release", body: map[string]any{"lease_id": "l1"}}},
+		{"a hold and its lease", `"hold_id":"h1","lease_id":"h1","lease_expires_at":"2099-01-01T00:00:00.000Z"`,
+			leaseCall{op: "settle", body: map[string]any{"hold_id": "h1", "cost": 0.0}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &leaseAPI{extra: `"delay_ms":60000,` + tc.extra, calls: make(chan leaseCall, 100)}
+			srv := httptest.NewServer(a)
+			defer srv.Close()
+			// The caller goes away as soon as the check's answer is read:
+			// during the minute's delay.
+			ctx, leave := context.WithCancel(context.Background())
+			defer leave()
+			c, err := client.New(srv.URL, "token", client.Options{HTTPClient: &http.Client{
+				Transport: leaveAfterCheck{leave, http.DefaultTransport}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handler := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }})(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran for a caller that left") }))
+			req := httptest.NewRequest(http.MethodPost, "/v1/complete", nil).WithContext(ctx)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			handler.ServeHTTP(httptest.NewRecorder(), req)
+			if call := a.next(t); !reflect.DeepEqual(call, tc.want) {
+				t.Errorf("call %+v, want %+v", call, tc.want)
+			}
+			select {
+			case call := <-a.calls:
+				t.Errorf("unexpected call %+v", call)
+			default:
+			}
+		})
+	}
+}
+
+// leaveAfterCheck is a transport that calls leave once the body of a
+// check's answer has been read and closed.
+type leaveAfterCheck struct {
+	leave context.CancelFunc
+	next  http.RoundTripper
+}
+
+func (l leaveAfterCheck) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(r)
+	if err == nil && r.URL.Path == "/v1/check" {
+		resp.Body = closeHook{resp.Body, l.leave}
+	}
+	return resp, err
+}
+
+type closeHook struct {
+	io.ReadCloser
+	closed func()
+}
+
+func (c closeHook) Close() error {
+	err := c.ReadCloser.Close()
+	c.closed()
+	return err
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,7 +94,10 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 // one, and answers denials with opts.OnLimited. A request that took a
 // lease on concurrency rules (Decision.LeaseID) has it renewed while the
 // handler runs and released when it returns; a held one is settled then
-// (see MiddlewareOptions.Hold), which releases its lease too.
+// (see MiddlewareOptions.Hold), which releases its lease too. A caller
+// that goes away during the delay is not served: its hold is settled at
+// 0, or its lease released, at once. CostHeader is removed from every
+// response of an admitted request, held or not.
 func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
 	keyFunc := orDefault(opts.KeyFunc, APIKey)
 	ipFunc := orDefault(opts.IPFunc, RemoteIP)
@@ -130,13 +134,18 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 				return
 			}
 			if d.DelayMS > 0 && !hold(r.Context(), d.Delay()) {
-				return // the caller went away while held
-			}
-			if d.HoldID == "" && d.LeaseID == "" {
-				next.ServeHTTP(w, r)
+				c.unserved(r.Context(), d) // the caller went away while held
 				return
 			}
-			c.serveHeld(w, r, next, d, req.effectiveCost(), opts.RefundOn)
+			// A handler may report a cost in CostHeader whether or not
+			// the request holds anything: it never reaches the caller.
+			rw := &costWriter{ResponseWriter: w}
+			if d.HoldID == "" && d.LeaseID == "" {
+				next.ServeHTTP(rw, r)
+				rw.finish()
+				return
+			}
+			c.serveHeld(rw, r, next, d, req.effectiveCost(), opts.RefundOn)
 		})
 	}
 }
@@ -159,7 +168,8 @@ func orDefault[F optionFunc](f, def F) F {
 
 // CostHeader is the response header in which a handler behind the
 // middleware may report a held request's actual cost (ReportCost does the
-// same from code); the middleware removes it.
+// same from code); the middleware removes it from every response it lets
+// through, held or not, so that it never reaches the caller.
 const CostHeader = "Tollgate-Cost"
 
 type costKey struct{}
@@ -182,15 +192,30 @@ func ReportCost(ctx context.Context, cost int64) bool {
 	return ok
 }
 
-// serveHeld runs next for a request whose check opened hold d or took
-// its lease, renewing the lease meanwhile; then it settles the hold: at
-// the reported cost, else the estimate; at 0 for the outcomes refundOn or
-// the hold's rules list. Without a hold it releases the lease.
-func (c *Client) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
+// unserved gives back what the check of a request that was never served
+// took, the caller having gone away first: its hold is settled at 0,
+// which releases its lease too, else its lease is released.
+func (c *Client) unserved(ctx context.Context, d *Decision) {
+	ctx = context.WithoutCancel(ctx) // the caller is gone; the give-back must still happen
+	switch {
+	case d.HoldID != "":
+		_, _ = c.Settle(ctx, d.HoldID, 0)
+	case d.LeaseID != "":
+		_, _ = c.Release(ctx, d.LeaseID)
+	}
+}
+
+// serveHeld runs next, writing to rw, for a request whose check opened
+// hold d or took its lease, renewing the lease meanwhile; then it settles
+// the hold: at the reported cost, else the estimate; at 0 for the
+// outcomes refundOn or the hold's rules list. Without a hold it releases
+// the lease.
+func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
 	rep := &costReport{}
-	rw := &costWriter{ResponseWriter: w, report: rep}
+	rw.report = rep
 	stopRenewing := c.keepLease(r.Context(), d)
 	defer func() {
+		rw.finish()
 		stopRenewing()
 		// The caller may be gone; the settlement or release must still
 		// happen.
@@ -255,26 +280,43 @@ func (c *Client) keepLease(ctx context.Context, d *Decision) (stop func()) {
 	return func() { close(done) }
 }
 
-// costWriter records a held response's status and takes the cost the
-// handler reports in CostHeader out of its headers.
+// costWriter records the status of an admitted request's response and
+// takes CostHeader out of its headers before they are sent: into the
+// report of a held request, to settle at; away, for any other.
 type costWriter struct {
 	http.ResponseWriter
-	report *costReport
+	report *costReport // nil when the request holds nothing
 	status int
 }
 
 func (w *costWriter) WriteHeader(status int) {
 	if w.status == 0 {
 		w.status = status
-		if v := w.Header().Get(CostHeader); v != "" {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				w.report.cost.Store(n)
-				w.report.reported.Store(true)
-			}
-			w.Header().Del(CostHeader)
-		}
+		w.takeCost()
 	}
 	w.ResponseWriter.WriteHeader(status)
+}
+
+// finish takes CostHeader out of the headers of a handler that returned
+// without writing anything, before net/http sends them with its 200.
+func (w *costWriter) finish() {
+	if w.status == 0 {
+		w.takeCost()
+	}
+}
+
+// takeCost records the cost reported in CostHeader, if the request holds
+// something, and removes the header.
+func (w *costWriter) takeCost() {
+	v := w.Header().Get(CostHeader)
+	if v == "" {
+		return
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 && w.report != nil {
+		w.report.cost.Store(n)
+		w.report.reported.Store(true)
+	}
+	w.Header().Del(CostHeader)
 }
 
 func (w *costWriter) Write(b []byte) (int, error) {
@@ -290,6 +332,12 @@ func (w *costWriter) Flush() {
 		w.WriteHeader(http.StatusOK)
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush() // as http.Flusher: nothing to report
+}
+
+// Hijack lets a handler take the connection over (a WebSocket, say)
+// through the middleware, when the writer underneath can.
+func (w *costWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // Unwrap gives http.ResponseController the writer underneath.

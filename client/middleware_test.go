@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
@@ -86,6 +87,10 @@ func TestMiddleware(t *testing.T) {
 			wantStatus: 429, wantCode: "rate_limited", wantHeader: with(proHeaders, "Retry-After", "30", "Content-Type", "application/problem+json")},
 		{name: "rate limited beyond capacity", check: decide(false, "rate_limited", -1, 0),
 			wantStatus: 429, wantCode: "rate_limited", wantHeader: with(proHeaders, "Retry-After", "")},
+		{name: "spend cap", check: decide(false, "spend_cap", 86_400_000, 0),
+			wantStatus: 429, wantCode: "spend_cap", wantHeader: map[string]string{"Retry-After": "86400"}},
+		{name: "credits exhausted: 402, no Retry-After", check: decide(false, "credits_exhausted", -1, 0),
+			wantStatus: 402, wantCode: "credits_exhausted", wantHeader: map[string]string{"Retry-After": ""}},
 		{name: "invalid key", check: decide(false, "invalid_key", 0, 0),
 			wantStatus: 401, wantCode: "invalid_key", wantHeader: map[string]string{"WWW-Authenticate": `Bearer error="invalid_token"`, "Content-Type": "application/problem+json"}},
 		{name: "key required", check: decide(false, "key_required", 0, 0),
@@ -148,6 +153,16 @@ func TestMiddleware(t *testing.T) {
 			wantStatus: 200, wantHandler: true},
 		{name: "fail closed: 503", check: nil, failMode: client.FailClosed,
 			wantStatus: 503, wantCode: "unavailable", wantHeader: map[string]string{"Retry-After": "1"}},
+		{name: "a 200 that is not a decision, fail open: the handler runs", check: answer(nil, 200, nil, `{"nope":1}`),
+			failMode: client.FailOpen, wantStatus: 200, wantHandler: true},
+		{name: "a 200 that is not a decision, fail closed: 503", check: answer(nil, 200, nil, `{"nope":1}`),
+			failMode: client.FailClosed, wantStatus: 503, wantCode: "unavailable"},
+		{name: "a load balancer's 404, fail open: the handler runs", check: answer(nil, 404,
+			map[string]string{"Content-Type": "text/html"}, "<h1>Not Found</h1>"),
+			failMode: client.FailOpen, wantStatus: 200, wantHandler: true},
+		{name: "a proxy's 429, fail closed: 503", check: answer(nil, 429,
+			map[string]string{"Content-Type": "text/plain"}, "slow down"),
+			failMode: client.FailClosed, wantStatus: 503, wantCode: "unavailable", wantHeader: map[string]string{"Retry-After": "1"}},
 		{name: "the check API refuses the service token: 500", check: answer(nil, 401,
 			map[string]string{"Content-Type": "application/problem+json"}, `{"status":401,"code":"unauthorized","title":"Unauthorized"}`),
 			wantStatus: 500, wantCode: "internal"},
@@ -396,5 +411,106 @@ func TestRouteResourceFallsBackToTheEscapedPath(t *testing.T) {
 	r := httptest.NewRequest("GET", "/a%00b//c", nil)
 	if got := client.RouteResource(nil)(r); got != "GET /a%00b/c" {
 		t.Errorf("RouteResource = %q, want GET /a%%00b/c", got)
+	}
+}
+
+// TestMiddlewareRefusesOverLongKeys: a key the check API could not even
+// be asked about (its body would pass 16 KiB) is a 401 invalid_key, not
+// the 500 of a refused check, and no check is sent.
+func TestMiddlewareRefusesOverLongKeys(t *testing.T) {
+	var calls atomic.Int64
+	checks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.ContentLength > 16<<10 { // as the check API does
+			writeTestProblem(w, http.StatusRequestEntityTooLarge, "too_large", "the body is larger than 16384 bytes", nil)
+			return
+		}
+		decide(true, "ok", 0, 0)(w, r)
+	}))
+	defer checks.Close()
+	handler := newClient(t, checks.URL, client.Options{}).Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran for an over-long key")
+	}))
+	r := httptest.NewRequest(http.MethodGet, "/repos/acme", nil)
+	r.Header.Set("X-API-Key", strings.Repeat("k", 17<<10))
+	w := httptest.NewRecorder()
+	handler.ServeHTTP(w, r)
+	var p struct{ Code string }
+	_ = json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != http.StatusUnauthorized || p.Code != client.ReasonInvalidKey || w.Header().Get("WWW-Authenticate") == "" {
+		t.Errorf("status %d, code %q, WWW-Authenticate %q; want a 401 invalid_key with WWW-Authenticate",
+			w.Code, p.Code, w.Header().Get("WWW-Authenticate"))
+	}
+	if calls.Load() != 0 {
+		t.Errorf("%d checks sent, want none", calls.Load())
+	}
+}
+
+// TestMiddlewareStripsTheCostHeader: Tollgate-Cost never reaches the
+// caller of a request that holds nothing either, whether the handler
+// writes a body, a status alone, or nothing.
+func TestMiddlewareStripsTheCostHeader(t *testing.T) {
+	checks := httptest.NewServer(decide(true, "ok", 0, 0))
+	defer checks.Close()
+	mw := newClient(t, checks.URL, client.Options{}).Middleware(client.MiddlewareOptions{})
+	cases := map[string]http.HandlerFunc{
+		"a body": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(client.CostHeader, "7")
+			io.WriteString(w, "done")
+		},
+		"a status": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(client.CostHeader, "7")
+			w.WriteHeader(http.StatusAccepted)
+		},
+		"nothing": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(client.CostHeader, "7")
+		},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(mw(h))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/v1/repos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if v := resp.Header.Get(client.CostHeader); v != "" || resp.Header.Get("RateLimit") == "" {
+				t.Errorf("%s = %q, RateLimit %q; want no %s and the decision's headers", client.CostHeader, v, resp.Header.Get("RateLimit"), client.CostHeader)
+			}
+		})
+	}
+}
+
+// TestMiddlewareLetsHandlersHijack: the writer the middleware hands a
+// handler still lets it take the connection over (a WebSocket upgrade).
+func TestMiddlewareLetsHandlersHijack(t *testing.T) {
+	checks := httptest.NewServer(decide(true, "ok", 0, 0))
+	defer checks.Close()
+	srv := httptest.NewServer(newClient(t, checks.URL, client.Options{}).Middleware(client.MiddlewareOptions{})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				t.Error("the writer is not an http.Hijacker")
+				return
+			}
+			conn, buf, err := hj.Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+			buf.Flush()
+		})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hijacked" {
+		t.Errorf("body %q, want the hijacker's", body)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate"
 )
 
 // ProblemError is an error answer of a Tollgate server: an RFC 9457
@@ -22,7 +24,7 @@ type ProblemError struct {
 	Detail string
 	// Code is Tollgate's error code: invalid, malformed, not_found,
 	// conflict, unauthorized, forbidden, too_large, rate_limited, internal,
-	// method_not_allowed.
+	// method_not_allowed, unavailable; "" when the body was not a problem.
 	Code string
 	// Errors names each invalid field and what is wrong with it, e.g.
 	// "ip" → "must be an IPv4 or IPv6 address".
@@ -61,6 +63,30 @@ func (e *ProblemError) Error() string {
 		}
 	}
 	return b.String()
+}
+
+// refusal reports whether p is the check API refusing a check rather
+// than something in between answering for it: a status the contract
+// gives a check's refusal (400, 401, 413, 422), or another status below
+// 500 with a problem of one of Tollgate's codes. A proxy's or load
+// balancer's 404, 408 or 429 is not one: the FailMode decides it, as it
+// decides an outage.
+func (p *ProblemError) refusal() bool {
+	switch {
+	case p.Status >= 500:
+		return false
+	case p.Status == http.StatusBadRequest, p.Status == http.StatusUnauthorized,
+		p.Status == http.StatusRequestEntityTooLarge, p.Status == http.StatusUnprocessableEntity:
+		return true
+	}
+	return slices.Contains(tollgateCodes, p.Code)
+}
+
+// tollgateCodes are the codes of Tollgate's problems.
+var tollgateCodes = []string{
+	tollgate.EMALFORMED, tollgate.EUNAUTHORIZED, tollgate.EFORBIDDEN, tollgate.ENOTFOUND, tollgate.EMETHOD,
+	tollgate.ECONFLICT, tollgate.ETOOLARGE, tollgate.EINVALID, tollgate.ERATELIMITED, tollgate.EINTERNAL,
+	tollgate.EUNAVAILABLE,
 }
 
 // maxProblemBody bounds how much of an error answer is read.

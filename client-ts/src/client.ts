@@ -3,11 +3,19 @@ import {
   type Standing, type WireDecision,
 } from "./decision.js";
 import { Denials, denialKey, ownerTag, remembers } from "./memory.js";
-import { ProblemError, readProblem } from "./problem.js";
+import { isRefusal, ProblemError, readProblem } from "./problem.js";
 
 /** Defaults of ClientOptions. */
 export const defaultTimeoutMs = 500;
 export const defaultMemorySize = 10_000;
+
+/**
+ * maxKeyLength is the longest API key, in UTF-8 bytes, that `check` sends
+ * to the check API. Tollgate's keys have 39 characters; a longer one
+ * cannot be valid, and one of 16 KiB would make the check's body larger
+ * than the check API accepts, a refusal (413) instead of a denial.
+ */
+export const maxKeyLength = 1024;
 
 /**
  * FailMode says what a client decides when it cannot ask the check API:
@@ -25,7 +33,12 @@ export interface ClientOptions {
   serviceToken: string;
   /** Bounds one check, connecting included, in milliseconds (default 500). Past it, failMode decides. */
   timeoutMs?: number;
-  /** Decides when the check API cannot be reached, times out or answers 5xx (default "open"). */
+  /**
+   * Decides when the check API cannot be reached, times out, answers 5xx,
+   * answers a status it never sends (something in between answered: a
+   * load balancer's 404, 408 or 429) or answers something that is not a
+   * decision (default "open"). See `check`.
+   */
   failMode?: FailMode;
   /**
    * Bounds the denials remembered to answer repeated requests locally
@@ -90,13 +103,20 @@ export class TollgateClient {
 
   /**
    * check asks whether req may proceed now. Every answer of the server is
-   * a Decision, and so is an outage (unreachable, timed out, 5xx, or an
-   * answer that is not a decision): the fail mode decides it, with
-   * `degraded` set and the reason in `cause`.
+   * a Decision, and so is an outage (unreachable, timed out, 5xx, an
+   * answer that is not a decision, or a status the check API does not
+   * send: a 404, 408 or 429 of a proxy or load balancer in between): the
+   * fail mode decides it, with `degraded` set and the reason in `cause`.
    *
-   * It rejects only with a ProblemError when the server refused the check
-   * — 400, 401 (a bad service token), 413 or 422 (invalid values; `errors`
-   * names them) — or with req.signal's reason when the signal aborted.
+   * It rejects only with a ProblemError when the check API refused the
+   * check — 400, 401 (a bad service token), 413 or 422 (invalid values;
+   * `errors` names them), or another status below 500 with a problem of
+   * one of Tollgate's codes (a 404 not_found: the base URL is not a check
+   * API) — or with req.signal's reason when the signal aborted.
+   *
+   * A key longer than maxKeyLength is denied as invalid_key without
+   * asking: no API key is that long, and the check API would refuse the
+   * body (413) before it could say so.
    *
    * A request the server denied as rate_limited or spend_cap with a
    * positive retry_after_ms is denied again without a round trip
@@ -110,6 +130,12 @@ export class TollgateClient {
    * too, as the Go SDK does.
    */
   async check(req: CheckRequest): Promise<Decision> {
+    if (req.key !== undefined && Buffer.byteLength(req.key) > maxKeyLength) {
+      return {
+        allowed: false, reason: Reason.InvalidKey, tier: "authenticated", retry_after_ms: 0, degraded: false, rules: [],
+        headers: {}, remembered: false,
+      };
+    }
     const key = this.#memory === undefined ? "" : denialKey(req);
     const known = this.#memory?.lookup(key, this.#now());
     if (known !== undefined) {
@@ -122,7 +148,7 @@ export class TollgateClient {
       d = await this.#post(req);
     } catch (err) {
       req.signal?.throwIfAborted();
-      if (err instanceof ProblemError && err.status < 500) {
+      if (err instanceof ProblemError && isRefusal(err)) {
         throw err;
       }
       return this.#fail(err);
@@ -170,7 +196,9 @@ export class TollgateClient {
    * rule's lease TTL from now (`expires_at`). Renew well before
    * `lease_expires_at`. It rejects with a ProblemError 404 once the lease
    * expired or was released (its slot may be someone else's: end the
-   * request), 422 for a malformed ID, else the transport error.
+   * request), 422 for a malformed ID, and otherwise with an Error
+   * (`tollgate: renew: …`) when the check API cannot be reached or its
+   * answer is not a lease, as settle does.
    */
   renew(leaseId: string, signal?: AbortSignal): Promise<Lease> {
     return this.#lease("renew", leaseId, signal);
@@ -179,9 +207,9 @@ export class TollgateClient {
   /**
    * release frees the slots of lease leaseId when its request ends;
    * `released` is false when none was still held (released before, or
-   * expired). Settling the check's hold releases its lease too. Either way
-   * the client forgets the denials it remembers of the lease's tenant, as
-   * settle does.
+   * expired). Settling the check's hold releases its lease too. It
+   * rejects as renew does. Either way the client forgets the denials it
+   * remembers of the lease's tenant, as settle does.
    */
   async release(leaseId: string, signal?: AbortSignal): Promise<Lease> {
     try {
@@ -194,8 +222,7 @@ export class TollgateClient {
   /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */
   async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined): Promise<Lease> {
     const body: LeaseRequest = { lease_id: leaseId };
-    const text = await this.#ask(op, `${this.#base}/v1/${op}`, body, signal);
-    const l = JSON.parse(text) as Partial<Lease>;
+    const l = parseFields<Lease>(await this.#ask(op, `${this.#base}/v1/${op}`, body, signal), op);
     if (typeof l.lease_id !== "string") {
       throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
     }
@@ -326,9 +353,9 @@ function parseDecision(text: string): WireDecision {
 }
 
 /**
- * parseFields decodes an answer to op (settle, me) whose fields the caller
- * checks: a JSON object, or no fields at all when it is another JSON value.
- * An answer that is not JSON is an error.
+ * parseFields decodes an answer to op (settle, renew, release, me) whose
+ * fields the caller checks: a JSON object, or no fields at all when it is
+ * another JSON value (null too). An answer that is not JSON is an error.
  */
 function parseFields<T>(text: string, op: string): Partial<T> {
   let v: unknown;

@@ -99,6 +99,12 @@ export interface CheckRequest {
   hold?: boolean;
   /** How long the hold stays open unsettled, in seconds (a fraction counts as a whole one); absent or 0 for the rules' default. */
   holdTtlS?: number;
+  /**
+   * Open a hold, as `hold` does, only when a matching rule asks for one
+   * (its option hold); otherwise the check is a plain one. Ignored with
+   * `hold`. The middleware sets it unless its option `hold` is given.
+   */
+  autoHold?: boolean;
   /** Ends the check early; the check then rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -174,6 +180,7 @@ export function toWire(r: CheckRequest): WireCheckRequest {
   if (resource !== "*") body.resource = resource;
   if (r.dryRun) body.dry_run = true;
   if (r.hold) body.hold = true;
+  else if (r.autoHold) body.auto_hold = true;
   if (r.holdTtlS !== undefined && r.holdTtlS > 0) body.hold_ttl_s = Math.ceil(r.holdTtlS);
   return body;
 }

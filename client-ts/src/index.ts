@@ -2,7 +2,7 @@
 // with fail modes and remembered denials, Connect/Express middleware that
 // protects a service with it, and verification of Tollgate's webhooks.
 // It has no runtime dependencies.
-export { TollgateClient, defaultMemorySize, defaultTimeoutMs, type ClientOptions, type FailMode } from "./client.js";
+export { TollgateClient, defaultMemorySize, defaultTimeoutMs, maxKeyLength, type ClientOptions, type FailMode } from "./client.js";
 export {
   Reason, rateLimitHeaders,
   type CheckRequest, type Decision, type RuleResult, type Lease, type LeaseRequest, type SettleRequest, type Settlement, type WireCheckRequest, type WireDecision,

@@ -13,6 +13,11 @@ export type Middleware<Req, Res> = (req: Req, res: Res, next: Next) => void;
 /**
  * MiddlewareOptions configures the middleware. Every field is optional;
  * each callback may return a promise.
+ *
+ * Req and Res are the types the callbacks see. Used as `app.use(…)`'s
+ * argument they are Express's; on a route (`app.post(path,
+ * middleware(…), handler)`) TypeScript cannot infer them, so name them:
+ * `middleware<express.Request, express.Response>(client, { … })`.
  */
 export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
   /**
@@ -26,7 +31,7 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
    * `req.ip` when present (it follows the app's "trust proxy" setting),
    * else the socket's peer. No header is trusted otherwise.
    */
-  ip?: (req: Req) => string | undefined;
+  ip?: (req: Req) => string | undefined | Promise<string | undefined>;
   /** Returns what is accessed, matched against the rules' resource patterns. Default: requestResource. */
   resource?: (req: Req) => string | Promise<string>;
   /**
@@ -40,22 +45,26 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
    * used as it returns.
    */
   caseSensitive?: boolean;
-  /** Returns the units the request consumes (0 means 1). Default 1. With `hold`, the estimate. */
+  /** Returns the units the request consumes (0 means 1). Default 1. With a hold, the estimate. */
   cost?: (req: Req) => number | Promise<number>;
   /**
-   * Checks requests with a hold (for rules priced in tokens, say, with
-   * the option hold): true for every request, or a function that says
-   * which. `cost` is then an estimate, and when the response has finished
-   * (or closed) the middleware settles the hold at the cost the handler
+   * Checks requests with a hold (for rules priced in tokens, say): true
+   * for every request, false for none, or a function that says which.
+   * `cost` is then an estimate, and when the response has finished (or
+   * closed) the middleware settles the hold at the cost the handler
    * reported with reportCost or in a Tollgate-Cost response header set
-   * with res.setHeader (removed from the response), else at the estimate.
-   * Default: no holds.
+   * with res.setHeader (removed from the response), else at the
+   * estimate. Default (absent): a request is held when a rule that
+   * matches it asks for holds (its option hold; CheckRequest.autoHold),
+   * as the Go SDK's middleware does.
    */
   hold?: boolean | ((req: Req) => boolean | Promise<boolean>);
   /**
    * The outcomes of a held request settled at 0 whatever the handler
    * reported: "5xx" (a response status of 500 or more) and "timeout" (the
-   * connection closed before the response finished). Default: none.
+   * connection closed before the response finished). The outcomes the
+   * hold's rules list (their option refund_on, the decision's
+   * `hold_refund_on`) are added to these. Default: none.
    */
   refundOn?: readonly RefundOutcome[];
   /** Returns true for requests that are not checked at all (e.g. health probes). */
@@ -85,7 +94,8 @@ export type RefundOutcome = "5xx" | "timeout";
 /**
  * costHeader is the response header in which a handler behind the
  * middleware may report a held request's actual cost (reportCost does the
- * same from code); the middleware removes it before the headers are sent.
+ * same from code); the middleware removes it before the headers are sent,
+ * from every response it lets through, held or not.
  */
 export const costHeader = "Tollgate-Cost";
 
@@ -107,9 +117,12 @@ export function decisionOf(req: object): Decision | undefined {
  * a shaping rule asks for one, and answers denials with onLimitReached.
  * An admitted request that took a lease on concurrency rules has it
  * released once its response has closed, and a held one is settled then
- * (see `hold`), which releases its lease too; a denial takes no lease.
+ * (see `hold`), which releases its lease too; a denial takes no lease. A
+ * caller that goes away during the delay is not served: its hold is
+ * settled at 0, or its lease released, at once.
  *
  *     app.use(middleware(tollgate, { skip: (req) => req.path === "/healthz" }));
+ *     app.post("/v1/complete", middleware<express.Request, express.Response>(tollgate, { cost: (req) => req.body.max_tokens }), complete);
  */
 export function middleware<Req extends IncomingMessage = IncomingMessage & ExpressLike, Res extends ServerResponse = ServerResponse>(
   client: TollgateClient,
@@ -138,10 +151,20 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
       releaseWhenDone(client, res, leaseId); // settling a hold releases its lease
     }
     if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await wait(res, d.delay_ms))) {
-      return; // the caller went away while held
+      // The caller went away while held: nothing was served, so the hold
+      // gives everything back (and its lease); a lease alone was released
+      // when the response closed.
+      if (holdId !== "") {
+        client.settle(holdId, 0).catch(() => undefined);
+      }
+      return;
     }
+    // A handler may report a cost in costHeader whether or not the
+    // request holds anything: it never reaches the caller.
+    const report = takeCostHeader(res);
     if (holdId !== "") {
-      settleWhenDone(client, req, res, holdId, effectiveCost(check), opts.refundOn ?? []);
+      const refundOn = [...(opts.refundOn ?? []), ...(d.hold_refund_on ?? [])];
+      settleWhenDone(client, req, res, holdId, effectiveCost(check), refundOn, report);
     }
     next();
   };
@@ -153,13 +176,17 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
 /** checkRequest builds the check of req from the options, or their defaults. */
 async function checkRequest<Req extends IncomingMessage>(req: Req, opts: MiddlewareOptions<Req, never>): Promise<CheckRequest> {
   const key = opts.keyGenerator ? await opts.keyGenerator(req) : apiKey(req);
-  const ip = opts.ip ? opts.ip(req) : remoteAddress(req);
+  const ip = opts.ip ? await opts.ip(req) : remoteAddress(req);
   const resource = opts.resource ? await opts.resource(req) : requestResource(req, { caseSensitive: opts.caseSensitive });
   const check: CheckRequest = { resource };
   if (key) check.key = key;
   if (ip) check.ip = ip;
   if (opts.cost) check.cost = await opts.cost(req);
-  if (typeof opts.hold === "function" ? await opts.hold(req) : opts.hold === true) check.hold = true;
+  if (opts.hold === undefined) {
+    check.autoHold = true; // the rules say
+  } else if (typeof opts.hold === "function" ? await opts.hold(req) : opts.hold) {
+    check.hold = true;
+  }
   return check;
 }
 
@@ -178,13 +205,15 @@ export function reportCost(req: object, cost: number): boolean {
 
 /**
  * settleWhenDone settles the hold holdId of req once res has closed: at
- * the reported cost, else the estimate; at 0 for the outcomes refundOn
- * lists. A failed settlement is dropped: the hold then expires by its TTL.
+ * the cost reported (into report), else the estimate; at 0 for the
+ * outcomes refundOn lists. A failed settlement is dropped: the hold then
+ * expires by its TTL.
  */
-function settleWhenDone(client: TollgateClient, req: object, res: ServerResponse, holdId: string, estimate: number, refundOn: readonly RefundOutcome[]): void {
-  const report: { cost?: number } = {};
+function settleWhenDone(
+  client: TollgateClient, req: object, res: ServerResponse, holdId: string, estimate: number, refundOn: readonly RefundOutcome[],
+  report: { cost?: number },
+): void {
   costReports.set(req, report);
-  takeCostHeader(res, report);
   const settle = () => {
     let cost = report.cost ?? estimate;
     if ((res.statusCode >= 500 && refundOn.includes("5xx")) || (!res.writableFinished && refundOn.includes("timeout"))) {
@@ -218,10 +247,11 @@ function releaseWhenDone(client: TollgateClient, res: ServerResponse, leaseId: s
 }
 
 /**
- * takeCostHeader makes res record a cost reported in costHeader into
- * report and remove the header, just before its headers are sent.
+ * takeCostHeader makes res remove costHeader just before its headers are
+ * sent, recording the cost it reports into the report it returns.
  */
-function takeCostHeader(res: ServerResponse, report: { cost?: number }): void {
+function takeCostHeader(res: ServerResponse): { cost?: number } {
+  const report: { cost?: number } = {};
   const writeHead = res.writeHead;
   res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
     const v = res.getHeader(costHeader);
@@ -233,11 +263,16 @@ function takeCostHeader(res: ServerResponse, report: { cost?: number }): void {
     }
     return writeHead.apply(this, args);
   } as ServerResponse["writeHead"];
+  return report;
 }
 
-/** wait waits ms milliseconds, or until the response closes (then it resolves false). */
+/** wait waits ms milliseconds, or until the response closes (then it resolves false, at once if it has already). */
 function wait(res: ServerResponse, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
+    if (res.closed) {
+      resolve(false);
+      return;
+    }
     const closed = () => {
       clearTimeout(timer);
       resolve(false);
@@ -280,17 +315,25 @@ export function remoteAddress(req: IncomingMessage & ExpressLike): string | unde
 
 /**
  * writeDenied answers a denied request with application/problem+json
- * whose code is the decision's reason: 429 for rate_limited, 401 for
- * invalid_key and key_required (with WWW-Authenticate), 403 for
- * key_revoked, key_expired and tenant_suspended, 503 for unavailable; an
- * unknown reason is a 429 when it has a wait, a 403 otherwise. It is the
- * middleware's default onLimitReached, and answers as the Go SDK's
- * middleware does.
+ * whose code is the decision's reason: 429 for rate_limited and
+ * spend_cap, 402 for credits_exhausted, 401 for invalid_key and
+ * key_required (with WWW-Authenticate), 403 for key_revoked, key_expired
+ * and tenant_suspended, 503 for unavailable; an unknown reason is a 429
+ * when it has a wait, a 403 otherwise. It is the middleware's default
+ * onLimitReached, and answers as the Go SDK's middleware does.
  */
 export function writeDenied(_req: IncomingMessage, res: ServerResponse, d: Decision): void {
   let status = 403;
   let detail = "the request is not allowed";
   switch (d.reason) {
+    case Reason.SpendCap:
+      status = 429;
+      detail = "the monthly spend cap is reached";
+      break;
+    case Reason.CreditsExhausted:
+      status = 402;
+      detail = "the prepaid credits are exhausted";
+      break;
     case Reason.RateLimited:
       status = 429;
       detail = d.retry_after_ms < 0 ? "the request exceeds what the rate limit can ever allow" : "rate limit exceeded";

@@ -60,6 +60,27 @@ function describe(status: number, body: Partial<Problem>): string {
   return s;
 }
 
+/** tollgateCodes are the codes of Tollgate's problems. */
+const tollgateCodes: ReadonlySet<string> = new Set([
+  "malformed", "unauthorized", "forbidden", "not_found", "method_not_allowed", "conflict", "too_large", "invalid",
+  "rate_limited", "internal", "unavailable",
+]);
+
+/**
+ * isRefusal reports whether err is the check API refusing a check rather
+ * than something in between answering for it: a status the contract
+ * gives a check's refusal (400, 401, 413, 422), or another status below
+ * 500 with a problem of one of Tollgate's codes. A proxy's or load
+ * balancer's 404, 408 or 429 is not one: the fail mode decides it, as it
+ * decides an outage.
+ */
+export function isRefusal(err: ProblemError): boolean {
+  if (err.status >= 500) {
+    return false;
+  }
+  return [400, 401, 413, 422].includes(err.status) || tollgateCodes.has(err.code);
+}
+
 /** readProblem turns a non-2xx answer into a ProblemError. */
 export async function readProblem(resp: Response): Promise<ProblemError> {
   const seconds = Number.parseInt(resp.headers.get("Retry-After") ?? "", 10);

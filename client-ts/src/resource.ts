@@ -39,8 +39,13 @@ export interface ResourceOptions {
  * requestResource returns what a request accesses, as the check API's
  * rules match it: the method (HEAD counted as GET, since it reads what
  * GET reads), a space, and the matched Express route pattern
- * (`req.baseUrl + req.route.path`, e.g. "GET /repos/:id") when it is
- * known, else the path cleaned by cleanPath — of a request target in
+ * (`req.baseUrl + req.route.path`) with its parameters written as the Go
+ * SDK writes a ServeMux pattern's, so that a Go and a Node service name a
+ * route alike ("/repos/:owner" is "GET /repos/{owner}", a wildcard
+ * "/files/*path" is "GET /files/{path...}"), when the route is known —
+ * only once Express has matched one, so not to middleware that
+ * `app.use` runs before the routes — else the path cleaned by cleanPath
+ * ("GET /repos/octocat") — of a request target in
  * absolute form ("POST http://host/v1/search HTTP/1.1", which Node and
  * Express route by its path) without the scheme and authority. The path
  * is folded to lower case when opts.caseSensitive, or else the app's
@@ -89,7 +94,11 @@ function withoutOrigin(target: string): string {
   return target.replace(absoluteForm, "");
 }
 
-/** routePattern returns the Express route pattern that matched req, when there is one and it is a string. */
+/**
+ * routePattern returns the Express route pattern that matched req, when
+ * there is one and it is a string, with its parameters written as Go's
+ * (routeTemplate).
+ */
 function routePattern(req: ExpressLike): string | undefined {
   const path = req.route?.path;
   if (typeof path !== "string") {
@@ -99,8 +108,28 @@ function routePattern(req: ExpressLike): string | undefined {
   if (base === "/") {
     base = "";
   }
-  const pattern = base + (path.startsWith("/") ? path : "/" + path);
+  const pattern = base + routeTemplate(path.startsWith("/") ? path : "/" + path);
   return pattern.length > 1 ? pattern.replace(/\/+$/, "") || "/" : pattern;
+}
+
+/**
+ * routeParameter matches a parameter of an Express route path not
+ * escaped with a backslash: ":name" or a wildcard "*name" (Express 5),
+ * the name an identifier or a quoted string (`:"my name"`).
+ */
+const routeParameter = /(?<!\\)([:*])(?:([$_\p{ID_Start}][$\u200c\u200d\p{ID_Continue}]*)|"((?:[^"\\]|\\.)*)")/gu;
+
+/**
+ * routeTemplate returns an Express route path with its parameters written
+ * as in a Go ServeMux pattern, the Go SDK's resource: ":owner" is
+ * "{owner}", "*path" is "{path...}". The rest, optional groups
+ * ("{/:id}") included, is kept as written.
+ */
+function routeTemplate(path: string): string {
+  return path.replace(routeParameter, (_match, kind: string, name: string | undefined, quoted: string | undefined) => {
+    const n = name ?? (quoted ?? "").replace(/\\(.)/gu, "$1");
+    return kind === ":" ? `{${n}}` : `{${n}...}`;
+  });
 }
 
 /**

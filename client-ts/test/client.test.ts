@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
-import { maxMemoryAgeMs, ProblemError, TollgateClient, type ClientOptions, type RuleResult, type WireCheckRequest } from "../src/index.js";
+import { maxKeyLength, maxMemoryAgeMs, ProblemError, TollgateClient, type ClientOptions, type RuleResult, type WireCheckRequest } from "../src/index.js";
 import { allowed, close, held, hourlyHeaders, listen, patientMs, problem, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 const token = "service-token";
@@ -70,6 +70,10 @@ describe("check", () => {
     ["a 500", { status: 500, body: "upstream exploded" }],
     ["a 503 problem", { status: 503, headers: { "Content-Type": "application/problem+json" }, body: '{"status":503,"code":"unavailable"}' }],
     ["a 200 that is not a decision", { body: "<html>proxy</html>" }],
+    ["a 200 whose JSON is not a decision", { body: { nope: 1 } as never }],
+    ["a 404 of a load balancer", { status: 404, headers: { "Content-Type": "text/html" }, body: "<h1>Not Found</h1>" }],
+    ["a 408 of a proxy", { status: 408, body: "request timeout" }],
+    ["a 429 of a proxy, even as JSON", { status: 429, headers: { "Content-Type": "application/json" }, body: '{"error":"slow down"}' }],
   ] as const) {
     test(`${name}: fail open allows, fail closed denies, both degraded`, async () => {
       fake.answer = () => answer;
@@ -88,6 +92,34 @@ describe("check", () => {
       assert.ok(closed.cause instanceof Error);
     });
   }
+
+  test("a Tollgate problem of another status is still a refusal: the base URL is not a check API", async () => {
+    fake.answer = () => problem(404, "not_found", "no such endpoint");
+    const err = await client({ failMode: "open" }).check({ ip: "203.0.113.7" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ProblemError && err.status === 404 && err.code === "not_found", String(err));
+  });
+
+  test("a key longer than maxKeyLength is denied as invalid_key without asking", async () => {
+    fake.answer = () => ({ body: allowed });
+    fake.checks.length = 0;
+    for (const n of [maxKeyLength + 1, 17 << 10]) {
+      const d = await client().check({ key: "k".repeat(n), ip: "203.0.113.7" });
+      assert.equal(d.allowed, false);
+      assert.equal(d.reason, "invalid_key");
+      assert.equal(d.degraded, false);
+    }
+    assert.equal(fake.checks.length, 0);
+    assert.equal((await client().check({ key: "k".repeat(maxKeyLength) })).allowed, true);
+    assert.equal(fake.checks.length, 1);
+  });
+
+  test("autoHold asks for a hold only where a rule wants one; hold wins", async () => {
+    fake.answer = () => ({ body: allowed });
+    fake.checks.length = 0;
+    await client().check({ key: "tg_x", autoHold: true });
+    await client().check({ key: "tg_x", autoHold: true, hold: true });
+    assert.deepEqual(fake.checks, [{ key: "tg_x", cost: 1, auto_hold: true }, { key: "tg_x", cost: 1, hold: true }]);
+  });
 
   test("remembers a denial's wait per request and answers locally until it passes", async () => {
     let now = 1_000_000;
@@ -322,6 +354,30 @@ describe("check", () => {
       const err = await c.renew("gone").catch((e: unknown) => e);
       assert.ok(err instanceof ProblemError && err.status === 404, String(err));
       assert.deepEqual(fake.leases, [{ op: "renew", lease_id: "l1" }, { op: "release", lease_id: "l1" }, { op: "renew", lease_id: "gone" }]);
+    });
+
+    test("a renewal or release that is not a lease rejects with an Error naming the call", async () => {
+      let body = "<html>proxy</html>";
+      const server = createServer((_req, res) => {
+        res.setHeader("Content-Type", "application/json");
+        res.end(body);
+      });
+      const url = await listen(server);
+      try {
+        const c = new TollgateClient({ baseUrl: url, serviceToken: token, timeoutMs: patientMs });
+        for (const op of ["renew", "release"] as const) {
+          body = "<html>proxy</html>";
+          await assert.rejects(c[op]("l1"), (err: unknown) => err instanceof Error && err.constructor === Error &&
+            err.message === `tollgate: ${op}: the answer is not JSON`);
+          for (const notALease of ["null", "{}", "[]"]) {
+            body = notALease;
+            await assert.rejects(c[op]("l1"), (err: unknown) => err instanceof Error && err.constructor === Error &&
+              err.message === `tollgate: ${op}: the answer is not a lease (lease_id)`, notALease);
+          }
+        }
+      } finally {
+        await close(server);
+      }
     });
 
     test("a remembered denial answers the same request with hold locally, as the Go SDK does", async () => {

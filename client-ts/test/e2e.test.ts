@@ -151,7 +151,8 @@ describe("end to end", { skip }, () => {
       return sent;
     };
     const leasing = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs, fetch: recording });
-    const app = await expressService(leasing, "/v1/complete");
+    // No holds: a held request's settlement would release its lease.
+    const app = await expressService(leasing, "/v1/complete", false);
     try {
       for (let i = 1; i <= 6; i++) {
         await waitReleases(releases, i - 1); // the previous requests' releases have landed
@@ -163,6 +164,57 @@ describe("end to end", { skip }, () => {
     } finally {
       await close(app.server);
     }
+  });
+
+  test("through Express, a request a rule holds (auto_hold) is settled, which frees its slot", async () => {
+    // llm's tokens rule asks for holds on POST /v1/complete: the
+    // middleware, told nothing of holds, checks with auto_hold, and the
+    // check opens a hold that the response's end settles at the cost
+    // (X-Cost), releasing the in-flight slot with it. More than 4
+    // requests, one after another, pass only so.
+    const key = await llmKey("ts-e2e-autohold", "ts-e2e-autohold");
+    const settlements: Promise<{ cost?: number; status?: string }>[] = [];
+    const releases: string[] = [];
+    const recording: typeof fetch = (input, init) => {
+      const sent = fetch(input, init);
+      if (String(input).endsWith("/v1/settle")) {
+        settlements.push(sent.then(async (r) => (await r.clone().json()) as { cost?: number; status?: string }));
+      } else if (String(input).endsWith("/v1/release")) {
+        releases.push(String(init?.body));
+      }
+      return sent;
+    };
+    const holding = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs, fetch: recording });
+    const app = await expressService(holding, "/v1/complete");
+    try {
+      for (let i = 1; i <= 6; i++) {
+        const deadline = Date.now() + 2000;
+        while (settlements.length < i - 1 && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        await Promise.all(settlements);
+        const a = await send(app.url, "POST", "/v1/complete", { "X-API-Key": key, "X-Cost": "3" });
+        assert.equal(a.status, 200, `request ${i}: ${a.body}`);
+      }
+      const deadline = Date.now() + 2000;
+      while (settlements.length < 6 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const settled = (await Promise.all(settlements)).map((st) => [st.cost, st.status]);
+      assert.deepEqual(settled, Array(6).fill([3, "settled"]), "each request's hold was settled at its cost");
+      assert.deepEqual(releases, [], "a settlement releases the lease: no release is sent apart");
+    } finally {
+      await close(app.server);
+    }
+  });
+
+  test("a key longer than maxKeyLength is denied as invalid_key, not refused as a body too large", async () => {
+    const d = await tollgate.check({ key: "k".repeat(17 << 10), ip: "203.0.113.7" });
+    assert.equal(d.allowed, false);
+    assert.equal(d.reason, "invalid_key");
+    const tooLong = await send(service.url, "GET", "/v1/repos", { "X-API-Key": "k".repeat(8 << 10) });
+    assert.equal(tooLong.status, 401);
+    assert.equal(JSON.parse(tooLong.body).code, "invalid_key");
   });
 
   test("llm: a freed slot and a settled hold end denials at once", async () => {
@@ -291,11 +343,12 @@ async function adminSession(seed: Seed): Promise<<T = unknown>(method: string, p
 
 /**
  * expressService starts an Express app that checks every request with
- * client (the cost in X-Cost, else 1) and handles POST path.
+ * client (the cost in X-Cost, else 1; hold as given, else as the rules
+ * say) and handles POST path.
  */
-async function expressService(client: TollgateClient, path: string): Promise<{ url: string; server: Server }> {
+async function expressService(client: TollgateClient, path: string, hold?: boolean): Promise<{ url: string; server: Server }> {
   const app = express();
-  app.use(middleware(client, { cost: (req) => Number(req.headers["x-cost"] ?? 1) }));
+  app.use(middleware(client, { cost: (req) => Number(req.headers["x-cost"] ?? 1), hold }));
   app.post(path, (_req, res) => {
     res.send("handled");
   });

@@ -5,7 +5,7 @@ import express from "express";
 import {
   costHeader, decisionOf, middleware, reportCost, requestResource, TollgateClient, writeDenied, type Decision, type ExpressLike, type MiddlewareOptions,
 } from "../src/index.js";
-import { allowed, close, held, hourlyHeaders, listen, patientMs, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
+import { allowed, close, held, hourlyHeaders, listen, patientMs, problem, send, serve, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 /** limited is the check API's answer to a rate-limited request. */
 const limited = {
@@ -101,6 +101,8 @@ describe("middleware", () => {
     ["key_expired", 403, undefined],
     ["tenant_suspended", 403, undefined],
     ["unavailable", 503, undefined],
+    ["spend_cap", 429, undefined],
+    ["credits_exhausted", 402, undefined],
     ["something_new", 403, undefined],
   ] as const) {
     test(`${reason} is a ${status}`, async () => {
@@ -135,7 +137,53 @@ describe("middleware", () => {
     assert.equal(fake.checks.length, 0, "a skipped request is not checked");
     assert.equal(probe.seen, undefined);
     await through(opts, "GET", "/x", { "api-key": "key1" });
-    assert.deepEqual(fake.checks, [{ key: "key1", ip: "198.51.100.9", resource: "GET /custom", cost: 7 }]);
+    assert.deepEqual(fake.checks, [{ key: "key1", ip: "198.51.100.9", resource: "GET /custom", cost: 7, auto_hold: true }]);
+  });
+
+  test("an ip callback may return a promise", async () => {
+    await through({ ip: async () => "198.51.100.9" }, "GET", "/x");
+    assert.equal(fake.checks[0]?.ip, "198.51.100.9");
+  });
+
+  test("without hold, the check asks for a hold where a rule wants one (auto_hold); hold false asks for none", async () => {
+    await through({}, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+    await through({ hold: false }, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+    await through({ hold: () => false }, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+    assert.deepEqual(fake.checks.map((c) => [c.hold, c.auto_hold]), [[undefined, true], [undefined, undefined], [undefined, undefined]]);
+  });
+
+  test("an over-long key is a 401 invalid_key, not the 500 of a body too large, and is not sent", async () => {
+    // As the check API does with a body over 16 KiB.
+    fake.answer = (check) => ((check.key ?? "").length > 16 << 10 ? problem(413, "too_large", "the body is larger than 16384 bytes") : { body: allowed });
+    const { answer, seen } = await through({ keyGenerator: () => "k".repeat(17 << 10) }, "GET", "/");
+    assert.equal(seen, undefined, "the handler must not run");
+    assert.equal(answer.status, 401);
+    assert.equal(answer.headers["www-authenticate"], 'Bearer error="invalid_token"');
+    assert.equal(JSON.parse(answer.body).code, "invalid_key");
+    assert.equal(fake.checks.length, 0);
+  });
+
+  for (const [name, failMode, check, status] of [
+    ["a 200 that is not a decision, fail open: the handler runs", "open", { body: { nope: 1 } as never }, 200],
+    ["a load balancer's 404, fail open: the handler runs", "open", { status: 404, body: "<h1>Not Found</h1>" }, 200],
+    ["a proxy's 429, fail closed: 503", "closed", { status: 429, body: "slow down" }, 503],
+  ] as const) {
+    test(name, async () => {
+      fake.answer = () => check;
+      client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, failMode });
+      const { answer } = await through({}, "GET", "/");
+      assert.equal(answer.status, status);
+    });
+  }
+
+  test("the Tollgate-Cost header never reaches the caller, held or not", async () => {
+    const answer = await served({}, (_req, res) => {
+      res.setHeader(costHeader, "7");
+      res.end("done");
+    }, (url) => send(url, "GET", "/v1/repos"));
+    assert.equal(answer.status, 200);
+    assert.equal(answer.headers[costHeader.toLowerCase()], undefined);
+    assert.equal(answer.headers["ratelimit"], hourlyHeaders.RateLimit);
   });
 
   test("onLimitReached answers denials, with the headers already set", async () => {
@@ -236,6 +284,41 @@ describe("middleware", () => {
       assert.equal((await settledAt({ hold: true }, never, true)).cost, 42);
     });
 
+    test("the outcomes the hold's rules list (hold_refund_on) are refunded too", async () => {
+      fake.answer = () => ({ body: { ...held, hold_refund_on: ["5xx"] } });
+      const failing = (req: IncomingMessage, res: ServerResponse) => {
+        reportCost(req, 42);
+        res.statusCode = 502;
+        res.end();
+      };
+      assert.equal((await settledAt({}, failing)).cost, 0);
+      assert.equal((await settledAt({ refundOn: ["timeout"] }, failing)).cost, 0);
+      fake.answer = () => ({ body: held });
+      assert.equal((await settledAt({}, failing)).cost, 42);
+    });
+
+    test("a hold opened because a rule asks for one (auto_hold) is settled at the reported cost", async () => {
+      fake.answer = (check) => ({ body: check.auto_hold ? held : allowed });
+      const { cost } = await settledAt({}, (req, res) => {
+        reportCost(req, 9);
+        res.end("done");
+      });
+      assert.equal(fake.checks[0]?.auto_hold, true);
+      assert.equal(cost, 9);
+    });
+
+    test("a caller gone during a shaping delay is not served, and its hold is settled at 0 at once", async () => {
+      fake.answer = () => ({ body: { ...held, delay_ms: 60_000 } });
+      let handled = false;
+      const { cost } = await settledAt({ hold: true }, (_req, res) => {
+        handled = true;
+        res.end("done");
+      }, true);
+      assert.equal(handled, false);
+      assert.equal(cost, 0);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 0 }]);
+    });
+
     test("a held request that took a lease is settled, which releases the lease; it is not released apart", async () => {
       fake.leases.length = 0;
       fake.answer = () => ({ body: { ...held, lease_id: "l1", lease_expires_at: "2026-11-25T15:00:30.000Z" } });
@@ -320,6 +403,19 @@ describe("middleware", () => {
       assertReleasedOnce("l2");
     });
 
+    test("the lease of a caller gone during a shaping delay is released at once, and the handler never runs", async () => {
+      fake.answer = () => ({ body: { ...leased, delay_ms: 60_000 } });
+      let handled = false;
+      await served({}, () => {
+        handled = true;
+      }, async (url) => {
+        await sendAndHangUp(url);
+        await releasedWithin();
+      });
+      assert.equal(handled, false);
+      assertReleasedOnce("l1");
+    });
+
     test("a failed release is dropped", async () => {
       fake.answer = () => ({ body: { ...leased, lease_id: "gone" } });
       const { answer } = await through({}, "GET", "/");
@@ -388,6 +484,53 @@ describe("middleware", () => {
       assert.equal((await sendTo("/V1/Search", { caseSensitive: false }, { "case sensitive routing": true })).resource, "POST /v1/search");
     });
 
+    test("on a route, the route's pattern is checked, written as the Go SDK writes it; app.use's middleware, before routing, checks the path", async () => {
+      const app = express();
+      app.use(express.json());
+      // Typed as Express's request and response, as the README shows:
+      // req.body and res.status type-check.
+      const onRoute = middleware<express.Request, express.Response>(client, {
+        cost: (req) => Number(req.body?.n ?? 1),
+        onLimitReached: (_req, res, d) => {
+          res.status(429).json({ reason: d.reason });
+        },
+      });
+      app.post("/repos/:owner/files/*path", onRoute, (_req, res) => {
+        res.send("ok");
+      });
+      const router = express.Router();
+      router.get("/items/:id", onRoute, (_req, res) => {
+        res.send("ok");
+      });
+      app.use("/v2", router);
+      const early = express();
+      early.use(middleware(client));
+      early.get("/repos/:owner", (_req, res) => {
+        res.send("ok");
+      });
+      const servers = [createServer(app), createServer(early)];
+      const [url, earlyUrl] = await Promise.all(servers.map((s) => listen(s)));
+      try {
+        fake.checks.length = 0;
+        const headers = { "Content-Type": "application/json" };
+        const posted = await fetch(`${url}/repos/octocat/files/a/b.txt`, { method: "POST", headers, body: JSON.stringify({ n: 3 }) });
+        assert.equal(posted.status, 200);
+        assert.equal((await send(url ?? "", "GET", "/v2/items/7")).status, 200);
+        assert.equal((await send(earlyUrl ?? "", "GET", "/repos/octocat")).status, 200);
+        assert.deepEqual(fake.checks.map((c) => [c.resource, c.cost]), [
+          ["POST /repos/{owner}/files/{path...}", 3],
+          ["GET /v2/items/{id}", 1],
+          ["GET /repos/octocat", 1],
+        ]);
+        fake.answer = () => limited;
+        const denied = await send(url ?? "", "GET", "/v2/items/7");
+        assert.equal(denied.status, 429);
+        assert.deepEqual(JSON.parse(denied.body), { reason: "rate_limited" });
+      } finally {
+        await Promise.all(servers.map((s) => close(s)));
+      }
+    });
+
     test("without Express, the case is kept unless caseSensitive is false", async () => {
       await through({}, "POST", "/V1/Search");
       await through({ caseSensitive: false }, "POST", "/V1/Search");
@@ -419,8 +562,10 @@ describe("requestResource", () => {
     ["invalid UTF-8 stays escaped", req("GET", "/a%ff"), "GET /a%ff"],
     ["control characters stay escaped", req("GET", "/a%0Ab"), "GET /a%0Ab"],
     ["originalUrl before mounting", req("GET", "/acme", { originalUrl: "/repos/acme", baseUrl: "/repos" }), "GET /repos/acme"],
-    ["the Express route pattern", req("GET", "/acme", { originalUrl: "/repos/acme", baseUrl: "/repos", route: { path: "/:owner" } }), "GET /repos/:owner"],
-    ["a route at the root", req("DELETE", "/keys/1", { baseUrl: "", route: { path: "/keys/:id" } }), "DELETE /keys/:id"],
+    ["the Express route pattern", req("GET", "/acme", { originalUrl: "/repos/acme", baseUrl: "/repos", route: { path: "/:owner" } }), "GET /repos/{owner}"],
+    ["a route at the root", req("DELETE", "/keys/1", { baseUrl: "", route: { path: "/keys/:id" } }), "DELETE /keys/{id}"],
+    ["parameters as Go writes them", req("GET", "/x", { route: { path: "/repos/:owner/:repo/files/*path" } }), "GET /repos/{owner}/{repo}/files/{path...}"],
+    ["parameters within a segment, quoted, escaped", req("GET", "/x", { route: { path: "/f/:from-:to/:\"a b\"/c\\:d" } }), "GET /f/{from}-{to}/{a b}/c\\:d"],
     ["a mount's own route", req("GET", "/", { baseUrl: "/api", route: { path: "/" } }), "GET /api"],
     ["a regular-expression route falls back to the path", req("GET", "/r1", { route: { path: /^\/r\d$/ } }), "GET /r1"],
     ["absolute form", req("POST", "http://host/v1/search"), "POST /v1/search"],
@@ -432,7 +577,7 @@ describe("requestResource", () => {
     ["case kept without Express", req("GET", "/Repos/Acme"), "GET /Repos/Acme"],
     ["case folded when the app routes case-insensitively", req("GET", "/Repos/Acme", { app: { get: () => undefined } }), "GET /repos/acme"],
     ["case kept when the app routes case-sensitively", req("GET", "/Repos/Acme", { app: { get: (s) => s === "case sensitive routing" } }), "GET /Repos/Acme"],
-    ["the route pattern folded too", req("GET", "/Repos/Acme", { app: { get: () => false }, route: { path: "/Repos/:owner" } }), "GET /repos/:owner"],
+    ["the route pattern folded too", req("GET", "/Repos/Acme", { app: { get: () => false }, route: { path: "/Repos/:owner" } }), "GET /repos/{owner}"],
   ] as const) {
     test(name, () => assert.equal(requestResource(r), want));
   }

@@ -41,6 +41,12 @@ func hello(w http.ResponseWriter, r *http.Request) {
 	if d.Tier == client.TierAuthenticated {
 		who = "caller on the " + d.Plan + " plan"
 	}
+	if d.Degraded || d.Policy == "" {
+		// Remaining may be unknown, and reads 0: a rule's failure mode
+		// decided (Redis down), or no rule applied.
+		fmt.Fprintf(w, "hello, %s\n", who)
+		return
+	}
 	fmt.Fprintf(w, "hello, %s: %d of %d left (%s)\n", who, d.Remaining, d.Limit, d.Policy)
 }
 

@@ -557,3 +557,30 @@ func TestMapsByID(t *testing.T) {
 		t.Errorf("Names(no valid ID) = %v, %v; want an empty map and no query", none, err)
 	}
 }
+
+// TestSetPlanCurrencyRefusesTheTenantsOwnSpendCap: a tenant's own spend
+// cap is an amount of its plan's currency; a move to a plan of another
+// currency is refused while it has one (5000 cents would be read as 5000
+// of the new currency's minor units), and goes through once it is removed.
+func TestSetPlanCurrencyRefusesTheTenantsOwnSpendCap(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	yen, err := plans.NewStore(f.db).Create(ctx, plans.Plan{Name: "yen", Currency: "JPY"})
+	testenv.Must(t, err)
+	_, err = f.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-01-01T00:00:00Z' WHERE tenant_id = $1`, f.acme.ID)
+	testenv.Must(t, err)
+	_, err = f.db.Exec(ctx, `INSERT INTO quota_tenant_settings (tenant_id, spend_cap_minor) VALUES ($1, 5000)`, f.acme.ID)
+	testenv.Must(t, err)
+	march := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	err = f.ts.SetPlan(ctx, f.acme.ID, yen.ID, march)
+	if got := testenv.Fields(err)["plan_id"]; tollgate.ErrorCode(err) != tollgate.EINVALID || !strings.Contains(got, "spend cap") ||
+		!strings.Contains(tollgate.ErrorMessage(err), "5000 minor units of USD") {
+		t.Errorf("SetPlan to JPY with the tenant's own cap = %v (plan_id: %q), want a problem naming plan_id and the cap", err, got)
+	}
+	// Within one currency the cap means the same: the move goes through.
+	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, f.pro.ID, time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC)))
+	// The cap removed (the plan's default), the move to JPY goes through.
+	_, err = f.db.Exec(ctx, `UPDATE quota_tenant_settings SET spend_cap_minor = NULL WHERE tenant_id = $1`, f.acme.ID)
+	testenv.Must(t, err)
+	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, yen.ID, march))
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,8 +204,14 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 				Message: "month " + month + " is closed and its statements are frozen: a plan change cannot take effect in it or before it",
 				Fields:  map[string]string{"effective_at": "must be after the latest closed month (" + month + ")"}}
 		}
-		if err := sameCurrencyOrMonthStart(ctx, tx, current, planID, effective, latest); err != nil {
+		from, to, err := sameCurrencyOrMonthStart(ctx, tx, current, planID, effective, latest)
+		if err != nil {
 			return err
+		}
+		if from != to {
+			if err := noOwnSpendCap(ctx, tx, id, from, to); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_id = $2, updated_at = now() WHERE id = $1::uuid`, id, planID); err != nil {
 			return translate(err, "tenants: set plan")
@@ -227,11 +234,11 @@ func (s *Store) SetPlan(ctx context.Context, id string, planID int64, effective 
 // plans' rows (FOR SHARE) so that neither currency changes until the
 // move commits; plans.Store refuses to change the currency of a plan a
 // tenant is on, or was on in a month not yet closed. An unknown plan is
-// EINVALID naming "plan_id".
-func sameCurrencyOrMonthStart(ctx context.Context, tx pgx.Tx, current, next int64, effective time.Time, latest *time.Time) error {
+// EINVALID naming "plan_id". It returns the two plans' currencies.
+func sameCurrencyOrMonthStart(ctx context.Context, tx pgx.Tx, current, next int64, effective time.Time, latest *time.Time) (from, to string, err error) {
 	rows, err := tx.Query(ctx, `SELECT id, currency FROM plans WHERE id = ANY($1) ORDER BY id FOR SHARE`, []int64{current, next})
 	if err != nil {
-		return fmt.Errorf("tenants: set plan: currencies: %w", err)
+		return "", "", fmt.Errorf("tenants: set plan: currencies: %w", err)
 	}
 	currency := map[int64]string{}
 	var planID int64
@@ -240,27 +247,50 @@ func sameCurrencyOrMonthStart(ctx context.Context, tx pgx.Tx, current, next int6
 		currency[planID] = code
 		return nil
 	}); err != nil {
-		return fmt.Errorf("tenants: set plan: currencies: %w", err)
+		return "", "", fmt.Errorf("tenants: set plan: currencies: %w", err)
 	}
 	to, ok := currency[next]
 	if !ok {
-		return tollgate.Invalid(map[string]string{"plan_id": "no such plan"})
+		return "", "", tollgate.Invalid(map[string]string{"plan_id": "no such plan"})
 	}
-	from := currency[current]
+	from = currency[current]
 	u := effective.UTC()
 	start := time.Date(u.Year(), u.Month(), 1, 0, 0, 0, 0, time.UTC)
 	if from == to || u.Equal(start) {
-		return nil
+		return from, to, nil
 	}
 	if latest != nil && start.Before(*latest) {
 		start = start.AddDate(0, 1, 0)
 	}
-	return &tollgate.Error{Code: tollgate.EINVALID,
+	return "", "", &tollgate.Error{Code: tollgate.EINVALID,
 		Message: "the new plan is in " + to + " and the tenant's plan in " + from +
 			": a month is billed in one currency, so a change of currency takes effect at the start of a month",
 		Fields: map[string]string{"effective_at": "must be the start of a month (00:00 UTC on the 1st, such as " +
 			start.Format(time.RFC3339) + ") to move to a plan in " + to + " from one in " + from +
 			": a month is billed in one currency"}}
+}
+
+// noOwnSpendCap refuses a move from a plan in currency from to one in to
+// while the tenant has a spend cap of its own: the cap is an amount of
+// from's minor units, which the new plan would read as to's (5000 cents
+// read as 5000 yen). The operator removes it, moves the tenant, then sets
+// it again in the new currency. FOR SHARE keeps the cap from changing
+// until the move commits (a first cap's insert waits for the tenant's
+// row, locked FOR UPDATE).
+func noOwnSpendCap(ctx context.Context, tx pgx.Tx, tenantID, from, to string) error {
+	var capMinor *int64
+	err := tx.QueryRow(ctx, `SELECT spend_cap_minor FROM quota_tenant_settings WHERE tenant_id = $1::uuid FOR SHARE`, tenantID).Scan(&capMinor)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && capMinor == nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tenants: set plan: spend cap: %w", err)
+	}
+	return &tollgate.Error{Code: tollgate.EINVALID,
+		Message: "the tenant has a spend cap of its own, " + strconv.FormatInt(*capMinor, 10) + " minor units of " + from +
+			", which the plan in " + to + " would read as " + to + ": remove it, move the tenant, then set it again in " + to,
+		Fields: map[string]string{"plan_id": "is a plan in " + to + ", and the tenant's own spend cap is in " + from +
+			": remove the cap first (tenants quota --spend-cap \"\"), then set it again in " + to + " after the move"}}
 }
 
 // SetStatus suspends or resumes a tenant and returns it.

@@ -44,7 +44,7 @@ func (c *Console) csrfToken(r *http.Request) string {
 	if s, ok := access.SessionFrom(r.Context()); ok {
 		return c.mac("session", s.ID)
 	}
-	if v, err := r.Cookie(visitorCookie); err == nil && v.Value != "" {
+	if v, err := r.Cookie(hostCookie(r, visitorCookie)); err == nil && v.Value != "" {
 		return c.mac("visitor", v.Value)
 	}
 	return ""
@@ -53,13 +53,14 @@ func (c *Console) csrfToken(r *http.Request) string {
 // ensureVisitor gives a browser without a session a visitor cookie, so
 // that the sign-in form has a token; it returns r as the cookie's holder.
 func ensureVisitor(w http.ResponseWriter, r *http.Request) *http.Request {
-	if _, err := r.Cookie(visitorCookie); err == nil {
+	name := hostCookie(r, visitorCookie)
+	if _, err := r.Cookie(name); err == nil {
 		return r
 	}
 	b := make([]byte, 18)
 	_, _ = rand.Read(b)
-	ck := &http.Cookie{Name: visitorCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 12 * 3600}
+	ck := &http.Cookie{Name: name, Value: base64.RawURLEncoding.EncodeToString(b), Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: httpx.HTTPS(r), MaxAge: 12 * 3600}
 	http.SetCookie(w, ck)
 	r = r.Clone(r.Context())
 	r.AddCookie(ck)

@@ -52,13 +52,18 @@ func keysIssue(fs *flag.FlagSet) action {
 }
 
 func keysRevoke(fs *flag.FlagSet) action {
+	var already bool // revoked before this command: it changes nothing
 	return revokeAction(fs, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
 		k, err := tenants.NewStore(e.db).KeyByID(ctx, id)
 		if err != nil {
 			return tenants.Key{}, err
 		}
+		already = k.RevokedAt != nil
 		return tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
 	}, func(k tenants.Key) string {
+		if already {
+			return fmt.Sprintf("key %s (%s…) was already revoked at %s", k.ID, k.Prefix, timeCell(k.RevokedAt))
+		}
 		return fmt.Sprintf("key %s (%s…) revoked at %s; checks with it are denied within a second",
 			k.ID, k.Prefix, timeCell(k.RevokedAt))
 	})

@@ -87,8 +87,17 @@ func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 		return nil, errors.New("TOLLGATE_SECRET_KEY is not set: it seals the service-token signing keys at rest; generate one with `admin secrets generate` and keep it like a password (make run keeps a demo key in .local/; docker-compose.yml reads it from .env)")
 	}
 	keys, err := auth.ParseSecretKeys(current, previous...)
-	if err != nil {
-		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY or TOLLGATE_SECRET_KEY_PREVIOUS: %w", err)
+	var bad *auth.BadSecretKeyError
+	switch {
+	case errors.As(err, &bad) && bad.Position == 1:
+		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY: %s", auth.BadSecretKeyReason)
+	case errors.As(err, &bad) && len(previous) == 1:
+		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY_PREVIOUS: %s", auth.BadSecretKeyReason)
+	case errors.As(err, &bad):
+		return nil, fmt.Errorf("TOLLGATE_SECRET_KEY_PREVIOUS: key %d of its %d (comma-separated): %s",
+			bad.Position-1, len(previous), auth.BadSecretKeyReason)
+	case err != nil:
+		return nil, err
 	}
 	return keys, nil
 }
@@ -107,7 +116,9 @@ func (e *invocation) planOps() *plans.Ops {
 func commands() []command {
 	return []command{
 		{name: "migrate", summary: "apply or roll back schema migrations, or show the schema version", args: "up | down [N] | force V | version", help: migrateHelp, noSchemaCheck: true, flags: migrate},
-		{name: "seed demo", audited: "seed.demo", summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token and demo logins and print them", flags: seedDemo},
+		// seed demo also revokes the demo-gateway service tokens an
+		// earlier seed issued: one service_token.revoke entry each.
+		{name: "seed demo", audited: "seed.demo", summary: "create the demo plans and tenants (idempotent) with a month of made-up usage; issue fresh demo keys, a service token (revoking the earlier demo-gateway tokens) and demo logins and print them", flags: seedDemo},
 		{name: "tenants create", audited: "tenant.create", summary: "create a tenant on a plan", flags: tenantsCreate},
 		{name: "tenants list", summary: "list tenants with their plan and status, by name", flags: tenantsList},
 		{name: "tenants plan", audited: "tenant.plan_change", summary: "move a tenant to another plan (recorded in its plan history for billing)", flags: tenantsPlan},
@@ -141,6 +152,7 @@ func commands() []command {
 		{name: "tokens revoke", audited: "service_token.revoke", summary: "revoke a service token by ID; the check API refuses it (401) within a second", flags: tokensRevoke},
 		{name: "secrets generate", summary: "print a fresh TOLLGATE_SECRET_KEY (32 random bytes, base64)", noDatabase: true, flags: secretsGenerate},
 		{name: "secrets reseal", audited: "signing_keys.reseal", summary: "seal every stored signing key and webhook endpoint secret with TOLLGATE_SECRET_KEY: after rotating it (the old key in TOLLGATE_SECRET_KEY_PREVIOUS), and for keys an earlier version stored in the clear", flags: secretsReseal},
+		{name: "secrets recover", audited: "signing_keys.retire", summary: "after a secret key was lost: retire the signing keys no configured key opens (tokens they signed keep working), so that tokens issue signs with a new one, and list the webhook endpoints whose secrets need a new one", help: secretsRecoverHelp, flags: secretsRecover},
 		{name: "users create", audited: "user.create", summary: "create an admin user (bootstraps the first operator); the password is read from stdin with --password-stdin, or generated and printed once", flags: usersCreate},
 		{name: "users disable", audited: "user.disable", summary: "disable an admin user: it can no longer log in, and its sessions end at once", flags: usersDisable},
 		{name: "users sessions revoke", audited: "user.sessions_revoke", summary: "end every session of an admin user at once (the user may log in again)", flags: usersSessionsRevoke},

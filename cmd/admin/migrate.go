@@ -31,7 +31,7 @@ func migrate(fs *flag.FlagSet) action {
 			// sealed now when the key is at hand, else by `admin serve`
 			// at start.
 			if keys, err := e.secretKeys(); err == nil {
-				if err := sealWebhookSecrets(ctx, e, keys); err != nil {
+				if err := sealWebhookSecrets(ctx, e, keys, false); err != nil {
 					return err
 				}
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -107,4 +108,37 @@ func TestServeMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestReadyzChecksTheSchema: an admin server whose schema is migrated
+// down under it (its background work then fails on every query) answers
+// /readyz 503 saying what to run, and 200 again once the schema is back.
+func TestReadyzChecksTheSchema(t *testing.T) {
+	srv := startAdmin(t, testenv.DatabaseURL(t), nil)
+	ready := func() (int, map[string]string) {
+		t.Helper()
+		res := call(t, "GET", srv.URL+"/readyz", "", nil)
+		var body map[string]string
+		res.Decode(t, &body)
+		return res.StatusCode, body
+	}
+	// The version migrate down leaves (the migration itself may deadlock
+	// with the server's own queries: that is what "under it" risks),
+	// asked first after it: the server has no earlier answer to remember.
+	setVersion := func(by int) {
+		t.Helper()
+		_, err := srv.DB.Exec(context.Background(), `UPDATE schema_migrations SET version = version + $1`, by)
+		testenv.Must(t, err)
+	}
+	setVersion(-1)
+	status, body := ready()
+	if status != http.StatusServiceUnavailable || !strings.Contains(body["postgres"], "but this binary expects") ||
+		!strings.Contains(body["postgres"], "admin migrate up") {
+		t.Errorf("/readyz one migration behind: %d %v, want 503 saying the schema is behind and to migrate up", status, body)
+	}
+	setVersion(+1)
+	testenv.Eventually(t, time.Now(), 15*time.Second, "/readyz ready again", func() (bool, string) {
+		status, body := ready()
+		return status == http.StatusOK && body["postgres"] == "ok", fmt.Sprint(status, body)
+	})
 }

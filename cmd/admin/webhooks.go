@@ -182,6 +182,9 @@ func webhooksRotateSecret(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("webhooks rotate-secret: %w", err)
 		}
+		if res.Endpoint.PreviousSecretUntil == nil {
+			return printSecret(e, *asJSON, res, "has a new secret, which signs alone: the previous one is sealed with a secret key that is not configured")
+		}
 		return printSecret(e, *asJSON, res, "has a new secret (the previous one keeps signing beside it until "+timeCell(res.Endpoint.PreviousSecretUntil)+")")
 	})
 }

@@ -302,7 +302,7 @@ func load(ctx context.Context, cfg Config) (_ *server, err error) {
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
 			Log: log, Holder: holder, Checker: checker, Registry: reg,
-			PingPostgres: db.Ping, PingStore: pingStore,
+			PingPostgres: pingPostgres(db), PingStore: pingStore,
 			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
 				TrustedProxies: cfg.TrustedProxies},
 			Region: cfg.Region,
@@ -318,6 +318,20 @@ func load(ctx context.Context, cfg Config) (_ *server, err error) {
 		}
 	}
 	return s, nil
+}
+
+// pingPostgres is how /readyz asks Postgres: it answers, with the schema
+// this binary expects (asked at most every 5 s). A schema migrated down or
+// up under the process fails every snapshot reload, which it logs; the
+// checks go on from the snapshot it holds.
+func pingPostgres(db *pgxpool.Pool) func(context.Context) error {
+	schema := postgres.NewSchemaCheck(db, 5*time.Second)
+	return func(ctx context.Context) error {
+		if err := db.Ping(ctx); err != nil {
+			return err
+		}
+		return schema.Check(ctx)
+	}
 }
 
 // startEnvoy serves Envoy's rate-limit service (gRPC) on

@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -65,6 +67,34 @@ type Config struct {
 	// Region is the deployment's regions (the zero value: one region):
 	// plans may give rules a global region scope only when it has them.
 	Region region.Config
+}
+
+// readySchemaEvery is how often /readyz asks the database for its schema
+// version: the answer is at most this old.
+const readySchemaEvery = 5 * time.Second
+
+// handleReady answers 200 when Postgres answers with the schema this
+// binary expects, 503 otherwise, saying under "postgres" what is wrong: a
+// schema rolled back (or forward) under a running server fails every
+// query its background work makes, and must take it out of service.
+func handleReady(db *pgxpool.Pool, schema *postgres.SchemaCheck) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		state := "ok"
+		if err := db.Ping(ctx); err != nil {
+			state = "unreachable"
+		} else if err := schema.Check(ctx); errors.Is(err, postgres.ErrSchemaMismatch) {
+			state = err.Error()
+		} else if err != nil {
+			state = "unreachable"
+		}
+		status := http.StatusOK
+		if state != "ok" {
+			status = http.StatusServiceUnavailable
+		}
+		httpx.JSON(w, status, map[string]string{"postgres": state})
+	}
 }
 
 // NewHandler returns the admin server's routes, every one of them listed
@@ -118,13 +148,7 @@ func NewHandler(cfg Config) http.Handler {
 	})
 	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
 	r.Get("/healthz", httpx.Healthz)
-	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := db.Ping(r.Context()); err != nil {
-			httpx.JSON(w, http.StatusServiceUnavailable, map[string]string{"postgres": "unreachable"})
-			return
-		}
-		httpx.JSON(w, http.StatusOK, map[string]string{"postgres": "ok"})
-	})
+	r.Get("/readyz", handleReady(db, postgres.NewSchemaCheck(db, readySchemaEvery)))
 	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 
 	r.Route("/api/v1", func(r chi.Router) {

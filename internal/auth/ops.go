@@ -239,16 +239,34 @@ func (o *Ops) RevokeServiceToken(ctx context.Context, by audit.Actor, id string)
 }
 
 // ResealSigningKeys seals every stored signing key with the current
-// secret key (signing_keys.reseal) and returns how many it resealed.
-func (o *Ops) ResealSigningKeys(ctx context.Context, by audit.Actor) (int, error) {
-	var n int
+// secret key (signing_keys.reseal, whose after is the Resealed); see
+// Store.ResealSigningKeys.
+func (o *Ops) ResealSigningKeys(ctx context.Context, by audit.Actor) (Resealed, error) {
+	var res Resealed
 	err := audit.Apply(ctx, o.db, by, func(tx pgx.Tx) (audit.Change, error) {
 		var err error
-		if n, err = NewStore(tx).WithSecretKeys(o.keys).ResealSigningKeys(ctx); err != nil {
+		if res, err = NewStore(tx).WithSecretKeys(o.keys).resealSigningKeys(ctx); err != nil {
 			return audit.Change{}, err
 		}
-		return audit.Change{Action: "signing_keys.reseal", TargetType: "signing_keys", TargetID: "all",
-			After: map[string]int{"resealed": n}}, nil
+		return audit.Change{Action: "signing_keys.reseal", TargetType: "signing_keys", TargetID: "all", After: res}, nil
 	})
-	return n, err
+	return res, err
+}
+
+// RetireUnreadableSigningKeys retires the signing keys that no configured
+// secret key opens, after the key that sealed them was lost
+// (signing_keys.retire on target "unreadable", whose after lists them as
+// "retired"; written when there are none too), and returns their kids;
+// see Store.RetireUnreadableSigningKeys.
+func (o *Ops) RetireUnreadableSigningKeys(ctx context.Context, by audit.Actor) ([]string, error) {
+	var retired []string
+	err := audit.Apply(ctx, o.db, by, func(tx pgx.Tx) (audit.Change, error) {
+		var err error
+		if retired, err = NewStore(tx).WithSecretKeys(o.keys).RetireUnreadableSigningKeys(ctx); err != nil {
+			return audit.Change{}, err
+		}
+		return audit.Change{Action: "signing_keys.retire", TargetType: "signing_keys", TargetID: "unreadable",
+			After: map[string][]string{"retired": retired}}, nil
+	})
+	return retired, err
 }

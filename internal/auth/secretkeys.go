@@ -34,6 +34,24 @@ const sealedVersion = 1
 // key is configured.
 var ErrNoSecretKey = errors.New("auth: no secret key (TOLLGATE_SECRET_KEY) is configured")
 
+// ErrKeyNotConfigured is returned (errors.Is) when a value was sealed with
+// a key that is neither the current key nor a previous one.
+var ErrKeyNotConfigured = errors.New("auth: the value was sealed with a key that is not configured (set it in TOLLGATE_SECRET_KEY_PREVIOUS)")
+
+// BadSecretKeyError is a secret key ParseSecretKeys cannot read.
+type BadSecretKeyError struct {
+	// Position is the key's place in ParseSecretKeys's arguments: 1 for
+	// the current key, 2 for the first previous one, and so on.
+	Position int
+}
+
+func (e *BadSecretKeyError) Error() string {
+	return fmt.Sprintf("auth: secret key %d: %s", e.Position, BadSecretKeyReason)
+}
+
+// BadSecretKeyReason says what a secret key must be.
+const BadSecretKeyReason = "must be 32 bytes in base64 (e.g. `admin secrets generate`)"
+
 // GenerateSecretKey returns a fresh key in the form ParseSecretKeys reads:
 // 32 random bytes, base64.
 func GenerateSecretKey() string {
@@ -43,7 +61,8 @@ func GenerateSecretKey() string {
 }
 
 // ParseSecretKeys reads the current key and any previous ones, each 32
-// bytes in standard or URL-safe base64.
+// bytes in standard or URL-safe base64. A key it cannot read is a
+// *BadSecretKeyError naming its position.
 func ParseSecretKeys(current string, previous ...string) (*SecretKeys, error) {
 	var k SecretKeys
 	for i, s := range append([]string{current}, previous...) {
@@ -52,7 +71,7 @@ func ParseSecretKeys(current string, previous ...string) (*SecretKeys, error) {
 			raw, err = base64.RawURLEncoding.DecodeString(s)
 		}
 		if err != nil || len(raw) != 32 {
-			return nil, fmt.Errorf("auth: secret key %d: must be 32 bytes in base64 (e.g. `admin secrets generate`)", i+1)
+			return nil, &BadSecretKeyError{Position: i + 1}
 		}
 		block, _ := aes.NewCipher(raw)
 		aead, _ := cipher.NewGCM(block)
@@ -104,7 +123,7 @@ func (k *SecretKeys) open(sealed, aad []byte) (plain []byte, sealedByCurrent boo
 		}
 		return plain, ka.id == k.current.id, nil
 	}
-	return nil, false, errors.New("auth: the value was sealed with a key that is not configured (set it in TOLLGATE_SECRET_KEY_PREVIOUS)")
+	return nil, false, ErrKeyNotConfigured
 }
 
 // isSealed tells a sealed value from a signing key stored in the clear by

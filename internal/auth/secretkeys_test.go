@@ -97,3 +97,58 @@ func TestResealAfterRotation(t *testing.T) {
 		t.Errorf("legacy key: signed with %q, stored %d bytes; want it used and sealed", st.KID, len(stored))
 	}
 }
+
+// TestUnreadableSigningKeysRetired: after the secret key is lost, signing
+// with the keys it sealed fails; retiring them lets tokens issue again
+// (with a new key) while the tokens they signed keep verifying, and
+// resealing passes over them.
+func TestUnreadableSigningKeysRetired(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	lost := testkeys.SecretKeys(t)
+	before, st, err := auth.NewStore(db).WithSecretKeys(lost).IssueServiceToken(ctx, "before", time.Hour)
+	testenv.Must(t, err)
+
+	replacement, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
+	testenv.Must(t, err)
+	s := auth.NewStore(db).WithSecretKeys(replacement)
+	if _, _, err := s.IssueServiceToken(ctx, "refused", time.Hour); !errors.Is(err, auth.ErrKeyNotConfigured) {
+		t.Errorf("issuing with the key lost: %v, want ErrKeyNotConfigured", err)
+	}
+	if _, err := s.ResealSigningKeys(ctx); !errors.Is(err, auth.ErrKeyNotConfigured) {
+		t.Errorf("resealing an unretired key no key opens: %v, want ErrKeyNotConfigured", err)
+	}
+	retired, err := s.RetireUnreadableSigningKeys(ctx)
+	testenv.Must(t, err)
+	if len(retired) != 1 || retired[0] != st.KID {
+		t.Fatalf("retired %v, want [%s]", retired, st.KID)
+	}
+	after, fresh, err := s.IssueServiceToken(ctx, "after", time.Hour)
+	testenv.Must(t, err)
+	if fresh.KID == st.KID {
+		t.Errorf("the token after the retirement is signed with the retired key %s", st.KID)
+	}
+	public, err := auth.NewStore(db).PublicKeys(ctx)
+	testenv.Must(t, err)
+	for name, token := range map[string]string{"before": before, "after": after} {
+		if _, _, err := auth.VerifyServiceToken(token, public, time.Now()); err != nil {
+			t.Errorf("the token issued %s the retirement does not verify: %v", name, err)
+		}
+	}
+	if n, err := s.ResealSigningKeys(ctx); err != nil || n != 0 {
+		t.Errorf("reseal after the retirement: %d, %v; want 0 (the retired key passed over, the new one current)", n, err)
+	}
+	if again, err := s.RetireUnreadableSigningKeys(ctx); err != nil || len(again) != 0 {
+		t.Errorf("retiring again: %v, %v; want none", again, err)
+	}
+}
+
+// TestBadSecretKeyNamesItsPosition: a key ParseSecretKeys cannot read is
+// named by its place, so that the caller can name the setting.
+func TestBadSecretKeyNamesItsPosition(t *testing.T) {
+	_, err := auth.ParseSecretKeys(auth.GenerateSecretKey(), auth.GenerateSecretKey(), "short")
+	var bad *auth.BadSecretKeyError
+	if !errors.As(err, &bad) || bad.Position != 3 {
+		t.Errorf("ParseSecretKeys with a bad third key: %v, want a BadSecretKeyError at position 3", err)
+	}
+}

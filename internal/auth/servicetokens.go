@@ -117,14 +117,89 @@ func (s *Store) sealSigningKey(ctx context.Context, kid string, plain []byte) er
 // secret key: after TOLLGATE_SECRET_KEY changed (the old one moved to
 // TOLLGATE_SECRET_KEY_PREVIOUS), and for keys stored in the clear by an
 // earlier version. It returns how many it rewrote; the rest were sealed
-// with the current key already.
+// with the current key already, or are retired keys no configured key
+// opens (Resealed.Unreadable). An unretired key no configured key opens
+// is an error (ErrKeyNotConfigured when it was sealed with a key that is
+// not configured): configure that key, or, if it is lost, retire the keys
+// it sealed (RetireUnreadableSigningKeys).
 func (s *Store) ResealSigningKeys(ctx context.Context) (int, error) {
+	r, err := s.resealSigningKeys(ctx)
+	return r.Resealed, err
+}
+
+// Resealed is what resealing the signing keys did.
+type Resealed struct {
+	// Resealed counts the keys sealed again with the current secret key,
+	// Current those that were sealed with it already.
+	Resealed int `json:"resealed"`
+	Current  int `json:"current"`
+	// Unreadable lists the retired keys that no configured secret key
+	// opens (sealed with one that is lost), by kid: they sign nothing
+	// more, and are left as they are.
+	Unreadable []string `json:"unreadable_retired,omitempty"`
+}
+
+func (s *Store) resealSigningKeys(ctx context.Context) (Resealed, error) {
+	var res Resealed
 	if s.secrets == nil {
-		return 0, ErrNoSecretKey
+		return res, ErrNoSecretKey
 	}
-	rows, err := s.db.Query(ctx, `SELECT kid, private_key FROM signing_keys ORDER BY kid FOR UPDATE`)
+	rows, err := s.db.Query(ctx, `SELECT kid, private_key, retired_at IS NOT NULL FROM signing_keys ORDER BY kid FOR UPDATE`)
 	if err != nil {
-		return 0, fmt.Errorf("auth: read signing keys: %w", err)
+		return res, fmt.Errorf("auth: read signing keys: %w", err)
+	}
+	type stored struct {
+		kid     string
+		raw     []byte
+		retired bool
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
+		var st stored
+		return st, r.Scan(&st.kid, &st.raw, &st.retired)
+	})
+	if err != nil {
+		return res, fmt.Errorf("auth: read signing keys: %w", err)
+	}
+	for _, st := range all {
+		plain := st.raw
+		if isSealed(st.raw) {
+			var current bool
+			plain, current, err = s.secrets.open(st.raw, signingKeyAAD(st.kid))
+			switch {
+			case err != nil && st.retired:
+				// Retired: nothing opens it to sign, and nothing need.
+				res.Unreadable = append(res.Unreadable, st.kid)
+				continue
+			case err != nil:
+				return res, fmt.Errorf("auth: signing key %s: %w", st.kid, err)
+			case current:
+				res.Current++
+				continue
+			}
+		}
+		if err := s.sealSigningKey(ctx, st.kid, plain); err != nil {
+			return res, err
+		}
+		res.Resealed++
+	}
+	return res, nil
+}
+
+// RetireUnreadableSigningKeys retires every unretired signing key that no
+// configured secret key opens — sealed with a secret key that was lost —
+// and returns their kids, oldest first (none when every key opens). The
+// tokens they signed keep verifying, their public keys being kept in the
+// clear; the next token issued is signed with a new key (signingKey makes
+// one when none is left). Keys stored in the clear by an earlier version
+// open without a key and are kept.
+func (s *Store) RetireUnreadableSigningKeys(ctx context.Context) ([]string, error) {
+	if s.secrets == nil {
+		return nil, ErrNoSecretKey
+	}
+	rows, err := s.db.Query(ctx, `SELECT kid, private_key FROM signing_keys WHERE retired_at IS NULL
+		ORDER BY created_at, kid FOR UPDATE`)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read signing keys: %w", err)
 	}
 	type stored struct {
 		kid string
@@ -135,26 +210,24 @@ func (s *Store) ResealSigningKeys(ctx context.Context) (int, error) {
 		return st, r.Scan(&st.kid, &st.raw)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("auth: read signing keys: %w", err)
+		return nil, fmt.Errorf("auth: read signing keys: %w", err)
 	}
-	n := 0
+	unreadable := []string{}
 	for _, st := range all {
-		plain := st.raw
-		if isSealed(st.raw) {
-			var current bool
-			if plain, current, err = s.secrets.open(st.raw, signingKeyAAD(st.kid)); err != nil {
-				return n, fmt.Errorf("auth: signing key %s: %w", st.kid, err)
-			}
-			if current {
-				continue
-			}
+		if !isSealed(st.raw) {
+			continue
 		}
-		if err := s.sealSigningKey(ctx, st.kid, plain); err != nil {
-			return n, err
+		if _, _, err := s.secrets.open(st.raw, signingKeyAAD(st.kid)); err != nil {
+			unreadable = append(unreadable, st.kid)
 		}
-		n++
 	}
-	return n, nil
+	if len(unreadable) == 0 {
+		return unreadable, nil
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE signing_keys SET retired_at = now() WHERE kid = ANY($1)`, unreadable); err != nil {
+		return nil, fmt.Errorf("auth: retire signing keys: %w", err)
+	}
+	return unreadable, nil
 }
 
 // IssueServiceToken records a token named name valid for ttl (0 = one

@@ -2,6 +2,7 @@ package checkapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/enforce"
 	"github.com/tollgate/tollgate/internal/httpx"
+	"github.com/tollgate/tollgate/internal/postgres"
 	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/snapshot"
 )
@@ -24,7 +26,9 @@ type Deps struct {
 	// Registry serves /metrics.
 	Registry *prometheus.Registry
 	// PingPostgres and PingStore report whether Postgres and the limiter
-	// store answer, for /readyz.
+	// store answer, for /readyz. A PingPostgres error that is
+	// postgres.ErrSchemaMismatch (a schema this binary does not expect)
+	// is shown as it is; any other only as "unreachable".
 	PingPostgres func(context.Context) error
 	PingStore    func(context.Context) error
 	// Forward configures the forward-auth endpoint.
@@ -63,8 +67,8 @@ func NewHandler(d Deps) http.Handler {
 // handleReady answers 200 when the snapshot is loaded and the limiter
 // store answers, 503 otherwise, naming what is wrong. Postgres is reported
 // but does not make the process unready: checks are served from the
-// snapshot, so a Postgres outage must not take every API node out of its
-// load balancer.
+// snapshot, so a Postgres outage, or a schema rolled back under the
+// process, must not take every API node out of its load balancer.
 func handleReady(d Deps) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -74,7 +78,11 @@ func handleReady(d Deps) http.HandlerFunc {
 		if d.Holder.Current() == nil {
 			checks["snapshot"], ok = "not loaded", false
 		}
-		if err := d.PingPostgres(ctx); err != nil {
+		if err := d.PingPostgres(ctx); errors.Is(err, postgres.ErrSchemaMismatch) {
+			// Reloads fail until the schema is right again; checks go on
+			// from the snapshot loaded before.
+			checks["postgres"] = err.Error() + " (serving from the last snapshot)"
+		} else if err != nil {
 			checks["postgres"] = "unreachable (serving from the last snapshot)"
 		}
 		if err := d.PingStore(ctx); err != nil {

@@ -56,6 +56,9 @@ type Deliverer struct {
 	cfg    DelivererConfig
 	client *http.Client
 	lease  time.Duration
+	// sealed limits the log lines of endpoints whose secrets no
+	// configured key opens.
+	sealed sealedLog
 }
 
 // bodyKept is how much of a response's body an attempt keeps.
@@ -320,6 +323,10 @@ func (d *Deliverer) send(ctx context.Context, c claimed) result {
 	secrets := make([]string, len(c.secrets))
 	for i, stored := range c.secrets {
 		if secrets[i], _, err = openSecret(d.cfg.SecretKeys, c.endpoint, stored); err != nil {
+			// Its deliveries wait, retried, until the key that sealed it
+			// is configured (or the secret is rotated): the attempt
+			// records the error, and the log says it once in a while.
+			d.sealed.log(d.cfg.Log, res.at, c.endpoint, err)
 			res.err = err.Error()
 			return res
 		}
@@ -433,4 +440,44 @@ func (d *Deliverer) endpointHealth(ctx context.Context, tx pgx.Tx, endpointID st
 	_, err = Emit(ctx, tx, Event{Type: WebhookEndpointDisabled, TenantID: owner, CreatedAt: now,
 		Data: DisabledData{EndpointID: endpointID, URL: url, FailingSince: since, Reason: "failing"}})
 	return err
+}
+
+// sealedLogEvery is how often the deliverer logs an endpoint whose secret
+// no configured key opens: every attempt fails the same way, and retries
+// and replays would make a line of each.
+const sealedLogEvery = time.Minute
+
+// sealedLog remembers when each endpoint whose secret no configured key
+// opens was last logged. Safe for concurrent use.
+type sealedLog struct {
+	mu         sync.Mutex
+	last       map[string]time.Time // by endpoint
+	suppressed map[string]int       // attempts since that line
+}
+
+// log writes, at error level, that endpoint's secret cannot be opened,
+// with err: at most once per sealedLogEvery and endpoint, counting the
+// attempts in between.
+func (l *sealedLog) log(log *slog.Logger, now time.Time, endpoint string, err error) {
+	l.mu.Lock()
+	if l.last == nil {
+		l.last, l.suppressed = map[string]time.Time{}, map[string]int{}
+	}
+	if last, ok := l.last[endpoint]; ok && now.Sub(last) < sealedLogEvery {
+		l.suppressed[endpoint]++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := l.suppressed[endpoint]
+	l.last[endpoint], l.suppressed[endpoint] = now, 0
+	for ep, at := range l.last { // forget the endpoints that stopped failing
+		if now.Sub(at) >= 10*sealedLogEvery {
+			delete(l.last, ep)
+			delete(l.suppressed, ep)
+		}
+	}
+	l.mu.Unlock()
+	log.Error("webhooks: the endpoint's secret cannot be opened: its deliveries wait until the secret key that sealed it is configured "+
+		"(TOLLGATE_SECRET_KEY_PREVIOUS), or, if that key is lost, until the endpoint is given a new secret (admin webhooks rotate-secret)",
+		"endpoint", endpoint, "err", err, "attempts_since_last_line", suppressed)
 }

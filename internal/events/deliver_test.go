@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -528,6 +529,76 @@ func TestSecretsSealedAtRest(t *testing.T) {
 	for i, r := range reqs {
 		if !verify(ep.Secret, r) {
 			t.Errorf("request %d does not verify with the endpoint's secret", i)
+		}
+	}
+}
+
+// TestUnopenedSecretLoggedOncePerMinute: a deliverer without the key that
+// sealed an endpoint's secret (an admin process missing it during a
+// rotation) logs so at error level — once a minute and endpoint, however
+// many attempts fail meanwhile, not only in the attempts' records. Once
+// the secret is rotated with the key lost, the old secret, which nothing
+// can open, is not kept beside the new one, which signs alone at once.
+func TestUnopenedSecretLoggedOncePerMinute(t *testing.T) {
+	db, acme, _ := setup(t)
+	ctx := context.Background()
+	clk := newClock()
+	rcv := testenv.NewReceiver(t, nil)
+	lost := testkeys.SecretKeys(t)
+	ep := endpoint(t, events.NewOps(db, clk.Now, allowPrivate).WithSecretKeys(lost), acme.ID, rcv.URL, events.EndpointInput{})
+	other, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
+	testenv.Must(t, err)
+	logs := &testenv.LogBuffer{}
+	d := events.NewDeliverer(events.DelivererConfig{DB: db, Now: clk.Now, Guard: allowPrivate, SecretKeys: other,
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	lines := func() []string {
+		var out []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "level=ERROR") && strings.Contains(l, "endpoint="+ep.Endpoint.ID) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	attempt := func() {
+		t.Helper()
+		emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
+		if n, err := d.DeliverDue(ctx); err != nil || n != 1 {
+			t.Fatalf("DeliverDue: %d, %v; want one attempt", n, err)
+		}
+	}
+	for range 3 {
+		attempt()
+	}
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "secret cannot be opened") ||
+		!strings.Contains(got[0], "not configured") {
+		t.Errorf("after 3 failed attempts in a minute the log has %q, want one error line naming the endpoint", got)
+	}
+	clk.Advance(time.Minute)
+	attempt()
+	if got := lines(); len(got) != 2 || !strings.Contains(got[1], "attempts_since_last_line=2") {
+		t.Errorf("a minute later the log has %q, want a second line counting the 2 attempts in between", got)
+	}
+	if len(rcv.Requests()) != 0 {
+		t.Fatalf("%d requests sent without the secret", len(rcv.Requests()))
+	}
+
+	// The key is lost for good: a new secret, sealed with the key at hand.
+	rotated, err := events.NewOps(db, clk.Now, allowPrivate).WithSecretKeys(other).RotateSecret(ctx, audit.CLI, "", ep.Endpoint.ID)
+	testenv.Must(t, err)
+	if rotated.Endpoint.PreviousSecretUntil != nil || len(storedSecrets(t, db, ep.Endpoint.ID)) != 1 {
+		t.Errorf("rotated with the key lost: previous secret kept until %v, want none", rotated.Endpoint.PreviousSecretUntil)
+	}
+	clk.Advance(time.Minute)
+	emit(t, db, events.KeyRevoked, acme.ID, clk.Now())
+	drain(t, db, d, clk, clk.Now().Add(time.Hour))
+	reqs := rcv.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("nothing delivered after the secret was rotated")
+	}
+	for i, r := range reqs {
+		if !verify(rotated.Secret, r) || strings.Count(r.Signature, "v1,") != 1 {
+			t.Errorf("request %d signed %q: want the new secret's signature alone", i, r.Signature)
 		}
 	}
 }

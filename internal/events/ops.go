@@ -158,17 +158,40 @@ func (o *Ops) CreateEndpoint(ctx context.Context, by audit.Actor, owner string, 
 }
 
 // RotateSecret gives endpoint id a new secret (webhook_endpoint.rotate);
-// the previous one keeps signing, beside it, for RotationOverlap.
+// the previous one keeps signing, beside it, for RotationOverlap — unless
+// the operations' keys cannot open it (sealed with a secret key that was
+// lost): it could sign nothing, and would fail every delivery of the
+// overlap, so the new secret signs alone at once (the endpoint has no
+// PreviousSecretUntil).
 func (o *Ops) RotateSecret(ctx context.Context, by audit.Actor, scope, id string) (IssuedEndpoint, error) {
 	res := IssuedEndpoint{Secret: NewSecret()}
 	stored, err := o.storedSecret(id, res.Secret)
 	if err != nil {
 		return IssuedEndpoint{}, err
 	}
-	// The secret moves to previous_secret as stored: both are sealed for
-	// the endpoint, whichever column holds them.
-	res.Endpoint, err = o.update(ctx, by, scope, id, "webhook_endpoint.rotate", `previous_secret = secret,
-		previous_secret_until = $3, secret = $4`, o.now().Add(RotationOverlap), stored)
+	res.Endpoint, err = audit.Update(ctx, o.db, by, "webhook_endpoint.rotate", EndpointAudit, o.endpoint(ctx, scope, id),
+		func(tx pgx.Tx, _ Endpoint) (Endpoint, error) {
+			var current string
+			if err := tx.QueryRow(ctx, `SELECT secret FROM webhook_endpoints WHERE id = $1 FOR UPDATE`, id).Scan(&current); err != nil {
+				return Endpoint{}, fmt.Errorf("events: webhook_endpoint.rotate: %w", err)
+			}
+			keep := true // without keys nothing can be judged: kept, as before keys
+			if o.keys != nil {
+				_, _, err := openSecret(o.keys, id, current)
+				keep = err == nil
+			}
+			// The secret moves to previous_secret as stored: both are
+			// sealed for the endpoint, whichever column holds them.
+			e, err := scanEndpoint(tx.QueryRow(ctx, `UPDATE webhook_endpoints SET
+				previous_secret = CASE WHEN $5 THEN secret END,
+				previous_secret_until = CASE WHEN $5 THEN $3::timestamptz END, secret = $4
+				WHERE id = $1 AND ($2 = '' OR owner_tenant_id::text = $2) RETURNING `+endpointColumns,
+				id, scope, o.now().Add(RotationOverlap), stored, keep))
+			if err != nil {
+				return Endpoint{}, fmt.Errorf("events: webhook_endpoint.rotate: %w", err)
+			}
+			return e, nil
+		})
 	return res, err
 }
 

@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -202,4 +205,76 @@ func TestRoutesMigrationMapsUsageKeepingTotals(t *testing.T) {
 	// And down and up again over the mapped data.
 	testenv.Must(t, postgres.MigrateDown(db, steps))
 	testenv.Must(t, postgres.MigrateUp(db))
+}
+
+// TestFailedMigrationSaysWhereNotWhat: a migration Postgres refuses is
+// named by its version and file, with the line and column of the fault
+// and Postgres's error, but not the file's text (golang-migrate's error
+// carries the whole file: a terminal of SQL to find one line in). None
+// of the migration is applied, as its advice says.
+func TestFailedMigrationSaysWhereNotWhat(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	testenv.Must(t, postgres.MigrateDown(db, 0))
+	files := fstest.MapFS{
+		"1_first.up.sql":    {Data: []byte("CREATE TABLE first_table (a int);\n")},
+		"1_first.down.sql":  {Data: []byte("DROP TABLE first_table;\n")},
+		"2_second.down.sql": {Data: []byte("DROP TABLE made_before_the_fault;\n")},
+		"2_second.up.sql": {Data: []byte("-- A long migration whose text must not be in the error.\n" +
+			"CREATE TABLE made_before_the_fault (a int);\n" +
+			"\n" +
+			"INSERT INTO first_table (a) SELECT nope FROM first_table;\n")},
+	}
+	err := postgres.MigrateUpFrom(db, files)
+	if err == nil {
+		t.Fatal("a migration naming a column that does not exist succeeded")
+	}
+	msg := err.Error()
+	for _, want := range []string{"postgres: migrate up: migration 2 (2_second.up.sql) failed at line 4, column 36",
+		`column "nope" does not exist (SQLSTATE 42703)`, "`admin migrate force 1`"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	for _, text := range []string{"must not be in the error", "made_before_the_fault", "INSERT INTO"} {
+		if strings.Contains(msg, text) {
+			t.Errorf("error %q holds the migration's text (%q)", msg, text)
+		}
+	}
+	var me *postgres.MigrationError
+	if !errors.As(err, &me) || me.Version != 2 || me.Line != 4 {
+		t.Errorf("error %v, want a *MigrationError of version 2 at line 4", err)
+	}
+	if !postgres.Is(err, "42703") {
+		t.Errorf("error %v does not wrap Postgres's error", err)
+	}
+	if tableExists(t, db, "made_before_the_fault") {
+		t.Error("the failed migration's first statement was applied; the advice says none of it is")
+	}
+	if v, dirty, err := postgres.Version(ctx, db); err != nil || v != 2 || !dirty {
+		t.Errorf("after the failure: version %d dirty %v (%v), want 2 dirty", v, dirty, err)
+	}
+}
+
+// TestSchemaCheckAsksOncePerInterval: the readiness probes' schema check
+// answers what the database's schema is, asking it at most once per
+// interval.
+func TestSchemaCheckAsksOncePerInterval(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	clk := testenv.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	check := postgres.NewSchemaCheck(db, 5*time.Second)
+	check.SetClock(clk.Now)
+	testenv.Must(t, check.Check(ctx))
+	testenv.Must(t, postgres.MigrateDown(db, 1))
+	if err := check.Check(ctx); err != nil {
+		t.Errorf("within the interval: %v, want the remembered answer (nil)", err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := check.Check(ctx); !errors.Is(err, postgres.ErrSchemaMismatch) || !strings.Contains(err.Error(), "migrate up") {
+		t.Errorf("after the interval, one version behind: %v, want ErrSchemaMismatch saying to migrate up", err)
+	}
+	testenv.Must(t, postgres.MigrateUp(db))
+	clk.Advance(5 * time.Second)
+	testenv.Must(t, check.Check(ctx))
 }

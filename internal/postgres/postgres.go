@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -88,8 +90,8 @@ func SchemaVersion() uint {
 	return max
 }
 
-func newMigrate(pool *pgxpool.Pool) (*migrate.Migrate, func(), error) {
-	src, err := iofs.New(migrations.FS, ".")
+func newMigrate(pool *pgxpool.Pool, files fs.FS) (*migrate.Migrate, func(), error) {
+	src, err := iofs.New(files, ".")
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: migrations: %w", err)
 	}
@@ -107,14 +109,18 @@ func newMigrate(pool *pgxpool.Pool) (*migrate.Migrate, func(), error) {
 	return m, func() { m.Close() }, nil
 }
 
-// MigrateUp applies every pending migration.
-func MigrateUp(pool *pgxpool.Pool) error {
-	return withMigrate(pool, "up", func(m *migrate.Migrate) error { return m.Up() })
+// MigrateUp applies every pending migration. A migration Postgres
+// refuses is a *MigrationError.
+func MigrateUp(pool *pgxpool.Pool) error { return migrateUp(pool, migrations.FS) }
+
+// migrateUp applies every pending migration of files.
+func migrateUp(pool *pgxpool.Pool, files fs.FS) error {
+	return withMigrate(pool, files, "up", func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // MigrateDown rolls back steps migrations (all of them when steps <= 0).
 func MigrateDown(pool *pgxpool.Pool, steps int) error {
-	return withMigrate(pool, "down", func(m *migrate.Migrate) error {
+	return withMigrate(pool, migrations.FS, "down", func(m *migrate.Migrate) error {
 		if steps <= 0 {
 			return m.Down()
 		}
@@ -130,20 +136,21 @@ func MigrateForce(pool *pgxpool.Pool, version int) error {
 	if v == 0 {
 		v = -1 // golang-migrate's "no version"
 	}
-	return withMigrate(pool, fmt.Sprintf("force %d", version), func(m *migrate.Migrate) error { return m.Force(v) })
+	return withMigrate(pool, migrations.FS, fmt.Sprintf("force %d", version), func(m *migrate.Migrate) error { return m.Force(v) })
 }
 
-// withMigrate runs step on a migrator of pool's database and closes it.
-// Nothing to do (migrate.ErrNoChange) is no error; another error is
-// wrapped as "postgres: migrate <what>".
-func withMigrate(pool *pgxpool.Pool, what string, step func(*migrate.Migrate) error) error {
-	m, done, err := newMigrate(pool)
+// withMigrate runs step on a migrator of pool's database with the
+// migrations in files, and closes it. Nothing to do (migrate.ErrNoChange)
+// is no error; another error is wrapped as "postgres: migrate <what>", a
+// migration Postgres refused as a *MigrationError.
+func withMigrate(pool *pgxpool.Pool, files fs.FS, what string, step func(*migrate.Migrate) error) error {
+	m, done, err := newMigrate(pool, files)
 	if err != nil {
 		return err
 	}
 	defer done()
 	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("postgres: migrate %s: %w", what, err)
+		return fmt.Errorf("postgres: migrate %s: %w", what, migrationError(files, err))
 	}
 	return nil
 }
@@ -169,8 +176,19 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool,
 	return uint(v), dirty, nil
 }
 
+// ErrSchemaMismatch is what CheckSchema's errors are (errors.Is): the
+// database answered, and its schema is not the one this binary expects.
+var ErrSchemaMismatch = errors.New("postgres: the database schema is not the one this binary expects")
+
+// schemaError is a CheckSchema error: its message says what to run.
+type schemaError string
+
+func (e schemaError) Error() string        { return string(e) }
+func (e schemaError) Is(target error) bool { return target == ErrSchemaMismatch }
+
 // CheckSchema returns an error that says what to run unless the database is
-// exactly at SchemaVersion and clean.
+// exactly at SchemaVersion and clean: ErrSchemaMismatch (errors.Is), or
+// the error of a database that did not answer.
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	v, dirty, err := Version(ctx, pool)
 	if err != nil {
@@ -179,13 +197,53 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	want := SchemaVersion()
 	switch {
 	case dirty:
-		return fmt.Errorf("database schema version %d is dirty (a migration failed half-way): finish or undo it by hand, then record the version the schema now matches: `admin migrate force %d` if finished, `admin migrate force %d` if undone (then migrate up); see the README, Operations", v, v, int(v)-1)
+		return schemaError(fmt.Sprintf("database schema version %d is dirty (a migration failed half-way): finish or undo it by hand, then record the version the schema now matches: `admin migrate force %d` if finished, `admin migrate force %d` if undone (then migrate up); see the README, Operations", v, v, int(v)-1))
 	case v < want:
-		return fmt.Errorf("database schema is at version %d but this binary expects %d: run `admin migrate up`", v, want)
+		return schemaError(fmt.Sprintf("database schema is at version %d but this binary expects %d: run `admin migrate up`", v, want))
 	case v > want:
-		return fmt.Errorf("database schema is at version %d, newer than this binary's %d: run the binary that matches it, or roll the schema back with that newer binary (`admin migrate down N`) before running this one", v, want)
+		return schemaError(fmt.Sprintf("database schema is at version %d, newer than this binary's %d: run the binary that matches it, or roll the schema back with that newer binary (`admin migrate down N`) before running this one", v, want))
 	}
 	return nil
+}
+
+// SchemaCheck is CheckSchema for readiness probes, which every load
+// balancer and orchestrator asks every few seconds: it asks the database
+// at most once per its interval and answers from the last answer in
+// between, so its answer is at most that old. A database that does not
+// answer is not remembered: the next call asks again. Safe for concurrent
+// use.
+type SchemaCheck struct {
+	pool  *pgxpool.Pool
+	every time.Duration
+	now   func() time.Time
+
+	mu     sync.Mutex
+	asked  time.Time // when the remembered answer was given; zero: never
+	answer error
+}
+
+// NewSchemaCheck returns a check of pool's schema that asks at most once
+// every interval.
+func NewSchemaCheck(pool *pgxpool.Pool, every time.Duration) *SchemaCheck {
+	return &SchemaCheck{pool: pool, every: every, now: time.Now}
+}
+
+// Check returns nil when the schema is the one this binary expects,
+// ErrSchemaMismatch (errors.Is, its message saying what to run) when it
+// is not, or the error of a database that did not answer.
+func (c *SchemaCheck) Check(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.asked.IsZero() && now.Sub(c.asked) < c.every {
+		return c.answer
+	}
+	err := CheckSchema(ctx, c.pool)
+	if err != nil && !errors.Is(err, ErrSchemaMismatch) {
+		return err
+	}
+	c.asked, c.answer = now, err
+	return err
 }
 
 // MigrationVersions lists the versions embedded in this build, ascending.

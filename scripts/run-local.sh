@@ -59,8 +59,9 @@ if [ -z "${TOLLGATE_ADMIN_JWT_SECRET:-}" ]; then
 fi
 # The demo's webhook endpoints send to the sink on loopback
 # (cmd/webhook-sink, 127.0.0.1:8082), which the deliverers refuse unless
-# its address is allowed: that one address, no other private one.
-export TOLLGATE_WEBHOOK_ALLOW_ADDRS=${TOLLGATE_WEBHOOK_ALLOW_ADDRS:-127.0.0.1}
+# its address is allowed: that one address and port, no other private
+# one (nor the api's or admin's own ports on loopback).
+export TOLLGATE_WEBHOOK_ALLOW_ADDRS=${TOLLGATE_WEBHOOK_ALLOW_ADDRS:-127.0.0.1:8082}
 sink_log=.local/webhook-sink.log
 stream=${TOLLGATE_USAGE_STREAM:-tollgate:usage}
 redis_host=${TOLLGATE_REDIS_ADDR%:*}

@@ -35,17 +35,23 @@ type webhookConfig struct {
 	Concurrency int
 }
 
-// allowAddrs reads TOLLGATE_WEBHOOK_ALLOW_ADDRS: IP addresses webhook
-// endpoints may point to although the guard refuses their kind.
-func allowAddrs(e *config.Env) []netip.Addr {
-	var addrs []netip.Addr
+// allowAddrs reads TOLLGATE_WEBHOOK_ALLOW_ADDRS: addresses webhook
+// endpoints may point to although the guard refuses their kind, each an
+// IP address and port (127.0.0.1:8082, [::1]:8082: that port only) or an
+// IP address alone (every port of it).
+func allowAddrs(e *config.Env) []netip.AddrPort {
+	var addrs []netip.AddrPort
 	for _, v := range e.List("TOLLGATE_WEBHOOK_ALLOW_ADDRS") {
-		a, err := netip.ParseAddr(v)
-		if err != nil {
-			e.Fail("TOLLGATE_WEBHOOK_ALLOW_ADDRS", fmt.Sprintf("%q is not an IP address", v))
+		if ap, err := netip.ParseAddrPort(v); err == nil && ap.Port() != 0 {
+			addrs = append(addrs, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
 			continue
 		}
-		addrs = append(addrs, a.Unmap())
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			e.Fail("TOLLGATE_WEBHOOK_ALLOW_ADDRS", fmt.Sprintf("%q is not an IP address, nor an IP address and port (127.0.0.1:8082)", v))
+			continue
+		}
+		addrs = append(addrs, netip.AddrPortFrom(a.Unmap(), 0))
 	}
 	return addrs
 }

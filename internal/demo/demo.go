@@ -87,7 +87,7 @@ func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.Secr
 // deliveries stay on the machine. Without the sink they fail, and are
 // retried, on the same machine; the deliverers refuse loopback addresses
 // that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list (`make run` lists
-// 127.0.0.1).
+// 127.0.0.1:8082).
 const ReceiverURL = "http://127.0.0.1:8082"
 
 // earlierDemoWebhookURL is where an earlier demo seed pointed its

@@ -25,8 +25,9 @@ type Guard struct {
 	AllowPrivate bool
 	// AllowAddrs lets these addresses through, and no other refused one
 	// (TOLLGATE_WEBHOOK_ALLOW_ADDRS: a receiver on this machine, as the
-	// demo's, without opening the whole private network).
-	AllowAddrs []netip.Addr
+	// demo's, without opening the whole private network): an entry with
+	// a port that port only, one with port 0 every port of its address.
+	AllowAddrs []netip.AddrPort
 	// Resolver looks host names up (net.DefaultResolver when nil).
 	Resolver *net.Resolver
 }
@@ -38,10 +39,13 @@ var blockedNets = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 }
 
-// allowedIP returns an error naming ip when the guard refuses it.
-func (g Guard) allowedIP(ip netip.Addr) error {
+// allowedIP returns an error naming ip when the guard refuses it, port
+// being the one dialled.
+func (g Guard) allowedIP(ip netip.Addr, port uint16) error {
 	ip = ip.Unmap()
-	if g.AllowPrivate || slices.Contains(g.AllowAddrs, ip) {
+	if g.AllowPrivate || slices.ContainsFunc(g.AllowAddrs, func(a netip.AddrPort) bool {
+		return a.Addr() == ip && (a.Port() == 0 || a.Port() == port)
+	}) {
 		return nil
 	}
 	blocked := ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
@@ -73,8 +77,19 @@ func (g Guard) CheckURL(ctx context.Context, raw string) string {
 		return "must not hold a user name or password"
 	}
 	host := u.Hostname()
+	port := uint16(80)
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return "must have a port from 1 to 65535"
+		}
+		port = uint16(n)
+	}
 	if ip, ok := parseHostIP(host); ok {
-		if err := g.allowedIP(ip); err != nil {
+		if err := g.allowedIP(ip, port); err != nil {
 			return "must not point to " + err.Error()
 		}
 		return ""
@@ -96,7 +111,7 @@ func (g Guard) CheckURL(ctx context.Context, raw string) string {
 		return ""
 	}
 	for _, ip := range ips {
-		if err := g.allowedIP(ip); err != nil {
+		if err := g.allowedIP(ip, port); err != nil {
 			return "resolves to " + err.Error()
 		}
 	}
@@ -111,7 +126,7 @@ func (g Guard) Dialer(timeout time.Duration) *net.Dialer {
 		if err != nil {
 			return fmt.Errorf("events: dial %s: %w", address, err)
 		}
-		if err := g.allowedIP(ap.Addr()); err != nil {
+		if err := g.allowedIP(ap.Addr(), ap.Port()); err != nil {
 			return fmt.Errorf("events: refused to connect: %w", err)
 		}
 		return nil

@@ -34,6 +34,13 @@ func creditsGrant(fs *flag.FlagSet) action {
 			if err != nil {
 				return fmt.Errorf("credits grant: %w", tollgate.Invalid(map[string]string{"expires": err.Error()}))
 			}
+			// A duration from now is another time on every run: with a
+			// key of the caller's, a rerun would be another request (a
+			// 409), not the same grant answered again.
+			if _, relative := time.ParseDuration(*expires); relative == nil && *key.value != "" {
+				return fmt.Errorf("credits grant: %w", tollgate.Invalid(map[string]string{"expires": "must be an RFC 3339 time with --idempotency-key (a duration from now is another time on every run, so a rerun would not be the same grant): such as " +
+					at.UTC().Truncate(time.Second).Format(time.RFC3339)}))
+			}
 			in.ExpiresAt = &at
 		}
 		k, err := key.get()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -78,5 +79,19 @@ func TestCreditsCommandsIdempotencyKey(t *testing.T) {
 	}
 	if n := count(`SELECT count(*) FROM credit_idempotency_keys WHERE tenant_id = $1 AND key LIKE 'cli-%'`); n != 2 {
 		t.Errorf("%d random keys kept, want one per run without the flag (2)", n)
+	}
+
+	// With a key, --expires is a time: a duration from now would be
+	// another time on every run, and the rerun a conflict.
+	relative := append(grant[:len(grant):len(grant)], "--expires", "720h")
+	if _, err := admin(t, url, relative...); err == nil || !strings.Contains(err.Error(), "expires") || !strings.Contains(err.Error(), "RFC 3339") {
+		t.Errorf("--expires 720h with a key: %v, want it refused naming expires", err)
+	}
+	dated := []string{"credits", "grant", "--tenant", "acme", "--amount", "5", "--cause", "dated", "--idempotency-key", "dated-1",
+		"--expires", time.Now().Add(720 * time.Hour).UTC().Format(time.RFC3339)}
+	firstDated, err := admin(t, url, dated...)
+	testenv.Must(t, err)
+	if againDated, err := admin(t, url, dated...); err != nil || againDated != firstDated {
+		t.Errorf("a dated grant run twice with one key: %q, %v; want the first grant again", againDated, err)
 	}
 }

@@ -231,9 +231,6 @@ type background struct {
 	closed  bool
 	listing map[*listing]struct{} // the holds being listed
 	wg      sync.WaitGroup
-	// dropped gates the log line of a hold dropped for want of room: one
-	// line, then one every repeatEvery with how many it held back.
-	dropped lineGate
 }
 
 // listing is a hold listed in the background, and the last error its
@@ -247,7 +244,7 @@ type listing struct {
 func newBackground() *background {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &background{ctx: ctx, cancel: cancel, now: time.Now, sleep: backoff.Sleep, max: maxListing,
-		listing: map[*listing]struct{}{}, dropped: lineGate{every: repeatEvery}}
+		listing: map[*listing]struct{}{}}
 }
 
 // start runs f on l in a goroutine of its own, unless the store is closed
@@ -304,16 +301,14 @@ func (b *background) close() []*listing {
 // passed or the store is closed. A hold never listed never expires: its
 // estimate stays charged until it is settled. So a hold given up, or not
 // tried at all because maxListing are being listed already, is logged at
-// error level with what lists it by hand.
+// error level with what lists it by hand: every one, each a hold that
+// stays charged (a line gated as outages are would lose the keys of the
+// holds it held back).
 func (s *Store) listLater(h limiter.Hold, expireUS int64, err error) {
 	b := s.background
 	l := &listing{hold: h, expireUS: expireUS, err: err}
-	ok, why := b.start(l, s.list)
-	if ok {
-		return
-	}
-	if pass, repeated := b.dropped.pass(why, b.now()); pass {
-		s.notListed(h, expireUS, why, err, "dropped_since_last", repeated)
+	if ok, why := b.start(l, s.list); !ok {
+		s.notListed(h, expireUS, why, err)
 	}
 }
 

@@ -584,3 +584,19 @@ func TestSetPlanCurrencyRefusesTheTenantsOwnSpendCap(t *testing.T) {
 	testenv.Must(t, err)
 	testenv.Must(t, f.ts.SetPlan(ctx, f.acme.ID, yen.ID, march))
 }
+
+// TestSetPlanCurrencySuggestsAMonthThatHasCome: when the tenant's latest
+// change is later than this month's start, the month's start to give is
+// the next one, which has not come yet: the problem says to wait for it.
+func TestSetPlanCurrencySuggestsAMonthThatHasCome(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t)
+	euro, err := plans.NewStore(f.db).Create(ctx, plans.Plan{Name: "euro", Currency: "EUR"})
+	testenv.Must(t, err)
+	_, err = f.db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-03-10T00:00:00Z' WHERE tenant_id = $1`, f.acme.ID)
+	testenv.Must(t, err)
+	err = f.ts.SetPlan(ctx, f.acme.ID, euro.ID, time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC))
+	if got := testenv.Fields(err)["effective_at"]; !strings.Contains(got, "2026-04-01T00:00:00Z, once it has come") {
+		t.Errorf("SetPlan to EUR after a change on 10 March = %v (effective_at: %q), want April's start, once it has come", err, got)
+	}
+}

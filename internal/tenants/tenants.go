@@ -259,14 +259,18 @@ func sameCurrencyOrMonthStart(ctx context.Context, tx pgx.Tx, current, next int6
 	if from == to || u.Equal(start) {
 		return from, to, nil
 	}
+	when := ""
 	if latest != nil && start.Before(*latest) {
+		// This month's start is before the tenant's latest change: the
+		// next one, which has not come yet (no change is in the future).
 		start = start.AddDate(0, 1, 0)
+		when = ", once it has come, as the tenant's latest plan change is later than this month's start"
 	}
 	return "", "", &tollgate.Error{Code: tollgate.EINVALID,
 		Message: "the new plan is in " + to + " and the tenant's plan in " + from +
 			": a month is billed in one currency, so a change of currency takes effect at the start of a month",
 		Fields: map[string]string{"effective_at": "must be the start of a month (00:00 UTC on the 1st, such as " +
-			start.Format(time.RFC3339) + ") to move to a plan in " + to + " from one in " + from +
+			start.Format(time.RFC3339) + when + ") to move to a plan in " + to + " from one in " + from +
 			": a month is billed in one currency"}}
 }
 

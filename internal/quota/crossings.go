@@ -152,10 +152,24 @@ func Reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, now time.Time
 // gone by has no pace left to project. month is the month of the usage
 // being reconciled, which is not now's when a batch arrives late:
 // October's usage applied in the first seconds of November crosses
-// October's thresholds, on October's count.
+// October's thresholds, on October's count, against October's plan:
+// the plan in force at October's end, whatever the tenant is on now —
+// its whole included units and its quota settings, with the tenant's own
+// settings over them, as the checks of October's last instant had them.
 func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[string]int64, month, now time.Time) error {
 	if len(tenantIDs) == 0 {
 		return nil
+	}
+	// The tenant's current plan for now's month (and a month after it, a
+	// clock ahead); for a month gone by, the plan of its statement's last
+	// span: the last change effective before the month's end, of two at
+	// one instant the later recorded (the statements' rule,
+	// tenants.PlanChanges), or for a month before the tenant's first
+	// change, that first change (whose span its hours count on).
+	var monthEnd *time.Time
+	if month.Before(monthOf(now)) {
+		end := month.AddDate(0, 1, 0)
+		monthEnd = &end
 	}
 	rows, err := tx.Query(ctx, `SELECT t.id::text, p.id, p.included_units, p.quota_mode,
 			coalesce(ts.thresholds, ps.thresholds, '[]'::jsonb),
@@ -165,10 +179,16 @@ func reconcile(ctx context.Context, tx pgx.Tx, tenantIDs []string, counters map[
 				AND c.month = $2 AND c.kind = 'threshold' AND c.resolved_at IS NULL), '{}'),
 			ps.spend_cap_default_minor, ps.spend_cap_max_minor, ts.spend_cap_minor,
 			coalesce((SELECT max(pc.effective_at) FROM tenant_plan_changes pc WHERE pc.tenant_id = t.id), t.created_at)
-		FROM tenants t JOIN plans p ON p.id = t.plan_id
-		LEFT JOIN quota_plan_settings ps ON ps.plan_id = t.plan_id
+		FROM tenants t
+		LEFT JOIN LATERAL (SELECT pc.plan_id FROM tenant_plan_changes pc
+			WHERE pc.tenant_id = t.id AND $3::timestamptz IS NOT NULL
+			ORDER BY pc.effective_at < $3 DESC, CASE WHEN pc.effective_at < $3 THEN pc.effective_at END DESC,
+				pc.effective_at, pc.id DESC
+			LIMIT 1) month_plan ON true
+		JOIN plans p ON p.id = coalesce(month_plan.plan_id, t.plan_id)
+		LEFT JOIN quota_plan_settings ps ON ps.plan_id = p.id
 		LEFT JOIN quota_tenant_settings ts ON ts.tenant_id = t.id
-		WHERE t.id = ANY($1::uuid[]) ORDER BY t.id`, tenantIDs, month)
+		WHERE t.id = ANY($1::uuid[]) ORDER BY t.id`, tenantIDs, month, monthEnd)
 	if err != nil {
 		return fmt.Errorf("quota: reconcile: %w", err)
 	}
@@ -292,8 +312,10 @@ func resolve(ctx context.Context, tx pgx.Tx, tenantID string, month time.Time, u
 // by (new_month), and those of tenants whose plan, plan settings or own
 // settings changed since the crossing was recorded (threshold_changed: a
 // plan upgrade, more included units, thresholds moved). It reconciles
-// those tenants only. The usage worker calls it every half minute; like
-// Reconcile, each resolution is emitted once however many workers sweep.
+// those tenants only, and only now's month, on their current plan: a
+// month gone by is only resolved, never crossed again. The usage worker
+// calls it every half minute; like Reconcile, each resolution is emitted
+// once however many workers sweep.
 func SweepCrossings(ctx context.Context, tx pgx.Tx, now time.Time) error {
 	rows, err := tx.Query(ctx, `SELECT DISTINCT c.tenant_id::text FROM quota_crossings c
 		JOIN tenants t ON t.id = c.tenant_id

@@ -179,3 +179,120 @@ func TestLateUsageReconcilesItsOwnMonth(t *testing.T) {
 	}
 	requireDocumented(t, db, tn.ID)
 }
+
+// monthCrossings returns tenantID's threshold crossings as "2026-10 50
+// resolved=false", by month and units.
+func monthCrossings(t *testing.T, db *pgxpool.Pool, tenantID string) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT to_char(month, 'YYYY-MM'), units, resolved_at IS NOT NULL
+		FROM quota_crossings WHERE tenant_id = $1 AND kind = 'threshold' ORDER BY month, units`, tenantID)
+	testenv.Must(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var month string
+		var units int64
+		var resolved bool
+		testenv.Must(t, rows.Scan(&month, &units, &resolved))
+		out = append(out, fmt.Sprintf("%s %d resolved=%v", month, units, resolved))
+	}
+	testenv.Must(t, rows.Err())
+	return fmt.Sprint(out)
+}
+
+// TestLateUsageCrossesItsMonthsPlan: usage of October applied in
+// November is reconciled against the plan the tenant was on at October's
+// end, not the one it is on now. Plans big (1,000 included) and small
+// (100) both warn at 50 %: 500 and 50. Each tenant moves plan at
+// November's start (as a move between currencies must) after 50 or 45
+// units on October 31st, then a late batch of 10 October units arrives at
+// 00:00:05 on November 1st. A tenant down from big never came near 500 in
+// October, so nothing is crossed; one up from small did pass 50 in
+// October, which is crossed, in October. A change within October counts
+// from its instant: the plan at October's end is the one that was in
+// force last. November's own usage (55) is then judged on the current
+// plan as ever.
+func TestLateUsageCrossesItsMonthsPlan(t *testing.T) {
+	ctx := context.Background()
+	var c rateClock
+	workers, db := separateWorkers(t, 1, c.now, quota.IngestConfig{})
+	ps, ts := plans.NewStore(db), tenants.NewStore(db)
+	byName := map[string]plans.Plan{}
+	for _, p := range []plans.Plan{{Name: "big", IncludedUnits: 1000}, {Name: "small", IncludedUnits: 100}} {
+		p, err := ps.Put(ctx, p)
+		testenv.Must(t, err)
+		_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, p.ID, quota.PlanSettingsInput{Thresholds: []quota.Threshold{{Percent: 50}}})
+		testenv.Must(t, err)
+		byName[p.Name] = p
+	}
+	at := func(s string) time.Time {
+		t.Helper()
+		tm, err := time.Parse(time.RFC3339, s)
+		testenv.Must(t, err)
+		return tm
+	}
+	type move struct {
+		plan      string
+		effective string
+	}
+	tests := []struct {
+		name          string
+		from          string // the plan since September 1st
+		october       []move // changes before the first October usage
+		october31     int64  // units used on time on October 31st
+		november      string // the plan from November 1st
+		afterLate     string // crossings after the late batch
+		lateEvents    string
+		afterNovember string // crossings after November's 55 units
+		events        string
+	}{
+		{name: "down from big", from: "big", october31: 50, november: "small",
+			afterLate: "[]", lateEvents: "[]",
+			afterNovember: "[2026-11 50 resolved=false]", events: "[crossed 50]"},
+		{name: "up from small", from: "small", october31: 45, november: "big",
+			afterLate: "[2026-10 50 resolved=false]", lateEvents: "[crossed 50]",
+			afterNovember: "[2026-10 50 resolved=true]", events: "[crossed 50 resolved 50 new_month]"},
+		{name: "big from October 20th", from: "small", october: []move{{"big", "2026-10-20T00:00:00Z"}}, october31: 50, november: "small",
+			afterLate: "[]", lateEvents: "[]",
+			afterNovember: "[2026-11 50 resolved=false]", events: "[crossed 50]"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tn, err := ts.Create(ctx, fmt.Sprintf("mover-%d", i), byName[tt.from].ID)
+			testenv.Must(t, err)
+			_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z' WHERE tenant_id = $1`, tn.ID)
+			testenv.Must(t, err)
+			for _, m := range tt.october {
+				testenv.Must(t, ts.SetPlan(ctx, tn.ID, byName[m.plan].ID, at(m.effective)))
+			}
+			use := func(now, minute string, units int64) {
+				t.Helper()
+				c.set(t, now)
+				applyRows(t, workers[0], meteringtest.Row(meteringtest.At(t, minute), tn.ID, meteringtest.ID(500+i), "GET /x",
+					metering.Counts{Allowed: units, AllowedUnits: units}))
+			}
+			use("2026-10-31T23:59:40Z", "2026-10-31T23:59", tt.october31)
+			if got := monthCrossings(t, db, tn.ID); got != "[]" {
+				t.Fatalf("after October's usage on time: crossings %s, want none", got)
+			}
+			testenv.Must(t, ts.SetPlan(ctx, tn.ID, byName[tt.november].ID, at("2026-11-01T00:00:00Z")))
+
+			use("2026-11-01T00:00:05Z", "2026-10-31T23:59", 10) // late
+			if got := monthCrossings(t, db, tn.ID); got != tt.afterLate {
+				t.Errorf("after October's late usage: crossings %s, want %s", got, tt.afterLate)
+			}
+			if got := thresholdEvents(t, db, tn.ID); got != tt.lateEvents {
+				t.Errorf("after October's late usage: events %s, want %s", got, tt.lateEvents)
+			}
+
+			use("2026-11-01T00:01:05Z", "2026-11-01T00:01", 55)
+			if got := monthCrossings(t, db, tn.ID); got != tt.afterNovember {
+				t.Errorf("after November's usage: crossings %s, want %s", got, tt.afterNovember)
+			}
+			if got := thresholdEvents(t, db, tn.ID); got != tt.events {
+				t.Errorf("after November's usage: events %s, want %s", got, tt.events)
+			}
+			requireDocumented(t, db, tn.ID)
+		})
+	}
+}

@@ -74,6 +74,12 @@ type bed struct {
 	// allowed and denied count the answers of every check sent to the
 	// regions.
 	allowed, denied atomic.Int64
+	// degraded counts the checks admitted by a rule's failure mode (the
+	// region's Redis not answering in time on a loaded machine): no
+	// limiter decided them, and one whose store call ran after all is
+	// counted twice in the usage (docs/reliability.md, "a store answer
+	// lost").
+	degraded atomic.Int64
 }
 
 func start(t *testing.T) *bed {
@@ -177,6 +183,7 @@ func (b *bed) seed(ctx context.Context, db *pgxpool.Pool) {
 // answer is what the test reads of a check's answer.
 type answer struct {
 	Allowed   bool  `json:"allowed"`
+	Degraded  bool  `json:"degraded"`
 	Remaining int64 `json:"remaining"`
 	Limit     int64 `json:"limit"`
 }
@@ -235,7 +242,8 @@ func (b *bed) load(addr, resource string, rate int, d time.Duration) (admitted [
 	return b.loadKey(addr, b.key, resource, rate, d)
 }
 
-// loadKey is load with key's checks.
+// loadKey is load with key's checks. admitted holds the checks the
+// limiter admitted, not those a failure mode admitted (b.degraded).
 func (b *bed) loadKey(addr, key, resource string, rate int, d time.Duration) (admitted []time.Time, latencies []time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -252,7 +260,9 @@ func (b *bed) loadKey(addr, key, resource string, rate int, d time.Duration) (ad
 			mu.Lock()
 			defer mu.Unlock()
 			latencies = append(latencies, took)
-			if a.Allowed {
+			if a.Allowed && a.Degraded {
+				b.degraded.Add(1)
+			} else if a.Allowed {
 				admitted = append(admitted, time.Now())
 			}
 			switch {
@@ -414,7 +424,9 @@ func TestRegions(t *testing.T) {
 				})
 			}
 		}
+		degraded := b.degraded.Load()
 		wg.Wait()
+		degraded = b.degraded.Load() - degraded
 		stale := sampled()
 		var shared, split int64
 		for _, name := range names {
@@ -422,8 +434,8 @@ func TestRegions(t *testing.T) {
 			split += int64(len(admitted["GET /split"][name]))
 		}
 		bound := sharedBound(minute, admitted["GET /shared"], stale.window())
-		t.Logf("figure hammer: global_shared admitted %d of %d offered (limit %d, bound %d with %v: overshoot %d); global_split admitted %d (limit %d)",
-			shared, 3*perRegion, minute, bound, stale, shared-minute, split, minute)
+		t.Logf("figure hammer: global_shared admitted %d of %d offered (limit %d, bound %d with %v: overshoot %d); global_split admitted %d (limit %d); %d admitted by failure modes besides",
+			shared, 3*perRegion, minute, bound, stale, shared-minute, split, minute, degraded)
 		if shared > bound {
 			t.Errorf("global_shared admitted %d, above the bound %d", shared, bound)
 		}
@@ -431,13 +443,18 @@ func TestRegions(t *testing.T) {
 			t.Errorf("global_split admitted %d, above the limit %d", split, minute)
 		}
 		// The same demand everywhere: the rebalancer leaves the equal
-		// shares (it makes no move under a fiftieth of the limit).
+		// shares (it makes no move under a fiftieth of the limit). Not
+		// when a failure mode decided some checks: those never reached
+		// their region's Redis, whose demand was then another.
 		for name, want := range map[string]float64{"us": 0.334, "ap": 0.333} {
+			if degraded > 0 {
+				break
+			}
 			if got, err := scrape(b.stats[name], `tollgate_region_share{rule="global/split"}`); err != nil || got < want-0.02 || got > want+0.02 {
 				t.Errorf("%s's tollgate_region_share: got %v (%v), want %v ± 0.02", name, got, err, want)
 			}
 		}
-		if shared < minute || split < minute-int64(len(names)) {
+		if degraded == 0 && (shared < minute || split < minute-int64(len(names))) {
 			t.Errorf("admitted shared %d, split %d: fewer than the limit", shared, split)
 		}
 	})
@@ -476,7 +493,10 @@ func TestRegions(t *testing.T) {
 	// Usage: every region's worker applies its region's usage to the one
 	// Postgres, each check once.
 	t.Run("usage", func(t *testing.T) {
-		want := fmt.Sprintf("%d allowed, %d denied", b.allowed.Load(), b.denied.Load())
+		// A check a failure mode admitted may have been admitted by its
+		// store call as well, whose answer came too late: counted twice.
+		wantAllowed, wantDenied, twice := b.allowed.Load(), b.denied.Load(), b.degraded.Load()
+		want := fmt.Sprintf("%d allowed (%d more at most), %d denied", wantAllowed, twice, wantDenied)
 		tenants := []string{b.tenant} // and the quota scenario's
 		for _, tn := range b.months {
 			tenants = append(tenants, tn.id)
@@ -486,7 +506,8 @@ func TestRegions(t *testing.T) {
 			err := b.db.QueryRow(context.Background(), `SELECT COALESCE(sum(allowed_units), 0), COALESCE(sum(denied), 0)
 				FROM usage_month WHERE tenant_id = ANY($1::uuid[])`, tenants).Scan(&allowed, &denied)
 			got := fmt.Sprintf("%d allowed, %d denied", allowed, denied)
-			return err == nil && got == want, fmt.Sprintf("%s, want %s (%v)", got, want, err)
+			return err == nil && allowed >= wantAllowed && allowed <= wantAllowed+twice && denied == wantDenied,
+				fmt.Sprintf("%s, want %s (%v)", got, want, err)
 		})
 		t.Logf("figure usage: %s, counted once in the one Postgres", want)
 	})

@@ -1,6 +1,6 @@
--- Schema v21 had neither state: a failed invoice becomes pending again
+-- Schema v22 had neither state: a failed invoice becomes pending again
 -- (retried, as it was), one billed outside Tollgate pushed (nothing left
--- to push), and a cancelled top-up goes, as v21 removed them.
+-- to push), and a cancelled top-up goes, as v22 removed them.
 UPDATE invoices SET push_state = 'pending' WHERE push_state = 'failed';
 UPDATE invoices SET push_state = 'pushed' WHERE push_state = 'billed_outside';
 ALTER TABLE invoices DROP COLUMN push_generation,

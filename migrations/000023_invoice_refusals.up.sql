@@ -1,9 +1,9 @@
--- Schema v22: invoices the payment provider refused for good, invoices
+-- Schema v23: invoices the payment provider refused for good, invoices
 -- billed outside Tollgate, and top-ups whose checkout never opened.
 --
 -- push_state: failed when the provider refused the invoice in a way that
--- retrying cannot change (a customer it does not have, an amount it does
--- not take) or its draft was deleted there; billed_outside when an
+-- retrying cannot change (an amount it does not take, whatever the
+-- deployment) or its draft was deleted there; billed_outside when an
 -- operator closed it out as billed by other means. Neither is pushed
 -- again. push_generation counts the times an operator re-targeted the
 -- invoice (admin invoices retarget): a push after one uses idempotency

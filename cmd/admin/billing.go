@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // invoicingConfig is invoicing's configuration (TOLLGATE_STRIPE_* and
@@ -215,18 +216,25 @@ func invoicesIssue(fs *flag.FlagSet) action {
 const invoicesRetargetHelp = `
 Makes a tenant's invoice of a month pending again, due at once, to the
 Stripe customer the tenant is linked to now, with idempotency keys of its
-own. For an invoice whose push failed for good (admin invoices list shows
-why): Stripe has no such customer (a mistyped ID, or one deleted there:
-relink the tenant with admin billing link first), refused a request you
-have since fixed at Stripe (retarget alone), or its draft was deleted
-there. serve pushes it, or admin invoices push. A draft left at the
-customer before is yours to delete at Stripe. An amount Stripe does not
-take cannot be pushed to anyone: use admin invoices bill-outside.`
+own. For an invoice whose push failed (admin invoices list shows why):
+its draft was deleted at Stripe, or Stripe refused it in a way you have
+since fixed; or, to push a pending one to the tenant's new customer now
+(relink the tenant with admin billing link first). serve pushes it, or
+admin invoices push. A draft left at the customer before is yours to
+delete at Stripe. An amount Stripe does not take cannot be pushed to
+anyone: use admin invoices bill-outside.
+
+--all-failed re-targets every failed invoice (of --month, when given)
+instead, each as its own audited change; those that cannot be (a tenant
+without a billing account) are listed as skipped, with why.
+  admin invoices retarget --tenant acme --month 2026-10
+  admin invoices retarget --all-failed --month 2026-10`
 
 func invoicesRetarget(fs *flag.FlagSet) action {
-	tenant := tenantFlag(fs, "tenant name or ID (required)")
-	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required)")
-	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
+	tenant := tenantFlag(fs, "tenant name or ID (required without --all-failed)")
+	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required without --all-failed)")
+	allFailed := fs.Bool("all-failed", false, "re-target every failed invoice (of --month, when given)")
+	one := tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
 		m, err := month.parse(e)
 		if err != nil {
 			return err
@@ -241,15 +249,47 @@ func invoicesRetarget(fs *flag.FlagSet) action {
 		}
 		return printJSON(e.stdout, rec)
 	})
+	return func(ctx context.Context, e *invocation) error {
+		if !*allFailed {
+			return one(ctx, e)
+		}
+		if *tenant.value != "" {
+			return errors.New("invoices retarget: --tenant and --all-failed: give one")
+		}
+		var m *usage.Month
+		if *month.value != "" {
+			parsed, err := month.parse(e)
+			if err != nil {
+				return err
+			}
+			m = &parsed
+		}
+		inv, _, err := e.invoicing(nil)
+		if err != nil {
+			return err
+		}
+		res, err := inv.RetargetFailed(ctx, audit.CLI, m)
+		if err != nil {
+			return fmt.Errorf("invoices retarget: %w", err)
+		}
+		return printJSON(e.stdout, res)
+	}
 }
 
 const invoicesBillOutsideHelp = `
 Closes a tenant's invoice of a month out as billed outside Tollgate: it
 is never pushed, and no longer counts as a difference (admin reconcile,
-tollgate_invoice_differences). For an invoice Stripe does not hold
-(pending, or failed) that you bill by hand, such as one with an amount
-Stripe does not take in its currency; --note says how (kept in the audit
-log). An invoice already at Stripe is changed there instead.`
+tollgate_invoice_differences) unless Stripe later reports it paid too.
+For an invoice Stripe does not hold (pending, or failed) that you bill by
+hand, such as one with an amount Stripe does not take in its currency;
+--note says how (kept in the audit log).
+
+A push whose answer was lost may have left a pending invoice at Stripe,
+which charges it, so the command first asks Stripe for the invoices of
+its reference at the customer, and refuses while Stripe holds one that
+is not void: delete a draft there, or void an open invoice, then run it
+again. Without TOLLGATE_STRIPE_SECRET_KEY, or with Stripe down, only a
+failed invoice is closed out.`
 
 func invoicesBillOutside(fs *flag.FlagSet) action {
 	tenant := tenantFlag(fs, "tenant name or ID (required)")

@@ -444,3 +444,34 @@ func TestTenantAdminTopsUp(t *testing.T) {
 		t.Errorf("the console's top-up costs %d, want 12 × 25 = 300", amount)
 	}
 }
+
+// TestRetargetAllFailedFromTheCLI: `admin invoices retarget --all-failed`
+// re-targets every failed invoice of the month, each audited, and prints
+// what it did; it takes no --tenant.
+func TestRetargetAllFailedFromTheCLI(t *testing.T) {
+	srv, _, acme, _ := acmeSetupWith(t, nil)
+	_, err := runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
+	testenv.Must(t, err)
+	closedBefore(t, srv, acme, "2019-12")
+	_, err = runAdmin(t, srv.DBURL, "", "invoices", "issue", "--month", "2019-12")
+	testenv.Must(t, err)
+	refusedForGood(t, srv, acme, "2019-12")
+
+	if _, err := runAdmin(t, srv.DBURL, "", "invoices", "retarget", "--all-failed", "--tenant", "acme"); err == nil {
+		t.Error("retarget --all-failed --tenant acme succeeded, want it refused")
+	}
+	last := lastAuditID(t, srv)
+	out, err := runAdmin(t, srv.DBURL, "", "invoices", "retarget", "--all-failed", "--month", "2019-12")
+	testenv.Must(t, err)
+	var res billing.RetargetResult
+	testenv.Must(t, json.Unmarshal([]byte(out), &res))
+	ref := billing.InvoiceRef(acme.ID, "2019-12")
+	if len(res.Retargeted) != 1 || res.Retargeted[0].Ref != ref || res.Retargeted[0].PushState != billing.PushPending {
+		t.Errorf("retarget --all-failed printed %s, want acme's invoice pending", out)
+	}
+	wantEntry(t, "admin invoices retarget --all-failed", auditSince(t, srv, last), "cli", "invoice.retarget", ref)
+	out, err = runAdmin(t, srv.DBURL, "", "invoices", "retarget", "--all-failed")
+	if err != nil || !strings.Contains(out, `"retargeted": []`) {
+		t.Errorf("retarget --all-failed with none failed: %v\n%s", err, out)
+	}
+}

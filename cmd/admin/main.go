@@ -171,8 +171,8 @@ func commands() []command {
 		{name: "billing link", audited: "billing_account.link", summary: "link a tenant to a Stripe customer (an existing cus_… or a new one) that its statements are invoiced to", help: billingLinkHelp, flags: billingLink},
 		{name: "invoices push", summary: "push pending invoices to Stripe now (serve retries them with backoff); idempotent", flags: invoicesPush},
 		{name: "invoices issue", audited: "invoice.issue", summary: "issue the invoices a closed month lacks (closed where pushing was off, before closes issued them everywhere); idempotent", help: invoicesIssueHelp, flags: invoicesIssue},
-		{name: "invoices retarget", audited: "invoice.retarget", summary: "push an invoice Stripe refused for good (or whose draft was deleted) again, to the tenant's current customer", help: invoicesRetargetHelp, flags: invoicesRetarget},
-		{name: "invoices bill-outside", audited: "invoice.bill_outside", summary: "close an invoice Stripe does not hold out as billed outside Tollgate: never pushed, no longer a difference", help: invoicesBillOutsideHelp, flags: invoicesBillOutside},
+		{name: "invoices retarget", audited: "invoice.retarget", summary: "push an invoice whose push failed (or every failed one: --all-failed) again, to the tenant's current customer", help: invoicesRetargetHelp, flags: invoicesRetarget},
+		{name: "invoices bill-outside", audited: "invoice.bill_outside", summary: "close an invoice Stripe does not hold (it asks Stripe) out as billed outside Tollgate: never pushed, no longer a difference", help: invoicesBillOutsideHelp, flags: invoicesBillOutside},
 		{name: "invoices list", summary: "list invoices with their push state and payment status, newest month first", flags: invoicesList},
 		{name: "reconcile", summary: "a month's statements beside their invoices at Stripe, to the cent, with every difference", flags: reconcile},
 	}

@@ -26,6 +26,11 @@ type Provider interface {
 	// by its Ref, or creates it, adds the lines it lacks, and finalizes or
 	// sends it as inv.Mode says. It returns the provider's view of it.
 	PushInvoice(ctx context.Context, inv Invoice) (PushedInvoice, error)
+	// FindInvoices returns the invoices the provider holds at customer
+	// customerID whose reference is ref (of any generation), newest
+	// first, asking the provider: what a push whose answer was lost may
+	// have left there.
+	FindInvoices(ctx context.Context, customerID, ref string) ([]PushedInvoice, error)
 	// OpenCheckout opens a hosted payment page for a credit top-up.
 	OpenCheckout(ctx context.Context, in CheckoutInput) (CheckoutSession, error)
 	// ParseEvent verifies a webhook's signature (with its tolerance) and
@@ -41,28 +46,39 @@ var ErrBadSignature = errors.New("billing: bad or stale webhook signature")
 // cannot send in its currency (Stripe takes three-decimal currencies only
 // in amounts ending in 0), returned before anything is sent, or that the
 // provider refused (too small, too large). Such an invoice's push failed
-// for good (push state failed, never retried); such a top-up is refused
-// (EINVALID, naming amount_minor).
+// for good (push state failed, never retried): it is the only refusal
+// that does; such a top-up is refused (EINVALID, naming amount_minor).
 var ErrAmountNotAccepted = errors.New("amount not accepted by the payment provider")
 
 // ErrRefused is wrapped by a Provider's error for a request the provider
-// refused for good: made again as it is, it fails again (a customer it
-// does not have, a parameter it does not take). An invoice whose push
-// fails with it, or with ErrAmountNotAccepted, is not retried: its push
-// state becomes failed, until an operator re-targets it or closes it out
-// (Invoicing.Retarget, Invoicing.BillOutside). A refusal of the
-// credentials is not one of these: it is the deployment's, not the
-// request's, and pushes are retried until it is fixed.
+// refused as it was made (a customer it does not have, a parameter it
+// does not take), rather than failed to answer. A refusal of the
+// credentials is not one. Such a refusal may still be the deployment's (a
+// key of another account or mode, which does not see the customer; an
+// account not activated at the provider), which an operator fixes for
+// every invoice at once: an invoice whose push is refused is retried with
+// backoff, the refusal shown as its last error, unless the amount was
+// refused (ErrAmountNotAccepted). A top-up refused is not retried.
 var ErrRefused = errors.New("refused by the payment provider")
 
 // ErrNoSuchCustomer is wrapped, with ErrRefused, by a Provider's error for
 // a customer it does not have (a mistyped ID, or one deleted there).
 var ErrNoSuchCustomer = errors.New("no such customer at the payment provider")
 
+// FieldRefusal is implemented by a Provider's error for a checkout it
+// refused for a value of the input: RefusedField names it as the field of
+// TopUpInput's JSON (success_url, cancel_url), or "currency" for the
+// plan's currency; "" when the refusal names none of them.
+type FieldRefusal interface {
+	error
+	RefusedField() string
+}
+
 // refusedForGood reports whether err, a Provider's, will fail again
-// however often the request is repeated.
+// however often the request is repeated, whatever the deployment: an
+// amount the provider does not take.
 func refusedForGood(err error) bool {
-	return errors.Is(err, ErrRefused) || errors.Is(err, ErrAmountNotAccepted)
+	return errors.Is(err, ErrAmountNotAccepted)
 }
 
 // InvoiceMode is how far a pushed invoice goes at the provider.
@@ -121,7 +137,9 @@ type Invoice struct {
 	// Generation counts the times an operator re-targeted the invoice
 	// (Invoicing.Retarget): when positive, the push's idempotency keys
 	// carry it, so that the provider does not answer a push to the new
-	// customer with what it answered the earlier ones.
+	// customer with what it answered the earlier ones. The invoice made
+	// at the provider carries it too, and its events bring it back
+	// (ProviderEvent.Generation).
 	Generation int
 }
 
@@ -179,9 +197,11 @@ type ProviderEvent struct {
 	Type string
 	Kind EventKind
 	At   time.Time
-	// The invoice's, for invoice events.
+	// The invoice's, for invoice events. Generation is the one it was
+	// made for (0 for one made before the provider recorded it).
 	InvoiceID       string
 	InvoiceRef      string
+	Generation      int
 	CustomerID      string
 	TotalMinor      int64
 	AmountPaidMinor int64

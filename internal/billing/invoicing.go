@@ -44,11 +44,11 @@ type InvoicingConfig struct {
 // (payments, failures, voids, paid top-ups), each event once. Its changes
 // that an operator makes (linking a billing account, opening a top-up,
 // issuing, re-targeting or closing out an invoice) are audited as every
-// feature's are; the payments, failures and voids the provider's events
-// report are audited by the actor ProviderActor. What a push or an event
-// records of the provider's view of an invoice (its ID, status and total,
-// a refusal, a draft deleted there) is not audited. Safe for concurrent
-// use.
+// feature's are; the payments, failures, voids, finalized drafts and
+// deleted drafts the provider's events report are audited by the actor
+// ProviderActor. What a push records of the provider's view of an invoice
+// (its ID, status and total, a refusal) is not audited. Safe for
+// concurrent use.
 type Invoicing struct {
 	db  postgres.Conn
 	cfg InvoicingConfig
@@ -222,16 +222,25 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 	})
 }
 
+// noSuchCustomer starts the last error of a push the provider refused
+// for not having the invoice's customer.
+const noSuchCustomer = "no such customer at the payment provider: "
+
 // relinkConflict returns ECONFLICT when tenant a.TenantID may not leave
 // its customer a.CustomerID yet: while an invoice of it is still to push
 // to that customer. The invoice's record names the customer it was
 // issued to, and its push, retried until it succeeds or is refused for
 // good, would bill that customer whoever it belongs to by then. A failed
-// push is not retried, so it does not count.
+// push is not retried, so it does not count; nor does a pending one whose
+// last push the provider refused for not having the customer (a mistyped
+// ID, or a key of another account or mode), so that the tenant can be
+// relinked and the invoice re-targeted (Retarget). Another tenant cannot
+// be linked to that customer while the invoice is pending (LinkAccount).
 func (inv *Invoicing) relinkConflict(ctx context.Context, db postgres.Conn, a Account) error {
 	var pending int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND customer_id = $2 AND push_state = 'pending'`,
-		a.TenantID, a.CustomerID).Scan(&pending); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND customer_id = $2 AND push_state = 'pending'
+		AND NOT starts_with(last_error, $3)`,
+		a.TenantID, a.CustomerID, noSuchCustomer).Scan(&pending); err != nil {
 		return fmt.Errorf("billing: link account: %w", err)
 	}
 	if pending > 0 {
@@ -387,7 +396,7 @@ type InvoiceRecord struct {
 	TotalMinor int64         `json:"total_minor"`
 	Lines      []InvoiceLine `json:"lines"`
 	// PushState is pending until the provider holds the invoice, then
-	// pushed; failed when the provider refused it for good (LastError
+	// pushed; failed when the provider refused its amount (LastError
 	// says why) or its draft was deleted there, and billed_outside once
 	// an operator closed it out as billed by other means: neither is
 	// pushed again. PushAttempts, NextPushAt and LastError say how
@@ -611,6 +620,11 @@ func (inv *Invoicing) pushOne(ctx context.Context, tx pgx.Tx, rec InvoiceRecord)
 	now := inv.now()
 	if err != nil {
 		msg := err.Error()
+		if errors.Is(err, ErrNoSuchCustomer) {
+			// Marked, so that the tenant may be relinked meanwhile
+			// (relinkConflict).
+			msg = noSuchCustomer + msg
+		}
 		if len(msg) > 500 {
 			msg = msg[:500]
 		}
@@ -662,14 +676,15 @@ func invoiceAudit(action string, before, after *InvoiceRecord, note string) audi
 }
 
 // changeUnpushed makes the audited change action to tenantID's invoice of
-// month m, an invoice the provider does not hold: pending, or failed. It
+// month m, an invoice the provider does not hold: pending, or failed (or,
+// with voided, one the provider voided, whatever its push state). It
 // takes the invoice's push lease first (pushLock), waiting for a push in
-// flight to record its result, so that the change never races one. set
-// changes the invoice on tx; the result is the invoice after it.
-// ENOTFOUND for no such invoice; ECONFLICT for one pushed, paid or
-// closed out already.
+// flight to record its result, so that the change never races one, and
+// holds it while set runs. set changes the invoice on tx; the result is
+// the invoice after it. ENOTFOUND for no such invoice; ECONFLICT for one
+// pushed, paid or closed out already.
 func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action, tenantID string, m usage.Month, note string,
-	set func(tx pgx.Tx, rec InvoiceRecord) error) (InvoiceRecord, error) {
+	voided bool, set func(tx pgx.Tx, rec InvoiceRecord) error) (InvoiceRecord, error) {
 	var after InvoiceRecord
 	tenantID = strings.ToLower(tenantID) // as the ref the pushes lock is spelled
 	err := audit.Apply(ctx, inv.db, by, func(tx pgx.Tx) (audit.Change, error) {
@@ -692,11 +707,12 @@ func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action
 			return audit.Change{}, err
 		}
 		switch {
+		case before.PushState == PushBilledOutside:
+			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice was closed out as billed outside Tollgate")
+		case voided && before.PaymentStatus == "void":
 		case before.PushState == PushPushed:
 			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT,
 				"the invoice is at the provider (%s): change it there (void it, or let it be paid)", cmpOr(before.ProviderInvoiceID, "pushed"))
-		case before.PushState == PushBilledOutside:
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice was closed out as billed outside Tollgate")
 		case before.PaymentStatus != "unpaid":
 			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice is %s at the provider", before.PaymentStatus)
 		}
@@ -713,9 +729,9 @@ func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action
 
 // Retarget makes tenant tenantID's invoice of month m pending again, to
 // the customer the tenant is linked to now (invoice.retarget), due at
-// once: the way out of a push the provider refused for good (a mistyped
-// or deleted customer: relink the tenant, then retarget; a customer fixed
-// at the provider: retarget alone) or of a draft deleted there. The next
+// once: the way out of a push failed (a draft deleted at the provider; a
+// refusal fixed there since: retarget alone) or refused for a customer
+// the provider does not have (relink the tenant, then retarget). The next
 // push uses idempotency keys of the invoice's new generation, so the
 // provider does not answer it with its earlier refusal, and looks the
 // invoice up at the new customer only: a draft left at the earlier one
@@ -724,7 +740,7 @@ func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action
 // must have a billing account (ECONFLICT). ENOTFOUND for no such
 // invoice.
 func (inv *Invoicing) Retarget(ctx context.Context, by audit.Actor, tenantID string, m usage.Month) (InvoiceRecord, error) {
-	return inv.changeUnpushed(ctx, by, "invoice.retarget", tenantID, m, "", func(tx pgx.Tx, rec InvoiceRecord) error {
+	return inv.changeUnpushed(ctx, by, "invoice.retarget", tenantID, m, "", false, func(tx pgx.Tx, rec InvoiceRecord) error {
 		a, err := lockedAccount(ctx, tx, tenantID, "FOR SHARE")
 		if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
 			return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has no billing account: link one first (admin billing link)")
@@ -751,20 +767,89 @@ func (inv *Invoicing) Retarget(ctx context.Context, by audit.Actor, tenantID str
 	})
 }
 
+// RetargetResult says what RetargetFailed did.
+type RetargetResult struct {
+	// Retargeted are the invoices made pending again.
+	Retargeted []InvoiceRecord `json:"retargeted"`
+	// Skipped are those left failed, each with why (Retarget's error).
+	Skipped []RetargetSkipped `json:"skipped"`
+}
+
+// RetargetSkipped is a failed invoice RetargetFailed left failed.
+type RetargetSkipped struct {
+	TenantID   string `json:"tenant_id"`
+	TenantName string `json:"tenant_name"`
+	Month      string `json:"month"`
+	Ref        string `json:"ref"`
+	Error      string `json:"error"`
+}
+
+// RetargetFailed re-targets every invoice whose push failed (of month m,
+// or of every month when m is nil), each as Retarget does and audited on
+// its own (invoice.retarget): the way back, in bulk, from refusals that
+// were the deployment's. An invoice Retarget refuses (its tenant without
+// a billing account, say) is skipped with the reason; an error of the
+// database ends it, with what was done so far.
+func (inv *Invoicing) RetargetFailed(ctx context.Context, by audit.Actor, m *usage.Month) (RetargetResult, error) {
+	res := RetargetResult{Retargeted: []InvoiceRecord{}, Skipped: []RetargetSkipped{}}
+	var month *time.Time
+	if m != nil {
+		s := m.Start()
+		month = &s
+	}
+	rows, err := inv.db.Query(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+		WHERE i.push_state = 'failed' AND ($1::date IS NULL OR i.month = $1) ORDER BY i.month, t.name`, month)
+	failed, err := postgres.Collect(rows, err, scanInvoice, "billing: failed invoices")
+	if err != nil {
+		return res, err
+	}
+	for _, f := range failed {
+		month, err := usage.ParseMonth(f.Month)
+		if err != nil {
+			return res, err
+		}
+		rec, err := inv.Retarget(ctx, by, f.TenantID, month)
+		switch code := tollgate.ErrorCode(err); {
+		case err == nil:
+			res.Retargeted = append(res.Retargeted, rec)
+		case code == tollgate.ECONFLICT || code == tollgate.ENOTFOUND:
+			res.Skipped = append(res.Skipped, RetargetSkipped{TenantID: f.TenantID, TenantName: f.TenantName, Month: f.Month,
+				Ref: f.Ref, Error: tollgate.ErrorMessage(err)})
+		default:
+			return res, err
+		}
+	}
+	return res, nil
+}
+
 // BillOutside closes tenant tenantID's invoice of month m out as billed
 // outside Tollgate (invoice.bill_outside, with note saying how, in the
 // audit entry): its push state becomes billed_outside, it is never
-// pushed, and it no longer differs from its statement. For an invoice
-// that cannot be pushed (an amount the provider does not take) or that
-// the operator bills by hand. The invoice must not be at the provider
-// (pending, or failed) and unpaid (ECONFLICT otherwise). ENOTFOUND for no
-// such invoice.
+// pushed, and it no longer differs from its statement (unless the
+// provider later reports it paid). For an invoice that cannot be pushed
+// (an amount the provider does not take) or that the operator bills by
+// hand. The invoice must be unpaid and not recorded at the provider
+// (pending, or failed), or voided there; ECONFLICT otherwise.
+//
+// A pending invoice may be at the provider all the same: a push whose
+// answer was lost (a timeout, a crash, a 5xx after the provider acted)
+// leaves it pending, and the provider charges what it holds. So, under
+// the invoice's push lease, BillOutside asks the provider for the
+// invoices it holds at the invoice's customer under its reference
+// (Provider.FindInvoices): ECONFLICT, naming it, for any it holds that is
+// not void (a draft is to be deleted there, anything else voided, before
+// closing the invoice out). When the provider cannot be asked (invoicing
+// off, or the provider down), a pending invoice is ECONFLICT and only a
+// failed one is closed out. ENOTFOUND for no such invoice.
 func (inv *Invoicing) BillOutside(ctx context.Context, by audit.Actor, tenantID string, m usage.Month, note string) (InvoiceRecord, error) {
 	note = strings.TrimSpace(note)
 	if len(note) > 500 {
 		return InvoiceRecord{}, tollgate.Invalid(map[string]string{"note": "must be at most 500 characters"})
 	}
-	return inv.changeUnpushed(ctx, by, "invoice.bill_outside", tenantID, m, note, func(tx pgx.Tx, rec InvoiceRecord) error {
+	return inv.changeUnpushed(ctx, by, "invoice.bill_outside", tenantID, m, note, true, func(tx pgx.Tx, rec InvoiceRecord) error {
+		if err := inv.heldAtProvider(ctx, rec); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside', updated_at = now()
 			WHERE tenant_id = $1 AND month = $2`, tenantID, m.Start())
 		if err != nil {
@@ -772,6 +857,46 @@ func (inv *Invoicing) BillOutside(ctx context.Context, by audit.Actor, tenantID 
 		}
 		return nil
 	})
+}
+
+// heldAtProvider returns ECONFLICT when the provider holds rec (or may,
+// and cannot be asked): see BillOutside. An invoice it voided holds
+// nothing.
+func (inv *Invoicing) heldAtProvider(ctx context.Context, rec InvoiceRecord) error {
+	if rec.PaymentStatus == "void" {
+		return nil
+	}
+	if !inv.Enabled() {
+		if rec.PushState == PushPending {
+			return tollgate.Errorf(tollgate.ECONFLICT, "the invoice is pending, and a push whose answer was lost may have left it "+
+				"at the payment provider, which invoicing off cannot ask: close it out where TOLLGATE_STRIPE_SECRET_KEY is set")
+		}
+		return nil
+	}
+	found, err := inv.cfg.Provider.FindInvoices(ctx, rec.CustomerID, rec.Ref)
+	if err != nil {
+		if rec.PushState == PushPending {
+			return tollgate.Errorf(tollgate.ECONFLICT, "the invoice is pending, and a push whose answer was lost may have left it "+
+				"at the payment provider, which could not be asked (%v): try again once it answers", err)
+		}
+		inv.cfg.Log.Warn("could not ask the payment provider for a failed invoice closed out as billed outside",
+			"ref", rec.Ref, "customer", rec.CustomerID, "error", err)
+		return nil
+	}
+	for _, f := range found {
+		switch f.Status {
+		case "void":
+		case "draft":
+			return tollgate.Errorf(tollgate.ECONFLICT,
+				"the payment provider holds a draft of this invoice (%s at customer %s, %d %s): delete it there first, then close the invoice out",
+				f.ID, rec.CustomerID, f.TotalMinor, f.Currency)
+		default:
+			return tollgate.Errorf(tollgate.ECONFLICT,
+				"the payment provider holds this invoice, %s (%s at customer %s, %d %s), and may charge it: void it there first, then close the invoice out",
+				f.Status, f.ID, rec.CustomerID, f.TotalMinor, f.Currency)
+		}
+	}
+	return nil
 }
 
 // EventResult says what applying a provider event did.
@@ -792,8 +917,10 @@ var errUnknown = errors.New("billing: event about an unknown invoice or top-up")
 // voided sets the statement's payment status and emits its Tollgate
 // event (and a payment resumes a tenant whose current suspension is
 // dunning's); an invoice finalized records the provider's total; a draft
-// deleted makes the invoice's push failed; a paid checkout grants its
-// top-up's credits (credits.grant). Replays change nothing; an event
+// deleted makes the invoice's push failed (both audited when they change
+// it, and ignored when about an invoice other than the one recorded, or,
+// before a push recorded one, of an earlier generation); a paid checkout
+// grants its top-up's credits (credits.grant). Replays change nothing; an event
 // about an unknown invoice or top-up, or about an invoice of Tollgate's
 // at a customer other than the one it was issued to (a draft left at a
 // customer before the invoice was re-targeted), is logged and changes
@@ -843,6 +970,24 @@ type InvoiceEventData struct {
 	PaymentStatus     string `json:"payment_status"`
 }
 
+// providerView is what the audit entry of a draft finalized or deleted at
+// the provider holds.
+type providerView struct {
+	Ref            string `json:"ref"`
+	PushState      string `json:"push_state"`
+	ProviderStatus string `json:"provider_status"`
+	ProviderTotal  *int64 `json:"provider_total_minor"`
+	LastError      string `json:"last_error,omitempty"`
+}
+
+// recordEvent audits, as ProviderActor, the change event ev made to rec
+// (action: the event's kind).
+func (inv *Invoicing) recordEvent(ctx context.Context, tx pgx.Tx, ev ProviderEvent, rec InvoiceRecord, before, after providerView) error {
+	_, err := audit.Record(ctx, tx, ProviderActor, audit.Change{Action: string(ev.Kind), TargetType: "invoice", TargetID: rec.Ref,
+		TenantID: rec.TenantID, Before: before, After: after})
+	return err
+}
+
 type paymentChange struct {
 	Ref           string `json:"ref"`
 	PaymentStatus string `json:"payment_status"`
@@ -850,10 +995,18 @@ type paymentChange struct {
 }
 
 func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEvent) error {
+	// A draft's deletion or finalization is about one invoice at the
+	// provider: the one recorded, or, before a push recorded its ID, one
+	// made for the invoice's current generation. An invoice of an earlier
+	// generation (left at the customer before a retarget) has the same
+	// reference, and its events must not fail or change the invoice
+	// pushed since, or being pushed now.
+	ofDraft := ev.Kind == EventInvoiceDeleted || ev.Kind == EventInvoiceFinalized
 	rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
-		WHERE ((i.provider_invoice_id = $1 AND $1 <> '') OR (i.ref = $2 AND $2 <> '' AND coalesce(i.provider_invoice_id, $1) = $1))
+		WHERE ((i.provider_invoice_id = $1 AND $1 <> '') OR (i.ref = $2 AND $2 <> '' AND coalesce(i.provider_invoice_id, $1) = $1
+			AND (NOT $4 OR i.push_generation = $5)))
 		AND ($3 = '' OR i.customer_id = $3)
-		FOR UPDATE OF i`, ev.InvoiceID, ev.InvoiceRef, ev.CustomerID))
+		FOR UPDATE OF i`, ev.InvoiceID, ev.InvoiceRef, ev.CustomerID, ofDraft, ev.Generation))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errUnknown
 	}
@@ -864,25 +1017,39 @@ func (inv *Invoicing) applyInvoice(ctx context.Context, tx pgx.Tx, ev ProviderEv
 	case EventInvoiceFinalized:
 		// The provider's total once no one can edit it any more: an
 		// operator's edit of the draft shows in the reconciliation.
-		_, err := tx.Exec(ctx, `UPDATE invoices SET provider_invoice_id = coalesce(provider_invoice_id, nullif($3, '')),
+		currency := strings.ToUpper(ev.Currency)
+		tag, err := tx.Exec(ctx, `UPDATE invoices SET provider_invoice_id = coalesce(provider_invoice_id, nullif($3, '')),
 			provider_status = 'open', provider_total_minor = $4, provider_currency = $5, updated_at = now()
-			WHERE tenant_id = $1 AND month = $2::date AND payment_status = 'unpaid'`,
-			rec.TenantID, rec.Month+"-01", ev.InvoiceID, ev.TotalMinor, strings.ToUpper(ev.Currency))
+			WHERE tenant_id = $1 AND month = $2::date AND payment_status = 'unpaid'
+			AND (provider_status <> 'open' OR provider_total_minor IS DISTINCT FROM $4 OR provider_currency <> $5
+				OR provider_invoice_id IS NULL)`,
+			rec.TenantID, rec.Month+"-01", ev.InvoiceID, ev.TotalMinor, currency)
 		if err != nil {
 			return fmt.Errorf("billing: record finalized invoice: %w", err)
 		}
-		return nil
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		return inv.recordEvent(ctx, tx, ev, rec, providerView{Ref: rec.Ref, PushState: rec.PushState, ProviderStatus: rec.ProviderStatus,
+			ProviderTotal: rec.ProviderTotalMinor}, providerView{Ref: rec.Ref, PushState: rec.PushState, ProviderStatus: "open",
+			ProviderTotal: &ev.TotalMinor})
 	case EventInvoiceDeleted:
 		// Only a draft can be deleted: the provider no longer holds the
 		// invoice, which is retargeted or billed outside from here.
-		_, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'failed', provider_status = 'deleted',
-			last_error = 'the invoice was deleted at the payment provider', updated_at = now()
+		const deleted = "the invoice was deleted at the payment provider"
+		tag, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'failed', provider_status = 'deleted',
+			last_error = $3, updated_at = now()
 			WHERE tenant_id = $1 AND month = $2::date AND payment_status = 'unpaid' AND push_state IN ('pending', 'pushed')`,
-			rec.TenantID, rec.Month+"-01")
+			rec.TenantID, rec.Month+"-01", deleted)
 		if err != nil {
 			return fmt.Errorf("billing: record deleted invoice: %w", err)
 		}
-		return nil
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		return inv.recordEvent(ctx, tx, ev, rec, providerView{Ref: rec.Ref, PushState: rec.PushState, ProviderStatus: rec.ProviderStatus,
+			ProviderTotal: rec.ProviderTotalMinor}, providerView{Ref: rec.Ref, PushState: PushFailed, ProviderStatus: "deleted",
+			ProviderTotal: rec.ProviderTotalMinor, LastError: deleted})
 	}
 	status, typ := "", ""
 	switch ev.Kind {
@@ -1126,9 +1293,11 @@ func validURL(s string) bool {
 // (EINVALID). When the provider does not open the checkout, nothing can
 // be paid on the top-up, which is cancelled (credits.topup_cancel, with
 // the provider's error): a price it does not take in the currency
-// (ErrAmountNotAccepted), or a request it refuses for good (ErrRefused),
-// is EINVALID naming amount_minor; a customer it does not have
-// (ErrNoSuchCustomer) ECONFLICT; any other failure EUNAVAILABLE.
+// (ErrAmountNotAccepted) is EINVALID naming amount_minor, and a URL it
+// refuses (FieldRefusal) EINVALID naming that URL's field; a customer it
+// does not have (ErrNoSuchCustomer), or the plan's currency refused,
+// ECONFLICT; any other refusal (the provider's account or settings) or
+// failure EUNAVAILABLE.
 // ECONFLICT with invoicing off.
 func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID string, in TopUpInput) (TopUp, error) {
 	f := map[string]string{}
@@ -1191,6 +1360,7 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 			return TopUp{}, errors.Join(fmt.Errorf("billing: open checkout: %w", err), cerr)
 		}
 	}
+	var refusal FieldRefusal
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrAmountNotAccepted):
@@ -1198,8 +1368,15 @@ func (inv *Invoicing) OpenTopUp(ctx context.Context, by audit.Actor, tenantID st
 	case errors.Is(err, ErrNoSuchCustomer):
 		return TopUp{}, tollgate.Errorf(tollgate.ECONFLICT,
 			"the payment provider has no customer %s (the tenant's billing account): link the tenant to another", acct.CustomerID)
+	case errors.As(err, &refusal) && refusal.RefusedField() == "currency":
+		return TopUp{}, tollgate.Errorf(tollgate.ECONFLICT,
+			"the payment provider does not take the plan's currency %s in a checkout: %v", made.Currency, err)
+	case errors.As(err, &refusal) && refusal.RefusedField() != "":
+		return TopUp{}, tollgate.Invalid(map[string]string{refusal.RefusedField(): "the payment provider refused it: " + err.Error()})
 	case errors.Is(err, ErrRefused):
-		return TopUp{}, tollgate.Invalid(map[string]string{"amount_minor": "the payment provider refused the checkout at this price: " + err.Error()})
+		// Nothing of the request's names itself: the provider's account
+		// or settings (an operator's to fix), not the caller's input.
+		return TopUp{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider refused the checkout: %v", err)
 	default:
 		return TopUp{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not open the checkout: %v", err)
 	}
@@ -1357,7 +1534,8 @@ type Reconciliation struct {
 // is listed without one: no difference when the tenant had no billing
 // account at the close, a difference when it had one (an invoice never
 // issued: IssueMissing). An invoice whose push failed is a difference; one
-// billed outside Tollgate is not.
+// billed outside Tollgate is not, unless the provider reported it paid
+// too (the tenant paid twice).
 func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconciliation, error) {
 	rows, err := inv.db.Query(ctx, `SELECT s.tenant_id::text, coalesce(t.name, s.body->>'tenant_name'), s.currency, s.total_minor,
 		i.lines, coalesce(i.provider_invoice_id, ''), coalesce(i.push_state, ''), coalesce(i.payment_status, ''),
@@ -1406,8 +1584,11 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 		case c.PushState == PushFailed:
 			diff("push failed for good: %s; relink and retarget it, or bill it outside (admin invoices retarget, bill-outside)",
 				cmpOr(lastError, "refused by the provider"))
+		case c.PushState == PushBilledOutside && c.PaymentStatus == "paid":
+			diff("billed outside Tollgate, and paid at the provider too: refund one of the two")
 		case c.PushState == PushBilledOutside:
-			// Closed out by an operator: the provider holds nothing.
+			// Closed out by an operator: the provider holds nothing, or
+			// what it holds is void.
 		case c.ProviderMinor == nil:
 			diff("the provider's total is unknown")
 		case *c.ProviderMinor != c.StatementMinor:
@@ -1416,7 +1597,7 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 		if c.PushState == "pushed" && providerCurrency != "" && providerCurrency != c.Currency {
 			diff("the provider's currency is %s, the statement's %s", providerCurrency, c.Currency)
 		}
-		if c.PaymentStatus == "void" {
+		if c.PaymentStatus == "void" && c.PushState != PushBilledOutside {
 			diff("the invoice was voided at the provider")
 		}
 		return c, nil
@@ -1429,14 +1610,16 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 
 // Differences counts the statements that disagree with their invoices
 // now (any month), as Reconcile sees them: pending and failed pushes,
-// other totals or currencies at the provider, voided invoices, and
-// statements of tenants linked at the close without an invoice. It is the
+// other totals or currencies at the provider, voided invoices, invoices
+// billed outside Tollgate and paid at the provider too, and statements of
+// tenants linked at the close without an invoice. It is the
 // reconciliation metric.
 func (inv *Invoicing) Differences(ctx context.Context) (int, error) {
 	var n int
-	err := inv.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM invoices WHERE push_state <> 'billed_outside'
+	err := inv.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM invoices WHERE (push_state <> 'billed_outside'
 		AND (push_state IN ('pending', 'failed') OR provider_total_minor IS DISTINCT FROM total_minor
 		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'))
+		OR (push_state = 'billed_outside' AND payment_status = 'paid'))
 		+ (SELECT count(*) FROM statements s JOIN billing_accounts a ON a.tenant_id = s.tenant_id AND a.created_at <= s.closed_at
 		WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.tenant_id = s.tenant_id AND i.month = s.month))`).Scan(&n)
 	return n, err

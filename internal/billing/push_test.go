@@ -28,6 +28,9 @@ func (f *fakeProvider) CreateCustomer(context.Context, CustomerInput) (string, e
 func (f *fakeProvider) PushInvoice(ctx context.Context, in Invoice) (PushedInvoice, error) {
 	return f.push(ctx, in)
 }
+func (f *fakeProvider) FindInvoices(context.Context, string, string) ([]PushedInvoice, error) {
+	return nil, errFake
+}
 func (f *fakeProvider) OpenCheckout(context.Context, CheckoutInput) (CheckoutSession, error) {
 	return CheckoutSession{}, errFake
 }

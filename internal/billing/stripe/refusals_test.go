@@ -125,45 +125,47 @@ func TestMonthClosedWithoutInvoicesIsReconciledAndIssued(t *testing.T) {
 	}
 }
 
-// TestRefusedPushIsNotRetried: an invoice to a customer Stripe does not
-// have (a mistyped ID) is refused for good: its push fails, is not
-// retried, is counted and reconciled as a difference, and no longer
+// TestMissingCustomerIsRetriedAndRelinked: an invoice to a customer
+// Stripe does not have (a mistyped ID, or a key of another account or
+// mode, which an operator fixes for every invoice at once) stays pending,
+// retried with backoff, is reconciled as a difference, and no longer
 // holds the tenant to the customer; relinked and re-targeted, it is
 // pushed to the right customer with keys of its own.
-func TestRefusedPushIsNotRetried(t *testing.T) {
+func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
 	acme := r.tenant("acme", pro)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_tyop"})
-	r.stripe.Down(404) // No such customer, however often it is asked
+	r.stripe.Down(404) // No such customer
 	res := r.closeOctober()
-	if res.Invoices.Failed != 1 || res.Invoices.Refused != 1 || res.Invoices.Pending != 0 {
-		t.Errorf("close with the customer unknown to Stripe: %+v, want 1 refused, none pending", res.Invoices)
+	if res.Invoices.Failed != 1 || res.Invoices.Refused != 0 || res.Invoices.Pending != 1 {
+		t.Errorf("close with the customer unknown to Stripe: %+v, want 1 failed, retried", res.Invoices)
 	}
 	rec := r.invoiceOf(acme)
-	if rec.PushState != billing.PushFailed || !strings.Contains(rec.LastError, "404") {
-		t.Errorf("acme's invoice %s (%q), want failed with the 404", rec.PushState, rec.LastError)
+	if rec.PushState != billing.PushPending || !strings.Contains(rec.LastError, "404") {
+		t.Errorf("acme's invoice %s (%q), want pending with the 404", rec.PushState, rec.LastError)
 	}
 	before := len(r.stripe.Requests())
-	r.clock.Advance(2 * time.Hour)
-	for _, all := range []bool{false, true} {
-		if p, err := r.inv.Push(ctx, all); err != nil || p.Pushed+p.Failed != 0 {
-			t.Errorf("push (all %v) after the refusal: %+v, %v; want nothing tried", all, p, err)
-		}
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed+p.Failed != 0 {
+		t.Errorf("push within the backoff: %+v, %v; want nothing tried", p, err)
 	}
 	if n := len(r.stripe.Requests()) - before; n != 0 {
-		t.Errorf("%d requests after the refusal, want none", n)
+		t.Errorf("%d requests within the backoff, want none", n)
 	}
-	if n, err := r.inv.FailedPushes(ctx); err != nil || n != 1 {
-		t.Errorf("failed pushes %d, %v; want 1", n, err)
+	r.clock.Advance(2 * time.Hour)
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Failed != 1 || p.Refused != 0 {
+		t.Errorf("push after the backoff: %+v, %v; want it tried again", p, err)
+	}
+	if n, err := r.inv.FailedPushes(ctx); err != nil || n != 0 {
+		t.Errorf("failed pushes %d, %v; want 0", n, err)
 	}
 	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
 		t.Errorf("differences %d, %v; want 1", n, err)
 	}
 	if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 1 ||
-		!strings.Contains(c[0].Differences[0], "push failed for good") {
-		t.Errorf("reconciliation %+v, %v; want the failed push", c, err)
+		!strings.Contains(c[0].Differences[0], "push pending") || !strings.Contains(c[0].Differences[0], "no such customer") {
+		t.Errorf("reconciliation %+v, %v; want the pending push, with Stripe's refusal", c, err)
 	}
 
 	r.stripe.Down(0)
@@ -306,12 +308,13 @@ func TestPaymentLiftsOnlyDunningsSuspension(t *testing.T) {
 }
 
 // TestTopUpRefusedByStripe: a top-up whose checkout Stripe refuses for
-// its input is 422 naming amount_minor, one for a customer Stripe does
+// its price is 422 naming amount_minor, one for a customer Stripe does
 // not have 409, one Stripe could not open 503; each top-up stays,
 // cancelled, and its cancellation is audited beside its opening.
 func TestTopUpRefusedByStripe(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
+	f := r.viaRefuser(billing.ModeFinalize)
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
 	acme := r.linkedTenant("acme", pro)
 	in := billing.TopUpInput{Units: 10, AmountMinor: 20, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
@@ -320,6 +323,11 @@ func TestTopUpRefusedByStripe(t *testing.T) {
 		wantCode string
 	}{{400, tollgate.EINVALID}, {404, tollgate.ECONFLICT}, {503, tollgate.EUNAVAILABLE}} {
 		r.stripe.Down(c.status)
+		if c.status == 400 {
+			// Stripe names what it refuses: here, the price.
+			r.stripe.Down(0)
+			f.set(refusing("/v1/checkout/sessions", refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}))
+		}
 		_, err := r.inv.OpenTopUp(ctx, audit.CLI, acme.ID, in)
 		if tollgate.ErrorCode(err) != c.wantCode {
 			t.Errorf("top-up Stripe answered %d: %v, want %s", c.status, err, c.wantCode)
@@ -328,6 +336,7 @@ func TestTopUpRefusedByStripe(t *testing.T) {
 		if c.wantCode == tollgate.EINVALID && (!errors.As(err, &te) || te.Fields["amount_minor"] == "") {
 			t.Errorf("top-up Stripe answered %d: %v, want amount_minor named", c.status, err)
 		}
+		f.set(nil)
 	}
 	if n := r.count(`SELECT count(*) FROM credit_topups WHERE tenant_id = $1 AND status = 'cancelled'`, acme.ID); n != 3 {
 		t.Errorf("%d cancelled top-ups, want 3", n)

@@ -114,6 +114,9 @@ const (
 	metaTenant = "tollgate_tenant_id"
 	metaMonth  = "tollgate_month"
 	metaTopUp  = "tollgate_topup"
+	// metaGeneration is the invoice's generation (billing.Invoice's):
+	// events about an invoice of an earlier one are told apart by it.
+	metaGeneration = "tollgate_generation"
 	// metaSent marks an invoice the push has emailed (ModeSend).
 	metaSent = "tollgate_sent"
 )
@@ -166,10 +169,13 @@ func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput)
 // An invoice of a later generation (billing.Invoice.Generation, after an
 // operator re-targeted it) uses keys of its own: "<ref>/g<n>/…".
 //
-// An answer Stripe would give again however often it is asked (a 4xx but
-// 401 and 403, the key's; 409, a request in flight; 424, a dependency of
-// Stripe's; 429, its rate limit) makes the error billing.ErrRefused, and
-// the push is not retried (refusedForGood).
+// A refusal of Stripe's (a 4xx but 401 and 403, the key's; 409, a
+// request in flight; 424, a dependency of Stripe's; 429, its rate limit)
+// makes the error billing.ErrRefused, and also
+// billing.ErrAmountNotAccepted when it names an amount (amountRefusal):
+// only the latter fails the push for good, since the others may be the
+// deployment's (a key of another account or mode, an account not
+// activated) and billing retries them.
 func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billing.PushedInvoice, error) {
 	amounts := make([]int64, len(inv.Lines))
 	for i, l := range inv.Lines {
@@ -194,7 +200,8 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 			AutoAdvance:                 stripeapi.Bool(false),
 			PendingInvoiceItemsBehavior: stripeapi.String("exclude"),
 			Description:                 stripeapi.String("Usage of " + inv.Month),
-			Metadata:                    map[string]string{metaRef: inv.Ref, metaTenant: inv.TenantID, metaMonth: inv.Month},
+			Metadata: map[string]string{metaRef: inv.Ref, metaTenant: inv.TenantID, metaMonth: inv.Month,
+				metaGeneration: strconv.Itoa(inv.Generation)},
 		}
 		if inv.Mode == billing.ModeSend {
 			params.CollectionMethod = stripeapi.String("send_invoice")
@@ -282,6 +289,30 @@ func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*st
 	return nil, nil
 }
 
+// FindInvoices returns the invoices Stripe holds at the customer whose
+// metadata names ref, of every generation, newest first: what an
+// operator must settle there before billing the statement another way.
+func (p *Provider) FindInvoices(ctx context.Context, customerID, ref string) ([]billing.PushedInvoice, error) {
+	params := &stripeapi.InvoiceListParams{Customer: stripeapi.String(customerID)}
+	params.Limit = stripeapi.Int64(100)
+	var found []billing.PushedInvoice
+	for in, err := range p.client.V1Invoices.List(ctx, params) {
+		if err != nil {
+			return nil, describe("look the invoice up", err)
+		}
+		if in.Metadata[metaRef] != ref {
+			continue
+		}
+		total, err := fromStripe(string(in.Currency), in.Total)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, billing.PushedInvoice{ID: in.ID, Status: string(in.Status), TotalMinor: total,
+			Currency: strings.ToUpper(string(in.Currency))})
+	}
+	return found, nil
+}
+
 // OpenCheckout opens a Checkout session paying for a top-up, once per
 // top-up (its idempotency key). The session's metadata names the top-up,
 // which the checkout.session.completed event brings back. The price is
@@ -289,8 +320,9 @@ func (p *Provider) findInvoice(ctx context.Context, customerID, ref string) (*st
 // refusal of Stripe's wraps billing.ErrRefused, and
 // billing.ErrNoSuchCustomer when the customer is missing (404, or
 // resource_missing naming the customer) or billing.ErrAmountNotAccepted
-// when it names the amount (amount_too_small, amount_too_large, or the
-// unit_amount parameter).
+// when it names the amount (amountRefusal); one naming another parameter
+// of the input (the URLs, the currency) is a billing.FieldRefusal naming
+// the input's field.
 func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (billing.CheckoutSession, error) {
 	amount, err := toStripe(in.Currency, in.AmountMinor)
 	if err != nil {
@@ -316,10 +348,11 @@ func (p *Provider) OpenCheckout(ctx context.Context, in billing.CheckoutInput) (
 		var pe *providerError
 		if errors.As(err, &pe) && pe.refused {
 			switch {
-			case pe.status == http.StatusNotFound || pe.code == "resource_missing" && pe.param == "customer":
-				pe.also = billing.ErrNoSuchCustomer
-			case strings.HasPrefix(pe.code, "amount_") || strings.HasSuffix(pe.param, "amount]") || strings.HasSuffix(pe.param, "amount"):
-				pe.also = billing.ErrAmountNotAccepted
+			case pe.also != nil:
+			case pe.param == "success_url" || pe.param == "cancel_url":
+				pe.field = pe.param
+			case strings.HasSuffix(pe.param, "currency]") || pe.param == "currency":
+				pe.field = "currency"
 			}
 		}
 		return billing.CheckoutSession{}, err
@@ -363,6 +396,9 @@ func (p *Provider) ParseEvent(payload []byte, signature string) (billing.Provide
 	case "invoice.paid", "invoice.payment_failed", "invoice.voided", "invoice.finalized", "invoice.deleted":
 		ev.Kind = billing.EventKind(e.Type)
 		ev.InvoiceID, ev.InvoiceRef = o.ID, o.Metadata[metaRef]
+		// Absent on invoices made before generations were recorded: the
+		// first.
+		ev.Generation, _ = strconv.Atoi(o.Metadata[metaGeneration])
 		ev.Currency = strings.ToUpper(o.Currency)
 		total, err := fromStripe(o.Currency, o.Total)
 		paid, perr := fromStripe(o.Currency, o.AmountPaid)
@@ -401,8 +437,10 @@ func idOf(raw json.RawMessage) string {
 // parameter it names, and keeps the error for errors.As. It leaves out
 // Stripe's message and request log address: they may quote part of the
 // key, and the text is stored with an invoice whose tenant's users may
-// read it. An answer Stripe will give again however often it is asked
-// (refusedForGood) makes the error billing.ErrRefused.
+// read it. A refusal (refused) makes the error billing.ErrRefused, and
+// one naming an amount (amountRefusal) billing.ErrAmountNotAccepted too,
+// one of a missing customer (404, or resource_missing naming the
+// customer) billing.ErrNoSuchCustomer.
 func describe(what string, err error) error {
 	var se *stripeapi.Error
 	if errors.As(err, &se) {
@@ -413,18 +451,29 @@ func describe(what string, err error) error {
 		if se.Param != "" {
 			msg += " (" + se.Param + ")"
 		}
-		return &providerError{msg: msg, err: err, status: se.HTTPStatusCode, code: string(se.Code),
-			param: se.Param, refused: refusedForGood(se.HTTPStatusCode)}
+		pe := &providerError{msg: msg, err: err, status: se.HTTPStatusCode, code: string(se.Code),
+			param: se.Param, refused: refused(se.HTTPStatusCode)}
+		switch {
+		case !pe.refused:
+		case amountRefusal(pe.code, pe.param):
+			pe.also = billing.ErrAmountNotAccepted
+		case pe.status == http.StatusNotFound || pe.code == "resource_missing" && pe.param == "customer":
+			pe.also = billing.ErrNoSuchCustomer
+		}
+		return pe
 	}
 	return fmt.Errorf("stripe: %s: %w", what, err)
 }
 
-// refusedForGood reports whether Stripe's answer of HTTP status will be
-// the same however often the request is made: a 4xx but 401 and 403 (the
-// key, which an operator fixes for every request at once), 409 (a
-// request with the same idempotency key in flight), 424 (a dependency of
-// Stripe's) and 429 (too many requests), which are retried.
-func refusedForGood(status int) bool {
+// refused reports whether Stripe's answer of HTTP status refused the
+// request as it was made: a 4xx but 401 and 403 (the key, which an
+// operator fixes for every request at once), 409 (a request with the same
+// idempotency key in flight), 424 (a dependency of Stripe's) and 429 (too
+// many requests). A refusal may still be the deployment's rather than the
+// request's (a key of another account or mode: "no such customer"; an
+// account not activated; tax settings missing), so only one naming an
+// amount (amountRefusal) fails an invoice's push for good.
+func refused(status int) bool {
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusFailedDependency, http.StatusTooManyRequests:
 		return false
@@ -432,8 +481,19 @@ func refusedForGood(status int) bool {
 	return status >= 400 && status < 500
 }
 
+// amountRefusal reports whether Stripe's error code and param name an
+// amount it does not take: amount_too_small, amount_too_large (and any
+// other amount_ code), or an amount parameter (amount, unit_amount,
+// line_items[0][price_data][unit_amount]). Asked again, Stripe refuses
+// the amount again, whatever the deployment.
+func amountRefusal(code, param string) bool {
+	return strings.HasPrefix(code, "amount_") || param == "amount" || strings.HasSuffix(param, "_amount") ||
+		strings.HasSuffix(param, "amount]")
+}
+
 // providerError is an error of Stripe's, told without its message. It is
-// billing.ErrRefused when refused, and also whatever also is.
+// billing.ErrRefused when refused, and also whatever also is; field, when
+// set, is the input's field the refusal names (billing.FieldRefusal).
 type providerError struct {
 	msg     string
 	err     error
@@ -442,10 +502,19 @@ type providerError struct {
 	param   string
 	refused bool
 	also    error
+	field   string
 }
 
 func (e *providerError) Error() string { return e.msg }
 func (e *providerError) Unwrap() error { return e.err }
+
+// RefusedField names the input's field Stripe refused ("" for none).
+func (e *providerError) RefusedField() string {
+	if !e.refused {
+		return ""
+	}
+	return e.field
+}
 
 // Is makes a refusal billing.ErrRefused (and e.also) to errors.Is.
 func (e *providerError) Is(target error) bool {

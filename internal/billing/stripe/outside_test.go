@@ -1,0 +1,383 @@
+package stripe_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/billing/stripe"
+	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/testenv/fixture"
+	"github.com/tollgate/tollgate/internal/testenv/stripetest"
+)
+
+// refusal is an error answer of Stripe's.
+type refusal struct {
+	status      int
+	code, param string
+	message     string
+}
+
+// refuser sits in front of the local Stripe and answers the requests
+// that refuse selects with its refusal, as Stripe refuses them (the local
+// Stripe's Down answers with a bare status only). Safe for concurrent
+// use.
+type refuser struct {
+	mu     sync.Mutex
+	refuse func(*http.Request) (refusal, bool)
+}
+
+func (f *refuser) set(refuse func(*http.Request) (refusal, bool)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuse = refuse
+}
+
+// refusing refuses every request to path (POST) with refusal.
+func refusing(path string, with refusal) func(*http.Request) (refusal, bool) {
+	return func(q *http.Request) (refusal, bool) { return with, q.Method == "POST" && q.URL.Path == path }
+}
+
+// viaRefuser points r's provider, invoicing and ops at a refuser in front
+// of the local Stripe, pushing in mode.
+func (r *rig) viaRefuser(mode billing.InvoiceMode) *refuser {
+	r.t.Helper()
+	target, err := url.Parse(r.stripe.URL)
+	testenv.Must(r.t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	f := &refuser{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		f.mu.Lock()
+		refuse := f.refuse
+		f.mu.Unlock()
+		if refuse != nil {
+			if a, ok := refuse(q); ok {
+				body := fmt.Sprintf(`{"error":{"type":"invalid_request_error","code":%q,"param":%q,"message":%q}}`, a.code, a.param, a.message)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(a.status)
+				io.WriteString(w, body) //nolint:errcheck // the client went away
+				return
+			}
+		}
+		proxy.ServeHTTP(w, q)
+	}))
+	r.t.Cleanup(front.Close)
+	r.prov = stripe.New(stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret, APIURL: front.URL})
+	r.inv = billing.NewInvoicing(r.db, billing.InvoicingConfig{Provider: r.prov, Mode: mode, Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
+	r.ops = billing.NewOps(r.db, r.clock.Now).WithInvoicing(r.inv)
+	return f
+}
+
+// TestBillOutsideAsksStripeFirst: an invoice left pending by a push whose
+// answer was lost may be at Stripe, which charges it: closing it out as
+// billed outside is refused, naming what Stripe holds, while Stripe holds
+// it (open, or a draft), and while Stripe cannot be asked; once voided
+// there it is closed out. A failed invoice is closed out with Stripe
+// down.
+func TestBillOutsideAsksStripeFirst(t *testing.T) {
+	t.Run("open", func(t *testing.T) {
+		r := newRig(t, billing.ModeFinalize)
+		ctx := context.Background()
+		pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+		acme := r.linkedTenant("acme", pro)
+		r.stripe.DropAnswer(func(q stripetest.Request) bool { return strings.HasSuffix(q.Path, "/finalize") })
+		r.closeOctober()
+		held := r.stripe.Invoices()
+		if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || len(held) != 1 || held[0].Status != "open" {
+			t.Fatalf("after a lost finalize answer: %s with %+v at Stripe, want pending and one open invoice", rec.PushState, held)
+		}
+		_, err := r.inv.BillOutside(ctx, audit.CLI, acme.ID, october, "billed by hand")
+		if tollgate.ErrorCode(err) != tollgate.ECONFLICT || !strings.Contains(err.Error(), held[0].ID) || !strings.Contains(err.Error(), "void it") {
+			t.Errorf("closing out an invoice Stripe holds open: %v, want ECONFLICT naming %s and saying to void it", err, held[0].ID)
+		}
+
+		r.stripe.Down(503)
+		if _, err := r.inv.BillOutside(ctx, audit.CLI, acme.ID, october, ""); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+			t.Errorf("closing out a pending invoice with Stripe down: %v, want ECONFLICT", err)
+		}
+		r.stripe.Down(0)
+		off := billing.NewInvoicing(r.db, billing.InvoicingConfig{Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
+		if _, err := off.BillOutside(ctx, audit.CLI, acme.ID, october, ""); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
+			t.Errorf("closing out a pending invoice with invoicing off: %v, want ECONFLICT", err)
+		}
+		if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending {
+			t.Errorf("after the refusals: %s, want pending", rec.PushState)
+		}
+		if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.bill_outside'`); n != 0 {
+			t.Errorf("%d invoice.bill_outside entries, want none", n)
+		}
+
+		// Voided at Stripe (its event recorded), it is closed out.
+		r.invoiceEvent("evt_voided", "invoice.voided", held[0])
+		got, err := r.inv.BillOutside(ctx, audit.CLI, acme.ID, october, "billed by hand")
+		if err != nil || got.PushState != billing.PushBilledOutside {
+			t.Fatalf("closing out the invoice voided at Stripe: %s, %v; want billed_outside", got.PushState, err)
+		}
+		if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 0 {
+			t.Errorf("reconciliation %+v, %v; want no difference", c, err)
+		}
+	})
+
+	t.Run("draft", func(t *testing.T) {
+		r := newRig(t, billing.ModeDraft)
+		pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+		acme := r.linkedTenant("acme", pro)
+		// The push's last request reads the draft back.
+		r.stripe.DropAnswer(func(q stripetest.Request) bool {
+			return q.Method == "GET" && strings.HasPrefix(q.Path, "/v1/invoices/in_")
+		})
+		r.closeOctober()
+		held := r.stripe.Invoices()
+		if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || len(held) != 1 {
+			t.Fatalf("after a lost answer: %s with %+v at Stripe, want pending and a draft", rec.PushState, held)
+		}
+		_, err := r.inv.BillOutside(context.Background(), audit.CLI, acme.ID, october, "")
+		if tollgate.ErrorCode(err) != tollgate.ECONFLICT || !strings.Contains(err.Error(), held[0].ID) || !strings.Contains(err.Error(), "delete it") {
+			t.Errorf("closing out an invoice Stripe holds a draft of: %v, want ECONFLICT naming %s and saying to delete it", err, held[0].ID)
+		}
+	})
+
+	t.Run("failed, Stripe down", func(t *testing.T) {
+		r := newRig(t, billing.ModeFinalize)
+		bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
+		manama := r.linkedTenant("manama", bhd)
+		r.closeOctober()
+		r.stripe.Down(503)
+		got, err := r.inv.BillOutside(context.Background(), audit.CLI, manama.ID, october, "")
+		if err != nil || got.PushState != billing.PushBilledOutside {
+			t.Errorf("closing out a failed invoice with Stripe down: %s, %v; want billed_outside", got.PushState, err)
+		}
+	})
+}
+
+// TestPaymentOfAnInvoiceBilledOutsideIsADifference: an invoice closed
+// out as billed outside Tollgate that Stripe then reports paid was paid
+// twice: the reconciliation and the metric show it.
+func TestPaymentOfAnInvoiceBilledOutsideIsADifference(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
+	manama := r.linkedTenant("manama", bhd)
+	r.closeOctober()
+	got, err := r.inv.BillOutside(ctx, audit.CLI, manama.ID, october, "invoiced by hand")
+	testenv.Must(t, err)
+	// An invoice of the reference made at Stripe by hand, and paid.
+	r.invoiceEvent("evt_paid", "invoice.paid", stripetest.Invoice{ID: "in_byhand", Customer: "cus_manama", Currency: "bhd",
+		Total: 1010, Metadata: map[string]string{"tollgate_ref": got.Ref}})
+	c, err := r.inv.Reconcile(ctx, october)
+	if err != nil || len(c) != 1 || len(c[0].Differences) != 1 || !strings.Contains(c[0].Differences[0], "paid") {
+		t.Errorf("reconciliation %+v, %v; want the payment of the invoice billed outside as a difference", c, err)
+	}
+	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
+		t.Errorf("differences %d, %v; want 1", n, err)
+	}
+}
+
+// TestDeploymentRefusalsAreRetried: Stripe's refusals that may be the
+// deployment's (a key of another mode, which does not see the customer;
+// an account not activated; tax settings missing) leave the invoice
+// pending, retried with backoff, the refusal shown as its last error, and
+// it is pushed once they are fixed; an amount Stripe refuses fails the
+// push for good.
+func TestDeploymentRefusalsAreRetried(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	f.set(refusing("/v1/invoices", refusal{404, "resource_missing", "customer",
+		"No such customer: 'cus_acme'; a similar object exists in live mode, but a test mode key was used to make this request."}))
+	r.closeOctober()
+	for _, c := range []refusal{
+		{400, "", "", "Your account cannot currently make live charges."},
+		{400, "customer_tax_location_invalid", "customer", "The customer's location is not recognized."},
+		{404, "resource_missing", "customer", "No such customer: 'cus_acme'"},
+	} {
+		f.set(refusing("/v1/invoices", c))
+		p, err := r.inv.Push(ctx, true)
+		if err != nil || p.Failed != 1 || p.Refused != 0 || p.Pending != 1 {
+			t.Errorf("push refused with %d %s: %+v, %v; want it failed, retried", c.status, c.code, p, err)
+		}
+		rec := r.invoiceOf(acme)
+		if rec.PushState != billing.PushPending || !strings.Contains(rec.LastError, fmt.Sprint(c.status)) || !rec.NextPushAt.After(r.clock.Now()) {
+			t.Errorf("after %d %s: %s (%q), next push %s; want pending with the refusal, after a backoff", c.status, c.code,
+				rec.PushState, rec.LastError, rec.NextPushAt)
+		}
+	}
+	if n, err := r.inv.FailedPushes(ctx); err != nil || n != 0 {
+		t.Errorf("failed pushes %d, %v; want 0", n, err)
+	}
+	// Stripe has no such customer: the tenant may be relinked, and the
+	// invoice re-targeted, while it is pending.
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme2"})
+	if _, err := r.inv.Retarget(ctx, audit.CLI, acme.ID, october); err != nil {
+		t.Fatal(err)
+	}
+	f.set(nil)
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 1 {
+		t.Errorf("push with the deployment fixed: %+v, %v; want it pushed", p, err)
+	}
+	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme2" {
+		t.Errorf("invoices at Stripe %+v, want one at cus_acme2", made)
+	}
+}
+
+// TestAmountRefusalIsFinal: an amount Stripe refuses fails the push for
+// good.
+func TestAmountRefusalIsFinal(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	f.set(refusing("/v1/invoiceitems", refusal{400, "amount_too_small", "amount", "Amount must be at least 50 cents."}))
+	if res := r.closeOctober(); res.Invoices.Refused != 1 || res.Invoices.Pending != 0 {
+		t.Errorf("close with the amount refused: %+v, want it refused for good", res.Invoices)
+	}
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushFailed || !strings.Contains(rec.LastError, "amount_too_small") {
+		t.Errorf("acme's invoice %s (%q), want failed with amount_too_small", rec.PushState, rec.LastError)
+	}
+}
+
+// TestRetargetAllFailed: every failed invoice is re-targeted at once,
+// each audited on its own; one that cannot be (its tenant has no billing
+// account) is skipped, saying why.
+func TestRetargetAllFailed(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme, globex, initech := r.linkedTenant("acme", pro), r.linkedTenant("globex", pro), r.linkedTenant("initech", pro)
+	r.closeOctober()
+	for i, in := range r.stripe.Invoices() {
+		r.invoiceEvent(fmt.Sprintf("evt_deleted_%d", i), "invoice.deleted", in)
+	}
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.deleted' AND actor = 'stripe'`); n != 3 {
+		t.Errorf("%d invoice.deleted entries by stripe, want 3", n)
+	}
+	_, err := r.db.Exec(ctx, `DELETE FROM billing_accounts WHERE tenant_id = $1`, initech.ID)
+	testenv.Must(t, err)
+
+	res, err := r.inv.RetargetFailed(ctx, audit.CLI, &october)
+	testenv.Must(t, err)
+	if len(res.Retargeted) != 2 || len(res.Skipped) != 1 || res.Skipped[0].TenantID != initech.ID ||
+		!strings.Contains(res.Skipped[0].Error, "billing account") {
+		t.Errorf("retarget all failed: %+v, want acme's and globex's re-targeted, initech's skipped for its billing account", res)
+	}
+	for _, tn := range []string{acme.ID, globex.ID} {
+		ref := billing.InvoiceRef(tn, "2026-10")
+		if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.retarget' AND target_id = $1`, ref); n != 1 {
+			t.Errorf("%d invoice.retarget entries of %s, want 1", n, ref)
+		}
+	}
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || rec.Generation != 1 {
+		t.Errorf("acme's invoice %s, generation %d; want pending, 1", rec.PushState, rec.Generation)
+	}
+}
+
+// TestEventsOfAnEarlierGeneration: after a retarget, events about the
+// invoice's earlier draft (deleted, finalized) change nothing, while one
+// about the current generation's invoice applies before a push recorded
+// its ID; the push records the generation in the invoice's metadata, and
+// a draft's deletion and finalization are audited as Stripe's.
+func TestEventsOfAnEarlierGeneration(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	globex := r.tenant("globex", pro)
+	r.link(globex, billing.LinkInput{CustomerID: "cus_globexold"})
+	r.closeOctober()
+	old := r.invoicesByCustomer()
+	// As a push refused for good after Stripe made the draft leaves it.
+	_, err := r.db.Exec(ctx, `UPDATE invoices SET push_state = 'failed', last_error = 'stripe: finalize invoice: 400'`)
+	testenv.Must(t, err)
+	if _, err := r.inv.Retarget(ctx, audit.CLI, acme.ID, october); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"invoice.deleted", "invoice.finalized"} {
+		res, err := r.deliver(stripetest.InvoiceEvent("evt_old_"+typ, typ, old["cus_acme"], r.clock.Now()))
+		if err != nil || !res.Unknown {
+			t.Errorf("%s about the earlier draft: %+v, %v; want it unknown", typ, res, err)
+		}
+	}
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || rec.LastError != "" || rec.ProviderStatus != "" {
+		t.Errorf("re-targeted invoice %s (%q, %q) after events about the draft it replaced; want pending", rec.PushState,
+			rec.LastError, rec.ProviderStatus)
+	}
+	// The current generation's draft, deleted before its push recorded it.
+	current := stripetest.Invoice{ID: "in_gen1", Customer: "cus_acme", Currency: "usd", Status: "draft", Total: 4900,
+		Metadata: map[string]string{"tollgate_ref": billing.InvoiceRef(acme.ID, "2026-10"), "tollgate_generation": "1"}}
+	r.invoiceEvent("evt_gen1_deleted", "invoice.deleted", current)
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushFailed {
+		t.Errorf("after the current draft's deletion: %s, want failed", rec.PushState)
+	}
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.deleted' AND actor = 'stripe' AND target_id = $1`,
+		current.Metadata["tollgate_ref"]); n != 1 {
+		t.Errorf("%d invoice.deleted entries by stripe, want 1", n)
+	}
+
+	r.link(globex, billing.LinkInput{CustomerID: "cus_globex"})
+	if _, err := r.inv.Retarget(ctx, audit.CLI, globex.ID, october); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 {
+		t.Fatalf("push: %+v, %v", p, err)
+	}
+	made := creates(r.stripe, "/v1/invoices")
+	if last := made[len(made)-1]; last.Form.Get("customer") != "cus_globex" || last.Form.Get("metadata[tollgate_generation]") != "1" {
+		t.Errorf("invoice made %v, want one at cus_globex of generation 1", last.Form)
+	}
+	edited := r.invoicesByCustomer()["cus_globex"]
+	edited.Total = 5400
+	r.invoiceEvent("evt_globex_finalized", "invoice.finalized", edited)
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.finalized' AND actor = 'stripe' AND target_id = $1`,
+		billing.InvoiceRef(globex.ID, "2026-10")); n != 1 {
+		t.Errorf("%d invoice.finalized entries by stripe, want 1", n)
+	}
+}
+
+// TestCheckoutRefusalsNameTheirField: a checkout Stripe refuses for a URL
+// names that URL's field, not the price; for the plan's currency it is a
+// conflict; for nothing of the request's (the account's settings) the
+// provider is unavailable; for the price it names amount_minor.
+func TestCheckoutRefusalsNameTheirField(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	in := billing.TopUpInput{Units: 10, AmountMinor: 20, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
+	for _, c := range []struct {
+		refusal
+		wantCode, wantField string
+	}{
+		{refusal{400, "url_invalid", "success_url", "Not a valid URL"}, tollgate.EINVALID, "success_url"},
+		{refusal{400, "url_invalid", "cancel_url", "Not a valid URL"}, tollgate.EINVALID, "cancel_url"},
+		{refusal{400, "", "line_items[0][price_data][currency]", "Invalid currency"}, tollgate.ECONFLICT, ""},
+		{refusal{400, "", "", "Your account cannot currently make live charges."}, tollgate.EUNAVAILABLE, ""},
+		{refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}, tollgate.EINVALID, "amount_minor"},
+	} {
+		f.set(refusing("/v1/checkout/sessions", c.refusal))
+		_, err := r.inv.OpenTopUp(ctx, audit.CLI, acme.ID, in)
+		var te *tollgate.Error
+		if !errors.As(err, &te) || te.Code != c.wantCode {
+			t.Errorf("checkout refused for %q: %v, want %s", c.param, err, c.wantCode)
+			continue
+		}
+		if c.wantField != "" && te.Fields[c.wantField] == "" || c.wantField != "amount_minor" && te.Fields["amount_minor"] != "" {
+			t.Errorf("checkout refused for %q: fields %v, want %q named, and amount_minor only for the price", c.param, te.Fields, c.wantField)
+		}
+	}
+}

@@ -1158,12 +1158,14 @@ func (inv *Invoicing) resumeAfterDunning(ctx context.Context, tx pgx.Tx, tenantI
 }
 
 // markOverdue marks each failed invoice of tenantID that is past its
-// grace at now (the grace of the tenant's plan, or the server's) as one
+// grace at now (not one billed outside Tollgate: its payment is the
+// operator's to chase) (the grace of the tenant's plan, or the server's) as one
 // dunning suspends the tenant for, and returns how many it marked.
 func (inv *Invoicing) markOverdue(ctx context.Context, tx pgx.Tx, tenantID string, now time.Time) (int64, error) {
 	tag, err := tx.Exec(ctx, `UPDATE invoices i SET dunning_suspended_at = $2 FROM tenants t
 		LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
 		WHERE t.id = i.tenant_id AND i.tenant_id = $1 AND i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
+		AND i.push_state <> 'billed_outside'
 		AND coalesce(pb.dunning_grace_s, $3) > 0
 		AND i.payment_failed_at <= $2::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $3))`,
 		tenantID, now, inv.defaultGraceS())
@@ -1194,7 +1196,7 @@ func (inv *Invoicing) Dunning(ctx context.Context) (int, error) {
 	now, def := inv.now(), inv.defaultGraceS()
 	rows, err := inv.db.Query(ctx, `SELECT DISTINCT i.tenant_id::text FROM invoices i JOIN tenants t ON t.id = i.tenant_id
 		LEFT JOIN plan_billing pb ON pb.plan_id = t.plan_id
-		WHERE i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL
+		WHERE i.payment_status = 'failed' AND i.dunning_suspended_at IS NULL AND i.push_state <> 'billed_outside'
 		AND coalesce(pb.dunning_grace_s, $2) > 0
 		AND i.payment_failed_at <= $1::timestamptz - make_interval(secs => coalesce(pb.dunning_grace_s, $2))`, now, def)
 	due, err := postgres.Collect(rows, err, func(r pgx.Row) (string, error) {

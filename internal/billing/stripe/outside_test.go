@@ -10,15 +10,18 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripe"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
 	"github.com/tollgate/tollgate/internal/testenv/stripetest"
@@ -379,5 +382,31 @@ func TestCheckoutRefusalsNameTheirField(t *testing.T) {
 		if c.wantField != "" && te.Fields[c.wantField] == "" || c.wantField != "amount_minor" && te.Fields["amount_minor"] != "" {
 			t.Errorf("checkout refused for %q: fields %v, want %q named, and amount_minor only for the price", c.param, te.Fields, c.wantField)
 		}
+	}
+}
+
+// TestDunningPassesOverInvoicesBilledOutside: an invoice billed outside
+// Tollgate whose payment at Stripe is recorded as failed is the
+// operator's to chase: dunning does not suspend its tenant for it.
+func TestDunningPassesOverInvoicesBilledOutside(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
+	acme, owing := r.linkedTenant("acme", plan), r.linkedTenant("owing", plan)
+	r.closeOctober()
+	for i, in := range r.stripe.Invoices() {
+		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
+	}
+	_, err := r.db.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside' WHERE tenant_id = $1`, acme.ID)
+	testenv.Must(t, err)
+	r.clock.Advance(73 * time.Hour)
+	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
+		t.Fatalf("dunning suspended %d (%v), want 1 (owing alone)", n, err)
+	}
+	if got := r.tenantStatus(acme); got != tenants.StatusActive {
+		t.Errorf("acme, whose invoice is billed outside: %s, want active", got)
+	}
+	if got := r.tenantStatus(owing); got != tenants.StatusSuspended {
+		t.Errorf("owing: %s, want suspended", got)
 	}
 }

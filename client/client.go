@@ -46,10 +46,10 @@ type Options struct {
 	// Timeout bounds one check, connecting included (default
 	// DefaultTimeout). Past it, FailMode decides.
 	Timeout time.Duration
-	// FailMode decides when the check API cannot be reached, times out,
-	// answers 5xx, answers a status it never sends (something in between
-	// answered: a load balancer's 404, 408 or 429) or answers something
-	// that is not a decision (default FailOpen). See Client.Check.
+	// FailMode decides when the check API cannot be asked: it cannot be
+	// reached, times out, answers 5xx, or something in between answers
+	// 408 or 429 (default FailOpen). Any other answer that is not a
+	// decision is an error, whatever the FailMode. See Client.Check.
 	FailMode FailMode
 	// MemorySize bounds the denials remembered to answer repeated requests
 	// locally (default DefaultMemorySize); negative turns remembering off.
@@ -158,15 +158,21 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // CloseIdleConnections closes the connections the Client keeps open.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
-// Check asks whether req may proceed now. Every answer of the server is a
-// Decision with a nil error, and so is an outage (decided by the FailMode,
-// with Degraded set): no answer, a 5xx, an answer that is not a decision,
-// or a status the check API does not send (404, 408, 429… from a proxy or
-// load balancer in between). The error is non-nil only when the check
-// API refused the request — a *ProblemError: 400, 401 (bad service
-// token), 413 or 422 (invalid values; Errors names them), or another
-// status below 500 with a problem of one of Tollgate's codes (a 404
-// not_found: the base URL is not a check API) — or when ctx ended first.
+// Check asks whether req may proceed now. Every decision of the server
+// is a Decision with a nil error, and so is an outage, when the check
+// API could not be asked (decided by the FailMode, with Degraded set): no
+// answer within Options.Timeout, a 5xx, or a 408 or 429 (the check API
+// never answers a check with either; a proxy or load balancer in between
+// does). Any other answer is an error, so that the middleware fails
+// closed on it whatever the FailMode: a *ProblemError for any other
+// status — the check API's refusal, 400, 401 (bad service token), 413 or
+// 422 (invalid values; Errors names them), or something in between
+// refusing the check for it (a WAF's 403 on a key that looks like an
+// attack, a 404 or 405: the base URL is not a check API) — and a 2xx
+// whose body is not a decision. It is also an error when ctx ended
+// first. Those answers are not outages to ride out: a caller who could
+// provoke one (a WAF blocks a body by its contents) would otherwise be
+// let through, past every limit, by FailOpen.
 //
 // A Key longer than MaxKeyLength is denied as invalid_key without
 // asking: no API key is that long, and the check API would refuse the
@@ -199,8 +205,7 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*Decision, error)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("tollgate: check: %w", ctx.Err())
 		}
-		var p *ProblemError
-		if errors.As(err, &p) && p.refusal() {
+		if !unasked(err) {
 			return nil, err
 		}
 		return c.fail(err), nil
@@ -228,9 +233,10 @@ const MaxKeyLength = 1024
 // bytes per rule.
 const maxDecisionBody = 1 << 20
 
-// post sends one check. Errors: a *ProblemError for a non-200 answer, or
-// a wrapped transport or decoding error (errNotDecision for a 200 whose
-// body is not a decision).
+// post sends one check. Errors: a *ProblemError for a non-2xx answer, a
+// *badAnswer for a 2xx whose body is not a decision (errNotDecision when
+// it is JSON without a decision's fields), or a transport error; each
+// wrapped.
 func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) {
 	var d Decision
 	header, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.checkURL, c.token, nil, req, &decisionAnswer{&d}, maxDecisionBody)
@@ -239,6 +245,20 @@ func (c *Client) post(ctx context.Context, req CheckRequest) (*Decision, error) 
 	}
 	d.Header = pickRateLimitHeaders(header)
 	return &d, nil
+}
+
+// unasked reports whether err, an error of post, means that the check
+// API could not be asked: no answer (a transport error, the timeout, a
+// body cut short) or a *ProblemError of an outage (see
+// ProblemError.outage). An answer that refuses the check, or a 2xx that
+// is not a decision, is not one.
+func unasked(err error) bool {
+	var p *ProblemError
+	if errors.As(err, &p) {
+		return p.outage()
+	}
+	var bad *badAnswer
+	return !errors.As(err, &bad)
 }
 
 // errNotDecision is the decoding error of a 200 whose body lacks a
@@ -365,7 +385,8 @@ func (c *Client) fail(err error) *Decision {
 // token, and header's fields besides (nil: none). It decodes a 2xx
 // answer (at most limit bytes) into out, when not nil, and returns the
 // answer's header. Errors: a *ProblemError
-// for any other status, or an encoding, transport or decoding error.
+// for any other status, a *badAnswer for a body that does not decode
+// into out, or an encoding or transport error.
 func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, method, target, token string,
 	header http.Header, in, out any, limit int64) (http.Header, error) {
 	var body io.Reader
@@ -401,12 +422,25 @@ func roundTrip(ctx context.Context, hc *http.Client, timeout time.Duration, meth
 		return nil, readProblem(resp)
 	}
 	if out != nil {
-		if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(out); err != nil {
-			return nil, fmt.Errorf("decode answer: %w", err)
+		// Read first, then decode: an answer cut short is a failure to
+		// ask, one read whole that does not decode is an answer.
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+		if err != nil {
+			return nil, fmt.Errorf("read answer: %w", err)
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return nil, &badAnswer{err}
 		}
 	}
 	return resp.Header, nil
 }
+
+// badAnswer is the error of a 2xx answer read whole whose body is not the
+// JSON asked for: empty, not JSON, or of another shape.
+type badAnswer struct{ err error }
+
+func (e *badAnswer) Error() string { return "decode answer: " + e.err.Error() }
+func (e *badAnswer) Unwrap() error { return e.err }
 
 // drainAndClose reads what is left of a body (a little) so that the
 // connection can be reused, then closes it.

@@ -188,11 +188,11 @@ func TestFailModes(t *testing.T) {
 			case <-block:
 			}
 		}},
-		{"200 that is not a decision", answer(nil, 200, nil, "<html>")},
-		{"200 whose JSON is not a decision", answer(nil, 200, nil, `{"nope":1}`)},
-		{"200 of JSON null", answer(nil, 200, nil, `null`)},
-		{"200 without retry_after_ms", answer(nil, 200, nil, `{"allowed":false,"reason":"rate_limited"}`)},
-		{"404 from a load balancer", answer(nil, 404, map[string]string{"Content-Type": "text/html"}, "<h1>Not Found</h1>")},
+		{"503 from a load balancer", answer(nil, 503, map[string]string{"Content-Type": "text/html"}, "<h1>Service Unavailable</h1>")},
+		{"a 200 cut short", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "200")
+			io.WriteString(w, `{"allowed":false,"reason":"rate_li`)
+		}},
 		{"408 from a proxy", answer(nil, 408, map[string]string{"Content-Type": "text/plain"}, "request timeout")},
 		{"429 from a proxy, even as JSON", answer(nil, 429, map[string]string{"Content-Type": "application/json", "Retry-After": "5"},
 			`{"error":"too many requests"}`)},
@@ -231,6 +231,53 @@ func TestFailModes(t *testing.T) {
 					if s.handler != nil && calls.Load() != int64(i+1) {
 						t.Errorf("after %d checks the server saw %d", i+1, calls.Load())
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestCheckErrsOnAnswersThatAreNotOutages: an answer of any status but
+// 2xx, 5xx, 408 and 429, Tollgate's problem or not, is an error whatever
+// the FailMode, and so is a 2xx that is not a decision: something in
+// between that refuses a check (a WAF's 403 on a key that looks like an
+// attack) must not let the request through.
+func TestCheckErrsOnAnswersThatAreNotOutages(t *testing.T) {
+	html := map[string]string{"Content-Type": "text/html"}
+	cases := []struct {
+		name       string
+		handler    http.HandlerFunc
+		wantStatus int // of the *ProblemError; 0: another error
+	}{
+		{"a WAF's 403 page", answer(nil, 403, html, "<html><body>403 Forbidden - Request blocked</body></html>"), 403},
+		{"a gateway's 403 JSON", answer(nil, 403, nil, `{"message":"Forbidden"}`), 403},
+		{"404 from a load balancer", answer(nil, 404, html, "<h1>Not Found</h1>"), 404},
+		{"405", answer(nil, 405, nil, ""), 405},
+		{"409", answer(nil, 409, nil, `{"error":"conflict"}`), 409},
+		{"451", answer(nil, 451, html, "<h1>Unavailable For Legal Reasons</h1>"), 451},
+		{"a redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/login", http.StatusFound) }, 302},
+		{"200 that is not a decision", answer(nil, 200, nil, "<html>"), 0},
+		{"200 whose JSON is not a decision", answer(nil, 200, nil, `{"nope":1}`), 0},
+		{"200 of JSON null", answer(nil, 200, nil, `null`), 0},
+		{"200 without retry_after_ms", answer(nil, 200, nil, `{"allowed":false,"reason":"rate_limited"}`), 0},
+		{"200 without a body", answer(nil, 200, nil, ""), 0},
+		{"204", answer(nil, 204, nil, ""), 0},
+	}
+	for _, tc := range cases {
+		for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
+			t.Run(tc.name+"/fail "+mode.String(), func(t *testing.T) {
+				srv := httptest.NewServer(tc.handler)
+				defer srv.Close()
+				d, err := newClient(t, srv.URL, client.Options{FailMode: mode}).Check(context.Background(), client.CheckRequest{Key: "' OR 1=1 --"})
+				if err == nil || d != nil {
+					t.Fatalf("Check = %+v, %v; want an error and no decision", d, err)
+				}
+				var p *client.ProblemError
+				switch isProblem := errors.As(err, &p); {
+				case tc.wantStatus != 0 && (!isProblem || p.Status != tc.wantStatus):
+					t.Errorf("error %v, want a *ProblemError of status %d", err, tc.wantStatus)
+				case tc.wantStatus == 0 && isProblem:
+					t.Errorf("error %v, want one that is not a *ProblemError", err)
 				}
 			})
 		}

@@ -14,31 +14,44 @@
 //	...
 //	d, err := tg.Check(ctx, client.CheckRequest{Key: apiKey, IP: ip, Resource: "GET /repos"})
 //
-// Every answer of the server, allowed or not, is a [Decision]; err is
-// non-nil only when the request itself is wrong (a [*ProblemError]: a bad
-// service token, an invalid IP…) or ctx ended. A Cost of 0 means 1, the
+// Every decision of the server, allowed or not, is a [Decision]; err is
+// non-nil only when the check was refused (a [*ProblemError]: a bad
+// service token, an invalid IP…, or a refusal of something in between,
+// such as a WAF's 403), the answer was not a decision, or ctx ended. A Cost of 0 means 1, the
 // server's default: set Peek to consume nothing. A Client is safe for
 // concurrent use and holds one tuned [http.Transport], so checks reuse
 // connections: create one per process and share it.
 //
 // # Failure modes
 //
-// When the check API cannot be reached, times out (Options.Timeout, 500 ms
-// by default), answers 5xx, answers a status it never sends (a 404, 408
-// or 429 of a proxy or load balancer in between) or answers something
-// that is not a decision (a 200 without allowed, reason and
-// retry_after_ms), the client decides by its [FailMode]: [FailOpen] (the
-// default, like the server's rules) allows, [FailClosed] denies with
-// reason [ReasonUnavailable]. Either way the decision says Degraded and
-// carries the cause in Decision.Err; Check never panics and never returns
-// an error for an outage.
+// When the check API cannot be asked — it cannot be reached, times out
+// (Options.Timeout, 500 ms by default), answers 5xx, or a proxy or load
+// balancer in between answers 408 or 429 (the check API never answers a
+// check with either) — the client decides by its [FailMode]: [FailOpen]
+// (the default, like the server's rules) allows, [FailClosed] denies
+// with reason [ReasonUnavailable]. Either way the decision says Degraded
+// and carries the cause in Decision.Err; Check never panics and never
+// returns an error for an outage.
 //
-// Only a refusal of the check API itself is an error: a 400, 401, 413 or
-// 422, or another status below 500 with a problem of one of Tollgate's
-// codes. The middleware answers it with a 500 (MiddlewareOptions.OnError),
-// so a revoked or expired service token (401) makes every request a 500,
-// whatever the FailMode: by design, since that is a service to fix, not
-// an outage to ride out.
+//	answer of the check                       Check                 middleware
+//	a decision                                the Decision          as it says
+//	no answer, timeout, 5xx, 408, 429         FailMode's, Degraded  open: served; closed: 503
+//	any other status (400, 401, 403, 404,
+//	405, 409, 413, 422, 451…)                 a *ProblemError       500 (OnError)
+//	a 2xx whose body is not a decision        an error              500 (OnError)
+//
+// Every other answer is an error, Tollgate's problem or not: the check
+// API's refusal (400, 401, 413, 422), something in between refusing the
+// check (a WAF's 403 on a body whose key looks like an attack, a 404 or
+// 405 of a route that is not the check API's), or a 2xx that is not a
+// decision (a 200 without allowed, reason and retry_after_ms). The
+// middleware answers it with a 500 (MiddlewareOptions.OnError), whatever
+// the FailMode: a caller who can provoke such an answer (a WAF blocks a
+// body by what it contains) must not be let through past every limit,
+// and a revoked or expired service token (401) makes every request a
+// 500 — by design, since that is a service to fix, not an outage to ride
+// out. A WAF in front of the check API should let /v1/check's bodies
+// through unexamined: the API keys in them are the callers'.
 //
 // # Remembered denials
 //

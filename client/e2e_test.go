@@ -1,13 +1,19 @@
 package client_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -364,6 +370,224 @@ func TestEndToEnd(t *testing.T) {
 			}
 		})
 	})
+
+	// A WAF in front of the check API blocks the body of a check whose
+	// key looks like an attack with its own 403 page and passes the
+	// others on. Its refusal is no outage for the fail mode to decide:
+	// fail open, it would let whoever sends such a key past every limit.
+	t.Run("a WAF's 403 in front of the check API is a 500, never a pass", func(t *testing.T) {
+		target, err := url.Parse(apiURL)
+		testenv.Must(t, err)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		waf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte("' OR 1=1")) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusForbidden)
+				io.WriteString(w, "<html><body>403 Forbidden - Request blocked</body></html>")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			proxy.ServeHTTP(w, r)
+		}))
+		defer waf.Close()
+		behind, err := client.New(waf.URL, seed.ServiceToken, client.Options{FailMode: client.FailOpen})
+		testenv.Must(t, err)
+		var served atomic.Int64
+		protected := httptest.NewServer(behind.Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			served.Add(1)
+			io.WriteString(w, "the protected answer")
+		})))
+		defer protected.Close()
+		for _, tc := range []struct {
+			name, key  string
+			wantStatus int
+			wantServed bool
+		}{
+			{"a pro key, through the WAF", seed.Keys["pro"], http.StatusOK, true},
+			{"an unknown key, through the WAF", "tg_000000000000000000000000000000000000", http.StatusUnauthorized, false},
+			{"a key the WAF blocks", "' OR 1=1 --", http.StatusInternalServerError, false},
+		} {
+			before := served.Load()
+			req, _ := http.NewRequest(http.MethodGet, protected.URL+"/v1/repos", nil)
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus || (served.Load() > before) != tc.wantServed {
+				t.Errorf("%s: status %d, served %v; want %d, served %v", tc.name, resp.StatusCode, served.Load() > before, tc.wantStatus, tc.wantServed)
+			}
+		}
+	})
+
+	// The llm plan's tokens rule holds POST /v1/complete and asks for a
+	// refund on a 5xx or a timeout (refund_on). settling starts a service
+	// on a key of a new llm tenant, protected by a client that passes each
+	// settlement the check API answers to the channel returned, with an
+	// estimate of 50.
+	settling := func(t *testing.T, tenantName string, handler http.HandlerFunc) (svcURL, key string, settled <-chan client.Settlement) {
+		t.Helper()
+		admin, llmID := operator(t, "llm")
+		tenant, err := admin.CreateTenant(ctx, tenantName, llmID)
+		testenv.Must(t, err)
+		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})
+		testenv.Must(t, err)
+		answers := make(chan client.Settlement, 10)
+		holding, err := client.New(apiURL, seed.ServiceToken, client.Options{
+			HTTPClient: &http.Client{Transport: settlements{answers, http.DefaultTransport}}, MemorySize: -1})
+		testenv.Must(t, err)
+		testenv.Eventually(t, time.Now(), 2*time.Second, "the new key allowed", func() (bool, string) {
+			d, err := holding.Check(ctx, client.CheckRequest{Key: issued.Secret, Resource: "POST /v1/complete", DryRun: true})
+			testenv.Must(t, err)
+			return d.Allowed, d.Reason
+		})
+		svc := httptest.NewServer(holding.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 50 }})(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if d, _ := client.DecisionFrom(r.Context()); d == nil || d.HoldID == "" || !slices.Contains(d.HoldRefundOn, "timeout") {
+					t.Errorf("decision %+v, want a hold its rules refund on a timeout", d)
+				}
+				handler(w, r)
+			})))
+		t.Cleanup(svc.Close)
+		return svc.URL, issued.Secret, answers
+	}
+	nextSettlement := func(t *testing.T, settled <-chan client.Settlement) client.Settlement {
+		t.Helper()
+		select {
+		case st := <-settled:
+			return st
+		case <-time.After(10 * time.Second):
+			t.Fatal("no settlement")
+		}
+		return client.Settlement{}
+	}
+
+	// A caller that reads a streamed answer to its end and hangs up before
+	// the handler returns was served: it is charged the cost reported,
+	// else the estimate, never refunded as a timeout.
+	t.Run("llm: a caller that hangs up after its answer is charged", func(t *testing.T) {
+		svcURL, key, settled := settling(t, "sdk-e2e-hangup", func(w http.ResponseWriter, r *http.Request) {
+			if v := r.Header.Get("X-Report"); v != "" {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				client.ReportCost(r.Context(), n)
+			}
+			io.WriteString(w, "data: the whole completion\n\ndata: [DONE]\n\n")
+			_ = http.NewResponseController(w).Flush()
+			// The handler's tail (closing the upstream stream, logging)
+			// outlasts the caller, who has what it came for.
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+				t.Error("the caller's hang-up went unseen")
+			}
+		})
+		for _, tc := range []struct {
+			name, report string
+			want         int64
+		}{
+			{"with a cost reported", "30", 30},
+			{"with no cost reported: the estimate", "", 50},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				req, _ := http.NewRequest(http.MethodPost, svcURL+"/v1/complete", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				if tc.report != "" {
+					req.Header.Set("X-Report", tc.report)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := bufio.NewReader(resp.Body)
+				for {
+					line, err := body.ReadString('\n')
+					if err != nil {
+						t.Fatalf("reading the answer: %v", err)
+					}
+					if strings.Contains(line, "[DONE]") {
+						break
+					}
+				}
+				resp.Body.Close() // hang up, the answer in hand, before the handler returns
+				if st := nextSettlement(t, settled); st.Cost != tc.want || st.Estimate != 50 || st.Status != "settled" {
+					t.Errorf("settled at %d (%s, estimate %d), want %d", st.Cost, st.Status, st.Estimate, tc.want)
+				}
+			})
+		}
+	})
+
+	// An informational answer goes out with the headers set so far:
+	// Tollgate-Cost must not, and the cost and the status a refund looks
+	// at are the final answer's.
+	t.Run("llm: after Early Hints, the final answer's cost and status are settled", func(t *testing.T) {
+		svcURL, key, settled := settling(t, "sdk-e2e-hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			if r.Header.Get("X-Fail") != "" {
+				client.ReportCost(r.Context(), 30)
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			w.Header().Set(client.CostHeader, "3")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "ok")
+		})
+		for _, tc := range []struct {
+			name       string
+			fail       bool
+			wantStatus int
+			want       int64
+		}{
+			{"a cost in the header", false, http.StatusOK, 3},
+			{"a 502: refunded", true, http.StatusBadGateway, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				req, _ := http.NewRequest(http.MethodPost, svcURL+"/v1/complete", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				if tc.fail {
+					req.Header.Set("X-Fail", "1")
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != tc.wantStatus || resp.Header.Get(client.CostHeader) != "" {
+					t.Errorf("status %d, %s %q; want %d without it", resp.StatusCode, client.CostHeader, resp.Header.Get(client.CostHeader), tc.wantStatus)
+				}
+				if st := nextSettlement(t, settled); st.Cost != tc.want || st.Status != "settled" {
+					t.Errorf("settled at %d (%s, estimate %d), want %d", st.Cost, st.Status, st.Estimate, tc.want)
+				}
+			})
+		}
+	})
+}
+
+// settlements is a transport that passes each settlement the check API
+// answers to settled.
+type settlements struct {
+	settled chan<- client.Settlement
+	next    http.RoundTripper
+}
+
+func (s settlements) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.next.RoundTrip(r)
+	if err != nil || r.URL.Path != "/v1/settle" {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var st client.Settlement
+	if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &st) == nil {
+		s.settled <- st
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
 }
 
 // countingTransport counts the requests it sends.

@@ -56,11 +56,18 @@ type MiddlewareOptions struct {
 	// is held when a rule that matches it asks for holds (its option
 	// hold; CheckRequest.AutoHold).
 	Hold func(*http.Request) bool
-	// RefundOn lists the outcomes of a held request settled at 0 whatever
-	// the handler reported: "5xx" (a response status of 500 or more) and
-	// "timeout" (the request's context ended before the handler returned).
-	// The outcomes the hold's rules list (their option refund_on,
-	// Decision.HoldRefundOn) are added to these.
+	// RefundOn lists the outcomes of a held request settled at 0: "5xx"
+	// (a final response status of 500 or more, whatever the handler
+	// reported) and "timeout" (the service did not deliver: the request's
+	// deadline passed — its context ended with context.DeadlineExceeded,
+	// as http.TimeoutHandler or a deadline the service sets on it end it —
+	// before the handler wrote any of the body, and the handler reported
+	// no cost). A caller that hangs up is not a timeout: it controls its
+	// own disconnection, so its request is settled at the cost reported,
+	// else at the estimate; a handler that abandons its work when the
+	// caller goes away may report what that cost (ReportCost, 0 for
+	// nothing). The outcomes the hold's rules list (their option
+	// refund_on, Decision.HoldRefundOn) are added to these.
 	RefundOn []string
 	// Skip returns true for requests that are not checked at all (no
 	// decision is put in their context), e.g. health probes.
@@ -72,10 +79,11 @@ type MiddlewareOptions struct {
 	// WriteDenied.
 	OnLimited func(w http.ResponseWriter, r *http.Request, d *Decision)
 	// OnError answers a request whose check failed with an error (see
-	// Client.Check: the server refused the check, e.g. a bad service token
-	// or an IP it cannot parse). Outages are not errors: the FailMode
-	// decides them. Default: a 500 application/problem+json, or nothing
-	// when the caller has gone away.
+	// Client.Check: the check API refused the check, e.g. a bad service
+	// token or an IP it cannot parse; something in between refused it, a
+	// WAF's 403, say; or the answer was not a decision). Outages are not
+	// errors: the FailMode decides them. Default: a 500
+	// application/problem+json, or nothing when the caller has gone away.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -208,8 +216,8 @@ func (c *Client) unserved(ctx context.Context, d *Decision) {
 // serveHeld runs next, writing to rw, for a request whose check opened
 // hold d or took its lease, renewing the lease meanwhile; then it settles
 // the hold: at the reported cost, else the estimate; at 0 for the
-// outcomes refundOn or the hold's rules list. Without a hold it releases
-// the lease.
+// outcomes refundOn or the hold's rules list (see
+// MiddlewareOptions.RefundOn). Without a hold it releases the lease.
 func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
 	rep := &costReport{}
 	rw.report = rep
@@ -224,14 +232,19 @@ func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d
 			_, _ = c.Release(ctx, d.LeaseID)
 			return
 		}
-		cost := estimate
-		if rep.reported.Load() {
+		cost, reported := estimate, rep.reported.Load()
+		if reported {
 			cost = rep.cost.Load()
 		}
 		refund := func(outcome string) bool {
 			return slices.Contains(refundOn, outcome) || slices.Contains(d.HoldRefundOn, outcome)
 		}
-		if rw.status >= 500 && refund("5xx") || r.Context().Err() != nil && refund("timeout") {
+		// A timeout is the service's own deadline passing before it
+		// served anything, never the caller going away: a caller that
+		// reads an answer and hangs up before the handler returns must
+		// not have it refunded.
+		timedOut := errors.Is(r.Context().Err(), context.DeadlineExceeded) && !rw.served && !reported
+		if rw.status >= 500 && refund("5xx") || timedOut && refund("timeout") {
 			cost = 0
 		}
 		_, _ = c.Settle(ctx, d.HoldID, cost)
@@ -280,21 +293,42 @@ func (c *Client) keepLease(ctx context.Context, d *Decision) (stop func()) {
 	return func() { close(done) }
 }
 
-// costWriter records the status of an admitted request's response and
-// takes CostHeader out of its headers before they are sent: into the
-// report of a held request, to settle at; away, for any other.
+// costWriter records the final status of an admitted request's response
+// and whether any of its body was served, and takes CostHeader out of its
+// headers before they are sent: into the report of a held request, to
+// settle at; away, for any other.
 type costWriter struct {
 	http.ResponseWriter
 	report *costReport // nil when the request holds nothing
-	status int
+	status int         // the final status; 0 until it is written
+	served bool        // some of the body was written, or the connection taken over
 }
 
 func (w *costWriter) WriteHeader(status int) {
-	if w.status == 0 {
+	switch {
+	case w.status != 0:
+	case informational(status):
+		// Sent at once with the headers set so far, and a final status
+		// follows: CostHeader must not go with it, and is taken at the
+		// final one, which may still change it.
+		if v, ok := w.Header()[CostHeader]; ok {
+			delete(w.Header(), CostHeader)
+			w.ResponseWriter.WriteHeader(status)
+			w.Header()[CostHeader] = v
+			return
+		}
+	default:
 		w.status = status
 		w.takeCost()
 	}
 	w.ResponseWriter.WriteHeader(status)
+}
+
+// informational reports whether status is a 1xx that net/http sends
+// ahead of the final status (all but 101 Switching Protocols, which is
+// final).
+func informational(status int) bool {
+	return status >= 100 && status <= 199 && status != http.StatusSwitchingProtocols
 }
 
 // finish takes CostHeader out of the headers of a handler that returned
@@ -323,7 +357,11 @@ func (w *costWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if n > 0 {
+		w.served = true
+	}
+	return n, err
 }
 
 // Flush lets a streaming handler flush through the middleware.
@@ -335,9 +373,15 @@ func (w *costWriter) Flush() {
 }
 
 // Hijack lets a handler take the connection over (a WebSocket, say)
-// through the middleware, when the writer underneath can.
+// through the middleware, when the writer underneath can. What it writes
+// on the connection is not seen, so a connection taken over counts as
+// served.
 func (w *costWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.served = true
+	}
+	return conn, rw, err
 }
 
 // Unwrap gives http.ResponseController the writer underneath.

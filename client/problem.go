@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tollgate/tollgate"
 )
 
 // ProblemError is an error answer of a Tollgate server: an RFC 9457
@@ -65,28 +63,16 @@ func (e *ProblemError) Error() string {
 	return b.String()
 }
 
-// refusal reports whether p is the check API refusing a check rather
-// than something in between answering for it: a status the contract
-// gives a check's refusal (400, 401, 413, 422), or another status below
-// 500 with a problem of one of Tollgate's codes. A proxy's or load
-// balancer's 404, 408 or 429 is not one: the FailMode decides it, as it
-// decides an outage.
-func (p *ProblemError) refusal() bool {
-	switch {
-	case p.Status >= 500:
-		return false
-	case p.Status == http.StatusBadRequest, p.Status == http.StatusUnauthorized,
-		p.Status == http.StatusRequestEntityTooLarge, p.Status == http.StatusUnprocessableEntity:
-		return true
-	}
-	return slices.Contains(tollgateCodes, p.Code)
-}
-
-// tollgateCodes are the codes of Tollgate's problems.
-var tollgateCodes = []string{
-	tollgate.EMALFORMED, tollgate.EUNAUTHORIZED, tollgate.EFORBIDDEN, tollgate.ENOTFOUND, tollgate.EMETHOD,
-	tollgate.ECONFLICT, tollgate.ETOOLARGE, tollgate.EINVALID, tollgate.ERATELIMITED, tollgate.EINTERNAL,
-	tollgate.EUNAVAILABLE,
+// outage reports whether p means that the check API could not be asked:
+// a 5xx, or a 408 or 429, which only something in between sends (the
+// check API never answers a check with either). Every other status is
+// an answer not to let a request through on: the check API's refusal
+// (400, 401, 413, 422), or something in between refusing the check for
+// it — a WAF's 403 on a body with a key that looks like an attack, a
+// 404 or 405 of a route that is not the check API's. A fail mode open
+// on those would let whoever provokes them past every limit.
+func (p *ProblemError) outage() bool {
+	return p.Status >= 500 || p.Status == http.StatusRequestTimeout || p.Status == http.StatusTooManyRequests
 }
 
 // maxProblemBody bounds how much of an error answer is read.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +123,202 @@ func TestMiddlewareSettlesHolds(t *testing.T) {
 			}
 			if rec.Header().Get(client.CostHeader) != "" {
 				t.Errorf("the %s header reached the caller", client.CostHeader)
+			}
+		})
+	}
+}
+
+// newHoldAPI starts a check API that admits every check with the hold h1
+// and passes the cost of each settlement to the channel it returns, and
+// returns a client of it.
+func newHoldAPI(t *testing.T) (*client.Client, <-chan float64) {
+	t.Helper()
+	settled := make(chan float64, 10)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/settle" {
+			settled <- body["cost"].(float64)
+			_, _ = w.Write([]byte(`{"hold_id":"h1","estimate":100,"cost":0,"status":"settled","repeated":false}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[],"hold_id":"h1"}`))
+	}))
+	t.Cleanup(api.Close)
+	return newClient(t, api.URL, client.Options{}), settled
+}
+
+// settledCost returns the next cost settled, failing after a few seconds
+// without one.
+func settledCost(t *testing.T, settled <-chan float64) float64 {
+	t.Helper()
+	select {
+	case cost := <-settled:
+		return cost
+	case <-time.After(5 * time.Second):
+		t.Fatal("no settlement")
+	}
+	return 0
+}
+
+// endingContext is a request's context that its handler ends, as the
+// request's deadline passing (context.DeadlineExceeded) or the caller
+// going away (context.Canceled) would.
+type endingContext struct {
+	context.Context
+	done chan struct{}
+	err  atomic.Pointer[error]
+}
+
+func newEndingContext() *endingContext {
+	return &endingContext{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *endingContext) Done() <-chan struct{} { return c.done }
+
+func (c *endingContext) Err() error {
+	if err := c.err.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// end ends the context with err.
+func (c *endingContext) end(err error) {
+	c.err.Store(&err)
+	close(c.done)
+}
+
+// TestMiddlewareRefundsATimeoutNotAHangUp: "timeout" is the service not
+// delivering — its deadline passed before the handler wrote any of the
+// body, with no cost reported — never the caller hanging up, which it
+// controls: a caller that read its answer and hung up before the handler
+// returned is charged the cost reported, else the estimate.
+func TestMiddlewareRefundsATimeoutNotAHangUp(t *testing.T) {
+	c, settled := newHoldAPI(t)
+	mw := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }, RefundOn: []string{"timeout"}})
+	cases := []struct {
+		name    string
+		handler func(w http.ResponseWriter, r *http.Request, end func(error))
+		want    float64
+	}{
+		{"the deadline passes before anything was written", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			end(context.DeadlineExceeded)
+		}, 0},
+		{"the deadline passes after the status alone", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			end(context.DeadlineExceeded)
+		}, 0},
+		{"the deadline passes after a cost was reported", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			client.ReportCost(r.Context(), 40)
+			end(context.DeadlineExceeded)
+		}, 40},
+		{"the deadline passes after a cost in the header", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			w.Header().Set(client.CostHeader, "40")
+			end(context.DeadlineExceeded)
+		}, 40},
+		{"the deadline passes after some of the body was served", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			_, _ = w.Write([]byte("data: part of it\n\n"))
+			end(context.DeadlineExceeded)
+		}, 100},
+		{"the caller hangs up before anything was written", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			end(context.Canceled)
+		}, 100},
+		{"the caller hangs up after the answer", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			_, _ = w.Write([]byte("data: the whole answer\n\ndata: [DONE]\n\n"))
+			http.NewResponseController(w).Flush()
+			end(context.Canceled)
+		}, 100},
+		{"the caller hangs up after the answer and its cost", func(w http.ResponseWriter, r *http.Request, end func(error)) {
+			client.ReportCost(r.Context(), 40)
+			_, _ = w.Write([]byte("data: the whole answer\n\ndata: [DONE]\n\n"))
+			end(context.Canceled)
+		}, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := newEndingContext()
+			req := httptest.NewRequest(http.MethodPost, "/v1/complete", nil).WithContext(ctx)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tc.handler(w, r, ctx.end)
+			})).ServeHTTP(httptest.NewRecorder(), req)
+			if got := settledCost(t, settled); got != tc.want {
+				t.Errorf("settled at %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMiddlewareTakesStatusAndCostAtTheFinalStatus: an informational
+// answer (103 Early Hints) is sent with the headers set so far, and more
+// follow: CostHeader never goes with it, and the status a 5xx refund
+// looks at and the cost settled at are those of the final answer.
+func TestMiddlewareTakesStatusAndCostAtTheFinalStatus(t *testing.T) {
+	c, settled := newHoldAPI(t)
+	mw := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }, RefundOn: []string{"5xx"}})
+	cases := []struct {
+		name       string
+		handler    http.HandlerFunc
+		wantStatus int
+		want       float64
+	}{
+		{"a cost set after Early Hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Set(client.CostHeader, "3")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("ok"))
+		}, 200, 3},
+		{"a cost set before Early Hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.Header().Set(client.CostHeader, "3")
+			w.WriteHeader(http.StatusEarlyHints)
+			_, _ = w.Write([]byte("ok"))
+		}, 200, 3},
+		{"a cost changed after Early Hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(client.CostHeader, "3")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Set(client.CostHeader, "5")
+		}, 200, 5},
+		{"a 502 after Early Hints", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			client.ReportCost(r.Context(), 40)
+			w.WriteHeader(http.StatusBadGateway)
+		}, 502, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(mw(tc.handler))
+			defer srv.Close()
+			var hints []http.Header
+			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, header textproto.MIMEHeader) error {
+				hints = append(hints, http.Header(header))
+				return nil
+			}}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/v1/complete", nil)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			if len(hints) != 1 {
+				t.Errorf("%d informational answers, want the 103", len(hints))
+			}
+			for _, h := range append(hints, resp.Header) {
+				if v := h.Get(client.CostHeader); v != "" {
+					t.Errorf("%s: %q reached the caller", client.CostHeader, v)
+				}
+			}
+			if got := settledCost(t, settled); got != tc.want {
+				t.Errorf("settled at %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -3,7 +3,7 @@ import {
   type Standing, type WireDecision,
 } from "./decision.js";
 import { Denials, denialKey, ownerTag, remembers } from "./memory.js";
-import { isRefusal, ProblemError, readProblem } from "./problem.js";
+import { isOutage, ProblemError, readProblem } from "./problem.js";
 
 /** Defaults of ClientOptions. */
 export const defaultTimeoutMs = 500;
@@ -34,10 +34,10 @@ export interface ClientOptions {
   /** Bounds one check, connecting included, in milliseconds (default 500). Past it, failMode decides. */
   timeoutMs?: number;
   /**
-   * Decides when the check API cannot be reached, times out, answers 5xx,
-   * answers a status it never sends (something in between answered: a
-   * load balancer's 404, 408 or 429) or answers something that is not a
-   * decision (default "open"). See `check`.
+   * Decides when the check API cannot be asked: it cannot be reached,
+   * times out, answers 5xx, or something in between answers 408 or 429
+   * (default "open"). Any other answer that is not a decision rejects,
+   * whatever the fail mode. See `check`.
    */
   failMode?: FailMode;
   /**
@@ -102,17 +102,24 @@ export class TollgateClient {
   }
 
   /**
-   * check asks whether req may proceed now. Every answer of the server is
-   * a Decision, and so is an outage (unreachable, timed out, 5xx, an
-   * answer that is not a decision, or a status the check API does not
-   * send: a 404, 408 or 429 of a proxy or load balancer in between): the
-   * fail mode decides it, with `degraded` set and the reason in `cause`.
+   * check asks whether req may proceed now. Every decision of the server
+   * is a Decision, and so is an outage, when the check API could not be
+   * asked (unreachable, no answer within timeoutMs, a 5xx, or a 408 or
+   * 429, which the check API never answers to a check but a proxy or load
+   * balancer in between does): the fail mode decides it, with `degraded`
+   * set and the reason in `cause`.
    *
-   * It rejects only with a ProblemError when the check API refused the
-   * check — 400, 401 (a bad service token), 413 or 422 (invalid values;
-   * `errors` names them), or another status below 500 with a problem of
-   * one of Tollgate's codes (a 404 not_found: the base URL is not a check
-   * API) — or with req.signal's reason when the signal aborted.
+   * Any other answer rejects, so that the middleware fails closed on it
+   * whatever the fail mode: with a ProblemError for any other status —
+   * the check API's refusal, 400, 401 (a bad service token), 413 or 422
+   * (invalid values; `errors` names them), or something in between
+   * refusing the check for it (a WAF's 403 on a key that looks like an
+   * attack, a 404 or 405: the base URL is not a check API) — and with an
+   * Error for a 200 whose body is not a decision. It also rejects with
+   * req.signal's reason when the signal aborted. Those answers are not
+   * outages to ride out: a caller who could provoke one (a WAF blocks a
+   * body by its contents) would otherwise be let through, past every
+   * limit, by the fail mode "open".
    *
    * A key longer than maxKeyLength is denied as invalid_key without
    * asking: no API key is that long, and the check API would refuse the
@@ -148,7 +155,7 @@ export class TollgateClient {
       d = await this.#post(req);
     } catch (err) {
       req.signal?.throwIfAborted();
-      if (err instanceof ProblemError && isRefusal(err)) {
+      if (!unasked(err)) {
         throw err;
       }
       return this.#fail(err);
@@ -267,7 +274,10 @@ export class TollgateClient {
     }
   }
 
-  /** #post sends one check. It throws a ProblemError for a non-200 answer, else a transport or decoding error. */
+  /**
+   * #post sends one check. It throws a ProblemError for a non-200 answer,
+   * a BadAnswer for a 200 that is not a decision, else a transport error.
+   */
   async #post(req: CheckRequest): Promise<Decision> {
     const { text, headers } = await this.#send(this.#checkUrl, toWire(req), req.signal);
     return { ...parseDecision(text), headers: pickRateLimitHeaders(headers), remembered: false };
@@ -277,8 +287,8 @@ export class TollgateClient {
    * #send posts body to url (or, without a body, gets url) with the
    * service token, or the bearer token given, within timeoutMs, and
    * returns the text and headers of a 200. It throws a ProblemError for
-   * any other status, else a transport error or one for an answer longer
-   * than maxDecisionBody.
+   * any other status, a BadAnswer for one longer than maxDecisionBody,
+   * else a transport error.
    */
   async #send(url: string, body: object | undefined, signal: AbortSignal | undefined, bearer = this.#token): Promise<{ text: string; headers: Headers }> {
     const timeout = AbortSignal.timeout(this.#timeoutMs);
@@ -298,7 +308,7 @@ export class TollgateClient {
     }
     const text = await resp.text();
     if (text.length > maxDecisionBody) {
-      throw new Error(`tollgate: the answer is longer than ${maxDecisionBody} characters`);
+      throw new BadAnswer(`tollgate: the answer is longer than ${maxDecisionBody} characters`);
     }
     return { text, headers: resp.headers };
   }
@@ -314,6 +324,28 @@ export class TollgateClient {
     }
     return { allowed: true, reason: Reason.OK, retry_after_ms: 0, degraded: true, rules: [], headers: {}, remembered: false, cause };
   }
+}
+
+/**
+ * BadAnswer is the error of an answer read whole that is not what was
+ * asked for: for a check, a 200 that is not a decision (not JSON, another
+ * shape, too long). It is an answer, not a failure to ask.
+ */
+class BadAnswer extends Error {
+  override readonly name = "BadAnswer";
+}
+
+/**
+ * unasked reports whether err, an error of a check, means that the check
+ * API could not be asked: no answer (a transport error, the timeout) or a
+ * ProblemError of an outage (see isOutage). An answer that refuses the
+ * check, or a 200 that is not a decision, is not one.
+ */
+function unasked(err: unknown): boolean {
+  if (err instanceof ProblemError) {
+    return isOutage(err);
+  }
+  return !(err instanceof BadAnswer);
 }
 
 /**
@@ -338,16 +370,21 @@ function parseBaseUrl(s: string): string {
 
 /**
  * parseDecision decodes a decision, checking the fields a caller relies
- * on; anything else is an error (the check API did not answer it).
+ * on; anything else is a BadAnswer (the check API did not answer it).
  */
 function parseDecision(text: string): WireDecision {
-  const v: unknown = JSON.parse(text);
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new BadAnswer("tollgate: check: the answer is not JSON", { cause: err });
+  }
   if (typeof v !== "object" || v === null) {
-    throw new Error("tollgate: check: the answer is not a JSON object");
+    throw new BadAnswer("tollgate: check: the answer is not a JSON object");
   }
   const d = v as Partial<WireDecision>;
   if (typeof d.allowed !== "boolean" || typeof d.reason !== "string" || typeof d.retry_after_ms !== "number") {
-    throw new Error("tollgate: check: the answer is not a decision (allowed, reason, retry_after_ms)");
+    throw new BadAnswer("tollgate: check: the answer is not a decision (allowed, reason, retry_after_ms)");
   }
   return { ...d, degraded: d.degraded === true, rules: Array.isArray(d.rules) ? d.rules : [] } as WireDecision;
 }

@@ -52,19 +52,23 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
    * for every request, false for none, or a function that says which.
    * `cost` is then an estimate, and when the response has finished (or
    * closed) the middleware settles the hold at the cost the handler
-   * reported with reportCost or in a Tollgate-Cost response header set
-   * with res.setHeader (removed from the response), else at the
-   * estimate. Default (absent): a request is held when a rule that
-   * matches it asks for holds (its option hold; CheckRequest.autoHold),
-   * as the Go SDK's middleware does.
+   * reported with reportCost or in a Tollgate-Cost response header (set
+   * with res.setHeader or given to res.writeHead; removed from the
+   * response), else at the estimate. Default (absent): a request is held
+   * when a rule that matches it asks for holds (its option hold;
+   * CheckRequest.autoHold), as the Go SDK's middleware does.
    */
   hold?: boolean | ((req: Req) => boolean | Promise<boolean>);
   /**
-   * The outcomes of a held request settled at 0 whatever the handler
-   * reported: "5xx" (a response status of 500 or more) and "timeout" (the
-   * connection closed before the response finished). The outcomes the
-   * hold's rules list (their option refund_on, the decision's
-   * `hold_refund_on`) are added to these. Default: none.
+   * The outcomes of a held request settled at 0: "5xx" (a response status
+   * of 500 or more, whatever the handler reported) and "timeout" (the
+   * service did not deliver: the response closed unfinished before any
+   * of its body was written, and the handler reported no cost). A caller
+   * that hangs up after some of the body was written is not a timeout:
+   * it controls its own disconnection, so its request is settled at the
+   * cost reported, else at the estimate. The outcomes the hold's rules
+   * list (their option refund_on, the decision's `hold_refund_on`) are
+   * added to these. Default: none.
    */
   refundOn?: readonly RefundOutcome[];
   /** Returns true for requests that are not checked at all (e.g. health probes). */
@@ -77,13 +81,14 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
    */
   onLimitReached?: (req: Req, res: Res, decision: Decision) => void | Promise<void>;
   /**
-   * Answers a request whose check failed with an error: the server
+   * Answers a request whose check failed with an error: the check API
    * refused the check (a ProblemError: a bad service token, an address
-   * it cannot parse), or one of the callbacks above threw. Outages are
-   * not errors: the client's fail mode decides them. Default: a 500
-   * application/problem+json, nothing when the response has already
-   * started. With Express, `(req, res, err, next) => next(err)` hands it
-   * to the app's error handler.
+   * it cannot parse), something in between refused it (a ProblemError: a
+   * WAF's 403, say), the answer was not a decision, or one of the
+   * callbacks above threw. Outages are not errors: the client's fail
+   * mode decides them. Default: a 500 application/problem+json, nothing
+   * when the response has already started. With Express, `(req, res,
+   * err, next) => next(err)` hands it to the app's error handler.
    */
   onError?: (req: Req, res: Res, err: unknown, next: Next) => void;
 }
@@ -94,8 +99,9 @@ export type RefundOutcome = "5xx" | "timeout";
 /**
  * costHeader is the response header in which a handler behind the
  * middleware may report a held request's actual cost (reportCost does the
- * same from code); the middleware removes it before the headers are sent,
- * from every response it lets through, held or not.
+ * same from code), with res.setHeader or in res.writeHead's headers; the
+ * middleware removes it before the headers are sent, from every response
+ * it lets through, held or not.
  */
 export const costHeader = "Tollgate-Cost";
 
@@ -164,7 +170,7 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
     const report = takeCostHeader(res);
     if (holdId !== "") {
       const refundOn = [...(opts.refundOn ?? []), ...(d.hold_refund_on ?? [])];
-      settleWhenDone(client, req, res, holdId, effectiveCost(check), refundOn, report);
+      settleWhenDone(client, req, res, holdId, effectiveCost(check), refundOn, report, watchBody(res));
     }
     next();
   };
@@ -206,20 +212,23 @@ export function reportCost(req: object, cost: number): boolean {
 /**
  * settleWhenDone settles the hold holdId of req once res has closed: at
  * the cost reported (into report), else the estimate; at 0 for the
- * outcomes refundOn lists. A failed settlement is dropped: the hold then
- * expires by its TTL.
+ * outcomes refundOn lists (see MiddlewareOptions.refundOn), served
+ * telling whether any of the body was written. A failed settlement is
+ * dropped: the hold then expires by its TTL.
  */
 function settleWhenDone(
   client: TollgateClient, req: object, res: ServerResponse, holdId: string, estimate: number, refundOn: readonly RefundOutcome[],
-  report: { cost?: number },
+  report: { cost?: number }, served: () => boolean,
 ): void {
   costReports.set(req, report);
   const settle = () => {
-    let cost = report.cost ?? estimate;
-    if ((res.statusCode >= 500 && refundOn.includes("5xx")) || (!res.writableFinished && refundOn.includes("timeout"))) {
-      cost = 0;
-    }
-    client.settle(holdId, cost).catch(() => undefined);
+    const reported = report.cost !== undefined;
+    const cost = report.cost ?? estimate;
+    // A timeout is the service not delivering, never a caller that read
+    // its answer and hung up before the response finished.
+    const timedOut = !res.writableFinished && !served() && !reported;
+    const refunded = (res.statusCode >= 500 && refundOn.includes("5xx")) || (timedOut && refundOn.includes("timeout"));
+    client.settle(holdId, refunded ? 0 : cost).catch(() => undefined);
   };
   if (res.closed) {
     settle(); // the caller went away during the check
@@ -248,22 +257,83 @@ function releaseWhenDone(client: TollgateClient, res: ServerResponse, leaseId: s
 
 /**
  * takeCostHeader makes res remove costHeader just before its headers are
- * sent, recording the cost it reports into the report it returns.
+ * sent, from those set with setHeader and from writeHead's own (which win,
+ * as writeHead makes them), recording the cost it reports into the report
+ * it returns.
  */
 function takeCostHeader(res: ServerResponse): { cost?: number } {
   const report: { cost?: number } = {};
   const writeHead = res.writeHead;
-  res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
-    const v = res.getHeader(costHeader);
+  res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
+    let v: unknown = res.getHeader(costHeader);
     if (v !== undefined) {
-      if (/^[0-9]+$/.test(String(v)) && Number.isSafeInteger(Number(v))) {
-        report.cost = Number(v);
-      }
       res.removeHeader(costHeader);
     }
-    return writeHead.apply(this, args);
+    // writeHead(status, [statusMessage], [headers])
+    const at = typeof args[1] === "string" ? 2 : 1;
+    const given = withoutCost(args[at]);
+    if (given !== undefined) {
+      args[at] = given.headers;
+      v = given.value;
+    }
+    if (v !== undefined && /^[0-9]+$/.test(String(v)) && Number.isSafeInteger(Number(v))) {
+      report.cost = Number(v);
+    }
+    return writeHead.apply(this, args as Parameters<ServerResponse["writeHead"]>);
   } as ServerResponse["writeHead"];
   return report;
+}
+
+/** isCostHeader reports whether name is costHeader, in any case. */
+function isCostHeader(name: unknown): boolean {
+  return typeof name === "string" && name.toLowerCase() === "tollgate-cost";
+}
+
+/**
+ * withoutCost returns writeHead's headers argument — an object, a flat
+ * list of names and values, or a list of [name, value] pairs — without
+ * costHeader, in the same form, and the value it had there (the last, as
+ * writeHead keeps it); undefined when it has none. The handler's object or
+ * list is left as it is: it may serve other responses too.
+ */
+function withoutCost(headers: unknown): { headers: unknown; value: unknown } | undefined {
+  if (typeof headers !== "object" || headers === null) {
+    return undefined;
+  }
+  const pairs = Array.isArray(headers) && Array.isArray(headers[0]);
+  const entries: [unknown, unknown][] = !Array.isArray(headers) ? Object.entries(headers)
+    : pairs ? (headers as [unknown, unknown][])
+    : Array.from({ length: Math.ceil(headers.length / 2) }, (_, i) => [headers[2 * i], headers[2 * i + 1]]);
+  const cost = entries.filter(([name]) => isCostHeader(name));
+  if (cost.length === 0) {
+    return undefined;
+  }
+  const kept = entries.filter(([name]) => !isCostHeader(name));
+  return { headers: !Array.isArray(headers) ? Object.fromEntries(kept) : pairs ? kept : kept.flat(), value: cost[cost.length - 1]?.[1] };
+}
+
+/**
+ * watchBody makes res note when some of its body is written while its
+ * caller is still there; the function it returns says whether any was.
+ */
+function watchBody(res: ServerResponse): () => boolean {
+  let served = false;
+  const note = (chunk: unknown) => {
+    if (!served && !res.destroyed && (typeof chunk === "string" || chunk instanceof Uint8Array) && chunk.length > 0) {
+      served = true;
+    }
+  };
+  const write = res.write;
+  res.write = function (this: ServerResponse, ...args: unknown[]) {
+    note(args[0]);
+    return write.apply(this, args as Parameters<ServerResponse["write"]>);
+  } as ServerResponse["write"];
+  const end = res.end;
+  res.end = function (this: ServerResponse, ...args: unknown[]) {
+    note(args[0]);
+    return end.apply(this, args as Parameters<ServerResponse["end"]>);
+  } as ServerResponse["end"];
+  return () => served;
 }
 
 /** wait waits ms milliseconds, or until the response closes (then it resolves false, at once if it has already). */

@@ -164,7 +164,9 @@ export interface components {
             /**
              * @description For an opened hold, the outcomes its rules ask to settle at 0
              *     (their option `refund_on`): the SDKs' middleware does so for a
-             *     response of 500 or more, or a request whose context ended first.
+             *     response of 500 or more, or a request that timed out before any
+             *     of its body was written, with no cost reported (a caller that
+             *     hangs up is not a timeout: it is charged).
              */
             hold_refund_on?: ("5xx" | "timeout")[];
             /**

@@ -60,25 +60,18 @@ function describe(status: number, body: Partial<Problem>): string {
   return s;
 }
 
-/** tollgateCodes are the codes of Tollgate's problems. */
-const tollgateCodes: ReadonlySet<string> = new Set([
-  "malformed", "unauthorized", "forbidden", "not_found", "method_not_allowed", "conflict", "too_large", "invalid",
-  "rate_limited", "internal", "unavailable",
-]);
-
 /**
- * isRefusal reports whether err is the check API refusing a check rather
- * than something in between answering for it: a status the contract
- * gives a check's refusal (400, 401, 413, 422), or another status below
- * 500 with a problem of one of Tollgate's codes. A proxy's or load
- * balancer's 404, 408 or 429 is not one: the fail mode decides it, as it
- * decides an outage.
+ * isOutage reports whether err means that the check API could not be
+ * asked: a 5xx, or a 408 or 429, which only something in between sends
+ * (the check API never answers a check with either). Every other status
+ * is an answer not to let a request through on: the check API's refusal
+ * (400, 401, 413, 422), or something in between refusing the check for
+ * it — a WAF's 403 on a body with a key that looks like an attack, a 404
+ * or 405 of a route that is not the check API's. A fail mode "open" on
+ * those would let whoever provokes them past every limit.
  */
-export function isRefusal(err: ProblemError): boolean {
-  if (err.status >= 500) {
-    return false;
-  }
-  return [400, 401, 413, 422].includes(err.status) || tollgateCodes.has(err.code);
+export function isOutage(err: ProblemError): boolean {
+  return err.status >= 500 || err.status === 408 || err.status === 429;
 }
 
 /** readProblem turns a non-2xx answer into a ProblemError. */

@@ -69,9 +69,7 @@ describe("check", () => {
   for (const [name, answer] of [
     ["a 500", { status: 500, body: "upstream exploded" }],
     ["a 503 problem", { status: 503, headers: { "Content-Type": "application/problem+json" }, body: '{"status":503,"code":"unavailable"}' }],
-    ["a 200 that is not a decision", { body: "<html>proxy</html>" }],
-    ["a 200 whose JSON is not a decision", { body: { nope: 1 } as never }],
-    ["a 404 of a load balancer", { status: 404, headers: { "Content-Type": "text/html" }, body: "<h1>Not Found</h1>" }],
+    ["a 502 of a load balancer", { status: 502, headers: { "Content-Type": "text/html" }, body: "<h1>Bad Gateway</h1>" }],
     ["a 408 of a proxy", { status: 408, body: "request timeout" }],
     ["a 429 of a proxy, even as JSON", { status: 429, headers: { "Content-Type": "application/json" }, body: '{"error":"slow down"}' }],
   ] as const) {
@@ -90,6 +88,35 @@ describe("check", () => {
       assert.equal(closed.degraded, true);
       assert.deepEqual(closed.headers, { "Retry-After": "1" });
       assert.ok(closed.cause instanceof Error);
+    });
+  }
+
+  // Something in between that refuses a check (a WAF's 403 on a key that
+  // looks like an attack) must not let the request through: any status
+  // but 2xx, 5xx, 408 and 429, Tollgate's problem or not, rejects whatever
+  // the fail mode, and so does a 200 that is not a decision.
+  const html = { "Content-Type": "text/html" };
+  for (const [name, answer, status] of [
+    ["a WAF's 403 page", { status: 403, headers: html, body: "<html><body>403 Forbidden - Request blocked</body></html>" }, 403],
+    ["a gateway's 403 JSON", { status: 403, body: { message: "Forbidden" } as never }, 403],
+    ["a 404 of a load balancer", { status: 404, headers: html, body: "<h1>Not Found</h1>" }, 404],
+    ["a 405", { status: 405, body: "" }, 405],
+    ["a 409", { status: 409, body: { error: "conflict" } as never }, 409],
+    ["a 451", { status: 451, headers: html, body: "<h1>Unavailable For Legal Reasons</h1>" }, 451],
+    ["a redirect", { status: 302, headers: { Location: "/login" }, body: "" }, 302],
+    ["a 204", { status: 204, body: "" }, 204],
+    ["a 200 that is not a decision", { body: "<html>proxy</html>" }, undefined],
+    ["a 200 whose JSON is not a decision", { body: { nope: 1 } as never }, undefined],
+    ["a 200 of JSON null", { body: "null" }, undefined],
+    ["a 200 without a body", { body: "" }, undefined],
+  ] as const) {
+    test(`${name}: rejects, fail open or closed`, async () => {
+      fake.answer = () => answer;
+      for (const failMode of ["open", "closed"] as const) {
+        const err = await client({ failMode }).check({ key: "' OR 1=1 --" }).then((d) => d, (e: unknown) => e);
+        assert.ok(err instanceof Error, `fail ${failMode}: ${JSON.stringify(err)}, want a rejection`);
+        assert.equal(err instanceof ProblemError ? err.status : undefined, status, `fail ${failMode}: ${String(err)}`);
+      }
     });
   }
 

@@ -4,11 +4,11 @@
 // TOLLGATE_E2E_SEED (what `admin seed demo --json` printed) set; without
 // them these tests are skipped.
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
+import { createServer, request, type RequestListener, type Server } from "node:http";
 import { after, before, describe, test } from "node:test";
 import express from "express";
-import { middleware, ProblemError, TollgateClient } from "../src/index.js";
-import { close, listen, patientMs, send, serve, type Answer } from "./servers.js";
+import { middleware, ProblemError, reportCost, TollgateClient } from "../src/index.js";
+import { close, listen, patientMs, readBody, send, serve, type Answer } from "./servers.js";
 
 const apiUrl = process.env.TOLLGATE_E2E_API_URL ?? "";
 const adminUrl = process.env.TOLLGATE_E2E_ADMIN_URL ?? "";
@@ -323,7 +323,144 @@ describe("end to end", { skip }, () => {
     const unauthorized = await bad.check({ ip: "203.0.113.7" }).catch((e: unknown) => e);
     assert.ok(unauthorized instanceof ProblemError && unauthorized.status === 401 && unauthorized.code === "unauthorized", String(unauthorized));
   });
+
+  test("a WAF's 403 in front of the check API is a 500, never a pass", async () => {
+    // The WAF blocks the body of a check whose key looks like an attack
+    // with its own 403 page and passes the others on. Its refusal is no
+    // outage for the fail mode to decide: "open", it would let whoever
+    // sends such a key past every limit.
+    const waf = createServer(async (req, res) => {
+      const body = await readBody(req);
+      if (body.includes("' OR 1=1")) {
+        res.writeHead(403, { "Content-Type": "text/html" });
+        res.end("<html><body>403 Forbidden - Request blocked</body></html>");
+        return;
+      }
+      const headers = { Authorization: req.headers.authorization ?? "", "Content-Type": "application/json" };
+      const r = await fetch(apiUrl + (req.url ?? ""), { method: req.method ?? "POST", headers, body });
+      res.writeHead(r.status, { "Content-Type": r.headers.get("Content-Type") ?? "" });
+      res.end(await r.text());
+    });
+    const wafUrl = await listen(waf);
+    const behind = new TollgateClient({ baseUrl: wafUrl, serviceToken: seed.service_token, timeoutMs: patientMs, failMode: "open" });
+    let served = 0;
+    const protectedService = await serve(middleware(behind), (_req, res) => {
+      served++;
+      res.end("the protected answer");
+    });
+    try {
+      for (const [key, status, wantServed] of [
+        [seed.keys.pro ?? "", 200, true],
+        ["tg_000000000000000000000000000000000000", 401, false],
+        ["' OR 1=1 --", 500, false],
+      ] as const) {
+        const before = served;
+        const a = await send(protectedService.url, "GET", "/v1/repos", { Authorization: `Bearer ${key}` });
+        assert.equal(a.status, status, `${key}: ${a.body}`);
+        assert.equal(served > before, wantServed, `${key}: served`);
+      }
+    } finally {
+      await Promise.all([close(protectedService.server), close(waf)]);
+    }
+  });
+
+  // llm's tokens rule holds POST /v1/complete and asks for a refund on a
+  // 5xx or a timeout (refund_on). settling starts a service of handler,
+  // protected by a client that passes each settlement the check API
+  // answers to the list it returns, with an estimate of 50.
+  const settling = async (handler: RequestListener) => {
+    const settlements: Promise<{ cost?: number; estimate?: number; status?: string }>[] = [];
+    const recording: typeof fetch = (input, init) => {
+      const sent = fetch(input, init);
+      if (String(input).endsWith("/v1/settle")) {
+        settlements.push(sent.then(async (r) => (await r.clone().json()) as { cost?: number; estimate?: number; status?: string }));
+      }
+      return sent;
+    };
+    const holding = new TollgateClient({ baseUrl: apiUrl, serviceToken: seed.service_token, timeoutMs: patientMs, fetch: recording, memorySize: -1 });
+    const service = await serve(middleware(holding, { cost: () => 50 }), handler);
+    /** settled waits up to 2 s for the nth settlement and returns it. */
+    const settled = async (n: number) => {
+      const deadline = Date.now() + 2000;
+      while (settlements.length < n && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.ok(settlements.length >= n, `settlement ${n} was not sent`);
+      return settlements[n - 1];
+    };
+    return { service, settled };
+  };
+
+  test("llm: a caller that hangs up after its answer is charged, never refunded as a timeout", async () => {
+    // A caller that reads a streamed answer to its end and hangs up before
+    // the response has finished was served: it is charged the cost
+    // reported, else the estimate.
+    const key = await llmKey("ts-e2e-hangup", "ts-e2e-hangup");
+    const { service, settled } = await settling((req, res) => {
+      const report = req.headers["x-report"];
+      if (typeof report === "string") {
+        reportCost(req, Number(report));
+      }
+      res.writeHead(200, { "Content-Type": "text/event-stream" });
+      // The handler's tail (closing the upstream stream, logging)
+      // outlasts the caller, who has what it came for.
+      res.write("data: the whole completion\n\ndata: [DONE]\n\n");
+    });
+    try {
+      await readAndHangUp(service.url + "/v1/complete", { "X-API-Key": key, "X-Report": "30" });
+      const reported = await settled(1);
+      assert.deepEqual([reported?.cost, reported?.estimate, reported?.status], [30, 50, "settled"], "a cost reported");
+      await readAndHangUp(service.url + "/v1/complete", { "X-API-Key": key });
+      const unreported = await settled(2);
+      assert.deepEqual([unreported?.cost, unreported?.status], [50, "settled"], "no cost reported: the estimate");
+    } finally {
+      await close(service.server);
+    }
+  });
+
+  test("llm: a cost given to writeHead is settled and never reaches the caller", async () => {
+    const key = await llmKey("ts-e2e-writehead", "ts-e2e-writehead");
+    const { service, settled } = await settling((_req, res) => {
+      res.writeHead(200, { "Content-Type": "text/plain", "Tollgate-Cost": "3" });
+      res.end("ok");
+    });
+    try {
+      const a = await send(service.url, "POST", "/v1/complete", { "X-API-Key": key });
+      assert.equal(a.status, 200);
+      assert.equal(a.body, "ok");
+      assert.equal(header(a, "Tollgate-Cost"), undefined);
+      assert.equal((await settled(1))?.cost, 3);
+    } finally {
+      await close(service.server);
+    }
+  });
 });
+
+/**
+ * readAndHangUp posts to url with headers, reads the answer until it has
+ * "[DONE]", and closes the connection before the answer has ended.
+ */
+function readAndHangUp(url: string, headers: Record<string, string>): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", headers }, (res) => {
+      let got = "";
+      res.on("data", (chunk) => {
+        got += String(chunk);
+        if (got.includes("[DONE]")) {
+          req.destroy();
+          resolve();
+        }
+      });
+      res.on("end", () => reject(new Error(`the answer ended before the caller hung up: ${res.statusCode} ${got}`)));
+    });
+    req.on("error", (err) => {
+      if (!req.destroyed) {
+        reject(err);
+      }
+    });
+    req.end();
+  });
+}
 
 /** adminSession logs in to the admin API as the demo operator and returns a function that calls it. */
 async function adminSession(seed: Seed): Promise<<T = unknown>(method: string, path: string, body?: unknown) => Promise<T>> {

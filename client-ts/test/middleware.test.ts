@@ -164,15 +164,19 @@ describe("middleware", () => {
   });
 
   for (const [name, failMode, check, status] of [
-    ["a 200 that is not a decision, fail open: the handler runs", "open", { body: { nope: 1 } as never }, 200],
-    ["a load balancer's 404, fail open: the handler runs", "open", { status: 404, body: "<h1>Not Found</h1>" }, 200],
+    ["a 200 that is not a decision, fail open: 500", "open", { body: { nope: 1 } as never }, 500],
+    ["a 200 that is not a decision, fail closed: 500", "closed", { body: { nope: 1 } as never }, 500],
+    ["a load balancer's 404, fail open: 500", "open", { status: 404, body: "<h1>Not Found</h1>" }, 500],
+    ["a WAF's 403, fail open: 500", "open", { status: 403, headers: { "Content-Type": "text/html" }, body: "<html>Request blocked</html>" }, 500],
+    ["a proxy's 502, fail open: the handler runs", "open", { status: 502, body: "<h1>Bad Gateway</h1>" }, 200],
     ["a proxy's 429, fail closed: 503", "closed", { status: 429, body: "slow down" }, 503],
   ] as const) {
     test(name, async () => {
       fake.answer = () => check;
       client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, failMode });
-      const { answer } = await through({}, "GET", "/");
+      const { answer, seen } = await through({}, "GET", "/", { Authorization: "Bearer ' OR 1=1 --" });
       assert.equal(answer.status, status);
+      assert.equal(seen !== undefined, status === 200, "the handler runs only for a 200");
     });
   }
 
@@ -185,6 +189,23 @@ describe("middleware", () => {
     assert.equal(answer.headers[costHeader.toLowerCase()], undefined);
     assert.equal(answer.headers["ratelimit"], hourlyHeaders.RateLimit);
   });
+
+  for (const [name, writeHead] of [
+    ["an object", (res: ServerResponse) => res.writeHead(200, { "Content-Type": "text/plain", "Tollgate-Cost": "7" })],
+    ["an object, in another case, after a status message", (res: ServerResponse) => res.writeHead(200, "Fine", { "tollgate-cost": 7, "X-Kept": "yes" })],
+    ["a flat list", (res: ServerResponse) => res.writeHead(200, ["Content-Type", "text/plain", "Tollgate-Cost", "7"])],
+  ] as const) {
+    test(`the Tollgate-Cost header in writeHead's headers, as ${name}, never reaches the caller`, async () => {
+      const answer = await served({}, (_req, res) => {
+        writeHead(res);
+        res.end("done");
+      }, (url) => send(url, "GET", "/v1/repos"));
+      assert.equal(answer.status, 200);
+      assert.equal(answer.body, "done");
+      assert.equal(answer.headers[costHeader.toLowerCase()], undefined);
+      assert.equal(answer.headers["ratelimit"], hourlyHeaders.RateLimit);
+    });
+  }
 
   test("onLimitReached answers denials, with the headers already set", async () => {
     fake.answer = () => limited;
@@ -276,12 +297,53 @@ describe("middleware", () => {
       assert.equal((await settledAt({ hold: true }, failing)).cost, 42);
     });
 
-    test("refundOn timeout settles at 0 when the caller goes away before the response finishes", async () => {
-      const never = (req: IncomingMessage) => {
-        reportCost(req, 42);
-      };
+    test("refundOn timeout settles at 0 when the response closes unfinished before anything was written or reported", async () => {
+      const never = () => undefined;
       assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, never, true)).cost, 0);
-      assert.equal((await settledAt({ hold: true }, never, true)).cost, 42);
+      assert.equal((await settledAt({ hold: true }, never, true)).cost, 100);
+    });
+
+    // A caller controls its own disconnection: one that read its answer
+    // and hung up before the response finished was served, and is charged.
+    for (const [name, handler, want] of [
+      ["a cost reported, nothing written", (req: IncomingMessage) => {
+        reportCost(req, 42);
+      }, 42],
+      ["a cost given to writeHead, nothing written", (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(200, { "Tollgate-Cost": "42" });
+        res.flushHeaders();
+      }, 42],
+      ["some of the body written, no cost reported: the estimate", (_req: IncomingMessage, res: ServerResponse) => {
+        res.write("data: the whole answer\n\ndata: [DONE]\n\n");
+      }, 100],
+      ["some of the body written and a cost reported", (req: IncomingMessage, res: ServerResponse) => {
+        reportCost(req, 42);
+        res.write("data: the whole answer\n\ndata: [DONE]\n\n");
+      }, 42],
+    ] as const) {
+      test(`refundOn timeout: a caller that hangs up is charged, ${name}`, async () => {
+        assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, handler, true)).cost, want);
+      });
+    }
+
+    test("a cost given to writeHead is settled, and never reaches the caller", async () => {
+      for (const [writeHead, want] of [
+        [(res: ServerResponse) => res.writeHead(200, { "Tollgate-Cost": "17" }), 17],
+        [(res: ServerResponse) => res.writeHead(200, "OK", ["Tollgate-Cost", "18"]), 18],
+        // Node takes a list of pairs only from a response without headers set before.
+        [(res: ServerResponse) => res.writeHead(200, [["tollgate-cost", "19"]] as never), 19],
+        [(res: ServerResponse) => {
+          res.setHeader(costHeader, "5");
+          res.writeHead(200, { "Tollgate-Cost": "20" }); // writeHead's own win, as Node makes them
+        }, 20],
+      ] as const) {
+        const { answer, cost } = await settledAt({ hold: true }, (_req, res) => {
+          writeHead(res);
+          res.end("done");
+        });
+        assert.equal(cost, want);
+        assert.equal(answer?.headers[costHeader.toLowerCase()], undefined);
+      }
     });
 
     test("the outcomes the hold's rules list (hold_refund_on) are refunded too", async () => {

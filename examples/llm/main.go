@@ -3,7 +3,8 @@
 // produced, known only when the stream ends. The middleware holds the
 // caller's max_tokens (the estimate) before the handler runs, and settles
 // the hold at the tokens produced once the body has ended; a failed
-// generation (a 5xx) is refunded.
+// generation (a 5xx) is refunded, and a caller that hangs up pays for the
+// tokens streamed to it until then.
 //
 //	TOLLGATE_URL=http://127.0.0.1:8080 TOLLGATE_SERVICE_TOKEN=<token> go run ./examples/llm
 //	curl -N localhost:8091/v1/complete?max_tokens=50 -X POST -H 'Authorization: Bearer <API key>' -d 'tell me a story'

@@ -77,10 +77,11 @@ type Options struct {
 	// check matching several rules charges when any of them says so.
 	HoldExpiry string `json:"hold_expiry,omitempty"`
 	// RefundOn lists the outcomes of a held request that the SDK's
-	// middleware settles at 0 whatever the handler reported: "5xx" (a
-	// response status of 500 or more) and "timeout" (the request's
-	// context ended first). The check's answer carries the union over
-	// its rules (hold_refund_on).
+	// middleware settles at 0: "5xx" (a response status of 500 or more,
+	// whatever the handler reported) and "timeout" (the service's own
+	// deadline passed before anything was served and the handler
+	// reported no cost; a caller that hangs up is no timeout). The
+	// check's answer carries the union over its rules (hold_refund_on).
 	RefundOn []string `json:"refund_on,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -112,6 +113,14 @@ func (o *Ops) setTenant(ctx context.Context, by audit.Actor, tenantID string, ch
 		t, err := tenants.NewStore(tx).Get(ctx, tenantID)
 		if err != nil {
 			return TenantSettings{}, err
+		}
+		// The tenant's row FOR SHARE waits for a plan move in flight
+		// (tenants.SetPlan locks it FOR UPDATE) and keeps one from
+		// starting until this commits: the cap is checked against the
+		// plan the tenant is on, in that plan's currency, and a move to
+		// another currency sees the cap (and refuses).
+		if err := tx.QueryRow(ctx, `SELECT plan_id FROM tenants WHERE id = $1::uuid FOR SHARE`, t.ID).Scan(&t.PlanID); err != nil {
+			return TenantSettings{}, fmt.Errorf("quota: lock the tenant: %w", err)
 		}
 		if plan, err = NewStore(tx).PlanSettings(ctx, t.PlanID); err != nil {
 			return TenantSettings{}, err

@@ -413,6 +413,7 @@ func TestRegions(t *testing.T) {
 		admitted := map[string]map[string][]time.Time{"GET /shared": {}, "GET /split": {}}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		degraded := b.degraded.Load()
 		sampled := b.sampleStaleness()
 		for _, name := range names {
 			for resource := range admitted {
@@ -424,7 +425,6 @@ func TestRegions(t *testing.T) {
 				})
 			}
 		}
-		degraded := b.degraded.Load()
 		wg.Wait()
 		degraded = b.degraded.Load() - degraded
 		stale := sampled()

@@ -59,10 +59,12 @@ type MiddlewareOptions struct {
 	// RefundOn lists the outcomes of a held request settled at 0: "5xx"
 	// (a final response status of 500 or more, whatever the handler
 	// reported) and "timeout" (the service did not deliver: the request's
-	// deadline passed — its context ended with context.DeadlineExceeded,
-	// as http.TimeoutHandler or a deadline the service sets on it end it —
-	// before the handler wrote any of the body, and the handler reported
-	// no cost). A caller that hangs up is not a timeout: it controls its
+	// deadline passed — the request's context, as the middleware sees
+	// it, ended with context.DeadlineExceeded: set the deadline outside
+	// the middleware (http.TimeoutHandler or a context deadline wrapping
+	// it; one set by a handler inside is not seen, and bytes a handler
+	// wrote into a TimeoutHandler outside count as served) — before the
+	// handler wrote any of the body, and the handler reported no cost). A caller that hangs up is not a timeout: it controls its
 	// own disconnection, so its request is settled at the cost reported,
 	// else at the estimate; a handler that abandons its work when the
 	// caller goes away may report what that cost (ReportCost, 0 for

@@ -197,20 +197,29 @@ Running it again issues nothing and records nothing.`
 func invoicesIssue(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "the closed calendar month (UTC), e.g. 2026-10 (required)")
 	return func(ctx context.Context, e *invocation) error {
-		m, err := month.parse(e)
-		if err != nil {
-			return err
-		}
-		inv, _, err := e.invoicing(nil)
-		if err != nil {
-			return err
-		}
-		res, err := inv.IssueMissing(ctx, audit.CLI, m)
-		if err != nil {
-			return fmt.Errorf("invoices issue: %w", err)
-		}
-		return printJSON(e.stdout, res)
+		return monthsInvoices(e, month, func(inv *billing.Invoicing, m usage.Month) (any, error) {
+			return inv.IssueMissing(ctx, audit.CLI, m)
+		})
 	}
+}
+
+// monthsInvoices runs an invoice command (e.name) on the month the flag
+// names with the invoicing its settings make, and prints what it returns
+// as JSON; its error starts with the command's name.
+func monthsInvoices[T any](e *invocation, month monthRef, do func(inv *billing.Invoicing, m usage.Month) (T, error)) error {
+	m, err := month.parse(e)
+	if err != nil {
+		return err
+	}
+	inv, _, err := e.invoicing(nil)
+	if err != nil {
+		return err
+	}
+	res, err := do(inv, m)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	return printJSON(e.stdout, res)
 }
 
 const invoicesRetargetHelp = `
@@ -235,19 +244,9 @@ func invoicesRetarget(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required without --all-failed)")
 	allFailed := fs.Bool("all-failed", false, "re-target every failed invoice (of --month, when given)")
 	one := tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
-		m, err := month.parse(e)
-		if err != nil {
-			return err
-		}
-		inv, _, err := e.invoicing(nil)
-		if err != nil {
-			return err
-		}
-		rec, err := inv.Retarget(ctx, audit.CLI, t.ID, m)
-		if err != nil {
-			return fmt.Errorf("invoices retarget: %w", err)
-		}
-		return printJSON(e.stdout, rec)
+		return monthsInvoices(e, month, func(inv *billing.Invoicing, m usage.Month) (billing.InvoiceRecord, error) {
+			return inv.Retarget(ctx, audit.CLI, t.ID, m)
+		})
 	})
 	return func(ctx context.Context, e *invocation) error {
 		if !*allFailed {
@@ -296,19 +295,9 @@ func invoicesBillOutside(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "the invoice's calendar month (UTC), e.g. 2026-10 (required)")
 	note := fs.String("note", "", "how it was billed, e.g. a reference of your accounting (at most 500 characters)")
 	return tenant.run(func(ctx context.Context, e *invocation, t tenants.Tenant) error {
-		m, err := month.parse(e)
-		if err != nil {
-			return err
-		}
-		inv, _, err := e.invoicing(nil)
-		if err != nil {
-			return err
-		}
-		rec, err := inv.BillOutside(ctx, audit.CLI, t.ID, m, *note)
-		if err != nil {
-			return fmt.Errorf("invoices bill-outside: %w", err)
-		}
-		return printJSON(e.stdout, rec)
+		return monthsInvoices(e, month, func(inv *billing.Invoicing, m usage.Month) (billing.InvoiceRecord, error) {
+			return inv.BillOutside(ctx, audit.CLI, t.ID, m, *note)
+		})
 	})
 }
 

@@ -148,7 +148,10 @@ func accountAudit(action string, before, after *Account) audit.Change {
 // tenant off its customer while one of its invoices is still to push to
 // that customer (relinkConflict). An invoice whose push failed for good
 // holds nothing: it goes to the customer linked when it is re-targeted
-// (Retarget).
+// (Retarget). One still pending whose push the provider refused for not
+// having its customer is re-targeted to the customer linked, in the
+// link's transaction, each audited on its own (invoice.retarget), so that
+// no retry bills the customer the tenant left (retargetRefused).
 func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID string, in LinkInput) (Account, error) {
 	if err := in.validate(); err != nil {
 		return Account{}, err
@@ -187,7 +190,29 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 		}
 		return a, err
 	}
-	return audit.Update(ctx, inv.db, by, "billing_account.link", accountAudit, get, func(tx pgx.Tx, cur Account) (Account, error) {
+	var linked Account
+	err = postgres.Tx(ctx, inv.db, func(tx pgx.Tx) error {
+		if err := leaseRefused(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		a, err := inv.link(ctx, tx, by, tenantID, in, get)
+		if err != nil {
+			return err
+		}
+		if err := inv.retargetRefused(ctx, tx, by, a); err != nil {
+			return err
+		}
+		linked = a
+		return nil
+	})
+	return linked, err
+}
+
+// link records tenantID's link to in.CustomerID on tx
+// (billing_account.link), get reading the account it replaces.
+func (inv *Invoicing) link(ctx context.Context, tx pgx.Tx, by audit.Actor, tenantID string, in LinkInput,
+	get func(tx pgx.Tx) (Account, error)) (Account, error) {
+	return audit.Update(ctx, tx, by, "billing_account.link", accountAudit, get, func(tx pgx.Tx, cur Account) (Account, error) {
 		if cur.CustomerID != "" && cur.CustomerID != in.CustomerID {
 			if err := inv.relinkConflict(ctx, tx, cur); err != nil {
 				return Account{}, err
@@ -226,6 +251,71 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 // for not having the invoice's customer.
 const noSuchCustomer = "no such customer at the payment provider: "
 
+// leaseRefused takes, on tx, the push lease (pushLock) of each invoice of
+// tenantID still pending whose push the provider refused for not having
+// its customer, waiting for a push or change in flight to record its
+// result, in the order of their refs. A link takes them before the
+// account's row lock, as a push and Retarget take a lease before any row
+// lock, so that the retargets after the link (retargetRefused) never wait
+// for a lease while holding the account.
+func leaseRefused(ctx context.Context, tx pgx.Tx, tenantID string) error {
+	rows, err := tx.Query(ctx, `SELECT ref FROM invoices WHERE tenant_id = $1 AND push_state = 'pending'
+		AND starts_with(last_error, $2) ORDER BY ref`, tenantID, noSuchCustomer)
+	refs, err := postgres.Collect(rows, err, func(r pgx.Row) (string, error) {
+		var ref string
+		return ref, r.Scan(&ref)
+	}, "billing: link account")
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, pushLock, ref); err != nil {
+			return fmt.Errorf("billing: link account: %w", err)
+		}
+	}
+	return nil
+}
+
+// retargetRefused re-targets, on tx and as Retarget does
+// (invoice.retarget, each audited on its own), every invoice of a's
+// tenant still pending to a customer other than a's whose push the
+// provider refused for not having that customer: relinkConflict lets the
+// tenant leave that customer, and the invoice's next push would bill it
+// all the same once the provider has it (a key of the right mode put
+// back). Its lease is held already (leaseRefused) unless the provider's
+// refusal came since; one whose lease another process holds now is
+// ECONFLICT, to try again, rather than waited for under the account's
+// lock.
+func (inv *Invoicing) retargetRefused(ctx context.Context, tx pgx.Tx, by audit.Actor, a Account) error {
+	rows, err := tx.Query(ctx, `SELECT ref, to_char(month, 'YYYY-MM') FROM invoices WHERE tenant_id = $1 AND push_state = 'pending'
+		AND starts_with(last_error, $2) AND customer_id <> $3 ORDER BY ref`, a.TenantID, noSuchCustomer, a.CustomerID)
+	type refused struct{ ref, month string }
+	list, err := postgres.Collect(rows, err, func(r pgx.Row) (refused, error) {
+		var f refused
+		return f, r.Scan(&f.ref, &f.month)
+	}, "billing: link account")
+	if err != nil {
+		return err
+	}
+	for _, f := range list {
+		var free bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext($2))`, pushLock, f.ref).Scan(&free); err != nil {
+			return fmt.Errorf("billing: link account: %w", err)
+		}
+		if !free {
+			return tollgate.Errorf(tollgate.ECONFLICT, "the tenant's invoice %s is being pushed now: link again in a moment", f.ref)
+		}
+		m, err := usage.ParseMonth(f.month)
+		if err != nil {
+			return err
+		}
+		if _, err := inv.retarget(ctx, tx, by, a.TenantID, m); err != nil {
+			return fmt.Errorf("billing: re-target invoice %s to customer %s: %w", f.ref, a.CustomerID, err)
+		}
+	}
+	return nil
+}
+
 // relinkConflict returns ECONFLICT when tenant a.TenantID may not leave
 // its customer a.CustomerID yet: while an invoice of it is still to push
 // to that customer. The invoice's record names the customer it was
@@ -234,8 +324,9 @@ const noSuchCustomer = "no such customer at the payment provider: "
 // push is not retried, so it does not count; nor does a pending one whose
 // last push the provider refused for not having the customer (a mistyped
 // ID, or a key of another account or mode), so that the tenant can be
-// relinked and the invoice re-targeted (Retarget). Another tenant cannot
-// be linked to that customer while the invoice is pending (LinkAccount).
+// relinked: the link re-targets it to the new customer in its
+// transaction (retargetRefused). Another tenant cannot be linked to that
+// customer while the invoice is pending (LinkAccount).
 func (inv *Invoicing) relinkConflict(ctx context.Context, db postgres.Conn, a Account) error {
 	var pending int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE tenant_id = $1 AND customer_id = $2 AND push_state = 'pending'
@@ -685,46 +776,82 @@ func invoiceAudit(action string, before, after *InvoiceRecord, note string) audi
 // pushed, paid or closed out already.
 func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action, tenantID string, m usage.Month, note string,
 	voided bool, set func(tx pgx.Tx, rec InvoiceRecord) error) (InvoiceRecord, error) {
-	var after InvoiceRecord
+	return inv.changeUnpushedOn(ctx, inv.db, by, action, tenantID, m, note, voided, set)
+}
+
+// errUnchanged ends the transaction of a change to an invoice that finds
+// nothing to change: nothing is recorded, and the invoice is returned as
+// it is.
+var errUnchanged = errors.New("billing: nothing to change")
+
+// changeUnpushedOn is changeUnpushed on db, a pool or a transaction (the
+// change is then made in a savepoint of it). set returning errUnchanged
+// changes and records nothing, and returns the invoice as it is.
+func (inv *Invoicing) changeUnpushedOn(ctx context.Context, db postgres.Conn, by audit.Actor, action, tenantID string, m usage.Month,
+	note string, voided bool, set func(tx pgx.Tx, rec InvoiceRecord) error) (InvoiceRecord, error) {
+	var before, after InvoiceRecord
 	tenantID = strings.ToLower(tenantID) // as the ref the pushes lock is spelled
-	err := audit.Apply(ctx, inv.db, by, func(tx pgx.Tx) (audit.Change, error) {
+	err := audit.Apply(ctx, db, by, func(tx pgx.Tx) (audit.Change, error) {
 		if !postgres.IsUUID(tenantID) {
 			return audit.Change{}, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, pushLock, InvoiceRef(tenantID, m.String())); err != nil {
 			return audit.Change{}, fmt.Errorf("billing: %s: %w", action, err)
 		}
-		read := func() (InvoiceRecord, error) {
-			rec, err := scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
-				WHERE i.tenant_id = $1 AND i.month = $2 FOR UPDATE OF i`, tenantID, m.Start()))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return rec, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
-			}
-			return rec, err
-		}
-		before, err := read()
-		if err != nil {
+		var err error
+		if before, err = invoiceOfMonth(ctx, tx, tenantID, m, "FOR UPDATE OF i"); err != nil {
 			return audit.Change{}, err
 		}
-		switch {
-		case before.PushState == PushBilledOutside:
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice was closed out as billed outside Tollgate")
-		case voided && before.PaymentStatus == "void":
-		case before.PushState == PushPushed:
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT,
-				"the invoice is at the provider (%s): change it there (void it, or let it be paid)", cmpOr(before.ProviderInvoiceID, "pushed"))
-		case before.PaymentStatus != "unpaid":
-			return audit.Change{}, tollgate.Errorf(tollgate.ECONFLICT, "the invoice is %s at the provider", before.PaymentStatus)
+		if err := unpushedConflict(before, voided); err != nil {
+			return audit.Change{}, err
 		}
 		if err := set(tx, before); err != nil {
 			return audit.Change{}, err
 		}
-		if after, err = read(); err != nil {
+		if after, err = invoiceOfMonth(ctx, tx, tenantID, m, "FOR UPDATE OF i"); err != nil {
 			return audit.Change{}, err
 		}
 		return invoiceAudit(action, &before, &after, note), nil
 	})
+	if errors.Is(err, errUnchanged) {
+		return before, nil
+	}
 	return after, err
+}
+
+// invoiceOfMonth reads tenant tenantID's invoice of month m on db, with
+// the row lock lock ("FOR UPDATE OF i", or "" for none). ENOTFOUND for no
+// such invoice.
+func invoiceOfMonth(ctx context.Context, db postgres.Conn, tenantID string, m usage.Month, lock string) (InvoiceRecord, error) {
+	if !postgres.IsUUID(tenantID) {
+		return InvoiceRecord{}, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
+	}
+	rec, err := scanInvoice(db.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+		WHERE i.tenant_id = $1 AND i.month = $2 `+lock, tenantID, m.Start()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, tollgate.Errorf(tollgate.ENOTFOUND, "no invoice of that tenant for %s", m)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("billing: invoice: %w", err)
+	}
+	return rec, nil
+}
+
+// unpushedConflict returns ECONFLICT unless rec is an invoice the
+// provider does not hold, as changeUnpushed requires (with voided, one
+// the provider voided may be held).
+func unpushedConflict(rec InvoiceRecord, voided bool) error {
+	switch {
+	case rec.PushState == PushBilledOutside:
+		return tollgate.Errorf(tollgate.ECONFLICT, "the invoice was closed out as billed outside Tollgate")
+	case voided && rec.PaymentStatus == "void":
+	case rec.PushState == PushPushed:
+		return tollgate.Errorf(tollgate.ECONFLICT,
+			"the invoice is at the provider (%s): change it there (void it, or let it be paid)", cmpOr(rec.ProviderInvoiceID, "pushed"))
+	case rec.PaymentStatus != "unpaid":
+		return tollgate.Errorf(tollgate.ECONFLICT, "the invoice is %s at the provider", rec.PaymentStatus)
+	}
+	return nil
 }
 
 // Retarget makes tenant tenantID's invoice of month m pending again, to
@@ -738,15 +865,25 @@ func (inv *Invoicing) changeUnpushed(ctx context.Context, by audit.Actor, action
 // is the operator's to delete. The invoice must not be at the provider
 // (pending, or failed) and unpaid (ECONFLICT otherwise), and the tenant
 // must have a billing account (ECONFLICT). ENOTFOUND for no such
-// invoice.
+// invoice. A pending invoice already to the linked customer and not
+// tried since it was issued or re-targeted (no last error: one the link
+// re-targeted, say) is returned as it is, and nothing is recorded.
 func (inv *Invoicing) Retarget(ctx context.Context, by audit.Actor, tenantID string, m usage.Month) (InvoiceRecord, error) {
-	return inv.changeUnpushed(ctx, by, "invoice.retarget", tenantID, m, "", false, func(tx pgx.Tx, rec InvoiceRecord) error {
+	return inv.retarget(ctx, inv.db, by, tenantID, m)
+}
+
+// retarget is Retarget on db, a pool or a transaction.
+func (inv *Invoicing) retarget(ctx context.Context, db postgres.Conn, by audit.Actor, tenantID string, m usage.Month) (InvoiceRecord, error) {
+	return inv.changeUnpushedOn(ctx, db, by, "invoice.retarget", tenantID, m, "", false, func(tx pgx.Tx, rec InvoiceRecord) error {
 		a, err := lockedAccount(ctx, tx, tenantID, "FOR SHARE")
 		if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
 			return tollgate.Errorf(tollgate.ECONFLICT, "the tenant has no billing account: link one first (admin billing link)")
 		}
 		if err != nil {
 			return err
+		}
+		if rec.PushState == PushPending && rec.CustomerID == a.CustomerID && rec.LastError == "" {
+			return errUnchanged
 		}
 		var other int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE customer_id = $1 AND tenant_id <> $2
@@ -833,22 +970,40 @@ func (inv *Invoicing) RetargetFailed(ctx context.Context, by audit.Actor, m *usa
 //
 // A pending invoice may be at the provider all the same: a push whose
 // answer was lost (a timeout, a crash, a 5xx after the provider acted)
-// leaves it pending, and the provider charges what it holds. So, under
-// the invoice's push lease, BillOutside asks the provider for the
-// invoices it holds at the invoice's customer under its reference
-// (Provider.FindInvoices): ECONFLICT, naming it, for any it holds that is
-// not void (a draft is to be deleted there, anything else voided, before
-// closing the invoice out). When the provider cannot be asked (invoicing
-// off, or the provider down), a pending invoice is ECONFLICT and only a
-// failed one is closed out. ENOTFOUND for no such invoice.
+// leaves it pending, and the provider charges what it holds. So
+// BillOutside first asks the provider for the invoices it holds at the
+// invoice's customer under its reference (Provider.FindInvoices):
+// ECONFLICT, naming it, for any it holds that is not void (a draft is to
+// be deleted there, anything else voided, before closing the invoice
+// out). When the provider cannot be asked (invoicing off, or the provider
+// down), a pending invoice is ECONFLICT and only a failed one is closed
+// out. The provider is asked before the invoice's push lease and row
+// lock are taken, so that a slow answer holds up no push or event of the
+// invoice; under them, an invoice that changed since it was asked about
+// (pushed or tried again, paid or voided, re-targeted) is ECONFLICT, to
+// try again. ENOTFOUND for no such invoice.
 func (inv *Invoicing) BillOutside(ctx context.Context, by audit.Actor, tenantID string, m usage.Month, note string) (InvoiceRecord, error) {
 	note = strings.TrimSpace(note)
 	if len(note) > 500 {
 		return InvoiceRecord{}, tollgate.Invalid(map[string]string{"note": "must be at most 500 characters"})
 	}
+	tenantID = strings.ToLower(tenantID)
+	asked, err := invoiceOfMonth(ctx, inv.db, tenantID, m, "")
+	if err != nil {
+		return InvoiceRecord{}, err
+	}
+	// One the provider holds, or that is closed out already, is refused
+	// under the lock below without asking.
+	if unpushedConflict(asked, true) == nil {
+		if err := inv.heldAtProvider(ctx, asked); err != nil {
+			return InvoiceRecord{}, err
+		}
+	}
 	return inv.changeUnpushed(ctx, by, "invoice.bill_outside", tenantID, m, note, true, func(tx pgx.Tx, rec InvoiceRecord) error {
-		if err := inv.heldAtProvider(ctx, rec); err != nil {
-			return err
+		if rec.PushState != asked.PushState || rec.PushAttempts != asked.PushAttempts || rec.PaymentStatus != asked.PaymentStatus ||
+			rec.Generation != asked.Generation || rec.CustomerID != asked.CustomerID || rec.ProviderInvoiceID != asked.ProviderInvoiceID {
+			return tollgate.Errorf(tollgate.ECONFLICT,
+				"the invoice changed while the payment provider was asked about it (now %s, %s): try again", rec.PushState, rec.PaymentStatus)
 		}
 		_, err := tx.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside', updated_at = now()
 			WHERE tenant_id = $1 AND month = $2`, tenantID, m.Start())

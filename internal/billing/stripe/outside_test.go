@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -408,5 +409,163 @@ func TestDunningPassesOverInvoicesBilledOutside(t *testing.T) {
 	}
 	if got := r.tenantStatus(owing); got != tenants.StatusSuspended {
 		t.Errorf("owing: %s, want suspended", got)
+	}
+}
+
+// noSuchCustomer is Stripe's refusal of a request naming customer id,
+// which it does not have (a mistyped ID, or a key of another mode).
+func noSuchCustomer(id string) refusal {
+	return refusal{404, "resource_missing", "customer", "No such customer: '" + id + "'"}
+}
+
+// TestRelinkRetargetsInvoicesRefusedForTheCustomer: an invoice whose
+// push Stripe refused for not having its customer (a key of the wrong
+// mode) does not hold the tenant to that customer, and a relink
+// re-targets it to the new customer in the same transaction, audited as
+// a retarget: once the key is fixed, the next push bills the new
+// customer, never the one the tenant left.
+func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	f.set(refusing("/v1/invoices", noSuchCustomer("cus_acme")))
+	r.closeOctober()
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || !strings.Contains(rec.LastError, "no such customer") {
+		t.Fatalf("acme's invoice %s (%q), want pending, refused for its customer", rec.PushState, rec.LastError)
+	}
+
+	// The operator relinks the tenant, and does not retarget.
+	r.link(acme, billing.LinkInput{CustomerID: "cus_acme2"})
+	rec := r.invoiceOf(acme)
+	if rec.PushState != billing.PushPending || rec.CustomerID != "cus_acme2" || rec.Generation != 1 || rec.LastError != "" {
+		t.Errorf("after the relink: %s to %s, generation %d (%q); want pending to cus_acme2, generation 1", rec.PushState,
+			rec.CustomerID, rec.Generation, rec.LastError)
+	}
+	var linkID, retargetID int64
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(max(id) FILTER (WHERE action = 'billing_account.link'), 0),
+		coalesce(max(id) FILTER (WHERE action = 'invoice.retarget'), 0) FROM audit_log WHERE tenant_id = $1`, acme.ID).
+		Scan(&linkID, &retargetID))
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.retarget' AND target_id = $1 AND after->>'customer_id' = 'cus_acme2'`,
+		rec.Ref); n != 1 || retargetID < linkID {
+		t.Errorf("%d invoice.retarget entries to cus_acme2 (entry %d, the link's %d), want 1 after the link's", n, retargetID, linkID)
+	}
+
+	// The key fixed, the push bills the new customer.
+	f.set(nil)
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 1 {
+		t.Fatalf("push with the key fixed: %+v, %v", p, err)
+	}
+	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme2" {
+		t.Errorf("invoices at Stripe %+v, want one at cus_acme2", made)
+	}
+}
+
+// TestNotFoundOfAnotherObjectHoldsTheCustomer: a 404 of Stripe's about
+// something other than the customer (the draft, deleted while the push
+// finalized it) is not a missing customer: the invoice still holds the
+// tenant to its customer.
+func TestNotFoundOfAnotherObjectHoldsTheCustomer(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	f.set(func(q *http.Request) (refusal, bool) {
+		return refusal{404, "resource_missing", "invoice", "No such invoice"}, q.Method == "POST" && strings.HasSuffix(q.URL.Path, "/finalize")
+	})
+	r.closeOctober()
+	rec := r.invoiceOf(acme)
+	if rec.PushState != billing.PushPending || !strings.Contains(rec.LastError, "404") || strings.Contains(rec.LastError, "no such customer") {
+		t.Errorf("acme's invoice %s (%q), want pending with the 404, not a missing customer", rec.PushState, rec.LastError)
+	}
+	_, err := r.inv.LinkAccount(context.Background(), audit.CLI, acme.ID, billing.LinkInput{CustomerID: "cus_acme2"})
+	if tollgate.ErrorCode(err) != tollgate.ECONFLICT || !strings.Contains(err.Error(), "still to push to customer cus_acme") {
+		t.Errorf("relinking while the invoice is still to push to cus_acme: %v, want ECONFLICT", err)
+	}
+}
+
+// TestRetargetToTheSameCustomerTakesTheDraft: a push of a later
+// generation that finds the draft an earlier one left at the same
+// customer marks the draft as its own, so that the draft's deletion,
+// reported before the push recorded its ID, is the invoice's.
+func TestRetargetToTheSameCustomerTakesTheDraft(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	// The push's last request reads the draft back: its answer lost, the
+	// invoice stays pending with the draft at Stripe.
+	readBack := func(q stripetest.Request) bool {
+		return q.Method == "GET" && strings.HasPrefix(q.Path, "/v1/invoices/in_")
+	}
+	r.stripe.DropAnswer(readBack)
+	r.closeOctober()
+	got, err := r.inv.Retarget(ctx, audit.CLI, acme.ID, october)
+	if err != nil || got.Generation != 1 || got.CustomerID != "cus_acme" {
+		t.Fatalf("retarget to the same customer: %+v, %v; want generation 1 at cus_acme", got, err)
+	}
+	r.stripe.DropAnswer(readBack)
+	if p, err := r.inv.Push(ctx, true); err != nil || p.Failed != 1 {
+		t.Fatalf("push with the answer lost: %+v, %v", p, err)
+	}
+	held := r.stripe.Invoices()
+	if len(held) != 1 || held[0].Metadata["tollgate_generation"] != "1" {
+		t.Fatalf("invoices at Stripe %+v, want the one draft, of generation 1", held)
+	}
+	var marked bool
+	for _, q := range r.stripe.Requests() {
+		marked = marked || q.Method == "POST" && q.Path == "/v1/invoices/"+held[0].ID && q.IdempotencyKey == got.Ref+"/g1/generation"
+	}
+	if !marked {
+		t.Errorf("no update of the draft keyed %s/g1/generation", got.Ref)
+	}
+	res, err := r.deliver(stripetest.InvoiceEvent("evt_deleted", "invoice.deleted", held[0], r.clock.Now()))
+	if err != nil || !res.Applied {
+		t.Errorf("the draft's deletion before the push recorded it: %+v, %v; want it applied", res, err)
+	}
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushFailed {
+		t.Errorf("after the draft's deletion: %s, want failed", rec.PushState)
+	}
+}
+
+// TestBillOutsideAsksBeforeLocking: closing an invoice out asks Stripe
+// before taking the invoice's push lease, so that a push may run while
+// Stripe answers; what Stripe said is then out of date, and closing out
+// is refused, to try again.
+func TestBillOutsideAsksBeforeLocking(t *testing.T) {
+	r := newRig(t, billing.ModeFinalize)
+	ctx := context.Background()
+	f := r.viaRefuser(billing.ModeFinalize)
+	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	acme := r.linkedTenant("acme", pro)
+	r.stripe.Down(503)
+	r.closeOctober()
+	r.stripe.Down(0)
+	var asked atomic.Bool
+	var during billing.PushReport
+	var duringErr error
+	f.set(func(q *http.Request) (refusal, bool) {
+		if q.Method == "GET" && q.URL.Path == "/v1/invoices" && asked.CompareAndSwap(false, true) {
+			// A push while Stripe is asked, failing with Stripe down.
+			r.stripe.Down(503)
+			during, duringErr = r.inv.Push(ctx, true)
+			r.stripe.Down(0)
+		}
+		return refusal{}, false
+	})
+	_, err := r.inv.BillOutside(ctx, audit.CLI, acme.ID, october, "billed by hand")
+	if duringErr != nil || during.Failed != 1 {
+		t.Errorf("push while Stripe was asked: %+v, %v; want it tried (not held up by the close-out)", during, duringErr)
+	}
+	if tollgate.ErrorCode(err) != tollgate.ECONFLICT || !strings.Contains(err.Error(), "try again") {
+		t.Errorf("closing out an invoice pushed again meanwhile: %v, want ECONFLICT saying to try again", err)
+	}
+	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'invoice.bill_outside'`); n != 0 {
+		t.Errorf("%d invoice.bill_outside entries, want none", n)
+	}
+	got, err := r.inv.BillOutside(ctx, audit.CLI, acme.ID, october, "billed by hand")
+	if err != nil || got.PushState != billing.PushBilledOutside {
+		t.Errorf("closing out again: %s, %v; want billed_outside", got.PushState, err)
 	}
 }

@@ -135,9 +135,10 @@ func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	f := r.viaRefuser(billing.ModeFinalize)
 	acme := r.tenant("acme", pro)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_tyop"})
-	r.stripe.Down(404) // No such customer
+	f.set(refusing("/v1/invoices", noSuchCustomer("cus_tyop")))
 	res := r.closeOctober()
 	if res.Invoices.Failed != 1 || res.Invoices.Refused != 0 || res.Invoices.Pending != 1 {
 		t.Errorf("close with the customer unknown to Stripe: %+v, want 1 failed, retried", res.Invoices)
@@ -168,7 +169,7 @@ func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 		t.Errorf("reconciliation %+v, %v; want the pending push, with Stripe's refusal", c, err)
 	}
 
-	r.stripe.Down(0)
+	f.set(nil)
 	if _, err := r.inv.LinkAccount(ctx, audit.CLI, acme.ID, billing.LinkInput{CustomerID: "cus_typo"}); err != nil {
 		t.Fatalf("relinking a tenant whose invoice was refused: %v", err)
 	}
@@ -323,10 +324,14 @@ func TestTopUpRefusedByStripe(t *testing.T) {
 		wantCode string
 	}{{400, tollgate.EINVALID}, {404, tollgate.ECONFLICT}, {503, tollgate.EUNAVAILABLE}} {
 		r.stripe.Down(c.status)
-		if c.status == 400 {
-			// Stripe names what it refuses: here, the price.
+		// Stripe names what it refuses: here, the price, or the customer.
+		switch c.status {
+		case 400:
 			r.stripe.Down(0)
 			f.set(refusing("/v1/checkout/sessions", refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}))
+		case 404:
+			r.stripe.Down(0)
+			f.set(refusing("/v1/checkout/sessions", noSuchCustomer("cus_acme")))
 		}
 		_, err := r.inv.OpenTopUp(ctx, audit.CLI, acme.ID, in)
 		if tollgate.ErrorCode(err) != c.wantCode {

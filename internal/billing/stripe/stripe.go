@@ -167,7 +167,9 @@ func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput)
 // automatic advancement, which is what makes Stripe charge it.
 //
 // An invoice of a later generation (billing.Invoice.Generation, after an
-// operator re-targeted it) uses keys of its own: "<ref>/g<n>/…".
+// operator re-targeted it) uses keys of its own: "<ref>/g<n>/…". A draft
+// of an earlier generation found at the customer (re-targeted to the
+// same one) is reused, its metadata's generation set to inv's first.
 //
 // A refusal of Stripe's (a 4xx but 401 and 403, the key's; 409, a
 // request in flight; 424, a dependency of Stripe's; 429, its rate limit)
@@ -213,6 +215,18 @@ func (p *Provider) PushInvoice(ctx context.Context, inv billing.Invoice) (billin
 			return billing.PushedInvoice{}, describe("create invoice", err)
 		}
 	} else if found.Status == stripeapi.InvoiceStatusDraft {
+		// Absent on drafts made before generations were recorded: the
+		// first.
+		if generation, _ := strconv.Atoi(found.Metadata[metaGeneration]); generation != inv.Generation {
+			// A draft of an earlier generation at the same customer (a
+			// retarget to it): it becomes this generation's, so that its
+			// events (finalized, deleted) are taken for this one's
+			// before the push records its ID.
+			if found, err = p.client.V1Invoices.Update(ctx, found.ID, &stripeapi.InvoiceUpdateParams{
+				Params: idempotent(stem + "/generation"), Metadata: map[string]string{metaGeneration: strconv.Itoa(inv.Generation)}}); err != nil {
+				return billing.PushedInvoice{}, describe("mark invoice's generation", err)
+			}
+		}
 		for line, err := range p.client.V1Invoices.ListLines(ctx, &stripeapi.InvoiceListLinesParams{Invoice: stripeapi.String(found.ID)}) {
 			if err != nil {
 				return billing.PushedInvoice{}, describe("list invoice lines", err)
@@ -318,8 +332,8 @@ func (p *Provider) FindInvoices(ctx context.Context, customerID, ref string) ([]
 // which the checkout.session.completed event brings back. The price is
 // converted to Stripe's unit as an invoice's lines are (toStripe). A
 // refusal of Stripe's wraps billing.ErrRefused, and
-// billing.ErrNoSuchCustomer when the customer is missing (404, or
-// resource_missing naming the customer) or billing.ErrAmountNotAccepted
+// billing.ErrNoSuchCustomer when the customer is missing
+// (resource_missing naming the customer) or billing.ErrAmountNotAccepted
 // when it names the amount (amountRefusal); one naming another parameter
 // of the input (the URLs, the currency) is a billing.FieldRefusal naming
 // the input's field.
@@ -439,8 +453,8 @@ func idOf(raw json.RawMessage) string {
 // key, and the text is stored with an invoice whose tenant's users may
 // read it. A refusal (refused) makes the error billing.ErrRefused, and
 // one naming an amount (amountRefusal) billing.ErrAmountNotAccepted too,
-// one of a missing customer (404, or resource_missing naming the
-// customer) billing.ErrNoSuchCustomer.
+// one of a missing customer (resource_missing naming the customer)
+// billing.ErrNoSuchCustomer; any other 404 is a refusal only.
 func describe(what string, err error) error {
 	var se *stripeapi.Error
 	if errors.As(err, &se) {
@@ -457,7 +471,10 @@ func describe(what string, err error) error {
 		case !pe.refused:
 		case amountRefusal(pe.code, pe.param):
 			pe.also = billing.ErrAmountNotAccepted
-		case pe.status == http.StatusNotFound || pe.code == "resource_missing" && pe.param == "customer":
+		case pe.code == "resource_missing" && pe.param == "customer":
+			// Only when Stripe names the customer: a 404 of anything
+			// else (a draft deleted meanwhile, say) is no reason to move
+			// the tenant off its customer.
 			pe.also = billing.ErrNoSuchCustomer
 		}
 		return pe

@@ -188,18 +188,12 @@ describe("end to end", { skip }, () => {
     const app = await expressService(holding, "/v1/complete");
     try {
       for (let i = 1; i <= 6; i++) {
-        const deadline = Date.now() + 2000;
-        while (settlements.length < i - 1 && Date.now() < deadline) {
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
+        await until(() => settlements.length >= i - 1);
         await Promise.all(settlements);
         const a = await send(app.url, "POST", "/v1/complete", { "X-API-Key": key, "X-Cost": "3" });
         assert.equal(a.status, 200, `request ${i}: ${a.body}`);
       }
-      const deadline = Date.now() + 2000;
-      while (settlements.length < 6 && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await until(() => settlements.length >= 6);
       const settled = (await Promise.all(settlements)).map((st) => [st.cost, st.status]);
       assert.deepEqual(settled, Array(6).fill([3, "settled"]), "each request's hold was settled at its cost");
       assert.deepEqual(releases, [], "a settlement releases the lease: no release is sent apart");
@@ -381,10 +375,7 @@ describe("end to end", { skip }, () => {
     const service = await serve(middleware(holding, { cost: () => 50 }), handler);
     /** settled waits up to 2 s for the nth settlement and returns it. */
     const settled = async (n: number) => {
-      const deadline = Date.now() + 2000;
-      while (settlements.length < n && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await until(() => settlements.length >= n);
       assert.ok(settlements.length >= n, `settlement ${n} was not sent`);
       return settlements[n - 1];
     };
@@ -520,11 +511,16 @@ async function waitKnown(key: string): Promise<void> {
 
 /** waitReleases waits for the first n releases to be sent (up to 2 s: each is sent when its response has closed) and answered. */
 async function waitReleases(releases: Promise<boolean>[], n: number): Promise<boolean[]> {
+  await until(() => releases.length >= n);
+  return Promise.all(releases);
+}
+
+/** until polls cond every 20 ms until it holds or 2 s have passed (the caller asserts what it waited for). */
+async function until(cond: () => boolean): Promise<void> {
   const deadline = Date.now() + 2000;
-  while (releases.length < n && Date.now() < deadline) {
+  while (!cond() && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-  return Promise.all(releases);
 }
 
 /** waitStatus asks until the answer has the status wanted, for up to 2 s: a key issued or revoked reaches the check API within a second. */

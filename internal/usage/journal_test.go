@@ -20,32 +20,115 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv"
 )
 
+// journalRig is a worker rig with a key prefix of the test's own, under
+// which the limiter's Redis store journals the usage of the checks.
+type journalRig struct {
+	*workerRig
+	prefix string
+	limits *redisstore.Store
+}
+
+func newJournalRig(t *testing.T) *journalRig {
+	r := newWorkerRig(t)
+	_, prefix := testenv.Redis(t) // a prefix of this test's own
+	return &journalRig{workerRig: r, prefix: prefix, limits: redisstore.New(r.client)}
+}
+
+// stateKey is the limiter state key of a caller (an API key ID or an
+// address) under the rig's prefix, and the hash tag of its journal.
+func (r *journalRig) stateKey(caller string) (key string, tag byte) {
+	tag, short := statekey.Compact(caller)
+	return string(statekey.AppendKey(nil, r.prefix, tag, [3]byte{1, 2, 3}, short[:], nil)), tag
+}
+
+// admit checks cost units on key at nowUS, journaling entry, and fails
+// the test unless the check is admitted and recorded.
+func (r *journalRig) admit(t *testing.T, key string, params limiter.Params, cost, nowUS int64, entry string) {
+	t.Helper()
+	out, err := r.limits.Check(context.Background(), limiter.Batch{Requests: []limiter.Request{{Key: key, Params: params}},
+		Cost: cost, NowUS: nowUS, Usage: entry})
+	if err != nil || !out.Admitted || !out.Recorded {
+		t.Fatalf("check at %d: %+v %v", nowUS, out, err)
+	}
+}
+
+// journalsLeft counts the journals and claims of the tags still in Redis.
+func (r *journalRig) journalsLeft(ctx context.Context, tags ...byte) (int64, error) {
+	var keys []string
+	for _, tag := range tags {
+		keys = append(keys, statekey.JournalKey(r.prefix, tag), statekey.ClaimedJournalKey(r.prefix, tag))
+	}
+	return r.client.Exists(ctx, keys...).Result()
+}
+
+// journalWorker is a worker of the rig's journals alone.
+func (r *journalRig) journalWorker(fetchCount int) *Worker {
+	return &Worker{Consumer: NewJournalConsumer(r.client, r.prefix, time.Millisecond), Store: r.store, FetchCount: fetchCount,
+		RetryMax: 100 * time.Millisecond}
+}
+
+// bothWorker is a worker of the rig's journals and its stream, and the
+// consumer of the stream.
+func (r *journalRig) bothWorker() (*Worker, *RedisConsumer) {
+	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
+	return &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, r.prefix, time.Millisecond), Stream: stream},
+		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}, stream
+}
+
+// drainJournals runs w until the tags have nothing journaled or claimed
+// left: every entry applied or set aside.
+func (r *journalRig) drainJournals(t *testing.T, w *Worker, tags ...byte) {
+	t.Helper()
+	stop := startWorker(t, w)
+	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
+		n, err := r.journalsLeft(context.Background(), tags...)
+		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
+	})
+	stop()
+}
+
+// startWorker runs w until the test calls the stop it returns, which
+// fails the test if Run ended with an error.
+func startWorker(t *testing.T, w *Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		testenv.Must(t, <-done)
+	}
+}
+
+// journalField is one field of a journal as the check scripts write it:
+// the name and the value, each after its length.
+func journalField(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
+
+// journaledCheck is a journal's entry of one check of units on resource
+// by a tenant's key, in the minute of 2026-11-20T10:00.
+func journaledCheck(tenant, apiKey, resource, units string) string {
+	return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+}
+
 // TestJournalAppliedExactlyOnce: what the check scripts journaled (checks
 // of several callers on several hash tags, a hold settled) reaches the
 // usage tables once, through a worker that dies after its commit and
 // before its Ack, and a second worker that takes over the same claims;
 // claims made after the journals were applied find them gone.
 func TestJournalAppliedExactlyOnce(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t) // a prefix of this test's own
-	store := redisstore.New(r.client)
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
 	now := at(t, "2026-11-20T10:00") * 1_000_000
 	type caller struct{ tenant, key string }
 	callers := []caller{{tA, kA}, {tB, kB}}
 	want := map[string]metering.Counts{}
 	for i, c := range callers {
-		tag, short := statekey.Compact(c.key)
-		key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+		key, _ := r.stateKey(c.key)
 		entry := statekey.UsageEntry(c.tenant, c.key, "authenticated", "GET /a")
 		for n := range 10 + i {
 			cost := int64(n%3 + (i * 2)) // some cost 0, some 1, some more
-			out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
-				NowUS: now + int64(n)*limiter.MinuteUS, Usage: entry})
-			if err != nil || !out.Admitted || !out.Recorded {
-				t.Fatalf("check: %+v %v", out, err)
-			}
+			r.admit(t, key, gcra, cost, now+int64(n)*limiter.MinuteUS, entry)
 			w := want[c.tenant+"/"+c.key]
 			w.Allowed++
 			w.AllowedUnits += cost
@@ -54,16 +137,15 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	}
 	// A hold of the first caller: its decision at the check, its 7 units
 	// at the settlement, retried.
-	tag, short := statekey.Compact(kA)
-	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
-	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(prefix, tag, "h1"), TTLUS: limiter.HourUS,
+	key, tag := r.stateKey(kA)
+	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(r.prefix, tag, "h1"), TTLUS: limiter.HourUS,
 		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", "", statekey.UsageRow(tA, kA, "authenticated", "GET /a"))}
-	if out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
+	if out, err := r.limits.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
 		NowUS: now, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")}); err != nil || !out.Recorded {
 		t.Fatalf("hold: %+v %v", out, err)
 	}
 	for range 2 {
-		if st, err := store.Settle(ctx, limiter.Settle{Key: hold.Key, Cost: 7, NowUS: now + 1}); err != nil || !st.Recorded {
+		if st, err := r.limits.Settle(ctx, limiter.Settle{Key: hold.Key, Cost: 7, NowUS: now + 1}); err != nil || !st.Recorded {
 			t.Fatalf("settle: %+v %v", st, err)
 		}
 	}
@@ -72,26 +154,20 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 	w.AllowedUnits += 7
 	want[tA+"/"+kA] = w
 
-	journal := func() *JournalConsumer { return NewJournalConsumer(r.client, prefix, time.Millisecond) }
-	first := &Worker{Consumer: journal(), Store: r.store, FetchCount: 1, RetryMax: 100 * time.Millisecond,
-		AfterApply: crashAfter(1)}
+	first := r.journalWorker(1)
+	first.AfterApply = crashAfter(1)
 	if err := first.Run(ctx); !errors.Is(err, errCrash) {
 		t.Fatalf("first worker: %v, want the simulated crash", err)
 	}
-	second := &Worker{Consumer: journal(), Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- second.Run(runCtx) }()
+	second := r.journalWorker(8)
+	stop := startWorker(t, second)
 	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied", func() (bool, string) {
-		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result()
+		n, err := r.journalsLeft(ctx, tag)
 		got := sums(t, r.db, "usage_minute")
 		return err == nil && n == 0 && got[tA+"/"+kA] == want[tA+"/"+kA] && got[tB+"/"+kB] == want[tB+"/"+kB],
 			"journals left or totals short"
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if s := second.Stats(); s.Duplicates != 1 || s.Journals != s.Applied || s.Journals < 1 {
 		t.Errorf("second worker: %+v; want 1 duplicate (the claim the first applied and never acknowledged), and every batch it applied a journal", s)
 	}
@@ -101,7 +177,7 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 		}
 	}
 	// Nothing is left to claim.
-	if msgs, err := journal().Fetch(ctx, 100); err != nil || len(msgs) != 0 {
+	if msgs, err := NewJournalConsumer(r.client, r.prefix, time.Millisecond).Fetch(ctx, 100); err != nil || len(msgs) != 0 {
 		t.Errorf("a claim after the apply: %d messages, %v", len(msgs), err)
 	}
 }
@@ -113,7 +189,7 @@ func TestJournalAppliedExactlyOnce(t *testing.T) {
 // TestJournalSetsAsideEntriesAlone).
 func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
 	row, head := statekey.UsageRow(tA, kA, "authenticated", "GET /a"), statekey.UsageEntry(tA, kA, "authenticated", "GET /a")
-	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
+	entry := journalField
 	check := func(minute, units string) string {
 		return head + minute + fmt.Sprintf("%d:%s", len(units), units)
 	}
@@ -153,29 +229,22 @@ func TestJournalBatchRefusesWhatItCannotRead(t *testing.T) {
 // usage counts; a claim the snapshot holds keeps its name, so that one
 // applied before is known and counts once.
 func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t) // a prefix of this test's own
-	store := redisstore.New(r.client)
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
 	now := at(t, "2026-11-20T10:00") * 1_000_000
-	tag, short := statekey.Compact(kA)
-	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	key, tag := r.stateKey(kA)
 	var want metering.Counts
 	journal := func(checks int, cost int64) {
 		t.Helper()
 		for range checks {
-			out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
-				NowUS: now, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")})
-			if err != nil || !out.Admitted || !out.Recorded {
-				t.Fatalf("check: %+v %v", out, err)
-			}
+			r.admit(t, key, gcra, cost, now, statekey.UsageEntry(tA, kA, "authenticated", "GET /a"))
 			want.Allowed++
 			want.AllowedUnits += cost
 		}
 	}
 	clock := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
-	consumer := NewJournalConsumer(r.client, prefix, time.Second)
+	consumer := NewJournalConsumer(r.client, r.prefix, time.Second)
 	consumer.now = func() time.Time { return clock }
 	// fetch is one of a worker's passes a second later: what it applied
 	// (its IDs) and how many were duplicates.
@@ -217,7 +286,7 @@ func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
 		t.Helper()
 		for range 10 {
 			fetch()
-			if n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result(); err != nil || n == 0 {
+			if n, err := r.journalsLeft(ctx, tag); err != nil || n == 0 {
 				return
 			}
 		}
@@ -225,7 +294,7 @@ func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
 	}
 	// The tag's journal, its claim and the claims' sequence, as a snapshot
 	// of Redis holds them (nil: no such key).
-	keys := []string{statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag), statekey.JournalSeqKey(prefix, tag)}
+	keys := []string{statekey.JournalKey(r.prefix, tag), statekey.ClaimedJournalKey(r.prefix, tag), statekey.JournalSeqKey(r.prefix, tag)}
 	snapshot := func() []*string {
 		t.Helper()
 		state := make([]*string, len(keys))
@@ -296,24 +365,21 @@ func TestJournalClaimsOutliveARedisRewind(t *testing.T) {
 // stream. Once the worker claims the journal, checks journal again. Every
 // check counts once, and so does every entry the full journal held.
 func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t) // a prefix of this test's own
-	store := redisstore.New(r.client)
 	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream)})
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
 	minute := at(t, "2026-11-20T10:00")
-	tag, short := statekey.Compact(kA)
-	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	key, tag := r.stateKey(kA)
 	other := statekey.UsageEntry(tB, kB, "authenticated", "GET /b") + fmt.Sprintf("%010d", minute) + "1:1"
 	full := (64<<20)/len(other) + 1
-	if err := r.client.Set(ctx, statekey.JournalKey(prefix, tag), strings.Repeat(other, full), 0).Err(); err != nil {
+	if err := r.client.Set(ctx, statekey.JournalKey(r.prefix, tag), strings.Repeat(other, full), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var want metering.Counts
 	check := func(cost int64, recorded bool) {
 		t.Helper()
-		out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
+		out, err := r.limits.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: cost,
 			NowUS: minute * 1_000_000, Usage: statekey.UsageEntry(tA, kA, "authenticated", "GET /a")})
 		if err != nil || !out.Admitted || out.Recorded != recorded {
 			t.Fatalf("check: %+v %v; want admitted, recorded %v", out, err, recorded)
@@ -323,11 +389,7 @@ func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
 		want.Allowed++
 		want.AllowedUnits += cost
 	}
-	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
-	w := &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, prefix, time.Millisecond), Stream: stream},
-		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	w, _ := r.bothWorker()
 	applied := func(what string) {
 		t.Helper()
 		if err := agg.Flush(ctx); err != nil {
@@ -343,16 +405,13 @@ func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
 	for i := range 5 {
 		check(int64(i+1), false) // past the cap
 	}
-	go func() { done <- w.Run(runCtx) }()
+	stop := startWorker(t, w)
 	applied("the full journal and the checks past it")
 	for i := range 3 {
 		check(int64(i+1), true) // the journal was claimed
 	}
 	applied("the checks journaled again")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if s := agg.Stats(); s.Journaled != 3 || s.Recorded != 8 {
 		t.Errorf("aggregator: %+v, want 8 decisions of which 3 journaled", s)
 	}
@@ -365,21 +424,14 @@ func TestJournalPastItsCapCountsThroughTheStream(t *testing.T) {
 // applied whole, each unit once: the journal's reader splits the row
 // rather than refuse the claim.
 func TestJournalAppliesRowsPastTheBound(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t) // a prefix of this test's own
-	store := redisstore.New(r.client)
 	const cost, checks = 1_000_000_000, 1_100
 	window := limiter.Params{Algorithm: limiter.FixedWindow, Limit: 2 * checks * cost, PeriodUS: limiter.HourUS}
 	now := at(t, "2026-11-20T10:00") * 1_000_000
-	tag, short := statekey.Compact(kA)
-	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	key, tag := r.stateKey(kA)
 	check := func(n int, tenant, apiKey string, cost int64) {
-		out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: window}}, Cost: cost,
-			NowUS: now + int64(n), Usage: statekey.UsageEntry(tenant, apiKey, "authenticated", "GET /a")})
-		if err != nil || !out.Admitted || !out.Recorded {
-			t.Fatalf("check %d: %+v %v", n, out, err)
-		}
+		r.admit(t, key, window, cost, now+int64(n), statekey.UsageEntry(tenant, apiKey, "authenticated", "GET /a"))
 	}
 	for n := range checks {
 		check(n, tA, kA, cost)
@@ -390,17 +442,14 @@ func TestJournalAppliesRowsPastTheBound(t *testing.T) {
 	want := map[string]metering.Counts{tA + "/" + kA: {Allowed: checks, AllowedUnits: checks * cost},
 		tB + "/" + kB: {Allowed: 3, AllowedUnits: 15}}
 
-	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
+	w := r.journalWorker(0)
+	stop := startWorker(t, w)
 	testenv.Eventually(t, time.Now(), 30*time.Second, "journal applied", func() (bool, string) {
-		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result()
+		n, err := r.journalsLeft(ctx, tag)
 		got := sums(t, r.db, "usage_minute")
 		return err == nil && n == 0 && fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("journals left %d, totals %v", n, got)
 	})
-	cancel()
-	testenv.Must(t, <-done)
+	stop()
 	if got := sums(t, r.db, "usage_month"); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("month totals %v, want %v", got, want)
 	}
@@ -419,30 +468,20 @@ func TestJournalAppliesRowsPastTheBound(t *testing.T) {
 // aside whole, with the separators Postgres text cannot hold escaped, and
 // blocks nothing.
 func TestJournalSetsAsideEntriesAlone(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t)
-	entry := func(f, v string) string { return fmt.Sprintf("%d:%s%d:%s", len(f), f, len(v), v) }
+	entry := journalField
 	check := func(tenant, apiKey string, units string) string {
-		return statekey.UsageEntry(tenant, apiKey, "authenticated", "GET /a") + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
+		return journaledCheck(tenant, apiKey, "GET /a", units)
 	}
 	good, unreadable := statekey.Tags()[10], statekey.Tags()[11]
 	badRow := check("tenant-b", kB, "7")
-	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, good),
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(r.prefix, good),
 		check(tA, kA, "3")+badRow+entry("x", "1")+check(tA, kA, "2")).Err())
-	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, unreadable), check(tB, kB, "1")+"12:short").Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(r.prefix, unreadable), check(tB, kB, "1")+"12:short").Err())
 
-	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
-		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, good), statekey.ClaimedJournalKey(prefix, good),
-			statekey.JournalKey(prefix, unreadable), statekey.ClaimedJournalKey(prefix, unreadable)).Result()
-		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
-	})
-	cancel()
-	testenv.Must(t, <-done)
+	w := r.journalWorker(0)
+	r.drainJournals(t, w, good, unreadable)
 	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 2, AllowedUnits: 5}) {
 		t.Errorf("totals %v, want %s/%s's two checks alone", got, tA, kA)
 	}
@@ -482,20 +521,17 @@ func TestJournalSetsAsideEntriesAlone(t *testing.T) {
 // checker does (enforce: the check's decision, then one event per
 // settlement answer with the store's Recorded).
 func TestJournaledAnonymousHoldCountsOnceByIP(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t) // a prefix of this test's own
-	store := redisstore.New(r.client)
 	agg := metering.NewAggregator(metering.AggregatorConfig{Producer: metering.NewRedisProducer(r.client, r.stream), ProducerID: "p"})
 	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS}
 	now := at(t, "2026-11-20T10:00") * 1_000_000
 	const ip, resource = "192.0.2.7", "POST /v1/complete"
-	tag, short := statekey.Compact(ip)
-	key := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, short[:], nil))
+	key, tag := r.stateKey(ip)
 	entry := statekey.UsageEntry("", "", tollgate.TierAnonymous, resource)
-	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(prefix, tag, "h1"), TTLUS: limiter.HourUS,
+	hold := &limiter.Hold{ID: "h1", Key: statekey.HoldKey(r.prefix, tag, "h1"), TTLUS: limiter.HourUS,
 		Usage: statekey.HoldUsage("00112233445566778899aabbccddeeff", ip, statekey.EntryRow(entry))}
-	out, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
+	out, err := r.limits.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: gcra}}, Cost: 20, Hold: hold,
 		NowUS: now, Usage: entry})
 	if err != nil || !out.Admitted || !out.Recorded {
 		t.Fatalf("hold: %+v %v", out, err)
@@ -503,7 +539,7 @@ func TestJournaledAnonymousHoldCountsOnceByIP(t *testing.T) {
 	agg.Record(tollgate.UsageEvent{AtUS: out.NowUS, Tier: tollgate.TierAnonymous, IP: ip, Resource: resource, Cost: 20,
 		Allowed: true, Reason: tollgate.ReasonOK, Hold: tollgate.HoldOpened, Recorded: out.Recorded})
 	for range 2 {
-		st, err := store.Settle(ctx, limiter.Settle{Key: hold.Key, Cost: 7, NowUS: now + 1})
+		st, err := r.limits.Settle(ctx, limiter.Settle{Key: hold.Key, Cost: 7, NowUS: now + 1})
 		if err != nil || !st.Recorded {
 			t.Fatalf("settle: %+v %v", st, err)
 		}
@@ -513,22 +549,17 @@ func TestJournaledAnonymousHoldCountsOnceByIP(t *testing.T) {
 	}
 	testenv.Must(t, agg.Flush(ctx))
 
-	stream := NewRedisConsumer(r.client, RedisConsumerConfig{Stream: r.stream, Group: "g", Consumer: "w", Block: 50 * time.Millisecond})
-	w := &Worker{Consumer: Consumers{Journal: NewJournalConsumer(r.client, prefix, time.Millisecond), Stream: stream},
-		Store: r.store, FetchCount: 8, RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
+	w, stream := r.bothWorker()
+	stop := startWorker(t, w)
 	want := metering.Counts{Allowed: 1, AllowedUnits: 7}
 	testenv.Eventually(t, time.Now(), 30*time.Second, "journal and stream applied", func() (bool, string) {
-		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag)).Result()
+		n, err := r.journalsLeft(ctx, tag)
 		entries, pending, lerr := stream.Backlog(ctx)
 		got := sums(t, r.db, "usage_minute")[NilUUID+"/"+NilUUID]
 		return err == nil && lerr == nil && n == 0 && entries == 0 && pending == 0 && got == want,
 			fmt.Sprintf("journals left %d, stream %d/%d, anonymous %+v", n, entries, pending, got)
 	})
-	cancel()
-	testenv.Must(t, <-done)
+	stop()
 	var byIP metering.Counts
 	testenv.Must(t, r.db.QueryRow(ctx, `SELECT coalesce(sum(allowed), 0), coalesce(sum(denied), 0),
 		coalesce(sum(allowed_units), 0), coalesce(sum(denied_units), 0) FROM usage_anon_ip_minute WHERE ip = $1`, ip).
@@ -564,30 +595,17 @@ func poisonResource(t *testing.T, r *workerRig) {
 // escaped), so that `admin usage set-aside --payload` shows it; the claim
 // of another tag fetched with it applies.
 func TestJournalClaimPostgresRefusesKeepsItsPayload(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t)
-	poisonResource(t, r)
-	check := func(tenant, apiKey, resource, units string) string {
-		return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
-	}
+	poisonResource(t, r.workerRig)
+	check := journaledCheck
 	good, refused := statekey.Tags()[10], statekey.Tags()[11]
 	poisoned := check(tB, kB, "GET /poison", "4") + check(tB, kB, "GET /b", "1")
-	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, good), check(tA, kA, "GET /a", "3")).Err())
-	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, refused), poisoned).Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(r.prefix, good), check(tA, kA, "GET /a", "3")).Err())
+	testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(r.prefix, refused), poisoned).Err())
 
-	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, FetchCount: 8,
-		RetryMax: 100 * time.Millisecond}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
-		n, err := r.client.Exists(ctx, statekey.JournalKey(prefix, good), statekey.ClaimedJournalKey(prefix, good),
-			statekey.JournalKey(prefix, refused), statekey.ClaimedJournalKey(prefix, refused)).Result()
-		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
-	})
-	cancel()
-	testenv.Must(t, <-done)
+	w := r.journalWorker(8)
+	r.drainJournals(t, w, good, refused)
 	if got := sums(t, r.db, "usage_minute"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 1, AllowedUnits: 3}) {
 		t.Errorf("totals %v, want %s/%s's check alone", got, tA, kA)
 	}

@@ -209,15 +209,7 @@ func TestWorkerSetsAsideBatchesPostgresRefuses(t *testing.T) {
 	r := newWorkerRig(t)
 	p := metering.NewRedisProducer(r.client, r.stream)
 	ctx := context.Background()
-	_, err := r.db.Exec(ctx, `CREATE FUNCTION poison() RETURNS trigger AS $$
-		BEGIN
-			IF NEW.resource = 'GET /poison' THEN
-				RAISE EXCEPTION 'refused' USING ERRCODE = '22023';
-			END IF;
-			RETURN NEW;
-		END $$ LANGUAGE plpgsql;
-		CREATE TRIGGER poison BEFORE INSERT ON usage_minute FOR EACH ROW EXECUTE FUNCTION poison();`)
-	testenv.Must(t, err)
+	poisonResource(t, r)
 	testenv.Must(t, p.Publish(ctx, metering.Batch{Version: 1, ID: "poison:1",
 		Rows: []metering.Row{row(at(t, "2026-11-20T10:00"), tB, kB, "GET /poison", metering.Counts{Allowed: 1, AllowedUnits: 1})}}))
 	want := publishBatches(t, p, 3)
@@ -390,10 +382,9 @@ func TestWorkerSetsAsideBadRowsAlone(t *testing.T) {
 // the first not found a duplicate of itself on the retry, and one set
 // aside.
 func TestWorkerCountsEachClaimOnceWhenOneByOneFails(t *testing.T) {
-	r := newWorkerRig(t)
+	r := newJournalRig(t)
 	ctx := context.Background()
-	_, prefix := testenv.Redis(t)
-	poisonResource(t, r)
+	poisonResource(t, r.workerRig)
 	_, err := r.db.Exec(ctx, `CREATE SEQUENCE flaky_tries;
 		CREATE FUNCTION flaky() RETURNS trigger AS $$
 		BEGIN
@@ -406,30 +397,15 @@ func TestWorkerCountsEachClaimOnceWhenOneByOneFails(t *testing.T) {
 		END $$ LANGUAGE plpgsql;
 		CREATE TRIGGER flaky BEFORE INSERT ON usage_hour FOR EACH ROW EXECUTE FUNCTION flaky();`)
 	testenv.Must(t, err)
-	check := func(tenant, apiKey, resource, units string) string {
-		return statekey.UsageEntry(tenant, apiKey, "authenticated", resource) + "1795168800" + fmt.Sprintf("%d:%s", len(units), units)
-	}
+	check := journaledCheck
 	tags := statekey.Tags()[10:13] // claimed, and handed on, in this order
 	for i, raw := range []string{check(tA, kA, "GET /a", "3"), check(tB, kB, "GET /poison", "4"), check(tA, kA, "GET /flaky", "5")} {
-		testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(prefix, tags[i]), raw).Err())
+		testenv.Must(t, r.client.Append(ctx, statekey.JournalKey(r.prefix, tags[i]), raw).Err())
 	}
-	w := &Worker{Consumer: NewJournalConsumer(r.client, prefix, time.Millisecond), Store: r.store, FetchCount: 8,
-		RetryMax: 100 * time.Millisecond}
+	w := r.journalWorker(8)
 	reg := prometheus.NewRegistry()
 	w.Register(reg)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-	testenv.Eventually(t, time.Now(), 30*time.Second, "journals applied or set aside", func() (bool, string) {
-		var keys []string
-		for _, tag := range tags {
-			keys = append(keys, statekey.JournalKey(prefix, tag), statekey.ClaimedJournalKey(prefix, tag))
-		}
-		n, err := r.client.Exists(ctx, keys...).Result()
-		return err == nil && n == 0, fmt.Sprintf("%d journals left (%v)", n, err)
-	})
-	cancel()
-	testenv.Must(t, <-done)
+	r.drainJournals(t, w, tags...)
 	if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != (metering.Counts{Allowed: 2, AllowedUnits: 8}) {
 		t.Errorf("totals %v, want %s/%s's two checks", got, tA, kA)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -182,18 +181,9 @@ func TestCreditsGrantsWithOneKeyAtOnce(t *testing.T) {
 	credits, token, db, tenantID := creditsAdmin(t)
 	const n = 8
 	answers := make([]answer, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i] = send(t, credits+"/grants", token, `{"amount": 250, "cause": "pack"}`, "retry-storm")
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(i int) {
+		answers[i] = send(t, credits+"/grants", token, `{"amount": 250, "cause": "pack"}`, "retry-storm")
+	})
 	replayed := 0
 	for i, a := range answers {
 		if a.status != http.StatusCreated || a.body != answers[0].body {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -211,24 +210,15 @@ func TestConcurrentRequestsWithOneKeyGrantOnce(t *testing.T) {
 	k := newKeyed(t)
 	const n = 16
 	var (
-		wg       sync.WaitGroup
 		ids      [n]string
 		replayed [n]bool
 		errs     [n]error
 	)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var g credits.Grant
-			g, replayed[i], errs[i] = k.ops.GrantOnce(ctx, audit.CLI, k.tenantID, "retry-storm", credits.GrantInput{Amount: 250, Cause: "pack"})
-			ids[i] = g.ID
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(i int) {
+		var g credits.Grant
+		g, replayed[i], errs[i] = k.ops.GrantOnce(ctx, audit.CLI, k.tenantID, "retry-storm", credits.GrantInput{Amount: 250, Cause: "pack"})
+		ids[i] = g.ID
+	})
 	made := 0
 	for i := range n {
 		if errs[i] != nil || ids[i] != ids[0] {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,18 +75,11 @@ func separateWorkers(t *testing.T, n int, now func() time.Time, cfg quota.Ingest
 // waits for them; an error of any fails the test.
 func atOnce(t *testing.T, workers []*usage.Store, do func(i int, w *usage.Store) error) {
 	t.Helper()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, w := range workers {
-		wg.Go(func() {
-			<-start
-			if err := do(i, w); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(len(workers), func(i int) {
+		if err := do(i, workers[i]); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 // rateTenant makes a tenant named name on a plan of its own.

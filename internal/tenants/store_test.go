@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -439,16 +438,7 @@ func TestMaxLiveKeysUnderConcurrency(t *testing.T) {
 func atOnce(t *testing.T, n int, do func() error) (succeeded int) {
 	t.Helper()
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = do()
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(i int) { errs[i] = do() })
 	for _, err := range errs {
 		switch tollgate.ErrorCode(err) {
 		case "":

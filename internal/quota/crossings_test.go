@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -22,22 +23,29 @@ import (
 // first, as "crossed 500" and "resolved 500 new_month".
 func thresholdEvents(t *testing.T, db *pgxpool.Pool, tenantID string) string {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT type, data->>'threshold_units', coalesce(data->>'reason', '')
-		FROM events WHERE tenant_id = $1 AND type IN ($2, $3) ORDER BY id`,
-		tenantID, quota.EventThresholdCrossed, quota.EventThresholdResolved)
-	testenv.Must(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
+	return queryText(t, db, func(row pgx.CollectableRow) (string, error) {
 		var typ, units, reason string
-		testenv.Must(t, rows.Scan(&typ, &units, &reason))
+		if err := row.Scan(&typ, &units, &reason); err != nil {
+			return "", err
+		}
 		s := typ[len("quota.threshold."):] + " " + units
 		if reason != "" {
 			s += " " + reason
 		}
-		out = append(out, s)
-	}
-	testenv.Must(t, rows.Err())
+		return s, nil
+	}, `SELECT type, data->>'threshold_units', coalesce(data->>'reason', '')
+		FROM events WHERE tenant_id = $1 AND type IN ($2, $3) ORDER BY id`,
+		tenantID, quota.EventThresholdCrossed, quota.EventThresholdResolved)
+}
+
+// queryText runs query and returns its rows, each made a string by line,
+// as fmt.Sprint prints a []string.
+func queryText(t *testing.T, db *pgxpool.Pool, line func(pgx.CollectableRow) (string, error), query string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), query, args...)
+	testenv.Must(t, err)
+	out, err := pgx.CollectRows(rows, line)
+	testenv.Must(t, err)
 	return fmt.Sprint(out)
 }
 
@@ -184,20 +192,14 @@ func TestLateUsageReconcilesItsOwnMonth(t *testing.T) {
 // resolved=false", by month and units.
 func monthCrossings(t *testing.T, db *pgxpool.Pool, tenantID string) string {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT to_char(month, 'YYYY-MM'), units, resolved_at IS NOT NULL
-		FROM quota_crossings WHERE tenant_id = $1 AND kind = 'threshold' ORDER BY month, units`, tenantID)
-	testenv.Must(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
+	return queryText(t, db, func(row pgx.CollectableRow) (string, error) {
 		var month string
 		var units int64
 		var resolved bool
-		testenv.Must(t, rows.Scan(&month, &units, &resolved))
-		out = append(out, fmt.Sprintf("%s %d resolved=%v", month, units, resolved))
-	}
-	testenv.Must(t, rows.Err())
-	return fmt.Sprint(out)
+		err := row.Scan(&month, &units, &resolved)
+		return fmt.Sprintf("%s %d resolved=%v", month, units, resolved), err
+	}, `SELECT to_char(month, 'YYYY-MM'), units, resolved_at IS NOT NULL
+		FROM quota_crossings WHERE tenant_id = $1 AND kind = 'threshold' ORDER BY month, units`, tenantID)
 }
 
 // TestLateUsageCrossesItsMonthsPlan: usage of October applied in

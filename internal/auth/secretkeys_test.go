@@ -9,20 +9,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/testkeys"
 )
+
+// issuedUnderTestKeys issues a service token to name on a fresh
+// database, whose first signing key it makes and seals with the test
+// secret keys (testkeys.SecretKeys), and returns the database and what
+// was issued.
+func issuedUnderTestKeys(t *testing.T, name string) (db *pgxpool.Pool, token string, st auth.ServiceToken) {
+	t.Helper()
+	db = testenv.DB(t)
+	token, st, err := auth.NewStore(db).WithSecretKeys(testkeys.SecretKeys(t)).IssueServiceToken(context.Background(), name, time.Hour)
+	testenv.Must(t, err)
+	return db, token, st
+}
 
 // TestSigningKeysAreSealedAtRest: the private key in the database is not
 // the key; a token signed with it verifies; a store without the secret key
 // cannot sign; a wrong secret key cannot open it.
 func TestSigningKeysAreSealedAtRest(t *testing.T) {
 	ctx := context.Background()
-	db := testenv.DB(t)
-	keys := testkeys.SecretKeys(t)
-	token, _, err := auth.NewStore(db).WithSecretKeys(keys).IssueServiceToken(ctx, "edge", time.Hour)
-	testenv.Must(t, err)
+	db, token, _ := issuedUnderTestKeys(t, "edge")
 
 	var kid string
 	var pub, stored []byte
@@ -57,11 +67,8 @@ func TestSigningKeysAreSealedAtRest(t *testing.T) {
 // earlier version stored in the clear is sealed on first use.
 func TestResealAfterRotation(t *testing.T) {
 	ctx := context.Background()
-	db := testenv.DB(t)
 	oldKey, newKey := testenv.SecretKey, auth.GenerateSecretKey()
-	old := testkeys.SecretKeys(t)
-	_, _, err := auth.NewStore(db).WithSecretKeys(old).IssueServiceToken(ctx, "before", time.Hour)
-	testenv.Must(t, err)
+	db, _, _ := issuedUnderTestKeys(t, "before")
 
 	rotated, err := auth.ParseSecretKeys(newKey, oldKey)
 	testenv.Must(t, err)
@@ -104,10 +111,7 @@ func TestResealAfterRotation(t *testing.T) {
 // resealing passes over them.
 func TestUnreadableSigningKeysRetired(t *testing.T) {
 	ctx := context.Background()
-	db := testenv.DB(t)
-	lost := testkeys.SecretKeys(t)
-	before, st, err := auth.NewStore(db).WithSecretKeys(lost).IssueServiceToken(ctx, "before", time.Hour)
-	testenv.Must(t, err)
+	db, before, st := issuedUnderTestKeys(t, "before") // under the keys about to be lost
 
 	replacement, err := auth.ParseSecretKeys(auth.GenerateSecretKey())
 	testenv.Must(t, err)

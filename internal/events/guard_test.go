@@ -39,36 +39,38 @@ func TestGuardRefusesPrivateURLs(t *testing.T) {
 	if why := (events.Guard{AllowPrivate: true}).CheckURL(ctx, "http://127.0.0.1:9/"); why != "" {
 		t.Errorf("AllowPrivate: CheckURL(loopback) = %q, want it accepted", why)
 	}
-	// An allowed address, and no other private one (nor another form of
-	// it that is another address).
-	listed := events.Guard{AllowAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)}}
-	for u, ok := range map[string]bool{"http://127.0.0.1:8082/": true, "http://[::ffff:127.0.0.1]/": true,
-		"http://127.0.0.2/": false, "http://10.0.0.1/": false, "http://[::1]/": false} {
-		if why := listed.CheckURL(ctx, u); (why == "") != ok {
-			t.Errorf("AllowAddrs 127.0.0.1: CheckURL(%q) = %q, want accepted %v", u, why, ok)
+	for _, allowed := range []struct {
+		name        string
+		addr        netip.AddrPort
+		urls        map[string]bool // accepted or not
+		dialRefused string
+	}{
+		// An allowed address, and no other private one (nor another form
+		// of it that is another address).
+		{"127.0.0.1", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0),
+			map[string]bool{"http://127.0.0.1:8082/": true, "http://[::ffff:127.0.0.1]/": true,
+				"http://127.0.0.2/": false, "http://10.0.0.1/": false, "http://[::1]/": false},
+			"10.0.0.1:80"},
+		// An allowed address and port: that port only, so that an endpoint
+		// cannot reach the other services on loopback (the api's metrics,
+		// the admin API) and read their answers in the delivery log.
+		{"127.0.0.1:8082", netip.MustParseAddrPort("127.0.0.1:8082"),
+			map[string]bool{"http://127.0.0.1:8082/hook": true, "http://[::ffff:127.0.0.1]:8082/": true,
+				"http://127.0.0.1:8080/metrics": false, "http://127.0.0.1/": false, "https://127.0.0.1/": false, "http://127.0.0.1:0/": false},
+			"127.0.0.1:8081"},
+	} {
+		g := events.Guard{AllowAddrs: []netip.AddrPort{allowed.addr}}
+		for u, ok := range allowed.urls {
+			if why := g.CheckURL(ctx, u); (why == "") != ok {
+				t.Errorf("AllowAddrs %s: CheckURL(%q) = %q, want accepted %v", allowed.name, u, why, ok)
+			}
 		}
-	}
-	if err := listed.Dialer(time.Second).Control("tcp", "10.0.0.1:80", nil); err == nil {
-		t.Error("AllowAddrs 127.0.0.1: the dialer lets 10.0.0.1 through")
-	}
-	if err := listed.Dialer(time.Second).Control("tcp", "127.0.0.1:8082", nil); err != nil {
-		t.Errorf("AllowAddrs 127.0.0.1: the dialer refuses it: %v", err)
-	}
-	// An allowed address and port: that port only, so that an endpoint
-	// cannot reach the other services on loopback (the api's metrics,
-	// the admin API) and read their answers in the delivery log.
-	port := events.Guard{AllowAddrs: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8082")}}
-	for u, ok := range map[string]bool{"http://127.0.0.1:8082/hook": true, "http://[::ffff:127.0.0.1]:8082/": true,
-		"http://127.0.0.1:8080/metrics": false, "http://127.0.0.1/": false, "https://127.0.0.1/": false, "http://127.0.0.1:0/": false} {
-		if why := port.CheckURL(ctx, u); (why == "") != ok {
-			t.Errorf("AllowAddrs 127.0.0.1:8082: CheckURL(%q) = %q, want accepted %v", u, why, ok)
+		if err := g.Dialer(time.Second).Control("tcp", allowed.dialRefused, nil); err == nil {
+			t.Errorf("AllowAddrs %s: the dialer lets %s through", allowed.name, allowed.dialRefused)
 		}
-	}
-	if err := port.Dialer(time.Second).Control("tcp", "127.0.0.1:8081", nil); err == nil {
-		t.Error("AllowAddrs 127.0.0.1:8082: the dialer lets 127.0.0.1:8081 through")
-	}
-	if err := port.Dialer(time.Second).Control("tcp", "127.0.0.1:8082", nil); err != nil {
-		t.Errorf("AllowAddrs 127.0.0.1:8082: the dialer refuses it: %v", err)
+		if err := g.Dialer(time.Second).Control("tcp", "127.0.0.1:8082", nil); err != nil {
+			t.Errorf("AllowAddrs %s: the dialer refuses 127.0.0.1:8082: %v", allowed.name, err)
+		}
 	}
 
 	db, acme, _ := setup(t)

@@ -51,6 +51,20 @@ func newClient(t *testing.T, url string, opts client.Options) *client.Client {
 	return c
 }
 
+// receive returns the next value sent on ch, failing t with failure when
+// none comes within the wait.
+func receive[T any](t *testing.T, ch <-chan T, within time.Duration, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatal(failure)
+	}
+	var zero T
+	return zero
+}
+
 // downURL returns the URL of a server that no longer listens.
 func downURL() string {
 	s := httptest.NewServer(http.NotFoundHandler())

@@ -455,13 +455,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	nextSettlement := func(t *testing.T, settled <-chan client.Settlement) client.Settlement {
 		t.Helper()
-		select {
-		case st := <-settled:
-			return st
-		case <-time.After(10 * time.Second):
-			t.Fatal("no settlement")
-		}
-		return client.Settlement{}
+		return receive(t, settled, 10*time.Second, "no settlement")
 	}
 
 	// A caller that reads a streamed answer to its end and hangs up before

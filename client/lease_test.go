@@ -74,13 +74,7 @@ func newLeaseAPI(t *testing.T, extra string) (*leaseAPI, *client.Client) {
 // next returns the next call, failing after a few seconds without one.
 func (a *leaseAPI) next(t *testing.T) leaseCall {
 	t.Helper()
-	select {
-	case c := <-a.calls:
-		return c
-	case <-time.After(5 * time.Second):
-		t.Fatal("no call reached the API")
-	}
-	return leaseCall{}
+	return receive(t, a.calls, 5*time.Second, "no call reached the API")
 }
 
 // TestRenewAndRelease: Renew and Release post the lease ID and read the

@@ -67,26 +67,11 @@ func TestHoldAndSettle(t *testing.T) {
 // header, which the caller never sees), and at 0 for a 5xx when RefundOn
 // says so.
 func TestMiddlewareSettlesHolds(t *testing.T) {
-	settled := make(chan float64, 1)
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path == "/v1/settle" {
-			settled <- body["cost"].(float64)
-			_, _ = w.Write([]byte(`{"hold_id":"h1","estimate":100,"cost":0,"status":"settled","repeated":false}`))
-			return
-		}
+	c, settled := newHoldAPI(t, func(body map[string]any) {
 		if body["hold"] != true || body["cost"] != 100.0 {
 			t.Errorf("check body %v, want a hold of 100", body)
 		}
-		_, _ = w.Write([]byte(`{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[],"hold_id":"h1"}`))
-	}))
-	defer api.Close()
-	c, err := client.New(api.URL, "token", client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	mw := c.Middleware(client.MiddlewareOptions{
 		Cost:     func(*http.Request) int64 { return 100 },
 		Hold:     func(*http.Request) bool { return true },
@@ -118,7 +103,7 @@ func TestMiddlewareSettlesHolds(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, "/v1/complete", nil)
 			req.Header.Set("Authorization", "Bearer tg_x")
 			mw(tc.handler).ServeHTTP(rec, req)
-			if got := <-settled; got != tc.want {
+			if got := settledCost(t, settled); got != tc.want {
 				t.Errorf("settled at %v, want %v", got, tc.want)
 			}
 			if rec.Header().Get(client.CostHeader) != "" {
@@ -128,10 +113,10 @@ func TestMiddlewareSettlesHolds(t *testing.T) {
 	}
 }
 
-// newHoldAPI starts a check API that admits every check with the hold h1
-// and passes the cost of each settlement to the channel it returns, and
-// returns a client of it.
-func newHoldAPI(t *testing.T) (*client.Client, <-chan float64) {
+// newHoldAPI starts a check API that admits every check with the hold h1,
+// passing its body to onCheck unless that is nil, and passes the cost of
+// each settlement to the channel it returns, and returns a client of it.
+func newHoldAPI(t *testing.T, onCheck func(body map[string]any)) (*client.Client, <-chan float64) {
 	t.Helper()
 	settled := make(chan float64, 10)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,6 +128,9 @@ func newHoldAPI(t *testing.T) (*client.Client, <-chan float64) {
 			_, _ = w.Write([]byte(`{"hold_id":"h1","estimate":100,"cost":0,"status":"settled","repeated":false}`))
 			return
 		}
+		if onCheck != nil {
+			onCheck(body)
+		}
 		_, _ = w.Write([]byte(`{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[],"hold_id":"h1"}`))
 	}))
 	t.Cleanup(api.Close)
@@ -153,13 +141,7 @@ func newHoldAPI(t *testing.T) (*client.Client, <-chan float64) {
 // without one.
 func settledCost(t *testing.T, settled <-chan float64) float64 {
 	t.Helper()
-	select {
-	case cost := <-settled:
-		return cost
-	case <-time.After(5 * time.Second):
-		t.Fatal("no settlement")
-	}
-	return 0
+	return receive(t, settled, 5*time.Second, "no settlement")
 }
 
 // endingContext is a request's context that its handler ends, as the
@@ -196,7 +178,7 @@ func (c *endingContext) end(err error) {
 // controls: a caller that read its answer and hung up before the handler
 // returned is charged the cost reported, else the estimate.
 func TestMiddlewareRefundsATimeoutNotAHangUp(t *testing.T) {
-	c, settled := newHoldAPI(t)
+	c, settled := newHoldAPI(t, nil)
 	mw := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }, RefundOn: []string{"timeout"}})
 	cases := []struct {
 		name    string
@@ -257,7 +239,7 @@ func TestMiddlewareRefundsATimeoutNotAHangUp(t *testing.T) {
 // follow: CostHeader never goes with it, and the status a 5xx refund
 // looks at and the cost settled at are those of the final answer.
 func TestMiddlewareTakesStatusAndCostAtTheFinalStatus(t *testing.T) {
-	c, settled := newHoldAPI(t)
+	c, settled := newHoldAPI(t, nil)
 	mw := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }, RefundOn: []string{"5xx"}})
 	cases := []struct {
 		name       string

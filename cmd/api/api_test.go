@@ -229,6 +229,23 @@ func waitFor(t *testing.T, cond func() bool) {
 	testenv.WaitFor(t, time.Second, "condition", cond)
 }
 
+// atOnce calls f(0) to f(n-1) on n goroutines released together, so that
+// their requests race, and returns when every call has returned.
+func atOnce(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			f(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
 var (
 	policyHeader = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";q=\d+;w=\d+$`)
 	limitHeader  = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";r=\d+;t=\d+$`)
@@ -440,23 +457,14 @@ func TestExactnessAcrossServers(t *testing.T) {
 	f := newFixture(t)
 	bases := []string{f.startAPI(t, nil), f.startAPI(t, nil), f.startAPI(t, nil)}
 	var allowed, denied atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			r := post(t, bases[i%3], f.token, checkBody("", "192.0.2.77", "GET /"))
-			if r.body["allowed"] == true {
-				allowed.Add(1)
-			} else {
-				denied.Add(1)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(200, func(i int) {
+		r := post(t, bases[i%3], f.token, checkBody("", "192.0.2.77", "GET /"))
+		if r.body["allowed"] == true {
+			allowed.Add(1)
+		} else {
+			denied.Add(1)
+		}
+	})
 	if allowed.Load() != 60 || denied.Load() != 140 {
 		t.Errorf("allowed %d, denied %d; want exactly 60 and 140", allowed.Load(), denied.Load())
 	}

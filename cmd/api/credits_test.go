@@ -103,28 +103,19 @@ func (r *rig) draw(t *testing.T, addrs []string, key string, n int) (admitted, e
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second}
 	var a, x, f atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			d, err := checkReason(client, addrs[i%len(addrs)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
-			switch {
-			case err != nil:
-				f.Add(1)
-			case d.Allowed:
-				a.Add(1)
-			case d.Reason == tollgate.ReasonCreditsExhausted:
-				x.Add(1)
-			default:
-				t.Errorf("denied for %s", d.Reason)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(n, func(i int) {
+		d, err := checkReason(client, addrs[i%len(addrs)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
+		switch {
+		case err != nil:
+			f.Add(1)
+		case d.Allowed:
+			a.Add(1)
+		case d.Reason == tollgate.ReasonCreditsExhausted:
+			x.Add(1)
+		default:
+			t.Errorf("denied for %s", d.Reason)
+		}
+	})
 	return a.Load(), x.Load(), f.Load()
 }
 

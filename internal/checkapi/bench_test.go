@@ -38,7 +38,6 @@ func benchSetup(b testing.TB, store limiter.Store, prefix string, n int) (http.H
 func benchSetupQuota(b testing.TB, store limiter.Store, prefix string, n int, mode plans.QuotaMode,
 	thresholds []quota.Threshold) (http.Handler, string, []string) {
 	b.Helper()
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	var pro, anonymous plans.Plan
 	for _, p := range plans.DemoPlans() {
 		switch p.Name {
@@ -53,32 +52,61 @@ func benchSetupQuota(b testing.TB, store limiter.Store, prefix string, n int, mo
 		pro.QuotaMode = mode
 	}
 	d := snapshot.Data{
-		Plans:         []plans.Plan{pro, anonymous},
-		Tenants:       []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
-		SigningKeys:   map[string]ed25519.PublicKey{"k1": pub},
-		ServiceTokens: []auth.ServiceToken{{ID: "st-1", Name: "bench"}},
+		Plans:   []plans.Plan{pro, anonymous},
+		Tenants: []tenants.Tenant{{ID: "tenant-1", Name: "bench", PlanID: 1, Status: tenants.StatusActive}},
 		// Thresholds on the monthly quota: each allowed check looks for
 		// crossings.
 		Quota: quota.All{Plans: map[int64]quota.PlanSettings{1: {PlanID: 1, Thresholds: thresholds}}},
 	}
 	var secrets []string
-	for i := range n {
-		secret, hash, prefix := tenants.GenerateKey()
-		secrets = append(secrets, secret)
-		d.Keys = append(d.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: "tenant-1", Hash: hash, Prefix: prefix})
+	for range n {
+		secrets = append(secrets, addKey(&d, "tenant-1"))
 	}
+	token := addServiceToken(b, &d, "bench")
+
+	log := slog.New(slog.DiscardHandler)
+	holder, checker := newChecker(b, d, store, prefix, log)
+	return RequireServiceToken(enforce.NewTokenVerifier(holder), log)(HandleCheck(checker, log)), token, secrets
+}
+
+// addKey adds an API key of tenant to d, its ID key-N after the keys d
+// holds, and returns its secret.
+func addKey(d *snapshot.Data, tenant string) string {
+	secret, hash, prefix := tenants.GenerateKey()
+	d.Keys = append(d.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", len(d.Keys)), TenantID: tenant, Hash: hash, Prefix: prefix})
+	return secret
+}
+
+// addServiceToken adds a signing key (k1) and the service token st-1,
+// named name, to d, and returns that token signed with the key for the
+// check server, valid for an hour.
+func addServiceToken(tb testing.TB, d *snapshot.Data, name string) string {
+	tb.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.SigningKeys = map[string]ed25519.PublicKey{"k1": pub}
+	d.ServiceTokens = append(d.ServiceTokens, auth.ServiceToken{ID: "st-1", Name: name})
 	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{Issuer: auth.Issuer,
 		Audience: jwt.ClaimStrings{auth.CheckAudience}, ID: "st-1", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))})
 	tok.Header["kid"] = "k1"
-	token, _ := tok.SignedString(priv)
+	token, err := tok.SignedString(priv)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return token
+}
 
-	log := slog.New(slog.DiscardHandler)
+// newChecker loads d into a snapshot holder and returns the holder and a
+// checker of it on store under prefix (a store call may take a second).
+func newChecker(tb testing.TB, d snapshot.Data, store limiter.Store, prefix string, log *slog.Logger) (*snapshot.Holder, *enforce.Checker) {
+	tb.Helper()
 	holder := snapshot.NewHolder(snapshot.StaticSource(d), log)
 	if err := holder.Reload(context.Background()); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{Prefix: prefix, StoreTimeout: time.Second, Log: log})
-	return RequireServiceToken(enforce.NewTokenVerifier(holder), log)(HandleCheck(checker, log)), token, secrets
+	return holder, enforce.NewChecker(holder, store, enforce.CheckerConfig{Prefix: prefix, StoreTimeout: time.Second, Log: log})
 }
 
 func benchStores(b *testing.B) map[string]func() (limiter.Store, string) {

@@ -2,8 +2,6 @@ package checkapi
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/enforce"
@@ -54,7 +50,6 @@ func newDenialRig(t *testing.T, client redis.Scripter, prefix string) *denialRig
 	store := redisstore.New(client)
 	fixture.SeedAll(t, store, prefix)
 
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	wide := plans.Rule{Name: "hourly", Algorithm: limiter.GCRA, Limit: 1000, PeriodUS: limiter.HourUS, Burst: 1000,
 		Scope: plans.ScopeKey, Resource: "*", Mode: plans.ModeEnforce, FailureMode: plans.FailOpen}
 	narrow := wide
@@ -79,9 +74,7 @@ func newDenialRig(t *testing.T, client redis.Scripter, prefix string) *denialRig
 			Plans:     map[int64]quota.PlanSettings{3: {PlanID: 3, SpendCapDefaultMinor: &capMinor}},
 			PlanSince: map[string]time.Time{"rated": longAgo, "hard": longAgo, "capped": longAgo, "prepaid": longAgo, "unbuilt": longAgo},
 		},
-		Credits:       credits.All{"prepaid": {Mode: credits.ModeDeny, Line: 5}, "unbuilt": {Mode: credits.ModeDeny, Line: 5}},
-		SigningKeys:   map[string]ed25519.PublicKey{"k1": pub},
-		ServiceTokens: []auth.ServiceToken{{ID: "st-1", Name: "retry"}},
+		Credits: credits.All{"prepaid": {Mode: credits.ModeDeny, Line: 5}, "unbuilt": {Mode: credits.ModeDeny, Line: 5}},
 	}
 	// The ledger's writer makes the balance's counter; nothing consumed yet.
 	counter, clog := credits.Keys(prefix, "prepaid")
@@ -89,21 +82,13 @@ func newDenialRig(t *testing.T, client redis.Scripter, prefix string) *denialRig
 		t.Fatal(err)
 	}
 	keys := map[string]string{}
-	for i, tn := range data.Tenants {
-		secret, hash, kp := tenants.GenerateKey()
-		data.Keys = append(data.Keys, tenants.Key{ID: fmt.Sprintf("key-%d", i), TenantID: tn.ID, Hash: hash, Prefix: kp})
-		keys[tn.ID] = secret
+	for _, tn := range data.Tenants {
+		keys[tn.ID] = addKey(&data, tn.ID)
 	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{Issuer: auth.Issuer,
-		Audience: jwt.ClaimStrings{auth.CheckAudience}, ID: "st-1", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))})
-	tok.Header["kid"] = "k1"
-	token, err := tok.SignedString(priv)
-	testenv.Must(t, err)
+	token := addServiceToken(t, &data, "retry")
 
 	log := slog.New(slog.DiscardHandler)
-	holder := snapshot.NewHolder(snapshot.StaticSource(data), log)
-	testenv.Must(t, holder.Reload(ctx))
-	checker := enforce.NewChecker(holder, store, enforce.CheckerConfig{Prefix: prefix, StoreTimeout: time.Second, Log: log})
+	holder, checker := newChecker(t, data, store, prefix, log)
 	t.Cleanup(checker.Close)
 	h := NewHandler(Deps{Log: log, Holder: holder, Checker: checker, Registry: prometheus.NewRegistry(),
 		PingPostgres: func(context.Context) error { return nil }, PingStore: func(context.Context) error { return nil }})

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,23 +228,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	testenv.WaitFor(t, time.Second, "condition", cond)
 }
 
-// atOnce calls f(0) to f(n-1) on n goroutines released together, so that
-// their requests race, and returns when every call has returned.
-func atOnce(n int, f func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			f(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
-
 var (
 	policyHeader = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";q=\d+;w=\d+$`)
 	limitHeader  = regexp.MustCompile(`^"[A-Za-z0-9_.-]+";r=\d+;t=\d+$`)
@@ -457,7 +439,7 @@ func TestExactnessAcrossServers(t *testing.T) {
 	f := newFixture(t)
 	bases := []string{f.startAPI(t, nil), f.startAPI(t, nil), f.startAPI(t, nil)}
 	var allowed, denied atomic.Int64
-	atOnce(200, func(i int) {
+	testenv.AtOnce(200, func(i int) {
 		r := post(t, bases[i%3], f.token, checkBody("", "192.0.2.77", "GET /"))
 		if r.body["allowed"] == true {
 			allowed.Add(1)

@@ -103,7 +103,7 @@ func (r *rig) draw(t *testing.T, addrs []string, key string, n int) (admitted, e
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second}
 	var a, x, f atomic.Int64
-	atOnce(n, func(i int) {
+	testenv.AtOnce(n, func(i int) {
 		d, err := checkReason(client, addrs[i%len(addrs)], r.token, map[string]any{"key": key, "resource": "GET /x", "cost": 1})
 		switch {
 		case err != nil:

@@ -142,6 +142,17 @@ func (r *rig) failPayments() map[string]stripetest.Invoice {
 	return r.invoicesByCustomer()
 }
 
+// twoFailing makes two tenants, a and b, linked on the plan standard of
+// a 1000 base fee, closes October and fails the payment of the invoice
+// of each, and returns them and their invoices by customer.
+func (r *rig) twoFailing(a, b string) (tenants.Tenant, tenants.Tenant, map[string]stripetest.Invoice) {
+	r.t.Helper()
+	plan := fixture.Plan(r.t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
+	ta, tb := r.linkedTenant(a, plan), r.linkedTenant(b, plan)
+	r.closeOctober()
+	return ta, tb, r.failPayments()
+}
+
 func (r *rig) count(query string, args ...any) int {
 	var n int
 	testenv.Must(r.t, r.db.QueryRow(context.Background(), query, args...).Scan(&n))
@@ -271,10 +282,11 @@ func refusing(path string, with refusal) func(*http.Request) (refusal, bool) {
 	return func(q *http.Request) (refusal, bool) { return with, q.Method == "POST" && q.URL.Path == path }
 }
 
-// viaRefuser points r's provider, invoicing and ops at a refuser in front
-// of the local Stripe.
-func (r *rig) viaRefuser() *refuser {
-	r.t.Helper()
+// newRigViaRefuser starts a rig (see newRig) whose provider reaches the
+// local Stripe through a refuser.
+func newRigViaRefuser(t *testing.T, mode billing.InvoiceMode) (*rig, *refuser) {
+	t.Helper()
+	r := newRig(t, mode)
 	target, err := url.Parse(r.stripe.URL)
 	testenv.Must(r.t, err)
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -296,7 +308,7 @@ func (r *rig) viaRefuser() *refuser {
 	}))
 	r.t.Cleanup(front.Close)
 	r.connect(front.URL)
-	return f
+	return r, f
 }
 
 // dunAfterGrace moves the clock past the 72-hour dunning grace and runs

@@ -120,9 +120,8 @@ func TestPaymentOfAnInvoiceBilledOutsideIsADifference(t *testing.T) {
 // it is pushed once they are fixed; an amount Stripe refuses fails the
 // push for good.
 func TestDeploymentRefusalsAreRetried(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser()
 	acme := r.acme()
 	f.set(refusing("/v1/invoices", refusal{404, "resource_missing", "customer",
 		"No such customer: 'cus_acme'; a similar object exists in live mode, but a test mode key was used to make this request."}))
@@ -159,8 +158,7 @@ func TestDeploymentRefusalsAreRetried(t *testing.T) {
 // TestAmountRefusalIsFinal: an amount Stripe refuses fails the push for
 // good.
 func TestAmountRefusalIsFinal(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
-	f := r.viaRefuser()
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	acme := r.acme()
 	f.set(refusing("/v1/invoiceitems", refusal{400, "amount_too_small", "amount", "Amount must be at least 50 cents."}))
 	if res := r.closeOctober(); res.Invoices.Refused != 1 || res.Invoices.Pending != 0 {
@@ -274,10 +272,7 @@ func TestEventsOfAnEarlierGeneration(t *testing.T) {
 func TestDunningPassesOverInvoicesBilledOutside(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	acme, owing := r.linkedTenant("acme", plan), r.linkedTenant("owing", plan)
-	r.closeOctober()
-	r.failPayments()
+	acme, owing, _ := r.twoFailing("acme", "owing")
 	_, err := r.db.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside' WHERE tenant_id = $1`, acme.ID)
 	testenv.Must(t, err)
 	r.dunAfterGrace(1, "owing alone")
@@ -292,9 +287,8 @@ func TestDunningPassesOverInvoicesBilledOutside(t *testing.T) {
 // a retarget: once the key is fixed, the next push bills the new
 // customer, never the one the tenant left.
 func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser()
 	acme := r.acme()
 	f.set(refusing("/v1/invoices", noSuchCustomer("cus_acme")))
 	r.closeOctober()
@@ -328,8 +322,7 @@ func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
 // finalized it) is not a missing customer: the invoice still holds the
 // tenant to its customer.
 func TestNotFoundOfAnotherObjectHoldsTheCustomer(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
-	f := r.viaRefuser()
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	acme := r.acme()
 	f.set(func(q *http.Request) (refusal, bool) {
 		return refusal{404, "resource_missing", "invoice", "No such invoice"}, q.Method == "POST" && strings.HasSuffix(q.URL.Path, "/finalize")
@@ -393,9 +386,8 @@ func TestRetargetToTheSameCustomerTakesTheDraft(t *testing.T) {
 // Stripe answers; what Stripe said is then out of date, and closing out
 // is refused, to try again.
 func TestBillOutsideAsksBeforeLocking(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser()
 	acme := r.acme()
 	r.stripe.Down(503)
 	r.closeOctober()

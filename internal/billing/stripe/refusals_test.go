@@ -114,10 +114,9 @@ func TestMonthClosedWithoutInvoicesIsReconciledAndIssued(t *testing.T) {
 // holds the tenant to the customer; relinked and re-targeted, it is
 // pushed to the right customer with keys of its own.
 func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	f := r.viaRefuser()
 	acme := r.tenant("acme", pro)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_tyop"})
 	f.set(refusing("/v1/invoices", noSuchCustomer("cus_tyop")))
@@ -243,10 +242,7 @@ func TestBillOutsideClosesAnUnpushableInvoice(t *testing.T) {
 func TestPaymentLiftsOnlyDunningsSuspension(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	acme, globex := r.linkedTenant("acme", plan), r.linkedTenant("globex", plan)
-	r.closeOctober()
-	byCustomer := r.failPayments()
+	acme, globex, byCustomer := r.twoFailing("acme", "globex")
 	r.dunAfterGrace(2, "both")
 	op := tenants.NewOps(r.db, nil)
 	operator := audit.Actor{Name: "ops@example.com", Operator: true}
@@ -278,9 +274,8 @@ func TestPaymentLiftsOnlyDunningsSuspension(t *testing.T) {
 // Each top-up stays, cancelled, and its cancellation is audited beside
 // its opening.
 func TestTopUpRefusedByStripe(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser()
 	acme := r.acme()
 	in := billing.TopUpInput{Units: 10, AmountMinor: 20, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
 	cases := []struct {

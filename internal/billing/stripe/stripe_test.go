@@ -462,10 +462,7 @@ func TestDunningPerPlan(t *testing.T) {
 func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	held, owing := r.linkedTenant("held", plan), r.linkedTenant("owing", plan)
-	r.closeOctober()
-	byTenant := r.failPayments()
+	held, owing, byTenant := r.twoFailing("held", "owing")
 	_, err := tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
 	testenv.Must(t, err)
 	r.dunAfterGrace(1, "owing; held was suspended already")

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,39 +47,7 @@ type Region struct {
 }
 
 // natsBuild and toxiproxyBuild build each program once per test binary.
-var natsBuild, toxiproxyBuild toolBuild
-
-type toolBuild struct {
-	sync.Mutex
-	path string
-}
-
-// binary builds pkg (a tool dependency of go.mod) into a directory of
-// the system's temporary directory named after it and version, once per
-// test binary (go's build cache makes later builds quick), and returns
-// its path.
-func (b *toolBuild) binary(t testing.TB, pkg, name, version string) string {
-	t.Helper()
-	b.Lock()
-	defer b.Unlock()
-	if b.path != "" {
-		return b.path
-	}
-	dir := filepath.Join(os.TempDir(), "tollgate-"+name+"-"+version)
-	Must(t, os.MkdirAll(dir, 0o755))
-	tmp, err := os.CreateTemp(dir, "build-*")
-	Must(t, err)
-	tmp.Close()
-	out, err := exec.Command("go", "build", "-o", tmp.Name(), pkg).CombinedOutput()
-	if err != nil {
-		os.Remove(tmp.Name())
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-	}
-	path := filepath.Join(dir, name)
-	Must(t, os.Rename(tmp.Name(), path))
-	b.path = path
-	return path
-}
+var natsBuild, toxiproxyBuild ToolBuild
 
 // The tool dependencies' versions (go.mod).
 const (
@@ -100,8 +67,8 @@ func StartRegions(t testing.TB, delay time.Duration, names ...string) *Regions {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not installed")
 	}
-	natsBin := natsBuild.binary(t, "github.com/nats-io/nats-server/v2", "nats-server", natsVersion)
-	toxiBin := toxiproxyBuild.binary(t, "github.com/Shopify/toxiproxy/v2/cmd/server", "toxiproxy", toxiproxyVersion)
+	natsBin := natsBuild.Binary(t, "github.com/nats-io/nats-server/v2", "nats-server", natsVersion)
+	toxiBin := toxiproxyBuild.Binary(t, "github.com/Shopify/toxiproxy/v2/cmd/server", "toxiproxy", toxiproxyVersion)
 
 	b := &Regions{t: t}
 	toxiPort := FreePort(t)

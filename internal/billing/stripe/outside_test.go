@@ -2,88 +2,22 @@ package stripe_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/billing/stripe"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/testenv/fixture"
 	"github.com/tollgate/tollgate/internal/testenv/stripetest"
 )
-
-// refusal is an error answer of Stripe's.
-type refusal struct {
-	status      int
-	code, param string
-	message     string
-}
-
-// refuser sits in front of the local Stripe and answers the requests
-// that refuse selects with its refusal, as Stripe refuses them (the local
-// Stripe's Down answers with a bare status only). Safe for concurrent
-// use.
-type refuser struct {
-	mu     sync.Mutex
-	refuse func(*http.Request) (refusal, bool)
-}
-
-func (f *refuser) set(refuse func(*http.Request) (refusal, bool)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refuse = refuse
-}
-
-// refusing refuses every request to path (POST) with refusal.
-func refusing(path string, with refusal) func(*http.Request) (refusal, bool) {
-	return func(q *http.Request) (refusal, bool) { return with, q.Method == "POST" && q.URL.Path == path }
-}
-
-// viaRefuser points r's provider, invoicing and ops at a refuser in front
-// of the local Stripe, pushing in mode.
-func (r *rig) viaRefuser(mode billing.InvoiceMode) *refuser {
-	r.t.Helper()
-	target, err := url.Parse(r.stripe.URL)
-	testenv.Must(r.t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	f := &refuser{}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-		f.mu.Lock()
-		refuse := f.refuse
-		f.mu.Unlock()
-		if refuse != nil {
-			if a, ok := refuse(q); ok {
-				body := fmt.Sprintf(`{"error":{"type":"invalid_request_error","code":%q,"param":%q,"message":%q}}`, a.code, a.param, a.message)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(a.status)
-				io.WriteString(w, body) //nolint:errcheck // the client went away
-				return
-			}
-		}
-		proxy.ServeHTTP(w, q)
-	}))
-	r.t.Cleanup(front.Close)
-	r.prov = stripe.New(stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret, APIURL: front.URL})
-	r.inv = billing.NewInvoicing(r.db, billing.InvoicingConfig{Provider: r.prov, Mode: mode, Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
-	r.ops = billing.NewOps(r.db, r.clock.Now).WithInvoicing(r.inv)
-	return f
-}
 
 // TestBillOutsideAsksStripeFirst: an invoice left pending by a push whose
 // answer was lost may be at Stripe, which charges it: closing it out as
@@ -95,8 +29,7 @@ func TestBillOutsideAsksStripeFirst(t *testing.T) {
 	t.Run("open", func(t *testing.T) {
 		r := newRig(t, billing.ModeFinalize)
 		ctx := context.Background()
-		pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-		acme := r.linkedTenant("acme", pro)
+		acme := r.acme()
 		r.stripe.DropAnswer(func(q stripetest.Request) bool { return strings.HasSuffix(q.Path, "/finalize") })
 		r.closeOctober()
 		held := r.stripe.Invoices()
@@ -130,15 +63,12 @@ func TestBillOutsideAsksStripeFirst(t *testing.T) {
 		if err != nil || got.PushState != billing.PushBilledOutside {
 			t.Fatalf("closing out the invoice voided at Stripe: %s, %v; want billed_outside", got.PushState, err)
 		}
-		if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 0 {
-			t.Errorf("reconciliation %+v, %v; want no difference", c, err)
-		}
+		r.wantReconciled()
 	})
 
 	t.Run("draft", func(t *testing.T) {
 		r := newRig(t, billing.ModeDraft)
-		pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-		acme := r.linkedTenant("acme", pro)
+		acme := r.acme()
 		// The push's last request reads the draft back.
 		r.stripe.DropAnswer(func(q stripetest.Request) bool {
 			return q.Method == "GET" && strings.HasPrefix(q.Path, "/v1/invoices/in_")
@@ -156,8 +86,7 @@ func TestBillOutsideAsksStripeFirst(t *testing.T) {
 
 	t.Run("failed, Stripe down", func(t *testing.T) {
 		r := newRig(t, billing.ModeFinalize)
-		bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
-		manama := r.linkedTenant("manama", bhd)
+		manama := r.manama()
 		r.closeOctober()
 		r.stripe.Down(503)
 		got, err := r.inv.BillOutside(context.Background(), audit.CLI, manama.ID, october, "")
@@ -173,21 +102,15 @@ func TestBillOutsideAsksStripeFirst(t *testing.T) {
 func TestPaymentOfAnInvoiceBilledOutsideIsADifference(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
-	manama := r.linkedTenant("manama", bhd)
+	manama := r.manama()
 	r.closeOctober()
 	got, err := r.inv.BillOutside(ctx, audit.CLI, manama.ID, october, "invoiced by hand")
 	testenv.Must(t, err)
 	// An invoice of the reference made at Stripe by hand, and paid.
 	r.invoiceEvent("evt_paid", "invoice.paid", stripetest.Invoice{ID: "in_byhand", Customer: "cus_manama", Currency: "bhd",
 		Total: 1010, Metadata: map[string]string{"tollgate_ref": got.Ref}})
-	c, err := r.inv.Reconcile(ctx, october)
-	if err != nil || len(c) != 1 || len(c[0].Differences) != 1 || !strings.Contains(c[0].Differences[0], "paid") {
-		t.Errorf("reconciliation %+v, %v; want the payment of the invoice billed outside as a difference", c, err)
-	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
-		t.Errorf("differences %d, %v; want 1", n, err)
-	}
+	r.wantReconciled("paid")
+	r.wantDifferences(1, "the payment of the invoice billed outside")
 }
 
 // TestDeploymentRefusalsAreRetried: Stripe's refusals that may be the
@@ -197,11 +120,9 @@ func TestPaymentOfAnInvoiceBilledOutsideIsADifference(t *testing.T) {
 // it is pushed once they are fixed; an amount Stripe refuses fails the
 // push for good.
 func TestDeploymentRefusalsAreRetried(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	f.set(refusing("/v1/invoices", refusal{404, "resource_missing", "customer",
 		"No such customer: 'cus_acme'; a similar object exists in live mode, but a test mode key was used to make this request."}))
 	r.closeOctober()
@@ -231,21 +152,14 @@ func TestDeploymentRefusalsAreRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.set(nil)
-	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 1 {
-		t.Errorf("push with the deployment fixed: %+v, %v; want it pushed", p, err)
-	}
-	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme2" {
-		t.Errorf("invoices at Stripe %+v, want one at cus_acme2", made)
-	}
+	r.wantPushedTo("cus_acme2", 0, true, "with the deployment fixed")
 }
 
 // TestAmountRefusalIsFinal: an amount Stripe refuses fails the push for
 // good.
 func TestAmountRefusalIsFinal(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
+	acme := r.acme()
 	f.set(refusing("/v1/invoiceitems", refusal{400, "amount_too_small", "amount", "Amount must be at least 50 cents."}))
 	if res := r.closeOctober(); res.Invoices.Refused != 1 || res.Invoices.Pending != 0 {
 		t.Errorf("close with the amount refused: %+v, want it refused for good", res.Invoices)
@@ -352,70 +266,18 @@ func TestEventsOfAnEarlierGeneration(t *testing.T) {
 	}
 }
 
-// TestCheckoutRefusalsNameTheirField: a checkout Stripe refuses for a URL
-// names that URL's field, not the price; for the plan's currency it is a
-// conflict; for nothing of the request's (the account's settings) the
-// provider is unavailable; for the price it names amount_minor.
-func TestCheckoutRefusalsNameTheirField(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
-	ctx := context.Background()
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
-	in := billing.TopUpInput{Units: 10, AmountMinor: 20, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
-	for _, c := range []struct {
-		refusal
-		wantCode, wantField string
-	}{
-		{refusal{400, "url_invalid", "success_url", "Not a valid URL"}, tollgate.EINVALID, "success_url"},
-		{refusal{400, "url_invalid", "cancel_url", "Not a valid URL"}, tollgate.EINVALID, "cancel_url"},
-		{refusal{400, "", "line_items[0][price_data][currency]", "Invalid currency"}, tollgate.ECONFLICT, ""},
-		{refusal{400, "", "", "Your account cannot currently make live charges."}, tollgate.EUNAVAILABLE, ""},
-		{refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}, tollgate.EINVALID, "amount_minor"},
-	} {
-		f.set(refusing("/v1/checkout/sessions", c.refusal))
-		_, err := r.inv.OpenTopUp(ctx, audit.CLI, acme.ID, in)
-		var te *tollgate.Error
-		if !errors.As(err, &te) || te.Code != c.wantCode {
-			t.Errorf("checkout refused for %q: %v, want %s", c.param, err, c.wantCode)
-			continue
-		}
-		if c.wantField != "" && te.Fields[c.wantField] == "" || c.wantField != "amount_minor" && te.Fields["amount_minor"] != "" {
-			t.Errorf("checkout refused for %q: fields %v, want %q named, and amount_minor only for the price", c.param, te.Fields, c.wantField)
-		}
-	}
-}
-
 // TestDunningPassesOverInvoicesBilledOutside: an invoice billed outside
 // Tollgate whose payment at Stripe is recorded as failed is the
 // operator's to chase: dunning does not suspend its tenant for it.
 func TestDunningPassesOverInvoicesBilledOutside(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	acme, owing := r.linkedTenant("acme", plan), r.linkedTenant("owing", plan)
-	r.closeOctober()
-	for i, in := range r.stripe.Invoices() {
-		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
-	}
+	acme, owing, _ := r.twoFailing("acme", "owing")
 	_, err := r.db.Exec(ctx, `UPDATE invoices SET push_state = 'billed_outside' WHERE tenant_id = $1`, acme.ID)
 	testenv.Must(t, err)
-	r.clock.Advance(73 * time.Hour)
-	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
-		t.Fatalf("dunning suspended %d (%v), want 1 (owing alone)", n, err)
-	}
-	if got := r.tenantStatus(acme); got != tenants.StatusActive {
-		t.Errorf("acme, whose invoice is billed outside: %s, want active", got)
-	}
-	if got := r.tenantStatus(owing); got != tenants.StatusSuspended {
-		t.Errorf("owing: %s, want suspended", got)
-	}
-}
-
-// noSuchCustomer is Stripe's refusal of a request naming customer id,
-// which it does not have (a mistyped ID, or a key of another mode).
-func noSuchCustomer(id string) refusal {
-	return refusal{404, "resource_missing", "customer", "No such customer: '" + id + "'"}
+	r.dunAfterGrace(1, "owing alone")
+	r.wantStatus(acme, tenants.StatusActive, "(its invoice billed outside) after dunning")
+	r.wantStatus(owing, tenants.StatusSuspended, "after dunning")
 }
 
 // TestRelinkRetargetsInvoicesRefusedForTheCustomer: an invoice whose
@@ -425,11 +287,9 @@ func noSuchCustomer(id string) refusal {
 // a retarget: once the key is fixed, the next push bills the new
 // customer, never the one the tenant left.
 func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	f.set(refusing("/v1/invoices", noSuchCustomer("cus_acme")))
 	r.closeOctober()
 	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || !strings.Contains(rec.LastError, "no such customer") {
@@ -454,12 +314,7 @@ func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
 
 	// The key fixed, the push bills the new customer.
 	f.set(nil)
-	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed != 1 {
-		t.Fatalf("push with the key fixed: %+v, %v", p, err)
-	}
-	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme2" {
-		t.Errorf("invoices at Stripe %+v, want one at cus_acme2", made)
-	}
+	r.wantPushedTo("cus_acme2", 0, true, "with the key fixed")
 }
 
 // TestNotFoundOfAnotherObjectHoldsTheCustomer: a 404 of Stripe's about
@@ -467,10 +322,8 @@ func TestRelinkRetargetsInvoicesRefusedForTheCustomer(t *testing.T) {
 // finalized it) is not a missing customer: the invoice still holds the
 // tenant to its customer.
 func TestNotFoundOfAnotherObjectHoldsTheCustomer(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
+	acme := r.acme()
 	f.set(func(q *http.Request) (refusal, bool) {
 		return refusal{404, "resource_missing", "invoice", "No such invoice"}, q.Method == "POST" && strings.HasSuffix(q.URL.Path, "/finalize")
 	})
@@ -492,8 +345,7 @@ func TestNotFoundOfAnotherObjectHoldsTheCustomer(t *testing.T) {
 func TestRetargetToTheSameCustomerTakesTheDraft(t *testing.T) {
 	r := newRig(t, billing.ModeDraft)
 	ctx := context.Background()
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	// The push's last request reads the draft back: its answer lost, the
 	// invoice stays pending with the draft at Stripe.
 	readBack := func(q stripetest.Request) bool {
@@ -534,11 +386,9 @@ func TestRetargetToTheSameCustomerTakesTheDraft(t *testing.T) {
 // Stripe answers; what Stripe said is then out of date, and closing out
 // is refused, to try again.
 func TestBillOutsideAsksBeforeLocking(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	r.stripe.Down(503)
 	r.closeOctober()
 	r.stripe.Down(0)

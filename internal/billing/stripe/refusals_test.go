@@ -45,19 +45,10 @@ func TestCloseWithoutStripeStillIssuesInvoices(t *testing.T) {
 	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPending || rec.CustomerID != "cus_acme" || rec.TotalMinor != 4900 {
 		t.Errorf("acme's invoice %+v, want pending to cus_acme for 4900", rec)
 	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
-		t.Errorf("differences %d, %v; want 1 (the push pending)", n, err)
-	}
+	r.wantDifferences(1, "the push pending")
 
-	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 || p.Pending != 0 {
-		t.Fatalf("a process with the key pushing: %+v, %v (%s)", p, err, r.invoiceOf(acme).LastError)
-	}
-	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme" || made[0].Total != 4900 {
-		t.Errorf("invoices at Stripe %+v, want acme's of 4900", made)
-	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 0 {
-		t.Errorf("differences after the push %d, %v; want 0", n, err)
-	}
+	r.wantPushedTo("cus_acme", 4900, false, "by a process with the key")
+	r.wantDifferences(0, "after the push")
 }
 
 // TestMonthClosedWithoutInvoicesIsReconciledAndIssued: a month closed
@@ -93,9 +84,7 @@ func TestMonthClosedWithoutInvoicesIsReconciledAndIssued(t *testing.T) {
 			t.Errorf("%s reconciles with %v, want %d differences", c.TenantName, c.Differences, want)
 		}
 	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
-		t.Errorf("differences %d, %v; want 1 (acme's invoice never issued)", n, err)
-	}
+	r.wantDifferences(1, "acme's invoice never issued")
 
 	res, err := r.inv.IssueMissing(ctx, audit.CLI, october)
 	testenv.Must(t, err)
@@ -114,15 +103,8 @@ func TestMonthClosedWithoutInvoicesIsReconciledAndIssued(t *testing.T) {
 		t.Errorf("issuing an open month's invoices: %v, want ECONFLICT", err)
 	}
 
-	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed != 1 {
-		t.Fatalf("push: %+v, %v", p, err)
-	}
-	if made := r.stripe.Invoices(); len(made) != 1 || made[0].Customer != "cus_acme" || made[0].Total != 4900 {
-		t.Errorf("invoices at Stripe %+v, want acme's of 4900", made)
-	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 0 {
-		t.Errorf("differences after issuing and pushing %d, %v; want 0", n, err)
-	}
+	r.wantPushedTo("cus_acme", 4900, false, "after issuing")
+	r.wantDifferences(0, "after issuing and pushing")
 }
 
 // TestMissingCustomerIsRetriedAndRelinked: an invoice to a customer
@@ -132,10 +114,9 @@ func TestMonthClosedWithoutInvoicesIsReconciledAndIssued(t *testing.T) {
 // holds the tenant to the customer; relinked and re-targeted, it is
 // pushed to the right customer with keys of its own.
 func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
 	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	f := r.viaRefuser(billing.ModeFinalize)
 	acme := r.tenant("acme", pro)
 	r.link(acme, billing.LinkInput{CustomerID: "cus_tyop"})
 	f.set(refusing("/v1/invoices", noSuchCustomer("cus_tyop")))
@@ -161,13 +142,8 @@ func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 	if n, err := r.inv.FailedPushes(ctx); err != nil || n != 0 {
 		t.Errorf("failed pushes %d, %v; want 0", n, err)
 	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
-		t.Errorf("differences %d, %v; want 1", n, err)
-	}
-	if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 1 ||
-		!strings.Contains(c[0].Differences[0], "push pending") || !strings.Contains(c[0].Differences[0], "no such customer") {
-		t.Errorf("reconciliation %+v, %v; want the pending push, with Stripe's refusal", c, err)
-	}
+	r.wantDifferences(1, "the pending push")
+	r.wantReconciled("push pending", "no such customer")
 
 	f.set(nil)
 	if _, err := r.inv.LinkAccount(ctx, audit.CLI, acme.ID, billing.LinkInput{CustomerID: "cus_typo"}); err != nil {
@@ -188,9 +164,7 @@ func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 	if len(made) != 1 || made[0].Form.Get("customer") != "cus_typo" || made[0].IdempotencyKey != got.Ref+"/g1/invoice" {
 		t.Errorf("invoices made %+v, want one to cus_typo keyed %s/g1/invoice", made, got.Ref)
 	}
-	if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 0 {
-		t.Errorf("reconciliation after the retarget %+v, %v; want no difference", c, err)
-	}
+	r.wantReconciled()
 	if _, err := r.inv.Retarget(ctx, audit.CLI, acme.ID, october); tollgate.ErrorCode(err) != tollgate.ECONFLICT {
 		t.Errorf("re-targeting a pushed invoice: %v, want ECONFLICT", err)
 	}
@@ -202,8 +176,7 @@ func TestMissingCustomerIsRetriedAndRelinked(t *testing.T) {
 func TestPushRetriesWhatStripeMayAnswerOtherwise(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	r.stripe.Down(401)
 	r.closeOctober()
 	for _, status := range []int{403, 409, 429} {
@@ -224,8 +197,7 @@ func TestPushRetriesWhatStripeMayAnswerOtherwise(t *testing.T) {
 func TestBillOutsideClosesAnUnpushableInvoice(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	bhd := fixture.Plan(t, r.db, plans.Plan{Name: "bhd", Currency: "BHD", BaseFeeMinor: 1005})
-	manama := r.linkedTenant("manama", bhd)
+	manama := r.manama()
 	r.closeOctober()
 	if _, err := r.inv.Retarget(ctx, audit.CLI, manama.ID, october); err != nil {
 		t.Fatal(err)
@@ -248,12 +220,8 @@ func TestBillOutsideClosesAnUnpushableInvoice(t *testing.T) {
 	if p, err := r.inv.Push(ctx, true); err != nil || p.Pushed+p.Failed != 0 || len(r.stripe.Requests()) != before {
 		t.Errorf("push after closing it out: %+v, %v", p, err)
 	}
-	if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 0 {
-		t.Errorf("reconciliation %+v, %v; want no difference", c, err)
-	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 0 {
-		t.Errorf("differences %d, %v; want 0", n, err)
-	}
+	r.wantReconciled()
+	r.wantDifferences(0, "the invoice closed out")
 	for name, change := range map[string]func() error{
 		"close out again": func() error { _, err := r.inv.BillOutside(ctx, audit.CLI, manama.ID, october, ""); return err },
 		"retarget":        func() error { _, err := r.inv.Retarget(ctx, audit.CLI, manama.ID, october); return err },
@@ -274,16 +242,8 @@ func TestBillOutsideClosesAnUnpushableInvoice(t *testing.T) {
 func TestPaymentLiftsOnlyDunningsSuspension(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	acme, globex := r.linkedTenant("acme", plan), r.linkedTenant("globex", plan)
-	r.closeOctober()
-	byCustomer := r.invoicesByCustomer()
-	r.invoiceEvent("evt_fail_acme", "invoice.payment_failed", byCustomer["cus_acme"])
-	r.invoiceEvent("evt_fail_globex", "invoice.payment_failed", byCustomer["cus_globex"])
-	r.clock.Advance(73 * time.Hour)
-	if n, err := r.inv.Dunning(ctx); err != nil || n != 2 {
-		t.Fatalf("dunning suspended %d (%v), want 2", n, err)
-	}
+	acme, globex, byCustomer := r.twoFailing("acme", "globex")
+	r.dunAfterGrace(2, "both")
 	op := tenants.NewOps(r.db, nil)
 	operator := audit.Actor{Name: "ops@example.com", Operator: true}
 	_, err := op.Resume(ctx, operator, acme.ID) // the customer promised to pay
@@ -299,57 +259,63 @@ func TestPaymentLiftsOnlyDunningsSuspension(t *testing.T) {
 	r.invoiceEvent("evt_paid_acme", "invoice.paid", byCustomer["cus_acme"])
 	r.invoiceEvent("evt_paid_globex", "invoice.paid", byCustomer["cus_globex"])
 	for _, tn := range []tenants.Tenant{acme, globex} {
-		if got := r.tenantStatus(tn); got != tenants.StatusSuspended {
-			t.Errorf("%s: %s after its invoice was paid, want the operator's suspension kept", tn.Name, got)
-		}
+		r.wantStatus(tn, tenants.StatusSuspended, "after its invoice was paid (the operator's suspension kept)")
 	}
 	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.resume' AND actor = 'stripe'`); n != 0 {
 		t.Errorf("%d resumes by stripe, want none", n)
 	}
 }
 
-// TestTopUpRefusedByStripe: a top-up whose checkout Stripe refuses for
-// its price is 422 naming amount_minor, one for a customer Stripe does
-// not have 409, one Stripe could not open 503; each top-up stays,
-// cancelled, and its cancellation is audited beside its opening.
+// TestTopUpRefusedByStripe: a top-up whose checkout Stripe refuses is
+// refused as Stripe's refusal says: for a URL, 422 naming that URL's
+// field, not the price; for the price, 422 naming amount_minor; for the
+// plan's currency, or a customer Stripe does not have, 409; for nothing
+// of the request's (the account's settings), or with Stripe down, 503.
+// Each top-up stays, cancelled, and its cancellation is audited beside
+// its opening.
 func TestTopUpRefusedByStripe(t *testing.T) {
-	r := newRig(t, billing.ModeFinalize)
+	r, f := newRigViaRefuser(t, billing.ModeFinalize)
 	ctx := context.Background()
-	f := r.viaRefuser(billing.ModeFinalize)
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	in := billing.TopUpInput{Units: 10, AmountMinor: 20, SuccessURL: "https://console.example/ok", CancelURL: "https://console.example/back"}
-	for _, c := range []struct {
-		status   int
-		wantCode string
-	}{{400, tollgate.EINVALID}, {404, tollgate.ECONFLICT}, {503, tollgate.EUNAVAILABLE}} {
-		r.stripe.Down(c.status)
-		// Stripe names what it refuses: here, the price, or the customer.
-		switch c.status {
-		case 400:
-			r.stripe.Down(0)
-			f.set(refusing("/v1/checkout/sessions", refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}))
-		case 404:
-			r.stripe.Down(0)
-			f.set(refusing("/v1/checkout/sessions", noSuchCustomer("cus_acme")))
+	cases := []struct {
+		name                string
+		refusal             refusal // of the checkout; none: Stripe is down
+		wantCode, wantField string
+	}{
+		{"success URL", refusal{400, "url_invalid", "success_url", "Not a valid URL"}, tollgate.EINVALID, "success_url"},
+		{"cancel URL", refusal{400, "url_invalid", "cancel_url", "Not a valid URL"}, tollgate.EINVALID, "cancel_url"},
+		{"currency", refusal{400, "", "line_items[0][price_data][currency]", "Invalid currency"}, tollgate.ECONFLICT, ""},
+		{"account", refusal{400, "", "", "Your account cannot currently make live charges."}, tollgate.EUNAVAILABLE, ""},
+		{"price", refusal{400, "amount_too_small", "line_items[0][price_data][unit_amount]", "too small"}, tollgate.EINVALID, "amount_minor"},
+		{"customer", noSuchCustomer("cus_acme"), tollgate.ECONFLICT, ""},
+		{"Stripe down", refusal{}, tollgate.EUNAVAILABLE, ""},
+	}
+	for _, c := range cases {
+		if c.refusal.status != 0 {
+			f.set(refusing("/v1/checkout/sessions", c.refusal))
+		} else {
+			r.stripe.Down(503)
 		}
 		_, err := r.inv.OpenTopUp(ctx, audit.CLI, acme.ID, in)
-		if tollgate.ErrorCode(err) != c.wantCode {
-			t.Errorf("top-up Stripe answered %d: %v, want %s", c.status, err, c.wantCode)
-		}
-		var te *tollgate.Error
-		if c.wantCode == tollgate.EINVALID && (!errors.As(err, &te) || te.Fields["amount_minor"] == "") {
-			t.Errorf("top-up Stripe answered %d: %v, want amount_minor named", c.status, err)
-		}
 		f.set(nil)
+		r.stripe.Down(0)
+		var te *tollgate.Error
+		if !errors.As(err, &te) || te.Code != c.wantCode {
+			t.Errorf("checkout refused for the %s: %v, want %s", c.name, err, c.wantCode)
+			continue
+		}
+		if c.wantField != "" && te.Fields[c.wantField] == "" || c.wantField != "amount_minor" && te.Fields["amount_minor"] != "" {
+			t.Errorf("checkout refused for the %s: fields %v, want %q named, and amount_minor only for the price", c.name, te.Fields, c.wantField)
+		}
 	}
-	if n := r.count(`SELECT count(*) FROM credit_topups WHERE tenant_id = $1 AND status = 'cancelled'`, acme.ID); n != 3 {
-		t.Errorf("%d cancelled top-ups, want 3", n)
+	if n := r.count(`SELECT count(*) FROM credit_topups WHERE tenant_id = $1 AND status = 'cancelled'`, acme.ID); n != len(cases) {
+		t.Errorf("%d cancelled top-ups, want %d", n, len(cases))
 	}
 	if n := r.count(`SELECT count(*) FROM audit_log o JOIN audit_log c ON c.target_id = o.target_id
 		WHERE o.action = 'credits.topup' AND c.action = 'credits.topup_cancel' AND c.after->>'status' = 'cancelled'
-		AND c.after->>'reason' LIKE '%did not open the checkout%'`); n != 3 {
-		t.Errorf("%d top-ups opened and cancelled in the audit log, want 3", n)
+		AND c.after->>'reason' LIKE '%did not open the checkout%'`); n != len(cases) {
+		t.Errorf("%d top-ups opened and cancelled in the audit log, want %d", n, len(cases))
 	}
 }
 
@@ -361,8 +327,7 @@ func TestSendModeLeavesTheEmailToThePush(t *testing.T) {
 	for mode, want := range map[billing.InvoiceMode]string{billing.ModeSend: "false", billing.ModeFinalize: "true"} {
 		t.Run(string(mode), func(t *testing.T) {
 			r := newRig(t, mode)
-			pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-			r.linkedTenant("acme", pro)
+			r.acme()
 			r.closeOctober()
 			var finalized []string
 			for _, q := range r.stripe.Requests() {
@@ -386,8 +351,7 @@ func TestSendModeLeavesTheEmailToThePush(t *testing.T) {
 func TestDraftEditedOrDeletedAtStripe(t *testing.T) {
 	r := newRig(t, billing.ModeDraft)
 	ctx := context.Background()
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	r.closeOctober()
 	draft := r.stripe.Invoices()[0]
 
@@ -398,10 +362,7 @@ func TestDraftEditedOrDeletedAtStripe(t *testing.T) {
 	if rec.ProviderTotalMinor == nil || *rec.ProviderTotalMinor != 5400 || rec.ProviderStatus != "open" {
 		t.Errorf("after invoice.finalized: %+v, want Stripe's total 5400, open", rec)
 	}
-	if c, err := r.inv.Reconcile(ctx, october); err != nil || len(c) != 1 || len(c[0].Differences) != 1 ||
-		!strings.Contains(c[0].Differences[0], "5400") {
-		t.Errorf("reconciliation %+v, %v; want the edited total", c, err)
-	}
+	r.wantReconciled("5400")
 
 	r.invoiceEvent("evt_deleted", "invoice.deleted", draft)
 	if rec := r.invoiceOf(acme); rec.PushState != billing.PushFailed || !strings.Contains(rec.LastError, "deleted") {

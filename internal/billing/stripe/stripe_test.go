@@ -3,20 +3,16 @@ package stripe_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripe"
 	"github.com/tollgate/tollgate/internal/credits"
-	"github.com/tollgate/tollgate/internal/metering"
 	"github.com/tollgate/tollgate/internal/metering/meteringtest"
 	"github.com/tollgate/tollgate/internal/plans"
 	"github.com/tollgate/tollgate/internal/tenants"
@@ -25,116 +21,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testenv/stripetest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
-
-// rig is a database, a local Stripe and invoicing on both, on a clock
-// the test moves.
-type rig struct {
-	t      *testing.T
-	db     *pgxpool.Pool
-	stripe *stripetest.Server
-	clock  *testenv.Clock
-	inv    *billing.Invoicing
-	ops    *billing.Ops
-	prov   *stripe.Provider
-}
-
-func newRig(t *testing.T, mode billing.InvoiceMode) *rig {
-	t.Helper()
-	r := &rig{t: t, db: testenv.DB(t), stripe: stripetest.Start(t), clock: testenv.NewClock(meteringtest.Time(t, "2026-10-15T12:00:00Z"))}
-	r.prov = stripe.New(stripe.Config{SecretKey: stripetest.SecretKey, WebhookSecret: stripetest.WebhookSecret, APIURL: r.stripe.URL})
-	r.inv = billing.NewInvoicing(r.db, billing.InvoicingConfig{Provider: r.prov, Mode: mode, DunningGrace: 72 * time.Hour,
-		Log: slog.New(slog.DiscardHandler)}, r.clock.Now)
-	r.ops = billing.NewOps(r.db, r.clock.Now).WithInvoicing(r.inv)
-	return r
-}
-
-// tenant makes a tenant on p, on it since September.
-func (r *rig) tenant(name string, p plans.Plan) tenants.Tenant {
-	tn := fixture.Tenant(r.t, r.db, name, p.ID)
-	_, err := r.db.Exec(context.Background(), `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z' WHERE tenant_id = $1`, tn.ID)
-	testenv.Must(r.t, err)
-	return tn
-}
-
-// use records units of October usage by tn.
-func (r *rig) use(tn tenants.Tenant, units int64) {
-	_, key := fixture.Key(r.t, r.db, tn.ID, "k")
-	_, err := usage.NewStore(r.db, usage.StoreConfig{Now: r.clock.Now}).Apply(context.Background(), metering.Batch{Version: 1,
-		ID: "oct:" + tn.ID, Rows: []metering.Row{meteringtest.Row(meteringtest.At(r.t, "2026-10-10T09:00"), tn.ID, key.ID, "GET /x",
-			metering.Counts{Allowed: units, AllowedUnits: units})}})
-	testenv.Must(r.t, err)
-}
-
-func (r *rig) link(tn tenants.Tenant, in billing.LinkInput) billing.Account {
-	a, err := r.inv.LinkAccount(context.Background(), audit.CLI, tn.ID, in)
-	testenv.Must(r.t, err)
-	return a
-}
-
-// linkedTenant makes a tenant on p (see tenant) linked to the Stripe
-// customer "cus_" + name.
-func (r *rig) linkedTenant(name string, p plans.Plan) tenants.Tenant {
-	tn := r.tenant(name, p)
-	r.link(tn, billing.LinkInput{CustomerID: "cus_" + name})
-	return tn
-}
-
-// deliver signs payload as Stripe would, now, and applies it.
-func (r *rig) deliver(payload []byte) (billing.EventResult, error) {
-	ev, err := r.prov.ParseEvent(payload, stripetest.Sign(payload, stripetest.WebhookSecret, time.Now()))
-	if err != nil {
-		return billing.EventResult{}, err
-	}
-	return r.inv.ApplyEvent(context.Background(), ev)
-}
-
-// invoiceEvent delivers Stripe's event id of type typ about invoice in,
-// sent now, failing the test if it is not applied.
-func (r *rig) invoiceEvent(id, typ string, in stripetest.Invoice) {
-	r.t.Helper()
-	if _, err := r.deliver(stripetest.InvoiceEvent(id, typ, in, r.clock.Now())); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// invoicesByCustomer returns the invoices at Stripe by their customer.
-func (r *rig) invoicesByCustomer() map[string]stripetest.Invoice {
-	byCustomer := map[string]stripetest.Invoice{}
-	for _, in := range r.stripe.Invoices() {
-		byCustomer[in.Customer] = in
-	}
-	return byCustomer
-}
-
-func (r *rig) count(query string, args ...any) int {
-	var n int
-	testenv.Must(r.t, r.db.QueryRow(context.Background(), query, args...).Scan(&n))
-	return n
-}
-
-// creates returns the requests that reached Stripe and created something
-// at path (not answered from an earlier idempotency key).
-func creates(s *stripetest.Server, path string) []stripetest.Request {
-	var out []stripetest.Request
-	for _, q := range s.Requests() {
-		if q.Method == "POST" && q.Path == path && !q.Replayed && q.Status == 200 {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
-var october = usage.MonthOf(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
-
-// closeOctober closes October on the morning of November 2nd and returns
-// what the close did.
-func (r *rig) closeOctober() billing.CloseResult {
-	r.t.Helper()
-	r.clock.Set(meteringtest.Time(r.t, "2026-11-02T08:00:00Z"))
-	res, err := r.ops.CloseMonth(context.Background(), audit.CLI, october, nil)
-	testenv.Must(r.t, err)
-	return res
-}
 
 // TestMonthClosesIntoInvoicesExactlyOnce: a month with three tenants —
 // a flat plan, tiered overage, and prepaid credits bought through
@@ -297,9 +183,7 @@ func TestMonthClosesIntoInvoicesExactlyOnce(t *testing.T) {
 			t.Errorf("%s differs: %v", c.TenantName, c.Differences)
 		}
 	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 0 {
-		t.Errorf("differences metric %d, %v", n, err)
-	}
+	r.wantDifferences(0, "everything reconciled")
 }
 
 // TestPushRecoversWithoutDuplicates: Stripe down leaves the invoice
@@ -324,12 +208,7 @@ func TestPushRecoversWithoutDuplicates(t *testing.T) {
 	if st.Invoice == nil || st.Invoice.PushState != "pending" {
 		t.Errorf("statement's invoice %+v, want push pending", st.Invoice)
 	}
-	rec, err := r.inv.Reconcile(ctx, october)
-	testenv.Must(t, err)
-	if len(rec) != 1 || len(rec[0].Differences) != 1 || !strings.Contains(rec[0].Differences[0], "push pending") ||
-		!strings.Contains(rec[0].Differences[0], "503") {
-		t.Errorf("reconciliation %+v, want push pending with the 503", rec)
-	}
+	r.wantReconciled("push pending", "503")
 	r.clock.Advance(10 * time.Second)
 	if p, err := r.inv.Push(ctx, false); err != nil || p.Pushed+p.Failed != 0 {
 		t.Errorf("push within the backoff: %+v, %v; want nothing tried", p, err)
@@ -543,9 +422,7 @@ func TestDunningPerPlan(t *testing.T) {
 	}
 	acme, globex, initech := r.linkedTenant("acme", quick), r.linkedTenant("globex", lenient), r.linkedTenant("initech", standard)
 	r.closeOctober()
-	for i, in := range r.stripe.Invoices() {
-		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
-	}
+	r.failPayments()
 	if n := r.count(`SELECT count(*) FROM invoices WHERE payment_status = 'failed'`); n != 3 {
 		t.Fatalf("%d failed invoices, want 3", n)
 	}
@@ -585,20 +462,10 @@ func TestDunningPerPlan(t *testing.T) {
 func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 	r := newRig(t, billing.ModeFinalize)
 	ctx := context.Background()
-	plan := fixture.Plan(t, r.db, plans.Plan{Name: "standard", BaseFeeMinor: 1000})
-	held, owing := r.linkedTenant("held", plan), r.linkedTenant("owing", plan)
-	r.closeOctober()
-	byTenant := map[string]stripetest.Invoice{}
-	for i, in := range r.stripe.Invoices() {
-		byTenant[in.Customer] = in
-		r.invoiceEvent("evt_fail_"+strconv.Itoa(i), "invoice.payment_failed", in)
-	}
+	held, owing, byTenant := r.twoFailing("held", "owing")
 	_, err := tenants.NewOps(r.db, nil).Suspend(ctx, audit.CLI, held.ID)
 	testenv.Must(t, err)
-	r.clock.Advance(73 * time.Hour)
-	if n, err := r.inv.Dunning(ctx); err != nil || n != 1 {
-		t.Fatalf("dunning suspended %d (%v), want 1 (owing; held was suspended already)", n, err)
-	}
+	r.dunAfterGrace(1, "owing; held was suspended already")
 	for name, ev := range map[string]string{"held": "invoice.paid", "owing": "invoice.voided"} {
 		in, ok := byTenant["cus_"+name]
 		if !ok {
@@ -606,31 +473,8 @@ func TestDunningLeavesAnOperatorsSuspension(t *testing.T) {
 		}
 		r.invoiceEvent("evt_"+name, ev, in)
 	}
-	if got := r.tenantStatus(held); got != tenants.StatusSuspended {
-		t.Errorf("the operator's suspension of held: %s after its invoice was paid, want suspended", got)
-	}
-	if got := r.tenantStatus(owing); got != tenants.StatusActive {
-		t.Errorf("owing, suspended by dunning: %s after its invoice was voided, want active", got)
-	}
-}
-
-// tenantStatus returns tn's status now (active or suspended).
-func (r *rig) tenantStatus(tn tenants.Tenant) string {
-	r.t.Helper()
-	got, err := tenants.NewStore(r.db).Get(context.Background(), tn.ID)
-	testenv.Must(r.t, err)
-	return got.Status
-}
-
-// invoiceOf returns the record of tn's only invoice.
-func (r *rig) invoiceOf(tn tenants.Tenant) billing.InvoiceRecord {
-	r.t.Helper()
-	recs, err := r.inv.Invoices(context.Background(), tn.ID, nil)
-	testenv.Must(r.t, err)
-	if len(recs) != 1 {
-		r.t.Fatalf("%s has %d invoices, want 1", tn.Name, len(recs))
-	}
-	return recs[0]
+	r.wantStatus(held, tenants.StatusSuspended, "(suspended by an operator) after its invoice was paid")
+	r.wantStatus(owing, tenants.StatusActive, "(suspended by dunning) after its invoice was voided")
 }
 
 // TestAmountsInStripesUnits: Stripe counts ISK in hundredths of a króna
@@ -716,9 +560,7 @@ func TestAmountsInStripesUnits(t *testing.T) {
 			t.Errorf("%s (%s) reconciles with %v, want %d differences", c.TenantName, c.Currency, c.Differences, want)
 		}
 	}
-	if n, err := r.inv.Differences(ctx); err != nil || n != 1 {
-		t.Errorf("differences metric %d, %v; want 1 (the BHD push)", n, err)
-	}
+	r.wantDifferences(1, "the BHD push")
 }
 
 // TestRelinkWaitsForPendingInvoices: a tenant cannot move to another
@@ -794,10 +636,7 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 	_, err := r.ops.CloseMonth(ctx, audit.CLI, usage.MonthOf(meteringtest.Time(t, "2026-09-01T00:00:00Z")), nil)
 	testenv.Must(t, err)
 	fail("2026-09")
-	r.clock.Advance(73 * time.Hour)
-	if n, err := r.inv.Dunning(ctx); err != nil || n != 2 {
-		t.Fatalf("dunning for September: %d, %v; want both suspended", n, err)
-	}
+	r.dunAfterGrace(2, "both, for September")
 
 	r.closeOctober()
 	fail("2026-10")
@@ -822,14 +661,10 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 	for _, tn := range []tenants.Tenant{acme, globex} {
 		in := invoices["cus_"+tn.Name+" 2026-09"]
 		r.invoiceEvent("evt_paid_"+in.ID, "invoice.paid", in)
-		if got := r.tenantStatus(tn); got != tenants.StatusSuspended {
-			t.Errorf("%s after paying September, October overdue: %s, want suspended", tn.Name, got)
-		}
+		r.wantStatus(tn, tenants.StatusSuspended, "after paying September, October overdue")
 		in = invoices["cus_"+tn.Name+" 2026-10"]
 		r.invoiceEvent("evt_paid_"+in.ID, "invoice.paid", in)
-		if got := r.tenantStatus(tn); got != tenants.StatusActive {
-			t.Errorf("%s after paying October too: %s, want active", tn.Name, got)
-		}
+		r.wantStatus(tn, tenants.StatusActive, "after paying October too")
 	}
 	if n := r.count(`SELECT count(*) FROM audit_log WHERE action = 'tenant.resume'`); n != 2 {
 		t.Errorf("%d resumes audited, want 2", n)
@@ -843,8 +678,7 @@ func TestDunningCountsEveryOverdueInvoice(t *testing.T) {
 func TestSendModeEmailsOnce(t *testing.T) {
 	r := newRig(t, billing.ModeSend)
 	ctx := context.Background()
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	sends := func() int {
 		n := 0
 		for _, q := range r.stripe.Requests() {
@@ -892,8 +726,7 @@ func TestSendModeEmailsOnce(t *testing.T) {
 func TestLookupReadsEveryPage(t *testing.T) {
 	r := newRig(t, billing.ModeDraft)
 	ctx := context.Background()
-	pro := fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 2000})
-	acme := r.linkedTenant("acme", pro)
+	acme := r.acme()
 	r.stripe.DropAnswer(func(q stripetest.Request) bool { return q.Method == "POST" && q.Path == "/v1/invoices" })
 	if res := r.closeOctober(); res.Invoices.Failed != 1 {
 		t.Fatalf("close with the invoice's answer lost: %+v", res.Invoices)

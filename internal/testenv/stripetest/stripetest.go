@@ -19,9 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,35 +41,8 @@ const (
 // mockVersion is stripe-mock's version (go.mod's tool dependency).
 const mockVersion = "v0.203.0"
 
-var build struct {
-	sync.Mutex
-	path string
-}
-
-// binary builds stripe-mock (once per test binary; go's build cache
-// makes later builds quick) and returns its path.
-func binary(t testing.TB) string {
-	t.Helper()
-	build.Lock()
-	defer build.Unlock()
-	if build.path != "" {
-		return build.path
-	}
-	dir := filepath.Join(os.TempDir(), "tollgate-stripe-mock-"+mockVersion)
-	testenv.Must(t, os.MkdirAll(dir, 0o755))
-	tmp, err := os.CreateTemp(dir, "build-*")
-	testenv.Must(t, err)
-	tmp.Close()
-	out, err := exec.Command("go", "build", "-o", tmp.Name(), "github.com/stripe/stripe-mock").CombinedOutput()
-	if err != nil {
-		os.Remove(tmp.Name())
-		t.Fatalf("go build stripe-mock: %v\n%s", err, out)
-	}
-	path := filepath.Join(dir, "stripe-mock")
-	testenv.Must(t, os.Rename(tmp.Name(), path))
-	build.path = path
-	return path
-}
+// mock builds stripe-mock once per test binary.
+var mock testenv.ToolBuild
 
 // Request is one request the proxy received.
 type Request struct {
@@ -125,7 +96,8 @@ func Start(t testing.TB) *Server {
 	// stripe-mock also serves HTTPS, on :12112 unless told otherwise: a
 	// port of the system's choosing on loopback keeps two mocks (two
 	// packages' tests at once) from failing on it.
-	cmd := exec.Command(binary(t), "-http-addr", addr, "-https-addr", "127.0.0.1:0")
+	bin := mock.Binary(t, "github.com/stripe/stripe-mock", "stripe-mock", mockVersion)
+	cmd := exec.Command(bin, "-http-addr", addr, "-https-addr", "127.0.0.1:0")
 	p := testenv.StartProcess(t, "stripe-mock", cmd, syscall.SIGTERM, 5*time.Second, nil)
 	testenv.Eventually(t, time.Now(), 30*time.Second, "stripe-mock listening", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)

@@ -92,15 +92,7 @@ func keysList(fs *flag.FlagSet) action {
 
 // tenantNames maps every tenant's ID to its name, for tables.
 func tenantNames(ctx context.Context, e *invocation) (map[string]string, error) {
-	all, err := tenants.NewStore(e.db).List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make(map[string]string, len(all))
-	for _, t := range all {
-		names[t.ID] = t.Name
-	}
-	return names, nil
+	return namesByID(ctx, tenants.NewStore(e.db).List, func(t tenants.Tenant) (string, string) { return t.ID, t.Name })
 }
 
 // keyStatus is "revoked", "expired" or "active" at now.

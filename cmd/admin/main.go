@@ -479,6 +479,21 @@ func (f ref[T]) run(act func(ctx context.Context, e *invocation, v T) error) act
 	}
 }
 
+// namesByID maps the ID of every record list returns to its name, as
+// idName reads them, for tables that show names where records hold IDs.
+func namesByID[T any, ID comparable](ctx context.Context, list func(context.Context) ([]T, error), idName func(T) (ID, string)) (map[ID]string, error) {
+	all, err := list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[ID]string, len(all))
+	for _, v := range all {
+		id, name := idName(v)
+		names[id] = name
+	}
+	return names, nil
+}
+
 // timeCell formats an optional time for printTable: UTC, to the second,
 // "-" when nil.
 func timeCell(t *time.Time) string {

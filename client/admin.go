@@ -240,12 +240,7 @@ type CreditGrantInput struct {
 // Without a key, every call grants.
 func (a *AdminClient) GrantCredits(ctx context.Context, tenantID string, in CreditGrantInput) (*CreditGrant, error) {
 	path := "/tenants/" + url.PathEscape(tenantID) + "/credits/grants"
-	g, replayed, err := callOnce[CreditGrant](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("grant credits to tenant %s", tenantID))
-	if err != nil {
-		return nil, err
-	}
-	g.Replayed = replayed
-	return g, nil
+	return callOnce[CreditGrant](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("grant credits to tenant %s", tenantID))
 }
 
 // CreditAdjustInput is a correction of a tenant's balance (AdjustCredits).
@@ -266,12 +261,7 @@ type CreditAdjustInput struct {
 // adjustment's, with the balance it left then.
 func (a *AdminClient) AdjustCredits(ctx context.Context, tenantID string, in CreditAdjustInput) (*CreditAdjustment, error) {
 	path := "/tenants/" + url.PathEscape(tenantID) + "/credits/adjustments"
-	adj, replayed, err := callOnce[CreditAdjustment](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("adjust credits of tenant %s", tenantID))
-	if err != nil {
-		return nil, err
-	}
-	adj.Replayed = replayed
-	return adj, nil
+	return callOnce[CreditAdjustment](ctx, a, path, in.IdempotencyKey, in, fmt.Sprintf("adjust credits of tenant %s", tenantID))
 }
 
 // maxAdminBody bounds an answer read; statements of busy tenants are the
@@ -300,10 +290,17 @@ func call[T any](ctx context.Context, a *AdminClient, method, path string, query
 	return &out, nil
 }
 
+// replayable is the answer of a call that may be replayed: it records
+// whether it was.
+type replayable[T any] interface {
+	*T
+	setReplayed(bool)
+}
+
 // callOnce posts in to path as call does, with key as its Idempotency-Key
-// when not empty, and reports whether the server replayed the answer to
-// an earlier call with the key (Idempotent-Replayed: true).
-func callOnce[T any](ctx context.Context, a *AdminClient, path, key string, in any, what string) (*T, bool, error) {
+// when not empty, and marks the answer replayed when the server replayed
+// the answer to an earlier call with the key (Idempotent-Replayed: true).
+func callOnce[T any, P replayable[T]](ctx context.Context, a *AdminClient, path, key string, in any, what string) (*T, error) {
 	var header http.Header
 	if key != "" {
 		header = http.Header{"Idempotency-Key": {key}}
@@ -311,9 +308,10 @@ func callOnce[T any](ctx context.Context, a *AdminClient, path, key string, in a
 	var out T
 	answer, err := a.do(ctx, http.MethodPost, path, nil, header, in, &out)
 	if err != nil {
-		return nil, false, fmt.Errorf("tollgate: %s: %w", what, err)
+		return nil, fmt.Errorf("tollgate: %s: %w", what, err)
 	}
-	return &out, answer.Get("Idempotent-Replayed") == "true", nil
+	P(&out).setReplayed(answer.Get("Idempotent-Replayed") == "true")
+	return &out, nil
 }
 
 // The types below mirror the schemas of the same names in openapi.yaml.
@@ -494,6 +492,8 @@ type CreditGrant struct {
 	Replayed bool `json:"-"`
 }
 
+func (g *CreditGrant) setReplayed(replayed bool) { g.Replayed = replayed }
+
 // CreditAdjustment is a correction of a tenant's balance and the ledger
 // balance after it.
 type CreditAdjustment struct {
@@ -506,3 +506,5 @@ type CreditAdjustment struct {
 	// Balance is the balance the adjustment left then.
 	Replayed bool `json:"-"`
 }
+
+func (adj *CreditAdjustment) setReplayed(replayed bool) { adj.Replayed = replayed }

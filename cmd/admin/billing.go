@@ -207,11 +207,7 @@ func invoicesIssue(fs *flag.FlagSet) action {
 // names with the invoicing its settings make, and prints what it returns
 // as JSON; its error starts with the command's name.
 func monthsInvoices[T any](e *invocation, month monthRef, do func(inv *billing.Invoicing, m usage.Month) (T, error)) error {
-	m, err := month.parse(e)
-	if err != nil {
-		return err
-	}
-	inv, _, err := e.invoicing(nil)
+	m, inv, err := monthInvoicing(e, month)
 	if err != nil {
 		return err
 	}
@@ -220,6 +216,21 @@ func monthsInvoices[T any](e *invocation, month monthRef, do func(inv *billing.I
 		return fmt.Errorf("%s: %w", e.name, err)
 	}
 	return printJSON(e.stdout, res)
+}
+
+// monthInvoicing parses the month the flag names and makes the invoicing
+// its settings make, for a command on one month's invoices; a bad month
+// fails first.
+func monthInvoicing(e *invocation, month monthRef) (usage.Month, *billing.Invoicing, error) {
+	m, err := month.parse(e)
+	if err != nil {
+		return usage.Month{}, nil, err
+	}
+	inv, _, err := e.invoicing(nil)
+	if err != nil {
+		return usage.Month{}, nil, err
+	}
+	return m, inv, nil
 }
 
 const invoicesRetargetHelp = `
@@ -342,11 +353,7 @@ func reconcile(fs *flag.FlagSet) action {
 	month := monthFlag(fs, "calendar month (UTC) to reconcile, e.g. 2026-10 (required)")
 	asJSON := fs.Bool("json", false, "print the reconciliation as JSON")
 	return func(ctx context.Context, e *invocation) error {
-		m, err := month.parse(e)
-		if err != nil {
-			return err
-		}
-		inv, _, err := e.invoicing(nil)
+		m, inv, err := monthInvoicing(e, month)
 		if err != nil {
 			return err
 		}

@@ -52,21 +52,16 @@ func keysIssue(fs *flag.FlagSet) action {
 }
 
 func keysRevoke(fs *flag.FlagSet) action {
-	var already bool // revoked before this command: it changes nothing
-	return revokeAction(fs, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, error) {
+	return revokeAction(fs, "key ID", "key's", func(ctx context.Context, e *invocation, id string) (tenants.Key, bool, error) {
 		k, err := tenants.NewStore(e.db).KeyByID(ctx, id)
 		if err != nil {
-			return tenants.Key{}, err
+			return tenants.Key{}, false, err
 		}
-		already = k.RevokedAt != nil
-		return tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
-	}, func(k tenants.Key) string {
-		if already {
-			return fmt.Sprintf("key %s (%s…) was already revoked at %s", k.ID, k.Prefix, timeCell(k.RevokedAt))
-		}
-		return fmt.Sprintf("key %s (%s…) revoked at %s; checks with it are denied within a second",
-			k.ID, k.Prefix, timeCell(k.RevokedAt))
-	})
+		after, err := tenants.NewOps(e.db, nil).RevokeKey(ctx, audit.CLI, k.TenantID, k.ID)
+		return after, k.RevokedAt != nil, err
+	}, func(k tenants.Key) (string, *time.Time) {
+		return fmt.Sprintf("key %s (%s…)", k.ID, k.Prefix), k.RevokedAt
+	}, "checks with it are denied within a second")
 }
 
 func keysList(fs *flag.FlagSet) action {
@@ -97,15 +92,7 @@ func keysList(fs *flag.FlagSet) action {
 
 // tenantNames maps every tenant's ID to its name, for tables.
 func tenantNames(ctx context.Context, e *invocation) (map[string]string, error) {
-	all, err := tenants.NewStore(e.db).List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make(map[string]string, len(all))
-	for _, t := range all {
-		names[t.ID] = t.Name
-	}
-	return names, nil
+	return namesByID(ctx, tenants.NewStore(e.db).List, func(t tenants.Tenant) (string, string) { return t.ID, t.Name })
 }
 
 // keyStatus is "revoked", "expired" or "active" at now.

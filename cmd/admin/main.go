@@ -395,14 +395,29 @@ func listAction[T any](fs *flag.FlagSet, records string, header []string,
 }
 
 // revokeAction is the action of a command that revokes what --id names
-// (idUsage describes that ID for --help) through revoke. It prints the
-// revoked record as JSON with --json (whose, such as "key's", names the
-// record in that flag's help), else the sentence said returns.
+// (idUsage describes that ID for --help) through revoke, which also says
+// whether it was revoked before (then the command changes nothing). It
+// prints the revoked record as JSON with --json (whose, such as "key's",
+// names the record in that flag's help), else a sentence with the name
+// and revocation time describe gives and, when it was not revoked before,
+// what revoking does (effect).
 func revokeAction[T any](fs *flag.FlagSet, idUsage, whose string,
-	revoke func(ctx context.Context, e *invocation, id string) (T, error), said func(T) string) action {
+	revoke func(ctx context.Context, e *invocation, id string) (after T, already bool, err error),
+	describe func(T) (name string, revokedAt *time.Time), effect string) action {
 	id := ref[string]{"id", fs.String("id", "", idUsage+" (required)"),
 		func(_ context.Context, _ *invocation, s string) (string, error) { return s, nil }}
-	return changeAction(fs, id, "revoked "+whose, revoke, said)
+	var already bool
+	return changeAction(fs, id, "revoked "+whose, func(ctx context.Context, e *invocation, id string) (T, error) {
+		after, was, err := revoke(ctx, e, id)
+		already = was
+		return after, err
+	}, func(after T) string {
+		name, revokedAt := describe(after)
+		if already {
+			return fmt.Sprintf("%s was already revoked at %s", name, timeCell(revokedAt))
+		}
+		return fmt.Sprintf("%s revoked at %s; %s", name, timeCell(revokedAt), effect)
+	})
 }
 
 // changeAction is the action of a command that changes the record target
@@ -462,6 +477,21 @@ func (f ref[T]) run(act func(ctx context.Context, e *invocation, v T) error) act
 		}
 		return act(ctx, e, v)
 	}
+}
+
+// namesByID maps the ID of every record list returns to its name, as
+// idName reads them, for tables that show names where records hold IDs.
+func namesByID[T any, ID comparable](ctx context.Context, list func(context.Context) ([]T, error), idName func(T) (ID, string)) (map[ID]string, error) {
+	all, err := list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[ID]string, len(all))
+	for _, v := range all {
+		id, name := idName(v)
+		names[id] = name
+	}
+	return names, nil
 }
 
 // timeCell formats an optional time for printTable: UTC, to the second,

@@ -244,15 +244,7 @@ func planFlag(fs *flag.FlagSet, def string) ref[plans.Plan] {
 
 // planNamesByID maps every plan's ID to its name.
 func planNamesByID(ctx context.Context, e *invocation) (map[int64]string, error) {
-	list, err := plans.NewStore(e.db).List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make(map[int64]string, len(list))
-	for _, p := range list {
-		names[p.ID] = p.Name
-	}
-	return names, nil
+	return namesByID(ctx, plans.NewStore(e.db).List, func(p plans.Plan) (int64, string) { return p.ID, p.Name })
 }
 
 const plansRuleHelp = `Rate rules take a limit per --period; a concurrency rule limits requests in

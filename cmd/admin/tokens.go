@@ -63,20 +63,15 @@ func serviceTokenRow(now time.Time) func(auth.ServiceToken) []string {
 }
 
 func tokensRevoke(fs *flag.FlagSet) action {
-	var already bool // revoked before this command: it changes nothing
 	return revokeAction(fs, "service token ID, as tokens list shows it", "token's",
-		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, error) {
-			if before, err := auth.NewStore(e.db).GetServiceToken(ctx, id); err == nil {
-				already = before.RevokedAt != nil
-			}
-			return auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
-		}, func(st auth.ServiceToken) string {
-			if already {
-				return fmt.Sprintf("service token %s (%s) was already revoked at %s", st.ID, st.Name, timeCell(st.RevokedAt))
-			}
-			return fmt.Sprintf("service token %s (%s) revoked at %s; the check API refuses it within a second",
-				st.ID, st.Name, timeCell(st.RevokedAt))
-		})
+		func(ctx context.Context, e *invocation, id string) (auth.ServiceToken, bool, error) {
+			before, err := auth.NewStore(e.db).GetServiceToken(ctx, id)
+			already := err == nil && before.RevokedAt != nil
+			after, err := auth.NewOps(e.db, nil).RevokeServiceToken(ctx, audit.CLI, id)
+			return after, already, err
+		}, func(st auth.ServiceToken) (string, *time.Time) {
+			return fmt.Sprintf("service token %s (%s)", st.ID, st.Name), st.RevokedAt
+		}, "the check API refuses it within a second")
 }
 
 func secretsGenerate(fs *flag.FlagSet) action {

@@ -15,14 +15,15 @@ import (
 // any case, as RFC 9110 has it).
 func RequireServiceToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(http.Handler) http.Handler {
 	return serviceToken(tokens, log, func(r *http.Request) (string, bool) {
-		return cutBearer(r.Header.Get("Authorization"))
+		return BearerCredentials(r.Header.Get("Authorization"))
 	}, nil)
 }
 
 // serviceToken is the service-token middleware reading the token with
-// find; refused, when not nil, adds to the 401's headers.
+// find; refused, when not nil, adds to the 401's headers and reports the
+// refusal (sent: whether the request had a token at all).
 func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*http.Request) (string, bool),
-	refused func(http.ResponseWriter)) func(http.Handler) http.Handler {
+	refused func(w http.ResponseWriter, r *http.Request, sent bool)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			token, ok := find(r)
@@ -32,7 +33,7 @@ func serviceToken(tokens *enforce.TokenVerifier, log *slog.Logger, find func(*ht
 			}
 			if !ok || err != nil {
 				if refused != nil {
-					refused(w)
+					refused(w, r, ok)
 				}
 				unauthorized(w, r, log)
 				return

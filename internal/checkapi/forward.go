@@ -8,7 +8,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/enforce"
@@ -71,21 +74,66 @@ type ForwardConfig struct {
 // DefaultKeyHeaders are ForwardConfig.KeyHeaders' default.
 var DefaultKeyHeaders = []string{"Authorization", "X-API-Key"}
 
+// ReasonGatewayUnauthorized is the X-Tollgate-Reason of a forward-auth
+// request refused for the gateway's own service token.
+const ReasonGatewayUnauthorized = "gateway_unauthorized"
+
 // RequireGatewayToken lets a forward-auth request through only with a
 // valid, unexpired and unrevoked service token in HeaderServiceToken
 // (bare, or as "Bearer …"). A gateway that fails gets a 401 with
-// X-Tollgate-Reason: gateway_unauthorized, so that its operator can tell
-// it from a caller's missing key.
-func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger) func(http.Handler) http.Handler {
+// X-Tollgate-Reason: gateway_unauthorized, so that its operator (and the
+// shipped gateway recipes, which then apply the route's failure mode
+// instead of passing the 401 on) can tell it from a caller's missing key.
+// Every refusal is counted in refused when it is not nil, and logged at
+// warn level at most once a minute (without the token).
+func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger, refused prometheus.Counter) func(http.Handler) http.Handler {
+	warn := &refusalWarning{log: log, every: time.Minute}
 	return serviceToken(tokens, log, func(r *http.Request) (string, bool) {
 		v := strings.TrimSpace(r.Header.Get(HeaderServiceToken))
-		if t, ok := cutBearer(v); ok {
+		if t, ok := BearerCredentials(v); ok {
 			v = t
 		}
 		return v, v != ""
-	}, func(w http.ResponseWriter) {
-		w.Header().Set(HeaderReason, "gateway_unauthorized")
+	}, func(w http.ResponseWriter, r *http.Request, sent bool) {
+		w.Header().Set(HeaderReason, ReasonGatewayUnauthorized)
+		if refused != nil {
+			refused.Inc()
+		}
+		warn.refused(r, sent, time.Now())
 	})
+}
+
+// NewGatewayRefusedCounter returns the counter of RequireGatewayToken's
+// refusals, tollgate_gateway_token_refused_total.
+func NewGatewayRefusedCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_gateway_token_refused_total",
+		Help: "Forward-auth requests refused because the gateway's own service token was missing, not valid, expired or revoked (answered 401 with X-Tollgate-Reason gateway_unauthorized).",
+	})
+}
+
+// refusalWarning logs refused gateway tokens at warn level, at most once
+// every every: a gateway whose token has expired is refused on every
+// request, and one line a minute saying so (with how many) is enough.
+// It is safe for concurrent use.
+type refusalWarning struct {
+	log   *slog.Logger
+	every time.Duration
+	// last is when the last line was logged (Unix ns, 0 before the first);
+	// unlogged counts the refusals since.
+	last     atomic.Int64
+	unlogged atomic.Int64
+}
+
+func (rw *refusalWarning) refused(r *http.Request, sent bool, now time.Time) {
+	rw.unlogged.Add(1)
+	last := rw.last.Load()
+	if rw.log == nil || (last != 0 && now.UnixNano()-last < int64(rw.every)) || !rw.last.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	rw.log.WarnContext(r.Context(), "forward-auth: the gateway's service token was refused (missing, not valid, expired or revoked); "+
+		"the gateway's requests are refused until it sends a valid one (admin tokens issue)",
+		"refused", rw.unlogged.Swap(0), "token_sent", sent, "peer", r.RemoteAddr, "header", HeaderServiceToken)
 }
 
 // HandleForwardAuth serves ForwardAuthPath for gateways that ask an HTTP
@@ -325,7 +373,7 @@ func (cfg ForwardConfig) key(h http.Header, rawQuery string) string {
 			continue
 		}
 		if strings.EqualFold(name, "Authorization") {
-			if k, ok := cutBearer(v); ok && k != "" {
+			if k, ok := BearerCredentials(v); ok && k != "" {
 				return k
 			}
 			continue // another scheme: not an API key
@@ -342,9 +390,11 @@ func (cfg ForwardConfig) key(h http.Header, rawQuery string) string {
 	return ""
 }
 
-// cutBearer returns the credentials of a "Bearer …" value (the scheme is
-// case-insensitive).
-func cutBearer(v string) (string, bool) {
+// BearerCredentials returns the credentials of an Authorization value of
+// the Bearer scheme ("Bearer <credentials>", the scheme in any case, as
+// RFC 9110 has it), and false for any other scheme ("Basic …"), whose
+// credentials are neither a service token nor an API key.
+func BearerCredentials(v string) (string, bool) {
 	if len(v) < 7 || !strings.EqualFold(v[:7], "Bearer ") {
 		return "", false
 	}

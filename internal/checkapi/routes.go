@@ -56,7 +56,11 @@ func NewHandler(d Deps) http.Handler {
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/release", HandleRelease(d.Checker, regions, d.Log).ServeHTTP)
 	// Forward-auth answers every method, on its path and below it (Envoy
 	// appends the original path).
-	forward := RequireGatewayToken(tokens, d.Log)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
+	refused := NewGatewayRefusedCounter()
+	if d.Registry != nil {
+		d.Registry.MustRegister(refused)
+	}
+	forward := RequireGatewayToken(tokens, d.Log, refused)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
 	r.Handle(ForwardAuthPath, forward)
 	r.Handle(ForwardAuthPath+"/*", forward)
 	// The caller's own key, no service token: its limits and what is left.

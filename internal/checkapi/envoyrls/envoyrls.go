@@ -43,8 +43,10 @@ import (
 // Envoy's rate-limit actions: remote_address, generic_key, header_match,
 // or the descriptor_key of a request_headers action.
 type Config struct {
-	// KeyEntry's value is the caller's API key (a "Bearer " prefix, as an
-	// Authorization header carries it, is dropped). Default "api_key".
+	// KeyEntry's value is the caller's API key, or an Authorization
+	// header's value read as forward-auth reads it: "Bearer <key>" (the
+	// scheme in any case) is the key, another scheme is no key (the
+	// caller is anonymous). Default "api_key".
 	KeyEntry string
 	// IPEntry's value is the client's address; callers without a key are
 	// anonymous and limited per address. Default "remote_address".
@@ -101,7 +103,7 @@ func requireToken(tokens *enforce.TokenVerifier) grpc.UnaryServerInterceptor {
 		md, _ := metadata.FromIncomingContext(ctx)
 		token := first(md.Get(MetadataServiceToken))
 		if token == "" {
-			token, _ = strings.CutPrefix(first(md.Get("authorization")), "Bearer ")
+			token, _ = checkapi.BearerCredentials(strings.TrimSpace(first(md.Get("authorization"))))
 		}
 		if token == "" {
 			return nil, status.Error(codes.Unauthenticated, "a service token is required in "+MetadataServiceToken)
@@ -309,12 +311,7 @@ func (s *Service) request(desc *ratelimitv3.RateLimitDescriptor, cost int64) (en
 	if n := desc.GetHitsAddend(); n != nil {
 		r.Cost = int64(min(n.GetValue(), 1_000_000_000))
 	}
-	if k := strings.TrimSpace(entries[s.cfg.KeyEntry]); k != "" {
-		if bearer, ok := strings.CutPrefix(k, "Bearer "); ok {
-			k = strings.TrimSpace(bearer)
-		}
-		r.Key = k
-	}
+	r.Key = entryKey(entries[s.cfg.KeyEntry])
 	if v := entries[s.cfg.IPEntry]; v != "" {
 		// remote_address is one address; a request_headers action on
 		// x-forwarded-for gives the list.
@@ -337,6 +334,20 @@ func (s *Service) request(desc *ratelimitv3.RateLimitDescriptor, cost int64) (en
 		r.Resource = checkapi.Resource(m, p)
 	}
 	return r, true
+}
+
+// entryKey returns the API key a key entry's value carries: the value
+// itself, or, for an Authorization header's value ("<scheme>
+// <credentials>": an API key holds no space), what forward-auth takes from
+// it, the credentials of the Bearer scheme in any case; another scheme
+// ("Basic …") carries no key, and the caller is anonymous.
+func entryKey(v string) string {
+	v = strings.TrimSpace(v)
+	if !strings.ContainsAny(v, " \t") && !strings.EqualFold(v, "Bearer") {
+		return v
+	}
+	k, _ := checkapi.BearerCredentials(v)
+	return k
 }
 
 // truncate cuts s to at most n bytes on a character boundary and drops

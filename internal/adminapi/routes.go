@@ -146,7 +146,16 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		console.Headers(http.HandlerFunc(console.NotFound)).ServeHTTP(w, r)
 	})
-	r.MethodNotAllowed(httpx.MethodNotAllowed(r))
+	apiMethodNotAllowed, consoleMethodNotAllowed := httpx.MethodNotAllowed(r), console.Headers(console.MethodNotAllowed(r))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// The console's paths answer with its pages; the API's and the
+		// probes' (documented in openapi.yaml) with problem+json.
+		if p := req.URL.Path; strings.HasPrefix(p, "/api/") || p == "/healthz" || p == "/readyz" || p == "/metrics" {
+			apiMethodNotAllowed(w, req)
+			return
+		}
+		consoleMethodNotAllowed.ServeHTTP(w, req)
+	})
 	r.Get("/healthz", httpx.Healthz)
 	r.Get("/readyz", handleReady(db, postgres.NewSchemaCheck(db, readySchemaEvery)))
 	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))

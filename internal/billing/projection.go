@@ -14,10 +14,14 @@ type Projection struct {
 	UsedUnits     int64
 	IncludedUnits int64
 	// ProjectedUnits is UsedUnits scaled from the elapsed part of the
-	// month to the whole month (half-up).
+	// month to the whole month (half-up); UsedUnits once it has ended.
 	ProjectedUnits int64
-	// ProjectedOverageUnits beyond the included ones, and what they would
-	// cost on the current plan (minor units of Currency).
+	// ProjectedOverageUnits are the overage units the statement would
+	// bill at the month's end at this pace, and ProjectedOverageMinor
+	// what they cost (minor units of Currency), priced as the statement
+	// prices them: per span on that span's plan, less the units drawn
+	// from prepaid credits, plus those admitted past the balance. For a
+	// month that has ended they are the statement's own figures.
 	ProjectedOverageUnits int64
 	ProjectedOverageMinor int64
 	Currency              string
@@ -25,32 +29,54 @@ type Projection struct {
 	Elapsed float64
 }
 
-// Project returns the projection of st (a statement of the month now is
-// in) at now, pricing overage on p, the tenant's current plan. A month
-// that has ended projects what it used.
-func Project(st Statement, p plans.Plan, now time.Time) Projection {
+// Project returns the projection of st, a statement built by
+// BuildStatement or read from the Store, at now. plansByID holds the
+// plans of st's spans (it is only read for a month that has not ended).
+// A month that has ended projects what its statement bills; for the
+// month now is in, each span's units (used, drawn from credits, and
+// admitted past the balance) grow at the month's pace so far over the
+// part of the span still to come, and are priced by BuildStatement's
+// rules. A span whose plan is missing from plansByID, or whose overage
+// cannot be priced, adds no money.
+func Project(st Statement, plansByID map[int64]plans.Plan, now time.Time) Projection {
 	out := Projection{Currency: st.Currency}
-	if out.Currency == "" {
-		out.Currency = p.Currency
-	}
+	var credit, creditOverage int64
 	for _, span := range st.Plans {
 		out.UsedUnits += span.UsedUnits
 		out.IncludedUnits += span.IncludedUnits
+		credit += span.CreditUnits
+		creditOverage += span.CreditOverageUnits
 	}
 	start, end := st.PeriodStart, st.PeriodEnd
 	monthUS, elapsedUS := end.Sub(start).Microseconds(), now.Sub(start).Microseconds()
-	switch {
-	case elapsedUS <= 0:
-		out.ProjectedUnits = out.UsedUnits
-	case elapsedUS >= monthUS:
+	if elapsedUS >= monthUS {
 		out.ProjectedUnits, out.Elapsed = out.UsedUnits, 1
-	default:
-		out.ProjectedUnits = prorate(out.UsedUnits, monthUS, elapsedUS)
+		for _, span := range st.Plans {
+			out.ProjectedOverageUnits += span.OverageUnits
+		}
+		out.ProjectedOverageMinor = st.OverageMinor
+		return out
+	}
+	out.ProjectedUnits = out.UsedUnits
+	if elapsedUS > 0 {
 		out.Elapsed = float64(elapsedUS) / float64(monthUS)
 	}
-	out.ProjectedOverageUnits = max(0, out.ProjectedUnits-out.IncludedUnits)
-	if _, amount, err := priceOverage(p, out.ProjectedOverageUnits); err == nil {
-		out.ProjectedOverageMinor = amount
+	for _, span := range st.Plans {
+		// The rest of the month, at the pace of its elapsed part, falls
+		// in each span by the part of it still to come.
+		if aheadUS := span.To.Sub(maxTime(span.From, now)).Microseconds(); elapsedUS > 0 && aheadUS > 0 {
+			extra := prorate(out.UsedUnits, aheadUS, elapsedUS)
+			span.UsedUnits += extra
+			span.CreditUnits += prorate(credit, aheadUS, elapsedUS)
+			span.CreditOverageUnits += prorate(creditOverage, aheadUS, elapsedUS)
+			out.ProjectedUnits += extra
+		}
+		p, ok := plansByID[span.PlanID]
+		if !ok || chargeOverage(&span, p) != nil {
+			continue
+		}
+		out.ProjectedOverageUnits += span.OverageUnits
+		out.ProjectedOverageMinor += span.OverageMinor
 	}
 	return out
 }

@@ -179,8 +179,7 @@ func BuildStatement(in StatementInput) (Statement, error) {
 		c.PlanBaseFeeMinor, c.PlanIncludedUnits = p.BaseFeeMinor, p.IncludedUnits
 		c.BaseFeeMinor = prorate(p.BaseFeeMinor, c.SpanUS, monthUS)
 		c.IncludedUnits = prorate(p.IncludedUnits, c.SpanUS, monthUS)
-		c.OverageUnits = max(0, c.UsedUnits-c.CreditUnits-c.IncludedUnits) + max(0, c.CreditOverageUnits)
-		if c.Overage, c.OverageMinor, err = priceOverage(p, c.OverageUnits); err != nil {
+		if err := chargeOverage(c, p); err != nil {
 			return Statement{}, err
 		}
 		if c.TotalMinor, err = addChecked(c.BaseFeeMinor, c.OverageMinor); err != nil {
@@ -198,6 +197,17 @@ func BuildStatement(in StatementInput) (Statement, error) {
 		return Statement{}, err
 	}
 	return st, nil
+}
+
+// chargeOverage sets span c's overage units from its units used, drawn
+// from credits, admitted past the balance and included, and prices them
+// on p, the span's plan (see RulesText): the one place a span's overage
+// is computed, for statements and for projections alike.
+func chargeOverage(c *PlanCharges, p plans.Plan) error {
+	c.OverageUnits = max(0, c.UsedUnits-c.CreditUnits-c.IncludedUnits) + max(0, c.CreditOverageUnits)
+	var err error
+	c.Overage, c.OverageMinor, err = priceOverage(p, c.OverageUnits)
+	return err
 }
 
 // planSpans cuts the month into spans on one plan each, in time order.

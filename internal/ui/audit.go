@@ -74,7 +74,7 @@ func (c *Console) AuditList() http.Handler {
 		for _, e := range pg.Items {
 			p.Rows = append(p.Rows, auditRow{Entry: e, TenantName: names[e.TenantID], Before: compactJSON(e.Before), After: compactJSON(e.After)})
 		}
-		p.Next = nextPage(r, pg.NextCursor)
+		p.Next = nextPage("/audit", r, pg.NextCursor)
 		c.render(w, r, http.StatusOK, "audit", "audit", p)
 	})
 }

@@ -31,9 +31,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
@@ -284,6 +286,36 @@ func (c *Console) Error(w http.ResponseWriter, r *http.Request, err error) {
 // NotFound answers a path the console does not serve.
 func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
 	c.Error(w, r, tollgate.Errorf(tollgate.ENOTFOUND, "There is no page at %s.", r.URL.Path))
+}
+
+// MethodNotAllowed answers a console request whose method no route of
+// its path takes (routes, the server's, says which do). A form refused
+// is shown again at its POST address; reloaded or opened anew, that
+// address is asked for with GET, which it does not serve: a GET or HEAD
+// is sent on (303, with its query) to the nearest page above the path,
+// the first of its prefixes, cut at a "/", that a GET serves ("/" at
+// last). Any other method is the error page, 405, with the Allow header.
+func (c *Console) MethodNotAllowed(routes chi.Routes) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			for p := r.URL.Path; p != "/"; {
+				p = path.Dir(p)
+				if routes.Match(chi.NewRouteContext(), http.MethodGet, p) {
+					u := url.URL{Path: p, RawQuery: r.URL.RawQuery}
+					http.Redirect(w, r, u.String(), http.StatusSeeOther)
+					return
+				}
+			}
+		}
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if routes.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allowed = append(allowed, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		c.Error(w, r, tollgate.Errorf(tollgate.EMETHOD, "%s is not allowed at %s.", r.Method, r.URL.Path))
+	}
 }
 
 // actor is who makes the request's changes: the signed-in user, whom the

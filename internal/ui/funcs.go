@@ -34,14 +34,16 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return *p
 		},
-		"dict":    dict,
-		"query":   func(v url.Values) template.URL { return template.URL(v.Encode()) },
-		"add":     func(a, b int) int { return a + b },
-		"list":    func(v ...string) []string { return v },
-		"has":     func(v []string, s string) bool { return slices.Contains(v, s) },
-		"join":    strings.Join,
-		"static":  func(name string) string { return "/static/" + name + "?v=" + c.version },
-		"localdt": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") },
+		"dict":  dict,
+		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) },
+		"add":   func(a, b int) int { return a + b },
+		"list":  func(v ...string) []string { return v },
+		"has":   func(v []string, s string) bool { return slices.Contains(v, s) },
+		// usesBurst: whether a rule of the algorithm (a string) has a burst.
+		"usesBurst": usesBurst,
+		"join":      strings.Join,
+		"static":    func(name string) string { return "/static/" + name + "?v=" + c.version },
+		"localdt":   func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") },
 	}
 }
 

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func (c *Console) keyList(w http.ResponseWriter, r *http.Request, status int, fo
 	}
 	f := tenants.KeyFilter{Prefix: p.Prefix}
 	u := session(r).User
-	nav := "keys"
+	nav, path := "keys", "/keys"
 	if id := chi.URLParam(r, "tenantID"); id != "" {
 		t, err := c.tenants.Get(ctx, id)
 		if err != nil {
@@ -127,6 +128,7 @@ func (c *Console) keyList(w http.ResponseWriter, r *http.Request, status int, fo
 			return
 		}
 		p.Tenant, f.TenantID = &t, t.ID
+		path = "/tenants/" + url.PathEscape(t.ID) + "/keys"
 		p.CanManage = access.Tenant(u, t.ID, access.ManageKeys) == nil
 		if u.Role == "operator" {
 			nav = "tenants"
@@ -172,6 +174,6 @@ func (c *Console) keyList(w http.ResponseWriter, r *http.Request, status int, fo
 		row.Sparkline = sparkline("spark-"+k.ID, hours, now)
 		p.Rows = append(p.Rows, row)
 	}
-	p.Next = nextPage(r, pg.NextCursor)
+	p.Next = nextPage(path, r, pg.NextCursor)
 	c.render(w, r, status, "key_list", nav, p)
 }

@@ -395,16 +395,23 @@ func (c *Console) planEdit(w http.ResponseWriter, r *http.Request, id int64, sta
 	}
 	q := reshown
 	if q == nil {
-		ps, err := c.quota.PlanSettings(r.Context(), id)
-		if err != nil {
+		if q, err = c.storedQuotaForm(r, p); err != nil {
 			c.Error(w, r, err)
 			return
 		}
-		q = quotaFormOf(p, ps)
 	}
 	f := formOf(p)
 	f.Tiers = append(f.Tiers, tierForm{})
 	c.render(w, r, status, "plan_form", "plans", planFormPage{ID: id, Form: f, Options: options, Quota: q})
+}
+
+// storedQuotaForm returns the quota form of plan p's stored settings.
+func (c *Console) storedQuotaForm(r *http.Request, p plans.Plan) (*planQuotaForm, error) {
+	ps, err := c.quota.PlanSettings(r.Context(), p.ID)
+	if err != nil {
+		return nil, err
+	}
+	return quotaFormOf(p, ps), nil
 }
 
 // PlanQuotaSave serves POST /plans/{planID}/quota: the plan's default
@@ -455,19 +462,34 @@ func (c *Console) PlanSave(create bool) http.Handler {
 		}
 		f, in, fe, tierRows := readPlanForm(r)
 		page := planFormPage{ID: id, Form: f, Options: options, Errors: map[string]string{}}
+		// render shows the form again as typed; an edit form keeps the
+		// plan's stored quota section, which it does not post.
+		render := func(status int) {
+			if !create {
+				p, err := c.plans.Get(r.Context(), id)
+				if err == nil {
+					page.Quota, err = c.storedQuotaForm(r, p)
+				}
+				if err != nil {
+					c.Error(w, r, err)
+					return
+				}
+			}
+			c.render(w, r, status, "plan_form", "plans", page)
+		}
 		switch r.PostForm.Get("action") {
 		case "add-rule":
 			page.Form.Rules = append(page.Form.Rules, blankRule())
-			c.render(w, r, http.StatusOK, "plan_form", "plans", page)
+			render(http.StatusOK)
 			return
 		case "add-tier":
 			page.Form.Tiers = append(page.Form.Tiers, tierForm{})
-			c.render(w, r, http.StatusOK, "plan_form", "plans", page)
+			render(http.StatusOK)
 			return
 		}
 		reshow := func(status int, errs map[string]string, msg string) {
 			page.Errors, page.Message = errs, msg
-			c.render(w, r, status, "plan_form", "plans", page)
+			render(status)
 		}
 		saved, ok := saveRules(c, w, r, fe, tierRows, reshow, func() (plans.Plan, error) {
 			if create {

@@ -143,13 +143,23 @@ func (c *Console) tenantView(w http.ResponseWriter, r *http.Request, t tenants.T
 }
 
 // consumption computes the tenant's month so far against its included
-// units, and where it is heading.
+// units, and where it is heading: from the month's statement, the one
+// its statement page shows, priced on the plans of the month (p, the
+// tenant's current plan, only names the currency of a month it was on
+// no plan).
 func (c *Console) consumption(r *http.Request, t tenants.Tenant, p plans.Plan, m usage.Month) (consumption, error) {
 	st, err := c.billing.Statement(r.Context(), t.ID, m)
 	if err != nil {
 		return consumption{}, err
 	}
-	pr := billing.Project(st, p, c.now())
+	byID, _, err := c.planNames(r)
+	if err != nil {
+		return consumption{}, err
+	}
+	pr := billing.Project(st, byID, c.now())
+	if pr.Currency == "" {
+		pr.Currency = p.Currency
+	}
 	return consumption{Projection: pr, Chart: consumptionChart(pr)}, nil
 }
 

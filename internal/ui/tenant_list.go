@@ -37,21 +37,23 @@ type tenantForm struct {
 	PlanID int64
 }
 
-// nextPage returns the URL of the page after the request's: the same
-// query with the cursor of the page.
-func nextPage(r *http.Request, cursor *string) string {
+// nextPage returns the URL of the page after the request's: path, the
+// page's own address, with the request's query and the cursor of the
+// page. The path is not the request's: a page shown again after a form
+// was refused answers at the form's POST address, which serves no GET.
+func nextPage(path string, r *http.Request, cursor *string) string {
 	if cursor == nil {
 		return ""
 	}
 	q := r.URL.Query()
 	q.Set("cursor", *cursor)
-	return r.URL.Path + "?" + q.Encode()
+	return path + "?" + q.Encode()
 }
 
 // listPage reads the page of list that the request's query asks for (its
-// cursor and limit): its items, and the URL of the page after it ("" when
-// there is none).
-func listPage[T any](r *http.Request, list func(ctx context.Context, pr page.Request) (page.Page[T], error)) ([]T, string, error) {
+// cursor and limit): its items, and the URL of the page after it at path
+// ("" when there is none; see nextPage).
+func listPage[T any](path string, r *http.Request, list func(ctx context.Context, pr page.Request) (page.Page[T], error)) ([]T, string, error) {
 	pr, err := page.FromQuery(r.URL.Query())
 	if err != nil {
 		return nil, "", err
@@ -60,7 +62,7 @@ func listPage[T any](r *http.Request, list func(ctx context.Context, pr page.Req
 	if err != nil {
 		return nil, "", err
 	}
-	return pg.Items, nextPage(r, pg.NextCursor), nil
+	return pg.Items, nextPage(path, r, pg.NextCursor), nil
 }
 
 // tenantNames returns the names of the tenants of items (tenantOf each),
@@ -112,7 +114,7 @@ func (c *Console) tenantList(w http.ResponseWriter, r *http.Request, status int,
 		return
 	}
 	p.Plans = list
-	found, next, err := listPage(r, func(ctx context.Context, pr page.Request) (page.Page[tenants.Tenant], error) {
+	found, next, err := listPage("/tenants", r, func(ctx context.Context, pr page.Request) (page.Page[tenants.Tenant], error) {
 		return c.tenants.ListPage(ctx, tenants.Filter{Query: p.Query, Status: p.Status, PlanID: p.PlanID}, pr)
 	})
 	if err != nil {

@@ -48,7 +48,7 @@ func (c *Console) TokenList() http.Handler {
 }
 
 func (c *Console) tokenList(w http.ResponseWriter, r *http.Request, status int, form tokenForm, errs map[string]string) {
-	list, next, err := listPage(r, c.auth.ListServiceTokensPage)
+	list, next, err := listPage("/service-tokens", r, c.auth.ListServiceTokensPage)
 	if err != nil {
 		c.Error(w, r, err)
 		return

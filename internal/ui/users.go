@@ -49,7 +49,7 @@ func (c *Console) userList(w http.ResponseWriter, r *http.Request, status int, f
 	if !auth.Role(p.Role).Valid() {
 		p.Role = ""
 	}
-	users, next, err := listPage(r, func(ctx context.Context, pr page.Request) (page.Page[auth.User], error) {
+	users, next, err := listPage("/users", r, func(ctx context.Context, pr page.Request) (page.Page[auth.User], error) {
 		return c.auth.ListUsersPage(ctx, auth.UserFilter{Query: p.Query, Role: auth.Role(p.Role)}, pr)
 	})
 	if err != nil {

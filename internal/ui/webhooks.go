@@ -202,7 +202,7 @@ func (c *Console) endpointsView(r *http.Request, s hookScope, pr page.Request, f
 	if err != nil {
 		return endpointsView{}, err
 	}
-	v := endpointsView{Scope: s, Form: form, Errors: errs, Types: events.Types, CSRF: c.csrfToken(r), Next: nextPage(r, pg.NextCursor)}
+	v := endpointsView{Scope: s, Form: form, Errors: errs, Types: events.Types, CSRF: c.csrfToken(r), Next: nextPage(s.Home, r, pg.NextCursor)}
 	for _, f := range []string{"url", "description", "event_types", "tenant_ids"} {
 		v.FormOpen = v.FormOpen || errs[f] != ""
 	}
@@ -399,7 +399,7 @@ func (c *Console) webhookView(w http.ResponseWriter, r *http.Request, s hookScop
 		c.Error(w, r, err)
 		return
 	}
-	p := webhookPage{Scope: s, Endpoint: rows[0], Replay: form, Errors: errs, Next: nextPage(r, pg.NextCursor)}
+	p := webhookPage{Scope: s, Endpoint: rows[0], Replay: form, Errors: errs, Next: nextPage(s.Base+"/"+url.PathEscape(e.ID), r, pg.NextCursor)}
 	for _, d := range pg.Items {
 		row := deliveryRow{Delivery: d, Badges: []badge{deliveryBadge(d)}}
 		for _, a := range d.Attempts {
@@ -510,10 +510,11 @@ func (c *Console) WebhookReplay() http.Handler {
 		in := events.ReplayInput{EventID: strings.TrimSpace(pf.Get("event_id"))}
 		if in.EventID == "" {
 			in.From, in.To = fe.dateTime(pf, "from"), fe.dateTime(pf, "to")
-			if in.From == nil {
+			// A value that is no date keeps dateTime's hint.
+			if form.From == "" {
 				fe["from"] = "is required"
 			}
-			if in.To == nil {
+			if form.To == "" {
 				fe["to"] = "is required"
 			}
 		}

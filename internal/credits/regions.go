@@ -97,6 +97,8 @@ func (r *regionRow) held() int64 { return max(0, r.Escrow-r.Counted) }
 type regionDrain struct {
 	own  *regionRow
 	rows []*regionRow
+	// added is true when own is new: the region has no row yet.
+	added bool
 	// safeUS is the time up to which every region holding escrow has
 	// recorded its draws: grants expire no later.
 	safeUS int64
@@ -124,11 +126,9 @@ func (reg *regionDrain) expiryAt(at time.Time) time.Time {
 }
 
 // regionRows reads every region's row of tenantID's balance (the caller
-// holds the account's lock), with region's first: a new one if it has
-// none, from position (the account's: a deployment of one region that
-// becomes several records its log's entries once, and a new Redis's
-// entries come after it).
-func (s *Store) regionRows(ctx context.Context, tenantID, region, position string) (*regionDrain, error) {
+// holds the account's lock), with region's first: a new one (added) if it
+// has none, whose log's start the caller places (logStart).
+func (s *Store) regionRows(ctx context.Context, tenantID, region string) (*regionDrain, error) {
 	rows, err := s.db.Query(ctx, `SELECT region, position, counted, escrow, demand, through_us, lapse_at
 		FROM credit_regions WHERE tenant_id = $1::uuid ORDER BY region`, tenantID)
 	list, err := postgres.Collect(rows, err, func(r pgx.Row) (*regionRow, error) {
@@ -145,7 +145,7 @@ func (s *Store) regionRows(ctx context.Context, tenantID, region, position strin
 		}
 	}
 	if reg.own == nil {
-		reg.own = &regionRow{Region: region, Position: position}
+		reg.own, reg.added = &regionRow{Region: region}, true
 		reg.rows = append(reg.rows, reg.own)
 	}
 	var newest int64
@@ -301,6 +301,36 @@ func (b *book) lapse(ctx context.Context, cutoff time.Time) (*time.Time, int64, 
 	return soonest, expiring, nil
 }
 
+// logStart returns where a region's first drain of a balance starts
+// reading the region's log: after position, the account's (the last entry
+// the drainer of one region recorded), when the region's Redis holds the
+// balance's counter, and from the log's beginning otherwise.
+//
+// The account's position is an entry ID of the one region's Redis, by
+// that Redis's clock. A region whose Redis is that one holds the counter
+// that drainer made, and its log may still hold entries up to position,
+// recorded already (their trim failed): they are skipped. A new region's
+// Redis holds no counter (checks never make one; a region's drainer
+// does, only after this start is committed) and its log's IDs come from
+// its own clock, which may be behind that position: read after it, those
+// entries would never be recorded, and the drift repair would let the
+// region draw their units again. A Redis that came back empty lost its
+// log with its counter (Redis runs with noeviction, so a counter is not
+// lost alone), so reading it from the beginning records nothing twice.
+func (d *Drainer) logStart(ctx context.Context, counter, logKey, position string) (string, error) {
+	if position == "" || position == "0-0" {
+		return "0-0", nil
+	}
+	read, err := d.logs.ReadCredits(ctx, counter, logKey, position, 1)
+	if err != nil {
+		return "", err
+	}
+	if read.Present {
+		return position, nil
+	}
+	return "0-0", nil
+}
+
 // lockRegion takes the region's drain lock (a Postgres advisory lock on a
 // connection of its own) if no other drainer holds it.
 func (d *Drainer) lockRegion(ctx context.Context) (unlock func(), ok bool, err error) {
@@ -340,11 +370,23 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 		if err != nil {
 			return err
 		}
-		reg, err := s.regionRows(ctx, tenantID, d.cfg.Region, b.acct.Position)
+		reg, err := s.regionRows(ctx, tenantID, d.cfg.Region)
 		if err != nil {
 			return err
 		}
 		own := reg.own
+		if reg.added {
+			// The region's first drain of the balance only places its
+			// log's start, and commits it before anything in Redis
+			// moves: a counter rebuilt by a drain that then failed
+			// would make a new Redis look like the one the account's
+			// position came from.
+			if own.Position, err = d.logStart(ctx, counter, logKey, b.acct.Position); err != nil {
+				return err
+			}
+			more = true
+			return s.saveRegionRow(ctx, tenantID, own)
+		}
 		before, beforeOwn := b.acct, *own
 		read, err := d.logs.ReadCredits(ctx, counter, logKey, own.Position, d.cfg.Batch)
 		if err != nil {

@@ -2,7 +2,9 @@ package credits_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -293,6 +295,113 @@ func TestOneRegionBecomesSeveral(t *testing.T) {
 	testenv.Must(t, err)
 	if got != e[0].Counted-e[0].Escrow {
 		t.Errorf("counter %d, want counted − escrow = %d", got, e[0].Counted-e[0].Escrow)
+	}
+}
+
+// TestANewRegionBehindTheAccountsPositionRecordsItsLog: a deployment of
+// one region becomes two, its Redis (now us's) an hour ahead of eu's by
+// the IDs of its log. eu's entries, before the account's position, are
+// still recorded, each once, and drawn once (no drift repaired away,
+// which would let eu draw them again); us, whose last trim as the one
+// region failed, records none of the entries its drainer had.
+func TestANewRegionBehindTheAccountsPositionRecordsItsLog(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(100)
+	for range 5 {
+		r.check(1)
+	}
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	// A draw of 1 an hour ahead: Redis numbers the log's next entries
+	// after it, as a clock an hour ahead would.
+	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead,
+		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	untrimmed := r.prefix + "untrimmed"
+	testenv.Must(t, r.rdb.Copy(ctx, logKey, untrimmed, 0, false).Err())
+	// 6 recorded by the drainer of one region, through ahead; its trim
+	// failed, so the log keeps them.
+	r.drain()
+	testenv.Must(t, r.rdb.Copy(ctx, untrimmed, logKey, 0, true).Err())
+	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 6 {
+		t.Fatalf("account %+v, %v: want 6 consumed through %s", acct, err, ahead)
+	}
+	for range 2 {
+		r.check(1)
+	}
+
+	eu := &regionSide{name: "eu"}
+	eu.rdb, eu.prefix = testenv.Redis(t)
+	eu.holder = snapshot.NewHolder(snapshot.NewPostgresSource(r.db).InRegion("eu"), slog.New(slog.DiscardHandler))
+	euStore := redisstore.New(eu.rdb)
+	eu.checker = enforce.NewChecker(eu.holder, euStore, enforce.CheckerConfig{Prefix: eu.prefix, NoLocalDenials: true})
+	t.Cleanup(eu.checker.Close)
+	eu.drainer = credits.NewDrainer(r.db, euStore, credits.DrainerConfig{Prefix: eu.prefix, Region: "eu", Regions: 2})
+	us := credits.NewDrainer(r.db, redisstore.New(r.rdb), credits.DrainerConfig{Prefix: r.prefix, Region: "us", Regions: 2})
+	drainEU := func() {
+		t.Helper()
+		rep, err := eu.drainer.Drain(ctx)
+		testenv.Must(t, err)
+		if rep.Drift != 0 {
+			t.Errorf("eu's drain repaired a drift of %d: its counter and the ledger disagreed", rep.Drift)
+		}
+		testenv.Must(t, eu.holder.Reload(ctx))
+	}
+	drainUS := func() {
+		t.Helper()
+		_, err := us.Drain(ctx)
+		testenv.Must(t, err)
+	}
+	drainEU()
+	drainUS()
+	for range 10 {
+		d, err := eu.checker.Check(ctx, enforce.Request{Key: r.key, Cost: 1, Resource: "GET /x"})
+		testenv.Must(t, err)
+		if d.Allowed {
+			eu.admitted++
+		}
+	}
+	if eu.admitted == 0 {
+		t.Fatal("eu admitted nothing: no escrow reserved to it")
+	}
+	_, euLog := credits.Keys(eu.prefix, r.tenantID)
+	last, err := eu.rdb.XRevRangeN(ctx, euLog, "+", "-", 1).Result()
+	testenv.Must(t, err)
+	if len(last) != 1 || last[0].ID >= ahead { // same number of digits: compared as strings
+		t.Fatalf("eu's log ends at %v: want entries before the account's position %s", last, ahead)
+	}
+	for range 2 {
+		drainEU()
+		drainUS()
+	}
+
+	store := credits.NewStore(r.db)
+	b, err := store.Balance(ctx, r.tenantID)
+	testenv.Must(t, err)
+	if want := 6 + 2 + eu.admitted; b.Consumed != want {
+		t.Errorf("ledger consumed %d, want %d: 6 as one region, 2 in us and %d in eu after, each once", b.Consumed, want, eu.admitted)
+	}
+	escrows := map[string]credits.Escrow{}
+	for _, e := range b.Escrows {
+		escrows[e.Region] = e
+	}
+	if escrows["us"].Counted != 2 || escrows["eu"].Counted != eu.admitted {
+		t.Errorf("escrows %+v: want us counting 2 and eu %d", b.Escrows, eu.admitted)
+	}
+	for region, want := range map[string]int64{"us": 2, "eu": eu.admitted} {
+		var rows, units int64
+		testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*), coalesce(-sum(units), 0) FROM credit_ledger
+			WHERE tenant_id = $1 AND kind = 'consumption' AND entry LIKE $2`, r.tenantID, region+":%").Scan(&rows, &units))
+		if rows != want || units != want {
+			t.Errorf("%s's entries in the ledger: %d rows of %d units, want %d of %d", region, rows, units, want, want)
+		}
+	}
+	euCounter, _ := credits.Keys(eu.prefix, r.tenantID)
+	got, err := eu.rdb.Get(ctx, euCounter).Int64()
+	testenv.Must(t, err)
+	if e := escrows["eu"]; got != e.Counted-e.Escrow {
+		t.Errorf("eu's counter %d, want counted − escrow = %d", got, e.Counted-e.Escrow)
 	}
 }
 

@@ -549,6 +549,7 @@ func (b *bed) partition(t *testing.T, resource, rule string, length time.Duratio
 		}
 		wg.Wait()
 	}
+	degraded := b.degraded.Load()
 	offer(4 * time.Second) // 240 of 600
 	before := admitted["us"] + admitted["eu"] + admitted["ap"]
 	cut("ap")
@@ -565,6 +566,10 @@ func (b *bed) partition(t *testing.T, resource, rule string, length time.Duratio
 	b.net.Heal("ap")
 	healed := time.Now()
 	total := admitted["us"] + admitted["eu"] + admitted["ap"]
+	// A check a failure mode admitted (its region's Redis not answering
+	// in time on a loaded machine) may have been counted by its store
+	// call as well: every region then counts it, once.
+	twice := b.degraded.Load() - degraded
 	var converged, joined time.Duration
 	testenv.Eventually(t, healed, 30*time.Second, "every region counting every admission", func() (bool, string) {
 		if joined == 0 && b.net.Joined("ap") {
@@ -574,10 +579,10 @@ func (b *bed) partition(t *testing.T, resource, rule string, length time.Duratio
 		all := true
 		for _, name := range names {
 			got[name] = b.count(name, rule)
-			all = all && got[name] == total
+			all = all && got[name] >= total && got[name] <= total+twice && got[name] == got[names[0]]
 		}
 		converged = time.Since(healed)
-		return all, fmt.Sprintf("%v, admitted %d", got, total)
+		return all, fmt.Sprintf("%v, admitted %d (%d more at most, by failure modes)", got, total, twice)
 	})
 	if joined == 0 {
 		joined = converged

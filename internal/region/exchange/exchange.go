@@ -187,9 +187,10 @@ func (x *Exchanger) Metrics() *Metrics { return x.metrics }
 
 // Run exchanges until ctx ends, while this worker holds the region's
 // exchange lease, and stands by while another worker does (trying to
-// take it every TTL/3). It returns nil when ctx ends; the lease is given
-// up then, for a standing-by worker to take at once.
-func (x *Exchanger) Run(ctx context.Context) error {
+// take it every TTL/3). Nothing but ctx ends it: what fails meanwhile
+// (Redis, NATS) is retried and logged as an outage. The lease is given
+// up when it returns, for a standing-by worker to take at once.
+func (x *Exchanger) Run(ctx context.Context) {
 	l := newLease(x.rdb, x.cfg.Prefix, x.cfg.Region.LeaseTTL)
 	defer l.release()
 	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "Redis (the region's exchange lease)", Log: x.log})
@@ -200,20 +201,19 @@ func (x *Exchanger) Run(ctx context.Context) error {
 		ok, holder, err := l.acquire(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err != nil:
 			mon.Failure(err)
 		case ok:
 			mon.Success()
 			standingBy = ""
 			x.log.Info("region exchange: this worker exchanges (it holds the region's lease)", "region", x.cfg.Region.Name)
-			var err error
-			l.hold(ctx, func(ctx context.Context) { err = x.active(ctx) }, func(lost error) {
+			l.hold(ctx, x.active, func(lost error) {
 				x.log.Warn("region exchange: lease lost; this worker stops exchanging and stands by", "err", lost)
 			})
 			x.standBy()
-			if err != nil || ctx.Err() != nil {
-				return err
+			if ctx.Err() != nil {
+				return
 			}
 		default:
 			mon.Success()
@@ -224,7 +224,7 @@ func (x *Exchanger) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}
@@ -246,17 +246,17 @@ func (x *Exchanger) standBy() {
 	x.metrics.lag.Reset()
 }
 
-// active exchanges until ctx ends: it makes the region's stream
-// (retrying until the NATS servers can place it), then sends every
-// exchange interval and receives from every other region.
-func (x *Exchanger) active(ctx context.Context) error {
+// active exchanges until ctx ends: it makes the region's stream and
+// loads the scripts (retrying until NATS and Redis take them), then
+// sends every exchange interval and receives from every other region.
+func (x *Exchanger) active(ctx context.Context) {
 	x.exchanging.Store(true)
 	x.metrics.active.Set(1)
 	for name := range x.sources {
 		x.metrics.up.WithLabelValues(name).Set(0)
 	}
-	if err := x.setup(ctx); err != nil {
-		return err
+	if x.setup(ctx) != nil {
+		return // ctx ended
 	}
 	var wg sync.WaitGroup
 	for name := range x.sources {
@@ -268,33 +268,54 @@ func (x *Exchanger) active(ctx context.Context) error {
 	}
 	x.sendLoop(ctx)
 	wg.Wait()
-	return nil
 }
 
 // setup makes the region's stream, placed on the region's NATS servers
-// (server_tags "region:<name>"), and loads the scripts.
+// (server_tags "region:<name>"), and loads the scripts, each retried with
+// backoff until it succeeds (a Redis failover, a NATS server placing the
+// stream): it returns an error only when ctx ends.
 func (x *Exchanger) setup(ctx context.Context) error {
 	name := x.cfg.Region.Name
-	b := backoff.New(backoff.Policy{})
-	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS JetStream (making stream " + Stream(name) + ")", Log: x.log})
-	for {
-		err := x.makeStream(ctx)
-		if err == nil {
-			mon.Success()
-			break
-		}
-		mon.Failure(err)
-		if b.Wait(ctx) != nil {
-			return nil
-		}
+	if err := x.retry(ctx, "NATS JetStream (making stream "+Stream(name)+")", x.makeStream); err != nil {
+		return err
 	}
-	for _, s := range scripts {
-		if err := s.Load(ctx, x.rdb).Err(); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("exchange: load script: %w", err)
-		}
+	if err := x.retry(ctx, "Redis (loading the exchange's scripts)", x.loadScripts); err != nil {
+		return err
 	}
 	x.log.Info("region exchange running", "region", name, "regions", strings.Join(x.cfg.Region.Names, ","),
 		"interval", x.cfg.Region.ExchangeInterval)
+	return nil
+}
+
+// retry calls do until it succeeds, with backoff, logging the outage of
+// dependency (once, every 10 s while it lasts, and when it ends); it
+// returns ctx's error when ctx ends first.
+func (x *Exchanger) retry(ctx context.Context, dependency string, do func(context.Context) error) error {
+	b := backoff.New(backoff.Policy{})
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: dependency, Log: x.log})
+	for {
+		err := do(ctx)
+		if err == nil {
+			mon.Success()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mon.Failure(err)
+		if err := b.Wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// loadScripts loads the exchanger's scripts into the region's Redis.
+func (x *Exchanger) loadScripts(ctx context.Context) error {
+	for _, s := range scripts {
+		if err := s.Load(ctx, x.rdb).Err(); err != nil {
+			return fmt.Errorf("exchange: load script: %w", err)
+		}
+	}
 	return nil
 }
 

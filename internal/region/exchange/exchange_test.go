@@ -51,7 +51,7 @@ func (r *exchangeRegion) start(t *testing.T) {
 	r.x = x
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = x.Run(ctx) }()
+	go func() { defer close(done); x.Run(ctx) }()
 	r.stop = func() { cancel(); <-done; nc.Close() }
 }
 
@@ -461,5 +461,36 @@ func TestAGiveBackOfPassedSlotsFreesNothingElsewhere(t *testing.T) {
 	}
 	if left > refilled {
 		t.Errorf("eu after the late give-back: %d left, want at most the %d refilled since, not the hold's 10 again", left, refilled)
+	}
+}
+
+// TestAFailedScriptLoadIsRetried: an exchanger that takes the lease
+// while its Redis refuses to load the scripts (a failover's moment;
+// here an ACL without SCRIPT LOAD) keeps trying, logs the outage, and
+// exchanges once Redis takes them, rather than stopping for good.
+func TestAFailedScriptLoadIsRetried(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	us.stop()
+	testenv.Must(t, us.rdb.Do(ctx, "ACL", "SETUSER", "exchanger", "on", ">secret", "~*", "&*", "+@all", "-script|load").Err())
+	refused := redis.NewClient(&redis.Options{Addr: us.rdb.Options().Addr, Username: "exchanger", Password: "secret"})
+	t.Cleanup(func() { refused.Close() })
+	rdb := us.rdb
+	us.rdb = refused
+	us.start(t)
+	us.rdb = rdb
+	testenv.WaitFor(t, 20*time.Second, "Redis refusing the exchanger's script loads", func() bool {
+		entries, err := us.rdb.Do(ctx, "ACL", "LOG").Slice()
+		testenv.Must(t, err)
+		return len(entries) > 0
+	})
+	time.Sleep(200 * time.Millisecond) // fault injection: the refusal lasts a few attempts
+	testenv.Must(t, us.rdb.Do(ctx, "ACL", "SETUSER", "exchanger", "+script|load").Err())
+	key := string(statekey.AppendKey(nil, prefix, 'l', [3]byte{1, 1, 1}, []byte("tenant"), nil))
+	admit(t, us, key, 4)
+	converged(t, []*exchangeRegion{regions["eu"], regions["ap"]}, key, 4, 30*time.Second)
+	if !strings.Contains(us.logOut.String(), "loading the exchange's scripts) unavailable") {
+		t.Errorf("the refused loads were not logged as an outage")
 	}
 }

@@ -50,7 +50,10 @@ for i = 2, #KEYS do
   local units = tonumber(ARGV[2 * i])
   if string.sub(ARGV[2 * i - 1], 1, 2) == 'r ' then
     -- A release (matches no algorithm below): key is the allotment table.
-    redis.call('HINCRBY', key, string.sub(ARGV[2 * i - 1], 3), units)
+    -- A field back at 0 (this region's equal share) goes, so that the
+    -- table holds only the states whose allotments moved.
+    local member = string.sub(ARGV[2 * i - 1], 3)
+    if redis.call('HINCRBY', key, member, units) == 0 then redis.call('HDEL', key, member) end
   end
   local a, flags, x, y, z, window, finish = string.match(ARGV[2 * i - 1],
     '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')

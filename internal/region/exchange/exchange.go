@@ -80,8 +80,8 @@ type message struct {
 	// its clock): the receivers' lag is measured from it.
 	AtUS int64      `json:"at_us"`
 	Tags []tagBatch `json:"tags,omitempty"`
-	// Demand is the sender's last rebalance report, when this message
-	// carries one.
+	// Demand is a part of the sender's last rebalance report, when this
+	// message carries one.
 	Demand *demandReport `json:"demand,omitempty"`
 }
 
@@ -154,6 +154,7 @@ type Exchanger struct {
 	// message, the other regions' last reports, and its recent gifts.
 	report  *demandReport
 	reports map[string]*demandReport
+	partial map[string]*partialReport
 	gifts   []gift
 }
 
@@ -171,7 +172,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
-		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}}
+		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}, partial: map[string]*partialReport{}}
 	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
 	for _, name := range cfg.Region.Names {
 		if name != cfg.Region.Name {
@@ -360,10 +361,10 @@ func (x *Exchanger) sendLoop(ctx context.Context) {
 }
 
 // send claims every outbox and publishes what it claimed, older claims
-// (a failed publish's) first, each under its sequence; with nothing to
-// send it publishes an empty message when heartbeat is set or a
-// rebalance report waits (the last message carries it). It reports
-// whether it published.
+// (a failed publish's) first, each under its sequence, then the
+// rebalance report waiting, if any, in parts of at most messageBudget
+// (demandReport.parts); with nothing to send it publishes an empty
+// message when heartbeat is set. It reports whether it published.
 func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err error) {
 	prefix := x.cfg.Prefix
 	// The time between two claims is the E of the bounds as it runs: the
@@ -433,19 +434,15 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			x.mu.Unlock()
 		}
 	}()
-	if len(seqs) == 0 {
-		if !heartbeat && report == nil {
+	if len(seqs) == 0 && report == nil {
+		if !heartbeat {
 			return false, nil
 		}
-		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: report})
+		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro()})
 	}
-	for i, s := range seqs {
-		parts := split(bySeq[s], messageBudget)
-		for j, batches := range parts {
+	for _, s := range seqs {
+		for _, batches := range split(bySeq[s], messageBudget) {
 			m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
-			if i == len(seqs)-1 && j == len(parts)-1 {
-				m.Demand = report
-			}
 			if err := x.publishOne(ctx, m); err != nil {
 				return false, err
 			}
@@ -460,6 +457,17 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			if _, err := pipe.Exec(ctx); err != nil {
 				x.reload(ctx, err)
 				return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
+			}
+		}
+	}
+	// The report goes in messages of its own, without tags (apply.lua
+	// has nothing to do with them), its parts sized as the debits are: a
+	// report of every state with demand or moved units may be larger
+	// than a message can be.
+	if report != nil {
+		for _, part := range report.parts(messageBudget) {
+			if err := x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: part}); err != nil {
+				return false, err
 			}
 		}
 	}
@@ -530,13 +538,14 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 	return nil
 }
 
-// msgID is m's message ID: its region, its sequence and its hash tags.
-// A claim published again is the same message, which the stream keeps
-// once; a message of the same sequence with other tags is not: two
-// workers that both believed they held the lease, each reading the
-// claims at its moment, may each publish a sequence with some of its
-// tags, and the receivers need every tag (apply.lua applies a tag's
-// sequence once, whichever message brings it).
+// msgID is m's message ID: its region, its sequence and its hash tags,
+// or the part of the rebalance report it carries. A claim published
+// again is the same message, which the stream keeps once; a message of
+// the same sequence with other tags is not: two workers that both
+// believed they held the lease, each reading the claims at its moment,
+// may each publish a sequence with some of its tags, and the receivers
+// need every tag (apply.lua applies a tag's sequence once, whichever
+// message brings it). Nor is each part of a report.
 func msgID(m message) string {
 	id := make([]byte, 0, len(m.Region)+24+2*len(m.Tags))
 	id = append(id, m.Region...)
@@ -547,6 +556,10 @@ func msgID(m message) string {
 		for _, tb := range m.Tags {
 			id = hex.AppendEncode(id, []byte{tb.Tag})
 		}
+	}
+	if m.Demand != nil {
+		id = append(id, "-d"...)
+		id = strconv.AppendInt(id, int64(m.Demand.Part), 10)
 	}
 	return string(id)
 }
@@ -987,8 +1000,9 @@ func (x *Exchanger) received(source string, m message) {
 	x.mu.Lock()
 	x.lastSeen[source] = time.Now()
 	if m.Demand != nil {
-		m.Demand.AtUS = m.AtUS
-		x.reports[source] = m.Demand
+		if r := x.assemble(source, m.Demand, m.AtUS); r != nil {
+			x.reports[source] = r
+		}
 	}
 	now := time.Now()
 	w := x.lags[source]

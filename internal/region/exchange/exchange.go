@@ -78,8 +78,12 @@ type message struct {
 	Seq    int64  `json:"seq"`
 	// AtUS is when the sender claimed the outboxes (µs since the epoch,
 	// its clock): the receivers' lag is measured from it.
-	AtUS int64      `json:"at_us"`
-	Tags []tagBatch `json:"tags,omitempty"`
+	AtUS int64 `json:"at_us"`
+	// ClaimedUS is when the latest of its tags' claims was made (µs,
+	// the sender's Redis's clock; 0: unknown): none of its admissions is
+	// later, and apply.lua applies a rate's debits as admitted then.
+	ClaimedUS int64      `json:"claimed_us,omitempty"`
+	Tags      []tagBatch `json:"tags,omitempty"`
 	// Demand is a part of the sender's last rebalance report, when this
 	// message carries one.
 	Demand *demandReport `json:"demand,omitempty"`
@@ -92,6 +96,8 @@ type tagBatch struct {
 	// Releases are units of global_split allotments the sender gave up,
 	// each for one region (donate.lua).
 	Releases []release `json:"releases,omitempty"`
+	// claimedUS is when the claim was made (claim.lua's '@').
+	claimedUS int64
 }
 
 // release is one outbox field "r <to> <key>": units of the allotment of
@@ -101,6 +107,12 @@ type release struct {
 	Key   []byte `json:"k"`
 	Units int64  `json:"u"`
 }
+
+// applyHead is the number of apply.lua's arguments before its debits:
+// the source region, the message's sequence and its claim time
+// (message.ClaimedUS). apply.lua declares it with this name;
+// TestApplyWire keeps the two equal.
+const applyHead = 3
 
 // debit is one outbox field: the rule's def, the window and the state
 // key as check.lua writes them ("alg flags a b c window end key"), and
@@ -403,8 +415,12 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			f, _ := vals[j].(string)
 			v, _ := vals[j+1].(string)
 			n, _ := strconv.ParseInt(v, 10, 64)
-			if f == "#" {
+			switch f {
+			case "#":
 				at = n
+				continue
+			case "@":
+				tb.claimedUS = n
 				continue
 			}
 			if rest, ok := strings.CutPrefix(f, "r "); ok {
@@ -443,6 +459,9 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 	for _, s := range seqs {
 		for _, batches := range split(bySeq[s], messageBudget) {
 			m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
+			for _, tb := range batches {
+				m.ClaimedUS = max(m.ClaimedUS, tb.claimedUS)
+			}
 			if err := x.publishOne(ctx, m); err != nil {
 				return false, err
 			}
@@ -694,9 +713,17 @@ func (x *Exchanger) consumerName() string { return "tollgate-" + x.cfg.Region.Na
 
 // reader makes source's reader on the durable push consumer of its
 // stream named after this region, from the consumer's acknowledgement
-// floor (or the stream's first message). A pull consumer of that name
-// (an exchanger before push consumers) is replaced by a push consumer
-// from its acknowledgement floor.
+// floor. A pull consumer of that name (an exchanger before push
+// consumers) is replaced by a push consumer from its acknowledgement
+// floor; so is a consumer restart deleted and did not make again (its
+// worker stopped between the two), from where restart noted.
+//
+// A region's first consumer of a stream starts at the stream's end: what
+// the source admitted before is not replayed (up to Retention of it,
+// which would hold up the exchange while it is read; apply.lua would
+// count a window's units, but a rate's old debits change nothing). So a
+// region new to the exchange counts the other regions' admissions from
+// its first reading on (docs/regions.md, "A region joining").
 func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -711,12 +738,27 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 		rd.applied = old.CachedInfo().AckFloor.Stream
 		return rd, x.restart(ctx, rd)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		cons, err = x.js.CreateOrUpdatePushConsumer(ctx, Stream(source), x.consumerConfig(source, jetstream.DeliverAllPolicy, 0))
+		from, noted := x.rdb.HGet(ctx, x.readKey(), source).Uint64()
+		switch {
+		case noted == nil:
+			rd.applied = from
+			return rd, x.restart(ctx, rd)
+		case !errors.Is(noted, redis.Nil):
+			return nil, noted
+		}
+		var stream jetstream.Stream
+		if stream, err = x.js.Stream(ctx, Stream(source)); err != nil {
+			return nil, err
+		}
+		rd.applied = stream.CachedInfo().State.LastSeq
+		x.log.Info("region exchange: first reading of a region's stream; from its end", "source", source, "after", rd.applied)
+		cons, err = x.js.CreateOrUpdatePushConsumer(ctx, Stream(source),
+			x.consumerConfig(source, jetstream.DeliverByStartSequencePolicy, rd.applied+1))
 	}
 	if err != nil {
 		return nil, err
 	}
-	rd.cons, rd.applied = cons, cons.CachedInfo().AckFloor.Stream
+	rd.cons, rd.applied = cons, max(rd.applied, cons.CachedInfo().AckFloor.Stream)
 	stream, err := x.js.Stream(ctx, Stream(source))
 	if err != nil {
 		return nil, err
@@ -727,6 +769,10 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 	}
 	return rd, nil
 }
+
+// readKey is the region's hash of where each source's stream was last
+// read from anew (restart), for a reader that finds no consumer.
+func (x *Exchanger) readKey() string { return x.cfg.Prefix + "regions:read" }
 
 // consumerConfig is the config of this region's push consumer of
 // source's stream: every message delivered to a subject of this region's
@@ -752,6 +798,11 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
 		rd.applied = first - 1
+	}
+	// Should this worker stop before the consumer is made again, the next
+	// reader starts from here, not from the stream's end (reader).
+	if err := x.rdb.HSet(ctx, x.readKey(), rd.source, rd.applied).Err(); err != nil {
+		return err
 	}
 	if err := x.js.DeleteConsumer(ctx, Stream(rd.source), x.consumerName()); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return err
@@ -977,8 +1028,8 @@ func (x *Exchanger) queueApply(ctx context.Context, pipe redis.Pipeliner, source
 			}
 			keys := make([]string, 1, 1+len(tb.Debits)+len(releases))
 			keys[0] = statekey.AppliedKey(x.cfg.Prefix, tb.Tag)
-			args := make([]any, 2, 2*cap(keys))
-			args[0], args[1] = source, m.Seq
+			args := make([]any, applyHead, applyHead-2+2*cap(keys))
+			args[0], args[1], args[2] = source, m.Seq, m.ClaimedUS
 			for _, d := range tb.Debits {
 				def, key, _ := splitField(d.Field)
 				keys = append(keys, key)

@@ -42,11 +42,10 @@ func startExchanger(ctx context.Context, e *invocation, c usageConfig, log *slog
 	if reg != nil {
 		x.Metrics().Register(reg)
 	}
-	stopExchanger := goUntilStopped(ctx, func(ctx context.Context) {
-		if err := x.Run(ctx); err != nil {
-			log.Error("region exchange stopped", "err", err)
-		}
-	})
+	// Run ends only with ctx: a failure of Redis or NATS, at start or
+	// later, is retried and logged as an outage, never the end of the
+	// region's exchange while the worker runs on.
+	stopExchanger := goUntilStopped(ctx, x.Run)
 	return func() { stopExchanger(); nc.Close(); client.Close() }, nil
 }
 

@@ -5,9 +5,13 @@
 -- KEYS[1]   the tag's applied sequences (a hash: source region → the last
 --           sequence applied; and '#claimed', claim.lua's)
 -- KEYS[2…]  the state keys, one per debit
--- ARGV[1]   the source region; ARGV[2] the message's sequence
--- ARGV[3…]  per debit, its outbox field without the key ("alg flags a b c
+-- ARGV[1]   the source region; ARGV[2] the message's sequence; ARGV[3]
+--           when the source claimed the debits from its outbox (µs since
+--           the epoch, its Redis's clock; 0: unknown, now): no debit of
+--           the message was admitted later
+-- ARGV[4…]  per debit, its outbox field without the key ("alg flags a b c
 --           window end", as check.lua writes it) and its units
+--           (applyHead: the arguments before the debits, exchange.go)
 --
 -- A release of a global_split window's allotment to this region (which
 -- the source's donate.lua took from its own) is a debit whose key is the
@@ -16,17 +20,28 @@
 -- check.
 --
 -- A debit is the admission's own arithmetic, charged whatever the state
--- (as a settlement above its estimate is, settle.lua): a GCRA or leaky
--- bucket's TAT moves ahead by units × T (at most maxDebt); a token
--- bucket loses the units, negative allowed; a window counts them in the
--- window they fell in, and not at all once it has ended; a log adds them
--- with their own time. A debit of negative units is a hold settled below
--- its estimate (settle.lua): the same arithmetic backwards, a count never
--- below 0 and a bucket never above its burst; a log keeps its members
--- (it may over-count those units until they leave its period). Returns
--- the units applied, or -1 for a sequence already applied.
+-- (as a settlement above its estimate is, settle.lua), at the time it
+-- was admitted: a window counts the units in the window they fell in,
+-- and not at all once it has ended; a log adds them with their own time.
+-- A rate (a GCRA or leaky bucket, a refilling token bucket) carries no
+-- time of its own in its field, so its units count as admitted at the
+-- claim (ARGV[3]: the latest they can have been, so never less than
+-- their due): a GCRA or leaky bucket's TAT becomes max(TAT, claim) +
+-- units × T (the debt at most maxDebt past now), a token bucket's level
+-- is taken down from what it held then; a debit whose slots all passed
+-- before now changes nothing (a message replayed from long ago, a
+-- partition's backlog spread over its length, costs what the global
+-- rate says, not fresh debt). A bucket that never refills loses the
+-- units, negative allowed. A debit of negative units is a hold settled
+-- below its estimate (settle.lua): the same arithmetic backwards, a
+-- count never below 0 and a bucket never above its burst; a rate frees
+-- only the slots still ahead of now of those it freed at the claim; a
+-- log keeps its members (it may over-count those units until they
+-- leave its period). Returns the units applied, or -1 for a sequence
+-- already applied.
 local algGCRA, algTokenBucket, algLeakyBucket = 1, 2, 3
 local algFixedWindow, algSlidingWindowLog, algSlidingWindowCounter = 4, 5, 6
+local applyHead = 3
 local flagAnchorFirstRequest = 16
 local maxDebt = 1125899906842624 -- µs, 2^50: limiter's maxDebtUS
 local floor = math.floor
@@ -44,37 +59,72 @@ local last = tonumber(redis.call('HGET', KEYS[1], source) or '0')
 if seq <= last then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local claimed = tonumber(ARGV[3])
+if claimed <= 0 or claimed > now then claimed = now end -- unknown, or a clock ahead
+-- rate returns a rate's "TAT" (GCRA, leaky bucket: the TAT; a refilling
+-- bucket: when it is full again, its empty time plus its capacity) after
+-- units at the claim, and how long to keep it (ms); false when it
+-- changes nothing. A TAT already past is kept for pastKeep all the same:
+-- the next debits of a backlog (claimed later, applied next) count from
+-- it, as they did where they were admitted; a check reads it as now.
+local pastKeep = 60000
+local function rate(tat, per, units)
+  if units >= 0 then
+    if tat < claimed then tat = claimed end
+    local debt = per * units
+    if debt > maxDebt then debt = maxDebt end
+    if debt <= 0 then return false end
+    tat = tat + debt
+    if tat > now + maxDebt then tat = now + maxDebt end
+    if tat <= now then return tat, pastKeep end
+    return tat, ms(tat - now)
+  end
+  -- Units given back at the claim: of the slots they freed then (at
+  -- best the first after it), only those still ahead free anything.
+  if tat <= now then return false end
+  local free = claimed - per * units - now
+  if free > -per * units then free = -per * units end
+  if free <= 0 then return false end
+  tat = tat - free
+  if tat <= now then return now, 1 end -- never above its burst
+  return tat, ms(tat - now)
+end
 local applied = 0
 for i = 2, #KEYS do
   local key = KEYS[i]
-  local units = tonumber(ARGV[2 * i])
-  if string.sub(ARGV[2 * i - 1], 1, 2) == 'r ' then
+  local field = ARGV[2 * i + applyHead - 3]
+  local units = tonumber(ARGV[2 * i + applyHead - 2])
+  if string.sub(field, 1, 2) == 'r ' then
     -- A release (matches no algorithm below): key is the allotment table.
-    redis.call('HINCRBY', key, string.sub(ARGV[2 * i - 1], 3), units)
+    -- A field back at 0 (this region's equal share) goes, so that the
+    -- table holds only the states whose allotments moved.
+    local member = string.sub(field, 3)
+    if redis.call('HINCRBY', key, member, units) == 0 then redis.call('HDEL', key, member) end
   end
-  local a, flags, x, y, z, window, finish = string.match(ARGV[2 * i - 1],
+  local a, flags, x, y, z, window, finish = string.match(field,
     '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
   a, flags, x, y, z = tonumber(a), tonumber(flags), tonumber(x), tonumber(y), tonumber(z)
   window, finish = tonumber(window), tonumber(finish)
   if a == algGCRA or a == algLeakyBucket then
     -- x: the emission interval T
-    local tat = tonumber(redis.call('GET', key) or '0')
-    if tat < now then tat = now end
-    local debt = x * units
-    if debt > maxDebt then debt = maxDebt end
-    tat = tat + debt
-    redis.call('SET', key, string.format('%d', tat), 'PX', ms(tat - now))
-    applied = applied + units
+    local tat, keep = rate(tonumber(redis.call('GET', key) or '0'), x, units)
+    if tat then
+      redis.call('SET', key, string.format('%d', tat), 'PX', keep)
+      applied = applied + units
+    end
   elseif a == algTokenBucket then
     -- x: the unit, y: the burst, z: 1 when it refills
     if z == 1 then
       local capacity = x * y
-      local empty = now - capacity
       local v = redis.call('GET', key)
-      if v and tonumber(v) > empty then empty = tonumber(v) end
-      empty = empty + x * units
-      if empty < now - capacity then empty = now - capacity end -- never above its burst
-      redis.call('SET', key, string.format('%d', empty), 'PX', ms(empty + capacity - now))
+      local full = 0 -- when it is full again; long ago when unknown
+      if v then full = tonumber(v) + capacity end
+      local keep
+      full, keep = rate(full, x, units)
+      if full then
+        redis.call('SET', key, string.format('%d', full - capacity), 'PX', keep)
+        applied = applied + units
+      end
     else
       local tokens = y
       local v = redis.call('GET', key)
@@ -82,8 +132,8 @@ for i = 2, #KEYS do
       tokens = tokens - units
       if tokens > y then tokens = y end
       redis.call('SET', key, string.format('%d', tokens))
+      applied = applied + units
     end
-    applied = applied + units
   elseif a == algFixedWindow then
     -- y: the period; window, finish: the window the units fell in
     local st = redis.call('HMGET', key, 'window', 'count')

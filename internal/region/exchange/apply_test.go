@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/backoff"
+	"github.com/tollgate/tollgate/internal/limiter"
+	"github.com/tollgate/tollgate/internal/limiter/redisstore"
 	"github.com/tollgate/tollgate/internal/region"
 	"github.com/tollgate/tollgate/internal/statekey"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -172,7 +176,7 @@ func TestNegativeDebits(t *testing.T) {
 		t.Helper()
 		seq++
 		applied := statekey.AppliedKey(p, 'n')
-		testenv.Must(t, applyScript.Run(ctx, rdb, []string{applied, key}, "us", seq, def, units).Err())
+		testenv.Must(t, applyScript.Run(ctx, rdb, []string{applied, key}, "us", seq, 0, def, units).Err())
 	}
 	state := func(key, field string) string {
 		t.Helper()
@@ -207,5 +211,119 @@ func TestNegativeDebits(t *testing.T) {
 	apply(tokens, bucket, -100)
 	if got := rdb.Get(ctx, tokens).Val(); got != "10" {
 		t.Errorf("then -100: %s tokens, want the burst, 10", got)
+	}
+}
+
+// TestRateDebitsCountFromTheirClaim: a rate's debits (a GCRA, a
+// refilling token bucket) count as admitted when the sender claimed
+// them, not when they arrive. A debit replayed from long ago (a region
+// reading another's stream after a day away) frees and costs nothing
+// now; a partition's backlog, half the rate over its minute, arriving
+// at once when it heals, costs what the global rate says (nothing of
+// the burst), where applying it as fresh debt denied half the burst;
+// and a backlog above the rate still costs what it passed by.
+func TestRateDebitsCountFromTheirClaim(t *testing.T) {
+	rdb, p := testenv.Redis(t)
+	ctx := context.Background()
+	testenv.Must(t, applyScript.Load(ctx, rdb).Err())
+	store := redisstore.New(rdb)
+	x := &Exchanger{cfg: Config{Region: region.Config{Name: "eu", Names: []string{"us", "eu"}}, Prefix: p}, rdb: rdb,
+		metrics: NewMetrics(), log: slog.New(slog.DiscardHandler), lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, reports: map[string]*demandReport{},
+		sources: map[string]*backoff.Monitor{"us": backoff.NewMonitor(backoff.MonitorConfig{})}}
+	rd := &reader{source: "us"}
+	const tag = byte('r')
+	// 60 a minute, a burst of 60: one unit a second.
+	gcra := limiter.Params{Algorithm: limiter.GCRA, Limit: 60, PeriodUS: limiter.MinuteUS, Burst: 60, Exchange: true}
+	bucket := limiter.Params{Algorithm: limiter.TokenBucket, Limit: 60, PeriodUS: limiter.MinuteUS, Burst: 60, Exchange: true}
+	n := 0
+	newKey := func() string {
+		n++
+		return string(statekey.AppendKey(nil, p, tag, [3]byte{5, 5, byte(n)}, []byte("tenant"), nil))
+	}
+	// head is the outbox field's head ("alg flags a b c 0 0") check.lua
+	// writes for params: admitted once on a scratch state, read back.
+	head := func(params limiter.Params) string {
+		t.Helper()
+		key := newKey()
+		_, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: params}}, Cost: 1})
+		testenv.Must(t, err)
+		outbox := statekey.OutboxKey(p, tag)
+		fields, err := rdb.HKeys(ctx, outbox).Result()
+		testenv.Must(t, err)
+		testenv.Must(t, rdb.Del(ctx, outbox, key).Err())
+		for _, f := range fields {
+			if def, k, ok := splitField([]byte(f)); ok && k == key {
+				return def
+			}
+		}
+		t.Fatalf("no outbox field for %s", key)
+		return ""
+	}
+	heads := map[limiter.Algorithm]string{limiter.GCRA: head(gcra), limiter.TokenBucket: head(bucket)}
+	var stream uint64
+	seq := int64(0)
+	// receive applies, as messages of us, units of key claimed at each
+	// of claimed.
+	receive := func(params limiter.Params, key string, units int64, claimed ...time.Time) {
+		t.Helper()
+		ch := make(chan jetstream.Msg, len(claimed))
+		for _, at := range claimed {
+			stream++
+			seq++
+			body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: at.UnixMicro(), ClaimedUS: at.UnixMicro(),
+				Tags: []tagBatch{{Tag: tag, Debits: []debit{{Field: []byte(heads[params.Algorithm] + " " + key), Units: units}}}}})
+			testenv.Must(t, err)
+			ch <- &fakeMsg{data: body, stream: stream}
+		}
+		close(ch)
+		testenv.Must(t, x.applyFetched(ctx, rd, ch))
+	}
+	left := func(params limiter.Params, key string) int64 {
+		t.Helper()
+		o, err := store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: params}}, Cost: 1, DryRun: true})
+		testenv.Must(t, err)
+		return o.Results[0].Remaining
+	}
+	now := time.Now()
+	for _, params := range []limiter.Params{gcra, bucket} {
+		name := string(params.Algorithm)
+		// A day old: the whole burst, admitted then.
+		old := newKey()
+		receive(params, old, 60, now.Add(-24*time.Hour))
+		if got := left(params, old); got < 59 {
+			t.Errorf("%s: a burst admitted a day ago, replayed: %d left, want the burst (60)", name, got)
+		}
+		// The partition: us admitted 30 over the last minute, one every 2 s.
+		var backlog []time.Time
+		for i := range 30 {
+			backlog = append(backlog, now.Add(-60*time.Second+time.Duration(i)*2*time.Second))
+		}
+		healed := newKey()
+		receive(params, healed, 1, backlog...)
+		if got := left(params, healed); got < 58 {
+			t.Errorf("%s: half the rate over the partition's minute: %d left, want about the burst (60): the global rate was never passed", name, got)
+		}
+		// Above the rate: 60 units in the last 10 s leave about 10.
+		fast := newKey()
+		var burst []time.Time
+		for i := range 6 {
+			burst = append(burst, now.Add(-10*time.Second+time.Duration(i)*time.Second))
+		}
+		receive(params, fast, 10, burst...)
+		if got := left(params, fast); got < 8 || got > 12 {
+			t.Errorf("%s: 60 units over the last 10 s: %d left, want about 10 (what refilled since)", name, got)
+		}
+	}
+}
+
+// TestApplyWire: apply.lua takes its debits after the arguments the Go
+// side queues before them.
+func TestApplyWire(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local applyHead = (\d+)$`).FindStringSubmatch(applyLua)
+	if m == nil {
+		t.Fatal("apply.lua does not declare applyHead")
+	}
+	if got, _ := strconv.Atoi(m[1]); got != applyHead {
+		t.Errorf("apply.lua: applyHead = %d, want %d", got, applyHead)
 	}
 }

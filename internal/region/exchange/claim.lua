@@ -2,7 +2,9 @@
 -- (docs/regions.md). The outbox (KEYS[1]) holds what checks admitted on
 -- the tag's global rules since the last claim (check.lua adds to it);
 -- the claimed outbox (KEYS[2]) holds it until the other regions have it,
--- its sequence in field '#'. KEYS[3] is the tag's sequences (apply.lua's
+-- its sequence in field '#' and the time of the claim in field '@' (µs,
+-- Redis's clock: no admission in it is later, apply.lua's rates count
+-- from it). KEYS[3] is the tag's sequences (apply.lua's
 -- hash: the last applied from each other region), whose field '#claimed'
 -- keeps the last sequence a claim of this tag took.
 --
@@ -43,7 +45,8 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
       end
     until cursor == '0' or moved >= most
   end
-  redis.call('HSET', KEYS[2], '#', ARGV[1])
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[2], '#', ARGV[1], '@', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])))
   redis.call('HSET', KEYS[3], '#claimed', ARGV[1])
 end
 return redis.call('HGETALL', KEYS[2])

@@ -78,10 +78,14 @@ type message struct {
 	Seq    int64  `json:"seq"`
 	// AtUS is when the sender claimed the outboxes (µs since the epoch,
 	// its clock): the receivers' lag is measured from it.
-	AtUS int64      `json:"at_us"`
-	Tags []tagBatch `json:"tags,omitempty"`
-	// Demand is the sender's last rebalance report, when this message
-	// carries one.
+	AtUS int64 `json:"at_us"`
+	// ClaimedUS is when the latest of its tags' claims was made (µs,
+	// the sender's Redis's clock; 0: unknown): none of its admissions is
+	// later, and apply.lua applies a rate's debits as admitted then.
+	ClaimedUS int64      `json:"claimed_us,omitempty"`
+	Tags      []tagBatch `json:"tags,omitempty"`
+	// Demand is a part of the sender's last rebalance report, when this
+	// message carries one.
 	Demand *demandReport `json:"demand,omitempty"`
 }
 
@@ -92,6 +96,8 @@ type tagBatch struct {
 	// Releases are units of global_split allotments the sender gave up,
 	// each for one region (donate.lua).
 	Releases []release `json:"releases,omitempty"`
+	// claimedUS is when the claim was made (claim.lua's '@').
+	claimedUS int64
 }
 
 // release is one outbox field "r <to> <key>": units of the allotment of
@@ -101,6 +107,12 @@ type release struct {
 	Key   []byte `json:"k"`
 	Units int64  `json:"u"`
 }
+
+// applyHead is the number of apply.lua's arguments before its debits:
+// the source region, the message's sequence and its claim time
+// (message.ClaimedUS). apply.lua declares it with this name;
+// TestApplyWire keeps the two equal.
+const applyHead = 3
 
 // debit is one outbox field: the rule's def, the window and the state
 // key as check.lua writes them ("alg flags a b c window end key"), and
@@ -154,6 +166,7 @@ type Exchanger struct {
 	// message, the other regions' last reports, and its recent gifts.
 	report  *demandReport
 	reports map[string]*demandReport
+	partial map[string]*partialReport
 	gifts   []gift
 }
 
@@ -171,7 +184,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
-		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}}
+		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}, partial: map[string]*partialReport{}}
 	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
 	for _, name := range cfg.Region.Names {
 		if name != cfg.Region.Name {
@@ -187,9 +200,10 @@ func (x *Exchanger) Metrics() *Metrics { return x.metrics }
 
 // Run exchanges until ctx ends, while this worker holds the region's
 // exchange lease, and stands by while another worker does (trying to
-// take it every TTL/3). It returns nil when ctx ends; the lease is given
-// up then, for a standing-by worker to take at once.
-func (x *Exchanger) Run(ctx context.Context) error {
+// take it every TTL/3). Nothing but ctx ends it: what fails meanwhile
+// (Redis, NATS) is retried and logged as an outage. The lease is given
+// up when it returns, for a standing-by worker to take at once.
+func (x *Exchanger) Run(ctx context.Context) {
 	l := newLease(x.rdb, x.cfg.Prefix, x.cfg.Region.LeaseTTL)
 	defer l.release()
 	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "Redis (the region's exchange lease)", Log: x.log})
@@ -200,20 +214,19 @@ func (x *Exchanger) Run(ctx context.Context) error {
 		ok, holder, err := l.acquire(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err != nil:
 			mon.Failure(err)
 		case ok:
 			mon.Success()
 			standingBy = ""
 			x.log.Info("region exchange: this worker exchanges (it holds the region's lease)", "region", x.cfg.Region.Name)
-			var err error
-			l.hold(ctx, func(ctx context.Context) { err = x.active(ctx) }, func(lost error) {
+			l.hold(ctx, x.active, func(lost error) {
 				x.log.Warn("region exchange: lease lost; this worker stops exchanging and stands by", "err", lost)
 			})
 			x.standBy()
-			if err != nil || ctx.Err() != nil {
-				return err
+			if ctx.Err() != nil {
+				return
 			}
 		default:
 			mon.Success()
@@ -224,7 +237,7 @@ func (x *Exchanger) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}
@@ -246,17 +259,17 @@ func (x *Exchanger) standBy() {
 	x.metrics.lag.Reset()
 }
 
-// active exchanges until ctx ends: it makes the region's stream
-// (retrying until the NATS servers can place it), then sends every
-// exchange interval and receives from every other region.
-func (x *Exchanger) active(ctx context.Context) error {
+// active exchanges until ctx ends: it makes the region's stream and
+// loads the scripts (retrying until NATS and Redis take them), then
+// sends every exchange interval and receives from every other region.
+func (x *Exchanger) active(ctx context.Context) {
 	x.exchanging.Store(true)
 	x.metrics.active.Set(1)
 	for name := range x.sources {
 		x.metrics.up.WithLabelValues(name).Set(0)
 	}
-	if err := x.setup(ctx); err != nil {
-		return err
+	if x.setup(ctx) != nil {
+		return // ctx ended
 	}
 	var wg sync.WaitGroup
 	for name := range x.sources {
@@ -268,33 +281,54 @@ func (x *Exchanger) active(ctx context.Context) error {
 	}
 	x.sendLoop(ctx)
 	wg.Wait()
-	return nil
 }
 
 // setup makes the region's stream, placed on the region's NATS servers
-// (server_tags "region:<name>"), and loads the scripts.
+// (server_tags "region:<name>"), and loads the scripts, each retried with
+// backoff until it succeeds (a Redis failover, a NATS server placing the
+// stream): it returns an error only when ctx ends.
 func (x *Exchanger) setup(ctx context.Context) error {
 	name := x.cfg.Region.Name
-	b := backoff.New(backoff.Policy{})
-	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS JetStream (making stream " + Stream(name) + ")", Log: x.log})
-	for {
-		err := x.makeStream(ctx)
-		if err == nil {
-			mon.Success()
-			break
-		}
-		mon.Failure(err)
-		if b.Wait(ctx) != nil {
-			return nil
-		}
+	if err := x.retry(ctx, "NATS JetStream (making stream "+Stream(name)+")", x.makeStream); err != nil {
+		return err
 	}
-	for _, s := range scripts {
-		if err := s.Load(ctx, x.rdb).Err(); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("exchange: load script: %w", err)
-		}
+	if err := x.retry(ctx, "Redis (loading the exchange's scripts)", x.loadScripts); err != nil {
+		return err
 	}
 	x.log.Info("region exchange running", "region", name, "regions", strings.Join(x.cfg.Region.Names, ","),
 		"interval", x.cfg.Region.ExchangeInterval)
+	return nil
+}
+
+// retry calls do until it succeeds, with backoff, logging the outage of
+// dependency (once, every 10 s while it lasts, and when it ends); it
+// returns ctx's error when ctx ends first.
+func (x *Exchanger) retry(ctx context.Context, dependency string, do func(context.Context) error) error {
+	b := backoff.New(backoff.Policy{})
+	mon := backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: dependency, Log: x.log})
+	for {
+		err := do(ctx)
+		if err == nil {
+			mon.Success()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mon.Failure(err)
+		if err := b.Wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// loadScripts loads the exchanger's scripts into the region's Redis.
+func (x *Exchanger) loadScripts(ctx context.Context) error {
+	for _, s := range scripts {
+		if err := s.Load(ctx, x.rdb).Err(); err != nil {
+			return fmt.Errorf("exchange: load script: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -339,10 +373,10 @@ func (x *Exchanger) sendLoop(ctx context.Context) {
 }
 
 // send claims every outbox and publishes what it claimed, older claims
-// (a failed publish's) first, each under its sequence; with nothing to
-// send it publishes an empty message when heartbeat is set or a
-// rebalance report waits (the last message carries it). It reports
-// whether it published.
+// (a failed publish's) first, each under its sequence, then the
+// rebalance report waiting, if any, in parts of at most messageBudget
+// (demandReport.parts); with nothing to send it publishes an empty
+// message when heartbeat is set. It reports whether it published.
 func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err error) {
 	prefix := x.cfg.Prefix
 	// The time between two claims is the E of the bounds as it runs: the
@@ -381,8 +415,12 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			f, _ := vals[j].(string)
 			v, _ := vals[j+1].(string)
 			n, _ := strconv.ParseInt(v, 10, 64)
-			if f == "#" {
+			switch f {
+			case "#":
 				at = n
+				continue
+			case "@":
+				tb.claimedUS = n
 				continue
 			}
 			if rest, ok := strings.CutPrefix(f, "r "); ok {
@@ -412,18 +450,17 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			x.mu.Unlock()
 		}
 	}()
-	if len(seqs) == 0 {
-		if !heartbeat && report == nil {
+	if len(seqs) == 0 && report == nil {
+		if !heartbeat {
 			return false, nil
 		}
-		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: report})
+		return true, x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro()})
 	}
-	for i, s := range seqs {
-		parts := split(bySeq[s], messageBudget)
-		for j, batches := range parts {
+	for _, s := range seqs {
+		for _, batches := range split(bySeq[s], messageBudget) {
 			m := message{Region: x.cfg.Region.Name, Seq: s, AtUS: time.Now().UnixMicro(), Tags: batches}
-			if i == len(seqs)-1 && j == len(parts)-1 {
-				m.Demand = report
+			for _, tb := range batches {
+				m.ClaimedUS = max(m.ClaimedUS, tb.claimedUS)
 			}
 			if err := x.publishOne(ctx, m); err != nil {
 				return false, err
@@ -439,6 +476,17 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 			if _, err := pipe.Exec(ctx); err != nil {
 				x.reload(ctx, err)
 				return false, fmt.Errorf("exchange: clear claimed outboxes: %w", err)
+			}
+		}
+	}
+	// The report goes in messages of its own, without tags (apply.lua
+	// has nothing to do with them), its parts sized as the debits are: a
+	// report of every state with demand or moved units may be larger
+	// than a message can be.
+	if report != nil {
+		for _, part := range report.parts(messageBudget) {
+			if err := x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: part}); err != nil {
+				return false, err
 			}
 		}
 	}
@@ -509,13 +557,14 @@ func (x *Exchanger) publishOne(ctx context.Context, m message) error {
 	return nil
 }
 
-// msgID is m's message ID: its region, its sequence and its hash tags.
-// A claim published again is the same message, which the stream keeps
-// once; a message of the same sequence with other tags is not: two
-// workers that both believed they held the lease, each reading the
-// claims at its moment, may each publish a sequence with some of its
-// tags, and the receivers need every tag (apply.lua applies a tag's
-// sequence once, whichever message brings it).
+// msgID is m's message ID: its region, its sequence and its hash tags,
+// or the part of the rebalance report it carries. A claim published
+// again is the same message, which the stream keeps once; a message of
+// the same sequence with other tags is not: two workers that both
+// believed they held the lease, each reading the claims at its moment,
+// may each publish a sequence with some of its tags, and the receivers
+// need every tag (apply.lua applies a tag's sequence once, whichever
+// message brings it). Nor is each part of a report.
 func msgID(m message) string {
 	id := make([]byte, 0, len(m.Region)+24+2*len(m.Tags))
 	id = append(id, m.Region...)
@@ -526,6 +575,10 @@ func msgID(m message) string {
 		for _, tb := range m.Tags {
 			id = hex.AppendEncode(id, []byte{tb.Tag})
 		}
+	}
+	if m.Demand != nil {
+		id = append(id, "-d"...)
+		id = strconv.AppendInt(id, int64(m.Demand.Part), 10)
 	}
 	return string(id)
 }
@@ -660,9 +713,17 @@ func (x *Exchanger) consumerName() string { return "tollgate-" + x.cfg.Region.Na
 
 // reader makes source's reader on the durable push consumer of its
 // stream named after this region, from the consumer's acknowledgement
-// floor (or the stream's first message). A pull consumer of that name
-// (an exchanger before push consumers) is replaced by a push consumer
-// from its acknowledgement floor.
+// floor. A pull consumer of that name (an exchanger before push
+// consumers) is replaced by a push consumer from its acknowledgement
+// floor; so is a consumer restart deleted and did not make again (its
+// worker stopped between the two), from where restart noted.
+//
+// A region's first consumer of a stream starts at the stream's end: what
+// the source admitted before is not replayed (up to Retention of it,
+// which would hold up the exchange while it is read; apply.lua would
+// count a window's units, but a rate's old debits change nothing). So a
+// region new to the exchange counts the other regions' admissions from
+// its first reading on (docs/regions.md, "A region joining").
 func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -677,12 +738,27 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 		rd.applied = old.CachedInfo().AckFloor.Stream
 		return rd, x.restart(ctx, rd)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		cons, err = x.js.CreateOrUpdatePushConsumer(ctx, Stream(source), x.consumerConfig(source, jetstream.DeliverAllPolicy, 0))
+		from, noted := x.rdb.HGet(ctx, x.readKey(), source).Uint64()
+		switch {
+		case noted == nil:
+			rd.applied = from
+			return rd, x.restart(ctx, rd)
+		case !errors.Is(noted, redis.Nil):
+			return nil, noted
+		}
+		var stream jetstream.Stream
+		if stream, err = x.js.Stream(ctx, Stream(source)); err != nil {
+			return nil, err
+		}
+		rd.applied = stream.CachedInfo().State.LastSeq
+		x.log.Info("region exchange: first reading of a region's stream; from its end", "source", source, "after", rd.applied)
+		cons, err = x.js.CreateOrUpdatePushConsumer(ctx, Stream(source),
+			x.consumerConfig(source, jetstream.DeliverByStartSequencePolicy, rd.applied+1))
 	}
 	if err != nil {
 		return nil, err
 	}
-	rd.cons, rd.applied = cons, cons.CachedInfo().AckFloor.Stream
+	rd.cons, rd.applied = cons, max(rd.applied, cons.CachedInfo().AckFloor.Stream)
 	stream, err := x.js.Stream(ctx, Stream(source))
 	if err != nil {
 		return nil, err
@@ -693,6 +769,10 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 	}
 	return rd, nil
 }
+
+// readKey is the region's hash of where each source's stream was last
+// read from anew (restart), for a reader that finds no consumer.
+func (x *Exchanger) readKey() string { return x.cfg.Prefix + "regions:read" }
 
 // consumerConfig is the config of this region's push consumer of
 // source's stream: every message delivered to a subject of this region's
@@ -718,6 +798,11 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
 		rd.applied = first - 1
+	}
+	// Should this worker stop before the consumer is made again, the next
+	// reader starts from here, not from the stream's end (reader).
+	if err := x.rdb.HSet(ctx, x.readKey(), rd.source, rd.applied).Err(); err != nil {
+		return err
 	}
 	if err := x.js.DeleteConsumer(ctx, Stream(rd.source), x.consumerName()); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return err
@@ -943,8 +1028,8 @@ func (x *Exchanger) queueApply(ctx context.Context, pipe redis.Pipeliner, source
 			}
 			keys := make([]string, 1, 1+len(tb.Debits)+len(releases))
 			keys[0] = statekey.AppliedKey(x.cfg.Prefix, tb.Tag)
-			args := make([]any, 2, 2*cap(keys))
-			args[0], args[1] = source, m.Seq
+			args := make([]any, applyHead, applyHead-2+2*cap(keys))
+			args[0], args[1], args[2] = source, m.Seq, m.ClaimedUS
 			for _, d := range tb.Debits {
 				def, key, _ := splitField(d.Field)
 				keys = append(keys, key)
@@ -966,8 +1051,9 @@ func (x *Exchanger) received(source string, m message) {
 	x.mu.Lock()
 	x.lastSeen[source] = time.Now()
 	if m.Demand != nil {
-		m.Demand.AtUS = m.AtUS
-		x.reports[source] = m.Demand
+		if r := x.assemble(source, m.Demand, m.AtUS); r != nil {
+			x.reports[source] = r
+		}
 	}
 	now := time.Now()
 	w := x.lags[source]

@@ -51,7 +51,7 @@ func (r *exchangeRegion) start(t *testing.T) {
 	r.x = x
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = x.Run(ctx) }()
+	go func() { defer close(done); x.Run(ctx) }()
 	r.stop = func() { cancel(); <-done; nc.Close() }
 }
 
@@ -462,4 +462,117 @@ func TestAGiveBackOfPassedSlotsFreesNothingElsewhere(t *testing.T) {
 	if left > refilled {
 		t.Errorf("eu after the late give-back: %d left, want at most the %d refilled since, not the hold's 10 again", left, refilled)
 	}
+}
+
+// TestAFailedScriptLoadIsRetried: an exchanger that takes the lease
+// while its Redis refuses to load the scripts (a failover's moment;
+// here an ACL without SCRIPT LOAD) keeps trying, logs the outage, and
+// exchanges once Redis takes them, rather than stopping for good.
+func TestAFailedScriptLoadIsRetried(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	us.stop()
+	testenv.Must(t, us.rdb.Do(ctx, "ACL", "SETUSER", "exchanger", "on", ">secret", "~*", "&*", "+@all", "-script|load").Err())
+	refused := redis.NewClient(&redis.Options{Addr: us.rdb.Options().Addr, Username: "exchanger", Password: "secret"})
+	t.Cleanup(func() { refused.Close() })
+	rdb := us.rdb
+	us.rdb = refused
+	us.start(t)
+	us.rdb = rdb
+	testenv.WaitFor(t, 20*time.Second, "Redis refusing the exchanger's script loads", func() bool {
+		entries, err := us.rdb.Do(ctx, "ACL", "LOG").Slice()
+		testenv.Must(t, err)
+		return len(entries) > 0
+	})
+	time.Sleep(200 * time.Millisecond) // fault injection: the refusal lasts a few attempts
+	testenv.Must(t, us.rdb.Do(ctx, "ACL", "SETUSER", "exchanger", "+script|load").Err())
+	key := string(statekey.AppendKey(nil, prefix, 'l', [3]byte{1, 1, 1}, []byte("tenant"), nil))
+	admit(t, us, key, 4)
+	converged(t, []*exchangeRegion{regions["eu"], regions["ap"]}, key, 4, 30*time.Second)
+	if !strings.Contains(us.logOut.String(), "loading the exchange's scripts) unavailable") {
+		t.Errorf("the refused loads were not logged as an outage")
+	}
+}
+
+// TestMessagesCarryTheirClaim: a message of admissions carries when its
+// claim was made (claim.lua's '@', the sender's Redis's clock): no
+// later than it was published, and no sooner than the admissions.
+func TestMessagesCarryTheirClaim(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us := regions["us"]
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	stream, err := js.Stream(ctx, Stream("us"))
+	testenv.Must(t, err)
+	info, err := stream.Info(ctx)
+	testenv.Must(t, err)
+	from := info.State.LastSeq + 1
+	key := string(statekey.AppendKey(nil, prefix, 'm', [3]byte{2, 2, 2}, []byte("tenant"), nil))
+	admitted := time.Now().UnixMicro()
+	admit(t, us, key, 2)
+	converged(t, []*exchangeRegion{regions["eu"]}, key, 2, 20*time.Second)
+	info, err = stream.Info(ctx)
+	testenv.Must(t, err)
+	var found bool
+	for seq := from; seq <= info.State.LastSeq; seq++ {
+		raw, err := stream.GetMsg(ctx, seq)
+		testenv.Must(t, err)
+		var m message
+		testenv.Must(t, json.Unmarshal(raw.Data, &m))
+		if len(m.Tags) == 0 {
+			continue
+		}
+		found = true
+		if m.ClaimedUS < admitted || m.ClaimedUS > m.AtUS {
+			t.Errorf("seq %d: claimed at %d, want between the admissions (%d) and the publication (%d)", m.Seq, m.ClaimedUS, admitted, m.AtUS)
+		}
+	}
+	if !found {
+		t.Errorf("no message of admissions among us's stream's %d to %d", from, info.State.LastSeq)
+	}
+}
+
+// TestANewConsumerStartsAtTheStreamsEnd: a region reading another's
+// stream for the first time (no consumer of it, nothing noted) starts at
+// the stream's end, not replaying what the stream holds; a region whose
+// consumer a restart deleted and did not make again (noted where it was)
+// reads on from there, losing nothing.
+func TestANewConsumerStartsAtTheStreamsEnd(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu, ap := regions["us"], regions["eu"], regions["ap"]
+	key := string(statekey.AppendKey(nil, prefix, 'n', [3]byte{3, 3, 3}, []byte("tenant"), nil))
+	admit(t, us, key, 2)
+	converged(t, []*exchangeRegion{eu, ap}, key, 2, 20*time.Second)
+	eu.stop()
+	ap.stop()
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	// eu is new to us's stream; ap's consumer was deleted by a restart
+	// that noted where it was.
+	testenv.Must(t, js.DeleteConsumer(ctx, Stream("us"), "tollgate-eu"))
+	testenv.Must(t, eu.rdb.HDel(ctx, prefix+"regions:read", "us").Err())
+	cons, err := js.PushConsumer(ctx, Stream("us"), "tollgate-ap")
+	testenv.Must(t, err)
+	testenv.Must(t, ap.rdb.HSet(ctx, prefix+"regions:read", "us", cons.CachedInfo().AckFloor.Stream).Err())
+	testenv.Must(t, js.DeleteConsumer(ctx, Stream("us"), "tollgate-ap"))
+	admit(t, us, key, 5) // while eu and ap are away
+	testenv.Eventually(t, time.Now(), 10*time.Second, "us publishing its admissions", func() (bool, string) {
+		n, err := us.rdb.Exists(ctx, statekey.OutboxKey(prefix, 'n'), statekey.ClaimedKey(prefix, 'n')).Result()
+		testenv.Must(t, err)
+		return n == 0, fmt.Sprintf("%d outboxes left", n)
+	})
+	eu.start(t)
+	ap.start(t)
+	admit(t, us, key, 1)
+	converged(t, []*exchangeRegion{ap}, key, 8, 20*time.Second)
+	converged(t, []*exchangeRegion{eu}, key, 3, 20*time.Second)
 }

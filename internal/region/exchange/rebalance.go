@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -25,12 +26,88 @@ type SplitRule struct {
 // demandReport is a region's demand and allotments at its last
 // rebalance, on every global_split state it counted demand on or holds
 // units moved to or from: what the other regions' rebalancers decide on.
+//
+// A report goes in as many parts as keep each message within
+// messageBudget (parts), each in a message of its own; a receiver
+// decides on a report once it has every part of it (assemble).
 type demandReport struct {
 	Keys []keyDemand `json:"keys"`
-	// AtUS is the message's (set on arrival): a report older than three
-	// rebalance intervals, one redelivered after a partition say, is not
-	// decided on.
+	// ID names the rebalance (its time, µs since the epoch, the sender's
+	// clock); Part is this part's index of Parts (Parts 0: a whole report
+	// of a worker that sent no parts).
+	ID    int64 `json:"id,omitempty"`
+	Part  int   `json:"part,omitempty"`
+	Parts int   `json:"parts,omitempty"`
+	// AtUS is the message's (set on arrival; of a report in parts, its
+	// first part's): a report older than three rebalance intervals, one
+	// redelivered after a partition say, is not decided on.
 	AtUS int64 `json:"-"`
+}
+
+// parts returns r in parts whose JSON is about budget bytes at most (a
+// part holds at least one state), numbered.
+func (r *demandReport) parts(budget int) []*demandReport {
+	var parts []*demandReport
+	from, size := 0, 0
+	for i, kd := range r.Keys {
+		n := base64.StdEncoding.EncodedLen(len(kd.Key)) + 60
+		if i > from && size+n > budget-128 {
+			parts = append(parts, &demandReport{Keys: r.Keys[from:i], ID: r.ID})
+			from, size = i, 0
+		}
+		size += n
+	}
+	parts = append(parts, &demandReport{Keys: r.Keys[from:], ID: r.ID})
+	for i, p := range parts {
+		p.Part, p.Parts = i, len(parts)
+	}
+	return parts
+}
+
+// partialReport is a report of another region of which some parts have
+// arrived.
+type partialReport struct {
+	report *demandReport
+	got    []bool // by part
+	left   int
+}
+
+// assemble takes part, a part of source's report that arrived in a
+// message of at (its AtUS), and returns the report once every part of
+// it has arrived (nil until then). A part of a report older than the one
+// being put together, or than the last complete one, is dropped; so is
+// a part that came twice (a report published again after a failed
+// publication). x.mu must be held.
+func (x *Exchanger) assemble(source string, part *demandReport, at int64) *demandReport {
+	if last := x.reports[source]; last != nil && part.ID != 0 && part.ID <= last.ID {
+		return nil
+	}
+	if part.Parts <= 1 {
+		part.AtUS = at
+		return part
+	}
+	if x.partial == nil {
+		x.partial = map[string]*partialReport{}
+	}
+	p := x.partial[source]
+	if p != nil && part.ID < p.report.ID {
+		return nil
+	}
+	if p == nil || p.report.ID != part.ID || len(p.got) != part.Parts {
+		p = &partialReport{report: &demandReport{ID: part.ID, AtUS: at}, got: make([]bool, part.Parts), left: part.Parts}
+		x.partial[source] = p
+	}
+	if part.Part < 0 || part.Part >= len(p.got) || p.got[part.Part] {
+		return nil
+	}
+	p.got[part.Part] = true
+	p.left--
+	p.report.Keys = append(p.report.Keys, part.Keys...)
+	if p.left > 0 {
+		return nil
+	}
+	delete(x.partial, source)
+	return p.report
 }
 
 // keyDemand is one state's line of a report: the units its checks asked
@@ -134,14 +211,14 @@ func (x *Exchanger) rebalance(ctx context.Context) error {
 			}
 		}
 	}
-	report := &demandReport{Keys: []keyDemand{}}
+	now := time.Now()
+	report := &demandReport{Keys: []keyDemand{}, ID: now.UnixMicro()}
 	for key, v := range views {
 		report.Keys = append(report.Keys, keyDemand{Key: []byte(key), Demand: v.demand[me], Allotment: v.allotment[me]})
 	}
 
 	// The other regions' last reports, and this region's gifts they may
 	// not show yet.
-	now := time.Now()
 	fresh := 3 * rc.RebalanceInterval
 	x.mu.Lock()
 	x.report = report
@@ -197,7 +274,17 @@ func (x *Exchanger) rebalance(ctx context.Context) error {
 // target gives each region below its own the region's shortfall times
 // this region's part of the surplus above the targets, so that the
 // regions, each deciding alone on the same reports, give about the
-// shortfall in all. Moves under a fiftieth of the limit are not made.
+// shortfall in all. A region whose surplus is under a fiftieth of the
+// limit gives nothing; past that, it skips only a gift under half of
+// that (docs/regions.md).
+//
+// When no region of among has demand on the state, each region's
+// target is its equal share, and this region gives back what it holds
+// above its own, to the regions below theirs, once its state counts
+// nothing (its window ended with nothing admitted since; donate.lua):
+// the allotment tables' fields go back to 0, which deletes them, so the
+// tables (and the reports) hold only the states whose allotments moved
+// recently, not every state that ever had a move.
 func (x *Exchanger) give(ctx context.Context, key string, v *view, among []string) (int64, error) {
 	me, rc := x.cfg.Region.Name, x.cfg.Region
 	floor := rc.MinShare(v.rule.Limit, v.rule.MinShare)
@@ -207,19 +294,31 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 		demand += max(0, v.demand[name])
 	}
 	n := int64(len(among))
-	if demand == 0 || n < 2 || pool < n*floor {
+	idle := demand == 0
+	if n < 2 || (!idle && pool < n*floor) {
 		return 0, nil
 	}
 	target := map[string]int64{}
 	var surplus int64
 	for _, name := range among {
-		target[name] = floor + mulDiv(pool-n*floor, max(0, v.demand[name]), demand)
+		if idle {
+			target[name], _ = rc.AllotmentOf(name, v.rule.Limit, v.rule.Limit)
+		} else {
+			target[name] = floor + mulDiv(pool-n*floor, max(0, v.demand[name]), demand)
+		}
 		surplus += max(0, v.allotment[name]-target[name])
 	}
 	deadband := max(1, v.rule.Limit/50)
+	if idle {
+		deadband = 1 // every unit back, or the field stays
+	}
 	mine := v.allotment[me] - target[me]
 	if mine < deadband {
 		return 0, nil
+	}
+	onlyIdle := 0
+	if idle {
+		onlyIdle = 1
 	}
 	share, _ := rc.Allotment(v.rule.Limit, v.rule.Limit)
 	tag := statekey.Tag(x.cfg.Prefix, key)
@@ -230,11 +329,13 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 		if name == me || short <= 0 {
 			continue
 		}
-		want := mulDiv(short, mine, surplus)
+		// Never more than this region holds above its target in all
+		// (reports of regions that disagree could otherwise ask more).
+		want := min(mulDiv(short, mine, surplus), mine-given)
 		if want < deadband/2 || want <= 0 {
 			continue
 		}
-		got, err := donateScript.Run(ctx, x.rdb, keys, share, floor, want, name).Int64()
+		got, err := donateScript.Run(ctx, x.rdb, keys, share, floor, want, name, onlyIdle).Int64()
 		if err != nil {
 			return given, fmt.Errorf("give %d to %s: %w", want, name, err)
 		}

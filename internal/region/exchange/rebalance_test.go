@@ -2,6 +2,8 @@ package exchange
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -182,5 +184,84 @@ func TestMulDivDoesNotOverflow(t *testing.T) {
 		if got := mulDiv(c.a, c.b, c.c); got != c.want {
 			t.Errorf("mulDiv(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.want)
 		}
+	}
+}
+
+// TestLargeReportsGoOutInParts: a region whose rebalance report names
+// more states than a message can carry (NATS refuses a message past its
+// max_payload, 1 MiB) sends it in parts, and the others put it together;
+// its admissions and heartbeats keep flowing.
+func TestLargeReportsGoOutInParts(t *testing.T) {
+	const limit = 1000
+	id := [3]byte{7, 7, 8}
+	_, regions := startExchange(t, 0, map[[3]byte]SplitRule{id: {Name: "p/split", Limit: limit}})
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	const tag = byte('k')
+	table := statekey.AllotmentKey(prefix, tag)
+
+	// 30,000 states with a unit moved to us: well over 1 MiB of report.
+	const states = 30_000
+	pipe := us.rdb.Pipeline()
+	var size int
+	for i := range states {
+		key := statekey.AppendKey(nil, prefix, tag, id, fmt.Appendf(nil, "tenant-%06d", i), nil)
+		size += base64.StdEncoding.EncodedLen(len(key)) + 24
+		pipe.HSet(ctx, table, string(key), 1)
+	}
+	_, err := pipe.Exec(ctx)
+	testenv.Must(t, err)
+	if size <= 1<<20 {
+		t.Fatalf("a report of %d bytes: not past NATS's max_payload", size)
+	}
+	testenv.Eventually(t, time.Now(), 30*time.Second, "eu holding us's whole report", func() (bool, string) {
+		eu.x.mu.Lock()
+		defer eu.x.mu.Unlock()
+		r := eu.x.reports["us"]
+		if r == nil {
+			return false, "no report"
+		}
+		return len(r.Keys) == states, fmt.Sprintf("%d states", len(r.Keys))
+	})
+	shared := string(statekey.AppendKey(nil, prefix, tag, [3]byte{1, 2, 3}, []byte("tenant"), nil))
+	admit(t, us, shared, 3)
+	converged(t, []*exchangeRegion{eu, regions["ap"]}, shared, 3, 20*time.Second)
+	eu.x.mu.Lock()
+	seen := eu.x.lastSeen["us"]
+	eu.x.mu.Unlock()
+	if silent := time.Since(seen); silent > 2*Heartbeat {
+		t.Errorf("eu last heard from us %v ago", silent)
+	}
+}
+
+// TestQuietStatesGoBackToEqualShares: units of a split window moved
+// from one region to another, on a state no region has demand on and
+// whose window ended, go back to the region they came from, and both
+// allotment tables lose the state's field: the tables, and the reports
+// made of them, hold only the states whose allotments are apart, not
+// every state that ever had a move.
+func TestQuietStatesGoBackToEqualShares(t *testing.T) {
+	const limit = 1000
+	id := [3]byte{7, 7, 9}
+	_, regions := startExchange(t, 0, map[[3]byte]SplitRule{id: {Name: "p/split", Limit: limit}})
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	table := statekey.AllotmentKey(prefix, 'q')
+	moved := string(statekey.AppendKey(nil, prefix, 'q', id, []byte("quiet"), nil))
+	// A state whose window still counts admissions in us keeps them.
+	counting := string(statekey.AppendKey(nil, prefix, 'q', id, []byte("counting"), nil))
+	for _, key := range []string{moved, counting} {
+		testenv.Must(t, us.rdb.HSet(ctx, table, key, 40).Err())
+		testenv.Must(t, eu.rdb.HSet(ctx, table, key, -40).Err())
+	}
+	testenv.Must(t, us.rdb.HSet(ctx, counting, "window", 0, "count", 10).Err())
+	testenv.Eventually(t, time.Now(), 20*time.Second, "the units back in eu, both fields gone", func() (bool, string) {
+		a, errA := us.rdb.HExists(ctx, table, moved).Result()
+		b, errB := eu.rdb.HExists(ctx, table, moved).Result()
+		testenv.Must(t, errors.Join(errA, errB))
+		return !a && !b, fmt.Sprintf("field in us %v, in eu %v", a, b)
+	})
+	if got, err := us.rdb.HGet(ctx, table, counting).Int64(); err != nil || got != 40 {
+		t.Errorf("us's units of a state still counting: %d (%v), want the 40 kept", got, err)
 	}
 }

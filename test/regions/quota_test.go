@@ -80,6 +80,7 @@ func (b *bed) quota(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sampled := b.sampleStaleness()
+	degraded := b.degraded.Load()
 	for limit, tn := range b.months {
 		admitted[limit] = map[string][]time.Time{}
 		for _, name := range names {
@@ -93,6 +94,11 @@ func (b *bed) quota(t *testing.T) {
 	}
 	wg.Wait()
 	stale := sampled()
+	// A check a failure mode admitted (its region's Redis not answering
+	// in time on a loaded machine) may have been counted by its store
+	// call as well: every region then counts it, once. (Of either
+	// month: the bound is on both together.)
+	twice := b.degraded.Load() - degraded
 	for limit, tn := range b.months {
 		var total int64
 		for _, name := range names {
@@ -106,10 +112,10 @@ func (b *bed) quota(t *testing.T) {
 			all := true
 			for _, name := range names {
 				got[name] = b.monthCount(name, tn.id)
-				all = all && got[name] == total
+				all = all && got[name] >= total && got[name] <= total+twice && got[name] == got[names[0]]
 			}
 			converged = time.Since(loaded)
-			return all, fmt.Sprintf("%v, admitted %d", got, total)
+			return all, fmt.Sprintf("%v, admitted %d (%d more at most, by failure modes)", got, total, twice)
 		})
 		t.Logf("figure quota, %s: %d of %d offered from three regions admitted (limit %d, bound %d with %v: overshoot %d; counted by each region alone, up to %d); every region counting them %v after the load",
 			limit, total, 3*rate*int(d.Seconds()), tn.limit, bound, stale, total-tn.limit,

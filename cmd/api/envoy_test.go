@@ -96,6 +96,20 @@ func TestEnvoyRateLimitService(t *testing.T) {
 				t.Errorf("%s token: %v, want Unauthenticated", name, err)
 			}
 		}
+		// Counted with forward-auth's refusals, for the alert.
+		if n, err := testenv.ScrapeSum(strings.TrimPrefix(addrs[0], "http://"), "tollgate_gateway_token_refused_total"); err != nil || n != 2 {
+			t.Errorf("tollgate_gateway_token_refused_total = %v (%v), want 2", n, err)
+		}
+		// In authorization: Bearer in any case, or the bare token.
+		for _, v := range []string{"Bearer " + f.token, "bearer " + f.token, f.token} {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", v)
+			_, err := envoy.rls.ShouldRateLimit(ctx, rlRequest(descriptor("remote_address", "203.0.113.9")))
+			cancel()
+			if err != nil {
+				t.Errorf("authorization %q…: %v, want served", v[:8], err)
+			}
+		}
 	})
 
 	t.Run("health", func(t *testing.T) {

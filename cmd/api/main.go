@@ -299,9 +299,11 @@ func load(ctx context.Context, cfg Config) (_ *server, err error) {
 	// Holds that expire unsettled give back (or keep) their estimate; any
 	// api process may expire any hold, each exactly once.
 	s.background(func(ctx context.Context) { checker.RunHoldExpiry(ctx, time.Second, log) })
+	// Gateways refused for their own service token, over HTTP and gRPC.
+	refusals := checkapi.NewGatewayRefusals(reg, log)
 	s.http = &http.Server{
 		Handler: checkapi.NewHandler(checkapi.Deps{
-			Log: log, Holder: holder, Checker: checker, Registry: reg,
+			Log: log, Holder: holder, Checker: checker, Registry: reg, GatewayRefusals: refusals,
 			PingPostgres: pingPostgres(db), PingStore: pingStore,
 			Forward: checkapi.ForwardConfig{KeyHeaders: cfg.Forward.KeyHeaders, KeyQuery: cfg.Forward.KeyQuery,
 				TrustedProxies: cfg.TrustedProxies},
@@ -313,7 +315,7 @@ func load(ctx context.Context, cfg Config) (_ *server, err error) {
 		IdleTimeout:       120 * time.Second,
 	}
 	if cfg.Envoy.Addr != "" {
-		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder)); err != nil {
+		if err := s.startEnvoy(checker, enforce.NewTokenVerifier(holder), refusals); err != nil {
 			return nil, err
 		}
 	}
@@ -338,14 +340,14 @@ func pingPostgres(db *pgxpool.Pool) func(context.Context) error {
 // TOLLGATE_ENVOY_GRPC_ADDR. Closing the server stops it first: calls in
 // flight finish (for at most ShutdownTimeout) while usage and the stores
 // are still there.
-func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier) error {
+func (s *server) startEnvoy(checker *enforce.Checker, tokens *enforce.TokenVerifier, refusals *checkapi.GatewayRefusals) error {
 	cfg := s.cfg
 	ln, err := net.Listen("tcp", cfg.Envoy.Addr)
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_ENVOY_GRPC_ADDR=%s: %w", cfg.Envoy.Addr, err)
 	}
 	g := envoyrls.NewServer(checker, tokens, envoyrls.Config{KeyEntry: cfg.Envoy.KeyEntry, IPEntry: cfg.Envoy.IPEntry,
-		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies}, cfg.Log)
+		ResourceEntries: cfg.Envoy.ResourceEntries, TrustedProxies: cfg.TrustedProxies, Refusals: refusals}, cfg.Log)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

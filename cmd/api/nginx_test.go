@@ -143,6 +143,15 @@ func through(t *testing.T, c *http.Client, method, url string, headers map[strin
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	// A header Tollgate did not send reaches the client neither as the
+	// text of a gateway's placeholder nor empty.
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			if strings.Contains(v, "{http.") || v == "" && (strings.Contains(k, "Ratelimit") || strings.HasPrefix(k, "X-Tollgate")) {
+				t.Errorf("%s %s: the client got %s: %q", method, url, k, v)
+			}
+		}
+	}
 	return gatewayResponse{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 

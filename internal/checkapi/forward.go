@@ -1,6 +1,7 @@
 package checkapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -84,10 +85,8 @@ const ReasonGatewayUnauthorized = "gateway_unauthorized"
 // X-Tollgate-Reason: gateway_unauthorized, so that its operator (and the
 // shipped gateway recipes, which then apply the route's failure mode
 // instead of passing the 401 on) can tell it from a caller's missing key.
-// Every refusal is counted in refused when it is not nil, and logged at
-// warn level at most once a minute (without the token).
-func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger, refused prometheus.Counter) func(http.Handler) http.Handler {
-	warn := &refusalWarning{log: log, every: time.Minute}
+// Every refusal goes to refusals (when not nil).
+func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger, refusals *GatewayRefusals) func(http.Handler) http.Handler {
 	return serviceToken(tokens, log, func(r *http.Request) (string, bool) {
 		v := strings.TrimSpace(r.Header.Get(HeaderServiceToken))
 		if t, ok := BearerCredentials(v); ok {
@@ -96,44 +95,56 @@ func RequireGatewayToken(tokens *enforce.TokenVerifier, log *slog.Logger, refuse
 		return v, v != ""
 	}, func(w http.ResponseWriter, r *http.Request, sent bool) {
 		w.Header().Set(HeaderReason, ReasonGatewayUnauthorized)
-		if refused != nil {
-			refused.Inc()
-		}
-		warn.refused(r, sent, time.Now())
+		refusals.Refused(r.Context(), "forward-auth", sent, r.RemoteAddr, time.Now())
 	})
 }
 
-// NewGatewayRefusedCounter returns the counter of RequireGatewayToken's
-// refusals, tollgate_gateway_token_refused_total.
-func NewGatewayRefusedCounter() prometheus.Counter {
-	return prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tollgate_gateway_token_refused_total",
-		Help: "Forward-auth requests refused because the gateway's own service token was missing, not valid, expired or revoked (answered 401 with X-Tollgate-Reason gateway_unauthorized).",
-	})
-}
-
-// refusalWarning logs refused gateway tokens at warn level, at most once
-// every every: a gateway whose token has expired is refused on every
-// request, and one line a minute saying so (with how many) is enough.
-// It is safe for concurrent use.
-type refusalWarning struct {
-	log   *slog.Logger
-	every time.Duration
+// GatewayRefusals counts the requests of gateways refused for their own
+// service token (forward-auth, and Envoy's rate-limit service), in
+// tollgate_gateway_token_refused_total, and logs them at warn level at
+// most once every minute with how many there were (a gateway whose token
+// has expired is refused on every request; one line a minute saying so
+// is enough), never with the token. It is safe for concurrent use; a nil
+// *GatewayRefusals does nothing.
+type GatewayRefusals struct {
+	counter prometheus.Counter
+	log     *slog.Logger
+	every   time.Duration
 	// last is when the last line was logged (Unix ns, 0 before the first);
 	// unlogged counts the refusals since.
 	last     atomic.Int64
 	unlogged atomic.Int64
 }
 
-func (rw *refusalWarning) refused(r *http.Request, sent bool, now time.Time) {
-	rw.unlogged.Add(1)
-	last := rw.last.Load()
-	if rw.log == nil || (last != 0 && now.UnixNano()-last < int64(rw.every)) || !rw.last.CompareAndSwap(last, now.UnixNano()) {
+// NewGatewayRefusals returns the refusals' counter, registered in reg
+// when reg is not nil, and their log.
+func NewGatewayRefusals(reg prometheus.Registerer, log *slog.Logger) *GatewayRefusals {
+	g := &GatewayRefusals{log: log, every: time.Minute, counter: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_gateway_token_refused_total",
+		Help: "Gateway requests refused because the gateway's own service token was missing, not valid, expired or revoked " +
+			"(forward-auth: 401 with X-Tollgate-Reason gateway_unauthorized; Envoy's rate-limit service: UNAUTHENTICATED).",
+	})}
+	if reg != nil {
+		reg.MustRegister(g.counter)
+	}
+	return g
+}
+
+// Refused counts one refusal at where ("forward-auth", "envoy-ratelimit")
+// of a gateway at peer, which sent a token or none.
+func (g *GatewayRefusals) Refused(ctx context.Context, where string, sent bool, peer string, now time.Time) {
+	if g == nil {
 		return
 	}
-	rw.log.WarnContext(r.Context(), "forward-auth: the gateway's service token was refused (missing, not valid, expired or revoked); "+
+	g.counter.Inc()
+	g.unlogged.Add(1)
+	last := g.last.Load()
+	if g.log == nil || (last != 0 && now.UnixNano()-last < int64(g.every)) || !g.last.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	g.log.WarnContext(ctx, where+": the gateway's service token was refused (missing, not valid, expired or revoked); "+
 		"the gateway's requests are refused until it sends a valid one (admin tokens issue)",
-		"refused", rw.unlogged.Swap(0), "token_sent", sent, "peer", r.RemoteAddr, "header", HeaderServiceToken)
+		"refused", g.unlogged.Swap(0), "token_sent", sent, "peer", peer)
 }
 
 // HandleForwardAuth serves ForwardAuthPath for gateways that ask an HTTP

@@ -33,6 +33,9 @@ type Deps struct {
 	PingStore    func(context.Context) error
 	// Forward configures the forward-auth endpoint.
 	Forward ForwardConfig
+	// GatewayRefusals counts and logs gateways refused for their own
+	// service token; nil: NewHandler makes one, in Registry.
+	GatewayRefusals *GatewayRefusals
 	// Region is the process's region: a settlement, renewal or release
 	// of a hold or lease another region keeps is forwarded to that
 	// region's check API (Region.CheckURLs).
@@ -56,11 +59,11 @@ func NewHandler(d Deps) http.Handler {
 	r.With(RequireServiceToken(tokens, d.Log)).Post("/v1/release", HandleRelease(d.Checker, regions, d.Log).ServeHTTP)
 	// Forward-auth answers every method, on its path and below it (Envoy
 	// appends the original path).
-	refused := NewGatewayRefusedCounter()
-	if d.Registry != nil {
-		d.Registry.MustRegister(refused)
+	refusals := d.GatewayRefusals
+	if refusals == nil {
+		refusals = NewGatewayRefusals(d.Registry, d.Log)
 	}
-	forward := RequireGatewayToken(tokens, d.Log, refused)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
+	forward := RequireGatewayToken(tokens, d.Log, refusals)(HandleForwardAuth(d.Checker, d.Forward, d.Log))
 	r.Handle(ForwardAuthPath, forward)
 	r.Handle(ForwardAuthPath+"/*", forward)
 	// The caller's own key, no service token: its limits and what is left.

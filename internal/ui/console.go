@@ -297,7 +297,8 @@ func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
 // last). Any other method is the error page, 405, with the Allow header.
 func (c *Console) MethodNotAllowed(routes chi.Routes) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// (A HEAD of a page a GET serves is not such an address: 405.)
+		if r.Method == http.MethodGet || r.Method == http.MethodHead && !routes.Match(chi.NewRouteContext(), http.MethodGet, r.URL.Path) {
 			for p := r.URL.Path; p != "/"; {
 				p = path.Dir(p)
 				if routes.Match(chi.NewRouteContext(), http.MethodGet, p) {

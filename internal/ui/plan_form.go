@@ -273,7 +273,7 @@ func readRules(pf url.Values, fe formErrors) ([]ruleForm, []plans.Rule) {
 		}
 		rule.Options.Hold, rule.Options.HoldExpiry, rule.Options.RefundOn = rf.Hold, rf.HoldExpiry, rf.RefundOn
 		if rf.HoldTTL != "" {
-			rule.Options.HoldTTLS = fe.number(rf.HoldTTL, row+"options.hold_ttl_s", 0)
+			rule.Options.HoldTTLS = fe.number(rf.HoldTTL, row+"hold_ttl_s", 0)
 		}
 		rule.RegionScope = region.Scope(rf.RegionScope)
 		if rf.MinShare != "" && rf.RegionScope == string(region.GlobalSplit) {

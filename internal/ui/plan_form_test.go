@@ -37,6 +37,12 @@ func TestConsolePlanEditErrorsBesideHoldFields(t *testing.T) {
 	if b.count("form[data-quota-form]") != 1 || strings.Contains(b.text("#quota"), "once it is created") {
 		t.Errorf("the re-shown edit form's quota section: %q", b.text("#quota"))
 	}
+	// A hold TTL that is no number is named beside its field too.
+	b.fill(map[string]string{`input[name="rules[0].hold_ttl_s"]`: "abc"})
+	b.submit(`button[value="save"]`, ".alert")
+	if got := b.fieldError("rules[0].hold_ttl_s"); !strings.Contains(got, "whole number") {
+		t.Errorf("beside rules[0].hold_ttl_s after abc: %q, want %q", got, "whole number")
+	}
 	// Adding a rule re-shows the form too, with its quota section.
 	b.submit(`button[value="add-rule"]`, `input[name="rules[1].name"]`)
 	if b.count("form[data-quota-form]") != 1 {

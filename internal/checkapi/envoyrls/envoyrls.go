@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -63,6 +64,9 @@ type Config struct {
 	// TrustedProxies: in an IPEntry value holding an X-Forwarded-For list,
 	// the rightmost address not in these networks is the client.
 	TrustedProxies httpx.TrustedProxies
+	// Refusals counts and logs the calls refused for Envoy's own service
+	// token (nil: not counted), with forward-auth's.
+	Refusals *checkapi.GatewayRefusals
 }
 
 // MetadataServiceToken is the gRPC metadata key carrying Envoy's service
@@ -85,7 +89,7 @@ func NewServer(checker *enforce.Checker, tokens *enforce.TokenVerifier, cfg Conf
 		cfg.ResourceEntries = []string{"resource", "header_match", "generic_key"}
 	}
 	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(requireToken(tokens)),
+		grpc.UnaryInterceptor(requireToken(tokens, cfg.Refusals)),
 		grpc.MaxRecvMsgSize(1<<20),
 	)
 	rlsv3.RegisterRateLimitServiceServer(srv, &Service{checker: checker, cfg: cfg, log: log})
@@ -94,22 +98,38 @@ func NewServer(checker *enforce.Checker, tokens *enforce.TokenVerifier, cfg Conf
 }
 
 // requireToken refuses rate-limit calls without a valid service token
-// (codes.Unauthenticated: Envoy then applies its failure_mode_deny).
-func requireToken(tokens *enforce.TokenVerifier) grpc.UnaryServerInterceptor {
+// (codes.Unauthenticated: Envoy then applies its failure_mode_deny), and
+// counts each refusal in refusals. The token is MetadataServiceToken's
+// value, or authorization's: "Bearer <token>" (the scheme in any case),
+// or the bare token, as forward-auth reads HeaderServiceToken.
+func requireToken(tokens *enforce.TokenVerifier, refusals *checkapi.GatewayRefusals) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.ratelimit.") {
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		token := first(md.Get(MetadataServiceToken))
+		token := strings.TrimSpace(first(md.Get(MetadataServiceToken)))
 		if token == "" {
-			token, _ = checkapi.BearerCredentials(strings.TrimSpace(first(md.Get("authorization"))))
+			a := strings.TrimSpace(first(md.Get("authorization")))
+			if t, ok := checkapi.BearerCredentials(a); ok {
+				token = t
+			} else if !strings.Contains(a, " ") {
+				token = a
+			}
+		}
+		refused := func(msg string) error {
+			var addr string
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				addr = p.Addr.String()
+			}
+			refusals.Refused(ctx, "envoy-ratelimit", token != "", addr, time.Now())
+			return status.Error(codes.Unauthenticated, msg)
 		}
 		if token == "" {
-			return nil, status.Error(codes.Unauthenticated, "a service token is required in "+MetadataServiceToken)
+			return nil, refused("a service token is required in " + MetadataServiceToken)
 		}
-		if _, err := tokens.Verify(strings.TrimSpace(token), time.Now()); err != nil {
-			return nil, status.Error(codes.Unauthenticated, "invalid service token")
+		if _, err := tokens.Verify(token, time.Now()); err != nil {
+			return nil, refused("invalid service token")
 		}
 		return handler(ctx, req)
 	}

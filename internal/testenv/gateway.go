@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -64,14 +65,34 @@ func fileText(path string) string {
 	return string(b)
 }
 
-// FreePort returns a loopback port that no one listened on a moment ago.
+// FreePort returns a loopback port that no one listened on a moment ago,
+// and that it has not returned before in this process: the kernel may
+// hand the same free port to two listens in a row, and a test that asks
+// for several ports before starting what listens on them (a NATS
+// cluster's routes) would then get one twice.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Must(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		Must(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !givenPorts.m[port] {
+			givenPorts.m[port] = true
+			return port
+		}
+	}
+	t.Fatalf("no loopback port not given before after 100 tries")
+	return 0
 }
+
+// givenPorts are the ports FreePort returned.
+var givenPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
 
 // FreeAddr returns FreePort's address, "127.0.0.1:port".
 func FreeAddr(t testing.TB) string {

@@ -2,6 +2,7 @@ package credits
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,7 +135,13 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	drain := d.drainTenant
+	origin, err := d.origin(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	drain := func(ctx context.Context, tenantID string) (Report, bool, error) {
+		return d.drainTenant(ctx, tenantID, origin)
+	}
 	if d.cfg.Region != "" {
 		// One drainer of a region at a time: the escrow it reserves
 		// reaches the counter after the ledger's commit, and another
@@ -202,10 +209,45 @@ const (
 // maxRounds bounds the transactions one Drain spends on one balance.
 const maxRounds = 100
 
+// originKeeper is what a store whose consumption logs outlive the
+// process (redisstore.Store) offers to tell them from another store's:
+// an identity kept beside them, under the key prefix. A store without it
+// (a single process's memory store, never one of several regions) keeps
+// no origin.
+type originKeeper interface {
+	// CreditsOrigin returns the identity at key ("" when missing), first
+	// setting it to id when it is missing and id is not empty.
+	CreditsOrigin(ctx context.Context, key, id string) (string, error)
+}
+
+// originKey is the key, under prefix, of the identity of the Redis that
+// keeps the consumption logs.
+func originKey(prefix string) string { return prefix + "{credits}:origin" }
+
+// origin returns the identity of the drainer of one region's Redis,
+// making it when missing (a new Redis, or one that came back empty): the
+// drainer writes it on each account it drains (log_origin), so that a
+// region's first drain can tell whether the account's position is of its
+// Redis's log (logStart). "" in a region, or when the store keeps none.
+func (d *Drainer) origin(ctx context.Context) (string, error) {
+	keeper, ok := d.logs.(originKeeper)
+	if d.cfg.Region != "" || !ok {
+		return "", nil
+	}
+	origin, err := keeper.CreditsOrigin(ctx, originKey(d.cfg.Prefix), rand.Text())
+	if err != nil {
+		return "", fmt.Errorf("credits: drain: %w", err)
+	}
+	return origin, nil
+}
+
 // drainTenant records one batch of tenantID's log in one transaction;
 // more is true when the log held more (or its counter could not be made
-// yet: entries came after the read).
-func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, more bool, err error) {
+// yet: entries came after the read). origin is the identity of the
+// Redis it reads ("" when the store keeps none): the account's position
+// is of that Redis's log from then on, whatever it was before (a Redis
+// that came back empty is read after it too).
+func (d *Drainer) drainTenant(ctx context.Context, tenantID, origin string) (r Report, more bool, err error) {
 	counter, logKey := Keys(d.cfg.Prefix, tenantID)
 	var through string
 	err = postgres.Tx(ctx, d.db, func(tx pgx.Tx) error {
@@ -218,6 +260,9 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 		read, err := d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
 		if err != nil {
 			return err
+		}
+		if origin != "" {
+			b.acct.logOrigin = origin // saved once, when it changes
 		}
 		consumed, present, entries := read.Consumed, read.Present, read.Entries
 		for _, e := range entries {

@@ -302,31 +302,49 @@ func (b *book) lapse(ctx context.Context, cutoff time.Time) (*time.Time, int64, 
 }
 
 // logStart returns where a region's first drain of a balance starts
-// reading the region's log: after position, the account's (the last entry
-// the drainer of one region recorded), when the region's Redis holds the
-// balance's counter, and from the log's beginning otherwise.
+// reading the region's log: after the account's position (the last entry
+// the drainer of one region recorded) when the region's Redis is the one
+// that position is of, and from the log's beginning otherwise.
 //
-// The account's position is an entry ID of the one region's Redis, by
-// that Redis's clock. A region whose Redis is that one holds the counter
-// that drainer made, and its log may still hold entries up to position,
-// recorded already (their trim failed): they are skipped. A new region's
-// Redis holds no counter (checks never make one; a region's drainer
-// does, only after this start is committed) and its log's IDs come from
-// its own clock, which may be behind that position: read after it, those
-// entries would never be recorded, and the drift repair would let the
-// region draw their units again. A Redis that came back empty lost its
-// log with its counter (Redis runs with noeviction, so a counter is not
-// lost alone), so reading it from the beginning records nothing twice.
-func (d *Drainer) logStart(ctx context.Context, counter, logKey, position string) (string, error) {
-	if position == "" || position == "0-0" {
+// The account's position is an entry ID of the log of the Redis the
+// drainer of one region read, by that Redis's clock; that drainer keeps
+// an identity in its Redis and writes it on the account (log_origin).
+// The region whose Redis carries the account's identity skips the
+// entries up to the position, which it may still log (a failed trim), and
+// recorded already: a drainer of one region keyed their ledger rows by
+// the bare entry ID, a region's drainer keys them "region:ID", so nothing
+// else would keep them from being recorded twice. Whether its counter
+// exists tells nothing there: a failover to a replica can lose it, and
+// in overage mode the checks' deferred draws can keep it from being made.
+// Any other region's Redis is new to the balance and its log's IDs come
+// from its own clock, which may be behind that position: read after it,
+// those entries would never be recorded, and the drift repair would let
+// the region draw their units again.
+//
+// An account no drainer of one region wrote an identity on (it last
+// drained before identities were kept), or a store that keeps none, falls
+// back on the counter: the Redis holding it is taken for the one the
+// position is of.
+func (d *Drainer) logStart(ctx context.Context, counter, logKey string, acct account) (string, error) {
+	if acct.Position == "" || acct.Position == "0-0" {
 		return "0-0", nil
 	}
-	read, err := d.logs.ReadCredits(ctx, counter, logKey, position, 1)
+	if keeper, ok := d.logs.(originKeeper); ok && acct.logOrigin != "" {
+		origin, err := keeper.CreditsOrigin(ctx, originKey(d.cfg.Prefix), "")
+		if err != nil {
+			return "", fmt.Errorf("credits: region's log start: %w", err)
+		}
+		if origin == acct.logOrigin {
+			return acct.Position, nil
+		}
+		return "0-0", nil
+	}
+	read, err := d.logs.ReadCredits(ctx, counter, logKey, acct.Position, 1)
 	if err != nil {
 		return "", err
 	}
 	if read.Present {
-		return position, nil
+		return acct.Position, nil
 	}
 	return "0-0", nil
 }
@@ -378,10 +396,10 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 		if reg.added {
 			// The region's first drain of the balance only places its
 			// log's start, and commits it before anything in Redis
-			// moves: a counter rebuilt by a drain that then failed
-			// would make a new Redis look like the one the account's
-			// position came from.
-			if own.Position, err = d.logStart(ctx, counter, logKey, b.acct.Position); err != nil {
+			// moves: for an account without an identity, a counter
+			// rebuilt by a drain that then failed would make a new
+			// Redis look like the one the account's position came from.
+			if own.Position, err = d.logStart(ctx, counter, logKey, b.acct); err != nil {
 				return err
 			}
 			more = true

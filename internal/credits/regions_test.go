@@ -405,6 +405,66 @@ func TestANewRegionBehindTheAccountsPositionRecordsItsLog(t *testing.T) {
 	}
 }
 
+// TestTheOneRegionsRedisWithoutItsCounterRecordsNothingTwice: the Redis
+// of a deployment of one region still logs the entries its drainer
+// recorded (their trim failed) but has no counter: a failover to a
+// replica that lacked the counter's SET, or, in overage mode, the
+// counter lost while checks go on logging deferred draws, so the drainer
+// cannot make it. That Redis's region, once there are several, starts at
+// the account's position all the same: each draw is recorded once.
+func TestTheOneRegionsRedisWithoutItsCounterRecordsNothingTwice(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mode     credits.Mode
+		deferred int64 // checks after the counter is lost: logged deferred
+	}{
+		{"deny, counter lost in a failover", credits.ModeDeny, 0},
+		{"overage, deferred draws keep coming", credits.ModeOverage, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, tc.mode, 0, 0)
+			r.topUp(100)
+			for range 5 {
+				r.check(1)
+			}
+			counter, logKey := credits.Keys(r.prefix, r.tenantID)
+			untrimmed := r.prefix + "untrimmed"
+			testenv.Must(t, r.rdb.Copy(ctx, logKey, untrimmed, 0, false).Err())
+			// 5 recorded by the drainer of one region; its trim failed,
+			// so the log keeps them; then the counter is gone.
+			r.drain()
+			testenv.Must(t, r.rdb.Copy(ctx, untrimmed, logKey, 0, true).Err())
+			testenv.Must(t, r.rdb.Del(ctx, counter).Err())
+			if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Consumed != 5 {
+				t.Fatalf("account %+v, %v: want 5 consumed", acct, err)
+			}
+			for range tc.deferred {
+				if d := r.check(1); !d.Allowed {
+					t.Fatalf("check on a lost counter in overage mode: %+v, want admitted (deferred)", d)
+				}
+			}
+
+			us := credits.NewDrainer(r.db, redisstore.New(r.rdb), credits.DrainerConfig{Prefix: r.prefix, Region: "us", Regions: 2})
+			for range 3 {
+				_, err := us.Drain(ctx)
+				testenv.Must(t, err)
+			}
+			b, err := credits.NewStore(r.db).Balance(ctx, r.tenantID)
+			testenv.Must(t, err)
+			if want := 5 + tc.deferred; b.Consumed != want {
+				t.Errorf("ledger consumed %d, want %d: 5 as one region and %d deferred after, each once", b.Consumed, want, tc.deferred)
+			}
+			var rows int64
+			testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM credit_ledger
+				WHERE tenant_id = $1 AND kind = 'consumption' AND entry LIKE 'us:%'`, r.tenantID).Scan(&rows))
+			if rows != tc.deferred {
+				t.Errorf("us recorded %d entries, want %d: only the deferred draws after the account's position", rows, tc.deferred)
+			}
+		})
+	}
+}
+
 // TestAGrantWaitsForTheRegionsDrawingOnIt: in overage mode no region
 // holds escrow; a grant's expiry in the ledger still waits for a region
 // that was drawing to record what it drew before the expiry, which is

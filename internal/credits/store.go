@@ -150,6 +150,9 @@ type account struct {
 	// drainedThroughUS is the store's clock (µs) of the latest drain that
 	// had recorded the whole log, as last saved (0: none).
 	drainedThroughUS int64
+	// logOrigin is the identity of the Redis whose log Position is of
+	// (the one the drainer of one region last read); "" when unknown.
+	logOrigin string
 }
 
 // lockAccount makes tenant tenantID's account if it has none and locks
@@ -165,9 +168,9 @@ func (s *Store) lockAccount(ctx context.Context, tenantID string) (account, erro
 	}
 	a := account{Account: Account{TenantID: tenantID}}
 	var drained *time.Time
-	err := s.db.QueryRow(ctx, `SELECT line, consumed, debt, position, low_notified, exhausted_notified, drained_through
-		FROM credit_accounts WHERE tenant_id = $1::uuid FOR UPDATE`, tenantID).
-		Scan(&a.Line, &a.Consumed, &a.Debt, &a.Position, &a.lowNotified, &a.exhaustedNotified, &drained)
+	err := s.db.QueryRow(ctx, `SELECT line, consumed, debt, position, low_notified, exhausted_notified, drained_through,
+		coalesce(log_origin, '') FROM credit_accounts WHERE tenant_id = $1::uuid FOR UPDATE`, tenantID).
+		Scan(&a.Line, &a.Consumed, &a.Debt, &a.Position, &a.lowNotified, &a.exhaustedNotified, &drained, &a.logOrigin)
 	if err != nil {
 		return account{}, notFoundTenant(tenantID, err)
 	}
@@ -184,8 +187,9 @@ func (s *Store) saveAccount(ctx context.Context, a account) error {
 		drained = &at
 	}
 	_, err := s.db.Exec(ctx, `UPDATE credit_accounts SET line = $2, consumed = $3, debt = $4, position = $5,
-		low_notified = $6, exhausted_notified = $7, drained_through = $8, updated_at = now() WHERE tenant_id = $1::uuid`,
-		a.TenantID, a.Line, a.Consumed, a.Debt, a.Position, a.lowNotified, a.exhaustedNotified, drained)
+		low_notified = $6, exhausted_notified = $7, drained_through = $8, log_origin = nullif($9, ''), updated_at = now()
+		WHERE tenant_id = $1::uuid`,
+		a.TenantID, a.Line, a.Consumed, a.Debt, a.Position, a.lowNotified, a.exhaustedNotified, drained, a.logOrigin)
 	if err != nil {
 		return fmt.Errorf("credits: save account of %s: %w", a.TenantID, err)
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -37,6 +38,12 @@ return want`)
 if #redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 1) > 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`)
+	// A store's identity is set once and never changed: a missing one is
+	// set only when the caller offers one.
+	creditsOriginScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v or ARGV[1] == '' then return v end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`)
 )
 
 // ReadCredits returns the counter at key and up to max entries of the
@@ -164,4 +171,19 @@ func (s *Store) RebuildCredits(ctx context.Context, key, log, after string, cons
 		return false, fmt.Errorf("redisstore: rebuild credits: %w", err)
 	}
 	return made == 1, nil
+}
+
+// CreditsOrigin returns the identity at key ("" when missing), first
+// setting it to id when it is missing and id is not empty, in one script
+// call. The credits drainer keeps one beside the consumption logs, to
+// tell them from another Redis's.
+func (s *Store) CreditsOrigin(ctx context.Context, key, id string) (string, error) {
+	origin, err := creditsOriginScript.Run(ctx, s.client, []string{key}, id).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("redisstore: credits origin: %w", err)
+	}
+	return origin, nil
 }

@@ -1,0 +1,1 @@
+ALTER TABLE credit_accounts DROP COLUMN log_origin;

@@ -1,0 +1,11 @@
+-- Schema v24: which Redis a balance's position belongs to.
+--
+-- log_origin is the identity of the Redis whose consumption log the
+-- drainer of one region last read the balance's from (a random ID that
+-- drainer keeps in that Redis, under the key prefix): the account's
+-- position is an entry ID of that log. When a deployment of one region
+-- becomes several, a region whose Redis carries this identity starts its
+-- log at the account's position (its log may still hold entries up to
+-- it, recorded already); any other region at its log's beginning. NULL
+-- until a drainer of one region that keeps it drains the balance.
+ALTER TABLE credit_accounts ADD COLUMN log_origin text;

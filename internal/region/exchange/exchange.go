@@ -162,6 +162,10 @@ type Exchanger struct {
 	claims    lagWindow
 	lastClaim time.Time
 	sources   map[string]*backoff.Monitor
+	// reading holds the sources whose reader exists (receive) since this
+	// worker took the lease: the rebalancer reports only once it holds
+	// them all (rebalance).
+	reading map[string]bool
 	// The rebalancer's (rebalance.go): its report waiting for the next
 	// message, the other regions' last reports, and its recent gifts.
 	report  *demandReport
@@ -184,7 +188,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Exchanger, erro
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exchanger{cfg: cfg, rdb: rdb, nc: nc, js: js, metrics: NewMetrics(), log: cfg.Log,
-		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reports: map[string]*demandReport{}, partial: map[string]*partialReport{}}
+		lastSeen: map[string]time.Time{}, lags: map[string]*lagWindow{}, sources: map[string]*backoff.Monitor{}, reading: map[string]bool{}, reports: map[string]*demandReport{}, partial: map[string]*partialReport{}}
 	x.publish = backoff.NewMonitor(backoff.MonitorConfig{Component: "region_exchange", Dependency: "NATS (publishing region " + cfg.Region.Name + "'s admissions)", Log: cfg.Log})
 	for _, name := range cfg.Region.Names {
 		if name != cfg.Region.Name {
@@ -265,6 +269,9 @@ func (x *Exchanger) standBy() {
 func (x *Exchanger) active(ctx context.Context) {
 	x.exchanging.Store(true)
 	x.metrics.active.Set(1)
+	x.mu.Lock()
+	clear(x.reading)
+	x.mu.Unlock()
 	for name := range x.sources {
 		x.metrics.up.WithLabelValues(name).Set(0)
 	}
@@ -484,6 +491,11 @@ func (x *Exchanger) send(ctx context.Context, heartbeat bool) (sent bool, err er
 	// report of every state with demand or moved units may be larger
 	// than a message can be.
 	if report != nil {
+		// The report is named by this message's sequence, which every
+		// worker of the region takes from its Redis (seq.lua), not by a
+		// worker's clock: the receivers keep the report of the greatest
+		// (assemble), whichever worker sent it.
+		report.ID = seq
 		for _, part := range report.parts(messageBudget) {
 			if err := x.publishOne(ctx, message{Region: x.cfg.Region.Name, Seq: seq, AtUS: time.Now().UnixMicro(), Demand: part}); err != nil {
 				return false, err
@@ -605,8 +617,12 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 		var err error
 		switch {
 		case rd == nil:
-			rd, err = x.reader(ctx, source)
-		case again:
+			if rd, err = x.reader(ctx, source); err == nil {
+				x.mu.Lock()
+				x.reading[source] = true
+				x.mu.Unlock()
+			}
+		case again || rd.cons == nil:
 			err = x.restart(ctx, rd)
 		}
 		if err != nil {
@@ -716,7 +732,9 @@ func (x *Exchanger) consumerName() string { return "tollgate-" + x.cfg.Region.Na
 // floor. A pull consumer of that name (an exchanger before push
 // consumers) is replaced by a push consumer from its acknowledgement
 // floor; so is a consumer restart deleted and did not make again (its
-// worker stopped between the two), from where restart noted.
+// worker stopped between the two, or a call of it failed), from where
+// restart noted. An error returns no reader: what failed is tried again
+// with the next.
 //
 // A region's first consumer of a stream starts at the stream's end: what
 // the source admitted before is not replayed (up to Retention of it,
@@ -736,13 +754,19 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 			return nil, err
 		}
 		rd.applied = old.CachedInfo().AckFloor.Stream
-		return rd, x.restart(ctx, rd)
+		if err := x.restart(ctx, rd); err != nil {
+			return nil, err // the next reader starts again from what restart left
+		}
+		return rd, nil
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		from, noted := x.rdb.HGet(ctx, x.readKey(), source).Uint64()
 		switch {
 		case noted == nil:
 			rd.applied = from
-			return rd, x.restart(ctx, rd)
+			if err := x.restart(ctx, rd); err != nil {
+				return nil, err // the note stays for the next reader
+			}
+			return rd, nil
 		case !errors.Is(noted, redis.Nil):
 			return nil, noted
 		}
@@ -785,7 +809,12 @@ func (x *Exchanger) consumerConfig(source string, deliver jetstream.DeliverPolic
 
 // restart makes rd's consumer anew from the first sequence it has not
 // applied: what was lost on the way is delivered again at once. What
-// the stream no longer holds (past its retention) is passed over.
+// the stream no longer holds (past its retention) is passed over. A
+// sequence applied past the stream's last means the stream was made
+// anew (its NATS storage lost: its sequences start again at 1): it is
+// read from its first message. On an error rd's consumer may be gone
+// (deleted, not made again): the caller restarts again, or drops rd
+// and makes a reader, which starts from the note restart left.
 func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -794,7 +823,13 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 		return err
 	}
 	rd.stream = stream
-	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
+	state := stream.CachedInfo().State
+	if rd.applied > state.LastSeq {
+		x.log.Warn("region exchange: a region's stream was made anew (it ends before where this region read it); reading it from its first message",
+			"source", rd.source, "read_up_to", rd.applied, "last", state.LastSeq, "first", state.FirstSeq)
+		rd.applied = max(state.FirstSeq, 1) - 1
+	}
+	if first := state.FirstSeq; first > 0 && rd.applied < first-1 {
 		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)
 		rd.applied = first - 1
@@ -813,6 +848,11 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 		return err
 	}
 	rd.cons = cons
+	// The consumer holds the position now. A note left behind would be
+	// taken, should the consumer go, over the stream's end, however old.
+	if err := x.rdb.HDel(ctx, x.readKey(), rd.source).Err(); err != nil {
+		x.log.Warn("region exchange: cannot clear where a region's stream was read from; the note stays", "source", rd.source, "err", err)
+	}
 	return nil
 }
 
@@ -1051,7 +1091,7 @@ func (x *Exchanger) received(source string, m message) {
 	x.mu.Lock()
 	x.lastSeen[source] = time.Now()
 	if m.Demand != nil {
-		if r := x.assemble(source, m.Demand, m.AtUS); r != nil {
+		if r := x.assemble(source, m.Demand, m.Seq, m.AtUS); r != nil {
 			x.reports[source] = r
 		}
 	}

@@ -576,3 +576,189 @@ func TestANewConsumerStartsAtTheStreamsEnd(t *testing.T) {
 	converged(t, []*exchangeRegion{ap}, key, 8, 20*time.Second)
 	converged(t, []*exchangeRegion{eu}, key, 3, 20*time.Second)
 }
+
+// refusing returns a client of r's Redis as ACL user user, who may run
+// every command but only on the exchanger's keys (the states and the
+// records beside them, the lease, the sequence) and on the keys of
+// more (ACL key patterns: "~key" to read and write, "%R~key" to read
+// only): the region's read notes are refused unless more names them.
+// grant(pattern) lets the user use one more pattern.
+func refusing(t *testing.T, r *exchangeRegion, user string, more ...string) (client *redis.Client, grant func(pattern string)) {
+	t.Helper()
+	ctx := context.Background()
+	args := []any{"ACL", "SETUSER", user, "on", ">secret", "&*", "+@all", "resetkeys",
+		"~" + prefix + "{*", "~" + prefix + "regions:exchanger", "~" + prefix + "regions:seq"}
+	for _, p := range more {
+		args = append(args, p)
+	}
+	testenv.Must(t, r.rdb.Do(ctx, args...).Err())
+	client = redis.NewClient(&redis.Options{Addr: r.rdb.Options().Addr, Username: user, Password: "secret"})
+	t.Cleanup(func() { client.Close() })
+	return client, func(pattern string) { testenv.Must(t, r.rdb.Do(ctx, "ACL", "SETUSER", user, pattern).Err()) }
+}
+
+// refusals returns how many of user's commands r's Redis refused.
+func refusals(t *testing.T, r *exchangeRegion, user string) int64 {
+	t.Helper()
+	entries, err := r.rdb.ACLLog(context.Background(), 0).Result()
+	testenv.Must(t, err)
+	var n int64
+	for _, e := range entries {
+		if e.Username == user {
+			n += e.Count
+		}
+	}
+	return n
+}
+
+// startAs starts r's exchanger on client instead of r's own.
+func (r *exchangeRegion) startAs(t *testing.T, client *redis.Client) {
+	t.Helper()
+	rdb := r.rdb
+	r.rdb = client
+	r.start(t)
+	r.rdb = rdb
+}
+
+// TestAFailedRestartOfAReaderIsTriedAgain: a region that finds no
+// consumer of a stream but a note of where it read it from makes the
+// consumer again from there; when that fails halfway (here its Redis
+// refuses to write the note), the worker keeps trying, without a reader
+// that has no consumer (which used to bring the whole worker down at the
+// next pass), and reads the stream on once it succeeds, the note then
+// cleared.
+func TestAFailedRestartOfAReaderIsTriedAgain(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	eu.stop()
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	cons, err := js.PushConsumer(ctx, Stream("us"), "tollgate-eu")
+	testenv.Must(t, err)
+	read := prefix + "regions:read"
+	testenv.Must(t, eu.rdb.HSet(ctx, read, "us", cons.CachedInfo().AckFloor.Stream).Err())
+	testenv.Must(t, js.DeleteConsumer(ctx, Stream("us"), "tollgate-eu"))
+
+	client, grant := refusing(t, eu, "restarter", "%R~"+read)
+	eu.startAs(t, client)
+	testenv.Eventually(t, time.Now(), 20*time.Second, "eu's exchanger trying three times to note where it reads us's stream", func() (bool, string) {
+		n := refusals(t, eu, "restarter")
+		return n >= 3, fmt.Sprintf("%d refused", n)
+	})
+	grant("~" + read)
+	key := string(statekey.AppendKey(nil, prefix, 'o', [3]byte{4, 4, 4}, []byte("tenant"), nil))
+	admit(t, us, key, 3)
+	converged(t, []*exchangeRegion{eu, regions["ap"]}, key, 3, 20*time.Second)
+	if noted, err := eu.rdb.HExists(ctx, read, "us").Result(); err != nil || noted {
+		t.Errorf("eu's note of us's stream once its consumer is made again: %v (%v), want it cleared", noted, err)
+	}
+}
+
+// TestAStreamMadeAnewIsReadFromItsStart: a region whose stream was made
+// anew (its NATS storage lost: sequences start again at 1) is read from
+// its first message by a region that had noted a position in the old one
+// (its consumer deleted to be made again, then gone with the stream),
+// not from the old position, which the new stream would take its first
+// 50,000 messages to reach.
+func TestAStreamMadeAnewIsReadFromItsStart(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	key := string(statekey.AppendKey(nil, prefix, 'p', [3]byte{5, 5, 5}, []byte("tenant"), nil))
+	admit(t, us, key, 2)
+	converged(t, []*exchangeRegion{eu}, key, 2, 20*time.Second)
+	eu.stop()
+	us.stop()
+	read := prefix + "regions:read"
+	testenv.Must(t, eu.rdb.HSet(ctx, read, "us", 50_000).Err())
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	testenv.Must(t, js.DeleteStream(ctx, Stream("us"))) // fault injection: the stream's storage lost
+	us.start(t)                                         // makes it anew
+	admit(t, us, key, 5)
+	testenv.Eventually(t, time.Now(), 10*time.Second, "us publishing its admissions on its new stream", func() (bool, string) {
+		n, err := us.rdb.Exists(ctx, statekey.OutboxKey(prefix, 'p'), statekey.ClaimedKey(prefix, 'p')).Result()
+		testenv.Must(t, err)
+		return n == 0, fmt.Sprintf("%d outboxes left", n)
+	})
+	eu.start(t)
+	converged(t, []*exchangeRegion{eu}, key, 7, 20*time.Second)
+	if noted, err := eu.rdb.HExists(ctx, read, "us").Result(); err != nil || noted {
+		t.Errorf("eu's note of us's stream once its consumer is made again: %v (%v), want it cleared", noted, err)
+	}
+	if !strings.Contains(eu.logOut.String(), "made anew") {
+		t.Errorf("eu did not log that us's stream was made anew")
+	}
+}
+
+// TestReportsAreOrderedBySequence: a region's rebalance reports are
+// taken in the order of their messages' sequences, whatever the clock
+// of the worker that sent each: after a failover to a worker whose
+// clock is behind, its reports replace the last one (they used to be
+// dropped as older until its clock caught up); a report of an older
+// sequence arriving after a newer one is still dropped.
+func TestReportsAreOrderedBySequence(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	next := func() int64 {
+		seq, err := seqScript.Run(ctx, us.rdb, []string{prefix + "regions:seq"}).Int64()
+		testenv.Must(t, err)
+		return seq
+	}
+	publish := func(seq int64, r demandReport) {
+		t.Helper()
+		body, err := json.Marshal(message{Region: "us", Seq: seq, AtUS: time.Now().UnixMicro(), Demand: &r})
+		testenv.Must(t, err)
+		_, err = js.Publish(ctx, Subject("us"), body)
+		testenv.Must(t, err)
+	}
+	line := func(name string) keyDemand {
+		return keyDemand{Key: []byte(prefix + "{r}" + name), Demand: 1, Allotment: 2}
+	}
+	holds := func(want ...string) func() (bool, string) {
+		return func() (bool, string) {
+			eu.x.mu.Lock()
+			defer eu.x.mu.Unlock()
+			r := eu.x.reports["us"]
+			if r == nil {
+				return false, "no report"
+			}
+			var got []string
+			for _, kd := range r.Keys {
+				got = append(got, strings.TrimPrefix(string(kd.Key), prefix+"{r}"))
+			}
+			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+		}
+	}
+	// A worker whose clock is an hour ahead, then, after a failover, one
+	// whose clock is right, its report in two parts.
+	first := next()
+	publish(first, demandReport{ID: time.Now().Add(time.Hour).UnixMicro(), Keys: []keyDemand{line("ahead")}})
+	testenv.Eventually(t, time.Now(), 10*time.Second, "eu holding the first worker's report", holds("ahead"))
+	behind, now := next(), time.Now().UnixMicro()
+	publish(behind, demandReport{ID: now, Part: 0, Parts: 2, Keys: []keyDemand{line("behind-0")}})
+	publish(behind, demandReport{ID: now, Part: 1, Parts: 2, Keys: []keyDemand{line("behind-1")}})
+	testenv.Eventually(t, time.Now(), 10*time.Second, "eu holding the report of the worker whose clock is behind", holds("behind-0", "behind-1"))
+	// The first worker's report again (a redelivery, a paused worker):
+	// older by its sequence, dropped.
+	publish(first, demandReport{ID: time.Now().Add(2 * time.Hour).UnixMicro(), Keys: []keyDemand{line("stale")}})
+	marker := string(statekey.AppendKey(nil, prefix, 'r', [3]byte{6, 6, 7}, []byte("tenant"), nil))
+	admit(t, us, marker, 1) // applied after the stale report
+	converged(t, []*exchangeRegion{eu}, marker, 1, 10*time.Second)
+	if ok, got := holds("behind-0", "behind-1")(); !ok {
+		t.Errorf("eu's report of us after an older sequence's report: %s, want the newer kept", got)
+	}
+}

@@ -32,9 +32,12 @@ type SplitRule struct {
 // decides on a report once it has every part of it (assemble).
 type demandReport struct {
 	Keys []keyDemand `json:"keys"`
-	// ID names the rebalance (its time, µs since the epoch, the sender's
-	// clock); Part is this part's index of Parts (Parts 0: a whole report
-	// of a worker that sent no parts).
+	// ID names the report: the sequence of the messages that carry it
+	// (seq.lua's, kept in the sender's Redis, so it grows across the
+	// region's workers; a worker before this one sent its clock, µs
+	// since the epoch). A receiver orders reports by the message's
+	// sequence alone (assemble). Part is this part's index of Parts
+	// (Parts 0: a whole report of a worker that sent no parts).
 	ID    int64 `json:"id,omitempty"`
 	Part  int   `json:"part,omitempty"`
 	Parts int   `json:"parts,omitempty"`
@@ -73,13 +76,18 @@ type partialReport struct {
 }
 
 // assemble takes part, a part of source's report that arrived in a
-// message of at (its AtUS), and returns the report once every part of
-// it has arrived (nil until then). A part of a report older than the one
-// being put together, or than the last complete one, is dropped; so is
-// a part that came twice (a report published again after a failed
-// publication). x.mu must be held.
-func (x *Exchanger) assemble(source string, part *demandReport, at int64) *demandReport {
-	if last := x.reports[source]; last != nil && part.ID != 0 && part.ID <= last.ID {
+// message of sequence seq and at (its AtUS), and returns the report once
+// every part of it has arrived (nil until then). A report is named by
+// its messages' sequence, not by the ID its sender wrote: the sequence
+// grows across the region's workers, where a worker's clock may be
+// behind the one before it (after a failover, every report would then
+// be dropped as older until the clock caught up). A part of a report
+// older than the one being put together, or than the last complete one,
+// is dropped; so is a part that came twice (a report published again
+// after a failed publication). x.mu must be held.
+func (x *Exchanger) assemble(source string, part *demandReport, seq, at int64) *demandReport {
+	part.ID = seq
+	if last := x.reports[source]; last != nil && part.ID <= last.ID {
 		return nil
 	}
 	if part.Parts <= 1 {
@@ -150,6 +158,10 @@ type view struct {
 	rule      SplitRule
 	allotment map[string]int64
 	demand    map[string]int64
+	// counting: the state counts something here (demand.lua), so the
+	// units moved to this region stay while no region has demand on it
+	// (give).
+	counting bool
 }
 
 // rebalance reads (and empties) this region's demand tables and its
@@ -159,6 +171,12 @@ type view struct {
 // decides alone, on the last reports of the regions heard from within
 // three intervals: a region cut off is left out, so it keeps its
 // allotment and receives nothing.
+//
+// It reports only once this worker reads every other region's stream
+// (receive made each reader): a region that another gives units to must
+// read the release, and a region's first consumer of a stream starts at
+// its end, so until then no region hears from this one and none gives
+// to it.
 func (x *Exchanger) rebalance(ctx context.Context) error {
 	rules, err := x.cfg.SplitRules(ctx)
 	if err != nil {
@@ -193,11 +211,17 @@ func (x *Exchanger) rebalance(ctx context.Context) error {
 	}
 	for _, cmd := range cmds {
 		vals, _ := cmd.Slice()
-		if len(vals) != 2 {
+		if len(vals) != 3 {
 			continue
 		}
 		demand, _ := vals[0].([]any)
 		moved, _ := vals[1].([]any)
+		counting, _ := vals[2].([]any)
+		for _, key := range counting {
+			if v := look(str(key)); v != nil {
+				v.counting = true
+			}
+		}
 		for j := 0; j+1 < len(moved); j += 2 {
 			if v := look(str(moved[j])); v != nil {
 				n, _ := strconv.ParseInt(str(moved[j+1]), 10, 64)
@@ -221,7 +245,9 @@ func (x *Exchanger) rebalance(ctx context.Context) error {
 	// not show yet.
 	fresh := 3 * rc.RebalanceInterval
 	x.mu.Lock()
-	x.report = report
+	if len(x.reading) == len(x.sources) {
+		x.report = report
+	}
 	heard := []string{}
 	for _, name := range rc.Names {
 		r := x.reports[name]
@@ -284,7 +310,10 @@ func (x *Exchanger) rebalance(ctx context.Context) error {
 // nothing (its window ended with nothing admitted since; donate.lua):
 // the allotment tables' fields go back to 0, which deletes them, so the
 // tables (and the reports) hold only the states whose allotments moved
-// recently, not every state that ever had a move.
+// recently, not every state that ever had a move. A state that still
+// counts (v.counting, as demand.lua read it) is not asked: donate.lua
+// would give nothing, and a split month's quiet states would otherwise
+// cost a call each every interval until their window ended.
 func (x *Exchanger) give(ctx context.Context, key string, v *view, among []string) (int64, error) {
 	me, rc := x.cfg.Region.Name, x.cfg.Region
 	floor := rc.MinShare(v.rule.Limit, v.rule.MinShare)
@@ -295,7 +324,7 @@ func (x *Exchanger) give(ctx context.Context, key string, v *view, among []strin
 	}
 	n := int64(len(among))
 	idle := demand == 0
-	if n < 2 || (!idle && pool < n*floor) {
+	if n < 2 || (!idle && pool < n*floor) || (idle && v.counting) {
 		return 0, nil
 	}
 	target := map[string]int64{}

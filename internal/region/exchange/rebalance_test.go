@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -264,4 +267,169 @@ func TestQuietStatesGoBackToEqualShares(t *testing.T) {
 	if got, err := us.rdb.HGet(ctx, table, counting).Int64(); err != nil || got != 40 {
 		t.Errorf("us's units of a state still counting: %d (%v), want the 40 kept", got, err)
 	}
+}
+
+// evalshaCalls returns how many EVALSHA calls r's Redis has served.
+func evalshaCalls(t *testing.T, r *exchangeRegion) int64 {
+	t.Helper()
+	info, err := r.rdb.Info(context.Background(), "commandstats").Result()
+	testenv.Must(t, err)
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			testenv.Must(t, err)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestQuietStatesThatCountCostNoCall: a rebalance calls donate.lua only
+// for the quiet states that can give their moved units back (their
+// window counts nothing), not for every quiet state with units moved
+// here: those of a split month would otherwise cost a Redis round trip
+// each, every interval, until the month ended.
+func TestQuietStatesThatCountCostNoCall(t *testing.T) {
+	const limit = 1000
+	id := [3]byte{7, 7, 10}
+	rules := map[[3]byte]SplitRule{id: {Name: "p/split", Limit: limit}}
+	_, regions := startExchange(t, 0, rules)
+	ctx := context.Background()
+	us := regions["us"]
+	us.stop()
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	x, err := New(us.rdb, nc, Config{Region: us.cfg, Prefix: prefix,
+		SplitRules: func(context.Context) (map[[3]byte]SplitRule, error) { return rules, nil }})
+	testenv.Must(t, err)
+	testenv.Must(t, x.loadScripts(ctx))
+
+	// 200 states whose windows count, and one whose window counts
+	// nothing, each with 40 units moved from eu to us (eu's report says
+	// so).
+	const tag, counting = byte('w'), 200
+	table := statekey.AllotmentKey(prefix, tag)
+	euShare, _ := us.cfg.AllotmentOf("eu", limit, limit)
+	report := &demandReport{AtUS: time.Now().UnixMicro()}
+	pipe := us.rdb.Pipeline()
+	for i := range counting + 1 {
+		key := string(statekey.AppendKey(nil, prefix, tag, id, fmt.Appendf(nil, "tenant-%03d", i), nil))
+		pipe.HSet(ctx, table, key, 40)
+		if i < counting {
+			pipe.HSet(ctx, key, "window", 0, "count", 10)
+		}
+		report.Keys = append(report.Keys, keyDemand{Key: []byte(key), Allotment: euShare - 40})
+	}
+	_, err = pipe.Exec(ctx)
+	testenv.Must(t, err)
+	x.mu.Lock()
+	x.reports["eu"] = report
+	x.mu.Unlock()
+
+	before := evalshaCalls(t, us)
+	testenv.Must(t, x.rebalance(ctx))
+	calls := evalshaCalls(t, us) - before - int64(len(statekey.Tags())) // less the demand reads, one a tag
+	if calls != 1 {
+		t.Errorf("one rebalance called donate.lua %d times, want 1: the one state that can give", calls)
+	}
+	moved, err := us.rdb.HGetAll(ctx, table).Result()
+	testenv.Must(t, err)
+	if len(moved) != counting {
+		t.Errorf("us's allotment table after the rebalance: %d states, want the %d that count (the other's units given back)", len(moved), counting)
+	}
+}
+
+// TestNoRegionGivesToOneNotReadingItsStream: a region new to the
+// exchange whose reading of the others' streams keeps failing (here its
+// Redis refuses its read notes) for longer than a rebalance interval,
+// while it has demand on a split window, reports nothing until it reads
+// them all: the others would give it units by releases on their streams
+// that its first consumers, starting at the streams' ends, would never
+// read, and those units would leave the limit for good. Once it reads,
+// units move to it and the allotments sum to the limit.
+func TestNoRegionGivesToOneNotReadingItsStream(t *testing.T) {
+	if left := limiter.DayUS - time.Now().UnixMicro()%limiter.DayUS; left < 3*limiter.MinuteUS {
+		t.Skip("the day's window would end during the test")
+	}
+	const limit = 1000
+	id := [3]byte{7, 7, 11}
+	_, regions := startExchange(t, 0, map[[3]byte]SplitRule{id: {Name: "p/split", Limit: limit}})
+	ctx := context.Background()
+	us, eu, ap := regions["us"], regions["eu"], regions["ap"]
+	ap.stop()
+	nc, err := Dial(us.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	for _, source := range []string{"us", "eu"} { // ap new to both streams
+		testenv.Must(t, js.DeleteConsumer(ctx, Stream(source), "tollgate-ap"))
+	}
+	read := prefix + "regions:read"
+	testenv.Must(t, ap.rdb.Del(ctx, read).Err())
+	client, grant := refusing(t, ap, "newcomer")
+	ap.startAs(t, client)
+
+	key := string(statekey.AppendKey(nil, prefix, 'v', id, []byte("tenant"), nil))
+	table := statekey.AllotmentKey(prefix, 'v')
+	share := map[string]int64{}
+	for _, r := range []*exchangeRegion{us, eu, ap} {
+		share[r.name], _ = r.cfg.AllotmentOf(r.name, limit, limit)
+	}
+	allotments := func() (map[string]int64, int64) {
+		got, sum := map[string]int64{}, int64(0)
+		for _, r := range []*exchangeRegion{ap, eu, us} { // the recipient first: a move in flight lowers the sum
+			moved, err := r.rdb.HGet(ctx, table, key).Int64()
+			if err != nil && err != redis.Nil {
+				testenv.Must(t, err)
+			}
+			got[r.name] = share[r.name] + moved
+			sum += got[r.name]
+		}
+		return got, sum
+	}
+	// Demand in ap alone, ten checks a second.
+	stop := make(chan struct{})
+	offered := make(chan struct{})
+	go func() {
+		defer close(offered)
+		p := limiter.Params{Algorithm: limiter.FixedWindow, Limit: share["ap"], PeriodUS: limiter.DayUS, Split: true}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // load injection: checks offered at a rate
+			}
+			_, err := ap.store.Check(ctx, limiter.Batch{Requests: []limiter.Request{{Key: key, Params: p}}, Cost: 1})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-offered
+	}()
+	testenv.Eventually(t, time.Now(), 20*time.Second, "ap's reading of the streams refused", func() (bool, string) {
+		n := refusals(t, ap, "newcomer")
+		return n >= 2, fmt.Sprintf("%d refused", n)
+	})
+	time.Sleep(4 * us.cfg.RebalanceInterval) // fault injection: the refusal lasts four rebalance intervals
+	grant("~" + read)
+	testenv.Eventually(t, time.Now(), 30*time.Second, "units moving to ap once it reads the streams", func() (bool, string) {
+		a, _ := allotments()
+		return a["ap"] >= share["ap"]+limit/10, fmt.Sprint(a)
+	})
+	close(stop)
+	<-offered
+	testenv.Eventually(t, time.Now(), 20*time.Second, "the allotments summing to the limit once every release landed", func() (bool, string) {
+		a, sum := allotments()
+		return sum == limit, fmt.Sprintf("%v, sum %d", a, sum)
+	})
 }

@@ -23,7 +23,9 @@ build:
 run: build
 	@scripts/services.sh run -- scripts/run-local.sh
 
-# The export line that points the CLI at `make run`'s stores:
+# The export line that points the CLI, and libpq's tools (PGHOST, PGPORT,
+# PGUSER, PGDATABASE), at `make run`'s stores, and lets the CLI make
+# endpoints on the demo's webhook receiver as `make run` lets its servers:
 #   eval "$$(make -s env)"
 env:
 	@scripts/services.sh env

@@ -160,22 +160,25 @@ Demo keys (shown once): pro        $pro
                         enterprise $enterprise
                         prepaid    $prepaid (draws on prepaid credits)
 
-Try a check:
+Try a check (the README's first: pro's search rule, 10 a second):
 
   curl -i http://$api_addr/v1/check \\
     -H 'Authorization: Bearer $token' \\
-    -H 'Content-Type: application/json' \\
-    -d '{"key": "$pro", "resource": "GET /repos"}'
+    -d '{"key": "$pro", "resource": "POST /v1/search"}'
 
 Anonymous (60/hour per IP):
 
   curl -i http://$api_addr/v1/check -H 'Authorization: Bearer $token' -d '{"ip": "203.0.113.7"}'
 
+The README's examples take the service token from \$SERVICE_TOKEN:
+
+  SERVICE_TOKEN='$token'
+
 Admin API: log in as the demo operator, then issue a key for demo-pro:
 
-  token=\$(curl -s http://$admin_addr/api/v1/login -d '{"email": "$op_email", "password": "$op_password"}' | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
-  tenant=\$(curl -s -H "Authorization: Bearer \$token" 'http://$admin_addr/api/v1/tenants?q=demo-pro' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-  curl -s -H "Authorization: Bearer \$token" http://$admin_addr/api/v1/tenants/\$tenant/keys -d '{"name": "my key"}'
+  admin_token=\$(curl -s http://$admin_addr/api/v1/login -d '{"email": "$op_email", "password": "$op_password"}' | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+  tenant=\$(curl -s -H "Authorization: Bearer \$admin_token" 'http://$admin_addr/api/v1/tenants?q=demo-pro' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  curl -s -H "Authorization: Bearer \$admin_token" http://$admin_addr/api/v1/tenants/\$tenant/keys -d '{"name": "my key"}'
 
 The CLI in another shell (its settings, the demo's secret key among them,
 are in .local/: not printed here):

@@ -21,10 +21,11 @@
 #                                         (it gets SIGTERM and is waited
 #                                         for), then Redis, then Postgres.
 #   scripts/services.sh env               print the export line that points
-#                                         the CLI at the stores of the last
-#                                         `run` (its ports, kept in
-#                                         .local/ports, and its secret key,
-#                                         once made).
+#                                         the CLI and libpq's tools (PG*) at
+#                                         the stores of the last `run` (its
+#                                         ports, kept in .local/ports, its
+#                                         secret key, once made, and the
+#                                         webhook receiver it allows).
 #
 # Postgres refuses to run as root, so as root the servers run as the
 # "postgres" user (created when missing). Redis comes from Debian's
@@ -54,6 +55,13 @@ dev_database_url="postgres://tollgate@127.0.0.1:$dev_pg_port/tollgate?sslmode=di
 dev_redis_addr="127.0.0.1:$dev_redis_port"
 if [ "$mode" = env ]; then
   line="export TOLLGATE_DATABASE_URL='$dev_database_url' TOLLGATE_REDIS_ADDR='$dev_redis_addr'"
+  # The same Postgres for libpq's tools (psql, pg_dump, createdb,
+  # pg_restore), which read PG* when not given a URL; no password: the
+  # local server trusts loopback.
+  line="$line PGHOST=127.0.0.1 PGPORT=$dev_pg_port PGUSER=tollgate PGDATABASE=tollgate"
+  # The demo's webhook receiver, which `make run` lets its servers send to
+  # (scripts/run-local.sh): the CLI checks endpoint URLs against it too.
+  line="$line TOLLGATE_WEBHOOK_ALLOW_ADDRS='${TOLLGATE_WEBHOOK_ALLOW_ADDRS:-127.0.0.1:8082}'"
   # The demo's secret key, which `make run` keeps in .local/ (tokens issue
   # and seed need it).
   if [ -s .local/secret_key ]; then line="$line TOLLGATE_SECRET_KEY='$(cat .local/secret_key)'"; fi

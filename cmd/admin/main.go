@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/buildinfo"
 	"github.com/tollgate/tollgate/internal/config"
@@ -31,9 +33,30 @@ import (
 
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "admin:", err)
+		fmt.Fprintln(os.Stderr, "admin:", errorText(err))
 		os.Exit(1)
 	}
+}
+
+// errorText is err as the CLI prints it: for a refusal that names fields
+// (a tollgate.Error with Fields), the message, then one "field: problem"
+// line per field, sorted by field, in place of the fields' Go map.
+func errorText(err error) string {
+	var te *tollgate.Error
+	if !errors.As(err, &te) || len(te.Fields) == 0 {
+		return err.Error()
+	}
+	head := (&tollgate.Error{Code: te.Code, Message: te.Message}).Error()
+	text := err.Error()
+	if i := strings.LastIndex(text, te.Error()); i >= 0 {
+		text = text[:i] + head + text[i+len(te.Error()):]
+	}
+	var b strings.Builder
+	b.WriteString(text + ":")
+	for _, field := range slices.Sorted(maps.Keys(te.Fields)) {
+		fmt.Fprintf(&b, "\n  %s: %s", field, te.Fields[field])
+	}
+	return b.String()
 }
 
 // command is one CLI subcommand. Its run gets the flag set already parsed.

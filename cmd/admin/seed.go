@@ -39,10 +39,10 @@ func seedDemo(fs *flag.FlagSet) action {
 			return printJSON(e.stdout, out)
 		}
 		fmt.Fprintf(e.stdout, "service token (for Authorization: Bearer …):\n  %s\n\nAPI keys (shown once):\n", out.ServiceToken)
-		for _, name := range []string{"free", "pro", "enterprise"} {
+		for _, name := range []string{"free", "pro", "enterprise", "prepaid"} {
 			fmt.Fprintf(e.stdout, "  %-10s %s\n", name, out.Keys[name])
 		}
-		fmt.Fprintf(e.stdout, "\nadmin users (passwords shown once):\n")
+		fmt.Fprintf(e.stdout, "\nadmin users (passwords shown once; their earlier sessions are ended):\n")
 		for _, role := range []string{"operator", "tenant_admin", "tenant_viewer"} {
 			u := out.Users[role]
 			fmt.Fprintf(e.stdout, "  %-12s %s  %s\n", role, u.Email, u.Password)

@@ -253,7 +253,11 @@ func webhooksReplay(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("webhooks replay: %w", err)
 		}
-		fmt.Fprintf(e.stdout, "%d deliveries queued for endpoint %s\n", res.Deliveries, *id)
+		queued := fmt.Sprintf("%d deliveries", res.Deliveries)
+		if res.Deliveries == 1 {
+			queued = "1 delivery"
+		}
+		fmt.Fprintf(e.stdout, "%s queued for endpoint %s\n", queued, *id)
 		return nil
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/plans"
@@ -59,16 +60,19 @@ func demoSince(now time.Time) time.Time {
 	return usage.MonthOf(this.Start().Add(-time.Hour)).Start()
 }
 
-// Seed puts the demo plans, one demo tenant per paid tier, fresh keys,
-// a fresh service token and the demo admin users with fresh passwords, by
-// the actor by: the seed.demo change, one audit entry in its transaction.
-// It is idempotent but for the fresh secrets. keys seal the service
-// token's signing key.
+// Seed puts the demo plans, with their credit, quota and billing
+// settings, one demo tenant per paid tier, fresh keys, a fresh service
+// token and the demo admin users with fresh passwords (their sessions
+// ended), by the actor by: the seed.demo change, one audit entry in its
+// transaction, and one more per plan setting it puts back (plan.credits,
+// plan.quota, plan.billing) after an operator changed it. It is
+// idempotent but for the fresh secrets. keys seal the service token's
+// signing key.
 func Seed(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.SecretKeys) (Result, error) {
 	var res Result
 	err := audit.Apply(ctx, db, by, func(tx pgx.Tx) (audit.Change, error) {
 		var err error
-		res, err = seedOn(ctx, tx, keys)
+		res, err = seedOn(ctx, tx, by, keys)
 		if err != nil {
 			return audit.Change{}, err
 		}
@@ -163,7 +167,7 @@ func SeedUsage(ctx context.Context, db *pgxpool.Pool, now time.Time) (int, error
 	return n, nil
 }
 
-func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Result, error) {
+func seedOn(ctx context.Context, db postgres.Conn, by audit.Actor, keys *auth.SecretKeys) (Result, error) {
 	ps, ts, as := plans.NewStore(db), tenants.NewStore(db), auth.NewStore(db).WithSecretKeys(keys)
 	res := Result{Keys: map[string]string{}, Users: map[string]User{}}
 	ids := map[string]int64{}
@@ -173,18 +177,6 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 			return res, fmt.Errorf("seed: plan %s: %w", p.Name, err)
 		}
 		ids[p.Name] = stored.ID
-	}
-	// Quota thresholds on the paid plans, so that the tenants' alerts
-	// have something to warn of: 80 % and 100 % of the included units,
-	// and 5,000 units left on Pro.
-	qs := quota.NewStore(db)
-	for plan, ts := range map[string][]quota.Threshold{
-		"pro":        {{Percent: 80}, {Percent: 100}, {Remaining: 5000}},
-		"enterprise": {{Percent: 80}, {Percent: 100}},
-	} {
-		if err := qs.SeedPlan(ctx, quota.PlanSettings{PlanID: ids[plan], Thresholds: ts}); err != nil {
-			return res, fmt.Errorf("seed: %w", err)
-		}
 	}
 	for _, tier := range []string{"free", "pro", "enterprise"} {
 		name := "demo-" + tier
@@ -212,11 +204,15 @@ func seedOn(ctx context.Context, db postgres.Conn, keys *auth.SecretKeys) (Resul
 		}
 		res.Keys[tier] = secret
 	}
-	prepaid, err := seedPrepaid(ctx, db)
+	prepaid, prepaidPlanID, err := seedPrepaid(ctx, db)
 	if err != nil {
 		return res, err
 	}
 	res.Keys["prepaid"] = prepaid
+	ids[prepaidPlan] = prepaidPlanID
+	if err := resetPlanSettings(ctx, db, by, ids); err != nil {
+		return res, err
+	}
 	// Endpoints at the local sink, so that the console's webhook pages
 	// show deliveries; none leaves the machine.
 	es := events.NewStore(db).WithSecretKeys(keys)
@@ -306,35 +302,114 @@ func resetUser(ctx context.Context, as *auth.Store, email string, role auth.Role
 // draws on prepaid credits and denies past the balance.
 const demoPrepaidTenant = "demo-prepaid"
 
-// seedPrepaid makes the demo's credit plan ("prepaid": the pro plan's
-// rules and routes, no monthly fee, credits in deny mode) and its tenant
-// with a month of credits (credits.SeedDemo), and returns a fresh key of
-// the tenant.
-func seedPrepaid(ctx context.Context, db postgres.Conn) (string, error) {
+// prepaidPlan is the demo's credit plan: the pro plan's rules and
+// routes, no monthly fee, credits in deny mode.
+const prepaidPlan = "prepaid"
+
+// seedPrepaid makes the demo's credit plan (prepaidPlan) and its tenant,
+// on it, with a month of credits (credits.SeedDemo), and returns a fresh
+// key of the tenant and the plan's ID.
+func seedPrepaid(ctx context.Context, db postgres.Conn) (string, int64, error) {
 	var pro plans.Plan
 	for _, p := range plans.DemoPlans() {
 		if p.Name == "pro" {
 			pro = p
 		}
 	}
-	p := plans.Plan{Name: "prepaid", DisplayName: "Prepaid", Currency: "USD", Rules: pro.Rules, Routes: pro.Routes}
+	p := plans.Plan{Name: prepaidPlan, DisplayName: "Prepaid", Currency: "USD", Rules: pro.Rules, Routes: pro.Routes}
 	stored, err := plans.NewStore(db).Put(ctx, p)
 	if err != nil {
-		return "", fmt.Errorf("seed: plan prepaid: %w", err)
+		return "", 0, fmt.Errorf("seed: plan %s: %w", prepaidPlan, err)
 	}
 	ts := tenants.NewStore(db)
 	t, err := ts.GetByName(ctx, demoPrepaidTenant)
-	if tollgate.ErrorCode(err) == tollgate.ENOTFOUND {
+	switch {
+	case tollgate.ErrorCode(err) == tollgate.ENOTFOUND:
 		if t, err = ts.Create(ctx, demoPrepaidTenant, stored.ID); err == nil {
 			err = ts.SetStart(ctx, t.ID, demoSince(time.Now()))
 		}
+	case err == nil && t.PlanID != stored.ID:
+		err = ts.SetPlan(ctx, t.ID, stored.ID, time.Now())
 	}
 	if err != nil {
-		return "", fmt.Errorf("seed: tenant %s: %w", demoPrepaidTenant, err)
+		return "", 0, fmt.Errorf("seed: tenant %s: %w", demoPrepaidTenant, err)
 	}
 	if err := credits.SeedDemo(ctx, db, stored.ID, t.ID, time.Now()); err != nil {
-		return "", fmt.Errorf("seed: credits of %s: %w", demoPrepaidTenant, err)
+		return "", 0, fmt.Errorf("seed: credits of %s: %w", demoPrepaidTenant, err)
 	}
 	secret, _, err := ts.IssueKey(ctx, t.ID, "demo "+time.Now().UTC().Format(time.RFC3339), nil)
-	return secret, err
+	return secret, stored.ID, err
+}
+
+// demoCredits is the credit settings of the demo's credit plan (as
+// credits.SeedDemo first makes them); the other demo plans have none.
+var demoCredits = credits.PlanSettingsInput{Mode: credits.ModeDeny, Overdraft: 0, LowThreshold: 2000}
+
+// demoThresholds are the quota thresholds of the demo's paid plans, so
+// that the tenants' alerts have something to warn of: 80 % and 100 % of
+// the included units, and 5,000 units left on Pro. The other demo plans
+// have none, and none has a spend cap.
+var demoThresholds = map[string][]quota.Threshold{
+	"pro":        {{Percent: 80}, {Percent: 100}, {Remaining: 5000}},
+	"enterprise": {{Percent: 80}, {Percent: 100}},
+}
+
+// resetPlanSettings puts back the demo's credit, quota and billing
+// settings (none: the server's dunning grace, no self-serve top-ups) on
+// the demo plans ids (by name) where they differ, each as the operation
+// an operator's change is (plan.credits, plan.quota, plan.billing, by
+// by): an example run against the demo, such as a plan put in credit
+// mode, must not leave its keys denied after a seed.
+func resetPlanSettings(ctx context.Context, db postgres.Conn, by audit.Actor, ids map[string]int64) error {
+	names := make([]string, 0, len(ids))
+	for name := range ids {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	cs, cops := credits.NewStore(db), credits.NewOps(db, nil)
+	qs, qops := quota.NewStore(db), quota.NewOps(db)
+	inv := billing.NewInvoicing(db, billing.InvoicingConfig{}, nil)
+	for _, name := range names {
+		id := ids[name]
+		wantCredits := credits.PlanSettingsInput{Mode: credits.PlanSettingsOff}
+		if name == prepaidPlan {
+			wantCredits = demoCredits
+		}
+		got, err := cs.PlanSettingsOrOff(ctx, id)
+		if err != nil {
+			return fmt.Errorf("seed: plan %s: %w", name, err)
+		}
+		if (credits.PlanSettingsInput{Mode: got.Mode, Overdraft: got.Overdraft, LowThreshold: got.LowThreshold}) != wantCredits {
+			if _, err := cops.SetPlan(ctx, by, id, wantCredits); err != nil {
+				return fmt.Errorf("seed: credits of plan %s: %w", name, err)
+			}
+		}
+		want := demoThresholds[name]
+		// A plan's first seed makes its thresholds without an audit
+		// entry of their own: seed.demo's says what the seed made.
+		if want != nil {
+			if err := qs.SeedPlan(ctx, quota.PlanSettings{PlanID: id, Thresholds: want}); err != nil {
+				return fmt.Errorf("seed: %w", err)
+			}
+		}
+		q, err := qs.PlanSettings(ctx, id)
+		if err != nil {
+			return fmt.Errorf("seed: plan %s: %w", name, err)
+		}
+		if !slices.Equal(q.Thresholds, want) || q.SpendCapDefaultMinor != nil || q.SpendCapMaxMinor != nil {
+			if _, err := qops.SetPlan(ctx, by, id, quota.PlanSettingsInput{Thresholds: want}); err != nil {
+				return fmt.Errorf("seed: quota of plan %s: %w", name, err)
+			}
+		}
+		b, err := inv.PlanBilling(ctx, id)
+		if err != nil {
+			return fmt.Errorf("seed: plan %s: %w", name, err)
+		}
+		if b.DunningGraceS != nil || b.TopUpUnitMinor != nil {
+			if _, err := inv.SetPlanBilling(ctx, by, id, billing.PlanBillingInput{}); err != nil {
+				return fmt.Errorf("seed: billing of plan %s: %w", name, err)
+			}
+		}
+	}
+	return nil
 }

@@ -39,8 +39,10 @@ var blockedNets = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 }
 
-// allowedIP returns an error naming ip when the guard refuses it, port
-// being the one dialled.
+// allowedIP returns an error naming ip and port when the guard refuses
+// it, port being the one dialled, and the setting that would allow it:
+// its text follows "must not point to", "resolves to" or "refused to
+// connect to".
 func (g Guard) allowedIP(ip netip.Addr, port uint16) error {
 	ip = ip.Unmap()
 	if g.AllowPrivate || slices.ContainsFunc(g.AllowAddrs, func(a netip.AddrPort) bool {
@@ -54,7 +56,8 @@ func (g Guard) allowedIP(ip netip.Addr, port uint16) error {
 		blocked = blocked || n.Contains(ip)
 	}
 	if blocked {
-		return fmt.Errorf("%s is a loopback, private or link-local address", ip)
+		return fmt.Errorf("%s, a loopback, private or link-local address that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list",
+			netip.AddrPortFrom(ip, port))
 	}
 	return nil
 }
@@ -127,7 +130,7 @@ func (g Guard) Dialer(timeout time.Duration) *net.Dialer {
 			return fmt.Errorf("events: dial %s: %w", address, err)
 		}
 		if err := g.allowedIP(ap.Addr(), ap.Port()); err != nil {
-			return fmt.Errorf("events: refused to connect: %w", err)
+			return fmt.Errorf("events: refused to connect to %w", err)
 		}
 		return nil
 	}}

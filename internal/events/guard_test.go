@@ -80,6 +80,20 @@ func TestGuardRefusesPrivateURLs(t *testing.T) {
 	}
 }
 
+// TestGuardRefusalNamesTheSetting: a refused address is named with its
+// port in a sentence that names the setting that allows it, when an
+// endpoint is made and when it is dialled.
+func TestGuardRefusalNamesTheSetting(t *testing.T) {
+	want := "must not point to 127.0.0.1:8082, a loopback, private or link-local address that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list"
+	if got := (events.Guard{}).CheckURL(context.Background(), "http://127.0.0.1:8082/mine"); got != want {
+		t.Errorf("CheckURL = %q, want %q", got, want)
+	}
+	err := events.Guard{}.Dialer(time.Second).Control("tcp", "[::1]:8081", nil)
+	if want := "refused to connect to [::1]:8081, a loopback, private or link-local address that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("dialling [::1]:8081: %v, want %q", err, want)
+	}
+}
+
 // TestGuardRefusesAtSendTime: an endpoint whose address turns private
 // after it was made (DNS rebinding) is refused when dialled; the attempt
 // records why and nothing reaches the receiver.

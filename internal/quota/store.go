@@ -94,7 +94,9 @@ func (s *Store) putPlan(ctx context.Context, ps PlanSettings) error {
 }
 
 // SeedPlan stores ps unless plan ps.PlanID has settings already: the demo
-// seed's, which leaves an operator's changes alone.
+// seed's first settings of a plan, made without an audit entry of their
+// own (seed.demo's says what the seed made); the seed puts back settings
+// an operator changed since through the audited operations.
 func (s *Store) SeedPlan(ctx context.Context, ps PlanSettings) error {
 	raw, err := json.Marshal(ps.Thresholds)
 	if err == nil {

@@ -304,11 +304,7 @@ func TestAFailedApplyHoldsBackTheTagsLaterSequences(t *testing.T) {
 	testenv.Must(t, err)
 	testenv.Must(t, us.rdb.Del(ctx, outbox).Err())
 	testenv.Must(t, eu.rdb.Set(ctx, first, "not a hash", 0).Err())
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	for _, key := range []string{first, second} {
 		var tb tagBatch
 		tb.Tag = tag
@@ -502,11 +498,7 @@ func TestMessagesCarryTheirClaim(t *testing.T) {
 	_, regions := startExchange(t, 0, nil)
 	ctx := context.Background()
 	us := regions["us"]
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	stream, err := js.Stream(ctx, Stream("us"))
 	testenv.Must(t, err)
 	info, err := stream.Info(ctx)
@@ -551,11 +543,7 @@ func TestANewConsumerStartsAtTheStreamsEnd(t *testing.T) {
 	converged(t, []*exchangeRegion{eu, ap}, key, 2, 20*time.Second)
 	eu.stop()
 	ap.stop()
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	// eu is new to us's stream; ap's consumer was deleted by a restart
 	// that noted where it was.
 	testenv.Must(t, js.DeleteConsumer(ctx, Stream("us"), "tollgate-eu"))
@@ -632,11 +620,7 @@ func TestAFailedRestartOfAReaderIsTriedAgain(t *testing.T) {
 	ctx := context.Background()
 	us, eu := regions["us"], regions["eu"]
 	eu.stop()
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	cons, err := js.PushConsumer(ctx, Stream("us"), "tollgate-eu")
 	testenv.Must(t, err)
 	read := prefix + "regions:read"
@@ -675,11 +659,7 @@ func TestAStreamMadeAnewIsReadFromItsStart(t *testing.T) {
 	us.stop()
 	read := prefix + "regions:read"
 	testenv.Must(t, eu.rdb.HSet(ctx, read, "us", 50_000).Err())
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	testenv.Must(t, js.DeleteStream(ctx, Stream("us"))) // fault injection: the stream's storage lost
 	us.start(t)                                         // makes it anew
 	admit(t, us, key, 5)
@@ -708,11 +688,7 @@ func TestReportsAreOrderedBySequence(t *testing.T) {
 	_, regions := startExchange(t, 0, nil)
 	ctx := context.Background()
 	us, eu := regions["us"], regions["eu"]
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	next := func() int64 {
 		seq, err := seqScript.Run(ctx, us.rdb, []string{prefix + "regions:seq"}).Int64()
 		testenv.Must(t, err)
@@ -761,4 +737,16 @@ func TestReportsAreOrderedBySequence(t *testing.T) {
 	if ok, got := holds("behind-0", "behind-1")(); !ok {
 		t.Errorf("eu's report of us after an older sequence's report: %s, want the newer kept", got)
 	}
+}
+
+// jetStreamOf connects to cfg's NATS for a test's own JetStream calls,
+// until the test ends.
+func jetStreamOf(t *testing.T, cfg region.Config) jetstream.JetStream {
+	t.Helper()
+	nc, err := Dial(cfg, 5*time.Second)
+	testenv.Must(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err)
+	return js
 }

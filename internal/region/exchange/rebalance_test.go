@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/limiter"
@@ -358,11 +357,7 @@ func TestNoRegionGivesToOneNotReadingItsStream(t *testing.T) {
 	ctx := context.Background()
 	us, eu, ap := regions["us"], regions["eu"], regions["ap"]
 	ap.stop()
-	nc, err := Dial(us.cfg, 5*time.Second)
-	testenv.Must(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	testenv.Must(t, err)
+	js := jetStreamOf(t, us.cfg)
 	for _, source := range []string{"us", "eu"} { // ap new to both streams
 		testenv.Must(t, js.DeleteConsumer(ctx, Stream(source), "tollgate-ap"))
 	}

@@ -31,7 +31,10 @@ type Projection struct {
 
 // Project returns the projection of st, a statement built by
 // BuildStatement or read from the Store, at now. plansByID holds the
-// plans of st's spans (it is only read for a month that has not ended).
+// plans of st's spans (it is only read for a month that has not ended),
+// priced as BuildStatement prices them: with their prices in st's month
+// when they carry their price history (plans.Store.ListPriced), otherwise
+// their current prices, which are those of the month now is in.
 // A month that has ended projects what its statement bills; for the
 // month now is in, each span's units (used, drawn from credits, and
 // admitted past the balance) grow at the month's pace so far over the
@@ -71,7 +74,7 @@ func Project(st Statement, plansByID map[int64]plans.Plan, now time.Time) Projec
 			span.CreditOverageUnits += prorate(creditOverage, aheadUS, elapsedUS)
 			out.ProjectedUnits += extra
 		}
-		p, ok := plansByID[span.PlanID]
+		p, ok := planIn(plansByID, span.PlanID, start)
 		if !ok || chargeOverage(&span, p) != nil {
 			continue
 		}

@@ -31,7 +31,7 @@ func (p Progress) report(done, total int) {
 
 // billing is what statements need besides usage.
 type billing struct {
-	plans   map[int64]plans.Plan
+	plans   map[int64]plans.Plan // with their price history
 	keys    map[string]tenants.Key
 	history map[string][]tenants.PlanChange
 }
@@ -44,7 +44,7 @@ func (s *Store) loadBilling(ctx context.Context, tenantID string) (billing, erro
 // (on the pool, or on a transaction).
 func loadBilling(ctx context.Context, ps *plans.Store, ts *tenants.Store, tenantID string) (billing, error) {
 	b := billing{plans: map[int64]plans.Plan{}, keys: map[string]tenants.Key{}, history: map[string][]tenants.PlanChange{}}
-	planList, err := ps.List(ctx)
+	planList, err := ps.ListPriced(ctx)
 	if err != nil {
 		return b, err
 	}

@@ -16,6 +16,8 @@ import (
 // it.
 const RulesText = "Money is integer minor units of the plan's currency. " +
 	"The month is [first instant, first instant of the next month) in UTC, measured in microseconds. " +
+	"A plan's prices (base_fee, included_units, overage_unit_minor, tiers) are those in effect in the month: " +
+	"a change of a plan's prices takes effect from the start of the month it is made in. " +
 	"Each span of the month on one plan (from the tenant's plan history) is charged base_fee × span / month " +
 	"and granted included_units × span / month, each rounded half-up to a whole minor unit or unit. " +
 	"An hour's allowed units count on the plan in effect at the hour's start (on the first plan, " +
@@ -115,7 +117,10 @@ type StatementInput struct {
 	Month  usage.Month
 	// History is the tenant's plan history (any order, any span).
 	History []tenants.PlanChange
-	Plans   map[int64]plans.Plan
+	// Plans are the plans by ID, with their price history
+	// (plans.Store.ListPriced): each span is priced with its plan's prices
+	// in Month (plans.Plan.In).
+	Plans map[int64]plans.Plan
 	// Hours are the month's allowed units by hour.
 	Hours []HourUnits
 	// Lines are the month's usage by key and resource.
@@ -168,7 +173,7 @@ func BuildStatement(in StatementInput) (Statement, error) {
 	monthUS := m.End().Sub(m.Start()).Microseconds()
 	for i := range spans {
 		c := &spans[i]
-		p := in.Plans[c.PlanID]
+		p, _ := planIn(in.Plans, c.PlanID, m.Start()) // planSpans checked it is there
 		if st.Currency == "" {
 			st.Currency = p.Currency
 		} else if st.Currency != p.Currency {
@@ -197,6 +202,14 @@ func BuildStatement(in StatementInput) (Statement, error) {
 		return Statement{}, err
 	}
 	return st, nil
+}
+
+// planIn returns plan id of byID with its prices in effect in the month
+// starting at month (plans.Plan.In), and whether byID has it: the one
+// lookup of a span's prices, for statements and for projections alike.
+func planIn(byID map[int64]plans.Plan, id int64, month time.Time) (plans.Plan, bool) {
+	p, ok := byID[id]
+	return p.In(month), ok
 }
 
 // chargeOverage sets span c's overage units from its units used, drawn

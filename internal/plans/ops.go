@@ -2,6 +2,7 @@ package plans
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,6 +22,7 @@ import (
 type Ops struct {
 	db      postgres.Conn
 	regions region.Config
+	now     func() time.Time // the clock of price changes; nil for the database's
 }
 
 // NewOps returns the plan operations on db (a pool), for a deployment of
@@ -33,6 +35,22 @@ func (o *Ops) InRegions(c region.Config) *Ops {
 	r := *o
 	r.regions = c
 	return &r
+}
+
+// WithClock returns the operations with price changes taking effect from
+// the month now is in (see Store.WithClock): tests set a change's month
+// with it.
+func (o *Ops) WithClock(now func() time.Time) *Ops {
+	r := *o
+	r.now = now
+	return &r
+}
+
+// store returns the plan store on tx, with o's clock.
+func (o *Ops) store(tx pgx.Tx) *Store {
+	s := NewStore(tx)
+	s.now = o.now
+	return s
 }
 
 // validate checks in as Create and Update take it.
@@ -79,7 +97,7 @@ func (o *Ops) Create(ctx context.Context, by audit.Actor, in PlanInput) (Plan, e
 		return Plan{}, err
 	}
 	return audit.Create(ctx, o.db, by, "plan.create", PlanAudit,
-		func(tx pgx.Tx) (Plan, error) { return NewStore(tx).Create(ctx, in.plan()) })
+		func(tx pgx.Tx) (Plan, error) { return o.store(tx).Create(ctx, in.plan()) })
 }
 
 // Update replaces plan id as a whole (plan.update): checks see the change
@@ -89,7 +107,7 @@ func (o *Ops) Update(ctx context.Context, by audit.Actor, id int64, in PlanInput
 		return Plan{}, err
 	}
 	return audit.Update(ctx, o.db, by, "plan.update", PlanAudit, o.get(ctx, id),
-		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).Update(ctx, id, in.plan()) })
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return o.store(tx).Update(ctx, id, in.plan()) })
 }
 
 // SetRoutes replaces the route templates of plan id (plan.routes), in
@@ -106,7 +124,7 @@ func (o *Ops) SetRoutes(ctx context.Context, by audit.Actor, id int64, routes []
 		return Plan{}, err
 	}
 	return audit.Update(ctx, o.db, by, "plan.routes", PlanAudit, o.get(ctx, id),
-		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetRoutes(ctx, id, routes) })
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return o.store(tx).SetRoutes(ctx, id, routes) })
 }
 
 // PutRule adds rule to plan id, or replaces the rule of the same name in
@@ -126,7 +144,7 @@ func (o *Ops) PutRule(ctx context.Context, by audit.Actor, id int64, rule Rule) 
 			if err := tollgate.Invalid(f); err != nil {
 				return Plan{}, err
 			}
-			return NewStore(tx).Update(ctx, id, p)
+			return o.store(tx).Update(ctx, id, p)
 		})
 }
 
@@ -138,17 +156,17 @@ func (o *Ops) SetArchived(ctx context.Context, by audit.Actor, id int64, archive
 		action = "plan.archive"
 	}
 	return audit.Update(ctx, o.db, by, action, PlanAudit, o.get(ctx, id),
-		func(tx pgx.Tx, _ Plan) (Plan, error) { return NewStore(tx).SetArchived(ctx, id, archived) })
+		func(tx pgx.Tx, _ Plan) (Plan, error) { return o.store(tx).SetArchived(ctx, id, archived) })
 }
 
 // Delete removes plan id (plan.delete): only a plan no tenant is or ever
 // was on; otherwise ECONFLICT (archive it instead).
 func (o *Ops) Delete(ctx context.Context, by audit.Actor, id int64) error {
 	return audit.Delete(ctx, o.db, by, "plan.delete", PlanAudit, o.get(ctx, id),
-		func(tx pgx.Tx, _ Plan) error { return NewStore(tx).Delete(ctx, id) })
+		func(tx pgx.Tx, _ Plan) error { return o.store(tx).Delete(ctx, id) })
 }
 
 // get reads plan id on a change's transaction.
 func (o *Ops) get(ctx context.Context, id int64) func(pgx.Tx) (Plan, error) {
-	return func(tx pgx.Tx) (Plan, error) { return NewStore(tx).Get(ctx, id) }
+	return func(tx pgx.Tx) (Plan, error) { return o.store(tx).Get(ctx, id) }
 }

@@ -398,6 +398,9 @@ type Plan struct {
 	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
+	// PriceHistory is the plan's prices by month, oldest first, for
+	// billing (see In); only Store.ListPriced loads it.
+	PriceHistory []PriceChange `json:"-"`
 }
 
 // PlanAudit describes a change to a plan for the audit log.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,6 +16,9 @@ import (
 // Store keeps plans in Postgres. It is safe for concurrent use.
 type Store struct {
 	db postgres.Conn
+	// now is the clock of price changes (see WithClock); nil for the
+	// database's.
+	now func() time.Time
 }
 
 // NewStore returns a Store on db: a pool, or a transaction.
@@ -133,7 +137,9 @@ func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 
 // write stores p in one transaction, with its defaults and once valid: row
 // writes the plans row of p (so defaulted) and returns its ID, then p's
-// rules and tiers replace those stored. It returns the stored plan.
+// rules and tiers replace those stored, and its prices are recorded in
+// the plan's price history from the current month. It returns the stored
+// plan.
 func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (int64, error)) (Plan, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
@@ -145,7 +151,10 @@ func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (
 		if id, err = row(tx, p); err != nil {
 			return err
 		}
-		return replaceChildren(ctx, tx, id, p)
+		if err := replaceChildren(ctx, tx, id, p); err != nil {
+			return err
+		}
+		return s.recordPrices(ctx, tx, id, p)
 	})
 	if err != nil {
 		return Plan{}, err
@@ -193,10 +202,12 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 
 // Update replaces the plan with id: name, pricing, tiers and rules. Rules
 // keep their identity (and limiter state) by name. It returns the stored
-// plan; an unknown id is ENOTFOUND, a taken name ECONFLICT. The currency
-// cannot change while a tenant is on the plan, or was on it in a month
-// not yet closed (EINVALID naming "currency"): those months' statements
-// are priced from the plan as it is now.
+// plan; an unknown id is ENOTFOUND, a taken name ECONFLICT. New prices
+// bill from the start of the current month (UTC): earlier months keep
+// theirs (see Plan.In). The currency cannot change while a tenant is on
+// the plan, or was on it in a month not yet closed (EINVALID naming
+// "currency"): it has no history, so those months' statements would
+// change currency.
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, error) {
 		if err := checkCurrencyChange(ctx, tx, "id = $1", id, p.Currency); err != nil {
@@ -219,11 +230,11 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 // checkCurrencyChange refuses to give the plan where selects (by id or
 // name) the currency currency while it bills a month not yet closed: a
 // tenant is on it, or its plan history has it in a month that is not
-// closed. Statements of open months are priced from the plans as they
-// are now, so such a change would reprice those months in another
-// currency, and mix currencies in a month whose other spans are on other
-// plans, which no statement can show and which keeps the month from
-// being closed for every tenant. Closed months' statements are frozen
+// closed. Statements of open months take the plan's currency as it is
+// now (prices have a history, the currency none), so such a change would
+// reprice those months in another currency, and mix currencies in a
+// month whose other spans are on other plans, which no statement can
+// show and which keeps the month from being closed for every tenant. Closed months' statements are frozen
 // and keep their currency. It locks the plan's row (FOR UPDATE), which
 // waits for moves to the plan in flight (tenants.Store.SetPlan and the
 // tenant and plan history inserts lock it shared) and keeps new ones out

@@ -1,0 +1,130 @@
+package plans
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PriceChange is a plan's prices from the start of a month (UTC) until the
+// month of the plan's next PriceChange: what statements of those months
+// price the plan's spans with.
+type PriceChange struct {
+	// Month is the first instant of the month the prices are in effect
+	// from (UTC); the zero Time for prices in effect from the beginning
+	// (those a plan had when price history began).
+	Month            time.Time
+	BaseFeeMinor     int64
+	IncludedUnits    int64
+	OverageUnitMinor int64
+	Tiers            []PriceTier
+}
+
+// In returns p with the prices in effect in the month starting at month
+// (UTC): those of the latest of p.PriceHistory whose Month is not after
+// month. A plan without such a record (no history loaded, as List loads
+// none, or a month before the plan's first record, which a tenant moved
+// back onto a newer plan can be billed for) keeps its current prices, as
+// every month did before plans had a price history. In neither copies
+// nor changes p's slices.
+func (p Plan) In(month time.Time) Plan {
+	for i := len(p.PriceHistory) - 1; i >= 0; i-- {
+		c := p.PriceHistory[i]
+		if c.Month.After(month) {
+			continue
+		}
+		p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.Tiers = c.BaseFeeMinor, c.IncludedUnits, c.OverageUnitMinor, c.Tiers
+		break
+	}
+	return p
+}
+
+// WithClock returns a Store on the same database whose changes of a
+// plan's prices take effect from the month now returns a time in (UTC),
+// instead of the database's clock: tests set a change's month with it.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	c := *s
+	c.now = now
+	return &c
+}
+
+// ListPriced returns List's plans, each with its PriceHistory (oldest
+// first): what statements are priced from. It reads the history in one
+// query.
+func (s *Store) ListPriced(ctx context.Context) ([]Plan, error) {
+	list, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]*Plan, len(list))
+	for i := range list {
+		byID[list[i].ID] = &list[i]
+	}
+	rows, err := s.db.Query(ctx, `SELECT plan_id, nullif(month, '-infinity'::date), base_fee_minor, included_units,
+		overage_unit_minor, tiers FROM plan_prices ORDER BY plan_id, month`)
+	if err != nil {
+		return nil, fmt.Errorf("plans: price history: %w", err)
+	}
+	var planID int64
+	var month *time.Time
+	var c PriceChange
+	var tiers []byte
+	_, err = pgx.ForEachRow(rows, []any{&planID, &month, &c.BaseFeeMinor, &c.IncludedUnits, &c.OverageUnitMinor, &tiers}, func() error {
+		p, ok := byID[planID]
+		if !ok { // created after List read the plans
+			return nil
+		}
+		v := c
+		if month != nil {
+			v.Month = time.Date(month.Year(), month.Month(), 1, 0, 0, 0, 0, time.UTC)
+		}
+		if err := json.Unmarshal(tiers, &v.Tiers); err != nil {
+			return fmt.Errorf("plan %d's tiers: %w", planID, err)
+		}
+		p.PriceHistory = append(p.PriceHistory, v)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plans: price history: %w", err)
+	}
+	return list, nil
+}
+
+// recordPrices records p's prices as plan id's from the start of the
+// current month (UTC, by s's clock), on tx, the transaction that wrote
+// them: they replace the month's earlier record of the plan (the last
+// change of a month wins), and prices equal to those in effect before
+// the month record nothing.
+func (s *Store) recordPrices(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
+	tiers := p.Tiers
+	if tiers == nil {
+		tiers = []PriceTier{}
+	}
+	tiersJSON, err := json.Marshal(tiers)
+	if err != nil {
+		return fmt.Errorf("plans: record prices: %w", err)
+	}
+	var now *time.Time
+	if s.now != nil {
+		t := s.now()
+		now = &t
+	}
+	// The month starts at 00:00 UTC: now() is the transaction's start.
+	const month = `date_trunc('month', coalesce($2::timestamptz, now()) AT TIME ZONE 'UTC')::date`
+	if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1 AND month = `+month, id, now); err != nil {
+		return fmt.Errorf("plans: record prices: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO plan_prices (plan_id, month, base_fee_minor, included_units, overage_unit_minor, tiers)
+		SELECT $1, `+month+`, $3, $4, $5, $6::jsonb
+		WHERE NOT EXISTS (SELECT 1 FROM (SELECT c.base_fee_minor, c.included_units, c.overage_unit_minor, c.tiers
+				FROM plan_prices c WHERE c.plan_id = $1 AND c.month < `+month+` ORDER BY c.month DESC LIMIT 1) AS before
+			WHERE (before.base_fee_minor, before.included_units, before.overage_unit_minor, before.tiers) = ($3, $4, $5, $6::jsonb))`,
+		id, now, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, string(tiersJSON))
+	if err != nil {
+		return fmt.Errorf("plans: record prices: %w", err)
+	}
+	return nil
+}

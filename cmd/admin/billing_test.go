@@ -135,7 +135,10 @@ func TestInvoicesThroughTheAdminServer(t *testing.T) {
 		t.Errorf("start log: %s", srv.Logs.String())
 	}
 	api := srv.URL + "/api/v1"
+	// The free plan costs 1500 a month, in its price history too.
 	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
 	testenv.Must(t, err)
 	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
 	testenv.Must(t, err)
@@ -223,7 +226,10 @@ func TestCloseFromAShellWithoutTheStripeKey(t *testing.T) {
 	settings := withSettings(local.Settings(), map[string]string{"TOLLGATE_INVOICE_PUSH_INTERVAL": "100ms"})
 	srv, _, _, _ := acmeSetupWith(t, settings)
 	ctx := context.Background()
+	// The free plan costs 1500 a month, in its price history too.
 	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
 	testenv.Must(t, err)
 	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
 	testenv.Must(t, err)

@@ -16,8 +16,9 @@ import (
 // included, 2 per unit beyond) from September; on 29 November its prices
 // are raised, twice. October, still open, keeps October's prices on its
 // open statement, in its projection and at its close; November takes the
-// last change of November. A plan created in November has no October
-// prices: a tenant moved back onto it is priced at its current ones.
+// last change of November. A plan created in November has its first
+// prices from the beginning: a tenant moved back onto it in October is
+// priced at them, whatever the plan's later changes.
 func TestPriceChangeKeepsEarlierMonths(t *testing.T) {
 	s, db := newStore(t, "2026-11-29T12:00:00Z")
 	ctx := context.Background()
@@ -98,7 +99,7 @@ func TestPriceChangeKeepsEarlierMonths(t *testing.T) {
 	}
 
 	// A plan created in November, which a tenant is moved back onto in
-	// October: priced at its current prices, not a panic.
+	// October: priced at its first prices.
 	late, err := plans.NewStore(db).WithClock(november).Create(ctx, plans.Plan{Name: "late", BaseFeeMinor: 3100})
 	testenv.Must(t, err)
 	globex := fixture.Tenant(t, db, "globex", late.ID)
@@ -106,6 +107,13 @@ func TestPriceChangeKeepsEarlierMonths(t *testing.T) {
 	testenv.Must(t, err)
 	if st, err := s.Statement(ctx, globex.ID, oct); err != nil || st.BaseFeeMinor != 1100 {
 		t.Errorf("globex's October on a plan of November: base %d, %v; want 3100 × 11/31 = 1100", st.BaseFeeMinor, err)
+	}
+	// A later change of that plan's prices does not reprice October:
+	// a plan's first prices are from the beginning.
+	_, err = plans.NewStore(db).WithClock(fixedNow("2026-12-02T00:00:00Z")).Update(ctx, late.ID, plans.Plan{Name: "late", BaseFeeMinor: 9300})
+	testenv.Must(t, err)
+	if st, err := s.Statement(ctx, globex.ID, oct); err != nil || st.BaseFeeMinor != 1100 {
+		t.Errorf("globex's October after late's December price: base %d, %v; want still 1100", st.BaseFeeMinor, err)
 	}
 
 	res, err := s.CloseMonth(ctx, audit.CLI, oct, nil)

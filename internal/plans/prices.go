@@ -25,20 +25,22 @@ type PriceChange struct {
 
 // In returns p with the prices in effect in the month starting at month
 // (UTC): those of the latest of p.PriceHistory whose Month is not after
-// month. A plan without such a record (no history loaded, as List loads
-// none, or a month before the plan's first record, which a tenant moved
-// back onto a newer plan can be billed for) keeps its current prices, as
-// every month did before plans had a price history. In neither copies
+// month, or of its first for a month before them all (a plan's first
+// prices are from the beginning: recordPrices). A plan without history
+// loaded (List loads none) keeps its current prices. In neither copies
 // nor changes p's slices.
 func (p Plan) In(month time.Time) Plan {
-	for i := len(p.PriceHistory) - 1; i >= 0; i-- {
-		c := p.PriceHistory[i]
-		if c.Month.After(month) {
-			continue
-		}
-		p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.Tiers = c.BaseFeeMinor, c.IncludedUnits, c.OverageUnitMinor, c.Tiers
-		break
+	if len(p.PriceHistory) == 0 {
+		return p
 	}
+	c := p.PriceHistory[0]
+	for i := len(p.PriceHistory) - 1; i > 0; i-- {
+		if !p.PriceHistory[i].Month.After(month) {
+			c = p.PriceHistory[i]
+			break
+		}
+	}
+	p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.Tiers = c.BaseFeeMinor, c.IncludedUnits, c.OverageUnitMinor, c.Tiers
 	return p
 }
 
@@ -97,8 +99,14 @@ func (s *Store) ListPriced(ctx context.Context) ([]Plan, error) {
 // current month (UTC, by s's clock), on tx, the transaction that wrote
 // them: they replace the month's earlier record of the plan (the last
 // change of a month wins), and prices equal to those in effect before
-// the month record nothing.
-func (s *Store) recordPrices(ctx context.Context, tx pgx.Tx, id int64, p Plan) error {
+// the month record nothing. A plan's first prices (a new plan's), and
+// the prices of a plan moved to another currency (moved: the history's
+// amounts are of the old one, and no month still open bills the plan,
+// checkCurrencyChange saw to that), are its prices from the beginning:
+// a month before them, which a tenant moved onto the plan with an
+// earlier effective_at may be billed for, is priced with them, and no
+// later change reprices it.
+func (s *Store) recordPrices(ctx context.Context, tx pgx.Tx, id int64, p Plan, moved bool) error {
 	tiers := p.Tiers
 	if tiers == nil {
 		tiers = []PriceTier{}
@@ -111,6 +119,20 @@ func (s *Store) recordPrices(ctx context.Context, tx pgx.Tx, id int64, p Plan) e
 	if s.now != nil {
 		t := s.now()
 		now = &t
+	}
+	if moved {
+		if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1`, id); err != nil {
+			return fmt.Errorf("plans: record prices: %w", err)
+		}
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO plan_prices (plan_id, month, base_fee_minor, included_units, overage_unit_minor, tiers)
+		SELECT $1, '-infinity', $2, $3, $4, $5::jsonb WHERE NOT EXISTS (SELECT 1 FROM plan_prices WHERE plan_id = $1)`,
+		id, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, string(tiersJSON))
+	if err != nil {
+		return fmt.Errorf("plans: record prices: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
 	}
 	// The month starts at 00:00 UTC: now() is the transaction's start.
 	const month = `date_trunc('month', coalesce($2::timestamptz, now()) AT TIME ZONE 'UTC')::date`

@@ -38,8 +38,9 @@ func pricesOf(t *testing.T, db postgres.Conn, name string) plans.Plan {
 // from the start of the month it is made in (UTC, by the store's clock);
 // the last change of a month wins, a change that keeps the prices in
 // effect records nothing, and a change of anything but prices neither.
-// Plan.In gives a month the prices of the latest record not after it,
-// and a month before the first record the plan's current prices.
+// Plan.In gives a month the prices of the latest record not after it; a
+// plan's first prices are from the beginning, so a month before the plan
+// has them, whatever changes later.
 func TestPriceHistoryByMonth(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
@@ -78,7 +79,7 @@ func TestPriceHistoryByMonth(t *testing.T) {
 	for i, c := range p.PriceHistory {
 		months[i] = c.Month
 	}
-	if want := []time.Time{monthStart(2026, 9), monthStart(2026, 11)}; !reflect.DeepEqual(months, want) {
+	if want := []time.Time{{}, monthStart(2026, 11)}; !reflect.DeepEqual(months, want) {
 		t.Errorf("price records from %v, want %v", months, want)
 	}
 	for _, c := range []struct {
@@ -86,7 +87,7 @@ func TestPriceHistoryByMonth(t *testing.T) {
 		fee, included, unit int64
 		tiers               int
 	}{
-		{monthStart(2026, 8), 6900, 2000, 3, 2}, // before the plan: its current prices
+		{monthStart(2026, 8), 4900, 1000, 2, 0}, // before the plan: its first prices
 		{monthStart(2026, 9), 4900, 1000, 2, 0},
 		{monthStart(2026, 10), 4900, 1000, 2, 0},
 		{monthStart(2026, 11), 6900, 2000, 3, 2},
@@ -139,5 +140,33 @@ func TestPriceHistoryMigration(t *testing.T) {
 		nov.BaseFeeMinor != 5900 || len(nov.Tiers) != 0 {
 		t.Errorf("October %d (%d tiers), November %d (%d tiers); want 4900 (2), 5900 (0)",
 			oct.BaseFeeMinor, len(oct.Tiers), nov.BaseFeeMinor, len(nov.Tiers))
+	}
+}
+
+// TestPriceHistoryRestartsWithACurrency: a plan moved to another currency
+// (allowed only while no month still open bills it) starts its price
+// history again from the beginning, in the new currency: a tenant moved
+// onto it with an earlier effective_at is never billed the old amounts
+// in the new currency.
+func TestPriceHistoryRestartsWithACurrency(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	sept := plans.NewStore(db).WithClock(clockAt(time.Date(2026, 9, 15, 0, 0, 0, 0, time.UTC)))
+	yen, err := sept.Create(ctx, plans.Plan{Name: "yen", Currency: "USD", BaseFeeMinor: 1000})
+	testenv.Must(t, err)
+	oct := plans.NewStore(db).WithClock(clockAt(time.Date(2026, 10, 15, 0, 0, 0, 0, time.UTC)))
+	_, err = oct.Update(ctx, yen.ID, plans.Plan{Name: "yen", Currency: "USD", BaseFeeMinor: 1200})
+	testenv.Must(t, err)
+	nov := plans.NewStore(db).WithClock(clockAt(time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)))
+	_, err = nov.Update(ctx, yen.ID, plans.Plan{Name: "yen", Currency: "JPY", BaseFeeMinor: 150000})
+	testenv.Must(t, err)
+	p := pricesOf(t, db, "yen")
+	if len(p.PriceHistory) != 1 || !p.PriceHistory[0].Month.IsZero() || p.PriceHistory[0].BaseFeeMinor != 150000 {
+		t.Errorf("yen's history after the move to JPY: %+v; want one record of 150000 from the beginning", p.PriceHistory)
+	}
+	for _, m := range []time.Month{time.September, time.October, time.November} {
+		if got := p.In(monthStart(2026, m)); got.BaseFeeMinor != 150000 || got.Currency != "JPY" {
+			t.Errorf("%s: %d %s, want 150000 JPY", m, got.BaseFeeMinor, got.Currency)
+		}
 	}
 }

@@ -117,9 +117,9 @@ func (s *Store) getWhere(ctx context.Context, where string, arg any) (Plan, erro
 // carries over a change of limits. It returns the stored plan. A change
 // of currency is refused as Update refuses it.
 func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
-	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
-		if err := checkCurrencyChange(ctx, tx, "name = $1", p.Name, p.Currency); err != nil {
-			return 0, err
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, moved bool, err error) {
+		if moved, err = checkCurrencyChange(ctx, tx, "name = $1", p.Name, p.Currency); err != nil {
+			return 0, false, err
 		}
 		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
 			included_units, overage_unit_minor, quota_mode, routes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -129,18 +129,18 @@ func (s *Store) Put(ctx context.Context, p Plan) (Plan, error) {
 			quota_mode = EXCLUDED.quota_mode, routes = EXCLUDED.routes, updated_at = now() RETURNING id`,
 			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes).Scan(&id)
 		if err != nil {
-			return 0, fmt.Errorf("plans: put: %w", err)
+			return 0, false, fmt.Errorf("plans: put: %w", err)
 		}
-		return id, nil
+		return id, moved, nil
 	})
 }
 
 // write stores p in one transaction, with its defaults and once valid: row
-// writes the plans row of p (so defaulted) and returns its ID, then p's
-// rules and tiers replace those stored, and its prices are recorded in
-// the plan's price history from the current month. It returns the stored
-// plan.
-func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (int64, error)) (Plan, error) {
+// writes the plans row of p (so defaulted) and returns its ID and whether
+// it moved the plan to another currency, then p's rules and tiers replace
+// those stored, and its prices are recorded in the plan's price history
+// (recordPrices). It returns the stored plan.
+func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (int64, bool, error)) (Plan, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
@@ -148,13 +148,14 @@ func (s *Store) write(ctx context.Context, p Plan, row func(tx pgx.Tx, p Plan) (
 	var id int64
 	err := postgres.Tx(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		if id, err = row(tx, p); err != nil {
+		var moved bool
+		if id, moved, err = row(tx, p); err != nil {
 			return err
 		}
 		if err := replaceChildren(ctx, tx, id, p); err != nil {
 			return err
 		}
-		return s.recordPrices(ctx, tx, id, p)
+		return s.recordPrices(ctx, tx, id, p, moved)
 	})
 	if err != nil {
 		return Plan{}, err
@@ -189,14 +190,14 @@ func translate(err error, op string) error {
 
 // Create stores a new plan. A taken name is ECONFLICT naming "name".
 func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
-	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, err error) {
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (id int64, moved bool, err error) {
 		err = tx.QueryRow(ctx, `INSERT INTO plans (name, display_name, currency, base_fee_minor,
 			included_units, overage_unit_minor, quota_mode, routes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 			p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes).Scan(&id)
 		if err != nil {
-			return 0, translate(err, "plans: create")
+			return 0, false, translate(err, "plans: create")
 		}
-		return id, nil
+		return id, false, nil
 	})
 }
 
@@ -209,21 +210,22 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 // "currency"): it has no history, so those months' statements would
 // change currency.
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
-	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, error) {
-		if err := checkCurrencyChange(ctx, tx, "id = $1", id, p.Currency); err != nil {
-			return 0, err
+	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, bool, error) {
+		moved, err := checkCurrencyChange(ctx, tx, "id = $1", id, p.Currency)
+		if err != nil {
+			return 0, false, err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE plans SET name = $2, display_name = $3, currency = $4,
 			base_fee_minor = $5, included_units = $6, overage_unit_minor = $7, quota_mode = $8,
 			routes = $9, updated_at = now() WHERE id = $1`,
 			id, p.Name, p.DisplayName, p.Currency, p.BaseFeeMinor, p.IncludedUnits, p.OverageUnitMinor, p.QuotaMode, p.Routes)
 		if err != nil {
-			return 0, translate(err, "plans: update")
+			return 0, false, translate(err, "plans: update")
 		}
 		if tag.RowsAffected() == 0 {
-			return 0, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
+			return 0, false, tollgate.Errorf(tollgate.ENOTFOUND, "plan %d not found", id)
 		}
-		return id, nil
+		return id, moved, nil
 	})
 }
 
@@ -240,15 +242,15 @@ func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 // tenant and plan history inserts lock it shared) and keeps new ones out
 // until the change commits. A plan that does not exist yet has nothing
 // to check.
-func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, currency string) error {
+func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, currency string) (moved bool, err error) {
 	var id int64
 	var stored string
-	err := tx.QueryRow(ctx, `SELECT id, currency FROM plans WHERE `+where+` FOR UPDATE`, arg).Scan(&id, &stored)
+	err = tx.QueryRow(ctx, `SELECT id, currency FROM plans WHERE `+where+` FOR UPDATE`, arg).Scan(&id, &stored)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && stored == currency) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("plans: currency: %w", err)
+		return false, fmt.Errorf("plans: currency: %w", err)
 	}
 	var onIt, billing bool
 	// A span of the plan is from its change to the tenant's next one (or
@@ -265,7 +267,7 @@ func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, 
 				date_trunc('month', (s.span_to - interval '1 microsecond') AT TIME ZONE 'UTC'), interval '1 month') AS m(month)
 			WHERE m.month::date NOT IN (SELECT month FROM usage_closed_months)))))`, id).Scan(&onIt, &billing)
 	if err != nil {
-		return fmt.Errorf("plans: currency: %w", err)
+		return false, fmt.Errorf("plans: currency: %w", err)
 	}
 	var why, remedy string
 	switch {
@@ -274,9 +276,9 @@ func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, 
 	case billing:
 		why, remedy = "tenants were on this plan in a month that is not closed yet", "close that month first"
 	default:
-		return nil
+		return true, nil
 	}
-	return &tollgate.Error{Code: tollgate.EINVALID,
+	return false, &tollgate.Error{Code: tollgate.EINVALID,
 		Message: "the plan's currency cannot change while " + why + ", whose statements would change currency: " + remedy,
 		Fields:  map[string]string{"currency": "cannot change from " + stored + " while " + why + ": " + remedy}}
 }

@@ -318,12 +318,9 @@ func TestANewRegionBehindTheAccountsPositionRecordsItsLog(t *testing.T) {
 	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead,
 		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
 	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
-	untrimmed := r.prefix + "untrimmed"
-	testenv.Must(t, r.rdb.Copy(ctx, logKey, untrimmed, 0, false).Err())
 	// 6 recorded by the drainer of one region, through ahead; its trim
 	// failed, so the log keeps them.
-	r.drain()
-	testenv.Must(t, r.rdb.Copy(ctx, untrimmed, logKey, 0, true).Err())
+	r.drainUntrimmed()
 	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 6 {
 		t.Fatalf("account %+v, %v: want 6 consumed through %s", acct, err, ahead)
 	}
@@ -428,13 +425,10 @@ func TestTheOneRegionsRedisWithoutItsCounterRecordsNothingTwice(t *testing.T) {
 			for range 5 {
 				r.check(1)
 			}
-			counter, logKey := credits.Keys(r.prefix, r.tenantID)
-			untrimmed := r.prefix + "untrimmed"
-			testenv.Must(t, r.rdb.Copy(ctx, logKey, untrimmed, 0, false).Err())
+			counter, _ := credits.Keys(r.prefix, r.tenantID)
 			// 5 recorded by the drainer of one region; its trim failed,
 			// so the log keeps them; then the counter is gone.
-			r.drain()
-			testenv.Must(t, r.rdb.Copy(ctx, untrimmed, logKey, 0, true).Err())
+			r.drainUntrimmed()
 			testenv.Must(t, r.rdb.Del(ctx, counter).Err())
 			if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Consumed != 5 {
 				t.Fatalf("account %+v, %v: want 5 consumed", acct, err)
@@ -539,4 +533,16 @@ func TestAnOverageHoldSettledLowerGivesBackAcrossRegions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// drainUntrimmed drains as r.drain does, but the drainer's trim of the
+// consumption log fails: the log keeps the entries it recorded.
+func (r *rig) drainUntrimmed() {
+	r.t.Helper()
+	ctx := context.Background()
+	_, logKey := credits.Keys(r.prefix, r.tenantID)
+	untrimmed := r.prefix + "untrimmed"
+	testenv.Must(r.t, r.rdb.Copy(ctx, logKey, untrimmed, 0, true).Err())
+	r.drain()
+	testenv.Must(r.t, r.rdb.Copy(ctx, untrimmed, logKey, 0, true).Err())
 }

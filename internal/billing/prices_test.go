@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/metering"
@@ -125,5 +126,72 @@ func TestPriceChangeKeepsEarlierMonths(t *testing.T) {
 	testenv.Must(t, err)
 	if frozen.Status != "closed" || frozen.TotalMinor != 5900 {
 		t.Errorf("closed October: %s, total %d; want closed at 5900", frozen.Status, frozen.TotalMinor)
+	}
+}
+
+// TestPriceChangeBegunBeforeAClose: a price change whose transaction
+// began on 31 October, before midnight, but commits once October has
+// closed takes effect from November: October's record stays the one its
+// frozen statements were priced with. One that meets a close in flight
+// waits for it to commit, and then records from the month after it.
+func TestPriceChangeBegunBeforeAClose(t *testing.T) {
+	s, db := newStore(t, "2026-11-02T08:00:00Z")
+	ctx := context.Background()
+	pro, err := plans.NewStore(db).WithClock(fixedNow("2026-09-15T00:00:00Z")).Create(ctx,
+		plans.Plan{Name: "pro", BaseFeeMinor: 4900})
+	testenv.Must(t, err)
+	acme := fixture.Tenant(t, db, "acme", pro.ID)
+	_, err = db.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2026-09-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, err = s.CloseMonth(ctx, audit.CLI, october(t), nil)
+	testenv.Must(t, err)
+
+	months := func() string {
+		t.Helper()
+		var got string
+		testenv.Must(t, db.QueryRow(ctx, `SELECT string_agg(month::text || '=' || base_fee_minor, ' ' ORDER BY month)
+			FROM plan_prices WHERE plan_id = $1`, pro.ID).Scan(&got))
+		return got
+	}
+	_, err = plans.NewOps(db).WithClock(fixedNow("2026-10-31T23:59:59Z")).Update(ctx, audit.CLI, pro.ID,
+		plans.PlanInput{Name: "pro", BaseFeeMinor: 5900})
+	testenv.Must(t, err)
+	if got, want := months(), "-infinity=4900 2026-11-01=5900"; got != want {
+		t.Errorf("prices after a change begun in closed October: %s, want %s", got, want)
+	}
+	if st, err := s.Statement(ctx, acme.ID, october(t)); err != nil || st.TotalMinor != 4900 {
+		t.Errorf("October after the change: total %d, %v; want 4900", st.TotalMinor, err)
+	}
+
+	// November's close in flight (its row inserted, not committed) when a
+	// change begun on 30 November reaches its record.
+	tx, err := db.Begin(ctx)
+	testenv.Must(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `INSERT INTO usage_closed_months (month, closed_at, statements) VALUES ('2026-11-01', '2026-12-01T08:00:00Z', 0)`)
+	testenv.Must(t, err)
+	changed := make(chan error, 1)
+	go func() {
+		_, err := plans.NewOps(db).WithClock(fixedNow("2026-11-30T23:59:59Z")).Update(ctx, audit.CLI, pro.ID,
+			plans.PlanInput{Name: "pro", BaseFeeMinor: 6900})
+		changed <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the change to wait for the close in flight", func() bool {
+		var waiting bool
+		testenv.Must(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'usage_closed_months' AND NOT l.granted)`).Scan(&waiting))
+		if !waiting {
+			select {
+			case err := <-changed:
+				t.Fatalf("the change finished (%v) while November's close was in flight", err)
+			default:
+			}
+		}
+		return waiting
+	})
+	testenv.Must(t, tx.Commit(ctx))
+	testenv.Must(t, <-changed)
+	if got, want := months(), "-infinity=4900 2026-11-01=5900 2026-12-01=6900"; got != want {
+		t.Errorf("prices after a change that met November's close: %s, want %s", got, want)
 	}
 }

@@ -134,8 +134,19 @@ func (s *Store) recordPrices(ctx context.Context, tx pgx.Tx, id int64, p Plan, m
 	if tag.RowsAffected() == 1 {
 		return nil
 	}
-	// The month starts at 00:00 UTC: now() is the transaction's start.
-	const month = `date_trunc('month', coalesce($2::timestamptz, now()) AT TIME ZONE 'UTC')::date`
+	// SHARE conflicts with a month's close inserting its row: a close in
+	// progress commits first, one not yet begun waits for this change
+	// (and its statements see it).
+	if _, err := tx.Exec(ctx, `LOCK TABLE usage_closed_months IN SHARE MODE`); err != nil {
+		return fmt.Errorf("plans: record prices: lock closed months: %w", err)
+	}
+	// The month starts at 00:00 UTC: now() is the transaction's start. A
+	// change begun in a month that has closed since (begun before
+	// midnight, committed after the close) takes effect from the month
+	// after the latest closed one: a closed month's statements are
+	// frozen, and its price record stays the one they were priced with.
+	const month = `greatest(date_trunc('month', coalesce($2::timestamptz, now()) AT TIME ZONE 'UTC')::date,
+		(SELECT (max(month) + interval '1 month')::date FROM usage_closed_months))`
 	if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1 AND month = `+month, id, now); err != nil {
 		return fmt.Errorf("plans: record prices: %w", err)
 	}

@@ -656,8 +656,16 @@ func (x *Exchanger) receive(ctx context.Context, source string) {
 	}
 }
 
-// consume applies the messages rd's consumer pushes until ctx ends or a
-// batch fails.
+// consume applies the messages rd's consumer pushes until ctx ends, a
+// batch fails or the source's servers say the consumer is gone.
+//
+// A push consumer that is deleted (with its stream, when the stream is
+// made anew, or by hand) sends nothing more, and says so to nobody: the
+// subscription would wait for good. So every lostCheck the consumer is
+// looked up; one the source's servers do not know ends consume with
+// errGap, and receive makes it again (restart). A lookup that fails
+// otherwise (a partition, the source down) changes nothing: the pushes
+// resume, to the same subscription, when the source is back.
 func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 	// MaxAckPending bounds what the server sends before acknowledgements:
 	// the channel never blocks the client's dispatch.
@@ -667,7 +675,43 @@ func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 		return fmt.Errorf("consume %s's stream: %w", rd.source, errors.Join(errGap, err)) // make it again
 	}
 	defer cc.Stop()
-	return x.applyFetched(ctx, rd, msgs)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go x.watchConsumer(ctx, rd, stop)
+	err = x.applyFetched(ctx, rd, msgs)
+	if lost := context.Cause(ctx); err == nil && errors.Is(lost, errGap) {
+		return lost
+	}
+	return err
+}
+
+// lostCheck is how often consume looks its consumer up: every ten
+// exchange intervals, at least every second.
+func (x *Exchanger) lostCheck() time.Duration {
+	return max(10*x.cfg.Region.ExchangeInterval, time.Second)
+}
+
+// watchConsumer looks rd's consumer up every lostCheck until ctx ends,
+// and stops ctx with errGap once the source's servers do not know it.
+func (x *Exchanger) watchConsumer(ctx context.Context, rd *reader, stop context.CancelCauseFunc) {
+	t := time.NewTicker(x.lostCheck())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := rd.cons.Info(lookup)
+		cancel()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			x.log.Warn("region exchange: this region's consumer of a region's stream is gone (the stream made anew, or the consumer deleted); making it again",
+				"source", rd.source, "read_up_to", rd.applied)
+			stop(fmt.Errorf("consume %s's stream: %w", rd.source, errors.Join(errGap, err)))
+			return
+		}
+	}
 }
 
 // reader is what receive keeps of one source: its durable consumer and
@@ -689,6 +733,9 @@ type reader struct {
 	// stream reads a gap's messages by sequence (fill); nil, every gap
 	// is errGap.
 	stream jetstream.Stream
+	// created is when the stream read was made (zero: not known): a
+	// stream made anew since is read from its first message (restart).
+	created time.Time
 }
 
 // maxFill is the most messages of a gap read from the stream by
@@ -787,7 +834,7 @@ func (x *Exchanger) reader(ctx context.Context, source string) (*reader, error) 
 	if err != nil {
 		return nil, err
 	}
-	rd.stream = stream
+	rd.stream, rd.created = stream, stream.CachedInfo().Created
 	if first := stream.CachedInfo().State.FirstSeq; first > 0 && rd.applied < first-1 {
 		rd.applied = first - 1 // the rest is gone, past the stream's retention
 	}
@@ -822,13 +869,14 @@ func (x *Exchanger) restart(ctx context.Context, rd *reader) error {
 	if err != nil {
 		return err
 	}
-	rd.stream = stream
-	state := stream.CachedInfo().State
-	if rd.applied > state.LastSeq {
-		x.log.Warn("region exchange: a region's stream was made anew (it ends before where this region read it); reading it from its first message",
+	info := stream.CachedInfo()
+	state := info.State
+	if rd.applied > state.LastSeq || !rd.created.IsZero() && !info.Created.Equal(rd.created) {
+		x.log.Warn("region exchange: a region's stream was made anew (made since it was read, or ending before where this region read it); reading it from its first message",
 			"source", rd.source, "read_up_to", rd.applied, "last", state.LastSeq, "first", state.FirstSeq)
 		rd.applied = max(state.FirstSeq, 1) - 1
 	}
+	rd.stream, rd.created = stream, info.Created
 	if first := state.FirstSeq; first > 0 && rd.applied < first-1 {
 		x.log.Warn("region exchange: messages gone from the stream before they were applied; their admissions are not counted here",
 			"source", rd.source, "first_missing", rd.applied+1, "last_missing", first-1)

@@ -3,6 +3,7 @@ package exchange
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -675,6 +676,84 @@ func TestAStreamMadeAnewIsReadFromItsStart(t *testing.T) {
 	}
 	if !strings.Contains(eu.logOut.String(), "made anew") {
 		t.Errorf("eu did not log that us's stream was made anew")
+	}
+}
+
+// TestAStreamMadeAnewUnderARunningReader: a region's stream made anew
+// while another region reads it (the reader's consumer gone with the old
+// stream, which says so to nobody) is found out and read from its first
+// message, by the reader that kept running; the new stream already holds
+// more messages than the old one had when it went, so only its creation
+// tells it apart.
+func TestAStreamMadeAnewUnderARunningReader(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	first := string(statekey.AppendKey(nil, prefix, 'p', [3]byte{6, 6, 6}, []byte("tenant"), nil))
+	admit(t, us, first, 2)
+	converged(t, []*exchangeRegion{eu}, first, 2, 20*time.Second)
+	us.stop()
+	js := jetStreamOf(t, us.cfg)
+	testenv.Must(t, js.DeleteStream(ctx, Stream("us"))) // fault injection: the stream's storage lost
+	us.start(t)                                         // makes it anew
+	keys := make([]string, 6)
+	for i := range keys {
+		keys[i] = string(statekey.AppendKey(nil, prefix, 'p', [3]byte{7, 7, byte(i)}, []byte("tenant"), nil))
+		admit(t, us, keys[i], i+1)
+		testenv.Eventually(t, time.Now(), 10*time.Second, "us publishing its admissions on its new stream", func() (bool, string) {
+			n, err := us.rdb.Exists(ctx, statekey.OutboxKey(prefix, 'p'), statekey.ClaimedKey(prefix, 'p')).Result()
+			testenv.Must(t, err)
+			return n == 0, fmt.Sprintf("%d outboxes left", n)
+		})
+	}
+	for i, key := range keys {
+		converged(t, []*exchangeRegion{eu}, key, int64(i+1), 20*time.Second)
+	}
+	if !strings.Contains(eu.logOut.String(), "consumer of a region's stream is gone") {
+		t.Errorf("eu did not log that its consumer of us's stream was gone")
+	}
+}
+
+// TestAStreamMadeAnewPastWhereItWasRead: a reader made again (restart)
+// on a stream made anew since it read the old one starts from the new
+// stream's first message, even once the new stream holds more messages
+// than the old one had been read to: its creation tells it apart.
+func TestAStreamMadeAnewPastWhereItWasRead(t *testing.T) {
+	_, regions := startExchange(t, 0, nil)
+	ctx := context.Background()
+	us, eu := regions["us"], regions["eu"]
+	key := string(statekey.AppendKey(nil, prefix, 'p', [3]byte{8, 8, 8}, []byte("tenant"), nil))
+	admit(t, us, key, 2)
+	converged(t, []*exchangeRegion{eu}, key, 2, 20*time.Second)
+	eu.stop()
+	nc, err := Dial(eu.cfg, 5*time.Second)
+	testenv.Must(t, err)
+	defer nc.Close()
+	x, err := New(eu.rdb, nc, Config{Region: eu.cfg, Prefix: prefix, Log: slog.New(slog.NewTextHandler(eu.logOut, nil))})
+	testenv.Must(t, err)
+	rd, err := x.reader(ctx, "us")
+	testenv.Must(t, err)
+	if rd.applied == 0 {
+		t.Fatalf("eu's reader of us's stream starts at 0, want past what it applied")
+	}
+
+	us.stop()
+	js := jetStreamOf(t, us.cfg)
+	testenv.Must(t, js.DeleteStream(ctx, Stream("us"))) // fault injection: the stream's storage lost
+	us.start(t)                                         // makes it anew
+	testenv.Eventually(t, time.Now(), 20*time.Second, "us's new stream passing where eu read the old one", func() (bool, string) {
+		admit(t, us, key, 1)
+		s, err := js.Stream(ctx, Stream("us"))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return false, "no stream yet"
+		}
+		testenv.Must(t, err)
+		last := s.CachedInfo().State.LastSeq
+		return last > rd.applied, fmt.Sprintf("last %d, read up to %d", last, rd.applied)
+	})
+	testenv.Must(t, x.restart(ctx, rd))
+	if rd.applied != 0 {
+		t.Errorf("reading us's new stream after %d, want from its first message", rd.applied)
 	}
 }
 

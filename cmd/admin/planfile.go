@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/plans"
 )
 
@@ -214,7 +216,7 @@ func plansApply(fs *flag.FlagSet) action {
 	archiveMissing := fs.Bool("archive-missing", false, "archive the plans the file does not list")
 	return func(ctx context.Context, e *invocation) error {
 		var f planFile
-		if err := decodeDocument(e, *file, &f); err != nil {
+		if err := decodeDocument(e, *file, &f, ""); err != nil {
 			return fmt.Errorf("plans apply: -f: %w", err)
 		}
 		specs, err := f.check()
@@ -432,8 +434,9 @@ func convert(from, to any) error {
 	return json.Unmarshal(j, to)
 }
 
-// decodeDocument reads the file name ("-": stdin) as YAML or JSON into v.
-func decodeDocument(e *invocation, name string, v any) error {
+// decodeDocument reads the file name ("-": stdin) as YAML or JSON into v,
+// the value called root ("" for a whole document; see decodeYAML).
+func decodeDocument(e *invocation, name string, v any, root string) error {
 	var data []byte
 	var err error
 	if name == "-" {
@@ -444,7 +447,7 @@ func decodeDocument(e *invocation, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	return decodeYAML(data, v)
+	return decodeYAML(data, v, root)
 }
 
 // decodeArgument reads the value of flag name into v: YAML or JSON, or
@@ -452,9 +455,9 @@ func decodeDocument(e *invocation, name string, v any) error {
 func decodeArgument(e *invocation, name, value string, v any) error {
 	var err error
 	if file, ok := strings.CutPrefix(value, "@"); ok {
-		err = decodeDocument(e, file, v)
+		err = decodeDocument(e, file, v, name)
 	} else {
-		err = decodeYAML([]byte(value), v)
+		err = decodeYAML([]byte(value), v, name)
 	}
 	if err != nil {
 		return fmt.Errorf("--%s: %w", name, err)
@@ -464,8 +467,10 @@ func decodeArgument(e *invocation, name, value string, v any) error {
 
 // decodeYAML reads YAML (or JSON, which is YAML) into v through v's JSON
 // field names, as the admin API reads its bodies; a field v does not have
-// is an error that names it, so that a misspelt field is not ignored.
-func decodeYAML(data []byte, v any) error {
+// is an error that names it, so that a misspelt field is not ignored, and
+// a value of the wrong kind a tollgate.Error naming its field, under root
+// (the flag's name; "" for a document).
+func decodeYAML(data []byte, v any, root string) error {
 	var n yaml.Node
 	if err := yaml.Unmarshal(data, &n); err != nil {
 		return err
@@ -490,7 +495,26 @@ func decodeYAML(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(j))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		// A value of the wrong kind is named as the admin API names it
+		// ("plans[0].rules[0].limit: must be a JSON integer"), not in
+		// the decoder's Go words.
+		if field, problem, ok := httpx.FieldProblem(err, j, reflect.TypeOf(v)); ok {
+			return &tollgate.Error{Code: tollgate.EMALFORMED, Message: "wrong kind of value",
+				Fields: map[string]string{fieldPath(root, field): problem}}
+		}
 		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
+}
+
+// fieldPath is the path of field within the value called root: a flag's
+// name, or "" for a whole document.
+func fieldPath(root, field string) string {
+	switch {
+	case root == "" && field == "":
+		return "document"
+	case root == "" || field == "" || strings.HasPrefix(field, "["):
+		return root + field
+	}
+	return root + "." + field
 }

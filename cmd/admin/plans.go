@@ -191,7 +191,7 @@ func declarePlanFields(fs *flag.FlagSet, nameUsage string) *planFields {
 func (f *planFields) apply(e *invocation, in *plans.PlanInput) (given bool, err error) {
 	if f.file != "" {
 		body := plans.PlanInput{}
-		if err := decodeDocument(e, f.file, &body); err != nil {
+		if err := decodeDocument(e, f.file, &body, ""); err != nil {
 			return false, fmt.Errorf("-f: %w", err)
 		}
 		if body.Name == "" {

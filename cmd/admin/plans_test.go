@@ -168,6 +168,32 @@ func TestPlansRoutesAddRemove(t *testing.T) {
 	}
 }
 
+// A value of the wrong kind in a plans file or a flag's JSON is named by
+// its field, as the admin API names it, not in the decoder's Go words.
+func TestPlansValueOfTheWrongKindNamesItsField(t *testing.T) {
+	dbURL, _ := cliDB(t)
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	testenv.Must(t, os.WriteFile(file, []byte("plans:\n  - name: pro\n    rules:\n      - name: hourly\n        limit: \"x\"\n        period_us: 3600000000\n"), 0o600))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plans", "apply", "-f", file}, "admin: plans apply: -f: malformed: wrong kind of value:\n  plans[0].rules[0].limit: must be a JSON integer"},
+		{[]string{"plans", "create", "--name", "team", "--rules", `[{"name":1}]`}, "admin: plans create: --rules: malformed: wrong kind of value:\n  rules[0].name: must be a JSON string"},
+		{[]string{"plans", "create", "--name", "team", "--rules", "nope"}, "admin: plans create: --rules: malformed: wrong kind of value:\n  rules: must be a JSON array"},
+		{[]string{"plans", "create", "--name", "team", "--tiers", `[{"up_to":1},{"unit_minor":true}]`}, "admin: plans create: --tiers: malformed: wrong kind of value:\n  tiers[1].unit_minor: must be a JSON integer"},
+	} {
+		_, err := runAdmin(t, dbURL, "", c.args...)
+		if err == nil {
+			t.Errorf("admin %s: no error", strings.Join(c.args, " "))
+			continue
+		}
+		if got := "admin: " + errorText(err); got != c.want {
+			t.Errorf("admin %s printed\n%s\nwant\n%s", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+}
+
 func TestPlansExportApply(t *testing.T) {
 	dbURL, srv := cliDB(t)
 	if _, err := runAdmin(t, dbURL, "", "seed", "demo", "--usage=false"); err != nil {
@@ -210,7 +236,7 @@ func TestPlansExportApply(t *testing.T) {
 		t.Fatalf("no pro fee of 4900 in the export:\n%s", exported)
 	}
 	var f planFile
-	testenv.Must(t, decodeYAML([]byte(edited), &f))
+	testenv.Must(t, decodeYAML([]byte(edited), &f, ""))
 	var kept []planSpec
 	for _, s := range f.Plans {
 		switch s.Name {

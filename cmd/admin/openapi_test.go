@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -18,8 +21,10 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/access"
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
@@ -174,6 +179,88 @@ func TestOpenAPI(t *testing.T) {
 	t.Logf("validated %d exchanges over %d operations", len(rec.exchanges), len(called))
 }
 
+// TestOpenAPIDocumentsForbidden: an API route whose access check (see
+// internal/adminapi/routes.go and access.go) refuses a tenant user within
+// its own tenant — the operator routes, a tenant's operator-only ones,
+// and its key managers' to a tenant_viewer — answers 403, so it documents
+// 403; a GET of a tenant's that lets every user of the tenant through
+// never answers 403, so it does not document one.
+func TestOpenAPIDocumentsForbidden(t *testing.T) {
+	doc := apispec.Load(t, specPath)
+	router := adminapi.NewHandler(adminapi.Config{Log: slog.New(slog.DiscardHandler)})
+	type route struct {
+		method, pattern string
+		middlewares     []func(http.Handler) http.Handler
+	}
+	var routes []route
+	var shared []func(http.Handler) http.Handler
+	testenv.Must(t, chi.Walk(router.(chi.Routes), func(method, pattern string, _ http.Handler, mws ...func(http.Handler) http.Handler) error {
+		if !strings.HasPrefix(pattern, "/api/") {
+			return nil
+		}
+		routes = append(routes, route{method, pattern, mws})
+		if method+" "+pattern == "POST /api/v1/login" { // public: only what every API route has
+			shared = mws
+		}
+		return nil
+	}))
+	if len(shared) == 0 {
+		t.Fatal("no POST /api/v1/login among the routes")
+	}
+
+	// refuses runs the route's own access check (its middlewares after the
+	// shared ones) for a user of role in the path's tenant, and reports
+	// whether it answered 403.
+	const tenantID = "00000000-0000-0000-0000-0000000000aa"
+	pointer := func(mw func(http.Handler) http.Handler) uintptr { return reflect.ValueOf(mw).Pointer() }
+	refuses := func(r route, role auth.Role) bool {
+		t.Helper()
+		for i, mw := range shared {
+			if len(r.middlewares) <= i || pointer(r.middlewares[i]) != pointer(mw) {
+				t.Fatalf("%s %s: its middlewares do not start with the API's", r.method, r.pattern)
+			}
+		}
+		rctx := chi.NewRouteContext()
+		rctx.URLParams.Add("tenantID", tenantID)
+		req := httptest.NewRequest(r.method, r.pattern, nil)
+		ctx := context.WithValue(req.Context(), chi.RouteCtxKey, rctx)
+		req = req.WithContext(access.WithSession(ctx, auth.Session{User: auth.User{Role: role, TenantID: tenantID}}))
+		reached := false
+		w := httptest.NewRecorder()
+		chi.Chain(r.middlewares[len(shared):]...).HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true }).ServeHTTP(w, req)
+		if !reached && w.Code != http.StatusForbidden {
+			t.Errorf("%s %s: the access check answers a %s of the tenant %d, want 403 or the handler", r.method, r.pattern, role, w.Code)
+		}
+		return !reached && w.Code == http.StatusForbidden
+	}
+
+	classified := map[string]bool{}
+	for _, r := range routes {
+		name := r.method + " " + r.pattern
+		item := doc.Paths.Find(r.pattern)
+		if item == nil || item.GetOperation(r.method) == nil {
+			continue // TestOpenAPI names the routes the document lacks
+		}
+		documented := item.GetOperation(r.method).Responses.Value("403") != nil
+		refused := refuses(r, auth.RoleTenantViewer) || refuses(r, auth.RoleTenantAdmin)
+		classified[name] = refused
+		switch {
+		case refused && !documented:
+			t.Errorf("%s refuses tenant users with 403, which %s does not document", name, specPath)
+		case !refused && documented && r.method == "GET" && strings.Contains(r.pattern, "{tenantID}"):
+			t.Errorf("%s lets every user of the tenant through, yet %s documents a 403 it never answers", name, specPath)
+		}
+	}
+	// The check above must see the access checks at all.
+	for name, want := range map[string]bool{"GET /api/v1/plans": true, "GET /api/v1/plans/{planID}/quota": true,
+		"GET /api/v1/webhooks/endpoints": true, "PUT /api/v1/tenants/{tenantID}/overrides": true,
+		"POST /api/v1/tenants/{tenantID}/keys": true, "GET /api/v1/tenants/{tenantID}": false, "GET /api/v1/me": false} {
+		if got, ok := classified[name]; !ok || got != want {
+			t.Errorf("%s: refuses tenant users = %v (found %v), want %v", name, got, ok, want)
+		}
+	}
+}
+
 func validateExchange(t *testing.T, name string, ex exchange, route *routers.Route, params map[string]string) {
 	t.Helper()
 	ctx := context.Background()
@@ -316,6 +403,7 @@ func scenario(t *testing.T, client *http.Client) {
 		"spend_cap_default_minor": 1000, "spend_cap_max_minor": 5000}, 200)
 	do("PUT", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), op, map[string]any{"spend_cap_default_minor": -1}, 422)
 	do("GET", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), op, nil, 200)
+	do("GET", fmt.Sprintf("/api/v1/plans/%d/quota", pro.ID), viewer, nil, 403)
 	do("PUT", tenant+"/quota", op, map[string]any{"thresholds": []map[string]any{{"units": 5000}}, "spend_cap_minor": 500}, 200)
 	do("PUT", tenant+"/quota", op, map[string]any{"spend_cap_minor": 6000}, 422)
 	do("GET", tenant+"/quota", viewer, nil, 200)
@@ -484,6 +572,12 @@ func scenario(t *testing.T, client *http.Client) {
 	do("GET", "/api/v1/audit?from=soon", op, nil, 422)
 	webhookScenario(t, do, op, tenant, "/api/v1")
 	webhookScenario(t, do, op, tenant, tenant)
+	// The operators' webhook routes refuse tenant users, whatever the
+	// endpoint.
+	for _, path := range []string{"/api/v1/events", "/api/v1/webhooks/endpoints", "/api/v1/webhooks/endpoints/00000000-0000-0000-0000-000000000000",
+		"/api/v1/webhooks/endpoints/00000000-0000-0000-0000-000000000000/deliveries"} {
+		do("GET", path, viewer, nil, 403)
+	}
 	do("POST", "/api/v1/logout", op, nil, 204)
 	// The second and third failures of this address on this email spend
 	// its budget (TOLLGATE_ADMIN_LOGIN_LIMIT counts failures only): the

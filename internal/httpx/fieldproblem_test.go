@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 )
 
+// TestFieldProblem: a value of the wrong kind, or one its own type
+// refuses, is named by its path with array indexes, in Decode's words.
 func TestFieldProblem(t *testing.T) {
 	type rule struct {
 		Name  string `json:"name"`
@@ -32,9 +35,9 @@ func TestFieldProblem(t *testing.T) {
 		{data: `[{"name":"a"},{"name":1}]`, into: &[]rule{}, field: "[1].name", want: "must be a JSON string"},
 		{data: `"nope"`, into: &[]rule{}, field: "", want: "must be a JSON array"},
 		{data: `{"rules":{}}`, into: &inner{}, field: "rules", want: "must be a JSON array"},
-		{data: `{"at":"soon"}`, into: &struct {
-			At json.Number `json:"at"`
-		}{}, field: "at", want: "is not a valid value: invalid number literal, trying to unmarshal \"\\\"soon\\\"\" into Number"},
+		{data: `[{"at":"2026-01-01T00:00:00Z"},{"at":"soon"}]`, into: &[]struct {
+			At time.Time `json:"at"`
+		}{}, field: "[1].at", want: "must be an RFC 3339 time (e.g. 2026-12-01T00:00:00Z)"},
 		{data: `{"plans":`, into: &file{}, notAboutOne: true},
 		{data: `{"plans":[}`, into: &file{}, notAboutOne: true},
 	}

@@ -141,6 +141,25 @@ func (s *Store) Apply(ctx context.Context, b metering.Batch) (ApplyResult, error
 // once (a batch listed twice is a duplicate the second time). Results
 // are in the order of batches.
 func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]ApplyResult, error) {
+	return s.applyAll(ctx, batches, nil)
+}
+
+// refusedParts is what of a delivered batch is set aside when the rest
+// of it is applied (Message.Refused), and the usage_bad_batches entry ID
+// it is recorded under; none when entryID is "".
+type refusedParts struct {
+	entryID string
+	refused metering.Refused
+}
+
+// applyAll is ApplyAll that also records, in the same transaction, the
+// refused parts of each batch it applies now (parts[i], of batches[i];
+// parts may be shorter than batches). So the parts are recorded exactly
+// when the rest of their batch is: never for a delivery found a
+// duplicate (the batch published twice, or delivered again), and not at
+// all when Postgres refuses the batch, whose transaction rolls back (the
+// worker then sets its entry aside whole, the parts with it).
+func (s *Store) applyAll(ctx context.Context, batches []metering.Batch, parts []refusedParts) ([]ApplyResult, error) {
 	results := make([]ApplyResult, len(batches))
 	if len(batches) == 0 {
 		return results, nil
@@ -201,6 +220,9 @@ func (s *Store) ApplyAll(ctx context.Context, batches []metering.Batch) ([]Apply
 			}
 			results[i] = ApplyResult{}
 			apply = append(apply, i)
+		}
+		if err := recordRefused(ctx, tx, parts, apply); err != nil {
+			return err
 		}
 		// What the batches count from here on: their rows, and the
 		// settlements of holds counted for the first time as rows too.
@@ -763,6 +785,46 @@ func (s *Store) purgeInChunks(ctx context.Context, table, id string, cutoff time
 func (s *Store) SetAside(ctx context.Context, entryID string, payload []byte, reason error) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO usage_bad_batches (entry_id, payload, error) VALUES ($1, $2, $3)
 		ON CONFLICT (entry_id) DO NOTHING`, storable(entryID), storable(string(payload)), storable(reason.Error()))
+	if err != nil {
+		return fmt.Errorf("usage: set aside bad batch: %w", err)
+	}
+	return nil
+}
+
+// recordRefused records in usage_bad_batches, in tx, the refused parts
+// of the batches at indexes apply (those applied now), in one statement.
+// An entry ID recorded before keeps its record.
+func recordRefused(ctx context.Context, tx pgx.Tx, parts []refusedParts, apply []int) error {
+	var entryIDs, payloads, reasons []string
+	for _, i := range apply {
+		if i >= len(parts) || parts[i].entryID == "" {
+			continue
+		}
+		p := parts[i]
+		entryIDs = append(entryIDs, storable(p.entryID))
+		payloads = append(payloads, storable(string(p.refused.Payload)))
+		reasons = append(reasons, storable(p.refused.Err().Error()))
+	}
+	if len(entryIDs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO usage_bad_batches (entry_id, payload, error)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+		ON CONFLICT (entry_id) DO NOTHING`, entryIDs, payloads, reasons); err != nil {
+		return fmt.Errorf("usage: apply: set aside refused parts: %w", err)
+	}
+	return nil
+}
+
+// setAsideWhole records, as SetAside does, an entry whose batch Postgres
+// refused, its payload the whole entry, and deletes in the same
+// statement the record of its refused parts (partsID), which the
+// payload holds too: recorded once, not twice. Only a release before
+// the parts were recorded with their batch's apply can have left one.
+func (s *Store) setAsideWhole(ctx context.Context, entryID, partsID string, payload []byte, reason error) error {
+	_, err := s.db.Exec(ctx, `WITH parts AS (DELETE FROM usage_bad_batches WHERE entry_id = $4)
+		INSERT INTO usage_bad_batches (entry_id, payload, error) VALUES ($1, $2, $3)
+		ON CONFLICT (entry_id) DO NOTHING`, storable(entryID), storable(string(payload)), storable(reason.Error()), storable(partsID))
 	if err != nil {
 		return fmt.Errorf("usage: set aside bad batch: %w", err)
 	}

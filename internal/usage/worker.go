@@ -289,8 +289,10 @@ func newFetched(msgs []Message) *fetched {
 // is not again, and once everything is counted only the acknowledgement
 // is retried. A message that is not a batch is set aside whole; the
 // parts of a batch that can never be applied (Message.Refused) are set
-// aside alone, under the entry's ID and refusedSuffix, before the rest is
-// applied: both records are idempotent, as the batch's ID is.
+// aside alone, under the entry's ID and refusedSuffix, in the transaction
+// that applies the rest: only when the batch is applied, so once per
+// batch however many entries hold it. A batch Postgres refuses is set
+// aside whole, its refused parts with it, and has no record of its parts.
 func (w *Worker) process(ctx context.Context, f *fetched, afterApply func(Message) error) error {
 	if !f.counted {
 		if err := w.apply(ctx, f); err != nil {
@@ -324,6 +326,9 @@ func (w *Worker) process(ctx context.Context, f *fetched, afterApply func(Messag
 func (w *Worker) apply(ctx context.Context, f *fetched) error {
 	var batches []metering.Batch
 	var from []int // the index in f.msgs of each of batches
+	// parts holds, for each of batches, what of it is set aside with its
+	// apply; nil while no batch has any.
+	var parts []refusedParts
 	for i := range f.msgs {
 		m := &f.msgs[i]
 		if f.done[i] {
@@ -337,13 +342,16 @@ func (w *Worker) apply(ctx context.Context, f *fetched) error {
 			continue
 		}
 		if m.Refused.Parts > 0 {
-			if err := w.Store.SetAside(ctx, m.ID+refusedSuffix, m.Refused.Payload, m.Refused.Err()); err != nil {
-				return err
+			if parts == nil {
+				parts = make([]refusedParts, len(batches), len(f.msgs))
 			}
+			parts = append(parts, refusedParts{entryID: m.ID + refusedSuffix, refused: m.Refused})
+		} else if parts != nil {
+			parts = append(parts, refusedParts{})
 		}
 		batches, from = append(batches, m.Batch), append(from, i)
 	}
-	results, err := w.Store.ApplyAll(ctx, batches)
+	results, err := w.Store.applyAll(ctx, batches, parts)
 	if postgres.IsDataException(err) {
 		// Postgres refuses the data of some batch: apply the batches one
 		// at a time and set aside the refused ones, so that one bad batch
@@ -369,8 +377,8 @@ func (w *Worker) count(f *fetched) {
 		case m.Err != nil:
 			w.setAside.Add(1)
 			id, rows := m.Refused.BatchID, m.Refused.Parts
-			if m.Batch.ID != "" { // refused by Postgres
-				id, rows = m.Batch.ID, m.Batch.Parts()
+			if m.Batch.ID != "" { // refused by Postgres: set aside with its refused parts
+				id, rows = m.Batch.ID, m.Batch.Parts()+m.Refused.Parts
 			}
 			log.Error("usage: batch set aside; none of it applied", "entry", m.ID, "batch", id, "rows", rows, "reason", m.Err)
 		case res.Duplicate:
@@ -395,20 +403,29 @@ func (w *Worker) count(f *fetched) {
 const refusedSuffix = "/refused"
 
 // applyEach applies batches (of f's messages, at the indexes from) one
-// by one, each in its own transaction, marking each message done as its
-// transaction commits: a message whose data Postgres refuses is set aside
-// (and marked with Err), one applied keeps its result. On any other
+// by one, each in its own transaction with its refused parts, marking
+// each message done as its transaction commits: a message whose data
+// Postgres refuses is set aside whole (and marked with Err), its payload
+// the entry as delivered, the refused parts included, which then have
+// no record of their own; one applied keeps its result. On any other
 // error it stops; the messages done before stay done, so that a retry
 // neither applies nor counts them again.
 func (w *Worker) applyEach(ctx context.Context, f *fetched, batches []metering.Batch, from []int) error {
 	for j, b := range batches {
 		i := from[j]
 		m := &f.msgs[i]
-		res, err := w.Store.ApplyAll(ctx, []metering.Batch{b})
+		var parts []refusedParts
+		if m.Refused.Parts > 0 {
+			parts = []refusedParts{{entryID: m.ID + refusedSuffix, refused: m.Refused}}
+		}
+		res, err := w.Store.applyAll(ctx, []metering.Batch{b}, parts)
 		switch {
 		case postgres.IsDataException(err):
 			m.Err = fmt.Errorf("usage: Postgres refused the batch's data: %w", err)
-			if err := w.Store.SetAside(ctx, m.ID, []byte(m.Payload), m.Err); err != nil {
+			if m.Refused.Parts > 0 {
+				m.Err = fmt.Errorf("%w; besides, parts that can never be applied: %w", m.Err, m.Refused.Err())
+			}
+			if err := w.Store.setAsideWhole(ctx, m.ID, m.ID+refusedSuffix, []byte(m.Payload), m.Err); err != nil {
 				return err
 			}
 		case err != nil:

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -471,4 +472,172 @@ func TestWorkerCountsEachEntryOnceWhenTheAckFails(t *testing.T) {
 	if applied != 2 {
 		t.Errorf("AfterApply ran %d times, want once for each of the 2 entries", applied)
 	}
+}
+
+// badBatch is a record of usage_bad_batches.
+type badBatch struct{ entryID, payload, reason string }
+
+// badBatches returns the records of usage_bad_batches, by entry ID.
+func badBatches(t *testing.T, db *pgxpool.Pool) []badBatch {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT entry_id, payload, error FROM usage_bad_batches ORDER BY entry_id`)
+	testenv.Must(t, err)
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (badBatch, error) {
+		var b badBatch
+		return b, row.Scan(&b.entryID, &b.payload, &b.reason)
+	})
+	testenv.Must(t, err)
+	return list
+}
+
+// entryIDs returns the IDs of the stream's entries, oldest first.
+func (r *workerRig) entryIDs(t *testing.T) []string {
+	t.Helper()
+	entries, err := r.client.XRange(context.Background(), r.stream, "-", "+").Result()
+	testenv.Must(t, err)
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+// TestWorkerSetsAsideABatchPostgresRefusesOnce: a batch holding a row
+// validation refuses (over a row's bound) and a row Postgres refuses
+// (a data exception, simulated by a trigger) is set aside whole, once:
+// one record under its entry ID, its payload the batch as published,
+// every row of it once, and its reason naming both; no record of its
+// refused parts besides, which would hold the refused row a second time
+// (and one an earlier release wrote before applying the batch goes). The
+// batch fetched with it applies.
+func TestWorkerSetsAsideABatchPostgresRefusesOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// earlier writes the record of the refused parts as a release
+		// that wrote it before the batch's apply did.
+		earlier bool
+	}{
+		{name: "refused parts"},
+		{name: "refused parts recorded by an earlier release", earlier: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWorkerRig(t)
+			ctx := context.Background()
+			poisonResource(t, r)
+			p := metering.NewRedisProducer(r.client, r.stream)
+			minute := at(t, "2026-11-20T10:00")
+			good := row(minute, tB, kB, "GET /b", metering.Counts{Allowed: 2, AllowedUnits: 4})
+			huge := row(minute, tB, kB, "GET /a", metering.Counts{Denied: 1_100, DeniedUnits: 1_100_000_000_000})
+			poison := row(minute, tB, kB, "GET /poison", metering.Counts{Allowed: 1, AllowedUnits: 1})
+			b := metering.Batch{Version: 1, ID: "mixed:1", Rows: []metering.Row{good, huge, poison}}
+			testenv.Must(t, p.Publish(ctx, b))
+			want := publishBatches(t, p, 1)
+			entry := r.entryIDs(t)[0]
+			if tc.earlier {
+				_, refused, err := metering.SplitBatch(mustJSON(t, b))
+				testenv.Must(t, err)
+				testenv.Must(t, r.store.SetAside(ctx, entry+"/refused", refused.Payload, refused.Err()))
+			}
+
+			var logs testenv.LogBuffer
+			w := r.worker("w", time.Hour)
+			w.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+			reg := prometheus.NewRegistry()
+			w.Register(reg)
+			r.runWorkers(t, w)
+
+			if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != want {
+				t.Errorf("month totals %v, want %s/%s's %+v alone", got, tA, kA, want)
+			}
+			list := badBatches(t, r.db)
+			if len(list) != 1 || list[0].entryID != entry {
+				t.Fatalf("set aside %+v, want entry %s alone, whole", list, entry)
+			}
+			var set metering.Batch
+			testenv.Must(t, json.Unmarshal([]byte(list[0].payload), &set))
+			if set.ID != b.ID || fmt.Sprint(set.Rows) != fmt.Sprint(b.Rows) {
+				t.Errorf("set aside %+v, want batch %s as published, each row once", set, b.ID)
+			}
+			if reason := list[0].reason; !strings.Contains(reason, "Postgres refused") || !strings.Contains(reason, "rows[1]: counts above 1099511627776") {
+				t.Errorf("reason %q, want Postgres's refusal and the row validation refused", reason)
+			}
+			if s := w.Stats(); s.Applied != 1 || s.SetAside != 1 || s.PartlySetAside != 0 {
+				t.Errorf("stats %+v, want 1 applied and 1 set aside whole", s)
+			}
+			if v, _, _ := testenv.Metric(t, reg, "tollgate_usage_batches_set_aside_total"); v != 1 {
+				t.Errorf("tollgate_usage_batches_set_aside_total = %v, want 1", v)
+			}
+			var errorLines []string
+			for l := range strings.Lines(logs.String()) {
+				var line struct {
+					Level, Msg, Entry, Batch string
+					Rows                     int
+				}
+				if json.Unmarshal([]byte(l), &line) == nil && line.Level == "ERROR" {
+					errorLines = append(errorLines, l)
+					if line.Entry != entry || line.Batch != b.ID || line.Rows != 3 || !strings.Contains(line.Msg, "none of it applied") {
+						t.Errorf("logged %s, want entry %s, batch %s, its 3 rows set aside whole", l, entry, b.ID)
+					}
+				}
+			}
+			if len(errorLines) != 1 {
+				t.Errorf("%d error lines, want 1:\n%s", len(errorLines), logs.String())
+			}
+		})
+	}
+}
+
+// TestWorkerSetsAsideARepublishedBatchsPartsOnce: a batch holding a row
+// validation refuses is in the stream twice (its XADD timed out after it
+// had succeeded, and was retried), fetched together or apart. Its good
+// row counts once, its refused row is set aside once, under the entry
+// applied (the first), and the second entry is a duplicate, counted as
+// nothing else.
+func TestWorkerSetsAsideARepublishedBatchsPartsOnce(t *testing.T) {
+	for _, fetch := range []int{8, 1} {
+		t.Run(fmt.Sprintf("fetching %d", fetch), func(t *testing.T) {
+			r := newWorkerRig(t)
+			ctx := context.Background()
+			p := metering.NewRedisProducer(r.client, r.stream)
+			minute := at(t, "2026-11-20T10:00")
+			good := row(minute, tA, kA, "GET /a", metering.Counts{Allowed: 2, AllowedUnits: 4})
+			huge := row(minute, tB, kB, "GET /a", metering.Counts{Denied: 1_100, DeniedUnits: 1_100_000_000_000})
+			b := metering.Batch{Version: 1, ID: "retried:1", Rows: []metering.Row{good, huge}}
+			testenv.Must(t, p.Publish(ctx, b))
+			testenv.Must(t, p.Publish(ctx, b))
+			entries := r.entryIDs(t)
+
+			w := r.worker("w", time.Hour)
+			w.FetchCount = fetch
+			reg := prometheus.NewRegistry()
+			w.Register(reg)
+			r.runWorkers(t, w)
+
+			if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != good.Counts {
+				t.Errorf("month totals %v, want %s/%s's %+v once", got, tA, kA, good.Counts)
+			}
+			list := badBatches(t, r.db)
+			if len(list) != 1 || list[0].entryID != entries[0]+"/refused" {
+				t.Fatalf("set aside %+v, want the refused row once, under %s/refused", list, entries[0])
+			}
+			var set metering.Batch
+			testenv.Must(t, json.Unmarshal([]byte(list[0].payload), &set))
+			if set.ID != b.ID || len(set.Rows) != 1 || set.Rows[0] != huge {
+				t.Errorf("set aside %+v, want batch %s's refused row", set, b.ID)
+			}
+			if s := w.Stats(); s.Applied != 1 || s.Duplicates != 1 || s.PartlySetAside != 1 || s.SetAside != 0 {
+				t.Errorf("stats %+v, want 1 applied (partly set aside) and 1 duplicate", s)
+			}
+			if v, _, _ := testenv.Metric(t, reg, "tollgate_usage_batches_set_aside_total"); v != 1 {
+				t.Errorf("tollgate_usage_batches_set_aside_total = %v, want 1", v)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	testenv.Must(t, err)
+	return data
 }

@@ -146,7 +146,7 @@ export interface components {
             retry_after_ms: number;
             /**
              * Format: int64
-             * @description Shaping rules only; hold the request this long.
+             * @description Shaping rules only; hold the request this long. On an admission, the longest delay of the enforced shaping rules (a shadow rule's delay is in its own `rules[]` entry only); absent on a denial.
              */
             delay_ms?: number;
             /** @description The governing rule's name. */

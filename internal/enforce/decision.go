@@ -344,8 +344,15 @@ func (c *Checker) finish(d Decision, r Request, reason string) Decision {
 			d.RetryAfterMS = g.RetryAfterMS
 		}
 	}
-	for _, rr := range d.Rules {
-		d.DelayMS = max(d.DelayMS, rr.DelayMS)
+	// The caller waits for the longest delay of the enforced shaping
+	// rules, and only on an admission: a shadow rule's delay is reported
+	// in its own rules[] entry, never imposed, and a denial has none.
+	if d.Allowed {
+		for _, rr := range d.Rules {
+			if rr.Mode != plans.ModeShadow {
+				d.DelayMS = max(d.DelayMS, rr.DelayMS)
+			}
+		}
 	}
 	c.metrics.decision(d.Allowed, reason)
 	if d.Degraded {

@@ -2,7 +2,9 @@ package credits_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -319,6 +321,128 @@ func TestDeferredDrawsAfterALossInOverageMode(t *testing.T) {
 	if d := r.check(1); !d.Allowed || d.Credits.Overage != 1 || d.Credits.Balance != -2 {
 		t.Errorf("check after the rebuild: %+v", d.Credits)
 	}
+}
+
+// TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce: Redis comes
+// back empty on a machine whose clock is an hour behind the one before,
+// so the new log's IDs sort before the ledger's position, and one of them
+// is even the ID of an entry the ledger recorded from the old log. The
+// drainer tells the new Redis by its identity and reads its log from the
+// beginning: each of its draws is recorded once, none is given back to
+// the counter by the drift repair, and the tenant spends its balance
+// exactly.
+func TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(20)
+	for range 5 {
+		if d := r.check(1); !d.Allowed {
+			t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	old, err := r.rdb.XRange(ctx, logKey, "-", "+").Result()
+	testenv.Must(t, err)
+	if len(old) != 5 {
+		t.Fatalf("the log holds %d entries, want 5", len(old))
+	}
+	// The old Redis's clock an hour ahead: a draw of 1 logged by it.
+	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead,
+		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	r.drain()
+	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 6 {
+		t.Fatalf("account %+v, %v: want 6 consumed through %s", acct, err, ahead)
+	}
+
+	r.emptyRedis()
+	if d := r.check(1); d.Allowed {
+		t.Fatalf("check on the emptied Redis: %+v, want unavailable until the counter is made", d)
+	}
+	if rep := r.drain(); rep.Rebuilt != 1 {
+		t.Fatalf("drain of the emptied Redis: %+v, want the counter made", rep)
+	}
+	// A draw the new Redis logs under an ID the old one used, as a clock
+	// that far behind may.
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: old[0].ID,
+		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	admitted := int64(1)
+	for i := range 40 {
+		if d := r.check(1); d.Allowed {
+			admitted++
+		}
+		if i%5 == 4 {
+			r.drain()
+		}
+	}
+	if admitted != 14 {
+		t.Errorf("the new Redis admitted %d units, want 14: the balance of 20 less the 6 drawn before", admitted)
+	}
+	acct := r.agree()
+	if acct.Consumed != 20 || acct.Balance() != 0 {
+		t.Errorf("ledger consumed %d, balance %d; want 20 and 0", acct.Consumed, acct.Balance())
+	}
+	var rows, entries, units int64
+	testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*), count(DISTINCT entry), coalesce(-sum(units), 0) FROM credit_ledger
+		WHERE tenant_id = $1 AND kind = 'consumption'`, r.tenantID).Scan(&rows, &entries, &units))
+	if rows != 20 || entries != 20 || units != 20 {
+		t.Errorf("consumption in the ledger: %d rows of %d entries, %d units; want 20 of 20, 20 units: each draw once", rows, entries, units)
+	}
+}
+
+// staleOrigin is the Redis store as a drainer sees it whose pass began
+// before that Redis replaced another: the first identity it reads is the
+// one of the Redis gone.
+type staleOrigin struct {
+	*redisstore.Store
+	read bool
+}
+
+func (s *staleOrigin) CreditsOrigin(ctx context.Context, key, id string) (string, error) {
+	if !s.read {
+		s.read = true
+		return "gone", nil
+	}
+	return s.Store.CreditsOrigin(ctx, key, id)
+}
+
+// TestADrainerStillOnAGoneRedisRecordsNothingTwice: a drainer whose pass
+// began on a Redis since replaced drains an account another drainer has
+// already drained from the Redis now in place. It does not take the
+// Redis for a new one: the log, whose recorded entries a failed trim
+// left, is read after the account's position, and nothing is drawn
+// twice.
+func TestADrainerStillOnAGoneRedisRecordsNothingTwice(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(20)
+	for range 3 {
+		r.check(1)
+	}
+	r.drainUntrimmed()
+	stale := credits.NewDrainer(r.db, &staleOrigin{Store: redisstore.New(r.rdb)}, credits.DrainerConfig{Prefix: r.prefix})
+	rep, err := stale.Drain(ctx)
+	testenv.Must(t, err)
+	if rep.Entries != 0 {
+		t.Errorf("the stale drainer recorded %d entries, want 0: all 3 were recorded", rep.Entries)
+	}
+	if acct := r.agree(); acct.Consumed != 3 {
+		t.Errorf("ledger consumed %d, want 3", acct.Consumed)
+	}
+}
+
+// emptyRedis deletes every key of the test's Redis, as a restart without
+// persistence does (the test's prefix stands for the whole server).
+func (r *rig) emptyRedis() {
+	r.t.Helper()
+	ctx := context.Background()
+	iter := r.rdb.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		testenv.Must(r.t, r.rdb.Del(ctx, iter.Val()).Err())
+	}
+	testenv.Must(r.t, iter.Err())
 }
 
 // TestHoldSettledPastTheBalanceInDenyMode: a hold settled above its

@@ -226,9 +226,11 @@ func originKey(prefix string) string { return prefix + "{credits}:origin" }
 
 // origin returns the identity of the drainer of one region's Redis,
 // making it when missing (a new Redis, or one that came back empty): the
-// drainer writes it on each account it drains (log_origin), so that a
-// region's first drain can tell whether the account's position is of its
-// Redis's log (logStart). "" in a region, or when the store keeps none.
+// drainer writes it on each account it drains (log_origin), so that it
+// can tell a Redis that came back empty from the one the account's
+// position is of (drainTenant), and a region's first drain whether the
+// position is of its Redis's log (logStart). "" in a region, or when the
+// store keeps none.
 func (d *Drainer) origin(ctx context.Context) (string, error) {
 	keeper, ok := d.logs.(originKeeper)
 	if d.cfg.Region != "" || !ok {
@@ -244,9 +246,17 @@ func (d *Drainer) origin(ctx context.Context) (string, error) {
 // drainTenant records one batch of tenantID's log in one transaction;
 // more is true when the log held more (or its counter could not be made
 // yet: entries came after the read). origin is the identity of the
-// Redis it reads ("" when the store keeps none): the account's position
-// is of that Redis's log from then on, whatever it was before (a Redis
-// that came back empty is read after it too).
+// Redis it reads, as the pass began ("" when the store keeps none).
+//
+// The account's position is an entry ID of the log of the Redis the
+// account names (log_origin). A Redis with another identity (one that
+// came back empty) is read from its log's beginning: its IDs come from
+// its own clock, and read after a position of another log, the entries
+// of a clock behind it would never be recorded while the drift repair
+// gave their units back to the counter, drawn again and again. Its
+// entries are recorded under its identity ("origin:ID", as a region's
+// under its name), so that an ID it reuses is not taken for an entry of
+// the Redis before it.
 func (d *Drainer) drainTenant(ctx context.Context, tenantID, origin string) (r Report, more bool, err error) {
 	counter, logKey := Keys(d.cfg.Prefix, tenantID)
 	var through string
@@ -257,16 +267,30 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID, origin string) (r R
 			return err
 		}
 		before := b.acct
+		if origin != "" && b.acct.logOrigin != "" && origin != b.acct.logOrigin {
+			// The pass's identity may be of a Redis gone since, and the
+			// account already drained from the one after it: asked
+			// again, so that two drainers never take turns.
+			if origin, err = d.origin(ctx); err != nil {
+				return err
+			}
+		}
+		if origin != "" && origin != b.acct.logOrigin {
+			if b.acct.logOrigin != "" {
+				// Another Redis's log: its position says nothing here.
+				// (An account drained before identities were kept keeps
+				// its position: its Redis is taken for the one it is of.)
+				b.acct.Position = "0-0"
+			}
+			b.acct.logOrigin = origin // saved with the position
+		}
 		read, err := d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
 		if err != nil {
 			return err
 		}
-		if origin != "" {
-			b.acct.logOrigin = origin // saved once, when it changes
-		}
 		consumed, present, entries := read.Consumed, read.Present, read.Entries
 		for _, e := range entries {
-			if err := d.record(ctx, s, b, overdraft, nil, e, &r); err != nil {
+			if err := d.record(ctx, s, b, overdraft, nil, origin, e, &r); err != nil {
 				return err
 			}
 		}
@@ -376,14 +400,18 @@ const ledgerDraw = "drawn by the ledger"
 
 // record writes one log entry into the ledger: grants expired by its
 // time first, then its units drawn on the grants (or given back), and its
-// overage and unpaid units on the hour's bill. The units of a deferred
-// entry (logged while the counter was missing) are split here as the
-// check script would have: drawn while the ledger's balance stays at or
+// overage and unpaid units on the hour's bill. Its rows name the entry
+// "source:ID", source being its log's (the region's name, or the
+// identity of the drainer of one region's Redis), or by its bare ID when
+// source is "" (a store that keeps no identity): one entry is recorded
+// once, and the entries of two logs never share a name. The units of a
+// deferred entry (logged while the counter was missing) are split here
+// as the check script would have: drawn while the ledger's balance stays at or
 // above −overdraft, the rest overage or unpaid. In a region (reg not
 // nil) grants expire no later than reg.safeUS, the room excludes what the
 // regions hold in escrow, and what the region's script counted past its
 // escrow as overage or unpaid is drawn while the room allows.
-func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64, reg *regionDrain, e limiter.CreditEntry, r *Report) error {
+func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64, reg *regionDrain, source string, e limiter.CreditEntry, r *Report) error {
 	at := time.UnixMicro(e.AtUS).UTC()
 	expired, err := b.expireDue(ctx, reg.expiryAt(at))
 	if err != nil {
@@ -444,8 +472,8 @@ func (d *Drainer) record(ctx context.Context, s *Store, b *book, overdraft int64
 		}
 		reg.own.Counted += e.Units
 	}
-	if reg != nil {
-		id = reg.own.Region + ":" + e.ID // regions' logs are streams of their own
+	if source != "" {
+		id = source + ":" + e.ID // each log's IDs are its own Redis's
 	}
 	// A hold's settlement moves the grants as of its time, but its rows
 	// and hour are dated at the hold's opening: its statement bills the

@@ -312,8 +312,9 @@ func (b *book) lapse(ctx context.Context, cutoff time.Time) (*time.Time, int64, 
 // The region whose Redis carries the account's identity skips the
 // entries up to the position, which it may still log (a failed trim), and
 // recorded already: a drainer of one region keyed their ledger rows by
-// the bare entry ID, a region's drainer keys them "region:ID", so nothing
-// else would keep them from being recorded twice. Whether its counter
+// its Redis's identity ("origin:ID"; the bare entry ID before identities
+// were kept), a region's drainer keys them "region:ID", so nothing else
+// would keep them from being recorded twice. Whether its counter
 // exists tells nothing there: a failover to a replica can lose it, and
 // in overage mode the checks' deferred draws can keep it from being made.
 // Any other region's Redis is new to the balance and its log's IDs come
@@ -412,7 +413,7 @@ func (d *Drainer) drainRegion(ctx context.Context, tenantID string) (r Report, m
 		}
 		var demand int64
 		for _, e := range read.Entries {
-			if err := d.record(ctx, s, b, overdraft, reg, e, &r); err != nil {
+			if err := d.record(ctx, s, b, overdraft, reg, own.Region, e, &r); err != nil {
 				return err
 			}
 			demand += max(0, e.Units) + max(0, e.Overage) + max(0, e.Unpaid)

@@ -151,7 +151,8 @@ type account struct {
 	// had recorded the whole log, as last saved (0: none).
 	drainedThroughUS int64
 	// logOrigin is the identity of the Redis whose log Position is of
-	// (the one the drainer of one region last read); "" when unknown.
+	// (the one the drainer of one region last read; a Redis with another
+	// is read from its log's beginning); "" when unknown.
 	logOrigin string
 }
 

@@ -37,15 +37,28 @@ func (m FailMode) String() string {
 
 // Defaults of Options.
 const (
-	DefaultTimeout    = 500 * time.Millisecond
-	DefaultMemorySize = 10_000
+	DefaultTimeout           = 500 * time.Millisecond
+	DefaultSettleTimeout     = 2 * time.Second
+	DefaultMemorySize        = 10_000
+	DefaultMaxPendingReturns = 1024
 )
 
 // Options configures a Client. The zero value is ready to use.
 type Options struct {
-	// Timeout bounds one check, connecting included (default
-	// DefaultTimeout). Past it, FailMode decides.
+	// Timeout bounds one check, and one lease renewal, connecting
+	// included (default DefaultTimeout). Past it, FailMode decides.
 	Timeout time.Duration
+	// SettleTimeout bounds one attempt of a settlement or a release
+	// (default DefaultSettleTimeout, and never less than Timeout): no
+	// caller waits on them once the middleware made them, and a give-back
+	// lost costs the caller its estimate until the hold's TTL.
+	SettleTimeout time.Duration
+	// MaxPendingReturns bounds the settlements and releases the
+	// middleware runs after the responses they follow have ended
+	// (default DefaultMaxPendingReturns). Past it, a request's
+	// settlement or release is made before its response ends, as
+	// backpressure. See Client.Shutdown.
+	MaxPendingReturns int
 	// FailMode decides when the check API cannot be asked: it cannot be
 	// reached, times out, answers 5xx, or something in between answers
 	// 408 or 429 (default FailOpen). Any other answer that is not a
@@ -68,14 +81,16 @@ type Options struct {
 // Client is a client of the check API. It is safe for concurrent use;
 // create one per process and share it, so checks reuse connections.
 type Client struct {
-	checkURL string
-	baseURL  string
-	token    string
-	http     *http.Client
-	timeout  time.Duration
-	failMode FailMode
-	memory   *denials // nil when remembering is off
-	now      func() time.Time
+	checkURL      string
+	baseURL       string
+	token         string
+	http          *http.Client
+	timeout       time.Duration
+	settleTimeout time.Duration
+	failMode      FailMode
+	memory        *denials // nil when remembering is off
+	now           func() time.Time
+	returns       *pendingReturns
 }
 
 // New returns a Client of the check API at baseURL (e.g.
@@ -91,13 +106,14 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 		return nil, errors.New("tollgate: the service token is empty")
 	}
 	c := &Client{
-		checkURL: u + "/v1/check",
-		baseURL:  u,
-		token:    serviceToken,
-		http:     opts.HTTPClient,
-		timeout:  opts.Timeout,
-		failMode: opts.FailMode,
-		now:      opts.Now,
+		checkURL:      u + "/v1/check",
+		baseURL:       u,
+		token:         serviceToken,
+		http:          opts.HTTPClient,
+		timeout:       opts.Timeout,
+		settleTimeout: opts.SettleTimeout,
+		failMode:      opts.FailMode,
+		now:           opts.Now,
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: newTransport(), CheckRedirect: noRedirects}
@@ -105,6 +121,15 @@ func New(baseURL, serviceToken string, opts Options) (*Client, error) {
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
+	if c.settleTimeout <= 0 {
+		c.settleTimeout = DefaultSettleTimeout
+	}
+	c.settleTimeout = max(c.settleTimeout, c.timeout)
+	maxReturns := opts.MaxPendingReturns
+	if maxReturns <= 0 {
+		maxReturns = DefaultMaxPendingReturns
+	}
+	c.returns = newPendingReturns(maxReturns)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -296,14 +321,18 @@ func (a *decisionAnswer) UnmarshalJSON(b []byte) error {
 // Settle sets the actual cost of the hold holdID that a check with Hold
 // opened: the difference to its estimate is given back (cost 0 gives
 // everything back) or taken, even past the limit. Settling again at the
-// same cost answers the same (Settlement.Repeated); the error is a
-// *ProblemError for another cost (409), an unknown or long expired hold
-// (404) or invalid values (422), else a transport error. Either way the
-// client forgets the denials it remembers of the hold's tenant (of every
-// caller, for a hold it did not open).
+// same cost answers the same (Settlement.Repeated), so a settlement that
+// failed with a transport error, a 5xx (503: the limiter store did not
+// answer), a 408 or a 429 is safe to try again at the same cost, as the
+// middleware does; the error is a *ProblemError for another cost (409),
+// an unknown or long expired hold (404) or invalid values (422: a
+// negative cost, say), else a transport error. One attempt is bounded by
+// Options.SettleTimeout. Either way the client forgets the denials it
+// remembers of the hold's tenant (of every caller, for a hold it did not
+// open).
 func (c *Client) Settle(ctx context.Context, holdID string, cost int64) (*Settlement, error) {
 	var s Settlement
-	err := c.call(ctx, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s)
+	err := c.call(ctx, c.settleTimeout, "settle", map[string]any{"hold_id": holdID, "cost": cost}, &s)
 	c.givenBack(holdID)
 	if err != nil {
 		return nil, err
@@ -327,7 +356,7 @@ func (c *Client) Hold(ctx context.Context, req CheckRequest) (*Decision, error) 
 // ID, else a transport error.
 func (c *Client) Renew(ctx context.Context, leaseID string) (*Lease, error) {
 	var l Lease
-	if err := c.call(ctx, "renew", map[string]any{"lease_id": leaseID}, &l); err != nil {
+	if err := c.call(ctx, c.timeout, "renew", map[string]any{"lease_id": leaseID}, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil
@@ -337,10 +366,12 @@ func (c *Client) Renew(ctx context.Context, leaseID string) (*Lease, error) {
 // Lease.Released is false when none was still held (released before, or
 // expired). Settling the check's hold releases its lease too. Either way
 // the client forgets the denials it remembers of the lease's tenant, as
-// Settle does.
+// Settle does. Releasing again is harmless (Released false), so a
+// release that failed as a settlement may be tried again. One attempt is
+// bounded by Options.SettleTimeout.
 func (c *Client) Release(ctx context.Context, leaseID string) (*Lease, error) {
 	var l Lease
-	err := c.call(ctx, "release", map[string]any{"lease_id": leaseID}, &l)
+	err := c.call(ctx, c.settleTimeout, "release", map[string]any{"lease_id": leaseID}, &l)
 	c.givenBack(leaseID)
 	if err != nil {
 		return nil, err
@@ -358,10 +389,11 @@ func (c *Client) givenBack(id string) {
 	}
 }
 
-// call posts body to the check API's /v1/{op} with the service token and
-// decodes the answer into out; its errors start with "tollgate: {op}: ".
-func (c *Client) call(ctx context.Context, op string, body, out any) error {
-	_, err := roundTrip(ctx, c.http, c.timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, nil, body, out, maxDecisionBody)
+// call posts body to the check API's /v1/{op} with the service token,
+// within timeout, and decodes the answer into out; its errors start with
+// "tollgate: {op}: ".
+func (c *Client) call(ctx context.Context, timeout time.Duration, op string, body, out any) error {
+	_, err := roundTrip(ctx, c.http, timeout, http.MethodPost, c.baseURL+"/v1/"+op, c.token, nil, body, out, maxDecisionBody)
 	if err != nil {
 		return fmt.Errorf("tollgate: %s: %w", op, err)
 	}

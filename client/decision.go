@@ -62,13 +62,14 @@ type CheckRequest struct {
 	DryRun bool
 	// Hold makes Cost an estimate: an admitted check opens a hold
 	// (Decision.HoldID) to settle at the actual cost with Client.Settle.
-	// HoldTTL is how long it stays open unsettled, in whole seconds; 0
-	// for the rules' default.
+	// HoldTTL is how long it stays open unsettled, rounded up to whole
+	// seconds (at most 24 hours); 0 for the rules' default. It needs Hold
+	// or AutoHold: with neither, the check API refuses it (422).
 	Hold    bool
 	HoldTTL time.Duration
 	// AutoHold opens a hold, as Hold does, only when a matching rule asks
-	// for one (its option hold); the middleware sets it unless told
-	// otherwise (MiddlewareOptions.Hold).
+	// for one (its option hold), for HoldTTL if set; the middleware sets
+	// it unless told otherwise (MiddlewareOptions.Hold).
 	AutoHold bool
 }
 
@@ -147,9 +148,13 @@ type Decision struct {
 	// rules (one slot each, of the requests in flight): renew it with
 	// Client.Renew while the request runs and free it with Client.Release
 	// (or by settling the hold) when it ends. LeaseExpiresAt is when its
-	// first slot is freed unless renewed. The middleware does all this.
+	// first slot is freed unless renewed, by the server's clock;
+	// LeaseTTLMS is how long that was from the server's clock at the
+	// check (servers before lease_ttl_ms answer 0). The middleware does
+	// all this.
 	LeaseID        string    `json:"lease_id,omitempty"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitempty"`
+	LeaseTTLMS     int64     `json:"lease_ttl_ms,omitempty"`
 	// Credits is the tenant's prepaid balance when its plan draws on
 	// credits; nil otherwise.
 	Credits *Credits `json:"credits,omitempty"`
@@ -223,9 +228,26 @@ type Settlement = tollgate.Settlement
 type Lease struct {
 	LeaseID string `json:"lease_id"`
 	// ExpiresAt, for a renewal, is when the lease's first slot is freed
-	// unless renewed again.
+	// unless renewed again, by the server's clock; TTLMS is how long that
+	// was from the server's clock at the renewal (servers before ttl_ms
+	// answer 0).
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
+	TTLMS     int64     `json:"ttl_ms,omitempty"`
 	// Released, for a release, is whether a slot was still held (false:
 	// released before, or expired).
 	Released bool `json:"released,omitempty"`
+}
+
+// leaseDeadline returns, by the local monotonic clock, when a lease
+// expires whose check or renewal was sent at sent and answered ttlMS
+// (the lease's life from the server's clock as it answered) and expires
+// (the same, as a time of the server's clock): sent plus ttlMS, never
+// later than the expiry since the server answered after sent, whatever
+// either clock reads; from a server that sends no TTL, expires as the
+// local clock reads it.
+func leaseDeadline(sent time.Time, ttlMS int64, expires time.Time, now func() time.Time) time.Time {
+	if ttlMS > 0 {
+		return sent.Add(time.Duration(ttlMS) * time.Millisecond)
+	}
+	return time.Now().Add(expires.Sub(now()))
 }

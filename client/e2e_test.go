@@ -371,6 +371,62 @@ func TestEndToEnd(t *testing.T) {
 		})
 	})
 
+	// HoldTTL with AutoHold is the TTL of the hold a rule asks for
+	// (the tokens rule's own is 300 s); a check that opens no hold
+	// accepts it too, and without hold or auto_hold it is refused.
+	// The lease's TTL comes with its expiry, for renewals that do
+	// not depend on the local clock.
+	t.Run("llm: auto_hold takes hold_ttl_s; leases carry their TTL", func(t *testing.T) {
+		admin, llmID := operator(t, "llm")
+		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-autohold", llmID)
+		testenv.Must(t, err)
+		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})
+		testenv.Must(t, err)
+		check := func(t *testing.T, req client.CheckRequest) *client.Decision {
+			t.Helper()
+			d, err := tg.Check(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		one := client.CheckRequest{Key: issued.Secret, Resource: "POST /v1/complete"}
+		testenv.Eventually(t, time.Now(), 2*time.Second, "the new key allowed", func() (bool, string) {
+			d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, DryRun: true})
+			return d.Allowed, d.Reason
+		})
+		asked := time.Now()
+		d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, Cost: 10, AutoHold: true, HoldTTL: time.Minute})
+		if !d.Allowed || d.HoldID == "" || d.HoldExpiresAt.Before(asked.Add(55*time.Second)) || d.HoldExpiresAt.After(asked.Add(65*time.Second)) {
+			t.Fatalf("auto hold for a minute: %+v, want a hold expiring a minute after %v", d, asked)
+		}
+		if d.LeaseID == "" || d.LeaseTTLMS != 30_000 {
+			t.Errorf("lease %q, lease_ttl_ms %d; want a lease of the inflight rule's 30 s", d.LeaseID, d.LeaseTTLMS)
+		}
+		if l, err := tg.Renew(ctx, d.LeaseID); err != nil || l.TTLMS <= 29_000 || l.TTLMS > 30_000 {
+			t.Errorf("renewal: %+v, %v; want a ttl_ms of 30 s", l, err)
+		}
+		if _, err := tg.Settle(ctx, d.HoldID, 10); err != nil {
+			t.Fatal(err)
+		}
+		plain := check(t, client.CheckRequest{Key: one.Key, Resource: "GET /v1/models", AutoHold: true, HoldTTL: time.Minute})
+		if !plain.Allowed || plain.HoldID != "" {
+			t.Errorf("auto hold where no rule holds: %+v, want allowed without a hold", plain)
+		}
+		if plain.LeaseID != "" {
+			_, _ = tg.Release(ctx, plain.LeaseID)
+		}
+		for _, req := range []client.CheckRequest{
+			{Key: one.Key, Resource: one.Resource, HoldTTL: time.Minute},
+			{Key: one.Key, Resource: one.Resource, AutoHold: true, HoldTTL: 86_401 * time.Second},
+		} {
+			var p *client.ProblemError
+			if _, err := tg.Check(ctx, req); !errors.As(err, &p) || p.Status != http.StatusUnprocessableEntity || p.Errors["hold_ttl_s"] == "" {
+				t.Errorf("check %+v: %v, want a 422 naming hold_ttl_s", req, err)
+			}
+		}
+	})
+
 	// A WAF in front of the check API blocks the body of a check whose
 	// key looks like an attack with its own 403 page and passes the
 	// others on. Its refusal is no outage for the fail mode to decide:

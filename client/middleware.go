@@ -108,6 +108,16 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 // that goes away during the delay is not served: its hold is settled at
 // 0, or its lease released, at once. CostHeader is removed from every
 // response of an admitted request, held or not.
+//
+// The settlement or release is made after the handler returns without
+// holding up the response, in the background, and tried again (at the
+// same cost: a repeat changes nothing) when the check API could not
+// answer it: a transport error or timeout, a 5xx, a 408 or a 429; up to
+// four attempts over about a second, each bounded by
+// Options.SettleTimeout. At most Options.MaxPendingReturns are under way
+// at once; past that a request's is made before its response ends. Call
+// Client.Shutdown after the server has shut down, so that none is cut
+// short by the process exiting.
 func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
 	keyFunc := orDefault(opts.KeyFunc, APIKey)
 	ipFunc := orDefault(opts.IPFunc, RemoteIP)
@@ -129,6 +139,7 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 			} else {
 				req.AutoHold = true
 			}
+			sent := time.Now()
 			d, err := c.Check(r.Context(), req)
 			if err != nil {
 				onError(w, r, err)
@@ -155,7 +166,7 @@ func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Hand
 				rw.finish()
 				return
 			}
-			c.serveHeld(rw, r, next, d, req.effectiveCost(), opts.RefundOn)
+			c.serveHeld(rw, r, next, d, sent, req.effectiveCost(), opts.RefundOn)
 		})
 	}
 }
@@ -192,8 +203,13 @@ type costReport struct {
 
 // ReportCost sets the actual cost of the held request whose context is
 // ctx; the middleware settles the hold at it when the handler returns. It
-// reports false when the request holds nothing.
+// reports false, and changes nothing, when the request holds nothing or
+// cost is negative (no settlement can be negative: the check API would
+// refuse it, and the hold would keep its estimate until its TTL).
 func ReportCost(ctx context.Context, cost int64) bool {
+	if cost < 0 {
+		return false
+	}
 	rep, ok := ctx.Value(costKey{}).(*costReport)
 	if ok {
 		rep.cost.Store(cost)
@@ -206,12 +222,8 @@ func ReportCost(ctx context.Context, cost int64) bool {
 // took, the caller having gone away first: its hold is settled at 0,
 // which releases its lease too, else its lease is released.
 func (c *Client) unserved(ctx context.Context, d *Decision) {
-	ctx = context.WithoutCancel(ctx) // the caller is gone; the give-back must still happen
-	switch {
-	case d.HoldID != "":
-		_, _ = c.Settle(ctx, d.HoldID, 0)
-	case d.LeaseID != "":
-		_, _ = c.Release(ctx, d.LeaseID)
+	if d.HoldID != "" || d.LeaseID != "" {
+		c.giveBack(ctx, d, 0) // the caller is gone; the give-back must still happen
 	}
 }
 
@@ -219,19 +231,20 @@ func (c *Client) unserved(ctx context.Context, d *Decision) {
 // hold d or took its lease, renewing the lease meanwhile; then it settles
 // the hold: at the reported cost, else the estimate; at 0 for the
 // outcomes refundOn or the hold's rules list (see
-// MiddlewareOptions.RefundOn). Without a hold it releases the lease.
-func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d *Decision, estimate int64, refundOn []string) {
+// MiddlewareOptions.RefundOn). Without a hold it releases the lease. The
+// settlement or release is made after serveHeld returns (giveBack): the
+// response does not wait for it.
+func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d *Decision, sent time.Time, estimate int64, refundOn []string) {
 	rep := &costReport{}
 	rw.report = rep
-	stopRenewing := c.keepLease(r.Context(), d)
+	stopRenewing := c.keepLease(r.Context(), d, sent)
 	defer func() {
 		rw.finish()
 		stopRenewing()
 		// The caller may be gone; the settlement or release must still
-		// happen.
-		ctx := context.WithoutCancel(r.Context())
+		// happen (giveBack ignores the end of the request's context).
 		if d.HoldID == "" {
-			_, _ = c.Release(ctx, d.LeaseID)
+			c.giveBack(r.Context(), d, 0)
 			return
 		}
 		cost, reported := estimate, rep.reported.Load()
@@ -249,7 +262,7 @@ func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d
 		if rw.status >= 500 && refund("5xx") || timedOut && refund("timeout") {
 			cost = 0
 		}
-		_, _ = c.Settle(ctx, d.HoldID, cost)
+		c.giveBack(r.Context(), d, cost)
 	}()
 	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), costKey{}, rep)))
 }
@@ -257,21 +270,24 @@ func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d
 // minRenewal is the shortest wait between two renewals of a lease.
 const minRenewal = 50 * time.Millisecond
 
-// keepLease renews d's lease (if it took one) in the background, a third
-// of its remaining life before each expiry, until the returned function
-// is called. It stops by itself once the lease is gone (404) or has
-// expired; a renewal that fails otherwise is tried again at the next
-// turn.
-func (c *Client) keepLease(ctx context.Context, d *Decision) (stop func()) {
+// keepLease renews d's lease (if it took one), whose check was sent at
+// sent, in the background, a third of its remaining life before each
+// expiry, until the returned function is called. It stops by itself once
+// the lease is gone (404) or has expired; a renewal that fails otherwise
+// is tried again at the next turn. The expiries are taken from the TTLs the check and each renewal
+// answer, counted from when each was sent by the local monotonic clock,
+// so that a local clock that disagrees with the server's changes
+// nothing (see leaseDeadline).
+func (c *Client) keepLease(ctx context.Context, d *Decision, sent time.Time) (stop func()) {
 	if d.LeaseID == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
 	ctx = context.WithoutCancel(ctx)
 	go func() {
-		expires := d.LeaseExpiresAt
+		deadline := leaseDeadline(sent, d.LeaseTTLMS, d.LeaseExpiresAt, c.now)
 		for {
-			left := expires.Sub(c.now())
+			left := time.Until(deadline)
 			if left <= 0 {
 				return
 			}
@@ -282,13 +298,14 @@ func (c *Client) keepLease(ctx context.Context, d *Decision) (stop func()) {
 				return
 			case <-t.C:
 			}
+			sent := time.Now()
 			l, err := c.Renew(ctx, d.LeaseID)
 			var p *ProblemError
 			switch {
 			case errors.As(err, &p) && p.Status == http.StatusNotFound:
 				return
 			case err == nil:
-				expires = l.ExpiresAt
+				deadline = leaseDeadline(sent, l.TTLMS, l.ExpiresAt, c.now)
 			}
 		}
 	}()

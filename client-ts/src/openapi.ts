@@ -59,7 +59,9 @@ export interface components {
             /**
              * Format: int64
              * @description How long the hold stays open unsettled; default the shortest
-             *     `hold_ttl_s` option of the matching rules, else 300.
+             *     `hold_ttl_s` option of the matching rules, else 300. Only with
+             *     `hold` or `auto_hold` (with `auto_hold`, the TTL of the hold a
+             *     matching rule asks for; nothing when none does).
              */
             hold_ttl_s?: number;
             /**
@@ -103,6 +105,15 @@ export interface components {
              * @description A renewal's answer; when the lease's first slot is freed unless renewed again (UTC).
              */
             expires_at?: string;
+            /**
+             * Format: int64
+             * @description A renewal's answer; how long from the renewal, by the server's
+             *     clock, until `expires_at` (ms, rounded down). Schedule the next
+             *     renewal from it, counted from when the renewal was sent: unlike
+             *     `expires_at` read by the caller's clock, it does not depend on
+             *     the two clocks agreeing.
+             */
+            ttl_ms?: number;
             /** @description A release's answer; false when no slot was still held (released before, or expired). */
             released?: boolean;
         };
@@ -181,6 +192,16 @@ export interface components {
              * @description When the lease's first slot is freed unless renewed (UTC).
              */
             lease_expires_at?: string;
+            /**
+             * Format: int64
+             * @description How long from the check, by the server's clock, until
+             *     `lease_expires_at` (ms, rounded down; the shortest lease TTL of
+             *     the rules that took a slot). Schedule renewals from it, counted
+             *     from when the check was sent: unlike `lease_expires_at` read by
+             *     the caller's clock, it does not depend on the two clocks
+             *     agreeing.
+             */
+            lease_ttl_ms?: number;
             credits?: components["schemas"]["CreditsDecision"];
         };
         RuleResult: {

@@ -33,7 +33,8 @@ type checkRequest struct {
 	// HoldTTLS is how long the hold stays open unsettled.
 	Hold     bool  `json:"hold"`
 	HoldTTLS int64 `json:"hold_ttl_s"`
-	// AutoHold opens a hold when a matching rule asks for one.
+	// AutoHold opens a hold when a matching rule asks for one; with it,
+	// HoldTTLS is the TTL of that hold, if one is opened.
 	AutoHold bool `json:"auto_hold"`
 }
 
@@ -67,8 +68,8 @@ func (c *checkRequest) Validate() error {
 	if c.Cost != nil && (*c.Cost < 0 || *c.Cost > maxCost) {
 		f["cost"] = "must be an integer from 0 to 1000000000"
 	}
-	if c.HoldTTLS != 0 && (!c.Hold || c.HoldTTLS < 1 || c.HoldTTLS > plans.MaxHoldTTLS) {
-		f["hold_ttl_s"] = "must be from 1 to 86400, with hold"
+	if c.HoldTTLS != 0 && (!c.Hold && !c.AutoHold || c.HoldTTLS < 1 || c.HoldTTLS > plans.MaxHoldTTLS) {
+		f["hold_ttl_s"] = "must be from 1 to 86400, with hold or auto_hold"
 	}
 	if c.Hold && c.DryRun {
 		f["hold"] = "cannot be combined with dry_run"

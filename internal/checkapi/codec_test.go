@@ -135,7 +135,7 @@ func TestAppendDecisionIsEncodingJSON(t *testing.T) {
 			d.HoldRefundOn = [][]string{nil, {"5xx"}, {"5xx", "timeout"}}[r.IntN(3)]
 		}
 		if r.IntN(3) == 0 { // a lease
-			d.LeaseID, d.LeaseExpiresAt = "l"+str(), "2026-01-01T00:00:01.000Z"
+			d.LeaseID, d.LeaseExpiresAt, d.LeaseTTLMS = "l"+str(), "2026-01-01T00:00:01.000Z", int64(r.IntN(3))*30_000
 		}
 		if r.IntN(3) == 0 {
 			d.Credits = &enforce.CreditsResult{Balance: num(), Drawn: num(), Overage: num()}

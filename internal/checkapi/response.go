@@ -108,6 +108,10 @@ func appendDecision(b []byte, d *enforce.Decision) []byte {
 		b = appendString(b, d.LeaseID)
 		b = append(b, `,"lease_expires_at":`...)
 		b = appendString(b, d.LeaseExpiresAt)
+		if d.LeaseTTLMS > 0 {
+			b = append(b, `,"lease_ttl_ms":`...)
+			b = strconv.AppendInt(b, d.LeaseTTLMS, 10)
+		}
 	}
 	if c := d.Credits; c != nil {
 		b = append(b, `,"credits":{"balance":`...)

@@ -259,6 +259,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if out.Admitted && batch.Lease != nil {
 		if ttl := leasedTTL(reqs, out.Results); ttl > 0 {
 			d.LeaseID, d.LeaseExpiresAt = leaseID, time.UnixMicro(out.NowUS+ttl).UTC().Format(timeFormat)
+			d.LeaseTTLMS = ttl / 1000
 		}
 	}
 	d = c.decided(d, r, matched, out, who.tenant)

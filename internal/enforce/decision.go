@@ -107,9 +107,13 @@ type Decision struct {
 	// LeaseID names the lease an admitted check took on its concurrency
 	// rules, to renew while the request runs and release when it ends;
 	// LeaseExpiresAt is when its first slot is freed unless renewed (RFC
-	// 3339, UTC, ms). Both are empty when no slot was taken.
+	// 3339, UTC, ms), and LeaseTTLMS how long that was from the store's
+	// clock at the check (ms, rounded down): a caller schedules renewals
+	// from it, whatever its own clock says. All are zero when no slot
+	// was taken.
 	LeaseID        string `json:"lease_id,omitempty"`
 	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
+	LeaseTTLMS     int64  `json:"lease_ttl_ms,omitempty"`
 	// Credits is the tenant's prepaid balance, when its plan draws on
 	// credits and the store decided.
 	Credits *CreditsResult `json:"credits,omitempty"`

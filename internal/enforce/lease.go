@@ -48,8 +48,11 @@ func leasedTTL(reqs []limiter.Request, results []limiter.Result) int64 {
 type Lease struct {
 	LeaseID string `json:"lease_id"`
 	// ExpiresAt is when the renewed lease's first slot is freed unless
-	// renewed again (RFC 3339, UTC, ms); empty for a release.
+	// renewed again (RFC 3339, UTC, ms), and TTLMS how long that was from
+	// the store's clock at the renewal (ms, rounded down); zero for a
+	// release.
 	ExpiresAt string `json:"expires_at,omitempty"`
+	TTLMS     int64  `json:"ttl_ms,omitempty"`
 	// Released is, for a release, whether a slot was still held (false:
 	// released before, or expired).
 	Released *bool `json:"released,omitempty"`
@@ -71,7 +74,7 @@ func (c *Checker) RenewLease(ctx context.Context, id string) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{LeaseID: id, ExpiresAt: time.UnixMicro(st.ExpiresAtUS).UTC().Format(timeFormat)}, nil
+	return Lease{LeaseID: id, ExpiresAt: time.UnixMicro(st.ExpiresAtUS).UTC().Format(timeFormat), TTLMS: max(st.ExpiresAtUS-st.NowUS, 0) / 1000}, nil
 }
 
 // ReleaseLease frees the slots of lease id. Releasing again, or a lease

@@ -1,0 +1,280 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+)
+
+// TestReportCostRefusesANegativeCost: no settlement can be negative (the
+// check API refuses one), so ReportCost refuses a negative cost and
+// keeps what was reported before, else the estimate.
+func TestReportCostRefusesANegativeCost(t *testing.T) {
+	c, settled := newHoldAPI(t, nil)
+	mw := c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }, Hold: func(*http.Request) bool { return true }})
+	cases := []struct {
+		name    string
+		reports []int64
+		want    float64
+	}{
+		{"only a negative cost", []int64{-5}, 100},
+		{"a negative cost after a valid one", []int64{7, -1}, 7},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/v1/complete", nil)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for _, cost := range tc.reports {
+					if got, want := client.ReportCost(r.Context(), cost), cost >= 0; got != want {
+						t.Errorf("ReportCost(%d) = %v, want %v", cost, got, want)
+					}
+				}
+			})).ServeHTTP(httptest.NewRecorder(), req)
+			if got := settledCost(t, settled); got != tc.want {
+				t.Errorf("settled at %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// returnsAPI stands in for the check API: every check is admitted with
+// the decision's extra fields; each settlement or release is passed to
+// arrived, then answered by answer (attempt counts from 1 per path).
+type returnsAPI struct {
+	extra   string
+	arrived chan leaseCall
+	answer  func(w http.ResponseWriter, op string, attempt int) (answered bool) // nil: 200
+
+	mu       sync.Mutex
+	attempts map[string]int
+}
+
+func (a *returnsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body map[string]any
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	w.Header().Set("Content-Type", "application/json")
+	op := r.URL.Path[len("/v1/"):]
+	if op == "check" {
+		_, _ = io.WriteString(w, `{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[],`+a.extra+`}`)
+		return
+	}
+	a.mu.Lock()
+	a.attempts[op]++
+	attempt := a.attempts[op]
+	a.mu.Unlock()
+	a.arrived <- leaseCall{op: op, body: body}
+	if a.answer != nil && a.answer(w, op, attempt) {
+		return
+	}
+	switch op {
+	case "settle":
+		_, _ = io.WriteString(w, `{"hold_id":"h1","estimate":100,"cost":0,"status":"settled","repeated":false}`)
+	case "release":
+		_, _ = io.WriteString(w, `{"lease_id":"l1","released":true}`)
+	}
+}
+
+func newReturnsAPI(t *testing.T, extra string, answer func(w http.ResponseWriter, op string, attempt int) bool, opts client.Options) (*returnsAPI, *client.Client) {
+	t.Helper()
+	a := &returnsAPI{extra: extra, arrived: make(chan leaseCall, 100), answer: answer, attempts: map[string]int{}}
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	return a, newClient(t, srv.URL, opts)
+}
+
+// problemAnswer writes a problem of status.
+func problemAnswer(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+}
+
+// dropConnection ends the connection without an answer: a transport
+// error for the client.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		_ = conn.Close()
+	}
+}
+
+// TestMiddlewareRetriesWhatTheAPICouldNotAnswer: the check API answers a
+// settlement it could not make with a 503 ("retry the settlement"); a
+// transport error, a 408 or a 429 from something in between is no
+// answer either. The middleware tries the settlement again, at the same
+// cost, until it is made; a refusal (422) is final. Releases likewise.
+func TestMiddlewareRetriesWhatTheAPICouldNotAnswer(t *testing.T) {
+	unanswered := func(w http.ResponseWriter, op string, attempt int) bool {
+		switch attempt {
+		case 1:
+			dropConnection(w)
+		case 2:
+			problemAnswer(w, http.StatusServiceUnavailable, "the limiter store did not answer; retry the settlement")
+		case 3:
+			problemAnswer(w, http.StatusTooManyRequests, "slow down")
+		default:
+			return false
+		}
+		return true
+	}
+	refused := func(w http.ResponseWriter, op string, attempt int) bool {
+		problemAnswer(w, http.StatusUnprocessableEntity, "invalid")
+		return true
+	}
+	cases := []struct {
+		name, extra string
+		answer      func(w http.ResponseWriter, op string, attempt int) bool
+		want        leaseCall
+		attempts    int
+	}{
+		{"a settlement the API could not answer", `"hold_id":"h1"`, unanswered,
+			leaseCall{op: "settle", body: map[string]any{"hold_id": "h1", "cost": 42.0}}, 4},
+		{"a release the API could not answer", `"lease_id":"l1","lease_expires_at":"2099-01-01T00:00:00.000Z","lease_ttl_ms":60000`, unanswered,
+			leaseCall{op: "release", body: map[string]any{"lease_id": "l1"}}, 4},
+		{"a settlement refused", `"hold_id":"h1"`, refused,
+			leaseCall{op: "settle", body: map[string]any{"hold_id": "h1", "cost": 42.0}}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, c := newReturnsAPI(t, tc.extra, tc.answer, client.Options{})
+			req := httptest.NewRequest(http.MethodPost, "/v1/complete", nil)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			c.Middleware(client.MiddlewareOptions{Cost: func(*http.Request) int64 { return 100 }})(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { client.ReportCost(r.Context(), 42) }),
+			).ServeHTTP(httptest.NewRecorder(), req)
+			for i := range tc.attempts {
+				if call := receive(t, a.arrived, 5*time.Second, "no give-back"); call.op != tc.want.op || !sameBody(call.body, tc.want.body) {
+					t.Errorf("attempt %d: %+v, want %+v", i+1, call, tc.want)
+				}
+			}
+			// Shutdown waits for the retries to end: none is left.
+			if err := c.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case call := <-a.arrived:
+				t.Errorf("attempt %d: %+v, want %d attempts", tc.attempts+1, call, tc.attempts)
+			default:
+			}
+		})
+	}
+}
+
+func sameBody(got, want map[string]any) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestResponsesDoNotWaitForTheirSettlement: the response of a held (or
+// leased) request ends when its handler returns, while its settlement
+// (or release) is still under way; Client.Shutdown waits for it.
+func TestResponsesDoNotWaitForTheirSettlement(t *testing.T) {
+	for _, tc := range []struct{ name, extra, op string }{
+		{"a hold", `"hold_id":"h1"`, "settle"},
+		{"a lease", `"lease_id":"l1","lease_expires_at":"2099-01-01T00:00:00.000Z","lease_ttl_ms":60000`, "release"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The give-back is answered once the response has arrived,
+			// within its timeout of a minute.
+			unblock := make(chan struct{})
+			a, c := newReturnsAPI(t, tc.extra, func(w http.ResponseWriter, op string, attempt int) bool {
+				<-unblock
+				return false
+			}, client.Options{SettleTimeout: time.Minute})
+			svc := httptest.NewServer(c.Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "answer")
+			})))
+			defer svc.Close()
+			defer func() {
+				select {
+				case <-unblock:
+				default:
+					close(unblock)
+				}
+			}()
+			req, _ := http.NewRequest(http.MethodPost, svc.URL+"/v1/complete", nil)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			// Without an answer within 5 s, the response waited for its
+			// give-back.
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatalf("the response waited for its %s: %v", tc.op, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(body) != "answer" {
+				t.Fatalf("answer %q, %v", body, err)
+			}
+			if call := receive(t, a.arrived, 5*time.Second, "no give-back"); call.op != tc.op {
+				t.Errorf("call %+v, want a %s", call, tc.op)
+			}
+			ended, end := context.WithCancel(context.Background())
+			end()
+			if err := c.Shutdown(ended); !errors.Is(err, context.Canceled) {
+				t.Errorf("Shutdown with the %s under way and its context ended = %v, want context.Canceled", tc.op, err)
+			}
+			close(unblock)
+			if err := c.Shutdown(context.Background()); err != nil {
+				t.Errorf("Shutdown = %v, want nil once the %s is done", err, tc.op)
+			}
+		})
+	}
+}
+
+// TestLeaseRenewalIgnoresTheLocalClock: renewals are scheduled from the
+// lease's TTL the check and each renewal answer, counted from when they
+// were sent, never from the server's lease_expires_at read by a local
+// clock: one ahead of the server's by more than the TTL would never renew,
+// one behind would renew too late.
+func TestLeaseRenewalIgnoresTheLocalClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skew time.Duration // the server's clock minus the local one
+	}{
+		{"the local clock an hour ahead", -time.Hour},
+		{"the local clock an hour behind", time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const ttl = 300 * time.Millisecond
+			expires := func() string { return time.Now().Add(tc.skew + ttl).UTC().Format(time.RFC3339Nano) }
+			renewals := make(chan struct{}, 100)
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.URL.Path {
+				case "/v1/check":
+					_, _ = io.WriteString(w, `{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"rules":[],"lease_id":"l1","lease_expires_at":"`+expires()+`","lease_ttl_ms":300}`)
+				case "/v1/renew":
+					_, _ = io.WriteString(w, `{"lease_id":"l1","expires_at":"`+expires()+`","ttl_ms":300}`)
+					renewals <- struct{}{}
+				case "/v1/release":
+					_, _ = io.WriteString(w, `{"lease_id":"l1","released":true}`)
+				}
+			}))
+			defer api.Close()
+			c := newClient(t, api.URL, client.Options{})
+			req := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+			req.Header.Set("Authorization", "Bearer tg_x")
+			c.Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for range 3 { // the lease outlives three TTLs, renewed each time
+					receive(t, renewals, 5*time.Second, "the lease was not renewed")
+				}
+			})).ServeHTTP(httptest.NewRecorder(), req)
+		})
+	}
+}

@@ -28,7 +28,8 @@ func Main(name, defaultAddr string, routes func(*client.Client) http.Handler) {
 }
 
 // Run serves the handler routes builds on a client of the check API until
-// SIGINT or SIGTERM (or ctx ends), then shuts down gracefully. Settings:
+// SIGINT or SIGTERM (or ctx ends), then shuts down gracefully (the
+// server, then the client's settlements still under way). Settings:
 // TOLLGATE_URL (the check API), TOLLGATE_SERVICE_TOKEN, and ADDR (default
 // defaultAddr), read with getenv; a missing or unusable one is an error
 // naming it.
@@ -60,5 +61,7 @@ func Run(ctx context.Context, name, defaultAddr string, routes func(*client.Clie
 	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return nil
+	// The settlements and releases of the last responses run after them:
+	// wait for those too, or the service's last holds bill their estimate.
+	return tg.Shutdown(shutdown)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -84,14 +85,17 @@ func (k idempotencyKey) noteReplay(e *invocation, replayed bool, what string) {
 	}
 }
 
-// parseWhen reads an RFC 3339 time or a duration from now.
+// parseWhen reads an RFC 3339 time or a duration from now, within the
+// years 0000 to 9999 in UTC (tollgate.CheckTime).
 func parseWhen(s string, now time.Time) (time.Time, error) {
+	t := now
 	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
+		t = now.Add(d)
+	} else if t, err = time.Parse(time.RFC3339, s); err != nil {
 		return time.Time{}, fmt.Errorf("must be an RFC 3339 time or a duration such as 720h")
+	}
+	if !tollgate.InTimeRange(t) {
+		return time.Time{}, errors.New(tollgate.TimeRangeProblem)
 	}
 	return t, nil
 }

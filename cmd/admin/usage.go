@@ -332,7 +332,12 @@ func monthFlag(fs *flag.FlagSet, usage string) monthRef {
 func (f monthRef) parse(e *invocation) (usage.Month, error) {
 	m, err := usage.ParseMonth(*f.value)
 	if err != nil {
-		return usage.Month{}, fmt.Errorf("%s: --month: must be a month such as 2026-10", e.name)
+		problem := "must be a month such as 2026-10"
+		var invalid *tollgate.Error
+		if errors.As(err, &invalid) && invalid.Fields["month"] != "" {
+			problem = invalid.Fields["month"]
+		}
+		return usage.Month{}, fmt.Errorf("%s: --month: %s", e.name, problem)
 	}
 	return m, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/config"
@@ -246,6 +247,9 @@ func webhooksReplay(fs *flag.FlagSet) action {
 			t, err := time.Parse(time.RFC3339, f.value)
 			if err != nil {
 				return fmt.Errorf("webhooks replay: --%s: must be an RFC 3339 time such as 2026-03-01T00:00:00Z", f.name)
+			}
+			if !tollgate.InTimeRange(t) {
+				return fmt.Errorf("webhooks replay: --%s: %s", f.name, tollgate.TimeRangeProblem)
 			}
 			*f.dst = &t
 		}

@@ -124,6 +124,6 @@ func handleProviderWebhook(log *slog.Logger, inv *billing.Invoicing) http.Handle
 			httpx.Error(w, r, log, err)
 			return
 		}
-		httpx.JSON(w, http.StatusOK, res)
+		httpx.JSON(w, r, log, http.StatusOK, res)
 	})
 }

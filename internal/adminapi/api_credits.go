@@ -12,14 +12,19 @@ import (
 	"github.com/tollgate/tollgate/internal/credits"
 	"github.com/tollgate/tollgate/internal/httpx"
 	"github.com/tollgate/tollgate/internal/page"
+	"github.com/tollgate/tollgate/internal/tenants"
 )
 
 // handleCreditsLedger serves GET /tenants/{tenantID}/credits/ledger,
-// newest first, filtered by kind.
-func handleCreditsLedger(log *slog.Logger, cs *credits.Store) http.Handler {
+// newest first, filtered by kind: 404 for a tenant that does not exist.
+func handleCreditsLedger(log *slog.Logger, ts *tenants.Store, cs *credits.Store) http.Handler {
 	return handlePage(log, func(r *http.Request) (credits.LedgerFilter, error) {
 		f := credits.LedgerFilter{Kind: r.URL.Query().Get("kind")}
-		return f, credits.ValidateLedgerFilter(f)
+		if err := credits.ValidateLedgerFilter(f); err != nil {
+			return f, err
+		}
+		_, err := ts.Get(r.Context(), chi.URLParam(r, "tenantID"))
+		return f, err
 	}, func(ctx context.Context, f credits.LedgerFilter, pr page.Request) (page.Page[credits.Entry], error) {
 		return cs.Ledger(ctx, chi.URLParamFromCtx(ctx, "tenantID"), f, pr)
 	})
@@ -29,9 +34,9 @@ func handleCreditsLedger(log *slog.Logger, cs *credits.Store) http.Handler {
 // grant or top-up, 201 with the grant; once per Idempotency-Key
 // (tenantChangeOnce).
 func handleCreditsGrant(log *slog.Logger, ops *credits.Ops) http.Handler {
-	return handleBody(log, decodeBody, tenantChangeOnce(ops.GrantOnce), func(w http.ResponseWriter, g replayable[credits.Grant]) {
+	return handleBody(log, decodeBody, tenantChangeOnce(ops.GrantOnce), func(w http.ResponseWriter, r *http.Request, g replayable[credits.Grant]) {
 		w.Header().Set("Location", "/api/v1/tenants/"+g.value.TenantID+"/credits")
-		g.write(w, http.StatusCreated)
+		g.write(w, r, log, http.StatusCreated)
 	})
 }
 
@@ -39,8 +44,8 @@ func handleCreditsGrant(log *slog.Logger, ops *credits.Ops) http.Handler {
 // 200 with the adjustment and the balance after it; once per
 // Idempotency-Key (tenantChangeOnce).
 func handleCreditsAdjust(log *slog.Logger, ops *credits.Ops) http.Handler {
-	return handleBody(log, decodeBody, tenantChangeOnce(ops.AdjustOnce), func(w http.ResponseWriter, a replayable[credits.Adjustment]) {
-		a.write(w, http.StatusOK)
+	return handleBody(log, decodeBody, tenantChangeOnce(ops.AdjustOnce), func(w http.ResponseWriter, r *http.Request, a replayable[credits.Adjustment]) {
+		a.write(w, r, log, http.StatusOK)
 	})
 }
 
@@ -54,11 +59,11 @@ type replayable[T any] struct {
 // write answers the result as JSON with status, the status of the request
 // that made it, and on a replay the header Idempotent-Replayed: true (as
 // Stripe answers), so a client can tell its retry changed nothing.
-func (r replayable[T]) write(w http.ResponseWriter, status int) {
-	if r.replayed {
+func (res replayable[T]) write(w http.ResponseWriter, r *http.Request, log *slog.Logger, status int) {
+	if res.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	httpx.JSON(w, status, r.value)
+	httpx.JSON(w, r, log, status, res.value)
 }
 
 // tenantChangeOnce is change made to the tenant {tenantID} by the

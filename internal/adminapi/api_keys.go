@@ -67,7 +67,7 @@ func (k *keyUpdateRequest) Validate() error {
 func handleKeyUpdate(log *slog.Logger, ops *tenants.Ops) http.Handler {
 	return handleBody(log, decodeValid, func(r *http.Request, req keyUpdateRequest) (tenants.Key, error) {
 		return ops.UpdateKey(r.Context(), actorOf(r), chi.URLParam(r, "tenantID"), chi.URLParam(r, "keyID"), req.change())
-	}, func(w http.ResponseWriter, k tenants.Key) { httpx.JSON(w, http.StatusOK, k) })
+	}, func(w http.ResponseWriter, r *http.Request, k tenants.Key) { httpx.JSON(w, r, log, http.StatusOK, k) })
 }
 
 // handleKeyRevoke serves POST /tenants/{tenantID}/keys/{keyID}/revoke:

@@ -27,7 +27,7 @@ type Authorize func(r *http.Request, tenantID string) error
 // handleUsageSeries serves a tenant's usage over time:
 // ?granularity=minute|hour|day|month (default hour), &from=…&to=… (RFC
 // 3339; default the last 24 hours), widened to whole buckets.
-func handleUsageSeries(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
+func handleUsageSeries(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	type response struct {
 		TenantID    string            `json:"tenant_id"`
 		Granularity usage.Granularity `json:"granularity"`
@@ -36,7 +36,7 @@ func handleUsageSeries(store *usage.Reader, authorize Authorize, log *slog.Logge
 		Points      []usage.Point     `json:"points"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, rng, err := rangeRequest(r, store, authorize)
+		tenant, rng, err := rangeRequest(r, store, ts, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -54,14 +54,14 @@ func handleUsageSeries(store *usage.Reader, authorize Authorize, log *slog.Logge
 		if len(points) > 0 {
 			resp.From, resp.To = points[0].At, g.Next(points[len(points)-1].At)
 		}
-		httpx.JSON(w, http.StatusOK, resp)
+		httpx.JSON(w, r, log, http.StatusOK, resp)
 	})
 }
 
 // handleUsageTopKeys serves a tenant's keys with the most allowed units:
 // ?from=…&to=…&limit=N (default 10).
-func handleUsageTopKeys(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
+func handleUsageTopKeys(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, ts, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		keys, err := store.TopKeys(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "keys": keys}, err
 	})
@@ -69,8 +69,8 @@ func handleUsageTopKeys(store *usage.Reader, authorize Authorize, log *slog.Logg
 
 // handleUsageTopResources serves a tenant's resources with the most allowed
 // units: ?from=…&to=…&limit=N (default 10).
-func handleUsageTopResources(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
+func handleUsageTopResources(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, ts, authorize, log, func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error) {
 		res, err := store.TopResources(r.Context(), tenant, rng, limit)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "resources": res}, err
 	})
@@ -78,8 +78,8 @@ func handleUsageTopResources(store *usage.Reader, authorize Authorize, log *slog
 
 // handleUsageRejections serves a tenant's rejection rate, with denials by
 // reason and by rule: ?from=…&to=….
-func handleUsageRejections(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, tenant string, rng usage.Range, _ int) (any, error) {
+func handleUsageRejections(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
+	return handleTop(store, ts, authorize, log, func(r *http.Request, tenant string, rng usage.Range, _ int) (any, error) {
 		rej, err := store.Rejections(r.Context(), tenant, rng)
 		return map[string]any{"tenant_id": tenant, "from": rng.From, "to": rng.To, "rejections": rej}, err
 	})
@@ -88,7 +88,7 @@ func handleUsageRejections(store *usage.Reader, authorize Authorize, log *slog.L
 // handleTop serves a read of usage over ?from=…&to=…, of at most
 // ?limit=N (default 10) rows, for the path's {tenantID} ("" on
 // operator-wide routes, which authorize lets only operators read).
-func handleTop(store *usage.Reader, authorize Authorize, log *slog.Logger,
+func handleTop(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger,
 	query func(r *http.Request, tenant string, rng usage.Range, limit int) (any, error)) http.Handler {
 	type top struct {
 		tenant string
@@ -96,7 +96,7 @@ func handleTop(store *usage.Reader, authorize Authorize, log *slog.Logger,
 		limit  int
 	}
 	return handlePath(log, http.StatusOK, func(r *http.Request) (top, error) {
-		tenant, rng, err := rangeRequest(r, store, authorize)
+		tenant, rng, err := rangeRequest(r, store, ts, authorize)
 		if err != nil {
 			return top{}, err
 		}
@@ -111,7 +111,7 @@ func handleTop(store *usage.Reader, authorize Authorize, log *slog.Logger,
 // ?from=…&to=….
 func handleUsageTotals(store *usage.Reader, ts *tenants.Store, authorize Authorize, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, rng, err := rangeRequest(r, store, authorize)
+		_, rng, err := rangeRequest(r, store, ts, authorize)
 		if err != nil {
 			httpx.Error(w, r, log, err)
 			return
@@ -133,7 +133,7 @@ func handleUsageTotals(store *usage.Reader, ts *tenants.Store, authorize Authori
 // handleUsageTopIPs serves the anonymous addresses with the most decisions
 // (operators only): ?from=…&to=…&limit=N.
 func handleUsageTopIPs(store *usage.Reader, authorize Authorize, log *slog.Logger) http.Handler {
-	return handleTop(store, authorize, log, func(r *http.Request, _ string, rng usage.Range, limit int) (any, error) {
+	return handleTop(store, nil, authorize, log, func(r *http.Request, _ string, rng usage.Range, limit int) (any, error) {
 		top, err := store.TopIPs(r.Context(), rng, limit)
 		return map[string]any{"from": rng.From, "to": rng.To, "ips": top}, err
 	})
@@ -209,7 +209,7 @@ func handleUsageLate(store *usage.Reader, authorize Authorize, log *slog.Logger)
 func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, csvOut bool, name string,
 	list []billing.Statement, jsonBody any) {
 	if !csvOut {
-		httpx.JSON(w, http.StatusOK, jsonBody)
+		httpx.JSON(w, r, log, http.StatusOK, jsonBody)
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
@@ -220,11 +220,18 @@ func writeStatements(w http.ResponseWriter, r *http.Request, log *slog.Logger, c
 }
 
 // rangeRequest authorizes r to read usage of the path's {tenantID} (""
-// on operator-wide routes) and parses its range (see parseRange).
-func rangeRequest(r *http.Request, store *usage.Reader, authorize Authorize) (tenant string, rng usage.Range, err error) {
+// on operator-wide routes), which must exist in ts (ENOTFOUND: an
+// unknown tenant has no usage to show, not a series of zeros), and
+// parses its range (see parseRange).
+func rangeRequest(r *http.Request, store *usage.Reader, ts *tenants.Store, authorize Authorize) (tenant string, rng usage.Range, err error) {
 	tenant = chi.URLParam(r, "tenantID")
 	if err := authorize(r, tenant); err != nil {
 		return "", usage.Range{}, err
+	}
+	if tenant != "" {
+		if _, err := ts.Get(r.Context(), tenant); err != nil {
+			return "", usage.Range{}, err
+		}
 	}
 	rng, err = parseRange(r, store.Now())
 	return tenant, rng, err
@@ -258,7 +265,9 @@ func wantCSV(r *http.Request) (bool, error) {
 }
 
 // parseRange reads ?from= and ?to= (RFC 3339); to defaults to now, from
-// to 24 hours before to.
+// to 24 hours before to. Both lie within tollgate.MinTime–MaxTime, and to
+// is usage.MaxEnd at the latest, so that the range widened to whole
+// buckets can be written back.
 func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
 	f := map[string]string{}
 	rng := usage.Range{To: now.UTC()}
@@ -269,6 +278,12 @@ func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
 		}
 		rng.To = t.UTC()
 	}
+	if _, bad := f["to"]; !bad {
+		tollgate.CheckTime(f, "to", rng.To)
+		if rng.To.After(usage.MaxEnd) {
+			f["to"] = "must be 9999-12-01T00:00:00Z or earlier"
+		}
+	}
 	rng.From = rng.To.Add(-24 * time.Hour)
 	if v := r.URL.Query().Get("from"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
@@ -276,6 +291,9 @@ func parseRange(r *http.Request, now time.Time) (usage.Range, error) {
 			f["from"] = "must be an RFC 3339 time such as 2026-10-01T00:00:00Z"
 		}
 		rng.From = t.UTC()
+	}
+	if _, bad := f["from"]; !bad {
+		tollgate.CheckTime(f, "from", rng.From)
 	}
 	if len(f) == 0 && !rng.From.Before(rng.To) {
 		f["from"] = "must be before to"

@@ -100,7 +100,7 @@ func handleEndpointCreate(log *slog.Logger, ops *events.Ops, scope webhookScope)
 			return
 		}
 		w.Header().Set("Location", r.URL.Path+"/"+res.Endpoint.ID)
-		httpx.JSON(w, http.StatusCreated, res)
+		httpx.JSON(w, r, log, http.StatusCreated, res)
 	})
 }
 

@@ -43,14 +43,14 @@ func writeResult(w http.ResponseWriter, r *http.Request, log *slog.Logger, v any
 		httpx.Error(w, r, log, err)
 		return
 	}
-	httpx.JSON(w, http.StatusOK, v)
+	httpx.JSON(w, r, log, http.StatusOK, v)
 }
 
 // handleSteps serves a request in two steps: read takes what the request
 // names or holds, then do acts on it; respond writes do's result. An error
 // at either step is the answer.
 func handleSteps[P, T any](log *slog.Logger, read func(r *http.Request) (P, error),
-	do func(r *http.Request, p P) (T, error), respond func(w http.ResponseWriter, v T)) http.Handler {
+	do func(r *http.Request, p P) (T, error), respond func(w http.ResponseWriter, r *http.Request, v T)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := read(r)
 		if err != nil {
@@ -62,7 +62,7 @@ func handleSteps[P, T any](log *slog.Logger, read func(r *http.Request) (P, erro
 			httpx.Error(w, r, log, err)
 			return
 		}
-		respond(w, v)
+		respond(w, r, v)
 	})
 }
 
@@ -71,19 +71,27 @@ func handleSteps[P, T any](log *slog.Logger, read func(r *http.Request) (P, erro
 // unknown tenant), then do's result is the answer, as JSON with status.
 func handlePath[P, T any](log *slog.Logger, status int, parse func(r *http.Request) (P, error),
 	do func(r *http.Request, p P) (T, error)) http.Handler {
-	return handleSteps(log, parse, do, func(w http.ResponseWriter, v T) { httpx.JSON(w, status, v) })
+	return handleSteps(log, parse, do, func(w http.ResponseWriter, r *http.Request, v T) { httpx.JSON(w, r, log, status, v) })
 }
 
 // noFilter is the filter of a list that has none.
 func noFilter(*http.Request) (struct{}, error) { return struct{}{}, nil }
 
 // decodeBody is httpx.DecodeBody with the admin API's MaxBody, refusing
-// text Postgres cannot store (httpx.TextFields).
+// text Postgres cannot store (httpx.TextFields) and times outside the
+// years 0000 to 9999 in UTC (httpx.TimeFields).
 func decodeBody(r *http.Request, v any) error {
 	if err := httpx.DecodeBody(r, MaxBody, v); err != nil {
 		return err
 	}
-	return httpx.TextFields(v)
+	return storableFields(v)
+}
+
+func storableFields(v any) error {
+	if err := httpx.TextFields(v); err != nil {
+		return err
+	}
+	return httpx.TimeFields(v)
 }
 
 // decodeValid is decodeBody, then the body's own validation when it has
@@ -92,14 +100,14 @@ func decodeValid(r *http.Request, v any) error {
 	if err := httpx.Decode(r, MaxBody, v); err != nil {
 		return err
 	}
-	return httpx.TextFields(v)
+	return storableFields(v)
 }
 
 // handleBody serves a request with a JSON body: the body decoded into an
 // In by decode, then apply; respond writes the result. An error at either
 // step is the answer.
 func handleBody[In, Out any](log *slog.Logger, decode func(r *http.Request, v any) error,
-	apply func(r *http.Request, in In) (Out, error), respond func(w http.ResponseWriter, v Out)) http.Handler {
+	apply func(r *http.Request, in In) (Out, error), respond func(w http.ResponseWriter, r *http.Request, v Out)) http.Handler {
 	return handleSteps(log, func(r *http.Request) (In, error) {
 		var in In
 		err := decode(r, &in)
@@ -110,8 +118,8 @@ func handleBody[In, Out any](log *slog.Logger, decode func(r *http.Request, v an
 // handleChange serves a request whose body (decodeBody) change applies:
 // the result as JSON with 200 OK.
 func handleChange[In, Out any](log *slog.Logger, change func(r *http.Request, in In) (Out, error)) http.Handler {
-	return handleBody(log, decodeBody, change, func(w http.ResponseWriter, v Out) {
-		httpx.JSON(w, http.StatusOK, v)
+	return handleBody(log, decodeBody, change, func(w http.ResponseWriter, r *http.Request, v Out) {
+		httpx.JSON(w, r, log, http.StatusOK, v)
 	})
 }
 
@@ -120,8 +128,8 @@ func handleChange[In, Out any](log *slog.Logger, change func(r *http.Request, in
 // of /api/v1 followed by location(result), the new thing's path.
 func handleCreate[In, Out any](log *slog.Logger, decode func(r *http.Request, v any) error,
 	create func(r *http.Request, in In) (Out, error), location func(Out) string) http.Handler {
-	return handleBody(log, decode, create, func(w http.ResponseWriter, v Out) {
+	return handleBody(log, decode, create, func(w http.ResponseWriter, r *http.Request, v Out) {
 		w.Header().Set("Location", "/api/v1"+location(v))
-		httpx.JSON(w, http.StatusCreated, v)
+		httpx.JSON(w, r, log, http.StatusCreated, v)
 	})
 }

@@ -59,7 +59,9 @@ func (n *nullableTime) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// queryTime parses an RFC 3339 query parameter into f's problems.
+// queryTime parses an RFC 3339 query parameter into f's problems, which
+// name it also when it lies outside the years 0000 to 9999 in UTC
+// (tollgate.CheckTime).
 func queryTime(q url.Values, name string, f map[string]string) time.Time {
 	s := q.Get(name)
 	if s == "" {
@@ -68,6 +70,8 @@ func queryTime(q url.Values, name string, f map[string]string) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		f[name] = "must be an RFC 3339 time such as 2026-01-31T00:00:00Z"
+		return t
 	}
+	tollgate.CheckTime(f, name, t)
 	return t
 }

@@ -77,7 +77,7 @@ const readySchemaEvery = 5 * time.Second
 // binary expects, 503 otherwise, saying under "postgres" what is wrong: a
 // schema rolled back (or forward) under a running server fails every
 // query its background work makes, and must take it out of service.
-func handleReady(db *pgxpool.Pool, schema *postgres.SchemaCheck) http.HandlerFunc {
+func handleReady(log *slog.Logger, db *pgxpool.Pool, schema *postgres.SchemaCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -93,7 +93,7 @@ func handleReady(db *pgxpool.Pool, schema *postgres.SchemaCheck) http.HandlerFun
 		if state != "ok" {
 			status = http.StatusServiceUnavailable
 		}
-		httpx.JSON(w, status, map[string]string{"postgres": state})
+		httpx.JSON(w, r, log, status, map[string]string{"postgres": state})
 	}
 }
 
@@ -157,7 +157,7 @@ func NewHandler(cfg Config) http.Handler {
 		consoleMethodNotAllowed.ServeHTTP(w, req)
 	})
 	r.Get("/healthz", httpx.Healthz)
-	r.Get("/readyz", handleReady(db, postgres.NewSchemaCheck(db, readySchemaEvery)))
+	r.Get("/readyz", handleReady(log, db, postgres.NewSchemaCheck(db, readySchemaEvery)))
 	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 
 	r.Route("/api/v1", func(r chi.Router) {
@@ -167,7 +167,7 @@ func NewHandler(cfg Config) http.Handler {
 
 		public.Method("POST", "/login", handleLogin(log, sessions))
 		public.Method("POST", "/logout", handleLogout(log, sessions))
-		signedIn.Method("GET", "/me", handleMe())
+		signedIn.Method("GET", "/me", handleMe(log))
 
 		operator.Method("GET", "/plans", handlePage(log, fromQuery(planFilter), ps.ListPage))
 		operator.Method("POST", "/plans", handlePlanCreate(log, plansOps))
@@ -199,7 +199,7 @@ func NewHandler(cfg Config) http.Handler {
 		// Prepaid credits: the tenant's users read them, operators grant
 		// and adjust.
 		tenantRead.Method("GET", "/tenants/{tenantID}/credits", handleTenantRead(log, cs.Balance))
-		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, cs))
+		tenantRead.Method("GET", "/tenants/{tenantID}/credits/ledger", handleCreditsLedger(log, ts, cs))
 		tenantOps.Method("POST", "/tenants/{tenantID}/credits/grants", handleCreditsGrant(log, creditsOps))
 		tenantOps.Method("POST", "/tenants/{tenantID}/credits/adjustments", handleCreditsAdjust(log, creditsOps))
 
@@ -359,12 +359,12 @@ type usageReads struct {
 // usageRoutes are the usage and statement routes, each asking authorize
 // who may read what (authorizeUsage; tests pass their own).
 func usageRoutes(r chi.Router, s usageReads, authorize Authorize, log *slog.Logger) {
-	us, bs := s.usage, s.statements
-	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, authorize, log))
-	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, authorize, log))
-	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, authorize, log))
-	r.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, authorize, log))
-	r.Method("GET", "/usage/totals", handleUsageTotals(us, s.tenants, authorize, log))
+	us, bs, ts := s.usage, s.statements, s.tenants
+	r.Method("GET", "/usage/tenants/{tenantID}/series", handleUsageSeries(us, ts, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-keys", handleUsageTopKeys(us, ts, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/top-resources", handleUsageTopResources(us, ts, authorize, log))
+	r.Method("GET", "/usage/tenants/{tenantID}/rejections", handleUsageRejections(us, ts, authorize, log))
+	r.Method("GET", "/usage/totals", handleUsageTotals(us, ts, authorize, log))
 	r.Method("GET", "/usage/anonymous/top-ips", handleUsageTopIPs(us, authorize, log))
 	r.Method("GET", "/statements", handleUsageStatements(bs, authorize, log))
 	r.Method("GET", "/statements/late", handleUsageLate(us, authorize, log))

@@ -268,7 +268,7 @@ func handleLogin(log *slog.Logger, a *sessionAuth) http.Handler {
 			httpx.Error(w, r, log, err)
 			return
 		}
-		httpx.JSON(w, http.StatusOK, res)
+		httpx.JSON(w, r, log, http.StatusOK, res)
 	})
 }
 
@@ -291,9 +291,9 @@ type MeResponse struct {
 }
 
 // handleMe serves GET /api/v1/me: who the session belongs to.
-func handleMe() http.Handler {
+func handleMe(log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, _ := sessionFrom(r.Context())
-		httpx.JSON(w, http.StatusOK, MeResponse{User: s.User, SessionExpiresAt: s.ExpiresAt})
+		httpx.JSON(w, r, log, http.StatusOK, MeResponse{User: s.User, SessionExpiresAt: s.ExpiresAt})
 	})
 }

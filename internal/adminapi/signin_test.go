@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/adminapi"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/usage"
 )
 
 // newAdmin serves the admin routes on a fresh database with a login
@@ -34,7 +35,7 @@ func newAdminDB(t *testing.T) (url, password string, db *pgxpool.Pool) {
 	_, err := auth.NewStore(db).CreateUser(context.Background(),
 		auth.NewUser{Email: "ops@example.com", Password: password, Role: auth.RoleOperator})
 	testenv.Must(t, err)
-	srv := httptest.NewServer(adminapi.NewHandler(adminapi.Config{DB: db,
+	srv := httptest.NewServer(adminapi.NewHandler(adminapi.Config{DB: db, Usage: usage.NewReader(db, usage.StoreConfig{}),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionTTL: time.Hour, LoginPerMinute: 5,
 		SessionSecret: []byte("test session secret 0123456789abcdef0123")}))
 	t.Cleanup(srv.Close)

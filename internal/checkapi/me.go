@@ -83,7 +83,7 @@ func HandleMe(checker *enforce.Checker, cfg ForwardConfig, log *slog.Logger) htt
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		httpx.JSON(w, http.StatusOK, st)
+		httpx.JSON(w, r, log, http.StatusOK, st)
 	})
 }
 

@@ -133,6 +133,6 @@ func handleHeld[Req any](checker *enforce.Checker, regions *regionForwarder, log
 			httpx.Error(w, r, log, err)
 			return
 		}
-		httpx.JSON(w, http.StatusOK, out)
+		httpx.JSON(w, r, log, http.StatusOK, out)
 	})
 }

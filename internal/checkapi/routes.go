@@ -100,6 +100,6 @@ func handleReady(d Deps) http.HandlerFunc {
 			status = http.StatusServiceUnavailable
 			d.Log.Warn("not ready", "checks", checks)
 		}
-		httpx.JSON(w, status, checks)
+		httpx.JSON(w, r, d.Log, status, checks)
 	}
 }

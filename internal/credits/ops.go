@@ -83,8 +83,12 @@ func (o *Ops) GrantOnce(ctx context.Context, by audit.Actor, tenantID, key strin
 		f["amount"] = "must be a whole number of units from 1 to 2^50"
 	}
 	now := o.now()
-	if in.ExpiresAt != nil && !in.ExpiresAt.After(now) {
+	expired := in.ExpiresAt != nil && !in.ExpiresAt.After(now)
+	if expired {
 		f["expires_at"] = "must be in the future"
+	}
+	if in.ExpiresAt != nil {
+		tollgate.CheckTime(f, "expires_at", *in.ExpiresAt)
 	}
 	if in.Priority < -1000 || in.Priority > 1000 {
 		f["priority"] = "must be from -1000 to 1000"
@@ -94,7 +98,7 @@ func (o *Ops) GrantOnce(ctx context.Context, by audit.Actor, tenantID, key strin
 	invalid := tollgate.Invalid(f)
 	// An expiry that has passed since its request was made does not
 	// refuse that request's replay: only a first request is refused for it.
-	expiredOnly := key != "" && len(f) == 1 && f["expires_at"] != ""
+	expiredOnly := key != "" && len(f) == 1 && expired && f["expires_at"] != tollgate.TimeRangeProblem
 	if invalid != nil && !expiredOnly {
 		return Grant{}, false, invalid
 	}

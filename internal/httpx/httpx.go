@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -79,11 +81,47 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// JSON writes v as a JSON response with the given status.
-func JSON(w http.ResponseWriter, status int, v any) {
+// JSON writes v as a JSON response with the given status. v is encoded
+// whole before anything is written, so a value encoding/json refuses (a
+// time outside the years 0000 to 9999, a NaN) is answered as a 500
+// problem, logged with r and the error, instead of a status with an empty
+// or cut body. Safe for concurrent use; its buffers are pooled, so an
+// answer costs no allocation of its own beyond what encoding v does.
+func JSON(w http.ResponseWriter, r *http.Request, log *slog.Logger, status int, v any) {
+	b := jsonBuffers.Get().(*jsonBuffer)
+	defer b.release()
+	if err := b.enc.Encode(v); err != nil {
+		Error(w, r, log, fmt.Errorf("httpx: encode %T: %w", v, err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(b.buf.Bytes())
+}
+
+// jsonBuffer is an answer's encoding: the buffer and an encoder that
+// writes into it, reused together.
+type jsonBuffer struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// maxPooledJSON is the largest buffer put back in the pool: a rare large
+// answer (a long list of statements) is not kept alive.
+const maxPooledJSON = 64 << 10
+
+var jsonBuffers = sync.Pool{New: func() any {
+	b := new(jsonBuffer)
+	b.enc = json.NewEncoder(&b.buf)
+	return b
+}}
+
+func (b *jsonBuffer) release() {
+	if b.buf.Cap() > maxPooledJSON {
+		return
+	}
+	b.buf.Reset()
+	jsonBuffers.Put(b)
 }
 
 // Validator is implemented by request types that check their own fields.
@@ -174,8 +212,8 @@ func jsonKind(goKind string) string {
 }
 
 // Healthz answers 200 while the process runs.
-func Healthz(w http.ResponseWriter, _ *http.Request) {
-	JSON(w, http.StatusOK, map[string]string{"status": "ok"})
+func Healthz(w http.ResponseWriter, r *http.Request) {
+	JSON(w, r, nil, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // NotFound answers every unknown path with a 404 problem.

@@ -28,8 +28,11 @@ func (in CreateKeyInput) validate(now time.Time) error {
 	f := map[string]string{}
 	ValidateKeyName("name", in.Name, f)
 	ValidateMetadata("metadata", in.Metadata, f)
-	if in.ExpiresAt != nil && !in.ExpiresAt.After(now) {
-		f["expires_at"] = "must be in the future"
+	if in.ExpiresAt != nil {
+		if !in.ExpiresAt.After(now) {
+			f["expires_at"] = "must be in the future"
+		}
+		tollgate.CheckTime(f, "expires_at", *in.ExpiresAt)
 	}
 	return tollgate.Invalid(f)
 }
@@ -73,6 +76,9 @@ func (o *Ops) UpdateKey(ctx context.Context, by audit.Actor, tenantID, keyID str
 	c.ShortenOnly = !by.Operator
 	if err := c.Validate(); err != nil {
 		return Key{}, err
+	}
+	if c.ExpiresAt != nil && *c.ExpiresAt != nil && !tollgate.InTimeRange(**c.ExpiresAt) {
+		return Key{}, tollgate.Invalid(map[string]string{"expires_at": tollgate.TimeRangeProblem})
 	}
 	return audit.Update(ctx, o.db, by, "key.update", KeyAudit, o.key(ctx, tenantID, keyID),
 		func(tx pgx.Tx, _ Key) (Key, error) { return NewStore(tx).UpdateKey(ctx, tenantID, keyID, c, o.now()) })

@@ -97,8 +97,11 @@ func (in SetPlanInput) validate(now time.Time) error {
 	if in.PlanID <= 0 {
 		f["plan_id"] = "is required"
 	}
-	if in.EffectiveAt != nil && in.EffectiveAt.After(now.Add(maxClockSkew)) {
-		f["effective_at"] = "must not be in the future: a plan change takes effect at once"
+	if in.EffectiveAt != nil {
+		tollgate.CheckTime(f, "effective_at", *in.EffectiveAt)
+		if in.EffectiveAt.After(now.Add(maxClockSkew)) {
+			f["effective_at"] = "must not be in the future: a plan change takes effect at once"
+		}
 	}
 	return tollgate.Invalid(f)
 }

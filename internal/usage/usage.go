@@ -61,13 +61,24 @@ type Month struct {
 	start time.Time
 }
 
-// ParseMonth parses "2006-01".
+// MaxEnd is the latest end a month or a range of usage may have: the
+// start of 9999-12. Answers write their bounds in RFC 3339, which ends
+// with year 9999 (tollgate.MaxTime), and a range is widened to whole
+// buckets of up to a month: one ending later could widen to 10000-01-01.
+var MaxEnd = time.Date(9999, time.December, 1, 0, 0, 0, 0, time.UTC)
+
+// ParseMonth parses "2006-01": EINVALID naming month for anything else,
+// and for a month ending after MaxEnd (9999-12).
 func ParseMonth(s string) (Month, error) {
 	t, err := time.Parse("2006-01", s)
 	if err != nil {
 		return Month{}, tollgate.Invalid(map[string]string{"month": "must be a month such as 2026-10"})
 	}
-	return Month{t.UTC()}, nil
+	m := Month{t.UTC()}
+	if m.End().After(MaxEnd) {
+		return Month{}, tollgate.Invalid(map[string]string{"month": "must be 9999-11 or earlier"})
+	}
+	return m, nil
 }
 
 // MonthOf returns the UTC month t falls in.

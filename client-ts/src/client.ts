@@ -1,5 +1,5 @@
 import {
-  pickRateLimitHeaders, Reason, toWire, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement,
+  checkCost, noteTimesLeft, pickRateLimitHeaders, Reason, toWire, validateCheck, type CheckRequest, type Decision, type LeaseRequest, type Lease, type SettleRequest, type Settlement,
   type Standing, type WireDecision,
 } from "./decision.js";
 import { Denials, denialKey, ownerTag, remembers } from "./memory.js";
@@ -31,7 +31,11 @@ export interface ClientOptions {
   baseUrl: string;
   /** A service token issued with `admin tokens issue` or the admin API. */
   serviceToken: string;
-  /** Bounds one check, connecting included, in milliseconds (default 500). Past it, failMode decides. */
+  /**
+   * Bounds one check, connecting included, in milliseconds (default 500).
+   * Past it, failMode decides. It bounds a settlement, renewal or release
+   * too unless the call says otherwise.
+   */
   timeoutMs?: number;
   /**
    * Decides when the check API cannot be asked: it cannot be reached,
@@ -101,6 +105,11 @@ export class TollgateClient {
     this.#now = opts.now ?? Date.now;
   }
 
+  /** timeoutMs is the bound of one check, in milliseconds (ClientOptions.timeoutMs). */
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
   /**
    * check asks whether req may proceed now. Every decision of the server
    * is a Decision, and so is an outage, when the check API could not be
@@ -135,8 +144,12 @@ export class TollgateClient {
    * and only a check tells when the limiter is back. With `hold` it is the
    * same request: a denial opens no hold, so the remembered one answers it
    * too, as the Go SDK does.
+   *
+   * It rejects with a TypeError, without asking, when req.cost is not a
+   * safe integer ≥ 0 or req.holdTtlS is not a number ≥ 0.
    */
   async check(req: CheckRequest): Promise<Decision> {
+    validateCheck(req);
     if (req.key !== undefined && Buffer.byteLength(req.key) > maxKeyLength) {
       return {
         allowed: false, reason: Reason.InvalidKey, tier: "authenticated", retry_after_ms: 0, degraded: false, rules: [],
@@ -181,17 +194,22 @@ export class TollgateClient {
    * It rejects with a ProblemError when the server refused it — 404 for
    * an unknown or long expired hold, 409 for another cost than an earlier
    * settlement's, 422 for invalid values (`errors` names them), or any
-   * other error answer — and otherwise with the transport or decoding
-   * error, or signal's reason when it aborted. It is bounded by
-   * `timeoutMs`, like a check; there is no fail mode: an unsettled hold
-   * expires by its TTL. Either way the client forgets the denials it
-   * remembers of the hold's tenant (of every caller, for a hold it did not
-   * open).
+   * other error answer; 503 when the limiter store did not answer, worth
+   * retrying at the same cost — and otherwise with the transport or
+   * decoding error, or signal's reason when it aborted. It is bounded by
+   * timeoutMs, by default the client's, like a check; there is no fail
+   * mode: an unsettled hold expires by its TTL. Either way the client
+   * forgets the denials it remembers of the hold's tenant (of every
+   * caller, for a hold it did not open).
+   *
+   * It rejects with a TypeError, without asking, when cost is not a safe
+   * integer ≥ 0.
    */
-  async settle(holdId: string, cost: number, signal?: AbortSignal): Promise<Settlement> {
+  async settle(holdId: string, cost: number, signal?: AbortSignal, timeoutMs?: number): Promise<Settlement> {
+    checkCost("settle", cost);
     const body: SettleRequest = { hold_id: holdId, cost };
     try {
-      return parseSettlement(await this.#ask("settle", this.#settleUrl, body, signal));
+      return parseSettlement((await this.#ask("settle", this.#settleUrl, body, signal, undefined, timeoutMs)).text);
     } finally {
       this.#memory?.givenBack(holdId);
     }
@@ -200,15 +218,16 @@ export class TollgateClient {
   /**
    * renew renews the lease leaseId that a check under concurrency rules
    * took (`lease_id` of the decision): each slot it holds then expires its
-   * rule's lease TTL from now (`expires_at`). Renew well before
-   * `lease_expires_at`. It rejects with a ProblemError 404 once the lease
+   * rule's lease TTL from now (`expires_at`, by the server's clock: count
+   * the time left from the answer's Date header, not from the local
+   * clock, which may disagree). Renew well before it. It rejects with a ProblemError 404 once the lease
    * expired or was released (its slot may be someone else's: end the
    * request), 422 for a malformed ID, and otherwise with an Error
    * (`tollgate: renew: …`) when the check API cannot be reached or its
    * answer is not a lease, as settle does.
    */
-  renew(leaseId: string, signal?: AbortSignal): Promise<Lease> {
-    return this.#lease("renew", leaseId, signal);
+  renew(leaseId: string, signal?: AbortSignal, timeoutMs?: number): Promise<Lease> {
+    return this.#lease("renew", leaseId, signal, timeoutMs);
   }
 
   /**
@@ -216,22 +235,27 @@ export class TollgateClient {
    * `released` is false when none was still held (released before, or
    * expired). Settling the check's hold releases its lease too. It
    * rejects as renew does. Either way the client forgets the denials it
-   * remembers of the lease's tenant, as settle does.
+   * remembers of the lease's tenant, as settle does. timeoutMs bounds
+   * it, by default the client's.
    */
-  async release(leaseId: string, signal?: AbortSignal): Promise<Lease> {
+  async release(leaseId: string, signal?: AbortSignal, timeoutMs?: number): Promise<Lease> {
     try {
-      return await this.#lease("release", leaseId, signal);
+      return await this.#lease("release", leaseId, signal, timeoutMs);
     } finally {
       this.#memory?.givenBack(leaseId);
     }
   }
 
   /** #lease posts leaseId to /v1/renew or /v1/release and decodes the answer. */
-  async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined): Promise<Lease> {
+  async #lease(op: "renew" | "release", leaseId: string, signal: AbortSignal | undefined, timeoutMs: number | undefined): Promise<Lease> {
     const body: LeaseRequest = { lease_id: leaseId };
-    const l = parseFields<Lease>(await this.#ask(op, `${this.#base}/v1/${op}`, body, signal), op);
+    const { text, headers } = await this.#ask(op, `${this.#base}/v1/${op}`, body, signal, undefined, timeoutMs);
+    const l = parseFields<Lease>(text, op);
     if (typeof l.lease_id !== "string") {
       throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
+    }
+    if (op === "renew") {
+      noteTimesLeft(l, l.expires_at, undefined, headers.get("Date"), this.#now());
     }
     return l as Lease;
   }
@@ -253,18 +277,21 @@ export class TollgateClient {
    * never decided by the fail mode.
    */
   async me(apiKey: string, signal?: AbortSignal): Promise<Standing> {
-    return parseStanding(await this.#ask("me", this.#meUrl, undefined, signal, apiKey));
+    return parseStanding((await this.#ask("me", this.#meUrl, undefined, signal, apiKey)).text);
   }
 
   /**
-   * #ask sends one call that no fail mode decides (op names it in errors)
-   * and returns the answer's text. It throws a ProblemError for a non-200
+   * #ask sends one call that no fail mode decides (op names it in errors),
+   * within timeoutMs (default the client's), and returns the answer's
+   * text and headers. It throws a ProblemError for a non-200
    * answer, signal's reason when it aborted, else an Error
    * (`tollgate: op: …`) with the transport error in `cause`.
    */
-  async #ask(op: string, url: string, body: object | undefined, signal: AbortSignal | undefined, bearer?: string): Promise<string> {
+  async #ask(
+    op: string, url: string, body: object | undefined, signal: AbortSignal | undefined, bearer?: string, timeoutMs?: number,
+  ): Promise<{ text: string; headers: Headers }> {
     try {
-      return (await this.#send(url, body, signal, bearer)).text;
+      return await this.#send(url, body, signal, bearer, timeoutMs);
     } catch (err) {
       signal?.throwIfAborted();
       if (err instanceof ProblemError) {
@@ -280,18 +307,25 @@ export class TollgateClient {
    */
   async #post(req: CheckRequest): Promise<Decision> {
     const { text, headers } = await this.#send(this.#checkUrl, toWire(req), req.signal);
-    return { ...parseDecision(text), headers: pickRateLimitHeaders(headers), remembered: false };
+    const d: Decision = { ...parseDecision(text), headers: pickRateLimitHeaders(headers), remembered: false };
+    if (d.lease_id || d.hold_id) {
+      noteTimesLeft(d, d.lease_id ? d.lease_expires_at : undefined, d.hold_id ? d.hold_expires_at : undefined, headers.get("Date"), this.#now());
+    }
+    return d;
   }
 
   /**
    * #send posts body to url (or, without a body, gets url) with the
-   * service token, or the bearer token given, within timeoutMs, and
+   * service token, or the bearer token given, within timeoutMs (default
+   * the client's), and
    * returns the text and headers of a 200. It throws a ProblemError for
    * any other status, a BadAnswer for one longer than maxDecisionBody,
    * else a transport error.
    */
-  async #send(url: string, body: object | undefined, signal: AbortSignal | undefined, bearer = this.#token): Promise<{ text: string; headers: Headers }> {
-    const timeout = AbortSignal.timeout(this.#timeoutMs);
+  async #send(
+    url: string, body: object | undefined, signal: AbortSignal | undefined, bearer = this.#token, timeoutMs = this.#timeoutMs,
+  ): Promise<{ text: string; headers: Headers }> {
+    const timeout = AbortSignal.timeout(timeoutMs);
     const headers: Record<string, string> = { Authorization: `Bearer ${bearer}`, Accept: "application/json" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";

@@ -85,7 +85,12 @@ export interface CheckRequest {
   resource?: string;
   /** The HTTP method; when given, the resource sent is `${method} ${resource}`. */
   method?: string;
-  /** The units the request consumes; absent or 0 means 1, the server's default. Set `peek` to consume nothing. */
+  /**
+   * The units the request consumes: a safe integer ≥ 0; absent or 0 means
+   * 1, the server's default. Set `peek` to consume nothing. Any other
+   * number (a fraction, NaN, Infinity, a negative) makes `check` reject
+   * with a TypeError, without asking.
+   */
   cost?: number;
   /** Evaluate with cost 0: the decision says whether a request could pass and consumes nothing. */
   peek?: boolean;
@@ -97,7 +102,13 @@ export interface CheckRequest {
    * `TollgateClient.settle`. Not with `dryRun`.
    */
   hold?: boolean;
-  /** How long the hold stays open unsettled, in seconds (a fraction counts as a whole one); absent or 0 for the rules' default. */
+  /**
+   * How long the hold stays open unsettled, in seconds (a fraction counts
+   * as a whole one); absent or 0 for the rules' default. Sent with `hold`
+   * and with `autoHold` (then it applies when a rule opens a hold; a check
+   * API older than the one that accepts it with auto_hold refuses it, a
+   * 422). Not finite or negative: `check` rejects with a TypeError.
+   */
   holdTtlS?: number;
   /**
    * Open a hold, as `hold` does, only when a matching rule asks for one
@@ -154,6 +165,103 @@ export function pickRateLimitHeaders(h: Headers): Record<string, string> {
   return out;
 }
 
+/** isCost reports whether cost is a cost the check API takes: a safe integer ≥ 0. */
+export function isCost(cost: unknown): cost is number {
+  return Number.isSafeInteger(cost) && (cost as number) >= 0;
+}
+
+/**
+ * checkCost throws a TypeError, naming what (op) it is of, when cost is
+ * not a safe integer ≥ 0: JSON would send NaN and Infinity as null (the
+ * server's default cost) and a fraction the server refuses.
+ */
+export function checkCost(op: string, cost: unknown): void {
+  if (!isCost(cost)) {
+    throw new TypeError(`tollgate: ${op}: cost ${String(cost)} is not an integer ≥ 0`);
+  }
+}
+
+/** validateCheck throws a TypeError when r's cost or holdTtlS cannot be sent as it is. */
+export function validateCheck(r: CheckRequest): void {
+  if (r.cost !== undefined) {
+    checkCost("check", r.cost);
+  }
+  if (r.holdTtlS !== undefined && !(Number.isFinite(r.holdTtlS) && r.holdTtlS >= 0)) {
+    throw new TypeError(`tollgate: check: holdTtlS ${String(r.holdTtlS)} is not a number of seconds ≥ 0`);
+  }
+}
+
+/** maxLeaseLeftMs is the longest lease TTL, an hour: a lease never has more left. */
+const maxLeaseLeftMs = 3_600_000;
+
+/** maxHoldLeftMs is the longest hold TTL, a day (hold_ttl_s at most 86400). */
+const maxHoldLeftMs = 86_400_000;
+
+/**
+ * TimesLeft is the remaining life of a decision's lease and hold, or of a
+ * renewal's lease, in milliseconds, when the answer arrived.
+ */
+export interface TimesLeft {
+  lease?: number;
+  hold?: number;
+}
+
+/** timesLeft holds the TimesLeft of each decision with a lease or hold, and each renewal, the client received. */
+const timesLeft = new WeakMap<object, TimesLeft>();
+
+/**
+ * noteTimesLeft records, for the middleware to renew and settle by, the
+ * remaining life of the lease and the hold of answer, a decision or a
+ * renewal that arrived with the Date header date at the local time now,
+ * and whose lease expires at leaseExpiresAt, its hold at holdExpiresAt
+ * (see leaseLeftMs).
+ */
+export function noteTimesLeft(
+  answer: object, leaseExpiresAt: string | undefined, holdExpiresAt: string | undefined, date: string | null, now: number,
+): void {
+  const left: TimesLeft = {};
+  if (leaseExpiresAt !== undefined) {
+    left.lease = leaseLeftMs(leaseExpiresAt, date, now);
+  }
+  if (holdExpiresAt !== undefined) {
+    left.hold = timeLeftMs(holdExpiresAt, date, now, maxHoldLeftMs);
+  }
+  timesLeft.set(answer, left);
+}
+
+/**
+ * timesLeftOf returns the remaining life of the lease and hold of answer,
+ * a decision or a renewal of the client, when it arrived; a field is
+ * undefined when there is none or its expiry could not be read.
+ */
+export function timesLeftOf(answer: object): TimesLeft {
+  return timesLeft.get(answer) ?? {};
+}
+
+/**
+ * leaseLeftMs returns how long a lease that expires at expiresAt (RFC
+ * 3339, the server's clock) has left, in milliseconds, when an answer
+ * whose Date header is date (the server's clock too, whole seconds)
+ * arrived: expiresAt − date − 1 s, since Date truncates to the second,
+ * so never more than is left, whatever the local clock says. Without a
+ * Date it falls back on the local clock (now). Undefined when expiresAt
+ * cannot be read; 0 at the least, an hour at the most.
+ */
+export function leaseLeftMs(expiresAt: string | undefined, date: string | null, now: number): number | undefined {
+  return timeLeftMs(expiresAt, date, now, maxLeaseLeftMs);
+}
+
+/** timeLeftMs is leaseLeftMs for anything that expires at expiresAt, at most maxMs. */
+function timeLeftMs(expiresAt: string | undefined, date: string | null, now: number, maxMs: number): number | undefined {
+  const expires = expiresAt === undefined ? Number.NaN : Date.parse(expiresAt);
+  if (Number.isNaN(expires)) {
+    return undefined;
+  }
+  const serverNow = date === null ? Number.NaN : Date.parse(date);
+  const left = Number.isNaN(serverNow) ? expires - now : expires - serverNow - 1000;
+  return Math.min(Math.max(left, 0), maxMs);
+}
+
 /** effectiveCost is the cost the server is asked to charge for r. */
 export function effectiveCost(r: CheckRequest): number {
   if (r.peek) {
@@ -171,7 +279,11 @@ export function wireResource(r: CheckRequest): string {
   return resource || "*";
 }
 
-/** toWire returns the body of POST /v1/check for r. */
+/**
+ * toWire returns the body of POST /v1/check for r. hold_ttl_s goes with
+ * auto_hold too: it is the TTL of the hold a rule opens. The caller
+ * validates r first (validateCheck).
+ */
 export function toWire(r: CheckRequest): WireCheckRequest {
   const body: WireCheckRequest = { cost: effectiveCost(r) };
   if (r.key) body.key = r.key;

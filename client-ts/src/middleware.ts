@@ -1,7 +1,8 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from "node:http";
 import type { TollgateClient } from "./client.js";
-import { effectiveCost, Reason, type CheckRequest, type Decision } from "./decision.js";
+import { checkCost, effectiveCost, Reason, timesLeftOf, type CheckRequest, type Decision } from "./decision.js";
 import { ceilDiv } from "./memory.js";
+import { isOutage, ProblemError } from "./problem.js";
 import { requestResource, type ExpressLike } from "./resource.js";
 
 /** Next is Connect's and Express's `next`: called with nothing to go on, with an error to fail. */
@@ -50,25 +51,34 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   /**
    * Checks requests with a hold (for rules priced in tokens, say): true
    * for every request, false for none, or a function that says which.
-   * `cost` is then an estimate, and when the response has finished (or
-   * closed) the middleware settles the hold at the cost the handler
-   * reported with reportCost or in a Tollgate-Cost response header (set
-   * with res.setHeader or given to res.writeHead; removed from the
-   * response), else at the estimate. Default (absent): a request is held
-   * when a rule that matches it asks for holds (its option hold;
-   * CheckRequest.autoHold), as the Go SDK's middleware does.
+   * `cost` is then an estimate, and when the handler is done — it ended
+   * the response (res.end, which Express's res.send and res.json call),
+   * or, the caller gone, it reported a cost — the middleware settles the
+   * hold at the cost the handler reported with reportCost or in a
+   * Tollgate-Cost response header (set with res.setHeader or given to
+   * res.writeHead; removed from the response), else at the estimate. A
+   * caller that goes away does not end the handler's work, so it settles
+   * nothing by itself; should the handler then never end the response
+   * nor report a cost, the hold is settled shortly before it would
+   * expire, as if the handler had ended it then. Default
+   * (absent): a request is held when a rule that matches it asks for
+   * holds (its option hold; CheckRequest.autoHold), as the Go SDK's
+   * middleware does.
    */
   hold?: boolean | ((req: Req) => boolean | Promise<boolean>);
   /**
    * The outcomes of a held request settled at 0: "5xx" (a response status
    * of 500 or more, whatever the handler reported) and "timeout" (the
-   * service did not deliver: the response closed unfinished before any
-   * of its body was written, and the handler reported no cost). A caller
-   * that hangs up after some of the body was written is not a timeout:
-   * it controls its own disconnection, so its request is settled at the
-   * cost reported, else at the estimate. The outcomes the hold's rules
-   * list (their option refund_on, the decision's `hold_refund_on`) are
-   * added to these. Default: none.
+   * service did not deliver: the caller was gone before the handler
+   * ended the response and before any of its body was written, and the
+   * handler reported no cost; settled when the handler ends the
+   * response). A handler that goes on and reports what its work cost is
+   * charged that: only unreported work is refunded. A caller that hangs
+   * up after some of the body was written is not a timeout: it controls
+   * its own disconnection, so its request is settled at the cost
+   * reported, else at the estimate. The outcomes the hold's rules list
+   * (their option refund_on, the decision's `hold_refund_on`) are added
+   * to these. Default: none.
    */
   refundOn?: readonly RefundOutcome[];
   /** Returns true for requests that are not checked at all (e.g. health probes). */
@@ -107,8 +117,18 @@ export const costHeader = "Tollgate-Cost";
 
 const decisions = new WeakMap<object, Decision>();
 
-/** costReports holds the cost each held request's handler reported, undefined until it reports one. */
-const costReports = new WeakMap<object, { cost?: number }>();
+/** costReports holds the cost report of each held request until its hold is settled. */
+const costReports = new WeakMap<object, CostReport>();
+
+/**
+ * CostReport is the cost a held request's handler reported, undefined
+ * until it reports one; onReport, when set, settles the hold at once
+ * (the caller is gone, and the handler says what its work cost).
+ */
+interface CostReport {
+  cost?: number;
+  onReport?: () => void;
+}
 
 /** decisionOf returns the decision the middleware made for req, if it checked it. */
 export function decisionOf(req: object): Decision | undefined {
@@ -122,10 +142,15 @@ export function decisionOf(req: object): Decision | undefined {
  * decision for decisionOf, holds the request for the decision's delay if
  * a shaping rule asks for one, and answers denials with onLimitReached.
  * An admitted request that took a lease on concurrency rules has it
- * released once its response has closed, and a held one is settled then
- * (see `hold`), which releases its lease too; a denial takes no lease. A
- * caller that goes away during the delay is not served: its hold is
- * settled at 0, or its lease released, at once.
+ * renewed while the handler runs and released when the handler ends the
+ * response, and a held one is settled then (see `hold`), which releases
+ * its lease too; a denial takes no lease. After the caller goes away the
+ * lease is no longer renewed: it is released when the handler ends the
+ * response, else expires by its TTL. A caller that goes away during the
+ * check or the delay is not served (next is not called): its hold is
+ * settled at 0, or its lease released, at once. Settlements and releases
+ * are sent in the background, never delaying the response, and retried
+ * a few times when the check API could not answer them.
  *
  *     app.use(middleware(tollgate, { skip: (req) => req.path === "/healthz" }));
  *     app.post("/v1/complete", middleware<express.Request, express.Response>(tollgate, { cost: (req) => req.body.max_tokens }), complete);
@@ -143,6 +168,7 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
     }
     const check = await checkRequest(req, opts);
     const d = await client.check(check);
+    const arrived = performance.now();
     for (const [name, value] of Object.entries(d.headers)) {
       res.setHeader(name, value);
     }
@@ -153,24 +179,26 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
     }
     const holdId = d.hold_id ?? "";
     const leaseId = d.lease_id ?? "";
-    if (holdId === "" && leaseId !== "") {
-      releaseWhenDone(client, res, leaseId); // settling a hold releases its lease
-    }
-    if (d.delay_ms !== undefined && d.delay_ms > 0 && !(await wait(res, d.delay_ms))) {
-      // The caller went away while held: nothing was served, so the hold
-      // gives everything back (and its lease); a lease alone was released
-      // when the response closed.
+    const stopRenewing = keepLease(client, leaseId, timesLeftOf(d).lease);
+    const delayed = d.delay_ms !== undefined && d.delay_ms > 0;
+    if ((delayed && !(await wait(res, d.delay_ms ?? 0))) || gone(res)) {
+      // The caller went away during the check or the delay: nothing was
+      // served, so the hold gives everything back (and its lease), or
+      // the lease is released.
+      stopRenewing();
       if (holdId !== "") {
-        client.settle(holdId, 0).catch(() => undefined);
+        giveBack(client, (timeoutMs) => client.settle(holdId, 0, undefined, timeoutMs));
+      } else if (leaseId !== "") {
+        giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
       }
       return;
     }
     // A handler may report a cost in costHeader whether or not the
     // request holds anything: it never reaches the caller.
     const report = takeCostHeader(res);
-    if (holdId !== "") {
+    if (holdId !== "" || leaseId !== "") {
       const refundOn = [...(opts.refundOn ?? []), ...(d.hold_refund_on ?? [])];
-      settleWhenDone(client, req, res, holdId, effectiveCost(check), refundOn, report, watchBody(res));
+      giveBackWhenDone(client, req, res, d, arrived, effectiveCost(check), refundOn, report, stopRenewing);
     }
     next();
   };
@@ -197,62 +225,196 @@ async function checkRequest<Req extends IncomingMessage>(req: Req, opts: Middlew
 }
 
 /**
- * reportCost sets the actual cost of the held request req; the middleware
- * settles the hold at it when the response finishes. It returns false
- * when req holds nothing (not held, skipped, or not checked).
+ * reportCost sets the actual cost of the held request req, a safe integer
+ * ≥ 0; the middleware settles the hold at it when the handler ends the
+ * response, or at once when the caller has already gone (then the first
+ * cost reported is final). It returns false when req holds nothing (not
+ * held, skipped, or not checked) or its hold is already settled. It
+ * throws a TypeError for any other cost (a fraction, NaN, Infinity, a
+ * negative): the check API takes whole units only.
  */
 export function reportCost(req: object, cost: number): boolean {
+  checkCost("reportCost", cost);
   const report = costReports.get(req);
-  if (report !== undefined) {
-    report.cost = cost;
+  if (report === undefined) {
+    return false;
   }
-  return report !== undefined;
+  report.cost = cost;
+  report.onReport?.();
+  return true;
+}
+
+/** gone reports whether the response has closed: its caller went away, or it was destroyed. */
+function gone(res: ServerResponse): boolean {
+  return res.closed || res.destroyed;
 }
 
 /**
- * settleWhenDone settles the hold holdId of req once res has closed: at
- * the cost reported (into report), else the estimate; at 0 for the
- * outcomes refundOn lists (see MiddlewareOptions.refundOn), served
- * telling whether any of the body was written. A failed settlement is
- * dropped: the hold then expires by its TTL.
+ * giveBackWhenDone settles the hold of d, or releases its lease, when the
+ * handler is done with req: when it ends res (calls res.end), or, once
+ * the caller is gone, when it reports a cost (reportCost); Node fires no
+ * 'finish' for a response ended after its caller went away, and 'close'
+ * fires as the caller goes, while the handler still runs. The hold is
+ * settled at the cost reported (into report), else the estimate; at 0
+ * for the outcomes refundOn lists (see MiddlewareOptions.refundOn). A
+ * handler that never ends the response after its caller went away has
+ * the hold settled shortly before it would expire (at nine tenths of its
+ * remaining life, counted from arrived, when the decision arrived on the
+ * monotonic clock), its lease left to expire by its TTL. stopRenewing is
+ * called when the handler is done or the response closes, whichever is
+ * first.
  */
-function settleWhenDone(
-  client: TollgateClient, req: object, res: ServerResponse, holdId: string, estimate: number, refundOn: readonly RefundOutcome[],
-  report: { cost?: number }, served: () => boolean,
+function giveBackWhenDone(
+  client: TollgateClient, req: object, res: ServerResponse, d: Decision, arrived: number, estimate: number, refundOn: readonly RefundOutcome[],
+  report: CostReport, stopRenewing: () => void,
 ): void {
-  costReports.set(req, report);
-  const settle = () => {
+  const holdId = d.hold_id ?? "";
+  const leaseId = d.lease_id ?? "";
+  let done = false;
+  let backstop: NodeJS.Timeout | undefined;
+  const finish = (callerGone: boolean, served: boolean) => {
+    if (done) {
+      return;
+    }
+    done = true;
+    clearTimeout(backstop);
+    stopRenewing();
+    if (holdId === "") {
+      giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
+      return;
+    }
+    costReports.delete(req);
     const reported = report.cost !== undefined;
     const cost = report.cost ?? estimate;
-    // A timeout is the service not delivering, never a caller that read
-    // its answer and hung up before the response finished.
-    const timedOut = !res.writableFinished && !served() && !reported;
+    // A timeout is the caller gone before anything was served, and the
+    // handler reporting no cost for what it did meanwhile; never a caller
+    // that read some of its answer and hung up.
+    const timedOut = callerGone && !served && !reported;
     const refunded = (res.statusCode >= 500 && refundOn.includes("5xx")) || (timedOut && refundOn.includes("timeout"));
-    client.settle(holdId, refunded ? 0 : cost).catch(() => undefined);
+    giveBack(client, (timeoutMs) => client.settle(holdId, refunded ? 0 : cost, undefined, timeoutMs));
   };
-  if (res.closed) {
-    settle(); // the caller went away during the check
-    return;
+  const served = watchBody(res, report, (callerGone) => finish(callerGone, served()));
+  if (holdId !== "") {
+    report.onReport = () => {
+      if (gone(res)) {
+        finish(true, served());
+      }
+    };
+    costReports.set(req, report);
   }
-  res.once("close", settle);
+  const holdLeft = timesLeftOf(d).hold;
+  const holdExpires = holdLeft === undefined ? undefined : arrived + holdLeft;
+  res.once("close", () => {
+    stopRenewing();
+    if (done || holdExpires === undefined) {
+      return;
+    }
+    // The caller is gone and the handler still runs. Should it never end
+    // the response (a pipe stops at the disconnection, say), the hold is
+    // settled shortly before it would expire, at what the handler has
+    // reported by then, else the estimate: a caller that hangs up is
+    // charged, not refunded by the hold's expiry.
+    const left = holdExpires - performance.now();
+    if (left > 0) {
+      backstop = setTimeout(() => finish(true, served()), Math.floor(left * 0.9));
+      backstop.unref();
+    }
+  });
+}
+
+/** minRenewalMs is the shortest wait between two renewals of a lease, as the Go SDK's minRenewal. */
+const minRenewalMs = 50;
+
+/**
+ * keepLease renews the lease leaseId in the background, a third of its
+ * remaining life before each expiry, until the function it returns is
+ * called, as the Go SDK's middleware does. The remaining life is counted
+ * from when each answer arrived (leaseLeftMs: its expiry less its Date,
+ * both by the server's clock), on the monotonic clock,
+ * so that a local clock that disagrees with the server's neither lets the
+ * lease lapse nor renews it needlessly. It stops by itself once the lease
+ * is gone (404) or surely expired; a renewal that fails otherwise is
+ * tried again at the next turn.
+ */
+function keepLease(client: TollgateClient, leaseId: string, leftMs: number | undefined): () => void {
+  if (leaseId === "" || leftMs === undefined) {
+    return () => undefined;
+  }
+  let expires = performance.now() + leftMs;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const turn = () => {
+    const left = expires - performance.now();
+    if (stopped || left <= 0) {
+      return;
+    }
+    timer = setTimeout(renew, Math.max(Math.floor(left / 3), minRenewalMs));
+    timer.unref();
+  };
+  const renew = async () => {
+    try {
+      const left = timesLeftOf(await client.renew(leaseId)).lease;
+      if (left !== undefined) {
+        expires = performance.now() + left;
+      }
+    } catch (err) {
+      if (err instanceof ProblemError && err.status === 404) {
+        return; // released, or expired: its slot may be someone else's
+      }
+    }
+    turn();
+  };
+  turn();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+/** giveBackAttempts bounds the tries of one settlement or release. */
+const giveBackAttempts = 4;
+
+/** giveBackBackoffMs is the wait before the first retry of a settlement or release; each next one waits three times as long. */
+const giveBackBackoffMs = 100;
+
+/**
+ * giveBack runs send, a settlement or release, in the background, bound
+ * by four times the client's check timeout, and retries it, the same
+ * call again, up to giveBackAttempts in all, when the check API could
+ * not answer it: a transport error or timeout, a 5xx (503: the limiter
+ * store did not answer), a 408 or 429. Repeating a settlement at the same
+ * cost, or a release, is harmless: the server answers it as repeated. A
+ * refusal (404, 409, 422) is not retried. What still fails is dropped:
+ * the hold or lease then expires by its TTL.
+ */
+function giveBack(client: TollgateClient, send: (timeoutMs: number) => Promise<unknown>): void {
+  const timeoutMs = 4 * client.timeoutMs;
+  let attempt = 0;
+  const run = () => {
+    attempt++;
+    send(timeoutMs).catch((err: unknown) => {
+      if (attempt >= giveBackAttempts || !retryable(err)) {
+        return;
+      }
+      const backoff = giveBackBackoffMs * 3 ** (attempt - 1);
+      // Jittered, so that the settlements of one outage do not all come back at once.
+      setTimeout(run, Math.floor(backoff / 2 + Math.random() * backoff)).unref();
+    });
+  };
+  run();
 }
 
 /**
- * releaseWhenDone releases the lease leaseId once res has closed: after
- * the last byte of the response, or when the caller went away (during the
- * check or a shaping delay too), so that its slots of concurrency rules
- * are free for the next request rather than taken until the lease's TTL.
- * A failed release is dropped: the lease then expires by its TTL.
+ * retryable reports whether err, of a settlement or release, means the
+ * check API could not answer it (see isOutage), not that it refused it.
+ * A TypeError is the call's own mistake; any other error is the
+ * transport's or an answer that could not be read.
  */
-function releaseWhenDone(client: TollgateClient, res: ServerResponse, leaseId: string): void {
-  const release = () => {
-    client.release(leaseId).catch(() => undefined);
-  };
-  if (res.closed) {
-    release(); // the caller went away during the check
-    return;
+function retryable(err: unknown): boolean {
+  if (err instanceof ProblemError) {
+    return isOutage(err);
   }
-  res.once("close", release);
+  return !(err instanceof TypeError);
 }
 
 /**
@@ -261,8 +423,8 @@ function releaseWhenDone(client: TollgateClient, res: ServerResponse, leaseId: s
  * as writeHead makes them), recording the cost it reports into the report
  * it returns.
  */
-function takeCostHeader(res: ServerResponse): { cost?: number } {
-  const report: { cost?: number } = {};
+function takeCostHeader(res: ServerResponse): CostReport {
+  const report: CostReport = {};
   const writeHead = res.writeHead;
   res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
     let v: unknown = res.getHeader(costHeader);
@@ -276,12 +438,15 @@ function takeCostHeader(res: ServerResponse): { cost?: number } {
       args[at] = given.headers;
       v = given.value;
     }
-    if (v !== undefined && /^[0-9]+$/.test(String(v)) && Number.isSafeInteger(Number(v))) {
-      report.cost = Number(v);
-    }
+    report.cost = headerCost(v) ?? report.cost;
     return writeHead.apply(this, args as Parameters<ServerResponse["writeHead"]>);
   } as ServerResponse["writeHead"];
   return report;
+}
+
+/** headerCost returns the cost a costHeader value v reports: a whole number of units, else undefined. */
+function headerCost(v: unknown): number | undefined {
+  return v !== undefined && /^[0-9]+$/.test(String(v)) && Number.isSafeInteger(Number(v)) ? Number(v) : undefined;
 }
 
 /** isCostHeader reports whether name is costHeader, in any case. */
@@ -314,10 +479,15 @@ function withoutCost(headers: unknown): { headers: unknown; value: unknown } | u
 
 /**
  * watchBody makes res note when some of its body is written while its
- * caller is still there; the function it returns says whether any was.
+ * caller is still there, and call ended once when the handler ends it
+ * (res.end), telling whether the caller was gone by then; the function it
+ * returns says whether any body was served. A response ended after its
+ * caller went away sends no headers, so a cost set with res.setHeader is
+ * taken into report here.
  */
-function watchBody(res: ServerResponse): () => boolean {
+function watchBody(res: ServerResponse, report: CostReport, ended: (callerGone: boolean) => void): () => boolean {
   let served = false;
+  let ending = false;
   const note = (chunk: unknown) => {
     if (!served && !res.destroyed && (typeof chunk === "string" || chunk instanceof Uint8Array) && chunk.length > 0) {
       served = true;
@@ -330,8 +500,17 @@ function watchBody(res: ServerResponse): () => boolean {
   } as ServerResponse["write"];
   const end = res.end;
   res.end = function (this: ServerResponse, ...args: unknown[]) {
-    note(args[0]);
-    return end.apply(this, args as Parameters<ServerResponse["end"]>);
+    note(typeof args[0] === "function" ? undefined : args[0]);
+    const callerGone = gone(res);
+    if (callerGone && !res.headersSent) {
+      report.cost = headerCost(res.getHeader(costHeader)) ?? report.cost;
+    }
+    const out = end.apply(this, args as Parameters<ServerResponse["end"]>);
+    if (!ending) {
+      ending = true;
+      ended(callerGone);
+    }
+    return out;
   } as ServerResponse["end"];
   return () => served;
 }

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { maxKeyLength, maxMemoryAgeMs, ProblemError, TollgateClient, type ClientOptions, type RuleResult, type WireCheckRequest } from "../src/index.js";
+import { leaseLeftMs, toWire } from "../src/decision.js";
 import { allowed, close, held, hourlyHeaders, listen, patientMs, problem, startFakeCheckAPI, type FakeCheckAPI } from "./servers.js";
 
 const token = "service-token";
@@ -339,6 +340,37 @@ describe("check", () => {
       assert.deepEqual(fake.checks, [{ key: "tg_x", cost: 10, hold: true, hold_ttl_s: 90 }, { key: "tg_x", cost: 10, hold: true }]);
       assert.equal(d.hold_id, "h1");
       assert.equal(d.hold_expires_at, "2026-11-25T15:00:00.000Z");
+    });
+
+    test("a check with autoHold sends auto_hold and hold_ttl_s: the TTL of a hold a rule opens", async () => {
+      assert.deepEqual(toWire({ key: "tg_x", autoHold: true, holdTtlS: 59.2 }), { key: "tg_x", cost: 1, auto_hold: true, hold_ttl_s: 60 });
+      await client().check({ key: "tg_x", cost: 10, autoHold: true, holdTtlS: 60 });
+      assert.deepEqual(fake.checks, [{ key: "tg_x", cost: 10, auto_hold: true, hold_ttl_s: 60 }]);
+    });
+
+    test("a cost that is not a safe integer ≥ 0 is a TypeError from check and settle, and nothing is sent", async () => {
+      for (const memorySize of [0, -1]) {
+        for (const cost of [Number.NaN, Number.POSITIVE_INFINITY, 2.5, -1, 2 ** 53]) {
+          await assert.rejects(client({ memorySize }).check({ key: "tg_x", cost, hold: true }), TypeError, `check, cost ${cost}, memorySize ${memorySize}`);
+          await assert.rejects(client({ memorySize }).settle("h1", cost), TypeError, `settle, cost ${cost}`);
+        }
+      }
+      for (const holdTtlS of [Number.NaN, Number.POSITIVE_INFINITY, -1]) {
+        await assert.rejects(client().check({ key: "tg_x", hold: true, holdTtlS }), TypeError, `holdTtlS ${holdTtlS}`);
+      }
+      assert.deepEqual(fake.checks, []);
+      assert.deepEqual(fake.settles, []);
+      await client().settle("h1", 0);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 0 }]);
+    });
+
+    test("leaseLeftMs counts a lease's life by the server's clock: its expiry less the answer's Date, less a second", () => {
+      const local = Date.parse("2026-01-01T00:00:00.000Z"); // this machine's clock, an hour behind the server's
+      assert.equal(leaseLeftMs("2026-01-01T01:00:30.250Z", "Thu, 01 Jan 2026 01:00:00 GMT", local), 29_250);
+      assert.equal(leaseLeftMs("2026-01-01T01:00:00.500Z", "Thu, 01 Jan 2026 01:00:00 GMT", local), 0);
+      assert.equal(leaseLeftMs("2026-01-01T00:00:30.000Z", null, local), 30_000, "without a Date, the local clock");
+      assert.equal(leaseLeftMs("2027-01-01T00:00:00.000Z", null, local), 3_600_000, "never more than an hour");
+      assert.equal(leaseLeftMs("soon", "Thu, 01 Jan 2026 01:00:00 GMT", local), undefined);
     });
 
     test("settle posts the hold and the actual cost with the service token and returns the settlement", async () => {

@@ -306,7 +306,10 @@ describe("end to end", { skip }, () => {
     const unknownId = Buffer.from(JSON.stringify({ ...ref, n: "0".repeat(24) })).toString("base64url");
     const unknown = await tollgate.settle(unknownId, 2).catch((e: unknown) => e);
     assert.ok(unknown instanceof ProblemError && unknown.status === 404 && unknown.code === "not_found", String(unknown));
-    const invalid = await tollgate.settle(d.hold_id, -1).catch((e: unknown) => e);
+    // A negative cost is a TypeError before anything is sent; one past the
+    // largest the check API settles is its 422.
+    await assert.rejects(tollgate.settle(d.hold_id, -1), TypeError);
+    const invalid = await tollgate.settle(d.hold_id, 2 ** 31 + 1).catch((e: unknown) => e);
     assert.ok(invalid instanceof ProblemError && invalid.status === 422 && invalid.errors.cost, String(invalid));
   });
 
@@ -394,8 +397,9 @@ describe("end to end", { skip }, () => {
       }
       res.writeHead(200, { "Content-Type": "text/event-stream" });
       // The handler's tail (closing the upstream stream, logging)
-      // outlasts the caller, who has what it came for.
+      // outlasts the caller, who has what it came for; then it ends.
       res.write("data: the whole completion\n\ndata: [DONE]\n\n");
+      res.once("close", () => setTimeout(() => res.end(), 50));
     });
     try {
       await readAndHangUp(service.url + "/v1/complete", { "X-API-Key": key, "X-Report": "30" });

@@ -27,6 +27,9 @@ describe("middleware", () => {
     client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs });
     fake.checks.length = 0;
     fake.answer = () => ({ headers: hourlyHeaders, body: allowed });
+    fake.settleAnswer = (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } });
+    fake.renewAnswer = (id) => ({ body: { lease_id: id, expires_at: "2026-11-25T15:00:30.000Z" } });
+    fake.onSettle = () => undefined;
   });
 
   /**
@@ -53,11 +56,40 @@ describe("middleware", () => {
     return { answer, seen };
   }
 
-  /** sendAndHangUp sends POST /v1/complete with headers and closes the connection before the answer. */
-  async function sendAndHangUp(url: string, headers: Record<string, string> = {}) {
+  /** slowChecks is a fetch whose checks are answered ms late, after the caller of sendAndHangUp is gone. */
+  function slowChecks(ms: number): typeof fetch {
+    return async (input, init) => {
+      const answer = await fetch(input, init);
+      if (String(input).endsWith("/v1/check")) {
+        await new Promise((resolve) => setTimeout(resolve, ms));
+      }
+      return answer;
+    };
+  }
+
+  /** started returns a promise and the function that resolves it, for a handler to say that it runs. */
+  function started(): { running: Promise<void>; run: () => void } {
+    let run = () => undefined as void;
+    const running = new Promise<void>((resolve) => {
+      run = resolve;
+    });
+    return { running, run };
+  }
+
+  /** endWhenGone is a handler that ends the response only once its caller has gone away. */
+  function endWhenGone(_req: IncomingMessage, res: ServerResponse): void {
+    res.once("close", () => res.end());
+  }
+
+  /**
+   * sendAndHangUp sends POST /v1/complete with headers and closes the
+   * connection before the answer: 200 ms after sending, or once after
+   * has resolved (the handler started, say).
+   */
+  async function sendAndHangUp(url: string, headers: Record<string, string> = {}, after?: Promise<unknown>) {
     const ac = new AbortController();
     const sent = fetch(url + "/v1/complete", { method: "POST", headers, signal: ac.signal }).catch(() => undefined);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await (after ?? new Promise((resolve) => setTimeout(resolve, 200)));
     ac.abort();
     await sent;
     return undefined;
@@ -246,13 +278,13 @@ describe("middleware", () => {
      * handler, and returns the answer and the cost the hold was settled at
      * (undefined when nothing was settled within a second).
      */
-    async function settledAt(opts: MiddlewareOptions, handler: (req: IncomingMessage, res: ServerResponse) => void, abort = false) {
+    async function settledAt(opts: MiddlewareOptions, handler: (req: IncomingMessage, res: ServerResponse) => void, abort: boolean | Promise<void> = false) {
       const settled = new Promise<void>((resolve) => {
         fake.onSettle = resolve;
       });
       const key = { "X-API-Key": "tg_x" };
       return served({ cost: () => 100, ...opts }, handler, async (url) => {
-        const answer = abort ? await sendAndHangUp(url, key) : await send(url, "POST", "/v1/complete", key);
+        const answer = abort ? await sendAndHangUp(url, key, abort === true ? undefined : abort) : await send(url, "POST", "/v1/complete", key);
         const timer = new Promise<void>((resolve) => setTimeout(resolve, 1000));
         await Promise.race([settled, timer]);
         return { answer, cost: fake.settles.at(-1)?.cost };
@@ -297,10 +329,9 @@ describe("middleware", () => {
       assert.equal((await settledAt({ hold: true }, failing)).cost, 42);
     });
 
-    test("refundOn timeout settles at 0 when the response closes unfinished before anything was written or reported", async () => {
-      const never = () => undefined;
-      assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, never, true)).cost, 0);
-      assert.equal((await settledAt({ hold: true }, never, true)).cost, 100);
+    test("refundOn timeout settles at 0 when the caller went away before anything was written or reported, once the handler ends", async () => {
+      assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, endWhenGone, true)).cost, 0);
+      assert.equal((await settledAt({ hold: true }, endWhenGone, true)).cost, 100);
     });
 
     // A caller controls its own disconnection: one that read its answer
@@ -322,7 +353,11 @@ describe("middleware", () => {
       }, 42],
     ] as const) {
       test(`refundOn timeout: a caller that hangs up is charged, ${name}`, async () => {
-        assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, handler, true)).cost, want);
+        const thenEndWhenGone = (req: IncomingMessage, res: ServerResponse) => {
+          handler(req, res);
+          endWhenGone(req, res);
+        };
+        assert.equal((await settledAt({ hold: true, refundOn: ["timeout"] }, thenEndWhenGone, true)).cost, want);
       });
     }
 
@@ -403,6 +438,147 @@ describe("middleware", () => {
       assert.equal(reported, false);
       assert.deepEqual(fake.settles, []);
     });
+
+    // The caller going away does not end the handler's work: Node fires
+    // 'close' at once, and the handler goes on. The hold is settled when
+    // the handler is done, at what it reports then.
+    test("a caller that hangs up mid-handler: nothing is settled until the handler ends, then at the cost it reported", async () => {
+      for (const refundOn of [[], ["timeout"]] as const) {
+        fake.settles.length = 0;
+        let settledBeforeEnd = -1;
+        let reportedAgain: boolean | undefined;
+        const handler = started();
+        const { cost } = await settledAt({ hold: true, refundOn }, (req, res) => {
+          handler.run();
+          setTimeout(() => {
+            settledBeforeEnd = fake.settles.length;
+            reportCost(req, 3000); // as the README's example does, once its work is done
+            res.end("the answer");
+            reportedAgain = reportCost(req, 1);
+          }, 300);
+        }, handler.running);
+        assert.equal(settledBeforeEnd, 0, "settled while the handler was still running");
+        assert.equal(cost, 3000, `refundOn ${refundOn.join()}`);
+        assert.equal(reportedAgain, false, "a cost reported after the settlement is not taken");
+        assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 3000 }]);
+      }
+    });
+
+    test("a handler that reports its cost from the response's close event is settled at it", async () => {
+      for (const refundOn of [[], ["timeout"]] as const) {
+        const handler = started();
+        const { cost } = await settledAt({ hold: true, refundOn }, (req, res) => {
+          handler.run();
+          const work = setTimeout(() => res.end("done"), 5000);
+          res.on("close", () => {
+            clearTimeout(work);
+            reportCost(req, 42); // the caller is gone: settled at once
+          });
+        }, handler.running);
+        assert.equal(cost, 42, `refundOn ${refundOn.join()}`);
+      }
+    });
+
+    test("a handler that never ends the response of a caller gone is settled shortly before its hold would expire", async () => {
+      for (const [refundOn, report, want] of [[[], undefined, 100], [["timeout"], undefined, 100], [["timeout"], 42, 42]] as const) {
+        fake.settles.length = 0;
+        fake.answer = () => ({
+          headers: { Date: new Date().toUTCString() },
+          body: { ...held, hold_expires_at: new Date(Date.now() + 2500).toISOString() }, // 1.5 to 2.5 s left by the Date
+        });
+        const handler = started();
+        const { cost } = await served({ hold: true, cost: () => 100, refundOn }, (req, res) => {
+          handler.run();
+          if (report !== undefined) {
+            reportCost(req, report);
+          }
+          res.write("data: the whole answer\n\ndata: [DONE]\n\n"); // and no more: a pipe stopped at the disconnection
+        }, async (url) => {
+          await sendAndHangUp(url, { "X-API-Key": "tg_x" }, handler.running);
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          const settledAtClose = fake.settles.length;
+          await new Promise((resolve) => setTimeout(resolve, 2500));
+          assert.equal(settledAtClose, 0, "settled as the caller went away");
+          return { cost: fake.settles.at(-1)?.cost };
+        });
+        assert.equal(cost, want, `refundOn ${refundOn.join()}, reported ${report}`);
+        assert.equal(fake.settles.length, 1);
+      }
+    });
+
+    test("a caller gone before the check answered is not served, and its hold is settled at 0", async () => {
+      client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: slowChecks(500) });
+      let handled = false;
+      const { cost } = await settledAt({ hold: true }, (_req, res) => {
+        handled = true;
+        res.end("done");
+      }, true);
+      assert.equal(handled, false);
+      assert.equal(cost, 0);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 0 }]);
+    });
+
+    test("reportCost throws a TypeError for a cost that is not a whole number of units, and the hold keeps the estimate", async () => {
+      const thrown: unknown[] = [];
+      const { cost } = await settledAt({ hold: true }, (req, res) => {
+        for (const bad of [12.34, Number.NaN, Number.POSITIVE_INFINITY, -1]) {
+          try {
+            reportCost(req, bad);
+          } catch (err) {
+            thrown.push(err);
+          }
+        }
+        res.end("done");
+      });
+      assert.equal(thrown.length, 4);
+      assert.ok(thrown.every((err) => err instanceof TypeError), String(thrown));
+      assert.equal(cost, 100);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 100 }]);
+    });
+
+    test("a settlement the check API could not answer is retried at the same cost, after the response", async () => {
+      for (const failure of [problem(503, "unavailable", "the limiter store did not answer; retry the settlement"), problem(429, "", ""), problem(408, "", "")]) {
+        fake.settles.length = 0;
+        let failures = 2;
+        fake.settleAnswer = (s) => failures-- > 0 ? failure
+          : { body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } };
+        const settled = new Promise<void>((resolve) => {
+          fake.onSettle = () => fake.settles.length === 3 && resolve();
+        });
+        const answered = await served({ hold: true, cost: () => 100 }, (req, res) => {
+          reportCost(req, 42);
+          res.end("done");
+        }, async (url) => {
+          const answer = await send(url, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+          const settlesByAnswer = fake.settles.length;
+          await Promise.race([settled, new Promise((resolve) => setTimeout(resolve, 3000))]);
+          return { answer, settlesByAnswer };
+        });
+        assert.equal(answered.answer.body, "done");
+        assert.ok(answered.settlesByAnswer < 3, "the response waited for the retries");
+        assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 42 }, { hold_id: "h1", cost: 42 }, { hold_id: "h1", cost: 42 }], String(failure.status));
+      }
+    });
+
+    test("a settlement is retried after a transport error, not after a refusal, and at most four times", async () => {
+      let failing = 1;
+      client = new TollgateClient({
+        baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs,
+        fetch: (input, init) => String(input).endsWith("/v1/settle") && failing-- > 0 ? Promise.reject(new TypeError("fetch failed")) : fetch(input, init),
+      });
+      const { cost } = await settledAt({ hold: true }, (_req, res) => res.end("done"));
+      assert.equal(cost, 100);
+      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 100 }]); // the first never reached the fake
+
+      for (const [answer, want] of [[problem(409, "conflict", "settled at another cost"), 1], [problem(503, "unavailable", ""), 4]] as const) {
+        client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs });
+        fake.settles.length = 0;
+        fake.settleAnswer = () => answer;
+        await settledAt({ hold: true }, (_req, res) => res.end("done"));
+        await new Promise((resolve) => setTimeout(resolve, 2500)); // the backoff: 100, 300, 900 ms, jittered up to half again
+        assert.equal(fake.settles.length, want, String(answer.status));
+      }
+    });
   });
 
   describe("leases", () => {
@@ -445,9 +621,8 @@ describe("middleware", () => {
       assertReleasedOnce("l1");
     });
 
-    test("the lease is released once when the caller goes away before the response", async () => {
-      const neverAnswers = () => undefined;
-      await served({}, neverAnswers, async (url) => {
+    test("the lease is released once when the handler ends the response of a caller that went away", async () => {
+      await served({}, endWhenGone, async (url) => {
         await sendAndHangUp(url);
         await releasedWithin();
       });
@@ -484,6 +659,99 @@ describe("middleware", () => {
       assert.equal(answer.status, 200);
       await releasedWithin();
       assert.deepEqual(fake.leases, [{ op: "release", lease_id: "gone" }]);
+    });
+
+    test("a lease is not released while the handler still runs after its caller went away; it is when the handler ends", async () => {
+      let releasedBeforeEnd = -1;
+      const handler = started();
+      await served({}, (_req, res) => {
+        handler.run();
+        setTimeout(() => {
+          releasedBeforeEnd = fake.leases.length;
+          res.end("done");
+        }, 400);
+      }, async (url) => {
+        await sendAndHangUp(url, {}, handler.running);
+        await releasedWithin();
+      });
+      assert.equal(releasedBeforeEnd, 0, "released while the handler was still running");
+      assertReleasedOnce("l1");
+    });
+
+    test("a caller gone before the check answered is not served, and its lease is released", async () => {
+      client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: slowChecks(500) });
+      let handled = false;
+      await served({}, (_req, res) => {
+        handled = true;
+        res.end("done");
+      }, async (url) => {
+        await sendAndHangUp(url);
+        await releasedWithin();
+      });
+      assert.equal(handled, false);
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+    });
+
+    test("a release the check API could not answer is retried", async () => {
+      let failing = 1;
+      const failingOnce: typeof fetch = (input, init) =>
+        String(input).endsWith("/v1/release") && failing-- > 0 ? Promise.resolve(new Response("", { status: 502 })) : fetch(input, init);
+      client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: failingOnce });
+      await through({}, "GET", "/");
+      await releasedWithin();
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+    });
+  });
+
+  describe("renewals", () => {
+    /**
+     * serverClock answers the checks with a lease of ttlMs and its
+     * renewals, as a check API whose clock is skewMs ahead of this
+     * machine's would: lease_expires_at and Date by its clock.
+     */
+    function serverClock(skewMs: number, ttlMs: number): void {
+      const now = () => new Date(Date.now() + skewMs);
+      fake.leases.length = 0;
+      fake.answer = () => ({
+        headers: { Date: now().toUTCString() },
+        body: { ...allowed, lease_id: "l1", lease_expires_at: new Date(now().getTime() + ttlMs).toISOString() },
+      });
+      fake.renewAnswer = (id) => ({ headers: { Date: now().toUTCString() }, body: { lease_id: id, expires_at: new Date(now().getTime() + ttlMs).toISOString() } });
+    }
+
+    /** runFor serves one request whose handler takes ms, and returns the leases' calls by the end of the request and a little after. */
+    async function runFor(ms: number): Promise<{ ops: string[]; after: string[] }> {
+      const ops = await served({}, (_req, res) => {
+        setTimeout(() => res.end("done"), ms);
+      }, async (url) => {
+        await send(url, "GET", "/");
+        return fake.leases.map((l) => l.op);
+      });
+      await new Promise((resolve) => setTimeout(resolve, 1200));
+      return { ops, after: fake.leases.map((l) => l.op) };
+    }
+
+    for (const [name, skewMs] of [["the same", 0], ["an hour ahead", 3_600_000], ["an hour behind", -3_600_000]] as const) {
+      test(`a lease is renewed while the handler runs, a third of its life ahead, with the server's clock ${name}`, async () => {
+        serverClock(skewMs, 3000); // renewed about a second after each answer, whatever the clocks
+        const { ops, after } = await runFor(2600);
+        const renewals = ops.filter((op) => op === "renew").length;
+        assert.ok(renewals >= 1 && renewals <= 4, `${renewals} renewals: ${ops.join()}`);
+        assert.deepEqual(after, [...ops.filter((op) => op === "renew"), "release"], "renewed after the handler was done");
+      });
+    }
+
+    test("renewals stop once the lease is gone (404)", async () => {
+      serverClock(0, 1500);
+      fake.renewAnswer = () => problem(404, "not_found", "no such lease");
+      const { after } = await runFor(1500);
+      assert.deepEqual(after, ["renew", "release"]);
+    });
+
+    test("a lease already expired by the server's clock is not renewed", async () => {
+      serverClock(0, 0);
+      const { after } = await runFor(500);
+      assert.deepEqual(after, ["release"]);
     });
   });
 

@@ -46,6 +46,8 @@ export interface FakeCheckAPI {
   authorizations: string[];
   answer: (check: WireCheckRequest) => FakeAnswer;
   settleAnswer: (settle: SettleRequest) => FakeAnswer;
+  /** Answers a renewal of a lease other than "gone" (by default: renewed, expiring at a fixed time). */
+  renewAnswer: (leaseId: string) => FakeAnswer;
   /** Answers GET /v1/me for the key of its Authorization header. */
   meAnswer: (key: string) => FakeAnswer;
   /** Called after each renewal or release is answered. */
@@ -92,6 +94,7 @@ export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
     url: "", checks: [], settles: [], leases: [], looks: [], authorizations: [],
     answer: () => ({ headers: hourlyHeaders, body: allowed }),
     settleAnswer: (s) => ({ body: { hold_id: s.hold_id, estimate: 100, cost: s.cost, status: "settled", repeated: false } }),
+    renewAnswer: (id) => ({ body: { lease_id: id, expires_at: "2026-11-25T15:00:30.000Z" } }),
     meAnswer: () => problem(401, "unauthorized", "the API key is not valid"),
     onSettle: () => undefined,
     onLease: () => undefined,
@@ -109,7 +112,7 @@ export async function startFakeCheckAPI(): Promise<FakeCheckAPI> {
       const id = (body as LeaseRequest).lease_id;
       fake.leases.push({ op: req.url.slice(4), lease_id: id });
       a = id === "gone" ? problem(404, "not_found", "no such lease")
-        : { body: req.url === "/v1/renew" ? { lease_id: id, expires_at: "2026-11-25T15:00:30.000Z" } : { lease_id: id, released: true } };
+        : req.url === "/v1/renew" ? fake.renewAnswer(id) : { body: { lease_id: id, released: true } };
       res.once("finish", () => fake.onLease());
     } else if (req.url === "/v1/settle") {
       fake.settles.push(body as SettleRequest);

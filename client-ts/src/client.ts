@@ -255,7 +255,7 @@ export class TollgateClient {
       throw new Error(`tollgate: ${op}: the answer is not a lease (lease_id)`);
     }
     if (op === "renew") {
-      noteTimesLeft(l, l.expires_at, undefined, headers.get("Date"), this.#now());
+      noteTimesLeft(l, l.expires_at, undefined, headers.get("Date"), this.#now(), l.ttl_ms);
     }
     return l as Lease;
   }
@@ -309,7 +309,8 @@ export class TollgateClient {
     const { text, headers } = await this.#send(this.#checkUrl, toWire(req), req.signal);
     const d: Decision = { ...parseDecision(text), headers: pickRateLimitHeaders(headers), remembered: false };
     if (d.lease_id || d.hold_id) {
-      noteTimesLeft(d, d.lease_id ? d.lease_expires_at : undefined, d.hold_id ? d.hold_expires_at : undefined, headers.get("Date"), this.#now());
+      noteTimesLeft(d, d.lease_id ? d.lease_expires_at : undefined, d.hold_id ? d.hold_expires_at : undefined, headers.get("Date"), this.#now(),
+        d.lease_ttl_ms);
     }
     return d;
   }

@@ -214,13 +214,20 @@ const timesLeft = new WeakMap<object, TimesLeft>();
  * remaining life of the lease and the hold of answer, a decision or a
  * renewal that arrived with the Date header date at the local time now,
  * and whose lease expires at leaseExpiresAt, its hold at holdExpiresAt
- * (see leaseLeftMs).
+ * (see leaseLeftMs). leaseTtlMs, the lease's remaining life by the
+ * server's clock (a decision's lease_ttl_ms, a renewal's ttl_ms), is
+ * taken as it is when the server sends it (older servers do not).
  */
 export function noteTimesLeft(
   answer: object, leaseExpiresAt: string | undefined, holdExpiresAt: string | undefined, date: string | null, now: number,
+  leaseTtlMs?: number,
 ): void {
   const left: TimesLeft = {};
-  if (leaseExpiresAt !== undefined) {
+  if (typeof leaseTtlMs === "number" && Number.isSafeInteger(leaseTtlMs) && leaseExpiresAt !== undefined) {
+    // The server's own count of what the lease has left (lease_ttl_ms,
+    // ttl_ms): exact to the millisecond, where Date is whole seconds.
+    left.lease = Math.min(Math.max(leaseTtlMs, 0), maxLeaseLeftMs);
+  } else if (leaseExpiresAt !== undefined) {
     left.lease = leaseLeftMs(leaseExpiresAt, date, now);
   }
   if (holdExpiresAt !== undefined) {

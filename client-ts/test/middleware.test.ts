@@ -741,6 +741,19 @@ describe("middleware", () => {
       });
     }
 
+    test("a lease is renewed by the server's own count of what it has left (lease_ttl_ms, ttl_ms), without a Date", async () => {
+      const now = () => new Date(Date.now() + 3_600_000); // the server's clock an hour ahead, and no Date header
+      fake.leases.length = 0;
+      fake.answer = () => ({
+        body: { ...allowed, lease_id: "l1", lease_expires_at: new Date(now().getTime() + 3000).toISOString(), lease_ttl_ms: 3000 },
+      });
+      fake.renewAnswer = (id) => ({ body: { lease_id: id, expires_at: new Date(now().getTime() + 3000).toISOString(), ttl_ms: 3000 } });
+      const { ops, after } = await runFor(2600);
+      const renewals = ops.filter((op) => op === "renew").length;
+      assert.ok(renewals >= 1 && renewals <= 4, `${renewals} renewals: ${ops.join()}`);
+      assert.deepEqual(after, [...ops.filter((op) => op === "renew"), "release"], "renewed after the handler was done");
+    });
+
     test("renewals stop once the lease is gone (404)", async () => {
       serverClock(0, 1500);
       fake.renewAnswer = () => problem(404, "not_found", "no such lease");

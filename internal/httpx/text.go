@@ -88,57 +88,15 @@ func unstorable(field string) error {
 		Fields: map[string]string{field: badText}}
 }
 
-// badString walks v and returns the path of the first string in it that
-// is not storable.
+// badString returns the path of the first string in v that is not
+// storable (a map's key included).
 func badString(v reflect.Value, path string) (string, bool) {
-	switch v.Kind() {
-	case reflect.String:
-		return path, !storable(v.String())
-	case reflect.Pointer, reflect.Interface:
-		if v.IsNil() {
-			return "", false
+	return firstBad(v, path, func(v reflect.Value) (bad, leaf bool) {
+		if v.Kind() == reflect.String {
+			return !storable(v.String()), true
 		}
-		return badString(v.Elem(), path)
-	case reflect.Slice, reflect.Array:
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return "", false // bytes, not text
-		}
-		for i := range v.Len() {
-			if p, bad := badString(v.Index(i), path+"["+strconv.Itoa(i)+"]"); bad {
-				return p, true
-			}
-		}
-	case reflect.Map:
-		keys := v.MapKeys()
-		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-		for _, k := range keys {
-			name := join(path, k.String())
-			if k.Kind() == reflect.String && !storable(k.String()) {
-				return join(path, strconv.QuoteToASCII(k.String())), true
-			}
-			if p, bad := badString(v.MapIndex(k), name); bad {
-				return p, true
-			}
-		}
-	case reflect.Struct:
-		for _, f := range reflect.VisibleFields(v.Type()) {
-			if !f.IsExported() || f.Anonymous && f.Tag.Get("json") == "" {
-				continue // an embedded struct's fields are visited as its own
-			}
-			name := jsonName(f)
-			if name == "" {
-				continue
-			}
-			fv, err := v.FieldByIndexErr(f.Index)
-			if err != nil {
-				continue // through a nil embedded pointer
-			}
-			if p, bad := badString(fv, join(path, name)); bad {
-				return p, true
-			}
-		}
-	}
-	return "", false
+		return false, false
+	})
 }
 
 // jsonName is f's name in JSON, "" when encoding/json leaves it out.

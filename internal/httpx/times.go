@@ -31,46 +31,65 @@ func TimeFields(v any) error {
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
-// badTime walks v and returns the path of the first time in it outside
-// tollgate's range.
+// badTime returns the path of the first time in v outside tollgate's
+// range.
 func badTime(v reflect.Value, path string) (string, bool) {
+	return firstBad(v, path, func(v reflect.Value) (bad, leaf bool) {
+		switch {
+		case v.Kind() == reflect.Struct && v.Type() == timeType:
+			t, _ := v.Interface().(time.Time)
+			return !tollgate.InTimeRange(t), true
+		case v.Kind() == reflect.String:
+			return false, true
+		}
+		return false, false
+	})
+}
+
+// firstBad walks v, a decoded JSON value, and returns the JSON path (from
+// path) of the first value in it that bad says is bad, in a stable
+// order: elements in order, a map's keys sorted (each key before its
+// value; a key is named quoted), a struct's fields as the JSON names
+// them. bad sees each value before its parts; leaf stops the walk below
+// it. A byte slice is not walked (bytes, not text), nor a nil pointer;
+// an embedded struct's fields are the struct's own, and a type that
+// decodes itself (a nullable time) stands for one JSON value: its fields
+// are named as it is.
+func firstBad(v reflect.Value, path string, bad func(reflect.Value) (bad, leaf bool)) (string, bool) {
+	if b, leaf := bad(v); leaf {
+		return path, b
+	}
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return "", false
 		}
-		return badTime(v.Elem(), path)
+		return firstBad(v.Elem(), path, bad)
 	case reflect.Slice, reflect.Array:
-		if v.Type().Elem().Kind() == reflect.Uint8 || v.Type().Elem().Kind() == reflect.String {
+		if v.Type().Elem().Kind() == reflect.Uint8 {
 			return "", false
 		}
 		for i := range v.Len() {
-			if p, bad := badTime(v.Index(i), path+"["+strconv.Itoa(i)+"]"); bad {
+			if p, b := firstBad(v.Index(i), path+"["+strconv.Itoa(i)+"]", bad); b {
 				return p, true
 			}
 		}
 	case reflect.Map:
-		if v.Type().Elem().Kind() == reflect.String {
-			return "", false
-		}
 		keys := v.MapKeys()
 		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 		for _, k := range keys {
-			if p, bad := badTime(v.MapIndex(k), join(path, k.String())); bad {
+			if p, b := firstBad(k, join(path, strconv.QuoteToASCII(k.String())), bad); b {
+				return p, true
+			}
+			if p, b := firstBad(v.MapIndex(k), join(path, k.String()), bad); b {
 				return p, true
 			}
 		}
 	case reflect.Struct:
-		if v.Type() == timeType {
-			t, _ := v.Interface().(time.Time)
-			return path, !tollgate.InTimeRange(t)
-		}
-		// A type that decodes itself stands for one JSON value: its
-		// fields are not the JSON's members.
 		wrapper := reflect.PointerTo(v.Type()).Implements(unmarshalerType)
 		for _, f := range reflect.VisibleFields(v.Type()) {
 			if !f.IsExported() || f.Anonymous && f.Tag.Get("json") == "" {
-				continue // an embedded struct's fields are visited as its own
+				continue
 			}
 			name := jsonName(f)
 			if name == "" {
@@ -84,7 +103,7 @@ func badTime(v reflect.Value, path string) (string, bool) {
 			if wrapper {
 				fieldPath = path
 			}
-			if p, bad := badTime(fv, fieldPath); bad {
+			if p, b := firstBad(fv, fieldPath, bad); b {
 				return p, true
 			}
 		}

@@ -291,12 +291,13 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	// The llm plan: POST /v1/complete is held (a tokens rule of 100,000 a
-	// minute) and at most 4 requests of a key are in flight (leases of
-	// 30 s). Denials that a give-back can end are seen to end at once.
-	t.Run("llm: a freed slot and a settled hold end denials at once", func(t *testing.T) {
+	// llmKey makes a tenant name on the llm plan and a key of it, waits
+	// until the key is allowed, and returns a check that fails the test on
+	// an error and a request of the key on POST /v1/complete.
+	llmKey := func(t *testing.T, name string) (func(*testing.T, client.CheckRequest) *client.Decision, client.CheckRequest) {
+		t.Helper()
 		admin, llmID := operator(t, "llm")
-		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-llm", llmID)
+		tenant, err := admin.CreateTenant(ctx, name, llmID)
 		testenv.Must(t, err)
 		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})
 		testenv.Must(t, err)
@@ -313,6 +314,14 @@ func TestEndToEnd(t *testing.T) {
 			d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, DryRun: true})
 			return d.Allowed, d.Reason
 		})
+		return check, one
+	}
+
+	// The llm plan: POST /v1/complete is held (a tokens rule of 100,000 a
+	// minute) and at most 4 requests of a key are in flight (leases of
+	// 30 s). Denials that a give-back can end are seen to end at once.
+	t.Run("llm: a freed slot and a settled hold end denials at once", func(t *testing.T) {
+		check, one := llmKey(t, "sdk-e2e-llm")
 
 		t.Run("a denial by the in-flight rule is not remembered", func(t *testing.T) {
 			var leases []string
@@ -377,24 +386,7 @@ func TestEndToEnd(t *testing.T) {
 	// The lease's TTL comes with its expiry, for renewals that do
 	// not depend on the local clock.
 	t.Run("llm: auto_hold takes hold_ttl_s; leases carry their TTL", func(t *testing.T) {
-		admin, llmID := operator(t, "llm")
-		tenant, err := admin.CreateTenant(ctx, "sdk-e2e-autohold", llmID)
-		testenv.Must(t, err)
-		issued, err := admin.IssueKey(ctx, tenant.ID, client.KeyInput{Name: "sdk"})
-		testenv.Must(t, err)
-		check := func(t *testing.T, req client.CheckRequest) *client.Decision {
-			t.Helper()
-			d, err := tg.Check(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return d
-		}
-		one := client.CheckRequest{Key: issued.Secret, Resource: "POST /v1/complete"}
-		testenv.Eventually(t, time.Now(), 2*time.Second, "the new key allowed", func() (bool, string) {
-			d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, DryRun: true})
-			return d.Allowed, d.Reason
-		})
+		check, one := llmKey(t, "sdk-e2e-autohold")
 		asked := time.Now()
 		d := check(t, client.CheckRequest{Key: one.Key, Resource: one.Resource, Cost: 10, AutoHold: true, HoldTTL: time.Minute})
 		if !d.Allowed || d.HoldID == "" || d.HoldExpiresAt.Before(asked.Add(55*time.Second)) || d.HoldExpiresAt.After(asked.Add(65*time.Second)) {

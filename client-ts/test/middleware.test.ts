@@ -404,8 +404,8 @@ describe("middleware", () => {
       assert.equal(cost, 9);
     });
 
-    test("a caller gone during a shaping delay is not served, and its hold is settled at 0 at once", async () => {
-      fake.answer = () => ({ body: { ...held, delay_ms: 60_000 } });
+    /** notServedAndSettledAtZero sends a held request whose caller goes away at once, and asserts that its handler never ran and its hold h1 was settled at 0. */
+    async function notServedAndSettledAtZero(): Promise<void> {
       let handled = false;
       const { cost } = await settledAt({ hold: true }, (_req, res) => {
         handled = true;
@@ -414,6 +414,11 @@ describe("middleware", () => {
       assert.equal(handled, false);
       assert.equal(cost, 0);
       assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 0 }]);
+    }
+
+    test("a caller gone during a shaping delay is not served, and its hold is settled at 0 at once", async () => {
+      fake.answer = () => ({ body: { ...held, delay_ms: 60_000 } });
+      await notServedAndSettledAtZero();
     });
 
     test("a held request that took a lease is settled, which releases the lease; it is not released apart", async () => {
@@ -508,14 +513,7 @@ describe("middleware", () => {
 
     test("a caller gone before the check answered is not served, and its hold is settled at 0", async () => {
       client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: slowChecks(500) });
-      let handled = false;
-      const { cost } = await settledAt({ hold: true }, (_req, res) => {
-        handled = true;
-        res.end("done");
-      }, true);
-      assert.equal(handled, false);
-      assert.equal(cost, 0);
-      assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 0 }]);
+      await notServedAndSettledAtZero();
     });
 
     test("reportCost throws a TypeError for a cost that is not a whole number of units, and the hold keeps the estimate", async () => {

@@ -72,6 +72,15 @@ func (r *workerRig) worker(consumer string, claimIdle time.Duration) *Worker {
 	}
 }
 
+// watched returns a worker of consumer (claiming after an hour idle)
+// that logs JSON to logs and counts in a registry of its own, reg.
+func (r *workerRig) watched(consumer string) (w *Worker, logs *testenv.LogBuffer, reg *prometheus.Registry) {
+	w, logs, reg = r.worker(consumer, time.Hour), &testenv.LogBuffer{}, prometheus.NewRegistry()
+	w.Log = slog.New(slog.NewJSONHandler(logs, nil))
+	w.Register(reg)
+	return w, logs, reg
+}
+
 // runWorkers runs workers until the stream is drained, then stops them.
 func (r *workerRig) runWorkers(t *testing.T, workers ...*Worker) {
 	t.Helper()
@@ -328,11 +337,7 @@ func TestWorkerSetsAsideBadRowsAlone(t *testing.T) {
 	want := publishBatches(t, p, 2)
 	want.Add(good.Counts)
 
-	var logs testenv.LogBuffer
-	w := r.worker("w", time.Hour)
-	w.Log = slog.New(slog.NewJSONHandler(&logs, nil))
-	reg := prometheus.NewRegistry()
-	w.Register(reg)
+	w, logs, reg := r.watched("w")
 	r.runWorkers(t, w)
 
 	if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != want {
@@ -539,11 +544,7 @@ func TestWorkerSetsAsideABatchPostgresRefusesOnce(t *testing.T) {
 				testenv.Must(t, r.store.SetAside(ctx, entry+"/refused", refused.Payload, refused.Err()))
 			}
 
-			var logs testenv.LogBuffer
-			w := r.worker("w", time.Hour)
-			w.Log = slog.New(slog.NewJSONHandler(&logs, nil))
-			reg := prometheus.NewRegistry()
-			w.Register(reg)
+			w, logs, reg := r.watched("w")
 			r.runWorkers(t, w)
 
 			if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != want {
@@ -607,10 +608,8 @@ func TestWorkerSetsAsideARepublishedBatchsPartsOnce(t *testing.T) {
 			testenv.Must(t, p.Publish(ctx, b))
 			entries := r.entryIDs(t)
 
-			w := r.worker("w", time.Hour)
+			w, _, reg := r.watched("w")
 			w.FetchCount = fetch
-			reg := prometheus.NewRegistry()
-			w.Register(reg)
 			r.runWorkers(t, w)
 
 			if got := sums(t, r.db, "usage_month"); len(got) != 1 || got[tA+"/"+kA] != good.Counts {

@@ -152,7 +152,9 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 		if err != nil {
 			return fmt.Errorf("TOLLGATE_ADMIN_METRICS_ADDR=%s: %w", cfg.MetricsAddr, err)
 		}
-		msrv := &http.Server{Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics}), ReadHeaderTimeout: 5 * time.Second}
+		// As the admin server's /metrics: a failing collector leaves its
+		// metrics out, not the scrape.
+		msrv := &http.Server{Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics, ErrorHandling: promhttp.ContinueOnError}), ReadHeaderTimeout: 5 * time.Second}
 		go msrv.Serve(mln) //nolint:errcheck // closed below
 		defer msrv.Close()
 		log.Info("admin metrics listening", "addr", mln.Addr().String())
@@ -169,6 +171,8 @@ func serve(ctx context.Context, e *invocation, cfg serverConfig) error {
 	defer stopDeliverers()
 	stopKeyExpiry := startKeyExpiry(ctx, e, log)
 	defer stopKeyExpiry()
+	stopSweep := startOutboxSweep(ctx, e, cfg.Webhooks, log)
+	defer stopSweep()
 	// Invoices at Stripe (billing.go): off without TOLLGATE_STRIPE_SECRET_KEY.
 	invoicing, invoicingCfg, err := e.invoicing(log)
 	if err != nil {

@@ -34,6 +34,10 @@ type webhookConfig struct {
 	// Concurrency is how many attempts the process makes at once
 	// (TOLLGATE_WEBHOOK_CONCURRENCY, default 8).
 	Concurrency int
+	// Retention is how long finished deliveries, and events without a
+	// delivery left, are kept (TOLLGATE_EVENT_RETENTION, default 720h; 0
+	// keeps them all).
+	Retention time.Duration
 }
 
 // allowAddrs reads TOLLGATE_WEBHOOK_ALLOW_ADDRS: addresses webhook
@@ -63,6 +67,12 @@ func loadWebhookConfig(e *config.Env) webhookConfig {
 		Guard:       events.Guard{AllowPrivate: e.Bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", false), AllowAddrs: allowAddrs(e)},
 		Timeout:     e.Duration("TOLLGATE_WEBHOOK_TIMEOUT", 10*time.Second),
 		Concurrency: e.Int("TOLLGATE_WEBHOOK_CONCURRENCY", 8, 1),
+	}
+	if e.String("TOLLGATE_EVENT_RETENTION", "") != "0" {
+		c.Retention = e.Duration("TOLLGATE_EVENT_RETENTION", events.DefaultRetention)
+		if c.Retention < 24*time.Hour {
+			e.Fail("TOLLGATE_EVENT_RETENTION", "must be at least 24h, or 0 to keep every event and delivery")
+		}
 	}
 	if c.Timeout <= 0 || c.Timeout > 2*time.Minute {
 		e.Fail("TOLLGATE_WEBHOOK_TIMEOUT", "must be from 1ms to 2m")
@@ -104,6 +114,15 @@ func startDeliverers(ctx context.Context, e *invocation, c webhookConfig, keys *
 func startKeyExpiry(ctx context.Context, e *invocation, log *slog.Logger) (stop func()) {
 	return goUntilStopped(ctx, func(ctx context.Context) {
 		tenants.RunKeyExpiry(ctx, e.db, tenants.KeyExpiryInterval, time.Now, log)
+	})
+}
+
+// startOutboxSweep runs the outbox's sweep (events.RunSweep: retention,
+// and failing endpoints that stopped failing; safe in any number of admin
+// processes at once) until stop is called.
+func startOutboxSweep(ctx context.Context, e *invocation, c webhookConfig, log *slog.Logger) (stop func()) {
+	return goUntilStopped(ctx, func(ctx context.Context) {
+		events.RunSweep(ctx, e.db, events.SweepInterval, c.Retention, time.Now, log)
 	})
 }
 

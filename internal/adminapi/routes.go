@@ -158,7 +158,9 @@ func NewHandler(cfg Config) http.Handler {
 	})
 	r.Get("/healthz", httpx.Healthz)
 	r.Get("/readyz", handleReady(log, db, postgres.NewSchemaCheck(db, readySchemaEvery)))
-	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
+	// A collector that fails (a query timing out) leaves its metrics out,
+	// counted in promhttp_metric_handler_errors_total, not the scrape.
+	r.Method("GET", "/metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics, ErrorHandling: promhttp.ContinueOnError}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		fail := apiError(log)

@@ -242,6 +242,35 @@ func (d *Deliverer) DeliverDue(ctx context.Context) (int, error) {
 	return len(batch), errors.Join(errs...)
 }
 
+// claimQuery leases deliveries: $1 now, $2 the lease's end, $3 its
+// token, $4 how many at most, $5 the endpoints to skip.
+//
+// Each enabled endpoint not skipped offers its oldest due delivery,
+// found through webhook_deliveries_endpoint_due without a lock; the
+// oldest offers are then locked (SKIP LOCKED, the conditions checked
+// again on the row locked) and leased. A disabled or skipped
+// endpoint's deliveries are never read, however many are due: a
+// claim costs one index probe per enabled endpoint. An offer another
+// deliverer has just taken is skipped until the next claim.
+const claimQuery = `WITH offer AS (
+			SELECT head.id, head.next_attempt_at FROM webhook_endpoints w CROSS JOIN LATERAL (
+				SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+				WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.next_attempt_at <= $1
+					AND (d.lease_until IS NULL OR d.lease_until <= $1)
+				ORDER BY d.next_attempt_at, d.id LIMIT 1) head
+			WHERE w.disabled_at IS NULL AND w.id::text <> ALL($5::text[])
+			ORDER BY head.next_attempt_at, head.id LIMIT $4 * 2),
+		due AS (
+			SELECT d.id FROM webhook_deliveries d JOIN offer o ON o.id = d.id
+			WHERE d.state = 'pending' AND (d.lease_until IS NULL OR d.lease_until <= $1)
+			ORDER BY o.next_attempt_at, o.id LIMIT $4 FOR UPDATE OF d SKIP LOCKED),
+		leased AS (
+			UPDATE webhook_deliveries d SET lease_until = $2, lease_token = $3::uuid FROM due WHERE d.id = due.id
+			RETURNING d.id, d.attempts, d.event_id, d.endpoint_id)
+		SELECT l.id, l.attempts, ev.id, ev.type, coalesce(ev.tenant_id::text, ''), ev.created_at, ev.data,
+			w.id::text, w.url, w.secret, CASE WHEN w.previous_secret_until > $1 THEN w.previous_secret ELSE '' END
+		FROM leased l JOIN events ev ON ev.id = l.event_id JOIN webhook_endpoints w ON w.id = l.endpoint_id`
+
 // claim leases up to n due deliveries of enabled endpoints, the oldest
 // due first, at most one of each endpoint, none of the endpoints skip
 // names.
@@ -253,21 +282,7 @@ func (d *Deliverer) claim(ctx context.Context, n int, skip []string) ([]claimed,
 	if skip == nil {
 		skip = []string{}
 	}
-	rows, err := d.cfg.DB.Query(ctx, `WITH cand AS (
-			SELECT d.id, d.endpoint_id, d.next_attempt_at FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id
-			WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1)
-			AND w.disabled_at IS NULL AND d.endpoint_id::text <> ALL($5::text[])
-			ORDER BY d.next_attempt_at LIMIT $4 * 8 FOR UPDATE OF d SKIP LOCKED),
-		due AS (
-			SELECT id FROM (SELECT DISTINCT ON (endpoint_id) id, next_attempt_at FROM cand
-				ORDER BY endpoint_id, next_attempt_at, id) first
-			ORDER BY next_attempt_at LIMIT $4),
-		leased AS (
-			UPDATE webhook_deliveries d SET lease_until = $2, lease_token = $3::uuid FROM due WHERE d.id = due.id
-			RETURNING d.id, d.attempts, d.event_id, d.endpoint_id)
-		SELECT l.id, l.attempts, ev.id, ev.type, coalesce(ev.tenant_id::text, ''), ev.created_at, ev.data,
-			w.id::text, w.url, w.secret, CASE WHEN w.previous_secret_until > $1 THEN w.previous_secret ELSE '' END
-		FROM leased l JOIN events ev ON ev.id = l.event_id JOIN webhook_endpoints w ON w.id = l.endpoint_id`,
+	rows, err := d.cfg.DB.Query(ctx, claimQuery,
 		now, now.Add(d.lease), token, n, skip)
 	if err != nil {
 		return nil, fmt.Errorf("events: claim deliveries: %w", err)
@@ -417,7 +432,10 @@ type DisabledData struct {
 }
 
 // endpointHealth notes an attempt's outcome on its endpoint, and disables
-// one that has failed for DisableAfter.
+// one that has failed for DisableAfter. A failure more than FailingGap
+// after the endpoint's previous one starts its failing time again: the
+// quiet time between them is not failing, however the attempts before it
+// went.
 func (d *Deliverer) endpointHealth(ctx context.Context, tx pgx.Tx, endpointID string, ok bool, now time.Time) error {
 	if ok {
 		_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, endpointID)
@@ -425,15 +443,20 @@ func (d *Deliverer) endpointHealth(ctx context.Context, tx pgx.Tx, endpointID st
 	}
 	var owner, url string
 	var since time.Time
-	err := tx.QueryRow(ctx, `UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'failing'
-		WHERE id = $1 AND disabled_at IS NULL AND coalesce(failing_since, $2) <= $3
-		RETURNING coalesce(owner_tenant_id::text, ''), url, failing_since`,
-		endpointID, now, now.Add(-DisableAfter)).Scan(&owner, &url, &since)
-	if errors.Is(err, pgx.ErrNoRows) {
-		_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL`, endpointID, now)
-		return err
-	}
+	var enabled bool
+	err := tx.QueryRow(ctx, `UPDATE webhook_endpoints SET
+			failing_since = CASE WHEN failing_since IS NULL OR coalesce(last_failed_at, failing_since) < $3 THEN $2 ELSE failing_since END,
+			last_failed_at = $2
+		WHERE id = $1 RETURNING coalesce(owner_tenant_id::text, ''), url, failing_since, disabled_at IS NULL`,
+		endpointID, now, now.Add(-FailingGap)).Scan(&owner, &url, &since, &enabled)
 	if err != nil {
+		return fmt.Errorf("events: note failing endpoint: %w", err)
+	}
+	if !enabled || since.After(now.Add(-DisableAfter)) {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'failing' WHERE id = $1`,
+		endpointID, now); err != nil {
 		return fmt.Errorf("events: disable failing endpoint: %w", err)
 	}
 	d.cfg.Log.Warn("webhooks: endpoint disabled after failing", "endpoint", endpointID, "failing_since", since)

@@ -50,16 +50,54 @@ func (g Guard) allowedIP(ip netip.Addr, port uint16) error {
 	}) {
 		return nil
 	}
-	blocked := ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified()
-	for _, n := range blockedNets {
-		blocked = blocked || n.Contains(ip)
-	}
-	if blocked {
+	if refused(ip) {
 		return fmt.Errorf("%s, a loopback, private or link-local address that TOLLGATE_WEBHOOK_ALLOW_ADDRS does not list",
 			netip.AddrPortFrom(ip, port))
 	}
 	return nil
+}
+
+// Prefixes of IPv6 addresses that carry an IPv4 address, which is where
+// a connection to them ends up: NAT64's well-known prefix (RFC 6052, the
+// IPv4 address in the last 32 bits), 6to4 (RFC 3056, in bits 16-47) and
+// Teredo (RFC 4380: the server's in bits 32-63, the client's inverted in
+// the last 32). Local-use NAT64 (RFC 8215) translates to whatever the
+// operator's network chose, so it is refused whole.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Use  = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	teredo    = netip.MustParsePrefix("2001::/32")
+)
+
+// refused reports whether the guard refuses ip (unmapped) unless allowed:
+// its kind, or the kind of an IPv4 address it embeds.
+func refused(ip netip.Addr) bool {
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		return true
+	}
+	for _, n := range blockedNets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	if !ip.Is6() {
+		return false
+	}
+	b := ip.As16()
+	v4 := func(a [4]byte) bool { return refused(netip.AddrFrom4(a)) }
+	switch {
+	case nat64.Contains(ip):
+		return v4([4]byte{b[12], b[13], b[14], b[15]})
+	case nat64Use.Contains(ip):
+		return true
+	case sixToFour.Contains(ip):
+		return v4([4]byte{b[2], b[3], b[4], b[5]})
+	case teredo.Contains(ip):
+		return v4([4]byte{b[4], b[5], b[6], b[7]}) || v4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+	}
+	return false
 }
 
 // CheckURL returns why an endpoint may not have raw as its URL, or "": it

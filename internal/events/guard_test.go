@@ -253,3 +253,47 @@ func TestCommitToFirstAttempt(t *testing.T) {
 func pageFirst() page.Request { return page.First(100) }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestGuardEmbeddedIPv4: an IPv6 address that carries an IPv4 address
+// (NAT64, 6to4, Teredo) is judged by the IPv4 address it reaches, and
+// local-use NAT64 is refused whole, when an endpoint is made and when it
+// is dialled.
+func TestGuardEmbeddedIPv4(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		host string
+		ok   bool
+	}{
+		{"64:ff9b::a00:1", false},            // NAT64 of 10.0.0.1
+		{"64:ff9b::a9fe:a9fe", false},        // NAT64 of 169.254.169.254
+		{"64:ff9b::7f00:1", false},           // NAT64 of 127.0.0.1
+		{"64:ff9b::6440:1", false},           // NAT64 of 100.64.0.1
+		{"64:ff9b::808:808", true},           // NAT64 of 8.8.8.8
+		{"64:ff9b:1::808:808", false},        // local-use NAT64: any
+		{"64:ff9b:1:abcd::1", false},         // local-use NAT64: any
+		{"2002:a00:1::1", false},             // 6to4 of 10.0.0.1
+		{"2002:c0a8:101::", false},           // 6to4 of 192.168.1.1
+		{"2002:808:808::1", true},            // 6to4 of 8.8.8.8
+		{"2001:0:a00:1::808:808", false},     // Teredo, server 10.0.0.1
+		{"2001:0:808:808::f5ff:fffe", false}, // Teredo, client 10.0.0.1
+		{"2001:0:808:808::f7f7:f7f7", true},  // Teredo, client 8.8.8.8
+		{"2001:4860:4860::8888", true},       // not Teredo (2001:4860::/32)
+		{"2606:4700::1111", true},
+	} {
+		t.Run(c.host, func(t *testing.T) {
+			why := events.Guard{}.CheckURL(ctx, "http://["+c.host+"]/hook")
+			if got := why == ""; got != c.ok {
+				t.Errorf("CheckURL([%s]) = %q, want accepted %v", c.host, why, c.ok)
+			}
+			err := events.Guard{}.Dialer(time.Second).Control("tcp6", "["+c.host+"]:443", nil)
+			if got := err == nil; got != c.ok {
+				t.Errorf("dial [%s]:443 = %v, want allowed %v", c.host, err, c.ok)
+			}
+			addr := netip.MustParseAddr(c.host)
+			allowed := events.Guard{AllowAddrs: []netip.AddrPort{netip.AddrPortFrom(addr, 0)}}
+			if why := allowed.CheckURL(ctx, "http://["+c.host+"]/hook"); why != "" {
+				t.Errorf("AllowAddrs %s: CheckURL = %q, want accepted", c.host, why)
+			}
+		})
+	}
+}

@@ -21,8 +21,17 @@ var Schedule = []time.Duration{
 const Jitter = 0.1
 
 // DisableAfter is how long an endpoint may fail every attempt before it
-// is disabled (and webhook_endpoint.disabled emitted).
+// is disabled (and webhook_endpoint.disabled emitted): failing without a
+// success, and without a pause longer than FailingGap between failures.
 const DisableAfter = 5 * 24 * time.Hour
+
+// FailingGap is the longest time between two failed attempts of a failing
+// endpoint: a failure longer after the previous one starts the endpoint's
+// failing time again, and an endpoint without a failure for longer is no
+// longer failing (Sweep clears its failing time). It is longer than the
+// longest wait of the Schedule, jitter included, so that one delivery's
+// retries keep an endpoint that fails them failing.
+const FailingGap = 24 * time.Hour
 
 // retryAfter returns the wait after the attempts-th failed attempt and
 // whether there is another attempt at all; random is in [0, 1).

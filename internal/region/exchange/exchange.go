@@ -676,11 +676,19 @@ func (x *Exchanger) consume(ctx context.Context, rd *reader) error {
 	}
 	defer cc.Stop()
 	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	go x.watchConsumer(ctx, rd, stop)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		x.watchConsumer(ctx, rd.source, rd.cons, stop)
+	}()
+	// The watcher reads nothing of rd but what it was given, and is gone
+	// before restart changes rd's consumer.
+	defer func() { stop(nil); <-watched }()
 	err = x.applyFetched(ctx, rd, msgs)
-	if lost := context.Cause(ctx); err == nil && errors.Is(lost, errGap) {
-		return lost
+	if lost := context.Cause(ctx); errors.Is(lost, errGap) {
+		x.log.Warn("region exchange: this region's consumer of a region's stream is gone (the stream made anew, or the consumer deleted); making it again",
+			"source", rd.source, "read_up_to", rd.applied)
+		return lost // whatever a batch cut short by it answered
 	}
 	return err
 }
@@ -691,9 +699,10 @@ func (x *Exchanger) lostCheck() time.Duration {
 	return max(10*x.cfg.Region.ExchangeInterval, time.Second)
 }
 
-// watchConsumer looks rd's consumer up every lostCheck until ctx ends,
-// and stops ctx with errGap once the source's servers do not know it.
-func (x *Exchanger) watchConsumer(ctx context.Context, rd *reader, stop context.CancelCauseFunc) {
+// watchConsumer looks source's consumer cons up every lostCheck until ctx
+// ends, and stops ctx with errGap once the source's servers do not know
+// it.
+func (x *Exchanger) watchConsumer(ctx context.Context, source string, cons jetstream.PushConsumer, stop context.CancelCauseFunc) {
 	t := time.NewTicker(x.lostCheck())
 	defer t.Stop()
 	for {
@@ -703,12 +712,10 @@ func (x *Exchanger) watchConsumer(ctx context.Context, rd *reader, stop context.
 		case <-t.C:
 		}
 		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := rd.cons.Info(lookup)
+		_, err := cons.Info(lookup)
 		cancel()
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			x.log.Warn("region exchange: this region's consumer of a region's stream is gone (the stream made anew, or the consumer deleted); making it again",
-				"source", rd.source, "read_up_to", rd.applied)
-			stop(fmt.Errorf("consume %s's stream: %w", rd.source, errors.Join(errGap, err)))
+			stop(fmt.Errorf("consume %s's stream: %w", source, errors.Join(errGap, err)))
 			return
 		}
 	}

@@ -21,3 +21,11 @@ UPDATE webhook_endpoints w SET last_failed_at = coalesce((SELECT max(a.at) FROM 
         WHERE d.endpoint_id = w.id AND a.at >= w.failing_since AND (a.status IS NULL OR a.status NOT BETWEEN 200 AND 299)),
     w.failing_since)
     WHERE w.failing_since IS NOT NULL;
+
+-- Nothing but the retention deletes events, and it must never take a
+-- delivery with one: a replay's delivery committed while the retention
+-- judged its event unused makes the event's delete fail (and the
+-- retention tries again later), where a cascade took the new delivery
+-- with it.
+ALTER TABLE webhook_deliveries DROP CONSTRAINT webhook_deliveries_event_id_fkey,
+    ADD CONSTRAINT webhook_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES events(id);

@@ -71,7 +71,12 @@ func Sweep(ctx context.Context, db postgres.Conn, now time.Time, retention time.
 	}
 	// The events are walked oldest first from a cursor, so that old events
 	// kept by a pending delivery are read once a sweep, not once a batch.
+	// An event a writer holds (a replay inserting its new delivery, whose
+	// foreign key check locks the event) is passed over; a delivery
+	// committed since the batch was judged makes the event's delete fail
+	// (the key takes no delivery with it), and the batch is judged again.
 	afterAt, afterID := time.Time{}, ""
+	raced := 0
 	for {
 		var n, walked int64
 		var lastAt *time.Time
@@ -80,14 +85,21 @@ func Sweep(ctx context.Context, db postgres.Conn, now time.Time, retention time.
 				SELECT ev.id, ev.created_at FROM events ev
 				WHERE ev.created_at < $1 AND (ev.created_at, ev.id) > ($2, $3)
 				ORDER BY ev.created_at, ev.id LIMIT $4),
+			unused AS (
+				SELECT ev.id FROM events ev JOIN batch b ON ev.id = b.id
+				WHERE NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = ev.id)
+				FOR UPDATE OF ev SKIP LOCKED),
 			gone AS (
-				DELETE FROM events ev USING batch b WHERE ev.id = b.id
-				AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = ev.id)
+				DELETE FROM events ev USING unused u WHERE ev.id = u.id
 				RETURNING ev.id)
 			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM batch),
 				(SELECT max(created_at) FROM batch),
 				(SELECT id FROM batch ORDER BY created_at DESC, id DESC LIMIT 1)`,
 			cutoff, afterAt, afterID, sweepBatch).Scan(&n, &walked, &lastAt, &lastID)
+		if postgres.Is(err, postgres.ForeignKeyViolation) && raced < 3 {
+			raced++ // a replay's delivery of an event judged unused committed since: judge the batch again
+			continue
+		}
 		if err != nil {
 			return s, fmt.Errorf("events: sweep: events: %w", err)
 		}

@@ -158,3 +158,50 @@ func TestOutboxGaugesSurviveAFailingQuery(t *testing.T) {
 		t.Errorf("gather: %v, want the count's error", err)
 	}
 }
+
+// TestSweepLeavesAnEventBeingReplayed: an old event with no delivery
+// left, whose replay is writing its new delivery when the sweep comes
+// (the delivery not committed yet), is passed over, not waited for and
+// then deleted with the new delivery; and an event's delete never takes
+// a delivery with it.
+func TestSweepLeavesAnEventBeingReplayed(t *testing.T) {
+	db, acme, _ := setup(t)
+	ctx := context.Background()
+	clk := newClock()
+	start := clk.Now()
+	up := testenv.NewReceiver(t, nil)
+	ops := events.NewOps(db, clk.Now, allowPrivate)
+	live := endpoint(t, ops, "", up.URL, events.EndpointInput{EventTypes: []string{events.KeyRevoked}})
+	old := emit(t, db, events.KeyRevoked, acme.ID, start)
+	_, err := db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE event_id = $1`, old.ID) // delivered and swept
+	testenv.Must(t, err)
+
+	replay, err := db.Begin(ctx)
+	testenv.Must(t, err)
+	defer replay.Rollback(ctx) //nolint:errcheck
+	_, err = replay.Exec(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, created_at, next_attempt_at)
+		VALUES ($1, $2, now(), now())`, old.ID, live.Endpoint.ID)
+	testenv.Must(t, err)
+	swept := make(chan error, 1)
+	go func() {
+		_, err := events.Sweep(ctx, db, start.Add(60*24*time.Hour), 30*24*time.Hour)
+		swept <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the sweep to finish or wait for the replay", func() bool {
+		var waiting bool
+		testenv.Must(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting || len(swept) == 1
+	})
+	testenv.Must(t, replay.Commit(ctx))
+	testenv.Must(t, <-swept)
+	var deliveries int
+	testenv.Must(t, db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_id = $1`, old.ID).Scan(&deliveries))
+	if deliveries != 1 {
+		t.Errorf("the replayed event has %d deliveries after the sweep, want its new one", deliveries)
+	}
+
+	_, err = db.Exec(ctx, `DELETE FROM events WHERE id = $1`, old.ID)
+	if !postgres.Is(err, postgres.ForeignKeyViolation) {
+		t.Errorf("deleting an event with a delivery: %v, want a foreign key violation", err)
+	}
+}

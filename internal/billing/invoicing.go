@@ -163,15 +163,18 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 	if in.Create {
 		// Refused before a customer is made for nothing; the check in
 		// the transaction below is the one that counts.
+		replacing := ""
 		if cur, err := accountOf(ctx, inv.db, tenantID); err == nil {
 			if err := inv.relinkConflict(ctx, inv.db, cur); err != nil {
 				return Account{}, err
 			}
+			replacing = cur.CustomerID
 		}
 		if !inv.Enabled() {
 			return Account{}, inv.off()
 		}
-		id, err := inv.cfg.Provider.CreateCustomer(ctx, CustomerInput{TenantID: t.ID, TenantName: t.Name, Email: in.Email})
+		id, err := inv.cfg.Provider.CreateCustomer(ctx, CustomerInput{TenantID: t.ID, TenantName: t.Name, Email: in.Email,
+			Replacing: replacing})
 		if err != nil {
 			return Account{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not make the customer: %v", err)
 		}

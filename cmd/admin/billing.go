@@ -29,6 +29,9 @@ type invoicingConfig struct {
 	On     bool
 	Stripe stripe.Config
 	Mode   billing.InvoiceMode
+	// ModeSet is true when TOLLGATE_INVOICE_MODE is set (Mode is the
+	// default otherwise).
+	ModeSet bool
 	// PushInterval is how often serve pushes pending invoices and runs
 	// dunning.
 	PushInterval time.Duration
@@ -54,7 +57,7 @@ func loadInvoicingConfig(getenv func(string) string) (invoicingConfig, error) {
 	if err != nil {
 		e.Fail("TOLLGATE_INVOICE_MODE", err.Error())
 	}
-	c.Mode = mode
+	c.Mode, c.ModeSet = mode, strings.TrimSpace(getenv("TOLLGATE_INVOICE_MODE")) != ""
 	if c.PushInterval <= 0 {
 		e.Fail("TOLLGATE_INVOICE_PUSH_INTERVAL", "must be positive")
 	}
@@ -76,6 +79,18 @@ func loadInvoicingConfig(getenv func(string) string) (invoicingConfig, error) {
 		e.Fail("TOLLGATE_STRIPE_SECRET_KEY", "is required with TOLLGATE_STRIPE_WEBHOOK_SECRET")
 	}
 	return c, e.Err()
+}
+
+// pushMode says in which mode this process pushes invoices, for the
+// commands that push (close, invoices push): the mode is the process's
+// setting, not the deployment's, and a shell without it pushes drafts
+// that wait at Stripe for an operator to finalize them.
+func (c invoicingConfig) pushMode() string {
+	if c.ModeSet {
+		return fmt.Sprintf("invoices pushed in %s mode (TOLLGATE_INVOICE_MODE)", c.Mode)
+	}
+	return fmt.Sprintf("invoices pushed in %s mode (TOLLGATE_INVOICE_MODE not set: the default): they wait at Stripe as drafts "+
+		"for an operator to finalize there; where admin serve pushes in finalize or send mode, set the same here", c.Mode)
 }
 
 // invoicing returns invoicing on e's database as the settings say: off
@@ -116,7 +131,8 @@ func startInvoicing(ctx context.Context, inv *billing.Invoicing, c invoicingConf
 		}
 		reg.MustRegister(
 			gauge("tollgate_invoice_differences", "Statements that differ from their invoices now: pushes pending or failed, "+
-				"other totals or currencies at the provider as it last reported them, voided, invoices never issued.", inv.Differences),
+				"other totals or currencies at the provider as it last reported them, voided, invoices never issued, and "+
+				"(in finalize or send mode) invoices left drafts at the provider by a push in draft mode.", inv.Differences),
 			gauge("tollgate_invoice_push_failed", "Invoices the provider refused for good (or whose draft was deleted there), "+
 				"not retried: retarget them or bill them outside.", inv.FailedPushes))
 	}
@@ -170,13 +186,15 @@ func billingLink(fs *flag.FlagSet) action {
 func invoicesPush(fs *flag.FlagSet) action {
 	all := fs.Bool("all", false, "push every pending invoice now, even those waiting out a backoff")
 	return func(ctx context.Context, e *invocation) error {
-		inv, _, err := e.invoicing(nil)
+		inv, c, err := e.invoicing(nil)
 		if err != nil {
 			return err
 		}
 		if !inv.Enabled() {
 			return fmt.Errorf("invoices push: invoicing is off: set TOLLGATE_STRIPE_SECRET_KEY")
 		}
+		// On stderr: stdout is the report, as JSON.
+		fmt.Fprintln(e.stderr, c.pushMode())
 		r, err := inv.Push(ctx, *all)
 		if err != nil {
 			return fmt.Errorf("invoices push: %w", err)
@@ -383,7 +401,15 @@ func reconcile(fs *flag.FlagSet) action {
 		if err := printTable(e.stdout, []string{"TENANT", "CURRENCY", "STATEMENT", "LINES", "STRIPE", "PAYMENT", "DIFFERENCES"}, rows); err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "%s: %d statements, %d with differences\n", m, len(list), differ)
+		if _, err := fmt.Fprintf(e.stdout, "%s: %d statements, %d with differences\n", m, len(list), differ); err != nil {
+			return err
+		}
+		if inv.Mode() == billing.ModeDraft {
+			// Drafts at Stripe are what draft mode pushes: say so, since
+			// in the deployment's mode they may be differences.
+			_, err = fmt.Fprintln(e.stdout, "compared in draft mode: invoices still drafts at Stripe are differences only in finalize or send mode "+
+				"(TOLLGATE_INVOICE_MODE as admin serve has it)")
+		}
 		return err
 	}
 }

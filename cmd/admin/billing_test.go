@@ -481,3 +481,69 @@ func TestRetargetAllFailedFromTheCLI(t *testing.T) {
 		t.Errorf("retarget --all-failed with none failed: %v\n%s", err, out)
 	}
 }
+
+// TestCloseFromAShellWithoutTheInvoiceMode: the admin server pushes in
+// finalize mode; `admin close` run from a shell with the Stripe settings
+// but not TOLLGATE_INVOICE_MODE pushes the month's invoice as a draft,
+// and says it pushed in draft mode, the default. The server, in finalize
+// mode, counts the draft as a difference (its reconciliation and
+// /metrics); the shell's reconcile says it compares in draft mode, and
+// one with the mode reports the draft. `invoices push` says its mode on
+// stderr.
+func TestCloseFromAShellWithoutTheInvoiceMode(t *testing.T) {
+	local := stripetest.Start(t)
+	settings := withSettings(local.Settings(), map[string]string{"TOLLGATE_INVOICE_MODE": "finalize", "TOLLGATE_INVOICE_PUSH_INTERVAL": "1h"})
+	srv, op, _, _ := acmeSetupWith(t, settings)
+	ctx := context.Background()
+	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, err = runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
+	testenv.Must(t, err)
+
+	// The shell: the Stripe settings, not the mode.
+	shell := func(mode string, args ...string) (stdout, stderr string) {
+		t.Helper()
+		env := withSettings(local.Settings(), map[string]string{"TOLLGATE_DATABASE_URL": srv.DBURL, "TOLLGATE_SECRET_KEY": testenv.SecretKey})
+		if mode != "" {
+			env["TOLLGATE_INVOICE_MODE"] = mode
+		}
+		var out, errOut bytes.Buffer
+		if err := run(ctx, args, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut, nil); err != nil {
+			t.Fatalf("admin %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	out, _ := shell("", "close", "--month", "2020-05")
+	if !strings.Contains(out, "pushed to Stripe: 1") || !strings.Contains(out, "invoices pushed in draft mode (TOLLGATE_INVOICE_MODE not set") {
+		t.Errorf("admin close without the mode:\n%s\nwant it to say it pushed in draft mode, the default", out)
+	}
+	if made := local.Invoices(); len(made) != 1 || made[0].Status != "draft" {
+		t.Fatalf("invoices at Stripe %+v, want one draft", made)
+	}
+
+	res := call(t, "GET", srv.URL+"/api/v1/months/2020-05/reconciliation", op, nil)
+	want(t, res, 200)
+	if !strings.Contains(string(res.Body), `"differences":1`) || !strings.Contains(string(res.Body), "still a draft at the provider") {
+		t.Errorf("the server's reconciliation (finalize mode): %s\nwant the draft as a difference", res.Body)
+	}
+	metrics := call(t, "GET", srv.URL+"/metrics", "", nil)
+	if !strings.Contains(string(metrics.Body), "\ntollgate_invoice_differences 1\n") {
+		t.Errorf("/metrics does not count the draft as a difference:\n%s", metrics.Body)
+	}
+	out, _ = shell("", "reconcile", "--month", "2020-05")
+	if !strings.Contains(out, "1 statements, 0 with differences") || !strings.Contains(out, "compared in draft mode") {
+		t.Errorf("admin reconcile without the mode:\n%s\nwant no difference, and that it compared in draft mode", out)
+	}
+	out, _ = shell("finalize", "reconcile", "--month", "2020-05")
+	if !strings.Contains(out, "1 statements, 1 with differences") || !strings.Contains(out, "still a draft") {
+		t.Errorf("admin reconcile in finalize mode:\n%s\nwant the draft as a difference", out)
+	}
+	out, errOut := shell("send", "invoices", "push")
+	if !strings.Contains(errOut, "invoices pushed in send mode (TOLLGATE_INVOICE_MODE)") || !strings.Contains(out, `"pushed": 0`) {
+		t.Errorf("admin invoices push in send mode: stdout %s, stderr %s; want the report, and the mode on stderr", out, errOut)
+	}
+}

@@ -277,9 +277,14 @@ func closeMonth(fs *flag.FlagSet) action {
 		if _, err := loadUsageConfig(e.getenv, e.stderr); err != nil {
 			return err
 		}
-		inv, _, err := e.invoicing(nil)
+		inv, c, err := e.invoicing(nil)
 		if err != nil {
 			return err
+		}
+		if inv.Enabled() && *asJSON {
+			// On stderr: stdout is the result, as JSON (the text result
+			// below says it itself).
+			fmt.Fprintln(e.stderr, c.pushMode())
 		}
 		res, err := billing.NewOps(e.db, nil).WithInvoicing(inv).CloseMonth(ctx, audit.CLI, m, progress(e, "closing "+m.String()))
 		if err != nil {
@@ -297,6 +302,7 @@ func closeMonth(fs *flag.FlagSet) action {
 		if r := res.Invoices; r != nil {
 			fmt.Fprintf(e.stdout, "invoices issued: %d; pushed to Stripe: %d; failed (retried): %d; refused for good: %d; pending: %d\n",
 				res.InvoicesIssued, r.Pushed, r.Failed-r.Refused, r.Refused, r.Pending)
+			fmt.Fprintln(e.stdout, c.pushMode())
 			if r.Refused > 0 {
 				fmt.Fprintf(e.stdout, "see `admin invoices list --month %s`: retarget or bill outside the refused ones\n", res.Month)
 			}

@@ -107,6 +107,10 @@ type CustomerInput struct {
 	TenantID   string
 	TenantName string
 	Email      string
+	// Replacing is the customer the tenant is linked to when the new one
+	// is asked for ("" for none): a create that replaces a customer is
+	// another request than the one that made it, however alike.
+	Replacing string
 }
 
 // InvoiceLine is one line of an invoice: money in integer minor units of

@@ -163,15 +163,18 @@ func (inv *Invoicing) LinkAccount(ctx context.Context, by audit.Actor, tenantID 
 	if in.Create {
 		// Refused before a customer is made for nothing; the check in
 		// the transaction below is the one that counts.
+		replacing := ""
 		if cur, err := accountOf(ctx, inv.db, tenantID); err == nil {
 			if err := inv.relinkConflict(ctx, inv.db, cur); err != nil {
 				return Account{}, err
 			}
+			replacing = cur.CustomerID
 		}
 		if !inv.Enabled() {
 			return Account{}, inv.off()
 		}
-		id, err := inv.cfg.Provider.CreateCustomer(ctx, CustomerInput{TenantID: t.ID, TenantName: t.Name, Email: in.Email})
+		id, err := inv.cfg.Provider.CreateCustomer(ctx, CustomerInput{TenantID: t.ID, TenantName: t.Name, Email: in.Email,
+			Replacing: replacing})
 		if err != nil {
 			return Account{}, tollgate.Errorf(tollgate.EUNAVAILABLE, "the payment provider did not make the customer: %v", err)
 		}
@@ -1692,23 +1695,27 @@ type Reconciliation struct {
 // account at the close, a difference when it had one (an invoice never
 // issued: IssueMissing). An invoice whose push failed is a difference; one
 // billed outside Tollgate is not, unless the provider reported it paid
-// too (the tenant paid twice).
+// too (the tenant paid twice). Unless inv pushes in ModeDraft, so is an
+// invoice still a draft at the provider (draftLeft): pushed by a process
+// in draft mode, it matches the statement to the cent and is never
+// charged nor sent.
 func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconciliation, error) {
 	rows, err := inv.db.Query(ctx, `SELECT s.tenant_id::text, coalesce(t.name, s.body->>'tenant_name'), s.currency, s.total_minor,
 		i.lines, coalesce(i.provider_invoice_id, ''), coalesce(i.push_state, ''), coalesce(i.payment_status, ''),
 		i.provider_total_minor, coalesce(i.provider_currency, ''), coalesce(i.total_minor, s.total_minor), coalesce(i.currency, s.currency),
-		coalesce(i.last_error, ''), coalesce(a.created_at <= s.closed_at, false)
+		coalesce(i.last_error, ''), coalesce(a.created_at <= s.closed_at, false), coalesce(i.provider_status, '')
 		FROM statements s LEFT JOIN invoices i ON i.tenant_id = s.tenant_id AND i.month = s.month
 		LEFT JOIN tenants t ON t.id = s.tenant_id LEFT JOIN billing_accounts a ON a.tenant_id = s.tenant_id
 		WHERE s.month = $1 ORDER BY 2`, m.Start())
 	list, err := postgres.Collect(rows, err, func(r pgx.Row) (Reconciliation, error) {
 		var c Reconciliation
 		var lines []byte
-		var providerCurrency, invCurrency, lastError string
+		var providerCurrency, invCurrency, lastError, providerStatus string
 		var invTotal int64
 		var linkedAtClose bool
 		if err := r.Scan(&c.TenantID, &c.TenantName, &c.Currency, &c.StatementMinor, &lines, &c.Invoice, &c.PushState,
-			&c.PaymentStatus, &c.ProviderMinor, &providerCurrency, &invTotal, &invCurrency, &lastError, &linkedAtClose); err != nil {
+			&c.PaymentStatus, &c.ProviderMinor, &providerCurrency, &invTotal, &invCurrency, &lastError, &linkedAtClose,
+			&providerStatus); err != nil {
 			return c, err
 		}
 		c.Month, c.Differences = m.String(), []string{}
@@ -1757,6 +1764,10 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 		if c.PaymentStatus == "void" && c.PushState != PushBilledOutside {
 			diff("the invoice was voided at the provider")
 		}
+		if inv.draftLeft(c.PushState, providerStatus, c.PaymentStatus) {
+			diff("still a draft at the provider, though invoices are pushed in %s mode: a process in draft mode pushed it, "+
+				"so nothing charges or sends it; finalize it at the provider", inv.cfg.Mode)
+		}
 		return c, nil
 	}, "billing: reconcile")
 	if list == nil {
@@ -1768,18 +1779,34 @@ func (inv *Invoicing) Reconcile(ctx context.Context, m usage.Month) ([]Reconcili
 // Differences counts the statements that disagree with their invoices
 // now (any month), as Reconcile sees them: pending and failed pushes,
 // other totals or currencies at the provider, voided invoices, invoices
-// billed outside Tollgate and paid at the provider too, and statements of
-// tenants linked at the close without an invoice. It is the
-// reconciliation metric.
+// billed outside Tollgate and paid at the provider too, statements of
+// tenants linked at the close without an invoice, and, unless inv pushes
+// in ModeDraft, invoices left drafts at the provider (draftLeft). It is
+// the reconciliation metric.
 func (inv *Invoicing) Differences(ctx context.Context) (int, error) {
 	var n int
 	err := inv.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM invoices WHERE (push_state <> 'billed_outside'
 		AND (push_state IN ('pending', 'failed') OR provider_total_minor IS DISTINCT FROM total_minor
-		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'))
+		OR (provider_currency <> '' AND provider_currency <> currency) OR payment_status = 'void'
+		OR ($1 AND push_state = 'pushed' AND provider_status = 'draft' AND payment_status = 'unpaid')))
 		OR (push_state = 'billed_outside' AND payment_status = 'paid'))
 		+ (SELECT count(*) FROM statements s JOIN billing_accounts a ON a.tenant_id = s.tenant_id AND a.created_at <= s.closed_at
-		WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.tenant_id = s.tenant_id AND i.month = s.month))`).Scan(&n)
+		WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.tenant_id = s.tenant_id AND i.month = s.month))`,
+		inv.cfg.Mode != ModeDraft).Scan(&n)
 	return n, err
+}
+
+// draftLeft says whether an invoice of push state pushState, status
+// providerStatus at the provider and payment status paymentStatus is a
+// difference for being still a draft at the provider: pushed, unpaid and
+// a draft there, while inv pushes in finalize or send mode. The mode is
+// the process's (TOLLGATE_INVOICE_MODE), not recorded on the invoice: a
+// process run without it (an operator's shell closing a month) pushes
+// drafts that nobody finalizes, which agree with the statement to the
+// cent. An operator who finalizes one at the provider clears it (its
+// invoice.finalized event). In draft mode, drafts are what is pushed.
+func (inv *Invoicing) draftLeft(pushState, providerStatus, paymentStatus string) bool {
+	return inv.cfg.Mode != ModeDraft && pushState == PushPushed && providerStatus == "draft" && paymentStatus == "unpaid"
 }
 
 // FailedPushes counts the invoices whose push failed for good, waiting

@@ -34,7 +34,9 @@ type PlanBilling struct {
 	// TopUpUnitMinor is the price of one prepaid credit unit, in minor
 	// units of the plan's currency, when the tenant's own admins buy
 	// credits (a top-up's price is units × this); null when they may not.
-	// Operators may set any price on a top-up they open.
+	// Operators may set any price on a top-up they open. The plan's
+	// currency cannot change while it has one (plans.Store.Update): the
+	// price would be read in the new currency.
 	TopUpUnitMinor *int64 `json:"top_up_unit_minor"`
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -208,7 +210,9 @@ func (s *Store) Create(ctx context.Context, p Plan) (Plan, error) {
 // theirs (see Plan.In). The currency cannot change while a tenant is on
 // the plan, or was on it in a month not yet closed (EINVALID naming
 // "currency"): it has no history, so those months' statements would
-// change currency.
+// change currency. Nor can it while the plan has a self-serve top-up
+// price or spend caps, amounts kept without a currency of their own
+// (checkAmountsOutside).
 func (s *Store) Update(ctx context.Context, id int64, p Plan) (Plan, error) {
 	return s.write(ctx, p, func(tx pgx.Tx, p Plan) (int64, bool, error) {
 		moved, err := checkCurrencyChange(ctx, tx, "id = $1", id, p.Currency)
@@ -276,11 +280,60 @@ func checkCurrencyChange(ctx context.Context, tx pgx.Tx, where string, arg any, 
 	case billing:
 		why, remedy = "tenants were on this plan in a month that is not closed yet", "close that month first"
 	default:
-		return true, nil
+		return true, checkAmountsOutside(ctx, tx, id, stored, currency)
 	}
 	return false, &tollgate.Error{Code: tollgate.EINVALID,
 		Message: "the plan's currency cannot change while " + why + ", whose statements would change currency: " + remedy,
 		Fields:  map[string]string{"currency": "cannot change from " + stored + " while " + why + ": " + remedy}}
+}
+
+// checkAmountsOutside refuses to move plan id from currency from to
+// currency to while it has an amount of money kept outside the plans
+// table, which has no currency of its own and would be read in the new
+// one (2 cents read as 2 won): its self-serve top-up price (plan_billing,
+// billing's) and its tenants' default and largest spend caps
+// (quota_plan_settings, quota's). The operator clears them, changes the
+// currency, then sets them again in the new one. The rows are read FOR
+// SHARE, so that a change to them waits for the currency's to commit;
+// a first row's insert waits anyway for the plan's row, which the caller
+// holds FOR UPDATE. A plan without them has nothing to check.
+func checkAmountsOutside(ctx context.Context, tx pgx.Tx, id int64, from, to string) error {
+	var topUp, capDefault, capMax *int64
+	err := tx.QueryRow(ctx, `SELECT top_up_unit_minor FROM plan_billing WHERE plan_id = $1 FOR SHARE`, id).Scan(&topUp)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("plans: currency: top-up price: %w", err)
+	}
+	err = tx.QueryRow(ctx, `SELECT spend_cap_default_minor, spend_cap_max_minor FROM quota_plan_settings WHERE plan_id = $1 FOR SHARE`, id).
+		Scan(&capDefault, &capMax)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("plans: currency: spend caps: %w", err)
+	}
+	var held, clear []string
+	if topUp != nil {
+		held = append(held, fmt.Sprintf("a self-serve top-up price (top_up_unit_minor %d)", *topUp))
+		clear = append(clear, "the top-up price (admin plans billing --top-up-unit-minor none; top_up_unit_minor null in the plan's billing settings)")
+	}
+	if capDefault != nil || capMax != nil {
+		held = append(held, fmt.Sprintf("spend caps for its tenants (spend_cap_default_minor %s, spend_cap_max_minor %s)",
+			formatMinor(capDefault), formatMinor(capMax)))
+		clear = append(clear, "the spend caps (admin plans quota without --spend-cap-default and --spend-cap-max; null in the plan's quota settings)")
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	why := "the plan has " + strings.Join(held, " and ") + " in minor units of " + from + ", which " + to + " would read as its own"
+	remedy := "clear " + strings.Join(clear, " and ") + ", change the currency, then set them again in " + to
+	return &tollgate.Error{Code: tollgate.EINVALID,
+		Message: "the plan's currency cannot change while " + why + ": " + remedy,
+		Fields:  map[string]string{"currency": "cannot change from " + from + " while " + why + ": " + remedy}}
+}
+
+// formatMinor writes an optional amount: "null" for none.
+func formatMinor(v *int64) string {
+	if v == nil {
+		return "null"
+	}
+	return strconv.FormatInt(*v, 10)
 }
 
 // SetRoutes replaces the plan's route templates (valid ones: see

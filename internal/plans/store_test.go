@@ -3,14 +3,17 @@ package plans_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limiter"
 	"github.com/tollgate/tollgate/internal/page"
 	"github.com/tollgate/tollgate/internal/plans"
+	"github.com/tollgate/tollgate/internal/quota"
 	"github.com/tollgate/tollgate/internal/tenants"
 	"github.com/tollgate/tollgate/internal/testenv"
 )
@@ -222,5 +225,67 @@ func TestCurrencyFixedWhileBilling(t *testing.T) {
 	testenv.Must(t, err)
 	if pro, err = ps.Update(ctx, pro.ID, in("EUR", 5900)); err != nil || pro.Currency != "EUR" {
 		t.Errorf("currency with every month billed on the plan closed: %+v, %v", pro, err)
+	}
+}
+
+// TestCurrencyFixedWhileAmountsOutside: a plan's currency cannot change
+// while it has an amount of money kept beside it without a currency of
+// its own, which the new currency would read as its own: its self-serve
+// top-up price (2 cents a unit would be 2 won) and its tenants' spend
+// caps. The change is refused naming currency, and the message says what
+// to clear; once cleared, the currency changes.
+func TestCurrencyFixedWhileAmountsOutside(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.DB(t)
+	ops := plans.NewOps(db)
+	inv := billing.NewInvoicing(db, billing.InvoicingConfig{}, nil)
+	pro, err := ops.Create(ctx, audit.CLI, plans.PlanInput{Name: "pro", Currency: "USD", BaseFeeMinor: 4900})
+	testenv.Must(t, err)
+	two, grace := int64(2), int64(3600)
+	_, err = inv.SetPlanBilling(ctx, audit.CLI, pro.ID, billing.PlanBillingInput{DunningGraceS: &grace, TopUpUnitMinor: &two})
+	testenv.Must(t, err)
+	in := plans.PlanInput{Name: "pro", Currency: "KRW", BaseFeeMinor: 4900}
+	refused := func(what string, err error, parts ...string) {
+		t.Helper()
+		f := testenv.Fields(err)["currency"]
+		if tollgate.ErrorCode(err) != tollgate.EINVALID || f == "" {
+			t.Fatalf("%s = %v, want a problem naming currency", what, err)
+		}
+		for _, part := range parts {
+			if !strings.Contains(f, part) || !strings.Contains(err.Error(), part) {
+				t.Errorf("%s: %q (%v), want it to say %q", what, f, err, part)
+			}
+		}
+		got, err := plans.NewStore(db).Get(ctx, pro.ID)
+		if err != nil || got.Currency != "USD" {
+			t.Errorf("%s: the plan is %+v, %v; want it still in USD", what, got, err)
+		}
+	}
+	_, err = ops.Update(ctx, audit.CLI, pro.ID, in)
+	refused("Ops.Update to KRW with a top-up price", err, "top_up_unit_minor 2", "--top-up-unit-minor none")
+	_, err = plans.NewStore(db).Put(ctx, plans.Plan{Name: "pro", Currency: "KRW", BaseFeeMinor: 4900})
+	refused("Put in KRW with a top-up price", err, "top_up_unit_minor 2")
+
+	// The top-up price cleared, the dunning grace kept: the spend caps
+	// are in cents too.
+	_, err = inv.SetPlanBilling(ctx, audit.CLI, pro.ID, billing.PlanBillingInput{DunningGraceS: &grace})
+	testenv.Must(t, err)
+	capMax := int64(50000)
+	_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, pro.ID, quota.PlanSettingsInput{SpendCapMaxMinor: &capMax})
+	testenv.Must(t, err)
+	_, err = ops.Update(ctx, audit.CLI, pro.ID, in)
+	refused("Ops.Update to KRW with a largest spend cap", err, "spend_cap_max_minor 50000", "admin plans quota")
+
+	// Thresholds alone are units, not money.
+	_, err = quota.NewOps(db).SetPlan(ctx, audit.CLI, pro.ID, quota.PlanSettingsInput{
+		Thresholds: []quota.Threshold{{Percent: 80}}})
+	testenv.Must(t, err)
+	got, err := ops.Update(ctx, audit.CLI, pro.ID, in)
+	if err != nil || got.Currency != "KRW" {
+		t.Fatalf("Ops.Update to KRW with nothing in USD left: %+v, %v", got, err)
+	}
+	pb, err := inv.PlanBilling(ctx, pro.ID)
+	if err != nil || pb.TopUpUnitMinor != nil || pb.DunningGraceS == nil || *pb.DunningGraceS != grace {
+		t.Errorf("billing settings after the move: %+v, %v; want no top-up price and the grace kept", pb, err)
 	}
 }

@@ -385,3 +385,32 @@ func TestDraftEditedOrDeletedAtStripe(t *testing.T) {
 		t.Errorf("record %+v with invoices at Stripe %+v, want a second draft of 4900 at cus_acmenew, unpaid", rec, made)
 	}
 }
+
+// TestDraftLeftByAPushInDraftMode: an invoice pushed by a process in
+// draft mode (an operator's shell without the deployment's
+// TOLLGATE_INVOICE_MODE) is a draft at Stripe that agrees with the
+// statement to the cent. In draft mode that is what is pushed, and no
+// difference; to a process that pushes in finalize or send mode it is a
+// difference, in the reconciliation and its metric, until Stripe's
+// invoice.finalized says an operator finalized it there.
+func TestDraftLeftByAPushInDraftMode(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	acme := r.acme()
+	r.closeOctober()
+	if rec := r.invoiceOf(acme); rec.PushState != billing.PushPushed || rec.ProviderStatus != "draft" {
+		t.Fatalf("pushed in draft mode: %+v, want pushed, a draft", rec)
+	}
+	r.wantReconciled()
+	r.wantDifferences(0, "a draft, pushed in draft mode, seen in draft mode")
+
+	for _, mode := range []billing.InvoiceMode{billing.ModeFinalize, billing.ModeSend} {
+		r.mode = mode
+		r.connect(r.stripe.URL)
+		r.wantReconciled("still a draft", string(mode)+" mode")
+		r.wantDifferences(1, "a draft, pushed in draft mode, seen in "+string(mode)+" mode")
+	}
+
+	r.invoiceEvent("evt_finalized_by_hand", "invoice.finalized", r.stripe.Invoices()[0])
+	r.wantReconciled()
+	r.wantDifferences(0, "the draft finalized at Stripe")
+}

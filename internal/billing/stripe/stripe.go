@@ -8,6 +8,8 @@ package stripe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,10 +128,12 @@ func idempotent(key string) stripeapi.Params {
 	return stripeapi.Params{IdempotencyKey: stripeapi.String(key)}
 }
 
-// CreateCustomer makes a customer for a tenant, once per tenant (its
-// idempotency key is the tenant's).
+// CreateCustomer makes a customer for a tenant, once per request (see
+// customerKey): a retry of the same request answers with the customer
+// the first made, and another request (another email or name, or a
+// create after the tenant was linked to a customer) makes another one.
 func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput) (string, error) {
-	params := &stripeapi.CustomerCreateParams{Params: idempotent("tollgate-customer-" + in.TenantID),
+	params := &stripeapi.CustomerCreateParams{Params: idempotent(customerKey(in)),
 		Name: stripeapi.String(in.TenantName), Metadata: map[string]string{metaTenant: in.TenantID}}
 	if in.Email != "" {
 		params.Email = stripeapi.String(in.Email)
@@ -139,6 +143,27 @@ func (p *Provider) CreateCustomer(ctx context.Context, in billing.CustomerInput)
 		return "", describe("create customer", err)
 	}
 	return c.ID, nil
+}
+
+// customerKey is the idempotency key of the creation of in's customer:
+// the tenant's ID and a hash of the rest of the request, the email and
+// the name sent and the customer the tenant was linked to when it was
+// asked (in.Replacing). Stripe refuses a key it has seen with other
+// parameters (idempotency_error) and answers a key it has seen with the
+// same ones with its first answer, for 24 hours: a key of the tenant
+// alone refused a create with another email, or after a rename, and
+// answered a second create with the customer made by the first, which
+// the tenant may have been moved off since. With the parameters and the
+// link in the key, a retry (the library's after a timeout, or the
+// operator's of a command that failed before the link was recorded) is
+// still made once, and any other request is a request of its own.
+func customerKey(in billing.CustomerInput) string {
+	h := sha256.New()
+	for _, part := range []string{in.TenantName, in.Email, in.Replacing} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "tollgate-customer-" + in.TenantID + "-" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // PushInvoice finds inv at Stripe by its reference (the customer's

@@ -744,3 +744,56 @@ func TestLookupReadsEveryPage(t *testing.T) {
 		t.Errorf("pushed as %s, want the first invoice made", rec.ProviderInvoiceID)
 	}
 }
+
+// TestCustomerKeyIsTheRequests: the idempotency key of a customer's
+// creation is the request's, not the tenant's alone. Stripe answers a
+// key it has seen with its first answer (and refuses it with other
+// parameters): a retry of the same request makes one customer, and a
+// create with another email, another name, or after the tenant was
+// linked to a customer, makes a customer of its own.
+func TestCustomerKeyIsTheRequests(t *testing.T) {
+	r := newRig(t, billing.ModeDraft)
+	ctx := context.Background()
+	tn := r.tenant("acme", fixture.Plan(t, r.db, plans.Plan{Name: "pro", BaseFeeMinor: 4900}))
+	create := func(in billing.CustomerInput) string {
+		t.Helper()
+		id, err := r.prov.CreateCustomer(ctx, in)
+		testenv.Must(t, err)
+		return id
+	}
+	first := billing.CustomerInput{TenantID: tn.ID, TenantName: "acme", Email: "a@acme.example"}
+	made := create(first)
+	if again := create(first); again != made || len(creates(r.stripe, "/v1/customers")) != 1 {
+		t.Errorf("the same request again made %s (first %s), %d customers; want the first, one", again, made,
+			len(creates(r.stripe, "/v1/customers")))
+	}
+	seen := map[string]string{made: "the first request"}
+	for what, in := range map[string]billing.CustomerInput{
+		"another email":            {TenantID: tn.ID, TenantName: "acme", Email: "b@acme.example"},
+		"no email":                 {TenantID: tn.ID, TenantName: "acme"},
+		"another name":             {TenantID: tn.ID, TenantName: "acme-corp", Email: "a@acme.example"},
+		"replacing the first made": {TenantID: tn.ID, TenantName: "acme", Email: "a@acme.example", Replacing: made},
+	} {
+		id := create(in)
+		if other, ok := seen[id]; ok {
+			t.Errorf("%s: answered with %s, the customer of %s; want a customer of its own", what, id, other)
+		}
+		seen[id] = what
+	}
+	keys := map[string]bool{}
+	for _, q := range creates(r.stripe, "/v1/customers") {
+		if !strings.HasPrefix(q.IdempotencyKey, "tollgate-customer-"+tn.ID) || keys[q.IdempotencyKey] {
+			t.Errorf("key %q: want one per request, of the tenant's", q.IdempotencyKey)
+		}
+		keys[q.IdempotencyKey] = true
+	}
+
+	// Through the link: a second create, with another email, links the
+	// tenant to a new customer, not to the first again.
+	a := r.link(tn, billing.LinkInput{Create: true, Email: "a@acme.example"})
+	b := r.link(tn, billing.LinkInput{Create: true, Email: "b@acme.example"})
+	c := r.link(tn, billing.LinkInput{Create: true, Email: "b@acme.example"})
+	if a.CustomerID == b.CustomerID || b.CustomerID == c.CustomerID || a.CustomerID == c.CustomerID {
+		t.Errorf("creates linked %s, %s, %s; want three customers", a.CustomerID, b.CustomerID, c.CustomerID)
+	}
+}

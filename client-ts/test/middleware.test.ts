@@ -742,6 +742,35 @@ describe("middleware", () => {
       });
     }
 
+    test("a response waiting for its release ends at once when its caller goes away; the release is still made", async () => {
+      const releasing = started(); // the release has been sent
+      const unblock = started();
+      client = new TollgateClient({
+        baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs,
+        fetch: async (input, init) => {
+          if (String(input).endsWith("/v1/release")) {
+            releasing.run();
+            await Promise.race([unblock.running, new Promise((resolve) => setTimeout(resolve, 3000))]);
+          }
+          return fetch(input, init);
+        },
+      });
+      let endedAtClose: boolean | undefined;
+      await served({}, (_req, res) => {
+        res.end("done");
+        res.once("close", () => setImmediate(() => {
+          endedAtClose = res.writableEnded;
+        }));
+      }, async (url) => {
+        await sendAndHangUp(url, {}, releasing.running);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        unblock.run();
+        await releasedWithin();
+      });
+      assert.equal(endedAtClose, true, "the response of a caller gone waited for its release");
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+    });
+
     test("a release the check API could not answer is retried", async () => {
       let failing = 1;
       const failingOnce: typeof fetch = (input, init) =>

@@ -49,15 +49,15 @@ type Options struct {
 	// included (default DefaultTimeout). Past it, FailMode decides.
 	Timeout time.Duration
 	// SettleTimeout bounds one attempt of a settlement or a release
-	// (default DefaultSettleTimeout, and never less than Timeout): no
-	// caller waits on them once the middleware made them, and a give-back
-	// lost costs the caller its estimate until the hold's TTL.
+	// (default DefaultSettleTimeout, and never less than Timeout): the
+	// middleware's response waits for the first attempt (see
+	// Client.Middleware), never for the retries, and a give-back lost
+	// costs the caller its estimate until the hold's TTL.
 	SettleTimeout time.Duration
-	// MaxPendingReturns bounds the settlements and releases the
-	// middleware runs after the responses they follow have ended
-	// (default DefaultMaxPendingReturns). Past it, a request's
-	// settlement or release is made before its response ends, as
-	// backpressure. See Client.Shutdown.
+	// MaxPendingReturns bounds the requests whose settlement or release
+	// the middleware retries after their responses have ended (default
+	// DefaultMaxPendingReturns). Past it, a request's retries are made
+	// before its response ends, as backpressure. See Client.Shutdown.
 	MaxPendingReturns int
 	// FailMode decides when the check API cannot be asked: it cannot be
 	// reached, times out, answers 5xx, or something in between answers

@@ -605,6 +605,44 @@ func TestEndToEnd(t *testing.T) {
 			})
 		}
 	})
+
+	// With every in-flight slot of the key but one taken, a caller that
+	// sends each request once it has the answer to the one before is
+	// never denied: its response ends once its hold is settled, which
+	// frees its slot.
+	t.Run("llm: a caller's next request finds its slot free", func(t *testing.T) {
+		svcURL, key, settled := settling(t, "sdk-e2e-sequential", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "ok")
+		})
+		for i := range 3 {
+			d, err := tg.Check(ctx, client.CheckRequest{Key: key, Resource: "POST /v1/complete"})
+			if err != nil || !d.Allowed || d.LeaseID == "" {
+				t.Fatalf("slot %d taken apart: %+v, %v; want allowed with a lease", i+1, d, err)
+			}
+			t.Cleanup(func() { _, _ = tg.Release(ctx, d.LeaseID) })
+		}
+		for i := 1; i <= 8; i++ {
+			req, _ := http.NewRequest(http.MethodPost, svcURL+"/v1/complete", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, resp.StatusCode, body)
+			}
+			select {
+			case st := <-settled:
+				if st.Cost != 50 || st.Status != "settled" {
+					t.Errorf("request %d settled at %d (%s), want 50", i, st.Cost, st.Status)
+				}
+			default:
+				t.Fatalf("request %d answered before its hold was settled", i)
+			}
+		}
+	})
 }
 
 // settlements is a transport that passes each settlement the check API

@@ -109,13 +109,18 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 // 0, or its lease released, at once. CostHeader is removed from every
 // response of an admitted request, held or not.
 //
-// The settlement or release is made after the handler returns without
-// holding up the response, in the background, and tried again (at the
-// same cost: a repeat changes nothing) when the check API could not
-// answer it: a transport error or timeout, a 5xx, a 408 or a 429; up to
-// four attempts over about a second, each bounded by
-// Options.SettleTimeout. At most Options.MaxPendingReturns are under way
-// at once; past that a request's is made before its response ends. Call
+// The settlement or release is made when the handler returns, before
+// the response ends: the response waits for its round trip (bounded by
+// Options.SettleTimeout), so that a caller who waits for its response and
+// sends its next request at once finds its slot free and its refund made
+// (on a concurrency rule of 1, the next request is never denied by the
+// lease of the one before). An attempt the check API could not answer —
+// a transport error or timeout, a 5xx, a 408 or a 429 — is tried again
+// (at the same cost: a repeat changes nothing) in the background, without
+// holding the response up: up to four attempts in all over about a
+// second, each bounded by Options.SettleTimeout. At most
+// Options.MaxPendingReturns requests' retries are under way at once; past
+// that a request's are made before its response ends. Call
 // Client.Shutdown after the server has shut down, so that none is cut
 // short by the process exiting.
 func (c *Client) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
@@ -232,8 +237,9 @@ func (c *Client) unserved(ctx context.Context, d *Decision) {
 // the hold: at the reported cost, else the estimate; at 0 for the
 // outcomes refundOn or the hold's rules list (see
 // MiddlewareOptions.RefundOn). Without a hold it releases the lease. The
-// settlement or release is made after serveHeld returns (giveBack): the
-// response does not wait for it.
+// first attempt of the settlement or release is made before serveHeld
+// returns, so before the response ends; its retries, if it needs any,
+// after (giveBack).
 func (c *Client) serveHeld(rw *costWriter, r *http.Request, next http.Handler, d *Decision, sent time.Time, estimate int64, refundOn []string) {
 	rep := &costReport{}
 	rw.report = rep

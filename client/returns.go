@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// pendingReturns runs the middleware's settlements and releases (what a
-// request gives back) after the responses they follow have ended, at
-// most cap(slots) at once; past that, or once the Client is shut down,
-// the request's own goroutine runs them before its response ends.
+// pendingReturns runs the retries of the middleware's settlements and
+// releases (what a request gives back) whose first attempt failed, after
+// the responses they follow have ended, at most cap(slots) at once; past
+// that, or once the Client is shut down, the request's own goroutine runs
+// them before its response ends.
 type pendingReturns struct {
 	slots chan struct{}
 
@@ -53,16 +54,16 @@ func (p *pendingReturns) run(give func()) {
 	}()
 }
 
-// Shutdown waits until the settlements and releases that the middleware
-// runs after the responses they follow have ended (see Middleware) are
-// done, their retries included, or until ctx ends (then it returns
-// ctx.Err(), and those still under way go on). Call it when the server
-// that uses the middleware has shut down, before the process exits:
-// otherwise a hold not yet settled keeps its estimate until its TTL, and
-// a lease not yet released its slot. The Client stays usable: afterwards
-// the middleware settles and releases before a response ends. Each
-// settlement or release is bounded (Options.SettleTimeout per attempt, a
-// few attempts), so Shutdown ends within a few of those.
+// Shutdown waits until the retries of settlements and releases that the
+// middleware runs after the responses they follow have ended (see
+// Middleware) are done, or until ctx ends (then it returns ctx.Err(), and
+// those still under way go on). Call it when the server that uses the
+// middleware has shut down, before the process exits: otherwise a hold
+// whose settlement is still being retried keeps its estimate until its
+// TTL, and a lease its slot. The Client stays usable: afterwards the
+// middleware retries before a response ends. Each attempt is bounded
+// (Options.SettleTimeout, a few attempts), so Shutdown ends within a few
+// of those.
 func (c *Client) Shutdown(ctx context.Context) error {
 	p := c.returns
 	if p == nil {
@@ -84,28 +85,24 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Retries of a settlement or release that the check API could not be
+// Attempts of a settlement or release that the check API could not be
 // asked (see retrying).
 const (
-	returnAttempts = 4
+	returnAttempts = 4                      // the first included
 	returnBackoff  = 100 * time.Millisecond // before the second attempt; doubled after each
 )
 
-// retrying calls give until it succeeds, fails with an answer that a
-// repeat would not change, or has been tried returnAttempts times,
-// waiting a backoff with jitter between attempts. It retries what the
-// check API could not answer: a transport error or timeout, a 5xx (503:
-// the limiter store did not answer), a 408 or a 429 (see unasked). A
-// settlement repeated at the same cost, or a release repeated, changes
-// nothing, so a retry after a lost answer is harmless. It returns the
-// last error.
-func retrying(ctx context.Context, give func(context.Context) error) error {
+// retrying calls give again after its attempt failed with err, until it
+// succeeds, fails with an answer that a repeat would not change, or has
+// been tried returnAttempts times in all, waiting a backoff with jitter
+// before each attempt. It retries what the check API could not answer: a
+// transport error or timeout, a 5xx (503: the limiter store did not
+// answer), a 408 or a 429 (see unasked). A settlement repeated at the
+// same cost, or a release repeated, changes nothing, so a retry after a
+// lost answer is harmless. It returns the last error.
+func retrying(ctx context.Context, err error, give func(context.Context) error) error {
 	backoff := returnBackoff
-	for attempt := 1; ; attempt++ {
-		err := give(ctx)
-		if err == nil || attempt == returnAttempts || !unasked(err) {
-			return err
-		}
+	for attempt := 1; err != nil && attempt < returnAttempts && unasked(err); attempt++ {
 		// Jitter: returns that failed together (a store failover) are
 		// not retried together.
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
@@ -116,24 +113,33 @@ func retrying(ctx context.Context, give func(context.Context) error) error {
 		case <-t.C:
 		}
 		backoff *= 2
+		err = give(ctx)
 	}
+	return err
 }
 
 // giveBack settles hold d.HoldID at cost, which releases its lease too,
-// or, without a hold, releases lease d.LeaseID: in the background (see
-// pendingReturns), retried (see retrying), whatever becomes of ctx,
-// whose values it keeps.
+// or, without a hold, releases lease d.LeaseID, whatever becomes of ctx,
+// whose values it keeps. The first attempt is made at once, before
+// giveBack returns — in the middleware, before the response ends — so
+// that a caller who waits for its response and sends its next request
+// finds its slot free and its refund made; the retries of an attempt the
+// check API could not answer are made in the background (see
+// pendingReturns and retrying), without holding the response up.
 func (c *Client) giveBack(ctx context.Context, d *Decision, cost int64) {
 	ctx = context.WithoutCancel(ctx)
 	holdID, leaseID := d.HoldID, d.LeaseID
-	c.returns.run(func() {
-		_ = retrying(ctx, func(ctx context.Context) (err error) {
-			if holdID != "" {
-				_, err = c.Settle(ctx, holdID, cost)
-			} else {
-				_, err = c.Release(ctx, leaseID)
-			}
-			return err
-		})
-	})
+	give := func(ctx context.Context) (err error) {
+		if holdID != "" {
+			_, err = c.Settle(ctx, holdID, cost)
+		} else {
+			_, err = c.Release(ctx, leaseID)
+		}
+		return err
+	}
+	err := give(ctx)
+	if err == nil || !unasked(err) {
+		return
+	}
+	c.returns.run(func() { _ = retrying(ctx, err, give) })
 }

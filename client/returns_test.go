@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -181,19 +182,32 @@ func sameBody(got, want map[string]any) bool {
 	return true
 }
 
-// TestResponsesDoNotWaitForTheirSettlement: the response of a held (or
-// leased) request ends when its handler returns, while its settlement
-// (or release) is still under way; Client.Shutdown waits for it.
-func TestResponsesDoNotWaitForTheirSettlement(t *testing.T) {
+// TestResponsesWaitForTheFirstGiveBackOnly: the response of a held (or
+// leased) request ends once the first attempt of its settlement (or
+// release) is answered, so that the caller's next request finds what it
+// gave back; an attempt the check API could not answer is retried after
+// the response has ended, without holding it up, and Client.Shutdown
+// waits for the retries.
+func TestResponsesWaitForTheFirstGiveBackOnly(t *testing.T) {
 	for _, tc := range []struct{ name, extra, op string }{
 		{"a hold", `"hold_id":"h1"`, "settle"},
 		{"a lease", `"lease_id":"l1","lease_expires_at":"2099-01-01T00:00:00.000Z","lease_ttl_ms":60000`, "release"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The give-back is answered once the response has arrived,
-			// within its timeout of a minute.
-			unblock := make(chan struct{})
+			responded := make(chan struct{})
+			unblock := make(chan struct{}) // the retry is answered once the response has arrived
 			a, c := newReturnsAPI(t, tc.extra, func(w http.ResponseWriter, op string, attempt int) bool {
+				if attempt == 1 {
+					// A response that does not wait for this attempt
+					// arrives meanwhile.
+					select {
+					case <-responded:
+						t.Errorf("the response ended before the first %s was answered", op)
+					case <-time.After(300 * time.Millisecond):
+					}
+					problemAnswer(w, http.StatusServiceUnavailable, "the limiter store did not answer; retry the settlement")
+					return true
+				}
 				<-unblock
 				return false
 			}, client.Options{SettleTimeout: time.Minute})
@@ -210,28 +224,115 @@ func TestResponsesDoNotWaitForTheirSettlement(t *testing.T) {
 			}()
 			req, _ := http.NewRequest(http.MethodPost, svc.URL+"/v1/complete", nil)
 			req.Header.Set("Authorization", "Bearer tg_x")
-			// Without an answer within 5 s, the response waited for its
-			// give-back.
+			// Without an answer within 5 s, the response waited for the
+			// retry of its give-back.
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 			if err != nil {
-				t.Fatalf("the response waited for its %s: %v", tc.op, err)
+				t.Fatalf("the response waited for the retry of its %s: %v", tc.op, err)
 			}
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			close(responded)
 			if err != nil || string(body) != "answer" {
 				t.Fatalf("answer %q, %v", body, err)
 			}
-			if call := receive(t, a.arrived, 5*time.Second, "no give-back"); call.op != tc.op {
-				t.Errorf("call %+v, want a %s", call, tc.op)
+			for attempt := 1; attempt <= 2; attempt++ {
+				if call := receive(t, a.arrived, 5*time.Second, "no give-back"); call.op != tc.op {
+					t.Errorf("attempt %d: %+v, want a %s", attempt, call, tc.op)
+				}
 			}
 			ended, end := context.WithCancel(context.Background())
 			end()
 			if err := c.Shutdown(ended); !errors.Is(err, context.Canceled) {
-				t.Errorf("Shutdown with the %s under way and its context ended = %v, want context.Canceled", tc.op, err)
+				t.Errorf("Shutdown with the retry of the %s under way and its context ended = %v, want context.Canceled", tc.op, err)
 			}
 			close(unblock)
 			if err := c.Shutdown(context.Background()); err != nil {
 				t.Errorf("Shutdown = %v, want nil once the %s is done", err, tc.op)
+			}
+		})
+	}
+}
+
+// slotAPI stands in for the check API of a concurrency rule of 1: a
+// check is admitted with a lease (and a hold, if hold) while the slot is
+// free, else denied; a release or a settlement frees the slot once its
+// round trip's latency has passed.
+type slotAPI struct {
+	hold    bool
+	latency time.Duration
+
+	mu   sync.Mutex
+	busy bool
+	n    int // leases given
+}
+
+func (a *slotAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/v1/check":
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.busy {
+			_, _ = io.WriteString(w, `{"allowed":false,"reason":"rate_limited","tier":"authenticated","retry_after_ms":30000,"degraded":false,"policy":"inflight","rules":[]}`)
+			return
+		}
+		a.busy = true
+		a.n++
+		id := strconv.Itoa(a.n)
+		extra := `"lease_id":"l` + id + `","lease_expires_at":"2099-01-01T00:00:00.000Z","lease_ttl_ms":30000`
+		if a.hold {
+			extra += `,"hold_id":"h` + id + `"`
+		}
+		_, _ = io.WriteString(w, `{"allowed":true,"reason":"ok","tier":"authenticated","retry_after_ms":0,"degraded":false,"policy":"inflight","rules":[],`+extra+`}`)
+	case "/v1/release", "/v1/settle":
+		time.Sleep(a.latency) // the give-back's round trip
+		a.mu.Lock()
+		a.busy = false
+		a.mu.Unlock()
+		if r.URL.Path == "/v1/release" {
+			_, _ = io.WriteString(w, `{"lease_id":"l1","released":true}`)
+		} else {
+			_, _ = io.WriteString(w, `{"hold_id":"h1","estimate":1,"cost":1,"status":"settled","repeated":false}`)
+		}
+	}
+}
+
+// TestSequentialCallersFindTheirSlotFree: on a concurrency rule of 1, a
+// caller that sends each request once it has the answer to the one
+// before is never denied: the response waits for the release (or the
+// settlement) that frees its slot, however long its round trip.
+func TestSequentialCallersFindTheirSlotFree(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold bool
+	}{
+		{"a lease released", false},
+		{"a hold settled", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := httptest.NewServer(&slotAPI{hold: tc.hold, latency: 50 * time.Millisecond})
+			defer api.Close()
+			c := newClient(t, api.URL, client.Options{})
+			svc := httptest.NewServer(c.Middleware(client.MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "answer")
+			})))
+			defer svc.Close()
+			for i := 1; i <= 10; i++ {
+				req, _ := http.NewRequest(http.MethodPost, svc.URL+"/v1/complete", nil)
+				req.Header.Set("Authorization", "Bearer tg_x")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, resp.StatusCode, body)
+				}
+			}
+			if err := c.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

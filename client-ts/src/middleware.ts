@@ -148,9 +148,13 @@ export function decisionOf(req: object): Decision | undefined {
  * lease is no longer renewed: it is released when the handler ends the
  * response, else expires by its TTL. A caller that goes away during the
  * check or the delay is not served (next is not called): its hold is
- * settled at 0, or its lease released, at once. Settlements and releases
- * are sent in the background, never delaying the response, and retried
- * a few times when the check API could not answer them.
+ * settled at 0, or its lease released, at once. The response ends once
+ * the first attempt of its settlement or release is answered (one round
+ * trip, bounded by four times the client's timeoutMs), so that a caller
+ * who waits for its response and sends its next request finds its slot
+ * free and its refund made; a caller already gone is not waited for. An
+ * attempt the check API could not answer is retried a few times in the
+ * background, after the response has ended.
  *
  *     app.use(middleware(tollgate, { skip: (req) => req.path === "/healthz" }));
  *     app.post("/v1/complete", middleware<express.Request, express.Response>(tollgate, { cost: (req) => req.body.max_tokens }), complete);
@@ -187,9 +191,9 @@ export function middleware<Req extends IncomingMessage = IncomingMessage & Expre
       // the lease is released.
       stopRenewing();
       if (holdId !== "") {
-        giveBack(client, (timeoutMs) => client.settle(holdId, 0, undefined, timeoutMs));
+        void giveBack(client, (timeoutMs) => client.settle(holdId, 0, undefined, timeoutMs));
       } else if (leaseId !== "") {
-        giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
+        void giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
       }
       return;
     }
@@ -262,7 +266,9 @@ function gone(res: ServerResponse): boolean {
  * remaining life, counted from arrived, when the decision arrived on the
  * monotonic clock), its lease left to expire by its TTL. stopRenewing is
  * called when the handler is done or the response closes, whichever is
- * first.
+ * first. When the handler ends the response of a caller still there,
+ * the original res.end is called once the first attempt of the
+ * settlement or release is answered (see watchBody).
  */
 function giveBackWhenDone(
   client: TollgateClient, req: object, res: ServerResponse, d: Decision, arrived: number, estimate: number, refundOn: readonly RefundOutcome[],
@@ -272,16 +278,15 @@ function giveBackWhenDone(
   const leaseId = d.lease_id ?? "";
   let done = false;
   let backstop: NodeJS.Timeout | undefined;
-  const finish = (callerGone: boolean, served: boolean) => {
+  const finish = (callerGone: boolean, served: boolean): Promise<void> | undefined => {
     if (done) {
-      return;
+      return undefined;
     }
     done = true;
     clearTimeout(backstop);
     stopRenewing();
     if (holdId === "") {
-      giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
-      return;
+      return giveBack(client, (timeoutMs) => client.release(leaseId, undefined, timeoutMs));
     }
     costReports.delete(req);
     const reported = report.cost !== undefined;
@@ -291,13 +296,13 @@ function giveBackWhenDone(
     // that read some of its answer and hung up.
     const timedOut = callerGone && !served && !reported;
     const refunded = (res.statusCode >= 500 && refundOn.includes("5xx")) || (timedOut && refundOn.includes("timeout"));
-    giveBack(client, (timeoutMs) => client.settle(holdId, refunded ? 0 : cost, undefined, timeoutMs));
+    return giveBack(client, (timeoutMs) => client.settle(holdId, refunded ? 0 : cost, undefined, timeoutMs));
   };
   const served = watchBody(res, report, (callerGone) => finish(callerGone, served()));
   if (holdId !== "") {
     report.onReport = () => {
       if (gone(res)) {
-        finish(true, served());
+        void finish(true, served());
       }
     };
     costReports.set(req, report);
@@ -316,7 +321,7 @@ function giveBackWhenDone(
     // charged, not refunded by the hold's expiry.
     const left = holdExpires - performance.now();
     if (left > 0) {
-      backstop = setTimeout(() => finish(true, served()), Math.floor(left * 0.9));
+      backstop = setTimeout(() => void finish(true, served()), Math.floor(left * 0.9));
       backstop.unref();
     }
   });
@@ -378,30 +383,34 @@ const giveBackAttempts = 4;
 const giveBackBackoffMs = 100;
 
 /**
- * giveBack runs send, a settlement or release, in the background, bound
- * by four times the client's check timeout, and retries it, the same
- * call again, up to giveBackAttempts in all, when the check API could
- * not answer it: a transport error or timeout, a 5xx (503: the limiter
- * store did not answer), a 408 or 429. Repeating a settlement at the same
- * cost, or a release, is harmless: the server answers it as repeated. A
+ * giveBack runs send, a settlement or release, each attempt bound by
+ * four times the client's check timeout, and retries it, the same call
+ * again, up to giveBackAttempts in all, when the check API could not
+ * answer it: a transport error or timeout, a 5xx (503: the limiter store
+ * did not answer), a 408 or 429. Repeating a settlement at the same cost,
+ * or a release, is harmless: the server answers it as repeated. A
  * refusal (404, 409, 422) is not retried. What still fails is dropped:
- * the hold or lease then expires by its TTL.
+ * the hold or lease then expires by its TTL. The promise it returns
+ * resolves, never rejects, once the first attempt is answered (or has
+ * failed); the retries go on in the background.
  */
-function giveBack(client: TollgateClient, send: (timeoutMs: number) => Promise<unknown>): void {
+function giveBack(client: TollgateClient, send: (timeoutMs: number) => Promise<unknown>): Promise<void> {
   const timeoutMs = 4 * client.timeoutMs;
   let attempt = 0;
-  const run = () => {
+  const run = async (): Promise<void> => {
     attempt++;
-    send(timeoutMs).catch((err: unknown) => {
+    try {
+      await send(timeoutMs);
+    } catch (err) {
       if (attempt >= giveBackAttempts || !retryable(err)) {
         return;
       }
       const backoff = giveBackBackoffMs * 3 ** (attempt - 1);
       // Jittered, so that the settlements of one outage do not all come back at once.
-      setTimeout(run, Math.floor(backoff / 2 + Math.random() * backoff)).unref();
-    });
+      setTimeout(() => void run(), Math.floor(backoff / 2 + Math.random() * backoff)).unref();
+    }
   };
-  run();
+  return run();
 }
 
 /**
@@ -481,13 +490,18 @@ function withoutCost(headers: unknown): { headers: unknown; value: unknown } | u
  * watchBody makes res note when some of its body is written while its
  * caller is still there, and call ended once when the handler ends it
  * (res.end), telling whether the caller was gone by then; the function it
- * returns says whether any body was served. A response ended after its
- * caller went away sends no headers, so a cost set with res.setHeader is
- * taken into report here.
+ * returns says whether any body was served. A cost set with res.setHeader
+ * and not yet sent is taken into report before ended is called. When
+ * ended returns a promise (the first attempt of a give-back) and the
+ * caller is still there, the response is ended once it resolves, or at
+ * once should the caller go meanwhile: a caller that waits for its
+ * response and sends its next request at once must find its slot free
+ * and its refund made. A further res.end meanwhile is ignored.
  */
-function watchBody(res: ServerResponse, report: CostReport, ended: (callerGone: boolean) => void): () => boolean {
+function watchBody(res: ServerResponse, report: CostReport, ended: (callerGone: boolean) => Promise<void> | undefined): () => boolean {
   let served = false;
   let ending = false;
+  let waiting = false;
   const note = (chunk: unknown) => {
     if (!served && !res.destroyed && (typeof chunk === "string" || chunk instanceof Uint8Array) && chunk.length > 0) {
       served = true;
@@ -500,17 +514,34 @@ function watchBody(res: ServerResponse, report: CostReport, ended: (callerGone: 
   } as ServerResponse["write"];
   const end = res.end;
   res.end = function (this: ServerResponse, ...args: unknown[]) {
+    if (waiting) {
+      return this; // the response already ends once its give-back is answered
+    }
+    if (ending) {
+      return end.apply(this, args as Parameters<ServerResponse["end"]>);
+    }
+    ending = true;
     note(typeof args[0] === "function" ? undefined : args[0]);
     const callerGone = gone(res);
-    if (callerGone && !res.headersSent) {
+    if (!res.headersSent) {
+      // Sent (and removed) with the headers only once end is called.
       report.cost = headerCost(res.getHeader(costHeader)) ?? report.cost;
     }
-    const out = end.apply(this, args as Parameters<ServerResponse["end"]>);
-    if (!ending) {
-      ending = true;
-      ended(callerGone);
+    const first = ended(callerGone);
+    if (first === undefined || callerGone) {
+      return end.apply(this, args as Parameters<ServerResponse["end"]>);
     }
-    return out;
+    waiting = true;
+    const endNow = () => {
+      if (waiting) {
+        waiting = false;
+        res.off("close", endNow);
+        end.apply(this, args as Parameters<ServerResponse["end"]>);
+      }
+    };
+    res.once("close", endNow);
+    void first.then(endNow);
+    return this;
   } as ServerResponse["end"];
   return () => served;
 }

@@ -534,7 +534,7 @@ describe("middleware", () => {
       assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 100 }]);
     });
 
-    test("a settlement the check API could not answer is retried at the same cost, after the response", async () => {
+    test("a settlement the check API could not answer is retried at the same cost after the response, which waits for the first attempt only", async () => {
       for (const failure of [problem(503, "unavailable", "the limiter store did not answer; retry the settlement"), problem(429, "", ""), problem(408, "", "")]) {
         fake.settles.length = 0;
         let failures = 2;
@@ -543,17 +543,37 @@ describe("middleware", () => {
         const settled = new Promise<void>((resolve) => {
           fake.onSettle = () => fake.settles.length === 3 && resolve();
         });
+        const arrived = started(); // the answer has reached the caller
+        let attempts = 0;
+        let endedBeforeFirst = false;
+        client = new TollgateClient({
+          baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs,
+          fetch: async (input, init) => {
+            if (String(input).endsWith("/v1/settle")) {
+              if (++attempts === 1) {
+                // A response that does not wait for this attempt arrives meanwhile.
+                endedBeforeFirst = await Promise.race([arrived.running.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 300))]);
+              } else {
+                // A response that waits for the retries never arrives before them.
+                await Promise.race([arrived.running, new Promise((resolve) => setTimeout(resolve, 3000))]);
+              }
+            }
+            return fetch(input, init);
+          },
+        });
         const answered = await served({ hold: true, cost: () => 100 }, (req, res) => {
           reportCost(req, 42);
           res.end("done");
         }, async (url) => {
           const answer = await send(url, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
           const settlesByAnswer = fake.settles.length;
+          arrived.run();
           await Promise.race([settled, new Promise((resolve) => setTimeout(resolve, 3000))]);
           return { answer, settlesByAnswer };
         });
         assert.equal(answered.answer.body, "done");
-        assert.ok(answered.settlesByAnswer < 3, "the response waited for the retries");
+        assert.equal(endedBeforeFirst, false, "the response ended before the first settlement was answered");
+        assert.equal(answered.settlesByAnswer, 1, "the first attempt was made before the response ended, the retries after");
         assert.deepEqual(fake.settles, [{ hold_id: "h1", cost: 42 }, { hold_id: "h1", cost: 42 }, { hold_id: "h1", cost: 42 }], String(failure.status));
       }
     });
@@ -687,6 +707,67 @@ describe("middleware", () => {
         await releasedWithin();
       });
       assert.equal(handled, false);
+      assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
+    });
+
+    for (const [name, hold] of [["released", false], ["settled", true]] as const) {
+      test(`on a concurrency rule of 1, sequential requests are all allowed: the response waits for the lease to be ${name}`, async () => {
+        // One slot: a check is denied while a lease it gave is neither
+        // released nor settled; each give-back takes 50 ms to arrive.
+        let given = 0;
+        fake.settles.length = 0;
+        fake.answer = () => {
+          const freed = fake.leases.filter((l) => l.op === "release").length + fake.settles.length;
+          if (given > freed) {
+            return { body: { ...allowed, allowed: false, reason: "rate_limited", retry_after_ms: 30_000, policy: "inflight" } };
+          }
+          given++;
+          const lease = { ...leased, lease_id: `l${given}` };
+          return { body: hold ? { ...lease, hold_id: `h${given}` } : lease };
+        };
+        const slow: typeof fetch = async (input, init) => {
+          if (/\/v1\/(release|settle)$/.test(String(input))) {
+            await new Promise((resolve) => setTimeout(resolve, 50));
+          }
+          return fetch(input, init);
+        };
+        client = new TollgateClient({ baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs, fetch: slow });
+        await served({ hold }, undefined, async (url) => {
+          for (let i = 1; i <= 10; i++) {
+            const answer = await send(url, "POST", "/v1/complete", { "X-API-Key": "tg_x" });
+            assert.equal(answer.status, 200, `request ${i}: ${answer.body}: the slot of the request before was still taken`);
+          }
+        });
+        assert.equal(given, 10);
+      });
+    }
+
+    test("a response waiting for its release ends at once when its caller goes away; the release is still made", async () => {
+      const releasing = started(); // the release has been sent
+      const unblock = started();
+      client = new TollgateClient({
+        baseUrl: fake.url, serviceToken: "t", timeoutMs: patientMs,
+        fetch: async (input, init) => {
+          if (String(input).endsWith("/v1/release")) {
+            releasing.run();
+            await Promise.race([unblock.running, new Promise((resolve) => setTimeout(resolve, 3000))]);
+          }
+          return fetch(input, init);
+        },
+      });
+      let endedAtClose: boolean | undefined;
+      await served({}, (_req, res) => {
+        res.end("done");
+        res.once("close", () => setImmediate(() => {
+          endedAtClose = res.writableEnded;
+        }));
+      }, async (url) => {
+        await sendAndHangUp(url, {}, releasing.running);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        unblock.run();
+        await releasedWithin();
+      });
+      assert.equal(endedAtClose, true, "the response of a caller gone waited for its release");
       assert.deepEqual(fake.leases, [{ op: "release", lease_id: "l1" }]);
     });
 

@@ -115,7 +115,7 @@ func TestPriceHistoryByMonth(t *testing.T) {
 func TestPriceHistoryMigration(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
-	testenv.Must(t, postgres.MigrateDown(db, 1))
+	testenv.Must(t, postgres.MigrateDownTo(db, 24)) // the last before plan_prices
 	var id int64
 	testenv.Must(t, db.QueryRow(ctx, `INSERT INTO plans (name, base_fee_minor, included_units, overage_unit_minor)
 		VALUES ('old', 4900, 1000, 2) RETURNING id`).Scan(&id))

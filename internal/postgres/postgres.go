@@ -128,6 +128,22 @@ func MigrateDown(pool *pgxpool.Pool, steps int) error {
 	})
 }
 
+// MigrateDownTo rolls a schema at SchemaVersion back to version, the
+// last migration left applied: one step per migration above it (the
+// numbers may have gaps). Nothing when version is the latest.
+func MigrateDownTo(pool *pgxpool.Pool, version uint) error {
+	steps := 0
+	for _, v := range MigrationVersions() {
+		if v > version {
+			steps++
+		}
+	}
+	if steps == 0 {
+		return nil
+	}
+	return MigrateDown(pool, steps)
+}
+
 // MigrateForce records version as the schema's version and clears the
 // dirty flag, running nothing: for after a failed migration was undone by
 // hand. Version 0 means "no migration applied".

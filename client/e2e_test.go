@@ -622,16 +622,8 @@ func TestEndToEnd(t *testing.T) {
 			t.Cleanup(func() { _, _ = tg.Release(ctx, d.LeaseID) })
 		}
 		for i := 1; i <= 8; i++ {
-			req, _ := http.NewRequest(http.MethodPost, svcURL+"/v1/complete", nil)
-			req.Header.Set("Authorization", "Bearer "+key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, resp.StatusCode, body)
+			if status, body := postAs(t, svcURL+"/v1/complete", key); status != http.StatusOK {
+				t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, status, body)
 			}
 			select {
 			case st := <-settled:

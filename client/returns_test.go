@@ -319,16 +319,8 @@ func TestSequentialCallersFindTheirSlotFree(t *testing.T) {
 			})))
 			defer svc.Close()
 			for i := 1; i <= 10; i++ {
-				req, _ := http.NewRequest(http.MethodPost, svc.URL+"/v1/complete", nil)
-				req.Header.Set("Authorization", "Bearer tg_x")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, resp.StatusCode, body)
+				if status, body := postAs(t, svc.URL+"/v1/complete", "tg_x"); status != http.StatusOK {
+					t.Fatalf("request %d: %d %s, want 200: the slot of the request before was still taken", i, status, body)
 				}
 			}
 			if err := c.Shutdown(context.Background()); err != nil {
@@ -378,4 +370,19 @@ func TestLeaseRenewalIgnoresTheLocalClock(t *testing.T) {
 			})).ServeHTTP(httptest.NewRecorder(), req)
 		})
 	}
+}
+
+// postAs POSTs an empty body to url with key as its bearer token, and
+// returns the answer's status and body.
+func postAs(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(body)
 }

@@ -26,6 +26,25 @@ import (
 // lists it.
 const providerWebhookRoute = "/api/v1/billing/stripe/webhook"
 
+// billedAcme is acmeSetupWith (settings) with the free plan at 1500 a
+// month (in its price history too) since 2020, and acme linked to the
+// Stripe customer cus_acme: every closed month bills acme 1500. It
+// returns the server and the operator's token.
+func billedAcme(t *testing.T, settings map[string]string) (*adminServer, string) {
+	t.Helper()
+	srv, op, _, _ := acmeSetupWith(t, settings)
+	ctx := context.Background()
+	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
+	testenv.Must(t, err)
+	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
+	testenv.Must(t, err)
+	_, err = runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
+	testenv.Must(t, err)
+	return srv, op
+}
+
 // acmeSetupWith is acmeSetup on a server with more settings.
 func acmeSetupWith(t *testing.T, settings map[string]string) (srv *adminServer, op string, acme tenants.Tenant, admin string) {
 	t.Helper()
@@ -224,17 +243,7 @@ func TestInvoicesThroughTheAdminServer(t *testing.T) {
 func TestCloseFromAShellWithoutTheStripeKey(t *testing.T) {
 	local := stripetest.Start(t)
 	settings := withSettings(local.Settings(), map[string]string{"TOLLGATE_INVOICE_PUSH_INTERVAL": "100ms"})
-	srv, _, _, _ := acmeSetupWith(t, settings)
-	ctx := context.Background()
-	// The free plan costs 1500 a month, in its price history too.
-	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
-	testenv.Must(t, err)
-	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
-	testenv.Must(t, err)
-	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
-	testenv.Must(t, err)
-	_, err = runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
-	testenv.Must(t, err)
+	srv, _ := billedAcme(t, settings)
 
 	out, err := runAdmin(t, srv.DBURL, "", "close", "--month", "2020-05")
 	if err != nil || !strings.Contains(out, "invoices issued: 1, pending") {
@@ -493,16 +502,8 @@ func TestRetargetAllFailedFromTheCLI(t *testing.T) {
 func TestCloseFromAShellWithoutTheInvoiceMode(t *testing.T) {
 	local := stripetest.Start(t)
 	settings := withSettings(local.Settings(), map[string]string{"TOLLGATE_INVOICE_MODE": "finalize", "TOLLGATE_INVOICE_PUSH_INTERVAL": "1h"})
-	srv, op, _, _ := acmeSetupWith(t, settings)
+	srv, op := billedAcme(t, settings)
 	ctx := context.Background()
-	_, err := srv.DB.Exec(ctx, `UPDATE plans SET base_fee_minor = 1500 WHERE name = 'free'`)
-	testenv.Must(t, err)
-	_, err = srv.DB.Exec(ctx, `UPDATE plan_prices SET base_fee_minor = 1500 WHERE plan_id = (SELECT id FROM plans WHERE name = 'free')`)
-	testenv.Must(t, err)
-	_, err = srv.DB.Exec(ctx, `UPDATE tenant_plan_changes SET effective_at = '2020-01-01T00:00:00Z'`)
-	testenv.Must(t, err)
-	_, err = runAdmin(t, srv.DBURL, "", "billing", "link", "--tenant", "acme", "--customer", "cus_acme")
-	testenv.Must(t, err)
 
 	// The shell: the Stripe settings, not the mode.
 	shell := func(mode string, args ...string) (stdout, stderr string) {

@@ -393,19 +393,94 @@ func TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce(t *testing.T) {
 }
 
 // staleOrigin is the Redis store as a drainer sees it whose pass began
-// before that Redis replaced another: the first identity it reads is the
-// one of the Redis gone.
+// before that Redis replaced another: the first identity it offers is
+// the one of the Redis gone.
 type staleOrigin struct {
 	*redisstore.Store
 	read bool
 }
 
-func (s *staleOrigin) CreditsOrigin(ctx context.Context, key, id string) (string, error) {
+func (s *staleOrigin) ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error) {
 	if !s.read {
-		s.read = true
-		return "gone", nil
+		s.read, id = true, "gone"
 	}
-	return s.Store.CreditsOrigin(ctx, key, id)
+	return s.Store.ReadCreditsOrigin(ctx, key, log, after, max, id)
+}
+
+// emptiedBeforeRead is the Redis store whose Redis comes back empty
+// part-way through a drainer's pass, just before it reads the log at
+// log: then refill logs the new Redis's first draws.
+type emptiedBeforeRead struct {
+	*redisstore.Store
+	log    string
+	refill func()
+}
+
+func (s *emptiedBeforeRead) ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error) {
+	if log == s.log && s.refill != nil {
+		s.refill()
+		s.refill = nil
+	}
+	return s.Store.ReadCreditsOrigin(ctx, key, log, after, max, id)
+}
+
+// TestARedisEmptiedPartWayThroughAPassLosesNoDraw: Redis comes back
+// empty after a drainer's pass began, on a machine whose clock is behind
+// the old one's, and before the pass reads a balance the old Redis had
+// logged. The new log's first draws (deferred, its counter missing) sort
+// before the account's position, a later one after it. The drainer takes
+// the log for the new Redis's by the identity read with it: it reads
+// the log from its beginning, records each draw once under the new
+// identity, and trims nothing it has not read.
+func TestARedisEmptiedPartWayThroughAPassLosesNoDraw(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 0, 0)
+	r.topUp(20)
+	for range 3 {
+		if d := r.check(1); !d.Allowed {
+			t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	// The old Redis's clock an hour ahead: a draw of 1 logged by it.
+	aheadMS := time.Now().Add(time.Hour).UnixMilli()
+	ahead := fmt.Sprintf("%d-0", aheadMS)
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead, Values: []any{"u", "1", "t", now}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	r.drain()
+	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 4 {
+		t.Fatalf("account %+v, %v: want 4 consumed through %s", acct, err, ahead)
+	}
+
+	behind := time.Now().Add(-time.Minute).UnixMilli()
+	fresh := []string{fmt.Sprintf("%d-0", behind), fmt.Sprintf("%d-1", behind), fmt.Sprintf("%d-0", aheadMS+1000)}
+	store := &emptiedBeforeRead{Store: redisstore.New(r.rdb), log: logKey, refill: func() {
+		r.emptyRedis()
+		for _, id := range fresh {
+			testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: id,
+				Values: []any{"u", "1", "d", "1", "t", now}}).Err())
+		}
+	}}
+	pass := credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix, Now: func() time.Time { return r.drainAt }})
+	if _, err := pass.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if store.refill != nil {
+		t.Fatal("the pass never read the balance's log")
+	}
+	acct := r.agree()
+	if acct.Consumed != 7 {
+		t.Errorf("ledger consumed %d, want 7: the 4 of the old Redis and the new one's 3", acct.Consumed)
+	}
+	for _, id := range fresh {
+		var rows int
+		testenv.Must(t, r.db.QueryRow(ctx, `SELECT count(*) FROM credit_ledger WHERE tenant_id = $1 AND kind = 'consumption'
+			AND entry LIKE '%:' || $2`, r.tenantID, id).Scan(&rows))
+		if rows != 1 {
+			t.Errorf("the new log's entry %s is in the ledger %d times, want once", id, rows)
+		}
+	}
 }
 
 // TestADrainerStillOnAGoneRedisRecordsNothingTwice: a drainer whose pass

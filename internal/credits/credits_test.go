@@ -393,19 +393,164 @@ func TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce(t *testing.T) {
 }
 
 // staleOrigin is the Redis store as a drainer sees it whose pass began
-// before that Redis replaced another: the first identity it reads is the
-// one of the Redis gone.
+// before that Redis replaced another: the first identity it offers is
+// the one of the Redis gone.
 type staleOrigin struct {
 	*redisstore.Store
 	read bool
 }
 
-func (s *staleOrigin) CreditsOrigin(ctx context.Context, key, id string) (string, error) {
+func (s *staleOrigin) ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error) {
 	if !s.read {
-		s.read = true
-		return "gone", nil
+		s.read, id = true, "gone"
 	}
-	return s.Store.CreditsOrigin(ctx, key, id)
+	return s.Store.ReadCreditsOrigin(ctx, key, log, after, max, id)
+}
+
+// emptiedMidPass is the Redis store whose Redis comes back empty
+// part-way through a drainer's pass: just before it reads the log at log
+// (beforeRead), or just before it trims it (beforeTrim), each once. The
+// hook empties Redis and logs the new Redis's first draws.
+type emptiedMidPass struct {
+	*redisstore.Store
+	log                    string
+	beforeRead, beforeTrim func()
+}
+
+func once(hook *func()) {
+	if *hook != nil {
+		(*hook)()
+		*hook = nil
+	}
+}
+
+func (s *emptiedMidPass) ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error) {
+	if log == s.log {
+		once(&s.beforeRead)
+	}
+	return s.Store.ReadCreditsOrigin(ctx, key, log, after, max, id)
+}
+
+func (s *emptiedMidPass) TrimCreditsOrigin(ctx context.Context, log, through, origin string) error {
+	if log == s.log {
+		once(&s.beforeTrim)
+	}
+	return s.Store.TrimCreditsOrigin(ctx, log, through, origin)
+}
+
+// refill returns a hook that empties the rig's Redis and logs a deferred
+// draw of 1 under each of ids in the balance's new log.
+func (r *rig) refill(ids ...string) func() {
+	return func() {
+		ctx := context.Background()
+		_, logKey := credits.Keys(r.prefix, r.tenantID)
+		r.emptyRedis()
+		now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+		for _, id := range ids {
+			testenv.Must(r.t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: id,
+				Values: []any{"u", "1", "d", "1", "t", now}}).Err())
+		}
+	}
+}
+
+// recordedOnce checks that each of the log entries ids is in the ledger
+// once, under whichever identity.
+func (r *rig) recordedOnce(ids ...string) {
+	r.t.Helper()
+	for _, id := range ids {
+		var rows int
+		testenv.Must(r.t, r.db.QueryRow(context.Background(), `SELECT count(*) FROM credit_ledger
+			WHERE tenant_id = $1 AND kind = 'consumption' AND entry LIKE '%:' || $2`, r.tenantID, id).Scan(&rows))
+		if rows != 1 {
+			r.t.Errorf("the new log's entry %s is in the ledger %d times, want once", id, rows)
+		}
+	}
+}
+
+// TestARedisEmptiedPartWayThroughAPassLosesNoDraw: Redis comes back
+// empty after a drainer's pass began, on a machine whose clock is behind
+// the old one's, and before the pass reads a balance the old Redis had
+// logged. The new log's first draws (deferred, its counter missing) sort
+// before the account's position, a later one after it. The drainer takes
+// the log for the new Redis's by the identity read with it: it reads
+// the log from its beginning, records each draw once under the new
+// identity, and trims nothing it has not read.
+func TestARedisEmptiedPartWayThroughAPassLosesNoDraw(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 0, 0)
+	r.topUp(20)
+	for range 3 {
+		if d := r.check(1); !d.Allowed {
+			t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	// The old Redis's clock an hour ahead: a draw of 1 logged by it.
+	aheadMS := time.Now().Add(time.Hour).UnixMilli()
+	ahead := fmt.Sprintf("%d-0", aheadMS)
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead, Values: []any{"u", "1", "t", now}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	r.drain()
+	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 4 {
+		t.Fatalf("account %+v, %v: want 4 consumed through %s", acct, err, ahead)
+	}
+
+	behind := time.Now().Add(-time.Minute).UnixMilli()
+	fresh := []string{fmt.Sprintf("%d-0", behind), fmt.Sprintf("%d-1", behind), fmt.Sprintf("%d-0", aheadMS+1000)}
+	store := &emptiedMidPass{Store: redisstore.New(r.rdb), log: logKey, beforeRead: r.refill(fresh...)}
+	pass := credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix, Now: func() time.Time { return r.drainAt }})
+	if _, err := pass.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if store.beforeRead != nil {
+		t.Fatal("the pass never read the balance's log")
+	}
+	acct := r.agree()
+	if acct.Consumed != 7 {
+		t.Errorf("ledger consumed %d, want 7: the 4 of the old Redis and the new one's 3", acct.Consumed)
+	}
+	r.recordedOnce(fresh...)
+}
+
+// TestARedisEmptiedBeforeATrimKeepsItsLog: Redis comes back empty, its
+// clock behind the old one's, between a drain's commit and its trim of
+// the log it recorded. The new log's first draws sort before the entry
+// the trim is through: the trim leaves them, since the log no longer
+// carries the identity its entries were recorded under, and the next
+// drain records each once.
+func TestARedisEmptiedBeforeATrimKeepsItsLog(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeOverage, 0, 0)
+	r.topUp(20)
+	for range 3 {
+		if d := r.check(1); !d.Allowed {
+			t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead, Values: []any{"u", "1", "t", now}}).Err())
+	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+
+	behind := time.Now().Add(-time.Minute).UnixMilli()
+	fresh := []string{fmt.Sprintf("%d-0", behind), fmt.Sprintf("%d-1", behind)}
+	store := &emptiedMidPass{Store: redisstore.New(r.rdb), log: logKey, beforeTrim: r.refill(fresh...)}
+	pass := credits.NewDrainer(r.db, store, credits.DrainerConfig{Prefix: r.prefix, Now: func() time.Time { return r.drainAt }})
+	rep, err := pass.Drain(ctx)
+	testenv.Must(t, err)
+	if rep.Entries != 4 || store.beforeTrim != nil {
+		t.Fatalf("drain: %+v, trimmed: %v; want the 4 entries recorded, then the log trimmed", rep, store.beforeTrim == nil)
+	}
+	if n := r.rdb.XLen(ctx, logKey).Val(); n != 2 {
+		t.Errorf("the new log holds %d entries after the trim, want its 2", n)
+	}
+	acct := r.agree()
+	if acct.Consumed != 6 {
+		t.Errorf("ledger consumed %d, want 6: the 4 of the old Redis and the new one's 2", acct.Consumed)
+	}
+	r.recordedOnce(fresh...)
 }
 
 // TestADrainerStillOnAGoneRedisRecordsNothingTwice: a drainer whose pass

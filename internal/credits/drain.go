@@ -135,13 +135,7 @@ func (d *Drainer) Drain(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	origin, err := d.origin(ctx)
-	if err != nil {
-		return Report{}, err
-	}
-	drain := func(ctx context.Context, tenantID string) (Report, bool, error) {
-		return d.drainTenant(ctx, tenantID, origin)
-	}
+	drain := d.drainTenant
 	if d.cfg.Region != "" {
 		// One drainer of a region at a time: the escrow it reserves
 		// reaches the counter after the ledger's commit, and another
@@ -211,80 +205,53 @@ const maxRounds = 100
 
 // originKeeper is what a store whose consumption logs outlive the
 // process (redisstore.Store) offers to tell them from another store's:
-// an identity kept beside them, under the key prefix. A store without it
-// (a single process's memory store, never one of several regions) keeps
-// no origin.
+// an identity kept beside each log, in its slot, read with it. A store
+// without it (a single process's memory store, never one of several
+// regions) keeps no origin.
 type originKeeper interface {
-	// CreditsOrigin returns the identity at key ("" when missing), first
-	// setting it to id when it is missing and id is not empty.
-	CreditsOrigin(ctx context.Context, key, id string) (string, error)
-}
-
-// originKey is the key, under prefix, of the identity of the Redis that
-// keeps the consumption logs.
-func originKey(prefix string) string { return prefix + "{credits}:origin" }
-
-// origin returns the identity of the drainer of one region's Redis,
-// making it when missing (a new Redis, or one that came back empty): the
-// drainer writes it on each account it drains (log_origin), so that it
-// can tell a Redis that came back empty from the one the account's
-// position is of (drainTenant), and a region's first drain whether the
-// position is of its Redis's log (logStart). "" in a region, or when the
-// store keeps none.
-func (d *Drainer) origin(ctx context.Context) (string, error) {
-	keeper, ok := d.logs.(originKeeper)
-	if d.cfg.Region != "" || !ok {
-		return "", nil
-	}
-	origin, err := keeper.CreditsOrigin(ctx, originKey(d.cfg.Prefix), rand.Text())
-	if err != nil {
-		return "", fmt.Errorf("credits: drain: %w", err)
-	}
-	return origin, nil
+	// ReadCreditsOrigin is ReadCredits that also returns the log's
+	// origin, read in the same atomic call: first set to id when it is
+	// missing and id is not empty ("" when it is missing and id is).
+	ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error)
+	// TrimCreditsOrigin is TrimCredits only while the log's origin is
+	// origin, in one atomic call.
+	TrimCreditsOrigin(ctx context.Context, log, through, origin string) error
 }
 
 // drainTenant records one batch of tenantID's log in one transaction;
 // more is true when the log held more (or its counter could not be made
-// yet: entries came after the read). origin is the identity of the
-// Redis it reads, as the pass began ("" when the store keeps none).
+// yet: entries came after the read).
 //
 // The account's position is an entry ID of the log of the Redis the
-// account names (log_origin). A Redis with another identity (one that
-// came back empty) is read from its log's beginning: its IDs come from
-// its own clock, and read after a position of another log, the entries
-// of a clock behind it would never be recorded while the drift repair
-// gave their units back to the counter, drawn again and again. Its
-// entries are recorded under its identity ("origin:ID", as a region's
-// under its name), so that an ID it reuses is not taken for an entry of
-// the Redis before it.
-func (d *Drainer) drainTenant(ctx context.Context, tenantID, origin string) (r Report, more bool, err error) {
+// account names (log_origin): the identity the drainer keeps beside the
+// log, read with it, made anew when missing (a new Redis, or one that
+// came back empty). A log with another identity is read from its
+// beginning: its IDs come from its own Redis's clock, and read after a
+// position of another log, the entries of a clock behind it would never
+// be recorded while the drift repair gave their units back to the
+// counter, drawn again and again. Its entries are recorded under its
+// identity ("origin:ID", as a region's under its name), so that an ID it
+// reuses is not taken for an entry of the Redis before it. The identity
+// is the one read with the entries, never one read before them: Redis
+// may come back empty at any time, part-way through a pass too. The log
+// is trimmed only while it still carries that identity.
+func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, more bool, err error) {
 	counter, logKey := Keys(d.cfg.Prefix, tenantID)
-	var through string
+	keeper, _ := d.logs.(originKeeper)
+	var through, origin string
 	err = postgres.Tx(ctx, d.db, func(tx pgx.Tx) error {
-		r, through, more = Report{}, "", false
+		r, through, origin, more = Report{}, "", "", false
 		s, b, settings, overdraft, err := openDrain(ctx, tx, tenantID)
 		if err != nil {
 			return err
 		}
 		before := b.acct
-		if origin != "" && b.acct.logOrigin != "" && origin != b.acct.logOrigin {
-			// The pass's identity may be of a Redis gone since, and the
-			// account already drained from the one after it: asked
-			// again, so that two drainers never take turns.
-			if origin, err = d.origin(ctx); err != nil {
-				return err
-			}
+		var read limiter.CreditRead
+		if keeper == nil {
+			read, err = d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
+		} else {
+			read, origin, err = d.readOrigin(ctx, keeper, counter, logKey, &b.acct)
 		}
-		if origin != "" && origin != b.acct.logOrigin {
-			if b.acct.logOrigin != "" {
-				// Another Redis's log: its position says nothing here.
-				// (An account drained before identities were kept keeps
-				// its position: its Redis is taken for the one it is of.)
-				b.acct.Position = "0-0"
-			}
-			b.acct.logOrigin = origin // saved with the position
-		}
-		read, err := d.logs.ReadCredits(ctx, counter, logKey, b.acct.Position, d.cfg.Batch)
 		if err != nil {
 			return err
 		}
@@ -359,11 +326,42 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID, origin string) (r R
 	if err == nil && through != "" {
 		// Recorded: the entries may leave the log. A failure here only
 		// leaves them to be skipped next time (by position).
-		if terr := d.logs.TrimCredits(ctx, logKey, through); terr != nil {
+		trim := func() error { return d.logs.TrimCredits(ctx, logKey, through) }
+		if keeper != nil {
+			trim = func() error { return keeper.TrimCreditsOrigin(ctx, logKey, through, origin) }
+		}
+		if terr := trim(); terr != nil {
 			d.cfg.Log.WarnContext(ctx, "credits: trim log", "tenant_id", tenantID, "err", terr)
 		}
 	}
 	return r, more, err
+}
+
+// readOrigin reads one batch of the account's log with the log's
+// identity, making one when missing, and moves the account to that
+// identity: the position is kept when the account has none (drained
+// before identities were kept: the Redis is taken for the one its
+// position is of), and the log is read from its beginning when the
+// account names another (the position is of another Redis's log).
+func (d *Drainer) readOrigin(ctx context.Context, keeper originKeeper, counter, logKey string, acct *account) (limiter.CreditRead, string, error) {
+	read, origin, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, d.cfg.Batch, rand.Text())
+	if err != nil || origin == acct.logOrigin {
+		return read, origin, err
+	}
+	if acct.logOrigin != "" && acct.Position != "" && acct.Position != "0-0" {
+		// Another Redis's log: its position says nothing here.
+		again, originAgain, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, "0-0", d.cfg.Batch, rand.Text())
+		if err != nil {
+			return read, "", err
+		}
+		if originAgain != origin {
+			return read, "", fmt.Errorf("credits: drain: the log's Redis changed while it was read; the next drain reads it again")
+		}
+		read = again
+		acct.Position = "0-0"
+	}
+	acct.logOrigin = origin // saved with the position
+	return read, origin, nil
 }
 
 // openDrain opens tenantID's book on tx (locking its account) and reads

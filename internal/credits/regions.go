@@ -308,7 +308,8 @@ func (b *book) lapse(ctx context.Context, cutoff time.Time) (*time.Time, int64, 
 //
 // The account's position is an entry ID of the log of the Redis the
 // drainer of one region read, by that Redis's clock; that drainer keeps
-// an identity in its Redis and writes it on the account (log_origin).
+// an identity beside the log in its Redis and writes it on the account
+// (log_origin).
 // The region whose Redis carries the account's identity skips the
 // entries up to the position, which it may still log (a failed trim), and
 // recorded already: a drainer of one region keyed their ledger rows by
@@ -331,7 +332,7 @@ func (d *Drainer) logStart(ctx context.Context, counter, logKey string, acct acc
 		return "0-0", nil
 	}
 	if keeper, ok := d.logs.(originKeeper); ok && acct.logOrigin != "" {
-		origin, err := keeper.CreditsOrigin(ctx, originKey(d.cfg.Prefix), "")
+		_, origin, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, 1, "")
 		if err != nil {
 			return "", fmt.Errorf("credits: region's log start: %w", err)
 		}

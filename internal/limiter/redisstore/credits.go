@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -18,7 +17,23 @@ var (
 local c = redis.call('GET', KEYS[1])
 local e = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 return {c, e, t[1] * 1000000 + t[2]}`)
-	creditsTrimScript   = redis.NewScript(`return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
+	// The log's origin (CreditsOriginKey) is read, and made when missing
+	// and the caller offers one, in the call that reads the log: the
+	// entries read are of the Redis that origin names.
+	creditsReadOriginScript = redis.NewScript(`local t = redis.call('TIME')
+local o = redis.call('GET', KEYS[3])
+if not o and ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3])
+  o = ARGV[3]
+end
+local c = redis.call('GET', KEYS[1])
+local e = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+return {c, e, t[1] * 1000000 + t[2], o}`)
+	creditsTrimScript = redis.NewScript(`return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
+	// A log is trimmed only while its origin is the one its entries were
+	// recorded under: a log made since (Redis back empty) is not read yet.
+	creditsTrimOriginScript = redis.NewScript(`if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
 	creditsAdjustScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('INCRBY', KEYS[1], ARGV[1])
 end
@@ -38,12 +53,6 @@ return want`)
 if #redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 1) > 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`)
-	// A store's identity is set once and never changed: a missing one is
-	// set only when the caller offers one.
-	creditsOriginScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
-if v or ARGV[1] == '' then return v end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]`)
 )
 
 // ReadCredits returns the counter at key and up to max entries of the
@@ -58,7 +67,41 @@ func (s *Store) ReadCredits(ctx context.Context, key, log, after string, max int
 	if err != nil {
 		return r, fmt.Errorf("redisstore: read credits: %w", err)
 	}
-	if len(reply) != 3 {
+	return creditRead(reply, 3)
+}
+
+// ReadCreditsOrigin is ReadCredits that also returns the log's origin,
+// read in the same script call: the identity at CreditsOriginKey(log),
+// first set to id when it is missing and id is not empty ("" when it is
+// missing and id is). A Redis that comes back empty has lost it with the
+// log, so an origin read once names every entry read with it, and one
+// read before names another Redis's log when they differ. The caller
+// offers a new random id: an origin is never one of a Redis before.
+func (s *Store) ReadCreditsOrigin(ctx context.Context, key, log, after string, max int, id string) (limiter.CreditRead, string, error) {
+	if after == "" {
+		after = "0-0"
+	}
+	reply, err := creditsReadOriginScript.Run(ctx, s.client, []string{key, log, CreditsOriginKey(log)}, after, max, id).Slice()
+	if err != nil {
+		return limiter.CreditRead{}, "", fmt.Errorf("redisstore: read credits: %w", err)
+	}
+	r, err := creditRead(reply, 4)
+	if err != nil {
+		return r, "", err
+	}
+	origin, _ := reply[3].(string)
+	return r, origin, nil
+}
+
+// CreditsOriginKey returns the key of the origin of the consumption log
+// at log: beside it, in its slot.
+func CreditsOriginKey(log string) string { return log + ":origin" }
+
+// creditRead reads the reply of a credits read script, of n values.
+func creditRead(reply []any, n int) (limiter.CreditRead, error) {
+	var r limiter.CreditRead
+	var err error
+	if len(reply) != n {
 		return r, fmt.Errorf("redisstore: read credits: reply of %d values", len(reply))
 	}
 	if c, ok := reply[0].(string); ok {
@@ -130,6 +173,18 @@ func (s *Store) TrimCredits(ctx context.Context, log, through string) error {
 	return nil
 }
 
+// TrimCreditsOrigin is TrimCredits while the log's origin is origin (as
+// ReadCreditsOrigin returned it), in one script call: otherwise Redis
+// came back empty since, and it trims nothing of a log not yet read.
+func (s *Store) TrimCreditsOrigin(ctx context.Context, log, through, origin string) error {
+	ms, seq := splitID(through)
+	next := strconv.FormatInt(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+	if err := creditsTrimOriginScript.Run(ctx, s.client, []string{log, CreditsOriginKey(log)}, next, origin).Err(); err != nil {
+		return fmt.Errorf("redisstore: trim credits: %w", err)
+	}
+	return nil
+}
+
 func splitID(id string) (ms int64, seq uint64) {
 	for i := 0; i < len(id); i++ {
 		if id[i] == '-' {
@@ -171,19 +226,4 @@ func (s *Store) RebuildCredits(ctx context.Context, key, log, after string, cons
 		return false, fmt.Errorf("redisstore: rebuild credits: %w", err)
 	}
 	return made == 1, nil
-}
-
-// CreditsOrigin returns the identity at key ("" when missing), first
-// setting it to id when it is missing and id is not empty, in one script
-// call. The credits drainer keeps one beside the consumption logs, to
-// tell them from another Redis's.
-func (s *Store) CreditsOrigin(ctx context.Context, key, id string) (string, error) {
-	origin, err := creditsOriginScript.Run(ctx, s.client, []string{key}, id).Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("redisstore: credits origin: %w", err)
-	}
-	return origin, nil
 }

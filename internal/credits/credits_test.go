@@ -935,3 +935,38 @@ func TestAPassEndsWhenEveryBalanceFails(t *testing.T) {
 		t.Errorf("drain: %v, want three balances named and the pass ended", err)
 	}
 }
+
+// TestAnUpgradedRedisKeepsItsPosition: a Redis an earlier release kept
+// one identity for (at {credits}:origin, written on the account as
+// log_origin), whose logs have none of their own yet, is the same Redis:
+// the drainer keeps the account's position, and what a failed trim left
+// in the log before it is not recorded again. A Redis with no identity
+// at all is another's: its log is read from its beginning.
+func TestAnUpgradedRedisKeepsItsPosition(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, credits.ModeDeny, 0, 0)
+	r.topUp(20)
+	for range 3 {
+		if d := r.check(1); !d.Allowed {
+			t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+	r.drainUntrimmed() // recorded, its trim failed: the log still holds the 3 entries
+	_, logKey := credits.Keys(r.prefix, r.tenantID)
+	// As the earlier release left it: one identity for the Redis, on the
+	// account, and none beside the log.
+	testenv.Must(t, r.rdb.Del(ctx, redisstore.CreditsOriginKey(logKey)).Err())
+	testenv.Must(t, r.rdb.Set(ctx, r.prefix+"{credits}:origin", "legacy", 0).Err())
+	_, err := r.db.Exec(ctx, `UPDATE credit_accounts SET log_origin = 'legacy' WHERE tenant_id = $1`, r.tenantID)
+	testenv.Must(t, err)
+
+	if rep := r.drain(); rep.Entries != 0 || rep.Drift != 0 {
+		t.Errorf("drain after the upgrade: %+v, want nothing recorded again and no drift", rep)
+	}
+	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Consumed != 3 {
+		t.Errorf("account %+v, %v: want 3 consumed", acct, err)
+	}
+	if origin, err := r.rdb.Get(ctx, redisstore.CreditsOriginKey(logKey)).Result(); err != nil || origin != "legacy" {
+		t.Errorf("the log's identity %q (%v), want the Redis's, legacy", origin, err)
+	}
+}

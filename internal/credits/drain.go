@@ -216,6 +216,9 @@ type originKeeper interface {
 	// TrimCreditsOrigin is TrimCredits only while the log's origin is
 	// origin, in one atomic call.
 	TrimCreditsOrigin(ctx context.Context, log, through, origin string) error
+	// LegacyCreditsOrigin is the identity an earlier release kept for
+	// the whole Redis ("" when none).
+	LegacyCreditsOrigin(ctx context.Context, prefix string) (string, error)
 }
 
 // drainTenant records one batch of tenantID's log in one transaction;
@@ -343,8 +346,28 @@ func (d *Drainer) drainTenant(ctx context.Context, tenantID string) (r Report, m
 // before identities were kept: the Redis is taken for the one its
 // position is of), and the log is read from its beginning when the
 // account names another (the position is of another Redis's log).
+//
+// A log with no identity yet whose Redis still holds the identity an
+// earlier release kept for the whole Redis (LegacyCreditsOrigin), the one
+// the account names, is that Redis's log: it takes that identity and
+// keeps its position (read from the beginning, what a failed trim left in
+// it would be recorded twice). Only a Redis emptied in the instant
+// between that look and the read would be taken for the old one.
 func (d *Drainer) readOrigin(ctx context.Context, keeper originKeeper, counter, logKey string, acct *account) (limiter.CreditRead, string, error) {
-	read, origin, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, d.cfg.Batch, rand.Text())
+	read, origin, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, d.cfg.Batch, "")
+	if err == nil && origin == "" {
+		id := rand.Text()
+		if acct.logOrigin != "" {
+			legacy, err := keeper.LegacyCreditsOrigin(ctx, d.cfg.Prefix)
+			if err != nil {
+				return read, "", err
+			}
+			if legacy == acct.logOrigin {
+				id = legacy
+			}
+		}
+		read, origin, err = keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, d.cfg.Batch, id)
+	}
 	if err != nil || origin == acct.logOrigin {
 		return read, origin, err
 	}

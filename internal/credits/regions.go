@@ -333,6 +333,11 @@ func (d *Drainer) logStart(ctx context.Context, counter, logKey string, acct acc
 	}
 	if keeper, ok := d.logs.(originKeeper); ok && acct.logOrigin != "" {
 		_, origin, err := keeper.ReadCreditsOrigin(ctx, counter, logKey, acct.Position, 1, "")
+		if err == nil && origin == "" {
+			// The log of a Redis an earlier release kept one identity
+			// for (readOrigin).
+			origin, err = keeper.LegacyCreditsOrigin(ctx, d.cfg.Prefix)
+		}
 		if err != nil {
 			return "", fmt.Errorf("credits: region's log start: %w", err)
 		}

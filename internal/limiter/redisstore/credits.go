@@ -30,6 +30,8 @@ local c = redis.call('GET', KEYS[1])
 local e = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 return {c, e, t[1] * 1000000 + t[2], o}`)
 	creditsTrimScript = redis.NewScript(`return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])`)
+	// The identity an earlier release kept for the whole Redis.
+	creditsLegacyOriginScript = redis.NewScript(`return redis.call('GET', KEYS[1]) or ''`)
 	// A log is trimmed only while its origin is the one its entries were
 	// recorded under: a log made since (Redis back empty) is not read yet.
 	creditsTrimOriginScript = redis.NewScript(`if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
@@ -171,6 +173,18 @@ func (s *Store) TrimCredits(ctx context.Context, log, through string) error {
 		return fmt.Errorf("redisstore: trim credits: %w", err)
 	}
 	return nil
+}
+
+// LegacyCreditsOrigin returns the identity an earlier release kept for
+// the whole Redis, at prefix + "{credits}:origin", before each log kept
+// its own ("" when there is none): the drainer takes a log with no
+// identity yet for that Redis's when the account names it.
+func (s *Store) LegacyCreditsOrigin(ctx context.Context, prefix string) (string, error) {
+	v, err := creditsLegacyOriginScript.Run(ctx, s.client, []string{prefix + "{credits}:origin"}).Text()
+	if err != nil {
+		return "", fmt.Errorf("redisstore: legacy credits origin: %w", err)
+	}
+	return v, nil
 }
 
 // TrimCreditsOrigin is TrimCredits while the log's origin is origin (as

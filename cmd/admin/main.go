@@ -126,10 +126,17 @@ func (e *invocation) secretKeys() (*auth.SecretKeys, error) {
 }
 
 // planOps returns the plan operations for the deployment's regions
-// (TOLLGATE_REGION*; a bad setting counts as none, and a plan naming a
-// global scope is then refused, naming the field).
-func (e *invocation) planOps() *plans.Ops {
-	return plans.NewOps(e.db).InRegions(region.Read(config.New(e.getenv), false))
+// (TOLLGATE_REGION*), or the region settings' error naming the setting:
+// a bad setting must not pass for a deployment of regions and let a
+// plan's rules take a global scope that admin worker and the api, which
+// refuse the same settings, would never enforce.
+func (e *invocation) planOps() (*plans.Ops, error) {
+	env := config.New(e.getenv)
+	rc := region.Read(env, false)
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
+	return plans.NewOps(e.db).InRegions(rc), nil
 }
 
 // commands is the CLI: every command, its audit action ("" for one that

@@ -227,7 +227,11 @@ func plansApply(fs *flag.FlagSet) action {
 		if err != nil {
 			return fmt.Errorf("plans apply: %w", err)
 		}
-		a := planApplier{e: e, ops: e.planOps(), dryRun: *dryRun}
+		ops, err := e.planOps()
+		if err != nil {
+			return fmt.Errorf("plans apply: %w", err)
+		}
+		a := planApplier{e: e, ops: ops, dryRun: *dryRun}
 		for _, want := range specs {
 			i := slices.IndexFunc(stored, func(p plans.Plan) bool { return p.Name == want.Name })
 			if i < 0 {

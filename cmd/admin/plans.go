@@ -80,7 +80,11 @@ func plansRoutes(fs *flag.FlagSet) action {
 				}
 			}
 		}
-		p, err := e.planOps().SetRoutes(ctx, audit.CLI, p.ID, routes)
+		ops, err := e.planOps()
+		if err != nil {
+			return fmt.Errorf("plans routes: %w", err)
+		}
+		p, err = ops.SetRoutes(ctx, audit.CLI, p.ID, routes)
 		if err != nil {
 			return fmt.Errorf("plans routes: %w", err)
 		}
@@ -105,7 +109,11 @@ func plansCreate(fs *flag.FlagSet) action {
 		if _, err := fields.apply(e, &in); err != nil {
 			return fmt.Errorf("plans create: %w", err)
 		}
-		p, err := e.planOps().Create(ctx, audit.CLI, in)
+		ops, err := e.planOps()
+		if err != nil {
+			return fmt.Errorf("plans create: %w", err)
+		}
+		p, err := ops.Create(ctx, audit.CLI, in)
 		if err != nil {
 			return fmt.Errorf("plans create: %w", err)
 		}
@@ -134,7 +142,11 @@ func plansUpdate(fs *flag.FlagSet) action {
 		case !given:
 			return errors.New("plans update: nothing to change: give -f or the flags of the fields to change (see --help)")
 		}
-		p, err = e.planOps().Update(ctx, audit.CLI, p.ID, in)
+		ops, err := e.planOps()
+		if err != nil {
+			return fmt.Errorf("plans update: %w", err)
+		}
+		p, err = ops.Update(ctx, audit.CLI, p.ID, in)
 		if err != nil {
 			return fmt.Errorf("plans update: %w", err)
 		}
@@ -150,7 +162,11 @@ func plansArchive(archive bool) func(fs *flag.FlagSet) action {
 			done = "is archived: its tenants keep it, and no other tenant can be put on it"
 		}
 		return changeAction(fs, planFlag(fs, ""), "plan's", func(ctx context.Context, e *invocation, p plans.Plan) (plans.Plan, error) {
-			return e.planOps().SetArchived(ctx, audit.CLI, p.ID, archive)
+			ops, err := e.planOps()
+			if err != nil {
+				return plans.Plan{}, err
+			}
+			return ops.SetArchived(ctx, audit.CLI, p.ID, archive)
 		}, func(p plans.Plan) string { return fmt.Sprintf("plan %s %s", p.Name, done) })
 	}
 }
@@ -297,7 +313,11 @@ func plansRule(fs *flag.FlagSet) action {
 		if *refundOn != "" {
 			r.Options.RefundOn = strings.Split(*refundOn, ",")
 		}
-		p, err = e.planOps().PutRule(ctx, audit.CLI, p.ID, r)
+		ops, err := e.planOps()
+		if err != nil {
+			return fmt.Errorf("plans rule: %w", err)
+		}
+		p, err = ops.PutRule(ctx, audit.CLI, p.ID, r)
 		if err != nil {
 			return fmt.Errorf("plans rule: %w", err)
 		}

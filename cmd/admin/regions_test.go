@@ -58,3 +58,53 @@ func TestPlanRegionScope(t *testing.T) {
 		t.Errorf("regional: got %v\n%s", err, out)
 	}
 }
+
+// TestPlanCommandsRefuseBadRegionSettings: with region settings the
+// worker and the api refuse, the commands that change plans refuse them
+// too, naming the setting, instead of reading the deployment as one of
+// regions and storing a global scope nothing enforces.
+func TestPlanCommandsRefuseBadRegionSettings(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	if _, err := runAdmin(t, url, "", "plans", "create", "--name", "scoped"); err != nil {
+		t.Fatal(err)
+	}
+	globalRules := `[{"name": "minute", "algorithm": "fixed_window", "limit": 1000, "period_us": 60000000, "region_scope": "global_shared"}]`
+	commands := []struct {
+		name, stdin string
+		args        []string
+	}{
+		{"plans create", "", []string{"plans", "create", "--name", "global", "--rules", globalRules}},
+		{"plans update", "", []string{"plans", "update", "--plan", "scoped", "--rules", globalRules}},
+		{"plans rule", "", []string{"plans", "rule", "--plan", "scoped", "--name", "minute", "--algorithm", "fixed_window",
+			"--limit", "1000", "--period", "1m", "--region-scope", "global_shared"}},
+		{"plans apply", `{"plans": [{"name": "applied", "rules": ` + globalRules + `}]}`, []string{"plans", "apply", "-f", "-"}},
+	}
+	for _, settings := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"no list", map[string]string{"TOLLGATE_REGION": "eu"}, "TOLLGATE_REGIONS"},
+		{"region not listed", map[string]string{"TOLLGATE_REGION": "eu", "TOLLGATE_REGIONS": "us,ap"}, "TOLLGATE_REGION:"},
+	} {
+		for _, c := range commands {
+			t.Run(settings.name+"/"+c.name, func(t *testing.T) {
+				env := map[string]string{"TOLLGATE_DATABASE_URL": url, "TOLLGATE_SECRET_KEY": testenv.SecretKey}
+				for k, v := range settings.env {
+					env[k] = v
+				}
+				err := run(context.Background(), c.args, func(k string) string { return env[k] }, strings.NewReader(c.stdin), io.Discard, io.Discard, nil)
+				if err == nil || !strings.Contains(err.Error(), settings.want) {
+					t.Errorf("got %v, want an error naming %s", err, settings.want)
+				}
+			})
+		}
+	}
+	out, err := runAdmin(t, url, "", "plans", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "global_shared") || strings.Contains(out, `"global"`) || strings.Contains(out, `"applied"`) {
+		t.Errorf("a refused command changed the plans:\n%s", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"slices"
 	"strings"
@@ -68,5 +69,31 @@ func TestCLIMessagesReadAsTheREADMEShows(t *testing.T) {
 	out, stderr, err = cli(nil, "webhooks", "replay", "--endpoint", made.Endpoint.ID, "--event", eventID)
 	if want := "1 delivery queued for endpoint " + made.Endpoint.ID + "\n"; err != nil || out != want {
 		t.Errorf("webhooks replay of one event: %v, printed %q%s, want %q", err, out, stderr, want)
+	}
+}
+
+// TestWebhooksCreateRefusesBadSettings: webhooks create refuses a
+// malformed TOLLGATE_WEBHOOK_* setting naming it, as admin serve does,
+// instead of reading it as unset and refusing the URL for another reason.
+func TestWebhooksCreateRefusesBadSettings(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	for _, tc := range []struct {
+		name, key, value string
+	}{
+		{"an address that is not an IP", "TOLLGATE_WEBHOOK_ALLOW_ADDRS", "localhost:8082"},
+		{"a flag that is not a boolean", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE", "yes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_SECRET_KEY": testenv.SecretKey, tc.key: tc.value}
+			var stdout bytes.Buffer
+			err := run(context.Background(), []string{"webhooks", "create", "--url", "http://127.0.0.1:8082/mine"},
+				func(k string) string { return env[k] }, strings.NewReader(""), &stdout, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.key) || strings.Contains(err.Error(), "url:") {
+				t.Errorf("got %v, want an error naming %s, not the URL", err, tc.key)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("printed %q: want no endpoint made", stdout.String())
+			}
+		})
 	}
 }

@@ -141,7 +141,14 @@ func webhooksCreate(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		cfg := loadWebhookConfig(config.New(e.getenv))
+		// A malformed TOLLGATE_WEBHOOK_* setting is refused naming it, as
+		// admin serve refuses it, rather than read as unset and the URL
+		// then refused for a reason that points away from it.
+		env := config.New(e.getenv)
+		cfg := loadWebhookConfig(env)
+		if err := env.Err(); err != nil {
+			return fmt.Errorf("webhooks create: %w", err)
+		}
 		in := events.EndpointInput{URL: *url, Description: *description, EventTypes: splitList(*types)}
 		res, err := events.NewOps(e.db, nil, cfg.Guard).WithSecretKeys(keys).CreateEndpoint(ctx, audit.CLI, owner, in)
 		if err != nil {

@@ -80,6 +80,10 @@ type Config struct {
 	Log    *slog.Logger
 }
 
+// maxLingerShare: TOLLGATE_REDIS_LINGER may be at most
+// TOLLGATE_REDIS_TIMEOUT / maxLingerShare.
+const maxLingerShare = 4
+
 func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	e := config.New(getenv)
 	store := e.Store()
@@ -105,6 +109,13 @@ func loadConfig(getenv func(string) string, stderr io.Writer) (Config, error) {
 	}
 	if c.IPv6Prefix > 128 {
 		e.Fail("TOLLGATE_IPV6_PREFIX", "must be from 1 to 128")
+	}
+	// A check's linger counts against its call's timeout: with a linger
+	// near TOLLGATE_REDIS_TIMEOUT, checks that waited fail with a deadline
+	// and the failure modes decide them under steady traffic.
+	if c.Linger > c.Redis.Timeout/maxLingerShare {
+		e.Fail("TOLLGATE_REDIS_LINGER", fmt.Sprintf("%v: at most a quarter of TOLLGATE_REDIS_TIMEOUT (%v), which bounds the linger and the script call together",
+			c.Linger, c.Redis.Timeout))
 	}
 	return c, e.Err()
 }

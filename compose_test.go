@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	// kin-openapi's YAML parser (over a fork of yaml.v3, merge keys
 	// included), as the deploy/ tests use.
@@ -23,7 +24,10 @@ type composeService struct {
 	Environment map[string]string `json:"environment"`
 	Ports       []string          `json:"ports"`
 	Volumes     []string          `json:"volumes"`
-	Healthcheck *struct {
+	// StopGracePeriod is how long Docker waits after SIGTERM before it
+	// kills the container (Docker's default: 10s).
+	StopGracePeriod string `json:"stop_grace_period"`
+	Healthcheck     *struct {
 		Test []string `json:"test"`
 	} `json:"healthcheck"`
 	DependsOn map[string]struct {
@@ -120,6 +124,14 @@ func TestDockerCompose(t *testing.T) {
 		}
 		if s.DependsOn["migrate"].Condition != "service_completed_successfully" || s.DependsOn["redis"].Condition != "service_healthy" {
 			t.Errorf("%s depends_on %+v: want migrate completed and redis healthy", name, s.DependsOn)
+		}
+	}
+	// SIGTERM drains for up to TOLLGATE_SHUTDOWN_TIMEOUT (10s), then the
+	// api publishes its last usage batch for up to as long again: Docker
+	// must not kill either server before both are over.
+	for _, name := range []string{"api", "admin"} {
+		if d, err := time.ParseDuration(svc[name].StopGracePeriod); err != nil || d <= 2*10*time.Second {
+			t.Errorf("%s stop_grace_period %q: want more than twice the default TOLLGATE_SHUTDOWN_TIMEOUT (10s)", name, svc[name].StopGracePeriod)
 		}
 	}
 	if svc["migrate"].DependsOn["postgres"].Condition != "service_healthy" {

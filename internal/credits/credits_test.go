@@ -335,11 +335,7 @@ func TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
 	r.topUp(20)
-	for range 5 {
-		if d := r.check(1); !d.Allowed {
-			t.Fatalf("check on the balance: %+v", d)
-		}
-	}
+	r.admitted(5)
 	counter, logKey := credits.Keys(r.prefix, r.tenantID)
 	old, err := r.rdb.XRange(ctx, logKey, "-", "+").Result()
 	testenv.Must(t, err)
@@ -347,10 +343,7 @@ func TestARedisBackEmptyWithItsClockBehindDrawsTheBalanceOnce(t *testing.T) {
 		t.Fatalf("the log holds %d entries, want 5", len(old))
 	}
 	// The old Redis's clock an hour ahead: a draw of 1 logged by it.
-	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
-	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead,
-		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
-	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	ahead := r.loggedAt(time.Now().Add(time.Hour).UnixMilli())
 	r.drain()
 	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 6 {
 		t.Fatalf("account %+v, %v: want 6 consumed through %s", acct, err, ahead)
@@ -479,18 +472,11 @@ func TestARedisEmptiedPartWayThroughAPassLosesNoDraw(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeOverage, 0, 0)
 	r.topUp(20)
-	for range 3 {
-		if d := r.check(1); !d.Allowed {
-			t.Fatalf("check on the balance: %+v", d)
-		}
-	}
-	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	r.admitted(3)
+	_, logKey := credits.Keys(r.prefix, r.tenantID)
 	// The old Redis's clock an hour ahead: a draw of 1 logged by it.
 	aheadMS := time.Now().Add(time.Hour).UnixMilli()
-	ahead := fmt.Sprintf("%d-0", aheadMS)
-	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead, Values: []any{"u", "1", "t", now}}).Err())
-	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	ahead := r.loggedAt(aheadMS)
 	r.drain()
 	if acct, err := credits.NewStore(r.db).Account(ctx, r.tenantID); err != nil || acct.Position != ahead || acct.Consumed != 4 {
 		t.Fatalf("account %+v, %v: want 4 consumed through %s", acct, err, ahead)
@@ -523,16 +509,9 @@ func TestARedisEmptiedBeforeATrimKeepsItsLog(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeOverage, 0, 0)
 	r.topUp(20)
-	for range 3 {
-		if d := r.check(1); !d.Allowed {
-			t.Fatalf("check on the balance: %+v", d)
-		}
-	}
-	counter, logKey := credits.Keys(r.prefix, r.tenantID)
-	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
-	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead, Values: []any{"u", "1", "t", now}}).Err())
-	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	r.admitted(3)
+	_, logKey := credits.Keys(r.prefix, r.tenantID)
+	r.loggedAt(time.Now().Add(time.Hour).UnixMilli()) // the old Redis's clock an hour ahead
 
 	behind := time.Now().Add(-time.Minute).UnixMilli()
 	fresh := []string{fmt.Sprintf("%d-0", behind), fmt.Sprintf("%d-1", behind)}
@@ -576,6 +555,30 @@ func TestADrainerStillOnAGoneRedisRecordsNothingTwice(t *testing.T) {
 	if acct := r.agree(); acct.Consumed != 3 {
 		t.Errorf("ledger consumed %d, want 3", acct.Consumed)
 	}
+}
+
+// admitted makes n checks of 1 on the balance, each admitted.
+func (r *rig) admitted(n int) {
+	r.t.Helper()
+	for range n {
+		if d := r.check(1); !d.Allowed {
+			r.t.Fatalf("check on the balance: %+v", d)
+		}
+	}
+}
+
+// loggedAt appends a draw of 1 to the balance's log under the ID of the
+// millisecond ms, as a Redis whose clock reads ms logs it, and adds it to
+// the counter. It returns the entry's ID.
+func (r *rig) loggedAt(ms int64) string {
+	r.t.Helper()
+	ctx := context.Background()
+	counter, logKey := credits.Keys(r.prefix, r.tenantID)
+	id := fmt.Sprintf("%d-0", ms)
+	testenv.Must(r.t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: id,
+		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
+	testenv.Must(r.t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	return id
 }
 
 // emptyRedis deletes every key of the test's Redis, as a restart without
@@ -946,11 +949,7 @@ func TestAnUpgradedRedisKeepsItsPosition(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, credits.ModeDeny, 0, 0)
 	r.topUp(20)
-	for range 3 {
-		if d := r.check(1); !d.Allowed {
-			t.Fatalf("check on the balance: %+v", d)
-		}
-	}
+	r.admitted(3)
 	r.drainUntrimmed() // recorded, its trim failed: the log still holds the 3 entries
 	_, logKey := credits.Keys(r.prefix, r.tenantID)
 	// As the earlier release left it: one identity for the Redis, on the

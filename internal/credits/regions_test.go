@@ -2,9 +2,7 @@ package credits_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -311,13 +309,9 @@ func TestANewRegionBehindTheAccountsPositionRecordsItsLog(t *testing.T) {
 	for range 5 {
 		r.check(1)
 	}
-	counter, logKey := credits.Keys(r.prefix, r.tenantID)
 	// A draw of 1 an hour ahead: Redis numbers the log's next entries
 	// after it, as a clock an hour ahead would.
-	ahead := fmt.Sprintf("%d-0", time.Now().Add(time.Hour).UnixMilli())
-	testenv.Must(t, r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: ahead,
-		Values: []any{"u", "1", "t", strconv.FormatInt(time.Now().UnixMicro(), 10)}}).Err())
-	testenv.Must(t, r.rdb.IncrBy(ctx, counter, 1).Err())
+	ahead := r.loggedAt(time.Now().Add(time.Hour).UnixMilli())
 	// 6 recorded by the drainer of one region, through ahead; its trim
 	// failed, so the log keeps them.
 	r.drainUntrimmed()
